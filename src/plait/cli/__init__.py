@@ -1,0 +1,1 @@
+"""Thin command wrappers: parse, call a package function, print."""

@@ -1,0 +1,104 @@
+"""Collective time on the network tiers a group actually crosses.
+
+Cost model: the alpha-beta model of Thakur, Rabenseifner & Gropp 2005 ("Optimization
+of collective communication operations in MPICH", Sec. 2): ring all-gather and
+reduce-scatter move ``(g-1)/g`` of the full buffer per rank in ``g-1`` steps; ring
+all-reduce is one of each (``2(g-1)/g``, ``2(g-1)`` steps); a tree all-reduce needs
+``2 log2 g`` steps (NCCL's double binary tree), and NCCL picks the faster.
+
+Bandwidth of a group spread over tiers: NCCL builds one ring per NIC/channel, so a
+group with ``m`` members inside each scale-up domain drives ``m`` NICs in parallel and
+its bus bandwidth across that tier is ``m x`` the per-GPU tier bandwidth, capped by the
+inner tiers (NCCL "Performance" notes on busbw; Jeaugey, GTC 2020 "NCCL 2.x"). Groups
+are laid out with a rank stride (tp innermost), which decides the members per domain.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from plait.hardware.cluster import Cluster
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """What one process group of a plan sees of the network."""
+
+    size: int
+    """Ranks in the group."""
+    bus_bytes_per_s: float
+    """Achievable bus bandwidth of a collective over the group."""
+    latency_s: float
+    """Per-step latency on the outermost tier crossed."""
+    tier: int
+    """Index of the outermost tier crossed (0: scale-up domain)."""
+    cross_bytes_per_s: float
+    """Per-GPU bandwidth of the outermost tier (what point-to-point and all-to-all traffic gets)."""
+    members_per_domain: int
+    """Group members inside one scale-up (tier-0) domain."""
+
+
+def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
+    """Network view of a group of ``size`` ranks spaced ``stride`` apart."""
+    if size <= 1:
+        return GroupLink(1, math.inf, 0.0, 0, math.inf, 1)
+    outer = cluster.tier_index(stride * (size - 1) + 1)
+
+    def members_within(span: int) -> int:
+        return 1 if stride >= span else min(size, span // stride)
+
+    bus = math.inf
+    for index in range(outer + 1):
+        below = members_within(cluster.tiers[index - 1].span_gpus) if index else 1
+        bus = min(bus, below * cluster.tiers[index].bandwidth_bytes_per_s)
+    tier = cluster.tiers[outer]
+    return GroupLink(size, bus, tier.latency_s, outer, tier.bandwidth_bytes_per_s,
+                     members_within(cluster.tiers[0].span_gpus))
+
+
+def all_reduce_s(num_bytes: float, link: GroupLink) -> float:
+    """All-reduce of a ``num_bytes`` buffer (ring bandwidth, min of ring/tree latency)."""
+    g = link.size
+    if g <= 1 or num_bytes <= 0:
+        return 0.0
+    steps = min(2 * (g - 1), 2 * math.ceil(math.log2(g)))
+    return steps * link.latency_s + 2 * (g - 1) / g * num_bytes / link.bus_bytes_per_s
+
+
+def all_gather_s(full_bytes: float, link: GroupLink) -> float:
+    """All-gather producing a ``full_bytes`` buffer on every rank (ring)."""
+    g = link.size
+    if g <= 1 or full_bytes <= 0:
+        return 0.0
+    return (g - 1) * link.latency_s + (g - 1) / g * full_bytes / link.bus_bytes_per_s
+
+
+def reduce_scatter_s(full_bytes: float, link: GroupLink) -> float:
+    """Reduce-scatter of a ``full_bytes`` buffer (ring); same cost as an all-gather."""
+    return all_gather_s(full_bytes, link)
+
+
+def all_to_all_s(send_bytes: float, link: GroupLink) -> float:
+    """All-to-all where each rank sends ``send_bytes`` spread evenly over the group.
+
+    Traffic to peers outside the rank's scale-up domain leaves through its own NIC
+    (no aggregation), the rest stays on the scale-up links; the two run in parallel.
+    """
+    g = link.size
+    if g <= 1 or send_bytes <= 0:
+        return 0.0
+    inside = link.members_per_domain
+    outside_bytes = send_bytes * (g - inside) / g
+    inside_bytes = send_bytes * (inside - 1) / g
+    time = inside_bytes / link.bus_bytes_per_s
+    if outside_bytes:
+        time = max(time, outside_bytes / link.cross_bytes_per_s)
+    return link.latency_s + time
+
+
+def p2p_s(num_bytes: float, link: GroupLink) -> float:
+    """One point-to-point send between neighbouring ranks of the group."""
+    if link.size <= 1 or num_bytes <= 0:
+        return 0.0
+    return link.latency_s + num_bytes / link.cross_bytes_per_s

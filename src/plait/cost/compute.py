@@ -1,0 +1,54 @@
+"""Time of compute kernels from FLOPs and bytes through the hardware efficiency model.
+
+Each kernel is bounded by a roofline (Williams, Waterman & Patterson 2009): the larger
+of ``FLOPs / (peak x achievable fraction)`` and ``bytes / (HBM bandwidth x achievable
+fraction)``, and never shorter than one kernel launch. The achievable fractions are
+hardware figures from ``efficiency.toml`` (public microbenchmarks), never fitted to runs.
+"""
+
+from __future__ import annotations
+
+from plait.cost.flops import Gemm
+from plait.cost.setup import Setup
+from plait.hardware.accelerator import Accelerator
+
+
+def matmul_flops_per_s(acc: Accelerator, dtype: str) -> float:
+    """Sustained FLOP/s of large GEMMs in ``dtype``."""
+    eff = acc.efficiency.matmul_fp8 if dtype == "fp8" else acc.efficiency.matmul_bf16
+    return acc.peak_flops(dtype) * eff.value
+
+
+def memory_bytes_per_s(acc: Accelerator) -> float:
+    """Sustained HBM bandwidth of streaming kernels."""
+    return acc.memory_bandwidth_bytes_per_s * acc.efficiency.memory.value
+
+
+def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
+    """Roofline time of ``gemm.count`` GEMMs; operands in ``dtype``, output in bf16."""
+    in_bytes = 1 if dtype == "fp8" else 2
+    moved = (in_bytes * (gemm.m * gemm.k + gemm.k * gemm.n) + 2 * gemm.m * gemm.n) * gemm.count
+    launch = acc.efficiency.kernel_launch_us.value * 1e-6 * gemm.count
+    return max(gemm.flops / matmul_flops_per_s(acc, dtype), moved / memory_bytes_per_s(acc), launch)
+
+
+def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup) -> tuple[float, float]:
+    """Forward and backward time of ``gemms``: backward is the input-gradient GEMM
+    (``m x n`` by ``n x k``) plus the weight-gradient GEMM (``k x m`` by ``m x n``)."""
+    acc, dtype = setup.cluster.accelerator, setup.gemm_dtype
+    fwd = bwd = 0.0
+    for g in gemms:
+        fwd += gemm_time_s(g, acc, dtype)
+        bwd += gemm_time_s(Gemm(g.m, g.k, g.n, g.count), acc, dtype)
+        bwd += gemm_time_s(Gemm(g.k, g.n, g.m, g.count), acc, dtype)
+    return fwd, bwd
+
+
+def elementwise_time_s(num_bytes: float, acc: Accelerator) -> float:
+    """Time of memory-bound kernels moving ``num_bytes`` through HBM."""
+    return num_bytes / memory_bytes_per_s(acc)
+
+
+def attention_flops_per_s(acc: Accelerator) -> float:
+    """Sustained FLOP/s of fused (flash) attention in bf16, forward and backward together."""
+    return acc.peak_flops("bf16") * acc.efficiency.attention.value

@@ -1,0 +1,116 @@
+"""FLOPs of one transformer layer, per rank and micro-batch, and the MFU convention.
+
+GEMM shapes follow Megatron-LM tensor parallelism (Shoeybi et al. 2019, Sec. 3):
+column-parallel q/k/v and MLP-up, row-parallel output and MLP-down, each sharded by
+``tp``. A GEMM of an ``m x k`` by ``k x n`` product costs ``2mnk`` FLOPs; its backward
+is two GEMMs of the same cost (input and weight gradients) — Narayanan et al. 2021,
+Sec. 5.1 ("backward pass ... twice the forward").
+
+Attention-core FLOPs: ``QK^T`` and ``PV`` cost ``2 s^2 d`` each per head (Narayanan
+et al. 2021, Eq. 3 and Appendix). A causal flash kernel skips the upper triangle, so
+executed FLOPs are about half, plus the diagonal blocks. Flash attention's backward
+runs five matmuls against the forward's two, 2.5x the forward FLOPs (Dao 2023,
+FlashAttention-2, Sec. 3.1-3.2).
+
+Model FLOPs for MFU use the PaLM convention (Chowdhery et al. 2022, Appendix B):
+``6 N + 12 L H Q T`` per token, N the non-embedding matmul parameters touched per
+token (the output projection included), attention counted non-causal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.cost.setup import Setup
+
+FLASH_BLOCK = 128  # query/key block edge of FlashAttention-2 kernels (Dao 2023, Sec. 3.1); shapes the causal diagonal
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """An ``m x k`` by ``k x n`` product executed ``count`` times."""
+
+    m: int
+    n: int
+    k: int
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of all ``count`` products."""
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+def attention_gemms(setup: Setup) -> list[Gemm]:
+    """Projection GEMMs of one attention block on one TP rank (forward)."""
+    model, t, tokens, h = setup.model, setup.plan.tp, setup.tokens, setup.model.hidden_size
+    heads = model.num_heads // t
+    if model.mla:
+        m = model.mla
+        q = ([Gemm(tokens, m.q_lora_rank, h), Gemm(tokens, heads * model.qk_head_dim, m.q_lora_rank)]
+             if m.q_lora_rank else [Gemm(tokens, heads * model.qk_head_dim, h)])
+        kv = [Gemm(tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
+              Gemm(tokens, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)]
+        return q + kv + [Gemm(tokens, h, heads * m.v_head_dim)]
+    kv = setup.kv_heads_per_rank
+    qkv_n = heads * model.head_dim + kv * model.head_dim * 2
+    return [Gemm(tokens, qkv_n, h), Gemm(tokens, h, heads * model.head_dim)]
+
+
+def mlp_gemms(setup: Setup, tokens: int, ffn: int, count: int = 1) -> list[Gemm]:
+    """Up and down GEMMs of ``count`` MLPs of width ``ffn`` over ``tokens`` tokens on one TP rank."""
+    h, f = setup.model.hidden_size, ffn // setup.plan.tp
+    up = 2 * f if setup.model.mlp == "gated" else f
+    return [Gemm(tokens, up, h, count), Gemm(tokens, h, f, count)]
+
+
+def moe_gemms(setup: Setup) -> list[Gemm]:
+    """Router, routed-expert and shared-expert GEMMs of one MoE block (balanced routing)."""
+    model, plan = setup.model, setup.plan
+    assert model.moe is not None
+    moe = model.moe
+    local_experts = moe.num_experts // plan.ep
+    tokens_per_expert = max(setup.tokens * moe.top_k * plan.ep // moe.num_experts, 1)
+    gemms = [Gemm(setup.tokens, moe.num_experts, model.hidden_size)]
+    gemms += mlp_gemms(setup, tokens_per_expert, moe.expert_ffn_hidden_size, local_experts)
+    if moe.num_shared_experts:
+        gemms += mlp_gemms(setup, setup.tokens, moe.shared_expert_ffn_hidden_size * moe.num_shared_experts)
+    return gemms
+
+
+def layer_gemms(setup: Setup, moe_layer: bool) -> list[Gemm]:
+    """All forward GEMMs of one layer on one rank."""
+    mlp = moe_gemms(setup) if moe_layer else mlp_gemms(setup, setup.tokens, setup.model.ffn_hidden_size)
+    return attention_gemms(setup) + mlp
+
+
+def head_gemm(setup: Setup) -> Gemm:
+    """The output projection (vocab-parallel over TP) on the last stage."""
+    return Gemm(setup.tokens, -(-setup.model.vocab_size // setup.plan.tp), setup.model.hidden_size)
+
+
+def attention_core_flops(setup: Setup) -> float:
+    """Forward FLOPs of ``QK^T`` and ``PV`` on one rank for one micro-batch, as the kernel executes them.
+
+    Flash: causal, so only the lower-triangle blocks of ``FLASH_BLOCK`` are computed.
+    Unfused: the full score matrix is computed and masked.
+    """
+    model, plan = setup.model, setup.plan
+    heads = model.num_heads // plan.tp
+    s = setup.seq_len
+    per_pair = 2.0 * (model.qk_head_dim + model.v_head_dim)
+    full = plan.micro_batch * heads * s * s * per_pair / plan.cp
+    if setup.attention_kernel == "unfused":
+        return full
+    blocks = -(-s // FLASH_BLOCK)
+    return full * (blocks + 1) / (2 * blocks)
+
+
+def model_flops_per_token(model_setup: Setup) -> float:
+    """PaLM-convention training FLOPs per token (forward + backward, no recompute)."""
+    model = model_setup.model
+    dense = model.num_dense_layers * (model.attention_params() + model.mlp_params(model.ffn_hidden_size))
+    moe = model.num_moe_layers * (model.attention_params() + model.moe_layer_active_mlp_params()) if model.moe else 0
+    matmul_params = dense + moe + model.vocab_size * model.hidden_size
+    attention = 6.0 * model.num_layers * model_setup.seq_len * model.num_heads * (model.qk_head_dim + model.v_head_dim)
+    return 6.0 * matmul_params + attention

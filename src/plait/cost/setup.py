@@ -1,0 +1,72 @@
+"""Quantities of one (model, cluster, plan) triple that every cost function needs.
+
+Built once per estimate so that no cost function re-derives a degree or a size that
+the Plan already owns (ARCHITECTURE.md, "the one flow").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from plait.hardware.cluster import Cluster
+from plait.plan.plan import Plan
+from plait.workload.model import ModelSpec
+
+AttentionKernel = Literal["flash", "unfused"]
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    """Resolved sizes for one estimate."""
+
+    model: ModelSpec
+    """The model."""
+    cluster: Cluster
+    """The cluster."""
+    plan: Plan
+    """The plan, with ``seq_len`` filled in."""
+    attention_kernel: AttentionKernel
+    """Fused flash attention, or unfused batched GEMMs + softmax storing the score matrix."""
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per sequence."""
+        return self.plan.seq_len
+
+    @property
+    def local_seq(self) -> int:
+        """Tokens of one sequence on one context-parallel rank."""
+        return self.plan.seq_len // self.plan.cp
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one rank (before TP): ``micro_batch * seq_len / cp``."""
+        return self.plan.micro_batch * self.local_seq
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per stored activation element (bf16/fp16; fp8 runs keep bf16 activations)."""
+        return 2
+
+    @property
+    def gemm_dtype(self) -> str:
+        """Dtype GEMMs run in."""
+        return "fp8" if self.plan.precision == "fp8" else "bf16"
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element in the gradient buffer and its reduction."""
+        return DTYPE_BYTES[self.plan.grad_reduce_dtype]
+
+    @property
+    def kv_heads_per_rank(self) -> int:
+        """KV heads on one TP rank (replicated when tp exceeds num_kv_heads)."""
+        return max(self.model.num_kv_heads // self.plan.tp, 1)
+
+    @property
+    def layers_per_stage(self) -> int:
+        """Layers on the most loaded pipeline stage (ceil split, as Megatron with uneven layers)."""
+        return -(-self.model.num_layers // self.plan.pp)

@@ -1,0 +1,1 @@
+"""Accelerators, clusters and network tiers, with every figure's provenance."""

@@ -1,0 +1,97 @@
+"""Accelerators: datasheet peaks plus achievable-efficiency figures, each with provenance.
+
+Two kinds of number live here and are kept apart on purpose:
+- datasheet facts (``accelerators.toml``): capacity, bandwidths, dense peak FLOP/s per dtype;
+- achievable fractions of those peaks (``efficiency.toml``), from public microbenchmarks
+  (GEMM, FlashAttention, STREAM-like copies) or from ``plait calibrate`` on real hardware.
+Neither is ever fitted to a training run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from plait.errors import ConfigError
+from plait.hardware.figure import Figure
+
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+GIB = 1024**3
+GB = 1e9
+
+
+@dataclass(frozen=True, kw_only=True)
+class Efficiency:
+    """Achievable fractions of the datasheet peaks and fixed runtime overheads."""
+
+    matmul_bf16: Figure
+    """Fraction of bf16/fp16 dense peak a large, well-shaped GEMM sustains."""
+    matmul_fp8: Figure
+    """Fraction of fp8 dense peak a large fp8 GEMM sustains (ignored where there is no fp8)."""
+    attention: Figure
+    """Fraction of bf16 peak a fused (flash) attention kernel sustains, forward and backward together."""
+    memory: Figure
+    """Fraction of HBM bandwidth a streaming elementwise kernel sustains."""
+    kernel_launch_us: Figure
+    """Minimum time of one GPU kernel, microseconds (launch + tail)."""
+    runtime_reserved_gib: Figure
+    """Device memory taken before the model: CUDA context, library workspaces, NCCL buffers."""
+    allocator_overhead: Figure
+    """Fraction of allocated bytes lost to caching-allocator fragmentation."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accelerator:
+    """One GPU model. Units are in the field names; SI conversions are properties."""
+
+    name: str
+    """Display name."""
+    memory_gib: float
+    """Device memory capacity, GiB (a datasheet's "80GB" HBM is 80 GiB: 81920 MiB on A100 80GB)."""
+    memory_bandwidth_gb_per_s: float
+    """HBM bandwidth, GB/s (1e9 bytes/s)."""
+    peak_tflops: dict[str, float]
+    """Dense (no 2:4 sparsity) peak TFLOP/s per dtype."""
+    scale_up_link: str
+    """Name of the scale-up interconnect (NVLink 4, xGMI, ...)."""
+    scale_up_bandwidth_gb_per_s: float
+    """Scale-up bandwidth per GPU per direction, GB/s."""
+    pcie_bandwidth_gb_per_s: float
+    """Host link bandwidth per direction, GB/s."""
+    tdp_w: float
+    """Board power, W."""
+    source: str
+    """Datasheet URL(s)."""
+    efficiency: Efficiency
+    """Achievable fractions of the peaks above."""
+    note: str = ""
+    """Caveats (sparse peaks halved, GB vs GiB, ...)."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Other provenance text no computation reads."""
+
+    def __post_init__(self) -> None:
+        for name in ("memory_gib", "memory_bandwidth_gb_per_s", "scale_up_bandwidth_gb_per_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{self.name}: {name}={getattr(self, name)} must be > 0")
+        if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
+            raise ConfigError(f"{self.name}: peak_tflops needs a bf16 or fp16 entry")
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory capacity in bytes."""
+        return self.memory_gib * GIB
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        """HBM bandwidth in bytes/s."""
+        return self.memory_bandwidth_gb_per_s * GB
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype`` (fp16 and bf16 stand in for each other; raises if absent)."""
+        key = dtype
+        if key not in self.peak_tflops and dtype in ("bf16", "fp16"):
+            key = "fp16" if dtype == "bf16" else "bf16"
+        if key not in self.peak_tflops:
+            raise ConfigError(f"precision={dtype} is not supported by {self.name} (peaks known: {', '.join(self.peak_tflops)})")
+        return self.peak_tflops[key] * 1e12

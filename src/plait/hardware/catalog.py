@@ -1,0 +1,127 @@
+"""Load accelerators and cluster presets from the packaged data files or a user file.
+
+Files are read lazily, once, at the boundary (STYLE.md rule 4); nothing past here
+sees a raw dict. ``accelerators.toml`` holds datasheet facts, ``efficiency.toml`` the
+achievable fractions (each value with its source), ``clusters.toml`` the presets.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from plait.errors import ConfigError
+from plait.hardware.accelerator import Accelerator
+from plait.hardware.cluster import Cluster
+from plait.schema import build
+
+
+def _data(name: str) -> dict[str, Any]:
+    text = resources.files("plait.hardware").joinpath("data").joinpath(name).read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+@functools.cache
+def _accelerator_tables() -> dict[str, dict[str, Any]]:
+    return _data("accelerators.toml")
+
+
+@functools.cache
+def _efficiency_tables() -> dict[str, dict[str, Any]]:
+    return _data("efficiency.toml")
+
+
+@functools.cache
+def _cluster_tables() -> dict[str, dict[str, Any]]:
+    return _data("clusters.toml")
+
+
+def accelerator_names() -> list[str]:
+    """Slugs of the packaged accelerators."""
+    return sorted(_accelerator_tables())
+
+
+def cluster_names() -> list[str]:
+    """Slugs of the packaged cluster presets."""
+    return sorted(_cluster_tables())
+
+
+def accelerator_from_mapping(raw: Mapping[str, Any], where: str, efficiency: Mapping[str, Any] | None = None) -> Accelerator:
+    """Build an Accelerator; its efficiency comes from ``raw['efficiency']`` or ``efficiency``."""
+    fields = dict(raw)
+    eff_raw = fields.pop("efficiency", None) or efficiency
+    if eff_raw is None:
+        raise ConfigError(f"{where}: missing required table 'efficiency' (achievable fractions with sources)")
+    fields["efficiency"] = eff_raw
+    return build(Accelerator, fields, where)
+
+
+@functools.cache
+def get_accelerator(slug: str) -> Accelerator:
+    """The packaged accelerator ``slug``."""
+    tables = _accelerator_tables()
+    if slug not in tables:
+        raise ConfigError(f"unknown accelerator {slug!r} (known: {', '.join(sorted(tables))})")
+    eff = _efficiency_tables().get(slug)
+    return accelerator_from_mapping(tables[slug], f"accelerators.toml:{slug}", eff)
+
+
+def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
+    """Build a Cluster; ``accelerator`` is a packaged slug or an inline table."""
+    fields = dict(raw)
+    acc = fields.get("accelerator")
+    if isinstance(acc, str):
+        fields["accelerator"] = get_accelerator(acc)
+    elif isinstance(acc, Mapping):
+        fields["accelerator"] = accelerator_from_mapping(acc, f"{where}.accelerator")
+    else:
+        raise ConfigError(f"{where}: accelerator must be a known slug or a table, got {acc!r}")
+    return build(Cluster, fields, where)
+
+
+@functools.cache
+def get_cluster(slug: str) -> Cluster:
+    """The packaged cluster preset ``slug``."""
+    tables = _cluster_tables()
+    if slug not in tables:
+        raise ConfigError(f"unknown cluster {slug!r} (known: {', '.join(sorted(tables))}; or give a .toml/.yaml file)")
+    return cluster_from_mapping(tables[slug], f"clusters.toml:{slug}")
+
+
+def load_cluster_file(path: Path) -> Cluster:
+    """A user cluster from a TOML or YAML file holding one cluster table."""
+    if not path.is_file():
+        raise ConfigError(f"cluster file {str(path)!r} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            raw = yaml.safe_load(text)
+        elif path.suffix == ".toml":
+            raw = tomllib.loads(text)
+        else:
+            raise ConfigError(f"cluster file {str(path)!r} must end in .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"cluster file {str(path)!r} is not valid: {str(exc).splitlines()[0]}") from exc
+    except ImportError as exc:  # pragma: no cover - pyyaml is a dependency
+        raise ConfigError("reading YAML needs PyYAML (pip install pyyaml)") from exc
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"cluster file {str(path)!r} must hold one table of cluster fields")
+    return cluster_from_mapping(raw, str(path))
+
+
+def resolve_cluster(name_or_path: str) -> Cluster:
+    """A preset slug, or a path to a TOML/YAML cluster file."""
+    if name_or_path in _cluster_tables():
+        return get_cluster(name_or_path)
+    path = Path(name_or_path)
+    if path.suffix in (".toml", ".yaml", ".yml"):
+        return load_cluster_file(path)
+    return get_cluster(name_or_path)

@@ -1,0 +1,105 @@
+"""Clusters: nodes of accelerators joined by network tiers, innermost first.
+
+A tier is a level of the network (NVLink domain, rail/leaf fabric, spine, data-centre
+interconnect). ``span_gpus`` is the largest aligned block of consecutive ranks that
+talk within the tier; a group whose ranks spread wider than one tier's span crosses
+the next. Bandwidths are per GPU and per direction, as datasheets of NICs and links
+give them; ``efficiency`` is the fraction of that line rate NCCL-style collectives
+reach (nccl-tests "busbw"), with its provenance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from plait.errors import ConfigError
+from plait.hardware.accelerator import GB, GIB, Accelerator
+from plait.hardware.figure import Figure
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkTier:
+    """One level of the network."""
+
+    name: str
+    """Display name (``nvlink``, ``infiniband-ndr``, ``roce``, ``dci``...)."""
+    span_gpus: int
+    """Largest aligned block of consecutive ranks reachable within this tier."""
+    bandwidth_gb_per_s_per_gpu: float
+    """Line rate per GPU per direction, GB/s."""
+    latency_us: float
+    """Small-message latency of one collective step (one hop), microseconds."""
+    efficiency: Figure
+    """Fraction of the line rate large collectives sustain (nccl-tests busbw / line rate)."""
+    source: str
+    """Where bandwidth, span and latency come from."""
+
+    def __post_init__(self) -> None:
+        if self.span_gpus <= 0 or self.bandwidth_gb_per_s_per_gpu <= 0 or self.latency_us < 0:
+            raise ConfigError(f"tier {self.name}: span_gpus, bandwidth must be > 0 and latency >= 0")
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """Achievable per-GPU bandwidth of this tier in bytes/s (line rate x efficiency)."""
+        return self.bandwidth_gb_per_s_per_gpu * GB * self.efficiency.value
+
+    @property
+    def latency_s(self) -> float:
+        """Per-hop latency in seconds."""
+        return self.latency_us * 1e-6
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """A homogeneous GPU cluster."""
+
+    name: str
+    """Display name."""
+    accelerator: Accelerator
+    """The GPU every node carries."""
+    gpus_per_node: int
+    """GPUs per server (one OS image, one host memory)."""
+    scale_up_domain_gpus: int
+    """GPUs in one NVLink/xGMI domain (8 for DGX/HGX, 72 for NVL72)."""
+    tiers: tuple[NetworkTier, ...]
+    """Network tiers, innermost (scale-up) first."""
+    price_per_gpu_hour_usd: float
+    """Price of one GPU-hour, USD."""
+    price_source: str
+    """Where the price comes from."""
+    host_memory_gib_per_gpu: float
+    """Host DRAM per GPU, GiB (for offload)."""
+    source: str
+    """Where the system description comes from."""
+    note: str = ""
+    """Caveats."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Other provenance text no computation reads."""
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node <= 0 or self.scale_up_domain_gpus <= 0:
+            raise ConfigError(f"{self.name}: gpus_per_node and scale_up_domain_gpus must be > 0")
+        if not self.tiers:
+            raise ConfigError(f"{self.name}: needs at least one network tier")
+        spans = [t.span_gpus for t in self.tiers]
+        if spans != sorted(spans):
+            raise ConfigError(f"{self.name}: tiers must be ordered innermost first (span_gpus {spans})")
+        if self.price_per_gpu_hour_usd < 0:
+            raise ConfigError(f"{self.name}: price_per_gpu_hour_usd={self.price_per_gpu_hour_usd} must be >= 0")
+
+    @property
+    def host_memory_bytes_per_gpu(self) -> float:
+        """Host DRAM per GPU in bytes."""
+        return self.host_memory_gib_per_gpu * GIB
+
+    @property
+    def max_gpus(self) -> int:
+        """GPUs reachable through the outermost tier."""
+        return self.tiers[-1].span_gpus
+
+    def tier_index(self, extent_gpus: int) -> int:
+        """Innermost tier whose span holds an aligned block of ``extent_gpus`` consecutive ranks."""
+        for index, tier in enumerate(self.tiers):
+            if extent_gpus <= tier.span_gpus:
+                return index
+        raise ConfigError(f"a group spanning {extent_gpus} GPUs exceeds cluster {self.name} ({self.max_gpus} GPUs)")

@@ -1,0 +1,130 @@
+"""The parallel plan: degrees, schedule, memory knobs and precision of one training job.
+
+One frozen object flows through estimate -> search -> simulate -> export -> run
+(ARCHITECTURE.md). Degrees multiply to the GPU count: ``world = pp * dp * cp * tp``
+with ``dp = dp_replicate * dp_shard``; expert parallelism is carved out of the
+``dp * cp`` ranks of a stage, as Megatron-Core and torchtitan do. Ranks are laid out
+tp fastest, then cp, then dp (shard, then replicate), then pp slowest — the Megatron-LM
+and torchtitan default order — which decides which network tier each group crosses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from plait.errors import ConfigError
+
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
+Sharding = Literal["none", "zero1", "zero2", "zero3"]
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["bf16", "fp16", "fp8"]
+GradDtype = Literal["fp32", "bf16"]
+Optimizer = Literal["adamw", "sgd"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """How one model is trained on one cluster. Validate with :func:`plait.plan.rules.check_plan`."""
+
+    tp: int = 1
+    """Tensor-parallel degree (Megatron-style column/row sharding)."""
+    sp: bool = False
+    """Sequence parallelism: shard norm/dropout activations over the TP group (Korthikanti et al. 2022)."""
+    pp: int = 1
+    """Pipeline-parallel stages."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule."""
+    vpp: int = 1
+    """Virtual stages (model chunks) per pipeline rank; > 1 only with ``interleaved``."""
+    cp: int = 1
+    """Context-parallel degree (sequence split across ranks, ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE only); divides ``dp * cp``."""
+    dp_replicate: int = 1
+    """Data-parallel replicas that hold full copies (DDP, or the replicate axis of HSDP)."""
+    dp_shard: int = 1
+    """Data-parallel ranks that shard state among themselves (ZeRO/FSDP group)."""
+    sharding: Sharding = "none"
+    """What the ``dp_shard`` group shards: zero1 optimizer, zero2 +gradients, zero3 +weights (FSDP)."""
+    recompute: Recompute = "none"
+    """Activation recomputation mode."""
+    recompute_layers: int = -1
+    """Layers per stage fully recomputed when ``recompute='full'`` (-1: all of them)."""
+    micro_batch: int = 1
+    """Sequences per micro-batch per data-parallel rank."""
+    global_batch: int = 1
+    """Sequences per optimizer step over the whole job."""
+    seq_len: int = 0
+    """Tokens per sequence (0: the model's default)."""
+    precision: Precision = "bf16"
+    """Matmul precision; fp8 runs GEMMs in fp8 with bf16 master copies (Transformer Engine style)."""
+    grad_reduce_dtype: GradDtype = "fp32"
+    """Dtype of the gradient buffer and its data-parallel reduction."""
+    optimizer: Optimizer = "adamw"
+    """Optimizer; AdamW keeps two fp32 moments."""
+    master_weights: bool = True
+    """Keep an fp32 master copy of the weights (mixed precision, Micikevicius et al. 2018)."""
+    offload_optimizer: bool = False
+    """Keep optimizer state (and master weights) in host memory; the step runs on the CPU."""
+    offload_params: bool = False
+    """Keep sharded weights in host memory and stream them in per layer (ZeRO-Infinity style)."""
+    overlap_grad_reduce: bool = True
+    """Overlap the data-parallel gradient reduction with the last backward pass."""
+    tp_comm_overlap: bool = False
+    """Overlap TP collectives with GEMMs (async TP / Transformer Engine userbuffers)."""
+
+    # --- derived sizes -------------------------------------------------------------------
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree."""
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the plan occupies."""
+        return self.pp * self.dp * self.cp * self.tp
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs that hold one copy of the model (tp * pp * cp)."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def num_micro_batches(self) -> int:
+        """Micro-batches per step per pipeline (gradient-accumulation steps)."""
+        per_replica = self.global_batch // self.dp
+        return max(per_replica // self.micro_batch, 1)
+
+    def with_seq_len(self, default_seq_len: int) -> Plan:
+        """The plan with ``seq_len`` filled from the model when it is 0."""
+        return self if self.seq_len else replace(self, seq_len=default_seq_len)
+
+    def describe(self) -> str:
+        """A compact one-line layout, e.g. ``tp8 pp4(interleaved x3) dp32 zero1 mb1 gb1536``."""
+        parts = [f"tp{self.tp}{'+sp' if self.sp and self.tp > 1 else ''}"]
+        if self.pp > 1:
+            parts.append(f"pp{self.pp}({self.schedule}{f' x{self.vpp}' if self.vpp > 1 else ''})")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        dp = f"dp{self.dp}" if self.dp_replicate == 1 or self.dp_shard == 1 else f"dp{self.dp_replicate}x{self.dp_shard}"
+        parts.append(dp)
+        if self.sharding != "none":
+            parts.append(self.sharding)
+        if self.recompute != "none":
+            layers = f"[{self.recompute_layers}]" if self.recompute == "full" and self.recompute_layers >= 0 else ""
+            parts.append(f"rc-{self.recompute}{layers}")
+        parts += [f"mb{self.micro_batch}", f"gb{self.global_batch}", self.precision]
+        if self.offload_optimizer:
+            parts.append("offload-opt")
+        if self.offload_params:
+            parts.append("offload-params")
+        return " ".join(parts)
+
+
+def positive(value: int, name: str) -> None:
+    """Raise unless ``value`` > 0."""
+    if value <= 0:
+        raise ConfigError(f"{name}={value} must be > 0")

@@ -1,0 +1,1 @@
+"""Predicted vs measured step times of public training runs."""

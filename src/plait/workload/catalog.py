@@ -1,0 +1,60 @@
+"""The packaged model catalog (``data/models.toml``, every entry with its source)."""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from plait.errors import ConfigError
+from plait.schema import build
+from plait.workload.model import ModelSpec
+
+
+@functools.cache
+def _tables() -> dict[str, dict[str, Any]]:
+    text = resources.files("plait.workload").joinpath("data").joinpath("models.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def model_names() -> list[str]:
+    """Slugs of the packaged models."""
+    return sorted(_tables())
+
+
+def model_from_mapping(raw: dict[str, Any], where: str) -> ModelSpec:
+    """Build a ModelSpec from a catalog-style table (``moe`` and ``mla`` sub-tables optional, built by :func:`build`)."""
+    return build(ModelSpec, raw, where)
+
+
+@functools.cache
+def get_model(slug: str) -> ModelSpec:
+    """The packaged model ``slug``."""
+    tables = _tables()
+    if slug not in tables:
+        close = [n for n in tables if slug.lower().replace("_", "-") in n]
+        hint = f"; did you mean {', '.join(close[:3])}?" if close else "; see `plait models`"
+        raise ConfigError(f"unknown model {slug!r}{hint}")
+    return model_from_mapping(tables[slug], f"models.toml:{slug}")
+
+
+def resolve_model(name_or_path: str) -> ModelSpec:
+    """A catalog slug, a Hugging Face ``config.json`` path, or a TOML file holding one model table."""
+    if name_or_path in _tables():
+        return get_model(name_or_path)
+    path = Path(name_or_path)
+    if path.suffix == ".json":
+        from plait.workload.hf_config import load_hf_config
+
+        return load_hf_config(path)
+    if path.suffix == ".toml":
+        if not path.is_file():
+            raise ConfigError(f"model file {str(path)!r} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"model file {str(path)!r} is not valid TOML: {exc}") from exc
+        return model_from_mapping(raw, str(path))
+    return get_model(name_or_path)

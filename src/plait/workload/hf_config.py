@@ -1,0 +1,112 @@
+"""Read a Hugging Face ``config.json`` into a ModelSpec, with no network and no transformers.
+
+Key names follow the ``transformers`` configuration classes (LlamaConfig, MistralConfig,
+MixtralConfig, Qwen2/Qwen3(Moe)Config, DeepseekV3Config, GPT2Config, OPTConfig,
+BloomConfig, NemotronConfig). Architecture families whose MLP has two matrices are
+listed in ``_PLAIN_MLP``; every other family is taken as gated (SwiGLU), as in Llama.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from plait.errors import ConfigError
+from plait.workload.model import MlaSpec, ModelSpec, MoeSpec
+
+_PLAIN_MLP = {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "mpt", "falcon", "gpt_bigcode", "nemotron", "starcoder2"}
+_LAYERNORM = {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "mpt", "falcon", "gpt_bigcode", "nemotron", "starcoder2", "phi"}
+_LEARNED_POS = {"gpt2", "opt", "gpt_bigcode"}
+_ALIBI = {"bloom", "mpt"}
+_QK_NORM = {"qwen3", "qwen3_moe", "olmo2", "gemma3"}
+
+
+def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    if default is None:
+        raise ConfigError(f"config.json lacks {keys[0]!r} (also tried {', '.join(keys[1:]) or 'nothing else'})")
+    return default
+
+
+def _moe(cfg: dict[str, Any]) -> MoeSpec | None:
+    experts = cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("num_experts")
+    if not experts:
+        return None
+    shared = int(cfg.get("n_shared_experts") or 0)
+    expert_ffn = int(_first(cfg, "moe_intermediate_size", "intermediate_size"))
+    shared_ffn = int(cfg.get("shared_expert_intermediate_size") or (expert_ffn if shared else 0))
+    if cfg.get("shared_expert_intermediate_size") and not shared:
+        shared = 1
+    return MoeSpec(
+        num_experts=int(experts),
+        top_k=int(_first(cfg, "num_experts_per_tok", "moe_top_k")),
+        expert_ffn_hidden_size=expert_ffn,
+        num_shared_experts=shared,
+        shared_expert_ffn_hidden_size=shared_ffn,
+        num_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+    )
+
+
+def _mla(cfg: dict[str, Any]) -> MlaSpec | None:
+    if not cfg.get("kv_lora_rank"):
+        return None
+    return MlaSpec(
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+        kv_lora_rank=int(cfg["kv_lora_rank"]),
+        qk_nope_head_dim=int(cfg["qk_nope_head_dim"]),
+        qk_rope_head_dim=int(cfg["qk_rope_head_dim"]),
+        v_head_dim=int(cfg["v_head_dim"]),
+    )
+
+
+def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
+    """Translate a parsed ``config.json``."""
+    kind = str(cfg.get("model_type", "llama"))
+    hidden = int(_first(cfg, "hidden_size", "n_embd", "d_model"))
+    heads = int(_first(cfg, "num_attention_heads", "n_head", "num_heads"))
+    rope = cfg.get("rope_scaling") or {}
+    seq = rope.get("original_max_position_embeddings") or _first(
+        cfg, "max_position_embeddings", "n_positions", "seq_length", "max_seq_len", default=2048)
+    ffn = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim", default=4 * hidden)
+    moe = _moe(cfg)
+    if moe and kind == "mixtral":
+        ffn = moe.expert_ffn_hidden_size
+    biased = kind in {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "gpt_bigcode", "starcoder2"}
+    return ModelSpec(
+        name=name,
+        num_layers=int(_first(cfg, "num_hidden_layers", "n_layer", "num_layers")),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=int(_first(cfg, "num_key_value_heads", "multi_query_group_num", default=heads)),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        ffn_hidden_size=int(ffn),
+        mlp="plain" if kind in _PLAIN_MLP else "gated",
+        vocab_size=int(_first(cfg, "vocab_size", "padded_vocab_size")),
+        seq_len=int(seq),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", kind in {"gpt2", "opt", "bloom", "mpt"})),
+        norm="layernorm" if kind in _LAYERNORM else "rmsnorm",
+        position="learned" if kind in _LEARNED_POS else ("alibi" if kind in _ALIBI else "rope"),
+        attention_bias=bool(cfg.get("attention_bias", cfg.get("qkv_bias", biased))),
+        mlp_bias=bool(cfg.get("mlp_bias", biased)),
+        qk_norm=kind in _QK_NORM,
+        moe=moe,
+        mla=_mla(cfg),
+        source=f"config.json ({kind})",
+    )
+
+
+def load_hf_config(path: Path) -> ModelSpec:
+    """Read ``path`` (a Hugging Face ``config.json``)."""
+    if not path.is_file():
+        raise ConfigError(f"model config {str(path)!r} does not exist")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"model config {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"model config {str(path)!r} must hold a JSON object")
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return model_from_hf_dict(cfg, name or path.stem)

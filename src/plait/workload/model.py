@@ -1,0 +1,247 @@
+"""Decoder-only transformer descriptions (dense, GQA/MQA, gated MLPs, MoE, MLA).
+
+Parameter counts follow the layer definitions of Vaswani et al. 2017 and the
+Megatron-LM layout (Shoeybi et al. 2019, Sec. 3): per layer an attention block
+(q/k/v/o projections) and an MLP block, each behind a norm. GQA (Ainslie et al. 2023)
+shrinks k/v to ``num_kv_heads``; a gated MLP (Shazeer 2020, "GLU Variants") has three
+matrices instead of two; MoE layers (Fedus et al. 2021; Jiang et al. 2024, Mixtral)
+replace the MLP with routed experts plus optional shared experts (DeepSeek-V3,
+arXiv 2412.19437 Sec. 2.1.2).
+
+Multi-head latent attention (DeepSeek-V2 arXiv 2405.04434 Sec. 2.1; V3 Sec. 2.1.1) is
+counted exactly for parameters and projection FLOPs (low-rank q and kv down/up
+projections). Its attention core is approximated as standard multi-head attention with
+query/key head dim ``qk_nope_head_dim + qk_rope_head_dim`` and value head dim
+``v_head_dim`` for all ``num_heads`` heads, which is what training kernels materialise
+after the up-projection (the compressed-KV trick only pays off at inference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from plait.errors import ConfigError
+
+MlpKind = Literal["plain", "gated"]
+NormKind = Literal["rmsnorm", "layernorm"]
+PositionKind = Literal["rope", "learned", "alibi"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoeSpec:
+    """Mixture-of-experts layers (token-choice top-k routing)."""
+
+    num_experts: int
+    """Routed experts per MoE layer."""
+    top_k: int
+    """Routed experts each token is sent to."""
+    expert_ffn_hidden_size: int
+    """Intermediate size of one routed expert's MLP."""
+    num_shared_experts: int = 0
+    """Experts every token passes through (DeepSeek-style)."""
+    shared_expert_ffn_hidden_size: int = 0
+    """Intermediate size of one shared expert (0 when there are none)."""
+    num_dense_layers: int = 0
+    """Leading layers that keep the dense MLP (``ffn_hidden_size``) instead of MoE."""
+
+    def __post_init__(self) -> None:
+        _positive(self.num_experts, "moe.num_experts")
+        _positive(self.top_k, "moe.top_k")
+        _positive(self.expert_ffn_hidden_size, "moe.expert_ffn_hidden_size")
+        if self.top_k > self.num_experts:
+            raise ConfigError(f"moe.top_k={self.top_k} must be <= moe.num_experts={self.num_experts}")
+        for name in ("num_shared_experts", "shared_expert_ffn_hidden_size", "num_dense_layers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"moe.{name}={getattr(self, name)} must be >= 0")
+        if self.num_shared_experts and not self.shared_expert_ffn_hidden_size:
+            raise ConfigError("moe.shared_expert_ffn_hidden_size must be > 0 when num_shared_experts > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlaSpec:
+    """Multi-head latent attention dimensions (DeepSeek-V2/V3)."""
+
+    q_lora_rank: int
+    """Rank of the query down-projection (0: full-rank query projection)."""
+    kv_lora_rank: int
+    """Rank of the compressed key/value latent."""
+    qk_nope_head_dim: int
+    """Per-head query/key dim without rotary embedding."""
+    qk_rope_head_dim: int
+    """Per-head query/key dim carrying the decoupled rotary embedding."""
+    v_head_dim: int
+    """Per-head value dim."""
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _positive(getattr(self, name), f"mla.{name}")
+        if self.q_lora_rank < 0:
+            raise ConfigError(f"mla.q_lora_rank={self.q_lora_rank} must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer; every size is a count, not bytes."""
+
+    name: str
+    """Display name."""
+    num_layers: int
+    """Transformer layers."""
+    hidden_size: int
+    """Model (residual stream) width."""
+    num_heads: int
+    """Query attention heads."""
+    num_kv_heads: int
+    """Key/value heads: ``num_heads`` for MHA, fewer for GQA, 1 for MQA."""
+    head_dim: int
+    """Per-head dimension of q, k and v."""
+    ffn_hidden_size: int
+    """Intermediate size of the dense MLP."""
+    mlp: MlpKind
+    """``plain`` (two matrices, GELU/ReLU) or ``gated`` (three matrices, SwiGLU/GeGLU)."""
+    vocab_size: int
+    """Vocabulary size (rows of the embedding)."""
+    seq_len: int
+    """Default training sequence length in tokens."""
+    tied_embeddings: bool = False
+    """Whether the output projection shares the input embedding's weights."""
+    norm: NormKind = "rmsnorm"
+    """Normalisation layer kind."""
+    position: PositionKind = "rope"
+    """Position encoding: ``learned`` adds ``seq_len x hidden`` parameters."""
+    attention_bias: bool = False
+    """Bias vectors on the q/k/v/o projections."""
+    mlp_bias: bool = False
+    """Bias vectors on the MLP matrices."""
+    qk_norm: bool = False
+    """Per-head RMSNorm on queries and keys (Qwen3)."""
+    dropout: bool = False
+    """Hidden and attention dropout active in training (Megatron GPT defaults p=0.1; Llama-era models none)."""
+    moe: MoeSpec | None = None
+    """Mixture-of-experts layout; ``None`` for a dense model."""
+    mla: MlaSpec | None = None
+    """Multi-head latent attention dims; ``None`` for standard attention."""
+    published_params: float = 0.0
+    """Total parameter count as the source states it (0 when unknown); used by tests."""
+    published_active_params: float = 0.0
+    """Parameters active per token for MoE, as the source states it (0 when unknown)."""
+    source: str = ""
+    """Where the shape comes from (URL or paper/table)."""
+    note: str = ""
+    """Caveats."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Free-form provenance details that no computation reads."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                     "ffn_hidden_size", "vocab_size", "seq_len"):
+            _positive(getattr(self, name), name)
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}")
+        if self.moe and self.moe.num_dense_layers > self.num_layers:
+            raise ConfigError(
+                f"moe.num_dense_layers={self.moe.num_dense_layers} must be <= num_layers={self.num_layers}")
+
+    # --- shapes ---------------------------------------------------------------------------
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head dim of queries and keys as the attention core sees them."""
+        return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim if self.mla else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """Per-head dim of values as the attention core sees them."""
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.num_layers - self.moe.num_dense_layers if self.moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers whose MLP is dense."""
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def norm_bias(self) -> bool:
+        """LayerNorm carries a bias where the model uses biases at all (GPT-3, OPT, BLOOM); MPT-style no-bias models and RMSNorm do not."""
+        return self.norm == "layernorm" and (self.attention_bias or self.mlp_bias)
+
+    # --- parameter counts ----------------------------------------------------------------
+    def norm_params(self) -> int:
+        """Parameters of one norm layer over ``hidden_size``."""
+        return self.hidden_size * (2 if self.norm_bias else 1)
+
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections, biases, qk-norm)."""
+        h, a = self.hidden_size, self.num_heads
+        if self.mla:
+            m = self.mla
+            q_dim = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+            q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * q_dim if m.q_lora_rank else h * q_dim
+            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+            return q + kv + a * m.v_head_dim * h
+        q_dim, kv_dim = a * self.head_dim, self.num_kv_heads * self.head_dim
+        weights = h * (q_dim + 2 * kv_dim) + q_dim * h
+        biases = (q_dim + 2 * kv_dim + h) if self.attention_bias else 0
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
+        return weights + biases + qk_norm
+
+    def mlp_params(self, ffn_hidden_size: int) -> int:
+        """Parameters of one MLP (dense or one expert) of intermediate size ``ffn_hidden_size``."""
+        h, f = self.hidden_size, ffn_hidden_size
+        if self.mlp == "gated":
+            return 3 * h * f + ((2 * f + h) if self.mlp_bias else 0)
+        return 2 * h * f + ((f + h) if self.mlp_bias else 0)
+
+    def moe_layer_mlp_params(self) -> int:
+        """Parameters of one MoE block: router, routed experts and shared experts."""
+        assert self.moe is not None
+        m = self.moe
+        shared = m.num_shared_experts * self.mlp_params(m.shared_expert_ffn_hidden_size) if m.num_shared_experts else 0
+        return self.hidden_size * m.num_experts + m.num_experts * self.mlp_params(m.expert_ffn_hidden_size) + shared
+
+    def moe_layer_active_mlp_params(self) -> int:
+        """Parameters of one MoE block that a single token touches."""
+        assert self.moe is not None
+        m = self.moe
+        shared = m.num_shared_experts * self.mlp_params(m.shared_expert_ffn_hidden_size) if m.num_shared_experts else 0
+        return self.hidden_size * m.num_experts + m.top_k * self.mlp_params(m.expert_ffn_hidden_size) + shared
+
+    def embedding_params(self) -> int:
+        """Input embedding (and learned positions)."""
+        pos = self.seq_len * self.hidden_size if self.position == "learned" else 0
+        return self.vocab_size * self.hidden_size + pos
+
+    def output_params(self) -> int:
+        """Final norm plus the untied output projection."""
+        head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return self.norm_params() + head
+
+    def layer_params(self, moe_layer: bool) -> int:
+        """Parameters of one transformer layer."""
+        mlp = self.moe_layer_mlp_params() if moe_layer else self.mlp_params(self.ffn_hidden_size)
+        return 2 * self.norm_params() + self.attention_params() + mlp
+
+    def total_params(self) -> int:
+        """All parameters."""
+        layers = self.num_dense_layers * self.layer_params(False)
+        if self.moe:
+            layers += self.num_moe_layers * self.layer_params(True)
+        return self.embedding_params() + layers + self.output_params()
+
+    def active_params(self) -> int:
+        """Parameters touched per token (equals :meth:`total_params` for dense models)."""
+        if not self.moe:
+            return self.total_params()
+        dense = self.num_dense_layers * self.layer_params(False)
+        moe = self.num_moe_layers * (2 * self.norm_params() + self.attention_params() + self.moe_layer_active_mlp_params())
+        return self.embedding_params() + dense + moe + self.output_params()
+
+
+def _positive(value: int, name: str) -> None:
+    if value <= 0:
+        raise ConfigError(f"{name}={value} must be > 0")
