@@ -1,0 +1,108 @@
+"""Activation memory of one transformer layer for one micro-batch, per rank.
+
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models", Sec. 4.1, Eq. 1-2, Table 2) count, per layer with ``s b h`` the micro-batch's
+hidden states and 2-byte activations: attention ``11sbh + 5as^2b``, MLP ``19sbh``,
+LayerNorms ``4sbh`` — ``sbh(34 + 5as/h)`` in all. With tensor parallelism (no SP) the
+norm inputs, the q/k/v and MLP-up inputs and the dropout masks (``10sbh``) stay
+replicated and the rest is divided by ``t``; sequence parallelism divides everything
+by ``t``; selective recomputation drops the ``5as^2b`` attention-core terms; full
+recomputation keeps only the ``2sbh`` layer input.
+
+Generalised here term by term: GQA shrinks K and V to ``num_kv_heads``; a gated MLP
+stores two up-projection outputs; the MLP width is ``ffn_hidden_size`` rather than
+``4h``; dropout masks exist only when the model uses dropout; a flash-attention kernel
+stores no score matrix, only its output and the fp32 log-sum-exp per query and head
+(Dao 2023, FlashAttention-2, Sec. 3.1); context parallelism divides the sequence.
+"""
+
+from __future__ import annotations
+
+from plait.cost.setup import Setup
+
+LSE_BYTES = 4  # fp32 log-sum-exp per query row and head (FlashAttention-2, Alg. 1 output L)
+
+
+def _gemm_input_bytes(setup: Setup) -> int:
+    """Bytes per stored GEMM input: fp8 runs keep the fp8 cast for the backward pass
+    (Transformer Engine ``Linear`` saves its quantised input), others the bf16 tensor."""
+    return 1 if setup.gemm_dtype == "fp8" else setup.act_bytes
+
+
+def _replicated_share(setup: Setup) -> float:
+    """Fraction of the norm/residual-stream tensors one TP rank stores (1/t with SP)."""
+    return 1.0 / setup.plan.tp if setup.plan.sp else 1.0
+
+
+def attention_block_bytes(setup: Setup) -> tuple[float, float]:
+    """(kept under selective recompute, attention-core bytes that selective recompute drops)."""
+    model, plan, e, tokens = setup.model, setup.plan, setup.act_bytes, setup.tokens
+    rep = _replicated_share(setup) * tokens * model.hidden_size
+    heads = model.num_heads // plan.tp
+    kv = setup.kv_heads_per_rank if not model.mla else heads
+    mask = 1.0 if model.dropout else 0.0
+    g = _gemm_input_bytes(setup)
+    kept = (e + g) * rep  # norm input, q/k/v projection input
+    kept += e * tokens * (heads * model.qk_head_dim + kv * model.qk_head_dim + kv * model.v_head_dim)
+    kept += g * tokens * heads * model.v_head_dim  # output-projection input
+    kept += mask * rep  # dropout mask after the output projection
+    if setup.attention_kernel == "flash":
+        core = LSE_BYTES * tokens * heads
+    else:
+        scores = tokens * heads * setup.seq_len  # local queries x all keys
+        core = scores * (e + (mask + e if model.dropout else 0.0))  # softmax out (+ dropout mask and output)
+    return kept, core
+
+
+def mlp_block_bytes(setup: Setup, moe_layer: bool) -> float:
+    """Stored activations of the MLP (or MoE) block."""
+    model, plan, e, tokens = setup.model, setup.plan, setup.act_bytes, setup.tokens
+    rep = _replicated_share(setup) * tokens * model.hidden_size
+    mask = rep if model.dropout else 0.0
+    ups = 2 if model.mlp == "gated" else 1
+    g = _gemm_input_bytes(setup)
+    per_width = e * ups + g  # up-projection outputs (activation input) and the down-projection input
+    if not moe_layer:
+        width = model.ffn_hidden_size / plan.tp
+        return (e + g) * rep + tokens * width * per_width + mask
+    assert model.moe is not None
+    moe = model.moe
+    routed = tokens * moe.top_k
+    stored = (e + e) * rep + g * routed * model.hidden_size  # norm input, router input, dispatched tokens
+    stored += routed * moe.expert_ffn_hidden_size / plan.tp * per_width
+    if moe.num_shared_experts:
+        stored += tokens * moe.num_shared_experts * moe.shared_expert_ffn_hidden_size / plan.tp * per_width
+    return stored + mask
+
+
+def layer_bytes(setup: Setup, moe_layer: bool) -> float:
+    """Activations one layer stores for one micro-batch with no recomputation."""
+    kept, core = attention_block_bytes(setup)
+    return kept + core + mlp_block_bytes(setup, moe_layer)
+
+
+def layer_bytes_selective(setup: Setup, moe_layer: bool) -> float:
+    """Activations with the attention core recomputed (Korthikanti et al. 2022, Sec. 4.2.2)."""
+    kept, _ = attention_block_bytes(setup)
+    return kept + mlp_block_bytes(setup, moe_layer)
+
+
+def layer_input_bytes(setup: Setup) -> float:
+    """The checkpointed layer input kept under full recomputation (``2sbh``, ``/t`` with SP)."""
+    return setup.act_bytes * _replicated_share(setup) * setup.tokens * setup.model.hidden_size
+
+
+def first_stage_extra_bytes(setup: Setup) -> float:
+    """Embedding output (and its dropout mask) on the first stage."""
+    rep = _replicated_share(setup) * setup.tokens * setup.model.hidden_size
+    return setup.act_bytes * rep + (rep if setup.model.dropout else 0.0)
+
+
+def last_stage_extra_bytes(setup: Setup) -> float:
+    """Final norm input plus logits and cross-entropy buffers on the last stage.
+
+    Korthikanti et al. 2022, Sec. 4.3: the output layer and loss need ``4sbv/t`` bytes
+    (fp32 logits for the softmax) on top of the ``2sbh`` final-norm input.
+    """
+    rep = _replicated_share(setup) * setup.tokens * setup.model.hidden_size
+    return setup.act_bytes * rep + 4.0 * setup.tokens * setup.model.vocab_size / setup.plan.tp

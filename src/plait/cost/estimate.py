@@ -1,0 +1,193 @@
+"""What an estimate returns: memory and time breakdowns plus derived throughput and cost."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from plait.plan.plan import Plan
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryBreakdown:
+    """Bytes on one GPU of one pipeline stage at its peak."""
+
+    stage: int
+    """Pipeline stage this breakdown describes (the most loaded one)."""
+    weights_bytes: float
+    """Model weights resident on the GPU (bf16 compute copy; shard under zero3)."""
+    gradients_bytes: float
+    """Gradient buffer (its shard under zero2/zero3)."""
+    optimizer_bytes: float
+    """fp32 master weights and optimizer moments (their shard under zero1+; 0 when offloaded)."""
+    activations_bytes: float
+    """Stored activations of every in-flight micro-batch, plus the one being recomputed."""
+    comm_buffers_bytes: float
+    """Unsharded parameter/gradient buffers of FSDP, DDP buckets."""
+    runtime_reserved_bytes: float
+    """CUDA context, library workspaces and NCCL buffers."""
+    fragmentation_bytes: float
+    """Caching-allocator fragmentation."""
+    capacity_bytes: float
+    """Device memory of the GPU."""
+    inflight_micro_batches: float
+    """Micro-batches whose activations are held at the peak."""
+
+    @property
+    def total_bytes(self) -> float:
+        """Everything above, summed."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.comm_buffers_bytes + self.runtime_reserved_bytes + self.fragmentation_bytes)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the total fits in device memory."""
+        return self.total_bytes <= self.capacity_bytes
+
+    @property
+    def headroom_bytes(self) -> float:
+        """Capacity minus total (negative when it does not fit)."""
+        return self.capacity_bytes - self.total_bytes
+
+    def items(self) -> list[tuple[str, float]]:
+        """(name, bytes) of each component, in display order."""
+        names = ("weights", "gradients", "optimizer", "activations", "comm_buffers", "runtime_reserved", "fragmentation")
+        return [(n, getattr(self, f"{n}_bytes")) for n in names]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeBreakdown:
+    """Seconds of one optimizer step on the critical path; the components sum to the step time."""
+
+    compute_s: float = 0.0
+    """Forward and backward kernels (GEMMs, attention, memory-bound ops) of the slowest stage."""
+    recompute_s: float = 0.0
+    """Activation recomputation."""
+    tp_comm_s: float = 0.0
+    """Exposed tensor/sequence-parallel collectives."""
+    cp_comm_s: float = 0.0
+    """Exposed context-parallel (ring attention) transfers."""
+    ep_comm_s: float = 0.0
+    """Expert-parallel all-to-alls."""
+    pp_p2p_s: float = 0.0
+    """Pipeline point-to-point activation transfers."""
+    pp_bubble_s: float = 0.0
+    """Pipeline fill and drain."""
+    fsdp_comm_s: float = 0.0
+    """Exposed ZeRO-3/FSDP parameter gathers and gradient reduce-scatters, and parameter streaming from host."""
+    dp_comm_s: float = 0.0
+    """Exposed data-parallel gradient reduction and parameter all-gather (once per step)."""
+    optimizer_s: float = 0.0
+    """Optimizer step (and host transfers when offloaded)."""
+
+    @property
+    def total_s(self) -> float:
+        """The step time."""
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def items(self) -> list[tuple[str, float]]:
+        """(name, seconds) of each component."""
+        return [(f.name.removesuffix("_s"), getattr(self, f.name)) for f in fields(self)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """Prediction for one (model, cluster, plan)."""
+
+    model_name: str
+    """Model display name."""
+    cluster_name: str
+    """Cluster display name."""
+    plan: Plan
+    """The plan estimated (``seq_len`` filled in)."""
+    memory: MemoryBreakdown
+    """Memory of the most loaded stage."""
+    time: TimeBreakdown
+    """Step-time breakdown."""
+    tokens_per_step: int
+    """Tokens in one optimizer step (global batch x sequence length)."""
+    model_flops_per_step: float
+    """PaLM-convention model FLOPs of one step (6N + 12LHQT per token)."""
+    hardware_flops_per_step: float
+    """Model FLOPs plus recomputation (same convention)."""
+    peak_flops_per_gpu: float
+    """bf16 dense peak of one GPU; MFU and HFU are quoted against it."""
+    price_per_gpu_hour_usd: float
+    """Price used for cost figures."""
+    warnings: list[str] = field(default_factory=list)
+    """Options with no effect and other notes."""
+
+    @property
+    def step_time_s(self) -> float:
+        """Predicted time of one optimizer step."""
+        return self.time.total_s
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs used."""
+        return self.plan.num_gpus
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Training throughput."""
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """Throughput per GPU."""
+        return self.tokens_per_s / self.num_gpus
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation against the bf16 dense peak (PaLM, Chowdhery et al. 2022, App. B)."""
+        return self.model_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_gpu)
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: as MFU but counting recomputed forward passes."""
+        return self.hardware_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_gpu)
+
+    def time_to_train_s(self, tokens: float) -> float:
+        """Wall time to train on ``tokens`` tokens."""
+        return tokens / self.tokens_per_s
+
+    def gpu_hours(self, tokens: float) -> float:
+        """GPU-hours to train on ``tokens`` tokens."""
+        return self.time_to_train_s(tokens) * self.num_gpus / 3600.0
+
+    def cost_usd(self, tokens: float) -> float:
+        """Money to train on ``tokens`` tokens at the cluster's price."""
+        return self.gpu_hours(tokens) * self.price_per_gpu_hour_usd
+
+    def to_dict(self, train_tokens: float | None = None) -> dict[str, object]:
+        """A JSON-ready summary."""
+        out: dict[str, object] = {
+            "model": self.model_name,
+            "cluster": self.cluster_name,
+            "num_gpus": self.num_gpus,
+            "plan": asdict(self.plan),
+            "layout": self.plan.describe(),
+            "step_time_s": self.step_time_s,
+            "time_breakdown_s": dict(self.time.items()),
+            "memory_breakdown_bytes": dict(self.memory.items()),
+            "memory_total_bytes": self.memory.total_bytes,
+            "memory_capacity_bytes": self.memory.capacity_bytes,
+            "memory_stage": self.memory.stage,
+            "fits": self.memory.fits,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "flop_convention": "PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs bf16 dense peak",
+            "warnings": self.warnings,
+        }
+        if train_tokens:
+            out["train"] = {
+                "tokens": train_tokens,
+                "time_s": self.time_to_train_s(train_tokens),
+                "gpu_hours": self.gpu_hours(train_tokens),
+                "cost_usd": self.cost_usd(train_tokens),
+                "price_per_gpu_hour_usd": self.price_per_gpu_hour_usd,
+            }
+        return out

@@ -1,0 +1,152 @@
+"""Time of one transformer layer for one micro-batch on one rank, by component.
+
+Compute goes through :mod:`plait.cost.compute` (GEMMs, flash or unfused attention,
+memory-bound ops); collectives through :mod:`plait.cost.collectives` on the tier each
+group crosses. Per layer and pass, Megatron tensor parallelism runs two all-reduces of
+the ``b s h`` hidden states — two all-gathers and two reduce-scatters with sequence
+parallelism, the same volume (Korthikanti et al. 2022, Sec. 4.2.2, Fig. 5). Context
+parallelism passes K/V blocks around a ring, overlapped with the attention core (Liu
+et al. 2023, "Ring Attention", Sec. 3). Expert parallelism dispatches and combines
+tokens with one all-to-all each per pass (Lepikhin et al. 2020, GShard, Sec. 2.2).
+
+Memory-bound bytes per layer (forward; backward moves about twice as much): two norms
+and two residual adds over the residual stream, rotary embedding of q and k, the MLP
+activation (GELU reads 1 and writes 1 tensor, SwiGLU reads 2), dropout where the model
+uses it, and — for fp8 GEMMs — a bf16-to-fp8 cast of every GEMM input (read 2 bytes,
+write 1; Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.cost import collectives as coll
+from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
+from plait.cost.flops import Gemm, attention_core_flops, layer_gemms
+from plait.cost.setup import Setup
+
+FLASH_BWD_FLOPS_RATIO = 2.5  # FlashAttention-2, Sec. 3.2: backward runs 5 matmuls to the forward's 2
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Seconds one layer adds to one micro-batch on one rank."""
+
+    fwd_compute_s: float
+    bwd_compute_s: float
+    recompute_s: float
+    tp_fwd_s: float
+    tp_bwd_s: float
+    cp_fwd_s: float
+    cp_bwd_s: float
+    ep_fwd_s: float
+    ep_bwd_s: float
+    fsdp_gather_s: float
+    """One all-gather of this layer's parameters over the sharding group (or host fetch)."""
+    fsdp_reduce_s: float
+    """One reduce-scatter of this layer's gradients over the sharding group."""
+
+
+def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> float:
+    model, plan, e, tokens = setup.model, setup.plan, setup.act_bytes, setup.tokens
+    stream = tokens * model.hidden_size / (plan.tp if plan.sp else 1)
+    moved = 2 * 2 * e * stream + 2 * 3 * e * stream  # norms (read, write) and residual adds (2 reads, 1 write)
+    if model.dropout:
+        moved += 2 * (2 * e + 1) * stream
+    if model.position == "rope":
+        heads = model.num_heads // plan.tp + setup.kv_heads_per_rank
+        moved += 2 * e * tokens * heads * model.qk_head_dim
+    ups = 2 if model.mlp == "gated" else 1
+    if moe_layer:
+        assert model.moe is not None
+        moe = model.moe
+        routed = tokens * moe.top_k
+        moved += (ups + 1) * e * routed * moe.expert_ffn_hidden_size / plan.tp
+        moved += 2 * 2 * e * routed * model.hidden_size  # permute and un-permute copies
+    else:
+        moved += (ups + 1) * e * tokens * model.ffn_hidden_size / plan.tp
+    if setup.gemm_dtype == "fp8":
+        moved += 3 * sum(g.m * g.k * g.count for g in gemms)
+    return moved
+
+
+def _attention_core_s(setup: Setup) -> tuple[float, float]:
+    """Forward and backward time of the attention core (``QK^T``, softmax, ``PV``)."""
+    flops = attention_core_flops(setup)
+    acc = setup.cluster.accelerator
+    if setup.attention_kernel == "flash":
+        per_s = attention_flops_per_s(acc)
+        return flops / per_s, FLASH_BWD_FLOPS_RATIO * flops / per_s
+    model, plan = setup.model, setup.plan
+    heads = plan.micro_batch * model.num_heads // plan.tp
+    q, k = setup.local_seq, setup.seq_len
+    score = Gemm(q, k, model.qk_head_dim, heads)
+    value = Gemm(q, model.v_head_dim, k, heads)
+    fwd = gemm_time_s(score, acc, "bf16") + gemm_time_s(value, acc, "bf16")
+    e = setup.act_bytes
+    softmax_bytes = q * k * heads * (2 * e + ((2 * e + 1) if model.dropout else 0))
+    fwd_mem = elementwise_time_s(softmax_bytes, acc)
+    return fwd + fwd_mem, 2 * fwd + 2 * fwd_mem
+
+
+def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
+    """Exposed TP/SP communication of one pass (two collectives on the hidden states)."""
+    plan = setup.plan
+    if plan.tp == 1:
+        return 0.0
+    link = coll.group_link(setup.cluster, plan.tp, 1)
+    hidden = setup.act_bytes * setup.tokens * setup.model.hidden_size
+    one = coll.all_gather_s(hidden, link) + coll.reduce_scatter_s(hidden, link) if plan.sp else coll.all_reduce_s(hidden, link)
+    comm = 2 * one
+    return max(0.0, comm - gemm_s) if plan.tp_comm_overlap else comm
+
+
+def _cp_ring_s(setup: Setup) -> float:
+    """Forward K/V ring transfers of one layer (``cp - 1`` steps)."""
+    plan, model = setup.plan, setup.model
+    if plan.cp == 1:
+        return 0.0
+    link = coll.group_link(setup.cluster, plan.cp, plan.tp)
+    kv = setup.kv_heads_per_rank if not model.mla else model.num_heads // plan.tp
+    block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
+    return (plan.cp - 1) * coll.p2p_s(block, link)
+
+
+def _ep_pass_s(setup: Setup) -> float:
+    """Dispatch plus combine all-to-all of one pass."""
+    plan, model = setup.plan, setup.model
+    if not model.moe or plan.ep == 1:
+        return 0.0
+    link = coll.group_link(setup.cluster, plan.ep, plan.tp)
+    send = setup.act_bytes * setup.tokens * model.moe.top_k * model.hidden_size
+    return 2 * coll.all_to_all_s(send, link)
+
+
+def layer_cost(setup: Setup, moe_layer: bool, layer_params: float, fsdp_group: int) -> LayerCost:
+    """Cost of one layer; ``layer_params`` are this rank's parameters of it (for FSDP gathers)."""
+    plan, acc = setup.plan, setup.cluster.accelerator
+    gemms = layer_gemms(setup, moe_layer)
+    gemm_fwd, gemm_bwd = gemms_fwd_bwd_s(gemms, setup)
+    core_fwd, core_bwd = _attention_core_s(setup)
+    elem_fwd = elementwise_time_s(_elementwise_bytes_fwd(setup, gemms, moe_layer), acc)
+    fwd = gemm_fwd + core_fwd + elem_fwd
+    bwd = gemm_bwd + core_bwd + 2 * elem_fwd
+    tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd), _tp_pass_s(setup, gemm_bwd)
+    ring = _cp_ring_s(setup)
+    cp_fwd, cp_bwd = max(0.0, ring - core_fwd), max(0.0, 2 * ring - core_bwd)
+    ep = _ep_pass_s(setup) if moe_layer else 0.0
+    if plan.recompute == "full":
+        recompute = fwd + tp_fwd + cp_fwd + ep
+    elif plan.recompute == "selective":
+        recompute = core_fwd
+    else:
+        recompute = 0.0
+    gather = reduce = 0.0
+    if plan.offload_params:
+        gather = 2 * layer_params / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    elif plan.sharding == "zero3" and fsdp_group > 1:
+        link = coll.group_link(setup.cluster, fsdp_group, plan.tp)
+        gather = coll.all_gather_s(2 * layer_params, link)
+        reduce = coll.reduce_scatter_s(setup.grad_bytes * layer_params, link)
+    return LayerCost(fwd, bwd, recompute, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep, ep, gather, reduce)
+

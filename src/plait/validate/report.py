@@ -1,0 +1,110 @@
+"""Predict every measured run and score the predictions (mean absolute percentage error)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import mean
+
+from plait.cost.estimate import Estimate
+from plait.cost.step import estimate
+from plait.errors import ConfigError
+from plait.plan.rules import first_violation
+from plait.validate.runs import RunRow
+from plait.validate.software import software_for
+from plait.validate.translate import candidate_plans, row_cluster, row_model
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowResult:
+    """Outcome of one row."""
+
+    row: RunRow
+    estimate: Estimate | None = None
+    """Best-predicted feasible plan's estimate (``None`` when the row could not be predicted)."""
+    reason: str = ""
+    """Why the row was not predicted."""
+    candidates: int = 0
+    """Plans consistent with the row."""
+    fits: bool = True
+    """Whether the chosen plan fits in memory (``False``: none did; the fastest was kept)."""
+
+    @property
+    def error_pct(self) -> float:
+        """Signed error of the prediction, percent of the measured time."""
+        assert self.estimate and self.row.step_time_s
+        return 100.0 * (self.estimate.step_time_s - self.row.step_time_s) / self.row.step_time_s
+
+
+def predict_row(row: RunRow) -> RowResult:
+    """Fill the row's unknown knobs by the best-predicted feasible rule and estimate it."""
+    if row.step_time_s is None:
+        return RowResult(row=row, reason="no measured step time (source gives no convertible figure)")
+    missing = row.missing_shape()
+    if missing:
+        return RowResult(row=row, reason=f"column {missing} is empty")
+    software = software_for(row.source)
+    try:
+        model, cluster = row_model(row, software), row_cluster(row)
+        best: Estimate | None = None
+        best_any: Estimate | None = None
+        count = 0
+        for plan in candidate_plans(row, software):
+            if first_violation(plan.with_seq_len(model.seq_len), model, cluster):
+                continue
+            count += 1
+            est = estimate(model, cluster, plan, attention_kernel=software.attention_kernel, check=False)
+            if best_any is None or est.step_time_s < best_any.step_time_s:
+                best_any = est
+            if est.memory.fits and (best is None or est.step_time_s < best.step_time_s):
+                best = est
+    except ConfigError as exc:
+        return RowResult(row=row, reason=str(exc))
+    if best_any is None:
+        return RowResult(row=row, reason="no plan consistent with the row passes plait's plan rules")
+    return RowResult(row=row, estimate=best or best_any, candidates=count, fits=best is not None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Validation:
+    """All row results and their statistics."""
+
+    results: list[RowResult]
+
+    @property
+    def predicted(self) -> list[RowResult]:
+        """Rows with a prediction and a measurement."""
+        return [r for r in self.results if r.estimate is not None]
+
+    @property
+    def mape_pct(self) -> float:
+        """Mean absolute percentage error over predicted rows."""
+        return mean(abs(r.error_pct) for r in self.predicted) if self.predicted else float("nan")
+
+    def per_source(self) -> dict[str, float]:
+        """MAPE per source."""
+        sources = sorted({r.row.source for r in self.predicted})
+        return {s: mean(abs(r.error_pct) for r in self.predicted if r.row.source == s) for s in sources}
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON document of ``plait validate --json``."""
+        return {
+            "mape_pct": self.mape_pct,
+            "rows": len(self.predicted),
+            "rows_in_file": len(self.results),
+            "per_source": self.per_source(),
+            "results": [
+                {"id": r.row.id, "source": r.row.source, "predicted_step_time_s": r.estimate.step_time_s,
+                 "measured_step_time_s": r.row.step_time_s, "error_pct": r.error_pct,
+                 "layout": r.estimate.plan.describe(), "fits": r.fits, "candidates": r.candidates}
+                for r in self.predicted
+            ],
+            "not_predicted": [{"id": r.row.id, "source": r.row.source, "reason": r.reason}
+                              for r in self.results if r.estimate is None],
+            "fill_rule": ("unknown knobs (micro_batch, recompute, sharding, sp, vpp, tp/pp) take the feasible value "
+                          "with the best predicted step time"),
+        }
+
+
+def validate_rows(rows: list[RunRow]) -> Validation:
+    """Predict every row."""
+    return Validation(results=[predict_row(r) for r in rows])

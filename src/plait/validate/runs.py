@@ -1,0 +1,137 @@
+"""Read measured training runs (the schema of ``tests/data/README.md``) into typed rows.
+
+A row is parsed once here; an unreadable file or a malformed value is a one-line
+:class:`ConfigError` naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from plait.errors import ConfigError
+
+REQUIRED_COLUMNS = (
+    "id", "source", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "seq_len",
+    "moe_experts", "moe_top_k", "moe_ffn_hidden", "system", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
+    "micro_batch", "global_batch", "recompute", "sharding", "precision", "step_time_s", "notes",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRow:
+    """One measured configuration; ``None`` marks a value the source does not state."""
+
+    id: str
+    source: str
+    model: str
+    layers: int | None
+    hidden: int | None
+    heads: int | None
+    kv_heads: int | None
+    ffn_hidden: int | None
+    mlp: str
+    vocab: int | None
+    seq_len: int | None
+    moe_experts: int | None
+    moe_top_k: int | None
+    moe_ffn_hidden: int | None
+    system: str
+    gpu: str
+    n_gpus: int | None
+    tp: int | None
+    pp: int | None
+    dp: int | None
+    cp: int | None
+    ep: int | None
+    vpp: int | None
+    micro_batch: int | None
+    global_batch: int | None
+    recompute: str | None
+    sharding: str | None
+    precision: str | None
+    step_time_s: float | None
+    notes: str
+
+    def missing_shape(self) -> str | None:
+        """The first shape column a prediction needs that the row leaves empty."""
+        for column in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "n_gpus", "global_batch"):
+            if getattr(self, column) is None:
+                return column
+        return None
+
+    @property
+    def sequence_parallel(self) -> bool | None:
+        """``True`` when the notes say ``sp``, ``False`` when they say "no sequence parallelism", else ``None``."""
+        if "no sequence parallelism" in self.notes:
+            return False
+        return True if self.notes.split(";")[0].strip() == "sp" else None
+
+
+def _int(value: str, column: str, where: str) -> int | None:
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{where}: column {column}={value!r} must be an integer") from None
+    if not number.is_integer() or number <= 0:
+        raise ConfigError(f"{where}: column {column}={value!r} must be a positive integer")
+    return int(number)
+
+
+def _float(value: str, column: str, where: str) -> float | None:
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{where}: column {column}={value!r} must be a number") from None
+    if number <= 0:
+        raise ConfigError(f"{where}: column {column}={value!r} must be > 0")
+    return number
+
+
+def _choice(value: str, column: str, allowed: tuple[str, ...], where: str) -> str | None:
+    value = value.strip()
+    if not value:
+        return None
+    if value not in allowed:
+        raise ConfigError(f"{where}: column {column}={value!r} must be one of {', '.join(allowed)}")
+    return value
+
+
+def parse_row(raw: dict[str, str], where: str) -> RunRow:
+    """One CSV record to a RunRow."""
+    ints = {c: _int(raw[c], c, where) for c in ("moe_experts", "moe_top_k", "moe_ffn_hidden", "tp", "pp", "dp", "cp",
+                                                 "ep", "vpp", "micro_batch", "global_batch")}
+    needed = {c: _int(raw[c], c, where) for c in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                                                  "vocab", "seq_len", "n_gpus")}
+    return RunRow(
+        id=raw["id"].strip(), source=raw["source"].strip(), model=raw["model"].strip(),
+        mlp=_choice(raw["mlp"], "mlp", ("plain", "gated"), where) or "plain",
+        system=raw["system"].strip(), gpu=raw["gpu"].strip(),
+        recompute=_choice(raw["recompute"], "recompute", ("none", "selective", "full"), where),
+        sharding=_choice(raw["sharding"], "sharding", ("none", "zero1", "zero2", "zero3"), where),
+        precision=_choice(raw["precision"], "precision", ("bf16", "fp16", "fp8"), where),
+        step_time_s=_float(raw["step_time_s"], "step_time_s", where),
+        notes=raw["notes"], **needed, **ints,
+    )
+
+
+def read_runs(path: Path) -> list[RunRow]:
+    """All rows of a runs CSV."""
+    if not path.is_file():
+        raise ConfigError(f"runs file {str(path)!r} does not exist")
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"runs file {str(path)!r} lacks column {missing[0]!r} (schema: tests/data/README.md)")
+        try:
+            return [parse_row(raw, f"{path.name}:{reader.line_num}") for raw in reader]
+        except csv.Error as exc:
+            raise ConfigError(f"runs file {str(path)!r} is not valid CSV: {exc}") from exc

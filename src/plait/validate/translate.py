@@ -1,0 +1,107 @@
+"""Turn a measured run into what the estimator takes: model, cluster, and candidate plans.
+
+Knobs a row leaves unknown are filled by ONE rule for every row: enumerate the values
+the row allows and keep the feasible (memory-fitting) plan with the best predicted
+step time — the assumption that whoever ran it tuned the knob. Unknown: micro-batch
+(divisors of the per-replica batch), recompute (none/selective/full), sharding
+(none or zero1 over all data-parallel ranks: sources that use FSDP/ZeRO-3 say so), sequence parallelism (when
+``tp > 1``), virtual stages (divisors of layers per stage, up to 8), and tp/pp (powers
+of two up to the node for tp, divisors of the layers for pp, matching ``n_gpus/dp``).
+Unknown cp/ep are 1 and an unknown 16-bit precision is bf16 (fp16 has the same peaks).
+A row whose system is not named runs on the NVIDIA reference system of its GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import replace
+
+from plait.errors import ConfigError
+from plait.hardware.catalog import get_accelerator, get_cluster
+from plait.hardware.cluster import Cluster
+from plait.plan.plan import Plan
+from plait.validate.runs import RunRow
+from plait.validate.software import Software
+from plait.workload.model import ModelSpec, MoeSpec
+
+REFERENCE_SYSTEM = {"a100": "dgx-a100-ib", "h100": "dgx-h100-ib", "h200": "dgx-h100-ib", "b200": "b200-dgx",
+                    "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+MAX_VPP = 8
+MAX_TP = 8
+
+
+def row_model(row: RunRow, software: Software) -> ModelSpec:
+    """The model a row describes; plain-MLP rows are GPT-style (LayerNorm, learned positions, biases, tied)."""
+    gpt_style = row.mlp == "plain"
+    moe = None
+    if row.moe_experts:
+        moe = MoeSpec(num_experts=row.moe_experts, top_k=row.moe_top_k or 1,
+                      expert_ffn_hidden_size=row.moe_ffn_hidden or row.ffn_hidden)
+    if row.hidden % row.heads:
+        raise ConfigError(f"{row.id}: hidden={row.hidden} must be divisible by heads={row.heads}")
+    return ModelSpec(
+        name=row.model, num_layers=row.layers, hidden_size=row.hidden, num_heads=row.heads,
+        num_kv_heads=row.kv_heads, head_dim=row.hidden // row.heads, ffn_hidden_size=row.ffn_hidden,
+        mlp="plain" if gpt_style else "gated", vocab_size=row.vocab, seq_len=row.seq_len,
+        tied_embeddings=gpt_style, norm="layernorm" if gpt_style else "rmsnorm",
+        position="learned" if gpt_style else "rope", attention_bias=gpt_style, mlp_bias=gpt_style,
+        dropout=software.dropout, moe=moe, source=f"row {row.id}",
+    )
+
+
+def row_cluster(row: RunRow) -> Cluster:
+    """The row's system with the row's GPU (a system hosts several GPU models, e.g. A100 40/80GB)."""
+    system = row.system or next((s for prefix, s in REFERENCE_SYSTEM.items() if row.gpu.startswith(prefix)), "")
+    if not system:
+        raise ConfigError(f"{row.id}: no system and no reference system for gpu={row.gpu!r}")
+    cluster = get_cluster(system)
+    accelerator = get_accelerator(row.gpu) if row.gpu else cluster.accelerator
+    return cluster if accelerator == cluster.accelerator else replace(cluster, accelerator=accelerator)
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _layouts(row: RunRow) -> Iterator[tuple[int, int, int]]:
+    """(tp, pp, dp) candidates."""
+    cp = row.cp or 1
+    tps = [row.tp] if row.tp else [t for t in (1, 2, 4, 8) if t <= MAX_TP and row.heads % t == 0]
+    for tp in tps:
+        pps = [row.pp] if row.pp else _divisors(row.layers, row.layers)
+        for pp in pps:
+            if row.dp:
+                if tp * pp * row.dp * cp == row.n_gpus:
+                    yield tp, pp, row.dp
+            elif row.n_gpus % (tp * pp * cp) == 0:
+                yield tp, pp, row.n_gpus // (tp * pp * cp)
+
+
+def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
+    """Every plan consistent with what the row states."""
+    if not row.global_batch:
+        raise ConfigError(f"{row.id}: global_batch is empty")
+    for tp, pp, dp in _layouts(row):
+        if row.global_batch % dp:
+            continue
+        per_replica = row.global_batch // dp
+        mbs = [row.micro_batch] if row.micro_batch else _divisors(per_replica, 16)
+        recomputes = [row.recompute] if row.recompute else ["none", "selective", "full"]
+        shardings = [row.sharding] if row.sharding else ["none", "zero1"]
+        sps = [False] if tp == 1 else ([row.sequence_parallel] if row.sequence_parallel is not None else [False, True])
+        if pp == 1:
+            vpps = [1]
+        elif row.vpp:
+            vpps = [row.vpp]
+        else:
+            vpps = [v for v in _divisors(row.layers // pp if row.layers % pp == 0 else 1, MAX_VPP)]
+        for mb, rc, sh, sp, vpp in itertools.product(mbs, recomputes, shardings, sps, vpps):
+            shard = dp if sh != "none" else 1
+            yield Plan(
+                tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,
+                ep=row.ep or 1, dp_replicate=dp // shard, dp_shard=shard, sharding=sh, recompute=rc,  # type: ignore[arg-type]
+                micro_batch=mb, global_batch=row.global_batch, seq_len=row.seq_len,
+                precision=row.precision or "bf16",  # type: ignore[arg-type]
+                overlap_grad_reduce=software.overlap_grad_reduce,
+            )
