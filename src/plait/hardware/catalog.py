@@ -96,22 +96,21 @@ def load_cluster_file(path: Path) -> Cluster:
     """A user cluster from a TOML or YAML file holding one cluster table."""
     if not path.is_file():
         raise ConfigError(f"cluster file {str(path)!r} does not exist")
+    if path.suffix not in (".toml", ".yaml", ".yml"):
+        raise ConfigError(f"cluster file {str(path)!r} must end in .toml, .yaml or .yml")
     text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            raw = yaml.safe_load(text)
-        elif path.suffix == ".toml":
+    if path.suffix == ".toml":
+        try:
             raw = tomllib.loads(text)
-        else:
-            raise ConfigError(f"cluster file {str(path)!r} must end in .toml, .yaml or .yml")
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"cluster file {str(path)!r} is not valid: {str(exc).splitlines()[0]}") from exc
-    except ImportError as exc:  # pragma: no cover - pyyaml is a dependency
-        raise ConfigError("reading YAML needs PyYAML (pip install pyyaml)") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"cluster file {str(path)!r} is not valid TOML: {exc}") from exc
+    else:
+        import yaml
+
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cluster file {str(path)!r} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(raw, Mapping):
         raise ConfigError(f"cluster file {str(path)!r} must hold one table of cluster fields")
     return cluster_from_mapping(raw, str(path))

@@ -11,7 +11,7 @@ and torchtitan default order — which decides which network tier each group cro
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from plait.errors import ConfigError
 
@@ -74,6 +74,11 @@ class Plan:
     tp_comm_overlap: bool = False
     """Overlap TP collectives with GEMMs (async TP / Transformer Engine userbuffers)."""
 
+    def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
+
     # --- derived sizes -------------------------------------------------------------------
     @property
     def dp(self) -> int:
@@ -124,7 +129,7 @@ class Plan:
         return " ".join(parts)
 
 
-def positive(value: int, name: str) -> None:
-    """Raise unless ``value`` > 0."""
-    if value <= 0:
-        raise ConfigError(f"{name}={value} must be > 0")
+_CHOICES = {
+    "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
+    "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
+}

@@ -1,0 +1,50 @@
+"""How long one estimate takes (target: <= 5 ms on the 2-core CI machine).
+
+Run: python benchmarks/estimate_speed.py
+Times several representative plans, each repeated, in one process, and prints the
+median milliseconds per estimate and its ratio to the 5 ms budget.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from plait.cost.step import estimate
+from plait.hardware.catalog import get_cluster
+from plait.plan.plan import Plan
+from plait.workload.catalog import get_model
+
+BUDGET_MS = 5.0
+CASES = [
+    ("llama3-8b", "dgx-h100-ib", Plan(dp_shard=8, sharding="zero3", global_batch=128)),
+    ("llama3.1-405b", "dgx-h100-ib", Plan(tp=8, sp=True, pp=16, vpp=4, schedule="interleaved", cp=2, dp_shard=8,
+                                          sharding="zero1", global_batch=256, recompute="selective")),
+    ("gpt3-175b", "dgx-a100-ib", Plan(tp=8, pp=8, vpp=3, schedule="interleaved", dp_replicate=16, global_batch=1536,
+                                      recompute="full")),
+    ("deepseek-v3", "gb200-nvl72", Plan(tp=2, pp=8, ep=32, dp_shard=64, sharding="zero1", global_batch=4096,
+                                        precision="fp8", recompute="full")),
+]
+
+
+def main() -> None:
+    models = {m: get_model(m) for m, _, _ in CASES}
+    clusters = {c: get_cluster(c) for _, c, _ in CASES}
+    print(f"{'case':45s} {'median ms':>10s} {'x budget':>9s}")
+    medians = []
+    for model, cluster, plan in CASES:
+        samples = []
+        for _ in range(200):
+            start = time.perf_counter()
+            estimate(models[model], clusters[cluster], plan)
+            samples.append((time.perf_counter() - start) * 1e3)
+        median = statistics.median(samples)
+        medians.append(median)
+        print(f"{model + ' / ' + plan.describe()[:30]:45s} {median:10.3f} {median / BUDGET_MS:9.3f}")
+    worst = max(medians)
+    print(f"worst median {worst:.3f} ms = {worst / BUDGET_MS:.3f} x the {BUDGET_MS} ms budget "
+          f"({'within' if worst <= BUDGET_MS else 'OVER'} budget)")
+
+
+if __name__ == "__main__":
+    main()

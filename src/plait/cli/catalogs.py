@@ -1,0 +1,67 @@
+"""``plait models`` and ``plait clusters``: list the packaged catalogs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from plait.hardware.catalog import accelerator_names, cluster_names, get_accelerator, get_cluster
+from plait.workload.catalog import get_model, model_names
+
+
+def models_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the model catalog with parameter counts."""
+    rows = []
+    for slug in model_names():
+        m = get_model(slug)
+        rows.append({"slug": slug, "name": m.name, "params": m.total_params(), "active_params": m.active_params(),
+                     "layers": m.num_layers, "hidden": m.hidden_size, "heads": m.num_heads,
+                     "kv_heads": m.num_kv_heads, "seq_len": m.seq_len, "moe": bool(m.moe), "source": m.source})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="plait models")
+    for col in ("slug", "name", "params", "active", "layers", "hidden", "heads/kv", "seq"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["slug"], r["name"], f"{r['params'] / 1e9:.2f}B", f"{r['active_params'] / 1e9:.2f}B",
+                      str(r["layers"]), str(r["hidden"]), f"{r['heads']}/{r['kv_heads']}", str(r["seq_len"]))
+    Console().print(table)
+
+
+def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the cluster presets and accelerators."""
+    clusters = []
+    for slug in cluster_names():
+        c = get_cluster(slug)
+        clusters.append({"slug": slug, "name": c.name, "accelerator": c.accelerator.name,
+                         "gpus_per_node": c.gpus_per_node, "scale_up_domain_gpus": c.scale_up_domain_gpus,
+                         "tiers": [{"name": t.name, "span_gpus": t.span_gpus,
+                                    "bandwidth_gb_per_s_per_gpu": t.bandwidth_gb_per_s_per_gpu} for t in c.tiers],
+                         "price_per_gpu_hour_usd": c.price_per_gpu_hour_usd})
+    accelerators = [{"slug": s, "name": get_accelerator(s).name, "memory_gib": get_accelerator(s).memory_gib,
+                     "peak_tflops": get_accelerator(s).peak_tflops} for s in accelerator_names()]
+    if as_json:
+        print(json.dumps({"clusters": clusters, "accelerators": accelerators}, indent=2))
+        return
+    console = Console()
+    table = Table(title="plait clusters")
+    for col in ("slug", "accelerator", "node", "scale-up", "network tiers (GB/s per GPU)", "$/GPU-h"):
+        table.add_column(col)
+    for c in clusters:
+        tiers = ", ".join(f"{t['name']} {t['bandwidth_gb_per_s_per_gpu']:g}" for t in c["tiers"])
+        table.add_row(c["slug"], c["accelerator"], str(c["gpus_per_node"]), str(c["scale_up_domain_gpus"]), tiers,
+                      f"{c['price_per_gpu_hour_usd']:.2f}")
+    console.print(table)
+    acc = Table(title="accelerators")
+    for col in ("slug", "name", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s"):
+        acc.add_column(col)
+    for a in accelerators:
+        peaks = a["peak_tflops"]
+        acc.add_row(a["slug"], a["name"], f"{a['memory_gib']:g}", f"{peaks.get('bf16', peaks.get('fp16', 0)):g}",
+                    f"{peaks.get('fp8', 0):g}" if "fp8" in peaks else "-")
+    console.print(acc)

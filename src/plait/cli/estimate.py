@@ -1,0 +1,56 @@
+"""``plait estimate``: memory and step time of one plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from plait.cli.options import DEFAULT_GPUS, plan_from_options, resolve_job
+from plait.cli.render import print_estimate
+from plait.cost.step import estimate
+from plait.plan.rules import check_plan
+
+
+def estimate_command(
+    model: Annotated[str | None, typer.Option(help="Catalog model (see `plait models`), config.json or model TOML. [default: llama3-8b]")] = None,
+    cluster: Annotated[str | None, typer.Option(help="Cluster preset (see `plait clusters`) or TOML/YAML file. [default: dgx-h100-ib]")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs; dp = gpus / (tp*pp*cp).")] = DEFAULT_GPUS,
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan TOML file ([job] and [plan]); replaces the layout options.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
+    vpp: Annotated[int, typer.Option(help="Virtual stages per pipeline rank (interleaved).")] = 1,
+    schedule: Annotated[str, typer.Option(help="gpipe | 1f1b | interleaved | zb-h1.")] = "1f1b",
+    cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE).")] = 1,
+    dp_replicate: Annotated[int, typer.Option(help="Data-parallel replicas (HSDP); the rest of dp shards.")] = 1,
+    sharding: Annotated[str, typer.Option(help="none | zero1 | zero2 | zero3 (FSDP).")] = "zero3",
+    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
+    recompute: Annotated[str, typer.Option(help="none | selective | full.")] = "none",
+    recompute_layers: Annotated[int, typer.Option(help="Layers per stage recomputed with --recompute full (-1: all).")] = -1,
+    micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
+    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = 128,
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence (0: the model's).")] = 0,
+    precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8.")] = "bf16",
+    offload_optimizer: Annotated[bool, typer.Option(help="Optimizer state in host memory.")] = False,
+    offload_params: Annotated[bool, typer.Option(help="Parameters in host memory (zero3).")] = False,
+    train_tokens: Annotated[float, typer.Option(help="Tokens to train for the time and cost figures.")] = 1e12,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train."""
+    plan = plan_from_options(
+        gpus=gpus, tp=tp, pp=pp, vpp=vpp, schedule=schedule, cp=cp, ep=ep, dp_replicate=dp_replicate,
+        sharding=sharding, sp=sp and tp > 1, recompute=recompute, recompute_layers=recompute_layers,
+        micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,
+        offload_optimizer=offload_optimizer, offload_params=offload_params,
+    ) if plan_file is None else None
+    model_spec, cluster_spec, plan, file_gpus = resolve_job(model, cluster, plan_file, plan)
+    check_plan(plan.with_seq_len(model_spec.seq_len), model_spec, cluster_spec, num_gpus=file_gpus)
+    result = estimate(model_spec, cluster_spec, plan)
+    if as_json:
+        print(json.dumps(result.to_dict(train_tokens), indent=2))
+    else:
+        print_estimate(Console(), result, train_tokens)

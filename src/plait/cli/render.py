@@ -1,0 +1,77 @@
+"""Rich tables for estimates and validations; no computation happens here."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from plait.cost.estimate import Estimate
+from plait.validate.report import Validation
+
+GIB = 1024**3
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None:
+    """Summary, time breakdown, memory breakdown and cost to train."""
+    console.print(f"[bold]{est.model_name}[/] on {est.num_gpus} x {est.cluster_name}")
+    console.print(f"plan: {est.plan.describe()}  (micro-batches per step: {est.plan.num_micro_batches})")
+    time_table = Table(title=f"Step time {est.step_time_s:.4g} s", title_justify="left")
+    time_table.add_column("component")
+    time_table.add_column("seconds", justify="right")
+    time_table.add_column("share", justify="right")
+    for name, value in est.time.items():
+        if value > 0:
+            time_table.add_row(name, f"{value:.4g}", f"{100 * value / est.step_time_s:.1f}%")
+    console.print(time_table)
+    mem = est.memory
+    mem_table = Table(title=f"Memory per GPU, pipeline stage {mem.stage} "
+                            f"({mem.inflight_micro_batches:g} micro-batches in flight)", title_justify="left")
+    mem_table.add_column("component")
+    mem_table.add_column("GiB", justify="right")
+    for name, value in mem.items():
+        mem_table.add_row(name, f"{value / GIB:.2f}")
+    mem_table.add_row("[bold]total[/]", f"[bold]{mem.total_bytes / GIB:.2f}[/]")
+    mem_table.add_row("capacity", f"{mem.capacity_bytes / GIB:.2f}")
+    console.print(mem_table)
+    if mem.fits:
+        console.print(f"fits: {mem.headroom_bytes / GIB:.1f} GiB headroom")
+    else:
+        console.print(f"[bold red]does not fit[/]: needs {mem.total_bytes / GIB:.1f} GiB, the GPU has "
+                      f"{mem.capacity_bytes / GIB:.1f} GiB (exceeds by {-mem.headroom_bytes / GIB:.1f} GiB)")
+    console.print(f"throughput: {est.tokens_per_s:,.0f} tokens/s, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU; "
+                  f"MFU {100 * est.mfu:.1f}%, HFU {100 * est.hfu:.1f}% (PaLM FLOP convention, bf16 dense peak)")
+    console.print(f"to train {train_tokens:.3g} tokens: {_duration(est.time_to_train_s(train_tokens))}, "
+                  f"{est.gpu_hours(train_tokens):,.0f} GPU-hours, ${est.cost_usd(train_tokens):,.0f} "
+                  f"at ${est.price_per_gpu_hour_usd:.2f}/GPU-hour")
+    for warning in est.warnings:
+        console.print(f"[yellow]warning[/]: {warning}")
+
+
+def print_validation(console: Console, validation: Validation) -> None:
+    """Per-row predicted vs measured, then MAPE overall and per source."""
+    table = Table(title="Predicted vs measured step time", title_justify="left")
+    for column in ("id", "layout (unknown knobs filled)", "predicted s", "measured s", "error"):
+        table.add_column(column, justify="right" if column.endswith(("s", "error")) else "left")
+    for r in validation.predicted:
+        assert r.estimate and r.row.step_time_s
+        note = "" if r.fits else " (no candidate fits)"
+        table.add_row(r.row.id, r.estimate.plan.describe() + note, f"{r.estimate.step_time_s:.3f}",
+                      f"{r.row.step_time_s:.3f}", f"{r.error_pct:+.1f}%")
+    console.print(table)
+    skipped = [r for r in validation.results if r.estimate is None]
+    for r in skipped:
+        console.print(f"not predicted: {r.row.id}: {r.reason}")
+    console.print(f"[bold]MAPE {validation.mape_pct:.1f}%[/] over {len(validation.predicted)} rows "
+                  f"({len(skipped)} not predicted)")
+    for source, mape in validation.per_source().items():
+        console.print(f"  {source}: {mape:.1f}%")

@@ -1,0 +1,95 @@
+"""The command line: real predictions, JSON shape, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DEV_CSV = Path(__file__).parent / "data" / "dev.csv"
+
+
+def plait(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "plait", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_estimate_defaults_prints_a_prediction() -> None:
+    out = plait("estimate")
+    assert out.returncode == 0, out.stderr
+    assert "Step time" in out.stdout and "MFU" in out.stdout and "GPU-hours" in out.stdout
+
+
+def test_estimate_json_shape() -> None:
+    out = plait("estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--sharding", "zero1",
+                "--global-batch", "64", "--recompute", "selective", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["num_gpus"] == 64 and doc["plan"]["tp"] == 8 and doc["plan"]["dp_shard"] == 4
+    assert doc["step_time_s"] == pytest.approx(sum(doc["time_breakdown_s"].values()))
+    assert 0 < doc["mfu"] < 1 and doc["fits"] in (True, False)
+
+
+def test_estimate_reads_a_plan_file(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[job]\nmodel = "llama3-8b"\ncluster = "dgx-a100-ib"\ngpus = 16\n\n'
+                    '[plan]\ntp = 2\nsp = true\ndp_shard = 8\nsharding = "zero3"\nglobal_batch = 64\n')
+    out = plait("estimate", "--plan", str(plan), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["num_gpus"] == 16
+
+
+def test_plan_that_does_not_fit_still_reports_memory() -> None:
+    out = plait("estimate", "--model", "llama3.1-405b", "--gpus", "8", "--sharding", "none", "--global-batch", "8")
+    assert out.returncode == 0, out.stderr
+    assert "does not fit" in out.stdout and "exceeds by" in out.stdout and "activations" in out.stdout
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["estimate", "--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["estimate", "--tp", "3", "--gpus", "24"], "tp=3 must divide num_heads=32"),
+    (["estimate", "--gpus", "10", "--tp", "4"], "gpus=10 must be divisible by tp*pp*cp"),
+    (["estimate", "--micro-batch", "0"], "micro_batch=0 must be > 0"),
+    (["estimate", "--global-batch", "-8"], "must"),
+    (["estimate", "--cluster", "nowhere"], "unknown cluster 'nowhere'"),
+    (["estimate", "--precision", "fp8", "--cluster", "dgx-a100-ib"], "precision=fp8 is not supported"),
+    (["estimate", "--sharding", "zero9"], "sharding='zero9' must be one of"),
+])
+def test_bad_input_is_one_line_exit_2(args: list[str], fragment: str) -> None:
+    out = plait(*args)
+    assert out.returncode == 2
+    assert fragment in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_plan_toml(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[plan\ntp = 2\n")
+    out = plait("estimate", "--plan", str(bad))
+    assert out.returncode == 2 and "is not valid TOML" in out.stderr and "Traceback" not in out.stderr
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("[plan]\ntensor_parallel = 2\n")
+    out = plait("estimate", "--plan", str(unknown))
+    assert out.returncode == 2 and "unknown key 'tensor_parallel'" in out.stderr
+
+
+def test_malformed_csv(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.csv"
+    missing.write_text("a,b\n1,2\n")
+    out = plait("validate", "--runs", str(missing))
+    assert out.returncode == 2 and "lacks column 'id'" in out.stderr
+    header = DEV_CSV.read_text().splitlines()[0]
+    row = DEV_CSV.read_text().splitlines()[1].replace(",24,2304,", ",twenty,2304,", 1)
+    broken = tmp_path / "broken.csv"
+    broken.write_text(header + "\n" + row + "\n")
+    out = plait("validate", "--runs", str(broken))
+    assert out.returncode == 2 and "column layers='twenty' must be an integer" in out.stderr
+
+
+def test_catalog_listings() -> None:
+    models = plait("models", "--json")
+    assert models.returncode == 0 and any(m["slug"] == "deepseek-v3" for m in json.loads(models.stdout))
+    clusters = plait("clusters", "--json")
+    assert clusters.returncode == 0 and len(json.loads(clusters.stdout)["clusters"]) >= 11

@@ -1,0 +1,75 @@
+"""Layer (a): collective and pipeline formulas on a toy cluster, computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from plait.cost import collectives as coll
+from plait.cost.pipeline import StageTime, inflight_micro_batches, pipeline_time_s
+from plait.hardware.cluster import Cluster
+from plait.plan.plan import Plan
+
+GB = 1e9
+
+
+def test_all_reduce_inside_a_node(toy_cluster: Cluster) -> None:
+    link = coll.group_link(toy_cluster, 8, 1)
+    assert coll.all_reduce_s(GB, link) == pytest.approx(2 * 7 / 8 * GB / (100 * GB))
+
+
+def test_all_reduce_across_two_full_nodes_drives_eight_nics(toy_cluster: Cluster) -> None:
+    link = coll.group_link(toy_cluster, 16, 1)
+    assert link.bus_bytes_per_s == pytest.approx(80 * GB)  # min(NVLink 100, 8 NICs x 10)
+    assert coll.all_reduce_s(GB, link) == pytest.approx(2 * 15 / 16 * GB / (80 * GB))
+
+
+def test_one_rank_per_node_gets_one_nic(toy_cluster: Cluster) -> None:
+    link = coll.group_link(toy_cluster, 16, 8)
+    assert coll.all_gather_s(GB, link) == pytest.approx(15 / 16 * GB / (10 * GB))
+
+
+def test_p2p_and_all_to_all(toy_cluster: Cluster) -> None:
+    across = coll.group_link(toy_cluster, 2, 8)
+    assert coll.p2p_s(GB, across) == pytest.approx(0.1)
+    inside = coll.group_link(toy_cluster, 8, 1)
+    assert coll.all_to_all_s(GB, inside) == pytest.approx(7 / 8 * GB / (100 * GB))
+
+
+def test_single_rank_groups_cost_nothing(toy_cluster: Cluster) -> None:
+    link = coll.group_link(toy_cluster, 1, 1)
+    assert coll.all_reduce_s(GB, link) == coll.all_gather_s(GB, link) == coll.p2p_s(GB, link) == 0.0
+
+
+def test_latency_term_ring_vs_tree() -> None:
+    link = coll.GroupLink(size=1024, bus_bytes_per_s=1e30, latency_s=1e-6, tier=1, cross_bytes_per_s=1e30,
+                          members_per_domain=1)
+    assert coll.all_reduce_s(1.0, link) == pytest.approx(2 * 10 * 1e-6, rel=1e-6)  # tree: 2 log2(1024) steps
+    assert coll.all_gather_s(1.0, link) == pytest.approx(1023 * 1e-6, rel=1e-6)  # ring: g - 1 steps
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 32), (2, 2)])
+def test_1f1b_time_is_m_plus_p_minus_1_stage_times(p: int, m: int) -> None:
+    plan = Plan(pp=p, micro_batch=1, global_batch=m)
+    busy, bubble = pipeline_time_s(plan, [StageTime(1.0, 2.0)] * p)
+    assert busy + bubble == pytest.approx((m + p - 1) * 3.0)
+    assert bubble / busy == pytest.approx((p - 1) / m)  # Narayanan et al. 2021, Sec. 2.2.1
+
+
+def test_interleaved_bubble_divides_by_v() -> None:
+    plan = Plan(pp=4, vpp=2, schedule="interleaved", micro_batch=1, global_batch=8)
+    busy, bubble = pipeline_time_s(plan, [StageTime(1.0, 2.0)] * 4)
+    assert bubble / busy == pytest.approx((4 - 1) / (2 * 8))  # Narayanan et al. 2021, Sec. 2.2.2
+
+
+def test_zb_h1_bubble_is_one_forward_per_stage() -> None:
+    plan = Plan(pp=4, schedule="zb-h1", micro_batch=1, global_batch=8)
+    _, bubble = pipeline_time_s(plan, [StageTime(1.0, 2.0)] * 4)
+    assert bubble == pytest.approx(3 * 1.0)
+
+
+def test_inflight_micro_batches() -> None:
+    assert inflight_micro_batches(Plan(pp=4, global_batch=16), 0) == 4
+    assert inflight_micro_batches(Plan(pp=4, global_batch=16), 3) == 1
+    assert inflight_micro_batches(Plan(pp=4, schedule="gpipe", global_batch=16), 3) == 16
+    assert inflight_micro_batches(Plan(pp=4, vpp=3, schedule="interleaved", global_batch=16), 0) == pytest.approx(5)
+    assert inflight_micro_batches(Plan(global_batch=16), 0) == 1

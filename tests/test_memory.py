@@ -1,0 +1,84 @@
+"""Memory: Korthikanti et al. 2022 Table 2 (activations) and ZeRO Fig. 1 (model states)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from plait.cost import activations as act
+from plait.cost.memory import stage_memory
+from plait.cost.setup import Setup
+from plait.hardware.catalog import get_cluster
+from plait.plan.plan import Plan
+from plait.workload.catalog import get_model
+
+GPT = replace(get_model("megatron-gpt-22b"), dropout=True)  # Korthikanti's GPT: MHA, plain MLP 4h, dropout
+CLUSTER = get_cluster("dgx-a100-ib")
+
+
+def _setup(plan: Plan) -> Setup:
+    return Setup(model=GPT, cluster=CLUSTER, plan=plan.with_seq_len(GPT.seq_len), attention_kernel="unfused")
+
+
+# Korthikanti et al. 2022, Table 2: activation bytes per layer, s b h = sequence, micro-batch, hidden.
+TABLE_2 = {
+    "no parallelism": (Plan(micro_batch=2), "none", lambda s, b, h, a, t: s * b * h * (34 + 5 * a * s / h)),
+    "tensor parallel": (Plan(tp=8, micro_batch=2), "none",
+                        lambda s, b, h, a, t: s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
+    "tensor + sequence parallel": (Plan(tp=8, sp=True, micro_batch=2), "none",
+                                   lambda s, b, h, a, t: s * b * h * (34 / t + 5 * a * s / (h * t))),
+    "tensor parallel + selective": (Plan(tp=8, micro_batch=2), "selective",
+                                    lambda s, b, h, a, t: s * b * h * (10 + 24 / t)),
+    "tensor + sequence parallel + selective": (Plan(tp=8, sp=True, micro_batch=2), "selective",
+                                               lambda s, b, h, a, t: s * b * h * 34 / t),
+    "full recompute": (Plan(tp=8, micro_batch=2), "full", lambda s, b, h, a, t: 2 * s * b * h),
+}
+
+
+@pytest.mark.parametrize("case", TABLE_2)
+def test_korthikanti_table2(case: str) -> None:
+    """Exact: the generalised terms reduce to Table 2 for MHA, 4h MLP, dropout, unfused attention."""
+    plan, mode, formula = TABLE_2[case]
+    setup = _setup(plan)
+    if mode == "none":
+        got = act.layer_bytes(setup, False)
+    elif mode == "selective":
+        got = act.layer_bytes_selective(setup, False)
+    else:
+        got = act.layer_input_bytes(setup)
+    s, b, h, a, t = GPT.seq_len, plan.micro_batch, GPT.hidden_size, GPT.num_heads, plan.tp
+    assert got == pytest.approx(formula(s, b, h, a, t), rel=1e-12)
+
+
+def test_flash_drops_score_matrix_and_keeps_lse() -> None:
+    setup = Setup(model=GPT, cluster=CLUSTER, plan=Plan(tp=8, sp=True).with_seq_len(GPT.seq_len),
+                  attention_kernel="flash")
+    s, h, a, t = GPT.seq_len, GPT.hidden_size, GPT.num_heads, 8
+    assert act.layer_bytes(setup, False) == pytest.approx(s * h * 34 / t + 4 * s * a / t)
+
+
+# ZeRO (Rajbhandari et al. 2020), Fig. 1: 7.5B parameters, 64-way data parallel, K = 12, fp16 grads.
+ZERO_FIG1_GB = {"none": 120.0, "zero1": 31.4, "zero2": 16.6, "zero3": 1.9}
+
+
+@pytest.mark.parametrize("sharding", ZERO_FIG1_GB)
+def test_zero_fig1_model_states(sharding: str) -> None:
+    """Published figures are rounded to 3 significant digits: 2% tolerance."""
+    model = get_model("megatron-gpt-7.5b")
+    plan = Plan(dp_shard=64 if sharding != "none" else 1, dp_replicate=1 if sharding != "none" else 64,
+                sharding=sharding, global_batch=64, grad_reduce_dtype="bf16")  # type: ignore[arg-type]
+    setup = Setup(model=model, cluster=CLUSTER, plan=plan.with_seq_len(model.seq_len), attention_kernel="flash")
+    mem = stage_memory(setup, 0)
+    per_param = (mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes) / model.total_params()
+    assert per_param * 7.5e9 / 1e9 == pytest.approx(ZERO_FIG1_GB[sharding], rel=0.02)
+
+
+def test_offload_moves_optimizer_off_gpu() -> None:
+    model = get_model("llama3-8b")
+    base = Plan(dp_shard=8, sharding="zero3", global_batch=8)
+    on = stage_memory(Setup(model=model, cluster=CLUSTER, plan=base.with_seq_len(8192), attention_kernel="flash"), 0)
+    off = stage_memory(Setup(model=model, cluster=CLUSTER, plan=replace(base, offload_optimizer=True).with_seq_len(8192),
+                             attention_kernel="flash"), 0)
+    assert off.optimizer_bytes == 0 and on.optimizer_bytes > 0
+    assert off.activations_bytes == on.activations_bytes
