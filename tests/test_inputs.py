@@ -112,7 +112,7 @@ def test_every_tier_has_a_source(slug: str) -> None:
     cluster = get_cluster(slug)
     assert cluster.source and cluster.price_source
     for tier in cluster.tiers:
-        assert tier.source and tier.efficiency.source and 0 < tier.efficiency.value <= 1
+        assert tier.source and tier.efficiency.source and 0 < tier.efficiency.peak <= 1
 
 
 def test_required_catalog_entries() -> None:

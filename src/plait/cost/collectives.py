@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from plait.hardware.cluster import Cluster
+from plait.hardware.figure import Curve
 
 
 @dataclass(frozen=True)
@@ -27,34 +28,45 @@ class GroupLink:
 
     size: int
     """Ranks in the group."""
-    bus_bytes_per_s: float
-    """Achievable bus bandwidth of a collective over the group."""
     latency_s: float
     """Per-step latency on the outermost tier crossed."""
     tier: int
     """Index of the outermost tier crossed (0: scale-up domain)."""
-    cross_bytes_per_s: float
-    """Per-GPU bandwidth of the outermost tier (what point-to-point and all-to-all traffic gets)."""
     members_per_domain: int
     """Group members inside one scale-up (tier-0) domain."""
+    paths: tuple[tuple[int, float, Curve], ...] = ()
+    """Per tier crossed: (group members per domain of the tier below, per-GPU line rate, efficiency by message bytes)."""
+
+    def bus_bytes_per_s(self, message_bytes: float) -> float:
+        """Achievable bus bandwidth of a collective on a ``message_bytes`` buffer (slowest tier crossed)."""
+        if not self.paths:
+            return math.inf
+        return min(below * line * curve.at(message_bytes) for below, line, curve in self.paths)
+
+    def cross_bytes_per_s(self, message_bytes: float) -> float:
+        """Per-GPU bandwidth of the outermost tier (what point-to-point and all-to-all traffic gets)."""
+        if not self.paths:
+            return math.inf
+        _, line, curve = self.paths[-1]
+        return line * curve.at(message_bytes)
 
 
 def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
     """Network view of a group of ``size`` ranks spaced ``stride`` apart."""
     if size <= 1:
-        return GroupLink(1, math.inf, 0.0, 0, math.inf, 1)
+        return GroupLink(1, 0.0, 0, 1)
     outer = cluster.tier_index(stride * (size - 1) + 1)
 
     def members_within(span: int) -> int:
         return 1 if stride >= span else min(size, span // stride)
 
-    bus = math.inf
+    paths = []
     for index in range(outer + 1):
         below = members_within(cluster.tiers[index - 1].span_gpus) if index else 1
-        bus = min(bus, below * cluster.tiers[index].bandwidth_bytes_per_s)
-    tier = cluster.tiers[outer]
-    return GroupLink(size, bus, tier.latency_s, outer, tier.bandwidth_bytes_per_s,
-                     members_within(cluster.tiers[0].span_gpus))
+        tier = cluster.tiers[index]
+        paths.append((below, tier.line_bytes_per_s, tier.efficiency))
+    return GroupLink(size, cluster.tiers[outer].latency_s, outer, members_within(cluster.tiers[0].span_gpus),
+                     tuple(paths))
 
 
 def all_reduce_s(num_bytes: float, link: GroupLink) -> float:
@@ -63,7 +75,7 @@ def all_reduce_s(num_bytes: float, link: GroupLink) -> float:
     if g <= 1 or num_bytes <= 0:
         return 0.0
     steps = min(2 * (g - 1), 2 * math.ceil(math.log2(g)))
-    return steps * link.latency_s + 2 * (g - 1) / g * num_bytes / link.bus_bytes_per_s
+    return steps * link.latency_s + 2 * (g - 1) / g * num_bytes / link.bus_bytes_per_s(num_bytes)
 
 
 def all_gather_s(full_bytes: float, link: GroupLink) -> float:
@@ -71,7 +83,7 @@ def all_gather_s(full_bytes: float, link: GroupLink) -> float:
     g = link.size
     if g <= 1 or full_bytes <= 0:
         return 0.0
-    return (g - 1) * link.latency_s + (g - 1) / g * full_bytes / link.bus_bytes_per_s
+    return (g - 1) * link.latency_s + (g - 1) / g * full_bytes / link.bus_bytes_per_s(full_bytes)
 
 
 def reduce_scatter_s(full_bytes: float, link: GroupLink) -> float:
@@ -91,9 +103,9 @@ def all_to_all_s(send_bytes: float, link: GroupLink) -> float:
     inside = link.members_per_domain
     outside_bytes = send_bytes * (g - inside) / g
     inside_bytes = send_bytes * (inside - 1) / g
-    time = inside_bytes / link.bus_bytes_per_s
+    time = inside_bytes / link.bus_bytes_per_s(send_bytes)
     if outside_bytes:
-        time = max(time, outside_bytes / link.cross_bytes_per_s)
+        time = max(time, outside_bytes / link.cross_bytes_per_s(send_bytes))
     return link.latency_s + time
 
 
@@ -101,4 +113,4 @@ def p2p_s(num_bytes: float, link: GroupLink) -> float:
     """One point-to-point send between neighbouring ranks of the group."""
     if link.size <= 1 or num_bytes <= 0:
         return 0.0
-    return link.latency_s + num_bytes / link.cross_bytes_per_s
+    return link.latency_s + num_bytes / link.cross_bytes_per_s(num_bytes)

@@ -2,7 +2,9 @@
 
 Each kernel is bounded by a roofline (Williams, Waterman & Patterson 2009): the larger
 of ``FLOPs / (peak x achievable fraction)`` and ``bytes / (HBM bandwidth x achievable
-fraction)``, and never shorter than one kernel launch. The achievable fractions are
+fraction)``, and never shorter than one kernel launch. A GEMM's achievable fraction
+depends on its size — the cube root of ``m n k``, the edge of the square GEMM of equal
+work — through the measured curve of its GPU (small GEMMs fill fewer SMs and waves). The achievable fractions are
 hardware figures from ``efficiency.toml`` (public microbenchmarks), never fitted to runs.
 """
 
@@ -13,10 +15,10 @@ from plait.cost.setup import Setup
 from plait.hardware.accelerator import Accelerator
 
 
-def matmul_flops_per_s(acc: Accelerator, dtype: str) -> float:
-    """Sustained FLOP/s of large GEMMs in ``dtype``."""
+def matmul_flops_per_s(acc: Accelerator, dtype: str, size: float) -> float:
+    """Sustained FLOP/s of GEMMs in ``dtype`` whose square-equivalent edge is ``size``."""
     eff = acc.efficiency.matmul_fp8 if dtype == "fp8" else acc.efficiency.matmul_bf16
-    return acc.peak_flops(dtype) * eff.value
+    return acc.peak_flops(dtype) * eff.at(size)
 
 
 def memory_bytes_per_s(acc: Accelerator) -> float:
@@ -29,7 +31,8 @@ def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
     in_bytes = 1 if dtype == "fp8" else 2
     moved = (in_bytes * (gemm.m * gemm.k + gemm.k * gemm.n) + 2 * gemm.m * gemm.n) * gemm.count
     launch = acc.efficiency.kernel_launch_us.value * 1e-6 * gemm.count
-    return max(gemm.flops / matmul_flops_per_s(acc, dtype), moved / memory_bytes_per_s(acc), launch)
+    size = (gemm.m * gemm.n * gemm.k) ** (1.0 / 3.0)
+    return max(gemm.flops / matmul_flops_per_s(acc, dtype, size), moved / memory_bytes_per_s(acc), launch)
 
 
 def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup) -> tuple[float, float]:
@@ -49,6 +52,6 @@ def elementwise_time_s(num_bytes: float, acc: Accelerator) -> float:
     return num_bytes / memory_bytes_per_s(acc)
 
 
-def attention_flops_per_s(acc: Accelerator) -> float:
-    """Sustained FLOP/s of fused (flash) attention in bf16, forward and backward together."""
-    return acc.peak_flops("bf16") * acc.efficiency.attention.value
+def attention_flops_per_s(acc: Accelerator, key_length: float) -> float:
+    """Sustained FLOP/s of fused (flash) attention in bf16, forward and backward together, over ``key_length`` keys."""
+    return acc.peak_flops("bf16") * acc.efficiency.attention.at(key_length)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from plait.errors import ConfigError
-from plait.hardware.figure import Figure
+from plait.hardware.figure import Curve, Figure
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
@@ -25,12 +25,13 @@ GB = 1e9
 class Efficiency:
     """Achievable fractions of the datasheet peaks and fixed runtime overheads."""
 
-    matmul_bf16: Figure
-    """Fraction of bf16/fp16 dense peak a large, well-shaped GEMM sustains."""
-    matmul_fp8: Figure
-    """Fraction of fp8 dense peak a large fp8 GEMM sustains (ignored where there is no fp8)."""
-    attention: Figure
-    """Fraction of bf16 peak a fused (flash) attention kernel sustains, forward and backward together."""
+    matmul_bf16: Curve
+    """Fraction of bf16/fp16 dense peak a GEMM sustains, by size (cube root of ``m n k``)."""
+    matmul_fp8: Curve
+    """Fraction of fp8 dense peak an fp8 GEMM sustains, by size (ignored where there is no fp8)."""
+    attention: Curve
+    """Fraction of bf16 peak a fused (flash) attention kernel sustains, forward and backward together,
+    by the key length each query attends over (longer rows amortise the per-block overheads)."""
     memory: Figure
     """Fraction of HBM bandwidth a streaming elementwise kernel sustains."""
     kernel_launch_us: Figure

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from plait.errors import ConfigError
 from plait.hardware.accelerator import GB, GIB, Accelerator
-from plait.hardware.figure import Figure
+from plait.hardware.figure import Curve
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,8 +29,8 @@ class NetworkTier:
     """Line rate per GPU per direction, GB/s."""
     latency_us: float
     """Small-message latency of one collective step (one hop), microseconds."""
-    efficiency: Figure
-    """Fraction of the line rate large collectives sustain (nccl-tests busbw / line rate)."""
+    efficiency: Curve
+    """Fraction of the line rate collectives sustain (nccl-tests busbw / line rate), by message bytes."""
     source: str
     """Where bandwidth, span and latency come from."""
 
@@ -39,9 +39,13 @@ class NetworkTier:
             raise ConfigError(f"tier {self.name}: span_gpus, bandwidth must be > 0 and latency >= 0")
 
     @property
-    def bandwidth_bytes_per_s(self) -> float:
-        """Achievable per-GPU bandwidth of this tier in bytes/s (line rate x efficiency)."""
-        return self.bandwidth_gb_per_s_per_gpu * GB * self.efficiency.value
+    def line_bytes_per_s(self) -> float:
+        """Per-GPU line rate of this tier in bytes/s."""
+        return self.bandwidth_gb_per_s_per_gpu * GB
+
+    def bandwidth_bytes_per_s(self, message_bytes: float) -> float:
+        """Achievable per-GPU bandwidth for a collective on a ``message_bytes`` buffer."""
+        return self.line_bytes_per_s * self.efficiency.at(message_bytes)
 
     @property
     def latency_s(self) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 
 from plait.errors import ConfigError
@@ -26,3 +28,55 @@ def fraction(figure: Figure, where: str) -> float:
     if not 0.0 < figure.value <= 1.0:
         raise ConfigError(f"{where}={figure.value} must be a fraction in (0, 1]")
     return figure.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Curve:
+    """A fraction that depends on a size (GEMM edge, message bytes), with its provenance.
+
+    Either ``value`` (a constant) or ascending ``sizes`` with matching ``fractions``;
+    between points the fraction is interpolated linearly in ``log(size)``, outside
+    them it is held at the end points.
+    """
+
+    source: str
+    """Datasheet URL, ``measured by <command> on <date>``, or ``assumed: <why>``."""
+    value: float = 0.0
+    """Constant fraction (when no sizes are given)."""
+    sizes: tuple[float, ...] = ()
+    """Ascending sizes at which the fraction was measured."""
+    fractions: tuple[float, ...] = ()
+    """Fraction at each size."""
+
+    def __post_init__(self) -> None:
+        if not self.source.strip():
+            raise ConfigError("an efficiency curve needs a source (datasheet URL, 'measured by ...' or 'assumed: ...')")
+        if not self.sizes:
+            if not self.fractions:
+                object.__setattr__(self, "sizes", (1.0,))
+                object.__setattr__(self, "fractions", (self.value,))
+        if len(self.sizes) != len(self.fractions) or not self.sizes:
+            raise ConfigError(f"curve sizes {self.sizes} and fractions {self.fractions} must have the same, non-zero length")
+        if any(b <= a for a, b in zip(self.sizes, self.sizes[1:])) or self.sizes[0] <= 0:
+            raise ConfigError(f"curve sizes {self.sizes} must be positive and ascending")
+        if not all(0.0 < f <= 1.5 for f in self.fractions):
+            raise ConfigError(f"curve fractions {self.fractions} must lie in (0, 1.5]")
+        object.__setattr__(self, "_logs", tuple(math.log(x) for x in self.sizes))
+
+    @property
+    def peak(self) -> float:
+        """The largest fraction on the curve."""
+        return max(self.fractions)
+
+    def at(self, size: float) -> float:
+        """Fraction at ``size``."""
+        sizes, fractions = self.sizes, self.fractions
+        if size <= sizes[0]:
+            return fractions[0]
+        if size >= sizes[-1]:
+            return fractions[-1]
+        logs: tuple[float, ...] = self._logs  # type: ignore[attr-defined]
+        x = math.log(size)
+        i = min(max(bisect.bisect_right(logs, x), 1), len(logs) - 1)
+        w = (x - logs[i - 1]) / (logs[i] - logs[i - 1])
+        return fractions[i - 1] + w * (fractions[i] - fractions[i - 1])

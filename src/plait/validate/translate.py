@@ -5,7 +5,8 @@ the row allows and keep the feasible (memory-fitting) plan with the best predict
 step time — the assumption that whoever ran it tuned the knob. Unknown: micro-batch
 (divisors of the per-replica batch), recompute (none/selective/full), sharding
 (none or zero1 over all data-parallel ranks: sources that use FSDP/ZeRO-3 say so), sequence parallelism (when
-``tp > 1``), virtual stages (divisors of layers per stage, up to 8), and tp/pp (powers
+``tp > 1``), virtual stages (divisors of layers per stage, up to 8), the gradient buffer and reduction
+dtype (fp32 or bf16; no source states it), and tp/pp (powers
 of two up to the node for tp, divisors of the layers for pp, matching ``n_gpus/dp``).
 Unknown cp/ep are 1 and an unknown 16-bit precision is bf16 (fp16 has the same peaks).
 A row whose system is not named runs on the NVIDIA reference system of its GPU.
@@ -28,6 +29,7 @@ from plait.workload.model import ModelSpec, MoeSpec
 REFERENCE_SYSTEM = {"a100": "dgx-a100-ib", "h100": "dgx-h100-ib", "h200": "dgx-h100-ib", "b200": "b200-dgx",
                     "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 MAX_VPP = 8
+GRAD_DTYPES = ("fp32", "bf16")  # no run states its gradient-reduction dtype; frameworks offer both
 MAX_TP = 8
 
 
@@ -96,12 +98,12 @@ def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
             vpps = [row.vpp]
         else:
             vpps = [v for v in _divisors(row.layers // pp if row.layers % pp == 0 else 1, MAX_VPP)]
-        for mb, rc, sh, sp, vpp in itertools.product(mbs, recomputes, shardings, sps, vpps):
+        for mb, rc, sh, sp, vpp, grad in itertools.product(mbs, recomputes, shardings, sps, vpps, GRAD_DTYPES):
             shard = dp if sh != "none" else 1
             yield Plan(
                 tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,
                 ep=row.ep or 1, dp_replicate=dp // shard, dp_shard=shard, sharding=sh, recompute=rc,  # type: ignore[arg-type]
                 micro_batch=mb, global_batch=row.global_batch, seq_len=row.seq_len,
                 precision=row.precision or "bf16",  # type: ignore[arg-type]
-                overlap_grad_reduce=software.overlap_grad_reduce,
+                grad_reduce_dtype=grad, overlap_grad_reduce=software.overlap_grad_reduce,  # type: ignore[arg-type]
             )
