@@ -7,6 +7,7 @@ import pytest
 from plait.cost import collectives as coll
 from plait.cost.pipeline import StageTime, inflight_micro_batches, pipeline_time_s
 from plait.hardware.cluster import Cluster
+from plait.hardware.figure import Curve
 from plait.plan.plan import Plan
 
 GB = 1e9
@@ -19,7 +20,7 @@ def test_all_reduce_inside_a_node(toy_cluster: Cluster) -> None:
 
 def test_all_reduce_across_two_full_nodes_drives_eight_nics(toy_cluster: Cluster) -> None:
     link = coll.group_link(toy_cluster, 16, 1)
-    assert link.bus_bytes_per_s == pytest.approx(80 * GB)  # min(NVLink 100, 8 NICs x 10)
+    assert link.bus_bytes_per_s(GB) == pytest.approx(80 * GB)  # min(NVLink 100, 8 NICs x 10)
     assert coll.all_reduce_s(GB, link) == pytest.approx(2 * 15 / 16 * GB / (80 * GB))
 
 
@@ -41,8 +42,8 @@ def test_single_rank_groups_cost_nothing(toy_cluster: Cluster) -> None:
 
 
 def test_latency_term_ring_vs_tree() -> None:
-    link = coll.GroupLink(size=1024, bus_bytes_per_s=1e30, latency_s=1e-6, tier=1, cross_bytes_per_s=1e30,
-                          members_per_domain=1)
+    instant = Curve(value=1.0, source="assumed: test")
+    link = coll.GroupLink(size=1024, latency_s=1e-6, tier=1, members_per_domain=1, paths=((1, 1e30, instant),))
     assert coll.all_reduce_s(1.0, link) == pytest.approx(2 * 10 * 1e-6, rel=1e-6)  # tree: 2 log2(1024) steps
     assert coll.all_gather_s(1.0, link) == pytest.approx(1023 * 1e-6, rel=1e-6)  # ring: g - 1 steps
 
@@ -73,3 +74,16 @@ def test_inflight_micro_batches() -> None:
     assert inflight_micro_batches(Plan(pp=4, schedule="gpipe", global_batch=16), 3) == 16
     assert inflight_micro_batches(Plan(pp=4, vpp=3, schedule="interleaved", global_batch=16), 0) == pytest.approx(5)
     assert inflight_micro_batches(Plan(global_batch=16), 0) == 1
+
+
+def test_curve_interpolates_in_log_size() -> None:
+    curve = Curve(sizes=(1024.0, 4096.0), fractions=(0.2, 0.6), source="assumed: test")
+    assert curve.at(512) == 0.2 and curve.at(8192) == 0.6
+    assert curve.at(2048) == pytest.approx(0.4)  # halfway in log2
+
+
+def test_message_size_lowers_bus_bandwidth() -> None:
+    from plait.hardware.catalog import get_cluster
+
+    link = coll.group_link(get_cluster("dgx-a100-ib"), 8, 1)
+    assert link.bus_bytes_per_s(1e6) < link.bus_bytes_per_s(1e9) <= 300 * GB
