@@ -24,6 +24,8 @@ class Software:
     """Hidden and attention dropout active."""
     overlap_grad_reduce: bool = True
     """Data-parallel gradient reduction overlapped with the backward pass."""
+    sequence_parallel: bool | None = None
+    """Whether sequence parallelism existed/was used (``None``: unknown, filled by the knob rule)."""
     why: str = "default: current frameworks (FlashAttention-2 or later, no dropout, overlapped gradient reduction)"
     """Where the facts come from."""
 
@@ -40,7 +42,10 @@ _MEGATRON_2021 = Software(
 )
 
 SOFTWARE: dict[str, Software] = {
-    "narayanan_sc21": _MEGATRON_2021,
+    "narayanan_sc21": Software(
+        attention_kernel="unfused", dropout=True, overlap_grad_reduce=False, sequence_parallel=False,
+        why=_MEGATRON_2021.why + " Sequence parallelism was introduced later (Korthikanti et al. 2022, Sec. 4.2.2).",
+    ),
     "korthikanti_2022": _MEGATRON_2021,
 }
 

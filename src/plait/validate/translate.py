@@ -91,7 +91,8 @@ def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
         mbs = [row.micro_batch] if row.micro_batch else _divisors(per_replica, 16)
         recomputes = [row.recompute] if row.recompute else ["none", "selective", "full"]
         shardings = [row.sharding] if row.sharding else ["none", "zero1"]
-        sps = [False] if tp == 1 else ([row.sequence_parallel] if row.sequence_parallel is not None else [False, True])
+        stated = row.sequence_parallel if row.sequence_parallel is not None else software.sequence_parallel
+        sps = [False] if tp == 1 else ([stated] if stated is not None else [False, True])
         if pp == 1:
             vpps = [1]
         elif row.vpp:
