@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from plait.cost import collectives as coll
-from plait.cost.pipeline import StageTime, inflight_micro_batches, pipeline_time_s
+import numpy as np
+
+from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
+from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 
 GB = 1e9
@@ -48,32 +51,39 @@ def test_latency_term_ring_vs_tree() -> None:
     assert coll.all_gather_s(1.0, link) == pytest.approx(1023 * 1e-6, rel=1e-6)  # ring: g - 1 steps
 
 
+def _pipeline(plan: Plan, fwd: float, bwd: float) -> tuple[float, float]:
+    cols = PlanColumns.from_plans([plan])
+    busy, bubble = pipeline_time_s(cols, np.array([fwd + bwd]), np.array([fwd + bwd]), np.array([fwd]))
+    return float(busy[0]), float(bubble[0])
+
+
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 32), (2, 2)])
 def test_1f1b_time_is_m_plus_p_minus_1_stage_times(p: int, m: int) -> None:
-    plan = Plan(pp=p, micro_batch=1, global_batch=m)
-    busy, bubble = pipeline_time_s(plan, [StageTime(1.0, 2.0)] * p)
+    busy, bubble = _pipeline(Plan(pp=p, micro_batch=1, global_batch=m), 1.0, 2.0)
     assert busy + bubble == pytest.approx((m + p - 1) * 3.0)
     assert bubble / busy == pytest.approx((p - 1) / m)  # Narayanan et al. 2021, Sec. 2.2.1
 
 
 def test_interleaved_bubble_divides_by_v() -> None:
-    plan = Plan(pp=4, vpp=2, schedule="interleaved", micro_batch=1, global_batch=8)
-    busy, bubble = pipeline_time_s(plan, [StageTime(1.0, 2.0)] * 4)
+    busy, bubble = _pipeline(Plan(pp=4, vpp=2, schedule="interleaved", micro_batch=1, global_batch=8), 1.0, 2.0)
     assert bubble / busy == pytest.approx((4 - 1) / (2 * 8))  # Narayanan et al. 2021, Sec. 2.2.2
 
 
 def test_zb_h1_bubble_is_one_forward_per_stage() -> None:
-    plan = Plan(pp=4, schedule="zb-h1", micro_batch=1, global_batch=8)
-    _, bubble = pipeline_time_s(plan, [StageTime(1.0, 2.0)] * 4)
+    _, bubble = _pipeline(Plan(pp=4, schedule="zb-h1", micro_batch=1, global_batch=8), 1.0, 2.0)
     assert bubble == pytest.approx(3 * 1.0)
 
 
-def test_inflight_micro_batches() -> None:
-    assert inflight_micro_batches(Plan(pp=4, global_batch=16), 0) == 4
-    assert inflight_micro_batches(Plan(pp=4, global_batch=16), 3) == 1
-    assert inflight_micro_batches(Plan(pp=4, schedule="gpipe", global_batch=16), 3) == 16
-    assert inflight_micro_batches(Plan(pp=4, vpp=3, schedule="interleaved", global_batch=16), 0) == pytest.approx(5)
-    assert inflight_micro_batches(Plan(global_batch=16), 0) == 1
+@pytest.mark.parametrize("plan,stage,held", [
+    (Plan(pp=4, global_batch=16), 0, 4),
+    (Plan(pp=4, global_batch=16), 3, 1),
+    (Plan(pp=4, schedule="gpipe", global_batch=16), 3, 16),
+    (Plan(pp=4, vpp=3, schedule="interleaved", global_batch=16), 0, 5),
+    (Plan(global_batch=16), 0, 1),
+])
+def test_inflight_micro_batches(plan: Plan, stage: int, held: float) -> None:
+    cols = PlanColumns.from_plans([plan])
+    assert float(inflight_micro_batches(cols, np.array([stage]))[0]) == pytest.approx(held)
 
 
 def test_curve_interpolates_in_log_size() -> None:

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plait.cost.memory import shard_groups, stage_memory
-from plait.cost.setup import Setup
+from plait.cost.memory import shard_groups
 from plait.cost.step import estimate
 from plait.hardware.catalog import cluster_from_mapping, get_cluster
+from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.catalog import get_model
 from tests.conftest import toy_cluster_mapping
@@ -32,8 +32,7 @@ def test_more_tp_never_raises_weight_memory(model: str, small: int, recompute: s
         plan = Plan(tp=tp, sp=tp > 1, dp_shard=dp if sharding != "none" else 1,
                     dp_replicate=1 if sharding != "none" else dp, sharding=sharding,  # type: ignore[arg-type]
                     recompute=recompute, global_batch=dp * 2)  # type: ignore[arg-type]
-        setup = Setup(model=spec, cluster=H100, plan=plan.with_seq_len(spec.seq_len), attention_kernel="flash")
-        weights.append(stage_memory(setup, 0).weights_bytes)
+        weights.append(estimate(spec, H100, plan).memory.weights_bytes)
     assert weights[1] <= weights[0]
 
 
@@ -45,14 +44,13 @@ def test_shards_sum_to_the_unsharded_state(model: str, shard: int, sharding: str
     spec = get_model(model)
 
     def mem(plan: Plan):
-        return stage_memory(Setup(model=spec, cluster=H100, plan=plan.with_seq_len(spec.seq_len),
-                                  attention_kernel="flash"), 0)
+        return estimate(spec, H100, plan).memory
 
     full = mem(Plan(dp_replicate=shard, global_batch=shard))
-    part = mem(Plan(dp_shard=shard, sharding=sharding, global_batch=shard))  # type: ignore[arg-type]
-    group, _ = shard_groups(Setup(model=spec, cluster=H100, plan=Plan(dp_shard=shard, sharding=sharding),  # type: ignore[arg-type]
-                                  attention_kernel="flash"))
-    assert group == shard
+    sharded_plan = Plan(dp_shard=shard, sharding=sharding, global_batch=shard)  # type: ignore[arg-type]
+    part = mem(sharded_plan)
+    group, _ = shard_groups(PlanColumns.from_plans([sharded_plan]))
+    assert int(group[0]) == shard
     assert part.optimizer_bytes * shard == pytest.approx(full.optimizer_bytes)
     if sharding in ("zero2", "zero3"):
         assert part.gradients_bytes * shard == pytest.approx(full.gradients_bytes)

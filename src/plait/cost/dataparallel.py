@@ -1,4 +1,4 @@
-"""Once-per-step data-parallel traffic and the optimizer step.
+"""Once-per-step data-parallel traffic and the optimizer step, column-wise over plans.
 
 - No sharding: a gradient all-reduce over the ``dp * cp`` ranks holding one model shard
   (PyTorch DDP, Li et al. 2020, Sec. 3.2; Megatron reduces over data and context ranks).
@@ -17,50 +17,51 @@
 
 from __future__ import annotations
 
-from plait.cost import collectives as coll
+import numpy as np
+
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.links import collective_s
 from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param, shard_groups
-from plait.cost.params import StageParams
-from plait.cost.setup import Setup
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+
+Columns = dict[str, np.ndarray]
 
 
-def gradient_sync_s(setup: Setup, params: StageParams) -> tuple[float, float]:
-    """(gradient reduction, weight all-gather) seconds per step, before overlap."""
-    plan = setup.plan
-    g = setup.grad_bytes
-    replicas = plan.dp * plan.cp
-    if replicas == 1:
-        return 0.0, 0.0
-    dense_group, expert_group = shard_groups(setup)
-    if plan.sharding == "none":
-        dense = coll.group_link(setup.cluster, replicas, plan.tp)
-        expert = coll.group_link(setup.cluster, max(1, replicas // plan.ep), plan.tp * plan.ep)
-        return coll.all_reduce_s(g * params.dense, dense) + coll.all_reduce_s(g * params.expert, expert), 0.0
-    shard = coll.group_link(setup.cluster, dense_group, plan.tp)
-    replicate = coll.group_link(setup.cluster, plan.dp_replicate, plan.tp * dense_group)
-    sharded = params.dense / dense_group + params.expert / expert_group
-    across_replicas = coll.all_reduce_s(g * sharded, replicate)
-    if plan.sharding == "zero3":
-        return across_replicas, 0.0
-    reduce = coll.reduce_scatter_s(g * params.total, shard) + across_replicas
-    gather = coll.all_gather_s(PARAM_BYTES * params.total, shard)
-    return reduce, gather
+def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
+                    grad_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(gradient reduction, weight all-gather) seconds per step and row, before overlap."""
+    tp, ep = cols["tp"], cols["ep"]
+    replicas = cols.dp * cols["cp"]
+    dense_group, expert_group = shard_groups(cols)
+    none = cols.is_("sharding", "none")
+    plain = (collective_s(cluster, "all_reduce", replicas, tp, np.where(none, grad_bytes * params["dense"], 0.0))
+             + collective_s(cluster, "all_reduce", np.maximum(1, replicas // ep), tp * ep,
+                            np.where(none, grad_bytes * params["expert"], 0.0)))
+    sharded = params["dense"] / dense_group + params["expert"] / expert_group
+    across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
+                          np.where(none, 0.0, grad_bytes * sharded))
+    zero12 = cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2")
+    total = params["dense"] + params["expert"]
+    reduce = collective_s(cluster, "reduce_scatter", dense_group, tp, np.where(zero12, grad_bytes * total, 0.0))
+    gather = collective_s(cluster, "all_gather", dense_group, tp, np.where(zero12, PARAM_BYTES * total, 0.0))
+    return plain + across + reduce, gather
 
 
-def exposed_sync_s(setup: Setup, params: StageParams, last_backward_s: float, first_forward_s: float) -> float:
+def exposed_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray,
+                   last_backward_s: np.ndarray, first_forward_s: np.ndarray) -> np.ndarray:
     """Data-parallel seconds on the critical path after overlap."""
-    reduce, gather = gradient_sync_s(setup, params)
-    if not setup.plan.overlap_grad_reduce:
-        return reduce + gather
-    return max(0.0, reduce - last_backward_s) + max(0.0, gather - first_forward_s)
+    reduce, gather = gradient_sync_s(cluster, cols, params, grad_bytes)
+    overlapped = np.maximum(0.0, reduce - last_backward_s) + np.maximum(0.0, gather - first_forward_s)
+    return np.where(cols["overlap_grad_reduce"], overlapped, reduce + gather)
 
 
-def optimizer_step_s(setup: Setup, params: StageParams) -> float:
+def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray) -> np.ndarray:
     """Seconds of the optimizer step on one rank."""
-    plan, acc = setup.plan, setup.cluster.accelerator
-    dense_group, expert_group = shard_groups(setup)
-    local = params.dense / dense_group + params.expert / expert_group if plan.sharding != "none" else params.total
-    if plan.offload_optimizer:
-        return local * (setup.grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9)
-    moved = local * (setup.grad_bytes + 2 * optimizer_bytes_per_param(setup) + PARAM_BYTES)
-    return moved / memory_bytes_per_s(acc)
+    acc = cluster.accelerator
+    dense_group, expert_group = shard_groups(cols)
+    local = np.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
+                     params["dense"] / dense_group + params["expert"] / expert_group)
+    offloaded = local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + PARAM_BYTES) / memory_bytes_per_s(acc)
+    return np.where(cols["offload_optimizer"], offloaded, on_gpu)

@@ -41,10 +41,6 @@ class LayerCost:
     cp_bwd_s: float
     ep_fwd_s: float
     ep_bwd_s: float
-    fsdp_gather_s: float
-    """One all-gather of this layer's parameters over the sharding group (or host fetch)."""
-    fsdp_reduce_s: float
-    """One reduce-scatter of this layer's gradients over the sharding group."""
 
 
 def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> float:
@@ -122,8 +118,8 @@ def _ep_pass_s(setup: Setup) -> float:
     return 2 * coll.all_to_all_s(send, link)
 
 
-def layer_cost(setup: Setup, moe_layer: bool, layer_params: float, fsdp_group: int) -> LayerCost:
-    """Cost of one layer; ``layer_params`` are this rank's parameters of it (for FSDP gathers)."""
+def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
+    """Cost of one layer (compute and the collectives inside it)."""
     plan, acc = setup.plan, setup.cluster.accelerator
     gemms = layer_gemms(setup, moe_layer)
     gemm_fwd, gemm_bwd = gemms_fwd_bwd_s(gemms, setup)
@@ -141,12 +137,5 @@ def layer_cost(setup: Setup, moe_layer: bool, layer_params: float, fsdp_group: i
         recompute = core_fwd
     else:
         recompute = 0.0
-    gather = reduce = 0.0
-    if plan.offload_params:
-        gather = 2 * layer_params / (acc.pcie_bandwidth_gb_per_s * 1e9)
-    elif plan.sharding == "zero3" and fsdp_group > 1:
-        link = coll.group_link(setup.cluster, fsdp_group, plan.tp)
-        gather = coll.all_gather_s(2 * layer_params, link)
-        reduce = coll.reduce_scatter_s(setup.grad_bytes * layer_params, link)
-    return LayerCost(fwd, bwd, recompute, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep, ep, gather, reduce)
+    return LayerCost(fwd, bwd, recompute, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep, ep)
 

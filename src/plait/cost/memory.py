@@ -1,4 +1,4 @@
-"""Memory per GPU of one pipeline stage: model states, activations, buffers, overheads.
+"""Memory per GPU of one pipeline stage, column-wise over plans.
 
 Model states follow ZeRO (Rajbhandari et al. 2020, Sec. 3.1 and 5.1): mixed-precision
 Adam keeps 2-byte weights, gradients in the reduction dtype, and ``K = 12`` bytes of
@@ -7,99 +7,93 @@ states / +gradients / +weights by the sharding group. Megatron's distributed opt
 and FSDP shard over data- and context-parallel ranks together, and expert states over
 ``dp * cp / ep`` (Megatron-Core ``expert_data_parallel``). FSDP holds the current and
 the prefetched layer unsharded (Zhao et al. 2023, "PyTorch FSDP", Sec. 3.2.2).
-Activations: :mod:`plait.cost.activations` times the micro-batches in flight
-(:mod:`plait.cost.pipeline`).
+Activations: per-layer bytes of :mod:`plait.cost.activations` (via :mod:`plait.cost.inner`)
+times the micro-batches in flight (:mod:`plait.cost.pipeline`); under full recomputation
+one layer's activations are live again while it is recomputed.
 """
 
 from __future__ import annotations
 
-from plait.cost import activations as act
-from plait.cost.estimate import MemoryBreakdown
-from plait.cost.params import stage_layer_counts, stage_params
+import numpy as np
+
+from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
-from plait.cost.setup import Setup
-from plait.hardware.accelerator import GIB
+from plait.cost.stage import recomputed_layers
+from plait.hardware.accelerator import GIB, Accelerator
+from plait.plan.columns import PlanColumns
+from plait.workload.model import ModelSpec
 
 PARAM_BYTES = 2  # bf16/fp16 compute copy of the weights (Micikevicius et al. 2018)
+MEMORY_ITEMS = ("weights", "gradients", "optimizer", "activations", "comm_buffers", "runtime_reserved",
+                "fragmentation")
+Columns = dict[str, np.ndarray]
 
 
-def optimizer_bytes_per_param(setup: Setup) -> float:
+def optimizer_bytes_per_param(cols: PlanColumns) -> np.ndarray:
     """fp32 master copy (if kept) plus optimizer moments: AdamW two, SGD-momentum one."""
-    plan = setup.plan
-    moments = 8 if plan.optimizer == "adamw" else 4
-    return moments + (4 if plan.master_weights else 0)
+    moments = np.where(cols.is_("optimizer", "adamw"), 8, 4)
+    return moments + np.where(cols["master_weights"], 4, 0)
 
 
-def shard_groups(setup: Setup) -> tuple[int, int]:
+def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) sharding-group sizes of ZeRO/FSDP (1 when nothing is sharded)."""
-    plan = setup.plan
-    if plan.sharding == "none":
-        return 1, 1
-    dense = plan.dp_shard * plan.cp
-    return dense, max(1, dense // plan.ep)
+    sharded = ~cols.is_("sharding", "none")
+    dense = np.where(sharded, cols["dp_shard"] * cols["cp"], 1)
+    return dense, np.where(sharded, np.maximum(1, dense // cols["ep"]), 1)
 
 
-def _stage_activation_bytes(setup: Setup, stage: int) -> tuple[float, float]:
-    """(activation bytes at the peak, micro-batches in flight) of ``stage``."""
-    plan = setup.plan
-    n_dense, n_moe = stage_layer_counts(setup, stage)
-    full = {False: act.layer_bytes(setup, False), True: act.layer_bytes(setup, True) if n_moe else 0.0}
-    if plan.recompute == "selective":
-        kept = {moe: act.layer_bytes_selective(setup, moe) if (moe is False or n_moe) else 0.0 for moe in (False, True)}
-        per_mb = n_dense * kept[False] + n_moe * kept[True]
-        working = 0.0
-    elif plan.recompute == "full":
-        layers = n_dense + n_moe
-        recomputed = layers if plan.recompute_layers < 0 else min(plan.recompute_layers, layers)
-        stored_full = layers - recomputed
-        moe_full = min(n_moe, stored_full)  # layers kept whole are taken from the end of the stage
-        dense_full = stored_full - moe_full
-        per_mb = recomputed * act.layer_input_bytes(setup) + dense_full * full[False] + moe_full * full[True]
-        working = max(full[False], full[True]) if recomputed else 0.0
-    else:
-        per_mb = n_dense * full[False] + n_moe * full[True]
-        working = 0.0
-    inflight = inflight_micro_batches(plan, stage)
-    if stage == 0:
-        per_mb += act.first_stage_extra_bytes(setup)
-    total = inflight * per_mb + working
-    if stage == plan.pp - 1:
-        total += act.last_stage_extra_bytes(setup)
+def stage_params(model: ModelSpec, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> Columns:
+    """Parameters on one rank of ``stage``: dense, expert and the largest layer."""
+    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
+    dense = n_dense * inner["params_d"] + n_moe * inner["params_m"]
+    positions = model.embedding_params() - model.vocab_size * model.hidden_size
+    dense = dense + (stage == 0) * (inner["vocab_params"] + positions)
+    own_head = (not model.tied_embeddings) | (cols["pp"] > 1)
+    dense = dense + (stage == cols["pp"] - 1) * (model.norm_params() + own_head * inner["vocab_params"])
+    largest = np.maximum(np.where(n_dense > 0, inner["params_d"], 0.0),
+                         np.where(n_moe > 0, inner["params_m"] + inner["params_expert_m"], 0.0))
+    return {"dense": dense, "expert": n_moe * inner["params_expert_m"], "largest": largest}
+
+
+def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
+    rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
+    full_mb = n_dense * inner["act_full_d"] + n_moe * inner["act_full_m"]
+    selective_mb = n_dense * inner["act_sel_d"] + n_moe * inner["act_sel_m"]
+    recomputed = rc_dense + rc_moe
+    recompute_mb = (recomputed * inner["act_input"] + (n_dense - rc_dense) * inner["act_full_d"]
+                    + (n_moe - rc_moe) * inner["act_full_m"])
+    working = np.where(recomputed > 0, np.maximum(np.where(n_dense > 0, inner["act_full_d"], 0.0),
+                                                  np.where(n_moe > 0, inner["act_full_m"], 0.0)), 0.0)
+    per_mb = np.select([cols.is_("recompute", "selective"), cols.is_("recompute", "full")],
+                       [selective_mb, recompute_mb], full_mb)
+    inflight = inflight_micro_batches(cols, stage)
+    total = inflight * (per_mb + (stage == 0) * inner["act_first"]) + working
+    total = total + (stage == cols["pp"] - 1) * inner["act_last"]
     return total, inflight
 
 
-def stage_memory(setup: Setup, stage: int) -> MemoryBreakdown:
-    """Peak memory of one GPU of pipeline stage ``stage``."""
-    plan, acc = setup.plan, setup.cluster.accelerator
-    params = stage_params(setup, stage)
-    dense_group, expert_group = shard_groups(setup)
-    sharded = params.dense / dense_group + params.expert / expert_group
-    weights = PARAM_BYTES * (sharded if plan.sharding == "zero3" else params.total)
-    if plan.offload_params:
-        weights = 0.0
-    grads = setup.grad_bytes * (sharded if plan.sharding in ("zero2", "zero3") else params.total)
-    optimizer = 0.0 if plan.offload_optimizer else optimizer_bytes_per_param(setup) * (
-        sharded if plan.sharding != "none" else params.total)
-    buffers = 0.0
-    if plan.sharding == "zero3" and dense_group > 1 or plan.offload_params:
-        buffers = params.largest_layer * (2 * PARAM_BYTES + setup.grad_bytes)
-    activations, inflight = _stage_activation_bytes(setup, stage)
+def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> Columns:
+    """Bytes per component on one GPU of ``stage``, plus ``total`` and ``inflight``."""
+    params = stage_params(model, cols, inner, stage)
+    dense_group, expert_group = shard_groups(cols)
+    total_params = params["dense"] + params["expert"]
+    sharded = params["dense"] / dense_group + params["expert"] / expert_group
+    zero3 = cols.is_("sharding", "zero3")
+    weights = np.where(cols["offload_params"], 0.0, PARAM_BYTES * np.where(zero3, sharded, total_params))
+    grads = inner["grad_bytes"] * np.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
+    optimizer = np.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * np.where(
+        cols.is_("sharding", "none"), total_params, sharded))
+    buffers = np.where((zero3 & (dense_group > 1)) | cols["offload_params"],
+                       params["largest"] * (2 * PARAM_BYTES + inner["grad_bytes"]), 0.0)
+    activations, inflight = _activation_bytes(model, cols, inner, stage)
     eff = acc.efficiency
-    return MemoryBreakdown(
-        stage=stage,
-        weights_bytes=weights,
-        gradients_bytes=grads,
-        optimizer_bytes=optimizer,
-        activations_bytes=activations,
-        comm_buffers_bytes=buffers,
-        runtime_reserved_bytes=eff.runtime_reserved_gib.value * GIB,
-        fragmentation_bytes=eff.allocator_overhead.value * (activations + buffers),
-        capacity_bytes=acc.memory_bytes,
-        inflight_micro_batches=inflight,
-    )
-
-
-def peak_memory(setup: Setup) -> MemoryBreakdown:
-    """The most loaded stage's breakdown (first and last stages bracket the others)."""
-    stages = {0, setup.plan.pp - 1}
-    return max((stage_memory(setup, s) for s in stages), key=lambda m: m.total_bytes)
+    out = {
+        "weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations,
+        "comm_buffers": buffers, "runtime_reserved": np.full(len(cols), eff.runtime_reserved_gib.value * GIB),
+        "fragmentation": eff.allocator_overhead.value * (activations + buffers),
+    }
+    out = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), (len(cols),)) for k, v in out.items()}
+    out["total"] = sum(out[k] for k in MEMORY_ITEMS)
+    out["inflight"] = inflight
+    return out

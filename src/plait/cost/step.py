@@ -1,29 +1,16 @@
-"""Assemble one estimate: memory of the most loaded stage and the step-time breakdown.
-
-step = slowest stage x micro-batches + pipeline bubble + exposed data-parallel sync
-+ optimizer step. Components of the slowest stage are scaled by the micro-batch count
-so that the breakdown sums to the step time (see :mod:`plait.cost.pipeline`).
-"""
+"""One estimate: a batch of one plan through :func:`plait.cost.batch.evaluate_batch`."""
 
 from __future__ import annotations
 
-from plait.cost.dataparallel import exposed_sync_s, optimizer_step_s
-from plait.cost.estimate import Estimate, TimeBreakdown
-from plait.cost.flops import model_flops_per_token
-from plait.cost.memory import peak_memory
-from plait.cost.params import stage_params
-from plait.cost.pipeline import StageTime, pipeline_time_s
-from plait.cost.setup import AttentionKernel, Setup
-from plait.cost.stage import stage_cost
+from plait.cost.batch import TIME_ITEMS, evaluate_batch
+from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
+from plait.cost.memory import MEMORY_ITEMS
+from plait.cost.setup import AttentionKernel
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
+from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
-
-
-def _stages_to_cost(plan: Plan) -> list[int]:
-    """First, last and (when they differ) one middle stage stand for all stages."""
-    return sorted({0, plan.pp // 2, plan.pp - 1})
 
 
 def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *,
@@ -32,47 +19,28 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *,
     plan = plan.with_seq_len(model.seq_len)
     if check:
         rules.check_plan(plan, model, cluster)
-    setup = Setup(model=model, cluster=cluster, plan=plan, attention_kernel=attention_kernel)
-    indices = _stages_to_cost(plan)
-    costs = {i: stage_cost(setup, i) for i in indices}
-    middle = plan.pp - len(indices) + 1 if plan.pp > 2 else 0
-    weights = {i: (middle if 0 < i < plan.pp - 1 else 1) for i in indices}
-    times = [StageTime(costs[i].forward_s, costs[i].backward_s) for i in indices for _ in range(weights[i])]
-    busy, bubble = pipeline_time_s(plan, times)
-    slowest = max(indices, key=lambda i: costs[i].total_s)
-    m = plan.num_micro_batches
-    parts = {k: m * (costs[slowest].forward[k] + costs[slowest].backward[k]) for k in costs[slowest].forward}
-    params = stage_params(setup, slowest)
-    dp = exposed_sync_s(setup, params, costs[slowest].backward_s, costs[slowest].forward_s)
-    breakdown = TimeBreakdown(
-        compute_s=parts["compute"], recompute_s=parts["recompute"], tp_comm_s=parts["tp_comm"],
-        cp_comm_s=parts["cp_comm"], ep_comm_s=parts["ep_comm"], pp_p2p_s=parts["pp_p2p"],
-        fsdp_comm_s=parts["fsdp_comm"], pp_bubble_s=bubble, dp_comm_s=dp,
-        optimizer_s=optimizer_step_s(setup, params),
+    result = evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), attention_kernel)
+    return estimate_from_batch(model, cluster, result, 0)
+
+
+def estimate_from_batch(model: ModelSpec, cluster: Cluster, result, row: int) -> Estimate:  # type: ignore[no-untyped-def]
+    """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate."""
+    plan = result.cols.plan(row)
+    mem = result.memory
+    memory = MemoryBreakdown(
+        stage=int(result.memory_stage[row]),
+        capacity_bytes=cluster.accelerator.memory_bytes,
+        inflight_micro_batches=float(mem["inflight"][row]),
+        **{f"{k}_bytes": float(mem[k][row]) for k in MEMORY_ITEMS},
     )
-    assert abs(sum(parts.values()) - busy) <= 1e-9 * max(busy, 1.0)
+    time = TimeBreakdown(**{f"{k}_s": float(result.time[k][row]) for k in TIME_ITEMS})
     tokens = plan.global_batch * plan.seq_len
-    model_flops = model_flops_per_token(setup) * tokens
+    model_flops = float(result.model_flops_per_token[row]) * tokens
     return Estimate(
-        model_name=model.name,
-        cluster_name=cluster.name,
-        plan=plan,
-        memory=peak_memory(setup),
-        time=breakdown,
-        tokens_per_step=tokens,
-        model_flops_per_step=model_flops,
-        hardware_flops_per_step=model_flops * _recompute_factor(setup),
+        model_name=model.name, cluster_name=cluster.name, plan=plan, memory=memory, time=time,
+        tokens_per_step=tokens, model_flops_per_step=model_flops,
+        hardware_flops_per_step=model_flops * float(result.recompute_factor[row]),
         peak_flops_per_gpu=cluster.accelerator.peak_flops("bf16"),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
         warnings=rules.warnings(plan, model, cluster),
     )
-
-
-def _recompute_factor(setup: Setup) -> float:
-    """HFU/MFU ratio: full recompute adds one forward (4/3 of model FLOPs) on recomputed layers."""
-    plan, model = setup.plan, setup.model
-    if plan.recompute != "full":
-        return 1.0
-    layers = -(-model.num_layers // plan.pp)
-    share = 1.0 if plan.recompute_layers < 0 else min(plan.recompute_layers, layers) / layers
-    return 1.0 + share / 3.0

@@ -1,120 +1,121 @@
-"""Validation of a Plan against its model and cluster.
+"""Validation of plans against their model and cluster, as named vectorised rules.
 
-Each rule is a small named function that returns ``None`` or a one-line reason naming
-the value and the rule (``tp=3 must divide num_heads=32``). The estimator raises the
-first reason as a :class:`ConfigError`; the planner records it as the candidate's
-infeasibility reason (STYLE.md rules 9 and 11).
+Each rule is data: a name, a mask over :class:`PlanColumns` marking the rows that break
+it, and a message naming the value and the rule for one plan (``tp=3 must divide
+num_heads=32``). The estimator raises the first broken rule as a :class:`ConfigError`;
+the planner records it as the candidate's infeasibility reason (STYLE.md rules 9, 11).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
 
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
-Rule = Callable[[Plan, ModelSpec, Cluster], "str | None"]
+Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
+Message = Callable[[Plan, ModelSpec, Cluster], str]
 
 
-def _degrees_positive(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    for name in ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "micro_batch", "global_batch"):
-        if getattr(plan, name) <= 0:
-            return f"{name}={getattr(plan, name)} must be > 0"
-    if plan.seq_len < 0:
-        return f"seq_len={plan.seq_len} must be > 0"
-    return None
+@dataclass(frozen=True)
+class Rule:
+    """One named validity rule."""
+
+    name: str
+    broken: Mask
+    message: Message
 
 
-def _tp_divides_heads(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    if model.num_heads % plan.tp:
-        return f"tp={plan.tp} must divide num_heads={model.num_heads}"
-    kv = model.num_kv_heads
-    if not model.mla and kv % plan.tp and plan.tp % kv:
-        return f"tp={plan.tp} must divide num_kv_heads={kv} (or be a multiple of it)"
-    if model.ffn_hidden_size % plan.tp:
-        return f"tp={plan.tp} must divide ffn_hidden_size={model.ffn_hidden_size}"
-    if model.moe and model.moe.expert_ffn_hidden_size % plan.tp:
-        return f"tp={plan.tp} must divide moe.expert_ffn_hidden_size={model.moe.expert_ffn_hidden_size}"
-    return None
+def _seq(c: PlanColumns, m: ModelSpec) -> np.ndarray:
+    return np.where(c["seq_len"] > 0, c["seq_len"], m.seq_len)
 
 
-def _pipeline_fits_layers(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    chunks = plan.pp * plan.vpp
-    if chunks > model.num_layers:
-        return f"pp*vpp={chunks} must be <= num_layers={model.num_layers}"
-    if plan.vpp > 1 and plan.schedule != "interleaved":
-        return f"vpp={plan.vpp} needs schedule='interleaved' (got {plan.schedule!r})"
-    if plan.schedule == "interleaved" and plan.pp > 1 and plan.num_micro_batches % plan.pp:
-        return (f"interleaved schedule needs micro-batches per step ({plan.num_micro_batches}) "
-                f"divisible by pp={plan.pp}")
-    if plan.recompute == "full" and plan.recompute_layers > -(-model.num_layers // plan.pp):
-        return f"recompute_layers={plan.recompute_layers} must be <= layers per stage={-(-model.num_layers // plan.pp)}"
-    return None
+def _stage_layers(c: PlanColumns, m: ModelSpec) -> np.ndarray:
+    return -(-m.num_layers // np.maximum(c["pp"], 1))
 
 
-def _batch_divides(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    unit = plan.micro_batch * plan.dp
-    if plan.global_batch % unit:
-        return f"global_batch={plan.global_batch} must be divisible by micro_batch*dp={plan.micro_batch}*{plan.dp}={unit}"
-    return None
+_POSITIVE = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "micro_batch", "global_batch")
 
 
-def _context_parallel(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    seq = plan.seq_len or model.seq_len
-    if plan.cp > 1 and seq % (2 * plan.cp):
-        return f"seq_len={seq} must be divisible by 2*cp={2 * plan.cp} (load-balanced causal split)"
-    return None
+def _first_nonpositive(p: Plan) -> str:
+    name = next(n for n in _POSITIVE if getattr(p, n) <= 0)
+    return f"{name}={getattr(p, name)} must be > 0"
 
 
-def _expert_parallel(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    if plan.ep == 1:
-        return None
-    if not model.moe:
-        return f"ep={plan.ep} needs a mixture-of-experts model ({model.name} is dense)"
-    if model.moe.num_experts % plan.ep:
-        return f"ep={plan.ep} must divide moe.num_experts={model.moe.num_experts}"
-    if (plan.dp * plan.cp) % plan.ep:
-        return f"ep={plan.ep} must divide dp*cp={plan.dp * plan.cp}"
-    return None
-
-
-def _sharding_group(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    if plan.sharding == "none" and plan.dp_shard > 1:
-        return f"dp_shard={plan.dp_shard} needs sharding zero1/zero2/zero3 (sharding='none')"
-    if plan.offload_params and plan.sharding != "zero3":
-        return f"offload_params needs sharding='zero3' (got {plan.sharding!r})"
-    return None
-
-
-def _hardware_supports(plan: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
-    if plan.precision == "fp8" and "fp8" not in cluster.accelerator.peak_tflops:
-        return f"precision=fp8 is not supported by {cluster.accelerator.name}"
-    if plan.num_gpus > cluster.max_gpus:
-        return f"plan needs {plan.num_gpus} GPUs but cluster {cluster.name} has {cluster.max_gpus}"
-    return None
-
-
-RULES: tuple[tuple[str, Rule], ...] = (
-    ("degrees-positive", _degrees_positive),
-    ("tp-divides-heads", _tp_divides_heads),
-    ("pipeline-fits-layers", _pipeline_fits_layers),
-    ("batch-divides", _batch_divides),
-    ("context-parallel", _context_parallel),
-    ("expert-parallel", _expert_parallel),
-    ("sharding-group", _sharding_group),
-    ("hardware-supports", _hardware_supports),
+RULES: tuple[Rule, ...] = (
+    Rule("degrees-positive",
+         lambda c, m, k: np.logical_or.reduce([c[n] <= 0 for n in _POSITIVE] + [c["seq_len"] < 0]),
+         lambda p, m, k: _first_nonpositive(p) if any(getattr(p, n) <= 0 for n in _POSITIVE)
+         else f"seq_len={p.seq_len} must be > 0"),
+    Rule("tp-divides-heads", lambda c, m, k: m.num_heads % c["tp"] != 0,
+         lambda p, m, k: f"tp={p.tp} must divide num_heads={m.num_heads}"),
+    Rule("tp-fits-kv-heads",
+         lambda c, m, k: (m.mla is None) & (m.num_kv_heads % c["tp"] != 0) & (c["tp"] % m.num_kv_heads != 0),
+         lambda p, m, k: f"tp={p.tp} must divide num_kv_heads={m.num_kv_heads} (or be a multiple of it)"),
+    Rule("tp-divides-ffn", lambda c, m, k: m.ffn_hidden_size % c["tp"] != 0,
+         lambda p, m, k: f"tp={p.tp} must divide ffn_hidden_size={m.ffn_hidden_size}"),
+    Rule("tp-divides-expert-ffn",
+         lambda c, m, k: np.full(len(c), False) if not m.moe else m.moe.expert_ffn_hidden_size % c["tp"] != 0,
+         lambda p, m, k: f"tp={p.tp} must divide moe.expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size if m.moe else 0}"),
+    Rule("pipeline-fits-layers", lambda c, m, k: c["pp"] * c["vpp"] > m.num_layers,
+         lambda p, m, k: f"pp*vpp={p.pp * p.vpp} must be <= num_layers={m.num_layers}"),
+    Rule("vpp-needs-interleaved", lambda c, m, k: (c["vpp"] > 1) & ~c.is_("schedule", "interleaved"),
+         lambda p, m, k: f"vpp={p.vpp} needs schedule='interleaved' (got {p.schedule!r})"),
+    Rule("interleaved-micro-batches",
+         lambda c, m, k: c.is_("schedule", "interleaved") & (c["pp"] > 1) & (c.num_micro_batches % c["pp"] != 0),
+         lambda p, m, k: (f"interleaved schedule needs micro-batches per step ({p.num_micro_batches}) "
+                          f"divisible by pp={p.pp}")),
+    Rule("recompute-layers-fit",
+         lambda c, m, k: c.is_("recompute", "full") & (c["recompute_layers"] > _stage_layers(c, m)),
+         lambda p, m, k: f"recompute_layers={p.recompute_layers} must be <= layers per stage={-(-m.num_layers // p.pp)}"),
+    Rule("batch-divides", lambda c, m, k: c["global_batch"] % (c["micro_batch"] * c.dp) != 0,
+         lambda p, m, k: (f"global_batch={p.global_batch} must be divisible by micro_batch*dp="
+                          f"{p.micro_batch}*{p.dp}={p.micro_batch * p.dp}")),
+    Rule("context-parallel-split", lambda c, m, k: (c["cp"] > 1) & (_seq(c, m) % (2 * c["cp"]) != 0),
+         lambda p, m, k: (f"seq_len={p.seq_len or m.seq_len} must be divisible by 2*cp={2 * p.cp} "
+                          "(load-balanced causal split)")),
+    Rule("expert-parallel-needs-moe", lambda c, m, k: (c["ep"] > 1) & (m.moe is None),
+         lambda p, m, k: f"ep={p.ep} needs a mixture-of-experts model ({m.name} is dense)"),
+    Rule("ep-divides-experts",
+         lambda c, m, k: np.full(len(c), False) if not m.moe else m.moe.num_experts % c["ep"] != 0,
+         lambda p, m, k: f"ep={p.ep} must divide moe.num_experts={m.moe.num_experts if m.moe else 0}"),
+    Rule("ep-divides-dp-cp", lambda c, m, k: (c.dp * c["cp"]) % c["ep"] != 0,
+         lambda p, m, k: f"ep={p.ep} must divide dp*cp={p.dp * p.cp}"),
+    Rule("shard-group-needs-sharding", lambda c, m, k: c.is_("sharding", "none") & (c["dp_shard"] > 1),
+         lambda p, m, k: f"dp_shard={p.dp_shard} needs sharding zero1/zero2/zero3 (sharding='none')"),
+    Rule("offload-params-needs-zero3", lambda c, m, k: c["offload_params"] & ~c.is_("sharding", "zero3"),
+         lambda p, m, k: f"offload_params needs sharding='zero3' (got {p.sharding!r})"),
+    Rule("precision-supported",
+         lambda c, m, k: c.is_("precision", "fp8") & ("fp8" not in k.accelerator.peak_tflops),
+         lambda p, m, k: f"precision=fp8 is not supported by {k.accelerator.name}"),
+    Rule("cluster-size", lambda c, m, k: c.num_gpus > k.max_gpus,
+         lambda p, m, k: f"plan needs {p.num_gpus} GPUs but cluster {k.name} has {k.max_gpus}"),
 )
+
+
+def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> np.ndarray:
+    """Per row, the index of the first broken rule in ``RULES`` (-1 when valid)."""
+    first = np.full(len(cols), -1, dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # rows with a zero degree fail the first rule anyway
+        for index, rule in enumerate(RULES):
+            mask = np.asarray(rule.broken(cols, model, cluster), dtype=bool) & (first < 0)
+            first[mask] = index
+    return first
 
 
 def first_violation(plan: Plan, model: ModelSpec, cluster: Cluster) -> tuple[str, str] | None:
     """The first broken rule as ``(rule name, reason)``, or ``None`` when the plan is valid."""
-    for name, rule in RULES:
-        reason = rule(plan, model, cluster)
-        if reason:
-            return name, reason
-    return None
+    index = int(broken_rule_index(PlanColumns.from_plans([plan]), model, cluster)[0])
+    if index < 0:
+        return None
+    rule = RULES[index]
+    return rule.name, rule.message(plan, model, cluster)
 
 
 def check_plan(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | None = None) -> None:

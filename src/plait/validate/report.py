@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import mean
 
+import numpy as np
+
+from plait.cost.batch import evaluate_batch
 from plait.cost.estimate import Estimate
-from plait.cost.step import estimate
+from plait.cost.step import estimate_from_batch
 from plait.errors import ConfigError
-from plait.plan.rules import first_violation
+from plait.plan.columns import PlanColumns
+from plait.plan.rules import broken_rule_index
 from plait.validate.runs import RunRow
 from plait.validate.software import software_for
 from plait.validate.translate import candidate_plans, row_cluster, row_model
@@ -45,23 +49,21 @@ def predict_row(row: RunRow) -> RowResult:
     software = software_for(row.source)
     try:
         model, cluster = row_model(row, software), row_cluster(row)
-        best: Estimate | None = None
-        best_any: Estimate | None = None
-        count = 0
-        for plan in candidate_plans(row, software):
-            if first_violation(plan.with_seq_len(model.seq_len), model, cluster):
-                continue
-            count += 1
-            est = estimate(model, cluster, plan, attention_kernel=software.attention_kernel, check=False)
-            if best_any is None or est.step_time_s < best_any.step_time_s:
-                best_any = est
-            if est.memory.fits and (best is None or est.step_time_s < best.step_time_s):
-                best = est
+        plans = list(candidate_plans(row, software))
+        if not plans:
+            return RowResult(row=row, reason="no plan is consistent with the row's layout")
+        cols = PlanColumns.from_plans(plans)
+        cols = cols.take(broken_rule_index(cols, model, cluster) < 0)
+        if not len(cols):
+            return RowResult(row=row, reason="no plan consistent with the row passes plait's plan rules")
+        result = evaluate_batch(model, cluster, cols, software.attention_kernel)
     except ConfigError as exc:
         return RowResult(row=row, reason=str(exc))
-    if best_any is None:
-        return RowResult(row=row, reason="no plan consistent with the row passes plait's plan rules")
-    return RowResult(row=row, estimate=best or best_any, candidates=count, fits=best is not None)
+    step = result.step_time_s
+    fits = result.memory["total"] <= cluster.accelerator.memory_bytes
+    best = int(np.argmin(np.where(fits, step, np.inf))) if fits.any() else int(np.argmin(step))
+    return RowResult(row=row, estimate=estimate_from_batch(model, cluster, result, best), candidates=len(cols),
+                     fits=bool(fits.any()))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,113 @@
+"""Evaluate many plans at once: step-time and memory breakdowns as columns.
+
+step = slowest stage x micro-batches + pipeline bubble + exposed data-parallel sync
++ optimizer step (see :mod:`plait.cost.pipeline`, :mod:`plait.cost.dataparallel`).
+The first, middle and last stages stand for all stages (interior stages are alike).
+Components of the slowest stage are scaled by the micro-batch count so that the
+breakdown sums to the step time. The single-plan estimator is a batch of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plait.cost.dataparallel import exposed_sync_s, optimizer_step_s
+from plait.cost.flops import model_flops_per_token
+from plait.cost.inner import inner_columns
+from plait.cost.links import collective_s
+from plait.cost.memory import MEMORY_ITEMS, shard_groups, stage_memory, stage_params
+from plait.cost.pipeline import pipeline_time_s
+from plait.cost.setup import AttentionKernel, Setup
+from plait.cost.stage import COMPONENTS, stage_time
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.workload.model import ModelSpec
+
+Columns = dict[str, np.ndarray]
+TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "pp_bubble", "fsdp_comm",
+              "dp_comm", "optimizer")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Per-row results: ``time[item]`` seconds, ``memory[item]`` bytes of the most loaded stage, and more."""
+
+    cols: PlanColumns
+    time: Columns
+    memory: Columns
+    memory_stage: np.ndarray
+    model_flops_per_token: np.ndarray
+    recompute_factor: np.ndarray
+
+    @property
+    def step_time_s(self) -> np.ndarray:
+        """Seconds per optimizer step."""
+        return sum(self.time[k] for k in TIME_ITEMS)  # type: ignore[return-value]
+
+
+def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns) -> Columns:
+    """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded)."""
+    dense_group, expert_group = shard_groups(cols)
+    active = cols.is_("sharding", "zero3") & (dense_group > 1) & ~cols["offload_params"]
+    pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
+    out: Columns = {}
+    for t in ("d", "m"):
+        params = inner[f"params_{t}"] + inner[f"params_expert_{t}"] * dense_group / expert_group
+        gather = collective_s(cluster, "all_gather", dense_group, cols["tp"], np.where(active, 2 * params, 0.0))
+        out[f"gather_{t}"] = np.where(cols["offload_params"], 2 * params / pcie, gather)
+        out[f"reduce_{t}"] = collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
+                                          np.where(active, inner["grad_bytes"] * params, 0.0))
+    return out
+
+
+def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
+    """HFU/MFU ratio: full recompute adds one forward (1/3 of model FLOPs) on recomputed layers."""
+    layers = -(-model.num_layers // cols["pp"])
+    share = np.where(cols["recompute_layers"] < 0, 1.0, np.minimum(cols["recompute_layers"], layers) / layers)
+    return np.where(cols.is_("recompute", "full"), 1.0 + share / 3.0, 1.0)
+
+
+def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> np.ndarray:
+    seqs, inverse = np.unique(cols["seq_len"], return_inverse=True)
+    values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.plan(0).with_seq_len(int(s)),
+                                          attention_kernel="flash")) for s in seqs]
+    return np.array(values)[inverse.reshape(-1)]
+
+
+def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
+                   kernel: AttentionKernel = "flash") -> BatchResult:
+    """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`)."""
+    data = dict(cols.data)
+    data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
+    cols = PlanColumns(data)
+    inner = inner_columns(model, cluster, cols, kernel)
+    fsdp = _fsdp_layer_s(cluster, cols, inner)
+    p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner["p2p_bytes"])
+    pp = cols["pp"]
+    stages = [np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
+    passes = [stage_time(model, cols, inner, fsdp, p2p, s) for s in stages]
+    fwd = np.stack([sum(f.values()) for f, _ in passes])
+    total = fwd + np.stack([sum(b.values()) for _, b in passes])
+    slowest = np.argmax(total, axis=0)
+    pick = lambda values: np.choose(slowest, values)  # noqa: E731
+    interior = np.maximum(pp - 2, 0)
+    mean = np.where(pp > 2, (total[0] + total[2] + interior * total[1]) / pp, (total[0] + total[2]) / 2)
+    mean_fwd = np.where(pp > 2, (fwd[0] + fwd[2] + interior * fwd[1]) / pp, (fwd[0] + fwd[2]) / 2)
+    mean, mean_fwd = np.where(pp == 1, total[0], mean), np.where(pp == 1, fwd[0], mean_fwd)
+    busy, bubble = pipeline_time_s(cols, pick(total), mean, mean_fwd)
+    m = cols.num_micro_batches
+    time = {k: m * pick([f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
+    assert np.allclose(sum(time.values()), busy, rtol=1e-9, atol=1e-12)
+    time["pp_bubble"] = bubble
+    slow_stage = np.choose(slowest, stages)
+    params = stage_params(model, cols, inner, slow_stage)
+    time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner["grad_bytes"], pick(total - fwd), pick(fwd))
+    time["optimizer"] = optimizer_step_s(cluster, cols, params, inner["grad_bytes"])
+    first, last = (stage_memory(model, cluster.accelerator, cols, inner, s) for s in (stages[0], stages[2]))
+    use_last = last["total"] > first["total"]
+    memory = {k: np.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
+    return BatchResult(cols=cols, time=time, memory=memory, memory_stage=np.where(use_last, stages[2], 0),
+                       model_flops_per_token=_flops_per_token(model, cluster, cols),
+                       recompute_factor=_recompute_factor(model, cols))

@@ -1,0 +1,49 @@
+"""Collective times for columns of (group size, rank stride, bytes), one scalar call per distinct triple.
+
+The scalar alpha-beta functions of :mod:`plait.cost.collectives` stay the one source of
+truth; a planner batch holds few distinct groups and message sizes, so each distinct
+combination is costed once and broadcast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from plait.cost import collectives as coll
+from plait.hardware.cluster import Cluster
+
+Collective = Callable[[float, coll.GroupLink], float]
+
+KINDS: dict[str, Collective] = {
+    "all_reduce": coll.all_reduce_s,
+    "all_gather": coll.all_gather_s,
+    "reduce_scatter": coll.reduce_scatter_s,
+    "p2p": coll.p2p_s,
+    "all_to_all": coll.all_to_all_s,
+}
+
+
+def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarray,
+                 num_bytes: np.ndarray) -> np.ndarray:
+    """Seconds of collective ``kind`` for each row (0 where the group has one rank or no bytes)."""
+    size = np.broadcast_to(np.asarray(size, dtype=np.int64), np.shape(num_bytes))
+    stride = np.broadcast_to(np.asarray(stride, dtype=np.int64), np.shape(num_bytes))
+    num_bytes = np.asarray(num_bytes, dtype=np.float64)
+    out = np.zeros(num_bytes.shape)
+    active = (size > 1) & (num_bytes > 0)
+    if not active.any():
+        return out
+    keys = np.stack([size[active].astype(np.float64), stride[active].astype(np.float64), num_bytes[active]], axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    fn = KINDS[kind]
+    links: dict[tuple[int, int], coll.GroupLink] = {}
+    values = np.empty(len(unique))
+    for i, (g, s, b) in enumerate(unique):
+        key = (int(g), int(s))
+        if key not in links:
+            links[key] = coll.group_link(cluster, *key)
+        values[i] = fn(float(b), links[key])
+    out[active] = values[inverse.reshape(-1)]
+    return out
