@@ -8,6 +8,7 @@ import pytest
 
 from plait.cost import activations as act
 from plait.cost.step import estimate
+from plait.cost.framework import Framework
 from plait.cost.setup import Setup
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
@@ -18,7 +19,7 @@ CLUSTER = get_cluster("dgx-a100-ib")
 
 
 def _setup(plan: Plan) -> Setup:
-    return Setup(model=GPT, cluster=CLUSTER, plan=plan.with_seq_len(GPT.seq_len), attention_kernel="unfused")
+    return Setup(model=GPT, cluster=CLUSTER, plan=plan.with_seq_len(GPT.seq_len), framework=Framework(attention_kernel="unfused"))
 
 
 # Korthikanti et al. 2022, Table 2: activation bytes per layer, s b h = sequence, micro-batch, hidden.
@@ -53,7 +54,7 @@ def test_korthikanti_table2(case: str) -> None:
 
 def test_flash_drops_score_matrix_and_keeps_lse() -> None:
     setup = Setup(model=GPT, cluster=CLUSTER, plan=Plan(tp=8, sp=True).with_seq_len(GPT.seq_len),
-                  attention_kernel="flash")
+                  framework=Framework())
     s, h, a, t = GPT.seq_len, GPT.hidden_size, GPT.num_heads, 8
     assert act.layer_bytes(setup, False) == pytest.approx(s * h * 34 / t + 4 * s * a / t)
 

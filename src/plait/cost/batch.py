@@ -19,7 +19,8 @@ from plait.cost.inner import inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, shard_groups, stage_memory, stage_params
 from plait.cost.pipeline import pipeline_time_s
-from plait.cost.setup import AttentionKernel, Setup
+from plait.cost.framework import DEFAULT, Framework
+from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, stage_time
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -47,15 +48,19 @@ class BatchResult:
         return sum(self.time[k] for k in TIME_ITEMS)  # type: ignore[return-value]
 
 
-def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns) -> Columns:
-    """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded)."""
+def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns, framework: Framework) -> Columns:
+    """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded).
+
+    Per-module sharding gathers each parameter tensor on its own (tensors taken as equal-sized)."""
     dense_group, expert_group = shard_groups(cols)
     active = cols.is_("sharding", "zero3") & (dense_group > 1) & ~cols["offload_params"]
     pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
     out: Columns = {}
     for t in ("d", "m"):
         params = inner[f"params_{t}"] + inner[f"params_expert_{t}"] * dense_group / expert_group
-        gather = collective_s(cluster, "all_gather", dense_group, cols["tp"], np.where(active, 2 * params, 0.0))
+        pieces = inner[f"tensors_{t}"] if framework.shard_unit == "module" else 1.0
+        gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],
+                                       np.where(active, 2 * params / pieces, 0.0))
         out[f"gather_{t}"] = np.where(cols["offload_params"], 2 * params / pcie, gather)
         out[f"reduce_{t}"] = collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
                                           np.where(active, inner["grad_bytes"] * params, 0.0))
@@ -72,22 +77,22 @@ def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
 def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> np.ndarray:
     seqs, inverse = np.unique(cols["seq_len"], return_inverse=True)
     values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.plan(0).with_seq_len(int(s)),
-                                          attention_kernel="flash")) for s in seqs]
+                                          framework=DEFAULT)) for s in seqs]
     return np.array(values)[inverse.reshape(-1)]
 
 
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
-                   kernel: AttentionKernel = "flash") -> BatchResult:
+                   framework: Framework = DEFAULT) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`)."""
     data = dict(cols.data)
     data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
     cols = PlanColumns(data)
-    inner = inner_columns(model, cluster, cols, kernel)
-    fsdp = _fsdp_layer_s(cluster, cols, inner)
+    inner = inner_columns(model, cluster, cols, framework)
+    fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner["p2p_bytes"])
     pp = cols["pp"]
     stages = [np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
-    passes = [stage_time(model, cols, inner, fsdp, p2p, s) for s in stages]
+    passes = [stage_time(model, cols, inner, fsdp, p2p, s, framework) for s in stages]
     fwd = np.stack([sum(f.values()) for f, _ in passes])
     total = fwd + np.stack([sum(b.values()) for _, b in passes])
     slowest = np.argmax(total, axis=0)

@@ -17,7 +17,8 @@ from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.layer import layer_cost
 from plait.cost.params import layer_split
-from plait.cost.setup import AttentionKernel, Setup
+from plait.cost.framework import Framework
+from plait.cost.setup import Setup
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
@@ -44,6 +45,7 @@ def _row(setup: Setup) -> dict[str, float]:
         out[f"act_sel_{tag}"] = act.layer_bytes_selective(setup, moe_layer) if real else 0.0
         dense, expert = layer_split(setup, moe_layer) if real else (0.0, 0.0)
         out[f"params_{tag}"], out[f"params_expert_{tag}"] = dense, expert
+        out[f"tensors_{tag}"] = float(model.layer_tensor_count(moe_layer)) if real else 1.0
     out["act_input"] = act.layer_input_bytes(setup)
     out["act_first"] = act.first_stage_extra_bytes(setup)
     out["act_last"] = act.last_stage_extra_bytes(setup)
@@ -61,10 +63,10 @@ def _row(setup: Setup) -> dict[str, float]:
 
 
 def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
-                  kernel: AttentionKernel) -> dict[str, np.ndarray]:
+                  framework: Framework) -> dict[str, np.ndarray]:
     """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled)."""
     keys = np.stack([cols[f].astype(np.int64) for f in INNER_FIELDS], axis=1)
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), attention_kernel=kernel)) for i in first]
+    rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
     inverse = inverse.reshape(-1)
     return {name: np.array([r[name] for r in rows])[inverse] for name in rows[0]}

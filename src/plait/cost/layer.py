@@ -97,15 +97,24 @@ def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
     return max(0.0, comm - gemm_s) if plan.tp_comm_overlap else comm
 
 
-def _cp_ring_s(setup: Setup) -> float:
-    """Forward K/V ring transfers of one layer (``cp - 1`` steps)."""
+def _cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[float, float]:
+    """Exposed forward and backward K/V exchange of one layer under context parallelism.
+
+    Ring: ``cp - 1`` block passes hidden behind the attention core (gradients double the
+    traffic in the backward). All-gather: the full K/V gathered before attention and
+    their gradients reduce-scattered after, in line with compute.
+    """
     plan, model = setup.plan, setup.model
     if plan.cp == 1:
-        return 0.0
+        return 0.0, 0.0
     link = coll.group_link(setup.cluster, plan.cp, plan.tp)
     kv = setup.kv_heads_per_rank if not model.mla else model.num_heads // plan.tp
     block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
-    return (plan.cp - 1) * coll.p2p_s(block, link)
+    if setup.framework.cp_kv_exchange == "allgather":
+        gather = coll.all_gather_s(block * plan.cp, link)
+        return gather, gather + coll.reduce_scatter_s(block * plan.cp, link)
+    ring = (plan.cp - 1) * coll.p2p_s(block, link)
+    return max(0.0, ring - core_fwd_s), max(0.0, 2 * ring - core_bwd_s)
 
 
 def _ep_pass_s(setup: Setup) -> float:
@@ -128,8 +137,7 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     fwd = gemm_fwd + core_fwd + elem_fwd
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd
     tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd), _tp_pass_s(setup, gemm_bwd)
-    ring = _cp_ring_s(setup)
-    cp_fwd, cp_bwd = max(0.0, ring - core_fwd), max(0.0, 2 * ring - core_bwd)
+    cp_fwd, cp_bwd = _cp_exchange_s(setup, core_fwd, core_bwd)
     ep = _ep_pass_s(setup) if moe_layer else 0.0
     if plan.recompute == "full":
         recompute = fwd + tp_fwd + cp_fwd + ep

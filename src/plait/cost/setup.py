@@ -7,13 +7,12 @@ the Plan already owns (ARCHITECTURE.md, "the one flow").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from plait.cost.framework import AttentionKernel, Framework
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
-AttentionKernel = Literal["flash", "unfused"]
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -28,8 +27,13 @@ class Setup:
     """The cluster."""
     plan: Plan
     """The plan, with ``seq_len`` filled in."""
-    attention_kernel: AttentionKernel
-    """Fused flash attention, or unfused batched GEMMs + softmax storing the score matrix."""
+    framework: Framework
+    """How the framework implements the plan."""
+
+    @property
+    def attention_kernel(self) -> AttentionKernel:
+        """Fused flash attention, or unfused batched GEMMs + softmax storing the score matrix."""
+        return self.framework.attention_kernel
 
     @property
     def seq_len(self) -> int:

@@ -7,12 +7,15 @@ message is ``b s h / t``: Narayanan et al. 2021, Sec. 4.1). ZeRO-3/FSDP gathers 
 prefetched one layer ahead, so per layer only the part of the gather (and, in the
 backward, gather plus reduce-scatter) longer than that layer's compute is exposed, plus
 the first gather, which nothing hides (Zhao et al. 2023, "PyTorch FSDP", Sec. 3.3).
+Without prefetch every gather is in line; per-module sharding (DeepSpeed-style hooks)
+gathers recomputed layers a third time.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from plait.cost.framework import Framework
 from plait.cost.params import stage_layer_counts
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
@@ -31,7 +34,7 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
 
 
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Columns, p2p_s: np.ndarray,
-               stage: np.ndarray) -> tuple[Columns, Columns]:
+               stage: np.ndarray, framework: Framework) -> tuple[Columns, Columns]:
     """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row)."""
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
     n = {"d": n_dense, "m": n_moe}
@@ -45,9 +48,14 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Column
         count = n[t]
         rc_share = np.where(count > 0, rc_count[t] / np.maximum(count, 1), 0.0)
         gather, reduce = fsdp[f"gather_{t}"], fsdp[f"reduce_{t}"]
-        fsdp_fwd = np.maximum(0.0, gather - inner[f"fwd_{t}"] - inner[f"tp_fwd_{t}"])
-        bwd_work = inner[f"bwd_{t}"] + rc_share * inner[f"rc_{t}"] + inner[f"tp_bwd_{t}"]
-        fsdp_bwd = np.maximum(0.0, gather + reduce - bwd_work)
+        regather = rc_share * gather * full if framework.shard_unit == "module" else 0.0
+        bwd_comm = gather + regather + reduce
+        if framework.shard_prefetch:
+            fsdp_fwd = np.maximum(0.0, gather - inner[f"fwd_{t}"] - inner[f"tp_fwd_{t}"])
+            bwd_work = inner[f"bwd_{t}"] + rc_share * inner[f"rc_{t}"] + inner[f"tp_bwd_{t}"]
+            fsdp_bwd = np.maximum(0.0, bwd_comm - bwd_work)
+        else:
+            fsdp_fwd, fsdp_bwd = gather, bwd_comm
         first_gather = np.where((first_gather == 0) & (count > 0), gather, first_gather)
         fwd["compute"] = fwd["compute"] + count * inner[f"fwd_{t}"]
         bwd["compute"] = bwd["compute"] + count * inner[f"bwd_{t}"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from plait.cost.batch import TIME_ITEMS, evaluate_batch
 from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
 from plait.cost.memory import MEMORY_ITEMS
-from plait.cost.setup import AttentionKernel
+from plait.cost.framework import DEFAULT, Framework
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
 from plait.plan.columns import PlanColumns
@@ -14,12 +14,12 @@ from plait.workload.model import ModelSpec
 
 
 def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *,
-             attention_kernel: AttentionKernel = "flash", check: bool = True) -> Estimate:
+             framework: Framework = DEFAULT, check: bool = True) -> Estimate:
     """Predict memory and step time of ``plan`` for ``model`` on ``cluster``."""
     plan = plan.with_seq_len(model.seq_len)
     if check:
         rules.check_plan(plan, model, cluster)
-    result = evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), attention_kernel)
+    result = evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), framework)
     return estimate_from_batch(model, cluster, result, 0)
 
 

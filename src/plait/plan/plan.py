@@ -72,7 +72,8 @@ class Plan:
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with the last backward pass."""
     tp_comm_overlap: bool = False
-    """Overlap TP collectives with GEMMs (async TP / Transformer Engine userbuffers)."""
+    """Overlap TP collectives with GEMMs (async TP / Transformer Engine userbuffers). Optimistic: the cost
+    model hides TP traffic behind the layer's GEMMs without modelling the interference."""
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():

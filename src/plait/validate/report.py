@@ -46,7 +46,7 @@ def predict_row(row: RunRow) -> RowResult:
     missing = row.missing_shape()
     if missing:
         return RowResult(row=row, reason=f"column {missing} is empty")
-    software = software_for(row.source)
+    software = software_for(row)
     try:
         model, cluster = row_model(row, software), row_cluster(row)
         plans = list(candidate_plans(row, software))
@@ -56,7 +56,7 @@ def predict_row(row: RunRow) -> RowResult:
         cols = cols.take(broken_rule_index(cols, model, cluster) < 0)
         if not len(cols):
             return RowResult(row=row, reason="no plan consistent with the row passes plait's plan rules")
-        result = evaluate_batch(model, cluster, cols, software.attention_kernel)
+        result = evaluate_batch(model, cluster, cols, software.framework)
     except ConfigError as exc:
         return RowResult(row=row, reason=str(exc))
     step = result.step_time_s

@@ -1,37 +1,49 @@
 """What the software of a measured run did, where its source documents it.
 
 A run's step time depends on its framework as well as its layout. Where a source
-documents a property the CSV has no column for, it is recorded here with the reason;
-every other source gets the modern defaults (flash attention, no dropout, gradient
-reduction overlapped with the backward pass). These are categorical facts about the
-code that ran, never numbers tuned to the measured times.
+documents behaviour the CSV has no column for, it is recorded here with its citation
+(details: docs/research/framework_facts.md); every other run gets the modern defaults
+(flash attention, no dropout, overlapped gradient reduction, ring context parallelism).
+These are categorical facts about the code that ran, never numbers tuned to the
+measured times; knobs a run leaves open are still filled by the one rule of
+:mod:`plait.validate.translate`.
+
+Documented but deliberately not applied: NeMo 24.07 and Megatron-Bridge 25.11 enable TP
+communication overlap (userbuffers) for tp > 1. plait's ``tp_comm_overlap`` hides TP
+traffic behind the layer's GEMMs completely, while published async-TP measurements
+(torchtitan benchmarks/asyncTP_llama3_h100_2025-06: +9-10% tokens/s for Llama 3 8B/70B
+at tp 8, where TP traffic is ~60% of GEMM time) show that decomposed overlap hides only a
+small part; until the interference is modelled, validation keeps TP traffic exposed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from plait.cost.setup import AttentionKernel
+from plait.cost.framework import Framework
+from plait.validate.runs import RunRow
 
 
 @dataclass(frozen=True, kw_only=True)
 class Software:
-    """Framework behaviour of one source's runs."""
+    """Framework behaviour of one run."""
 
-    attention_kernel: AttentionKernel = "flash"
-    """Fused flash attention, or unfused batched GEMMs + softmax."""
+    framework: Framework = field(default_factory=Framework)
+    """Implementation choices the cost model distinguishes."""
     dropout: bool = False
     """Hidden and attention dropout active."""
     overlap_grad_reduce: bool = True
     """Data-parallel gradient reduction overlapped with the backward pass."""
     sequence_parallel: bool | None = None
-    """Whether sequence parallelism existed/was used (``None``: unknown, filled by the knob rule)."""
+    """Sequence parallelism fixed by the framework (``None``: unknown, filled by the knob rule)."""
+    tp_comm_overlap: bool = False
+    """TP collectives overlapped with GEMMs (Transformer Engine userbuffers)."""
     why: str = "default: current frameworks (FlashAttention-2 or later, no dropout, overlapped gradient reduction)"
     """Where the facts come from."""
 
 
-_MEGATRON_2021 = Software(
-    attention_kernel="unfused",
+MEGATRON_2021 = Software(
+    framework=Framework(attention_kernel="unfused"),
     dropout=True,
     overlap_grad_reduce=False,
     why=("Megatron-LM as of 2021-22 predates FlashAttention (Dao et al., arXiv 2205.14135, May 2022): the attention "
@@ -41,15 +53,33 @@ _MEGATRON_2021 = Software(
          "al. 2022, Sec. 6.3: 'not overlapped')."),
 )
 
-SOFTWARE: dict[str, Software] = {
-    "narayanan_sc21": Software(
-        attention_kernel="unfused", dropout=True, overlap_grad_reduce=False, sequence_parallel=False,
-        why=_MEGATRON_2021.why + " Sequence parallelism was introduced later (Korthikanti et al. 2022, Sec. 4.2.2).",
-    ),
-    "korthikanti_2022": _MEGATRON_2021,
-}
+NARAYANAN_PTDP = Software(
+    framework=MEGATRON_2021.framework, dropout=True, overlap_grad_reduce=False, sequence_parallel=False,
+    why=MEGATRON_2021.why + " Sequence parallelism was introduced later (Korthikanti et al. 2022, Sec. 4.2.2).",
+)
+
+DEEPSPEED_ZERO3_2021 = Software(
+    framework=Framework(attention_kernel="unfused", shard_unit="module", shard_prefetch=False),
+    dropout=True,
+    overlap_grad_reduce=False,
+    why=("Narayanan et al. 2021, Table 2 compares against DeepSpeed ZeRO-3 of 2021, which fetched parameters from "
+         "per-sub-module hooks with one NCCL all_gather per parameter tensor and a cuda synchronize per fetch "
+         "(DeepSpeed PR #1188; stage3.py of that era), re-fetching for activation recomputation."),
+)
+
+TORCHTITAN_CP = Software(
+    framework=Framework(cp_kv_exchange="allgather"),
+    why=("torchtitan's context parallelism uses PyTorch context_parallel with rotate_method 'allgather' by default "
+         "(torchtitan config_manager.py; torch/distributed/tensor/experimental/_attention.py)."),
+)
 
 
-def software_for(source: str) -> Software:
-    """The documented software facts of ``source`` (modern defaults when none are recorded)."""
-    return SOFTWARE.get(source, Software())
+def software_for(row: RunRow) -> Software:
+    """The documented software facts of a run (modern defaults when none are recorded)."""
+    if row.source == "narayanan_sc21":
+        return DEEPSPEED_ZERO3_2021 if row.sharding == "zero3" else NARAYANAN_PTDP
+    if row.source == "korthikanti_2022":
+        return MEGATRON_2021
+    if row.source == "torchtitan":
+        return TORCHTITAN_CP
+    return Software()

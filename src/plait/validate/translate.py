@@ -107,4 +107,5 @@ def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
                 micro_batch=mb, global_batch=row.global_batch, seq_len=row.seq_len,
                 precision=row.precision or "bf16",  # type: ignore[arg-type]
                 grad_reduce_dtype=grad, overlap_grad_reduce=software.overlap_grad_reduce,  # type: ignore[arg-type]
+                tp_comm_overlap=software.tp_comm_overlap and tp > 1,
             )

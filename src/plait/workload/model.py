@@ -211,6 +211,18 @@ class ModelSpec:
         shared = m.num_shared_experts * self.mlp_params(m.shared_expert_ffn_hidden_size) if m.num_shared_experts else 0
         return self.hidden_size * m.num_experts + m.top_k * self.mlp_params(m.expert_ffn_hidden_size) + shared
 
+    def layer_tensor_count(self, moe_layer: bool) -> int:
+        """Parameter tensors of one layer as frameworks store them (fused q/k/v and gate/up matrices)."""
+        norms = 2 * (2 if self.norm_bias else 1)
+        if self.mla:
+            attention = (3 if self.mla.q_lora_rank else 1) + 3 + 1  # q (down, norm, up) | q; kv down, norm, up; o
+        else:
+            attention = 2 + (2 if self.attention_bias else 0) + (2 if self.qk_norm else 0)
+        mlp = 2 + (2 if self.mlp_bias else 0)
+        if moe_layer and self.moe:
+            mlp = 1 + self.moe.num_experts * mlp + (mlp if self.moe.num_shared_experts else 0)
+        return norms + attention + mlp
+
     def embedding_params(self) -> int:
         """Input embedding (and learned positions)."""
         pos = self.seq_len * self.hidden_size if self.position == "learned" else 0

@@ -1,0 +1,36 @@
+"""How the training framework implements a plan, where implementations differ in cost.
+
+A Plan says what is parallelised; frameworks differ in how. The defaults describe
+current PyTorch/Megatron practice; other values describe documented older or simpler
+implementations (each with its source where it is set, e.g. :mod:`plait.validate.software`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+AttentionKernel = Literal["flash", "unfused"]
+ShardUnit = Literal["layer", "module"]
+KvExchange = Literal["ring", "allgather"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Framework:
+    """Implementation choices that change the cost of the same plan."""
+
+    attention_kernel: AttentionKernel = "flash"
+    """Fused flash attention (Dao 2023), or batched GEMMs + softmax that store the score matrix."""
+    shard_unit: ShardUnit = "layer"
+    """ZeRO-3 gather granularity: one flat all-gather per transformer layer (FSDP wrapping, Zhao et al.
+    2023) or one all-gather per parameter tensor from per-module hooks that re-gather for recomputation
+    (DeepSpeed ZeRO-3 as of 2021, PR #1188)."""
+    shard_prefetch: bool = True
+    """ZeRO-3 gathers overlap the previous layer's compute (False: issued and awaited in line)."""
+    cp_kv_exchange: KvExchange = "ring"
+    """Context-parallel K/V exchange: ring passes overlapped with attention (Liu et al. 2023), or an
+    all-gather before attention and a reduce-scatter of their gradients after (PyTorch
+    ``context_parallel`` with ``rotate_method='allgather'``)."""
+
+
+DEFAULT = Framework()

@@ -1,0 +1,1 @@
+"""The planner: a declared space of plans, named pruning rules, objectives, ranking and explanations."""

@@ -1,0 +1,118 @@
+"""Run a search: enumerate, prune by named rules, cost the survivors in chunks, rank.
+
+Costing happens in chunks so that a progress callback can report and Ctrl-C can stop
+the search with the best plans found so far (the result says it was interrupted).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from plait.cost.batch import BatchResult, evaluate_batch
+from plait.cost.estimate import Estimate
+from plait.cost.framework import DEFAULT, Framework
+from plait.cost.step import estimate_from_batch
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.search.enumerate import enumerate_space
+from plait.search.rules import MEMORY_CODE, prune, reason_table
+from plait.search.space import SearchSpace
+from plait.workload.model import ModelSpec
+
+Progress = Callable[[int, int], None]
+CHUNK = 65536
+
+
+@dataclass
+class SearchResult:
+    """Verdicts of every candidate and the costed feasible ones."""
+
+    model: ModelSpec
+    cluster: Cluster
+    space: SearchSpace
+    num_candidates: int
+    reasons: Counter[str] = field(default_factory=Counter)
+    """Infeasible candidates per reason."""
+    costed: int = 0
+    """Candidates that reached the cost model."""
+    feasible: list[tuple[PlanColumns, BatchResult, np.ndarray]] = field(default_factory=list)
+    """(columns, results, row indices that fit) per costed chunk."""
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    _ranking: list[tuple[float, int, int]] | None = None
+
+    @property
+    def num_feasible(self) -> int:
+        """Candidates that fit."""
+        return sum(len(rows) for _, _, rows in self.feasible)
+
+    @property
+    def candidates_per_s(self) -> float:
+        """Candidates given a verdict per second of wall time."""
+        return self.num_candidates / self.elapsed_s if self.elapsed_s else float("inf")
+
+    def ranking(self) -> list[tuple[float, int, int]]:
+        """(tokens/s, chunk, row) of every feasible candidate, best first."""
+        if self._ranking is None:
+            ranked = []
+            for chunk, (cols, result, rows) in enumerate(self.feasible):
+                tokens = cols["global_batch"][rows] * cols["seq_len"][rows] if len(rows) else np.array([])
+                tps = tokens / result.step_time_s[rows] if len(rows) else np.array([])
+                ranked += [(float(t), chunk, int(r)) for t, r in zip(tps, rows)]
+            ranked.sort(key=lambda x: -x[0])
+            self._ranking = ranked
+        return self._ranking
+
+    def top(self, k: int) -> list[Estimate]:
+        """The ``k`` fastest feasible plans as estimates."""
+        out = []
+        for _, chunk, row in self.ranking()[:k]:
+            cols, result, _ = self.feasible[chunk]
+            out.append(estimate_from_batch(self.model, self.cluster, result, row))
+        return out
+
+    def nearest_misses(self, k: int) -> list[Estimate]:
+        """Costed plans that did not fit, smallest memory overflow first (for 'what would make it fit')."""
+        misses = []
+        for chunk, (cols, result, rows) in enumerate(self.feasible):
+            over = result.memory["total"] / self.cluster.accelerator.memory_bytes
+            fits = np.zeros(len(over), dtype=bool)
+            fits[rows] = True
+            for row in np.argsort(np.where(fits, np.inf, over))[:k]:
+                if not fits[row]:
+                    misses.append((float(over[row]), chunk, int(row)))
+        misses.sort()
+        return [estimate_from_batch(self.model, self.cluster, self.feasible[c][1], r) for _, c, r in misses[:k]]
+
+
+def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, framework: Framework = DEFAULT,
+               progress: Progress | None = None, chunk: int = CHUNK) -> SearchResult:
+    """Search ``space``; Ctrl-C during costing returns what was costed so far."""
+    start = time.perf_counter()
+    cols = enumerate_space(model, space)
+    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=len(cols))
+    names = reason_table()
+    verdict = prune(cols, model, cluster, space)
+    codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
+    result.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
+    survivors = np.flatnonzero(verdict < 0)
+    limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
+    try:
+        for begin in range(0, len(survivors), chunk):
+            part = cols.take(survivors[begin:begin + chunk])
+            batch = evaluate_batch(model, cluster, part, framework)
+            fits = batch.memory["total"] <= limit
+            result.reasons[names[MEMORY_CODE]] += int((~fits).sum())
+            result.feasible.append((batch.cols, batch, np.flatnonzero(fits)))
+            result.costed += len(part)
+            if progress:
+                progress(result.costed, len(survivors))
+    except KeyboardInterrupt:
+        result.interrupted = True
+    result.elapsed_s = time.perf_counter() - start
+    return result

@@ -1,0 +1,111 @@
+"""Enumerate the distinct plans of a :class:`SearchSpace` as columns.
+
+Per layout (tp, pp, cp, ep; dp fills the GPUs) the remaining knobs form a product of
+small option lists; each option may set several plan fields at once (``("interleaved",
+vpp)``, ``("zero3", dp_shard)``). The product is built with numpy index grids, so
+enumeration costs a few array operations per layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plait.plan.columns import PlanColumns, code
+from plait.search.space import SearchSpace
+from plait.workload.model import ModelSpec
+
+Options = dict[str, np.ndarray]  # field -> values, one entry per option
+
+
+def _options(rows: list[dict[str, int | bool]]) -> Options:
+    return {k: np.array([r[k] for r in rows]) for k in rows[0]}
+
+
+def _schedules(space: SearchSpace, pp: int) -> Options:
+    if pp == 1:
+        return _options([{"schedule": code("schedule", "1f1b"), "vpp": 1}])
+    rows = [{"schedule": code("schedule", s), "vpp": 1} for s in space.schedules if s != "interleaved"]
+    if "interleaved" in space.schedules:
+        rows += [{"schedule": code("schedule", "interleaved"), "vpp": v} for v in space.vpp]
+    return _options(rows)
+
+
+def _shardings(space: SearchSpace, dp: int) -> Options:
+    rows: list[dict[str, int | bool]] = []
+    for sharding in space.shardings:
+        if sharding == "none" or dp == 1:
+            shards = [1]
+        elif sharding == "zero3":
+            shards = [dp] + [s for s in space.hsdp_shard_sizes if 1 < s < dp and dp % s == 0]
+        else:
+            shards = [dp]
+        for shard in shards:
+            rows.append({"sharding": code("sharding", sharding if shard > 1 else "none"),
+                         "dp_shard": shard, "dp_replicate": dp // shard})
+    unique = {tuple(r.values()): r for r in rows}
+    return _options(list(unique.values()))
+
+
+def _recompute(space: SearchSpace, layers_per_stage: int) -> Options:
+    rows = []
+    for mode, fraction in space.recompute:
+        layers = -1 if fraction >= 1.0 or mode != "full" else max(1, round(layers_per_stage * fraction))
+        if mode == "full" and 0 <= layers >= layers_per_stage:
+            layers = -1
+        rows.append({"recompute": code("recompute", mode), "recompute_layers": layers})
+    unique = {tuple(r.values()): r for r in rows}
+    return _options(list(unique.values()))
+
+
+def _offload(space: SearchSpace, shardings: Options) -> Options:
+    """Offload options crossed with sharding options (parameter offload only where zero3)."""
+    zero3 = shardings["sharding"] == code("sharding", "zero3")
+    rows: list[dict[str, int | bool]] = []
+    for i in range(len(shardings["sharding"])):
+        for optimizer, params in space.offload:
+            if params and not zero3[i]:
+                continue
+            row = {k: v[i] for k, v in shardings.items()}
+            row.update({"offload_optimizer": optimizer, "offload_params": params})
+            rows.append(row)
+    return _options(rows)
+
+
+def _product(option_lists: list[Options]) -> dict[str, np.ndarray]:
+    grids = np.meshgrid(*[np.arange(len(next(iter(o.values())))) for o in option_lists], indexing="ij")
+    out: dict[str, np.ndarray] = {}
+    for options, grid in zip(option_lists, grids):
+        index = grid.reshape(-1)
+        for field, values in options.items():
+            out[field] = values[index]
+    return out
+
+
+def enumerate_space(model: ModelSpec, space: SearchSpace) -> PlanColumns:
+    """Every distinct candidate plan of ``space``."""
+    parts: list[dict[str, np.ndarray]] = []
+    for tp in space.tp:
+        for pp in space.pp:
+            for cp in space.cp:
+                if space.gpus % (tp * pp * cp):
+                    continue
+                dp = space.gpus // (tp * pp * cp)
+                shardings = _shardings(space, dp)
+                lists = [
+                    {"tp": np.array([tp]), "pp": np.array([pp]), "cp": np.array([cp])},
+                    {"ep": np.array(space.ep)},
+                    {"global_batch": np.array(space.global_batches)},
+                    {"micro_batch": np.array(space.micro_batches)},
+                    _schedules(space, pp),
+                    _offload(space, shardings),
+                    _recompute(space, -(-model.num_layers // pp)),
+                    {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
+                    {"precision": np.array([code("precision", p) for p in space.precisions])},
+                ]
+                parts.append(_product(lists))
+    if not parts:
+        return PlanColumns.from_arrays({}, 0)
+    merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    length = len(merged["tp"])
+    merged["seq_len"] = np.full(length, space.seq_len, dtype=np.int64)
+    return PlanColumns.from_arrays(merged, length)

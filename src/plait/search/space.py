@@ -1,0 +1,103 @@
+"""The strategy space, declared as data: candidate lists per knob plus constraints.
+
+Only distinct plans are enumerated: a knob that has no effect in a combination keeps
+one value there (no virtual stages without the interleaved schedule, no schedule choice
+with one stage, no sequence-parallel choice with ``tp = 1``, no shard-group choice
+without sharding). Everything else is a candidate that ends feasible-with-estimate or
+infeasible-with-reason (:mod:`plait.search.rules`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workload.model import ModelSpec
+
+Offload = tuple[bool, bool]  # (optimizer, parameters)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """Knob values the planner combines for one GPU count."""
+
+    gpus: int
+    """GPUs every candidate occupies."""
+    global_batches: tuple[int, ...]
+    """Global batch sizes (sequences) allowed; one value fixes the batch."""
+    seq_len: int
+    """Tokens per sequence."""
+    tp: tuple[int, ...]
+    """Tensor-parallel degrees."""
+    pp: tuple[int, ...]
+    """Pipeline-parallel degrees."""
+    cp: tuple[int, ...]
+    """Context-parallel degrees."""
+    ep: tuple[int, ...]
+    """Expert-parallel degrees (1 for dense models)."""
+    micro_batches: tuple[int, ...]
+    """Micro-batch sizes."""
+    schedules: tuple[str, ...]
+    """Pipeline schedules tried when pp > 1 (``interleaved`` combines with ``vpp``)."""
+    vpp: tuple[int, ...]
+    """Virtual stages per rank for the interleaved schedule."""
+    shardings: tuple[str, ...]
+    """ZeRO stages; sharded plans shard over all dp ranks, zero3 also over ``hsdp_shard_sizes``."""
+    hsdp_shard_sizes: tuple[int, ...]
+    """Shard-group sizes for HSDP (zero3 sharded within a group, replicated across groups)."""
+    recompute: tuple[tuple[str, float], ...]
+    """(mode, fraction of each stage's layers recomputed; 1.0 for all) pairs."""
+    sequence_parallel: tuple[bool, ...]
+    """Sequence-parallel settings tried when tp > 1."""
+    offload: tuple[Offload, ...]
+    """(optimizer, parameters) offload settings; parameter offload only with zero3."""
+    precisions: tuple[str, ...]
+    """Matmul precisions."""
+    memory_margin: float
+    """Fraction of device memory kept free (a plan fits when total <= capacity x (1 - margin))."""
+    allow_tp_across_nodes: bool
+    """Permit tp (and ep x tp) beyond the scale-up domain."""
+
+    def __post_init__(self) -> None:
+        if self.gpus <= 0:
+            raise ConfigError(f"gpus={self.gpus} must be > 0")
+        if not self.global_batches or min(self.global_batches) <= 0:
+            raise ConfigError(f"global batch {self.global_batches} must be one or more positive sizes")
+        if not 0.0 <= self.memory_margin < 1.0:
+            raise ConfigError(f"memory_margin={self.memory_margin} must be in [0, 1)")
+
+
+def _powers_of_two(limit: int) -> tuple[int, ...]:
+    out, x = [], 1
+    while x <= limit:
+        out.append(x)
+        x *= 2
+    return tuple(out)
+
+
+def _divisors(n: int, limit: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches: tuple[int, ...], *,
+                  seq_len: int = 0, memory_margin: float = 0.05, allow_tp_across_nodes: bool = False,
+                  precisions: tuple[str, ...] | None = None, max_micro_batch: int = 16) -> SearchSpace:
+    """Every knob the estimator supports, with values sensible for ``model`` on ``cluster``."""
+    seq = seq_len or model.seq_len
+    tp_limit = gpus if allow_tp_across_nodes else min(gpus, cluster.scale_up_domain_gpus)
+    tps = tuple(t for t in _powers_of_two(min(tp_limit, model.num_heads)) if gpus % t == 0)
+    pps = tuple(p for p in _divisors(gpus, model.num_layers))
+    cps = tuple(c for c in _powers_of_two(min(16, gpus)) if seq % (2 * c) == 0 or c == 1)
+    eps = (1,) if not model.moe else tuple(e for e in _powers_of_two(min(model.moe.num_experts, gpus)))
+    if precisions is None:
+        precisions = ("bf16", "fp8") if "fp8" in cluster.accelerator.peak_tflops else ("bf16",)
+    return SearchSpace(
+        gpus=gpus, global_batches=global_batches, seq_len=seq, tp=tps, pp=pps, cp=cps, ep=eps,
+        micro_batches=_powers_of_two(max_micro_batch), schedules=("1f1b", "interleaved", "zb-h1", "gpipe"),
+        vpp=(2, 3, 4, 6, 8), shardings=("none", "zero1", "zero2", "zero3"),
+        hsdp_shard_sizes=tuple(s for s in (cluster.scale_up_domain_gpus, 64, 512) if s < gpus),
+        recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0), ("full", 0.5)),
+        sequence_parallel=(True, False), offload=((False, False), (True, False), (True, True)),
+        precisions=precisions, memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
+    )
