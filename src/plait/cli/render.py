@@ -49,7 +49,7 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
         console.print(f"[bold red]does not fit[/]: needs {mem.total_bytes / GIB:.1f} GiB, the GPU has "
                       f"{mem.capacity_bytes / GIB:.1f} GiB (exceeds by {-mem.headroom_bytes / GIB:.1f} GiB)")
     console.print(f"throughput: {est.tokens_per_s:,.0f} tokens/s, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU; "
-                  f"MFU {100 * est.mfu:.1f}%, HFU {100 * est.hfu:.1f}% (PaLM FLOP convention, bf16 dense peak)")
+                  f"MFU {100 * est.mfu:.1f}%, HFU {100 * est.hfu:.1f}% (PaLM FLOP convention, {est.plan.precision} dense peak)")
     console.print(f"to train {train_tokens:.3g} tokens: {_duration(est.time_to_train_s(train_tokens))}, "
                   f"{est.gpu_hours(train_tokens):,.0f} GPU-hours, ${est.cost_usd(train_tokens):,.0f} "
                   f"at ${est.price_per_gpu_hour_usd:.2f}/GPU-hour")

@@ -112,7 +112,7 @@ class Estimate:
     hardware_flops_per_step: float
     """Model FLOPs plus recomputation (same convention)."""
     peak_flops_per_gpu: float
-    """bf16 dense peak of one GPU; MFU and HFU are quoted against it."""
+    """Dense peak of one GPU in the plan's matmul precision (bf16, or fp8 for fp8 plans); MFU and HFU use it."""
     price_per_gpu_hour_usd: float
     """Price used for cost figures."""
     warnings: list[str] = field(default_factory=list)
@@ -140,7 +140,8 @@ class Estimate:
 
     @property
     def mfu(self) -> float:
-        """Model FLOPs utilisation against the bf16 dense peak (PaLM, Chowdhery et al. 2022, App. B)."""
+        """Model FLOPs utilisation (PaLM convention, Chowdhery et al. 2022, App. B) against the dense peak of
+        the plan's matmul precision (fp8 plans against the fp8 peak, as llm-foundry reports FP8 runs)."""
         return self.model_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_gpu)
 
     @property
@@ -179,7 +180,8 @@ class Estimate:
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
-            "flop_convention": "PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs bf16 dense peak",
+            "flop_convention": ("PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs the dense peak of the "
+                                "plan's matmul precision"),
             "warnings": self.warnings,
         }
         if train_tokens:

@@ -40,7 +40,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result, row: int) ->
         model_name=model.name, cluster_name=cluster.name, plan=plan, memory=memory, time=time,
         tokens_per_step=tokens, model_flops_per_step=model_flops,
         hardware_flops_per_step=model_flops * float(result.recompute_factor[row]),
-        peak_flops_per_gpu=cluster.accelerator.peak_flops("bf16"),
+        peak_flops_per_gpu=cluster.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16"),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
         warnings=rules.warnings(plan, model, cluster),
     )
