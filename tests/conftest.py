@@ -30,7 +30,8 @@ def toy_cluster_mapping(nvlink_gb_per_s: float = 100.0, network_gb_per_s: float 
             {"name": "net", "span_gpus": 1024, "bandwidth_gb_per_s_per_gpu": network_gb_per_s, "latency_us": 0.0,
              "efficiency": fig(1.0), "source": SOURCE},
         ],
-        "price_per_gpu_hour_usd": 2.0, "price_source": SOURCE, "host_memory_gib_per_gpu": 100.0, "source": SOURCE,
+        "price_per_gpu_hour_usd": 2.0, "price_source": SOURCE, "host_memory_gib_per_gpu": 100.0,
+        "host_memory_bandwidth_gb_per_s_per_gpu": 50.0, "host_memory_bandwidth_source": SOURCE, "source": SOURCE,
     }
 
 

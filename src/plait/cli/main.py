@@ -22,9 +22,10 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from plait.cli import catalogs, estimate, validate
+    from plait.cli import catalogs, estimate, plan, validate
 
     app.command(name="estimate")(estimate.estimate_command)
+    app.command(name="plan")(plan.plan_command)
     app.command(name="validate")(validate.validate_command)
     app.command(name="models")(catalogs.models_command)
     app.command(name="clusters")(catalogs.clusters_command)

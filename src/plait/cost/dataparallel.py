@@ -10,9 +10,9 @@
   reduction (DDP ``no_sync``, Li et al. 2020, Sec. 3.2.4); the weight all-gather hides
   behind the next step's first forward (Megatron ``--overlap-param-gather``).
 - Optimizer: a memory-bound pass that reads the gradient and reads and writes master
-  weights and moments, then writes the bf16 copy; offloaded, gradients and weights
-  cross PCIe instead and the CPU step overlaps the next step (ZeRO-Offload, Ren et al.
-  2021, Sec. 4.2 "delayed parameter update").
+  weights and moments, then writes the bf16 copy; offloaded, gradients go down and
+  weights come back over PCIe and the CPU streams the same optimizer bytes through host
+  DRAM (ZeRO-Offload, Ren et al. 2021, Sec. 4; its optional delayed update is not assumed).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_
     dense_group, expert_group = shard_groups(cols)
     local = np.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
                      params["dense"] / dense_group + params["expert"] / expert_group)
-    offloaded = local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    transfer = local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / (
+        cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
+    offloaded = transfer + host_update
     on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + PARAM_BYTES) / memory_bytes_per_s(acc)
     return np.where(cols["offload_optimizer"], offloaded, on_gpu)

@@ -73,6 +73,10 @@ class Cluster:
     """Where the price comes from."""
     host_memory_gib_per_gpu: float
     """Host DRAM per GPU, GiB (for offload)."""
+    host_memory_bandwidth_gb_per_s_per_gpu: float
+    """Host DRAM bandwidth per GPU's share of its node, GB/s (a CPU optimizer step streams through it)."""
+    host_memory_bandwidth_source: str
+    """Where the host bandwidth comes from."""
     source: str
     """Where the system description comes from."""
     note: str = ""

@@ -101,6 +101,7 @@ def enumerate_space(model: ModelSpec, space: SearchSpace) -> PlanColumns:
                     _recompute(space, -(-model.num_layers // pp)),
                     {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
                     {"precision": np.array([code("precision", p) for p in space.precisions])},
+                    {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
                 ]
                 parts.append(_product(lists))
     if not parts:

@@ -54,6 +54,8 @@ class SearchSpace:
     """(optimizer, parameters) offload settings; parameter offload only with zero3."""
     precisions: tuple[str, ...]
     """Matmul precisions."""
+    grad_reduce_dtypes: tuple[str, ...]
+    """Gradient buffer/reduction dtypes (a numerical choice: fp32 unless the user allows bf16)."""
     memory_margin: float
     """Fraction of device memory kept free (a plan fits when total <= capacity x (1 - margin))."""
     allow_tp_across_nodes: bool
@@ -82,7 +84,8 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 
 def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches: tuple[int, ...], *,
                   seq_len: int = 0, memory_margin: float = 0.05, allow_tp_across_nodes: bool = False,
-                  precisions: tuple[str, ...] | None = None, max_micro_batch: int = 16) -> SearchSpace:
+                  precisions: tuple[str, ...] | None = None, grad_reduce_dtypes: tuple[str, ...] = ("fp32",),
+                  max_micro_batch: int = 16) -> SearchSpace:
     """Every knob the estimator supports, with values sensible for ``model`` on ``cluster``."""
     seq = seq_len or model.seq_len
     tp_limit = gpus if allow_tp_across_nodes else min(gpus, cluster.scale_up_domain_gpus)
@@ -99,5 +102,6 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
         hsdp_shard_sizes=tuple(s for s in (cluster.scale_up_domain_gpus, 64, 512) if s < gpus),
         recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0), ("full", 0.5)),
         sequence_parallel=(True, False), offload=((False, False), (True, False), (True, True)),
-        precisions=precisions, memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
+        precisions=precisions, grad_reduce_dtypes=grad_reduce_dtypes, memory_margin=memory_margin,
+        allow_tp_across_nodes=allow_tp_across_nodes,
     )

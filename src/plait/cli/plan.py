@@ -1,0 +1,141 @@
+"""``plait plan``: search the strategy space, rank and explain plans, export the winner."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
+from plait.cli.progress import LazyProgress
+from plait.cli.render_plan import print_points, print_relaxations, print_search
+from plait.errors import ConfigError
+from plait.export.artifact import write_artifacts
+from plait.export.bundle import export_all
+from plait.hardware.catalog import resolve_cluster
+from plait.search.engine import run_search
+from plait.search.explain import runner_up_gives_up, why_winner
+from plait.search.pareto import choose, pareto_front
+from plait.search.planner import check_objective, gpu_counts, relaxations, search_gpu_counts
+from plait.search.space import default_space
+from plait.workload.catalog import resolve_model
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    """'2048', '1024,2048' or '512:4096' (powers of two in the range)."""
+    try:
+        if ":" in text:
+            low, high = (int(x) for x in text.split(":"))
+            out, x = [], 1
+            while x <= high:
+                if x >= low:
+                    out.append(x)
+                x *= 2
+            values = tuple(out)
+        else:
+            values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"global batch {text!r} must be N, N,M,... or LOW:HIGH") from None
+    if not values or min(values) <= 0:
+        raise ConfigError(f"global batch {text!r} must name positive sizes")
+    return values
+
+
+def _range(text: str) -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"gpus range {text!r} must be LOW:HIGH") from None
+    return low, high
+
+
+def plan_command(
+    model: Annotated[str, typer.Option(help="Catalog model, config.json or model TOML.")] = DEFAULT_MODEL,
+    cluster: Annotated[str, typer.Option(help="Cluster preset or TOML/YAML file.")] = DEFAULT_CLUSTER,
+    gpus: Annotated[int, typer.Option(help="GPUs (objective throughput).")] = 8,
+    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts to compare (objectives cost, time).")] = None,
+    global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "128",
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence (0: the model's).")] = 0,
+    objective: Annotated[str, typer.Option(help="throughput | cost | time.")] = "throughput",
+    tokens: Annotated[float, typer.Option(help="Tokens to train (objectives cost, time).")] = 1e12,
+    deadline_days: Annotated[float | None, typer.Option(help="Limit on days to train.")] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="Limit on dollars to train.")] = None,
+    top: Annotated[int, typer.Option(help="Plans to list.")] = 5,
+    memory_margin: Annotated[float, typer.Option(help="Fraction of GPU memory kept free.")] = 0.05,
+    allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let tp and ep leave the scale-up domain.")] = False,
+    precision: Annotated[str | None, typer.Option(help="Matmul precisions to try, e.g. bf16 or bf16,fp8.")] = None,
+    export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml, torchtitan, Megatron-LM and DeepSpeed configs into this folder.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Search every parallel layout and memory knob; rank plans and explain the winner."""
+    check_objective(objective)
+    model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
+    batches = _batches(global_batch)
+    precisions = tuple(precision.split(",")) if precision else None
+    console = Console(stderr=as_json)
+    if objective == "throughput":
+        if gpus_range:
+            raise ConfigError("--gpus-range needs objective cost or time; objective throughput takes --gpus")
+        space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
+                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions)
+        with LazyProgress(console, "costing plans") as progress:
+            result = run_search(model_spec, cluster_spec, space, progress=progress)
+        if result.num_candidates == 0:
+            raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "
+                              f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
+        best = result.top(top)
+        fixes = relaxations(model_spec, cluster_spec, space) if not best else []
+        if as_json:
+            print(json.dumps(_search_json(result, best, fixes), indent=2))
+        else:
+            print_search(console, result, top)
+            if not best:
+                print_relaxations(console, result, fixes)
+        if export and best:
+            written = write_artifacts(export, export_all(best[0].plan, model, model_spec, cluster), overwrite=force)
+            console.print(f"exported {', '.join(str(p) for p in written)}")
+        if not best:
+            raise typer.Exit(1)
+        return
+    if gpus_range is None:
+        raise ConfigError(f"objective {objective} needs --gpus-range LOW:HIGH (e.g. 64:1024)")
+    counts = gpu_counts(*_range(gpus_range), cluster_spec)
+    with LazyProgress(console, "searching GPU counts") as progress:
+        points = search_gpu_counts(model_spec, cluster_spec, counts, batches, tokens, seq_len=seq_len,
+                                   memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
+                                   precisions=precisions, progress=progress)
+    front = pareto_front(points)
+    choice = choose(points, objective, deadline_days, budget_usd)
+    if as_json:
+        print(json.dumps({
+            "objective": objective, "tokens": tokens,
+            "points": [{"gpus": p.gpus, "layout": p.estimate.plan.describe(), "days": p.days, "dollars": p.dollars,
+                        "tokens_per_s": p.estimate.tokens_per_s} for p in points],
+            "pareto_gpus": [p.gpus for p in front],
+            "choice": {"gpus": choice.gpus, "plan": asdict(choice.estimate.plan), "days": choice.days,
+                       "dollars": choice.dollars},
+        }, indent=2))
+    else:
+        print_points(console, points, front, choice, tokens)
+    if export:
+        written = write_artifacts(export, export_all(choice.estimate.plan, model, model_spec, cluster), overwrite=force)
+        console.print(f"exported {', '.join(str(p) for p in written)}")
+
+
+def _search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    return {
+        "objective": "throughput", "model": result.model.name, "cluster": result.cluster.name,
+        "gpus": result.space.gpus, "candidates": result.num_candidates, "costed": result.costed,
+        "feasible": result.num_feasible, "elapsed_s": result.elapsed_s, "candidates_per_s": result.candidates_per_s,
+        "interrupted": result.interrupted, "infeasible_by_reason": dict(result.reasons),
+        "top": [{**e.to_dict(), "bottleneck": max(e.time.items(), key=lambda i: i[1])[0]} for e in best],
+        "why": why_winner(best[0]) if best else None,
+        "runner_up": runner_up_gives_up(best[0], best[1]) if len(best) > 1 else None,
+        "relaxations": [{"change": r.change, "works": r.best is not None,
+                         "best": r.best.plan.describe() if r.best else None} for r in fixes],
+    }

@@ -1,0 +1,70 @@
+"""Tables for ``plait plan``; no computation happens here."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from plait.search.engine import SearchResult
+from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why_winner
+from plait.search.pareto import Point
+
+GIB = 1024**3
+
+
+def print_search(console: Console, result: SearchResult, top: int) -> None:
+    """Counts, infeasibility reasons, the ranked plans and why the winner wins."""
+    console.print(f"searched {result.num_candidates:,} candidate plans in {result.elapsed_s:.2f} s "
+                  f"({result.candidates_per_s:,.0f}/s); {result.costed:,} costed, {result.num_feasible:,} feasible"
+                  + (" [bold yellow](interrupted: best found so far)[/]" if result.interrupted else ""))
+    reasons = Table(title="infeasible candidates by reason", title_justify="left")
+    reasons.add_column("reason")
+    reasons.add_column("count", justify="right")
+    for reason, count in result.reasons.most_common():
+        reasons.add_row(reason, f"{count:,}")
+    console.print(reasons)
+    best = result.top(top)
+    if not best:
+        return
+    table = Table(title=f"top {len(best)} plans on {result.space.gpus} GPUs", title_justify="left")
+    for col in ("#", "layout", "step s", "tokens/s", "MFU", "headroom GiB", "bottleneck"):
+        table.add_column(col, justify="left" if col in ("layout", "bottleneck") else "right")
+    for rank, est in enumerate(best, 1):
+        table.add_row(str(rank), est.plan.describe(), f"{est.step_time_s:.3f}", f"{est.tokens_per_s:,.0f}",
+                      f"{100 * est.mfu:.1f}%", f"{est.memory.headroom_bytes / GIB:.1f}", bottleneck(est))
+    console.print(table)
+    console.print(f"[bold]why #1[/]: {why_winner(best[0])}")
+    if len(best) > 1:
+        console.print(f"[bold]runner-up[/]: {runner_up_gives_up(best[0], best[1])}")
+
+
+def print_relaxations(console: Console, result: SearchResult, relaxations: list[Relaxation]) -> None:
+    """What would make an infeasible request work."""
+    console.print("[bold red]no plan fits[/]: nothing satisfies the request")
+    for miss in result.nearest_misses(1):
+        over = (miss.memory.total_bytes - miss.memory.capacity_bytes * (1 - result.space.memory_margin)) / GIB
+        console.print(f"closest: {miss.plan.describe()} needs {miss.memory.total_bytes / GIB:.1f} GiB "
+                      f"({over:.1f} GiB over the limit)")
+    for relaxation in relaxations:
+        if relaxation.best:
+            est = relaxation.best
+            console.print(f"  {relaxation.change}: works, best {est.plan.describe()} at "
+                          f"{est.tokens_per_s:,.0f} tokens/s")
+        else:
+            console.print(f"  {relaxation.change}: still nothing fits")
+
+
+def print_points(console: Console, points: list[Point], front: list[Point], choice: Point, tokens: float) -> None:
+    """Best plan per GPU count, the Pareto front and the choice."""
+    table = Table(title=f"training {tokens:.3g} tokens: best plan per GPU count", title_justify="left")
+    for col in ("GPUs", "layout", "tokens/s", "days", "cost $", "Pareto"):
+        table.add_column(col, justify="left" if col == "layout" else "right")
+    on_front = {p.gpus for p in front}
+    for p in points:
+        mark = "*" if p.gpus in on_front else ""
+        style = "bold" if p is choice else None
+        table.add_row(str(p.gpus), p.estimate.plan.describe(), f"{p.estimate.tokens_per_s:,.0f}", f"{p.days:.1f}",
+                      f"{p.dollars:,.0f}", mark, style=style)
+    console.print(table)
+    console.print(f"[bold]choice[/]: {choice.gpus} GPUs, {choice.estimate.plan.describe()}: {choice.days:.1f} days, "
+                  f"${choice.dollars:,.0f}")

@@ -1,0 +1,1 @@
+"""Configurations for the engines people already use, written from one Plan."""

@@ -1,0 +1,93 @@
+"""Megatron-LM ``pretrain_gpt.py`` command-line arguments for a Plan and its model.
+
+Flag names are those of NVIDIA/Megatron-LM ``megatron/training/arguments.py``; the test
+suite checks every exported flag against a copy of that parser's flag list
+(``tests/data/megatron_lm_arguments.txt``, with the commit it was read from), because
+Megatron-LM's training package is not installable from PyPI.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from plait.export.artifact import Artifact
+from plait.plan.plan import Plan
+from plait.workload.model import ModelSpec
+
+
+def _model_args(model: ModelSpec, seq: int) -> list[str]:
+    args = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
+            "--ffn-hidden-size", str(model.ffn_hidden_size), "--num-attention-heads", str(model.num_heads),
+            "--kv-channels", str(model.head_dim),
+            "--seq-length", str(seq), "--max-position-embeddings", str(max(seq, model.seq_len))]
+    if model.num_kv_heads != model.num_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
+    if model.mlp == "gated":
+        args.append("--swiglu")
+    args += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    args += ["--position-embedding-type", {"rope": "rope", "learned": "learned_absolute", "alibi": "none"}[model.position]]
+    if not model.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not (model.attention_bias or model.mlp_bias):
+        args.append("--disable-bias-linear")
+    if not model.dropout:
+        args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    if model.moe:
+        args += ["--num-experts", str(model.moe.num_experts), "--moe-router-topk", str(model.moe.top_k),
+                 "--moe-ffn-hidden-size", str(model.moe.expert_ffn_hidden_size)]
+    return args
+
+
+def megatron_args(plan: Plan, model: ModelSpec) -> tuple[list[str], list[str]]:
+    """(arguments, notes) for Megatron-LM."""
+    notes: list[str] = []
+    seq = plan.seq_len or model.seq_len
+    args = _model_args(model, seq)
+    args += ["--tensor-model-parallel-size", str(plan.tp), "--pipeline-model-parallel-size", str(plan.pp),
+             "--context-parallel-size", str(plan.cp), "--micro-batch-size", str(plan.micro_batch),
+             "--global-batch-size", str(plan.global_batch)]
+    if plan.ep > 1:
+        args += ["--expert-model-parallel-size", str(plan.ep)]
+    if plan.sp and plan.tp > 1:
+        args.append("--sequence-parallel")
+    if plan.pp > 1 and plan.vpp > 1:
+        args += ["--num-layers-per-virtual-pipeline-stage", str(-(-model.num_layers // (plan.pp * plan.vpp)))]
+    if plan.pp > 1 and plan.schedule in ("gpipe", "zb-h1"):
+        notes.append(f"schedule={plan.schedule}: Megatron-LM runs 1F1B (interleaved with virtual stages)")
+    if plan.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif plan.recompute == "full":
+        layers = plan.recompute_layers if plan.recompute_layers >= 0 else -(-model.num_layers // plan.pp)
+        args += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(layers)]
+    if plan.sharding in ("zero1", "zero2"):
+        args += ["--use-distributed-optimizer", "--overlap-param-gather"]
+        if plan.sharding == "zero2":
+            notes.append("zero2: Megatron's distributed optimizer shards optimizer state and reduce-scatters "
+                         "gradients (the gradient buffer itself stays whole)")
+    elif plan.sharding == "zero3":
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
+    if plan.overlap_grad_reduce and plan.dp > 1:
+        args.append("--overlap-grad-reduce")
+    args.append("--fp16" if plan.precision == "fp16" else "--bf16")
+    if plan.precision == "fp8":
+        args += ["--fp8-format", "hybrid"]
+    if plan.grad_reduce_dtype == "fp32":
+        args.append("--accumulate-allreduce-grads-in-fp32")
+    if plan.offload_optimizer:
+        args += ["--optimizer-cpu-offload"]
+    if plan.offload_params:
+        notes.append("offload_params: Megatron-LM has no parameter offload to host")
+    if plan.tp_comm_overlap:
+        args.append("--tp-comm-overlap")
+    return args, notes
+
+
+def megatron_artifact(plan: Plan, model: ModelSpec) -> Artifact:
+    """A shell snippet with the arguments."""
+    args, notes = megatron_args(plan, model)
+    body = " \\\n  ".join(shlex.quote(a) for a in args)
+    comments = "".join(f"# note: {n}\n" for n in notes)
+    text = (f"# Megatron-LM arguments written by plait for: {plan.describe()}\n{comments}"
+            f"# usage: torchrun ... pretrain_gpt.py \"${{MEGATRON_ARGS[@]}}\" <data, tokenizer, optimizer args>\n"
+            f"MEGATRON_ARGS=(\n  {body}\n)\n")
+    return Artifact("megatron.sh", text, notes)

@@ -1,0 +1,79 @@
+"""The planner's requests: best plans on N GPUs, or cheapest/fastest training across GPU counts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.search.engine import Progress, SearchResult, run_search
+from plait.search.explain import Relaxation
+from plait.search.pareto import Point, price
+from plait.search.space import SearchSpace, default_space
+from plait.workload.model import ModelSpec
+
+OBJECTIVES = ("throughput", "cost", "time")
+
+
+def check_objective(objective: str) -> None:
+    """Reject an unknown objective with the list of known ones."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective={objective!r} must be one of {', '.join(OBJECTIVES)}")
+
+
+def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace) -> list[Relaxation]:
+    """The nearest changes that would make a request with no feasible plan work."""
+    tries: list[tuple[str, SearchSpace]] = []
+    if not space.allow_tp_across_nodes:
+        tp = tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if space.gpus % t == 0 and model.num_heads % t == 0)
+        tries.append(("allow tensor parallelism across nodes (--allow-tp-across-nodes)",
+                      replace(space, allow_tp_across_nodes=True, tp=tp)))
+    if space.memory_margin > 0:
+        tries.append(("drop the memory safety margin (--memory-margin 0)", replace(space, memory_margin=0.0)))
+    if 2 * space.gpus <= cluster.max_gpus:
+        bigger = default_space(model, cluster, 2 * space.gpus, space.global_batches, seq_len=space.seq_len,
+                               memory_margin=space.memory_margin, precisions=space.precisions)
+        tries.append((f"double the GPUs to {2 * space.gpus}", bigger))
+    half = tuple(sorted({max(1, b // 2) for b in space.global_batches}))
+    if half != space.global_batches:
+        tries.append((f"halve the global batch to {', '.join(map(str, half))}", replace(space, global_batches=half)))
+    if space.seq_len >= 4096:
+        tries.append((f"halve the sequence length to {space.seq_len // 2}", replace(space, seq_len=space.seq_len // 2)))
+    out = []
+    for change, relaxed in tries:
+        result = run_search(model, cluster, relaxed)
+        best = result.top(1)
+        out.append(Relaxation(change, best[0] if best else None))
+    return out
+
+
+def search_gpu_counts(model: ModelSpec, cluster: Cluster, counts: list[int], global_batches: tuple[int, ...],
+                      tokens: float, *, seq_len: int = 0, memory_margin: float = 0.05,
+                      allow_tp_across_nodes: bool = False, precisions: tuple[str, ...] | None = None,
+                      progress: Progress | None = None) -> list[Point]:
+    """The best plan at each GPU count, priced for ``tokens``."""
+    points = []
+    for gpus in counts:
+        space = default_space(model, cluster, gpus, global_batches, seq_len=seq_len, memory_margin=memory_margin,
+                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions)
+        result: SearchResult = run_search(model, cluster, space, progress=progress)
+        best = result.top(1)
+        if best:
+            points.append(price(best[0], tokens))
+    return points
+
+
+def gpu_counts(low: int, high: int, cluster: Cluster) -> list[int]:
+    """Powers of two from ``low`` to ``high`` (whole nodes above one node), within the cluster."""
+    if low <= 0 or high < low:
+        raise ConfigError(f"gpus range {low}:{high} must satisfy 0 < low <= high")
+    if low > cluster.max_gpus:
+        raise ConfigError(f"gpus range starts at {low} but cluster {cluster.name} has {cluster.max_gpus} GPUs")
+    counts, x = [], 1
+    while x <= min(high, cluster.max_gpus):
+        if x >= low:
+            counts.append(x)
+        x *= 2
+    if not counts:
+        raise ConfigError(f"gpus range {low}:{high} holds no power of two; widen it (e.g. {low}:{2 * low})")
+    return counts

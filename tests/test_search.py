@@ -1,0 +1,117 @@
+"""The planner: verdict accounting, batch/scalar agreement, ranking, Pareto, and its CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from plait.cost.batch import evaluate_batch
+from plait.cost.step import estimate
+from plait.hardware.catalog import get_cluster
+from plait.search.engine import run_search
+from plait.search.enumerate import enumerate_space
+from plait.search.pareto import Point, choose, pareto_front
+from plait.search.rules import prune
+from plait.search.space import default_space
+from plait.workload.catalog import get_model
+from plait.errors import ConfigError
+
+LLAMA8, H100 = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
+
+
+@pytest.fixture(scope="module")
+def result():
+    return run_search(LLAMA8, H100, default_space(LLAMA8, H100, 16, (64,)))
+
+
+def test_every_candidate_gets_one_verdict(result) -> None:
+    assert result.num_candidates > 10_000
+    assert sum(result.reasons.values()) + result.num_feasible == result.num_candidates
+    assert result.costed == result.num_feasible + result.reasons["does not fit in GPU memory (with the safety margin)"]
+
+
+def test_ranking_is_sorted_and_fits(result) -> None:
+    best = result.top(10)
+    assert [e.tokens_per_s for e in best] == sorted((e.tokens_per_s for e in best), reverse=True)
+    limit = H100.accelerator.memory_bytes * (1 - result.space.memory_margin)
+    assert all(e.memory.total_bytes <= limit and e.num_gpus == 16 for e in best)
+
+
+def test_batch_evaluation_equals_single_estimates() -> None:
+    """The planner's column-wise costing and the one-plan estimator agree on random valid candidates."""
+    space = default_space(LLAMA8, H100, 16, (64,))
+    cols = enumerate_space(LLAMA8, space)
+    valid = np.flatnonzero(prune(cols, LLAMA8, H100, space) < 0)
+    rows = np.random.default_rng(0).choice(valid, size=40, replace=False)
+    batch = evaluate_batch(LLAMA8, H100, cols.take(rows))
+    for i, row in enumerate(rows):
+        single = estimate(LLAMA8, H100, cols.plan(int(row)))
+        assert batch.step_time_s[i] == pytest.approx(single.step_time_s, rel=1e-12)
+        assert batch.memory["total"][i] == pytest.approx(single.memory.total_bytes, rel=1e-12)
+
+
+def test_pareto_front_by_hand() -> None:
+    est = None  # the front only compares numbers
+    points = [Point(8, est, 100.0, 1000.0), Point(16, est, 60.0, 1200.0), Point(32, est, 70.0, 2500.0),
+              Point(64, est, 20.0, 3000.0)]
+    assert [p.gpus for p in pareto_front(points)] == [8, 16, 64]  # 32 GPUs is slower and dearer than 16
+    assert choose(points, "cost", deadline_days=65, budget_usd=None).gpus == 16
+    assert choose(points, "time", deadline_days=None, budget_usd=2000).gpus == 16
+    with pytest.raises(ConfigError, match="relax the deadline to 20.0 days"):
+        choose(points, "cost", deadline_days=5, budget_usd=None)
+
+
+def plait(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "plait", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_plan_cli_json_and_export(tmp_path) -> None:
+    out = plait("plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--json",
+                "--export", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["candidates"] == doc["feasible"] + sum(doc["infeasible_by_reason"].values())
+    assert doc["top"][0]["tokens_per_s"] >= doc["top"][-1]["tokens_per_s"] and doc["why"]
+    assert {p.name for p in tmp_path.iterdir()} == {"plan.toml", "torchtitan.sh", "megatron.sh", "deepspeed.json"}
+    again = plait("plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--export", str(tmp_path))
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_plan_file_from_planner_estimates_the_same(tmp_path) -> None:
+    plait("plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--export", str(tmp_path))
+    estimated = json.loads(plait("estimate", "--plan", str(tmp_path / "plan.toml"), "--json").stdout)
+    planned = json.loads(plait("plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64",
+                               "--json").stdout)["top"][0]
+    assert estimated["step_time_s"] == pytest.approx(planned["step_time_s"], rel=1e-9)
+
+
+def test_infeasible_request_lists_nearest_changes() -> None:
+    out = plait("plan", "--model", "llama3.1-405b", "--cluster", "dgx-a100-ib", "--gpus", "8", "--global-batch", "8")
+    assert out.returncode == 1
+    assert "no plan fits" in out.stdout and "double the GPUs to 16" in out.stdout
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["plan", "--objective", "speed"], "objective='speed' must be one of throughput, cost, time"),
+    (["plan", "--objective", "cost"], "needs --gpus-range"),
+    (["plan", "--objective", "cost", "--gpus-range", "64:32"], "must satisfy 0 < low <= high"),
+    (["plan", "--objective", "cost", "--gpus-range", "8:32", "--deadline-days", "0.001"], "relax the deadline"),
+    (["plan", "--global-batch", "abc"], "global batch 'abc' must be"),
+])
+def test_bad_requests_are_one_line(args: list[str], fragment: str) -> None:
+    out = plait(*args)
+    assert out.returncode == 2 and fragment in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cost_objective_across_gpu_counts() -> None:
+    out = plait("plan", "--model", "llama3-8b", "--objective", "cost", "--gpus-range", "8:32", "--tokens", "1e11",
+                "--global-batch", "128", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [p["gpus"] for p in doc["points"]] == [8, 16, 32]
+    assert doc["choice"]["dollars"] == min(p["dollars"] for p in doc["points"])
+    assert set(doc["pareto_gpus"]) <= {8, 16, 32}
