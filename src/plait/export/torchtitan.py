@@ -49,6 +49,7 @@ def torchtitan_args(plan: Plan, model_slug: str, model: ModelSpec) -> tuple[list
             "--parallelism.pipeline-parallel-degree", str(plan.pp)]
     args.append("--parallelism.enable-sequence-parallel" if plan.sp else "--parallelism.no-enable-sequence-parallel")
     if plan.pp > 1:
+        args.append("--training.disable-cuda-graphs")  # torchtitan 0.3.0 refuses CUDA graphs with pipelining
         args += ["--parallelism.pipeline-parallel-schedule", SCHEDULES[plan.schedule],
                  "--parallelism.pipeline-parallel-microbatch-size", str(plan.micro_batch)]
         if plan.vpp > 1:
@@ -68,6 +69,8 @@ def torchtitan_args(plan: Plan, model_slug: str, model: ModelSpec) -> tuple[list
     if plan.recompute == "full" and plan.recompute_layers >= 0:
         notes.append(f"recompute_layers={plan.recompute_layers}: torchtitan's full AC checkpoints every block; "
                      "use activation-checkpoint:selective with a layer frequency for partial recompute")
+    if plan.precision == "fp16":
+        notes.append("fp16: torchtitan trains with bf16 mixed precision (training.mixed_precision_param has no fp16)")
     if plan.precision == "fp8":
         notes.append("fp8: enable a Float8/MXFP8 converter (a config_registry variant such as "
                      f"{config}_mxfp8 where torchtitan ships one, or --override.imports)")
