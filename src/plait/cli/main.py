@@ -22,10 +22,12 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from plait.cli import catalogs, estimate, plan, validate
+    from plait.cli import calibrate, catalogs, estimate, plan, run, validate
 
     app.command(name="estimate")(estimate.estimate_command)
     app.command(name="plan")(plan.plan_command)
+    app.command(name="run")(run.run_command)
+    app.command(name="calibrate")(calibrate.calibrate_command)
     app.command(name="validate")(validate.validate_command)
     app.command(name="models")(catalogs.models_command)
     app.command(name="clusters")(catalogs.clusters_command)

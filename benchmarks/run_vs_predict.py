@@ -1,0 +1,74 @@
+"""Measured vs predicted on this machine, and the runtime's overhead over a plain PyTorch loop.
+
+Run: python benchmarks/run_vs_predict.py
+1. ``plait calibrate`` measures this machine into a temporary cluster file.
+2. Several plans of examples/small-model.toml run through ``plait run`` (2 ranks, bf16 autocast);
+   the median step time after the first step and the peak memory of rank 0 are printed next to
+   ``plait estimate`` with the calibrated description (targets: |error| <= 20% time, 10% memory).
+3. The DDP plan also runs as benchmarks/plain_ddp.py, a hand-written loop, in the same run;
+   the overhead of ``plait run`` is the ratio of median step times (target <= 3%).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from plait.cost.step import estimate
+from plait.hardware.catalog import load_cluster_file
+from plait.plan.io import read_plan_file
+from plait.workload.catalog import resolve_model
+
+ROOT = Path(__file__).parents[1]
+MODEL = ROOT / "examples" / "small-model.toml"
+STEPS = 12
+PLANS = {
+    "ddp": "dp_replicate = 2\nglobal_batch = 16\nmicro_batch = 4",
+    "fsdp-zero3": 'dp_shard = 2\nsharding = "zero3"\nglobal_batch = 16\nmicro_batch = 4',
+    "tp2-sp": "tp = 2\nsp = true\nglobal_batch = 16\nmicro_batch = 4",
+    "pp2-1f1b": 'pp = 2\nschedule = "1f1b"\nglobal_batch = 16\nmicro_batch = 4',
+}
+
+
+def torchrun(args: list[str]) -> None:
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *args],
+                   check=True, capture_output=True)
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp())
+    cluster_file = tmp / "calibrated.toml"
+    subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(cluster_file)], check=True,
+                   capture_output=True)
+    cluster = load_cluster_file(cluster_file)
+    model = resolve_model(str(MODEL))
+    print(f"{'plan':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'measured GiB':>13s} "
+          f"{'predicted GiB':>14s} {'error':>7s}")
+    medians = {}
+    for name, body in PLANS.items():
+        plan_file = tmp / f"{name}.toml"
+        plan_file.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{body}\n')
+        metrics = tmp / f"{name}.jsonl"
+        torchrun(["-m", "plait.run.worker", "--plan", str(plan_file), "--steps", str(STEPS), "--metrics", str(metrics)])
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        medians[name] = statistics.median(r["step_time_s"] for r in rows[1:])
+        peak = max(r["peak_memory_bytes"] for r in rows) / 2**30
+        _, plan = read_plan_file(plan_file)
+        est = estimate(model, cluster, plan)
+        pred_mem = est.memory.total_bytes / 2**30
+        print(f"{name:12s} {medians[name]:11.4f} {est.step_time_s:12.4f} "
+              f"{100 * (est.step_time_s / medians[name] - 1):+6.1f}% {peak:13.3f} {pred_mem:14.3f} "
+              f"{100 * (pred_mem / peak - 1):+6.1f}%")
+    plain_out = tmp / "plain.json"
+    torchrun([str(ROOT / "benchmarks" / "plain_ddp.py"), str(MODEL), "16", "4", str(STEPS), str(plain_out)])
+    plain = statistics.median(json.loads(plain_out.read_text())[1:])
+    print(f"plait run DDP step {medians['ddp']:.4f} s vs plain PyTorch loop {plain:.4f} s: "
+          f"overhead {100 * (medians['ddp'] / plain - 1):+.1f}% (target <= 3%)")
+
+
+if __name__ == "__main__":
+    main()

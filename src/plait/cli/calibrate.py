@@ -1,0 +1,36 @@
+"""``plait calibrate``: measure this machine into a cluster file for ``--cluster``."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plait.errors import ConfigError
+
+
+def calibrate_command(
+    output: Annotated[Path, typer.Option(help="Cluster TOML to write.")] = Path("calibrated.toml"),
+    ranks: Annotated[int, typer.Option(help="Local ranks for the collective measurements.")] = 2,
+    threads: Annotated[int, typer.Option(help="CPU threads per rank (torchrun sets 1).")] = 1,
+    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+) -> None:
+    """Measure matmul, memory, attention and collective throughput into a hardware description."""
+    import tomli_w
+
+    from plait.hardware.catalog import cluster_from_mapping
+    from plait.run.calibrate import describe_machine
+
+    if output.exists() and not force:
+        raise ConfigError(f"{str(output)!r} already exists (pass --force to replace it)")
+    if ranks < 2:
+        raise ConfigError(f"ranks={ranks} must be >= 2 to measure collectives")
+    with tempfile.TemporaryDirectory() as tmp:
+        table = describe_machine(ranks, Path(tmp), threads)
+    cluster_from_mapping(table, str(output))  # what we write must load
+    output.write_text(tomli_w.dumps(table), encoding="utf-8")
+    typer.echo(f"wrote {output}: matmul peak {table['accelerator']['peak_tflops']} TFLOP/s, "
+               f"copy {table['accelerator']['memory_bandwidth_gb_per_s']} GB/s, "
+               f"all-reduce {table['tiers'][0]['bandwidth_gb_per_s_per_gpu']} GB/s bus bandwidth")

@@ -1,0 +1,82 @@
+"""``plait run``: train a plan on torch.distributed and compare with the prediction."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from plait.cost.step import estimate
+from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
+from plait.plan.io import read_plan_file
+from plait.run.launch import local_slots, multinode_command, run_local
+from plait.workload.catalog import resolve_model
+
+GIB = 1024**3
+
+
+def run_command(
+    plan: Annotated[Path, typer.Option(help="Plan TOML ([job] model and [plan]).")],
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 10,
+    cluster: Annotated[str | None, typer.Option(help="Hardware description for the prediction "
+                                                     "(preset, file, or the output of `plait calibrate`).")] = None,
+    metrics: Annotated[Path | None, typer.Option(help="JSON-lines file for per-step metrics.")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option(help="Distributed checkpoint folder.")] = None,
+    checkpoint_at: Annotated[int, typer.Option(help="Save after this many steps (0: never).")] = 0,
+    resume: Annotated[bool, typer.Option(help="Resume from --checkpoint-dir.")] = False,
+    full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
+    nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
+) -> None:
+    """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory."""
+    job, the_plan = read_plan_file(plan)
+    model = resolve_model(job.model)
+    if metrics is not None and metrics.exists():
+        raise ConfigError(f"metrics file {str(metrics)!r} already exists; choose another path")
+    gpus = the_plan.num_gpus
+    extra = ["--steps", str(steps)]
+    for flag, value in (("--checkpoint-dir", checkpoint_dir), ("--checkpoint-at", checkpoint_at or None)):
+        if value is not None:
+            extra += [flag, str(value)]
+    extra += [f for f, on in (("--resume", resume), ("--full-precision", full_precision), ("--dry-run", dry_run)) if on]
+    console = Console()
+    if nodes > 1:
+        if gpus % nodes:
+            raise ConfigError(f"gpus={gpus} must be divisible by nodes={nodes}")
+        console.print(multinode_command(plan, nodes, gpus // nodes, extra))
+        return
+    from plait.run.support import check_runnable
+
+    check_runnable(the_plan.with_seq_len(model.seq_len), model, on_gpu=local_slots() is not None)
+    slots = local_slots()
+    if slots is not None and gpus > slots:
+        raise ConfigError(f"the plan needs {gpus} GPUs but this node has {slots}; pass --nodes to get the torchrun command")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = metrics or Path(tmp) / "metrics.jsonl"
+        code = run_local(plan, gpus, [*extra, "--metrics", str(path)])
+        if code != 0:
+            raise typer.Exit(code if code != 2 else 2)
+        if dry_run:
+            return
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+    if not rows:
+        return
+    hardware = resolve_cluster(cluster or job.cluster or "dgx-h100-ib")
+    predicted = estimate(model, hardware, the_plan)
+    steady = [r["step_time_s"] for r in rows[1:]] or [rows[0]["step_time_s"]]
+    table = Table(title=f"{model.name}: {the_plan.describe()} on {gpus} ranks", title_justify="left")
+    for col in ("", "measured", f"predicted ({hardware.name})"):
+        table.add_column(col, justify="right")
+    table.add_row("step time s (median after step 1)", f"{statistics.median(steady):.4f}",
+                  f"{predicted.step_time_s:.4f}")
+    table.add_row("peak memory GiB", f"{max(r['peak_memory_bytes'] for r in rows) / GIB:.3f}",
+                  f"{predicted.memory.total_bytes / GIB:.3f}")
+    table.add_row("final loss", f"{rows[-1]['loss']:.4f}", "")
+    console.print(table)

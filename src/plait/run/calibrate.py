@@ -1,0 +1,189 @@
+"""Measure this machine into a hardware description the estimator accepts (``plait calibrate``).
+
+Measured: matmul throughput by size (fp32 and bf16), HBM/DRAM copy bandwidth and the
+fraction of it a layer's memory-bound ops reach, attention (SDPA forward+backward)
+throughput by sequence length, the launch floor of a tiny kernel, a rank's memory
+footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
+the backend in use (gloo on CPU, NCCL on GPU). Each figure's source reads "measured by plait calibrate on <date>".
+The peak of a dtype is the best throughput measured; curves are fractions of it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+GB = 1e9
+
+
+def _timeit(fn, min_time_s: float = 0.2, repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
+    """Median seconds per call of ``fn`` over ``repeats`` rounds of at least ``min_time_s``."""
+    fn()
+    rounds = []
+    for _ in range(repeats):
+        count, start = 0, time.perf_counter()
+        while True:
+            fn()
+            count += 1
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_time_s:
+                break
+        rounds.append(elapsed / count)
+    return statistics.median(rounds)
+
+
+def matmul_curve(dtype: torch.dtype, sizes: list[int], device: str) -> list[float]:
+    """TFLOP/s of square ``n x n`` matmuls."""
+    out = []
+    for n in sizes:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        out.append(2 * n**3 / _timeit(lambda: torch.mm(a, b)) / 1e12)
+    return out
+
+
+def copy_bandwidth_gb_per_s(device: str, mib: int) -> float:
+    """Bytes read plus written per second by a large tensor copy."""
+    src = torch.empty(mib * 2**20 // 4, dtype=torch.float32, device=device).normal_()
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / _timeit(lambda: dst.copy_(src)) / GB
+
+
+def attention_curve(dtype: torch.dtype, seqs: list[int], device: str) -> list[float]:
+    """TFLOP/s of causal SDPA forward+backward (FLOPs counted as the estimator does: causal half, bwd 2.5x)."""
+    out = []
+    heads, dim = 4, 64
+    for s in seqs:
+        q, k, v = (torch.randn(1, heads, s, dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+
+        def step() -> None:
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+
+        flops = 4 * heads * s * s * dim * 0.5 * 3.5
+        out.append(flops / _timeit(step) / 1e12)
+    return out
+
+
+def elementwise_fraction(device: str, copy_gb_per_s: float, tokens: int = 1024, hidden: int = 256,
+                         ffn: int = 768) -> float:
+    """Fraction of copy bandwidth the memory-bound ops of a layer reach, counting bytes as the cost
+    model does (two norms read+write, two residual adds read 2 write 1, SwiGLU reads 2 writes 1; bf16)."""
+    x = torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16)
+    y = torch.randn_like(x)
+    g, u = (torch.randn(tokens, ffn, device=device, dtype=torch.bfloat16) for _ in range(2))
+    norm = torch.nn.RMSNorm(hidden, device=device, dtype=torch.bfloat16)
+
+    def ops() -> None:
+        norm(x), norm(y), x + y, y + x, F.silu(g) * u
+
+    counted = 2 * (2 * 2 * tokens * hidden) + 2 * (3 * 2 * tokens * hidden) + 3 * 2 * tokens * ffn
+    return min(1.0, counted / _timeit(ops) / GB / copy_gb_per_s)
+
+
+def launch_floor_us(device: str) -> float:
+    """Microseconds of a one-element add."""
+    x = torch.zeros(1, device=device)
+    return _timeit(lambda: x.add_(1.0)) * 1e6
+
+
+def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_path: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    device = "cuda" if backend == "nccl" else "cpu"
+    times = []
+    for size in sizes:
+        t = torch.ones(max(size // 4, 1), dtype=torch.float32, device=device)
+        iterations = int(min(50, max(5, 2e8 // max(size, 1))))  # the same count on every rank: no deadlock
+        dist.all_reduce(t)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            dist.all_reduce(t)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / iterations)
+    if rank == 0:
+        import resource
+
+        baseline_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 if device == "cpu" else (
+            torch.cuda.memory_reserved())
+        Path(out_path).write_text(" ".join(map(str, times)))
+        Path(out_path + ".rss").write_text(str(baseline_bytes))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def allreduce_times(world: int, sizes: list[int], tmp: Path) -> list[float]:
+    """Seconds per all-reduce of each size between ``world`` local ranks (rank 0 also records its
+    resident memory after start-up in ``allreduce.txt.rss``)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp / "allreduce.txt"
+    mp.start_processes(_collective_worker, args=(world, port, sizes, str(out)), nprocs=world, start_method="spawn")
+    return [float(x) for x in out.read_text().split()]
+
+
+def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
+    """Measure and return a cluster table (accelerator inline) for ``ranks`` local ranks."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(threads)  # as each rank runs under torchrun (OMP_NUM_THREADS=1)
+    source = f"measured by plait calibrate on {datetime.date.today().isoformat()}"
+    sizes = [128, 256, 512, 1024] if device == "cpu" else [1024, 2048, 4096, 8192]
+    fp32 = matmul_curve(torch.float32, sizes, device)
+    bf16 = matmul_curve(torch.bfloat16, sizes, device)
+    seqs = [128, 256, 512, 1024]
+    attention = attention_curve(torch.bfloat16, seqs, device)
+    memory_bw = copy_bandwidth_gb_per_s(device, 64 if device == "cpu" else 1024)
+    memory_fraction = elementwise_fraction(device, memory_bw)
+    messages = [2**16, 2**20, 2**22, 2**24, 2**26]
+    times = allreduce_times(ranks, messages, tmp)
+    busbw = [2 * (ranks - 1) / ranks * m / t / GB for m, t in zip(messages, times)]
+    line = max(busbw)
+    latency_us = allreduce_times(ranks, [8], tmp)[0] / (2 * (ranks - 1)) * 1e6
+    baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
+    memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"
+                  else torch.cuda.get_device_properties(0).total_memory / 2**30)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({threads} thread{'s' * (threads > 1)} per rank)"
+    curve = lambda xs, ys, peak: {"sizes": xs, "fractions": [round(max(min(y / peak, 1.0), 1e-4), 4) for y in ys],  # noqa: E731
+                                  "source": source}
+    fig = lambda v: {"value": v, "source": source}  # noqa: E731
+    accelerator = {
+        "name": name, "memory_gib": round(memory_gib, 2), "memory_bandwidth_gb_per_s": round(memory_bw, 2),
+        "peak_tflops": {"fp32": round(max(fp32), 5), "bf16": round(max(bf16), 5), "fp16": round(max(bf16), 5)},
+        "scale_up_link": "shared memory" if device == "cpu" else "measured interconnect",
+        "scale_up_bandwidth_gb_per_s": round(line, 3), "pcie_bandwidth_gb_per_s": round(memory_bw, 3),
+        "tdp_w": 0.0, "source": source,
+        "efficiency": {
+            "matmul_bf16": curve(sizes, bf16, max(bf16)), "matmul_fp8": curve(sizes, bf16, max(bf16)),
+            "attention": curve(seqs, attention, max(bf16)), "memory": fig(round(memory_fraction, 4)),
+            "kernel_launch_us": fig(round(launch_floor_us(device), 3)),
+            "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
+        },
+    }
+    return {
+        "name": f"this machine ({name}, {ranks} ranks)", "accelerator": accelerator, "gpus_per_node": ranks,
+        "scale_up_domain_gpus": ranks,
+        "tiers": [{"name": "local", "span_gpus": 1024, "bandwidth_gb_per_s_per_gpu": round(line, 3),
+                   "latency_us": round(latency_us, 3),
+                   "efficiency": curve(messages, busbw, line), "source": source + f" ({ranks} ranks)"}],
+        "price_per_gpu_hour_usd": 0.0, "price_source": "not applicable: a local machine",
+        "host_memory_gib_per_gpu": round(memory_gib, 2), "host_memory_bandwidth_gb_per_s_per_gpu": round(memory_bw, 2),
+        "host_memory_bandwidth_source": source, "source": source,
+    }

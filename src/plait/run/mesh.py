@@ -1,0 +1,61 @@
+"""The DeviceMesh of a plan, with named axes (pp, dp_replicate, dp_shard, cp, tp), tp fastest.
+
+The layout matches the estimator's rank order (:mod:`plait.plan.plan`): consecutive ranks
+form TP groups, so on a GPU node TP stays on NVLink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from plait.errors import ConfigError
+from plait.plan.plan import Plan
+
+AXES = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """The world mesh and this rank's coordinates."""
+
+    mesh: DeviceMesh
+    plan: Plan
+
+    def coordinate(self, axis: str) -> int:
+        """This rank's index along ``axis``."""
+        return self.mesh.get_local_rank(axis)
+
+    @property
+    def dp_rank(self) -> int:
+        """Index among data-parallel replicas (replicate-major, like the rank layout)."""
+        return self.coordinate("dp_replicate") * self.plan.dp_shard + self.coordinate("dp_shard")
+
+    @property
+    def is_first_stage_rank(self) -> bool:
+        return self.coordinate("pp") == 0
+
+    @property
+    def is_last_stage_rank(self) -> bool:
+        return self.coordinate("pp") == self.plan.pp - 1
+
+    def sub(self, *axes: str) -> DeviceMesh:
+        """The sub-mesh over ``axes``."""
+        return self.mesh[axes if len(axes) > 1 else axes[0]]
+
+
+def device_type() -> str:
+    """``cuda`` when GPUs are visible, else ``cpu`` (gloo)."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_mesh(plan: Plan) -> Mesh:
+    """Initialise the world mesh; the process group must already be up."""
+    world = dist.get_world_size()
+    if world != plan.num_gpus:
+        raise ConfigError(f"the plan needs pp*dp*cp*tp={plan.num_gpus} processes but {world} were started")
+    shape = tuple(getattr(plan, axis) for axis in AXES)
+    return Mesh(init_device_mesh(device_type(), shape, mesh_dim_names=AXES), plan)

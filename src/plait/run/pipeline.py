@@ -1,0 +1,55 @@
+"""Pipeline parallelism with ``torch.distributed.pipelining``.
+
+Layers are split as evenly as possible over ``pp * vpp`` stages (the estimator's split).
+Rank ``r`` holds stages ``r, r + pp, ...`` — the looped placement the interleaved schedules
+expect (Narayanan et al. 2021, Sec. 2.2.2). Schedules: GPipe (Huang et al. 2019), 1F1B
+(Narayanan et al. 2021), interleaved 1F1B, and PyTorch's interleaved zero-bubble schedule
+(Qi et al. 2023) for ``zb-h1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    PipelineScheduleMulti,
+    PipelineScheduleSingle,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+)
+
+from plait.plan.plan import Plan
+from plait.run.mesh import Mesh
+
+
+def stage_layers(num_layers: int, num_stages: int) -> list[list[int]]:
+    """Layer indices of each stage (the first stages take the remainder)."""
+    base, extra = divmod(num_layers, num_stages)
+    out, start = [], 0
+    for stage in range(num_stages):
+        count = base + (1 if stage < extra else 0)
+        out.append(list(range(start, start + count)))
+        start += count
+    return out
+
+
+def local_stages(mesh: Mesh, plan: Plan) -> list[int]:
+    """Global stage indices on this rank."""
+    rank = mesh.coordinate("pp")
+    return [rank + i * plan.pp for i in range(plan.vpp)]
+
+
+def build_schedule(stages: list[PipelineStage], plan: Plan, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                   micro_batches: int) -> PipelineScheduleSingle | PipelineScheduleMulti:
+    """The PyTorch schedule object for ``plan.schedule``."""
+    if plan.schedule == "gpipe":
+        return ScheduleGPipe(stages[0], micro_batches, loss_fn=loss_fn)
+    if plan.schedule == "1f1b":
+        return Schedule1F1B(stages[0], micro_batches, loss_fn=loss_fn)
+    if plan.schedule == "interleaved":
+        return ScheduleInterleaved1F1B(stages, micro_batches, loss_fn=loss_fn)
+    return ScheduleInterleavedZeroBubble(stages, micro_batches, loss_fn=loss_fn)

@@ -1,0 +1,140 @@
+"""The training loop: AdamW with warm-up and cosine decay, gradient clipping, accumulation,
+metrics per step, and distributed checkpoints.
+
+Loss is the mean token cross-entropy of the global batch: micro-batch losses are divided by
+their count (pipelining's ``scale_grads`` does the same) and data-parallel gradients are
+averaged by DDP/FSDP, so every layout computes the single-device gradient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from plait.plan.plan import Plan
+from plait.run import data
+from plait.run.mesh import Mesh
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Optimiser and run settings (not part of the parallel plan)."""
+
+    steps: int = 10
+    lr: float = 3e-3
+    warmup_steps: int = 2
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    max_grad_norm: float = 1.0
+    seed: int = 1234
+
+
+def lr_lambda(config: TrainConfig):  # type: ignore[no-untyped-def]
+    """Linear warm-up, then cosine decay to ``min_lr_ratio`` (Loshchilov & Hutter 2017)."""
+    def factor(step: int) -> float:
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        progress = min(1.0, (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps))
+        return config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return factor
+
+
+def cross_entropy(logits_BSV: torch.Tensor, targets_BS: torch.Tensor) -> torch.Tensor:
+    """Mean token cross-entropy in fp32."""
+    return F.cross_entropy(logits_BSV.float().flatten(0, 1), targets_BS.flatten())
+
+
+def clip_gradients(params: list[torch.Tensor], max_norm: float, mesh: Mesh) -> float:
+    """Clip by the global norm over all stages (DTensor-aware; summed across pipeline ranks)."""
+    with_grad = [p for p in params if p.grad is not None]
+    sharded = [p for p in with_grad if hasattr(p.grad, "full_tensor")]  # DTensor (TP/FSDP2) grads
+    plain = [p for p in with_grad if not hasattr(p.grad, "full_tensor")]  # replicated (e.g. norms without SP)
+    squared = torch.zeros((), dtype=torch.float32)
+    if sharded:
+        squared = squared + torch.nn.utils.get_total_norm([p.grad for p in sharded]).full_tensor().float() ** 2
+    if plain:
+        squared = squared + torch.nn.utils.get_total_norm([p.grad for p in plain]).float() ** 2
+    if mesh.plan.pp > 1:
+        dist.all_reduce(squared, group=mesh.sub("pp").get_group())
+    norm = squared.sqrt()
+    for group in (sharded, plain):  # foreach kernels cannot mix DTensor and Tensor
+        if group:
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
+    return float(norm)
+
+
+def peak_memory_bytes() -> float:
+    """Peak device memory (CUDA) or peak resident set size of this process (CPU)."""
+    if torch.cuda.is_available():
+        return float(torch.cuda.max_memory_allocated())
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0
+
+
+@dataclass
+class StepMetrics:
+    """What one optimizer step reports."""
+
+    step: int
+    loss: float
+    grad_norm: float
+    step_time_s: float
+    tokens_per_s: float
+    peak_memory_bytes: float
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:
+    """bf16/fp16 autocast for plans that are not FSDP-managed (FSDP2 casts itself)."""
+    if full_precision or (plan.dp > 1 and plan.sharding in ("zero2", "zero3")):
+        return contextlib.nullcontext()
+    dtype = torch.float16 if plan.precision == "fp16" else torch.bfloat16
+    return torch.autocast(device_type=device, dtype=dtype)
+
+
+def mean_over_dp(value: float, mesh: Mesh) -> float:
+    """Average a scalar over the data-parallel ranks (for logging the global-batch loss)."""
+    if mesh.plan.dp == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64)
+    for axis in ("dp_replicate", "dp_shard"):
+        if getattr(mesh.plan, axis) > 1:
+            dist.all_reduce(tensor, group=mesh.sub(axis).get_group())
+    return float(tensor.item()) / mesh.plan.dp
+
+
+def write_metrics(path: Path | None, metrics: StepMetrics) -> None:
+    """Append one JSON line."""
+    if path is not None:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(metrics.to_json() + "\n")
+
+
+def micro_batches(inputs: torch.Tensor, targets: torch.Tensor, size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Split a rank's batch into micro-batches of ``size`` rows."""
+    return list(zip(inputs.split(size), targets.split(size)))
+
+
+def sync_context(module: nn.Module, last: bool) -> contextlib.AbstractContextManager[None]:
+    """Skip DDP's gradient all-reduce on all but the last micro-batch (Li et al. 2020, Sec. 3.2.4)."""
+    if isinstance(module, nn.parallel.DistributedDataParallel) and not last:
+        return module.no_sync()
+    return contextlib.nullcontext()
+
+
+def timed() -> float:
+    """Wall clock after the device has finished its queue."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()

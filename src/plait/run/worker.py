@@ -1,0 +1,184 @@
+"""One rank of ``plait run`` (started by torchrun): build, parallelise, train, report.
+
+Usage (normally through ``plait run``):
+    torchrun --nproc-per-node N -m plait.run.worker --plan plan.toml [--steps 10] [--metrics m.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from plait.errors import ConfigError
+from plait.plan.io import read_plan_file
+from plait.run import checkpoint, data
+from plait.run.mesh import Mesh, build_mesh, device_type
+from plait.run.model import build_model
+from plait.run.parallel import parallelize
+from plait.run.pipeline import build_schedule, local_stages, stage_layers
+from plait.run.support import check_runnable
+from plait.run.train import (
+    StepMetrics,
+    TrainConfig,
+    autocast,
+    clip_gradients,
+    cross_entropy,
+    lr_lambda,
+    mean_over_dp,
+    micro_batches,
+    peak_memory_bytes,
+    sync_context,
+    timed,
+    write_metrics,
+)
+from plait.workload.catalog import resolve_model
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plait.run.worker", description=__doc__)
+    p.add_argument("--plan", type=Path, required=True)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--metrics", type=Path, default=None)
+    p.add_argument("--checkpoint-dir", type=Path, default=None)
+    p.add_argument("--checkpoint-at", type=int, default=0, help="save after this many steps (0: never)")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--full-precision", action="store_true", help="fp32 everywhere (parity tests)")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=1234)
+    return p
+
+
+def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision: bool):  # type: ignore[no-untyped-def]
+    """This rank's model parts (one without pipelining), parallelised, and their stage indices."""
+    if plan.pp == 1:
+        model = build_model(spec, seq_len, seed)
+        return [parallelize(model, mesh, plan, full_precision=full_precision)], [0]
+    num_stages = plan.pp * plan.vpp
+    layers = stage_layers(spec.num_layers, num_stages)
+    indices = local_stages(mesh, plan)
+    parts = []
+    for stage in indices:
+        model = build_model(spec, seq_len, seed, keep_layers=layers[stage], first=stage == 0,
+                            last=stage == num_stages - 1)
+        parts.append(parallelize(model, mesh, plan, full_precision=full_precision))
+    return parts, indices
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    job, plan = read_plan_file(args.plan)
+    spec = resolve_model(job.model)
+    plan = plan.with_seq_len(spec.seq_len)
+    device = device_type()
+    check_runnable(plan, spec, on_gpu=device == "cuda")
+    if spec.vocab_size < data.VOCAB_SIZE:
+        raise ConfigError(f"vocab_size={spec.vocab_size} must be >= {data.VOCAB_SIZE} (byte tokens)")
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    try:
+        code = _run(args, job, plan, spec, device)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return code
+
+
+def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-def]
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.manual_seed(args.seed)
+    mesh = build_mesh(plan)
+    parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision)
+    container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
+    config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed)
+    params = [p for part in parts for p in part.parameters()]
+    if plan.sharding == "zero1" and plan.dp > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
+            params, optimizer_class=torch.optim.AdamW, process_group=mesh.sub("dp_shard").get_group(),
+            lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
+    if args.dry_run:
+        if dist.get_rank() == 0:
+            print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {mesh.mesh}, "
+                  f"stages per rank {stage_ids}")
+        return 0
+    start_step = 0
+    if args.resume:
+        start_step = checkpoint.load(args.checkpoint_dir, container, optimizer)
+        for _ in range(start_step):
+            scheduler.step()
+    schedule = None
+    if plan.pp > 1:
+        from torch.distributed.pipelining import PipelineStage
+
+        num_stages = plan.pp * plan.vpp
+        stages = [PipelineStage(part, stage, num_stages, torch.device(device), group=mesh.sub("pp").get_group())
+                  for part, stage in zip(parts, stage_ids)]
+        schedule = build_schedule(stages, plan, cross_entropy, plan.num_micro_batches)
+    reporter = mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0
+    for step in range(start_step, args.steps):
+        start = timed()
+        inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
+        inputs, targets = data.rank_slice(inputs, mesh.dp_rank, plan.dp), data.rank_slice(targets, mesh.dp_rank, plan.dp)
+        inputs, targets = inputs.to(device), targets.to(device)
+        loss = _step(parts, schedule, mesh, plan, inputs, targets, args.full_precision, device)
+        norm = clip_gradients(params, config.max_grad_norm, mesh)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        elapsed = timed() - start
+        loss = mean_over_dp(loss, mesh) if mesh.is_last_stage_rank else loss
+        if reporter:
+            tokens = plan.global_batch * plan.seq_len
+            write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes()))
+            print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
+        if args.checkpoint_dir is not None and args.checkpoint_at == step + 1:
+            checkpoint.save(args.checkpoint_dir, container, optimizer, step + 1)
+    return 0
+
+
+def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bool, device: str) -> float:  # type: ignore[no-untyped-def]
+    """Forward and backward of one optimizer step; returns the mean loss this rank saw (0 off the last stage)."""
+    if schedule is not None:
+        losses: list[torch.Tensor] = []
+        with autocast(plan, full_precision, device):
+            if mesh.is_first_stage_rank:
+                schedule.step(inputs, target=targets if mesh.is_last_stage_rank else None, losses=losses)
+            elif mesh.is_last_stage_rank:
+                schedule.step(target=targets, losses=losses)
+            else:
+                schedule.step()
+        return float(torch.stack(losses).mean()) if losses else 0.0
+    model = parts[0]
+    chunks = micro_batches(inputs, targets, plan.micro_batch)
+    total = 0.0
+    for index, (x, y) in enumerate(chunks):
+        with sync_context(model, index == len(chunks) - 1), autocast(plan, full_precision, device):
+            loss = cross_entropy(model(x), y) / len(chunks)
+            loss.backward()
+        total += float(loss.detach())
+    return total
+
+
+if __name__ == "__main__":
+    try:
+        status = main()
+    except ConfigError as exc:
+        print(f"plait: error: {exc}", file=sys.stderr)
+        status = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: gloo's worker threads can still be joinable while static
+    # destructors run, which aborts the process ("terminate called without an active
+    # exception") after a run that finished correctly.
+    os._exit(status)
