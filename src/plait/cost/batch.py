@@ -18,12 +18,14 @@ from plait.cost.flops import model_flops_per_token
 from plait.cost.inner import inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, shard_groups, stage_memory, stage_params
+from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.framework import DEFAULT, Framework
 from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, stage_time
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
@@ -81,18 +83,33 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> n
     return np.array(values)[inverse.reshape(-1)]
 
 
-def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
-                   framework: Framework = DEFAULT) -> BatchResult:
-    """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`)."""
+def _prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
+             framework: Framework) -> tuple[PlanColumns, Columns, Columns, np.ndarray]:
+    """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
     data = dict(cols.data)
     data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
     cols = PlanColumns(data)
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner["p2p_bytes"])
+    return cols, inner, fsdp, p2p
+
+
+def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndarray,
+                 framework: Framework = DEFAULT) -> tuple[PlanColumns, Columns, tuple[Columns, Columns], np.ndarray]:
+    """Forward and backward components of one micro-batch on each of ``stages`` of one plan (for the simulator)."""
+    cols = PlanColumns.from_plans([plan]).take(np.zeros(len(stages), dtype=np.int64))
+    cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
+    return cols, inner, stage_time(model, cols, inner, fsdp, stages, framework), p2p
+
+
+def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
+                   framework: Framework = DEFAULT) -> BatchResult:
+    """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`)."""
+    cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
     pp = cols["pp"]
     stages = [np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
-    passes = [stage_time(model, cols, inner, fsdp, p2p, s, framework) for s in stages]
+    passes = [stage_time(model, cols, inner, fsdp, s, framework) for s in stages]
     fwd = np.stack([sum(f.values()) for f, _ in passes])
     total = fwd + np.stack([sum(b.values()) for _, b in passes])
     slowest = np.argmax(total, axis=0)
@@ -101,14 +118,23 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     mean = np.where(pp > 2, (total[0] + total[2] + interior * total[1]) / pp, (total[0] + total[2]) / 2)
     mean_fwd = np.where(pp > 2, (fwd[0] + fwd[2] + interior * fwd[1]) / pp, (fwd[0] + fwd[2]) / 2)
     mean, mean_fwd = np.where(pp == 1, total[0], mean), np.where(pp == 1, fwd[0], mean_fwd)
-    busy, bubble = pipeline_time_s(cols, pick(total), mean, mean_fwd)
+    busy, bubble = pipeline_time_s(cols, pick(total), mean, mean - mean_fwd)
     m = cols.num_micro_batches
     time = {k: m * pick([f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
     assert np.allclose(sum(time.values()), busy, rtol=1e-9, atol=1e-12)
     time["pp_bubble"] = bubble
+    # Transfers on the critical path, as the event simulation finds them: 1F1B-style schedules wait for
+    # each micro-batch's activation and gradient (2 m hops); the interleaved schedule hides steady-state
+    # transfers behind its other chunks and pays the fill and drain through every chunk boundary.
+    hops = np.where(cols["vpp"] > 1, 2 * (pp * cols["vpp"] - 1), 2 * m)
+    time["pp_p2p"] = np.where(pp > 1, hops * p2p, 0.0)
     slow_stage = np.choose(slowest, stages)
     params = stage_params(model, cols, inner, slow_stage)
-    time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner["grad_bytes"], pick(total - fwd), pick(fwd))
+    n_dense, n_moe = stage_layer_counts(model, pp, slow_stage)
+    slow_bwd = pick([b["compute"] for _, b in passes])
+    last_op = np.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2, pick(total - fwd)) / cols["vpp"]
+    time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner["grad_bytes"], last_op, pick(fwd) / cols["vpp"],
+                                     n_dense + n_moe)
     time["optimizer"] = optimizer_step_s(cluster, cols, params, inner["grad_bytes"])
     first, last = (stage_memory(model, cluster.accelerator, cols, inner, s) for s in (stages[0], stages[2]))
     use_last = last["total"] > first["total"]

@@ -49,10 +49,17 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
 
 
 def exposed_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray,
-                   last_backward_s: np.ndarray, first_forward_s: np.ndarray) -> np.ndarray:
-    """Data-parallel seconds on the critical path after overlap."""
+                   last_backward_s: np.ndarray, first_forward_s: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Data-parallel seconds on the critical path after overlap.
+
+    Gradients are reduced in one bucket per layer, each ready as the last backward passes it
+    (PyTorch DDP buckets, Li et al. 2020, Sec. 3.2.3): with ``n`` equal buckets of ``r/n`` and a
+    last backward of ``L``, the reduction ends ``max(r/n, r - L + L/n)`` after that backward.
+    """
     reduce, gather = gradient_sync_s(cluster, cols, params, grad_bytes)
-    overlapped = np.maximum(0.0, reduce - last_backward_s) + np.maximum(0.0, gather - first_forward_s)
+    n = np.maximum(buckets, 1)
+    tail = np.where(reduce > 0, np.maximum(reduce / n, reduce - last_backward_s + last_backward_s / n), 0.0)
+    overlapped = tail + np.maximum(0.0, gather - first_forward_s)
     return np.where(cols["overlap_grad_reduce"], overlapped, reduce + gather)
 
 

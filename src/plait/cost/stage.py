@@ -1,9 +1,10 @@
 """Per-micro-batch time of one pipeline stage, by component, column-wise over plans.
 
 A stage runs its layers (per-layer costs from :mod:`plait.cost.inner`), the embedding on
-the first stage and the output projection plus loss on the last, and sends activations
-to its neighbour once per model chunk and pass (with the scatter/gather optimisation the
-message is ``b s h / t``: Narayanan et al. 2021, Sec. 4.1). ZeRO-3/FSDP gathers are
+the first stage and the output projection plus loss on the last. Activation transfers
+between stages are not part of a stage's time: in the steady state a rank computes other
+micro-batches while they travel (:mod:`plait.cost.pipeline` charges them on the fill and
+drain path, as the simulator finds). ZeRO-3/FSDP gathers are
 prefetched one layer ahead, so per layer only the part of the gather (and, in the
 backward, gather plus reduce-scatter) longer than that layer's compute is exposed, plus
 the first gather, which nothing hides (Zhao et al. 2023, "PyTorch FSDP", Sec. 3.3).
@@ -20,7 +21,7 @@ from plait.cost.params import stage_layer_counts
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
-COMPONENTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "fsdp_comm")
+COMPONENTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm")
 Columns = dict[str, np.ndarray]
 
 
@@ -33,7 +34,7 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
     return dense, k - dense
 
 
-def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Columns, p2p_s: np.ndarray,
+def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Columns,
                stage: np.ndarray, framework: Framework) -> tuple[Columns, Columns]:
     """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row)."""
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
@@ -69,8 +70,6 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Column
     first, last = stage == 0, stage == cols["pp"] - 1
     fwd["compute"] = fwd["compute"] + first * inner["first_fwd"] + last * inner["last_fwd"]
     bwd["compute"] = bwd["compute"] + first * inner["first_bwd"] + last * inner["last_bwd"]
-    hop = np.where(cols["pp"] > 1, cols["vpp"] * p2p_s, 0.0)
-    fwd["pp_p2p"], bwd["pp_p2p"] = hop, hop
     size = len(cols)
     return ({k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in fwd.items()},
             {k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in bwd.items()})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from plait.cost.batch import TIME_ITEMS, evaluate_batch
 from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
 from plait.cost.memory import MEMORY_ITEMS
@@ -20,7 +22,30 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *,
     if check:
         rules.check_plan(plan, model, cluster)
     result = evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), framework)
-    return estimate_from_batch(model, cluster, result, 0)
+    est = estimate_from_batch(model, cluster, result, 0)
+    return refine_pipeline(model, cluster, est, framework) if plan.pp > 1 else est
+
+
+def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework: Framework = DEFAULT) -> Estimate:
+    """Replace the closed-form pipeline and data-parallel tail by the event simulation of the step.
+
+    The closed forms (:mod:`plait.cost.pipeline`) agree with the simulation within about 1% on
+    uniform stages; with uneven stages, few micro-batches or many virtual stages they can drift
+    by a few percent, so single estimates take the simulated time (the planner ranks with the
+    closed forms and refines its top plans this way)."""
+    from plait.simulate.costs import pipeline_costs
+    from plait.simulate.pipeline import simulate_pipeline
+
+    timeline = simulate_pipeline(pipeline_costs(model, cluster, est.plan, framework))
+    t = dict(est.time.items())
+    busy = sum(t[k] for k in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm"))
+    pipeline = max(max(timeline.pipeline_end_s), busy)
+    p2p = min(t["pp_p2p"], pipeline - busy)
+    tail = timeline.step_time_s - max(timeline.pipeline_end_s)
+    scale = tail / (t["dp_comm"] + t["optimizer"]) if t["dp_comm"] + t["optimizer"] > 0 else 0.0
+    time = replace(est.time, pp_p2p_s=p2p, pp_bubble_s=pipeline - busy - p2p,
+                   dp_comm_s=t["dp_comm"] * scale, optimizer_s=t["optimizer"] * scale if scale else tail)
+    return replace(est, time=time)
 
 
 def estimate_from_batch(model: ModelSpec, cluster: Cluster, result, row: int) -> Estimate:  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ import numpy as np
 from plait.cost.batch import BatchResult, evaluate_batch
 from plait.cost.estimate import Estimate
 from plait.cost.framework import DEFAULT, Framework
-from plait.cost.step import estimate_from_batch
+from plait.cost.step import estimate_from_batch, refine_pipeline
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.search.enumerate import enumerate_space
@@ -26,6 +26,7 @@ from plait.workload.model import ModelSpec
 
 Progress = Callable[[int, int], None]
 CHUNK = 65536
+REFINE = 4
 
 
 @dataclass
@@ -36,6 +37,7 @@ class SearchResult:
     cluster: Cluster
     space: SearchSpace
     num_candidates: int
+    framework: Framework = DEFAULT
     reasons: Counter[str] = field(default_factory=Counter)
     """Infeasible candidates per reason."""
     costed: int = 0
@@ -69,12 +71,14 @@ class SearchResult:
         return self._ranking
 
     def top(self, k: int) -> list[Estimate]:
-        """The ``k`` fastest feasible plans as estimates."""
+        """The ``k`` fastest feasible plans as estimates: ranked by the closed forms, the best
+        ``REFINE x k`` re-timed by the pipeline simulation (:func:`plait.cost.step.refine_pipeline`)."""
         out = []
-        for _, chunk, row in self.ranking()[:k]:
+        for _, chunk, row in self.ranking()[:REFINE * k]:
             cols, result, _ = self.feasible[chunk]
-            out.append(estimate_from_batch(self.model, self.cluster, result, row))
-        return out
+            est = estimate_from_batch(self.model, self.cluster, result, row)
+            out.append(refine_pipeline(self.model, self.cluster, est, self.framework) if est.plan.pp > 1 else est)
+        return sorted(out, key=lambda e: -e.tokens_per_s)[:k]
 
     def nearest_misses(self, k: int) -> list[Estimate]:
         """Costed plans that did not fit, smallest memory overflow first (for 'what would make it fit')."""
@@ -95,7 +99,7 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, framew
     """Search ``space``; Ctrl-C during costing returns what was costed so far."""
     start = time.perf_counter()
     cols = enumerate_space(model, space)
-    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=len(cols))
+    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=len(cols), framework=framework)
     names = reason_table()
     verdict = prune(cols, model, cluster, space)
     codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)

@@ -1,0 +1,72 @@
+"""Pipeline schedules as per-rank operation orders.
+
+An operation is (kind, micro-batch, chunk): ``F`` forward, ``B`` backward (input and
+weight gradients), or for zero-bubble schedules ``B`` input gradient and ``W`` weight
+gradient. Chunk ``c`` of rank ``r`` is global stage ``r + c * p`` (looped placement).
+
+- GPipe: all forwards, then all backwards (Huang et al. 2019).
+- 1F1B: ``p - r - 1`` warm-up forwards, then one-forward-one-backward, then the remaining
+  backwards (PipeDream-Flush; Narayanan et al. 2021, Sec. 2.2.1).
+- Interleaved 1F1B: Megatron-LM's order over ``v`` chunks in groups of ``p`` micro-batches,
+  with ``(p - r - 1) * 2 + (v - 1) * p`` warm-up forwards (Narayanan et al. 2021, Sec. 2.2.2).
+- ZB-H1: 1F1B with the backward split into B and W; rank ``r`` defers at most ``p - 1 - r``
+  weight-gradient passes, runs one when its next F or B is not ready, and the rest after its
+  last B — the deferred Ws fill the warm-up and cool-down bubbles while activation memory
+  stays at 1F1B's (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Sec. 3.1, ZB-H1).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Kind = Literal["F", "B", "W"]
+Op = tuple[Kind, int, int]
+
+
+def gpipe(p: int, m: int, rank: int) -> list[Op]:
+    return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+
+
+def one_f_one_b(p: int, m: int, rank: int) -> list[Op]:
+    warmup = min(p - rank - 1, m)
+    ops: list[Op] = [("F", i, 0) for i in range(warmup)]
+    f, b = warmup, 0
+    while f < m:
+        ops.append(("F", f, 0))
+        f += 1
+        ops.append(("B", b, 0))
+        b += 1
+    ops += [("B", i, 0) for i in range(b, m)]
+    return ops
+
+
+def interleaved(p: int, m: int, rank: int, v: int) -> list[Op]:
+    """Megatron-LM's interleaved order (``m`` a multiple of ``p``)."""
+    total = m * v
+
+    def chunk_of(k: int, forward: bool) -> int:
+        chunk = (k // p) % v
+        return chunk if forward else v - 1 - chunk
+
+    def micro_of(k: int) -> int:
+        return (k // (p * v)) * p + k % p
+
+    warmup = min((p - rank - 1) * 2 + (v - 1) * p, total)
+    ops: list[Op] = [("F", micro_of(k), chunk_of(k, True)) for k in range(warmup)]
+    f, b = warmup, 0
+    while f < total:
+        ops.append(("F", micro_of(f), chunk_of(f, True)))
+        f += 1
+        ops.append(("B", micro_of(b), chunk_of(b, False)))
+        b += 1
+    ops += [("B", micro_of(k), chunk_of(k, False)) for k in range(b, total)]
+    return ops
+
+
+def order(schedule: str, p: int, m: int, rank: int, v: int) -> list[Op]:
+    """The F/B order of ``rank``; ZB-H1 uses the 1F1B order (W are placed by the simulator)."""
+    if schedule == "gpipe":
+        return gpipe(p, m, rank)
+    if schedule == "interleaved" and v > 1:
+        return interleaved(p, m, rank, v)
+    return one_f_one_b(p, m, rank)

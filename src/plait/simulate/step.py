@@ -1,0 +1,15 @@
+"""Simulate one training step of a plan: the pipeline of one data-parallel replica."""
+
+from __future__ import annotations
+
+from plait.cost.framework import DEFAULT, Framework
+from plait.hardware.cluster import Cluster
+from plait.plan.plan import Plan
+from plait.simulate.costs import pipeline_costs
+from plait.simulate.pipeline import Timeline, simulate_pipeline
+from plait.workload.model import ModelSpec
+
+
+def simulate_step(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT) -> Timeline:
+    """Per-rank timeline of one optimizer step (all data-parallel replicas behave alike)."""
+    return simulate_pipeline(pipeline_costs(model, cluster, plan, framework))
