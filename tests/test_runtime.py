@@ -94,3 +94,14 @@ def test_plait_run_prints_measured_and_predicted(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "measured" in out.stdout and "predicted" in out.stdout and "peak memory" in out.stdout
+
+
+def test_profiler_trace_of_a_real_step(tmp_path: Path) -> None:
+    """A measured step in the same trace-event format as `plait simulate --trace`."""
+    plan = write_plan(tmp_path / "plan.toml", "dp_replicate = 2")
+    out = torchrun(2, plan, "--steps", "2", "--trace-dir", str(tmp_path / "traces"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    for rank in (0, 1):
+        doc = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())
+        complete = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+        assert complete and all({"name", "ts", "dur", "pid", "tid"} <= set(e) for e in complete)

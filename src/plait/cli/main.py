@@ -22,11 +22,13 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from plait.cli import calibrate, catalogs, estimate, plan, run, validate
+    from plait.cli import calibrate, catalogs, estimate, plan, run, simulate, validate
 
     app.command(name="estimate")(estimate.estimate_command)
     app.command(name="plan")(plan.plan_command)
     app.command(name="run")(run.run_command)
+    app.command(name="simulate")(simulate.simulate_command)
+    app.command(name="report")(simulate.report_command)
     app.command(name="calibrate")(calibrate.calibrate_command)
     app.command(name="validate")(validate.validate_command)
     app.command(name="models")(catalogs.models_command)

@@ -34,6 +34,8 @@ def run_command(
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
     nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
+    trace_dir: Annotated[Path | None, typer.Option(help="Profile the last step into rank<N>.json traces "
+                                                        "(same format as `plait simulate --trace`).")] = None,
 ) -> None:
     """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory."""
     job, the_plan = read_plan_file(plan)
@@ -42,7 +44,8 @@ def run_command(
         raise ConfigError(f"metrics file {str(metrics)!r} already exists; choose another path")
     gpus = the_plan.num_gpus
     extra = ["--steps", str(steps)]
-    for flag, value in (("--checkpoint-dir", checkpoint_dir), ("--checkpoint-at", checkpoint_at or None)):
+    for flag, value in (("--checkpoint-dir", checkpoint_dir), ("--checkpoint-at", checkpoint_at or None),
+                        ("--trace-dir", trace_dir)):
         if value is not None:
             extra += [flag, str(value)]
     extra += [f for f, on in (("--resume", resume), ("--full-precision", full_precision), ("--dry-run", dry_run)) if on]

@@ -142,3 +142,12 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     return BatchResult(cols=cols, time=time, memory=memory, memory_stage=np.where(use_last, stages[2], 0),
                        model_flops_per_token=_flops_per_token(model, cluster, cols),
                        recompute_factor=_recompute_factor(model, cols))
+
+
+def stage_memories(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT) -> list[dict[str, float]]:
+    """Memory breakdown of every pipeline stage of one plan (for the per-stage picture)."""
+    stages = np.arange(plan.pp)
+    cols = PlanColumns.from_plans([plan.with_seq_len(model.seq_len)]).take(np.zeros(plan.pp, dtype=np.int64))
+    cols, inner, _, _ = _prepare(model, cluster, cols, framework)
+    memory = stage_memory(model, cluster.accelerator, cols, inner, stages)
+    return [{k: float(v[i]) for k, v in memory.items()} for i in range(plan.pp)]

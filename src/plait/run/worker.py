@@ -7,6 +7,7 @@ Usage (normally through ``plait run``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -52,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--trace-dir", type=Path, default=None,
+                   help="profile the last step; each rank writes rank<N>.json (Chrome trace-event format)")
     return p
 
 
@@ -131,7 +134,13 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
         inputs, targets = data.rank_slice(inputs, mesh.dp_rank, plan.dp), data.rank_slice(targets, mesh.dp_rank, plan.dp)
         inputs, targets = inputs.to(device), targets.to(device)
-        loss = _step(parts, schedule, mesh, plan, inputs, targets, args.full_precision, device)
+        profiling = args.trace_dir is not None and step == args.steps - 1
+        profiler = _profiler(device) if profiling else contextlib.nullcontext()
+        with profiler as prof:
+            loss = _step(parts, schedule, mesh, plan, inputs, targets, args.full_precision, device)
+        if profiling:
+            args.trace_dir.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
         norm = clip_gradients(params, config.max_grad_norm, mesh)
         optimizer.step()
         scheduler.step()
@@ -145,6 +154,14 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         if args.checkpoint_dir is not None and args.checkpoint_at == step + 1:
             checkpoint.save(args.checkpoint_dir, container, optimizer, step + 1)
     return 0
+
+
+def _profiler(device: str):  # type: ignore[no-untyped-def]
+    """torch.profiler over one step: CPU ops, and CUDA kernels on a GPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    return profile(activities=activities)
 
 
 def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bool, device: str) -> float:  # type: ignore[no-untyped-def]

@@ -1,0 +1,96 @@
+"""``plait simulate`` and ``plait report``: a step's timeline, trace, pictures and the HTML page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from plait.cli.options import resolve_job
+from plait.cost.batch import stage_memories
+from plait.cost.step import estimate
+from plait.errors import ConfigError
+from plait.plan.rules import check_plan
+from plait.search.pareto import pareto_front
+from plait.search.planner import gpu_counts, search_gpu_counts
+from plait.simulate.step import simulate_step
+from plait.simulate.trace import write_trace
+
+
+def _job(plan_file: Path, model: str | None, cluster: str | None):  # type: ignore[no-untyped-def]
+    model_spec, cluster_spec, plan, gpus = resolve_job(model, cluster, plan_file, None)
+    plan = plan.with_seq_len(model_spec.seq_len)
+    check_plan(plan, model_spec, cluster_spec, num_gpus=gpus)
+    return model_spec, cluster_spec, plan
+
+
+def _fresh(path: Path | None, force: bool) -> None:
+    if path is not None and path.exists() and not force:
+        raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")
+
+
+def simulate_command(
+    plan_file: Annotated[Path, typer.Option("--plan", help="Plan TOML file.")],
+    model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
+    cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Write Chrome/Perfetto trace-event JSON here.")] = None,
+    png: Annotated[Path | None, typer.Option(help="Write the timeline picture here.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets)."""
+    model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
+    _fresh(trace, force)
+    _fresh(png, force)
+    timeline = simulate_step(model_spec, cluster_spec, plan)
+    if trace:
+        write_trace(trace, timeline, overwrite=force)
+    if png:
+        from plait.report.plots import timeline_png
+
+        timeline_png(timeline, png, f"one step: {plan.describe()}")
+    busy = {r: sum(s.end - s.start for s in timeline.spans if s.rank == r and s.stream == "compute")
+            for r in {s.rank for s in timeline.spans}}
+    doc = {"layout": plan.describe(), "step_time_s": timeline.step_time_s, "ranks": len(busy),
+           "idle_fraction_per_rank": {r: 1 - b / timeline.step_time_s for r, b in sorted(busy.items())},
+           "spans": len(timeline.spans)}
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    console = Console()
+    console.print(f"simulated step: {timeline.step_time_s:.4g} s for {plan.describe()} ({len(timeline.spans)} spans)")
+    for rank, idle in doc["idle_fraction_per_rank"].items():  # type: ignore[union-attr]
+        console.print(f"  rank {rank}: idle {100 * idle:.1f}% of the step")
+    for path in (trace, png):
+        if path:
+            console.print(f"wrote {path}")
+
+
+def report_command(
+    plan_file: Annotated[Path, typer.Option("--plan", help="Plan TOML file.")],
+    out: Annotated[Path, typer.Option(help="HTML file to write.")] = Path("report.html"),
+    model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
+    cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
+    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts for the Pareto picture.")] = None,
+    tokens: Annotated[float, typer.Option(help="Tokens to train for the Pareto picture.")] = 1e12,
+    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+) -> None:
+    """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front."""
+    from plait.report.html import render_report
+
+    model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
+    _fresh(out, force)
+    est = estimate(model_spec, cluster_spec, plan)
+    timeline = simulate_step(model_spec, cluster_spec, plan)
+    points = front = None
+    if gpus_range:
+        low, high = (int(x) for x in gpus_range.split(":"))
+        points = search_gpu_counts(model_spec, cluster_spec, gpu_counts(low, high, cluster_spec),
+                                   (plan.global_batch,), tokens, seq_len=plan.seq_len)
+        front = pareto_front(points)
+    page = render_report(est, timeline, stage_memories(model_spec, cluster_spec, plan), points, front)
+    out.write_text(page, encoding="utf-8")
+    Console().print(f"wrote {out} ({len(page) / 1024:.0f} KiB)")

@@ -1,0 +1,1 @@
+"""Pictures and the HTML report: step timeline, memory per stage, Pareto front."""
