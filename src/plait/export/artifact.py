@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,14 @@ class Artifact:
     """File contents."""
     notes: list[str] = field(default_factory=list)
     """Plan features the target cannot express, or that need code outside the config."""
+
+
+def bash_array(filename: str, variable: str, title: str, usage: str, args: list[str], notes: list[str]) -> Artifact:
+    """A shell snippet defining ``variable`` as a bash array of ``args``, with the notes as comments."""
+    body = " \\\n  ".join(shlex.quote(a) for a in args)
+    comments = "".join(f"# note: {n}\n" for n in notes)
+    text = f"# {title}\n{comments}# usage: {usage}\n{variable}=(\n  {body}\n)\n"
+    return Artifact(filename, text, notes)
 
 
 def write_artifacts(directory: Path, artifacts: list[Artifact], *, overwrite: bool = False) -> list[Path]:

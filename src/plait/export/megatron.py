@@ -8,9 +8,7 @@ Megatron-LM's training package is not installable from PyPI.
 
 from __future__ import annotations
 
-import shlex
-
-from plait.export.artifact import Artifact
+from plait.export.artifact import Artifact, bash_array
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
@@ -85,9 +83,6 @@ def megatron_args(plan: Plan, model: ModelSpec) -> tuple[list[str], list[str]]:
 def megatron_artifact(plan: Plan, model: ModelSpec) -> Artifact:
     """A shell snippet with the arguments."""
     args, notes = megatron_args(plan, model)
-    body = " \\\n  ".join(shlex.quote(a) for a in args)
-    comments = "".join(f"# note: {n}\n" for n in notes)
-    text = (f"# Megatron-LM arguments written by plait for: {plan.describe()}\n{comments}"
-            f"# usage: torchrun ... pretrain_gpt.py \"${{MEGATRON_ARGS[@]}}\" <data, tokenizer, optimizer args>\n"
-            f"MEGATRON_ARGS=(\n  {body}\n)\n")
-    return Artifact("megatron.sh", text, notes)
+    return bash_array("megatron.sh", "MEGATRON_ARGS", f"Megatron-LM arguments written by plait for: {plan.describe()}",
+                      'torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer, optimizer args>',
+                      args, notes)

@@ -9,10 +9,8 @@ export is that argument list, to append to ``torchrun ... -m torchtitan.train``.
 
 from __future__ import annotations
 
-import shlex
-
 from plait.errors import ConfigError
-from plait.export.artifact import Artifact
+from plait.export.artifact import Artifact, bash_array
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
@@ -84,9 +82,7 @@ def torchtitan_args(plan: Plan, model_slug: str, model: ModelSpec) -> tuple[list
 def torchtitan_artifact(plan: Plan, model_slug: str, model: ModelSpec) -> Artifact:
     """A shell snippet with the arguments, one per line."""
     args, notes = torchtitan_args(plan, model_slug, model)
-    body = " \\\n  ".join(shlex.quote(a) for a in args)
-    comments = "".join(f"# note: {n}\n" for n in notes)
-    text = (f"# torchtitan 0.3.0 arguments written by plait for: {plan.describe()}\n{comments}"
-            f"# usage: torchrun --nproc-per-node=<gpus per node> ... -m torchtitan.train \"${{TORCHTITAN_ARGS[@]}}\"\n"
-            f"TORCHTITAN_ARGS=(\n  {body}\n)\n")
-    return Artifact("torchtitan.sh", text, notes)
+    return bash_array("torchtitan.sh", "TORCHTITAN_ARGS",
+                      f"torchtitan 0.3.0 arguments written by plait for: {plan.describe()}",
+                      'torchrun --nproc-per-node=<gpus per node> ... -m torchtitan.train "${TORCHTITAN_ARGS[@]}"',
+                      args, notes)
