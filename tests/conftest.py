@@ -21,7 +21,7 @@ def toy_cluster_mapping(nvlink_gb_per_s: float = 100.0, network_gb_per_s: float 
             "scale_up_bandwidth_gb_per_s": nvlink_gb_per_s, "pcie_bandwidth_gb_per_s": 10.0, "tdp_w": 1.0,
             "source": SOURCE,
             "efficiency": {"matmul_bf16": fig(1.0), "matmul_fp8": fig(1.0), "attention": fig(1.0), "memory": fig(1.0),
-                           "kernel_launch_us": fig(0.0), "runtime_reserved_gib": fig(0.0), "allocator_overhead": fig(0.0)},
+                           "kernel_launch_us": fig(0.0), "comm_overlap": fig(1.0), "runtime_reserved_gib": fig(0.0), "allocator_overhead": fig(0.0)},
         },
         "gpus_per_node": 8, "scale_up_domain_gpus": 8,
         "tiers": [

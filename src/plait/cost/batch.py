@@ -100,7 +100,8 @@ def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndar
     """Forward and backward components of one micro-batch on each of ``stages`` of one plan (for the simulator)."""
     cols = PlanColumns.from_plans([plan]).take(np.zeros(len(stages), dtype=np.int64))
     cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
-    return cols, inner, stage_time(model, cols, inner, fsdp, stages, framework), p2p
+    overlap = cluster.accelerator.efficiency.comm_overlap.value
+    return cols, inner, stage_time(model, cols, inner, fsdp, stages, framework, overlap), p2p
 
 
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
@@ -109,7 +110,8 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
     pp = cols["pp"]
     stages = [np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
-    passes = [stage_time(model, cols, inner, fsdp, s, framework) for s in stages]
+    overlap = cluster.accelerator.efficiency.comm_overlap.value
+    passes = [stage_time(model, cols, inner, fsdp, s, framework, overlap) for s in stages]
     fwd = np.stack([sum(f.values()) for f, _ in passes])
     total = fwd + np.stack([sum(b.values()) for _, b in passes])
     slowest = np.argmax(total, axis=0)

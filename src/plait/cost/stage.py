@@ -34,9 +34,16 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
     return dense, k - dense
 
 
+def hidden_remainder(comm: np.ndarray, compute: np.ndarray, overlap: float) -> np.ndarray:
+    """Exposed part of ``comm`` run alongside ``compute``: what exceeds the compute, plus the share of
+    the overlapped part the hardware cannot hide (``overlap`` = 1 hides it all)."""
+    return np.maximum(0.0, comm - compute) + (1.0 - overlap) * np.minimum(comm, compute)
+
+
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Columns,
-               stage: np.ndarray, framework: Framework) -> tuple[Columns, Columns]:
-    """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row)."""
+               stage: np.ndarray, framework: Framework, overlap: float = 1.0) -> tuple[Columns, Columns]:
+    """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
+    ``overlap`` is the accelerator's ``comm_overlap`` figure."""
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
     n = {"d": n_dense, "m": n_moe}
     rc_dense, rc_moe = recomputed_layers(cols, n["d"], n["m"])
@@ -52,9 +59,9 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Column
         regather = rc_share * gather * full if framework.shard_unit == "module" else 0.0
         bwd_comm = gather + regather + reduce
         if framework.shard_prefetch:
-            fsdp_fwd = np.maximum(0.0, gather - inner[f"fwd_{t}"] - inner[f"tp_fwd_{t}"])
+            fsdp_fwd = hidden_remainder(gather, inner[f"fwd_{t}"] + inner[f"tp_fwd_{t}"], overlap)
             bwd_work = inner[f"bwd_{t}"] + rc_share * inner[f"rc_{t}"] + inner[f"tp_bwd_{t}"]
-            fsdp_bwd = np.maximum(0.0, bwd_comm - bwd_work)
+            fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap)
         else:
             fsdp_fwd, fsdp_bwd = gather, bwd_comm
         first_gather = np.where((first_gather == 0) & (count > 0), gather, first_gather)

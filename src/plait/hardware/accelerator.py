@@ -36,6 +36,8 @@ class Efficiency:
     """Fraction of HBM bandwidth a streaming elementwise kernel sustains."""
     kernel_launch_us: Figure
     """Minimum time of one GPU kernel, microseconds (launch + tail)."""
+    comm_overlap: Figure
+    """Fraction of a collective that can run hidden under concurrent compute (1: fully; 0: serialised)."""
     runtime_reserved_gib: Figure
     """Device memory taken before the model: CUDA context, library workspaces, NCCL buffers."""
     allocator_overhead: Figure

@@ -117,6 +117,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
         if device == "cuda":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) / iterations)
+    overlap = _overlap_fraction(device)
     if rank == 0:
         import resource
 
@@ -124,8 +125,36 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
             torch.cuda.memory_reserved())
         Path(out_path).write_text(" ".join(map(str, times)))
         Path(out_path + ".rss").write_text(str(baseline_bytes))
+        Path(out_path + ".overlap").write_text(str(overlap))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _overlap_fraction(device: str) -> float:
+    """How much of an all-reduce hides under a concurrent matmul: (alone + alone - together) / shorter.
+
+    Run on every rank with the same iteration counts (collective calls must match)."""
+    n = 512 if device == "cpu" else 4096
+    a = torch.randn(n, n, device=device)
+    t = torch.ones(2**22, device=device)
+
+    def timed(fn) -> float:  # type: ignore[no-untyped-def]
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(5):
+            fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - start) / 5
+
+    def both() -> None:
+        work = dist.all_reduce(t, async_op=True)
+        torch.mm(a, a)
+        work.wait()
+
+    compute, comm = timed(lambda: torch.mm(a, a)), timed(lambda: dist.all_reduce(t))
+    together = timed(both)
+    return float(min(1.0, max(0.0, (compute + comm - together) / min(compute, comm))))
 
 
 def allreduce_times(world: int, sizes: list[int], tmp: Path) -> list[float]:
@@ -158,6 +187,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
     line = max(busbw)
     latency_us = allreduce_times(ranks, [8], tmp)[0] / (2 * (ranks - 1)) * 1e6
     baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
+    overlap = float((tmp / "allreduce.txt.overlap").read_text())
     memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"
                   else torch.cuda.get_device_properties(0).total_memory / 2**30)
     name = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({threads} thread{'s' * (threads > 1)} per rank)"
@@ -173,7 +203,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
         "efficiency": {
             "matmul_bf16": curve(sizes, bf16, max(bf16)), "matmul_fp8": curve(sizes, bf16, max(bf16)),
             "attention": curve(seqs, attention, max(bf16)), "memory": fig(round(memory_fraction, 4)),
-            "kernel_launch_us": fig(round(launch_floor_us(device), 3)),
+            "kernel_launch_us": fig(round(launch_floor_us(device), 3)), "comm_overlap": fig(round(overlap, 3)),
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
         },
     }
