@@ -69,30 +69,28 @@ class RunRow:
         return True if self.notes.split(";")[0].strip() == "sp" else None
 
 
-def _int(value: str, column: str, where: str) -> int | None:
+def _positive(value: str, column: str, where: str, integer: bool) -> float | None:
+    """A positive number (an integer when ``integer``), or ``None`` for an empty cell."""
     value = value.strip()
     if not value:
         return None
+    kind = "an integer" if integer else "a number"
     try:
         number = float(value)
     except ValueError:
-        raise ConfigError(f"{where}: column {column}={value!r} must be an integer") from None
-    if not number.is_integer() or number <= 0:
-        raise ConfigError(f"{where}: column {column}={value!r} must be a positive integer")
-    return int(number)
+        raise ConfigError(f"{where}: column {column}={value!r} must be {kind}") from None
+    if number <= 0 or (integer and not number.is_integer()):
+        raise ConfigError(f"{where}: column {column}={value!r} must be a positive {kind.split()[-1]}")
+    return number
+
+
+def _int(value: str, column: str, where: str) -> int | None:
+    number = _positive(value, column, where, integer=True)
+    return None if number is None else int(number)
 
 
 def _float(value: str, column: str, where: str) -> float | None:
-    value = value.strip()
-    if not value:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigError(f"{where}: column {column}={value!r} must be a number") from None
-    if number <= 0:
-        raise ConfigError(f"{where}: column {column}={value!r} must be > 0")
-    return number
+    return _positive(value, column, where, integer=False)
 
 
 def _choice(value: str, column: str, allowed: tuple[str, ...], where: str) -> str | None:
