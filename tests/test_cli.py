@@ -32,6 +32,21 @@ def test_estimate_json_shape() -> None:
     assert 0 < doc["mfu"] < 1 and doc["fits"] in (True, False)
 
 
+def test_estimate_simulate_times_the_pipeline_by_the_event_simulation() -> None:
+    from plait.hardware.catalog import get_cluster
+    from plait.plan.plan import Plan
+    from plait.simulate.step import simulate_step
+    from plait.workload.catalog import get_model
+
+    args = ["estimate", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4", "--vpp", "2",
+            "--schedule", "interleaved", "--sharding", "zero1", "--global-batch", "64", "--json"]
+    closed, simulated = (json.loads(plait(*a).stdout)["step_time_s"] for a in (args, [*args, "--simulate"]))
+    plan = Plan(tp=8, sp=True, pp=4, vpp=2, schedule="interleaved", dp_shard=2, sharding="zero1", global_batch=64)
+    timeline = simulate_step(get_model("llama3-70b"), get_cluster("dgx-h100-ib"), plan)
+    assert simulated == pytest.approx(timeline.step_time_s, rel=1e-6)
+    assert closed == pytest.approx(simulated, rel=0.02) and closed != simulated
+
+
 def test_estimate_reads_a_plan_file(tmp_path: Path) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text('[job]\nmodel = "llama3-8b"\ncluster = "dgx-a100-ib"\ngpus = 16\n\n'

@@ -83,7 +83,7 @@ def report_command(
 
     model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
     _fresh(out, force)
-    est = estimate(model_spec, cluster_spec, plan)
+    est = estimate(model_spec, cluster_spec, plan, simulate=True)
     timeline = simulate_step(model_spec, cluster_spec, plan)
     points = front = None
     if gpus_range:

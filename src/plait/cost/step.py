@@ -16,14 +16,19 @@ from plait.workload.model import ModelSpec
 
 
 def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *,
-             framework: Framework = DEFAULT, check: bool = True) -> Estimate:
-    """Predict memory and step time of ``plan`` for ``model`` on ``cluster``."""
+             framework: Framework = DEFAULT, check: bool = True, simulate: bool = False) -> Estimate:
+    """Predict memory and step time of ``plan`` for ``model`` on ``cluster``.
+
+    Pipelines are timed by the closed forms of :mod:`plait.cost.pipeline` (about a millisecond);
+    ``simulate=True`` re-times them by the event simulation (:func:`refine_pipeline`), which takes
+    5-100 ms on large pipelines and moves the step time by at most 2% on the dev layouts
+    (docs/simulator.md)."""
     plan = plan.with_seq_len(model.seq_len)
     if check:
         rules.check_plan(plan, model, cluster)
     result = evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), framework)
     est = estimate_from_batch(model, cluster, result, 0)
-    return refine_pipeline(model, cluster, est, framework) if plan.pp > 1 else est
+    return refine_pipeline(model, cluster, est, framework) if simulate and plan.pp > 1 else est
 
 
 def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework: Framework = DEFAULT) -> Estimate:
@@ -31,8 +36,8 @@ def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework
 
     The closed forms (:mod:`plait.cost.pipeline`) agree with the simulation within about 1% on
     uniform stages; with uneven stages, few micro-batches or many virtual stages they can drift
-    by a few percent, so single estimates take the simulated time (the planner ranks with the
-    closed forms and refines its top plans this way)."""
+    by a few percent; ``estimate(simulate=True)``, ``plait simulate`` and the planner's top plans
+    take the simulated time this way."""
     from plait.simulate.costs import pipeline_costs
     from plait.simulate.pipeline import simulate_pipeline
 
