@@ -22,6 +22,8 @@ CASES = [
                                           sharding="zero1", global_batch=256, recompute="selective")),
     ("gpt3-175b", "dgx-a100-ib", Plan(tp=8, pp=8, vpp=3, schedule="interleaved", dp_replicate=16, global_batch=1536,
                                       recompute="full")),
+    ("llama3.1-405b", "dgx-h100-ib", Plan(tp=8, sp=True, pp=8, dp_shard=16, sharding="zero3", global_batch=128,
+                                          recompute="full")),  # 8 x 8 x 1 passes: timed by the simulation
     ("deepseek-v3", "gb200-nvl72", Plan(tp=2, pp=8, ep=32, dp_shard=64, sharding="zero1", global_batch=4096,
                                         precision="fp8", recompute="full")),
 ]

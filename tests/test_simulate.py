@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from plait.cost.batch import evaluate_batch
-from plait.cost.step import estimate
+from plait.cost.step import estimate, wants_simulation
 from plait.plan.columns import PlanColumns
 from plait.simulate.kernel import Kernel
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
@@ -77,18 +77,19 @@ def agreement() -> list[tuple[str, float]]:
         plan = result.estimate.plan
         closed = float(evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), software.framework).step_time_s[0])
         simulated = simulate_step(model, cluster, plan, software.framework).step_time_s
-        out.append((row.id, 100 * (closed / simulated - 1)))
-        assert result.estimate.step_time_s == pytest.approx(closed, rel=1e-9)  # validation reports plait estimate's default
+        used = simulated if wants_simulation(plan) else closed  # validation reports plait estimate's default
+        assert result.estimate.step_time_s == pytest.approx(used, rel=1e-9)
+        out.append((row.id, 100 * (used / simulated - 1)))
     return out
 
 
 def test_closed_forms_agree_with_the_simulation_on_dev_layouts(agreement) -> None:
     """Within 1% on the dev layouts with pipelines; where uneven stages, few micro-batches or many virtual
-    stages push the closed form further (at most 2%, listed in docs/simulator.md); ``plait estimate
-    --simulate`` and the planner's top plans take the simulated time."""
+    stages push the closed form further (at most 2%, listed in docs/simulator.md), the estimator
+    simulates pipelines small enough to fit its time budget (the fixture records the time it uses)."""
     assert len(agreement) >= 30
     outside = [(rid, err) for rid, err in agreement if abs(err) > 1.0]
-    assert len(outside) <= 6 and all(abs(err) <= 2.0 for _, err in outside), outside
+    assert len(outside) <= 1 and all(abs(err) <= 2.0 for _, err in outside), outside
 
 
 def test_trace_follows_the_trace_event_format(tmp_path: Path) -> None:

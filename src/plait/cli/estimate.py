@@ -38,7 +38,7 @@ def estimate_command(
     offload_optimizer: Annotated[bool, typer.Option(help="Optimizer state in host memory.")] = False,
     offload_params: Annotated[bool, typer.Option(help="Parameters in host memory (zero3).")] = False,
     train_tokens: Annotated[float, typer.Option(help="Tokens to train for the time and cost figures.")] = 1e12,
-    simulate: Annotated[bool, typer.Option("--simulate", help="Time pipelines by the event simulation instead of the closed forms (slower, within 2%).")] = False,
+    simulate: Annotated[bool | None, typer.Option("--simulate/--closed-form", help="Time the pipeline by the event simulation or by the closed forms (within 2%). [default: simulate pipelines of <= 192 chunk passes]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from plait.cost.batch import evaluate_batch
 from plait.cost.estimate import Estimate
-from plait.cost.step import estimate_from_batch
+from plait.cost.step import estimate_from_batch, refine_pipeline, wants_simulation
 from plait.errors import ConfigError
 from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
@@ -63,6 +63,8 @@ def predict_row(row: RunRow) -> RowResult:
     fits = result.memory["total"] <= cluster.accelerator.memory_bytes
     best = int(np.argmin(np.where(fits, step, np.inf))) if fits.any() else int(np.argmin(step))
     chosen = estimate_from_batch(model, cluster, result, best)
+    if wants_simulation(chosen.plan):
+        chosen = refine_pipeline(model, cluster, chosen, software.framework)
     return RowResult(row=row, estimate=chosen, candidates=len(cols), fits=bool(fits.any()))
 
 
