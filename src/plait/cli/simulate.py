@@ -11,7 +11,7 @@ from rich.console import Console
 
 from plait.cli.options import resolve_job
 from plait.cost.batch import stage_memories
-from plait.cost.step import estimate
+from plait.cost.step import estimate, refine_pipeline
 from plait.errors import ConfigError
 from plait.plan.rules import check_plan
 from plait.search.pareto import pareto_front
@@ -83,8 +83,10 @@ def report_command(
 
     model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
     _fresh(out, force)
-    est = estimate(model_spec, cluster_spec, plan, simulate=True)
     timeline = simulate_step(model_spec, cluster_spec, plan)
+    est = estimate(model_spec, cluster_spec, plan, simulate=False)
+    if plan.pp > 1:  # the estimate takes the page's own simulated step, not a second simulation
+        est = refine_pipeline(model_spec, cluster_spec, est, timeline=timeline)
     points = front = None
     if gpus_range:
         low, high = (int(x) for x in gpus_range.split(":"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from plait.cost.batch import TIME_ITEMS, evaluate_batch
 from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
@@ -13,6 +14,9 @@ from plait.plan import rules
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
+
+if TYPE_CHECKING:
+    from plait.simulate.pipeline import Timeline
 
 
 SIMULATED_PASSES = 192
@@ -48,17 +52,19 @@ def wants_simulation(plan: Plan, simulate: bool | None = None) -> bool:
     return simulate is True or plan.pp * plan.num_micro_batches * plan.vpp <= SIMULATED_PASSES
 
 
-def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework: Framework = DEFAULT) -> Estimate:
-    """Replace the closed-form pipeline and data-parallel tail by the event simulation of the step.
+def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework: Framework = DEFAULT,
+                    timeline: Timeline | None = None) -> Estimate:
+    """Replace the closed-form pipeline and data-parallel tail by the event simulation of the step
+    (``timeline``, when the caller has already simulated ``est.plan``).
 
     The closed forms (:mod:`plait.cost.pipeline`) agree with the simulation within about 1% on
     uniform stages; with uneven stages, few micro-batches or many virtual stages they can drift
     by a few percent; ``estimate(simulate=True)``, ``plait simulate`` and the planner's top plans
     take the simulated time this way."""
-    from plait.simulate.costs import pipeline_costs
-    from plait.simulate.pipeline import simulate_pipeline
+    from plait.simulate.step import simulate_step
 
-    timeline = simulate_pipeline(pipeline_costs(model, cluster, est.plan, framework))
+    if timeline is None:
+        timeline = simulate_step(model, cluster, est.plan, framework)
     t = dict(est.time.items())
     busy = sum(t[k] for k in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm"))
     pipeline = max(max(timeline.pipeline_end_s), busy)
