@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, refuse_overwrite
 
 
 def calibrate_command(
@@ -23,8 +23,7 @@ def calibrate_command(
     from plait.hardware.catalog import cluster_from_mapping
     from plait.run.calibrate import describe_machine
 
-    if output.exists() and not force:
-        raise ConfigError(f"{str(output)!r} already exists (pass --force to replace it)")
+    refuse_overwrite(output, force)
     if ranks < 2:
         raise ConfigError(f"ranks={ranks} must be >= 2 to measure collectives")
     with tempfile.TemporaryDirectory() as tmp:

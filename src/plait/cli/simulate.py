@@ -12,7 +12,7 @@ from rich.console import Console
 from plait.cli.options import resolve_job
 from plait.cost.batch import stage_memories
 from plait.cost.step import estimate, refine_pipeline
-from plait.errors import ConfigError
+from plait.errors import refuse_overwrite
 from plait.plan.rules import check_plan
 from plait.search.pareto import pareto_front
 from plait.search.planner import gpu_counts, search_gpu_counts
@@ -27,11 +27,6 @@ def _job(plan_file: Path, model: str | None, cluster: str | None):  # type: igno
     return model_spec, cluster_spec, plan
 
 
-def _fresh(path: Path | None, force: bool) -> None:
-    if path is not None and path.exists() and not force:
-        raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")
-
-
 def simulate_command(
     plan_file: Annotated[Path, typer.Option("--plan", help="Plan TOML file.")],
     model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
@@ -43,8 +38,8 @@ def simulate_command(
 ) -> None:
     """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets)."""
     model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
-    _fresh(trace, force)
-    _fresh(png, force)
+    refuse_overwrite(trace, force)
+    refuse_overwrite(png, force)
     timeline = simulate_step(model_spec, cluster_spec, plan)
     if trace:
         write_trace(trace, timeline, overwrite=force)
@@ -82,7 +77,7 @@ def report_command(
     from plait.report.html import render_report
 
     model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
-    _fresh(out, force)
+    refuse_overwrite(out, force)
     timeline = simulate_step(model_spec, cluster_spec, plan)
     est = estimate(model_spec, cluster_spec, plan, simulate=False)
     if plan.pp > 1:  # the estimate takes the page's own simulated step, not a second simulation

@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plait.errors import ConfigError
+from plait.errors import refuse_overwrite
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,8 @@ def write_artifacts(directory: Path, artifacts: list[Artifact], *, overwrite: bo
     """Write ``artifacts`` into ``directory``; refuses to replace existing files unless ``overwrite``."""
     directory.mkdir(parents=True, exist_ok=True)
     targets = [directory / a.filename for a in artifacts]
-    existing = [str(t) for t in targets if t.exists()]
-    if existing and not overwrite:
-        raise ConfigError(f"{existing[0]!r} already exists (pass --force to replace it)")
+    for target in targets:
+        refuse_overwrite(target, overwrite)
     for target, artifact in zip(targets, artifacts):
         target.write_text(artifact.text, encoding="utf-8")
     return targets

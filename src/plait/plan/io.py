@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, refuse_overwrite
 from plait.plan.plan import Plan
 from plait.schema import build
 
@@ -71,6 +71,5 @@ def plan_to_toml(plan: Plan, job: Job | None = None) -> str:
 
 def write_plan_file(path: Path, plan: Plan, job: Job | None = None, *, overwrite: bool = False) -> None:
     """Write a plan file; refuses to replace an existing file unless ``overwrite``."""
-    if path.exists() and not overwrite:
-        raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")
+    refuse_overwrite(path, overwrite)
     path.write_text(plan_to_toml(plan, job), encoding="utf-8")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from plait.errors import ConfigError
+from plait.errors import refuse_overwrite
 from plait.simulate.pipeline import Timeline
 
 STREAMS = {"compute": 0, "comm": 1}
@@ -40,6 +40,5 @@ def trace_events(timeline: Timeline) -> dict[str, object]:
 
 def write_trace(path: Path, timeline: Timeline, *, overwrite: bool = False) -> None:
     """Write the trace; refuses to replace an existing file unless ``overwrite``."""
-    if path.exists() and not overwrite:
-        raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")
+    refuse_overwrite(path, overwrite)
     path.write_text(json.dumps(trace_events(timeline)), encoding="utf-8")
