@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from plait.cost import collectives as coll
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import Gemm, attention_core_flops, layer_gemms
+from plait.cost.overlap import hidden_remainder
 from plait.cost.setup import Setup
 
 FLASH_BWD_FLOPS_RATIO = 2.5  # FlashAttention-2, Sec. 3.2: backward runs 5 matmuls to the forward's 2
@@ -85,6 +86,11 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     return fwd + fwd_mem, 2 * fwd + 2 * fwd_mem
 
 
+def _overlap(setup: Setup) -> float:
+    """Share of an overlapped interval that stays hidden (:mod:`plait.cost.overlap`)."""
+    return setup.cluster.accelerator.efficiency.comm_overlap.value
+
+
 def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
     """Exposed TP/SP communication of one pass (two collectives on the hidden states)."""
     plan = setup.plan
@@ -94,14 +100,14 @@ def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
     hidden = setup.act_bytes * setup.tokens * setup.model.hidden_size
     one = coll.all_gather_s(hidden, link) + coll.reduce_scatter_s(hidden, link) if plan.sp else coll.all_reduce_s(hidden, link)
     comm = 2 * one
-    return max(0.0, comm - gemm_s) if plan.tp_comm_overlap else comm
+    return float(hidden_remainder(comm, gemm_s, _overlap(setup))) if plan.tp_comm_overlap else comm
 
 
 def _cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[float, float]:
     """Exposed forward and backward K/V exchange of one layer under context parallelism.
 
     Ring: ``cp - 1`` block passes hidden behind the attention core (gradients double the
-    traffic in the backward). All-gather: the full K/V gathered before attention and
+    traffic in the backward), less the contention of the overlap. All-gather: the full K/V gathered before attention and
     their gradients reduce-scattered after, in line with compute.
     """
     plan, model = setup.plan, setup.model
@@ -114,7 +120,9 @@ def _cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[
         gather = coll.all_gather_s(block * plan.cp, link)
         return gather, gather + coll.reduce_scatter_s(block * plan.cp, link)
     ring = (plan.cp - 1) * coll.p2p_s(block, link)
-    return max(0.0, ring - core_fwd_s), max(0.0, 2 * ring - core_bwd_s)
+    overlap = _overlap(setup)
+    return (float(hidden_remainder(ring, core_fwd_s, overlap)),
+            float(hidden_remainder(2 * ring, core_bwd_s, overlap)))
 
 
 def _ep_pass_s(setup: Setup) -> float:

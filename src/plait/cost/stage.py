@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from plait.cost.framework import Framework
+from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
@@ -32,12 +33,6 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
     k = np.where(cols.is_("recompute", "full"), k, 0)
     dense = np.minimum(k, n_dense)
     return dense, k - dense
-
-
-def hidden_remainder(comm: np.ndarray, compute: np.ndarray, overlap: float) -> np.ndarray:
-    """Exposed part of ``comm`` run alongside ``compute``: what exceeds the compute, plus the share of
-    the overlapped part the hardware cannot hide (``overlap`` = 1 hides it all)."""
-    return np.maximum(0.0, comm - compute) + (1.0 - overlap) * np.minimum(comm, compute)
 
 
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Columns,

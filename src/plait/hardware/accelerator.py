@@ -37,7 +37,8 @@ class Efficiency:
     kernel_launch_us: Figure
     """Minimum time of one GPU kernel, microseconds (launch + tail)."""
     comm_overlap: Figure
-    """Fraction of a collective that can run hidden under concurrent compute (1: fully; 0: serialised)."""
+    """Share of a collective's overlap with compute that stays hidden (1: free; 0: serialised); the rest is
+    the compute slowdown that SM and HBM contention cause (:mod:`plait.cost.overlap`)."""
     runtime_reserved_gib: Figure
     """Device memory taken before the model: CUDA context, library workspaces, NCCL buffers."""
     allocator_overhead: Figure
