@@ -13,6 +13,7 @@ from typing import Literal
 AttentionKernel = Literal["flash", "unfused"]
 ShardUnit = Literal["layer", "module"]
 KvExchange = Literal["ring", "allgather"]
+BackwardPrefetch = Literal["pre", "post"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +28,12 @@ class Framework:
     (DeepSpeed ZeRO-3 as of 2021, PR #1188)."""
     shard_prefetch: bool = True
     """ZeRO-3 gathers overlap the previous layer's compute (False: issued and awaited in line)."""
+    shard_backward_prefetch: BackwardPrefetch = "pre"
+    """When the backward gather of the next layer is issued: before the current layer's gradient
+    computation, overlapping it (FSDP2; FSDP1 ``BACKWARD_PRE``), or after it (FSDP1 ``BACKWARD_POST``:
+    "prefetches the next set of parameters after the current set of parameters' gradient computation",
+    torch.distributed.fsdp.BackwardPrefetch docs), so every backward gather waits in line and only
+    the reduce-scatter overlaps the next layer's gradients."""
     cp_kv_exchange: KvExchange = "ring"
     """Context-parallel K/V exchange: ring passes overlapped with attention (Liu et al. 2023), or an
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch

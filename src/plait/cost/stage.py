@@ -7,7 +7,9 @@ micro-batches while they travel (:mod:`plait.cost.pipeline` charges them on the 
 drain path, as the simulator finds). ZeRO-3/FSDP gathers are
 prefetched one layer ahead, so per layer only the part of the gather (and, in the
 backward, gather plus reduce-scatter) longer than that layer's compute is exposed, plus
-the first gather, which nothing hides (Zhao et al. 2023, "PyTorch FSDP", Sec. 3.3).
+the first gather, which nothing hides (Zhao et al. 2023, "PyTorch FSDP", Sec. 3.3). FSDP1's
+``BACKWARD_POST`` issues each backward gather only after the previous layer's gradients, so
+those gathers are in line and only the reduce-scatters overlap.
 Without prefetch every gather is in line; per-module sharding (DeepSpeed-style hooks)
 gathers recomputed layers a third time.
 """
@@ -56,7 +58,10 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Column
         if framework.shard_prefetch:
             fsdp_fwd = hidden_remainder(gather, inner[f"fwd_{t}"] + inner[f"tp_fwd_{t}"], overlap)
             bwd_work = inner[f"bwd_{t}"] + rc_share * inner[f"rc_{t}"] + inner[f"tp_bwd_{t}"]
-            fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap)
+            if framework.shard_backward_prefetch == "post":
+                fsdp_bwd = gather + regather + hidden_remainder(reduce, bwd_work, overlap)
+            else:
+                fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap)
         else:
             fsdp_fwd, fsdp_bwd = gather, bwd_comm
         first_gather = np.where((first_gather == 0) & (count > 0), gather, first_gather)

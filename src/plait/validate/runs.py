@@ -68,6 +68,14 @@ class RunRow:
             return False
         return True if self.notes.split(";")[0].strip() == "sp" else None
 
+    @property
+    def fsdp_mixed_precision(self) -> str | None:
+        """The FSDP mixed-precision mode the notes record (``"FSDP mp mode DEFAULT"`` -> ``"DEFAULT"``), else ``None``."""
+        marker = "FSDP mp mode "
+        if marker not in self.notes:
+            return None
+        return self.notes.split(marker, 1)[1].split(")")[0].split(";")[0].strip() or None
+
 
 def _positive(value: str, column: str, where: str, integer: bool) -> float | None:
     """A positive number (an integer when ``integer``), or ``None`` for an empty cell."""

@@ -38,6 +38,8 @@ class Software:
     """Sequence parallelism fixed by the framework (``None``: unknown, filled by the knob rule)."""
     tp_comm_overlap: bool = False
     """TP collectives overlapped with GEMMs (Transformer Engine userbuffers)."""
+    grad_reduce_dtype: str | None = None
+    """Gradient-reduction dtype the framework uses (``None``: unknown, filled by the knob rule)."""
     why: str = "default: current frameworks (FlashAttention-2 or later, no dropout, overlapped gradient reduction)"
     """Where the facts come from."""
 
@@ -67,11 +69,25 @@ DEEPSPEED_ZERO3_2021 = Software(
          "(DeepSpeed PR #1188; stage3.py of that era), re-fetching for activation recomputation."),
 )
 
-TORCHTITAN_CP = Software(
+TORCHTITAN = Software(
     framework=Framework(cp_kv_exchange="allgather"),
+    grad_reduce_dtype="fp32",
     why=("torchtitan's context parallelism uses PyTorch context_parallel with rotate_method 'allgather' by default "
-         "(torchtitan config_manager.py; torch/distributed/tensor/experimental/_attention.py)."),
+         "(torchtitan config_manager.py; torch/distributed/tensor/experimental/_attention.py); FSDP2 reduces "
+         "gradients in fp32 (config_manager.py mixed_precision_reduce default 'float32')."),
 )
+
+COMPOSER_FSDP1_WHY = (
+    "llm-foundry's 2023 benchmarks ran Composer's FSDP1 wrapper with its defaults (docs/research/framework_facts.md, "
+    "section 1): backward_prefetch BACKWARD_POST, forward_prefetch False; mixed precision DEFAULT reduces gradients "
+    "in fp32 and PURE in bf16 (Composer mosaic_fsdp_utils/dist_strategy of 2023).")
+
+
+def composer_fsdp1(mixed_precision: str | None) -> Software:
+    """llm-foundry/Composer FSDP1 as its benchmark runs used it, for the row's mixed-precision mode."""
+    return Software(framework=Framework(shard_backward_prefetch="post"),
+                    grad_reduce_dtype="bf16" if mixed_precision == "PURE" else "fp32",
+                    why=COMPOSER_FSDP1_WHY + f" This row: mixed precision {mixed_precision or 'DEFAULT (not stated)'}.")
 
 
 def software_for(row: RunRow) -> Software:
@@ -81,5 +97,7 @@ def software_for(row: RunRow) -> Software:
     if row.source == "korthikanti_2022":
         return MEGATRON_2021
     if row.source == "torchtitan":
-        return TORCHTITAN_CP
+        return TORCHTITAN
+    if row.source == "llmfoundry":
+        return composer_fsdp1(row.fsdp_mixed_precision)
     return Software()

@@ -29,7 +29,7 @@ from plait.workload.model import ModelSpec, MoeSpec
 REFERENCE_SYSTEM = {"a100": "dgx-a100-ib", "h100": "dgx-h100-ib", "h200": "dgx-h100-ib", "b200": "b200-dgx",
                     "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 MAX_VPP = 8
-GRAD_DTYPES = ("fp32", "bf16")  # no run states its gradient-reduction dtype; frameworks offer both
+GRAD_DTYPES = ("fp32", "bf16")  # where neither row nor documented software states it; frameworks offer both
 MAX_TP = 8
 
 
@@ -99,7 +99,8 @@ def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
             vpps = [row.vpp]
         else:
             vpps = [v for v in _divisors(row.layers // pp if row.layers % pp == 0 else 1, MAX_VPP)]
-        for mb, rc, sh, sp, vpp, grad in itertools.product(mbs, recomputes, shardings, sps, vpps, GRAD_DTYPES):
+        grads = [software.grad_reduce_dtype] if software.grad_reduce_dtype else GRAD_DTYPES
+        for mb, rc, sh, sp, vpp, grad in itertools.product(mbs, recomputes, shardings, sps, vpps, grads):
             shard = dp if sh != "none" else 1
             yield Plan(
                 tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,

@@ -1,0 +1,75 @@
+"""Overlap of collectives with compute: contention and the FSDP backward-prefetch modes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from plait.cost.batch import _fsdp_layer_s, _prepare
+from plait.cost.framework import Framework
+from plait.cost.overlap import hidden_remainder
+from plait.cost.step import estimate
+from plait.hardware.catalog import get_cluster
+from plait.plan.columns import PlanColumns
+from plait.plan.plan import Plan
+from plait.validate.runs import RunRow
+from plait.validate.software import composer_fsdp1, software_for
+from plait.workload.catalog import get_model
+
+CLUSTER = get_cluster("dgx-h100-ib")
+MODEL = get_model("llama3-8b")
+FSDP = Plan(dp_shard=8, sharding="zero3", micro_batch=1, global_batch=8)
+
+
+@pytest.mark.parametrize(("comm", "compute", "overlap", "exposed"), [
+    (1.0, 3.0, 1.0, 0.0),        # fully hidden, no contention
+    (1.0, 3.0, 0.8, 0.2),        # hidden, but the 1 s beside compute costs 20% of it
+    (3.0, 1.0, 0.8, 2.0 + 0.2),  # 2 s stick out, the overlapped 1 s costs 0.2 s
+    (2.0, 2.0, 0.0, 2.0),        # no overlap at all: serialised
+])
+def test_hidden_remainder_exact(comm: float, compute: float, overlap: float, exposed: float) -> None:
+    assert float(hidden_remainder(comm, compute, overlap)) == pytest.approx(exposed)
+
+
+def test_contention_never_speeds_up_a_step() -> None:
+    """Less hideable overlap (more contention) can only lengthen a step that overlaps anything."""
+    acc = CLUSTER.accelerator
+    free = replace(CLUSTER, accelerator=replace(acc, efficiency=replace(
+        acc.efficiency, comm_overlap=replace(acc.efficiency.comm_overlap, value=1.0))))
+    assert estimate(MODEL, CLUSTER, FSDP).step_time_s > estimate(MODEL, free, FSDP).step_time_s
+
+
+def test_backward_post_puts_every_backward_gather_in_line() -> None:
+    """FSDP1 BACKWARD_POST: the step grows by at least the hidden part of the layers' backward gathers."""
+    pre = estimate(MODEL, CLUSTER, FSDP)
+    post = estimate(MODEL, CLUSTER, FSDP, framework=Framework(shard_backward_prefetch="post"))
+    cols, inner, _, _ = _prepare(MODEL, CLUSTER, PlanColumns.from_plans([FSDP.with_seq_len(MODEL.seq_len)]),
+                                 Framework())
+    gather = float(_fsdp_layer_s(CLUSTER, cols, inner, Framework())["gather_d"][0])
+    assert gather > 0
+    in_line = MODEL.num_layers * gather  # with BACKWARD_PRE these were hidden behind compute
+    assert post.time.fsdp_comm_s >= in_line
+    assert post.step_time_s - pre.step_time_s == pytest.approx(
+        post.time.fsdp_comm_s - pre.time.fsdp_comm_s, rel=1e-9)
+    assert not np.isclose(post.step_time_s, pre.step_time_s)
+
+
+def _row(notes: str) -> RunRow:
+    fields = {f: None for f in RunRow.__dataclass_fields__}
+    fields.update(id="r", source="llmfoundry", model="m", system=None, gpu=None, notes=notes)
+    return RunRow(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("notes", "mode", "grad"), [
+    ("precision_raw='amp_bf16 (FSDP mp mode DEFAULT)'; raw_source=x", "DEFAULT", "fp32"),
+    ("precision_raw='bf16 (FSDP mp mode PURE)'; raw_source=x", "PURE", "bf16"),
+    ("nothing recorded", None, "fp32"),
+])
+def test_composer_mixed_precision_from_notes(notes: str, mode: str | None, grad: str) -> None:
+    row = _row(notes)
+    assert row.fsdp_mixed_precision == mode
+    software = software_for(row)
+    assert software == composer_fsdp1(mode)
+    assert software.grad_reduce_dtype == grad and software.framework.shard_backward_prefetch == "post"
