@@ -73,3 +73,20 @@ def test_composer_mixed_precision_from_notes(notes: str, mode: str | None, grad:
     software = software_for(row)
     assert software == composer_fsdp1(mode)
     assert software.grad_reduce_dtype == grad and software.framework.shard_backward_prefetch == "post"
+
+
+def test_torchtitan_selective_is_every_second_layer() -> None:
+    """torchtitan's 'selective layer'/'selective op' rows become full recompute of half the layers."""
+    from pathlib import Path
+
+    from plait.validate.runs import read_runs
+    from plait.validate.translate import candidate_plans
+
+    rows = {r.id: r for r in read_runs(Path(__file__).parent / "data" / "dev.csv")}
+    for rid in ("torchtitan_docs_a100_Llama38B_selectivelayer_lb1", "torchtitan_docs_a100_Llama38B_selectiveop_lb1"):
+        row = rows[rid]
+        plans = list(candidate_plans(row, software_for(row)))
+        assert plans and all(p.recompute == "full" and p.recompute_layers == row.layers // 2 for p in plans)
+        assert all(p.grad_reduce_dtype == "fp32" for p in plans)
+    full = rows["torchtitan_docs_a100_Llama370B_full_lb1"]
+    assert all(p.recompute == "full" and p.recompute_layers == -1 for p in candidate_plans(full, software_for(full)))

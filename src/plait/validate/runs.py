@@ -69,6 +69,12 @@ class RunRow:
         return True if self.notes.split(";")[0].strip() == "sp" else None
 
     @property
+    def recompute_raw(self) -> str | None:
+        """The source's own name for the recomputation mode (notes ``recompute_raw='...'``), else ``None``."""
+        marker = "recompute_raw='"
+        return self.notes.split(marker, 1)[1].split("'")[0] if marker in self.notes else None
+
+    @property
     def fsdp_mixed_precision(self) -> str | None:
         """The FSDP mixed-precision mode the notes record (``"FSDP mp mode DEFAULT"`` -> ``"DEFAULT"``), else ``None``."""
         marker = "FSDP mp mode "

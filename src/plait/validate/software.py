@@ -18,7 +18,7 @@ small part; until the interference is modelled, validation keeps TP traffic expo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from plait.cost.framework import Framework
 from plait.validate.runs import RunRow
@@ -40,6 +40,9 @@ class Software:
     """TP collectives overlapped with GEMMs (Transformer Engine userbuffers)."""
     grad_reduce_dtype: str | None = None
     """Gradient-reduction dtype the framework uses (``None``: unknown, filled by the knob rule)."""
+    selective_full_every: int = 0
+    """What the run calls selective recomputation is full recomputation of every n-th layer (0: Megatron's
+    selective recomputation of the attention core)."""
     why: str = "default: current frameworks (FlashAttention-2 or later, no dropout, overlapped gradient reduction)"
     """Where the facts come from."""
 
@@ -83,6 +86,20 @@ COMPOSER_FSDP1_WHY = (
     "in fp32 and PURE in bf16 (Composer mosaic_fsdp_utils/dist_strategy of 2023).")
 
 
+TORCHTITAN_SELECTIVE_WHY = (
+    " Its 'selective' activation checkpointing is not Megatron's: 'selective layer' checkpoints every 2nd "
+    "TransformerBlock (selective_ac_option '2' in the 64-A100 preset configs), and 'selective op' saves every "
+    "other matmul output and recomputes the rest of the block's forward (parallelize_llama.py _save_list policy); "
+    "both recompute about half of the layers' forward, costed here as full recomputation of every 2nd layer.")
+
+
+def torchtitan(recompute_raw: str | None) -> Software:
+    """torchtitan's documented behaviour, with its selective checkpointing where the row used it."""
+    if recompute_raw not in ("selective layer", "selective op"):
+        return TORCHTITAN
+    return replace(TORCHTITAN, selective_full_every=2, why=TORCHTITAN.why + TORCHTITAN_SELECTIVE_WHY)
+
+
 def composer_fsdp1(mixed_precision: str | None) -> Software:
     """llm-foundry/Composer FSDP1 as its benchmark runs used it, for the row's mixed-precision mode."""
     return Software(framework=Framework(shard_backward_prefetch="post"),
@@ -97,7 +114,7 @@ def software_for(row: RunRow) -> Software:
     if row.source == "korthikanti_2022":
         return MEGATRON_2021
     if row.source == "torchtitan":
-        return TORCHTITAN
+        return torchtitan(row.recompute_raw)
     if row.source == "llmfoundry":
         return composer_fsdp1(row.fsdp_mixed_precision)
     return Software()

@@ -102,9 +102,13 @@ def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
         grads = [software.grad_reduce_dtype] if software.grad_reduce_dtype else GRAD_DTYPES
         for mb, rc, sh, sp, vpp, grad in itertools.product(mbs, recomputes, shardings, sps, vpps, grads):
             shard = dp if sh != "none" else 1
+            rc_layers = -1
+            if rc == "selective" and software.selective_full_every:
+                rc, rc_layers = "full", (row.layers // pp) // software.selective_full_every
             yield Plan(
                 tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,
                 ep=row.ep or 1, dp_replicate=dp // shard, dp_shard=shard, sharding=sh, recompute=rc,  # type: ignore[arg-type]
+                recompute_layers=rc_layers,
                 micro_batch=mb, global_batch=row.global_batch, seq_len=row.seq_len,
                 precision=row.precision or "bf16",  # type: ignore[arg-type]
                 grad_reduce_dtype=grad, overlap_grad_reduce=software.overlap_grad_reduce,  # type: ignore[arg-type]
