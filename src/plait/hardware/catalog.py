@@ -8,6 +8,7 @@ achievable fractions (each value with its source), ``clusters.toml`` the presets
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -16,6 +17,7 @@ from typing import Any
 
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
+from plait.hardware.power import power_capped
 from plait.hardware.cluster import Cluster
 from plait.schema import build
 
@@ -80,7 +82,20 @@ def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
         fields["accelerator"] = accelerator_from_mapping(acc, f"{where}.accelerator")
     else:
         raise ConfigError(f"{where}: accelerator must be a known slug or a table, got {acc!r}")
-    return build(Cluster, fields, where)
+    limit = fields.get("power_limit_w")
+    if limit is not None:
+        if not isinstance(limit, (int, float)) or isinstance(limit, bool):
+            raise ConfigError(f"{where}: power_limit_w={limit!r} must be a number of watts")
+        fields["power_limit_w"] = float(limit)
+        fields.setdefault("power_limit_source", "stated in the cluster description")
+    return with_accelerator(build(Cluster, fields, where), fields["accelerator"])
+
+
+def with_accelerator(cluster: Cluster, accelerator: Accelerator) -> Cluster:
+    """``cluster`` carrying ``accelerator`` (its datasheet description), held to the cluster's power limit."""
+    if cluster.power_limit_w is not None:
+        accelerator = power_capped(accelerator, cluster.power_limit_w, cluster.power_limit_source)
+    return replace(cluster, accelerator=accelerator)
 
 
 @functools.cache

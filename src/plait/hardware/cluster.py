@@ -81,6 +81,11 @@ class Cluster:
     """Where the system description comes from."""
     note: str = ""
     """Caveats."""
+    power_limit_w: float | None = None
+    """Board power the operator holds each GPU to, W (``None``: the accelerator's TDP). The catalog
+    scales ``accelerator``'s FLOP/s peaks to it (:mod:`plait.hardware.power`)."""
+    power_limit_source: str = ""
+    """Where the power limit comes from."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import replace
 
 from plait.errors import ConfigError
-from plait.hardware.catalog import get_accelerator, get_cluster
+from plait.hardware.catalog import get_accelerator, get_cluster, with_accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.validate.runs import RunRow
@@ -58,8 +57,7 @@ def row_cluster(row: RunRow) -> Cluster:
     if not system:
         raise ConfigError(f"{row.id}: no system and no reference system for gpu={row.gpu!r}")
     cluster = get_cluster(system)
-    accelerator = get_accelerator(row.gpu) if row.gpu else cluster.accelerator
-    return cluster if accelerator == cluster.accelerator else replace(cluster, accelerator=accelerator)
+    return with_accelerator(cluster, get_accelerator(row.gpu)) if row.gpu else cluster
 
 
 def _divisors(n: int, limit: int) -> list[int]:
