@@ -8,7 +8,7 @@ from plait.cost import collectives as coll
 import numpy as np
 
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
-from plait.hardware.cluster import Cluster
+from plait.hardware.cluster import Cluster, NetworkTier
 from plait.hardware.figure import Curve
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
@@ -45,8 +45,9 @@ def test_single_rank_groups_cost_nothing(toy_cluster: Cluster) -> None:
 
 
 def test_latency_term_ring_vs_tree() -> None:
-    instant = Curve(value=1.0, source="assumed: test")
-    link = coll.GroupLink(size=1024, latency_s=1e-6, tier=1, members_per_domain=1, paths=((1, 1e30, instant),))
+    instant = NetworkTier(name="t", span_gpus=1024, bandwidth_gb_per_s_per_gpu=1e21, latency_us=1.0,
+                          efficiency=Curve(value=1.0, source="assumed: test"), source="assumed: test")
+    link = coll.GroupLink(size=1024, latency_s=1e-6, tier=1, members_per_domain=1, paths=((1, instant),))
     assert coll.all_reduce_s(1.0, link) == pytest.approx(2 * 10 * 1e-6, rel=1e-6)  # tree: 2 log2(1024) steps
     assert coll.all_gather_s(1.0, link) == pytest.approx(1023 * 1e-6, rel=1e-6)  # ring: g - 1 steps
 
@@ -97,3 +98,17 @@ def test_message_size_lowers_bus_bandwidth() -> None:
 
     link = coll.group_link(get_cluster("dgx-a100-ib"), 8, 1)
     assert link.bus_bytes_per_s(1e6) < link.bus_bytes_per_s(1e9) <= 300 * GB
+
+
+def test_a_measured_reduce_scatter_curve_is_used(toy_cluster: Cluster) -> None:
+    """A tier that measures its own reduce-scatter (gloo's is slower than its all-reduce) costs it by that curve;
+    the all-gather keeps the tier's curve."""
+    from dataclasses import replace
+
+    half = Curve(value=0.5 * toy_cluster.tiers[0].efficiency.at(GB), source="assumed: test")
+    tiers = (replace(toy_cluster.tiers[0], reduce_scatter_efficiency=half), *toy_cluster.tiers[1:])
+    slow = replace(toy_cluster, tiers=tiers)
+    fast_link, slow_link = coll.group_link(toy_cluster, 8, 1), coll.group_link(slow, 8, 1)
+    assert coll.all_gather_s(GB, slow_link) == coll.all_gather_s(GB, fast_link)
+    bandwidth_part = coll.reduce_scatter_s(GB, fast_link) - 7 * fast_link.latency_s
+    assert coll.reduce_scatter_s(GB, slow_link) - 7 * slow_link.latency_s == pytest.approx(2 * bandwidth_part)

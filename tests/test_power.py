@@ -42,3 +42,7 @@ def test_bad_power_limit_is_one_line_error() -> None:
     raw["power_limit_w"] = -5
     with pytest.raises(ConfigError, match="power_limit_w=-5.0 must be > 0"):
         cluster_from_mapping(raw, "file.toml")
+
+
+def test_unknown_tdp_is_not_scaled() -> None:
+    assert clock_scale(0.0, 300.0) == 1.0

@@ -105,3 +105,28 @@ def test_profiler_trace_of_a_real_step(tmp_path: Path) -> None:
         doc = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())
         complete = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
         assert complete and all({"name", "ts", "dur", "pid", "tid"} <= set(e) for e in complete)
+
+
+def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> None:
+    """`plait calibrate` measures this machine (gloo, 2 ranks) into a cluster file with a curve per collective."""
+    from plait.cost.step import estimate
+    from plait.hardware.catalog import load_cluster_file
+    from plait.plan.plan import Plan
+    from plait.workload.catalog import resolve_model
+
+    out = tmp_path / "calibrated.toml"
+    done = subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cluster = load_cluster_file(out)
+    tier = cluster.tiers[0]
+    assert tier.all_gather_efficiency is not None and tier.reduce_scatter_efficiency is not None
+    for curve in (tier.efficiency, tier.all_gather_efficiency, tier.reduce_scatter_efficiency):
+        assert curve.source.startswith("measured by plait calibrate") and all(0 < f <= 1 for f in curve.fractions)
+    assert cluster.accelerator.peak_tflops["bf16"] > 0
+    est = estimate(resolve_model(str(ROOT / "examples" / "small-model.toml")), cluster,
+                   Plan(dp_shard=2, sharding="zero3", global_batch=16, micro_batch=4))
+    assert est.step_time_s > 0 and est.time.fsdp_comm_s > 0
+    again = subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(out)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "--force" in again.stderr  # an existing file is never replaced silently

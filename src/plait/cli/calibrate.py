@@ -32,4 +32,4 @@ def calibrate_command(
     output.write_text(tomli_w.dumps(table), encoding="utf-8")
     typer.echo(f"wrote {output}: matmul peak {table['accelerator']['peak_tflops']} TFLOP/s, "
                f"copy {table['accelerator']['memory_bandwidth_gb_per_s']} GB/s, "
-               f"all-reduce {table['tiers'][0]['bandwidth_gb_per_s_per_gpu']} GB/s bus bandwidth")
+               f"collectives up to {table['tiers'][0]['bandwidth_gb_per_s_per_gpu']} GB/s bus bandwidth")

@@ -18,8 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from plait.hardware.cluster import Cluster
-from plait.hardware.figure import Curve
+from plait.hardware.cluster import Cluster, NetworkTier
 
 
 @dataclass(frozen=True)
@@ -34,21 +33,20 @@ class GroupLink:
     """Index of the outermost tier crossed (0: scale-up domain)."""
     members_per_domain: int
     """Group members inside one scale-up (tier-0) domain."""
-    paths: tuple[tuple[int, float, Curve], ...] = ()
-    """Per tier crossed: (group members per domain of the tier below, per-GPU line rate, efficiency by message bytes)."""
+    paths: tuple[tuple[int, NetworkTier], ...] = ()
+    """Per tier crossed: (group members per domain of the tier below, the tier)."""
 
-    def bus_bytes_per_s(self, message_bytes: float) -> float:
-        """Achievable bus bandwidth of a collective on a ``message_bytes`` buffer (slowest tier crossed)."""
+    def bus_bytes_per_s(self, message_bytes: float, kind: str = "all_reduce") -> float:
+        """Achievable bus bandwidth of collective ``kind`` on a ``message_bytes`` buffer (slowest tier crossed)."""
         if not self.paths:
             return math.inf
-        return min(below * line * curve.at(message_bytes) for below, line, curve in self.paths)
+        return min(below * tier.bandwidth_bytes_per_s(message_bytes, kind) for below, tier in self.paths)
 
     def cross_bytes_per_s(self, message_bytes: float) -> float:
         """Per-GPU bandwidth of the outermost tier (what point-to-point and all-to-all traffic gets)."""
         if not self.paths:
             return math.inf
-        _, line, curve = self.paths[-1]
-        return line * curve.at(message_bytes)
+        return self.paths[-1][1].bandwidth_bytes_per_s(message_bytes)
 
 
 def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
@@ -63,8 +61,7 @@ def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
     paths = []
     for index in range(outer + 1):
         below = members_within(cluster.tiers[index - 1].span_gpus) if index else 1
-        tier = cluster.tiers[index]
-        paths.append((below, tier.line_bytes_per_s, tier.efficiency))
+        paths.append((below, cluster.tiers[index]))
     return GroupLink(size, cluster.tiers[outer].latency_s, outer, members_within(cluster.tiers[0].span_gpus),
                      tuple(paths))
 
@@ -80,15 +77,19 @@ def all_reduce_s(num_bytes: float, link: GroupLink) -> float:
 
 def all_gather_s(full_bytes: float, link: GroupLink) -> float:
     """All-gather producing a ``full_bytes`` buffer on every rank (ring)."""
-    g = link.size
-    if g <= 1 or full_bytes <= 0:
-        return 0.0
-    return (g - 1) * link.latency_s + (g - 1) / g * full_bytes / link.bus_bytes_per_s(full_bytes)
+    return _ring_s(full_bytes, link, "all_gather")
 
 
 def reduce_scatter_s(full_bytes: float, link: GroupLink) -> float:
-    """Reduce-scatter of a ``full_bytes`` buffer (ring); same cost as an all-gather."""
-    return all_gather_s(full_bytes, link)
+    """Reduce-scatter of a ``full_bytes`` buffer (ring); the all-gather's cost unless the tier measures its own."""
+    return _ring_s(full_bytes, link, "reduce_scatter")
+
+
+def _ring_s(full_bytes: float, link: GroupLink, kind: str) -> float:
+    g = link.size
+    if g <= 1 or full_bytes <= 0:
+        return 0.0
+    return (g - 1) * link.latency_s + (g - 1) / g * full_bytes / link.bus_bytes_per_s(full_bytes, kind)
 
 
 def all_to_all_s(send_bytes: float, link: GroupLink) -> float:

@@ -33,6 +33,10 @@ class NetworkTier:
     """Fraction of the line rate collectives sustain (nccl-tests busbw / line rate), by message bytes."""
     source: str
     """Where bandwidth, span and latency come from."""
+    all_gather_efficiency: Curve | None = None
+    """All-gather busbw fraction where the backend's all-gather differs from its all-reduce (``None``: ``efficiency``)."""
+    reduce_scatter_efficiency: Curve | None = None
+    """Reduce-scatter busbw fraction where it differs from the all-reduce (gloo's, measured by ``plait calibrate``)."""
 
     def __post_init__(self) -> None:
         if self.span_gpus <= 0 or self.bandwidth_gb_per_s_per_gpu <= 0 or self.latency_us < 0:
@@ -43,9 +47,14 @@ class NetworkTier:
         """Per-GPU line rate of this tier in bytes/s."""
         return self.bandwidth_gb_per_s_per_gpu * GB
 
-    def bandwidth_bytes_per_s(self, message_bytes: float) -> float:
-        """Achievable per-GPU bandwidth for a collective on a ``message_bytes`` buffer."""
-        return self.line_bytes_per_s * self.efficiency.at(message_bytes)
+    def curve(self, kind: str = "all_reduce") -> Curve:
+        """Busbw fraction of collective ``kind`` (``all_gather``, ``reduce_scatter``; anything else: ``efficiency``)."""
+        own = {"all_gather": self.all_gather_efficiency, "reduce_scatter": self.reduce_scatter_efficiency}.get(kind)
+        return own if own is not None else self.efficiency
+
+    def bandwidth_bytes_per_s(self, message_bytes: float, kind: str = "all_reduce") -> float:
+        """Achievable per-GPU bandwidth for collective ``kind`` on a ``message_bytes`` buffer."""
+        return self.line_bytes_per_s * self.curve(kind).at(message_bytes)
 
     @property
     def latency_s(self) -> float:

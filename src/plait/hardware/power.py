@@ -21,6 +21,8 @@ def clock_scale(tdp_w: float, limit_w: float) -> float:
     """Sustained clock under ``limit_w`` relative to the clock at the rated ``tdp_w`` (1 when not limiting)."""
     if limit_w <= 0:
         raise ConfigError(f"power_limit_w={limit_w} must be > 0")
+    if tdp_w <= 0:  # rating unknown (a calibrated machine): the limit cannot be related to it
+        return 1.0
     return min(1.0, (limit_w / tdp_w) ** (1.0 / 3.0))
 
 

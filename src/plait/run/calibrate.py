@@ -4,7 +4,8 @@ Measured: matmul throughput by size (fp32 and bf16), HBM/DRAM copy bandwidth and
 fraction of it a layer's memory-bound ops reach, attention (SDPA forward+backward)
 throughput by sequence length, the launch floor of a tiny kernel, a rank's memory
 footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
-the backend in use (gloo on CPU, NCCL on GPU). Each figure's source reads "measured by plait calibrate on <date>".
+the backend in use (gloo on CPU, NCCL on GPU), each of all-reduce, all-gather and reduce-scatter
+(gloo's reduce-scatter is far slower than its all-reduce). Each figure's source reads "measured by plait calibrate on <date>".
 The peak of a dtype is the best throughput measured; curves are fractions of it.
 """
 
@@ -24,6 +25,9 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 GB = 1e9
+# Single-tensor collectives: the names PyTorch 2.13 prefers, the older ones before (same (output, input) order).
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def _timeit(fn, min_time_s: float = 0.2, repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
@@ -105,25 +109,31 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
     device = "cuda" if backend == "nccl" else "cpu"
-    times = []
+    times: dict[str, list[float]] = {"all_reduce": [], "all_gather": [], "reduce_scatter": []}
     for size in sizes:
-        t = torch.ones(max(size // 4, 1), dtype=torch.float32, device=device)
+        full = torch.ones(max(size // 4, world), dtype=torch.float32, device=device)
+        full = full[: full.numel() // world * world]
+        shard = torch.ones(full.numel() // world, dtype=torch.float32, device=device)
+        calls = {"all_reduce": lambda: dist.all_reduce(full),
+                 "all_gather": lambda: _ALL_GATHER(full, shard),
+                 "reduce_scatter": lambda: _REDUCE_SCATTER(shard, full)}
         iterations = int(min(50, max(5, 2e8 // max(size, 1))))  # the same count on every rank: no deadlock
-        dist.all_reduce(t)
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            dist.all_reduce(t)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) / iterations)
+        for kind, call in calls.items():
+            call()
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(iterations):
+                call()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[kind].append((time.perf_counter() - start) / iterations)
     overlap = _overlap_fraction(device)
     if rank == 0:
         import resource
 
         baseline_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 if device == "cpu" else (
             torch.cuda.memory_reserved())
-        Path(out_path).write_text(" ".join(map(str, times)))
+        Path(out_path).write_text("\n".join(" ".join(map(str, times[k])) for k in times))
         Path(out_path + ".rss").write_text(str(baseline_bytes))
         Path(out_path + ".overlap").write_text(str(overlap))
     dist.barrier()
@@ -157,15 +167,16 @@ def _overlap_fraction(device: str) -> float:
     return float(min(1.0, max(0.0, (compute + comm - together) / min(compute, comm))))
 
 
-def allreduce_times(world: int, sizes: list[int], tmp: Path) -> list[float]:
-    """Seconds per all-reduce of each size between ``world`` local ranks (rank 0 also records its
-    resident memory after start-up in ``allreduce.txt.rss``)."""
+def collective_times(world: int, sizes: list[int], tmp: Path) -> dict[str, list[float]]:
+    """Seconds per all-reduce, all-gather and reduce-scatter of each full-buffer size between ``world``
+    local ranks (rank 0 also records its resident memory after start-up in ``allreduce.txt.rss``)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = tmp / "allreduce.txt"
     mp.start_processes(_collective_worker, args=(world, port, sizes, str(out)), nprocs=world, start_method="spawn")
-    return [float(x) for x in out.read_text().split()]
+    lines = out.read_text().splitlines()
+    return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
 
 
 def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
@@ -182,10 +193,12 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
     memory_bw = copy_bandwidth_gb_per_s(device, 64 if device == "cpu" else 1024)
     memory_fraction = elementwise_fraction(device, memory_bw)
     messages = [2**16, 2**20, 2**22, 2**24, 2**26]
-    times = allreduce_times(ranks, messages, tmp)
-    busbw = [2 * (ranks - 1) / ranks * m / t / GB for m, t in zip(messages, times)]
-    line = max(busbw)
-    latency_us = allreduce_times(ranks, [8], tmp)[0] / (2 * (ranks - 1)) * 1e6
+    times = collective_times(ranks, messages, tmp)
+    factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
+              "reduce_scatter": (ranks - 1) / ranks}  # bus bytes per buffer byte (nccl-tests busbw)
+    busbw = {k: [factor[k] * m / t / GB for m, t in zip(messages, times[k])] for k in times}
+    line = max(max(v) for v in busbw.values())
+    latency_us = collective_times(ranks, [8 * ranks], tmp)["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
     baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
     overlap = float((tmp / "allreduce.txt.overlap").read_text())
     memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"
@@ -212,7 +225,10 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
         "scale_up_domain_gpus": ranks,
         "tiers": [{"name": "local", "span_gpus": 1024, "bandwidth_gb_per_s_per_gpu": round(line, 3),
                    "latency_us": round(latency_us, 3),
-                   "efficiency": curve(messages, busbw, line), "source": source + f" ({ranks} ranks)"}],
+                   "efficiency": curve(messages, busbw["all_reduce"], line),
+                   "all_gather_efficiency": curve(messages, busbw["all_gather"], line),
+                   "reduce_scatter_efficiency": curve(messages, busbw["reduce_scatter"], line),
+                   "source": source + f" ({ranks} ranks)"}],
         "price_per_gpu_hour_usd": 0.0, "price_source": "not applicable: a local machine",
         "host_memory_gib_per_gpu": round(memory_gib, 2), "host_memory_bandwidth_gb_per_s_per_gpu": round(memory_bw, 2),
         "host_memory_bandwidth_source": source, "source": source,
