@@ -1,7 +1,14 @@
-"""A plain hand-written PyTorch DDP loop (the baseline of benchmarks/run_vs_predict.py).
+"""plait's training step next to a plain hand-written PyTorch DDP step, in one run (baseline of
+benchmarks/run_vs_predict.py).
 
 torchrun --nproc-per-node 2 benchmarks/plain_ddp.py MODEL_TOML GLOBAL_BATCH MICRO_BATCH STEPS OUT_JSON
-Same model class, data and optimizer settings as ``plait run``, none of its machinery.
+
+Each rank builds two identical models: one through plait's runtime (DeviceMesh, ``parallelize``,
+``build_optimizer``, ``train_step`` — what ``plait run`` executes each step), one as a
+hand-written loop (DDP on the default group, AdamW, ``clip_grad_norm_``) with the same data and
+optimizer settings and none of plait's machinery. Steps alternate between the two, the order
+flipping every step, so that machine noise (±20% run to run on this 2-core machine) hits both
+alike; rank 0 writes ``{"plait": [...], "plain": [...]}`` seconds per step.
 """
 
 from __future__ import annotations
@@ -15,8 +22,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from plait.plan.plan import Plan
 from plait.run import data
+from plait.run.mesh import build_mesh
 from plait.run.model import build_model
+from plait.run.train import TrainConfig
+from plait.run.worker import build_optimizer, build_parts, train_step
 from plait.workload.catalog import resolve_model
 
 
@@ -25,23 +36,42 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     spec = resolve_model(model_file)
-    model = torch.nn.parallel.DistributedDataParallel(build_model(spec, spec.seq_len, 1234))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    times = []
-    for step in range(steps):
-        start = time.perf_counter()
-        x, y = data.global_batch(step, batch, spec.seq_len)
-        x, y = data.rank_slice(x, rank, world), data.rank_slice(y, rank, world)
+    config = TrainConfig(steps=steps)
+
+    plan = Plan(dp_replicate=world, global_batch=batch, micro_batch=micro).with_seq_len(spec.seq_len)
+    mesh = build_mesh(plan)
+    parts, _ = build_parts(mesh, spec, plan, spec.seq_len, config.seed, False)
+    params = [p for part in parts for p in part.parameters()]
+    optimizer, scheduler = build_optimizer(params, mesh, config)
+
+    def plait_step(x: torch.Tensor, y: torch.Tensor) -> None:
+        train_step(parts, None, mesh, plan, params, optimizer, scheduler, config, x, y, False, "cpu")
+
+    model = torch.nn.parallel.DistributedDataParallel(build_model(spec, spec.seq_len, config.seed))
+    plain_optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
+                                        weight_decay=config.weight_decay)
+
+    def plain_step(x: torch.Tensor, y: torch.Tensor) -> None:
         chunks = list(zip(x.split(micro), y.split(micro)))
         for i, (xb, yb) in enumerate(chunks):
             ctx = model.no_sync() if i < len(chunks) - 1 else torch.enable_grad()
             with ctx, torch.autocast("cpu", dtype=torch.bfloat16):
                 loss = F.cross_entropy(model(xb).float().flatten(0, 1), yb.flatten()) / len(chunks)
                 loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        plain_optimizer.step()
+        plain_optimizer.zero_grad(set_to_none=True)
+
+    loops = {"plait": plait_step, "plain": plain_step}
+    times: dict[str, list[float]] = {name: [] for name in loops}
+    for step in range(steps):
+        x, y = data.global_batch(step, batch, spec.seq_len)
+        x, y = data.rank_slice(x, rank, world), data.rank_slice(y, rank, world)
+        for name in (("plait", "plain") if step % 2 == 0 else ("plain", "plait")):
+            dist.barrier()
+            start = time.perf_counter()
+            loops[name](x, y)
+            times[name].append(time.perf_counter() - start)
     if rank == 0:
         with open(out, "w") as handle:
             json.dump(times, handle)

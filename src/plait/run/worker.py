@@ -101,15 +101,7 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
     container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
     config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed)
     params = [p for part in parts for p in part.parameters()]
-    if plan.sharding == "zero1" and plan.dp > 1:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
-            params, optimizer_class=torch.optim.AdamW, process_group=mesh.sub("dp_shard").get_group(),
-            lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    else:
-        optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
+    optimizer, scheduler = build_optimizer(params, mesh, config)
     if args.dry_run:
         if dist.get_rank() == 0:
             print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {mesh.mesh}, "
@@ -137,15 +129,12 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         profiling = args.trace_dir is not None and step == args.steps - 1
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         with profiler as prof:
-            loss = _step(parts, schedule, mesh, plan, inputs, targets, args.full_precision, device)
+            loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
+                                    inputs, targets, args.full_precision, device)
+        elapsed = timed() - start
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
-        norm = clip_gradients(params, config.max_grad_norm, mesh)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        elapsed = timed() - start
         loss = mean_over_dp(loss, mesh) if mesh.is_last_stage_rank else loss
         if reporter:
             tokens = plan.global_batch * plan.seq_len
@@ -162,6 +151,32 @@ def _profiler(device: str):  # type: ignore[no-untyped-def]
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     return profile(activities=activities)
+
+
+def build_optimizer(params: list[torch.Tensor], mesh: Mesh, config: TrainConfig):  # type: ignore[no-untyped-def]
+    """AdamW (sharded over the data-parallel ranks under ZeRO-1) and its warm-up/cosine schedule."""
+    plan = mesh.plan
+    if plan.sharding == "zero1" and plan.dp > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
+            params, optimizer_class=torch.optim.AdamW, process_group=mesh.sub("dp_shard").get_group(),
+            lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
+
+
+def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, config: TrainConfig,  # type: ignore[no-untyped-def]
+               inputs, targets, full_precision: bool, device: str) -> tuple[float, float]:
+    """One optimizer step: forward and backward of every micro-batch, clipping, AdamW, schedule.
+    Returns (mean loss this rank saw, global gradient norm before clipping)."""
+    loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
+    norm = clip_gradients(params, config.max_grad_norm, mesh)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, norm
 
 
 def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bool, device: str) -> float:  # type: ignore[no-untyped-def]
