@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from plait.cost import collectives as coll
-import numpy as np
-
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
 from plait.hardware.cluster import Cluster, NetworkTier
 from plait.hardware.figure import Curve

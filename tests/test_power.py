@@ -7,7 +7,6 @@ import pytest
 from plait.errors import ConfigError
 from plait.hardware.catalog import cluster_from_mapping, get_accelerator, get_cluster
 from plait.hardware.power import clock_scale
-
 from tests.conftest import toy_cluster_mapping
 
 

@@ -124,6 +124,9 @@ def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> N
     for curve in (tier.efficiency, tier.all_gather_efficiency, tier.reduce_scatter_efficiency):
         assert curve.source.startswith("measured by plait calibrate") and all(0 < f <= 1 for f in curve.fractions)
     assert cluster.accelerator.peak_tflops["bf16"] > 0
+    eff = cluster.accelerator.efficiency
+    for host in (eff.host_fsdp_layer_fwd_us, eff.host_fsdp_layer_bwd_us, eff.host_tp_layer_fwd_us, eff.host_tp_layer_bwd_us):
+        assert host.source.startswith("measured by plait calibrate") and host.value >= 0
     est = estimate(resolve_model(str(ROOT / "examples" / "small-model.toml")), cluster,
                    Plan(dp_shard=2, sharding="zero3", global_batch=16, micro_batch=4))
     assert est.step_time_s > 0 and est.time.fsdp_comm_s > 0

@@ -51,11 +51,14 @@ class BatchResult:
 
 
 def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns, framework: Framework) -> Columns:
-    """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded).
+    """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded), and the
+    host time of FSDP2's per-layer hooks (zero2/zero3; measured by plait calibrate, 0 on GPUs).
 
     Per-module sharding gathers each parameter tensor on its own (tensors taken as equal-sized)."""
     dense_group, expert_group = shard_groups(cols)
     active = cols.is_("sharding", "zero3") & (dense_group > 1) & ~cols["offload_params"]
+    wrapped = (cols.is_("sharding", "zero3") | cols.is_("sharding", "zero2")) & (dense_group > 1)  # FSDP2 units
+    eff = cluster.accelerator.efficiency
     pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
     out: Columns = {}
     for t in ("d", "m"):
@@ -66,6 +69,9 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns, framework
         out[f"gather_{t}"] = np.where(cols["offload_params"], 2 * params / pcie, gather)
         out[f"reduce_{t}"] = collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
                                           np.where(active, inner["grad_bytes"] * params, 0.0))
+        present = inner[f"params_{t}"] + inner[f"params_expert_{t}"] > 0
+        out[f"host_fwd_{t}"] = np.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * 1e-6, 0.0)
+        out[f"host_bwd_{t}"] = np.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * 1e-6, 0.0)
     return out
 
 

@@ -64,6 +64,8 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Column
                 fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap)
         else:
             fsdp_fwd, fsdp_bwd = gather, bwd_comm
+        fsdp_fwd = fsdp_fwd + fsdp[f"host_fwd_{t}"]  # hooks run in line with the layer
+        fsdp_bwd = fsdp_bwd + fsdp[f"host_bwd_{t}"] + rc_share * full * fsdp[f"host_fwd_{t}"]  # recompute re-runs them
         first_gather = np.where((first_gather == 0) & (count > 0), gather, first_gather)
         fwd["compute"] = fwd["compute"] + count * inner[f"fwd_{t}"]
         bwd["compute"] = bwd["compute"] + count * inner[f"bwd_{t}"]

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from plait.cost.batch import TIME_ITEMS, evaluate_batch
 from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
-from plait.cost.memory import MEMORY_ITEMS
 from plait.cost.framework import DEFAULT, Framework
+from plait.cost.memory import MEMORY_ITEMS
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
 from plait.plan.columns import PlanColumns

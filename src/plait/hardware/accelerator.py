@@ -21,6 +21,11 @@ GIB = 1024**3
 GB = 1e9
 
 
+HIDDEN_HOST = ("assumed 0: on a GPU the host issues a layer's kernels ahead of the device, so wrapper overheads "
+               "(FSDP2 hooks, DTensor dispatch) hide behind device work except for tiny layers; a CPU runs them in "
+               "line, and plait calibrate measures them there (plait/run/overheads.py)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     """Achievable fractions of the datasheet peaks and fixed runtime overheads."""
@@ -43,6 +48,14 @@ class Efficiency:
     """Device memory taken before the model: CUDA context, library workspaces, NCCL buffers."""
     allocator_overhead: Figure
     """Fraction of allocated bytes lost to caching-allocator fragmentation."""
+    host_fsdp_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """Host time FSDP2 adds to one layer's forward beyond its collectives, microseconds (see HIDDEN_HOST)."""
+    host_fsdp_layer_bwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """The same for one layer's backward."""
+    host_tp_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """Host time DTensor tensor (and sequence) parallelism adds to one layer's forward beyond its collectives."""
+    host_tp_layer_bwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """The same for one layer's backward."""
 
 
 @dataclass(frozen=True, kw_only=True)

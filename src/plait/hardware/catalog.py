@@ -8,17 +8,17 @@ achievable fractions (each value with its source), ``clusters.toml`` the presets
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
-from plait.hardware.power import power_capped
 from plait.hardware.cluster import Cluster
+from plait.hardware.power import power_capped
 from plait.schema import build
 
 

@@ -12,6 +12,7 @@ The peak of a dtype is the best throughput measured; curves are fractions of it.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
 import statistics
@@ -102,7 +103,8 @@ def launch_floor_us(device: str) -> float:
     return _timeit(lambda: x.add_(1.0)) * 1e6
 
 
-def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_path: str) -> None:
+def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_path: str,
+                       measure_layers_too: bool) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
@@ -114,9 +116,9 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
         full = torch.ones(max(size // 4, world), dtype=torch.float32, device=device)
         full = full[: full.numel() // world * world]
         shard = torch.ones(full.numel() // world, dtype=torch.float32, device=device)
-        calls = {"all_reduce": lambda: dist.all_reduce(full),
-                 "all_gather": lambda: _ALL_GATHER(full, shard),
-                 "reduce_scatter": lambda: _REDUCE_SCATTER(shard, full)}
+        calls = {"all_reduce": lambda full=full: dist.all_reduce(full),
+                 "all_gather": lambda full=full, shard=shard: _ALL_GATHER(full, shard),
+                 "reduce_scatter": lambda full=full, shard=shard: _REDUCE_SCATTER(shard, full)}
         iterations = int(min(50, max(5, 2e8 // max(size, 1))))  # the same count on every rank: no deadlock
         for kind, call in calls.items():
             call()
@@ -128,6 +130,11 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
                 torch.cuda.synchronize()
             times[kind].append((time.perf_counter() - start) / iterations)
     overlap = _overlap_fraction(device)
+    layers = None
+    if device == "cpu" and world == 2 and measure_layers_too:
+        from plait.run.overheads import measure_layers
+
+        layers = measure_layers()
     if rank == 0:
         import resource
 
@@ -136,6 +143,8 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
         Path(out_path).write_text("\n".join(" ".join(map(str, times[k])) for k in times))
         Path(out_path + ".rss").write_text(str(baseline_bytes))
         Path(out_path + ".overlap").write_text(str(overlap))
+        if layers is not None:
+            Path(out_path + ".layers").write_text(json.dumps(layers))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -167,14 +176,15 @@ def _overlap_fraction(device: str) -> float:
     return float(min(1.0, max(0.0, (compute + comm - together) / min(compute, comm))))
 
 
-def collective_times(world: int, sizes: list[int], tmp: Path) -> dict[str, list[float]]:
+def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = False) -> dict[str, list[float]]:
     """Seconds per all-reduce, all-gather and reduce-scatter of each full-buffer size between ``world``
     local ranks (rank 0 also records its resident memory after start-up in ``allreduce.txt.rss``)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = tmp / "allreduce.txt"
-    mp.start_processes(_collective_worker, args=(world, port, sizes, str(out)), nprocs=world, start_method="spawn")
+    mp.start_processes(_collective_worker, args=(world, port, sizes, str(out), layers), nprocs=world,
+                       start_method="spawn")
     lines = out.read_text().splitlines()
     return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
 
@@ -192,8 +202,8 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
     attention = attention_curve(torch.bfloat16, seqs, device)
     memory_bw = copy_bandwidth_gb_per_s(device, 64 if device == "cpu" else 1024)
     memory_fraction = elementwise_fraction(device, memory_bw)
-    messages = [2**16, 2**20, 2**22, 2**24, 2**26]
-    times = collective_times(ranks, messages, tmp)
+    messages = [2**12, 2**16, 2**20, 2**22, 2**24, 2**26]
+    times = collective_times(ranks, messages, tmp, layers=True)
     factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
               "reduce_scatter": (ranks - 1) / ranks}  # bus bytes per buffer byte (nccl-tests busbw)
     busbw = {k: [factor[k] * m / t / GB for m, t in zip(messages, times[k])] for k in times}
@@ -220,7 +230,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
         },
     }
-    return {
+    table = {
         "name": f"this machine ({name}, {ranks} ranks)", "accelerator": accelerator, "gpus_per_node": ranks,
         "scale_up_domain_gpus": ranks,
         "tiers": [{"name": "local", "span_gpus": 1024, "bandwidth_gb_per_s_per_gpu": round(line, 3),
@@ -233,3 +243,12 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
         "host_memory_gib_per_gpu": round(memory_gib, 2), "host_memory_bandwidth_gb_per_s_per_gpu": round(memory_bw, 2),
         "host_memory_bandwidth_source": source, "source": source,
     }
+    layers_file = tmp / "allreduce.txt.layers"
+    if layers_file.exists():  # CPU: wrapper host time runs in line with every layer
+        from plait.hardware.catalog import cluster_from_mapping
+        from plait.run.overheads import host_figures
+
+        layers = {k: tuple(v) for k, v in json.loads(layers_file.read_text()).items()}
+        for key, value in host_figures(layers, cluster_from_mapping(table, "calibration")).items():
+            accelerator["efficiency"][key] = fig(value)
+    return table

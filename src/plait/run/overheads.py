@@ -1,0 +1,105 @@
+"""Host-side time per layer that plait's runtime wrappers add, measured on a tiny model.
+
+FSDP2 runs Python hooks around every sharded layer (pre/post forward and backward, copy-in
+and copy-out of the flat all-gather buffer) and DTensor tensor parallelism dispatches every
+sharded op through sharding propagation. On a GPU this host work runs ahead of the device
+and hides behind it for all but tiny layers; on a CPU the device is the host, so it adds to
+every layer. It is measured, never assumed: a tiny model (so that arithmetic is negligible)
+is timed with 2 and 6 layers, plain and wrapped, on the ranks of ``plait calibrate``; the
+per-layer difference (slope over layers, so embedding and head costs cancel) less what the
+cost model already charges for the wrapper's collectives is the host overhead.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from plait.cost import collectives as coll
+from plait.hardware.cluster import Cluster
+from plait.plan.plan import Plan
+from plait.workload.catalog import model_from_mapping
+from plait.workload.model import ModelSpec
+
+LAYERS = (2, 6)
+PLANS = {"fsdp": Plan(dp_shard=2, sharding="zero3", global_batch=4, micro_batch=2),
+         "tp": Plan(tp=2, sp=True, global_batch=2, micro_batch=2)}
+
+
+def tiny_spec(layers: int) -> ModelSpec:
+    """A model small enough that its arithmetic is negligible next to per-op host costs."""
+    return model_from_mapping({
+        "name": f"calibration-{layers}", "num_layers": layers, "hidden_size": 64, "num_heads": 4,
+        "num_kv_heads": 2, "head_dim": 16, "ffn_hidden_size": 128, "mlp": "gated", "vocab_size": 64,
+        "seq_len": 64, "tied_embeddings": False, "norm": "rmsnorm", "position": "rope",
+        "source": "assumed: a toy shape for measuring per-layer host overhead"}, "calibration model")
+
+
+def _time_passes(model: torch.nn.Module, plan: Plan, spec: ModelSpec, repeats: int) -> tuple[float, float]:
+    """Median seconds of (forward, forward + backward) of one micro-batch of 2 sequences."""
+    from plait.run.train import autocast, cross_entropy
+
+    x = torch.randint(0, spec.vocab_size, (2, spec.seq_len))
+    fwd, total = [], []
+    for i in range(repeats + 2):
+        dist.barrier()
+        start = time.perf_counter()
+        with autocast(plan, False, "cpu"):
+            loss = cross_entropy(model(x), x)
+            middle = time.perf_counter()
+            loss.backward()
+        end = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        if i >= 2:
+            fwd.append(middle - start)
+            total.append(end - start)
+    return statistics.median(fwd), statistics.median(total)
+
+
+def per_layer_seconds(build: Callable[[ModelSpec], torch.nn.Module], plan: Plan, repeats: int) -> tuple[float, float]:
+    """(forward, backward) seconds one more layer adds, from the slope between 2 and 6 layers."""
+    (f_lo, t_lo), (f_hi, t_hi) = (_time_passes(build(tiny_spec(n)), plan, tiny_spec(n), repeats) for n in LAYERS)
+    span = LAYERS[1] - LAYERS[0]
+    return (f_hi - f_lo) / span, ((t_hi - f_hi) - (t_lo - f_lo)) / span
+
+
+def measure_layers(repeats: int = 15) -> dict[str, tuple[float, float]]:
+    """Per-layer (forward, backward) seconds of plain, FSDP2 (zero3) and TP2+SP layers on this
+    process group (2 ranks; every rank must call it)."""
+    from plait.run.mesh import build_mesh
+    from plait.run.model import build_model
+    from plait.run.parallel import parallelize
+
+    out = {"plain": per_layer_seconds(lambda s: build_model(s, s.seq_len, 0), Plan(), repeats)}
+    for name, plan in PLANS.items():
+        mesh = build_mesh(plan.with_seq_len(64))
+
+        def wrapped(spec: ModelSpec, plan: Plan = plan, mesh=mesh) -> torch.nn.Module:  # type: ignore[no-untyped-def]
+            return parallelize(build_model(spec, spec.seq_len, 0), mesh, plan.with_seq_len(spec.seq_len),
+                               full_precision=False)
+
+        out[name] = per_layer_seconds(wrapped, plan, repeats)
+    return out
+
+
+def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> dict[str, float]:
+    """Microseconds per layer and pass that FSDP2 and TP add beyond what the cost model charges for their
+    collectives on ``cluster`` (the calibrated description): FSDP2 gathers the layer's bf16 parameters in
+    the forward and again in the backward, and reduce-scatters fp32 gradients; TP with sequence
+    parallelism all-gathers and reduce-scatters the bf16 hidden states twice per pass."""
+    spec = tiny_spec(LAYERS[0])
+    link = coll.group_link(cluster, 2, 1)
+    params = spec.layer_params(False)
+    gather, reduce = coll.all_gather_s(2 * params, link), coll.reduce_scatter_s(4 * params, link)
+    hidden = 2 * 2 * spec.seq_len * spec.hidden_size  # bf16, 2 sequences
+    tp_pass = 2 * (coll.all_gather_s(hidden, link) + coll.reduce_scatter_s(hidden, link))
+    (plain_f, plain_b), (fsdp_f, fsdp_b), (tp_f, tp_b) = layers["plain"], layers["fsdp"], layers["tp"]
+    us = lambda seconds: round(max(0.0, seconds) * 1e6, 2)  # noqa: E731
+    return {"host_fsdp_layer_fwd_us": us(fsdp_f - plain_f - gather),
+            "host_fsdp_layer_bwd_us": us(fsdp_b - plain_b - gather - reduce),
+            "host_tp_layer_fwd_us": us(tp_f - plain_f - tp_pass),
+            "host_tp_layer_bwd_us": us(tp_b - plain_b - tp_pass)}
