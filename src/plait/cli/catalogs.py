@@ -42,7 +42,7 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
                          "gpus_per_node": c.gpus_per_node, "scale_up_domain_gpus": c.scale_up_domain_gpus,
                          "tiers": [{"name": t.name, "span_gpus": t.span_gpus,
                                     "bandwidth_gb_per_s_per_gpu": t.bandwidth_gb_per_s_per_gpu} for t in c.tiers],
-                         "price_per_gpu_hour_usd": c.price_per_gpu_hour_usd})
+                         "price_per_gpu_hour_usd": c.price_per_gpu_hour_usd, "power_limit_w": c.power_limit_w})
     accelerators = [{"slug": s, "name": get_accelerator(s).name, "memory_gib": get_accelerator(s).memory_gib,
                      "peak_tflops": get_accelerator(s).peak_tflops} for s in accelerator_names()]
     if as_json:
@@ -54,7 +54,8 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
         table.add_column(col)
     for c in clusters:
         tiers = ", ".join(f"{t['name']} {t['bandwidth_gb_per_s_per_gpu']:g}" for t in c["tiers"])
-        table.add_row(c["slug"], c["accelerator"], str(c["gpus_per_node"]), str(c["scale_up_domain_gpus"]), tiers,
+        gpu = c["accelerator"] + (f" at {c['power_limit_w']:g} W" if c["power_limit_w"] else "")
+        table.add_row(c["slug"], gpu, str(c["gpus_per_node"]), str(c["scale_up_domain_gpus"]), tiers,
                       f"{c['price_per_gpu_hour_usd']:.2f}")
     console.print(table)
     acc = Table(title="accelerators")
