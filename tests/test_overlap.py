@@ -90,3 +90,23 @@ def test_torchtitan_selective_is_every_second_layer() -> None:
         assert all(p.grad_reduce_dtype == "fp32" for p in plans)
     full = rows["torchtitan_docs_a100_Llama370B_full_lb1"]
     assert all(p.recompute == "full" and p.recompute_layers == -1 for p in candidate_plans(full, software_for(full)))
+
+
+def test_fp32_residual_stream_moves_more_bytes() -> None:
+    """Under autocast (fp32 parameters) the residual stream is fp32: norms, adds and SP all-gathers move twice
+    the bytes of a bf16 stream, GEMMs are unchanged."""
+    from plait.cost.layer import layer_cost
+    from plait.cost.setup import Setup
+
+    plan = Plan(tp=8, sp=True, micro_batch=1, global_batch=1).with_seq_len(MODEL.seq_len)
+    bf16, fp32 = (layer_cost(Setup(model=MODEL, cluster=CLUSTER, plan=plan, framework=Framework(residual_bytes=r)),
+                             False) for r in (2, 4))
+    assert fp32.fwd_compute_s > bf16.fwd_compute_s and fp32.tp_fwd_s > bf16.tp_fwd_s
+
+
+def test_runtime_framework_follows_the_runtime_precision() -> None:
+    from plait.run.framework import runtime_framework
+
+    assert runtime_framework(Plan(dp_replicate=2, global_batch=2)).residual_bytes == 4  # DDP under autocast
+    assert runtime_framework(Plan(tp=2, sp=True)).residual_bytes == 4
+    assert runtime_framework(Plan(dp_shard=2, sharding="zero3", global_batch=2)).residual_bytes == 2  # FSDP2 bf16 params

@@ -16,6 +16,7 @@ from plait.cost.step import estimate
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.plan.io import read_plan_file
+from plait.run.framework import runtime_framework
 from plait.run.launch import local_slots, multinode_command, run_local
 from plait.workload.catalog import resolve_model
 
@@ -72,7 +73,7 @@ def run_command(
     if not rows:
         return
     hardware = resolve_cluster(cluster or job.cluster or "dgx-h100-ib")
-    predicted = estimate(model, hardware, the_plan)
+    predicted = estimate(model, hardware, the_plan, framework=runtime_framework(the_plan))
     steady = [r["step_time_s"] for r in rows[1:]] or [rows[0]["step_time_s"]]
     table = Table(title=f"{model.name}: {the_plan.describe()} on {gpus} ranks", title_justify="left")
     for col in ("", "measured", f"predicted ({hardware.name})"):

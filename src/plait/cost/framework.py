@@ -34,6 +34,11 @@ class Framework:
     "prefetches the next set of parameters after the current set of parameters' gradient computation",
     torch.distributed.fsdp.BackwardPrefetch docs), so every backward gather waits in line and only
     the reduce-scatter overlaps the next layer's gradients."""
+    residual_bytes: int = 2
+    """Bytes per element of the residual stream and the norms and adds on it: 2 where parameters are cast
+    to bf16 (Megatron, FSDP mixed precision), 4 under ``torch.autocast`` with fp32 parameters, which keeps
+    the residual adds in fp32 (type promotion) and runs norms in fp32 (PyTorch AMP op reference: layer_norm
+    and the norm family autocast to float32). GEMM outputs and reductions stay bf16 either way."""
     cp_kv_exchange: KvExchange = "ring"
     """Context-parallel K/V exchange: ring passes overlapped with attention (Liu et al. 2023), or an
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch

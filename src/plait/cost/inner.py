@@ -49,14 +49,14 @@ def _row(setup: Setup) -> dict[str, float]:
     out["act_input"] = act.layer_input_bytes(setup)
     out["act_first"] = act.first_stage_extra_bytes(setup)
     out["act_last"] = act.last_stage_extra_bytes(setup)
-    e, stream = setup.act_bytes, setup.tokens * model.hidden_size
-    out["first_fwd"] = elementwise_time_s(2 * e * stream, acc)  # embedding lookup writes the hidden states
-    out["first_bwd"] = elementwise_time_s(3 * e * stream, acc)  # and scatters their gradient back
+    e, r, stream = setup.act_bytes, setup.residual_bytes, setup.tokens * model.hidden_size
+    out["first_fwd"] = elementwise_time_s(2 * r * stream, acc)  # embedding lookup writes the hidden states
+    out["first_bwd"] = elementwise_time_s(3 * r * stream, acc)  # and scatters their gradient back
     head_fwd, head_bwd = gemms_fwd_bwd_s([head_gemm(setup)], setup)
     logits = setup.tokens * model.vocab_size / plan.tp
-    loss_s = elementwise_time_s(logits * (e + 4 + 4) + 4 * e * stream, acc)  # bf16 logits, fp32 softmax, final norm
+    loss_s = elementwise_time_s(logits * (e + 4 + 4) + 4 * r * stream, acc)  # bf16 logits, fp32 softmax, final norm
     out["last_fwd"], out["last_bwd"] = head_fwd + loss_s, head_bwd + loss_s
-    out["p2p_bytes"] = e * stream / plan.tp  # scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)
+    out["p2p_bytes"] = r * stream / plan.tp  # the residual stream; scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)
     out["vocab_params"] = model.vocab_size * model.hidden_size / plan.tp
     out["grad_bytes"] = setup.grad_bytes
     return out

@@ -47,7 +47,8 @@ class LayerCost:
 def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> float:
     model, plan, e, tokens = setup.model, setup.plan, setup.act_bytes, setup.tokens
     stream = tokens * model.hidden_size / (plan.tp if plan.sp else 1)
-    moved = 2 * 2 * e * stream + 2 * 3 * e * stream  # norms (read, write) and residual adds (2 reads, 1 write)
+    r = setup.residual_bytes
+    moved = 2 * 2 * r * stream + 2 * 3 * r * stream  # norms (read, write) and residual adds (2 reads, 1 write)
     if model.dropout:
         moved += 2 * (2 * e + 1) * stream
     if model.position == "rope":
@@ -97,8 +98,10 @@ def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
     if plan.tp == 1:
         return 0.0
     link = coll.group_link(setup.cluster, plan.tp, 1)
-    hidden = setup.act_bytes * setup.tokens * setup.model.hidden_size
-    one = coll.all_gather_s(hidden, link) + coll.reduce_scatter_s(hidden, link) if plan.sp else coll.all_reduce_s(hidden, link)
+    hidden = setup.tokens * setup.model.hidden_size
+    gathered, reduced = setup.residual_bytes * hidden, setup.act_bytes * hidden  # norm outputs; GEMM partial sums
+    one = (coll.all_gather_s(gathered, link) + coll.reduce_scatter_s(reduced, link) if plan.sp
+           else coll.all_reduce_s(reduced, link))
     comm = 2 * one
     return float(hidden_remainder(comm, gemm_s, _overlap(setup))) if plan.tp_comm_overlap else comm
 

@@ -56,6 +56,11 @@ class Setup:
         return 2
 
     @property
+    def residual_bytes(self) -> int:
+        """Bytes per element of the residual stream (hidden states between sublayers, norms, residual adds)."""
+        return self.framework.residual_bytes
+
+    @property
     def gemm_dtype(self) -> str:
         """Dtype GEMMs run in."""
         return "fp8" if self.plan.precision == "fp8" else "bf16"

@@ -90,13 +90,14 @@ def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> di
     """Microseconds per layer and pass that FSDP2 and TP add beyond what the cost model charges for their
     collectives on ``cluster`` (the calibrated description): FSDP2 gathers the layer's bf16 parameters in
     the forward and again in the backward, and reduce-scatters fp32 gradients; TP with sequence
-    parallelism all-gathers and reduce-scatters the bf16 hidden states twice per pass."""
+    parallelism all-gathers the (fp32, under autocast) norm outputs and reduce-scatters the bf16 partial sums
+    twice per pass (plait.run.framework)."""
     spec = tiny_spec(LAYERS[0])
     link = coll.group_link(cluster, 2, 1)
     params = spec.layer_params(False)
     gather, reduce = coll.all_gather_s(2 * params, link), coll.reduce_scatter_s(4 * params, link)
-    hidden = 2 * 2 * spec.seq_len * spec.hidden_size  # bf16, 2 sequences
-    tp_pass = 2 * (coll.all_gather_s(hidden, link) + coll.reduce_scatter_s(hidden, link))
+    hidden = 2 * spec.seq_len * spec.hidden_size  # 2 sequences; under autocast norm outputs are fp32, partial sums bf16
+    tp_pass = 2 * (coll.all_gather_s(4 * hidden, link) + coll.reduce_scatter_s(2 * hidden, link))
     (plain_f, plain_b), (fsdp_f, fsdp_b), (tp_f, tp_b) = layers["plain"], layers["fsdp"], layers["tp"]
     us = lambda seconds: round(max(0.0, seconds) * 1e6, 2)  # noqa: E731
     return {"host_fsdp_layer_fwd_us": us(fsdp_f - plain_f - gather),
