@@ -2,10 +2,14 @@
 
 Each kernel is bounded by a roofline (Williams, Waterman & Patterson 2009): the larger
 of ``FLOPs / (peak x achievable fraction)`` and ``bytes / (HBM bandwidth x achievable
-fraction)``, and never shorter than one kernel launch. A GEMM's achievable fraction
-depends on its size — the cube root of ``m n k``, the edge of the square GEMM of equal
-work — through the measured curve of its GPU (small GEMMs fill fewer SMs and waves). The achievable fractions are
-hardware figures from ``efficiency.toml`` (public microbenchmarks), never fitted to runs.
+fraction)``, and never shorter than one kernel launch. A GEMM's achievable fraction is read
+from the measured square-GEMM curve of its device at the square GEMM of equal arithmetic
+intensity: an ``M x N x K`` GEMM does ``2MNK`` FLOPs on ``2(MK + NK + MN)`` bytes (NVIDIA,
+"Matrix Multiplication Background User's Guide", Sec. 2, "Math and Memory Bounds"), so its
+intensity is ``1 / (1/M + 1/N + 1/K)`` and the equal square edge is ``3 / (1/M + 1/N + 1/K)``.
+A skinny GEMM (one small dimension, as tensor parallelism makes them) reuses each operand
+less and runs below a square GEMM of the same work. The achievable fractions are hardware
+figures from ``efficiency.toml`` (public microbenchmarks), never fitted to runs.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
     in_bytes = 1 if dtype == "fp8" else 2
     moved = (in_bytes * (gemm.m * gemm.k + gemm.k * gemm.n) + 2 * gemm.m * gemm.n) * gemm.count
     launch = acc.efficiency.kernel_launch_us.value * 1e-6 * gemm.count
-    size = (gemm.m * gemm.n * gemm.k) ** (1.0 / 3.0)
+    size = 3.0 / (1.0 / gemm.m + 1.0 / gemm.n + 1.0 / gemm.k)  # square edge of equal arithmetic intensity
     return max(gemm.flops / matmul_flops_per_s(acc, dtype, size), moved / memory_bytes_per_s(acc), launch)
 
 

@@ -31,7 +31,7 @@ class Efficiency:
     """Achievable fractions of the datasheet peaks and fixed runtime overheads."""
 
     matmul_bf16: Curve
-    """Fraction of bf16/fp16 dense peak a GEMM sustains, by size (cube root of ``m n k``)."""
+    """Fraction of bf16/fp16 dense peak a GEMM sustains, by the edge of a square GEMM (a GEMM is read at the square of equal arithmetic intensity, plait.cost.compute)."""
     matmul_fp8: Curve
     """Fraction of fp8 dense peak an fp8 GEMM sustains, by size (ignored where there is no fp8)."""
     attention: Curve

@@ -1,0 +1,26 @@
+"""GEMM efficiency is read at the square GEMM of equal arithmetic intensity (NVIDIA Matrix Multiplication
+Background guide, Sec. 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from plait.cost.compute import gemm_time_s, matmul_flops_per_s
+from plait.cost.flops import Gemm
+from plait.hardware.catalog import get_accelerator
+
+ACC = get_accelerator("h100-sxm-80gb")
+
+
+def test_square_gemm_reads_the_curve_at_its_edge() -> None:
+    g = Gemm(4096, 4096, 4096, 1)
+    assert gemm_time_s(g, ACC, "bf16") == pytest.approx(g.flops / matmul_flops_per_s(ACC, "bf16", 4096))
+
+
+def test_skinny_gemm_is_slower_than_a_square_one_of_equal_work() -> None:
+    """8192 x 8192 x 128 does the work of a 2048^3 GEMM but has the intensity of a ~372-edge square."""
+    skinny, square = Gemm(8192, 8192, 128, 1), Gemm(2048, 2048, 2048, 1)
+    assert skinny.flops == square.flops
+    assert gemm_time_s(skinny, ACC, "bf16") == pytest.approx(
+        skinny.flops / matmul_flops_per_s(ACC, "bf16", 3 / (2 / 8192 + 1 / 128)))
+    assert gemm_time_s(skinny, ACC, "bf16") > 1.5 * gemm_time_s(square, ACC, "bf16")
