@@ -26,6 +26,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 GB = 1e9
+ROUNDS = 5
 # Single-tensor collectives: the names PyTorch 2.13 prefers, the older ones before (same (output, input) order).
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -122,13 +123,16 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
         iterations = int(min(50, max(5, 2e8 // max(size, 1))))  # the same count on every rank: no deadlock
         for kind, call in calls.items():
             call()
-            dist.barrier()
-            start = time.perf_counter()
-            for _ in range(iterations):
-                call()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[kind].append((time.perf_counter() - start) / iterations)
+            rounds = []
+            for _ in range(ROUNDS):  # the median of several rounds: a 2-core machine is noisy
+                dist.barrier()
+                start = time.perf_counter()
+                for _ in range(iterations):
+                    call()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                rounds.append((time.perf_counter() - start) / iterations)
+            times[kind].append(statistics.median(rounds))
     overlap = _overlap_fraction(device)
     layers = None
     if device == "cpu" and world == 2 and measure_layers_too:

@@ -5,7 +5,7 @@ and copy-out of the flat all-gather buffer) and DTensor tensor parallelism dispa
 sharded op through sharding propagation. On a GPU this host work runs ahead of the device
 and hides behind it for all but tiny layers; on a CPU the device is the host, so it adds to
 every layer. It is measured, never assumed: a tiny model (so that arithmetic is negligible)
-is timed with 2 and 6 layers, plain and wrapped, on the ranks of ``plait calibrate``; the
+is timed with 2 and 10 layers, plain and wrapped, on the ranks of ``plait calibrate``; the
 per-layer difference (slope over layers, so embedding and head costs cancel) less what the
 cost model already charges for the wrapper's collectives is the host overhead.
 """
@@ -25,7 +25,7 @@ from plait.plan.plan import Plan
 from plait.workload.catalog import model_from_mapping
 from plait.workload.model import ModelSpec
 
-LAYERS = (2, 6)
+LAYERS = (2, 10)
 PLANS = {"fsdp": Plan(dp_shard=2, sharding="zero3", global_batch=4, micro_batch=2),
          "tp": Plan(tp=2, sp=True, global_batch=2, micro_batch=2)}
 
@@ -61,13 +61,13 @@ def _time_passes(model: torch.nn.Module, plan: Plan, spec: ModelSpec, repeats: i
 
 
 def per_layer_seconds(build: Callable[[ModelSpec], torch.nn.Module], plan: Plan, repeats: int) -> tuple[float, float]:
-    """(forward, backward) seconds one more layer adds, from the slope between 2 and 6 layers."""
+    """(forward, backward) seconds one more layer adds, from the slope between the two layer counts."""
     (f_lo, t_lo), (f_hi, t_hi) = (_time_passes(build(tiny_spec(n)), plan, tiny_spec(n), repeats) for n in LAYERS)
     span = LAYERS[1] - LAYERS[0]
     return (f_hi - f_lo) / span, ((t_hi - f_hi) - (t_lo - f_lo)) / span
 
 
-def measure_layers(repeats: int = 15) -> dict[str, tuple[float, float]]:
+def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
     """Per-layer (forward, backward) seconds of plain, FSDP2 (zero3) and TP2+SP layers on this
     process group (2 ranks; every rank must call it)."""
     from plait.run.mesh import build_mesh
