@@ -101,6 +101,13 @@ def _prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     return cols, inner, fsdp, p2p
 
 
+def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT) -> dict[str, float]:
+    """One plan's per-layer quantities: layer compute and in-layer collectives (:mod:`plait.cost.inner`) and
+    FSDP gather, reduce-scatter and hook times (``gather_d``, ``reduce_d``, ...), in seconds or bytes."""
+    _, inner, fsdp, _ = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
+    return {name: float(values[0]) for name, values in {**inner, **fsdp}.items()}
+
+
 def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndarray,
                  framework: Framework = DEFAULT) -> tuple[PlanColumns, Columns, tuple[Columns, Columns], np.ndarray]:
     """Forward and backward components of one micro-batch on each of ``stages`` of one plan (for the simulator)."""

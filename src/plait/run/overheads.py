@@ -19,9 +19,10 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from plait.cost import collectives as coll
+from plait.cost.batch import layer_columns
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
+from plait.run.framework import runtime_framework
 from plait.workload.catalog import model_from_mapping
 from plait.workload.model import ModelSpec
 
@@ -87,20 +88,17 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
 
 
 def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> dict[str, float]:
-    """Microseconds per layer and pass that FSDP2 and TP add beyond what the cost model charges for their
-    collectives on ``cluster`` (the calibrated description): FSDP2 gathers the layer's bf16 parameters in
-    the forward and again in the backward, and reduce-scatters fp32 gradients; TP with sequence
-    parallelism all-gathers the (fp32, under autocast) norm outputs and reduce-scatters the bf16 partial sums
-    twice per pass (plait.run.framework)."""
+    """Microseconds per layer and pass that FSDP2 and TP add beyond what the cost model already charges for
+    their collectives on ``cluster`` (the calibrated description, before host figures), with the runtime's
+    own framework description (plait.run.framework)."""
     spec = tiny_spec(LAYERS[0])
-    link = coll.group_link(cluster, 2, 1)
-    params = spec.layer_params(False)
-    gather, reduce = coll.all_gather_s(2 * params, link), coll.reduce_scatter_s(4 * params, link)
-    hidden = 2 * spec.seq_len * spec.hidden_size  # 2 sequences; under autocast norm outputs are fp32, partial sums bf16
-    tp_pass = 2 * (coll.all_gather_s(4 * hidden, link) + coll.reduce_scatter_s(2 * hidden, link))
+    charged = {name: layer_columns(spec, cluster, plan.with_seq_len(spec.seq_len), runtime_framework(plan))
+               for name, plan in PLANS.items()}
+    gather, reduce = charged["fsdp"]["gather_d"], charged["fsdp"]["reduce_d"]
+    tp_fwd, tp_bwd = charged["tp"]["tp_fwd_d"], charged["tp"]["tp_bwd_d"]
     (plain_f, plain_b), (fsdp_f, fsdp_b), (tp_f, tp_b) = layers["plain"], layers["fsdp"], layers["tp"]
     us = lambda seconds: round(max(0.0, seconds) * 1e6, 2)  # noqa: E731
     return {"host_fsdp_layer_fwd_us": us(fsdp_f - plain_f - gather),
             "host_fsdp_layer_bwd_us": us(fsdp_b - plain_b - gather - reduce),
-            "host_tp_layer_fwd_us": us(tp_f - plain_f - tp_pass),
-            "host_tp_layer_bwd_us": us(tp_b - plain_b - tp_pass)}
+            "host_tp_layer_fwd_us": us(tp_f - plain_f - tp_fwd),
+            "host_tp_layer_bwd_us": us(tp_b - plain_b - tp_bwd)}
