@@ -88,14 +88,15 @@ def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
             raise ConfigError(f"{where}: power_limit_w={limit!r} must be a number of watts")
         fields["power_limit_w"] = float(limit)
         fields.setdefault("power_limit_source", "stated in the cluster description")
-    return with_accelerator(build(Cluster, fields, where), fields["accelerator"])
+    cluster = build(Cluster, fields, where)
+    return cluster if cluster.power_limit_w is None else with_accelerator(cluster, cluster.accelerator)
 
 
 def with_accelerator(cluster: Cluster, accelerator: Accelerator) -> Cluster:
     """``cluster`` carrying ``accelerator`` (its datasheet description), held to the cluster's power limit."""
     if cluster.power_limit_w is not None:
         accelerator = power_capped(accelerator, cluster.power_limit_w, cluster.power_limit_source)
-    return replace(cluster, accelerator=accelerator)
+    return cluster if accelerator == cluster.accelerator else replace(cluster, accelerator=accelerator)
 
 
 @functools.cache
