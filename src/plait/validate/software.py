@@ -80,12 +80,6 @@ TORCHTITAN = Software(
          "gradients in fp32 (config_manager.py mixed_precision_reduce default 'float32')."),
 )
 
-COMPOSER_FSDP1_WHY = (
-    "llm-foundry's 2023 benchmarks ran Composer's FSDP1 wrapper with its defaults (docs/research/framework_facts.md, "
-    "section 1): backward_prefetch BACKWARD_POST, forward_prefetch False; mixed precision DEFAULT reduces gradients "
-    "in fp32 and PURE in bf16 (Composer mosaic_fsdp_utils/dist_strategy of 2023).")
-
-
 TORCHTITAN_SELECTIVE_WHY = (
     " Its 'selective' activation checkpointing is not Megatron's: 'selective layer' checkpoints every 2nd "
     "TransformerBlock (selective_ac_option '2' in the 64-A100 preset configs), and 'selective op' saves every "
@@ -98,6 +92,12 @@ def torchtitan(recompute_raw: str | None) -> Software:
     if recompute_raw not in ("selective layer", "selective op"):
         return TORCHTITAN
     return replace(TORCHTITAN, selective_full_every=2, why=TORCHTITAN.why + TORCHTITAN_SELECTIVE_WHY)
+
+
+COMPOSER_FSDP1_WHY = (
+    "llm-foundry's 2023 benchmarks ran Composer's FSDP1 wrapper with its defaults (docs/research/framework_facts.md, "
+    "section 1): backward_prefetch BACKWARD_POST, forward_prefetch False; mixed precision DEFAULT reduces gradients "
+    "in fp32 and PURE in bf16 (Composer mosaic_fsdp_utils/dist_strategy of 2023).")
 
 
 def composer_fsdp1(mixed_precision: str | None) -> Software:
