@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from plait.plan.plan import Plan
-from plait.run import data
 from plait.run.mesh import Mesh
 
 
@@ -52,6 +51,42 @@ def lr_lambda(config: TrainConfig):  # type: ignore[no-untyped-def]
 def cross_entropy(logits_BSV: torch.Tensor, targets_BS: torch.Tensor) -> torch.Tensor:
     """Mean token cross-entropy in fp32."""
     return F.cross_entropy(logits_BSV.float().flatten(0, 1), targets_BS.flatten())
+
+
+def reduce_partial_gradients(params: list[torch.Tensor]) -> int:
+    """All-reduce, once per step and one flat buffer per group, the gradients DTensor leaves as partial sums.
+
+    Under sequence parallelism the norm weights are replicated while their inputs are split over the
+    sequence, so each TP rank holds a partial sum of their gradients (DTensor ``Partial``). Left so,
+    every optimizer op that reads them (norm, clip, both AdamW moments) re-reduces them, one small
+    all-reduce each; Megatron-LM reduces them once per step in one flat buffer
+    (``_allreduce_layernorm_grads`` in megatron/core/distributed/finalize_model_grads.py), and so
+    does this. Returns the number of all-reduces issued."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    groups: dict[tuple[object, tuple[int, ...]], list[torch.Tensor]] = {}
+    for p in params:
+        grad = p.grad
+        if not isinstance(grad, DTensor):
+            continue
+        dims = tuple(i for i, pl in enumerate(grad.placements) if isinstance(pl, Partial) and pl.reduce_op == "sum")
+        if dims:
+            groups.setdefault((grad.device_mesh, dims), []).append(p)
+    for (mesh, dims), members in groups.items():
+        local = [p.grad.to_local() for p in members]  # type: ignore[union-attr]
+        flat = torch.cat([t.reshape(-1) for t in local])
+        for dim in dims:
+            dist.all_reduce(flat, group=mesh.get_group(dim))  # type: ignore[attr-defined]
+        offset = 0
+        for p, t in zip(members, local):
+            grad = p.grad
+            assert isinstance(grad, DTensor)
+            placements = [Replicate() if i in dims else pl for i, pl in enumerate(grad.placements)]
+            reduced = flat[offset:offset + t.numel()].view_as(t)
+            offset += t.numel()
+            p.grad = DTensor.from_local(reduced, grad.device_mesh, placements, run_check=False,
+                                        shape=grad.shape, stride=grad.stride())
+    return sum(len(dims) for _, dims in groups)
 
 
 def clip_gradients(params: list[torch.Tensor], max_norm: float, mesh: Mesh) -> float:

@@ -34,6 +34,7 @@ from plait.run.train import (
     mean_over_dp,
     micro_batches,
     peak_memory_bytes,
+    reduce_partial_gradients,
     sync_context,
     timed,
     write_metrics,
@@ -172,6 +173,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     """One optimizer step: forward and backward of every micro-batch, clipping, AdamW, schedule.
     Returns (mean loss this rank saw, global gradient norm before clipping)."""
     loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
+    reduce_partial_gradients(params)
     norm = clip_gradients(params, config.max_grad_norm, mesh)
     optimizer.step()
     scheduler.step()
