@@ -13,6 +13,10 @@
   weights and moments, then writes the bf16 copy; offloaded, gradients go down and
   weights come back over PCIe and the CPU streams the same optimizer bytes through host
   DRAM (ZeRO-Offload, Ren et al. 2021, Sec. 4; its optional delayed update is not assumed).
+- Sequence parallelism: the norm weights are replicated over TP but see only a slice of the
+  sequence, so their gradients are partial sums; they are all-reduced over the TP group once per
+  step, in one flat buffer, before the optimizer (Megatron-LM ``_allreduce_layernorm_grads`` in
+  megatron/core/distributed/finalize_model_grads.py; plait run does the same).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def exposed_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_by
 
 
 def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray) -> np.ndarray:
-    """Seconds of the optimizer step on one rank."""
+    """Seconds of the optimizer step on one rank, with the sequence-parallel norm-gradient all-reduce before it."""
     acc = cluster.accelerator
     dense_group, expert_group = shard_groups(cols)
     local = np.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
@@ -74,4 +78,6 @@ def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_
         cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
     offloaded = transfer + host_update
     on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + PARAM_BYTES) / memory_bytes_per_s(acc)
-    return np.where(cols["offload_optimizer"], offloaded, on_gpu)
+    sp_norms = np.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)
+    return np.where(cols["offload_optimizer"], offloaded, on_gpu) + collective_s(cluster, "all_reduce", cols["tp"],
+                                                                                 1, sp_norms)

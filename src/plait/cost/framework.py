@@ -14,6 +14,7 @@ AttentionKernel = Literal["flash", "unfused"]
 ShardUnit = Literal["layer", "module"]
 KvExchange = Literal["ring", "allgather"]
 BackwardPrefetch = Literal["pre", "post"]
+TpLoss = Literal["vocab_parallel", "gathered"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,11 @@ class Framework:
     to bf16 (Megatron, FSDP mixed precision), 4 under ``torch.autocast`` with fp32 parameters, which keeps
     the residual adds in fp32 (type promotion) and runs norms in fp32 (PyTorch AMP op reference: layer_norm
     and the norm family autocast to float32). GEMM outputs and reductions stay bf16 either way."""
+    tp_loss: TpLoss = "vocab_parallel"
+    """How the loss meets vocab-parallel logits under TP: a cross-entropy on the local vocabulary shard with
+    three all-reduces of one fp32 value per token (Megatron-LM ``_VocabParallelCrossEntropy``: max, predicted
+    logit, sum of exponentials; torchtitan ``loss_parallel``), or an all-gather of the full logits before an
+    ordinary cross-entropy (``ColwiseParallel(output_layouts=Replicate())``, as ``plait run`` does)."""
     cp_kv_exchange: KvExchange = "ring"
     """Context-parallel K/V exchange: ring passes overlapped with attention (Liu et al. 2023), or an
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch

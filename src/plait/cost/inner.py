@@ -15,7 +15,7 @@ import numpy as np
 from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
-from plait.cost.layer import layer_cost
+from plait.cost.layer import edge_tp_s, layer_cost
 from plait.cost.params import layer_split
 from plait.cost.framework import Framework
 from plait.cost.setup import Setup
@@ -56,6 +56,7 @@ def _row(setup: Setup) -> dict[str, float]:
     logits = setup.tokens * model.vocab_size / plan.tp
     loss_s = elementwise_time_s(logits * (e + 4 + 4) + 4 * r * stream, acc)  # bf16 logits, fp32 softmax, final norm
     out["last_fwd"], out["last_bwd"] = head_fwd + loss_s, head_bwd + loss_s
+    out["first_tp_fwd"], out["first_tp_bwd"], out["last_tp_fwd"], out["last_tp_bwd"] = edge_tp_s(setup)
     out["p2p_bytes"] = r * stream / plan.tp  # the residual stream; scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)
     out["vocab_params"] = model.vocab_size * model.hidden_size / plan.tp
     out["grad_bytes"] = setup.grad_bytes

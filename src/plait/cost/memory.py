@@ -43,7 +43,8 @@ def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stage_params(model: ModelSpec, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> Columns:
-    """Parameters on one rank of ``stage``: dense, expert and the largest layer."""
+    """Parameters on one rank of ``stage``: dense, expert, the largest layer, and the norm weights (two per layer
+    and the final norm; replicated over TP)."""
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
     dense = n_dense * inner["params_d"] + n_moe * inner["params_m"]
     positions = model.embedding_params() - model.vocab_size * model.hidden_size
@@ -52,7 +53,8 @@ def stage_params(model: ModelSpec, cols: PlanColumns, inner: Columns, stage: np.
     dense = dense + (stage == cols["pp"] - 1) * (model.norm_params() + own_head * inner["vocab_params"])
     largest = np.maximum(np.where(n_dense > 0, inner["params_d"], 0.0),
                          np.where(n_moe > 0, inner["params_m"] + inner["params_expert_m"], 0.0))
-    return {"dense": dense, "expert": n_moe * inner["params_expert_m"], "largest": largest}
+    norms = (2 * (n_dense + n_moe) + (stage == cols["pp"] - 1)) * model.norm_params()
+    return {"dense": dense, "expert": n_moe * inner["params_expert_m"], "largest": largest, "norms": norms}
 
 
 def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """Per-micro-batch time of one pipeline stage, by component, column-wise over plans.
 
 A stage runs its layers (per-layer costs from :mod:`plait.cost.inner`), the embedding on
-the first stage and the output projection plus loss on the last. Activation transfers
+the first stage and the output projection plus loss on the last, with their TP collectives. Activation transfers
 between stages are not part of a stage's time: in the steady state a rank computes other
 micro-batches while they travel (:mod:`plait.cost.pipeline` charges them on the fill and
 drain path, as the simulator finds). ZeRO-3/FSDP gathers are
@@ -79,6 +79,8 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Column
     first, last = stage == 0, stage == cols["pp"] - 1
     fwd["compute"] = fwd["compute"] + first * inner["first_fwd"] + last * inner["last_fwd"]
     bwd["compute"] = bwd["compute"] + first * inner["first_bwd"] + last * inner["last_bwd"]
+    fwd["tp_comm"] = fwd["tp_comm"] + first * inner["first_tp_fwd"] + last * inner["last_tp_fwd"]
+    bwd["tp_comm"] = bwd["tp_comm"] + first * inner["first_tp_bwd"] + last * inner["last_tp_bwd"]
     size = len(cols)
     return ({k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in fwd.items()},
             {k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in bwd.items()})

@@ -2,7 +2,9 @@
 
 Plans without FSDP run under ``torch.autocast`` with fp32 parameters (plait/run/train.py), so the
 residual stream and its norms stay fp32; FSDP2 plans cast parameters to bf16 through their
-``MixedPrecisionPolicy`` (plait/run/parallel.py), so activations are bf16 throughout.
+``MixedPrecisionPolicy`` (plait/run/parallel.py), so activations are bf16 throughout. Under tensor
+parallelism the output projection gathers the full logits before the loss (plait/run/parallel.py,
+``ColwiseParallel(output_layouts=Replicate())``).
 """
 
 from __future__ import annotations
@@ -14,4 +16,4 @@ from plait.plan.plan import Plan
 def runtime_framework(plan: Plan) -> Framework:
     """The Framework that describes ``plait run`` executing ``plan``."""
     fsdp_mixed_precision = plan.dp > 1 and plan.sharding in ("zero2", "zero3")
-    return Framework(residual_bytes=2 if fsdp_mixed_precision else 4)
+    return Framework(residual_bytes=2 if fsdp_mixed_precision else 4, tp_loss="gathered")
