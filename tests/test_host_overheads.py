@@ -52,3 +52,28 @@ def test_host_overheads_add_per_layer_and_micro_batch() -> None:
     slow = estimate(model, _cluster(host_fsdp_layer_fwd_us=100.0, host_fsdp_layer_bwd_us=300.0), plan)
     extra = slow.time.fsdp_comm_s - base.time.fsdp_comm_s
     assert extra == pytest.approx(model.num_layers * 2 * (100 + 300) * 1e-6, rel=1e-6)
+
+
+def test_eager_dispatch_is_the_plain_slope_beyond_the_modelled_kernels() -> None:
+    from plait.cost.batch import layer_columns
+    from plait.run.framework import runtime_framework
+    from plait.run.overheads import PLANS
+
+    cluster = _cluster()
+    spec = tiny_spec(LAYERS[0])
+    plain = PLANS["plain"]
+    kernels = layer_columns(spec, cluster, plain.with_seq_len(spec.seq_len), runtime_framework(plain))
+    layers = {"plain": (kernels["fwd_d"] + 3e-4, kernels["bwd_d"] + 7e-4), "fsdp": (1.0, 1.0), "tp": (1.0, 1.0)}
+    got = host_figures(layers, cluster)
+    assert got["host_layer_fwd_us"] == pytest.approx(300.0)
+    assert got["host_layer_bwd_us"] == pytest.approx(700.0)
+
+
+def test_eager_dispatch_adds_to_every_layer_pass_and_to_recomputation() -> None:
+    model = get_model("llama3-8b")
+    for recompute, forwards in (("none", 1), ("full", 2)):
+        plan = Plan(dp_replicate=8, micro_batch=1, global_batch=16, recompute=recompute)  # 2 micro-batches per rank
+        base = estimate(model, _cluster(), plan)
+        slow = estimate(model, _cluster(host_layer_fwd_us=100.0, host_layer_bwd_us=300.0), plan)
+        extra = (slow.time.compute_s + slow.time.recompute_s) - (base.time.compute_s + base.time.recompute_s)
+        assert extra == pytest.approx(model.num_layers * 2 * (forwards * 100 + 300) * 1e-6, rel=1e-6)

@@ -21,9 +21,9 @@ GIB = 1024**3
 GB = 1e9
 
 
-HIDDEN_HOST = ("assumed 0: on a GPU the host issues a layer's kernels ahead of the device, so wrapper overheads "
-               "(FSDP2 hooks, DTensor dispatch) hide behind device work except for tiny layers; a CPU runs them in "
-               "line, and plait calibrate measures them there (plait/run/overheads.py)")
+HIDDEN_HOST = ("assumed 0: on a GPU the host issues a layer's kernels ahead of the device, so eager dispatch and "
+               "wrapper overheads (FSDP2 hooks, DTensor dispatch) hide behind device work except for tiny layers; a "
+               "CPU runs them in line, and plait calibrate measures them there (plait/run/overheads.py)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +48,10 @@ class Efficiency:
     """Device memory taken before the model: CUDA context, library workspaces, NCCL buffers."""
     allocator_overhead: Figure
     """Fraction of allocated bytes lost to caching-allocator fragmentation."""
+    host_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """Host time of one plain layer's forward beyond its modelled kernels: eager per-op dispatch, microseconds."""
+    host_layer_bwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """The same for one layer's backward (autograd engine and per-op dispatch)."""
     host_fsdp_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Host time FSDP2 adds to one layer's forward beyond its collectives, microseconds (see HIDDEN_HOST)."""
     host_fsdp_layer_bwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))

@@ -1,13 +1,15 @@
-"""Host-side time per layer that plait's runtime wrappers add, measured on a tiny model.
+"""Host-side time per layer of eager PyTorch and of plait's runtime wrappers, measured on a tiny model.
 
+Eager PyTorch dispatches every op of a layer from Python (some 50 forward, more backward);
 FSDP2 runs Python hooks around every sharded layer (pre/post forward and backward, copy-in
 and copy-out of the flat all-gather buffer) and DTensor tensor parallelism dispatches every
 sharded op through sharding propagation. On a GPU this host work runs ahead of the device
 and hides behind it for all but tiny layers; on a CPU the device is the host, so it adds to
 every layer. It is measured, never assumed: a tiny model (so that arithmetic is negligible)
 is timed with 2 and 10 layers, plain and wrapped, on the ranks of ``plait calibrate``; the
-per-layer difference (slope over layers, so embedding and head costs cancel) less what the
-cost model already charges for the wrapper's collectives is the host overhead.
+per-layer slope (over layers, so embedding and head costs cancel) of the plain model less the
+layer's modelled kernels is the eager dispatch time; the wrapped models' slopes less the plain one and
+less what the cost model already charges for the wrapper's collectives are the wrapper overheads.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from plait.workload.catalog import model_from_mapping
 from plait.workload.model import ModelSpec
 
 LAYERS = (2, 10)
-PLANS = {"fsdp": Plan(dp_shard=2, sharding="zero3", global_batch=4, micro_batch=2),
+PLANS = {"plain": Plan(global_batch=2, micro_batch=2),
+         "fsdp": Plan(dp_shard=2, sharding="zero3", global_batch=4, micro_batch=2),
          "tp": Plan(tp=2, sp=True, global_batch=2, micro_batch=2)}
 
 
@@ -75,8 +78,10 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
     from plait.run.model import build_model
     from plait.run.parallel import parallelize
 
-    out = {"plain": per_layer_seconds(lambda s: build_model(s, s.seq_len, 0), Plan(), repeats)}
+    out = {"plain": per_layer_seconds(lambda s: build_model(s, s.seq_len, 0), PLANS["plain"], repeats)}
     for name, plan in PLANS.items():
+        if name == "plain":
+            continue
         mesh = build_mesh(plan.with_seq_len(64))
 
         def wrapped(spec: ModelSpec, plan: Plan = plan, mesh=mesh) -> torch.nn.Module:  # type: ignore[no-untyped-def]
@@ -88,17 +93,20 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
 
 
 def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> dict[str, float]:
-    """Microseconds per layer and pass that FSDP2 and TP add beyond what the cost model already charges for
-    their collectives on ``cluster`` (the calibrated description, before host figures), with the runtime's
-    own framework description (plait.run.framework)."""
+    """Microseconds per layer and pass of eager dispatch beyond the layer's modelled kernels, and that FSDP2
+    and TP add beyond what the cost model already charges for their collectives, on ``cluster`` (the
+    calibrated description, before host figures), with the runtime's own framework description
+    (plait.run.framework)."""
     spec = tiny_spec(LAYERS[0])
     charged = {name: layer_columns(spec, cluster, plan.with_seq_len(spec.seq_len), runtime_framework(plan))
                for name, plan in PLANS.items()}
     gather, reduce = charged["fsdp"]["gather_d"], charged["fsdp"]["reduce_d"]
     tp_fwd, tp_bwd = charged["tp"]["tp_fwd_d"], charged["tp"]["tp_bwd_d"]
+    kernels_f, kernels_b = charged["plain"]["fwd_d"], charged["plain"]["bwd_d"]
     (plain_f, plain_b), (fsdp_f, fsdp_b), (tp_f, tp_b) = layers["plain"], layers["fsdp"], layers["tp"]
     us = lambda seconds: round(max(0.0, seconds) * 1e6, 2)  # noqa: E731
-    return {"host_fsdp_layer_fwd_us": us(fsdp_f - plain_f - gather),
+    return {"host_layer_fwd_us": us(plain_f - kernels_f), "host_layer_bwd_us": us(plain_b - kernels_b),
+            "host_fsdp_layer_fwd_us": us(fsdp_f - plain_f - gather),
             "host_fsdp_layer_bwd_us": us(fsdp_b - plain_b - gather - reduce),
             "host_tp_layer_fwd_us": us(tp_f - plain_f - tp_fwd),
             "host_tp_layer_bwd_us": us(tp_b - plain_b - tp_bwd)}
