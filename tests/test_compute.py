@@ -24,3 +24,28 @@ def test_skinny_gemm_is_slower_than_a_square_one_of_equal_work() -> None:
     assert gemm_time_s(skinny, ACC, "bf16") == pytest.approx(
         skinny.flops / matmul_flops_per_s(ACC, "bf16", 3 / (2 / 8192 + 1 / 128)))
     assert gemm_time_s(skinny, ACC, "bf16") > 1.5 * gemm_time_s(square, ACC, "bf16")
+
+
+@pytest.mark.parametrize(("head_dim", "kernel"), [(64, 64), (80, 96), (112, 128), (128, 128), (192, 192), (200, 256)])
+def test_flash_attention_runs_at_the_next_instantiated_head_dim(head_dim: int, kernel: int) -> None:
+    """FlashAttention-2 has kernels for head dims 32, 64, ..., 192 and 256 (flash_api.cpp head_size_rounded)."""
+    from dataclasses import replace
+
+    from plait.cost.flops import attention_core_flops
+    from plait.cost.framework import Framework
+    from plait.cost.setup import Setup
+    from plait.hardware.catalog import get_cluster
+    from plait.plan.plan import Plan
+    from plait.workload.catalog import get_model
+
+    base = get_model("llama3-8b")
+    cluster = get_cluster("dgx-h100-ib")
+    plan = Plan(micro_batch=1, global_batch=1).with_seq_len(base.seq_len)
+
+    def flops(dim: int, framework: Framework) -> float:
+        model = replace(base, head_dim=dim)
+        return attention_core_flops(Setup(model=model, cluster=cluster, plan=plan, framework=framework))
+
+    assert flops(head_dim, Framework()) / flops(64, Framework()) == pytest.approx(kernel / 64)
+    unfused = Framework(attention_kernel="unfused")
+    assert flops(head_dim, unfused) / flops(64, unfused) == pytest.approx(head_dim / 64)  # the math as written

@@ -89,16 +89,27 @@ def head_gemm(setup: Setup) -> Gemm:
     return Gemm(setup.tokens, -(-setup.model.vocab_size // setup.plan.tp), setup.model.hidden_size)
 
 
+def flash_head_dim(head_dim: int) -> int:
+    """Head dimension a flash kernel computes with: kernels exist for multiples of 32 up to 192 and for 256,
+    and a head is run by the next one up (FlashAttention-2 csrc/flash_attn/flash_api.cpp,
+    ``head_size_rounded = head_size <= 192 ? round_multiple(head_size, 32) : 256``), so MPT-30B's 112
+    computes as 128."""
+    return -(-head_dim // 32) * 32 if head_dim <= 192 else 256
+
+
 def attention_core_flops(setup: Setup) -> float:
     """Forward FLOPs of ``QK^T`` and ``PV`` on one rank for one micro-batch, as the kernel executes them.
 
-    Flash: causal, so only the lower-triangle blocks of ``FLASH_BLOCK`` are computed.
-    Unfused: the full score matrix is computed and masked.
+    Flash: causal, so only the lower-triangle blocks of ``FLASH_BLOCK`` are computed, at the kernel's
+    head dimension (:func:`flash_head_dim`). Unfused: the full score matrix is computed and masked.
     """
     model, plan = setup.model, setup.plan
     heads = model.num_heads // plan.tp
     s = setup.seq_len
-    per_pair = 2.0 * (model.qk_head_dim + model.v_head_dim)
+    flash = setup.attention_kernel != "unfused"
+    qk, v = ((flash_head_dim(model.qk_head_dim), flash_head_dim(model.v_head_dim)) if flash
+             else (model.qk_head_dim, model.v_head_dim))
+    per_pair = 2.0 * (qk + v)
     full = plan.micro_batch * heads * s * s * per_pair / plan.cp
     if setup.attention_kernel == "unfused":
         return full
