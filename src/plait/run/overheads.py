@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -43,52 +42,51 @@ def tiny_spec(layers: int) -> ModelSpec:
         "source": "assumed: a toy shape for measuring per-layer host overhead"}, "calibration model")
 
 
-def _time_passes(model: torch.nn.Module, plan: Plan, spec: ModelSpec, repeats: int) -> tuple[float, float]:
-    """Median seconds of (forward, forward + backward) of one micro-batch of 2 sequences."""
+def _one_pass(model: torch.nn.Module, plan: Plan, x: torch.Tensor) -> tuple[float, float]:
+    """Seconds of (forward, forward + backward) of one micro-batch."""
     from plait.run.train import autocast, cross_entropy
 
-    x = torch.randint(0, spec.vocab_size, (2, spec.seq_len))
-    fwd, total = [], []
-    for i in range(repeats + 2):
-        dist.barrier()
-        start = time.perf_counter()
-        with autocast(plan, False, "cpu"):
-            loss = cross_entropy(model(x), x)
-            middle = time.perf_counter()
-            loss.backward()
-        end = time.perf_counter()
-        model.zero_grad(set_to_none=True)
-        if i >= 2:
-            fwd.append(middle - start)
-            total.append(end - start)
-    return statistics.median(fwd), statistics.median(total)
-
-
-def per_layer_seconds(build: Callable[[ModelSpec], torch.nn.Module], plan: Plan, repeats: int) -> tuple[float, float]:
-    """(forward, backward) seconds one more layer adds, from the slope between the two layer counts."""
-    (f_lo, t_lo), (f_hi, t_hi) = (_time_passes(build(tiny_spec(n)), plan, tiny_spec(n), repeats) for n in LAYERS)
-    span = LAYERS[1] - LAYERS[0]
-    return (f_hi - f_lo) / span, ((t_hi - f_hi) - (t_lo - f_lo)) / span
+    dist.barrier()
+    start = time.perf_counter()
+    with autocast(plan, False, "cpu"):
+        loss = cross_entropy(model(x), x)
+        middle = time.perf_counter()
+        loss.backward()
+    end = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    return middle - start, end - start
 
 
 def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
     """Per-layer (forward, backward) seconds of plain, FSDP2 (zero3) and TP2+SP layers on this
-    process group (2 ranks; every rank must call it)."""
+    process group (2 ranks; every rank must call it): the slope between the two layer counts of the
+    median pass times. The six models are timed round-robin, one pass each per round, so that a slow
+    spell of a shared machine falls on all of them rather than on one side of a difference."""
     from plait.run.mesh import build_mesh
     from plait.run.model import build_model
     from plait.run.parallel import parallelize
 
-    out = {"plain": per_layer_seconds(lambda s: build_model(s, s.seq_len, 0), PLANS["plain"], repeats)}
+    models: dict[tuple[str, int], torch.nn.Module] = {}
     for name, plan in PLANS.items():
-        if name == "plain":
-            continue
-        mesh = build_mesh(plan.with_seq_len(64))
-
-        def wrapped(spec: ModelSpec, plan: Plan = plan, mesh=mesh) -> torch.nn.Module:  # type: ignore[no-untyped-def]
-            return parallelize(build_model(spec, spec.seq_len, 0), mesh, plan.with_seq_len(spec.seq_len),
-                               full_precision=False)
-
-        out[name] = per_layer_seconds(wrapped, plan, repeats)
+        mesh = build_mesh(plan.with_seq_len(64)) if name != "plain" else None
+        for n in LAYERS:
+            spec = tiny_spec(n)
+            model = build_model(spec, spec.seq_len, 0)
+            models[name, n] = model if mesh is None else parallelize(model, mesh, plan.with_seq_len(spec.seq_len),
+                                                                     full_precision=False)
+    x = torch.randint(0, tiny_spec(LAYERS[0]).vocab_size, (2, tiny_spec(LAYERS[0]).seq_len))
+    times: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in models}
+    for i in range(repeats + 2):
+        for key, model in models.items():
+            timing = _one_pass(model, PLANS[key[0]], x)
+            if i >= 2:  # warm-up rounds
+                times[key].append(timing)
+    span = LAYERS[1] - LAYERS[0]
+    out = {}
+    for name in PLANS:
+        (f_lo, t_lo), (f_hi, t_hi) = ((statistics.median(f for f, _ in times[name, n]),
+                                       statistics.median(t for _, t in times[name, n])) for n in LAYERS)
+        out[name] = ((f_hi - f_lo) / span, ((t_hi - f_hi) - (t_lo - f_lo)) / span)
     return out
 
 
