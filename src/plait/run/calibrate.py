@@ -68,16 +68,21 @@ def copy_bandwidth_gb_per_s(device: str, mib: int) -> float:
 
 
 def attention_curve(dtype: torch.dtype, seqs: list[int], device: str) -> list[float]:
-    """TFLOP/s of causal SDPA forward+backward (FLOPs counted as the estimator does: causal half, bwd 2.5x)."""
+    """TFLOP/s of causal SDPA forward+backward (FLOPs counted as the estimator does: causal half, bwd 2.5x).
+
+    On a GPU the shapes are FlashAttention-2's benchmark (Dao 2023, Sec. 4.1: head dim 128, hidden 2048,
+    16k tokens per batch), so the curve is comparable with the published ones; a CPU uses 4 heads of 64."""
     out = []
-    heads, dim = 4, 64
+    heads, dim = (4, 64) if device == "cpu" else (16, 128)
     for s in seqs:
-        q, k, v = (torch.randn(1, heads, s, dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+        batch = 1 if device == "cpu" else max(1, 16384 // s)
+        q, k, v = (torch.randn(batch, heads, s, dim, device=device, dtype=dtype, requires_grad=True)
+                   for _ in range(3))
 
         def step() -> None:
             F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
 
-        flops = 4 * heads * s * s * dim * 0.5 * 3.5
+        flops = 4 * batch * heads * s * s * dim * 0.5 * 3.5
         out.append(flops / _timeit(step) / 1e12)
     return out
 
@@ -202,7 +207,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
     sizes = [128, 256, 512, 1024] if device == "cpu" else [1024, 2048, 4096, 8192]
     fp32 = matmul_curve(torch.float32, sizes, device)
     bf16 = matmul_curve(torch.bfloat16, sizes, device)
-    seqs = [128, 256, 512, 1024]
+    seqs = [128, 256, 512, 1024] if device == "cpu" else [512, 1024, 2048, 4096, 8192, 16384]  # GPU: as FA2 Fig. 4
     attention = attention_curve(torch.bfloat16, seqs, device)
     memory_bw = copy_bandwidth_gb_per_s(device, 64 if device == "cpu" else 1024)
     memory_fraction = elementwise_fraction(device, memory_bw)
