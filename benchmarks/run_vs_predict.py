@@ -49,6 +49,11 @@ def main() -> None:
                    capture_output=True)
     cluster = load_cluster_file(cluster_file)
     model = resolve_model(str(MODEL))
+    eff, tier = cluster.accelerator.efficiency, cluster.tiers[0]
+    host = {name: (getattr(eff, f"host{name}_layer_fwd_us").value, getattr(eff, f"host{name}_layer_bwd_us").value)
+            for name in ("", "_fsdp", "_tp")}
+    print(f"calibrated: collective step latency {tier.latency_us:.0f} us; host us per layer (fwd/bwd) "
+          + ", ".join(f"{name.strip('_') or 'eager'} {f:.0f}/{b:.0f}" for name, (f, b) in host.items()))
     print(f"{'plan':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'measured GiB':>13s} "
           f"{'predicted GiB':>14s} {'error':>7s}")
     medians = {}
