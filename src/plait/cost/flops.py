@@ -111,7 +111,7 @@ def attention_core_flops(setup: Setup) -> float:
              else (model.qk_head_dim, model.v_head_dim))
     per_pair = 2.0 * (qk + v)
     full = plan.micro_batch * heads * s * s * per_pair / plan.cp
-    if setup.attention_kernel == "unfused":
+    if not flash:
         return full
     blocks = -(-s // FLASH_BLOCK)
     return full * (blocks + 1) / (2 * blocks)

@@ -180,8 +180,8 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd + eff.host_layer_bwd_us.value * 1e-6
     tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd), _tp_pass_s(setup, gemm_bwd)
     if plan.tp > 1:  # wrapper host time (DTensor dispatch), measured by plait calibrate; 0 on GPUs
-        tp_fwd += acc.efficiency.host_tp_layer_fwd_us.value * 1e-6
-        tp_bwd += acc.efficiency.host_tp_layer_bwd_us.value * 1e-6
+        tp_fwd += eff.host_tp_layer_fwd_us.value * 1e-6
+        tp_bwd += eff.host_tp_layer_bwd_us.value * 1e-6
     cp_fwd, cp_bwd = _cp_exchange_s(setup, core_fwd, core_bwd)
     ep = _ep_pass_s(setup) if moe_layer else 0.0
     if plan.recompute == "full":

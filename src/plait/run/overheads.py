@@ -74,7 +74,8 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
             model = build_model(spec, spec.seq_len, 0)
             models[name, n] = model if mesh is None else parallelize(model, mesh, plan.with_seq_len(spec.seq_len),
                                                                      full_precision=False)
-    x = torch.randint(0, tiny_spec(LAYERS[0]).vocab_size, (2, tiny_spec(LAYERS[0]).seq_len))
+    shape = tiny_spec(LAYERS[0])  # every layer count shares vocabulary and sequence length
+    x = torch.randint(0, shape.vocab_size, (2, shape.seq_len))
     times: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in models}
     for i in range(repeats + 2):
         for key, model in models.items():
