@@ -15,6 +15,7 @@ ShardUnit = Literal["layer", "module"]
 KvExchange = Literal["ring", "allgather"]
 BackwardPrefetch = Literal["pre", "post"]
 TpLoss = Literal["vocab_parallel", "gathered"]
+Pointwise = Literal["fused", "eager"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +46,14 @@ class Framework:
     three all-reduces of one fp32 value per token (Megatron-LM ``_VocabParallelCrossEntropy``: max, predicted
     logit, sum of exponentials; torchtitan ``loss_parallel``), or an all-gather of the full logits before an
     ordinary cross-entropy (``ColwiseParallel(output_layouts=Replicate())``, as ``plait run`` does)."""
+    pointwise: Pointwise = "fused"
+    """How the memory-bound ops between GEMMs run: one kernel per norm, rotary embedding and activation
+    (Megatron/Transformer Engine fused kernels, PyTorch's native LayerNorm, or ``torch.compile``), or
+    ``"eager"``: PyTorch eager runs a Python reference module op by op, each op reading its inputs from and
+    writing its output to HBM — an RMSNorm written as cast, square, mean, scale, cast back and weight multiply
+    (torchtitan's ``RMSNorm``), rotary embedding as an fp32 complex multiply (torchtitan/Llama
+    ``apply_rotary_emb``), SwiGLU as separate silu and multiply kernels, and grouped-query K/V expanded to every
+    query head by a copy (``repeat_kv``) before attention (:func:`plait.cost.layer.eager_extra_bytes_fwd`)."""
     cp_kv_exchange: KvExchange = "ring"
     """Context-parallel K/V exchange: ring passes overlapped with attention (Liu et al. 2023), or an
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch

@@ -65,6 +65,42 @@ def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> 
         moved += (ups + 1) * e * tokens * model.ffn_hidden_size / plan.tp
     if setup.gemm_dtype == "fp8":
         moved += 3 * sum(g.m * g.k * g.count for g in gemms)
+    if setup.framework.pointwise == "eager":
+        moved += eager_extra_bytes_fwd(setup, moe_layer)
+    return moved
+
+
+def eager_extra_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
+    """Forward HBM bytes PyTorch eager moves beyond the fused kernels :func:`_elementwise_bytes_fwd` counts.
+
+    Every eager op reads its inputs and writes its output (bytes per element below; ``r`` residual, ``e``
+    activation bytes; a cast to the dtype a tensor already has is free):
+
+    - RMSNorm as torchtitan writes it, ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w``:
+      cast in ``r + 4``, square ``4 + 4``, mean ``4``, scale ``4 + 4``, cast out ``4 + r``, weight ``2r``, against the
+      fused kernel's ``2r``; two norms per layer. ``nn.LayerNorm`` is one native kernel in eager too.
+    - Rotary embedding as an fp32 complex multiply (torchtitan/Llama ``apply_rotary_emb``): cast ``e + 4``,
+      complex multiply ``4 + 4``, cast back ``4 + e``, against ``2e``, over every rotated q and k element.
+    - SwiGLU ``silu(a) * b`` as two kernels: ``2e`` then ``3e``, against the fused ``3e``; GELU is one kernel.
+    - Grouped-query K/V expanded to every query head by ``repeat_kv`` (expand + reshape copies) before
+      ``scaled_dot_product_attention``: read the K/V heads, write one copy per query head, for K and for V.
+    """
+    model, plan, e, r, tokens = setup.model, setup.plan, setup.act_bytes, setup.residual_bytes, setup.tokens
+    moved = 0.0
+    if model.norm == "rmsnorm":
+        cast = 0 if r == 4 else (r + 4) + (4 + r)
+        per_element = cast + (4 + 4) + 4 + (4 + 4) + 2 * r
+        stream = tokens * model.hidden_size / (plan.tp if plan.sp else 1)
+        moved += 2 * (per_element - 2 * r) * stream
+    heads, kv = model.num_heads // plan.tp, setup.kv_heads_per_rank
+    if model.position == "rope":
+        moved += 16 * tokens * (heads + kv) * model.qk_head_dim
+    if model.mlp == "gated":
+        ffn = (tokens * model.moe.top_k * model.moe.expert_ffn_hidden_size if moe_layer and model.moe
+               else tokens * model.ffn_hidden_size)
+        moved += 2 * e * ffn / plan.tp
+    if kv < heads:
+        moved += e * tokens * (kv + heads) * (model.qk_head_dim + model.v_head_dim)
     return moved
 
 

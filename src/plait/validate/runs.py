@@ -68,11 +68,20 @@ class RunRow:
             return False
         return True if self.notes.split(";")[0].strip() == "sp" else None
 
+    def _quoted(self, key: str) -> str | None:
+        """The value the notes give as ``key='...'``, else ``None``."""
+        marker = f"{key}='"
+        return self.notes.split(marker, 1)[1].split("'")[0] if marker in self.notes else None
+
     @property
     def recompute_raw(self) -> str | None:
         """The source's own name for the recomputation mode (notes ``recompute_raw='...'``), else ``None``."""
-        marker = "recompute_raw='"
-        return self.notes.split(marker, 1)[1].split("'")[0] if marker in self.notes else None
+        return self._quoted("recompute_raw")
+
+    @property
+    def raw_source(self) -> str | None:
+        """The document the row was read from (notes ``raw_source='...'``), else ``None``."""
+        return self._quoted("raw_source")
 
     @property
     def fsdp_mixed_precision(self) -> str | None:

@@ -87,11 +87,26 @@ TORCHTITAN_SELECTIVE_WHY = (
     "both recompute about half of the layers' forward, costed here as full recomputation of every 2nd layer.")
 
 
-def torchtitan(recompute_raw: str | None) -> Software:
-    """torchtitan's documented behaviour, with its selective checkpointing where the row used it."""
-    if recompute_raw not in ("selective layer", "selective op"):
-        return TORCHTITAN
-    return replace(TORCHTITAN, selective_full_every=2, why=TORCHTITAN.why + TORCHTITAN_SELECTIVE_WHY)
+TORCHTITAN_A100_DOCS = "torchtitan docs/performance.md (older version)"
+"""The 64-A100 table of torchtitan's first performance page, measured with its 64-A100 preset configs."""
+
+TORCHTITAN_EAGER_WHY = (
+    " The 64-A100 preset configs of that table (train_configs/llama3_8b.toml, llama3_70b.toml, llama2_70b.toml @"
+    "0011fb90/08e53794, each headed 'a preset for 64 A100 GPUs') set compile = false and norm_type = 'rmsnorm': "
+    "eager PyTorch running torchtitan's Python RMSNorm, complex-number rotary embedding, silu-times-mul SwiGLU and "
+    "repeat_kv copies (torchtitan/models/norms.py, models/llama/model.py).")
+
+
+def torchtitan(recompute_raw: str | None, raw_source: str | None = None) -> Software:
+    """torchtitan's documented behaviour: its selective checkpointing where the row used it, and eager
+    pointwise ops for the rows of the 64-A100 table, whose preset configs turn ``torch.compile`` off."""
+    software = TORCHTITAN
+    if recompute_raw in ("selective layer", "selective op"):
+        software = replace(software, selective_full_every=2, why=software.why + TORCHTITAN_SELECTIVE_WHY)
+    if raw_source == TORCHTITAN_A100_DOCS:
+        software = replace(software, framework=replace(software.framework, pointwise="eager"),
+                           why=software.why + TORCHTITAN_EAGER_WHY)
+    return software
 
 
 COMPOSER_FSDP1_WHY = (
@@ -114,7 +129,7 @@ def software_for(row: RunRow) -> Software:
     if row.source == "korthikanti_2022":
         return MEGATRON_2021
     if row.source == "torchtitan":
-        return torchtitan(row.recompute_raw)
+        return torchtitan(row.recompute_raw, row.raw_source)
     if row.source == "llmfoundry":
         return composer_fsdp1(row.fsdp_mixed_precision)
     return Software()
