@@ -46,7 +46,7 @@ def attention_block_bytes(setup: Setup) -> tuple[float, float]:
     kept += e * tokens * (heads * model.qk_head_dim + kv * model.qk_head_dim + kv * model.v_head_dim)
     kept += g * tokens * heads * model.v_head_dim  # output-projection input
     kept += mask * rep  # dropout mask after the output projection
-    if setup.attention_kernel == "flash":
+    if setup.attention_kernel != "unfused":
         core = LSE_BYTES * tokens * heads
     else:
         scores = tokens * heads * setup.seq_len  # local queries x all keys

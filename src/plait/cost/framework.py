@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-AttentionKernel = Literal["flash", "unfused"]
+AttentionKernel = Literal["flash", "flash1", "unfused"]
 ShardUnit = Literal["layer", "module"]
 KvExchange = Literal["ring", "allgather"]
 BackwardPrefetch = Literal["pre", "post"]
@@ -23,7 +23,10 @@ class Framework:
     """Implementation choices that change the cost of the same plan."""
 
     attention_kernel: AttentionKernel = "flash"
-    """Fused flash attention (Dao 2023), or batched GEMMs + softmax that store the score matrix."""
+    """Fused flash attention of the FlashAttention-2 generation (Dao 2023) at the accelerator's measured rate;
+    ``"flash1"``: a first-generation fused kernel (FlashAttention-1, Dao et al. 2022, and Triton ports of it), the
+    same FLOPs and memory at the rate :data:`plait.cost.compute.FLASH1_RELATIVE` gives; or ``"unfused"``: batched
+    GEMMs + softmax that store the score matrix."""
     shard_unit: ShardUnit = "layer"
     """ZeRO-3 gather granularity: one flat all-gather per transformer layer (FSDP wrapping, Zhao et al.
     2023) or one all-gather per parameter tensor from per-module hooks that re-gather for recomputation

@@ -108,8 +108,8 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     """Forward and backward time of the attention core (``QK^T``, softmax, ``PV``)."""
     flops = attention_core_flops(setup)
     acc = setup.cluster.accelerator
-    if setup.attention_kernel == "flash":
-        per_s = attention_flops_per_s(acc, setup.local_seq)  # ring attention works on cp-sized blocks
+    if setup.attention_kernel != "unfused":  # ring attention works on cp-sized blocks
+        per_s = attention_flops_per_s(acc, setup.local_seq, setup.attention_kernel)
         return flops / per_s, FLASH_BWD_FLOPS_RATIO * flops / per_s
     model, plan = setup.model, setup.plan
     heads = plan.micro_batch * model.num_heads // plan.tp

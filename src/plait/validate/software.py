@@ -112,12 +112,16 @@ def torchtitan(recompute_raw: str | None, raw_source: str | None = None) -> Soft
 COMPOSER_FSDP1_WHY = (
     "llm-foundry's 2023 benchmarks ran Composer's FSDP1 wrapper with its defaults (docs/research/framework_facts.md, "
     "section 1): backward_prefetch BACKWARD_POST, forward_prefetch False; mixed precision DEFAULT reduces gradients "
-    "in fp32 and PURE in bf16 (Composer mosaic_fsdp_utils/dist_strategy of 2023).")
+    "in fp32 and PURE in bf16 (Composer mosaic_fsdp_utils/dist_strategy of 2023). Attention was llm-foundry's "
+    "Triton FlashAttention: submit_benchmarks.py of the tables (@431051c8, @a7c75677) defaults --attn_impl to "
+    "'triton' and no sweep overrides it; MPT's attention.py calls it a peer of flash-attn 1.x ('attn_impl: triton "
+    "can be faster than attn_impl: flash'), and FlashAttention-2 reached MPT only in v0.4.0 (PR #672, Oct 2023), "
+    "so its rate is costed as a first-generation flash kernel.")
 
 
 def composer_fsdp1(mixed_precision: str | None) -> Software:
     """llm-foundry/Composer FSDP1 as its benchmark runs used it, for the row's mixed-precision mode."""
-    return Software(framework=Framework(shard_backward_prefetch="post"),
+    return Software(framework=Framework(shard_backward_prefetch="post", attention_kernel="flash1"),
                     grad_reduce_dtype="bf16" if mixed_precision == "PURE" else "fp32",
                     why=COMPOSER_FSDP1_WHY + f" This row: mixed precision {mixed_precision or 'DEFAULT (not stated)'}.")
 
