@@ -39,7 +39,7 @@ def attention_block_bytes(setup: Setup) -> tuple[float, float]:
     model, plan, e, tokens = setup.model, setup.plan, setup.act_bytes, setup.tokens
     rep = _replicated_share(setup) * tokens * model.hidden_size
     heads = model.num_heads // plan.tp
-    kv = setup.kv_heads_per_rank if not model.mla else heads
+    kv = setup.attention_kv_heads  # K/V as the attention kernel saves them
     mask = 1.0 if model.dropout else 0.0
     g = _gemm_input_bytes(setup)
     kept = (e + g) * rep  # norm input, q/k/v projection input

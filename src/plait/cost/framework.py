@@ -55,12 +55,18 @@ class Framework:
     ``"eager"``: PyTorch eager runs a Python reference module op by op, each op reading its inputs from and
     writing its output to HBM — an RMSNorm written as cast, square, mean, scale, cast back and weight multiply
     (torchtitan's ``RMSNorm``), rotary embedding as an fp32 complex multiply (torchtitan/Llama
-    ``apply_rotary_emb``), SwiGLU as separate silu and multiply kernels, and grouped-query K/V expanded to every
-    query head by a copy (``repeat_kv``) before attention (:func:`plait.cost.layer.eager_extra_bytes_fwd`)."""
+    ``apply_rotary_emb``) and SwiGLU as separate silu and multiply kernels
+    (:func:`plait.cost.layer.eager_extra_bytes_fwd`)."""
+    kv_repeat: bool = False
+    """Grouped-query K/V heads are copied out to one per query head before the attention call (torchtitan's
+    ``repeat_kv``, expand + reshape; ``repeat_interleave`` in ``plait run``), so the copy is paid and the attention
+    kernel, its saved inputs and a context-parallel K/V exchange all see ``num_heads`` K/V heads; otherwise the
+    kernel reads the grouped heads directly (FlashAttention-2 GQA, Transformer Engine)."""
     cp_kv_exchange: KvExchange = "ring"
     """Context-parallel K/V exchange: ring passes overlapped with attention (Liu et al. 2023), or an
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch
-    ``context_parallel`` with ``rotate_method='allgather'``)."""
+    ``context_parallel`` with ``rotate_method='allgather'``), whose per-step merging of partial outputs and
+    gradients in fp32 is charged too (:func:`plait.cost.layer.cp_merge_bytes`)."""
 
 
 DEFAULT = Framework()

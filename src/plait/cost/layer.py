@@ -67,6 +67,9 @@ def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> 
         moved += 3 * sum(g.m * g.k * g.count for g in gemms)
     if setup.framework.pointwise == "eager":
         moved += eager_extra_bytes_fwd(setup, moe_layer)
+    kv, repeated = setup.kv_heads_per_rank, setup.attention_kv_heads
+    if repeated > kv and not model.mla:  # K/V copied out to every query head: read the group, write the copies
+        moved += e * tokens * (kv + repeated) * (model.qk_head_dim + model.v_head_dim)
     return moved
 
 
@@ -82,8 +85,6 @@ def eager_extra_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
     - Rotary embedding as an fp32 complex multiply (torchtitan/Llama ``apply_rotary_emb``): cast ``e + 4``,
       complex multiply ``4 + 4``, cast back ``4 + e``, against ``2e``, over every rotated q and k element.
     - SwiGLU ``silu(a) * b`` as two kernels: ``2e`` then ``3e``, against the fused ``3e``; GELU is one kernel.
-    - Grouped-query K/V expanded to every query head by ``repeat_kv`` (expand + reshape copies) before
-      ``scaled_dot_product_attention``: read the K/V heads, write one copy per query head, for K and for V.
     """
     model, plan, e, r, tokens = setup.model, setup.plan, setup.act_bytes, setup.residual_bytes, setup.tokens
     moved = 0.0
@@ -92,15 +93,12 @@ def eager_extra_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
         per_element = cast + (4 + 4) + 4 + (4 + 4) + 2 * r
         stream = tokens * model.hidden_size / (plan.tp if plan.sp else 1)
         moved += 2 * (per_element - 2 * r) * stream
-    heads, kv = model.num_heads // plan.tp, setup.kv_heads_per_rank
     if model.position == "rope":
-        moved += 16 * tokens * (heads + kv) * model.qk_head_dim
+        moved += 16 * tokens * (model.num_heads // plan.tp + setup.kv_heads_per_rank) * model.qk_head_dim
     if model.mlp == "gated":
         ffn = (tokens * model.moe.top_k * model.moe.expert_ffn_hidden_size if moe_layer and model.moe
                else tokens * model.ffn_hidden_size)
         moved += 2 * e * ffn / plan.tp
-    if kv < heads:
-        moved += e * tokens * (kv + heads) * (model.qk_head_dim + model.v_head_dim)
     return moved
 
 
@@ -176,22 +174,62 @@ def _cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[
     """Exposed forward and backward K/V exchange of one layer under context parallelism.
 
     Ring: ``cp - 1`` block passes hidden behind the attention core (gradients double the
-    traffic in the backward), less the contention of the overlap. All-gather: the full K/V gathered before attention and
-    their gradients reduce-scattered after, in line with compute.
+    traffic in the backward), less the contention of the overlap. All-gather, as PyTorch's
+    ``context_parallel`` does it (``_templated_ring_attention`` and its backward): the K/V of all ranks are
+    gathered once, issued before the rank's own (first of ``cp``) attention block and awaited after it, in the
+    forward and again in the backward; the backward then passes the fp32 K/V gradients one ring step per block
+    (``all_to_all`` permute), each awaited after the next block's compute and the last after the loop.
     """
     plan, model = setup.plan, setup.model
     if plan.cp == 1:
         return 0.0, 0.0
     link = coll.group_link(setup.cluster, plan.cp, plan.tp)
-    kv = setup.kv_heads_per_rank if not model.mla else model.num_heads // plan.tp
+    kv = setup.attention_kv_heads
     block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
+    overlap = _overlap(setup)
     if setup.framework.cp_kv_exchange == "allgather":
         gather = coll.all_gather_s(block * plan.cp, link)
-        return gather, gather + coll.reduce_scatter_s(block * plan.cp, link)
+        first_fwd, first_bwd = core_fwd_s / plan.cp, core_bwd_s / plan.cp
+        grad_pass = coll.p2p_s(4 / setup.act_bytes * block, link)
+        bwd = (hidden_remainder(gather, first_bwd, overlap)
+               + hidden_remainder((plan.cp - 1) * grad_pass, core_bwd_s - first_bwd, overlap) + grad_pass)
+        return float(hidden_remainder(gather, first_fwd, overlap)), float(bwd)
     ring = (plan.cp - 1) * coll.p2p_s(block, link)
-    overlap = _overlap(setup)
     return (float(hidden_remainder(ring, core_fwd_s, overlap)),
             float(hidden_remainder(2 * ring, core_bwd_s, overlap)))
+
+
+def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
+    """Forward and backward HBM bytes of one layer's context-parallel bookkeeping in PyTorch's
+    ``context_parallel`` (``_templated_ring_attention`` and its backward, torch/distributed/tensor/experimental/
+    _attention.py), per rank and micro-batch; 0 for other implementations or without CP.
+
+    With ``O`` output and ``Q`` query elements and ``KV`` key plus value elements on the rank, and ``c = cp``
+    steps (load-balanced round robin: on average half the steps after the first use the full local query,
+    half its second half):
+
+    - forward: the first block output is cast to fp32 (read 2, write 4 bytes); each later step casts its block
+      (6 bytes per element), merges it by ``out - sigmoid(lse_b - lse) * (out - out_b)`` (three fp32 ops, 32
+      bytes), and a half-query step re-concatenates the whole output (8 bytes per ``O``): ``(c-1) x 32.5 O`` on
+      average; the result is cast back (6 bytes); K and V are concatenated for sending before every step but
+      the last (``4 KV`` each);
+    - backward: fp32 zero buffers for the query, key and value gradients (4 bytes each); the first step adds
+      the kernel's bf16 query and K/V gradients into them (10 bytes), each later step adds the query gradient in
+      full (10) or into the second half followed by a re-concatenation (5 + 8), and the K/V gradients likewise,
+      11.5 on average for each; every step concatenates the fp32 K/V gradients for the next rank (8) and every
+      step but the last concatenates K and V (4); the sums are cast back to bf16 (6 bytes).
+    """
+    plan, model = setup.plan, setup.model
+    c = plan.cp
+    if c == 1 or setup.framework.cp_kv_exchange != "allgather":
+        return 0.0, 0.0
+    heads, kv_heads = model.num_heads // plan.tp, setup.attention_kv_heads
+    out = setup.tokens * heads * model.v_head_dim
+    query = setup.tokens * heads * model.qk_head_dim
+    kv = setup.tokens * kv_heads * (model.qk_head_dim + model.v_head_dim)
+    fwd = 6 * out + (c - 1) * 32.5 * out + 6 * out + (c - 1) * 4 * kv
+    bwd = (4 + 10 + (c - 1) * 11.5 + 6) * query + (4 + 10 + (c - 1) * (11.5 + 4) + c * 8 + 6) * kv
+    return fwd, bwd
 
 
 def _ep_pass_s(setup: Setup) -> float:
@@ -212,8 +250,9 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     core_fwd, core_bwd = _attention_core_s(setup)
     elem_fwd = elementwise_time_s(_elementwise_bytes_fwd(setup, gemms, moe_layer), acc)
     eff = acc.efficiency  # eager per-op dispatch, measured by plait calibrate on CPUs; 0 on GPUs (HIDDEN_HOST)
-    fwd = gemm_fwd + core_fwd + elem_fwd + eff.host_layer_fwd_us.value * 1e-6
-    bwd = gemm_bwd + core_bwd + 2 * elem_fwd + eff.host_layer_bwd_us.value * 1e-6
+    merge_fwd, merge_bwd = (elementwise_time_s(b, acc) for b in cp_merge_bytes(setup))
+    fwd = gemm_fwd + core_fwd + elem_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
+    bwd = gemm_bwd + core_bwd + 2 * elem_fwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
     tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd), _tp_pass_s(setup, gemm_bwd)
     if plan.tp > 1:  # wrapper host time (DTensor dispatch), measured by plait calibrate; 0 on GPUs
         tp_fwd += eff.host_tp_layer_fwd_us.value * 1e-6

@@ -76,6 +76,14 @@ class Setup:
         return max(self.model.num_kv_heads // self.plan.tp, 1)
 
     @property
+    def attention_kv_heads(self) -> int:
+        """K/V heads the attention kernel reads on one TP rank: the query heads where the framework copies K/V out
+        to them first (:attr:`Framework.kv_repeat`) or the model uses MLA, else :attr:`kv_heads_per_rank`."""
+        if self.framework.kv_repeat or self.model.mla:
+            return self.model.num_heads // self.plan.tp
+        return self.kv_heads_per_rank
+
+    @property
     def layers_per_stage(self) -> int:
         """Layers on the most loaded pipeline stage (ceil split, as Megatron with uneven layers)."""
         return -(-self.model.num_layers // self.plan.pp)

@@ -73,11 +73,13 @@ DEEPSPEED_ZERO3_2021 = Software(
 )
 
 TORCHTITAN = Software(
-    framework=Framework(cp_kv_exchange="allgather"),
+    framework=Framework(cp_kv_exchange="allgather", kv_repeat=True),
     grad_reduce_dtype="fp32",
     why=("torchtitan's context parallelism uses PyTorch context_parallel with rotate_method 'allgather' by default "
          "(torchtitan config_manager.py; torch/distributed/tensor/experimental/_attention.py); FSDP2 reduces "
-         "gradients in fp32 (config_manager.py mixed_precision_reduce default 'float32')."),
+         "gradients in fp32 (config_manager.py mixed_precision_reduce default 'float32'); its Llama Attention "
+         "copies the grouped K/V heads out to every query head with repeat_kv before scaled_dot_product_attention "
+         "(torchtitan/models/llama/model.py)."),
 )
 
 TORCHTITAN_SELECTIVE_WHY = (
