@@ -13,7 +13,6 @@ from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
-
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
