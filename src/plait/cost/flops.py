@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 from plait.cost.setup import Setup
 
-FLASH_BLOCK = 128  # query/key block edge of FlashAttention-2 kernels (Dao 2023, Sec. 3.1); shapes the causal diagonal
-
 
 @dataclass(frozen=True)
 class Gemm:
@@ -98,10 +96,13 @@ def flash_head_dim(head_dim: int) -> int:
 
 
 def attention_core_flops(setup: Setup) -> float:
-    """Forward FLOPs of ``QK^T`` and ``PV`` on one rank for one micro-batch, as the kernel executes them.
+    """Forward FLOPs of ``QK^T`` and ``PV`` on one rank for one micro-batch, in the convention of the rates
+    they are divided by.
 
-    Flash: causal, so only the lower-triangle blocks of ``FLASH_BLOCK`` are computed, at the kernel's
-    head dimension (:func:`flash_head_dim`). Unfused: the full score matrix is computed and masked.
+    Flash: causal at the kernel's head dimension (:func:`flash_head_dim`), counted as half the square, as
+    flash-attn's benchmarks and the FlashAttention-2/3 papers count it ("with causal mask, we divide this
+    number by 2", Dao 2023, Sec. 4.1); the extra work of the diagonal blocks is inside those measured rates,
+    so it is not added again. Unfused: the full score matrix is computed and masked.
     """
     model, plan = setup.model, setup.plan
     heads = model.num_heads // plan.tp
@@ -111,10 +112,7 @@ def attention_core_flops(setup: Setup) -> float:
              else (model.qk_head_dim, model.v_head_dim))
     per_pair = 2.0 * (qk + v)
     full = plan.micro_batch * heads * s * s * per_pair / plan.cp
-    if not flash:
-        return full
-    blocks = -(-s // FLASH_BLOCK)
-    return full * (blocks + 1) / (2 * blocks)
+    return full / 2 if flash else full
 
 
 def model_flops_per_token(model_setup: Setup) -> float:
