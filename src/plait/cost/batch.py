@@ -15,12 +15,12 @@ import numpy as np
 
 from plait.cost.dataparallel import exposed_sync_s, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
+from plait.cost.framework import DEFAULT, Framework
 from plait.cost.inner import inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
-from plait.cost.framework import DEFAULT, Framework
 from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, stage_time
 from plait.hardware.cluster import Cluster
@@ -128,7 +128,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     fwd = np.stack([sum(f.values()) for f, _ in passes])
     total = fwd + np.stack([sum(b.values()) for _, b in passes])
     slowest = np.argmax(total, axis=0)
-    pick = lambda values: np.choose(slowest, values)  # noqa: E731
+    pick = lambda values: np.choose(slowest, values)
     interior = np.maximum(pp - 2, 0)
     mean = np.where(pp > 2, (total[0] + total[2] + interior * total[1]) / pp, (total[0] + total[2]) / 2)
     mean_fwd = np.where(pp > 2, (fwd[0] + fwd[2] + interior * fwd[1]) / pp, (fwd[0] + fwd[2]) / 2)

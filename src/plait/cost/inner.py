@@ -15,9 +15,9 @@ import numpy as np
 from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
+from plait.cost.framework import Framework
 from plait.cost.layer import edge_tp_s, layer_cost
 from plait.cost.params import layer_split
-from plait.cost.framework import Framework
 from plait.cost.setup import Setup
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
