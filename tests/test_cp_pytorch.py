@@ -1,9 +1,10 @@
-"""PyTorch context_parallel's bookkeeping and K/V exchange, walked through rank by rank for cp = 2.
+"""PyTorch context_parallel's bookkeeping and K/V exchange, walked through its code step by step.
 
-Expected bytes follow torch/distributed/tensor/experimental/_attention.py op by op (each op reads its inputs
-and writes its output; fp32 = 4 bytes, bf16 = 2), written out per rank here rather than taken from the code
-under test. With load balancing, rank 0's second step uses the second half of its queries (``partial``),
-rank 1's second step the first half of the keys.
+``_walk`` follows torch/distributed/tensor/experimental/_attention.py (``_templated_ring_attention``, its
+backward, ``_SDPAMerger``, ``_partial_update``) loop iteration by loop iteration for one rank, charging each op
+its reads and writes (fp32 = 4 bytes, bf16 = 2); the closed form under test must match the slowest rank. With
+load balancing, step ``i <= rank`` uses the whole local query (and, backward, the first half of the keys),
+step ``i > rank`` the second half of the query (``partial``).
 """
 
 from __future__ import annotations
@@ -12,36 +13,62 @@ from dataclasses import replace
 
 import pytest
 
+from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.framework import Framework
-from plait.cost.layer import cp_merge_bytes
 from plait.cost.setup import Setup
+from plait.hardware.catalog import cluster_from_mapping
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.workload.catalog import get_model
+from tests.conftest import toy_cluster_mapping
 
 
-def _setup(cluster: Cluster, **framework: object) -> Setup:
+def _setup(cluster: Cluster, cp: int = 2, **framework: object) -> Setup:
     model = replace(get_model("llama3-8b"), num_layers=1)
-    plan = Plan(cp=2, micro_batch=1, global_batch=1, seq_len=4096)
+    plan = Plan(cp=cp, micro_batch=1, global_batch=1, seq_len=4096)
     return Setup(model=model, cluster=cluster, plan=plan, framework=Framework(**framework))  # type: ignore[arg-type]
 
 
-def test_two_rank_merge_traffic(toy_cluster: Cluster) -> None:
-    setup = _setup(toy_cluster, cp_kv_exchange="allgather")
-    tokens = 2048
+def _walk(cp: int, rank: int, o: float, q: float, kv: float) -> tuple[float, float]:
+    fwd = 0.0
+    for i in range(cp):
+        if i < cp - 1:
+            fwd += (2 + 2) * kv  # torch.cat([key.flatten(), value.flatten()]) before the exchange
+        partial = i > rank and i > 0
+        n = o / 2 if partial else o
+        fwd += (2 + 4) * n  # merger.step: out.to(float32)
+        if i > 0:
+            fwd += (4 + 4 + 4) * n + (4 + 4) * n + (4 + 4 + 4) * n  # out - out_b; sigmoid(...) * that; out - that
+            if partial:
+                fwd += (4 + 4) * o  # _partial_update: torch.cat of the whole output
+    fwd += (4 + 2) * o  # results(): back to bf16
+    bwd = 4 * q + 4 * kv  # fp32 zeros_like for the three gradients
+    for i in range(cp):
+        if i != cp - 1:
+            bwd += (2 + 2) * kv  # torch.cat of K and V for the next rank
+        if i == 0 or i > rank:
+            bwd += (4 + 2 + 4) * kv  # grad_key += grad_key_ (and value)
+        else:
+            bwd += (4 + 2 + 4) * kv / 2 + (4 + 4) * kv  # _partial_update(add=True) on the first half, then cat
+        bwd += (4 + 4) * kv  # torch.cat of the fp32 K/V gradients for the next rank
+        if i <= rank:
+            bwd += (4 + 2 + 4) * q  # grad_query += grad_query_
+        else:
+            bwd += (4 + 2 + 4) * q / 2 + (4 + 4) * q  # _partial_update(add=True) on the second half, then cat
+    bwd += (4 + 2) * q + (4 + 2) * kv  # casts back to bf16
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+@pytest.mark.parametrize("kv_repeat", [False, True])
+def test_merge_traffic_is_the_slowest_ranks(toy_cluster: Cluster, cp: int, kv_repeat: bool) -> None:
+    setup = _setup(toy_cluster, cp=cp, cp_kv_exchange="allgather", kv_repeat=kv_repeat)
+    tokens = 4096 // cp
     o = q = tokens * 32 * 128
-    kv = tokens * 8 * (128 + 128)
-    # forward. rank 0: cast block 0 to fp32 (6 O); step 1 is partial: cast half (3 O), merge math on half
-    # (sub, mul, sub: 12 + 8 + 12 = 32 per element -> 16 O), re-concatenate the whole output (8 O); cast back
-    # (6 O). rank 1: 6 O, then a full step (6 O + 32 O), cast back 6 O. Both concatenate K, V once (4 KV).
-    fwd = ((6 + 3 + 16 + 8 + 6) * o + (6 + 6 + 32 + 6) * o) / 2 + 4 * kv
-    # backward. Both: fp32 zeros (4 Q, 4 KV), step 0 adds dq and dK/dV (10 Q, 10 KV), sends fp32 dK/dV (8 KV),
-    # concatenates K, V (4 KV), casts back (6 Q, 6 KV). Step 1: rank 0 adds dq into half and re-concatenates
-    # (5 + 8 Q) and dK/dV in full (10 KV); rank 1 adds dq in full (10 Q) and dK/dV into half (5 + 8 KV);
-    # both send dK/dV again (8 KV).
-    common_q, common_kv = 4 + 10 + 6, 4 + 10 + 8 + 4 + 6 + 8
-    bwd = ((common_q + 13) * q + (common_kv + 10) * kv + (common_q + 10) * q + (common_kv + 13) * kv) / 2
-    assert cp_merge_bytes(setup) == pytest.approx((fwd, bwd), rel=1e-12)
+    kv = tokens * (32 if kv_repeat else 8) * (128 + 128)
+    ranks = [_walk(cp, r, o, q, kv) for r in range(cp)]
+    expected = (max(f for f, _ in ranks), max(b for _, b in ranks))
+    assert cp_merge_bytes(setup) == pytest.approx(expected, rel=1e-12)
 
 
 def test_other_implementations_and_no_cp_have_no_merge_traffic(toy_cluster: Cluster) -> None:
@@ -50,22 +77,23 @@ def test_other_implementations_and_no_cp_have_no_merge_traffic(toy_cluster: Clus
     assert cp_merge_bytes(replace(setup, plan=replace(setup.plan, cp=1))) == (0.0, 0.0)
 
 
-def test_repeated_kv_heads_grow_the_exchange(toy_cluster: Cluster) -> None:
-    """Copying 8 K/V heads out to 32 before the attention call makes the K/V the exchange moves 4x larger."""
-    grouped = cp_merge_bytes(_setup(toy_cluster, cp_kv_exchange="allgather"))
-    repeated = cp_merge_bytes(_setup(toy_cluster, cp_kv_exchange="allgather", kv_repeat=True))
-    kv_grouped = 2048 * 8 * 256
-    assert repeated[0] - grouped[0] == pytest.approx(4 * (4 * kv_grouped - kv_grouped), rel=1e-12)
-
-
 def test_allgather_hides_behind_the_first_block_and_gradients_pass_in_fp32(toy_cluster: Cluster) -> None:
     """Toy NVLink 100 GB/s, no latency, no contention. The bf16 K/V block of a rank is 2048 tokens x 8 heads x
     256 x 2 bytes; gathering 2 blocks moves one block per rank. The backward gathers again and passes fp32
     K/V gradients (twice the block) once per step; all but the last pass hide behind later blocks."""
-    from plait.cost.layer import _cp_exchange_s
-
     setup = _setup(toy_cluster, cp_kv_exchange="allgather")
     block = 2048 * 8 * 256 * 2
     gather, grad_pass = block / 100e9, 2 * block / 100e9
-    assert _cp_exchange_s(setup, 0.0, 0.0) == pytest.approx((gather, gather + 2 * grad_pass), rel=1e-12)
-    assert _cp_exchange_s(setup, 1.0, 1.0) == pytest.approx((0.0, grad_pass), rel=1e-12)
+    assert cp_exchange_s(setup, 0.0, 0.0) == pytest.approx((gather, gather + 2 * grad_pass), rel=1e-12)
+    assert cp_exchange_s(setup, 1.0, 1.0) == pytest.approx((0.0, grad_pass), rel=1e-12)
+
+
+def test_only_the_first_block_hides_the_gather_and_overlap_costs_contention() -> None:
+    """With half the overlapped interval lost to contention, a forward whose attention core is as long as
+    the gather (so its first of 2 blocks is half as long) exposes the uncovered half plus half the covered."""
+    mapping = toy_cluster_mapping()
+    mapping["accelerator"]["efficiency"]["comm_overlap"] = {"value": 0.5, "source": "assumed: test"}
+    setup = _setup(cluster_from_mapping(mapping, "toy"), cp_kv_exchange="allgather")
+    gather = 2048 * 8 * 256 * 2 / 100e9
+    fwd, _ = cp_exchange_s(setup, gather, gather)
+    assert fwd == pytest.approx(gather / 2 + 0.5 * gather / 2, rel=1e-12)

@@ -10,16 +10,17 @@ from dataclasses import replace
 
 import pytest
 
-from plait.cost.framework import Framework
+from plait.cost.framework import Framework, Pointwise
 from plait.cost.step import estimate
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.workload.catalog import get_model
+from plait.workload.model import ModelSpec
 
 HBM = 1000e9  # toy HBM bytes/s, efficiency 1
 
 
-def _step_s(model, cluster: Cluster, pointwise: str = "fused", kv_repeat: bool = False) -> float:
+def _step_s(model: ModelSpec, cluster: Cluster, pointwise: Pointwise = "fused", kv_repeat: bool = False) -> float:
     plan = Plan(micro_batch=1, global_batch=1)
     return estimate(model, cluster, plan, framework=Framework(pointwise=pointwise, kv_repeat=kv_repeat)).step_time_s
 

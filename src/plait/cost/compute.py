@@ -15,6 +15,7 @@ figures from ``efficiency.toml`` (public microbenchmarks), never fitted to runs.
 from __future__ import annotations
 
 from plait.cost.flops import Gemm
+from plait.cost.framework import AttentionKernel
 from plait.cost.setup import Setup
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.figure import Curve
@@ -68,7 +69,7 @@ FLASH1_RELATIVE = Curve(
 """Rate of a first-generation flash kernel relative to FlashAttention-2 on the same GPU, by sequence length."""
 
 
-def attention_flops_per_s(acc: Accelerator, key_length: float, kernel: str = "flash") -> float:
+def attention_flops_per_s(acc: Accelerator, key_length: float, kernel: AttentionKernel = "flash") -> float:
     """Sustained FLOP/s of fused (flash) attention in bf16, forward and backward together, over ``key_length`` keys;
     the accelerator's curve is FlashAttention-2's, and a ``"flash1"`` kernel runs at :data:`FLASH1_RELATIVE` of it."""
     rate = acc.peak_flops("bf16") * acc.efficiency.attention.at(key_length)

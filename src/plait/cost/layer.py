@@ -5,15 +5,18 @@ memory-bound ops); collectives through :mod:`plait.cost.collectives` on the tier
 group crosses. Per layer and pass, Megatron tensor parallelism runs two all-reduces of
 the ``b s h`` hidden states — two all-gathers and two reduce-scatters with sequence
 parallelism, the same volume (Korthikanti et al. 2022, Sec. 4.2.2, Fig. 5). Context
-parallelism passes K/V blocks around a ring, overlapped with the attention core (Liu
-et al. 2023, "Ring Attention", Sec. 3). Expert parallelism dispatches and combines
-tokens with one all-to-all each per pass (Lepikhin et al. 2020, GShard, Sec. 2.2).
+parallelism's K/V exchange and bookkeeping are in :mod:`plait.cost.context_parallel`.
+Expert parallelism dispatches and combines tokens with one all-to-all each per pass
+(Lepikhin et al. 2020, GShard, Sec. 2.2).
 
 Memory-bound bytes per layer (forward; backward moves about twice as much): two norms
 and two residual adds over the residual stream, rotary embedding of q and k, the MLP
 activation (GELU reads 1 and writes 1 tensor, SwiGLU reads 2), dropout where the model
 uses it, and — for fp8 GEMMs — a bf16-to-fp8 cast of every GEMM input (read 2 bytes,
-write 1; Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4).
+write 1; Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4). Where the
+framework runs them in eager PyTorch, the extra traffic of its unfused ops
+(:func:`eager_extra_bytes_fwd`); where it copies grouped K/V heads out to every query head
+before attention, those copies.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from plait.cost import collectives as coll
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
+from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, layer_gemms
 from plait.cost.overlap import hidden_remainder
 from plait.cost.setup import Setup
@@ -170,68 +174,6 @@ def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:
     return first_fwd, first_bwd, last_fwd + loss, last_bwd
 
 
-def _cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[float, float]:
-    """Exposed forward and backward K/V exchange of one layer under context parallelism.
-
-    Ring: ``cp - 1`` block passes hidden behind the attention core (gradients double the
-    traffic in the backward), less the contention of the overlap. All-gather, as PyTorch's
-    ``context_parallel`` does it (``_templated_ring_attention`` and its backward): the K/V of all ranks are
-    gathered once, issued before the rank's own (first of ``cp``) attention block and awaited after it, in the
-    forward and again in the backward; the backward then passes the fp32 K/V gradients one ring step per block
-    (``all_to_all`` permute), each awaited after the next block's compute and the last after the loop.
-    """
-    plan, model = setup.plan, setup.model
-    if plan.cp == 1:
-        return 0.0, 0.0
-    link = coll.group_link(setup.cluster, plan.cp, plan.tp)
-    kv = setup.attention_kv_heads
-    block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
-    overlap = _overlap(setup)
-    if setup.framework.cp_kv_exchange == "allgather":
-        gather = coll.all_gather_s(block * plan.cp, link)
-        first_fwd, first_bwd = core_fwd_s / plan.cp, core_bwd_s / plan.cp
-        grad_pass = coll.p2p_s(4 / setup.act_bytes * block, link)
-        bwd = (hidden_remainder(gather, first_bwd, overlap)
-               + hidden_remainder((plan.cp - 1) * grad_pass, core_bwd_s - first_bwd, overlap) + grad_pass)
-        return float(hidden_remainder(gather, first_fwd, overlap)), float(bwd)
-    ring = (plan.cp - 1) * coll.p2p_s(block, link)
-    return (float(hidden_remainder(ring, core_fwd_s, overlap)),
-            float(hidden_remainder(2 * ring, core_bwd_s, overlap)))
-
-
-def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
-    """Forward and backward HBM bytes of one layer's context-parallel bookkeeping in PyTorch's
-    ``context_parallel`` (``_templated_ring_attention`` and its backward, torch/distributed/tensor/experimental/
-    _attention.py), per rank and micro-batch; 0 for other implementations or without CP.
-
-    With ``O`` output and ``Q`` query elements and ``KV`` key plus value elements on the rank, and ``c = cp``
-    steps (load-balanced round robin: on average half the steps after the first use the full local query,
-    half its second half):
-
-    - forward: the first block output is cast to fp32 (read 2, write 4 bytes); each later step casts its block
-      (6 bytes per element), merges it by ``out - sigmoid(lse_b - lse) * (out - out_b)`` (three fp32 ops, 32
-      bytes), and a half-query step re-concatenates the whole output (8 bytes per ``O``): ``(c-1) x 32.5 O`` on
-      average; the result is cast back (6 bytes); K and V are concatenated for sending before every step but
-      the last (``4 KV`` each);
-    - backward: fp32 zero buffers for the query, key and value gradients (4 bytes each); the first step adds
-      the kernel's bf16 query and K/V gradients into them (10 bytes), each later step adds the query gradient in
-      full (10) or into the second half followed by a re-concatenation (5 + 8), and the K/V gradients likewise,
-      11.5 on average for each; every step concatenates the fp32 K/V gradients for the next rank (8) and every
-      step but the last concatenates K and V (4); the sums are cast back to bf16 (6 bytes).
-    """
-    plan, model = setup.plan, setup.model
-    c = plan.cp
-    if c == 1 or setup.framework.cp_kv_exchange != "allgather":
-        return 0.0, 0.0
-    heads, kv_heads = model.num_heads // plan.tp, setup.attention_kv_heads
-    out = setup.tokens * heads * model.v_head_dim
-    query = setup.tokens * heads * model.qk_head_dim
-    kv = setup.tokens * kv_heads * (model.qk_head_dim + model.v_head_dim)
-    fwd = 6 * out + (c - 1) * 32.5 * out + 6 * out + (c - 1) * 4 * kv
-    bwd = (4 + 10 + (c - 1) * 11.5 + 6) * query + (4 + 10 + (c - 1) * (11.5 + 4) + c * 8 + 6) * kv
-    return fwd, bwd
-
-
 def _ep_pass_s(setup: Setup) -> float:
     """Dispatch plus combine all-to-all of one pass."""
     plan, model = setup.plan, setup.model
@@ -257,7 +199,7 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     if plan.tp > 1:  # wrapper host time (DTensor dispatch), measured by plait calibrate; 0 on GPUs
         tp_fwd += eff.host_tp_layer_fwd_us.value * 1e-6
         tp_bwd += eff.host_tp_layer_bwd_us.value * 1e-6
-    cp_fwd, cp_bwd = _cp_exchange_s(setup, core_fwd, core_bwd)
+    cp_fwd, cp_bwd = cp_exchange_s(setup, core_fwd, core_bwd)
     ep = _ep_pass_s(setup) if moe_layer else 0.0
     if plan.recompute == "full":
         recompute = fwd + tp_fwd + cp_fwd + ep

@@ -1,0 +1,90 @@
+"""Context parallelism inside one layer: the K/V exchange and the bookkeeping around the attention blocks.
+
+Ring (Liu et al. 2023, "Ring Attention", Sec. 3; Megatron-LM/Transformer Engine): K/V blocks pass around the ring
+behind the attention core. All-gather, as PyTorch's ``context_parallel`` runs it
+(torch/distributed/tensor/experimental/_attention.py, read op by op): one K/V all-gather per pass, fp32 gradient
+ring passes, and fp32 merges of the partial outputs and gradients.
+"""
+
+from __future__ import annotations
+
+from plait.cost import collectives as coll
+from plait.cost.overlap import hidden_remainder
+from plait.cost.setup import Setup
+
+
+def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[float, float]:
+    """Exposed forward and backward K/V exchange of one layer under context parallelism.
+
+    Ring: ``cp - 1`` block passes hidden behind the attention core (gradients double the
+    traffic in the backward), less the contention of the overlap. All-gather, as PyTorch's
+    ``context_parallel`` does it (``_templated_ring_attention`` and its backward): the K/V of all ranks are
+    gathered once, issued before the rank's own (first of ``cp``) attention block and awaited after it, in the
+    forward and again in the backward; the backward then passes the fp32 K/V gradients one ring step per block
+    (``all_to_all`` permute), each awaited after the next block's compute and the last after the loop.
+    """
+    plan, model = setup.plan, setup.model
+    if plan.cp == 1:
+        return 0.0, 0.0
+    link = coll.group_link(setup.cluster, plan.cp, plan.tp)
+    kv = setup.attention_kv_heads
+    block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
+    overlap = setup.cluster.accelerator.efficiency.comm_overlap.value
+    if setup.framework.cp_kv_exchange == "allgather":
+        gather = coll.all_gather_s(block * plan.cp, link)
+        first_fwd, first_bwd = core_fwd_s / plan.cp, core_bwd_s / plan.cp
+        grad_pass = coll.p2p_s(4 / setup.act_bytes * block, link)
+        bwd = (hidden_remainder(gather, first_bwd, overlap)
+               + hidden_remainder((plan.cp - 1) * grad_pass, core_bwd_s - first_bwd, overlap) + grad_pass)
+        return float(hidden_remainder(gather, first_fwd, overlap)), float(bwd)
+    ring = (plan.cp - 1) * coll.p2p_s(block, link)
+    return (float(hidden_remainder(ring, core_fwd_s, overlap)),
+            float(hidden_remainder(2 * ring, core_bwd_s, overlap)))
+
+
+def _rank_merge_bytes(c: int, full_steps: int, out: float, query: float, kv: float) -> tuple[float, float]:
+    """Forward and backward bookkeeping bytes of the rank whose ``full_steps`` later steps use all its queries
+    (the rest use their second half), per the op counts of :func:`cp_merge_bytes`."""
+    half_steps = c - 1 - full_steps
+    full_merge = (4 + 2) + 32  # cast the block output to fp32, three fp32 ops of the merge
+    half_merge = full_merge / 2 + (4 + 4)  # the same on half the queries, then re-concatenate the whole output
+    fwd = (6 + full_steps * full_merge + half_steps * half_merge + 6) * out + (c - 1) * (2 + 2) * kv
+    full_add = 4 + 2 + 4  # fp32 sum += bf16 gradient
+    half_add = full_add / 2 + (4 + 4)  # into one half, then re-concatenate
+    bwd_query = (4 + full_add + full_steps * full_add + half_steps * half_add + 6) * query
+    bwd_kv = (4 + full_add + full_steps * half_add + half_steps * full_add + (c - 1) * (2 + 2) + c * (4 + 4) + 6) * kv
+    return fwd, bwd_query + bwd_kv
+
+
+def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
+    """Forward and backward HBM bytes of one layer's context-parallel bookkeeping in PyTorch's
+    ``context_parallel`` (``_templated_ring_attention`` and its backward, torch/distributed/tensor/experimental/
+    _attention.py) for one micro-batch on the slowest rank (the next collective waits for it); 0 for other
+    implementations or without CP.
+
+    With ``O`` output and ``Q`` query elements and ``KV`` key plus value elements on a rank and ``c = cp`` steps,
+    load-balanced round robin: rank ``r``'s later steps ``i <= r`` use its whole query (and, backward, the first
+    half of the keys), steps ``i > r`` the second half of its query. Bytes per element (bf16 2, fp32 4):
+
+    - forward: the first block output is cast to fp32 (2 + 4); each later step casts its block and merges it by
+      ``out - sigmoid(lse_b - lse) * (out - out_b)`` (6 + 32), a half-query step on half the output and then
+      re-concatenating all of it (19 + 8); the result is cast back (6); K and V are concatenated for sending
+      before every step but the last (2 + 2 per ``KV``);
+    - backward: fp32 zero buffers for the query, key and value gradients (4); the first step adds the kernel's
+      bf16 gradients into them (4 + 2 + 4); each later step adds a gradient in full (10) or into one half followed
+      by a re-concatenation (5 + 8), the query's in full and the keys' by half on steps ``i <= r`` and the other
+      way round after; every step concatenates the fp32 K/V gradients for the next rank (4 + 4) and every step
+      but the last concatenates K and V (2 + 2); the sums are cast back to bf16 (4 + 2).
+
+    Counts are linear in ``r``, so the slowest rank is the first or the last.
+    """
+    plan, model = setup.plan, setup.model
+    c = plan.cp
+    if c == 1 or setup.framework.cp_kv_exchange != "allgather":
+        return 0.0, 0.0
+    heads, kv_heads = model.num_heads // plan.tp, setup.attention_kv_heads
+    out = setup.tokens * heads * model.v_head_dim
+    query = setup.tokens * heads * model.qk_head_dim
+    kv = setup.tokens * kv_heads * (model.qk_head_dim + model.v_head_dim)
+    first, last = _rank_merge_bytes(c, 0, out, query, kv), _rank_merge_bytes(c, c - 1, out, query, kv)
+    return max(first[0], last[0]), max(first[1], last[1])
