@@ -15,7 +15,7 @@ from plait.validate.runs import read_runs
 DEV_CSV = Path(__file__).parent / "data" / "dev.csv"
 SHARED_CSV = Path(__file__).parents[2] / "shared" / "data" / "training_runs" / "dev.csv"
 
-# The targets (10% overall, 15% for every source), met since the fourth session (9.42%; worst source
+# The targets (10% overall, 15% for every source), met since the fourth session (9.58%; worst source
 # narayanan_sc21 14.0%, docs/validation.md): a change that breaks either fails here.
 MAPE_BOUND_PCT = 10.0
 SOURCE_BOUND_PCT = 15.0
