@@ -77,6 +77,16 @@ def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> 
     return moved
 
 
+def eager_rmsnorm_bytes_per_element(residual_bytes: int) -> int:
+    """HBM bytes per element of an RMSNorm forward run op by op as ``(x.float() * rsqrt(x.float().pow(2).mean(-1)
+    + eps)).type_as(x) * w`` (torchtitan's ``RMSNorm``; PyTorch's composite ``rms_norm`` upcasts the same way):
+    cast in ``r + 4`` (free when the input is fp32), square ``4 + 4``, mean ``4``, scale ``4 + 4``, cast out
+    ``4 + r`` (free for fp32), weight ``2r``."""
+    r = residual_bytes
+    cast = 0 if r == 4 else (r + 4) + (4 + r)
+    return cast + (4 + 4) + 4 + (4 + 4) + 2 * r
+
+
 def eager_extra_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
     """Forward HBM bytes PyTorch eager moves beyond the fused kernels :func:`_elementwise_bytes_fwd` counts.
 
@@ -93,10 +103,8 @@ def eager_extra_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
     model, plan, e, r, tokens = setup.model, setup.plan, setup.act_bytes, setup.residual_bytes, setup.tokens
     moved = 0.0
     if model.norm == "rmsnorm":
-        cast = 0 if r == 4 else (r + 4) + (4 + r)
-        per_element = cast + (4 + 4) + 4 + (4 + 4) + 2 * r
         stream = tokens * model.hidden_size / (plan.tp if plan.sp else 1)
-        moved += 2 * (per_element - 2 * r) * stream
+        moved += 2 * (eager_rmsnorm_bytes_per_element(r) - 2 * r) * stream
     if model.position == "rope":
         moved += 16 * tokens * (model.num_heads // plan.tp + setup.kv_heads_per_rank) * model.qk_head_dim
     if model.mlp == "gated":

@@ -25,6 +25,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from plait.cost.layer import eager_rmsnorm_bytes_per_element
+
 GB = 1e9
 ROUNDS = 5
 # Single-tensor collectives: the names PyTorch 2.13 prefers, the older ones before (same (output, input) order).
@@ -88,19 +90,32 @@ def attention_curve(dtype: torch.dtype, seqs: list[int], device: str) -> list[fl
 
 
 def elementwise_fraction(device: str, copy_gb_per_s: float, tokens: int = 1024, hidden: int = 256,
-                         ffn: int = 768) -> float:
-    """Fraction of copy bandwidth the memory-bound ops of a layer reach, counting bytes as the cost
-    model does (two norms read+write, two residual adds read 2 write 1, SwiGLU reads 2 writes 1; bf16)."""
-    x = torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16)
-    y = torch.randn_like(x)
-    g, u = (torch.randn(tokens, ffn, device=device, dtype=torch.bfloat16) for _ in range(2))
+                         ffn: int = 768, head_dim: int = 64) -> float:
+    """Fraction of copy bandwidth the memory-bound ops of a layer reach, forward and backward, counting bytes as
+    the cost model counts them for an eager framework (bf16; the backward charged at twice the forward): two
+    RMSNorms run op by op (:func:`plait.cost.layer.eager_rmsnorm_bytes_per_element`), two residual adds (read 2,
+    write 1), SwiGLU as silu then multiply (read 1 write 1, read 2 write 1), and ``plait run``'s rotary
+    embedding of 4 query and 2 key heads (read and write each element, plus the 16 bytes per element of an
+    unfused rotation). Timing the backward too puts eager autograd's own cost into the figure the model uses."""
+    from plait.run.model import apply_rope, rope_tables  # the runtime's own rotary embedding
+
+    def leaf(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=device, dtype=torch.bfloat16, requires_grad=True)
+
+    x, y, g, u = leaf(tokens, hidden), leaf(tokens, hidden), leaf(tokens, ffn), leaf(tokens, ffn)
+    q, k = leaf(1, tokens, 4, head_dim), leaf(1, tokens, 2, head_dim)
+    cos, sin = (t.to(device) for t in rope_tables(head_dim, tokens))
     norm = torch.nn.RMSNorm(hidden, device=device, dtype=torch.bfloat16)
+    inputs = (x, y, g, u, q, k)
 
     def ops() -> None:
-        norm(x), norm(y), x + y, y + x, F.silu(g) * u
+        outs = (norm(x), norm(y), x + y, y + x, F.silu(g) * u, apply_rope(q, cos, sin), apply_rope(k, cos, sin))
+        torch.autograd.grad(outs, inputs, [torch.ones_like(o) for o in outs])
 
-    counted = 2 * (2 * 2 * tokens * hidden) + 2 * (3 * 2 * tokens * hidden) + 3 * 2 * tokens * ffn
-    return min(1.0, counted / _timeit(ops) / GB / copy_gb_per_s)
+    rotated = tokens * (4 + 2) * head_dim
+    counted = (2 * eager_rmsnorm_bytes_per_element(2) * tokens * hidden + 2 * (3 * 2 * tokens * hidden)
+               + (2 + 3) * 2 * tokens * ffn + (2 * 2 + 16) * rotated)
+    return min(1.0, 3 * counted / _timeit(ops) / GB / copy_gb_per_s)
 
 
 def launch_floor_us(device: str) -> float:
