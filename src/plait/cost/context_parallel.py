@@ -29,7 +29,7 @@ def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[f
     link = coll.group_link(setup.cluster, plan.cp, plan.tp)
     kv = setup.attention_kv_heads
     block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
-    overlap = setup.cluster.accelerator.efficiency.comm_overlap.value
+    overlap = setup.comm_overlap
     if setup.framework.cp_kv_exchange == "allgather":
         gather = coll.all_gather_s(block * plan.cp, link)
         first_fwd, first_bwd = core_fwd_s / plan.cp, core_bwd_s / plan.cp

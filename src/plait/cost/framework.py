@@ -66,7 +66,7 @@ class Framework:
     """Context-parallel K/V exchange: ring passes overlapped with attention (Liu et al. 2023), or an
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch
     ``context_parallel`` with ``rotate_method='allgather'``), whose per-step merging of partial outputs and
-    gradients in fp32 is charged too (:func:`plait.cost.layer.cp_merge_bytes`)."""
+    gradients in fp32 is charged too (:func:`plait.cost.context_parallel.cp_merge_bytes`)."""
 
 
 DEFAULT = Framework()

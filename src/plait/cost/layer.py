@@ -93,9 +93,8 @@ def eager_extra_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
     Every eager op reads its inputs and writes its output (bytes per element below; ``r`` residual, ``e``
     activation bytes; a cast to the dtype a tensor already has is free):
 
-    - RMSNorm as torchtitan writes it, ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w``:
-      cast in ``r + 4``, square ``4 + 4``, mean ``4``, scale ``4 + 4``, cast out ``4 + r``, weight ``2r``, against the
-      fused kernel's ``2r``; two norms per layer. ``nn.LayerNorm`` is one native kernel in eager too.
+    - RMSNorm op by op (:func:`eager_rmsnorm_bytes_per_element`) against the fused kernel's ``2r``; two norms per
+      layer. ``nn.LayerNorm`` is one native kernel in eager too.
     - Rotary embedding as an fp32 complex multiply (torchtitan/Llama ``apply_rotary_emb``): cast ``e + 4``,
       complex multiply ``4 + 4``, cast back ``4 + e``, against ``2e``, over every rotated q and k element.
     - SwiGLU ``silu(a) * b`` as two kernels: ``2e`` then ``3e``, against the fused ``3e``; GELU is one kernel.
@@ -133,11 +132,6 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     return fwd + fwd_mem, 2 * fwd + 2 * fwd_mem
 
 
-def _overlap(setup: Setup) -> float:
-    """Share of an overlapped interval that stays hidden (:mod:`plait.cost.overlap`)."""
-    return setup.cluster.accelerator.efficiency.comm_overlap.value
-
-
 def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
     """Exposed TP/SP communication of one pass (two collectives on the hidden states)."""
     plan = setup.plan
@@ -149,7 +143,7 @@ def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
     one = (coll.all_gather_s(gathered, link) + coll.reduce_scatter_s(reduced, link) if plan.sp
            else coll.all_reduce_s(reduced, link))
     comm = 2 * one
-    return float(hidden_remainder(comm, gemm_s, _overlap(setup))) if plan.tp_comm_overlap else comm
+    return float(hidden_remainder(comm, gemm_s, setup.comm_overlap)) if plan.tp_comm_overlap else comm
 
 
 def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:

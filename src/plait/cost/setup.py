@@ -75,6 +75,11 @@ class Setup:
         return max(self.model.num_kv_heads // self.plan.tp, 1)
 
     @property
+    def comm_overlap(self) -> float:
+        """Share of an overlapped interval that stays hidden (the accelerator's figure, :mod:`plait.cost.overlap`)."""
+        return self.cluster.accelerator.efficiency.comm_overlap.value
+
+    @property
     def attention_kv_heads(self) -> int:
         """K/V heads the attention kernel reads on one TP rank: the query heads where the framework copies K/V out
         to them first (:attr:`Framework.kv_repeat`) or the model uses MLA, else :attr:`kv_heads_per_rank`."""

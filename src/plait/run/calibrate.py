@@ -26,6 +26,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from plait.cost.layer import eager_rmsnorm_bytes_per_element
+from plait.run.model import apply_rope, rope_tables
 
 GB = 1e9
 ROUNDS = 5
@@ -97,8 +98,6 @@ def elementwise_fraction(device: str, copy_gb_per_s: float, tokens: int = 1024, 
     write 1), SwiGLU as silu then multiply (read 1 write 1, read 2 write 1), and ``plait run``'s rotary
     embedding of 4 query and 2 key heads (read and write each element, plus the 16 bytes per element of an
     unfused rotation). Timing the backward too puts eager autograd's own cost into the figure the model uses."""
-    from plait.run.model import apply_rope, rope_tables  # the runtime's own rotary embedding
-
     def leaf(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=device, dtype=torch.bfloat16, requires_grad=True)
 
