@@ -10,9 +10,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from plait.cost.step import estimate
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 
 BUDGET_MS = 5.0

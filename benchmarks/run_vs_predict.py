@@ -19,10 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from plait.cost.step import estimate
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import load_cluster_file
 from plait.plan.io import read_plan_file
-from plait.run.framework import runtime_framework
+from plait.predict.estimate import estimate
 from plait.workload.catalog import resolve_model
 
 ROOT = Path(__file__).parents[1]
@@ -66,7 +66,7 @@ def main() -> None:
         medians[name] = statistics.median(r["step_time_s"] for r in rows[1:])
         peak = max(r["peak_memory_bytes"] for r in rows) / 2**30
         _, plan = read_plan_file(plan_file)
-        est = estimate(model, cluster, plan, framework=runtime_framework(plan))
+        est = estimate(model, cluster, plan, engine=get_engine("plait"))
         pred_mem = est.memory.total_bytes / 2**30
         print(f"{name:12s} {medians[name]:11.4f} {est.step_time_s:12.4f} "
               f"{100 * (est.step_time_s / medians[name] - 1):+6.1f}% {peak:13.3f} {pred_mem:14.3f} "

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from plait.cost.framework import Framework, Pointwise
-from plait.cost.step import estimate
+from plait.predict.estimate import estimate
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.workload.catalog import get_model

@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("torch")
 
 from plait.cost import collectives as coll
-from plait.cost.step import estimate
 from plait.hardware.catalog import cluster_from_mapping
 from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
 from plait.run.overheads import LAYERS, host_figures, tiny_spec
 from plait.workload.catalog import get_model
 from tests.conftest import toy_cluster_mapping
@@ -56,13 +56,13 @@ def test_host_overheads_add_per_layer_and_micro_batch() -> None:
 
 def test_eager_dispatch_is_the_plain_slope_beyond_the_modelled_kernels() -> None:
     from plait.cost.batch import layer_columns
-    from plait.run.framework import runtime_framework
+    from plait.engine.catalog import get_engine
     from plait.run.overheads import PLANS
 
     cluster = _cluster()
     spec = tiny_spec(LAYERS[0])
     plain = PLANS["plain"]
-    kernels = layer_columns(spec, cluster, plain.with_seq_len(spec.seq_len), runtime_framework(plain))
+    kernels = layer_columns(spec, cluster, plain.with_seq_len(spec.seq_len), get_engine("plait").framework)
     layers = {"plain": (kernels["fwd_d"] + 3e-4, kernels["bwd_d"] + 7e-4), "fsdp": (1.0, 1.0), "tp": (1.0, 1.0)}
     got = host_figures(layers, cluster)
     assert got["host_layer_fwd_us"] == pytest.approx(300.0)

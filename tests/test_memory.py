@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from plait.cost import activations as act
-from plait.cost.step import estimate
+from plait.predict.estimate import estimate
 from plait.cost.framework import Framework
 from plait.cost.setup import Setup
 from plait.hardware.catalog import get_cluster

@@ -10,12 +10,11 @@ import pytest
 from plait.cost.batch import _fsdp_layer_s, _prepare
 from plait.cost.framework import Framework
 from plait.cost.overlap import hidden_remainder
-from plait.cost.step import estimate
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.validate.runs import RunRow
-from plait.validate.software import composer_fsdp1, software_for
+from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 
 CLUSTER = get_cluster("dgx-h100-ib")
@@ -56,27 +55,34 @@ def test_backward_post_puts_every_backward_gather_in_line() -> None:
     assert not np.isclose(post.step_time_s, pre.step_time_s)
 
 
-def _row(notes: str) -> RunRow:
-    fields = {f: None for f in RunRow.__dataclass_fields__}
-    fields.update(id="r", source="llmfoundry", model="m", system=None, gpu=None, notes=notes)
-    return RunRow(**fields)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(("notes", "mode", "grad"), [
-    ("precision_raw='amp_bf16 (FSDP mp mode DEFAULT)'; raw_source=x", "DEFAULT", "fp32"),
-    ("precision_raw='bf16 (FSDP mp mode PURE)'; raw_source=x", "PURE", "bf16"),
-    ("nothing recorded", None, "fp32"),
+@pytest.mark.parametrize(("spec", "grad"), [
+    ("llm-foundry[mixed_precision=DEFAULT]", "fp32"), ("llm-foundry[mixed_precision=PURE]", "bf16"), ("llm-foundry", "fp32"),
 ])
-def test_composer_mixed_precision_from_notes(notes: str, mode: str | None, grad: str) -> None:
-    row = _row(notes)
-    assert row.fsdp_mixed_precision == mode
-    software = software_for(row)
-    assert software == composer_fsdp1(mode)
-    assert software.grad_reduce_dtype == grad and software.framework.shard_backward_prefetch == "post"
+def test_composer_mixed_precision_is_an_engine_option(spec: str, grad: str) -> None:
+    """Composer's FSDP1 mixed-precision modes (docs/research/framework_facts.md, section 1) as engine options."""
+    engine = get_engine(spec)
+    assert engine.grad_reduce_dtype == grad and engine.framework.shard_backward_prefetch == "post"
+    assert engine.framework.attention_kernel == "flash1"
+
+
+def test_dev_rows_name_their_engine_with_the_options_their_sources_document() -> None:
+    """Rows carry their engine in data (no switch on the source name): each llm-foundry row's engine option is the
+    FSDP mixed-precision mode its notes record."""
+    import re
+    from pathlib import Path
+
+    from plait.validate.runs import read_runs
+
+    rows = read_runs(Path(__file__).parent / "data" / "dev.csv")
+    foundry = [r for r in rows if r.source == "llmfoundry"]
+    assert foundry and all(r.engine == f"llm-foundry[mixed_precision={re.search(r'FSDP mp mode ([A-Z]+)', r.notes)[1]}]"
+                           for r in foundry)
+    assert {get_engine(r.engine).name for r in rows} >= {"megatron-lm", "deepspeed", "torchtitan", "llm-foundry", "nemo"}
 
 
 def test_torchtitan_selective_is_every_second_layer() -> None:
-    """torchtitan's 'selective layer'/'selective op' rows become full recompute of half the layers."""
+    """torchtitan's selective activation checkpointing ('selective layer'/'selective op') is full recompute of half
+    the layers (an engine fact, engines.toml)."""
     from pathlib import Path
 
     from plait.validate.runs import read_runs
@@ -85,11 +91,11 @@ def test_torchtitan_selective_is_every_second_layer() -> None:
     rows = {r.id: r for r in read_runs(Path(__file__).parent / "data" / "dev.csv")}
     for rid in ("torchtitan_docs_a100_Llama38B_selectivelayer_lb1", "torchtitan_docs_a100_Llama38B_selectiveop_lb1"):
         row = rows[rid]
-        plans = list(candidate_plans(row, software_for(row)))
+        plans = list(candidate_plans(row, get_engine(row.engine)))
         assert plans and all(p.recompute == "full" and p.recompute_layers == row.layers // 2 for p in plans)
         assert all(p.grad_reduce_dtype == "fp32" for p in plans)
     full = rows["torchtitan_docs_a100_Llama370B_full_lb1"]
-    assert all(p.recompute == "full" and p.recompute_layers == -1 for p in candidate_plans(full, software_for(full)))
+    assert all(p.recompute == "full" and p.recompute_layers == -1 for p in candidate_plans(full, get_engine(full.engine)))
 
 
 def test_fp32_residual_stream_moves_more_bytes() -> None:
@@ -104,9 +110,15 @@ def test_fp32_residual_stream_moves_more_bytes() -> None:
     assert fp32.fwd_compute_s > bf16.fwd_compute_s and fp32.tp_fwd_s > bf16.tp_fwd_s
 
 
-def test_runtime_framework_follows_the_runtime_precision() -> None:
-    from plait.run.framework import runtime_framework
+def test_runtime_engine_follows_the_runtime_precision() -> None:
+    """plait's runtime keeps fp32 parameters under autocast (a 4-byte residual stream) except where FSDP2 casts them."""
+    from plait.cost.setup import Setup
 
-    assert runtime_framework(Plan(dp_replicate=2, global_batch=2)).residual_bytes == 4  # DDP under autocast
-    assert runtime_framework(Plan(tp=2, sp=True)).residual_bytes == 4
-    assert runtime_framework(Plan(dp_shard=2, sharding="zero3", global_batch=2)).residual_bytes == 2  # FSDP2 bf16 params
+    framework = get_engine("plait").framework
+
+    def width(plan: Plan) -> int:
+        return Setup(model=MODEL, cluster=CLUSTER, plan=plan.with_seq_len(64), framework=framework).residual_bytes
+
+    assert width(Plan(dp_replicate=2, global_batch=2)) == 4  # DDP under autocast
+    assert width(Plan(tp=2, sp=True)) == 4
+    assert width(Plan(dp_shard=2, sharding="zero3", global_batch=2)) == 2  # FSDP2 bf16 params

@@ -10,16 +10,17 @@ import numpy as np
 import pytest
 
 from plait.cost.batch import evaluate_batch
-from plait.cost.step import estimate
+from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.io import read_plan_file
+from plait.predict.estimate import estimate
 from plait.search.engine import run_search
 from plait.search.enumerate import enumerate_space
 from plait.search.pareto import Point, choose, pareto_front
 from plait.search.rules import prune
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
-from plait.errors import ConfigError
 
 LLAMA8, H100 = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
 
@@ -80,9 +81,23 @@ def test_plan_cli_json_and_export(tmp_path) -> None:
     doc = json.loads(out.stdout)
     assert doc["candidates"] == doc["feasible"] + sum(doc["infeasible_by_reason"].values())
     assert doc["top"][0]["tokens_per_s"] >= doc["top"][-1]["tokens_per_s"] and doc["why"]
-    assert {p.name for p in tmp_path.iterdir()} == {"plan.toml", "torchtitan.sh", "megatron.sh", "deepspeed.json"}
+    assert doc["engine"] == "megatron-core@0.14"  # the stated default engine, and its own configuration
+    assert {p.name for p in tmp_path.iterdir()} == {"plan.toml", "megatron.sh"}
     again = plait("plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--export", str(tmp_path))
     assert again.returncode == 2 and "already exists" in again.stderr
+    assert "searched" not in again.stdout  # refused before the search
+
+
+@pytest.mark.parametrize(("engine", "files"), [("torchtitan", {"plan.toml", "torchtitan.sh"}),
+                                               ("deepspeed", {"plan.toml", "deepspeed.json"}),
+                                               ("plait", {"plan.toml"})])
+def test_plan_exports_for_the_engine_it_ranked_for(engine: str, files: set[str], tmp_path) -> None:
+    out = plait("plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--engine", engine,
+                "--json", "--export", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert {p.name for p in tmp_path.iterdir()} == files
+    spec, plan = read_plan_file(tmp_path / "plan.toml")
+    assert spec.engine.startswith(engine) and json.loads(out.stdout)["top"][0]["engine"] == spec.engine
 
 
 def test_plan_file_from_planner_estimates_the_same(tmp_path) -> None:

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from plait.cost.batch import evaluate_batch
-from plait.cost.step import estimate, wants_simulation
+from plait.engine.catalog import get_engine
 from plait.plan.columns import PlanColumns
+from plait.predict.estimate import estimate, wants_simulation
 from plait.simulate.kernel import Kernel
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import trace_events
 from plait.validate.report import predict_row
 from plait.validate.runs import read_runs
-from plait.validate.software import software_for
 from plait.validate.translate import row_cluster, row_model
 
 
@@ -72,11 +72,11 @@ def agreement() -> list[tuple[str, float]]:
         result = predict_row(row)
         if result.estimate is None or result.estimate.plan.pp == 1:
             continue
-        software = software_for(row)
-        model, cluster = row_model(row, software), row_cluster(row)
+        engine = get_engine(row.engine)
+        model, cluster = row_model(row, engine), row_cluster(row)
         plan = result.estimate.plan
-        closed = float(evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), software.framework).step_time_s[0])
-        simulated = simulate_step(model, cluster, plan, software.framework).step_time_s
+        closed = float(evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), engine.framework).step_time_s[0])
+        simulated = simulate_step(model, cluster, plan, engine.framework).step_time_s
         used = simulated if wants_simulation(plan) else closed  # validation reports plait estimate's default
         assert result.estimate.step_time_s == pytest.approx(used, rel=1e-9)
         out.append((row.id, 100 * (used / simulated - 1)))

@@ -37,9 +37,22 @@ def test_mape_bounds(validation) -> None:
 
 
 def test_copy_matches_shared_dataset() -> None:
+    """Every row of the copy is the shared dataset's row, measured figures and notes alike; the copy's engine
+    column only adds the run options its notes document (tests/data/README.md), and the rows it leaves out are the
+    mixture-of-experts runs (not yet validated: issue 15)."""
+    import csv
+
     if not SHARED_CSV.is_file():
         pytest.skip("shared dataset not present")
-    assert DEV_CSV.read_bytes() == SHARED_CSV.read_bytes()
+    with DEV_CSV.open(newline="") as a, SHARED_CSV.open(newline="") as b:
+        ours, shared = list(csv.DictReader(a)), {r["id"]: r for r in csv.DictReader(b)}
+    for row in ours:
+        theirs = shared.pop(row["id"])
+        assert {k: v for k, v in row.items() if k != "engine"} == {k: theirs[k] for k in row if k != "engine"}
+        renamed = row["source"] == "narayanan_sc21" and row["sharding"] == "zero3"  # Narayanan Table 2: DeepSpeed
+        expected = "deepspeed@2021" if renamed else theirs["engine"]
+        assert row["engine"].split("[")[0] == expected, row["id"]
+    assert shared and all(r["moe_experts"] for r in shared.values())
 
 
 def test_json_output_schema() -> None:

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
 from plait.hardware.catalog import accelerator_names, cluster_names, get_accelerator, get_cluster
 from plait.workload.catalog import get_model, model_names
 
@@ -66,3 +67,23 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
         acc.add_row(a["slug"], a["name"], f"{a['memory_gib']:g}", f"{peaks.get('bf16', peaks.get('fp16', 0)):g}",
                     f"{peaks.get('fp8', 0):g}" if "fp8" in peaks else "-")
     console.print(acc)
+
+
+def engines_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the engines: how each runs a plan (cited facts) and the plan options it cannot run."""
+    rows = []
+    for key in engine_names():
+        e = get_engine(key)
+        rows.append({"engine": key, "spec": e.spec, "title": e.title, "default": key == DEFAULT_ENGINE,
+                     "export": e.export, "launchable": e.launchable, "unsupported": e.unsupported,
+                     "machines": e.machines, "facts": e.sources})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="plait engines")
+    for col in ("engine", "title", "export", "cannot run"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["spec"] + (" (default)" if r["default"] else ""), r["title"], r["export"],
+                      ", ".join(r["unsupported"]) or "-")
+    Console().print(table)

@@ -9,17 +9,18 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from plait.cli.options import DEFAULT_GPUS, plan_from_options, resolve_job
+from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.render import print_estimate
-from plait.cost.step import estimate
 from plait.plan.rules import check_plan
+from plait.predict.estimate import predict
 
 
 def estimate_command(
     model: Annotated[str | None, typer.Option(help="Catalog model (see `plait models`), config.json or model TOML. [default: llama3-8b]")] = None,
     cluster: Annotated[str | None, typer.Option(help="Cluster preset (see `plait clusters`) or TOML/YAML file. [default: dgx-h100-ib]")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs; dp = gpus / (tp*pp*cp).")] = DEFAULT_GPUS,
-    plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan TOML file ([job] and [plan]); replaces the layout options.")] = None,
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan TOML file (tables job and plan); replaces the layout options.")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
     vpp: Annotated[int, typer.Option(help="Virtual stages per pipeline rank (interleaved).")] = 1,
@@ -48,9 +49,9 @@ def estimate_command(
         micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,
         offload_optimizer=offload_optimizer, offload_params=offload_params,
     ) if plan_file is None else None
-    model_spec, cluster_spec, plan, file_gpus = resolve_job(model, cluster, plan_file, plan)
-    check_plan(plan.with_seq_len(model_spec.seq_len), model_spec, cluster_spec, num_gpus=file_gpus)
-    result = estimate(model_spec, cluster_spec, plan, simulate=simulate)
+    job, file_gpus = resolve_job(model, cluster, plan_file, plan, engine)
+    check_plan(job.plan.with_seq_len(job.model.seq_len), job.model, job.cluster, num_gpus=file_gpus)
+    result = predict(job, simulate=simulate)
     if as_json:
         print(json.dumps(result.to_dict(train_tokens), indent=2))
     else:

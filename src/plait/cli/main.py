@@ -33,6 +33,7 @@ def _register() -> None:
     app.command(name="validate")(validate.validate_command)
     app.command(name="models")(catalogs.models_command)
     app.command(name="clusters")(catalogs.clusters_command)
+    app.command(name="engines")(catalogs.engines_command)
 
 
 def main() -> None:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
-from plait.hardware.cluster import Cluster
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
+from plait.predict.job import Job
 from plait.workload.catalog import resolve_model
-from plait.workload.model import ModelSpec
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_CLUSTER = "dgx-h100-ib"
 DEFAULT_GPUS = 8
+ENGINE_HELP = (f"Engine that runs the plan: name[@version][[key=value]] (see `plait engines`). [default: the plan "
+               f"file's, else {DEFAULT_ENGINE}]")
 
 
 def plan_from_options(*, gpus: int, tp: int, pp: int, vpp: int, schedule: str, cp: int, ep: int,
@@ -45,17 +47,19 @@ def plan_from_options(*, gpus: int, tp: int, pp: int, vpp: int, schedule: str, c
     )
 
 
-def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None,
-                plan: Plan | None) -> tuple[ModelSpec, Cluster, Plan, int | None]:
-    """Model, cluster and plan from the options, or from ``plan_file`` (model/cluster options take precedence)."""
+def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, plan: Plan | None,
+                engine: str | None = None) -> tuple[Job, int | None]:
+    """The job from the options, or from ``plan_file`` (model/cluster/engine options take precedence), and the GPU
+    count the plan file states (``None``: not stated)."""
     gpus = None
     if plan_file is not None or plan is None:
         if plan_file is None:
             raise ConfigError("give layout options or --plan FILE")
-        job, plan = read_plan_file(plan_file)
-        model = model or job.model or None
-        cluster = cluster or job.cluster or None
-        gpus = job.gpus or None
-    model_spec = resolve_model(model or DEFAULT_MODEL)
-    cluster_spec = resolve_cluster(cluster or DEFAULT_CLUSTER)
-    return model_spec, cluster_spec, plan, gpus
+        spec, plan = read_plan_file(plan_file)
+        model = model or spec.model or None
+        cluster = cluster or spec.cluster or None
+        engine = engine or spec.engine or None
+        gpus = spec.gpus or None
+    job = Job(model=resolve_model(model or DEFAULT_MODEL), cluster=resolve_cluster(cluster or DEFAULT_CLUSTER),
+              plan=plan, engine=get_engine(engine or DEFAULT_ENGINE))
+    return job, gpus

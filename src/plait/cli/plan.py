@@ -13,9 +13,10 @@ from rich.console import Console
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
 from plait.cli.progress import LazyProgress
 from plait.cli.render_plan import print_points, print_relaxations, print_search
-from plait.errors import ConfigError
+from plait.engine.catalog import DEFAULT_ENGINE, get_engine
+from plait.errors import ConfigError, refuse_overwrite
 from plait.export.artifact import write_artifacts
-from plait.export.bundle import export_all
+from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
 from plait.search.engine import run_search
 from plait.search.explain import runner_up_gives_up, why_winner
@@ -56,6 +57,8 @@ def _range(text: str) -> tuple[int, int]:
 def plan_command(
     model: Annotated[str, typer.Option(help="Catalog model, config.json or model TOML.")] = DEFAULT_MODEL,
     cluster: Annotated[str, typer.Option(help="Cluster preset or TOML/YAML file.")] = DEFAULT_CLUSTER,
+    engine: Annotated[str, typer.Option(help="Engine to rank for and export to: only plans it can run are searched "
+                                              "(see `plait engines`).")] = DEFAULT_ENGINE,
     gpus: Annotated[int, typer.Option(help="GPUs (objective throughput).")] = 8,
     gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts to compare (objectives cost, time).")] = None,
     global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "128",
@@ -68,14 +71,18 @@ def plan_command(
     memory_margin: Annotated[float, typer.Option(help="Fraction of GPU memory kept free.")] = 0.05,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let tp and ep leave the scale-up domain.")] = False,
     precision: Annotated[str | None, typer.Option(help="Matmul precisions to try, e.g. bf16 or bf16,fp8.")] = None,
-    export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml, torchtitan, Megatron-LM and DeepSpeed configs into this folder.")] = None,
+    export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml and the engine's own configuration "
+                                                     "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Search every parallel layout and memory knob; rank plans and explain the winner."""
     check_objective(objective)
-    model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
+    model_spec, cluster_spec, the_engine = resolve_model(model), resolve_cluster(cluster), get_engine(engine)
     batches = _batches(global_batch)
+    if export is not None:  # before the search: an existing file or an unexportable model is refused at once
+        for name in export_names(the_engine, model):
+            refuse_overwrite(export / name, force)
     precisions = tuple(precision.split(",")) if precision else None
     console = Console(stderr=as_json)
     if objective == "throughput":
@@ -84,12 +91,12 @@ def plan_command(
         space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
                               allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions)
         with LazyProgress(console, "costing plans") as progress:
-            result = run_search(model_spec, cluster_spec, space, progress=progress)
+            result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine)
         if result.num_candidates == 0:
             raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "
                               f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
         best = result.top(top)
-        fixes = relaxations(model_spec, cluster_spec, space) if not best else []
+        fixes = relaxations(model_spec, cluster_spec, space, the_engine) if not best else []
         if as_json:
             print(json.dumps(_search_json(result, best, fixes), indent=2))
         else:
@@ -97,7 +104,8 @@ def plan_command(
             if not best:
                 print_relaxations(console, result, fixes)
         if export and best:
-            written = write_artifacts(export, export_all(best[0].plan, model, model_spec, cluster), overwrite=force)
+            written = write_artifacts(export, export_for(the_engine, best[0].plan, model, model_spec, cluster),
+                                      overwrite=force)
             console.print(f"exported {', '.join(str(p) for p in written)}")
         if not best:
             raise typer.Exit(1)
@@ -108,12 +116,12 @@ def plan_command(
     with LazyProgress(console, "searching GPU counts") as progress:
         points = search_gpu_counts(model_spec, cluster_spec, counts, batches, tokens, seq_len=seq_len,
                                    memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
-                                   precisions=precisions, progress=progress)
+                                   precisions=precisions, progress=progress, engine=the_engine)
     front = pareto_front(points)
     choice = choose(points, objective, deadline_days, budget_usd)
     if as_json:
         print(json.dumps({
-            "objective": objective, "tokens": tokens,
+            "objective": objective, "engine": the_engine.spec, "tokens": tokens,
             "points": [{"gpus": p.gpus, "layout": p.estimate.plan.describe(), "days": p.days, "dollars": p.dollars,
                         "tokens_per_s": p.estimate.tokens_per_s} for p in points],
             "pareto_gpus": [p.gpus for p in front],
@@ -123,13 +131,15 @@ def plan_command(
     else:
         print_points(console, points, front, choice, tokens)
     if export:
-        written = write_artifacts(export, export_all(choice.estimate.plan, model, model_spec, cluster), overwrite=force)
+        written = write_artifacts(export, export_for(the_engine, choice.estimate.plan, model, model_spec, cluster),
+                                  overwrite=force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
 
 
 def _search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-untyped-def]
     return {
         "objective": "throughput", "model": result.model.name, "cluster": result.cluster.name,
+        "engine": result.engine.spec,
         "gpus": result.space.gpus, "candidates": result.num_candidates, "costed": result.costed,
         "feasible": result.num_feasible, "elapsed_s": result.elapsed_s, "candidates_per_s": result.candidates_per_s,
         "interrupted": result.interrupted, "infeasible_by_reason": dict(result.reasons),

@@ -23,7 +23,7 @@ def _duration(seconds: float) -> str:
 
 def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None:
     """Summary, time breakdown, memory breakdown and cost to train."""
-    console.print(f"[bold]{est.model_name}[/] on {est.num_gpus} x {est.cluster_name}")
+    console.print(f"[bold]{est.model_name}[/] on {est.num_gpus} x {est.cluster_name}, run by {est.engine}")
     console.print(f"plan: {est.plan.describe()}  (micro-batches per step: {est.plan.num_micro_batches})")
     time_table = Table(title=f"Step time {est.step_time_s:.4g} s", title_justify="left")
     time_table.add_column("component")

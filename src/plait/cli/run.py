@@ -12,11 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from plait.cost.step import estimate
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.plan.io import read_plan_file
-from plait.run.framework import runtime_framework
+from plait.predict.estimate import estimate
 from plait.run.launch import local_slots, multinode_command, run_local
 from plait.workload.catalog import resolve_model
 
@@ -73,7 +73,7 @@ def run_command(
     if not rows:
         return
     hardware = resolve_cluster(cluster or job.cluster or "dgx-h100-ib")
-    predicted = estimate(model, hardware, the_plan, framework=runtime_framework(the_plan))
+    predicted = estimate(model, hardware, the_plan, engine=get_engine("plait"))
     steady = [r["step_time_s"] for r in rows[1:]] or [rows[0]["step_time_s"]]
     table = Table(title=f"{model.name}: {the_plan.describe()} on {gpus} ranks", title_justify="left")
     for col in ("", "measured", f"predicted ({hardware.name})"):

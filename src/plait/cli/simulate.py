@@ -3,44 +3,48 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from plait.cli.options import resolve_job
+from plait.cli.options import ENGINE_HELP, resolve_job
 from plait.cost.batch import stage_memories
-from plait.cost.step import estimate, refine_pipeline
 from plait.errors import refuse_overwrite
 from plait.plan.rules import check_plan
+from plait.predict.estimate import predict, refine_pipeline
+from plait.predict.job import Job
 from plait.search.pareto import pareto_front
 from plait.search.planner import gpu_counts, search_gpu_counts
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
 
 
-def _job(plan_file: Path, model: str | None, cluster: str | None):  # type: ignore[no-untyped-def]
-    model_spec, cluster_spec, plan, gpus = resolve_job(model, cluster, plan_file, None)
-    plan = plan.with_seq_len(model_spec.seq_len)
-    check_plan(plan, model_spec, cluster_spec, num_gpus=gpus)
-    return model_spec, cluster_spec, plan
+def _job(plan_file: Path, model: str | None, cluster: str | None, engine: str | None) -> Job:
+    job, gpus = resolve_job(model, cluster, plan_file, None, engine)
+    job = replace(job, plan=job.plan.with_seq_len(job.model.seq_len))
+    check_plan(job.plan, job.model, job.cluster, num_gpus=gpus)
+    return job
 
 
 def simulate_command(
     plan_file: Annotated[Path, typer.Option("--plan", help="Plan TOML file.")],
     model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
     cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     trace: Annotated[Path | None, typer.Option(help="Write Chrome/Perfetto trace-event JSON here.")] = None,
     png: Annotated[Path | None, typer.Option(help="Write the timeline picture here.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets)."""
-    model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
+    job = _job(plan_file, model, cluster, engine)
+    plan = job.plan
     refuse_overwrite(trace, force)
     refuse_overwrite(png, force)
-    timeline = simulate_step(model_spec, cluster_spec, plan)
+    timeline = simulate_step(job.model, job.cluster, plan, job.engine.framework)
     if trace:
         write_trace(trace, timeline, overwrite=force)
     if png:
@@ -69,6 +73,7 @@ def report_command(
     out: Annotated[Path, typer.Option(help="HTML file to write.")] = Path("report.html"),
     model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
     cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts for the Pareto picture.")] = None,
     tokens: Annotated[float, typer.Option(help="Tokens to train for the Pareto picture.")] = 1e12,
     force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
@@ -76,18 +81,19 @@ def report_command(
     """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front."""
     from plait.report.html import render_report
 
-    model_spec, cluster_spec, plan = _job(plan_file, model, cluster)
+    job = _job(plan_file, model, cluster, engine)
+    model_spec, cluster_spec, plan, framework = job.model, job.cluster, job.plan, job.engine.framework
     refuse_overwrite(out, force)
-    timeline = simulate_step(model_spec, cluster_spec, plan)
-    est = estimate(model_spec, cluster_spec, plan, simulate=False)
+    timeline = simulate_step(model_spec, cluster_spec, plan, framework)
+    est = predict(job, simulate=False)
     if plan.pp > 1:  # the estimate takes the page's own simulated step, not a second simulation
-        est = refine_pipeline(model_spec, cluster_spec, est, timeline=timeline)
+        est = refine_pipeline(model_spec, cluster_spec, est, framework, timeline=timeline)
     points = front = None
     if gpus_range:
         low, high = (int(x) for x in gpus_range.split(":"))
         points = search_gpu_counts(model_spec, cluster_spec, gpu_counts(low, high, cluster_spec),
-                                   (plan.global_batch,), tokens, seq_len=plan.seq_len)
+                                   (plan.global_batch,), tokens, seq_len=plan.seq_len, engine=job.engine)
         front = pareto_front(points)
-    page = render_report(est, timeline, stage_memories(model_spec, cluster_spec, plan), points, front)
+    page = render_report(est, timeline, stage_memories(model_spec, cluster_spec, plan, framework), points, front)
     out.write_text(page, encoding="utf-8")
     Console().print(f"wrote {out} ({len(page) / 1024:.0f} KiB)")

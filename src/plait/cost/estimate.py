@@ -99,6 +99,8 @@ class Estimate:
     """Model display name."""
     cluster_name: str
     """Cluster display name."""
+    engine: str
+    """The engine the prediction is for (``name@version[options]``, :class:`plait.engine.engine.Engine`)."""
     plan: Plan
     """The plan estimated (``seq_len`` filled in)."""
     memory: MemoryBreakdown
@@ -166,6 +168,7 @@ class Estimate:
         out: dict[str, object] = {
             "model": self.model_name,
             "cluster": self.cluster_name,
+            "engine": self.engine,
             "num_gpus": self.num_gpus,
             "plan": asdict(self.plan),
             "layout": self.plan.describe(),

@@ -2,7 +2,7 @@
 
 A Plan says what is parallelised; frameworks differ in how. The defaults describe
 current PyTorch/Megatron practice; other values describe documented older or simpler
-implementations (each with its source where it is set, e.g. :mod:`plait.validate.software`).
+implementations (each engine's values, with their sources, are in :mod:`plait.engine`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ class Framework:
     to bf16 (Megatron, FSDP mixed precision), 4 under ``torch.autocast`` with fp32 parameters, which keeps
     the residual adds in fp32 (type promotion) and runs norms in fp32 (PyTorch AMP op reference: layer_norm
     and the norm family autocast to float32). GEMM outputs and reductions stay bf16 either way."""
+    fsdp_casts_params: bool = False
+    """``residual_bytes`` holds only where parameters are not sharded by FSDP: FSDP2's ``MixedPrecisionPolicy`` casts
+    the gathered parameters to bf16, so a zero2/zero3 plan's residual stream is 2 bytes (plait's runtime)."""
     tp_loss: TpLoss = "vocab_parallel"
     """How the loss meets vocab-parallel logits under TP: a cross-entropy on the local vocabulary shard with
     three all-reduces of one fp32 value per token (Megatron-LM ``_VocabParallelCrossEntropy``: max, predicted

@@ -66,7 +66,11 @@ def _row(setup: Setup) -> dict[str, float]:
 def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
                   framework: Framework) -> dict[str, np.ndarray]:
     """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled)."""
-    keys = np.stack([cols[f].astype(np.int64) for f in INNER_FIELDS], axis=1)
+    columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
+    if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
+        fsdp = (cols.dp > 1) & (cols.is_("sharding", "zero2") | cols.is_("sharding", "zero3"))
+        columns.append(fsdp.astype(np.int64))
+    keys = np.stack(columns, axis=1)
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
     inverse = inverse.reshape(-1)

@@ -16,6 +16,11 @@ from plait.workload.model import ModelSpec
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
+def residual_bytes(framework: Framework, fsdp_managed: bool) -> int:
+    """Bytes per residual-stream element: the framework's figure, or 2 where FSDP casts parameters to bf16."""
+    return 2 if framework.fsdp_casts_params and fsdp_managed else framework.residual_bytes
+
+
 @dataclass(frozen=True, kw_only=True)
 class Setup:
     """Resolved sizes for one estimate."""
@@ -57,7 +62,7 @@ class Setup:
     @property
     def residual_bytes(self) -> int:
         """Bytes per element of the residual stream (hidden states between sublayers, norms, residual adds)."""
-        return self.framework.residual_bytes
+        return residual_bytes(self.framework, self.plan.dp > 1 and self.plan.sharding in ("zero2", "zero3"))
 
     @property
     def gemm_dtype(self) -> str:

@@ -1,21 +1,42 @@
-"""Every export of one plan: plait's plan file and the three engine configurations."""
+"""The exports of one plan for the engine that will run it: plait's plan file plus the engine's own configuration
+(torchtitan arguments, Megatron-LM arguments or a DeepSpeed config; plait's runtime and engines without an
+exporter run the plan file). A plan the engine cannot run is refused with the option named."""
 
 from __future__ import annotations
 
+from plait.engine.capability import first_unsupported
+from plait.engine.engine import Engine
+from plait.errors import ConfigError
 from plait.export.artifact import Artifact
 from plait.export.deepspeed import deepspeed_artifact
 from plait.export.megatron import megatron_artifact
 from plait.export.torchtitan import CONFIGS, torchtitan_artifact
-from plait.plan.io import Job, plan_to_toml
+from plait.plan.io import JobSpec, plan_to_toml
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
+FILES = {"torchtitan": "torchtitan.sh", "megatron": "megatron.sh", "deepspeed": "deepspeed.json", "plan": None}
 
-def export_all(plan: Plan, model_name: str, model: ModelSpec, cluster_name: str) -> list[Artifact]:
-    """plan.toml, torchtitan.sh (for models torchtitan ships), megatron.sh and deepspeed.json."""
-    artifacts = [Artifact("plan.toml", plan_to_toml(plan, Job(model=model_name, cluster=cluster_name,
-                                                             gpus=plan.num_gpus)))]
-    if model_name in CONFIGS:
+
+def export_names(engine: Engine, model_name: str) -> list[str]:
+    """The files :func:`export_for` writes for ``engine``; refuses at once a model the engine has no config for."""
+    if engine.export == "torchtitan" and model_name not in CONFIGS:
+        raise ConfigError(f"torchtitan 0.3.0 has no config for model {model_name!r} (known: {', '.join(sorted(CONFIGS))})")
+    own = FILES[engine.export]
+    return ["plan.toml", *([own] if own else [])]
+
+
+def export_for(engine: Engine, plan: Plan, model_name: str, model: ModelSpec, cluster_name: str) -> list[Artifact]:
+    """plan.toml (naming the engine) and the engine's configuration for ``plan``."""
+    refusal = first_unsupported(plan, model, engine)
+    if refusal:
+        raise ConfigError(f"cannot export: {refusal}")
+    job = JobSpec(model=model_name, cluster=cluster_name, gpus=plan.num_gpus, engine=engine.spec)
+    artifacts = [Artifact("plan.toml", plan_to_toml(plan, job))]
+    if engine.export == "torchtitan":
         artifacts.append(torchtitan_artifact(plan, model_name, model))
-    artifacts += [megatron_artifact(plan, model), deepspeed_artifact(plan)]
+    elif engine.export == "megatron":
+        artifacts.append(megatron_artifact(plan, model))
+    elif engine.export == "deepspeed":
+        artifacts.append(deepspeed_artifact(plan))
     return artifacts

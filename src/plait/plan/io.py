@@ -6,6 +6,7 @@ The same file is read by ``plait estimate --plan`` and written by the planner an
     [job]
     model = "llama3-8b"          # catalog slug, config.json or model TOML path
     cluster = "dgx-h100-ib"      # preset slug or cluster TOML/YAML path
+    engine = "torchtitan"        # optional; the engine that runs the plan (plait engines)
     gpus = 8                     # optional; must equal pp*dp*cp*tp
 
     [plan]
@@ -28,8 +29,8 @@ from plait.schema import build
 
 
 @dataclass(frozen=True, kw_only=True)
-class Job:
-    """What a plan file says besides the plan."""
+class JobSpec:
+    """What a plan file says besides the plan, as written (resolved into a :class:`plait.predict.job.Job`)."""
 
     model: str = ""
     """Model: catalog slug or file path (empty: given on the command line)."""
@@ -37,9 +38,11 @@ class Job:
     """Cluster: preset slug or file path (empty: given on the command line)."""
     gpus: int = 0
     """GPU count the plan must occupy (0: not checked)."""
+    engine: str = ""
+    """Engine that runs the plan, ``name[@version][[options]]`` (empty: given on the command line, else the default)."""
 
 
-def read_plan_file(path: Path) -> tuple[Job, Plan]:
+def read_plan_file(path: Path) -> tuple[JobSpec, Plan]:
     """Parse a plan file."""
     if not path.is_file():
         raise ConfigError(f"plan file {str(path)!r} does not exist")
@@ -52,11 +55,11 @@ def read_plan_file(path: Path) -> tuple[Job, Plan]:
         raise ConfigError(f"{path}: unknown table {unknown[0]!r} (a plan file has [job] and [plan])")
     if "plan" not in raw:
         raise ConfigError(f"{path}: missing [plan] table")
-    job = build(Job, raw.get("job", {}), f"{path}:[job]")
+    job = build(JobSpec, raw.get("job", {}), f"{path}:[job]")
     return job, build(Plan, raw["plan"], f"{path}:[plan]")
 
 
-def plan_to_toml(plan: Plan, job: Job | None = None) -> str:
+def plan_to_toml(plan: Plan, job: JobSpec | None = None) -> str:
     """Render a plan file (only non-default plan fields, in declaration order)."""
     import tomli_w
 
@@ -69,7 +72,7 @@ def plan_to_toml(plan: Plan, job: Job | None = None) -> str:
     return tomli_w.dumps(body)
 
 
-def write_plan_file(path: Path, plan: Plan, job: Job | None = None, *, overwrite: bool = False) -> None:
+def write_plan_file(path: Path, plan: Plan, job: JobSpec | None = None, *, overwrite: bool = False) -> None:
     """Write a plan file; refuses to replace an existing file unless ``overwrite``."""
     refuse_overwrite(path, overwrite)
     path.write_text(plan_to_toml(plan, job), encoding="utf-8")

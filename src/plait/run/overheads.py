@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 
 from plait.cost.batch import layer_columns
+from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
-from plait.run.framework import runtime_framework
 from plait.workload.catalog import model_from_mapping
 from plait.workload.model import ModelSpec
 
@@ -97,7 +97,7 @@ def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> di
     calibrated description, before host figures), with the runtime's own framework description
     (plait.run.framework)."""
     spec = tiny_spec(LAYERS[0])
-    charged = {name: layer_columns(spec, cluster, plan.with_seq_len(spec.seq_len), runtime_framework(plan))
+    charged = {name: layer_columns(spec, cluster, plan.with_seq_len(spec.seq_len), get_engine("plait").framework)
                for name, plan in PLANS.items()}
     gather, reduce = charged["fsdp"]["gather_d"], charged["fsdp"]["reduce_d"]
     tp_fwd, tp_bwd = charged["tp"]["tp_fwd_d"], charged["tp"]["tp_bwd_d"]

@@ -15,10 +15,14 @@ import numpy as np
 
 from plait.cost.batch import BatchResult, evaluate_batch
 from plait.cost.estimate import Estimate
-from plait.cost.framework import DEFAULT, Framework
-from plait.cost.step import estimate_from_batch, refine_pipeline
+from plait.cost.step import estimate_from_batch
+from plait.engine.capability import reasons as engine_reasons
+from plait.engine.capability import unsupported_index
+from plait.engine.catalog import get_engine
+from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.predict.estimate import refine_pipeline
 from plait.search.enumerate import enumerate_space
 from plait.search.rules import MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
@@ -37,7 +41,8 @@ class SearchResult:
     cluster: Cluster
     space: SearchSpace
     num_candidates: int
-    framework: Framework = DEFAULT
+    engine: Engine = field(default_factory=get_engine)
+    """The engine plans are ranked for; options it cannot run are pruned with their reason."""
     reasons: Counter[str] = field(default_factory=Counter)
     """Infeasible candidates per reason."""
     costed: int = 0
@@ -76,8 +81,8 @@ class SearchResult:
         out = []
         for _, chunk, row in self.ranking()[:REFINE * k]:
             cols, result, _ = self.feasible[chunk]
-            est = estimate_from_batch(self.model, self.cluster, result, row)
-            out.append(refine_pipeline(self.model, self.cluster, est, self.framework) if est.plan.pp > 1 else est)
+            est = estimate_from_batch(self.model, self.cluster, result, row, self.engine.spec)
+            out.append(refine_pipeline(self.model, self.cluster, est, self.engine.framework) if est.plan.pp > 1 else est)
         return sorted(out, key=lambda e: -e.tokens_per_s)[:k]
 
     def nearest_misses(self, k: int) -> list[Estimate]:
@@ -91,17 +96,23 @@ class SearchResult:
                 if not fits[row]:
                     misses.append((float(over[row]), chunk, int(row)))
         misses.sort()
-        return [estimate_from_batch(self.model, self.cluster, self.feasible[c][1], r) for _, c, r in misses[:k]]
+        return [estimate_from_batch(self.model, self.cluster, self.feasible[c][1], r, self.engine.spec)
+                for _, c, r in misses[:k]]
 
 
-def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, framework: Framework = DEFAULT,
+def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine: Engine | None = None,
                progress: Progress | None = None, chunk: int = CHUNK) -> SearchResult:
-    """Search ``space``; Ctrl-C during costing returns what was costed so far."""
+    """Search ``space`` for ``engine`` (default: :data:`plait.engine.catalog.DEFAULT_ENGINE`): candidates the engine
+    cannot run are pruned with the option named; Ctrl-C during costing returns what was costed so far."""
     start = time.perf_counter()
+    engine = engine or get_engine()
+    framework = engine.framework
     cols = enumerate_space(model, space)
-    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=len(cols), framework=framework)
-    names = reason_table()
+    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=len(cols), engine=engine)
+    names = reason_table() + engine_reasons(engine)
     verdict = prune(cols, model, cluster, space)
+    refused = unsupported_index(cols, model, engine)
+    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
     codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
     result.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
     survivors = np.flatnonzero(verdict < 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.search.engine import Progress, SearchResult, run_search
@@ -21,7 +22,7 @@ def check_objective(objective: str) -> None:
         raise ConfigError(f"objective={objective!r} must be one of {', '.join(OBJECTIVES)}")
 
 
-def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace) -> list[Relaxation]:
+def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine | None = None) -> list[Relaxation]:
     """The nearest changes that would make a request with no feasible plan work."""
     tries: list[tuple[str, SearchSpace]] = []
     if not space.allow_tp_across_nodes:
@@ -41,7 +42,7 @@ def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace) -> list[
         tries.append((f"halve the sequence length to {space.seq_len // 2}", replace(space, seq_len=space.seq_len // 2)))
     out = []
     for change, relaxed in tries:
-        result = run_search(model, cluster, relaxed)
+        result = run_search(model, cluster, relaxed, engine=engine)
         best = result.top(1)
         out.append(Relaxation(change, best[0] if best else None))
     return out
@@ -50,13 +51,13 @@ def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace) -> list[
 def search_gpu_counts(model: ModelSpec, cluster: Cluster, counts: list[int], global_batches: tuple[int, ...],
                       tokens: float, *, seq_len: int = 0, memory_margin: float = 0.05,
                       allow_tp_across_nodes: bool = False, precisions: tuple[str, ...] | None = None,
-                      progress: Progress | None = None) -> list[Point]:
+                      progress: Progress | None = None, engine: Engine | None = None) -> list[Point]:
     """The best plan at each GPU count, priced for ``tokens``."""
     points = []
     for gpus in counts:
         space = default_space(model, cluster, gpus, global_batches, seq_len=seq_len, memory_margin=memory_margin,
                               allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions)
-        result: SearchResult = run_search(model, cluster, space, progress=progress)
+        result: SearchResult = run_search(model, cluster, space, progress=progress, engine=engine)
         best = result.top(1)
         if best:
             points.append(price(best[0], tokens))

@@ -2,7 +2,7 @@
 
 For every run with a complete published layout (tp, pp, dp and micro-batch stated), the
 planner searches the same model, cluster, GPU count, global batch and precision, with
-the run's documented software and the published prediction's gradient dtype, over its
+the run's engine and the published prediction's gradient dtype, over its
 default space widened by the run's own micro-batch, virtual-stage and cp values (so the
 published layout is a candidate). Its best plan's predicted step time is compared with
 the prediction for the published layout; runs whose published layout does not fit
@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from plait.cost.estimate import Estimate
+from plait.engine.catalog import get_engine
 from plait.search.engine import run_search
 from plait.search.space import default_space
 from plait.validate.report import predict_row
 from plait.validate.runs import RunRow
-from plait.validate.software import software_for
 from plait.validate.translate import row_cluster, row_model
 
 
@@ -46,16 +46,16 @@ def compare(row: RunRow) -> QualityCase | None:
     published = predict_row(row)
     if published.estimate is None or not published.fits:
         return None
-    software = software_for(row)
-    model, cluster = row_model(row, software), row_cluster(row)
+    engine = get_engine(row.engine)
+    model, cluster = row_model(row, engine), row_cluster(row)
     space = default_space(model, cluster, row.n_gpus, (row.global_batch,), seq_len=row.seq_len,  # type: ignore[arg-type]
                           precisions=(row.precision or "bf16",), memory_margin=0.0,
                           grad_reduce_dtypes=(published.estimate.plan.grad_reduce_dtype,))
     space = replace(space, micro_batches=tuple(sorted({*space.micro_batches, row.micro_batch})),  # type: ignore[arg-type]
                     vpp=tuple(sorted({*space.vpp, *(v for v in (row.vpp,) if v and v > 1)})),
                     cp=tuple(sorted({*space.cp, row.cp or 1})),
-                    sequence_parallel=(True, False) if software.sequence_parallel is None else (software.sequence_parallel,))
-    result = run_search(model, cluster, space, framework=software.framework)
+                    sequence_parallel=(True, False) if engine.sequence_parallel is None else (engine.sequence_parallel,))
+    result = run_search(model, cluster, space, engine=engine)
     planned = result.top(1)
     if not planned:
         return None

@@ -9,12 +9,13 @@ import numpy as np
 
 from plait.cost.batch import evaluate_batch
 from plait.cost.estimate import Estimate
-from plait.cost.step import estimate_from_batch, refine_pipeline, wants_simulation
+from plait.cost.step import estimate_from_batch
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
+from plait.predict.estimate import refine_pipeline, wants_simulation
 from plait.validate.runs import RunRow
-from plait.validate.software import software_for
 from plait.validate.translate import candidate_plans, row_cluster, row_model
 
 
@@ -46,25 +47,25 @@ def predict_row(row: RunRow) -> RowResult:
     missing = row.missing_shape()
     if missing:
         return RowResult(row=row, reason=f"column {missing} is empty")
-    software = software_for(row)
     try:
-        model, cluster = row_model(row, software), row_cluster(row)
-        plans = list(candidate_plans(row, software))
+        engine = get_engine(row.engine)
+        model, cluster = row_model(row, engine), row_cluster(row)
+        plans = list(candidate_plans(row, engine))
         if not plans:
             return RowResult(row=row, reason="no plan is consistent with the row's layout")
         cols = PlanColumns.from_plans(plans)
         cols = cols.take(broken_rule_index(cols, model, cluster) < 0)
         if not len(cols):
             return RowResult(row=row, reason="no plan consistent with the row passes plait's plan rules")
-        result = evaluate_batch(model, cluster, cols, software.framework)
+        result = evaluate_batch(model, cluster, cols, engine.framework)
     except ConfigError as exc:
         return RowResult(row=row, reason=str(exc))
     step = result.step_time_s
     fits = result.memory["total"] <= cluster.accelerator.memory_bytes
     best = int(np.argmin(np.where(fits, step, np.inf))) if fits.any() else int(np.argmin(step))
-    chosen = estimate_from_batch(model, cluster, result, best)
+    chosen = estimate_from_batch(model, cluster, result, best, engine.spec)
     if wants_simulation(chosen.plan):
-        chosen = refine_pipeline(model, cluster, chosen, software.framework)
+        chosen = refine_pipeline(model, cluster, chosen, engine.framework)
     return RowResult(row=row, estimate=chosen, candidates=len(cols), fits=bool(fits.any()))
 
 
@@ -97,7 +98,7 @@ class Validation:
             "rows_in_file": len(self.results),
             "per_source": self.per_source(),
             "results": [
-                {"id": r.row.id, "source": r.row.source, "predicted_step_time_s": r.estimate.step_time_s,
+                {"id": r.row.id, "source": r.row.source, "engine": r.estimate.engine, "predicted_step_time_s": r.estimate.step_time_s,
                  "measured_step_time_s": r.row.step_time_s, "error_pct": r.error_pct,
                  "layout": r.estimate.plan.describe(), "fits": r.fits, "candidates": r.candidates}
                 for r in self.predicted

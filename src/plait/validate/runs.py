@@ -10,6 +10,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from plait.engine.catalog import DEFAULT_ENGINE
 from plait.errors import ConfigError
 
 REQUIRED_COLUMNS = (
@@ -53,6 +54,9 @@ class RunRow:
     precision: str | None
     step_time_s: float | None
     notes: str
+    engine: str = "megatron-core"
+    """The engine that produced the measurement (``name@version[options]``, :mod:`plait.engine.catalog`); a file
+    without the column is taken as the default engine."""
 
     def missing_shape(self) -> str | None:
         """The first shape column a prediction needs that the row leaves empty."""
@@ -139,7 +143,7 @@ def parse_row(raw: dict[str, str], where: str) -> RunRow:
         sharding=_choice(raw["sharding"], "sharding", ("none", "zero1", "zero2", "zero3"), where),
         precision=_choice(raw["precision"], "precision", ("bf16", "fp16", "fp8"), where),
         step_time_s=_float(raw["step_time_s"], "step_time_s", where),
-        notes=raw["notes"], **needed, **ints,
+        notes=raw["notes"], engine=(raw.get("engine") or "").strip() or DEFAULT_ENGINE, **needed, **ints,
     )
 
 

@@ -17,22 +17,22 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_accelerator, get_cluster, with_accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.validate.runs import RunRow
-from plait.validate.software import Software
 from plait.workload.model import ModelSpec, MoeSpec
 
 REFERENCE_SYSTEM = {"a100": "dgx-a100-ib", "h100": "dgx-h100-ib", "h200": "dgx-h100-ib", "b200": "b200-dgx",
                     "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 MAX_VPP = 8
-GRAD_DTYPES = ("fp32", "bf16")  # where neither row nor documented software states it; frameworks offer both
+GRAD_DTYPES = ("fp32", "bf16")  # where neither row nor engine states it; frameworks offer both
 MAX_TP = 8
 
 
-def row_model(row: RunRow, software: Software) -> ModelSpec:
+def row_model(row: RunRow, engine: Engine) -> ModelSpec:
     """The model a row describes; plain-MLP rows are GPT-style (LayerNorm, learned positions, biases, tied)."""
     gpt_style = row.mlp == "plain"
     moe = None
@@ -47,7 +47,7 @@ def row_model(row: RunRow, software: Software) -> ModelSpec:
         mlp="plain" if gpt_style else "gated", vocab_size=row.vocab, seq_len=row.seq_len,
         tied_embeddings=gpt_style, norm="layernorm" if gpt_style else "rmsnorm",
         position="learned" if gpt_style else "rope", attention_bias=gpt_style, mlp_bias=gpt_style,
-        dropout=software.dropout, moe=moe, source=f"row {row.id}",
+        dropout=engine.dropout, moe=moe, source=f"row {row.id}",
     )
 
 
@@ -78,7 +78,7 @@ def _layouts(row: RunRow) -> Iterator[tuple[int, int, int]]:
                 yield tp, pp, row.n_gpus // (tp * pp * cp)
 
 
-def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
+def candidate_plans(row: RunRow, engine: Engine) -> Iterator[Plan]:
     """Every plan consistent with what the row states."""
     if not row.global_batch:
         raise ConfigError(f"{row.id}: global_batch is empty")
@@ -89,7 +89,7 @@ def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
         mbs = [row.micro_batch] if row.micro_batch else _divisors(per_replica, 16)
         recomputes = [row.recompute] if row.recompute else ["none", "selective", "full"]
         shardings = [row.sharding] if row.sharding else ["none", "zero1"]
-        stated = row.sequence_parallel if row.sequence_parallel is not None else software.sequence_parallel
+        stated = row.sequence_parallel if row.sequence_parallel is not None else engine.sequence_parallel
         sps = [False] if tp == 1 else ([stated] if stated is not None else [False, True])
         if pp == 1:
             vpps = [1]
@@ -97,18 +97,17 @@ def candidate_plans(row: RunRow, software: Software) -> Iterator[Plan]:
             vpps = [row.vpp]
         else:
             vpps = [v for v in _divisors(row.layers // pp if row.layers % pp == 0 else 1, MAX_VPP)]
-        grads = [software.grad_reduce_dtype] if software.grad_reduce_dtype else GRAD_DTYPES
+        grads = [engine.grad_reduce_dtype] if engine.grad_reduce_dtype else GRAD_DTYPES
         for mb, rc, sh, sp, vpp, grad in itertools.product(mbs, recomputes, shardings, sps, vpps, grads):
             shard = dp if sh != "none" else 1
             rc_layers = -1
-            if rc == "selective" and software.selective_full_every:
-                rc, rc_layers = "full", (row.layers // pp) // software.selective_full_every
+            if rc == "selective" and engine.selective_full_every:
+                rc, rc_layers = "full", (row.layers // pp) // engine.selective_full_every
             yield Plan(
                 tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,
                 ep=row.ep or 1, dp_replicate=dp // shard, dp_shard=shard, sharding=sh, recompute=rc,  # type: ignore[arg-type]
                 recompute_layers=rc_layers,
                 micro_batch=mb, global_batch=row.global_batch, seq_len=row.seq_len,
                 precision=row.precision or "bf16",  # type: ignore[arg-type]
-                grad_reduce_dtype=grad, overlap_grad_reduce=software.overlap_grad_reduce,  # type: ignore[arg-type]
-                tp_comm_overlap=software.tp_comm_overlap and tp > 1,
+                grad_reduce_dtype=grad, overlap_grad_reduce=engine.overlap_grad_reduce,  # type: ignore[arg-type]
             )

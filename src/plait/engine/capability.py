@@ -1,0 +1,117 @@
+"""The capability table: which plan options an engine (and, for plait's runtime, a machine) can execute.
+
+A feature is a named, vectorised predicate over :class:`~plait.plan.columns.PlanColumns` (and the model); an
+engine lists the features it cannot run, each with a cited reason (``data/engines.toml``). The planner prunes
+those rows (:func:`unsupported_index`), the exporters and ``plait run`` refuse them with one line naming the
+option and the engine (:func:`first_unsupported`), and ``plait estimate`` warns. One table, three readers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from plait.engine.engine import Engine
+from plait.plan.columns import PlanColumns
+from plait.plan.plan import Plan
+from plait.workload.model import ModelSpec
+
+Mask = Callable[[PlanColumns, ModelSpec], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One plan option (or model trait) an engine may lack."""
+
+    name: str
+    describe: Callable[[Plan, ModelSpec], str]
+    """The option as the user wrote it, e.g. ``cp=2`` or ``schedule='zb-h1'``."""
+    present: Mask
+
+
+def _model(flag: Callable[[ModelSpec], bool]) -> Mask:
+    return lambda c, m: np.full(len(c), flag(m))
+
+
+def _choice(field: str, value: str) -> Feature:
+    return Feature(f"{field}={value}", lambda p, m: f"{field}={value!r}", lambda c, m: c.is_(field, value))
+
+
+def _degree(field: str) -> Feature:
+    return Feature(field, lambda p, m: f"{field}={getattr(p, field)}", lambda c, m: c[field] > 1)
+
+
+def _flag(field: str) -> Feature:
+    return Feature(field, lambda p, m: f"{field}=true", lambda c, m: c[field])
+
+
+_FEATURES: tuple[Feature, ...] = (
+    _degree("tp"), _degree("pp"), _degree("cp"), _degree("ep"),
+    Feature("sp", lambda p, m: "sp=true", lambda c, m: c["sp"] & (c["tp"] > 1)),
+    *(_choice("schedule", s) for s in ("gpipe", "interleaved", "zb-h1")),
+    Feature("schedule=1f1b", lambda p, m: "schedule='1f1b'", lambda c, m: c.is_("schedule", "1f1b") & (c["pp"] > 1)),
+    *(_choice("sharding", s) for s in ("zero1", "zero2", "zero3")),
+    Feature("hsdp", lambda p, m: f"dp_replicate={p.dp_replicate} with sharding={p.sharding!r} (hybrid sharding)",
+            lambda c, m: (c["dp_replicate"] > 1) & (c["dp_shard"] > 1)),
+    Feature("zero1_replicated", lambda p, m: f"sharding='zero1' with dp_replicate={p.dp_replicate}",
+            lambda c, m: c.is_("sharding", "zero1") & (c["dp_replicate"] > 1)),
+    _choice("recompute", "selective"), _choice("recompute", "full"),
+    Feature("recompute_layers", lambda p, m: f"recompute_layers={p.recompute_layers} (full recompute of some layers)",
+            lambda c, m: c.is_("recompute", "full") & (c["recompute_layers"] >= 0)),
+    Feature("recompute_layers_not_half",
+            lambda p, m: f"recompute_layers={p.recompute_layers} (not half of the {-(-m.num_layers // p.pp)} layers per stage)",
+            lambda c, m: c.is_("recompute", "full") & (c["recompute_layers"] >= 0)
+            & (np.abs(c["recompute_layers"] - -(-m.num_layers // c["pp"]) / 2) > 0.5)),
+    _choice("precision", "fp16"), _choice("precision", "fp8"), _choice("grad_reduce_dtype", "bf16"),
+    _choice("optimizer", "sgd"),
+    Feature("master_weights=false", lambda p, m: "master_weights=false", lambda c, m: ~c["master_weights"]),
+    _flag("offload_optimizer"), _flag("offload_params"),
+    Feature("offload_params_alone", lambda p, m: "offload_params=true with offload_optimizer=false",
+            lambda c, m: c["offload_params"] & ~c["offload_optimizer"]),
+    _flag("tp_comm_overlap"),
+    Feature("overlap_grad_reduce=false", lambda p, m: "overlap_grad_reduce=false", lambda c, m: ~c["overlap_grad_reduce"]),
+    Feature("moe", lambda p, m: f"a mixture-of-experts model ({m.name})", _model(lambda m: m.moe is not None)),
+    Feature("mla", lambda p, m: f"multi-head latent attention ({m.name})", _model(lambda m: m.mla is not None)),
+    Feature("alibi", lambda p, m: f"ALiBi positions ({m.name})", _model(lambda m: m.position == "alibi")),
+    Feature("learned_positions_sp", lambda p, m: f"learned positions ({m.name}) with sp=true",
+            lambda c, m: c["sp"] & (c["tp"] > 1) & (m.position == "learned")),
+)
+FEATURES: dict[str, Feature] = {f.name: f for f in _FEATURES}
+"""Every feature an engine's ``unsupported`` table may name."""
+
+MACHINES = ("cpu", "cuda")
+
+
+def _listed(engine: Engine, machine: str | None) -> list[tuple[Feature, str]]:
+    """(feature, reason) the engine cannot run, engine-wide first, then on ``machine``."""
+    pairs = list(engine.unsupported.items())
+    if machine is not None:
+        pairs += list(engine.machines.get(machine, {}).items())
+    return [(FEATURES[name], why) for name, why in pairs]
+
+
+def unsupported_index(cols: PlanColumns, model: ModelSpec, engine: Engine, machine: str | None = None) -> np.ndarray:
+    """Per row the index into :func:`reasons` of the first option ``engine`` cannot run (-1: runnable)."""
+    first = np.full(len(cols), -1, dtype=np.int64)
+    for index, (feature, _) in enumerate(_listed(engine, machine)):
+        mask = np.asarray(feature.present(cols, model), dtype=bool) & (first < 0)
+        first[mask] = index
+    return first
+
+
+def reasons(engine: Engine, machine: str | None = None) -> list[str]:
+    """Reason text per index of :func:`unsupported_index` (for the planner's infeasibility counts)."""
+    return [f"{engine.name} cannot run {feature.name}" for feature, _ in _listed(engine, machine)]
+
+
+def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str | None = None) -> str | None:
+    """One line naming the first option ``engine`` cannot run, the engine and why; ``None`` when it can run all."""
+    index = int(unsupported_index(PlanColumns.from_plans([plan]), model, engine, machine)[0])
+    if index < 0:
+        return None
+    feature, why = _listed(engine, machine)[index]
+    where = f" on {machine.upper() if machine == 'cpu' else 'CUDA'}" if machine and feature.name in engine.machines.get(
+        machine, {}) else ""
+    return f"{feature.describe(plan, model)} is not supported by {engine.spec}{where}: {why}"
