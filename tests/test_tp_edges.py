@@ -59,3 +59,28 @@ def test_sequence_parallel_reduces_norm_gradients_once_per_step(toy_cluster: Clu
         no_sp = estimate(model, toy_cluster, _plan(sp=False, global_batch=micro_batches))
         grad_bytes = 4  # fp32 gradients (the default reduce dtype)
         assert sp.time.optimizer_s - no_sp.time.optimizer_s == pytest.approx(grad_bytes * norms / BW, rel=1e-9)
+
+
+def test_async_tp_hides_at_most_what_the_decomposed_gemms_can() -> None:
+    """Regression (issue 11): tp_comm_overlap used to hide all TP traffic behind the whole GEMM time. Decomposed
+    (async) TP overlaps the other tp - 1 chunks only, and pays for running tp smaller GEMMs (Wang et al. 2023)."""
+    from plait.cost.compute import gemms_fwd_bwd_s
+    from plait.cost.flops import Gemm, layer_gemms
+    from plait.cost.layer import layer_cost
+    from plait.cost.setup import Setup
+
+    from plait.hardware.catalog import cluster_from_mapping
+    from tests.conftest import toy_cluster_mapping
+
+    cluster = cluster_from_mapping(toy_cluster_mapping(), "toy")
+    model = get_model("llama3-8b")
+    base = Plan(tp=8, sp=True, micro_batch=1, global_batch=1, seq_len=8192)
+    exposed, overlapped = (Setup(model=model, cluster=cluster, plan=replace(base, tp_comm_overlap=flag),
+                                 framework=Framework()) for flag in (False, True))
+    comm, hidden = layer_cost(exposed, False).tp_fwd_s, layer_cost(overlapped, False).tp_fwd_s
+    gemms = layer_gemms(overlapped, False)
+    gemm_fwd, _ = gemms_fwd_bwd_s(gemms, overlapped)
+    split_fwd, _ = gemms_fwd_bwd_s([Gemm(g.m // 8, g.n, g.k, g.count * 8) for g in gemms], overlapped)
+    # toy cluster: comm_overlap 1 (no contention), so the exposed part is what 7/8 of the GEMMs cannot cover
+    assert hidden == pytest.approx(max(0.0, comm - gemm_fwd * 7 / 8) + max(0.0, split_fwd - gemm_fwd), rel=1e-12)
+    assert 0 < hidden < comm

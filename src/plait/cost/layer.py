@@ -132,8 +132,16 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     return fwd + fwd_mem, 2 * fwd + 2 * fwd_mem
 
 
-def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
-    """Exposed TP/SP communication of one pass (two collectives on the hidden states)."""
+def _tp_pass_s(setup: Setup, gemm_s: float, chunking_s: float) -> float:
+    """Exposed TP/SP communication of one pass (two collectives on the hidden states).
+
+    With ``tp_comm_overlap`` the collectives are decomposed with the GEMMs they feed or follow (Wang et al. 2023,
+    "Overlap Communication with Dependent Computation via Decomposition in Large Deep Learning Models", ASPLOS,
+    Sec. 3; PyTorch's async TP, ``_fused_all_gather_matmul`` / ``_fused_matmul_reduce_scatter`` in
+    torch/distributed/_symmetric_memory): the GEMM runs as ``tp`` chunks of ``1/tp`` of the tokens, each chunk
+    overlapping the transfer of the next shard, so the chunk computed on the local shard hides nothing and what
+    the other ``tp - 1`` chunks cannot hide stays exposed, plus the contention of the overlap
+    (:func:`plait.cost.overlap.hidden_remainder`) and ``chunking_s``, the extra time of ``tp`` smaller GEMMs."""
     plan = setup.plan
     if plan.tp == 1:
         return 0.0
@@ -143,7 +151,10 @@ def _tp_pass_s(setup: Setup, gemm_s: float) -> float:
     one = (coll.all_gather_s(gathered, link) + coll.reduce_scatter_s(reduced, link) if plan.sp
            else coll.all_reduce_s(reduced, link))
     comm = 2 * one
-    return float(hidden_remainder(comm, gemm_s, setup.comm_overlap)) if plan.tp_comm_overlap else comm
+    if not plan.tp_comm_overlap:
+        return comm
+    hideable = gemm_s * (plan.tp - 1) / plan.tp
+    return float(hidden_remainder(comm, hideable, setup.comm_overlap)) + chunking_s
 
 
 def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:
@@ -197,7 +208,12 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     merge_fwd, merge_bwd = (elementwise_time_s(b, acc) for b in cp_merge_bytes(setup))
     fwd = gemm_fwd + core_fwd + elem_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
-    tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd), _tp_pass_s(setup, gemm_bwd)
+    chunk_fwd = chunk_bwd = 0.0
+    if plan.tp_comm_overlap and plan.tp > 1:  # decomposed GEMMs: tp chunks of 1/tp of the tokens each
+        chunked = [Gemm(max(g.m // plan.tp, 1), g.n, g.k, g.count * plan.tp) for g in gemms]
+        split_fwd, split_bwd = gemms_fwd_bwd_s(chunked, setup)
+        chunk_fwd, chunk_bwd = max(0.0, split_fwd - gemm_fwd), max(0.0, split_bwd - gemm_bwd)
+    tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd, chunk_fwd), _tp_pass_s(setup, gemm_bwd, chunk_bwd)
     if plan.tp > 1:  # wrapper host time (DTensor dispatch), measured by plait calibrate; 0 on GPUs
         tp_fwd += eff.host_tp_layer_fwd_us.value * 1e-6
         tp_bwd += eff.host_tp_layer_bwd_us.value * 1e-6
