@@ -6,9 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from plait.cost.estimate import Estimate
+from plait.units import GIB
 from plait.validate.report import Validation
-
-GIB = 1024**3
 
 
 def _duration(seconds: float) -> str:

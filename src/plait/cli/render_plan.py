@@ -8,8 +8,7 @@ from rich.table import Table
 from plait.search.engine import SearchResult
 from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why_winner
 from plait.search.pareto import Point
-
-GIB = 1024**3
+from plait.units import GIB
 
 
 def print_search(console: Console, result: SearchResult, top: int) -> None:

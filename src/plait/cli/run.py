@@ -18,9 +18,8 @@ from plait.hardware.catalog import resolve_cluster
 from plait.plan.io import read_plan_file
 from plait.predict.estimate import estimate
 from plait.run.launch import local_slots, multinode_command, run_local
+from plait.units import GIB
 from plait.workload.catalog import resolve_model
-
-GIB = 1024**3
 
 
 def run_command(

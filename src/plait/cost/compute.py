@@ -18,7 +18,7 @@ from plait.cost.flops import Gemm
 from plait.cost.framework import AttentionKernel
 from plait.cost.setup import Setup
 from plait.hardware.accelerator import Accelerator
-from plait.hardware.figure import Curve
+from plait.hardware.catalog import kernel_curve
 
 
 def matmul_flops_per_s(acc: Accelerator, dtype: str, size: float) -> float:
@@ -58,19 +58,10 @@ def elementwise_time_s(num_bytes: float, acc: Accelerator) -> float:
     return num_bytes / memory_bytes_per_s(acc)
 
 
-FLASH1_RELATIVE = Curve(
-    sizes=(512, 1024, 2048, 4096, 8192, 16384),
-    fractions=(58 / 88, 70 / 119, 77 / 140, 87 / 156, 92 / 165, 97 / 171),
-    source=("FlashAttention-2 paper (Dao 2023, arXiv 2307.08691) Fig. 4c, A100 80GB, causal, head dim 64, forward + "
-            "backward: FlashAttention 58/70/77/87/92/97 against FlashAttention-2 88/119/140/156/165/171 TFLOP/s at "
-            "seq 512..16k. A ratio of two kernels measured on one GPU; carried to other GPUs as an assumption (neither "
-            "kernel uses Hopper-specific instructions)"),
-)
-"""Rate of a first-generation flash kernel relative to FlashAttention-2 on the same GPU, by sequence length."""
 
 
 def attention_flops_per_s(acc: Accelerator, key_length: float, kernel: AttentionKernel = "flash") -> float:
     """Sustained FLOP/s of fused (flash) attention in bf16, forward and backward together, over ``key_length`` keys;
-    the accelerator's curve is FlashAttention-2's, and a ``"flash1"`` kernel runs at :data:`FLASH1_RELATIVE` of it."""
+    the accelerator's curve is FlashAttention-2's, and a ``"flash1"`` kernel runs at the ``flash1_relative`` curve of hardware/data/kernels.toml of it."""
     rate = acc.peak_flops("bf16") * acc.efficiency.attention.at(key_length)
-    return rate * FLASH1_RELATIVE.at(key_length) if kernel == "flash1" else rate
+    return rate * kernel_curve("flash1_relative").at(key_length) if kernel == "flash1" else rate

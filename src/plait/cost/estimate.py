@@ -6,8 +6,6 @@ from dataclasses import asdict, dataclass, field, fields
 
 from plait.plan.plan import Plan
 
-GIB = 1024**3
-
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryBreakdown:

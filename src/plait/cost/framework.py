@@ -25,7 +25,7 @@ class Framework:
     attention_kernel: AttentionKernel = "flash"
     """Fused flash attention of the FlashAttention-2 generation (Dao 2023) at the accelerator's measured rate;
     ``"flash1"``: a first-generation fused kernel (FlashAttention-1, Dao et al. 2022, and Triton ports of it), the
-    same FLOPs and memory at the rate :data:`plait.cost.compute.FLASH1_RELATIVE` gives; or ``"unfused"``: batched
+    same FLOPs and memory at the rate the ``flash1_relative`` curve (hardware/data/kernels.toml) gives; or ``"unfused"``: batched
     GEMMs + softmax that store the score matrix."""
     shard_unit: ShardUnit = "layer"
     """ZeRO-3 gather granularity: one flat all-gather per transformer layer (FSDP wrapping, Zhao et al.

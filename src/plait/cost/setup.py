@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from plait.cost.framework import AttentionKernel, Framework
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
+from plait.units import DTYPE_BYTES
 from plait.workload.model import ModelSpec
-
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 def residual_bytes(framework: Framework, fsdp_managed: bool) -> int:

@@ -17,9 +17,7 @@ from plait.hardware.figure import Curve, Figure
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
-GIB = 1024**3
-GB = 1e9
-
+from plait.units import GB, GIB
 
 HIDDEN_HOST = ("assumed 0: on a GPU the host issues a layer's kernels ahead of the device, so eager dispatch and "
                "wrapper overheads (FSDP2 hooks, DTensor dispatch) hide behind device work except for tiny layers; a "

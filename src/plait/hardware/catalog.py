@@ -18,6 +18,7 @@ from typing import Any
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
+from plait.hardware.figure import Curve
 from plait.hardware.power import power_capped
 from plait.schema import build
 
@@ -40,6 +41,15 @@ def _efficiency_tables() -> dict[str, dict[str, Any]]:
 @functools.cache
 def _cluster_tables() -> dict[str, dict[str, Any]]:
     return _data("clusters.toml")
+
+
+@functools.cache
+def kernel_curve(name: str) -> Curve:
+    """A kernel-relative rate curve of ``kernels.toml`` (e.g. ``flash1_relative``), with its source."""
+    tables = _data("kernels.toml")
+    if name not in tables:
+        raise ConfigError(f"unknown kernel curve {name!r} (known: {', '.join(sorted(tables))})")
+    return build(Curve, tables[name], f"kernels.toml:{name}")
 
 
 def accelerator_names() -> list[str]:

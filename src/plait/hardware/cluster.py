@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from plait.errors import ConfigError
-from plait.hardware.accelerator import GB, GIB, Accelerator
+from plait.hardware.accelerator import Accelerator
 from plait.hardware.figure import Curve
+from plait.units import GB, GIB
 
 
 @dataclass(frozen=True, kw_only=True)

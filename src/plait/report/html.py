@@ -11,8 +11,8 @@ from plait.cost.estimate import Estimate
 from plait.report.plots import memory_png, pareto_png, timeline_png
 from plait.search.pareto import Point
 from plait.simulate.pipeline import Timeline
+from plait.units import GIB
 
-GIB = 1024**3
 STYLE = """body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5rem 0 1.5rem}td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}
 th:first-child,td:first-child{text-align:left}img{max-width:100%;border:1px solid #eee}h1{font-size:1.5rem}

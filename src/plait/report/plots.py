@@ -12,12 +12,12 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from plait.search.pareto import Point  # noqa: E402
 from plait.simulate.pipeline import Timeline  # noqa: E402
+from plait.units import GIB
 
 COLOURS = {"F": "#4C78A8", "B": "#F58518", "W": "#54A24B", "optimizer": "#9D9D9D", "dp-reduce": "#B279A2",
            "param-gather": "#E45756"}
 LABELS = {"F": "forward", "B": "backward", "W": "weight grad", "optimizer": "optimizer", "dp-reduce": "grad reduce",
           "param-gather": "param all-gather"}
-GIB = 1024**3
 
 
 def timeline_png(timeline: Timeline, path: Path, title: str) -> None:

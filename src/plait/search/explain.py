@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.estimate import Estimate
-
-GIB = 1024**3
+from plait.units import GIB
 
 
 def bottleneck(est: Estimate) -> str:
