@@ -36,10 +36,19 @@ def run_command(
     nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
     trace_dir: Annotated[Path | None, typer.Option(help="Profile the last step into rank<N>.json traces "
                                                         "(same format as `plait simulate --trace`).")] = None,
+    engine: Annotated[str, typer.Option(help="plait (plait's own runtime) or torchtitan (launches the torchtitan "
+                                             "package with plait's exported configuration; CUDA only).")] = "plait",
+    out: Annotated[Path | None, typer.Option(help="torchtitan: folder for its assets and outputs (default: a "
+                                                  "temporary folder).")] = None,
 ) -> None:
     """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory."""
     job, the_plan = read_plan_file(plan)
     model = resolve_model(job.model)
+    if engine not in ("plait", "torchtitan"):
+        raise ConfigError(f"engine={engine!r} must be plait or torchtitan (the engines plait run can launch)")
+    if engine == "torchtitan":
+        _run_torchtitan(job.model, model, the_plan, steps, out, dry_run)
+        return
     if metrics is not None and metrics.exists():
         raise ConfigError(f"metrics file {str(metrics)!r} already exists; choose another path")
     gpus = the_plan.num_gpus
@@ -83,3 +92,31 @@ def run_command(
                   f"{predicted.memory.total_bytes / GIB:.3f}")
     table.add_row("final loss", f"{rows[-1]['loss']:.4f}", "")
     console.print(table)
+
+
+def _run_torchtitan(model_slug: str, model, plan, steps: int, out: Path | None, dry_run: bool) -> None:  # type: ignore[no-untyped-def]
+    """Refuse what torchtitan or this machine cannot run, before anything starts; then launch torchtitan."""
+    import subprocess
+
+    from plait.engine.capability import first_unsupported
+    from plait.run.torchtitan import describe, launch_command, trainer_args, write_assets
+
+    titan = get_engine("torchtitan")
+    slots = local_slots()
+    refusal = first_unsupported(plan.with_seq_len(model.seq_len), model, titan, "cuda" if slots else "cpu")
+    if refusal:
+        raise ConfigError(refusal)
+    if slots is None:
+        raise ConfigError("engine=torchtitan: torchtitan's trainer runs on CUDA (torchtitan/trainer.py); "
+                          "this machine has no GPU (use --engine plait)")
+    if plan.num_gpus > slots:
+        raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but this node has {slots}")
+    folder = out or Path(tempfile.mkdtemp(prefix="plait-torchtitan-"))
+    tokenizer_dir, data_dir = write_assets(folder)
+    command = launch_command(plan.num_gpus, trainer_args(plan.with_seq_len(model.seq_len), model_slug, model,
+                                                         tokenizer_dir, data_dir, folder / "outputs", steps))
+    Console().print(describe(command))
+    if not dry_run:
+        code = subprocess.run(command, check=False).returncode
+        if code != 0:
+            raise typer.Exit(code)
