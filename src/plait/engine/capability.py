@@ -106,9 +106,14 @@ def reasons(engine: Engine, machine: str | None = None) -> list[str]:
     return [f"{engine.name} cannot run {feature.name}" for feature, _ in _listed(engine, machine)]
 
 
-def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str | None = None) -> str | None:
-    """One line naming the first option ``engine`` cannot run, the engine and why; ``None`` when it can run all."""
-    index = int(unsupported_index(PlanColumns.from_plans([plan]), model, engine, machine)[0])
+def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str | None = None,
+                      cols: PlanColumns | None = None) -> str | None:
+    """One line naming the first option ``engine`` cannot run, the engine and why; ``None`` when it can run all
+    (``cols``: the plan as columns, when the caller has them)."""
+    if not engine.unsupported and not engine.machines.get(machine or "", {}):
+        return None
+    index = int(unsupported_index(cols if cols is not None else PlanColumns.from_plans([plan]), model, engine,
+                                  machine)[0])
     if index < 0:
         return None
     feature, why = _listed(engine, machine)[index]

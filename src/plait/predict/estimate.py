@@ -53,9 +53,10 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine |
     plan = plan.with_seq_len(model.seq_len)
     if check:
         rules.check_plan(plan, model, cluster)
-    result = evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), framework)
+    cols = PlanColumns.from_plans([plan])
+    result = evaluate_batch(model, cluster, cols, framework)
     est = estimate_from_batch(model, cluster, result, 0, engine.spec)
-    refusal = first_unsupported(plan, model, engine)
+    refusal = first_unsupported(plan, model, engine, cols=cols)
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
     return refine_pipeline(model, cluster, est, framework) if wants_simulation(plan, simulate) else est
