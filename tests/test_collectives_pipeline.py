@@ -53,7 +53,7 @@ def test_latency_term_ring_vs_tree() -> None:
 
 def _pipeline(plan: Plan, fwd: float, bwd: float) -> tuple[float, float]:
     cols = PlanColumns.from_plans([plan])
-    busy, bubble = pipeline_time_s(cols, np.array([fwd + bwd]), np.array([fwd + bwd]), np.array([fwd]))
+    busy, bubble = pipeline_time_s(cols, np.array([fwd + bwd]), np.array([fwd + bwd]), np.array([bwd]), np.array([bwd / 2]))
     return float(busy[0]), float(bubble[0])
 
 

@@ -18,7 +18,7 @@ from plait.cost.flops import model_flops_per_token
 from plait.cost.framework import DEFAULT, Framework
 from plait.cost.inner import inner_columns
 from plait.cost.links import collective_s
-from plait.cost.memory import MEMORY_ITEMS, shard_groups, stage_memory, stage_params
+from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
@@ -54,9 +54,13 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns, framework
     """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded), and the
     host time of FSDP2's per-layer hooks (zero2/zero3; measured by plait calibrate, 0 on GPUs).
 
-    Per-module sharding gathers each parameter tensor on its own (tensors taken as equal-sized)."""
+    Per-module sharding gathers each parameter tensor on its own (tensors taken as equal-sized). With parameters
+    offloaded, a gather first copies the rank's shard host-to-device over PCIe and then all-gathers it over the
+    network as without offload; a reduce-scatter is followed by the copy of the gradient shard back to the host
+    (FSDP2 ``CPUOffloadPolicy``: "sharded parameters ... copied host-to-device before all-gather", torch
+    fully_shard docs; ZeRO-Infinity, Rajbhandari et al. 2021, Sec. 5: the same gathers, fed from host memory)."""
     dense_group, expert_group = shard_groups(cols)
-    active = cols.is_("sharding", "zero3") & (dense_group > 1) & ~cols["offload_params"]
+    active = cols.is_("sharding", "zero3") & (dense_group > 1)
     wrapped = (cols.is_("sharding", "zero3") | cols.is_("sharding", "zero2")) & (dense_group > 1)  # FSDP2 units
     eff = cluster.accelerator.efficiency
     pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
@@ -65,10 +69,12 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns, framework
         params = inner[f"params_{t}"] + inner[f"params_expert_{t}"] * dense_group / expert_group
         pieces = inner[f"tensors_{t}"] if framework.shard_unit == "module" else 1.0
         gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],
-                                       np.where(active, 2 * params / pieces, 0.0))
-        out[f"gather_{t}"] = np.where(cols["offload_params"], 2 * params / pcie, gather)
-        out[f"reduce_{t}"] = collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
-                                          np.where(active, inner["grad_bytes"] * params, 0.0))
+                                       np.where(active, PARAM_BYTES * params / pieces, 0.0))
+        shard = params / dense_group
+        out[f"gather_{t}"] = gather + np.where(cols["offload_params"], PARAM_BYTES * shard / pcie, 0.0)
+        out[f"reduce_{t}"] = (collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
+                                           np.where(active, inner["grad_bytes"] * params, 0.0))
+                              + np.where(cols["offload_params"], inner["grad_bytes"] * shard / pcie, 0.0))
         present = inner[f"params_{t}"] + inner[f"params_expert_{t}"] > 0
         out[f"host_fwd_{t}"] = np.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * 1e-6, 0.0)
         out[f"host_bwd_{t}"] = np.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * 1e-6, 0.0)
@@ -133,15 +139,20 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     mean = np.where(pp > 2, (total[0] + total[2] + interior * total[1]) / pp, (total[0] + total[2]) / 2)
     mean_fwd = np.where(pp > 2, (fwd[0] + fwd[2] + interior * fwd[1]) / pp, (fwd[0] + fwd[2]) / 2)
     mean, mean_fwd = np.where(pp == 1, total[0], mean), np.where(pp == 1, fwd[0], mean_fwd)
-    busy, bubble = pipeline_time_s(cols, pick(total), mean, mean - mean_fwd)
+    weight = np.stack([b["compute"] / 2 for _, b in passes])  # ZB-H1's W, as plait.simulate.costs splits it
+    mean_weight = np.where(pp > 2, (weight[0] + weight[2] + interior * weight[1]) / pp, (weight[0] + weight[2]) / 2)
+    busy, bubble = pipeline_time_s(cols, pick(total), mean, mean - mean_fwd, mean_weight)
     m = cols.num_micro_batches
     time = {k: m * pick([f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
     assert np.allclose(sum(time.values()), busy, rtol=1e-9, atol=1e-12)
     time["pp_bubble"] = bubble
     # Transfers on the critical path, as the event simulation finds them: 1F1B-style schedules wait for
     # each micro-batch's activation and gradient (2 m hops); the interleaved schedule hides steady-state
-    # transfers behind its other chunks and pays the fill and drain through every chunk boundary.
-    hops = np.where(cols["vpp"] > 1, 2 * (pp * cols["vpp"] - 1), 2 * m)
+    # transfers behind its other chunks and pays the fill and drain through every chunk boundary; ZB-H1's
+    # Ws hide them after the fill, leaving 2 (p - 1) + 2 clip(m - 2, 0, p - 1) (PyTorch's order, simulated).
+    zb_hops = 2 * (pp - 1) + 2 * np.clip(m - 2, 0, pp - 1)
+    hops = np.where(cols["vpp"] > 1, 2 * (pp * cols["vpp"] - 1),
+                    np.where(cols.is_("schedule", "zb-h1"), zb_hops, 2 * m))
     time["pp_p2p"] = np.where(pp > 1, hops * p2p, 0.0)
     slow_stage = np.choose(slowest, stages)
     params = stage_params(model, cols, inner, slow_stage)

@@ -73,7 +73,10 @@ def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_
     dense_group, expert_group = shard_groups(cols)
     local = np.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
                      params["dense"] / dense_group + params["expert"] / expert_group)
-    transfer = local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
+    # offloaded too, both already cross PCIe per layer (plait.cost.batch._fsdp_layer_s) and stay on the host.
+    transfer = np.where(cols["offload_params"], 0.0,
+                        local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9))
     host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / (
         cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
     offloaded = transfer + host_update

@@ -68,7 +68,7 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled)."""
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
     if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
-        fsdp = (cols.dp > 1) & (cols.is_("sharding", "zero2") | cols.is_("sharding", "zero3"))
+        fsdp = (cols.dp * cols["cp"] > 1) & (cols.is_("sharding", "zero2") | cols.is_("sharding", "zero3"))
         columns.append(fsdp.astype(np.int64))
     keys = np.stack(columns, axis=1)
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)

@@ -19,8 +19,9 @@ import numpy as np
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
 from plait.cost.stage import recomputed_layers
-from plait.hardware.accelerator import GIB, Accelerator
+from plait.hardware.accelerator import Accelerator
 from plait.plan.columns import PlanColumns
+from plait.units import GIB
 from plait.workload.model import ModelSpec
 
 PARAM_BYTES = 2  # bf16/fp16 compute copy of the weights (Micikevicius et al. 2018)
@@ -84,6 +85,7 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: C
     zero3 = cols.is_("sharding", "zero3")
     weights = np.where(cols["offload_params"], 0.0, PARAM_BYTES * np.where(zero3, sharded, total_params))
     grads = inner["grad_bytes"] * np.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
+    grads = np.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
     optimizer = np.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * np.where(
         cols.is_("sharding", "none"), total_params, sharded))
     buffers = np.where((zero3 & (dense_group > 1)) | cols["offload_params"],

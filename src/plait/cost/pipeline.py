@@ -11,10 +11,11 @@ Column-wise over plans (numpy arrays; a single plan is a batch of one).
   slowest stage and fill/drain add the bubble ``(p-1)/v`` mean stage-times for
   1F1B/GPipe/interleaved (Narayanan et al. 2021, Sec. 2.2.2, bubble fraction
   ``(p-1)/(v m)``). ZB-H1 (Qi et al. 2023, Sec. 3.1) fills the bubble with deferred
-  weight-gradient passes; plait's simulation of it (greedy deferral, :mod:`plait.simulate`)
-  recovers the forward share, leaving ``(p-1)/v`` mean backward times — conservative against
-  the paper's hand-placed ``(p-1)(T_F + T_B - T_W)``. The closed forms are tested against the
-  simulator on the dev-set layouts.
+  weight-gradient passes W; in the order PyTorch runs (:func:`plait.simulate.schedules.zb_h1`)
+  the bubble is ``(p-1)(T_F + max(0, T_B - T_W)) + max(0, p-m) T_W`` with ``T_B`` the
+  input-gradient part of the backward — the paper's ``(p-1)(T_F + T_B - T_W)`` for ``m >= p``,
+  derived by hand for uniform stages and checked against the event simulation. The closed
+  forms are tested against the simulator on the dev-set layouts.
 """
 
 from __future__ import annotations
@@ -34,14 +35,17 @@ def inflight_micro_batches(cols: PlanColumns, stage: np.ndarray) -> np.ndarray:
 
 
 def pipeline_time_s(cols: PlanColumns, slowest_s: np.ndarray, mean_s: np.ndarray,
-                    mean_backward_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                    mean_backward_s: np.ndarray, mean_weight_grad_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(busy time of the slowest stage over all micro-batches, bubble time) per row.
 
     ``slowest_s``/``mean_s`` are per-micro-batch forward+backward times of the slowest and the
-    average stage; ``mean_backward_s`` the average stage's backward time.
+    average stage; ``mean_backward_s`` the average stage's backward time and ``mean_weight_grad_s``
+    the part of it ZB-H1 runs as W.
     """
-    p = cols["pp"]
-    busy = cols.num_micro_batches * slowest_s
-    bubble = np.where(cols.is_("schedule", "zb-h1"), (p - 1) / cols["vpp"] * mean_backward_s,
-                      (p - 1) / cols["vpp"] * mean_s)
+    p, m = cols["pp"], cols.num_micro_batches
+    busy = m * slowest_s
+    forward_s, input_grad_s = mean_s - mean_backward_s, mean_backward_s - mean_weight_grad_s
+    zero_bubble = ((p - 1) * (forward_s + np.maximum(0.0, input_grad_s - mean_weight_grad_s))
+                   + np.maximum(0, p - m) * mean_weight_grad_s)
+    bubble = np.where(cols.is_("schedule", "zb-h1"), zero_bubble, (p - 1) / cols["vpp"] * mean_s)
     return busy, np.where(p == 1, 0.0, bubble)

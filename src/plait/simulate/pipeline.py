@@ -1,6 +1,9 @@
 """Simulate one step of one pipeline: every rank's compute stream and communication stream.
 
-Per operation the durations come from the estimator (:mod:`plait.simulate.costs`);
+Each rank runs its operation order (:mod:`plait.simulate.schedules`) strictly in sequence,
+each operation once its input has arrived — as ``torch.distributed.pipelining``'s runtime
+executes its per-rank action list, waiting on each receive right before the compute that
+needs it. Per operation the durations come from the estimator (:mod:`plait.simulate.costs`);
 activations and gradients travel between neighbouring stages with the point-to-point time
 on the edge; after a rank's last backward, its data-parallel gradient buckets (one per
 layer, ready as the last backward passes that layer) are reduced on its communication
@@ -42,7 +45,7 @@ class PipelineCosts:
     backward_s: list[float]
     """Backward (with recomputation) of one micro-batch through one chunk, per rank."""
     weight_grad_s: list[float]
-    """Part of ``backward_s`` that ZB-H1 defers as W (0 for other schedules)."""
+    """Part of ``backward_s`` that ZB-H1 runs as a separate W pass (unused by other schedules)."""
     p2p_s: float
     """Activation or gradient transfer between neighbouring stages."""
     grad_reduce_s: list[float]
@@ -69,7 +72,6 @@ class _Rank:
         self.rank = rank
         self.ops = deque(ops)
         self.busy = False
-        self.pending_w: deque[tuple[int, int]] = deque()
         self.end = 0.0
         self.last_backward: tuple[float, float] = (0.0, 0.0)
 
@@ -88,6 +90,8 @@ def simulate_pipeline(c: PipelineCosts) -> Timeline:
     def ready(op: Op, rank: int) -> bool:
         kind, micro, chunk = op
         stage = stage_of(rank, chunk)
+        if kind == "W":  # its B ran earlier on this rank
+            return True
         if kind == "F":
             return stage == 0 or ("F", micro, stage) in arrived
         return ("B", micro, stage) in arrived and ("done-F", micro, stage) in arrived
@@ -99,23 +103,16 @@ def simulate_pipeline(c: PipelineCosts) -> Timeline:
         kernel.at(begin + duration, lambda: finish(state, kind, micro, chunk, begin))
 
     def dispatch(state: _Rank) -> None:
-        if state.busy:
+        if state.busy or not state.ops or not ready(state.ops[0], state.rank):
             return
-        if zero_bubble and len(state.pending_w) > c.p - 1 - state.rank:  # ZB-H1 keeps 1F1B's memory bound
-            micro, chunk = state.pending_w.popleft()
-            start(state, "W", micro, chunk, c.weight_grad_s[state.rank])
-            return
-        if state.ops and ready(state.ops[0], state.rank):
-            kind, micro, chunk = state.ops.popleft()
-            r = state.rank
-            if kind == "F":
-                start(state, "F", micro, chunk, c.forward_s[r])
-            else:
-                start(state, "B", micro, chunk, c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0))
-            return
-        if state.pending_w and (not state.ops or zero_bubble):
-            micro, chunk = state.pending_w.popleft()
-            start(state, "W", micro, chunk, c.weight_grad_s[state.rank])
+        kind, micro, chunk = state.ops.popleft()
+        r = state.rank
+        if kind == "F":
+            start(state, "F", micro, chunk, c.forward_s[r])
+        elif kind == "W":
+            start(state, "W", micro, chunk, c.weight_grad_s[r])
+        else:  # with a W of its own, B is the input-gradient part only
+            start(state, "B", micro, chunk, c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0))
 
     def finish(state: _Rank, kind: str, micro: int, chunk: int, begin: float) -> None:
         state.busy = False
@@ -128,12 +125,9 @@ def simulate_pipeline(c: PipelineCosts) -> Timeline:
             else:
                 target = ranks[(stage + 1) % c.p]
                 kernel.at(now + c.p2p_s, lambda: (arrived.add(("F", micro, stage + 1)), dispatch(target)))
-        elif kind == "B":
-            if zero_bubble:
-                state.pending_w.append((micro, chunk))
-            if stage > 0:
-                target = ranks[(stage - 1) % c.p]
-                kernel.at(now + c.p2p_s, lambda: (arrived.add(("B", micro, stage - 1)), dispatch(target)))
+        elif kind == "B" and stage > 0:
+            target = ranks[(stage - 1) % c.p]
+            kernel.at(now + c.p2p_s, lambda: (arrived.add(("B", micro, stage - 1)), dispatch(target)))
         if kind in ("B", "W"):
             state.last_backward = (begin, now)
         state.end = now

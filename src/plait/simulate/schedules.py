@@ -9,10 +9,14 @@ gradient. Chunk ``c`` of rank ``r`` is global stage ``r + c * p`` (looped placem
   backwards (PipeDream-Flush; Narayanan et al. 2021, Sec. 2.2.1).
 - Interleaved 1F1B: Megatron-LM's order over ``v`` chunks in groups of ``p`` micro-batches,
   with ``(p - r - 1) * 2 + (v - 1) * p`` warm-up forwards (Narayanan et al. 2021, Sec. 2.2.2).
-- ZB-H1: 1F1B with the backward split into B and W; rank ``r`` defers at most ``p - 1 - r``
-  weight-gradient passes, runs one when its next F or B is not ready, and the rest after its
-  last B — the deferred Ws fill the warm-up and cool-down bubbles while activation memory
-  stays at 1F1B's (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Sec. 3.1, ZB-H1).
+- ZB-H1: 1F1B with the backward split into B (input gradient) and W (weight gradient);
+  rank ``r`` runs its first ``r`` Ws late — after B ``r``, each B is followed by the oldest
+  pending W, and the last ``r`` Ws close the step — so the deferred Ws fill the cool-down
+  bubble, which is ``r`` backward passes long on rank ``r``, while activation memory stays
+  at 1F1B's (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Sec. 3.1, ZB-H1). This is
+  the order PyTorch runs: ``ScheduleInterleavedZeroBubble`` with one stage per rank
+  (``_get_1f1b_rank_ops(..., num_1f1b_microbatches=rank, enable_zero_bubble=True)`` in
+  torch/distributed/pipelining/schedules.py, torch 2.13), without its idle placeholders.
 """
 
 from __future__ import annotations
@@ -63,10 +67,28 @@ def interleaved(p: int, m: int, rank: int, v: int) -> list[Op]:
     return ops
 
 
+def zb_h1(p: int, m: int, rank: int) -> list[Op]:
+    """PyTorch's zero-bubble order for one stage per rank (mirrors ``_get_1f1b_rank_ops``)."""
+    warmup = min(p - rank - 1, m)
+    ops: list[Op] = [("F", i, 0) for i in range(warmup)]
+    weights = 0
+    for k in range(m):  # the k-th backward, after the 1F1B forward that precedes it
+        if warmup + k < m:
+            ops.append(("F", warmup + k, 0))
+        ops.append(("B", k, 0))
+        if k >= rank:
+            ops.append(("W", weights, 0))
+            weights += 1
+    return ops + [("W", i, 0) for i in range(weights, m)]
+
+
 def order(schedule: str, p: int, m: int, rank: int, v: int) -> list[Op]:
-    """The F/B order of ``rank``; ZB-H1 uses the 1F1B order (W are placed by the simulator)."""
+    """The F/B (and, for ZB-H1, W) order of ``rank``."""
     if schedule == "gpipe":
         return gpipe(p, m, rank)
     if schedule == "interleaved" and v > 1:
         return interleaved(p, m, rank, v)
+    if schedule == "zb-h1":
+        assert v == 1, "zb-h1 has one stage per rank (plan rule vpp-needs-interleaved)"
+        return zb_h1(p, m, rank)
     return one_f_one_b(p, m, rank)
