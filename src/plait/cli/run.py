@@ -64,8 +64,11 @@ def run_command(
             raise ConfigError(f"gpus={gpus} must be divisible by nodes={nodes}")
         console.print(multinode_command(plan, nodes, gpus // nodes, extra))
         return
+    from plait.plan.rules import check_plan
     from plait.run.support import check_runnable
 
+    hardware = resolve_cluster(cluster or job.cluster or "dgx-h100-ib")
+    check_plan(the_plan.with_seq_len(model.seq_len), model, hardware)  # the plan's own rules, then the runtime's
     check_runnable(the_plan.with_seq_len(model.seq_len), model, on_gpu=local_slots() is not None)
     slots = local_slots()
     if slots is not None and gpus > slots:
@@ -80,7 +83,6 @@ def run_command(
         rows = [json.loads(line) for line in path.read_text().splitlines()]
     if not rows:
         return
-    hardware = resolve_cluster(cluster or job.cluster or "dgx-h100-ib")
     predicted = estimate(model, hardware, the_plan, engine=get_engine("plait"))
     steady = [r["step_time_s"] for r in rows[1:]] or [rows[0]["step_time_s"]]
     table = Table(title=f"{model.name}: {the_plan.describe()} on {gpus} ranks", title_justify="left")

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from plait.cost.layer import eager_rmsnorm_bytes_per_element
 from plait.run.model import apply_rope, rope_tables
+from plait.units import GB
 
-GB = 1e9
 ROUNDS = 5
 # Single-tensor collectives: the names PyTorch 2.13 prefers, the older ones before (same (output, input) order).
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -21,17 +21,22 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from plait.errors import ConfigError
+from plait.run.optim import HostOffloadOptimizer
 
 
-def _check(optimizer: torch.optim.Optimizer) -> None:
+def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse, before training, optimizers whose state ``get_optimizer_state_dict`` cannot map to the model."""
     if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
         raise ConfigError("checkpointing zero1 (ZeroRedundancyOptimizer) is not supported by DCP; "
                           "use zero2/zero3 (FSDP2) or sharding none to checkpoint")
+    if isinstance(optimizer, HostOffloadOptimizer):  # its state is keyed by host copies, not parameters
+        raise ConfigError("checkpointing offload_optimizer without offload_params is not supported by DCP "
+                          "(the optimizer state lives on host copies); set offload_optimizer = false to checkpoint")
 
 
 def save(directory: Path, container: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
     """Write the state after ``step`` optimizer steps."""
-    _check(optimizer)
+    check_optimizer(optimizer)
     state = {
         "model": get_model_state_dict(container),
         "optim": get_optimizer_state_dict(container, optimizer),
@@ -42,7 +47,7 @@ def save(directory: Path, container: nn.Module, optimizer: torch.optim.Optimizer
 
 def load(directory: Path, container: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Restore model and optimizer in place; returns the number of steps already taken."""
-    _check(optimizer)
+    check_optimizer(optimizer)
     if not directory.is_dir():
         raise ConfigError(f"checkpoint {str(directory)!r} does not exist")
     state = {

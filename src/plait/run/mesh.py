@@ -7,6 +7,7 @@ form TP groups, so on a GPU node TP stays on NVLink.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.distributed as dist
@@ -45,6 +46,15 @@ class Mesh:
     def sub(self, *axes: str) -> DeviceMesh:
         """The sub-mesh over ``axes``."""
         return self.mesh[axes if len(axes) > 1 else axes[0]]
+
+    @cached_property
+    def expert(self) -> DeviceMesh:
+        """The ``(edp, ep)`` mesh over this rank's data-parallel ranks, for MoE with ``ep > 1``: ``ep``
+        consecutive dp ranks (in :attr:`dp_rank` order) hold different experts and ``edp = dp / ep``
+        of them hold the same ones (Megatron-Core's expert-data-parallel group; torchtitan's efsdp x ep).
+        Built once, on first use, by every rank (group creation is collective)."""
+        dp_mesh = self.mesh["dp_replicate", "dp_shard"]._flatten("dp")
+        return dp_mesh._unflatten(0, (self.plan.dp // self.plan.ep, self.plan.ep), ("edp", "ep"))
 
 
 def device_type() -> str:

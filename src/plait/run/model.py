@@ -6,7 +6,8 @@ ones (``-1`` in views) so the same code runs unsharded and tensor-parallel.
 
 References: pre-norm decoder (Radford et al. 2019), RMSNorm (Zhang & Sennrich 2019),
 rotary embeddings (Su et al. 2021), grouped-query attention (Ainslie et al. 2023) through
-``scaled_dot_product_attention``, SwiGLU (Shazeer 2020). Layers live in a ``ModuleDict`` so
+``scaled_dot_product_attention``, SwiGLU (Shazeer 2020); MoE layers take their block from
+:mod:`plait.run.moe`. Layers live in a ``ModuleDict`` so
 that pipeline stages can drop layers while parameter names stay global (checkpoints and
 reference runs line up).
 """
@@ -26,8 +27,8 @@ ROPE_THETA = 10000.0  # Su et al. 2021, Eq. 15 base
 
 def check_supported(spec: ModelSpec) -> None:
     """Refuse model features this reference implementation does not build."""
-    if spec.moe or spec.mla:
-        raise ConfigError(f"plait run builds dense models with standard attention; {spec.name} has MoE/MLA")
+    if spec.mla:
+        raise ConfigError(f"plait run builds standard attention; {spec.name} has multi-head latent attention (MLA)")
     if spec.position == "alibi":
         raise ConfigError(f"plait run supports rope and learned positions, not alibi ({spec.name})")
 
@@ -105,15 +106,21 @@ def _norm(spec: ModelSpec) -> nn.Module:
     return nn.LayerNorm(spec.hidden_size, bias=spec.norm_bias)
 
 
-class Block(nn.Module):
-    """Pre-norm transformer layer."""
+def _feed_forward(spec: ModelSpec, layer: int) -> nn.Module:
+    from plait.run import moe  # imported here: moe builds its experts from FeedForward
 
-    def __init__(self, spec: ModelSpec) -> None:
+    return moe.MoeFeedForward(spec) if moe.is_moe_layer(spec, layer) else FeedForward(spec)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer layer (number ``layer`` of the model: MoE or dense MLP)."""
+
+    def __init__(self, spec: ModelSpec, layer: int) -> None:
         super().__init__()
         self.attention_norm = _norm(spec)
         self.attention = Attention(spec)
         self.ffn_norm = _norm(spec)
-        self.feed_forward = FeedForward(spec)
+        self.feed_forward = _feed_forward(spec, layer)
 
     def forward(self, x_BSD: torch.Tensor, cos_SE: torch.Tensor, sin_SE: torch.Tensor) -> torch.Tensor:
         h_BSD = x_BSD + self.attention(self.attention_norm(x_BSD), cos_SE, sin_SE)
@@ -131,7 +138,7 @@ class Transformer(nn.Module):
         self.tok_embeddings: nn.Module | None = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.pos_embeddings: nn.Module | None = (
             nn.Embedding(seq_len, spec.hidden_size) if spec.position == "learned" else None)
-        self.layers = nn.ModuleDict({str(i): Block(spec) for i in range(spec.num_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(spec, i) for i in range(spec.num_layers)})
         self.norm: nn.Module | None = _norm(spec)
         self.output: nn.Module | None = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         cos, sin = rope_tables(spec.head_dim, seq_len)

@@ -24,8 +24,10 @@ from torch.distributed.tensor.parallel import (
 )
 
 from plait.plan.plan import Plan
+from plait.run import async_tp, context, float8
 from plait.run.mesh import Mesh
 from plait.run.model import Transformer
+from plait.run.moe import apply_ep, ignore_experts_in_ddp, shard_experts
 
 
 def apply_tp(model: Transformer, mesh: Mesh, plan: Plan) -> None:
@@ -33,8 +35,12 @@ def apply_tp(model: Transformer, mesh: Mesh, plan: Plan) -> None:
     tp_mesh = mesh.sub("tp")
     seq = Shard(1) if plan.sp else Replicate()
     top: dict[str, object] = {}
+    # Learned positions are added to the whole sequence, which enters the sequence-parallel region at the first
+    # layer (Megatron-LM's LanguageModelEmbedding: all-reduce, add positions, scatter_to_sequence_parallel_region)
+    positions = model.pos_embeddings is not None and plan.sp
     if model.tok_embeddings is not None:
-        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
+        embedded = Replicate() if positions else seq
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=embedded)
     if model.norm is not None:
         if plan.sp:
             top["norm"] = SequenceParallel()
@@ -57,8 +63,11 @@ def apply_tp(model: Transformer, mesh: Mesh, plan: Plan) -> None:
                 "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             })
         parallelize_module(block, tp_mesh, layer_plan)  # type: ignore[arg-type]
-    if model.pos_embeddings is not None and plan.sp:
-        raise NotImplementedError("learned positions with sequence parallelism")  # guarded by check_runnable users
+    if positions:  # the scatter: each rank keeps its sequence chunk (no communication; all-gather in backward)
+        first = next(iter(model.layers.values()))
+        scatter = PrepareModuleInput(input_layouts=(Replicate(), None, None),
+                                     desired_input_layouts=(Shard(1), None, None), use_local_output=True)
+        parallelize_module(first, tp_mesh, scatter)  # type: ignore[arg-type]
 
 
 def apply_recompute(model: Transformer, plan: Plan) -> None:
@@ -86,13 +95,17 @@ def _mixed_precision(plan: Plan) -> MixedPrecisionPolicy:
 def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool) -> None:
     """FSDP2 per layer and at the root: ZeRO-3 reshards after forward, ZeRO-2 keeps parameters gathered."""
     dp_mesh = mesh.sub("dp_replicate", "dp_shard") if plan.dp_replicate > 1 else mesh.sub("dp_shard")
+    if plan.cp > 1:
+        dp_mesh = context.fsdp_mesh(mesh)  # cp ranks average their gradients too (dp_shard_cp)
     kwargs = {
         "mesh": dp_mesh,
         "reshard_after_forward": plan.sharding == "zero3",
         "mp_policy": MixedPrecisionPolicy() if full_precision else _mixed_precision(plan),
     }
-    if plan.offload_optimizer or plan.offload_params:
-        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=False)  # gloo/CPU: pinned memory is CUDA-only
+    if plan.offload_params:  # parameters, gradients and the optimizer step on the host; optimizer-only
+        # offload (ZeRO-Offload) is plait.run.optim.HostOffloadOptimizer. Pinned memory is CUDA-only.
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=dp_mesh.device_type == "cuda")
+    shard_experts(model, mesh, kwargs)  # first: over the expert-data-parallel ranks (ep > 1 only)
     for block in model.layers.values():
         fully_shard(block, **kwargs)  # type: ignore[arg-type]
     fully_shard(model, **kwargs)  # type: ignore[arg-type]
@@ -101,17 +114,27 @@ def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool)
 def apply_ddp(model: nn.Module, mesh: Mesh) -> nn.Module:
     """Plain data parallelism over the replica group (PyTorch DDP, Li et al. 2020)."""
     group = mesh.sub("dp_replicate").get_group() if mesh.plan.dp_replicate > 1 else mesh.sub("dp_shard").get_group()
-    return nn.parallel.DistributedDataParallel(model, process_group=group)
+    if mesh.plan.cp > 1:
+        group = context.replica_group(mesh)  # cp ranks average their gradients too
+    ignore_experts_in_ddp(model, mesh.plan)  # ep > 1: experts are not replicas; moe.reduce_expert_gradients
+    # cp > 1: each cp rank holds its own shard of the rope buffers, which DDP must not broadcast
+    return nn.parallel.DistributedDataParallel(model, process_group=group, broadcast_buffers=mesh.plan.cp == 1)
 
 
 def parallelize(model: Transformer, mesh: Mesh, plan: Plan, *, full_precision: bool) -> nn.Module:
-    """TP, recompute, then data parallelism; returns the module to call (DDP wraps, FSDP2 does not)."""
+    """TP, EP (this rank's experts), recompute, then data parallelism; returns the module to call (DDP wraps,
+    FSDP2 does not)."""
+    if plan.precision == "fp8" and not full_precision:
+        float8.convert_to_float8(model, plan)  # torchao Float8Linear, before TP and FSDP wrap the layers
     if plan.tp > 1:
         apply_tp(model, mesh, plan)
+    apply_ep(model, mesh)
     apply_recompute(model, plan)
-    if plan.dp > 1 and plan.sharding in ("zero2", "zero3"):
+    if plan.tp_comm_overlap:
+        async_tp.apply_async_tp(model, mesh)  # compiles each block: after TP and recompute, before FSDP
+    if plan.dp * plan.cp > 1 and plan.sharding in ("zero2", "zero3"):
         apply_fsdp(model, mesh, plan, full_precision)
         return model
-    if plan.dp > 1:
+    if plan.dp * plan.cp > 1:
         return apply_ddp(model, mesh)
     return model

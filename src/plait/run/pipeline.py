@@ -3,8 +3,11 @@
 Layers are split as evenly as possible over ``pp * vpp`` stages (the estimator's split).
 Rank ``r`` holds stages ``r, r + pp, ...`` — the looped placement the interleaved schedules
 expect (Narayanan et al. 2021, Sec. 2.2.2). Schedules: GPipe (Huang et al. 2019), 1F1B
-(Narayanan et al. 2021), interleaved 1F1B, and PyTorch's interleaved zero-bubble schedule
-(Qi et al. 2023) for ``zb-h1``.
+(Narayanan et al. 2021), interleaved 1F1B, and for ``zb-h1`` (Qi et al. 2023, Sec. 3.1)
+PyTorch's ``ScheduleInterleavedZeroBubble`` with one stage per rank: it splits each backward
+into input-gradient (``BACKWARD_INPUT``) and weight-gradient (``BACKWARD_WEIGHT``) actions and,
+with a single local stage, its order is ZB-H1's (1F1B warm-up, rank ``r`` deferring ``r``
+weight gradients to the cool-down) — the order :func:`plait.simulate.schedules.zb_h1` costs.
 """
 
 from __future__ import annotations
@@ -52,4 +55,5 @@ def build_schedule(stages: list[PipelineStage], plan: Plan, loss_fn: Callable[[t
         return Schedule1F1B(stages[0], micro_batches, loss_fn=loss_fn)
     if plan.schedule == "interleaved":
         return ScheduleInterleaved1F1B(stages, micro_batches, loss_fn=loss_fn)
+    assert plan.schedule == "zb-h1" and len(stages) == 1, "zb-h1 runs one stage per rank (plan rules)"
     return ScheduleInterleavedZeroBubble(stages, micro_batches, loss_fn=loss_fn)

@@ -22,6 +22,7 @@ from plait.workload.model import ModelSpec
 def write_assets(folder: Path) -> tuple[Path, Path]:
     """A byte-level tokenizer folder and a one-file JSON-lines dataset folder under ``folder``."""
     from pydoc_data.topics import topics
+
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     tokenizer_dir, data_dir = folder / "tokenizer", folder / "data"

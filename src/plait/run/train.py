@@ -89,23 +89,44 @@ def reduce_partial_gradients(params: list[torch.Tensor]) -> int:
     return sum(len(dims) for _, dims in groups)
 
 
-def clip_gradients(params: list[torch.Tensor], max_norm: float, mesh: Mesh) -> float:
-    """Clip by the global norm over all stages (DTensor-aware; summed across pipeline ranks)."""
-    with_grad = [p for p in params if p.grad is not None]
-    sharded = [p for p in with_grad if hasattr(p.grad, "full_tensor")]  # DTensor (TP/FSDP2) grads
-    plain = [p for p in with_grad if not hasattr(p.grad, "full_tensor")]  # replicated (e.g. norms without SP)
-    squared = torch.zeros((), dtype=torch.float32)
-    if sharded:
-        squared = squared + torch.nn.utils.get_total_norm([p.grad for p in sharded]).full_tensor().float() ** 2
-    if plain:
-        squared = squared + torch.nn.utils.get_total_norm([p.grad for p in plain]).float() ** 2
+def clip_gradients(params: list[torch.Tensor], max_norm: float, mesh: Mesh,
+                   expert_params: list[torch.Tensor] | None = None) -> float:
+    """Clip by the global norm over all stages (DTensor-aware; summed across pipeline ranks).
+
+    ``expert_params`` (MoE with ep > 1, :func:`plait.run.moe.expert_parameters`) differ across the EP
+    group, so their squared norm is also summed over it, as torchtitan's ``_clip_grad_norm_with_ep`` does."""
+    expert_ids = {id(p) for p in expert_params or []}
+    dense = [p for p in params if p.grad is not None and id(p) not in expert_ids]
+    experts = [p for p in expert_params or [] if p.grad is not None]
+    squared = _squared_grad_norm(dense)
+    if expert_params:
+        expert_squared = _squared_grad_norm(experts)
+        dist.all_reduce(expert_squared, group=mesh.expert["ep"].get_group())
+        squared = squared + expert_squared
     if mesh.plan.pp > 1:
         dist.all_reduce(squared, group=mesh.sub("pp").get_group())
     norm = squared.sqrt()
-    for group in (sharded, plain):  # foreach kernels cannot mix DTensor and Tensor
-        if group:
-            torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
+    for group in _foreach_groups(dense + experts):
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
     return float(norm)
+
+
+def _foreach_groups(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Parameters whose gradients one foreach kernel can take: foreach kernels mix neither DTensor and
+    Tensor nor DTensors of different meshes (FSDP2-sharded experts live on the expert mesh)."""
+    groups: dict[object, list[torch.Tensor]] = {}
+    for p in params:
+        groups.setdefault(getattr(p.grad, "device_mesh", None), []).append(p)
+    return list(groups.values())
+
+
+def _squared_grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """Squared 2-norm of the gradients; a DTensor (TP/FSDP2) group's norm is completed over its mesh."""
+    squared = torch.zeros((), dtype=torch.float32)
+    for group in _foreach_groups(params):
+        norm = torch.nn.utils.get_total_norm([p.grad for p in group])
+        squared = squared + (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).float() ** 2
+    return squared
 
 
 def peak_memory_bytes() -> float:
@@ -132,7 +153,7 @@ class StepMetrics:
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:
     """bf16/fp16 autocast for plans that are not FSDP-managed (FSDP2 casts itself)."""
-    if full_precision or (plan.dp > 1 and plan.sharding in ("zero2", "zero3")):
+    if full_precision or (plan.dp * plan.cp > 1 and plan.sharding in ("zero2", "zero3")):
         return contextlib.nullcontext()
     dtype = torch.float16 if plan.precision == "fp16" else torch.bfloat16
     return torch.autocast(device_type=device, dtype=dtype)

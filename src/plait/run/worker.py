@@ -19,8 +19,11 @@ from torch import nn
 from plait.errors import ConfigError
 from plait.plan.io import read_plan_file
 from plait.run import checkpoint, data
+from plait.run.context import mean_over_cp, train_context
 from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
+from plait.run.moe import expert_parameters, reduce_expert_gradients
+from plait.run.optim import build_optimizer
 from plait.run.parallel import parallelize
 from plait.run.pipeline import build_schedule, local_stages, stage_layers
 from plait.run.support import check_runnable
@@ -30,7 +33,6 @@ from plait.run.train import (
     autocast,
     clip_gradients,
     cross_entropy,
-    lr_lambda,
     mean_over_dp,
     micro_batches,
     peak_memory_bytes,
@@ -62,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision: bool):  # type: ignore[no-untyped-def]
     """This rank's model parts (one without pipelining), parallelised, and their stage indices."""
     if plan.pp == 1:
-        model = build_model(spec, seq_len, seed)
+        model = build_model(spec, seq_len, seed).to(device_type())  # on CUDA: parameters and rope buffers
         return [parallelize(model, mesh, plan, full_precision=full_precision)], [0]
     num_stages = plan.pp * plan.vpp
     layers = stage_layers(spec.num_layers, num_stages)
@@ -70,7 +72,7 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
     parts = []
     for stage in indices:
         model = build_model(spec, seq_len, seed, keep_layers=layers[stage], first=stage == 0,
-                            last=stage == num_stages - 1)
+                            last=stage == num_stages - 1).to(device_type())
         parts.append(parallelize(model, mesh, plan, full_precision=full_precision))
     return parts, indices
 
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     check_runnable(plan, spec, on_gpu=device == "cuda")
     if spec.vocab_size < data.VOCAB_SIZE:
         raise ConfigError(f"vocab_size={spec.vocab_size} must be >= {data.VOCAB_SIZE} (byte tokens)")
-    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    # On CUDA, NCCL for device tensors and gloo for the few host scalars (loss and norm logging), as torchtitan does.
+    dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo")
     try:
         code = _run(args, job, plan, spec, device)
         dist.barrier()
@@ -103,6 +106,8 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
     config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed)
     params = [p for part in parts for p in part.parameters()]
     optimizer, scheduler = build_optimizer(params, mesh, config)
+    if args.checkpoint_dir is not None:
+        checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
     if args.dry_run:
         if dist.get_rank() == 0:
             print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {mesh.mesh}, "
@@ -121,7 +126,8 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         stages = [PipelineStage(part, stage, num_stages, torch.device(device), group=mesh.sub("pp").get_group())
                   for part, stage in zip(parts, stage_ids)]
         schedule = build_schedule(stages, plan, cross_entropy, plan.num_micro_batches)
-    reporter = mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0
+    reporter = (mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0
+                and mesh.coordinate("cp") == 0)
     for step in range(start_step, args.steps):
         start = timed()
         inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
@@ -136,7 +142,7 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
-        loss = mean_over_dp(loss, mesh) if mesh.is_last_stage_rank else loss
+        loss = mean_over_cp(mean_over_dp(loss, mesh), mesh) if mesh.is_last_stage_rank else loss
         if reporter:
             tokens = plan.global_batch * plan.seq_len
             write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes()))
@@ -154,27 +160,16 @@ def _profiler(device: str):  # type: ignore[no-untyped-def]
     return profile(activities=activities)
 
 
-def build_optimizer(params: list[torch.Tensor], mesh: Mesh, config: TrainConfig):  # type: ignore[no-untyped-def]
-    """AdamW (sharded over the data-parallel ranks under ZeRO-1) and its warm-up/cosine schedule."""
-    plan = mesh.plan
-    if plan.sharding == "zero1" and plan.dp > 1:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
-            params, optimizer_class=torch.optim.AdamW, process_group=mesh.sub("dp_shard").get_group(),
-            lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    else:
-        optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
-
-
 def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, config: TrainConfig,  # type: ignore[no-untyped-def]
                inputs, targets, full_precision: bool, device: str) -> tuple[float, float]:
-    """One optimizer step: forward and backward of every micro-batch, clipping, AdamW, schedule.
+    """One optimizer step: forward and backward of every micro-batch, clipping, the optimizer, schedule.
     Returns (mean loss this rank saw, global gradient norm before clipping)."""
-    loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
+    with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
+        loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
     reduce_partial_gradients(params)
-    norm = clip_gradients(params, config.max_grad_norm, mesh)
+    experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
+    reduce_expert_gradients(experts, mesh)
+    norm = clip_gradients(params, config.max_grad_norm, mesh, experts)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

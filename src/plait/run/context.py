@@ -1,0 +1,109 @@
+"""Context parallelism (``plan.cp > 1``) through PyTorch's ``context_parallel``.
+
+Legend of shape suffixes: B batch, S sequence, E/2 half the head dim (rope tables).
+
+Inside :func:`train_context` each cp rank keeps ``2 * (S / (2 cp))`` positions of the sequence, the
+head-tail load balance of ``_HeadTailLoadBalancer`` (chunks ``r`` and ``2 cp - 1 - r``, so every rank does
+the same causal work): the inputs, the targets and the rope tables are sharded in place, and the model's
+``F.scaled_dot_product_attention(..., is_causal=True)`` is patched into ring attention whose K/V exchange
+is one all-gather per pass (``set_rotate_method("allgather")``: plait/cost/context_parallel.py's
+``cp_kv_exchange="allgather"``), with SDPA held to the flash, efficient and cuDNN kernels that the ring
+handlers implement.
+References: torch/distributed/tensor/experimental/_context_parallel/_attention.py (``context_parallel``,
+``_templated_ring_attention``), Liu et al. 2023 ("Ring Attention"), and torchtitan's use before 0.3.0
+(``create_context_parallel_ctx`` and ``get_train_context``, torchtitan/distributed/utils.py; 0.3.0 shards
+with ``prepare_context_parallel_input``, torchtitan/distributed/context_parallel/api.py).
+
+Gradients: each cp rank's loss is the mean over its own tokens, all ranks hold the same number, so the
+global mean loss is the mean over dp x cp ranks and its gradient the average of theirs. Data parallelism
+therefore reduces over dp_shard and cp flattened into one axis, as torchtitan's FSDP mesh does
+(``dp_shard_cp``; ``fsdp`` in 0.3.0's ParallelDims), with dp_replicate as HSDP's outer axis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from plait.errors import ConfigError
+from plait.plan.plan import Plan
+from plait.run.mesh import Mesh
+
+ROPE_BUFFERS = ("rope_cos", "rope_sin")  # plait/run/model.py Transformer buffers, [S, E/2]
+# PyTorch SDPA's flash kernel takes head_dim <= 256, a multiple of 8 (sdp_utils.cpp check_head_dim_size_flash)
+
+
+def check_context_parallel(plan: Plan, on_gpu: bool) -> None:
+    """Refuse a cp plan when this GPU has none of the SDPA kernels ``context_parallel`` implements (the static
+    limits — CUDA only, head dims, learned positions, DDP with tp/pp — are in the capability table)."""
+    if plan.cp == 1 or not on_gpu:
+        return
+    backends = torch.backends.cuda
+    if not (backends.flash_sdp_enabled() or backends.mem_efficient_sdp_enabled() or backends.cudnn_sdp_enabled()):
+        raise ConfigError(f"cp={plan.cp}: context_parallel runs on SDPA's flash, efficient or cuDNN kernels, "
+                          "and all three are disabled")
+
+
+def fsdp_mesh(mesh: Mesh) -> DeviceMesh:
+    """The FSDP2 mesh with cp folded into the shard axis: ``dp_shard_cp``, or (dp_replicate, dp_shard_cp) for HSDP.
+
+    Group creation is collective: every rank calls this, in the same order (once per model part)."""
+    plan = mesh.plan
+    if plan.dp_replicate == 1:
+        return mesh.mesh["dp_shard", "cp"]._flatten("dp_shard_cp")  # the root mesh caches it by name
+    replicas = mesh.mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")  # cp is the fastest of the three
+    return replicas._unflatten(0, (plan.dp_replicate, plan.dp_shard * plan.cp), ("dp_replicate", "dp_shard_cp"))
+
+
+def replica_group(mesh: Mesh) -> dist.ProcessGroup:
+    """DDP's group with cp folded in: every rank holding the same (pp, tp) piece of the model."""
+    return mesh.mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp").get_group()
+
+
+def cp_buffers(parts: Sequence[nn.Module], inputs_BS: torch.Tensor,
+               targets_BS: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
+    """What ``context_parallel`` shards and along which dim: the batch (dim 1) and every part's rope tables (dim 0)."""
+    buffers, seq_dims = [inputs_BS, targets_BS], [1, 1]
+    for part in parts:
+        for name, buffer in part.named_buffers():
+            if name.split(".")[-1] in ROPE_BUFFERS and not any(buffer is b for b in buffers):
+                buffers.append(buffer)
+                seq_dims.append(0)
+    for buffer in buffers:  # sharded by resize_ + copy_: a view would write into the tensor it views
+        assert buffer._base is None and buffer.is_contiguous(), "cp buffers must own their storage"
+    return buffers, seq_dims
+
+
+@contextlib.contextmanager
+def train_context(parts: Sequence[nn.Module], mesh: Mesh, inputs_BS: torch.Tensor,
+                  targets_BS: torch.Tensor) -> Iterator[None]:
+    """The forward and backward of one step run inside this: ``context_parallel`` over the cp axis with
+    the all-gather K/V exchange (nothing when cp = 1). Inputs and targets stay sharded afterwards; the
+    rope tables are restored."""
+    if mesh.plan.cp == 1:
+        yield
+        return
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import set_rotate_method
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    set_rotate_method("allgather")
+    buffers, seq_dims = cp_buffers(parts, inputs_BS, targets_BS)
+    ring_kernels = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    with sdpa_kernel(ring_kernels), context_parallel(mesh.sub("cp"), buffers=buffers, buffer_seq_dims=seq_dims,
+                                                     no_restore_buffers={inputs_BS, targets_BS}):
+        yield
+
+
+def mean_over_cp(value: float, mesh: Mesh) -> float:
+    """Average a scalar (this rank's mean loss over its tokens) over the cp ranks, which hold equal token counts."""
+    if mesh.plan.cp == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=mesh.mesh.device_type)
+    dist.all_reduce(tensor, group=mesh.sub("cp").get_group())
+    return float(tensor.item()) / mesh.plan.cp
