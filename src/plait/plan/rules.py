@@ -109,18 +109,21 @@ def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> 
     return first
 
 
-def first_violation(plan: Plan, model: ModelSpec, cluster: Cluster) -> tuple[str, str] | None:
-    """The first broken rule as ``(rule name, reason)``, or ``None`` when the plan is valid."""
-    index = int(broken_rule_index(PlanColumns.from_plans([plan]), model, cluster)[0])
+def first_violation(plan: Plan, model: ModelSpec, cluster: Cluster,
+                    cols: PlanColumns | None = None) -> tuple[str, str] | None:
+    """The first broken rule as ``(rule name, reason)``, or ``None`` when the plan is valid (``cols``: the plan as
+    columns, when the caller has them)."""
+    index = int(broken_rule_index(cols if cols is not None else PlanColumns.from_plans([plan]), model, cluster)[0])
     if index < 0:
         return None
     rule = RULES[index]
     return rule.name, rule.message(plan, model, cluster)
 
 
-def check_plan(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | None = None) -> None:
+def check_plan(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | None = None,
+               cols: PlanColumns | None = None) -> None:
     """Raise :class:`ConfigError` naming the first broken rule."""
-    found = first_violation(plan, model, cluster)
+    found = first_violation(plan, model, cluster, cols)
     if found:
         raise ConfigError(found[1])
     if num_gpus is not None and plan.num_gpus != num_gpus:

@@ -51,9 +51,9 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine |
     engine = engine or get_engine()
     framework = framework or engine.framework
     plan = plan.with_seq_len(model.seq_len)
-    if check:
-        rules.check_plan(plan, model, cluster)
     cols = PlanColumns.from_plans([plan])
+    if check:
+        rules.check_plan(plan, model, cluster, cols=cols)
     result = evaluate_batch(model, cluster, cols, framework)
     est = estimate_from_batch(model, cluster, result, 0, engine.spec)
     refusal = first_unsupported(plan, model, engine, cols=cols)
