@@ -24,13 +24,13 @@ def test_parameter_offload_keeps_the_network_gathers() -> None:
     """Regression: offload_params used to replace the network all-gather by a PCIe copy of the whole layer and to
     drop the reduce-scatter, so on a slow network offload plans looked orders of magnitude faster."""
     cluster = _cluster(network_gb_per_s=1.0)
-    plain = layer_columns(MODEL, cluster, Plan(**BASE).with_seq_len(2048))
-    offload = layer_columns(MODEL, cluster, Plan(**BASE, offload_params=True, offload_optimizer=True).with_seq_len(2048))
-    params = plain["params_d"]
+    layer, plain = layer_columns(MODEL, cluster, Plan(**BASE).with_seq_len(2048))
+    _, offload = layer_columns(MODEL, cluster, Plan(**BASE, offload_params=True, offload_optimizer=True).with_seq_len(2048))
+    params = layer.num_params
     pcie = 10e9  # toy accelerator: 10 GB/s PCIe
-    assert plain["gather_d"] > 0 and plain["reduce_d"] > 0
-    assert offload["gather_d"] == pytest.approx(plain["gather_d"] + 2 * params / 16 / pcie, rel=1e-12)
-    assert offload["reduce_d"] == pytest.approx(plain["reduce_d"] + 4 * params / 16 / pcie, rel=1e-12)
+    assert plain.gather_s > 0 and plain.reduce_s > 0
+    assert offload.gather_s == pytest.approx(plain.gather_s + 2 * params / 16 / pcie, rel=1e-12)
+    assert offload.reduce_s == pytest.approx(plain.reduce_s + 4 * params / 16 / pcie, rel=1e-12)
     slow = estimate(MODEL, cluster, Plan(**BASE, offload_params=True, offload_optimizer=True))
     assert slow.step_time_s > estimate(MODEL, cluster, Plan(**BASE)).step_time_s
 

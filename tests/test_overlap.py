@@ -46,7 +46,7 @@ def test_backward_post_puts_every_backward_gather_in_line() -> None:
     post = estimate(MODEL, CLUSTER, FSDP, framework=Framework(shard_backward_prefetch="post"))
     cols, inner, _, _ = _prepare(MODEL, CLUSTER, PlanColumns.from_plans([FSDP.with_seq_len(MODEL.seq_len)]),
                                  Framework())
-    gather = float(_fsdp_layer_s(CLUSTER, cols, inner, Framework())["gather_d"][0])
+    gather = float(_fsdp_layer_s(CLUSTER, cols, inner, Framework())[0].gather_s[0])
     assert gather > 0
     in_line = MODEL.num_layers * gather  # with BACKWARD_PRE these were hidden behind compute
     assert post.time.fsdp_comm_s >= in_line

@@ -9,23 +9,24 @@ breakdown sums to the step time. The single-plan estimator is a batch of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from plait.cost.dataparallel import exposed_sync_s, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.framework import DEFAULT, Framework
-from plait.cost.inner import inner_columns
+from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
-from plait.cost.stage import COMPONENTS, stage_time
+from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
+from plait.units import S_PER_US
 from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
@@ -50,7 +51,8 @@ class BatchResult:
         return sum(self.time[k] for k in TIME_ITEMS)  # type: ignore[return-value]
 
 
-def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns, framework: Framework) -> Columns:
+def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
+                  framework: Framework) -> tuple[ShardTimes, ShardTimes]:
     """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded), and the
     host time of FSDP2's per-layer hooks (zero2/zero3; measured by plait calibrate, 0 on GPUs).
 
@@ -64,21 +66,22 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Columns, framework
     wrapped = (cols.is_("sharding", "zero3") | cols.is_("sharding", "zero2")) & (dense_group > 1)  # FSDP2 units
     eff = cluster.accelerator.efficiency
     pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
-    out: Columns = {}
-    for t in ("d", "m"):
-        params = inner[f"params_{t}"] + inner[f"params_expert_{t}"] * dense_group / expert_group
-        pieces = inner[f"tensors_{t}"] if framework.shard_unit == "module" else 1.0
+    out = []
+    for kind in inner.kinds:
+        params = kind.num_params + kind.num_expert_params * dense_group / expert_group
+        pieces = kind.num_tensors if framework.shard_unit == "module" else 1.0
         gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],
                                        np.where(active, PARAM_BYTES * params / pieces, 0.0))
         shard = params / dense_group
-        out[f"gather_{t}"] = gather + np.where(cols["offload_params"], PARAM_BYTES * shard / pcie, 0.0)
-        out[f"reduce_{t}"] = (collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
-                                           np.where(active, inner["grad_bytes"] * params, 0.0))
-                              + np.where(cols["offload_params"], inner["grad_bytes"] * shard / pcie, 0.0))
-        present = inner[f"params_{t}"] + inner[f"params_expert_{t}"] > 0
-        out[f"host_fwd_{t}"] = np.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * 1e-6, 0.0)
-        out[f"host_bwd_{t}"] = np.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * 1e-6, 0.0)
-    return out
+        present = kind.num_params + kind.num_expert_params > 0
+        out.append(ShardTimes(
+            gather_s=gather + np.where(cols["offload_params"], PARAM_BYTES * shard / pcie, 0.0),
+            reduce_s=(collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
+                                   np.where(active, inner.grad_bytes * params, 0.0))
+                      + np.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0)),
+            host_fwd_s=np.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * S_PER_US, 0.0),
+            host_bwd_s=np.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * S_PER_US, 0.0)))
+    return out[0], out[1]
 
 
 def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
@@ -96,26 +99,29 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> n
 
 
 def _prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
-             framework: Framework) -> tuple[PlanColumns, Columns, Columns, np.ndarray]:
+             framework: Framework) -> tuple[PlanColumns, Inner, tuple[ShardTimes, ShardTimes], np.ndarray]:
     """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
     data = dict(cols.data)
     data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
     cols = PlanColumns(data)
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
-    p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner["p2p_bytes"])
+    p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
     return cols, inner, fsdp, p2p
 
 
-def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT) -> dict[str, float]:
-    """One plan's per-layer quantities: layer compute and in-layer collectives (:mod:`plait.cost.inner`) and
-    FSDP gather, reduce-scatter and hook times (``gather_d``, ``reduce_d``, ...), in seconds or bytes."""
-    _, inner, fsdp, _ = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
-    return {name: float(values[0]) for name, values in {**inner, **fsdp}.items()}
+def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
+                  framework: Framework = DEFAULT) -> tuple[LayerKind, ShardTimes]:
+    """One plan's dense layer: its compute and in-layer collectives (:mod:`plait.cost.inner`) and its FSDP gather,
+    reduce-scatter and hook times, as floats."""
+    _, inner, (shard, _), _ = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
+    one = lambda obj: type(obj)(**{f.name: float(np.asarray(getattr(obj, f.name)).reshape(-1)[0])  # noqa: E731
+                                   for f in fields(obj)})
+    return one(inner.dense), one(shard)
 
 
 def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndarray,
-                 framework: Framework = DEFAULT) -> tuple[PlanColumns, Columns, tuple[Columns, Columns], np.ndarray]:
+                 framework: Framework = DEFAULT) -> tuple[PlanColumns, Inner, tuple[Columns, Columns], np.ndarray]:
     """Forward and backward components of one micro-batch on each of ``stages`` of one plan (for the simulator)."""
     cols = PlanColumns.from_plans([plan]).take(np.zeros(len(stages), dtype=np.int64))
     cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
@@ -159,9 +165,9 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     n_dense, n_moe = stage_layer_counts(model, pp, slow_stage)
     slow_bwd = pick([b["compute"] for _, b in passes])
     last_op = np.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2, pick(total - fwd)) / cols["vpp"]
-    time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner["grad_bytes"], last_op, pick(fwd) / cols["vpp"],
+    time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner.grad_bytes, last_op, pick(fwd) / cols["vpp"],
                                      n_dense + n_moe)
-    time["optimizer"] = optimizer_step_s(cluster, cols, params, inner["grad_bytes"])
+    time["optimizer"] = optimizer_step_s(cluster, cols, params, inner.grad_bytes)
     first, last = (stage_memory(model, cluster.accelerator, cols, inner, s) for s in (stages[0], stages[2]))
     use_last = last["total"] > first["total"]
     memory = {k: np.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}

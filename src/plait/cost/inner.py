@@ -10,6 +10,8 @@ broadcast to every candidate that has it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 
 from plait.cost import activations as act
@@ -23,48 +25,141 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
+Value = float | np.ndarray
 INNER_FIELDS = ("tp", "sp", "cp", "ep", "micro_batch", "seq_len", "precision", "recompute", "grad_reduce_dtype",
                 "tp_comm_overlap")
 
 
-def _row(setup: Setup) -> dict[str, float]:
+@dataclass(frozen=True)
+class LayerKind:
+    """One layer kind (dense or MoE) on one rank for one micro-batch; a float, or an array with one entry per plan
+    row. A kind the model does not have is all zeros (one tensor, so per-tensor divisions stay finite)."""
+
+    fwd_s: Value
+    """Forward compute (GEMMs, attention, memory-bound ops, host dispatch)."""
+    bwd_s: Value
+    """Backward compute."""
+    recompute_s: Value
+    """What recomputation adds to the backward of this layer (full: a forward; selective: the attention core)."""
+    tp_fwd_s: Value
+    """Exposed TP/SP collectives of the forward (and wrapper host time)."""
+    tp_bwd_s: Value
+    """Exposed TP/SP collectives of the backward."""
+    cp_fwd_s: Value
+    """Exposed context-parallel exchange of the forward."""
+    cp_bwd_s: Value
+    """Exposed context-parallel exchange of the backward."""
+    ep_fwd_s: Value
+    """Expert-parallel dispatch and combine of the forward."""
+    ep_bwd_s: Value
+    """Expert-parallel dispatch and combine of the backward."""
+    activation_bytes: Value
+    """Stored activations without recomputation."""
+    selective_activation_bytes: Value
+    """Stored activations with the attention core recomputed."""
+    num_params: Value
+    """Parameters replicated over the expert-parallel group (attention, norms, router, shared experts, dense MLP)."""
+    num_expert_params: Value
+    """Routed-expert parameters on this rank."""
+    num_tensors: Value
+    """Parameter tensors of the layer as frameworks store them."""
+
+
+@dataclass(frozen=True)
+class Inner:
+    """Every inner quantity of one combination (floats) or of every plan row (arrays)."""
+
+    dense: LayerKind
+    """A layer with a dense MLP."""
+    moe: LayerKind
+    """A mixture-of-experts layer."""
+    layer_input_bytes: Value
+    """The checkpointed layer input kept under full recomputation."""
+    first_stage_bytes: Value
+    """Embedding output stored on the first stage."""
+    last_stage_bytes: Value
+    """Final-norm input, logits and loss buffers on the last stage."""
+    embedding_fwd_s: Value
+    """Embedding lookup writing the hidden states."""
+    embedding_bwd_s: Value
+    """Scattering their gradient back."""
+    head_fwd_s: Value
+    """Output projection, loss and final norm, forward."""
+    head_bwd_s: Value
+    """The same, backward."""
+    embedding_tp_fwd_s: Value
+    """TP collectives of the vocab-parallel embedding, forward."""
+    embedding_tp_bwd_s: Value
+    """The same, backward."""
+    head_tp_fwd_s: Value
+    """TP collectives of the output projection and loss, forward."""
+    head_tp_bwd_s: Value
+    """The same, backward."""
+    p2p_bytes: Value
+    """Bytes of one activation (or gradient) transfer between pipeline stages."""
+    num_vocab_params: Value
+    """Embedding (or output projection) parameters on one TP rank."""
+    grad_bytes: Value
+    """Bytes per gradient element in the buffer and its reduction."""
+
+    @property
+    def kinds(self) -> tuple[LayerKind, LayerKind]:
+        """(dense, MoE)."""
+        return self.dense, self.moe
+
+
+def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
+    model = setup.model
+    if moe_layer and not model.moe:
+        return LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
+    cost = layer_cost(setup, moe_layer)
+    dense, expert = layer_split(setup, moe_layer)
+    return LayerKind(
+        fwd_s=cost.fwd_compute_s, bwd_s=cost.bwd_compute_s, recompute_s=cost.recompute_s,
+        tp_fwd_s=cost.tp_fwd_s, tp_bwd_s=cost.tp_bwd_s, cp_fwd_s=cost.cp_fwd_s, cp_bwd_s=cost.cp_bwd_s,
+        ep_fwd_s=cost.ep_fwd_s, ep_bwd_s=cost.ep_bwd_s, activation_bytes=act.layer_bytes(setup, moe_layer),
+        selective_activation_bytes=act.layer_bytes_selective(setup, moe_layer), num_params=dense,
+        num_expert_params=expert, num_tensors=float(model.layer_tensor_count(moe_layer)))
+
+
+def _row(setup: Setup) -> Inner:
     """Every inner quantity of one combination, as floats."""
     model, plan, acc = setup.model, setup.plan, setup.cluster.accelerator
-    out: dict[str, float] = {}
-    for tag, moe_layer in (("d", False), ("m", True)):
-        if moe_layer and not model.moe:
-            cost = None
-        else:
-            cost = layer_cost(setup, moe_layer)
-        names = ("fwd", "bwd", "rc", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd")
-        values = (cost.fwd_compute_s, cost.bwd_compute_s, cost.recompute_s, cost.tp_fwd_s, cost.tp_bwd_s,
-                  cost.cp_fwd_s, cost.cp_bwd_s, cost.ep_fwd_s, cost.ep_bwd_s) if cost else (0.0,) * len(names)
-        out.update({f"{n}_{tag}": v for n, v in zip(names, values)})
-        real = cost is not None
-        out[f"act_full_{tag}"] = act.layer_bytes(setup, moe_layer) if real else 0.0
-        out[f"act_sel_{tag}"] = act.layer_bytes_selective(setup, moe_layer) if real else 0.0
-        dense, expert = layer_split(setup, moe_layer) if real else (0.0, 0.0)
-        out[f"params_{tag}"], out[f"params_expert_{tag}"] = dense, expert
-        out[f"tensors_{tag}"] = float(model.layer_tensor_count(moe_layer)) if real else 1.0
-    out["act_input"] = act.layer_input_bytes(setup)
-    out["act_first"] = act.first_stage_extra_bytes(setup)
-    out["act_last"] = act.last_stage_extra_bytes(setup)
     e, r, stream = setup.act_bytes, setup.residual_bytes, setup.tokens * model.hidden_size
-    out["first_fwd"] = elementwise_time_s(2 * r * stream, acc)  # embedding lookup writes the hidden states
-    out["first_bwd"] = elementwise_time_s(3 * r * stream, acc)  # and scatters their gradient back
     head_fwd, head_bwd = gemms_fwd_bwd_s([head_gemm(setup)], setup)
     logits = setup.tokens * model.vocab_size / plan.tp
     loss_s = elementwise_time_s(logits * (e + 4 + 4) + 4 * r * stream, acc)  # bf16 logits, fp32 softmax, final norm
-    out["last_fwd"], out["last_bwd"] = head_fwd + loss_s, head_bwd + loss_s
-    out["first_tp_fwd"], out["first_tp_bwd"], out["last_tp_fwd"], out["last_tp_bwd"] = edge_tp_s(setup)
-    out["p2p_bytes"] = r * stream / plan.tp  # the residual stream; scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)
-    out["vocab_params"] = model.vocab_size * model.hidden_size / plan.tp
-    out["grad_bytes"] = setup.grad_bytes
-    return out
+    first_tp_fwd, first_tp_bwd, last_tp_fwd, last_tp_bwd = edge_tp_s(setup)
+    return Inner(
+        dense=_kind(setup, False), moe=_kind(setup, True),
+        layer_input_bytes=act.layer_input_bytes(setup), first_stage_bytes=act.first_stage_extra_bytes(setup),
+        last_stage_bytes=act.last_stage_extra_bytes(setup),
+        embedding_fwd_s=elementwise_time_s(2 * r * stream, acc),  # the lookup writes the hidden states
+        embedding_bwd_s=elementwise_time_s(3 * r * stream, acc),  # and scatters their gradient back
+        head_fwd_s=head_fwd + loss_s, head_bwd_s=head_bwd + loss_s,
+        embedding_tp_fwd_s=first_tp_fwd, embedding_tp_bwd_s=first_tp_bwd, head_tp_fwd_s=last_tp_fwd,
+        head_tp_bwd_s=last_tp_bwd,
+        p2p_bytes=r * stream / plan.tp,  # the residual stream; scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)
+        num_vocab_params=model.vocab_size * model.hidden_size / plan.tp, grad_bytes=float(setup.grad_bytes))
 
 
-def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
-                  framework: Framework) -> dict[str, np.ndarray]:
+_KIND_FIELDS = tuple(f.name for f in fields(LayerKind))
+_INNER_FIELDS = tuple(f.name for f in fields(Inner) if f.name not in ("dense", "moe"))
+
+
+def _columns(rows: list, names: tuple[str, ...], inverse: np.ndarray) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+    """Per field name, the column of ``rows``' values spread to every plan row by ``inverse``."""
+    table = np.array([[getattr(row, name) for row in rows] for name in names], dtype=np.float64)[:, inverse]
+    return {name: table[i] for i, name in enumerate(names)}  # each a contiguous row of the table
+
+
+def _stack(rows: list[Inner], inverse: np.ndarray) -> Inner:
+    """The Inner whose every field is the column of ``rows``' values, one entry per plan row."""
+    kinds = [LayerKind(**_columns([getattr(r, k) for r in rows], _KIND_FIELDS, inverse)) for k in ("dense", "moe")]
+    return Inner(dense=kinds[0], moe=kinds[1], **_columns(rows, _INNER_FIELDS, inverse))
+
+
+def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> Inner:
     """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled)."""
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
     if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
@@ -73,5 +168,4 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     keys = np.stack(columns, axis=1)
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
-    inverse = inverse.reshape(-1)
-    return {name: np.array([r[name] for r in rows])[inverse] for name in rows[0]}
+    return _stack(rows, inverse.reshape(-1))

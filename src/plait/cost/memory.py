@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from plait.cost.inner import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
 from plait.cost.stage import recomputed_layers
@@ -43,40 +44,41 @@ def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
     return dense, np.where(sharded, np.maximum(1, dense // cols["ep"]), 1)
 
 
-def stage_params(model: ModelSpec, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> Columns:
+def stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> Columns:
     """Parameters on one rank of ``stage``: dense, expert, the largest layer, and the norm weights (two per layer
     and the final norm; replicated over TP)."""
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
-    dense = n_dense * inner["params_d"] + n_moe * inner["params_m"]
+    dense = n_dense * inner.dense.num_params + n_moe * inner.moe.num_params
     positions = model.embedding_params() - model.vocab_size * model.hidden_size
-    dense = dense + (stage == 0) * (inner["vocab_params"] + positions)
+    dense = dense + (stage == 0) * (inner.num_vocab_params + positions)
     own_head = (not model.tied_embeddings) | (cols["pp"] > 1)
-    dense = dense + (stage == cols["pp"] - 1) * (model.norm_params() + own_head * inner["vocab_params"])
-    largest = np.maximum(np.where(n_dense > 0, inner["params_d"], 0.0),
-                         np.where(n_moe > 0, inner["params_m"] + inner["params_expert_m"], 0.0))
+    dense = dense + (stage == cols["pp"] - 1) * (model.norm_params() + own_head * inner.num_vocab_params)
+    largest = np.maximum(np.where(n_dense > 0, inner.dense.num_params, 0.0),
+                         np.where(n_moe > 0, inner.moe.num_params + inner.moe.num_expert_params, 0.0))
     norms = (2 * (n_dense + n_moe) + (stage == cols["pp"] - 1)) * model.norm_params()
-    return {"dense": dense, "expert": n_moe * inner["params_expert_m"], "largest": largest, "norms": norms}
+    return {"dense": dense, "expert": n_moe * inner.moe.num_expert_params, "largest": largest, "norms": norms}
 
 
-def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
     rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
-    full_mb = n_dense * inner["act_full_d"] + n_moe * inner["act_full_m"]
-    selective_mb = n_dense * inner["act_sel_d"] + n_moe * inner["act_sel_m"]
+    d, m = inner.kinds
+    full_mb = n_dense * d.activation_bytes + n_moe * m.activation_bytes
+    selective_mb = n_dense * d.selective_activation_bytes + n_moe * m.selective_activation_bytes
     recomputed = rc_dense + rc_moe
-    recompute_mb = (recomputed * inner["act_input"] + (n_dense - rc_dense) * inner["act_full_d"]
-                    + (n_moe - rc_moe) * inner["act_full_m"])
-    working = np.where(recomputed > 0, np.maximum(np.where(n_dense > 0, inner["act_full_d"], 0.0),
-                                                  np.where(n_moe > 0, inner["act_full_m"], 0.0)), 0.0)
+    recompute_mb = (recomputed * inner.layer_input_bytes + (n_dense - rc_dense) * d.activation_bytes
+                    + (n_moe - rc_moe) * m.activation_bytes)
+    working = np.where(recomputed > 0, np.maximum(np.where(n_dense > 0, d.activation_bytes, 0.0),
+                                                  np.where(n_moe > 0, m.activation_bytes, 0.0)), 0.0)
     per_mb = np.select([cols.is_("recompute", "selective"), cols.is_("recompute", "full")],
                        [selective_mb, recompute_mb], full_mb)
     inflight = inflight_micro_batches(cols, stage)
-    total = inflight * (per_mb + (stage == 0) * inner["act_first"]) + working
-    total = total + (stage == cols["pp"] - 1) * inner["act_last"]
+    total = inflight * (per_mb + (stage == 0) * inner.first_stage_bytes) + working
+    total = total + (stage == cols["pp"] - 1) * inner.last_stage_bytes
     return total, inflight
 
 
-def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Columns, stage: np.ndarray) -> Columns:
+def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> Columns:
     """Bytes per component on one GPU of ``stage``, plus ``total`` and ``inflight``."""
     params = stage_params(model, cols, inner, stage)
     dense_group, expert_group = shard_groups(cols)
@@ -84,12 +86,12 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: C
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     zero3 = cols.is_("sharding", "zero3")
     weights = np.where(cols["offload_params"], 0.0, PARAM_BYTES * np.where(zero3, sharded, total_params))
-    grads = inner["grad_bytes"] * np.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
+    grads = inner.grad_bytes * np.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
     grads = np.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
     optimizer = np.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * np.where(
         cols.is_("sharding", "none"), total_params, sharded))
     buffers = np.where((zero3 & (dense_group > 1)) | cols["offload_params"],
-                       params["largest"] * (2 * PARAM_BYTES + inner["grad_bytes"]), 0.0)
+                       params["largest"] * (2 * PARAM_BYTES + inner.grad_bytes), 0.0)
     activations, inflight = _activation_bytes(model, cols, inner, stage)
     eff = acc.efficiency
     out = {

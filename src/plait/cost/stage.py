@@ -16,9 +16,12 @@ gathers recomputed layers a third time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from plait.cost.framework import Framework
+from plait.cost.inner import Inner
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.plan.columns import PlanColumns
@@ -37,50 +40,63 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
     return dense, k - dense
 
 
-def stage_time(model: ModelSpec, cols: PlanColumns, inner: Columns, fsdp: Columns,
+@dataclass(frozen=True)
+class ShardTimes:
+    """ZeRO-3/FSDP seconds per layer of one kind and per row (:func:`plait.cost.batch.fsdp_layer_s`)."""
+
+    gather_s: np.ndarray
+    """Parameter all-gather (and its host-to-device copy when parameters are offloaded)."""
+    reduce_s: np.ndarray
+    """Gradient reduce-scatter (and the gradient shard's copy back to the host)."""
+    host_fwd_s: np.ndarray
+    """FSDP2's per-layer hooks around the forward (measured by plait calibrate; 0 on GPUs)."""
+    host_bwd_s: np.ndarray
+    """The same around the backward."""
+
+
+def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
                stage: np.ndarray, framework: Framework, overlap: float = 1.0) -> tuple[Columns, Columns]:
     """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
     ``overlap`` is the accelerator's ``comm_overlap`` figure."""
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
-    n = {"d": n_dense, "m": n_moe}
-    rc_dense, rc_moe = recomputed_layers(cols, n["d"], n["m"])
+    rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
     full = cols.is_("recompute", "full")
-    rc_count = {"d": np.where(full, rc_dense, n["d"]), "m": np.where(full, rc_moe, n["m"])}
     fwd = dict.fromkeys(COMPONENTS, 0.0)
     bwd = dict.fromkeys(COMPONENTS, 0.0)
     first_gather = np.zeros(len(cols))
-    for t in ("d", "m"):
-        count = n[t]
-        rc_share = np.where(count > 0, rc_count[t] / np.maximum(count, 1), 0.0)
-        gather, reduce = fsdp[f"gather_{t}"], fsdp[f"reduce_{t}"]
+    for kind, shard, count, rc_kind in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe)):
+        rc_count = np.where(full, rc_kind, count)
+        rc_share = np.where(count > 0, rc_count / np.maximum(count, 1), 0.0)
+        gather, reduce = shard.gather_s, shard.reduce_s
         regather = rc_share * gather * full if framework.shard_unit == "module" else 0.0
         bwd_comm = gather + regather + reduce
         if framework.shard_prefetch:
-            fsdp_fwd = hidden_remainder(gather, inner[f"fwd_{t}"] + inner[f"tp_fwd_{t}"], overlap)
-            bwd_work = inner[f"bwd_{t}"] + rc_share * inner[f"rc_{t}"] + inner[f"tp_bwd_{t}"]
+            fsdp_fwd = hidden_remainder(gather, kind.fwd_s + kind.tp_fwd_s, overlap)
+            bwd_work = kind.bwd_s + rc_share * kind.recompute_s + kind.tp_bwd_s
             if framework.shard_backward_prefetch == "post":
                 fsdp_bwd = gather + regather + hidden_remainder(reduce, bwd_work, overlap)
             else:
                 fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap)
         else:
             fsdp_fwd, fsdp_bwd = gather, bwd_comm
-        fsdp_fwd = fsdp_fwd + fsdp[f"host_fwd_{t}"]  # hooks run in line with the layer
-        fsdp_bwd = fsdp_bwd + fsdp[f"host_bwd_{t}"] + rc_share * full * fsdp[f"host_fwd_{t}"]  # recompute re-runs them
+        fsdp_fwd = fsdp_fwd + shard.host_fwd_s  # hooks run in line with the layer
+        fsdp_bwd = fsdp_bwd + shard.host_bwd_s + rc_share * full * shard.host_fwd_s  # recompute re-runs them
         first_gather = np.where((first_gather == 0) & (count > 0), gather, first_gather)
-        fwd["compute"] = fwd["compute"] + count * inner[f"fwd_{t}"]
-        bwd["compute"] = bwd["compute"] + count * inner[f"bwd_{t}"]
-        bwd["recompute"] = bwd["recompute"] + rc_count[t] * inner[f"rc_{t}"]
-        for key, name in (("tp_comm", "tp"), ("cp_comm", "cp"), ("ep_comm", "ep")):
-            fwd[key] = fwd[key] + count * inner[f"{name}_fwd_{t}"]
-            bwd[key] = bwd[key] + count * inner[f"{name}_bwd_{t}"]
+        fwd["compute"] = fwd["compute"] + count * kind.fwd_s
+        bwd["compute"] = bwd["compute"] + count * kind.bwd_s
+        bwd["recompute"] = bwd["recompute"] + rc_count * kind.recompute_s
+        for key, f_s, b_s in (("tp_comm", kind.tp_fwd_s, kind.tp_bwd_s), ("cp_comm", kind.cp_fwd_s, kind.cp_bwd_s),
+                              ("ep_comm", kind.ep_fwd_s, kind.ep_bwd_s)):
+            fwd[key] = fwd[key] + count * f_s
+            bwd[key] = bwd[key] + count * b_s
         fwd["fsdp_comm"] = fwd["fsdp_comm"] + count * fsdp_fwd
         bwd["fsdp_comm"] = bwd["fsdp_comm"] + count * fsdp_bwd
     fwd["fsdp_comm"] = fwd["fsdp_comm"] + first_gather
     first, last = stage == 0, stage == cols["pp"] - 1
-    fwd["compute"] = fwd["compute"] + first * inner["first_fwd"] + last * inner["last_fwd"]
-    bwd["compute"] = bwd["compute"] + first * inner["first_bwd"] + last * inner["last_bwd"]
-    fwd["tp_comm"] = fwd["tp_comm"] + first * inner["first_tp_fwd"] + last * inner["last_tp_fwd"]
-    bwd["tp_comm"] = bwd["tp_comm"] + first * inner["first_tp_bwd"] + last * inner["last_tp_bwd"]
+    fwd["compute"] = fwd["compute"] + first * inner.embedding_fwd_s + last * inner.head_fwd_s
+    bwd["compute"] = bwd["compute"] + first * inner.embedding_bwd_s + last * inner.head_bwd_s
+    fwd["tp_comm"] = fwd["tp_comm"] + first * inner.embedding_tp_fwd_s + last * inner.head_tp_fwd_s
+    bwd["tp_comm"] = bwd["tp_comm"] + first * inner.embedding_tp_bwd_s + last * inner.head_tp_bwd_s
     size = len(cols)
     return ({k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in fwd.items()},
             {k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in bwd.items()})

@@ -26,12 +26,12 @@ def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
     backward = sum(bwd.values()) / v
     weight = bwd["compute"] / (2 * v)  # weight-gradient GEMMs: half of the backward GEMM work (Qi et al. 2023)
     params = stage_params(model, cols, inner, stages)
-    reduce, gather = gradient_sync_s(cluster, cols, params, inner["grad_bytes"])
+    reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes)
     dense, moe = stage_layer_counts(model, cols["pp"], stages)
     return PipelineCosts(
         p=plan.pp, m=plan.num_micro_batches, v=v, schedule=plan.schedule if plan.pp > 1 else "1f1b",
         forward_s=forward.tolist(), backward_s=backward.tolist(), weight_grad_s=weight.tolist(),
         p2p_s=float(p2p[0]), grad_reduce_s=reduce.tolist(), param_gather_s=gather.tolist(),
         buckets=(dense + moe).tolist(), overlap_grad_reduce=plan.overlap_grad_reduce,
-        optimizer_s=optimizer_step_s(cluster, cols, params, inner["grad_bytes"]).tolist(),
+        optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes).tolist(),
     )
