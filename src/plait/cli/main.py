@@ -21,24 +21,37 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    from plait.cli import calibrate, catalogs, estimate, plan, run, simulate, validate
+@app.callback()
+def _root() -> None:
+    """Plan, predict and run distributed deep-learning training."""  # keeps subcommands when one is registered
 
-    app.command(name="estimate")(estimate.estimate_command)
-    app.command(name="plan")(plan.plan_command)
-    app.command(name="run")(run.run_command)
-    app.command(name="simulate")(simulate.simulate_command)
-    app.command(name="report")(simulate.report_command)
-    app.command(name="calibrate")(calibrate.calibrate_command)
-    app.command(name="validate")(validate.validate_command)
-    app.command(name="models")(catalogs.models_command)
-    app.command(name="clusters")(catalogs.clusters_command)
-    app.command(name="engines")(catalogs.engines_command)
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "estimate": ("estimate", "estimate_command"), "plan": ("plan", "plan_command"), "run": ("run", "run_command"),
+    "simulate": ("simulate", "simulate_command"), "report": ("simulate", "report_command"),
+    "calibrate": ("calibrate", "calibrate_command"), "validate": ("validate", "validate_command"),
+    "models": ("catalogs", "models_command"), "clusters": ("catalogs", "clusters_command"),
+    "engines": ("catalogs", "engines_command"),
+}
+"""Command name -> (module in plait.cli, function)."""
+
+
+def _register(argv: list[str] | None = None) -> None:
+    """Register the commands; when ``argv`` names one, only that one, so that a command imports only what it uses
+    (``plait estimate`` never loads the planner, the simulator's plots or the runtime). ``plait --help`` and
+    unknown names register all of them."""
+    import importlib
+
+    wanted = next((a for a in (argv or []) if not a.startswith("-")), None)
+    names = [wanted] if wanted in COMMANDS else list(COMMANDS)
+    for name in names:
+        module, function = COMMANDS[name]
+        app.command(name=name)(getattr(importlib.import_module(f"plait.cli.{module}"), function))
 
 
 def main() -> None:
     """Console-script entry point."""
-    _register()
+    _register(sys.argv[1:])
     try:
         app()
     except ConfigError as exc:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from plait.cost.estimate import Estimate
 from plait.units import GIB
-from plait.validate.report import Validation
+
+if TYPE_CHECKING:
+    from plait.validate.report import Validation
 
 
 def _duration(seconds: float) -> str:
