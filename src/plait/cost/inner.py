@@ -165,7 +165,9 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
         fsdp = (cols.dp * cols["cp"] > 1) & (cols.is_("sharding", "zero2") | cols.is_("sharding", "zero3"))
         columns.append(fsdp.astype(np.int64))
-    keys = np.stack(columns, axis=1)
-    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    if len(cols) == 1:  # one plan (plait estimate): nothing to deduplicate
+        first, inverse = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    else:
+        _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
     rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
     return _stack(rows, inverse.reshape(-1))

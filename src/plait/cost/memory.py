@@ -19,7 +19,7 @@ import numpy as np
 from plait.cost.inner import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
-from plait.cost.stage import recomputed_layers
+from plait.cost.stage import as_column, recomputed_layers
 from plait.hardware.accelerator import Accelerator
 from plait.plan.columns import PlanColumns
 from plait.units import GIB
@@ -99,7 +99,7 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
         "comm_buffers": buffers, "runtime_reserved": np.full(len(cols), eff.runtime_reserved_gib.value * GIB),
         "fragmentation": eff.allocator_overhead.value * (activations + buffers),
     }
-    out = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), (len(cols),)) for k, v in out.items()}
+    out = {k: as_column(v, len(cols)) for k, v in out.items()}
     out["total"] = sum(out[k] for k in MEMORY_ITEMS)
     out["inflight"] = inflight
     return out

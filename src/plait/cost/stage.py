@@ -98,5 +98,11 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     fwd["tp_comm"] = fwd["tp_comm"] + first * inner.embedding_tp_fwd_s + last * inner.head_tp_fwd_s
     bwd["tp_comm"] = bwd["tp_comm"] + first * inner.embedding_tp_bwd_s + last * inner.head_tp_bwd_s
     size = len(cols)
-    return ({k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in fwd.items()},
-            {k: np.broadcast_to(v, (size,)).astype(np.float64) for k, v in bwd.items()})
+    return {k: as_column(v, size) for k, v in fwd.items()}, {k: as_column(v, size) for k, v in bwd.items()}
+
+
+def as_column(value: np.ndarray | float, size: int) -> np.ndarray:
+    """``value`` (a scalar or a ``size``-long array) as a new float64 array of ``size`` rows
+    (``np.broadcast_to`` did the same at several times the cost for a batch of one)."""
+    array = np.asarray(value, dtype=np.float64)
+    return array.copy() if array.shape == (size,) else np.full(size, array, dtype=np.float64)
