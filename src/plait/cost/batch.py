@@ -122,9 +122,12 @@ def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
 
 def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndarray,
                  framework: Framework = DEFAULT) -> tuple[PlanColumns, Inner, tuple[Columns, Columns], np.ndarray]:
-    """Forward and backward components of one micro-batch on each of ``stages`` of one plan (for the simulator)."""
-    cols = PlanColumns.from_plans([plan]).take(np.zeros(len(stages), dtype=np.int64))
-    cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
+    """Forward and backward components of one micro-batch on each of ``stages`` of one plan (for the simulator):
+    the plan's per-layer quantities are costed once and repeated for every stage."""
+    cols, inner, fsdp, p2p = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
+    rows = np.zeros(len(stages), dtype=np.int64)
+    cols, inner, p2p = cols.take(rows), inner.take(rows), p2p[rows]
+    fsdp = tuple(ShardTimes(**{f.name: getattr(s, f.name)[rows] for f in fields(ShardTimes)}) for s in fsdp)
     overlap = cluster.accelerator.efficiency.comm_overlap.value
     return cols, inner, stage_time(model, cols, inner, fsdp, stages, framework, overlap), p2p
 

@@ -107,6 +107,11 @@ class Inner:
         """(dense, MoE)."""
         return self.dense, self.moe
 
+    def take(self, index: np.ndarray) -> Inner:
+        """Rows ``index`` of every column."""
+        return Inner(dense=take(self.dense, index), moe=take(self.moe, index),
+                     **{name: getattr(self, name)[index] for name in _INNER_FIELDS})
+
 
 def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
     model = setup.model
@@ -145,6 +150,11 @@ def _row(setup: Setup) -> Inner:
 
 _KIND_FIELDS = tuple(f.name for f in fields(LayerKind))
 _INNER_FIELDS = tuple(f.name for f in fields(Inner) if f.name not in ("dense", "moe"))
+
+
+def take(columns: LayerKind, index: np.ndarray) -> LayerKind:
+    """Rows ``index`` of every column of one layer kind."""
+    return LayerKind(**{name: getattr(columns, name)[index] for name in _KIND_FIELDS})
 
 
 def _columns(rows: list, names: tuple[str, ...], inverse: np.ndarray) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
