@@ -81,7 +81,7 @@ def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework
     from plait.simulate.step import simulate_step
 
     if timeline is None:
-        timeline = simulate_step(model, cluster, est.plan, framework)
+        timeline = simulate_step(model, cluster, est.plan, framework, record=False)
     t = dict(est.time.items())
     busy = sum(t[k] for k in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm"))
     pipeline = max(max(timeline.pipeline_end_s), busy)

@@ -65,6 +65,14 @@ class Timeline:
     spans: list[Span] = field(default_factory=list)
     step_time_s: float = 0.0
     pipeline_end_s: list[float] = field(default_factory=list)
+    record: bool = True
+    """Keep the spans (traces, pictures); an estimate needs only the end times."""
+
+    def add(self, rank: int, stream: str, kind: str, start: float, end: float, micro_batch: int = -1,
+            chunk: int = 0) -> None:
+        """Record one span (nothing when ``record`` is off)."""
+        if self.record:
+            self.spans.append(Span(rank, stream, kind, start, end, micro_batch, chunk))
 
 
 class _Rank:
@@ -76,9 +84,9 @@ class _Rank:
         self.last_backward: tuple[float, float] = (0.0, 0.0)
 
 
-def simulate_pipeline(c: PipelineCosts) -> Timeline:
-    """Run the schedule on the event kernel."""
-    kernel, timeline = Kernel(), Timeline()
+def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
+    """Run the schedule on the event kernel (``record``: keep every span, not only the end times)."""
+    kernel, timeline = Kernel(), Timeline(record=record)
     ranks = [_Rank(r, order(c.schedule, c.p, c.m, r, c.v)) for r in range(c.p)]
     arrived: set[tuple[str, int, int]] = set()  # (kind, micro, global stage) inputs present at that stage
     stages = c.p * c.v
@@ -99,7 +107,7 @@ def simulate_pipeline(c: PipelineCosts) -> Timeline:
     def start(state: _Rank, kind: str, micro: int, chunk: int, duration: float) -> None:
         state.busy = True
         begin = kernel.now
-        timeline.spans.append(Span(state.rank, "compute", kind, begin, begin + duration, micro, chunk))
+        timeline.add(state.rank, "compute", kind, begin, begin + duration, micro, chunk)
         kernel.at(begin + duration, lambda: finish(state, kind, micro, chunk, begin))
 
     def dispatch(state: _Rank) -> None:
@@ -156,14 +164,14 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, state: _Rank) -> float:
             for k in range(n):  # bucket k is ready once the last backward has passed k+1 of n layers
                 ready_at = begin + (end - begin) * (k + 1) / n
                 comm = max(comm, ready_at) + reduce / n
-                timeline.spans.append(Span(r, "comm", "dp-reduce", comm - reduce / n, comm))
+                timeline.add(r, "comm", "dp-reduce", comm - reduce / n, comm)
         else:
-            timeline.spans.append(Span(r, "comm", "dp-reduce", end, end + reduce))
+            timeline.add(r, "comm", "dp-reduce", end, end + reduce)
             comm = end + reduce
     finish = max(comm, state.end)
     if gather > 0:
         exposed = gather if not c.overlap_grad_reduce else max(0.0, gather - c.forward_s[r])
-        timeline.spans.append(Span(r, "comm", "param-gather", finish, finish + exposed))
+        timeline.add(r, "comm", "param-gather", finish, finish + exposed)
         finish += exposed
-    timeline.spans.append(Span(r, "compute", "optimizer", finish, finish + c.optimizer_s[r]))
+    timeline.add(r, "compute", "optimizer", finish, finish + c.optimizer_s[r])
     return finish + c.optimizer_s[r]

@@ -10,6 +10,8 @@ from plait.simulate.pipeline import Timeline, simulate_pipeline
 from plait.workload.model import ModelSpec
 
 
-def simulate_step(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT) -> Timeline:
-    """Per-rank timeline of one optimizer step (all data-parallel replicas behave alike)."""
-    return simulate_pipeline(pipeline_costs(model, cluster, plan, framework))
+def simulate_step(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT,
+                  record: bool = True) -> Timeline:
+    """Per-rank timeline of one optimizer step (all data-parallel replicas behave alike); ``record=False`` keeps
+    only the step and per-rank end times (what an estimate needs)."""
+    return simulate_pipeline(pipeline_costs(model, cluster, plan, framework), record)
