@@ -139,7 +139,14 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     pp = cols["pp"]
     stages = [np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
     overlap = cluster.accelerator.efficiency.comm_overlap.value
-    passes = [stage_time(model, cols, inner, fsdp, s, framework, overlap) for s in stages]
+    if len(cols) == 1:  # one plan: a stage that stands for two (pp <= 2) is costed once
+        once: dict[int, tuple[Columns, Columns]] = {}
+        for s in stages:
+            if int(s[0]) not in once:
+                once[int(s[0])] = stage_time(model, cols, inner, fsdp, s, framework, overlap)
+        passes = [once[int(s[0])] for s in stages]
+    else:
+        passes = [stage_time(model, cols, inner, fsdp, s, framework, overlap) for s in stages]
     fwd = np.stack([sum(f.values()) for f, _ in passes])
     total = fwd + np.stack([sum(b.values()) for _, b in passes])
     slowest = np.argmax(total, axis=0)
@@ -171,7 +178,8 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner.grad_bytes, last_op, pick(fwd) / cols["vpp"],
                                      n_dense + n_moe)
     time["optimizer"] = optimizer_step_s(cluster, cols, params, inner.grad_bytes)
-    first, last = (stage_memory(model, cluster.accelerator, cols, inner, s) for s in (stages[0], stages[2]))
+    first = stage_memory(model, cluster.accelerator, cols, inner, stages[0])
+    last = first if len(cols) == 1 and pp[0] == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
     use_last = last["total"] > first["total"]
     memory = {k: np.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
     return BatchResult(cols=cols, time=time, memory=memory, memory_stage=np.where(use_last, stages[2], 0),
