@@ -1,0 +1,90 @@
+"""Speed of one estimate against an earlier version of plait, side by side in one run.
+
+Run: git worktree add /tmp/base <commit>; python benchmarks/compare_speed.py --base /tmp/base [--rounds 5]
+
+Times the cases of ``benchmarks/estimate_speed.py`` in separate processes, this checkout and the base one
+alternating (A B A B ...), so a slow spell of a shared machine falls on both; prints each case's median
+milliseconds per estimate over the rounds for both and the ratio now/base (below 1: faster now).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = """
+import json, statistics, sys, time
+from plait.plan.plan import Plan
+CASES = [(m, c, Plan(**fields)) for m, c, fields in json.loads(sys.argv[1])]
+try:
+    from plait.predict.estimate import estimate
+except ImportError:  # versions before the predict layer
+    from plait.cost.step import estimate
+from plait.hardware.catalog import get_cluster
+from plait.workload.catalog import get_model
+out = []
+for model, cluster, plan in CASES:
+    m, c = get_model(model), get_cluster(cluster)
+    for _ in range(20):
+        estimate(m, c, plan)
+    samples = []
+    for _ in range(100):
+        start = time.perf_counter()
+        estimate(m, c, plan)
+        samples.append(time.perf_counter() - start)
+    out.append(statistics.median(samples) * 1e3)
+print(json.dumps(out))
+"""
+
+
+def _run(tree: Path, cases: str) -> list[float]:
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+    done = subprocess.run([sys.executable, "-c", PROBE, cases], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def _cases_json() -> str:
+    """estimate_speed's cases as (model, cluster, the plan's non-default fields), readable by either version."""
+    from dataclasses import fields
+
+    from estimate_speed import CASES
+
+    from plait.plan.plan import Plan
+
+    default = Plan()
+    return json.dumps([(m, c, {f.name: getattr(p, f.name) for f in fields(Plan)
+                               if getattr(p, f.name) != getattr(default, f.name)}) for m, c, p in CASES])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True, help="checkout of the earlier version (its src/ is used)")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from estimate_speed import CASES
+
+    cases = _cases_json()
+    now: list[list[float]] = []
+    base: list[list[float]] = []
+    for _ in range(args.rounds):
+        now.append(_run(ROOT, cases))
+        base.append(_run(args.base, cases))
+    print(f"{'case':45s} {'base ms':>9s} {'now ms':>9s} {'now/base':>9s}")
+    ratios = []
+    for i, (model, _, plan) in enumerate(CASES):
+        b, n = statistics.median(r[i] for r in base), statistics.median(r[i] for r in now)
+        ratios.append(n / b)
+        print(f"{(model + ' / ' + plan.describe())[:45]:45s} {b:9.3f} {n:9.3f} {n / b:9.3f}")
+    print(f"worst ratio now/base {max(ratios):.3f}; median {statistics.median(ratios):.3f} "
+          f"({args.rounds} alternating rounds of 100 estimates per case)")
+
+
+if __name__ == "__main__":
+    main()
