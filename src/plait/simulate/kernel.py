@@ -1,7 +1,8 @@
 """A tiny deterministic event kernel (STYLE.md rule 10, after SimPy's core).
 
 Events are ordered by (time, priority, sequence): equal times resolve by priority, then by
-the order they were scheduled, so a run is reproducible bit for bit.
+the order they were scheduled, so a run is reproducible bit for bit. They sit in the heap as
+plain tuples, compared in C; the sequence number is unique, so the action is never compared.
 """
 
 from __future__ import annotations
@@ -9,17 +10,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 Action = Callable[[], None]
-
-
-@dataclass(order=True)
-class _Event:
-    time: float
-    priority: int
-    sequence: int
-    action: Action = field(compare=False)
+_Event = tuple[float, int, int, Action]  # (time, priority, sequence, action)
 
 
 class Kernel:
@@ -33,12 +26,11 @@ class Kernel:
     def at(self, time: float, action: Action, priority: int = 0) -> None:
         """Run ``action`` at ``time`` (never earlier than now)."""
         assert time >= self.now - 1e-12, "events cannot be scheduled in the past"
-        heapq.heappush(self._queue, _Event(max(time, self.now), priority, next(self._counter), action))
+        heapq.heappush(self._queue, (max(time, self.now), priority, next(self._counter), action))
 
     def run(self) -> float:
         """Process every event; returns the time of the last one."""
         while self._queue:
-            event = heapq.heappop(self._queue)
-            self.now = event.time
-            event.action()
+            self.now, _, _, action = heapq.heappop(self._queue)
+            action()
         return self.now
