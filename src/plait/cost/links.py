@@ -28,6 +28,10 @@ KINDS: dict[str, Collective] = {
 def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarray,
                  num_bytes: np.ndarray) -> np.ndarray:
     """Seconds of collective ``kind`` for each row (0 where the group has one rank or no bytes)."""
+    if np.size(num_bytes) == 1 and np.size(size) == 1 and np.size(stride) == 1:  # one plan: one scalar call
+        g, s, b = int(np.ravel(size)[0]), int(np.ravel(stride)[0]), float(np.ravel(num_bytes)[0])
+        value = KINDS[kind](b, coll.group_link(cluster, g, s)) if g > 1 and b > 0 else 0.0
+        return np.full(np.shape(num_bytes), value)
     size = np.broadcast_to(np.asarray(size, dtype=np.int64), np.shape(num_bytes))
     stride = np.broadcast_to(np.asarray(stride, dtype=np.int64), np.shape(num_bytes))
     num_bytes = np.asarray(num_bytes, dtype=np.float64)
