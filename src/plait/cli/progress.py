@@ -1,4 +1,4 @@
-"""A progress bar that appears only when a search runs longer than a second."""
+"""A progress bar that appears only when a search runs longer than a second, with the plans costed per second."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ class LazyProgress:
         if self._bar is None:
             if time.perf_counter() - self._start < DELAY_S or not self._console.is_terminal:
                 return
-            self._bar = Progress(TextColumn(self._label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=self._console, transient=True)
+            self._bar = Progress(TextColumn(self._label), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=self._console,
+                                 transient=True)
             self._bar.start()
-            self._task = self._bar.add_task(self._label, total=total)
-        self._bar.update(self._task, completed=done, total=total)
+            self._task = self._bar.add_task(self._label, total=total, rate="")
+        elapsed = time.perf_counter() - self._start
+        self._bar.update(self._task, completed=done, total=total, rate=f"{done / elapsed:,.0f} plans costed/s")
 
     def __enter__(self) -> LazyProgress:
         return self
