@@ -68,6 +68,8 @@ _FEATURES: tuple[Feature, ...] = (
     _choice("optimizer", "sgd"),
     Feature("master_weights=false", lambda p, m: "master_weights=false", lambda c, m: ~c["master_weights"]),
     _flag("offload_optimizer"), _flag("offload_params"),
+    Feature("offload_optimizer_alone", lambda p, m: "offload_optimizer=true with offload_params=false",
+            lambda c, m: c["offload_optimizer"] & ~c["offload_params"]),
     Feature("offload_params_alone", lambda p, m: "offload_params=true with offload_optimizer=false",
             lambda c, m: c["offload_params"] & ~c["offload_optimizer"]),
     _flag("tp_comm_overlap"),
