@@ -61,7 +61,7 @@ class Setup:
     @property
     def residual_bytes(self) -> int:
         """Bytes per element of the residual stream (hidden states between sublayers, norms, residual adds)."""
-        return residual_bytes(self.framework, self.plan.dp * self.plan.cp > 1 and self.plan.sharding in ("zero2", "zero3"))
+        return residual_bytes(self.framework, self.plan.fsdp_managed)
 
     @property
     def gemm_dtype(self) -> str:

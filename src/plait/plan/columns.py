@@ -104,6 +104,11 @@ class PlanColumns:
         return self.data["pp"] * self.dp * self.data["cp"] * self.data["tp"]
 
     @property
+    def fsdp_managed(self) -> np.ndarray:
+        """Rows FSDP (zero2/zero3) wraps: parameters sharded over more than one dp x cp rank (:attr:`Plan.fsdp_managed`)."""
+        return (self.dp * self.data["cp"] > 1) & (self.is_("sharding", "zero2") | self.is_("sharding", "zero3"))
+
+    @property
     def num_micro_batches(self) -> np.ndarray:
         """Micro-batches per step per pipeline."""
         per_replica = self.data["global_batch"] // np.maximum(self.dp, 1)

@@ -92,6 +92,11 @@ class Plan:
         return self.pp * self.dp * self.cp * self.tp
 
     @property
+    def fsdp_managed(self) -> bool:
+        """Whether FSDP (zero2/zero3) wraps the model: its parameters are sharded over more than one dp x cp rank."""
+        return self.dp * self.cp > 1 and self.sharding in ("zero2", "zero3")
+
+    @property
     def model_parallel(self) -> int:
         """GPUs that hold one copy of the model (tp * pp * cp)."""
         return self.tp * self.pp * self.cp

@@ -132,7 +132,7 @@ def parallelize(model: Transformer, mesh: Mesh, plan: Plan, *, full_precision: b
     apply_recompute(model, plan)
     if plan.tp_comm_overlap:
         async_tp.apply_async_tp(model, mesh)  # compiles each block: after TP and recompute, before FSDP
-    if plan.dp * plan.cp > 1 and plan.sharding in ("zero2", "zero3"):
+    if plan.fsdp_managed:
         apply_fsdp(model, mesh, plan, full_precision)
         return model
     if plan.dp * plan.cp > 1:

@@ -153,7 +153,7 @@ class StepMetrics:
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:
     """bf16/fp16 autocast for plans that are not FSDP-managed (FSDP2 casts itself)."""
-    if full_precision or (plan.dp * plan.cp > 1 and plan.sharding in ("zero2", "zero3")):
+    if full_precision or plan.fsdp_managed:
         return contextlib.nullcontext()
     dtype = torch.float16 if plan.precision == "fp16" else torch.bfloat16
     return torch.autocast(device_type=device, dtype=dtype)
