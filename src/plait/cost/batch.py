@@ -9,14 +9,14 @@ breakdown sums to the step time. The single-plan estimator is a batch of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from plait.cost.dataparallel import exposed_sync_s, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.framework import DEFAULT, Framework
-from plait.cost.inner import Inner, LayerKind, inner_columns
+from plait.cost.inner import Inner, LayerKind, inner_columns, take_rows
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
@@ -115,9 +115,7 @@ def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
     """One plan's dense layer: its compute and in-layer collectives (:mod:`plait.cost.inner`) and its FSDP gather,
     reduce-scatter and hook times, as floats."""
     _, inner, (shard, _), _ = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
-    one = lambda obj: type(obj)(**{f.name: float(np.asarray(getattr(obj, f.name)).reshape(-1)[0])  # noqa: E731
-                                   for f in fields(obj)})
-    return one(inner.dense), one(shard)
+    return take_rows(inner.dense, 0), take_rows(shard, 0)
 
 
 def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndarray,
@@ -126,8 +124,8 @@ def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndar
     the plan's per-layer quantities are costed once and repeated for every stage."""
     cols, inner, fsdp, p2p = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
     rows = np.zeros(len(stages), dtype=np.int64)
-    cols, inner, p2p = cols.take(rows), inner.take(rows), p2p[rows]
-    fsdp = tuple(ShardTimes(**{f.name: getattr(s, f.name)[rows] for f in fields(ShardTimes)}) for s in fsdp)
+    cols, inner, p2p = cols.take(rows), take_rows(inner, rows), p2p[rows]
+    fsdp = (take_rows(fsdp[0], rows), take_rows(fsdp[1], rows))
     overlap = cluster.accelerator.efficiency.comm_overlap.value
     return cols, inner, stage_time(model, cols, inner, fsdp, stages, framework, overlap), p2p
 

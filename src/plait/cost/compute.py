@@ -58,10 +58,9 @@ def elementwise_time_s(num_bytes: float, acc: Accelerator) -> float:
     return num_bytes / memory_bytes_per_s(acc)
 
 
-
-
 def attention_flops_per_s(acc: Accelerator, key_length: float, kernel: AttentionKernel = "flash") -> float:
     """Sustained FLOP/s of fused (flash) attention in bf16, forward and backward together, over ``key_length`` keys;
-    the accelerator's curve is FlashAttention-2's, and a ``"flash1"`` kernel runs at the ``flash1_relative`` curve of hardware/data/kernels.toml of it."""
+    the accelerator's curve is FlashAttention-2's, and a ``"flash1"`` kernel runs at the fraction of it that the
+    ``flash1_relative`` curve of hardware/data/kernels.toml gives."""
     rate = acc.peak_flops("bf16") * acc.efficiency.attention.at(key_length)
     return rate * kernel_curve("flash1_relative").at(key_length) if kernel == "flash1" else rate

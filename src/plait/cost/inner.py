@@ -10,7 +10,8 @@ broadcast to every candidate that has it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
+T = TypeVar("T")
 INNER_FIELDS = ("tp", "sp", "cp", "ep", "micro_batch", "seq_len", "precision", "recompute", "grad_reduce_dtype",
                 "tp_comm_overlap")
 
@@ -107,11 +109,6 @@ class Inner:
         """(dense, MoE)."""
         return self.dense, self.moe
 
-    def take(self, index: np.ndarray) -> Inner:
-        """Rows ``index`` of every column."""
-        return Inner(dense=take(self.dense, index), moe=take(self.moe, index),
-                     **{name: getattr(self, name)[index] for name in _INNER_FIELDS})
-
 
 def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
     model = setup.model
@@ -152,9 +149,14 @@ _KIND_FIELDS = tuple(f.name for f in fields(LayerKind))
 _INNER_FIELDS = tuple(f.name for f in fields(Inner) if f.name not in ("dense", "moe"))
 
 
-def take(columns: LayerKind, index: np.ndarray) -> LayerKind:
-    """Rows ``index`` of every column of one layer kind."""
-    return LayerKind(**{name: getattr(columns, name)[index] for name in _KIND_FIELDS})
+def take_rows(columns: T, index: np.ndarray | int) -> T:
+    """The dataclass of columns ``columns`` (Inner, LayerKind, ShardTimes) with rows ``index`` of every column;
+    an integer index gives the one row's floats."""
+    out = {}
+    for f in fields(columns):  # type: ignore[arg-type]
+        value = getattr(columns, f.name)
+        out[f.name] = take_rows(value, index) if is_dataclass(value) else value[index]
+    return type(columns)(**out)
 
 
 def _columns(rows: list, names: tuple[str, ...], inverse: np.ndarray) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
@@ -173,8 +175,7 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled)."""
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
     if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
-        fsdp = (cols.dp * cols["cp"] > 1) & (cols.is_("sharding", "zero2") | cols.is_("sharding", "zero3"))
-        columns.append(fsdp.astype(np.int64))
+        columns.append(cols.fsdp_managed.astype(np.int64))
     if len(cols) == 1:  # one plan (plait estimate): nothing to deduplicate
         first, inverse = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     else:

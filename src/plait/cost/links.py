@@ -40,10 +40,7 @@ def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarr
     if not active.any():
         return out
     keys = np.stack([size[active].astype(np.float64), stride[active].astype(np.float64), num_bytes[active]], axis=1)
-    if len(keys) == 1:  # one plan: nothing to deduplicate
-        unique, inverse = keys, np.zeros(1, dtype=np.int64)
-    else:
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
     fn = KINDS[kind]
     links: dict[tuple[int, int], coll.GroupLink] = {}
     values = np.empty(len(unique))
