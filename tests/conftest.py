@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 
 from plait.hardware.catalog import cluster_from_mapping
@@ -38,3 +43,14 @@ def toy_cluster_mapping(nvlink_gb_per_s: float = 100.0, network_gb_per_s: float 
 @pytest.fixture
 def toy_cluster() -> Cluster:
     return cluster_from_mapping(toy_cluster_mapping(), "toy")
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as a module (the scripts are not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from plait.cost.framework import Framework
-from plait.predict.estimate import estimate
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 
 

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plait.cost.memory import shard_groups
-from plait.predict.estimate import estimate
 from plait.hardware.catalog import cluster_from_mapping, get_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 from tests.conftest import toy_cluster_mapping
 

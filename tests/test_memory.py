@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 
 from plait.cost import activations as act
-from plait.predict.estimate import estimate
 from plait.cost.framework import Framework
 from plait.cost.setup import Setup
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 
 GPT = replace(get_model("megatron-gpt-22b"), dropout=True)  # Korthikanti's GPT: MHA, plain MLP 4h, dropout

@@ -112,9 +112,9 @@ def test_profiler_trace_of_a_real_step(tmp_path: Path) -> None:
 
 def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> None:
     """`plait calibrate` measures this machine (gloo, 2 ranks) into a cluster file with a curve per collective."""
-    from plait.predict.estimate import estimate
     from plait.hardware.catalog import load_cluster_file
     from plait.plan.plan import Plan
+    from plait.predict.estimate import estimate
     from plait.workload.catalog import resolve_model
 
     out = tmp_path / "calibrated.toml"

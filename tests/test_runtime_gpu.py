@@ -9,7 +9,6 @@ list. The CUDA tests run the real thing where GPUs are visible.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -227,12 +226,9 @@ def test_compiled_blocks_match_eager_under_tp_sp_and_full_recompute(two_ranks: l
 # --- benchmarks/gpu_check.py -------------------------------------------------------------------------------
 
 def _gpu_check():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    from tests.conftest import load_benchmark
+
+    return load_benchmark("gpu_check")
 
 
 def test_gpu_check_plans_are_well_formed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from plait.cost.framework import Framework
-from plait.predict.estimate import estimate
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 
 BW = 100e9  # toy NVLink bytes/s per GPU
@@ -68,7 +68,6 @@ def test_async_tp_hides_at_most_what_the_decomposed_gemms_can() -> None:
     from plait.cost.flops import Gemm, layer_gemms
     from plait.cost.layer import layer_cost
     from plait.cost.setup import Setup
-
     from plait.hardware.catalog import cluster_from_mapping
     from tests.conftest import toy_cluster_mapping
 

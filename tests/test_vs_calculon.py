@@ -3,11 +3,8 @@ checkout is named by ``$PLAIT_CALCULON_DIR`` (skipped otherwise)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -15,20 +12,9 @@ from plait.hardware.catalog import get_cluster
 from plait.plan import rules
 from plait.plan.plan import Plan
 from plait.workload.catalog import get_model
+from tests.conftest import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vs_calculon", ROOT / "benchmarks" / "vs_calculon.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _bench()
+BENCH = load_benchmark("vs_calculon")
 
 
 def test_plan_list_is_well_formed() -> None:
