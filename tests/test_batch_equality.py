@@ -1,26 +1,48 @@
-"""One source of truth: a plan costed alone (the batch-of-one shortcuts of plait.cost) equals the same plan
-costed in a batch of many, to the last bit, on every dev-set row's plan (random planner candidates:
-tests/test_search.py::test_batch_evaluation_equals_single_estimates)."""
+"""One source of truth: a plan costed alone equals the same plan costed in a batch of many, to the last bit.
+
+Three paths run the same cost model (:mod:`plait.plan.ops`): a batch of many (the planner, validation), a batch
+of one (numpy arrays of length 1) and a single plan as plain Python numbers (:meth:`PlanColumns.one`, what
+``plait estimate`` runs). They are compared on every dev-set row's plan, on random planner candidates and on
+random plans over every Plan field; the plan rules and the capability table are compared the same way."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from plait.cost.batch import evaluate_batch
-from plait.engine.catalog import get_engine
-from plait.plan.columns import PlanColumns
+import numpy as np
+import pytest
+
+from plait.cost.batch import BatchResult, evaluate_batch
+from plait.engine.capability import unsupported_index
+from plait.engine.catalog import engine_names, get_engine
+from plait.hardware.catalog import get_cluster
+from plait.plan.columns import CHOICES, PlanColumns
+from plait.plan.plan import Plan
+from plait.plan.rules import broken_rule_index
+from plait.predict.estimate import estimate
+from plait.search.enumerate import enumerate_space
+from plait.search.rules import prune
+from plait.search.space import default_space
 from plait.validate.report import predict_row
 from plait.validate.runs import read_runs
 from plait.validate.translate import row_cluster, row_model
+from plait.workload.catalog import get_model
 
 DEV = Path(__file__).parent / "data" / "dev.csv"
 
 
-def _same(batch, alone, i: int) -> None:  # type: ignore[no-untyped-def]
+def _same(batch: BatchResult, i: int, plan: Plan, model, cluster, framework) -> None:  # type: ignore[no-untyped-def]
+    """Row ``i`` of ``batch`` equals ``plan`` costed as a batch of one and as a single plan, bit for bit."""
+    one = evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), framework)
+    single = evaluate_batch(model, cluster, PlanColumns.one(plan), framework)
+    assert isinstance(single.time["compute"], float) and isinstance(single.memory["total"], float)
     for name in batch.time:
-        assert batch.time[name][i] == alone.time[name][0], name
+        assert batch.time[name][i] == one.time[name][0] == single.time[name], name
     for name in batch.memory:
-        assert batch.memory[name][i] == alone.memory[name][0], name
+        assert batch.memory[name][i] == one.memory[name][0] == single.memory[name], name
+    assert batch.memory_stage[i] == one.memory_stage[0] == single.memory_stage
+    assert batch.model_flops_per_token[i] == single.model_flops_per_token
+    assert batch.recompute_factor[i] == single.recompute_factor
 
 
 def test_every_dev_row_alone_equals_its_batch() -> None:
@@ -38,6 +60,71 @@ def test_every_dev_row_alone_equals_its_batch() -> None:
     for engine, model, cluster, plans in groups.values():
         batch = evaluate_batch(model, cluster, PlanColumns.from_plans(plans), engine.framework)
         for i, plan in enumerate(plans):
-            _same(batch, evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), engine.framework), i)
+            _same(batch, i, plan, model, cluster, engine.framework)
             checked += 1
     assert checked == 132  # every predicted row
+
+
+@pytest.mark.parametrize(("slug", "cluster", "gpus", "batch_size", "seed", "size"), [
+    ("llama3-8b", "dgx-h100-ib", 16, 64, 0, 40),
+    ("deepseek-v3", "gb200-nvl72", 256, 1024, 1, 60),  # MoE, MLA, fp8 and pipelines
+])
+def test_random_candidates_alone_equal_their_batch(slug: str, cluster: str, gpus: int, batch_size: int, seed: int,
+                                                   size: int) -> None:
+    """Random valid planner candidates; without a pipeline, ``estimate`` is the closed form itself."""
+    model, hardware = get_model(slug), get_cluster(cluster)
+    space = default_space(model, hardware, gpus, (batch_size,))
+    cols = enumerate_space(model, space)
+    valid = np.flatnonzero(prune(cols, model, hardware, space) < 0)
+    rows = np.random.default_rng(seed).choice(valid, size=size, replace=False)
+    batch = evaluate_batch(model, hardware, cols.take(rows))
+    framework = get_engine().framework
+    for i, row in enumerate(rows):
+        plan = cols.plan(int(row))
+        _same(batch, i, plan, model, hardware, framework)
+        if plan.pp == 1:
+            assert batch.step_time_s[i] == estimate(model, hardware, plan).step_time_s
+
+
+_DEGREES = {"tp": (1, 2, 4, 8), "pp": (1, 2, 3, 4), "vpp": (1, 2), "cp": (1, 2), "ep": (1, 2, 4), "dp_replicate": (1, 2),
+            "dp_shard": (1, 2, 4), "micro_batch": (1, 2), "recompute_layers": (-1, 0, 1)}
+_FLAGS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
+
+
+def _random_plans(seed: int, count: int) -> list[Plan]:
+    """Plans with every field drawn at random (most break a rule; the rest exercise every code path)."""
+    rng = np.random.default_rng(seed)
+    plans = []
+    for _ in range(count):
+        kwargs: dict = {k: int(rng.choice(v)) for k, v in _DEGREES.items()}
+        kwargs |= {k: str(rng.choice(v)) for k, v in CHOICES.items()}
+        kwargs |= {k: bool(rng.integers(2)) for k in _FLAGS}
+        kwargs["global_batch"] = int(rng.choice((8, 16, 64)))
+        kwargs["seq_len"] = int(rng.choice((0, 1024)))
+        plans.append(Plan(**kwargs))
+    return plans
+
+
+@pytest.mark.parametrize(("slug", "cluster", "seed"), [
+    ("llama3-8b", "dgx-h100-ib", 2), ("gpt3-175b", "dgx-a100-ib", 3), ("mixtral-8x7b", "dgx-h100-ib", 4),
+    ("deepseek-v3", "gb200-nvl72", 5),
+])
+def test_random_plans_rules_capabilities_and_costs_agree(slug: str, cluster: str, seed: int) -> None:
+    """Random plans over every field: the first broken rule and each engine's first refused option are the same
+    for a single plan as in the batch, and every valid plan costs the same bits alone as in its batch."""
+    model, hardware = get_model(slug), get_cluster(cluster)
+    plans = _random_plans(seed, 3000)
+    cols = PlanColumns.from_plans(plans)
+    broken = broken_rule_index(cols, model, hardware)
+    engines = [get_engine(name) for name in engine_names()]
+    refused = {e.spec: unsupported_index(cols, model, e, "cpu") for e in engines}
+    for i, plan in enumerate(plans[:600]):
+        single = PlanColumns.one(plan)
+        assert broken_rule_index(single, model, hardware) == broken[i]
+        assert all(unsupported_index(single, model, e, "cpu") == refused[e.spec][i] for e in engines)
+    valid = [p.with_seq_len(model.seq_len) for p, b in zip(plans, broken, strict=True) if b < 0]
+    assert len(valid) >= 20, "the random draw must leave valid plans to cost"
+    framework = get_engine().framework
+    batch = evaluate_batch(model, hardware, PlanColumns.from_plans(valid), framework)
+    for i, plan in enumerate(valid):
+        _same(batch, i, plan, model, hardware, framework)

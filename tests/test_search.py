@@ -43,29 +43,6 @@ def test_ranking_is_sorted_and_fits(result) -> None:
     assert all(e.memory.total_bytes <= limit and e.num_gpus == 16 for e in best)
 
 
-@pytest.mark.parametrize(("slug", "cluster", "gpus", "batch_size", "seed", "size"), [
-    ("llama3-8b", "dgx-h100-ib", 16, 64, 0, 40),
-    ("deepseek-v3", "gb200-nvl72", 256, 1024, 1, 60),  # MoE, MLA, fp8 and pipelines
-])
-def test_batch_evaluation_equals_single_estimates(slug: str, cluster: str, gpus: int, batch_size: int, seed: int,
-                                                  size: int) -> None:
-    """The planner's column-wise costing and a plan costed alone (the batch-of-one shortcuts of plait.cost) agree
-    on random valid candidates to the last bit, every time and memory component; so does the one-plan estimator."""
-    model, hardware = get_model(slug), get_cluster(cluster)
-    space = default_space(model, hardware, gpus, (batch_size,))
-    cols = enumerate_space(model, space)
-    valid = np.flatnonzero(prune(cols, model, hardware, space) < 0)
-    rows = np.random.default_rng(seed).choice(valid, size=size, replace=False)
-    batch = evaluate_batch(model, hardware, cols.take(rows))
-    for i, row in enumerate(rows):
-        alone = evaluate_batch(model, hardware, PlanColumns.from_plans([cols.plan(int(row))]))
-        assert all(batch.time[k][i] == alone.time[k][0] for k in batch.time)
-        assert all(batch.memory[k][i] == alone.memory[k][0] for k in batch.memory)
-        if cols["pp"][row] == 1:  # without a pipeline the estimator is the closed form itself
-            single = estimate(model, hardware, cols.plan(int(row)))
-            assert batch.step_time_s[i] == pytest.approx(single.step_time_s, rel=1e-12)
-
-
 def test_pareto_front_by_hand() -> None:
     est = None  # the front only compares numbers
     points = [Point(8, est, 100.0, 1000.0), Point(16, est, 60.0, 1200.0), Point(32, est, 70.0, 2500.0),

@@ -9,7 +9,7 @@ breakdown sums to the step time. The single-plan estimator is a batch of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,6 +61,7 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     network as without offload; a reduce-scatter is followed by the copy of the gradient shard back to the host
     (FSDP2 ``CPUOffloadPolicy``: "sharded parameters ... copied host-to-device before all-gather", torch
     fully_shard docs; ZeRO-Infinity, Rajbhandari et al. 2021, Sec. 5: the same gathers, fed from host memory)."""
+    xp = cols.xp
     dense_group, expert_group = shard_groups(cols)
     active = cols.is_("sharding", "zero3") & (dense_group > 1)
     wrapped = (cols.is_("sharding", "zero3") | cols.is_("sharding", "zero2")) & (dense_group > 1)  # FSDP2 units
@@ -71,29 +72,31 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
         params = kind.num_params + kind.num_expert_params * dense_group / expert_group
         pieces = kind.num_tensors if framework.shard_unit == "module" else 1.0
         gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],
-                                       np.where(active, PARAM_BYTES * params / pieces, 0.0))
+                                       xp.where(active, PARAM_BYTES * params / pieces, 0.0))
         shard = params / dense_group
         present = kind.num_params + kind.num_expert_params > 0
         out.append(ShardTimes(
-            gather_s=gather + np.where(cols["offload_params"], PARAM_BYTES * shard / pcie, 0.0),
+            gather_s=gather + xp.where(cols["offload_params"], PARAM_BYTES * shard / pcie, 0.0),
             reduce_s=(collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
-                                   np.where(active, inner.grad_bytes * params, 0.0))
-                      + np.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0)),
-            host_fwd_s=np.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * S_PER_US, 0.0),
-            host_bwd_s=np.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * S_PER_US, 0.0)))
+                                   xp.where(active, inner.grad_bytes * params, 0.0))
+                      + xp.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0)),
+            host_fwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * S_PER_US, 0.0),
+            host_bwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * S_PER_US, 0.0)))
     return out[0], out[1]
 
 
 def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
     """HFU/MFU ratio: full recompute adds one forward (1/3 of model FLOPs) on recomputed layers."""
-    layers = -(-model.num_layers // cols["pp"])
-    share = np.where(cols["recompute_layers"] < 0, 1.0, np.minimum(cols["recompute_layers"], layers) / layers)
-    return np.where(cols.is_("recompute", "full"), 1.0 + share / 3.0, 1.0)
+    xp, layers = cols.xp, -(-model.num_layers // cols["pp"])
+    share = xp.where(cols["recompute_layers"] < 0, 1.0, xp.minimum(cols["recompute_layers"], layers) / layers)
+    return xp.where(cols.is_("recompute", "full"), 1.0 + share / 3.0, 1.0)
 
 
 def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> np.ndarray:
+    if cols.single is not None:
+        return model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.single, framework=DEFAULT))
     seqs, inverse = np.unique(cols["seq_len"], return_inverse=True)
-    values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.plan(0).with_seq_len(int(s)),
+    values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=replace(cols.plan(0), seq_len=int(s)),
                                           framework=DEFAULT)) for s in seqs]
     return np.array(values)[inverse.reshape(-1)]
 
@@ -101,9 +104,12 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> n
 def _prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
              framework: Framework) -> tuple[PlanColumns, Inner, tuple[ShardTimes, ShardTimes], np.ndarray]:
     """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
-    data = dict(cols.data)
-    data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
-    cols = PlanColumns(data)
+    if cols.single is not None:
+        cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
+    else:
+        data = dict(cols.data)
+        data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
+        cols = PlanColumns(data)
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
@@ -132,55 +138,54 @@ def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndar
 
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
                    framework: Framework = DEFAULT) -> BatchResult:
-    """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`)."""
+    """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
+    (:meth:`PlanColumns.one`) every result is a float."""
     cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
-    pp = cols["pp"]
-    stages = [np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
+    xp, pp = cols.xp, cols["pp"]
+    stages = [0 if xp.scalar else np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
     overlap = cluster.accelerator.efficiency.comm_overlap.value
-    if len(cols) == 1:  # one plan: a stage that stands for two (pp <= 2) is costed once
+    if xp.scalar:  # one plan: a stage that stands for two (pp <= 2) is costed once
         once: dict[int, tuple[Columns, Columns]] = {}
         for s in stages:
-            if int(s[0]) not in once:
-                once[int(s[0])] = stage_time(model, cols, inner, fsdp, s, framework, overlap)
-        passes = [once[int(s[0])] for s in stages]
+            if s not in once:
+                once[s] = stage_time(model, cols, inner, fsdp, s, framework, overlap)
+        passes = [once[s] for s in stages]
     else:
         passes = [stage_time(model, cols, inner, fsdp, s, framework, overlap) for s in stages]
-    fwd = np.stack([sum(f.values()) for f, _ in passes])
-    total = fwd + np.stack([sum(b.values()) for _, b in passes])
-    slowest = np.argmax(total, axis=0)
-    pick = lambda values: np.choose(slowest, values)
-    interior = np.maximum(pp - 2, 0)
-    mean = np.where(pp > 2, (total[0] + total[2] + interior * total[1]) / pp, (total[0] + total[2]) / 2)
-    mean_fwd = np.where(pp > 2, (fwd[0] + fwd[2] + interior * fwd[1]) / pp, (fwd[0] + fwd[2]) / 2)
-    mean, mean_fwd = np.where(pp == 1, total[0], mean), np.where(pp == 1, fwd[0], mean_fwd)
-    weight = np.stack([b["compute"] / 2 for _, b in passes])  # ZB-H1's W, as plait.simulate.costs splits it
-    mean_weight = np.where(pp > 2, (weight[0] + weight[2] + interior * weight[1]) / pp, (weight[0] + weight[2]) / 2)
+    fwd = [xp.total(f.values()) for f, _ in passes]
+    total = [f_s + xp.total(b.values()) for f_s, (_, b) in zip(fwd, passes)]
+    slowest = xp.argmax(total)
+    pick = lambda values: xp.choose(slowest, values)
+    mean_over = lambda v: xp.where(pp > 2, (v[0] + v[2] + xp.maximum(pp - 2, 0) * v[1]) / pp, (v[0] + v[2]) / 2)
+    mean, mean_fwd = xp.where(pp == 1, total[0], mean_over(total)), xp.where(pp == 1, fwd[0], mean_over(fwd))
+    mean_weight = mean_over([b["compute"] / 2 for _, b in passes])  # ZB-H1's W, as plait.simulate.costs splits it
     busy, bubble = pipeline_time_s(cols, pick(total), mean, mean - mean_fwd, mean_weight)
     m = cols.num_micro_batches
     time = {k: m * pick([f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
-    assert np.allclose(sum(time.values()), busy, rtol=1e-9, atol=1e-12)
+    assert np.all(abs(xp.total(time.values()) - busy) <= 1e-12 + 1e-9 * abs(busy)), "components must sum to busy"
     time["pp_bubble"] = bubble
     # Transfers on the critical path, as the event simulation finds them: 1F1B-style schedules wait for
     # each micro-batch's activation and gradient (2 m hops); the interleaved schedule hides steady-state
     # transfers behind its other chunks and pays the fill and drain through every chunk boundary; ZB-H1's
     # Ws hide them after the fill, leaving 2 (p - 1) + 2 clip(m - 2, 0, p - 1) (PyTorch's order, simulated).
-    zb_hops = 2 * (pp - 1) + 2 * np.clip(m - 2, 0, pp - 1)
-    hops = np.where(cols["vpp"] > 1, 2 * (pp * cols["vpp"] - 1),
-                    np.where(cols.is_("schedule", "zb-h1"), zb_hops, 2 * m))
-    time["pp_p2p"] = np.where(pp > 1, hops * p2p, 0.0)
-    slow_stage = np.choose(slowest, stages)
+    zb_hops = 2 * (pp - 1) + 2 * xp.minimum(xp.maximum(m - 2, 0), pp - 1)
+    hops = xp.where(cols["vpp"] > 1, 2 * (pp * cols["vpp"] - 1),
+                    xp.where(cols.is_("schedule", "zb-h1"), zb_hops, 2 * m))
+    time["pp_p2p"] = xp.where(pp > 1, hops * p2p, 0.0)
+    slow_stage = xp.choose(slowest, stages)
     params = stage_params(model, cols, inner, slow_stage)
-    n_dense, n_moe = stage_layer_counts(model, pp, slow_stage)
+    n_dense, n_moe = stage_layer_counts(model, pp, slow_stage, xp)
     slow_bwd = pick([b["compute"] for _, b in passes])
-    last_op = np.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2, pick(total - fwd)) / cols["vpp"]
+    last_op = xp.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2,
+                       pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
     time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner.grad_bytes, last_op, pick(fwd) / cols["vpp"],
                                      n_dense + n_moe)
     time["optimizer"] = optimizer_step_s(cluster, cols, params, inner.grad_bytes)
     first = stage_memory(model, cluster.accelerator, cols, inner, stages[0])
-    last = first if len(cols) == 1 and pp[0] == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
+    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
     use_last = last["total"] > first["total"]
-    memory = {k: np.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
-    return BatchResult(cols=cols, time=time, memory=memory, memory_stage=np.where(use_last, stages[2], 0),
+    memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
+    return BatchResult(cols=cols, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),
                        model_flops_per_token=_flops_per_token(model, cluster, cols),
                        recompute_factor=_recompute_factor(model, cols))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from plait.cost import collectives as coll
 from plait.cost.overlap import hidden_remainder
 from plait.cost.setup import Setup
+from plait.plan.ops import SCALAR
 
 
 def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[float, float]:
@@ -34,12 +35,12 @@ def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[f
         gather = coll.all_gather_s(block * plan.cp, link)
         first_fwd, first_bwd = core_fwd_s / plan.cp, core_bwd_s / plan.cp
         grad_pass = coll.p2p_s(4 / setup.act_bytes * block, link)
-        bwd = (hidden_remainder(gather, first_bwd, overlap)
-               + hidden_remainder((plan.cp - 1) * grad_pass, core_bwd_s - first_bwd, overlap) + grad_pass)
-        return float(hidden_remainder(gather, first_fwd, overlap)), float(bwd)
+        bwd = (hidden_remainder(gather, first_bwd, overlap, SCALAR)
+               + hidden_remainder((plan.cp - 1) * grad_pass, core_bwd_s - first_bwd, overlap, SCALAR) + grad_pass)
+        return float(hidden_remainder(gather, first_fwd, overlap, SCALAR)), float(bwd)
     ring = (plan.cp - 1) * coll.p2p_s(block, link)
-    return (float(hidden_remainder(ring, core_fwd_s, overlap)),
-            float(hidden_remainder(2 * ring, core_bwd_s, overlap)))
+    return (float(hidden_remainder(ring, core_fwd_s, overlap, SCALAR)),
+            float(hidden_remainder(2 * ring, core_bwd_s, overlap, SCALAR)))
 
 
 def _rank_merge_bytes(c: int, full_steps: int, out: float, query: float, kv: float) -> tuple[float, float]:

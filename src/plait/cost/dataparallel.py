@@ -35,20 +35,20 @@ Columns = dict[str, np.ndarray]
 def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
                     grad_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(gradient reduction, weight all-gather) seconds per step and row, before overlap."""
-    tp, ep = cols["tp"], cols["ep"]
+    xp, tp, ep = cols.xp, cols["tp"], cols["ep"]
     replicas = cols.dp * cols["cp"]
     dense_group, expert_group = shard_groups(cols)
     none = cols.is_("sharding", "none")
-    plain = (collective_s(cluster, "all_reduce", replicas, tp, np.where(none, grad_bytes * params["dense"], 0.0))
-             + collective_s(cluster, "all_reduce", np.maximum(1, replicas // ep), tp * ep,
-                            np.where(none, grad_bytes * params["expert"], 0.0)))
+    plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(none, grad_bytes * params["dense"], 0.0))
+             + collective_s(cluster, "all_reduce", xp.maximum(1, replicas // ep), tp * ep,
+                            xp.where(none, grad_bytes * params["expert"], 0.0)))
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
-                          np.where(none, 0.0, grad_bytes * sharded))
+                          xp.where(none, 0.0, grad_bytes * sharded))
     zero12 = cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2")
     total = params["dense"] + params["expert"]
-    reduce = collective_s(cluster, "reduce_scatter", dense_group, tp, np.where(zero12, grad_bytes * total, 0.0))
-    gather = collective_s(cluster, "all_gather", dense_group, tp, np.where(zero12, PARAM_BYTES * total, 0.0))
+    reduce = collective_s(cluster, "reduce_scatter", dense_group, tp, xp.where(zero12, grad_bytes * total, 0.0))
+    gather = collective_s(cluster, "all_gather", dense_group, tp, xp.where(zero12, PARAM_BYTES * total, 0.0))
     return plain + across + reduce, gather
 
 
@@ -60,27 +60,28 @@ def exposed_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_by
     (PyTorch DDP buckets, Li et al. 2020, Sec. 3.2.3): with ``n`` equal buckets of ``r/n`` and a
     last backward of ``L``, the reduction ends ``max(r/n, r - L + L/n)`` after that backward.
     """
+    xp = cols.xp
     reduce, gather = gradient_sync_s(cluster, cols, params, grad_bytes)
-    n = np.maximum(buckets, 1)
-    tail = np.where(reduce > 0, np.maximum(reduce / n, reduce - last_backward_s + last_backward_s / n), 0.0)
-    overlapped = tail + np.maximum(0.0, gather - first_forward_s)
-    return np.where(cols["overlap_grad_reduce"], overlapped, reduce + gather)
+    n = xp.maximum(buckets, 1)
+    tail = xp.where(reduce > 0, xp.maximum(reduce / n, reduce - last_backward_s + last_backward_s / n), 0.0)
+    overlapped = tail + xp.maximum(0.0, gather - first_forward_s)
+    return xp.where(cols["overlap_grad_reduce"], overlapped, reduce + gather)
 
 
 def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray) -> np.ndarray:
     """Seconds of the optimizer step on one rank, with the sequence-parallel norm-gradient all-reduce before it."""
-    acc = cluster.accelerator
+    xp, acc = cols.xp, cluster.accelerator
     dense_group, expert_group = shard_groups(cols)
-    local = np.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
+    local = xp.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
                      params["dense"] / dense_group + params["expert"] / expert_group)
     # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
     # offloaded too, both already cross PCIe per layer (plait.cost.batch._fsdp_layer_s) and stay on the host.
-    transfer = np.where(cols["offload_params"], 0.0,
+    transfer = xp.where(cols["offload_params"], 0.0,
                         local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9))
     host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / (
         cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
     offloaded = transfer + host_update
     on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + PARAM_BYTES) / memory_bytes_per_s(acc)
-    sp_norms = np.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)
-    return np.where(cols["offload_optimizer"], offloaded, on_gpu) + collective_s(cluster, "all_reduce", cols["tp"],
+    sp_norms = xp.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)
+    return xp.where(cols["offload_optimizer"], offloaded, on_gpu) + collective_s(cluster, "all_reduce", cols["tp"],
                                                                                  1, sp_norms)

@@ -172,7 +172,9 @@ def _stack(rows: list[Inner], inverse: np.ndarray) -> Inner:
 
 
 def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> Inner:
-    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled)."""
+    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan."""
+    if cols.single is not None:
+        return _row(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
     if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
         columns.append(cols.fsdp_managed.astype(np.int64))

@@ -29,6 +29,7 @@ from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, layer_gemms
 from plait.cost.overlap import hidden_remainder
 from plait.cost.setup import Setup
+from plait.plan.ops import SCALAR
 
 FLASH_BWD_FLOPS_RATIO = 2.5  # FlashAttention-2, Sec. 3.2: backward runs 5 matmuls to the forward's 2
 
@@ -154,7 +155,7 @@ def _tp_pass_s(setup: Setup, gemm_s: float, chunking_s: float) -> float:
     if not plan.tp_comm_overlap:
         return comm
     hideable = gemm_s * (plan.tp - 1) / plan.tp
-    return float(hidden_remainder(comm, hideable, setup.comm_overlap)) + chunking_s
+    return float(hidden_remainder(comm, hideable, setup.comm_overlap, SCALAR)) + chunking_s
 
 
 def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:

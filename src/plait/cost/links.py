@@ -27,8 +27,11 @@ KINDS: dict[str, Collective] = {
 
 def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarray,
                  num_bytes: np.ndarray) -> np.ndarray:
-    """Seconds of collective ``kind`` for each row (0 where the group has one rank or no bytes)."""
-    if np.size(num_bytes) == 1 and np.size(size) == 1 and np.size(stride) == 1:  # one plan: one scalar call
+    """Seconds of collective ``kind`` for each row (0 where the group has one rank or no bytes); for plain numbers
+    (one plan, :data:`plait.plan.ops.SCALAR`), a float."""
+    if not isinstance(num_bytes, np.ndarray) and not isinstance(size, np.ndarray):  # one plan: one scalar call
+        return KINDS[kind](float(num_bytes), coll.group_link(cluster, size, stride)) if size > 1 and num_bytes > 0 else 0.0
+    if np.size(num_bytes) == 1 and np.size(size) == 1 and np.size(stride) == 1:  # a batch of one
         g, s, b = int(np.ravel(size)[0]), int(np.ravel(stride)[0]), float(np.ravel(num_bytes)[0])
         value = KINDS[kind](b, coll.group_link(cluster, g, s)) if g > 1 and b > 0 else 0.0
         return np.full(np.shape(num_bytes), value)

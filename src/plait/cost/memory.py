@@ -19,7 +19,7 @@ import numpy as np
 from plait.cost.inner import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
-from plait.cost.stage import as_column, recomputed_layers
+from plait.cost.stage import recomputed_layers
 from plait.hardware.accelerator import Accelerator
 from plait.plan.columns import PlanColumns
 from plait.units import GIB
@@ -33,34 +33,37 @@ Columns = dict[str, np.ndarray]
 
 def optimizer_bytes_per_param(cols: PlanColumns) -> np.ndarray:
     """fp32 master copy (if kept) plus optimizer moments: AdamW two, SGD-momentum one."""
-    moments = np.where(cols.is_("optimizer", "adamw"), 8, 4)
-    return moments + np.where(cols["master_weights"], 4, 0)
+    xp = cols.xp
+    return xp.where(cols.is_("optimizer", "adamw"), 8, 4) + xp.where(cols["master_weights"], 4, 0)
 
 
 def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) sharding-group sizes of ZeRO/FSDP (1 when nothing is sharded)."""
-    sharded = ~cols.is_("sharding", "none")
-    dense = np.where(sharded, cols["dp_shard"] * cols["cp"], 1)
-    return dense, np.where(sharded, np.maximum(1, dense // cols["ep"]), 1)
+    xp = cols.xp
+    sharded = xp.not_(cols.is_("sharding", "none"))
+    dense = xp.where(sharded, cols["dp_shard"] * cols["cp"], 1)
+    return dense, xp.where(sharded, xp.maximum(1, dense // cols["ep"]), 1)
 
 
 def stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> Columns:
     """Parameters on one rank of ``stage``: dense, expert, the largest layer, and the norm weights (two per layer
     and the final norm; replicated over TP)."""
-    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
+    xp = cols.xp
+    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     dense = n_dense * inner.dense.num_params + n_moe * inner.moe.num_params
     positions = model.embedding_params() - model.vocab_size * model.hidden_size
     dense = dense + (stage == 0) * (inner.num_vocab_params + positions)
     own_head = (not model.tied_embeddings) | (cols["pp"] > 1)
     dense = dense + (stage == cols["pp"] - 1) * (model.norm_params() + own_head * inner.num_vocab_params)
-    largest = np.maximum(np.where(n_dense > 0, inner.dense.num_params, 0.0),
-                         np.where(n_moe > 0, inner.moe.num_params + inner.moe.num_expert_params, 0.0))
+    largest = xp.maximum(xp.where(n_dense > 0, inner.dense.num_params, 0.0),
+                         xp.where(n_moe > 0, inner.moe.num_params + inner.moe.num_expert_params, 0.0))
     norms = (2 * (n_dense + n_moe) + (stage == cols["pp"] - 1)) * model.norm_params()
     return {"dense": dense, "expert": n_moe * inner.moe.num_expert_params, "largest": largest, "norms": norms}
 
 
 def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
+    xp = cols.xp
+    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
     d, m = inner.kinds
     full_mb = n_dense * d.activation_bytes + n_moe * m.activation_bytes
@@ -68,9 +71,9 @@ def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: 
     recomputed = rc_dense + rc_moe
     recompute_mb = (recomputed * inner.layer_input_bytes + (n_dense - rc_dense) * d.activation_bytes
                     + (n_moe - rc_moe) * m.activation_bytes)
-    working = np.where(recomputed > 0, np.maximum(np.where(n_dense > 0, d.activation_bytes, 0.0),
-                                                  np.where(n_moe > 0, m.activation_bytes, 0.0)), 0.0)
-    per_mb = np.select([cols.is_("recompute", "selective"), cols.is_("recompute", "full")],
+    working = xp.where(recomputed > 0, xp.maximum(xp.where(n_dense > 0, d.activation_bytes, 0.0),
+                                                  xp.where(n_moe > 0, m.activation_bytes, 0.0)), 0.0)
+    per_mb = xp.select([cols.is_("recompute", "selective"), cols.is_("recompute", "full")],
                        [selective_mb, recompute_mb], full_mb)
     inflight = inflight_micro_batches(cols, stage)
     total = inflight * (per_mb + (stage == 0) * inner.first_stage_bytes) + working
@@ -80,26 +83,26 @@ def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: 
 
 def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> Columns:
     """Bytes per component on one GPU of ``stage``, plus ``total`` and ``inflight``."""
-    params = stage_params(model, cols, inner, stage)
+    xp, params = cols.xp, stage_params(model, cols, inner, stage)
     dense_group, expert_group = shard_groups(cols)
     total_params = params["dense"] + params["expert"]
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     zero3 = cols.is_("sharding", "zero3")
-    weights = np.where(cols["offload_params"], 0.0, PARAM_BYTES * np.where(zero3, sharded, total_params))
-    grads = inner.grad_bytes * np.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
-    grads = np.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
-    optimizer = np.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * np.where(
+    weights = xp.where(cols["offload_params"], 0.0, PARAM_BYTES * xp.where(zero3, sharded, total_params))
+    grads = inner.grad_bytes * xp.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
+    grads = xp.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
+    optimizer = xp.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * xp.where(
         cols.is_("sharding", "none"), total_params, sharded))
-    buffers = np.where((zero3 & (dense_group > 1)) | cols["offload_params"],
+    buffers = xp.where((zero3 & (dense_group > 1)) | cols["offload_params"],
                        params["largest"] * (2 * PARAM_BYTES + inner.grad_bytes), 0.0)
     activations, inflight = _activation_bytes(model, cols, inner, stage)
     eff = acc.efficiency
     out = {
         "weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations,
-        "comm_buffers": buffers, "runtime_reserved": np.full(len(cols), eff.runtime_reserved_gib.value * GIB),
+        "comm_buffers": buffers, "runtime_reserved": cols.full(eff.runtime_reserved_gib.value * GIB),
         "fragmentation": eff.allocator_overhead.value * (activations + buffers),
     }
-    out = {k: as_column(v, len(cols)) for k, v in out.items()}
-    out["total"] = sum(out[k] for k in MEMORY_ITEMS)
+    out = {k: xp.column(v, len(cols)) for k, v in out.items()}
+    out["total"] = xp.total(out[k] for k in MEMORY_ITEMS)
     out["inflight"] = inflight
     return out

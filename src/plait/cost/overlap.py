@@ -11,10 +11,13 @@ hidden (``1 - slowdown``).
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
+
+from plait.plan.ops import ARRAY, Ops
 
 
-def hidden_remainder(comm: np.ndarray | float, compute: np.ndarray | float, overlap: float) -> np.ndarray:
+def hidden_remainder(comm: Any, compute: Any, overlap: float, xp: Ops = ARRAY) -> Any:
     """Exposed part of ``comm`` run alongside ``compute``: what exceeds the compute, plus the share of
-    the overlapped interval the compute loses to contention (``overlap`` = 1 loses nothing)."""
-    return np.maximum(0.0, comm - compute) + (1.0 - overlap) * np.minimum(comm, compute)
+    the overlapped interval the compute loses to contention (``overlap`` = 1 loses nothing); columns or, with
+    ``xp`` = :data:`~plait.plan.ops.SCALAR`, floats."""
+    return xp.maximum(0.0, comm - compute) + (1.0 - overlap) * xp.minimum(comm, compute)

@@ -11,9 +11,10 @@ dense layers of an MoE model land on the first stages.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
 from plait.cost.setup import Setup
+from plait.plan.ops import ARRAY, Ops
 from plait.workload.model import ModelSpec
 
 
@@ -32,10 +33,11 @@ def layer_split(setup: Setup, moe_layer: bool) -> tuple[float, float]:
     return norms + attention + router + shared, experts
 
 
-def stage_layer_counts(model: ModelSpec, pp: np.ndarray, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dense layers, MoE layers) on pipeline stage ``stage`` of ``pp`` stages, per row."""
-    base, extra = np.divmod(model.num_layers, pp)
-    start = stage * base + np.minimum(stage, extra)
+def stage_layer_counts(model: ModelSpec, pp: Any, stage: Any, xp: Ops = ARRAY) -> tuple[Any, Any]:
+    """(dense layers, MoE layers) on pipeline stage ``stage`` of ``pp`` stages, per row (ints with ``xp`` =
+    :data:`~plait.plan.ops.SCALAR`)."""
+    base, extra = divmod(model.num_layers, pp)
+    start = stage * base + xp.minimum(stage, extra)
     count = base + (stage < extra)
-    dense = np.clip(np.minimum(start + count, model.num_dense_layers) - start, 0, None)
+    dense = xp.maximum(xp.minimum(start + count, model.num_dense_layers) - start, 0)
     return dense, count - dense

@@ -27,11 +27,10 @@ from plait.plan.columns import PlanColumns
 
 def inflight_micro_batches(cols: PlanColumns, stage: np.ndarray) -> np.ndarray:
     """Micro-batches whose activations stage ``stage`` (per row) holds at its peak."""
-    p, m = cols["pp"], cols.num_micro_batches
-    held = (p - stage).astype(np.float64)
-    held = held + np.where(cols.is_("schedule", "interleaved") & (cols["vpp"] > 1), (p - 1) / cols["vpp"], 0.0)
-    held = np.where(cols.is_("schedule", "gpipe"), m, np.minimum(held, m))
-    return np.where(p == 1, 1.0, held)
+    xp, p, m = cols.xp, cols["pp"], cols.num_micro_batches
+    held = (p - stage) + xp.where(cols.is_("schedule", "interleaved") & (cols["vpp"] > 1), (p - 1) / cols["vpp"], 0.0)
+    held = xp.where(cols.is_("schedule", "gpipe"), m, xp.minimum(held, m))
+    return xp.where(p == 1, 1.0, held) * 1.0  # a float column either way
 
 
 def pipeline_time_s(cols: PlanColumns, slowest_s: np.ndarray, mean_s: np.ndarray,
@@ -42,10 +41,10 @@ def pipeline_time_s(cols: PlanColumns, slowest_s: np.ndarray, mean_s: np.ndarray
     average stage; ``mean_backward_s`` the average stage's backward time and ``mean_weight_grad_s``
     the part of it ZB-H1 runs as W.
     """
-    p, m = cols["pp"], cols.num_micro_batches
+    xp, p, m = cols.xp, cols["pp"], cols.num_micro_batches
     busy = m * slowest_s
     forward_s, input_grad_s = mean_s - mean_backward_s, mean_backward_s - mean_weight_grad_s
-    zero_bubble = ((p - 1) * (forward_s + np.maximum(0.0, input_grad_s - mean_weight_grad_s))
-                   + np.maximum(0, p - m) * mean_weight_grad_s)
-    bubble = np.where(cols.is_("schedule", "zb-h1"), zero_bubble, (p - 1) / cols["vpp"] * mean_s)
-    return busy, np.where(p == 1, 0.0, bubble)
+    zero_bubble = ((p - 1) * (forward_s + xp.maximum(0.0, input_grad_s - mean_weight_grad_s))
+                   + xp.maximum(0, p - m) * mean_weight_grad_s)
+    bubble = xp.where(cols.is_("schedule", "zb-h1"), zero_bubble, (p - 1) / cols["vpp"] * mean_s)
+    return busy, xp.where(p == 1, 0.0, bubble)

@@ -33,10 +33,10 @@ Columns = dict[str, np.ndarray]
 
 def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(dense, MoE) layers of a stage that full recomputation recomputes (the first ``recompute_layers``)."""
-    layers = n_dense + n_moe
-    k = np.where(cols["recompute_layers"] < 0, layers, np.minimum(cols["recompute_layers"], layers))
-    k = np.where(cols.is_("recompute", "full"), k, 0)
-    dense = np.minimum(k, n_dense)
+    xp, layers = cols.xp, n_dense + n_moe
+    k = xp.where(cols["recompute_layers"] < 0, layers, xp.minimum(cols["recompute_layers"], layers))
+    k = xp.where(cols.is_("recompute", "full"), k, 0)
+    dense = xp.minimum(k, n_dense)
     return dense, k - dense
 
 
@@ -58,30 +58,31 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
                stage: np.ndarray, framework: Framework, overlap: float = 1.0) -> tuple[Columns, Columns]:
     """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
     ``overlap`` is the accelerator's ``comm_overlap`` figure."""
-    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage)
+    xp = cols.xp
+    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
     full = cols.is_("recompute", "full")
     fwd = dict.fromkeys(COMPONENTS, 0.0)
     bwd = dict.fromkeys(COMPONENTS, 0.0)
-    first_gather = np.zeros(len(cols))
+    first_gather = cols.zeros()
     for kind, shard, count, rc_kind in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe)):
-        rc_count = np.where(full, rc_kind, count)
-        rc_share = np.where(count > 0, rc_count / np.maximum(count, 1), 0.0)
+        rc_count = xp.where(full, rc_kind, count)
+        rc_share = xp.where(count > 0, rc_count / xp.maximum(count, 1), 0.0)
         gather, reduce = shard.gather_s, shard.reduce_s
         regather = rc_share * gather * full if framework.shard_unit == "module" else 0.0
         bwd_comm = gather + regather + reduce
         if framework.shard_prefetch:
-            fsdp_fwd = hidden_remainder(gather, kind.fwd_s + kind.tp_fwd_s, overlap)
+            fsdp_fwd = hidden_remainder(gather, kind.fwd_s + kind.tp_fwd_s, overlap, xp)
             bwd_work = kind.bwd_s + rc_share * kind.recompute_s + kind.tp_bwd_s
             if framework.shard_backward_prefetch == "post":
-                fsdp_bwd = gather + regather + hidden_remainder(reduce, bwd_work, overlap)
+                fsdp_bwd = gather + regather + hidden_remainder(reduce, bwd_work, overlap, xp)
             else:
-                fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap)
+                fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap, xp)
         else:
             fsdp_fwd, fsdp_bwd = gather, bwd_comm
         fsdp_fwd = fsdp_fwd + shard.host_fwd_s  # hooks run in line with the layer
         fsdp_bwd = fsdp_bwd + shard.host_bwd_s + rc_share * full * shard.host_fwd_s  # recompute re-runs them
-        first_gather = np.where((first_gather == 0) & (count > 0), gather, first_gather)
+        first_gather = xp.where((first_gather == 0) & (count > 0), gather, first_gather)
         fwd["compute"] = fwd["compute"] + count * kind.fwd_s
         bwd["compute"] = bwd["compute"] + count * kind.bwd_s
         bwd["recompute"] = bwd["recompute"] + rc_count * kind.recompute_s
@@ -97,12 +98,5 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     bwd["compute"] = bwd["compute"] + first * inner.embedding_bwd_s + last * inner.head_bwd_s
     fwd["tp_comm"] = fwd["tp_comm"] + first * inner.embedding_tp_fwd_s + last * inner.head_tp_fwd_s
     bwd["tp_comm"] = bwd["tp_comm"] + first * inner.embedding_tp_bwd_s + last * inner.head_tp_bwd_s
-    size = len(cols)
-    return {k: as_column(v, size) for k, v in fwd.items()}, {k: as_column(v, size) for k, v in bwd.items()}
-
-
-def as_column(value: np.ndarray | float, size: int) -> np.ndarray:
-    """``value`` (a scalar or a ``size``-long array) as a new float64 array of ``size`` rows
-    (``np.broadcast_to`` did the same at several times the cost for a batch of one)."""
-    array = np.asarray(value, dtype=np.float64)
-    return array.copy() if array.shape == (size,) else np.full(size, array, dtype=np.float64)
+    size, column = len(cols), xp.column
+    return {k: column(v, size) for k, v in fwd.items()}, {k: column(v, size) for k, v in bwd.items()}

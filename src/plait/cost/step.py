@@ -12,21 +12,21 @@ from plait.workload.model import ModelSpec
 
 def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult, row: int, engine: str) -> Estimate:
     """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate of ``engine`` (its spec)."""
-    plan = result.cols.plan(row)
-    mem = result.memory
+    plan, mem = result.cols.plan(row), result.memory
+    at = (lambda value: value) if result.cols.single is not None else (lambda value: value[row])
     memory = MemoryBreakdown(
-        stage=int(result.memory_stage[row]),
+        stage=int(at(result.memory_stage)),
         capacity_bytes=cluster.accelerator.memory_bytes,
-        inflight_micro_batches=float(mem["inflight"][row]),
-        **{f"{k}_bytes": float(mem[k][row]) for k in MEMORY_ITEMS},
+        inflight_micro_batches=float(at(mem["inflight"])),
+        **{f"{k}_bytes": float(at(mem[k])) for k in MEMORY_ITEMS},
     )
-    time = TimeBreakdown(**{f"{k}_s": float(result.time[k][row]) for k in TIME_ITEMS})
+    time = TimeBreakdown(**{f"{k}_s": float(at(result.time[k])) for k in TIME_ITEMS})
     tokens = plan.global_batch * plan.seq_len
-    model_flops = float(result.model_flops_per_token[row]) * tokens
+    model_flops = float(at(result.model_flops_per_token)) * tokens
     return Estimate(
         model_name=model.name, cluster_name=cluster.name, engine=engine, plan=plan, memory=memory, time=time,
         tokens_per_step=tokens, model_flops_per_step=model_flops,
-        hardware_flops_per_step=model_flops * float(result.recompute_factor[row]),
+        hardware_flops_per_step=model_flops * float(at(result.recompute_factor)),
         peak_flops_per_gpu=cluster.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16"),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
         warnings=rules.warnings(plan, model, cluster),

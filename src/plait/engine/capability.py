@@ -32,7 +32,7 @@ class Feature:
 
 
 def _model(flag: Callable[[ModelSpec], bool]) -> Mask:
-    return lambda c, m: np.full(len(c), flag(m))
+    return lambda c, m: c.full(flag(m))
 
 
 def _choice(field: str, value: str) -> Feature:
@@ -63,17 +63,17 @@ _FEATURES: tuple[Feature, ...] = (
     Feature("recompute_layers_not_half",
             lambda p, m: f"recompute_layers={p.recompute_layers} (not half of the {-(-m.num_layers // p.pp)} layers per stage)",
             lambda c, m: c.is_("recompute", "full") & (c["recompute_layers"] >= 0)
-            & (np.abs(c["recompute_layers"] - -(-m.num_layers // c["pp"]) / 2) > 0.5)),
+            & (abs(c["recompute_layers"] - -(-m.num_layers // c["pp"]) / 2) > 0.5)),
     _choice("precision", "fp16"), _choice("precision", "fp8"), _choice("grad_reduce_dtype", "bf16"),
     _choice("optimizer", "sgd"),
-    Feature("master_weights=false", lambda p, m: "master_weights=false", lambda c, m: ~c["master_weights"]),
+    Feature("master_weights=false", lambda p, m: "master_weights=false", lambda c, m: c.xp.not_(c["master_weights"])),
     _flag("offload_optimizer"), _flag("offload_params"),
     Feature("offload_optimizer_alone", lambda p, m: "offload_optimizer=true with offload_params=false",
-            lambda c, m: c["offload_optimizer"] & ~c["offload_params"]),
+            lambda c, m: c["offload_optimizer"] & c.xp.not_(c["offload_params"])),
     Feature("offload_params_alone", lambda p, m: "offload_params=true with offload_optimizer=false",
-            lambda c, m: c["offload_params"] & ~c["offload_optimizer"]),
+            lambda c, m: c["offload_params"] & c.xp.not_(c["offload_optimizer"])),
     _flag("tp_comm_overlap"),
-    Feature("overlap_grad_reduce=false", lambda p, m: "overlap_grad_reduce=false", lambda c, m: ~c["overlap_grad_reduce"]),
+    Feature("overlap_grad_reduce=false", lambda p, m: "overlap_grad_reduce=false", lambda c, m: c.xp.not_(c["overlap_grad_reduce"])),
     Feature("moe", lambda p, m: f"a mixture-of-experts model ({m.name})", _model(lambda m: m.moe is not None)),
     Feature("moe_tp", lambda p, m: f"tp={p.tp} with a mixture-of-experts model ({m.name})",
             lambda c, m: (c["tp"] > 1) & (m.moe is not None)),
@@ -86,7 +86,7 @@ _FEATURES: tuple[Feature, ...] = (
             lambda c, m: (c.is_("sharding", "none") | c.is_("sharding", "zero1")) & (c.dp * c["cp"] > 1)
             & ((c["tp"] > 1) | (c["pp"] > 1))),
     Feature("tp_comm_overlap_without_sp", lambda p, m: f"tp_comm_overlap=true with tp={p.tp}, sp={str(p.sp).lower()}",
-            lambda c, m: c["tp_comm_overlap"] & ~(c["sp"] & (c["tp"] > 1))),
+            lambda c, m: c["tp_comm_overlap"] & c.xp.not_(c["sp"] & (c["tp"] > 1))),
     Feature("tp_comm_overlap_cp", lambda p, m: f"tp_comm_overlap=true with cp={p.cp}",
             lambda c, m: c["tp_comm_overlap"] & (c["cp"] > 1)),
     Feature("tp_comm_overlap_selective", lambda p, m: "tp_comm_overlap=true with recompute='selective'",
@@ -99,7 +99,7 @@ _FEATURES: tuple[Feature, ...] = (
             lambda c, m: c["offload_optimizer"] & c.is_("sharding", "zero1") & (c.dp > 1)),
     Feature("zb_micro_batches", lambda p, m: f"schedule='zb-h1' with {p.num_micro_batches} micro-batches on pp={p.pp}",
             lambda c, m: c.is_("schedule", "zb-h1") & (c["pp"] > 1)
-            & (c.num_micro_batches % np.maximum(1, c.num_micro_batches // np.maximum(c["pp"], 1)) != 0)),
+            & (c.num_micro_batches % c.xp.maximum(1, c.num_micro_batches // c.xp.maximum(c["pp"], 1)) != 0)),
     Feature("kv_head_replication", lambda p, m: f"tp={p.tp} with num_kv_heads={m.num_kv_heads}",
             lambda c, m: (m.num_kv_heads % c["tp"] != 0) & (m.mla is None)),
     Feature("mla", lambda p, m: f"multi-head latent attention ({m.name})", _model(lambda m: m.mla is not None)),
@@ -122,7 +122,11 @@ def _listed(engine: Engine, machine: str | None) -> list[tuple[Feature, str]]:
 
 
 def unsupported_index(cols: PlanColumns, model: ModelSpec, engine: Engine, machine: str | None = None) -> np.ndarray:
-    """Per row the index into :func:`reasons` of the first option ``engine`` cannot run (-1: runnable)."""
+    """Per row the index into :func:`reasons` of the first option ``engine`` cannot run (-1: runnable); of a
+    single plan (:meth:`PlanColumns.one`), an int."""
+    if cols.single is not None:
+        return next((i for i, (feature, _) in enumerate(_listed(engine, machine)) if feature.present(cols, model)),
+                    -1)  # type: ignore[return-value]
     first = np.full(len(cols), -1, dtype=np.int64)
     for index, (feature, _) in enumerate(_listed(engine, machine)):
         mask = np.asarray(feature.present(cols, model), dtype=bool) & (first < 0)
@@ -141,8 +145,7 @@ def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str
     (``cols``: the plan as columns, when the caller has them)."""
     if not engine.unsupported and not engine.machines.get(machine or "", {}):
         return None
-    index = int(unsupported_index(cols if cols is not None else PlanColumns.from_plans([plan]), model, engine,
-                                  machine)[0])
+    index = int(unsupported_index(cols if cols is not None else PlanColumns.one(plan), model, engine, machine))
     if index < 0:
         return None
     feature, why = _listed(engine, machine)[index]

@@ -1,8 +1,9 @@
 """Many plans as columns: one numpy array per Plan field (STYLE.md rule 9, "keep it vectorized").
 
 The planner enumerates hundreds of thousands of candidates; the cost model evaluates them
-column-wise. A single plan is a batch of one, so the estimator and the planner share one
-implementation. Closed choices are stored as small integer codes into ``CHOICES``.
+column-wise. A single plan is the same columns holding plain Python values (:meth:`PlanColumns.one`), so the
+estimator and the planner share one implementation, run through :attr:`PlanColumns.xp`
+(:mod:`plait.plan.ops`). Closed choices are stored as small integer codes into ``CHOICES``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, get_args
 
 import numpy as np
 
+from plait.plan.ops import ARRAY, SCALAR, Ops
 from plait.plan.plan import GradDtype, Optimizer, Plan, Precision, Recompute, Schedule, Sharding
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -29,16 +31,33 @@ def code(field: str, value: str) -> int:
 
 @dataclass(frozen=True)
 class PlanColumns:
-    """Plan fields as equal-length arrays (int64 for counts and codes, bool for flags)."""
+    """Plan fields as equal-length arrays (int64 for counts and codes, bool for flags), or, for the one plan
+    ``single``, as that plan's Python values."""
 
-    data: dict[str, np.ndarray]
+    data: dict[str, Any]
+    single: Plan | None = None
+    """The plan whose values ``data`` holds as scalars (:meth:`one`); ``None`` for array columns."""
 
     def __post_init__(self) -> None:
-        lengths = {len(v) for v in self.data.values()}
-        assert len(lengths) == 1 and set(self.data) == set(FIELDS), "columns must cover every Plan field, equal length"
+        assert set(self.data) == set(FIELDS), "columns must cover every Plan field"
+        if self.single is None:
+            assert len({len(v) for v in self.data.values()}) == 1, "columns must have equal length"
 
     def __len__(self) -> int:
-        return len(self.data["tp"])
+        return 1 if self.single is not None else len(self.data["tp"])
+
+    @property
+    def xp(self) -> Ops:
+        """The operations for these columns: numpy (arrays) or plain Python (one plan)."""
+        return SCALAR if self.single is not None else ARRAY
+
+    def zeros(self) -> Any:
+        """0.0 per row, as a new column."""
+        return 0.0 if self.single is not None else np.zeros(len(self))
+
+    def full(self, value: Any) -> Any:
+        """``value`` on every row (a model-wide fact as a mask, a constant as a column)."""
+        return value if self.single is not None else np.full(len(self), value)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.data[name]
@@ -62,6 +81,14 @@ class PlanColumns:
         return cls(data)
 
     @classmethod
+    def one(cls, plan: Plan) -> PlanColumns:
+        """The columns of one plan as its Python values (codes for closed choices): the single-plan path."""
+        data = {name: getattr(plan, name) for name in FIELDS}
+        for name in CHOICES:
+            data[name] = code(name, data[name])
+        return cls(data, single=plan)
+
+    @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], length: int) -> PlanColumns:
         """Columns from enumerated arrays; fields not given take the Plan default."""
         default = Plan()
@@ -76,11 +103,15 @@ class PlanColumns:
         return cls(data)
 
     def take(self, index: np.ndarray) -> PlanColumns:
-        """Rows ``index`` (an integer index or boolean mask)."""
+        """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""
+        if self.single is not None:
+            return PlanColumns.from_plans([self.single]).take(np.zeros(len(index), dtype=np.int64))
         return PlanColumns({k: v[index] for k, v in self.data.items()})
 
     def plan(self, row: int) -> Plan:
         """Row ``row`` back as a Plan."""
+        if self.single is not None:
+            return self.single
         kwargs: dict[str, Any] = {}
         for name in FIELDS:
             value = self.data[name][row]
@@ -111,5 +142,6 @@ class PlanColumns:
     @property
     def num_micro_batches(self) -> np.ndarray:
         """Micro-batches per step per pipeline."""
-        per_replica = self.data["global_batch"] // np.maximum(self.dp, 1)
-        return np.maximum(per_replica // np.maximum(self.data["micro_batch"], 1), 1)
+        maximum = self.xp.maximum
+        per_replica = self.data["global_batch"] // maximum(self.dp, 1)
+        return maximum(per_replica // maximum(self.data["micro_batch"], 1), 1)

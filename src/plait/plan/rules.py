@@ -33,11 +33,11 @@ class Rule:
 
 
 def _seq(c: PlanColumns, m: ModelSpec) -> np.ndarray:
-    return np.where(c["seq_len"] > 0, c["seq_len"], m.seq_len)
+    return c.xp.where(c["seq_len"] > 0, c["seq_len"], m.seq_len)
 
 
 def _stage_layers(c: PlanColumns, m: ModelSpec) -> np.ndarray:
-    return -(-m.num_layers // np.maximum(c["pp"], 1))
+    return -(-m.num_layers // c.xp.maximum(c["pp"], 1))
 
 
 _POSITIVE = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "micro_batch", "global_batch")
@@ -50,7 +50,7 @@ def _first_nonpositive(p: Plan) -> str:
 
 RULES: tuple[Rule, ...] = (
     Rule("degrees-positive",
-         lambda c, m, k: np.logical_or.reduce([c[n] <= 0 for n in _POSITIVE] + [c["seq_len"] < 0]),
+         lambda c, m, k: c.xp.any_of([c[n] <= 0 for n in _POSITIVE] + [c["seq_len"] < 0]),
          lambda p, m, k: _first_nonpositive(p) if any(getattr(p, n) <= 0 for n in _POSITIVE)
          else f"seq_len={p.seq_len} must be > 0"),
     Rule("tp-divides-heads", lambda c, m, k: m.num_heads % c["tp"] != 0,
@@ -61,11 +61,11 @@ RULES: tuple[Rule, ...] = (
     Rule("tp-divides-ffn", lambda c, m, k: m.ffn_hidden_size % c["tp"] != 0,
          lambda p, m, k: f"tp={p.tp} must divide ffn_hidden_size={m.ffn_hidden_size}"),
     Rule("tp-divides-expert-ffn",
-         lambda c, m, k: np.full(len(c), False) if not m.moe else m.moe.expert_ffn_hidden_size % c["tp"] != 0,
+         lambda c, m, k: c.full(False) if not m.moe else m.moe.expert_ffn_hidden_size % c["tp"] != 0,
          lambda p, m, k: f"tp={p.tp} must divide moe.expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size if m.moe else 0}"),
     Rule("pipeline-fits-layers", lambda c, m, k: c["pp"] * c["vpp"] > m.num_layers,
          lambda p, m, k: f"pp*vpp={p.pp * p.vpp} must be <= num_layers={m.num_layers}"),
-    Rule("vpp-needs-interleaved", lambda c, m, k: (c["vpp"] > 1) & ~c.is_("schedule", "interleaved"),
+    Rule("vpp-needs-interleaved", lambda c, m, k: (c["vpp"] > 1) & c.xp.not_(c.is_("schedule", "interleaved")),
          lambda p, m, k: f"vpp={p.vpp} needs schedule='interleaved' (got {p.schedule!r})"),
     Rule("interleaved-micro-batches",
          lambda c, m, k: c.is_("schedule", "interleaved") & (c["pp"] > 1) & (c.num_micro_batches % c["pp"] != 0),
@@ -83,13 +83,13 @@ RULES: tuple[Rule, ...] = (
     Rule("expert-parallel-needs-moe", lambda c, m, k: (c["ep"] > 1) & (m.moe is None),
          lambda p, m, k: f"ep={p.ep} needs a mixture-of-experts model ({m.name} is dense)"),
     Rule("ep-divides-experts",
-         lambda c, m, k: np.full(len(c), False) if not m.moe else m.moe.num_experts % c["ep"] != 0,
+         lambda c, m, k: c.full(False) if not m.moe else m.moe.num_experts % c["ep"] != 0,
          lambda p, m, k: f"ep={p.ep} must divide moe.num_experts={m.moe.num_experts if m.moe else 0}"),
     Rule("ep-divides-dp-cp", lambda c, m, k: (c.dp * c["cp"]) % c["ep"] != 0,
          lambda p, m, k: f"ep={p.ep} must divide dp*cp={p.dp * p.cp}"),
     Rule("shard-group-needs-sharding", lambda c, m, k: c.is_("sharding", "none") & (c["dp_shard"] > 1),
          lambda p, m, k: f"dp_shard={p.dp_shard} needs sharding zero1/zero2/zero3 (sharding='none')"),
-    Rule("offload-params-needs-zero3", lambda c, m, k: c["offload_params"] & ~c.is_("sharding", "zero3"),
+    Rule("offload-params-needs-zero3", lambda c, m, k: c["offload_params"] & c.xp.not_(c.is_("sharding", "zero3")),
          lambda p, m, k: f"offload_params needs sharding='zero3' (got {p.sharding!r})"),
     Rule("precision-supported",
          lambda c, m, k: c.is_("precision", "fp8") & ("fp8" not in k.accelerator.peak_tflops),
@@ -100,7 +100,10 @@ RULES: tuple[Rule, ...] = (
 
 
 def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> np.ndarray:
-    """Per row, the index of the first broken rule in ``RULES`` (-1 when valid)."""
+    """Per row, the index of the first broken rule in ``RULES`` (-1 when valid); of a single plan, an int
+    (its rules checked in order, so that later rules never see a zero degree)."""
+    if cols.single is not None:
+        return next((i for i, rule in enumerate(RULES) if rule.broken(cols, model, cluster)), -1)  # type: ignore[return-value]
     first = np.full(len(cols), -1, dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):  # rows with a zero degree fail the first rule anyway
         for index, rule in enumerate(RULES):
@@ -113,7 +116,7 @@ def first_violation(plan: Plan, model: ModelSpec, cluster: Cluster,
                     cols: PlanColumns | None = None) -> tuple[str, str] | None:
     """The first broken rule as ``(rule name, reason)``, or ``None`` when the plan is valid (``cols``: the plan as
     columns, when the caller has them)."""
-    index = int(broken_rule_index(cols if cols is not None else PlanColumns.from_plans([plan]), model, cluster)[0])
+    index = int(broken_rule_index(cols if cols is not None else PlanColumns.one(plan), model, cluster))
     if index < 0:
         return None
     rule = RULES[index]

@@ -51,7 +51,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine |
     engine = engine or get_engine()
     framework = framework or engine.framework
     plan = plan.with_seq_len(model.seq_len)
-    cols = PlanColumns.from_plans([plan])
+    cols = PlanColumns.one(plan)
     if check:
         rules.check_plan(plan, model, cluster, cols=cols)
     result = evaluate_batch(model, cluster, cols, framework)

@@ -1,0 +1,120 @@
+"""The column operations the cost model, the plan rules and the capability table are written against.
+
+One implementation serves a million plans and one (STYLE.md rule 9): a batch runs it on numpy arrays
+(:data:`ARRAY`), a single plan (``plait estimate``, every validation row, the simulator's stages) on plain
+Python ints, floats and bools (:data:`SCALAR`), where a numpy call on a one-element array would cost about a
+microsecond for a nanosecond of arithmetic. Both evaluate the same IEEE-754 double operations in the same
+order, so they give the same bits (``tests/test_batch_equality.py``). Operators (``+ * / // % == & |``) work
+on both as they are; what differs is here: ``where``/``maximum``/``minimum``/``select``, negation (``~`` on a
+Python bool is an integer), ``any_of``, ``argmax``/``choose`` over stage candidates, ``total`` (Python 3.12's
+``sum`` of floats compensates its rounding, numpy's elementwise ``+`` does not) and ``column`` (a fresh value
+of the batch's shape).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from functools import reduce
+from typing import Any
+
+import numpy as np
+
+
+class ArrayOps:
+    """numpy over columns of many plans."""
+
+    scalar = False
+    where = staticmethod(np.where)
+    maximum = staticmethod(np.maximum)
+    minimum = staticmethod(np.minimum)
+    select = staticmethod(np.select)
+    choose = staticmethod(np.choose)
+    not_ = staticmethod(np.logical_not)
+
+    @staticmethod
+    def any_of(masks: Iterable[Any]) -> Any:
+        """Rows where any mask holds."""
+        return np.logical_or.reduce(list(masks))
+
+    @staticmethod
+    def argmax(values: Sequence[Any]) -> Any:
+        """Per row, the index of the largest of ``values`` (the first on ties)."""
+        return np.argmax(np.stack(values), axis=0)
+
+    @staticmethod
+    def total(values: Iterable[Any]) -> Any:
+        """``values`` added left to right."""
+        return _total(values)
+
+    @staticmethod
+    def column(value: Any, size: int) -> np.ndarray:
+        """``value`` (a scalar or a ``size``-long array) as a new float64 array of ``size`` rows
+        (``np.broadcast_to`` did the same at several times the cost for a batch of one)."""
+        array = np.asarray(value, dtype=np.float64)
+        return array.copy() if array.shape == (size,) else np.full(size, array, dtype=np.float64)
+
+
+def _total(values: Iterable[Any]) -> Any:
+    return reduce(operator.add, values)
+
+
+def _where(cond: Any, a: Any, b: Any) -> Any:
+    return a if cond else b
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    return a if a >= b else b
+
+
+def _minimum(a: Any, b: Any) -> Any:
+    return a if a <= b else b
+
+
+def _select(conds: Sequence[Any], choices: Sequence[Any], default: Any) -> Any:
+    return next((choice for cond, choice in zip(conds, choices, strict=True) if cond), default)
+
+
+class ScalarOps:
+    """Plain Python over the one plan of a scalar :class:`~plait.plan.columns.PlanColumns`."""
+
+    scalar = True
+    where = staticmethod(_where)
+    maximum = staticmethod(_maximum)
+    minimum = staticmethod(_minimum)
+    select = staticmethod(_select)
+    total = staticmethod(_total)
+
+    @staticmethod
+    def choose(index: int, values: Sequence[Any]) -> Any:
+        """``values[index]``."""
+        return values[index]
+
+    @staticmethod
+    def not_(value: Any) -> bool:
+        """Logical negation."""
+        return not value
+
+    @staticmethod
+    def any_of(masks: Iterable[Any]) -> bool:
+        """Whether any holds."""
+        return any(masks)
+
+    @staticmethod
+    def argmax(values: Sequence[Any]) -> int:
+        """The index of the largest of ``values`` (the first on ties, as numpy's)."""
+        best = 0
+        for i in range(1, len(values)):
+            if values[i] > values[best]:
+                best = i
+        return best
+
+    @staticmethod
+    def column(value: Any, size: int) -> float:
+        """``value`` as a float."""
+        return float(value)
+
+
+ARRAY = ArrayOps()
+SCALAR = ScalarOps()
+Ops = ArrayOps | ScalarOps
