@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from plait.cost.batch import _fsdp_layer_s, _prepare
+from plait.cost.batch import prepare
 from plait.cost.framework import Framework
 from plait.cost.overlap import hidden_remainder
 from plait.engine.catalog import get_engine
@@ -44,9 +44,8 @@ def test_backward_post_puts_every_backward_gather_in_line() -> None:
     """FSDP1 BACKWARD_POST: the step grows by at least the hidden part of the layers' backward gathers."""
     pre = estimate(MODEL, CLUSTER, FSDP)
     post = estimate(MODEL, CLUSTER, FSDP, framework=Framework(shard_backward_prefetch="post"))
-    cols, inner, _, _ = _prepare(MODEL, CLUSTER, PlanColumns.from_plans([FSDP.with_seq_len(MODEL.seq_len)]),
-                                 Framework())
-    gather = float(_fsdp_layer_s(CLUSTER, cols, inner, Framework())[0].gather_s[0])
+    prepared = prepare(MODEL, CLUSTER, PlanColumns.one(FSDP.with_seq_len(MODEL.seq_len)), Framework())
+    gather = prepared.fsdp[0].gather_s
     assert gather > 0
     in_line = MODEL.num_layers * gather  # with BACKWARD_PRE these were hidden behind compute
     assert post.time.fsdp_comm_s >= in_line

@@ -6,19 +6,13 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from plait.cost.batch import evaluate_batch
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.plan.columns import PlanColumns
 from plait.plan.io import read_plan_file
-from plait.predict.estimate import estimate
 from plait.search.engine import run_search
-from plait.search.enumerate import enumerate_space
 from plait.search.pareto import Point, choose, pareto_front
-from plait.search.rules import prune
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 

@@ -16,7 +16,7 @@ import numpy as np
 from plait.cost.dataparallel import exposed_sync_s, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.framework import DEFAULT, Framework
-from plait.cost.inner import Inner, LayerKind, inner_columns, take_rows
+from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
@@ -35,10 +35,25 @@ TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """What every stage of a row shares, computed once: columns with the sequence filled, per-layer quantities
+    (:mod:`plait.cost.inner`), per-layer FSDP times and the pipeline hop time."""
+
+    cols: PlanColumns
+    inner: Inner
+    fsdp: tuple[ShardTimes, ShardTimes]
+    """(dense, MoE) layer gather/reduce-scatter/hook seconds."""
+    p2p_s: np.ndarray | float
+    """One activation (or gradient) transfer between neighbouring stages."""
+
+
+@dataclass(frozen=True)
 class BatchResult:
     """Per-row results: ``time[item]`` seconds, ``memory[item]`` bytes of the most loaded stage, and more."""
 
     cols: PlanColumns
+    prepared: Prepared
+    """The shared per-row quantities the results were built from (the simulator reuses a single plan's)."""
     time: Columns
     memory: Columns
     memory_stage: np.ndarray
@@ -101,8 +116,7 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> n
     return np.array(values)[inverse.reshape(-1)]
 
 
-def _prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
-             framework: Framework) -> tuple[PlanColumns, Inner, tuple[ShardTimes, ShardTimes], np.ndarray]:
+def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework = DEFAULT) -> Prepared:
     """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
     if cols.single is not None:
         cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
@@ -113,34 +127,23 @@ def _prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
-    return cols, inner, fsdp, p2p
+    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p)
 
 
 def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
                   framework: Framework = DEFAULT) -> tuple[LayerKind, ShardTimes]:
     """One plan's dense layer: its compute and in-layer collectives (:mod:`plait.cost.inner`) and its FSDP gather,
     reduce-scatter and hook times, as floats."""
-    _, inner, (shard, _), _ = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
-    return take_rows(inner.dense, 0), take_rows(shard, 0)
-
-
-def stage_passes(model: ModelSpec, cluster: Cluster, plan: Plan, stages: np.ndarray,
-                 framework: Framework = DEFAULT) -> tuple[PlanColumns, Inner, tuple[Columns, Columns], np.ndarray]:
-    """Forward and backward components of one micro-batch on each of ``stages`` of one plan (for the simulator):
-    the plan's per-layer quantities are costed once and repeated for every stage."""
-    cols, inner, fsdp, p2p = _prepare(model, cluster, PlanColumns.from_plans([plan]), framework)
-    rows = np.zeros(len(stages), dtype=np.int64)
-    cols, inner, p2p = cols.take(rows), take_rows(inner, rows), p2p[rows]
-    fsdp = (take_rows(fsdp[0], rows), take_rows(fsdp[1], rows))
-    overlap = cluster.accelerator.efficiency.comm_overlap.value
-    return cols, inner, stage_time(model, cols, inner, fsdp, stages, framework, overlap), p2p
+    prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
+    return prepared.inner.dense, prepared.fsdp[0]
 
 
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
                    framework: Framework = DEFAULT) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
     (:meth:`PlanColumns.one`) every result is a float."""
-    cols, inner, fsdp, p2p = _prepare(model, cluster, cols, framework)
+    prepared = prepare(model, cluster, cols, framework)
+    cols, inner, fsdp, p2p = prepared.cols, prepared.inner, prepared.fsdp, prepared.p2p_s
     xp, pp = cols.xp, cols["pp"]
     stages = [0 if xp.scalar else np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
     overlap = cluster.accelerator.efficiency.comm_overlap.value
@@ -185,7 +188,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
     use_last = last["total"] > first["total"]
     memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
-    return BatchResult(cols=cols, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),
+    return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),
                        model_flops_per_token=_flops_per_token(model, cluster, cols),
                        recompute_factor=_recompute_factor(model, cols))
 
@@ -194,6 +197,6 @@ def stage_memories(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
     """Memory breakdown of every pipeline stage of one plan (for the per-stage picture)."""
     stages = np.arange(plan.pp)
     cols = PlanColumns.from_plans([plan.with_seq_len(model.seq_len)]).take(np.zeros(plan.pp, dtype=np.int64))
-    cols, inner, _, _ = _prepare(model, cluster, cols, framework)
-    memory = stage_memory(model, cluster.accelerator, cols, inner, stages)
+    prepared = prepare(model, cluster, cols, framework)
+    memory = stage_memory(model, cluster.accelerator, prepared.cols, prepared.inner, stages)
     return [{k: float(v[i]) for k, v in memory.items()} for i in range(plan.pp)]

@@ -50,7 +50,14 @@ class GroupLink:
 
 
 def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
-    """Network view of a group of ``size`` ranks spaced ``stride`` apart."""
+    """Network view of a group of ``size`` ranks spaced ``stride`` apart (computed once per cluster and group)."""
+    found = cluster.link_cache.get((size, stride))
+    if found is None:
+        found = cluster.link_cache[(size, stride)] = _group_link(cluster, size, stride)
+    return found  # type: ignore[no-any-return]
+
+
+def _group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
     if size <= 1:
         return GroupLink(1, 0.0, 0, 1)
     outer = cluster.tier_index(stride * (size - 1) + 1)

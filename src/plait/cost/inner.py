@@ -10,8 +10,7 @@ broadcast to every candidate that has it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
-from typing import TypeVar
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -27,7 +26,6 @@ from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
-T = TypeVar("T")
 INNER_FIELDS = ("tp", "sp", "cp", "ep", "micro_batch", "seq_len", "precision", "recompute", "grad_reduce_dtype",
                 "tp_comm_overlap")
 
@@ -147,16 +145,6 @@ def _row(setup: Setup) -> Inner:
 
 _KIND_FIELDS = tuple(f.name for f in fields(LayerKind))
 _INNER_FIELDS = tuple(f.name for f in fields(Inner) if f.name not in ("dense", "moe"))
-
-
-def take_rows(columns: T, index: np.ndarray | int) -> T:
-    """The dataclass of columns ``columns`` (Inner, LayerKind, ShardTimes) with rows ``index`` of every column;
-    an integer index gives the one row's floats."""
-    out = {}
-    for f in fields(columns):  # type: ignore[arg-type]
-        value = getattr(columns, f.name)
-        out[f.name] = take_rows(value, index) if is_dataclass(value) else value[index]
-    return type(columns)(**out)
 
 
 def _columns(rows: list, names: tuple[str, ...], inverse: np.ndarray) -> dict[str, np.ndarray]:  # type: ignore[type-arg]

@@ -11,6 +11,7 @@ reach (nccl-tests "busbw"), with its provenance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
@@ -98,6 +99,9 @@ class Cluster:
     """Where the power limit comes from."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
+    link_cache: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Network views of process groups by (size, stride), derived from the tiers alone and kept on first use
+    (:func:`plait.cost.collectives.group_link`); not part of the description."""
 
     def __post_init__(self) -> None:
         if self.gpus_per_node <= 0 or self.scale_up_domain_gpus <= 0:

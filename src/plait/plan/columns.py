@@ -24,9 +24,15 @@ BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap
 FIELDS = tuple(f.name for f in fields(Plan))
 
 
+_CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
+
+
 def code(field: str, value: str) -> int:
     """Integer code of a closed choice."""
-    return CHOICES[field].index(value)
+    found = _CODES.get((field, value))
+    if found is None:
+        raise ValueError(f"{field}={value!r} must be one of {CHOICES[field]}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class PlanColumns:
 
     def is_(self, field: str, value: str) -> np.ndarray:
         """Mask of rows whose closed choice ``field`` equals ``value``."""
-        return self.data[field] == code(field, value)
+        return self.data[field] == _CODES[(field, value)]
 
     @classmethod
     def from_plans(cls, plans: list[Plan]) -> PlanColumns:

@@ -63,14 +63,6 @@ def _where(cond: Any, a: Any, b: Any) -> Any:
     return a if cond else b
 
 
-def _maximum(a: Any, b: Any) -> Any:
-    return a if a >= b else b
-
-
-def _minimum(a: Any, b: Any) -> Any:
-    return a if a <= b else b
-
-
 def _select(conds: Sequence[Any], choices: Sequence[Any], default: Any) -> Any:
     return next((choice for cond, choice in zip(conds, choices, strict=True) if cond), default)
 
@@ -80,8 +72,8 @@ class ScalarOps:
 
     scalar = True
     where = staticmethod(_where)
-    maximum = staticmethod(_maximum)
-    minimum = staticmethod(_minimum)
+    maximum = staticmethod(max)
+    minimum = staticmethod(min)
     select = staticmethod(_select)
     total = staticmethod(_total)
 

@@ -59,7 +59,12 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine |
     refusal = first_unsupported(plan, model, engine, cols=cols)
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
-    return refine_pipeline(model, cluster, est, framework) if wants_simulation(plan, simulate) else est
+    if not wants_simulation(plan, simulate):
+        return est
+    from plait.simulate.step import simulate_step
+
+    timeline = simulate_step(model, cluster, plan, framework, record=False, prepared=result.prepared)
+    return refine_pipeline(model, cluster, est, framework, timeline)
 
 
 def wants_simulation(plan: Plan, simulate: bool | None = None) -> bool:

@@ -1,37 +1,52 @@
-"""Per-rank operation durations for the simulator, from the same cost functions the estimator uses."""
+"""Per-rank operation durations for the simulator, from the same cost functions the estimator uses.
+
+The plan's per-layer quantities are costed once (:func:`plait.cost.batch.prepare`); each rank's stage is
+then costed on them, once per distinct stage: stages with the same layer counts and the same ends (embedding on
+the first, output layer on the last) cost the same."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from plait.cost.batch import stage_passes
+from plait.cost.batch import Prepared, prepare
 from plait.cost.dataparallel import gradient_sync_s, optimizer_step_s
 from plait.cost.framework import DEFAULT, Framework
 from plait.cost.memory import stage_params
 from plait.cost.params import stage_layer_counts
+from plait.cost.stage import stage_time
 from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.simulate.pipeline import PipelineCosts
 from plait.workload.model import ModelSpec
 
+_StageCosts = tuple[float, float, float, float, float, int, float]
 
-def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT) -> PipelineCosts:
-    """Durations of every rank of one pipeline of ``plan``."""
+
+def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT,
+                   prepared: Prepared | None = None) -> PipelineCosts:
+    """Durations of every rank of one pipeline of ``plan`` (``prepared``: the plan's shared quantities, when the
+    estimate has them already, :attr:`plait.cost.batch.BatchResult.prepared`)."""
     plan = plan.with_seq_len(model.seq_len)
-    stages = np.arange(plan.pp)
-    cols, inner, passes, p2p = stage_passes(model, cluster, plan, stages, framework)
-    fwd, bwd = passes
-    v = plan.vpp
-    forward = sum(fwd.values()) / v
-    backward = sum(bwd.values()) / v
-    weight = bwd["compute"] / (2 * v)  # weight-gradient GEMMs: half of the backward GEMM work (Qi et al. 2023)
-    params = stage_params(model, cols, inner, stages)
-    reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes)
-    dense, moe = stage_layer_counts(model, cols["pp"], stages)
+    if prepared is None or prepared.cols.single != plan:
+        prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
+    cols, inner, fsdp, p2p = prepared.cols, prepared.inner, prepared.fsdp, prepared.p2p_s
+    overlap, v = cluster.accelerator.efficiency.comm_overlap.value, plan.vpp
+    seen: dict[tuple[int, int, bool, bool], _StageCosts] = {}
+    per_rank = []
+    for stage in range(plan.pp):
+        dense, moe = stage_layer_counts(model, plan.pp, stage, SCALAR)
+        key = (dense, moe, stage == 0, stage == plan.pp - 1)
+        if key not in seen:
+            fwd, bwd = stage_time(model, cols, inner, fsdp, stage, framework, overlap)
+            params = stage_params(model, cols, inner, stage)
+            reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes)
+            seen[key] = (SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
+                         bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward GEMM work (Qi et al. 2023)
+                         reduce, gather, dense + moe, optimizer_step_s(cluster, cols, params, inner.grad_bytes))
+        per_rank.append(seen[key])
+    forward, backward, weight, reduce, gather, buckets, optimizer = (list(x) for x in zip(*per_rank, strict=True))
     return PipelineCosts(
         p=plan.pp, m=plan.num_micro_batches, v=v, schedule=plan.schedule if plan.pp > 1 else "1f1b",
-        forward_s=forward.tolist(), backward_s=backward.tolist(), weight_grad_s=weight.tolist(),
-        p2p_s=float(p2p[0]), grad_reduce_s=reduce.tolist(), param_gather_s=gather.tolist(),
-        buckets=(dense + moe).tolist(), overlap_grad_reduce=plan.overlap_grad_reduce,
-        optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes).tolist(),
+        forward_s=forward, backward_s=backward, weight_grad_s=weight, p2p_s=float(p2p), grad_reduce_s=reduce,
+        param_gather_s=gather, buckets=buckets, overlap_grad_reduce=plan.overlap_grad_reduce, optimizer_s=optimizer,
     )
