@@ -5,9 +5,12 @@ Get Calculon (not on PyPI; never vendored into plait): ``git clone https://githu
 /tmp/calculon`` and ``pip install numpy pandas psutil`` (its package ``__init__`` imports all three). Without
 a checkout the script prints one line saying so and exits 0.
 
-For each plan of :data:`CASES` it times ``--repeats`` single-plan evaluations of each tool, alternating
-plait, Calculon, plait, ... so that machine drift hits both, and prints evaluations per second (one over the
-median evaluation), the ratio plait / Calculon and both predicted step times; it ends with the worst ratio.
+For each plan of :data:`CASES` it times ``--repeats`` single-plan evaluations of each tool, in alternating
+blocks of ``--block`` (plait x block, Calculon x block, plait x block, ...) so that machine drift hits both, and
+prints evaluations per second (one over the median evaluation), the ratio plait / Calculon and both predicted
+step times; it ends with the worst ratio. A block is a user's sequence of evaluations of one tool (a sweep over
+plans, a validation run): each tool is timed warm, as it runs such a sequence. ``--block 1`` interleaves single
+calls, where each tool also pays the cache refill after the other ran — which weighs more on the faster one.
 A ``*`` marks plans whose pipeline plait times by its event simulation (``estimate``'s small-pipeline rule).
 
 One evaluation, as a user evaluating one plan pays it:
@@ -193,14 +196,16 @@ class CalculonSide:
 
 
 def time_alternating(first: Callable[[], float], second: Callable[[], float],
-                     repeats: int) -> tuple[list[float], list[float]]:
-    """Seconds of each of ``repeats`` calls of ``first`` and ``second``, called in turn (A B A B ...)."""
+                     repeats: int, block: int = 1) -> tuple[list[float], list[float]]:
+    """Seconds of each of ``repeats`` calls of ``first`` and ``second``, in turn ``block`` calls at a time
+    (A..A B..B A..A ...)."""
     samples: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
+    for _ in range(max(1, repeats // block)):
         for fn, out in zip((first, second), samples, strict=True):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
+            for _ in range(block):
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
     return samples
 
 
@@ -215,7 +220,8 @@ def calculon_root(given: str | None) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calculon", help=f"path of a Calculon checkout (default: ${ENV_VAR})")
-    parser.add_argument("--repeats", type=int, default=200, help="timed evaluations per tool and plan")
+    parser.add_argument("--repeats", type=int, default=400, help="timed evaluations per tool and plan")
+    parser.add_argument("--block", type=int, default=10, help="consecutive evaluations of one tool before the other")
     args = parser.parse_args(argv)
     root = calculon_root(args.calculon)
     if root is None:
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in CASES:
         ours, theirs = plait_evaluator(case), side.evaluator(case)
         ours_s, theirs_s = ours(), theirs()  # warm-up, and the predictions
-        a, b = time_alternating(ours, theirs, args.repeats)
+        a, b = time_alternating(ours, theirs, args.repeats, args.block)
         rate_a, rate_b = 1 / statistics.median(a), 1 / statistics.median(b)
         ratios.append((rate_a / rate_b, case.name))
         label = f"{case.name} ({case.plan.num_gpus}){' *' if wants_simulation(case.plan) else ''}"
@@ -240,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{ours_s:12.2f} {theirs_s:15.2f}")
     worst, name = min(ratios)
     print(f"* plait times this pipeline by its event simulation (pp x micro-batches x vpp <= {SIMULATED_PASSES})")
-    print(f"worst ratio plait/Calculon {worst:.2f} ({name}); {args.repeats} alternating evaluations each, "
-          f"rate = 1 / median")
+    print(f"worst ratio plait/Calculon {worst:.2f} ({name}); {args.repeats} evaluations each in alternating "
+          f"blocks of {args.block}, rate = 1 / median")
     return 0
 
 

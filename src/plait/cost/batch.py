@@ -9,11 +9,13 @@ breakdown sums to the step time. The single-plan estimator is a batch of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
-from plait.cost.dataparallel import exposed_sync_s, optimizer_step_s
+from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.framework import DEFAULT, Framework
 from plait.cost.inner import Inner, LayerKind, inner_columns
@@ -25,11 +27,13 @@ from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.units import S_PER_US
 from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
+T = TypeVar("T")
 TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "pp_bubble", "fsdp_comm",
               "dp_comm", "optimizer")
 
@@ -45,6 +49,24 @@ class Prepared:
     """(dense, MoE) layer gather/reduce-scatter/hook seconds."""
     p2p_s: np.ndarray | float
     """One activation (or gradient) transfer between neighbouring stages."""
+    framework: Framework
+    """The cost facts these were computed under."""
+    memo: dict[tuple[str, int, int, bool, bool], Any] = field(default_factory=dict, compare=False)
+    """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`), kept as they are costed."""
+
+
+@dataclass(frozen=True)
+class StageSync:
+    """Once-per-step costs of one stage (per row): its parameters, data-parallel traffic and optimizer step."""
+
+    params: Columns
+    """Parameters on one rank of the stage (:func:`plait.cost.memory.stage_params`)."""
+    reduce_s: Any
+    """Gradient reduction before overlap (:func:`plait.cost.dataparallel.gradient_sync_s`)."""
+    gather_s: Any
+    """ZeRO-1/2 weight all-gather before overlap."""
+    optimizer_s: Any
+    """The optimizer step (:func:`plait.cost.dataparallel.optimizer_step_s`)."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +149,37 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Fr
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
-    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p)
+    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework)
+
+
+def _memo(model: ModelSpec, prepared: Prepared, what: str, stage: Any, compute: Callable[[], T]) -> T:
+    """``compute()``, kept per distinct stage of a single plan (arrays are computed every time). A stage's costs
+    depend on it only through its (dense, MoE) layer counts and whether it holds the embedding or the head."""
+    if not prepared.cols.xp.scalar:
+        return compute()
+    pp = prepared.cols["pp"]
+    key = (what, *stage_layer_counts(model, pp, stage, SCALAR), stage == 0, stage == pp - 1)
+    if key not in prepared.memo:
+        prepared.memo[key] = compute()
+    return prepared.memo[key]  # type: ignore[no-any-return]
+
+
+def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> tuple[Columns, Columns]:
+    """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`)."""
+    overlap = cluster.accelerator.efficiency.comm_overlap.value
+    return _memo(model, prepared, "pass", stage, lambda: stage_time(
+        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap))
+
+
+def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> StageSync:
+    """Parameters, data-parallel traffic and optimizer step of ``stage``."""
+    def compute() -> StageSync:
+        cols, inner = prepared.cols, prepared.inner
+        params = stage_params(model, cols, inner, stage)
+        reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes)
+        return StageSync(params=params, reduce_s=reduce, gather_s=gather,
+                         optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes))
+    return _memo(model, prepared, "sync", stage, compute)
 
 
 def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
@@ -146,15 +198,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     cols, inner, fsdp, p2p = prepared.cols, prepared.inner, prepared.fsdp, prepared.p2p_s
     xp, pp = cols.xp, cols["pp"]
     stages = [0 if xp.scalar else np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
-    overlap = cluster.accelerator.efficiency.comm_overlap.value
-    if xp.scalar:  # one plan: a stage that stands for two (pp <= 2) is costed once
-        once: dict[int, tuple[Columns, Columns]] = {}
-        for s in stages:
-            if s not in once:
-                once[s] = stage_time(model, cols, inner, fsdp, s, framework, overlap)
-        passes = [once[s] for s in stages]
-    else:
-        passes = [stage_time(model, cols, inner, fsdp, s, framework, overlap) for s in stages]
+    passes = [stage_pass(model, cluster, prepared, s) for s in stages]
     fwd = [xp.total(f.values()) for f, _ in passes]
     total = [f_s + xp.total(b.values()) for f_s, (_, b) in zip(fwd, passes)]
     slowest = xp.argmax(total)
@@ -165,7 +209,8 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     busy, bubble = pipeline_time_s(cols, pick(total), mean, mean - mean_fwd, mean_weight)
     m = cols.num_micro_batches
     time = {k: m * pick([f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
-    assert np.all(abs(xp.total(time.values()) - busy) <= 1e-12 + 1e-9 * abs(busy)), "components must sum to busy"
+    summed = abs(xp.total(time.values()) - busy) <= 1e-12 + 1e-9 * abs(busy)
+    assert summed if xp.scalar else summed.all(), "the components must sum to the busy time"
     time["pp_bubble"] = bubble
     # Transfers on the critical path, as the event simulation finds them: 1F1B-style schedules wait for
     # each micro-batch's activation and gradient (2 m hops); the interleaved schedule hides steady-state
@@ -176,14 +221,14 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
                     xp.where(cols.is_("schedule", "zb-h1"), zb_hops, 2 * m))
     time["pp_p2p"] = xp.where(pp > 1, hops * p2p, 0.0)
     slow_stage = xp.choose(slowest, stages)
-    params = stage_params(model, cols, inner, slow_stage)
+    sync = stage_sync(model, cluster, prepared, slow_stage)
     n_dense, n_moe = stage_layer_counts(model, pp, slow_stage, xp)
     slow_bwd = pick([b["compute"] for _, b in passes])
     last_op = xp.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2,
                        pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
-    time["dp_comm"] = exposed_sync_s(cluster, cols, params, inner.grad_bytes, last_op, pick(fwd) / cols["vpp"],
+    time["dp_comm"] = exposed_sync_s(cols, sync.reduce_s, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
                                      n_dense + n_moe)
-    time["optimizer"] = optimizer_step_s(cluster, cols, params, inner.grad_bytes)
+    time["optimizer"] = sync.optimizer_s
     first = stage_memory(model, cluster.accelerator, cols, inner, stages[0])
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
     use_last = last["total"] > first["total"]

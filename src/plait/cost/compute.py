@@ -34,22 +34,37 @@ def memory_bytes_per_s(acc: Accelerator) -> float:
 
 def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
     """Roofline time of ``gemm.count`` GEMMs; operands in ``dtype``, output in bf16."""
-    in_bytes = 1 if dtype == "fp8" else 2
-    moved = (in_bytes * (gemm.m * gemm.k + gemm.k * gemm.n) + 2 * gemm.m * gemm.n) * gemm.count
-    launch = acc.efficiency.kernel_launch_us.value * 1e-6 * gemm.count
-    size = 3.0 / (1.0 / gemm.m + 1.0 / gemm.n + 1.0 / gemm.k)  # square edge of equal arithmetic intensity
-    return max(gemm.flops / matmul_flops_per_s(acc, dtype, size), moved / memory_bytes_per_s(acc), launch)
+    return _Roofline(acc, dtype).time_s(gemm.m, gemm.n, gemm.k, gemm.count)
+
+
+class _Roofline:
+    """:func:`gemm_time_s` with the device figures read once, for the many GEMMs of one layer."""
+
+    def __init__(self, acc: Accelerator, dtype: str) -> None:
+        self.in_bytes = 1 if dtype == "fp8" else 2
+        self.launch_s = acc.efficiency.kernel_launch_us.value * 1e-6
+        self.memory_bytes_per_s = memory_bytes_per_s(acc)
+        self.peak_flops = acc.peak_flops(dtype)
+        self.curve = acc.efficiency.matmul_fp8 if dtype == "fp8" else acc.efficiency.matmul_bf16
+
+    def time_s(self, m: int, n: int, k: int, count: int) -> float:
+        """Seconds of ``count`` ``m x k`` by ``k x n`` products."""
+        moved = (self.in_bytes * (m * k + k * n) + 2 * m * n) * count
+        size = 3.0 / (1.0 / m + 1.0 / n + 1.0 / k)  # square edge of equal arithmetic intensity
+        flops = 2.0 * m * n * k * count
+        return max(flops / (self.peak_flops * self.curve.at(size)), moved / self.memory_bytes_per_s,
+                   self.launch_s * count)
 
 
 def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup) -> tuple[float, float]:
     """Forward and backward time of ``gemms``: backward is the input-gradient GEMM
     (``m x n`` by ``n x k``) plus the weight-gradient GEMM (``k x m`` by ``m x n``)."""
-    acc, dtype = setup.cluster.accelerator, setup.gemm_dtype
+    roofline = _Roofline(setup.cluster.accelerator, setup.gemm_dtype)
     fwd = bwd = 0.0
     for g in gemms:
-        fwd += gemm_time_s(g, acc, dtype)
-        bwd += gemm_time_s(Gemm(g.m, g.k, g.n, g.count), acc, dtype)
-        bwd += gemm_time_s(Gemm(g.k, g.n, g.m, g.count), acc, dtype)
+        fwd += roofline.time_s(g.m, g.n, g.k, g.count)
+        bwd += roofline.time_s(g.m, g.k, g.n, g.count)
+        bwd += roofline.time_s(g.k, g.n, g.m, g.count)
     return fwd, bwd
 
 

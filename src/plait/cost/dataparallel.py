@@ -52,16 +52,16 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
     return plain + across + reduce, gather
 
 
-def exposed_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray,
-                   last_backward_s: np.ndarray, first_forward_s: np.ndarray, buckets: np.ndarray) -> np.ndarray:
-    """Data-parallel seconds on the critical path after overlap.
+def exposed_sync_s(cols: PlanColumns, reduce: np.ndarray, gather: np.ndarray, last_backward_s: np.ndarray,
+                   first_forward_s: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Data-parallel seconds on the critical path after overlap, for the gradient reduction and weight all-gather
+    of :func:`gradient_sync_s`.
 
     Gradients are reduced in one bucket per layer, each ready as the last backward passes it
     (PyTorch DDP buckets, Li et al. 2020, Sec. 3.2.3): with ``n`` equal buckets of ``r/n`` and a
     last backward of ``L``, the reduction ends ``max(r/n, r - L + L/n)`` after that backward.
     """
     xp = cols.xp
-    reduce, gather = gradient_sync_s(cluster, cols, params, grad_bytes)
     n = xp.maximum(buckets, 1)
     tail = xp.where(reduce > 0, xp.maximum(reduce / n, reduce - last_backward_s + last_backward_s / n), 0.0)
     overlapped = tail + xp.maximum(0.0, gather - first_forward_s)

@@ -7,6 +7,7 @@ the Plan already owns (ARCHITECTURE.md, "the one flow").
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from plait.cost.framework import AttentionKernel, Framework
 from plait.hardware.cluster import Cluster
@@ -22,7 +23,7 @@ def residual_bytes(framework: Framework, fsdp_managed: bool) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class Setup:
-    """Resolved sizes for one estimate."""
+    """Resolved sizes for one estimate (each derived size computed once, on first use)."""
 
     model: ModelSpec
     """The model."""
@@ -33,57 +34,57 @@ class Setup:
     framework: Framework
     """How the framework implements the plan."""
 
-    @property
+    @cached_property
     def attention_kernel(self) -> AttentionKernel:
         """Fused flash attention, or unfused batched GEMMs + softmax storing the score matrix."""
         return self.framework.attention_kernel
 
-    @property
+    @cached_property
     def seq_len(self) -> int:
         """Tokens per sequence."""
         return self.plan.seq_len
 
-    @property
+    @cached_property
     def local_seq(self) -> int:
         """Tokens of one sequence on one context-parallel rank."""
         return self.plan.seq_len // self.plan.cp
 
-    @property
+    @cached_property
     def tokens(self) -> int:
         """Tokens of one micro-batch on one rank (before TP): ``micro_batch * seq_len / cp``."""
         return self.plan.micro_batch * self.local_seq
 
-    @property
+    @cached_property
     def act_bytes(self) -> int:
         """Bytes per stored activation element (bf16/fp16; fp8 runs keep bf16 activations)."""
         return 2
 
-    @property
+    @cached_property
     def residual_bytes(self) -> int:
         """Bytes per element of the residual stream (hidden states between sublayers, norms, residual adds)."""
         return residual_bytes(self.framework, self.plan.fsdp_managed)
 
-    @property
+    @cached_property
     def gemm_dtype(self) -> str:
         """Dtype GEMMs run in."""
         return "fp8" if self.plan.precision == "fp8" else "bf16"
 
-    @property
+    @cached_property
     def grad_bytes(self) -> int:
         """Bytes per gradient element in the gradient buffer and its reduction."""
         return DTYPE_BYTES[self.plan.grad_reduce_dtype]
 
-    @property
+    @cached_property
     def kv_heads_per_rank(self) -> int:
         """KV heads on one TP rank (replicated when tp exceeds num_kv_heads)."""
         return max(self.model.num_kv_heads // self.plan.tp, 1)
 
-    @property
+    @cached_property
     def comm_overlap(self) -> float:
         """Share of an overlapped interval that stays hidden (the accelerator's figure, :mod:`plait.cost.overlap`)."""
         return self.cluster.accelerator.efficiency.comm_overlap.value
 
-    @property
+    @cached_property
     def attention_kv_heads(self) -> int:
         """K/V heads the attention kernel reads on one TP rank: the query heads where the framework copies K/V out
         to them first (:attr:`Framework.kv_repeat`) or the model uses MLA, else :attr:`kv_heads_per_rank`."""
@@ -91,7 +92,7 @@ class Setup:
             return self.model.num_heads // self.plan.tp
         return self.kv_heads_per_rank
 
-    @property
+    @cached_property
     def layers_per_stage(self) -> int:
         """Layers on the most loaded pipeline stage (ceil split, as Megatron with uneven layers)."""
         return -(-self.model.num_layers // self.plan.pp)

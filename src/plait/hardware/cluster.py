@@ -51,7 +51,8 @@ class NetworkTier:
 
     def curve(self, kind: str = "all_reduce") -> Curve:
         """Busbw fraction of collective ``kind`` (``all_gather``, ``reduce_scatter``; anything else: ``efficiency``)."""
-        own = {"all_gather": self.all_gather_efficiency, "reduce_scatter": self.reduce_scatter_efficiency}.get(kind)
+        own = (self.all_gather_efficiency if kind == "all_gather"
+               else self.reduce_scatter_efficiency if kind == "reduce_scatter" else None)
         return own if own is not None else self.efficiency
 
     def bandwidth_bytes_per_s(self, message_bytes: float, kind: str = "all_reduce") -> float:

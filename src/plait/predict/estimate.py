@@ -87,12 +87,12 @@ def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework
 
     if timeline is None:
         timeline = simulate_step(model, cluster, est.plan, framework, record=False)
-    t = dict(est.time.items())
-    busy = sum(t[k] for k in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm"))
+    t = est.time
+    busy = t.compute_s + t.recompute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.fsdp_comm_s
     pipeline = max(max(timeline.pipeline_end_s), busy)
-    p2p = min(t["pp_p2p"], pipeline - busy)
+    p2p = min(t.pp_p2p_s, pipeline - busy)
     tail = timeline.step_time_s - max(timeline.pipeline_end_s)
-    scale = tail / (t["dp_comm"] + t["optimizer"]) if t["dp_comm"] + t["optimizer"] > 0 else 0.0
-    time = replace(est.time, pp_p2p_s=p2p, pp_bubble_s=pipeline - busy - p2p,
-                   dp_comm_s=t["dp_comm"] * scale, optimizer_s=t["optimizer"] * scale if scale else tail)
+    scale = tail / (t.dp_comm_s + t.optimizer_s) if t.dp_comm_s + t.optimizer_s > 0 else 0.0
+    time = replace(t, pp_p2p_s=p2p, pp_bubble_s=pipeline - busy - p2p,
+                   dp_comm_s=t.dp_comm_s * scale, optimizer_s=t.optimizer_s * scale if scale else tail)
     return replace(est, time=time)

@@ -6,12 +6,9 @@ the first, output layer on the last) cost the same."""
 
 from __future__ import annotations
 
-from plait.cost.batch import Prepared, prepare
-from plait.cost.dataparallel import gradient_sync_s, optimizer_step_s
+from plait.cost.batch import Prepared, prepare, stage_pass, stage_sync
 from plait.cost.framework import DEFAULT, Framework
-from plait.cost.memory import stage_params
 from plait.cost.params import stage_layer_counts
-from plait.cost.stage import stage_time
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
@@ -27,22 +24,20 @@ def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
     """Durations of every rank of one pipeline of ``plan`` (``prepared``: the plan's shared quantities, when the
     estimate has them already, :attr:`plait.cost.batch.BatchResult.prepared`)."""
     plan = plan.with_seq_len(model.seq_len)
-    if prepared is None or prepared.cols.single != plan:
+    if prepared is None or prepared.framework is not framework or prepared.cols.single != plan:
         prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
-    cols, inner, fsdp, p2p = prepared.cols, prepared.inner, prepared.fsdp, prepared.p2p_s
-    overlap, v = cluster.accelerator.efficiency.comm_overlap.value, plan.vpp
+    p2p, v = prepared.p2p_s, plan.vpp
     seen: dict[tuple[int, int, bool, bool], _StageCosts] = {}
     per_rank = []
     for stage in range(plan.pp):
         dense, moe = stage_layer_counts(model, plan.pp, stage, SCALAR)
         key = (dense, moe, stage == 0, stage == plan.pp - 1)
         if key not in seen:
-            fwd, bwd = stage_time(model, cols, inner, fsdp, stage, framework, overlap)
-            params = stage_params(model, cols, inner, stage)
-            reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes)
+            fwd, bwd = stage_pass(model, cluster, prepared, stage)
+            sync = stage_sync(model, cluster, prepared, stage)
             seen[key] = (SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
                          bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward GEMM work (Qi et al. 2023)
-                         reduce, gather, dense + moe, optimizer_step_s(cluster, cols, params, inner.grad_bytes))
+                         sync.reduce_s, sync.gather_s, dense + moe, sync.optimizer_s)
         per_rank.append(seen[key])
     forward, backward, weight, reduce, gather, buckets, optimizer = (list(x) for x in zip(*per_rank, strict=True))
     return PipelineCosts(

@@ -94,8 +94,9 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
     while left:
         progressed = False
         for r in range(p):
-            ops, i, now = orders[r], position[r], free[r]
-            while i < len(ops):
+            ops, i, now, n = orders[r], position[r], free[r], len(orders[r])
+            forward_s, input_grad_s, weight_grad_s = c.forward_s[r], input_grad[r], c.weight_grad_s[r]
+            while i < n:
                 kind, micro, chunk = ops[i]
                 stage = r + chunk * p
                 key = micro * stages + stage
@@ -104,7 +105,7 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
                     if arrival < 0:
                         break
                     begin = now if now >= arrival else arrival
-                    now = begin + c.forward_s[r]
+                    now = begin + forward_s
                     fwd_done[key] = now
                     if stage == stages - 1:
                         bwd_in[key] = now
@@ -116,12 +117,12 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
                         if arrival < 0:
                             break
                         begin = now if now >= arrival else arrival
-                        now = begin + input_grad[r]
+                        now = begin + input_grad_s
                         if stage > 0:
                             bwd_in[key - 1] = now + hop
                     else:  # W: its B ran earlier on this rank; B was then the input-gradient part only
                         begin = now
-                        now = begin + c.weight_grad_s[r]
+                        now = begin + weight_grad_s
                     last_backward[r] = (begin, now)
                 if record:
                     timeline.add(r, "compute", kind, begin, now, micro, chunk)
@@ -148,8 +149,9 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
             comm = begin
             for k in range(n):  # bucket k is ready once the last backward has passed k+1 of n layers
                 ready_at = begin + (end - begin) * (k + 1) / n
-                comm = max(comm, ready_at) + reduce / n
-                timeline.add(r, "comm", "dp-reduce", comm - reduce / n, comm)
+                comm = (comm if comm >= ready_at else ready_at) + reduce / n
+                if timeline.record:
+                    timeline.add(r, "comm", "dp-reduce", comm - reduce / n, comm)
         else:
             timeline.add(r, "comm", "dp-reduce", end, end + reduce)
             comm = end + reduce

@@ -21,6 +21,7 @@ gradient. Chunk ``c`` of rank ``r`` is global stage ``r + c * p`` (looped placem
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 Kind = Literal["F", "B", "W"]
@@ -82,13 +83,14 @@ def zb_h1(p: int, m: int, rank: int) -> list[Op]:
     return ops + [("W", i, 0) for i in range(weights, m)]
 
 
-def order(schedule: str, p: int, m: int, rank: int, v: int) -> list[Op]:
-    """The F/B (and, for ZB-H1, W) order of ``rank``."""
+@lru_cache(maxsize=1024)
+def order(schedule: str, p: int, m: int, rank: int, v: int) -> tuple[Op, ...]:
+    """The F/B (and, for ZB-H1, W) order of ``rank`` (a pure function of its arguments, built once each)."""
     if schedule == "gpipe":
-        return gpipe(p, m, rank)
+        return tuple(gpipe(p, m, rank))
     if schedule == "interleaved" and v > 1:
-        return interleaved(p, m, rank, v)
+        return tuple(interleaved(p, m, rank, v))
     if schedule == "zb-h1":
         assert v == 1, "zb-h1 has one stage per rank (plan rule vpp-needs-interleaved)"
-        return zb_h1(p, m, rank)
-    return one_f_one_b(p, m, rank)
+        return tuple(zb_h1(p, m, rank))
+    return tuple(one_f_one_b(p, m, rank))
