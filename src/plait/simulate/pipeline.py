@@ -19,6 +19,7 @@ them equal to the last bit), at a fraction of its cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from plait.simulate.schedules import order
 
@@ -79,53 +80,69 @@ class Timeline:
             self.spans.append(Span(rank, stream, kind, start, end, micro_batch, chunk))
 
 
+_KINDS = ("F", "B", "W")
+_Step = tuple[int, int, int, int, int, int]  # (kind index, input slot or -1, output slot or -1, hop?, micro, chunk)
+
+
+@lru_cache(maxsize=256)
+def _steps(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Step, ...], ...]:
+    """Every rank's operations with the slots they wait on and fill: slot ``j * p * v + s`` holds when micro-batch
+    j's activation reaches global stage s, slot ``m * p * v`` further on when its gradient does (at the last stage:
+    its forward's end, no hop). A backward's own forward always runs earlier on its rank (checked here), so a
+    backward waits only for its gradient."""
+    stages = p * v
+    grads = m * stages
+    out = []
+    for rank in range(p):
+        done, steps = set(), []
+        for kind, micro, chunk in order(schedule, p, m, rank, v):
+            stage = rank + chunk * p
+            key = micro * stages + stage
+            if kind == "F":
+                done.add(key)
+                last = stage == stages - 1
+                steps.append((0, key if stage > 0 else -1, grads + key if last else key + 1, 0 if last else 1,
+                              micro, chunk))
+            elif kind == "B":
+                assert key in done, f"{schedule}: rank {rank} runs B{micro} of chunk {chunk} before its F"
+                steps.append((1, grads + key, grads + key - 1 if stage > 0 else -1, 1, micro, chunk))
+            else:
+                steps.append((2, -1, -1, 0, micro, chunk))
+        out.append(tuple(steps))
+    return tuple(out)
+
+
 def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
     """Run the schedule (``record``: keep every span, not only the end times)."""
-    timeline, p, stages, hop = Timeline(record=record), c.p, c.p * c.v, c.p2p_s
-    orders = [order(c.schedule, p, c.m, r, c.v) for r in range(p)]
-    input_grad = [b - (w if c.schedule == "zb-h1" else 0.0) for b, w in zip(c.backward_s, c.weight_grad_s, strict=True)]
-    unknown = -1.0
-    fwd_in = [unknown] * (c.m * stages)  # when micro-batch j's activation is at stage s: index j * stages + s
-    bwd_in = [unknown] * (c.m * stages)  # when its gradient is (at the last stage: its forward's end)
-    fwd_done = [unknown] * (c.m * stages)
+    timeline, p = Timeline(record=record), c.p
+    ranks = _steps(c.schedule, p, c.m, c.v)
+    zero_bubble, hops = c.schedule == "zb-h1", (0.0, c.p2p_s)
+    arrival_s = [-1.0] * (2 * c.m * p * c.v)  # -1: not yet known
     position, free = [0] * p, [0.0] * p
     last_backward = [(0.0, 0.0)] * p
-    left = sum(len(ops) for ops in orders)
+    left = sum(len(steps) for steps in ranks)
     while left:
         progressed = False
         for r in range(p):
-            ops, i, now, n = orders[r], position[r], free[r], len(orders[r])
-            forward_s, input_grad_s, weight_grad_s = c.forward_s[r], input_grad[r], c.weight_grad_s[r]
+            steps, i, now, n = ranks[r], position[r], free[r], len(ranks[r])
+            durations = (c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0),
+                         c.weight_grad_s[r])  # with a W of its own, B is the input-gradient part only
             while i < n:
-                kind, micro, chunk = ops[i]
-                stage = r + chunk * p
-                key = micro * stages + stage
-                if kind == "F":
-                    arrival = 0.0 if stage == 0 else fwd_in[key]
+                kind, wait, fill, hop, micro, chunk = steps[i]
+                begin = now
+                if wait >= 0:
+                    arrival = arrival_s[wait]
                     if arrival < 0:
                         break
-                    begin = now if now >= arrival else arrival
-                    now = begin + forward_s
-                    fwd_done[key] = now
-                    if stage == stages - 1:
-                        bwd_in[key] = now
-                    else:
-                        fwd_in[key + 1] = now + hop
-                else:
-                    if kind == "B":
-                        arrival = bwd_in[key] if fwd_done[key] >= 0 else unknown
-                        if arrival < 0:
-                            break
-                        begin = now if now >= arrival else arrival
-                        now = begin + input_grad_s
-                        if stage > 0:
-                            bwd_in[key - 1] = now + hop
-                    else:  # W: its B ran earlier on this rank; B was then the input-gradient part only
-                        begin = now
-                        now = begin + weight_grad_s
+                    if arrival > now:
+                        begin = arrival
+                now = begin + durations[kind]
+                if fill >= 0:
+                    arrival_s[fill] = now + hops[hop]
+                if kind:
                     last_backward[r] = (begin, now)
                 if record:
-                    timeline.add(r, "compute", kind, begin, now, micro, chunk)
+                    timeline.add(r, "compute", _KINDS[kind], begin, now, micro, chunk)
                 i += 1
             if i > position[r]:
                 progressed, left = True, left - (i - position[r])
