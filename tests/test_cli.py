@@ -110,7 +110,7 @@ def test_catalog_listings() -> None:
     assert clusters.returncode == 0 and len(json.loads(clusters.stdout)["clusters"]) >= 11
 
 
-def test_progress_bar_shows_plans_costed_per_second(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_progress_bar_shows_candidates_per_second(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import io
 
     from rich.console import Console
@@ -120,7 +120,7 @@ def test_progress_bar_shows_plans_costed_per_second(monkeypatch) -> None:  # typ
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120)
-    with progress.LazyProgress(console, "costing plans") as bar:
+    with progress.LazyProgress(console, "searching plans") as bar:
         bar(500, 1000)
         bar(1000, 1000)
-    assert "plans costed/s" in out.getvalue() and "1000/1000" in out.getvalue()
+    assert "candidates/s" in out.getvalue() and "1000/1000" in out.getvalue()

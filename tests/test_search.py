@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.io import read_plan_file
 from plait.search.engine import run_search
+from plait.search.enumerate import enumerate_space
 from plait.search.pareto import Point, choose, pareto_front
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
@@ -112,3 +114,36 @@ def test_cost_objective_across_gpu_counts() -> None:
     assert [p["gpus"] for p in doc["points"]] == [8, 16, 32]
     assert doc["choice"]["dollars"] == min(p["dollars"] for p in doc["points"])
     assert set(doc["pareto_gpus"]) <= {8, 16, 32}
+
+
+def test_a_pool_of_workers_finds_what_one_process_finds() -> None:
+    """The space cut into pieces for two worker processes: the same verdict counts, the same ranking (stable
+    order included) and the same nearest misses as one process; progress counts up to the whole space."""
+    model, cluster = get_model("llama3-70b"), get_cluster("dgx-h100-ib")
+    space = default_space(model, cluster, 512, (1024,))
+    serial = run_search(model, cluster, space, workers=1)
+    seen: list[tuple[int, int]] = []
+    pooled = run_search(model, cluster, space, workers=2, progress=lambda done, total: seen.append((done, total)))
+    assert serial.num_candidates == pooled.num_candidates > 100_000
+    assert serial.reasons == pooled.reasons and serial.costed == pooled.costed
+    assert [t for t, _, _ in serial.ranking()] == [t for t, _, _ in pooled.ranking()]
+    assert [e.plan for e in serial.top(5)] == [e.plan for e in pooled.top(5)]
+    assert [e.plan for e in serial.nearest_misses(3)] == [e.plan for e in pooled.nearest_misses(3)]
+    assert seen[-1] == (pooled.num_candidates, pooled.num_candidates) and len(seen) > 2
+
+
+def test_pieces_cover_the_space_in_order() -> None:
+    from plait.search.parts import split
+
+    model, cluster = get_model("llama3.1-405b"), get_cluster("dgx-h100-ib")
+    space = default_space(model, cluster, 4096, (2048,))
+    whole = enumerate_space(model, space)
+    pieces = [enumerate_space(model, piece) for piece in split(model, space, 8)]
+    assert len(pieces) >= 8
+    for name in ("tp", "pp", "cp", "micro_batch", "recompute", "sharding"):
+        assert np.array_equal(np.concatenate([p[name] for p in pieces]), whole[name]), name
+
+
+def test_workers_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="workers=0 must be >= 1"):
+        run_search(LLAMA8, H100, default_space(LLAMA8, H100, 8, (8,)), workers=0)

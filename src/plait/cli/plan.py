@@ -74,6 +74,8 @@ def plan_command(
     export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml and the engine's own configuration "
                                                      "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
+    workers: Annotated[int | None, typer.Option(help="Processes that search pieces of the space (default: every core "
+                                                     "for spaces of 100,000 candidates or more).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Search every parallel layout and memory knob; rank plans and explain the winner."""
@@ -90,8 +92,8 @@ def plan_command(
             raise ConfigError("--gpus-range needs objective cost or time; objective throughput takes --gpus")
         space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
                               allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions)
-        with LazyProgress(console, "costing plans") as progress:
-            result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine)
+        with LazyProgress(console, "searching plans") as progress:
+            result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine, workers=workers)
         if result.num_candidates == 0:
             raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "
                               f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
@@ -116,7 +118,7 @@ def plan_command(
     with LazyProgress(console, "searching GPU counts") as progress:
         points = search_gpu_counts(model_spec, cluster_spec, counts, batches, tokens, seq_len=seq_len,
                                    memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
-                                   precisions=precisions, progress=progress, engine=the_engine)
+                                   precisions=precisions, progress=progress, engine=the_engine, workers=workers)
     front = pareto_front(points)
     choice = choose(points, objective, deadline_days, budget_usd)
     if as_json:

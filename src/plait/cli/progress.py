@@ -1,4 +1,5 @@
-"""A progress bar that appears only when a search runs longer than a second, with the plans costed per second."""
+"""A progress bar that appears only when a search runs longer than a second, with the candidates given a verdict
+per second."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class LazyProgress:
             self._bar.start()
             self._task = self._bar.add_task(self._label, total=total, rate="")
         elapsed = time.perf_counter() - self._start
-        self._bar.update(self._task, completed=done, total=total, rate=f"{done / elapsed:,.0f} plans costed/s")
+        self._bar.update(self._task, completed=done, total=total, rate=f"{done / elapsed:,.0f} candidates/s")
 
     def __enter__(self) -> LazyProgress:
         return self

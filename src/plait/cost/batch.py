@@ -74,8 +74,9 @@ class BatchResult:
     """Per-row results: ``time[item]`` seconds, ``memory[item]`` bytes of the most loaded stage, and more."""
 
     cols: PlanColumns
-    prepared: Prepared
-    """The shared per-row quantities the results were built from (the simulator reuses a single plan's)."""
+    prepared: Prepared | None
+    """The shared per-row quantities the results were built from (the simulator reuses a single plan's); ``None``
+    in a :meth:`take` of the rows."""
     time: Columns
     memory: Columns
     memory_stage: np.ndarray
@@ -86,6 +87,14 @@ class BatchResult:
     def step_time_s(self) -> np.ndarray:
         """Seconds per optimizer step."""
         return sum(self.time[k] for k in TIME_ITEMS)  # type: ignore[return-value]
+
+    def take(self, index: np.ndarray) -> BatchResult:
+        """Rows ``index`` of a batch (without the shared quantities, which stay with the whole batch)."""
+        return BatchResult(cols=self.cols.take(index), prepared=None,
+                           time={k: v[index] for k, v in self.time.items()},
+                           memory={k: v[index] for k, v in self.memory.items()}, memory_stage=self.memory_stage[index],
+                           model_flops_per_token=self.model_flops_per_token[index],
+                           recompute_factor=self.recompute_factor[index])
 
 
 def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,

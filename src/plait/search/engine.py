@@ -1,7 +1,7 @@
 """Run a search: enumerate, prune by named rules, cost the survivors in chunks, rank.
 
-Costing happens in chunks so that a progress callback can report and Ctrl-C can stop
-the search with the best plans found so far (the result says it was interrupted).
+Costing happens in chunks (:mod:`plait.search.parts`, in this process or a pool) so that a progress callback can
+report and Ctrl-C can stop the search with the best plans found so far (the result says it was interrupted).
 """
 
 from __future__ import annotations
@@ -13,23 +13,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plait.cost.batch import BatchResult, evaluate_batch
+from plait.cost.batch import BatchResult
 from plait.cost.estimate import Estimate
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import reasons as engine_reasons
-from plait.engine.capability import unsupported_index
 from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
+from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.predict.estimate import refine_pipeline
-from plait.search.enumerate import enumerate_space
-from plait.search.rules import MEMORY_CODE, prune, reason_table
+from plait.search.enumerate import layout_sizes
+from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
+from plait.search.rules import MEMORY_REASON, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
 Progress = Callable[[int, int], None]
-CHUNK = 65536
 REFINE = 4
 
 
@@ -48,7 +48,8 @@ class SearchResult:
     costed: int = 0
     """Candidates that reached the cost model."""
     feasible: list[tuple[PlanColumns, BatchResult, np.ndarray]] = field(default_factory=list)
-    """(columns, results, row indices that fit) per costed chunk."""
+    """(columns, results, row indices that fit) per costed chunk: its candidates that fit and its
+    :data:`~plait.search.parts.KEPT_MISSES` nearest misses."""
     elapsed_s: float = 0.0
     interrupted: bool = False
     _ranking: list[tuple[float, int, int]] | None = None
@@ -87,12 +88,13 @@ class SearchResult:
 
     def nearest_misses(self, k: int) -> list[Estimate]:
         """Costed plans that did not fit, smallest memory overflow first (for 'what would make it fit')."""
+        assert k <= KEPT_MISSES, f"a search keeps the {KEPT_MISSES} nearest misses of each chunk"
         misses = []
         for chunk, (cols, result, rows) in enumerate(self.feasible):
             over = result.memory["total"] / self.cluster.accelerator.memory_bytes
             fits = np.zeros(len(over), dtype=bool)
             fits[rows] = True
-            for row in np.argsort(np.where(fits, np.inf, over))[:k]:
+            for row in np.argsort(np.where(fits, np.inf, over), kind="stable")[:k]:
                 if not fits[row]:
                     misses.append((float(over[row]), chunk, int(row)))
         misses.sort()
@@ -101,33 +103,43 @@ class SearchResult:
 
 
 def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine: Engine | None = None,
-               progress: Progress | None = None, chunk: int = CHUNK) -> SearchResult:
+               progress: Progress | None = None, workers: int | None = None) -> SearchResult:
     """Search ``space`` for ``engine`` (default: :data:`plait.engine.catalog.DEFAULT_ENGINE`): candidates the engine
-    cannot run are pruned with the option named; Ctrl-C during costing returns what was costed so far."""
+    cannot run are pruned with the option named; Ctrl-C returns what was costed so far. ``workers`` processes
+    search pieces of the space (:mod:`plait.search.parts`; default: every core for spaces of at least
+    :data:`~plait.search.parts.POOL_MIN_CANDIDATES`, else this process); ``progress`` is called with (candidates
+    given a verdict, candidates in the space)."""
     start = time.perf_counter()
     engine = engine or get_engine()
-    framework = engine.framework
-    cols = enumerate_space(model, space)
-    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=len(cols), engine=engine)
-    names = reason_table() + engine_reasons(engine)
-    verdict = prune(cols, model, cluster, space)
-    refused = unsupported_index(cols, model, engine)
-    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
-    codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
-    result.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
-    survivors = np.flatnonzero(verdict < 0)
-    limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
+    total = sum(layout_sizes(model, space))
+    if workers is None:
+        workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1
+    if workers < 1:
+        raise ConfigError(f"workers={workers} must be >= 1")
+    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=total, engine=engine)
+    done = Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
+    report = (lambda n: progress(n, total)) if progress else None
     try:
-        for begin in range(0, len(survivors), chunk):
-            part = cols.take(survivors[begin:begin + chunk])
-            batch = evaluate_batch(model, cluster, part, framework)
-            fits = batch.memory["total"] <= limit
-            result.reasons[names[MEMORY_CODE]] += int((~fits).sum())
-            result.feasible.append((batch.cols, batch, np.flatnonzero(fits)))
-            result.costed += len(part)
-            if progress:
-                progress(result.costed, len(survivors))
+        if workers == 1:
+            search_part(model, cluster, space, engine, report, done)
+        else:
+            for part in pool_parts(model, cluster, space, engine, workers):
+                _merge(done, part)
+                if report:
+                    report(done.num_candidates)
     except KeyboardInterrupt:
         result.interrupted = True
+    order = {name: i for i, name in enumerate(reason_table() + engine_reasons(engine))}  # verdict codes; memory last
+    order[MEMORY_REASON] = len(order)
+    result.reasons = Counter(dict(sorted(done.reasons.items(), key=lambda item: order[item[0]])))
+    result.costed = done.costed
+    result.feasible = [(batch.cols, batch, rows) for batch, rows in done.chunks]
     result.elapsed_s = time.perf_counter() - start
     return result
+
+
+def _merge(into: Part, part: Part) -> None:
+    into.num_candidates += part.num_candidates
+    into.reasons.update(part.reasons)
+    into.costed += part.costed
+    into.chunks += part.chunks

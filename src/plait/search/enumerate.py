@@ -81,29 +81,37 @@ def _product(option_lists: list[Options]) -> dict[str, np.ndarray]:
     return out
 
 
+def layouts(space: SearchSpace) -> list[tuple[int, int, int]]:
+    """(tp, pp, cp) of every layout that divides the GPUs, in enumeration order (dp fills the rest)."""
+    return [(tp, pp, cp) for tp in space.tp for pp in space.pp for cp in space.cp if space.gpus % (tp * pp * cp) == 0]
+
+
+def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> list[Options]:
+    """The option lists whose product is the candidates of one layout."""
+    dp = space.gpus // (tp * pp * cp)
+    return [
+        {"tp": np.array([tp]), "pp": np.array([pp]), "cp": np.array([cp])},
+        {"ep": np.array(space.ep)},
+        {"global_batch": np.array(space.global_batches)},
+        {"micro_batch": np.array(space.micro_batches)},
+        _schedules(space, pp),
+        _offload(space, _shardings(space, dp)),
+        _recompute(space, -(-model.num_layers // pp)),
+        {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
+        {"precision": np.array([code("precision", p) for p in space.precisions])},
+        {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
+    ]
+
+
+def layout_sizes(model: ModelSpec, space: SearchSpace) -> list[int]:
+    """Candidates of each layout of :func:`layouts`, without building them."""
+    return [int(np.prod([len(next(iter(o.values()))) for o in _layout_options(model, space, *layout)]))
+            for layout in layouts(space)]
+
+
 def enumerate_space(model: ModelSpec, space: SearchSpace) -> PlanColumns:
     """Every distinct candidate plan of ``space``."""
-    parts: list[dict[str, np.ndarray]] = []
-    for tp in space.tp:
-        for pp in space.pp:
-            for cp in space.cp:
-                if space.gpus % (tp * pp * cp):
-                    continue
-                dp = space.gpus // (tp * pp * cp)
-                shardings = _shardings(space, dp)
-                lists = [
-                    {"tp": np.array([tp]), "pp": np.array([pp]), "cp": np.array([cp])},
-                    {"ep": np.array(space.ep)},
-                    {"global_batch": np.array(space.global_batches)},
-                    {"micro_batch": np.array(space.micro_batches)},
-                    _schedules(space, pp),
-                    _offload(space, shardings),
-                    _recompute(space, -(-model.num_layers // pp)),
-                    {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
-                    {"precision": np.array([code("precision", p) for p in space.precisions])},
-                    {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
-                ]
-                parts.append(_product(lists))
+    parts = [_product(_layout_options(model, space, *layout)) for layout in layouts(space)]
     if not parts:
         return PlanColumns.from_arrays({}, 0)
     merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

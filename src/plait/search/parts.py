@@ -1,0 +1,129 @@
+"""A search in parts: the declared space cut into contiguous pieces, each enumerated, pruned and costed on its own,
+in this process or in a pool of worker processes, the pieces' verdicts streamed back in order.
+
+A piece is one tensor-parallel degree with a contiguous run of its pipeline degrees, so the pieces in order
+enumerate exactly the candidates of the whole space in the whole space's order, and the ranking (a stable sort
+by throughput) is the same whatever the number of workers. Costed chunks keep their fitting candidates and the
+:data:`KEPT_MISSES` nearest misses (what the planner reports of the rest), so little crosses between processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from plait.cost.batch import BatchResult, evaluate_batch
+from plait.engine.capability import reasons as engine_reasons
+from plait.engine.capability import unsupported_index
+from plait.engine.engine import Engine
+from plait.hardware.cluster import Cluster
+from plait.search.enumerate import enumerate_space, layout_sizes, layouts
+from plait.search.rules import MEMORY_CODE, prune, reason_table
+from plait.search.space import SearchSpace
+from plait.workload.model import ModelSpec
+
+CHUNK = 65536
+"""Candidates costed in one batch."""
+KEPT_MISSES = 16
+"""Non-fitting candidates kept per costed chunk, the least over memory first (``nearest_misses`` needs a few)."""
+POOL_MIN_CANDIDATES = 100_000
+"""Spaces at least this large are searched by a pool of every core when ``workers`` is not given. Measured on the
+2-core machine of this project (2026-12-01, two workers against one process, medians of 3-5 alternating runs):
+24k candidates 0.98-1.12x (fork and transfer eat the gain), 57k-111k 1.1-1.5x, 507k-950k 1.1-2.0x,
+3.8M 1.9x (``python benchmarks/plan_workers.py`` for the last two)."""
+
+Chunk = tuple[BatchResult, np.ndarray]
+"""A costed chunk (its candidates that fit and the nearest misses) and the rows of it that fit."""
+
+
+@dataclass
+class Part:
+    """The verdicts of one piece of the space."""
+
+    num_candidates: int
+    reasons: Counter[str]
+    costed: int
+    chunks: list[Chunk]
+
+
+def split(model: ModelSpec, space: SearchSpace, pieces: int) -> list[SearchSpace]:
+    """``space`` cut into about ``pieces`` contiguous sub-spaces of similar candidate counts (a piece never spans
+    two tensor-parallel degrees)."""
+    sizes: Counter[tuple[int, int]] = Counter()
+    for (tp, pp, _), n in zip(layouts(space), layout_sizes(model, space), strict=True):
+        sizes[(tp, pp)] += n
+    target = max(1, sum(sizes.values()) // max(1, pieces))
+    out = []
+    for tp in space.tp:
+        run: list[int] = []
+        count = 0
+        for pp in space.pp:
+            run.append(pp)
+            count += sizes[(tp, pp)]
+            if count >= target:
+                out.append(replace(space, tp=(tp,), pp=tuple(run)))
+                run, count = [], 0
+        if run:
+            out.append(replace(space, tp=(tp,), pp=tuple(run)))
+    return out
+
+
+def _keep(batch: BatchResult, fits: np.ndarray) -> Chunk:
+    """The fitting rows of ``batch`` and its :data:`KEPT_MISSES` nearest misses, with the fitting rows' index."""
+    misses = np.flatnonzero(~fits)
+    nearest = misses[np.argsort(batch.memory["total"][misses], kind="stable")[:KEPT_MISSES]]
+    kept = np.sort(np.concatenate([np.flatnonzero(fits), nearest]))
+    return batch.take(kept), np.flatnonzero(fits[kept])
+
+
+def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine,
+                progress: Callable[[int], None] | None = None, part: Part | None = None) -> Part:
+    """Enumerate, prune and cost one piece (``progress``: called with the candidates verdicted so far; ``part``:
+    filled as chunks are costed, so that an interrupted search keeps what it has)."""
+    cols = enumerate_space(model, space)
+    names = reason_table() + engine_reasons(engine)
+    verdict = prune(cols, model, cluster, space)
+    refused = unsupported_index(cols, model, engine)
+    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
+    codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
+    part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
+    part.num_candidates += len(cols)
+    part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
+    survivors = np.flatnonzero(verdict < 0)
+    limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
+    pruned = len(cols) - len(survivors)
+    for begin in range(0, len(survivors), CHUNK):
+        batch = evaluate_batch(model, cluster, cols.take(survivors[begin:begin + CHUNK]), engine.framework)
+        fits = batch.memory["total"] <= limit
+        part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
+        part.chunks.append(_keep(batch, fits))
+        part.costed += len(fits)
+        if progress:
+            progress(pruned + part.costed)
+    return part
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pool_parts(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, workers: int) -> Iterator[Part]:
+    """The parts of ``space``, searched by ``workers`` processes, yielded in order as they complete (closing the
+    iterator, e.g. on Ctrl-C, cancels the rest)."""
+    pieces = split(model, space, 4 * workers)
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method)) as pool:
+        futures: list[Future[Part]] = [pool.submit(search_part, model, cluster, piece, engine) for piece in pieces]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
