@@ -11,6 +11,7 @@ dense layers of an MoE model land on the first stages.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from plait.cost.setup import Setup
@@ -35,9 +36,21 @@ def layer_split(setup: Setup, moe_layer: bool) -> tuple[float, float]:
 
 def stage_layer_counts(model: ModelSpec, pp: Any, stage: Any, xp: Ops = ARRAY) -> tuple[Any, Any]:
     """(dense layers, MoE layers) on pipeline stage ``stage`` of ``pp`` stages, per row (ints with ``xp`` =
-    :data:`~plait.plan.ops.SCALAR`)."""
+    :data:`~plait.plan.ops.SCALAR`, kept per distinct split)."""
+    if xp.scalar:
+        return _split(model.num_layers, model.num_dense_layers, pp, stage)
     base, extra = divmod(model.num_layers, pp)
     start = stage * base + xp.minimum(stage, extra)
     count = base + (stage < extra)
     dense = xp.maximum(xp.minimum(start + count, model.num_dense_layers) - start, 0)
+    return dense, count - dense
+
+
+@lru_cache(maxsize=4096)
+def _split(num_layers: int, num_dense_layers: int, pp: int, stage: int) -> tuple[int, int]:
+    """:func:`stage_layer_counts` for one stage, in plain ints (the same arithmetic)."""
+    base, extra = divmod(num_layers, pp)
+    start = stage * base + min(stage, extra)
+    count = base + (stage < extra)
+    dense = max(min(start + count, num_dense_layers) - start, 0)
     return dense, count - dense

@@ -8,7 +8,7 @@ estimator and the planner share one implementation, run through :attr:`PlanColum
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, get_args
 
 import numpy as np
@@ -48,14 +48,13 @@ class PlanColumns:
         assert set(self.data) == set(FIELDS), "columns must cover every Plan field"
         if self.single is None:
             assert len({len(v) for v in self.data.values()}) == 1, "columns must have equal length"
+        object.__setattr__(self, "xp", SCALAR if self.single is not None else ARRAY)
 
     def __len__(self) -> int:
         return 1 if self.single is not None else len(self.data["tp"])
 
-    @property
-    def xp(self) -> Ops:
-        """The operations for these columns: numpy (arrays) or plain Python (one plan)."""
-        return SCALAR if self.single is not None else ARRAY
+    xp: Ops = field(init=False, repr=False, compare=False)
+    """The operations for these columns: numpy (arrays) or plain Python (one plan)."""
 
     def zeros(self) -> Any:
         """0.0 per row, as a new column."""

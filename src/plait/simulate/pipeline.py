@@ -120,13 +120,13 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
     arrival_s = [-1.0] * (2 * c.m * p * c.v)  # -1: not yet known
     position, free = [0] * p, [0.0] * p
     last_backward = [(0.0, 0.0)] * p
+    durations = [(c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0),
+                  c.weight_grad_s[r]) for r in range(p)]  # with a W of its own, B is the input-gradient part only
     left = sum(len(steps) for steps in ranks)
     while left:
         progressed = False
         for r in range(p):
-            steps, i, now, n = ranks[r], position[r], free[r], len(ranks[r])
-            durations = (c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0),
-                         c.weight_grad_s[r])  # with a W of its own, B is the input-gradient part only
+            steps, i, now, n, took = ranks[r], position[r], free[r], len(ranks[r]), durations[r]
             while i < n:
                 kind, wait, fill, hop, micro, chunk = steps[i]
                 begin = now
@@ -136,7 +136,7 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
                         break
                     if arrival > now:
                         begin = arrival
-                now = begin + durations[kind]
+                now = begin + took[kind]
                 if fill >= 0:
                     arrival_s[fill] = now + hops[hop]
                 if kind:
