@@ -26,10 +26,11 @@ if TYPE_CHECKING:
 
 SIMULATED_PASSES = 192
 """Pipelines with at most this many chunk passes (pp x micro-batches x vpp) are timed by the event
-simulation in :func:`estimate`. Assumed: at ~9 us per pass plus ~1 ms setup (``python
-benchmarks/estimate_speed.py`` and the per-layout timings in docs/simulator.md), estimate and
-simulation together stay under 5 ms on the 2-core CI machine. These small pipelines are the ones
-where fill and drain weigh most and the closed forms drift furthest (up to 2%)."""
+simulation in :func:`estimate`: the small pipelines, where fill and drain weigh most and the closed forms
+drift furthest (up to 1.3% on the dev layouts it covers). Chosen when a simulation cost ~1 ms plus 9 us a
+pass; the sweep now costs ~0.1 ms plus ~0.3-0.5 us a pass (0.25 ms for 405B PP8 with 8 micro-batches, 0.84 ms
+for 1,536 passes; docs/simulator.md), so the bound could grow, but it is kept: moving it changes validated
+predictions (issue 12 asks for none)."""
 
 
 def predict(job: Job, *, check: bool = True, simulate: bool | None = None) -> Estimate:
