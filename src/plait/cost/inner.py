@@ -108,10 +108,14 @@ class Inner:
         return self.dense, self.moe
 
 
+_ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
+"""The kind a model does not have (a frozen value, shared)."""
+
+
 def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
     model = setup.model
     if moe_layer and not model.moe:
-        return LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
+        return _ABSENT
     cost = layer_cost(setup, moe_layer)
     dense, expert = layer_split(setup, moe_layer)
     return LayerKind(
