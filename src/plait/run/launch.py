@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from plait.errors import ConfigError
+from plait.run.lifecycle import supervise
 
 WORKER = "plait.run.worker"
 
@@ -35,9 +35,10 @@ def multinode_command(plan_file: Path, nodes: int, per_node: int, extra: list[st
 
 
 def run_local(plan_file: Path, nproc: int, extra: list[str]) -> int:
-    """Run ``nproc`` ranks here with torchrun's standalone rendezvous; returns its exit code."""
+    """Run ``nproc`` ranks here with torchrun's standalone rendezvous, tied to this process
+    (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                *worker_args(plan_file, extra)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run(command, env=env, check=False).returncode
+    return supervise(command, env)

@@ -20,6 +20,7 @@ from plait.errors import ConfigError
 from plait.plan.io import read_plan_file
 from plait.run import checkpoint, data
 from plait.run.context import mean_over_cp, train_context
+from plait.run.lifecycle import die_with_parent
 from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
 from plait.run.moe import expert_parameters, reduce_expert_gradients
@@ -78,6 +79,7 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent(os.getppid())  # a rank never outlives torchrun (plait.run.lifecycle)
     args = _parser().parse_args(argv)
     job, plan = read_plan_file(args.plan)
     spec = resolve_model(job.model)

@@ -1,0 +1,92 @@
+"""Ranks never outlive ``plait run`` (issue 13): SIGINT, SIGTERM or SIGKILL to the ``plait`` process, or SIGKILL
+to torchrun, and no process of that run is alive 10 s later. Each case starts a 2-rank gloo run of the tiny model
+that would train for a long time, waits until both ranks are in their training loop, sends the signal, and looks
+for the run's processes in /proc (they all carry the run's own plan path on their command line)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+if not Path("/proc/self/cmdline").exists():
+    pytest.skip("needs /proc (Linux)", allow_module_level=True)
+
+ROOT = Path(__file__).parents[1]
+MODEL = ROOT / "examples" / "tiny-model.toml"
+
+
+def _processes(marker: str) -> dict[int, str]:
+    """pid -> command line of every live process whose command line contains ``marker``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if marker in cmdline and "Z (zombie)" not in state:
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    plan = tmp_path / "lifecycle-plan.toml"
+    plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\nglobal_batch = 8\nmicro_batch = 2\ndp_replicate = 2\n')
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        launcher = subprocess.Popen([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", "100000",
+                                     "--cluster", "dgx-h100-ib"], stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # the reporting rank passed step 3: both ranks are in the loop (DDP syncs)
+        if "step 3:" in log.read_text(errors="replace"):
+            return launcher, str(plan), log
+        if launcher.poll() is not None:
+            break
+        time.sleep(0.5)
+    launcher.kill()
+    raise AssertionError(f"the run did not start training:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _gone_within(marker: str, seconds: float) -> dict[int, str]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = _processes(marker)
+        if not alive:
+            return {}
+        time.sleep(0.25)
+    return _processes(marker)
+
+
+@pytest.mark.parametrize("target,sig", [
+    ("plait", signal.SIGINT), ("plait", signal.SIGTERM), ("plait", signal.SIGKILL), ("torchrun", signal.SIGKILL),
+])
+def test_no_rank_outlives_the_launcher(tmp_path: Path, target: str, sig: signal.Signals) -> None:
+    launcher, marker, log = _start(tmp_path)
+    try:
+        ranks = [pid for pid, cmd in _processes(marker).items()
+                 if "plait.run.worker" in cmd and "torch.distributed.run" not in cmd]
+        assert len(ranks) == 2, _processes(marker)
+        if target == "plait":
+            os.kill(launcher.pid, sig)
+        else:
+            (torchrun,) = [pid for pid, cmd in _processes(marker).items() if "torch.distributed.run" in cmd]
+            os.kill(torchrun, sig)
+        left = _gone_within(marker, 10.0)
+        assert not left, f"still alive 10 s after {sig.name} to {target}: {left}"
+        code = launcher.wait(10)
+        assert code != 0
+        if target == "plait" and sig != signal.SIGKILL:
+            assert code == 128 + sig, log.read_text(errors="replace")[-2000:]
+    finally:
+        for pid in _processes(marker):
+            os.kill(pid, signal.SIGKILL)
