@@ -30,7 +30,10 @@ def run_command(
     metrics: Annotated[Path | None, typer.Option(help="JSON-lines file for per-step metrics.")] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Distributed checkpoint folder.")] = None,
     checkpoint_at: Annotated[int, typer.Option(help="Save after this many steps (0: never).")] = 0,
-    resume: Annotated[bool, typer.Option(help="Resume from --checkpoint-dir.")] = False,
+    checkpoint_every: Annotated[int, typer.Option(help="Save every this many steps (0: never).")] = 0,
+    keep: Annotated[int, typer.Option(help="Newest checkpoints kept in --checkpoint-dir.")] = 2,
+    resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in --checkpoint-dir (verified).")] = False,
+    reshard: Annotated[bool, typer.Option(help="Resume a checkpoint saved by another plan into this one.")] = False,
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
     nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
@@ -52,12 +55,14 @@ def run_command(
     if metrics is not None and metrics.exists():
         raise ConfigError(f"metrics file {str(metrics)!r} already exists; choose another path")
     gpus = the_plan.num_gpus
-    extra = ["--steps", str(steps)]
+    _check_checkpointing(checkpoint_dir, checkpoint_at, checkpoint_every, keep, resume, reshard, steps, model, the_plan)
+    extra = ["--steps", str(steps), "--keep", str(keep)]
     for flag, value in (("--checkpoint-dir", checkpoint_dir), ("--checkpoint-at", checkpoint_at or None),
-                        ("--trace-dir", trace_dir)):
+                        ("--checkpoint-every", checkpoint_every or None), ("--trace-dir", trace_dir)):
         if value is not None:
             extra += [flag, str(value)]
-    extra += [f for f, on in (("--resume", resume), ("--full-precision", full_precision), ("--dry-run", dry_run)) if on]
+    extra += [f for f, on in (("--resume", resume), ("--reshard", reshard), ("--full-precision", full_precision),
+                              ("--dry-run", dry_run)) if on]
     console = Console()
     if nodes > 1:
         if gpus % nodes:
@@ -94,6 +99,35 @@ def run_command(
                   f"{predicted.memory.total_bytes / GIB:.3f}")
     table.add_row("final loss", f"{rows[-1]['loss']:.4f}", "")
     console.print(table)
+
+
+def _check_checkpointing(folder: Path | None, at: int, every: int, keep: int, resume: bool, reshard: bool,
+                         steps: int, model, plan) -> None:  # type: ignore[no-untyped-def]
+    """Every checkpoint check that can run before a rank starts: the options, a writable folder, and a resumable,
+    undamaged checkpoint of this run."""
+    if steps < 1 or at < 0 or every < 0 or keep < 1:
+        raise ConfigError(f"--steps={steps} and --keep={keep} must be >= 1, --checkpoint-at={at} and "
+                          f"--checkpoint-every={every} >= 0")
+    if folder is None:
+        if resume or at or every:
+            raise ConfigError("--resume, --checkpoint-at and --checkpoint-every need --checkpoint-dir")
+        return
+    from dataclasses import asdict
+
+    from plait.run import checkpoint
+    from plait.run.train import TrainConfig
+
+    if at or every:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"checkpoint folder {str(folder)!r} is not writable ({exc.strerror})") from exc
+    if resume:
+        identity = checkpoint.RunIdentity(plan=asdict(plan.with_seq_len(model.seq_len)), model=model.name,
+                                          steps=steps, seed=TrainConfig.seed)
+        checkpoint.choose(folder, identity, reshard)
 
 
 def _run_torchtitan(model_slug: str, model, plan, steps: int, out: Path | None, dry_run: bool) -> None:  # type: ignore[no-untyped-def]

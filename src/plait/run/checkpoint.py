@@ -1,16 +1,30 @@
-"""Distributed checkpoints with ``torch.distributed.checkpoint`` (DCP).
+"""Distributed checkpoints with ``torch.distributed.checkpoint`` (DCP) that cannot be lost or silently damaged.
 
-Model and optimizer state come from ``get_model_state_dict``/``get_optimizer_state_dict``,
-which understand DTensor, FSDP2 and DDP; every rank writes its shards in parallel and a
-resumed run with the same plan reloads them exactly. The step number travels in the same
-checkpoint; data and learning rate are pure functions of it.
+Model and optimizer state come from ``get_model_state_dict``/``get_optimizer_state_dict``, which understand
+DTensor, FSDP2 and DDP; every rank writes its shards in parallel. A checkpoint folder holds one published
+checkpoint per saved step, ``step-<8 digits>/``:
+
+- it is written as ``.step-<n>.partial/`` and published by one rename once every rank has written and rank 0
+  has recorded a manifest and flushed every file to disk (``os.fsync``, then the folder's entry), so a crash
+  at any moment leaves the earlier checkpoints as they were; an existing checkpoint is never written into;
+- ``manifest.json`` records the plan, the model, the step, the run's length (the learning-rate schedule
+  depends on it), the seed (data and schedule are pure functions of step and seed), the library versions,
+  and the size and SHA-256 of every file; it is verified before anything is loaded;
+- only the newest ``keep`` checkpoints stay.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
@@ -23,6 +37,25 @@ from torch.distributed.checkpoint.state_dict import (
 from plait.errors import ConfigError
 from plait.run.optim import HostOffloadOptimizer
 
+MANIFEST = "manifest.json"
+CRASH_HOOK = "PLAIT_TEST_CRASH_IN_SAVE"
+"""Test hook: rank 0 exits at this phase of a save (``written``: shards on disk, no manifest; ``manifest``:
+manifest written, not published)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunIdentity:
+    """What a checkpoint must match to be resumed as the same run."""
+
+    plan: dict[str, Any]
+    """The plan's fields."""
+    model: str
+    """The model's name."""
+    steps: int
+    """Optimizer steps of the whole run (the learning-rate schedule's length)."""
+    seed: int
+    """Seed of initialisation and data order."""
+
 
 def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Refuse, before training, optimizers whose state ``get_optimizer_state_dict`` cannot map to the model."""
@@ -34,28 +67,124 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
                           "(the optimizer state lives on host copies); set offload_optimizer = false to checkpoint")
 
 
-def save(directory: Path, container: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Write the state after ``step`` optimizer steps."""
-    check_optimizer(optimizer)
-    state = {
-        "model": get_model_state_dict(container),
-        "optim": get_optimizer_state_dict(container, optimizer),
-        "step": torch.tensor(step),
-    }
-    dcp.save(state, checkpoint_id=str(directory))
+def step_folder(root: Path, step: int) -> Path:
+    """Where the checkpoint after ``step`` steps is published."""
+    return root / f"step-{step:08d}"
 
 
-def load(directory: Path, container: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Restore model and optimizer in place; returns the number of steps already taken."""
+def published(root: Path) -> list[Path]:
+    """Published checkpoints under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit())
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _crash_if(phase: str) -> None:
+    if os.environ.get(CRASH_HOOK) == phase:
+        os._exit(3)
+
+
+def save(root: Path, container: nn.Module, optimizer: torch.optim.Optimizer, step: int, identity: RunIdentity,
+         keep: int) -> Path:
+    """Write and publish the state after ``step`` optimizer steps (all ranks call it); keep the newest ``keep``."""
     check_optimizer(optimizer)
-    if not directory.is_dir():
-        raise ConfigError(f"checkpoint {str(directory)!r} does not exist")
-    state = {
-        "model": get_model_state_dict(container),
-        "optim": get_optimizer_state_dict(container, optimizer),
-        "step": torch.tensor(0),
-    }
-    dcp.load(state, storage_reader=dcp.FileSystemReader(str(directory)))
+    final, partial = step_folder(root, step), root / f".step-{step:08d}.partial"
+    rank0 = dist.get_rank() == 0
+    if rank0:
+        if final.exists():
+            raise ConfigError(f"checkpoint {str(final)!r} already exists; it is never written over")
+        shutil.rmtree(partial, ignore_errors=True)  # a save that died earlier
+    dist.barrier()
+    state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
+             "step": torch.tensor(step)}
+    dcp.save(state, checkpoint_id=str(partial))
+    dist.barrier()
+    if rank0:
+        _publish(partial, final, step, identity)
+        for old in published(root)[:-keep]:
+            shutil.rmtree(old)
+    dist.barrier()
+    return final
+
+
+def _publish(partial: Path, final: Path, step: int, identity: RunIdentity) -> None:
+    _crash_if("written")
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _digest(p)} for p in sorted(partial.iterdir())}
+    manifest = {"step": step, "plan": identity.plan, "model": identity.model, "steps": identity.steps,
+                "seed": identity.seed, "torch": torch.__version__, "files": files}
+    (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    for p in partial.iterdir():
+        _fsync(p)
+    _fsync(partial)
+    _crash_if("manifest")
+    os.rename(partial, final)
+    _fsync(final.parent)
+
+
+def problem(folder: Path) -> str | None:
+    """What is wrong with a published checkpoint (a missing, truncated or changed file), or ``None``."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        return f"no readable {MANIFEST} ({exc.__class__.__name__})"
+    for name, want in manifest["files"].items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["bytes"] or _digest(path) != want["sha256"]:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def choose(root: Path, identity: RunIdentity, reshard: bool) -> Path:
+    """The newest published checkpoint under ``root``, verified, and refused with one line when it is damaged
+    (naming the newest valid one) or belongs to another run (another plan unless ``reshard``, another model, run
+    length or seed)."""
+    found = published(root)
+    if not found:
+        raise ConfigError(f"no checkpoint to resume in {str(root)!r} (expected step-<n> folders)")
+    newest = found[-1]
+    wrong = problem(newest)
+    if wrong:
+        valid = next((str(f) for f in reversed(found[:-1]) if problem(f) is None), None)
+        offer = f"; the newest valid one is {valid!r}: move {newest.name} away to resume from it" if valid else ""
+        raise ConfigError(f"checkpoint {str(newest)!r} is damaged ({wrong}){offer}")
+    manifest = json.loads((newest / MANIFEST).read_text())
+    for what, saved, now in (("model", manifest["model"], identity.model), ("steps", manifest["steps"], identity.steps),
+                             ("seed", manifest["seed"], identity.seed)):
+        if saved != now:
+            raise ConfigError(f"checkpoint {newest.name} is of a run with {what}={saved!r}, this run has {what}={now!r}"
+                              + (" (the learning-rate schedule follows the run's length)" if what == "steps" else ""))
+    changed = sorted(k for k in identity.plan if manifest["plan"].get(k) != identity.plan[k])
+    if changed and not reshard:
+        names = ", ".join(f"{k}={manifest['plan'].get(k)!r}->{identity.plan[k]!r}" for k in changed)
+        raise ConfigError(f"checkpoint {newest.name} was saved by another plan ({names}); pass --reshard to load it "
+                          "into this plan's layout")
+    if manifest["step"] >= identity.steps:
+        raise ConfigError(f"checkpoint {newest.name} is at step {manifest['step']}, the run ends at --steps "
+                          f"{identity.steps}: nothing left to train")
+    return newest
+
+
+def load(folder: Path, container: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Restore model and optimizer in place from a checkpoint :func:`choose` accepted; returns its step."""
+    check_optimizer(optimizer)
+    state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
+             "step": torch.tensor(0)}
+    dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)))
     set_model_state_dict(container, state["model"])
     set_optimizer_state_dict(container, optimizer, state["optim"])
     return int(state["step"])

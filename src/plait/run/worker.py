@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -52,11 +53,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", type=Path, default=None)
     p.add_argument("--checkpoint-dir", type=Path, default=None)
     p.add_argument("--checkpoint-at", type=int, default=0, help="save after this many steps (0: never)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="save every this many steps (0: never)")
+    p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--reshard", action="store_true", help="resume a checkpoint saved by another plan")
     p.add_argument("--full-precision", action="store_true", help="fp32 everywhere (parity tests)")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--seed", type=int, default=TrainConfig.seed)
     p.add_argument("--trace-dir", type=Path, default=None,
                    help="profile the last step; each rank writes rank<N>.json (Chrome trace-event format)")
     return p
@@ -81,6 +85,9 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
 def main(argv: list[str] | None = None) -> int:
     die_with_parent(os.getppid())  # a rank never outlives torchrun (plait.run.lifecycle)
     args = _parser().parse_args(argv)
+    saves = args.checkpoint_at or args.checkpoint_every
+    if (args.resume or saves) and args.checkpoint_dir is None:
+        raise ConfigError("--resume, --checkpoint-at and --checkpoint-every need --checkpoint-dir")
     job, plan = read_plan_file(args.plan)
     spec = resolve_model(job.model)
     plan = plan.with_seq_len(spec.seq_len)
@@ -115,9 +122,11 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
             print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {mesh.mesh}, "
                   f"stages per rank {stage_ids}")
         return 0
+    identity = checkpoint.RunIdentity(plan=asdict(plan), model=spec.name, steps=args.steps, seed=args.seed)
     start_step = 0
     if args.resume:
-        start_step = checkpoint.load(args.checkpoint_dir, container, optimizer)
+        folder = checkpoint.choose(args.checkpoint_dir, identity, args.reshard)
+        start_step = checkpoint.load(folder, container, optimizer)
         for _ in range(start_step):
             scheduler.step()
     schedule = None
@@ -149,8 +158,9 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
             tokens = plan.global_batch * plan.seq_len
             write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes()))
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
-        if args.checkpoint_dir is not None and args.checkpoint_at == step + 1:
-            checkpoint.save(args.checkpoint_dir, container, optimizer, step + 1)
+        every = args.checkpoint_every
+        if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
+            checkpoint.save(args.checkpoint_dir, container, optimizer, step + 1, identity, args.keep)
     return 0
 
 

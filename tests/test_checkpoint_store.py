@@ -1,0 +1,122 @@
+"""Checkpoints that cannot be lost (issue 13): periodic saves published whole, verified before loading, never
+written over; a crash during a save keeps the previous checkpoint and a resumed run continues with the
+uninterrupted run's losses; a damaged checkpoint or another run's is refused with one line before a rank starts.
+2-rank gloo runs of the tiny model through ``plait run``, fp32 (``--full-precision``) so that losses compare."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).parents[1]
+MODEL = ROOT / "examples" / "tiny-model.toml"
+STEPS = 8
+
+
+def _plan(tmp_path: Path, body: str = "dp_replicate = 2") -> Path:
+    path = tmp_path / f"plan-{abs(hash(body))}.toml"
+    path.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\nglobal_batch = 8\nmicro_batch = 2\n{body}\n')
+    return path
+
+
+def _run(plan: Path, folder: Path, metrics: Path | None, *extra: str, crash: str | None = None,
+         steps: int = STEPS) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if crash:
+        env["PLAIT_TEST_CRASH_IN_SAVE"] = crash
+    args = [sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", str(steps), "--full-precision",
+            "--cluster", "dgx-h100-ib", "--checkpoint-dir", str(folder), *extra]
+    if metrics is not None:
+        args += ["--metrics", str(metrics)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+
+
+def _losses(metrics: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
+
+
+def _problem(folder: Path) -> str | None:
+    from plait.run.checkpoint import problem
+
+    return problem(folder)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[float]]:
+    """An uninterrupted run saving every 3 steps: (plan, checkpoint folder, its losses)."""
+    tmp = tmp_path_factory.mktemp("saved")
+    plan, folder, metrics = _plan(tmp), tmp / "ckpt", tmp / "full.jsonl"
+    done = _run(plan, folder, metrics, "--checkpoint-every", "3", "--keep", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return plan, folder, _losses(metrics)
+
+
+def test_periodic_saves_are_published_whole_and_the_newest_kept(saved) -> None:  # type: ignore[no-untyped-def]
+    plan, folder, losses = saved
+    assert len(losses) == STEPS
+    assert [p.name for p in sorted(folder.iterdir())] == ["step-00000003", "step-00000006"]
+    for checkpoint in folder.iterdir():
+        assert _problem(checkpoint) is None
+        manifest = json.loads((checkpoint / "manifest.json").read_text())
+        assert manifest["steps"] == STEPS and manifest["plan"]["dp_replicate"] == 2 and manifest["files"]
+
+
+def test_a_crash_during_a_save_keeps_the_previous_checkpoint_and_resuming_continues_the_run(
+        saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plan, source, full = saved
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    shutil.copytree(source / "step-00000003", folder / "step-00000003")
+    for phase in ("written", "manifest"):  # the shards are on disk; the manifest too, not yet published
+        crashed = _run(plan, folder, None, "--resume", "--checkpoint-at", "6", crash=phase)
+        assert crashed.returncode != 0
+        assert [p.name for p in folder.iterdir() if p.name.startswith("step-")] == ["step-00000003"]
+        assert _problem(folder / "step-00000003") is None
+    metrics = tmp_path / "resumed.jsonl"
+    resumed = _run(plan, folder, metrics, "--resume", "--checkpoint-at", "6")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _losses(metrics) == full[3:]  # exactly the uninterrupted run's steps 4..8
+    assert sorted(p.name for p in folder.iterdir()) == ["step-00000003", "step-00000006"]  # the partial is gone
+
+
+@pytest.mark.parametrize("damage", ["flip", "remove"])
+def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_newest_valid(
+        saved, tmp_path: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
+    plan, source, _ = saved
+    folder = tmp_path / "ckpt"
+    shutil.copytree(source, folder)
+    shard = next(p for p in sorted((folder / "step-00000006").iterdir()) if p.suffix == ".distcp")
+    if damage == "flip":
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    else:
+        shard.unlink()
+    out = _run(plan, folder, None, "--resume")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert "step-00000006" in line and "damaged" in line and "step-00000003" in line
+    assert ("checksum" if damage == "flip" else "missing") in line
+
+
+def test_another_runs_checkpoint_is_refused_unless_resharded(saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plan, source, full = saved
+    folder = tmp_path / "ckpt"
+    shutil.copytree(source, folder)
+    longer = _run(plan, folder, None, "--resume", steps=STEPS + 1)
+    assert longer.returncode == 2 and "steps=8" in longer.stderr and "steps=9" in longer.stderr
+    sharded = _plan(tmp_path, 'dp_shard = 2\nsharding = "zero3"')
+    refused = _run(sharded, folder, None, "--resume")
+    assert refused.returncode == 2 and "--reshard" in refused.stderr and "Traceback" not in refused.stderr
+    metrics = tmp_path / "resharded.jsonl"
+    resharded = _run(sharded, folder, metrics, "--resume", "--reshard")
+    assert resharded.returncode == 0, resharded.stderr[-3000:]
+    assert _losses(metrics) == pytest.approx(full[6:], rel=1e-5)  # DDP's state continued under FSDP2
