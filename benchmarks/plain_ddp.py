@@ -45,7 +45,7 @@ def main() -> None:
     optimizer, scheduler = build_optimizer(params, mesh, config)
 
     def plait_step(x: torch.Tensor, y: torch.Tensor) -> None:
-        train_step(parts, None, mesh, plan, params, optimizer, scheduler, config, x, y, False, "cpu")
+        train_step(parts, None, mesh, plan, params, optimizer, scheduler, config, x, y, False, "cpu", 0)
 
     model = torch.nn.parallel.DistributedDataParallel(build_model(spec, spec.seq_len, config.seed))
     plain_optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),

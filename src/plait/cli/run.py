@@ -34,6 +34,8 @@ def run_command(
     keep: Annotated[int, typer.Option(help="Newest checkpoints kept in --checkpoint-dir.")] = 2,
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in --checkpoint-dir (verified).")] = False,
     reshard: Annotated[bool, typer.Option(help="Resume a checkpoint saved by another plan into this one.")] = False,
+    on_nonfinite: Annotated[str, typer.Option(help="A step with a non-finite gradient norm: stop (exit code 3) or "
+                                                   "skip its update.")] = "stop",
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
     nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
@@ -56,7 +58,9 @@ def run_command(
         raise ConfigError(f"metrics file {str(metrics)!r} already exists; choose another path")
     gpus = the_plan.num_gpus
     _check_checkpointing(checkpoint_dir, checkpoint_at, checkpoint_every, keep, resume, reshard, steps, model, the_plan)
-    extra = ["--steps", str(steps), "--keep", str(keep)]
+    if on_nonfinite not in ("stop", "skip"):
+        raise ConfigError(f"--on-nonfinite={on_nonfinite!r} must be stop or skip")
+    extra = ["--steps", str(steps), "--keep", str(keep), "--on-nonfinite", on_nonfinite]
     for flag, value in (("--checkpoint-dir", checkpoint_dir), ("--checkpoint-at", checkpoint_at or None),
                         ("--checkpoint-every", checkpoint_every or None), ("--trace-dir", trace_dir)):
         if value is not None:
@@ -78,6 +82,8 @@ def run_command(
     slots = local_slots()
     if slots is not None and gpus > slots:
         raise ConfigError(f"the plan needs {gpus} GPUs but this node has {slots}; pass --nodes to get the torchrun command")
+    predicted = estimate(model, hardware, the_plan, engine=get_engine("plait"))
+    _check_machine(gpus, slots, predicted)
     with tempfile.TemporaryDirectory() as tmp:
         path = metrics or Path(tmp) / "metrics.jsonl"
         code = run_local(plan, gpus, [*extra, "--metrics", str(path)])
@@ -88,7 +94,6 @@ def run_command(
         rows = [json.loads(line) for line in path.read_text().splitlines()]
     if not rows:
         return
-    predicted = estimate(model, hardware, the_plan, engine=get_engine("plait"))
     steady = [r["step_time_s"] for r in rows[1:]] or [rows[0]["step_time_s"]]
     table = Table(title=f"{model.name}: {the_plan.describe()} on {gpus} ranks", title_justify="left")
     for col in ("", "measured", f"predicted ({hardware.name})"):
@@ -99,6 +104,38 @@ def run_command(
                   f"{predicted.memory.total_bytes / GIB:.3f}")
     table.add_row("final loss", f"{rows[-1]['loss']:.4f}", "")
     console.print(table)
+
+
+RANKS_PER_CORE = 2
+"""CPU ranks allowed per core. Assumed: gloo ranks beyond two per core mostly wait on the scheduler; this
+project's tests run 4 ranks on its 2-core machine."""
+
+
+def _check_machine(ranks: int, slots: int | None, predicted) -> None:  # type: ignore[no-untyped-def]
+    """Refuse, before a process starts, a plan this machine cannot hold: more CPU ranks than its cores take, or
+    more memory than it has by plait's own estimate (device memory per GPU; host memory for all CPU ranks)."""
+    import os
+
+    from plait.run.lifecycle import available_memory_bytes
+
+    need = predicted.memory.total_bytes - predicted.memory.runtime_reserved_bytes
+    if slots is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if ranks > RANKS_PER_CORE * cores:
+            raise ConfigError(f"the plan needs {ranks} ranks but this CPU machine has {cores} cores "
+                              f"(at most {RANKS_PER_CORE * cores} ranks: {RANKS_PER_CORE} per core)")
+        free = available_memory_bytes()
+        if free is not None and need * ranks > free:
+            raise ConfigError(f"the plan needs about {need / GIB:.1f} GiB per rank x {ranks} ranks = "
+                              f"{need * ranks / GIB:.1f} GiB (plait's estimate) but this machine has "
+                              f"{free / GIB:.1f} GiB available")
+        return
+    import torch
+
+    capacity = torch.cuda.get_device_properties(0).total_memory
+    if predicted.memory.total_bytes > capacity:
+        raise ConfigError(f"the plan needs about {predicted.memory.total_bytes / GIB:.1f} GiB per GPU (plait's "
+                          f"estimate) but this GPU has {capacity / GIB:.1f} GiB")
 
 
 def _check_checkpointing(folder: Path | None, at: int, every: int, keep: int, resume: bool, reshard: bool,

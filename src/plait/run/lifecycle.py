@@ -83,3 +83,15 @@ def _end(child: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the kernel can give new processes without swapping (``MemAvailable`` of /proc/meminfo, man 5
+    proc), or ``None`` where there is no /proc."""
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -36,6 +36,16 @@ class TrainConfig:
     weight_decay: float = 0.1
     max_grad_norm: float = 1.0
     seed: int = 1234
+    on_nonfinite: str = "stop"
+    """A step whose global gradient norm is not finite: ``stop`` the run (exit code 3) or ``skip`` its update."""
+
+
+NAN_HOOK = "PLAIT_TEST_NAN_AT_STEP"
+"""Test hook: every rank's gradients become NaN at this (1-based) step."""
+
+
+class NonFiniteStep(Exception):
+    """A step's loss or gradients were not finite and the run stops (``TrainConfig.on_nonfinite = "stop"``)."""
 
 
 def lr_lambda(config: TrainConfig):  # type: ignore[no-untyped-def]
@@ -148,7 +158,9 @@ class StepMetrics:
     peak_memory_bytes: float
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__)
+        """Strict JSON: a non-finite figure is ``null``."""
+        return json.dumps({k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                           for k, v in self.__dict__.items()}, allow_nan=False)
 
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:

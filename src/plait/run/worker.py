@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from dataclasses import asdict
@@ -30,6 +31,8 @@ from plait.run.parallel import parallelize
 from plait.run.pipeline import build_schedule, local_stages, stage_layers
 from plait.run.support import check_runnable
 from plait.run.train import (
+    NAN_HOOK,
+    NonFiniteStep,
     StepMetrics,
     TrainConfig,
     autocast,
@@ -57,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--reshard", action="store_true", help="resume a checkpoint saved by another plan")
+    p.add_argument("--on-nonfinite", choices=("stop", "skip"), default="stop")
     p.add_argument("--full-precision", action="store_true", help="fp32 everywhere (parity tests)")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--lr", type=float, default=3e-3)
@@ -112,7 +116,7 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
     mesh = build_mesh(plan)
     parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision)
     container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
-    config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed)
+    config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
     params = [p for part in parts for p in part.parameters()]
     optimizer, scheduler = build_optimizer(params, mesh, config)
     if args.checkpoint_dir is not None:
@@ -148,7 +152,7 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         with profiler as prof:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
-                                    inputs, targets, args.full_precision, device)
+                                    inputs, targets, args.full_precision, device, step)
         elapsed = timed() - start
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
@@ -173,16 +177,25 @@ def _profiler(device: str):  # type: ignore[no-untyped-def]
 
 
 def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, config: TrainConfig,  # type: ignore[no-untyped-def]
-               inputs, targets, full_precision: bool, device: str) -> tuple[float, float]:
-    """One optimizer step: forward and backward of every micro-batch, clipping, the optimizer, schedule.
-    Returns (mean loss this rank saw, global gradient norm before clipping)."""
+               inputs, targets, full_precision: bool, device: str, step: int) -> tuple[float, float]:
+    """Optimizer step ``step`` (0-based): forward and backward of every micro-batch, clipping, the optimizer,
+    schedule. Returns (mean loss this rank saw, global gradient norm before clipping). A non-finite norm stops
+    the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were."""
     with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
         loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
     reduce_partial_gradients(params)
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
     reduce_expert_gradients(experts, mesh)
-    norm = clip_gradients(params, config.max_grad_norm, mesh, experts)
-    optimizer.step()
+    if os.environ.get(NAN_HOOK) == str(step + 1):
+        for p in params:
+            if p.grad is not None:
+                p.grad.fill_(float("nan"))
+    norm = clip_gradients(params, config.max_grad_norm, mesh, experts)  # the same global norm on every rank
+    if not math.isfinite(norm) and config.on_nonfinite == "stop":
+        raise NonFiniteStep(f"step {step + 1}: the gradient norm is {norm} (loss {loss}); the run stops "
+                            "(--on-nonfinite skip skips such steps)")
+    if math.isfinite(norm):
+        optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return loss, norm
@@ -217,6 +230,9 @@ if __name__ == "__main__":
     except ConfigError as exc:
         print(f"plait: error: {exc}", file=sys.stderr)
         status = 2
+    except NonFiniteStep as exc:
+        print(f"plait: error: {exc}", file=sys.stderr)
+        status = 3
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: gloo's worker threads can still be joinable while static
