@@ -28,10 +28,12 @@ def _plan(tmp_path: Path, body: str = "dp_replicate = 2") -> Path:
 
 
 def _run(plan: Path, folder: Path, metrics: Path | None, *extra: str, crash: str | None = None,
-         steps: int = STEPS) -> subprocess.CompletedProcess[str]:
+         steps: int = STEPS, fail_at: int | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if crash:
         env["PLAIT_TEST_CRASH_IN_SAVE"] = crash
+    if fail_at:
+        env["PLAIT_TEST_FAIL_AT_STEP"] = str(fail_at)
     args = [sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", str(steps), "--full-precision",
             "--cluster", "dgx-h100-ib", "--checkpoint-dir", str(folder), *extra]
     if metrics is not None:
@@ -120,3 +122,21 @@ def test_another_runs_checkpoint_is_refused_unless_resharded(saved, tmp_path: Pa
     resharded = _run(sharded, folder, metrics, "--resume", "--reshard")
     assert resharded.returncode == 0, resharded.stderr[-3000:]
     assert _losses(metrics) == pytest.approx(full[6:], rel=1e-5)  # DDP's state continued under FSDP2
+
+
+def test_a_killed_rank_is_restarted_from_the_newest_checkpoint_with_the_same_losses(
+        saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plan, _, full = saved
+    metrics = tmp_path / "restarted.jsonl"
+    done = _run(plan, tmp_path / "ckpt", metrics, "--checkpoint-every", "3", "--max-restarts", "1", fail_at=5)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    # rank 1 died at the start of step 5; the restart resumed from the checkpoint after step 3
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 4, 5, 6, 7, 8]
+    assert [r["loss"] for r in rows] == full[:4] + full[3:]  # both attempts follow the uninterrupted run
+
+
+def test_restarts_need_periodic_checkpoints(saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plan, _, _ = saved
+    out = _run(plan, tmp_path / "ckpt", None, "--max-restarts", "1")
+    assert out.returncode == 2 and "--checkpoint-every" in out.stderr

@@ -36,6 +36,8 @@ def run_command(
     reshard: Annotated[bool, typer.Option(help="Resume a checkpoint saved by another plan into this one.")] = False,
     on_nonfinite: Annotated[str, typer.Option(help="A step with a non-finite gradient norm: stop (exit code 3) or "
                                                    "skip its update.")] = "stop",
+    max_restarts: Annotated[int, typer.Option(help="Restart every rank after a failure, up to this many times, "
+                                                   "from the newest valid checkpoint (torchrun's elastic agent).")] = 0,
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
     nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
@@ -58,6 +60,9 @@ def run_command(
         raise ConfigError(f"metrics file {str(metrics)!r} already exists; choose another path")
     gpus = the_plan.num_gpus
     _check_checkpointing(checkpoint_dir, checkpoint_at, checkpoint_every, keep, resume, reshard, steps, model, the_plan)
+    if max_restarts < 0 or (max_restarts and not (checkpoint_dir and checkpoint_every)):
+        raise ConfigError(f"--max-restarts={max_restarts} must be >= 0, and a restart resumes from the newest "
+                          "checkpoint: pass --checkpoint-dir and --checkpoint-every with it")
     if on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"--on-nonfinite={on_nonfinite!r} must be stop or skip")
     extra = ["--steps", str(steps), "--keep", str(keep), "--on-nonfinite", on_nonfinite]
@@ -86,7 +91,7 @@ def run_command(
     _check_machine(gpus, slots, predicted)
     with tempfile.TemporaryDirectory() as tmp:
         path = metrics or Path(tmp) / "metrics.jsonl"
-        code = run_local(plan, gpus, [*extra, "--metrics", str(path)])
+        code = run_local(plan, gpus, [*extra, "--metrics", str(path)], max_restarts)
         if code != 0:
             raise typer.Exit(code if code != 2 else 2)
         if dry_run:

@@ -34,11 +34,13 @@ def multinode_command(plan_file: Path, nodes: int, per_node: int, extra: list[st
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def run_local(plan_file: Path, nproc: int, extra: list[str]) -> int:
+def run_local(plan_file: Path, nproc: int, extra: list[str], max_restarts: int = 0) -> int:
     """Run ``nproc`` ranks here with torchrun's standalone rendezvous, tied to this process
-    (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped)."""
+    (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped).
+    torchrun's elastic agent restarts all ranks up to ``max_restarts`` times after a failure; the ranks then
+    resume from the newest valid checkpoint (:mod:`plait.run.worker`)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               *worker_args(plan_file, extra)]
+               f"--max-restarts={max_restarts}", *worker_args(plan_file, extra)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     return supervise(command, env)

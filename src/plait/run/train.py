@@ -42,6 +42,8 @@ class TrainConfig:
 
 NAN_HOOK = "PLAIT_TEST_NAN_AT_STEP"
 """Test hook: every rank's gradients become NaN at this (1-based) step."""
+FAIL_HOOK = "PLAIT_TEST_FAIL_AT_STEP"
+"""Test hook: rank 1 exits at the start of this (1-based) step in the first attempt (before any restart)."""
 
 
 class NonFiniteStep(Exception):

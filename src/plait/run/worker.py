@@ -31,6 +31,7 @@ from plait.run.parallel import parallelize
 from plait.run.pipeline import build_schedule, local_stages, stage_layers
 from plait.run.support import check_runnable
 from plait.run.train import (
+    FAIL_HOOK,
     NAN_HOOK,
     NonFiniteStep,
     StepMetrics,
@@ -100,13 +101,27 @@ def main(argv: list[str] | None = None) -> int:
     if spec.vocab_size < data.VOCAB_SIZE:
         raise ConfigError(f"vocab_size={spec.vocab_size} must be >= {data.VOCAB_SIZE} (byte tokens)")
     # On CUDA, NCCL for device tensors and gloo for the few host scalars (loss and norm logging), as torchtitan does.
-    dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo")
+    dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo", **_attempt_store())
     try:
         code = _run(args, job, plan, spec, device)
         dist.barrier()
     finally:
         dist.destroy_process_group()
     return code
+
+
+def _attempt_store() -> dict[str, object]:
+    """After a restart by torchrun, the process group's keys under a prefix of this attempt: the agent's store
+    still holds the failed attempt's gloo addresses, and a rank that read a dead peer's address first timed out
+    (``connectFullMesh ... Connection refused``, measured in 1 of 3 restarts here without the prefix)."""
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if not restart:
+        return {}
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    hosted_by_rank0 = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"  # else torchrun's agent hosts it
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=hosted_by_rank0 and rank == 0)
+    return {"store": dist.PrefixStore(f"plait/attempt-{restart}", store), "rank": rank, "world_size": world}
 
 
 def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-def]
@@ -128,6 +143,9 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         return 0
     identity = checkpoint.RunIdentity(plan=asdict(plan), model=spec.name, steps=args.steps, seed=args.seed)
     start_step = 0
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # torchrun's count of restarts after failures
+    if restart and args.checkpoint_dir is not None and checkpoint.published(args.checkpoint_dir):
+        args.resume = True  # a restarted attempt continues from the newest valid checkpoint
     if args.resume:
         folder = checkpoint.choose(args.checkpoint_dir, identity, args.reshard)
         start_step = checkpoint.load(folder, container, optimizer)
@@ -150,6 +168,8 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         inputs, targets = inputs.to(device), targets.to(device)
         profiling = args.trace_dir is not None and step == args.steps - 1
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
+        if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
+            os._exit(5)  # test hook: one rank dies in the first attempt
         with profiler as prof:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step)
