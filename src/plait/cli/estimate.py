@@ -53,6 +53,14 @@ def estimate_command(
     check_plan(job.plan.with_seq_len(job.model.seq_len), job.model, job.cluster, num_gpus=file_gpus)
     result = predict(job, simulate=simulate)
     if as_json:
-        print(json.dumps(result.to_dict(train_tokens), indent=2))
+        from plait.predict.goodput import goodput
+
+        out = result.to_dict(train_tokens)
+        failures = goodput(result)
+        out["goodput"] = {"mtbf_s": failures.mtbf_s, "checkpoint_bytes_per_gpu": failures.checkpoint_bytes_per_gpu,
+                          "checkpoint_s": failures.checkpoint_s, "restart_s": failures.restart_s,
+                          "interval_s": failures.interval_s, "goodput": failures.goodput,
+                          "days_with_failures": failures.time_to_train_s(result.time_to_train_s(train_tokens)) / 86400}
+        print(json.dumps(out, indent=2))
     else:
         print_estimate(Console(), result, train_tokens)

@@ -52,6 +52,11 @@ def kernel_curve(name: str) -> Curve:
     return build(Curve, tables[name], f"kernels.toml:{name}")
 
 
+def reliability_table() -> dict[str, Any]:
+    """The failure, storage and restart figures of ``reliability.toml`` (read by :mod:`plait.predict.goodput`)."""
+    return _data("reliability.toml")
+
+
 def accelerator_names() -> list[str]:
     """Slugs of the packaged accelerators."""
     return sorted(_accelerator_tables())
