@@ -55,7 +55,8 @@ def print_relaxations(console: Console, result: SearchResult, relaxations: list[
 
 def print_points(console: Console, points: list[Point], front: list[Point], choice: Point, tokens: float) -> None:
     """Best plan per GPU count, the Pareto front and the choice."""
-    table = Table(title=f"training {tokens:.3g} tokens: best plan per GPU count", title_justify="left")
+    table = Table(title=f"training {tokens:.3g} tokens: best plan per GPU count (days and cost with failures, "
+                        "checkpoints and restarts: plait.predict.goodput)", title_justify="left")
     for col in ("GPUs", "layout", "tokens/s", "days", "cost $", "Pareto"):
         table.add_column(col, justify="left" if col == "layout" else "right")
     on_front = {p.gpus for p in front}

@@ -27,9 +27,14 @@ class Point:
 
 
 def price(estimate: Estimate, tokens: float) -> Point:
-    """Time and money to train ``tokens`` with ``estimate``'s plan."""
-    return Point(estimate.num_gpus, estimate, estimate.time_to_train_s(tokens) / SECONDS_PER_DAY,
-                 estimate.cost_usd(tokens))
+    """Expected time and money to train ``tokens`` with ``estimate``'s plan, failures, checkpoints and restarts
+    included (:mod:`plait.predict.goodput`): larger jobs fail more often, so the cheapest or fastest GPU count
+    accounts for it."""
+    from plait.predict.goodput import goodput
+
+    share = goodput(estimate).goodput
+    return Point(estimate.num_gpus, estimate, estimate.time_to_train_s(tokens) / share / SECONDS_PER_DAY,
+                 estimate.cost_usd(tokens) / share)
 
 
 def pareto_front(points: list[Point]) -> list[Point]:
