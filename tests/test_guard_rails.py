@@ -66,3 +66,16 @@ def test_a_plan_that_does_not_fit_in_host_memory_is_refused_before_launch(tmp_pa
 def test_checkpoint_options_without_a_folder_are_refused(tmp_path: Path) -> None:
     out = _run(_plan(tmp_path, "dp_replicate = 2"), "--resume")
     assert out.returncode == 2 and "need --checkpoint-dir" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_failed_rank_is_one_line_naming_it_and_the_log(tmp_path: Path) -> None:
+    env = dict(os.environ, PLAIT_TEST_FAIL_AT_STEP="2")
+    out = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(_plan(tmp_path, "dp_replicate = 2")),
+                          "--steps", "4", "--cluster", "dgx-h100-ib"], capture_output=True, text=True, timeout=600,
+                         env=env)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("plait: error:")]
+    assert len(errors) == 1 and "rank 1 failed (exit code 5)" in errors[0]
+    log = Path(errors[0].rsplit("full output: ", 1)[1])
+    assert "Traceback" in log.read_text() and "exitcode: 5" in log.read_text()  # torchrun's report is kept there
+    log.unlink()

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 GRACE_S = 5.0
@@ -50,10 +53,18 @@ def _child_setup(parent_pid: int) -> Callable[[], None]:
     return lambda: die_with_parent(parent_pid)
 
 
+SHOWN = ("step ", "plait: error:", "dry run ok")
+"""Lines of the ranks' and torchrun's standard error that reach the terminal; everything goes to the log."""
+
+
 def supervise(command: list[str], env: dict[str, str]) -> int:
     """Run ``command`` (torchrun) tied to this process; returns its exit code, or ``128 + signal`` when this
-    process was asked to stop (the child and its ranks are then gone)."""
-    child = subprocess.Popen(command, env=env, preexec_fn=_child_setup(os.getpid()))  # noqa: PLW1509
+    process was asked to stop (the child and its ranks are then gone). The ranks' and torchrun's standard error
+    goes to a log file; the terminal sees progress and ``plait: error:`` lines (each once) and, when the run
+    fails, one line naming the failure and the log, which is then kept."""
+    log_fd, log_name = tempfile.mkstemp(prefix="plait-run-", suffix=".log")
+    child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
+                             preexec_fn=_child_setup(os.getpid()))  # noqa: PLW1509
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise Stopped(signum)
@@ -61,7 +72,23 @@ def supervise(command: list[str], env: dict[str, str]) -> int:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, stop) for s in handled}
     try:
-        return child.wait()
+        with os.fdopen(log_fd, "w", encoding="utf-8") as log:
+            errors: set[str] = set()  # every rank reports the same error: once is enough
+            assert child.stderr is not None
+            for line in child.stderr:
+                log.write(line)
+                if line.startswith(SHOWN) and line not in errors:
+                    sys.stderr.write(line)
+                    if line.startswith("plait: error:"):
+                        errors.add(line)
+        code = child.wait()
+        if code == 0:
+            os.unlink(log_name)
+        elif not errors:
+            sys.stderr.write(f"plait: error: {_cause(Path(log_name))}; the ranks' full output: {log_name}\n")
+        else:
+            sys.stderr.write(f"plait: the ranks' full output: {log_name}\n")
+        return code
     except Stopped as stopped:
         _end(child)
         return 128 + stopped.signum
@@ -73,7 +100,30 @@ def supervise(command: list[str], env: dict[str, str]) -> int:
             signal.signal(s, handler)
 
 
-def _end(child: subprocess.Popen[bytes]) -> None:
+def _cause(log: Path) -> str:
+    """The first rank torchrun saw fail, with its exit code and its last exception line when it left one."""
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    failed = next((m for m in map(_FAILED.search, lines) if m), None)
+    rank = failed.group("rank") if failed else None
+
+    def exception(line: str) -> str | None:
+        text = line.split("]: ", 1)[-1].strip()  # torch prefixes a rank's lines with [rankN]:
+        name = text.split(":", 1)[0]
+        ok = name.endswith(("Error", "Exception")) and " " not in name and not name.startswith("torch.distributed")
+        return text[:300] if ok else None
+
+    own = [e for line in lines if rank is not None and line.startswith(f"[rank{rank}]:") and (e := exception(line))]
+    if failed:
+        what = f"rank {rank} failed (exit code {failed.group('code')})"
+        return f"{what}: {own[-1]}" if own else f"{what} without an exception; the other ranks then lost their peer"
+    last = next((e for line in reversed(lines) if (e := exception(line))), None)
+    return f"a rank failed: {last}" if last else "a rank failed"
+
+
+_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
+
+
+def _end(child: subprocess.Popen[str]) -> None:
     """SIGTERM, then after :data:`GRACE_S` SIGKILL (the ranks follow torchrun through their death signal)."""
     if child.poll() is not None:
         return

@@ -212,7 +212,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
                 p.grad.fill_(float("nan"))
     norm = clip_gradients(params, config.max_grad_norm, mesh, experts)  # the same global norm on every rank
     if not math.isfinite(norm) and config.on_nonfinite == "stop":
-        raise NonFiniteStep(f"step {step + 1}: the gradient norm is {norm} (loss {loss}); the run stops "
+        raise NonFiniteStep(f"step {step + 1}: the gradient norm is {norm}; the run stops "
                             "(--on-nonfinite skip skips such steps)")
     if math.isfinite(norm):
         optimizer.step()
