@@ -184,16 +184,19 @@ def _run_torchtitan(model_slug: str, model, plan, steps: int, out: Path | None, 
     refusal = first_unsupported(plan.with_seq_len(model.seq_len), model, titan, "cuda" if slots else "cpu")
     if refusal:
         raise ConfigError(refusal)
-    if slots is None:
+    if slots is None and not dry_run:
         raise ConfigError("engine=torchtitan: torchtitan's trainer runs on CUDA (torchtitan/trainer.py); "
-                          "this machine has no GPU (use --engine plait)")
-    if plan.num_gpus > slots:
+                          "this machine has no GPU (use --engine plait, or --dry-run to see the command)")
+    if slots is not None and plan.num_gpus > slots:
         raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but this node has {slots}")
     folder = out or Path(tempfile.mkdtemp(prefix="plait-torchtitan-"))
     tokenizer_dir, data_dir = write_assets(folder)
     command = launch_command(plan.num_gpus, trainer_args(plan.with_seq_len(model.seq_len), model_slug, model,
                                                          tokenizer_dir, data_dir, folder / "outputs", steps))
     Console().print(describe(command))
+    if slots is None:
+        Console().print("dry run: torchtitan's trainer needs CUDA, which this machine lacks; the command above is what "
+                        "a GPU node runs")
     if not dry_run:
         code = subprocess.run(command, check=False).returncode
         if code != 0:
