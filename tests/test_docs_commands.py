@@ -48,7 +48,7 @@ COMMANDS: dict[str, str] = {
     "plait calibrate --output calibrated.toml": "SKIP: takes about 100 s on this machine; tests/test_runtime.py "
     "runs it (test_calibrate_writes_a_description_the_estimator_reads)",
     "plait run --plan examples/tiny-plan.toml --cluster calibrated.toml --steps 20":
-        "plait run --plan examples/tiny-plan.toml --cluster dgx-h100-ib --steps 20",  # calibrated.toml: see above
+        "plait run --plan examples/tiny-plan.toml --cluster dgx-h100-ib --steps 5",  # calibrated.toml: see above; 5 steps keep it short
     "plait run --plan plan.toml --dry-run": "plait run --plan examples/tiny-plan.toml --dry-run",
     "plait run --plan plan.toml --nodes 2": "plait run --plan examples/tiny-plan.toml --nodes 2",
     "plait run --plan plan.toml --engine torchtitan": "plait run --plan {tmp}/titan.toml --engine torchtitan --dry-run",
