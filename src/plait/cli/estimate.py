@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -57,9 +58,7 @@ def estimate_command(
 
         out = result.to_dict(train_tokens)
         failures = goodput(result)
-        out["goodput"] = {"mtbf_s": failures.mtbf_s, "checkpoint_bytes_per_gpu": failures.checkpoint_bytes_per_gpu,
-                          "checkpoint_s": failures.checkpoint_s, "restart_s": failures.restart_s,
-                          "interval_s": failures.interval_s, "goodput": failures.goodput,
+        out["goodput"] = {**asdict(failures),
                           "days_with_failures": failures.time_to_train_s(result.time_to_train_s(train_tokens)) / 86400}
         print(json.dumps(out, indent=2))
     else:

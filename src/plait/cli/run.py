@@ -119,13 +119,12 @@ project's tests run 4 ranks on its 2-core machine."""
 def _check_machine(ranks: int, slots: int | None, predicted) -> None:  # type: ignore[no-untyped-def]
     """Refuse, before a process starts, a plan this machine cannot hold: more CPU ranks than its cores take, or
     more memory than it has by plait's own estimate (device memory per GPU; host memory for all CPU ranks)."""
-    import os
-
     from plait.run.lifecycle import available_memory_bytes
+    from plait.search.parts import available_cores
 
     need = predicted.memory.total_bytes - predicted.memory.runtime_reserved_bytes
     if slots is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = available_cores()
         if ranks > RANKS_PER_CORE * cores:
             raise ConfigError(f"the plan needs {ranks} ranks but this CPU machine has {cores} cores "
                               f"(at most {RANKS_PER_CORE * cores} ranks: {RANKS_PER_CORE} per core)")
@@ -150,14 +149,14 @@ def _check_checkpointing(folder: Path | None, at: int, every: int, keep: int, re
     if steps < 1 or at < 0 or every < 0 or keep < 1:
         raise ConfigError(f"--steps={steps} and --keep={keep} must be >= 1, --checkpoint-at={at} and "
                           f"--checkpoint-every={every} >= 0")
-    if folder is None:
-        if resume or at or every:
-            raise ConfigError("--resume, --checkpoint-at and --checkpoint-every need --checkpoint-dir")
-        return
     from dataclasses import asdict
 
     from plait.run import checkpoint
     from plait.run.train import TrainConfig
+
+    checkpoint.check_options(folder, resume, at, every)
+    if folder is None:
+        return
 
     if at or every:
         try:

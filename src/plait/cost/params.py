@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from plait.cost.setup import Setup
-from plait.plan.ops import ARRAY, Ops
+from plait.plan.ops import ARRAY, SCALAR, Ops
 from plait.workload.model import ModelSpec
 
 
@@ -38,19 +38,18 @@ def stage_layer_counts(model: ModelSpec, pp: Any, stage: Any, xp: Ops = ARRAY) -
     """(dense layers, MoE layers) on pipeline stage ``stage`` of ``pp`` stages, per row (ints with ``xp`` =
     :data:`~plait.plan.ops.SCALAR`, kept per distinct split)."""
     if xp.scalar:
-        return _split(model.num_layers, model.num_dense_layers, pp, stage)
-    base, extra = divmod(model.num_layers, pp)
+        return _one_split(model.num_layers, model.num_dense_layers, pp, stage)
+    return _split(model.num_layers, model.num_dense_layers, pp, stage, xp)
+
+
+def _split(num_layers: int, num_dense_layers: int, pp: Any, stage: Any, xp: Ops) -> tuple[Any, Any]:
+    base, extra = divmod(num_layers, pp)
     start = stage * base + xp.minimum(stage, extra)
     count = base + (stage < extra)
-    dense = xp.maximum(xp.minimum(start + count, model.num_dense_layers) - start, 0)
+    dense = xp.maximum(xp.minimum(start + count, num_dense_layers) - start, 0)
     return dense, count - dense
 
 
 @lru_cache(maxsize=4096)
-def _split(num_layers: int, num_dense_layers: int, pp: int, stage: int) -> tuple[int, int]:
-    """:func:`stage_layer_counts` for one stage, in plain ints (the same arithmetic)."""
-    base, extra = divmod(num_layers, pp)
-    start = stage * base + min(stage, extra)
-    count = base + (stage < extra)
-    dense = max(min(start + count, num_dense_layers) - start, 0)
-    return dense, count - dense
+def _one_split(num_layers: int, num_dense_layers: int, pp: int, stage: int) -> tuple[int, int]:
+    return _split(num_layers, num_dense_layers, pp, stage, SCALAR)

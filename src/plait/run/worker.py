@@ -90,9 +90,7 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
 def main(argv: list[str] | None = None) -> int:
     die_with_parent(os.getppid())  # a rank never outlives torchrun (plait.run.lifecycle)
     args = _parser().parse_args(argv)
-    saves = args.checkpoint_at or args.checkpoint_every
-    if (args.resume or saves) and args.checkpoint_dir is None:
-        raise ConfigError("--resume, --checkpoint-at and --checkpoint-every need --checkpoint-dir")
+    checkpoint.check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
     job, plan = read_plan_file(args.plan)
     spec = resolve_model(job.model)
     plan = plan.with_seq_len(spec.seq_len)
@@ -110,11 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _restart_count() -> int:
+    """How many times torchrun's elastic agent has restarted the ranks after a failure (0: the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 def _attempt_store() -> dict[str, object]:
     """After a restart by torchrun, the process group's keys under a prefix of this attempt: the agent's store
     still holds the failed attempt's gloo addresses, and a rank that read a dead peer's address first timed out
     (``connectFullMesh ... Connection refused``, measured in 1 of 3 restarts here without the prefix)."""
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    restart = _restart_count()
     if not restart:
         return {}
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -143,11 +146,11 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         return 0
     identity = checkpoint.RunIdentity(plan=asdict(plan), model=spec.name, steps=args.steps, seed=args.seed)
     start_step = 0
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # torchrun's count of restarts after failures
+    restart = _restart_count()
     if restart and args.checkpoint_dir is not None and checkpoint.published(args.checkpoint_dir):
         args.resume = True  # a restarted attempt continues from the newest valid checkpoint
     if args.resume:
-        folder = checkpoint.choose(args.checkpoint_dir, identity, args.reshard)
+        folder = checkpoint.choose_on_rank0(args.checkpoint_dir, identity, args.reshard)
         start_step = checkpoint.load(folder, container, optimizer)
         for _ in range(start_step):
             scheduler.step()

@@ -1,8 +1,8 @@
 """Per-rank operation durations for the simulator, from the same cost functions the estimator uses.
 
 The plan's per-layer quantities are costed once (:func:`plait.cost.batch.prepare`); each rank's stage is
-then costed on them, once per distinct stage: stages with the same layer counts and the same ends (embedding on
-the first, output layer on the last) cost the same."""
+then costed on them, once per distinct stage (:func:`plait.cost.batch.stage_pass`): stages with the same layer
+counts and the same ends (embedding on the first, output layer on the last) cost the same."""
 
 from __future__ import annotations
 
@@ -16,9 +16,6 @@ from plait.plan.plan import Plan
 from plait.simulate.pipeline import PipelineCosts
 from plait.workload.model import ModelSpec
 
-_StageCosts = tuple[float, float, float, float, float, int, float]
-
-
 def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT,
                    prepared: Prepared | None = None) -> PipelineCosts:
     """Durations of every rank of one pipeline of ``plan`` (``prepared``: the plan's shared quantities, when the
@@ -27,18 +24,14 @@ def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
     if prepared is None or prepared.framework is not framework or prepared.cols.single != plan:
         prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
     p2p, v = prepared.p2p_s, plan.vpp
-    seen: dict[tuple[int, int, bool, bool], _StageCosts] = {}
     per_rank = []
-    for stage in range(plan.pp):
+    for stage in range(plan.pp):  # stage_pass and stage_sync cost each distinct stage once
         dense, moe = stage_layer_counts(model, plan.pp, stage, SCALAR)
-        key = (dense, moe, stage == 0, stage == plan.pp - 1)
-        if key not in seen:
-            fwd, bwd = stage_pass(model, cluster, prepared, stage)
-            sync = stage_sync(model, cluster, prepared, stage)
-            seen[key] = (SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
+        fwd, bwd = stage_pass(model, cluster, prepared, stage)
+        sync = stage_sync(model, cluster, prepared, stage)
+        per_rank.append((SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
                          bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward GEMM work (Qi et al. 2023)
-                         sync.reduce_s, sync.gather_s, dense + moe, sync.optimizer_s)
-        per_rank.append(seen[key])
+                         sync.reduce_s, sync.gather_s, dense + moe, sync.optimizer_s))
     forward, backward, weight, reduce, gather, buckets, optimizer = (list(x) for x in zip(*per_rank, strict=True))
     return PipelineCosts(
         p=plan.pp, m=plan.num_micro_batches, v=v, schedule=plan.schedule if plan.pp > 1 else "1f1b",
