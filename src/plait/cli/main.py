@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # help text is plain: `name[@version][[key=value]]` and `[job]` are not markup
 )
 
 
@@ -36,30 +37,77 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Command name -> (module in plait.cli, function)."""
 
 
+_REGISTERED: set[str] = set()
+_BUILT: dict[frozenset[str], object] = {}
+"""The click command typer builds from ``app`` (6 ms a time), per set of registered commands."""
+
+
 def _register(argv: list[str] | None = None) -> None:
     """Register the commands; when ``argv`` names one, only that one, so that a command imports only what it uses
     (``plait estimate`` never loads the planner, the simulator's plots or the runtime). ``plait --help`` and
-    unknown names register all of them."""
+    unknown names register all of them. Registering twice is a no-op (:func:`run_cli` may run many times)."""
     import importlib
 
     wanted = next((a for a in (argv or []) if not a.startswith("-")), None)
     names = [wanted] if wanted in COMMANDS else list(COMMANDS)
     for name in names:
+        if name in _REGISTERED:
+            continue
         module, function = COMMANDS[name]
         app.command(name=name)(getattr(importlib.import_module(f"plait.cli.{module}"), function))
+        _REGISTERED.add(name)
+
+
+def _parser_error() -> type[Exception]:
+    """The option parser's exception base: typer >= 0.2x vendors click and exports ``TyperException``; older typer
+    raises click's own ``ClickException``."""
+    if hasattr(typer, "TyperException"):
+        return typer.TyperException
+    import click
+
+    return click.ClickException
+
+
+def _error(message: str) -> int:
+    print(f"plait: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def run_cli(argv: list[str]) -> int:
+    """Run one ``plait`` command line in this process and return its exit code.
+
+    Every user mistake ends as one line ``plait: error: ...`` on stderr and exit code 2 — a
+    :class:`ConfigError` from plait, or a usage error from the option parser (unknown option, ``--gpus x``) —
+    never a traceback (STYLE.md rule 11). Anything else that escapes is a bug in plait and keeps its traceback.
+    """
+    _register(argv)
+    key = frozenset(_REGISTERED)
+    if key not in _BUILT:
+        from typer.main import get_command
+
+        _BUILT[key] = get_command(app)
+    try:
+        code = _BUILT[key].main(args=argv, prog_name="plait", standalone_mode=False)  # type: ignore[attr-defined]
+    except ConfigError as exc:
+        return _error(str(exc))
+    except KeyboardInterrupt:
+        print("plait: interrupted", file=sys.stderr)
+        return 130
+    except _parser_error() as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `plait`: the help, as click prints it
+            print(exc.format_message())
+            return 0
+        if type(exc).__name__ == "Abort":
+            print("plait: interrupted", file=sys.stderr)
+            return 130
+        named = next((a for a in argv if a in COMMANDS), None)
+        return _error(f"{exc.format_message()} (see `plait {named + ' ' if named else ''}--help`)")
+    return code if isinstance(code, int) else 0
 
 
 def main() -> None:
     """Console-script entry point."""
-    _register(sys.argv[1:])
-    try:
-        app()
-    except ConfigError as exc:
-        print(f"plait: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("plait: interrupted", file=sys.stderr)
-        sys.exit(130)
+    sys.exit(run_cli(sys.argv[1:]))
 
 
 if __name__ == "__main__":
