@@ -8,11 +8,60 @@ from pathlib import Path
 class ConfigError(ValueError):
     """A user-supplied value breaks a rule; the message names the value and the rule.
 
-    Example: ``ConfigError("tp=3 must divide num_heads=32")``.
+    Example: ``ConfigError("tp=3 must divide num_heads=32")``. One error may carry several ``problems`` (a file
+    with many mistakes is reported at once, :func:`all_problems`).
     """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+def all_problems(problems: list[str | ConfigError]) -> ConfigError:
+    """One error for ``problems`` (messages or errors, whose own problems are listed one by one), on one line."""
+    flat = [p for item in problems for p in (item.problems if isinstance(item, ConfigError) else [item])]
+    return ConfigError(flat[0] if len(flat) == 1 else f"{len(flat)} problems: {'; '.join(flat)}", flat)
+
+
+def read_user_file(path: Path, what: str) -> str:
+    """The text of a user's file; missing, not a regular file, unreadable or not UTF-8 is a ConfigError naming
+    ``what`` (e.g. ``"plan file"``) and the path."""
+    shown = repr(str(path))
+    if not path.exists():
+        raise ConfigError(f"{what} {shown} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"{what} {shown} is not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {shown} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {shown} cannot be read ({exc.strerror})") from None
+
+
+def check_writable(path: Path, what: str, *, folder: bool = False) -> None:
+    """Raise unless ``path`` can be created or written: a folder (``folder``) or a file whose nearest existing
+    ancestor is a writable folder; checked before long work starts, so that a search is not wasted."""
+    import os
+
+    shown = repr(str(path))
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{what} {shown} is a link to nothing ({str(path.readlink())!r})")
+    if path.exists() and path.is_dir() != folder:
+        raise ConfigError(f"{what} {shown} is {'a file, not a folder' if folder else 'a folder, not a file'}")
+    ancestor = path if folder and path.exists() else path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{what} {shown} cannot be created: {str(ancestor)!r} is a file")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {shown} cannot be created: {str(ancestor)!r} is not writable")
 
 
 def refuse_overwrite(path: Path | None, overwrite: bool) -> None:
-    """Raise unless ``path`` is free or ``overwrite`` was asked for: no user file is replaced silently."""
+    """Raise unless ``path`` is free or ``overwrite`` was asked for: no user file is replaced silently (and a
+    path that cannot be written at all is refused at once, :func:`check_writable`)."""
+    if path is not None:
+        check_writable(path, "output file")
     if path is not None and path.exists() and not overwrite:
         raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")

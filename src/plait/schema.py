@@ -10,12 +10,13 @@ the planner's hot path only at load time, never per candidate).
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, all_problems
 
 T = TypeVar("T")
 
@@ -44,13 +45,15 @@ def _check_scalar(value: Any, expected: Any, where: str) -> Any:
         return value
     if expected is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
                 return int(value)
             raise ConfigError(f"{where}={value!r} must be an integer")
         return value
     if expected is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}={value!r} must be a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}={value!r} must be a finite number")
         return float(value)
     if expected is str:
         if not isinstance(value, str):
@@ -79,18 +82,25 @@ def _check_scalar(value: Any, expected: Any, where: str) -> Any:
 
 
 def build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
-    """Build dataclass ``cls`` from ``raw``; ``where`` prefixes error messages (e.g. ``models.toml:llama3-8b``)."""
+    """Build dataclass ``cls`` from ``raw``; ``where`` prefixes error messages (e.g. ``models.toml:llama3-8b``).
+    Every unknown key, missing key and wrong value (nested tables included) is reported in one error."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
-    unknown = sorted(set(raw) - set(fields))
+    unknown = sorted(set(raw) - set(fields), key=str)
+    problems: list[str | ConfigError] = [f"{where}: unknown key {key!r}" for key in unknown]
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(fields))})")
+        problems[-1] += f" (known: {', '.join(sorted(fields))})"
     kwargs: dict[str, Any] = {}
     for name, field in fields.items():
         if name not in raw:
             has_default = field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
             if not has_default:
-                raise ConfigError(f"{where}: missing required key {name!r}")
+                problems.append(f"{where}: missing required key {name!r}")
             continue
-        kwargs[name] = _check_scalar(raw[name], hints[name], f"{where}.{name}")
+        try:
+            kwargs[name] = _check_scalar(raw[name], hints[name], f"{where}.{name}")
+        except ConfigError as exc:
+            problems.append(exc)
+    if problems:
+        raise all_problems(problems)
     return cls(**kwargs)

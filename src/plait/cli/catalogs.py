@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from plait.cli.output import print_json
 from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
 from plait.hardware.catalog import accelerator_names, cluster_names, get_accelerator, get_cluster
 from plait.workload.catalog import get_model, model_names
@@ -23,7 +23,7 @@ def models_command(as_json: Annotated[bool, typer.Option("--json", help="Print J
                      "layers": m.num_layers, "hidden": m.hidden_size, "heads": m.num_heads,
                      "kv_heads": m.num_kv_heads, "seq_len": m.seq_len, "moe": bool(m.moe), "source": m.source})
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return
     table = Table(title="plait models")
     for col in ("slug", "name", "params", "active", "layers", "hidden", "heads/kv", "seq"):
@@ -47,7 +47,7 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
     accelerators = [{"slug": s, "name": get_accelerator(s).name, "memory_gib": get_accelerator(s).memory_gib,
                      "peak_tflops": get_accelerator(s).peak_tflops} for s in accelerator_names()]
     if as_json:
-        print(json.dumps({"clusters": clusters, "accelerators": accelerators}, indent=2))
+        print_json({"clusters": clusters, "accelerators": accelerators})
         return
     console = Console()
     table = Table(title="plait clusters")
@@ -78,7 +78,7 @@ def engines_command(as_json: Annotated[bool, typer.Option("--json", help="Print 
                      "export": e.export, "launchable": e.launchable, "unsupported": e.unsupported,
                      "machines": e.machines, "facts": e.sources})
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return
     table = Table(title="plait engines")
     for col in ("engine", "title", "export", "cannot run"):

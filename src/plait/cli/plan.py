@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.console import Console
 
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
+from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
 from plait.cli.render_plan import print_points, print_relaxations, print_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
-from plait.errors import ConfigError, refuse_overwrite
+from plait.errors import ConfigError, check_writable, refuse_overwrite
 from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
+from plait.plan.plan import LIMIT, Precision
 from plait.search.engine import run_search
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.pareto import choose, pareto_front
@@ -82,10 +83,19 @@ def plan_command(
     check_objective(objective)
     model_spec, cluster_spec, the_engine = resolve_model(model), resolve_cluster(cluster), get_engine(engine)
     batches = _batches(global_batch)
+    if top < 1:
+        raise ConfigError(f"--top={top} must be >= 1")
+    for name, value, low in (("--gpus", gpus, 1), ("--seq-len", seq_len, 0), *((("--global-batch", b, 1) for b in batches))):
+        if not low <= value <= LIMIT:
+            raise ConfigError(f"{name}={value} must be between {low} and {LIMIT}")
     if export is not None:  # before the search: an existing file or an unexportable model is refused at once
+        check_writable(export, "export folder", folder=True)
         for name in export_names(the_engine, model):
             refuse_overwrite(export / name, force)
-    precisions = tuple(precision.split(",")) if precision else None
+    precisions = tuple(p.strip() for p in precision.split(",")) if precision else None
+    for name in precisions or ():
+        if name not in get_args(Precision):
+            raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
     console = Console(stderr=as_json)
     if objective == "throughput":
         if gpus_range:
@@ -100,13 +110,13 @@ def plan_command(
         best = result.top(top)
         fixes = relaxations(model_spec, cluster_spec, space, the_engine) if not best else []
         if as_json:
-            print(json.dumps(_search_json(result, best, fixes), indent=2))
+            print_json(_search_json(result, best, fixes))
         else:
             print_search(console, result, top)
             if not best:
                 print_relaxations(console, result, fixes)
         if export and best:
-            written = write_artifacts(export, export_for(the_engine, best[0].plan, model, model_spec, cluster),
+            written = write_artifacts(export, export_for(the_engine, best[0].plan, model, model_spec, cluster, export),
                                       overwrite=force)
             console.print(f"exported {', '.join(str(p) for p in written)}")
         if not best:
@@ -122,18 +132,19 @@ def plan_command(
     front = pareto_front(points)
     choice = choose(points, objective, deadline_days, budget_usd)
     if as_json:
-        print(json.dumps({
+        print_json({
             "objective": objective, "engine": the_engine.spec, "tokens": tokens,
             "points": [{"gpus": p.gpus, "layout": p.estimate.plan.describe(), "days": p.days, "dollars": p.dollars,
                         "tokens_per_s": p.estimate.tokens_per_s} for p in points],
             "pareto_gpus": [p.gpus for p in front],
             "choice": {"gpus": choice.gpus, "plan": asdict(choice.estimate.plan), "days": choice.days,
                        "dollars": choice.dollars},
-        }, indent=2))
+        })
     else:
         print_points(console, points, front, choice, tokens)
     if export:
-        written = write_artifacts(export, export_for(the_engine, choice.estimate.plan, model, model_spec, cluster),
+        written = write_artifacts(export, export_for(the_engine, choice.estimate.plan, model, model_spec, cluster,
+                                                      export),
                                   overwrite=force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
 

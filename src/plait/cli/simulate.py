@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +10,7 @@ import typer
 from rich.console import Console
 
 from plait.cli.options import ENGINE_HELP, resolve_job
+from plait.cli.output import print_json
 from plait.cost.batch import stage_memories
 from plait.errors import refuse_overwrite
 from plait.plan.rules import check_plan
@@ -57,7 +57,7 @@ def simulate_command(
            "idle_fraction_per_rank": {r: 1 - b / timeline.step_time_s for r, b in sorted(busy.items())},
            "spans": len(timeline.spans)}
     if as_json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return
     console = Console()
     console.print(f"simulated step: {timeline.step_time_s:.4g} s for {plan.describe()} ({len(timeline.spans)} spans)")

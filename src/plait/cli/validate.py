@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from plait.cli.output import print_json
 from plait.cli.render import print_validation
 from plait.validate.report import validate_rows
 from plait.validate.runs import read_runs
@@ -21,6 +21,6 @@ def validate_command(
     """Predict every run with a measured step time; print errors and MAPE overall and per source."""
     validation = validate_rows(read_runs(runs))
     if as_json:
-        print(json.dumps(validation.to_dict(), indent=2))
+        print_json(validation.to_dict())
     else:
         print_validation(Console(), validation)

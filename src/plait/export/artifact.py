@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plait.errors import refuse_overwrite
+from plait.errors import check_writable, refuse_overwrite
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ def bash_array(filename: str, variable: str, title: str, usage: str, args: list[
 
 def write_artifacts(directory: Path, artifacts: list[Artifact], *, overwrite: bool = False) -> list[Path]:
     """Write ``artifacts`` into ``directory``; refuses to replace existing files unless ``overwrite``."""
+    check_writable(directory, "export folder", folder=True)
     directory.mkdir(parents=True, exist_ok=True)
     targets = [directory / a.filename for a in artifacts]
     for target in targets:

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, all_problems, read_user_file
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
@@ -91,19 +91,31 @@ def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
     """Build a Cluster; ``accelerator`` is a packaged slug or an inline table."""
     fields = dict(raw)
     acc = fields.get("accelerator")
-    if isinstance(acc, str):
-        fields["accelerator"] = get_accelerator(acc)
-    elif isinstance(acc, Mapping):
-        fields["accelerator"] = accelerator_from_mapping(acc, f"{where}.accelerator")
-    else:
-        raise ConfigError(f"{where}: accelerator must be a known slug or a table, got {acc!r}")
+    problems: list[str | ConfigError] = []
+    try:
+        if isinstance(acc, str):
+            fields["accelerator"] = get_accelerator(acc)
+        elif isinstance(acc, Mapping):
+            fields["accelerator"] = accelerator_from_mapping(acc, f"{where}.accelerator")
+        else:
+            raise ConfigError(f"{where}: accelerator must be a known slug or a table, got {acc!r}")
+    except ConfigError as exc:  # report it with the cluster's own problems: check those against a stand-in
+        problems.append(exc)
+        fields["accelerator"] = get_accelerator("h100-sxm-80gb")
     limit = fields.get("power_limit_w")
     if limit is not None:
-        if not isinstance(limit, (int, float)) or isinstance(limit, bool):
-            raise ConfigError(f"{where}: power_limit_w={limit!r} must be a number of watts")
-        fields["power_limit_w"] = float(limit)
-        fields.setdefault("power_limit_source", "stated in the cluster description")
-    cluster = build(Cluster, fields, where)
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+            problems.append(f"{where}: power_limit_w={limit!r} must be a number of watts")
+            del fields["power_limit_w"]
+        else:
+            fields["power_limit_w"] = float(limit)
+            fields.setdefault("power_limit_source", "stated in the cluster description")
+    try:
+        cluster = build(Cluster, fields, where)
+    except ConfigError as exc:
+        problems.append(exc)
+    if problems:
+        raise all_problems(problems)
     return cluster if cluster.power_limit_w is None else with_accelerator(cluster, cluster.accelerator)
 
 
@@ -125,11 +137,9 @@ def get_cluster(slug: str) -> Cluster:
 
 def load_cluster_file(path: Path) -> Cluster:
     """A user cluster from a TOML or YAML file holding one cluster table."""
-    if not path.is_file():
-        raise ConfigError(f"cluster file {str(path)!r} does not exist")
     if path.suffix not in (".toml", ".yaml", ".yml"):
         raise ConfigError(f"cluster file {str(path)!r} must end in .toml, .yaml or .yml")
-    text = path.read_text(encoding="utf-8")
+    text = read_user_file(path, "cluster file")
     if path.suffix == ".toml":
         try:
             raw = tomllib.loads(text)

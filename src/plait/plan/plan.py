@@ -76,6 +76,10 @@ class Plan:
     model hides TP traffic behind the layer's GEMMs without modelling the interference."""
 
     def __post_init__(self) -> None:
+        for name in _INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not -LIMIT <= value <= LIMIT:
+                raise ConfigError(f"{name}={value!r} must be an integer of magnitude <= {LIMIT}")
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
@@ -135,6 +139,11 @@ class Plan:
         return " ".join(parts)
 
 
+LIMIT = 2**31 - 1
+"""Largest degree, batch or length a plan may state (the cost model's integer columns are 64-bit; products of a
+few of these must not overflow)."""
+_INTS = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_layers", "micro_batch",
+         "global_batch", "seq_len")
 _CHOICES = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),

@@ -7,11 +7,13 @@ A row is parsed once here; an unreadable file or a malformed value is a one-line
 from __future__ import annotations
 
 import csv
+import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from plait.engine.catalog import DEFAULT_ENGINE
-from plait.errors import ConfigError
+from plait.errors import ConfigError, read_user_file
 
 REQUIRED_COLUMNS = (
     "id", "source", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "seq_len",
@@ -106,7 +108,7 @@ def _positive(value: str, column: str, where: str, integer: bool) -> float | Non
         number = float(value)
     except ValueError:
         raise ConfigError(f"{where}: column {column}={value!r} must be {kind}") from None
-    if number <= 0 or (integer and not number.is_integer()):
+    if not math.isfinite(number) or number <= 0 or (integer and not number.is_integer()):
         raise ConfigError(f"{where}: column {column}={value!r} must be a positive {kind.split()[-1]}")
     return number
 
@@ -131,6 +133,9 @@ def _choice(value: str, column: str, allowed: tuple[str, ...], where: str) -> st
 
 def parse_row(raw: dict[str, str], where: str) -> RunRow:
     """One CSV record to a RunRow."""
+    if None in raw or None in raw.values():  # csv.DictReader's marks of a record longer or shorter than the header
+        raise ConfigError(f"{where}: the record has {len(raw) - (None in raw) + len(raw.get(None) or [])} fields, "
+                          f"the header {len([k for k in raw if k is not None])}")
     ints = {c: _int(raw[c], c, where) for c in ("moe_experts", "moe_top_k", "moe_ffn_hidden", "tp", "pp", "dp", "cp",
                                                  "ep", "vpp", "micro_batch", "global_batch")}
     needed = {c: _int(raw[c], c, where) for c in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
@@ -149,14 +154,11 @@ def parse_row(raw: dict[str, str], where: str) -> RunRow:
 
 def read_runs(path: Path) -> list[RunRow]:
     """All rows of a runs CSV."""
-    if not path.is_file():
-        raise ConfigError(f"runs file {str(path)!r} does not exist")
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
+    reader = csv.DictReader(io.StringIO(read_user_file(path, "runs file"), newline=""))
+    try:
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigError(f"runs file {str(path)!r} lacks column {missing[0]!r} (schema: tests/data/README.md)")
-        try:
-            return [parse_row(raw, f"{path.name}:{reader.line_num}") for raw in reader]
-        except csv.Error as exc:
-            raise ConfigError(f"runs file {str(path)!r} is not valid CSV: {exc}") from exc
+        return [parse_row(raw, f"{path.name}:{reader.line_num}") for raw in reader]
+    except csv.Error as exc:
+        raise ConfigError(f"runs file {str(path)!r} is not valid CSV: {exc}") from exc

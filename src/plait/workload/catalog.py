@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, read_user_file
 from plait.schema import build
 from plait.workload.model import ModelSpec
 
@@ -50,10 +50,9 @@ def resolve_model(name_or_path: str) -> ModelSpec:
 
         return load_hf_config(path)
     if path.suffix == ".toml":
-        if not path.is_file():
-            raise ConfigError(f"model file {str(path)!r} does not exist")
+        text = read_user_file(path, "model file")
         try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+            raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"model file {str(path)!r} is not valid TOML: {exc}") from exc
         return model_from_mapping(raw, str(path))

@@ -9,10 +9,11 @@ listed in ``_PLAIN_MLP``; every other family is taken as gated (SwiGLU), as in L
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, read_user_file
 from plait.workload.model import MlaSpec, ModelSpec, MoeSpec
 
 _PLAIN_MLP = {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "mpt", "falcon", "gpt_bigcode", "nemotron", "starcoder2"}
@@ -20,6 +21,13 @@ _LAYERNORM = {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "mpt", "falcon", "gpt_
 _LEARNED_POS = {"gpt2", "opt", "gpt_bigcode"}
 _ALIBI = {"bloom", "mpt"}
 _QK_NORM = {"qwen3", "qwen3_moe", "olmo2", "gemma3"}
+
+
+def _whole(value: Any, key: str) -> int:
+    """A count from config.json: a whole number (JSON integer, or a float with no fraction), never a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
+        raise ConfigError(f"config.json {key}={value!r} must be a whole number")
+    return int(value)
 
 
 def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -35,18 +43,19 @@ def _moe(cfg: dict[str, Any]) -> MoeSpec | None:
     experts = cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("num_experts")
     if not experts:
         return None
-    shared = int(cfg.get("n_shared_experts") or 0)
-    expert_ffn = int(_first(cfg, "moe_intermediate_size", "intermediate_size"))
-    shared_ffn = int(cfg.get("shared_expert_intermediate_size") or (expert_ffn if shared else 0))
+    shared = _whole(cfg.get("n_shared_experts") or 0, "n_shared_experts")
+    expert_ffn = _whole(_first(cfg, "moe_intermediate_size", "intermediate_size"), "moe_intermediate_size")
+    shared_ffn = _whole(cfg.get("shared_expert_intermediate_size") or (expert_ffn if shared else 0),
+                        "shared_expert_intermediate_size")
     if cfg.get("shared_expert_intermediate_size") and not shared:
         shared = 1
     return MoeSpec(
-        num_experts=int(experts),
-        top_k=int(_first(cfg, "num_experts_per_tok", "moe_top_k")),
+        num_experts=_whole(experts, "num_local_experts"),
+        top_k=_whole(_first(cfg, "num_experts_per_tok", "moe_top_k"), "num_experts_per_tok"),
         expert_ffn_hidden_size=expert_ffn,
         num_shared_experts=shared,
         shared_expert_ffn_hidden_size=shared_ffn,
-        num_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+        num_dense_layers=_whole(cfg.get("first_k_dense_replace") or 0, "first_k_dense_replace"),
     )
 
 
@@ -54,20 +63,26 @@ def _mla(cfg: dict[str, Any]) -> MlaSpec | None:
     if not cfg.get("kv_lora_rank"):
         return None
     return MlaSpec(
-        q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-        kv_lora_rank=int(cfg["kv_lora_rank"]),
-        qk_nope_head_dim=int(cfg["qk_nope_head_dim"]),
-        qk_rope_head_dim=int(cfg["qk_rope_head_dim"]),
-        v_head_dim=int(cfg["v_head_dim"]),
+        q_lora_rank=_whole(cfg.get("q_lora_rank") or 0, "q_lora_rank"),
+        kv_lora_rank=_whole(_first(cfg, "kv_lora_rank"), "kv_lora_rank"),
+        qk_nope_head_dim=_whole(_first(cfg, "qk_nope_head_dim"), "qk_nope_head_dim"),
+        qk_rope_head_dim=_whole(_first(cfg, "qk_rope_head_dim"), "qk_rope_head_dim"),
+        v_head_dim=_whole(_first(cfg, "v_head_dim"), "v_head_dim"),
     )
 
 
 def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Translate a parsed ``config.json``."""
-    kind = str(cfg.get("model_type", "llama"))
-    hidden = int(_first(cfg, "hidden_size", "n_embd", "d_model"))
-    heads = int(_first(cfg, "num_attention_heads", "n_head", "num_heads"))
+    kind = cfg.get("model_type", "llama")
+    if not isinstance(kind, str):
+        raise ConfigError(f"config.json model_type={kind!r} must be a string")
+    hidden = _whole(_first(cfg, "hidden_size", "n_embd", "d_model"), "hidden_size")
+    heads = _whole(_first(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads")
+    if heads <= 0:
+        raise ConfigError(f"config.json num_attention_heads={heads} must be > 0")
     rope = cfg.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise ConfigError(f"config.json rope_scaling={rope!r} must be an object")
     seq = rope.get("original_max_position_embeddings") or _first(
         cfg, "max_position_embeddings", "n_positions", "seq_length", "max_seq_len", default=2048)
     ffn = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim", default=4 * hidden)
@@ -77,15 +92,16 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
     biased = kind in {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "gpt_bigcode", "starcoder2"}
     return ModelSpec(
         name=name,
-        num_layers=int(_first(cfg, "num_hidden_layers", "n_layer", "num_layers")),
+        num_layers=_whole(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"), "num_hidden_layers"),
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=int(_first(cfg, "num_key_value_heads", "multi_query_group_num", default=heads)),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        ffn_hidden_size=int(ffn),
+        num_kv_heads=_whole(_first(cfg, "num_key_value_heads", "multi_query_group_num", default=heads),
+                            "num_key_value_heads"),
+        head_dim=_whole(cfg.get("head_dim") or hidden // heads, "head_dim"),
+        ffn_hidden_size=_whole(ffn, "intermediate_size"),
         mlp="plain" if kind in _PLAIN_MLP else "gated",
-        vocab_size=int(_first(cfg, "vocab_size", "padded_vocab_size")),
-        seq_len=int(seq),
+        vocab_size=_whole(_first(cfg, "vocab_size", "padded_vocab_size"), "vocab_size"),
+        seq_len=_whole(seq, "max_position_embeddings"),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", kind in {"gpt2", "opt", "bloom", "mpt"})),
         norm="layernorm" if kind in _LAYERNORM else "rmsnorm",
         position="learned" if kind in _LEARNED_POS else ("alibi" if kind in _ALIBI else "rope"),
@@ -100,10 +116,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
 
 def load_hf_config(path: Path) -> ModelSpec:
     """Read ``path`` (a Hugging Face ``config.json``)."""
-    if not path.is_file():
-        raise ConfigError(f"model config {str(path)!r} does not exist")
+    text = read_user_file(path, "model config")
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"model config {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
     if not isinstance(cfg, dict):

@@ -254,6 +254,11 @@ class ModelSpec:
         return self.embedding_params() + dense + moe + self.output_params()
 
 
+MAX_SIZE = 2**31 - 1
+"""Largest size or count a model may state (vocabularies, sequences and widths of real models are far below;
+past it the cost model's integer columns would overflow)."""
+
+
 def _positive(value: int, name: str) -> None:
-    if value <= 0:
-        raise ConfigError(f"{name}={value} must be > 0")
+    if not 0 < value <= MAX_SIZE:
+        raise ConfigError(f"{name}={value} must be > 0 and <= {MAX_SIZE}")
