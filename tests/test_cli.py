@@ -124,3 +124,79 @@ def test_progress_bar_shows_candidates_per_second(monkeypatch) -> None:  # type:
         bar(500, 1000)
         bar(1000, 1000)
     assert "candidates/s" in out.getvalue() and "1000/1000" in out.getvalue()
+
+
+def _in_process(*argv: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from plait.cli.main import run_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("options, table", [
+    ([], ""),                                                      # 8 GPUs: FSDP over all of them, 128 sequences
+    (["--tp", "2"], "tp = 2\n"),                                   # sequence parallelism on with tp
+    (["--sharding", "none"], 'sharding = "none"\n'),               # DDP
+    (["--dp-replicate", "2"], "dp_replicate = 2\n"),               # HSDP 2 x 4
+    (["--gpus", "1"], ""),                                         # nothing to shard: no sharding
+])
+def test_plan_files_and_the_command_line_share_their_defaults(tmp_path: Path, options: list[str], table: str) -> None:
+    """The same layout stated as options or as a plan file with the same keys is the same plan (issue 13: they
+    differed in global_batch, 1 vs 128, and sharding, none vs zero3)."""
+    gpus = options[options.index("--gpus") + 1] if "--gpus" in options else "8"
+    path = tmp_path / "plan.toml"
+    path.write_text(f'[job]\ngpus = {gpus}\n[plan]\n{table}')
+    cli, file = (json.loads(_in_process("estimate", *args, "--json")[1])["plan"]
+                 for args in (options, ["--plan", str(path)]))
+    assert cli == file
+    assert cli["global_batch"] == 128 and cli["dp_replicate"] * cli["dp_shard"] * cli["tp"] == int(gpus)
+    assert cli["sharding"] == ("zero3" if cli["dp_shard"] > 1 else "none") and cli["sp"] == (cli["tp"] > 1)
+
+
+def test_paths_in_a_plan_file_are_relative_to_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan file naming `model = "tiny-model.toml"` reads the model beside it, from any working directory;
+    `plait plan --export` writes the paths relative to the export folder, so the plan it writes reads back."""
+    root = Path(__file__).resolve().parents[1]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = _in_process("estimate", "--plan", str(root / "examples" / "tiny-plan.toml"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "tiny-llama"
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny.toml").write_text((root / "examples" / "tiny-model.toml").read_text())
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _in_process("plan", "--model", "models/tiny.toml", "--gpus", "2", "--global-batch", "8",
+                               "--engine", "plait", "--export", "out/run")
+    assert code == 0, err
+    written = (tmp_path / "out" / "run" / "plan.toml").read_text()
+    assert 'model = "../../models/tiny.toml"' in written
+    monkeypatch.chdir(elsewhere)
+    code, out, err = _in_process("estimate", "--plan", str(tmp_path / "out" / "run" / "plan.toml"), "--json")
+    assert code == 0, err
+
+
+def test_plan_arguments_are_checked_before_the_search(tmp_path: Path) -> None:
+    """`--top 0` and an export path that is a file are refused at once (before: "no plan fits", and a
+    FileExistsError traceback after the search)."""
+    (tmp_path / "a_file").write_text("keep")
+    for argv, message in ((["--top", "0"], "--top=0 must be >= 1"),
+                          (["--export", str(tmp_path / "a_file")], "is a file, not a folder"),
+                          (["--export", str(tmp_path / "a_file" / "sub")], "is a file")):
+        code, _, err = _in_process("plan", "--gpus", "8", *argv)
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    assert (tmp_path / "a_file").read_text() == "keep"
+
+
+def test_option_parser_errors_are_one_line() -> None:
+    """An unknown option or a non-numeric value is one `plait: error:` line with exit code 2, like every
+    other user mistake (before: click's boxed usage message)."""
+    for argv, message in ((["estimate", "--gpus", "x"], "'x' is not a valid int"),
+                          (["estimate", "--bogus"], "No such option: --bogus"), (["bogus"], "No such command")):
+        code, out, err = _in_process(*argv)
+        assert code == 2 and err.startswith("plait: error: ") and message in err and err.count("\n") == 1, err

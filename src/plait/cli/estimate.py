@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -11,7 +10,9 @@ import typer
 from rich.console import Console
 
 from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
+from plait.cli.output import print_json
 from plait.cli.render import print_estimate
+from plait.plan.defaults import GLOBAL_BATCH
 from plait.plan.rules import check_plan
 from plait.predict.estimate import predict
 
@@ -28,13 +29,13 @@ def estimate_command(
     schedule: Annotated[str, typer.Option(help="gpipe | 1f1b | interleaved | zb-h1.")] = "1f1b",
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE).")] = 1,
-    dp_replicate: Annotated[int, typer.Option(help="Data-parallel replicas (HSDP); the rest of dp shards.")] = 1,
-    sharding: Annotated[str, typer.Option(help="none | zero1 | zero2 | zero3 (FSDP).")] = "zero3",
-    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
+    dp_replicate: Annotated[int | None, typer.Option(help="Data-parallel replicas (HSDP); the rest of dp shards. [default: 1, or dp with --sharding none]")] = None,
+    sharding: Annotated[str | None, typer.Option(help="none | zero1 | zero2 | zero3 (FSDP). [default: zero3 when dp shards, else none]")] = None,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism. [default: on when tp > 1]")] = None,
     recompute: Annotated[str, typer.Option(help="none | selective | full.")] = "none",
     recompute_layers: Annotated[int, typer.Option(help="Layers per stage recomputed with --recompute full (-1: all).")] = -1,
     micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
-    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = 128,
+    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = GLOBAL_BATCH,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence (0: the model's).")] = 0,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8.")] = "bf16",
     offload_optimizer: Annotated[bool, typer.Option(help="Optimizer state in host memory.")] = False,
@@ -46,7 +47,7 @@ def estimate_command(
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train."""
     plan = plan_from_options(
         gpus=gpus, tp=tp, pp=pp, vpp=vpp, schedule=schedule, cp=cp, ep=ep, dp_replicate=dp_replicate,
-        sharding=sharding, sp=sp and tp > 1, recompute=recompute, recompute_layers=recompute_layers,
+        sharding=sharding, sp=sp, recompute=recompute, recompute_layers=recompute_layers,
         micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,
         offload_optimizer=offload_optimizer, offload_params=offload_params,
     ) if plan_file is None else None
@@ -60,6 +61,6 @@ def estimate_command(
         failures = goodput(result)
         out["goodput"] = {**asdict(failures),
                           "days_with_failures": failures.time_to_train_s(result.time_to_train_s(train_tokens)) / 86400}
-        print(json.dumps(out, indent=2))
+        print_json(out)
     else:
         print_estimate(Console(), result, train_tokens)

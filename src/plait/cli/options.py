@@ -7,6 +7,7 @@ from pathlib import Path
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
+from plait.plan.defaults import GPUS, complete_plan
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.job import Job
@@ -14,37 +15,20 @@ from plait.workload.catalog import resolve_model
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_CLUSTER = "dgx-h100-ib"
-DEFAULT_GPUS = 8
+DEFAULT_GPUS = GPUS
 ENGINE_HELP = (f"Engine that runs the plan: name[@version][[key=value]] (see `plait engines`). [default: the plan "
                f"file's, else {DEFAULT_ENGINE}]")
 
 
-def plan_from_options(*, gpus: int, tp: int, pp: int, vpp: int, schedule: str, cp: int, ep: int,
-                      dp_replicate: int, sharding: str, sp: bool, recompute: str, recompute_layers: int,
-                      micro_batch: int, global_batch: int, seq_len: int, precision: str,
-                      offload_optimizer: bool, offload_params: bool) -> Plan:
-    """A Plan whose data-parallel degree fills the GPUs left by tp*pp*cp."""
-    for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("dp_replicate", dp_replicate)):
-        if value <= 0:
-            raise ConfigError(f"{name}={value} must be > 0")
-    model_parallel = tp * pp * cp
-    if gpus % model_parallel:
-        raise ConfigError(f"gpus={gpus} must be divisible by tp*pp*cp={tp}*{pp}*{cp}={model_parallel}")
-    dp = gpus // model_parallel
-    if dp % dp_replicate:
-        raise ConfigError(f"dp_replicate={dp_replicate} must divide dp={dp}")
-    shard = dp // dp_replicate if sharding != "none" else 1
-    if sharding == "none" and dp_replicate not in (1, dp):
-        raise ConfigError(f"dp_replicate={dp_replicate} needs a sharding stage (sharding='none' replicates all dp={dp})")
-    if schedule == "interleaved" and vpp == 1:
-        vpp = 2
-    return Plan(
-        tp=tp, sp=sp, pp=pp, schedule=schedule, vpp=vpp, cp=cp, ep=ep,  # type: ignore[arg-type]
-        dp_replicate=dp // shard, dp_shard=shard, sharding=sharding,  # type: ignore[arg-type]
-        recompute=recompute, recompute_layers=recompute_layers,  # type: ignore[arg-type]
-        micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,  # type: ignore[arg-type]
-        offload_optimizer=offload_optimizer, offload_params=offload_params,
-    )
+def plan_from_options(*, gpus: int, **options: object) -> Plan:
+    """The plan the layout options describe on ``gpus`` GPUs; options given as ``None`` take the defaults a plan
+    file's missing keys take (:mod:`plait.plan.defaults`)."""
+    if gpus <= 0:
+        raise ConfigError(f"gpus={gpus} must be > 0")
+    stated = {name: value for name, value in options.items() if value is not None}
+    if stated.get("schedule") == "interleaved" and stated.get("vpp", 1) == 1:
+        stated["vpp"] = 2
+    return complete_plan(stated, gpus, "options")
 
 
 def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, plan: Plan | None,

@@ -4,6 +4,8 @@ exporter run the plan file). A plan the engine cannot run is refused with the op
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from plait.engine.capability import first_unsupported
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
@@ -11,7 +13,7 @@ from plait.export.artifact import Artifact
 from plait.export.deepspeed import deepspeed_artifact
 from plait.export.megatron import megatron_artifact
 from plait.export.torchtitan import CONFIGS, torchtitan_artifact
-from plait.plan.io import JobSpec, plan_to_toml
+from plait.plan.io import JobSpec, job_path_for, plan_to_toml
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
@@ -26,12 +28,16 @@ def export_names(engine: Engine, model_name: str) -> list[str]:
     return ["plan.toml", *([own] if own else [])]
 
 
-def export_for(engine: Engine, plan: Plan, model_name: str, model: ModelSpec, cluster_name: str) -> list[Artifact]:
-    """plan.toml (naming the engine) and the engine's configuration for ``plan``."""
+def export_for(engine: Engine, plan: Plan, model_name: str, model: ModelSpec, cluster_name: str,
+               folder: Path | None = None) -> list[Artifact]:
+    """plan.toml (naming the engine) and the engine's configuration for ``plan``, to be written into ``folder``
+    (the plan file's model and cluster paths are relative to it; ``None``: as given)."""
     refusal = first_unsupported(plan, model, engine)
     if refusal:
         raise ConfigError(f"cannot export: {refusal}")
-    job = JobSpec(model=model_name, cluster=cluster_name, gpus=plan.num_gpus, engine=engine.spec)
+    model_at, cluster_at = ((job_path_for(model_name, folder), job_path_for(cluster_name, folder))
+                            if folder is not None else (model_name, cluster_name))
+    job = JobSpec(model=model_at, cluster=cluster_at, gpus=plan.num_gpus, engine=engine.spec)
     artifacts = [Artifact("plan.toml", plan_to_toml(plan, job))]
     if engine.export == "torchtitan":
         artifacts.append(torchtitan_artifact(plan, model_name, model))

@@ -1,7 +1,9 @@
 """The plan file: TOML with a ``[job]`` table (model, cluster, gpus) and a ``[plan]`` table.
 
 The same file is read by ``plait estimate --plan`` and written by the planner and
-``plait run``; unknown keys and wrong types are errors naming the key.
+``plait run``; unknown keys and wrong types are errors naming the key. What ``[plan]`` does not state takes
+the same defaults as the command line (:mod:`plait.plan.defaults`); relative paths in ``[job]`` are relative
+to the plan file's folder.
 
     [job]
     model = "llama3-8b"          # catalog slug, config.json or model TOML path
@@ -18,12 +20,14 @@ The same file is read by ``plait estimate --plan`` and written by the planner an
 
 from __future__ import annotations
 
+import os
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, refuse_overwrite
+from plait.errors import ConfigError, read_user_file, refuse_overwrite
+from plait.plan.defaults import complete_plan
 from plait.plan.plan import Plan
 from plait.schema import build
 
@@ -42,12 +46,27 @@ class JobSpec:
     """Engine that runs the plan, ``name[@version][[options]]`` (empty: given on the command line, else the default)."""
 
 
+FILE_SUFFIXES = (".json", ".toml", ".yaml", ".yml")
+"""A ``[job]`` model or cluster ending in one of these names a file (else a catalog entry)."""
+
+
+def _names_file(value: str) -> bool:
+    return Path(value).suffix in FILE_SUFFIXES
+
+
+def job_path_for(value: str, folder: Path) -> str:
+    """``value`` (a model or cluster as given on the command line) as a plan file in ``folder`` states it: a file
+    path relative to ``folder``, a catalog name as it is."""
+    if not _names_file(value):
+        return value
+    return os.path.relpath(Path(value).resolve(), folder.resolve())
+
+
 def read_plan_file(path: Path) -> tuple[JobSpec, Plan]:
     """Parse a plan file."""
-    if not path.is_file():
-        raise ConfigError(f"plan file {str(path)!r} does not exist")
+    text = read_user_file(path, "plan file")
     try:
-        raw: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"plan file {str(path)!r} is not valid TOML: {exc}") from exc
     unknown = sorted(set(raw) - {"job", "plan"})
@@ -55,12 +74,22 @@ def read_plan_file(path: Path) -> tuple[JobSpec, Plan]:
         raise ConfigError(f"{path}: unknown table {unknown[0]!r} (a plan file has [job] and [plan])")
     if "plan" not in raw:
         raise ConfigError(f"{path}: missing [plan] table")
+    if not isinstance(raw["plan"], dict) or not isinstance(raw.get("job", {}), dict):
+        raise ConfigError(f"{path}: [job] and [plan] must be tables")
     job = build(JobSpec, raw.get("job", {}), f"{path}:[job]")
-    return job, build(Plan, raw["plan"], f"{path}:[plan]")
+    beside = {k: str(path.parent / v) for k in ("model", "cluster")
+              if _names_file(v := getattr(job, k)) and not Path(v).is_absolute()}
+    job = replace(job, **beside)  # paths in a plan file are relative to its folder
+    return job, complete_plan(raw["plan"], job.gpus or None, f"{path}:[plan]")
+
+
+ALWAYS_WRITTEN = ("dp_replicate", "dp_shard", "sharding", "sp", "global_batch")
+"""Plan fields a plan file states whatever their value: the ones :func:`complete_plan` would otherwise derive."""
 
 
 def plan_to_toml(plan: Plan, job: JobSpec | None = None) -> str:
-    """Render a plan file (only non-default plan fields, in declaration order)."""
+    """Render a plan file: the layout (:data:`ALWAYS_WRITTEN`) and every other field that differs from its
+    default, in declaration order; reading it back gives ``plan`` exactly."""
     import tomli_w
 
     defaults = Plan()
@@ -68,7 +97,7 @@ def plan_to_toml(plan: Plan, job: JobSpec | None = None) -> str:
     if job is not None:
         body["job"] = {k: v for k, v in asdict(job).items() if v}
     body["plan"] = {f.name: getattr(plan, f.name) for f in fields(Plan)
-                    if getattr(plan, f.name) != getattr(defaults, f.name)}
+                    if f.name in ALWAYS_WRITTEN or getattr(plan, f.name) != getattr(defaults, f.name)}
     return tomli_w.dumps(body)
 
 
