@@ -63,7 +63,7 @@ def test_goodput_of_a_large_run_falls_with_its_size() -> None:
 
 def test_replicated_state_is_written_once() -> None:
     """DCP writes a replicated tensor from one rank: with DDP over 8 replicas each GPU writes an eighth of its
-    weights and optimizer; ZeRO-3 over all 8 already holds one copy."""
+    weights and optimizer; ZeRO-3 over all 8 already holds one copy; offloaded state is written all the same."""
     from plait.predict.goodput import checkpoint_bytes_per_gpu
 
     model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
@@ -72,3 +72,8 @@ def test_replicated_state_is_written_once() -> None:
     assert checkpoint_bytes_per_gpu(ddp) == pytest.approx((ddp.memory.weights_bytes + ddp.memory.optimizer_bytes) / 8)
     assert checkpoint_bytes_per_gpu(zero3) == zero3.memory.weights_bytes + zero3.memory.optimizer_bytes
     assert checkpoint_bytes_per_gpu(ddp) == pytest.approx(checkpoint_bytes_per_gpu(zero3), rel=1e-3)
+    offloaded = estimate(model, cluster, Plan(dp_shard=8, sharding="zero3", global_batch=64, offload_optimizer=True,
+                                              offload_params=True))
+    assert offloaded.memory.weights_bytes == offloaded.memory.optimizer_bytes == 0
+    assert checkpoint_bytes_per_gpu(offloaded) == checkpoint_bytes_per_gpu(zero3)
+    assert 0.0 < goodput(offloaded).goodput < 1.0

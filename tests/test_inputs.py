@@ -139,3 +139,36 @@ def test_required_catalog_entries() -> None:
 def test_plan_rules_name_value_and_rule(plan: Plan, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment.replace("*", r"\*").replace("(", r"\(")):
         check_plan(plan.with_seq_len(8192), get_model("llama3-8b"), get_cluster("dgx-h100-ib"))
+
+
+def test_the_documented_cluster_file_loads_and_its_storage_figure_is_used() -> None:
+    """examples/my-cluster.yaml (every key, commented) loads, and its checkpoint-store bandwidth sets goodput's
+    checkpoint time."""
+    from plait.predict.estimate import estimate
+    from plait.predict.goodput import goodput
+
+    cluster = load_cluster_file(Path(__file__).resolve().parents[1] / "examples" / "my-cluster.yaml")
+    assert cluster.storage_bytes_per_s_per_gpu == 0.5e9 and cluster.max_gpus == 128
+    est = estimate(get_model("llama3-8b"), cluster, Plan(dp_shard=64, sharding="zero3", global_batch=512))
+    failures = goodput(est)
+    assert failures.checkpoint_s == pytest.approx(failures.checkpoint_bytes_per_gpu / 0.5e9)
+
+
+def test_every_problem_in_a_cluster_file_is_reported_at_once(tmp_path: Path) -> None:
+    """Unknown, missing and mistyped keys and non-finite numbers, nested ones included, in one line (before:
+    one at a time, and NaN bandwidth gave "Step time nan s ... fits")."""
+    raw = toy_cluster_mapping()
+    raw["colour"] = "blue"
+    del raw["price_source"]
+    raw["gpus_per_node"] = 8.5
+    raw["tiers"][1]["bandwidth_gb_per_s_per_gpu"] = float("nan")
+    raw["accelerator"]["memory_gib"] = float("inf")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as caught:
+        load_cluster_file(path)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("5 problems")
+    for part in ("unknown key 'colour'", "missing required key 'price_source'", "gpus_per_node=8.5 must be an integer",
+                 "tiers[1].bandwidth_gb_per_s_per_gpu=nan must be a finite number", "memory_gib=inf must be a finite"):
+        assert part in message

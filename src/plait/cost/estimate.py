@@ -115,6 +115,11 @@ class Estimate:
     """Dense peak of one GPU in the plan's matmul precision (bf16, or fp8 for fp8 plans); MFU and HFU use it."""
     price_per_gpu_hour_usd: float
     """Price used for cost figures."""
+    state_bytes: float = 0.0
+    """What a checkpoint of the job holds, once: every parameter's compute copy plus its optimizer state
+    (fp32 master copy and moments), whichever memory they live in."""
+    storage_bytes_per_s_per_gpu: float | None = None
+    """The cluster's checkpoint-store bandwidth per GPU (``None``: the cluster states none)."""
     warnings: list[str] = field(default_factory=list)
     """Options with no effect and other notes."""
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from plait.cost.batch import TIME_ITEMS, BatchResult
 from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
-from plait.cost.memory import MEMORY_ITEMS
+from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, optimizer_bytes_per_param
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
+from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
 
@@ -29,5 +30,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         hardware_flops_per_step=model_flops * float(at(result.recompute_factor)),
         peak_flops_per_gpu=cluster.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16"),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
+        state_bytes=model.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(PlanColumns.one(plan)))),
+        storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
         warnings=rules.warnings(plan, model, cluster),
     )

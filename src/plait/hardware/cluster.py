@@ -98,6 +98,11 @@ class Cluster:
     scales ``accelerator``'s FLOP/s peaks to it (:mod:`plait.hardware.power`)."""
     power_limit_source: str = ""
     """Where the power limit comes from."""
+    storage_bandwidth_gb_per_s_per_gpu: float | None = None
+    """Sustained write (and read) bandwidth of the checkpoint store per GPU, GB/s: the file system's aggregate
+    over the GPUs it serves (``None``: plait's default in ``reliability.toml``)."""
+    storage_source: str = ""
+    """Where the storage bandwidth comes from."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
     link_cache: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -114,6 +119,12 @@ class Cluster:
             raise ConfigError(f"{self.name}: tiers must be ordered innermost first (span_gpus {spans})")
         if self.price_per_gpu_hour_usd < 0:
             raise ConfigError(f"{self.name}: price_per_gpu_hour_usd={self.price_per_gpu_hour_usd} must be >= 0")
+
+    @property
+    def storage_bytes_per_s_per_gpu(self) -> float | None:
+        """Checkpoint-store bandwidth per GPU in bytes/s (``None``: not stated)."""
+        gb = self.storage_bandwidth_gb_per_s_per_gpu
+        return None if gb is None else gb * 1e9
 
     @property
     def host_memory_bytes_per_gpu(self) -> float:

@@ -3,9 +3,10 @@
 - Failures: a synchronous job stops when any of its GPUs' components fails, so its mean time between
   failures is ``1 / (rate per GPU-hour x GPUs)``; the rate is the Llama 3 405B run's measured one
   (``hardware/data/reliability.toml``: 419 unexpected interruptions in 54 days on 16,384 H100, by root cause).
-- Checkpoints: writing one takes the state each GPU writes (its weights and optimizer from the estimate's
-  memory breakdown, replicas written once: :func:`checkpoint_bytes_per_gpu`) over the per-GPU share of the
-  store's bandwidth; a restart adds failure detection, relaunch and reading the checkpoint back.
+- Checkpoints: writing one takes the state each GPU writes (the job's weights and optimizer state, written
+  once and spread over the GPUs: :func:`checkpoint_bytes_per_gpu`) over the per-GPU share of the store's
+  bandwidth (the cluster's, else the packaged default); a restart adds failure detection, relaunch and
+  reading the checkpoint back.
 - Interval and expected wall time: Young 1974 ("A first order approximation to the optimum checkpoint
   interval", CACM 17(9)): ``tau = sqrt(2 delta M)``; Daly 2006 ("A higher order estimate of the optimum
   checkpoint interval for restart dumps", FGCS 22(3), eqs. 20 and 37): wall time
@@ -104,16 +105,12 @@ class Goodput:
 
 
 def checkpoint_bytes_per_gpu(est: Estimate) -> float:
-    """Bytes one GPU writes per checkpoint: its weights and optimizer state, each divided by the ranks holding the
-    same copy, since torch.distributed.checkpoint writes a replicated tensor once, from the rank with the least to
-    write so far (``dedup_save_plans`` in torch/distributed/checkpoint/_dedup_save_plans.py). Weights are
-    replicated over ``dp x cp`` unless ZeRO-3 shards them (then over the HSDP replicas), the optimizer state over
-    ``dp x cp`` without sharding (else over the replicas)."""
-    plan, memory = est.plan, est.memory
-    copies = plan.dp * plan.cp
-    weight_copies = plan.dp_replicate if plan.sharding == "zero3" else copies
-    optimizer_copies = copies if plan.sharding == "none" else plan.dp_replicate
-    return memory.weights_bytes / weight_copies + memory.optimizer_bytes / optimizer_copies
+    """Bytes one GPU writes per checkpoint: the job's state (:attr:`Estimate.state_bytes`) over its GPUs.
+    torch.distributed.checkpoint writes a replicated tensor once, from the rank with the least to write so far
+    (``dedup_save_plans`` in torch/distributed/checkpoint/_dedup_save_plans.py), so replicas (DDP, the replicate
+    axis of HSDP) share the writing and sharded state (TP, PP, ZeRO) is written by its owner; offloaded state is
+    written all the same."""
+    return est.state_bytes / est.num_gpus
 
 
 def goodput(est: Estimate, figures: Reliability | None = None) -> Goodput:
@@ -121,7 +118,7 @@ def goodput(est: Estimate, figures: Reliability | None = None) -> Goodput:
     r = figures or reliability()
     mtbf_s = S_PER_HOUR / (r.unexpected_per_gpu_hour * est.num_gpus)
     state = checkpoint_bytes_per_gpu(est)
-    write_s = state / r.storage_bytes_per_s_per_gpu
+    write_s = state / (est.storage_bytes_per_s_per_gpu or r.storage_bytes_per_s_per_gpu)
     restart_s = r.detect_s + r.relaunch_s + write_s  # reading back moves the same bytes
     interval_s = daly_interval_s(write_s, mtbf_s)
     solve_s = 1.0e6  # any failure-free span: the ratio does not depend on it
