@@ -97,6 +97,7 @@ def test_plait_run_prints_measured_and_predicted(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "measured" in out.stdout and "predicted" in out.stdout and "peak memory" in out.stdout
+    assert "note: predicted for" in out.stdout and "plait calibrate" in out.stdout  # a CPU run vs a GPU preset
 
 
 def test_profiler_trace_of_a_real_step(tmp_path: Path) -> None:
@@ -111,16 +112,18 @@ def test_profiler_trace_of_a_real_step(tmp_path: Path) -> None:
 
 
 def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> None:
-    """`plait calibrate` measures this machine (gloo, 2 ranks) into a cluster file with a curve per collective."""
+    """`plait calibrate` measures this machine (gloo, 2 ranks) into a cluster file with a curve per collective
+    (``--quick``: the same figures from fewer rounds; the full run differs only in counts), reporting each stage."""
     from plait.hardware.catalog import load_cluster_file
     from plait.plan.plan import Plan
     from plait.predict.estimate import estimate
     from plait.workload.catalog import resolve_model
 
     out = tmp_path / "calibrated.toml"
-    done = subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(out)],
+    done = subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(out), "--quick"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("calibrate [") >= 5 and "measuring collectives" in done.stderr  # progress per stage
     cluster = load_cluster_file(out)
     tier = cluster.tiers[0]
     assert tier.all_gather_efficiency is not None and tier.reduce_scatter_efficiency is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ def calibrate_command(
     ranks: Annotated[int, typer.Option(help="Local ranks for the collective measurements.")] = 2,
     threads: Annotated[int, typer.Option(help="CPU threads per rank (torchrun sets 1).")] = 1,
     force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+    quick: Annotated[bool, typer.Option(help="One round per collective size over three sizes: rougher, faster.")] = False,
 ) -> None:
     """Measure matmul, memory, attention and collective throughput into a hardware description."""
     import tomli_w
@@ -26,8 +28,13 @@ def calibrate_command(
     refuse_overwrite(output, force)
     if ranks < 2:
         raise ConfigError(f"ranks={ranks} must be >= 2 to measure collectives")
+    start = time.perf_counter()
+
+    def say(stage: str) -> None:  # progress on stderr: the whole measurement takes about a minute on a CPU
+        typer.echo(f"calibrate [{time.perf_counter() - start:5.1f} s] measuring {stage}", err=True)
+
     with tempfile.TemporaryDirectory() as tmp:
-        table = describe_machine(ranks, Path(tmp), threads)
+        table = describe_machine(ranks, Path(tmp), threads, say, quick)
     cluster_from_mapping(table, str(output))  # what we write must load
     output.write_text(tomli_w.dumps(table), encoding="utf-8")
     typer.echo(f"wrote {output}: matmul peak {table['accelerator']['peak_tflops']} TFLOP/s, "

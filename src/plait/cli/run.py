@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -32,6 +33,9 @@ def run_command(
     checkpoint_at: Annotated[int, typer.Option(help="Save after this many steps (0: never).")] = 0,
     checkpoint_every: Annotated[int, typer.Option(help="Save every this many steps (0: never).")] = 0,
     keep: Annotated[int, typer.Option(help="Newest checkpoints kept in --checkpoint-dir.")] = 2,
+    async_save: Annotated[bool, typer.Option(help="Write checkpoints in the background (torch.distributed.checkpoint."
+                                                  "async_save); each is published when the next save starts or the "
+                                                  "run ends.")] = False,
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in --checkpoint-dir (verified).")] = False,
     reshard: Annotated[bool, typer.Option(help="Resume a checkpoint saved by another plan into this one.")] = False,
     on_nonfinite: Annotated[str, typer.Option(help="A step with a non-finite gradient norm: stop (exit code 3) or "
@@ -70,9 +74,16 @@ def run_command(
                         ("--checkpoint-every", checkpoint_every or None), ("--trace-dir", trace_dir)):
         if value is not None:
             extra += [flag, str(value)]
-    extra += [f for f, on in (("--resume", resume), ("--reshard", reshard), ("--full-precision", full_precision),
-                              ("--dry-run", dry_run)) if on]
     console = Console()
+    if not full_precision and nodes == 1 and local_slots() is None:
+        from plait.run.precision import cpu_fallback_note
+
+        note = cpu_fallback_note(the_plan.precision)
+        if note:
+            console.print(f"plait: {note}")
+            full_precision = True
+    extra += [f for f, on in (("--resume", resume), ("--reshard", reshard), ("--full-precision", full_precision),
+                              ("--dry-run", dry_run), ("--async-save", async_save)) if on]
     if nodes > 1:
         if gpus % nodes:
             raise ConfigError(f"gpus={gpus} must be divisible by nodes={nodes}")
@@ -109,6 +120,9 @@ def run_command(
                   f"{predicted.memory.total_bytes / GIB:.3f}")
     table.add_row("final loss", f"{rows[-1]['loss']:.4f}", "")
     console.print(table)
+    if slots is None and not hardware.source.startswith("measured by plait calibrate"):
+        console.print(f"note: predicted for {hardware.name}, not this CPU; `plait calibrate` measures this machine "
+                      "for --cluster calibrated.toml")
 
 
 RANKS_PER_CORE = 2
@@ -165,10 +179,31 @@ def _check_checkpointing(folder: Path | None, at: int, every: int, keep: int, re
                 pass
         except OSError as exc:
             raise ConfigError(f"checkpoint folder {str(folder)!r} is not writable ({exc.strerror})") from exc
+        _check_room(folder, at, every, keep, steps, model, plan)
     if resume:
         identity = checkpoint.RunIdentity(plan=asdict(plan.with_seq_len(model.seq_len)), model=model.name,
                                           steps=steps, seed=TrainConfig.seed)
         checkpoint.choose(folder, identity, reshard)
+
+
+def checkpoint_bytes(model, plan) -> float:  # type: ignore[no-untyped-def]
+    """Bytes of one checkpoint of plait's runtime: fp32 weights (it keeps fp32 parameters; bf16 is an autocast or
+    FSDP2 compute dtype) and the optimizer's fp32 state, AdamW two moments, SGD one momentum buffer, each written
+    once however it is sharded or replicated (DCP deduplicates replicas)."""
+    return model.total_params() * (4 + (8 if plan.optimizer == "adamw" else 4))
+
+
+def _check_room(folder: Path, at: int, every: int, keep: int, steps: int, model, plan) -> None:  # type: ignore[no-untyped-def]
+    """Refuse a run whose checkpoints cannot fit: at its peak the folder holds ``keep`` of this run's checkpoints
+    plus the one being written; what is already there is pruned as new ones are published."""
+    saves = sum(1 for s in range(1, steps + 1) if s == at or (every and s % every == 0))
+    size = checkpoint_bytes(model, plan)
+    existing = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    need = size * min(saves, keep + 1) - existing
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise ConfigError(f"checkpoint folder {str(folder)!r} has {free / GIB:.2f} GiB free; {saves} save(s) of "
+                          f"{size / GIB:.2f} GiB each, {keep} kept, need {need / GIB:.2f} GiB more")
 
 
 def _run_torchtitan(model_slug: str, model, plan, steps: int, out: Path | None, dry_run: bool) -> None:  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """Measure this machine into a hardware description the estimator accepts (``plait calibrate``).
 
-Measured: matmul throughput by size (fp32 and bf16), HBM/DRAM copy bandwidth and the
+Measured: matmul throughput by size (fp32 and bf16 — fp32 again where this CPU would emulate bf16, since
+``plait run`` then trains in fp32: :mod:`plait.run.precision`), HBM/DRAM copy bandwidth and the
 fraction of it a layer's memory-bound ops reach, attention (SDPA forward+backward)
 throughput by sequence length, the launch floor of a tiny kernel, a rank's memory
 footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
@@ -17,6 +18,7 @@ import os
 import socket
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 
 from plait.cost.layer import eager_rmsnorm_bytes_per_element
 from plait.run.model import apply_rope, rope_tables
+from plait.run.precision import cpu_runs_natively
 from plait.units import GB
 
 ROUNDS = 5
@@ -91,20 +94,22 @@ def attention_curve(dtype: torch.dtype, seqs: list[int], device: str) -> list[fl
 
 
 def elementwise_fraction(device: str, copy_gb_per_s: float, tokens: int = 1024, hidden: int = 256,
-                         ffn: int = 768, head_dim: int = 64) -> float:
+                         ffn: int = 768, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16) -> float:
     """Fraction of copy bandwidth the memory-bound ops of a layer reach, forward and backward, counting bytes as
     the cost model counts them for an eager framework (bf16; the backward charged at twice the forward): two
     RMSNorms run op by op (:func:`plait.cost.layer.eager_rmsnorm_bytes_per_element`), two residual adds (read 2,
     write 1), SwiGLU as silu then multiply (read 1 write 1, read 2 write 1), and ``plait run``'s rotary
     embedding of 4 query and 2 key heads (read and write each element, plus the 16 bytes per element of an
-    unfused rotation). Timing the backward too puts eager autograd's own cost into the figure the model uses."""
+    unfused rotation). Timing the backward too puts eager autograd's own cost into the figure the model uses.
+    The ops run in ``dtype``, the one the run computes in: a CPU that trains bf16 plans in fp32 moves twice the
+    bytes counted, and the fraction says so."""
     def leaf(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, device=device, dtype=torch.bfloat16, requires_grad=True)
+        return torch.randn(*shape, device=device, dtype=dtype, requires_grad=True)
 
     x, y, g, u = leaf(tokens, hidden), leaf(tokens, hidden), leaf(tokens, ffn), leaf(tokens, ffn)
     q, k = leaf(1, tokens, 4, head_dim), leaf(1, tokens, 2, head_dim)
     cos, sin = (t.to(device) for t in rope_tables(head_dim, tokens))
-    norm = torch.nn.RMSNorm(hidden, device=device, dtype=torch.bfloat16)
+    norm = torch.nn.RMSNorm(hidden, device=device, dtype=dtype)
     inputs = (x, y, g, u, q, k)
 
     def ops() -> None:
@@ -124,7 +129,7 @@ def launch_floor_us(device: str) -> float:
 
 
 def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_path: str,
-                       measure_layers_too: bool) -> None:
+                       measure_layers_too: bool, rounds_per_size: int = ROUNDS) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
@@ -143,7 +148,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
         for kind, call in calls.items():
             call()
             rounds = []
-            for _ in range(ROUNDS):  # the median of several rounds: a 2-core machine is noisy
+            for _ in range(rounds_per_size):  # the median of several rounds: a 2-core machine is noisy
                 dist.barrier()
                 start = time.perf_counter()
                 for _ in range(iterations):
@@ -157,7 +162,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
     if device == "cpu" and world == 2 and measure_layers_too:
         from plait.run.overheads import measure_layers
 
-        layers = measure_layers()
+        layers = measure_layers() if rounds_per_size == ROUNDS else measure_layers(repeats=5)
     if rank == 0:
         import resource
 
@@ -199,39 +204,55 @@ def _overlap_fraction(device: str) -> float:
     return float(min(1.0, max(0.0, (compute + comm - together) / min(compute, comm))))
 
 
-def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = False) -> dict[str, list[float]]:
+def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = False,
+                     rounds: int = ROUNDS) -> dict[str, list[float]]:
     """Seconds per all-reduce, all-gather and reduce-scatter of each full-buffer size between ``world``
     local ranks (rank 0 also records its resident memory after start-up in ``allreduce.txt.rss``)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = tmp / "allreduce.txt"
-    mp.start_processes(_collective_worker, args=(world, port, sizes, str(out), layers), nprocs=world,
+    mp.start_processes(_collective_worker, args=(world, port, sizes, str(out), layers, rounds), nprocs=world,
                        start_method="spawn")
     lines = out.read_text().splitlines()
     return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
 
 
-def describe_machine(ranks: int, tmp: Path, threads: int = 1) -> dict[str, Any]:
-    """Measure and return a cluster table (accelerator inline) for ``ranks`` local ranks."""
+def describe_machine(ranks: int, tmp: Path, threads: int = 1,
+                     say: Callable[[str], None] = lambda stage: None, quick: bool = False) -> dict[str, Any]:
+    """Measure and return a cluster table (accelerator inline) for ``ranks`` local ranks; ``say`` hears each
+    stage as it starts. ``quick``: one round per collective size over three sizes, and 5 layer repeats
+    instead of 25 — a rougher description in a fraction of the time (its source says so)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         torch.set_num_threads(threads)  # as each rank runs under torchrun (OMP_NUM_THREADS=1)
     source = f"measured by plait calibrate on {datetime.date.today().isoformat()}"
     sizes = [128, 256, 512, 1024] if device == "cpu" else [1024, 2048, 4096, 8192]
+    # The dtype bf16 plans compute in: bf16, or fp32 on a CPU that would emulate bf16 (plait.run.precision).
+    half = torch.bfloat16 if device == "cuda" or cpu_runs_natively("bf16") else torch.float32
+    if half is torch.float32:
+        source += " (bf16 figures in fp32: plait run trains bf16 plans in fp32 on this CPU)"
+    say("matmul throughput (fp32" + (", bf16)" if half is torch.bfloat16 else "; bf16 runs as fp32 here)"))
     fp32 = matmul_curve(torch.float32, sizes, device)
-    bf16 = matmul_curve(torch.bfloat16, sizes, device)
+    bf16 = matmul_curve(half, sizes, device) if half is torch.bfloat16 else fp32
     seqs = [128, 256, 512, 1024] if device == "cpu" else [512, 1024, 2048, 4096, 8192, 16384]  # GPU: as FA2 Fig. 4
-    attention = attention_curve(torch.bfloat16, seqs, device)
+    say("attention throughput")
+    attention = attention_curve(half, seqs, device)
+    say("memory bandwidth")
     memory_bw = copy_bandwidth_gb_per_s(device, 64 if device == "cpu" else 1024)
-    memory_fraction = elementwise_fraction(device, memory_bw)
-    messages = [2**12, 2**16, 2**20, 2**22, 2**24, 2**26]
-    times = collective_times(ranks, messages, tmp, layers=True)
+    memory_fraction = elementwise_fraction(device, memory_bw, dtype=half)
+    messages = [2**12, 2**18, 2**24] if quick else [2**12, 2**16, 2**20, 2**22, 2**24, 2**26]
+    rounds = 1 if quick else ROUNDS
+    if quick:
+        source += " (--quick: 1 round per collective size)"
+    say(f"collectives between {ranks} ranks, and per-layer host time")
+    times = collective_times(ranks, messages, tmp, layers=True, rounds=rounds)
     factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
               "reduce_scatter": (ranks - 1) / ranks}  # bus bytes per buffer byte (nccl-tests busbw)
     busbw = {k: [factor[k] * m / t / GB for m, t in zip(messages, times[k])] for k in times}
     line = max(max(v) for v in busbw.values())
-    latency_us = collective_times(ranks, [8 * ranks], tmp)["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
+    say("collective latency")
+    latency_us = collective_times(ranks, [8 * ranks], tmp, rounds=rounds)["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
     baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
     overlap = float((tmp / "allreduce.txt.overlap").read_text())
     memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"

@@ -118,27 +118,54 @@ def _crash_if(phase: str) -> None:
         os._exit(3)
 
 
-def save(root: Path, container: nn.Module, optimizer: torch.optim.Optimizer, step: int, identity: RunIdentity,
-         keep: int) -> Path:
-    """Write and publish the state after ``step`` optimizer steps (all ranks call it); keep the newest ``keep``."""
-    check_optimizer(optimizer)
-    final, partial = step_folder(root, step), root / f".step-{step:08d}.partial"
-    rank0 = dist.get_rank() == 0
-    if rank0:
-        if final.exists():
-            raise ConfigError(f"checkpoint {str(final)!r} already exists; it is never written over")
-        shutil.rmtree(partial, ignore_errors=True)  # a save that died earlier
-    dist.barrier()
-    state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
-             "step": torch.tensor(step)}
-    dcp.save(state, checkpoint_id=str(partial))
-    dist.barrier()
-    if rank0:
-        _publish(partial, final, step, identity)
-        for old in published(root)[:-keep]:
-            shutil.rmtree(old)
-    dist.barrier()
-    return final
+class Saver:
+    """Writes and publishes checkpoints under ``root``, keeping the newest ``keep`` (all ranks hold one).
+
+    ``background``: ``torch.distributed.checkpoint.async_save`` copies the state to host memory and writes it
+    from a thread while training goes on (torch/distributed/checkpoint/state_dict_saver.py), over a process
+    group of its own so that its collectives never interleave with training's; the checkpoint is published when
+    the next save starts or the run ends (:meth:`wait`), so a crash in between loses only that checkpoint."""
+
+    def __init__(self, root: Path, identity: RunIdentity, keep: int, background: bool = False) -> None:
+        self.root, self.identity, self.keep = root, identity, keep
+        self.group = dist.new_group(backend="gloo") if background else None
+        self.pending: tuple[Any, Path, Path, int] | None = None
+
+    def save(self, container: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Path:
+        """Write the state after ``step`` optimizer steps (published now, or by :meth:`wait` in the background)."""
+        self.wait()
+        check_optimizer(optimizer)
+        final, partial = step_folder(self.root, step), self.root / f".step-{step:08d}.partial"
+        if dist.get_rank() == 0:
+            if final.exists():
+                raise ConfigError(f"checkpoint {str(final)!r} already exists; it is never written over")
+            shutil.rmtree(partial, ignore_errors=True)  # a save that died earlier
+        dist.barrier()
+        state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
+                 "step": torch.tensor(step)}
+        if self.group is None:
+            dcp.save(state, checkpoint_id=str(partial))
+            self._finish(partial, final, step)
+        else:
+            future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self.group)
+            self.pending = (future, partial, final, step)
+        return final
+
+    def wait(self) -> None:
+        """Publish the checkpoint being written in the background, once every rank has written its part."""
+        if self.pending is not None:
+            future, partial, final, step = self.pending
+            self.pending = None
+            future.result()
+            self._finish(partial, final, step)
+
+    def _finish(self, partial: Path, final: Path, step: int) -> None:
+        dist.barrier()
+        if dist.get_rank() == 0:
+            _publish(partial, final, step, self.identity)
+            for old in published(self.root)[:-self.keep]:
+                shutil.rmtree(old)
+        dist.barrier()
 
 
 def _publish(partial: Path, final: Path, step: int, identity: RunIdentity) -> None:

@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-at", type=int, default=0, help="save after this many steps (0: never)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="save every this many steps (0: never)")
     p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept")
+    p.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--reshard", action="store_true", help="resume a checkpoint saved by another plan")
     p.add_argument("--on-nonfinite", choices=("stop", "skip"), default="stop")
@@ -145,6 +146,8 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
                   f"stages per rank {stage_ids}")
         return 0
     identity = checkpoint.RunIdentity(plan=asdict(plan), model=spec.name, steps=args.steps, seed=args.seed)
+    saver = checkpoint.Saver(args.checkpoint_dir, identity, args.keep, background=args.async_save) \
+        if args.checkpoint_dir is not None else None
     start_step = 0
     restart = _restart_count()
     if restart and args.checkpoint_dir is not None and checkpoint.published(args.checkpoint_dir):
@@ -187,7 +190,9 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
-            checkpoint.save(args.checkpoint_dir, container, optimizer, step + 1, identity, args.keep)
+            saver.save(container, optimizer, step + 1)  # type: ignore[union-attr]
+    if saver is not None:
+        saver.wait()
     return 0
 
 
