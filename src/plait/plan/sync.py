@@ -1,0 +1,106 @@
+"""How data-parallel replicas synchronize: ``METHOD[:key=value,...]`` (issue 14).
+
+``allreduce`` is today's dense gradient all-reduce every step. The others compress what each step sends or send
+less often (docs/research/sync-methods.md says what PyTorch and torchft provide for each):
+
+- ``bf16``, ``fp16``: the gradient all-reduced in 16 bits (PyTorch's ``bf16_compress_hook``/``fp16_compress_hook``);
+- ``powersgd:rank=R[,min_compression_rate=C,start_iter=S]``: rank-R PowerSGD with error feedback (Vogels et al.
+  2019, Algorithm 1; PyTorch's ``PowerSGDState`` defaults for C and S);
+- ``topk:ratio=F``: the largest fraction F of each gradient with error feedback (Lin et al. 2018, DGC; 001-06);
+- ``quantize:bits=8|4|1``: stochastic per-tensor quantization with error feedback (1-bit Adam / signSGD-EF family,
+  Seide et al. 2014 for 1 bit);
+- ``local_sgd:every=H``: periodic model averaging every H steps (PyTorch's ``PeriodicModelAverager``);
+- ``diloco:every=H,outer_lr=..,outer_momentum=..``: DiLoCo (Douillard et al. 2023), inner AdamW, outer Nesterov;
+- ``palsgd:every=H,p=..`` (000-06), ``dreamddp:every=H`` (000-19), ``pipe_sgd`` (000-12).
+
+A spec is kept in its canonical form (every parameter, in the order below) so that equal methods compare equal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from plait.errors import ConfigError
+
+# method -> parameter -> (default, low, high, integer); None default: required
+PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
+    "allreduce": {},
+    "bf16": {},
+    "fp16": {},
+    "powersgd": {"rank": (None, 1, 2**20, True), "min_compression_rate": (2.0, 0.0, 1e6, False),
+                 "start_iter": (2, 2, 2**31 - 1, True)},
+    "topk": {"ratio": (None, 1e-9, 1.0, False)},
+    "quantize": {"bits": (8, 1, 8, True)},
+    "local_sgd": {"every": (None, 1, 2**31 - 1, True)},
+    "diloco": {"every": (None, 1, 2**31 - 1, True), "outer_lr": (0.7, 0.0, 1e3, False),
+               "outer_momentum": (0.9, 0.0, 1.0, False)},
+    "palsgd": {"every": (None, 1, 2**31 - 1, True), "p": (0.5, 0.0, 1.0, False)},
+    "dreamddp": {"every": (None, 1, 2**31 - 1, True)},
+    "pipe_sgd": {},
+}
+"""Defaults: PowerSGD's ``min_compression_rate`` 2 as ``PowerSGDState``'s (torch 2.13), ``start_iter`` 2, the
+least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
+et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.5 (assumed: the middle of its range)."""
+QUANTIZE_BITS = (1, 4, 8)
+
+
+@dataclass(frozen=True)
+class Sync:
+    """A parsed synchronization method."""
+
+    method: str
+    """One of :data:`PARAMETERS`."""
+    params: tuple[tuple[str, float], ...]
+    """Every parameter of the method with its value, in :data:`PARAMETERS` order."""
+
+    def __getitem__(self, name: str) -> float:
+        return dict(self.params)[name]
+
+    @property
+    def spec(self) -> str:
+        """The canonical ``METHOD[:key=value,...]`` text."""
+        if not self.params:
+            return self.method
+        values = ",".join(f"{k}={int(v) if PARAMETERS[self.method][k][3] else repr(float(v))}" for k, v in self.params)
+        return f"{self.method}:{values}"
+
+    @property
+    def every(self) -> int:
+        """Steps between synchronizations (1 for per-step methods)."""
+        return int(dict(self.params).get("every", 1))
+
+
+def parse_sync(text: str) -> Sync:
+    """Parse ``METHOD[:key=value,...]``; one-line errors name the value and the rule."""
+    method, _, rest = text.strip().partition(":")
+    method = method.strip()
+    if method not in PARAMETERS:
+        raise ConfigError(f"dp_sync={text!r}: method {method!r} must be one of {', '.join(PARAMETERS)}")
+    allowed = PARAMETERS[method]
+    given: dict[str, float] = {}
+    for item in (p for p in rest.split(",") if p.strip()) if rest else ():
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in allowed:
+            known = ", ".join(allowed) or "none"
+            raise ConfigError(f"dp_sync={text!r}: {item.strip()!r} must be key=value with key one of {known}")
+        if key in given:
+            raise ConfigError(f"dp_sync={text!r}: {key} is given twice")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"dp_sync={text!r}: {key}={value.strip()!r} must be a number") from None
+        default, low, high, integer = allowed[key]
+        if not math.isfinite(number) or not low <= number <= high or (integer and not number.is_integer()):
+            kind = "a whole number" if integer else "a number"
+            raise ConfigError(f"dp_sync={text!r}: {key}={value.strip()} must be {kind} in [{low:g}, {high:g}]")
+        given[key] = number
+    if method == "quantize" and given.get("bits", 8) not in QUANTIZE_BITS:
+        raise ConfigError(f"dp_sync={text!r}: bits must be one of {', '.join(map(str, QUANTIZE_BITS))}")
+    params = []
+    for key, (default, *_rest) in allowed.items():
+        if key not in given and default is None:
+            raise ConfigError(f"dp_sync={text!r}: {method} needs {key}=...")
+        params.append((key, given.get(key, default)))
+    return Sync(method, tuple((k, float(v)) for k, v in params))
