@@ -24,7 +24,8 @@ MODEL = ROOT / "examples" / "tiny-model.toml"
 STEPS = 10
 FULL_RANK = "powersgd:rank=1000000,min_compression_rate=0"  # every tensor compressed at a rank covering it
 CASES = ["allreduce@sgd", f"{FULL_RANK}@sgd", "powersgd:rank=2@sgd", "bf16@adamw", "fp16@adamw",
-         "local_sgd:every=1@sgd", "local_sgd:every=3@sgd", "allreduce@adamw", "powersgd:rank=2@adamw"]
+         "local_sgd:every=1@sgd", "local_sgd:every=3@sgd", "allreduce@adamw", "powersgd:rank=2@adamw",
+         "topk:ratio=1@adamw", "topk:ratio=0.01@adamw"]
 
 
 def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
@@ -75,15 +76,18 @@ def test_the_bytes_each_step_sends_are_the_cost_models(trained, case: str) -> No
 
 
 @pytest.mark.parametrize("case, reference", [(f"{FULL_RANK}@sgd", "allreduce@sgd"),
-                                             ("local_sgd:every=1@sgd", "allreduce@sgd")])
+                                             ("local_sgd:every=1@sgd", "allreduce@sgd"),
+                                             ("topk:ratio=1@adamw", "allreduce@adamw")])
 def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
-    """PowerSGD at a rank covering every gradient, and model averaging after every SGD step, are the all-reduce."""
+    """PowerSGD at a rank covering every gradient, model averaging after every SGD step, and top-k keeping every
+    entry are the all-reduce."""
     assert trained[case]["losses"] == pytest.approx(trained[reference]["losses"], rel=1e-5)
 
 
 @pytest.mark.parametrize("case, reference", [
     ("powersgd:rank=2@sgd", "allreduce@sgd"), ("bf16@adamw", "allreduce@adamw"), ("fp16@adamw", "allreduce@adamw"),
-    ("local_sgd:every=3@sgd", "allreduce@sgd"), ("powersgd:rank=2@adamw", "allreduce@adamw")])
+    ("local_sgd:every=3@sgd", "allreduce@sgd"), ("powersgd:rank=2@adamw", "allreduce@adamw"),
+    ("topk:ratio=0.01@adamw", "allreduce@adamw")])
 def test_lossy_methods_still_train(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """Finite, falling losses; they differ from the all-reduce's (a lossy method that did not would send nothing
     less). How many more steps they need is issue 14's convergence multiplier, not asserted here."""

@@ -11,6 +11,8 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
   when ``(n + m) r C < n m`` (``min_compression_rate`` C; torch ``_should_compress``), then its P (``n r``) and Q
   (``m r``) factors are all-reduced, else the whole tensor (Vogels et al. 2019, Algorithm 1; torch 2.13
   ``powerSGD_hook``, docs/research/sync-methods.md); steps before ``start_iter`` send the plain all-reduce;
+- ``topk:ratio=F``: per gradient tensor ``k = ceil(F numel)`` fp32 values and int32 indices, all-gathered
+  (each rank hands over its own ``8 k`` bytes; Lin et al. 2018, DGC; ``plait.run.sync.topk_hook``);
 - ``local_sgd:every=H``: no gradient traffic; every H steps one all-reduce of every parameter (PyTorch
   ``PeriodicModelAverager``): per step, the parameters' bytes over H.
 """
@@ -25,7 +27,9 @@ from plait.workload.tensors import Shape
 
 GRAD_BYTES = 4
 """fp32 gradients and parameters (the replica's own copy; autocast computes in bf16)."""
-RUNNABLE = ("allreduce", "bf16", "fp16", "powersgd", "local_sgd")
+RUNNABLE = ("allreduce", "bf16", "fp16", "powersgd", "topk", "local_sgd")
+TOPK_ENTRY_BYTES = 4 + 4
+"""A kept gradient entry: its fp32 value and int32 index."""
 """Methods whose bytes are modelled here and which ``plait.run.sync`` runs."""
 
 
@@ -49,6 +53,8 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
             return elements * GRAD_BYTES
         rank, rate = int(sync["rank"]), sync["min_compression_rate"]
         return sum(_powersgd_elements(s, rank, rate) for s in shapes) * GRAD_BYTES
+    if sync.method == "topk":
+        return sum(math.ceil(sync["ratio"] * math.prod(s)) for s in shapes) * TOPK_ENTRY_BYTES
     if sync.method == "local_sgd":
         every = sync.every
         if step is None:

@@ -6,6 +6,10 @@
   off CUDA/NCCL (``DDP._check_comm_hook``); called from a hook of another name it runs on gloo the same;
 - ``powersgd``: DDP with ``powerSGD_hook`` and error feedback, in one bucket (gloo hangs with several buckets
   at the first compressed step; docs/research/sync-methods.md);
+- ``topk``: no library has it (docs/research/sync-methods.md); a DDP hook written on ``all_gather_into_tensor``:
+  per tensor, the error-feedback residual plus the new gradient, its ``k = ceil(ratio * numel)`` largest
+  magnitudes sent as fp32 values and int32 indices, every rank's sums averaged, the sent part cleared from the
+  residual (Lin et al. 2018, DGC, Sec. 3.1 without momentum correction; Stich et al. 2018 for error feedback);
 - ``local_sgd``: no gradient synchronization; ``PostLocalSGDOptimizer`` with a ``PeriodicModelAverager``
   averages the parameters every H steps (from the first).
 """
@@ -13,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import torch
@@ -49,6 +54,9 @@ def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync) -> tu
     elif sync.method in ("bf16", "fp16"):
         ddp = DistributedDataParallel(model)
         ddp.register_comm_hook(None, _bf16_gradients if sync.method == "bf16" else _fp16_gradients)
+    elif sync.method == "topk":
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(TopK(sync["ratio"]), topk_hook)
     elif sync.method == "powersgd":
         ddp = DistributedDataParallel(model, bucket_cap_mb=ONE_BUCKET_MB)
         state = powerSGD_hook.PowerSGDState(
@@ -57,23 +65,68 @@ def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync) -> tu
             use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     else:
-        raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: allreduce, bf16, fp16, powersgd, local_sgd)")
+        raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: allreduce, bf16, fp16, powersgd, topk, "
+                          "local_sgd)")
     return ddp, optimizer
+
+
+class TopK:
+    """State of :func:`topk_hook`: the kept ratio and each parameter's error-feedback residual."""
+
+    def __init__(self, ratio: float) -> None:
+        self.ratio = ratio
+        self.residuals: dict[int, torch.Tensor] = {}
+        """Per parameter (by ``id``): the gradient not sent yet."""
+
+
+def topk_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """Sparse all-reduce of ``bucket`` (a ``dist.GradBucket``): per gradient, the largest ``ratio`` of residual +
+    gradient from every rank, summed and divided by the world size; what was not sent stays in the residual for
+    the next step. (Unannotated: DDP checks a hook's annotations against the classes themselves, and this module's
+    annotations are strings.)"""
+    world = dist.get_world_size()
+    buffer = bucket.buffer()
+    offset = 0
+    for parameter, grad in zip(bucket.parameters(), bucket.gradients()):  # in the flat buffer's order
+        numel = grad.numel()
+        # keyed by the parameter: DDP rebuilds its buckets after the first step
+        residual = state.residuals.setdefault(id(parameter), torch.zeros(numel, dtype=buffer.dtype))
+        residual += buffer[offset:offset + numel]
+        k = math.ceil(state.ratio * numel)
+        chosen = torch.topk(residual.abs(), k, sorted=False).indices
+        values = residual[chosen]
+        gathered_values = torch.empty(world * k, dtype=values.dtype)
+        gathered_indices = torch.empty(world * k, dtype=torch.int32)
+        dist.all_gather_into_tensor(gathered_values, values.contiguous())
+        dist.all_gather_into_tensor(gathered_indices, chosen.to(torch.int32))
+        dense = torch.zeros(numel, dtype=buffer.dtype)
+        dense.index_add_(0, gathered_indices.to(torch.int64), gathered_values)
+        buffer[offset:offset + numel] = dense / world
+        residual[chosen] = 0.0
+        offset += numel
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    future.set_result(buffer)
+    return future
 
 
 @contextlib.contextmanager
 def counted_bytes() -> Iterator[list[int]]:
-    """Within the block, the payload bytes of every ``torch.distributed.all_reduce`` call, summed into the
-    one-element list it yields (the hooks and the averager call it through the module)."""
+    """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor) and
+    ``all_gather_into_tensor`` (its input), summed into the one-element list it yields (the hooks and the averager
+    call them through the module)."""
     total = [0]
-    original = dist.all_reduce
+    reduce, gather = dist.all_reduce, dist.all_gather_into_tensor
 
-    def counting(tensor: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def counting_reduce(tensor: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
         total[0] += tensor.numel() * tensor.element_size()
-        return original(tensor, *args, **kwargs)
+        return reduce(tensor, *args, **kwargs)
 
-    dist.all_reduce = counting  # type: ignore[assignment]
+    def counting_gather(output: torch.Tensor, tensor: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
+        total[0] += tensor.numel() * tensor.element_size()
+        return gather(output, tensor, *args, **kwargs)
+
+    dist.all_reduce, dist.all_gather_into_tensor = counting_reduce, counting_gather  # type: ignore[assignment]
     try:
         yield total
     finally:
-        dist.all_reduce = original  # type: ignore[assignment]
+        dist.all_reduce, dist.all_gather_into_tensor = reduce, gather  # type: ignore[assignment]
