@@ -91,6 +91,9 @@ _DEGREES = {"tp": (1, 2, 4, 8), "pp": (1, 2, 3, 4), "vpp": (1, 2), "cp": (1, 2),
 _FLAGS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
 
 
+_SYNCS = ("allreduce", "allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "local_sgd:every=4")
+
+
 def _random_plans(seed: int, count: int) -> list[Plan]:
     """Plans with every field drawn at random (most break a rule; the rest exercise every code path)."""
     rng = np.random.default_rng(seed)
@@ -101,6 +104,7 @@ def _random_plans(seed: int, count: int) -> list[Plan]:
         kwargs |= {k: bool(rng.integers(2)) for k in _FLAGS}
         kwargs["global_batch"] = int(rng.choice((8, 16, 64)))
         kwargs["seq_len"] = int(rng.choice((0, 1024)))
+        kwargs["dp_sync"] = str(rng.choice(_SYNCS))
         plans.append(Plan(**kwargs))
     return plans
 

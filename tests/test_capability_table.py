@@ -57,6 +57,7 @@ OPTIONS: dict[str, tuple[dict[str, object], str]] = {
     "offload_params_alone": ({"dp_shard": 2, "sharding": "zero3", "offload_params": True}, "dense"),
     "tp_comm_overlap": ({"tp": 2, "sp": True, "tp_comm_overlap": True}, "dense"),
     "learned_positions_sp": ({"tp": 2, "sp": True}, "gpt"),
+    "dp_sync": ({"dp_replicate": 2, "dp_sync": "powersgd:rank=2"}, "dense"),
 }
 
 # plait's runtime on a CPU: option -> (test file, a marker in it naming the case that trains that option).
@@ -79,6 +80,7 @@ TRAINED_BY: dict[str, tuple[str, str]] = {
     "offload_optimizer": ("test_runtime_optim.py", '"offload-optimizer-ddp"'),
     "offload_params": ("test_runtime_optim.py", '"offload-params-zero3"'),
     "learned_positions_sp": ("test_runtime_positions.py", "def test_learned_positions_with_tp2_sp_match_single_process"),
+    "dp_sync": ("test_sync.py", "def test_plait_run_trains_a_dp_sync_plan"),
 }
 
 

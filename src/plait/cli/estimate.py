@@ -40,6 +40,7 @@ def estimate_command(
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8.")] = "bf16",
     offload_optimizer: Annotated[bool, typer.Option(help="Optimizer state in host memory.")] = False,
     offload_params: Annotated[bool, typer.Option(help="Parameters in host memory (zero3).")] = False,
+    dp_sync: Annotated[str | None, typer.Option(help="Data-parallel synchronization METHOD[:key=value,...]: allreduce, bf16, fp16, powersgd:rank=R, topk:ratio=F, local_sgd:every=H (pure data parallelism). [default: allreduce]")] = None,
     train_tokens: Annotated[float, typer.Option(help="Tokens to train for the time and cost figures.")] = 1e12,
     simulate: Annotated[bool | None, typer.Option("--simulate/--closed-form", help="Time the pipeline by the event simulation or by the closed forms (within 2%). [default: simulate pipelines of <= 192 chunk passes]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -49,7 +50,7 @@ def estimate_command(
         gpus=gpus, tp=tp, pp=pp, vpp=vpp, schedule=schedule, cp=cp, ep=ep, dp_replicate=dp_replicate,
         sharding=sharding, sp=sp, recompute=recompute, recompute_layers=recompute_layers,
         micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,
-        offload_optimizer=offload_optimizer, offload_params=offload_params,
+        offload_optimizer=offload_optimizer, offload_params=offload_params, dp_sync=dp_sync,
     ) if plan_file is None else None
     job, file_gpus = resolve_job(model, cluster, plan_file, plan, engine)
     check_plan(job.plan.with_seq_len(job.model.seq_len), job.model, job.cluster, num_gpus=file_gpus)

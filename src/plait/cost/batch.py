@@ -25,10 +25,12 @@ from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
+from plait.cost.sync import method_costs
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
+from plait.plan.sync import SPECS, parse_sync
 from plait.units import S_PER_US
 from plait.workload.model import ModelSpec
 
@@ -199,6 +201,21 @@ def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
     return prepared.inner.dense, prepared.fsdp[0]
 
 
+def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any) -> tuple[Any, Any, Any]:
+    """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
+    reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (pure data-parallel
+    plans, :mod:`plait.plan.rules`)."""
+    xp, codes = cols.xp, cols["dp_sync"]
+    exposed, extra = cols.zeros(), cols.zeros()
+    present = ([codes] if codes else []) if xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
+    for code in present:
+        over, shown, memory = method_costs(model, cluster, parse_sync(SPECS[code]), cols.dp, cols.full)
+        mask = codes == code
+        reduce, exposed = xp.where(mask, over, reduce), xp.where(mask, shown, exposed)
+        extra = xp.where(mask, memory, extra)
+    return reduce, exposed, extra
+
+
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
                    framework: Framework = DEFAULT) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
@@ -235,13 +252,16 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     slow_bwd = pick([b["compute"] for _, b in passes])
     last_op = xp.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2,
                        pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
-    time["dp_comm"] = exposed_sync_s(cols, sync.reduce_s, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
-                                     n_dense + n_moe)
+    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s)
+    time["dp_comm"] = exposed_sync_s(cols, reduce, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
+                                     n_dense + n_moe) + exposed
     time["optimizer"] = sync.optimizer_s
     first = stage_memory(model, cluster.accelerator, cols, inner, stages[0])
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
     use_last = last["total"] > first["total"]
     memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
+    memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
+    memory["total"] = memory["total"] + extra_bytes
     return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),
                        model_flops_per_token=_flops_per_token(model, cluster, cols),
                        recompute_factor=_recompute_factor(model, cols))

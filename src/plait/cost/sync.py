@@ -20,14 +20,20 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
+from plait.cost.compute import memory_bytes_per_s
+from plait.cost.links import collective_s
 from plait.errors import ConfigError
-from plait.plan.sync import Sync
-from plait.workload.tensors import Shape
+from plait.hardware.cluster import Cluster
+from plait.plan.sync import MODELLED, Sync
+from plait.workload.model import ModelSpec
+from plait.workload.tensors import Shape, parameter_shapes
 
 GRAD_BYTES = 4
 """fp32 gradients and parameters (the replica's own copy; autocast computes in bf16)."""
-RUNNABLE = ("allreduce", "bf16", "fp16", "powersgd", "topk", "local_sgd")
+RUNNABLE = MODELLED
 TOPK_ENTRY_BYTES = 4 + 4
 """A kept gradient entry: its fp32 value and int32 index."""
 """Methods whose bytes are modelled here and which ``plait.run.sync`` runs."""
@@ -60,4 +66,62 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
         if step is None:
             return elements * GRAD_BYTES / every
         return elements * GRAD_BYTES if step % every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H, ...
+    raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(RUNNABLE)})")
+
+
+# --- time and memory of a pure data-parallel plan's synchronization --------------------------------------------
+FP32_PASS_BYTES = 4
+TOPK_PASSES = 11
+"""Streaming passes over the fp32 gradient in :func:`plait.run.sync.topk_hook`: add into the residual (read 2,
+write 1), absolute value (2), top-k selection (2: assumed, a radix select reads its input twice), the dense sum
+(zero 1, index_add 0), the average (2) and the buffer copy (1)."""
+POWERSGD_PASSES = 4
+"""Streaming passes over each compressed matrix besides its GEMMs: error feedback's add (read 2, write 1) and the
+copy of the decompressed result into the bucket (1)."""
+
+
+def _fp32_flops(cluster: Cluster) -> float:
+    peaks = cluster.accelerator.peak_tflops
+    return (peaks.get("fp32") or peaks.get("bf16") or peaks["fp16"]) * 1e12
+
+
+def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, replicas: Any, full: Callable[[float], Any]
+                 ) -> tuple[Any, Any, float]:
+    """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
+    memory per GPU) of ``sync`` on ``replicas`` data-parallel ranks of a pure data-parallel plan, per step in
+    steady state. ``full(x)`` makes a column of ``x``.
+
+    Overlap (assumed from the runtime): bf16/fp16 run in DDP's bucketed hooks like the all-reduce; PowerSGD's
+    dependent P and Q all-reduces, top-k's all-gathers and their compute are taken as exposed (``plait run``
+    keeps one bucket on gloo, so they follow the backward); local SGD averages after the optimizer step. GEMMs
+    of PowerSGD at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
+    shapes = [s for _, s in parameter_shapes(model)]
+    elements = sum(math.prod(s) for s in shapes)
+    zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
+    if sync.method in ("bf16", "fp16"):
+        return collective_s(cluster, "all_reduce", replicas, 1, full(elements * 2.0)), zero, 0.0
+    if sync.method == "powersgd":
+        rank, rate = int(sync["rank"]), sync["min_compression_rate"]
+        p = q = plain = flops = streamed = 0.0
+        for s in shapes:
+            n, m = s[0], math.prod(s[1:]) if len(s) > 1 else 1
+            r = min(n, m, rank)
+            if (n + m) * r * rate < n * m:
+                p, q = p + n * r, q + m * r
+                flops += 6.0 * n * m * r + 2.0 * n * r * r  # P = MQ, Q = M^T P, M - PQ^T; Gram-Schmidt of P
+                streamed += POWERSGD_PASSES * n * m * FP32_PASS_BYTES
+            else:
+                plain += n * m
+        comm = sum(collective_s(cluster, "all_reduce", replicas, 1, full(x * GRAD_BYTES)) for x in (plain, p, q))
+        extra = (elements - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P and Q
+        return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), extra
+    if sync.method == "topk":
+        kept = sum(math.ceil(sync["ratio"] * math.prod(s)) for s in shapes) * TOPK_ENTRY_BYTES
+        gathered = collective_s(cluster, "all_gather", replicas, 1, replicas * full(float(kept)))
+        largest = max(math.prod(s) for s in shapes)  # the dense sum is built one tensor at a time
+        extra = (elements + largest) * float(FP32_PASS_BYTES)  # the residual, and that sum
+        return zero, gathered + full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw), extra
+    if sync.method == "local_sgd":
+        average = collective_s(cluster, "all_reduce", replicas, 1, full(elements * float(GRAD_BYTES)))
+        return zero, average / sync.every, elements * float(GRAD_BYTES)  # the flat buffer of the averaged params
     raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(RUNNABLE)})")

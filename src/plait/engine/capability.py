@@ -106,6 +106,7 @@ _FEATURES: tuple[Feature, ...] = (
     Feature("alibi", lambda p, m: f"ALiBi positions ({m.name})", _model(lambda m: m.position == "alibi")),
     Feature("learned_positions_sp", lambda p, m: f"learned positions ({m.name}) with sp=true",
             lambda c, m: c["sp"] & (c["tp"] > 1) & (m.position == "learned")),
+    Feature("dp_sync", lambda p, m: f"dp_sync={p.dp_sync!r}", lambda c, m: c["dp_sync"] != 0),
 )
 FEATURES: dict[str, Feature] = {f.name: f for f in _FEATURES}
 """Every feature an engine's ``unsupported`` table may name."""

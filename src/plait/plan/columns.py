@@ -15,12 +15,15 @@ import numpy as np
 
 from plait.plan.ops import ARRAY, SCALAR, Ops
 from plait.plan.plan import GradDtype, Optimizer, Plan, Precision, Recompute, Schedule, Sharding
+from plait.plan.sync import SPECS, intern_sync
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
 }
 BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
+TEXTS = ("dp_sync",)
+"""Open-ended text fields, stored as codes interned in :data:`plait.plan.sync.SPECS` (``allreduce`` is 0)."""
 FIELDS = tuple(f.name for f in fields(Plan))
 
 
@@ -28,7 +31,9 @@ _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in
 
 
 def code(field: str, value: str) -> int:
-    """Integer code of a closed choice."""
+    """Integer code of a closed choice (or of a text field's value, interned)."""
+    if field in TEXTS:
+        return intern_sync(value)
     found = _CODES.get((field, value))
     if found is None:
         raise ValueError(f"{field}={value!r} must be one of {CHOICES[field]}")
@@ -77,7 +82,7 @@ class PlanColumns:
         data: dict[str, Any] = {}
         for name in FIELDS:
             values = [getattr(p, name) for p in plans]
-            if name in CHOICES:
+            if name in CHOICES or name in TEXTS:
                 data[name] = np.array([code(name, v) for v in values], dtype=np.int64)
             elif name in BOOLS:
                 data[name] = np.array(values, dtype=bool)
@@ -89,7 +94,7 @@ class PlanColumns:
     def one(cls, plan: Plan) -> PlanColumns:
         """The columns of one plan as its Python values (codes for closed choices): the single-plan path."""
         data = {name: getattr(plan, name) for name in FIELDS}
-        for name in CHOICES:
+        for name in (*CHOICES, *TEXTS):
             data[name] = code(name, data[name])
         return cls(data, single=plan)
 
@@ -103,7 +108,7 @@ class PlanColumns:
                 data[name] = np.asarray(arrays[name])
             else:
                 value = getattr(default, name)
-                value = code(name, value) if name in CHOICES else value
+                value = code(name, value) if name in CHOICES or name in TEXTS else value
                 data[name] = np.full(length, value, dtype=bool if name in BOOLS else np.int64)
         return cls(data)
 
@@ -122,6 +127,8 @@ class PlanColumns:
             value = self.data[name][row]
             if name in CHOICES:
                 kwargs[name] = CHOICES[name][int(value)]
+            elif name in TEXTS:
+                kwargs[name] = SPECS[int(value)]
             elif name in BOOLS:
                 kwargs[name] = bool(value)
             else:

@@ -74,6 +74,9 @@ class Plan:
     tp_comm_overlap: bool = False
     """Overlap TP collectives with GEMMs (async TP / Transformer Engine userbuffers). Optimistic: the cost
     model hides TP traffic behind the layer's GEMMs without modelling the interference."""
+    dp_sync: str = "allreduce"
+    """How data-parallel replicas synchronize, ``METHOD[:key=value,...]`` (:mod:`plait.plan.sync`), kept in its
+    canonical form: ``allreduce`` every step, or a compressed or infrequent method."""
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -83,6 +86,12 @@ class Plan:
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
+        if self.dp_sync != "allreduce":
+            if not isinstance(self.dp_sync, str):
+                raise ConfigError(f"dp_sync={self.dp_sync!r} must be a string METHOD[:key=value,...]")
+            from plait.plan.sync import parse_sync
+
+            object.__setattr__(self, "dp_sync", parse_sync(self.dp_sync).spec)
 
     # --- derived sizes -------------------------------------------------------------------
     @property
@@ -136,6 +145,8 @@ class Plan:
             parts.append("offload-opt")
         if self.offload_params:
             parts.append("offload-params")
+        if self.dp_sync != "allreduce":
+            parts.append(f"sync={self.dp_sync}")
         return " ".join(parts)
 
 

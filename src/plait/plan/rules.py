@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
+from plait.plan.sync import MODELLED, SPECS
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -46,6 +48,16 @@ _POSITIVE = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "micro_b
 def _first_nonpositive(p: Plan) -> str:
     name = next(n for n in _POSITIVE if getattr(p, n) <= 0)
     return f"{name}={getattr(p, name)} must be > 0"
+
+
+def _sync_unmodelled(c: PlanColumns) -> Any:
+    """Rows whose ``dp_sync`` method has no cost model yet (:data:`plait.plan.sync.MODELLED`)."""
+    codes = [i for i, spec in enumerate(SPECS) if spec.partition(":")[0] not in MODELLED]
+    return c.xp.any_of([c["dp_sync"] == i for i in codes]) if codes else c.full(False)
+
+
+def _sync_method(p: Plan) -> str:
+    return p.dp_sync.partition(":")[0]
 
 
 RULES: tuple[Rule, ...] = (
@@ -94,6 +106,17 @@ RULES: tuple[Rule, ...] = (
     Rule("precision-supported",
          lambda c, m, k: c.is_("precision", "fp8") & ("fp8" not in k.accelerator.peak_tflops),
          lambda p, m, k: f"precision=fp8 is not supported by {k.accelerator.name}"),
+    Rule("dp-sync-modelled", lambda c, m, k: _sync_unmodelled(c),
+         lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
+    Rule("dp-sync-pure-data-parallel",
+         lambda c, m, k: (c["dp_sync"] != 0) & c.xp.any_of([c["tp"] > 1, c["pp"] > 1, c["cp"] > 1, c["ep"] > 1,
+                                                            c.xp.not_(c.is_("sharding", "none"))]),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} needs a pure data-parallel plan (tp, pp, cp, ep = 1 and "
+                          f"sharding='none'; got {p.describe()})")),
+    Rule("dp-sync-dense-model",
+         lambda c, m, k: (c["dp_sync"] != 0) & c.full(bool(m.moe or m.mla or m.qk_norm)),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} is modelled for dense models with standard attention "
+                          f"({m.name} has {'experts' if m.moe else 'latent attention' if m.mla else 'qk-norm'})")),
     Rule("cluster-size", lambda c, m, k: c.num_gpus > k.max_gpus,
          lambda p, m, k: f"plan needs {p.num_gpus} GPUs but cluster {k.name} has {k.max_gpus}"),
 )

@@ -43,6 +43,8 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
 et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.5 (assumed: the middle of its range)."""
 QUANTIZE_BITS = (1, 4, 8)
+MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "local_sgd")
+"""Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,22 @@ class Sync:
     def every(self) -> int:
         """Steps between synchronizations (1 for per-step methods)."""
         return int(dict(self.params).get("every", 1))
+
+
+SPECS: list[str] = ["allreduce"]
+"""Canonical specs seen in this process, by code (``plait.plan.columns`` stores a plan's ``dp_sync`` as its
+index). Codes are per process: columns built in a worker process are read back there (the planner's pieces
+return plans, not codes)."""
+_CODES: dict[str, int] = {"allreduce": 0}
+
+
+def intern_sync(spec: str) -> int:
+    """The code of canonical ``spec``, added to :data:`SPECS` on first sight."""
+    found = _CODES.get(spec)
+    if found is None:
+        found = _CODES[spec] = len(SPECS)
+        SPECS.append(spec)
+    return found
 
 
 def parse_sync(text: str) -> Sync:
