@@ -62,6 +62,9 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
     if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
         raise ConfigError("checkpointing zero1 (ZeroRedundancyOptimizer) is not supported by DCP; "
                           "use zero2/zero3 (FSDP2) or sharding none to checkpoint")
+    if type(optimizer).__name__ == "PostLocalSGDOptimizer":
+        raise ConfigError("checkpointing dp_sync='local_sgd' is not supported yet (its averager's step is not in "
+                          "DCP's optimizer state); run it without --checkpoint-dir")
     if isinstance(optimizer, HostOffloadOptimizer):  # its state is keyed by host copies, not parameters
         raise ConfigError("checkpointing offload_optimizer without offload_params is not supported by DCP "
                           "(the optimizer state lives on host copies); set offload_optimizer = false to checkpoint")

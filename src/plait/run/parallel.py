@@ -11,6 +11,7 @@ row-wise outputs reduce-scatter over the sequence (Korthikanti et al. 2022).
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -111,13 +112,23 @@ def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool)
     fully_shard(model, **kwargs)  # type: ignore[arg-type]
 
 
+def replica_group(mesh: Mesh) -> dist.ProcessGroup:
+    """The ranks DDP averages gradients over: the data-parallel replicas (and the cp ranks, which average too)."""
+    if mesh.plan.cp > 1:
+        return context.replica_group(mesh)
+    return mesh.sub("dp_replicate").get_group() if mesh.plan.dp_replicate > 1 else mesh.sub("dp_shard").get_group()
+
+
 def apply_ddp(model: nn.Module, mesh: Mesh) -> nn.Module:
     """Plain data parallelism over the replica group (PyTorch DDP, Li et al. 2020)."""
-    group = mesh.sub("dp_replicate").get_group() if mesh.plan.dp_replicate > 1 else mesh.sub("dp_shard").get_group()
-    if mesh.plan.cp > 1:
-        group = context.replica_group(mesh)  # cp ranks average their gradients too
+    group = replica_group(mesh)
     ignore_experts_in_ddp(model, mesh.plan)  # ep > 1: experts are not replicas; moe.reduce_expert_gradients
     # cp > 1: each cp rank holds its own shard of the rope buffers, which DDP must not broadcast
+    if mesh.plan.dp_sync != "allreduce":  # a compressed or periodic method (pure data parallelism: plan rules)
+        from plait.plan.sync import parse_sync
+        from plait.run.sync import wrap_model
+
+        return wrap_model(model, parse_sync(mesh.plan.dp_sync), group, broadcast_buffers=mesh.plan.cp == 1)
     return nn.parallel.DistributedDataParallel(model, process_group=group, broadcast_buffers=mesh.plan.cp == 1)
 
 

@@ -27,7 +27,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from plait.errors import ConfigError
-from plait.plan.sync import Sync
+from plait.plan.sync import MODELLED, Sync
 
 ONE_BUCKET_MB = 1024.0
 """DDP bucket size that puts a small or mid-sized model's gradients in one bucket (PowerSGD on gloo)."""
@@ -41,40 +41,54 @@ def _fp16_gradients(state, bucket):  # type: ignore[no-untyped-def]
     return default_hooks.fp16_compress_hook(state, bucket)
 
 
-def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """The module to train and the optimizer to step for ``sync`` over the default process group."""
+def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = None,
+               **ddp_options: object) -> nn.Module:
+    """The module to train for ``sync`` over ``group`` (``None``: the default group): DDP with the method's
+    communication hook, or, for local SGD, the model itself (parameters are averaged by the optimizer)."""
     if sync.method == "local_sgd":
-        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
-        from torch.distributed.optim import PostLocalSGDOptimizer
-
-        return model, PostLocalSGDOptimizer(optimizer, PeriodicModelAverager(period=sync.every, warmup_steps=0))
+        return model
+    if sync.method == "powersgd":
+        ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
+    ddp = DistributedDataParallel(model, process_group=group, **ddp_options)  # type: ignore[arg-type]
     if sync.method == "allreduce":
-        ddp = DistributedDataParallel(model)
-        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+        ddp.register_comm_hook(group, default_hooks.allreduce_hook)  # the reducer's all-reduce, countable
     elif sync.method in ("bf16", "fp16"):
-        ddp = DistributedDataParallel(model)
-        ddp.register_comm_hook(None, _bf16_gradients if sync.method == "bf16" else _fp16_gradients)
+        ddp.register_comm_hook(group, _bf16_gradients if sync.method == "bf16" else _fp16_gradients)
     elif sync.method == "topk":
-        ddp = DistributedDataParallel(model)
-        ddp.register_comm_hook(TopK(sync["ratio"]), topk_hook)
+        ddp.register_comm_hook(TopK(sync["ratio"], group), topk_hook)
     elif sync.method == "powersgd":
-        ddp = DistributedDataParallel(model, bucket_cap_mb=ONE_BUCKET_MB)
         state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=int(sync["rank"]),
+            process_group=group, matrix_approximation_rank=int(sync["rank"]),
             min_compression_rate=sync["min_compression_rate"], start_powerSGD_iter=int(sync["start_iter"]),
             use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     else:
-        raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: allreduce, bf16, fp16, powersgd, topk, "
-                          "local_sgd)")
-    return ddp, optimizer
+        raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: {', '.join(MODELLED)})")
+    return ddp
+
+
+def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync,
+                   group: dist.ProcessGroup | None = None) -> torch.optim.Optimizer:
+    """The optimizer to step: for local SGD, one that averages the parameters every H steps."""
+    if sync.method != "local_sgd":
+        return optimizer
+    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+    from torch.distributed.optim import PostLocalSGDOptimizer
+
+    averager = PeriodicModelAverager(period=sync.every, warmup_steps=0, process_group=group)
+    return PostLocalSGDOptimizer(optimizer, averager)
+
+
+def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """:func:`wrap_model` and :func:`wrap_optimizer` over the default process group."""
+    return wrap_model(model, sync), wrap_optimizer(optimizer, sync)
 
 
 class TopK:
     """State of :func:`topk_hook`: the kept ratio and each parameter's error-feedback residual."""
 
-    def __init__(self, ratio: float) -> None:
-        self.ratio = ratio
+    def __init__(self, ratio: float, group: dist.ProcessGroup | None = None) -> None:
+        self.ratio, self.group = ratio, group
         self.residuals: dict[int, torch.Tensor] = {}
         """Per parameter (by ``id``): the gradient not sent yet."""
 
@@ -84,7 +98,7 @@ def topk_hook(state, bucket):  # type: ignore[no-untyped-def]
     gradient from every rank, summed and divided by the world size; what was not sent stays in the residual for
     the next step. (Unannotated: DDP checks a hook's annotations against the classes themselves, and this module's
     annotations are strings.)"""
-    world = dist.get_world_size()
+    world = dist.get_world_size(state.group)
     buffer = bucket.buffer()
     offset = 0
     for parameter, grad in zip(bucket.parameters(), bucket.gradients()):  # in the flat buffer's order
@@ -97,8 +111,8 @@ def topk_hook(state, bucket):  # type: ignore[no-untyped-def]
         values = residual[chosen]
         gathered_values = torch.empty(world * k, dtype=values.dtype)
         gathered_indices = torch.empty(world * k, dtype=torch.int32)
-        dist.all_gather_into_tensor(gathered_values, values.contiguous())
-        dist.all_gather_into_tensor(gathered_indices, chosen.to(torch.int32))
+        dist.all_gather_into_tensor(gathered_values, values.contiguous(), group=state.group)
+        dist.all_gather_into_tensor(gathered_indices, chosen.to(torch.int32), group=state.group)
         dense = torch.zeros(numel, dtype=buffer.dtype)
         dense.index_add_(0, gathered_indices.to(torch.int64), gathered_values)
         buffer[offset:offset + numel] = dense / world

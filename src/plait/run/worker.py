@@ -138,6 +138,12 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
     config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
     params = [p for part in parts for p in part.parameters()]
     optimizer, scheduler = build_optimizer(params, mesh, config)
+    if plan.dp_sync != "allreduce" and plan.dp > 1:  # local SGD averages in the optimizer step
+        from plait.plan.sync import parse_sync
+        from plait.run.parallel import replica_group
+        from plait.run.sync import wrap_optimizer
+
+        optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), replica_group(mesh))
     if args.checkpoint_dir is not None:
         checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
     if args.dry_run:
