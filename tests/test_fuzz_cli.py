@@ -11,8 +11,9 @@ added), truncated, binary, empty, directories or missing. Every outcome must be 
 - a user error: exit code 2 and exactly one line ``plait: error: ...`` on stderr.
 
 An exception escaping ``run_cli`` is a traceback, and fails the test (hypothesis then shrinks the command line).
-The example counts sum to 10,000 invocations; ``PLAIT_FUZZ_SCALE=10`` runs ten times as many. The runs are
-derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another deterministic sample.
+The example counts give at least 10,000 invocations (three estimates per example); ``PLAIT_FUZZ_SCALE=10``
+runs ten times as many. The runs are derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another
+deterministic sample.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from tests.test_inputs import LLAMA3_8B_CONFIG, MIXTRAL_CONFIG
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = float(os.environ.get("PLAIT_FUZZ_SCALE", "1"))
 SEED = int(os.environ.get("PLAIT_FUZZ_SEED", "0"))
+ESTIMATES_PER_EXAMPLE = 3
 OUTCOMES: Counter[str] = Counter()
 """Per command: invocations and first words of every distinct error (printed at the end with ``pytest -s``)."""
 
@@ -271,7 +273,7 @@ def cluster_option(files: Files, data: st.DataObject):  # type: ignore[no-untype
                     else path_of(files, data, "cluster", "cluster-toml"))
 
 
-@fuzz(7430)
+@fuzz(7440 // ESTIMATES_PER_EXAMPLE)
 @given(data=st.data())
 def test_estimate(files: Files, data: st.DataObject) -> None:
     options = {
@@ -283,13 +285,16 @@ def test_estimate(files: Files, data: st.DataObject) -> None:
         "--recompute": texts("none", "selective", "full"), "--recompute-layers": ints(-1, 0, 2),
         "--micro-batch": ints(1, 2, 4), "--global-batch": ints(8, 128, 1024), "--seq-len": ints(0, 2048, 8192),
         "--precision": texts("bf16", "fp16", "fp8"), "--train-tokens": floats("1e12", "15e12", "1e3"),
+        "--dp-sync": texts("allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "local_sgd:every=8",
+                           "diloco:every=4", "powersgd:rank=x", "topk", "bf16:rank=2", "local_sgd:every=0"),
     }
     flags = ["--json", "--json", "--sp", "--no-sp", "--offload-optimizer", "--offload-params", "--simulate",
              "--closed-form", "--help"]
-    argv = command_line(data, "estimate", options, flags)
-    if "--json" not in argv and data.draw(st.integers(0, 3)):
-        argv.append("--json")  # tables cost 10x the estimate; most invocations take the JSON path
-    invoke(argv)
+    for _ in range(ESTIMATES_PER_EXAMPLE):  # several command lines per example: hypothesis's cost is per example
+        argv = command_line(data, "estimate", options, flags)
+        if "--json" not in argv and data.draw(st.integers(0, 3)):
+            argv.append("--json")  # tables cost 10x the estimate; most invocations take the JSON path
+        invoke(argv)
 
 
 @fuzz(700)
