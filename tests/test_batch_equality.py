@@ -91,7 +91,8 @@ _DEGREES = {"tp": (1, 2, 4, 8), "pp": (1, 2, 3, 4), "vpp": (1, 2), "cp": (1, 2),
 _FLAGS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
 
 
-_SYNCS = ("allreduce", "allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "local_sgd:every=4")
+_SYNCS = ("allreduce", "allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "quantize:bits=4",
+          "local_sgd:every=4")
 
 
 def _random_plans(seed: int, count: int) -> list[Plan]:

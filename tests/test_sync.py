@@ -25,7 +25,8 @@ STEPS = 10
 FULL_RANK = "powersgd:rank=1000000,min_compression_rate=0"  # every tensor compressed at a rank covering it
 CASES = ["allreduce@sgd", f"{FULL_RANK}@sgd", "powersgd:rank=2@sgd", "bf16@adamw", "fp16@adamw",
          "local_sgd:every=1@sgd", "local_sgd:every=3@sgd", "allreduce@adamw", "powersgd:rank=2@adamw",
-         "topk:ratio=1@adamw", "topk:ratio=0.01@adamw"]
+         "topk:ratio=1@adamw", "topk:ratio=0.01@adamw", "quantize:bits=8@adamw", "quantize:bits=4@adamw",
+         "quantize:bits=1@adamw"]
 
 
 def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
@@ -87,7 +88,8 @@ def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, refer
 @pytest.mark.parametrize("case, reference", [
     ("powersgd:rank=2@sgd", "allreduce@sgd"), ("bf16@adamw", "allreduce@adamw"), ("fp16@adamw", "allreduce@adamw"),
     ("local_sgd:every=3@sgd", "allreduce@sgd"), ("powersgd:rank=2@adamw", "allreduce@adamw"),
-    ("topk:ratio=0.01@adamw", "allreduce@adamw")])
+    ("topk:ratio=0.01@adamw", "allreduce@adamw"), ("quantize:bits=8@adamw", "allreduce@adamw"),
+    ("quantize:bits=4@adamw", "allreduce@adamw"), ("quantize:bits=1@adamw", "allreduce@adamw")])
 def test_lossy_methods_still_train(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """Finite, falling losses; they differ from the all-reduce's (a lossy method that did not would send nothing
     less). How many more steps they need is issue 14's convergence multiplier, not asserted here."""
@@ -132,3 +134,19 @@ def test_plait_run_trains_a_dp_sync_plan(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     losses = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses) and "sync=powersgd" in done.stdout
+
+
+@pytest.mark.parametrize("bits", [8, 4, 1])
+def test_quantized_codes_round_trip_within_half_a_level(bits: int) -> None:
+    """8 and 4 bits: every value within half a level of the scale; 1 bit: the sign, scaled by the mean magnitude."""
+    torch = pytest.importorskip("torch")
+    from plait.run.sync import dequantized, quantized
+
+    x = torch.randn(1001, generator=torch.Generator().manual_seed(bits))
+    packed, scale = quantized(x, bits)
+    y = dequantized(packed, scale, bits, x.numel())
+    assert packed.numel() == -(-x.numel() * bits // 8) and packed.dtype == torch.uint8
+    if bits == 1:
+        assert torch.equal(torch.sign(y), torch.where(x >= 0, 1.0, -1.0)) and torch.allclose(y.abs(), x.abs().mean())
+    else:
+        assert (x - y).abs().max() <= scale.item() / 2 + 1e-6

@@ -13,6 +13,8 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
   ``powerSGD_hook``, docs/research/sync-methods.md); steps before ``start_iter`` send the plain all-reduce;
 - ``topk:ratio=F``: per gradient tensor ``k = ceil(F numel)`` fp32 values and int32 indices, all-gathered
   (each rank hands over its own ``8 k`` bytes; Lin et al. 2018, DGC; ``plait.run.sync.topk_hook``);
+- ``quantize:bits=B``: per gradient tensor ``ceil(B numel / 8)`` bytes of packed codes and one fp32 scale,
+  all-gathered (``plait.run.sync.quantize_hook``; 1-bit: EF-SignSGD's scaled sign, Karimireddy et al. 2019);
 - ``local_sgd:every=H``: no gradient traffic; every H steps one all-reduce of every parameter (PyTorch
   ``PeriodicModelAverager``): per step, the parameters' bytes over H.
 """
@@ -39,6 +41,10 @@ TOPK_ENTRY_BYTES = 4 + 4
 """Methods whose bytes are modelled here and which ``plait.run.sync`` runs."""
 
 
+def _quantized_bytes(numel: int, bits: int) -> int:
+    return -(-numel * bits // 8) + 4  # packed codes, one fp32 scale
+
+
 def _powersgd_elements(shape: Shape, rank: int, min_compression_rate: float) -> int:
     n = shape[0]
     m = math.prod(shape[1:]) if len(shape) > 1 else 1
@@ -61,6 +67,8 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
         return sum(_powersgd_elements(s, rank, rate) for s in shapes) * GRAD_BYTES
     if sync.method == "topk":
         return sum(math.ceil(sync["ratio"] * math.prod(s)) for s in shapes) * TOPK_ENTRY_BYTES
+    if sync.method == "quantize":
+        return float(sum(_quantized_bytes(math.prod(s), int(sync["bits"])) for s in shapes))
     if sync.method == "local_sgd":
         every = sync.every
         if step is None:
@@ -75,6 +83,10 @@ TOPK_PASSES = 11
 """Streaming passes over the fp32 gradient in :func:`plait.run.sync.topk_hook`: add into the residual (read 2,
 write 1), absolute value (2), top-k selection (2: assumed, a radix select reads its input twice), the dense sum
 (zero 1, index_add 0), the average (2) and the buffer copy (1)."""
+QUANTIZE_PASSES = 10
+"""Streaming passes over the fp32 gradient in :func:`plait.run.sync.quantize_hook` besides one per gathered rank:
+residual add (3), the scale's reduction (1), quantize and pack (2), the own dequantize and residual update (3),
+the average into the bucket (1)."""
 POWERSGD_PASSES = 4
 """Streaming passes over each compressed matrix besides its GEMMs: error feedback's add (read 2, write 1) and the
 copy of the decompressed result into the bucket (1)."""
@@ -121,6 +133,13 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, replicas: Any, 
         largest = max(math.prod(s) for s in shapes)  # the dense sum is built one tensor at a time
         extra = (elements + largest) * float(FP32_PASS_BYTES)  # the residual, and that sum
         return zero, gathered + full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw), extra
+    if sync.method == "quantize":
+        bits = int(sync["bits"])
+        sent = sum(_quantized_bytes(math.prod(s), bits) for s in shapes)
+        gathered = collective_s(cluster, "all_gather", replicas, 1, replicas * full(float(sent)))
+        passes = QUANTIZE_PASSES + 2 * replicas  # and, per rank's codes, a dequantize-and-add
+        largest = max(math.prod(s) for s in shapes)
+        return zero, gathered + passes * (elements * FP32_PASS_BYTES / memory_bw), (elements + largest) * 4.0
     if sync.method == "local_sgd":
         average = collective_s(cluster, "all_reduce", replicas, 1, full(elements * float(GRAD_BYTES)))
         return zero, average / sync.every, elements * float(GRAD_BYTES)  # the flat buffer of the averaged params

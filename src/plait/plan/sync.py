@@ -7,8 +7,8 @@ less often (docs/research/sync-methods.md says what PyTorch and torchft provide 
 - ``powersgd:rank=R[,min_compression_rate=C,start_iter=S]``: rank-R PowerSGD with error feedback (Vogels et al.
   2019, Algorithm 1; PyTorch's ``PowerSGDState`` defaults for C and S);
 - ``topk:ratio=F``: the largest fraction F of each gradient with error feedback (Lin et al. 2018, DGC; 001-06);
-- ``quantize:bits=8|4|1``: stochastic per-tensor quantization with error feedback (1-bit Adam / signSGD-EF family,
-  Seide et al. 2014 for 1 bit);
+- ``quantize:bits=8|4|1``: per-tensor quantization to the nearest of ``2^(b-1) - 1`` levels (1 bit: the scaled
+  sign of EF-SignSGD, Karimireddy et al. 2019) with error feedback;
 - ``local_sgd:every=H``: periodic model averaging every H steps (PyTorch's ``PeriodicModelAverager``);
 - ``diloco:every=H,outer_lr=..,outer_momentum=..``: DiLoCo (Douillard et al. 2023), inner AdamW, outer Nesterov;
 - ``palsgd:every=H,p=..`` (000-06), ``dreamddp:every=H`` (000-19), ``pipe_sgd`` (000-12).
@@ -43,7 +43,7 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
 et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.5 (assumed: the middle of its range)."""
 QUANTIZE_BITS = (1, 4, 8)
-MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "local_sgd")
+MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd")
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
 
 
