@@ -60,9 +60,9 @@ def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = N
     elif sync.method in ("bf16", "fp16"):
         ddp.register_comm_hook(group, _bf16_gradients if sync.method == "bf16" else _fp16_gradients)
     elif sync.method == "topk":
-        ddp.register_comm_hook(TopK(sync["ratio"], group), topk_hook)
+        ddp.register_comm_hook(TopK(sync["ratio"], group), error_feedback_hook)
     elif sync.method == "quantize":
-        ddp.register_comm_hook(Quantize(int(sync["bits"]), group), quantize_hook)
+        ddp.register_comm_hook(Quantize(int(sync["bits"]), group), error_feedback_hook)
     elif sync.method == "powersgd":
         state = powerSGD_hook.PowerSGDState(
             process_group=group, matrix_approximation_rank=int(sync["rank"]),
@@ -91,52 +91,80 @@ def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync) -> tu
     return wrap_model(model, sync), wrap_optimizer(optimizer, sync)
 
 
-class TopK:
-    """State of :func:`topk_hook`: the kept ratio and each parameter's error-feedback residual."""
+class ErrorFeedback:
+    """State of :func:`error_feedback_hook` over ``group``: each parameter's residual, what its messages have not
+    carried yet (Stich et al. 2018), and :meth:`exchange`, the method's own message."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+        self.residuals: dict[int, torch.Tensor] = {}
+        """Per parameter (by ``id``: DDP rebuilds its buckets after the first step)."""
+
+    def exchange(self, residual: torch.Tensor) -> torch.Tensor:
+        """The ranks' mean of what each sends for ``residual`` (residual plus gradient), with what this rank sent
+        taken out of ``residual``."""
+        raise NotImplementedError
+
+
+class TopK(ErrorFeedback):
+    """Per tensor, the ``k = ceil(ratio * numel)`` largest magnitudes as fp32 values and int32 indices."""
 
     def __init__(self, ratio: float, group: dist.ProcessGroup | None = None) -> None:
-        self.ratio, self.group = ratio, group
-        self.residuals: dict[int, torch.Tensor] = {}
-        """Per parameter (by ``id``): the gradient not sent yet."""
+        super().__init__(group)
+        self.ratio = ratio
 
-
-def topk_hook(state, bucket):  # type: ignore[no-untyped-def]
-    """Sparse all-reduce of ``bucket`` (a ``dist.GradBucket``): per gradient, the largest ``ratio`` of residual +
-    gradient from every rank, summed and divided by the world size; what was not sent stays in the residual for
-    the next step. (Unannotated: DDP checks a hook's annotations against the classes themselves, and this module's
-    annotations are strings.)"""
-    world = dist.get_world_size(state.group)
-    buffer = bucket.buffer()
-    offset = 0
-    for parameter, grad in zip(bucket.parameters(), bucket.gradients()):  # in the flat buffer's order
-        numel = grad.numel()
-        # keyed by the parameter: DDP rebuilds its buckets after the first step
-        residual = state.residuals.setdefault(id(parameter), torch.zeros(numel, dtype=buffer.dtype))
-        residual += buffer[offset:offset + numel]
-        k = math.ceil(state.ratio * numel)
+    def exchange(self, residual: torch.Tensor) -> torch.Tensor:
+        world, numel = dist.get_world_size(self.group), residual.numel()
+        k = math.ceil(self.ratio * numel)
         chosen = torch.topk(residual.abs(), k, sorted=False).indices
         values = residual[chosen]
         gathered_values = torch.empty(world * k, dtype=values.dtype)
         gathered_indices = torch.empty(world * k, dtype=torch.int32)
-        dist.all_gather_into_tensor(gathered_values, values.contiguous(), group=state.group)
-        dist.all_gather_into_tensor(gathered_indices, chosen.to(torch.int32), group=state.group)
-        dense = torch.zeros(numel, dtype=buffer.dtype)
+        dist.all_gather_into_tensor(gathered_values, values.contiguous(), group=self.group)
+        dist.all_gather_into_tensor(gathered_indices, chosen.to(torch.int32), group=self.group)
+        dense = torch.zeros(numel, dtype=residual.dtype)
         dense.index_add_(0, gathered_indices.to(torch.int64), gathered_values)
-        buffer[offset:offset + numel] = dense / world
         residual[chosen] = 0.0
+        return dense / world
+
+
+class Quantize(ErrorFeedback):
+    """Per tensor, ``bits``-bit packed codes and one fp32 scale (:func:`quantized`)."""
+
+    def __init__(self, bits: int, group: dist.ProcessGroup | None = None) -> None:
+        super().__init__(group)
+        self.bits = bits
+
+    def exchange(self, residual: torch.Tensor) -> torch.Tensor:
+        world, numel = dist.get_world_size(self.group), residual.numel()
+        packed, scale = quantized(residual, self.bits)
+        codes = torch.empty(world * packed.numel(), dtype=torch.uint8)
+        scales = torch.empty(world, dtype=torch.float32)
+        dist.all_gather_into_tensor(codes, packed, group=self.group)
+        dist.all_gather_into_tensor(scales, scale, group=self.group)
+        total = torch.zeros(numel, dtype=residual.dtype)
+        for rank, chunk in enumerate(codes.chunk(world)):
+            total += dequantized(chunk, scales[rank:rank + 1], self.bits, numel)
+        residual -= dequantized(packed, scale, self.bits, numel)
+        return total / world
+
+
+def error_feedback_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """Compressed all-reduce of ``bucket`` (a ``dist.GradBucket``) with error feedback: per gradient, in the flat
+    buffer's order, the residual takes the new gradient and ``state.exchange`` (an :class:`ErrorFeedback`) sends
+    it and returns the ranks' mean. (Unannotated: DDP checks a hook's annotations against the classes themselves,
+    and this module's annotations are strings.)"""
+    buffer = bucket.buffer()
+    offset = 0
+    for parameter, grad in zip(bucket.parameters(), bucket.gradients()):
+        numel = grad.numel()
+        residual = state.residuals.setdefault(id(parameter), torch.zeros(numel, dtype=buffer.dtype))
+        residual += buffer[offset:offset + numel]
+        buffer[offset:offset + numel] = state.exchange(residual)
         offset += numel
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     future.set_result(buffer)
     return future
-
-
-class Quantize:
-    """State of :func:`quantize_hook`: bits per entry and each parameter's error-feedback residual."""
-
-    def __init__(self, bits: int, group: dist.ProcessGroup | None = None) -> None:
-        self.bits, self.group = bits, group
-        self.residuals: dict[int, torch.Tensor] = {}
-        """Per parameter (by ``id``): what the codes have not carried yet."""
 
 
 def quantized(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,32 +191,6 @@ def dequantized(packed: torch.Tensor, scale: torch.Tensor, bits: int, numel: int
     levels = 2 ** (bits - 1) - 1
     codes = packed if bits == 8 else torch.stack([packed & 15, packed >> 4], 1).reshape(-1)[:numel]
     return (codes.to(torch.float32) - levels) * scale
-
-
-def quantize_hook(state, bucket):  # type: ignore[no-untyped-def]
-    """Quantized all-reduce of ``bucket`` with error feedback (unannotated for DDP's hook check, as
-    :func:`topk_hook`)."""
-    world = dist.get_world_size(state.group)
-    buffer = bucket.buffer()
-    offset = 0
-    for parameter, grad in zip(bucket.parameters(), bucket.gradients()):
-        numel = grad.numel()
-        residual = state.residuals.setdefault(id(parameter), torch.zeros(numel, dtype=buffer.dtype))
-        residual += buffer[offset:offset + numel]
-        packed, scale = quantized(residual, state.bits)
-        codes = torch.empty(world * packed.numel(), dtype=torch.uint8)
-        scales = torch.empty(world, dtype=torch.float32)
-        dist.all_gather_into_tensor(codes, packed, group=state.group)
-        dist.all_gather_into_tensor(scales, scale, group=state.group)
-        total = torch.zeros(numel, dtype=buffer.dtype)
-        for rank, chunk in enumerate(codes.chunk(world)):
-            total += dequantized(chunk, scales[rank:rank + 1], state.bits, numel)
-        residual -= dequantized(packed, scale, state.bits, numel)
-        buffer[offset:offset + numel] = total / world
-        offset += numel
-    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    future.set_result(buffer)
-    return future
 
 
 @contextlib.contextmanager
