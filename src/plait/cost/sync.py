@@ -12,9 +12,9 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
   (``m r``) factors are all-reduced, else the whole tensor (Vogels et al. 2019, Algorithm 1; torch 2.13
   ``powerSGD_hook``, docs/research/sync-methods.md); steps before ``start_iter`` send the plain all-reduce;
 - ``topk:ratio=F``: per gradient tensor ``k = ceil(F numel)`` fp32 values and int32 indices, all-gathered
-  (each rank hands over its own ``8 k`` bytes; Lin et al. 2018, DGC; ``plait.run.sync.topk_hook``);
+  (each rank hands over its own ``8 k`` bytes; Lin et al. 2018, DGC; ``plait.run.sync.TopK``);
 - ``quantize:bits=B``: per gradient tensor ``ceil(B numel / 8)`` bytes of packed codes and one fp32 scale,
-  all-gathered (``plait.run.sync.quantize_hook``; 1-bit: EF-SignSGD's scaled sign, Karimireddy et al. 2019);
+  all-gathered (``plait.run.sync.Quantize``; 1-bit: EF-SignSGD's scaled sign, Karimireddy et al. 2019);
 - ``local_sgd:every=H``: no gradient traffic; every H steps one all-reduce of every parameter (PyTorch
   ``PeriodicModelAverager``): per step, the parameters' bytes over H.
 """
@@ -35,21 +35,20 @@ from plait.workload.tensors import Shape, parameter_shapes
 
 GRAD_BYTES = 4
 """fp32 gradients and parameters (the replica's own copy; autocast computes in bf16)."""
-RUNNABLE = MODELLED
 TOPK_ENTRY_BYTES = 4 + 4
 """A kept gradient entry: its fp32 value and int32 index."""
-"""Methods whose bytes are modelled here and which ``plait.run.sync`` runs."""
 
 
 def _quantized_bytes(numel: int, bits: int) -> int:
     return -(-numel * bits // 8) + 4  # packed codes, one fp32 scale
 
 
-def _powersgd_elements(shape: Shape, rank: int, min_compression_rate: float) -> int:
+def _powersgd_matrix(shape: Shape, rank: int, min_compression_rate: float) -> tuple[int, int, int, bool]:
+    """(n, m, r, compressed) of one gradient as PowerSGD views it (torch ``_should_compress``)."""
     n = shape[0]
     m = math.prod(shape[1:]) if len(shape) > 1 else 1
     r = min(n, m, rank)
-    return (n + m) * r if (n + m) * r * min_compression_rate < n * m else n * m
+    return n, m, r, (n + m) * r * min_compression_rate < n * m
 
 
 def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> float:
@@ -63,8 +62,8 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
     if sync.method == "powersgd":
         if step is not None and step < sync["start_iter"]:
             return elements * GRAD_BYTES
-        rank, rate = int(sync["rank"]), sync["min_compression_rate"]
-        return sum(_powersgd_elements(s, rank, rate) for s in shapes) * GRAD_BYTES
+        matrices = (_powersgd_matrix(s, int(sync["rank"]), sync["min_compression_rate"]) for s in shapes)
+        return sum((n + m) * r if compressed else n * m for n, m, r, compressed in matrices) * GRAD_BYTES
     if sync.method == "topk":
         return sum(math.ceil(sync["ratio"] * math.prod(s)) for s in shapes) * TOPK_ENTRY_BYTES
     if sync.method == "quantize":
@@ -74,17 +73,17 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
         if step is None:
             return elements * GRAD_BYTES / every
         return elements * GRAD_BYTES if step % every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H, ...
-    raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(RUNNABLE)})")
+    raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
 
 
 # --- time and memory of a pure data-parallel plan's synchronization --------------------------------------------
 FP32_PASS_BYTES = 4
 TOPK_PASSES = 11
-"""Streaming passes over the fp32 gradient in :func:`plait.run.sync.topk_hook`: add into the residual (read 2,
+"""Streaming passes over the fp32 gradient in :class:`plait.run.sync.TopK`: add into the residual (read 2,
 write 1), absolute value (2), top-k selection (2: assumed, a radix select reads its input twice), the dense sum
 (zero 1, index_add 0), the average (2) and the buffer copy (1)."""
 QUANTIZE_PASSES = 10
-"""Streaming passes over the fp32 gradient in :func:`plait.run.sync.quantize_hook` besides one per gathered rank:
+"""Streaming passes over the fp32 gradient in :class:`plait.run.sync.Quantize` besides one per gathered rank:
 residual add (3), the scale's reduction (1), quantize and pack (2), the own dequantize and residual update (3),
 the average into the bucket (1)."""
 POWERSGD_PASSES = 4
@@ -110,15 +109,14 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, replicas: Any, 
     shapes = [s for _, s in parameter_shapes(model)]
     elements = sum(math.prod(s) for s in shapes)
     zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
+    sent = payload_bytes(sync, shapes, step=0)  # per synchronizing step
     if sync.method in ("bf16", "fp16"):
-        return collective_s(cluster, "all_reduce", replicas, 1, full(elements * 2.0)), zero, 0.0
+        return collective_s(cluster, "all_reduce", replicas, 1, full(sent)), zero, 0.0
     if sync.method == "powersgd":
-        rank, rate = int(sync["rank"]), sync["min_compression_rate"]
         p = q = plain = flops = streamed = 0.0
-        for s in shapes:
-            n, m = s[0], math.prod(s[1:]) if len(s) > 1 else 1
-            r = min(n, m, rank)
-            if (n + m) * r * rate < n * m:
+        for n, m, r, compressed in (_powersgd_matrix(s, int(sync["rank"]), sync["min_compression_rate"])
+                                    for s in shapes):
+            if compressed:
                 p, q = p + n * r, q + m * r
                 flops += 6.0 * n * m * r + 2.0 * n * r * r  # P = MQ, Q = M^T P, M - PQ^T; Gram-Schmidt of P
                 streamed += POWERSGD_PASSES * n * m * FP32_PASS_BYTES
@@ -127,20 +125,15 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, replicas: Any, 
         comm = sum(collective_s(cluster, "all_reduce", replicas, 1, full(x * GRAD_BYTES)) for x in (plain, p, q))
         extra = (elements - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P and Q
         return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), extra
-    if sync.method == "topk":
-        kept = sum(math.ceil(sync["ratio"] * math.prod(s)) for s in shapes) * TOPK_ENTRY_BYTES
-        gathered = collective_s(cluster, "all_gather", replicas, 1, replicas * full(float(kept)))
-        largest = max(math.prod(s) for s in shapes)  # the dense sum is built one tensor at a time
+    largest = max(math.prod(s) for s in shapes)  # a dense sum is built one tensor at a time
+    if sync.method in ("topk", "quantize"):
+        gathered = collective_s(cluster, "all_gather", replicas, 1, replicas * full(sent))
+        # quantize also dequantizes and adds every rank's codes: two passes per rank
+        streamed = (full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw) if sync.method == "topk"
+                    else (QUANTIZE_PASSES + 2 * replicas) * (elements * FP32_PASS_BYTES / memory_bw))
         extra = (elements + largest) * float(FP32_PASS_BYTES)  # the residual, and that sum
-        return zero, gathered + full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw), extra
-    if sync.method == "quantize":
-        bits = int(sync["bits"])
-        sent = sum(_quantized_bytes(math.prod(s), bits) for s in shapes)
-        gathered = collective_s(cluster, "all_gather", replicas, 1, replicas * full(float(sent)))
-        passes = QUANTIZE_PASSES + 2 * replicas  # and, per rank's codes, a dequantize-and-add
-        largest = max(math.prod(s) for s in shapes)
-        return zero, gathered + passes * (elements * FP32_PASS_BYTES / memory_bw), (elements + largest) * 4.0
+        return zero, gathered + streamed, extra
     if sync.method == "local_sgd":
-        average = collective_s(cluster, "all_reduce", replicas, 1, full(elements * float(GRAD_BYTES)))
-        return zero, average / sync.every, elements * float(GRAD_BYTES)  # the flat buffer of the averaged params
-    raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(RUNNABLE)})")
+        average = collective_s(cluster, "all_reduce", replicas, 1, full(sent))
+        return zero, average / sync.every, float(sent)  # the flat buffer of the averaged params
+    raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
