@@ -61,7 +61,8 @@ def check_writable(path: Path, what: str, *, folder: bool = False) -> None:
 def refuse_overwrite(path: Path | None, overwrite: bool) -> None:
     """Raise unless ``path`` is free or ``overwrite`` was asked for: no user file is replaced silently (and a
     path that cannot be written at all is refused at once, :func:`check_writable`)."""
-    if path is not None:
-        check_writable(path, "output file")
-    if path is not None and path.exists() and not overwrite:
+    if path is None:
+        return
+    check_writable(path, "output file")
+    if path.exists() and not overwrite:
         raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plait.cost.estimate import Estimate
-from plait.predict.goodput import goodput
+from plait.predict.goodput import goodput, reliability
 from plait.units import GIB
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
                   f"{est.gpu_hours(train_tokens):,.0f} GPU-hours, ${est.cost_usd(train_tokens):,.0f} "
                   f"at ${est.price_per_gpu_hour_usd:.2f}/GPU-hour")
     failures = goodput(est)
-    console.print(f"with failures (Llama 3 405B's measured rate, 419 unexpected interruptions in 54 days on 16,384 "
-                  f"H100): one every {_figure(failures.mtbf_s / 3600)} h at {est.num_gpus:,} GPUs; a checkpoint of "
+    console.print(f"with failures ({reliability().basis}): one every {_figure(failures.mtbf_s / 3600)} h at "
+                  f"{est.num_gpus:,} GPUs; a checkpoint of "
                   f"{failures.checkpoint_bytes_per_gpu / GIB:.2f} GiB/GPU takes {failures.checkpoint_s:.3g} s, "
                   f"best every {_figure(failures.interval_s / 60)} min (Daly 2006); goodput "
                   f"{100 * failures.goodput:.1f}%: {_duration(failures.time_to_train_s(est.time_to_train_s(train_tokens)))}, "

@@ -13,9 +13,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from plait.cost.memory import optimizer_bytes_per_param
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
+from plait.plan.columns import PlanColumns
 from plait.plan.io import read_plan_file
 from plait.predict.estimate import estimate
 from plait.run.launch import local_slots, multinode_command, run_local
@@ -187,10 +189,11 @@ def _check_checkpointing(folder: Path | None, at: int, every: int, keep: int, re
 
 
 def checkpoint_bytes(model, plan) -> float:  # type: ignore[no-untyped-def]
-    """Bytes of one checkpoint of plait's runtime: fp32 weights (it keeps fp32 parameters; bf16 is an autocast or
-    FSDP2 compute dtype) and the optimizer's fp32 state, AdamW two moments, SGD one momentum buffer, each written
+    """Bytes of one checkpoint of plait's runtime: its fp32 parameters are the master copy (bf16 is an autocast or
+    FSDP2 compute dtype), so a checkpoint is the cost model's optimizer state per parameter — fp32 master, AdamW
+    two moments or SGD one momentum buffer (:func:`plait.cost.memory.optimizer_bytes_per_param`) — each written
     once however it is sharded or replicated (DCP deduplicates replicas)."""
-    return model.total_params() * (4 + (8 if plan.optimizer == "adamw" else 4))
+    return model.total_params() * float(optimizer_bytes_per_param(PlanColumns.one(plan)))
 
 
 def _check_room(folder: Path, at: int, every: int, keep: int, steps: int, model, plan) -> None:  # type: ignore[no-untyped-def]

@@ -221,7 +221,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
     (:meth:`PlanColumns.one`) every result is a float."""
     prepared = prepare(model, cluster, cols, framework)
-    cols, inner, fsdp, p2p = prepared.cols, prepared.inner, prepared.fsdp, prepared.p2p_s
+    cols, inner, p2p = prepared.cols, prepared.inner, prepared.p2p_s
     xp, pp = cols.xp, cols["pp"]
     stages = [0 if xp.scalar else np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
     passes = [stage_pass(model, cluster, prepared, s) for s in stages]

@@ -124,7 +124,7 @@ class Cluster:
     def storage_bytes_per_s_per_gpu(self) -> float | None:
         """Checkpoint-store bandwidth per GPU in bytes/s (``None``: not stated)."""
         gb = self.storage_bandwidth_gb_per_s_per_gpu
-        return None if gb is None else gb * 1e9
+        return None if gb is None else gb * GB
 
     @property
     def host_memory_bytes_per_gpu(self) -> float:

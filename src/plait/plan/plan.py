@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from plait.errors import ConfigError
+from plait.plan.sync import parse_sync
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Sharding = Literal["none", "zero1", "zero2", "zero3"]
@@ -89,8 +90,6 @@ class Plan:
         if self.dp_sync != "allreduce":
             if not isinstance(self.dp_sync, str):
                 raise ConfigError(f"dp_sync={self.dp_sync!r} must be a string METHOD[:key=value,...]")
-            from plait.plan.sync import parse_sync
-
             object.__setattr__(self, "dp_sync", parse_sync(self.dp_sync).spec)
 
     # --- derived sizes -------------------------------------------------------------------

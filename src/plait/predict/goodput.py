@@ -47,6 +47,8 @@ class Reliability:
     """Seconds to reschedule and re-initialise the job."""
     sources: tuple[str, ...]
     """Where the figures come from."""
+    basis: str
+    """The measured run the failure rate comes from, in words."""
 
 
 @cache
@@ -61,7 +63,9 @@ def reliability() -> Reliability:
                        storage_bytes_per_s_per_gpu=data["storage"]["bandwidth_gb_per_s_per_gpu"] * GB,
                        detect_s=data["restart"]["detect_s"], relaunch_s=data["restart"]["relaunch_s"],
                        sources=(run["source"], data["storage"]["source"], data["restart"]["detect_source"],
-                                data["restart"]["relaunch_source"]))
+                                data["restart"]["relaunch_source"]),
+                       basis=(f"{run['run']}'s measured rate, {sum(run['unexpected'].values())} unexpected "
+                              f"interruptions in {run['days']} days on {run['gpus']:,} {run['accelerator']}"))
 
 
 def young_interval_s(checkpoint_s: float, mtbf_s: float) -> float:

@@ -9,7 +9,6 @@ averaged by DDP/FSDP, so every layout computes the single-device gradient.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import resource
 import time
@@ -21,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from plait import strict_json
 from plait.plan.plan import Plan
 from plait.run.mesh import Mesh
 
@@ -161,8 +161,7 @@ class StepMetrics:
 
     def to_json(self) -> str:
         """Strict JSON: a non-finite figure is ``null``."""
-        return json.dumps({k: (v if not isinstance(v, float) or math.isfinite(v) else None)
-                           for k, v in self.__dict__.items()}, allow_nan=False)
+        return strict_json.dumps(self.__dict__)
 
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:
