@@ -19,6 +19,7 @@ from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
 from plait.plan.plan import LIMIT, Precision
+from plait.plan.sync import parse_sync
 from plait.search.engine import run_search
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.pareto import choose, pareto_front
@@ -72,6 +73,10 @@ def plan_command(
     memory_margin: Annotated[float, typer.Option(help="Fraction of GPU memory kept free.")] = 0.05,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let tp and ep leave the scale-up domain.")] = False,
     precision: Annotated[str | None, typer.Option(help="Matmul precisions to try, e.g. bf16 or bf16,fp8.")] = None,
+    dp_sync: Annotated[list[str] | None, typer.Option(help="A data-parallel synchronization method to try besides "
+                                                           "allreduce, METHOD[:key=value,...]; repeat for more. Tried "
+                                                           "on pure data-parallel layouts; steps are compared without "
+                                                           "their convergence cost.")] = None,
     export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml and the engine's own configuration "
                                                      "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
@@ -96,12 +101,13 @@ def plan_command(
     for name in precisions or ():
         if name not in get_args(Precision):
             raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
+    syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or [])]))
     console = Console(stderr=as_json)
     if objective == "throughput":
         if gpus_range:
             raise ConfigError("--gpus-range needs objective cost or time; objective throughput takes --gpus")
         space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
-                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions)
+                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=syncs)
         with LazyProgress(console, "searching plans") as progress:
             result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine, workers=workers)
         if result.num_candidates == 0:
@@ -128,7 +134,8 @@ def plan_command(
     with LazyProgress(console, "searching GPU counts") as progress:
         points = search_gpu_counts(model_spec, cluster_spec, counts, batches, tokens, seq_len=seq_len,
                                    memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
-                                   precisions=precisions, progress=progress, engine=the_engine, workers=workers)
+                                   precisions=precisions, progress=progress, engine=the_engine, workers=workers,
+                                   dp_syncs=syncs)
     front = pareto_front(points)
     choice = choose(points, objective, deadline_days, budget_usd)
     if as_json:

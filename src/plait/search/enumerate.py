@@ -100,7 +100,15 @@ def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: 
         {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
         {"precision": np.array([code("precision", p) for p in space.precisions])},
         {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
+        {"dp_sync": np.array([code("dp_sync", s) for s in _dp_syncs(model, space, tp, pp, cp)])},
     ]
+
+
+def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> tuple[str, ...]:
+    """The synchronization methods a layout tries: every one asked for on a pure data-parallel layout of a dense
+    model with standard attention (what :mod:`plait.cost.sync` models), else the all-reduce."""
+    pure = tp == pp == cp == 1 and not (model.moe or model.mla or model.qk_norm)
+    return space.dp_syncs if pure else ("allreduce",)
 
 
 def layout_sizes(model: ModelSpec, space: SearchSpace) -> list[int]:

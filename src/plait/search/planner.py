@@ -52,12 +52,12 @@ def search_gpu_counts(model: ModelSpec, cluster: Cluster, counts: list[int], glo
                       tokens: float, *, seq_len: int = 0, memory_margin: float = 0.05,
                       allow_tp_across_nodes: bool = False, precisions: tuple[str, ...] | None = None,
                       progress: Progress | None = None, engine: Engine | None = None,
-                      workers: int | None = None) -> list[Point]:
+                      workers: int | None = None, dp_syncs: tuple[str, ...] = ("allreduce",)) -> list[Point]:
     """The best plan at each GPU count, priced for ``tokens`` (``workers``: see :func:`run_search`)."""
     points = []
     for gpus in counts:
         space = default_space(model, cluster, gpus, global_batches, seq_len=seq_len, memory_margin=memory_margin,
-                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions)
+                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=dp_syncs)
         result: SearchResult = run_search(model, cluster, space, progress=progress, engine=engine, workers=workers)
         best = result.top(1)
         if best:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.plan.sync import intern_sync, parse_sync
 from plait.workload.model import ModelSpec
 
 Offload = tuple[bool, bool]  # (optimizer, parameters)
@@ -60,8 +61,16 @@ class SearchSpace:
     """Fraction of device memory kept free (a plan fits when total <= capacity x (1 - margin))."""
     allow_tp_across_nodes: bool
     """Permit tp (and ep x tp) beyond the scale-up domain."""
+    dp_syncs: tuple[str, ...] = ("allreduce",)
+    """Data-parallel synchronization methods (:mod:`plait.plan.sync`) tried on pure data-parallel layouts of dense
+    models, the only ones they are modelled for. Only ``allreduce`` unless the user asks: a lossy method's
+    faster step says nothing of the steps it needs to converge (issue 14's multipliers are not in yet)."""
 
     def __post_init__(self) -> None:
+        # canonical, and interned before any search worker forks (plan columns store them as codes)
+        object.__setattr__(self, "dp_syncs", tuple(parse_sync(s).spec for s in self.dp_syncs))
+        for spec in self.dp_syncs:
+            intern_sync(spec)
         if self.gpus <= 0:
             raise ConfigError(f"gpus={self.gpus} must be > 0")
         if not self.global_batches or min(self.global_batches) <= 0:
@@ -85,7 +94,7 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches: tuple[int, ...], *,
                   seq_len: int = 0, memory_margin: float = 0.05, allow_tp_across_nodes: bool = False,
                   precisions: tuple[str, ...] | None = None, grad_reduce_dtypes: tuple[str, ...] = ("fp32",),
-                  max_micro_batch: int = 16) -> SearchSpace:
+                  max_micro_batch: int = 16, dp_syncs: tuple[str, ...] = ("allreduce",)) -> SearchSpace:
     """Every knob the estimator supports, with values sensible for ``model`` on ``cluster``."""
     seq = seq_len or model.seq_len
     tp_limit = gpus if allow_tp_across_nodes else min(gpus, cluster.scale_up_domain_gpus)
@@ -103,5 +112,5 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
         recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0), ("full", 0.5)),
         sequence_parallel=(True, False), offload=((False, False), (True, False), (True, True)),
         precisions=precisions, grad_reduce_dtypes=grad_reduce_dtypes, memory_margin=memory_margin,
-        allow_tp_across_nodes=allow_tp_across_nodes,
+        allow_tp_across_nodes=allow_tp_across_nodes, dp_syncs=dp_syncs,
     )
