@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulate", "simulate_command"), "report": ("simulate", "report_command"),
     "calibrate": ("calibrate", "calibrate_command"), "validate": ("validate", "validate_command"),
     "models": ("catalogs", "models_command"), "clusters": ("catalogs", "clusters_command"),
-    "engines": ("catalogs", "engines_command"),
+    "engines": ("catalogs", "engines_command"), "converge": ("converge", "converge_command"),
 }
 """Command name -> (module in plait.cli, function)."""
 

@@ -18,6 +18,7 @@ from plait.errors import ConfigError, check_writable, refuse_overwrite
 from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
+from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
 from plait.search.engine import run_search
@@ -55,12 +56,16 @@ def _range(text: str) -> tuple[int, int]:
         raise ConfigError(f"gpus range {text!r} must be LOW:HIGH") from None
     return low, high
 
+SITES_ENGINE = "plait"
+"""The engine planned for on clusters that span sites (the one that runs every ``dp_sync`` method)."""
+
 
 def plan_command(
     model: Annotated[str, typer.Option(help="Catalog model, config.json or model TOML.")] = DEFAULT_MODEL,
     cluster: Annotated[str, typer.Option(help="Cluster preset or TOML/YAML file.")] = DEFAULT_CLUSTER,
-    engine: Annotated[str, typer.Option(help="Engine to rank for and export to: only plans it can run are searched "
-                                              "(see `plait engines`).")] = DEFAULT_ENGINE,
+    engine: Annotated[str | None, typer.Option(help="Engine to rank for and export to: only plans it can run are "
+                                                     "searched (see `plait engines`). [default: " + DEFAULT_ENGINE +
+                                                     f", or {SITES_ENGINE} on a cluster that spans sites]")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs (objective throughput).")] = 8,
     gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts to compare (objectives cost, time).")] = None,
     global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "128",
@@ -74,9 +79,9 @@ def plan_command(
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let tp and ep leave the scale-up domain.")] = False,
     precision: Annotated[str | None, typer.Option(help="Matmul precisions to try, e.g. bf16 or bf16,fp8.")] = None,
     dp_sync: Annotated[list[str] | None, typer.Option(help="A data-parallel synchronization method to try besides "
-                                                           "allreduce, METHOD[:key=value,...]; repeat for more. Tried "
-                                                           "on pure data-parallel layouts; steps are compared without "
-                                                           "their convergence cost.")] = None,
+                                                           "allreduce, METHOD[:key=value,...]; repeat for more. "
+                                                           "[default: every method with a steps multiplier in "
+                                                           "plait's table; `--dp-sync allreduce` for none]")] = None,
     export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml and the engine's own configuration "
                                                      "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
@@ -86,11 +91,13 @@ def plan_command(
 ) -> None:
     """Search every parallel layout and memory knob; rank plans and explain the winner."""
     check_objective(objective)
-    model_spec, cluster_spec, the_engine = resolve_model(model), resolve_cluster(cluster), get_engine(engine)
+    model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
+    # Across sites the methods that send less matter most, and only plait's runtime runs them (`plait engines`).
+    the_engine = get_engine(engine or (SITES_ENGINE if cluster_spec.site_gpus else DEFAULT_ENGINE))
     batches = _batches(global_batch)
     if top < 1:
         raise ConfigError(f"--top={top} must be >= 1")
-    for name, value, low in (("--gpus", gpus, 1), ("--seq-len", seq_len, 0), *((("--global-batch", b, 1) for b in batches))):
+    for name, value, low in (("--gpus", gpus, 1), ("--seq-len", seq_len, 0), *(("--global-batch", b, 1) for b in batches)):
         if not low <= value <= LIMIT:
             raise ConfigError(f"{name}={value} must be between {low} and {LIMIT}")
     if export is not None:  # before the search: an existing file or an unexportable model is refused at once
@@ -101,7 +108,7 @@ def plan_command(
     for name in precisions or ():
         if name not in get_args(Precision):
             raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
-    syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or [])]))
+    syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or searched_specs())]))
     console = Console(stderr=as_json)
     if objective == "throughput":
         if gpus_range:

@@ -54,9 +54,20 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
                       f"{mem.capacity_bytes / GIB:.1f} GiB (exceeds by {-mem.headroom_bytes / GIB:.1f} GiB)")
     console.print(f"throughput: {est.tokens_per_s:,.0f} tokens/s, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU; "
                   f"MFU {100 * est.mfu:.1f}%, HFU {100 * est.hfu:.1f}% (PaLM FLOP convention, {est.plan.precision} dense peak)")
+    if est.plan.dp_sync != "allreduce":
+        figure = est.convergence
+        said = (f"{figure.multiplier:.3g} ({figure.basis}: {figure.source})" if figure.known
+                else f"unknown, taken as 1: {figure.source}")
+        console.print(f"steps multiplier of {est.plan.dp_sync}: {said}; time-to-target below = steps x multiplier "
+                      f"x step time")
+    egress = est.egress_usd(train_tokens)
     console.print(f"to train {train_tokens:.3g} tokens: {_duration(est.time_to_train_s(train_tokens))}, "
                   f"{est.gpu_hours(train_tokens):,.0f} GPU-hours, ${est.cost_usd(train_tokens):,.0f} "
-                  f"at ${est.price_per_gpu_hour_usd:.2f}/GPU-hour")
+                  + (f"(${est.cost_usd(train_tokens) - egress:,.0f} " if egress else "")
+                  + f"at ${est.price_per_gpu_hour_usd:.2f}/GPU-hour"
+                  + (f" + ${egress:,.0f} of egress at ${est.egress_usd_per_gb:g}/GB)" if egress else ""))
+    if est.egress_bytes_per_step:
+        console.print(f"between sites: {est.egress_bytes_per_step / 1e9:.3g} GB leave a site per step")
     failures = goodput(est)
     console.print(f"with failures ({reliability().basis}): one every {_figure(failures.mtbf_s / 3600)} h at "
                   f"{est.num_gpus:,} GPUs; a checkpoint of "

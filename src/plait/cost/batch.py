@@ -30,7 +30,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.plan.sync import SPECS, parse_sync
+from plait.plan.sync import INFREQUENT, SPECS, parse_sync
 from plait.units import S_PER_US
 from plait.workload.model import ModelSpec
 
@@ -203,15 +203,17 @@ def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
 
 def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any) -> tuple[Any, Any, Any]:
     """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
-    reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (pure data-parallel
-    plans, :mod:`plait.plan.rules`)."""
+    reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (data-parallel plans,
+    :mod:`plait.plan.rules`; for HSDP rows of infrequent methods the shard groups' reduction stays)."""
     xp, codes = cols.xp, cols["dp_sync"]
     exposed, extra = cols.zeros(), cols.zeros()
     present = ([codes] if codes else []) if xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
     for code in present:
-        over, shown, memory = method_costs(model, cluster, parse_sync(SPECS[code]), cols.dp, cols.full)
+        over, shown, memory = method_costs(model, cluster, parse_sync(SPECS[code]), cols)
         mask = codes == code
-        reduce, exposed = xp.where(mask, over, reduce), xp.where(mask, shown, exposed)
+        if parse_sync(SPECS[code]).method not in INFREQUENT:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
+            reduce = xp.where(mask, over, reduce)
+        exposed = xp.where(mask, shown, exposed)
         extra = xp.where(mask, memory, extra)
     return reduce, exposed, extra
 

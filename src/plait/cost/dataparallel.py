@@ -28,6 +28,7 @@ from plait.cost.links import collective_s
 from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param, shard_groups
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.sync import INFREQUENT, rows_with
 
 Columns = dict[str, np.ndarray]
 
@@ -39,12 +40,16 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
     replicas = cols.dp * cols["cp"]
     dense_group, expert_group = shard_groups(cols)
     none = cols.is_("sharding", "none")
-    plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(none, grad_bytes * params["dense"], 0.0))
+    # Replicas that average parameters every few steps instead (local SGD, DiLoCo: plait.cost.sync) all-reduce no
+    # gradients across replicas; with sharding, only the in-replica reduce-scatter stays.
+    apart = rows_with(cols, INFREQUENT)
+    whole = none & xp.not_(apart)
+    plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(whole, grad_bytes * params["dense"], 0.0))
              + collective_s(cluster, "all_reduce", xp.maximum(1, replicas // ep), tp * ep,
-                            xp.where(none, grad_bytes * params["expert"], 0.0)))
+                            xp.where(whole, grad_bytes * params["expert"], 0.0)))
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
-                          xp.where(none, 0.0, grad_bytes * sharded))
+                          xp.where(none | apart, 0.0, grad_bytes * sharded))
     zero12 = cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2")
     total = params["dense"] + params["expert"]
     reduce = collective_s(cluster, "reduce_scatter", dense_group, tp, xp.where(zero12, grad_bytes * total, 0.0))

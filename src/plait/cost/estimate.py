@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from plait.plan.convergence import Convergence, convergence
 from plait.plan.plan import Plan
+
+ALLREDUCE = convergence("allreduce")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +123,12 @@ class Estimate:
     (fp32 master copy and moments), whichever memory they live in."""
     storage_bytes_per_s_per_gpu: float | None = None
     """The cluster's checkpoint-store bandwidth per GPU (``None``: the cluster states none)."""
+    egress_bytes_per_step: float = 0.0
+    """Bytes leaving sites per step through the cluster's wide-area tier (:mod:`plait.cost.egress`)."""
+    egress_usd_per_gb: float = 0.0
+    """Price of one GB of that traffic (the wide-area tier's ``egress_usd_per_gb``)."""
+    convergence: Convergence = ALLREDUCE
+    """The plan's ``dp_sync`` steps multiplier and its source (:mod:`plait.plan.convergence`)."""
     warnings: list[str] = field(default_factory=list)
     """Options with no effect and other notes."""
 
@@ -154,17 +163,33 @@ class Estimate:
         """Hardware FLOPs utilisation: as MFU but counting recomputed forward passes."""
         return self.hardware_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_gpu)
 
+    @property
+    def steps_multiplier(self) -> float:
+        """Steps the plan's synchronization needs per all-reduce step (1 where unknown: see ``convergence``)."""
+        return self.convergence.factor
+
+    @property
+    def target_tokens_per_s(self) -> float:
+        """Throughput in all-reduce-equivalent tokens: tokens/s over the steps multiplier (what ranks plans)."""
+        return self.tokens_per_s / self.steps_multiplier
+
     def time_to_train_s(self, tokens: float) -> float:
-        """Wall time to train on ``tokens`` tokens."""
-        return tokens / self.tokens_per_s
+        """Time-to-target: wall time to reach the loss the all-reduce reaches in ``tokens`` tokens
+        (steps x multiplier x step time)."""
+        return tokens / self.target_tokens_per_s
 
     def gpu_hours(self, tokens: float) -> float:
         """GPU-hours to train on ``tokens`` tokens."""
         return self.time_to_train_s(tokens) * self.num_gpus / 3600.0
 
+    def egress_usd(self, tokens: float) -> float:
+        """Money for the bytes that leave sites while training to ``tokens`` tokens' target."""
+        steps = tokens / self.tokens_per_step * self.steps_multiplier
+        return steps * self.egress_bytes_per_step / 1e9 * self.egress_usd_per_gb
+
     def cost_usd(self, tokens: float) -> float:
-        """Money to train on ``tokens`` tokens at the cluster's price."""
-        return self.gpu_hours(tokens) * self.price_per_gpu_hour_usd
+        """Money to train on ``tokens`` tokens: GPU-hours at the cluster's price plus wide-area egress."""
+        return self.gpu_hours(tokens) * self.price_per_gpu_hour_usd + self.egress_usd(tokens)
 
     def to_dict(self, train_tokens: float | None = None) -> dict[str, object]:
         """A JSON-ready summary."""
@@ -188,6 +213,10 @@ class Estimate:
             "hfu": self.hfu,
             "flop_convention": ("PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs the dense peak of the "
                                 "plan's matmul precision"),
+            "egress_bytes_per_step": self.egress_bytes_per_step,
+            "steps_multiplier": self.convergence.multiplier,
+            "steps_multiplier_basis": self.convergence.basis,
+            "steps_multiplier_source": self.convergence.source,
             "warnings": self.warnings,
         }
         if train_tokens:
@@ -197,5 +226,6 @@ class Estimate:
                 "gpu_hours": self.gpu_hours(train_tokens),
                 "cost_usd": self.cost_usd(train_tokens),
                 "price_per_gpu_hour_usd": self.price_per_gpu_hour_usd,
+                "egress_usd": self.egress_usd(train_tokens),
             }
         return out

@@ -16,19 +16,21 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
 - ``quantize:bits=B``: per gradient tensor ``ceil(B numel / 8)`` bytes of packed codes and one fp32 scale,
   all-gathered (``plait.run.sync.Quantize``; 1-bit: EF-SignSGD's scaled sign, Karimireddy et al. 2019);
 - ``local_sgd:every=H``: no gradient traffic; every H steps one all-reduce of every parameter (PyTorch
-  ``PeriodicModelAverager``): per step, the parameters' bytes over H.
+  ``PeriodicModelAverager``): per step, the parameters' bytes over H;
+- ``diloco:every=H,...``: no gradient traffic; after every H inner steps one fp32 all-reduce of the
+  pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
 from plait.plan.sync import MODELLED, Sync
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, parameter_shapes
@@ -73,6 +75,11 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
         if step is None:
             return elements * GRAD_BYTES / every
         return elements * GRAD_BYTES if step % every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H, ...
+    if sync.method == "diloco":
+        every = sync.every
+        if step is None:
+            return elements * GRAD_BYTES / every
+        return elements * GRAD_BYTES if step % every == every - 1 else 0.0  # after H inner steps
     raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
 
 
@@ -91,27 +98,37 @@ POWERSGD_PASSES = 4
 copy of the decompressed result into the bucket (1)."""
 
 
+DILOCO_PASSES = 14
+"""Streaming passes over the fp32 parameters in one outer step of :class:`plait.run.sync.DiLoCo`: the delta
+``outer - local`` (read 2, write 1), its flat copy (2), the mean (2), SGD with Nesterov momentum (read gradient,
+momentum and parameter, write momentum and parameter: 5) and the copy back (2)."""
+DILOCO_BUFFERS = 4
+"""fp32 copies per parameter while DiLoCo synchronizes: the outer parameters, their momentum, the deltas and
+their flat buffer (which the outer gradients view)."""
+
+
 def _fp32_flops(cluster: Cluster) -> float:
     peaks = cluster.accelerator.peak_tflops
     return (peaks.get("fp32") or peaks.get("bf16") or peaks["fp16"]) * 1e12
 
 
-def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, replicas: Any, full: Callable[[float], Any]
-                 ) -> tuple[Any, Any, float]:
+def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns) -> tuple[Any, Any, Any]:
     """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
-    memory per GPU) of ``sync`` on ``replicas`` data-parallel ranks of a pure data-parallel plan, per step in
-    steady state. ``full(x)`` makes a column of ``x``.
+    memory per GPU) of ``sync`` on each row of ``cols`` (data-parallel plans, :mod:`plait.plan.rules`), per step
+    in steady state.
 
     Overlap (assumed from the runtime): bf16/fp16 run in DDP's bucketed hooks like the all-reduce; PowerSGD's
     dependent P and Q all-reduces, top-k's all-gathers and their compute are taken as exposed (``plait run``
-    keeps one bucket on gloo, so they follow the backward); local SGD averages after the optimizer step. GEMMs
-    of PowerSGD at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
+    keeps one bucket on gloo, so they follow the backward); local SGD and DiLoCo average after the optimizer step,
+    over whole replicas (with sharding, each HSDP ``dp_replicate`` group averages its shard). GEMMs of PowerSGD
+    at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
     shapes = [s for _, s in parameter_shapes(model)]
     elements = sum(math.prod(s) for s in shapes)
+    replicas, full = cols.dp, cols.full
     zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
-    sent = payload_bytes(sync, shapes, step=0)  # per synchronizing step
+    sent = payload_bytes(sync, shapes, step=0 if sync.method != "diloco" else sync.every - 1)  # a synchronizing step
     if sync.method in ("bf16", "fp16"):
-        return collective_s(cluster, "all_reduce", replicas, 1, full(sent)), zero, 0.0
+        return collective_s(cluster, "all_reduce", replicas, 1, full(sent)), zero, zero
     if sync.method == "powersgd":
         p = q = plain = flops = streamed = 0.0
         for n, m, r, compressed in (_powersgd_matrix(s, int(sync["rank"]), sync["min_compression_rate"])
@@ -124,7 +141,7 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, replicas: Any, 
                 plain += n * m
         comm = sum(collective_s(cluster, "all_reduce", replicas, 1, full(x * GRAD_BYTES)) for x in (plain, p, q))
         extra = (elements - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P and Q
-        return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), extra
+        return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), full(extra)
     largest = max(math.prod(s) for s in shapes)  # a dense sum is built one tensor at a time
     if sync.method in ("topk", "quantize"):
         gathered = collective_s(cluster, "all_gather", replicas, 1, replicas * full(sent))
@@ -132,8 +149,14 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, replicas: Any, 
         streamed = (full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw) if sync.method == "topk"
                     else (QUANTIZE_PASSES + 2 * replicas) * (elements * FP32_PASS_BYTES / memory_bw))
         extra = (elements + largest) * float(FP32_PASS_BYTES)  # the residual, and that sum
-        return zero, gathered + streamed, extra
-    if sync.method == "local_sgd":
-        average = collective_s(cluster, "all_reduce", replicas, 1, full(sent))
-        return zero, average / sync.every, float(sent)  # the flat buffer of the averaged params
+        return zero, gathered + streamed, full(extra)
+    if sync.method in ("local_sgd", "diloco"):
+        xp, whole = cols.xp, cols.is_("sharding", "none")
+        shard = xp.where(whole, 1, cols["dp_shard"])  # tp = cp = 1 (plait.plan.rules)
+        group, local = xp.where(whole, replicas, cols["dp_replicate"]), sent / shard
+        average = collective_s(cluster, "all_reduce", group, shard, local)
+        if sync.method == "local_sgd":
+            return zero, average / sync.every, local  # the flat buffer of the averaged params
+        passes = DILOCO_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
+        return zero, (average + passes) / sync.every, DILOCO_BUFFERS * local
     raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")

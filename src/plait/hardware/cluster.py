@@ -39,10 +39,23 @@ class NetworkTier:
     """All-gather busbw fraction where the backend's all-gather differs from its all-reduce (``None``: ``efficiency``)."""
     reduce_scatter_efficiency: Curve | None = None
     """Reduce-scatter busbw fraction where it differs from the all-reduce (gloo's, measured by ``plait calibrate``)."""
+    wide_area: bool = False
+    """A link between sites (regions, data centres): each aligned block of the tier below is one site, and every
+    byte a group sends through this tier leaves its site (issue 14). ``bandwidth_gb_per_s_per_gpu`` is then the
+    site's share of the link per GPU: the link's rate over the GPUs of one site."""
+    egress_usd_per_gb: float = 0.0
+    """Price of one GB (1e9 bytes) leaving a site through this tier (cloud inter-region transfer; 0 for a leased
+    line paid by the hour)."""
+    egress_source: str = ""
+    """Where the egress price comes from."""
 
     def __post_init__(self) -> None:
         if self.span_gpus <= 0 or self.bandwidth_gb_per_s_per_gpu <= 0 or self.latency_us < 0:
             raise ConfigError(f"tier {self.name}: span_gpus, bandwidth must be > 0 and latency >= 0")
+        if self.egress_usd_per_gb < 0:
+            raise ConfigError(f"tier {self.name}: egress_usd_per_gb={self.egress_usd_per_gb} must be >= 0")
+        if self.egress_usd_per_gb > 0 and not self.wide_area:
+            raise ConfigError(f"tier {self.name}: egress_usd_per_gb={self.egress_usd_per_gb} needs wide_area = true")
 
     @property
     def line_bytes_per_s(self) -> float:
@@ -117,6 +130,9 @@ class Cluster:
         spans = [t.span_gpus for t in self.tiers]
         if spans != sorted(spans):
             raise ConfigError(f"{self.name}: tiers must be ordered innermost first (span_gpus {spans})")
+        if self.tiers[0].wide_area:
+            raise ConfigError(f"{self.name}: tier {self.tiers[0].name} joins sites (wide_area) but is innermost; "
+                              "a site needs a tier of its own inside it")
         if self.price_per_gpu_hour_usd < 0:
             raise ConfigError(f"{self.name}: price_per_gpu_hour_usd={self.price_per_gpu_hour_usd} must be >= 0")
 
@@ -130,6 +146,19 @@ class Cluster:
     def host_memory_bytes_per_gpu(self) -> float:
         """Host DRAM per GPU in bytes."""
         return self.host_memory_gib_per_gpu * GIB
+
+    @property
+    def site_gpus(self) -> int | None:
+        """GPUs of one site: the span of the tier inside the first wide-area tier (``None``: one site)."""
+        for index, tier in enumerate(self.tiers):
+            if tier.wide_area:
+                return self.tiers[index - 1].span_gpus
+        return None
+
+    @property
+    def wide_area_tier(self) -> NetworkTier | None:
+        """The first tier that joins sites (``None``: one site)."""
+        return next((t for t in self.tiers if t.wide_area), None)
 
     @property
     def max_gpus(self) -> int:

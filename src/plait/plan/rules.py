@@ -18,7 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.sync import MODELLED, SPECS
+from plait.plan.sync import COMPRESSED, INFREQUENT, MODELLED, PARAMETERS, rows_with
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -52,8 +52,7 @@ def _first_nonpositive(p: Plan) -> str:
 
 def _sync_unmodelled(c: PlanColumns) -> Any:
     """Rows whose ``dp_sync`` method has no cost model yet (:data:`plait.plan.sync.MODELLED`)."""
-    codes = [i for i, spec in enumerate(SPECS) if spec.partition(":")[0] not in MODELLED]
-    return c.xp.any_of([c["dp_sync"] == i for i in codes]) if codes else c.full(False)
+    return rows_with(c, tuple(m for m in PARAMETERS if m not in MODELLED))
 
 
 def _sync_method(p: Plan) -> str:
@@ -109,10 +108,17 @@ RULES: tuple[Rule, ...] = (
     Rule("dp-sync-modelled", lambda c, m, k: _sync_unmodelled(c),
          lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
     Rule("dp-sync-pure-data-parallel",
-         lambda c, m, k: (c["dp_sync"] != 0) & c.xp.any_of([c["tp"] > 1, c["pp"] > 1, c["cp"] > 1, c["ep"] > 1,
-                                                            c.xp.not_(c.is_("sharding", "none"))]),
-         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} needs a pure data-parallel plan (tp, pp, cp, ep = 1 and "
-                          f"sharding='none'; got {p.describe()})")),
+         lambda c, m, k: (c["dp_sync"] != 0) & c.xp.any_of([c["tp"] > 1, c["pp"] > 1, c["cp"] > 1, c["ep"] > 1]),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} needs a data-parallel plan (tp, pp, cp, ep = 1; got "
+                          f"{p.describe()})")),
+    Rule("dp-sync-compressed-unsharded",
+         lambda c, m, k: rows_with(c, COMPRESSED) & c.xp.not_(c.is_("sharding", "none")),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} compresses DDP's gradient buckets and needs "
+                          f"sharding='none' (got sharding={p.sharding!r})")),
+    Rule("dp-sync-average-whole-replicas",
+         lambda c, m, k: rows_with(c, INFREQUENT) & c.xp.not_(c.is_("sharding", "none")) & (c["dp_replicate"] == 1),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
+                          f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
     Rule("dp-sync-dense-model",
          lambda c, m, k: (c["dp_sync"] != 0) & c.full(bool(m.moe or m.mla or m.qk_norm)),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} is modelled for dense models with standard attention "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from plait.errors import ConfigError
 
@@ -43,8 +44,13 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
 et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.5 (assumed: the middle of its range)."""
 QUANTIZE_BITS = (1, 4, 8)
-MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd")
+MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco")
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
+COMPRESSED = ("bf16", "fp16", "powersgd", "topk", "quantize")
+"""Methods that compress each step's gradients (in DDP's buckets: unsharded replicas only)."""
+INFREQUENT = ("local_sgd", "diloco", "palsgd", "dreamddp")
+"""Methods that train replicas apart and average parameters every few steps (over whole replicas: with sharding,
+over HSDP's ``dp_replicate`` groups, each replica sharded within itself)."""
 
 
 @dataclass(frozen=True)
@@ -122,3 +128,9 @@ def parse_sync(text: str) -> Sync:
             raise ConfigError(f"dp_sync={text!r}: {method} needs {key}=...")
         params.append((key, given.get(key, default)))
     return Sync(method, tuple((k, float(v)) for k, v in params))
+
+
+def rows_with(cols: Any, methods: tuple[str, ...]) -> Any:
+    """Rows of plan columns ``cols`` (:class:`plait.plan.columns.PlanColumns`) whose method is in ``methods``."""
+    codes = [i for i, spec in enumerate(SPECS) if spec.partition(":")[0] in methods]
+    return cols.xp.any_of([cols["dp_sync"] == i for i in codes]) if codes else cols.full(False)

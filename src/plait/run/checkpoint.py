@@ -62,9 +62,10 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
     if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
         raise ConfigError("checkpointing zero1 (ZeroRedundancyOptimizer) is not supported by DCP; "
                           "use zero2/zero3 (FSDP2) or sharding none to checkpoint")
-    if type(optimizer).__name__ == "PostLocalSGDOptimizer":
-        raise ConfigError("checkpointing dp_sync='local_sgd' is not supported yet (its averager's step is not in "
-                          "DCP's optimizer state); run it without --checkpoint-dir")
+    if type(optimizer).__name__ in ("PostLocalSGDOptimizer", "ShardAverage", "DiLoCo"):
+        method = "diloco" if type(optimizer).__name__ == "DiLoCo" else "local_sgd"
+        raise ConfigError(f"checkpointing dp_sync={method!r} is not supported yet (its step count and outer state "
+                          "are not in DCP's optimizer state); run it without --checkpoint-dir")
     if isinstance(optimizer, HostOffloadOptimizer):  # its state is keyed by host copies, not parameters
         raise ConfigError("checkpointing offload_optimizer without offload_params is not supported by DCP "
                           "(the optimizer state lives on host copies); set offload_optimizer = false to checkpoint")

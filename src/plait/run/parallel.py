@@ -25,6 +25,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from plait.plan.plan import Plan
+from plait.plan.sync import INFREQUENT
 from plait.run import async_tp, context, float8
 from plait.run.mesh import Mesh
 from plait.run.model import Transformer
@@ -94,8 +95,11 @@ def _mixed_precision(plan: Plan) -> MixedPrecisionPolicy:
 
 
 def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool) -> None:
-    """FSDP2 per layer and at the root: ZeRO-3 reshards after forward, ZeRO-2 keeps parameters gathered."""
+    """FSDP2 per layer and at the root: ZeRO-3 reshards after forward, ZeRO-2 keeps parameters gathered. HSDP
+    replicas under local SGD or DiLoCo shard within themselves only (their optimizer averages across them)."""
     dp_mesh = mesh.sub("dp_replicate", "dp_shard") if plan.dp_replicate > 1 else mesh.sub("dp_shard")
+    if plan.dp_sync.partition(":")[0] in INFREQUENT:  # replicas train apart; the optimizer averages them
+        dp_mesh = mesh.sub("dp_shard")
     if plan.cp > 1:
         dp_mesh = context.fsdp_mesh(mesh)  # cp ranks average their gradients too (dp_shard_cp)
     kwargs = {

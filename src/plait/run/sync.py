@@ -16,7 +16,12 @@
   2019, Algorithm 1) — packed into bytes, every rank's codes gathered, dequantized and averaged; what the codes
   did not carry stays in the residual;
 - ``local_sgd``: no gradient synchronization; ``PostLocalSGDOptimizer`` with a ``PeriodicModelAverager``
-  averages the parameters every H steps (from the first).
+  averages the parameters every H steps (from the first);
+- ``diloco``: no gradient synchronization; :class:`DiLoCo` keeps an fp32 outer copy of the parameters, and after
+  every H inner steps all-reduces the pseudo-gradient ``outer - local`` (mean over the ranks) and steps the outer
+  copy with SGD and Nesterov momentum, which the replicas then take (Douillard et al. 2023, Algorithm 1). torchft
+  ships DiLoCo too, but only under its ``Manager`` and a lighthouse server (docs/research/sync-methods.md); this
+  is the same algorithm on a plain process group.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from plait.errors import ConfigError
@@ -50,7 +56,7 @@ def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = N
                **ddp_options: object) -> nn.Module:
     """The module to train for ``sync`` over ``group`` (``None``: the default group): DDP with the method's
     communication hook, or, for local SGD, the model itself (parameters are averaged by the optimizer)."""
-    if sync.method == "local_sgd":
+    if sync.method in ("local_sgd", "diloco"):
         return model
     if sync.method == "powersgd":
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
@@ -76,9 +82,14 @@ def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = N
 
 def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync,
                    group: dist.ProcessGroup | None = None) -> torch.optim.Optimizer:
-    """The optimizer to step: for local SGD, one that averages the parameters every H steps."""
+    """The optimizer to step: for local SGD, one that averages the parameters every H steps; for DiLoCo, the
+    outer loop around ``optimizer`` (:class:`DiLoCo`)."""
+    if sync.method == "diloco":
+        return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], group)
     if sync.method != "local_sgd":
         return optimizer
+    if any(isinstance(p, DTensor) for g in optimizer.param_groups for p in g["params"]):
+        return ShardAverage(optimizer, sync.every, group)  # HSDP: FSDP2 owns the shards' storage
     from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
     from torch.distributed.optim import PostLocalSGDOptimizer
 
@@ -89,6 +100,79 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync,
 def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync) -> tuple[nn.Module, torch.optim.Optimizer]:
     """:func:`wrap_model` and :func:`wrap_optimizer` over the default process group."""
     return wrap_model(model, sync), wrap_optimizer(optimizer, sync)
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """The tensor this rank holds of parameter ``p`` (its shard, for FSDP2's DTensors), writable in place."""
+    return p.to_local() if isinstance(p, DTensor) else p
+
+
+class ShardAverage(torch.optim.Optimizer):
+    """Local SGD over HSDP replicas: after steps 0, H, 2H, ... (``PeriodicModelAverager``'s) the ranks of ``group``
+    average their parameter shards in one flat fp32 all-reduce, written back in place (PyTorch's averager rebinds
+    ``p.data``, which FSDP2's sharded parameters do not allow)."""
+
+    def __init__(self, inner: torch.optim.Optimizer, every: int, group: dist.ProcessGroup | None = None) -> None:
+        self.inner, self.every, self.group, self.steps = inner, every, group, 0
+        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        loss = self.inner.step(closure)
+        if self.steps % self.every == 0:
+            shards = [_local(p) for g in self.param_groups for p in g["params"]]
+            flat = torch.cat([s.reshape(-1).to(torch.float32) for s in shards])
+            dist.all_reduce(flat, group=self.group)
+            flat /= dist.get_world_size(self.group)
+            for shard, piece in zip(shards, flat.split([s.numel() for s in shards])):
+                shard.copy_(piece.view_as(shard))
+        self.steps += 1
+        return loss
+
+
+class DiLoCo(torch.optim.Optimizer):
+    """DiLoCo's outer loop around the inner optimizer ``inner`` (Douillard et al. 2023, Algorithm 1): every
+    ``every`` inner steps, ``delta = outer - local`` is averaged over ``group`` in one fp32 all-reduce, the outer
+    copy steps with ``torch.optim.SGD`` (lr ``outer_lr``, Nesterov momentum ``outer_momentum``; plain SGD at 0) and
+    every replica restarts from it. Memory: the outer copy, its gradient and momentum, 4 bytes each per parameter."""
+
+    def __init__(self, inner: torch.optim.Optimizer, every: int, outer_lr: float, outer_momentum: float,
+                 group: dist.ProcessGroup | None = None) -> None:
+        self.inner, self.every, self.group, self.steps = inner, every, group, 0
+        self.local = [_local(p) for g in inner.param_groups for p in g["params"]]
+        self.outer = [p.detach().to(torch.float32).clone().requires_grad_(True) for p in self.local]
+        self.outer_optimizer = torch.optim.SGD(self.outer, lr=outer_lr, momentum=outer_momentum,
+                                               nesterov=outer_momentum > 0)
+        self.param_groups = inner.param_groups  # what schedulers and clipping see
+        self.defaults = inner.defaults
+        self.state = inner.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        loss = self.inner.step(closure)
+        self.steps += 1
+        if self.steps % self.every == 0:
+            self.synchronize()
+        return loss
+
+    @torch.no_grad()
+    def synchronize(self) -> None:
+        """The outer step: average the pseudo-gradients, step the outer copy, restart the replicas from it."""
+        deltas = [o - p.to(torch.float32) for o, p in zip(self.outer, self.local)]
+        flat = torch.cat([d.reshape(-1) for d in deltas])
+        dist.all_reduce(flat, group=self.group)
+        flat /= dist.get_world_size(self.group)
+        for o, piece in zip(self.outer, flat.split([d.numel() for d in deltas])):
+            o.grad = piece.view_as(o)
+        self.outer_optimizer.step()
+        for o, p in zip(self.outer, self.local):
+            p.copy_(o)
 
 
 class ErrorFeedback:

@@ -22,6 +22,7 @@ from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.convergence import row_figures
 from plait.predict.estimate import refine_pipeline
 from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
@@ -65,12 +66,14 @@ class SearchResult:
         return self.num_candidates / self.elapsed_s if self.elapsed_s else float("inf")
 
     def ranking(self) -> list[tuple[float, int, int]]:
-        """(tokens/s, chunk, row) of every feasible candidate, best first."""
+        """(tokens/s over the steps multiplier, chunk, row) of every feasible candidate, best first."""
         if self._ranking is None:
             ranked = []
             for chunk, (cols, result, rows) in enumerate(self.feasible):
                 tokens = cols["global_batch"][rows] * cols["seq_len"][rows] if len(rows) else np.array([])
                 tps = tokens / result.step_time_s[rows] if len(rows) else np.array([])
+                if len(rows) and cols["dp_sync"][rows].any():  # all-reduce-equivalent tokens (steps multipliers)
+                    tps = tps / row_figures(cols.take(rows))[0]
                 ranked += [(float(t), chunk, int(r)) for t, r in zip(tps, rows)]
             ranked.sort(key=lambda x: -x[0])
             self._ranking = ranked
@@ -84,7 +87,7 @@ class SearchResult:
             cols, result, _ = self.feasible[chunk]
             est = estimate_from_batch(self.model, self.cluster, result, row, self.engine.spec)
             out.append(refine_pipeline(self.model, self.cluster, est, self.engine.framework) if est.plan.pp > 1 else est)
-        return sorted(out, key=lambda e: -e.tokens_per_s)[:k]
+        return sorted(out, key=lambda e: -e.target_tokens_per_s)[:k]
 
     def nearest_misses(self, k: int) -> list[Estimate]:
         """Costed plans that did not fit, smallest memory overflow first (for 'what would make it fit')."""

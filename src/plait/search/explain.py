@@ -22,8 +22,12 @@ def top_components(est: Estimate, k: int = 3) -> list[tuple[str, float, float]]:
 def why_winner(est: Estimate) -> str:
     """One sentence on where the winner's step time goes."""
     parts = ", ".join(f"{name} {value:.3g} s ({100 * share:.0f}%)" for name, value, share in top_components(est))
-    return f"step {est.step_time_s:.3g} s: {parts}; memory {est.memory.total_bytes / GIB:.1f} of " \
+    text = f"step {est.step_time_s:.3g} s: {parts}; memory {est.memory.total_bytes / GIB:.1f} of " \
            f"{est.memory.capacity_bytes / GIB:.0f} GiB"
+    if est.plan.dp_sync != "allreduce":
+        text += (f"; {est.plan.dp_sync} needs {est.steps_multiplier:.3g}x the all-reduce's steps "
+                 f"({est.convergence.basis}), {est.step_time_s * est.steps_multiplier:.3g} s per all-reduce step")
+    return text
 
 
 def runner_up_gives_up(winner: Estimate, runner: Estimate) -> str:
@@ -31,8 +35,10 @@ def runner_up_gives_up(winner: Estimate, runner: Estimate) -> str:
     deltas = [(name, runner_value - dict(winner.time.items())[name]) for name, runner_value in runner.time.items()]
     worse = sorted((d for d in deltas if d[1] > 1e-9), key=lambda d: -d[1])[:2]
     better = sorted((d for d in deltas if d[1] < -1e-9), key=lambda d: d[1])[:1]
-    slower = 100 * (runner.step_time_s / winner.step_time_s - 1)
+    slower = 100 * (winner.target_tokens_per_s / runner.target_tokens_per_s - 1)  # to target: steps multipliers in
     text = f"{runner.plan.describe()} is {slower:.1f}% slower"
+    if runner.steps_multiplier != winner.steps_multiplier:
+        text += f" to target (steps x {runner.steps_multiplier:.3g} vs {winner.steps_multiplier:.3g})"
     if worse:
         text += ": +" + ", +".join(f"{v:.3g} s {n}" for n, v in worse)
     if better:

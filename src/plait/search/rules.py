@@ -15,6 +15,7 @@ import numpy as np
 
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.convergence import row_figures
 from plait.plan.rules import RULES as PLAN_RULES
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
@@ -40,6 +41,9 @@ SEARCH_RULES: tuple[PruneRule, ...] = (
               & (c["ep"] > 1)),
     PruneRule("sequence-parallel-dominates", "dominated: sequence parallelism saves memory at equal communication",
               lambda c, m, k, s: (c["tp"] > 1) & ~c["sp"] & np.bool_(True in s.sequence_parallel)),
+    PruneRule("dp-sync-multiplier-known", "no steps multiplier for this synchronization method at this many "
+              "replicas (plait converge measures one): its time-to-target is unknown",
+              lambda c, m, k, s: ~row_figures(c)[1] if c["dp_sync"].any() else np.zeros(len(c), dtype=bool)),
     PruneRule("1f1b-dominates-gpipe", "dominated: 1F1B has GPipe's bubble with less activation memory",
               lambda c, m, k, s: c.is_("schedule", "gpipe") & (c["pp"] > 1) & np.bool_("1f1b" in s.schedules)),
 )

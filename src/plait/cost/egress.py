@@ -1,0 +1,83 @@
+"""Bytes that leave a site per step, on clusters whose outer tier joins sites (issue 14).
+
+A ring collective over ``g`` ranks hands each neighbour what its sender sends: ``2 (g-1)/g`` of the buffer for an
+all-reduce, ``(g-1)/g`` of the full buffer for an all-gather or a reduce-scatter (Patarasuk & Yuan, JPDC 69(2),
+2009). Ranks are laid out in aligned blocks (:mod:`plait.plan.plan`), so a ring whose members lie in ``S`` sites
+has ``S`` edges between sites and ``S`` times one rank's traffic leaves its site; a pipeline's chain of stages
+crosses ``S - 1`` site boundaries, each carrying every micro-batch's activation forward and its gradient back.
+
+Counted: the data-parallel gradient traffic (all-reduce, ZeRO's reduce-scatter and all-gather, FSDP's per-layer
+gathers, HSDP's replica all-reduce, or the ``dp_sync`` method's own collectives) and pipeline transfers.
+Tensor-, context- and expert-parallel groups are taken to stay inside a site (they are the innermost groups;
+the planner never needs to stretch them over a wide-area link); FSDP's recompute re-gathers are left out.
+"""
+
+from __future__ import annotations
+
+import math
+
+from plait.cost.batch import prepare, stage_sync
+from plait.cost.memory import PARAM_BYTES
+from plait.cost.sync import payload_bytes
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.plan.plan import Plan
+from plait.plan.sync import INFREQUENT, parse_sync
+from plait.workload.model import ModelSpec
+from plait.workload.tensors import parameter_shapes
+
+
+def sites_spanned(cluster: Cluster, size: int, stride: int) -> int:
+    """Sites the members of a group of ``size`` ranks ``stride`` apart lie in (1: one site, or no sites)."""
+    site = cluster.site_gpus
+    if site is None or size <= 1 or stride * (size - 1) < site:
+        return 1
+    per_site = max(1, site // stride)
+    return math.ceil(size / per_site)
+
+
+def _ring(cluster: Cluster, size: int, stride: int, sent_per_rank: float, world: int) -> float:
+    """Bytes leaving sites when every group of this shape sends ``sent_per_rank`` round its ring."""
+    sites = sites_spanned(cluster, size, stride)
+    return 0.0 if sites == 1 else (world / size) * sites * sent_per_rank
+
+
+def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> float:
+    """Bytes that cross site boundaries in one step of ``plan`` (a valid plan, ``seq_len`` filled in; 0 on a
+    one-site cluster)."""
+    site = cluster.site_gpus
+    if site is None or plan.num_gpus <= site:
+        return 0.0
+    prepared = prepare(model, cluster, PlanColumns.one(plan))
+    world, tp, cp, dp = plan.num_gpus, plan.tp, plan.cp, plan.dp
+    m = plan.global_batch // (plan.micro_batch * dp)
+    out = 0.0
+    if plan.pp > 1:
+        boundaries = sites_spanned(cluster, plan.pp, tp * cp * dp) - 1
+        p2p = float(prepared.inner.p2p_bytes)
+        out += boundaries * tp * cp * dp * 2 * m * plan.vpp * p2p
+    replicas = dp * cp
+    if plan.dp_sync != "allreduce":  # pure data-parallel (plait.plan.rules)
+        sync = parse_sync(plan.dp_sync)
+        sent = payload_bytes(sync, [s for _, s in parameter_shapes(model)])
+        if sync.method in ("topk", "quantize"):  # all-gathered: (g-1)/g of g ranks' pieces
+            return out + _ring(cluster, replicas, tp, (replicas - 1) * sent, world)
+        if sync.method in INFREQUENT and plan.sharding != "none":  # HSDP replicas average their shards
+            group = plan.dp_replicate
+            return out + _ring(cluster, group, plan.dp_shard, 2 * (group - 1) / group * sent / plan.dp_shard, world)
+        return out + _ring(cluster, replicas, tp, 2 * (replicas - 1) / replicas * sent, world)
+    params = stage_sync(model, cluster, prepared, 0).params
+    dense, expert = float(params["dense"]), float(params["expert"])
+    grad = float(prepared.inner.grad_bytes)
+    ring = lambda g: (g - 1) / g
+    if plan.sharding == "none":
+        out += _ring(cluster, replicas, tp, 2 * ring(replicas) * grad * dense, world)
+        experts = max(1, replicas // plan.ep)
+        return out + _ring(cluster, experts, tp * plan.ep, 2 * ring(experts) * grad * expert, world)
+    group = plan.dp_shard * cp
+    sharded = dense / group + expert / max(1, group // plan.ep)
+    out += _ring(cluster, plan.dp_replicate, tp * group, 2 * ring(plan.dp_replicate) * grad * sharded, world)
+    total = dense + expert
+    if plan.sharding == "zero3":  # per micro-batch: gather for forward and backward, reduce-scatter the gradient
+        return out + _ring(cluster, group, tp, m * ring(group) * (2 * PARAM_BYTES + grad) * total, world)
+    return out + _ring(cluster, group, tp, ring(group) * (grad + PARAM_BYTES) * total, world)

@@ -1,0 +1,127 @@
+"""Steps multipliers: how many more steps a synchronization method needs to reach the loss the all-reduce reaches
+(issue 14).
+
+A method that changes the update (compression, infrequent averaging) changes how many steps reach a given loss. Its
+multiplier is ``steps the method needs / steps the all-reduce needs`` for the same loss, and time-to-target is
+``steps x multiplier x step time``. Each figure carries its provenance (``data/convergence.toml``): a cited paper
+result (table and setting) or a ``plait converge`` measurement (:func:`matching_multiplier`). A method with no
+figure has no multiplier: estimates say so, and the planner's default search leaves it out.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from plait.plan.sync import SPECS, parse_sync
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """The steps multiplier of one method, with where it comes from."""
+
+    multiplier: float | None
+    """Steps the method needs over steps the all-reduce needs for the same loss (``None``: unknown)."""
+    source: str
+    """The paper figure or the ``plait converge`` command behind it."""
+    basis: str = "unknown"
+    """``definition``, ``cited`` or ``measured``."""
+
+    @property
+    def known(self) -> bool:
+        """Whether a figure exists."""
+        return self.multiplier is not None
+
+    @property
+    def factor(self) -> float:
+        """The multiplier, 1 where unknown (what time-to-target uses; the estimate says it is unknown)."""
+        return 1.0 if self.multiplier is None else self.multiplier
+
+
+@dataclass(frozen=True)
+class _Entry:
+    figure: Convergence
+    replicas: int | None
+    """The largest number of averaging replicas the figure holds for (``None``: any)."""
+
+
+@cache
+def table() -> dict[str, list[_Entry]]:
+    """Canonical spec -> its figures in ``data/convergence.toml`` order."""
+    raw = tomllib.loads(resources.files("plait.plan").joinpath("data/convergence.toml").read_text(encoding="utf-8"))
+    out: dict[str, list[_Entry]] = {}
+    for entry in raw["entry"]:
+        figure = Convergence(float(entry["multiplier"]), entry["source"], entry["basis"])
+        out.setdefault(parse_sync(entry["spec"]).spec, []).append(_Entry(figure, entry.get("replicas")))
+    return out
+
+
+def convergence(spec: str, replicas: int = 2) -> Convergence:
+    """The figure for canonical ``dp_sync`` spec ``spec`` with ``replicas`` averaging replicas: the first entry
+    whose setting had at least as many (more replicas drifting apart converge worse: Charles et al. 2025,
+    arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021)."""
+    for entry in table().get(spec, ()):
+        if entry.replicas is None or replicas <= entry.replicas:
+            return entry.figure
+    return Convergence(None, f"no figure for {spec} with {replicas} replicas (measure one: plait converge "
+                             f"--dp-sync {spec} --ranks {replicas})")
+
+
+def averaging_replicas(dp: int, dp_replicate: int, sharding: str) -> int:
+    """Replicas that train apart under a method: every data-parallel rank, or HSDP's replicas when sharded."""
+    return dp if sharding == "none" else dp_replicate
+
+
+def known_specs(replicas: int = 2) -> tuple[str, ...]:
+    """Specs with a figure at ``replicas`` replicas, in the table's order."""
+    return tuple(spec for spec in table() if convergence(spec, replicas).known)
+
+
+def matching_multiplier(method: list[float], reference: list[float], window: int) -> tuple[float, float | None]:
+    """(multiplier, reference step that matches) from two loss curves over the same batches.
+
+    The method's loss is the mean of its last ``window`` steps, centred at step ``n - (window - 1) / 2`` (steps
+    counted from 1); the reference's running mean over the same window first reaches it at centre ``c``; the
+    multiplier is ``(n - (window - 1) / 2) / c``. If the reference never gets as low within its ``n`` steps, the
+    method is at least as good: the multiplier is taken as 1 (not below: a lower loss in ``n`` steps of a small
+    model is not claimed to carry over) and the step is ``None``."""
+    n = len(method)
+    if not 1 <= window <= n or len(reference) < n:
+        raise ValueError(f"window={window} must be in [1, {n}] and the reference needs >= {n} steps")
+    target = sum(method[-window:]) / window
+    half = (window - 1) / 2
+    running = sum(reference[:window])
+    for end in range(window, n + 1):
+        if end > window:
+            running += reference[end - 1] - reference[end - 1 - window]
+        if running / window <= target:
+            centre = end - half
+            return max(1.0, (n - half) / centre), centre
+    return 1.0, None
+
+
+def row_figures(cols: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(steps multiplier, whether a figure exists) per row of plan columns ``cols`` (all-reduce rows: 1, known)."""
+    codes = cols["dp_sync"]
+    replicas = np.where(cols.is_("sharding", "none"), cols.dp, cols["dp_replicate"])
+    factor, known = np.ones(len(codes)), np.ones(len(codes), dtype=bool)
+    for code, count in {(int(c), int(r)) for c, r in zip(codes[codes != 0], replicas[codes != 0])}:
+        figure, rows = convergence(SPECS[code], count), (codes == code) & (replicas == count)
+        factor[rows], known[rows] = figure.factor, figure.known
+    return factor, known
+
+
+NUMERICAL = ("allreduce", "bf16", "fp16")
+"""Methods the planner's default grid leaves out: the reference, and 16-bit gradient all-reduces, which are a
+numerical choice like ``grad_reduce_dtype`` (fp32 unless the user asks)."""
+
+
+def searched_specs() -> tuple[str, ...]:
+    """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL`."""
+    return tuple(spec for spec, entries in table().items()
+                 if parse_sync(spec).method not in NUMERICAL and any(e.figure.known for e in entries))

@@ -1,0 +1,76 @@
+"""One rank of ``plait converge`` (launched by torchrun): trains the reference model on the shipped corpus under
+each synchronization method given, from the same initial weights and on the same batches, and writes from rank 0
+every step's mean loss and the payload bytes the step handed to collectives (:func:`plait.run.sync.counted_bytes`).
+
+A case is ``METHOD[:key=value,...]@OPTIMIZER`` with OPTIMIZER ``sgd`` (lr 0.05) or ``adamw`` (lr 1e-3, torch's
+other defaults); the inner optimizer of local SGD and DiLoCo is that optimizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from plait.plan.sync import parse_sync
+from plait.run.data import global_batch, rank_slice
+from plait.run.model import build_model
+from plait.run.sync import attach, counted_bytes
+from plait.run.train import cross_entropy
+from plait.workload.catalog import resolve_model
+
+LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
+"""Inner learning rates (assumed: what trains the tiny reference model steadily in tens of steps)."""
+
+
+def train(case: str, model_path: str, steps: int, batch: int) -> dict[str, list[float]]:
+    """Losses (mean over ranks) and bytes sent, per step, of one case on the default process group."""
+    spec_text, _, optimizer_name = case.rpartition("@")
+    if optimizer_name not in LEARNING_RATES:
+        raise ValueError(f"case {case!r}: optimizer must be one of {', '.join(LEARNING_RATES)}")
+    spec, sync = resolve_model(model_path), parse_sync(spec_text)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = build_model(spec, spec.seq_len, seed=0)
+    lr = LEARNING_RATES[optimizer_name]
+    optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer_name == "sgd"
+                 else torch.optim.AdamW(model.parameters(), lr=lr))
+    module, optimizer = attach(model, optimizer, sync)
+    losses, sent = [], []
+    for step in range(steps):
+        inputs, targets = global_batch(step, batch, spec.seq_len)
+        inputs, targets = rank_slice(inputs, rank, world), rank_slice(targets, rank, world)
+        with counted_bytes() as count:
+            loss = cross_entropy(module(inputs), targets)
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean.item() / world)
+        sent.append(count[0])
+    return {"losses": losses, "bytes": sent}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, required=True, help="JSON file rank 0 writes")
+    parser.add_argument("--model", required=True, help="model preset or file")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=8, help="global batch (sequences per step)")
+    parser.add_argument("cases", nargs="+", help="METHOD[:key=value,...]@sgd|adamw")
+    args = parser.parse_args(argv)
+    dist.init_process_group("gloo")
+    torch.use_deterministic_algorithms(True)
+    results = {case: train(case, args.model, args.steps, args.batch) for case in args.cases}
+    if dist.get_rank() == 0:
+        args.out.write_text(json.dumps(results))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Clusters that span sites (issue 14): a wide-area tier, the bytes that leave a site, their price, and the
+low-communication methods over HSDP that keep the traffic inside sites."""
+
+from __future__ import annotations
+
+import pytest
+
+from plait.errors import ConfigError
+from plait.hardware.catalog import cluster_from_mapping, get_cluster
+from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
+from plait.workload.catalog import get_model
+from tests.conftest import toy_cluster_mapping
+
+WAN_GB_PER_S = 0.2
+EGRESS = 0.05
+
+
+def two_sites(**wide: object) -> dict:  # type: ignore[type-arg]
+    """The toy cluster as two sites of 64 GPUs joined by a priced wide-area tier."""
+    raw = toy_cluster_mapping()
+    raw["tiers"][1]["span_gpus"] = 64
+    raw["tiers"].append({"name": "wan", "span_gpus": 128, "bandwidth_gb_per_s_per_gpu": WAN_GB_PER_S,
+                         "latency_us": 0.0, "efficiency": {"value": 1.0, "source": "toy"}, "source": "toy",
+                         "wide_area": True, "egress_usd_per_gb": EGRESS, "egress_source": "toy", **wide})
+    return raw
+
+
+@pytest.mark.parametrize("slug", ["h100-2x64-two-regions", "h100-2x64-dci-100g"])
+def test_two_site_presets_have_sourced_wide_area_tiers(slug: str) -> None:
+    cluster = get_cluster(slug)
+    wide = cluster.wide_area_tier
+    assert wide is not None and cluster.site_gpus == 64 and cluster.max_gpus == 128
+    assert wide.source and wide.egress_source and wide.latency_us >= 1000  # milliseconds between sites
+    assert wide.bandwidth_gb_per_s_per_gpu * cluster.site_gpus == pytest.approx(12.5, rel=0.01)  # 100 Gbit/s
+
+
+def test_bytes_leaving_sites_are_one_ranks_traffic_per_ring_edge_between_sites() -> None:
+    """A ring over two sites has two edges between them, each carrying what one rank sends: 2 (g-1)/g of the
+    buffer for an all-reduce (Patarasuk & Yuan 2009). Plans inside one site send nothing out."""
+    cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
+    n = model.total_params()
+    pure = estimate(model, cluster, Plan(dp_replicate=128, global_batch=128))
+    assert pure.egress_bytes_per_step == pytest.approx(2 * (2 * 127 / 128) * 4 * n, rel=1e-9)  # fp32 gradients
+    assert estimate(model, cluster, Plan(dp_replicate=64, global_batch=128)).egress_bytes_per_step == 0.0
+    # HSDP with local SGD: 64 pairs of replicas, one in each site, average their 1/64 shard every 8 steps
+    hsdp = estimate(model, cluster, Plan(dp_replicate=2, dp_shard=64, sharding="zero3", global_batch=128,
+                                         dp_sync="local_sgd:every=8"))
+    assert hsdp.egress_bytes_per_step == pytest.approx(64 * 2 * (2 * 1 / 2) * 4 * n / 64 / 8, rel=1e-9)
+    # a pipeline of two stages, one per site: every micro-batch's activation out and its gradient back
+    piped = estimate(model, cluster, Plan(pp=2, dp_shard=64, sharding="zero1", global_batch=128))
+    micro_batches = 128 // 64
+    activation = 1 * model.seq_len * model.hidden_size * 2  # bf16 [micro_batch, seq, hidden]
+    assert piped.egress_bytes_per_step == pytest.approx(64 * 2 * micro_batches * activation, rel=1e-9)
+
+
+def test_egress_enters_the_dollar_figure_and_the_wide_area_link_the_step() -> None:
+    cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
+    one_site = toy_cluster_mapping()
+    one_site["tiers"][1]["span_gpus"] = 128
+    plan = Plan(dp_replicate=128, global_batch=128)
+    est, near = estimate(model, cluster, plan), estimate(model, cluster_from_mapping(one_site, "one-site"), plan)
+    tokens = 1e12
+    steps = tokens / est.tokens_per_step
+    assert est.cost_usd(tokens) == pytest.approx(est.gpu_hours(tokens) * 2.0 + steps * est.egress_bytes_per_step
+                                                 / 1e9 * EGRESS, rel=1e-12)
+    assert near.egress_bytes_per_step == 0.0 and near.cost_usd(tokens) == pytest.approx(near.gpu_hours(tokens) * 2.0)
+    # the ring's slowest hop: the sites' 64 x 0.2 = 12.8 GB/s link against a node's 8 x 10 GB/s of NICs
+    assert est.time.dp_comm_s > 5 * near.time.dp_comm_s
+
+
+def test_local_sgd_over_hsdp_sends_less_between_sites_than_the_all_reduce() -> None:
+    cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
+    hsdp = {"dp_replicate": 2, "dp_shard": 64, "sharding": "zero3", "global_batch": 128}
+    plain = estimate(model, cluster, Plan(**hsdp))
+    for every in (4, 16):
+        local = estimate(model, cluster, Plan(**hsdp, dp_sync=f"local_sgd:every={every}"))
+        assert local.egress_bytes_per_step < plain.egress_bytes_per_step / (every / 2)
+        assert local.step_time_s < plain.step_time_s and local.time.fsdp_comm_s == plain.time.fsdp_comm_s
+
+
+def test_tiers_that_charge_egress_must_join_sites_inside_a_site_tier() -> None:
+    with pytest.raises(ConfigError, match="egress_usd_per_gb=0.05 needs wide_area = true"):
+        cluster_from_mapping(two_sites(wide_area=False), "bad")
+    raw = two_sites()
+    raw["tiers"][0]["wide_area"] = True
+    with pytest.raises(ConfigError, match="joins sites .* but is innermost"):
+        cluster_from_mapping(raw, "bad")
+
+
+def _plan_json(*argv: str) -> dict:  # type: ignore[type-arg]
+    import contextlib
+    import io
+    import json
+
+    from plait.cli.main import run_cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert run_cli(["plan", *argv, "--json"]) == 0
+    return json.loads(out.getvalue())  # type: ignore[no-any-return]
+
+
+def test_across_two_regions_the_planner_picks_a_low_communication_method_and_on_one_fabric_the_all_reduce() -> None:
+    """Issue 14's figure: `plait plan --model llama3-8b --cluster h100-2x64-two-regions --gpus 128 --json` ranks a
+    method that sends less between the regions first, with its multiplier and source (planned for plait's
+    runtime, the engine that runs it); on one DGX H100 InfiniBand fabric the all-reduce wins, for Megatron-Core
+    (the default engine there) and for plait's runtime alike."""
+    two = _plan_json("--model", "llama3-8b", "--cluster", "h100-2x64-two-regions", "--gpus", "128")
+    winner = two["top"][0]
+    assert two["engine"].startswith("plait") and winner["plan"]["dp_sync"] != "allreduce"
+    assert winner["steps_multiplier"] is not None and winner["steps_multiplier_source"]
+    assert winner["egress_bytes_per_step"] > 0
+    for engine in ("megatron-core", "plait"):
+        one = _plan_json("--model", "llama3-8b", "--cluster", "dgx-h100-ib", "--gpus", "128", "--engine", engine)
+        assert one["top"][0]["plan"]["dp_sync"] == "allreduce", engine
