@@ -35,13 +35,13 @@ def test_two_site_presets_have_sourced_wide_area_tiers(slug: str) -> None:
     assert wide.bandwidth_gb_per_s_per_gpu * cluster.site_gpus == pytest.approx(12.5, rel=0.01)  # 100 Gbit/s
 
 
-def test_bytes_leaving_sites_are_one_ranks_traffic_per_ring_edge_between_sites() -> None:
-    """A ring over two sites has two edges between them, each carrying what one rank sends: 2 (g-1)/g of the
-    buffer for an all-reduce (Patarasuk & Yuan 2009). Plans inside one site send nothing out."""
+def test_bytes_leaving_sites_are_the_hierarchical_all_reduces() -> None:
+    """Across S sites an all-reduce is hierarchical: 2 (S-1)/S of the buffer leaves each site (Jia et al. 2018),
+    against 2 (g-1)/g for a flat ring. Plans inside one site send nothing out."""
     cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
     n = model.total_params()
     pure = estimate(model, cluster, Plan(dp_replicate=128, global_batch=128))
-    assert pure.egress_bytes_per_step == pytest.approx(2 * (2 * 127 / 128) * 4 * n, rel=1e-9)  # fp32 gradients
+    assert pure.egress_bytes_per_step == pytest.approx(2 * (2 * 1 / 2) * 4 * n, rel=1e-9)  # fp32 gradients
     assert estimate(model, cluster, Plan(dp_replicate=64, global_batch=128)).egress_bytes_per_step == 0.0
     # HSDP with local SGD: 64 pairs of replicas, one in each site, average their 1/64 shard every 8 steps
     hsdp = estimate(model, cluster, Plan(dp_replicate=2, dp_shard=64, sharding="zero3", global_batch=128,
@@ -65,8 +65,9 @@ def test_egress_enters_the_dollar_figure_and_the_wide_area_link_the_step() -> No
     assert est.cost_usd(tokens) == pytest.approx(est.gpu_hours(tokens) * 2.0 + steps * est.egress_bytes_per_step
                                                  / 1e9 * EGRESS, rel=1e-12)
     assert near.egress_bytes_per_step == 0.0 and near.cost_usd(tokens) == pytest.approx(near.gpu_hours(tokens) * 2.0)
-    # the ring's slowest hop: the sites' 64 x 0.2 = 12.8 GB/s link against a node's 8 x 10 GB/s of NICs
-    assert est.time.dp_comm_s > 5 * near.time.dp_comm_s
+    # hierarchical: B/64 per rank over the 0.2 GB/s share of the link plus an in-site ring at 80 GB/s, about 4x
+    # the one-site ring's 2 (127/128) B at 80 GB/s (a node's eight 10 GB/s NICs)
+    assert est.time.dp_comm_s > 3 * near.time.dp_comm_s
 
 
 def test_local_sgd_over_hsdp_sends_less_between_sites_than_the_all_reduce() -> None:
@@ -114,3 +115,15 @@ def test_across_two_regions_the_planner_picks_a_low_communication_method_and_on_
     for engine in ("megatron-core", "plait"):
         one = _plan_json("--model", "llama3-8b", "--cluster", "dgx-h100-ib", "--gpus", "128", "--engine", engine)
         assert one["top"][0]["plan"]["dp_sync"] == "allreduce", engine
+
+
+def test_an_all_reduce_across_sites_is_hierarchical() -> None:
+    """Reduce-scatter in each site, the shards all-reduced across sites in parallel, all-gather in each site
+    (Jia et al. 2018): for 2 sites of 64, B (63/32) over the site's 80 GB/s ring plus B/64 over each GPU's 0.2 GB/s
+    share of the link."""
+    from plait.cost.collectives import all_reduce_s, group_link
+
+    cluster = cluster_from_mapping(two_sites(), "two-sites")
+    link, buffer = group_link(cluster, 128, 1), 1e9
+    assert link.sites == 2 and group_link(cluster, 64, 1).sites == 1
+    assert all_reduce_s(buffer, link) == pytest.approx(2 * 63 / 64 * buffer / 80e9 + buffer / 64 / (WAN_GB_PER_S * 1e9))

@@ -31,7 +31,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.plan.sync import INFREQUENT, SPECS, parse_sync
-from plait.units import S_PER_US
+from plait.units import MIB, S_PER_US
 from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
@@ -201,6 +201,17 @@ def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
     return prepared.inner.dense, prepared.fsdp[0]
 
 
+def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, framework: Framework) -> Any:
+    """Gradient reductions the backward pass can overlap: one per layer, or, for a replica all-reduce whose
+    engine caps its buckets (PyTorch DDP, ``bucket_cap_mb``), no more than the buckets the gradients fill —
+    a bucket fires when its last gradient is ready (Li et al. 2020, Sec. 3.2.3)."""
+    if not framework.ddp_bucket_mb:
+        return layers
+    xp = cols.xp
+    filled = xp.maximum(1, xp.ceil(grad_bytes * (params["dense"] + params["expert"]) / (framework.ddp_bucket_mb * MIB)))
+    return xp.where(cols.is_("sharding", "none"), xp.minimum(layers, filled), layers)
+
+
 def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any) -> tuple[Any, Any, Any]:
     """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
     reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (data-parallel plans,
@@ -256,7 +267,8 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
                        pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
     reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s)
     time["dp_comm"] = exposed_sync_s(cols, reduce, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
-                                     n_dense + n_moe) + exposed
+                                     _buckets(cols, sync.params, inner.grad_bytes, n_dense + n_moe,
+                                              prepared.framework)) + exposed
     time["optimizer"] = sync.optimizer_s
     first = stage_memory(model, cluster.accelerator, cols, inner, stages[0])
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])

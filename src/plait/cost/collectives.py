@@ -35,6 +35,8 @@ class GroupLink:
     """Group members inside one scale-up (tier-0) domain."""
     paths: tuple[tuple[int, NetworkTier], ...] = ()
     """Per tier crossed: (group members per domain of the tier below, the tier)."""
+    sites: int = 1
+    """Sites the group spans when its outermost tier joins sites (``wide_area``), else 1."""
 
     def bus_bytes_per_s(self, message_bytes: float, kind: str = "all_reduce") -> float:
         """Achievable bus bandwidth of collective ``kind`` on a ``message_bytes`` buffer (slowest tier crossed)."""
@@ -69,17 +71,39 @@ def _group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
     for index in range(outer + 1):
         below = members_within(cluster.tiers[index - 1].span_gpus) if index else 1
         paths.append((below, cluster.tiers[index]))
+    sites = -(-size // paths[-1][0]) if cluster.tiers[outer].wide_area else 1
     return GroupLink(size, cluster.tiers[outer].latency_s, outer, members_within(cluster.tiers[0].span_gpus),
-                     tuple(paths))
+                     tuple(paths), sites)
 
 
 def all_reduce_s(num_bytes: float, link: GroupLink) -> float:
-    """All-reduce of a ``num_bytes`` buffer (ring bandwidth, min of ring/tree latency)."""
+    """All-reduce of a ``num_bytes`` buffer (ring bandwidth, min of ring/tree latency); across sites,
+    hierarchical (:func:`_across_sites_s`)."""
     g = link.size
     if g <= 1 or num_bytes <= 0:
         return 0.0
+    if link.sites > 1:
+        return _across_sites_s(num_bytes, link)
     steps = min(2 * (g - 1), 2 * math.ceil(math.log2(g)))
     return steps * link.latency_s + 2 * (g - 1) / g * num_bytes / link.bus_bytes_per_s(num_bytes)
+
+
+def _across_sites_s(num_bytes: float, link: GroupLink) -> float:
+    """All-reduce over ``S`` sites of ``m`` members each, hierarchically: reduce-scatter inside each site, the
+    ``m`` shards all-reduced across the sites in parallel, all-gather inside each site (the 2D/hierarchical
+    all-reduce of Jia et al. 2018, arXiv 1807.11205, Sec. 4.3). Only ``2 (S-1)/S`` of the buffer crosses the
+    wide-area link per site and direction, against ``2 (g-1)/g`` for a flat ring over all ``g`` ranks; gloo's
+    halving-doubling, whose last exchange pairs ranks across sites, crosses as little (measured by
+    ``benchmarks/low_comm.py``)."""
+    m, sites = link.paths[-1][0], link.sites
+    wide = link.paths[-1][1]
+    inside = 0.0
+    if m > 1 and len(link.paths) > 1:
+        bus = min(below * tier.bandwidth_bytes_per_s(num_bytes) for below, tier in link.paths[:-1])
+        inside = 2 * (m - 1) * link.paths[-2][1].latency_s + 2 * (m - 1) / m * num_bytes / bus
+    shard = num_bytes / m
+    steps = min(2 * (sites - 1), 2 * math.ceil(math.log2(sites)))
+    return inside + steps * wide.latency_s + 2 * (sites - 1) / sites * shard / wide.bandwidth_bytes_per_s(shard)
 
 
 def all_gather_s(full_bytes: float, link: GroupLink) -> float:

@@ -1,10 +1,12 @@
 """Bytes that leave a site per step, on clusters whose outer tier joins sites (issue 14).
 
-A ring collective over ``g`` ranks hands each neighbour what its sender sends: ``2 (g-1)/g`` of the buffer for an
-all-reduce, ``(g-1)/g`` of the full buffer for an all-gather or a reduce-scatter (Patarasuk & Yuan, JPDC 69(2),
-2009). Ranks are laid out in aligned blocks (:mod:`plait.plan.plan`), so a ring whose members lie in ``S`` sites
-has ``S`` edges between sites and ``S`` times one rank's traffic leaves its site; a pipeline's chain of stages
-crosses ``S - 1`` site boundaries, each carrying every micro-batch's activation forward and its gradient back.
+Ranks are laid out in aligned blocks (:mod:`plait.plan.plan`), so a group spans ``S`` whole sites. An
+all-reduce across sites is hierarchical (:func:`plait.cost.collectives.all_reduce_s`): each site's members
+reduce-scatter among themselves, all-reduce their shards with their peers in the other sites and all-gather, so
+``2 (S-1)/S`` of the buffer leaves each site, ``2 (S-1)`` buffers in all (Jia et al. 2018, arXiv 1807.11205).
+An all-gather is a ring (Patarasuk & Yuan, JPDC 69(2), 2009): it crosses ``S`` site boundaries, each edge
+carrying what one rank sends, ``(g-1)/g`` of the full buffer. A pipeline's chain of stages crosses ``S - 1``
+boundaries, each carrying every micro-batch's activation forward and its gradient back.
 
 Counted: the data-parallel gradient traffic (all-reduce, ZeRO's reduce-scatter and all-gather, FSDP's per-layer
 gathers, HSDP's replica all-reduce, or the ``dp_sync`` method's own collectives) and pipeline transfers.
@@ -36,6 +38,12 @@ def sites_spanned(cluster: Cluster, size: int, stride: int) -> int:
     return math.ceil(size / per_site)
 
 
+def _reduced(cluster: Cluster, size: int, stride: int, buffer: float, world: int) -> float:
+    """Bytes leaving sites when every group of this shape all-reduces a ``buffer``-byte buffer."""
+    sites = sites_spanned(cluster, size, stride)
+    return 0.0 if sites == 1 else (world / size) * 2 * (sites - 1) * buffer
+
+
 def _ring(cluster: Cluster, size: int, stride: int, sent_per_rank: float, world: int) -> float:
     """Bytes leaving sites when every group of this shape sends ``sent_per_rank`` round its ring."""
     sites = sites_spanned(cluster, size, stride)
@@ -63,20 +71,18 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> flo
         if sync.method in ("topk", "quantize"):  # all-gathered: (g-1)/g of g ranks' pieces
             return out + _ring(cluster, replicas, tp, (replicas - 1) * sent, world)
         if sync.method in INFREQUENT and plan.sharding != "none":  # HSDP replicas average their shards
-            group = plan.dp_replicate
-            return out + _ring(cluster, group, plan.dp_shard, 2 * (group - 1) / group * sent / plan.dp_shard, world)
-        return out + _ring(cluster, replicas, tp, 2 * (replicas - 1) / replicas * sent, world)
+            return out + _reduced(cluster, plan.dp_replicate, plan.dp_shard, sent / plan.dp_shard, world)
+        return out + _reduced(cluster, replicas, tp, sent, world)
     params = stage_sync(model, cluster, prepared, 0).params
     dense, expert = float(params["dense"]), float(params["expert"])
     grad = float(prepared.inner.grad_bytes)
     ring = lambda g: (g - 1) / g
     if plan.sharding == "none":
-        out += _ring(cluster, replicas, tp, 2 * ring(replicas) * grad * dense, world)
-        experts = max(1, replicas // plan.ep)
-        return out + _ring(cluster, experts, tp * plan.ep, 2 * ring(experts) * grad * expert, world)
+        out += _reduced(cluster, replicas, tp, grad * dense, world)
+        return out + _reduced(cluster, max(1, replicas // plan.ep), tp * plan.ep, grad * expert, world)
     group = plan.dp_shard * cp
     sharded = dense / group + expert / max(1, group // plan.ep)
-    out += _ring(cluster, plan.dp_replicate, tp * group, 2 * ring(plan.dp_replicate) * grad * sharded, world)
+    out += _reduced(cluster, plan.dp_replicate, tp * group, grad * sharded, world)
     total = dense + expert
     if plan.sharding == "zero3":  # per micro-batch: gather for forward and backward, reduce-scatter the gradient
         return out + _ring(cluster, group, tp, m * ring(group) * (2 * PARAM_BYTES + grad) * total, world)

@@ -70,6 +70,10 @@ class Framework:
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch
     ``context_parallel`` with ``rotate_method='allgather'``), whose per-step merging of partial outputs and
     gradients in fp32 is charged too (:func:`plait.cost.context_parallel.cp_merge_bytes`)."""
+    ddp_bucket_mb: float = 0.0
+    """Cap of a gradient bucket of the replica all-reduce (unsharded plans), MB (2**20 bytes): a model whose
+    gradients fill fewer buckets than it has layers overlaps that many reductions with the backward pass
+    (PyTorch DDP ``bucket_cap_mb``); 0: one reduction per layer (buckets at least a layer's gradients)."""
 
 
 DEFAULT = Framework()

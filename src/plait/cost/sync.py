@@ -24,6 +24,7 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 from plait.cost.compute import memory_bytes_per_s
@@ -37,12 +38,15 @@ from plait.workload.tensors import Shape, parameter_shapes
 
 GRAD_BYTES = 4
 """fp32 gradients and parameters (the replica's own copy; autocast computes in bf16)."""
-TOPK_ENTRY_BYTES = 4 + 4
-"""A kept gradient entry: its fp32 value and int32 index."""
 
 
-def _quantized_bytes(numel: int, bits: int) -> int:
-    return -(-numel * bits // 8) + 4  # packed codes, one fp32 scale
+def _gathered_pieces(sync: Sync, numel: int) -> tuple[float, float]:
+    """Bytes one rank hands to each of the two all-gathers of one ``numel``-element tensor (top-k: fp32 values and
+    int32 indices; quantize: packed codes and the fp32 scale)."""
+    if sync.method == "topk":
+        k = math.ceil(sync["ratio"] * numel)
+        return 4.0 * k, 4.0 * k
+    return float(-(-numel * int(sync["bits"]) // 8)), 4.0
 
 
 def _powersgd_matrix(shape: Shape, rank: int, min_compression_rate: float) -> tuple[int, int, int, bool]:
@@ -67,9 +71,9 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
         matrices = (_powersgd_matrix(s, int(sync["rank"]), sync["min_compression_rate"]) for s in shapes)
         return sum((n + m) * r if compressed else n * m for n, m, r, compressed in matrices) * GRAD_BYTES
     if sync.method == "topk":
-        return sum(math.ceil(sync["ratio"] * math.prod(s)) for s in shapes) * TOPK_ENTRY_BYTES
+        return sum(sum(_gathered_pieces(sync, math.prod(s))) for s in shapes)
     if sync.method == "quantize":
-        return float(sum(_quantized_bytes(math.prod(s), int(sync["bits"])) for s in shapes))
+        return sum(sum(_gathered_pieces(sync, math.prod(s))) for s in shapes)
     if sync.method == "local_sgd":
         every = sync.every
         if step is None:
@@ -144,7 +148,12 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
         return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), full(extra)
     largest = max(math.prod(s) for s in shapes)  # a dense sum is built one tensor at a time
     if sync.method in ("topk", "quantize"):
-        gathered = collective_s(cluster, "all_gather", replicas, 1, replicas * full(sent))
+        # two all-gathers per gradient tensor (values and indices; codes and scale), each paying its own latency
+        gathered = 0.0
+        for numel, count in Counter(math.prod(s) for s in shapes).items():
+            pieces = _gathered_pieces(sync, numel)
+            gathered = gathered + count * sum(collective_s(cluster, "all_gather", replicas, 1, replicas * full(b))
+                                              for b in pieces)
         # quantize also dequantizes and adds every rank's codes: two passes per rank
         streamed = (full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw) if sync.method == "topk"
                     else (QUANTIZE_PASSES + 2 * replicas) * (elements * FP32_PASS_BYTES / memory_bw))

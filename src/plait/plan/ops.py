@@ -13,6 +13,8 @@ of the batch's shape).
 
 from __future__ import annotations
 
+import math
+
 import operator
 from collections.abc import Iterable, Sequence
 from functools import reduce
@@ -28,6 +30,7 @@ class ArrayOps:
     where = staticmethod(np.where)
     maximum = staticmethod(np.maximum)
     minimum = staticmethod(np.minimum)
+    ceil = staticmethod(np.ceil)
     select = staticmethod(np.select)
     choose = staticmethod(np.choose)
     not_ = staticmethod(np.logical_not)
@@ -74,6 +77,7 @@ class ScalarOps:
     where = staticmethod(_where)
     maximum = staticmethod(max)
     minimum = staticmethod(min)
+    ceil = staticmethod(math.ceil)
     select = staticmethod(_select)
     total = staticmethod(_total)
 

@@ -132,5 +132,7 @@ def parse_sync(text: str) -> Sync:
 
 def rows_with(cols: Any, methods: tuple[str, ...]) -> Any:
     """Rows of plan columns ``cols`` (:class:`plait.plan.columns.PlanColumns`) whose method is in ``methods``."""
+    if cols.xp.scalar:  # one plan: one lookup
+        return SPECS[cols["dp_sync"]].partition(":")[0] in methods
     codes = [i for i, spec in enumerate(SPECS) if spec.partition(":")[0] in methods]
     return cols.xp.any_of([cols["dp_sync"] == i for i in codes]) if codes else cols.full(False)

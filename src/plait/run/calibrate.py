@@ -128,9 +128,12 @@ def launch_floor_us(device: str) -> float:
     return _timeit(lambda: x.add_(1.0)) * 1e6
 
 
-def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_path: str,
-                       measure_layers_too: bool, rounds_per_size: int = ROUNDS) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_path: str,
+                       measure_layers_too: bool, rounds_per_size: int = ROUNDS, max_iterations: int = 50) -> None:
+    """One rank of the collective sweep; ``MASTER_ADDR`` (default this host) may name another host, so that a
+    sweep between two machines or network namespaces measures the link between them."""
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -144,7 +147,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_p
         calls = {"all_reduce": lambda full=full: dist.all_reduce(full),
                  "all_gather": lambda full=full, shard=shard: _ALL_GATHER(full, shard),
                  "reduce_scatter": lambda full=full, shard=shard: _REDUCE_SCATTER(shard, full)}
-        iterations = int(min(50, max(5, 2e8 // max(size, 1))))  # the same count on every rank: no deadlock
+        iterations = int(min(max_iterations, max(5, 2e8 // max(size, 1))))  # the same on every rank: no deadlock
         for kind, call in calls.items():
             call()
             rounds = []
@@ -212,7 +215,7 @@ def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = Fal
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = tmp / "allreduce.txt"
-    mp.start_processes(_collective_worker, args=(world, port, sizes, str(out), layers, rounds), nprocs=world,
+    mp.start_processes(collective_sweep, args=(world, port, sizes, str(out), layers, rounds), nprocs=world,
                        start_method="spawn")
     lines = out.read_text().splitlines()
     return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
