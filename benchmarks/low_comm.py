@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "small-model.toml"
 METHODS = ["allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "quantize:bits=8", "local_sgd:every=4",
-           "diloco:every=4"]
+           "diloco:every=4", "pipe_sgd"]
 PLAN = "dp_replicate = 4\nglobal_batch = 16\nmicro_batch = 4\n"
 ADDRESSES = ("10.231.0.1", "10.231.0.2")
 LINK_SIZES = [2**12, 2**18, 2**22, 2**24]
@@ -69,7 +69,7 @@ def two_sites(rate: str) -> Iterator[tuple[list[str], list[str]]]:
 def in_site(ns: str, link: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """``command`` run inside namespace ``ns``, gloo bound to its end of the link; output to a log file."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": link, **(env or {})}
-    log = tempfile.NamedTemporaryFile("w+", prefix="low_comm-", suffix=".log", delete=False)  # noqa: SIM115
+    log = tempfile.NamedTemporaryFile("w+", prefix="low_comm-", suffix=".log", delete=False)
     process = subprocess.Popen(["ip", "netns", "exec", ns, *command], env=environment, text=True, stdout=log,
                                stderr=subprocess.STDOUT)
     process.args = [*process.args, f"(log: {log.name})"]  # where wait_all points on failure
@@ -87,7 +87,7 @@ def measure_link(names: list[str], links: list[str], tmp: Path) -> dict[str, lis
     """plait calibrate's collective sweep with one rank in each site: seconds per collective and size."""
     out = tmp / "link.txt"
     code = ("import sys; from plait.run.calibrate import collective_sweep; "
-            f"collective_sweep(int(sys.argv[1]), 2, 29611, {LINK_SIZES}, {str(out)!r}, False, 1, 5)")
+            f"collective_sweep(int(sys.argv[1]), 2, 29611, {LINK_SIZES}, {str(out)!r}, False, 3, 5)")
     wait_all([in_site(ns, link, [sys.executable, "-c", code, str(rank)], {"MASTER_ADDR": ADDRESSES[0]})
               for rank, (ns, link) in enumerate(zip(names, links))], "the link sweep")
     lines = out.read_text().splitlines()
@@ -130,7 +130,7 @@ def cluster_file(site: dict, link: dict[str, list[float]], slowdown: float, path
     busbw = {k: [factor[k] * m / t / 1e9 for m, t in zip(LINK_SIZES, link[k])] for k in link}
     line = max(max(v) for v in busbw.values())
     source = "measured by benchmarks/low_comm.py (plait calibrate's collective sweep, one rank in each site)"
-    curve = lambda ys: {"sizes": LINK_SIZES, "fractions": [round(min(y / line, 1.0), 4) for y in ys], "source": source}  # noqa: E731
+    curve = lambda ys: {"sizes": LINK_SIZES, "fractions": [round(min(y / line, 1.0), 4) for y in ys], "source": source}
     acc = site["accelerator"]
     acc["peak_tflops"] = {k: v / slowdown for k, v in acc["peak_tflops"].items()}
     acc["memory_bandwidth_gb_per_s"] /= slowdown
@@ -170,6 +170,8 @@ def main() -> int:
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
         print("SKIP: needs root, ip and tc (network namespaces and a tbf qdisc)")
         return 0
+    import tomllib
+
     from plait.cost.sync import payload_bytes
     from plait.engine.catalog import get_engine
     from plait.hardware.catalog import load_cluster_file
@@ -178,8 +180,6 @@ def main() -> int:
     from plait.predict.estimate import estimate
     from plait.workload.catalog import resolve_model
     from plait.workload.tensors import parameter_shapes
-
-    import tomllib
 
     tmp = Path(tempfile.mkdtemp())
     with two_sites(args.rate) as (names, links):

@@ -33,6 +33,9 @@ COMMANDS: dict[str, str] = {
     "plait estimate --model path/to/config.json ...": "plait estimate --model {tmp}/config.json",
     "plait estimate --cluster examples/my-cluster.yaml --gpus 64": "",
     "plait models": "", "plait clusters": "", "plait engines": "",
+    "plait plan --model llama3-8b --cluster h100-2x64-two-regions --gpus 128": "",
+    "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01":
+        "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01 --steps 4",  # 200 steps: minutes
     "plait validate --runs tests/data/dev.csv": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",

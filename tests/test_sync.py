@@ -26,7 +26,8 @@ FULL_RANK = "powersgd:rank=1000000,min_compression_rate=0"  # every tensor compr
 CASES = ["allreduce@sgd", f"{FULL_RANK}@sgd", "powersgd:rank=2@sgd", "bf16@adamw", "fp16@adamw",
          "local_sgd:every=1@sgd", "local_sgd:every=3@sgd", "allreduce@adamw", "powersgd:rank=2@adamw",
          "topk:ratio=1@adamw", "topk:ratio=0.01@adamw", "quantize:bits=8@adamw", "quantize:bits=4@adamw",
-         "quantize:bits=1@adamw", "diloco:every=1,outer_lr=1,outer_momentum=0@sgd", "diloco:every=3@adamw"]
+         "quantize:bits=1@adamw", "diloco:every=1,outer_lr=1,outer_momentum=0@sgd", "diloco:every=3@adamw",
+         "pipe_sgd@adamw"]
 
 
 def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
@@ -92,7 +93,7 @@ def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, refer
     ("local_sgd:every=3@sgd", "allreduce@sgd"), ("powersgd:rank=2@adamw", "allreduce@adamw"),
     ("topk:ratio=0.01@adamw", "allreduce@adamw"), ("quantize:bits=8@adamw", "allreduce@adamw"),
     ("quantize:bits=4@adamw", "allreduce@adamw"), ("quantize:bits=1@adamw", "allreduce@adamw"),
-    ("diloco:every=3@adamw", "allreduce@adamw")])
+    ("diloco:every=3@adamw", "allreduce@adamw"), ("pipe_sgd@adamw", "allreduce@adamw")])
 def test_lossy_methods_still_train(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """Finite, falling losses; they differ from the all-reduce's (a lossy method that did not would send nothing
     less). How many more steps they need is issue 14's convergence multiplier, not asserted here."""
@@ -120,7 +121,7 @@ def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
     assert min((v, k[1]) for k, v in steps.items() if k[0] == fast.name)[1] in ("allreduce", "bf16")
     assert steps[slow.name, "powersgd"] < steps[slow.name, "bf16"] < steps[slow.name, "allreduce"]
     assert steps[slow.name, "local_sgd"] < steps[slow.name, "allreduce"]
-    with pytest.raises(ConfigError, match="compresses DDP's gradient buckets and needs sharding='none'"):
+    with pytest.raises(ConfigError, match="reduces each replica's whole gradient and needs sharding='none'"):
         estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="bf16"))
     with pytest.raises(ConfigError, match="needs a data-parallel plan"):
         estimate(model, fast, Plan(tp=2, dp_replicate=8, global_batch=64, dp_sync="local_sgd:every=8"))

@@ -21,6 +21,7 @@ from plait.cost.framework import DEFAULT, Framework
 from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
+from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
@@ -212,7 +213,8 @@ def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, frame
     return xp.where(cols.is_("sharding", "none"), xp.minimum(layers, filled), layers)
 
 
-def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any) -> tuple[Any, Any, Any]:
+def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any,
+                   busy: Any) -> tuple[Any, Any, Any]:
     """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
     reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (data-parallel plans,
     :mod:`plait.plan.rules`; for HSDP rows of infrequent methods the shard groups' reduction stays)."""
@@ -222,7 +224,11 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     for code in present:
         over, shown, memory = method_costs(model, cluster, parse_sync(SPECS[code]), cols)
         mask = codes == code
-        if parse_sync(SPECS[code]).method not in INFREQUENT:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
+        method = parse_sync(SPECS[code]).method
+        if method == "pipe_sgd":  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
+            overlap = cluster.accelerator.efficiency.comm_overlap.value
+            reduce, shown = xp.where(mask, 0.0, reduce), hidden_remainder(over, busy, overlap, xp)
+        elif method not in INFREQUENT:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
             reduce = xp.where(mask, over, reduce)
         exposed = xp.where(mask, shown, exposed)
         extra = xp.where(mask, memory, extra)
@@ -265,7 +271,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     slow_bwd = pick([b["compute"] for _, b in passes])
     last_op = xp.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2,
                        pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
-    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s)
+    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s, busy)
     time["dp_comm"] = exposed_sync_s(cols, reduce, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
                                      _buckets(cols, sync.params, inner.grad_bytes, n_dense + n_moe,
                                               prepared.framework)) + exposed

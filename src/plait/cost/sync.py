@@ -18,7 +18,9 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
 - ``local_sgd:every=H``: no gradient traffic; every H steps one all-reduce of every parameter (PyTorch
   ``PeriodicModelAverager``): per step, the parameters' bytes over H;
 - ``diloco:every=H,...``: no gradient traffic; after every H inner steps one fp32 all-reduce of the
-  pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`).
+  pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`);
+- ``pipe_sgd``: every step one fp32 all-reduce of the whole gradient, applied one step later (Li et al. 2018,
+  Pipe-SGD, pipeline width 2; :class:`plait.run.sync.PipeSGD`).
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
         if step is None:
             return elements * GRAD_BYTES / every
         return elements * GRAD_BYTES if step % every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H, ...
+    if sync.method == "pipe_sgd":
+        return elements * GRAD_BYTES  # every step's gradient, all-reduced while the next step computes
     if sync.method == "diloco":
         every = sync.every
         if step is None:
@@ -159,6 +163,9 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
                     else (QUANTIZE_PASSES + 2 * replicas) * (elements * FP32_PASS_BYTES / memory_bw))
         extra = (elements + largest) * float(FP32_PASS_BYTES)  # the residual, and that sum
         return zero, gathered + streamed, full(extra)
+    if sync.method == "pipe_sgd":  # the reduction overlaps the whole next step (plait.cost.batch)
+        reduce = collective_s(cluster, "all_reduce", replicas, 1, full(sent))
+        return reduce, zero, full(2.0 * sent)  # this step's flat gradient and the one in flight
     if sync.method in ("local_sgd", "diloco"):
         xp, whole = cols.xp, cols.is_("sharding", "none")
         shard = xp.where(whole, 1, cols["dp_shard"])  # tp = cp = 1 (plait.plan.rules)

@@ -14,7 +14,6 @@ of the batch's shape).
 from __future__ import annotations
 
 import math
-
 import operator
 from collections.abc import Iterable, Sequence
 from functools import reduce

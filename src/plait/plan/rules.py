@@ -18,7 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.sync import COMPRESSED, INFREQUENT, MODELLED, PARAMETERS, rows_with
+from plait.plan.sync import INFREQUENT, MODELLED, PARAMETERS, WHOLE_GRADIENTS, rows_with
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -111,9 +111,9 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: (c["dp_sync"] != 0) & c.xp.any_of([c["tp"] > 1, c["pp"] > 1, c["cp"] > 1, c["ep"] > 1]),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} needs a data-parallel plan (tp, pp, cp, ep = 1; got "
                           f"{p.describe()})")),
-    Rule("dp-sync-compressed-unsharded",
-         lambda c, m, k: rows_with(c, COMPRESSED) & c.xp.not_(c.is_("sharding", "none")),
-         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} compresses DDP's gradient buckets and needs "
+    Rule("dp-sync-whole-gradients",
+         lambda c, m, k: rows_with(c, WHOLE_GRADIENTS) & c.xp.not_(c.is_("sharding", "none")),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "
                           f"sharding='none' (got sharding={p.sharding!r})")),
     Rule("dp-sync-average-whole-replicas",
          lambda c, m, k: rows_with(c, INFREQUENT) & c.xp.not_(c.is_("sharding", "none")) & (c["dp_replicate"] == 1),

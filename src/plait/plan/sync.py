@@ -44,10 +44,12 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
 et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.5 (assumed: the middle of its range)."""
 QUANTIZE_BITS = (1, 4, 8)
-MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco")
+MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "pipe_sgd")
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
 COMPRESSED = ("bf16", "fp16", "powersgd", "topk", "quantize")
 """Methods that compress each step's gradients (in DDP's buckets: unsharded replicas only)."""
+WHOLE_GRADIENTS = (*COMPRESSED, "pipe_sgd")
+"""Methods that work on every replica's whole gradient each step (unsharded replicas only)."""
 INFREQUENT = ("local_sgd", "diloco", "palsgd", "dreamddp")
 """Methods that train replicas apart and average parameters every few steps (over whole replicas: with sharding,
 over HSDP's ``dp_replicate`` groups, each replica sharded within itself)."""

@@ -21,7 +21,9 @@
   every H inner steps all-reduces the pseudo-gradient ``outer - local`` (mean over the ranks) and steps the outer
   copy with SGD and Nesterov momentum, which the replicas then take (Douillard et al. 2023, Algorithm 1). torchft
   ships DiLoCo too, but only under its ``Manager`` and a lighthouse server (docs/research/sync-methods.md); this
-  is the same algorithm on a plain process group.
+  is the same algorithm on a plain process group;
+- ``pipe_sgd``: no DDP; :class:`PipeSGD` starts each step's all-reduce and applies the previous step's (Li et al.
+  2018, pipeline width 2): no library has it.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = N
                **ddp_options: object) -> nn.Module:
     """The module to train for ``sync`` over ``group`` (``None``: the default group): DDP with the method's
     communication hook, or, for local SGD, the model itself (parameters are averaged by the optimizer)."""
-    if sync.method in ("local_sgd", "diloco"):
+    if sync.method in ("local_sgd", "diloco", "pipe_sgd"):
         return model
     if sync.method == "powersgd":
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
@@ -86,6 +88,8 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync,
     outer loop around ``optimizer`` (:class:`DiLoCo`)."""
     if sync.method == "diloco":
         return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], group)
+    if sync.method == "pipe_sgd":
+        return PipeSGD(optimizer, group)
     if sync.method != "local_sgd":
         return optimizer
     if any(isinstance(p, DTensor) for g in optimizer.param_groups for p in g["params"]):
@@ -130,6 +134,36 @@ class ShardAverage(torch.optim.Optimizer):
             for shard, piece in zip(shards, flat.split([s.numel() for s in shards])):
                 shard.copy_(piece.view_as(shard))
         self.steps += 1
+        return loss
+
+
+class PipeSGD(torch.optim.Optimizer):
+    """Pipe-SGD with pipeline width 2 (Li et al. 2018, Algorithm 1): each step's gradient starts its all-reduce
+    (one flat fp32 buffer, asynchronous) and the optimizer applies the previous step's mean, so the reduction
+    runs while the next step computes; updates are one step stale, and the first step only starts the pipeline."""
+
+    def __init__(self, inner: torch.optim.Optimizer, group: dist.ProcessGroup | None = None) -> None:
+        self.inner, self.group = inner, group
+        self.local = [p for g in inner.param_groups for p in g["params"]]
+        self.pending: tuple[torch.Tensor, dist.Work] | None = None
+        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        flat = torch.cat([p.grad.reshape(-1).to(torch.float32) for p in self.local])
+        work = dist.all_reduce(flat, group=self.group, async_op=True)
+        loss, previous = None, self.pending
+        self.pending = (flat, work)
+        if previous is not None:
+            mean, done = previous
+            done.wait()
+            mean /= dist.get_world_size(self.group)
+            for p, piece in zip(self.local, mean.split([p.numel() for p in self.local])):
+                p.grad.copy_(piece.view_as(p))
+            loss = self.inner.step(closure)
         return loss
 
 
