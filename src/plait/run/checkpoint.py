@@ -25,14 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 
 from plait.errors import ConfigError
 from plait.run.optim import HostOffloadOptimizer
@@ -145,6 +138,9 @@ class Saver:
                 raise ConfigError(f"checkpoint {str(final)!r} already exists; it is never written over")
             shutil.rmtree(partial, ignore_errors=True)  # a save that died earlier
         dist.barrier()
+        import torch.distributed.checkpoint as dcp  # here: DCP takes ~0.1 s to import, and most runs never save
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
         state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
                  "step": torch.tensor(step)}
         if self.group is None:
@@ -234,6 +230,14 @@ def choose(root: Path, identity: RunIdentity, reshard: bool) -> Path:
 def load(folder: Path, container: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Restore model and optimizer in place from a checkpoint :func:`choose` accepted; returns its step."""
     check_optimizer(optimizer)
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
     state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
              "step": torch.tensor(0)}
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)))

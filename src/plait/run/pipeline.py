@@ -14,19 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from typing import TYPE_CHECKING
+
 import torch
-from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import (
-    PipelineScheduleMulti,
-    PipelineScheduleSingle,
-    Schedule1F1B,
-    ScheduleGPipe,
-    ScheduleInterleaved1F1B,
-    ScheduleInterleavedZeroBubble,
-)
 
 from plait.plan.plan import Plan
 from plait.run.mesh import Mesh
+
+if TYPE_CHECKING:  # torch.distributed.pipelining costs ~0.6 s to import: only pipelined plans load it
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
 
 
 def stage_layers(num_layers: int, num_stages: int) -> list[list[int]]:
@@ -49,6 +46,13 @@ def local_stages(mesh: Mesh, plan: Plan) -> list[int]:
 def build_schedule(stages: list[PipelineStage], plan: Plan, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                    micro_batches: int) -> PipelineScheduleSingle | PipelineScheduleMulti:
     """The PyTorch schedule object for ``plan.schedule``."""
+    from torch.distributed.pipelining.schedules import (
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+        ScheduleInterleavedZeroBubble,
+    )
+
     if plan.schedule == "gpipe":
         return ScheduleGPipe(stages[0], micro_batches, loss_fn=loss_fn)
     if plan.schedule == "1f1b":
