@@ -13,7 +13,6 @@ weight gradients to the cool-down) — the order :func:`plait.simulate.schedules
 from __future__ import annotations
 
 from collections.abc import Callable
-
 from typing import TYPE_CHECKING
 
 import torch
