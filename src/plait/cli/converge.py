@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Annotated
 import typer
 
 from plait.errors import ConfigError
+from plait.run.lifecycle import supervise
 
 REFERENCE_MODEL = "examples/tiny-model.toml"
 
@@ -57,10 +57,9 @@ def converge_command(
                    "--batch", str(batch), *cases]
         if not as_json:
             typer.echo(f"converge: {len(cases)} runs of {steps} steps on {ranks} ranks ...", err=True)
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ConfigError(f"plait converge: the training ranks failed (exit {done.returncode}): {last}")
+        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})  # a failure names its rank and log
+        if code != 0:
+            raise typer.Exit(code)
         curves = json.loads(out.read_text())
     reference = curves[f"allreduce@{optimizer}"]["losses"]
     rows = []
