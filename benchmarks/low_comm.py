@@ -194,7 +194,7 @@ def main() -> int:
         wide = cluster.tiers[-1]
         print(f"link {args.rate} each way: measured {wide.bandwidth_gb_per_s_per_gpu * 2 * 8:.3f} Gbit/s, "
               f"latency {wide.latency_us / 1000:.2f} ms; 4 ranks run {slowdown:.2f}x slower than one")
-        shapes = [s for _, s in parameter_shapes(model)]
+        named = parameter_shapes(model)
         print(f"{'dp_sync':22s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'bytes/step':>12s} "
               f"{'leave a site':>13s}")
         for spec in METHODS:
@@ -205,7 +205,7 @@ def main() -> int:
             measured = statistics.fmean(times[start:])
             _, plan = read_plan_file(tmp / f"{spec.partition(':')[0]}.toml")
             est = estimate(model, cluster, plan, engine=get_engine("plait"))
-            sent = payload_bytes(parse_sync(spec), shapes)
+            sent = payload_bytes(parse_sync(spec), named)
             print(f"{spec:22s} {measured:11.3f} {est.step_time_s:12.3f} {100 * (est.step_time_s / measured - 1):+6.1f}% "
                   f"{sent:12,.0f} {est.egress_bytes_per_step:13,.0f}")
     return 0

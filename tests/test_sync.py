@@ -27,7 +27,7 @@ CASES = ["allreduce@sgd", f"{FULL_RANK}@sgd", "powersgd:rank=2@sgd", "bf16@adamw
          "local_sgd:every=1@sgd", "local_sgd:every=3@sgd", "allreduce@adamw", "powersgd:rank=2@adamw",
          "topk:ratio=1@adamw", "topk:ratio=0.01@adamw", "quantize:bits=8@adamw", "quantize:bits=4@adamw",
          "quantize:bits=1@adamw", "diloco:every=1,outer_lr=1,outer_momentum=0@sgd", "diloco:every=3@adamw",
-         "pipe_sgd@adamw"]
+         "pipe_sgd@adamw", "dreamddp:every=3@adamw", "dreamddp:every=40@sgd"]
 
 
 def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
@@ -73,8 +73,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, lis
 def test_the_bytes_each_step_sends_are_the_cost_models(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     """Every step's payload, counted at torch.distributed.all_reduce, equals the cost model's to the byte."""
     sync = parse_sync(case.rpartition("@")[0])
-    shapes = [s for _, s in parameter_shapes(resolve_model(str(MODEL)))]
-    assert trained[case]["bytes"] == [payload_bytes(sync, shapes, step) for step in range(STEPS)]
+    named = parameter_shapes(resolve_model(str(MODEL)))
+    assert trained[case]["bytes"] == [payload_bytes(sync, named, step) for step in range(STEPS)]
 
 
 @pytest.mark.parametrize("case, reference", [(f"{FULL_RANK}@sgd", "allreduce@sgd"),
@@ -93,7 +93,8 @@ def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, refer
     ("local_sgd:every=3@sgd", "allreduce@sgd"), ("powersgd:rank=2@adamw", "allreduce@adamw"),
     ("topk:ratio=0.01@adamw", "allreduce@adamw"), ("quantize:bits=8@adamw", "allreduce@adamw"),
     ("quantize:bits=4@adamw", "allreduce@adamw"), ("quantize:bits=1@adamw", "allreduce@adamw"),
-    ("diloco:every=3@adamw", "allreduce@adamw"), ("pipe_sgd@adamw", "allreduce@adamw")])
+    ("diloco:every=3@adamw", "allreduce@adamw"), ("pipe_sgd@adamw", "allreduce@adamw"),
+    ("dreamddp:every=3@adamw", "allreduce@adamw")])
 def test_lossy_methods_still_train(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """Finite, falling losses; they differ from the all-reduce's (a lossy method that did not would send nothing
     less). How many more steps they need is issue 14's convergence multiplier, not asserted here."""
@@ -123,8 +124,10 @@ def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
     assert steps[slow.name, "local_sgd"] < steps[slow.name, "allreduce"]
     with pytest.raises(ConfigError, match="reduces each replica's whole gradient and needs sharding='none'"):
         estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="bf16"))
-    with pytest.raises(ConfigError, match="needs a data-parallel plan"):
-        estimate(model, fast, Plan(tp=2, dp_replicate=8, global_batch=64, dp_sync="local_sgd:every=8"))
+    with pytest.raises(ConfigError, match="works in DDP's buckets of whole replicas and needs a data-parallel plan"):
+        estimate(model, fast, Plan(tp=2, dp_replicate=8, global_batch=64, dp_sync="powersgd:rank=4"))
+    with pytest.raises(ConfigError, match="cp=2 ranks each hold part of every sequence"):
+        estimate(model, fast, Plan(cp=2, dp_replicate=8, global_batch=64, dp_sync="local_sgd:every=8"))
     with pytest.raises(ConfigError, match="averages whole replicas.*dp_replicate > 1"):
         estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="diloco:every=8"))
     with pytest.raises(ConfigError, match="not modelled yet"):
@@ -200,16 +203,17 @@ def test_the_planner_searches_the_methods_it_has_multipliers_for(tmp_path: Path)
                                            "(plait converge measures one): its time-to-target is unknown"] > 0
 
 
-def test_hsdp_replicas_average_their_shards_exactly(tmp_path: Path) -> None:
-    """Local SGD and DiLoCo over HSDP (FSDP2 within each replica of 2 ranks, plait's optimizer wrappers averaging
-    the shards across the 2 replicas) train as PyTorch's own PostLocalSGDOptimizer over 2 unsharded replicas that
-    see the same rows: averaging after every step (DiLoCo with outer lr 1 and no momentum is that average), within
-    1e-5. (Each replica clips its own gradient, so neither is the single-process run.)"""
+def test_model_parallel_replicas_average_their_shards_exactly(tmp_path: Path) -> None:
+    """Local SGD and DiLoCo over replicas that are themselves split — HSDP (FSDP2 within each replica of 2 ranks),
+    TP=2 and PP=2 — with plait's optimizer wrappers averaging each rank's shard across the 2 replicas, train as
+    PyTorch's own PostLocalSGDOptimizer over 2 unsharded replicas that see the same rows: averaging after every
+    step (DiLoCo with outer lr 1 and no momentum is that average), within 1e-5. (Each replica clips its own
+    gradient, so neither is the single-process run.)"""
     def run(nproc: int, body: str, name: str) -> list[float]:
         plan, metrics = tmp_path / f"{name}.toml", tmp_path / f"{name}.jsonl"
         plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\nglobal_batch = 8\nmicro_batch = 2\n{body}\n')
-        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                               "-m", "plait.run.worker", "--plan", str(plan), "--full-precision", "--steps", "4",
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc-per-node={nproc}", "-m", "plait.run.worker", "--plan", str(plan), "--full-precision", "--steps", "4",
                                "--metrics", str(metrics)], capture_output=True, text=True, timeout=600,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert done.returncode == 0, done.stderr[-3000:]
@@ -217,7 +221,28 @@ def test_hsdp_replicas_average_their_shards_exactly(tmp_path: Path) -> None:
 
     reference = run(2, 'dp_replicate = 2\ndp_sync = "local_sgd:every=1"', "torch")
     hsdp = 'dp_replicate = 2\ndp_shard = 2\nsharding = "zero3"\n'
-    for spec in ("local_sgd:every=1", "diloco:every=1,outer_lr=1,outer_momentum=0"):
-        got = run(4, hsdp + f'dp_sync = "{spec}"', spec.partition(":")[0])
-        assert len(got) == 4 and got == pytest.approx(reference, rel=1e-5), spec
+    local, diloco = "local_sgd:every=1", "diloco:every=1,outer_lr=1,outer_momentum=0"
+    for name, layout, spec in (("hsdp-local", hsdp, local), ("hsdp-diloco", hsdp, diloco),
+                               ("tp-local", "tp = 2\ndp_replicate = 2\n", local),
+                               ("pp-diloco", "pp = 2\ndp_replicate = 2\n", diloco)):
+        got = run(4, layout + f'dp_sync = "{spec}"', name)
+        assert len(got) == 4 and got == pytest.approx(reference, rel=1e-5), name
         assert got[-1] < got[0]
+
+
+@pytest.mark.parametrize("every", [1, 3, 10, 40])
+def test_dreamddp_averages_every_unit_once_per_period_in_backprop_order(every: int) -> None:
+    """Each unit (head, blocks, embeddings) at one step of the period, the steps never decreasing along the backward
+    pass, the period's steps together sending every parameter once; the closed form of the exposed seconds equals
+    the direct sum over the period's runs of what each run's all-reduce leaves past the backward's end."""
+    from plait.plan.ops import SCALAR
+    from plait.plan.partial import _backprop_key, exposed_s, schedule, step_elements
+
+    named = parameter_shapes(get_model("llama3-8b"))
+    steps = schedule(named, every)
+    ordered = [steps[u] for u in sorted(steps, key=_backprop_key)]
+    assert ordered == sorted(ordered) and set(ordered) <= set(range(every)) and len(steps) == 32 + 2
+    assert sum(step_elements(named, every, t) for t in range(every)) == sum(math.prod(s) for _, s in named)
+    for reduce, backward in ((0.3, 1.0), (2.5, 1.0), (7.0, 0.5), (100.0, 1.0)):
+        direct = sum(max(0.0, k * backward / every + reduce / every - backward) for k in range(every)) / every
+        assert exposed_s(reduce, backward, every, SCALAR) == pytest.approx(direct, abs=1e-12)

@@ -30,6 +30,7 @@ from plait.cost.sync import method_costs
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
+from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.plan.plan import Plan
 from plait.plan.sync import INFREQUENT, SPECS, parse_sync
 from plait.units import MIB, S_PER_US
@@ -213,8 +214,8 @@ def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, frame
     return xp.where(cols.is_("sharding", "none"), xp.minimum(layers, filled), layers)
 
 
-def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any,
-                   busy: Any) -> tuple[Any, Any, Any]:
+def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any, busy: Any,
+                   params: dict[str, Any], backward: Any) -> tuple[Any, Any, Any]:
     """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
     reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (data-parallel plans,
     :mod:`plait.plan.rules`; for HSDP rows of infrequent methods the shard groups' reduction stays)."""
@@ -222,12 +223,14 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     exposed, extra = cols.zeros(), cols.zeros()
     present = ([codes] if codes else []) if xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
     for code in present:
-        over, shown, memory = method_costs(model, cluster, parse_sync(SPECS[code]), cols)
+        over, shown, memory = method_costs(model, cluster, parse_sync(SPECS[code]), cols, params)
         mask = codes == code
         method = parse_sync(SPECS[code]).method
         if method == "pipe_sgd":  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
             overlap = cluster.accelerator.efficiency.comm_overlap.value
             reduce, shown = xp.where(mask, 0.0, reduce), hidden_remainder(over, busy, overlap, xp)
+        elif method == "dreamddp":  # each step's share behind the last micro-batch's backward (plait.plan.partial)
+            shown = partial_exposed_s(over, backward, parse_sync(SPECS[code]).every, xp)
         elif method not in INFREQUENT:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
             reduce = xp.where(mask, over, reduce)
         exposed = xp.where(mask, shown, exposed)
@@ -271,7 +274,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     slow_bwd = pick([b["compute"] for _, b in passes])
     last_op = xp.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2,
                        pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
-    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s, busy)
+    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s, busy, sync.params, slow_bwd)
     time["dp_comm"] = exposed_sync_s(cols, reduce, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
                                      _buckets(cols, sync.params, inner.grad_bytes, n_dense + n_moe,
                                               prepared.framework)) + exposed

@@ -20,7 +20,7 @@ import math
 
 from plait.cost.batch import prepare, stage_sync
 from plait.cost.memory import PARAM_BYTES
-from plait.cost.sync import payload_bytes
+from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
@@ -65,15 +65,18 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> flo
         p2p = float(prepared.inner.p2p_bytes)
         out += boundaries * tp * cp * dp * 2 * m * plan.vpp * p2p
     replicas = dp * cp
-    if plan.dp_sync != "allreduce":  # pure data-parallel (plait.plan.rules)
+    params = stage_sync(model, cluster, prepared, 0).params
+    if plan.dp_sync != "allreduce":  # pure data-parallel, or TP/PP for local SGD and DiLoCo (plait.plan.rules)
         sync = parse_sync(plan.dp_sync)
-        sent = payload_bytes(sync, [s for _, s in parameter_shapes(model)])
+        if sync.method in INFREQUENT:  # each rank averages what it holds (stage 0's, for every stage)
+            per_rank = float(params["dense"] + params["expert"]) * GRAD_BYTES / sync.every
+            if plan.sharding != "none":  # HSDP replicas average their shards
+                return out + _reduced(cluster, plan.dp_replicate, tp * plan.dp_shard, per_rank / plan.dp_shard, world)
+            return out + _reduced(cluster, replicas, tp, per_rank, world)
+        sent = payload_bytes(sync, parameter_shapes(model))
         if sync.method in ("topk", "quantize"):  # all-gathered: (g-1)/g of g ranks' pieces
             return out + _ring(cluster, replicas, tp, (replicas - 1) * sent, world)
-        if sync.method in INFREQUENT and plan.sharding != "none":  # HSDP replicas average their shards
-            return out + _reduced(cluster, plan.dp_replicate, plan.dp_shard, sent / plan.dp_shard, world)
         return out + _reduced(cluster, replicas, tp, sent, world)
-    params = stage_sync(model, cluster, prepared, 0).params
     dense, expert = float(params["dense"]), float(params["expert"])
     grad = float(prepared.inner.grad_bytes)
     ring = lambda g: (g - 1) / g

@@ -20,7 +20,10 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
 - ``diloco:every=H,...``: no gradient traffic; after every H inner steps one fp32 all-reduce of the
   pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`);
 - ``pipe_sgd``: every step one fp32 all-reduce of the whole gradient, applied one step later (Li et al. 2018,
-  Pipe-SGD, pipeline width 2; :class:`plait.run.sync.PipeSGD`).
+  Pipe-SGD, pipeline width 2; :class:`plait.run.sync.PipeSGD`);
+- ``dreamddp:every=H``: no gradient traffic; each step one in-place all-reduce of the parameters of the units
+  :mod:`plait.plan.partial` schedules at that step, every parameter once per period (Tang et al., DreamDDP, arXiv
+  2502.11058; :class:`plait.run.sync.DreamDDP`): per step, the parameters' bytes over H on average.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.partial import step_elements
 from plait.plan.sync import MODELLED, Sync
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, parameter_shapes
@@ -59,9 +63,11 @@ def _powersgd_matrix(shape: Shape, rank: int, min_compression_rate: float) -> tu
     return n, m, r, (n + m) * r * min_compression_rate < n * m
 
 
-def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> float:
-    """Bytes one replica hands to collectives in one step (``step``: that step, counted from 0, for the methods
-    whose traffic changes with it; ``None``: the mean over a period in steady state)."""
+def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None = None) -> float:
+    """Bytes one replica hands to collectives in one step (``named``: the parameters' names and shapes,
+    :func:`plait.workload.tensors.parameter_shapes`; ``step``: that step, counted from 0, for the methods whose
+    traffic changes with it; ``None``: the mean over a period in steady state)."""
+    shapes = [s for _, s in named]
     elements = sum(math.prod(s) for s in shapes)
     if sync.method == "allreduce":
         return elements * GRAD_BYTES
@@ -88,6 +94,10 @@ def payload_bytes(sync: Sync, shapes: list[Shape], step: int | None = None) -> f
         if step is None:
             return elements * GRAD_BYTES / every
         return elements * GRAD_BYTES if step % every == every - 1 else 0.0  # after H inner steps
+    if sync.method == "dreamddp":  # each unit's parameters once per period, at its step (plait.plan.partial)
+        if step is None:
+            return elements * GRAD_BYTES / sync.every
+        return step_elements(named, sync.every, step) * GRAD_BYTES
     raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
 
 
@@ -120,21 +130,25 @@ def _fp32_flops(cluster: Cluster) -> float:
     return (peaks.get("fp32") or peaks.get("bf16") or peaks["fp16"]) * 1e12
 
 
-def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns) -> tuple[Any, Any, Any]:
+def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns,
+                 params: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
-    memory per GPU) of ``sync`` on each row of ``cols`` (data-parallel plans, :mod:`plait.plan.rules`), per step
-    in steady state.
+    memory per GPU) of ``sync`` on each row of ``cols`` (:mod:`plait.plan.rules`: data-parallel plans, or for local
+    SGD and DiLoCo also TP and PP), per step in steady state. ``params``: the parameters one rank of the slowest
+    stage holds (:func:`plait.cost.memory.stage_params`; TP shards, norms replicated), which local SGD and DiLoCo
+    average with the same rank of every other replica.
 
     Overlap (assumed from the runtime): bf16/fp16 run in DDP's bucketed hooks like the all-reduce; PowerSGD's
     dependent P and Q all-reduces, top-k's all-gathers and their compute are taken as exposed (``plait run``
     keeps one bucket on gloo, so they follow the backward); local SGD and DiLoCo average after the optimizer step,
     over whole replicas (with sharding, each HSDP ``dp_replicate`` group averages its shard). GEMMs of PowerSGD
     at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
-    shapes = [s for _, s in parameter_shapes(model)]
+    named = parameter_shapes(model)
+    shapes = [s for _, s in named]
     elements = sum(math.prod(s) for s in shapes)
     replicas, full = cols.dp, cols.full
     zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
-    sent = payload_bytes(sync, shapes, step=0 if sync.method != "diloco" else sync.every - 1)  # a synchronizing step
+    sent = payload_bytes(sync, named, step=0 if sync.method != "diloco" else sync.every - 1)  # a synchronizing step
     if sync.method in ("bf16", "fp16"):
         return collective_s(cluster, "all_reduce", replicas, 1, full(sent)), zero, zero
     if sync.method == "powersgd":
@@ -166,11 +180,15 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
     if sync.method == "pipe_sgd":  # the reduction overlaps the whole next step (plait.cost.batch)
         reduce = collective_s(cluster, "all_reduce", replicas, 1, full(sent))
         return reduce, zero, full(2.0 * sent)  # this step's flat gradient and the one in flight
+    if sync.method == "dreamddp":  # a whole period's averaging; plait.cost.batch hides it behind backward passes
+        held = (params["dense"] + params["expert"]) * GRAD_BYTES
+        return collective_s(cluster, "all_reduce", replicas, cols["tp"], held), zero, zero  # in place: no buffer
     if sync.method in ("local_sgd", "diloco"):
         xp, whole = cols.xp, cols.is_("sharding", "none")
-        shard = xp.where(whole, 1, cols["dp_shard"])  # tp = cp = 1 (plait.plan.rules)
-        group, local = xp.where(whole, replicas, cols["dp_replicate"]), sent / shard
-        average = collective_s(cluster, "all_reduce", group, shard, local)
+        shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
+        held = (params["dense"] + params["expert"]) * GRAD_BYTES  # = sent for tp = pp = 1
+        group, local = xp.where(whole, replicas, cols["dp_replicate"]), held / shard
+        average = collective_s(cluster, "all_reduce", group, shard * cols["tp"], local)  # replicas tp*shard apart
         if sync.method == "local_sgd":
             return zero, average / sync.every, local  # the flat buffer of the averaged params
         passes = DILOCO_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw

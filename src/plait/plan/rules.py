@@ -108,13 +108,23 @@ RULES: tuple[Rule, ...] = (
     Rule("dp-sync-modelled", lambda c, m, k: _sync_unmodelled(c),
          lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
     Rule("dp-sync-pure-data-parallel",
-         lambda c, m, k: (c["dp_sync"] != 0) & c.xp.any_of([c["tp"] > 1, c["pp"] > 1, c["cp"] > 1, c["ep"] > 1]),
-         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} needs a data-parallel plan (tp, pp, cp, ep = 1; got "
-                          f"{p.describe()})")),
+         lambda c, m, k: rows_with(c, WHOLE_GRADIENTS) & c.xp.any_of([c["tp"] > 1, c["pp"] > 1, c["cp"] > 1,
+                                                                      c["ep"] > 1]),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} works in DDP's buckets of whole replicas and needs a "
+                          f"data-parallel plan (tp, pp, cp, ep = 1; got {p.describe()})")),
+    Rule("dp-sync-no-context-parallel",
+         lambda c, m, k: rows_with(c, INFREQUENT) & ((c["cp"] > 1) | (c["ep"] > 1)),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} trains replicas apart, but cp={p.cp} ranks each hold part of "
+                          f"every sequence (and ep={p.ep} ranks different experts) and must reduce their gradients "
+                          f"every step: needs cp = ep = 1")),
     Rule("dp-sync-whole-gradients",
          lambda c, m, k: rows_with(c, WHOLE_GRADIENTS) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "
                           f"sharding='none' (got sharding={p.sharding!r})")),
+    Rule("dp-sync-dreamddp-unsharded",
+         lambda c, m, k: rows_with(c, ("dreamddp",)) & c.xp.not_(c.is_("sharding", "none")),
+         lambda p, m, k: (f"dp_sync='dreamddp' averages each layer's parameters from its gradient hook during the "
+                          f"backward pass and needs sharding='none' (got sharding={p.sharding!r}: FSDP owns them)")),
     Rule("dp-sync-average-whole-replicas",
          lambda c, m, k: rows_with(c, INFREQUENT) & c.xp.not_(c.is_("sharding", "none")) & (c["dp_replicate"] == 1),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "

@@ -11,7 +11,9 @@ less often (docs/research/sync-methods.md says what PyTorch and torchft provide 
   sign of EF-SignSGD, Karimireddy et al. 2019) with error feedback;
 - ``local_sgd:every=H``: periodic model averaging every H steps (PyTorch's ``PeriodicModelAverager``);
 - ``diloco:every=H,outer_lr=..,outer_momentum=..``: DiLoCo (Douillard et al. 2023), inner AdamW, outer Nesterov;
-- ``palsgd:every=H,p=..`` (000-06), ``dreamddp:every=H`` (000-19), ``pipe_sgd`` (000-12).
+- ``dreamddp:every=H``: DreamDDP's partial local SGD (000-19; Tang et al., arXiv 2502.11058): each unit of layers
+  averaged once per period, at its own step, overlapping the backward pass (:mod:`plait.plan.partial`);
+- ``palsgd:every=H,p=..`` (000-06), ``pipe_sgd`` (000-12).
 
 A spec is kept in its canonical form (every parameter, in the order below) so that equal methods compare equal.
 """
@@ -44,7 +46,7 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
 et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.5 (assumed: the middle of its range)."""
 QUANTIZE_BITS = (1, 4, 8)
-MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "pipe_sgd")
+MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "dreamddp", "pipe_sgd")
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
 COMPRESSED = ("bf16", "fp16", "powersgd", "topk", "quantize")
 """Methods that compress each step's gradients (in DDP's buckets: unsharded replicas only)."""

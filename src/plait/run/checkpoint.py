@@ -55,8 +55,10 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
     if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
         raise ConfigError("checkpointing zero1 (ZeroRedundancyOptimizer) is not supported by DCP; "
                           "use zero2/zero3 (FSDP2) or sharding none to checkpoint")
-    if type(optimizer).__name__ in ("PostLocalSGDOptimizer", "ShardAverage", "DiLoCo"):
-        method = "diloco" if type(optimizer).__name__ == "DiLoCo" else "local_sgd"
+    periodic = {"PostLocalSGDOptimizer": "local_sgd", "ShardAverage": "local_sgd", "DiLoCo": "diloco",
+                "DreamDDP": "dreamddp"}
+    if type(optimizer).__name__ in periodic:
+        method = periodic[type(optimizer).__name__]
         raise ConfigError(f"checkpointing dp_sync={method!r} is not supported yet (its step count and outer state "
                           "are not in DCP's optimizer state); run it without --checkpoint-dir")
     if isinstance(optimizer, HostOffloadOptimizer):  # its state is keyed by host copies, not parameters

@@ -22,6 +22,7 @@ from plait.run.model import build_model
 from plait.run.sync import attach, counted_bytes
 from plait.run.train import cross_entropy
 from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
 
 LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
 """Inner learning rates (assumed: what trains the tiny reference model steadily in tens of steps)."""
@@ -38,7 +39,7 @@ def train(case: str, model_path: str, steps: int, batch: int) -> dict[str, list[
     lr = LEARNING_RATES[optimizer_name]
     optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer_name == "sgd"
                  else torch.optim.AdamW(model.parameters(), lr=lr))
-    module, optimizer = attach(model, optimizer, sync)
+    module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec))
     losses, sent = [], []
     for step in range(steps):
         inputs, targets = global_batch(step, batch, spec.seq_len)

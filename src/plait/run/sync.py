@@ -22,6 +22,10 @@
   copy with SGD and Nesterov momentum, which the replicas then take (Douillard et al. 2023, Algorithm 1). torchft
   ships DiLoCo too, but only under its ``Manager`` and a lighthouse server (docs/research/sync-methods.md); this
   is the same algorithm on a plain process group;
+- ``dreamddp``: no gradient synchronization; :class:`DreamDDP` averages, at each step, the parameters of the
+  layers :mod:`plait.plan.partial` schedules then, each all-reduce launched asynchronously from the gradient hook of
+  its parameter in the last micro-batch's backward (as the artifact's ``register_post_accumulate_grad_hook``), and
+  waits for them before the optimizer step (Tang et al., arXiv 2502.11058; no library has it);
 - ``pipe_sgd``: no DDP; :class:`PipeSGD` starts each step's all-reduce and applies the previous step's (Li et al.
   2018, pipeline width 2): no library has it.
 """
@@ -40,7 +44,9 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from plait.errors import ConfigError
+from plait.plan.partial import schedule, unit_of
 from plait.plan.sync import MODELLED, Sync
+from plait.workload.tensors import Shape
 
 ONE_BUCKET_MB = 1024.0
 """DDP bucket size that puts a small or mid-sized model's gradients in one bucket (PowerSGD on gloo)."""
@@ -58,7 +64,7 @@ def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = N
                **ddp_options: object) -> nn.Module:
     """The module to train for ``sync`` over ``group`` (``None``: the default group): DDP with the method's
     communication hook, or, for local SGD, the model itself (parameters are averaged by the optimizer)."""
-    if sync.method in ("local_sgd", "diloco", "pipe_sgd"):
+    if sync.method in ("local_sgd", "diloco", "dreamddp", "pipe_sgd"):
         return model
     if sync.method == "powersgd":
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
@@ -82,10 +88,17 @@ def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = N
     return ddp
 
 
-def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync,
-                   group: dist.ProcessGroup | None = None) -> torch.optim.Optimizer:
+def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, group: dist.ProcessGroup | None = None,
+                   modules: tuple[nn.Module, ...] = (), whole: list[tuple[str, Shape]] | None = None,
+                   accumulations: int = 1) -> torch.optim.Optimizer:
     """The optimizer to step: for local SGD, one that averages the parameters every H steps; for DiLoCo, the
-    outer loop around ``optimizer`` (:class:`DiLoCo`)."""
+    outer loop around ``optimizer`` (:class:`DiLoCo`); for DreamDDP, :class:`DreamDDP` over the parameters of
+    ``modules`` (this rank's parts of the model whose parameters ``whole`` lists; ``accumulations`` backward
+    passes per step)."""
+    if sync.method == "dreamddp":
+        if whole is None:
+            raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
+        return DreamDDP(optimizer, sync.every, modules, whole, group, accumulations)
     if sync.method == "diloco":
         return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], group)
     if sync.method == "pipe_sgd":
@@ -101,9 +114,11 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync,
     return PostLocalSGDOptimizer(optimizer, averager)
 
 
-def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """:func:`wrap_model` and :func:`wrap_optimizer` over the default process group."""
-    return wrap_model(model, sync), wrap_optimizer(optimizer, sync)
+def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync,
+           whole: list[tuple[str, Shape]]) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """:func:`wrap_model` and :func:`wrap_optimizer` over the default process group, for the whole ``model``
+    (whose parameters ``whole`` lists), one backward pass per step."""
+    return wrap_model(model, sync), wrap_optimizer(optimizer, sync, modules=(model,), whole=whole)
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
@@ -165,6 +180,49 @@ class PipeSGD(torch.optim.Optimizer):
                 p.grad.copy_(piece.view_as(p))
             loss = self.inner.step(closure)
         return loss
+
+
+class DreamDDP(torch.optim.Optimizer):
+    """DreamDDP's partial local SGD (Tang et al., arXiv 2502.11058): at step ``t`` the parameters of the units that
+    :func:`plait.plan.partial.schedule` gives step ``t mod every`` are averaged over ``group``, in place, each by an
+    asynchronous sum all-reduce (gloo has no average) that its gradient hook launches once the parameter's last
+    gradient of the step has accumulated; :meth:`step` waits for them, divides, then steps ``inner`` — as the
+    artifact does: the average of the replicas' pre-step values, then each replica's own update. No extra memory."""
+
+    def __init__(self, inner: torch.optim.Optimizer, every: int, modules: tuple[nn.Module, ...],
+                 whole: list[tuple[str, Shape]], group: dist.ProcessGroup | None = None,
+                 accumulations: int = 1) -> None:
+        self.inner, self.every, self.group, self.steps = inner, every, group, 0
+        self.accumulations, self.pending = accumulations, []  # type: list[tuple[torch.Tensor, dist.Work]]
+        steps = schedule(whole, every)
+        self.seen: dict[int, int] = {}
+        for module in modules:
+            for name, p in module.named_parameters():
+                p.register_post_accumulate_grad_hook(self._hook(steps[unit_of(name)]))
+        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
+
+    def _hook(self, at: int):  # type: ignore[no-untyped-def]
+        def launch(p: torch.Tensor) -> None:
+            if self.steps % self.every != at:
+                return
+            count = self.seen[id(p)] = self.seen.get(id(p), 0) + 1
+            if count == self.accumulations:  # its last gradient of the step: the backward is done with it
+                local = _local(p).data
+                self.pending.append((local, dist.all_reduce(local, group=self.group, async_op=True)))
+        return launch
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        world = dist.get_world_size(self.group)
+        for local, work in self.pending:
+            work.wait()
+            local /= world
+        self.pending, self.seen = [], {}
+        self.steps += 1
+        return self.inner.step(closure)
 
 
 class DiLoCo(torch.optim.Optimizer):

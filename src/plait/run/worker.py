@@ -142,8 +142,10 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         from plait.plan.sync import parse_sync
         from plait.run.parallel import replica_group
         from plait.run.sync import wrap_optimizer
+        from plait.workload.tensors import parameter_shapes
 
-        optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), replica_group(mesh))
+        optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), replica_group(mesh), modules=tuple(parts),
+                                   whole=parameter_shapes(spec), accumulations=plan.num_micro_batches)
     if args.checkpoint_dir is not None:
         checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
     if args.dry_run:
