@@ -31,10 +31,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from plait.run.precision import cpu_runs_natively
+
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "small-model.toml"
 METHODS = ["allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "quantize:bits=8", "local_sgd:every=4",
-           "diloco:every=4", "pipe_sgd"]
+           "diloco:every=4", "dreamddp:every=4", "pipe_sgd"]
 PLAN = "dp_replicate = 4\nglobal_batch = 16\nmicro_batch = 4\n"
 ADDRESSES = ("10.231.0.1", "10.231.0.2")
 LINK_SIZES = [2**12, 2**18, 2**22, 2**24]
@@ -146,6 +148,11 @@ def cluster_file(site: dict, link: dict[str, list[float]], slowdown: float, path
     path.write_text(tomli_w.dumps(site))
 
 
+# bf16 where this CPU would emulate it is fp32, as `plait run` does it (plait.run.precision), and as
+# `plait calibrate` then measures the bf16 figures
+FULL_PRECISION = [] if cpu_runs_natively("bf16") else ["--full-precision"]
+
+
 def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: Path) -> list[float]:
     """Step times of rank 0 for ``spec`` on 4 ranks, 2 in each site."""
     name = spec.partition(":")[0]
@@ -156,7 +163,7 @@ def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: P
         processes.append(in_site(ns, link, [
             sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=2",
             f"--master-addr={ADDRESSES[0]}", "--master-port=29612", "-m", "plait.run.worker", "--plan", str(plan),
-            "--steps", str(steps), *(["--metrics", str(metrics)] if node == 0 else [])]))
+            "--steps", str(steps), *(["--metrics", str(metrics)] if node == 0 else []), *FULL_PRECISION]))
     wait_all(processes, f"dp_sync={spec}")
     return [json.loads(line)["step_time_s"] for line in metrics.read_text().splitlines()]
 
@@ -166,6 +173,7 @@ def main() -> int:
     parser.add_argument("--rate", default="200mbit", help="tbf rate of the link, each way")
     parser.add_argument("--steps", type=int, default=16, help="optimizer steps per method (a multiple of 4)")
     parser.add_argument("--quick", action="store_true", help="plait calibrate --quick for the site")
+    parser.add_argument("--methods", nargs="+", default=METHODS, help="dp_sync specs to measure")
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
         print("SKIP: needs root, ip and tc (network namespaces and a tbf qdisc)")
@@ -197,7 +205,7 @@ def main() -> int:
         named = parameter_shapes(model)
         print(f"{'dp_sync':22s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'bytes/step':>12s} "
               f"{'leave a site':>13s}")
-        for spec in METHODS:
+        for spec in args.methods:
             times = run_method(names, links, spec, args.steps, tmp)
             every = parse_sync(spec).every
             start = max(every, 2)  # after the first period (start-up, first buckets)

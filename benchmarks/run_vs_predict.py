@@ -23,6 +23,7 @@ from plait.engine.catalog import get_engine
 from plait.hardware.catalog import load_cluster_file
 from plait.plan.io import read_plan_file
 from plait.predict.estimate import estimate
+from plait.run.precision import cpu_runs_natively
 from plait.workload.catalog import resolve_model
 
 ROOT = Path(__file__).parents[1]
@@ -35,6 +36,11 @@ PLANS = {
     "tp2-sp": "tp = 2\nsp = true\nglobal_batch = 16\nmicro_batch = 4",
     "pp2-1f1b": 'pp = 2\nschedule = "1f1b"\nglobal_batch = 16\nmicro_batch = 4',
 }
+
+
+FULL_PRECISION = [] if cpu_runs_natively("bf16") else ["--full-precision"]
+"""bf16 where this CPU would emulate it runs in fp32, as `plait run` does (plait.run.precision) and as `plait
+calibrate` then measures the bf16 figures."""
 
 
 def torchrun(args: list[str]) -> None:
@@ -61,7 +67,8 @@ def main() -> None:
         plan_file = tmp / f"{name}.toml"
         plan_file.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{body}\n')
         metrics = tmp / f"{name}.jsonl"
-        torchrun(["-m", "plait.run.worker", "--plan", str(plan_file), "--steps", str(STEPS), "--metrics", str(metrics)])
+        torchrun(["-m", "plait.run.worker", "--plan", str(plan_file), "--steps", str(STEPS), "--metrics", str(metrics),
+                  *FULL_PRECISION])
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
         medians[name] = statistics.median(r["step_time_s"] for r in rows[1:])
         peak = max(r["peak_memory_bytes"] for r in rows) / 2**30

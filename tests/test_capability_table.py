@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from plait.export.bundle import export_for
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.catalog import get_model, resolve_model
+from tests.ranks import run_ranks
 
 ROOT = Path(__file__).parents[1]
 TINY, TINY_MOE = ROOT / "examples" / "tiny-model.toml", ROOT / "examples" / "tiny-moe.toml"
@@ -173,9 +172,8 @@ def test_numerics_options_train(body: str, tmp_path: Path) -> None:
     plan.write_text(f'[job]\nmodel = "{TINY}"\n[plan]\nglobal_batch = 8\nmicro_batch = 2\ndp_shard = 2\n'
                     f'sharding = "zero3"\n{body}\n')
     metrics = tmp_path / "m.jsonl"
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          "-m", "plait.run.worker", "--plan", str(plan), "--steps", "4", "--metrics", str(metrics)],
-                         capture_output=True, text=True, timeout=300, check=False)
+    out = run_ranks(2, ["-m", "plait.run.worker", "--plan", str(plan), "--steps", "4", "--metrics", str(metrics)],
+                    timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     losses = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
     assert len(losses) == 4 and all(loss == loss for loss in losses) and losses[-1] < losses[0]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ranks import run_ranks
+
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).parents[1]
@@ -42,9 +44,7 @@ def write_plan(path: Path, body: str) -> Path:
 
 
 def torchrun(nproc: int, plan: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                           "-m", "plait.run.worker", "--plan", str(plan), *extra],
-                          capture_output=True, text=True, timeout=600)
+    return run_ranks(nproc, ["-m", "plait.run.worker", "--plan", str(plan), *extra])
 
 
 def losses(nproc: int, plan: Path, metrics: Path, *extra: str) -> list[float]:

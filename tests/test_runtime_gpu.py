@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.workload.catalog import resolve_model
+from tests.ranks import run_ranks
 
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "tiny-model.toml"
@@ -37,10 +38,7 @@ def write_plan(path: Path, body: str) -> Path:
 
 
 def worker(nproc: int, plan: Path, metrics: Path, *extra: str) -> list[float]:
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                          "-m", "plait.run.worker", "--plan", str(plan), "--metrics", str(metrics), *extra],
-                         capture_output=True, text=True, timeout=600, check=False,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = run_ranks(nproc, ["-m", "plait.run.worker", "--plan", str(plan), "--metrics", str(metrics), *extra])
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
 

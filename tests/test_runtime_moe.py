@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.workload.catalog import resolve_model
+from tests.ranks import run_ranks
 
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "tiny-moe.toml"
@@ -38,9 +39,8 @@ def write_plan(path: Path, body: str) -> Path:
 
 
 def run_metrics(nproc: int, plan: Path, metrics: Path) -> list[tuple[float, float]]:
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                          "-m", "plait.run.worker", "--plan", str(plan), "--full-precision", "--steps", str(STEPS),
-                          "--metrics", str(metrics)], check=False, capture_output=True, text=True, timeout=600)
+    out = run_ranks(nproc, ["-m", "plait.run.worker", "--plan", str(plan), "--full-precision", "--steps", str(STEPS),
+                            "--metrics", str(metrics)])
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     return [(row["loss"], row["grad_norm"]) for row in rows]

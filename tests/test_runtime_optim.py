@@ -12,8 +12,6 @@ Each case trains 10 steps and matches the one-process run with the same optimize
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.run.support import check_runnable
 from plait.workload.catalog import resolve_model
+from tests.ranks import run_ranks
 from tests.test_runtime import MODEL, STEPS, losses, write_plan
 
 CASES = {  # name: (processes, plan body, optimizer of the one-process reference)
@@ -108,8 +107,7 @@ def test_offload_optimizer_alone_keeps_parameters_in_place(tmp_path: Path) -> No
     step runs on separate fp32 host copies whose result is copied back into the parameters."""
     script = tmp_path / "inspect_offload.py"  # not inspect.py: that shadows the standard library
     script.write_text(INSPECT)
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          str(script), str(MODEL)], capture_output=True, text=True, timeout=300, check=False)
+    out = run_ranks(2, [str(script), str(MODEL)], timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {(r["layout"], r["offload_params"]): r
             for r in (json.loads(line[4:]) for line in out.stdout.splitlines() if line.startswith("ROW "))}

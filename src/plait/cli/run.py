@@ -116,11 +116,17 @@ def run_command(
     table = Table(title=f"{model.name}: {the_plan.describe()} on {gpus} ranks", title_justify="left")
     for col in ("", "measured", f"predicted ({hardware.name})"):
         table.add_column(col, justify="right")
-    table.add_row("step time s (median after step 1)", f"{statistics.median(steady):.4f}",
+    from plait.plan.sync import INFREQUENT
+
+    # methods that synchronize every few steps (or skip steps' compute) are predicted as their mean step
+    periodic = the_plan.dp_sync.partition(":")[0] in INFREQUENT
+    summary = statistics.fmean(steady) if periodic else statistics.median(steady)
+    table.add_row(f"step time s ({'mean' if periodic else 'median'} after step 1)", f"{summary:.4f}",
                   f"{predicted.step_time_s:.4f}")
     table.add_row("peak memory GiB", f"{max(r['peak_memory_bytes'] for r in rows) / GIB:.3f}",
                   f"{predicted.memory.total_bytes / GIB:.3f}")
-    table.add_row("final loss", f"{rows[-1]['loss']:.4f}", "")
+    losses = [r["loss"] for r in rows if r["loss"] is not None]  # PALSGD's pseudo-synchronization steps: null
+    table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)
     if slots is None and not hardware.source.startswith("measured by plait calibrate"):
         console.print(f"note: predicted for {hardware.name}, not this CPU; `plait calibrate` measures this machine "

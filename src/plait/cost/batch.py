@@ -238,6 +238,22 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     return reduce, exposed, extra
 
 
+def _gradient_steps(cols: PlanColumns) -> Any:
+    """The fraction of steps that run forward, backward and the optimizer, per row (``1 - p`` for PALSGD, whose
+    other steps are pseudo-synchronization steps: Naganuma et al., arXiv 2504.18454; the authors' trainer skips the
+    batch of such a step), or ``None`` when no row is PALSGD."""
+    xp, codes = cols.xp, cols["dp_sync"]
+    present = ([codes] if codes else []) if xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
+    methods = [(code, parse_sync(SPECS[code])) for code in present]
+    methods = [(code, sync) for code, sync in methods if sync.method == "palsgd"]
+    if not methods:
+        return None
+    kept = cols.full(1.0)
+    for code, sync in methods:
+        kept = xp.where(codes == code, 1.0 - sync["p"], kept)
+    return kept
+
+
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
                    framework: Framework = DEFAULT) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
@@ -277,8 +293,12 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s, busy, sync.params, slow_bwd)
     time["dp_comm"] = exposed_sync_s(cols, reduce, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
                                      _buckets(cols, sync.params, inner.grad_bytes, n_dense + n_moe,
-                                              prepared.framework)) + exposed
+                                              prepared.framework))
     time["optimizer"] = sync.optimizer_s
+    kept = _gradient_steps(cols)  # PALSGD: only these steps compute; its pulls and outer steps are in `exposed`
+    if kept is not None:
+        time = {k: v * kept for k, v in time.items()}
+    time["dp_comm"] = time["dp_comm"] + exposed
     first = stage_memory(model, cluster.accelerator, cols, inner, stages[0])
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
     use_last = last["total"] > first["total"]
@@ -286,7 +306,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
     memory["total"] = memory["total"] + extra_bytes
     return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),
-                       model_flops_per_token=_flops_per_token(model, cluster, cols),
+                       model_flops_per_token=_flops_per_token(model, cluster, cols) * (1.0 if kept is None else kept),
                        recompute_factor=_recompute_factor(model, cols))
 
 

@@ -19,6 +19,8 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
   ``PeriodicModelAverager``): per step, the parameters' bytes over H;
 - ``diloco:every=H,...``: no gradient traffic; after every H inner steps one fp32 all-reduce of the
   pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`);
+- ``palsgd:every=H,...``: DiLoCo's, every H steps (gradient and pseudo-synchronization steps alike: the authors'
+  ``global_step``); a pseudo-synchronization step sends nothing (:class:`plait.run.sync.PALSGD`);
 - ``pipe_sgd``: every step one fp32 all-reduce of the whole gradient, applied one step later (Li et al. 2018,
   Pipe-SGD, pipeline width 2; :class:`plait.run.sync.PipeSGD`);
 - ``dreamddp:every=H``: no gradient traffic; each step one in-place all-reduce of the parameters of the units
@@ -89,7 +91,7 @@ def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None =
         return elements * GRAD_BYTES if step % every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H, ...
     if sync.method == "pipe_sgd":
         return elements * GRAD_BYTES  # every step's gradient, all-reduced while the next step computes
-    if sync.method == "diloco":
+    if sync.method in ("diloco", "palsgd"):
         every = sync.every
         if step is None:
             return elements * GRAD_BYTES / every
@@ -120,6 +122,9 @@ DILOCO_PASSES = 14
 """Streaming passes over the fp32 parameters in one outer step of :class:`plait.run.sync.DiLoCo`: the delta
 ``outer - local`` (read 2, write 1), its flat copy (2), the mean (2), SGD with Nesterov momentum (read gradient,
 momentum and parameter, write momentum and parameter: 5) and the copy back (2)."""
+PULL_PASSES = 5
+"""Streaming passes over the fp32 parameters in a PALSGD pseudo-synchronization step of :class:`plait.run.sync.
+PALSGD`: the difference to the outer copy (read 2, write 1) and the scaled subtraction (read 1, write 1)."""
 DILOCO_BUFFERS = 4
 """fp32 copies per parameter while DiLoCo synchronizes: the outer parameters, their momentum, the deltas and
 their flat buffer (which the outer gradients view)."""
@@ -148,7 +153,8 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
     elements = sum(math.prod(s) for s in shapes)
     replicas, full = cols.dp, cols.full
     zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
-    sent = payload_bytes(sync, named, step=0 if sync.method != "diloco" else sync.every - 1)  # a synchronizing step
+    outer = sync.method in ("diloco", "palsgd")
+    sent = payload_bytes(sync, named, step=sync.every - 1 if outer else 0)  # a synchronizing step
     if sync.method in ("bf16", "fp16"):
         return collective_s(cluster, "all_reduce", replicas, 1, full(sent)), zero, zero
     if sync.method == "powersgd":
@@ -183,7 +189,7 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
     if sync.method == "dreamddp":  # a whole period's averaging; plait.cost.batch hides it behind backward passes
         held = (params["dense"] + params["expert"]) * GRAD_BYTES
         return collective_s(cluster, "all_reduce", replicas, cols["tp"], held), zero, zero  # in place: no buffer
-    if sync.method in ("local_sgd", "diloco"):
+    if sync.method in ("local_sgd", "diloco", "palsgd"):
         xp, whole = cols.xp, cols.is_("sharding", "none")
         shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
         held = (params["dense"] + params["expert"]) * GRAD_BYTES  # = sent for tp = pp = 1
@@ -192,5 +198,8 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
         if sync.method == "local_sgd":
             return zero, average / sync.every, local  # the flat buffer of the averaged params
         passes = DILOCO_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
+        if sync.method == "palsgd":  # and a fraction p of steps pull toward the outer copy (plait.cost.batch)
+            pull = sync["p"] * PULL_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
+            return zero, (average + passes) / sync.every + pull, DILOCO_BUFFERS * local
         return zero, (average + passes) / sync.every, DILOCO_BUFFERS * local
     raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")

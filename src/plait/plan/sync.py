@@ -13,7 +13,10 @@ less often (docs/research/sync-methods.md says what PyTorch and torchft provide 
 - ``diloco:every=H,outer_lr=..,outer_momentum=..``: DiLoCo (Douillard et al. 2023), inner AdamW, outer Nesterov;
 - ``dreamddp:every=H``: DreamDDP's partial local SGD (000-19; Tang et al., arXiv 2502.11058): each unit of layers
   averaged once per period, at its own step, overlapping the backward pass (:mod:`plait.plan.partial`);
-- ``palsgd:every=H,p=..`` (000-06), ``pipe_sgd`` (000-12).
+- ``palsgd:every=H,p=..,eta=..,outer_lr=..,outer_momentum=..``: PALSGD (000-06; Naganuma et al., arXiv
+  2504.18454): DiLoCo in which each step is, with probability p, a pseudo-synchronization step instead of a
+  gradient step — no forward, backward or communication, the replica pulled toward the last outer model;
+- ``pipe_sgd`` (000-12): each step's all-reduce behind the next step's compute.
 
 A spec is kept in its canonical form (every parameter, in the order below) so that equal methods compare equal.
 """
@@ -38,15 +41,19 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
     "local_sgd": {"every": (None, 1, 2**31 - 1, True)},
     "diloco": {"every": (None, 1, 2**31 - 1, True), "outer_lr": (0.7, 0.0, 1e3, False),
                "outer_momentum": (0.9, 0.0, 1.0, False)},
-    "palsgd": {"every": (None, 1, 2**31 - 1, True), "p": (0.5, 0.0, 1.0, False)},
+    "palsgd": {"every": (None, 1, 2**31 - 1, True), "p": (0.2, 0.0, 0.99, False), "eta": (0.5, 0.0, 1e3, False),
+               "outer_lr": (0.25, 0.0, 1e3, False), "outer_momentum": (0.9, 0.0, 1.0, False)},
     "dreamddp": {"every": (None, 1, 2**31 - 1, True)},
     "pipe_sgd": {},
 }
 """Defaults: PowerSGD's ``min_compression_rate`` 2 as ``PowerSGDState``'s (torch 2.13), ``start_iter`` 2, the
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
-et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.5 (assumed: the middle of its range)."""
+et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.2, eta 0.5, outer lr 0.25 and Nesterov
+momentum 0.9: the defaults of its authors' GPT-Neo trainer (github.com/Hiroki11x/Pseudo-Asynchronous-LocalSGD at
+2c37c48, ``gptneo_8m``; their paper's own settings were not found)."""
 QUANTIZE_BITS = (1, 4, 8)
-MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "dreamddp", "pipe_sgd")
+MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "palsgd", "dreamddp",
+            "pipe_sgd")
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
 COMPRESSED = ("bf16", "fp16", "powersgd", "topk", "quantize")
 """Methods that compress each step's gradients (in DDP's buckets: unsharded replicas only)."""

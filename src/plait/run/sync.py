@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 from collections.abc import Iterator
 
 import torch
@@ -64,7 +65,7 @@ def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = N
                **ddp_options: object) -> nn.Module:
     """The module to train for ``sync`` over ``group`` (``None``: the default group): DDP with the method's
     communication hook, or, for local SGD, the model itself (parameters are averaged by the optimizer)."""
-    if sync.method in ("local_sgd", "diloco", "dreamddp", "pipe_sgd"):
+    if sync.method in ("local_sgd", "diloco", "palsgd", "dreamddp", "pipe_sgd"):
         return model
     if sync.method == "powersgd":
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
@@ -101,6 +102,8 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, group: dist.Pro
         return DreamDDP(optimizer, sync.every, modules, whole, group, accumulations)
     if sync.method == "diloco":
         return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], group)
+    if sync.method == "palsgd":
+        return PALSGD(optimizer, sync.every, sync["p"], sync["eta"], sync["outer_lr"], sync["outer_momentum"], group)
     if sync.method == "pipe_sgd":
         return PipeSGD(optimizer, group)
     if sync.method != "local_sgd":
@@ -265,6 +268,50 @@ class DiLoCo(torch.optim.Optimizer):
         self.outer_optimizer.step()
         for o, p in zip(self.outer, self.local):
             p.copy_(o)
+
+
+class PALSGD(DiLoCo):
+    """PALSGD (Naganuma et al., arXiv 2504.18454), as its authors' trainer runs it (github.com/Hiroki11x/
+    Pseudo-Asynchronous-LocalSGD at 2c37c48, ``postadaptive_localsgd_decoupled.py``): DiLoCo in which each step is,
+    with probability ``p`` (one draw per step, the same on every rank), a pseudo-synchronization step
+    ``x <- x - (lr / p) * eta * (x - outer)`` — no forward, backward or communication; the training loop asks
+    :meth:`skips_gradient` and calls only :meth:`step` — and otherwise a gradient step of the inner optimizer at
+    ``lr / (1 - p)``. Every ``every`` steps of either kind, DiLoCo's outer step. Not taken over: the authors'
+    DDP warm-up before local steps begin."""
+
+    def __init__(self, inner: torch.optim.Optimizer, every: int, p: float, eta: float, outer_lr: float,
+                 outer_momentum: float, group: dist.ProcessGroup | None = None, seed: int = 0) -> None:
+        super().__init__(inner, every, outer_lr, outer_momentum, group)
+        self.p, self.eta = p, eta
+        self.draws = random.Random(seed)  # the same sequence on every rank
+        self.pseudo = self.draws.random() < p
+
+    def skips_gradient(self) -> bool:
+        """Whether the coming step is a pseudo-synchronization step (no forward or backward pass)."""
+        return self.pseudo
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        loss = None
+        if self.pseudo:
+            local = iter(zip(self.local, self.outer))
+            for group in self.param_groups:
+                pull = group["lr"] / self.p * self.eta
+                for _ in group["params"]:
+                    p, o = next(local)
+                    p.sub_(pull * (p - o.to(p.dtype)))
+        else:
+            rates = [group["lr"] for group in self.param_groups]
+            for group in self.param_groups:
+                group["lr"] = group["lr"] / (1.0 - self.p)
+            loss = self.inner.step(closure)
+            for group, rate in zip(self.param_groups, rates):
+                group["lr"] = rate
+        self.steps += 1
+        if self.steps % self.every == 0:
+            self.synchronize()
+        self.pseudo = self.draws.random() < self.p
+        return loss
 
 
 class ErrorFeedback:

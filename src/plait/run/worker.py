@@ -216,7 +216,13 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
                inputs, targets, full_precision: bool, device: str, step: int) -> tuple[float, float]:
     """Optimizer step ``step`` (0-based): forward and backward of every micro-batch, clipping, the optimizer,
     schedule. Returns (mean loss this rank saw, global gradient norm before clipping). A non-finite norm stops
-    the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were."""
+    the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were. A PALSGD pseudo-synchronization
+    step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
+    metrics)."""
+    if getattr(optimizer, "skips_gradient", None) is not None and optimizer.skips_gradient():
+        optimizer.step()
+        scheduler.step()
+        return float("nan"), float("nan")
     with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
         loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
     reduce_partial_gradients(params)
