@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -186,6 +188,7 @@ def main() -> int:
     from plait.plan.io import read_plan_file
     from plait.plan.sync import parse_sync
     from plait.predict.estimate import estimate
+    from plait.run.sync import pseudo_steps
     from plait.workload.catalog import resolve_model
     from plait.workload.tensors import parameter_shapes
 
@@ -212,6 +215,13 @@ def main() -> int:
             start += (len(times) - start) % every  # whole periods
             measured = statistics.fmean(times[start:])
             _, plan = read_plan_file(tmp / f"{spec.partition(':')[0]}.toml")
+            sync = parse_sync(spec)
+            if sync.method == "palsgd":  # predicted at the share of pseudo-steps these steps drew, not at p
+                draws = list(itertools.islice(pseudo_steps(sync["p"]), len(times)))[start:]
+                share = sum(draws) / len(draws)
+                params = ",".join(f"{k}={share if k == 'p' else v}" for k, v in sync.params)
+                plan = dataclasses.replace(plan, dp_sync=parse_sync(f"palsgd:{params}").spec)
+                print(f"  palsgd: {sum(draws)} of the {len(draws)} measured steps were pseudo-synchronization steps")
             est = estimate(model, cluster, plan, engine=get_engine("plait"))
             sent = payload_bytes(parse_sync(spec), named)
             print(f"{spec:22s} {measured:11.3f} {est.step_time_s:12.3f} {100 * (est.step_time_s / measured - 1):+6.1f}% "

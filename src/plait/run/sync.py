@@ -270,6 +270,14 @@ class DiLoCo(torch.optim.Optimizer):
             p.copy_(o)
 
 
+def pseudo_steps(p: float, seed: int = 0) -> Iterator[bool]:
+    """Whether each step of :class:`PALSGD` (from the first) is a pseudo-synchronization step: independent draws
+    with probability ``p`` (the authors' ``np.random.uniform(0, 1) < p``), the same sequence on every rank."""
+    draws = random.Random(seed)
+    while True:
+        yield draws.random() < p
+
+
 class PALSGD(DiLoCo):
     """PALSGD (Naganuma et al., arXiv 2504.18454), as its authors' trainer runs it (github.com/Hiroki11x/
     Pseudo-Asynchronous-LocalSGD at 2c37c48, ``postadaptive_localsgd_decoupled.py``): DiLoCo in which each step is,
@@ -283,8 +291,8 @@ class PALSGD(DiLoCo):
                  outer_momentum: float, group: dist.ProcessGroup | None = None, seed: int = 0) -> None:
         super().__init__(inner, every, outer_lr, outer_momentum, group)
         self.p, self.eta = p, eta
-        self.draws = random.Random(seed)  # the same sequence on every rank
-        self.pseudo = self.draws.random() < p
+        self.draws = pseudo_steps(p, seed)  # the same sequence on every rank
+        self.pseudo = next(self.draws)
 
     def skips_gradient(self) -> bool:
         """Whether the coming step is a pseudo-synchronization step (no forward or backward pass)."""
@@ -310,7 +318,7 @@ class PALSGD(DiLoCo):
         self.steps += 1
         if self.steps % self.every == 0:
             self.synchronize()
-        self.pseudo = self.draws.random() < self.p
+        self.pseudo = next(self.draws)
         return loss
 
 
