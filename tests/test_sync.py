@@ -153,7 +153,7 @@ def test_plait_run_trains_a_dp_sync_plan(tmp_path: Path) -> None:
 def test_quantized_codes_round_trip_within_half_a_level(bits: int) -> None:
     """8 and 4 bits: every value within half a level of the scale; 1 bit: the sign, scaled by the mean magnitude."""
     torch = pytest.importorskip("torch")
-    from plait.run.sync import dequantized, quantized
+    from plait.run.compress import dequantized, quantized
 
     x = torch.randn(1001, generator=torch.Generator().manual_seed(bits))
     packed, scale = quantized(x, bits)

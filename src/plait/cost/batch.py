@@ -32,7 +32,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.plan.plan import Plan
-from plait.plan.sync import INFREQUENT, SPECS, parse_sync
+from plait.plan.sync import INFREQUENT, SPECS, Sync, parse_sync
 from plait.units import MIB, S_PER_US
 from plait.workload.model import ModelSpec
 
@@ -221,16 +221,15 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     :mod:`plait.plan.rules`; for HSDP rows of infrequent methods the shard groups' reduction stays)."""
     xp, codes = cols.xp, cols["dp_sync"]
     exposed, extra = cols.zeros(), cols.zeros()
-    present = ([codes] if codes else []) if xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
-    for code in present:
-        over, shown, memory = method_costs(model, cluster, parse_sync(SPECS[code]), cols, params)
+    for code, sync in _methods(cols):
+        over, shown, memory = method_costs(model, cluster, sync, cols, params)
         mask = codes == code
-        method = parse_sync(SPECS[code]).method
+        method = sync.method
         if method == "pipe_sgd":  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
             overlap = cluster.accelerator.efficiency.comm_overlap.value
             reduce, shown = xp.where(mask, 0.0, reduce), hidden_remainder(over, busy, overlap, xp)
         elif method == "dreamddp":  # each step's share behind the last micro-batch's backward (plait.plan.partial)
-            shown = partial_exposed_s(over, backward, parse_sync(SPECS[code]).every, xp)
+            shown = partial_exposed_s(over, backward, sync.every, xp)
         elif method not in INFREQUENT:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
             reduce = xp.where(mask, over, reduce)
         exposed = xp.where(mask, shown, exposed)
@@ -238,19 +237,23 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     return reduce, exposed, extra
 
 
+def _methods(cols: PlanColumns) -> list[tuple[int, Sync]]:
+    """(code, method) of every ``dp_sync`` other than the all-reduce among the rows of ``cols``."""
+    codes = cols["dp_sync"]
+    present = ([codes] if codes else []) if cols.xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
+    return [(code, parse_sync(SPECS[code])) for code in present]
+
+
 def _gradient_steps(cols: PlanColumns) -> Any:
     """The fraction of steps that run forward, backward and the optimizer, per row (``1 - p`` for PALSGD, whose
     other steps are pseudo-synchronization steps: Naganuma et al., arXiv 2504.18454; the authors' trainer skips the
     batch of such a step), or ``None`` when no row is PALSGD."""
-    xp, codes = cols.xp, cols["dp_sync"]
-    present = ([codes] if codes else []) if xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
-    methods = [(code, parse_sync(SPECS[code])) for code in present]
-    methods = [(code, sync) for code, sync in methods if sync.method == "palsgd"]
-    if not methods:
+    palsgd = [(code, sync) for code, sync in _methods(cols) if sync.method == "palsgd"]
+    if not palsgd:
         return None
     kept = cols.full(1.0)
-    for code, sync in methods:
-        kept = xp.where(codes == code, 1.0 - sync["p"], kept)
+    for code, sync in palsgd:
+        kept = cols.xp.where(cols["dp_sync"] == code, 1.0 - sync["p"], kept)
     return kept
 
 

@@ -148,13 +148,12 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
     keeps one bucket on gloo, so they follow the backward); local SGD and DiLoCo average after the optimizer step,
     over whole replicas (with sharding, each HSDP ``dp_replicate`` group averages its shard). GEMMs of PowerSGD
     at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
-    named = parameter_shapes(model)
-    shapes = [s for _, s in named]
+    shapes = [s for _, s in parameter_shapes(model)]
     elements = sum(math.prod(s) for s in shapes)
     replicas, full = cols.dp, cols.full
     zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
-    outer = sync.method in ("diloco", "palsgd")
-    sent = payload_bytes(sync, named, step=sync.every - 1 if outer else 0)  # a synchronizing step
+    sent = elements * (2 if sync.method in ("bf16", "fp16") else GRAD_BYTES)  # bf16/fp16, pipe_sgd: each step's
+    held = (params["dense"] + params["expert"]) * GRAD_BYTES  # what a rank averages (= sent for tp = pp = 1)
     if sync.method in ("bf16", "fp16"):
         return collective_s(cluster, "all_reduce", replicas, 1, full(sent)), zero, zero
     if sync.method == "powersgd":
@@ -187,12 +186,10 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
         reduce = collective_s(cluster, "all_reduce", replicas, 1, full(sent))
         return reduce, zero, full(2.0 * sent)  # this step's flat gradient and the one in flight
     if sync.method == "dreamddp":  # a whole period's averaging; plait.cost.batch hides it behind backward passes
-        held = (params["dense"] + params["expert"]) * GRAD_BYTES
         return collective_s(cluster, "all_reduce", replicas, cols["tp"], held), zero, zero  # in place: no buffer
     if sync.method in ("local_sgd", "diloco", "palsgd"):
         xp, whole = cols.xp, cols.is_("sharding", "none")
         shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
-        held = (params["dense"] + params["expert"]) * GRAD_BYTES  # = sent for tp = pp = 1
         group, local = xp.where(whole, replicas, cols["dp_replicate"]), held / shard
         average = collective_s(cluster, "all_reduce", group, shard * cols["tp"], local)  # replicas tp*shard apart
         if sync.method == "local_sgd":

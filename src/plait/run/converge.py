@@ -20,7 +20,7 @@ import torch.distributed as dist
 from plait.plan.sync import parse_sync
 from plait.run.data import global_batch, rank_slice
 from plait.run.model import build_model
-from plait.run.sync import attach, counted_bytes
+from plait.run.sync import attach, counted_bytes, skips_gradient
 from plait.run.train import cross_entropy
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
@@ -46,7 +46,7 @@ def train(case: str, model_path: str, steps: int, batch: int) -> dict[str, list[
         inputs, targets = global_batch(step, batch, spec.seq_len)
         inputs, targets = rank_slice(inputs, rank, world), rank_slice(targets, rank, world)
         with counted_bytes() as count:
-            if getattr(optimizer, "skips_gradient", lambda: False)():  # PALSGD's pseudo-synchronization step
+            if skips_gradient(optimizer):  # PALSGD's pseudo-synchronization step
                 with torch.no_grad():
                     loss = cross_entropy(module(inputs), targets)  # measured only: the step trains on nothing
                 optimizer.step()

@@ -6,15 +6,8 @@
   off CUDA/NCCL (``DDP._check_comm_hook``); called from a hook of another name it runs on gloo the same;
 - ``powersgd``: DDP with ``powerSGD_hook`` and error feedback, in one bucket (gloo hangs with several buckets
   at the first compressed step; docs/research/sync-methods.md);
-- ``topk``: no library has it (docs/research/sync-methods.md); a DDP hook written on ``all_gather_into_tensor``:
-  per tensor, the error-feedback residual plus the new gradient, its ``k = ceil(ratio * numel)`` largest
-  magnitudes sent as fp32 values and int32 indices, every rank's sums averaged, the sent part cleared from the
-  residual (Lin et al. 2018, DGC, Sec. 3.1 without momentum correction; Stich et al. 2018 for error feedback);
-- ``quantize``: no library has it either; a DDP hook on ``all_gather_into_tensor``: per tensor, residual plus
-  gradient quantized with one fp32 scale — 8 and 4 bits to the nearest of ``2^(b-1) - 1`` symmetric levels of
-  ``max |x|``, 1 bit as ``sign(x) * mean |x|`` (the scaled-sign compressor of EF-SignSGD, Karimireddy et al.
-  2019, Algorithm 1) — packed into bytes, every rank's codes gathered, dequantized and averaged; what the codes
-  did not carry stays in the residual;
+- ``topk``, ``quantize``: DDP hooks with error feedback on ``all_gather_into_tensor`` (:mod:`plait.run.compress`;
+  no library has them);
 - ``local_sgd``: no gradient synchronization; ``PostLocalSGDOptimizer`` with a ``PeriodicModelAverager``
   averages the parameters every H steps (from the first);
 - ``diloco``: no gradient synchronization; :class:`DiLoCo` keeps an fp32 outer copy of the parameters, and after
@@ -33,7 +26,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 from collections.abc import Iterator
 
@@ -47,6 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from plait.errors import ConfigError
 from plait.plan.partial import schedule, unit_of
 from plait.plan.sync import MODELLED, Sync
+from plait.run.compress import Quantize, TopK, error_feedback_hook
 from plait.workload.tensors import Shape
 
 ONE_BUCKET_MB = 1024.0
@@ -270,6 +263,12 @@ class DiLoCo(torch.optim.Optimizer):
             p.copy_(o)
 
 
+def skips_gradient(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer``'s coming step runs no forward or backward pass (a :class:`PALSGD`
+    pseudo-synchronization step): the training loop then calls only ``optimizer.step()``."""
+    return isinstance(optimizer, PALSGD) and optimizer.pseudo
+
+
 def pseudo_steps(p: float, seed: int = 0) -> Iterator[bool]:
     """Whether each step of :class:`PALSGD` (from the first) is a pseudo-synchronization step: independent draws
     with probability ``p`` (the authors' ``np.random.uniform(0, 1) < p``), the same sequence on every rank."""
@@ -283,7 +282,7 @@ class PALSGD(DiLoCo):
     Pseudo-Asynchronous-LocalSGD at 2c37c48, ``postadaptive_localsgd_decoupled.py``): DiLoCo in which each step is,
     with probability ``p`` (one draw per step, the same on every rank), a pseudo-synchronization step
     ``x <- x - (lr / p) * eta * (x - outer)`` — no forward, backward or communication; the training loop asks
-    :meth:`skips_gradient` and calls only :meth:`step` — and otherwise a gradient step of the inner optimizer at
+    :func:`skips_gradient` and calls only :meth:`step` — and otherwise a gradient step of the inner optimizer at
     ``lr / (1 - p)``. Every ``every`` steps of either kind, DiLoCo's outer step. Not taken over: the authors'
     DDP warm-up before local steps begin."""
 
@@ -293,21 +292,15 @@ class PALSGD(DiLoCo):
         self.p, self.eta = p, eta
         self.draws = pseudo_steps(p, seed)  # the same sequence on every rank
         self.pseudo = next(self.draws)
-
-    def skips_gradient(self) -> bool:
-        """Whether the coming step is a pseudo-synchronization step (no forward or backward pass)."""
-        return self.pseudo
+        """Whether the coming step is a pseudo-synchronization step (:func:`skips_gradient`)."""
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
         loss = None
         if self.pseudo:
-            local = iter(zip(self.local, self.outer))
-            for group in self.param_groups:
-                pull = group["lr"] / self.p * self.eta
-                for _ in group["params"]:
-                    p, o = next(local)
-                    p.sub_(pull * (p - o.to(p.dtype)))
+            rates = [group["lr"] for group in self.param_groups for _ in group["params"]]  # self.local's order
+            for p, o, rate in zip(self.local, self.outer, rates):
+                p.sub_(rate / self.p * self.eta * (p - o.to(p.dtype)))
         else:
             rates = [group["lr"] for group in self.param_groups]
             for group in self.param_groups:
@@ -320,108 +313,6 @@ class PALSGD(DiLoCo):
             self.synchronize()
         self.pseudo = next(self.draws)
         return loss
-
-
-class ErrorFeedback:
-    """State of :func:`error_feedback_hook` over ``group``: each parameter's residual, what its messages have not
-    carried yet (Stich et al. 2018), and :meth:`exchange`, the method's own message."""
-
-    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
-        self.group = group
-        self.residuals: dict[int, torch.Tensor] = {}
-        """Per parameter (by ``id``: DDP rebuilds its buckets after the first step)."""
-
-    def exchange(self, residual: torch.Tensor) -> torch.Tensor:
-        """The ranks' mean of what each sends for ``residual`` (residual plus gradient), with what this rank sent
-        taken out of ``residual``."""
-        raise NotImplementedError
-
-
-class TopK(ErrorFeedback):
-    """Per tensor, the ``k = ceil(ratio * numel)`` largest magnitudes as fp32 values and int32 indices."""
-
-    def __init__(self, ratio: float, group: dist.ProcessGroup | None = None) -> None:
-        super().__init__(group)
-        self.ratio = ratio
-
-    def exchange(self, residual: torch.Tensor) -> torch.Tensor:
-        world, numel = dist.get_world_size(self.group), residual.numel()
-        k = math.ceil(self.ratio * numel)
-        chosen = torch.topk(residual.abs(), k, sorted=False).indices
-        values = residual[chosen]
-        gathered_values = torch.empty(world * k, dtype=values.dtype)
-        gathered_indices = torch.empty(world * k, dtype=torch.int32)
-        dist.all_gather_into_tensor(gathered_values, values.contiguous(), group=self.group)
-        dist.all_gather_into_tensor(gathered_indices, chosen.to(torch.int32), group=self.group)
-        dense = torch.zeros(numel, dtype=residual.dtype)
-        dense.index_add_(0, gathered_indices.to(torch.int64), gathered_values)
-        residual[chosen] = 0.0
-        return dense / world
-
-
-class Quantize(ErrorFeedback):
-    """Per tensor, ``bits``-bit packed codes and one fp32 scale (:func:`quantized`)."""
-
-    def __init__(self, bits: int, group: dist.ProcessGroup | None = None) -> None:
-        super().__init__(group)
-        self.bits = bits
-
-    def exchange(self, residual: torch.Tensor) -> torch.Tensor:
-        world, numel = dist.get_world_size(self.group), residual.numel()
-        packed, scale = quantized(residual, self.bits)
-        codes = torch.empty(world * packed.numel(), dtype=torch.uint8)
-        scales = torch.empty(world, dtype=torch.float32)
-        dist.all_gather_into_tensor(codes, packed, group=self.group)
-        dist.all_gather_into_tensor(scales, scale, group=self.group)
-        total = torch.zeros(numel, dtype=residual.dtype)
-        for rank, chunk in enumerate(codes.chunk(world)):
-            total += dequantized(chunk, scales[rank:rank + 1], self.bits, numel)
-        residual -= dequantized(packed, scale, self.bits, numel)
-        return total / world
-
-
-def error_feedback_hook(state, bucket):  # type: ignore[no-untyped-def]
-    """Compressed all-reduce of ``bucket`` (a ``dist.GradBucket``) with error feedback: per gradient, in the flat
-    buffer's order, the residual takes the new gradient and ``state.exchange`` (an :class:`ErrorFeedback`) sends
-    it and returns the ranks' mean. (Unannotated: DDP checks a hook's annotations against the classes themselves,
-    and this module's annotations are strings.)"""
-    buffer = bucket.buffer()
-    offset = 0
-    for parameter, grad in zip(bucket.parameters(), bucket.gradients()):
-        numel = grad.numel()
-        residual = state.residuals.setdefault(id(parameter), torch.zeros(numel, dtype=buffer.dtype))
-        residual += buffer[offset:offset + numel]
-        buffer[offset:offset + numel] = state.exchange(residual)
-        offset += numel
-    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    future.set_result(buffer)
-    return future
-
-
-def quantized(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(packed uint8 codes of ``ceil(numel * bits / 8)`` bytes, fp32 scale) of ``x`` (:mod:`plait.run.sync`)."""
-    if bits == 1:
-        scale = x.abs().mean().reshape(1)
-        positive = torch.nn.functional.pad((x >= 0).to(torch.uint8), (0, -x.numel() % 8)).reshape(-1, 8)
-        return (positive << torch.arange(8, dtype=torch.uint8)).sum(1, dtype=torch.uint8), scale
-    levels = 2 ** (bits - 1) - 1
-    scale = (x.abs().max() / levels).reshape(1)
-    codes = (torch.round(x / scale) if scale.item() > 0 else torch.zeros_like(x)).to(torch.int16) + levels
-    codes = codes.to(torch.uint8)
-    if bits == 8:
-        return codes, scale
-    pairs = torch.nn.functional.pad(codes, (0, x.numel() % 2)).reshape(-1, 2)
-    return pairs[:, 0] | (pairs[:, 1] << 4), scale
-
-
-def dequantized(packed: torch.Tensor, scale: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
-    """The values :func:`quantized` packed (fp32, ``numel`` of them)."""
-    if bits == 1:
-        signs = (packed.unsqueeze(1) >> torch.arange(8, dtype=torch.uint8)) & 1
-        return (signs.reshape(-1)[:numel].to(torch.float32) * 2 - 1) * scale
-    levels = 2 ** (bits - 1) - 1
-    codes = packed if bits == 8 else torch.stack([packed & 15, packed >> 4], 1).reshape(-1)[:numel]
-    return (codes.to(torch.float32) - levels) * scale
 
 
 @contextlib.contextmanager

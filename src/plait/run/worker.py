@@ -219,10 +219,13 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were. A PALSGD pseudo-synchronization
     step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
     metrics)."""
-    if getattr(optimizer, "skips_gradient", None) is not None and optimizer.skips_gradient():
-        optimizer.step()
-        scheduler.step()
-        return float("nan"), float("nan")
+    if plan.dp_sync.startswith("palsgd"):  # only these plans import the synchronization methods
+        from plait.run.sync import skips_gradient
+
+        if skips_gradient(optimizer):
+            optimizer.step()
+            scheduler.step()
+            return float("nan"), float("nan")
     with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
         loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
     reduce_partial_gradients(params)
