@@ -125,10 +125,12 @@ def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
     assert steps[slow.name, "local_sgd"] < steps[slow.name, "allreduce"]
     with pytest.raises(ConfigError, match="reduces each replica's whole gradient and needs sharding='none'"):
         estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="bf16"))
-    with pytest.raises(ConfigError, match="works in DDP's buckets of whole replicas and needs a data-parallel plan"):
-        estimate(model, fast, Plan(tp=2, dp_replicate=8, global_batch=64, dp_sync="powersgd:rank=4"))
-    with pytest.raises(ConfigError, match="cp=2 ranks each hold part of every sequence"):
-        estimate(model, fast, Plan(cp=2, dp_replicate=8, global_batch=64, dp_sync="local_sgd:every=8"))
+    split = estimate(model, slow, Plan(tp=2, dp_replicate=8, global_batch=64, dp_sync="powersgd:rank=4"))
+    assert 0 < split.step_time_s < estimate(model, slow, Plan(tp=2, dp_shard=8, global_batch=64,
+                                                              sharding="zero2")).step_time_s
+    for spec in ("local_sgd:every=8", "bf16"):
+        with pytest.raises(ConfigError, match="cp=2 ranks each hold part of every sequence"):
+            estimate(model, fast, Plan(cp=2, dp_replicate=8, global_batch=64, dp_sync=spec))
     with pytest.raises(ConfigError, match="averages whole replicas.*dp_replicate > 1"):
         estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="diloco:every=8"))
     with pytest.raises(ConfigError, match="dreamddp.*needs sharding='none'"):
@@ -205,36 +207,63 @@ def test_the_planner_searches_the_methods_it_has_multipliers_for(tmp_path: Path)
                                            "(plait converge measures one): its time-to-target is unknown"] > 0
 
 
-def test_model_parallel_replicas_average_their_shards_exactly(tmp_path: Path) -> None:
-    """Local SGD and DiLoCo over replicas that are themselves split — HSDP (FSDP2 within each replica of 2 ranks),
-    TP=2 and PP=2 — with plait's optimizer wrappers averaging each rank's shard across the 2 replicas, train as
-    PyTorch's own PostLocalSGDOptimizer over 2 unsharded replicas that see the same rows: averaging after every
-    step (DiLoCo with outer lr 1 and no momentum is that average), within 1e-5. (Each replica clips its own
-    gradient, so neither is the single-process run.) DreamDDP over TP replicas and PALSGD (its pseudo-steps
-    reported as NaN) over PP replicas train as over unsharded ones."""
-    def run(nproc: int, body: str, name: str) -> list[float]:
+def _split_shapes(layout: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The local parameter shapes of the rank that reports metrics (last stage, TP rank 0) under ``layout``."""
+    from plait.workload.tensors import rank_shapes
+
+    spec = resolve_model(str(MODEL))
+    tp, pp = (2, 1) if layout.startswith("tp") else (1, 2)
+    return rank_shapes(spec, tp, 0, spec.num_layers // pp, pp == 1, True)
+
+
+def test_model_parallel_replicas_synchronize_their_shards_exactly(tmp_path: Path) -> None:
+    """Every method over replicas that are themselves split — HSDP (FSDP2 within each replica of 2 ranks), TP=2
+    and PP=2 — each rank synchronizing its own shard with the same rank of the other replica. Exact where the maths
+    is: local SGD and DiLoCo averaging after every step (DiLoCo with outer lr 1 and no momentum is that average)
+    train as PyTorch's own PostLocalSGDOptimizer over 2 unsharded replicas that see the same rows (each replica
+    clips its own gradient, so neither is the single-process run), and top-k keeping every entry and PowerSGD at
+    full rank, run on the local gradients outside DDP (which takes neither TP nor PP), as DDP's all-reduce over 2
+    whole replicas; all within 1e-5. DreamDDP over TP replicas and PALSGD (its pseudo-steps reported as NaN) over
+    PP replicas train as over unsharded ones. Lossy ones still train. And every step's bytes, counted on the replica
+    group, are the cost model's for that rank's local tensors (:func:`plait.workload.tensors.rank_shapes`)."""
+    def run(nproc: int, body: str, name: str) -> tuple[list[float], list[int | None]]:
         plan, metrics = tmp_path / f"{name}.toml", tmp_path / f"{name}.jsonl"
         plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\nglobal_batch = 8\nmicro_batch = 2\n{body}\n')
         done = run_ranks(nproc, ["-m", "plait.run.worker", "--plan", str(plan), "--full-precision", "--steps", "4",
                                  "--metrics", str(metrics)])
         assert done.returncode == 0, done.stderr[-3000:]
-        rows = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
-        return [math.nan if loss is None else loss for loss in rows]  # PALSGD's pseudo-steps: null
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        losses = [math.nan if row["loss"] is None else row["loss"] for row in rows]  # PALSGD's pseudo-steps: null
+        return losses, [row.get("sync_bytes") for row in rows]
 
-    reference = run(2, 'dp_replicate = 2\ndp_sync = "local_sgd:every=1"', "torch")
+    def sent_as_predicted(spec: str, layout: str, counted: list[int | None]) -> bool:
+        named = _split_shapes(layout)
+        return counted == [payload_bytes(parse_sync(spec), named, step) for step in range(len(counted))]
+
+    averaged, _ = run(2, 'dp_replicate = 2\ndp_sync = "local_sgd:every=1"', "torch")
+    reduced, _ = run(2, "dp_replicate = 2\n", "ddp")
     hsdp = 'dp_replicate = 2\ndp_shard = 2\nsharding = "zero3"\n'
     local, diloco = "local_sgd:every=1", "diloco:every=1,outer_lr=1,outer_momentum=0"
-    for name, layout, spec in (("hsdp-diloco", hsdp, diloco),  # ShardAverage over DTensor shards: tp-local
-                               ("tp-local", "tp = 2\ndp_replicate = 2\n", local),
-                               ("pp-diloco", "pp = 2\ndp_replicate = 2\n", diloco)):
-        got = run(4, layout + f'dp_sync = "{spec}"', name)
+    for name, layout, spec, reference in (
+            ("hsdp-diloco", hsdp, diloco, averaged),  # ShardAverage over DTensor shards: tp-local
+            ("tp-local", "tp = 2\ndp_replicate = 2\n", local, averaged),
+            ("pp-diloco", "pp = 2\ndp_replicate = 2\n", diloco, averaged),
+            ("tp-topk", "tp = 2\ndp_replicate = 2\n", "topk:ratio=1", reduced),
+            ("pp-powersgd", "pp = 2\ndp_replicate = 2\n", FULL_RANK, reduced)):
+        got, counted = run(4, layout + f'dp_sync = "{spec}"', name)
         assert len(got) == 4 and got == pytest.approx(reference, rel=1e-5), name
         assert got[-1] < got[0]
+        assert name == "hsdp-diloco" or sent_as_predicted(spec, layout, counted), (name, counted)
     # DreamDDP and PALSGD are not the all-reduce, but each runs the same over split replicas as over whole ones
     for spec, layout in (("dreamddp:every=2", "tp = 2\n"), ("palsgd:every=2,p=0.5", "pp = 2\n")):
-        whole = run(2, f'dp_replicate = 2\ndp_sync = "{spec}"', f"whole-{spec[:6]}")
-        split = run(4, layout + f'dp_replicate = 2\ndp_sync = "{spec}"', f"split-{spec[:6]}")
+        whole, _ = run(2, f'dp_replicate = 2\ndp_sync = "{spec}"', f"whole-{spec[:6]}")
+        split, counted = run(4, layout + f'dp_replicate = 2\ndp_sync = "{spec}"', f"split-{spec[:6]}")
         assert len(split) == 4 and split == pytest.approx(whole, rel=1e-5, nan_ok=True), spec
+        assert sent_as_predicted(spec, layout, counted), (spec, counted)
+    for spec, layout in (("quantize:bits=4", "tp = 2\n"), ("pipe_sgd", "pp = 2\n")):
+        got, counted = run(4, layout + f'dp_replicate = 2\ndp_sync = "{spec}"', f"lossy-{spec[:4]}")
+        assert all(math.isfinite(x) for x in got) and got[-1] < got[0] and got != reduced, spec
+        assert sent_as_predicted(spec, layout, counted), (spec, counted)
 
 
 @pytest.mark.parametrize("every", [1, 3, 10, 40])

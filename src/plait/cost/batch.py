@@ -215,14 +215,15 @@ def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, frame
 
 
 def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any, busy: Any,
-                   params: dict[str, Any], backward: Any) -> tuple[Any, Any, Any]:
+                   params: dict[str, Any], backward: Any, stage: Any) -> tuple[Any, Any, Any]:
     """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
-    reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (data-parallel plans,
-    :mod:`plait.plan.rules`; for HSDP rows of infrequent methods the shard groups' reduction stays)."""
+    reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (on one rank of the
+    slowest ``stage``; cp = ep = 1, :mod:`plait.plan.rules`; for HSDP rows of infrequent methods the shard groups'
+    reduction stays)."""
     xp, codes = cols.xp, cols["dp_sync"]
     exposed, extra = cols.zeros(), cols.zeros()
     for code, sync in _methods(cols):
-        over, shown, memory = method_costs(model, cluster, sync, cols, params)
+        over, shown, memory = method_costs(model, cluster, sync, cols, params, stage)
         mask = codes == code
         method = sync.method
         if method == "pipe_sgd":  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
@@ -293,7 +294,8 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     slow_bwd = pick([b["compute"] for _, b in passes])
     last_op = xp.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2,
                        pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
-    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s, busy, sync.params, slow_bwd)
+    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s, busy, sync.params, slow_bwd,
+                                                slow_stage)
     time["dp_comm"] = exposed_sync_s(cols, reduce, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
                                      _buckets(cols, sync.params, inner.grad_bytes, n_dense + n_moe,
                                               prepared.framework))

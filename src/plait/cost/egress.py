@@ -20,13 +20,15 @@ import math
 
 from plait.cost.batch import prepare, stage_sync
 from plait.cost.memory import PARAM_BYTES
+from plait.cost.params import stage_layer_counts
 from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.plan.sync import INFREQUENT, parse_sync
 from plait.workload.model import ModelSpec
-from plait.workload.tensors import parameter_shapes
+from plait.workload.tensors import rank_shapes
 
 
 def sites_spanned(cluster: Cluster, size: int, stride: int) -> int:
@@ -66,14 +68,16 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> flo
         out += boundaries * tp * cp * dp * 2 * m * plan.vpp * p2p
     replicas = dp * cp
     params = stage_sync(model, cluster, prepared, 0).params
-    if plan.dp_sync != "allreduce":  # pure data-parallel, or TP/PP for local SGD and DiLoCo (plait.plan.rules)
+    if plan.dp_sync != "allreduce":  # cp = ep = 1 (plait.plan.rules)
         sync = parse_sync(plan.dp_sync)
         if sync.method in INFREQUENT:  # each rank averages what it holds (stage 0's, for every stage)
             per_rank = float(params["dense"] + params["expert"]) * GRAD_BYTES / sync.every
             if plan.sharding != "none":  # HSDP replicas average their shards
                 return out + _reduced(cluster, plan.dp_replicate, tp * plan.dp_shard, per_rank / plan.dp_shard, world)
             return out + _reduced(cluster, replicas, tp, per_rank, world)
-        sent = payload_bytes(sync, parameter_shapes(model))
+        layers = [int(stage_layer_counts(model, plan.pp, s, SCALAR)[0]) for s in range(plan.pp)]
+        sent = sum(payload_bytes(sync, rank_shapes(model, tp, 0, n, s == 0, s == plan.pp - 1))
+                   for s, n in enumerate(layers)) / plan.pp  # each stage's ranks send their own tensors
         if sync.method in ("topk", "quantize"):  # all-gathered: (g-1)/g of g ranks' pieces
             return out + _ring(cluster, replicas, tp, (replicas - 1) * sent, world)
         return out + _reduced(cluster, replicas, tp, sent, world)

@@ -34,15 +34,18 @@ import math
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
+from plait.cost.params import stage_layer_counts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.partial import step_elements
-from plait.plan.sync import MODELLED, Sync
+from plait.plan.sync import COMPRESSED, INFREQUENT, MODELLED, Sync
 from plait.workload.model import ModelSpec
-from plait.workload.tensors import Shape, parameter_shapes
+from plait.workload.tensors import Shape, rank_shapes
 
 GRAD_BYTES = 4
 """fp32 gradients and parameters (the replica's own copy; autocast computes in bf16)."""
@@ -135,68 +138,101 @@ def _fp32_flops(cluster: Cluster) -> float:
     return (peaks.get("fp32") or peaks.get("bf16") or peaks["fp16"]) * 1e12
 
 
-def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns,
-                 params: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
-    memory per GPU) of ``sync`` on each row of ``cols`` (:mod:`plait.plan.rules`: data-parallel plans, or for local
-    SGD and DiLoCo also TP and PP), per step in steady state. ``params``: the parameters one rank of the slowest
-    stage holds (:func:`plait.cost.memory.stage_params`; TP shards, norms replicated), which local SGD and DiLoCo
-    average with the same rank of every other replica.
+def _rank_shape_groups(model: ModelSpec, cols: PlanColumns, stage: Any) -> list[tuple[Any, list[Shape]]]:
+    """[(rows, shapes)]: the local parameter shapes one rank of stage ``stage`` holds (TP rank 0: the largest
+    chunks; :func:`plait.workload.tensors.rank_shapes`), for each distinct (tp, layers, first, last) among the rows
+    of ``cols``; ``rows`` a mask (``True`` for one plan)."""
+    xp, pp = cols.xp, cols["pp"]
+    layers, _ = stage_layer_counts(model, pp, stage, xp)
+    first, last = stage == 0, stage == pp - 1
+    if xp.scalar:
+        return [(True, [s for _, s in rank_shapes(model, int(cols["tp"]), 0, int(layers), bool(first), bool(last))])]
+    keys = np.stack(np.broadcast_arrays(cols["tp"], layers, first, last), axis=1).astype(np.int64)
+    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+    return [(inverse.reshape(-1) == i, [s for _, s in rank_shapes(model, int(tp), 0, int(n), bool(f), bool(lt))])
+            for i, (tp, n, f, lt) in enumerate(distinct)]
 
-    Overlap (assumed from the runtime): bf16/fp16 run in DDP's bucketed hooks like the all-reduce; PowerSGD's
+
+def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns,
+                 params: dict[str, Any], stage: Any = 0) -> tuple[Any, Any, Any]:
+    """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
+    memory per GPU) of ``sync`` on each row of ``cols`` (:mod:`plait.plan.rules`: cp = ep = 1), per step in steady
+    state, for one rank of the slowest stage ``stage``. ``params``: the parameters that rank holds
+    (:func:`plait.cost.memory.stage_params`; TP shards, norms replicated), which local SGD and DiLoCo average with
+    the same rank of every other replica; the per-step methods send its local gradient tensors
+    (:func:`_rank_shape_groups`), over the replicas ``tp`` ranks apart.
+
+    Overlap (assumed from the runtime): bf16/fp16 run in DDP's bucketed hooks like the all-reduce, but over TP or
+    PP replicas, which DDP does not take, after the backward (:mod:`plait.run.replica_grads`); PowerSGD's
     dependent P and Q all-reduces, top-k's all-gathers and their compute are taken as exposed (``plait run``
     keeps one bucket on gloo, so they follow the backward); local SGD and DiLoCo average after the optimizer step,
     over whole replicas (with sharding, each HSDP ``dp_replicate`` group averages its shard). GEMMs of PowerSGD
     at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
-    shapes = [s for _, s in parameter_shapes(model)]
+    if sync.method in INFREQUENT:
+        return _averaging_costs(cluster, sync, cols, params)
+    if sync.method not in (*COMPRESSED, "pipe_sgd"):
+        raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
+    over = shown = extra = cols.zeros()
+    for rows, shapes in _rank_shape_groups(model, cols, stage):
+        o, s, e = _gradient_costs(cluster, sync, cols, shapes)
+        over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
+    return over, shown, extra
+
+
+def _gradient_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: list[Shape]) -> tuple[Any, Any, Any]:
+    """:func:`method_costs` of a per-step method whose rank sends gradient tensors of ``shapes``."""
     elements = sum(math.prod(s) for s in shapes)
-    replicas, full = cols.dp, cols.full
+    replicas, stride, full = cols.dp, cols["tp"], cols.full
     zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
-    sent = elements * (2 if sync.method in ("bf16", "fp16") else GRAD_BYTES)  # bf16/fp16, pipe_sgd: each step's
-    held = (params["dense"] + params["expert"]) * GRAD_BYTES  # what a rank averages (= sent for tp = pp = 1)
+    split = (cols["tp"] > 1) | (cols["pp"] > 1)
     if sync.method in ("bf16", "fp16"):
-        return collective_s(cluster, "all_reduce", replicas, 1, full(sent)), zero, zero
+        reduce = collective_s(cluster, "all_reduce", replicas, stride, full(elements * 2.0))
+        return cols.xp.where(split, 0.0, reduce), cols.xp.where(split, reduce, 0.0), zero
+    if sync.method == "pipe_sgd":  # the reduction overlaps the whole next step (plait.cost.batch)
+        sent = elements * float(GRAD_BYTES)
+        return collective_s(cluster, "all_reduce", replicas, stride, full(sent)), zero, full(2.0 * sent)
     if sync.method == "powersgd":
         p = q = plain = flops = streamed = 0.0
-        for n, m, r, compressed in (_powersgd_matrix(s, int(sync["rank"]), sync["min_compression_rate"])
-                                    for s in shapes):
+        for shape, count in Counter(shapes).items():
+            n, m, r, compressed = _powersgd_matrix(shape, int(sync["rank"]), sync["min_compression_rate"])
             if compressed:
-                p, q = p + n * r, q + m * r
-                flops += 6.0 * n * m * r + 2.0 * n * r * r  # P = MQ, Q = M^T P, M - PQ^T; Gram-Schmidt of P
-                streamed += POWERSGD_PASSES * n * m * FP32_PASS_BYTES
+                p, q = p + count * n * r, q + count * m * r
+                flops += count * (6.0 * n * m * r + 2.0 * n * r * r)  # P = MQ, Q = M^T P, M - PQ^T; Gram-Schmidt
+                streamed += count * POWERSGD_PASSES * n * m * FP32_PASS_BYTES
             else:
-                plain += n * m
-        comm = sum(collective_s(cluster, "all_reduce", replicas, 1, full(x * GRAD_BYTES)) for x in (plain, p, q))
-        extra = (elements - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P and Q
-        return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), full(extra)
+                plain += count * n * m
+        comm = sum(collective_s(cluster, "all_reduce", replicas, stride, full(x * GRAD_BYTES)) for x in (plain, p, q))
+        memory = (elements - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P and Q
+        return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), full(memory)
+    # top-k and quantize: two all-gathers per gradient tensor (values and indices; codes and scale), each paying
+    # its own latency
+    gathered = 0.0
+    for numel, count in Counter(math.prod(s) for s in shapes).items():
+        pieces = _gathered_pieces(sync, numel)
+        gathered = gathered + count * sum(collective_s(cluster, "all_gather", replicas, stride, replicas * full(b))
+                                          for b in pieces)
+    # quantize also dequantizes and adds every rank's codes: two passes per rank
+    streamed = (full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw) if sync.method == "topk"
+                else (QUANTIZE_PASSES + 2 * replicas) * (elements * FP32_PASS_BYTES / memory_bw))
     largest = max(math.prod(s) for s in shapes)  # a dense sum is built one tensor at a time
-    if sync.method in ("topk", "quantize"):
-        # two all-gathers per gradient tensor (values and indices; codes and scale), each paying its own latency
-        gathered = 0.0
-        for numel, count in Counter(math.prod(s) for s in shapes).items():
-            pieces = _gathered_pieces(sync, numel)
-            gathered = gathered + count * sum(collective_s(cluster, "all_gather", replicas, 1, replicas * full(b))
-                                              for b in pieces)
-        # quantize also dequantizes and adds every rank's codes: two passes per rank
-        streamed = (full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw) if sync.method == "topk"
-                    else (QUANTIZE_PASSES + 2 * replicas) * (elements * FP32_PASS_BYTES / memory_bw))
-        extra = (elements + largest) * float(FP32_PASS_BYTES)  # the residual, and that sum
-        return zero, gathered + streamed, full(extra)
-    if sync.method == "pipe_sgd":  # the reduction overlaps the whole next step (plait.cost.batch)
-        reduce = collective_s(cluster, "all_reduce", replicas, 1, full(sent))
-        return reduce, zero, full(2.0 * sent)  # this step's flat gradient and the one in flight
+    return zero, gathered + streamed, full((elements + largest) * float(FP32_PASS_BYTES))  # the residual, that sum
+
+
+def _averaging_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, params: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """:func:`method_costs` of the methods that average parameters every few steps."""
+    replicas, full = cols.dp, cols.full
+    zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
+    held = (params["dense"] + params["expert"]) * GRAD_BYTES  # what a rank averages
     if sync.method == "dreamddp":  # a whole period's averaging; plait.cost.batch hides it behind backward passes
         return collective_s(cluster, "all_reduce", replicas, cols["tp"], held), zero, zero  # in place: no buffer
-    if sync.method in ("local_sgd", "diloco", "palsgd"):
-        xp, whole = cols.xp, cols.is_("sharding", "none")
-        shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
-        group, local = xp.where(whole, replicas, cols["dp_replicate"]), held / shard
-        average = collective_s(cluster, "all_reduce", group, shard * cols["tp"], local)  # replicas tp*shard apart
-        if sync.method == "local_sgd":
-            return zero, average / sync.every, local  # the flat buffer of the averaged params
-        passes = DILOCO_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
-        if sync.method == "palsgd":  # and a fraction p of steps pull toward the outer copy (plait.cost.batch)
-            pull = sync["p"] * PULL_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
-            return zero, (average + passes) / sync.every + pull, DILOCO_BUFFERS * local
-        return zero, (average + passes) / sync.every, DILOCO_BUFFERS * local
-    raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
+    xp, whole = cols.xp, cols.is_("sharding", "none")
+    shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
+    group, local = xp.where(whole, replicas, cols["dp_replicate"]), held / shard
+    average = collective_s(cluster, "all_reduce", group, shard * cols["tp"], local)  # replicas tp*shard apart
+    if sync.method == "local_sgd":
+        return zero, average / sync.every, local  # the flat buffer of the averaged params
+    passes = DILOCO_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
+    if sync.method == "palsgd":  # and a fraction p of steps pull toward the outer copy (plait.cost.batch)
+        pull = sync["p"] * PULL_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
+        return zero, (average + passes) / sync.every + pull, DILOCO_BUFFERS * local
+    return zero, (average + passes) / sync.every, DILOCO_BUFFERS * local

@@ -107,16 +107,11 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: f"precision=fp8 is not supported by {k.accelerator.name}"),
     Rule("dp-sync-modelled", lambda c, m, k: _sync_unmodelled(c),
          lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
-    Rule("dp-sync-pure-data-parallel",
-         lambda c, m, k: rows_with(c, WHOLE_GRADIENTS) & c.xp.any_of([c["tp"] > 1, c["pp"] > 1, c["cp"] > 1,
-                                                                      c["ep"] > 1]),
-         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} works in DDP's buckets of whole replicas and needs a "
-                          f"data-parallel plan (tp, pp, cp, ep = 1; got {p.describe()})")),
     Rule("dp-sync-no-context-parallel",
-         lambda c, m, k: rows_with(c, INFREQUENT) & ((c["cp"] > 1) | (c["ep"] > 1)),
-         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} trains replicas apart, but cp={p.cp} ranks each hold part of "
-                          f"every sequence (and ep={p.ep} ranks different experts) and must reduce their gradients "
-                          f"every step: needs cp = ep = 1")),
+         lambda c, m, k: (c["dp_sync"] != 0) & ((c["cp"] > 1) | (c["ep"] > 1)),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} synchronizes data-parallel replicas only, but cp={p.cp} ranks "
+                          f"each hold part of every sequence (and ep={p.ep} ranks different experts) and reduce their "
+                          f"gradients with the all-reduce: needs cp = ep = 1")),
     Rule("dp-sync-whole-gradients",
          lambda c, m, k: rows_with(c, WHOLE_GRADIENTS) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "

@@ -19,6 +19,9 @@
   layers :mod:`plait.plan.partial` schedules then, each all-reduce launched asynchronously from the gradient hook of
   its parameter in the last micro-batch's backward (as the artifact's ``register_post_accumulate_grad_hook``), and
   waits for them before the optimizer step (Tang et al., arXiv 2502.11058; no library has it);
+- over tensor-parallel or pipeline-stage replicas, which DDP does not take, the compressing methods run the same
+  hooks on each rank's local gradients (:mod:`plait.run.replica_grads`), and the others as above on each rank's
+  shards;
 - ``pipe_sgd``: no DDP; :class:`PipeSGD` starts each step's all-reduce and applies the previous step's (Li et al.
   2018, pipeline width 2): no library has it.
 """
@@ -32,63 +35,50 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from plait.errors import ConfigError
 from plait.plan.partial import schedule, unit_of
-from plait.plan.sync import MODELLED, Sync
-from plait.run.compress import Quantize, TopK, error_feedback_hook
+from plait.plan.sync import COMPRESSED, MODELLED, Sync
+from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
 from plait.workload.tensors import Shape
 
 ONE_BUCKET_MB = 1024.0
 """DDP bucket size that puts a small or mid-sized model's gradients in one bucket (PowerSGD on gloo)."""
 
 
-def _bf16_gradients(state, bucket):  # type: ignore[no-untyped-def]
-    return default_hooks.bf16_compress_hook(state, bucket)
-
-
-def _fp16_gradients(state, bucket):  # type: ignore[no-untyped-def]
-    return default_hooks.fp16_compress_hook(state, bucket)
-
-
-def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = None,
+def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = None, split: bool = False,
                **ddp_options: object) -> nn.Module:
     """The module to train for ``sync`` over ``group`` (``None``: the default group): DDP with the method's
-    communication hook, or, for local SGD, the model itself (parameters are averaged by the optimizer)."""
-    if sync.method in ("local_sgd", "diloco", "palsgd", "dreamddp", "pipe_sgd"):
+    communication hook (:func:`plait.run.replica_grads.comm_hook`), or the model itself where the optimizer
+    synchronizes (local SGD and the other parameter-averaging methods, Pipe-SGD) or where the replicas are
+    ``split`` by TP or PP, which DDP does not take (:class:`plait.run.replica_grads.LocalGradients` reduces)."""
+    if split or sync.method in ("local_sgd", "diloco", "palsgd", "dreamddp", "pipe_sgd"):
         return model
     if sync.method == "powersgd":
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
+    if sync.method not in ("allreduce", *COMPRESSED):
+        raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: {', '.join(MODELLED)})")
     ddp = DistributedDataParallel(model, process_group=group, **ddp_options)  # type: ignore[arg-type]
     if sync.method == "allreduce":
         ddp.register_comm_hook(group, default_hooks.allreduce_hook)  # the reducer's all-reduce, countable
-    elif sync.method in ("bf16", "fp16"):
-        ddp.register_comm_hook(group, _bf16_gradients if sync.method == "bf16" else _fp16_gradients)
-    elif sync.method == "topk":
-        ddp.register_comm_hook(TopK(sync["ratio"], group), error_feedback_hook)
-    elif sync.method == "quantize":
-        ddp.register_comm_hook(Quantize(int(sync["bits"]), group), error_feedback_hook)
-    elif sync.method == "powersgd":
-        state = powerSGD_hook.PowerSGDState(
-            process_group=group, matrix_approximation_rank=int(sync["rank"]),
-            min_compression_rate=sync["min_compression_rate"], start_powerSGD_iter=int(sync["start_iter"]),
-            use_error_feedback=True, warm_start=True)
-        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     else:
-        raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: {', '.join(MODELLED)})")
+        ddp.register_comm_hook(*comm_hook(sync, group))
     return ddp
 
 
 def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, group: dist.ProcessGroup | None = None,
                    modules: tuple[nn.Module, ...] = (), whole: list[tuple[str, Shape]] | None = None,
-                   accumulations: int = 1) -> torch.optim.Optimizer:
+                   accumulations: int = 1, split: bool = False) -> torch.optim.Optimizer:
     """The optimizer to step: for local SGD, one that averages the parameters every H steps; for DiLoCo, the
     outer loop around ``optimizer`` (:class:`DiLoCo`); for DreamDDP, :class:`DreamDDP` over the parameters of
     ``modules`` (this rank's parts of the model whose parameters ``whole`` lists; ``accumulations`` backward
-    passes per step)."""
+    passes per step); for a compressing method over replicas ``split`` by TP or PP, :class:`plait.run.
+    replica_grads.LocalGradients` (the training loop calls its ``reduce``)."""
+    if split and sync.method in COMPRESSED:
+        return LocalGradients(optimizer, sync, group)
     if sync.method == "dreamddp":
         if whole is None:
             raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
@@ -164,7 +154,8 @@ class PipeSGD(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
-        flat = torch.cat([p.grad.reshape(-1).to(torch.float32) for p in self.local])
+        shard_gradients_like_parameters(self.local)
+        flat = torch.cat([_local(p.grad).reshape(-1).to(torch.float32) for p in self.local])
         work = dist.all_reduce(flat, group=self.group, async_op=True)
         loss, previous = None, self.pending
         self.pending = (flat, work)
@@ -172,8 +163,8 @@ class PipeSGD(torch.optim.Optimizer):
             mean, done = previous
             done.wait()
             mean /= dist.get_world_size(self.group)
-            for p, piece in zip(self.local, mean.split([p.numel() for p in self.local])):
-                p.grad.copy_(piece.view_as(p))
+            for p, piece in zip(self.local, mean.split([_local(p.grad).numel() for p in self.local])):
+                _local(p.grad).copy_(piece.view_as(_local(p.grad)))
             loss = self.inner.step(closure)
         return loss
 
@@ -316,19 +307,25 @@ class PALSGD(DiLoCo):
 
 
 @contextlib.contextmanager
-def counted_bytes() -> Iterator[list[int]]:
+def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]:
     """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor) and
     ``all_gather_into_tensor`` (its input), summed into the one-element list it yields (the hooks and the averager
-    call them through the module)."""
+    call them through the module). With ``group``, only calls over that process group count (a replica group's
+    synchronization, not FSDP's in-replica gathers or the norm's reductions)."""
     total = [0]
     reduce, gather = dist.all_reduce, dist.all_gather_into_tensor
 
+    def counts(given: object) -> bool:
+        return group is None or given is group
+
     def counting_reduce(tensor: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
-        total[0] += tensor.numel() * tensor.element_size()
+        if counts(kwargs.get("group", args[1] if len(args) > 1 else None)):  # (tensor, op, group, async_op)
+            total[0] += tensor.numel() * tensor.element_size()
         return reduce(tensor, *args, **kwargs)
 
     def counting_gather(output: torch.Tensor, tensor: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
-        total[0] += tensor.numel() * tensor.element_size()
+        if counts(kwargs.get("group", args[0] if args else None)):  # (output, input, group, async_op)
+            total[0] += tensor.numel() * tensor.element_size()
         return gather(output, tensor, *args, **kwargs)
 
     dist.all_reduce, dist.all_gather_into_tensor = counting_reduce, counting_gather  # type: ignore[assignment]

@@ -158,10 +158,13 @@ class StepMetrics:
     step_time_s: float
     tokens_per_s: float
     peak_memory_bytes: float
+    sync_bytes: int | None = None
+    """Payload bytes this rank handed to its replica group's collectives in the step (plans with a ``dp_sync``
+    other than the all-reduce: :func:`plait.run.sync.counted_bytes`); absent otherwise."""
 
     def to_json(self) -> str:
         """Strict JSON: a non-finite figure is ``null``."""
-        return strict_json.dumps(self.__dict__)
+        return strict_json.dumps({k: v for k, v in self.__dict__.items() if k != "sync_bytes" or v is not None})
 
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:

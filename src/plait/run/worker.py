@@ -145,7 +145,8 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         from plait.workload.tensors import parameter_shapes
 
         optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), replica_group(mesh), modules=tuple(parts),
-                                   whole=parameter_shapes(spec), accumulations=plan.num_micro_batches)
+                                   whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
+                                   split=plan.tp > 1 or plan.pp > 1)
     if args.checkpoint_dir is not None:
         checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
     if args.dry_run:
@@ -184,7 +185,7 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
             os._exit(5)  # test hook: one rank dies in the first attempt
-        with profiler as prof:
+        with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step)
         elapsed = timed() - start
@@ -194,7 +195,8 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         loss = mean_over_cp(mean_over_dp(loss, mesh), mesh) if mesh.is_last_stage_rank else loss
         if reporter:
             tokens = plan.global_batch * plan.seq_len
-            write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes()))
+            write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),
+                                                    sent[0] if sent else None))
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
@@ -202,6 +204,17 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
     if saver is not None:
         saver.wait()
     return 0
+
+
+def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[int]]:  # type: ignore[no-untyped-def]
+    """Counts the payload bytes of the step's replica synchronization (:func:`plait.run.sync.counted_bytes`) for
+    plans with a ``dp_sync`` method; yields an empty list for the others (DDP's reducer reduces in C++)."""
+    if plan.dp_sync == "allreduce" or plan.dp == 1:
+        return contextlib.nullcontext([])
+    from plait.run.parallel import replica_group
+    from plait.run.sync import counted_bytes
+
+    return counted_bytes(replica_group(mesh))
 
 
 def _profiler(device: str):  # type: ignore[no-untyped-def]
@@ -231,6 +244,10 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     reduce_partial_gradients(params)
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
     reduce_expert_gradients(experts, mesh)
+    if plan.dp_sync != "allreduce":  # TP/PP replicas: compressed gradients reduced here, not by DDP
+        from plait.run.replica_grads import reduce_gradients
+
+        reduce_gradients(optimizer)
     if os.environ.get(NAN_HOOK) == str(step + 1):
         for p in params:
             if p.grad is not None:

@@ -1,0 +1,128 @@
+"""Compressed gradient reduction over replicas that DDP cannot wrap: tensor-parallel and pipeline-stage replicas
+(issue 14).
+
+PyTorch's DDP takes neither DTensor tensor parallelism nor pipeline stages, so for those plans the communication
+hooks DDP runs for whole replicas — ``bf16_compress_hook``, ``fp16_compress_hook``, ``powerSGD_hook`` and plait's
+error-feedback hook (:mod:`plait.run.compress`) — are called here, on one bucket of this rank's local gradients
+(its TP shards of its stages' parameters), over the data-parallel group of the ranks that hold the same shards.
+:func:`reduce_gradients` runs them after the backward pass and before clipping, where DDP would have reduced
+them; nothing overlaps the backward. The hooks read only ``buffer``, ``gradients``, ``parameters``, ``index`` and
+``is_last`` of a ``dist.GradBucket`` (torch 2.13); :class:`LocalBucket` gives them those over a flat copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.tensor import DTensor
+
+from plait.errors import ConfigError
+from plait.plan.sync import COMPRESSED, Sync
+from plait.run.compress import Quantize, TopK, error_feedback_hook
+
+
+def _bf16_gradients(state, bucket):  # type: ignore[no-untyped-def]
+    return default_hooks.bf16_compress_hook(state, bucket)
+
+
+def _fp16_gradients(state, bucket):  # type: ignore[no-untyped-def]
+    return default_hooks.fp16_compress_hook(state, bucket)
+
+
+def comm_hook(sync: Sync, group: dist.ProcessGroup | None) -> tuple[Any, Callable[..., Any]]:
+    """(state, hook) of a compressing method, as ``DistributedDataParallel.register_comm_hook`` takes them.
+    DDP refuses the bf16 hook *by name* off CUDA/NCCL (``DDP._check_comm_hook``); called from a hook of another
+    name it runs on gloo the same."""
+    if sync.method in ("bf16", "fp16"):
+        return group, _bf16_gradients if sync.method == "bf16" else _fp16_gradients
+    if sync.method == "topk":
+        return TopK(sync["ratio"], group), error_feedback_hook
+    if sync.method == "quantize":
+        return Quantize(int(sync["bits"]), group), error_feedback_hook
+    if sync.method == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=group, matrix_approximation_rank=int(sync["rank"]),
+            min_compression_rate=sync["min_compression_rate"], start_powerSGD_iter=int(sync["start_iter"]),
+            use_error_feedback=True, warm_start=True)
+        return state, powerSGD_hook.powerSGD_hook
+    raise ConfigError(f"dp_sync={sync.spec!r} does not compress gradients (compressing: {', '.join(COMPRESSED)})")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def shard_gradients_like_parameters(params: list[torch.Tensor]) -> None:
+    """Give every DTensor gradient its parameter's placements, so that a rank sends only its own shard. DTensor's
+    embedding backward returns the vocab-parallel embedding's gradient ``Replicate`` (the whole table on every TP
+    rank, torch 2.13); to ``Shard(0)`` it is a local slice, no communication."""
+    for p in params:
+        grad = p.grad
+        if isinstance(p, DTensor) and isinstance(grad, DTensor) and grad.placements != p.placements:
+            p.grad = grad.redistribute(p.device_mesh, p.placements)
+
+
+class LocalBucket:
+    """What a DDP communication hook reads of a ``dist.GradBucket``, over ``params``' local gradients: one flat
+    buffer and, in it, a view shaped as each gradient (PowerSGD writes its results through them)."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self._params = params
+        grads = [_local(p.grad) for p in params]  # type: ignore[arg-type]
+        self._buffer = torch.cat([g.reshape(-1) for g in grads])
+        pieces = self._buffer.split([g.numel() for g in grads])
+        self._views = [piece.view_as(g) for piece, g in zip(pieces, grads)]
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def gradients(self) -> list[torch.Tensor]:
+        return self._views
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self._params
+
+    def index(self) -> int:
+        return 0  # one bucket: PowerSGD keys its error and warm-start memories by it
+
+    def is_last(self) -> bool:
+        return True  # PowerSGD counts its iterations at a step's last bucket
+
+
+class LocalGradients(torch.optim.Optimizer):
+    """The optimizer ``inner`` after :meth:`reduce`, which replaces each local gradient by the replicas' mean as
+    ``sync``'s DDP hook computes it over ``group``."""
+
+    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, group: dist.ProcessGroup | None = None) -> None:
+        self.inner, self.sync = inner, sync
+        self.hook_state, self.hook = comm_hook(sync, group)
+        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none)
+
+    @torch.no_grad()
+    def reduce(self) -> None:
+        """Every local gradient becomes the replicas' (compressed) mean."""
+        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        shard_gradients_like_parameters(params)
+        bucket = LocalBucket(params)
+        mean = self.hook(self.hook_state, bucket).wait()
+        mean = mean[0] if isinstance(mean, list) else mean
+        for p, piece in zip(params, mean.split([_local(p.grad).numel() for p in params])):
+            _local(p.grad).copy_(piece.view_as(_local(p.grad)))
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        return self.inner.step(closure)
+
+
+def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """After a step's backward passes: :meth:`LocalGradients.reduce` where ``optimizer`` is one (else nothing:
+    DDP or the optimizer's own wrapper synchronizes)."""
+    if isinstance(optimizer, LocalGradients):
+        optimizer.reduce()
