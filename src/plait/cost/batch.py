@@ -21,7 +21,6 @@ from plait.cost.framework import DEFAULT, Framework
 from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
-from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
@@ -223,12 +222,11 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     xp, codes = cols.xp, cols["dp_sync"]
     exposed, extra = cols.zeros(), cols.zeros()
     for code, sync in _methods(cols):
-        over, shown, memory = method_costs(model, cluster, sync, cols, params, stage)
+        over, shown, memory = method_costs(model, cluster, sync, cols, params, stage, busy)
         mask = codes == code
         method = sync.method
         if method == "pipe_sgd":  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
-            overlap = cluster.accelerator.efficiency.comm_overlap.value
-            reduce, shown = xp.where(mask, 0.0, reduce), hidden_remainder(over, busy, overlap, xp)
+            reduce = xp.where(mask, 0.0, reduce)
         elif method == "dreamddp":  # each step's share behind the last micro-batch's backward (plait.plan.partial)
             shown = partial_exposed_s(over, backward, sync.every, xp)
         elif method not in INFREQUENT:  # local SGD and DiLoCo keep ZeRO's in-replica reduction

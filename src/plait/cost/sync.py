@@ -38,6 +38,7 @@ import numpy as np
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
+from plait.cost.overlap import engaged_s, hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -154,13 +155,15 @@ def _rank_shape_groups(model: ModelSpec, cols: PlanColumns, stage: Any) -> list[
 
 
 def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns,
-                 params: dict[str, Any], stage: Any = 0) -> tuple[Any, Any, Any]:
+                 params: dict[str, Any], stage: Any = 0, busy: Any = 0.0) -> tuple[Any, Any, Any]:
     """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
     memory per GPU) of ``sync`` on each row of ``cols`` (:mod:`plait.plan.rules`: cp = ep = 1), per step in steady
     state, for one rank of the slowest stage ``stage``. ``params``: the parameters that rank holds
     (:func:`plait.cost.memory.stage_params`; TP shards, norms replicated), which local SGD and DiLoCo average with
     the same rank of every other replica; the per-step methods send its local gradient tensors
-    (:func:`_rank_shape_groups`), over the replicas ``tp`` ranks apart.
+    (:func:`_rank_shape_groups`), over the replicas ``tp`` ranks apart. ``busy``: the step's compute, which
+    Pipe-SGD's all-reduce runs behind (Li et al. 2018, Sec. 3; contention per byte moved,
+    :func:`plait.cost.overlap.engaged_s`).
 
     Overlap (assumed from the runtime): bf16/fp16 run in DDP's bucketed hooks like the all-reduce, but over TP or
     PP replicas, which DDP does not take, after the backward (:mod:`plait.run.replica_grads`); PowerSGD's
@@ -174,12 +177,13 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
         raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
     over = shown = extra = cols.zeros()
     for rows, shapes in _rank_shape_groups(model, cols, stage):
-        o, s, e = _gradient_costs(cluster, sync, cols, shapes)
+        o, s, e = _gradient_costs(cluster, sync, cols, shapes, busy)
         over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
     return over, shown, extra
 
 
-def _gradient_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: list[Shape]) -> tuple[Any, Any, Any]:
+def _gradient_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: list[Shape],
+                    busy: Any) -> tuple[Any, Any, Any]:
     """:func:`method_costs` of a per-step method whose rank sends gradient tensors of ``shapes``."""
     elements = sum(math.prod(s) for s in shapes)
     replicas, stride, full = cols.dp, cols["tp"], cols.full
@@ -188,9 +192,13 @@ def _gradient_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: lis
     if sync.method in ("bf16", "fp16"):
         reduce = collective_s(cluster, "all_reduce", replicas, stride, full(elements * 2.0))
         return cols.xp.where(split, 0.0, reduce), cols.xp.where(split, reduce, 0.0), zero
-    if sync.method == "pipe_sgd":  # the reduction overlaps the whole next step (plait.cost.batch)
+    if sync.method == "pipe_sgd":  # the reduction runs behind the whole next step
         sent = elements * float(GRAD_BYTES)
-        return collective_s(cluster, "all_reduce", replicas, stride, full(sent)), zero, full(2.0 * sent)
+        reduce = collective_s(cluster, "all_reduce", replicas, stride, full(sent))
+        ring = 2.0 * (replicas - 1) / replicas * sent  # ring all-reduce, per rank (Patarasuk & Yuan 2009)
+        engaged = cols.xp.minimum(reduce, engaged_s(ring, cluster.tiers[0].bandwidth_bytes_per_s(sent)))
+        overlap = cluster.accelerator.efficiency.comm_overlap.value
+        return zero, hidden_remainder(reduce, busy, overlap, cols.xp, engaged), full(2.0 * sent)
     if sync.method == "powersgd":
         p = q = plain = flops = streamed = 0.0
         for shape, count in Counter(shapes).items():
