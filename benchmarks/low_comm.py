@@ -155,7 +155,8 @@ def cluster_file(site: dict, link: dict[str, list[float]], slowdown: float, path
 FULL_PRECISION = [] if cpu_runs_natively("bf16") else ["--full-precision"]
 
 
-def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: Path) -> list[float]:
+def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: Path,
+               precision: list[str]) -> list[float]:
     """Step times of rank 0 for ``spec`` on 4 ranks, 2 in each site."""
     name = spec.partition(":")[0]
     plan, metrics = tmp / f"{name}.toml", tmp / f"{name}.jsonl"
@@ -165,7 +166,7 @@ def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: P
         processes.append(in_site(ns, link, [
             sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=2",
             f"--master-addr={ADDRESSES[0]}", "--master-port=29612", "-m", "plait.run.worker", "--plan", str(plan),
-            "--steps", str(steps), *(["--metrics", str(metrics)] if node == 0 else []), *FULL_PRECISION]))
+            "--steps", str(steps), *(["--metrics", str(metrics)] if node == 0 else []), *precision]))
     wait_all(processes, f"dp_sync={spec}")
     return [json.loads(line)["step_time_s"] for line in metrics.read_text().splitlines()]
 
@@ -176,6 +177,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16, help="optimizer steps per method (a multiple of 4)")
     parser.add_argument("--quick", action="store_true", help="plait calibrate --quick for the site")
     parser.add_argument("--methods", nargs="+", default=METHODS, help="dp_sync specs to measure")
+    parser.add_argument("--full-precision", action="store_true",
+                        help="train fp32 even where this CPU runs bf16 natively (and predict fp32)")
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
         print("SKIP: needs root, ip and tc (network namespaces and a tbf qdisc)")
@@ -206,10 +209,12 @@ def main() -> int:
         print(f"link {args.rate} each way: measured {wide.bandwidth_gb_per_s_per_gpu * 2 * 8:.3f} Gbit/s, "
               f"latency {wide.latency_us / 1000:.2f} ms; 4 ranks run {slowdown:.2f}x slower than one")
         named = parameter_shapes(model)
+        precision = ["--full-precision"] if args.full_precision else FULL_PRECISION
+        print(f"training {'fp32' if precision else 'bf16'}")
         print(f"{'dp_sync':22s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'bytes/step':>12s} "
               f"{'leave a site':>13s}")
         for spec in args.methods:
-            times = run_method(names, links, spec, args.steps, tmp)
+            times = run_method(names, links, spec, args.steps, tmp, precision)
             every = parse_sync(spec).every
             start = max(every, 2)  # after the first period (start-up, first buckets)
             start += (len(times) - start) % every  # whole periods

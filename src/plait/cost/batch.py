@@ -222,8 +222,8 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     xp, codes = cols.xp, cols["dp_sync"]
     exposed, extra = cols.zeros(), cols.zeros()
     for code, sync in _methods(cols):
-        over, shown, memory = method_costs(model, cluster, sync, cols, params, stage, busy)
         mask = codes == code
+        over, shown, memory = _rows_costs(model, cluster, sync, cols, mask, params, stage, busy)
         method = sync.method
         if method == "pipe_sgd":  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
             reduce = xp.where(mask, 0.0, reduce)
@@ -234,6 +234,24 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
         exposed = xp.where(mask, shown, exposed)
         extra = xp.where(mask, memory, extra)
     return reduce, exposed, extra
+
+
+def _rows_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns, mask: Any,
+                params: dict[str, Any], stage: Any, busy: Any) -> tuple[Any, Any, Any]:
+    """:func:`plait.cost.sync.method_costs` evaluated on the rows ``mask`` selects only (a batch holds many
+    methods, each costed per distinct message), spread back over every row (0 elsewhere)."""
+    if cols.xp.scalar:
+        return method_costs(model, cluster, sync, cols, params, stage, busy)
+    rows = np.flatnonzero(mask)
+    pick = lambda v: v[rows] if np.ndim(v) else v  # noqa: E731
+    costs = method_costs(model, cluster, sync, cols.take(rows), {k: pick(v) for k, v in params.items()},
+                         pick(stage), pick(busy))
+    spread = []
+    for values in costs:
+        full = np.zeros(len(cols))
+        full[rows] = values
+        spread.append(full)
+    return spread[0], spread[1], spread[2]
 
 
 def _methods(cols: PlanColumns) -> list[tuple[int, Sync]]:

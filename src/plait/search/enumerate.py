@@ -105,10 +105,11 @@ def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: 
 
 
 def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> tuple[str, ...]:
-    """The synchronization methods a layout tries: every one asked for on a pure data-parallel layout of a dense
-    model with standard attention (what :mod:`plait.cost.sync` models), else the all-reduce."""
-    pure = tp == pp == cp == 1 and not (model.moe or model.mla or model.qk_norm)
-    return space.dp_syncs if pure else ("allreduce",)
+    """The synchronization methods a layout tries: every one asked for on a layout without context parallelism of
+    a dense model with standard attention (what :mod:`plait.cost.sync` models) that is pure data-parallel or, with
+    ``space.syncs_with_model_parallel``, has TP or PP; else the all-reduce."""
+    modelled = cp == 1 and not (model.moe or model.mla or model.qk_norm)
+    return space.dp_syncs if modelled and (tp == pp == 1 or space.syncs_with_model_parallel) else ("allreduce",)
 
 
 def layout_sizes(model: ModelSpec, space: SearchSpace) -> list[int]:

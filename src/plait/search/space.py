@@ -62,9 +62,14 @@ class SearchSpace:
     allow_tp_across_nodes: bool
     """Permit tp (and ep x tp) beyond the scale-up domain."""
     dp_syncs: tuple[str, ...] = ("allreduce",)
-    """Data-parallel synchronization methods (:mod:`plait.plan.sync`) tried on pure data-parallel layouts of dense
-    models, the only ones they are modelled for. Only ``allreduce`` unless the user asks: a lossy method's
-    faster step says nothing of the steps it needs to converge (issue 14's multipliers are not in yet)."""
+    """Data-parallel synchronization methods (:mod:`plait.plan.sync`) tried on layouts of dense models without
+    context parallelism (what they are modelled for): on pure data-parallel layouts, and with
+    :attr:`syncs_with_model_parallel` also on TP and PP ones."""
+    syncs_with_model_parallel: bool = False
+    """Whether TP and PP layouts try :attr:`dp_syncs` too. :func:`default_space` sets it where the GPUs span
+    sites, where model-parallel replicas may meet a wide-area link; on one fabric the pure data-parallel layouts
+    show where a method starts to win, and the search stays within issue 12's time (17 methods would multiply
+    every model-parallel layout's candidates 17 times)."""
 
     def __post_init__(self) -> None:
         # canonical, and interned before any search worker forks (plan columns store them as codes)
@@ -113,4 +118,5 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
         sequence_parallel=(True, False), offload=((False, False), (True, False), (True, True)),
         precisions=precisions, grad_reduce_dtypes=grad_reduce_dtypes, memory_margin=memory_margin,
         allow_tp_across_nodes=allow_tp_across_nodes, dp_syncs=dp_syncs,
+        syncs_with_model_parallel=cluster.site_gpus is not None and gpus > cluster.site_gpus,
     )
