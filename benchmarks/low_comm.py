@@ -12,7 +12,9 @@ Run (root, Linux): python benchmarks/low_comm.py [--rate 200mbit] [--steps 16] [
 3. Each method trains examples/small-model.toml on 4 ranks (2 per site, gloo, torchrun across the namespaces);
    the mean step time over whole synchronization periods after the first period is printed next to
    ``plait estimate`` for the plan on that cluster file (engine plait), with the bytes a rank hands to
-   collectives per step and the bytes that leave a site (target: |error| <= 20%).
+   collectives per step and the bytes that leave a site (target: |error| <= 20%). A run that never
+   synchronizes (:data:`BASELINE`) comes first: the seconds each method adds to it, measured and predicted, show
+   the synchronization's own error apart from the compute's.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ from plait.run.precision import cpu_runs_natively
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "small-model.toml"
 METHODS = ["allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "quantize:bits=8", "local_sgd:every=4",
-           "diloco:every=4", "dreamddp:every=4", "pipe_sgd"]
+           "diloco:every=4", "palsgd:every=4", "dreamddp:every=4", "pipe_sgd"]
 PLAN = "dp_replicate = 4\nglobal_batch = 16\nmicro_batch = 4\n"
+BASELINE = "local_sgd:every=1000000"
+"""Replicas that never synchronize after step 0 (excluded): the step without synchronization, measured and
+predicted, which the methods' synchronization seconds are counted from."""
 ADDRESSES = ("10.231.0.1", "10.231.0.2")
 LINK_SIZES = [2**12, 2**18, 2**22, 2**24]
 
@@ -155,11 +160,15 @@ def cluster_file(site: dict, link: dict[str, list[float]], slowdown: float, path
 FULL_PRECISION = [] if cpu_runs_natively("bf16") else ["--full-precision"]
 
 
+def stem(spec: str) -> str:
+    """A file name for ``spec`` (each run its own plan and metrics: the worker appends to a metrics file)."""
+    return "".join(c if c.isalnum() else "_" for c in spec)
+
+
 def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: Path,
                precision: list[str]) -> list[float]:
     """Step times of rank 0 for ``spec`` on 4 ranks, 2 in each site."""
-    name = spec.partition(":")[0]
-    plan, metrics = tmp / f"{name}.toml", tmp / f"{name}.jsonl"
+    plan, metrics = tmp / f"{stem(spec)}.toml", tmp / f"{stem(spec)}.jsonl"
     plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{PLAN}dp_sync = "{spec}"\n')
     processes = []
     for node, (ns, link) in enumerate(zip(names, links)):
@@ -211,15 +220,16 @@ def main() -> int:
         named = parameter_shapes(model)
         precision = ["--full-precision"] if args.full_precision else FULL_PRECISION
         print(f"training {'fp32' if precision else 'bf16'}")
-        print(f"{'dp_sync':22s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'bytes/step':>12s} "
-              f"{'leave a site':>13s}")
-        for spec in args.methods:
+        print(f"{'dp_sync':22s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'sync meas.':>11s} "
+              f"{'sync pred.':>11s} {'bytes/step':>12s} {'leave a site':>13s}")
+        base: tuple[float, float] | None = None
+        for spec in [BASELINE, *args.methods]:
             times = run_method(names, links, spec, args.steps, tmp, precision)
-            every = parse_sync(spec).every
+            every = 1 if spec == BASELINE else parse_sync(spec).every
             start = max(every, 2)  # after the first period (start-up, first buckets)
             start += (len(times) - start) % every  # whole periods
             measured = statistics.fmean(times[start:])
-            _, plan = read_plan_file(tmp / f"{spec.partition(':')[0]}.toml")
+            _, plan = read_plan_file(tmp / f"{stem(spec)}.toml")
             sync = parse_sync(spec)
             if sync.method == "palsgd":  # predicted at the share of pseudo-steps these steps drew, not at p
                 draws = list(itertools.islice(pseudo_steps(sync["p"]), len(times)))[start:]
@@ -228,8 +238,11 @@ def main() -> int:
                 plan = dataclasses.replace(plan, dp_sync=parse_sync(f"palsgd:{params}").spec)
                 print(f"  palsgd: {sum(draws)} of the {len(draws)} measured steps were pseudo-synchronization steps")
             est = estimate(model, cluster, plan, engine=get_engine("plait"))
-            sent = payload_bytes(parse_sync(spec), named)
-            print(f"{spec:22s} {measured:11.3f} {est.step_time_s:12.3f} {100 * (est.step_time_s / measured - 1):+6.1f}% "
+            sent = payload_bytes(parse_sync(spec), named) if spec != BASELINE else 0.0
+            base = base or (measured, est.step_time_s)
+            label = "none (baseline)" if spec == BASELINE else spec
+            print(f"{label:22s} {measured:11.3f} {est.step_time_s:12.3f} {100 * (est.step_time_s / measured - 1):+6.1f}% "
+                  f"{measured - base[0]:+11.3f} {est.step_time_s - base[1]:+11.3f} "
                   f"{sent:12,.0f} {est.egress_bytes_per_step:13,.0f}")
     return 0
 
