@@ -29,7 +29,8 @@ CASES = ["allreduce@sgd", f"{FULL_RANK}@sgd", "powersgd:rank=2@sgd", "bf16@adamw
          "topk:ratio=1@adamw", "topk:ratio=0.01@adamw", "quantize:bits=8@adamw", "quantize:bits=4@adamw",
          "quantize:bits=1@adamw", "diloco:every=1,outer_lr=1,outer_momentum=0@sgd", "diloco:every=3@adamw",
          "pipe_sgd@adamw", "dreamddp:every=3@adamw", "dreamddp:every=40@sgd",
-         "palsgd:every=3,p=0,outer_lr=0.7@adamw", "palsgd:every=3,p=0.3@adamw"]
+         "palsgd:every=3,p=0,outer_lr=0.7@adamw", "palsgd:every=3,p=0.3@adamw", "palsgd:every=3,warmup=10@adamw",
+         "palsgd:every=3,p=0.3,warmup=4@adamw"]
 
 
 def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
@@ -81,11 +82,13 @@ def test_the_bytes_each_step_sends_are_the_cost_models(trained, case: str) -> No
                                              ("local_sgd:every=1@sgd", "allreduce@sgd"),
                                              ("topk:ratio=1@adamw", "allreduce@adamw"),
                                              ("diloco:every=1,outer_lr=1,outer_momentum=0@sgd", "allreduce@sgd"),
-                                             ("palsgd:every=3,p=0,outer_lr=0.7@adamw", "diloco:every=3@adamw")])
+                                             ("palsgd:every=3,p=0,outer_lr=0.7@adamw", "diloco:every=3@adamw"),
+                                             ("palsgd:every=3,warmup=10@adamw", "allreduce@adamw")])
 def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """PowerSGD at a rank covering every gradient, model averaging after every SGD step, top-k keeping every entry
     and DiLoCo taking the mean of the replicas after every inner SGD step (outer lr 1, no momentum) are the
-    all-reduce; PALSGD with no pseudo-synchronization steps (p = 0) is DiLoCo."""
+    all-reduce; PALSGD with no pseudo-synchronization steps (p = 0) is DiLoCo, and in its warm-up plain data
+    parallelism."""
     assert trained[case]["losses"] == pytest.approx(trained[reference]["losses"], rel=1e-5)
 
 
@@ -95,7 +98,8 @@ def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, refer
     ("topk:ratio=0.01@adamw", "allreduce@adamw"), ("quantize:bits=8@adamw", "allreduce@adamw"),
     ("quantize:bits=4@adamw", "allreduce@adamw"), ("quantize:bits=1@adamw", "allreduce@adamw"),
     ("diloco:every=3@adamw", "allreduce@adamw"), ("pipe_sgd@adamw", "allreduce@adamw"),
-    ("dreamddp:every=3@adamw", "allreduce@adamw"), ("palsgd:every=3,p=0.3@adamw", "diloco:every=3@adamw")])
+    ("dreamddp:every=3@adamw", "allreduce@adamw"), ("palsgd:every=3,p=0.3@adamw", "diloco:every=3@adamw"),
+    ("palsgd:every=3,p=0.3,warmup=4@adamw", "palsgd:every=3,p=0.3@adamw")])
 def test_lossy_methods_still_train(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """Finite, falling losses; they differ from the all-reduce's (a lossy method that did not would send nothing
     less). How many more steps they need is issue 14's convergence multiplier, not asserted here."""

@@ -19,8 +19,10 @@ gradients, fp32 (plait's runtime and PyTorch DDP keep gradients in the parameter
   ``PeriodicModelAverager``): per step, the parameters' bytes over H;
 - ``diloco:every=H,...``: no gradient traffic; after every H inner steps one fp32 all-reduce of the
   pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`);
-- ``palsgd:every=H,...``: DiLoCo's, every H steps (gradient and pseudo-synchronization steps alike: the authors'
-  ``global_step``); a pseudo-synchronization step sends nothing (:class:`plait.run.sync.PALSGD`);
+- ``palsgd:every=H,...,warmup=W``: in the first W steps every gradient (an fp32 all-reduce), and at the W-th
+  the parameters too; then DiLoCo's, every H steps (gradient and pseudo-synchronization steps alike, the warm-up
+  counted: the authors' ``global_step``); a pseudo-synchronization step sends nothing
+  (:class:`plait.run.sync.PALSGD`);
 - ``pipe_sgd``: every step one fp32 all-reduce of the whole gradient, applied one step later (Li et al. 2018,
   Pipe-SGD, pipeline width 2; :class:`plait.run.sync.PipeSGD`);
 - ``dreamddp:every=H``: no gradient traffic; each step one in-place all-reduce of the parameters of the units
@@ -95,9 +97,11 @@ def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None =
         return elements * GRAD_BYTES if step % every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H, ...
     if sync.method == "pipe_sgd":
         return elements * GRAD_BYTES  # every step's gradient, all-reduced while the next step computes
+    if sync.method == "palsgd" and step is not None and step < sync["warmup"]:  # plain data parallelism, then
+        return elements * GRAD_BYTES * (2 if step == sync["warmup"] - 1 else 1)  # the replicas averaged
     if sync.method in ("diloco", "palsgd"):
         every = sync.every
-        if step is None:
+        if step is None:  # steady state (a warm-up is a vanishing share of a long run)
             return elements * GRAD_BYTES / every
         return elements * GRAD_BYTES if step % every == every - 1 else 0.0  # after H inner steps
     if sync.method == "dreamddp":  # each unit's parameters once per period, at its step (plait.plan.partial)

@@ -13,9 +13,10 @@ less often (docs/research/sync-methods.md says what PyTorch and torchft provide 
 - ``diloco:every=H,outer_lr=..,outer_momentum=..``: DiLoCo (Douillard et al. 2023), inner AdamW, outer Nesterov;
 - ``dreamddp:every=H``: DreamDDP's partial local SGD (000-19; Tang et al., arXiv 2502.11058): each unit of layers
   averaged once per period, at its own step, overlapping the backward pass (:mod:`plait.plan.partial`);
-- ``palsgd:every=H,p=..,eta=..,outer_lr=..,outer_momentum=..``: PALSGD (000-06; Naganuma et al., arXiv
-  2504.18454): DiLoCo in which each step is, with probability p, a pseudo-synchronization step instead of a
-  gradient step — no forward, backward or communication, the replica pulled toward the last outer model;
+- ``palsgd:every=H,p=..,eta=..,outer_lr=..,outer_momentum=..,warmup=W``: PALSGD (000-06; Naganuma et al., arXiv
+  2504.18454): after W steps of plain data parallelism, DiLoCo in which each step is, with probability p, a
+  pseudo-synchronization step instead of a gradient step — no forward, backward or communication, the replica
+  pulled toward the last outer model;
 - ``pipe_sgd`` (000-12): each step's all-reduce behind the next step's compute.
 
 A spec is kept in its canonical form (every parameter, in the order below) so that equal methods compare equal.
@@ -42,7 +43,8 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
     "diloco": {"every": (None, 1, 2**31 - 1, True), "outer_lr": (0.7, 0.0, 1e3, False),
                "outer_momentum": (0.9, 0.0, 1.0, False)},
     "palsgd": {"every": (None, 1, 2**31 - 1, True), "p": (0.2, 0.0, 0.99, False), "eta": (0.5, 0.0, 1e3, False),
-               "outer_lr": (0.25, 0.0, 1e3, False), "outer_momentum": (0.9, 0.0, 1.0, False)},
+               "outer_lr": (0.25, 0.0, 1e3, False), "outer_momentum": (0.9, 0.0, 1.0, False),
+               "warmup": (0, 0, 2**31 - 1, True)},
     "dreamddp": {"every": (None, 1, 2**31 - 1, True)},
     "pipe_sgd": {},
 }
@@ -50,7 +52,9 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
 et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same); PALSGD's p 0.2, eta 0.5, outer lr 0.25 and Nesterov
 momentum 0.9: the defaults of its authors' GPT-Neo trainer (github.com/Hiroki11x/Pseudo-Asynchronous-LocalSGD at
-2c37c48, ``gptneo_8m``; their paper's own settings were not found)."""
+2c37c48, ``gptneo_8m``; their paper's own settings were not found). PALSGD's ``warmup``: steps of plain
+data parallelism before the local steps begin (the authors' ``local_sgd_start_iter``, default 100 in their
+trainer's options, 32 in their README's example); 0 here, the setting plait's measured multipliers were taken at."""
 QUANTIZE_BITS = (1, 4, 8)
 MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "palsgd", "dreamddp",
             "pipe_sgd")

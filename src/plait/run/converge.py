@@ -20,6 +20,7 @@ import torch.distributed as dist
 from plait.plan.sync import parse_sync
 from plait.run.data import global_batch, rank_slice
 from plait.run.model import build_model
+from plait.run.replica_grads import reduce_gradients
 from plait.run.sync import attach, counted_bytes, skips_gradient
 from plait.run.train import cross_entropy
 from plait.workload.catalog import resolve_model
@@ -53,6 +54,7 @@ def train(case: str, model_path: str, steps: int, batch: int) -> dict[str, list[
             else:
                 loss = cross_entropy(module(inputs), targets)
                 loss.backward()
+                reduce_gradients(optimizer)  # PALSGD's warm-up averages gradients (others: DDP or nothing)
                 optimizer.step()
         optimizer.zero_grad()
         mean = loss.detach().clone()

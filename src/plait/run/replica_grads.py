@@ -122,7 +122,9 @@ class LocalGradients(torch.optim.Optimizer):
 
 
 def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
-    """After a step's backward passes: :meth:`LocalGradients.reduce` where ``optimizer`` is one (else nothing:
-    DDP or the optimizer's own wrapper synchronizes)."""
-    if isinstance(optimizer, LocalGradients):
-        optimizer.reduce()
+    """After a step's backward passes, before clipping: the optimizer's own ``reduce`` where it has one
+    (:meth:`LocalGradients.reduce`; :meth:`plait.run.sync.PALSGD.reduce` in its warm-up); else nothing: DDP or
+    the optimizer's step synchronizes."""
+    reduce = getattr(optimizer, "reduce", None)
+    if callable(reduce):
+        reduce()

@@ -86,7 +86,8 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, group: dist.Pro
     if sync.method == "diloco":
         return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], group)
     if sync.method == "palsgd":
-        return PALSGD(optimizer, sync.every, sync["p"], sync["eta"], sync["outer_lr"], sync["outer_momentum"], group)
+        return PALSGD(optimizer, sync.every, sync["p"], sync["eta"], sync["outer_lr"], sync["outer_momentum"], group,
+                      warmup=int(sync["warmup"]))
     if sync.method == "pipe_sgd":
         return PipeSGD(optimizer, group)
     if sync.method != "local_sgd":
@@ -270,23 +271,53 @@ def pseudo_steps(p: float, seed: int = 0) -> Iterator[bool]:
 
 class PALSGD(DiLoCo):
     """PALSGD (Naganuma et al., arXiv 2504.18454), as its authors' trainer runs it (github.com/Hiroki11x/
-    Pseudo-Asynchronous-LocalSGD at 2c37c48, ``postadaptive_localsgd_decoupled.py``): DiLoCo in which each step is,
-    with probability ``p`` (one draw per step, the same on every rank), a pseudo-synchronization step
-    ``x <- x - (lr / p) * eta * (x - outer)`` — no forward, backward or communication; the training loop asks
-    :func:`skips_gradient` and calls only :meth:`step` — and otherwise a gradient step of the inner optimizer at
-    ``lr / (1 - p)``. Every ``every`` steps of either kind, DiLoCo's outer step. Not taken over: the authors'
-    DDP warm-up before local steps begin."""
+    Pseudo-Asynchronous-LocalSGD at 2c37c48, ``postadaptive_localsgd_decoupled.py``): ``warmup`` steps of plain
+    data parallelism (:meth:`reduce` averages the gradients before clipping, as DDP would; the authors'
+    ``use_ddp`` phase), the replicas' parameters averaged and taken as the outer copy at its end; then DiLoCo in
+    which each step is, with probability ``p`` (one draw per step, the same on every rank), a
+    pseudo-synchronization step ``x <- x - (lr / p) * eta * (x - outer)`` — no forward, backward or
+    communication; the training loop asks :func:`skips_gradient` and calls only :meth:`step` — and otherwise a
+    gradient step of the inner optimizer at ``lr / (1 - p)``. Every ``every`` steps of either kind (the warm-up's
+    counted, as the authors' ``global_step``), DiLoCo's outer step. The authors also average the AdamW moments in
+    the warm-up; here they stay equal because the gradients are."""
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, p: float, eta: float, outer_lr: float,
-                 outer_momentum: float, group: dist.ProcessGroup | None = None, seed: int = 0) -> None:
+                 outer_momentum: float, group: dist.ProcessGroup | None = None, seed: int = 0,
+                 warmup: int = 0) -> None:
         super().__init__(inner, every, outer_lr, outer_momentum, group)
-        self.p, self.eta = p, eta
+        self.p, self.eta, self.warmup = p, eta, warmup
         self.draws = pseudo_steps(p, seed)  # the same sequence on every rank
-        self.pseudo = next(self.draws)
+        self.pseudo = warmup == 0 and next(self.draws)
         """Whether the coming step is a pseudo-synchronization step (:func:`skips_gradient`)."""
 
     @torch.no_grad()
+    def reduce(self) -> None:
+        """In the warm-up, every local gradient becomes the replicas' mean (one flat fp32 all-reduce)."""
+        if self.steps >= self.warmup:
+            return
+        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        shard_gradients_like_parameters(params)
+        grads = [_local(p.grad) for p in params]  # type: ignore[arg-type]
+        flat = torch.cat([g.reshape(-1).to(torch.float32) for g in grads])
+        dist.all_reduce(flat, group=self.group)
+        flat /= dist.get_world_size(self.group)
+        for grad, piece in zip(grads, flat.split([g.numel() for g in grads])):
+            grad.copy_(piece.view_as(grad))
+
+    @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        if self.steps < self.warmup:
+            loss = self.inner.step(closure)
+            self.steps += 1
+            if self.steps == self.warmup:  # the authors' outer_model_sync: average, and start the outer copy there
+                flat = torch.cat([p.reshape(-1).to(torch.float32) for p in self.local])
+                dist.all_reduce(flat, group=self.group)
+                flat /= dist.get_world_size(self.group)
+                for p, o, piece in zip(self.local, self.outer, flat.split([p.numel() for p in self.local])):
+                    p.copy_(piece.view_as(p))
+                    o.copy_(piece.view_as(o))
+                self.pseudo = next(self.draws)
+            return loss
         loss = None
         if self.pseudo:
             rates = [group["lr"] for group in self.param_groups for _ in group["params"]]  # self.local's order
