@@ -24,6 +24,11 @@ from plait.errors import ConfigError
 from plait.plan.sync import COMPRESSED, Sync
 from plait.run.compress import Quantize, TopK, error_feedback_hook
 
+ORTHOGONALIZATION_EPSILON = 1e-8
+"""Added to each column's norm in PowerSGD's Gram-Schmidt (rank <= 2): an all-zero gradient — a vocab-parallel
+embedding shard no token of the batch falls in — would otherwise divide 0 by 0 (the value torch's
+``_orthogonalize_gram_schmidt`` error message recommends)."""
+
 
 def _bf16_gradients(state, bucket):  # type: ignore[no-untyped-def]
     return default_hooks.bf16_compress_hook(state, bucket)
@@ -47,7 +52,7 @@ def comm_hook(sync: Sync, group: dist.ProcessGroup | None) -> tuple[Any, Callabl
         state = powerSGD_hook.PowerSGDState(
             process_group=group, matrix_approximation_rank=int(sync["rank"]),
             min_compression_rate=sync["min_compression_rate"], start_powerSGD_iter=int(sync["start_iter"]),
-            use_error_feedback=True, warm_start=True)
+            use_error_feedback=True, warm_start=True, orthogonalization_epsilon=ORTHOGONALIZATION_EPSILON)
         return state, powerSGD_hook.powerSGD_hook
     raise ConfigError(f"dp_sync={sync.spec!r} does not compress gradients (compressing: {', '.join(COMPRESSED)})")
 
