@@ -49,3 +49,34 @@ def test_flash_attention_runs_at_the_next_instantiated_head_dim(head_dim: int, k
     assert flops(head_dim, Framework()) / flops(64, Framework()) == pytest.approx(kernel / 64)
     unfused = Framework(attention_kernel="unfused")
     assert flops(head_dim, unfused) / flops(64, unfused) == pytest.approx(head_dim / 64)  # the math as written
+
+
+def test_the_weight_gradient_gemm_reads_its_own_curve_where_the_accelerator_has_one() -> None:
+    """A backward is an input-gradient and a weight-gradient GEMM; with a weight-gradient curve at half the square
+    curve's fractions (a constant, so every GEMM is compute-bound at it), the backward of a large compute-bound
+    GEMM grows by the weight gradient's own time, the forward not at all; the same curve as the square one changes
+    nothing."""
+    from dataclasses import replace
+
+    from plait.cost.compute import gemms_fwd_bwd_s
+    from plait.cost.framework import DEFAULT
+    from plait.cost.setup import Setup
+    from plait.hardware.catalog import get_cluster
+    from plait.hardware.figure import Curve
+    from plait.plan.plan import Plan
+    from plait.workload.catalog import get_model
+
+    cluster, g = get_cluster("dgx-h100-ib"), Gemm(8192, 8192, 8192, 1)
+    flat = replace(ACC.efficiency, matmul_bf16=Curve(source="assumed: test", value=0.8))
+
+    def passes(wgrad: Curve | None) -> tuple[float, float]:
+        acc = replace(ACC, efficiency=replace(flat, matmul_bf16_wgrad=wgrad))
+        setup = Setup(model=get_model("llama3-8b"), cluster=replace(cluster, accelerator=acc),
+                      plan=Plan().with_seq_len(8192), framework=DEFAULT)
+        return gemms_fwd_bwd_s([g], setup)
+
+    plain, same, slow = passes(None), passes(Curve(source="assumed: test", value=0.8)), passes(
+        Curve(source="assumed: test", value=0.4))
+    one = g.flops / (ACC.peak_flops("bf16") * 0.8)
+    assert plain == pytest.approx((one, 2 * one)) and same == plain
+    assert slow == pytest.approx((one, one + 2 * one))

@@ -40,12 +40,14 @@ def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
 class _Roofline:
     """:func:`gemm_time_s` with the device figures read once, for the many GEMMs of one layer."""
 
-    def __init__(self, acc: Accelerator, dtype: str) -> None:
+    def __init__(self, acc: Accelerator, dtype: str, weight_gradient: bool = False) -> None:
         self.in_bytes = 1 if dtype == "fp8" else 2
         self.launch_s = acc.efficiency.kernel_launch_us.value * 1e-6
         self.memory_bytes_per_s = memory_bytes_per_s(acc)
         self.peak_flops = acc.peak_flops(dtype)
-        self.curve = acc.efficiency.matmul_fp8 if dtype == "fp8" else acc.efficiency.matmul_bf16
+        eff = acc.efficiency
+        wgrad = eff.matmul_bf16_wgrad if weight_gradient and dtype != "fp8" else None
+        self.curve = wgrad or (eff.matmul_fp8 if dtype == "fp8" else eff.matmul_bf16)
 
     def time_s(self, m: int, n: int, k: int, count: int) -> float:
         """Seconds of ``count`` ``m x k`` by ``k x n`` products."""
@@ -58,13 +60,15 @@ class _Roofline:
 
 def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup) -> tuple[float, float]:
     """Forward and backward time of ``gemms``: backward is the input-gradient GEMM
-    (``m x n`` by ``n x k``) plus the weight-gradient GEMM (``k x m`` by ``m x n``)."""
-    roofline = _Roofline(setup.cluster.accelerator, setup.gemm_dtype)
+    (``m x n`` by ``n x k``) plus the weight-gradient GEMM (``k x m`` by ``m x n``, at the accelerator's
+    weight-gradient curve where it has one)."""
+    acc = setup.cluster.accelerator
+    roofline, wgrad = _Roofline(acc, setup.gemm_dtype), _Roofline(acc, setup.gemm_dtype, weight_gradient=True)
     fwd = bwd = 0.0
     for g in gemms:
         fwd += roofline.time_s(g.m, g.n, g.k, g.count)
         bwd += roofline.time_s(g.m, g.k, g.n, g.count)
-        bwd += roofline.time_s(g.k, g.n, g.m, g.count)
+        bwd += wgrad.time_s(g.k, g.n, g.m, g.count)
     return fwd, bwd
 
 

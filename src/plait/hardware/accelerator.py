@@ -32,6 +32,12 @@ class Efficiency:
     """Fraction of bf16/fp16 dense peak a GEMM sustains, by the edge of a square GEMM (a GEMM is read at the square of equal arithmetic intensity, plait.cost.compute)."""
     matmul_fp8: Curve
     """Fraction of fp8 dense peak an fp8 GEMM sustains, by size (ignored where there is no fp8)."""
+    matmul_bf16_wgrad: Curve | None = None
+    """Fraction of bf16/fp16 dense peak a weight-gradient GEMM sustains (``X^T dY``: its first operand transposed,
+    the reduction over tokens), by square edge; ``None``: :attr:`matmul_bf16`'s (assumed for the packaged GPUs:
+    cuBLAS picks a kernel per layout and no public figure of a slower transposed layout on them was found).
+    ``plait calibrate`` measures it: on a Sapphire Rapids CPU's AMX a square TN product ran at 0.80 TFLOP/s against
+    1.32 for NN at 1024 (one thread, bf16)."""
     attention: Curve
     """Fraction of bf16 peak a fused (flash) attention kernel sustains, forward and backward together,
     by the key length each query attends over (longer rows amortise the per-block overheads)."""

@@ -1,7 +1,8 @@
 """Measure this machine into a hardware description the estimator accepts (``plait calibrate``).
 
 Measured: matmul throughput by size (fp32 and bf16 — fp32 again where this CPU would emulate bf16, since
-``plait run`` then trains in fp32: :mod:`plait.run.precision`), HBM/DRAM copy bandwidth and the
+``plait run`` then trains in fp32: :mod:`plait.run.precision` — and bf16 with the first operand transposed, as a
+weight gradient is), HBM/DRAM copy bandwidth and the
 fraction of it a layer's memory-bound ops reach, attention (SDPA forward+backward)
 throughput by sequence length, the launch floor of a tiny kernel, a rank's memory
 footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
@@ -56,13 +57,14 @@ def _timeit(fn, min_time_s: float = 0.2, repeats: int = 3) -> float:  # type: ig
     return statistics.median(rounds)
 
 
-def matmul_curve(dtype: torch.dtype, sizes: list[int], device: str) -> list[float]:
-    """TFLOP/s of square ``n x n`` matmuls."""
+def matmul_curve(dtype: torch.dtype, sizes: list[int], device: str, transposed: bool = False) -> list[float]:
+    """TFLOP/s of square ``n x n`` matmuls; ``transposed``: ``a.t() @ b``, the layout of a weight gradient."""
     out = []
     for n in sizes:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        out.append(2 * n**3 / _timeit(lambda: torch.mm(a, b)) / 1e12)
+        left = a.t() if transposed else a
+        out.append(2 * n**3 / _timeit(lambda: torch.mm(left, b)) / 1e12)
     return out
 
 
@@ -238,6 +240,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     say("matmul throughput (fp32" + (", bf16)" if half is torch.bfloat16 else "; bf16 runs as fp32 here)"))
     fp32 = matmul_curve(torch.float32, sizes, device)
     bf16 = matmul_curve(half, sizes, device) if half is torch.bfloat16 else fp32
+    wgrad = matmul_curve(half, sizes, device, transposed=True)
     seqs = [128, 256, 512, 1024] if device == "cpu" else [512, 1024, 2048, 4096, 8192, 16384]  # GPU: as FA2 Fig. 4
     say("attention throughput")
     attention = attention_curve(half, seqs, device)
@@ -272,6 +275,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
         "tdp_w": 0.0, "source": source,
         "efficiency": {
             "matmul_bf16": curve(sizes, bf16, max(bf16)), "matmul_fp8": curve(sizes, bf16, max(bf16)),
+            "matmul_bf16_wgrad": curve(sizes, wgrad, max(bf16)),
             "attention": curve(seqs, attention, max(bf16)), "memory": fig(round(memory_fraction, 4)),
             "kernel_launch_us": fig(round(launch_floor_us(device), 3)), "comm_overlap": fig(round(overlap, 3)),
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
