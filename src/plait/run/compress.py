@@ -32,6 +32,12 @@ class ErrorFeedback:
         taken out of ``residual``."""
         raise NotImplementedError
 
+    def gathered(self, piece: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``piece``, concatenated in rank order (``all_gather_into_tensor``)."""
+        out = torch.empty(dist.get_world_size(self.group) * piece.numel(), dtype=piece.dtype)
+        dist.all_gather_into_tensor(out, piece.contiguous(), group=self.group)
+        return out
+
 
 class TopK(ErrorFeedback):
     """Per tensor, the ``k = ceil(ratio * numel)`` largest magnitudes as fp32 values and int32 indices."""
@@ -44,11 +50,7 @@ class TopK(ErrorFeedback):
         world, numel = dist.get_world_size(self.group), residual.numel()
         k = math.ceil(self.ratio * numel)
         chosen = torch.topk(residual.abs(), k, sorted=False).indices
-        values = residual[chosen]
-        gathered_values = torch.empty(world * k, dtype=values.dtype)
-        gathered_indices = torch.empty(world * k, dtype=torch.int32)
-        dist.all_gather_into_tensor(gathered_values, values.contiguous(), group=self.group)
-        dist.all_gather_into_tensor(gathered_indices, chosen.to(torch.int32), group=self.group)
+        gathered_values, gathered_indices = self.gathered(residual[chosen]), self.gathered(chosen.to(torch.int32))
         dense = torch.zeros(numel, dtype=residual.dtype)
         dense.index_add_(0, gathered_indices.to(torch.int64), gathered_values)
         residual[chosen] = 0.0
@@ -65,10 +67,7 @@ class Quantize(ErrorFeedback):
     def exchange(self, residual: torch.Tensor) -> torch.Tensor:
         world, numel = dist.get_world_size(self.group), residual.numel()
         packed, scale = quantized(residual, self.bits)
-        codes = torch.empty(world * packed.numel(), dtype=torch.uint8)
-        scales = torch.empty(world, dtype=torch.float32)
-        dist.all_gather_into_tensor(codes, packed, group=self.group)
-        dist.all_gather_into_tensor(scales, scale, group=self.group)
+        codes, scales = self.gathered(packed), self.gathered(scale)
         total = torch.zeros(numel, dtype=residual.dtype)
         for rank, chunk in enumerate(codes.chunk(world)):
             total += dequantized(chunk, scales[rank:rank + 1], self.bits, numel)

@@ -57,7 +57,8 @@ def comm_hook(sync: Sync, group: dist.ProcessGroup | None) -> tuple[Any, Callabl
     raise ConfigError(f"dp_sync={sync.spec!r} does not compress gradients (compressing: {', '.join(COMPRESSED)})")
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The tensor this rank holds of ``t`` (its shard, for a DTensor), writable in place."""
     return t.to_local() if isinstance(t, DTensor) else t
 
 
@@ -77,10 +78,15 @@ class LocalBucket:
 
     def __init__(self, params: list[torch.Tensor]) -> None:
         self._params = params
-        grads = [_local(p.grad) for p in params]  # type: ignore[arg-type]
-        self._buffer = torch.cat([g.reshape(-1) for g in grads])
-        pieces = self._buffer.split([g.numel() for g in grads])
-        self._views = [piece.view_as(g) for piece, g in zip(pieces, grads)]
+        self._grads = [local_tensor(p.grad) for p in params]  # type: ignore[arg-type]
+        self._buffer = torch.cat([g.reshape(-1) for g in self._grads])
+        pieces = self._buffer.split([g.numel() for g in self._grads])
+        self._views = [piece.view_as(g) for piece, g in zip(pieces, self._grads)]
+
+    def write(self, flat: torch.Tensor) -> None:
+        """Copy ``flat`` (laid out as the buffer) into the parameters' own gradients."""
+        for grad, piece in zip(self._grads, flat.split([g.numel() for g in self._grads])):
+            grad.copy_(piece.view_as(grad))
 
     def buffer(self) -> torch.Tensor:
         return self._buffer
@@ -117,9 +123,7 @@ class LocalGradients(torch.optim.Optimizer):
         shard_gradients_like_parameters(params)
         bucket = LocalBucket(params)
         mean = self.hook(self.hook_state, bucket).wait()
-        mean = mean[0] if isinstance(mean, list) else mean
-        for p, piece in zip(params, mean.split([_local(p.grad).numel() for p in params])):
-            _local(p.grad).copy_(piece.view_as(_local(p.grad)))
+        bucket.write(mean[0] if isinstance(mean, list) else mean)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]

@@ -42,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 from plait.errors import ConfigError
 from plait.plan.partial import schedule, unit_of
 from plait.plan.sync import COMPRESSED, MODELLED, Sync
-from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
+from plait.run.replica_grads import LocalGradients, comm_hook, local_tensor, shard_gradients_like_parameters
 from plait.workload.tensors import Shape
 
 ONE_BUCKET_MB = 1024.0
@@ -108,9 +108,13 @@ def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync,
     return wrap_model(model, sync), wrap_optimizer(optimizer, sync, modules=(model,), whole=whole)
 
 
-def _local(p: torch.Tensor) -> torch.Tensor:
-    """The tensor this rank holds of parameter ``p`` (its shard, for FSDP2's DTensors), writable in place."""
-    return p.to_local() if isinstance(p, DTensor) else p
+def _averaged(tensors: list[torch.Tensor], group: dist.ProcessGroup | None) -> list[torch.Tensor]:
+    """The mean of ``tensors`` over the ranks of ``group``, in one flat fp32 all-reduce, as fp32 pieces shaped as
+    each tensor."""
+    flat = torch.cat([t.reshape(-1).to(torch.float32) for t in tensors])
+    dist.all_reduce(flat, group=group)
+    flat /= dist.get_world_size(group)
+    return [piece.view_as(t) for piece, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
 
 class ShardAverage(torch.optim.Optimizer):
@@ -129,12 +133,9 @@ class ShardAverage(torch.optim.Optimizer):
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
         loss = self.inner.step(closure)
         if self.steps % self.every == 0:
-            shards = [_local(p) for g in self.param_groups for p in g["params"]]
-            flat = torch.cat([s.reshape(-1).to(torch.float32) for s in shards])
-            dist.all_reduce(flat, group=self.group)
-            flat /= dist.get_world_size(self.group)
-            for shard, piece in zip(shards, flat.split([s.numel() for s in shards])):
-                shard.copy_(piece.view_as(shard))
+            shards = [local_tensor(p) for g in self.param_groups for p in g["params"]]
+            for shard, mean in zip(shards, _averaged(shards, self.group)):
+                shard.copy_(mean)
         self.steps += 1
         return loss
 
@@ -156,7 +157,8 @@ class PipeSGD(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
         shard_gradients_like_parameters(self.local)
-        flat = torch.cat([_local(p.grad).reshape(-1).to(torch.float32) for p in self.local])
+        grads = [local_tensor(p.grad) for p in self.local]  # type: ignore[arg-type]
+        flat = torch.cat([g.reshape(-1).to(torch.float32) for g in grads])
         work = dist.all_reduce(flat, group=self.group, async_op=True)
         loss, previous = None, self.pending
         self.pending = (flat, work)
@@ -164,8 +166,8 @@ class PipeSGD(torch.optim.Optimizer):
             mean, done = previous
             done.wait()
             mean /= dist.get_world_size(self.group)
-            for p, piece in zip(self.local, mean.split([_local(p.grad).numel() for p in self.local])):
-                _local(p.grad).copy_(piece.view_as(_local(p.grad)))
+            for grad, piece in zip(grads, mean.split([g.numel() for g in grads])):
+                grad.copy_(piece.view_as(grad))
             loss = self.inner.step(closure)
         return loss
 
@@ -195,7 +197,7 @@ class DreamDDP(torch.optim.Optimizer):
                 return
             count = self.seen[id(p)] = self.seen.get(id(p), 0) + 1
             if count == self.accumulations:  # its last gradient of the step: the backward is done with it
-                local = _local(p).data
+                local = local_tensor(p).data
                 self.pending.append((local, dist.all_reduce(local, group=self.group, async_op=True)))
         return launch
 
@@ -222,7 +224,7 @@ class DiLoCo(torch.optim.Optimizer):
     def __init__(self, inner: torch.optim.Optimizer, every: int, outer_lr: float, outer_momentum: float,
                  group: dist.ProcessGroup | None = None) -> None:
         self.inner, self.every, self.group, self.steps = inner, every, group, 0
-        self.local = [_local(p) for g in inner.param_groups for p in g["params"]]
+        self.local = [local_tensor(p) for g in inner.param_groups for p in g["params"]]
         self.outer = [p.detach().to(torch.float32).clone().requires_grad_(True) for p in self.local]
         self.outer_optimizer = torch.optim.SGD(self.outer, lr=outer_lr, momentum=outer_momentum,
                                                nesterov=outer_momentum > 0)
@@ -297,12 +299,9 @@ class PALSGD(DiLoCo):
             return
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
         shard_gradients_like_parameters(params)
-        grads = [_local(p.grad) for p in params]  # type: ignore[arg-type]
-        flat = torch.cat([g.reshape(-1).to(torch.float32) for g in grads])
-        dist.all_reduce(flat, group=self.group)
-        flat /= dist.get_world_size(self.group)
-        for grad, piece in zip(grads, flat.split([g.numel() for g in grads])):
-            grad.copy_(piece.view_as(grad))
+        grads = [local_tensor(p.grad) for p in params]  # type: ignore[arg-type]
+        for grad, mean in zip(grads, _averaged(grads, self.group)):
+            grad.copy_(mean)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
@@ -310,12 +309,9 @@ class PALSGD(DiLoCo):
             loss = self.inner.step(closure)
             self.steps += 1
             if self.steps == self.warmup:  # the authors' outer_model_sync: average, and start the outer copy there
-                flat = torch.cat([p.reshape(-1).to(torch.float32) for p in self.local])
-                dist.all_reduce(flat, group=self.group)
-                flat /= dist.get_world_size(self.group)
-                for p, o, piece in zip(self.local, self.outer, flat.split([p.numel() for p in self.local])):
-                    p.copy_(piece.view_as(p))
-                    o.copy_(piece.view_as(o))
+                for p, o, mean in zip(self.local, self.outer, _averaged(self.local, self.group)):
+                    p.copy_(mean)
+                    o.copy_(mean)
                 self.pseudo = next(self.draws)
             return loss
         loss = None
