@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import resource
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,11 +142,30 @@ def _squared_grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     return squared
 
 
+def resident_bytes(peak: bool = True) -> float:
+    """This process's peak (``VmHWM``) or current (``VmRSS``) resident set size, from ``/proc/self/status``.
+
+    Not ``getrusage``'s ``ru_maxrss``: Linux keeps it across ``fork`` and ``execve`` (getrusage(2): "the
+    resource usages are preserved across execve"), so a rank started by torchrun (or by calibrate) reports at
+    least its launcher's resident size at the fork. ``VmHWM`` belongs to the address space ``execve`` makes.
+    Where ``/proc`` is absent, ``ru_maxrss`` (bytes on macOS, KiB elsewhere)."""
+    key = "VmHWM:" if peak else "VmRSS:"
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(key):
+                    return float(line.split()[1]) * 1024.0  # kB
+    except OSError:
+        pass
+    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return rss if sys.platform == "darwin" else rss * 1024.0
+
+
 def peak_memory_bytes() -> float:
     """Peak device memory (CUDA) or peak resident set size of this process (CPU)."""
     if torch.cuda.is_available():
         return float(torch.cuda.max_memory_allocated())
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0
+    return resident_bytes()
 
 
 @dataclass
