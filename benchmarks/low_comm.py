@@ -6,8 +6,9 @@ Run (root, Linux): python benchmarks/low_comm.py [--rate 200mbit] [--steps 16] [
    is not available here); every namespace and link is created here and removed at the end, whatever happens.
 2. ``plait calibrate`` describes one site (2 ranks inside a namespace); the collective sweep of
    ``plait.run.calibrate`` run with one rank in each namespace describes the link between them. Four ranks
-   share this machine's cores, so a matmul is also timed alone and in four concurrent processes, and the site's
-   compute and memory figures are scaled by that measured ratio. The two become one cluster file: a site tier of
+   share this machine's cores; calibrate times its compute figures on the site's 2 ranks at once, so a matmul is
+   also timed in two and in four concurrent processes, and the site's compute and memory figures are scaled by
+   that measured ratio. The two become one cluster file: a site tier of
    2 ranks and a wide-area tier of 4 whose per-rank share is the link over the 2 ranks of a site.
 3. Each method trains examples/small-model.toml on 4 ranks (2 per site, gloo, torchrun across the namespaces);
    the mean step time over whole synchronization periods after the first period is printed next to
@@ -116,20 +117,22 @@ def _matmul_loop(seconds: list[float]) -> None:
     seconds.append(time.perf_counter() - start)
 
 
-def contention(ranks: int) -> float:
-    """How much slower a single-threaded matmul loop runs with ``ranks`` copies at once (measured here)."""
+def _concurrent_loops(ranks: int) -> list[float]:
+    """Seconds of :func:`_matmul_loop` in each of ``ranks`` processes started together."""
     context = mp.get_context("spawn")  # fresh processes, as torchrun's ranks are
-    manager = context.Manager()
-    alone, together = manager.list(), manager.list()
-    solo = context.Process(target=_matmul_loop, args=(alone,))
-    solo.start()
-    solo.join()
-    workers = [context.Process(target=_matmul_loop, args=(together,)) for _ in range(ranks)]
+    seconds = context.Manager().list()
+    workers = [context.Process(target=_matmul_loop, args=(seconds,)) for _ in range(ranks)]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    return statistics.median(together) / alone[0]
+    return list(seconds)
+
+
+def contention(ranks: int, calibrated: int) -> float:
+    """How much slower a single-threaded matmul loop runs with ``ranks`` copies at once than with the
+    ``calibrated`` copies ``plait calibrate`` timed its compute figures on (measured here)."""
+    return statistics.median(_concurrent_loops(ranks)) / statistics.median(_concurrent_loops(calibrated))
 
 
 def cluster_file(site: dict, link: dict[str, list[float]], slowdown: float, path: Path) -> None:  # type: ignore[type-arg]
@@ -143,7 +146,7 @@ def cluster_file(site: dict, link: dict[str, list[float]], slowdown: float, path
     acc = site["accelerator"]
     acc["peak_tflops"] = {k: v / slowdown for k, v in acc["peak_tflops"].items()}
     acc["memory_bandwidth_gb_per_s"] /= slowdown
-    acc["source"] += f"; compute and memory figures / {slowdown:.2f}, the measured slowdown of 4 ranks on this machine"
+    acc["source"] += f"; compute and memory figures / {slowdown:.2f}, the measured slowdown of 4 ranks against the 2 calibrated at once"
     site["tiers"][0]["span_gpus"] = 2
     site["tiers"].append({
         "name": "veth", "wide_area": True, "span_gpus": 4, "bandwidth_gb_per_s_per_gpu": round(line / 2, 5),
@@ -210,13 +213,13 @@ def main() -> int:
         wait_all([in_site(names[0], links[0], [sys.executable, "-m", "plait", "calibrate", "--output", str(site_file),
                                                *(["--quick"] if args.quick else [])])], "plait calibrate")
         link = measure_link(names, links, tmp)
-        slowdown = contention(4)
+        slowdown = contention(4, 2)
         cluster_path = tmp / "two-sites.toml"
         cluster_file(tomllib.loads(site_file.read_text()), link, slowdown, cluster_path)
         cluster, model = load_cluster_file(cluster_path), resolve_model(str(MODEL))
         wide = cluster.tiers[-1]
         print(f"link {args.rate} each way: measured {wide.bandwidth_gb_per_s_per_gpu * 2 * 8:.3f} Gbit/s, "
-              f"latency {wide.latency_us / 1000:.2f} ms; 4 ranks run {slowdown:.2f}x slower than one")
+              f"latency {wide.latency_us / 1000:.2f} ms; 4 ranks run {slowdown:.2f}x slower than 2")
         named = parameter_shapes(model)
         precision = ["--full-precision"] if args.full_precision else FULL_PRECISION
         print(f"training {'fp32' if precision else 'bf16'}")

@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import torch
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 from plait.cost.layer import eager_rmsnorm_bytes_per_element
 from plait.run.model import apply_rope, rope_tables
 from plait.run.precision import cpu_runs_natively
+from plait.run.train import resident_bytes
 from plait.units import GB
 
 ROUNDS = 5
@@ -57,14 +59,22 @@ def _timeit(fn, min_time_s: float = 0.2, repeats: int = 3) -> float:  # type: ig
     return statistics.median(rounds)
 
 
-def matmul_curve(dtype: torch.dtype, sizes: list[int], device: str, transposed: bool = False) -> list[float]:
-    """TFLOP/s of square ``n x n`` matmuls; ``transposed``: ``a.t() @ b``, the layout of a weight gradient."""
+def matmul_curve(dtype: torch.dtype, sizes: list[int], device: str, transposed: bool = False,
+                 pool_bytes: int = 0, sync: Callable[[], None] = lambda: None) -> list[float]:
+    """TFLOP/s of square ``n x n`` matmuls; ``transposed``: ``a.t() @ b``, the layout of a weight gradient.
+    Operands rotate through a pool of ``pool_bytes`` (:func:`operand_pool`); ``sync`` runs before each size."""
     out = []
     for n in sizes:
         a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
-        left = a.t() if transposed else a
-        out.append(2 * n**3 / _timeit(lambda: torch.mm(left, b)) / 1e12)
+        pool = operand_pool((a, torch.randn(n, n, device=device).to(dtype)), pool_bytes)
+        turn = iter(range(2**62))
+
+        def product() -> None:
+            a, b = pool[next(turn) % len(pool)]
+            torch.mm(a.t() if transposed else a, b)
+
+        sync()
+        out.append(2 * n**3 / _timeit(product) / 1e12)
     return out
 
 
@@ -75,8 +85,52 @@ def copy_bandwidth_gb_per_s(device: str, mib: int) -> float:
     return 2 * src.numel() * 4 / _timeit(lambda: dst.copy_(src)) / GB
 
 
-def attention_curve(dtype: torch.dtype, seqs: list[int], device: str) -> list[float]:
-    """TFLOP/s of causal SDPA forward+backward (FLOPs counted as the estimator does: causal half, bwd 2.5x).
+def last_level_cache_bytes(device: str) -> int:
+    """Bytes of the device's last-level cache: a GPU's L2 (CUDA device properties), a CPU's highest cache level
+    that Linux lists for CPU 0 (``/sys/devices/system/cpu/cpu0/cache``); 0 where neither says."""
+    if device == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
+    best = (0, 0)
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        best = max(best, (level, int(size.rstrip("KMG") or 0) * scale))
+    return best[1]
+
+
+POOL_CAP_BYTES = 256 * 2**20
+"""Assumed: bounds calibrate's memory and time per rank. A rotation this long already evicts a core's private
+cache hundreds of times over and most of a shared last-level cache."""
+
+
+def pool_bytes_per_rank(device: str, ranks: int) -> int:
+    """Operand bytes each rank rotates through: twice the last-level cache (a CPU's is shared by the ranks, so
+    its share; a GPU's is its own), at most :data:`POOL_CAP_BYTES`."""
+    cache = last_level_cache_bytes(device)
+    return min(2 * cache // (ranks if device == "cpu" else 1), POOL_CAP_BYTES)
+
+
+def operand_pool(first: Any, pool_bytes: int) -> list[Any]:
+    """``first`` (a tensor or a tuple of them) and copies of it, ``pool_bytes`` in all (at least one set).
+
+    A training step never reads its operands from a warm cache: each kernel reads tensors written many kernels
+    before, out of a working set (every layer's saved activations, weights, gradients, optimizer state) far
+    larger than the caches. Timing a kernel on one set of operands again and again measures the cache instead;
+    rotating through a pool larger than the last-level cache measures the kernel as a step runs it."""
+    sets = first if isinstance(first, tuple) else (first,)
+    size = sum(t.numel() * t.element_size() for t in sets)
+    copies = [sets] + [tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in sets)
+                       for _ in range(max(0, pool_bytes // max(size, 1) - 1))]
+    return copies if isinstance(first, tuple) else [c[0] for c in copies]
+
+
+def attention_curve(dtype: torch.dtype, seqs: list[int], device: str, pool_bytes: int = 0,
+                    sync: Callable[[], None] = lambda: None) -> list[float]:
+    """TFLOP/s of causal SDPA forward+backward (FLOPs counted as the estimator does: causal half, bwd 2.5x),
+    on operands rotated through a pool of ``pool_bytes`` (:func:`operand_pool`).
 
     On a GPU the shapes are FlashAttention-2's benchmark (Dao 2023, Sec. 4.1: head dim 128, hidden 2048,
     16k tokens per batch), so the curve is comparable with the published ones; a CPU uses 4 heads of 64."""
@@ -84,19 +138,22 @@ def attention_curve(dtype: torch.dtype, seqs: list[int], device: str) -> list[fl
     heads, dim = (4, 64) if device == "cpu" else (16, 128)
     for s in seqs:
         batch = 1 if device == "cpu" else max(1, 16384 // s)
-        q, k, v = (torch.randn(batch, heads, s, dim, device=device, dtype=dtype, requires_grad=True)
-                   for _ in range(3))
+        pool = operand_pool(tuple(torch.randn(batch, heads, s, dim, device=device, dtype=dtype, requires_grad=True)
+                                  for _ in range(3)), pool_bytes)
+        turn = iter(range(2**62))
 
         def step() -> None:
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+            F.scaled_dot_product_attention(*pool[next(turn) % len(pool)], is_causal=True).sum().backward()
 
         flops = 4 * batch * heads * s * s * dim * 0.5 * 3.5
+        sync()
         out.append(flops / _timeit(step) / 1e12)
     return out
 
 
 def elementwise_fraction(device: str, copy_gb_per_s: float, tokens: int = 1024, hidden: int = 256,
-                         ffn: int = 768, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16) -> float:
+                         ffn: int = 768, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16,
+                         pool_bytes: int = 0) -> float:
     """Fraction of copy bandwidth the memory-bound ops of a layer reach, forward and backward, counting bytes as
     the cost model counts them for an eager framework (bf16; the backward charged at twice the forward): two
     RMSNorms run op by op (:func:`plait.cost.layer.eager_rmsnorm_bytes_per_element`), two residual adds (read 2,
@@ -104,17 +161,20 @@ def elementwise_fraction(device: str, copy_gb_per_s: float, tokens: int = 1024, 
     embedding of 4 query and 2 key heads (read and write each element, plus the 16 bytes per element of an
     unfused rotation). Timing the backward too puts eager autograd's own cost into the figure the model uses.
     The ops run in ``dtype``, the one the run computes in: a CPU that trains bf16 plans in fp32 moves twice the
-    bytes counted, and the fraction says so."""
+    bytes counted, and the fraction says so. Operands rotate through a pool of ``pool_bytes``
+    (:func:`operand_pool`)."""
     def leaf(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=device, dtype=dtype, requires_grad=True)
 
-    x, y, g, u = leaf(tokens, hidden), leaf(tokens, hidden), leaf(tokens, ffn), leaf(tokens, ffn)
-    q, k = leaf(1, tokens, 4, head_dim), leaf(1, tokens, 2, head_dim)
+    pool = operand_pool((leaf(tokens, hidden), leaf(tokens, hidden), leaf(tokens, ffn), leaf(tokens, ffn),
+                         leaf(1, tokens, 4, head_dim), leaf(1, tokens, 2, head_dim)), pool_bytes)
     cos, sin = (t.to(device) for t in rope_tables(head_dim, tokens))
     norm = torch.nn.RMSNorm(hidden, device=device, dtype=dtype)
-    inputs = (x, y, g, u, q, k)
+    turn = iter(range(2**62))
 
     def ops() -> None:
+        inputs = pool[next(turn) % len(pool)]
+        x, y, g, u, q, k = inputs
         outs = (norm(x), norm(y), x + y, y + x, F.silu(g) * u, apply_rope(q, cos, sin), apply_rope(k, cos, sin))
         torch.autograd.grad(outs, inputs, [torch.ones_like(o) for o in outs])
 
@@ -141,6 +201,17 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
     device = "cuda" if backend == "nccl" else "cpu"
+    import plait.run.worker  # noqa: F401  everything a rank of ``plait run`` imports, resident before any model
+
+    layers = None
+    if device == "cpu" and world == 2 and measure_layers_too:  # also loads what a first model and step load
+        from plait.run.overheads import measure_layers
+
+        layers = measure_layers() if rounds_per_size == ROUNDS else measure_layers(repeats=5)
+    dist.barrier()
+    # A rank's footprint with the runtime loaded (and, above, its tiny models built and trained: ~300 modules
+    # more load with the first model), before the sweep's own buffers.
+    baseline_bytes = resident_bytes() if device == "cpu" else 0.0
     times: dict[str, list[float]] = {"all_reduce": [], "all_gather": [], "reduce_scatter": []}
     for size in sizes:
         full = torch.ones(max(size // 4, world), dtype=torch.float32, device=device)
@@ -163,16 +234,8 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
                 rounds.append((time.perf_counter() - start) / iterations)
             times[kind].append(statistics.median(rounds))
     overlap = _overlap_fraction(device)
-    layers = None
-    if device == "cpu" and world == 2 and measure_layers_too:
-        from plait.run.overheads import measure_layers
-
-        layers = measure_layers() if rounds_per_size == ROUNDS else measure_layers(repeats=5)
     if rank == 0:
-        import resource
-
-        baseline_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 if device == "cpu" else (
-            torch.cuda.memory_reserved())
+        baseline_bytes = baseline_bytes if device == "cpu" else torch.cuda.memory_reserved()
         Path(out_path).write_text("\n".join(" ".join(map(str, times[k])) for k in times))
         Path(out_path + ".rss").write_text(str(baseline_bytes))
         Path(out_path + ".overlap").write_text(str(overlap))
@@ -223,6 +286,73 @@ def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = Fal
     return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
 
 
+def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list[int], seqs: list[int],
+                  half_name: str, pool_bytes: int) -> None:
+    """One rank of :func:`compute_figures`: every figure timed while the other ranks time the same one."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(threads)  # as each rank runs under torchrun (OMP_NUM_THREADS=1)
+    half = getattr(torch, half_name)
+
+    def stage(name: str) -> None:
+        barrier.wait()
+        if rank == 0:
+            queue.put(("stage", name))
+
+    stage("matmul throughput (fp32" + (", bf16)" if half is torch.bfloat16 else "; bf16 runs as fp32 here)"))
+    fp32 = matmul_curve(torch.float32, sizes, device, pool_bytes=pool_bytes, sync=barrier.wait)
+    bf16 = matmul_curve(half, sizes, device, pool_bytes=pool_bytes, sync=barrier.wait) if half is torch.bfloat16 else fp32
+    wgrad = matmul_curve(half, sizes, device, transposed=True, pool_bytes=pool_bytes, sync=barrier.wait)
+    stage("attention throughput")
+    attention = attention_curve(half, seqs, device, pool_bytes=pool_bytes, sync=barrier.wait)
+    stage("memory bandwidth")
+    memory_bw = copy_bandwidth_gb_per_s(device, max(64, pool_bytes // 2**21) if device == "cpu" else 1024)
+    barrier.wait()
+    memory_fraction = elementwise_fraction(device, memory_bw, dtype=half, pool_bytes=pool_bytes)
+    barrier.wait()
+    queue.put(("figures", rank, {"fp32": fp32, "bf16": bf16, "wgrad": wgrad, "attention": attention,
+                                 "memory_bw": memory_bw, "memory_fraction": memory_fraction,
+                                 "launch_us": launch_floor_us(device)}))
+
+
+def compute_figures(ranks: int, threads: int, sizes: list[int], seqs: list[int], half: torch.dtype,
+                    say: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
+    """Matmul, attention and memory figures timed on ``ranks`` processes at once, each figure the median over
+    the ranks. The ranks of a job run together, and on a CPU they share its memory system and last-level cache:
+    a figure timed by one process alone is one the job never sees (two ranks copy at 67-78% of the rate of one alone here:
+    measured by timing ``copy_bandwidth_gb_per_s`` in one and in two processes side by side, 2026-12-02).
+    Operands rotate through :func:`pool_bytes_per_rank`."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    context = mp.get_context("spawn")
+    barrier, queue = context.Barrier(ranks), context.Queue()
+    pool = pool_bytes_per_rank(device, ranks)
+    args = (barrier, queue, threads, sizes, seqs, str(half).removeprefix("torch."), pool)
+    processes = [context.Process(target=_compute_rank, args=(rank, *args)) for rank in range(ranks)]
+    for process in processes:
+        process.start()
+    figures: list[dict[str, Any]] = []
+    while len(figures) < ranks:
+        try:
+            message = queue.get(timeout=1.0)
+        except Empty:
+            if any(p.exitcode not in (None, 0) for p in processes):
+                for process in processes:
+                    process.kill()
+                raise RuntimeError("a calibration rank failed while timing compute") from None
+            continue
+        if message[0] == "stage":
+            say(f"{message[1]} on {ranks} ranks at once")
+        else:
+            figures.append(message[2])
+    for process in processes:
+        process.join()
+    median = lambda values: [statistics.median(v) for v in zip(*values)]  # noqa: E731
+    return {key: (median([f[key] for f in figures]) if isinstance(figures[0][key], list)
+                  else statistics.median(f[key] for f in figures)) for key in figures[0]}
+
+
 def describe_machine(ranks: int, tmp: Path, threads: int = 1,
                      say: Callable[[str], None] = lambda stage: None, quick: bool = False) -> dict[str, Any]:
     """Measure and return a cluster table (accelerator inline) for ``ranks`` local ranks; ``say`` hears each
@@ -237,16 +367,10 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     half = torch.bfloat16 if device == "cuda" or cpu_runs_natively("bf16") else torch.float32
     if half is torch.float32:
         source += " (bf16 figures in fp32: plait run trains bf16 plans in fp32 on this CPU)"
-    say("matmul throughput (fp32" + (", bf16)" if half is torch.bfloat16 else "; bf16 runs as fp32 here)"))
-    fp32 = matmul_curve(torch.float32, sizes, device)
-    bf16 = matmul_curve(half, sizes, device) if half is torch.bfloat16 else fp32
-    wgrad = matmul_curve(half, sizes, device, transposed=True)
     seqs = [128, 256, 512, 1024] if device == "cpu" else [512, 1024, 2048, 4096, 8192, 16384]  # GPU: as FA2 Fig. 4
-    say("attention throughput")
-    attention = attention_curve(half, seqs, device)
-    say("memory bandwidth")
-    memory_bw = copy_bandwidth_gb_per_s(device, 64 if device == "cpu" else 1024)
-    memory_fraction = elementwise_fraction(device, memory_bw, dtype=half)
+    measured = compute_figures(ranks, threads, sizes, seqs, half, say)
+    fp32, bf16, wgrad, attention = measured["fp32"], measured["bf16"], measured["wgrad"], measured["attention"]
+    memory_bw, memory_fraction = measured["memory_bw"], measured["memory_fraction"]
     messages = [2**12, 2**18, 2**24] if quick else [2**12, 2**16, 2**20, 2**22, 2**24, 2**26]
     rounds = 1 if quick else ROUNDS
     if quick:
@@ -257,9 +381,9 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
               "reduce_scatter": (ranks - 1) / ranks}  # bus bytes per buffer byte (nccl-tests busbw)
     busbw = {k: [factor[k] * m / t / GB for m, t in zip(messages, times[k])] for k in times}
     line = max(max(v) for v in busbw.values())
+    baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
     say("collective latency")
     latency_us = collective_times(ranks, [8 * ranks], tmp, rounds=rounds)["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
-    baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
     overlap = float((tmp / "allreduce.txt.overlap").read_text())
     memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"
                   else torch.cuda.get_device_properties(0).total_memory / 2**30)
@@ -277,7 +401,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
             "matmul_bf16": curve(sizes, bf16, max(bf16)), "matmul_fp8": curve(sizes, bf16, max(bf16)),
             "matmul_bf16_wgrad": curve(sizes, wgrad, max(bf16)),
             "attention": curve(seqs, attention, max(bf16)), "memory": fig(round(memory_fraction, 4)),
-            "kernel_launch_us": fig(round(launch_floor_us(device), 3)), "comm_overlap": fig(round(overlap, 3)),
+            "kernel_launch_us": fig(round(measured["launch_us"], 3)), "comm_overlap": fig(round(overlap, 3)),
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
         },
     }
