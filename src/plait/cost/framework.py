@@ -44,6 +44,11 @@ class Framework:
     to bf16 (Megatron, FSDP mixed precision), 4 under ``torch.autocast`` with fp32 parameters, which keeps
     the residual adds in fp32 (type promotion) and runs norms in fp32 (PyTorch AMP op reference: layer_norm
     and the norm family autocast to float32). GEMM outputs and reductions stay bf16 either way."""
+    fused_input_projections: bool = True
+    """q, k and v are one GEMM, and so are a gated MLP's gate and up projections (Megatron-Core ``linear_qkv`` and
+    ``linear_fc1``); False: one GEMM each (``wq``/``wk``/``wv`` and ``w1``/``w3``, as torchtitan and plait's
+    runtime build them). Under ``torch.autocast`` each of them casts the hidden state it reads
+    (:func:`plait.cost.layer.autocast_bytes_fwd`)."""
     fsdp_casts_params: bool = False
     """``residual_bytes`` holds only where parameters are not sharded by FSDP: FSDP2's ``MixedPrecisionPolicy`` casts
     the gathered parameters to bf16, so a zero2/zero3 plan's residual stream is 2 bytes (plait's runtime)."""

@@ -28,6 +28,7 @@ from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_t
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, layer_gemms
 from plait.cost.overlap import hidden_remainder
+from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.plan.ops import SCALAR
 
@@ -72,6 +73,8 @@ def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> 
         moved += 3 * sum(g.m * g.k * g.count for g in gemms)
     if setup.framework.pointwise == "eager":
         moved += eager_extra_bytes_fwd(setup, moe_layer)
+    if setup.residual_bytes > e and setup.gemm_dtype == "bf16":
+        moved += autocast_bytes_fwd(setup, moe_layer)
     kv, repeated = setup.kv_heads_per_rank, setup.attention_kv_heads
     if repeated > kv and not model.mla:  # K/V copied out to every query head: read the group, write the copies
         moved += e * tokens * (kv + repeated) * (model.qk_head_dim + model.v_head_dim)
@@ -112,6 +115,35 @@ def eager_extra_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
                else tokens * model.ffn_hidden_size)
         moved += 2 * e * ffn / plan.tp
     return moved
+
+
+def autocast_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
+    """Forward bytes of the casts ``torch.autocast`` adds to a layer whose parameters and residual stream are
+    fp32 and whose GEMMs run in bf16 (PyTorch AMP: ``linear`` is on the lower-precision list, so each call casts
+    its fp32 operands; a leaf weight's cast is cached for the rest of the autocast region,
+    ``torch.autocast(cache_enabled=True)``). The backward casts each gradient back to fp32 (the ``_to_copy``
+    backward), which the layer's twice-the-forward rule covers.
+
+    - Every projection that reads the normed hidden state casts it, read ``r`` and write ``e`` per element: the
+      q/k/v and gate/up projections, one or three and one or two GEMMs (:attr:`Framework.fused_input_projections`);
+      the hidden state is whole on every TP rank there (all-gathered first under SP). An MoE layer's experts
+      cast the tokens routed to them, ``top_k`` copies of each, and the router casts the hidden state once.
+    - Every GEMM weight (not the norms', which run in fp32) is cast once per micro-batch, read 4 write 2 per parameter of this rank: the runtime enters
+      autocast per micro-batch (``plait.run.worker._step``). A pipeline schedule runs its micro-batches in one
+      region and casts once per step, less than counted here by the weights' share (a layer's cost is per
+      micro-batch and cannot see their number).
+    """
+    model, e, r, tokens = setup.model, setup.act_bytes, setup.residual_bytes, setup.tokens
+    fused = setup.framework.fused_input_projections
+    ups = 1 if fused or model.mlp != "gated" else 2
+    reads = 1 if fused else 3
+    if moe_layer and model.moe is not None:
+        reads += 1 + ups * model.moe.top_k + (ups if model.moe.num_shared_experts else 0)
+    else:
+        reads += ups
+    dense, expert = layer_split(setup, moe_layer)
+    weights = dense + expert - 2 * model.norm_params()  # the norms run in fp32 under autocast: their weights stay
+    return reads * (r + e) * tokens * model.hidden_size + (4 + e) * weights
 
 
 def _attention_core_s(setup: Setup) -> tuple[float, float]:
