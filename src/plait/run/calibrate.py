@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -201,10 +202,9 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
     device = "cuda" if backend == "nccl" else "cpu"
-    import plait.run.worker  # noqa: F401  everything a rank of ``plait run`` imports, resident before any model
-
     layers = None
     if device == "cpu" and world == 2 and measure_layers_too:  # also loads what a first model and step load
+        import plait.run.worker  # noqa: F401  everything a rank of ``plait run`` imports
         from plait.run.overheads import measure_layers
 
         layers = measure_layers() if rounds_per_size == ROUNDS else measure_layers(repeats=5)
@@ -243,6 +243,11 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
             Path(out_path + ".layers").write_text(json.dumps(layers))
     dist.barrier()
     dist.destroy_process_group()
+    # Skip interpreter teardown, as plait.run.worker does: gloo's threads can still be joinable when its static
+    # objects are destroyed, and the rank then dies of SIGABRT after its work is done (seen in CI).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _overlap_fraction(device: str) -> float:
