@@ -18,7 +18,6 @@ import json
 import os
 import socket
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from plait.cost.layer import eager_rmsnorm_bytes_per_element
+from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import apply_rope, rope_tables
 from plait.run.precision import cpu_runs_natively
 from plait.run.train import resident_bytes
@@ -243,11 +243,7 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
             Path(out_path + ".layers").write_text(json.dumps(layers))
     dist.barrier()
     dist.destroy_process_group()
-    # Skip interpreter teardown, as plait.run.worker does: gloo's threads can still be joinable when its static
-    # objects are destroyed, and the rank then dies of SIGABRT after its work is done (seen in CI).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)
 
 
 def _overlap_fraction(device: str) -> float:

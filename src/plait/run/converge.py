@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch.distributed as dist
 
 from plait.plan.sync import parse_sync
 from plait.run.data import global_batch, rank_slice
+from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sync import attach, counted_bytes, skips_gradient
@@ -82,12 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(results))
     dist.barrier()
     dist.destroy_process_group()
-    # Leave without interpreter finalization: gloo worker threads that still hold tensors of this process's
-    # collectives can then abort it ("terminate called without an active exception", SIGABRT; pytorch/pytorch
-    # PR 179291 describes it), which CI saw once here
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)
 
 
 if __name__ == "__main__":

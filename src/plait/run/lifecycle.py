@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 GRACE_S = 5.0
 """Seconds torchrun gets to stop its ranks after SIGTERM before it is killed."""
@@ -47,6 +48,16 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(128 + sig)
+
+
+def exit_without_teardown(status: int) -> NoReturn:
+    """Flush and leave without interpreter finalization, for a rank whose work is done. gloo's worker threads can
+    still be joinable (holding tensors of this process's collectives) while static destructors run, which aborts
+    the process ("terminate called without an active exception", SIGABRT; pytorch/pytorch PR 179291 describes
+    it) after a run that finished correctly; CI saw it in ``plait converge`` and in calibrate's sweep."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _child_setup(parent_pid: int) -> Callable[[], None]:

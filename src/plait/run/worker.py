@@ -22,7 +22,7 @@ from plait.errors import ConfigError
 from plait.plan.io import read_plan_file
 from plait.run import checkpoint, data
 from plait.run.context import mean_over_cp, train_context
-from plait.run.lifecycle import die_with_parent
+from plait.run.lifecycle import die_with_parent, exit_without_teardown
 from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
 from plait.run.moe import expert_parameters, reduce_expert_gradients
@@ -295,9 +295,4 @@ if __name__ == "__main__":
     except NonFiniteStep as exc:
         print(f"plait: error: {exc}", file=sys.stderr)
         status = 3
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: gloo's worker threads can still be joinable while static
-    # destructors run, which aborts the process ("terminate called without an active
-    # exception") after a run that finished correctly.
-    os._exit(status)
+    exit_without_teardown(status)
