@@ -8,7 +8,8 @@ throughput by sequence length, the launch floor of a tiny kernel, a rank's memor
 footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
 the backend in use (gloo on CPU, NCCL on GPU), each of all-reduce, all-gather and reduce-scatter
 (gloo's reduce-scatter is far slower than its all-reduce). Each figure's source reads "measured by plait calibrate on <date>".
-The peak of a dtype is the best throughput measured; curves are fractions of it.
+The peak of a dtype is the best throughput measured; curves are fractions of it. The compute figures are
+timed in :mod:`plait.run.calibrate_compute`.
 """
 
 from __future__ import annotations
@@ -21,17 +22,14 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from queue import Empty
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn.functional as F
 
-from plait.cost.layer import eager_rmsnorm_bytes_per_element
+from plait.run.calibrate_compute import compute_figures
 from plait.run.lifecycle import exit_without_teardown
-from plait.run.model import apply_rope, rope_tables
 from plait.run.precision import cpu_runs_natively
 from plait.run.train import resident_bytes
 from plait.units import GB
@@ -40,155 +38,6 @@ ROUNDS = 5
 # Single-tensor collectives: the names PyTorch 2.13 prefers, the older ones before (same (output, input) order).
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def _timeit(fn, min_time_s: float = 0.2, repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
-    """Median seconds per call of ``fn`` over ``repeats`` rounds of at least ``min_time_s``."""
-    fn()
-    rounds = []
-    for _ in range(repeats):
-        count, start = 0, time.perf_counter()
-        while True:
-            fn()
-            count += 1
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time_s:
-                break
-        rounds.append(elapsed / count)
-    return statistics.median(rounds)
-
-
-def matmul_curve(dtype: torch.dtype, sizes: list[int], device: str, transposed: bool = False,
-                 pool_bytes: int = 0, sync: Callable[[], None] = lambda: None) -> list[float]:
-    """TFLOP/s of square ``n x n`` matmuls; ``transposed``: ``a.t() @ b``, the layout of a weight gradient.
-    Operands rotate through a pool of ``pool_bytes`` (:func:`operand_pool`); ``sync`` runs before each size."""
-    out = []
-    for n in sizes:
-        a = torch.randn(n, n, device=device).to(dtype)
-        pool = operand_pool((a, torch.randn(n, n, device=device).to(dtype)), pool_bytes)
-        turn = iter(range(2**62))
-
-        def product() -> None:
-            a, b = pool[next(turn) % len(pool)]
-            torch.mm(a.t() if transposed else a, b)
-
-        sync()
-        out.append(2 * n**3 / _timeit(product) / 1e12)
-    return out
-
-
-def copy_bandwidth_gb_per_s(device: str, mib: int) -> float:
-    """Bytes read plus written per second by a large tensor copy."""
-    src = torch.empty(mib * 2**20 // 4, dtype=torch.float32, device=device).normal_()
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / _timeit(lambda: dst.copy_(src)) / GB
-
-
-def last_level_cache_bytes(device: str) -> int:
-    """Bytes of the device's last-level cache: a GPU's L2 (CUDA device properties), a CPU's highest cache level
-    that Linux lists for CPU 0 (``/sys/devices/system/cpu/cpu0/cache``); 0 where neither says."""
-    if device == "cuda":
-        return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
-    best = (0, 0)
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
-        best = max(best, (level, int(size.rstrip("KMG") or 0) * scale))
-    return best[1]
-
-
-POOL_CAP_BYTES = 256 * 2**20
-"""Assumed: bounds calibrate's memory and time per rank. A rotation this long already evicts a core's private
-cache hundreds of times over and most of a shared last-level cache."""
-
-
-def pool_bytes_per_rank(device: str, ranks: int) -> int:
-    """Operand bytes each rank rotates through: twice the last-level cache (a CPU's is shared by the ranks, so
-    its share; a GPU's is its own), at most :data:`POOL_CAP_BYTES`."""
-    cache = last_level_cache_bytes(device)
-    return min(2 * cache // (ranks if device == "cpu" else 1), POOL_CAP_BYTES)
-
-
-def operand_pool(first: Any, pool_bytes: int) -> list[Any]:
-    """``first`` (a tensor or a tuple of them) and copies of it, ``pool_bytes`` in all (at least one set).
-
-    A training step never reads its operands from a warm cache: each kernel reads tensors written many kernels
-    before, out of a working set (every layer's saved activations, weights, gradients, optimizer state) far
-    larger than the caches. Timing a kernel on one set of operands again and again measures the cache instead;
-    rotating through a pool larger than the last-level cache measures the kernel as a step runs it."""
-    sets = first if isinstance(first, tuple) else (first,)
-    size = sum(t.numel() * t.element_size() for t in sets)
-    copies = [sets] + [tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in sets)
-                       for _ in range(max(0, pool_bytes // max(size, 1) - 1))]
-    return copies if isinstance(first, tuple) else [c[0] for c in copies]
-
-
-def attention_curve(dtype: torch.dtype, seqs: list[int], device: str, pool_bytes: int = 0,
-                    sync: Callable[[], None] = lambda: None) -> list[float]:
-    """TFLOP/s of causal SDPA forward+backward (FLOPs counted as the estimator does: causal half, bwd 2.5x),
-    on operands rotated through a pool of ``pool_bytes`` (:func:`operand_pool`).
-
-    On a GPU the shapes are FlashAttention-2's benchmark (Dao 2023, Sec. 4.1: head dim 128, hidden 2048,
-    16k tokens per batch), so the curve is comparable with the published ones; a CPU uses 4 heads of 64."""
-    out = []
-    heads, dim = (4, 64) if device == "cpu" else (16, 128)
-    for s in seqs:
-        batch = 1 if device == "cpu" else max(1, 16384 // s)
-        pool = operand_pool(tuple(torch.randn(batch, heads, s, dim, device=device, dtype=dtype, requires_grad=True)
-                                  for _ in range(3)), pool_bytes)
-        turn = iter(range(2**62))
-
-        def step() -> None:
-            F.scaled_dot_product_attention(*pool[next(turn) % len(pool)], is_causal=True).sum().backward()
-
-        flops = 4 * batch * heads * s * s * dim * 0.5 * 3.5
-        sync()
-        out.append(flops / _timeit(step) / 1e12)
-    return out
-
-
-def elementwise_fraction(device: str, copy_gb_per_s: float, tokens: int = 1024, hidden: int = 256,
-                         ffn: int = 768, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16,
-                         pool_bytes: int = 0) -> float:
-    """Fraction of copy bandwidth the memory-bound ops of a layer reach, forward and backward, counting bytes as
-    the cost model counts them for an eager framework (bf16; the backward charged at twice the forward): two
-    RMSNorms run op by op (:func:`plait.cost.layer.eager_rmsnorm_bytes_per_element`), two residual adds (read 2,
-    write 1), SwiGLU as silu then multiply (read 1 write 1, read 2 write 1), and ``plait run``'s rotary
-    embedding of 4 query and 2 key heads (read and write each element, plus the 16 bytes per element of an
-    unfused rotation). Timing the backward too puts eager autograd's own cost into the figure the model uses.
-    The ops run in ``dtype``, the one the run computes in: a CPU that trains bf16 plans in fp32 moves twice the
-    bytes counted, and the fraction says so. Operands rotate through a pool of ``pool_bytes``
-    (:func:`operand_pool`)."""
-    def leaf(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, device=device, dtype=dtype, requires_grad=True)
-
-    pool = operand_pool((leaf(tokens, hidden), leaf(tokens, hidden), leaf(tokens, ffn), leaf(tokens, ffn),
-                         leaf(1, tokens, 4, head_dim), leaf(1, tokens, 2, head_dim)), pool_bytes)
-    cos, sin = (t.to(device) for t in rope_tables(head_dim, tokens))
-    norm = torch.nn.RMSNorm(hidden, device=device, dtype=dtype)
-    turn = iter(range(2**62))
-
-    def ops() -> None:
-        inputs = pool[next(turn) % len(pool)]
-        x, y, g, u, q, k = inputs
-        outs = (norm(x), norm(y), x + y, y + x, F.silu(g) * u, apply_rope(q, cos, sin), apply_rope(k, cos, sin))
-        torch.autograd.grad(outs, inputs, [torch.ones_like(o) for o in outs])
-
-    rotated = tokens * (4 + 2) * head_dim
-    counted = (2 * eager_rmsnorm_bytes_per_element(2) * tokens * hidden + 2 * (3 * 2 * tokens * hidden)
-               + (2 + 3) * 2 * tokens * ffn + (2 * 2 + 16) * rotated)
-    return min(1.0, 3 * counted / _timeit(ops) / GB / copy_gb_per_s)
-
-
-def launch_floor_us(device: str) -> float:
-    """Microseconds of a one-element add."""
-    x = torch.zeros(1, device=device)
-    return _timeit(lambda: x.add_(1.0)) * 1e6
 
 
 def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_path: str,
@@ -285,73 +134,6 @@ def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = Fal
                        start_method="spawn")
     lines = out.read_text().splitlines()
     return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
-
-
-def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list[int], seqs: list[int],
-                  half_name: str, pool_bytes: int) -> None:
-    """One rank of :func:`compute_figures`: every figure timed while the other ranks time the same one."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        torch.cuda.set_device(rank)
-    else:
-        torch.set_num_threads(threads)  # as each rank runs under torchrun (OMP_NUM_THREADS=1)
-    half = getattr(torch, half_name)
-
-    def stage(name: str) -> None:
-        barrier.wait()
-        if rank == 0:
-            queue.put(("stage", name))
-
-    stage("matmul throughput (fp32" + (", bf16)" if half is torch.bfloat16 else "; bf16 runs as fp32 here)"))
-    fp32 = matmul_curve(torch.float32, sizes, device, pool_bytes=pool_bytes, sync=barrier.wait)
-    bf16 = matmul_curve(half, sizes, device, pool_bytes=pool_bytes, sync=barrier.wait) if half is torch.bfloat16 else fp32
-    wgrad = matmul_curve(half, sizes, device, transposed=True, pool_bytes=pool_bytes, sync=barrier.wait)
-    stage("attention throughput")
-    attention = attention_curve(half, seqs, device, pool_bytes=pool_bytes, sync=barrier.wait)
-    stage("memory bandwidth")
-    memory_bw = copy_bandwidth_gb_per_s(device, max(64, pool_bytes // 2**21) if device == "cpu" else 1024)
-    barrier.wait()
-    memory_fraction = elementwise_fraction(device, memory_bw, dtype=half, pool_bytes=pool_bytes)
-    barrier.wait()
-    queue.put(("figures", rank, {"fp32": fp32, "bf16": bf16, "wgrad": wgrad, "attention": attention,
-                                 "memory_bw": memory_bw, "memory_fraction": memory_fraction,
-                                 "launch_us": launch_floor_us(device)}))
-
-
-def compute_figures(ranks: int, threads: int, sizes: list[int], seqs: list[int], half: torch.dtype,
-                    say: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
-    """Matmul, attention and memory figures timed on ``ranks`` processes at once, each figure the median over
-    the ranks. The ranks of a job run together, and on a CPU they share its memory system and last-level cache:
-    a figure timed by one process alone is one the job never sees (two ranks copy at 67-78% of the rate of one alone here:
-    measured by timing ``copy_bandwidth_gb_per_s`` in one and in two processes side by side, 2026-12-02).
-    Operands rotate through :func:`pool_bytes_per_rank`."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    context = mp.get_context("spawn")
-    barrier, queue = context.Barrier(ranks), context.Queue()
-    pool = pool_bytes_per_rank(device, ranks)
-    args = (barrier, queue, threads, sizes, seqs, str(half).removeprefix("torch."), pool)
-    processes = [context.Process(target=_compute_rank, args=(rank, *args)) for rank in range(ranks)]
-    for process in processes:
-        process.start()
-    figures: list[dict[str, Any]] = []
-    while len(figures) < ranks:
-        try:
-            message = queue.get(timeout=1.0)
-        except Empty:
-            if any(p.exitcode not in (None, 0) for p in processes):
-                for process in processes:
-                    process.kill()
-                raise RuntimeError("a calibration rank failed while timing compute") from None
-            continue
-        if message[0] == "stage":
-            say(f"{message[1]} on {ranks} ranks at once")
-        else:
-            figures.append(message[2])
-    for process in processes:
-        process.join()
-    median = lambda values: [statistics.median(v) for v in zip(*values)]  # noqa: E731
-    return {key: (median([f[key] for f in figures]) if isinstance(figures[0][key], list)
-                  else statistics.median(f[key] for f in figures)) for key in figures[0]}
 
 
 def describe_machine(ranks: int, tmp: Path, threads: int = 1,
