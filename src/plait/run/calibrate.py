@@ -59,8 +59,8 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
         layers = measure_layers() if rounds_per_size == ROUNDS else measure_layers(repeats=5)
     dist.barrier()
     # A rank's footprint with the runtime loaded (and, above, its tiny models built and trained: ~300 modules
-    # more load with the first model), before the sweep's own buffers.
-    baseline_bytes = resident_bytes() if device == "cpu" else 0.0
+    # more load with the first model), before the sweep's own buffers; only the describing sweep records it.
+    baseline_bytes = resident_bytes() if device == "cpu" else torch.cuda.memory_reserved()
     times: dict[str, list[float]] = {"all_reduce": [], "all_gather": [], "reduce_scatter": []}
     for size in sizes:
         full = torch.ones(max(size // 4, world), dtype=torch.float32, device=device)
@@ -84,9 +84,9 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
             times[kind].append(statistics.median(rounds))
     overlap = _overlap_fraction(device)
     if rank == 0:
-        baseline_bytes = baseline_bytes if device == "cpu" else torch.cuda.memory_reserved()
         Path(out_path).write_text("\n".join(" ".join(map(str, times[k])) for k in times))
-        Path(out_path + ".rss").write_text(str(baseline_bytes))
+        if measure_layers_too:
+            Path(out_path + ".rss").write_text(str(baseline_bytes))
         Path(out_path + ".overlap").write_text(str(overlap))
         if layers is not None:
             Path(out_path + ".layers").write_text(json.dumps(layers))
@@ -125,7 +125,7 @@ def _overlap_fraction(device: str) -> float:
 def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = False,
                      rounds: int = ROUNDS) -> dict[str, list[float]]:
     """Seconds per all-reduce, all-gather and reduce-scatter of each full-buffer size between ``world``
-    local ranks (rank 0 also records its resident memory after start-up in ``allreduce.txt.rss``)."""
+    local ranks (with ``layers``, rank 0 also records its footprint after start-up in ``allreduce.txt.rss``)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -164,10 +164,10 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
               "reduce_scatter": (ranks - 1) / ranks}  # bus bytes per buffer byte (nccl-tests busbw)
     busbw = {k: [factor[k] * m / t / GB for m, t in zip(messages, times[k])] for k in times}
     line = max(max(v) for v in busbw.values())
-    baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
     say("collective latency")
     latency_us = collective_times(ranks, [8 * ranks], tmp, rounds=rounds)["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
     overlap = float((tmp / "allreduce.txt.overlap").read_text())
+    baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
     memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"
                   else torch.cuda.get_device_properties(0).total_memory / 2**30)
     name = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({threads} thread{'s' * (threads > 1)} per rank)"

@@ -142,18 +142,17 @@ def _squared_grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     return squared
 
 
-def resident_bytes(peak: bool = True) -> float:
-    """This process's peak (``VmHWM``) or current (``VmRSS``) resident set size, from ``/proc/self/status``.
+def resident_bytes() -> float:
+    """This process's peak resident set size (``VmHWM`` in ``/proc/self/status``).
 
     Not ``getrusage``'s ``ru_maxrss``: Linux keeps it across ``fork`` and ``execve`` (getrusage(2): "the
     resource usages are preserved across execve"), so a rank started by torchrun (or by calibrate) reports at
     least its launcher's resident size at the fork. ``VmHWM`` belongs to the address space ``execve`` makes.
     Where ``/proc`` is absent, ``ru_maxrss`` (bytes on macOS, KiB elsewhere)."""
-    key = "VmHWM:" if peak else "VmRSS:"
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
-                if line.startswith(key):
+                if line.startswith("VmHWM:"):
                     return float(line.split()[1]) * 1024.0  # kB
     except OSError:
         pass
