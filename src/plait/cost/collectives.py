@@ -92,9 +92,11 @@ def _across_sites_s(num_bytes: float, link: GroupLink) -> float:
     """All-reduce over ``S`` sites of ``m`` members each, hierarchically: reduce-scatter inside each site, the
     ``m`` shards all-reduced across the sites in parallel, all-gather inside each site (the 2D/hierarchical
     all-reduce of Jia et al. 2018, arXiv 1807.11205, Sec. 4.3). Only ``2 (S-1)/S`` of the buffer crosses the
-    wide-area link per site and direction, against ``2 (g-1)/g`` for a flat ring over all ``g`` ranks; gloo's
-    halving-doubling, whose last exchange pairs ranks across sites, crosses as little (measured by
-    ``benchmarks/low_comm.py``)."""
+    wide-area link per site and direction, against ``2 (g-1)/g`` for a flat ring over all ``g`` ranks. plait's
+    runtime does not run this schedule yet: its replica all-reduces are flat over the replica group, and over
+    gloo one of 13.1 MB between two sites at 200 Mbit/s took 0.55 s with 1 rank per site and 0.76-0.80 s with 2
+    per site on idle CPUs (2026-12-02, the two-namespace link of ``benchmarks/low_comm.py``), about the ring's
+    1.5x at 4 ranks."""
     m, sites = link.paths[-1][0], link.sites
     wide = link.paths[-1][1]
     inside = 0.0
