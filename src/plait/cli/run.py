@@ -72,8 +72,9 @@ def run_command(
     if on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"--on-nonfinite={on_nonfinite!r} must be stop or skip")
     extra = ["--steps", str(steps), "--keep", str(keep), "--on-nonfinite", on_nonfinite]
-    for flag, value in (("--checkpoint-dir", checkpoint_dir), ("--checkpoint-at", checkpoint_at or None),
-                        ("--checkpoint-every", checkpoint_every or None), ("--trace-dir", trace_dir)):
+    for flag, value in (("--cluster", cluster), ("--checkpoint-dir", checkpoint_dir),
+                        ("--checkpoint-at", checkpoint_at or None), ("--checkpoint-every", checkpoint_every or None),
+                        ("--trace-dir", trace_dir)):
         if value is not None:
             extra += [flag, str(value)]
     console = Console()

@@ -93,10 +93,10 @@ def _across_sites_s(num_bytes: float, link: GroupLink) -> float:
     ``m`` shards all-reduced across the sites in parallel, all-gather inside each site (the 2D/hierarchical
     all-reduce of Jia et al. 2018, arXiv 1807.11205, Sec. 4.3). Only ``2 (S-1)/S`` of the buffer crosses the
     wide-area link per site and direction, against ``2 (g-1)/g`` for a flat ring over all ``g`` ranks. plait's
-    runtime does not run this schedule yet: its replica all-reduces are flat over the replica group, and over
-    gloo one of 13.1 MB between two sites at 200 Mbit/s took 0.55 s with 1 rank per site and 0.76-0.80 s with 2
-    per site on idle CPUs (2026-12-02, the two-namespace link of ``benchmarks/low_comm.py``), about the ring's
-    1.5x at 4 ranks."""
+    runtime runs this schedule across sites (:mod:`plait.run.sites`); over gloo, between two namespaces joined at
+    200 Mbit/s, 13.1 MB took 0.76 s flat and 0.63-0.66 s hierarchically with 2 ranks per site, of which 0.54 s
+    crossing the link and 0.09 s each reduce-scatter inside a site on two shared cores (2026-12-03,
+    ``benchmarks/low_comm.py``'s ``two_sites``)."""
     m, sites = link.paths[-1][0], link.sites
     wide = link.paths[-1][1]
     inside = 0.0

@@ -3,7 +3,8 @@ each synchronization method given, from the same initial weights and on the same
 every step's mean loss and the payload bytes the step handed to collectives (:func:`plait.run.sync.counted_bytes`).
 
 A case is ``METHOD[:key=value,...]@OPTIMIZER`` with OPTIMIZER ``sgd`` (lr 0.05) or ``adamw`` (lr 1e-3, torch's
-other defaults); the inner optimizer of local SGD and DiLoCo is that optimizer.
+other defaults); the inner optimizer of local SGD and DiLoCo is that optimizer. With ``--cluster`` naming a cluster
+that spans sites, the ranks are laid out on it and all-reduce hierarchically across them (:mod:`plait.run.sites`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
+from plait.run.sites import Reducer, build_reducer, named_site_gpus
 from plait.run.sync import attach, counted_bytes, skips_gradient
 from plait.run.train import cross_entropy
 from plait.workload.catalog import resolve_model
@@ -30,8 +32,8 @@ LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
 """Inner learning rates (assumed: what trains the tiny reference model steadily in tens of steps)."""
 
 
-def train(case: str, model_path: str, steps: int, batch: int) -> dict[str, list[float]]:
-    """Losses (mean over ranks) and bytes sent, per step, of one case on the default process group."""
+def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer) -> dict[str, list[float]]:
+    """Losses (mean over ranks) and bytes sent, per step, of one case over the ``replicas`` (every rank)."""
     spec_text, _, optimizer_name = case.rpartition("@")
     if optimizer_name not in LEARNING_RATES:
         raise ValueError(f"case {case!r}: optimizer must be one of {', '.join(LEARNING_RATES)}")
@@ -41,7 +43,7 @@ def train(case: str, model_path: str, steps: int, batch: int) -> dict[str, list[
     lr = LEARNING_RATES[optimizer_name]
     optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer_name == "sgd"
                  else torch.optim.AdamW(model.parameters(), lr=lr))
-    module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec))
+    module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec), replicas)
     losses, sent = [], []
     for step in range(steps):
         inputs, targets = global_batch(step, batch, spec.seq_len)
@@ -73,11 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="model preset or file")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=8, help="global batch (sequences per step)")
+    parser.add_argument("--cluster", default="", help="cluster preset or file the ranks lie on (sites: hierarchical)")
     parser.add_argument("cases", nargs="+", help="METHOD[:key=value,...]@sgd|adamw")
     args = parser.parse_args(argv)
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
-    results = {case: train(case, args.model, args.steps, args.batch) for case in args.cases}
+    replicas = build_reducer(dist.group.WORLD, named_site_gpus(args.cluster))  # type: ignore[arg-type]
+    results = {case: train(case, args.model, args.steps, args.batch, replicas) for case in args.cases}
     if dist.get_rank() == 0:
         args.out.write_text(json.dumps(results))
     dist.barrier()

@@ -15,6 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
+from plait.run.sites import Reducer, build_reducer
 
 AXES = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
@@ -25,6 +26,9 @@ class Mesh:
 
     mesh: DeviceMesh
     plan: Plan
+    site_gpus: int | None = None
+    """GPUs of one site where the cluster spans sites (:meth:`plait.hardware.cluster.Cluster.site_gpus`): the
+    replicas' all-reduce is then hierarchical (:mod:`plait.run.sites`); ``None``: one site."""
 
     def coordinate(self, axis: str) -> int:
         """This rank's index along ``axis``."""
@@ -48,6 +52,14 @@ class Mesh:
         return self.mesh[axes if len(axes) > 1 else axes[0]]
 
     @cached_property
+    def replicas(self) -> Reducer:
+        """The sum all-reduce over this rank's data-parallel replicas (:func:`plait.run.parallel.replica_group`),
+        hierarchical across sites. Built once, on first use, by every rank (group creation is collective)."""
+        from plait.run.parallel import replica_group  # plait.run.parallel builds on this module
+
+        return build_reducer(replica_group(self), self.site_gpus)
+
+    @cached_property
     def expert(self) -> DeviceMesh:
         """The ``(edp, ep)`` mesh over this rank's data-parallel ranks, for MoE with ``ep > 1``: ``ep``
         consecutive dp ranks (in :attr:`dp_rank` order) hold different experts and ``edp = dp / ep``
@@ -62,10 +74,10 @@ def device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def build_mesh(plan: Plan) -> Mesh:
-    """Initialise the world mesh; the process group must already be up."""
+def build_mesh(plan: Plan, site_gpus: int | None = None) -> Mesh:
+    """Initialise the world mesh; the process group must already be up. ``site_gpus``: :attr:`Mesh.site_gpus`."""
     world = dist.get_world_size()
     if world != plan.num_gpus:
         raise ConfigError(f"the plan needs pp*dp*cp*tp={plan.num_gpus} processes but {world} were started")
     shape = tuple(getattr(plan, axis) for axis in AXES)
-    return Mesh(init_device_mesh(device_type(), shape, mesh_dim_names=AXES), plan)
+    return Mesh(init_device_mesh(device_type(), shape, mesh_dim_names=AXES), plan, site_gpus)

@@ -133,7 +133,13 @@ def apply_ddp(model: nn.Module, mesh: Mesh) -> nn.Module:
         from plait.run.sync import wrap_model
 
         split = mesh.plan.tp > 1 or mesh.plan.pp > 1  # DDP takes neither: the optimizer wrapper reduces
-        return wrap_model(model, parse_sync(mesh.plan.dp_sync), group, split, broadcast_buffers=mesh.plan.cp == 1)
+        return wrap_model(model, parse_sync(mesh.plan.dp_sync), mesh.replicas, split,
+                          broadcast_buffers=mesh.plan.cp == 1)
+    if mesh.site_gpus:  # across sites DDP's buckets take the hierarchical all-reduce (plait.run.sites)
+        from plait.plan.sync import parse_sync
+        from plait.run.sync import wrap_model
+
+        return wrap_model(model, parse_sync("allreduce"), mesh.replicas, broadcast_buffers=mesh.plan.cp == 1)
     return nn.parallel.DistributedDataParallel(model, process_group=group, broadcast_buffers=mesh.plan.cp == 1)
 
 

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.distributed.tensor import DTensor
 
 from plait.errors import ConfigError
 from plait.plan.sync import COMPRESSED, Sync
 from plait.run.compress import Quantize, TopK, error_feedback_hook
+from plait.run.sites import Reducer, SiteReducer
 
 ORTHOGONALIZATION_EPSILON = 1e-8
 """Added to each column's norm in PowerSGD's Gram-Schmidt (rank <= 2): an all-zero gradient — a vocab-parallel
@@ -38,10 +38,15 @@ def _fp16_gradients(state, bucket):  # type: ignore[no-untyped-def]
     return default_hooks.fp16_compress_hook(state, bucket)
 
 
-def comm_hook(sync: Sync, group: dist.ProcessGroup | None) -> tuple[Any, Callable[..., Any]]:
-    """(state, hook) of a compressing method, as ``DistributedDataParallel.register_comm_hook`` takes them.
-    DDP refuses the bf16 hook *by name* off CUDA/NCCL (``DDP._check_comm_hook``); called from a hook of another
-    name it runs on gloo the same."""
+def comm_hook(sync: Sync, replicas: Reducer) -> tuple[Any, Callable[..., Any]]:
+    """(state, hook) of a compressing method over the ``replicas``, as ``DistributedDataParallel.
+    register_comm_hook`` takes them. DDP refuses the bf16 hook *by name* off CUDA/NCCL (``DDP._check_comm_hook``);
+    called from a hook of another name it runs on gloo the same. Across sites bf16/fp16 take
+    :func:`compress_hook` (PyTorch's hooks all-reduce flat); PowerSGD's small factors and the all-gathers of top-k
+    and quantize stay flat, as the cost model charges them."""
+    group = replicas.group
+    if sync.method in ("bf16", "fp16") and isinstance(replicas, SiteReducer):
+        return (replicas, torch.bfloat16 if sync.method == "bf16" else torch.float16), compress_hook
     if sync.method in ("bf16", "fp16"):
         return group, _bf16_gradients if sync.method == "bf16" else _fp16_gradients
     if sync.method == "topk":
@@ -55,6 +60,15 @@ def comm_hook(sync: Sync, group: dist.ProcessGroup | None) -> tuple[Any, Callabl
             use_error_feedback=True, warm_start=True, orthogonalization_epsilon=ORTHOGONALIZATION_EPSILON)
         return state, powerSGD_hook.powerSGD_hook
     raise ConfigError(f"dp_sync={sync.spec!r} does not compress gradients (compressing: {', '.join(COMPRESSED)})")
+
+
+def compress_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """PyTorch's ``_compress_hook`` (cast the bucket, divide by the replicas, all-reduce, cast back into the
+    bucket) on the all-reduce of ``state``'s :class:`plait.run.sites.Reducer`; ``state``: (reducer, dtype)."""
+    replicas, dtype = state
+    buffer = bucket.buffer()
+    compressed = buffer.to(dtype).div_(replicas.size)
+    return replicas.all_reduce(compressed).then(lambda done: buffer.copy_(done.value()[0]))
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -106,11 +120,11 @@ class LocalBucket:
 
 class LocalGradients(torch.optim.Optimizer):
     """The optimizer ``inner`` after :meth:`reduce`, which replaces each local gradient by the replicas' mean as
-    ``sync``'s DDP hook computes it over ``group``."""
+    ``sync``'s DDP hook computes it over the ``replicas``."""
 
-    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer) -> None:
         self.inner, self.sync = inner, sync
-        self.hook_state, self.hook = comm_hook(sync, group)
+        self.hook_state, self.hook = comm_hook(sync, replicas)
         self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
 
     def zero_grad(self, set_to_none: bool = True) -> None:

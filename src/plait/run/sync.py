@@ -43,87 +43,104 @@ from plait.errors import ConfigError
 from plait.plan.partial import schedule, unit_of
 from plait.plan.sync import COMPRESSED, MODELLED, Sync
 from plait.run.replica_grads import LocalGradients, comm_hook, local_tensor, shard_gradients_like_parameters
+from plait.run.sites import Reducer, SiteReducer
 from plait.workload.tensors import Shape
 
 ONE_BUCKET_MB = 1024.0
 """DDP bucket size that puts a small or mid-sized model's gradients in one bucket (PowerSGD on gloo)."""
 
 
-def wrap_model(model: nn.Module, sync: Sync, group: dist.ProcessGroup | None = None, split: bool = False,
+def wrap_model(model: nn.Module, sync: Sync, replicas: Reducer | None = None, split: bool = False,
                **ddp_options: object) -> nn.Module:
-    """The module to train for ``sync`` over ``group`` (``None``: the default group): DDP with the method's
-    communication hook (:func:`plait.run.replica_grads.comm_hook`), or the model itself where the optimizer
+    """The module to train for ``sync`` over the ``replicas`` (``None``: the default group, flat): DDP with the
+    method's communication hook (:func:`plait.run.replica_grads.comm_hook`), or the model itself where the optimizer
     synchronizes (local SGD and the other parameter-averaging methods, Pipe-SGD) or where the replicas are
     ``split`` by TP or PP, which DDP does not take (:class:`plait.run.replica_grads.LocalGradients` reduces)."""
+    replicas = replicas or Reducer()
     if split or sync.method in ("local_sgd", "diloco", "palsgd", "dreamddp", "pipe_sgd"):
         return model
     if sync.method == "powersgd":
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
     if sync.method not in ("allreduce", *COMPRESSED):
         raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: {', '.join(MODELLED)})")
-    ddp = DistributedDataParallel(model, process_group=group, **ddp_options)  # type: ignore[arg-type]
-    if sync.method == "allreduce":
-        ddp.register_comm_hook(group, default_hooks.allreduce_hook)  # the reducer's all-reduce, countable
+    ddp = DistributedDataParallel(model, process_group=replicas.group, **ddp_options)  # type: ignore[arg-type]
+    if sync.method == "allreduce" and isinstance(replicas, SiteReducer):
+        ddp.register_comm_hook(replicas, mean_hook)  # hierarchical across sites
+    elif sync.method == "allreduce":
+        ddp.register_comm_hook(replicas.group, default_hooks.allreduce_hook)  # the reducer's all-reduce, countable
     else:
-        ddp.register_comm_hook(*comm_hook(sync, group))
+        ddp.register_comm_hook(*comm_hook(sync, replicas))
     return ddp
 
 
-def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, group: dist.ProcessGroup | None = None,
+def mean_hook(replicas, bucket):  # type: ignore[no-untyped-def]
+    """DDP communication hook: the bucket's mean over ``replicas`` (a :class:`Reducer`), as PyTorch's
+    ``allreduce_hook`` computes it (divide, then sum) but on the reducer's all-reduce. (Unannotated: DDP checks a
+    hook's annotations against the classes themselves.)"""
+    buffer = bucket.buffer()
+    buffer.div_(replicas.size)
+    return replicas.all_reduce(buffer).then(lambda done: done.value()[0])
+
+
+def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reducer | None = None,
                    modules: tuple[nn.Module, ...] = (), whole: list[tuple[str, Shape]] | None = None,
                    accumulations: int = 1, split: bool = False) -> torch.optim.Optimizer:
     """The optimizer to step: for local SGD, one that averages the parameters every H steps; for DiLoCo, the
     outer loop around ``optimizer`` (:class:`DiLoCo`); for DreamDDP, :class:`DreamDDP` over the parameters of
     ``modules`` (this rank's parts of the model whose parameters ``whole`` lists; ``accumulations`` backward
     passes per step); for a compressing method over replicas ``split`` by TP or PP, :class:`plait.run.
-    replica_grads.LocalGradients` (the training loop calls its ``reduce``)."""
+    replica_grads.LocalGradients` (the training loop calls its ``reduce``). ``replicas``: as :func:`wrap_model`."""
+    replicas = replicas or Reducer()
     if split and sync.method in COMPRESSED:
-        return LocalGradients(optimizer, sync, group)
+        return LocalGradients(optimizer, sync, replicas)
     if sync.method == "dreamddp":
         if whole is None:
             raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
-        return DreamDDP(optimizer, sync.every, modules, whole, group, accumulations)
+        return DreamDDP(optimizer, sync.every, modules, whole, replicas, accumulations)
     if sync.method == "diloco":
-        return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], group)
+        return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], replicas)
     if sync.method == "palsgd":
-        return PALSGD(optimizer, sync.every, sync["p"], sync["eta"], sync["outer_lr"], sync["outer_momentum"], group,
-                      warmup=int(sync["warmup"]))
+        return PALSGD(optimizer, sync.every, sync["p"], sync["eta"], sync["outer_lr"], sync["outer_momentum"],
+                      replicas, warmup=int(sync["warmup"]))
     if sync.method == "pipe_sgd":
-        return PipeSGD(optimizer, group)
+        return PipeSGD(optimizer, replicas)
     if sync.method != "local_sgd":
         return optimizer
-    if any(isinstance(p, DTensor) for g in optimizer.param_groups for p in g["params"]):
-        return ShardAverage(optimizer, sync.every, group)  # HSDP: FSDP2 owns the shards' storage
+    if isinstance(replicas, SiteReducer) or any(isinstance(p, DTensor) for g in optimizer.param_groups
+                                                for p in g["params"]):
+        return ShardAverage(optimizer, sync.every, replicas)  # HSDP: FSDP2 owns the shards' storage
     from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
     from torch.distributed.optim import PostLocalSGDOptimizer
 
-    averager = PeriodicModelAverager(period=sync.every, warmup_steps=0, process_group=group)
+    averager = PeriodicModelAverager(period=sync.every, warmup_steps=0, process_group=replicas.group)
     return PostLocalSGDOptimizer(optimizer, averager)
 
 
-def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync,
-           whole: list[tuple[str, Shape]]) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """:func:`wrap_model` and :func:`wrap_optimizer` over the default process group, for the whole ``model``
-    (whose parameters ``whole`` lists), one backward pass per step."""
-    return wrap_model(model, sync), wrap_optimizer(optimizer, sync, modules=(model,), whole=whole)
+def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync, whole: list[tuple[str, Shape]],
+           replicas: Reducer | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """:func:`wrap_model` and :func:`wrap_optimizer` over the ``replicas`` (``None``: the default process group,
+    flat), for the whole ``model`` (whose parameters ``whole`` lists), one backward pass per step."""
+    return (wrap_model(model, sync, replicas),
+            wrap_optimizer(optimizer, sync, replicas, modules=(model,), whole=whole))
 
 
-def _averaged(tensors: list[torch.Tensor], group: dist.ProcessGroup | None) -> list[torch.Tensor]:
-    """The mean of ``tensors`` over the ranks of ``group``, in one flat fp32 all-reduce, as fp32 pieces shaped as
-    each tensor."""
+def _averaged(tensors: list[torch.Tensor], replicas: Reducer) -> list[torch.Tensor]:
+    """The mean of ``tensors`` over the ``replicas``, in one flat fp32 all-reduce, as fp32 pieces shaped as each
+    tensor."""
     flat = torch.cat([t.reshape(-1).to(torch.float32) for t in tensors])
-    dist.all_reduce(flat, group=group)
-    flat /= dist.get_world_size(group)
+    replicas.all_reduce(flat).wait()
+    flat /= replicas.size
     return [piece.view_as(t) for piece, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
 
 class ShardAverage(torch.optim.Optimizer):
-    """Local SGD over HSDP replicas: after steps 0, H, 2H, ... (``PeriodicModelAverager``'s) the ranks of ``group``
-    average their parameter shards in one flat fp32 all-reduce, written back in place (PyTorch's averager rebinds
-    ``p.data``, which FSDP2's sharded parameters do not allow)."""
+    """Local SGD over HSDP replicas, or over replicas in several sites: after steps 0, H, 2H, ...
+    (``PeriodicModelAverager``'s) the ``replicas`` average their parameters (shards) in one flat fp32 all-reduce,
+    written back in place (PyTorch's averager rebinds ``p.data``, which FSDP2's sharded parameters do not allow, and
+    all-reduces flat)."""
 
-    def __init__(self, inner: torch.optim.Optimizer, every: int, group: dist.ProcessGroup | None = None) -> None:
-        self.inner, self.every, self.group, self.steps = inner, every, group, 0
+    def __init__(self, inner: torch.optim.Optimizer, every: int, replicas: Reducer) -> None:
+        self.inner, self.every, self.replicas, self.steps = inner, every, replicas, 0
         self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -134,7 +151,7 @@ class ShardAverage(torch.optim.Optimizer):
         loss = self.inner.step(closure)
         if self.steps % self.every == 0:
             shards = [local_tensor(p) for g in self.param_groups for p in g["params"]]
-            for shard, mean in zip(shards, _averaged(shards, self.group)):
+            for shard, mean in zip(shards, _averaged(shards, self.replicas)):
                 shard.copy_(mean)
         self.steps += 1
         return loss
@@ -145,10 +162,10 @@ class PipeSGD(torch.optim.Optimizer):
     (one flat fp32 buffer, asynchronous) and the optimizer applies the previous step's mean, so the reduction
     runs while the next step computes; updates are one step stale, and the first step only starts the pipeline."""
 
-    def __init__(self, inner: torch.optim.Optimizer, group: dist.ProcessGroup | None = None) -> None:
-        self.inner, self.group = inner, group
+    def __init__(self, inner: torch.optim.Optimizer, replicas: Reducer) -> None:
+        self.inner, self.replicas = inner, replicas
         self.local = [p for g in inner.param_groups for p in g["params"]]
-        self.pending: tuple[torch.Tensor, dist.Work] | None = None
+        self.pending: tuple[torch.Tensor, torch.futures.Future[list[torch.Tensor]]] | None = None
         self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -159,13 +176,12 @@ class PipeSGD(torch.optim.Optimizer):
         shard_gradients_like_parameters(self.local)
         grads = [local_tensor(p.grad) for p in self.local]  # type: ignore[arg-type]
         flat = torch.cat([g.reshape(-1).to(torch.float32) for g in grads])
-        work = dist.all_reduce(flat, group=self.group, async_op=True)
         loss, previous = None, self.pending
-        self.pending = (flat, work)
+        self.pending = (flat, self.replicas.all_reduce(flat))
         if previous is not None:
             mean, done = previous
             done.wait()
-            mean /= dist.get_world_size(self.group)
+            mean /= self.replicas.size
             for grad, piece in zip(grads, mean.split([g.numel() for g in grads])):
                 grad.copy_(piece.view_as(grad))
             loss = self.inner.step(closure)
@@ -174,16 +190,16 @@ class PipeSGD(torch.optim.Optimizer):
 
 class DreamDDP(torch.optim.Optimizer):
     """DreamDDP's partial local SGD (Tang et al., arXiv 2502.11058): at step ``t`` the parameters of the units that
-    :func:`plait.plan.partial.schedule` gives step ``t mod every`` are averaged over ``group``, in place, each by an
+    :func:`plait.plan.partial.schedule` gives step ``t mod every`` are averaged over ``replicas``, in place, each by an
     asynchronous sum all-reduce (gloo has no average) that its gradient hook launches once the parameter's last
     gradient of the step has accumulated; :meth:`step` waits for them, divides, then steps ``inner`` — as the
     artifact does: the average of the replicas' pre-step values, then each replica's own update. No extra memory."""
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, modules: tuple[nn.Module, ...],
-                 whole: list[tuple[str, Shape]], group: dist.ProcessGroup | None = None,
-                 accumulations: int = 1) -> None:
-        self.inner, self.every, self.group, self.steps = inner, every, group, 0
-        self.accumulations, self.pending = accumulations, []  # type: list[tuple[torch.Tensor, dist.Work]]
+                 whole: list[tuple[str, Shape]], replicas: Reducer, accumulations: int = 1) -> None:
+        self.inner, self.every, self.replicas, self.steps = inner, every, replicas, 0
+        self.accumulations = accumulations
+        self.pending: list[tuple[torch.Tensor, torch.futures.Future[list[torch.Tensor]]]] = []
         steps = schedule(whole, every)
         self.seen: dict[int, int] = {}
         for module in modules:
@@ -198,7 +214,7 @@ class DreamDDP(torch.optim.Optimizer):
             count = self.seen[id(p)] = self.seen.get(id(p), 0) + 1
             if count == self.accumulations:  # its last gradient of the step: the backward is done with it
                 local = local_tensor(p).data
-                self.pending.append((local, dist.all_reduce(local, group=self.group, async_op=True)))
+                self.pending.append((local, self.replicas.all_reduce(local)))
         return launch
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -206,7 +222,7 @@ class DreamDDP(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
-        world = dist.get_world_size(self.group)
+        world = self.replicas.size
         for local, work in self.pending:
             work.wait()
             local /= world
@@ -217,13 +233,13 @@ class DreamDDP(torch.optim.Optimizer):
 
 class DiLoCo(torch.optim.Optimizer):
     """DiLoCo's outer loop around the inner optimizer ``inner`` (Douillard et al. 2023, Algorithm 1): every
-    ``every`` inner steps, ``delta = outer - local`` is averaged over ``group`` in one fp32 all-reduce, the outer
+    ``every`` inner steps, ``delta = outer - local`` is averaged over ``replicas`` in one fp32 all-reduce, the outer
     copy steps with ``torch.optim.SGD`` (lr ``outer_lr``, Nesterov momentum ``outer_momentum``; plain SGD at 0) and
     every replica restarts from it. Memory: the outer copy, its gradient and momentum, 4 bytes each per parameter."""
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, outer_lr: float, outer_momentum: float,
-                 group: dist.ProcessGroup | None = None) -> None:
-        self.inner, self.every, self.group, self.steps = inner, every, group, 0
+                 replicas: Reducer) -> None:
+        self.inner, self.every, self.replicas, self.steps = inner, every, replicas, 0
         self.local = [local_tensor(p) for g in inner.param_groups for p in g["params"]]
         self.outer = [p.detach().to(torch.float32).clone().requires_grad_(True) for p in self.local]
         self.outer_optimizer = torch.optim.SGD(self.outer, lr=outer_lr, momentum=outer_momentum,
@@ -248,8 +264,8 @@ class DiLoCo(torch.optim.Optimizer):
         """The outer step: average the pseudo-gradients, step the outer copy, restart the replicas from it."""
         deltas = [o - p.to(torch.float32) for o, p in zip(self.outer, self.local)]
         flat = torch.cat([d.reshape(-1) for d in deltas])
-        dist.all_reduce(flat, group=self.group)
-        flat /= dist.get_world_size(self.group)
+        self.replicas.all_reduce(flat).wait()
+        flat /= self.replicas.size
         for o, piece in zip(self.outer, flat.split([d.numel() for d in deltas])):
             o.grad = piece.view_as(o)
         self.outer_optimizer.step()
@@ -284,9 +300,8 @@ class PALSGD(DiLoCo):
     the warm-up; here they stay equal because the gradients are."""
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, p: float, eta: float, outer_lr: float,
-                 outer_momentum: float, group: dist.ProcessGroup | None = None, seed: int = 0,
-                 warmup: int = 0) -> None:
-        super().__init__(inner, every, outer_lr, outer_momentum, group)
+                 outer_momentum: float, replicas: Reducer, seed: int = 0, warmup: int = 0) -> None:
+        super().__init__(inner, every, outer_lr, outer_momentum, replicas)
         self.p, self.eta, self.warmup = p, eta, warmup
         self.draws = pseudo_steps(p, seed)  # the same sequence on every rank
         self.pseudo = warmup == 0 and next(self.draws)
@@ -300,7 +315,7 @@ class PALSGD(DiLoCo):
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
         shard_gradients_like_parameters(params)
         grads = [local_tensor(p.grad) for p in params]  # type: ignore[arg-type]
-        for grad, mean in zip(grads, _averaged(grads, self.group)):
+        for grad, mean in zip(grads, _averaged(grads, self.replicas)):
             grad.copy_(mean)
 
     @torch.no_grad()
@@ -309,7 +324,7 @@ class PALSGD(DiLoCo):
             loss = self.inner.step(closure)
             self.steps += 1
             if self.steps == self.warmup:  # the authors' outer_model_sync: average, and start the outer copy there
-                for p, o, mean in zip(self.local, self.outer, _averaged(self.local, self.group)):
+                for p, o, mean in zip(self.local, self.outer, _averaged(self.local, self.replicas)):
                     p.copy_(mean)
                     o.copy_(mean)
                 self.pseudo = next(self.draws)
@@ -337,10 +352,12 @@ class PALSGD(DiLoCo):
 def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]:
     """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor) and
     ``all_gather_into_tensor`` (its input), summed into the one-element list it yields (the hooks and the averager
-    call them through the module). With ``group``, only calls over that process group count (a replica group's
-    synchronization, not FSDP's in-replica gathers or the norm's reductions)."""
+    call them through the module), and to a hierarchical :class:`plait.run.sites.SiteReducer`'s ``all_reduce`` (its
+    buffer, once: its steps call c10d by the functions' home module), summed into the one-element list it yields.
+    With ``group``, only calls over that process group count (a replica group's synchronization, not FSDP's
+    in-replica gathers or the norm's reductions)."""
     total = [0]
-    reduce, gather = dist.all_reduce, dist.all_gather_into_tensor
+    reduce, gather, site_reduce = dist.all_reduce, dist.all_gather_into_tensor, SiteReducer.all_reduce
 
     def counts(given: object) -> bool:
         return group is None or given is group
@@ -355,8 +372,15 @@ def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]
             total[0] += tensor.numel() * tensor.element_size()
         return gather(output, tensor, *args, **kwargs)
 
+    def counting_site_reduce(self: SiteReducer, flat: torch.Tensor):  # type: ignore[no-untyped-def]
+        if counts(self.group):
+            total[0] += flat.numel() * flat.element_size()
+        return site_reduce(self, flat)
+
     dist.all_reduce, dist.all_gather_into_tensor = counting_reduce, counting_gather  # type: ignore[assignment]
+    SiteReducer.all_reduce = counting_site_reduce  # type: ignore[method-assign]
     try:
         yield total
     finally:
         dist.all_reduce, dist.all_gather_into_tensor = reduce, gather  # type: ignore[assignment]
+        SiteReducer.all_reduce = site_reduce  # type: ignore[method-assign]

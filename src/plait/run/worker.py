@@ -29,6 +29,7 @@ from plait.run.moe import expert_parameters, reduce_expert_gradients
 from plait.run.optim import build_optimizer
 from plait.run.parallel import parallelize
 from plait.run.pipeline import build_schedule, local_stages, stage_layers
+from plait.run.sites import named_site_gpus
 from plait.run.support import check_runnable
 from plait.run.train import (
     FAIL_HOOK,
@@ -53,6 +54,8 @@ from plait.workload.catalog import resolve_model
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="plait.run.worker", description=__doc__)
     p.add_argument("--plan", type=Path, required=True)
+    p.add_argument("--cluster", default=None, help="cluster preset or file (default: the plan's [job] cluster); "
+                   "where it spans sites, the replicas all-reduce hierarchically (plait.run.sites)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--metrics", type=Path, default=None)
     p.add_argument("--checkpoint-dir", type=Path, default=None)
@@ -132,7 +135,7 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.manual_seed(args.seed)
-    mesh = build_mesh(plan)
+    mesh = build_mesh(plan, named_site_gpus(args.cluster or job.cluster))
     parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision)
     container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
     config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
@@ -140,11 +143,10 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
     optimizer, scheduler = build_optimizer(params, mesh, config)
     if plan.dp_sync != "allreduce" and plan.dp > 1:  # local SGD averages in the optimizer step
         from plait.plan.sync import parse_sync
-        from plait.run.parallel import replica_group
         from plait.run.sync import wrap_optimizer
         from plait.workload.tensors import parameter_shapes
 
-        optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), replica_group(mesh), modules=tuple(parts),
+        optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), mesh.replicas, modules=tuple(parts),
                                    whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
                                    split=plan.tp > 1 or plan.pp > 1)
     if args.checkpoint_dir is not None:

@@ -1,0 +1,78 @@
+"""The replicas' all-reduce across sites runs hierarchically (issue 14, :mod:`plait.run.sites`): on 4 gloo ranks
+laid out as two sites of 2 it sums exactly, and every method that all-reduces trains as over the flat ring and
+sends the bytes the cost model predicts."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from plait.cost.sync import payload_bytes
+from plait.plan.sync import parse_sync
+from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
+from tests.conftest import toy_cluster_mapping
+from tests.ranks import run_ranks
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "examples" / "tiny-model.toml"
+STEPS = 6
+EXACT = ["allreduce@sgd", "local_sgd:every=2@sgd", "diloco:every=2@adamw", "pipe_sgd@adamw", "dreamddp:every=2@adamw",
+         "palsgd:every=2,p=0.3,warmup=2@adamw"]
+ROUNDED = ["bf16@adamw", "fp16@adamw"]
+"""Summed in 16 bits in another order than the flat ring's: equal within the format's rounding only."""
+
+
+def two_sites_of_two(path: Path) -> Path:
+    """The toy cluster as two sites of 2 ranks joined by a wide-area tier."""
+    raw = toy_cluster_mapping()
+    raw["gpus_per_node"] = raw["scale_up_domain_gpus"] = 2
+    raw["tiers"] = [{**raw["tiers"][0], "span_gpus": 2},
+                    {**raw["tiers"][1], "name": "wan", "span_gpus": 4, "wide_area": True}]
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_the_hierarchical_all_reduce_sums_exactly_in_the_groups_of_each_site() -> None:
+    pytest.importorskip("torch")
+    done = run_ranks(4, ["-m", "tests.sites_ranks"], cwd=str(ROOT))
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = sorted((json.loads(line) for line in done.stdout.splitlines()), key=lambda r: r["rank"])
+    assert [r["world"] for r in ranks] == [["SiteReducer", [0, 1], [0, 2]], ["SiteReducer", [0, 1], [1, 3]],
+                                           ["SiteReducer", [2, 3], [0, 2]], ["SiteReducer", [2, 3], [1, 3]]]
+    for r in ranks:
+        assert r["sum7"] and r["sum8"] and r["strided"] == ["SiteReducer", True] and r["none"]
+        assert r["ordered"] == [[4.0 * i] * 5 for i in range(3)]  # async all-reduces complete in the order started
+        assert r["uneven"] == r["one_site"] == "Reducer"  # sites of unequal shares, or one site: the flat ring
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict[str, list[float]]]]:
+    pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("sites")
+    cluster = two_sites_of_two(folder / "two-sites.yaml")
+    results = {}
+    for name, extra in (("flat", []), ("sites", ["--cluster", str(cluster)])):
+        out = folder / f"{name}.json"
+        done = run_ranks(4, ["-m", "plait.run.converge", "--out", str(out), "--model", str(MODEL), "--steps",
+                             str(STEPS), *extra, *EXACT, *ROUNDED], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         cwd=str(folder))
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[name] = json.loads(out.read_text())
+    return results
+
+
+@pytest.mark.parametrize("case", EXACT + ROUNDED)
+def test_methods_train_across_sites_as_over_the_flat_ring_and_send_the_predicted_bytes(trained, case: str) -> None:  # type: ignore[no-untyped-def]
+    flat, sites = trained["flat"][case], trained["sites"][case]
+    tolerance = 1e-5 if case in EXACT else 2e-3
+    assert all(math.isfinite(x) for x in sites["losses"]) and sites["losses"][-1] < sites["losses"][0]
+    assert sites["losses"] == pytest.approx(flat["losses"], rel=tolerance)
+    named = parameter_shapes(resolve_model(str(MODEL)))
+    sync = parse_sync(case.rpartition("@")[0])
+    assert sites["bytes"] == flat["bytes"] == [payload_bytes(sync, named, step) for step in range(STEPS)]
