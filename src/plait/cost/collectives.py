@@ -100,9 +100,11 @@ def _across_sites_s(num_bytes: float, link: GroupLink) -> float:
     m, sites = link.paths[-1][0], link.sites
     wide = link.paths[-1][1]
     inside = 0.0
-    if m > 1 and len(link.paths) > 1:
-        bus = min(below * tier.bandwidth_bytes_per_s(num_bytes) for below, tier in link.paths[:-1])
-        inside = 2 * (m - 1) * link.paths[-2][1].latency_s + 2 * (m - 1) / m * num_bytes / bus
+    if m > 1 and len(link.paths) > 1:  # a reduce-scatter and an all-gather, each on its own measured curve
+        inside = 2 * (m - 1) * link.paths[-2][1].latency_s + sum(
+            (m - 1) / m * num_bytes / min(below * tier.bandwidth_bytes_per_s(num_bytes, kind)
+                                          for below, tier in link.paths[:-1])
+            for kind in ("reduce_scatter", "all_gather"))
     shard = num_bytes / m
     steps = min(2 * (sites - 1), 2 * math.ceil(math.log2(sites)))
     return inside + steps * wide.latency_s + 2 * (sites - 1) / sites * shard / wide.bandwidth_bytes_per_s(shard)
