@@ -13,7 +13,9 @@ Run (root, Linux): python benchmarks/low_comm.py [--rate 200mbit] [--steps 16] [
    ``[job] cluster``), so their replicas all-reduce hierarchically across the sites (:mod:`plait.run.sites`),
    as the cost model charges.
 3. Each method trains examples/small-model.toml on 4 ranks (2 per site, gloo, torchrun across the namespaces);
-   the mean step time over whole synchronization periods after the first period is printed next to
+   the mean step period over whole synchronization periods after the first period (from the steps' start times:
+   a rank's own step time leaves out its wait for the others in the loss's reduction, which on 2 shared cores
+   gives it more than its share of the CPU) is printed next to
    ``plait estimate`` for the plan on that cluster file (engine plait), with the bytes a rank hands to
    collectives per step and the bytes that leave a site (target: |error| <= 20%). A run that never
    synchronizes (:data:`BASELINE`) comes first: the seconds each method adds to it, measured and predicted, show
@@ -29,7 +31,6 @@ import itertools
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,8 +138,8 @@ def stem(spec: str) -> str:
 
 def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: Path, precision: list[str],
                cluster: Path) -> list[float]:
-    """Step times of rank 0 for ``spec`` on 4 ranks, 2 in each site of ``cluster`` (the replicas all-reduce
-    hierarchically across them: plait.run.sites)."""
+    """When each step of rank 0 began (its ``started_s``), for ``spec`` on 4 ranks, 2 in each site of ``cluster``
+    (the replicas all-reduce hierarchically across them: plait.run.sites)."""
     plan, metrics = tmp / f"{stem(spec)}.toml", tmp / f"{stem(spec)}.jsonl"
     plan.write_text(f'[job]\nmodel = "{MODEL}"\ncluster = "{cluster}"\n[plan]\n{PLAN}dp_sync = "{spec}"\n')
     processes = []
@@ -148,7 +149,7 @@ def run_method(names: list[str], links: list[str], spec: str, steps: int, tmp: P
             f"--master-addr={ADDRESSES[0]}", "--master-port=29612", "-m", "plait.run.worker", "--plan", str(plan),
             "--steps", str(steps), *(["--metrics", str(metrics)] if node == 0 else []), *precision]))
     wait_all(processes, f"dp_sync={spec}")
-    return [json.loads(line)["step_time_s"] for line in metrics.read_text().splitlines()]
+    return [json.loads(line)["started_s"] for line in metrics.read_text().splitlines()]
 
 
 def main() -> int:
@@ -194,15 +195,16 @@ def main() -> int:
               f"{'sync pred.':>11s} {'bytes/step':>12s} {'leave a site':>13s}")
         base: tuple[float, float] | None = None
         for spec in [BASELINE, *args.methods]:
-            times = run_method(names, links, spec, args.steps, tmp, precision, cluster_path)
+            starts = run_method(names, links, spec, args.steps, tmp, precision, cluster_path)
             every = 1 if spec == BASELINE else parse_sync(spec).every
             start = max(every, 2)  # after the first period (start-up, first buckets)
-            start += (len(times) - start) % every  # whole periods
-            measured = statistics.fmean(times[start:])
+            end = start + (len(starts) - 1 - start) // every * every  # whole periods
+            measured = (starts[end] - starts[start]) / (end - start)  # the period the job steps at
+            times = starts
             _, plan = read_plan_file(tmp / f"{stem(spec)}.toml")
             sync = parse_sync(spec)
             if sync.method == "palsgd":  # predicted at the share of pseudo-steps these steps drew, not at p
-                draws = list(itertools.islice(pseudo_steps(sync["p"]), len(times)))[start:]
+                draws = list(itertools.islice(pseudo_steps(sync["p"]), len(times)))[start:end]
                 share = sum(draws) / len(draws)
                 params = ",".join(f"{k}={share if k == 'p' else v}" for k, v in sync.params)
                 plan = dataclasses.replace(plan, dp_sync=parse_sync(f"palsgd:{params}").spec)

@@ -198,7 +198,7 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         if reporter:
             tokens = plan.global_batch * plan.seq_len
             write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),
-                                                    sent[0] if sent else None))
+                                                    sent[0] if sent else None, start))
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
