@@ -102,7 +102,10 @@ def attention_core_flops(setup: Setup) -> float:
     Flash: causal at the kernel's head dimension (:func:`flash_head_dim`), counted as half the square, as
     flash-attn's benchmarks and the FlashAttention-2/3 papers count it ("with causal mask, we divide this
     number by 2", Dao 2023, Sec. 4.1); the extra work of the diagonal blocks is inside those measured rates,
-    so it is not added again. Unfused: the full score matrix is computed and masked.
+    so it is not added again. Unfused: the full score matrix is computed and masked. Layers with sliding-window
+    or chunked attention compute only their (query, key) pairs (:meth:`plait.workload.model.ModelSpec.
+    attention_pairs_per_layer`, the mean over layers), at the same rate (assumed: window-skipping flash kernels,
+    FlashAttention-2's ``window_size``, run their blocks as fast as causal ones).
     """
     model, plan = setup.model, setup.plan
     heads = model.num_heads // plan.tp
@@ -112,7 +115,8 @@ def attention_core_flops(setup: Setup) -> float:
              else (model.qk_head_dim, model.v_head_dim))
     per_pair = 2.0 * (qk + v)
     full = plan.micro_batch * heads * s * s * per_pair / plan.cp
-    return full / 2 if flash else full
+    local = model.attention_pairs_per_layer(s) / (s * (s + 1) / 2)  # < 1 with sliding or chunked layers
+    return (full / 2 if flash else full) * local
 
 
 def model_flops_per_token(model_setup: Setup) -> float:

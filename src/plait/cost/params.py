@@ -28,7 +28,7 @@ def layer_split(setup: Setup, moe_layer: bool) -> tuple[float, float]:
         return norms + attention + model.mlp_params(model.ffn_hidden_size) / plan.tp, 0.0
     assert model.moe is not None
     moe = model.moe
-    router = model.hidden_size * moe.num_experts
+    router = model.router_params()
     shared = moe.num_shared_experts * model.mlp_params(moe.shared_expert_ffn_hidden_size) / plan.tp if moe.num_shared_experts else 0.0
     experts = moe.num_experts * model.mlp_params(moe.expert_ffn_hidden_size) / (plan.tp * plan.ep)
     return norms + attention + router + shared, experts
@@ -37,19 +37,24 @@ def layer_split(setup: Setup, moe_layer: bool) -> tuple[float, float]:
 def stage_layer_counts(model: ModelSpec, pp: Any, stage: Any, xp: Ops = ARRAY) -> tuple[Any, Any]:
     """(dense layers, MoE layers) on pipeline stage ``stage`` of ``pp`` stages, per row (ints with ``xp`` =
     :data:`~plait.plan.ops.SCALAR`, kept per distinct split)."""
+    leading, step = (model.moe.num_dense_layers, model.moe.layer_step) if model.moe else (model.num_layers, 1)
     if xp.scalar:
-        return _one_split(model.num_layers, model.num_dense_layers, pp, stage)
-    return _split(model.num_layers, model.num_dense_layers, pp, stage, xp)
+        return _one_split(model.num_layers, leading, step, pp, stage)
+    return _split(model.num_layers, leading, step, pp, stage, xp)
 
 
-def _split(num_layers: int, num_dense_layers: int, pp: Any, stage: Any, xp: Ops) -> tuple[Any, Any]:
+def _split(num_layers: int, leading: int, step: int, pp: Any, stage: Any, xp: Ops) -> tuple[Any, Any]:
+    """Layers ``start .. start + count - 1`` of the stage; MoE among them as :meth:`ModelSpec.moe_layers_between`
+    counts them (past the ``leading`` dense layers, every ``step``-th)."""
     base, extra = divmod(num_layers, pp)
     start = stage * base + xp.minimum(stage, extra)
     count = base + (stage < extra)
-    dense = xp.maximum(xp.minimum(start + count, num_dense_layers) - start, 0)
-    return dense, count - dense
+    first = xp.maximum(start, leading)
+    stop = start + count
+    moe = xp.where(stop > first, stop // step - first // step, 0)
+    return count - moe, moe
 
 
 @lru_cache(maxsize=4096)
-def _one_split(num_layers: int, num_dense_layers: int, pp: int, stage: int) -> tuple[int, int]:
-    return _split(num_layers, num_dense_layers, pp, stage, SCALAR)
+def _one_split(num_layers: int, leading: int, step: int, pp: int, stage: int) -> tuple[int, int]:
+    return _split(num_layers, leading, step, pp, stage, SCALAR)

@@ -46,9 +46,9 @@ from plait.workload.model import ModelSpec
 
 
 def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
-    """Whether ``layer`` has an MoE block: the leading ``moe.num_dense_layers`` keep the dense MLP
-    (as :func:`plait.cost.params.stage_layer_counts` counts them)."""
-    return spec.moe is not None and layer >= spec.moe.num_dense_layers
+    """Whether ``layer`` has an MoE block (:meth:`plait.workload.model.ModelSpec.is_moe_layer`, as
+    :func:`plait.cost.params.stage_layer_counts` counts them)."""
+    return spec.is_moe_layer(layer)
 
 
 class Experts(nn.ModuleDict):

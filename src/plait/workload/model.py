@@ -43,10 +43,18 @@ class MoeSpec:
     shared_expert_ffn_hidden_size: int = 0
     """Intermediate size of one shared expert (0 when there are none)."""
     num_dense_layers: int = 0
-    """Leading layers that keep the dense MLP (``ffn_hidden_size``) instead of MoE."""
+    """Leading layers that keep the dense MLP (``ffn_hidden_size``) instead of MoE (DeepSeek-V3
+    ``first_k_dense_replace``)."""
+    layer_step: int = 1
+    """Past the leading dense layers, layer ``i`` (from 0) is MoE when ``(i + 1) % layer_step == 0`` and the others
+    keep the dense MLP (Llama 4 ``interleave_moe_layer_step``, Qwen3-MoE ``decoder_sparse_step``, DeepSeek-V3
+    ``moe_layer_freq``: the rule of their ``transformers`` modelling code); 1: every layer."""
+    router_bias: bool = False
+    """A bias on the router's logits (gpt-oss)."""
 
     def __post_init__(self) -> None:
         _positive(self.num_experts, "moe.num_experts")
+        _positive(self.layer_step, "moe.layer_step")
         _positive(self.top_k, "moe.top_k")
         _positive(self.expert_ffn_hidden_size, "moe.expert_ffn_hidden_size")
         if self.top_k > self.num_experts:
@@ -56,6 +64,38 @@ class MoeSpec:
                 raise ConfigError(f"moe.{name}={getattr(self, name)} must be >= 0")
         if self.num_shared_experts and not self.shared_expert_ffn_hidden_size:
             raise ConfigError("moe.shared_expert_ffn_hidden_size must be > 0 when num_shared_experts > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalAttention:
+    """Layers whose attention sees only nearby keys: a sliding window (Mistral, gpt-oss ``sliding_attention``) or
+    fixed chunks (Llama 4 ``attention_chunk_size``)."""
+
+    kind: Literal["sliding", "chunked"]
+    """``sliding``: each query sees the ``window`` keys before it; ``chunked``: the keys of its own ``window``-token
+    chunk up to itself."""
+    window: int
+    """Window or chunk length in tokens."""
+    num_layers: int
+    """Layers that attend locally; the others attend to the whole sequence."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sliding", "chunked"):
+            raise ConfigError(f"local_attention.kind={self.kind!r} must be sliding or chunked")
+        _positive(self.window, "local_attention.window")
+        if self.num_layers < 0:
+            raise ConfigError(f"local_attention.num_layers={self.num_layers} must be >= 0")
+
+    def causal_pairs(self, seq_len: int) -> float:
+        """(query, key) pairs one head computes over a ``seq_len`` sequence: ``s w - w (w - 1) / 2`` for a
+        window ``w < s`` (each query sees ``min(i + 1, w)`` keys), ``(s / w) w (w + 1) / 2`` for chunks (a
+        causal square per chunk, a partial last one counted whole); ``s (s + 1) / 2`` when ``w >= s``."""
+        s, w = seq_len, self.window
+        if w >= s:
+            return s * (s + 1) / 2
+        if self.kind == "sliding":
+            return s * w - w * (w - 1) / 2
+        return s / w * w * (w + 1) / 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +162,11 @@ class ModelSpec:
     """Mixture-of-experts layout; ``None`` for a dense model."""
     mla: MlaSpec | None = None
     """Multi-head latent attention dims; ``None`` for standard attention."""
+    local_attention: LocalAttention | None = None
+    """Layers with sliding-window or chunked attention; ``None``: every layer attends to the whole sequence."""
+    attention_sinks: bool = False
+    """A learned sink logit per head and layer in the softmax's denominator (gpt-oss; Xiao et al. 2023,
+    "Efficient Streaming Language Models with Attention Sinks")."""
     published_params: float = 0.0
     """Total parameter count as the source states it (0 when unknown); used by tests."""
     published_active_params: float = 0.0
@@ -142,6 +187,9 @@ class ModelSpec:
         if self.moe and self.moe.num_dense_layers > self.num_layers:
             raise ConfigError(
                 f"moe.num_dense_layers={self.moe.num_dense_layers} must be <= num_layers={self.num_layers}")
+        if self.local_attention and self.local_attention.num_layers > self.num_layers:
+            raise ConfigError(f"local_attention.num_layers={self.local_attention.num_layers} must be <= "
+                              f"num_layers={self.num_layers}")
 
     # --- shapes ---------------------------------------------------------------------------
     @property
@@ -157,7 +205,29 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         """Layers whose MLP is a mixture of experts."""
-        return self.num_layers - self.moe.num_dense_layers if self.moe else 0
+        return self.moe_layers_between(0, self.num_layers)
+
+    def moe_layers_between(self, start: int, stop: int) -> int:
+        """MoE layers among layers ``start`` .. ``stop - 1`` (:attr:`MoeSpec.layer_step`)."""
+        if not self.moe or stop <= start:
+            return 0
+        first = max(start, self.moe.num_dense_layers)
+        step = self.moe.layer_step
+        return max(0, stop // step - first // step) if stop > first else 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (from 0) has a mixture-of-experts MLP."""
+        return self.moe_layers_between(layer, layer + 1) == 1
+
+    def attention_pairs_per_layer(self, seq_len: int) -> float:
+        """Mean (query, key) pairs a causal head computes per layer over a ``seq_len`` sequence, local layers
+        (:class:`LocalAttention`) included; full causal attention is ``s (s + 1) / 2``."""
+        full = seq_len * (seq_len + 1) / 2
+        local = self.local_attention
+        if not local or not local.num_layers:
+            return full
+        n = local.num_layers
+        return ((self.num_layers - n) * full + n * local.causal_pairs(seq_len)) / self.num_layers
 
     @property
     def num_dense_layers(self) -> int:
@@ -188,7 +258,8 @@ class ModelSpec:
         weights = h * (q_dim + 2 * kv_dim) + q_dim * h
         biases = (q_dim + 2 * kv_dim + h) if self.attention_bias else 0
         qk_norm = 2 * self.head_dim if self.qk_norm else 0
-        return weights + biases + qk_norm
+        sinks = a if self.attention_sinks else 0
+        return weights + biases + qk_norm + sinks
 
     def mlp_params(self, ffn_hidden_size: int) -> int:
         """Parameters of one MLP (dense or one expert) of intermediate size ``ffn_hidden_size``."""
@@ -202,14 +273,19 @@ class ModelSpec:
         assert self.moe is not None
         m = self.moe
         shared = m.num_shared_experts * self.mlp_params(m.shared_expert_ffn_hidden_size) if m.num_shared_experts else 0
-        return self.hidden_size * m.num_experts + m.num_experts * self.mlp_params(m.expert_ffn_hidden_size) + shared
+        return self.router_params() + m.num_experts * self.mlp_params(m.expert_ffn_hidden_size) + shared
+
+    def router_params(self) -> int:
+        """Parameters of one MoE router (its bias included)."""
+        assert self.moe is not None
+        return (self.hidden_size + (1 if self.moe.router_bias else 0)) * self.moe.num_experts
 
     def moe_layer_active_mlp_params(self) -> int:
         """Parameters of one MoE block that a single token touches."""
         assert self.moe is not None
         m = self.moe
         shared = m.num_shared_experts * self.mlp_params(m.shared_expert_ffn_hidden_size) if m.num_shared_experts else 0
-        return self.hidden_size * m.num_experts + m.top_k * self.mlp_params(m.expert_ffn_hidden_size) + shared
+        return self.router_params() + m.top_k * self.mlp_params(m.expert_ffn_hidden_size) + shared
 
     def layer_tensor_count(self, moe_layer: bool) -> int:
         """Parameter tensors of one layer as frameworks store them (fused q/k/v and gate/up matrices)."""
