@@ -52,7 +52,7 @@ def test_every_dev_row_alone_equals_its_batch() -> None:
         result = predict_row(row)
         if result.estimate is None:
             continue
-        engine = get_engine(row.engine)
+        engine = get_engine(row.run_engine)
         model, cluster = row_model(row, engine), row_cluster(row)
         key = repr((engine.spec, model, cluster))
         groups.setdefault(key, (engine, model, cluster, []))[3].append(result.estimate.plan)
@@ -62,7 +62,7 @@ def test_every_dev_row_alone_equals_its_batch() -> None:
         for i, plan in enumerate(plans):
             _same(batch, i, plan, model, cluster, engine.framework)
             checked += 1
-    assert checked == 132  # every predicted row
+    assert checked == 148  # every predicted row
 
 
 @pytest.mark.parametrize(("slug", "cluster", "gpus", "batch_size", "seed", "size"), [
@@ -77,8 +77,8 @@ def test_random_candidates_alone_equal_their_batch(slug: str, cluster: str, gpus
     cols = enumerate_space(model, space)
     valid = np.flatnonzero(prune(cols, model, hardware, space) < 0)
     rows = np.random.default_rng(seed).choice(valid, size=size, replace=False)
-    batch = evaluate_batch(model, hardware, cols.take(rows))
     framework = get_engine().framework
+    batch = evaluate_batch(model, hardware, cols.take(rows), framework)
     for i, row in enumerate(rows):
         plan = cols.plan(int(row))
         _same(batch, i, plan, model, hardware, framework)

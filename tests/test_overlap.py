@@ -64,9 +64,10 @@ def test_composer_mixed_precision_is_an_engine_option(spec: str, grad: str) -> N
     assert engine.framework.attention_kernel == "flash1"
 
 
-def test_dev_rows_name_their_engine_with_the_options_their_sources_document() -> None:
-    """Rows carry their engine in data (no switch on the source name): each llm-foundry row's engine option is the
-    FSDP mixed-precision mode its notes record."""
+def test_dev_rows_run_the_engine_their_notes_document() -> None:
+    """Rows carry their engine in data (no switch on the source name): each llm-foundry row runs the FSDP
+    mixed-precision mode its notes record, a row whose sharding the notes say ran on DeepSpeed runs DeepSpeed, and a
+    torchtitan row compiles where its notes say so (torchtitan's own default otherwise: no compile)."""
     import re
     from pathlib import Path
 
@@ -74,9 +75,15 @@ def test_dev_rows_name_their_engine_with_the_options_their_sources_document() ->
 
     rows = read_runs(Path(__file__).parent / "data" / "dev.csv")
     foundry = [r for r in rows if r.source == "llmfoundry"]
-    assert foundry and all(r.engine == f"llm-foundry[mixed_precision={re.search(r'FSDP mp mode ([A-Z]+)', r.notes)[1]}]"
-                           for r in foundry)
-    assert {get_engine(r.engine).name for r in rows} >= {"megatron-lm", "deepspeed", "torchtitan", "llm-foundry", "nemo"}
+    assert foundry and all(
+        r.run_engine == f"llm-foundry[mixed_precision={re.search(r'FSDP mp mode ([A-Z]+)', r.notes)[1]}]"
+        for r in foundry)
+    deepspeed = [r for r in rows if "ZeRO-3 (DeepSpeed)" in r.notes]
+    assert deepspeed and all(r.engine == "megatron-lm@2021" and r.run_engine == "deepspeed@2021" for r in deepspeed)
+    titan = [r for r in rows if r.engine == "torchtitan"]
+    assert all(r.run_engine == f"torchtitan[compile={str('compile' in r.notes.lower()).lower()}]" for r in titan)
+    assert {get_engine(r.run_engine).name for r in rows} >= {"megatron-lm", "deepspeed", "torchtitan", "llm-foundry",
+                                                             "nemo", "megatron-bridge"}
 
 
 def test_torchtitan_selective_is_every_second_layer() -> None:

@@ -15,10 +15,12 @@ from plait.validate.runs import read_runs
 DEV_CSV = Path(__file__).parent / "data" / "dev.csv"
 SHARED_CSV = Path(__file__).parents[2] / "shared" / "data" / "training_runs" / "dev.csv"
 
-# The issue's targets (10% overall, 15% for every source), met since the fourth session (9.58%; worst source
-# narayanan_sc21 14.0%, docs/validation.md): a change that breaks either fails here.
+# Dense rows: the targets of the fourth session's issue (10% overall, 15% for every source), met since (9.8% on the
+# 132 dense rows, worst source narayanan_sc21 14.0%). Mixture-of-experts rows (issue 15, target 15%): the bound
+# guards today's 32.1% (docs/status.md), so that a change that makes them worse fails here.
 MAPE_BOUND_PCT = 10.0
 SOURCE_BOUND_PCT = 15.0
+MOE_BOUND_PCT = 35.0
 
 
 @pytest.fixture(scope="module")
@@ -26,33 +28,34 @@ def validation():
     return validate_rows(read_runs(DEV_CSV))
 
 
+def _mape(results) -> float:  # type: ignore[no-untyped-def]
+    return sum(abs(r.error_pct) for r in results) / len(results)
+
+
 def test_every_row_with_a_step_time_is_predicted(validation) -> None:
     with_time = [r for r in validation.results if r.row.step_time_s is not None]
-    assert len(validation.predicted) == len(with_time) == 132
+    assert len(validation.predicted) == len(with_time) == 148
+    assert sum(r.row.model_config is not None for r in validation.predicted) == 16
 
 
 def test_mape_bounds(validation) -> None:
-    assert validation.mape_pct <= MAPE_BOUND_PCT
-    assert all(m <= SOURCE_BOUND_PCT for m in validation.per_source().values()), validation.per_source()
+    dense = [r for r in validation.predicted if r.row.model_config is None]
+    moe = [r for r in validation.predicted if r.row.model_config is not None]
+    assert _mape(dense) <= MAPE_BOUND_PCT
+    for source in {r.row.source for r in dense}:
+        assert _mape([r for r in dense if r.row.source == source]) <= SOURCE_BOUND_PCT, source
+    assert _mape(moe) <= MOE_BOUND_PCT
 
 
-def test_copy_matches_shared_dataset() -> None:
-    """Every row of the copy is the shared dataset's row, measured figures and notes alike; the copy's engine
-    column only adds the run options its notes document (tests/data/README.md), and the rows it leaves out are the
-    mixture-of-experts runs (not yet validated: issue 15)."""
-    import csv
-
+def test_copy_is_the_shared_dataset() -> None:
+    """tests/data holds the shared dataset's runs and model configs unchanged; what the notes say about a run's
+    engine options is read from them (:attr:`plait.validate.runs.RunRow.run_engine`)."""
     if not SHARED_CSV.is_file():
         pytest.skip("shared dataset not present")
-    with DEV_CSV.open(newline="") as a, SHARED_CSV.open(newline="") as b:
-        ours, shared = list(csv.DictReader(a)), {r["id"]: r for r in csv.DictReader(b)}
-    for row in ours:
-        theirs = shared.pop(row["id"])
-        assert {k: v for k, v in row.items() if k != "engine"} == {k: theirs[k] for k in row if k != "engine"}
-        renamed = row["source"] == "narayanan_sc21" and row["sharding"] == "zero3"  # Narayanan Table 2: DeepSpeed
-        expected = "deepspeed@2021" if renamed else theirs["engine"]
-        assert row["engine"].split("[")[0] == expected, row["id"]
-    assert shared and all(r["moe_experts"] for r in shared.values())
+    assert DEV_CSV.read_bytes() == SHARED_CSV.read_bytes()
+    configs = SHARED_CSV.parents[1] / "model_configs"
+    for shared in configs.iterdir():
+        assert (DEV_CSV.parent / "model_configs" / shared.name).read_bytes() == shared.read_bytes(), shared.name
 
 
 def test_json_output_schema() -> None:
@@ -60,7 +63,7 @@ def test_json_output_schema() -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert isinstance(doc["mape_pct"], float) and doc["rows"] == 132
+    assert isinstance(doc["mape_pct"], float) and doc["rows"] == 148
     assert set(doc["per_source"]) == {"narayanan_sc21", "korthikanti_2022", "llmfoundry", "torchtitan", "nemo_2407",
                                       "mbridge_2511"}
     first = doc["results"][0]

@@ -46,7 +46,7 @@ def compare(row: RunRow) -> QualityCase | None:
     published = predict_row(row)
     if published.estimate is None or not published.fits:
         return None
-    engine = get_engine(row.engine)
+    engine = get_engine(row.run_engine)
     model, cluster = row_model(row, engine), row_cluster(row)
     space = default_space(model, cluster, row.n_gpus, (row.global_batch,), seq_len=row.seq_len,  # type: ignore[arg-type]
                           precisions=(row.precision or "bf16",), memory_margin=0.0,

@@ -48,7 +48,7 @@ def predict_row(row: RunRow) -> RowResult:
     if missing:
         return RowResult(row=row, reason=f"column {missing} is empty")
     try:
-        engine = get_engine(row.engine)
+        engine = get_engine(row.run_engine)
         model, cluster = row_model(row, engine), row_cluster(row)
         plans = list(candidate_plans(row, engine))
         if not plans:

@@ -59,6 +59,9 @@ class RunRow:
     engine: str = "megatron-core"
     """The engine that produced the measurement (``name@version[options]``, :mod:`plait.engine.catalog`); a file
     without the column is taken as the default engine."""
+    model_config: Path | None = None
+    """The Hugging Face ``config.json`` the row's model comes from (the ``model_config`` column, a file in the
+    ``model_configs`` folder beside the runs file or beside its folder), ``None`` where the row gives none."""
 
     def missing_shape(self) -> str | None:
         """The first shape column a prediction needs that the row leaves empty."""
@@ -78,6 +81,24 @@ class RunRow:
         """The value the notes give as ``key='...'``, else ``None``."""
         marker = f"{key}='"
         return self.notes.split(marker, 1)[1].split("'")[0] if marker in self.notes else None
+
+    @property
+    def run_engine(self) -> str:
+        """The ``engine`` column with what the row's own notes say about the run: the software its sharding ran on
+        where ``sharding_raw`` names another (``'ZeRO-3 (DeepSpeed), ...'``: Narayanan et al.'s ZeRO-3 baseline,
+        at the column's version), llm-foundry's FSDP mixed-precision mode (``FSDP mp mode DEFAULT``), and whether a
+        torchtitan run compiled (the notes say ``compile``; unstated, torchtitan's own default: ``CompileConfig.
+        enable = False``, torchtitan 0.3.0 torchtitan/config/configs.py)."""
+        name, _, version = self.engine.split("[")[0].partition("@")
+        sharding = self._quoted("sharding_raw") or ""
+        if "(DeepSpeed)" in sharding and name != "deepspeed":
+            return f"deepspeed@{version}" if version else "deepspeed"
+        mode = self.fsdp_mixed_precision
+        if name == "llm-foundry" and mode and "[" not in self.engine:
+            return f"{self.engine}[mixed_precision={mode}]"
+        if name == "torchtitan" and "[" not in self.engine:  # unstated: torchtitan's default, CompileConfig.enable
+            return f"{self.engine}[compile={'true' if 'compile' in self.notes.lower() else 'false'}]"  # = False
+        return self.engine
 
     @property
     def recompute_raw(self) -> str | None:
@@ -131,8 +152,23 @@ def _choice(value: str, column: str, allowed: tuple[str, ...], where: str) -> st
     return value
 
 
-def parse_row(raw: dict[str, str], where: str) -> RunRow:
-    """One CSV record to a RunRow."""
+def _model_config(name: str, folder: Path | None, where: str) -> Path | None:
+    """The ``model_config`` file ``name`` in ``model_configs/`` beside the runs file's folder (the shared dataset's
+    layout, ``training_runs/`` and ``model_configs/`` side by side) or inside it."""
+    name = name.strip()
+    if not name:
+        return None
+    if folder is None or Path(name).name != name:
+        raise ConfigError(f"{where}: model_config={name!r} must name a file in a model_configs folder")
+    for candidate in (folder.parent / "model_configs" / name, folder / "model_configs" / name):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"{where}: model_config={name!r} is in neither {folder.parent / 'model_configs'} nor "
+                      f"{folder / 'model_configs'}")
+
+
+def parse_row(raw: dict[str, str], where: str, folder: Path | None = None) -> RunRow:
+    """One CSV record to a RunRow (``folder``: the runs file's, where ``model_config`` files are looked up)."""
     if None in raw or None in raw.values():  # csv.DictReader's marks of a record longer or shorter than the header
         raise ConfigError(f"{where}: the record has {len(raw) - (None in raw) + len(raw.get(None) or [])} fields, "
                           f"the header {len([k for k in raw if k is not None])}")
@@ -148,7 +184,8 @@ def parse_row(raw: dict[str, str], where: str) -> RunRow:
         sharding=_choice(raw["sharding"], "sharding", ("none", "zero1", "zero2", "zero3"), where),
         precision=_choice(raw["precision"], "precision", ("bf16", "fp16", "fp8"), where),
         step_time_s=_float(raw["step_time_s"], "step_time_s", where),
-        notes=raw["notes"], engine=(raw.get("engine") or "").strip() or DEFAULT_ENGINE, **needed, **ints,
+        notes=raw["notes"], engine=(raw.get("engine") or "").strip() or DEFAULT_ENGINE,
+        model_config=_model_config(raw.get("model_config") or "", folder, where), **needed, **ints,
     )
 
 
@@ -159,6 +196,6 @@ def read_runs(path: Path) -> list[RunRow]:
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigError(f"runs file {str(path)!r} lacks column {missing[0]!r} (schema: tests/data/README.md)")
-        return [parse_row(raw, f"{path.name}:{reader.line_num}") for raw in reader]
+        return [parse_row(raw, f"{path.name}:{reader.line_num}", path.parent) for raw in reader]
     except csv.Error as exc:
         raise ConfigError(f"runs file {str(path)!r} is not valid CSV: {exc}") from exc

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
@@ -23,6 +24,7 @@ from plait.hardware.catalog import get_accelerator, get_cluster, with_accelerato
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.validate.runs import RunRow
+from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec, MoeSpec
 
 REFERENCE_SYSTEM = {"a100": "dgx-a100-ib", "h100": "dgx-h100-ib", "h200": "dgx-h100-ib", "b200": "b200-dgx",
@@ -33,7 +35,11 @@ MAX_TP = 8
 
 
 def row_model(row: RunRow, engine: Engine) -> ModelSpec:
-    """The model a row describes; plain-MLP rows are GPT-style (LayerNorm, learned positions, biases, tied)."""
+    """The model a row describes: its ``model_config`` with the row's own shape columns where they differ (a run
+    may train a truncated proxy of the model), else the shape columns alone, plain-MLP rows GPT-style (LayerNorm,
+    learned positions, biases, tied)."""
+    if row.model_config is not None:
+        return _configured_model(row, engine)
     gpt_style = row.mlp == "plain"
     moe = None
     if row.moe_experts:
@@ -49,6 +55,25 @@ def row_model(row: RunRow, engine: Engine) -> ModelSpec:
         position="learned" if gpt_style else "rope", attention_bias=gpt_style, mlp_bias=gpt_style,
         dropout=engine.dropout, moe=moe, source=f"row {row.id}",
     )
+
+
+def _configured_model(row: RunRow, engine: Engine) -> ModelSpec:
+    """:func:`row_model` of a row with a ``model_config``."""
+    assert row.model_config is not None
+    base = load_hf_config(row.model_config)
+    moe = base.moe
+    if moe is not None and row.moe_experts:
+        moe = replace(moe, num_experts=row.moe_experts, top_k=row.moe_top_k or moe.top_k,
+                      expert_ffn_hidden_size=row.moe_ffn_hidden or moe.expert_ffn_hidden_size)
+    layers = row.layers or base.num_layers
+    local = base.local_attention
+    if local is not None and layers != base.num_layers:  # a truncated proxy keeps the share of local layers
+        local = replace(local, num_layers=round(local.num_layers * layers / base.num_layers))
+    return replace(base, name=row.model, num_layers=layers, hidden_size=row.hidden or base.hidden_size,
+                   num_heads=row.heads or base.num_heads, num_kv_heads=row.kv_heads or base.num_kv_heads,
+                   ffn_hidden_size=row.ffn_hidden or base.ffn_hidden_size, vocab_size=row.vocab or base.vocab_size,
+                   seq_len=row.seq_len or base.seq_len, moe=moe, local_attention=local, dropout=engine.dropout,
+                   source=f"row {row.id} ({row.model_config.name})")
 
 
 def row_cluster(row: RunRow) -> Cluster:
