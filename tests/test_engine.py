@@ -79,8 +79,9 @@ def test_rankings_of_two_engines_differ_exactly_where_their_facts_do() -> None:
     their capability lists: plans both can run and that do not shard parameters cost the same to the last bit,
     zero3 plans cost differently, and the candidates each refuses are exactly those with its unsupported options."""
     a, b = get_engine("megatron-core"), get_engine("deepspeed")
-    assert [f.name for f in fields(Framework) if getattr(a.framework, f.name) != getattr(b.framework, f.name)] == [
-        "shard_unit"]
+    differ = [f.name for f in fields(Framework) if getattr(a.framework, f.name) != getattr(b.framework, f.name)]
+    assert differ == ["shard_unit", "moe_host_sync", "moe_launches_fixed", "moe_launches_per_expert",
+                      "moe_quantized_per_expert"] and MODEL.moe is None  # MoE facts cost nothing on a dense model
     cols = enumerate_space(MODEL, default_space(MODEL, CLUSTER, 16, (64,)))
     cols = cols.take(np.arange(0, len(cols), 97))  # a spread sample of the space
     refused_a, refused_b = (unsupported_index(cols, MODEL, e) >= 0 for e in (a, b))

@@ -44,16 +44,21 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
     # gradients across replicas; with sharding, only the in-replica reduce-scatter stays.
     apart = rows_with(cols, INFREQUENT)
     whole = none & xp.not_(apart)
+    expert_stride = tp * cols["cp"] * ep  # ep consecutive data-parallel ranks hold different experts
     plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(whole, grad_bytes * params["dense"], 0.0))
-             + collective_s(cluster, "all_reduce", xp.maximum(1, replicas // ep), tp * ep,
+             + collective_s(cluster, "all_reduce", xp.maximum(1, replicas // ep), expert_stride,
                             xp.where(whole, grad_bytes * params["expert"], 0.0)))
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
                           xp.where(none | apart, 0.0, grad_bytes * sharded))
     zero12 = cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2")
-    total = params["dense"] + params["expert"]
-    reduce = collective_s(cluster, "reduce_scatter", dense_group, tp, xp.where(zero12, grad_bytes * total, 0.0))
-    gather = collective_s(cluster, "all_gather", dense_group, tp, xp.where(zero12, PARAM_BYTES * total, 0.0))
+    dense, expert = xp.where(zero12, params["dense"], 0.0), xp.where(zero12, params["expert"], 0.0)
+    # Experts are sharded over their own data-parallel group (Megatron-Core's expert-data-parallel group: the
+    # dp / ep ranks holding the same experts), whose members are ep data-parallel ranks apart.
+    reduce = (collective_s(cluster, "reduce_scatter", dense_group, tp, grad_bytes * dense)
+              + collective_s(cluster, "reduce_scatter", expert_group, expert_stride, grad_bytes * expert))
+    gather = (collective_s(cluster, "all_gather", dense_group, tp, PARAM_BYTES * dense)
+              + collective_s(cluster, "all_gather", expert_group, expert_stride, PARAM_BYTES * expert))
     return plain + across + reduce, gather
 
 

@@ -75,6 +75,24 @@ class Framework:
     all-gather before attention and a reduce-scatter of their gradients after (PyTorch
     ``context_parallel`` with ``rotate_method='allgather'``), whose per-step merging of partial outputs and
     gradients in fp32 is charged too (:func:`plait.cost.context_parallel.cp_merge_bytes`)."""
+    moe_host_sync: bool = False
+    """Each MoE layer's forward blocks the host until the device has counted its tokens per expert (Megatron-Core's
+    dropless all-to-all dispatcher copies the counts to the host and calls ``d2h_event.synchronize()`` to size the
+    all-to-all, megatron/core/transformer/moe/token_dispatcher.py @0d8e0714 L870-909; docs/research/moe_costs.md
+    section 1), so the host cannot launch ahead across MoE layers: such a layer takes the longer of its device time
+    and the time its host needs to launch its kernels (:func:`plait.cost.layer.moe_host_s`)."""
+    moe_launches_fixed: int = 0
+    """Kernels one MoE layer launches per micro-batch besides its experts', forward and backward together: router,
+    count all-gather, permute, all-to-alls, activation, unpermute and their backward (about 50-70 in Megatron-Core
+    with fused permute and router kernels, docs/research/moe_costs.md section 2; split evenly between the passes)."""
+    moe_launches_per_expert: int = 0
+    """GEMM kernels per local expert and micro-batch: two forward, four backward (Transformer Engine 2.9's
+    GroupedLinear launches one cuBLAS GEMM per expert, common/gemm/cublaslt_gemm.cu L924-977)."""
+    moe_quantized_per_expert: int = 0
+    """Tensors quantized per local expert and micro-batch in an fp8 run, each by the fp8 recipe's kernels
+    (:func:`plait.cost.layer.fp8_quantize_kernels`): the two expert GEMMs' inputs forward and their output
+    gradients backward (TE GroupedLinear ``split_quantize``, a loop over experts, csrc/extensions/cast.cpp
+    L496-597)."""
     ddp_bucket_mb: float = 0.0
     """Cap of a gradient bucket of the replica all-reduce (unsharded plans), MB (2**20 bytes): a model whose
     gradients fill fewer buckets than it has layers overlaps that many reductions with the backward pass
