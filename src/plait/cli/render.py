@@ -12,6 +12,7 @@ from plait.predict.goodput import goodput, reliability
 from plait.units import GIB
 
 if TYPE_CHECKING:
+    from plait.validate.memory import MemoryValidation
     from plait.validate.report import Validation
 
 
@@ -99,6 +100,25 @@ def print_validation(console: Console, validation: Validation) -> None:
     for r in skipped:
         console.print(f"not predicted: {r.row.id}: {r.reason}")
     console.print(f"[bold]MAPE {validation.mape_pct:.1f}%[/] over {len(validation.predicted)} rows "
+                  f"({len(skipped)} not predicted)")
+    for source, mape in validation.per_source().items():
+        console.print(f"  {source}: {mape:.1f}%")
+
+
+def print_memory_validation(console: Console, validation: MemoryValidation) -> None:
+    """Per-row predicted vs measured peak memory, then MAPE overall and per source."""
+    table = Table(title="Predicted vs measured peak memory per GPU", title_justify="left")
+    for column in ("id", "layout (unknown knobs filled)", "measured as", "predicted GiB", "measured GiB", "error"):
+        table.add_column(column, justify="right" if column.endswith(("GiB", "error")) else "left")
+    for r in validation.predicted:
+        assert r.predicted_gib is not None
+        table.add_row(r.row.id, r.layout, r.kind, f"{r.predicted_gib:.1f}", f"{r.measured_gib:.1f}",
+                      f"{r.error_pct:+.1f}%")
+    console.print(table)
+    skipped = [r for r in validation.results if r.predicted_gib is None]
+    for r in skipped:
+        console.print(f"not predicted: {r.row.id}: {r.reason}")
+    console.print(f"[bold]memory MAPE {validation.mape_pct:.1f}%[/] over {len(validation.predicted)} rows "
                   f"({len(skipped)} not predicted)")
     for source, mape in validation.per_source().items():
         console.print(f"  {source}: {mape:.1f}%")

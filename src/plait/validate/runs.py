@@ -73,7 +73,7 @@ class RunRow:
     @property
     def sequence_parallel(self) -> bool | None:
         """``True`` when the notes say ``sp``, ``False`` when they say "no sequence parallelism", else ``None``."""
-        if "no sequence parallelism" in self.notes:
+        if "no sequence parallelism" in self.notes or "no --sequence-parallel" in self.notes:
             return False
         return True if self.notes.split(";")[0].strip() == "sp" else None
 

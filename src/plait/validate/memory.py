@@ -1,0 +1,138 @@
+"""Predicted vs measured peak memory per GPU of public training runs (issue 15; ``plait validate --memory``).
+
+The rows (``tests/data/memory_runs.csv``, schema in ``tests/data/README.md``) share the runs file's identity, shape
+and layout columns; each row is predicted as a step-time row is (:func:`plait.validate.report.predict_row`: unknown
+knobs take the feasible value with the best predicted step time), and the prediction is compared in the kind of
+memory the source measured (``memory_kind``):
+
+- the caching allocator's peak *reserved* bytes (``torch.cuda.max_memory_reserved``, torchtitan's ``memory:`` line):
+  everything plait counts but the CUDA context, library workspaces and NCCL buffers (``runtime_reserved``), which
+  live outside PyTorch's allocator;
+- its peak *allocated* bytes (``torch.cuda.max_memory_allocated``, Megatron-LM's ``mem-max-allocated-bytes``): also
+  without the allocator's fragmentation;
+- a figure whose kind the source does not state: plait's whole figure (what the device shows).
+
+A row without a global batch and without a pipeline is predicted at one micro-batch per replica: its peak holds
+one micro-batch whatever the gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, replace
+from pathlib import Path
+from statistics import mean
+
+from plait.cost.estimate import MemoryBreakdown
+from plait.errors import ConfigError, read_user_file
+from plait.units import GIB
+from plait.validate.report import predict_row
+from plait.validate.runs import RunRow, parse_row
+
+MEMORY_COLUMNS = ("id", "source", "peak_memory_gib", "memory_kind")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryResult:
+    """One row's outcome."""
+
+    row: RunRow
+    measured_gib: float
+    kind: str
+    """``reserved``, ``allocated`` or ``device`` (:func:`measured_kind`)."""
+    predicted_gib: float | None = None
+    reason: str = ""
+    layout: str = ""
+
+    @property
+    def error_pct(self) -> float:
+        assert self.predicted_gib is not None
+        return 100.0 * (self.predicted_gib - self.measured_gib) / self.measured_gib
+
+
+def measured_kind(memory_kind: str) -> str:
+    """``reserved``, ``allocated`` or ``device`` from the row's description of its figure."""
+    text = memory_kind.lower()
+    if "reserved" in text:
+        return "reserved"
+    if "allocated" in text:
+        return "allocated"
+    return "device"
+
+
+def comparable_bytes(memory: MemoryBreakdown, kind: str) -> float:
+    """plait's figure in the kind the source measured (module docstring)."""
+    if kind == "reserved":
+        return memory.total_bytes - memory.runtime_reserved_bytes
+    if kind == "allocated":
+        return memory.total_bytes - memory.runtime_reserved_bytes - memory.fragmentation_bytes
+    return memory.total_bytes
+
+
+def read_memory_runs(path: Path) -> list[tuple[RunRow, float, str]]:
+    """(row, measured GiB, kind) of every record of a memory-runs CSV."""
+    reader = csv.DictReader(io.StringIO(read_user_file(path, "memory runs file"), newline=""))
+    missing = [c for c in MEMORY_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(f"memory runs file {str(path)!r} lacks column {missing[0]!r} (schema: tests/data/README.md)")
+    out = []
+    for raw in reader:
+        where = f"{path.name}:{reader.line_num}"
+        filled = {"moe_experts": "", "moe_top_k": "", "moe_ffn_hidden": "", "system": "", "step_time_s": "",
+                  "model_config": "", **{k: v for k, v in raw.items() if k is not None}}
+        row = parse_row(filled, where, path.parent)
+        if row.global_batch is None and (row.pp or 1) == 1 and row.micro_batch and row.dp:
+            # without a pipeline the peak holds one micro-batch whatever the accumulation: one per replica
+            row = replace(row, global_batch=row.micro_batch * row.dp)
+        try:
+            measured = float(raw["peak_memory_gib"])
+        except ValueError:
+            raise ConfigError(f"{where}: column peak_memory_gib={raw['peak_memory_gib']!r} must be a number") from None
+        out.append((row, measured, measured_kind(raw["memory_kind"])))
+    return out
+
+
+def predict_memory(row: RunRow, measured_gib: float, kind: str) -> MemoryResult:
+    """Predict one row's peak memory (its plan filled as a step-time row's)."""
+    result = predict_row(replace(row, step_time_s=1.0))  # any time: only the plan and its memory are read
+    if result.estimate is None:
+        return MemoryResult(row=row, measured_gib=measured_gib, kind=kind, reason=result.reason)
+    predicted = comparable_bytes(result.estimate.memory, kind) / GIB
+    return MemoryResult(row=row, measured_gib=measured_gib, kind=kind, predicted_gib=predicted,
+                        layout=result.estimate.plan.describe())
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryValidation:
+    """Every row's outcome and the mean absolute percentage error."""
+
+    results: list[MemoryResult]
+
+    @property
+    def predicted(self) -> list[MemoryResult]:
+        return [r for r in self.results if r.predicted_gib is not None]
+
+    @property
+    def mape_pct(self) -> float:
+        return mean(abs(r.error_pct) for r in self.predicted) if self.predicted else float("nan")
+
+    def per_source(self) -> dict[str, float]:
+        sources = sorted({r.row.source for r in self.predicted})
+        return {s: mean(abs(r.error_pct) for r in self.predicted if r.row.source == s) for s in sources}
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON document of ``plait validate --memory ... --json``."""
+        return {
+            "memory_mape_pct": self.mape_pct, "rows": len(self.predicted), "rows_in_file": len(self.results),
+            "per_source": self.per_source(),
+            "results": [{"id": r.row.id, "source": r.row.source, "kind": r.kind, "measured_gib": r.measured_gib,
+                         "predicted_gib": r.predicted_gib, "error_pct": r.error_pct, "layout": r.layout}
+                        for r in self.predicted],
+            "not_predicted": [{"id": r.row.id, "reason": r.reason} for r in self.results if r.predicted_gib is None],
+        }
+
+
+def validate_memory(path: Path) -> MemoryValidation:
+    """Predict every row of a memory-runs CSV."""
+    return MemoryValidation(results=[predict_memory(*entry) for entry in read_memory_runs(path)])
