@@ -24,6 +24,7 @@ from plait.plan.sync import parse_sync
 from plait.search.engine import run_search
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.pareto import choose, pareto_front
+from plait.search.engine import RANK_BY
 from plait.search.planner import check_objective, gpu_counts, relaxations, search_gpu_counts
 from plait.search.space import default_space
 from plait.workload.catalog import resolve_model
@@ -87,10 +88,17 @@ def plan_command(
     force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
     workers: Annotated[int | None, typer.Option(help="Processes that search pieces of the space (default: every core "
                                                      "for spaces of 100,000 candidates or more).")] = None,
+    rank_by: Annotated[str, typer.Option(help="p50: rank by the predicted step time; p90: by its 90% bound (the plan "
+                                              "that is fast even if the prediction is wrong).")] = "p50",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Search every parallel layout and memory knob; rank plans and explain the winner."""
     check_objective(objective)
+    if rank_by not in RANK_BY:
+        raise ConfigError(f"--rank-by={rank_by!r} must be one of {', '.join(RANK_BY)}")
+    if rank_by != "p50" and objective != "throughput":
+        raise ConfigError(f"--rank-by={rank_by} ranks the plans of objective throughput; objective {objective} "
+                          "compares GPU counts at their best predicted step")
     model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
     # Across sites the methods that send less matter most, and only plait's runtime runs them (`plait engines`).
     the_engine = get_engine(engine or (SITES_ENGINE if cluster_spec.site_gpus else DEFAULT_ENGINE))
@@ -116,7 +124,8 @@ def plan_command(
         space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
                               allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=syncs)
         with LazyProgress(console, "searching plans") as progress:
-            result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine, workers=workers)
+            result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine, workers=workers,
+                                rank_by=rank_by)
         if result.num_candidates == 0:
             raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "
                               f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
@@ -165,7 +174,7 @@ def plan_command(
 
 def _search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-untyped-def]
     return {
-        "objective": "throughput", "model": result.model.name, "cluster": result.cluster.name,
+        "objective": "throughput", "rank_by": result.rank_by, "model": result.model.name, "cluster": result.cluster.name,
         "engine": result.engine.spec,
         "gpus": result.space.gpus, "candidates": result.num_candidates, "costed": result.costed,
         "feasible": result.num_feasible, "elapsed_s": result.elapsed_s, "candidates_per_s": result.candidates_per_s,

@@ -30,7 +30,9 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     """Summary, time breakdown, memory breakdown and cost to train."""
     console.print(f"[bold]{est.model_name}[/] on {est.num_gpus} x {est.cluster_name}, run by {est.engine}")
     console.print(f"plan: {est.plan.describe()}  (micro-batches per step: {est.plan.num_micro_batches})")
-    time_table = Table(title=f"Step time {est.step_time_s:.4g} s", title_justify="left")
+    low, high = est.step_time_interval_s
+    time_table = Table(title=f"Step time {est.step_time_s:.4g} s (80% interval {low:.4g}-{high:.4g} s)",
+                       title_justify="left")
     time_table.add_column("component")
     time_table.add_column("seconds", justify="right")
     time_table.add_column("share", justify="right")
@@ -103,6 +105,11 @@ def print_validation(console: Console, validation: Validation) -> None:
                   f"({len(skipped)} not predicted)")
     for source, mape in validation.per_source().items():
         console.print(f"  {source}: {mape:.1f}%")
+    coverage = validation.interval_coverage()
+    if coverage:
+        console.print(f"step-time interval (nominal {100 * coverage['nominal']:.0f}%): leave-one-source-out coverage "
+                      f"{100 * coverage['leave_one_source_out']:.1f}%; per source "
+                      + ", ".join(f"{s} {100 * v:.0f}%" for s, v in coverage["per_source"].items()))
 
 
 def print_memory_validation(console: Console, validation: MemoryValidation) -> None:

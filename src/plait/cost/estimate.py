@@ -131,11 +131,21 @@ class Estimate:
     """The plan's ``dp_sync`` steps multiplier and its source (:mod:`plait.plan.convergence`)."""
     warnings: list[str] = field(default_factory=list)
     """Options with no effect and other notes."""
+    moe_model: bool = False
+    """Whether the model has mixture-of-experts layers (widens the interval, :mod:`plait.predict.intervals`)."""
 
     @property
     def step_time_s(self) -> float:
         """Predicted time of one optimizer step."""
         return self.time.total_s
+
+    @property
+    def step_time_interval_s(self) -> tuple[float, float]:
+        """(p10, p90) of the step time: the nominal 80% conformal interval (:mod:`plait.predict.intervals`)."""
+        from plait.predict.intervals import bounds, spread  # the predict layer builds on this module
+
+        low, high = bounds(self.step_time_s, spread(dict(self.time.items()), self.moe_model))
+        return float(low), float(high)
 
     @property
     def num_gpus(self) -> int:
@@ -201,6 +211,10 @@ class Estimate:
             "plan": asdict(self.plan),
             "layout": self.plan.describe(),
             "step_time_s": self.step_time_s,
+            "step_time_p10_s": self.step_time_interval_s[0],
+            "step_time_p90_s": self.step_time_interval_s[1],
+            "step_time_interval": "nominal 80% split-conformal interval, calibrated leave-one-source-out on public runs "
+                                  "(plait.predict.intervals)",
             "time_breakdown_s": dict(self.time.items()),
             "memory_breakdown_bytes": dict(self.memory.items()),
             "memory_total_bytes": self.memory.total_bytes,

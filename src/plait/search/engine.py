@@ -24,6 +24,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import row_figures
 from plait.predict.estimate import refine_pipeline
+from plait.predict.intervals import bounds, spread
 from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
 from plait.search.rules import MEMORY_REASON, reason_table
@@ -32,6 +33,7 @@ from plait.workload.model import ModelSpec
 
 Progress = Callable[[int, int], None]
 REFINE = 4
+RANK_BY = ("p50", "p90")
 
 
 @dataclass
@@ -53,7 +55,18 @@ class SearchResult:
     :data:`~plait.search.parts.KEPT_MISSES` nearest misses."""
     elapsed_s: float = 0.0
     interrupted: bool = False
+    rank_by: str = "p50"
+    """``p50``: rank by the predicted step time; ``p90``: by its 90% bound (:mod:`plait.predict.intervals`), the plan
+    that is fast even if the prediction is wrong as the development runs show it can be."""
     _ranking: list[tuple[float, int, int]] | None = None
+
+    def _steps(self, result: BatchResult, rows: np.ndarray) -> np.ndarray:
+        """The step times ranked by, of ``rows`` of ``result``."""
+        step = result.step_time_s[rows]
+        if self.rank_by == "p50":
+            return step
+        width = spread({k: v[rows] for k, v in result.time.items()}, self.model.moe is not None)
+        return bounds(step, width)[1]
 
     @property
     def num_feasible(self) -> int:
@@ -71,7 +84,7 @@ class SearchResult:
             ranked = []
             for chunk, (cols, result, rows) in enumerate(self.feasible):
                 tokens = cols["global_batch"][rows] * cols["seq_len"][rows] if len(rows) else np.array([])
-                tps = tokens / result.step_time_s[rows] if len(rows) else np.array([])
+                tps = tokens / self._steps(result, rows) if len(rows) else np.array([])
                 if len(rows) and cols["dp_sync"][rows].any():  # all-reduce-equivalent tokens (steps multipliers)
                     tps = tps / row_figures(cols.take(rows))[0]
                 ranked += [(float(t), chunk, int(r)) for t, r in zip(tps, rows)]
@@ -87,6 +100,8 @@ class SearchResult:
             cols, result, _ = self.feasible[chunk]
             est = estimate_from_batch(self.model, self.cluster, result, row, self.engine.spec)
             out.append(refine_pipeline(self.model, self.cluster, est, self.engine.framework) if est.plan.pp > 1 else est)
+        if self.rank_by == "p90":  # tokens/s at the 90% bound, over the steps multiplier
+            return sorted(out, key=lambda e: e.step_time_interval_s[1] * e.steps_multiplier / e.tokens_per_step)[:k]
         return sorted(out, key=lambda e: -e.target_tokens_per_s)[:k]
 
     def nearest_misses(self, k: int) -> list[Estimate]:
@@ -106,7 +121,7 @@ class SearchResult:
 
 
 def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine: Engine | None = None,
-               progress: Progress | None = None, workers: int | None = None) -> SearchResult:
+               progress: Progress | None = None, workers: int | None = None, rank_by: str = "p50") -> SearchResult:
     """Search ``space`` for ``engine`` (default: :data:`plait.engine.catalog.DEFAULT_ENGINE`): candidates the engine
     cannot run are pruned with the option named; Ctrl-C returns what was costed so far. ``workers`` processes
     search pieces of the space (:mod:`plait.search.parts`; default: every core for spaces of at least
@@ -119,7 +134,10 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
         workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1
     if workers < 1:
         raise ConfigError(f"workers={workers} must be >= 1")
-    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=total, engine=engine)
+    if rank_by not in RANK_BY:
+        raise ConfigError(f"rank_by={rank_by!r} must be one of {', '.join(RANK_BY)}")
+    result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=total, engine=engine,
+                          rank_by=rank_by)
     done = Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
     report = (lambda n: progress(n, total)) if progress else None
     try:

@@ -15,6 +15,7 @@ from plait.errors import ConfigError
 from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
 from plait.predict.estimate import refine_pipeline, wants_simulation
+from plait.predict.intervals import NOMINAL, loso_coverage
 from plait.validate.runs import RunRow
 from plait.validate.translate import candidate_plans, row_cluster, row_model
 
@@ -90,6 +91,20 @@ class Validation:
         sources = sorted({r.row.source for r in self.predicted})
         return {s: mean(abs(r.error_pct) for r in self.predicted if r.row.source == s) for s in sources}
 
+    def interval_coverage(self) -> dict[str, object]:
+        """Leave-one-source-out coverage of the nominal 80% step-time interval over these rows, overall and per
+        source (:func:`plait.predict.intervals.loso_coverage`), and of the shipped interval on them."""
+        from plait.validate.intervals import residual_rows
+
+        if not self.predicted:
+            return {}
+        rows = residual_rows(self)
+        overall, per_source = loso_coverage(rows)
+        shipped = sum(r.estimate.step_time_interval_s[0] <= (r.row.step_time_s or 0.0) <= r.estimate.step_time_interval_s[1]
+                      for r in self.predicted if r.estimate)
+        return {"nominal": NOMINAL, "leave_one_source_out": overall, "per_source": per_source,
+                "shipped_interval": shipped / len(self.predicted)}
+
     def to_dict(self) -> dict[str, object]:
         """The JSON document of ``plait validate --json``."""
         return {
@@ -97,8 +112,11 @@ class Validation:
             "rows": len(self.predicted),
             "rows_in_file": len(self.results),
             "per_source": self.per_source(),
+            "interval_coverage": self.interval_coverage(),
             "results": [
                 {"id": r.row.id, "source": r.row.source, "engine": r.estimate.engine, "predicted_step_time_s": r.estimate.step_time_s,
+                 "predicted_p10_s": r.estimate.step_time_interval_s[0],
+                 "predicted_p90_s": r.estimate.step_time_interval_s[1],
                  "measured_step_time_s": r.row.step_time_s, "error_pct": r.error_pct,
                  "layout": r.estimate.plan.describe(), "fits": r.fits, "candidates": r.candidates}
                 for r in self.predicted

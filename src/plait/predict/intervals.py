@@ -1,0 +1,103 @@
+"""Prediction intervals of the step time (issue 15): locally weighted split-conformal intervals on the development
+runs' residuals.
+
+A prediction ``t`` of a plan is wrong by the factor ``m / t`` the measured step ``m`` shows; its residual is
+``r = log(m / t)``. Residuals are scaled by the prediction's *spread* ``1 + c + e``: ``c`` the share of the predicted
+step that is not compute (exposed communication, pipeline bubble, optimizer), ``e`` 1 for a mixture-of-experts
+model and 0 else (assumed: the cost model's compute side rests on measured kernel rates; its communication,
+overlap and MoE sides on fewer and coarser figures, and the MoE rows are the widest residuals of the development
+set, docs/status.md). The ``10%`` and ``90%`` conformal quantiles ``q`` of ``z = r / spread`` over the calibration
+runs give the nominal 80% interval ``[t exp(q10 spread), t exp(q90 spread)]`` (Lei et al. 2018, "Distribution-Free
+Predictive Inference for Regression", JASA 113(523), Sec. 2.2 split conformal and Sec. 5.2 locally weighted
+residuals; the finite-sample quantile levels ``floor((n+1) a) / n`` and ``ceil((n+1) (1-a)) / n`` there). Whether
+the width is honest is measured leave-one-source-out: each source's runs against quantiles from the other sources
+(:func:`loso_coverage`; the test requires 75-90% overall).
+
+The shipped quantiles (``data/intervals.toml``) are computed from the development set by
+``python -m plait.validate.intervals --runs tests/data/dev.csv --write src/plait/predict/data/intervals.toml``; a test
+recomputes them, so a change to the cost model that moves the residuals must rewrite them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+NOMINAL = 0.8
+"""Nominal coverage of the interval (p10 to p90)."""
+LOW, HIGH = (1 - NOMINAL) / 2, 1 - (1 - NOMINAL) / 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """The conformal quantiles of the scaled residuals."""
+
+    lower: float
+    """10% quantile of ``log(measured / predicted) / spread``."""
+    upper: float
+    """90% quantile of the same."""
+    rows: int
+    """Runs they were computed from."""
+    source: str
+    """How they were computed (the command and the dataset)."""
+
+
+def spread(time_s: dict[str, Any], moe: bool) -> Any:
+    """``1 +`` the non-compute share of the step ``+ 1`` for an MoE model, per row (``time_s``: the step's
+    components in seconds, :class:`plait.cost.estimate.TimeBreakdown` names without ``_s``, floats or columns)."""
+    total = sum(time_s.values())
+    compute = time_s["compute"] + time_s["recompute"]
+    return 1.0 + (total - compute) / np.maximum(total, 1e-30) + (1.0 if moe else 0.0)
+
+
+def bounds(step_s: Any, width: Any, calibration: Calibration | None = None) -> tuple[Any, Any]:
+    """(p10, p90) of a step predicted at ``step_s`` with spread ``width``."""
+    cal = calibration or shipped()
+    return step_s * np.exp(cal.lower * width), step_s * np.exp(cal.upper * width)
+
+
+def conformal_quantiles(z: list[float]) -> tuple[float, float]:
+    """The split-conformal lower and upper quantiles of ``z`` for :data:`NOMINAL` coverage (Lei et al. 2018)."""
+    ordered = sorted(z)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no residuals to calibrate on")
+    lo = max(math.floor((n + 1) * LOW), 1)
+    hi = min(math.ceil((n + 1) * HIGH), n)
+    return ordered[lo - 1], ordered[hi - 1]
+
+
+def calibrate(residuals: list[float], spreads: list[float], source: str) -> Calibration:
+    """The calibration of residuals ``log(measured / predicted)`` with their spreads."""
+    lower, upper = conformal_quantiles([r / s for r, s in zip(residuals, spreads)])
+    return Calibration(lower=lower, upper=upper, rows=len(residuals), source=source)
+
+
+def loso_coverage(rows: list[tuple[str, float, float]]) -> tuple[float, dict[str, float]]:
+    """(overall, per source) share of runs inside the interval calibrated on the *other* sources' runs; ``rows``:
+    (source, residual, spread) per run."""
+    per_source: dict[str, float] = {}
+    inside = 0
+    for source in sorted({s for s, _, _ in rows}):
+        others = [(r, w) for s, r, w in rows if s != source]
+        lower, upper = conformal_quantiles([r / w for r, w in others])
+        mine = [(r, w) for s, r, w in rows if s == source]
+        hits = sum(lower * w <= r <= upper * w for r, w in mine)
+        per_source[source] = hits / len(mine)
+        inside += hits
+    return inside / len(rows), per_source
+
+
+@functools.cache
+def shipped() -> Calibration:
+    """The calibration plait ships (``data/intervals.toml``)."""
+    text = resources.files("plait.predict").joinpath("data").joinpath("intervals.toml").read_text(encoding="utf-8")
+    raw = tomllib.loads(text)
+    return Calibration(lower=float(raw["lower"]), upper=float(raw["upper"]), rows=int(raw["rows"]),
+                       source=str(raw["source"]))
