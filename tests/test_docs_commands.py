@@ -37,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01":
         "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01 --steps 4",  # 200 steps: minutes
     "plait validate --runs tests/data/dev.csv": "",
+    "plait validate --memory tests/data/memory_runs.csv": "",
+    "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",
     "plait plan --model llama3-70b --objective cost --gpus-range 1024:8192 --tokens 15e12 --deadline-days 60 "
