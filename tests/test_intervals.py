@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,8 @@ def test_ranking_by_the_90_percent_bound_prefers_plans_that_are_fast_if_wrong(tm
     assert tops["p50"]["layout"] != tops["p90"]["layout"]
     assert tops["p90"]["step_time_p90_s"] < tops["p50"]["step_time_p90_s"]
     assert tops["p50"]["step_time_s"] <= tops["p90"]["step_time_s"]
+
+
+def test_one_source_has_nothing_to_leave_out() -> None:
+    overall, per_source = loso_coverage([("a", 0.1, 1.0), ("a", 0.2, 1.0)])
+    assert per_source == {} and math.isnan(overall)

@@ -21,10 +21,9 @@ from plait.hardware.catalog import resolve_cluster
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
-from plait.search.engine import run_search
+from plait.search.engine import RANK_BY, run_search
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.pareto import choose, pareto_front
-from plait.search.engine import RANK_BY
 from plait.search.planner import check_objective, gpu_counts, relaxations, search_gpu_counts
 from plait.search.space import default_space
 from plait.workload.catalog import resolve_model

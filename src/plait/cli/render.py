@@ -13,7 +13,7 @@ from plait.units import GIB
 
 if TYPE_CHECKING:
     from plait.validate.memory import MemoryValidation
-    from plait.validate.report import Validation
+    from plait.validate.report import Scored, Validation
 
 
 def _duration(seconds: float) -> str:
@@ -98,13 +98,7 @@ def print_validation(console: Console, validation: Validation) -> None:
         table.add_row(r.row.id, r.estimate.plan.describe() + note, f"{r.estimate.step_time_s:.3f}",
                       f"{r.row.step_time_s:.3f}", f"{r.error_pct:+.1f}%")
     console.print(table)
-    skipped = [r for r in validation.results if r.estimate is None]
-    for r in skipped:
-        console.print(f"not predicted: {r.row.id}: {r.reason}")
-    console.print(f"[bold]MAPE {validation.mape_pct:.1f}%[/] over {len(validation.predicted)} rows "
-                  f"({len(skipped)} not predicted)")
-    for source, mape in validation.per_source().items():
-        console.print(f"  {source}: {mape:.1f}%")
+    _print_scores(console, validation, [r for r in validation.results if r.estimate is None], "MAPE")
     coverage = validation.interval_coverage()
     if coverage:
         console.print(f"step-time interval (nominal {100 * coverage['nominal']:.0f}%): leave-one-source-out coverage "
@@ -122,10 +116,14 @@ def print_memory_validation(console: Console, validation: MemoryValidation) -> N
         table.add_row(r.row.id, r.layout, r.kind, f"{r.predicted_gib:.1f}", f"{r.measured_gib:.1f}",
                       f"{r.error_pct:+.1f}%")
     console.print(table)
-    skipped = [r for r in validation.results if r.predicted_gib is None]
+    _print_scores(console, validation, [r for r in validation.results if r.predicted_gib is None], "memory MAPE")
+
+
+def _print_scores(console: Console, validation: Scored, skipped: list, label: str) -> None:  # type: ignore[type-arg]
+    """The rows not predicted and why, then MAPE overall and per source."""
     for r in skipped:
         console.print(f"not predicted: {r.row.id}: {r.reason}")
-    console.print(f"[bold]memory MAPE {validation.mape_pct:.1f}%[/] over {len(validation.predicted)} rows "
+    console.print(f"[bold]{label} {validation.mape_pct:.1f}%[/] over {len(validation.predicted)} rows "
                   f"({len(skipped)} not predicted)")
     for source, mape in validation.per_source().items():
         console.print(f"  {source}: {mape:.1f}%")

@@ -81,12 +81,14 @@ def calibrate(residuals: list[float], spreads: list[float], source: str) -> Cali
 
 def loso_coverage(rows: list[tuple[str, float, float]]) -> tuple[float, dict[str, float]]:
     """(overall, per source) share of runs inside the interval calibrated on the *other* sources' runs; ``rows``:
-    (source, residual, spread) per run."""
+    (source, residual, spread) per run. ``(nan, {})`` with fewer than two sources: nothing to leave out."""
+    sources = sorted({s for s, _, _ in rows})
+    if len(sources) < 2:
+        return math.nan, {}
     per_source: dict[str, float] = {}
     inside = 0
-    for source in sorted({s for s, _, _ in rows}):
-        others = [(r, w) for s, r, w in rows if s != source]
-        lower, upper = conformal_quantiles([r / w for r, w in others])
+    for source in sources:
+        lower, upper = conformal_quantiles([r / w for s, r, w in rows if s != source])
         mine = [(r, w) for s, r, w in rows if s == source]
         hits = sum(lower * w <= r <= upper * w for r, w in mine)
         per_source[source] = hits / len(mine)

@@ -22,12 +22,11 @@ import csv
 import io
 from dataclasses import dataclass, replace
 from pathlib import Path
-from statistics import mean
 
 from plait.cost.estimate import MemoryBreakdown
 from plait.errors import ConfigError, read_user_file
 from plait.units import GIB
-from plait.validate.report import predict_row
+from plait.validate.report import Scored, predict_row
 from plait.validate.runs import RunRow, parse_row
 
 MEMORY_COLUMNS = ("id", "source", "peak_memory_gib", "memory_kind")
@@ -104,22 +103,15 @@ def predict_memory(row: RunRow, measured_gib: float, kind: str) -> MemoryResult:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryValidation:
+class MemoryValidation(Scored):
     """Every row's outcome and the mean absolute percentage error."""
 
     results: list[MemoryResult]
 
     @property
     def predicted(self) -> list[MemoryResult]:
+        """Rows with a prediction and a measurement."""
         return [r for r in self.results if r.predicted_gib is not None]
-
-    @property
-    def mape_pct(self) -> float:
-        return mean(abs(r.error_pct) for r in self.predicted) if self.predicted else float("nan")
-
-    def per_source(self) -> dict[str, float]:
-        sources = sorted({r.row.source for r in self.predicted})
-        return {s: mean(abs(r.error_pct) for r in self.predicted if r.row.source == s) for s in sources}
 
     def to_dict(self) -> dict[str, object]:
         """The JSON document of ``plait validate --memory ... --json``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import mean
+from typing import Any
 
 import numpy as np
 
@@ -70,16 +71,13 @@ def predict_row(row: RunRow) -> RowResult:
     return RowResult(row=row, estimate=chosen, candidates=len(cols), fits=bool(fits.any()))
 
 
-@dataclass(frozen=True, kw_only=True)
-class Validation:
-    """All row results and their statistics."""
-
-    results: list[RowResult]
+class Scored:
+    """Mean absolute percentage error over the rows with a prediction (``predicted``, each with ``row.source`` and
+    ``error_pct``), overall and per source: step times and peak memory alike."""
 
     @property
-    def predicted(self) -> list[RowResult]:
-        """Rows with a prediction and a measurement."""
-        return [r for r in self.results if r.estimate is not None]
+    def predicted(self) -> list[Any]:
+        raise NotImplementedError
 
     @property
     def mape_pct(self) -> float:
@@ -91,6 +89,18 @@ class Validation:
         sources = sorted({r.row.source for r in self.predicted})
         return {s: mean(abs(r.error_pct) for r in self.predicted if r.row.source == s) for s in sources}
 
+
+@dataclass(frozen=True, kw_only=True)
+class Validation(Scored):
+    """All row results and their statistics."""
+
+    results: list[RowResult]
+
+    @property
+    def predicted(self) -> list[RowResult]:
+        """Rows with a prediction and a measurement."""
+        return [r for r in self.results if r.estimate is not None]
+
     def interval_coverage(self) -> dict[str, object]:
         """Leave-one-source-out coverage of the nominal 80% step-time interval over these rows, overall and per
         source (:func:`plait.predict.intervals.loso_coverage`), and of the shipped interval on them."""
@@ -100,6 +110,8 @@ class Validation:
             return {}
         rows = residual_rows(self)
         overall, per_source = loso_coverage(rows)
+        if not per_source:  # one source: nothing to leave out
+            return {}
         shipped = sum(r.estimate.step_time_interval_s[0] <= (r.row.step_time_s or 0.0) <= r.estimate.step_time_interval_s[1]
                       for r in self.predicted if r.estimate)
         return {"nominal": NOMINAL, "leave_one_source_out": overall, "per_source": per_source,
