@@ -200,11 +200,10 @@ def main() -> int:
             start = max(every, 2)  # after the first period (start-up, first buckets)
             end = start + (len(starts) - 1 - start) // every * every  # whole periods
             measured = (starts[end] - starts[start]) / (end - start)  # the period the job steps at
-            times = starts
             _, plan = read_plan_file(tmp / f"{stem(spec)}.toml")
             sync = parse_sync(spec)
             if sync.method == "palsgd":  # predicted at the share of pseudo-steps these steps drew, not at p
-                draws = list(itertools.islice(pseudo_steps(sync["p"]), len(times)))[start:end]
+                draws = list(itertools.islice(pseudo_steps(sync["p"]), len(starts)))[start:end]
                 share = sum(draws) / len(draws)
                 params = ",".join(f"{k}={share if k == 'p' else v}" for k, v in sync.params)
                 plan = dataclasses.replace(plan, dp_sync=parse_sync(f"palsgd:{params}").spec)

@@ -203,6 +203,7 @@ class Estimate:
 
     def to_dict(self, train_tokens: float | None = None) -> dict[str, object]:
         """A JSON-ready summary."""
+        low, high = self.step_time_interval_s
         out: dict[str, object] = {
             "model": self.model_name,
             "cluster": self.cluster_name,
@@ -211,8 +212,8 @@ class Estimate:
             "plan": asdict(self.plan),
             "layout": self.plan.describe(),
             "step_time_s": self.step_time_s,
-            "step_time_p10_s": self.step_time_interval_s[0],
-            "step_time_p90_s": self.step_time_interval_s[1],
+            "step_time_p10_s": low,
+            "step_time_p90_s": high,
             "step_time_interval": "nominal 80% split-conformal interval, calibrated leave-one-source-out on public runs "
                                   "(plait.predict.intervals)",
             "time_breakdown_s": dict(self.time.items()),

@@ -128,18 +128,16 @@ def apply_ddp(model: nn.Module, mesh: Mesh) -> nn.Module:
     group = replica_group(mesh)
     ignore_experts_in_ddp(model, mesh.plan)  # ep > 1: experts are not replicas; moe.reduce_expert_gradients
     # cp > 1: each cp rank holds its own shard of the rope buffers, which DDP must not broadcast
-    if mesh.plan.dp_sync != "allreduce":  # a compressed or periodic method (pure data parallelism: plan rules)
+    method = mesh.plan.dp_sync
+    # a compressed or periodic method (pure data parallelism: plan rules), or, across sites, DDP's buckets on the
+    # hierarchical all-reduce (plait.run.sites)
+    if method != "allreduce" or mesh.site_gpus:
         from plait.plan.sync import parse_sync
         from plait.run.sync import wrap_model
 
-        split = mesh.plan.tp > 1 or mesh.plan.pp > 1  # DDP takes neither: the optimizer wrapper reduces
-        return wrap_model(model, parse_sync(mesh.plan.dp_sync), mesh.replicas, split,
-                          broadcast_buffers=mesh.plan.cp == 1)
-    if mesh.site_gpus:  # across sites DDP's buckets take the hierarchical all-reduce (plait.run.sites)
-        from plait.plan.sync import parse_sync
-        from plait.run.sync import wrap_model
-
-        return wrap_model(model, parse_sync("allreduce"), mesh.replicas, broadcast_buffers=mesh.plan.cp == 1)
+        # DDP takes neither TP nor PP: the optimizer wrapper reduces (the all-reduce with them is refused before)
+        split = method != "allreduce" and (mesh.plan.tp > 1 or mesh.plan.pp > 1)
+        return wrap_model(model, parse_sync(method), mesh.replicas, split, broadcast_buffers=mesh.plan.cp == 1)
     return nn.parallel.DistributedDataParallel(model, process_group=group, broadcast_buffers=mesh.plan.cp == 1)
 
 

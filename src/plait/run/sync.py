@@ -263,11 +263,8 @@ class DiLoCo(torch.optim.Optimizer):
     def synchronize(self) -> None:
         """The outer step: average the pseudo-gradients, step the outer copy, restart the replicas from it."""
         deltas = [o - p.to(torch.float32) for o, p in zip(self.outer, self.local)]
-        flat = torch.cat([d.reshape(-1) for d in deltas])
-        self.replicas.all_reduce(flat).wait()
-        flat /= self.replicas.size
-        for o, piece in zip(self.outer, flat.split([d.numel() for d in deltas])):
-            o.grad = piece.view_as(o)
+        for o, mean in zip(self.outer, _averaged(deltas, self.replicas)):
+            o.grad = mean
         self.outer_optimizer.step()
         for o, p in zip(self.outer, self.local):
             p.copy_(o)

@@ -1,7 +1,7 @@
 """Predicted vs measured peak memory per GPU of public training runs (issue 15; ``plait validate --memory``).
 
 The rows (``tests/data/memory_runs.csv``, schema in ``tests/data/README.md``) share the runs file's identity, shape
-and layout columns; each row is predicted as a step-time row is (:func:`plait.validate.report.predict_row`: unknown
+and layout columns; each row is predicted as a step-time row is (:func:`plait.validate.report.fill_row`: unknown
 knobs take the feasible value with the best predicted step time), and the prediction is compared in the kind of
 memory the source measured (``memory_kind``):
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from plait.cost.estimate import MemoryBreakdown
 from plait.errors import ConfigError, read_user_file
 from plait.units import GIB
-from plait.validate.report import Scored, predict_row
+from plait.validate.report import Scored, fill_row
 from plait.validate.runs import RunRow, parse_row
 
 MEMORY_COLUMNS = ("id", "source", "peak_memory_gib", "memory_kind")
@@ -94,7 +94,7 @@ def read_memory_runs(path: Path) -> list[tuple[RunRow, float, str]]:
 
 def predict_memory(row: RunRow, measured_gib: float, kind: str) -> MemoryResult:
     """Predict one row's peak memory (its plan filled as a step-time row's)."""
-    result = predict_row(replace(row, step_time_s=1.0))  # any time: only the plan and its memory are read
+    result = fill_row(row)
     if result.estimate is None:
         return MemoryResult(row=row, measured_gib=measured_gib, kind=kind, reason=result.reason)
     predicted = comparable_bytes(result.estimate.memory, kind) / GIB

@@ -46,6 +46,12 @@ def predict_row(row: RunRow) -> RowResult:
     """Fill the row's unknown knobs by the best-predicted feasible rule and estimate it."""
     if row.step_time_s is None:
         return RowResult(row=row, reason="no measured step time (source gives no convertible figure)")
+    return fill_row(row)
+
+
+def fill_row(row: RunRow) -> RowResult:
+    """:func:`predict_row` whatever the row measured (its step time or, :mod:`plait.validate.memory`, its memory):
+    the best-predicted feasible plan consistent with the row, estimated."""
     missing = row.missing_shape()
     if missing:
         return RowResult(row=row, reason=f"column {missing} is empty")
@@ -112,8 +118,8 @@ class Validation(Scored):
         overall, per_source = loso_coverage(rows)
         if not per_source:  # one source: nothing to leave out
             return {}
-        shipped = sum(r.estimate.step_time_interval_s[0] <= (r.row.step_time_s or 0.0) <= r.estimate.step_time_interval_s[1]
-                      for r in self.predicted if r.estimate)
+        shipped = sum(low <= (r.row.step_time_s or 0.0) <= high for r in self.predicted if r.estimate
+                      for low, high in [r.estimate.step_time_interval_s])
         return {"nominal": NOMINAL, "leave_one_source_out": overall, "per_source": per_source,
                 "shipped_interval": shipped / len(self.predicted)}
 
@@ -125,19 +131,22 @@ class Validation(Scored):
             "rows_in_file": len(self.results),
             "per_source": self.per_source(),
             "interval_coverage": self.interval_coverage(),
-            "results": [
-                {"id": r.row.id, "source": r.row.source, "engine": r.estimate.engine, "predicted_step_time_s": r.estimate.step_time_s,
-                 "predicted_p10_s": r.estimate.step_time_interval_s[0],
-                 "predicted_p90_s": r.estimate.step_time_interval_s[1],
-                 "measured_step_time_s": r.row.step_time_s, "error_pct": r.error_pct,
-                 "layout": r.estimate.plan.describe(), "fits": r.fits, "candidates": r.candidates}
-                for r in self.predicted
-            ],
+            "results": [_result_dict(r) for r in self.predicted],
             "not_predicted": [{"id": r.row.id, "source": r.row.source, "reason": r.reason}
                               for r in self.results if r.estimate is None],
             "fill_rule": ("unknown knobs (micro_batch, recompute, sharding, sp, vpp, tp/pp) take the feasible value "
                           "with the best predicted step time"),
         }
+
+
+def _result_dict(r: RowResult) -> dict[str, object]:
+    """One predicted row of ``plait validate --json``."""
+    assert r.estimate is not None
+    low, high = r.estimate.step_time_interval_s
+    return {"id": r.row.id, "source": r.row.source, "engine": r.estimate.engine,
+            "predicted_step_time_s": r.estimate.step_time_s, "predicted_p10_s": low, "predicted_p90_s": high,
+            "measured_step_time_s": r.row.step_time_s, "error_pct": r.error_pct,
+            "layout": r.estimate.plan.describe(), "fits": r.fits, "candidates": r.candidates}
 
 
 def validate_rows(rows: list[RunRow]) -> Validation:
