@@ -197,6 +197,7 @@ def test_option_parser_errors_are_one_line() -> None:
     """An unknown option or a non-numeric value is one `plait: error:` line with exit code 2, like every
     other user mistake (before: click's boxed usage message)."""
     for argv, message in ((["estimate", "--gpus", "x"], "'x' is not a valid int"),
-                          (["estimate", "--bogus"], "No such option: --bogus"), (["bogus"], "No such command")):
+                          (["estimate", "--bogus"], "No such option: --bogus"), (["bogus"], "No such command"),
+                          (["estimate", "--plan", "\x00"], "contains a NUL byte")):  # os.stat raised ValueError
         code, out, err = _in_process(*argv)
         assert code == 2 and err.startswith("plait: error: ") and message in err and err.count("\n") == 1, err

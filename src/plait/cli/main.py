@@ -80,6 +80,9 @@ def run_cli(argv: list[str]) -> int:
     :class:`ConfigError` from plait, or a usage error from the option parser (unknown option, ``--gpus x``) —
     never a traceback (STYLE.md rule 11). Anything else that escapes is a bug in plait and keeps its traceback.
     """
+    nul = next((a for a in argv if "\x00" in a), None)
+    if nul is not None:  # no process receives one from a shell (execve ends arguments at NUL); os.stat refuses it
+        return _error(f"argument {nul!r} contains a NUL byte, which no file name or value may hold")
     _register(argv)
     key = frozenset(_REGISTERED)
     if key not in _BUILT:
