@@ -11,7 +11,7 @@ added), truncated, binary, empty, directories or missing. Every outcome must be 
 - a user error: exit code 2 and exactly one line ``plait: error: ...`` on stderr.
 
 An exception escaping ``run_cli`` is a traceback, and fails the test (hypothesis then shrinks the command line).
-The example counts give at least 10,000 invocations (three estimates per example); ``PLAIT_FUZZ_SCALE=10``
+The example counts give at least 10,000 invocations (six estimates per example); ``PLAIT_FUZZ_SCALE=10``
 runs ten times as many. The runs are derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another
 deterministic sample.
 """
@@ -44,7 +44,7 @@ from tests.test_inputs import LLAMA3_8B_CONFIG, MIXTRAL_CONFIG
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = float(os.environ.get("PLAIT_FUZZ_SCALE", "1"))
 SEED = int(os.environ.get("PLAIT_FUZZ_SEED", "0"))
-ESTIMATES_PER_EXAMPLE = 3
+ESTIMATES_PER_EXAMPLE = 6
 OUTCOMES: Counter[str] = Counter()
 """Per command: invocations and first words of every distinct error (printed at the end with ``pytest -s``)."""
 

@@ -265,7 +265,8 @@ def test_model_parallel_replicas_synchronize_their_shards_exactly(tmp_path: Path
         assert len(split) == 4 and split == pytest.approx(whole, rel=1e-5, nan_ok=True), spec
         assert sent_as_predicted(spec, layout, counted), (spec, counted)
     # PowerSGD at rank 2 over TP: the vocab shard of the embedding no byte token falls in has an all-zero gradient
-    for spec, layout in (("quantize:bits=4", "tp = 2\n"), ("pipe_sgd", "pp = 2\n"), ("powersgd:rank=2", "tp = 2\n")):
+    # (quantize gathers over TP replicas as top-k does above; its bytes are checked on whole replicas)
+    for spec, layout in (("pipe_sgd", "pp = 2\n"), ("powersgd:rank=2", "tp = 2\n")):
         got, counted = run(4, layout + f'dp_replicate = 2\ndp_sync = "{spec}"', f"lossy-{spec[:5]}")
         assert all(math.isfinite(x) for x in got) and got[-1] < got[0] and got != reduced, spec
         assert sent_as_predicted(spec, layout, counted), (spec, counted)
