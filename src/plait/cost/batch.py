@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.framework import DEFAULT, Framework
@@ -116,6 +117,7 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     wrapped = (cols.is_("sharding", "zero3") | cols.is_("sharding", "zero2")) & (dense_group > 1)  # FSDP2 units
     eff = cluster.accelerator.efficiency
     pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
+    memory_bw = memory_bytes_per_s(cluster.accelerator)
     out = []
     for kind in inner.kinds:
         params = kind.num_params + kind.num_expert_params * dense_group / expert_group
@@ -124,13 +126,17 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
                                        xp.where(active, PARAM_BYTES * params / pieces, 0.0))
         shard = params / dense_group
         present = kind.num_params + kind.num_expert_params > 0
+        copied = xp.where(active, params, 0.0) if framework.shard_copies else 0.0  # Framework.shard_copies
+        copy_out = 2.0 * PARAM_BYTES * copied / memory_bw  # the gathered buffer read, the parameters written
+        copy_in = (PARAM_BYTES + inner.grad_bytes) * copied / memory_bw  # gradients read, the buffer written
         out.append(ShardTimes(
             gather_s=gather + xp.where(cols["offload_params"], PARAM_BYTES * shard / pcie, 0.0),
             reduce_s=(collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
                                    xp.where(active, inner.grad_bytes * params, 0.0))
                       + xp.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0)),
             host_fwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * S_PER_US, 0.0),
-            host_bwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * S_PER_US, 0.0)))
+            host_bwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * S_PER_US, 0.0),
+            copy_out_s=copy_out, copy_in_s=copy_in))
     return out[0], out[1]
 
 

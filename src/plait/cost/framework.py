@@ -31,6 +31,14 @@ class Framework:
     """ZeRO-3 gather granularity: one flat all-gather per transformer layer (FSDP wrapping, Zhao et al.
     2023) or one all-gather per parameter tensor from per-module hooks that re-gather for recomputation
     (DeepSpeed ZeRO-3 as of 2021, PR #1188)."""
+    shard_copies: bool = False
+    """ZeRO-3 copies on the compute stream (FSDP2, torch ``_fully_shard/_fsdp_collectives.py``): after each
+    all-gather, ``foreach_all_gather_copy_out`` splits the gathered buffer into the per-parameter tensors
+    (``split_with_sizes_copy``: the unsharded parameters read once and written once), and before each
+    reduce-scatter ``foreach_reduce_scatter_copy_in`` chunk-cats the unsharded gradients into the buffer in the
+    reduce dtype, both on the current stream (the reduce-scatter stream waits on it afterwards). False: the
+    gathered buffer is the parameters' storage (FSDP1's ``FlatParameter`` views, DeepSpeed's partitioned
+    parameters, Megatron's buffers), nothing copied."""
     shard_prefetch: bool = True
     """ZeRO-3 gathers overlap the previous layer's compute (False: issued and awaited in line)."""
     shard_backward_prefetch: BackwardPrefetch = "pre"

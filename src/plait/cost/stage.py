@@ -52,6 +52,10 @@ class ShardTimes:
     """FSDP2's per-layer hooks around the forward (measured by plait calibrate; 0 on GPUs)."""
     host_bwd_s: np.ndarray
     """The same around the backward."""
+    copy_out_s: np.ndarray | float = 0.0
+    """The copy of one gather's buffer into the parameters, on the compute stream (``Framework.shard_copies``)."""
+    copy_in_s: np.ndarray | float = 0.0
+    """The copy of the gradients into the reduce-scatter's buffer, on the compute stream (the same)."""
 
 
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
@@ -80,8 +84,10 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
                 fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap, xp)
         else:
             fsdp_fwd, fsdp_bwd = gather, bwd_comm
-        fsdp_fwd = fsdp_fwd + shard.host_fwd_s  # hooks run in line with the layer
-        fsdp_bwd = fsdp_bwd + shard.host_bwd_s + rc_share * full * shard.host_fwd_s  # recompute re-runs them
+        fsdp_fwd = fsdp_fwd + shard.host_fwd_s + shard.copy_out_s  # hooks and copies run in line with the layer
+        fsdp_bwd = (fsdp_bwd + shard.host_bwd_s + rc_share * full * shard.host_fwd_s  # recompute re-runs the hooks
+                    + shard.copy_out_s * (1.0 + (rc_share * full if framework.shard_unit == "module" else 0.0))
+                    + shard.copy_in_s)
         first_gather = xp.where((first_gather == 0) & (count > 0), gather, first_gather)
         fwd["compute"] = fwd["compute"] + count * kind.fwd_s
         bwd["compute"] = bwd["compute"] + count * kind.bwd_s

@@ -93,12 +93,13 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
 
 def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> dict[str, float]:
     """Microseconds per layer and pass of eager dispatch beyond the layer's modelled kernels, and that FSDP2
-    and TP add beyond what the cost model already charges for their collectives, on ``cluster`` (the
+    and TP add beyond what the cost model already charges for their collectives (and FSDP2's copies), on ``cluster`` (the
     calibrated description, before host figures), with the runtime's own engine facts (engine ``plait``)."""
     spec = tiny_spec(LAYERS[0])
     charged = {name: layer_columns(spec, cluster, plan.with_seq_len(spec.seq_len), get_engine("plait").framework)
                for name, plan in PLANS.items()}
-    gather, reduce = charged["fsdp"][1].gather_s, charged["fsdp"][1].reduce_s
+    shard = charged["fsdp"][1]
+    gather, reduce = shard.gather_s + shard.copy_out_s, shard.reduce_s + shard.copy_out_s + shard.copy_in_s
     tp_fwd, tp_bwd = charged["tp"][0].tp_fwd_s, charged["tp"][0].tp_bwd_s
     kernels_f, kernels_b = charged["plain"][0].fwd_s, charged["plain"][0].bwd_s
     (plain_f, plain_b), (fsdp_f, fsdp_b), (tp_f, tp_b) = layers["plain"], layers["fsdp"], layers["tp"]
