@@ -73,7 +73,8 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
         rc_count = xp.where(full, rc_kind, count)
         rc_share = xp.where(count > 0, rc_count / xp.maximum(count, 1), 0.0)
         gather, reduce = shard.gather_s, shard.reduce_s
-        regather = rc_share * gather * full if framework.shard_unit == "module" else 0.0
+        regathers = rc_share * full if framework.shard_unit == "module" else 0.0  # per backward, for recompute
+        regather = regathers * gather
         bwd_comm = gather + regather + reduce
         if framework.shard_prefetch:
             fsdp_fwd = hidden_remainder(gather, kind.fwd_s + kind.tp_fwd_s, overlap, xp)
@@ -86,7 +87,7 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
             fsdp_fwd, fsdp_bwd = gather, bwd_comm
         fsdp_fwd = fsdp_fwd + shard.host_fwd_s + shard.copy_out_s  # hooks and copies run in line with the layer
         fsdp_bwd = (fsdp_bwd + shard.host_bwd_s + rc_share * full * shard.host_fwd_s  # recompute re-runs the hooks
-                    + shard.copy_out_s * (1.0 + (rc_share * full if framework.shard_unit == "module" else 0.0))
+                    + shard.copy_out_s * (1.0 + regathers)
                     + shard.copy_in_s)
         first_gather = xp.where((first_gather == 0) & (count > 0), gather, first_gather)
         fwd["compute"] = fwd["compute"] + count * kind.fwd_s
