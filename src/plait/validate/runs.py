@@ -77,6 +77,12 @@ class RunRow:
             return False
         return True if self.notes.split(";")[0].strip() == "sp" else None
 
+    @property
+    def untied_embeddings(self) -> bool:
+        """The notes say the run unties its input embedding and output layer (``untied embeddings``; Megatron-LM's
+        ``--untie-embeddings-and-output-weights``), which a plain-MLP (GPT-style) row otherwise ties."""
+        return "untied embeddings" in self.notes.lower()
+
     def _quoted(self, key: str) -> str | None:
         """The value the notes give as ``key='...'``, else ``None``."""
         marker = f"{key}='"

@@ -37,7 +37,7 @@ MAX_TP = 8
 def row_model(row: RunRow, engine: Engine) -> ModelSpec:
     """The model a row describes: its ``model_config`` with the row's own shape columns where they differ (a run
     may train a truncated proxy of the model), else the shape columns alone, plain-MLP rows GPT-style (LayerNorm,
-    learned positions, biases, tied)."""
+    learned positions, biases, tied unless the notes say untied)."""
     if row.model_config is not None:
         return _configured_model(row, engine)
     gpt_style = row.mlp == "plain"
@@ -51,7 +51,7 @@ def row_model(row: RunRow, engine: Engine) -> ModelSpec:
         name=row.model, num_layers=row.layers, hidden_size=row.hidden, num_heads=row.heads,
         num_kv_heads=row.kv_heads, head_dim=row.hidden // row.heads, ffn_hidden_size=row.ffn_hidden,
         mlp="plain" if gpt_style else "gated", vocab_size=row.vocab, seq_len=row.seq_len,
-        tied_embeddings=gpt_style, norm="layernorm" if gpt_style else "rmsnorm",
+        tied_embeddings=gpt_style and not row.untied_embeddings, norm="layernorm" if gpt_style else "rmsnorm",
         position="learned" if gpt_style else "rope", attention_bias=gpt_style, mlp_bias=gpt_style,
         dropout=engine.dropout, moe=moe, source=f"row {row.id}",
     )
