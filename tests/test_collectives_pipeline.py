@@ -111,3 +111,20 @@ def test_a_measured_reduce_scatter_curve_is_used(toy_cluster: Cluster) -> None:
     assert coll.all_gather_s(GB, slow_link) == coll.all_gather_s(GB, fast_link)
     bandwidth_part = coll.reduce_scatter_s(GB, fast_link) - 7 * fast_link.latency_s
     assert coll.reduce_scatter_s(GB, slow_link) - 7 * slow_link.latency_s == pytest.approx(2 * bandwidth_part)
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(2, 2, 4), (4, 2, 8), (4, 3, 8), (4, 8, 4), (8, 4, 16), (4, 4, 4)])
+def test_interleaved_inflight_matches_the_schedule_order_on_every_stage(p: int, v: int, m: int) -> None:
+    """The closed form equals the most forward chunks outstanding (forwards run minus backwards run) in
+    Megatron-LM's interleaved order, replayed op by op (:func:`plait.simulate.schedules.interleaved`), over ``v``:
+    in micro-batches of a whole stage. The last stage holds far more than 1F1B's one."""
+    from plait.simulate.schedules import interleaved
+
+    plan = Plan(pp=p, vpp=v, schedule="interleaved", micro_batch=1, global_batch=m)
+    cols = PlanColumns.from_plans([plan])
+    for rank in range(p):
+        outstanding = peak = 0
+        for kind, _, _ in interleaved(p, m, rank, v):
+            outstanding += 1 if kind == "F" else -1
+            peak = max(peak, outstanding)
+        assert float(inflight_micro_batches(cols, np.array([rank]))[0]) == pytest.approx(peak / v), rank

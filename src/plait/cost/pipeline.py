@@ -4,9 +4,14 @@ Column-wise over plans (numpy arrays; a single plan is a batch of one).
 
 - In-flight activations: GPipe keeps all ``m`` micro-batches (Huang et al. 2019);
   1F1B keeps ``p - i`` on stage ``i`` (Narayanan et al. 2021, Sec. 2.2.1, PipeDream-
-  Flush); the interleaved schedule adds ``(p-1)/v`` on the first stage, i.e. multiplies
-  its ``p`` by ``1 + (p-1)/(p v)`` (Korthikanti et al. 2022, Sec. 4.2.3); ZB-H1 keeps
-  1F1B's peak (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Sec. 3.1).
+  Flush); the interleaved schedule holds ``p + (p-1)/v`` on the first stage, i.e. multiplies
+  its ``p`` by ``1 + (p-1)/(p v)`` (Korthikanti et al. 2022, Sec. 4.2.3), and ``p + (p-1-2i)/v`` on stage
+  ``i``: every rank runs ``(v-1) p + 2 (p-1-i)`` forward chunks before its first backward and then one more
+  before each (Megatron-LM ``get_pp_rank_microbatches``, megatron/core/pipeline_parallel/schedules.py
+  @0d8e0714 L728-729 with ``microbatch_group_size_per_vp_stage`` = p and L1031 ``max_outstanding_backprops
+  = num_warmup_microbatches + 1``; PyTorch ``_get_warmup_ops`` of ``ScheduleInterleaved1F1B``), so its last
+  stage holds nearly ``p``, not 1F1B's one; ZB-H1 keeps 1F1B's peak (Qi et al. 2023, "Zero Bubble Pipeline
+  Parallelism", Sec. 3.1).
 - Time: with per-micro-batch stage times ``t_i`` the steady state is paced by the
   slowest stage and fill/drain add the bubble ``(p-1)/v`` mean stage-times for
   1F1B/GPipe/interleaved (Narayanan et al. 2021, Sec. 2.2.2, bubble fraction
@@ -28,7 +33,10 @@ from plait.plan.columns import PlanColumns
 def inflight_micro_batches(cols: PlanColumns, stage: np.ndarray) -> np.ndarray:
     """Micro-batches whose activations stage ``stage`` (per row) holds at its peak."""
     xp, p, m = cols.xp, cols["pp"], cols.num_micro_batches
-    held = (p - stage) + xp.where(cols.is_("schedule", "interleaved") & (cols["vpp"] > 1), (p - 1) / cols["vpp"], 0.0)
+    v = cols["vpp"]
+    chunks = (v - 1) * p + 2 * (p - 1 - stage) + 1  # forward chunks outstanding at the first backward
+    interleaved = cols.is_("schedule", "interleaved") & (v > 1)
+    held = xp.where(interleaved, chunks / v, p - stage)
     held = xp.where(cols.is_("schedule", "gpipe"), m, xp.minimum(held, m))
     return xp.where(p == 1, 1.0, held) * 1.0  # a float column either way
 
