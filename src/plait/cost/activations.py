@@ -102,7 +102,11 @@ def last_stage_extra_bytes(setup: Setup) -> float:
     """Final norm input plus logits and cross-entropy buffers on the last stage.
 
     Korthikanti et al. 2022, Sec. 4.3: the output layer and loss need ``4sbv/t`` bytes
-    (fp32 logits for the softmax) on top of the ``2sbh`` final-norm input.
+    (fp32 logits for the softmax) on top of the ``2sbh`` final-norm input; the 4 bytes per logit are the
+    engine's peak (:attr:`plait.cost.framework.Framework.loss_bytes_per_logit`), over the local vocabulary
+    shard unless the engine gathers the full logits before the loss (``tp_loss = "gathered"``).
     """
+    framework = setup.framework
     rep = _replicated_share(setup) * setup.tokens * setup.model.hidden_size
-    return setup.act_bytes * rep + 4.0 * setup.tokens * setup.model.vocab_size / setup.plan.tp
+    shards = setup.plan.tp if framework.tp_loss == "vocab_parallel" else 1
+    return setup.act_bytes * rep + framework.loss_bytes_per_logit * setup.tokens * setup.model.vocab_size / shards

@@ -65,6 +65,18 @@ class Framework:
     three all-reduces of one fp32 value per token (Megatron-LM ``_VocabParallelCrossEntropy``: max, predicted
     logit, sum of exponentials; torchtitan ``loss_parallel``), or an all-gather of the full logits before an
     ordinary cross-entropy (``ColwiseParallel(output_layouts=Replicate())``, as ``plait run`` does)."""
+    loss_bytes_per_logit: float = 4.0
+    """Peak bytes the loss holds per logit on the last stage, forward or backward: 4 is Korthikanti et al.'s
+    count (2022, Sec. 4.3: fp32 logits for the softmax, ``4sbv/t``). Engines state theirs
+    (data/engines.toml): an eager ``F.cross_entropy(logits.float())`` peaks at 12 in its backward (the saved fp32
+    log-probabilities, the fp32 gradient of the NLL and that of the log-softmax; 4 compiled, which saves the bf16
+    logits and writes a bf16 gradient), both measured by ``python benchmarks/loss_memory.py``."""
+    fp8_weight_cache_bytes: float = 0.0
+    """Bytes per transformer-layer parameter of fp8 weight copies an fp8 run keeps across micro-batches beside its
+    bf16 weights: Transformer Engine caches each GEMM weight's quantized workspace, rowwise and columnwise (the
+    transposed copy its backward reads), when the caller passes ``is_first_microbatch`` (TE
+    ``module/linear.py`` ``_fp8_workspaces``, cache_name ``"weight"``), 1 + 1 bytes; 0 where weights are cast
+    anew each micro-batch (torchao's float8 training) or are fp8 parameters themselves."""
     pointwise: Pointwise = "fused"
     """How the memory-bound ops between GEMMs run: one kernel per norm, rotary embedding and activation
     (Megatron/Transformer Engine fused kernels, PyTorch's native LayerNorm, or ``torch.compile``), or

@@ -101,6 +101,9 @@ class Inner:
     """Embedding (or output projection) parameters on one TP rank."""
     grad_bytes: Value
     """Bytes per gradient element in the buffer and its reduction."""
+    weight_cache_bytes: Value
+    """Bytes per transformer-layer parameter of cached fp8 weight copies (:attr:`Framework.fp8_weight_cache_bytes`,
+    0 unless the GEMMs run in fp8)."""
 
     @property
     def kinds(self) -> tuple[LayerKind, LayerKind]:
@@ -144,7 +147,8 @@ def _row(setup: Setup) -> Inner:
         embedding_tp_fwd_s=first_tp_fwd, embedding_tp_bwd_s=first_tp_bwd, head_tp_fwd_s=last_tp_fwd,
         head_tp_bwd_s=last_tp_bwd,
         p2p_bytes=r * stream / plan.tp,  # the residual stream; scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)
-        num_vocab_params=model.vocab_size * model.hidden_size / plan.tp, grad_bytes=float(setup.grad_bytes))
+        num_vocab_params=model.vocab_size * model.hidden_size / plan.tp, grad_bytes=float(setup.grad_bytes),
+        weight_cache_bytes=setup.framework.fp8_weight_cache_bytes if setup.gemm_dtype == "fp8" else 0.0)
 
 
 _KIND_FIELDS = tuple(f.name for f in fields(LayerKind))

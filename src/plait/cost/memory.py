@@ -89,6 +89,9 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     zero3 = cols.is_("sharding", "zero3")
     weights = xp.where(cols["offload_params"], 0.0, PARAM_BYTES * xp.where(zero3, sharded, total_params))
+    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)  # fp8 copies of the layers' GEMM weights
+    weights = weights + inner.weight_cache_bytes * (n_dense * inner.dense.num_params
+                                                    + n_moe * (inner.moe.num_params + inner.moe.num_expert_params))
     grads = inner.grad_bytes * xp.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
     grads = xp.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
     optimizer = xp.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * xp.where(

@@ -1,0 +1,85 @@
+"""What the loss and fp8 weight copies add to memory per GPU (issue 15, measured memory): the loss's peak bytes
+per logit as each engine computes it, checked against a measurement of plait's own loss, and Transformer
+Engine's cached fp8 weights."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from plait.cost import activations as act
+from plait.cost.framework import Framework
+from plait.cost.setup import Setup
+from plait.engine.catalog import get_engine
+from plait.hardware.catalog import get_cluster
+from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
+from plait.workload.catalog import get_model
+
+MODEL = get_model("llama3-8b")
+CLUSTER = get_cluster("dgx-h100-ib")
+
+PROBE = """
+import os, sys, torch
+from plait.run.train import cross_entropy
+batch, seq, vocab = 1, int(sys.argv[1]), int(sys.argv[2])
+def resident():
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+h = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
+w = (torch.randn(vocab, 64, dtype=torch.bfloat16) * 0.02).requires_grad_()
+labels = torch.randint(0, vocab, (batch, seq))
+cross_entropy(h @ w.t(), labels).backward()  # warm up
+h.grad = w.grad = None
+base = resident()
+with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+    f.write("5")  # reset the peak resident size (proc(5))
+cross_entropy(h @ w.t(), labels).backward()
+with open(f"/proc/{os.getpid()}/status") as f:
+    peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+print((peak - base) / (batch * seq * vocab))
+"""
+
+
+def test_plaits_own_loss_peaks_at_the_bytes_its_engine_charges() -> None:
+    """``plait run``'s loss (an eager cross-entropy of the upcast logits) measured on this CPU: the process's peak
+    resident memory over the step, per logit, is the 12 bytes the ``plait`` engine charges (the saved fp32
+    log-probabilities, the NLL's fp32 gradient and the log-softmax's). Tensors this large are mmap-backed, so
+    resident memory follows what is live."""
+    done = subprocess.run([sys.executable, "-c", PROBE, "1024", "32768"], capture_output=True, text=True,
+                          timeout=300, check=True)
+    measured = float(done.stdout.strip().splitlines()[-1])
+    assert measured == pytest.approx(get_engine("plait").framework.loss_bytes_per_logit, abs=0.5)
+
+
+def _last_stage(framework: Framework, plan: Plan) -> float:
+    return act.last_stage_extra_bytes(Setup(model=MODEL, cluster=CLUSTER, plan=plan.with_seq_len(8192),
+                                            framework=framework))
+
+
+def test_the_loss_holds_the_engines_bytes_per_logit_on_its_vocabulary_shard() -> None:
+    plan = Plan(tp=4, sp=True, micro_batch=2, global_batch=8)
+    logits = 2 * 8192 * MODEL.vocab_size
+    eager, compiled = (get_engine(e).framework for e in ("torchtitan", "torchtitan[compile=true]"))
+    assert (eager.loss_bytes_per_logit, compiled.loss_bytes_per_logit) == (12.0, 4.0)
+    assert _last_stage(eager, plan) - _last_stage(compiled, plan) == pytest.approx(8 * logits / 4)
+    gathered = replace(eager, tp_loss="gathered")  # the full logits on every TP rank
+    assert _last_stage(gathered, plan) - _last_stage(eager, plan) == pytest.approx(12 * logits * (1 - 1 / 4))
+
+
+def test_transformer_engine_keeps_fp8_weight_copies_and_torchao_does_not() -> None:
+    """An fp8 plan under Megatron-Core holds 2 more bytes per transformer-layer parameter than its bf16 twin's
+    weights (TE's cached rowwise and columnwise fp8 workspaces); torchtitan's torchao float8 casts anew."""
+    plan = Plan(tp=8, sp=True, micro_batch=1, global_batch=8, precision="fp8")
+    h, kv, ffn = 4096, 8 * 128, 14336  # Llama 3 8B: q and o h x h, k and v h x kv, three h x ffn, two norms
+    layer_params = 32 * ((h * (2 * h + 2 * kv) + 3 * h * ffn) / 8 + 2 * h)  # TP splits the GEMMs, not the norms
+    megatron = get_engine("megatron-core")
+    fp8 = estimate(MODEL, CLUSTER, plan, engine=megatron).memory
+    bf16 = estimate(MODEL, CLUSTER, replace(plan, precision="bf16"), engine=megatron).memory
+    assert fp8.weights_bytes - bf16.weights_bytes == pytest.approx(2 * layer_params)
+    titan = get_engine("torchtitan")
+    assert (estimate(MODEL, CLUSTER, plan, engine=titan).memory.weights_bytes
+            == estimate(MODEL, CLUSTER, replace(plan, precision="bf16"), engine=titan).memory.weights_bytes)
