@@ -9,7 +9,8 @@ step time — the assumption that whoever ran it tuned the knob. Unknown: micro-
 dtype (fp32 or bf16; no source states it), and tp/pp (powers
 of two up to the node for tp, divisors of the layers for pp, matching ``n_gpus/dp``).
 Unknown cp/ep are 1 and an unknown 16-bit precision is bf16 (fp16 has the same peaks).
-A row whose system is not named runs on the NVIDIA reference system of its GPU.
+A row whose system is not named runs on the NVIDIA reference system of its GPU, and a GPU named by family alone
+(``h100``) is that system's variant.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import replace
 
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
-from plait.hardware.catalog import get_accelerator, get_cluster, with_accelerator
+from plait.hardware.catalog import accelerator_names, get_accelerator, get_cluster, with_accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.validate.runs import RunRow
@@ -77,12 +78,15 @@ def _configured_model(row: RunRow, engine: Engine) -> ModelSpec:
 
 
 def row_cluster(row: RunRow) -> Cluster:
-    """The row's system with the row's GPU (a system hosts several GPU models, e.g. A100 40/80GB)."""
+    """The row's system with the row's GPU (a system hosts several GPU models, e.g. A100 40/80GB); a GPU named by
+    its family alone (``h100``: the source does not say which memory variant) is the reference system's."""
     system = row.system or next((s for prefix, s in REFERENCE_SYSTEM.items() if row.gpu.startswith(prefix)), "")
     if not system:
         raise ConfigError(f"{row.id}: no system and no reference system for gpu={row.gpu!r}")
     cluster = get_cluster(system)
-    return with_accelerator(cluster, get_accelerator(row.gpu)) if row.gpu else cluster
+    if not row.gpu or (row.gpu in REFERENCE_SYSTEM and row.gpu not in accelerator_names()):
+        return cluster
+    return with_accelerator(cluster, get_accelerator(row.gpu))
 
 
 def _divisors(n: int, limit: int) -> list[int]:
