@@ -83,3 +83,4 @@ def test_transformer_engine_keeps_fp8_weight_copies_and_torchao_does_not() -> No
     titan = get_engine("torchtitan")
     assert (estimate(MODEL, CLUSTER, plan, engine=titan).memory.weights_bytes
             == estimate(MODEL, CLUSTER, replace(plan, precision="bf16"), engine=titan).memory.weights_bytes)
+

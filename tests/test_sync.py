@@ -174,8 +174,8 @@ def test_quantized_codes_round_trip_within_half_a_level(bits: int) -> None:
 def test_the_planner_searches_the_methods_it_has_multipliers_for(tmp_path: Path) -> None:
     """`plait plan` searches every method with a steps multiplier (or those asked for) and ranks by time-to-target.
     On 10 Gbit/s Ethernet DiLoCo between two HSDP replicas wins; asked for PowerSGD alone, PowerSGD plans rank
-    among the best 40 at their measured multiplier, ahead of every plain DDP plan (FSDP with a pipeline wins: its
-    per-layer traffic overlaps); on a DGX H100 cluster the best plan keeps the all-reduce; `--dp-sync allreduce` searches the
+    among the best 60 at their measured multiplier, ahead of every plain DDP plan (FSDP with a pipeline wins: its
+    per-layer traffic overlaps, and a ZeRO-3 stage under PyTorch's pipelining gathers once a step); on a DGX H100 cluster the best plan keeps the all-reduce; `--dp-sync allreduce` searches the
     all-reduce alone; a method with no multiplier at its replica count is pruned with that reason."""
     import contextlib
     import io
@@ -199,7 +199,7 @@ def test_the_planner_searches_the_methods_it_has_multipliers_for(tmp_path: Path)
     winner = search(str(slow))["top"][0]  # DiLoCo between two HSDP replicas, at its cited multiplier
     assert winner["plan"]["dp_sync"].startswith("diloco:every=500,") and winner["plan"]["dp_replicate"] == 2
     assert winner["steps_multiplier"] == 1.0 and winner["steps_multiplier_basis"] == "cited"
-    top = search(str(slow), "powersgd:rank=4", top=40)["top"]
+    top = search(str(slow), "powersgd:rank=4", top=60)["top"]
     powersgd = [p for p in top if p["plan"]["dp_sync"].startswith("powersgd:rank=4,")]
     assert powersgd and powersgd[0]["steps_multiplier"] > 1 and "plait converge" in powersgd[0]["steps_multiplier_source"]
     assert not [p for p in top if p["plan"]["sharding"] == "none" and p["plan"]["pp"] == 1

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from plait.cost.compute import memory_bytes_per_s
-from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
+from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.framework import DEFAULT, Framework
 from plait.cost.inner import Inner, LayerKind, inner_columns
@@ -113,7 +113,8 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     fully_shard docs; ZeRO-Infinity, Rajbhandari et al. 2021, Sec. 5: the same gathers, fed from host memory)."""
     xp = cols.xp
     dense_group, expert_group = shard_groups(cols)
-    active = cols.is_("sharding", "zero3") & (dense_group > 1)
+    active = cols.is_("sharding", "zero3") & (dense_group > 1)  # gathered per micro-batch and layer
+    active = active & xp.not_(kept_gathered(cols, framework.pipeline_keeps_gathered))  # or once per step
     wrapped = (cols.is_("sharding", "zero3") | cols.is_("sharding", "zero2")) & (dense_group > 1)  # FSDP2 units
     eff = cluster.accelerator.efficiency
     pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
@@ -194,7 +195,8 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     def compute() -> StageSync:
         cols, inner = prepared.cols, prepared.inner
         params = stage_params(model, cols, inner, stage)
-        reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes)
+        reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
+                                         prepared.framework.pipeline_keeps_gathered)
         return StageSync(params=params, reduce_s=reduce, gather_s=gather,
                          optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes))
     return _memo(model, prepared, "sync", stage, compute)
@@ -212,9 +214,10 @@ def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, frame
     """Gradient reductions the backward pass can overlap: one per layer, or, for a replica all-reduce whose
     engine caps its buckets (PyTorch DDP, ``bucket_cap_mb``), no more than the buckets the gradients fill —
     a bucket fires when its last gradient is ready (Li et al. 2020, Sec. 3.2.3)."""
+    xp = cols.xp
+    layers = xp.where(kept_gathered(cols, framework.pipeline_keeps_gathered), 1, layers)  # one reduction at the end
     if not framework.ddp_bucket_mb:
         return layers
-    xp = cols.xp
     filled = xp.maximum(1, xp.ceil(grad_bytes * (params["dense"] + params["expert"]) / (framework.ddp_bucket_mb * MIB)))
     return xp.where(cols.is_("sharding", "none"), xp.minimum(layers, filled), layers)
 
@@ -326,8 +329,9 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     if kept is not None:
         time = {k: v * kept for k, v in time.items()}
     time["dp_comm"] = time["dp_comm"] + exposed
-    first = stage_memory(model, cluster.accelerator, cols, inner, stages[0])
-    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2])
+    first = stage_memory(model, cluster.accelerator, cols, inner, stages[0], prepared.framework)
+    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2],
+                                                                  prepared.framework)
     use_last = last["total"] > first["total"]
     memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
     memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
@@ -342,5 +346,5 @@ def stage_memories(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
     stages = np.arange(plan.pp)
     cols = PlanColumns.from_plans([plan.with_seq_len(model.seq_len)]).take(np.zeros(plan.pp, dtype=np.int64))
     prepared = prepare(model, cluster, cols, framework)
-    memory = stage_memory(model, cluster.accelerator, prepared.cols, prepared.inner, stages)
+    memory = stage_memory(model, cluster.accelerator, prepared.cols, prepared.inner, stages, prepared.framework)
     return [{k: float(v[i]) for k, v in memory.items()} for i in range(plan.pp)]

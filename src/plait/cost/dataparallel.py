@@ -5,7 +5,9 @@
 - ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of gradients, then an
   all-gather of updated bf16 weights (Rajbhandari et al. 2020, Sec. 5.1-5.2).
 - ZeRO-3/FSDP: gradients are reduce-scattered per micro-batch (costed per layer in
-  :mod:`plait.cost.stage`); with HSDP the replicas all-reduce their shards once.
+  :mod:`plait.cost.stage`); with HSDP the replicas all-reduce their shards once. A pipeline stage that stays
+  gathered over the step (PyTorch pipelining with FSDP2) gathers once and reduce-scatters once, after its last
+  backward, not overlapped (``perform_reduce_grad``).
 - Overlap: with gradient accumulation only the last micro-batch's backward can hide the
   reduction (DDP ``no_sync``, Li et al. 2020, Sec. 3.2.4); the weight all-gather hides
   behind the next step's first forward (Megatron ``--overlap-param-gather``).
@@ -33,9 +35,19 @@ from plait.plan.sync import INFREQUENT, rows_with
 Columns = dict[str, np.ndarray]
 
 
-def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
-                    grad_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(gradient reduction, weight all-gather) seconds per step and row, before overlap."""
+def kept_gathered(cols: PlanColumns, pipeline_keeps_gathered: bool) -> np.ndarray:
+    """Rows whose ZeRO-3 stages stay gathered over the step's micro-batches and reduce-scatter once after the last
+    backward (:attr:`plait.cost.framework.Framework.pipeline_keeps_gathered`: PyTorch pipelining with FSDP2)."""
+    dense_group, _ = shard_groups(cols)
+    return (cols.full(1.0) * pipeline_keeps_gathered > 0) & (cols["pp"] > 1) & cols.is_("sharding", "zero3") & (
+        dense_group > 1)
+
+
+def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray,
+                    pipeline_keeps_gathered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(gradient reduction, weight all-gather) seconds per step and row, before overlap; a ZeRO-3 pipeline stage
+    that stays gathered (:func:`kept_gathered`) gathers its parameters and reduce-scatters its gradients here, once
+    per step, instead of per micro-batch and layer (:mod:`plait.cost.stage`)."""
     xp, tp, ep = cols.xp, cols["tp"], cols["ep"]
     replicas = cols.dp * cols["cp"]
     dense_group, expert_group = shard_groups(cols)
@@ -52,7 +64,8 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns,
     across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
                           xp.where(none | apart, 0.0, grad_bytes * sharded))
     zero12 = cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2")
-    dense, expert = xp.where(zero12, params["dense"], 0.0), xp.where(zero12, params["expert"], 0.0)
+    once = zero12 | kept_gathered(cols, pipeline_keeps_gathered)
+    dense, expert = xp.where(once, params["dense"], 0.0), xp.where(once, params["expert"], 0.0)
     # Experts are sharded over their own data-parallel group (Megatron-Core's expert-data-parallel group: the
     # dp / ep ranks holding the same experts), whose members are ep data-parallel ranks apart.
     reduce = (collective_s(cluster, "reduce_scatter", dense_group, tp, grad_bytes * dense)

@@ -39,6 +39,14 @@ class Framework:
     reduce dtype, both on the current stream (the reduce-scatter stream waits on it afterwards). False: the
     gathered buffer is the parameters' storage (FSDP1's ``FlatParameter`` views, DeepSpeed's partitioned
     parameters, Megatron's buffers), nothing copied."""
+    pipeline_keeps_gathered: bool = False
+    """Under a pipeline, each stage's FSDP parameters stay gathered and its gradients accumulate unsharded, in the
+    reduce dtype, over the step's micro-batches, reduce-scattered once after the last backward: PyTorch's
+    pipelining runs every backward with ``set_reshard_after_backward(False)`` and
+    ``set_requires_gradient_sync(False)`` and reduces in ``perform_reduce_grad`` after all micro-batches
+    (torch/distributed/pipelining/stage.py, torch 2.13), and FSDP2 upcasts the accumulated unsharded gradient to
+    the reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``). False: the stage reshards after each pass
+    (Megatron-FSDP, DeepSpeed)."""
     shard_prefetch: bool = True
     """ZeRO-3 gathers overlap the previous layer's compute (False: issued and awaited in line)."""
     shard_backward_prefetch: BackwardPrefetch = "pre"

@@ -7,6 +7,7 @@ counts and the same ends (embedding on the first, output layer on the last) cost
 from __future__ import annotations
 
 from plait.cost.batch import Prepared, prepare, stage_pass, stage_sync
+from plait.cost.dataparallel import kept_gathered
 from plait.cost.framework import DEFAULT, Framework
 from plait.cost.params import stage_layer_counts
 from plait.hardware.cluster import Cluster
@@ -16,6 +17,7 @@ from plait.plan.plan import Plan
 from plait.simulate.pipeline import PipelineCosts
 from plait.workload.model import ModelSpec
 
+
 def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT,
                    prepared: Prepared | None = None) -> PipelineCosts:
     """Durations of every rank of one pipeline of ``plan`` (``prepared``: the plan's shared quantities, when the
@@ -24,6 +26,7 @@ def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
     if prepared is None or prepared.framework is not framework or prepared.cols.single != plan:
         prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
     p2p, v = prepared.p2p_s, plan.vpp
+    kept = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered))  # one reduction after the last backward
     per_rank = []
     for stage in range(plan.pp):  # stage_pass and stage_sync cost each distinct stage once
         dense, moe = stage_layer_counts(model, plan.pp, stage, SCALAR)
@@ -31,7 +34,7 @@ def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
         sync = stage_sync(model, cluster, prepared, stage)
         per_rank.append((SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
                          bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward GEMM work (Qi et al. 2023)
-                         sync.reduce_s, sync.gather_s, dense + moe, sync.optimizer_s))
+                         sync.reduce_s, sync.gather_s, 1 if kept else dense + moe, sync.optimizer_s))
     forward, backward, weight, reduce, gather, buckets, optimizer = (list(x) for x in zip(*per_rank, strict=True))
     return PipelineCosts(
         p=plan.pp, m=plan.num_micro_batches, v=v, schedule=plan.schedule if plan.pp > 1 else "1f1b",
