@@ -29,7 +29,7 @@ from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec, MoeSpec
 
 REFERENCE_SYSTEM = {"a100": "dgx-a100-ib", "h100": "dgx-h100-ib", "h200": "dgx-h100-ib", "b200": "b200-dgx",
-                    "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+                    "gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "mi300x": "nd-mi300x-v5"}
 MAX_VPP = 8
 GRAD_DTYPES = ("fp32", "bf16")  # where neither row nor engine states it; frameworks offer both
 MAX_TP = 8
