@@ -39,8 +39,8 @@ def kept_gathered(cols: PlanColumns, pipeline_keeps_gathered: bool) -> np.ndarra
     """Rows whose ZeRO-3 stages stay gathered over the step's micro-batches and reduce-scatter once after the last
     backward (:attr:`plait.cost.framework.Framework.pipeline_keeps_gathered`: PyTorch pipelining with FSDP2)."""
     dense_group, _ = shard_groups(cols)
-    return (cols.full(1.0) * pipeline_keeps_gathered > 0) & (cols["pp"] > 1) & cols.is_("sharding", "zero3") & (
-        dense_group > 1)
+    kept = (cols["pp"] > 1) & cols.is_("sharding", "zero3") & (dense_group > 1)
+    return kept if pipeline_keeps_gathered else kept & False
 
 
 def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray,
