@@ -31,6 +31,7 @@ CASES = {
     "pp2-interleaved": (2, 'pp = 2\nvpp = 2\nschedule = "interleaved"'),
     "dp2xtp2": (4, 'tp = 2\nsp = true\ndp_shard = 2\nsharding = "zero3"'),
     "pp2xdp2": (4, 'pp = 2\ndp_shard = 2\nsharding = "zero2"'),
+    "pp2xdp2-zero3": (4, 'pp = 2\ndp_shard = 2\nsharding = "zero3"'),  # stages stay gathered over the step
     "recompute-full": (2, 'dp_shard = 2\nsharding = "zero3"\nrecompute = "full"'),
     "recompute-partial": (2, 'dp_shard = 2\nsharding = "zero3"\nrecompute = "full"\nrecompute_layers = 2'),
     "recompute-selective": (2, 'dp_replicate = 2\nrecompute = "selective"'),

@@ -95,8 +95,12 @@ def _mixed_precision(plan: Plan) -> MixedPrecisionPolicy:
 
 
 def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool) -> None:
-    """FSDP2 per layer and at the root: ZeRO-3 reshards after forward, ZeRO-2 keeps parameters gathered. HSDP
-    replicas under local SGD or DiLoCo shard within themselves only (their optimizer averages across them)."""
+    """FSDP2 per layer and at the root: ZeRO-3 reshards after forward, ZeRO-2 keeps parameters gathered, and so does
+    ZeRO-3 under a pipeline, whose schedule keeps a stage gathered through its backwards anyway (PyTorch pipelining
+    runs them with ``set_reshard_after_backward(False)``): resharding after each forward would only re-gather per
+    micro-batch (torchtitan does the same: "For PP, do not reshard after forward to avoid per-microbatch
+    all-gathers"; the ``plait`` engine's ``pipeline_keeps_gathered``). HSDP replicas under local SGD or DiLoCo shard
+    within themselves only (their optimizer averages across them)."""
     dp_mesh = mesh.sub("dp_replicate", "dp_shard") if plan.dp_replicate > 1 else mesh.sub("dp_shard")
     if plan.dp_sync.partition(":")[0] in INFREQUENT:  # replicas train apart; the optimizer averages them
         dp_mesh = mesh.sub("dp_shard")
@@ -104,7 +108,7 @@ def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool)
         dp_mesh = context.fsdp_mesh(mesh)  # cp ranks average their gradients too (dp_shard_cp)
     kwargs = {
         "mesh": dp_mesh,
-        "reshard_after_forward": plan.sharding == "zero3",
+        "reshard_after_forward": plan.sharding == "zero3" and plan.pp == 1,
         "mp_policy": MixedPrecisionPolicy() if full_precision else _mixed_precision(plan),
     }
     if plan.offload_params:  # parameters, gradients and the optimizer step on the host; optimizer-only
