@@ -35,8 +35,11 @@ labels = torch.randint(0, vocab, (batch, seq))
 cross_entropy(h @ w.t(), labels).backward()  # warm up
 h.grad = w.grad = None
 base = resident()
-with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
-    f.write("5")  # reset the peak resident size (proc(5))
+try:
+    with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+        f.write("5")  # reset the peak resident size (proc(5))
+except OSError:
+    pass  # where it may not be reset, the warm-up step above peaked at the same level
 cross_entropy(h @ w.t(), labels).backward()
 with open(f"/proc/{os.getpid()}/status") as f:
     peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
