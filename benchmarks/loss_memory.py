@@ -2,10 +2,10 @@
 
 Run: python benchmarks/loss_memory.py [--tokens 4096] [--vocab 128256]
 
-Each variant runs in its own process: bf16 logits from a small output projection, then
-``F.cross_entropy(logits.float(), labels)`` forward and backward (the loss of torchtitan's
-``components/loss.py`` and of ``plait run``, plait/run/train.py), eager or under ``torch.compile`` (torchtitan with
-``training.compile``). The process's peak resident memory above the level just before the logits are made,
+Each variant runs in its own process: bf16 logits from a small output projection, then ``plait run``'s loss
+(plait/run/train.py ``cross_entropy``: ``F.cross_entropy(logits.float(), labels)``, as torchtitan's
+``components/loss.py``) forward and backward, eager or under ``torch.compile`` (torchtitan with
+``training.compile``). tests/test_loss_memory.py runs the eager variant against the ``plait`` engine's figure. The process's peak resident memory above the level just before the logits are made,
 divided by tokens x vocab, is the loss's peak bytes per logit (the peak is the kernel's high-water mark, reset
 before the measured step through ``/proc/self/clear_refs``): the figure ``Framework.loss_bytes_per_logit``
 charges on the last pipeline stage (src/plait/engine/data/engines.toml cites this script). On the CPU the
@@ -21,29 +21,30 @@ import sys
 
 PROBE = """
 import os, sys, torch
+from plait.run.train import cross_entropy
 mode, tokens, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 hidden = 64
 def resident():
     with open(f"/proc/{os.getpid()}/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-def loss_fn(logits, labels):
-    return torch.nn.functional.cross_entropy(logits.float(), labels)
-fn = torch.compile(loss_fn, dynamic=False) if mode == "compiled" else loss_fn
-def inputs(n):
-    h = torch.randn(n, hidden, dtype=torch.bfloat16, requires_grad=True)
-    w = (torch.randn(vocab, hidden, dtype=torch.bfloat16) * 0.02).requires_grad_()
-    return h, w, torch.randint(0, vocab, (n,))
+fn = torch.compile(cross_entropy, dynamic=False) if mode == "compiled" else cross_entropy
 def high_water():
     with open(f"/proc/{os.getpid()}/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-h, w, labels = inputs(tokens)
+h = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+w = (torch.randn(vocab, hidden, dtype=torch.bfloat16) * 0.02).requires_grad_()
+labels = torch.randint(0, vocab, (1, tokens))
 logits = h @ w.t()  # compile (or warm up) on the measured shape first, then measure a second step
-fn(logits, labels).backward()
+loss = fn(logits, labels)
 del logits
+loss.backward()
 h.grad = w.grad = None
 base = resident()
-with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
-    f.write("5")  # reset the peak resident size to the current one (proc(5): /proc/pid/clear_refs)
+try:
+    with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+        f.write("5")  # reset the peak resident size to the current one (proc(5): /proc/pid/clear_refs)
+except OSError:
+    pass  # where it may not be reset, the warm-up step above peaked at the same level
 logits = h @ w.t()
 loss = fn(logits, labels)
 del logits  # torchtitan's train step drops its reference before the backward (train.py 'del pred')

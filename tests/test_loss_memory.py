@@ -4,8 +4,6 @@ Engine's cached fp8 weights."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -22,39 +20,15 @@ from plait.workload.catalog import get_model
 MODEL = get_model("llama3-8b")
 CLUSTER = get_cluster("dgx-h100-ib")
 
-PROBE = """
-import os, sys, torch
-from plait.run.train import cross_entropy
-batch, seq, vocab = 1, int(sys.argv[1]), int(sys.argv[2])
-def resident():
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-h = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
-w = (torch.randn(vocab, 64, dtype=torch.bfloat16) * 0.02).requires_grad_()
-labels = torch.randint(0, vocab, (batch, seq))
-cross_entropy(h @ w.t(), labels).backward()  # warm up
-h.grad = w.grad = None
-base = resident()
-try:
-    with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
-        f.write("5")  # reset the peak resident size (proc(5))
-except OSError:
-    pass  # where it may not be reset, the warm-up step above peaked at the same level
-cross_entropy(h @ w.t(), labels).backward()
-with open(f"/proc/{os.getpid()}/status") as f:
-    peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-print((peak - base) / (batch * seq * vocab))
-"""
-
 
 def test_plaits_own_loss_peaks_at_the_bytes_its_engine_charges() -> None:
     """``plait run``'s loss (an eager cross-entropy of the upcast logits) measured on this CPU: the process's peak
     resident memory over the step, per logit, is the 12 bytes the ``plait`` engine charges (the saved fp32
     log-probabilities, the NLL's fp32 gradient and the log-softmax's). Tensors this large are mmap-backed, so
     resident memory follows what is live."""
-    done = subprocess.run([sys.executable, "-c", PROBE, "1024", "32768"], capture_output=True, text=True,
-                          timeout=300, check=True)
-    measured = float(done.stdout.strip().splitlines()[-1])
+    from tests.conftest import load_benchmark
+
+    measured = load_benchmark("loss_memory").measure("eager", 1024, 32768)  # benchmarks/loss_memory.py's probe
     assert measured == pytest.approx(get_engine("plait").framework.loss_bytes_per_logit, abs=0.5)
 
 
