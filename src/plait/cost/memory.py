@@ -47,8 +47,8 @@ def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> Columns:
-    """Parameters on one rank of ``stage``: dense, expert, the largest layer, and the norm weights (two per layer
-    and the final norm; replicated over TP)."""
+    """Parameters on one rank of ``stage``: dense, expert, the largest layer, the norm weights (two per layer
+    and the final norm; replicated over TP), and those of its transformer layers alone."""
     xp = cols.xp
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     dense = n_dense * inner.dense.num_params + n_moe * inner.moe.num_params
@@ -59,7 +59,9 @@ def stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.nd
     largest = xp.maximum(xp.where(n_dense > 0, inner.dense.num_params, 0.0),
                          xp.where(n_moe > 0, inner.moe.num_params + inner.moe.num_expert_params, 0.0))
     norms = (2 * (n_dense + n_moe) + (stage == cols["pp"] - 1)) * model.norm_params()
-    return {"dense": dense, "expert": n_moe * inner.moe.num_expert_params, "largest": largest, "norms": norms}
+    layers = n_dense * inner.dense.num_params + n_moe * (inner.moe.num_params + inner.moe.num_expert_params)
+    return {"dense": dense, "expert": n_moe * inner.moe.num_expert_params, "largest": largest, "norms": norms,
+            "layers": layers}
 
 
 def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -91,9 +93,7 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     zero3 = cols.is_("sharding", "zero3")
     weights = xp.where(cols["offload_params"], 0.0, PARAM_BYTES * xp.where(zero3, sharded, total_params))
-    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)  # fp8 copies of the layers' GEMM weights
-    weights = weights + inner.weight_cache_bytes * (n_dense * inner.dense.num_params
-                                                    + n_moe * (inner.moe.num_params + inner.moe.num_expert_params))
+    weights = weights + inner.weight_cache_bytes * params["layers"]  # fp8 copies of the layers' GEMM weights
     grads = inner.grad_bytes * xp.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
     grads = xp.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
     optimizer = xp.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * xp.where(
