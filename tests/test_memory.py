@@ -81,3 +81,21 @@ def test_offload_moves_optimizer_off_gpu() -> None:
     off = estimate(model, CLUSTER, replace(base, offload_optimizer=True)).memory
     assert off.optimizer_bytes == 0 and on.optimizer_bytes > 0
     assert off.activations_bytes == on.activations_bytes
+
+
+@pytest.mark.parametrize(("compiled", "saves_attention", "bytes_per_token"), [
+    (True, True, 2 * 4096 + 2 * 4096 + 2 * 1024 + (2 * 4096 + 4 * 32) + 2 * 14336),  # x, wq, wv, sdpa out + lse, w1
+    (True, False, 2 * 4096 + 2 * 4096 + 2 * 1024 + 2 * 14336),  # cuDNN attention outside the save list
+    (False, True, 2 * 4096 + 2 * 4096 + 2 * 1024 + (2 * 4096 + 4 * 32) + 2 * 14336 + 2 * 4096),  # eager keeps w2's
+])
+def test_torchtitan_per_op_sac_keeps_every_other_matmul(compiled: bool, saves_attention: bool,
+                                                     bytes_per_token: int) -> None:
+    """torchtitan's SelectiveAC on a Llama-3-8B block (wq wk wv wo w1 w3 w2 run in that order; the 1st, 3rd, 5th
+    and 7th matmul outputs and the SDPA outputs are saved, torchtitan 0.3.0 distributed/activation_checkpoint.py);
+    compiled, w2's output, which only the residual add reads, is not kept (docs/research/torchtitan_memory_versions.md)."""
+    model = get_model("llama3-8b")
+    framework = Framework(selective_policy="every_other_mm", sac_saves_attention=saves_attention,
+                          fused_input_projections=False, pointwise="fused" if compiled else "eager")
+    setup = Setup(model=model, cluster=get_cluster("dgx-h100-ib"), plan=Plan(recompute="selective").with_seq_len(8192),
+                  framework=framework)
+    assert act.layer_bytes_selective(setup, False) == 8192 * bytes_per_token

@@ -86,20 +86,22 @@ def test_dev_rows_run_the_engine_their_notes_document() -> None:
                                                              "nemo", "megatron-bridge"}
 
 
-def test_torchtitan_selective_is_every_second_layer() -> None:
-    """torchtitan's selective activation checkpointing ('selective layer'/'selective op') is full recompute of half
-    the layers (an engine fact, engines.toml)."""
+def test_torchtitan_selective_layer_is_every_second_layer_and_op_is_per_op() -> None:
+    """torchtitan's 'selective layer' checkpointing is full recompute of half the layers; 'selective op' is its
+    per-op policy, costed as plait's selective recomputation under that engine (engines.toml)."""
     from pathlib import Path
 
     from plait.validate.runs import read_runs
     from plait.validate.translate import candidate_plans
 
     rows = {r.id: r for r in read_runs(Path(__file__).parent / "data" / "dev.csv")}
-    for rid in ("torchtitan_docs_a100_Llama38B_selectivelayer_lb1", "torchtitan_docs_a100_Llama38B_selectiveop_lb1"):
-        row = rows[rid]
-        plans = list(candidate_plans(row, get_engine(row.engine)))
-        assert plans and all(p.recompute == "full" and p.recompute_layers == row.layers // 2 for p in plans)
-        assert all(p.grad_reduce_dtype == "fp32" for p in plans)
+    layer = rows["torchtitan_docs_a100_Llama38B_selectivelayer_lb1"]
+    plans = list(candidate_plans(layer, get_engine(layer.engine)))
+    assert plans and all(p.recompute == "full" and p.recompute_layers == layer.layers // 2 for p in plans)
+    op = rows["torchtitan_docs_a100_Llama38B_selectiveop_lb1"]
+    plans = list(candidate_plans(op, get_engine(op.engine)))
+    assert plans and all(p.recompute == "selective" and p.grad_reduce_dtype == "fp32" for p in plans)
+    assert get_engine(op.engine).framework.selective_policy == "every_other_mm"
     full = rows["torchtitan_docs_a100_Llama370B_full_lb1"]
     assert all(p.recompute == "full" and p.recompute_layers == -1 for p in candidate_plans(full, get_engine(full.engine)))
 

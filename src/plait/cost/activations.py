@@ -18,9 +18,9 @@ stores no score matrix, only its output and the fp32 log-sum-exp per query and h
 
 from __future__ import annotations
 
+from plait.cost import op_sac
+from plait.cost.op_sac import LSE_BYTES
 from plait.cost.setup import Setup
-
-LSE_BYTES = 4  # fp32 log-sum-exp per query row and head (FlashAttention-2, Alg. 1 output L)
 
 
 def _gemm_input_bytes(setup: Setup) -> int:
@@ -82,7 +82,11 @@ def layer_bytes(setup: Setup, moe_layer: bool) -> float:
 
 
 def layer_bytes_selective(setup: Setup, moe_layer: bool) -> float:
-    """Activations with the attention core recomputed (Korthikanti et al. 2022, Sec. 4.2.2)."""
+    """Activations with the attention core recomputed (Korthikanti et al. 2022, Sec. 4.2.2), or what per-op
+    selective checkpointing keeps where the engine's selective recomputation is that
+    (:attr:`plait.cost.framework.Framework.selective_policy`, :func:`plait.cost.op_sac.saved_bytes`)."""
+    if setup.framework.selective_policy == "every_other_mm":
+        return op_sac.saved_bytes(setup, moe_layer, layer_input_bytes(setup))
     kept, _ = attention_block_bytes(setup)
     return kept + mlp_block_bytes(setup, moe_layer)
 

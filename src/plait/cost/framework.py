@@ -16,6 +16,7 @@ KvExchange = Literal["ring", "allgather"]
 BackwardPrefetch = Literal["pre", "post"]
 TpLoss = Literal["vocab_parallel", "gathered"]
 Pointwise = Literal["fused", "eager"]
+SelectivePolicy = Literal["attention_core", "every_other_mm"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +94,16 @@ class Framework:
     (torchtitan's ``RMSNorm``), rotary embedding as an fp32 complex multiply (torchtitan/Llama
     ``apply_rotary_emb``) and SwiGLU as separate silu and multiply kernels
     (:func:`plait.cost.layer.eager_extra_bytes_fwd`)."""
+    selective_policy: SelectivePolicy = "attention_core"
+    """What ``recompute = "selective"`` recomputes: the attention core (softmax and the score matrix, Korthikanti
+    et al. 2022, Sec. 4.2.2: Megatron's selective recomputation and plait's runtime), or ``"every_other_mm"``:
+    per-op selective checkpointing of every block, which saves the attention kernel's outputs and every other
+    matmul's and recomputes the rest (torchtitan's ``SelectiveAC``, :mod:`plait.cost.op_sac`)."""
+    sac_saves_attention: bool = True
+    """Under ``every_other_mm``, the attention kernel the engine calls is in the policy's save list. torchtitan
+    0.3.0 lists the flash, efficient, cuDNN and math SDPA kernels; from 3b85aa31f (2025-06) to 2025-12 it ran
+    cuDNN attention first on Blackwell (compute capability 10) while its list held only the flash and efficient
+    kernels, so those runs recompute attention (docs/research/torchtitan_memory_versions.md section 1)."""
     kv_repeat: bool = False
     """Grouped-query K/V heads are copied out to one per query head before the attention call (torchtitan's
     ``repeat_kv``, expand + reshape; ``repeat_interleave`` in ``plait run``), so the copy is paid and the attention

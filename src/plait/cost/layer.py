@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost import collectives as coll
+from plait.cost import op_sac
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, layer_gemms
@@ -284,6 +285,8 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     ep = _ep_pass_s(setup) if moe_layer else 0.0
     if plan.recompute == "full":
         recompute = fwd + tp_fwd + cp_fwd + ep
+    elif plan.recompute == "selective" and setup.framework.selective_policy == "every_other_mm":
+        recompute = op_sac.recompute_s(setup, moe_layer, elem_fwd, core_fwd, ep)
     elif plan.recompute == "selective":
         recompute = core_fwd
     else:

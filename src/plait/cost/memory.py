@@ -76,6 +76,10 @@ def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: 
                     + (n_moe - rc_moe) * m.activation_bytes)
     working = xp.where(recomputed > 0, xp.maximum(xp.where(n_dense > 0, d.activation_bytes, 0.0),
                                                   xp.where(n_moe > 0, m.activation_bytes, 0.0)), 0.0)
+    # selective recomputation materializes what it dropped for one layer at a time, during that layer's backward
+    dropped = xp.maximum(xp.where(n_dense > 0, d.activation_bytes - d.selective_activation_bytes, 0.0),
+                         xp.where(n_moe > 0, m.activation_bytes - m.selective_activation_bytes, 0.0))
+    working = xp.where(cols.is_("recompute", "selective"), xp.maximum(dropped, 0.0), working)
     per_mb = xp.select([cols.is_("recompute", "selective"), cols.is_("recompute", "full")],
                        [selective_mb, recompute_mb], full_mb)
     inflight = inflight_micro_batches(cols, stage)

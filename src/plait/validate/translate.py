@@ -130,7 +130,8 @@ def candidate_plans(row: RunRow, engine: Engine) -> Iterator[Plan]:
         for mb, rc, sh, sp, vpp, grad in itertools.product(mbs, recomputes, shardings, sps, vpps, grads):
             shard = dp if sh != "none" else 1
             rc_layers = -1
-            if rc == "selective" and engine.selective_full_every:
+            if rc == "selective" and engine.selective_full_every and (
+                    engine.framework.selective_policy != "every_other_mm" or "selective layer" in row.notes.lower()):
                 rc, rc_layers = "full", (row.layers // pp) // engine.selective_full_every
             yield Plan(
                 tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,

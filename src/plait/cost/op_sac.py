@@ -1,0 +1,97 @@
+"""Per-op selective activation checkpointing: what a block saves and what it runs again.
+
+torchtitan's ``SelectiveAC`` (torchtitan 0.3.0 ``torchtitan/distributed/activation_checkpoint.py``
+``SelectiveAC._wrap_block``; the same rule since 2024, docs/research/torchtitan_memory_versions.md section 3)
+checkpoints every transformer block with a policy over the ops it runs: the outputs of attention kernels and
+of every other ``aten.mm`` are saved (the block's matmul counter starts at 0 and the 1st, 3rd, 5th ... are
+kept, the even ones recomputed), everything else is recomputed in the backward. The router's matmul is forced
+to recompute and not counted (``force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``); routed experts run
+``_grouped_mm``, not ``aten.mm``, so they are neither counted nor saved. The block input is kept as the
+checkpoint's input.
+
+Eager, the recompute replays the block's forward, every op whose output was not saved; compiled, the
+min-cut partitioner keeps and recomputes only what the backward reads (docs/research/torchtitan_memory_versions.md
+section 3): the output projection's and the down projection's outputs feed only a residual add, so they are
+neither saved nor recomputed. MoE layers recompute their routed experts and the dispatch and combine
+all-to-alls (assumed: those are not in the save list).
+"""
+
+from __future__ import annotations
+
+from plait.cost.compute import gemms_fwd_bwd_s
+from plait.cost.flops import Gemm, attention_gemms, moe_gemms
+from plait.cost.setup import Setup
+
+LSE_BYTES = 4  # fp32 log-sum-exp per query row and head (FlashAttention-2, Alg. 1 output L)
+RESIDUAL_ONLY = frozenset({"o", "w2", "down", "shared_w2"})
+"""Matmuls whose outputs only a residual add (or the MoE combine) reads: the backward never needs them."""
+
+
+def block_matmuls(setup: Setup, moe_layer: bool) -> list[tuple[str, Gemm]]:
+    """The ``aten.mm`` calls of one block that the policy counts, in the order the block runs them, each with
+    its GEMM on this rank (output ``m x n``)."""
+    model, plan, t = setup.model, setup.plan, setup.tokens
+    h, heads, kv = model.hidden_size, model.num_heads // plan.tp, setup.kv_heads_per_rank
+    q, k, v = heads * model.qk_head_dim, kv * model.qk_head_dim, kv * model.v_head_dim
+    if model.mla:  # MLA's down and up projections, then the output projection (attention_gemms' order)
+        projections = attention_gemms(setup)
+        calls = [(f"mla{i}", g) for i, g in enumerate(projections[:-1])] + [("o", projections[-1])]
+    elif setup.framework.fused_input_projections:
+        calls = [("qkv", Gemm(t, q + k + v, h))]
+    else:
+        calls = [("q", Gemm(t, q, h)), ("k", Gemm(t, k, h)), ("v", Gemm(t, v, h))]
+    if not model.mla:
+        calls.append(("o", Gemm(t, h, heads * model.v_head_dim)))
+    gated = model.mlp == "gated"
+    if moe_layer and model.moe is not None:
+        if model.moe.num_shared_experts:
+            width = model.moe.num_shared_experts * model.moe.shared_expert_ffn_hidden_size // plan.tp
+            shared_ups = [("shared_w1", Gemm(t, width, h)), ("shared_w3", Gemm(t, width, h))]
+            calls += (shared_ups if gated else [("shared_up", Gemm(t, width, h))]) + [("shared_w2", Gemm(t, h, width))]
+        return calls
+    width = model.ffn_hidden_size // plan.tp
+    ups = [("w1", Gemm(t, width, h)), ("w3", Gemm(t, width, h))] if gated else [("up", Gemm(t, width, h))]
+    return calls + ups + [("w2" if gated else "down", Gemm(t, h, width))]
+
+
+def _saved(setup: Setup, moe_layer: bool) -> tuple[list[Gemm], list[tuple[str, Gemm]]]:
+    """(saved matmuls, recomputed matmuls with their names) of one block."""
+    compiled = setup.framework.pointwise != "eager"
+    saved, again = [], []
+    for i, (name, gemm) in enumerate(block_matmuls(setup, moe_layer)):
+        if compiled and name in RESIDUAL_ONLY:
+            continue
+        if i % 2 == 0:
+            saved.append(gemm)
+        else:
+            again.append((name, gemm))
+    return saved, again
+
+
+def saves_attention(setup: Setup) -> bool:
+    """Whether the attention kernel's output and log-sum-exp are in the save list."""
+    return setup.framework.sac_saves_attention and setup.attention_kernel != "unfused"
+
+
+def saved_bytes(setup: Setup, moe_layer: bool, block_input: float) -> float:
+    """Bytes one block keeps for one micro-batch: its input, the saved matmul outputs (in the activation dtype:
+    torchao's float8 matmuls return bf16) and, when saved, the attention output and its fp32 log-sum-exp."""
+    saved, _ = _saved(setup, moe_layer)
+    kept = block_input + setup.act_bytes * sum(g.m * g.n * g.count for g in saved)
+    if saves_attention(setup):
+        heads = setup.model.num_heads // setup.plan.tp
+        kept += setup.tokens * heads * (setup.act_bytes * setup.model.v_head_dim + LSE_BYTES)
+    return kept
+
+
+def recompute_s(setup: Setup, moe_layer: bool, pointwise_s: float, core_s: float, ep_s: float) -> float:
+    """Seconds the backward spends running one block's unsaved ops again: the recomputed matmuls, the
+    memory-bound ops (``pointwise_s``, the block's forward share), the attention kernel unless saved
+    (``core_s``) and, in an MoE layer, the routed experts with their all-to-alls (``ep_s``)."""
+    _, named = _saved(setup, moe_layer)
+    if moe_layer and setup.model.moe is not None:  # the whole MoE block again (its shared experts counted there)
+        again = [g for name, g in named if not name.startswith("shared")] + moe_gemms(setup)
+    else:
+        again, ep_s = [g for _, g in named], 0.0
+    gemm_s = gemms_fwd_bwd_s(again, setup)[0] if again else 0.0
+    return gemm_s + pointwise_s + (0.0 if saves_attention(setup) else core_s) + ep_s
