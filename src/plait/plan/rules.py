@@ -59,6 +59,15 @@ def _sync_method(p: Plan) -> str:
     return p.dp_sync.partition(":")[0]
 
 
+def _sync_split_message(p: Plan) -> str:
+    """Why a dp_sync method is refused beside context or expert parallelism, naming the degree that is set."""
+    held = [f"cp={p.cp} ranks each hold part of every sequence"] if p.cp > 1 else []
+    held += [f"ep={p.ep} ranks each hold different experts"] if p.ep > 1 else []
+    return (f"dp_sync={_sync_method(p)!r} synchronizes data-parallel replicas only, but {' and '.join(held)} and "
+            "reduce their gradients with the all-reduce (plait's runtime cannot run a method over them yet): "
+            "needs cp = ep = 1")
+
+
 RULES: tuple[Rule, ...] = (
     Rule("degrees-positive",
          lambda c, m, k: c.xp.any_of([c[n] <= 0 for n in _POSITIVE] + [c["seq_len"] < 0]),
@@ -109,9 +118,7 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
     Rule("dp-sync-no-context-parallel",
          lambda c, m, k: (c["dp_sync"] != 0) & ((c["cp"] > 1) | (c["ep"] > 1)),
-         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} synchronizes data-parallel replicas only, but cp={p.cp} ranks "
-                          f"each hold part of every sequence (and ep={p.ep} ranks different experts) and reduce their "
-                          f"gradients with the all-reduce: needs cp = ep = 1")),
+         lambda p, m, k: _sync_split_message(p)),
     Rule("dp-sync-whole-gradients",
          lambda c, m, k: rows_with(c, WHOLE_GRADIENTS) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "
