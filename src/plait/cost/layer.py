@@ -27,7 +27,7 @@ from plait.cost import collectives as coll
 from plait.cost import op_sac
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
-from plait.cost.flops import Gemm, attention_core_flops, layer_gemms
+from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, layer_gemms
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
@@ -271,7 +271,13 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
     if moe_layer:  # a host that cannot run ahead of the device: the longer of the two
         host_fwd, host_bwd = moe_host_s(setup)
-        fwd, bwd = max(fwd, host_fwd), max(bwd, host_bwd)
+        # The forward's sync sits after the router, before the dispatch (token_dispatcher.py @0d8e0714 L870-909):
+        # the device's queue is empty when the host resumes, so the experts' launches that follow and the next
+        # layer's attention, queued before the next sync, run one after the other. A queue that a sync empties
+        # finishes at max over kernels j of (launch time of j + device time from j on): with the host-bound
+        # experts before the device-bound attention, max(device, host + attention's device time).
+        attention_fwd = gemms_fwd_bwd_s(attention_gemms(setup), setup)[0] + core_fwd if host_fwd else 0.0
+        fwd, bwd = max(fwd, host_fwd + attention_fwd), max(bwd, host_bwd)
     chunk_fwd = chunk_bwd = 0.0
     if plan.tp_comm_overlap and plan.tp > 1:  # decomposed GEMMs: tp chunks of 1/tp of the tokens each
         chunked = [Gemm(max(g.m // plan.tp, 1), g.n, g.k, g.count * plan.tp) for g in gemms]
