@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 
 from plait.plan.plan import Optimizer as OptimizerName
+from plait.run.local import local_tensor
 from plait.run.mesh import Mesh
 from plait.run.train import TrainConfig, lr_lambda
 
@@ -39,11 +39,6 @@ def optimizer_recipe(name: OptimizerName, config: TrainConfig) -> tuple[type[tor
     if name == "sgd":
         return torch.optim.SGD, {"lr": config.lr, "momentum": SGD_MOMENTUM, "weight_decay": config.weight_decay}
     return torch.optim.AdamW, {"lr": config.lr, "betas": ADAMW_BETAS, "weight_decay": config.weight_decay}
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of a (DTensor) parameter or gradient; under no_grad the storage itself."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 class HostOffloadOptimizer(torch.optim.Optimizer):
@@ -65,7 +60,7 @@ class HostOffloadOptimizer(torch.optim.Optimizer):
         self.host_grads: list[torch.Tensor] = []
         self._on_cuda = any(p.device.type == "cuda" for p in self.device_params)
         for p in self.device_params:
-            local = _local(p.detach())
+            local = local_tensor(p.detach())
             pinned = p.device.type == "cuda"
             host = torch.empty(local.shape, dtype=torch.float32, device="cpu", pin_memory=pinned)
             host.copy_(local)  # a separate copy even when the device is the CPU
@@ -94,12 +89,12 @@ class HostOffloadOptimizer(torch.optim.Optimizer):
             if p.grad is None:
                 host.grad = None
                 continue
-            grad.copy_(_local(p.grad), non_blocking=True)
+            grad.copy_(local_tensor(p.grad), non_blocking=True)
             host.grad = grad
         self._synchronize()  # the gradients have landed before the CPU reads them
         self.inner.step()
         for p, host in zip(self.device_params, self.host_params):
-            _local(p).copy_(host, non_blocking=True)  # ordered before the next forward on the same stream
+            local_tensor(p).copy_(host, non_blocking=True)  # ordered before the next forward on the same stream
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.device_params:

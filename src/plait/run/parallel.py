@@ -10,19 +10,12 @@ row-wise outputs reduce-scatter over the sequence (Korthikanti et al. 2022).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    SequenceParallel,
-    parallelize_module,
-)
 
 from plait.plan.plan import Plan
 from plait.plan.sync import INFREQUENT
@@ -31,9 +24,24 @@ from plait.run.mesh import Mesh
 from plait.run.model import Transformer
 from plait.run.moe import apply_ep, ignore_experts_in_ddp, shard_experts
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+# FSDP2 and DTensor are imported where a plan uses them: a DDP or single-process rank never does, and the import
+# is about 0.7 s of its start-up (plait/run/local.py).
+
 
 def apply_tp(model: Transformer, mesh: Mesh, plan: Plan) -> None:
     """Megatron-style tensor parallelism (with sequence parallelism when ``plan.sp``)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
     tp_mesh = mesh.sub("tp")
     seq = Shard(1) if plan.sp else Replicate()
     top: dict[str, object] = {}
@@ -86,6 +94,8 @@ def apply_recompute(model: Transformer, plan: Plan) -> None:
 
 
 def _mixed_precision(plan: Plan) -> MixedPrecisionPolicy:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
     if plan.precision in ("bf16", "fp8"):
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32
                                     if plan.grad_reduce_dtype == "fp32" else torch.bfloat16)
@@ -101,6 +111,8 @@ def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool)
     micro-batch (torchtitan does the same: "For PP, do not reshard after forward to avoid per-microbatch
     all-gathers"; the ``plait`` engine's ``pipeline_keeps_gathered``). HSDP replicas under local SGD or DiLoCo shard
     within themselves only (their optimizer averages across them)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
     dp_mesh = mesh.sub("dp_replicate", "dp_shard") if plan.dp_replicate > 1 else mesh.sub("dp_shard")
     if plan.dp_sync.partition(":")[0] in INFREQUENT:  # replicas train apart; the optimizer averages them
         dp_mesh = mesh.sub("dp_shard")

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-from torch.distributed.tensor import DTensor
 
 from plait.errors import ConfigError
 from plait.plan.sync import COMPRESSED, Sync
 from plait.run.compress import Quantize, TopK, error_feedback_hook
+from plait.run.local import is_dtensor, local_tensor
 from plait.run.sites import Reducer, SiteReducer
 
 ORTHOGONALIZATION_EPSILON = 1e-8
@@ -71,18 +71,13 @@ def compress_hook(state, bucket):  # type: ignore[no-untyped-def]
     return replicas.all_reduce(compressed).then(lambda done: buffer.copy_(done.value()[0]))
 
 
-def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """The tensor this rank holds of ``t`` (its shard, for a DTensor), writable in place."""
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
 def shard_gradients_like_parameters(params: list[torch.Tensor]) -> None:
     """Give every DTensor gradient its parameter's placements, so that a rank sends only its own shard. DTensor's
     embedding backward returns the vocab-parallel embedding's gradient ``Replicate`` (the whole table on every TP
     rank, torch 2.13); to ``Shard(0)`` it is a local slice, no communication."""
     for p in params:
         grad = p.grad
-        if isinstance(p, DTensor) and isinstance(grad, DTensor) and grad.placements != p.placements:
+        if is_dtensor(p) and is_dtensor(grad) and grad.placements != p.placements:  # type: ignore[union-attr]
             p.grad = grad.redistribute(p.device_mesh, p.placements)
 
 

@@ -36,13 +36,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from plait.errors import ConfigError
 from plait.plan.partial import schedule, unit_of
 from plait.plan.sync import COMPRESSED, MODELLED, Sync
-from plait.run.replica_grads import LocalGradients, comm_hook, local_tensor, shard_gradients_like_parameters
+from plait.run.local import is_dtensor, local_tensor
+from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
 from plait.run.sites import Reducer, SiteReducer
 from plait.workload.tensors import Shape
 
@@ -106,7 +106,7 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reduc
         return PipeSGD(optimizer, replicas)
     if sync.method != "local_sgd":
         return optimizer
-    if isinstance(replicas, SiteReducer) or any(isinstance(p, DTensor) for g in optimizer.param_groups
+    if isinstance(replicas, SiteReducer) or any(is_dtensor(p) for g in optimizer.param_groups
                                                 for p in g["params"]):
         return ShardAverage(optimizer, sync.every, replicas)  # HSDP: FSDP2 owns the shards' storage
     from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
