@@ -174,3 +174,16 @@ def test_a_run_whose_checkpoints_cannot_fit_is_refused_before_it_starts(tmp_path
         code = run_cli(["run", "--plan", str(_plan(tmp_path)), "--checkpoint-dir", str(tmp_path / "ckpt"),
                         "--checkpoint-every", "2", "--steps", "8"])
     assert code == 2 and "GiB free; 4 save(s)" in err.getvalue() and err.getvalue().count("\n") == 1
+
+
+def test_room_counts_only_published_checkpoints_as_reclaimable(tmp_path: Path) -> None:
+    """What a run prunes is its folder's published ``step-<n>/`` checkpoints; other files there free nothing and are
+    not walked (the fuzz once walked ``--checkpoint-dir /`` into ``/proc``: a traceback, and two minutes)."""
+    from plait.cli.run import _published_bytes
+
+    (tmp_path / "step-00000002").mkdir()
+    (tmp_path / "step-00000002" / "shard").write_bytes(b"x" * 300)
+    (tmp_path / ".step-00000004.partial").mkdir()
+    (tmp_path / ".step-00000004.partial" / "shard").write_bytes(b"x" * 50)
+    (tmp_path / "notes.txt").write_bytes(b"x" * 1000)
+    assert _published_bytes(tmp_path) == 300

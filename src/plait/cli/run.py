@@ -208,12 +208,26 @@ def _check_room(folder: Path, at: int, every: int, keep: int, steps: int, model,
     plus the one being written; what is already there is pruned as new ones are published."""
     saves = sum(1 for s in range(1, steps + 1) if s == at or (every and s % every == 0))
     size = checkpoint_bytes(model, plan)
-    existing = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    existing = _published_bytes(folder)
     need = size * min(saves, keep + 1) - existing
     free = shutil.disk_usage(folder).free
     if need > free:
         raise ConfigError(f"checkpoint folder {str(folder)!r} has {free / GIB:.2f} GiB free; {saves} save(s) of "
                           f"{size / GIB:.2f} GiB each, {keep} kept, need {need / GIB:.2f} GiB more")
+
+
+def _published_bytes(folder: Path) -> int:
+    """Bytes of the checkpoints already published in ``folder`` (``step-<n>/``), which the run prunes as it publishes
+    its own; other files there stay and free nothing (and a folder such as ``/`` is not walked)."""
+    from plait.run import checkpoint
+
+    total = 0
+    try:
+        for step in checkpoint.published(folder):
+            total += sum(f.stat().st_size for f in step.rglob("*") if f.is_file())
+    except OSError as exc:
+        raise ConfigError(f"checkpoint folder {str(folder)!r} cannot be read ({exc.strerror})") from exc
+    return total
 
 
 def _run_torchtitan(model_slug: str, model, plan, steps: int, out: Path | None, dry_run: bool) -> None:  # type: ignore[no-untyped-def]
@@ -234,7 +248,11 @@ def _run_torchtitan(model_slug: str, model, plan, steps: int, out: Path | None, 
     if slots is not None and plan.num_gpus > slots:
         raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but this node has {slots}")
     folder = out or Path(tempfile.mkdtemp(prefix="plait-torchtitan-"))
-    tokenizer_dir, data_dir = write_assets(folder)
+    try:
+        tokenizer_dir, data_dir = write_assets(folder)
+    except OSError as exc:
+        raise ConfigError(f"--out {str(folder)!r} must be a folder plait can write torchtitan's assets into "
+                          f"({exc.strerror})") from exc
     command = launch_command(plan.num_gpus, trainer_args(plan.with_seq_len(model.seq_len), model_slug, model,
                                                          tokenizer_dir, data_dir, folder / "outputs", steps))
     Console().print(describe(command))
