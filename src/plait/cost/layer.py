@@ -68,6 +68,11 @@ def _elementwise_bytes_fwd(setup: Setup, gemms: list[Gemm], moe_layer: bool) -> 
         routed = tokens * moe.top_k
         moved += (ups + 1) * e * routed * moe.expert_ffn_hidden_size / plan.tp
         moved += 2 * 2 * e * routed * model.hidden_size  # permute and un-permute copies
+        if plan.ep > 1 and moe.num_experts // plan.ep > 1:
+            # tokens arrive from the EP ranks grouped by sender: regrouped by local expert before the experts and
+            # back after ("Permutation 2"/"Unpermutation 2", Megatron-Core token_dispatcher.py @0d8e0714
+            # sort_chunks_by_idxs L740, L775), one read and one write of every routed token each way
+            moved += 2 * 2 * e * routed * model.hidden_size
     else:
         moved += (ups + 1) * e * tokens * model.ffn_hidden_size / plan.tp
     if setup.gemm_dtype == "fp8":
