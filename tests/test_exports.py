@@ -114,8 +114,7 @@ def test_torchtitan_args_parse_with_torchtitan(plan: Plan, slug: str) -> None:
     assert config.training.seq_len == (plan.seq_len or get_model(slug).seq_len)
     if plan.pp > 1:
         assert p.pipeline_parallel_microbatch_size == plan.micro_batch
-    recompute = "selective" if plan.recompute == "full" and plan.recompute_layers >= 0 else plan.recompute  # SAC ~ half
-    expected = {"none": "NoneType", "selective": "SelectiveAC.Config", "full": "FullAC.Config"}[recompute]
+    expected = {"none": "NoneType", "selective": "SelectiveAC.Config", "full": "FullAC.Config"}[plan.recompute]
     assert type(config.activation_checkpoint).__qualname__ == expected
 
 

@@ -99,3 +99,17 @@ def test_torchtitan_per_op_sac_keeps_every_other_matmul(compiled: bool, saves_at
     setup = Setup(model=model, cluster=get_cluster("dgx-h100-ib"), plan=Plan(recompute="selective").with_seq_len(8192),
                   framework=framework)
     assert act.layer_bytes_selective(setup, False) == 8192 * bytes_per_token
+
+
+def test_torchtitan_per_op_sac_under_sequence_parallelism_keeps_the_reduce_scatter_output() -> None:
+    """With TP=2 and SP, a compiled block keeps per rank: its sequence shard of the input, wq's and wv's local
+    outputs (half the heads), the SDPA output and log-sum-exp of those heads, w1's local output and the output
+    projection's reduce-scatter output (reduce_scatter_tensor is in torchtitan's save list; the residual sum after
+    attention feeds the MLP norm, so the backward reads it)."""
+    model = get_model("llama3-8b")
+    framework = Framework(selective_policy="every_other_mm", fused_input_projections=False, pointwise="fused")
+    setup = Setup(model=model, cluster=get_cluster("dgx-h100-ib"),
+                  plan=Plan(tp=2, sp=True, recompute="selective").with_seq_len(8192), framework=framework)
+    per_token = (2 * 4096 / 2 + 2 * 16 * 128 + 2 * 4 * 128 + 16 * (2 * 128 + 4) + 2 * 14336 / 2
+                 + 2 * 4096 / 2)
+    assert act.layer_bytes_selective(setup, False) == 8192 * per_token

@@ -209,7 +209,8 @@ def _check_room(folder: Path, at: int, every: int, keep: int, steps: int, model,
     saves = sum(1 for s in range(1, steps + 1) if s == at or (every and s % every == 0))
     size = checkpoint_bytes(model, plan)
     existing = _published_bytes(folder)
-    need = size * min(saves, keep + 1) - existing
+    # older checkpoints are pruned only after a new one is published: the first save always needs its own room
+    need = max(size, size * min(saves, keep + 1) - existing) if saves else 0.0
     free = shutil.disk_usage(folder).free
     if need > free:
         raise ConfigError(f"checkpoint folder {str(folder)!r} has {free / GIB:.2f} GiB free; {saves} save(s) of "

@@ -297,7 +297,7 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     if plan.recompute == "full":
         recompute = fwd + tp_fwd + cp_fwd + ep
     elif plan.recompute == "selective" and setup.framework.selective_policy == "every_other_mm":
-        recompute = op_sac.recompute_s(setup, moe_layer, elem_fwd, core_fwd, ep)
+        recompute = op_sac.recompute_s(setup, moe_layer, elem_fwd, core_fwd, ep, tp_fwd, cp_fwd)
     elif plan.recompute == "selective":
         recompute = core_fwd
     else:

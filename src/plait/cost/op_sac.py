@@ -9,11 +9,16 @@ to recompute and not counted (``force_recompute_mm_shapes_by_fqns = ["moe.router
 ``_grouped_mm``, not ``aten.mm``, so they are neither counted nor saved. The block input is kept as the
 checkpoint's input.
 
+The save list also holds the functional collectives' outputs (``reduce_scatter_tensor``, ``all_to_all_single``):
+under sequence parallelism each row-parallel projection's reduce-scatter output is kept, and a compiled MoE block
+keeps its dispatch and combine all-to-all outputs (funcol there; eager, torchtitan's dispatcher calls
+``dist.all_to_all``, which the list does not hold, so the all-to-alls run again). The SP all-gathers and TP
+all-reduces are not listed: they run again with what they feed.
+
 Eager, the recompute replays the block's forward, every op whose output was not saved; compiled, the
 min-cut partitioner keeps and recomputes only what the backward reads (docs/research/torchtitan_memory_versions.md
-section 3): the output projection's and the down projection's outputs feed only a residual add, so they are
-neither saved nor recomputed. MoE layers recompute their routed experts and the dispatch and combine
-all-to-alls (assumed: those are not in the save list).
+section 3): the down projection's output feeds only the residual add that ends the block, so it is neither saved
+nor recomputed (the output projection's is: the residual sum after attention feeds the MLP's norm).
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from plait.cost.flops import Gemm, attention_gemms, moe_gemms
 from plait.cost.setup import Setup
 
 LSE_BYTES = 4  # fp32 log-sum-exp per query row and head (FlashAttention-2, Alg. 1 output L)
-RESIDUAL_ONLY = frozenset({"o", "w2", "down", "shared_w2"})
-"""Matmuls whose outputs only a residual add (or the MoE combine) reads: the backward never needs them."""
+RESIDUAL_ONLY = frozenset({"w2", "down", "shared_w2"})
+"""Matmuls whose outputs only the block's closing residual add (or the MoE combine) reads: its backward never needs
+them."""
 
 
 def block_matmuls(setup: Setup, moe_layer: bool) -> list[tuple[str, Gemm]]:
@@ -56,7 +62,7 @@ def block_matmuls(setup: Setup, moe_layer: bool) -> list[tuple[str, Gemm]]:
 
 def _saved(setup: Setup, moe_layer: bool) -> tuple[list[Gemm], list[tuple[str, Gemm]]]:
     """(saved matmuls, recomputed matmuls with their names) of one block."""
-    compiled = setup.framework.pointwise != "eager"
+    compiled = _compiled(setup)
     saved, again = [], []
     for i, (name, gemm) in enumerate(block_matmuls(setup, moe_layer)):
         if compiled and name in RESIDUAL_ONLY:
@@ -73,25 +79,41 @@ def saves_attention(setup: Setup) -> bool:
     return setup.framework.sac_saves_attention and setup.attention_kernel != "unfused"
 
 
+def _compiled(setup: Setup) -> bool:
+    return setup.framework.pointwise != "eager"
+
+
 def saved_bytes(setup: Setup, moe_layer: bool, block_input: float) -> float:
     """Bytes one block keeps for one micro-batch: its input, the saved matmul outputs (in the activation dtype:
-    torchao's float8 matmuls return bf16) and, when saved, the attention output and its fp32 log-sum-exp."""
+    torchao's float8 matmuls return bf16), when saved the attention output and its fp32 log-sum-exp, under sequence
+    parallelism the reduce-scatter outputs the backward reads (the output projection's; eager, the down
+    projection's too), and in a compiled MoE block with expert parallelism its two all-to-all outputs."""
+    model, plan, e, t = setup.model, setup.plan, setup.act_bytes, setup.tokens
     saved, _ = _saved(setup, moe_layer)
-    kept = block_input + setup.act_bytes * sum(g.m * g.n * g.count for g in saved)
+    kept = block_input + e * sum(g.m * g.n * g.count for g in saved)
     if saves_attention(setup):
-        heads = setup.model.num_heads // setup.plan.tp
-        kept += setup.tokens * heads * (setup.act_bytes * setup.model.v_head_dim + LSE_BYTES)
+        kept += t * (model.num_heads // plan.tp) * (e * model.v_head_dim + LSE_BYTES)
+    if plan.tp > 1 and plan.sp:
+        kept += (1 if _compiled(setup) else 2) * e * t * model.hidden_size / plan.tp
+    if moe_layer and model.moe is not None and plan.ep > 1 and _compiled(setup):
+        kept += 2 * e * t * model.moe.top_k * model.hidden_size
     return kept
 
 
-def recompute_s(setup: Setup, moe_layer: bool, pointwise_s: float, core_s: float, ep_s: float) -> float:
+def recompute_s(setup: Setup, moe_layer: bool, pointwise_s: float, core_s: float, ep_s: float, tp_s: float,
+                cp_s: float) -> float:
     """Seconds the backward spends running one block's unsaved ops again: the recomputed matmuls, the
-    memory-bound ops (``pointwise_s``, the block's forward share), the attention kernel unless saved
-    (``core_s``) and, in an MoE layer, the routed experts with their all-to-alls (``ep_s``)."""
+    memory-bound ops (``pointwise_s``, the block's forward share), the attention kernel and its context-parallel
+    exchange unless saved (``core_s``, ``cp_s``), half the block's forward TP collectives (``tp_s``: the
+    all-gathers under SP, the output projection's all-reduce without) and, in an MoE layer, the routed experts with,
+    eager, their all-to-alls (``ep_s``)."""
     _, named = _saved(setup, moe_layer)
     if moe_layer and setup.model.moe is not None:  # the whole MoE block again (its shared experts counted there)
         again = [g for name, g in named if not name.startswith("shared")] + moe_gemms(setup)
+        if _compiled(setup):
+            ep_s = 0.0
     else:
         again, ep_s = [g for _, g in named], 0.0
     gemm_s = gemms_fwd_bwd_s(again, setup)[0] if again else 0.0
-    return gemm_s + pointwise_s + (0.0 if saves_attention(setup) else core_s) + ep_s
+    attention_s = 0.0 if saves_attention(setup) else core_s + cp_s
+    return gemm_s + pointwise_s + attention_s + tp_s / 2 + ep_s

@@ -64,11 +64,9 @@ def torchtitan_args(plan: Plan, model_slug: str, model: ModelSpec) -> tuple[list
     if plan.offload_optimizer or plan.offload_params:
         args.append("--training.enable-cpu-offload")
         notes.append("torchtitan offloads parameters, gradients and optimizer state together (FSDP2 CPUOffloadPolicy)")
-    recompute = plan.recompute
-    if plan.recompute == "full" and plan.recompute_layers >= 0:  # half the layers: torchtitan's SelectiveAC
-        recompute = "selective"
-        notes.append(f"recompute_layers={plan.recompute_layers}: torchtitan's SelectiveAC recomputes about half of "
-                     "every block's forward, the cost plait plans as full recomputation of half the layers")
+    if plan.recompute == "full" and plan.recompute_layers >= 0:  # plait's engine catalog refuses it for torchtitan
+        notes.append(f"recompute_layers={plan.recompute_layers}: torchtitan 0.3.0 checkpoints every block (FullAC); "
+                     "it has no policy for some blocks only")
     if plan.precision == "fp16":
         notes.append("fp16: torchtitan trains with bf16 mixed precision (training.mixed_precision_param has no fp16)")
     if plan.precision == "fp8":
@@ -77,7 +75,7 @@ def torchtitan_args(plan: Plan, model_slug: str, model: ModelSpec) -> tuple[list
     if plan.tp_comm_overlap:
         args.append("--compile.enable-async-tensor-parallel")
         args.append("--compile.enable")
-    args.append(AC[recompute])
+    args.append(AC[plan.recompute])
     return args, notes
 
 
