@@ -72,7 +72,7 @@ def agreement() -> list[tuple[str, float]]:
         result = predict_row(row)
         if result.estimate is None or result.estimate.plan.pp == 1:
             continue
-        engine = get_engine(row.engine)
+        engine = get_engine(row.run_engine)  # with the options its notes state, as validation runs it
         model, cluster = row_model(row, engine), row_cluster(row)
         plan = result.estimate.plan
         closed = float(evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), engine.framework).step_time_s[0])

@@ -23,6 +23,7 @@ from torch import nn
 
 from plait import strict_json
 from plait.plan.plan import Plan
+from plait.run.local import is_dtensor
 from plait.run.mesh import Mesh
 
 
@@ -75,6 +76,8 @@ def reduce_partial_gradients(params: list[torch.Tensor]) -> int:
     all-reduce each; Megatron-LM reduces them once per step in one flat buffer
     (``_allreduce_layernorm_grads`` in megatron/core/distributed/finalize_model_grads.py), and so
     does this. Returns the number of all-reduces issued."""
+    if not any(is_dtensor(p.grad) for p in params):  # DDP and one process: nothing partial, no DTensor import
+        return 0
     from torch.distributed.tensor import DTensor, Partial, Replicate
 
     groups: dict[tuple[object, tuple[int, ...]], list[torch.Tensor]] = {}
