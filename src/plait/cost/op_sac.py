@@ -28,7 +28,7 @@ from plait.cost.flops import Gemm, attention_gemms, moe_gemms
 from plait.cost.setup import Setup
 
 LSE_BYTES = 4  # fp32 log-sum-exp per query row and head (FlashAttention-2, Alg. 1 output L)
-RESIDUAL_ONLY = frozenset({"w2", "down", "shared_w2"})
+RESIDUAL_ONLY = frozenset({"w2", "down", "shared_w2", "shared_down"})
 """Matmuls whose outputs only the block's closing residual add (or the MoE combine) reads: its backward never needs
 them."""
 
@@ -36,28 +36,29 @@ them."""
 def block_matmuls(setup: Setup, moe_layer: bool) -> list[tuple[str, Gemm]]:
     """The ``aten.mm`` calls of one block that the policy counts, in the order the block runs them, each with
     its GEMM on this rank (output ``m x n``)."""
-    model, plan, t = setup.model, setup.plan, setup.tokens
-    h, heads, kv = model.hidden_size, model.num_heads // plan.tp, setup.kv_heads_per_rank
-    q, k, v = heads * model.qk_head_dim, kv * model.qk_head_dim, kv * model.v_head_dim
-    if model.mla:  # MLA's down and up projections, then the output projection (attention_gemms' order)
-        projections = attention_gemms(setup)
-        calls = [(f"mla{i}", g) for i, g in enumerate(projections[:-1])] + [("o", projections[-1])]
-    elif setup.framework.fused_input_projections:
-        calls = [("qkv", Gemm(t, q + k + v, h))]
-    else:
-        calls = [("q", Gemm(t, q, h)), ("k", Gemm(t, k, h)), ("v", Gemm(t, v, h))]
-    if not model.mla:
-        calls.append(("o", Gemm(t, h, heads * model.v_head_dim)))
-    gated = model.mlp == "gated"
+    model, plan, t, h = setup.model, setup.plan, setup.tokens, setup.model.hidden_size
+    *inputs, output = attention_gemms(setup)  # q/k/v (or MLA's) projections, then the output projection
+    if not model.mla and not setup.framework.fused_input_projections:  # wq, wk, wv as three matmuls
+        heads, kv = model.num_heads // plan.tp, setup.kv_heads_per_rank
+        inputs = [Gemm(t, n * model.head_dim, h) for n in (heads, kv, kv)]
+    calls = [("in", g) for g in inputs] + [("o", output)]
     if moe_layer and model.moe is not None:
         if model.moe.num_shared_experts:
-            width = model.moe.num_shared_experts * model.moe.shared_expert_ffn_hidden_size // plan.tp
-            shared_ups = [("shared_w1", Gemm(t, width, h)), ("shared_w3", Gemm(t, width, h))]
-            calls += (shared_ups if gated else [("shared_up", Gemm(t, width, h))]) + [("shared_w2", Gemm(t, h, width))]
+            calls += _mlp_matmuls(setup, "shared_", model.moe.num_shared_experts * model.moe.shared_expert_ffn_hidden_size)
         return calls
-    width = model.ffn_hidden_size // plan.tp
-    ups = [("w1", Gemm(t, width, h)), ("w3", Gemm(t, width, h))] if gated else [("up", Gemm(t, width, h))]
-    return calls + ups + [("w2" if gated else "down", Gemm(t, h, width))]
+    return calls + _mlp_matmuls(setup, "", model.ffn_hidden_size)
+
+
+def _mlp_matmuls(setup: Setup, prefix: str, ffn: int) -> list[tuple[str, Gemm]]:
+    """An MLP's matmuls on this rank, named as torchtitan's FeedForward runs them: ``w1``, ``w3``, ``w2`` (gated) or
+    ``up``, ``down``."""
+    t, h, width = setup.tokens, setup.model.hidden_size, ffn // setup.plan.tp
+    names = ("w1", "w3", "w2") if setup.model.mlp == "gated" else ("up", "down")
+    return [(prefix + n, Gemm(t, width, h)) for n in names[:-1]] + [(prefix + names[-1], Gemm(t, h, width))]
+
+
+def _compiled(setup: Setup) -> bool:
+    return setup.framework.pointwise != "eager"
 
 
 def _saved(setup: Setup, moe_layer: bool) -> tuple[list[Gemm], list[tuple[str, Gemm]]]:
@@ -77,10 +78,6 @@ def _saved(setup: Setup, moe_layer: bool) -> tuple[list[Gemm], list[tuple[str, G
 def saves_attention(setup: Setup) -> bool:
     """Whether the attention kernel's output and log-sum-exp are in the save list."""
     return setup.framework.sac_saves_attention and setup.attention_kernel != "unfused"
-
-
-def _compiled(setup: Setup) -> bool:
-    return setup.framework.pointwise != "eager"
 
 
 def saved_bytes(setup: Setup, moe_layer: bool, block_input: float) -> float:

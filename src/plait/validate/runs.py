@@ -83,6 +83,12 @@ class RunRow:
         ``--untie-embeddings-and-output-weights``), which a plain-MLP (GPT-style) row otherwise ties."""
         return "untied embeddings" in self.notes.lower()
 
+    @property
+    def selective_layer(self) -> bool:
+        """The notes say the run's selective checkpointing was torchtitan's per-block kind (``selective layer``:
+        every second block recomputed whole), not its per-op default."""
+        return "selective layer" in self.notes.lower()
+
     def _quoted(self, key: str) -> str | None:
         """The value the notes give as ``key='...'``, else ``None``."""
         marker = f"{key}='"

@@ -131,7 +131,7 @@ def candidate_plans(row: RunRow, engine: Engine) -> Iterator[Plan]:
             shard = dp if sh != "none" else 1
             rc_layers = -1
             if rc == "selective" and engine.selective_full_every and (
-                    engine.framework.selective_policy != "every_other_mm" or "selective layer" in row.notes.lower()):
+                    engine.framework.selective_policy != "every_other_mm" or row.selective_layer):
                 rc, rc_layers = "full", (row.layers // pp) // engine.selective_full_every
             yield Plan(
                 tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,
