@@ -38,7 +38,7 @@ def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
     assert parse_sync(" powersgd:rank=4 ").spec == "powersgd:rank=4,min_compression_rate=2.0,start_iter=2"
     assert parse_sync("diloco:every=500,outer_lr=0.5").spec == "diloco:every=500,outer_lr=0.5,outer_momentum=0.9"
     assert parse_sync("local_sgd:every=8").every == 8 and parse_sync("bf16").every == 1
-    for bad, rule in (("gossip", "must be one of"), ("powersgd", "needs rank"), ("powersgd:rank=0", "in [1,"),
+    for bad, rule in (("hogwild", "must be one of"), ("powersgd", "needs rank"), ("powersgd:rank=0", "in [1,"),
                       ("powersgd:rank=2.5", "whole number"), ("topk:ratio=nan", "in [1e-09, 1]"),
                       ("quantize:bits=3", "bits must be one of 1, 4, 8"), ("local_sgd:every=2,every=3", "twice"),
                       ("bf16:rank=2", "key one of none"), ("diloco:every=x", "must be a number")):

@@ -63,6 +63,10 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
                 else f"unknown, taken as 1: {figure.source}")
         console.print(f"steps multiplier of {est.plan.dp_sync}: {said}; time-to-target below = steps x multiplier "
                       f"x step time")
+    gap = est.gossip_spectral_gap
+    if gap is not None:
+        console.print(f"gossip mixing: spectral gap {gap:.4g} (1 - rho of the mixing matrix; decentralized SGD's "
+                      "extra steps grow as 1/gap^2, Lian et al. 2017, Theorem 1)")
     egress = est.egress_usd(train_tokens)
     console.print(f"to train {train_tokens:.3g} tokens: {_duration(est.time_to_train_s(train_tokens))}, "
                   f"{est.gpu_hours(train_tokens):,.0f} GPU-hours, ${est.cost_usd(train_tokens):,.0f} "

@@ -179,6 +179,20 @@ class Estimate:
         return self.convergence.factor
 
     @property
+    def gossip_spectral_gap(self) -> float | None:
+        """Spectral gap of a ``gossip`` plan's mixing over its averaging replicas (:func:`plait.plan.gossip.
+        spectral_gap`; ``None`` for other methods)."""
+        if not self.plan.dp_sync.startswith("gossip"):
+            return None
+        from plait.plan.convergence import averaging_replicas
+        from plait.plan.gossip import spectral_gap
+        from plait.plan.sync import parse_sync
+
+        sync = parse_sync(self.plan.dp_sync)
+        replicas = averaging_replicas(self.plan.dp, self.plan.dp_replicate, self.plan.sharding)
+        return spectral_gap(sync.choice("topology"), replicas, int(sync["peers"]))
+
+    @property
     def target_tokens_per_s(self) -> float:
         """Throughput in all-reduce-equivalent tokens: tokens/s over the steps multiplier (what ranks plans)."""
         return self.tokens_per_s / self.steps_multiplier
@@ -232,6 +246,7 @@ class Estimate:
             "steps_multiplier": self.convergence.multiplier,
             "steps_multiplier_basis": self.convergence.basis,
             "steps_multiplier_source": self.convergence.source,
+            "gossip_spectral_gap": self.gossip_spectral_gap,
             "warnings": self.warnings,
         }
         if train_tokens:

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from plait.cost import gossip, servers
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.cost.overlap import engaged_s, hidden_remainder
@@ -46,7 +47,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.partial import step_elements
-from plait.plan.sync import COMPRESSED, INFREQUENT, MODELLED, Sync
+from plait.plan.sync import AGGREGATED, COMPRESSED, INFREQUENT, MODELLED, Sync
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
 
@@ -71,12 +72,18 @@ def _powersgd_matrix(shape: Shape, rank: int, min_compression_rate: float) -> tu
     return n, m, r, (n + m) * r * min_compression_rate < n * m
 
 
-def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None = None) -> float:
-    """Bytes one replica hands to collectives in one step (``named``: the parameters' names and shapes,
-    :func:`plait.workload.tensors.parameter_shapes`; ``step``: that step, counted from 0, for the methods whose
-    traffic changes with it; ``None``: the mean over a period in steady state)."""
+def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None = None, rank: int = 0,
+                  replicas: int = 2) -> float:
+    """Bytes one replica hands to collectives (and, for the methods of issue 16, to point-to-point sends) in one
+    step (``named``: the parameters' names and shapes, :func:`plait.workload.tensors.parameter_shapes`; ``step``:
+    that step, counted from 0, for the methods whose traffic changes with it; ``None``: the mean over a period in
+    steady state; ``rank`` of ``replicas``: for the methods whose ranks send different bytes)."""
     shapes = [s for _, s in named]
     elements = sum(math.prod(s) for s in shapes)
+    if sync.method in AGGREGATED:  # parameter servers, switch aggregation: plait.cost.servers
+        return float(servers.sent_bytes(sync, shapes, rank, replicas))
+    if sync.method == "gossip":  # plait.cost.gossip
+        return gossip.sent_bytes(sync, elements, rank, replicas, step)
     if sync.method == "allreduce":
         return elements * GRAD_BYTES
     if sync.method in ("bf16", "fp16"):
@@ -177,6 +184,12 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
     at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
     if sync.method in INFREQUENT:
         return _averaging_costs(cluster, sync, cols, params)
+    if sync.method in AGGREGATED:
+        over = shown = extra = cols.zeros()
+        for rows, shapes in _rank_shape_groups(model, cols, stage):
+            o, s, e = servers.aggregated_costs(cluster, sync, cols, shapes)
+            over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
+        return over, shown, extra
     if sync.method not in (*COMPRESSED, "pipe_sgd"):
         raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
     over = shown = extra = cols.zeros()
@@ -240,6 +253,8 @@ def _averaging_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, params: di
     xp, whole = cols.xp, cols.is_("sharding", "none")
     shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
     group, local = xp.where(whole, replicas, cols["dp_replicate"]), held / shard
+    if sync.method == "gossip":  # neighbours exchange copies instead (plait.cost.gossip)
+        return gossip.gossip_costs(cluster, sync, cols, group, shard * cols["tp"], local / GRAD_BYTES)
     average = collective_s(cluster, "all_reduce", group, shard * cols["tp"], local)  # replicas tp*shard apart
     if sync.method == "local_sgd":
         return zero, average / sync.every, local  # the flat buffer of the averaged params

@@ -20,6 +20,37 @@ from plait.units import GB, GIB
 
 
 @dataclass(frozen=True, kw_only=True)
+class InNetworkAggregation:
+    """Switches of a tier that sum what the ranks below them send (SwitchML, Sapio et al., NSDI 2021; NVIDIA
+    SHARP): each rank sends its vector once and receives the sum once, in fixed-size slots of the switch's memory."""
+
+    slots: int
+    """Aggregation slots the switch gives one job's stream (SwitchML's pool size ``s``)."""
+    slot_bytes: int
+    """Payload bytes one slot sums (one packet: SwitchML's ``k`` elements)."""
+    round_trip_us: float
+    """Time from a slot's packet leaving a rank to its sum coming back, microseconds."""
+    payload_fraction: float
+    """Payload bytes over bytes on the wire (headers)."""
+    source: str
+    """Where these figures come from."""
+
+    def __post_init__(self) -> None:
+        if self.slots <= 0 or self.slot_bytes <= 0 or self.round_trip_us <= 0 or not 0 < self.payload_fraction <= 1:
+            raise ConfigError(f"aggregation: slots, slot_bytes, round_trip_us must be > 0 and payload_fraction in "
+                              f"(0, 1], got {self.slots}, {self.slot_bytes}, {self.round_trip_us}, "
+                              f"{self.payload_fraction}")
+        if not self.source.strip():
+            raise ConfigError("aggregation: source must say where the figures come from")
+
+    @property
+    def window_bytes_per_s(self) -> float:
+        """Payload a rank can keep in flight per second: ``slots x slot_bytes`` per round trip (SwitchML Sec. 3.4:
+        the pool must cover the bandwidth-delay product to reach line rate)."""
+        return self.slots * self.slot_bytes / (self.round_trip_us * 1e-6)
+
+
+@dataclass(frozen=True, kw_only=True)
 class NetworkTier:
     """One level of the network."""
 
@@ -48,8 +79,12 @@ class NetworkTier:
     line paid by the hour)."""
     egress_source: str = ""
     """Where the egress price comes from."""
+    aggregation: InNetworkAggregation | None = None
+    """The tier's switches sum in the network (``None``: they only forward)."""
 
     def __post_init__(self) -> None:
+        if self.aggregation is not None and self.wide_area:
+            raise ConfigError(f"tier {self.name}: aggregation needs switches of one site, not a wide-area link")
         if self.span_gpus <= 0 or self.bandwidth_gb_per_s_per_gpu <= 0 or self.latency_us < 0:
             raise ConfigError(f"tier {self.name}: span_gpus, bandwidth must be > 0 and latency >= 0")
         if self.egress_usd_per_gb < 0:

@@ -48,6 +48,8 @@ class _Entry:
     figure: Convergence
     replicas: int | None
     """The largest number of averaging replicas the figure holds for (``None``: any)."""
+    any_parameters: bool = False
+    """The figure holds for every spec of its method (an exact method whatever its parameters)."""
 
 
 @cache
@@ -57,7 +59,8 @@ def table() -> dict[str, list[_Entry]]:
     out: dict[str, list[_Entry]] = {}
     for entry in raw["entry"]:
         figure = Convergence(float(entry["multiplier"]), entry["source"], entry["basis"])
-        out.setdefault(parse_sync(entry["spec"]).spec, []).append(_Entry(figure, entry.get("replicas")))
+        key = entry["spec"] if entry.get("any_parameters") else parse_sync(entry["spec"]).spec
+        out.setdefault(key, []).append(_Entry(figure, entry.get("replicas"), bool(entry.get("any_parameters"))))
     return out
 
 
@@ -65,7 +68,7 @@ def convergence(spec: str, replicas: int = 2) -> Convergence:
     """The figure for canonical ``dp_sync`` spec ``spec`` with ``replicas`` averaging replicas: the first entry
     whose setting had at least as many (more replicas drifting apart converge worse: Charles et al. 2025,
     arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021)."""
-    for entry in table().get(spec, ()):
+    for entry in (*table().get(spec, ()), *table().get(spec.partition(":")[0], ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
     return Convergence(None, f"no figure for {spec} with {replicas} replicas (measure one: plait converge "
@@ -79,7 +82,8 @@ def averaging_replicas(dp: int, dp_replicate: int, sharding: str) -> int:
 
 def known_specs(replicas: int = 2) -> tuple[str, ...]:
     """Specs with a figure at ``replicas`` replicas, in the table's order."""
-    return tuple(spec for spec in table() if convergence(spec, replicas).known)
+    return tuple(spec for spec, entries in table().items()
+                 if not entries[0].any_parameters and convergence(spec, replicas).known)
 
 
 def matching_multiplier(method: list[float], reference: list[float], window: int) -> tuple[float, float | None]:
@@ -124,4 +128,5 @@ numerical choice like ``grad_reduce_dtype`` (fp32 unless the user asks)."""
 def searched_specs() -> tuple[str, ...]:
     """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL`."""
     return tuple(spec for spec, entries in table().items()
-                 if parse_sync(spec).method not in NUMERICAL and any(e.figure.known for e in entries))
+                 if parse_sync(spec).method not in NUMERICAL and any(e.figure.known and not e.any_parameters
+                                                                     for e in entries))

@@ -18,7 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.sync import INFREQUENT, MODELLED, PARAMETERS, WHOLE_GRADIENTS, rows_with
+from plait.plan.sync import INFREQUENT, MODELLED, PARAMETERS, WHOLE_GRADIENTS, parse_sync, rows_with, spec_values
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -131,6 +131,19 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: rows_with(c, INFREQUENT) & c.xp.not_(c.is_("sharding", "none")) & (c["dp_replicate"] == 1),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
                           f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
+    Rule("dp-sync-servers-on-ranks",
+         lambda c, m, k: spec_values(c, "param_server", "host", 0) > 0,
+         lambda p, m, k: ("dp_sync param_server with host=cpu (servers on CPU machines) is not modelled yet: "
+                          "use host=ranks")),
+    Rule("dp-sync-servers-within-replicas",
+         lambda c, m, k: spec_values(c, "param_server", "servers", 1) > c.dp,
+         lambda p, m, k: (f"dp_sync param_server servers={int(parse_sync(p.dp_sync)['servers'])} must be at most "
+                          f"the dp={p.dp} replicas that host them (host=ranks)")),
+    Rule("dp-sync-switch-aggregates",
+         lambda c, m, k: rows_with(c, ("switch_aggregation",)) & c.xp.not_(_meets_on_aggregating_tier(c, k)),
+         lambda p, m, k: (f"dp_sync switch_aggregation needs switches that aggregate where the dp={p.dp} replicas "
+                          f"meet, but tier {_meeting_tier(p, k).name!r} of cluster {k.name} does not (give the tier "
+                          "an 'aggregation' table)")),
     Rule("dp-sync-dense-model",
          lambda c, m, k: (c["dp_sync"] != 0) & c.full(bool(m.moe or m.mla or m.qk_norm)),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} is modelled for dense models with standard attention "
@@ -138,6 +151,21 @@ RULES: tuple[Rule, ...] = (
     Rule("cluster-size", lambda c, m, k: c.num_gpus > k.max_gpus,
          lambda p, m, k: f"plan needs {p.num_gpus} GPUs but cluster {k.name} has {k.max_gpus}"),
 )
+
+
+def _meeting_tier(p: Plan, k: Cluster) -> Any:
+    """The outermost tier the plan's data-parallel replicas (``tp`` ranks apart) cross."""
+    return k.tiers[k.tier_index(min(p.tp * (p.dp - 1) + 1, k.max_gpus))]
+
+
+def _meets_on_aggregating_tier(c: PlanColumns, k: Cluster) -> Any:
+    """Per row, whether the tier the replicas meet on aggregates in the network."""
+    if c.xp.scalar:
+        return _meeting_tier(c.single, k).aggregation is not None  # type: ignore[arg-type]
+    extent = np.minimum(c["tp"] * (c.dp - 1) + 1, k.max_gpus)
+    index = np.searchsorted(np.array([t.span_gpus for t in k.tiers]), extent)
+    capable = np.array([t.aggregation is not None for t in k.tiers] + [False])
+    return capable[index]
 
 
 def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> np.ndarray:

@@ -19,6 +19,22 @@ less often (docs/research/sync-methods.md says what PyTorch and torchft provide 
   pulled toward the last outer model;
 - ``pipe_sgd`` (000-12): each step's all-reduce behind the next step's compute.
 
+Issue 16 replaces the all-reduce by other architectures:
+
+- ``param_server:servers=S[,placement=balanced|layerwise][,host=ranks|cpu]``: sharded parameter servers (BytePS,
+  Jiang et al. OSDI 2020; Poseidon, Zhang et al. ATC 2017): each replica pushes its gradient, a server shard sums
+  it and steps its parameters, each replica pulls them back; tensors placed on servers by bytes (``balanced``: a
+  flat split, as BytePS's partitions) or whole, per tensor, largest first onto the least-loaded server
+  (``layerwise``: the per-layer placement of 001-17); servers on ``S`` of the training ranks or on CPU machines;
+- ``switch_aggregation[:bits=32|16]``: in-network aggregation (SwitchML, Sapio et al. NSDI 2021; NVIDIA SHARP):
+  each replica sends its gradient once, in fixed point, and receives the sum once;
+- ``gossip:topology=ring|torus|exponential|random|complete[,peers=K]``: decentralized SGD (D-PSGD, Lian et al.
+  NeurIPS 2017; 000-04): after each step a replica averages its parameters with its neighbours'
+  (:mod:`plait.plan.gossip`);
+- ``async_ps:staleness=B[,servers=S]`` and ``easgd:alpha=A,every=H``: asynchronous, bounded-staleness SGD through
+  servers (000-18) and elastic averaging SGD (Zhang, Choromanska & LeCun, NeurIPS 2015; 001-05): parsed, not yet
+  modelled.
+
 A spec is kept in its canonical form (every parameter, in the order below) so that equal methods compare equal.
 """
 
@@ -47,6 +63,11 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
                "warmup": (0, 0, 2**31 - 1, True)},
     "dreamddp": {"every": (None, 1, 2**31 - 1, True)},
     "pipe_sgd": {},
+    "param_server": {"servers": (1, 1, 2**20, True), "placement": (0, 0, 1, True), "host": (0, 0, 1, True)},
+    "switch_aggregation": {"bits": (32, 16, 32, True)},
+    "gossip": {"topology": (0, 0, 4, True), "peers": (1, 1, 2**20, True)},
+    "async_ps": {"staleness": (None, 0, 2**20, True), "servers": (1, 1, 2**20, True)},
+    "easgd": {"alpha": (None, 0.0, 1.0, False), "every": (None, 1, 2**31 - 1, True)},
 }
 """Defaults: PowerSGD's ``min_compression_rate`` 2 as ``PowerSGDState``'s (torch 2.13), ``start_iter`` 2, the
 least ``PowerSGDState`` accepts with error feedback; DiLoCo's outer SGD lr 0.7, Nesterov momentum 0.9 (Douillard
@@ -55,15 +76,23 @@ momentum 0.9: the defaults of its authors' GPT-Neo trainer (github.com/Hiroki11x
 2c37c48, ``gptneo_8m``; their paper's own settings were not found). PALSGD's ``warmup``: steps of plain
 data parallelism before the local steps begin (the authors' ``local_sgd_start_iter``, default 100 in their
 trainer's options, 32 in their README's example); 0 here, the setting plait's measured multipliers were taken at."""
+CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
+    "param_server": {"placement": ("balanced", "layerwise"), "host": ("ranks", "cpu")},
+    "gossip": {"topology": ("ring", "torus", "exponential", "random", "complete")},
+}
+"""Parameters that take a name: stored as the name's index, written and read as the name."""
 QUANTIZE_BITS = (1, 4, 8)
+SWITCH_BITS = (16, 32)
 MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "palsgd", "dreamddp",
-            "pipe_sgd")
+            "pipe_sgd", "param_server", "switch_aggregation", "gossip")
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
 COMPRESSED = ("bf16", "fp16", "powersgd", "topk", "quantize")
 """Methods that compress each step's gradients (in DDP's buckets: unsharded replicas only)."""
-WHOLE_GRADIENTS = (*COMPRESSED, "pipe_sgd")
+AGGREGATED = ("param_server", "switch_aggregation")
+"""Methods that sum every replica's whole gradient each step somewhere other than in an all-reduce."""
+WHOLE_GRADIENTS = (*COMPRESSED, "pipe_sgd", *AGGREGATED)
 """Methods that work on every replica's whole gradient each step (unsharded replicas only)."""
-INFREQUENT = ("local_sgd", "diloco", "palsgd", "dreamddp")
+INFREQUENT = ("local_sgd", "diloco", "palsgd", "dreamddp", "gossip")
 """Methods that train replicas apart and average parameters every few steps (over whole replicas: with sharding,
 over HSDP's ``dp_replicate`` groups, each replica sharded within itself)."""
 
@@ -80,18 +109,29 @@ class Sync:
     def __getitem__(self, name: str) -> float:
         return dict(self.params)[name]
 
+    def choice(self, name: str) -> str:
+        """The name a :data:`CHOICES` parameter takes."""
+        return CHOICES[self.method][name][int(self[name])]
+
     @property
     def spec(self) -> str:
         """The canonical ``METHOD[:key=value,...]`` text."""
         if not self.params:
             return self.method
-        values = ",".join(f"{k}={int(v) if PARAMETERS[self.method][k][3] else repr(float(v))}" for k, v in self.params)
+        values = ",".join(f"{k}={_written(self.method, k, v)}" for k, v in self.params)
         return f"{self.method}:{values}"
 
     @property
     def every(self) -> int:
         """Steps between synchronizations (1 for per-step methods)."""
         return int(dict(self.params).get("every", 1))
+
+
+def _written(method: str, key: str, value: float) -> str:
+    names = CHOICES.get(method, {}).get(key)
+    if names:
+        return names[int(value)]
+    return str(int(value)) if PARAMETERS[method][key][3] else repr(float(value))
 
 
 SPECS: list[str] = ["allreduce"]
@@ -126,6 +166,12 @@ def parse_sync(text: str) -> Sync:
             raise ConfigError(f"dp_sync={text!r}: {item.strip()!r} must be key=value with key one of {known}")
         if key in given:
             raise ConfigError(f"dp_sync={text!r}: {key} is given twice")
+        names = CHOICES.get(method, {}).get(key)
+        if names:
+            if value.strip() not in names:
+                raise ConfigError(f"dp_sync={text!r}: {key}={value.strip()!r} must be one of {', '.join(names)}")
+            given[key] = float(names.index(value.strip()))
+            continue
         try:
             number = float(value)
         except ValueError:
@@ -137,6 +183,12 @@ def parse_sync(text: str) -> Sync:
         given[key] = number
     if method == "quantize" and given.get("bits", 8) not in QUANTIZE_BITS:
         raise ConfigError(f"dp_sync={text!r}: bits must be one of {', '.join(map(str, QUANTIZE_BITS))}")
+    if method == "gossip" and given.get("peers", 1) != 1 and CHOICES["gossip"]["topology"][
+            int(given.get("topology", 0))] not in ("exponential", "random"):
+        raise ConfigError(f"dp_sync={text!r}: peers applies to topology=exponential|random (the others fix their "
+                          "neighbours)")
+    if method == "switch_aggregation" and given.get("bits", 32) not in SWITCH_BITS:
+        raise ConfigError(f"dp_sync={text!r}: bits must be one of {', '.join(map(str, SWITCH_BITS))}")
     params = []
     for key, (default, *_rest) in allowed.items():
         if key not in given and default is None:
@@ -151,3 +203,15 @@ def rows_with(cols: Any, methods: tuple[str, ...]) -> Any:
         return SPECS[cols["dp_sync"]].partition(":")[0] in methods
     codes = [i for i, spec in enumerate(SPECS) if spec.partition(":")[0] in methods]
     return cols.xp.any_of([cols["dp_sync"] == i for i in codes]) if codes else cols.full(False)
+
+
+def spec_values(cols: Any, method: str, key: str, fill: float) -> Any:
+    """Per row of ``cols``, the value of parameter ``key`` of the row's ``method`` spec (``fill`` on other rows)."""
+    if cols.xp.scalar:
+        spec = SPECS[cols["dp_sync"]]
+        return parse_sync(spec)[key] if spec.partition(":")[0] == method else fill
+    out = cols.full(fill)
+    for code, spec in enumerate(SPECS):
+        if spec.partition(":")[0] == method:
+            out = cols.xp.where(cols["dp_sync"] == code, parse_sync(spec)[key], out)
+    return out

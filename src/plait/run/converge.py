@@ -1,6 +1,7 @@
 """One rank of ``plait converge`` (launched by torchrun): trains the reference model on the shipped corpus under
 each synchronization method given, from the same initial weights and on the same batches, and writes from rank 0
-every step's mean loss and the payload bytes the step handed to collectives (:func:`plait.run.sync.counted_bytes`).
+every step's mean loss and the payload bytes the step handed to collectives and sends
+(:func:`plait.run.sync.counted_bytes`), rank 0's and every rank's.
 
 A case is ``METHOD[:key=value,...]@OPTIMIZER`` with OPTIMIZER ``sgd`` (lr 0.05) or ``adamw`` (lr 1e-3, torch's
 other defaults); the inner optimizer of local SGD and DiLoCo is that optimizer. With ``--cluster`` naming a cluster
@@ -66,7 +67,9 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
     pending = getattr(optimizer, "pending", None)  # Pipe-SGD's last all-reduce, still in flight
     if isinstance(pending, tuple):
         pending[1].wait()
-    return {"losses": losses, "bytes": sent}
+    by_rank: list[list[int]] = [[] for _ in range(world)]
+    dist.all_gather_object(by_rank, sent)  # issue 16's methods send different bytes from different ranks
+    return {"losses": losses, "bytes": sent, "bytes_by_rank": by_rank}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from plait.errors import ConfigError
 from plait.plan.partial import schedule, unit_of
-from plait.plan.sync import COMPRESSED, MODELLED, Sync
+from plait.plan.sync import AGGREGATED, COMPRESSED, MODELLED, Sync
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
 from plait.run.sites import Reducer, SiteReducer
@@ -57,7 +57,7 @@ def wrap_model(model: nn.Module, sync: Sync, replicas: Reducer | None = None, sp
     synchronizes (local SGD and the other parameter-averaging methods, Pipe-SGD) or where the replicas are
     ``split`` by TP or PP, which DDP does not take (:class:`plait.run.replica_grads.LocalGradients` reduces)."""
     replicas = replicas or Reducer()
-    if split or sync.method in ("local_sgd", "diloco", "palsgd", "dreamddp", "pipe_sgd"):
+    if split or sync.method in ("local_sgd", "diloco", "palsgd", "dreamddp", "pipe_sgd", *AGGREGATED, "gossip"):
         return model
     if sync.method == "powersgd":
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
@@ -93,6 +93,14 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reduc
     replicas = replicas or Reducer()
     if split and sync.method in COMPRESSED:
         return LocalGradients(optimizer, sync, replicas)
+    if sync.method in AGGREGATED:  # issue 16: servers and the switch, on point-to-point sends
+        from plait.run.servers import ParamServer, SwitchAggregation
+
+        return (ParamServer if sync.method == "param_server" else SwitchAggregation)(optimizer, sync, replicas)
+    if sync.method == "gossip":
+        from plait.run.gossip import Gossip
+
+        return Gossip(optimizer, sync, replicas)
     if sync.method == "dreamddp":
         if whole is None:
             raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
@@ -347,14 +355,18 @@ class PALSGD(DiLoCo):
 
 @contextlib.contextmanager
 def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]:
-    """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor) and
-    ``all_gather_into_tensor`` (its input), summed into the one-element list it yields (the hooks and the averager
+    """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor),
+    ``all_gather_into_tensor`` (its input) and :meth:`plait.run.servers.Sends.isend` (the tensor: issue 16's
+    methods), summed into the one-element list it yields (the hooks and the averager
     call them through the module), and to a hierarchical :class:`plait.run.sites.SiteReducer`'s ``all_reduce`` (its
     buffer, once: its steps call c10d by the functions' home module), summed into the one-element list it yields.
     With ``group``, only calls over that process group count (a replica group's synchronization, not FSDP's
     in-replica gathers or the norm's reductions)."""
     total = [0]
     reduce, gather, site_reduce = dist.all_reduce, dist.all_gather_into_tensor, SiteReducer.all_reduce
+    from plait.run.servers import Sends
+
+    isend = Sends.isend
 
     def counts(given: object) -> bool:
         return group is None or given is group
@@ -369,15 +381,22 @@ def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]
             total[0] += tensor.numel() * tensor.element_size()
         return gather(output, tensor, *args, **kwargs)
 
+    def counting_isend(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None, tag: int):  # type: ignore[no-untyped-def]
+        if counts(group):
+            total[0] += tensor.numel() * tensor.element_size()
+        return isend(tensor, dst, group, tag)
+
     def counting_site_reduce(self: SiteReducer, flat: torch.Tensor):  # type: ignore[no-untyped-def]
         if counts(self.group):
             total[0] += flat.numel() * flat.element_size()
         return site_reduce(self, flat)
 
     dist.all_reduce, dist.all_gather_into_tensor = counting_reduce, counting_gather  # type: ignore[assignment]
+    Sends.isend = counting_isend  # type: ignore[method-assign]
     SiteReducer.all_reduce = counting_site_reduce  # type: ignore[method-assign]
     try:
         yield total
     finally:
         dist.all_reduce, dist.all_gather_into_tensor = reduce, gather  # type: ignore[assignment]
+        Sends.isend = isend  # type: ignore[method-assign]
         SiteReducer.all_reduce = site_reduce  # type: ignore[method-assign]

@@ -1,0 +1,121 @@
+"""Gradient sums outside the all-reduce: parameter servers and in-network aggregation (issue 16).
+
+Bytes (what each rank hands to point-to-point sends per step, as the runtime :mod:`plait.run.servers` counts them;
+``E`` gradient elements of the rank, fp32):
+
+- ``param_server:servers=S,host=ranks``: servers on the replicas of group rank ``0..S-1``, server ``j`` summing the
+  ``L_j`` elements :func:`plait.plan.servers.placement` gives it. Rank ``r`` pushes every piece but its own
+  (``4 (E - L_r)``, ``L_r = 0`` off the servers) and, as a server, sends the sum back to the ``N - 1`` others
+  (``4 (N - 1) L_r``). The servers sum and the replicas step their own optimizers on the pulled sum (BytePS's
+  summation service, Jiang et al., OSDI 2020, Sec. 4.1: servers that run the optimizer would pull parameters of
+  the same size instead).
+- ``switch_aggregation:bits=B``: each replica sends its gradient once as ``B``-bit fixed point, with one exponent
+  byte per slot of :data:`SLOT_ELEMENTS` elements, and receives the sum once (SwitchML, Sapio et al., NSDI 2021,
+  Sec. 3.3 and 4.4). plait's runtime emulates the switch on group rank 0, which sends the sum to the others.
+
+Time. A parameter-server rank moves ``4 (E - L_r) + 4 (N - 1) L_r`` bytes each way, through its own link: BytePS's
+communication time is the larger of what a worker and what a server must move over its NIC (Jiang et al. 2020, Sec.
+3.1, Eq. 1-2), here with the servers on training ranks, so that ``S = N`` balanced servers move the ring
+all-reduce's ``2 (N-1)/N`` of the buffer and one server ``N - 1`` times more. Traffic to peers outside the rank's
+scale-up domain goes through its NIC and the rest over NVLink, as an all-to-all
+(:func:`plait.cost.collectives.all_to_all_s`). With a switch, each rank's payload crosses its link once each way
+at the tier's line rate times the payload fraction, capped by the switch's slot window (SwitchML Sec. 3.4); a
+group wider than one scale-up domain first reduce-scatters inside each domain, aggregates its shard in the switch
+and all-gathers inside again (NCCL's CollNet; Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)",
+COMHPC 2016, Sec. 3). GPUDirect RDMA's PCIe hop is taken as no slower than the NIC.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from plait.cost.collectives import all_to_all_s, group_link
+from plait.cost.compute import memory_bytes_per_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.plan.servers import placement
+from plait.plan.sync import Sync
+from plait.workload.tensors import Shape
+
+GRAD_BYTES = 4
+SLOT_ELEMENTS = 64
+"""Gradient elements one switch slot sums: SwitchML's packets carry ``k = 64`` 32-bit elements (Sapio et al. 2021,
+Sec. 5, "Implementation")."""
+EXPONENT_BYTES = 1
+"""Bytes of the shared exponent that travels with each slot (SwitchML Sec. 4.4: the block exponent rides in the
+packet)."""
+
+
+def server_loads(sync: Sync, shapes: list[Shape], replicas: int) -> list[int]:
+    """Elements each parameter server sums (servers beyond the replicas are refused by the plan rules)."""
+    servers = min(int(sync["servers"]), replicas)
+    return placement(shapes, servers, sync.choice("placement"))[1]
+
+
+def switch_bytes(sync: Sync, elements: int) -> int:
+    """Bytes one replica sends to the switch per step: fixed-point codes and one exponent per slot."""
+    codes = elements * int(sync["bits"]) // 8
+    return codes + math.ceil(elements / SLOT_ELEMENTS) * EXPONENT_BYTES
+
+
+def sent_bytes(sync: Sync, shapes: list[Shape], rank: int, replicas: int) -> int:
+    """Bytes group rank ``rank`` of ``replicas`` hands to sends in one step (module docstring)."""
+    elements = sum(math.prod(s) for s in shapes)
+    if replicas <= 1:
+        return 0
+    if sync.method == "switch_aggregation":
+        each = switch_bytes(sync, elements)
+        return (replicas - 1) * each if rank == 0 else each
+    loads = server_loads(sync, shapes, replicas)
+    own = loads[rank] if rank < len(loads) else 0
+    return GRAD_BYTES * ((elements - own) + (replicas - 1) * own)
+
+
+def aggregated_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: list[Shape]) -> tuple[Any, Any, Any]:
+    """(0, exposed seconds, extra bytes of memory) per row of ``cols`` for ``param_server`` or
+    ``switch_aggregation`` over the replicas (``tp`` ranks apart), after the backward pass."""
+    elements = sum(math.prod(s) for s in shapes)
+    if cols.xp.scalar:
+        time, memory = _one(cluster, sync, shapes, elements, int(cols.dp), int(cols["tp"]))
+        return 0.0, time, memory
+    pairs, inverse = np.unique(np.stack([cols.dp, cols["tp"]], axis=1).astype(np.int64), axis=0,
+                               return_inverse=True)
+    each = np.array([_one(cluster, sync, shapes, elements, int(n), int(t)) for n, t in pairs])
+    inverse = inverse.reshape(-1)
+    return cols.zeros(), each[inverse, 0], each[inverse, 1]
+
+
+def _one(cluster: Cluster, sync: Sync, shapes: list[Shape], elements: int, replicas: int,
+         stride: int) -> tuple[float, float]:
+    if replicas <= 1:
+        return 0.0, 0.0
+    link = group_link(cluster, replicas, stride)
+    if sync.method == "param_server":
+        loads = server_loads(sync, shapes, replicas)
+        busiest = max(GRAD_BYTES * ((elements - load) + (replicas - 1) * load) for load in loads)
+        summed = (replicas + 1) * GRAD_BYTES * max(loads) / memory_bytes_per_s(cluster.accelerator)
+        return all_to_all_s(busiest, link) + summed, GRAD_BYTES * (elements + (replicas - 1) * max(loads))
+    return _switch_s(cluster, sync, elements, replicas, stride), 2.0 * switch_bytes(sync, elements)
+
+
+def _switch_s(cluster: Cluster, sync: Sync, elements: int, replicas: int, stride: int) -> float:
+    """Seconds of one switch aggregation of every replica's gradient (module docstring)."""
+    link = group_link(cluster, replicas, stride)
+    tier = cluster.tiers[link.tier]
+    if tier.aggregation is None:
+        raise ConfigError(f"dp_sync={sync.spec!r}: the replicas meet on tier {tier.name!r}, whose switches do not "
+                          "aggregate (give the tier an 'aggregation' table)")
+    inside = link.members_per_domain if link.tier > 0 else 1
+    payload = switch_bytes(sync, elements) / inside
+    rate = min(tier.line_bytes_per_s * tier.aggregation.payload_fraction, tier.aggregation.window_bytes_per_s)
+    time = tier.aggregation.round_trip_us * 1e-6 + payload / rate
+    if inside > 1:  # reduce-scatter and all-gather inside each domain, ring on tier 0
+        domain = group_link(cluster, inside, stride)
+        full = GRAD_BYTES * elements
+        time += 2 * ((inside - 1) * domain.latency_s
+                     + (inside - 1) / inside * full / domain.bus_bytes_per_s(full, "reduce_scatter"))
+    return time

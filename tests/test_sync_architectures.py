@@ -1,0 +1,157 @@
+"""Beyond the all-reduce (issue 16): parameter servers, in-network aggregation and gossip — the specs, the
+topologies' maths against closed forms, the bytes each rank sends (cost model against what the runtime counted,
+rank by rank, as integers) and exactness where the maths is exact."""
+
+from __future__ import annotations
+
+import cmath
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from plait.cost.servers import sent_bytes, switch_bytes
+from plait.cost.sync import payload_bytes
+from plait.errors import ConfigError
+from plait.plan.gossip import TOPOLOGIES, mixing_matrix, sources, spectral_gap, targets
+from plait.plan.servers import placement
+from plait.plan.sync import parse_sync
+from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
+from tests.ranks import run_ranks
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "examples" / "tiny-model.toml"
+RANKS, STEPS = 4, 4
+CASES = ["allreduce@adamw", "param_server:servers=2,placement=layerwise@adamw", "param_server:servers=4@sgd",
+         "allreduce@sgd", "switch_aggregation@adamw", "switch_aggregation:bits=16@adamw", "gossip:topology=ring@adamw",
+         "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw", "gossip:topology=complete@sgd",
+         "local_sgd:every=1@sgd"]
+
+
+def test_specs_take_named_choices_and_refuse_in_one_line() -> None:
+    assert parse_sync("param_server").spec == "param_server:servers=1,placement=balanced,host=ranks"
+    spec = parse_sync("param_server:placement=layerwise,servers=4")
+    assert spec.choice("placement") == "layerwise" and spec.spec.startswith("param_server:servers=4,placement=lay")
+    assert parse_sync("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3"
+    assert parse_sync("switch_aggregation").spec == "switch_aggregation:bits=32"
+    for bad, rule in (("gossip:topology=star", "must be one of ring, torus"),
+                      ("gossip:topology=ring,peers=2", "peers applies to topology=exponential|random"),
+                      ("switch_aggregation:bits=24", "bits must be one of 16, 32"),
+                      ("easgd:every=4", "needs alpha"), ("param_server:placement=1", "must be one of balanced")):
+        with pytest.raises(ConfigError, match=re.escape(rule)) as caught:
+            parse_sync(bad)
+        assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_every_mixing_matrix_is_doubly_stochastic_and_matches_its_sends(topology: str, n: int) -> None:
+    for step in range(3):
+        w = mixing_matrix(topology, n, 2 if topology in ("random", "exponential") else 1, step)
+        assert np.allclose(w.sum(axis=0), 1.0) and np.allclose(w.sum(axis=1), 1.0) and (w >= 0).all()
+        peers = 2 if topology in ("random", "exponential") else 1
+        for i in range(n):
+            assert [j for j in range(n) if j != i and w[i, j] > 0] == sources(topology, n, peers, step, i)
+            assert all(i in sources(topology, n, peers, step, j) for j in targets(topology, n, peers, step, i))
+
+
+def _circulant_gap(n: int, offsets: list[int]) -> float:
+    """1 - max_{k != 0} |eigenvalue k| of the circulant averaging over offsets (the own copy included): the DFT
+    of its first row (Gray, "Toeplitz and circulant matrices", Sec. 3.1)."""
+    weight = 1.0 / (len(offsets) + 1)
+    return 1.0 - max(abs(weight * (1 + sum(cmath.exp(-2j * math.pi * k * d / n) for d in offsets)))
+                     for k in range(1, n))
+
+
+def test_spectral_gaps_equal_the_closed_forms() -> None:
+    """A ring of n with weights 1/3 has eigenvalues (1 + 2 cos(2 pi k / n)) / 3; the static exponential graph and
+    the complete graph are circulants."""
+    for n in (4, 8, 16):
+        assert spectral_gap("ring", n, 1) == pytest.approx(1 - (1 + 2 * math.cos(2 * math.pi / n)) / 3)
+        assert spectral_gap("exponential", n, 8) == pytest.approx(_circulant_gap(n, [2**k for k in range(
+            math.ceil(math.log2(n)))]))
+        assert spectral_gap("complete", n, 1) == pytest.approx(1.0)
+    # one-peer exponential graph on a power of two: the mean of W^T W over the period still mixes, more slowly
+    assert 0 < spectral_gap("exponential", 16, 1) < spectral_gap("exponential", 16, 4)
+    assert spectral_gap("torus", 16, 1) > spectral_gap("ring", 16, 1)  # a 4x4 torus mixes faster than a ring
+
+
+def test_server_placement_balances_elements_or_whole_tensors() -> None:
+    assert placement([(4,), (3,)], 2, "balanced") == ([0, 1], [4, 3])
+    assert placement([(2,), (5,), (3,)], 2, "layerwise") == ([1, 2, 0], [5, 5])  # LPT: 5 | 3 then 2
+    assert placement([(10,), (1,), (1,)], 2, "layerwise") == ([0, 1, 2], [10, 2])
+
+
+def test_bytes_per_rank_by_hand() -> None:
+    ps = parse_sync("param_server:servers=2")
+    # E = 7 elements, loads [4, 3]: a server pushes the other piece and returns its sum to the 2 other ranks
+    assert [sent_bytes(ps, [(4,), (3,)], r, 3) for r in range(3)] == [4 * (3 + 2 * 4), 4 * (4 + 2 * 3), 4 * 7]
+    for n in (2, 4, 8):  # n balanced servers on n ranks: each sends the ring all-reduce's 2 (n-1)/n of 4E bytes
+        full = parse_sync(f"param_server:servers={n}")
+        assert sent_bytes(full, [(n * 16,)], 0, n) == 2 * (n - 1) * 4 * 16
+    switch = parse_sync("switch_aggregation:bits=16")
+    assert switch_bytes(switch, 100) == 200 + 2  # 2-byte codes, one exponent byte per 64-element slot
+    assert [sent_bytes(switch, [(100,)], r, 3) for r in range(3)] == [2 * 202, 202, 202]
+
+
+def test_switch_rounding_stays_within_the_derived_bound() -> None:
+    """SwitchML's fixed point (plait.run.servers.encode): the mean of n ranks' values errs by at most
+    2^(e + ceil(log2 n) - B + 1) per element, and the integer sum never leaves B bits."""
+    torch = pytest.importorskip("torch")
+    from plait.run.servers import decode, encode, rounding_bound, slot_exponents
+
+    generator = torch.Generator().manual_seed(0)
+    for n, bits in ((2, 32), (3, 16), (4, 32), (8, 16)):
+        scales = torch.logspace(-6, 3, 10).repeat_interleave(64)  # every 64-element slot its own magnitude
+        values = [torch.randn(640, generator=generator) * scales for _ in range(n)]
+        exponents = torch.stack([slot_exponents(v) for v in values]).amax(dim=0)
+        encoded = [encode(v, exponents, n, bits) for v in values]
+        summed = torch.stack([c.to(torch.int64) for c, _ in encoded]).sum(dim=0)
+        assert summed.abs().max() < 2 ** (bits - 1)
+        mean = decode(summed, encoded[0][1], n).to(torch.float64)
+        exact = torch.stack(values).to(torch.float64).mean(dim=0)
+        bound = torch.tensor([rounding_bound(int(e), n, bits) for e in exponents]).repeat_interleave(64)
+        assert ((mean - exact).abs() <= bound + exact.abs() * 2.0**-24).all()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("architectures") / "runs.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = run_ranks(RANKS, ["-m", "plait.run.converge", "--out", str(out), "--model", str(MODEL), "--steps",
+                             str(STEPS), *CASES], env=env, cwd=str(out.parent))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith(("allreduce", "local_sgd"))])
+def test_each_rank_sends_the_cost_models_bytes(trained, case: str) -> None:  # type: ignore[no-untyped-def]
+    """Every step of every rank, counted at torch.distributed.isend, equals the cost model's payload to the byte."""
+    sync = parse_sync(case.rpartition("@")[0])
+    named = parameter_shapes(resolve_model(str(MODEL)))
+    expected = [[payload_bytes(sync, named, step, rank, RANKS) for step in range(STEPS)] for rank in range(RANKS)]
+    assert trained[case]["bytes_by_rank"] == expected
+
+
+@pytest.mark.parametrize("case, reference", [
+    ("param_server:servers=2,placement=layerwise@adamw", "allreduce@adamw"),
+    ("param_server:servers=4@sgd", "allreduce@sgd"), ("switch_aggregation@adamw", "allreduce@adamw"),
+    ("gossip:topology=complete@sgd", "local_sgd:every=1@sgd")])
+def test_exact_architectures_train_as_their_reference(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
+    """Parameter servers sum what the all-reduce sums; 32-bit switch aggregation errs by ~2^-29 of each slot's
+    largest value (test above); gossip over the complete graph with weights 1/n is the all-reduce average."""
+    assert trained[case]["losses"] == pytest.approx(trained[reference]["losses"], rel=1e-5)
+
+
+@pytest.mark.parametrize("case", ["switch_aggregation:bits=16@adamw", "gossip:topology=ring@adamw",
+                                  "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw"])
+def test_inexact_architectures_still_train(trained, case: str) -> None:  # type: ignore[no-untyped-def]
+    losses = trained[case]["losses"]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    assert losses != trained["allreduce@adamw"]["losses"]
