@@ -57,6 +57,7 @@ OPTIONS: dict[str, tuple[dict[str, object], str]] = {
     "tp_comm_overlap": ({"tp": 2, "sp": True, "tp_comm_overlap": True}, "dense"),
     "learned_positions_sp": ({"tp": 2, "sp": True}, "gpt"),
     "dp_sync": ({"dp_replicate": 2, "dp_sync": "powersgd:rank=2"}, "dense"),
+    "dp_sync_server_ranks": ({"dp_replicate": 2, "dp_sync": "async_ps:staleness=2"}, "dense"),
 }
 
 # plait's runtime on a CPU: option -> (test file, a marker in it naming the case that trains that option).

@@ -49,7 +49,11 @@ def converge_command(
     if not 1 <= window <= steps:
         raise ConfigError(f"window={window} must be in [1, steps={steps}]")
     resolve_model(model)  # a bad model fails here, in one line, not in every rank
-    cases = [f"{s}@{optimizer}" for s in dict.fromkeys(["allreduce", *specs])]
+    from plait.plan.sync import ASYNCHRONOUS
+
+    waiting = [s for s in specs if parse_sync(s).method not in ASYNCHRONOUS]
+    cases = [f"{s}@{optimizer}" for s in dict.fromkeys(["allreduce", *waiting])]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "converge.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
@@ -57,10 +61,13 @@ def converge_command(
                    "--batch", str(batch), *cases]
         if not as_json:
             typer.echo(f"converge: {len(cases)} runs of {steps} steps on {ranks} ranks ...", err=True)
-        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})  # a failure names its rank and log
+        code = supervise(command, env)  # a failure names its rank and log
         if code != 0:
             raise typer.Exit(code)
         curves = json.loads(out.read_text())
+        for spec in (s for s in specs if s not in waiting):  # workers and server ranks: plait.run.async_train
+            curves[f"{spec}@{optimizer}"] = _asynchronous_curve(spec, model, steps, ranks, batch, optimizer, env,
+                                                                Path(tmp), as_json)
     reference = curves[f"allreduce@{optimizer}"]["losses"]
     rows = []
     for spec in specs:
@@ -90,3 +97,25 @@ def converge_command(
         table.add_row(r["dp_sync"], f"{r['final_loss']:.4f}", f"{r['allreduce_final_loss']:.4f}", match,
                       f"{r['multiplier']:.3f}", f"{ratio:.4f}")
     Console().print(table)
+
+
+def _asynchronous_curve(spec: str, model: str, steps: int, ranks: int, batch: int, optimizer: str,
+                        env: dict[str, str], folder: Path, quiet: bool) -> dict[str, list[float]]:
+    """Loss per step (the mean of the workers' losses at each iteration) and bytes per step of an asynchronous
+    method over ``ranks`` workers and its server ranks."""
+    from plait.plan.sync import parse_sync
+    from plait.run.async_train import servers_of
+
+    out = folder / "async.json"
+    world = ranks + servers_of(parse_sync(spec))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
+               "plait.run.async_train", "--out", str(out), "--model", model, "--spec", spec, "--steps", str(steps),
+               "--batch", str(batch), "--optimizer", optimizer]
+    if not quiet:
+        typer.echo(f"converge: {spec} on {ranks} workers and {world - ranks} server ranks ...", err=True)
+    code = supervise(command, env)
+    if code != 0:
+        raise typer.Exit(code)
+    workers = json.loads(out.read_text())["workers"]
+    losses = [sum(w["losses"][t] for w in workers) / len(workers) for t in range(steps)]
+    return {"losses": losses, "bytes": workers[0]["bytes"]}

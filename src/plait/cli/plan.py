@@ -121,7 +121,8 @@ def plan_command(
         if gpus_range:
             raise ConfigError("--gpus-range needs objective cost or time; objective throughput takes --gpus")
         space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
-                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=syncs)
+                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=syncs,
+                              param_servers=not dp_sync)
         with LazyProgress(console, "searching plans") as progress:
             result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine, workers=workers,
                                 rank_by=rank_by)

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import math
 
+from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
+from plait.cost.gossip import topology_of as gossip_topology
 from plait.cost.memory import PARAM_BYTES
 from plait.cost.params import stage_layer_counts
+from plait.cost.servers import server_loads
 from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.gossip import period as gossip_period
+from plait.plan.gossip import targets as gossip_targets
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.plan.sync import INFREQUENT, parse_sync
+from plait.plan.sync import AGGREGATED, ASYNCHRONOUS, INFREQUENT, Sync, parse_sync
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import rank_shapes
 
@@ -70,6 +75,8 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> flo
     params = stage_sync(model, cluster, prepared, 0).params
     if plan.dp_sync != "allreduce":  # cp = ep = 1 (plait.plan.rules)
         sync = parse_sync(plan.dp_sync)
+        if sync.method in (*AGGREGATED, *ASYNCHRONOUS, "gossip"):  # point to point: count each pair's bytes
+            return out + _point_to_point(model, cluster, plan, sync)
         if sync.method in INFREQUENT:  # each rank averages what it holds (stage 0's, for every stage)
             per_rank = float(params["dense"] + params["expert"]) * GRAD_BYTES / sync.every
             if plan.sharding != "none":  # HSDP replicas average their shards
@@ -94,3 +101,34 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> flo
     if plan.sharding == "zero3":  # per micro-batch: gather for forward and backward, reduce-scatter the gradient
         return out + _ring(cluster, group, tp, m * ring(group) * (2 * PARAM_BYTES + grad) * total, world)
     return out + _ring(cluster, group, tp, ring(group) * (grad + PARAM_BYTES) * total, world)
+
+
+def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) -> float:
+    """Bytes leaving sites per step under the point-to-point methods of issue 16, summed over every replica group
+    (one per TP rank and stage; replicas ``tp`` ranks apart) from who sends what to whom: gossip's copies to the
+    replicas of another site (:mod:`plait.cost.gossip`), a parameter server's pushes and replies between sites
+    (:mod:`plait.cost.servers`; servers on the group's first ranks), an asynchronous worker's exchange with its
+    server ranks, which are taken to sit in the first site. An aggregating switch sits inside one site (the
+    plan rules refuse one across a wide-area tier)."""
+    site, n, tp = cluster.site_gpus or plan.num_gpus, plan.dp, plan.tp
+    layers = [int(stage_layer_counts(model, plan.pp, s, SCALAR)[0]) for s in range(plan.pp)]
+    total = 0.0
+    for stage, count in enumerate(layers):
+        shapes = [s for _, s in rank_shapes(model, tp, 0, count, stage == 0, stage == plan.pp - 1)]
+        elements = sum(math.prod(s) for s in shapes)
+        first = stage * tp * n  # the stage's first rank (pp outermost)
+        where = [(first + r * tp) // site for r in range(n)]
+        if sync.method == "gossip":
+            topology, peers = gossip_topology(sync)
+            steps = gossip_period(topology, n, peers)
+            crossing = sum(where[i] != where[j] for t in range(steps) for i in range(n)
+                           for j in gossip_targets(topology, n, peers, t, i)) / steps
+            total += crossing * GRAD_BYTES * elements * tp
+        elif sync.method == "param_server":
+            loads = server_loads(sync, shapes, n)
+            total += tp * GRAD_BYTES * sum(2 * loads[j] for j in range(len(loads)) for r in range(n)
+                                           if where[r] != where[j])
+        elif sync.method in ASYNCHRONOUS:
+            crossing = sum(w != 0 for w in where)
+            total += tp * 2 * crossing * worker_bytes(sync, elements)
+    return total

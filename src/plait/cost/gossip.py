@@ -2,8 +2,10 @@
 
 Each step a replica sends its parameters (its own shards, fp32: ``4 P`` bytes) to every replica that receives
 from it and averages the copies it receives (D-PSGD, Lian et al. 2017, Algorithm 1: one exchange of the model
-with each neighbour per iteration). Sends and receives run at once, full duplex; a copy to a replica in the same
-scale-up domain crosses NVLink, any other the rank's NIC, both in parallel; the step waits for the busiest rank
+with each neighbour per iteration). Sends and receives run at once, full duplex; a copy crosses the innermost tier
+whose blocks hold both replicas, through the rank's own share of that tier (NVLink, its NIC) or, on a wide-area
+tier, through its site's link, which the site's crossing copies share; tiers run in parallel and the step waits
+for the busiest rank or site
 (the exchange follows the optimizer step, nothing overlaps it: plait's runtime, :mod:`plait.run.gossip`). Mixing
 reads the own and ``m`` received copies and writes one, at the sustained memory bandwidth.
 """
@@ -38,21 +40,35 @@ def sent_bytes(sync: Sync, params: int, rank: int, replicas: int, step: int | No
     return sum(len(targets(topology, replicas, peers, t, rank)) for t in range(steps)) * PARAM_BYTES * params / steps
 
 
+def _tier_of(a: int, b: int, spans: tuple[int, ...]) -> int:
+    """Innermost tier whose aligned blocks hold global ranks ``a`` and ``b`` together."""
+    return next(i for i, span in enumerate(spans) if a // span == b // span)
+
+
 @cache
-def _busiest(topology: str, peers: int, replicas: int, stride: int, domain: int) -> tuple[float, float, int]:
-    """(copies sent inside a scale-up domain, copies sent outside it, copies received) by the busiest replica
-    per step, over a period: the rank with the most outside, then inside."""
+def _loads(topology: str, peers: int, replicas: int, stride: int, spans: tuple[int, ...],
+           wide: tuple[bool, ...]) -> tuple[tuple[float, ...], int]:
+    """(copies per step on each tier, copies received), the busiest over a period: on a tier with a NIC per GPU,
+    the most one replica sends across it; on a wide-area tier, the most one site sends across it (its link is
+    shared by the site's ranks: ``NetworkTier.wide_area``)."""
     steps = period(topology, replicas, peers)
-    worst, received = (0.0, 0.0), 0
-    for i in range(replicas):
-        inside = outside = 0
-        for t in range(steps):
-            for j in targets(topology, replicas, peers, t, i):
-                same = (i * stride) // domain == (j * stride) // domain
-                inside, outside = inside + same, outside + (not same)
+    per_rank = np.zeros((replicas, len(spans)))
+    per_site: dict[tuple[int, int], float] = {}
+    received = 0
+    for t in range(steps):
+        for i in range(replicas):
             received = max(received, len(sources(topology, replicas, peers, t, i)))
-        worst = max(worst, (outside / steps, inside / steps))
-    return worst[1], worst[0], received
+            for j in targets(topology, replicas, peers, t, i):
+                tier = _tier_of(i * stride, j * stride, spans)
+                if wide[tier]:
+                    key = (tier, i * stride // spans[tier - 1])
+                    per_site[key] = per_site.get(key, 0.0) + 1.0 / steps
+                else:
+                    per_rank[i, tier] += 1.0 / steps
+    loads = per_rank.max(axis=0)
+    for (tier, _), copies in per_site.items():
+        loads[tier] = max(loads[tier], copies)
+    return tuple(float(x) for x in loads), received
 
 
 def gossip_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, replicas: Any, stride: Any,
@@ -60,20 +76,21 @@ def gossip_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, replicas: Any,
     """(0, exposed seconds, extra bytes of memory) per row of ``cols``: the exchange and mix after each step among
     ``replicas`` ranks ``stride`` apart, each holding ``params`` elements (per row)."""
     topology, peers = topology_of(sync)
-    tier0 = cluster.tiers[0]
     memory_bw = memory_bytes_per_s(cluster.accelerator)
+
+    spans = tuple(t.span_gpus for t in cluster.tiers)
+    wide = tuple(t.wide_area for t in cluster.tiers)
+    site = cluster.site_gpus or 1
 
     def one(replicas: int, stride: int, elements: float) -> tuple[float, float]:
         if replicas <= 1:
             return 0.0, 0.0
-        inside, outside, received = _busiest(topology, peers, replicas, stride, tier0.span_gpus)
+        loads, received = _loads(topology, peers, replicas, stride, spans, wide)
         copy = PARAM_BYTES * elements
-        outer = cluster.tiers[cluster.tier_index(stride * (replicas - 1) + 1)]
-        time = max(inside * copy / tier0.bandwidth_bytes_per_s(copy),
-                   outside * copy / outer.bandwidth_bytes_per_s(copy) if outside else 0.0)
-        latency = outer.latency_s if outside else tier0.latency_s
+        times = [copies * copy / (tier.bandwidth_bytes_per_s(copy) * (site if tier.wide_area else 1))
+                 + (tier.latency_s if copies else 0.0) for copies, tier in zip(loads, cluster.tiers)]
         mix = (received + 2) * copy / memory_bw
-        return latency + time + mix, received * copy
+        return max(times) + mix, received * copy
 
     if cols.xp.scalar:
         time, memory = one(int(replicas), int(stride), float(params))

@@ -45,6 +45,9 @@ GRAD_BYTES = 4
 SLOT_ELEMENTS = 64
 """Gradient elements one switch slot sums: SwitchML's packets carry ``k = 64`` 32-bit elements (Sapio et al. 2021,
 Sec. 5, "Implementation")."""
+HEADER_ELEMENTS = 2
+"""fp32 values after each piece an asynchronous worker sends its server: the message's kind and the parameter
+version it was computed on (:mod:`plait.run.async_train`)."""
 EXPONENT_BYTES = 1
 """Bytes of the shared exponent that travels with each slot (SwitchML Sec. 4.4: the block exponent rides in the
 packet)."""

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from plait.cost import gossip, servers
+from plait.cost import async_sgd, gossip, servers
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.cost.overlap import engaged_s, hidden_remainder
@@ -47,7 +47,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.partial import step_elements
-from plait.plan.sync import AGGREGATED, COMPRESSED, INFREQUENT, MODELLED, Sync
+from plait.plan.sync import AGGREGATED, ASYNCHRONOUS, COMPRESSED, INFREQUENT, MODELLED, Sync
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
 
@@ -84,6 +84,8 @@ def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None =
         return float(servers.sent_bytes(sync, shapes, rank, replicas))
     if sync.method == "gossip":  # plait.cost.gossip
         return gossip.sent_bytes(sync, elements, rank, replicas, step)
+    if sync.method in ASYNCHRONOUS:  # a worker's pushes to its servers (plait.run.async_train)
+        return async_sgd.worker_bytes(sync, elements, step)
     if sync.method == "allreduce":
         return elements * GRAD_BYTES
     if sync.method in ("bf16", "fp16"):
@@ -184,6 +186,8 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
     at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
     if sync.method in INFREQUENT:
         return _averaging_costs(cluster, sync, cols, params)
+    if sync.method in ASYNCHRONOUS:  # closed-network bounds, plait.cost.async_sgd
+        return async_sgd.async_costs(cluster, sync, cols, params["dense"] + params["expert"], busy)
     if sync.method in AGGREGATED:
         over = shown = extra = cols.zeros()
         for rows, shapes in _rank_shape_groups(model, cols, stage):

@@ -18,7 +18,16 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.sync import INFREQUENT, MODELLED, PARAMETERS, WHOLE_GRADIENTS, parse_sync, rows_with, spec_values
+from plait.plan.sync import (
+    ASYNCHRONOUS,
+    INFREQUENT,
+    MODELLED,
+    PARAMETERS,
+    WHOLE_GRADIENTS,
+    parse_sync,
+    rows_with,
+    spec_values,
+)
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -131,6 +140,10 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: rows_with(c, INFREQUENT) & c.xp.not_(c.is_("sharding", "none")) & (c["dp_replicate"] == 1),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
                           f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
+    Rule("dp-sync-asynchronous-whole-replicas",
+         lambda c, m, k: rows_with(c, ASYNCHRONOUS) & ((c["tp"] > 1) | (c["pp"] > 1)),
+         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} exchanges whole replicas with its servers and needs tp = pp = "
+                          f"1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-servers-on-ranks",
          lambda c, m, k: spec_values(c, "param_server", "host", 0) > 0,
          lambda p, m, k: ("dp_sync param_server with host=cpu (servers on CPU machines) is not modelled yet: "

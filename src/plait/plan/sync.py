@@ -32,8 +32,9 @@ Issue 16 replaces the all-reduce by other architectures:
   NeurIPS 2017; 000-04): after each step a replica averages its parameters with its neighbours'
   (:mod:`plait.plan.gossip`);
 - ``async_ps:staleness=B[,servers=S]`` and ``easgd:alpha=A,every=H``: asynchronous, bounded-staleness SGD through
-  servers (000-18) and elastic averaging SGD (Zhang, Choromanska & LeCun, NeurIPS 2015; 001-05): parsed, not yet
-  modelled.
+  servers (000-18; Stale Synchronous Parallel, Ho et al., NeurIPS 2013) and asynchronous elastic averaging SGD
+  (Zhang, Choromanska & LeCun, NeurIPS 2015; 001-05), on server ranks beyond the workers
+  (:mod:`plait.run.async_train`, :mod:`plait.cost.async_sgd`).
 
 A spec is kept in its canonical form (every parameter, in the order below) so that equal methods compare equal.
 """
@@ -84,13 +85,15 @@ CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
 QUANTIZE_BITS = (1, 4, 8)
 SWITCH_BITS = (16, 32)
 MODELLED = ("allreduce", "bf16", "fp16", "powersgd", "topk", "quantize", "local_sgd", "diloco", "palsgd", "dreamddp",
-            "pipe_sgd", "param_server", "switch_aggregation", "gossip")
+            "pipe_sgd", "param_server", "switch_aggregation", "gossip", "async_ps", "easgd")
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
 COMPRESSED = ("bf16", "fp16", "powersgd", "topk", "quantize")
 """Methods that compress each step's gradients (in DDP's buckets: unsharded replicas only)."""
+ASYNCHRONOUS = ("async_ps", "easgd")
+"""Methods whose workers do not wait for each other, through dedicated server ranks (:mod:`plait.run.async_train`)."""
 AGGREGATED = ("param_server", "switch_aggregation")
 """Methods that sum every replica's whole gradient each step somewhere other than in an all-reduce."""
-WHOLE_GRADIENTS = (*COMPRESSED, "pipe_sgd", *AGGREGATED)
+WHOLE_GRADIENTS = (*COMPRESSED, "pipe_sgd", *AGGREGATED, *ASYNCHRONOUS)
 """Methods that work on every replica's whole gradient each step (unsharded replicas only)."""
 INFREQUENT = ("local_sgd", "diloco", "palsgd", "dreamddp", "gossip")
 """Methods that train replicas apart and average parameters every few steps (over whole replicas: with sharding,

@@ -109,7 +109,11 @@ def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -
     a dense model with standard attention (what :mod:`plait.cost.sync` models) that is pure data-parallel or, with
     ``space.syncs_with_model_parallel``, has TP or PP; else the all-reduce."""
     modelled = cp == 1 and not (model.moe or model.mla or model.qk_norm)
-    return space.dp_syncs if modelled and (tp == pp == 1 or space.syncs_with_model_parallel) else ("allreduce",)
+    if not (modelled and (tp == pp == 1 or space.syncs_with_model_parallel)):
+        return ("allreduce",)
+    dp = space.gpus // (tp * pp * cp)
+    servers = (f"param_server:servers={dp},placement=balanced,host=ranks",) if space.param_servers and dp > 1 else ()
+    return (*space.dp_syncs, *servers)
 
 
 def layout_sizes(model: ModelSpec, space: SearchSpace) -> list[int]:

@@ -71,10 +71,15 @@ class SearchSpace:
     show where a method starts to win, and the search stays within issue 12's time (17 methods would multiply
     every model-parallel layout's candidates 17 times)."""
 
+    param_servers: bool = False
+    """Whether pure data-parallel layouts also try parameter servers on every replica (``param_server:servers=dp``,
+    balanced: the ring all-reduce's bytes in one exchange instead of ``2 (dp-1)`` steps, so it wins where the
+    ring's per-step latency dominates)."""
+
     def __post_init__(self) -> None:
         # canonical, and interned before any search worker forks (plan columns store them as codes)
         object.__setattr__(self, "dp_syncs", tuple(parse_sync(s).spec for s in self.dp_syncs))
-        for spec in self.dp_syncs:
+        for spec in (*self.dp_syncs, *self.server_specs()):
             intern_sync(spec)
         if self.gpus <= 0:
             raise ConfigError(f"gpus={self.gpus} must be > 0")
@@ -82,6 +87,15 @@ class SearchSpace:
             raise ConfigError(f"global batch {self.global_batches} must be one or more positive sizes")
         if not 0.0 <= self.memory_margin < 1.0:
             raise ConfigError(f"memory_margin={self.memory_margin} must be in [0, 1)")
+
+
+    def server_specs(self) -> tuple[str, ...]:
+        """The parameter-server specs of :attr:`param_servers`, one per data-parallel degree of a layout."""
+        if not self.param_servers:
+            return ()
+        dps = sorted({self.gpus // (t * p * c) for t in self.tp for p in self.pp for c in self.cp
+                      if self.gpus % (t * p * c) == 0})
+        return tuple(parse_sync(f"param_server:servers={dp}").spec for dp in dps if dp > 1)
 
 
 def _powers_of_two(limit: int) -> tuple[int, ...]:
@@ -99,7 +113,8 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches: tuple[int, ...], *,
                   seq_len: int = 0, memory_margin: float = 0.05, allow_tp_across_nodes: bool = False,
                   precisions: tuple[str, ...] | None = None, grad_reduce_dtypes: tuple[str, ...] = ("fp32",),
-                  max_micro_batch: int = 16, dp_syncs: tuple[str, ...] = ("allreduce",)) -> SearchSpace:
+                  max_micro_batch: int = 16, dp_syncs: tuple[str, ...] = ("allreduce",),
+                  param_servers: bool = False) -> SearchSpace:
     """Every knob the estimator supports, with values sensible for ``model`` on ``cluster``."""
     seq = seq_len or model.seq_len
     tp_limit = gpus if allow_tp_across_nodes else min(gpus, cluster.scale_up_domain_gpus)
@@ -119,4 +134,5 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
         precisions=precisions, grad_reduce_dtypes=grad_reduce_dtypes, memory_margin=memory_margin,
         allow_tp_across_nodes=allow_tp_across_nodes, dp_syncs=dp_syncs,
         syncs_with_model_parallel=cluster.site_gpus is not None and gpus > cluster.site_gpus,
+        param_servers=param_servers,
     )

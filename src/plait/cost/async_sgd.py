@@ -1,0 +1,87 @@
+"""Step time of asynchronous methods through server ranks: ``async_ps`` and ``easgd`` (issue 16).
+
+A "step" is what a synchronous step trains on: one iteration of every one of the ``N`` workers (the global batch).
+Workers and servers form a closed cycle: a worker computes (``busy`` seconds: the plan's step without data-parallel
+communication), pushes ``4 (P/S + 2)`` bytes (its piece of the gradient or, for EASGD, the parameters, and the
+two header values of :mod:`plait.run.async_train`) to each of the ``S`` servers, a server applies it and replies
+with as many bytes. With equal workers, the server's link and adder serve one message at a time, so the rate of
+server updates is the smaller of the two asymptotic bounds of a closed network, ``N / (busy + push + apply +
+pull)`` and ``1 / max(push, apply, pull)`` (Lazowska et al., "Quantitative System Performance", 1984, Sec. 5.2:
+``X(N) <= min(N / (D + Z), 1 / D_max)``; deterministic times reach it: checked against
+:func:`plait.simulate.async_sgd.simulate_async` in tests/test_async_sgd.py). EASGD exchanges once every ``H``
+iterations, its cycle ``H busy + push + apply + pull``. A staleness bound of 0 makes every worker wait for the
+slowest each iteration: simulated.
+
+Servers are processes on the cluster's nodes (assumed: each gets one GPU's share of the NIC of the tier the
+workers meet on, and of the node's host memory bandwidth, where it steps AdamW over its piece: read the gradient,
+parameters and two moments, write three, 4 bytes each).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from plait.cost.servers import GRAD_BYTES, HEADER_ELEMENTS
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.plan.sync import Sync
+from plait.simulate.async_sgd import simulate_async
+
+ADAMW_PASSES = 7
+"""fp32 streams of one AdamW step per element: read gradient, parameter and both moments, write three."""
+
+
+def worker_bytes(sync: Sync, elements: int, step: int | None = None) -> float:
+    """Bytes a worker pushes at ``step`` (``None``: the mean per step): every piece with its header, every step
+    (``async_ps``) or after every ``H``-th (``easgd``)."""
+    servers = int(sync["servers"]) if sync.method == "async_ps" else 1
+    message = float(GRAD_BYTES * (elements + HEADER_ELEMENTS * servers))
+    if sync.method == "async_ps":
+        return message
+    if step is None:
+        return message / sync.every
+    return message if (step + 1) % sync.every == 0 else 0.0
+
+
+def message_s(cluster: Cluster, sync: Sync, replicas: int, stride: int, elements: float) -> tuple[float, float]:
+    """(one push or pull, one apply) seconds at one server, for a worker holding ``elements`` parameters."""
+    servers = int(sync["servers"]) if sync.method == "async_ps" else 1
+    tier = cluster.tiers[cluster.tier_index(max(1, min(stride * (replicas - 1) + 1, cluster.max_gpus)))]
+    message = GRAD_BYTES * (elements / servers + HEADER_ELEMENTS)
+    transfer = tier.latency_s + message / tier.bandwidth_bytes_per_s(message, "all_gather")
+    passes = ADAMW_PASSES if sync.method == "async_ps" else 3  # EASGD: read both copies, write the centre
+    apply = passes * GRAD_BYTES * elements / servers / (cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
+    return transfer, apply
+
+
+def step_s(sync: Sync, replicas: int, busy: float, transfer: float, apply: float) -> float:
+    """Seconds per step (``replicas`` worker iterations) of ``sync`` (module docstring)."""
+    every = sync.every if sync.method == "easgd" else 1
+    if sync.method == "async_ps" and int(sync["staleness"]) == 0:
+        run = simulate_async([busy] * replicas, transfer, transfer, apply, 0, 4 * replicas)
+        return replicas / run.updates_per_s
+    cycle = every * busy + 2 * transfer + apply
+    rate = min(replicas / cycle, 1.0 / max(transfer, apply))  # exchanges per second
+    return replicas / (rate * every)
+
+
+def async_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, elements: Any, busy: Any) -> tuple[Any, Any, Any]:
+    """(0, seconds added to each step, extra bytes of memory per GPU) per row: the flat send and receive buffers
+    of a worker's parameters."""
+    def one(replicas: int, stride: int, held: float, compute: float) -> tuple[float, float]:
+        if replicas <= 1:
+            return 0.0, 0.0
+        transfer, apply = message_s(cluster, sync, replicas, stride, held)
+        return step_s(sync, replicas, compute, transfer, apply) - compute, 2.0 * GRAD_BYTES * held
+
+    if cols.xp.scalar:
+        added, memory = one(int(cols.dp), int(cols["tp"]), float(elements), float(busy))
+        return 0.0, added, memory
+    rows = np.stack(np.broadcast_arrays(cols.dp, cols["tp"], np.asarray(elements, float), np.asarray(busy, float)),
+                    axis=1)
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    each = np.array([one(int(n), int(t), float(e), float(b)) for n, t, e, b in distinct])
+    inverse = inverse.reshape(-1)
+    return cols.zeros(), each[inverse, 0], each[inverse, 1]

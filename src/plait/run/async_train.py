@@ -1,0 +1,244 @@
+"""One rank of an asynchronous run (issue 16): ``async_ps`` and ``easgd`` through dedicated server ranks, or, for
+comparison, a synchronous method over the same workers, with optional slowed workers and a wall-time limit.
+
+Ranks ``0..N-1`` are workers, ranks ``N..N+S-1`` servers (``S`` from the spec; one for EASGD). Each server holds one
+balanced piece of the flat fp32 parameters (:func:`plait.plan.servers.placement`) and serves whichever worker's
+message comes first (``torch.distributed.recv`` from any source):
+
+- ``async_ps:staleness=B``: a worker pushes its gradient piece with the version it computed on; the server steps
+  its piece with the workers' optimizer (same class, same learning rate), counts the update's staleness (updates
+  applied since that version) and sends the new piece back, holding the reply while the worker is more than ``B``
+  iterations ahead of the slowest active worker (Stale Synchronous Parallel, Ho et al., NeurIPS 2013; Downpour SGD,
+  Dean et al. 2012); the predicted counterpart is :func:`plait.simulate.async_sgd.simulate_async`;
+- ``easgd:alpha=A,every=H``: workers step their own optimizer and every ``H`` iterations send their parameters;
+  the server moves the centre ``x~ += A (x - x~)`` and returns ``A (x - x~)``, which the worker subtracts
+  (asynchronous EASGD, Zhang, Choromanska & LeCun, NeurIPS 2015, Algorithm 2).
+
+Each message carries :data:`plait.cost.servers.HEADER_ELEMENTS` fp32 values after the piece (kind and version). Rank
+0 writes, per worker, each iteration's loss and wall time and the bytes it sent; per server, every update's worker,
+staleness and time; and the loss of the final model (the servers' parameters, or worker 0's for the synchronous
+methods) on a held-out batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from plait.cost.servers import HEADER_ELEMENTS
+from plait.plan.servers import placement
+from plait.plan.sync import Sync, parse_sync
+from plait.run.data import global_batch, rank_slice
+from plait.run.lifecycle import exit_without_teardown
+from plait.run.model import build_model
+from plait.run.replica_grads import reduce_gradients
+from plait.run.servers import Sends
+from plait.run.sites import Reducer
+from plait.run.sync import attach, counted_bytes
+from plait.run.train import cross_entropy
+from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
+
+GRADIENT, ELASTIC, STOP = 0.0, 1.0, 2.0
+PUSH, REPLY = 21, 22
+LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
+HELD_OUT_STEP = 1_000_000
+"""The corpus batch the final model is scored on (no run trains that far)."""
+
+
+def servers_of(sync: Sync) -> int:
+    """Server ranks a method needs."""
+    return int(sync["servers"]) if sync.method == "async_ps" else 1 if sync.method == "easgd" else 0
+
+
+def _optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    lr = LEARNING_RATES[name]
+    return torch.optim.SGD(params, lr=lr) if name == "sgd" else torch.optim.AdamW(params, lr=lr)
+
+
+def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.reshape(-1).to(torch.float32) for t in tensors])
+
+
+def _pieces(model: torch.nn.Module, servers: int) -> list[int]:
+    return placement([tuple(p.shape) for p in model.parameters()], servers, "balanced")[1]
+
+
+def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimizer_name: str) -> dict[str, object]:
+    """Server ``index``'s loop until every worker has stopped; returns its updates and final piece."""
+    sizes = _pieces(model, servers_of(sync))
+    start = sum(sizes[:index])
+    piece = _flat([p.detach() for p in model.parameters()])[start: start + sizes[index]].clone()
+    piece.requires_grad_(True)
+    optimizer = _optimizer(optimizer_name, [piece])
+    buffer = torch.empty(sizes[index] + HEADER_ELEMENTS)
+    version, clock, held, active = 0, [0] * workers, [], set(range(workers))  # type: int, list[int], list[int], set[int]
+    updates: list[tuple[int, int, float]] = []
+    bound = int(sync["staleness"]) if sync.method == "async_ps" else None
+    pending: list[dist.Work] = []
+    began = time.perf_counter()
+    while active:
+        worker = dist.recv(buffer, tag=PUSH)
+        kind, stamp = float(buffer[-2]), int(buffer[-1])
+        if kind == STOP:
+            active.discard(worker)
+        elif kind == ELASTIC:
+            with torch.no_grad():
+                diff = sync["alpha"] * (buffer[: sizes[index]] - piece)
+                piece += diff
+            reply = torch.cat([diff, torch.tensor([0.0])])
+            pending.append(Sends.isend(reply, worker, None, REPLY))
+            continue
+        else:
+            updates.append((worker, version - stamp, time.perf_counter() - began))
+            piece.grad = buffer[: sizes[index]].clone()
+            optimizer.step()
+            version += 1
+            clock[worker] += 1
+            held.append(worker)
+        slowest = min((clock[w] for w in active), default=0)
+        for w in list(held):
+            if w not in active or bound is None or clock[w] - slowest <= bound:
+                held.remove(w)
+                if w in active:
+                    reply = torch.cat([piece.detach(), torch.tensor([float(version)])])
+                    pending.append(Sends.isend(reply, w, None, REPLY))
+    for work in pending:
+        work.wait()
+    return {"updates": updates, "piece": piece.detach().tolist()}
+
+
+def work(sync: Sync, model: torch.nn.Module, workers: int, group: dist.ProcessGroup,
+         args: argparse.Namespace) -> dict[str, object]:
+    """Worker loop over the workers' ``group``: iterations until ``args.steps`` or ``args.seconds``; returns its
+    losses, times and bytes."""
+    rank, servers = dist.get_rank(), servers_of(sync)
+    params = list(model.parameters())
+    sizes = _pieces(model, servers) if servers else []
+    optimizer = _optimizer(args.optimizer, params)
+    module, optimizer = (model, optimizer) if servers else attach(model, optimizer, sync, parameter_shapes(
+        resolve_model(args.model)), Reducer(group))
+    versions = [0] * servers
+    losses, times, sent = [], [], []  # type: list[float], list[float], list[int]
+    slow = dict(args.slow)
+    began = time.perf_counter()
+    step = 0
+    while _continues(step, began, args, group if not servers else None):
+        inputs, targets = global_batch(step, args.batch, resolve_model(args.model).seq_len)
+        inputs, targets = rank_slice(inputs, rank, workers), rank_slice(targets, rank, workers)
+        with counted_bytes() as count:
+            loss = cross_entropy(module(inputs), targets)
+            loss.backward()
+            time.sleep(slow.get(rank, 0.0))  # the artificial slowdown of a slower worker
+            if sync.method == "async_ps":
+                _exchange(_flat([p.grad for p in params]), sizes, workers, GRADIENT, versions, params, replace=True)
+            else:
+                reduce_gradients(optimizer)
+                optimizer.step()
+                if sync.method == "easgd" and (step + 1) % sync.every == 0:
+                    _exchange(_flat([p.detach() for p in params]), sizes, workers, ELASTIC, versions, params,
+                              replace=False)
+            optimizer.zero_grad()
+        losses.append(float(loss.detach()))
+        times.append(time.perf_counter() - began)
+        sent.append(count[0])
+        step += 1
+    for j in range(servers):
+        stop = torch.zeros(sizes[j] + HEADER_ELEMENTS)
+        stop[-2] = STOP
+        Sends.isend(stop, workers + j, None, PUSH).wait()
+    return {"losses": losses, "times": times, "bytes": sent}
+
+
+def _continues(step: int, began: float, args: argparse.Namespace, group: dist.ProcessGroup | None) -> bool:
+    """Whether a worker starts another iteration: ``args.steps`` of them, or until ``args.seconds``; workers that
+    wait for each other (``group``) stop together, when the first of them runs out of time."""
+    if not args.seconds:
+        return step < args.steps
+    going = torch.tensor([float(time.perf_counter() - began < args.seconds)])
+    if group is not None:
+        dist.all_reduce(going, op=dist.ReduceOp.MIN, group=group)
+    return bool(going.item())
+
+
+def _exchange(flat: torch.Tensor, sizes: list[int], workers: int, kind: float, versions: list[int],
+              params: list[torch.Tensor], replace: bool) -> None:
+    """Send each server its piece (with ``kind`` and the version it was computed on) and apply the replies: the
+    new parameters (``replace``) or the elastic difference to subtract."""
+    offset, replies, sends = 0, [], []
+    for j, size in enumerate(sizes):
+        message = torch.cat([flat[offset: offset + size], torch.tensor([kind, float(versions[j])])])
+        sends.append(Sends.isend(message, workers + j, None, PUSH))
+        offset += size
+    for j, size in enumerate(sizes):
+        reply = torch.empty(size + 1)
+        dist.recv(reply, workers + j, tag=REPLY)
+        versions[j] = int(reply[-1]) if replace else versions[j]
+        replies.append(reply[:size])
+    for send in sends:
+        send.wait()
+    merged = torch.cat(replies)
+    with torch.no_grad():
+        for p, part in zip(params, merged.split([p.numel() for p in params])):
+            if replace:
+                p.copy_(part.view_as(p))
+            else:
+                p.sub_(part.view_as(p).to(p.dtype))
+
+
+def held_out_loss(model: torch.nn.Module, flat: torch.Tensor, args: argparse.Namespace) -> float:
+    """Loss of the parameters ``flat`` on a batch no run trains on."""
+    with torch.no_grad():
+        for p, part in zip(model.parameters(), flat.split([p.numel() for p in model.parameters()])):
+            p.copy_(part.view_as(p))
+        inputs, targets = global_batch(HELD_OUT_STEP, args.batch, resolve_model(args.model).seq_len)
+        return float(cross_entropy(model(inputs), targets))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--spec", required=True, help="dp_sync method (async_ps, easgd, or a synchronous one)")
+    parser.add_argument("--steps", type=int, default=10, help="iterations per worker (without --seconds)")
+    parser.add_argument("--seconds", type=float, default=0.0, help="wall time each worker trains for")
+    parser.add_argument("--batch", type=int, default=8, help="global batch: every worker takes its share")
+    parser.add_argument("--optimizer", default="sgd", choices=sorted(LEARNING_RATES))
+    parser.add_argument("--slow", type=lambda t: (int(t.split(":")[0]), float(t.split(":")[1])), action="append",
+                        default=[], help="RANK:SECONDS slept by that worker every iteration")
+    args = parser.parse_args(argv)
+    dist.init_process_group("gloo")
+    torch.use_deterministic_algorithms(True)
+    sync = parse_sync(args.spec)
+    spec = resolve_model(args.model)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    workers = world - servers_of(sync)
+    model = build_model(spec, spec.seq_len, seed=0)
+    group = dist.new_group(list(range(workers)))  # every rank enters new_group; only the workers use it
+    if rank >= workers:
+        result = {"server": serve(sync, model, workers, rank - workers, args.optimizer)}
+    else:
+        result = {"worker": work(sync, model, workers, group, args)}
+    gathered: list[dict[str, object]] = [{} for _ in range(world)]
+    dist.all_gather_object(gathered, result)
+    if rank == 0:
+        servers = [g["server"] for g in gathered[workers:]]
+        final = (torch.tensor([x for s in servers for x in s["piece"]]) if servers  # type: ignore[index]
+                 else _flat([p.detach() for p in model.parameters()]))
+        out = {"workers": [g["worker"] for g in gathered[:workers]], "servers": [
+            {"updates": s["updates"]} for s in servers], "held_out_loss": held_out_loss(model, final, args)}  # type: ignore[index]
+        args.out.write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+    exit_without_teardown(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

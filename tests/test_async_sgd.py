@@ -1,0 +1,77 @@
+"""Asynchronous methods through server ranks (issue 16): the simulation against hand cases and the closed form
+the cost model uses, and the runtime's bytes, updates and staleness."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from plait.cost.async_sgd import step_s, worker_bytes
+from plait.cost.sync import payload_bytes
+from plait.plan.sync import parse_sync
+from plait.simulate.async_sgd import simulate_async
+from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
+from tests.ranks import run_ranks
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "examples" / "tiny-model.toml"
+
+
+def test_two_equal_workers_alternate_with_staleness_one() -> None:
+    """Two workers of 1 s each, 0.1 s each way and 0.01 s to apply: each cycle takes 1.21 s, so two updates land
+    per 1.21 s, and every update but the first was computed before the other worker's last one."""
+    run = simulate_async([1.0, 1.0], 0.1, 0.1, 0.01, None, 100)
+    assert run.updates_by_worker == (50, 50)
+    assert run.staleness == {0: 0.01, 1: 0.99}
+    assert run.updates_per_s == pytest.approx(2 / 1.21, rel=0.01)
+
+
+def test_a_bound_of_zero_makes_the_fast_worker_wait() -> None:
+    """With staleness bound 0 a worker 3x faster still contributes one update per slow one; unbounded, it
+    contributes about three."""
+    held = simulate_async([1.0, 3.0], 0.1, 0.1, 0.01, 0, 100)
+    free = simulate_async([1.0, 3.0], 0.1, 0.1, 0.01, None, 100)
+    assert held.updates_by_worker == (50, 50)
+    assert free.updates_by_worker[0] > 2.5 * free.updates_by_worker[1]
+    assert free.updates_per_s > 1.8 * held.updates_per_s
+
+
+@pytest.mark.parametrize("workers, busy, transfer, apply", [(2, 1.0, 0.1, 0.01), (4, 1.0, 0.1, 0.01),
+                                                            (8, 0.5, 0.2, 0.05), (16, 0.2, 0.05, 0.1)])
+def test_the_closed_form_is_the_simulated_rate_of_equal_workers(workers: int, busy: float, transfer: float,
+                                                                apply: float) -> None:
+    """plait.cost.async_sgd's min(N / cycle, 1 / bottleneck) against the simulation over 200 cycles."""
+    sync = parse_sync("async_ps:staleness=1000")
+    run = simulate_async([busy] * workers, transfer, transfer, apply, None, 200 * workers)
+    assert step_s(sync, workers, busy, transfer, apply) == pytest.approx(workers / run.updates_per_s, rel=0.02)
+
+
+def test_worker_bytes_by_hand() -> None:
+    assert worker_bytes(parse_sync("async_ps:staleness=2,servers=2"), 100) == 4 * (100 + 2 * 2)
+    easgd = parse_sync("easgd:alpha=0.5,every=3")
+    assert [worker_bytes(easgd, 10, step) for step in range(6)] == [0, 0, 48, 0, 0, 48]
+
+
+@pytest.mark.parametrize("spec", ["async_ps:staleness=100", "easgd:alpha=0.45,every=2"])
+def test_asynchronous_runs_send_the_predicted_bytes_and_apply_every_update(tmp_path: Path, spec: str) -> None:
+    """Two workers and one server rank: every worker's bytes per iteration are the cost model's; the server applied
+    one update per worker iteration (async_ps), each at a staleness of at most the other worker's iterations."""
+    out = tmp_path / "async.json"
+    done = run_ranks(3, ["-m", "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec", spec,
+                         "--steps", "4", "--slow", "1:0.05"], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    sync, named = parse_sync(spec), parameter_shapes(resolve_model(str(MODEL)))
+    for worker in result["workers"]:
+        assert worker["bytes"] == [payload_bytes(sync, named, step) for step in range(4)]
+        assert worker["losses"][-1] < worker["losses"][0]
+    updates = result["servers"][0]["updates"]
+    if sync.method == "async_ps":
+        assert sorted(w for w, _, _ in updates) == [0] * 4 + [1] * 4
+        assert all(0 <= stale <= 4 for _, stale, _ in updates)
+    else:
+        assert updates == []  # EASGD's exchanges move the centre; they are not gradient updates
