@@ -75,3 +75,24 @@ def test_asynchronous_runs_send_the_predicted_bytes_and_apply_every_update(tmp_p
         assert all(0 <= stale <= 4 for _, stale, _ in updates)
     else:
         assert updates == []  # EASGD's exchanges move the centre; they are not gradient updates
+
+
+def test_parameter_servers_on_cpu_ranks_train_as_the_all_reduce(tmp_path: Path) -> None:
+    """param_server with host=cpu: 2 workers push to 2 server ranks, which return the mean once both have pushed;
+    each worker's losses equal the all-reduce's over the same 2 workers within 1e-5, and its bytes are the cost
+    model's (every piece with its two header values)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = {}
+    for spec, ranks in (("param_server:servers=2,host=cpu", 4), ("allreduce", 2)):
+        out = tmp_path / f"{spec[:5]}.json"
+        done = run_ranks(ranks, ["-m", "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec",
+                                 spec, "--steps", "4", "--optimizer", "adamw"], env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[spec] = json.loads(out.read_text())
+    servers, reference = runs["param_server:servers=2,host=cpu"], runs["allreduce"]
+    named = parameter_shapes(resolve_model(str(MODEL)))
+    for worker, plain in zip(servers["workers"], reference["workers"]):
+        assert worker["losses"] == pytest.approx(plain["losses"], rel=1e-5)
+        assert worker["bytes"] == [payload_bytes(parse_sync("param_server:servers=2,host=cpu"), named, step)
+                                   for step in range(4)]
+    assert servers["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)

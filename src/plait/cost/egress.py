@@ -23,7 +23,7 @@ from plait.cost.batch import prepare, stage_sync
 from plait.cost.gossip import topology_of as gossip_topology
 from plait.cost.memory import PARAM_BYTES
 from plait.cost.params import stage_layer_counts
-from plait.cost.servers import server_loads
+from plait.cost.servers import on_cpus, sent_bytes, server_loads
 from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -124,6 +124,8 @@ def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) 
             crossing = sum(where[i] != where[j] for t in range(steps) for i in range(n)
                            for j in gossip_targets(topology, n, peers, t, i)) / steps
             total += crossing * GRAD_BYTES * elements * tp
+        elif on_cpus(sync):  # server ranks taken to sit in the first site
+            total += tp * 2 * sum(w != 0 for w in where) * sent_bytes(sync, shapes, 0, n)
         elif sync.method == "param_server":
             loads = server_loads(sync, shapes, n)
             total += tp * GRAD_BYTES * sum(2 * loads[j] for j in range(len(loads)) for r in range(n)

@@ -9,6 +9,8 @@ Bytes (what each rank hands to point-to-point sends per step, as the runtime :mo
   (``4 (N - 1) L_r``). The servers sum and the replicas step their own optimizers on the pulled sum (BytePS's
   summation service, Jiang et al., OSDI 2020, Sec. 4.1: servers that run the optimizer would pull parameters of
   the same size instead).
+- ``param_server:servers=S,host=cpu``: servers on CPU machines (ranks beyond the workers, :mod:`plait.run.
+  async_train`): a replica pushes every piece with two header values, ``4 (E + 2 S)``, and pulls the mean;
 - ``switch_aggregation:bits=B``: each replica sends its gradient once as ``B``-bit fixed point, with one exponent
   byte per slot of :data:`SLOT_ELEMENTS` elements, and receives the sum once (SwitchML, Sapio et al., NSDI 2021,
   Sec. 3.3 and 4.4). plait's runtime emulates the switch on group rank 0, which sends the sum to the others.
@@ -53,9 +55,14 @@ EXPONENT_BYTES = 1
 packet)."""
 
 
+def on_cpus(sync: Sync) -> bool:
+    """Whether a ``param_server`` spec puts its servers on CPU machines (server ranks beyond the workers)."""
+    return sync.method == "param_server" and sync.choice("host") == "cpu"
+
+
 def server_loads(sync: Sync, shapes: list[Shape], replicas: int) -> list[int]:
-    """Elements each parameter server sums (servers beyond the replicas are refused by the plan rules)."""
-    servers = min(int(sync["servers"]), replicas)
+    """Elements each parameter server sums (servers on the replicas: at most one per replica, the plan rules)."""
+    servers = int(sync["servers"]) if on_cpus(sync) else min(int(sync["servers"]), replicas)
     return placement(shapes, servers, sync.choice("placement"))[1]
 
 
@@ -74,6 +81,8 @@ def sent_bytes(sync: Sync, shapes: list[Shape], rank: int, replicas: int) -> int
         each = switch_bytes(sync, elements)
         return (replicas - 1) * each if rank == 0 else each
     loads = server_loads(sync, shapes, replicas)
+    if on_cpus(sync):  # every piece to its server rank, with its header (plait.run.async_train)
+        return GRAD_BYTES * (elements + HEADER_ELEMENTS * len(loads))
     own = loads[rank] if rank < len(loads) else 0
     return GRAD_BYTES * ((elements - own) + (replicas - 1) * own)
 
@@ -97,12 +106,28 @@ def _one(cluster: Cluster, sync: Sync, shapes: list[Shape], elements: int, repli
     if replicas <= 1:
         return 0.0, 0.0
     link = group_link(cluster, replicas, stride)
+    if on_cpus(sync):
+        return _cpu_servers_s(cluster, sync, shapes, replicas, stride), 2.0 * GRAD_BYTES * elements
     if sync.method == "param_server":
         loads = server_loads(sync, shapes, replicas)
         busiest = max(GRAD_BYTES * ((elements - load) + (replicas - 1) * load) for load in loads)
         summed = (replicas + 1) * GRAD_BYTES * max(loads) / memory_bytes_per_s(cluster.accelerator)
         return all_to_all_s(busiest, link) + summed, GRAD_BYTES * (elements + (replicas - 1) * max(loads))
     return _switch_s(cluster, sync, elements, replicas, stride), 2.0 * switch_bytes(sync, elements)
+
+
+def _cpu_servers_s(cluster: Cluster, sync: Sync, shapes: list[Shape], replicas: int, stride: int) -> float:
+    """Seconds of one synchronous round through ``S`` servers on CPU machines: a worker pushes ``4 (E + 2S)`` bytes
+    and pulls as many; a server receives and sends ``N`` times its piece and sums ``N`` pieces; the round takes
+    the slower side, each way (BytePS, Jiang et al. 2020, Sec. 3.1, Eq. 1-2). Assumed: a server process gets one
+    GPU's share of the NIC of the tier the workers meet on, and of the node's host memory bandwidth."""
+    loads = server_loads(sync, shapes, replicas)
+    tier = cluster.tiers[cluster.tier_index(max(1, min(stride * (replicas - 1) + 1, cluster.max_gpus)))]
+    worker = GRAD_BYTES * (sum(loads) + HEADER_ELEMENTS * len(loads))
+    server = replicas * GRAD_BYTES * (max(loads) + HEADER_ELEMENTS)
+    rate = tier.bandwidth_bytes_per_s(max(worker, server), "all_gather")
+    summed = (replicas + 1) * GRAD_BYTES * max(loads) / (cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
+    return 2 * (tier.latency_s + max(worker, server) / rate) + summed
 
 
 def _switch_s(cluster: Cluster, sync: Sync, elements: int, replicas: int, stride: int) -> float:

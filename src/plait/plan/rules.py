@@ -144,12 +144,13 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: rows_with(c, ASYNCHRONOUS) & ((c["tp"] > 1) | (c["pp"] > 1)),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} exchanges whole replicas with its servers and needs tp = pp = "
                           f"1 (got tp={p.tp}, pp={p.pp})")),
-    Rule("dp-sync-servers-on-ranks",
-         lambda c, m, k: spec_values(c, "param_server", "host", 0) > 0,
-         lambda p, m, k: ("dp_sync param_server with host=cpu (servers on CPU machines) is not modelled yet: "
-                          "use host=ranks")),
+    Rule("dp-sync-cpu-servers-whole-replicas",
+         lambda c, m, k: (spec_values(c, "param_server", "host", 0) > 0) & ((c["tp"] > 1) | (c["pp"] > 1)),
+         lambda p, m, k: (f"dp_sync param_server with host=cpu exchanges whole replicas with its server ranks and "
+                          f"needs tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-servers-within-replicas",
-         lambda c, m, k: spec_values(c, "param_server", "servers", 1) > c.dp,
+         lambda c, m, k: (spec_values(c, "param_server", "servers", 1) > c.dp)
+         & (spec_values(c, "param_server", "host", 0) == 0),
          lambda p, m, k: (f"dp_sync param_server servers={int(parse_sync(p.dp_sync)['servers'])} must be at most "
                           f"the dp={p.dp} replicas that host them (host=ranks)")),
     Rule("dp-sync-switch-aggregates",

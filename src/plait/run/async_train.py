@@ -10,6 +10,9 @@ message comes first (``torch.distributed.recv`` from any source):
   applied since that version) and sends the new piece back, holding the reply while the worker is more than ``B``
   iterations ahead of the slowest active worker (Stale Synchronous Parallel, Ho et al., NeurIPS 2013; Downpour SGD,
   Dean et al. 2012); the predicted counterpart is :func:`plait.simulate.async_sgd.simulate_async`;
+- ``param_server:servers=S,host=cpu``: synchronous; a server sums a round's pieces once every worker has pushed
+  and sends the mean back, and the workers step their own optimizer (BytePS's servers on CPU machines, Jiang et
+  al., OSDI 2020, Sec. 4.1): the all-reduce's mean, summed in another order;
 - ``easgd:alpha=A,every=H``: workers step their own optimizer and every ``H`` iterations send their parameters;
   the server moves the centre ``x~ += A (x - x~)`` and returns ``A (x - x~)``, which the worker subtracts
   (asynchronous EASGD, Zhang, Choromanska & LeCun, NeurIPS 2015, Algorithm 2).
@@ -17,7 +20,8 @@ message comes first (``torch.distributed.recv`` from any source):
 Each message carries :data:`plait.cost.servers.HEADER_ELEMENTS` fp32 values after the piece (kind and version). Rank
 0 writes, per worker, each iteration's loss and wall time and the bytes it sent; per server, every update's worker,
 staleness and time; and the loss of the final model (the servers' parameters, or worker 0's for the synchronous
-methods) on a held-out batch.
+methods) on a held-out batch; and each iteration's compute (forward, backward and the slowdown, before the
+exchange: what :func:`plait.simulate.async_sgd.simulate_async` takes as a worker's speed).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch.distributed as dist
 
 from plait.cost.servers import HEADER_ELEMENTS
 from plait.plan.servers import placement
-from plait.plan.sync import Sync, parse_sync
+from plait.plan.sync import ASYNCHRONOUS, Sync, parse_sync
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
@@ -45,16 +49,24 @@ from plait.run.train import cross_entropy
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 
-GRADIENT, ELASTIC, STOP = 0.0, 1.0, 2.0
+GRADIENT, ELASTIC, STOP, SUM = 0.0, 1.0, 2.0, 3.0
 PUSH, REPLY = 21, 22
 LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
 HELD_OUT_STEP = 1_000_000
 """The corpus batch the final model is scored on (no run trains that far)."""
 
 
+def on_server_ranks(sync: Sync) -> bool:
+    """Whether a method runs on server ranks beyond its workers: the asynchronous ones, and parameter servers on
+    CPU machines (``param_server:host=cpu``)."""
+    return sync.method in ASYNCHRONOUS or (sync.method == "param_server" and sync.choice("host") == "cpu")
+
+
 def servers_of(sync: Sync) -> int:
     """Server ranks a method needs."""
-    return int(sync["servers"]) if sync.method == "async_ps" else 1 if sync.method == "easgd" else 0
+    if not on_server_ranks(sync):
+        return 0
+    return 1 if sync.method == "easgd" else int(sync["servers"])
 
 
 def _optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -79,6 +91,7 @@ def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimize
     optimizer = _optimizer(optimizer_name, [piece])
     buffer = torch.empty(sizes[index] + HEADER_ELEMENTS)
     version, clock, held, active = 0, [0] * workers, [], set(range(workers))  # type: int, list[int], list[int], set[int]
+    total, arrived = torch.zeros(sizes[index]), set()  # type: torch.Tensor, set[int]
     updates: list[tuple[int, int, float]] = []
     bound = int(sync["staleness"]) if sync.method == "async_ps" else None
     pending: list[dist.Work] = []
@@ -88,13 +101,14 @@ def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimize
         kind, stamp = float(buffer[-2]), int(buffer[-1])
         if kind == STOP:
             active.discard(worker)
+        elif kind == SUM:  # synchronous: the mean once every active worker has pushed (BytePS's summation)
+            total += buffer[: sizes[index]]
+            arrived.add(worker)
         elif kind == ELASTIC:
             with torch.no_grad():
                 diff = sync["alpha"] * (buffer[: sizes[index]] - piece)
                 piece += diff
-            reply = torch.cat([diff, torch.tensor([0.0])])
-            pending.append(Sends.isend(reply, worker, None, REPLY))
-            continue
+            pending.append(Sends.isend(torch.cat([diff, torch.tensor([0.0])]), worker, None, REPLY))
         else:
             updates.append((worker, version - stamp, time.perf_counter() - began))
             piece.grad = buffer[: sizes[index]].clone()
@@ -102,6 +116,10 @@ def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimize
             version += 1
             clock[worker] += 1
             held.append(worker)
+        if arrived and arrived >= active:
+            mean = torch.cat([total / len(arrived), torch.tensor([0.0])])
+            pending.extend(Sends.isend(mean, w, None, REPLY) for w in sorted(arrived))
+            total, arrived = torch.zeros(sizes[index]), set()
         slowest = min((clock[w] for w in active), default=0)
         for w in list(held):
             if w not in active or bound is None or clock[w] - slowest <= bound:
@@ -125,25 +143,32 @@ def work(sync: Sync, model: torch.nn.Module, workers: int, group: dist.ProcessGr
     module, optimizer = (model, optimizer) if servers else attach(model, optimizer, sync, parameter_shapes(
         resolve_model(args.model)), Reducer(group))
     versions = [0] * servers
-    losses, times, sent = [], [], []  # type: list[float], list[float], list[int]
+    losses, times, sent, computed = [], [], [], []  # type: list[float], list[float], list[int], list[float]
     slow = dict(args.slow)
     began = time.perf_counter()
     step = 0
-    while _continues(step, began, args, group if not servers else None):
+    waits = not servers or sync.method == "param_server"  # workers that wait for each other stop together
+    while _continues(step, began, args, group if waits else None):
         inputs, targets = global_batch(step, args.batch, resolve_model(args.model).seq_len)
         inputs, targets = rank_slice(inputs, rank, workers), rank_slice(targets, rank, workers)
         with counted_bytes() as count:
-            loss = cross_entropy(module(inputs), targets)
+            computing = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):  # as plait run trains bf16
+                loss = cross_entropy(module(inputs), targets)
             loss.backward()
             time.sleep(slow.get(rank, 0.0))  # the artificial slowdown of a slower worker
+            computed.append(time.perf_counter() - computing)
             if sync.method == "async_ps":
-                _exchange(_flat([p.grad for p in params]), sizes, workers, GRADIENT, versions, params, replace=True)
+                _exchange(_flat([p.grad for p in params]), sizes, workers, GRADIENT, versions, params, "replace")
+            elif servers and sync.method == "param_server":  # push the gradient, pull the mean, step here
+                _exchange(_flat([p.grad for p in params]), sizes, workers, SUM, versions, params, "gradient")
+                optimizer.step()
             else:
                 reduce_gradients(optimizer)
                 optimizer.step()
                 if sync.method == "easgd" and (step + 1) % sync.every == 0:
                     _exchange(_flat([p.detach() for p in params]), sizes, workers, ELASTIC, versions, params,
-                              replace=False)
+                              "subtract")
             optimizer.zero_grad()
         losses.append(float(loss.detach()))
         times.append(time.perf_counter() - began)
@@ -153,7 +178,7 @@ def work(sync: Sync, model: torch.nn.Module, workers: int, group: dist.ProcessGr
         stop = torch.zeros(sizes[j] + HEADER_ELEMENTS)
         stop[-2] = STOP
         Sends.isend(stop, workers + j, None, PUSH).wait()
-    return {"losses": losses, "times": times, "bytes": sent}
+    return {"losses": losses, "times": times, "bytes": sent, "compute_s": computed}
 
 
 def _continues(step: int, began: float, args: argparse.Namespace, group: dist.ProcessGroup | None) -> bool:
@@ -168,9 +193,10 @@ def _continues(step: int, began: float, args: argparse.Namespace, group: dist.Pr
 
 
 def _exchange(flat: torch.Tensor, sizes: list[int], workers: int, kind: float, versions: list[int],
-              params: list[torch.Tensor], replace: bool) -> None:
+              params: list[torch.Tensor], apply: str) -> None:
     """Send each server its piece (with ``kind`` and the version it was computed on) and apply the replies: the
-    new parameters (``replace``) or the elastic difference to subtract."""
+    new parameters (``replace``), the elastic difference to ``subtract``, or the mean ``gradient``."""
+    replace = apply == "replace"
     offset, replies, sends = 0, [], []
     for j, size in enumerate(sizes):
         message = torch.cat([flat[offset: offset + size], torch.tensor([kind, float(versions[j])])])
@@ -188,6 +214,8 @@ def _exchange(flat: torch.Tensor, sizes: list[int], workers: int, kind: float, v
         for p, part in zip(params, merged.split([p.numel() for p in params])):
             if replace:
                 p.copy_(part.view_as(p))
+            elif apply == "gradient":
+                p.grad.copy_(part.view_as(p))  # type: ignore[union-attr]
             else:
                 p.sub_(part.view_as(p).to(p.dtype))
 
@@ -210,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=0.0, help="wall time each worker trains for")
     parser.add_argument("--batch", type=int, default=8, help="global batch: every worker takes its share")
     parser.add_argument("--optimizer", default="sgd", choices=sorted(LEARNING_RATES))
+    parser.add_argument("--bf16", action="store_true", help="forward under bf16 autocast (CPU), as plait run's bf16")
     parser.add_argument("--slow", type=lambda t: (int(t.split(":")[0]), float(t.split(":")[1])), action="append",
                         default=[], help="RANK:SECONDS slept by that worker every iteration")
     args = parser.parse_args(argv)
@@ -221,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = world - servers_of(sync)
     model = build_model(spec, spec.seq_len, seed=0)
     group = dist.new_group(list(range(workers)))  # every rank enters new_group; only the workers use it
-    if rank >= workers:
+    if rank >= workers:  # the servers' final pieces are the model where they step it
         result = {"server": serve(sync, model, workers, rank - workers, args.optimizer)}
     else:
         result = {"worker": work(sync, model, workers, group, args)}
@@ -229,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.all_gather_object(gathered, result)
     if rank == 0:
         servers = [g["server"] for g in gathered[workers:]]
-        final = (torch.tensor([x for s in servers for x in s["piece"]]) if servers  # type: ignore[index]
+        final = (torch.tensor([x for s in servers for x in s["piece"]]) if servers and sync.method == "async_ps"  # type: ignore[index]
                  else _flat([p.detach() for p in model.parameters()]))
         out = {"workers": [g["worker"] for g in gathered[:workers]], "servers": [
             {"updates": s["updates"]} for s in servers], "held_out_loss": held_out_loss(model, final, args)}  # type: ignore[index]
