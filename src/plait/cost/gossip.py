@@ -7,7 +7,8 @@ whose blocks hold both replicas, through the rank's own share of that tier (NVLi
 tier, through its site's link, which the site's crossing copies share; tiers run in parallel and the step waits
 for the busiest rank or site
 (the exchange follows the optimizer step, nothing overlaps it: plait's runtime, :mod:`plait.run.gossip`). Mixing
-reads the own and ``m`` received copies and writes one, at the sustained memory bandwidth.
+streams the parameters :data:`MIX_PASSES` times and three more per received copy, at the sustained memory
+bandwidth.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from plait.plan.gossip import period, sources, targets
 from plait.plan.sync import Sync
 
 PARAM_BYTES = 4
+MIX_PASSES = 6
+"""Streaming passes over the parameters in one gossip average of :class:`plait.run.gossip.Gossip` besides three per
+received copy (``mixed += w x_j``: read two, write one): the flat copy (read, write), the own weighted copy (read,
+write) and the copy back into the parameters (read, write)."""
 
 
 def topology_of(sync: Sync) -> tuple[str, int]:
@@ -89,7 +94,7 @@ def gossip_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, replicas: Any,
         copy = PARAM_BYTES * elements
         times = [copies * copy / (tier.bandwidth_bytes_per_s(copy) * (site if tier.wide_area else 1))
                  + (tier.latency_s if copies else 0.0) for copies, tier in zip(loads, cluster.tiers)]
-        mix = (received + 2) * copy / memory_bw
+        mix = (MIX_PASSES + 3 * received) * copy / memory_bw
         return max(times) + mix, received * copy
 
     if cols.xp.scalar:

@@ -50,6 +50,10 @@ Sec. 5, "Implementation")."""
 HEADER_ELEMENTS = 2
 """fp32 values after each piece an asynchronous worker sends its server: the message's kind and the parameter
 version it was computed on (:mod:`plait.run.async_train`)."""
+FLAT_PASSES = 6
+"""Streaming passes over a replica's gradient in :class:`plait.run.servers.ParamServer` besides the servers' sums:
+the flat copy (read, write), the pulled pieces joined (read, write) and copied into the gradients (read, write). A
+server adds each of the ``N`` pieces into its total (read two, write one) and divides it (read, write)."""
 EXPONENT_BYTES = 1
 """Bytes of the shared exponent that travels with each slot (SwitchML Sec. 4.4: the block exponent rides in the
 packet)."""
@@ -111,7 +115,8 @@ def _one(cluster: Cluster, sync: Sync, shapes: list[Shape], elements: int, repli
     if sync.method == "param_server":
         loads = server_loads(sync, shapes, replicas)
         busiest = max(GRAD_BYTES * ((elements - load) + (replicas - 1) * load) for load in loads)
-        summed = (replicas + 1) * GRAD_BYTES * max(loads) / memory_bytes_per_s(cluster.accelerator)
+        streamed = FLAT_PASSES * elements + (3 * replicas + 2) * max(loads)  # the flat buffer; a server's sums
+        summed = GRAD_BYTES * streamed / memory_bytes_per_s(cluster.accelerator)
         return all_to_all_s(busiest, link) + summed, GRAD_BYTES * (elements + (replicas - 1) * max(loads))
     return _switch_s(cluster, sync, elements, replicas, stride), 2.0 * switch_bytes(sync, elements)
 
