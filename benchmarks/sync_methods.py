@@ -64,7 +64,7 @@ def run_asynchronous(spec: str, steps: int, folder: Path, bf16: bool) -> float:
                     "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec", spec, "--steps",
                     str(steps), "--batch", "16", "--optimizer", "adamw", *(["--bf16"] if bf16 else [])],
                    check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    workers = json.loads(out.read_text())["workers"]
+    workers = json.loads(out.read_text())[spec]["workers"]
     skip = max(2, every(spec) if spec.startswith("easgd") else 2)
     return sum((w["times"][-1] - w["times"][skip - 1]) / (len(w["times"]) - skip) for w in workers) / len(workers)
 
@@ -83,8 +83,24 @@ def period(starts: list[float], every: int) -> float:
     return (starts[end] - starts[start]) / (end - start)
 
 
+def drawn_palsgd(spec: str, steps: int) -> str:
+    """``spec`` with ``p`` replaced by the share of pseudo-synchronization steps the measured steps drew (after the
+    first period, as :func:`period` measures)."""
+    import itertools
+
+    from plait.plan.sync import parse_sync
+    from plait.run.sync import pseudo_steps
+
+    sync = parse_sync(spec)
+    start = max(sync.every, 2)
+    end = start + (steps - 1 - start) // sync.every * sync.every
+    draws = list(itertools.islice(pseudo_steps(sync["p"]), steps))[start:end]
+    share = sum(draws) / len(draws)
+    return parse_sync("palsgd:" + ",".join(f"{k}={share if k == 'p' else v}" for k, v in sync.params)).spec
+
+
 def report(where: str, cluster_path: Path, measured: dict[str, float], full_precision: bool,
-           baselines: dict[str, str]) -> None:
+           baselines: dict[str, str], steps: int) -> None:
     """Measured and predicted step time per method, and the seconds each adds to the run of its harness that never
     synchronizes (``baselines``: method -> that run's key in ``measured``), which separates the synchronization's
     own error from the compute's."""
@@ -100,12 +116,16 @@ def report(where: str, cluster_path: Path, measured: dict[str, float], full_prec
           f"{'sync pred.':>11s}")
 
     def predict(spec: str) -> float:
-        plan = Plan(dp_replicate=RANKS, global_batch=16, micro_batch=4, dp_sync=spec.partition("@")[0])
+        method = spec.partition("@")[0]
+        if method.startswith("palsgd"):  # at the share of pseudo-steps the measured steps drew, as low_comm does
+            method = drawn_palsgd(method, steps)
+        plan = Plan(dp_replicate=RANKS, global_batch=16, micro_batch=4, dp_sync=method)
         return estimate(model, cluster, plan, engine=get_engine("plait")).step_time_s
 
     errors = []
     for spec, seconds in measured.items():
-        predicted, base = predict(spec), baselines.get(spec, low_comm.BASELINE)
+        predicted = predict(spec)
+        base = spec if spec.endswith("@async_train") else baselines.get(spec, low_comm.BASELINE)
         error = 100 * (predicted / seconds - 1)
         errors.append(abs(error))
         print(f"{spec:44s} {seconds:11.3f} {predicted:12.3f} {error:+6.1f}% {seconds - measured[base]:+11.3f} "
@@ -126,7 +146,7 @@ def loopback(args: argparse.Namespace, folder: Path) -> None:
     measured[harness] = run_asynchronous(low_comm.BASELINE, args.steps, folder, not precision)
     for spec in ASYNCHRONOUS:
         measured[spec] = run_asynchronous(spec, args.steps, folder, not precision)
-    report("loopback", cluster, measured, bool(precision), dict.fromkeys(ASYNCHRONOUS, harness))
+    report("loopback", cluster, measured, bool(precision), dict.fromkeys(ASYNCHRONOUS, harness), args.steps)
 
 
 def sites(args: argparse.Namespace, folder: Path) -> None:
@@ -146,7 +166,7 @@ def sites(args: argparse.Namespace, folder: Path) -> None:
                               cluster)
         measured = {spec: period(low_comm.run_method(names, links, spec, args.steps, folder, precision, cluster),
                                  every(spec)) for spec in [low_comm.BASELINE, *SYNCHRONOUS]}
-    report(f"two sites over {args.rate}", cluster, measured, bool(precision), {})
+    report(f"two sites over {args.rate}", cluster, measured, bool(precision), {}, args.steps)
 
 
 def main() -> int:
@@ -157,11 +177,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="plait calibrate --quick")
     parser.add_argument("--full-precision", action="store_true", help="train and predict fp32")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.where in ("loopback", "both"):
-            loopback(args, Path(tmp))
-        if args.where in ("sites", "both"):
-            sites(args, Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp:  # a folder each: the worker appends to a method's metrics file
+        for where, run in (("loopback", loopback), ("sites", sites)):
+            if args.where in (where, "both"):
+                (Path(tmp) / where).mkdir()
+                run(args, Path(tmp) / where)
     return 0
 
 

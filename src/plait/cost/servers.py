@@ -15,12 +15,12 @@ Bytes (what each rank hands to point-to-point sends per step, as the runtime :mo
   byte per slot of :data:`SLOT_ELEMENTS` elements, and receives the sum once (SwitchML, Sapio et al., NSDI 2021,
   Sec. 3.3 and 4.4). plait's runtime emulates the switch on group rank 0, which sends the sum to the others.
 
-Time. A parameter-server rank moves ``4 (E - L_r) + 4 (N - 1) L_r`` bytes each way, through its own link: BytePS's
-communication time is the larger of what a worker and what a server must move over its NIC (Jiang et al. 2020, Sec.
-3.1, Eq. 1-2), here with the servers on training ranks, so that ``S = N`` balanced servers move the ring
-all-reduce's ``2 (N-1)/N`` of the buffer and one server ``N - 1`` times more. Traffic to peers outside the rank's
-scale-up domain goes through its NIC and the rest over NVLink, as an all-to-all
-(:func:`plait.cost.collectives.all_to_all_s`). With a switch, each rank's payload crosses its link once each way
+Time. BytePS's communication time is the larger of what a worker and what a server must move over its NIC (Jiang et
+al. 2020, Sec. 3.1, Eq. 1-2), here with the servers on training ranks and in two phases, as plait's runtime runs
+them (a server replies once it holds every piece): in the push a server receives ``4 (N - 1) L_j`` bytes and a
+worker without a server sends ``4 E``, and the pull mirrors it, so ``S = N`` balanced servers move the ring
+all-reduce's ``2 (N-1)/N`` of the buffer and one server ``N - 1`` times more. A rank's peers are the ``N - 1``
+others: the share of them outside its scale-up domain crosses its NIC, the rest NVLink, in parallel. With a switch, each rank's payload crosses its link once each way
 at the tier's line rate times the payload fraction, capped by the switch's slot window (SwitchML Sec. 3.4); a
 group wider than one scale-up domain first reduce-scatters inside each domain, aggregates its shard in the switch
 and all-gathers inside again (NCCL's CollNet; Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)",
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from plait.cost.collectives import all_to_all_s, group_link
+from plait.cost.collectives import GroupLink, group_link
 from plait.cost.compute import memory_bytes_per_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -114,11 +114,26 @@ def _one(cluster: Cluster, sync: Sync, shapes: list[Shape], elements: int, repli
         return _cpu_servers_s(cluster, sync, shapes, replicas, stride), 2.0 * GRAD_BYTES * elements
     if sync.method == "param_server":
         loads = server_loads(sync, shapes, replicas)
-        busiest = max(GRAD_BYTES * ((elements - load) + (replicas - 1) * load) for load in loads)
+        # each phase (push, then pull: a server replies once it has every piece) waits for its busiest rank: a
+        # server sends or receives (N-1) L_j and the other pieces, a worker without a server all E
+        ranks = [max(elements - load, (replicas - 1) * load) for load in loads]  # the servers' ranks
+        phase = GRAD_BYTES * max(*ranks, elements if len(loads) < replicas else 0)
         streamed = FLAT_PASSES * elements + (3 * replicas + 2) * max(loads)  # the flat buffer; a server's sums
         summed = GRAD_BYTES * streamed / memory_bytes_per_s(cluster.accelerator)
-        return all_to_all_s(busiest, link) + summed, GRAD_BYTES * (elements + (replicas - 1) * max(loads))
+        return summed + 2 * _spread_s(phase, link), GRAD_BYTES * (elements + (replicas - 1) * max(loads))
     return _switch_s(cluster, sync, elements, replicas, stride), 2.0 * switch_bytes(sync, elements)
+
+
+def _spread_s(sent: float, link: GroupLink) -> float:
+    """Seconds for a rank to send (or receive) ``sent`` bytes spread evenly over the ``N - 1`` other ranks of its
+    group: the share bound for peers outside its scale-up domain, ``(N - inside) / (N - 1)``, crosses the outer
+    tier, the rest the scale-up links, in parallel."""
+    g, inside = link.size, link.members_per_domain
+    outside = sent * (g - inside) / (g - 1)
+    time = (sent - outside) / link.bus_bytes_per_s(sent)
+    if outside:
+        time = max(time, outside / link.cross_bytes_per_s(sent))
+    return link.latency_s + time
 
 
 def _cpu_servers_s(cluster: Cluster, sync: Sync, shapes: list[Shape], replicas: int, stride: int) -> float:
