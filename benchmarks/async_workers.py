@@ -46,7 +46,7 @@ def run(spec: str, seconds: float, slow: float, optimizer: str, folder: Path) ->
                "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec", spec, "--seconds",
                str(seconds), "--slow", f"1:{slow}", "--optimizer", optimizer]
     subprocess.run(command, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    return json.loads(out.read_text())[spec]  # type: ignore[no-any-return]
 
 
 def histogram(values: list[int]) -> dict[int, float]:

@@ -116,6 +116,6 @@ def _asynchronous_curve(spec: str, model: str, steps: int, ranks: int, batch: in
     code = supervise(command, env)
     if code != 0:
         raise typer.Exit(code)
-    workers = json.loads(out.read_text())["workers"]
+    workers = json.loads(out.read_text())[spec]["workers"]
     losses = [sum(w["losses"][t] for w in workers) / len(workers) for t in range(steps)]
     return {"losses": losses, "bytes": workers[0]["bytes"]}

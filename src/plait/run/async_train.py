@@ -18,7 +18,7 @@ message comes first (``torch.distributed.recv`` from any source):
   (asynchronous EASGD, Zhang, Choromanska & LeCun, NeurIPS 2015, Algorithm 2).
 
 Each message carries :data:`plait.cost.servers.HEADER_ELEMENTS` fp32 values after the piece (kind and version). Rank
-0 writes, per worker, each iteration's loss and wall time and the bytes it sent; per server, every update's worker,
+0 writes, per method given and per worker, each iteration's loss and wall time and the bytes it sent; per server, every update's worker,
 staleness and time; and the loss of the final model (the servers' parameters, or worker 0's for the synchronous
 methods) on a held-out batch; and each iteration's compute (forward, backward and the slowdown, before the
 exchange: what :func:`plait.simulate.async_sgd.simulate_async` takes as a worker's speed).
@@ -229,11 +229,38 @@ def held_out_loss(model: torch.nn.Module, flat: torch.Tensor, args: argparse.Nam
         return float(cross_entropy(model(inputs), targets))
 
 
+def run_case(text: str, workers: int, group: dist.ProcessGroup, args: argparse.Namespace) -> dict[str, object] | None:
+    """One method from the same initial weights: workers train, its server ranks serve, other ranks wait; rank 0
+    returns the result."""
+    sync, spec, rank = parse_sync(text), resolve_model(args.model), dist.get_rank()
+    servers = servers_of(sync)
+    model = build_model(spec, spec.seq_len, seed=0)
+    if rank < workers:
+        result: dict[str, object] = {"worker": work(sync, model, workers, group, args)}
+    elif rank < workers + servers:  # the servers' final pieces are the model where they step it
+        result = {"server": serve(sync, model, workers, rank - workers, args.optimizer)}
+    else:
+        result = {}
+    gathered: list[dict[str, object]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, result)
+    if rank != 0:
+        return None
+    served = [g["server"] for g in gathered[workers: workers + servers]]
+    final = (torch.tensor([x for s in served for x in s["piece"]]) if served and sync.method == "async_ps"  # type: ignore[index]
+             else _flat([p.detach() for p in model.parameters()]))
+    return {"workers": [g["worker"] for g in gathered[:workers]], "servers": [
+        {"updates": s["updates"]} for s in served], "held_out_loss": held_out_loss(model, final, args)}  # type: ignore[index]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="JSON file rank 0 writes: each method's result")
     parser.add_argument("--model", required=True)
-    parser.add_argument("--spec", required=True, help="dp_sync method (async_ps, easgd, or a synchronous one)")
+    parser.add_argument("--spec", action="append", required=True,
+                        help="dp_sync method (async_ps, easgd, param_server:host=cpu, or any synchronous one); "
+                             "repeatable: each runs in turn, from the same weights")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="worker ranks (0: the world less the server ranks the methods need)")
     parser.add_argument("--steps", type=int, default=10, help="iterations per worker (without --seconds)")
     parser.add_argument("--seconds", type=float, default=0.0, help="wall time each worker trains for")
     parser.add_argument("--batch", type=int, default=8, help="global batch: every worker takes its share")
@@ -244,25 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
-    sync = parse_sync(args.spec)
-    spec = resolve_model(args.model)
-    world, rank = dist.get_world_size(), dist.get_rank()
-    workers = world - servers_of(sync)
-    model = build_model(spec, spec.seq_len, seed=0)
+    world = dist.get_world_size()
+    workers = args.workers or world - max(servers_of(parse_sync(t)) for t in args.spec)
     group = dist.new_group(list(range(workers)))  # every rank enters new_group; only the workers use it
-    if rank >= workers:  # the servers' final pieces are the model where they step it
-        result = {"server": serve(sync, model, workers, rank - workers, args.optimizer)}
-    else:
-        result = {"worker": work(sync, model, workers, group, args)}
-    gathered: list[dict[str, object]] = [{} for _ in range(world)]
-    dist.all_gather_object(gathered, result)
-    if rank == 0:
-        servers = [g["server"] for g in gathered[workers:]]
-        final = (torch.tensor([x for s in servers for x in s["piece"]]) if servers and sync.method == "async_ps"  # type: ignore[index]
-                 else _flat([p.detach() for p in model.parameters()]))
-        out = {"workers": [g["worker"] for g in gathered[:workers]], "servers": [
-            {"updates": s["updates"]} for s in servers], "held_out_loss": held_out_loss(model, final, args)}  # type: ignore[index]
-        args.out.write_text(json.dumps(out))
+    results = {text: run_case(text, workers, group, args) for text in args.spec}
+    if dist.get_rank() == 0:
+        args.out.write_text(json.dumps(results))
     dist.barrier()
     dist.destroy_process_group()
     exit_without_teardown(0)

@@ -17,21 +17,19 @@ from plait.plan.sync import Sync
 from plait.run.local import local_tensor
 from plait.run.servers import Sends, global_rank, group_rank
 from plait.run.sites import Reducer
+from plait.run.wrapped import Wrapped
 
 TAG = 3
 
 
-class Gossip(torch.optim.Optimizer):
+class Gossip(Wrapped):
     """The optimizer ``inner``, then a gossip average with the neighbours of this step (module docstring)."""
 
     def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer) -> None:
-        self.inner, self.replicas, self.steps = inner, replicas, 0
+        super().__init__(inner)
+        self.replicas, self.steps = replicas, 0
         self.topology, self.peers = sync.choice("topology"), int(sync["peers"])
         self.local = [local_tensor(p) for g in inner.param_groups for p in g["params"]]
-        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]

@@ -23,6 +23,7 @@ from plait.plan.sync import COMPRESSED, Sync
 from plait.run.compress import Quantize, TopK, error_feedback_hook
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.sites import Reducer, SiteReducer
+from plait.run.wrapped import Wrapped
 
 ORTHOGONALIZATION_EPSILON = 1e-8
 """Added to each column's norm in PowerSGD's Gram-Schmidt (rank <= 2): an all-zero gradient — a vocab-parallel
@@ -113,17 +114,14 @@ class LocalBucket:
         return True  # PowerSGD counts its iterations at a step's last bucket
 
 
-class LocalGradients(torch.optim.Optimizer):
+class LocalGradients(Wrapped):
     """The optimizer ``inner`` after :meth:`reduce`, which replaces each local gradient by the replicas' mean as
     ``sync``'s DDP hook computes it over the ``replicas``."""
 
     def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer) -> None:
-        self.inner, self.sync = inner, sync
+        super().__init__(inner)
+        self.sync = sync
         self.hook_state, self.hook = comm_hook(sync, replicas)
-        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
 
     @torch.no_grad()
     def reduce(self) -> None:
@@ -133,10 +131,6 @@ class LocalGradients(torch.optim.Optimizer):
         bucket = LocalBucket(params)
         mean = self.hook(self.hook_state, bucket).wait()
         bucket.write(mean[0] if isinstance(mean, list) else mean)
-
-    @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
-        return self.inner.step(closure)
 
 
 def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:

@@ -34,6 +34,7 @@ from plait.plan.sync import Sync
 from plait.run.local import local_tensor
 from plait.run.replica_grads import shard_gradients_like_parameters
 from plait.run.sites import Reducer
+from plait.run.wrapped import Wrapped
 
 PUSH, PULL = 1, 2
 """Message tags of the two directions (a server is also a replica that pushes)."""
@@ -61,16 +62,13 @@ def group_rank(replicas: Reducer) -> int:
     return dist.get_rank(replicas.group)
 
 
-class _GradientSum(torch.optim.Optimizer):
+class _GradientSum(Wrapped):
     """The optimizer ``inner`` after :meth:`reduce`, which replaces each local gradient by the replicas' mean
     computed by :meth:`mean` on one flat fp32 buffer."""
 
     def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer) -> None:
-        self.inner, self.sync, self.replicas = inner, sync, replicas
-        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
+        super().__init__(inner)
+        self.sync, self.replicas = sync, replicas
 
     def order(self, grads: list[torch.Tensor]) -> list[int]:
         """The order the gradients are laid end to end in."""
@@ -92,10 +90,6 @@ class _GradientSum(torch.optim.Optimizer):
         mean = self.mean(flat)
         for i, piece in zip(order, mean.split([grads[i].numel() for i in order])):
             grads[i].copy_(piece.view_as(grads[i]))
-
-    @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
-        return self.inner.step(closure)
 
 
 class ParamServer(_GradientSum):

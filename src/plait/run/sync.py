@@ -44,6 +44,7 @@ from plait.plan.sync import AGGREGATED, COMPRESSED, MODELLED, Sync
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
 from plait.run.sites import Reducer, SiteReducer
+from plait.run.wrapped import Wrapped
 from plait.workload.tensors import Shape
 
 ONE_BUCKET_MB = 1024.0
@@ -141,18 +142,15 @@ def _averaged(tensors: list[torch.Tensor], replicas: Reducer) -> list[torch.Tens
     return [piece.view_as(t) for piece, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
 
-class ShardAverage(torch.optim.Optimizer):
+class ShardAverage(Wrapped):
     """Local SGD over HSDP replicas, or over replicas in several sites: after steps 0, H, 2H, ...
     (``PeriodicModelAverager``'s) the ``replicas`` average their parameters (shards) in one flat fp32 all-reduce,
     written back in place (PyTorch's averager rebinds ``p.data``, which FSDP2's sharded parameters do not allow, and
     all-reduces flat)."""
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, replicas: Reducer) -> None:
-        self.inner, self.every, self.replicas, self.steps = inner, every, replicas, 0
-        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
+        super().__init__(inner)
+        self.every, self.replicas, self.steps = every, replicas, 0
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
@@ -165,19 +163,16 @@ class ShardAverage(torch.optim.Optimizer):
         return loss
 
 
-class PipeSGD(torch.optim.Optimizer):
+class PipeSGD(Wrapped):
     """Pipe-SGD with pipeline width 2 (Li et al. 2018, Algorithm 1): each step's gradient starts its all-reduce
     (one flat fp32 buffer, asynchronous) and the optimizer applies the previous step's mean, so the reduction
     runs while the next step computes; updates are one step stale, and the first step only starts the pipeline."""
 
     def __init__(self, inner: torch.optim.Optimizer, replicas: Reducer) -> None:
-        self.inner, self.replicas = inner, replicas
+        super().__init__(inner)
+        self.replicas = replicas
         self.local = [p for g in inner.param_groups for p in g["params"]]
         self.pending: tuple[torch.Tensor, torch.futures.Future[list[torch.Tensor]]] | None = None
-        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
@@ -196,7 +191,7 @@ class PipeSGD(torch.optim.Optimizer):
         return loss
 
 
-class DreamDDP(torch.optim.Optimizer):
+class DreamDDP(Wrapped):
     """DreamDDP's partial local SGD (Tang et al., arXiv 2502.11058): at step ``t`` the parameters of the units that
     :func:`plait.plan.partial.schedule` gives step ``t mod every`` are averaged over ``replicas``, in place, each by an
     asynchronous sum all-reduce (gloo has no average) that its gradient hook launches once the parameter's last
@@ -205,7 +200,8 @@ class DreamDDP(torch.optim.Optimizer):
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, modules: tuple[nn.Module, ...],
                  whole: list[tuple[str, Shape]], replicas: Reducer, accumulations: int = 1) -> None:
-        self.inner, self.every, self.replicas, self.steps = inner, every, replicas, 0
+        super().__init__(inner)
+        self.every, self.replicas, self.steps = every, replicas, 0
         self.accumulations = accumulations
         self.pending: list[tuple[torch.Tensor, torch.futures.Future[list[torch.Tensor]]]] = []
         steps = schedule(whole, every)
@@ -213,7 +209,6 @@ class DreamDDP(torch.optim.Optimizer):
         for module in modules:
             for name, p in module.named_parameters():
                 p.register_post_accumulate_grad_hook(self._hook(steps[unit_of(name)]))
-        self.param_groups, self.defaults, self.state = inner.param_groups, inner.defaults, inner.state
 
     def _hook(self, at: int):  # type: ignore[no-untyped-def]
         def launch(p: torch.Tensor) -> None:
@@ -224,9 +219,6 @@ class DreamDDP(torch.optim.Optimizer):
                 local = local_tensor(p).data
                 self.pending.append((local, self.replicas.all_reduce(local)))
         return launch
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
@@ -239,7 +231,7 @@ class DreamDDP(torch.optim.Optimizer):
         return self.inner.step(closure)
 
 
-class DiLoCo(torch.optim.Optimizer):
+class DiLoCo(Wrapped):
     """DiLoCo's outer loop around the inner optimizer ``inner`` (Douillard et al. 2023, Algorithm 1): every
     ``every`` inner steps, ``delta = outer - local`` is averaged over ``replicas`` in one fp32 all-reduce, the outer
     copy steps with ``torch.optim.SGD`` (lr ``outer_lr``, Nesterov momentum ``outer_momentum``; plain SGD at 0) and
@@ -247,17 +239,12 @@ class DiLoCo(torch.optim.Optimizer):
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, outer_lr: float, outer_momentum: float,
                  replicas: Reducer) -> None:
-        self.inner, self.every, self.replicas, self.steps = inner, every, replicas, 0
+        super().__init__(inner)
+        self.every, self.replicas, self.steps = every, replicas, 0
         self.local = [local_tensor(p) for g in inner.param_groups for p in g["params"]]
         self.outer = [p.detach().to(torch.float32).clone().requires_grad_(True) for p in self.local]
         self.outer_optimizer = torch.optim.SGD(self.outer, lr=outer_lr, momentum=outer_momentum,
                                                nesterov=outer_momentum > 0)
-        self.param_groups = inner.param_groups  # what schedulers and clipping see
-        self.defaults = inner.defaults
-        self.state = inner.state
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
