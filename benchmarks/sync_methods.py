@@ -140,7 +140,7 @@ def loopback(args: argparse.Namespace, folder: Path) -> None:
     calibrate(cluster, args.quick)
     precision = ["--full-precision"] if args.full_precision else low_comm.FULL_PRECISION
     measured = {}
-    for spec in [low_comm.BASELINE, *SYNCHRONOUS]:
+    for spec in [low_comm.BASELINE, *(args.methods or SYNCHRONOUS)]:
         measured[spec] = period(run_loopback(spec, args.steps, folder, cluster, precision), every(spec))
     harness = f"{low_comm.BASELINE}@async_train"  # the asynchronous runs' own loop, never synchronizing
     measured[harness] = run_asynchronous(low_comm.BASELINE, args.steps, folder, not precision)
@@ -165,7 +165,7 @@ def sites(args: argparse.Namespace, folder: Path) -> None:
         low_comm.cluster_file(tomllib.loads(site_file.read_text()), low_comm.measure_link(names, links, folder),
                               cluster)
         measured = {spec: period(low_comm.run_method(names, links, spec, args.steps, folder, precision, cluster),
-                                 every(spec)) for spec in [low_comm.BASELINE, *SYNCHRONOUS]}
+                                 every(spec)) for spec in [low_comm.BASELINE, *(args.methods or SYNCHRONOUS)]}
     report(f"two sites over {args.rate}", cluster, measured, bool(precision), {}, args.steps)
 
 
@@ -176,6 +176,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16, help="optimizer steps per method (a multiple of 4)")
     parser.add_argument("--quick", action="store_true", help="plait calibrate --quick")
     parser.add_argument("--full-precision", action="store_true", help="train and predict fp32")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="synchronous specs to measure (default: all of issues 14 and 16); the baseline always runs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:  # a folder each: the worker appends to a method's metrics file
         for where, run in (("loopback", loopback), ("sites", sites)):
