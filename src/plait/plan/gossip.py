@@ -14,10 +14,11 @@ Koloskova et al., ICML 2020, Algorithm 1 also analyse). Topologies, on ``n`` rep
   same draw on every replica): receive from ``i - d``, send to ``i + d`` (randomized gossip, Boyd et al. 2006);
 - ``complete``: every replica, uniform weights: the all-reduce average.
 
-Undirected graphs (ring, torus, complete) take Metropolis-Hastings weights ``W[i, j] = 1 / (1 + max(d_i, d_j))``
-(Xiao & Boyd 2004, "Fast linear iterations for distributed averaging", Sec. 4.2); the directed circulant ones
-(exponential, random) weight each of the ``m`` received copies and the own ``1 / (m + 1)``. Every ``W`` here is
-doubly stochastic, so the replicas' mean evolves as under the all-reduce.
+Every topology here is regular (each replica receives from as many as every other), so the undirected graphs'
+Metropolis-Hastings weights ``W[i, j] = 1 / (1 + max(d_i, d_j))`` (Xiao & Boyd 2004, "Fast linear iterations for
+distributed averaging", Sec. 4.2) are ``1 / (d + 1)``, as the directed circulant ones weight each of the ``m``
+received copies and the own: every ``W`` is doubly stochastic, so the replicas' mean evolves as under the
+all-reduce.
 
 How fast the replicas agree: the consensus rate ``p = 1 - lambda_max(E[W^T W] - J)`` with ``J = 11^T / n``
 (Koloskova et al. 2020, Assumption 4; the expectation over the steps of a period, or over the random draws); plait
@@ -35,6 +36,8 @@ from functools import cache
 import numpy as np
 
 TOPOLOGIES = ("ring", "torus", "exponential", "random", "complete")
+UNDIRECTED = ("ring", "torus", "complete")
+"""Topologies whose replicas send to the replicas they receive from."""
 RANDOM_DRAWS = 64
 """Steps of the ``random`` topology averaged for its consensus rate (the draws of steps 0..63)."""
 
@@ -44,15 +47,16 @@ def _torus_shape(n: int) -> tuple[int, int]:
     return rows, n // rows
 
 
-def _offsets(topology: str, n: int, peers: int, step: int) -> list[int]:
+@cache
+def _offsets(topology: str, n: int, peers: int, step: int) -> tuple[int, ...]:
     """Offsets ``d`` such that replica ``i`` receives from ``i - d`` (directed circulant topologies)."""
     if topology == "exponential":
         tau = max(1, math.ceil(math.log2(n)))
         if peers >= tau:
-            return [2**k for k in range(tau)]
-        return [2 ** ((step * peers + k) % tau) for k in range(peers)]
+            return tuple(2**k for k in range(tau))
+        return tuple(2 ** ((step * peers + k) % tau) for k in range(peers))
     draw = random.Random(step)
-    return draw.sample(range(1, n), min(peers, n - 1))
+    return tuple(draw.sample(range(1, n), min(peers, n - 1)))
 
 
 def sources(topology: str, n: int, peers: int, step: int, i: int) -> list[int]:
@@ -75,19 +79,25 @@ def sources(topology: str, n: int, peers: int, step: int, i: int) -> list[int]:
 
 
 def targets(topology: str, n: int, peers: int, step: int, i: int) -> list[int]:
-    """The replicas ``i`` sends its parameters to at ``step``: those that receive from it."""
-    return [j for j in range(n) if i in sources(topology, n, peers, step, j)]
+    """The replicas ``i`` sends its parameters to at ``step``: those that receive from it (its sources on the
+    undirected graphs; ``i + d`` on the circulant ones)."""
+    if topology in UNDIRECTED or n <= 1:
+        return sources(topology, n, peers, step, i)
+    return sorted({(i + d) % n for d in _offsets(topology, n, peers, step)} - {i})
+
+
+def weights(topology: str, n: int, peers: int, step: int, i: int) -> dict[int, float]:
+    """Row ``i`` of the mixing matrix: the weight of the own copy and of each source's, ``1 / (m + 1)`` each."""
+    found = sources(topology, n, peers, step, i)
+    return dict.fromkeys([i, *found], 1.0 / (len(found) + 1))
 
 
 def mixing_matrix(topology: str, n: int, peers: int, step: int) -> np.ndarray:
     """``W`` (``n x n``): replica ``i``'s new parameters are ``sum_j W[i, j] x_j`` after ``step``."""
     w = np.zeros((n, n))
-    incoming = [sources(topology, n, peers, step, i) for i in range(n)]
-    undirected = topology in ("ring", "torus", "complete")
-    for i, found in enumerate(incoming):
-        for j in found:
-            w[i, j] = 1.0 / (1 + max(len(found), len(incoming[j]))) if undirected else 1.0 / (len(found) + 1)
-        w[i, i] = 1.0 - w[i].sum()
+    for i in range(n):
+        for j, weight in weights(topology, n, peers, step, i).items():
+            w[i, j] = weight
     return w
 
 
@@ -99,18 +109,35 @@ def period(topology: str, n: int, peers: int) -> int:
     return RANDOM_DRAWS if topology == "random" else 1
 
 
+def _cycle_adjacency_spectrum(n: int) -> np.ndarray:
+    """Eigenvalues of a cycle of ``n`` nodes' adjacency matrix, its repeated edges counted once (a circulant: the
+    DFT of its first row)."""
+    row = np.zeros(n)
+    row[[d % n for d in {1, n - 1} if d % n]] = 1.0
+    return np.fft.fft(row).real
+
+
 @cache
 def spectral_gap(topology: str, n: int, peers: int) -> float:
-    """``1 - sqrt(1 - p)`` with ``p`` the consensus rate over a period (module docstring); 1 on one replica."""
+    """``1 - sqrt(1 - p)`` with ``p`` the consensus rate over a period (module docstring); 1 on one replica.
+
+    Every ``W`` here but the torus's is circulant, so all of a period's share the Fourier basis: the eigenvalues of
+    ``E[W^T W] - J`` are the mean ``|lambda_k|^2`` of each ``W``'s, the DFT of its first row, over ``k != 0`` (Gray,
+    "Toeplitz and circulant matrices", Sec. 3.1). The torus is the Cartesian product of two cycles: its ``W =
+    (I + A_rows x I + I x A_cols) / (d + 1)`` is symmetric with eigenvalues ``(1 + mu_a + nu_b) / (d + 1)``."""
     if n <= 1:
         return 1.0
-    steps = period(topology, n, peers)
-    mean = sum(w.T @ w for w in (mixing_matrix(topology, n, peers, t) for t in range(steps))) / steps
-    rho_squared = float(np.linalg.eigvalsh(mean - np.full((n, n), 1.0 / n)).max())
+    if topology == "torus":
+        rows, cols = _torus_shape(n)
+        degree = len(sources(topology, n, peers, 0, 0))
+        spectrum = (1 + _cycle_adjacency_spectrum(rows)[:, None] + _cycle_adjacency_spectrum(cols)[None, :])
+        power = (spectrum.reshape(-1) / (degree + 1)) ** 2
+    else:
+        steps = period(topology, n, peers)
+        rows = [np.zeros(n) for _ in range(steps)]
+        for t, row in enumerate(rows):
+            for j, weight in weights(topology, n, peers, t, 0).items():
+                row[j] = weight
+        power = np.mean([np.abs(np.fft.fft(row)) ** 2 for row in rows], axis=0)
+    rho_squared = float(power[1:].max())  # index 0: the consensus mode (eigenvalue 1), which J removes
     return 1.0 - math.sqrt(max(0.0, rho_squared))
-
-
-def sends_per_step(topology: str, n: int, peers: int) -> float:
-    """Parameter copies a replica sends per step, on average over a period (the most any replica sends)."""
-    steps = period(topology, n, peers)
-    return max(sum(len(targets(topology, n, peers, t, i)) for t in range(steps)) / steps for i in range(n))

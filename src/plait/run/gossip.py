@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from plait.plan.gossip import mixing_matrix, sources, targets
+from plait.plan.gossip import targets, weights
 from plait.plan.sync import Sync
 from plait.run.local import local_tensor
 from plait.run.servers import Sends, global_rank, group_rank
@@ -47,12 +47,12 @@ class Gossip(Wrapped):
         flat = torch.cat([p.reshape(-1).to(torch.float32) for p in self.local])
         sent = [Sends.isend(flat, global_rank(replicas, j), replicas.group, TAG)
                 for j in targets(self.topology, n, self.peers, step, me)]
-        weights = mixing_matrix(self.topology, n, self.peers, step)[me]
-        mixed = flat * float(weights[me])
+        row = weights(self.topology, n, self.peers, step, me)  # the own copy first, then each source's
+        mixed = flat * row.pop(me)
         incoming = torch.empty_like(flat)
-        for j in sources(self.topology, n, self.peers, step, me):
+        for j, weight in row.items():
             dist.recv(incoming, global_rank(replicas, j), group=replicas.group, tag=TAG)
-            mixed += float(weights[j]) * incoming
+            mixed += weight * incoming
         for work in sent:
             work.wait()
         for p, piece in zip(self.local, mixed.split([p.numel() for p in self.local])):
