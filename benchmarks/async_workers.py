@@ -29,7 +29,6 @@ from pathlib import Path
 
 from plait.plan.convergence import convergence
 from plait.plan.sync import parse_sync
-from plait.run.async_train import servers_of
 from plait.simulate.async_sgd import simulate_async
 
 ROOT = Path(__file__).parents[1]
@@ -41,7 +40,7 @@ METHODS = ["allreduce", "async_ps:staleness=100", "async_ps:staleness=1"]
 def run(spec: str, seconds: float, slow: float, optimizer: str, folder: Path) -> dict:  # type: ignore[type-arg]
     """One run of ``spec`` on 2 workers (and its server ranks); the harness's JSON."""
     out = folder / f"{spec.replace(':', '_')}.json"
-    world = 2 + servers_of(parse_sync(spec))
+    world = 2 + parse_sync(spec).server_ranks
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
                "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec", spec, "--seconds",
                str(seconds), "--slow", f"1:{slow}", "--optimizer", optimizer]

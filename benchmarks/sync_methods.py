@@ -56,10 +56,9 @@ def run_asynchronous(spec: str, steps: int, folder: Path, bf16: bool) -> float:
     """Mean seconds per iteration of the workers (after the first period) for ``spec`` on 4 workers of this
     machine and its server ranks."""
     from plait.plan.sync import parse_sync
-    from plait.run.async_train import servers_of
 
     out = folder / f"{low_comm.stem(spec)}.json"
-    world = RANKS + servers_of(parse_sync(spec))
+    world = RANKS + parse_sync(spec).server_ranks
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
                     "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec", spec, "--steps",
                     str(steps), "--batch", "16", "--optimizer", "adamw", *(["--bf16"] if bf16 else [])],

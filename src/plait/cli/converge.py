@@ -49,9 +49,7 @@ def converge_command(
     if not 1 <= window <= steps:
         raise ConfigError(f"window={window} must be in [1, steps={steps}]")
     resolve_model(model)  # a bad model fails here, in one line, not in every rank
-    from plait.plan.sync import ASYNCHRONOUS
-
-    waiting = [s for s in specs if parse_sync(s).method not in ASYNCHRONOUS]
+    waiting = [s for s in specs if not parse_sync(s).server_ranks]  # the others: workers and server ranks
     cases = [f"{s}@{optimizer}" for s in dict.fromkeys(["allreduce", *waiting])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,10 +102,9 @@ def _asynchronous_curve(spec: str, model: str, steps: int, ranks: int, batch: in
     """Loss per step (the mean of the workers' losses at each iteration) and bytes per step of an asynchronous
     method over ``ranks`` workers and its server ranks."""
     from plait.plan.sync import parse_sync
-    from plait.run.async_train import servers_of
 
     out = folder / "async.json"
-    world = ranks + servers_of(parse_sync(spec))
+    world = ranks + parse_sync(spec).server_ranks
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
                "plait.run.async_train", "--out", str(out), "--model", model, "--spec", spec, "--steps", str(steps),
                "--batch", str(batch), "--optimizer", optimizer]

@@ -36,7 +36,7 @@ ADAMW_PASSES = 7
 def worker_bytes(sync: Sync, elements: int, step: int | None = None) -> float:
     """Bytes a worker pushes at ``step`` (``None``: the mean per step): every piece with its header, every step
     (``async_ps``) or after every ``H``-th (``easgd``)."""
-    servers = int(sync["servers"]) if sync.method == "async_ps" else 1
+    servers = sync.server_ranks
     message = float(GRAD_BYTES * (elements + HEADER_ELEMENTS * servers))
     if sync.method == "async_ps":
         return message
@@ -47,7 +47,7 @@ def worker_bytes(sync: Sync, elements: int, step: int | None = None) -> float:
 
 def message_s(cluster: Cluster, sync: Sync, replicas: int, stride: int, elements: float) -> tuple[float, float]:
     """(one push or pull, one apply) seconds at one server, for a worker holding ``elements`` parameters."""
-    servers = int(sync["servers"]) if sync.method == "async_ps" else 1
+    servers = sync.server_ranks
     tier = cluster.tiers[cluster.tier_index(max(1, min(stride * (replicas - 1) + 1, cluster.max_gpus)))]
     message = GRAD_BYTES * (elements / servers + HEADER_ELEMENTS)
     transfer = tier.latency_s + message / tier.bandwidth_bytes_per_s(message, "all_gather")

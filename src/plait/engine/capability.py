@@ -16,7 +16,7 @@ import numpy as np
 from plait.engine.engine import Engine
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.sync import ASYNCHRONOUS, rows_with, spec_values
+from plait.plan.sync import on_server_ranks
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec], np.ndarray]
@@ -114,7 +114,7 @@ _FEATURES: tuple[Feature, ...] = (
             lambda c, m: c["sp"] & (c["tp"] > 1) & (m.position == "learned")),
     Feature("dp_sync", lambda p, m: f"dp_sync={p.dp_sync!r}", lambda c, m: c["dp_sync"] != 0),
     Feature("dp_sync_server_ranks", lambda p, m: f"dp_sync={p.dp_sync!r} (through server ranks beyond the GPUs)",
-            lambda c, m: rows_with(c, ASYNCHRONOUS) | (spec_values(c, "param_server", "host", 0) > 0)),
+            lambda c, m: on_server_ranks(c)),
 )
 FEATURES: dict[str, Feature] = {f.name: f for f in _FEATURES}
 """Every feature an engine's ``unsupported`` table may name."""

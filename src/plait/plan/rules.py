@@ -19,11 +19,11 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.plan.sync import (
-    ASYNCHRONOUS,
     INFREQUENT,
     MODELLED,
     PARAMETERS,
     WHOLE_GRADIENTS,
+    on_server_ranks,
     parse_sync,
     rows_with,
     spec_values,
@@ -140,14 +140,10 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: rows_with(c, INFREQUENT) & c.xp.not_(c.is_("sharding", "none")) & (c["dp_replicate"] == 1),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
                           f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
-    Rule("dp-sync-asynchronous-whole-replicas",
-         lambda c, m, k: rows_with(c, ASYNCHRONOUS) & ((c["tp"] > 1) | (c["pp"] > 1)),
-         lambda p, m, k: (f"dp_sync={_sync_method(p)!r} exchanges whole replicas with its servers and needs tp = pp = "
-                          f"1 (got tp={p.tp}, pp={p.pp})")),
-    Rule("dp-sync-cpu-servers-whole-replicas",
-         lambda c, m, k: (spec_values(c, "param_server", "host", 0) > 0) & ((c["tp"] > 1) | (c["pp"] > 1)),
-         lambda p, m, k: (f"dp_sync param_server with host=cpu exchanges whole replicas with its server ranks and "
-                          f"needs tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
+    Rule("dp-sync-server-ranks-whole-replicas",
+         lambda c, m, k: on_server_ranks(c) & ((c["tp"] > 1) | (c["pp"] > 1)),
+         lambda p, m, k: (f"dp_sync={p.dp_sync!r} exchanges whole replicas with its server ranks and needs tp = pp "
+                          f"= 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-servers-within-replicas",
          lambda c, m, k: (spec_values(c, "param_server", "servers", 1) > c.dp)
          & (spec_values(c, "param_server", "host", 0) == 0),

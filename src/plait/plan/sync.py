@@ -125,6 +125,16 @@ class Sync:
         return f"{self.method}:{values}"
 
     @property
+    def server_ranks(self) -> int:
+        """Ranks beyond the workers this method's servers run on (:mod:`plait.run.async_train`): ``async_ps`` and
+        ``param_server:host=cpu`` their ``servers``, ``easgd`` one, every other method none."""
+        if self.method == "easgd":
+            return 1
+        if self.method == "async_ps" or (self.method == "param_server" and self.choice("host") == "cpu"):
+            return int(self["servers"])
+        return 0
+
+    @property
     def every(self) -> int:
         """Steps between synchronizations (1 for per-step methods)."""
         return int(dict(self.params).get("every", 1))
@@ -218,3 +228,11 @@ def spec_values(cols: Any, method: str, key: str, fill: float) -> Any:
         if spec.partition(":")[0] == method:
             out = cols.xp.where(cols["dp_sync"] == code, parse_sync(spec)[key], out)
     return out
+
+
+def on_server_ranks(cols: Any) -> Any:
+    """Rows of plan columns ``cols`` whose method runs servers on ranks beyond the workers (:attr:`Sync.server_ranks`)."""
+    if cols.xp.scalar:
+        return parse_sync(SPECS[cols["dp_sync"]]).server_ranks > 0
+    codes = [i for i, spec in enumerate(SPECS) if parse_sync(spec).server_ranks > 0]
+    return cols.xp.any_of([cols["dp_sync"] == i for i in codes]) if codes else cols.full(False)

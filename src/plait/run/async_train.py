@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from plait.cost.servers import HEADER_ELEMENTS
 from plait.plan.servers import placement
-from plait.plan.sync import ASYNCHRONOUS, Sync, parse_sync
+from plait.plan.sync import Sync, parse_sync
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
@@ -56,19 +56,6 @@ HELD_OUT_STEP = 1_000_000
 """The corpus batch the final model is scored on (no run trains that far)."""
 
 
-def on_server_ranks(sync: Sync) -> bool:
-    """Whether a method runs on server ranks beyond its workers: the asynchronous ones, and parameter servers on
-    CPU machines (``param_server:host=cpu``)."""
-    return sync.method in ASYNCHRONOUS or (sync.method == "param_server" and sync.choice("host") == "cpu")
-
-
-def servers_of(sync: Sync) -> int:
-    """Server ranks a method needs."""
-    if not on_server_ranks(sync):
-        return 0
-    return 1 if sync.method == "easgd" else int(sync["servers"])
-
-
 def _optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
     lr = LEARNING_RATES[name]
     return torch.optim.SGD(params, lr=lr) if name == "sgd" else torch.optim.AdamW(params, lr=lr)
@@ -84,7 +71,7 @@ def _pieces(model: torch.nn.Module, servers: int) -> list[int]:
 
 def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimizer_name: str) -> dict[str, object]:
     """Server ``index``'s loop until every worker has stopped; returns its updates and final piece."""
-    sizes = _pieces(model, servers_of(sync))
+    sizes = _pieces(model, sync.server_ranks)
     start = sum(sizes[:index])
     piece = _flat([p.detach() for p in model.parameters()])[start: start + sizes[index]].clone()
     piece.requires_grad_(True)
@@ -136,7 +123,7 @@ def work(sync: Sync, model: torch.nn.Module, workers: int, group: dist.ProcessGr
          args: argparse.Namespace) -> dict[str, object]:
     """Worker loop over the workers' ``group``: iterations until ``args.steps`` or ``args.seconds``; returns its
     losses, times and bytes."""
-    rank, servers = dist.get_rank(), servers_of(sync)
+    rank, servers = dist.get_rank(), sync.server_ranks
     params = list(model.parameters())
     sizes = _pieces(model, servers) if servers else []
     optimizer = _optimizer(args.optimizer, params)
@@ -233,7 +220,7 @@ def run_case(text: str, workers: int, group: dist.ProcessGroup, args: argparse.N
     """One method from the same initial weights: workers train, its server ranks serve, other ranks wait; rank 0
     returns the result."""
     sync, spec, rank = parse_sync(text), resolve_model(args.model), dist.get_rank()
-    servers = servers_of(sync)
+    servers = sync.server_ranks
     model = build_model(spec, spec.seq_len, seed=0)
     if rank < workers:
         result: dict[str, object] = {"worker": work(sync, model, workers, group, args)}
@@ -272,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     world = dist.get_world_size()
-    workers = args.workers or world - max(servers_of(parse_sync(t)) for t in args.spec)
+    workers = args.workers or world - max(parse_sync(t).server_ranks for t in args.spec)
     group = dist.new_group(list(range(workers)))  # every rank enters new_group; only the workers use it
     results = {text: run_case(text, workers, group, args) for text in args.spec}
     if dist.get_rank() == 0:

@@ -94,6 +94,9 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reduc
     replicas = replicas or Reducer()
     if split and sync.method in COMPRESSED:
         return LocalGradients(optimizer, sync, replicas)
+    if sync.server_ranks:  # servers beyond the workers: not this process group's ranks
+        raise ConfigError(f"dp_sync={sync.spec!r} runs its servers on ranks beyond the workers: "
+                          "python -m plait.run.async_train starts them")
     if sync.method in AGGREGATED:  # issue 16: servers and the switch, on point-to-point sends
         from plait.run.servers import ParamServer, SwitchAggregation
 
