@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from plait.cost.collectives import group_link
+from plait.cost.distinct import per_distinct
 from plait.cost.servers import GRAD_BYTES, HEADER_ELEMENTS
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -48,11 +48,11 @@ def worker_bytes(sync: Sync, elements: int, step: int | None = None) -> float:
 def message_s(cluster: Cluster, sync: Sync, replicas: int, stride: int, elements: float) -> tuple[float, float]:
     """(one push or pull, one apply) seconds at one server, for a worker holding ``elements`` parameters."""
     servers = sync.server_ranks
-    tier = cluster.tiers[cluster.tier_index(max(1, min(stride * (replicas - 1) + 1, cluster.max_gpus)))]
+    tier = cluster.tiers[group_link(cluster, replicas, stride).tier]
     message = GRAD_BYTES * (elements / servers + HEADER_ELEMENTS)
     transfer = tier.latency_s + message / tier.bandwidth_bytes_per_s(message, "all_gather")
     passes = ADAMW_PASSES if sync.method == "async_ps" else 3  # EASGD: read both copies, write the centre
-    apply = passes * GRAD_BYTES * elements / servers / (cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
+    apply = passes * GRAD_BYTES * elements / servers / cluster.host_memory_bytes_per_s_per_gpu
     return transfer, apply
 
 
@@ -76,12 +76,5 @@ def async_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, elements: Any, 
         transfer, apply = message_s(cluster, sync, replicas, stride, held)
         return step_s(sync, replicas, compute, transfer, apply) - compute, 2.0 * GRAD_BYTES * held
 
-    if cols.xp.scalar:
-        added, memory = one(int(cols.dp), int(cols["tp"]), float(elements), float(busy))
-        return 0.0, added, memory
-    rows = np.stack(np.broadcast_arrays(cols.dp, cols["tp"], np.asarray(elements, float), np.asarray(busy, float)),
-                    axis=1)
-    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-    each = np.array([one(int(n), int(t), float(e), float(b)) for n, t, e, b in distinct])
-    inverse = inverse.reshape(-1)
-    return cols.zeros(), each[inverse, 0], each[inverse, 1]
+    return (cols.zeros(), *per_distinct(cols, lambda n, t, e, b: one(int(n), int(t), float(e), float(b)), cols.dp,
+                                        cols["tp"], elements, busy))

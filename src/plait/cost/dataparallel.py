@@ -101,8 +101,7 @@ def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_
     # offloaded too, both already cross PCIe per layer (plait.cost.batch._fsdp_layer_s) and stay on the host.
     transfer = xp.where(cols["offload_params"], 0.0,
                         local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9))
-    host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / (
-        cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
+    host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / cluster.host_memory_bytes_per_s_per_gpu
     offloaded = transfer + host_update
     on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + PARAM_BYTES) / memory_bytes_per_s(acc)
     sp_norms = xp.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.distinct import per_distinct
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.gossip import period, sources, targets
@@ -97,11 +98,5 @@ def gossip_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, replicas: Any,
         mix = (MIX_PASSES + 3 * received) * copy / memory_bw
         return max(times) + mix, received * copy
 
-    if cols.xp.scalar:
-        time, memory = one(int(replicas), int(stride), float(params))
-        return 0.0, time, memory
-    keys = np.stack(np.broadcast_arrays(replicas, stride, np.asarray(params, dtype=float)), axis=1)
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    each = np.array([one(int(n), int(t), float(e)) for n, t, e in distinct])
-    inverse = inverse.reshape(-1)
-    return cols.zeros(), each[inverse, 0], each[inverse, 1]
+    return (cols.zeros(), *per_distinct(cols, lambda n, t, e: one(int(n), int(t), float(e)), replicas, stride,
+                                        params))

@@ -32,10 +32,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from plait.cost.collectives import GroupLink, group_link
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.distinct import per_distinct
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -95,14 +94,8 @@ def aggregated_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: li
     """(0, exposed seconds, extra bytes of memory) per row of ``cols`` for ``param_server`` or
     ``switch_aggregation`` over the replicas (``tp`` ranks apart), after the backward pass."""
     elements = sum(math.prod(s) for s in shapes)
-    if cols.xp.scalar:
-        time, memory = _one(cluster, sync, shapes, elements, int(cols.dp), int(cols["tp"]))
-        return 0.0, time, memory
-    pairs, inverse = np.unique(np.stack([cols.dp, cols["tp"]], axis=1).astype(np.int64), axis=0,
-                               return_inverse=True)
-    each = np.array([_one(cluster, sync, shapes, elements, int(n), int(t)) for n, t in pairs])
-    inverse = inverse.reshape(-1)
-    return cols.zeros(), each[inverse, 0], each[inverse, 1]
+    return (cols.zeros(), *per_distinct(
+        cols, lambda n, t: _one(cluster, sync, shapes, elements, int(n), int(t)), cols.dp, cols["tp"]))
 
 
 def _one(cluster: Cluster, sync: Sync, shapes: list[Shape], elements: int, replicas: int,
@@ -142,11 +135,11 @@ def _cpu_servers_s(cluster: Cluster, sync: Sync, shapes: list[Shape], replicas: 
     the slower side, each way (BytePS, Jiang et al. 2020, Sec. 3.1, Eq. 1-2). Assumed: a server process gets one
     GPU's share of the NIC of the tier the workers meet on, and of the node's host memory bandwidth."""
     loads = server_loads(sync, shapes, replicas)
-    tier = cluster.tiers[cluster.tier_index(max(1, min(stride * (replicas - 1) + 1, cluster.max_gpus)))]
+    tier = cluster.tiers[group_link(cluster, replicas, stride).tier]
     worker = GRAD_BYTES * (sum(loads) + HEADER_ELEMENTS * len(loads))
     server = replicas * GRAD_BYTES * (max(loads) + HEADER_ELEMENTS)
     rate = tier.bandwidth_bytes_per_s(max(worker, server), "all_gather")
-    summed = (replicas + 1) * GRAD_BYTES * max(loads) / (cluster.host_memory_bandwidth_gb_per_s_per_gpu * 1e9)
+    summed = (replicas + 1) * GRAD_BYTES * max(loads) / cluster.host_memory_bytes_per_s_per_gpu
     return 2 * (tier.latency_s + max(worker, server) / rate) + summed
 
 

@@ -183,6 +183,11 @@ class Cluster:
         return self.host_memory_gib_per_gpu * GIB
 
     @property
+    def host_memory_bytes_per_s_per_gpu(self) -> float:
+        """Host DRAM bandwidth per GPU's share of its node in bytes/s."""
+        return self.host_memory_bandwidth_gb_per_s_per_gpu * GB
+
+    @property
     def site_gpus(self) -> int | None:
         """GPUs of one site: the span of the tier inside the first wide-area tier (``None``: one site)."""
         for index, tier in enumerate(self.tiers):

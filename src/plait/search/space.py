@@ -95,7 +95,13 @@ class SearchSpace:
             return ()
         dps = sorted({self.gpus // (t * p * c) for t in self.tp for p in self.pp for c in self.cp
                       if self.gpus % (t * p * c) == 0})
-        return tuple(parse_sync(f"param_server:servers={dp}").spec for dp in dps if dp > 1)
+        return tuple(server_spec(dp) for dp in dps if dp > 1)
+
+
+def server_spec(dp: int) -> str:
+    """The parameter-server spec :attr:`SearchSpace.param_servers` tries on a layout of ``dp`` replicas: a balanced
+    server on each."""
+    return parse_sync(f"param_server:servers={dp}").spec
 
 
 def _powers_of_two(limit: int) -> tuple[int, ...]:

@@ -1,0 +1,23 @@
+"""A per-row cost of plan columns computed once per distinct combination of the values it depends on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from plait.plan.columns import PlanColumns
+
+
+def per_distinct(cols: PlanColumns, one: Callable[..., tuple[float, float]], *columns: Any) -> tuple[Any, Any]:
+    """The two figures ``one(*values)`` gives for each row of ``cols``, ``values`` the row's entries of ``columns``
+    (arrays or numbers), each distinct combination computed once: a batch of thousands of plans holds few. For one
+    plan, ``one``'s own two numbers."""
+    if cols.xp.scalar:
+        return one(*columns)
+    keys = np.stack(np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in columns)), axis=1)
+    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+    each = np.array([one(*row) for row in distinct])
+    inverse = inverse.reshape(-1)
+    return each[inverse, 0], each[inverse, 1]
