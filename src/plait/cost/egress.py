@@ -17,6 +17,7 @@ the planner never needs to stretch them over a wide-area link); FSDP's recompute
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
@@ -127,9 +128,8 @@ def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) 
         elif on_cpus(sync):  # server ranks taken to sit in the first site
             total += tp * 2 * sum(w != 0 for w in where) * sent_bytes(sync, shapes, 0, n)
         elif sync.method == "param_server":
-            loads = server_loads(sync, shapes, n)
-            total += tp * GRAD_BYTES * sum(2 * loads[j] for j in range(len(loads)) for r in range(n)
-                                           if where[r] != where[j])
+            loads, in_site = server_loads(sync, shapes, n), Counter(where)  # a server's piece to and from each
+            total += tp * GRAD_BYTES * sum(2 * load * (n - in_site[where[j]]) for j, load in enumerate(loads))
         elif sync.method in ASYNCHRONOUS:
             crossing = sum(w != 0 for w in where)
             total += tp * 2 * crossing * worker_bytes(sync, elements)
