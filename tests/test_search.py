@@ -147,3 +147,21 @@ def test_pieces_cover_the_space_in_order() -> None:
 def test_workers_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="workers=0 must be >= 1"):
         run_search(LLAMA8, H100, default_space(LLAMA8, H100, 8, (8,)), workers=0)
+
+
+def test_parameter_servers_are_tried_alone_and_hybrid_where_replicas_hold_whole_layers() -> None:
+    """With param_servers, every layout of dp > 1 replicas tries a server per replica; Poseidon's hybrid sends
+    whole linear layers' factors, so only layouts without TP and PP try it (the plan rules refuse the others)."""
+    from plait.plan.sync import SPECS, parse_sync
+
+    model = get_model("llama3-8b")
+    space = default_space(model, get_cluster("dgx-h100-ib"), 16, (64,), param_servers=True)
+    cols = enumerate_space(model, space)
+    syncs = [parse_sync(SPECS[c]) for c in cols["dp_sync"]]
+    hybrid = np.array([s.method == "param_server" and s.choice("hybrid") == "true" for s in syncs])
+    plain = np.array([s.method == "param_server" and s.choice("hybrid") == "false" for s in syncs])
+    whole = (cols["tp"] == 1) & (cols["pp"] == 1)
+    assert hybrid.any() and plain.any()
+    assert not (hybrid & ~whole).any()
+    for sync in (s for s, h in zip(syncs, hybrid) if h):
+        assert int(sync["servers"]) == 16  # one per replica of a pure data-parallel layout

@@ -17,6 +17,7 @@ import pytest
 from plait.cost.servers import sent_bytes, switch_bytes
 from plait.cost.sync import payload_bytes
 from plait.errors import ConfigError
+from plait.plan.factors import factored
 from plait.plan.gossip import TOPOLOGIES, mixing_matrix, sources, spectral_gap, targets
 from plait.plan.servers import placement
 from plait.plan.sync import parse_sync
@@ -34,7 +35,7 @@ CASES = ["allreduce@adamw", "param_server:servers=2,placement=layerwise@adamw", 
 
 
 def test_specs_take_named_choices_and_refuse_in_one_line() -> None:
-    assert parse_sync("param_server").spec == "param_server:servers=1,placement=balanced,host=ranks"
+    assert parse_sync("param_server").spec == "param_server:servers=1,placement=balanced,host=ranks,hybrid=false"
     spec = parse_sync("param_server:placement=layerwise,servers=4")
     assert spec.choice("placement") == "layerwise" and spec.spec.startswith("param_server:servers=4,placement=lay")
     assert parse_sync("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3"
@@ -90,13 +91,32 @@ def test_server_placement_balances_elements_or_whole_tensors() -> None:
 def test_bytes_per_rank_by_hand() -> None:
     ps = parse_sync("param_server:servers=2")
     # E = 7 elements, loads [4, 3]: a server pushes the other piece and returns its sum to the 2 other ranks
-    assert [sent_bytes(ps, [(4,), (3,)], r, 3) for r in range(3)] == [4 * (3 + 2 * 4), 4 * (4 + 2 * 3), 4 * 7]
+    pieces = [("a.bias", (4,)), ("b.bias", (3,))]
+    assert [sent_bytes(ps, pieces, r, 3) for r in range(3)] == [4 * (3 + 2 * 4), 4 * (4 + 2 * 3), 4 * 7]
     for n in (2, 4, 8):  # n balanced servers on n ranks: each sends the ring all-reduce's 2 (n-1)/n of 4E bytes
         full = parse_sync(f"param_server:servers={n}")
-        assert sent_bytes(full, [(n * 16,)], 0, n) == 2 * (n - 1) * 4 * 16
+        assert sent_bytes(full, [("a.weight", (n * 16,))], 0, n) == 2 * (n - 1) * 4 * 16
     switch = parse_sync("switch_aggregation:bits=16")
     assert switch_bytes(switch, 100) == 200 + 2  # 2-byte codes, one exponent byte per 64-element slot
-    assert [sent_bytes(switch, [(100,)], r, 3) for r in range(3)] == [2 * 202, 202, 202]
+    assert [sent_bytes(switch, [("a.weight", (100,))], r, 3) for r in range(3)] == [2 * 202, 202, 202]
+
+
+def test_hybrid_picks_sufficient_factors_by_poseidons_costs() -> None:
+    """Poseidon (ATC 2017, Table 1): SFB moves 2K(P-1)(M+N) elements per worker, colocated servers 2MN(P+S-2)/S.
+    VGG-19's fc6 (4096 x 25088) at 32 images and 8 machines: 13.1M against 360M, factors; its conv layers (4-D)
+    and an embedding table never are; a 16 x 256 projection at 16 rows: 26,112 against 16,384, servers."""
+    named = [("fc6.weight", (4096, 25088)), ("conv1.weight", (64, 3, 3, 3)), ("tok_embeddings.weight", (256, 64)),
+             ("fc6.bias", (4096,))]
+    assert factored(named, 32, 8, 8) == [True, False, False, False]
+    assert factored([("wk.weight", (16, 256))], 16, 4, 2) == [False]
+    assert factored([("wq.weight", (256, 256))], 16, 4, 2) == [True]
+    assert factored(named, 32, 1, 1) == [False] * 4  # one replica sends nothing
+    # a 4 x 3 weight at 1 row over 3 replicas, 1 server (14 <= 24: factors), and a 4-element bias on the server
+    hybrid = parse_sync("param_server:servers=1,hybrid=true")
+    pieces = [("w.weight", (4, 3)), ("w.bias", (4,))]
+    factors = 4 * 2 * (4 + 3)  # 1 row of X and dY, fp32, to each of 2 peers
+    assert [sent_bytes(hybrid, pieces, r, 3, tokens=1) for r in range(3)] == [
+        factors + 4 * 2 * 4, factors + 4 * 4, factors + 4 * 4]
 
 
 def test_switch_rounding_stays_within_the_derived_bound() -> None:
@@ -155,3 +175,32 @@ def test_inexact_architectures_still_train(trained, case: str) -> None:  # type:
     losses = trained[case]["losses"]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
     assert losses != trained["allreduce@adamw"]["losses"]
+
+
+WIDE = ROOT / "tests" / "data" / "wide-model.toml"
+WIDE_BATCH = 8
+
+
+def test_hybrid_trains_as_the_all_reduce_and_sends_the_predicted_bytes(tmp_path: Path) -> None:
+    """Poseidon's hybrid on a wide, short model (2 sequences of 8 tokens per replica): most linear layers go as
+    sufficient factors, the one-head keys and values, the embedding and the norms through 2 servers; the gradients
+    rebuilt from factors are the all-reduce's sums, and every rank sends the cost model's bytes."""
+    pytest.importorskip("torch")
+    sync = parse_sync("param_server:servers=2,hybrid=true")
+    named = parameter_shapes(resolve_model(str(WIDE)))
+    tokens = WIDE_BATCH // RANKS * resolve_model(str(WIDE)).seq_len
+    flags = factored(named, tokens, RANKS, 2)
+    assert 0 < sum(flags) < sum(len(shape) == 2 for _, shape in named)  # both kinds of linear layer
+    out = tmp_path / "runs.json"
+    cases = ["allreduce@adamw", f"{sync.spec}@adamw"]
+    done = run_ranks(RANKS, ["-m", "plait.run.converge", "--out", str(out), "--model", str(WIDE), "--steps",
+                             str(STEPS), "--batch", str(WIDE_BATCH), *cases],
+                     env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(out.read_text())
+    assert runs[cases[1]]["losses"] == pytest.approx(runs[cases[0]]["losses"], rel=1e-5)
+    expected = [[payload_bytes(sync, named, step, rank, RANKS, tokens) for step in range(STEPS)]
+                for rank in range(RANKS)]
+    assert runs[cases[1]]["bytes_by_rank"] == expected
+    plain = payload_bytes(parse_sync("param_server:servers=2"), named, 0, 0, RANKS)
+    assert expected[0][0] < plain  # fewer bytes than the servers alone, as the choice intends

@@ -32,6 +32,13 @@ def memory_bytes_per_s(acc: Accelerator) -> float:
     return acc.memory_bandwidth_bytes_per_s * acc.efficiency.memory.value
 
 
+def fp32_flops_per_s(acc: Accelerator) -> float:
+    """Peak fp32 FLOP/s (bf16's, then fp16's, where the datasheet gives none): the optimistic rate of the small
+    fp32 GEMMs that synchronization methods add (PowerSGD's, sufficient factors' rebuild)."""
+    peaks = acc.peak_tflops
+    return (peaks.get("fp32") or peaks.get("bf16") or peaks["fp16"]) * 1e12
+
+
 def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
     """Roofline time of ``gemm.count`` GEMMs; operands in ``dtype``, output in bf16."""
     return _Roofline(acc, dtype).time_s(gemm.m, gemm.n, gemm.k, gemm.count)

@@ -24,10 +24,11 @@ from plait.cost.batch import prepare, stage_sync
 from plait.cost.gossip import topology_of as gossip_topology
 from plait.cost.memory import PARAM_BYTES
 from plait.cost.params import stage_layer_counts
-from plait.cost.servers import on_cpus, sent_bytes, server_loads
+from plait.cost.servers import factored_tensors, on_cpus, sent_bytes, server_loads
 from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.factors import factor_elements
 from plait.plan.gossip import period as gossip_period
 from plait.plan.gossip import targets as gossip_targets
 from plait.plan.ops import SCALAR
@@ -108,14 +109,16 @@ def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) 
     """Bytes leaving sites per step under the point-to-point methods of issue 16, summed over every replica group
     (one per TP rank and stage; replicas ``tp`` ranks apart) from who sends what to whom: gossip's copies to the
     replicas of another site (:mod:`plait.cost.gossip`), a parameter server's pushes and replies between sites
-    (:mod:`plait.cost.servers`; servers on the group's first ranks), an asynchronous worker's exchange with its
+    (:mod:`plait.cost.servers`; servers on the group's first ranks) and, with ``hybrid``, each replica's
+    sufficient factors to every replica of another site, an asynchronous worker's exchange with its
     server ranks, which are taken to sit in the first site. An aggregating switch sits inside one site (the
     plan rules refuse one across a wide-area tier)."""
     site, n, tp = cluster.site_gpus or plan.num_gpus, plan.dp, plan.tp
     layers = [int(stage_layer_counts(model, plan.pp, s, SCALAR)[0]) for s in range(plan.pp)]
     total = 0.0
     for stage, count in enumerate(layers):
-        shapes = [s for _, s in rank_shapes(model, tp, 0, count, stage == 0, stage == plan.pp - 1)]
+        named = rank_shapes(model, tp, 0, count, stage == 0, stage == plan.pp - 1)
+        shapes = [s for _, s in named]
         elements = sum(math.prod(s) for s in shapes)
         first = stage * tp * n  # the stage's first rank (pp outermost)
         where = [(first + r * tp) // site for r in range(n)]
@@ -126,10 +129,15 @@ def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) 
                            for j in gossip_targets(topology, n, peers, t, i)) / steps
             total += crossing * GRAD_BYTES * elements * tp
         elif on_cpus(sync):  # server ranks taken to sit in the first site
-            total += tp * 2 * sum(w != 0 for w in where) * sent_bytes(sync, shapes, 0, n)
+            total += tp * 2 * sum(w != 0 for w in where) * sent_bytes(sync, named, 0, n)
         elif sync.method == "param_server":
-            loads, in_site = server_loads(sync, shapes, n), Counter(where)  # a server's piece to and from each
+            tokens = plan.global_batch * plan.seq_len // n
+            flags, in_site = factored_tensors(sync, named, tokens, n), Counter(where)
+            loads = server_loads(sync, [s for s, f in zip(shapes, flags) if not f], n)
+            # a server's piece to and from each replica of another site
             total += tp * GRAD_BYTES * sum(2 * load * (n - in_site[where[j]]) for j, load in enumerate(loads))
+            factors = factor_elements(named, flags, tokens)  # every replica's factors to every other site's
+            total += tp * GRAD_BYTES * factors * sum(n - in_site[w] for w in where)
         elif sync.method in ASYNCHRONOUS:
             crossing = sum(w != 0 for w in where)
             total += tp * 2 * crossing * worker_bytes(sync, elements)

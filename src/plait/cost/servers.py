@@ -9,6 +9,9 @@ Bytes (what each rank hands to point-to-point sends per step, as the runtime :mo
   (``4 (N - 1) L_r``). The servers sum and the replicas step their own optimizers on the pulled sum (BytePS's
   summation service, Jiang et al., OSDI 2020, Sec. 4.1: servers that run the optimizer would pull parameters of
   the same size instead).
+- ``param_server:...,hybrid=true``: the linear weights :func:`plait.plan.factors.factored` picks travel as
+  sufficient factors instead, ``4 K (M + N)`` fp32 elements to each of the ``N - 1`` peers (Poseidon, Zhang et
+  al., USENIX ATC 2017, Sec. 3.2); the servers sum the rest, placed as without them;
 - ``param_server:servers=S,host=cpu``: servers on CPU machines (ranks beyond the workers, :mod:`plait.run.
   async_train`): a replica pushes every piece with two header values, ``4 (E + 2 S)``, and pulls the mean;
 - ``switch_aggregation:bits=B``: each replica sends its gradient once as ``B``-bit fixed point, with one exponent
@@ -24,7 +27,10 @@ others: the share of them outside its scale-up domain crosses its NIC, the rest 
 at the tier's line rate times the payload fraction, capped by the switch's slot window (SwitchML Sec. 3.4); a
 group wider than one scale-up domain first reduce-scatters inside each domain, aggregates its shard in the switch
 and all-gathers inside again (NCCL's CollNet; Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)",
-COMHPC 2016, Sec. 3). GPUDirect RDMA's PCIe hop is taken as no slower than the NIC.
+COMHPC 2016, Sec. 3). GPUDirect RDMA's PCIe hop is taken as no slower than the NIC. Sufficient factors go to every peer at once, each
+rank sending and receiving ``(N - 1)`` copies of its factors over the same spread as the servers' phases, before
+them; each rank then rebuilds every factored gradient with one GEMM over all replicas' factors
+(:func:`plait.plan.factors.rebuild_flops`, at the fp32 peak) and holds all replicas' factors while it does.
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ import math
 from typing import Any
 
 from plait.cost.collectives import GroupLink, group_link
-from plait.cost.compute import memory_bytes_per_s
+from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
 from plait.cost.distinct import per_distinct
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.factors import factor_elements, factored, rebuild_flops
 from plait.plan.servers import placement
 from plait.plan.sync import Sync
 from plait.workload.tensors import Shape
@@ -63,8 +70,21 @@ def on_cpus(sync: Sync) -> bool:
     return sync.method == "param_server" and sync.choice("host") == "cpu"
 
 
+def hybrid(sync: Sync) -> bool:
+    """Whether a spec sends linear layers as sufficient factors where that moves fewer bytes (``hybrid=true``)."""
+    return sync.method == "param_server" and sync.choice("hybrid") == "true"
+
+
+def factored_tensors(sync: Sync, named: list[tuple[str, Shape]], tokens: int, replicas: int) -> list[bool]:
+    """Per tensor of ``named``, whether it travels as sufficient factors (``tokens`` rows per replica and step)."""
+    if not hybrid(sync):
+        return [False] * len(named)
+    return factored(named, tokens, replicas, min(int(sync["servers"]), replicas))
+
+
 def server_loads(sync: Sync, shapes: list[Shape], replicas: int) -> list[int]:
-    """Elements each parameter server sums (servers on the replicas: at most one per replica, the plan rules)."""
+    """Elements each parameter server sums of the tensors of ``shapes`` (the servers' tensors: with ``hybrid``,
+    those not factored); servers on the replicas: at most one per replica (the plan rules)."""
     servers = int(sync["servers"]) if on_cpus(sync) else min(int(sync["servers"]), replicas)
     return placement(shapes, servers, sync.choice("placement"))[1]
 
@@ -75,34 +95,43 @@ def switch_bytes(sync: Sync, elements: int) -> int:
     return codes + math.ceil(elements / SLOT_ELEMENTS) * EXPONENT_BYTES
 
 
-def sent_bytes(sync: Sync, shapes: list[Shape], rank: int, replicas: int) -> int:
-    """Bytes group rank ``rank`` of ``replicas`` hands to sends in one step (module docstring)."""
-    elements = sum(math.prod(s) for s in shapes)
+def sent_bytes(sync: Sync, named: list[tuple[str, Shape]], rank: int, replicas: int, tokens: int = 0) -> int:
+    """Bytes group rank ``rank`` of ``replicas`` hands to sends in one step (module docstring); ``named``: the
+    rank's parameters, ``tokens``: its rows per step (what ``hybrid`` decides on)."""
     if replicas <= 1:
         return 0
     if sync.method == "switch_aggregation":
-        each = switch_bytes(sync, elements)
+        each = switch_bytes(sync, sum(math.prod(s) for _, s in named))
         return (replicas - 1) * each if rank == 0 else each
+    flags = factored_tensors(sync, named, tokens, replicas)
+    factors = GRAD_BYTES * (replicas - 1) * factor_elements(named, flags, tokens)
+    shapes = [s for (_, s), f in zip(named, flags) if not f]
+    elements = sum(math.prod(s) for s in shapes)
     loads = server_loads(sync, shapes, replicas)
     if on_cpus(sync):  # every piece to its server rank, with its header (plait.run.async_train)
         return GRAD_BYTES * (elements + HEADER_ELEMENTS * len(loads))
     own = loads[rank] if rank < len(loads) else 0
-    return GRAD_BYTES * ((elements - own) + (replicas - 1) * own)
+    return factors + GRAD_BYTES * ((elements - own) + (replicas - 1) * own)
 
 
-def aggregated_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: list[Shape]) -> tuple[Any, Any, Any]:
+def aggregated_costs(cluster: Cluster, sync: Sync, cols: PlanColumns,
+                     named: list[tuple[str, Shape]]) -> tuple[Any, Any, Any]:
     """(0, exposed seconds, extra bytes of memory) per row of ``cols`` for ``param_server`` or
-    ``switch_aggregation`` over the replicas (``tp`` ranks apart), after the backward pass."""
-    elements = sum(math.prod(s) for s in shapes)
+    ``switch_aggregation`` over the replicas (``tp`` ranks apart) of a rank holding ``named``, after the backward
+    pass."""
+    tokens = cols["global_batch"] * cols["seq_len"] // cols.dp if hybrid(sync) else 0
     return (cols.zeros(), *per_distinct(
-        cols, lambda n, t: _one(cluster, sync, shapes, elements, int(n), int(t)), cols.dp, cols["tp"]))
+        cols, lambda n, t, k: _one(cluster, sync, named, int(n), int(t), int(k)), cols.dp, cols["tp"], tokens))
 
 
-def _one(cluster: Cluster, sync: Sync, shapes: list[Shape], elements: int, replicas: int,
-         stride: int) -> tuple[float, float]:
+def _one(cluster: Cluster, sync: Sync, named: list[tuple[str, Shape]], replicas: int, stride: int,
+         tokens: int) -> tuple[float, float]:
     if replicas <= 1:
         return 0.0, 0.0
     link = group_link(cluster, replicas, stride)
+    flags = factored_tensors(sync, named, tokens, replicas)
+    shapes = [s for (_, s), f in zip(named, flags) if not f]
+    elements = sum(math.prod(s) for s in shapes)
     if on_cpus(sync):
         return _cpu_servers_s(cluster, sync, shapes, replicas, stride), 2.0 * GRAD_BYTES * elements
     if sync.method == "param_server":
@@ -113,7 +142,13 @@ def _one(cluster: Cluster, sync: Sync, shapes: list[Shape], elements: int, repli
         phase = GRAD_BYTES * max(*ranks, elements if len(loads) < replicas else 0)
         streamed = FLAT_PASSES * elements + (3 * replicas + 2) * max(loads)  # the flat buffer; a server's sums
         summed = GRAD_BYTES * streamed / memory_bytes_per_s(cluster.accelerator)
-        return summed + 2 * _spread_s(phase, link), GRAD_BYTES * (elements + (replicas - 1) * max(loads))
+        held = GRAD_BYTES * (elements + (replicas - 1) * max(loads))
+        factors = factor_elements(named, flags, tokens)
+        if factors:  # every peer's factors, then one GEMM per factored tensor (module docstring)
+            summed += (_spread_s(GRAD_BYTES * (replicas - 1) * factors, link)
+                       + rebuild_flops(named, flags, tokens, replicas) / fp32_flops_per_s(cluster.accelerator))
+            held = max(held, GRAD_BYTES * replicas * factors)
+        return summed + 2 * _spread_s(phase, link), held
     return _switch_s(cluster, sync, elements, replicas, stride), 2.0 * switch_bytes(sync, elements)
 
 

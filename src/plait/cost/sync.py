@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from plait.cost import async_sgd, gossip, servers
-from plait.cost.compute import memory_bytes_per_s
+from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.cost.overlap import engaged_s, hidden_remainder
 from plait.cost.params import stage_layer_counts
@@ -73,7 +73,7 @@ def _powersgd_matrix(shape: Shape, rank: int, min_compression_rate: float) -> tu
 
 
 def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None = None, rank: int = 0,
-                  replicas: int = 2) -> float:
+                  replicas: int = 2, tokens: int = 0) -> float:
     """Bytes one replica hands to collectives (and, for the methods of issue 16, to point-to-point sends) in one
     step (``named``: the parameters' names and shapes, :func:`plait.workload.tensors.parameter_shapes`; ``step``:
     that step, counted from 0, for the methods whose traffic changes with it; ``None``: the mean over a period in
@@ -81,7 +81,7 @@ def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None =
     shapes = [s for _, s in named]
     elements = sum(math.prod(s) for s in shapes)
     if sync.method in AGGREGATED:  # parameter servers, switch aggregation: plait.cost.servers
-        return float(servers.sent_bytes(sync, shapes, rank, replicas))
+        return float(servers.sent_bytes(sync, named, rank, replicas, tokens))
     if sync.method == "gossip":  # plait.cost.gossip
         return gossip.sent_bytes(sync, elements, rank, replicas, step)
     if sync.method in ASYNCHRONOUS:  # a worker's pushes to its servers (plait.run.async_train)
@@ -147,23 +147,19 @@ DILOCO_BUFFERS = 4
 their flat buffer (which the outer gradients view)."""
 
 
-def _fp32_flops(cluster: Cluster) -> float:
-    peaks = cluster.accelerator.peak_tflops
-    return (peaks.get("fp32") or peaks.get("bf16") or peaks["fp16"]) * 1e12
-
-
-def _rank_shape_groups(model: ModelSpec, cols: PlanColumns, stage: Any) -> list[tuple[Any, list[Shape]]]:
-    """[(rows, shapes)]: the local parameter shapes one rank of stage ``stage`` holds (TP rank 0: the largest
+def _rank_shape_groups(model: ModelSpec, cols: PlanColumns,
+                       stage: Any) -> list[tuple[Any, list[tuple[str, Shape]]]]:
+    """[(rows, named)]: the local parameters (names, shapes) one rank of stage ``stage`` holds (TP rank 0: the largest
     chunks; :func:`plait.workload.tensors.rank_shapes`), for each distinct (tp, layers, first, last) among the rows
     of ``cols``; ``rows`` a mask (``True`` for one plan)."""
     xp, pp = cols.xp, cols["pp"]
     layers, _ = stage_layer_counts(model, pp, stage, xp)
     first, last = stage == 0, stage == pp - 1
     if xp.scalar:
-        return [(True, [s for _, s in rank_shapes(model, int(cols["tp"]), 0, int(layers), bool(first), bool(last))])]
+        return [(True, rank_shapes(model, int(cols["tp"]), 0, int(layers), bool(first), bool(last)))]
     keys = np.stack(np.broadcast_arrays(cols["tp"], layers, first, last), axis=1).astype(np.int64)
     distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    return [(inverse.reshape(-1) == i, [s for _, s in rank_shapes(model, int(tp), 0, int(n), bool(f), bool(lt))])
+    return [(inverse.reshape(-1) == i, rank_shapes(model, int(tp), 0, int(n), bool(f), bool(lt)))
             for i, (tp, n, f, lt) in enumerate(distinct)]
 
 
@@ -190,15 +186,15 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
         return async_sgd.async_costs(cluster, sync, cols, params["dense"] + params["expert"], busy)
     if sync.method in AGGREGATED:
         over = shown = extra = cols.zeros()
-        for rows, shapes in _rank_shape_groups(model, cols, stage):
-            o, s, e = servers.aggregated_costs(cluster, sync, cols, shapes)
+        for rows, named in _rank_shape_groups(model, cols, stage):
+            o, s, e = servers.aggregated_costs(cluster, sync, cols, named)
             over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
         return over, shown, extra
     if sync.method not in (*COMPRESSED, "pipe_sgd"):
         raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
     over = shown = extra = cols.zeros()
-    for rows, shapes in _rank_shape_groups(model, cols, stage):
-        o, s, e = _gradient_costs(cluster, sync, cols, shapes, busy)
+    for rows, named in _rank_shape_groups(model, cols, stage):
+        o, s, e = _gradient_costs(cluster, sync, cols, [shape for _, shape in named], busy)
         over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
     return over, shown, extra
 
@@ -232,7 +228,7 @@ def _gradient_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, shapes: lis
                 plain += count * n * m
         comm = sum(collective_s(cluster, "all_reduce", replicas, stride, full(x * GRAD_BYTES)) for x in (plain, p, q))
         memory = (elements - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P and Q
-        return zero, comm + full(flops / _fp32_flops(cluster) + streamed / memory_bw), full(memory)
+        return zero, comm + full(flops / fp32_flops_per_s(cluster.accelerator) + streamed / memory_bw), full(memory)
     # top-k and quantize: two all-gathers per gradient tensor (values and indices; codes and scale), each paying
     # its own latency
     gathered = 0.0

@@ -144,6 +144,11 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: on_server_ranks(c) & ((c["tp"] > 1) | (c["pp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync!r} exchanges whole replicas with its server ranks and needs tp = pp "
                           f"= 1 (got tp={p.tp}, pp={p.pp})")),
+    Rule("dp-sync-hybrid-whole-layers",
+         lambda c, m, k: (spec_values(c, "param_server", "hybrid", 0) == 1)
+         & ((spec_values(c, "param_server", "host", 0) == 1) | (c["tp"] > 1) | (c["pp"] > 1)),
+         lambda p, m, k: (f"dp_sync={p.dp_sync!r}: hybrid sends whole linear layers' factors between the replicas "
+                          f"and needs host=ranks and tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-servers-within-replicas",
          lambda c, m, k: (spec_values(c, "param_server", "servers", 1) > c.dp)
          & (spec_values(c, "param_server", "host", 0) == 0),

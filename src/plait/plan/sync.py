@@ -21,11 +21,13 @@ less often (docs/research/sync-methods.md says what PyTorch and torchft provide 
 
 Issue 16 replaces the all-reduce by other architectures:
 
-- ``param_server:servers=S[,placement=balanced|layerwise][,host=ranks|cpu]``: sharded parameter servers (BytePS,
-  Jiang et al. OSDI 2020; Poseidon, Zhang et al. ATC 2017): each replica pushes its gradient, a server shard sums
-  it and steps its parameters, each replica pulls them back; tensors placed on servers by bytes (``balanced``: a
-  flat split, as BytePS's partitions) or whole, per tensor, largest first onto the least-loaded server
-  (``layerwise``: the per-layer placement of 001-17); servers on ``S`` of the training ranks or on CPU machines;
+- ``param_server:servers=S[,placement=balanced|layerwise][,host=ranks|cpu][,hybrid=true]``: sharded parameter
+  servers (BytePS, Jiang et al. OSDI 2020; Poseidon, Zhang et al. ATC 2017): each replica pushes its gradient, a
+  server shard sums it and steps its parameters, each replica pulls them back; tensors placed on servers by bytes
+  (``balanced``: a flat split, as BytePS's partitions) or whole, per tensor, largest first onto the least-loaded
+  server (``layerwise``: the per-layer placement of 001-17); servers on ``S`` of the training ranks or on CPU
+  machines; ``hybrid=true``: Poseidon's hybrid communication, each linear layer's gradient broadcast as its
+  sufficient factors to every peer instead wherever that moves fewer bytes (:mod:`plait.plan.factors`);
 - ``switch_aggregation[:bits=32|16]``: in-network aggregation (SwitchML, Sapio et al. NSDI 2021; NVIDIA SHARP):
   each replica sends its gradient once, in fixed point, and receives the sum once;
 - ``gossip:topology=ring|torus|exponential|random|complete[,peers=K]``: decentralized SGD (D-PSGD, Lian et al.
@@ -64,7 +66,8 @@ PARAMETERS: dict[str, dict[str, tuple[float | None, float, float, bool]]] = {
                "warmup": (0, 0, 2**31 - 1, True)},
     "dreamddp": {"every": (None, 1, 2**31 - 1, True)},
     "pipe_sgd": {},
-    "param_server": {"servers": (1, 1, 2**20, True), "placement": (0, 0, 1, True), "host": (0, 0, 1, True)},
+    "param_server": {"servers": (1, 1, 2**20, True), "placement": (0, 0, 1, True), "host": (0, 0, 1, True),
+                     "hybrid": (0, 0, 1, True)},
     "switch_aggregation": {"bits": (32, 16, 32, True)},
     "gossip": {"topology": (0, 0, 4, True), "peers": (1, 1, 2**20, True)},
     "async_ps": {"staleness": (None, 0, 2**20, True), "servers": (1, 1, 2**20, True)},
@@ -78,7 +81,7 @@ momentum 0.9: the defaults of its authors' GPT-Neo trainer (github.com/Hiroki11x
 data parallelism before the local steps begin (the authors' ``local_sgd_start_iter``, default 100 in their
 trainer's options, 32 in their README's example); 0 here, the setting plait's measured multipliers were taken at."""
 CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
-    "param_server": {"placement": ("balanced", "layerwise"), "host": ("ranks", "cpu")},
+    "param_server": {"placement": ("balanced", "layerwise"), "host": ("ranks", "cpu"), "hybrid": ("false", "true")},
     "gossip": {"topology": ("ring", "torus", "exponential", "random", "complete")},
 }
 """Parameters that take a name: stored as the name's index, written and read as the name."""

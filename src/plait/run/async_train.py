@@ -42,7 +42,7 @@ from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
-from plait.run.servers import Sends
+from plait.run.sends import Sends
 from plait.run.sites import Reducer
 from plait.run.sync import attach, counted_bytes
 from plait.run.train import cross_entropy

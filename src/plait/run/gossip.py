@@ -15,7 +15,7 @@ import torch.distributed as dist
 from plait.plan.gossip import targets, weights
 from plait.plan.sync import Sync
 from plait.run.local import local_tensor
-from plait.run.servers import Sends, global_rank, group_rank
+from plait.run.sends import Sends, global_rank, group_rank
 from plait.run.sites import Reducer
 from plait.run.wrapped import Wrapped
 

@@ -33,33 +33,11 @@ from plait.plan.servers import placement
 from plait.plan.sync import Sync
 from plait.run.local import local_tensor
 from plait.run.replica_grads import shard_gradients_like_parameters
+from plait.run.sends import PULL, PUSH, Sends, global_rank, group_rank
 from plait.run.sites import Reducer
 from plait.run.wrapped import Wrapped
 
-PUSH, PULL = 1, 2
-"""Message tags of the two directions (a server is also a replica that pushes)."""
 CODE_TYPES = {16: torch.int16, 32: torch.int32}
-
-
-class Sends:
-    """The point-to-point sends of issue 16's methods, in one place that :func:`plait.run.sync.counted_bytes`
-    counts (patching ``torch.distributed.isend`` itself would break PyTorch pipelining, whose ``P2POp`` checks the
-    function's identity)."""
-
-    @staticmethod
-    def isend(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None, tag: int) -> dist.Work:
-        """Start sending ``tensor`` to global rank ``dst``."""
-        return dist.isend(tensor, dst, group=group, tag=tag)  # type: ignore[return-value]
-
-
-def global_rank(replicas: Reducer, rank: int) -> int:
-    """The global rank of group rank ``rank`` of the replica group."""
-    return rank if replicas.group is None else dist.get_global_rank(replicas.group, rank)
-
-
-def group_rank(replicas: Reducer) -> int:
-    """This process's rank in the replica group."""
-    return dist.get_rank(replicas.group)
 
 
 class _GradientSum(Wrapped):
@@ -74,6 +52,10 @@ class _GradientSum(Wrapped):
         """The order the gradients are laid end to end in."""
         return list(range(len(grads)))
 
+    def others(self, params: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+        """The parameters whose gradients go through :meth:`mean` (the rest already hold the mean)."""
+        return params
+
     def mean(self, flat: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -84,6 +66,7 @@ class _GradientSum(Wrapped):
             return
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
         shard_gradients_like_parameters(params)
+        params = self.others(params)
         grads = [local_tensor(p.grad) for p in params]  # type: ignore[arg-type]
         order = self.order(grads)
         flat = torch.cat([grads[i].reshape(-1).to(torch.float32) for i in order])
@@ -93,7 +76,24 @@ class _GradientSum(Wrapped):
 
 
 class ParamServer(_GradientSum):
-    """Sharded parameter servers on the first ``servers`` replicas (module docstring)."""
+    """Sharded parameter servers on the first ``servers`` replicas (module docstring); with ``hybrid=true``, the
+    linear layers of ``modules`` that :func:`plait.plan.factors.factored` picks exchanged as sufficient factors
+    first (:class:`plait.run.factors.SufficientFactors`)."""
+
+    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer,
+                 modules: tuple[torch.nn.Module, ...] = ()) -> None:
+        super().__init__(inner, sync, replicas)
+        self.factors = None
+        if sync.choice("hybrid") == "true":
+            from plait.run.factors import SufficientFactors
+
+            self.factors = SufficientFactors(modules, replicas, int(sync["servers"]))
+
+    def others(self, params: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+        if self.factors is None:
+            return params
+        done = self.factors.exchange(params)
+        return [p for p in params if id(p) not in done]
 
     def _layout(self, grads: list[torch.Tensor]) -> tuple[list[int], list[int]]:
         servers = min(int(self.sync["servers"]), self.replicas.size)

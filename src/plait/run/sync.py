@@ -100,7 +100,9 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reduc
     if sync.method in AGGREGATED:  # issue 16: servers and the switch, on point-to-point sends
         from plait.run.servers import ParamServer, SwitchAggregation
 
-        return (ParamServer if sync.method == "param_server" else SwitchAggregation)(optimizer, sync, replicas)
+        if sync.method == "param_server":
+            return ParamServer(optimizer, sync, replicas, modules)
+        return SwitchAggregation(optimizer, sync, replicas)
     if sync.method == "gossip":
         from plait.run.gossip import Gossip
 
@@ -346,7 +348,7 @@ class PALSGD(DiLoCo):
 @contextlib.contextmanager
 def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]:
     """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor),
-    ``all_gather_into_tensor`` (its input) and :meth:`plait.run.servers.Sends.isend` (the tensor: issue 16's
+    ``all_gather_into_tensor`` (its input) and :meth:`plait.run.sends.Sends.isend` (the tensor: issue 16's
     methods), summed into the one-element list it yields (the hooks and the averager
     call them through the module), and to a hierarchical :class:`plait.run.sites.SiteReducer`'s ``all_reduce`` (its
     buffer, once: its steps call c10d by the functions' home module), summed into the one-element list it yields.
@@ -354,7 +356,7 @@ def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]
     in-replica gathers or the norm's reductions)."""
     total = [0]
     reduce, gather, site_reduce = dist.all_reduce, dist.all_gather_into_tensor, SiteReducer.all_reduce
-    from plait.run.servers import Sends
+    from plait.run.sends import Sends
 
     isend = Sends.isend
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from plait.plan.columns import PlanColumns, code
-from plait.search.space import SearchSpace, server_spec
+from plait.search.space import SearchSpace, server_specs
 from plait.workload.model import ModelSpec
 
 Options = dict[str, np.ndarray]  # field -> values, one entry per option
@@ -112,7 +112,7 @@ def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -
     if not (modelled and (tp == pp == 1 or space.syncs_with_model_parallel)):
         return ("allreduce",)
     dp = space.gpus // (tp * pp * cp)
-    servers = (server_spec(dp),) if space.param_servers and dp > 1 else ()
+    servers = server_specs(dp, whole_layers=tp == pp == 1) if space.param_servers and dp > 1 else ()
     return (*space.dp_syncs, *servers)
 
 

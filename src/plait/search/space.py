@@ -74,7 +74,8 @@ class SearchSpace:
     param_servers: bool = False
     """Whether pure data-parallel layouts also try parameter servers on every replica (``param_server:servers=dp``,
     balanced: the ring all-reduce's bytes in one exchange instead of ``2 (dp-1)`` steps, so it wins where the
-    ring's per-step latency dominates)."""
+    ring's per-step latency dominates), alone and with Poseidon's hybrid (fewer bytes where a replica's tokens
+    per step are few against its linear layers' widths, for one GEMM per factored layer)."""
 
     def __post_init__(self) -> None:
         # canonical, and interned before any search worker forks (plan columns store them as codes)
@@ -95,13 +96,14 @@ class SearchSpace:
             return ()
         dps = sorted({self.gpus // (t * p * c) for t in self.tp for p in self.pp for c in self.cp
                       if self.gpus % (t * p * c) == 0})
-        return tuple(server_spec(dp) for dp in dps if dp > 1)
+        return tuple(spec for dp in dps if dp > 1 for spec in server_specs(dp, whole_layers=True))
 
 
-def server_spec(dp: int) -> str:
-    """The parameter-server spec :attr:`SearchSpace.param_servers` tries on a layout of ``dp`` replicas: a balanced
-    server on each."""
-    return parse_sync(f"param_server:servers={dp}").spec
+def server_specs(dp: int, whole_layers: bool) -> tuple[str, ...]:
+    """The parameter-server specs :attr:`SearchSpace.param_servers` tries on a layout of ``dp`` replicas: a balanced
+    server on each, and, where the replicas hold whole layers (tp = pp = 1), the same with hybrid communication."""
+    plain = parse_sync(f"param_server:servers={dp}").spec
+    return (plain, parse_sync(f"param_server:servers={dp},hybrid=true").spec) if whole_layers else (plain,)
 
 
 def _powers_of_two(limit: int) -> tuple[int, ...]:
