@@ -1,7 +1,8 @@
 """Every synchronization method of issues 14 and 16 side by side: measured step time against plait's prediction,
 on plain loopback and on two emulated sites (target |error| <= 20%).
 
-Run: python benchmarks/sync_methods.py [--where loopback|sites|both] [--steps 16] [--quick]   (sites: root, Linux)
+Run: python benchmarks/sync_methods.py [--where loopback|sites|both] [--steps 16] [--quick] [--model FILE]
+     [--methods SPEC ...]   (sites: root, Linux; with --methods, only those and the baseline)
 
 Loopback: ``plait calibrate --ranks 4`` describes this machine as 4 ranks use it; each method trains
 examples/small-model.toml on 4 ranks through ``plait run``'s worker (the asynchronous ones through
@@ -142,9 +143,10 @@ def loopback(args: argparse.Namespace, folder: Path) -> None:
     for spec in [low_comm.BASELINE, *(args.methods or SYNCHRONOUS)]:
         measured[spec] = period(run_loopback(spec, args.steps, folder, cluster, precision), every(spec))
     harness = f"{low_comm.BASELINE}@async_train"  # the asynchronous runs' own loop, never synchronizing
-    measured[harness] = run_asynchronous(low_comm.BASELINE, args.steps, folder, not precision)
-    for spec in ASYNCHRONOUS:
-        measured[spec] = run_asynchronous(spec, args.steps, folder, not precision)
+    if args.methods is None:  # the asynchronous methods run with the default list
+        measured[harness] = run_asynchronous(low_comm.BASELINE, args.steps, folder, not precision)
+        for spec in ASYNCHRONOUS:
+            measured[spec] = run_asynchronous(spec, args.steps, folder, not precision)
     report("loopback", cluster, measured, bool(precision), dict.fromkeys(ASYNCHRONOUS, harness), args.steps)
 
 
@@ -169,6 +171,7 @@ def sites(args: argparse.Namespace, folder: Path) -> None:
 
 
 def main() -> int:
+    global MODEL
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--where", default="both", choices=("loopback", "sites", "both"))
     parser.add_argument("--rate", default="200mbit", help="tbf rate of the two sites' link, each way")
@@ -177,7 +180,9 @@ def main() -> int:
     parser.add_argument("--full-precision", action="store_true", help="train and predict fp32")
     parser.add_argument("--methods", nargs="+", default=None,
                         help="synchronous specs to measure (default: all of issues 14 and 16); the baseline always runs")
+    parser.add_argument("--model", type=Path, default=MODEL, help="model file every method trains")
     args = parser.parse_args()
+    MODEL = low_comm.MODEL = args.model.resolve()  # low_comm's two-site runs read its module's MODEL
     with tempfile.TemporaryDirectory() as tmp:  # a folder each: the worker appends to a method's metrics file
         for where, run in (("loopback", loopback), ("sites", sites)):
             if args.where in (where, "both"):
