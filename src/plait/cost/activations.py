@@ -10,7 +10,9 @@ by ``t``; selective recomputation drops the ``5as^2b`` attention-core terms; ful
 recomputation keeps only the ``2sbh`` layer input.
 
 Generalised here term by term: GQA shrinks K and V to ``num_kv_heads``; a gated MLP
-stores two up-projection outputs; the MLP width is ``ffn_hidden_size`` rather than
+stores two up-projection outputs, and run op by op in eager PyTorch (``F.silu(a) * b``) a third, the activation's
+output, which the multiply saves beside ``b`` (``silu`` saves its input, ``mul`` both operands: PyTorch's
+``tools/autograd/derivatives.yaml``; measured by tracing, :mod:`plait.workload.tracing`); the MLP width is ``ffn_hidden_size`` rather than
 ``4h``; dropout masks exist only when the model uses dropout; a flash-attention kernel
 stores no score matrix, only its output and the fp32 log-sum-exp per query and head
 (Dao 2023, FlashAttention-2, Sec. 3.1); context parallelism divides the sequence.
@@ -62,6 +64,8 @@ def mlp_block_bytes(setup: Setup, moe_layer: bool) -> float:
     ups = 2 if model.mlp == "gated" else 1
     g = _gemm_input_bytes(setup)
     per_width = e * ups + g  # up-projection outputs (activation input) and the down-projection input
+    if model.mlp == "gated" and setup.framework.pointwise == "eager":
+        per_width += e  # eager silu(a) * b: the multiply saves silu's output beside b (PyTorch derivatives.yaml)
     if not moe_layer:
         width = model.ffn_hidden_size / plan.tp
         return (e + g) * rep + tokens * width * per_width + mask

@@ -1,0 +1,96 @@
+"""A workload measured from a real ``torch.nn.Module`` instead of a transformer's closed forms (issue 17).
+
+:mod:`plait.workload.tracing` builds the module on the meta device (no weights, no GPU), runs one forward and
+backward pass at two batch sizes, and keeps what the cost model needs, per *unit* — the model cut where a
+pipeline may cut it (:func:`plait.workload.tracing.choose_units`), with ``pre`` (what runs before the first unit,
+an embedding or a stem) and ``post`` (after the last: a head and the loss) as units of their own:
+
+- every kernel (ATen operator) of the forward and the backward: its FLOPs (PyTorch's ``FlopCounterMode``
+  formulas) and the bytes of its operands and results, each affine in the batch (``fixed + per_example x b``:
+  the weights a kernel reads do not grow with the batch, the activations do);
+- the parameters the unit owns (names and shapes) and the activation bytes autograd saves for its backward
+  (saved-tensor hooks), affine in the batch too;
+- the bytes of the unit's output (what a pipeline stage boundary after it sends);
+- the order in which parameters' gradients are complete in the backward pass (post-accumulate-grad hooks): what
+  bucketed gradient reduction overlaps with.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One ATen operator of a pass; FLOPs and bytes for a micro-batch of ``b`` examples are
+    ``flops_per_example x b`` and ``fixed_bytes + bytes_per_example x b``."""
+
+    name: str
+    flops_per_example: float
+    fixed_bytes: float
+    bytes_per_example: float
+    backward: bool
+
+    def flops(self, batch: float) -> float:
+        return self.flops_per_example * batch
+
+    def bytes(self, batch: float) -> float:
+        return self.fixed_bytes + self.bytes_per_example * batch
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A contiguous piece of the model: a repeated block, or what runs before (``pre``) or after (``post``) them."""
+
+    name: str
+    kernels: tuple[Kernel, ...]
+    params: tuple[tuple[str, Shape], ...]
+    saved_fixed_bytes: float
+    """Saved-for-backward bytes that do not grow with the batch (cast copies of weights)."""
+    saved_bytes_per_example: float
+    output_bytes_per_example: float
+
+    @property
+    def num_params(self) -> int:
+        return sum(math.prod(s) for _, s in self.params)
+
+    def saved_bytes(self, batch: float) -> float:
+        return self.saved_fixed_bytes + self.saved_bytes_per_example * batch
+
+    def flops(self, batch: float, backward: bool) -> float:
+        return sum(k.flops(batch) for k in self.kernels if k.backward == backward)
+
+
+@dataclass(frozen=True)
+class TracedWorkload:
+    """A model measured by tracing (module docstring)."""
+
+    name: str
+    """What the user named (``module:factory``)."""
+    example_shape: Shape
+    """One example's input shape (no batch dimension)."""
+    input_dtype: str
+    """The input's dtype (``float32``, ``bfloat16``, ``int64``)."""
+    dtype: str
+    """The dtype parameters and activations were traced in."""
+    units: tuple[Unit, ...]
+    grad_order: tuple[str, ...]
+    """Parameter names in the order their gradients complete in the backward pass."""
+    unit_class: str
+    """The module class the repeated units are instances of."""
+
+    @property
+    def named_params(self) -> list[tuple[str, Shape]]:
+        """Every parameter (name, shape), unit by unit."""
+        return [p for u in self.units for p in u.params]
+
+    def total_params(self) -> int:
+        return sum(u.num_params for u in self.units)
+
+    def flops_per_example(self, backward: bool | None = None) -> float:
+        """Forward, backward or (``None``) both passes' FLOPs of one example."""
+        return sum(k.flops_per_example for u in self.units for k in u.kernels
+                   if backward is None or k.backward == backward)
