@@ -86,3 +86,74 @@ def test_a_factory_that_builds_no_module_is_refused() -> None:
         trace_factory(lambda: 3, "three", (4,))
     with pytest.raises(ConfigError, match="give --input-shape"):
         trace_factory(lambda: torch.nn.Linear(4, 4), "linear")
+
+
+def test_pipeline_stages_balance_contiguous_units() -> None:
+    from plait.cost.traced import split_stages
+
+    # pre and post ride with the first and last stages: weights 1+5, 1, 1, 5+1
+    assert split_stages([1, 5, 1, 1, 5, 1], 2) == [[0, 1, 2], [3, 4, 5]]
+    assert split_stages([0, 1, 1, 1, 1, 0], 4) == [[0, 1], [2], [3], [4, 5]]
+    assert split_stages([1, 2, 3], 1) == [[0, 1, 2]]
+
+
+def test_ddp_buckets_expose_only_what_follows_the_backward() -> None:
+    """Two 40 MB gradients (over the 25 MB cap: a bucket each), the second unit's ready after 1 s of backward and
+    the first's after 2 s: the first bucket's all-reduce hides behind the second unit's backward, the last one is
+    exposed whole (Li et al. 2020, Sec. 3.2.3)."""
+    from plait.cost.links import collective_s
+    from plait.cost.traced import _ddp_buckets_s
+    from plait.workload.traced import TracedWorkload, Unit
+
+    elements = 10 * 2**20
+    units = (Unit("pre", (), (), 0, 0, 0), Unit("a", (), (("a.weight", (elements,)),), 0, 0, 0),
+             Unit("b", (), (("b.weight", (elements,)),), 0, 0, 0), Unit("post", (), (), 0, 0, 0))
+    work = TracedWorkload("toy", (1,), "float32", "float32", units, ("b.weight", "a.weight"), "Toy")
+    cluster, plan = get_cluster("dgx-a100-ib"), Plan(dp_replicate=8, global_batch=8, micro_batch=1)
+    one = float(collective_s(cluster, "all_reduce", 8, 1, 4.0 * elements))
+    assert one < 1.0
+    seconds = [(0.0, 0.0), (0.0, 1.0), (0.0, 1.0), (0.0, 0.0)]
+    assert _ddp_buckets_s(cluster, plan, work, [0, 1, 2, 3], seconds, 4.0) == pytest.approx(one)
+
+
+@pytest.fixture(scope="module")
+def resnet_estimates() -> dict[str, dict[str, object]]:
+    """The issue's two commands: ResNet-50 on 64 A100s, global batch 2048, all-reduce and PowerSGD."""
+    pytest.importorskip("transformers")
+    import json
+    import subprocess
+    import sys
+
+    out = {}
+    for label, extra in (("allreduce", []), ("powersgd", ["--dp-sync", "powersgd:rank=4"])):
+        done = subprocess.run([sys.executable, "-m", "plait", "estimate", "--model", "plait.workload.zoo:resnet50",
+                               "--cluster", "dgx-a100-ib", "--gpus", "64", "--global-batch", "2048", *extra, "--json"],
+                              capture_output=True, text=True, check=True)
+        out[label] = json.loads(done.stdout)
+    return out
+
+
+def test_resnet50_estimates_break_down_in_full(resnet_estimates) -> None:  # type: ignore[no-untyped-def]
+    for est in resnet_estimates.values():
+        times = est["time_breakdown_s"]
+        assert sum(times.values()) == pytest.approx(est["step_time_s"])
+        assert times["compute"] > 0 and times["dp_comm"] > 0 and times["optimizer"] > 0
+        assert est["sample_unit"] == "samples" and est["plan"]["micro_batch"] == 32  # 2048 / 64 replicas
+        assert sum(est["memory_breakdown_bytes"].values()) == pytest.approx(est["memory_total_bytes"])
+    plain, compressed = resnet_estimates["allreduce"], resnet_estimates["powersgd"]
+    assert compressed["plan"]["dp_sync"].startswith("powersgd:rank=4")
+    assert compressed["time_breakdown_s"]["compute"] == plain["time_breakdown_s"]["compute"]
+
+
+def test_full_sharding_at_small_micro_batches_gathers_more() -> None:
+    """ZeRO-3 regathers every unit each micro-batch: 32 micro-batches of 1 expose more than one of 32."""
+    pytest.importorskip("transformers")
+    from plait.cost.traced import estimate_traced
+    from plait.engine.catalog import get_engine
+
+    work, cluster, engine = trace("plait.workload.zoo:resnet50"), get_cluster("dgx-a100-ib"), get_engine()
+    small, whole = (estimate_traced(work, cluster, Plan(dp_shard=64, sharding="zero3", global_batch=2048,
+                                                        micro_batch=mb), engine) for mb in (1, 32))
+    assert small.time.fsdp_comm_s > whole.time.fsdp_comm_s > 0
+    with pytest.raises(ConfigError, match="tp=2: a traced workload"):
+        estimate_traced(work, cluster, Plan(tp=2, dp_replicate=32, global_batch=2048, micro_batch=32), engine)

@@ -9,12 +9,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
+from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
+from plait.errors import ConfigError
 from plait.plan.defaults import GLOBAL_BATCH
 from plait.plan.rules import check_plan
 from plait.predict.estimate import predict
+from plait.predict.traced import parse_shape, predict_traced
+from plait.workload.tracing import is_traced_name
 
 
 def estimate_command(
@@ -34,7 +37,7 @@ def estimate_command(
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism. [default: on when tp > 1]")] = None,
     recompute: Annotated[str, typer.Option(help="none | selective | full.")] = "none",
     recompute_layers: Annotated[int, typer.Option(help="Layers per stage recomputed with --recompute full (-1: all).")] = -1,
-    micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
+    micro_batch: Annotated[int | None, typer.Option(help="Sequences (traced models: examples) per micro-batch. [default: 1; traced models: the replica's whole batch]")] = None,
     global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = GLOBAL_BATCH,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence (0: the model's).")] = 0,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 | fp8.")] = "bf16",
@@ -44,17 +47,32 @@ def estimate_command(
     train_tokens: Annotated[float, typer.Option(help="Tokens to train for the time and cost figures.")] = 1e12,
     simulate: Annotated[bool | None, typer.Option("--simulate/--closed-form", help="Time the pipeline by the event simulation or by the closed forms (within 2%). [default: simulate pipelines of <= 192 chunk passes]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    input_shape: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: one example's input shape, e.g. 3,224,224 (the factory's example_shape when it has one).")] = None,
+    input_dtype: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64. [default: the factory's, else float32]")] = None,
 ) -> None:
-    """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train."""
+    """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
+
+    --model MODULE:FACTORY traces any PyTorch module the factory builds (on the meta device: no weights, no GPU);
+    its plans take data and pipeline parallelism, and --micro-batch/--global-batch count examples."""
+    traced = model is not None and is_traced_name(model)
+    if traced:  # one replica's batch at once, unsharded, unless asked otherwise (a CNN's habit)
+        sharding = sharding or "none"
+        micro_batch = micro_batch if micro_batch is not None else max(1, global_batch * tp * pp * cp // max(gpus, 1))
     plan = plan_from_options(
         gpus=gpus, tp=tp, pp=pp, vpp=vpp, schedule=schedule, cp=cp, ep=ep, dp_replicate=dp_replicate,
         sharding=sharding, sp=sp, recompute=recompute, recompute_layers=recompute_layers,
-        micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,
+        micro_batch=1 if micro_batch is None else micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,
         offload_optimizer=offload_optimizer, offload_params=offload_params, dp_sync=dp_sync,
     ) if plan_file is None else None
-    job, file_gpus = resolve_job(model, cluster, plan_file, plan, engine)
-    check_plan(job.plan.with_seq_len(job.model.seq_len), job.model, job.cluster, num_gpus=file_gpus)
-    result = predict(job, simulate=simulate)
+    if traced:
+        if plan is None:
+            raise ConfigError("a traced model (--model MODULE:FACTORY) takes layout options, not --plan")
+        result = predict_traced(model, cluster or DEFAULT_CLUSTER, plan, engine, parse_shape(input_shape),
+                                input_dtype)
+    else:
+        job, file_gpus = resolve_job(model, cluster, plan_file, plan, engine)
+        check_plan(job.plan.with_seq_len(job.model.seq_len), job.model, job.cluster, num_gpus=file_gpus)
+        result = predict(job, simulate=simulate)
     if as_json:
         from plait.predict.goodput import goodput
 

@@ -55,8 +55,11 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     else:
         console.print(f"[bold red]does not fit[/]: needs {mem.total_bytes / GIB:.1f} GiB, the GPU has "
                       f"{mem.capacity_bytes / GIB:.1f} GiB (exceeds by {-mem.headroom_bytes / GIB:.1f} GiB)")
-    console.print(f"throughput: {est.tokens_per_s:,.0f} tokens/s, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU; "
-                  f"MFU {100 * est.mfu:.1f}%, HFU {100 * est.hfu:.1f}% (PaLM FLOP convention, {est.plan.precision} dense peak)")
+    unit = est.sample_unit
+    convention = "PaLM" if unit == "tokens" else "traced"
+    console.print(f"throughput: {est.tokens_per_s:,.0f} {unit}/s, {est.tokens_per_s_per_gpu:,.0f} {unit}/s/GPU; "
+                  f"MFU {100 * est.mfu:.1f}%, HFU {100 * est.hfu:.1f}% ({convention} FLOP convention, "
+                  f"{est.plan.precision} dense peak)")
     if est.plan.dp_sync != "allreduce":
         figure = est.convergence
         said = (f"{figure.multiplier:.3g} ({figure.basis}: {figure.source})" if figure.known
@@ -68,7 +71,7 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
         console.print(f"gossip mixing: spectral gap {gap:.4g} (1 - rho of the mixing matrix; decentralized SGD's "
                       "extra steps grow as 1/gap^2, Lian et al. 2017, Theorem 1)")
     egress = est.egress_usd(train_tokens)
-    console.print(f"to train {train_tokens:.3g} tokens: {_duration(est.time_to_train_s(train_tokens))}, "
+    console.print(f"to train {train_tokens:.3g} {est.sample_unit}: {_duration(est.time_to_train_s(train_tokens))}, "
                   f"{est.gpu_hours(train_tokens):,.0f} GPU-hours, ${est.cost_usd(train_tokens):,.0f} "
                   + (f"(${est.cost_usd(train_tokens) - egress:,.0f} " if egress else "")
                   + f"at ${est.price_per_gpu_hour_usd:.2f}/GPU-hour"

@@ -133,6 +133,12 @@ class Estimate:
     """Options with no effect and other notes."""
     moe_model: bool = False
     """Whether the model has mixture-of-experts layers (widens the interval, :mod:`plait.predict.intervals`)."""
+    sample_unit: str = "tokens"
+    """What ``tokens_per_step`` counts: tokens of a language model, or ``samples`` (examples) of a traced workload
+    (:mod:`plait.cost.traced`)."""
+    flop_convention: str = ("PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs the dense peak of the plan's "
+                            "matmul precision")
+    """How ``model_flops_per_step`` is counted."""
 
     @property
     def step_time_s(self) -> float:
@@ -240,8 +246,8 @@ class Estimate:
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
-            "flop_convention": ("PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs the dense peak of the "
-                                "plan's matmul precision"),
+            "flop_convention": self.flop_convention,
+            "sample_unit": self.sample_unit,
             "egress_bytes_per_step": self.egress_bytes_per_step,
             "steps_multiplier": self.convergence.multiplier,
             "steps_multiplier_basis": self.convergence.basis,

@@ -163,8 +163,9 @@ def _rank_shape_groups(model: ModelSpec, cols: PlanColumns,
             for i, (tp, n, f, lt) in enumerate(distinct)]
 
 
-def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns,
-                 params: dict[str, Any], stage: Any = 0, busy: Any = 0.0) -> tuple[Any, Any, Any]:
+def method_costs(model: ModelSpec | None, cluster: Cluster, sync: Sync, cols: PlanColumns,
+                 params: dict[str, Any], stage: Any = 0, busy: Any = 0.0,
+                 named: list[tuple[str, Shape]] | None = None) -> tuple[Any, Any, Any]:
     """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
     memory per GPU) of ``sync`` on each row of ``cols`` (:mod:`plait.plan.rules`: cp = ep = 1), per step in steady
     state, for one rank of the slowest stage ``stage``. ``params``: the parameters that rank holds
@@ -179,22 +180,25 @@ def method_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColum
     dependent P and Q all-reduces, top-k's all-gathers and their compute are taken as exposed (``plait run``
     keeps one bucket on gloo, so they follow the backward); local SGD and DiLoCo average after the optimizer step,
     over whole replicas (with sharding, each HSDP ``dp_replicate`` group averages its shard). GEMMs of PowerSGD
-    at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth."""
+    at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth. ``named``: the rank's
+    parameters where they come from elsewhere than ``model``'s closed forms (a traced workload,
+    :mod:`plait.cost.traced`; ``model`` is then unused)."""
     if sync.method in INFREQUENT:
         return _averaging_costs(cluster, sync, cols, params)
     if sync.method in ASYNCHRONOUS:  # closed-network bounds, plait.cost.async_sgd
         return async_sgd.async_costs(cluster, sync, cols, params["dense"] + params["expert"], busy)
+    groups = [(True, named)] if named is not None else _rank_shape_groups(model, cols, stage)  # type: ignore[arg-type]
     if sync.method in AGGREGATED:
         over = shown = extra = cols.zeros()
-        for rows, named in _rank_shape_groups(model, cols, stage):
-            o, s, e = servers.aggregated_costs(cluster, sync, cols, named)
+        for rows, held in groups:
+            o, s, e = servers.aggregated_costs(cluster, sync, cols, held)
             over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
         return over, shown, extra
     if sync.method not in (*COMPRESSED, "pipe_sgd"):
         raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
     over = shown = extra = cols.zeros()
-    for rows, named in _rank_shape_groups(model, cols, stage):
-        o, s, e = _gradient_costs(cluster, sync, cols, [shape for _, shape in named], busy)
+    for rows, held in groups:
+        o, s, e = _gradient_costs(cluster, sync, cols, [shape for _, shape in held], busy)
         over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
     return over, shown, extra
 

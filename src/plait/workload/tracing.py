@@ -17,6 +17,7 @@ list or mapping, as Hugging Face's ``ModelOutput``) is reduced to a mean as the 
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -58,9 +59,11 @@ def load_factory(name: str) -> Callable[[], Any]:
     return factory  # type: ignore[no-any-return]
 
 
+@functools.lru_cache(maxsize=8)
 def trace(name: str, example_shape: Shape | None = None, input_dtype: str | None = None,
           dtype: str = "bfloat16") -> TracedWorkload:
-    """The workload of the module that factory ``name`` builds (module docstring)."""
+    """The workload of the module that factory ``name`` builds (module docstring); kept per arguments in this
+    process (a workload is immutable)."""
     return trace_factory(load_factory(name), name, example_shape, input_dtype, dtype)
 
 

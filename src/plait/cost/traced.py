@@ -1,0 +1,295 @@
+"""Step time and memory per GPU of a plan for a traced workload (issue 17; :mod:`plait.workload.traced`).
+
+The same physics as the transformer path, read from the trace instead of closed forms:
+
+- **Kernels.** Each traced operator on ``b`` examples is a roofline (Williams, Waterman & Patterson 2009): an
+  operator with FLOPs runs at the accelerator's GEMM curve at the square edge of its arithmetic intensity (an
+  ``M x N x K`` product moves ``M K + K N + M N`` elements for ``2 M N K`` FLOPs, so the edge of the square GEMM
+  of equal intensity is ``3 F / (2 elements)``: :mod:`plait.cost.compute`), the others at the sustained memory
+  bandwidth, none shorter than a kernel launch.
+- **Pipeline.** Units are cut into ``pp`` contiguous stages (the stem with the first, the head and loss with the
+  last) minimising the slowest stage's forward and backward (the linear-partition dynamic programme); 1F1B or
+  GPipe time and in-flight micro-batches as :mod:`plait.cost.pipeline`; each micro-batch sends the cut unit's
+  output forward and its gradient back.
+- **Data parallelism.** Unsharded replicas reduce gradients in DDP's buckets (``bucket_cap_mb``, 25 MB by
+  default) filled in the order the trace saw gradients complete; a bucket's all-reduce starts when its last
+  gradient is ready and after the previous bucket's, and what ends after the last micro-batch's backward is exposed
+  (Li et al., "PyTorch Distributed", VLDB 2020, Sec. 3.2.3 and 4.2). ZeRO-1/2 reduce-scatter and all-gather once per
+  step, ZeRO-3 gathers each unit's parameters before its forward and its backward and reduce-scatters its gradients
+  after it, one unit ahead (Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 3.3); other ``dp_sync`` methods are costed
+  on the traced parameter tensors by :func:`plait.cost.sync.method_costs`.
+- **Memory.** Model states as :mod:`plait.cost.memory` (ZeRO, Rajbhandari et al. 2020); activations are the
+  units' saved bytes times the micro-batches in flight; full recomputation keeps each recomputed unit's input and
+  one unit's activations while it is recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from plait.cost.compute import memory_bytes_per_s
+from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
+from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
+from plait.cost.links import collective_s
+from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param
+from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
+from plait.cost.sync import method_costs
+from plait.engine.engine import Engine
+from plait.errors import ConfigError
+from plait.hardware.accelerator import Accelerator
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.plan.convergence import averaging_replicas, convergence
+from plait.plan.plan import Plan
+from plait.plan.sync import INFREQUENT, WHOLE_GRADIENTS, parse_sync
+from plait.units import GIB
+from plait.workload.traced import Kernel, TracedWorkload, Unit
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DDP_BUCKET_MB = 25.0
+"""PyTorch DDP's default ``bucket_cap_mb`` (torch/nn/parallel/distributed.py), where the engine states none."""
+FLOP_CONVENTION = ("traced: PyTorch FlopCounterMode formulas for every forward and backward operator (hardware FLOPs: "
+                   "flash attention's backward counts its recomputed scores)")
+
+
+def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
+    """One-line refusals of what a traced workload cannot be planned with (yet)."""
+    for name, value in (("tp", plan.tp), ("cp", plan.cp), ("ep", plan.ep), ("vpp", plan.vpp)):
+        if value != 1:
+            raise ConfigError(f"{name}={value}: a traced workload ({work.name}) runs data and pipeline parallelism "
+                              f"only ({name} needs the layer structure a closed-form model describes); use {name}=1")
+    if plan.recompute == "selective":
+        raise ConfigError("recompute='selective' needs an attention core to drop; a traced workload takes "
+                          "'none' or 'full'")
+    if plan.pp > 1 and plan.schedule not in ("1f1b", "gpipe"):
+        raise ConfigError(f"schedule={plan.schedule!r}: a traced workload's pipeline runs 1f1b or gpipe")
+    blocks = len(work.units) - 2
+    if plan.pp > max(1, blocks):
+        raise ConfigError(f"pp={plan.pp} must be at most the {blocks} {work.unit_class} units a pipeline can cut")
+    if plan.offload_params or plan.offload_optimizer:
+        raise ConfigError("offloading is not costed for traced workloads yet; use offload_params = "
+                          "offload_optimizer = false")
+    if plan.global_batch % (plan.micro_batch * plan.dp):
+        raise ConfigError(f"global_batch={plan.global_batch} must be a multiple of micro_batch x dp = "
+                          f"{plan.micro_batch * plan.dp}")
+    if plan.dp_sync != "allreduce":
+        sync = parse_sync(plan.dp_sync)
+        if sync.method in WHOLE_GRADIENTS and plan.sharding != "none":
+            raise ConfigError(f"dp_sync={sync.method!r} reduces each replica's whole gradient and needs "
+                              f"sharding='none' (got sharding={plan.sharding!r})")
+
+
+def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int) -> float:
+    """Roofline seconds of one traced operator on ``batch`` examples (module docstring)."""
+    moved, flops = kernel.bytes(batch), kernel.flops(batch)
+    launch = acc.efficiency.kernel_launch_us.value * 1e-6
+    memory = moved / memory_bytes_per_s(acc)
+    if not flops:
+        return max(memory, launch)
+    edge = 3.0 * flops / (2.0 * max(moved / element_bytes, 1.0))
+    curve = acc.efficiency.matmul_fp8 if gemm_dtype == "fp8" else acc.efficiency.matmul_bf16
+    return max(flops / (acc.peak_flops(gemm_dtype) * curve.at(edge)), memory, launch)
+
+
+def unit_seconds(unit: Unit, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int) -> tuple[float, float]:
+    """(forward, backward) seconds of one unit on ``batch`` examples."""
+    fwd = bwd = 0.0
+    for kernel in unit.kernels:
+        seconds = kernel_s(kernel, batch, acc, gemm_dtype, element_bytes)
+        if kernel.backward:
+            bwd += seconds
+        else:
+            fwd += seconds
+    return fwd, bwd
+
+
+def split_stages(costs: list[float], stages: int) -> list[list[int]]:
+    """Unit indices of ``stages`` contiguous stages minimising the largest stage cost (the first and last units,
+    ``pre`` and ``post``, ride with the first and last stages); the linear-partition dynamic programme."""
+    inner = list(range(1, len(costs) - 1))
+    if stages == 1 or not inner:
+        return [list(range(len(costs)))]
+    weights = [costs[i] + (costs[0] if i == inner[0] else 0.0) + (costs[-1] if i == inner[-1] else 0.0) for i in inner]
+    n = len(weights)
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    best = [[float("inf")] * (n + 1) for _ in range(stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for end in range(k, n + 1):
+            for start in range(k - 1, end):
+                value = max(best[k - 1][start], prefix[end] - prefix[start])
+                if value < best[k][end]:
+                    best[k][end], cut[k][end] = value, start
+    bounds, end = [], n
+    for k in range(stages, 0, -1):
+        bounds.append((cut[k][end], end))
+        end = cut[k][end]
+    groups = [[inner[i] for i in range(a, b)] for a, b in reversed(bounds)]
+    groups[0].insert(0, 0)
+    groups[-1].append(len(costs) - 1)
+    return groups
+
+
+def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine) -> Estimate:
+    """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``."""
+    check_traced_plan(work, plan)
+    plan = replace(plan, seq_len=1)  # one example is the unit of throughput
+    cols, acc = PlanColumns.one(plan), cluster.accelerator
+    gemm_dtype = plan.precision if plan.precision in ("fp8", "fp16") else "bf16"
+    element = ELEMENT_BYTES.get(work.dtype, 2)
+    b, m, dp = plan.micro_batch, plan.num_micro_batches, plan.dp
+    grad_bytes = 2.0 if plan.grad_reduce_dtype == "bf16" else 4.0
+    seconds = [unit_seconds(u, b, acc, gemm_dtype, element) for u in work.units]
+    stages = split_stages([f + w for f, w in seconds], plan.pp)
+    recomputed = [plan.recompute == "full" and 0 < i < len(work.units) - 1 for i in range(len(work.units))]
+
+    def stage_pass(group: list[int]) -> tuple[float, float, float]:
+        fwd = sum(seconds[i][0] for i in group)
+        bwd = sum(seconds[i][1] for i in group)
+        return fwd, bwd, sum(seconds[i][0] for i in group if recomputed[i])
+
+    passes = [stage_pass(g) for g in stages]
+    totals = [f + w + r for f, w, r in passes]
+    slow = max(range(len(stages)), key=lambda s: totals[s])
+    mean = sum(totals) / len(totals)
+    mean_bwd = sum(w + r for _, w, r in passes) / len(passes)
+    busy, bubble = pipeline_time_s(cols, totals[slow], mean, mean_bwd, mean_bwd / 2)
+    group = stages[slow]
+    params = {"dense": float(sum(work.units[i].num_params for i in group)), "expert": 0.0, "norms": 0.0}
+    named = [p for i in group for p in work.units[i].params]
+    fsdp = m * _fsdp_exposed_s(cluster, plan, work, group, seconds, grad_bytes)
+    last_backward = passes[slow][1] + passes[slow][2]
+    dp_comm, extra = _dp_comm_s(cluster, plan, cols, work, group, seconds, params, named, grad_bytes,
+                                last_backward, passes[slow][0], busy)
+    p2p = 0.0
+    if plan.pp > 1:  # the largest cut's activation, forward and back, per micro-batch
+        sent = max(work.units[g[-1]].output_bytes_per_example * b for g in stages[:-1])
+        p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp, sent))
+    time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
+                         pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
+                         optimizer_s=float(optimizer_step_s(cluster, cols, params, grad_bytes)))
+    memory = _memory(work, cluster, plan, cols, stages, _fullest_stage(work, plan, cols, stages), grad_bytes, extra)
+    flops = work.flops_per_example() * plan.global_batch
+    refwd = sum(u.flops(1, False) for u, r in zip(work.units, recomputed) if r) * plan.global_batch
+    warnings = ["plait run does not run traced workloads yet (estimate only)"]
+    if cluster.site_gpus is not None and plan.num_gpus > cluster.site_gpus:
+        warnings.append("bytes leaving sites are not counted for traced workloads yet")
+    return Estimate(
+        model_name=work.name, cluster_name=cluster.name, engine=engine.spec, plan=plan, memory=memory, time=time,
+        tokens_per_step=plan.global_batch, model_flops_per_step=flops, hardware_flops_per_step=flops + refwd,
+        peak_flops_per_gpu=acc.peak_flops(gemm_dtype), price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
+        state_bytes=work.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(cols))),
+        storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
+        convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
+        warnings=warnings, sample_unit="samples", flop_convention=FLOP_CONVENTION)
+
+
+def _fullest_stage(work: TracedWorkload, plan: Plan, cols: PlanColumns, stages: list[list[int]]) -> int:
+    """The stage whose activations in flight weigh most (1F1B holds ``pp - s`` micro-batches on stage ``s``)."""
+    def held(s: int) -> float:
+        saved = sum(work.units[i].saved_bytes(plan.micro_batch) for i in stages[s])
+        return float(inflight_micro_batches(cols, s)) * saved
+    return max(range(len(stages)), key=held)
+
+
+def _fsdp_exposed_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int],
+                    seconds: list[tuple[float, float]], grad_bytes: float) -> float:
+    """ZeRO-3 seconds on the critical path per micro-batch: each unit's gather hidden behind the previous unit's
+    compute, its reduce-scatter behind the next (module docstring)."""
+    if plan.sharding != "zero3" or plan.dp_shard <= 1:
+        return 0.0
+    exposed = 0.0
+    for i in group:
+        count = work.units[i].num_params
+        gather = float(collective_s(cluster, "all_gather", plan.dp_shard, 1, PARAM_BYTES * count))
+        reduce = float(collective_s(cluster, "reduce_scatter", plan.dp_shard, 1, grad_bytes * count))
+        exposed += max(0.0, gather - seconds[i][0]) + max(0.0, gather + reduce - seconds[i][1])
+    return exposed
+
+
+def _dp_comm_s(cluster: Cluster, plan: Plan, cols: PlanColumns, work: TracedWorkload, group: list[int],
+               seconds: list[tuple[float, float]], params: dict[str, float], named: list[tuple[str, tuple[int, ...]]],
+               grad_bytes: float, last_backward: float, first_forward: float, busy: float) -> tuple[float, float]:
+    """(exposed data-parallel seconds per step, extra memory bytes of the synchronization method)."""
+    if plan.dp <= 1:
+        return 0.0, 0.0
+    reduce, gather = (float(x) for x in gradient_sync_s(cluster, cols, params, grad_bytes))
+    shown = extra = 0.0
+    if plan.dp_sync != "allreduce":
+        sync = parse_sync(plan.dp_sync)
+        over, shown, extra = (float(x) for x in method_costs(None, cluster, sync, cols, params, 0, busy, named))
+        if sync.method == "pipe_sgd":
+            reduce = 0.0
+        elif sync.method not in INFREQUENT:
+            reduce = over
+    elif plan.sharding == "none":
+        return _ddp_buckets_s(cluster, plan, work, group, seconds, grad_bytes), 0.0
+    exposed = float(exposed_sync_s(cols, reduce, gather, last_backward, first_forward, len(group)))
+    return exposed + shown, extra
+
+
+def _ddp_buckets_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int],
+                   seconds: list[tuple[float, float]], grad_bytes: float) -> float:
+    """Seconds DDP's bucketed all-reduce runs past the last backward (module docstring): gradients ready as their
+    unit's backward ends (units run backward last to first), buckets of ``bucket_cap_mb`` in the traced order."""
+    unit_of = {name: i for i in group for name, _ in work.units[i].params}
+    sizes = {name: shape for i in group for name, shape in work.units[i].params}
+    done, clock = {}, 0.0
+    for i in reversed(group):
+        clock += seconds[i][1]
+        done[i] = clock
+    cap = DDP_BUCKET_MB * 2**20
+    buckets: list[tuple[float, float]] = []  # (ready, bytes)
+    filled = ready = 0.0
+    for name in (n for n in work.grad_order if n in unit_of):
+        count = 1
+        for d in sizes[name]:
+            count *= d
+        filled += grad_bytes * count
+        ready = max(ready, done[unit_of[name]])
+        if filled >= cap:
+            buckets.append((ready, filled))
+            filled = 0.0
+    if filled:
+        buckets.append((ready, filled))
+    end = 0.0
+    for ready_s, size in buckets:
+        end = max(end, ready_s) + float(collective_s(cluster, "all_reduce", plan.dp, 1, size))
+    return max(0.0, end - clock)
+
+
+def _memory(work: TracedWorkload, cluster: Cluster, plan: Plan, cols: PlanColumns, stages: list[list[int]],
+            stage: int, grad_bytes: float, extra: float) -> MemoryBreakdown:
+    """Bytes on one GPU of ``stage`` (module docstring)."""
+    acc, group = cluster.accelerator, stages[stage]
+    count = float(sum(work.units[i].num_params for i in group))
+    shard = plan.dp_shard if plan.sharding != "none" else 1
+    weights = PARAM_BYTES * (count / shard if plan.sharding == "zero3" else count)
+    grads = grad_bytes * (count / shard if plan.sharding in ("zero2", "zero3") else count)
+    optimizer = float(optimizer_bytes_per_param(cols)) * (count / shard)
+    b, last = plan.micro_batch, len(work.units) - 1
+    full = plan.recompute == "full"
+    kept = 0.0
+    for i in group:
+        unit = work.units[i]
+        if full and 0 < i < last:  # its input (the previous unit's output) stays
+            kept += work.units[i - 1].output_bytes_per_example * b
+        else:
+            kept += unit.saved_bytes(b)
+    working = max((work.units[i].saved_bytes(b) for i in group if full and 0 < i < last), default=0.0)
+    inflight = float(inflight_micro_batches(cols, stage))
+    activations = inflight * kept + working
+    largest = max(work.units[i].num_params for i in group)
+    buffers = largest * (2 * PARAM_BYTES + grad_bytes) if plan.sharding == "zero3" and shard > 1 else 0.0
+    buffers += extra
+    eff = acc.efficiency
+    return MemoryBreakdown(
+        stage=stage, weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optimizer,
+        activations_bytes=activations, comm_buffers_bytes=buffers,
+        runtime_reserved_bytes=eff.runtime_reserved_gib.value * GIB,
+        fragmentation_bytes=eff.allocator_overhead.value * (activations + buffers),
+        capacity_bytes=acc.memory_bytes, inflight_micro_batches=inflight)
+
