@@ -157,3 +157,39 @@ def test_full_sharding_at_small_micro_batches_gathers_more() -> None:
     assert small.time.fsdp_comm_s > whole.time.fsdp_comm_s > 0
     with pytest.raises(ConfigError, match="tp=2: a traced workload"):
         estimate_traced(work, cluster, Plan(tp=2, dp_replicate=32, global_batch=2048, micro_batch=32), engine)
+
+
+def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:
+    class Reads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.linear(x) if x.sum() > 0 else x  # a value the meta device does not hold
+
+    with pytest.raises(ConfigError, match="code that reads tensor values cannot be traced") as caught:
+        trace_factory(Reads, "reads", (4,))
+    assert "\n" not in str(caught.value)
+
+
+def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
+    """plait validate --classic on the public ResNet-50 and BERT-large rows (tests/data/classic_dp.md): every mixed-
+    precision row on a system plait has a preset for is predicted; every other row says why in one line."""
+    pytest.importorskip("transformers")
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "plait", "validate", "--classic", "tests/data/classic_dp.csv",
+                           "--json"], capture_output=True, text=True, check=True)
+    summary = json.loads(done.stdout)
+    rows = summary["results"]
+    assert summary["rows_in_file"] == len(rows) == 90
+    for row in rows:
+        assert (row["error_pct"] is None) == bool(row["not_predicted"])
+        assert "\n" not in row["not_predicted"]
+    amp = [r for r in rows if " amp " in r["run"] and r["source"] != "DLE_PYT_BERT_1907"]
+    assert all(r["error_pct"] is not None for r in amp) and len(amp) == summary["rows"] > 20
+    assert set(summary["per_source"]) == {"DLE_PYT_RN50_2103", "DLE_PYT_RN50_1910", "DLE_TF_RN50_2006",
+                                          "DLE_PYT_BERT_2111"}

@@ -85,7 +85,13 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
         raise ConfigError(f"--model {name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
     model = model.to(getattr(torch, dtype)).train()
     units, unit_class = choose_units(model)
-    one, two = (_run(model, units, shape, input_dtype, dtype, batch) for batch in BATCHES)
+    try:
+        one, two = (_run(model, units, shape, input_dtype, dtype, batch) for batch in BATCHES)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as error:
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise ConfigError(f"--model {name!r}: its forward or backward failed on the meta device with input shape "
+                          f"{shape} ({type(error).__name__}: {first}); code that reads tensor values cannot be "
+                          "traced") from None
     return _combine(name, shape, input_dtype, dtype, unit_class, units, one, two)
 
 

@@ -27,3 +27,37 @@ def resnet50() -> Any:
 
 resnet50.example_shape = (3, 224, 224)  # type: ignore[attr-defined]
 resnet50.input_dtype = "float32"  # type: ignore[attr-defined]
+
+
+def bert_large() -> Any:
+    """BERT-large for pre-training (Devlin et al., NAACL 2019, Sec. 3: 24 layers, hidden 1024, 16 heads,
+    feed-forward 4096, dropout 0.1; masked-LM and next-sentence heads) with NVIDIA DeepLearningExamples' vocabulary
+    of 30,528 (the 30,522 WordPiece tokens padded to a multiple of 8, PyTorch/LanguageModeling/BERT/bert_configs/
+    large.json), built by Hugging Face ``transformers``' ``BertForPreTraining`` with its SDPA attention (a fused
+    kernel, as GPUs run it) over unpadded sequences: the wrapper calls the embeddings, the encoder without a mask
+    and the heads, the steps of ``BertModel.forward`` save its mask preparation, which reads the mask's values
+    (no meta tensor holds them). One example is a sequence of 128 tokens (``--input-shape 512`` for phase 2)."""
+    try:
+        import torch
+        from transformers import BertConfig, BertForPreTraining
+    except ImportError:
+        raise ConfigError("bert_large needs Hugging Face transformers: pip install 'plait[traced]'") from None
+
+    class UnmaskedBert(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            config = BertConfig(vocab_size=30528, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                intermediate_size=4096, max_position_embeddings=512, attn_implementation="sdpa")
+            self.model = BertForPreTraining(config)
+
+        def forward(self, input_ids: Any) -> Any:
+            bert = self.model.bert
+            hidden = bert.encoder(bert.embeddings(input_ids=input_ids), return_dict=False)[0]
+            scores, next_sentence = self.model.cls(hidden, bert.pooler(hidden))
+            return scores.float().mean() + next_sentence.float().mean()
+
+    return UnmaskedBert()
+
+
+bert_large.example_shape = (128,)  # type: ignore[attr-defined]
+bert_large.input_dtype = "int64"  # type: ignore[attr-defined]
