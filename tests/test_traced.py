@@ -193,3 +193,19 @@ def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
     assert all(r["error_pct"] is not None for r in amp) and len(amp) == summary["rows"] > 20
     assert set(summary["per_source"]) == {"DLE_PYT_RN50_2103", "DLE_PYT_RN50_1910", "DLE_TF_RN50_2006",
                                           "DLE_PYT_BERT_2111"}
+
+
+def test_the_traced_search_ranks_fitting_plans_and_counts_the_rest() -> None:
+    pytest.importorskip("transformers")
+    from plait.engine.catalog import get_engine
+    from plait.search.traced import search_traced
+
+    work = trace("plait.workload.zoo:resnet50")
+    result = search_traced(work, get_cluster("dgx1-v100"), 16, 16384, ("allreduce", "powersgd:rank=4"), get_engine())
+    assert result.candidates == len(result.ranked) + sum(result.reasons.values())
+    assert any("does not fit" in reason for reason in result.reasons)  # 1,024 images of 224^2 in 32 GB
+    assert any("needs sharding='none'" in reason for reason in result.reasons)  # PowerSGD with ZeRO
+    steps = [e.step_time_s * e.steps_multiplier for e in result.ranked]
+    assert steps == sorted(steps)
+    assert all(e.memory.total_bytes <= 0.95 * e.memory.capacity_bytes for e in result.ranked)
+    assert {e.plan.pp for e in result.ranked} > {1}  # pipelines over the traced stages are searched too

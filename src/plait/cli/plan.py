@@ -21,12 +21,15 @@ from plait.hardware.catalog import resolve_cluster
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
+from plait.predict.traced import parse_shape
 from plait.search.engine import RANK_BY, run_search
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.pareto import choose, pareto_front
 from plait.search.planner import check_objective, gpu_counts, relaxations, search_gpu_counts
 from plait.search.space import default_space
+from plait.search.traced import search_traced
 from plait.workload.catalog import resolve_model
+from plait.workload.tracing import is_traced_name, trace
 
 
 def _batches(text: str) -> tuple[int, ...]:
@@ -90,9 +93,38 @@ def plan_command(
     rank_by: Annotated[str, typer.Option(help="p50: rank by the predicted step time; p90: by its 90% bound (the plan "
                                               "that is fast even if the prediction is wrong).")] = "p50",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    input_shape: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: one example's input shape, e.g. 3,224,224.")] = None,
+    input_dtype: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64.")] = None,
 ) -> None:
-    """Search every parallel layout and memory knob; rank plans and explain the winner."""
+    """Search every parallel layout and memory knob; rank plans and explain the winner.
+
+    --model MODULE:FACTORY traces any PyTorch module and searches data and pipeline parallelism, ZeRO stages,
+    micro-batches, recomputation and the --dp-sync methods (global batch in examples)."""
     check_objective(objective)
+    if is_traced_name(model):
+        from plait.cli.render_plan import print_traced_search
+
+        if objective != "throughput" or export is not None or gpus_range:
+            raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus, without "
+                              "--export (plait run does not run traced workloads yet)")
+        batches = _batches(global_batch)
+        if len(batches) != 1:
+            raise ConfigError(f"--global-batch {global_batch!r}: a traced model is planned at one global batch")
+        syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or ())]))
+        work = trace(model, parse_shape(input_shape), input_dtype)
+        result = search_traced(work, resolve_cluster(cluster), gpus, batches[0], syncs,
+                               get_engine(engine or DEFAULT_ENGINE), memory_margin, precision or "bf16")
+        if as_json:
+            print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,
+                        "feasible": len(result.ranked), "infeasible_by_reason": dict(result.reasons),
+                        "top": [e.to_dict() for e in result.ranked[:top]],
+                        "why": why_winner(result.ranked[0]) if result.ranked else None,
+                        "runner_up": runner_up_gives_up(*result.ranked[:2]) if len(result.ranked) > 1 else None})
+        else:
+            print_traced_search(Console(), work.name, gpus, result, top)
+        if not result.ranked:
+            raise typer.Exit(1)
+        return
     if rank_by not in RANK_BY:
         raise ConfigError(f"--rank-by={rank_by!r} must be one of {', '.join(RANK_BY)}")
     if rank_by != "p50" and objective != "throughput":

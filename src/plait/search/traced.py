@@ -1,0 +1,74 @@
+"""The plan search for a traced workload (issue 17): data and pipeline parallelism over the traced units.
+
+Every candidate of the space is estimated by :func:`plait.cost.traced.estimate_traced` (about a millisecond
+each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
+of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
+for. Plans that do not fit in memory (with the margin) or that the rules refuse are counted by reason; the rest
+are ranked by step time over the method's steps multiplier, as the transformer search ranks them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from plait.cost.estimate import Estimate
+from plait.cost.traced import estimate_traced
+from plait.engine.engine import Engine
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.plan.plan import Plan
+from plait.workload.traced import TracedWorkload
+
+SHARDINGS = ("none", "zero1", "zero2", "zero3")
+RECOMPUTE = ("none", "full")
+
+
+@dataclass
+class TracedSearch:
+    """Ranked plans and why the others fell."""
+
+    ranked: list[Estimate] = field(default_factory=list)
+    reasons: Counter[str] = field(default_factory=Counter)
+    candidates: int = 0
+
+
+def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs: tuple[str, ...],
+                    precision: str = "bf16") -> list[Plan]:
+    """Every plan of the traced space on ``gpus`` GPUs at ``global_batch`` examples per step."""
+    blocks = max(1, len(work.units) - 2)
+    plans = []
+    for pp in (p for p in range(1, min(gpus, blocks) + 1) if gpus % p == 0):
+        dp = gpus // pp
+        if global_batch % dp:
+            continue
+        per_replica = global_batch // dp
+        micro = [m for m in (2**i for i in range(per_replica.bit_length())) if per_replica % m == 0]
+        for sharding in SHARDINGS if dp > 1 else ("none",):
+            for mb in micro:
+                for recompute in RECOMPUTE:
+                    for sync in dp_syncs:
+                        plans.append(Plan(pp=pp, dp_replicate=dp if sharding == "none" else 1,
+                                          dp_shard=1 if sharding == "none" else dp, sharding=sharding,
+                                          micro_batch=mb, global_batch=global_batch, recompute=recompute,
+                                          precision=precision, dp_sync=sync, optimizer="adamw"))
+    return plans
+
+
+def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batch: int, dp_syncs: tuple[str, ...],
+                  engine: Engine, memory_margin: float = 0.05, precision: str = "bf16") -> TracedSearch:
+    """Estimate every candidate; rank those that fit (module docstring)."""
+    out = TracedSearch()
+    for plan in candidate_plans(work, gpus, global_batch, dp_syncs, precision):
+        out.candidates += 1
+        try:
+            est = estimate_traced(work, cluster, plan, engine)
+        except ConfigError as refused:
+            out.reasons[str(refused).split(":")[0] if ":" in str(refused) else str(refused)] += 1
+            continue
+        if est.memory.total_bytes > est.memory.capacity_bytes * (1.0 - memory_margin):
+            out.reasons["does not fit in GPU memory (with the safety margin)"] += 1
+            continue
+        out.ranked.append(est)
+    out.ranked.sort(key=lambda e: e.step_time_s * e.steps_multiplier)
+    return out
