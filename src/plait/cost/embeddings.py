@@ -1,0 +1,232 @@
+"""Step time and memory per rank of a DLRM's sharded embedding tables (issue 17; :mod:`plait.workload.dlrm`).
+
+Each table is placed by one of TorchRec's sharding types (torchrec.distributed.types.ShardingType) on a
+``group`` of ranks; with 2D sparse parallelism (000-09: Zhang et al., arXiv 2508.03854, Sec. 3) the ``W`` ranks form
+``W / g`` groups of ``g``, each group holds every table sharded within it, and the groups are data-parallel
+replicas of the tables. A rank serves ``B`` samples; its group serves ``G = B g``. Per step, for a table of
+``R`` rows of ``d`` elements of ``e`` bytes looked up ``p`` times per sample:
+
+- **Lookups** (HBM-bound): each id reads its row (``d e``); each pooled output is written (``d e``) and its
+  gradient read back (``d e``); the backward fused with row-wise AdaGrad (FBGEMM's table-batched embedding, the
+  optimizer applied in the backward pass: Mudigere et al., ISCA 2022, Sec. 4.2) reads and writes each touched
+  row and its one fp32 state, ``2 d e + 8``: ``ids (3 d e k + 8) + 2 samples d e`` bytes on the rank that holds
+  them, ``k`` the kernel's penalty for rows narrower than its 128-element block (:func:`block_penalty`).
+- **table_wise** on rank ``r``: ``r`` looks up all ``G p`` ids; the pooled outputs go back by all-to-all, ``r``
+  sending ``B d e`` to each of the ``g - 1`` others (and receiving the gradients back in the backward pass); the ids
+  come in by an all-to-all of 8-byte indices, ``B p`` from each rank.
+- **column_wise** over ``k`` ranks: ``k`` table-wise shards of ``d / k`` columns.
+- **row_wise** over the group: ids hash to rows evenly (assumed uniform), each rank looks up ``G p / g``; each
+  rank's partial sums of all ``G`` samples are reduce-scattered, ``(g-1)/g G d e`` out of every rank (and
+  all-gathered back as gradients); indices all-to-all as above.
+- **table_row_wise** over one node of ``L`` ranks: row-wise inside the node, then the node's pooled outputs are
+  sent table-wise to the ranks of other nodes.
+- **data_parallel**: every rank holds the table, looks up its own ``B p`` ids and all-reduces the whole table's
+  gradient over the group (TorchRec's data-parallel sharding: DDP over the table).
+- Across the ``W / g`` replicas of 2D sparse parallelism, each table's touched rows' gradients are
+  all-reduced: ``min(R, G p) d e`` (000-09, Sec. 3.2).
+
+The dense part (bottom and top MLPs, the interaction) is data-parallel over all ``W`` ranks: its GEMMs at the
+accelerator's GEMM curve and one fp32 all-reduce of its gradients. A step is the busiest rank's lookups, its
+all-to-alls on the tier its group spans, the dense compute and the all-reduces, in sequence (no overlap assumed:
+TorchRec's train pipeline overlaps the input all-to-all of the next batch only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
+from plait.cost.links import collective_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workload.dlrm import DlrmSpec, Table
+
+SHARDINGS = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
+INDEX_BYTES = 8
+"""int64 ids, as TorchRec's KeyedJaggedTensor carries them."""
+STATE_BYTES = 4
+"""Row-wise AdaGrad: one fp32 accumulator per row (FBGEMM's EXACT_ROWWISE_ADAGRAD)."""
+DENSE_STATE_BYTES = 16
+"""fp32 weight, gradient and Adam's two moments per dense parameter."""
+DENSE_GEMM_EDGE = 1024.0
+"""Assumed: the MLPs' GEMMs (batch x widths of a few hundred to a few thousand) run at the GEMM curve's point for a
+1024 square edge."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one table lives: its sharding type and the group ranks (``0 .. g-1``) holding its shards."""
+
+    table: str
+    sharding: str
+    ranks: tuple[int, ...]
+
+
+@dataclass
+class RankLoad:
+    """One rank's share of a step (bytes)."""
+
+    lookup_bytes: float = 0.0
+    pooled_out: float = 0.0
+    """Pooled embeddings (or partial sums) this rank sends in the forward all-to-all; it receives as many
+    gradients in the backward one."""
+    pooled_in: float = 0.0
+    index_out: float = 0.0
+    index_in: float = 0.0
+    dense_reduce_bytes: float = 0.0
+    """Gradients of data-parallel tables, all-reduced over every rank."""
+    replica_reduce_bytes: float = 0.0
+    """Touched rows' gradients all-reduced across the 2D replicas."""
+    table_bytes: float = 0.0
+    state_bytes: float = 0.0
+    tables: list[str] = field(default_factory=list)
+
+    @property
+    def a2a_bytes(self) -> float:
+        """Bytes through the rank's link in its busier direction, the forward and backward all-to-alls of pooled
+        embeddings (each way mirrored) and the forward one of indices."""
+        pooled = max(self.pooled_out, self.pooled_in)
+        return 2 * pooled + max(self.index_out, self.index_in)
+
+
+def check_placement(table: Table, place: Placement, group: int, node: int) -> None:
+    """One-line refusals of a placement that cannot hold ``table``."""
+    if place.sharding not in SHARDINGS:
+        raise ConfigError(f"table {table.name}: sharding {place.sharding!r} must be one of {', '.join(SHARDINGS)}")
+    if not place.ranks or min(place.ranks) < 0 or max(place.ranks) >= group:
+        raise ConfigError(f"table {table.name}: ranks {place.ranks} must be ranks of the group 0..{group - 1}")
+    if place.sharding != "column_wise" and len(set(place.ranks)) != len(place.ranks):  # column shards may share
+        raise ConfigError(f"table {table.name}: {place.sharding} takes distinct ranks, got {place.ranks}")
+    if place.sharding == "table_wise" and len(place.ranks) != 1:
+        raise ConfigError(f"table {table.name}: table_wise takes one rank, got {place.ranks}")
+    if place.sharding == "column_wise" and table.dim % len(place.ranks):
+        raise ConfigError(f"table {table.name}: column_wise over {len(place.ranks)} ranks must divide dim={table.dim}")
+    if place.sharding == "row_wise" and len(place.ranks) != group:
+        raise ConfigError(f"table {table.name}: row_wise spreads rows over all {group} ranks of the group")
+    if place.sharding == "table_row_wise" and (len({r // node for r in place.ranks}) != 1 or len(place.ranks) != node):
+        raise ConfigError(f"table {table.name}: table_row_wise takes the {node} ranks of one node, got {place.ranks}")
+    if place.sharding == "data_parallel" and len(place.ranks) != group:
+        raise ConfigError(f"table {table.name}: data_parallel holds the table on all {group} ranks")
+
+
+def rank_loads(spec: DlrmSpec, placements: list[Placement], group: int, replicas: int, batch: int,
+               node: int) -> list[RankLoad]:
+    """Per group rank, its bytes of one step (module docstring); ``batch`` samples per rank, ``node`` ranks per
+    node."""
+    by_name = {t.name: t for t in spec.tables}
+    names = [p.table for p in placements]
+    if sorted(names) != sorted(by_name):
+        raise ConfigError(f"placements must name every table once: got {sorted(names)}, tables {sorted(by_name)}")
+    loads = [RankLoad() for _ in range(group)]
+    g_samples = batch * group
+    for place in placements:
+        t = by_name[place.table]
+        check_placement(t, place, group, node)
+        e, p, owners = t.element_bytes, t.pooling, place.ranks
+        if place.sharding in ("table_wise", "column_wise"):
+            d = t.dim // len(owners)
+            for r in owners:
+                _lookup(loads[r], g_samples * p, g_samples, d, e)
+                _hold(loads[r], t.rows, d, e, t.name)
+                loads[r].pooled_out += (group - 1) * batch * d * e
+                loads[r].index_in += (group - 1) * batch * p * INDEX_BYTES
+            for r in range(group):
+                others = len(owners) - (r in owners)  # shards this rank receives from other ranks
+                loads[r].pooled_in += others * batch * d * e
+                loads[r].index_out += others * batch * p * INDEX_BYTES
+        elif place.sharding == "row_wise":  # partial sums reduce-scattered: (g-1) B d e out and in
+            for r in owners:
+                _lookup(loads[r], g_samples * p / group, g_samples, t.dim, e)
+                _hold(loads[r], t.rows / group, t.dim, e, t.name)
+                loads[r].pooled_out += (group - 1) * batch * t.dim * e
+                loads[r].pooled_in += (group - 1) * batch * t.dim * e
+                loads[r].index_out += (group - 1) / group * batch * p * INDEX_BYTES
+                loads[r].index_in += (group - 1) / group * batch * p * INDEX_BYTES
+        elif place.sharding == "table_row_wise":  # row-wise in the node, its sums sent to every other rank
+            share = len(owners)
+            for r in owners:
+                _lookup(loads[r], g_samples * p / share, g_samples, t.dim, e)
+                _hold(loads[r], t.rows / share, t.dim, e, t.name)
+                inside = (share - 1) * batch * t.dim * e * group / share  # reduce-scatter of G samples' sums
+                loads[r].pooled_out += inside + (group - share) * batch * t.dim * e / share
+                loads[r].pooled_in += inside
+                loads[r].index_in += (group - share) * batch * p * INDEX_BYTES / share
+            for r in (r for r in range(group) if r not in owners):
+                loads[r].pooled_in += batch * t.dim * e
+                loads[r].index_out += batch * p * INDEX_BYTES
+        else:  # data_parallel
+            for r in range(group):
+                _lookup(loads[r], batch * p, batch, t.dim, e)
+                _hold(loads[r], t.rows, t.dim, e, t.name)
+                loads[r].dense_reduce_bytes += t.rows * t.dim * 4.0  # the whole table's gradient, fp32
+        if replicas > 1 and place.sharding != "data_parallel":  # 2D: the touched rows across the replicas
+            touched = min(t.rows, g_samples * p) * t.dim * e
+            for r in owners:
+                loads[r].replica_reduce_bytes += touched / len(owners)
+    return loads
+
+
+def block_penalty(dim: int) -> float:
+    """Time per looked-up row of ``dim`` elements relative to its bytes: FBGEMM's table-batched embedding kernel
+    gives each row a warp of 32 threads x 4-element vectors (128 elements), so narrower rows leave lanes idle:
+    1.15 from 64 to 127 elements, 1.75 from 32 to 63 (TorchRec's ``HALF_BLOCK_PENALTY`` and
+    ``QUARTER_BLOCK_PENALTY``, "empirical studies", torchrec/distributed/planner/constants.py @1.8.0, applied in
+    its estimator by dimension). Below 32 elements a row is taken to cost a 32-wide one (assumed: the quarter
+    block is the kernel's smallest unit)."""
+    if dim >= 128:
+        return 1.0
+    if dim >= 64:
+        return 1.15
+    return 1.75 * max(1.0, 32 / dim)
+
+
+def _lookup(load: RankLoad, ids: float, samples: float, dim: int, e: int) -> None:
+    load.lookup_bytes += ids * (3 * dim * e * block_penalty(dim) + 2 * STATE_BYTES) + 2 * samples * dim * e
+
+
+def _hold(load: RankLoad, rows: float, dim: int, e: int, name: str) -> None:
+    load.table_bytes += rows * dim * e
+    load.state_bytes += rows * STATE_BYTES
+    load.tables.append(name)
+
+
+@dataclass(frozen=True)
+class DlrmEstimate:
+    """Per-rank step time and memory of a placement."""
+
+    rank_time_s: tuple[float, ...]
+    rank_memory_bytes: tuple[float, ...]
+    dense_s: float
+    step_s: float
+
+    @property
+    def max_memory_bytes(self) -> float:
+        return max(self.rank_memory_bytes)
+
+
+def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster, world: int, batch: int,
+                  group: int | None = None) -> DlrmEstimate:
+    """Per-rank time and memory of one step of ``batch`` samples per rank on ``world`` ranks of ``cluster``, tables
+    placed within groups of ``group`` ranks (default: all; module docstring). A rank's time is its lookups, its
+    all-to-all bytes over the group's tier (each collective waits for its busiest rank: the step takes the
+    largest), and its all-reduces."""
+    group = group or world
+    if group <= 0 or world % group:
+        raise ConfigError(f"group={group} must divide world={world} (2D sparse parallelism: replicated groups)")
+    acc = cluster.accelerator
+    node = min(cluster.gpus_per_node, group)
+    loads = rank_loads(spec, placements, group, world // group, batch, node)
+    hbm = memory_bytes_per_s(acc)
+    flops = 3.0 * spec.mlp_flops_per_sample() * batch  # forward and backward (twice the forward)
+    dense_s = flops / matmul_flops_per_s(acc, "bf16", DENSE_GEMM_EDGE)
+    dense_s += float(collective_s(cluster, "all_reduce", world, 1, 4.0 * spec.mlp_params()))
+    times, memories = [], []
+    spread = group / (group - 1) if group > 1 else 1.0  # all_to_all_s takes bytes spread over all g ranks
+    for load in loads:
+        a2a = float(collective_s(cluster, "all_to_all", group, 1, load.a2a_bytes * spread))
+        reduce = float(collective_s(cluster, "all_reduce", world, 1, load.dense_reduce_bytes))
+        reduce += float(collective_s(cluster, "all_reduce", world // group, group, load.replica_reduce_bytes))
+        times.append(load.lookup_bytes / hbm + a2a + reduce)
+        pooled = 4 * batch * sum(t.dim * t.element_bytes for t in spec.tables)  # outputs and gradients, both ways
+        memories.append(load.table_bytes + load.state_bytes + DENSE_STATE_BYTES * spec.mlp_params() + pooled)
+    return DlrmEstimate(tuple(times), tuple(memories), dense_s, max(times) + dense_s)

@@ -1,0 +1,86 @@
+"""plait's embedding placements and TorchRec's sharding plans, both ways (issue 17).
+
+- :func:`sharding_plan` turns a plait placement into TorchRec's own ``ShardingPlan`` through
+  ``torchrec.distributed.sharding_plan.construct_module_sharding_plan`` and its per-table helpers
+  (``table_wise(rank=...)``, ``column_wise(ranks=...)``, ``row_wise()``, ``table_row_wise(host_index=...)``,
+  ``data_parallel()``), so that TorchRec itself checks it and ``DistributedModelParallel(plan=...)`` runs it.
+- :func:`torchrec_placements` asks TorchRec's ``EmbeddingShardingPlanner`` (its enumerator, estimators, greedy
+  partitioner) for its plan of the same tables on the same topology and reads it back as plait placements, with
+  TorchRec's own estimate of each rank's time (the sum of its shards' ``perf.total``, in TorchRec's unit).
+
+Needs ``torchrec`` with ``fbgemm-gpu-cpu`` (README: the recsys install).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait.cost.embeddings import Placement
+from plait.errors import ConfigError
+from plait.workload.dlrm import DlrmSpec
+
+
+def embedding_bags(spec: DlrmSpec, device: str = "meta") -> Any:
+    """TorchRec's ``EmbeddingBagCollection`` of the tables (one feature each, pooled by sum)."""
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+    from torchrec.modules.embedding_configs import DataType
+
+    types = {"fp32": DataType.FP32, "fp16": DataType.FP16}
+    tables = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
+                                 feature_names=[f"{t.name}_ids"], data_type=types[t.dtype]) for t in spec.tables]
+    return EmbeddingBagCollection(tables=tables, device=torch.device(device))
+
+
+def sharding_plan(spec: DlrmSpec, placements: list[Placement], world: int, local_world: int,
+                  device_type: str = "cuda") -> Any:
+    """TorchRec's ``ShardingPlan`` of ``placements`` (module docstring)."""
+    from torchrec.distributed import sharding_plan as sp
+
+    per_table = {}
+    for place in placements:
+        if place.sharding == "table_wise":
+            per_table[place.table] = sp.table_wise(rank=place.ranks[0])
+        elif place.sharding == "column_wise":
+            per_table[place.table] = sp.column_wise(ranks=list(place.ranks))
+        elif place.sharding == "row_wise":
+            per_table[place.table] = sp.row_wise()
+        elif place.sharding == "table_row_wise":
+            per_table[place.table] = sp.table_row_wise(host_index=place.ranks[0] // local_world)
+        else:
+            per_table[place.table] = sp.data_parallel()
+    module_plan = sp.construct_module_sharding_plan(embedding_bags(spec), per_param_sharding=per_table,
+                                                    local_size=local_world, world_size=world,
+                                                    device_type=device_type)
+    from torchrec.distributed.types import ShardingPlan
+
+    return ShardingPlan({"": module_plan})
+
+
+def torchrec_placements(spec: DlrmSpec, world: int, local_world: int, batch: int,
+                        hbm_bytes: float) -> tuple[list[Placement], list[float]]:
+    """TorchRec planner's placement of the tables (module docstring) and its estimated time per rank."""
+    import logging
+
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    logging.getLogger("torchrec").setLevel(logging.ERROR)
+    topology = Topology(world_size=world, compute_device="cuda", local_world_size=local_world, hbm_cap=int(hbm_bytes))
+    constraints = {t.name: ParameterConstraints(pooling_factors=[t.pooling]) for t in spec.tables}
+    planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints)
+    plan = planner.plan(embedding_bags(spec), [EmbeddingBagCollectionSharder()])
+    placements = []
+    for module_plan in plan.plan.values():
+        for name, sharding in module_plan.items():  # type: ignore[attr-defined]
+            ranks = tuple(sharding.ranks) if sharding.ranks else tuple(range(world))
+            placements.append(Placement(name, sharding.sharding_type, ranks))
+    per_rank = [0.0] * world
+    for option in planner._best_plan or []:  # TorchRec keeps its chosen options with their shard estimates
+        for shard in option.shards:
+            if shard.perf is not None and shard.rank is not None:
+                per_rank[shard.rank] += shard.perf.total
+    if len(placements) != len(spec.tables):
+        raise ConfigError(f"TorchRec planned {len(placements)} of {len(spec.tables)} tables")
+    return placements, per_rank

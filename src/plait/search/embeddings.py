@@ -1,0 +1,89 @@
+"""Placing a DLRM's embedding tables on ranks (issue 17): greedy searches over TorchRec's sharding types.
+
+Tables are placed one at a time, the costliest first (most lookup bytes per step), each where the step that
+:func:`plait.cost.embeddings.estimate_dlrm` predicts for the tables placed so far is shortest — ties to the lower
+peak memory — among the placements that fit: table-wise on each rank, column-wise over the least-loaded 2 or 4
+ranks, row-wise over the group, table-row-wise on each node, data-parallel. Minimising the slowest rank table by
+table favours spreading every table, even where that adds work (narrow column shards, row-wise reduce-scatters),
+so a second pass chooses each table's placement by the work it adds over all ranks instead, on the least-loaded
+ranks (longest-processing-time first, Graham 1969); the plan whose step is shorter wins. The second pass is the
+heuristic of TorchRec's own planner (its proposer takes each table's cheapest sharding option, its
+GreedyPerfPartitioner places the costliest shard first onto the rank that finishes it soonest), with plait's cost
+model as the measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from plait.cost.embeddings import Placement, estimate_dlrm
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workload.dlrm import DlrmSpec, Table
+
+
+def options(table: Table, group: int, node: int, loaded: list[int]) -> list[Placement]:
+    """The placements tried for ``table`` (module docstring); ``loaded``: group ranks, least loaded first."""
+    out = [Placement(table.name, "table_wise", (r,)) for r in range(group)]
+    for k in (2, 4):
+        if k < group and table.dim % k == 0:
+            out.append(Placement(table.name, "column_wise", tuple(sorted(loaded[:k]))))
+    if group > 1:
+        out.append(Placement(table.name, "row_wise", tuple(range(group))))
+        out.append(Placement(table.name, "data_parallel", tuple(range(group))))
+    if 1 < node < group:
+        out += [Placement(table.name, "table_row_wise", tuple(range(n * node, (n + 1) * node)))
+                for n in range(group // node)]
+    return out
+
+
+def plan_tables(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int | None = None,
+                memory_margin: float = 0.05) -> list[Placement]:
+    """A placement of every table (module docstring); one-line error when no placement of a table fits."""
+    group = group or world
+    plans, refusal = [], None
+    for least_work in (False, True):
+        try:
+            plans.append(_greedy(spec, cluster, world, batch, group, memory_margin, least_work))
+        except ConfigError as error:
+            refusal = error
+    if not plans:
+        assert refusal is not None
+        raise refusal
+    scored = [(estimate_dlrm(spec, p, cluster, world, batch, group), p) for p in plans]
+    return min(scored, key=lambda pair: (pair[0].step_s, pair[0].max_memory_bytes))[1]
+
+
+def _greedy(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int, memory_margin: float,
+            least_work: bool) -> list[Placement]:
+    """One pass (module docstring): each table where the slowest rank ends soonest, or (``least_work``) where it
+    adds the least time over all ranks, on the least-loaded ranks."""
+    node = min(cluster.gpus_per_node, group)
+    capacity = cluster.accelerator.memory_bytes * (1.0 - memory_margin)
+    order = sorted(spec.tables, key=lambda t: -(t.pooling * 3 * t.dim * t.element_bytes + t.bytes / batch))
+    placed: list[Placement] = []
+    for table in order:
+        done = {p.table for p in placed}
+        sub = replace(spec, tables=tuple(t for t in spec.tables if t.name in done | {table.name}))
+        loaded, before = list(range(group)), 0.0
+        if placed:  # column-wise shards (and, by work, table-wise ones) go to the ranks with the least work so far
+            so_far = estimate_dlrm(replace(spec, tables=tuple(t for t in spec.tables if t.name in done)), placed,
+                                   cluster, world, batch, group)
+            loaded.sort(key=lambda r: (so_far.rank_time_s[r], r))
+            before = sum(so_far.rank_time_s)
+        tried = options(table, group, node, loaded)
+        if least_work:
+            tried = [o for o in tried if o.sharding != "table_wise" or o.ranks == (loaded[0],)]
+        best = None
+        for option in tried:
+            est = estimate_dlrm(sub, [*placed, option], cluster, world, batch, group)
+            if est.max_memory_bytes > capacity:
+                continue
+            key = ((sum(est.rank_time_s) - before) if least_work else est.step_s, est.max_memory_bytes)
+            if best is None or key < best[0]:
+                best = (key, option)
+        if best is None:
+            raise ConfigError(f"table {table.name} ({table.bytes / 2**30:.1f} GiB) fits no placement on {group} ranks "
+                              f"of {cluster.accelerator.memory_bytes / 2**30:.0f} GiB beside the tables placed before it")
+        placed.append(best[1])
+    return placed
