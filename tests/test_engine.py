@@ -109,4 +109,10 @@ def test_estimate_changes_only_through_the_engine_facts() -> None:
     assert eager.step_time_s == titan.step_time_s  # torchtitan's own default: compile off
     compiled = estimate(MODEL, CLUSTER, plan, engine=get_engine("torchtitan[compile=true,loss_compile=false]"))
     assert compiled.step_time_s < titan.step_time_s  # fused pointwise ops move fewer bytes
-    assert compiled.memory == titan.memory  # the option changes kernels, not what is stored
+    # eager silu(a) * b saves silu's output too, one bf16 value per token and MLP column in every layer, which
+    # the compiled block does not keep; nothing else stored changes
+    saved = MODEL.num_layers * plan.micro_batch * titan.plan.seq_len * MODEL.ffn_hidden_size * 2
+    assert titan.memory.activations_bytes - compiled.memory.activations_bytes == saved
+    for name, value in titan.memory.items():
+        if name not in ("activations", "fragmentation"):
+            assert value == dict(compiled.memory.items())[name]
