@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from plait.plan.plan import Plan
 from plait.workload.catalog import get_model
 
 torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
 
 from plait.run.model import Transformer
 from plait.workload.tracing import trace, trace_factory
@@ -116,21 +118,27 @@ def test_ddp_buckets_expose_only_what_follows_the_backward() -> None:
     assert _ddp_buckets_s(cluster, plan, work, [0, 1, 2, 3], seconds, 4.0) == pytest.approx(one)
 
 
+def _cli_json(argv: list[str]) -> dict[str, object]:
+    """``plait ARGV`` run in this process (the console script's code path; traces stay cached), its JSON."""
+    import contextlib
+    import io
+    import json
+
+    from plait.cli.main import run_cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert run_cli(argv) == 0
+    return json.loads(out.getvalue())  # type: ignore[no-any-return]
+
+
 @pytest.fixture(scope="module")
 def resnet_estimates() -> dict[str, dict[str, object]]:
     """The issue's two commands: ResNet-50 on 64 A100s, global batch 2048, all-reduce and PowerSGD."""
     pytest.importorskip("transformers")
-    import json
-    import subprocess
-    import sys
-
-    out = {}
-    for label, extra in (("allreduce", []), ("powersgd", ["--dp-sync", "powersgd:rank=4"])):
-        done = subprocess.run([sys.executable, "-m", "plait", "estimate", "--model", "plait.workload.zoo:resnet50",
-                               "--cluster", "dgx-a100-ib", "--gpus", "64", "--global-batch", "2048", *extra, "--json"],
-                              capture_output=True, text=True, check=True)
-        out[label] = json.loads(done.stdout)
-    return out
+    return {label: _cli_json(["estimate", "--model", "plait.workload.zoo:resnet50", "--cluster", "dgx-a100-ib",
+                              "--gpus", "64", "--global-batch", "2048", *extra, "--json"])
+            for label, extra in (("allreduce", []), ("powersgd", ["--dp-sync", "powersgd:rank=4"]))}
 
 
 def test_resnet50_estimates_break_down_in_full(resnet_estimates) -> None:  # type: ignore[no-untyped-def]
@@ -177,13 +185,7 @@ def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
     """plait validate --classic on the public ResNet-50 and BERT-large rows (tests/data/classic_dp.md): every mixed-
     precision row on a system plait has a preset for is predicted; every other row says why in one line."""
     pytest.importorskip("transformers")
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-m", "plait", "validate", "--classic", "tests/data/classic_dp.csv",
-                           "--json"], capture_output=True, text=True, check=True)
-    summary = json.loads(done.stdout)
+    summary = _cli_json(["validate", "--classic", str(ROOT / "tests" / "data" / "classic_dp.csv"), "--json"])
     rows = summary["results"]
     assert summary["rows_in_file"] == len(rows) == 90
     for row in rows:
