@@ -222,11 +222,12 @@ def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster,
     dense_s += float(collective_s(cluster, "all_reduce", world, 1, 4.0 * spec.mlp_params()))
     times, memories = [], []
     spread = group / (group - 1) if group > 1 else 1.0  # all_to_all_s takes bytes spread over all g ranks
+    pooled = 4 * batch * sum(t.dim * t.element_bytes for t in spec.tables)  # outputs and gradients, both ways
+    every_rank = DENSE_STATE_BYTES * spec.mlp_params() + pooled
     for load in loads:
         a2a = float(collective_s(cluster, "all_to_all", group, 1, load.a2a_bytes * spread))
         reduce = float(collective_s(cluster, "all_reduce", world, 1, load.dense_reduce_bytes))
         reduce += float(collective_s(cluster, "all_reduce", world // group, group, load.replica_reduce_bytes))
         times.append(load.lookup_bytes / hbm + a2a + reduce)
-        pooled = 4 * batch * sum(t.dim * t.element_bytes for t in spec.tables)  # outputs and gradients, both ways
-        memories.append(load.table_bytes + load.state_bytes + DENSE_STATE_BYTES * spec.mlp_params() + pooled)
+        memories.append(load.table_bytes + load.state_bytes + every_rank)
     return DlrmEstimate(tuple(times), tuple(memories), dense_s, max(times) + dense_s)

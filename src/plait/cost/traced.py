@@ -25,6 +25,7 @@ The same physics as the transformer path, read from the trace instead of closed 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from plait.cost.compute import memory_bytes_per_s
@@ -235,8 +236,7 @@ def _ddp_buckets_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: li
                    seconds: list[tuple[float, float]], grad_bytes: float) -> float:
     """Seconds DDP's bucketed all-reduce runs past the last backward (module docstring): gradients ready as their
     unit's backward ends (units run backward last to first), buckets of ``bucket_cap_mb`` in the traced order."""
-    unit_of = {name: i for i in group for name, _ in work.units[i].params}
-    sizes = {name: shape for i in group for name, shape in work.units[i].params}
+    held = {name: (i, math.prod(shape)) for i in group for name, shape in work.units[i].params}
     done, clock = {}, 0.0
     for i in reversed(group):
         clock += seconds[i][1]
@@ -244,12 +244,10 @@ def _ddp_buckets_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: li
     cap = DDP_BUCKET_MB * 2**20
     buckets: list[tuple[float, float]] = []  # (ready, bytes)
     filled = ready = 0.0
-    for name in (n for n in work.grad_order if n in unit_of):
-        count = 1
-        for d in sizes[name]:
-            count *= d
+    for name in (n for n in work.grad_order if n in held):
+        unit, count = held[name]
         filled += grad_bytes * count
-        ready = max(ready, done[unit_of[name]])
+        ready = max(ready, done[unit])
         if filled >= cap:
             buckets.append((ready, filled))
             filled = 0.0

@@ -62,13 +62,12 @@ def _greedy(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int
     capacity = cluster.accelerator.memory_bytes * (1.0 - memory_margin)
     order = sorted(spec.tables, key=lambda t: -(t.pooling * 3 * t.dim * t.element_bytes + t.bytes / batch))
     placed: list[Placement] = []
+    so_far = None  # the estimate of the tables placed so far: the previous table's chosen one
     for table in order:
         done = {p.table for p in placed}
         sub = replace(spec, tables=tuple(t for t in spec.tables if t.name in done | {table.name}))
         loaded, before = list(range(group)), 0.0
-        if placed:  # column-wise shards (and, by work, table-wise ones) go to the ranks with the least work so far
-            so_far = estimate_dlrm(replace(spec, tables=tuple(t for t in spec.tables if t.name in done)), placed,
-                                   cluster, world, batch, group)
+        if so_far is not None:  # column-wise shards (and, by work, table-wise ones) go to the least-loaded ranks
             loaded.sort(key=lambda r: (so_far.rank_time_s[r], r))
             before = sum(so_far.rank_time_s)
         tried = options(table, group, node, loaded)
@@ -81,9 +80,10 @@ def _greedy(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int
                 continue
             key = ((sum(est.rank_time_s) - before) if least_work else est.step_s, est.max_memory_bytes)
             if best is None or key < best[0]:
-                best = (key, option)
+                best = (key, option, est)
         if best is None:
             raise ConfigError(f"table {table.name} ({table.bytes / 2**30:.1f} GiB) fits no placement on {group} ranks "
                               f"of {cluster.accelerator.memory_bytes / 2**30:.0f} GiB beside the tables placed before it")
         placed.append(best[1])
+        so_far = best[2]
     return placed

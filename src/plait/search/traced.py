@@ -64,7 +64,7 @@ def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batc
         try:
             est = estimate_traced(work, cluster, plan, engine)
         except ConfigError as refused:
-            out.reasons[str(refused).split(":")[0] if ":" in str(refused) else str(refused)] += 1
+            out.reasons[str(refused)] += 1
             continue
         if est.memory.total_bytes > est.memory.capacity_bytes * (1.0 - memory_margin):
             out.reasons["does not fit in GPU memory (with the safety margin)"] += 1

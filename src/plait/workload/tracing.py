@@ -85,6 +85,8 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
         raise ConfigError(f"--model {name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
     model = model.to(getattr(torch, dtype)).train()
     units, unit_class = choose_units(model)
+    owners = _owners(model, units, len(units) + 2)
+    named = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
     try:
         one, two = (_run(model, units, shape, input_dtype, dtype, batch) for batch in BATCHES)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as error:
@@ -92,7 +94,7 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
         raise ConfigError(f"--model {name!r}: its forward or backward failed on the meta device with input shape "
                           f"{shape} ({type(error).__name__}: {first}); code that reads tensor values cannot be "
                           "traced") from None
-    return _combine(name, shape, input_dtype, dtype, unit_class, units, one, two)
+    return _combine(name, shape, input_dtype, dtype, unit_class, units, one, two, owners, named)
 
 
 def choose_units(model: Any) -> tuple[list[str], str]:
@@ -149,16 +151,14 @@ def _first_tensor(value: Any) -> Any:
 
 
 class _Record:
-    """What one pass at one batch size saw: kernels (unit, name, flops, bytes, backward), saved bytes (unit,
-    fixed?, bytes), output bytes per unit, gradient order and the unit each parameter belongs to."""
+    """What one pass at one batch size saw: kernels (unit, name, flops, bytes, backward), saved tensors (unit,
+    whether a parameter, bytes), output bytes per unit and the gradient order."""
 
     def __init__(self, count: int) -> None:
         self.kernels: list[tuple[int, str, float, float, bool]] = []
         self.saved: list[tuple[int, bool, float]] = []
         self.outputs = [0.0] * count
         self.grad_order: list[str] = []
-        self.param_unit: dict[str, int] = {}
-        self.shapes: dict[str, Shape] = {}
 
 
 def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: str, batch: int) -> _Record:
@@ -242,8 +242,6 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
     names = {id(p): n for n, p in model.named_parameters()}
     for p in model.parameters():
         hooks.append(p.register_post_accumulate_grad_hook(lambda p: record.grad_order.append(names[id(p)])))
-    record.param_unit = _owners(model, units, count)
-    record.shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     example = torch.zeros((batch, *shape), dtype=getattr(torch, input_dtype), device="meta")
     if example.is_floating_point():
         example = example.to(getattr(torch, dtype))
@@ -320,9 +318,9 @@ def _owners(model: Any, units: list[str], count: int) -> dict[str, int]:
 
 
 def _combine(name: str, shape: Shape, input_dtype: str, dtype: str, unit_class: str, units: list[str],
-             one: _Record, two: _Record) -> TracedWorkload:
+             one: _Record, two: _Record, owners: dict[str, int], named: list[tuple[str, Shape]]) -> TracedWorkload:
     """Fixed and per-example parts from the passes at the two batch sizes (operator by operator): a quantity
-    ``q`` at batch ``b`` is ``fixed + per b``."""
+    ``q`` at batch ``b`` is ``fixed + per b``; ``owners``: each parameter's unit (:func:`_owners`)."""
     if [k[:2] + k[4:] for k in one.kernels] != [k[:2] + k[4:] for k in two.kernels]:
         raise ConfigError(f"--model {name!r}: the operators run differ between batch sizes {BATCHES[0]} and "
                           f"{BATCHES[1]} (control flow that depends on the batch is not traced)")
@@ -342,8 +340,8 @@ def _combine(name: str, shape: Shape, input_dtype: str, dtype: str, unit_class: 
             if not is_param:
                 saved[unit][column] += size
     params: list[list[tuple[str, Shape]]] = [[] for _ in range(count)]
-    for pname, unit in one.param_unit.items():
-        params[unit].append((pname, one.shapes[pname]))
+    for pname, pshape in named:
+        params[owners[pname]].append((pname, pshape))
     labels = ["pre", *units, "post"]
     built = tuple(Unit(labels[i], tuple(kernels[i]), tuple(params[i]), *split(*saved[i]),
                        split(one.outputs[i], two.outputs[i])[1]) for i in range(count))
