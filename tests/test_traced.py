@@ -211,3 +211,21 @@ def test_the_traced_search_ranks_fitting_plans_and_counts_the_rest() -> None:
     assert steps == sorted(steps)
     assert all(e.memory.total_bytes <= 0.95 * e.memory.capacity_bytes for e in result.ranked)
     assert {e.plan.pp for e in result.ranked} > {1}  # pipelines over the traced stages are searched too
+
+
+def test_commands_without_traced_workloads_refuse_a_factory_by_name(tmp_path: Path) -> None:
+    """plait run (and every command that takes catalog models only) refuses a MODULE:FACTORY before launch, in one
+    line naming it."""
+    import contextlib
+    import io
+
+    from plait.cli.main import run_cli
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[job]\nmodel = "plait.workload.zoo:resnet50"\n[plan]\ndp_replicate = 2\nglobal_batch = 4\n')
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert run_cli(["run", "--plan", str(plan), "--dry-run"]) == 2
+    assert err.getvalue().count("\n") == 1
+    assert "'plait.workload.zoo:resnet50' is a module factory" in err.getvalue()
+    assert "plait run does not run traced workloads yet" in err.getvalue()

@@ -56,4 +56,10 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"model file {str(path)!r} is not valid TOML: {exc}") from exc
         return model_from_mapping(raw, str(path))
+    from plait.workload.tracing import is_traced_name
+
+    if is_traced_name(name_or_path):  # the commands that take a traced module handle it before they get here
+        raise ConfigError(f"model {name_or_path!r} is a module factory: plait estimate and plait plan trace it; "
+                          "this command takes catalog models and model files (plait run does not run traced "
+                          "workloads yet)")
     return get_model(name_or_path)
