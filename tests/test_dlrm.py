@@ -23,22 +23,24 @@ def test_table_wise_bytes_by_hand() -> None:
     (16 B) and, fused with row-wise AdaGrad, read and write it (32 B), a 4-element row costing a 32-element one
     at the kernel's quarter-block penalty 1.75 (48 B x 8 x 1.75 = 672 B), and read and write its 4-byte state
     (8 B); the 6 pooled outputs are written and their gradients read (2 x 16 B each): 12 x 680 + 6 x 32 B. It
-    sends rank 1's 3 pooled rows (48 B) and gets their gradients back; rank 1 sends its 6 ids (48 B)."""
+    sends rank 1's 3 pooled rows (48 B) and gets their gradients back; rank 1 sends its 6 ids (48 B) and 3 int32
+    lengths (12 B), after 3 int64 split sizes (24 B) each way."""
     owner, other = rank_loads(ONE, [Placement("t", "table_wise", (0,))], group=2, replicas=1, batch=3, node=2)
     assert owner.lookup_bytes == 12 * 680 + 6 * 32 and other.lookup_bytes == 0
-    assert (owner.pooled_out, other.pooled_in, other.index_out, owner.index_in) == (48, 48, 48, 48)
-    assert owner.a2a_bytes == other.a2a_bytes == 2 * 48 + 48
+    assert (owner.pooled_out, other.pooled_in, other.index_out, owner.index_in) == (48, 48, 60, 60)
+    assert owner.header_bytes == other.header_bytes == 24
+    assert owner.a2a_bytes == other.a2a_bytes == 2 * 48 + 60 + 24
     assert (owner.table_bytes, owner.state_bytes, other.table_bytes) == (1600, 400, 0)
 
 
 def test_row_wise_bytes_by_hand() -> None:
     """Row-wise over 2 ranks: each looks up half of the 12 ids (6 x 680 B, above) for all 6 samples' partial
-    sums (6 x 32 B), reduce-scatters the other rank's 3 partial sums (48 B each way) and bucketizes half its
-    ids."""
+    sums (6 x 32 B), reduce-scatters the other rank's 3 partial sums (48 B each way) and sends the other rank the
+    half of its 6 ids in that rank's rows (24 B) with the 3 samples' bucketized lengths (12 B)."""
     loads = rank_loads(ONE, [Placement("t", "row_wise", (0, 1))], group=2, replicas=1, batch=3, node=2)
     for load in loads:
         assert load.lookup_bytes == 6 * 680 + 6 * 32
-        assert (load.pooled_out, load.pooled_in, load.index_out) == (48, 48, 24)
+        assert (load.pooled_out, load.pooled_in, load.index_out, load.index_in) == (48, 48, 36, 36)
         assert (load.table_bytes, load.state_bytes) == (800, 200)
 
 

@@ -6,22 +6,31 @@ Each table is placed by one of TorchRec's sharding types (torchrec.distributed.t
 replicas of the tables. A rank serves ``B`` samples; its group serves ``G = B g``. Per step, for a table of
 ``R`` rows of ``d`` elements of ``e`` bytes looked up ``p`` times per sample:
 
-- **Lookups** (HBM-bound): each id reads its row (``d e``); each pooled output is written (``d e``) and its
-  gradient read back (``d e``); the backward fused with row-wise AdaGrad (FBGEMM's table-batched embedding, the
-  optimizer applied in the backward pass: Mudigere et al., ISCA 2022, Sec. 4.2) reads and writes each touched
-  row and its one fp32 state, ``2 d e + 8``: ``ids (3 d e k + 8) + 2 samples d e`` bytes on the rank that holds
-  them, ``k`` the kernel's penalty for rows narrower than its 128-element block (:func:`block_penalty`).
+- **Lookups** (HBM-bound): each id reads its row (``d e``); each pooled output is written (``d o``) and its
+  gradient read back (``d o``), ``o = 4``: FBGEMM's table-batched embedding pools into fp32 whatever the table's
+  dtype (its ``output_dtype`` defaults to ``SparseType.FP32``: torchrec/distributed/batched_embedding_kernel.py
+  @1.8.0); the backward fused with row-wise AdaGrad (the optimizer applied in the backward pass: Mudigere et al.,
+  ISCA 2022, Sec. 4.2) reads and writes each touched row and its one fp32 state, ``2 d e + 8``:
+  ``ids (3 d e k + 8) + 2 samples d o`` bytes on the rank that holds them, ``k`` the kernel's penalty for rows
+  narrower than its 128-element block (:func:`block_penalty`).
+- **Inputs**: a rank's sparse features travel to the ranks that hold their tables as TorchRec's KeyedJaggedTensor,
+  by one all-to-all per sharding type (torchrec/distributed/dist_data.py ``KJTAllToAll`` @1.8.0): the ids (8-byte
+  int64) and one length per sample and feature (4-byte int32, as TorchRec's Criteo loader builds them), after a
+  header of 3 int64 to each peer (the lengths' and the ids' split sizes and the batch stride:
+  ``KJTAllToAllSplitsAwaitable``).
 - **table_wise** on rank ``r``: ``r`` looks up all ``G p`` ids; the pooled outputs go back by all-to-all, ``r``
-  sending ``B d e`` to each of the ``g - 1`` others (and receiving the gradients back in the backward pass); the ids
-  come in by an all-to-all of 8-byte indices, ``B p`` from each rank.
-- **column_wise** over ``k`` ranks: ``k`` table-wise shards of ``d / k`` columns.
+  sending ``B d o`` to each of the ``g - 1`` others (and receiving the gradients back in the backward pass); each
+  other rank sends it ``B p`` ids and ``B`` lengths.
+- **column_wise** over ``k`` ranks: ``k`` table-wise shards of ``d / k`` columns (each shard gets the ids).
 - **row_wise** over the group: ids hash to rows evenly (assumed uniform), each rank looks up ``G p / g``; each
-  rank's partial sums of all ``G`` samples are reduce-scattered, ``(g-1)/g G d e`` out of every rank (and
-  all-gathered back as gradients); indices all-to-all as above.
+  rank's partial sums of all ``G`` samples are reduce-scattered, ``(g-1)/g G d o`` out of every rank (and
+  all-gathered back as gradients); each rank sends every peer the ``B p / g`` ids that fall in its rows and
+  ``B`` lengths (the bucketized lengths of all its samples).
 - **table_row_wise** over one node of ``L`` ranks: row-wise inside the node, then the node's pooled outputs are
-  sent table-wise to the ranks of other nodes.
+  sent table-wise to the ranks of other nodes; every rank sends each of the ``L`` holders ``B p / L`` ids and
+  ``B`` lengths.
 - **data_parallel**: every rank holds the table, looks up its own ``B p`` ids and all-reduces the whole table's
-  gradient over the group (TorchRec's data-parallel sharding: DDP over the table).
+  gradient over the group (TorchRec's data-parallel sharding: DDP over the table); no input moves.
 - Across the ``W / g`` replicas of 2D sparse parallelism, each table's touched rows' gradients are
   all-reduced: ``min(R, G p) d e`` (000-09, Sec. 3.2).
 
@@ -44,6 +53,12 @@ from plait.workload.dlrm import DlrmSpec, Table
 SHARDINGS = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
 INDEX_BYTES = 8
 """int64 ids, as TorchRec's KeyedJaggedTensor carries them."""
+LENGTH_BYTES = 4
+"""int32 lengths, one per sample and feature (torchrec/datasets/criteo.py builds them so)."""
+HEADER_BYTES = 3 * 8
+"""The split sizes each rank sends each peer before an input all-to-all (module docstring)."""
+OUTPUT_BYTES = 4
+"""fp32 pooled embeddings and their gradients (module docstring)."""
 STATE_BYTES = 4
 """Row-wise AdaGrad: one fp32 accumulator per row (FBGEMM's EXACT_ROWWISE_ADAGRAD)."""
 DENSE_STATE_BYTES = 16
@@ -72,7 +87,10 @@ class RankLoad:
     gradients in the backward one."""
     pooled_in: float = 0.0
     index_out: float = 0.0
+    """Ids and lengths this rank sends in the input all-to-alls."""
     index_in: float = 0.0
+    header_bytes: float = 0.0
+    """Split sizes sent to the peers (as many received)."""
     dense_reduce_bytes: float = 0.0
     """Gradients of data-parallel tables, all-reduced over every rank."""
     replica_reduce_bytes: float = 0.0
@@ -84,9 +102,9 @@ class RankLoad:
     @property
     def a2a_bytes(self) -> float:
         """Bytes through the rank's link in its busier direction, the forward and backward all-to-alls of pooled
-        embeddings (each way mirrored) and the forward one of indices."""
+        embeddings (each way mirrored) and the forward ones of the inputs."""
         pooled = max(self.pooled_out, self.pooled_in)
-        return 2 * pooled + max(self.index_out, self.index_in)
+        return 2 * pooled + max(self.index_out, self.index_in) + self.header_bytes
 
 
 def check_placement(table: Table, place: Placement, group: int, node: int) -> None:
@@ -118,42 +136,35 @@ def rank_loads(spec: DlrmSpec, placements: list[Placement], group: int, replicas
     if sorted(names) != sorted(by_name):
         raise ConfigError(f"placements must name every table once: got {sorted(names)}, tables {sorted(by_name)}")
     loads = [RankLoad() for _ in range(group)]
-    g_samples = batch * group
+    g_samples, o = batch * group, OUTPUT_BYTES
     for place in placements:
         t = by_name[place.table]
         check_placement(t, place, group, node)
         e, p, owners = t.element_bytes, t.pooling, place.ranks
+        ids, lengths = batch * p * INDEX_BYTES, batch * LENGTH_BYTES  # one rank's samples of this feature
         if place.sharding in ("table_wise", "column_wise"):
             d = t.dim // len(owners)
             for r in owners:
                 _lookup(loads[r], g_samples * p, g_samples, d, e)
                 _hold(loads[r], t.rows, d, e, t.name)
-                loads[r].pooled_out += (group - 1) * batch * d * e
-                loads[r].index_in += (group - 1) * batch * p * INDEX_BYTES
+                loads[r].pooled_out += (group - 1) * batch * d * o
+                loads[r].index_in += (group - 1) * (ids + lengths)
             for r in range(group):
-                others = len(owners) - (r in owners)  # shards this rank receives from other ranks
-                loads[r].pooled_in += others * batch * d * e
-                loads[r].index_out += others * batch * p * INDEX_BYTES
-        elif place.sharding == "row_wise":  # partial sums reduce-scattered: (g-1) B d e out and in
-            for r in owners:
-                _lookup(loads[r], g_samples * p / group, g_samples, t.dim, e)
-                _hold(loads[r], t.rows / group, t.dim, e, t.name)
-                loads[r].pooled_out += (group - 1) * batch * t.dim * e
-                loads[r].pooled_in += (group - 1) * batch * t.dim * e
-                loads[r].index_out += (group - 1) / group * batch * p * INDEX_BYTES
-                loads[r].index_in += (group - 1) / group * batch * p * INDEX_BYTES
-        elif place.sharding == "table_row_wise":  # row-wise in the node, its sums sent to every other rank
+                others = len(owners) - owners.count(r)  # shards this rank receives from other ranks
+                loads[r].pooled_in += others * batch * d * o
+                loads[r].index_out += others * (ids + lengths)
+        elif place.sharding in ("row_wise", "table_row_wise"):  # partial sums reduce-scattered in the holders
             share = len(owners)
             for r in owners:
                 _lookup(loads[r], g_samples * p / share, g_samples, t.dim, e)
                 _hold(loads[r], t.rows / share, t.dim, e, t.name)
-                inside = (share - 1) * batch * t.dim * e * group / share  # reduce-scatter of G samples' sums
-                loads[r].pooled_out += inside + (group - share) * batch * t.dim * e / share
+                inside = (share - 1) * batch * t.dim * o * group / share  # the holders' G samples' sums
+                loads[r].pooled_out += inside + (group - share) * batch * t.dim * o / share
                 loads[r].pooled_in += inside
-                loads[r].index_in += (group - share) * batch * p * INDEX_BYTES / share
-            for r in (r for r in range(group) if r not in owners):
-                loads[r].pooled_in += batch * t.dim * e
-                loads[r].index_out += batch * p * INDEX_BYTES
+                loads[r].index_in += (group - 1) * (ids / share + lengths)
+            for r in range(group):
+                loads[r].pooled_in += 0 if r in owners else batch * t.dim * o
+                loads[r].index_out += (share - (r in owners)) * (ids / share + lengths)
         else:  # data_parallel
             for r in range(group):
                 _lookup(loads[r], batch * p, batch, t.dim, e)
@@ -163,6 +174,9 @@ def rank_loads(spec: DlrmSpec, placements: list[Placement], group: int, replicas
             touched = min(t.rows, g_samples * p) * t.dim * e
             for r in owners:
                 loads[r].replica_reduce_bytes += touched / len(owners)
+    moved = {p.sharding for p in placements} - {"data_parallel"}  # one input all-to-all per sharding type
+    for load in loads:
+        load.header_bytes = len(moved) * (group - 1) * HEADER_BYTES
     return loads
 
 
@@ -181,7 +195,7 @@ def block_penalty(dim: int) -> float:
 
 
 def _lookup(load: RankLoad, ids: float, samples: float, dim: int, e: int) -> None:
-    load.lookup_bytes += ids * (3 * dim * e * block_penalty(dim) + 2 * STATE_BYTES) + 2 * samples * dim * e
+    load.lookup_bytes += ids * (3 * dim * e * block_penalty(dim) + 2 * STATE_BYTES) + 2 * samples * dim * OUTPUT_BYTES
 
 
 def _hold(load: RankLoad, rows: float, dim: int, e: int, name: str) -> None:
@@ -222,7 +236,7 @@ def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster,
     dense_s += float(collective_s(cluster, "all_reduce", world, 1, 4.0 * spec.mlp_params()))
     times, memories = [], []
     spread = group / (group - 1) if group > 1 else 1.0  # all_to_all_s takes bytes spread over all g ranks
-    pooled = 4 * batch * sum(t.dim * t.element_bytes for t in spec.tables)  # outputs and gradients, both ways
+    pooled = 4 * batch * sum(t.dim * OUTPUT_BYTES for t in spec.tables)  # outputs and gradients, both ways
     every_rank = DENSE_STATE_BYTES * spec.mlp_params() + pooled
     for load in loads:
         a2a = float(collective_s(cluster, "all_to_all", group, 1, load.a2a_bytes * spread))

@@ -33,8 +33,9 @@ def embedding_bags(spec: DlrmSpec, device: str = "meta") -> Any:
 
 
 def sharding_plan(spec: DlrmSpec, placements: list[Placement], world: int, local_world: int,
-                  device_type: str = "cuda") -> Any:
-    """TorchRec's ``ShardingPlan`` of ``placements`` (module docstring)."""
+                  device_type: str = "cuda", path: str = "") -> Any:
+    """TorchRec's ``ShardingPlan`` of ``placements`` (module docstring), for the collection at ``path`` in the model
+    (``""``: the collection itself)."""
     from torchrec.distributed import sharding_plan as sp
 
     per_table = {}
@@ -54,7 +55,7 @@ def sharding_plan(spec: DlrmSpec, placements: list[Placement], world: int, local
                                                     device_type=device_type)
     from torchrec.distributed.types import ShardingPlan
 
-    return ShardingPlan({"": module_plan})
+    return ShardingPlan({path: module_plan})
 
 
 def torchrec_placements(spec: DlrmSpec, world: int, local_world: int, batch: int,

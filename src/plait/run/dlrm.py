@@ -1,0 +1,273 @@
+"""Train a DLRM plan on TorchRec (issue 17): plait's table placements as TorchRec's sharding plan, run by
+``DistributedModelParallel`` on torch.distributed (gloo on CPU), with every byte of its embedding collectives
+counted.
+
+Each rank builds TorchRec's own DLRM (``torchrec.models.dlrm.DLRMTrain``: sparse arch, dense arch, interaction,
+over arch; binary cross-entropy on the click logit) on the meta device, shards it with
+:func:`plait.export.torchrec.sharding_plan` and copies in the weights of a full model built from the same seed, so
+that a single process (``--reference``) starts from the same point. Embedding tables are updated by FBGEMM's fused
+optimizer in the backward pass; the dense part by the same optimizer through DDP. TorchRec divides each embedding
+gradient by the world size on its way back (``torchrec.distributed.comm_ops.GRADIENT_DIVISION``, on by default) and
+DDP averages the dense ones, so a step equals one of a single process on the global batch.
+
+Synthetic batches (no downloads): every sample carries ``pooling`` ids of each table (a whole number is required:
+the counted bytes then equal the prediction exactly), drawn uniformly; for a table sharded by rows, each rank's ids
+fall in turn into each shard's rows (``i``-th id in the ``i mod k``-th of ``k`` blocks), the uniform spread the cost
+model assumes (:mod:`plait.cost.embeddings`), met exactly when a rank's ids of the table are a multiple of ``k``.
+
+Counting: while a step runs, the torch.distributed collectives TorchRec calls (``all_to_all_single``,
+``reduce_scatter_tensor``, ``all_gather_into_tensor``) are wrapped to add the bytes this rank sends to its peers, by
+kind: pooled embeddings in the forward pass and their gradients in the backward (floating point), ids and lengths
+(integer, with split sizes), and the split-size headers (integer, equal splits). DDP's all-reduce of the dense
+gradients runs in C++ and is not counted.
+
+Rank 0 writes a JSON file: each step's global loss (the mean of the ranks' losses) and wall time, and each rank's
+counted bytes of the first step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from plait.cost.embeddings import Placement
+from plait.errors import ConfigError
+from plait.workload.dlrm import DlrmSpec, read_dlrm
+
+SPARSE_PATH = "model.sparse_arch.embedding_bag_collection"
+"""The embedding collection's path in ``DLRMTrain``: the key of the sharding plan."""
+LEARNING_RATE = 0.05
+KINDS = ("pooled_forward", "pooled_backward", "inputs", "headers")
+
+
+def build(spec: DlrmSpec, device: str) -> Any:
+    """TorchRec's DLRM of ``spec`` (module docstring) on ``device``."""
+    from torchrec.models.dlrm import DLRM, DLRMTrain
+
+    from plait.export.torchrec import embedding_bags
+
+    dlrm = DLRM(embedding_bags(spec, device), spec.dense_features, list(spec.bottom_mlp), list(spec.top_mlp),
+                dense_device=torch.device(device))
+    return DLRMTrain(dlrm)
+
+
+def check_runnable(spec: DlrmSpec, placements: list[Placement], batch: int) -> None:
+    """One-line refusals of what this runner cannot train exactly."""
+    for t in spec.tables:
+        if t.pooling != int(t.pooling):
+            raise ConfigError(f"table {t.name} pooling={t.pooling} must be a whole number of ids per sample to run "
+                              "(synthetic batches give every sample the same count)")
+    if batch < 1:
+        raise ConfigError(f"batch={batch} samples per rank must be >= 1")
+
+
+def synthetic_batch(spec: DlrmSpec, placements: list[Placement], batch: int, seed: int) -> Any:
+    """One rank's batch (module docstring) from its own seed."""
+    from torchrec import KeyedJaggedTensor
+    from torchrec.datasets.utils import Batch
+
+    g = torch.Generator().manual_seed(seed)
+    blocks = {p.table: len(p.ranks) for p in placements if p.sharding in ("row_wise", "table_row_wise")}
+    values = []
+    for t in spec.tables:
+        count = batch * int(t.pooling)
+        k = blocks.get(t.name, 1)
+        size = math.ceil(t.rows / k)  # TorchRec's row-wise block (the last may be shorter)
+        block = torch.arange(count) % k
+        span = torch.clamp(t.rows - block * size, max=size)
+        values.append(block * size + (torch.rand(count, generator=g) * span).long())
+    lengths = torch.tensor([int(t.pooling) for t in spec.tables for _ in range(batch)], dtype=torch.int32)
+    sparse = KeyedJaggedTensor.from_lengths_sync(keys=[f"{t.name}_ids" for t in spec.tables],
+                                                 values=torch.cat(values), lengths=lengths)
+    return Batch(dense_features=torch.randn(batch, spec.dense_features, generator=g), sparse_features=sparse,
+                 labels=torch.randint(0, 2, (batch,), generator=g).float())
+
+
+def global_batch(spec: DlrmSpec, placements: list[Placement], batch: int, ranks: int, step: int) -> Any:
+    """The ranks' batches of ``step`` joined in rank order: what a single process trains on."""
+    from torchrec import KeyedJaggedTensor
+    from torchrec.datasets.utils import Batch
+
+    parts = [synthetic_batch(spec, placements, batch, seed_of(step, r)) for r in range(ranks)]
+    keys = [f"{t.name}_ids" for t in spec.tables]
+    features = [[p.sparse_features[k] for p in parts] for k in keys]  # per key, its jagged tensor of every rank
+    sparse = KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, values=torch.cat([j.values() for feature in features for j in feature]),
+        lengths=torch.cat([j.lengths() for feature in features for j in feature]))
+    return Batch(dense_features=torch.cat([p.dense_features for p in parts]), sparse_features=sparse,
+                 labels=torch.cat([p.labels for p in parts]))
+
+
+def seed_of(step: int, rank: int) -> int:
+    return 1_000 * step + rank + 1
+
+
+@contextlib.contextmanager
+def counting(world: int, rank: int) -> Iterator[dict[str, int]]:
+    """Bytes this rank sends to its peers by kind (module docstring), while the block runs."""
+    counts = dict.fromkeys(KINDS, 0)
+    originals = {name: getattr(dist, name) for name in ("all_to_all_single", "reduce_scatter_tensor",
+                                                         "all_gather_into_tensor")}
+
+    def kind(tensor: torch.Tensor, splits: object) -> str:
+        if tensor.is_floating_point():
+            return "pooled_backward" if torch._C._current_autograd_node() is not None else "pooled_forward"
+        return "inputs" if splits is not None else "headers"
+
+    def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, **kw):  # type: ignore[no-untyped-def]
+        row = input.element_size() * (input.numel() // input.shape[0] if input.dim() and input.shape[0] else 1)
+        own = input_split_sizes[rank] if input_split_sizes is not None else input.shape[0] // world
+        counts[kind(input, input_split_sizes)] += input.numel() * input.element_size() - own * row
+        return originals["all_to_all_single"](output, input, output_split_sizes, input_split_sizes, **kw)
+
+    def reduce_scatter_tensor(output, input, *a, **kw):  # type: ignore[no-untyped-def]
+        counts[kind(input, None)] += input.numel() * input.element_size() * (world - 1) // world
+        return originals["reduce_scatter_tensor"](output, input, *a, **kw)
+
+    def all_gather_into_tensor(output, input, *a, **kw):  # type: ignore[no-untyped-def]
+        counts[kind(input, None)] += input.numel() * input.element_size() * (world - 1)
+        return originals["all_gather_into_tensor"](output, input, *a, **kw)
+
+    wrappers = {"all_to_all_single": all_to_all_single, "reduce_scatter_tensor": reduce_scatter_tensor,
+                "all_gather_into_tensor": all_gather_into_tensor}
+    for name, fn in wrappers.items():
+        setattr(dist, name, fn)
+    try:
+        yield counts
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+
+
+def _sharded(spec: DlrmSpec, placements: list[Placement], full: Any, fused: dict[str, Any]) -> Any:
+    """The DMP-sharded model holding ``full``'s weights."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    from plait.export.torchrec import sharding_plan
+
+    world = dist.get_world_size()
+    plan = sharding_plan(spec, placements, world, world, device_type="cpu", path=SPARSE_PATH)
+    model = DistributedModelParallel(build(spec, "meta"), device=torch.device("cpu"), plan=plan,
+                                     sharders=[EmbeddingBagCollectionSharder(fused_params=fused)])
+    weights = full.state_dict()
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            if hasattr(value, "local_shards"):  # ShardedTensor: copy each local shard's slice of the table
+                for shard in value.local_shards():
+                    rows, cols = shard.metadata.shard_offsets
+                    h, w = shard.metadata.shard_sizes
+                    shard.tensor.copy_(weights[key][rows:rows + h, cols:cols + w])
+            else:
+                value.copy_(weights[key])
+    return model
+
+
+def _fused(optimizer: str) -> dict[str, Any]:
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    kinds = {"sgd": EmbOptimType.EXACT_SGD, "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD}
+    return {"optimizer": kinds[optimizer], "learning_rate": LEARNING_RATE}
+
+
+def _dense_optimizer(optimizer: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    if optimizer == "sgd":
+        return torch.optim.SGD(params, lr=LEARNING_RATE)
+    return torch.optim.Adagrad(params, lr=LEARNING_RATE)
+
+
+def train(spec: DlrmSpec, placements: list[Placement], batch: int, steps: int, optimizer: str,
+          reference_ranks: int = 0) -> dict[str, Any]:
+    """Train ``steps`` steps (module docstring); ``reference_ranks``: instead, one process on the global batch of
+    that many ranks, plain PyTorch (no sharding, no TorchRec optimizer)."""
+    torch.manual_seed(0)
+    full = build(spec, "cpu")
+    losses, times, counted = [], [], []
+    if reference_ranks:
+        if optimizer != "sgd":
+            raise ConfigError(f"--reference takes optimizer sgd (plain PyTorch), got {optimizer}")
+        opt = torch.optim.SGD(full.parameters(), lr=LEARNING_RATE)
+        for step in range(steps):
+            began = time.perf_counter()
+            loss, _ = full(global_batch(spec, placements, batch, reference_ranks, step))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            times.append(time.perf_counter() - began)
+        return {"losses": losses, "step_times_s": times}
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = _sharded(spec, placements, full, _fused(optimizer))
+    dense = _dense_optimizer(optimizer, [p for _, p in in_backward_optimizer_filter(model.named_parameters())])
+    for step in range(steps):
+        data = synthetic_batch(spec, placements, batch, seed_of(step, rank))
+        began = time.perf_counter()
+        with counting(world, rank) as counts:
+            loss, _ = model(data)
+            dense.zero_grad()
+            loss.backward()
+            dense.step()
+        times.append(time.perf_counter() - began)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean.item() / world)
+        counted.append(dict(counts))
+    every = [None] * world
+    dist.all_gather_object(every, counted[0])
+    return {"losses": losses, "step_times_s": times, "bytes": every}
+
+
+def read_placements(text: str, spec: DlrmSpec, world: int) -> list[Placement]:
+    """``t0=row_wise,t1=table_wise@1,t2=column_wise@0+1,...``: each table's sharding and ranks (default: all)."""
+    out = []
+    for item in filter(None, text.split(",")):
+        name, _, rest = item.partition("=")
+        sharding, _, ranks = rest.partition("@")
+        chosen = tuple(int(r) for r in ranks.split("+")) if ranks else tuple(range(world))
+        out.append(Placement(name.strip(), sharding.strip(), chosen))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", type=Path, required=True, help="DLRM TOML")
+    parser.add_argument("--placements", required=True, help="t0=row_wise,t1=table_wise@1,t2=column_wise@0+1,...")
+    parser.add_argument("--batch", type=int, default=4, help="samples per rank")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--optimizer", default="sgd", choices=("sgd", "rowwise_adagrad"))
+    parser.add_argument("--reference", type=int, default=0, metavar="RANKS",
+                        help="train one process on the global batch of RANKS ranks instead")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    spec = read_dlrm(args.model)
+    if args.reference:
+        placements = read_placements(args.placements, spec, args.reference)
+        check_runnable(spec, placements, args.batch)
+        args.out.write_text(json.dumps(train(spec, placements, args.batch, args.steps, args.optimizer,
+                                             args.reference)))
+        return 0
+    dist.init_process_group("gloo")
+    placements = read_placements(args.placements, spec, dist.get_world_size())
+    check_runnable(spec, placements, args.batch)
+    result = train(spec, placements, args.batch, args.steps, args.optimizer)
+    if dist.get_rank() == 0:
+        args.out.write_text(json.dumps(result))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
