@@ -212,6 +212,10 @@ class DlrmEstimate:
     rank_memory_bytes: tuple[float, ...]
     dense_s: float
     step_s: float
+    rank_lookup_s: tuple[float, ...] = ()
+    rank_all_to_all_s: tuple[float, ...] = ()
+    rank_reduce_s: tuple[float, ...] = ()
+    """Each rank's time split into its lookups, its all-to-alls and its all-reduces (they sum to ``rank_time_s``)."""
 
     @property
     def max_memory_bytes(self) -> float:
@@ -234,7 +238,7 @@ def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster,
     flops = 3.0 * spec.mlp_flops_per_sample() * batch  # forward and backward (twice the forward)
     dense_s = flops / matmul_flops_per_s(acc, "bf16", DENSE_GEMM_EDGE)
     dense_s += float(collective_s(cluster, "all_reduce", world, 1, 4.0 * spec.mlp_params()))
-    times, memories = [], []
+    times, memories, parts = [], [], []
     spread = group / (group - 1) if group > 1 else 1.0  # all_to_all_s takes bytes spread over all g ranks
     pooled = 4 * batch * sum(t.dim * OUTPUT_BYTES for t in spec.tables)  # outputs and gradients, both ways
     every_rank = DENSE_STATE_BYTES * spec.mlp_params() + pooled
@@ -242,6 +246,8 @@ def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster,
         a2a = float(collective_s(cluster, "all_to_all", group, 1, load.a2a_bytes * spread))
         reduce = float(collective_s(cluster, "all_reduce", world, 1, load.dense_reduce_bytes))
         reduce += float(collective_s(cluster, "all_reduce", world // group, group, load.replica_reduce_bytes))
-        times.append(load.lookup_bytes / hbm + a2a + reduce)
+        parts.append((load.lookup_bytes / hbm, a2a, reduce))
+        times.append(sum(parts[-1]))
         memories.append(load.table_bytes + load.state_bytes + every_rank)
-    return DlrmEstimate(tuple(times), tuple(memories), dense_s, max(times) + dense_s)
+    lookup, a2a_s, reduce_s = (tuple(column) for column in zip(*parts, strict=True))
+    return DlrmEstimate(tuple(times), tuple(memories), dense_s, max(times) + dense_s, lookup, a2a_s, reduce_s)

@@ -19,6 +19,11 @@ from plait.cost.embeddings import Placement
 from plait.errors import ConfigError
 from plait.workload.dlrm import DlrmSpec
 
+FUSED = "fused"
+"""FBGEMM's table-batched embedding with the optimizer fused into the backward pass (TorchRec's
+``EmbeddingComputeKernel.FUSED``): the kernel plait's cost model prices. Table-row-wise takes TorchRec's default
+kernel for the sharder (``sharding_plan.table_row_wise`` has no kernel argument)."""
+
 
 def embedding_bags(spec: DlrmSpec, device: str = "meta") -> Any:
     """TorchRec's ``EmbeddingBagCollection`` of the tables (one feature each, pooled by sum)."""
@@ -41,11 +46,11 @@ def sharding_plan(spec: DlrmSpec, placements: list[Placement], world: int, local
     per_table = {}
     for place in placements:
         if place.sharding == "table_wise":
-            per_table[place.table] = sp.table_wise(rank=place.ranks[0])
+            per_table[place.table] = sp.table_wise(rank=place.ranks[0], compute_kernel=FUSED)
         elif place.sharding == "column_wise":
-            per_table[place.table] = sp.column_wise(ranks=list(place.ranks))
+            per_table[place.table] = sp.column_wise(ranks=list(place.ranks), compute_kernel=FUSED)
         elif place.sharding == "row_wise":
-            per_table[place.table] = sp.row_wise()
+            per_table[place.table] = sp.row_wise(compute_kernel=FUSED)
         elif place.sharding == "table_row_wise":
             per_table[place.table] = sp.table_row_wise(host_index=place.ranks[0] // local_world)
         else:
@@ -85,3 +90,19 @@ def torchrec_placements(spec: DlrmSpec, world: int, local_world: int, batch: int
     if len(placements) != len(spec.tables):
         raise ConfigError(f"TorchRec planned {len(placements)} of {len(spec.tables)} tables")
     return placements, per_rank
+
+
+def plan_json(plan: Any) -> dict[str, Any]:
+    """A TorchRec ``ShardingPlan`` as JSON: per table its sharding type, compute kernel, ranks and each shard's
+    offsets, sizes and placement (the fields of ``ParameterSharding`` and its ``EnumerableShardingSpec``)."""
+    out: dict[str, Any] = {}
+    for path, module_plan in plan.plan.items():
+        tables = {}
+        for name, sharding in module_plan.items():
+            shards = getattr(sharding.sharding_spec, "shards", None) or []
+            tables[name] = {"sharding_type": sharding.sharding_type, "compute_kernel": sharding.compute_kernel,
+                            "ranks": list(sharding.ranks) if sharding.ranks else None,
+                            "shards": [{"offsets": list(s.shard_offsets), "sizes": list(s.shard_sizes),
+                                        "placement": str(s.placement)} for s in shards]}
+        out[path] = tables
+    return out

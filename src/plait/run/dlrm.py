@@ -42,6 +42,7 @@ import torch.distributed as dist
 
 from plait.cost.embeddings import Placement
 from plait.errors import ConfigError
+from plait.predict.dlrm import parse_placements
 from plait.workload.dlrm import DlrmSpec, read_dlrm
 
 SPARSE_PATH = "model.sparse_arch.embedding_bag_collection"
@@ -229,17 +230,6 @@ def train(spec: DlrmSpec, placements: list[Placement], batch: int, steps: int, o
     return {"losses": losses, "step_times_s": times, "bytes": every}
 
 
-def read_placements(text: str, spec: DlrmSpec, world: int) -> list[Placement]:
-    """``t0=row_wise,t1=table_wise@1,t2=column_wise@0+1,...``: each table's sharding and ranks (default: all)."""
-    out = []
-    for item in filter(None, text.split(",")):
-        name, _, rest = item.partition("=")
-        sharding, _, ranks = rest.partition("@")
-        chosen = tuple(int(r) for r in ranks.split("+")) if ranks else tuple(range(world))
-        out.append(Placement(name.strip(), sharding.strip(), chosen))
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", type=Path, required=True, help="DLRM TOML")
@@ -253,13 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = read_dlrm(args.model)
     if args.reference:
-        placements = read_placements(args.placements, spec, args.reference)
+        placements = parse_placements(args.placements, spec, args.reference)
         check_runnable(spec, placements, args.batch)
         args.out.write_text(json.dumps(train(spec, placements, args.batch, args.steps, args.optimizer,
                                              args.reference)))
         return 0
     dist.init_process_group("gloo")
-    placements = read_placements(args.placements, spec, dist.get_world_size())
+    placements = parse_placements(args.placements, spec, dist.get_world_size())
     check_runnable(spec, placements, args.batch)
     result = train(spec, placements, args.batch, args.steps, args.optimizer)
     if dist.get_rank() == 0:
