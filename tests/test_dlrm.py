@@ -96,3 +96,84 @@ def test_plait_placements_are_torchrec_sharding_plans() -> None:
         assert plan[place.table].sharding_type == place.sharding
         if place.sharding in ("table_wise", "column_wise", "table_row_wise"):
             assert tuple(plan[place.table].ranks) == place.ranks
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    """``plait ARGV`` in this process: exit code, standard output and error."""
+    import contextlib
+    import io
+
+    from plait.cli.main import run_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_plait_estimate_places_a_dlrm_and_balances_its_ranks() -> None:
+    """The planner's placement of examples/dlrm-small.toml on 16 A100s: every table placed once, each rank's time
+    the sum of its parts, the step the slowest rank plus the dense MLPs; a given placement is costed as given."""
+    import json
+
+    code, out, _ = _cli(["estimate", "--model", str(ROOT / "examples" / "dlrm-small.toml"), "--cluster", "dgx-a100-ib",
+                         "--gpus", "16", "--global-batch", "65536", "--json"])
+    assert code == 0
+    got = json.loads(out)
+    assert sorted(p["table"] for p in got["placements"]) == [f"t{i}" for i in range(8)]
+    assert got["samples_per_rank"] == 4096 and len(got["ranks"]) == 16
+    for rank in got["ranks"]:
+        assert rank["time_s"] == pytest.approx(rank["lookup_s"] + rank["all_to_all_s"] + rank["reduce_s"])
+    assert got["step_time_s"] == pytest.approx(max(r["time_s"] for r in got["ranks"]) + got["dense_s"])
+    given = "t0=row_wise," + ",".join(f"t{i}=table_wise@{i}" for i in range(1, 8))
+    code, out, _ = _cli(["estimate", "--model", str(ROOT / "examples" / "dlrm-small.toml"), "--gpus", "16",
+                         "--global-batch", "65536", "--placements", given, "--json"])
+    assert code == 0 and json.loads(out)["chosen_by"] == "given"
+    assert json.loads(out)["ranks"][9]["tables"] == ["t0"]  # rank 9 holds only its row-wise share
+
+
+@pytest.mark.parametrize("extra, rule", [
+    (["--placements", "t0=row_wise"], "placements must name every table once"),
+    (["--placements", "t9=row_wise"], "not one of t0, t1"),
+    (["--placements", "t0=table_wise@x"], "ranks must be whole numbers"),
+    (["--global-batch", "100"], "global_batch=100 must be a positive multiple of gpus=16"),
+])
+def test_bad_dlrm_options_are_one_line(extra: list[str], rule: str) -> None:
+    code, _, err = _cli(["estimate", "--model", str(ROOT / "examples" / "dlrm-small.toml"), "--gpus", "16",
+                         "--global-batch", "65536", *extra])
+    assert code == 2 and rule in err and len(err.strip().splitlines()) == 1
+
+
+def test_plait_plan_puts_torchrec_beside_and_exports_its_sharding_plan(tmp_path: Path) -> None:
+    """`plait plan` on a DLRM: TorchRec's planner's placement costed by the same model, and plait's placement
+    written as TorchRec's ShardingPlan (read back: same sharding types and ranks) and as --placements text that
+    plait estimate reads back to the same step; a second export refuses to overwrite."""
+    pytest.importorskip("torchrec")
+    import json
+
+    model = str(ROOT / "examples" / "dlrm-small.toml")
+    args = ["plan", "--model", model, "--cluster", "dgx-a100-ib", "--gpus", "16", "--global-batch", "65536"]
+    code, out, _ = _cli([*args, "--export", str(tmp_path), "--json"])
+    assert code == 0
+    got = json.loads(out)
+    assert got["torchrec"]["chosen_by"] == "torchrec" and len(got["torchrec_own_estimate_per_rank"]) == 16
+    plan = json.loads((tmp_path / "torchrec_plan.json").read_text())[""]
+    for p in got["plait"]["placements"]:
+        assert plan[p["table"]]["sharding_type"] == p["sharding"]
+        if p["sharding"] in ("table_wise", "column_wise"):
+            assert plan[p["table"]]["ranks"] == p["ranks"]
+    text = (tmp_path / "placements.txt").read_text().strip()
+    code, out, _ = _cli(["estimate", "--model", model, "--cluster", "dgx-a100-ib", "--gpus", "16", "--global-batch",
+                         "65536", "--placements", text, "--json"])
+    assert json.loads(out)["step_time_s"] == got["plait"]["step_time_s"]
+    code, _, err = _cli([*args, "--export", str(tmp_path)])
+    assert code == 2 and "already exists" in err
+
+
+def test_plait_run_dry_run_refuses_what_it_cannot_train(tmp_path: Path) -> None:
+    """A fractional pooling factor cannot be trained exactly (whole ids per sample); the refusal is one line."""
+    pytest.importorskip("torchrec")
+    model = tmp_path / "half.toml"
+    model.write_text((ROOT / "examples" / "dlrm-tiny.toml").read_text().replace("pooling = 3.0", "pooling = 1.5"))
+    code, _, err = _cli(["run", "--model", str(model), "--gpus", "2", "--global-batch", "8", "--dry-run"])
+    assert code == 2 and "t2 pooling=1.5 must be a whole number" in err and len(err.strip().splitlines()) == 1

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from plait.cost.embeddings import rank_loads
-from plait.run.dlrm import read_placements, train
+from plait.predict.dlrm import parse_placements
+from plait.run.dlrm import train
 from plait.workload.dlrm import read_dlrm
 from tests.ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ROOT / "tests" / "data" / "dlrm-tiny.toml"
+MODEL = ROOT / "examples" / "dlrm-tiny.toml"
 PLACEMENTS = "t0=row_wise,t1=column_wise@0+1,t2=table_wise@0,t3=data_parallel"
 BATCH, STEPS = 4, 3
 
@@ -29,7 +30,7 @@ def test_torchrec_trains_plaits_placement_as_one_process_would_and_sends_the_pre
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
     spec = read_dlrm(MODEL)
-    placements = read_placements(PLACEMENTS, spec, 2)
+    placements = parse_placements(PLACEMENTS, spec, 2)
     single = train(spec, placements, BATCH, STEPS, "sgd", reference_ranks=2)
     assert measured["losses"] == pytest.approx(single["losses"], abs=1e-5)
     assert len(set(measured["losses"])) == STEPS  # the model moves

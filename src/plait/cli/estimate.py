@@ -15,6 +15,7 @@ from plait.cli.render import print_estimate
 from plait.errors import ConfigError
 from plait.plan.defaults import GLOBAL_BATCH
 from plait.plan.rules import check_plan
+from plait.predict.dlrm import is_dlrm_file
 from plait.predict.estimate import predict
 from plait.predict.traced import parse_shape, predict_traced
 from plait.workload.tracing import is_traced_name
@@ -49,11 +50,26 @@ def estimate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     input_shape: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: one example's input shape, e.g. 3,224,224 (the factory's example_shape when it has one).")] = None,
     input_dtype: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64. [default: the factory's, else float32]")] = None,
+    placements: Annotated[str | None, typer.Option(help="With a DLRM TOML: each table's sharding, e.g. t0=row_wise,t1=table_wise@3,t2=column_wise@0+1 (table_wise, column_wise, row_wise, table_row_wise, data_parallel). [default: plait's planner]")] = None,
+    sparse_group: Annotated[int | None, typer.Option(help="With a DLRM TOML: ranks that share the tables (2D sparse parallelism: gpus / this many replicas). [default: all]")] = None,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
 
     --model MODULE:FACTORY traces any PyTorch module the factory builds (on the meta device: no weights, no GPU);
     its plans take data and pipeline parallelism, and --micro-batch/--global-batch count examples."""
+    if is_dlrm_file(model):
+        from plait.cli.render_dlrm import print_dlrm
+        from plait.predict.dlrm import predict_dlrm
+
+        assert model is not None
+        dlrm = predict_dlrm(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, sparse_group, placements)
+        if as_json:
+            print_json(dlrm.to_dict())
+        else:
+            print_dlrm(Console(), dlrm)
+        return
+    if placements or sparse_group:
+        raise ConfigError("--placements and --sparse-group place a DLRM's tables: pass --model with a DLRM TOML")
     traced = model is not None and is_traced_name(model)
     if traced:  # one replica's batch at once, unsharded, unless asked otherwise (a CNN's habit)
         sharding = sharding or "none"

@@ -21,6 +21,7 @@ from plait.hardware.catalog import resolve_cluster
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
+from plait.predict.dlrm import is_dlrm_file
 from plait.predict.traced import parse_shape
 from plait.search.engine import RANK_BY, run_search
 from plait.search.explain import runner_up_gives_up, why_winner
@@ -101,6 +102,14 @@ def plan_command(
     --model MODULE:FACTORY traces any PyTorch module and searches data and pipeline parallelism, ZeRO stages,
     micro-batches, recomputation and the --dp-sync methods (global batch in examples)."""
     check_objective(objective)
+    if is_dlrm_file(model):
+        from plait.cli.plan_dlrm import plan_dlrm
+
+        batches = _batches(global_batch)
+        if objective != "throughput" or gpus_range or len(batches) != 1:
+            raise ConfigError("a DLRM (--model with [[tables]]) is planned for throughput on --gpus at one --global-batch")
+        plan_dlrm(model, cluster, gpus, batches[0], memory_margin, export, force, as_json)
+        return
     if is_traced_name(model):
         from plait.cli.render_plan import print_traced_search
 

@@ -26,7 +26,7 @@ from plait.workload.catalog import resolve_model
 
 
 def run_command(
-    plan: Annotated[Path, typer.Option(help="Plan TOML ([job] model and [plan]).")],
+    plan: Annotated[Path | None, typer.Option(help="Plan TOML ([job] model and [plan]).")] = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 10,
     cluster: Annotated[str | None, typer.Option(help="Hardware description for the prediction "
                                                      "(preset, file, or the output of `plait calibrate`).")] = None,
@@ -53,8 +53,30 @@ def run_command(
                                              "package with plait's exported configuration; CUDA only).")] = "plait",
     out: Annotated[Path | None, typer.Option(help="torchtitan: folder for its assets and outputs (default: a "
                                                   "temporary folder).")] = None,
+    model: Annotated[str | None, typer.Option(help="A DLRM TOML (instead of --plan): train it on TorchRec.")] = None,
+    gpus: Annotated[int, typer.Option(help="With a DLRM: ranks.")] = 2,
+    global_batch: Annotated[int, typer.Option(help="With a DLRM: samples per step.")] = 8,
+    placements: Annotated[str | None, typer.Option(help="With a DLRM: each table's sharding, e.g. t0=row_wise,"
+                                                        "t1=table_wise@1 (default: plait's planner).")] = None,
+    optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "
+                                                "backward; the dense part takes SGD or AdaGrad).")] = "sgd",
 ) -> None:
-    """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory."""
+    """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory.
+
+    --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel)."""
+    if model is not None:
+        from plait.cli.run_dlrm import run_dlrm
+        from plait.predict.dlrm import is_dlrm_file
+
+        if plan is not None or not is_dlrm_file(model):
+            raise ConfigError(f"--model {model!r}: plait run takes a DLRM TOML (with [[tables]]) as --model, "
+                              "anything else as --plan")
+        if optimizer not in ("sgd", "rowwise_adagrad"):
+            raise ConfigError(f"--optimizer={optimizer!r} must be sgd or rowwise_adagrad")
+        run_dlrm(model, cluster or "dgx-a100-ib", gpus, global_batch, steps, placements, optimizer, dry_run)
+        return
+    if plan is None:
+        raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
     job, the_plan = read_plan_file(plan)
     model = resolve_model(job.model)
     if engine not in ("plait", "torchtitan"):

@@ -1,0 +1,77 @@
+"""``plait plan --model DLRM.toml``: place a recommendation model's tables, next to TorchRec's own planner
+(issue 17)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from plait.cli.output import print_json
+from plait.cli.render_dlrm import print_dlrm
+from plait.errors import ConfigError, check_writable, refuse_overwrite
+from plait.predict.dlrm import DlrmPrediction, placements_text, predict_dlrm
+from plait.units import GIB
+
+EXPORTS = ("torchrec_plan.json", "placements.txt")
+
+
+def plan_dlrm(model: str, cluster: str, gpus: int, global_batch: int, memory_margin: float, export: Path | None,
+              force: bool, as_json: bool) -> None:
+    """plait's placement with its per-rank balance; TorchRec's ``EmbeddingShardingPlanner`` on the same tables and
+    topology, costed by the same model, with its own estimate beside; ``export``: plait's plan as TorchRec's
+    ``ShardingPlan`` (JSON) and as ``--placements`` text."""
+    if export is not None:
+        check_writable(export, "export folder", folder=True)
+        for name in EXPORTS:
+            refuse_overwrite(export / name, force)
+    ours = predict_dlrm(model, cluster, gpus, global_batch, memory_margin=memory_margin)
+    theirs, their_estimate, why_not = _torchrec(model, cluster, gpus, global_batch, ours)
+    if export is not None:
+        from plait.export.torchrec import plan_json, sharding_plan
+
+        export.mkdir(parents=True, exist_ok=True)
+        plan = sharding_plan(ours.spec, ours.placements, gpus, min(ours.cluster.gpus_per_node, gpus))
+        (export / "torchrec_plan.json").write_text(json.dumps(plan_json(plan), indent=1) + "\n")
+        (export / "placements.txt").write_text(placements_text(ours.placements) + "\n")
+    if as_json:
+        print_json({"plait": ours.to_dict(), "torchrec": theirs.to_dict() if theirs else None,
+                    "torchrec_own_estimate_per_rank": their_estimate, "torchrec_unavailable": why_not})
+        return
+    console = Console()
+    print_dlrm(console, ours)
+    if theirs is None:
+        console.print(f"TorchRec's planner not run: {why_not}")
+        return
+    table = Table(title="plait's placement vs TorchRec's planner (both costed by plait's model)", title_justify="left")
+    for col in ("planner", "slowest rank ms", "step ms", "peak GiB", "TorchRec's own estimate", "sharding types"):
+        table.add_column(col, justify="left" if col in ("planner", "sharding types") else "right")
+    for label, result, own in (("plait", ours, "-"), ("torchrec", theirs, f"{max(their_estimate):.3f}")):
+        kinds = ", ".join(f"{k} {v}" for k, v in Counter(p.sharding for p in result.placements).most_common())
+        table.add_row(label, f"{1e3 * max(result.estimate.rank_time_s):.3f}", f"{1e3 * result.estimate.step_s:.3f}",
+                      f"{result.estimate.max_memory_bytes / GIB:.2f}", own, kinds)
+    console.print(table)
+    console.print("TorchRec's own estimate is the slowest rank's sum of its shards' perf.total (its unit); TorchRec "
+                  "prices each sharding type by its own constants and spreads tables for memory first, plait by the "
+                  "step its model predicts")
+    if export is not None:
+        console.print(f"wrote {', '.join(str(export / n) for n in EXPORTS)}")
+
+
+def _torchrec(model: str, cluster: str, gpus: int, global_batch: int,
+              ours: DlrmPrediction) -> tuple[DlrmPrediction | None, list[float] | None, str | None]:
+    """TorchRec planner's placement costed by plait, its own per-rank estimate, or why it did not run."""
+    try:
+        from plait.export.torchrec import torchrec_placements
+
+        placed, own = torchrec_placements(ours.spec, gpus, min(ours.cluster.gpus_per_node, gpus), ours.batch,
+                                          ours.cluster.accelerator.memory_bytes)
+    except ImportError:
+        return None, None, "torchrec is not installed (pip install 'plait[recsys]')"
+    except ConfigError as error:
+        return None, None, str(error)
+    theirs = predict_dlrm(model, cluster, gpus, global_batch, placements=placements_text(placed))
+    return DlrmPrediction(**{**theirs.__dict__, "chosen_by": "torchrec"}), own, None

@@ -1,0 +1,81 @@
+"""``plait run --model DLRM.toml``: train a DLRM's placement on TorchRec and compare with the prediction (issue 17)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from plait.errors import ConfigError
+from plait.predict.dlrm import placements_text, predict_dlrm
+from plait.units import GIB
+
+WORKER = "plait.run.dlrm"
+
+
+def run_dlrm(model: str, cluster: str, gpus: int, global_batch: int, steps: int, placements: str | None,
+             optimizer: str, dry_run: bool) -> None:
+    """Place the tables (as given, else by plait's planner on ``cluster``), train ``steps`` steps on ``gpus`` local
+    ranks (gloo on CPU) and print the losses, the step time and each rank's counted bytes next to the prediction."""
+    try:
+        import torchrec  # noqa: F401
+    except ImportError:
+        raise ConfigError("plait run of a DLRM needs torchrec and fbgemm-gpu-cpu: pip install 'plait[recsys]'") from None
+    predicted = predict_dlrm(model, cluster, gpus, global_batch, placements=placements)
+    from plait.run.dlrm import check_runnable
+
+    check_runnable(predicted.spec, predicted.placements, predicted.batch)
+    _check_machine(gpus, predicted.estimate.max_memory_bytes)
+    console = Console()
+    text = placements_text(predicted.placements)
+    console.print(f"placements ({predicted.chosen_by}): {text}")
+    if dry_run:
+        return
+    from plait.run.lifecycle import supervise
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}", "-m",
+                   WORKER, "--model", model, "--placements", text, "--batch", str(predicted.batch), "--steps",
+                   str(steps), "--optimizer", optimizer, "--out", str(out)]
+        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
+        if code != 0:
+            raise typer.Exit(code)
+        measured = json.loads(out.read_text())
+    table = Table(title=f"{predicted.spec.name} on {gpus} ranks, {predicted.batch} samples per rank",
+                  title_justify="left")
+    for col in ("", "measured", "predicted"):
+        table.add_column(col, justify="right")
+    steady = measured["step_times_s"][1:] or measured["step_times_s"]
+    table.add_row("step time ms (median after step 1)", f"{1e3 * statistics.median(steady):.3f}",
+                  f"{1e3 * predicted.estimate.step_s:.3f}")
+    table.add_row("loss first / last", f"{measured['losses'][0]:.4f} / {measured['losses'][-1]:.4f}", "")
+    for r, (counted, load) in enumerate(zip(measured["bytes"], predicted.loads, strict=True)):
+        table.add_row(f"rank {r} embedding bytes sent (pooled fwd + bwd + inputs + headers)",
+                      f"{sum(counted.values()):,}",
+                      f"{load.pooled_out + load.pooled_in + load.index_out + load.header_bytes:,.0f}")
+    console.print(table)
+    console.print(f"note: predicted for {predicted.cluster.name}, not this machine's ranks; bytes are counted per step")
+
+
+def _check_machine(ranks: int, memory_bytes: float) -> None:
+    """Refuse, before a rank starts, more ranks or memory than this CPU machine holds (plait's estimate per rank)."""
+    from plait.cli.run import RANKS_PER_CORE
+    from plait.run.lifecycle import available_memory_bytes
+    from plait.search.parts import available_cores
+
+    cores = available_cores()
+    if ranks > RANKS_PER_CORE * cores:
+        raise ConfigError(f"the plan needs {ranks} ranks but this machine has {cores} cores "
+                          f"(at most {RANKS_PER_CORE * cores} ranks: {RANKS_PER_CORE} per core)")
+    free = available_memory_bytes()
+    if free is not None and memory_bytes * ranks > free:
+        raise ConfigError(f"the tables need about {memory_bytes / GIB:.1f} GiB per rank x {ranks} ranks (plait's "
+                          f"estimate) but this machine has {free / GIB:.1f} GiB available")
