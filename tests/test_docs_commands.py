@@ -44,6 +44,11 @@ COMMANDS: dict[str, str] = {
         "plait plan --model plait.workload.zoo:resnet50 --input-shape 3,224,224 --gpus 16 --global-batch 4096",
     "plait validate --classic tests/data/classic_dp.csv":
         "SKIP: tests/test_traced.py::test_classic_data_parallel_rows_are_predicted_or_say_why runs it, with --json",
+    "plait estimate --model examples/dlrm-small.toml --gpus 16 --global-batch 65536": "",
+    "plait plan --model examples/dlrm-small.toml --gpus 16 --global-batch 65536 --export out/":
+        "plait plan --model examples/dlrm-small.toml --gpus 16 --global-batch 65536 --export {tmp}/out4/",
+    "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 5":
+        "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 2",  # 2 steps keep it short
     "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",
