@@ -9,14 +9,16 @@ so a second pass chooses each table's placement by the work it adds over all ran
 ranks (longest-processing-time first, Graham 1969); the plan whose step is shorter wins. The second pass is the
 heuristic of TorchRec's own planner (its proposer takes each table's cheapest sharding option, its
 GreedyPerfPartitioner places the costliest shard first onto the rank that finishes it soonest), with plait's cost
-model as the measure.
+model as the measure. A greedy pass cannot undo an early choice, so the shorter plan is then improved by local
+search (steepest descent over single moves: one table to another of its options) until no move shortens the step,
+then the total time over ranks, then the peak memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.cost.embeddings import Placement, estimate_dlrm
+from plait.cost.embeddings import DlrmEstimate, Placement, estimate_dlrm
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workload.dlrm import DlrmSpec, Table
@@ -51,7 +53,40 @@ def plan_tables(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group:
         assert refusal is not None
         raise refusal
     scored = [(estimate_dlrm(spec, p, cluster, world, batch, group), p) for p in plans]
-    return min(scored, key=lambda pair: (pair[0].step_s, pair[0].max_memory_bytes))[1]
+    best = min(scored, key=lambda pair: (pair[0].step_s, pair[0].max_memory_bytes))[1]
+    return _improve(spec, cluster, world, batch, group, memory_margin, best)
+
+
+MOVE_ROUNDS = 50
+"""At most this many accepted moves (each round tries every table's every option; a bound on the search time)."""
+
+
+def _key(est: DlrmEstimate) -> tuple[float, float, float]:
+    return est.step_s, sum(est.rank_time_s), est.max_memory_bytes
+
+
+def _improve(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int, memory_margin: float,
+             placed: list[Placement]) -> list[Placement]:
+    """Steepest descent over single-table moves (module docstring); every plan tried fits in memory."""
+    node = min(cluster.gpus_per_node, group)
+    capacity = cluster.accelerator.memory_bytes * (1.0 - memory_margin)
+    tables = {t.name: t for t in spec.tables}
+    current = estimate_dlrm(spec, placed, cluster, world, batch, group)
+    for _ in range(MOVE_ROUNDS):
+        loaded = sorted(range(group), key=lambda r: (current.rank_time_s[r], r))
+        best = None
+        for i, place in enumerate(placed):
+            for option in options(tables[place.table], group, node, loaded):
+                if option == place:
+                    continue
+                trial = [*placed[:i], option, *placed[i + 1:]]
+                est = estimate_dlrm(spec, trial, cluster, world, batch, group)
+                if est.max_memory_bytes <= capacity and _key(est) < _key(best[0] if best else current):
+                    best = (est, trial)
+        if best is None:
+            return placed
+        current, placed = best
+    return placed
 
 
 def _greedy(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int, memory_margin: float,
