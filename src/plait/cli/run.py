@@ -161,23 +161,27 @@ RANKS_PER_CORE = 2
 project's tests run 4 ranks on its 2-core machine."""
 
 
-def _check_machine(ranks: int, slots: int | None, predicted) -> None:  # type: ignore[no-untyped-def]
-    """Refuse, before a process starts, a plan this machine cannot hold: more CPU ranks than its cores take, or
-    more memory than it has by plait's own estimate (device memory per GPU; host memory for all CPU ranks)."""
+def check_cpu_machine(ranks: int, bytes_per_rank: float) -> None:
+    """Refuse more CPU ranks than this machine's cores take, or more memory than it has (plait's estimate)."""
     from plait.run.lifecycle import available_memory_bytes
     from plait.search.parts import available_cores
 
-    need = predicted.memory.total_bytes - predicted.memory.runtime_reserved_bytes
+    cores = available_cores()
+    if ranks > RANKS_PER_CORE * cores:
+        raise ConfigError(f"the plan needs {ranks} ranks but this CPU machine has {cores} cores "
+                          f"(at most {RANKS_PER_CORE * cores} ranks: {RANKS_PER_CORE} per core)")
+    free = available_memory_bytes()
+    if free is not None and bytes_per_rank * ranks > free:
+        raise ConfigError(f"the plan needs about {bytes_per_rank / GIB:.1f} GiB per rank x {ranks} ranks = "
+                          f"{bytes_per_rank * ranks / GIB:.1f} GiB (plait's estimate) but this machine has "
+                          f"{free / GIB:.1f} GiB available")
+
+
+def _check_machine(ranks: int, slots: int | None, predicted) -> None:  # type: ignore[no-untyped-def]
+    """Refuse, before a process starts, a plan this machine cannot hold: more CPU ranks than its cores take, or
+    more memory than it has by plait's own estimate (device memory per GPU; host memory for all CPU ranks)."""
     if slots is None:
-        cores = available_cores()
-        if ranks > RANKS_PER_CORE * cores:
-            raise ConfigError(f"the plan needs {ranks} ranks but this CPU machine has {cores} cores "
-                              f"(at most {RANKS_PER_CORE * cores} ranks: {RANKS_PER_CORE} per core)")
-        free = available_memory_bytes()
-        if free is not None and need * ranks > free:
-            raise ConfigError(f"the plan needs about {need / GIB:.1f} GiB per rank x {ranks} ranks = "
-                              f"{need * ranks / GIB:.1f} GiB (plait's estimate) but this machine has "
-                              f"{free / GIB:.1f} GiB available")
+        check_cpu_machine(ranks, predicted.memory.total_bytes - predicted.memory.runtime_reserved_bytes)
         return
     import torch
 

@@ -15,7 +15,6 @@ from rich.table import Table
 
 from plait.errors import ConfigError
 from plait.predict.dlrm import placements_text, predict_dlrm
-from plait.units import GIB
 
 WORKER = "plait.run.dlrm"
 
@@ -32,7 +31,9 @@ def run_dlrm(model: str, cluster: str, gpus: int, global_batch: int, steps: int,
     from plait.run.dlrm import check_runnable
 
     check_runnable(predicted.spec, predicted.placements, predicted.batch)
-    _check_machine(gpus, predicted.estimate.max_memory_bytes)
+    from plait.cli.run import check_cpu_machine
+
+    check_cpu_machine(gpus, predicted.estimate.max_memory_bytes)
     console = Console()
     text = placements_text(predicted.placements)
     console.print(f"placements ({predicted.chosen_by}): {text}")
@@ -63,19 +64,3 @@ def run_dlrm(model: str, cluster: str, gpus: int, global_batch: int, steps: int,
                       f"{load.pooled_out + load.pooled_in + load.index_out + load.header_bytes:,.0f}")
     console.print(table)
     console.print(f"note: predicted for {predicted.cluster.name}, not this machine's ranks; bytes are counted per step")
-
-
-def _check_machine(ranks: int, memory_bytes: float) -> None:
-    """Refuse, before a rank starts, more ranks or memory than this CPU machine holds (plait's estimate per rank)."""
-    from plait.cli.run import RANKS_PER_CORE
-    from plait.run.lifecycle import available_memory_bytes
-    from plait.search.parts import available_cores
-
-    cores = available_cores()
-    if ranks > RANKS_PER_CORE * cores:
-        raise ConfigError(f"the plan needs {ranks} ranks but this machine has {cores} cores "
-                          f"(at most {RANKS_PER_CORE * cores} ranks: {RANKS_PER_CORE} per core)")
-    free = available_memory_bytes()
-    if free is not None and memory_bytes * ranks > free:
-        raise ConfigError(f"the tables need about {memory_bytes / GIB:.1f} GiB per rank x {ranks} ranks (plait's "
-                          f"estimate) but this machine has {free / GIB:.1f} GiB available")
