@@ -1,0 +1,125 @@
+"""Expected size of a neighbour-sampled mini-batch (issue 18): nodes and edges per hop, and how many of the
+nodes whose features the batch reads live on other ranks and miss the feature cache.
+
+Sampling (GraphSAGE: Hamilton et al., NeurIPS 2017, Alg. 2; PyG's ``NeighborLoader`` and plait's runtime sampler):
+``B`` seed nodes; at hop ``l`` each node first reached at hop ``l - 1`` draws ``min(f_l, d)`` of its ``d``
+neighbours without replacement. The model keeps, per degree class ``d`` (``n_d`` nodes), the probability ``q_l(d)``
+that a node is in the batch after hop ``l``:
+
+- seeds are uniform over nodes (over the rank's part: below), ``q_0(d) = B / N`` on one part;
+- a drawn neighbour is the end of a uniformly chosen edge end, so it lands on a given node of degree ``d`` with
+  probability ``d / 2E`` (the friendship paradox: Feld, Am. J. Sociol. 1991); with ``e_l`` draws at hop ``l``, a node
+  escapes them all with probability ``(1 - d / 2E)^e_l ~ exp(-e_l d / 2E)`` (occupancy of ``e_l`` balls in bins of
+  unequal size: Johnson & Kotz, *Urn Models*, 1977, Ch. 6), so
+  ``q_l(d) = 1 - (1 - q_{l-1}(d)) exp(-e_l d / 2E)`` and ``e_l = sum_d n_d (q_{l-1}(d) - q_{l-2}(d)) min(f_l, d)``.
+
+Draws are assumed independent of each other and of where they start (no clustering: real graphs, whose
+neighbourhoods overlap, give fewer distinct nodes than this model).
+
+Degrees follow a shifted discrete power law ``p(d) ~ (d + s)^-a`` on ``1..max_degree`` (a Pareto II / Lomax form:
+Newman, Contemp. Phys. 2005, Sec. 2), ``s`` solved so that the mean is ``2E / N``.
+
+Where the nodes live: the graph is cut into ``P`` equal parts, a fraction ``c`` of each node's edges leaving its
+part (random assignment of nodes to parts cuts ``c = (P - 1) / P``). The seeds are uniform over the rank's own part;
+the batch is tracked apart in the rank's part (``n_d / P`` nodes of each class, ``2E / P`` edge ends) and in the
+others (the rest, as one pool): of the draws from the own part's new nodes ``1 - c`` land in it and ``c`` outside,
+of the draws from elsewhere ``c / (P - 1)`` come back (each a two-state Markov step), and each pool fills by the
+occupancy rule above with its own bins. A static cache of the highest-degree nodes' features (PaGraph: Lin et al.,
+SoCC 2020, Sec. 4) serves a remote node when its degree class is among the cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plait.workload.gnn import GraphStats
+
+
+@dataclass(frozen=True, kw_only=True)
+class DegreeClasses:
+    """Degrees ``1..max_degree`` and the expected number of nodes of each."""
+
+    degrees: np.ndarray
+    nodes: np.ndarray
+    edges: int
+
+
+def degree_classes(graph: GraphStats) -> DegreeClasses:
+    """The shifted power law of the module docstring, its shift found by bisection on the mean."""
+    d = np.arange(1, graph.max_degree + 1, dtype=np.float64)
+    target = graph.mean_degree
+
+    def mean(shift: float) -> float:
+        w = (d + shift) ** -graph.degree_exponent
+        return float((d * w).sum() / w.sum())
+
+    lo, hi = -1.0 + 1e-9, 1.0
+    while mean(hi) < target and hi < 1e12:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mean(mid) < target else (lo, mid)
+    w = (d + 0.5 * (lo + hi)) ** -graph.degree_exponent
+    return DegreeClasses(degrees=d, nodes=graph.nodes * w / w.sum(), edges=graph.edges)
+
+
+def measured_classes(degree_counts: list[int] | np.ndarray) -> DegreeClasses:
+    """Degree classes of a real graph: ``degree_counts[d]`` nodes of degree ``d`` (its degree histogram)."""
+    counts = np.asarray(degree_counts, dtype=np.float64)
+    d = np.arange(counts.size, dtype=np.float64)
+    return DegreeClasses(degrees=d, nodes=counts, edges=round(float((d * counts).sum()) / 2))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampledBatch:
+    """Expected sizes of one rank's mini-batch."""
+
+    new_nodes: tuple[float, ...]
+    """Nodes first reached at each hop, the seeds first (``layers + 1`` entries)."""
+    edges: tuple[float, ...]
+    """Neighbours drawn at each hop (``layers`` entries)."""
+    remote_nodes: tuple[float, ...]
+    """Of ``new_nodes``, those held by another rank's part."""
+    remote_misses: float
+    """Remote nodes whose features are not in the cache: what the rank fetches."""
+
+    @property
+    def nodes(self) -> float:
+        return sum(self.new_nodes)
+
+    @property
+    def sampled_edges(self) -> float:
+        return sum(self.edges)
+
+
+def sample_batch(classes: DegreeClasses, fanouts: tuple[int, ...], seeds: float, parts: int, edge_cut: float,
+                 cache_fraction: float = 0.0) -> SampledBatch:
+    """Expected sizes of a batch of ``seeds`` seed nodes drawn from one rank's part (module docstring)."""
+    d, n_d = classes.degrees, classes.nodes
+    total = float(n_d.sum())
+    share = (1.0 / parts, (parts - 1) / parts)  # of each class: in the rank's part, in the others
+    back = edge_cut / (parts - 1) if parts > 1 else 0.0
+    q = [np.full_like(d, min(1.0, seeds * parts / total)), np.zeros_like(d)]
+    fresh = [n_d * share[0] * q[0], np.zeros_like(d)]  # nodes first reached at the latest hop, per class
+    hops, edges = [fresh], []
+    for fanout in fanouts:
+        out = [float((f * np.minimum(fanout, d)).sum()) for f in fresh]
+        landing = (out[0] * (1.0 - edge_cut) + out[1] * back, out[0] * edge_cut + out[1] * (1.0 - back))
+        after = [1.0 - (1.0 - q[k]) * np.exp(-landing[k] * d / (2.0 * classes.edges * share[k])) if share[k] else q[k]
+                 for k in (0, 1)]
+        fresh = [n_d * share[k] * (after[k] - q[k]) for k in (0, 1)]
+        q = after
+        hops.append(fresh)
+        edges.append(sum(out))
+    uncached = 1.0 - _cached(n_d, cache_fraction * total)
+    return SampledBatch(new_nodes=tuple(float(h[0].sum() + h[1].sum()) for h in hops), edges=tuple(edges),
+                        remote_nodes=tuple(float(h[1].sum()) for h in hops),
+                        remote_misses=sum(float((h[1] * uncached).sum()) for h in hops))
+
+
+def _cached(n_d: np.ndarray, capacity: float) -> np.ndarray:
+    """Fraction of each degree class (ascending degrees) whose features the cache holds: the highest degrees first."""
+    above = np.cumsum(n_d[::-1])[::-1] - n_d  # nodes of higher degree than each class
+    return np.clip((capacity - above) / np.maximum(n_d, 1e-300), 0.0, 1.0)
