@@ -1,0 +1,191 @@
+"""Data-parallel GNN training with neighbour sampling on torch.distributed (issue 18): one rank per part of a
+generated graph (:mod:`plait.run.graph`), PyG's GraphSAGE or GCN wrapped in DDP.
+
+Each rank holds the graph's structure and only its part's features (plus, with ``--cache``, the features of the
+graph's highest-degree nodes: PaGraph's static cache). Every step it draws ``--batch`` seeds from its part, samples
+their neighbourhoods (:mod:`plait.run.sampler`) and fetches the features it lacks from their owners: an all-to-all
+of counts (one int64 per peer), one of the ids, one of the features back (``all_to_all_single``, whose bytes to peers
+are counted). ``--reference W`` trains the same ``W`` parts' batches in one process (the mean of their losses, the
+gradient DDP's average gives) and writes, per step, the ids each part would request of each other: what the
+cost model's byte accounting (:func:`plait.cost.gnn.rank_fetch_bytes`) is applied to.
+
+Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.run.gnn --out run.json`` (or ``--reference 2``).
+
+Tensor legend: ``U`` batch nodes, ``F`` features, ``C`` classes, ``B`` seeds, ``W`` ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as fn
+
+from plait.run.graph import Graph, generate
+from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
+
+
+def build_model(kind: str, features: int, hidden: int, classes: int, layers: int) -> torch.nn.Module:
+    """PyG's GraphSAGE or GCN (mean aggregation, ReLU between layers, no dropout), seeded identically everywhere."""
+    from torch_geometric.nn.models import GCN, GraphSAGE
+
+    torch.manual_seed(0)
+    model_class = GraphSAGE if kind == "sage" else GCN
+    return model_class(features, hidden, layers, classes)
+
+
+def cached_nodes(graph: Graph, fraction: float) -> torch.Tensor:
+    """The highest-degree ``fraction`` of the nodes (ties to the lower id), ascending."""
+    count = int(fraction * graph.nodes)
+    order = torch.argsort(-graph.degrees() * graph.nodes + torch.arange(graph.nodes))
+    return torch.sort(order[:count]).values
+
+
+def requests(graph: Graph, batch: Batch, rank: int, cached_N: torch.Tensor) -> list[torch.Tensor]:
+    """Where in the batch the nodes this rank asks each part for lie: held elsewhere and not cached."""
+    owner_U = graph.owner(batch.nodes_U)
+    missing_U = (owner_U != rank) & ~cached_N[batch.nodes_U]
+    return [(missing_U & (owner_U == p)).nonzero().flatten() for p in range(graph.parts)]
+
+
+class Counter:
+    """Bytes this rank sends to its peers through ``all_to_all_single`` (its own segment stays home)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def all_to_all(self, output: torch.Tensor, inputs: torch.Tensor, out_splits: list[int], in_splits: list[int],
+                   rank: int) -> None:
+        row_bytes = inputs[0].numel() * inputs.element_size() if inputs.numel() else 0
+        self.sent += sum(n for p, n in enumerate(in_splits) if p != rank) * row_bytes
+        dist.all_to_all_single(output, inputs, out_splits, in_splits)
+
+
+def fetch(x_local: torch.Tensor, lo: int, asked: list[torch.Tensor], counter: Counter) -> torch.Tensor:
+    """Features of the ids asked of each part (in that order), from their owners: counts, ids, features back."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    send_counts = torch.tensor([a.numel() for a in asked], dtype=torch.long)
+    recv_counts = torch.empty_like(send_counts)
+    counter.all_to_all(recv_counts, send_counts, [1] * world, [1] * world, rank)
+    ids_in = torch.empty(int(recv_counts.sum()), dtype=torch.long)
+    counter.all_to_all(ids_in, torch.cat(asked), recv_counts.tolist(), send_counts.tolist(), rank)
+    got = torch.empty(int(send_counts.sum()), x_local.shape[1])
+    counter.all_to_all(got, x_local[ids_in - lo], send_counts.tolist(), recv_counts.tolist(), rank)
+    return got
+
+
+def features_of(batch: Batch, x_local: torch.Tensor, lo: int, hi: int, cached: torch.Tensor, cache_x: torch.Tensor,
+                where: list[torch.Tensor], got: torch.Tensor) -> torch.Tensor:
+    """The batch's feature matrix from the rank's part, its cache and what it fetched (rows at ``where``)."""
+    nodes_U = batch.nodes_U
+    x_UF = torch.empty(nodes_U.numel(), x_local.shape[1])
+    local_U = (nodes_U >= lo) & (nodes_U < hi)
+    x_UF[local_U] = x_local[nodes_U[local_U] - lo]
+    slot_U = torch.searchsorted(cached, nodes_U).clamp(max=max(cached.numel() - 1, 0))
+    in_cache_U = ~local_U & (cached[slot_U] == nodes_U) if cached.numel() else torch.zeros_like(local_U)
+    x_UF[in_cache_U] = cache_x[slot_U[in_cache_U]]
+    x_UF[torch.cat(where)] = got
+    return x_UF
+
+
+def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
+    graph = generate(args.nodes, args.edges, reference or dist.get_world_size(), args.features, args.classes,
+                     mix=args.mix, seed=args.seed)
+    model = build_model(args.kind, args.features, args.hidden, args.classes, len(args.fanouts))
+    cached = cached_nodes(graph, args.cache)
+    cached_N = torch.zeros(graph.nodes, dtype=torch.bool)
+    cached_N[cached] = True
+    if reference:
+        return _reference(args, graph, model, cached_N, reference)
+    rank = dist.get_rank()
+    lo, hi = graph.part_range(rank)
+    x_local, y_local, cache_x = graph.x_NF[lo:hi].clone(), graph.y_N[lo:hi].clone(), graph.x_NF[cached].clone()
+    graph = replace(graph, x_NF=torch.empty(0), y_N=torch.empty(0))  # the rank keeps its part and the cache only
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    counter, losses, sent, times = Counter(), [], [], []
+    for step in range(args.steps):
+        start, before = time.perf_counter(), counter.sent
+        gen = batch_generator(args.seed, step, rank)
+        batch = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, args.batch, gen), tuple(args.fanouts), gen)
+        where = requests(graph, batch, rank, cached_N)
+        got = fetch(x_local, lo, [batch.nodes_U[w] for w in where], counter)
+        x_UF = features_of(batch, x_local, lo, hi, cached, cache_x, where, got)
+        out_UC = ddp(x_UF, batch.edge_index_2M)
+        loss = fn.cross_entropy(out_UC[: args.batch], y_local[batch.nodes_U[: args.batch] - lo])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(float(mean) / dist.get_world_size())
+        sent.append(counter.sent - before)
+        times.append(time.perf_counter() - start)
+    every: list[list[int]] = [[] for _ in range(dist.get_world_size())]
+    dist.all_gather_object(every, sent)
+    return {"losses": losses, "bytes_sent": every, "step_times_s": times}
+
+
+def _reference(args: argparse.Namespace, graph: Graph, model: torch.nn.Module, cached_N: torch.Tensor,
+               world: int) -> dict[str, list]:
+    """One process: each step, the mean of the ``world`` parts' losses on their batches (module docstring)."""
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    losses, asked = [], []
+    for step in range(args.steps):
+        total, per_part = torch.zeros(()), []
+        for part in range(world):
+            gen = batch_generator(args.seed, step, part)
+            lo, hi = graph.part_range(part)
+            batch = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, args.batch, gen), tuple(args.fanouts), gen)
+            per_part.append([int(r.numel()) for r in requests(graph, batch, part, cached_N)])
+            out_UC = model(graph.x_NF[batch.nodes_U], batch.edge_index_2M)
+            total = total + fn.cross_entropy(out_UC[: args.batch], graph.y_N[batch.nodes_U[: args.batch]])
+        loss = total / world
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        asked.append(per_part)
+    return {"losses": losses, "requests": asked}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--nodes", type=int, default=4000)
+    p.add_argument("--edges", type=int, default=20000)
+    p.add_argument("--features", type=int, default=16)
+    p.add_argument("--classes", type=int, default=4)
+    p.add_argument("--mix", type=float, default=0.2, help="share of edges drawn between parts")
+    p.add_argument("--kind", choices=("sage", "gcn"), default="sage")
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--fanouts", type=int, nargs="+", default=[5, 3])
+    p.add_argument("--batch", type=int, default=32, help="seeds per rank")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--cache", type=float, default=0.0, help="fraction of nodes whose features every rank caches")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reference", type=int, default=0, help="ranks to emulate in one process")
+    p.add_argument("--out", type=Path, required=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.reference:
+        args.out.write_text(json.dumps(train(args, args.reference)))
+        return 0
+    dist.init_process_group("gloo")
+    result = train(args)
+    if dist.get_rank() == 0:
+        args.out.write_text(json.dumps(result))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
