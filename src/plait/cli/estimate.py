@@ -17,6 +17,7 @@ from plait.plan.defaults import GLOBAL_BATCH
 from plait.plan.rules import check_plan
 from plait.predict.dlrm import is_dlrm_file
 from plait.predict.estimate import predict
+from plait.predict.gnn import is_gnn_file
 from plait.predict.traced import parse_shape, predict_traced
 from plait.workload.tracing import is_traced_name
 
@@ -52,6 +53,9 @@ def estimate_command(
     input_dtype: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64. [default: the factory's, else float32]")] = None,
     placements: Annotated[str | None, typer.Option(help="With a DLRM TOML: each table's sharding, e.g. t0=row_wise,t1=table_wise@3,t2=column_wise@0+1 (table_wise, column_wise, row_wise, table_row_wise, data_parallel). [default: plait's planner]")] = None,
     sparse_group: Annotated[int | None, typer.Option(help="With a DLRM TOML: ranks that share the tables (2D sparse parallelism: gpus / this many replicas). [default: all]")] = None,
+    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp (features fetched from their owners) | partition_local (each rank trains inside its part).")] = "sampled_dp",
+    edge_cut: Annotated[float | None, typer.Option(help="With a GNN TOML: fraction of edges crossing the gpus parts. [default: a random cut, (gpus-1)/gpus]")] = None,
+    cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
 
@@ -70,6 +74,19 @@ def estimate_command(
         return
     if placements or sparse_group:
         raise ConfigError("--placements and --sparse-group place a DLRM's tables: pass --model with a DLRM TOML")
+    if is_gnn_file(model):
+        from plait.cli.render_gnn import print_gnn
+        from plait.predict.gnn import predict_gnn
+
+        assert model is not None
+        gnn = predict_gnn(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, gnn_strategy, edge_cut, cache_fraction)
+        if as_json:
+            print_json(gnn.to_dict())
+        else:
+            print_gnn(Console(), gnn)
+        return
+    if gnn_strategy != "sampled_dp" or edge_cut is not None or cache_fraction:
+        raise ConfigError("--gnn-strategy, --edge-cut and --cache-fraction describe a GNN job: pass --model with a GNN TOML")
     traced = model is not None and is_traced_name(model)
     if traced:  # one replica's batch at once, unsharded, unless asked otherwise (a CNN's habit)
         sharding = sharding or "none"

@@ -22,6 +22,7 @@ from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
 from plait.predict.dlrm import is_dlrm_file
+from plait.predict.gnn import is_gnn_file
 from plait.predict.traced import parse_shape
 from plait.search.engine import RANK_BY, run_search
 from plait.search.explain import runner_up_gives_up, why_winner
@@ -109,6 +110,15 @@ def plan_command(
         if objective != "throughput" or gpus_range or len(batches) != 1:
             raise ConfigError("a DLRM (--model with [[tables]]) is planned for throughput on --gpus at one --global-batch")
         plan_dlrm(model, cluster, gpus, batches[0], memory_margin, export, force, as_json)
+        return
+    if is_gnn_file(model):
+        from plait.cli.plan_gnn import plan_gnn
+
+        batches = _batches(global_batch)
+        if objective != "throughput" or gpus_range or len(batches) != 1 or export is not None:
+            raise ConfigError("a GNN (--model with [graph] and [model]) is planned for throughput on --gpus at one "
+                              "--global-batch, without --export")
+        plan_gnn(model, cluster, gpus, batches[0], memory_margin, as_json)
         return
     if is_traced_name(model):
         from plait.cli.render_plan import print_traced_search

@@ -1,0 +1,66 @@
+"""Tables of a GNN job: one strategy's step, and the search over strategies and cache sizes (issue 18)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from plait.predict.gnn import GnnPrediction
+from plait.units import GIB
+
+PARTS = (("sampling", "sampling_s"), ("feature fetch", "fetch_s"), ("compute", "compute_s"),
+         ("gradient all-reduce", "all_reduce_s"), ("optimizer", "optimizer_s"))
+
+
+def describe(result: GnnPrediction) -> str:
+    est = result.estimate
+    text = est.strategy + (f", cache {result.cache_fraction:.0%}" if result.cache_fraction else "")
+    if est.strategy == "partition_local":
+        text += f" (drops the {result.edge_cut:.0%} of edges that cross parts)"
+    return text
+
+
+def print_gnn(console: Console, result: GnnPrediction) -> None:
+    """The step's parts, the batch's size and the memory per GPU."""
+    est, sampled = result.estimate, result.estimate.batch
+    console.print(f"{result.spec.name} on {result.world} x {result.cluster.accelerator.name} ({result.cluster.name}), "
+                  f"{result.batch} seeds per rank, {describe(result)}; edge cut {result.edge_cut:.3f}")
+    table = Table(title="one step", title_justify="left")
+    table.add_column("part")
+    table.add_column("ms", justify="right")
+    for label, attr in PARTS:
+        table.add_row(label, f"{1e3 * getattr(est, attr):.3f}")
+    table.add_row("step", f"{1e3 * est.step_s:.3f}")
+    console.print(table)
+    hops = " + ".join(f"{n:,.0f}" for n in sampled.new_nodes)
+    console.print(f"batch: {sampled.nodes:,.0f} nodes ({hops} by hop), {sampled.sampled_edges:,.0f} sampled edges; "
+                  f"{sum(sampled.remote_nodes):,.0f} held by other ranks, {sampled.remote_misses:,.0f} fetched "
+                  f"({est.fetch_bytes / 1e6:.2f} MB sent per rank)")
+    console.print(f"epoch: {est.steps_per_epoch:,} steps, {est.epoch_s:.2f} s; memory {est.memory_bytes / GIB:.2f} GiB "
+                  f"per GPU of {result.cluster.accelerator.memory_bytes / GIB:.0f}")
+
+
+def print_gnn_search(console: Console, ranked: list[GnnPrediction], approximate: list[GnnPrediction],
+                     refused: list[tuple[GnnPrediction, str]]) -> None:
+    """The exact strategies that fit, fastest first, with what the winner's step is made of; the approximate ones
+    beside (they train on less of the graph); the refused."""
+    table = Table(title="strategies, fastest first", title_justify="left")
+    for col in ("strategy", "step ms", "epoch s", "fetch ms", "compute ms", "GiB"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for r in [*ranked, *approximate]:
+        est = r.estimate
+        label = describe(r) if r in ranked else f"not ranked: {describe(r)}"
+        table.add_row(label, f"{1e3 * est.step_s:.3f}", f"{est.epoch_s:.2f}", f"{1e3 * est.fetch_s:.3f}",
+                      f"{1e3 * est.compute_s:.3f}", f"{est.memory_bytes / GIB:.2f}")
+    console.print(table)
+    if ranked:
+        best = ranked[0].estimate
+        part = max(PARTS, key=lambda p: getattr(best, p[1]))
+        console.print(f"winner: {describe(ranked[0])}; its step is mostly {part[0]} "
+                      f"({getattr(best, part[1]) / best.step_s:.0%})")
+    if approximate:
+        console.print("not ranked: approximate strategies train on less of the graph, so their faster step is not a "
+                      "better plan by itself (their accuracy is not modelled); `plait estimate --gnn-strategy partition_local "
+                      "--edge-cut C` costs your partition's own cut")
+    for r, why in refused:
+        console.print(f"refused: {describe(r)}: {why}")

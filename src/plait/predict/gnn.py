@@ -1,0 +1,102 @@
+"""A GNN training job (issue 18): a GNN TOML, a cluster, ranks and a global batch of seed nodes; one strategy
+costed (:mod:`plait.cost.gnn`), or every strategy and feature-cache size searched and ranked."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from plait.cost.gnn import APPROXIMATE, STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
+from plait.hardware.cluster import Cluster
+from plait.units import GIB
+from plait.workload.gnn import GnnSpec, is_gnn_data, read_gnn
+
+CACHE_FRACTIONS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
+"""Feature-cache sizes the search tries (fractions of the graph's nodes, the highest degrees first)."""
+
+
+def is_gnn_file(name: str | None) -> bool:
+    """``name`` is a TOML file that describes a GNN (it has ``[graph]`` and ``[model]``)."""
+    if name is None or not name.endswith(".toml") or not Path(name).is_file():
+        return False
+    try:
+        return is_gnn_data(tomllib.loads(Path(name).read_text()))
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class GnnPrediction:
+    """One GNN job under one strategy."""
+
+    spec: GnnSpec
+    cluster: Cluster
+    world: int
+    batch: int
+    """Seed nodes per rank."""
+    edge_cut: float
+    cache_fraction: float
+    estimate: GnnEstimate
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.memory_bytes <= self.cluster.accelerator.memory_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        est, sampled = self.estimate, self.estimate.batch
+        return {
+            "model": self.spec.name, "cluster": self.cluster.name, "gpus": self.world, "seeds_per_rank": self.batch,
+            "global_batch": self.batch * self.world, "strategy": est.strategy, "edge_cut": self.edge_cut,
+            "cache_fraction": self.cache_fraction, "step_time_s": est.step_s, "epoch_time_s": est.epoch_s,
+            "steps_per_epoch": est.steps_per_epoch,
+            "time_breakdown_s": {"sampling": est.sampling_s, "feature_fetch": est.fetch_s, "compute": est.compute_s,
+                                 "gradient_all_reduce": est.all_reduce_s, "optimizer": est.optimizer_s},
+            "batch_nodes": sampled.nodes, "batch_nodes_per_hop": list(sampled.new_nodes),
+            "sampled_edges": sampled.sampled_edges, "remote_nodes": sum(sampled.remote_nodes),
+            "fetched_nodes": sampled.remote_misses, "fetch_bytes_per_rank": est.fetch_bytes,
+            "memory_bytes": est.memory_bytes, "fits": self.fits,
+        }
+
+
+def predict_gnn(model: str, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
+                edge_cut: float | None = None, cache_fraction: float = 0.0) -> GnnPrediction:
+    """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts."""
+    spec, hardware = read_gnn(Path(model)), resolve_cluster(cluster)
+    if gpus < 1 or global_batch < gpus or global_batch % gpus:
+        raise ConfigError(f"global_batch={global_batch} must be a positive multiple of gpus={gpus} (seeds per rank)")
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"strategy={strategy!r} must be one of {', '.join(STRATEGIES)}")
+    batch = global_batch // gpus
+    if batch > spec.graph.train_nodes // gpus:
+        raise ConfigError(f"{batch} seeds per rank exceed the {spec.graph.train_nodes // gpus} training nodes of "
+                          f"each of the {gpus} parts")
+    cut = (gpus - 1) / gpus if edge_cut is None else edge_cut
+    typed: Strategy = strategy  # type: ignore[assignment]
+    est = estimate_gnn(spec, hardware, gpus, batch, typed, cut, cache_fraction)
+    return GnnPrediction(spec=spec, cluster=hardware, world=gpus, batch=batch, edge_cut=cut,
+                         cache_fraction=cache_fraction, estimate=est)
+
+
+def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut: float | None = None,
+               memory_margin: float = 0.05) -> tuple[list[GnnPrediction], list[GnnPrediction],
+                                                     list[tuple[GnnPrediction, str]]]:
+    """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS`): the exact
+    ones that fit, ranked by step time; the approximate ones that fit (they train on less of the graph, so a faster
+    step is not a better plan: shown, not ranked); and those refused, with why."""
+    candidates = [(s, c) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))]
+    ranked, approximate, refused = [], [], []
+    for strategy, cache in candidates:
+        result = predict_gnn(model, cluster, gpus, global_batch, strategy, edge_cut, cache)
+        limit = (1.0 - memory_margin) * result.cluster.accelerator.memory_bytes
+        if result.estimate.memory_bytes > limit:
+            why = f"needs {result.estimate.memory_bytes / GIB:.1f} GiB of {limit / GIB:.1f} GiB usable"
+            refused.append((result, why))
+        else:
+            (approximate if strategy in APPROXIMATE else ranked).append(result)
+    ranked.sort(key=lambda r: r.estimate.step_s)
+    approximate.sort(key=lambda r: r.estimate.step_s)
+    return ranked, approximate, refused

@@ -1,0 +1,155 @@
+"""GNN training (issue 18): the sampled batch's expected size by hand and against plait's sampler on generated
+graphs, the fetch bytes by hand, the workload's one-line errors, and plait estimate and plan on a GNN TOML."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from plait.cost.gnn import rank_fetch_bytes
+from plait.cost.gnn_sampling import degree_classes, measured_classes, sample_batch
+from plait.errors import ConfigError
+from plait.workload.gnn import read_gnn
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCTS = ROOT / "examples" / "graphsage-ogbn-products.toml"
+
+
+def test_one_hop_on_a_regular_graph_by_hand() -> None:
+    """1,000 nodes of degree 4 (2,000 edges), 10 seeds drawing 2 neighbours each: 20 draws, each landing on a given
+    node with probability 4 / 4,000, so a node is in the batch with 1 - (1 - 10/1000) exp(-20 * 4 / 4000)."""
+    batch = sample_batch(measured_classes([0, 0, 0, 0, 1000]), (2,), 10, 1, 0.0)
+    assert batch.edges == (20.0,)
+    assert batch.new_nodes[0] == pytest.approx(10.0)
+    assert batch.new_nodes[1] == pytest.approx(1000 * (1 - 0.99 * math.exp(-0.02)) - 10)
+    assert batch.remote_misses == 0.0
+
+
+def test_half_the_draws_leave_a_random_half() -> None:
+    """Two parts, a random cut (c = 1/2): the seeds are local, half of the first hop's draws land in the other part."""
+    batch = sample_batch(measured_classes([0, 0, 0, 0, 1000]), (2,), 10, 2, 0.5)
+    q_other = 1 - math.exp(-10 * 4 / 2000)  # 10 of the 20 draws land among the other part's 2,000 edge ends
+    assert batch.remote_nodes[1] == pytest.approx(500 * q_other)
+    assert batch.remote_misses == pytest.approx(batch.remote_nodes[1])
+    cached = sample_batch(measured_classes([0, 0, 0, 0, 1000]), (2,), 10, 2, 0.5, cache_fraction=0.5)
+    assert cached.remote_misses == pytest.approx(0.5 * batch.remote_misses)  # one class: half of it cached
+
+
+def test_fetch_bytes_by_hand() -> None:
+    """Rank 0 asks rank 1 for 3 ids, rank 1 asks rank 0 for 5; 16 fp32 features: a count (8) to the peer, 8 bytes
+    per id asked, 64 per feature row served."""
+    asked = [[0, 3], [5, 0]]
+    assert rank_fetch_bytes(asked, 0, 16) == 8 + 3 * 8 + 5 * 64
+    assert rank_fetch_bytes(asked, 1, 16) == 8 + 5 * 8 + 3 * 64
+
+
+def test_the_degree_law_has_the_graphs_mean_degree() -> None:
+    graph = read_gnn(PRODUCTS).graph
+    classes = degree_classes(graph)
+    assert classes.nodes.sum() == pytest.approx(graph.nodes)
+    assert (classes.degrees * classes.nodes).sum() / graph.nodes == pytest.approx(graph.mean_degree, rel=1e-6)
+    assert all(classes.nodes[:-1] >= classes.nodes[1:])  # a power law falls
+
+
+@pytest.mark.parametrize("nodes, edges, parts, mix, seeds, fanouts", [
+    (20000, 100000, 2, 0.1, 256, (10, 5)),
+    (30000, 240000, 4, 0.3, 128, (10, 10, 5)),
+])
+def test_expected_batch_matches_the_sampler_on_generated_graphs(nodes: int, edges: int, parts: int, mix: float,
+                                                               seeds: int, fanouts: tuple[int, ...]) -> None:
+    """The occupancy model, given the generated graph's degree histogram and cut, against the mean of 30 batches of
+    plait's sampler: nodes within 10%, remote nodes within 15% (the model ignores that neighbourhoods overlap)."""
+    torch = pytest.importorskip("torch")
+    from plait.run.graph import generate
+    from plait.run.sampler import batch_generator, draw_seeds, sample
+
+    graph = generate(nodes, edges, parts, 4, 2, mix=mix, seed=1)
+    model = sample_batch(measured_classes(torch.bincount(graph.degrees()).numpy()), fanouts, seeds, parts,
+                         graph.edge_cut())
+    total = remote = 0.0
+    runs = 30
+    for step in range(runs):
+        gen = batch_generator(0, step, 0)
+        batch = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(*graph.part_range(0), seeds, gen), fanouts, gen)
+        total += batch.nodes_U.numel() / runs
+        remote += float((graph.owner(batch.nodes_U) != 0).sum()) / runs
+    assert model.nodes == pytest.approx(total, rel=0.10)
+    assert model.remote_misses == pytest.approx(remote, rel=0.15)
+
+
+GRAPH = "[graph]\nnodes = 10\nedges = 20\nfeatures = 4\nclasses = 2\n"
+
+
+@pytest.mark.parametrize("text, rule", [
+    ('[graph]\nnodes = 10\nedges = 20\nfeatures = 4\nclasses = 2\n[model]\nlayers = 2\nhidden = 8\nfanouts = [5]\n',
+     "fanouts=[5] must give one fanout >= 1 per layer (2)"),
+    (GRAPH + '[model]\nkind = "gat"\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "model kind='gat' must be one of sage, gcn"),
+    (GRAPH + 'train_nodes = 11\n[model]\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "train_nodes=11 must be at most nodes=10"),
+    ('[graph]\nnodes = 10\nedges = 20\nfeatures = 4\n[model]\nlayers = 1\nhidden = 8\nfanouts = [5]\n',
+     "a GNN needs 'classes'"),
+])
+def test_bad_gnn_files_are_one_line(tmp_path: Path, text: str, rule: str) -> None:
+    path = tmp_path / "g.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(rule)) as caught:
+        read_gnn(path)
+    assert "\n" not in str(caught.value)
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from plait.cli.main import run_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_plait_estimate_breaks_a_gnn_step_down() -> None:
+    base = ["estimate", "--model", str(PRODUCTS), "--cluster", "dgx-a100-ib", "--gpus", "16", "--global-batch",
+            "16384", "--json"]
+    results = {}
+    for label, extra in (("plain", []), ("cache", ["--cache-fraction", "0.1"]),
+                         ("local", ["--gnn-strategy", "partition_local"])):
+        code, out, _ = _cli([*base, *extra])
+        assert code == 0
+        results[label] = json.loads(out)
+    plain = results["plain"]
+    assert sum(plain["time_breakdown_s"].values()) == pytest.approx(plain["step_time_s"])
+    assert plain["steps_per_epoch"] == math.ceil(196615 / 16384)
+    assert plain["edge_cut"] == pytest.approx(15 / 16)
+    assert 0 < results["cache"]["fetch_bytes_per_rank"] < plain["fetch_bytes_per_rank"]
+    assert results["local"]["fetch_bytes_per_rank"] == 0.0
+    code, out, _ = _cli(["estimate", "--model", str(PRODUCTS), "--gpus", "1", "--global-batch", "1024", "--json"])
+    assert json.loads(out)["fetch_bytes_per_rank"] == 0.0  # one rank holds every feature
+
+
+def test_plait_plan_ranks_exact_strategies_and_sets_approximate_ones_apart() -> None:
+    code, out, _ = _cli(["plan", "--model", str(PRODUCTS), "--cluster", "dgx-a100-ib", "--gpus", "8",
+                         "--global-batch", "8192", "--json"])
+    assert code == 0
+    result = json.loads(out)
+    steps = [r["step_time_s"] for r in result["ranked"]]
+    assert steps == sorted(steps) and {r["strategy"] for r in result["ranked"]} == {"sampled_dp"}
+    assert [r["strategy"] for r in result["approximate"]] == ["partition_local"]
+
+
+@pytest.mark.parametrize("argv, rule", [
+    (["estimate", "--model", str(PRODUCTS), "--gnn-strategy", "magic", "--global-batch", "1024"],
+     "strategy='magic' must be one of sampled_dp, partition_local"),
+    (["estimate", "--model", str(PRODUCTS), "--gpus", "8", "--global-batch", "100"],
+     "global_batch=100 must be a positive multiple of gpus=8"),
+    (["estimate", "--model", str(PRODUCTS), "--cache-fraction", "1.5", "--global-batch", "1024"],
+     "cache_fraction=1.5 must lie in [0, 1]"),
+    (["estimate", "--model", "llama3-8b", "--edge-cut", "0.1"], "describe a GNN job"),
+])
+def test_bad_gnn_options_are_one_line(argv: list[str], rule: str) -> None:
+    code, _, err = _cli(argv)
+    assert code != 0 and rule in err and "Traceback" not in err
