@@ -49,6 +49,8 @@ COMMANDS: dict[str, str] = {
         "plait plan --model examples/dlrm-small.toml --gpus 16 --global-batch 65536 --export {tmp}/out4/",
     "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 5":
         "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 2",  # 2 steps keep it short
+    "plait estimate --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192": "",
+    "plait plan --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192": "",
     "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",
