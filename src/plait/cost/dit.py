@@ -1,0 +1,180 @@
+"""Latency, throughput and memory per GPU of parallel diffusion-transformer inference (issue 18;
+:mod:`plait.workload.dit`). One denoising step of ``P`` model passes (images x 2 with classifier-free guidance) of
+``S`` image tokens (and ``T`` text tokens) on ``N = cfg x pipefusion x ulysses x ring x tp`` GPUs, or on ``N``
+DistriFusion patches:
+
+- **cfg** (2): the conditional and unconditional passes on different GPUs (xDiT's CFG parallel: Fang et al.,
+  arXiv 2411.01738, Sec. 4.1); one all-gather of the predicted noise per step.
+- **ulysses** (``u``): the sequence split over ``u`` GPUs; before attention an all-to-all of Q, K, V turns it into a
+  split of the heads, after it one of the output turns it back (DeepSpeed-Ulysses: Jacobs et al., arXiv 2309.14509,
+  Sec. 3.1: ``4 S H / u`` elements sent per GPU and layer). ``u`` must divide the heads.
+- **ring** (``r``): each GPU keeps ``S / r`` queries and passes its K, V block around the ring, ``r - 1`` sends per
+  layer overlapped with the blockwise attention (Ring Attention: Liu et al., arXiv 2310.01889, Sec. 3); with Ulysses
+  the two nest (USP: Fang & Zhao, arXiv 2405.07719, Sec. 3: Ulysses inside, ring across).
+- **tp** (``t``): Megatron's split of every block (Shoeybi et al., arXiv 1909.08053, Sec. 3): two all-reduces of the
+  block's ``S H`` activations per block.
+- **pipefusion** (``p``, ``M`` patches): the layers in ``p`` stages, the image in ``M`` patches streamed through
+  them; each stage attends with the fresh K, V of its patch and one-step-stale K, V of the others, so a step needs no
+  bubble once the pipeline is full (PipeFusion: Wang et al., arXiv 2405.14430, Sec. 4): per patch and boundary one
+  point-to-point send of ``S H / M``, overlapped with the next patch's compute; the pipeline fills once
+  (``(p - 1) / M`` of a step) and keeps a K, V buffer of the whole sequence for its layers.
+- **distrifusion** (``n``): the image in ``n`` patches, one per GPU, attending with stale K, V of the others; every
+  layer all-gathers its fresh K, V asynchronously, overlapped with the step's compute (DistriFusion: Li et al.,
+  CVPR 2024, Sec. 4.2); the first ``warmup`` steps run synchronously (the paper's warm-up, Sec. 4.3).
+
+Compute: each block's GEMMs (QKV, output, MLP; per stream for MMDiT) at the device's GEMM curve, attention at its
+FlashAttention curve over the keys each query attends to (the curve is FlashAttention-2's forward and backward
+together; the forward alone runs at least as fast: Dao, arXiv 2307.08691, Fig. 5-6, so this errs slow). Not
+included: the text encoder, the VAE decoder and the scheduler's arithmetic (per image, not per step).
+
+Memory: weights (``/ (p t)``), stale K, V buffers (pipefusion: its layers; distrifusion: every layer), and one
+block's transient activations, ``(4 + r)`` tensors of ``tokens x H`` per pass on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.cost.compute import attention_flops_per_s, gemm_time_s
+from plait.cost.flops import Gemm
+from plait.cost.links import collective_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workload.dit import ACT_BYTES, DitJob, DitSpec
+
+DISTRIFUSION_WARMUP = 4
+"""Synchronous steps before DistriFusion switches to stale activations (its default: Li et al., CVPR 2024, Sec. 5.1:
+'we use 4 warmup steps')."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DitPlan:
+    """Degrees of each parallelism; their product is the GPU count."""
+
+    cfg: int = 1
+    pipefusion: int = 1
+    patches: int = 1
+    """PipeFusion's patches per image (``>= pipefusion``)."""
+    ulysses: int = 1
+    ring: int = 1
+    tp: int = 1
+    distrifusion: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.cfg * self.pipefusion * self.ulysses * self.ring * self.tp * self.distrifusion
+
+    @property
+    def stale(self) -> bool:
+        """Uses activations of the previous step (an approximation of the model's output)."""
+        return self.pipefusion > 1 or self.distrifusion > 1
+
+    def label(self) -> str:
+        parts = [f"{name}={value}" for name, value in (("cfg", self.cfg), ("pipefusion", self.pipefusion),
+                 ("ulysses", self.ulysses), ("ring", self.ring), ("tp", self.tp),
+                 ("distrifusion", self.distrifusion)) if value > 1]
+        if self.pipefusion > 1:
+            parts.append(f"patches={self.patches}")
+        return ",".join(parts) or "single GPU"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DitEstimate:
+    """One step per GPU and the whole generation."""
+
+    compute_s: float
+    comm_s: float
+    """Communication left exposed after overlap."""
+    step_s: float
+    latency_s: float
+    """All denoising steps of one batch (warm-up and pipeline fill included)."""
+    memory_bytes: float
+    weight_bytes: float
+    buffer_bytes: float
+
+
+def check_plan(spec: DitSpec, job: DitJob, plan: DitPlan) -> None:
+    """Refuse a plan the model or job cannot take (one line naming the value and the rule)."""
+    if min(plan.cfg, plan.pipefusion, plan.ulysses, plan.ring, plan.tp, plan.distrifusion, plan.patches) < 1:
+        raise ConfigError(f"every degree of {plan.label()} must be >= 1")
+    if plan.cfg not in (1, 2) or (plan.cfg == 2 and not job.cfg):
+        raise ConfigError(f"cfg={plan.cfg} must be 1, or 2 with classifier-free guidance on")
+    if spec.heads % (plan.ulysses * plan.tp):
+        raise ConfigError(f"ulysses x tp = {plan.ulysses * plan.tp} must divide heads={spec.heads}")
+    if plan.distrifusion > 1 and plan.gpus != plan.cfg * plan.distrifusion:
+        raise ConfigError("distrifusion combines with cfg only (it is its own patch parallelism)")
+    tokens = job.image_tokens(spec)
+    if plan.pipefusion > 1 and (plan.patches < plan.pipefusion or tokens % plan.patches):
+        raise ConfigError(f"patches={plan.patches} must be >= pipefusion={plan.pipefusion} and divide the "
+                          f"{tokens} image tokens")
+    if spec.attention_layers % plan.pipefusion:
+        raise ConfigError(f"pipefusion={plan.pipefusion} must divide the {spec.attention_layers} layers")
+    split = plan.ulysses * plan.ring * plan.distrifusion * (plan.patches if plan.pipefusion > 1 else 1)
+    if tokens % split:
+        raise ConfigError(f"the {tokens} image tokens must split evenly into {split} pieces")
+
+
+def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) -> DitEstimate:
+    """One step and the whole job of ``plan`` on ``cluster`` (module docstring)."""
+    check_plan(spec, job, plan)
+    acc, b = cluster.accelerator, ACT_BYTES
+    passes = job.passes / plan.cfg
+    image = job.image_tokens(spec)
+    seq = image + (spec.text_tokens if spec.kind == "mmdit" else 0)  # the sequence attention runs over
+    share = plan.ulysses * plan.ring * plan.distrifusion  # ways the sequence is split
+    tokens = seq / share  # this GPU's tokens (of each pass), every stage's patches together
+    layers = spec.attention_layers / plan.pipefusion
+    heads_share = plan.tp * plan.ulysses
+    pieces = plan.patches if plan.pipefusion > 1 else 1  # PipeFusion runs each block once per patch
+    compute = layers * passes * pieces * _block_s(spec, tokens / pieces, plan.tp, acc)
+    keys = seq
+    attn_flops = 4.0 * tokens * keys * spec.hidden / plan.tp
+    if spec.kind == "pixart":
+        attn_flops += 4.0 * tokens * spec.text_tokens * spec.hidden / plan.tp
+    attention = layers * passes * attn_flops / attention_flops_per_s(acc, keys)
+    compute += attention
+    comm = 0.0
+    hidden_part = spec.hidden / plan.tp
+    if plan.ulysses > 1:
+        per_layer = collective_s(cluster, "all_to_all", plan.ulysses, 1, 4 * tokens * hidden_part * b * passes)
+        comm += layers * float(per_layer)
+    if plan.ring > 1:
+        block = 2 * tokens * (spec.hidden / heads_share) * b * passes
+        ring = (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
+        comm += layers * max(0.0, ring - attention / layers)
+    if plan.tp > 1:
+        comm += layers * 2 * float(collective_s(cluster, "all_reduce", plan.tp, 1, tokens * spec.hidden * b * passes))
+    if plan.cfg > 1:
+        latent = image * spec.patch**2 * spec.latent_channels * b * job.passes
+        comm += float(collective_s(cluster, "all_gather", plan.cfg, plan.gpus // plan.cfg, latent))
+    overlap_comm = 0.0
+    if plan.pipefusion > 1:
+        per_patch = tokens / plan.patches * spec.hidden * b * passes
+        overlap_comm += plan.patches * float(collective_s(cluster, "p2p", plan.pipefusion, share, per_patch))
+    if plan.distrifusion > 1:
+        kv = 2 * seq * spec.hidden * b * passes
+        overlap_comm += layers * float(collective_s(cluster, "all_gather", plan.distrifusion, 1, kv))
+    step = compute + comm + max(0.0, overlap_comm - compute)
+    synchronous = compute + comm + overlap_comm
+    warm = min(job.steps, DISTRIFUSION_WARMUP) if plan.distrifusion > 1 else 0
+    fill = (plan.pipefusion - 1) / plan.patches * compute if plan.pipefusion > 1 else 0.0
+    latency = warm * synchronous + (job.steps - warm) * step + fill
+    weights = spec.params() * b / (plan.pipefusion * plan.tp)
+    buffers = 0.0
+    if plan.stale:
+        buffers = 2 * seq * spec.hidden * b * passes * layers  # stale K and V of the whole sequence
+    transient = (4 + spec.mlp_ratio) * tokens * spec.hidden * b * passes
+    return DitEstimate(compute_s=compute, comm_s=step - compute, step_s=step, latency_s=latency,
+                       memory_bytes=weights + buffers + transient, weight_bytes=weights, buffer_bytes=buffers)
+
+
+def _block_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: ignore[no-untyped-def]
+    """One pass's GEMMs of one block on ``tokens`` (``tp`` splits each weight); smaller pieces run at the GEMM
+    curve's lower efficiency."""
+    h, m = spec.hidden, max(1, round(tokens))
+    mlp = round(spec.mlp_ratio * h)
+    gemms = [Gemm(m, 3 * h // tp, h), Gemm(m, h, h // tp), Gemm(m, mlp // tp, h), Gemm(m, h, mlp // tp)]
+    if spec.kind == "pixart":
+        gemms += [Gemm(m, h // tp, h), Gemm(m, h, h // tp)]  # cross-attention's Q and output on the image tokens
+        gemms.append(Gemm(spec.text_tokens, 2 * h // tp, h))  # its K and V on the text tokens
+    return sum(gemm_time_s(g, acc, "bf16") for g in gemms)
