@@ -15,6 +15,7 @@ from plait.cli.render import print_estimate
 from plait.errors import ConfigError
 from plait.plan.defaults import GLOBAL_BATCH
 from plait.plan.rules import check_plan
+from plait.predict.dit import is_dit_file
 from plait.predict.dlrm import is_dlrm_file
 from plait.predict.estimate import predict
 from plait.predict.gnn import is_gnn_file
@@ -56,6 +57,7 @@ def estimate_command(
     gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp (features fetched from their owners) | partition_local (each rank trains inside its part).")] = "sampled_dp",
     edge_cut: Annotated[float | None, typer.Option(help="With a GNN TOML: fraction of edges crossing the gpus parts. [default: a random cut, (gpus-1)/gpus]")] = None,
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,
+    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: degrees KEY=N,... of cfg, pipefusion, patches, ulysses, ring, tp, distrifusion (their product is the GPUs). [default: ulysses=gpus]")] = None,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
 
@@ -85,6 +87,22 @@ def estimate_command(
         else:
             print_gnn(Console(), gnn)
         return
+    if is_dit_file(model):
+        from plait.cli.render_dit import print_dit
+        from plait.predict.dit import parse_dit_plan, predict_dit
+
+        assert model is not None
+        dit_plan = parse_dit_plan(parallel or f"ulysses={gpus}")
+        if dit_plan.gpus != gpus and parallel is not None and gpus != DEFAULT_GPUS:
+            raise ConfigError(f"--parallel {parallel} uses {dit_plan.gpus} GPUs, not --gpus {gpus}")
+        dit = predict_dit(model, cluster or DEFAULT_CLUSTER, dit_plan)
+        if as_json:
+            print_json(dit.to_dict())
+        else:
+            print_dit(Console(), dit)
+        return
+    if parallel is not None:
+        raise ConfigError("--parallel gives a diffusion transformer's degrees: pass --model with a DiT TOML")
     if gnn_strategy != "sampled_dp" or edge_cut is not None or cache_fraction:
         raise ConfigError("--gnn-strategy, --edge-cut and --cache-fraction describe a GNN job: pass --model with a GNN TOML")
     traced = model is not None and is_traced_name(model)

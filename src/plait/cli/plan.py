@@ -21,6 +21,7 @@ from plait.hardware.catalog import resolve_cluster
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
+from plait.predict.dit import is_dit_file
 from plait.predict.dlrm import is_dlrm_file
 from plait.predict.gnn import is_gnn_file
 from plait.predict.traced import parse_shape
@@ -110,6 +111,13 @@ def plan_command(
         if objective != "throughput" or gpus_range or len(batches) != 1:
             raise ConfigError("a DLRM (--model with [[tables]]) is planned for throughput on --gpus at one --global-batch")
         plan_dlrm(model, cluster, gpus, batches[0], memory_margin, export, force, as_json)
+        return
+    if is_dit_file(model):
+        from plait.cli.plan_dit import plan_dit
+
+        if objective != "throughput" or gpus_range or export is not None:
+            raise ConfigError("a DiT (--model with [dit]) is planned for latency on --gpus, without --export")
+        plan_dit(model, cluster, gpus, memory_margin, as_json)
         return
     if is_gnn_file(model):
         from plait.cli.plan_gnn import plan_gnn

@@ -1,0 +1,53 @@
+"""Tables of a diffusion-transformer inference job: one plan's step and latency, and the plan search (issue 18)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+
+from plait.cost.dit import DitPlan
+from plait.predict.dit import DitPrediction
+from plait.units import GIB
+
+
+def _label(result: DitPrediction) -> str:
+    return result.plan.label() + (" (stale activations)" if result.plan.stale else "")
+
+
+def print_dit(console: Console, result: DitPrediction) -> None:
+    est, job = result.estimate, result.job
+    console.print(f"{result.spec.name} on {result.plan.gpus} x {result.cluster.accelerator.name} "
+                  f"({result.cluster.name}): {_label(result)}")
+    console.print(f"{job.batch} image(s) of {job.resolution} px ({job.image_tokens(result.spec):,} tokens), "
+                  f"{job.steps} steps{', classifier-free guidance' if job.cfg else ''}")
+    table = Table(title="one denoising step per GPU", title_justify="left")
+    table.add_column("part")
+    table.add_column("ms", justify="right")
+    table.add_row("compute (GEMMs, attention)", f"{1e3 * est.compute_s:.3f}")
+    table.add_row("communication left exposed", f"{1e3 * est.comm_s:.3f}")
+    table.add_row("step", f"{1e3 * est.step_s:.3f}")
+    console.print(table)
+    console.print(f"latency {est.latency_s:.3f} s for the batch ({job.batch / est.latency_s:.2f} images/s; the "
+                  f"text encoder and VAE decoder not included); memory {est.memory_bytes / GIB:.2f} GiB per GPU "
+                  f"(weights {est.weight_bytes / GIB:.2f}, stale K/V {est.buffer_bytes / GIB:.2f})")
+
+
+def print_dit_search(console: Console, ranked: list[DitPrediction], refused: list[tuple[DitPlan, str]],
+                     top: int = 10) -> None:
+    table = Table(title=f"plans, lowest latency first ({len(ranked)} fit)", title_justify="left")
+    for col in ("plan", "latency s", "step ms", "exposed comm ms", "GiB"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for r in ranked[:top]:
+        est = r.estimate
+        table.add_row(_label(r), f"{est.latency_s:.3f}", f"{1e3 * est.step_s:.3f}", f"{1e3 * est.comm_s:.3f}",
+                      f"{est.memory_bytes / GIB:.2f}")
+    console.print(table)
+    if len(ranked) > 1:
+        best, second = ranked[0].estimate, ranked[1].estimate
+        console.print(f"winner {_label(ranked[0])}: {second.latency_s / best.latency_s - 1:.1%} faster than "
+                      f"{_label(ranked[1])}")
+    reasons = Counter(why.split(":")[0] if "GiB" in why else why for _, why in refused)
+    for why, count in reasons.most_common():
+        console.print(f"refused ({count}): {why}")

@@ -1,0 +1,117 @@
+"""A diffusion-transformer inference job (issue 18): a DiT TOML, a cluster, GPUs and a parallel plan, costed by
+:mod:`plait.cost.dit`; or every plan of the GPUs searched for the lowest latency under the memory limit."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from plait.cost.dit import DitEstimate, DitPlan, estimate_dit
+from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
+from plait.hardware.cluster import Cluster
+from plait.units import GIB
+from plait.workload.dit import DitJob, DitSpec, is_dit_data, read_dit
+
+KEYS = tuple(f.name for f in fields(DitPlan))
+
+
+def is_dit_file(name: str | None) -> bool:
+    """``name`` is a TOML file that describes a DiT (it has ``[dit]``)."""
+    if name is None or not name.endswith(".toml") or not Path(name).is_file():
+        return False
+    try:
+        return is_dit_data(tomllib.loads(Path(name).read_text()))
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+
+
+def parse_dit_plan(text: str) -> DitPlan:
+    """``cfg=2,ulysses=2,ring=2`` (keys: cfg, pipefusion, patches, ulysses, ring, tp, distrifusion)."""
+    values: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key.strip() not in KEYS:
+            raise ConfigError(f"parallel {item!r} must read KEY=N with KEY one of {', '.join(KEYS)}")
+        try:
+            values[key.strip()] = int(value)
+        except ValueError:
+            raise ConfigError(f"parallel {item!r}: {value!r} must be a whole number") from None
+    if values.get("pipefusion", 1) > 1 and "patches" not in values:
+        values["patches"] = values["pipefusion"]
+    return DitPlan(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DitPrediction:
+    """One DiT job under one plan."""
+
+    spec: DitSpec
+    job: DitJob
+    cluster: Cluster
+    plan: DitPlan
+    estimate: DitEstimate
+
+    def to_dict(self) -> dict[str, Any]:
+        est = self.estimate
+        return {"model": self.spec.name, "cluster": self.cluster.name, "gpus": self.plan.gpus,
+                "plan": {k: getattr(self.plan, k) for k in KEYS}, "stale_activations": self.plan.stale,
+                "resolution": self.job.resolution, "steps": self.job.steps, "batch": self.job.batch,
+                "cfg": self.job.cfg, "image_tokens": self.job.image_tokens(self.spec),
+                "step_time_s": est.step_s, "compute_s": est.compute_s, "exposed_comm_s": est.comm_s,
+                "latency_s": est.latency_s, "images_per_s": self.job.batch / est.latency_s,
+                "memory_bytes": est.memory_bytes, "weight_bytes": est.weight_bytes, "buffer_bytes": est.buffer_bytes}
+
+
+def predict_dit(model: str, cluster: str, plan: DitPlan) -> DitPrediction:
+    spec, job = read_dit(Path(model))
+    hardware = resolve_cluster(cluster)
+    return DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan,
+                         estimate=estimate_dit(spec, job, plan, hardware))
+
+
+def candidate_plans(gpus: int, cfg: bool, tokens: int) -> list[DitPlan]:
+    """Every way to spend ``gpus`` on CFG (2 when guidance is on), PipeFusion (with 1, 2 or 4 patches per stage),
+    Ulysses x ring, tensor parallelism, or DistriFusion; :func:`plait.cost.dit.check_plan` refuses the rest."""
+    out = []
+    for c in (1, 2) if cfg else (1,):
+        if gpus % c:
+            continue
+        rest = gpus // c
+        out += [DitPlan(cfg=c, tp=rest), DitPlan(cfg=c, distrifusion=rest)] if rest > 1 else [DitPlan(cfg=c)]
+        for p in _divisors(rest):
+            for u in _divisors(rest // p):
+                ring = rest // p // u
+                if p == 1:
+                    out.append(DitPlan(cfg=c, ulysses=u, ring=ring))
+                else:
+                    out += [DitPlan(cfg=c, pipefusion=p, patches=p * k, ulysses=u, ring=ring) for k in (1, 2, 4)
+                            if tokens % (p * k * u * ring) == 0]
+    return list(dict.fromkeys(out))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def search_dit(model: str, cluster: str, gpus: int, memory_margin: float = 0.05
+               ) -> tuple[list[DitPrediction], list[tuple[DitPlan, str]]]:
+    """Plans that fit, lowest latency first, and the refused with why."""
+    spec, job = read_dit(Path(model))
+    hardware = resolve_cluster(cluster)
+    limit = (1.0 - memory_margin) * hardware.accelerator.memory_bytes
+    ranked, refused = [], []
+    for plan in candidate_plans(gpus, job.cfg, job.image_tokens(spec)):
+        try:
+            est = estimate_dit(spec, job, plan, hardware)
+        except ConfigError as error:
+            refused.append((plan, str(error)))
+            continue
+        if est.memory_bytes > limit:
+            refused.append((plan, f"needs {est.memory_bytes / GIB:.1f} GiB of {limit / GIB:.1f} GiB usable"))
+        else:
+            ranked.append(DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan, estimate=est))
+    ranked.sort(key=lambda r: (r.estimate.latency_s, r.estimate.memory_bytes))
+    return ranked, refused

@@ -1,0 +1,124 @@
+"""Diffusion-transformer inference (issue 18): model sizes against the published ones, the plans' arithmetic by its
+invariants, one-line refusals, and plait estimate and plan on a DiT TOML."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from plait.cost.dit import DISTRIFUSION_WARMUP, DitPlan, estimate_dit
+from plait.errors import ConfigError
+from plait.hardware.catalog import get_cluster
+from plait.workload.dit import ACT_BYTES, read_dit
+
+ROOT = Path(__file__).resolve().parents[1]
+DIT = ROOT / "examples" / "dit-xl-2-1024px.toml"
+H100 = get_cluster("dgx-h100-ib")
+
+
+@pytest.mark.parametrize("example, published, rel", [
+    ("dit-xl-2-1024px", 675e6, 0.01),     # Peebles & Xie, ICCV 2023, Sec. 4 ("DiT-XL/2 ... 675M parameters")
+    ("pixart-alpha-1024px", 0.6e9, 0.01),  # Chen et al., ICLR 2024, abstract ("0.6B parameters")
+    ("flux-1-dev-1024px", 12e9, 0.02),     # Black Forest Labs' announcement ("12 billion parameter")
+])
+def test_block_parameters_match_the_published_sizes(example: str, published: float, rel: float) -> None:
+    """The blocks alone (embedders and final layer left out) within 1-2% of each model's published size."""
+    spec, job = read_dit(ROOT / "examples" / f"{example}.toml")
+    assert spec.params() == pytest.approx(published, rel=rel)
+    assert job.image_tokens(spec) == (1024 // 8 // 2) ** 2  # 64 x 64 patches of a 128 x 128 latent
+
+
+def test_cfg_parallel_halves_each_gpus_work() -> None:
+    spec, job = read_dit(DIT)
+    one, two = estimate_dit(spec, job, DitPlan(), H100), estimate_dit(spec, job, DitPlan(cfg=2), H100)
+    assert two.compute_s == pytest.approx(one.compute_s / 2)
+    assert 0 < two.comm_s < 0.01 * two.step_s  # one small all-gather of the predicted noise
+
+
+def test_ulysses_and_ring_split_the_same_work_and_only_ulysses_waits_for_its_all_to_all() -> None:
+    """Both split the sequence 4 ways (the same FLOPs); Ulysses' all-to-alls are not overlapped, the ring's K/V
+    passes hide behind the blockwise attention until they outgrow it."""
+    spec, job = read_dit(DIT)
+    ulysses, ring = (estimate_dit(spec, job, DitPlan(**{k: 4}), H100) for k in ("ulysses", "ring"))
+    assert ulysses.compute_s == pytest.approx(ring.compute_s)
+    assert ulysses.comm_s > 0
+    slow = replace(H100, tiers=tuple(replace(t, bandwidth_gb_per_s_per_gpu=t.bandwidth_gb_per_s_per_gpu / 100)
+                                     for t in H100.tiers))
+    assert estimate_dit(spec, job, DitPlan(ring=4), slow).comm_s > ring.comm_s
+
+
+def test_stale_plans_pay_their_warm_up_and_fill_and_keep_k_v_buffers() -> None:
+    spec, job = read_dit(DIT)
+    distri = estimate_dit(spec, job, DitPlan(distrifusion=4), H100)
+    assert distri.latency_s >= job.steps * distri.step_s  # warm-up steps run synchronously
+    passes, seq = job.passes, job.image_tokens(spec)
+    assert distri.buffer_bytes == pytest.approx(2 * seq * spec.hidden * ACT_BYTES * passes * spec.layers)
+    pipe = estimate_dit(spec, job, DitPlan(pipefusion=4, patches=8), H100)
+    assert pipe.weight_bytes == pytest.approx(spec.params() * ACT_BYTES / 4)
+    assert pipe.buffer_bytes == pytest.approx(2 * seq * spec.hidden * ACT_BYTES * passes * spec.layers / 4)
+    assert pipe.latency_s == pytest.approx(job.steps * pipe.step_s + 3 / 8 * pipe.compute_s)
+    assert DISTRIFUSION_WARMUP < job.steps
+
+
+@pytest.mark.parametrize("plan, rule", [
+    (DitPlan(ulysses=3), "ulysses x tp = 3 must divide heads=16"),
+    (DitPlan(pipefusion=8, patches=8), "pipefusion=8 must divide the 28 layers"),
+    (DitPlan(pipefusion=2, patches=1), "patches=1 must be >= pipefusion=2"),
+    (DitPlan(distrifusion=2, ulysses=2), "distrifusion combines with cfg only"),
+    (DitPlan(cfg=3), "cfg=3 must be 1, or 2 with classifier-free guidance on"),
+])
+def test_impossible_plans_are_refused_in_one_line(plan: DitPlan, rule: str) -> None:
+    spec, job = read_dit(DIT)
+    with pytest.raises(ConfigError, match=re.escape(rule)) as caught:
+        estimate_dit(spec, job, plan, H100)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_dit_files_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "d.toml"
+    path.write_text('[dit]\nhidden = 1000\nlayers = 2\nheads = 16\n[job]\nresolution = 1000\n')
+    with pytest.raises(ConfigError, match=re.escape("heads=16 must divide hidden=1000")):
+        read_dit(path)
+    path.write_text('[dit]\nhidden = 1024\nlayers = 2\nheads = 16\n[job]\nresolution = 1000\n')
+    with pytest.raises(ConfigError, match=re.escape("resolution=1000 must be a multiple of vae_downsample x patch = 16")):
+        read_dit(path)
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from plait.cli.main import run_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_plait_plan_picks_the_lowest_latency_that_fits() -> None:
+    code, out, _ = _cli(["plan", "--model", str(DIT), "--gpus", "8", "--json"])
+    assert code == 0
+    result = json.loads(out)
+    latencies = [r["latency_s"] for r in result["ranked"]]
+    assert latencies == sorted(latencies) and len(latencies) > 10
+    assert all(r["gpus"] == 8 for r in result["ranked"])
+    assert all(r["memory_bytes"] <= 0.95 * H100.accelerator.memory_bytes for r in result["ranked"])
+    code, out, _ = _cli(["estimate", "--model", str(DIT), "--gpus", "8", "--parallel", "cfg=2,ulysses=4", "--json"])
+    single = json.loads(out)
+    assert single["plan"]["cfg"] == 2 and single["plan"]["ulysses"] == 4
+    assert single["latency_s"] >= latencies[0]  # the search finds this plan or a faster one
+
+
+@pytest.mark.parametrize("argv, rule", [
+    (["estimate", "--model", str(DIT), "--parallel", "sp=2"], "parallel 'sp=2' must read KEY=N"),
+    (["estimate", "--model", str(DIT), "--parallel", "ulysses=two"], "'two' must be a whole number"),
+    (["estimate", "--model", "llama3-8b", "--parallel", "ulysses=2"], "pass --model with a DiT TOML"),
+])
+def test_bad_dit_options_are_one_line(argv: list[str], rule: str) -> None:
+    code, _, err = _cli(argv)
+    assert code != 0 and rule in err and "Traceback" not in err
