@@ -93,6 +93,24 @@ class DitEstimate:
     buffer_bytes: float
 
 
+def ulysses_sent_bytes(tokens: float, hidden: float, element_bytes: int, passes: float, degree: int) -> float:
+    """Bytes one GPU sends its peers per layer under Ulysses: Q, K, V and the output, ``tokens x hidden`` each, of
+    which ``(u - 1) / u`` leave (DeepSpeed-Ulysses, Sec. 3.1)."""
+    return 4 * tokens * hidden * element_bytes * passes * (degree - 1) / degree
+
+
+def stale_kv_sent_bytes(tokens: float, hidden: float, element_bytes: int, passes: float, degree: int) -> float:
+    """Bytes one GPU sends its peers per layer and gather under DistriFusion: its fresh K and V, ``tokens x hidden``
+    each, to each of the ``n - 1`` others."""
+    return 2 * tokens * hidden * element_bytes * passes * (degree - 1)
+
+
+def stale_kv_gathers(steps: int, warmup: int) -> int:
+    """All-gathers per layer over a generation: one per step, none after the last when it runs stale (nothing
+    follows to use it); a synchronous warm-up step's gather serves the next step too."""
+    return steps if warmup >= steps else steps - 1
+
+
 def check_plan(spec: DitSpec, job: DitJob, plan: DitPlan) -> None:
     """Refuse a plan the model or job cannot take (one line naming the value and the rule)."""
     if min(plan.cfg, plan.pipefusion, plan.ulysses, plan.ring, plan.tp, plan.distrifusion, plan.patches) < 1:
@@ -135,9 +153,10 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     compute += attention
     comm = 0.0
     hidden_part = spec.hidden / plan.tp
-    if plan.ulysses > 1:
-        per_layer = collective_s(cluster, "all_to_all", plan.ulysses, 1, 4 * tokens * hidden_part * b * passes)
-        comm += layers * float(per_layer)
+    if plan.ulysses > 1:  # all_to_all_s takes the bytes spread over the group, its own share included
+        sent = ulysses_sent_bytes(tokens, hidden_part, b, passes, plan.ulysses)
+        comm += layers * float(collective_s(cluster, "all_to_all", plan.ulysses, 1,
+                                            sent * plan.ulysses / (plan.ulysses - 1)))
     if plan.ring > 1:
         block = 2 * tokens * (spec.hidden / heads_share) * b * passes
         ring = (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
@@ -151,9 +170,10 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     if plan.pipefusion > 1:
         per_patch = tokens / plan.patches * spec.hidden * b * passes
         overlap_comm += plan.patches * float(collective_s(cluster, "p2p", plan.pipefusion, share, per_patch))
-    if plan.distrifusion > 1:
-        kv = 2 * seq * spec.hidden * b * passes
-        overlap_comm += layers * float(collective_s(cluster, "all_gather", plan.distrifusion, 1, kv))
+    if plan.distrifusion > 1:  # all_gather_s takes the gathered whole: every GPU's share
+        sent = stale_kv_sent_bytes(tokens, spec.hidden, b, passes, plan.distrifusion)
+        whole = sent * plan.distrifusion / (plan.distrifusion - 1)
+        overlap_comm += layers * float(collective_s(cluster, "all_gather", plan.distrifusion, 1, whole))
     step = compute + comm + max(0.0, overlap_comm - compute)
     synchronous = compute + comm + overlap_comm
     warm = min(job.steps, DISTRIFUSION_WARMUP) if plan.distrifusion > 1 else 0

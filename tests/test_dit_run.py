@@ -1,0 +1,62 @@
+"""Sequence-parallel DiT inference on 2 gloo ranks (issue 18): Ulysses gives one process's denoised latent, and
+DistriFusion's stale patches stay within the derived bound of exact attention; every byte sent equals the cost
+model's count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from plait.cost.dit import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
+from tests.ranks import run_ranks
+
+STEPS, LAYERS, HIDDEN, SIDE, BATCH = 4, 2, 64, 8, 2
+TOKENS_PER_RANK = SIDE * SIDE // 2
+FP32 = 4
+
+
+def _run(tmp_path: Path, name: str, *extra: str) -> dict:  # type: ignore[type-arg]
+    out = tmp_path / f"{name}.json"
+    argv = ["-m", "plait.run.dit", "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden", str(HIDDEN),
+            "--side", str(SIDE), "--batch", str(BATCH), *extra, "--out", str(out)]
+    done = run_ranks(2, argv, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    from plait.run.dit import parser, run
+
+    args = parser().parse_args(["--ranks", "1", "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden",
+                                str(HIDDEN), "--side", str(SIDE), "--batch", str(BATCH), "--out", "unused"])
+    return torch.tensor(run(args)["latent"])
+
+
+def test_ulysses_denoises_as_one_process_and_sends_the_predicted_bytes(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    result = _run(tmp_path, "ulysses", "--sp", "ulysses")
+    torch.testing.assert_close(torch.tensor(result["latent"]), reference, atol=1e-5, rtol=0)
+    per_layer = ulysses_sent_bytes(TOKENS_PER_RANK, HIDDEN, FP32, BATCH, 2)
+    assert result["bytes_sent"] == [STEPS * LAYERS * per_layer] * 2
+
+
+def test_distrifusion_is_exact_while_warm_and_within_the_bound_when_stale(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    exact = _run(tmp_path, "warm", "--sp", "distrifusion", "--warmup", str(STEPS))
+    torch.testing.assert_close(torch.tensor(exact["latent"]), reference, atol=1e-5, rtol=0)
+    stale = _run(tmp_path, "stale", "--sp", "distrifusion", "--warmup", "1", "--check")
+    errors = [pair for rank in stale["attention_errors"] for pair in rank]
+    assert len(errors) == 2 * LAYERS * (STEPS - 1)  # every stale attention of both ranks was checked
+    assert all(error <= bound for error, bound in errors)  # stale_attention_bound holds
+    assert max(error for error, _ in errors) > 1e-3  # and staleness did change the attention
+    latent = torch.tensor(stale["latent"])
+    assert 0 < float((latent - reference).norm() / reference.norm()) < 0.05
+    for result, warmup in ((exact, STEPS), (stale, 1)):
+        per_gather = stale_kv_sent_bytes(TOKENS_PER_RANK, HIDDEN, FP32, BATCH, 2)
+        assert result["bytes_sent"] == [LAYERS * stale_kv_gathers(STEPS, warmup) * per_gather] * 2
