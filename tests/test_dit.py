@@ -122,3 +122,19 @@ def test_plait_plan_picks_the_lowest_latency_that_fits() -> None:
 def test_bad_dit_options_are_one_line(argv: list[str], rule: str) -> None:
     code, _, err = _cli(argv)
     assert code != 0 and rule in err and "Traceback" not in err
+
+
+def test_the_published_flux_latencies_are_predicted_with_their_errors() -> None:
+    """xDiT's FLUX.1-dev table on H100 (tests/data/dit_latency.csv): every row of a described model, a preset GPU
+    and a stated resolution is predicted. plait costs the denoising loop on fused kernels, so the torch.compile
+    rows are the comparable ones: their latency error stays under 40% on average (29% today, all under-predicted:
+    the text encoders, VAE decoder and host time are not modelled); the others carry eager overheads besides."""
+    from plait.validate.classic import mape
+    from plait.validate.dit import validate_dit
+
+    results = validate_dit(ROOT / "tests" / "data" / "dit_latency.csv")
+    predicted = [r for r in results if r.error_pct is not None]
+    assert len(predicted) == 12 and all(r.source == "XDIT_DOC_FLUX_H100" for r in predicted)
+    compiled = [r for r in predicted if "compile=yes" in r.label]
+    assert len(compiled) == 6 and mape(compiled) < 40.0
+    assert all(r.why_not for r in results if r.error_pct is None)

@@ -21,15 +21,27 @@ def validate_command(
                                                      "(tests/data/memory_runs.csv; schema: tests/data/README.md).")] = None,
     classic: Annotated[Path | None, typer.Option(help="CSV of measured data-parallel throughputs of traced models "
                                                        "(tests/data/classic_dp.csv; sources: tests/data/classic_dp.md).")] = None,
+    dit: Annotated[Path | None, typer.Option(help="CSV of measured latencies of parallel diffusion-transformer "
+                                                  "inference (tests/data/dit_latency.csv; sources: "
+                                                  "tests/data/dit_latency.md).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Predict every run with a measured step time (--runs), peak memory (--memory) or data-parallel throughput of
-    a traced model (--classic); print errors and MAPE overall and per source."""
-    if sum(x is not None for x in (runs, memory, classic)) != 1:
-        raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory) or --classic "
-                          "(measured throughputs of traced models)")
+    """Predict every run with a measured step time (--runs), peak memory (--memory), data-parallel throughput of
+    a traced model (--classic) or DiT inference latency (--dit); print errors and MAPE overall and per source."""
+    if sum(x is not None for x in (runs, memory, classic, dit)) != 1:
+        raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory), --classic "
+                          "(measured throughputs of traced models) or --dit (measured DiT inference latencies)")
     if classic is not None:
-        _classic(classic, as_json)
+        from plait.validate.classic import validate_classic
+
+        _report(validate_classic(classic), "classic data parallelism: step-time", as_json,
+                "step time: predicted over measured, minus one (the throughputs' inverse ratio)")
+        return
+    if dit is not None:
+        from plait.validate.dit import validate_dit
+
+        _report(validate_dit(dit), "DiT inference: latency", as_json,
+                "latency: predicted over measured, minus one (text encoder and VAE decoder not predicted)")
         return
     if memory is not None:
         from plait.validate.memory import validate_memory
@@ -48,31 +60,31 @@ def validate_command(
         print_validation(Console(), validation)
 
 
-def _classic(path: Path, as_json: bool) -> None:
+def _report(results, title: str, as_json: bool, error: str) -> None:  # type: ignore[no-untyped-def]
+    """Predicted rows with their errors, MAPE overall and per source, and why the rest are not predicted."""
     from rich.table import Table
 
-    from plait.validate.classic import mape, validate_classic
+    from plait.validate.classic import mape
 
-    results = validate_classic(path)
     predicted = [r for r in results if r.error_pct is not None]
     by_source: dict[str, list[float]] = {}
     for r in predicted:
         by_source.setdefault(r.source, []).append(abs(r.error_pct or 0.0))
     summary = {"mape_pct": mape(results), "rows": len(predicted), "rows_in_file": len(results),
                "per_source": {k: {"mape_pct": sum(v) / len(v), "rows": len(v)} for k, v in by_source.items()},
-               "error": "step time: predicted over measured, minus one (the throughputs' inverse ratio)",
+               "error": error,
                "results": [{"source": r.source, "run": r.label, "measured_per_s": r.measured_per_s,
                             "predicted_per_s": r.predicted_per_s, "error_pct": r.error_pct, "not_predicted": r.why_not}
                            for r in results]}
     if as_json:
         print_json(summary)
         return
-    table = Table(title=f"classic data parallelism: step-time MAPE {summary['mape_pct']:.1f}% on {len(predicted)} of "
-                        f"{len(results)} rows", title_justify="left")
+    table = Table(title=f"{title} MAPE {summary['mape_pct']:.1f}% on {len(predicted)} of {len(results)} rows",
+                  title_justify="left")
     for column in ("source", "run", "measured/s", "predicted/s", "error"):
         table.add_column(column, justify="right" if column != "run" else "left")
     for r in predicted:
-        table.add_row(r.source, r.label, f"{r.measured_per_s:,.0f}", f"{r.predicted_per_s:,.0f}", f"{r.error_pct:+.1f}%")
+        table.add_row(r.source, r.label, f"{r.measured_per_s:,.3g}", f"{r.predicted_per_s:,.3g}", f"{r.error_pct:+.1f}%")
     console = Console()
     console.print(table)
     reasons: dict[str, int] = {}

@@ -1,0 +1,68 @@
+"""Predicted vs measured latency of parallel diffusion-transformer inference (issue 18): public tables of xDiT and
+ParaAttention (``tests/data/dit_latency.csv``; every source, commit and caveat in ``tests/data/dit_latency.md``),
+each costed by :mod:`plait.cost.dit` with the shipped model file its model names, on the preset of its GPU.
+
+The error is on the latency (predicted over measured, minus one). The measured figures time the whole pipeline
+call (text encoder and VAE decoder included, which plait leaves out); rows run with and without torch.compile, which
+plait does not tell apart, so the two are reported side by side. Rows plait cannot predict say why: video and
+linear-attention models it does not describe, GPUs without a preset, rows that state no resolution.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from plait.cost.dit import DitPlan, estimate_dit
+from plait.errors import ConfigError
+from plait.validate.classic import ClassicResult
+
+ROOT = Path(__file__).resolve().parents[3]
+MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml"}
+"""Model names of the CSV -> the shipped model file in examples/ (its job's resolution and steps are the row's)."""
+SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-a100-ib"}
+"""GPU names of the CSV -> a preset of that GPU (the rows run inside one NVLink node)."""
+
+
+def _degree(row: dict[str, str], key: str) -> int:
+    return int(row[key]) if row.get(key) else 1
+
+
+def predict_row(row: dict[str, str]) -> ClassicResult:
+    """The prediction of one CSV row (module docstring)."""
+    from dataclasses import replace
+
+    from plait.hardware.catalog import get_cluster
+    from plait.workload.dit import read_dit
+
+    compiled = row["notes"].split(";")[0].strip()
+    label = f"{row['model']} {row['resolution'] or '?'} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"
+    measured = 1.0 / float(row["measured_latency_s"])  # latencies as rates: the error is on the latency
+    result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
+    if row["model"] not in MODELS:
+        return result(f"model {row['model']!r} is not described (video and linear-attention DiTs are not modelled)")
+    if row["gpu"] not in SYSTEMS:
+        return result(f"no preset system of {row['gpu']} GPUs")
+    if not row["resolution"]:
+        return result("the source states no resolution")
+    spec, job = read_dit(ROOT / "examples" / MODELS[row["model"]])
+    width, height = (int(v) for v in row["resolution"].split("x")[:2])
+    if width != height:
+        return result(f"resolution {row['resolution']}: plait's DiT jobs are square")
+    job = replace(job, resolution=width, steps=int(row["steps"]), batch=int(row["batch"] or 1))
+    plan = DitPlan(cfg=_degree(row, "cfg"), ulysses=_degree(row, "ulysses"), ring=_degree(row, "ring"),
+                   pipefusion=_degree(row, "pipefusion"), tp=_degree(row, "tp"))
+    if plan.pipefusion > 1:
+        plan = replace(plan, patches=_degree(row, "patches") if row.get("patches") else plan.pipefusion)
+    if plan.gpus != int(row["gpus"]):
+        return result(f"the degrees multiply to {plan.gpus}, not the row's {row['gpus']} GPUs")
+    est = estimate_dit(spec, job, plan, get_cluster(SYSTEMS[row["gpu"]]))
+    return ClassicResult(row["source_id"], label, measured, 1.0 / est.latency_s)
+
+
+def validate_dit(path: Path) -> list[ClassicResult]:
+    """Every row of ``path`` (the schema of ``tests/data/dit_latency.csv``)."""
+    if not path.is_file():
+        raise ConfigError(f"--dit {path}: no such file")
+    with path.open(newline="") as handle:
+        return [predict_row(row) for row in csv.DictReader(handle)]
