@@ -51,6 +51,9 @@ COMMANDS: dict[str, str] = {
         "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 2",  # 2 steps keep it short
     "plait estimate --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192": "",
     "plait plan --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192": "",
+    "plait estimate --model examples/flux-1-dev-1024px.toml --parallel ulysses=2,ring=2": "",
+    "plait plan --model examples/dit-xl-2-1024px.toml --gpus 8": "",
+    "plait validate --dit tests/data/dit_latency.csv": "",
     "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",
