@@ -115,9 +115,9 @@ def plan_command(
     if is_dit_file(model):
         from plait.cli.plan_dit import plan_dit
 
-        if objective != "throughput" or gpus_range or export is not None:
-            raise ConfigError("a DiT (--model with [dit]) is planned for latency on --gpus, without --export")
-        plan_dit(model, cluster, gpus, memory_margin, as_json)
+        if objective != "throughput" or gpus_range:
+            raise ConfigError("a DiT (--model with [dit]) is planned for latency on --gpus")
+        plan_dit(model, cluster, gpus, memory_margin, as_json, export, force)
         return
     if is_gnn_file(model):
         from plait.cli.plan_gnn import plan_gnn

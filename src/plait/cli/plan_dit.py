@@ -1,22 +1,55 @@
-"""``plait plan --model DIT.toml``: every way to spend the GPUs on a diffusion transformer, lowest latency first
-(issue 18)."""
+"""``plait plan --model DIT.toml``: every way to spend the GPUs on a diffusion transformer, lowest latency first;
+``--export DIR`` writes the fastest plan xDiT runs as its launch line (issue 18)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from rich.console import Console
 
 from plait.cli.output import print_json
 from plait.cli.render_dit import print_dit, print_dit_search
-from plait.predict.dit import search_dit
+from plait.errors import ConfigError, check_writable, refuse_overwrite
+from plait.predict.dit import DitPrediction, search_dit
+
+EXPORTS = ("xdit_launch.txt", "dit_plan.json")
+SCRIPTS = {"mmdit": "examples/flux_example.py", "pixart": "examples/pixartalpha_example.py"}
+"""xDiT's example script per block family (xdit-project/xDiT examples/); a plain DiT has none."""
 
 
-def plan_dit(model: str, cluster: str, gpus: int, memory_margin: float, as_json: bool) -> None:
+def plan_dit(model: str, cluster: str, gpus: int, memory_margin: float, as_json: bool, export: Path | None = None,
+             force: bool = False) -> None:
+    if export is not None:
+        check_writable(export, "export folder", folder=True)
+        for name in EXPORTS:
+            refuse_overwrite(export / name, force)
     ranked, refused = search_dit(model, cluster, gpus, memory_margin)
+    exported = _export(ranked, export) if export is not None else None
     if as_json:
         print_json({"ranked": [r.to_dict() for r in ranked],
-                    "refused": [{"plan": plan.label(), "why": why} for plan, why in refused]})
+                    "refused": [{"plan": plan.label(), "why": why} for plan, why in refused],
+                    "exported": exported.plan.label() if exported else None})
         return
     console = Console()
     if ranked:
         print_dit(console, ranked[0])
     print_dit_search(console, ranked, refused)
+    if exported is not None and export is not None:
+        console.print(f"wrote {', '.join(str(export / n) for n in EXPORTS)} for {exported.plan.label()}"
+                      + ("" if exported is ranked[0] else " (the fastest plan xDiT runs)"))
+
+
+def _export(ranked: list[DitPrediction], folder: Path) -> DitPrediction:
+    from plait.export.xdit import torchrun_line
+
+    runnable = [r for r in ranked if r.plan.distrifusion == 1]
+    if not runnable:
+        raise ConfigError("no plan that fits is one xDiT runs (only DistriFusion plans fit): nothing to export")
+    best = runnable[0]
+    script = SCRIPTS.get(best.spec.kind, "<xDiT example script for this model>")
+    line = torchrun_line(best.spec, best.job, best.plan, best.spec.hf_model or "<model id>", script)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "xdit_launch.txt").write_text(line + "\n")
+    (folder / "dit_plan.json").write_text(json.dumps(best.to_dict(), indent=1) + "\n")
+    return best

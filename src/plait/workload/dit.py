@@ -66,6 +66,8 @@ class DitSpec:
     vae_downsample: int
     text_tokens: int
     single_layers: int
+    hf_model: str = ""
+    """The Hugging Face id of the published weights (what an engine loads); empty for a shape only."""
 
     def token_params(self) -> float:
         """Parameters every token passes through (linear maps applied per token), all blocks."""
@@ -125,7 +127,8 @@ def read_dit(path: Path) -> tuple[DitSpec, DitJob]:
                        hidden=int(d["hidden"]), layers=int(d["layers"]), heads=int(d["heads"]),
                        mlp_ratio=float(d.get("mlp_ratio", 4.0)), patch=int(d.get("patch", 2)),
                        latent_channels=int(d.get("latent_channels", 4)), vae_downsample=int(d.get("vae_downsample", 8)),
-                       text_tokens=int(d.get("text_tokens", 0)), single_layers=int(d.get("single_layers", 0)))
+                       text_tokens=int(d.get("text_tokens", 0)), single_layers=int(d.get("single_layers", 0)),
+                       hf_model=str(d.get("hf_model", "")))
         job = DitJob(resolution=int(j.get("resolution", 1024)), steps=int(j.get("steps", 50)),
                      batch=int(j.get("batch", 1)), cfg=bool(j.get("cfg", True)))
     except KeyError as missing:

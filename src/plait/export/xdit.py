@@ -1,0 +1,34 @@
+"""A DiT plan as xDiT's command-line arguments (issue 18; xDiT's ``xFuserArgs``, xfuser/config/args.py): the
+degrees of CFG, PipeFusion (with its patches), Ulysses, ring and tensor parallelism, the image and the steps, for
+``torchrun --nproc_per_node N <xDiT example script> ...``. DistriFusion is not one of xDiT's methods (it is
+``distrifuser``'s): such a plan is refused in one line."""
+
+from __future__ import annotations
+
+from plait.cost.dit import DitPlan
+from plait.errors import ConfigError
+from plait.workload.dit import DitJob, DitSpec
+
+
+def xdit_arguments(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str) -> list[str]:
+    """xDiT's arguments for ``plan`` (``model_path``: the Hugging Face id or folder xDiT loads)."""
+    if plan.distrifusion > 1:
+        raise ConfigError(f"distrifusion={plan.distrifusion}: xDiT has no DistriFusion; run it with distrifuser "
+                          "(mit-han-lab/distrifuser, DistriConfig(parallelism='patch'))")
+    args = ["--model", model_path, "--height", str(job.resolution), "--width", str(job.resolution),
+            "--num_inference_steps", str(job.steps), "--pipefusion_parallel_degree", str(plan.pipefusion),
+            "--ulysses_degree", str(plan.ulysses), "--ring_degree", str(plan.ring),
+            "--tensor_parallel_degree", str(plan.tp)]
+    if plan.pipefusion > 1:
+        args += ["--num_pipeline_patch", str(plan.patches)]
+    if plan.cfg > 1:
+        args.append("--use_cfg_parallel")
+    if spec.text_tokens:
+        args += ["--max_sequence_length", str(spec.text_tokens)]
+    return args
+
+
+def torchrun_line(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str, script: str) -> str:
+    """The whole launch line for ``plan.gpus`` processes on one node."""
+    return " ".join(["torchrun", f"--nproc_per_node={plan.gpus}", script,
+                     *xdit_arguments(spec, job, plan, model_path)])
