@@ -131,19 +131,38 @@ def test_plait_estimate_breaks_a_gnn_step_down() -> None:
     assert json.loads(out)["fetch_bytes_per_rank"] == 0.0  # one rank holds every feature
 
 
-def test_plait_plan_ranks_exact_strategies_and_sets_approximate_ones_apart() -> None:
+def test_plait_plan_ranks_mini_batch_strategies_and_sets_the_others_apart() -> None:
     code, out, _ = _cli(["plan", "--model", str(PRODUCTS), "--cluster", "dgx-a100-ib", "--gpus", "8",
                          "--global-batch", "8192", "--json"])
     assert code == 0
     result = json.loads(out)
-    steps = [r["step_time_s"] for r in result["ranked"]]
-    assert steps == sorted(steps) and {r["strategy"] for r in result["ranked"]} == {"sampled_dp"}
-    assert [r["strategy"] for r in result["approximate"]] == ["partition_local"]
+    epochs = [r["epoch_time_s"] for r in result["ranked"]]
+    assert epochs == sorted(epochs)
+    assert {r["strategy"] for r in result["ranked"]} == {"sampled_dp", "host_features", "replicated"}
+    assert [r["strategy"] for r in result["approximate"]] == ["partition_local"]  # full_graph needs 1 GPU
+    code, out, _ = _cli(["plan", "--model", str(PRODUCTS), "--cluster", "dgx-a100-ib", "--gpus", "1",
+                         "--global-batch", "1024", "--json"])
+    assert {r["strategy"] for r in json.loads(out)["approximate"]} == {"partition_local", "full_graph"}
+
+
+def test_host_features_cross_pcie_and_dgl_computes_fewer_nodes_per_layer() -> None:
+    """Host features: every batch node's 100 fp32 features over the GPU's PCIe link. DGL's message-flow graphs
+    compute each layer only for the nodes it feeds (the seeds at the last layer), PyG's every layer on the whole
+    subgraph, so DGL's compute is smaller although its sampler (every node redraws) reaches more nodes."""
+    base = ["estimate", "--model", str(PRODUCTS), "--cluster", "dgx-a100-ib", "--gpus", "1", "--global-batch",
+            "1024", "--json"]
+    host = json.loads(_cli([*base, "--gnn-strategy", "host_features"])[1])
+    assert host["fetch_bytes_per_rank"] == pytest.approx(host["batch_nodes"] * 100 * 4)
+    pyg, dgl = (json.loads(_cli([*base, "--gnn-engine", e])[1]) for e in ("pyg", "dgl"))
+    assert dgl["batch_nodes"] > pyg["batch_nodes"]
+    assert dgl["time_breakdown_s"]["compute"] < pyg["time_breakdown_s"]["compute"]
+    full = json.loads(_cli([*base, "--gnn-strategy", "full_graph"])[1])
+    assert full["steps_per_epoch"] == 1 and full["time_breakdown_s"]["sampling"] == 0.0
 
 
 @pytest.mark.parametrize("argv, rule", [
     (["estimate", "--model", str(PRODUCTS), "--gnn-strategy", "magic", "--global-batch", "1024"],
-     "strategy='magic' must be one of sampled_dp, partition_local"),
+     "strategy='magic' must be one of sampled_dp, host_features, replicated, full_graph, partition_local"),
     (["estimate", "--model", str(PRODUCTS), "--gpus", "8", "--global-batch", "100"],
      "global_batch=100 must be a positive multiple of gpus=8"),
     (["estimate", "--model", str(PRODUCTS), "--cache-fraction", "1.5", "--global-batch", "1024"],

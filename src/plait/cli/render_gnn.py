@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from plait.predict.gnn import GnnPrediction
+from plait.predict.gnn import APART, GnnPrediction
 from plait.units import GIB
 
 PARTS = (("sampling", "sampling_s"), ("feature fetch", "fetch_s"), ("compute", "compute_s"),
@@ -17,6 +17,8 @@ def describe(result: GnnPrediction) -> str:
     text = est.strategy + (f", cache {result.cache_fraction:.0%}" if result.cache_fraction else "")
     if est.strategy == "partition_local":
         text += f" (drops the {result.edge_cut:.0%} of edges that cross parts)"
+    if est.strategy == "full_graph":
+        text += " (one update per epoch)"
     return text
 
 
@@ -32,10 +34,12 @@ def print_gnn(console: Console, result: GnnPrediction) -> None:
         table.add_row(label, f"{1e3 * getattr(est, attr):.3f}")
     table.add_row("step", f"{1e3 * est.step_s:.3f}")
     console.print(table)
-    hops = " + ".join(f"{n:,.0f}" for n in sampled.new_nodes)
-    console.print(f"batch: {sampled.nodes:,.0f} nodes ({hops} by hop), {sampled.sampled_edges:,.0f} sampled edges; "
-                  f"{sum(sampled.remote_nodes):,.0f} held by other ranks, {sampled.remote_misses:,.0f} fetched "
-                  f"({est.fetch_bytes / 1e6:.2f} MB sent per rank)")
+    if sampled is not None:
+        hops = " + ".join(f"{n:,.0f}" for n in sampled.new_nodes)
+        console.print(f"batch ({result.engine}'s sampler): {sampled.nodes:,.0f} nodes ({hops} by hop), "
+                      f"{sampled.sampled_edges:,.0f} sampled edges; {sum(sampled.remote_nodes):,.0f} held by other "
+                      f"ranks, {sampled.remote_misses:,.0f} fetched; {est.fetch_bytes / 1e6:.2f} MB of features "
+                      f"moved per rank")
     console.print(f"epoch: {est.steps_per_epoch:,} steps, {est.epoch_s:.2f} s; memory {est.memory_bytes / GIB:.2f} GiB "
                   f"per GPU of {result.cluster.accelerator.memory_bytes / GIB:.0f}")
 
@@ -44,7 +48,7 @@ def print_gnn_search(console: Console, ranked: list[GnnPrediction], approximate:
                      refused: list[tuple[GnnPrediction, str]]) -> None:
     """The exact strategies that fit, fastest first, with what the winner's step is made of; the approximate ones
     beside (they train on less of the graph); the refused."""
-    table = Table(title="strategies, fastest first", title_justify="left")
+    table = Table(title="strategies, fastest epoch first", title_justify="left")
     for col in ("strategy", "step ms", "epoch s", "fetch ms", "compute ms", "GiB"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for r in [*ranked, *approximate]:
@@ -58,9 +62,7 @@ def print_gnn_search(console: Console, ranked: list[GnnPrediction], approximate:
         part = max(PARTS, key=lambda p: getattr(best, p[1]))
         console.print(f"winner: {describe(ranked[0])}; its step is mostly {part[0]} "
                       f"({getattr(best, part[1]) / best.step_s:.0%})")
-    if approximate:
-        console.print("not ranked: approximate strategies train on less of the graph, so their faster step is not a "
-                      "better plan by itself (their accuracy is not modelled); `plait estimate --gnn-strategy partition_local "
-                      "--edge-cut C` costs your partition's own cut")
+    for r in approximate:
+        console.print(f"not ranked: {r.estimate.strategy} {APART[r.estimate.strategy]}; its accuracy is not modelled")
     for r, why in refused:
         console.print(f"refused: {describe(r)}: {why}")

@@ -1,12 +1,17 @@
 """Step time, epoch time and memory per GPU of mini-batch GNN training (issue 18; :mod:`plait.workload.gnn`).
 
-Strategies (SEEDS.md area P):
+Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank per step:
 
 - ``sampled_dp``: data parallelism over ``W`` ranks, the graph's structure on every rank and its features cut into
   ``W`` parts, one per rank (DistDGL: Zheng et al., IA3 2020, Sec. 3, with features in device memory as in
   PaGraph/GNNLab). Each rank samples ``B`` seeds from its own part; the features its batch reads from other parts
   are fetched from their owners by all-to-all (ids out, features back) unless a static cache of the
   highest-degree nodes holds them (:mod:`plait.cost.gnn_sampling`).
+- ``host_features``: the features stay in host memory and each GPU reads its batch's rows over its PCIe link
+  (zero-copy from pinned memory, as DGL's and PyG's GPU-sampling loaders do when the features do not fit);
+- ``replicated``: every GPU holds every feature (no fetch; the memory check decides);
+- ``full_graph``: one step per epoch over the whole graph on one GPU (every node and edge at every layer: the
+  DGL benchmark's full-graph setting); over several GPUs it needs layer pipelining (GNNPipe, 000-11: not yet);
 - ``partition_local``: each rank samples and trains only inside its part, ignoring the edges that leave it, so no
   features move (the local phase of LLCG, 000-16: Ramezani et al., ICLR 2022, Sec. 3; its models are averaged
   every step here, and its server's global correction is not yet costed); the cut edges' information is lost to
@@ -18,46 +23,38 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
   32-byte sector of the adjacency (NVIDIA, *CUDA C++ Best Practices Guide*, "Coalesced Access to Global Memory":
   the smallest transaction), each sampled node two more (its row offsets), at the HBM's streaming rate;
 - **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by
-  all-to-all on the tier the ``W`` ranks span; then every feature the batch reads is gathered into one matrix (read
-  and written once in HBM);
-- **compute** (PyG's layers run on every node and edge of the sampled subgraph, as plait's runtime does): per layer
-  ``a -> b`` over ``n`` nodes and ``m`` sampled edges, SAGEConv's two linear maps ``2 * 2 n a b`` FLOPs and GCNConv's
-  one ``2 n a b`` (PyG ``SAGEConv``/``GCNConv``), at the accelerator's fp32 peak (PyTorch runs fp32 GEMMs without TF32
-  by default: ``torch.backends.cuda.matmul.allow_tf32 = False``), and the neighbour aggregation, a gather and
-  scatter-add of ``m`` rows of width ``a`` (SAGE) or ``b`` (GCN) in HBM; the backward pass twice the forward
-  (one GEMM for the inputs' gradient, one for the weights': Kaplan et al., arXiv 2001.08361, Sec. 2.1);
+  all-to-all on the tier the ``W`` ranks span (``sampled_dp``), or every batch node's ``F`` fp32 features over PCIe
+  (``host_features``); then every feature the batch reads is gathered into one matrix (read and written in HBM);
+- **compute**: :mod:`plait.cost.gnn_compute` (which nodes each layer computes depends on the engine: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
   writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate.
 
-Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the rank's part of the
-features and the cache, the batch's features and each layer's saved activations (input, aggregation, output:
-``n (a + a + b)`` fp32 values per layer), the parameters with their gradients and Adam's two moments (16 bytes each).
+Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the features it holds
+(its part and the cache, all of them, or none), the batch's features, the activations and the optimizer state
+(:mod:`plait.cost.gnn_compute`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
+from plait.cost.gnn_compute import ENGINES, Engine, activation_bytes, forward_s, layer_sizes, state_bytes
 from plait.cost.gnn_sampling import SampledBatch, degree_classes, sample_batch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workload.gnn import FEATURE_BYTES, GnnSpec
+from plait.workload.gnn import FEATURE_BYTES, GnnSpec, GraphStats
 
-Strategy = Literal["sampled_dp", "partition_local"]
-STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "partition_local")
-APPROXIMATE: frozenset[Strategy] = frozenset({"partition_local"})
-"""Strategies that train on less than the whole graph (they drop the edges between parts)."""
+Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local"]
+STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local")
 SECTOR_BYTES = 32
 """The smallest global-memory transaction of NVIDIA GPUs (module docstring)."""
 INDEX_BYTES = 8
 """int64 node ids, as PyG and plait's sampler keep them."""
 COUNT_BYTES = 8
 """The int64 count of requested ids each rank sends each peer before the ids."""
-ADAM_STATE_BYTES = 16
-"""fp32 parameter, gradient and Adam's two moments."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,14 +62,15 @@ class GnnEstimate:
     """One step of one rank, its parts in seconds, and the epoch."""
 
     strategy: Strategy
-    batch: SampledBatch
+    batch: SampledBatch | None
+    """The expected sampled batch (``None`` for full-graph training)."""
     sampling_s: float
     fetch_s: float
     compute_s: float
     all_reduce_s: float
     optimizer_s: float
     fetch_bytes: float
-    """What each rank sends (ids, counts, and the features it serves are the same amount over all ranks)."""
+    """What each rank sends its peers for features (all-to-all), or reads over PCIe (host features)."""
     memory_bytes: float
     steps_per_epoch: int
 
@@ -95,74 +93,70 @@ def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> floa
 
 
 def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strategy: Strategy = "sampled_dp",
-                 edge_cut: float | None = None, cache_fraction: float = 0.0) -> GnnEstimate:
+                 edge_cut: float | None = None, cache_fraction: float = 0.0, engine: Engine = "pyg") -> GnnEstimate:
     """The step of ``world`` ranks each training on ``batch`` seeds (module docstring)."""
+    cut = _check(world, batch, strategy, edge_cut, cache_fraction, engine)
+    g, acc = spec.graph, cluster.accelerator
+    hbm, flops = memory_bytes_per_s(acc), fp32_flops_per_s(acc)
+    params = spec.model.params(g)
+    all_reduce_s = float(collective_s(cluster, "all_reduce", world, 1, params * FEATURE_BYTES))
+    optimizer_s = 2 * state_bytes(spec) / hbm
+    structure = (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
+    if strategy == "full_graph":
+        sizes = layer_sizes(spec, None, engine)
+        memory = structure + g.feature_table_bytes + activation_bytes(spec, sizes) + state_bytes(spec)
+        return GnnEstimate(strategy=strategy, batch=None, sampling_s=0.0, fetch_s=0.0,
+                           compute_s=3.0 * forward_s(spec, sizes, flops, hbm), all_reduce_s=0.0,
+                           optimizer_s=optimizer_s, fetch_bytes=0.0, memory_bytes=memory, steps_per_epoch=1)
+    local = strategy == "partition_local"
+    classes = degree_classes(_part(g, world, cut) if local else g)
+    parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
+    sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
+                           redraw=engine == "dgl")
+    sampling_s = (sampled.sampled_edges + 2 * sampled.nodes) * SECTOR_BYTES / hbm
+    batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
+    sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
+    if strategy == "sampled_dp" and world > 1:  # every rank asks each peer for an equal share of its misses
+        share = sampled.remote_misses / (world - 1)
+        sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
+                                g.features)
+        fetch_s += float(collective_s(cluster, "all_to_all", world, 1, sent * world / (world - 1)))
+    elif strategy == "host_features":
+        sent = batch_feature_bytes
+        fetch_s += sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
+            "host_features": 0.0, "partition_local": g.feature_table_bytes / world}[strategy]
+    sizes = layer_sizes(spec, sampled, engine)
+    memory = (structure / world if local else structure) + held + batch_feature_bytes
+    memory += activation_bytes(spec, sizes) + state_bytes(spec)
+    return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
+                       compute_s=3.0 * forward_s(spec, sizes, flops, hbm), all_reduce_s=all_reduce_s,
+                       optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
+                       steps_per_epoch=-(-g.train_nodes // (batch * world)))
+
+
+def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,
+           engine: str) -> float:
+    """Refuse impossible options in one line; the edge cut (a random cut of ``world`` parts by default)."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy={strategy!r} must be one of {', '.join(STRATEGIES)}")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
     if batch < 1 or world < 1:
         raise ConfigError(f"batch={batch} seeds per rank and world={world} ranks must be >= 1")
+    if strategy == "full_graph" and world > 1:
+        raise ConfigError(f"full_graph on {world} GPUs needs layer pipelining (GNNPipe), not modelled yet: use 1 GPU")
     if not 0.0 <= cache_fraction <= 1.0:
         raise ConfigError(f"cache_fraction={cache_fraction} must lie in [0, 1]")
     cut = (world - 1) / world if edge_cut is None else edge_cut
     if not 0.0 <= cut <= 1.0:
         raise ConfigError(f"edge_cut={cut} must lie in [0, 1]")
-    g, acc = spec.graph, cluster.accelerator
-    classes = degree_classes(g if strategy == "sampled_dp" else _part(spec, world, cut))
-    if strategy == "partition_local":
-        sampled = sample_batch(classes, spec.model.fanouts, batch, 1, 0.0)
-    else:
-        sampled = sample_batch(classes, spec.model.fanouts, batch, world, cut, cache_fraction)
-    hbm = memory_bytes_per_s(acc)
-    sampling_s = (sampled.sampled_edges + 2 * sampled.nodes) * SECTOR_BYTES / hbm
-    peers = world - 1
-    sent = 0.0
-    if peers and strategy == "sampled_dp":  # every rank asks each peer for an equal share of its misses
-        share = sampled.remote_misses / peers
-        sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
-                                g.features)
-    spread = world / (world - 1) if world > 1 else 1.0
-    fetch_s = float(collective_s(cluster, "all_to_all", world, 1, sent * spread))
-    fetch_s += 2 * sampled.nodes * g.features * FEATURE_BYTES / hbm
-    compute_s = 3.0 * _forward_s(spec, sampled, fp32_flops_per_s(acc), hbm)
-    params = spec.model.params(g)
-    all_reduce_s = float(collective_s(cluster, "all_reduce", world, 1, params * FEATURE_BYTES))
-    optimizer_s = 2 * ADAM_STATE_BYTES * params / hbm
-    steps = -(-g.train_nodes // (batch * world))
-    return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
-                       compute_s=compute_s, all_reduce_s=all_reduce_s, optimizer_s=optimizer_s, fetch_bytes=sent,
-                       memory_bytes=_memory_bytes(spec, sampled, world, cache_fraction, strategy),
-                       steps_per_epoch=steps)
+    return cut
 
 
-def _part(spec: GnnSpec, world: int, cut: float):  # type: ignore[no-untyped-def]
+def _part(g: GraphStats, world: int, cut: float) -> GraphStats:
     """One rank's part as a graph of its own: ``N / W`` nodes and the ``(1 - c)`` of the edges that stay inside."""
-    from dataclasses import replace
-
-    g = spec.graph
     nodes = max(1, g.nodes // world)
     edges = max(nodes // 2 + 1, round(g.edges * (1.0 - cut) / world))
     return replace(g, nodes=nodes, edges=edges, train_nodes=max(1, g.train_nodes // world),
                    max_degree=max(g.max_degree, -(-2 * edges // nodes)))
-
-
-def _forward_s(spec: GnnSpec, sampled: SampledBatch, flops_per_s: float, hbm: float) -> float:
-    """Forward time of every layer on the whole sampled subgraph."""
-    n, m = sampled.nodes, sampled.sampled_edges
-    total = 0.0
-    for a, b in spec.model.widths(spec.graph):
-        maps, width = (2, a) if spec.model.kind == "sage" else (1, b)
-        total += maps * 2.0 * n * a * b / flops_per_s
-        total += (2 * m * width + n * b) * FEATURE_BYTES / hbm  # gather and scatter-add the edges, write the output
-    return total
-
-
-def _memory_bytes(spec: GnnSpec, sampled: SampledBatch, world: int, cache_fraction: float,
-                  strategy: Strategy) -> float:
-    g = spec.graph
-    structure = (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
-    if strategy == "partition_local":
-        structure /= world
-    features = g.feature_table_bytes / world + (cache_fraction * g.feature_table_bytes)
-    activations = sum(sampled.nodes * (2 * a + b) for a, b in spec.model.widths(g)) * FEATURE_BYTES
-    batch_features = sampled.nodes * g.features * FEATURE_BYTES
-    return structure + features + batch_features + activations + ADAM_STATE_BYTES * spec.model.params(g)

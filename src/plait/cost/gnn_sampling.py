@@ -89,14 +89,20 @@ class SampledBatch:
     def nodes(self) -> float:
         return sum(self.new_nodes)
 
+    def within(self, hops: int) -> float:
+        """Nodes at most ``hops`` hops from the seeds."""
+        return sum(self.new_nodes[: hops + 1])
+
     @property
     def sampled_edges(self) -> float:
         return sum(self.edges)
 
 
 def sample_batch(classes: DegreeClasses, fanouts: tuple[int, ...], seeds: float, parts: int, edge_cut: float,
-                 cache_fraction: float = 0.0) -> SampledBatch:
-    """Expected sizes of a batch of ``seeds`` seed nodes drawn from one rank's part (module docstring)."""
+                 cache_fraction: float = 0.0, redraw: bool = False) -> SampledBatch:
+    """Expected sizes of a batch of ``seeds`` seed nodes drawn from one rank's part (module docstring). ``redraw``:
+    every node of the batch so far draws at each hop (DGL's ``MultiLayerNeighborSampler`` builds each layer's block
+    for all the next layer's nodes), not only the nodes the previous hop reached (PyG's ``NeighborLoader``)."""
     d, n_d = classes.degrees, classes.nodes
     total = float(n_d.sum())
     share = (1.0 / parts, (parts - 1) / parts)  # of each class: in the rank's part, in the others
@@ -105,7 +111,8 @@ def sample_batch(classes: DegreeClasses, fanouts: tuple[int, ...], seeds: float,
     fresh = [n_d * share[0] * q[0], np.zeros_like(d)]  # nodes first reached at the latest hop, per class
     hops, edges = [fresh], []
     for fanout in fanouts:
-        out = [float((f * np.minimum(fanout, d)).sum()) for f in fresh]
+        drawing = [n_d * share[k] * q[k] for k in (0, 1)] if redraw else fresh
+        out = [float((f * np.minimum(fanout, d)).sum()) for f in drawing]
         landing = (out[0] * (1.0 - edge_cut) + out[1] * back, out[0] * edge_cut + out[1] * (1.0 - back))
         after = [1.0 - (1.0 - q[k]) * np.exp(-landing[k] * d / (2.0 * classes.edges * share[k])) if share[k] else q[k]
                  for k in (0, 1)]

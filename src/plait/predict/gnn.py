@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from plait.cost.gnn import APPROXIMATE, STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.cost.gnn import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.cost.gnn_compute import Engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
@@ -40,6 +41,7 @@ class GnnPrediction:
     """Seed nodes per rank."""
     edge_cut: float
     cache_fraction: float
+    engine: str
     estimate: GnnEstimate
 
     @property
@@ -48,22 +50,24 @@ class GnnPrediction:
 
     def to_dict(self) -> dict[str, Any]:
         est, sampled = self.estimate, self.estimate.batch
-        return {
+        out = {
             "model": self.spec.name, "cluster": self.cluster.name, "gpus": self.world, "seeds_per_rank": self.batch,
-            "global_batch": self.batch * self.world, "strategy": est.strategy, "edge_cut": self.edge_cut,
-            "cache_fraction": self.cache_fraction, "step_time_s": est.step_s, "epoch_time_s": est.epoch_s,
-            "steps_per_epoch": est.steps_per_epoch,
+            "global_batch": self.batch * self.world, "strategy": est.strategy, "engine": self.engine,
+            "edge_cut": self.edge_cut, "cache_fraction": self.cache_fraction, "step_time_s": est.step_s,
+            "epoch_time_s": est.epoch_s, "steps_per_epoch": est.steps_per_epoch,
             "time_breakdown_s": {"sampling": est.sampling_s, "feature_fetch": est.fetch_s, "compute": est.compute_s,
                                  "gradient_all_reduce": est.all_reduce_s, "optimizer": est.optimizer_s},
-            "batch_nodes": sampled.nodes, "batch_nodes_per_hop": list(sampled.new_nodes),
-            "sampled_edges": sampled.sampled_edges, "remote_nodes": sum(sampled.remote_nodes),
-            "fetched_nodes": sampled.remote_misses, "fetch_bytes_per_rank": est.fetch_bytes,
-            "memory_bytes": est.memory_bytes, "fits": self.fits,
+            "fetch_bytes_per_rank": est.fetch_bytes, "memory_bytes": est.memory_bytes, "fits": self.fits,
         }
+        if sampled is not None:
+            out.update({"batch_nodes": sampled.nodes, "batch_nodes_per_hop": list(sampled.new_nodes),
+                        "sampled_edges": sampled.sampled_edges, "remote_nodes": sum(sampled.remote_nodes),
+                        "fetched_nodes": sampled.remote_misses})
+        return out
 
 
 def predict_gnn(model: str, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
-                edge_cut: float | None = None, cache_fraction: float = 0.0) -> GnnPrediction:
+                edge_cut: float | None = None, cache_fraction: float = 0.0, engine: str = "pyg") -> GnnPrediction:
     """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts."""
     spec, hardware = read_gnn(Path(model)), resolve_cluster(cluster)
     if gpus < 1 or global_batch < gpus or global_batch % gpus:
@@ -76,27 +80,34 @@ def predict_gnn(model: str, cluster: str, gpus: int, global_batch: int, strategy
                           f"each of the {gpus} parts")
     cut = (gpus - 1) / gpus if edge_cut is None else edge_cut
     typed: Strategy = strategy  # type: ignore[assignment]
-    est = estimate_gnn(spec, hardware, gpus, batch, typed, cut, cache_fraction)
+    kind: Engine = engine  # type: ignore[assignment]
+    est = estimate_gnn(spec, hardware, gpus, batch, typed, cut, cache_fraction, kind)
     return GnnPrediction(spec=spec, cluster=hardware, world=gpus, batch=batch, edge_cut=cut,
-                         cache_fraction=cache_fraction, estimate=est)
+                         cache_fraction=cache_fraction, engine=engine, estimate=est)
+
+
+APART = {"partition_local": "trains on less of the graph (drops the edges between parts)",
+         "full_graph": "a different algorithm: one update per epoch over the whole graph"}
+"""Strategies shown beside the ranked ones, not ranked against them, and why."""
 
 
 def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut: float | None = None,
-               memory_margin: float = 0.05) -> tuple[list[GnnPrediction], list[GnnPrediction],
-                                                     list[tuple[GnnPrediction, str]]]:
-    """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS`): the exact
-    ones that fit, ranked by step time; the approximate ones that fit (they train on less of the graph, so a faster
-    step is not a better plan: shown, not ranked); and those refused, with why."""
-    candidates = [(s, c) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))]
-    ranked, approximate, refused = [], [], []
+               memory_margin: float = 0.05, engine: str = "pyg") -> tuple[list[GnnPrediction], list[GnnPrediction],
+                                                                         list[tuple[GnnPrediction, str]]]:
+    """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS`): the
+    mini-batch ones that train on the whole graph and fit, ranked by epoch time; those of :data:`APART` that fit
+    (shown, not ranked: a faster epoch is not a better plan by itself); and those refused, with why."""
+    candidates = [(s, c) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))
+                  if s != "full_graph" or gpus == 1]
+    ranked, apart, refused = [], [], []
     for strategy, cache in candidates:
-        result = predict_gnn(model, cluster, gpus, global_batch, strategy, edge_cut, cache)
+        result = predict_gnn(model, cluster, gpus, global_batch, strategy, edge_cut, cache, engine)
         limit = (1.0 - memory_margin) * result.cluster.accelerator.memory_bytes
         if result.estimate.memory_bytes > limit:
             why = f"needs {result.estimate.memory_bytes / GIB:.1f} GiB of {limit / GIB:.1f} GiB usable"
             refused.append((result, why))
         else:
-            (approximate if strategy in APPROXIMATE else ranked).append(result)
-    ranked.sort(key=lambda r: r.estimate.step_s)
-    approximate.sort(key=lambda r: r.estimate.step_s)
-    return ranked, approximate, refused
+            (apart if strategy in APART else ranked).append(result)
+    ranked.sort(key=lambda r: r.estimate.epoch_s)
+    apart.sort(key=lambda r: r.estimate.epoch_s)
+    return ranked, apart, refused
