@@ -24,18 +24,27 @@ def validate_command(
     dit: Annotated[Path | None, typer.Option(help="CSV of measured latencies of parallel diffusion-transformer "
                                                   "inference (tests/data/dit_latency.csv; sources: "
                                                   "tests/data/dit_latency.md).")] = None,
+    gnn: Annotated[Path | None, typer.Option(help="CSV of measured GNN training epoch times "
+                                                  "(tests/data/gnn_epochs.csv; sources: tests/data/gnn_epochs.md).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict every run with a measured step time (--runs), peak memory (--memory), data-parallel throughput of
-    a traced model (--classic) or DiT inference latency (--dit); print errors and MAPE overall and per source."""
-    if sum(x is not None for x in (runs, memory, classic, dit)) != 1:
+    a traced model (--classic), DiT inference latency (--dit) or GNN epoch time (--gnn); print errors and MAPE
+    overall and per source."""
+    if sum(x is not None for x in (runs, memory, classic, dit, gnn)) != 1:
         raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory), --classic "
-                          "(measured throughputs of traced models) or --dit (measured DiT inference latencies)")
+                          "(measured throughputs of traced models), --dit (measured DiT inference latencies) or --gnn "
+                          "(measured GNN epoch times)")
     if classic is not None:
         from plait.validate.classic import validate_classic
 
         _report(validate_classic(classic), "classic data parallelism: step-time", as_json,
                 "step time: predicted over measured, minus one (the throughputs' inverse ratio)")
+        return
+    if gnn is not None:
+        from plait.validate.gnn import validate_gnn
+
+        _report(validate_gnn(gnn), "GNN training: epoch-time", as_json, "epoch time: predicted over measured, minus one")
         return
     if dit is not None:
         from plait.validate.dit import validate_dit

@@ -7,8 +7,9 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
   PaGraph/GNNLab). Each rank samples ``B`` seeds from its own part; the features its batch reads from other parts
   are fetched from their owners by all-to-all (ids out, features back) unless a static cache of the
   highest-degree nodes holds them (:mod:`plait.cost.gnn_sampling`).
-- ``host_features``: the features stay in host memory and each GPU reads its batch's rows over its PCIe link
-  (zero-copy from pinned memory, as DGL's and PyG's GPU-sampling loaders do when the features do not fit);
+- ``host_features``: the features stay in host memory; each GPU's batch rows are gathered there (read and written
+  at the host memory bandwidth of the GPU's share of its node) and copied over its PCIe link, as DGL's and PyG's
+  loaders do with features that do not fit on the GPUs;
 - ``replicated``: every GPU holds every feature (no fetch; the memory check decides);
 - ``full_graph``: one step per epoch over the whole graph on one GPU (every node and edge at every layer: the
   DGL benchmark's full-graph setting); over several GPUs it needs layer pipelining (GNNPipe, 000-11: not yet);
@@ -40,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
-from plait.cost.gnn_compute import ENGINES, Engine, activation_bytes, forward_s, layer_sizes, state_bytes
+from plait.cost.gnn_compute import ENGINES, Engine, activation_bytes, layer_sizes, state_bytes, step_compute_s
 from plait.cost.gnn_sampling import SampledBatch, degree_classes, sample_batch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
@@ -106,7 +107,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
         sizes = layer_sizes(spec, None, engine)
         memory = structure + g.feature_table_bytes + activation_bytes(spec, sizes) + state_bytes(spec)
         return GnnEstimate(strategy=strategy, batch=None, sampling_s=0.0, fetch_s=0.0,
-                           compute_s=3.0 * forward_s(spec, sizes, flops, hbm), all_reduce_s=0.0,
+                           compute_s=step_compute_s(spec, sizes, flops, hbm, engine), all_reduce_s=0.0,
                            optimizer_s=optimizer_s, fetch_bytes=0.0, memory_bytes=memory, steps_per_epoch=1)
     local = strategy == "partition_local"
     classes = degree_classes(_part(g, world, cut) if local else g)
@@ -121,16 +122,16 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
         sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
                                 g.features)
         fetch_s += float(collective_s(cluster, "all_to_all", world, 1, sent * world / (world - 1)))
-    elif strategy == "host_features":
+    elif strategy == "host_features":  # gathered in host memory (read and written), then copied over PCIe
         sent = batch_feature_bytes
-        fetch_s += sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
+        fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
     held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
             "host_features": 0.0, "partition_local": g.feature_table_bytes / world}[strategy]
     sizes = layer_sizes(spec, sampled, engine)
     memory = (structure / world if local else structure) + held + batch_feature_bytes
     memory += activation_bytes(spec, sizes) + state_bytes(spec)
     return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
-                       compute_s=3.0 * forward_s(spec, sizes, flops, hbm), all_reduce_s=all_reduce_s,
+                       compute_s=step_compute_s(spec, sizes, flops, hbm, engine), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
                        steps_per_epoch=-(-g.train_nodes // (batch * world)))
 

@@ -11,9 +11,16 @@ Which nodes and edges each layer computes depends on the engine:
 A layer ``a -> b`` over ``n`` output nodes and ``m`` edges: SAGEConv's two linear maps ``2 * 2 n a b`` FLOPs,
 GCNConv's one ``2 n a b`` (PyG ``SAGEConv``/``GCNConv``), at the accelerator's fp32 peak (PyTorch runs fp32 GEMMs
 without TF32 by default: ``torch.backends.cuda.matmul.allow_tf32 = False``), and the neighbour aggregation, a gather
-and scatter-add of ``m`` rows of width ``a`` (SAGE) or ``b`` (GCN) and a write of the output, in HBM; the backward
-pass twice the forward (one GEMM for the inputs' gradient, one for the weights': Kaplan et al., arXiv 2001.08361,
-Sec. 2.1).
+and sum of ``m`` rows into ``n``, in HBM: DGL's fused sparse-dense product reads each edge's row once and writes each
+output once (``m + n`` rows), PyG's gather-scatter message passing writes each message and reads it back
+(``3m + n``: torch_geometric/nn/conv/message_passing.py, ``propagate`` on an ``edge_index``). The rows' width is where
+each engine aggregates:
+PyG's SAGEConv aggregates the inputs (``a``) and its GCNConv the transformed outputs (``b``); DGL's SAGEConv and
+GraphConv transform first whenever that narrows the messages (``min(a, b)``: dgl/nn/pytorch/conv/sageconv.py
+``lin_before_mp``, graphconv.py "mult W first to reduce the feature size for aggregation"). Backward: each GEMM
+twice over (the inputs' gradient and the weights': Kaplan et al., arXiv 2001.08361, Sec. 2.1), an aggregation once
+(its gradient is the transposed product, with no weights); the first layer's input features take no gradient, so
+its GEMMs are costed once more only for the weights', and an aggregation of the raw features not at all.
 
 Memory: each layer keeps its input, aggregation and output (``n (a + a + b)`` fp32 values) for the backward pass;
 the parameters with their gradients and Adam's two moments take 16 bytes each.
@@ -42,13 +49,20 @@ def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, engine: Engine) -> 
     return [(sampled.within(layers - k), sampled.edges[layers - k]) for k in range(1, layers + 1)]
 
 
-def forward_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s: float, hbm: float) -> float:
-    """Forward time of every layer (module docstring)."""
+def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s: float, hbm: float,
+                   engine: Engine = "pyg") -> float:
+    """Forward and backward time of every layer (module docstring)."""
     total = 0.0
-    for (a, b), (n, m) in zip(spec.model.widths(spec.graph), sizes, strict=True):
-        maps, width = (2, a) if spec.model.kind == "sage" else (1, b)
-        total += maps * 2.0 * n * a * b / flops_per_s
-        total += (2 * m * width + n * b) * FEATURE_BYTES / hbm  # gather and scatter-add the edges, write the output
+    for layer, ((a, b), (n, m)) in enumerate(zip(spec.model.widths(spec.graph), sizes, strict=True)):
+        maps = 2 if spec.model.kind == "sage" else 1
+        transform_first = a > b if engine == "dgl" else spec.model.kind == "gcn"
+        width = b if transform_first else a
+        gemm = maps * 2.0 * n * a * b / flops_per_s
+        rows = m + n if engine == "dgl" else 3 * m + n
+        aggregate = rows * width * FEATURE_BYTES / hbm
+        first = layer == 0  # the input features need no gradient
+        total += gemm * (2.0 if first else 3.0)
+        total += aggregate * (1.0 if first and not transform_first else 2.0)
     return total
 
 

@@ -1,0 +1,79 @@
+"""Predicted vs measured epoch times of GNN training (issue 18): public tables of the DGL 0.5 benchmark, GNNLab,
+SALIENT, SALIENT++ and Quiver (``tests/data/gnn_epochs.csv``; sources and caveats in ``tests/data/gnn_epochs.md``),
+each costed by :mod:`plait.cost.gnn` on the preset of its GPU with the graph's statistics
+(``plait/workload/data/graphs.toml``).
+
+A row's job: its dataset, model (GraphSAGE or GCN), layers, hidden width and fanouts; full-graph rows as
+``full_graph`` on one GPU, DGL's GPU-sampling rows as ``host_features`` with DGL's message-flow graphs (features in
+host memory, read over PCIe). The error is on the epoch time (predicted over measured, minus one). Rows plait cannot
+predict say why: sampling on the host CPU (its rate is no hardware figure plait has), GAT/GIN layers, GPUs without
+a preset.
+"""
+
+from __future__ import annotations
+
+import csv
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from plait.cost.gnn import estimate_gnn
+from plait.errors import ConfigError
+from plait.validate.classic import ClassicResult
+from plait.workload.gnn import GnnModel, GnnSpec, GraphStats
+
+SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
+"""GPU names of the CSV -> a preset of that GPU (the rows run on one node)."""
+KINDS = {"GraphSAGE": "sage", "GCN": "gcn"}
+ASSUMED_EXPONENT = 2.1
+"""Assumed degree-law exponent where a dataset states none (graphs.toml)."""
+
+
+def graphs() -> dict[str, GraphStats]:
+    data = tomllib.loads(resources.files("plait.workload").joinpath("data/graphs.toml").read_text())
+    out = {}
+    for name, g in data.items():
+        mean = 2 * g["edges"] / g["nodes"]
+        out[name] = GraphStats(nodes=g["nodes"], edges=g["edges"], features=g["features"], classes=g["classes"],
+                               train_nodes=g["train_nodes"], degree_exponent=ASSUMED_EXPONENT,
+                               max_degree=min(g["nodes"] - 1, round(100 * mean)))
+    return out
+
+
+def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicResult:
+    from plait.hardware.catalog import get_cluster
+
+    label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
+    measured = 1.0 / float(row["measured_epoch_s"])  # epoch times as rates: the error is on the epoch time
+    result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)  # noqa: E731
+    full = row["fanouts"] == "full-graph"
+    gpu_sampling = "GPU sampling" in row["system"]
+    if not full and not gpu_sampling:
+        return result("sampling on the host CPU is not modelled (no hardware figure for its rate)")
+    if row["model"] not in KINDS:
+        return result(f"{row['model']} layers are not modelled (GraphSAGE and GCN are)")
+    if row["gpu"] not in SYSTEMS:
+        return result(f"no preset system of {row['gpu']} GPUs")
+    if row["dataset"] not in known:
+        return result(f"no statistics of {row['dataset']}")
+    layers, gpus = int(row["layers"]), int(row["gpus"])
+    fanouts = (1,) * layers if full else tuple(int(f) for f in row["fanouts"].split("-"))
+    spec = GnnSpec(name=row["dataset"], graph=known[row["dataset"]],
+                   model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=int(row["hidden"]),  # type: ignore[arg-type]
+                                  fanouts=fanouts))
+    cluster = get_cluster(SYSTEMS[row["gpu"]])
+    engine = "dgl" if row["system"].startswith("DGL") else "pyg"
+    if full:
+        est = estimate_gnn(spec, cluster, 1, 1, "full_graph", engine=engine)  # type: ignore[arg-type]
+    else:
+        est = estimate_gnn(spec, cluster, gpus, int(row["batch_per_gpu"]), "host_features", engine=engine)  # type: ignore[arg-type]
+    return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+
+
+def validate_gnn(path: Path) -> list[ClassicResult]:
+    """Every row of ``path`` (the schema of ``tests/data/gnn_epochs.csv``)."""
+    if not path.is_file():
+        raise ConfigError(f"--gnn {path}: no such file")
+    known = graphs()
+    with path.open(newline="") as handle:
+        return [predict_row(row, known) for row in csv.DictReader(handle)]
