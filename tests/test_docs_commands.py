@@ -54,6 +54,9 @@ COMMANDS: dict[str, str] = {
     "plait estimate --model examples/flux-1-dev-1024px.toml --parallel ulysses=2,ring=2": "",
     "plait plan --model examples/dit-xl-2-1024px.toml --gpus 8": "",
     "plait validate --dit tests/data/dit_latency.csv": "",
+    "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace dit.json":
+        "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace {tmp}/dit.json",
+    "plait validate --gnn tests/data/gnn_epochs.csv": "",
     "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",

@@ -12,7 +12,7 @@ from rich.console import Console
 from plait.cli.options import ENGINE_HELP, resolve_job
 from plait.cli.output import print_json
 from plait.cost.batch import stage_memories
-from plait.errors import refuse_overwrite
+from plait.errors import ConfigError, refuse_overwrite
 from plait.plan.rules import check_plan
 from plait.predict.estimate import predict, refine_pipeline
 from plait.predict.job import Job
@@ -30,16 +30,29 @@ def _job(plan_file: Path, model: str | None, cluster: str | None, engine: str | 
 
 
 def simulate_command(
-    plan_file: Annotated[Path, typer.Option("--plan", help="Plan TOML file.")],
-    model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan TOML file.")] = None,
+    model: Annotated[str | None, typer.Option(help="Override the plan file's model; or a GNN or DiT TOML.")] = None,
     cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     trace: Annotated[Path | None, typer.Option(help="Write Chrome/Perfetto trace-event JSON here.")] = None,
     png: Annotated[Path | None, typer.Option(help="Write the timeline picture here.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    gpus: Annotated[int, typer.Option(help="With a GNN or DiT TOML: GPUs.")] = 1,
+    global_batch: Annotated[int, typer.Option(help="With a GNN TOML: seed nodes per step over all GPUs.")] = 1024,
+    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: degrees KEY=N,... (as plait estimate).")] = None,
+    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: the strategy (as plait estimate).")] = "sampled_dp",
 ) -> None:
-    """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets)."""
+    """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets); a DiT's whole generation
+    (PipeFusion patch by patch) or a GNN step, phase by phase."""
+    from plait.cli.simulate_workloads import is_workload_file, simulate_workload
+
+    if is_workload_file(model):
+        assert model is not None
+        simulate_workload(model, cluster, gpus, global_batch, parallel, gnn_strategy, trace, png, force, as_json)
+        return
+    if plan_file is None:
+        raise ConfigError("plait simulate needs --plan (a plan TOML), or --model with a GNN or DiT TOML")
     job = _job(plan_file, model, cluster, engine)
     plan = job.plan
     refuse_overwrite(trace, force)

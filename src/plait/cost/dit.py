@@ -17,7 +17,10 @@ DistriFusion patches:
   them; each stage attends with the fresh K, V of its patch and one-step-stale K, V of the others, so a step needs no
   bubble once the pipeline is full (PipeFusion: Wang et al., arXiv 2405.14430, Sec. 4): per patch and boundary one
   point-to-point send of ``S H / M``, overlapped with the next patch's compute; the pipeline fills once
-  (``(p - 1) / M`` of a step) and keeps a K, V buffer of the whole sequence for its layers.
+  (``(p - 1) / M`` of a step) and keeps a K, V buffer of the whole sequence for its layers. The first stage denoises
+  a patch's next step only once its updated latent has come round all ``p`` stages: with ``M`` patches of ``c``
+  seconds and sends of ``x``, each step waits ``max(0, p x - (M - p) c)`` (found by the patch-level simulation,
+  :mod:`plait.simulate.workloads`).
 - **distrifusion** (``n``): the image in ``n`` patches, one per GPU, attending with stale K, V of the others; every
   layer all-gathers its fresh K, V asynchronously, overlapped with the step's compute (DistriFusion: Li et al.,
   CVPR 2024, Sec. 4.2); the first ``warmup`` steps run synchronously (the paper's warm-up, Sec. 4.3).
@@ -86,6 +89,10 @@ class DitEstimate:
     comm_s: float
     """Communication left exposed after overlap."""
     step_s: float
+    synchronous_s: float
+    """A step that waits for all of its communication (DistriFusion's warm-up)."""
+    patch_transfer_s: float
+    """PipeFusion: one patch's activation sent to the next stage (0 for other plans)."""
     latency_s: float
     """All denoising steps of one batch (warm-up and pipeline fill included)."""
     memory_bytes: float
@@ -166,15 +173,18 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     if plan.cfg > 1:
         latent = image * spec.patch**2 * spec.latent_channels * b * job.passes
         comm += float(collective_s(cluster, "all_gather", plan.cfg, plan.gpus // plan.cfg, latent))
-    overlap_comm = 0.0
+    overlap_comm = patch_transfer = 0.0
     if plan.pipefusion > 1:
         per_patch = tokens / plan.patches * spec.hidden * b * passes
-        overlap_comm += plan.patches * float(collective_s(cluster, "p2p", plan.pipefusion, share, per_patch))
+        patch_transfer = float(collective_s(cluster, "p2p", plan.pipefusion, share, per_patch))
+        overlap_comm += plan.patches * patch_transfer
     if plan.distrifusion > 1:  # all_gather_s takes the gathered whole: every GPU's share
         sent = stale_kv_sent_bytes(tokens, spec.hidden, b, passes, plan.distrifusion)
         whole = sent * plan.distrifusion / (plan.distrifusion - 1)
         overlap_comm += layers * float(collective_s(cluster, "all_gather", plan.distrifusion, 1, whole))
     step = compute + comm + max(0.0, overlap_comm - compute)
+    if plan.pipefusion > 1:  # a patch's updated latent must come back round the p stages before its next step
+        step += max(0.0, plan.pipefusion * patch_transfer - (plan.patches - plan.pipefusion) * compute / plan.patches)
     synchronous = compute + comm + overlap_comm
     warm = min(job.steps, DISTRIFUSION_WARMUP) if plan.distrifusion > 1 else 0
     fill = (plan.pipefusion - 1) / plan.patches * compute if plan.pipefusion > 1 else 0.0
@@ -184,7 +194,8 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     if plan.stale:
         buffers = 2 * seq * spec.hidden * b * passes * layers  # stale K and V of the whole sequence
     transient = (4 + spec.mlp_ratio) * tokens * spec.hidden * b * passes
-    return DitEstimate(compute_s=compute, comm_s=step - compute, step_s=step, latency_s=latency,
+    return DitEstimate(compute_s=compute, comm_s=step - compute, step_s=step, synchronous_s=synchronous,
+                       patch_transfer_s=patch_transfer, latency_s=latency,
                        memory_bytes=weights + buffers + transient, weight_bytes=weights, buffer_bytes=buffers)
 
 

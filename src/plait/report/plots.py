@@ -15,9 +15,12 @@ from plait.simulate.pipeline import Timeline  # noqa: E402
 from plait.units import GIB
 
 COLOURS = {"F": "#4C78A8", "B": "#F58518", "W": "#54A24B", "optimizer": "#9D9D9D", "dp-reduce": "#B279A2",
-           "param-gather": "#E45756"}
+           "param-gather": "#E45756", "denoise": "#4C78A8", "exposed comm": "#E45756", "sampling": "#72B7B2",
+           "feature fetch": "#E45756", "forward+backward": "#F58518", "gradient all-reduce": "#B279A2"}
 LABELS = {"F": "forward", "B": "backward", "W": "weight grad", "optimizer": "optimizer", "dp-reduce": "grad reduce",
-          "param-gather": "param all-gather"}
+          "param-gather": "param all-gather", "denoise": "denoising (per patch)", "exposed comm": "exposed comm",
+          "sampling": "sampling", "feature fetch": "feature fetch", "forward+backward": "forward+backward",
+          "gradient all-reduce": "gradient all-reduce"}
 
 
 def timeline_png(timeline: Timeline, path: Path, title: str) -> None:
@@ -34,8 +37,9 @@ def timeline_png(timeline: Timeline, path: Path, title: str) -> None:
     ax.set_xlabel("seconds")
     ax.set_title(title, fontsize=10)
     kinds = [k for k in COLOURS if any(s.kind == k for s in timeline.spans)]
-    ax.legend(handles=[Patch(color=COLOURS[k], label=LABELS[k]) for k in kinds], loc="upper center",
-              bbox_to_anchor=(0.5, -0.18 - 0.2 / max(len(ranks), 1)), ncol=len(kinds), fontsize=8, frameon=False)
+    if kinds:
+        ax.legend(handles=[Patch(color=COLOURS[k], label=LABELS[k]) for k in kinds], loc="upper center",
+                  bbox_to_anchor=(0.5, -0.18 - 0.2 / max(len(ranks), 1)), ncol=len(kinds), fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
