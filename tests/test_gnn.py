@@ -186,3 +186,14 @@ def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> No
     predicted = [r for r in results if r.error_pct is not None]
     assert len(predicted) == 9 and mape(predicted) < 80.0
     assert all(r.why_not for r in results if r.error_pct is None)
+
+
+def test_gnnpipe_pipelines_the_layers_of_full_graph_training() -> None:
+    """GNNPipe on 3 GPUs (one layer each): faster than one GPU but not 3x (the slowest layer sets the pace, the
+    pipeline fills once), less memory per GPU; 4 GPUs for 3 layers are refused in one line."""
+    base = ["estimate", "--model", str(PRODUCTS), "--cluster", "dgx-a100-ib", "--gnn-strategy", "full_graph", "--json"]
+    one, three = (json.loads(_cli([*base, "--gpus", str(n), "--global-batch", str(1024 * n)])[1]) for n in (1, 3))
+    assert one["epoch_time_s"] / 3 < three["epoch_time_s"] < one["epoch_time_s"]
+    assert three["memory_bytes"] < one["memory_bytes"]
+    code, _, err = _cli([*base, "--gpus", "4", "--global-batch", "4096"])
+    assert code != 0 and "use at most 3 GPUs" in err and "Traceback" not in err

@@ -15,7 +15,7 @@ def plan_gnn(model: str, cluster: str, gpus: int, global_batch: int, memory_marg
     ranked, approximate, refused = search_gnn(model, cluster, gpus, global_batch, memory_margin=memory_margin)
     if as_json:
         print_json({"ranked": [r.to_dict() for r in ranked], "approximate": [r.to_dict() for r in approximate],
-                    "refused": [{**r.to_dict(), "why": why} for r, why in refused]})
+                    "refused": [{"strategy": label, "why": why} for label, why in refused]})
         return
     console = Console()
     if ranked:

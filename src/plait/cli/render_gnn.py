@@ -45,7 +45,7 @@ def print_gnn(console: Console, result: GnnPrediction) -> None:
 
 
 def print_gnn_search(console: Console, ranked: list[GnnPrediction], approximate: list[GnnPrediction],
-                     refused: list[tuple[GnnPrediction, str]]) -> None:
+                     refused: list[tuple[str, str]]) -> None:
     """The exact strategies that fit, fastest first, with what the winner's step is made of; the approximate ones
     beside (they train on less of the graph); the refused."""
     table = Table(title="strategies, fastest epoch first", title_justify="left")
@@ -64,5 +64,5 @@ def print_gnn_search(console: Console, ranked: list[GnnPrediction], approximate:
                       f"({getattr(best, part[1]) / best.step_s:.0%})")
     for r in approximate:
         console.print(f"not ranked: {r.estimate.strategy} {APART[r.estimate.strategy]}; its accuracy is not modelled")
-    for r, why in refused:
-        console.print(f"refused: {describe(r)}: {why}")
+    for label, why in refused:
+        console.print(f"refused: {label}: {why}")

@@ -11,8 +11,8 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
   at the host memory bandwidth of the GPU's share of its node) and copied over its PCIe link, as DGL's and PyG's
   loaders do with features that do not fit on the GPUs;
 - ``replicated``: every GPU holds every feature (no fetch; the memory check decides);
-- ``full_graph``: one step per epoch over the whole graph on one GPU (every node and edge at every layer: the
-  DGL benchmark's full-graph setting); over several GPUs it needs layer pipelining (GNNPipe, 000-11: not yet);
+- ``full_graph``: one step per epoch over the whole graph (every node and edge at every layer: the DGL benchmark's
+  full-graph setting); on several GPUs, GNNPipe's layer pipeline (:mod:`plait.cost.gnn_pipe`);
 - ``partition_local``: each rank samples and trains only inside its part, ignoring the edges that leave it, so no
   features move (the local phase of LLCG, 000-16: Ramezani et al., ICLR 2022, Sec. 3; its models are averaged
   every step here, and its server's global correction is not yet costed); the cut edges' information is lost to
@@ -37,12 +37,23 @@ Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 nei
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
 from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
-from plait.cost.gnn_compute import ENGINES, Engine, activation_bytes, layer_sizes, state_bytes, step_compute_s
-from plait.cost.gnn_sampling import SampledBatch, degree_classes, sample_batch
+from plait.cost.gnn_compute import (
+    ENGINES,
+    INDEX_BYTES,
+    Engine,
+    GnnEstimate,
+    activation_bytes,
+    layer_sizes,
+    state_bytes,
+    step_compute_s,
+    structure_bytes,
+)
+from plait.cost.gnn_pipe import full_graph
+from plait.cost.gnn_sampling import degree_classes, sample_batch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -52,36 +63,8 @@ Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "p
 STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local")
 SECTOR_BYTES = 32
 """The smallest global-memory transaction of NVIDIA GPUs (module docstring)."""
-INDEX_BYTES = 8
-"""int64 node ids, as PyG and plait's sampler keep them."""
 COUNT_BYTES = 8
 """The int64 count of requested ids each rank sends each peer before the ids."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class GnnEstimate:
-    """One step of one rank, its parts in seconds, and the epoch."""
-
-    strategy: Strategy
-    batch: SampledBatch | None
-    """The expected sampled batch (``None`` for full-graph training)."""
-    sampling_s: float
-    fetch_s: float
-    compute_s: float
-    all_reduce_s: float
-    optimizer_s: float
-    fetch_bytes: float
-    """What each rank sends its peers for features (all-to-all), or reads over PCIe (host features)."""
-    memory_bytes: float
-    steps_per_epoch: int
-
-    @property
-    def step_s(self) -> float:
-        return self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
-
-    @property
-    def epoch_s(self) -> float:
-        return self.step_s * self.steps_per_epoch
 
 
 def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> float:
@@ -102,13 +85,9 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     params = spec.model.params(g)
     all_reduce_s = float(collective_s(cluster, "all_reduce", world, 1, params * FEATURE_BYTES))
     optimizer_s = 2 * state_bytes(spec) / hbm
-    structure = (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
+    structure = structure_bytes(g)
     if strategy == "full_graph":
-        sizes = layer_sizes(spec, None, engine)
-        memory = structure + g.feature_table_bytes + activation_bytes(spec, sizes) + state_bytes(spec)
-        return GnnEstimate(strategy=strategy, batch=None, sampling_s=0.0, fetch_s=0.0,
-                           compute_s=step_compute_s(spec, sizes, flops, hbm, engine), all_reduce_s=0.0,
-                           optimizer_s=optimizer_s, fetch_bytes=0.0, memory_bytes=memory, steps_per_epoch=1)
+        return full_graph(spec, cluster, world, engine)
     local = strategy == "partition_local"
     classes = degree_classes(_part(g, world, cut) if local else g)
     parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
@@ -145,8 +124,6 @@ def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_
         raise ConfigError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
     if batch < 1 or world < 1:
         raise ConfigError(f"batch={batch} seeds per rank and world={world} ranks must be >= 1")
-    if strategy == "full_graph" and world > 1:
-        raise ConfigError(f"full_graph on {world} GPUs needs layer pipelining (GNNPipe), not modelled yet: use 1 GPU")
     if not 0.0 <= cache_fraction <= 1.0:
         raise ConfigError(f"cache_fraction={cache_fraction} must lie in [0, 1]")
     cut = (world - 1) / world if edge_cut is None else edge_cut

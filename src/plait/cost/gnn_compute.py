@@ -28,15 +28,50 @@ the parameters with their gradients and Adam's two moments take 16 bytes each.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from plait.cost.gnn_sampling import SampledBatch
-from plait.workload.gnn import FEATURE_BYTES, GnnSpec
+from plait.workload.gnn import FEATURE_BYTES, GnnSpec, GraphStats
 
 Engine = Literal["pyg", "dgl"]
 ENGINES: tuple[Engine, ...] = ("pyg", "dgl")
 ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
+INDEX_BYTES = 8
+"""int64 node ids, as PyG and plait's sampler keep them."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GnnEstimate:
+    """One step of one rank, its parts in seconds, and the epoch."""
+
+    strategy: str
+    batch: SampledBatch | None
+    """The expected sampled batch (``None`` for full-graph training)."""
+    sampling_s: float
+    fetch_s: float
+    compute_s: float
+    all_reduce_s: float
+    optimizer_s: float
+    fetch_bytes: float
+    """What each rank sends its peers for features (all-to-all), or reads over PCIe (host features)."""
+    memory_bytes: float
+    steps_per_epoch: int
+
+    @property
+    def step_s(self) -> float:
+        return self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
+
+    @property
+    def epoch_s(self) -> float:
+        return self.step_s * self.steps_per_epoch
+
+
+
+def structure_bytes(g: GraphStats) -> float:
+    """The graph's CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids."""
+    return (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
 
 
 def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, engine: Engine) -> list[tuple[float, float]]:
@@ -52,7 +87,13 @@ def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, engine: Engine) -> 
 def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s: float, hbm: float,
                    engine: Engine = "pyg") -> float:
     """Forward and backward time of every layer (module docstring)."""
-    total = 0.0
+    return sum(layer_compute_s(spec, sizes, flops_per_s, hbm, engine))
+
+
+def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s: float, hbm: float,
+                    engine: Engine = "pyg") -> list[float]:
+    """Forward and backward time of each layer, input side first."""
+    out = []
     for layer, ((a, b), (n, m)) in enumerate(zip(spec.model.widths(spec.graph), sizes, strict=True)):
         maps = 2 if spec.model.kind == "sage" else 1
         transform_first = a > b if engine == "dgl" else spec.model.kind == "gcn"
@@ -61,9 +102,8 @@ def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s:
         rows = m + n if engine == "dgl" else 3 * m + n
         aggregate = rows * width * FEATURE_BYTES / hbm
         first = layer == 0  # the input features need no gradient
-        total += gemm * (2.0 if first else 3.0)
-        total += aggregate * (1.0 if first and not transform_first else 2.0)
-    return total
+        out.append(gemm * (2.0 if first else 3.0) + aggregate * (1.0 if first and not transform_first else 2.0))
+    return out
 
 
 def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]]) -> float:

@@ -93,19 +93,26 @@ APART = {"partition_local": "trains on less of the graph (drops the edges betwee
 
 def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut: float | None = None,
                memory_margin: float = 0.05, engine: str = "pyg") -> tuple[list[GnnPrediction], list[GnnPrediction],
-                                                                         list[tuple[GnnPrediction, str]]]:
+                                                                         list[tuple[str, str]]]:
     """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS`): the
     mini-batch ones that train on the whole graph and fit, ranked by epoch time; those of :data:`APART` that fit
     (shown, not ranked: a faster epoch is not a better plan by itself); and those refused, with why."""
-    candidates = [(s, c) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))
-                  if s != "full_graph" or gpus == 1]
-    ranked, apart, refused = [], [], []
+    candidates = [(s, c) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))]
+    ranked: list[GnnPrediction] = []
+    apart: list[GnnPrediction] = []
+    refused: list[tuple[str, str]] = []
     for strategy, cache in candidates:
-        result = predict_gnn(model, cluster, gpus, global_batch, strategy, edge_cut, cache, engine)
+        try:
+            result = predict_gnn(model, cluster, gpus, global_batch, strategy, edge_cut, cache, engine)
+        except ConfigError as error:
+            if strategy != "full_graph":  # only full-graph training refuses a GPU count (more GPUs than layers)
+                raise
+            refused.append((strategy, str(error)))
+            continue
         limit = (1.0 - memory_margin) * result.cluster.accelerator.memory_bytes
         if result.estimate.memory_bytes > limit:
             why = f"needs {result.estimate.memory_bytes / GIB:.1f} GiB of {limit / GIB:.1f} GiB usable"
-            refused.append((result, why))
+            refused.append((strategy + (f", cache {cache:.0%}" if cache else ""), why))
         else:
             (apart if strategy in APART else ranked).append(result)
     ranked.sort(key=lambda r: r.estimate.epoch_s)

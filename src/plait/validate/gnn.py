@@ -45,7 +45,7 @@ def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicRes
 
     label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
     measured = 1.0 / float(row["measured_epoch_s"])  # epoch times as rates: the error is on the epoch time
-    result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)  # noqa: E731
+    result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     full = row["fanouts"] == "full-graph"
     gpu_sampling = "GPU sampling" in row["system"]
     if not full and not gpu_sampling:

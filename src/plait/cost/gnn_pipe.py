@@ -1,0 +1,78 @@
+"""Full-graph GNN training: on one GPU, and on several by GNNPipe's layer pipeline (issue 18; 000-11: Chen et al.,
+"GNNPipe: Scaling Deep GNN Training with Pipelined Model Parallelism", arXiv 2308.10087, Sec. 3-4).
+
+One GPU: every layer on every node and edge, forward and backward (:mod:`plait.cost.gnn_compute`), one step per
+epoch.
+
+GNNPipe on ``p`` GPUs: the ``L`` layers in ``p`` contiguous stages (balanced by their time), the graph's nodes in
+``C`` chunks streamed through the stages. A chunk's layer needs its neighbours' embeddings from the layer below,
+some in chunks not yet computed: GNNPipe takes those from the previous epoch (historical embeddings), so a chunk
+depends only on itself in the stage below and the pipeline fills once per pass: the epoch's forward and backward
+take the slowest stage's time times ``1 + (p - 1) / C`` (GPipe's bubble: Huang et al., NeurIPS 2019, Sec. 2.2).
+Each stage boundary carries every node's embedding forward and its gradient back (``N`` rows of the boundary's width
+in fp32), point to point, overlapped with the next chunk's compute. A stage holds the structure, its layers'
+activations and a historical embedding of every node per layer it owns; the first stage also the input features.
+There is no gradient all-reduce: each GPU owns its layers' weights.
+"""
+
+from __future__ import annotations
+
+from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
+from plait.cost.gnn_compute import Engine, GnnEstimate, layer_compute_s, layer_sizes, state_bytes, structure_bytes
+from plait.cost.links import collective_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workload.gnn import FEATURE_BYTES, GnnSpec
+
+CHUNKS_PER_STAGE = 4
+"""GNNPipe's chunks per pipeline stage (assumed: the paper tunes the chunk count per graph; 4 per stage keeps the
+fill at a quarter of a stage's work or less)."""
+
+
+def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> GnnEstimate:
+    """One epoch of full-graph training (module docstring)."""
+    layers = spec.model.layers
+    if world > layers:
+        raise ConfigError(f"full_graph on {world} GPUs: GNNPipe gives each GPU whole layers and the model has "
+                          f"{layers}; use at most {layers} GPUs")
+    g, acc = spec.graph, cluster.accelerator
+    hbm = memory_bytes_per_s(acc)
+    sizes = layer_sizes(spec, None, engine)
+    times = layer_compute_s(spec, sizes, fp32_flops_per_s(acc), hbm, engine)
+    stages = _balanced(times, world)
+    slowest = max(sum(times[a:b]) for a, b in stages)
+    chunks = CHUNKS_PER_STAGE * world if world > 1 else 1
+    compute = slowest * (1.0 + (world - 1) / chunks)
+    widths = spec.model.widths(g)
+    exposed = 0.0
+    for _, b in stages[:-1]:  # the boundary after layer b - 1: its output embeddings, then their gradients
+        boundary = g.nodes * widths[b - 1][1] * FEATURE_BYTES
+        send = 2 * chunks * float(collective_s(cluster, "p2p", world, 1, boundary / chunks))
+        exposed = max(exposed, send - compute)
+    optimizer = 2 * state_bytes(spec) / hbm / world
+    memory = 0.0
+    for a, b in stages:
+        held = structure_bytes(g) + (g.feature_table_bytes if a == 0 else 0.0) + state_bytes(spec) / world
+        held += sum(n * (2 * wa + wb) for (wa, wb), (n, _) in zip(widths[a:b], sizes[a:b], strict=True)) * FEATURE_BYTES
+        if world > 1:
+            held += sum(g.nodes * wb for _, wb in widths[a:b]) * FEATURE_BYTES  # historical embeddings
+        memory = max(memory, held)
+    return GnnEstimate(strategy="full_graph", batch=None, sampling_s=0.0, fetch_s=exposed, compute_s=compute,
+                       all_reduce_s=0.0, optimizer_s=optimizer, fetch_bytes=0.0, memory_bytes=memory,
+                       steps_per_epoch=1)
+
+
+def _balanced(times: list[float], stages: int) -> list[tuple[int, int]]:
+    """Contiguous layer ranges ``[a, b)`` whose slowest sum is least (every split tried: a model has few layers)."""
+    from itertools import combinations, pairwise
+
+    n = len(times)
+    best: list[tuple[int, int]] = [(0, n)]
+    best_time = float("inf")
+    for cuts in combinations(range(1, n), stages - 1):
+        bounds = [0, *cuts, n]
+        ranges = list(pairwise(bounds))
+        slowest = max(sum(times[a:b]) for a, b in ranges)
+        if slowest < best_time:
+            best, best_time = ranges, slowest
+    return best
