@@ -139,10 +139,10 @@ def test_plait_plan_ranks_mini_batch_strategies_and_sets_the_others_apart() -> N
     epochs = [r["epoch_time_s"] for r in result["ranked"]]
     assert epochs == sorted(epochs)
     assert {r["strategy"] for r in result["ranked"]} == {"sampled_dp", "host_features", "replicated"}
-    assert [r["strategy"] for r in result["approximate"]] == ["partition_local"]  # full_graph needs 1 GPU
+    assert {r["strategy"] for r in result["approximate"]} == {"partition_local", "llcg"}  # full_graph: <= 3 GPUs
     code, out, _ = _cli(["plan", "--model", str(PRODUCTS), "--cluster", "dgx-a100-ib", "--gpus", "1",
                          "--global-batch", "1024", "--json"])
-    assert {r["strategy"] for r in json.loads(out)["approximate"]} == {"partition_local", "full_graph"}
+    assert {r["strategy"] for r in json.loads(out)["approximate"]} == {"partition_local", "full_graph", "llcg"}
 
 
 def test_host_features_cross_pcie_and_dgl_computes_fewer_nodes_per_layer() -> None:
@@ -197,3 +197,18 @@ def test_gnnpipe_pipelines_the_layers_of_full_graph_training() -> None:
     assert three["memory_bytes"] < one["memory_bytes"]
     code, _, err = _cli([*base, "--gpus", "4", "--global-batch", "4096"])
     assert code != 0 and "use at most 3 GPUs" in err and "Traceback" not in err
+
+
+def test_llcg_averages_every_k_steps_and_pays_for_the_servers_corrections() -> None:
+    """LLCG's local steps are partition-local steps; the parameter all-reduce comes once per K of them, and the
+    server's correction (one step of a whole-graph mini-batch on one GPU) is shared out over the K."""
+    from plait.cost.gnn import LLCG_CORRECTIONS, LLCG_LOCAL_STEPS, estimate_gnn
+    from plait.hardware.catalog import get_cluster
+
+    spec, cluster = read_gnn(PRODUCTS), get_cluster("dgx-a100-ib")
+    local = estimate_gnn(spec, cluster, 8, 1024, "partition_local", edge_cut=0.1)
+    llcg = estimate_gnn(spec, cluster, 8, 1024, "llcg", edge_cut=0.1)
+    server = estimate_gnn(spec, cluster, 1, 1024, "replicated")
+    assert llcg.compute_s == local.compute_s and llcg.fetch_bytes == 0.0
+    assert llcg.all_reduce_s == pytest.approx(local.all_reduce_s / LLCG_LOCAL_STEPS)
+    assert llcg.correction_s == pytest.approx(LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS)

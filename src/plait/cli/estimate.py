@@ -54,7 +54,7 @@ def estimate_command(
     input_dtype: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64. [default: the factory's, else float32]")] = None,
     placements: Annotated[str | None, typer.Option(help="With a DLRM TOML: each table's sharding, e.g. t0=row_wise,t1=table_wise@3,t2=column_wise@0+1 (table_wise, column_wise, row_wise, table_row_wise, data_parallel). [default: plait's planner]")] = None,
     sparse_group: Annotated[int | None, typer.Option(help="With a DLRM TOML: ranks that share the tables (2D sparse parallelism: gpus / this many replicas). [default: all]")] = None,
-    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp (features fetched from their owners) | host_features (read over PCIe) | replicated | full_graph (1 GPU) | partition_local (each rank trains inside its part).")] = "sampled_dp",
+    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp (features fetched from their owners) | host_features (read over PCIe) | replicated | full_graph (1 GPU) | partition_local (each rank trains inside its part) | llcg (local steps, averaged, server-corrected).")] = "sampled_dp",
     gnn_engine: Annotated[str, typer.Option(help="With a GNN TOML: pyg (layers on the whole sampled subgraph) | dgl (message-flow graphs; every node redraws each hop).")] = "pyg",
     edge_cut: Annotated[float | None, typer.Option(help="With a GNN TOML: fraction of edges crossing the gpus parts. [default: a random cut, (gpus-1)/gpus]")] = None,
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,

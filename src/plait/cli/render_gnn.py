@@ -9,7 +9,7 @@ from plait.predict.gnn import APART, GnnPrediction
 from plait.units import GIB
 
 PARTS = (("sampling", "sampling_s"), ("feature fetch", "fetch_s"), ("compute", "compute_s"),
-         ("gradient all-reduce", "all_reduce_s"), ("optimizer", "optimizer_s"))
+         ("gradient all-reduce", "all_reduce_s"), ("optimizer", "optimizer_s"), ("server correction", "correction_s"))
 
 
 def describe(result: GnnPrediction) -> str:
@@ -19,6 +19,8 @@ def describe(result: GnnPrediction) -> str:
         text += f" (drops the {result.edge_cut:.0%} of edges that cross parts)"
     if est.strategy == "full_graph":
         text += " (one update per epoch)"
+    if est.strategy == "llcg":
+        text += " (local steps, averaged, server-corrected)"
     return text
 
 

@@ -14,9 +14,13 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
 - ``full_graph``: one step per epoch over the whole graph (every node and edge at every layer: the DGL benchmark's
   full-graph setting); on several GPUs, GNNPipe's layer pipeline (:mod:`plait.cost.gnn_pipe`);
 - ``partition_local``: each rank samples and trains only inside its part, ignoring the edges that leave it, so no
-  features move (the local phase of LLCG, 000-16: Ramezani et al., ICLR 2022, Sec. 3; its models are averaged
-  every step here, and its server's global correction is not yet costed); the cut edges' information is lost to
-  training, ``c`` of all edges (its effect on accuracy is not modelled).
+  features move, its gradients all-reduced every step; the cut edges' information is lost to training, ``c`` of all
+  edges (its effect on accuracy is not modelled);
+- ``llcg``: Learn Locally, Correct Globally (000-16: Ramezani et al., ICLR 2022, Alg. 1): ``K`` local steps as
+  above without synchronising, then the models averaged (one all-reduce of the parameters) and ``S`` correction
+  steps by a server on mini-batches of the whole graph (one GPU holding every feature) while the others wait; each
+  local step carries ``1 / K`` of the averaging and of the corrections. ``K`` and ``S``: :data:`LLCG_LOCAL_STEPS`,
+  :data:`LLCG_CORRECTIONS`.
 
 A step (no overlap between its phases assumed: PyG's and plait's loaders sample and fetch before the forward pass):
 
@@ -59,8 +63,13 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workload.gnn import FEATURE_BYTES, GnnSpec, GraphStats
 
-Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local"]
-STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local")
+Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local", "llcg"]
+STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local",
+                                    "llcg")
+LLCG_LOCAL_STEPS = 8
+"""LLCG's local steps between averagings (assumed: the paper sets it per dataset; 8 is a typical local-SGD period)."""
+LLCG_CORRECTIONS = 1
+"""LLCG's server correction steps per averaging (assumed: a single correction step per round)."""
 SECTOR_BYTES = 32
 """The smallest global-memory transaction of NVIDIA GPUs (module docstring)."""
 COUNT_BYTES = 8
@@ -88,7 +97,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     structure = structure_bytes(g)
     if strategy == "full_graph":
         return full_graph(spec, cluster, world, engine)
-    local = strategy == "partition_local"
+    local = strategy in ("partition_local", "llcg")
     classes = degree_classes(_part(g, world, cut) if local else g)
     parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
@@ -105,14 +114,21 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
         sent = batch_feature_bytes
         fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
     held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
-            "host_features": 0.0, "partition_local": g.feature_table_bytes / world}[strategy]
+            "host_features": 0.0, "partition_local": g.feature_table_bytes / world,
+            "llcg": g.feature_table_bytes / world}[strategy]
     sizes = layer_sizes(spec, sampled, engine)
     memory = (structure / world if local else structure) + held + batch_feature_bytes
     memory += activation_bytes(spec, sizes) + state_bytes(spec)
+    correction_s = 0.0
+    if strategy == "llcg":  # the parameters averaged once per K local steps, the server's corrections after
+        all_reduce_s /= LLCG_LOCAL_STEPS
+        if world > 1:
+            server = estimate_gnn(spec, cluster, 1, batch, "replicated", engine=engine)
+            correction_s = LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS
     return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
                        compute_s=step_compute_s(spec, sizes, flops, hbm, engine), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
-                       steps_per_epoch=-(-g.train_nodes // (batch * world)))
+                       steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s)
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

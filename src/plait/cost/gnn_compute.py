@@ -58,10 +58,12 @@ class GnnEstimate:
     """What each rank sends its peers for features (all-to-all), or reads over PCIe (host features)."""
     memory_bytes: float
     steps_per_epoch: int
+    correction_s: float = 0.0
+    """LLCG: the server's correction steps, per local step."""
 
     @property
     def step_s(self) -> float:
-        return self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
+        return self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s + self.correction_s
 
     @property
     def epoch_s(self) -> float:

@@ -56,7 +56,8 @@ class GnnPrediction:
             "edge_cut": self.edge_cut, "cache_fraction": self.cache_fraction, "step_time_s": est.step_s,
             "epoch_time_s": est.epoch_s, "steps_per_epoch": est.steps_per_epoch,
             "time_breakdown_s": {"sampling": est.sampling_s, "feature_fetch": est.fetch_s, "compute": est.compute_s,
-                                 "gradient_all_reduce": est.all_reduce_s, "optimizer": est.optimizer_s},
+                                 "gradient_all_reduce": est.all_reduce_s, "optimizer": est.optimizer_s,
+                                 "server_correction": est.correction_s},
             "fetch_bytes_per_rank": est.fetch_bytes, "memory_bytes": est.memory_bytes, "fits": self.fits,
         }
         if sampled is not None:
@@ -87,7 +88,8 @@ def predict_gnn(model: str, cluster: str, gpus: int, global_batch: int, strategy
 
 
 APART = {"partition_local": "trains on less of the graph (drops the edges between parts)",
-         "full_graph": "a different algorithm: one update per epoch over the whole graph"}
+         "full_graph": "a different algorithm: one update per epoch over the whole graph",
+         "llcg": "a different algorithm: local steps on parts, averaged and corrected by a server"}
 """Strategies shown beside the ranked ones, not ranked against them, and why."""
 
 
