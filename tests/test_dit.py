@@ -195,3 +195,22 @@ def test_plait_simulate_takes_dit_and_gnn_files(tmp_path: Path) -> None:
     code, out, _ = _cli(["simulate", "--model", str(gnn), "--gpus", "2", "--global-batch", "2048", "--json"])
     doc = json.loads(out)
     assert code == 0 and doc["lanes"] == 2 and doc["simulated_s"] == pytest.approx(doc["closed_form_s"])
+
+
+def test_offloaded_weights_stream_over_pcie_and_share_it_where_the_gpus_have_no_nvlink() -> None:
+    """ChunkFlow's first-order model: a step is at least the weights' stream over PCIe, two layers stay resident;
+    on GPUs that talk over PCIe (L40S) the collectives share the link, with NVLink they do not."""
+    from plait.cost.dit_offload import offloaded_step_s, pcie_carries_collectives
+    from plait.hardware.catalog import get_accelerator
+
+    spec, job = read_dit(ROOT / "examples" / "flux-1-dev-1024px.toml")
+    plain, off = (estimate_dit(spec, job, DitPlan(offload=k), H100) for k in (0, 1))
+    stream = spec.params() * ACT_BYTES / (H100.accelerator.pcie_bandwidth_gb_per_s * 1e9)
+    assert off.step_s == pytest.approx(max(plain.compute_s, stream))
+    assert off.weight_bytes == pytest.approx(2 * spec.params() * ACT_BYTES / spec.attention_layers)
+    l40s = replace(H100, accelerator=get_accelerator("l40s"))
+    assert pcie_carries_collectives(l40s) and not pcie_carries_collectives(H100)
+    assert offloaded_step_s(1.0, 0.5, 64e9, l40s) == pytest.approx(64e9 / 32e9 + 0.5)  # stream and collectives add
+    assert offloaded_step_s(1.0, 0.5, 16e9, H100) == pytest.approx(max(1.0, 16e9 / 64e9) + 0.5)
+    with pytest.raises(ConfigError, match="without stale activations"):
+        estimate_dit(spec, job, DitPlan(distrifusion=2, offload=1), H100)

@@ -21,6 +21,8 @@ DistriFusion patches:
   a patch's next step only once its updated latent has come round all ``p`` stages: with ``M`` patches of ``c``
   seconds and sends of ``x``, each step waits ``max(0, p x - (M - p) c)`` (found by the patch-level simulation,
   :mod:`plait.simulate.workloads`).
+- **offload**: the weights in host memory, streamed in layer by layer (ChunkFlow, 001-02:
+  :mod:`plait.cost.dit_offload`).
 - **distrifusion** (``n``): the image in ``n`` patches, one per GPU, attending with stale K, V of the others; every
   layer all-gathers its fresh K, V asynchronously, overlapped with the step's compute (DistriFusion: Li et al.,
   CVPR 2024, Sec. 4.2); the first ``warmup`` steps run synchronously (the paper's warm-up, Sec. 4.3).
@@ -39,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.compute import attention_flops_per_s, gemm_time_s
+from plait.cost.dit_offload import offloaded_step_s
 from plait.cost.flops import Gemm
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
@@ -62,6 +65,8 @@ class DitPlan:
     ring: int = 1
     tp: int = 1
     distrifusion: int = 1
+    offload: int = 0
+    """1: weights in host memory, streamed in layer by layer (:mod:`plait.cost.dit_offload`)."""
 
     @property
     def gpus(self) -> int:
@@ -78,6 +83,8 @@ class DitPlan:
                  ("distrifusion", self.distrifusion)) if value > 1]
         if self.pipefusion > 1:
             parts.append(f"patches={self.patches}")
+        if self.offload:
+            parts.append("offload=1")
         return ",".join(parts) or "single GPU"
 
 
@@ -122,6 +129,9 @@ def check_plan(spec: DitSpec, job: DitJob, plan: DitPlan) -> None:
     """Refuse a plan the model or job cannot take (one line naming the value and the rule)."""
     if min(plan.cfg, plan.pipefusion, plan.ulysses, plan.ring, plan.tp, plan.distrifusion, plan.patches) < 1:
         raise ConfigError(f"every degree of {plan.label()} must be >= 1")
+    if plan.offload not in (0, 1) or (plan.offload and plan.stale):
+        raise ConfigError(f"offload={plan.offload} must be 0 or 1, and without stale activations (PipeFusion, "
+                          "DistriFusion)")
     if plan.cfg not in (1, 2) or (plan.cfg == 2 and not job.cfg):
         raise ConfigError(f"cfg={plan.cfg} must be 1, or 2 with classifier-free guidance on")
     if spec.heads % (plan.ulysses * plan.tp):
@@ -190,13 +200,18 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     fill = (plan.pipefusion - 1) / plan.patches * compute if plan.pipefusion > 1 else 0.0
     latency = warm * synchronous + (job.steps - warm) * step + fill
     weights = spec.params() * b / (plan.pipefusion * plan.tp)
+    resident = weights
+    if plan.offload:
+        step = offloaded_step_s(compute, step - compute, weights, cluster)
+        resident = 2 * weights / layers  # the layer computing and the one arriving
+        latency = warm * synchronous + (job.steps - warm) * step + fill
     buffers = 0.0
     if plan.stale:
         buffers = 2 * seq * spec.hidden * b * passes * layers  # stale K and V of the whole sequence
     transient = (4 + spec.mlp_ratio) * tokens * spec.hidden * b * passes
     return DitEstimate(compute_s=compute, comm_s=step - compute, step_s=step, synchronous_s=synchronous,
                        patch_transfer_s=patch_transfer, latency_s=latency,
-                       memory_bytes=weights + buffers + transient, weight_bytes=weights, buffer_bytes=buffers)
+                       memory_bytes=resident + buffers + transient, weight_bytes=resident, buffer_bytes=buffers)
 
 
 def _block_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: ignore[no-untyped-def]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ def is_dit_file(name: str | None) -> bool:
 
 
 def parse_dit_plan(text: str) -> DitPlan:
-    """``cfg=2,ulysses=2,ring=2`` (keys: cfg, pipefusion, patches, ulysses, ring, tp, distrifusion)."""
+    """``cfg=2,ulysses=2,ring=2`` (keys: cfg, pipefusion, patches, ulysses, ring, tp, distrifusion, offload)."""
     values: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, eq, value = item.partition("=")
@@ -89,6 +89,7 @@ def candidate_plans(gpus: int, cfg: bool, tokens: int) -> list[DitPlan]:
                 else:
                     out += [DitPlan(cfg=c, pipefusion=p, patches=p * k, ulysses=u, ring=ring) for k in (1, 2, 4)
                             if tokens % (p * k * u * ring) == 0]
+    out += [replace(plan, offload=1) for plan in out if not plan.stale]  # memory for time, where weights bind
     return list(dict.fromkeys(out))
 
 
