@@ -14,6 +14,7 @@ from plait.cost.dit import DISTRIFUSION_WARMUP, DitPlan, estimate_dit
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.workload.dit import ACT_BYTES, read_dit
+from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DIT = ROOT / "examples" / "dit-xl-2-1024px.toml"
@@ -86,18 +87,6 @@ def test_bad_dit_files_are_one_line(tmp_path: Path) -> None:
     path.write_text('[dit]\nhidden = 1024\nlayers = 2\nheads = 16\n[job]\nresolution = 1000\n')
     with pytest.raises(ConfigError, match=re.escape("resolution=1000 must be a multiple of vae_downsample x patch = 16")):
         read_dit(path)
-
-
-def _cli(argv: list[str]) -> tuple[int, str, str]:
-    import contextlib
-    import io
-
-    from plait.cli.main import run_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_cli(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_plait_plan_picks_the_lowest_latency_that_fits() -> None:

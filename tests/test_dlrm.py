@@ -13,6 +13,7 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.search.embeddings import plan_tables
 from plait.workload.dlrm import DlrmSpec, Table, read_dlrm
+from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE = DlrmSpec("one", 13, (16, 4), (8, 1), (Table("t", rows=100, dim=4, pooling=2.0),))
@@ -112,19 +113,6 @@ def test_plait_placements_are_torchrec_sharding_plans() -> None:
         assert plan[place.table].sharding_type == place.sharding
         if place.sharding in ("table_wise", "column_wise", "table_row_wise"):
             assert tuple(plan[place.table].ranks) == place.ranks
-
-
-def _cli(argv: list[str]) -> tuple[int, str, str]:
-    """``plait ARGV`` in this process: exit code, standard output and error."""
-    import contextlib
-    import io
-
-    from plait.cli.main import run_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_cli(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_plait_estimate_places_a_dlrm_and_balances_its_ranks() -> None:

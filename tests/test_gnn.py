@@ -14,6 +14,7 @@ from plait.cost.gnn import rank_fetch_bytes
 from plait.cost.gnn_sampling import degree_classes, measured_classes, sample_batch
 from plait.errors import ConfigError
 from plait.workload.gnn import read_gnn
+from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTS = ROOT / "examples" / "graphsage-ogbn-products.toml"
@@ -98,18 +99,6 @@ def test_bad_gnn_files_are_one_line(tmp_path: Path, text: str, rule: str) -> Non
     with pytest.raises(ConfigError, match=re.escape(rule)) as caught:
         read_gnn(path)
     assert "\n" not in str(caught.value)
-
-
-def _cli(argv: list[str]) -> tuple[int, str, str]:
-    import contextlib
-    import io
-
-    from plait.cli.main import run_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run_cli(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_plait_estimate_breaks_a_gnn_step_down() -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -14,18 +13,14 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
 from plait.workload.dit import DitJob, DitSpec, is_dit_data, read_dit
+from plait.workload.files import toml_describes
 
 KEYS = tuple(f.name for f in fields(DitPlan))
 
 
 def is_dit_file(name: str | None) -> bool:
     """``name`` is a TOML file that describes a DiT (it has ``[dit]``)."""
-    if name is None or not name.endswith(".toml") or not Path(name).is_file():
-        return False
-    try:
-        return is_dit_data(tomllib.loads(Path(name).read_text()))
-    except (OSError, tomllib.TOMLDecodeError):
-        return False
+    return toml_describes(name, is_dit_data)
 
 
 def parse_dit_plan(text: str) -> DitPlan:

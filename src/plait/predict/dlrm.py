@@ -3,7 +3,6 @@ plait's planner or by the user, costed per rank (:mod:`plait.cost.embeddings`)."
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,16 +13,12 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.search.embeddings import plan_tables
 from plait.workload.dlrm import DlrmSpec, read_dlrm
+from plait.workload.files import toml_describes
 
 
 def is_dlrm_file(name: str | None) -> bool:
     """``name`` is a TOML file that describes a DLRM (it lists ``[[tables]]``)."""
-    if name is None or not name.endswith(".toml") or not Path(name).is_file():
-        return False
-    try:
-        return "tables" in tomllib.loads(Path(name).read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return False
+    return toml_describes(name, lambda data: "tables" in data)
 
 
 def parse_placements(text: str, spec: DlrmSpec, group: int) -> list[Placement]:

@@ -3,7 +3,6 @@ costed (:mod:`plait.cost.gnn`), or every strategy and feature-cache size searche
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
+from plait.workload.files import toml_describes
 from plait.workload.gnn import GnnSpec, is_gnn_data, read_gnn
 
 CACHE_FRACTIONS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
@@ -22,12 +22,7 @@ CACHE_FRACTIONS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
 
 def is_gnn_file(name: str | None) -> bool:
     """``name`` is a TOML file that describes a GNN (it has ``[graph]`` and ``[model]``)."""
-    if name is None or not name.endswith(".toml") or not Path(name).is_file():
-        return False
-    try:
-        return is_gnn_data(tomllib.loads(Path(name).read_text()))
-    except (OSError, tomllib.TOMLDecodeError):
-        return False
+    return toml_describes(name, is_gnn_data)
 
 
 @dataclass(frozen=True, kw_only=True)

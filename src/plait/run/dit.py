@@ -20,13 +20,13 @@ Tensor legend: ``B`` images, ``S`` this rank's tokens, ``T`` all tokens, ``N`` h
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from plait.run.dit_model import TinyDiT, denoise, local_attention
+from plait.run.gloo_job import run_job
 
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 """torch.distributed's gather into one tensor (``all_gather_single`` from 2.13; its earlier name before)."""
@@ -190,15 +190,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.ranks == 1:
-        args.out.write_text(json.dumps(run(args)))
-        return 0
-    dist.init_process_group("gloo")
-    result = run(args)
-    if dist.get_rank() == 0:
-        args.out.write_text(json.dumps(result))
-    dist.destroy_process_group()
-    return 0
+    return run_job(args.out, args.ranks == 1, lambda: run(args))
 
 
 if __name__ == "__main__":

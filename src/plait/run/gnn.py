@@ -17,7 +17,6 @@ Tensor legend: ``U`` batch nodes, ``F`` features, ``C`` classes, ``B`` seeds, ``
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
+from plait.run.gloo_job import run_job
 from plait.run.graph import Graph, generate
 from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
 
@@ -176,15 +176,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.reference:
-        args.out.write_text(json.dumps(train(args, args.reference)))
-        return 0
-    dist.init_process_group("gloo")
-    result = train(args)
-    if dist.get_rank() == 0:
-        args.out.write_text(json.dumps(result))
-    dist.destroy_process_group()
-    return 0
+    return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,19 @@
+"""Which kind of workload a TOML file describes (a DLRM, a GNN, a DiT), read without raising: a file that is not
+one is simply not one, and the commands fall back to the catalog and plan files."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def toml_describes(name: str | None, test: Callable[[dict[str, Any]], bool]) -> bool:
+    """``name`` is a readable TOML file whose tables pass ``test``."""
+    if name is None or not name.endswith(".toml") or not Path(name).is_file():
+        return False
+    try:
+        return test(tomllib.loads(Path(name).read_text()))
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
