@@ -60,3 +60,20 @@ def test_distrifusion_is_exact_while_warm_and_within_the_bound_when_stale(tmp_pa
     for result, warmup in ((exact, STEPS), (stale, 1)):
         per_gather = stale_kv_sent_bytes(TOKENS_PER_RANK, HIDDEN, FP32, BATCH, 2)
         assert result["bytes_sent"] == [LAYERS * stale_kv_gathers(STEPS, warmup) * per_gather] * 2
+
+
+def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction() -> None:
+    """``plait run --model examples/dit-tiny.toml --parallel ulysses=2``: torchrun's two ranks, one process beside,
+    each rank's bytes against the cost model's."""
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "plait", "run", "--model", "examples/dit-tiny.toml", "--parallel",
+                           "ulysses=2"], check=False, cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = " ".join(done.stdout.split())
+    pairs = re.findall(r"sent ([\d,]+) bytes, predicted ([\d,]+)", text)
+    assert len(pairs) == 2 and all(a == b for a, b in pairs)
+    assert float(re.search(r"max \|difference\| ([\d.e+-]+)", text).group(1)) < 1e-5  # type: ignore[union-attr]

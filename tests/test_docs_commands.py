@@ -57,6 +57,11 @@ COMMANDS: dict[str, str] = {
     "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace dit.json":
         "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace {tmp}/dit.json",
     "plait validate --gnn tests/data/gnn_epochs.csv": "",
+    "plait run --model examples/gnn-tiny.toml --gpus 2 --global-batch 64 --steps 3":
+        "SKIP: tests/test_gnn_run.py::test_plait_run_trains_a_gnn_file_as_one_process_would runs it as written",
+    "plait run --model examples/dit-tiny.toml --parallel ulysses=2":
+        "SKIP: tests/test_dit_run.py::test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction runs it "
+        "as written",
     "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",

@@ -32,3 +32,22 @@ def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Pa
         assert sum(asked[0]) + sum(asked[1]) > 0  # features do move
         for rank in (0, 1):
             assert measured["bytes_sent"][rank][step] == rank_fetch_bytes(asked, rank, FEATURES)
+
+
+def test_plait_run_trains_a_gnn_file_as_one_process_would() -> None:
+    """``plait run --model examples/gnn-tiny.toml``: the ranks' losses printed beside one process's, equal to 6
+    decimals, and bytes sent every step."""
+    import re
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch_geometric")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "plait", "run", "--model", "examples/gnn-tiny.toml", "--gpus", "2",
+                           "--global-batch", "64", "--steps", "3"], check=False, cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = re.findall(r"│\s+(\d)\s+│\s+([\d.]+)\s+│\s+([\d.]+)\s+│\s+([\d,]+) / ([\d,]+)\s+│\s+([\d,]+)", done.stdout)
+    assert len(rows) == 3
+    assert all(ranks == single for _, ranks, single, *_ in rows)
+    assert all(int(a.replace(",", "")) > 0 for *_, a, _b, _e in rows)

@@ -60,16 +60,32 @@ def run_command(
                                                         "t1=table_wise@1 (default: plait's planner).")] = None,
     optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "
                                                 "backward; the dense part takes SGD or AdaGrad).")] = "sgd",
+    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: ulysses=N or distrifusion=N.")] = None,
+    cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: nodes whose features every rank "
+                                                       "caches.")] = 0.0,
 ) -> None:
     """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory.
 
-    --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel)."""
+    --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel);
+    --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process."""
     if model is not None:
         from plait.cli.run_dlrm import run_dlrm
+        from plait.predict.dit import is_dit_file
         from plait.predict.dlrm import is_dlrm_file
+        from plait.predict.gnn import is_gnn_file
 
+        if plan is None and is_gnn_file(model):
+            from plait.cli.run_workloads import run_gnn
+
+            run_gnn(model, gpus, global_batch, steps, cache_fraction, dry_run)
+            return
+        if plan is None and is_dit_file(model):
+            from plait.cli.run_workloads import run_dit
+
+            run_dit(model, parallel, gpus, dry_run)
+            return
         if plan is not None or not is_dlrm_file(model):
-            raise ConfigError(f"--model {model!r}: plait run takes a DLRM TOML (with [[tables]]) as --model, "
+            raise ConfigError(f"--model {model!r}: plait run takes a DLRM, GNN or DiT TOML as --model, "
                               "anything else as --plan")
         if optimizer not in ("sgd", "rowwise_adagrad"):
             raise ConfigError(f"--optimizer={optimizer!r} must be sgd or rowwise_adagrad")

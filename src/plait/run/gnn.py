@@ -95,7 +95,7 @@ def features_of(batch: Batch, x_local: torch.Tensor, lo: int, hi: int, cached: t
 
 def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
     graph = generate(args.nodes, args.edges, reference or dist.get_world_size(), args.features, args.classes,
-                     mix=args.mix, seed=args.seed)
+                     exponent=args.exponent, mix=args.mix, seed=args.seed)
     model = build_model(args.kind, args.features, args.hidden, args.classes, len(args.fanouts))
     cached = cached_nodes(graph, args.cache)
     cached_N = torch.zeros(graph.nodes, dtype=torch.bool)
@@ -161,6 +161,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--features", type=int, default=16)
     p.add_argument("--classes", type=int, default=4)
     p.add_argument("--mix", type=float, default=0.2, help="share of edges drawn between parts")
+    p.add_argument("--exponent", type=float, default=2.5, help="power-law exponent of the expected degrees")
     p.add_argument("--kind", choices=("sage", "gcn"), default="sage")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--fanouts", type=int, nargs="+", default=[5, 3])

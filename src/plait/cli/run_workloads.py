@@ -1,0 +1,139 @@
+"""``plait run --model GNN.toml|DIT.toml``: the GNN and DiT workers on this machine's CPU ranks (gloo), next to a
+single-process reference and the cost model's bytes (issue 18).
+
+GNN: the graph the TOML describes is generated (a degree-corrected SBM with its nodes, edges and degree exponent:
+:mod:`plait.run.graph`), cut into one part per rank, and trained with the TOML's model by sampled data parallelism;
+printed: the losses against one process training the same parts' batches, and the feature bytes each rank sent
+against the expected bytes of the occupancy model on the generated graph's own degrees and cut.
+
+DiT: the TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT by Ulysses or DistriFusion;
+printed: the latent's difference from one process and each rank's bytes against :mod:`plait.cost.dit`'s count.
+Only models small enough for this machine run (the memory check uses plait's estimate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from plait.errors import ConfigError
+
+GNN_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.dit"
+
+
+def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
+    """The worker on ``ranks`` local processes (torchrun, supervised); its JSON."""
+    from plait.run.lifecycle import supervise
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m",
+                   module, *argv, "--out", str(out)]
+        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
+        if code != 0:
+            raise typer.Exit(code)
+        return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool) -> None:
+    from plait.cli.run import check_cpu_machine
+    from plait.workload.gnn import read_gnn
+
+    spec = read_gnn(Path(model))
+    g, m = spec.graph, spec.model
+    if gpus < 2 or global_batch % gpus:
+        raise ConfigError(f"--gpus={gpus} must be >= 2 ranks and divide --global-batch={global_batch}")
+    batch = global_batch // gpus
+    if batch > g.nodes // gpus:
+        raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
+    check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
+    argv = ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
+            str(g.classes), "--exponent", str(g.degree_exponent), "--kind", m.kind, "--hidden", str(m.hidden),
+            "--fanouts", *map(str, m.fanouts), "--batch", str(batch), "--steps", str(steps), "--cache", str(cache)]
+    console = Console()
+    console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
+                  f"{batch} seeds per rank, {steps} steps")
+    if dry_run:
+        return
+    measured = _launch(GNN_WORKER, gpus, argv)
+    from plait.run.gnn import parser, train
+
+    single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
+    expected = _expected_fetch_bytes(argv, gpus, batch, cache, m.fanouts, g.features)
+    table = Table(title=f"{spec.name} on {gpus} gloo ranks", title_justify="left")
+    for col in ("step", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
+        table.add_column(col, justify="right")
+    for step, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
+        sent = " / ".join(f"{r[step]:,}" for r in measured["bytes_sent"])
+        table.add_row(str(step), f"{loss:.6f}", f"{ref:.6f}", sent, f"{expected:,.0f}")
+    console.print(table)
+
+
+def _expected_fetch_bytes(argv: list[str], ranks: int, batch: int, cache: float, fanouts: tuple[int, ...],
+                          features: int) -> float:
+    """The occupancy model's expected bytes per rank on the generated graph's own degree histogram and cut."""
+    import torch
+
+    from plait.cost.gnn import rank_fetch_bytes
+    from plait.cost.gnn_sampling import measured_classes, sample_batch
+    from plait.run.gnn import parser
+    from plait.run.graph import generate
+
+    args = parser().parse_args([*argv, "--out", "unused"])
+    graph = generate(args.nodes, args.edges, ranks, args.features, args.classes, exponent=args.exponent,
+                     mix=args.mix, seed=args.seed)
+    sampled = sample_batch(measured_classes(torch.bincount(graph.degrees()).numpy()), fanouts, batch, ranks,
+                           graph.edge_cut(), cache)
+    share = sampled.remote_misses / (ranks - 1)
+    return rank_fetch_bytes([[0.0 if p == r else share for p in range(ranks)] for r in range(ranks)], 0, features)
+
+
+def run_dit(model: str, parallel: str | None, gpus: int, dry_run: bool) -> None:
+    from plait.cli.run import check_cpu_machine
+    from plait.cost.dit import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
+    from plait.predict.dit import parse_dit_plan
+    from plait.workload.dit import read_dit
+
+    spec, job = read_dit(Path(model))
+    plan = parse_dit_plan(parallel or f"ulysses={gpus}")
+    sp = "ulysses" if plan.ulysses > 1 else "distrifusion" if plan.distrifusion > 1 else None
+    if sp is None or plan.gpus != max(plan.ulysses, plan.distrifusion) or spec.kind != "dit":
+        raise ConfigError(f"--parallel {plan.label()}: plait run denoises a plain DiT with Ulysses or DistriFusion "
+                          "alone on CPU ranks; export the rest for xDiT (plait plan --export)")
+    ranks = plan.gpus
+    check_cpu_machine(ranks, 4 * spec.params() * 3)  # fp32 weights, activations and the reference's copy
+    side = job.resolution // spec.vae_downsample // spec.patch
+    warmup = 4 if sp == "distrifusion" else 1
+    argv = ["--sp", sp, "--hidden", str(spec.hidden), "--heads", str(spec.heads), "--layers", str(spec.layers),
+            "--side", str(side), "--patch", str(spec.patch), "--channels", str(spec.latent_channels), "--batch",
+            str(job.batch), "--steps", str(job.steps), "--warmup", str(min(warmup, job.steps))]
+    console = Console()
+    console.print(f"{spec.name}: {job.batch} image(s), {side * side} tokens, {job.steps} steps, {plan.label()} on "
+                  f"{ranks} gloo ranks (fp32)")
+    if dry_run:
+        return
+    import torch
+
+    measured = _launch(DIT_WORKER, ranks, argv)
+    from plait.run.dit import parser, run
+
+    single = torch.tensor(run(parser().parse_args([*argv, "--ranks", "1", "--out", "unused"]))["latent"])
+    tokens = side * side // ranks
+    if sp == "ulysses":
+        predicted = job.steps * spec.layers * ulysses_sent_bytes(tokens, spec.hidden, 4, job.batch, ranks)
+    else:
+        predicted = spec.layers * stale_kv_gathers(job.steps, min(warmup, job.steps)) * stale_kv_sent_bytes(
+            tokens, spec.hidden, 4, job.batch, ranks)
+    latent = torch.tensor(measured["latent"])
+    console.print(f"latent vs one process: max |difference| {float((latent - single).abs().max()):.3g}, relative L2 "
+                  f"{float((latent - single).norm() / single.norm()):.3g}")
+    for rank, sent in enumerate(measured["bytes_sent"]):
+        console.print(f"rank {rank}: sent {sent:,} bytes, predicted {predicted:,.0f}")
