@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -66,3 +67,11 @@ def refuse_overwrite(path: Path | None, overwrite: bool) -> None:
     check_writable(path, "output file")
     if path.exists() and not overwrite:
         raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")
+
+
+def check_export_folder(folder: Path, names: Iterable[str], overwrite: bool) -> None:
+    """Before any work: ``folder`` can take the export and none of its files ``names`` would be replaced unless
+    ``overwrite`` (:func:`check_writable`, :func:`refuse_overwrite`)."""
+    check_writable(folder, "export folder", folder=True)
+    for name in names:
+        refuse_overwrite(folder / name, overwrite)

@@ -14,7 +14,7 @@ from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
 from plait.cli.render_plan import print_points, print_relaxations, print_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
-from plait.errors import ConfigError, check_writable, refuse_overwrite
+from plait.errors import ConfigError, check_export_folder
 from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
@@ -167,9 +167,7 @@ def plan_command(
         if not low <= value <= LIMIT:
             raise ConfigError(f"{name}={value} must be between {low} and {LIMIT}")
     if export is not None:  # before the search: an existing file or an unexportable model is refused at once
-        check_writable(export, "export folder", folder=True)
-        for name in export_names(the_engine, model):
-            refuse_overwrite(export / name, force)
+        check_export_folder(export, export_names(the_engine, model), force)
     precisions = tuple(p.strip() for p in precision.split(",")) if precision else None
     for name in precisions or ():
         if name not in get_args(Precision):

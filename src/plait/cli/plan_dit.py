@@ -10,7 +10,7 @@ from rich.console import Console
 
 from plait.cli.output import print_json
 from plait.cli.render_dit import print_dit, print_dit_search
-from plait.errors import ConfigError, check_writable, refuse_overwrite
+from plait.errors import ConfigError, check_export_folder
 from plait.predict.dit import DitPrediction, search_dit
 
 EXPORTS = ("xdit_launch.txt", "dit_plan.json")
@@ -21,9 +21,7 @@ SCRIPTS = {"mmdit": "examples/flux_example.py", "pixart": "examples/pixartalpha_
 def plan_dit(model: str, cluster: str, gpus: int, memory_margin: float, as_json: bool, export: Path | None = None,
              force: bool = False) -> None:
     if export is not None:
-        check_writable(export, "export folder", folder=True)
-        for name in EXPORTS:
-            refuse_overwrite(export / name, force)
+        check_export_folder(export, EXPORTS, force)
     ranked, refused = search_dit(model, cluster, gpus, memory_margin)
     exported = _export(ranked, export) if export is not None else None
     if as_json:

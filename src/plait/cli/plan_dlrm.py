@@ -12,7 +12,7 @@ from rich.table import Table
 
 from plait.cli.output import print_json
 from plait.cli.render_dlrm import print_dlrm
-from plait.errors import ConfigError, check_writable, refuse_overwrite
+from plait.errors import ConfigError, check_export_folder
 from plait.predict.dlrm import DlrmPrediction, placements_text, predict_dlrm
 from plait.units import GIB
 
@@ -25,9 +25,7 @@ def plan_dlrm(model: str, cluster: str, gpus: int, global_batch: int, memory_mar
     topology, costed by the same model, with its own estimate beside; ``export``: plait's plan as TorchRec's
     ``ShardingPlan`` (JSON) and as ``--placements`` text."""
     if export is not None:
-        check_writable(export, "export folder", folder=True)
-        for name in EXPORTS:
-            refuse_overwrite(export / name, force)
+        check_export_folder(export, EXPORTS, force)
     ours = predict_dlrm(model, cluster, gpus, global_batch, memory_margin=memory_margin)
     theirs, their_estimate, why_not = _torchrec(model, cluster, gpus, global_batch, ours)
     if export is not None:
