@@ -196,15 +196,13 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     if plan.pipefusion > 1:  # a patch's updated latent must come back round the p stages before its next step
         step += max(0.0, plan.pipefusion * patch_transfer - (plan.patches - plan.pipefusion) * compute / plan.patches)
     synchronous = compute + comm + overlap_comm
-    warm = min(job.steps, DISTRIFUSION_WARMUP) if plan.distrifusion > 1 else 0
-    fill = (plan.pipefusion - 1) / plan.patches * compute if plan.pipefusion > 1 else 0.0
-    latency = warm * synchronous + (job.steps - warm) * step + fill
-    weights = spec.params() * b / (plan.pipefusion * plan.tp)
-    resident = weights
+    weights = resident = spec.params() * b / (plan.pipefusion * plan.tp)
     if plan.offload:
         step = offloaded_step_s(compute, step - compute, weights, cluster)
         resident = 2 * weights / layers  # the layer computing and the one arriving
-        latency = warm * synchronous + (job.steps - warm) * step + fill
+    warm = min(job.steps, DISTRIFUSION_WARMUP) if plan.distrifusion > 1 else 0
+    fill = (plan.pipefusion - 1) / plan.patches * compute if plan.pipefusion > 1 else 0.0
+    latency = warm * synchronous + (job.steps - warm) * step + fill
     buffers = 0.0
     if plan.stale:
         buffers = 2 * seq * spec.hidden * b * passes * layers  # stale K and V of the whole sequence

@@ -89,14 +89,14 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
                  edge_cut: float | None = None, cache_fraction: float = 0.0, engine: Engine = "pyg") -> GnnEstimate:
     """The step of ``world`` ranks each training on ``batch`` seeds (module docstring)."""
     cut = _check(world, batch, strategy, edge_cut, cache_fraction, engine)
+    if strategy == "full_graph":
+        return full_graph(spec, cluster, world, engine)
     g, acc = spec.graph, cluster.accelerator
     hbm, flops = memory_bytes_per_s(acc), fp32_flops_per_s(acc)
     params = spec.model.params(g)
     all_reduce_s = float(collective_s(cluster, "all_reduce", world, 1, params * FEATURE_BYTES))
     optimizer_s = 2 * state_bytes(spec) / hbm
     structure = structure_bytes(g)
-    if strategy == "full_graph":
-        return full_graph(spec, cluster, world, engine)
     local = strategy in ("partition_local", "llcg")
     classes = degree_classes(_part(g, world, cut) if local else g)
     parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)

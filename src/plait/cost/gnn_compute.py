@@ -70,7 +70,6 @@ class GnnEstimate:
         return self.step_s * self.steps_per_epoch
 
 
-
 def structure_bytes(g: GraphStats) -> float:
     """The graph's CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids."""
     return (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
@@ -108,8 +107,10 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s
     return out
 
 
-def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]]) -> float:
-    return sum(n * (2 * a + b) for (a, b), (n, _) in zip(spec.model.widths(spec.graph), sizes, strict=True)) * FEATURE_BYTES
+def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int = 0, stop: int | None = None) -> float:
+    """What layers ``first .. stop - 1`` (all by default) keep for the backward pass (module docstring)."""
+    widths = spec.model.widths(spec.graph)[first:stop]
+    return sum(n * (2 * a + b) for (a, b), (n, _) in zip(widths, sizes[first:stop], strict=True)) * FEATURE_BYTES
 
 
 def state_bytes(spec: GnnSpec) -> float:

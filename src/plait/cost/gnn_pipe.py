@@ -18,7 +18,15 @@ There is no gradient all-reduce: each GPU owns its layers' weights.
 from __future__ import annotations
 
 from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
-from plait.cost.gnn_compute import Engine, GnnEstimate, layer_compute_s, layer_sizes, state_bytes, structure_bytes
+from plait.cost.gnn_compute import (
+    Engine,
+    GnnEstimate,
+    activation_bytes,
+    layer_compute_s,
+    layer_sizes,
+    state_bytes,
+    structure_bytes,
+)
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -53,7 +61,7 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> G
     memory = 0.0
     for a, b in stages:
         held = structure_bytes(g) + (g.feature_table_bytes if a == 0 else 0.0) + state_bytes(spec) / world
-        held += sum(n * (2 * wa + wb) for (wa, wb), (n, _) in zip(widths[a:b], sizes[a:b], strict=True)) * FEATURE_BYTES
+        held += activation_bytes(spec, sizes, a, b)
         if world > 1:
             held += sum(g.nodes * wb for _, wb in widths[a:b]) * FEATURE_BYTES  # historical embeddings
         memory = max(memory, held)

@@ -65,11 +65,14 @@ class GnnPrediction:
 def predict_gnn(model: str, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
                 edge_cut: float | None = None, cache_fraction: float = 0.0, engine: str = "pyg") -> GnnPrediction:
     """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts."""
-    spec, hardware = read_gnn(Path(model)), resolve_cluster(cluster)
+    return _predict(read_gnn(Path(model)), resolve_cluster(cluster), gpus, global_batch, strategy, edge_cut,
+                    cache_fraction, engine)
+
+
+def _predict(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, strategy: str, edge_cut: float | None,
+             cache_fraction: float, engine: str) -> GnnPrediction:
     if gpus < 1 or global_batch < gpus or global_batch % gpus:
         raise ConfigError(f"global_batch={global_batch} must be a positive multiple of gpus={gpus} (seeds per rank)")
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"strategy={strategy!r} must be one of {', '.join(STRATEGIES)}")
     batch = global_batch // gpus
     if batch > spec.graph.train_nodes // gpus:
         raise ConfigError(f"{batch} seeds per rank exceed the {spec.graph.train_nodes // gpus} training nodes of "
@@ -95,12 +98,13 @@ def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut:
     mini-batch ones that train on the whole graph and fit, ranked by epoch time; those of :data:`APART` that fit
     (shown, not ranked: a faster epoch is not a better plan by itself); and those refused, with why."""
     candidates = [(s, c) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))]
+    spec, hardware = read_gnn(Path(model)), resolve_cluster(cluster)
     ranked: list[GnnPrediction] = []
     apart: list[GnnPrediction] = []
     refused: list[tuple[str, str]] = []
     for strategy, cache in candidates:
         try:
-            result = predict_gnn(model, cluster, gpus, global_batch, strategy, edge_cut, cache, engine)
+            result = _predict(spec, hardware, gpus, global_batch, strategy, edge_cut, cache, engine)
         except ConfigError as error:
             if strategy != "full_graph":  # only full-graph training refuses a GPU count (more GPUs than layers)
                 raise
