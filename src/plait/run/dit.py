@@ -25,41 +25,26 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from plait.run.counted import ALL_GATHER, Counted
 from plait.run.dit_model import TinyDiT, denoise, local_attention
 from plait.run.gloo_job import run_job
 
-ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-"""torch.distributed's gather into one tensor (``all_gather_single`` from 2.13; its earlier name before)."""
 
-
-class Counter:
-    """Bytes this rank sends to its peers through the collectives it makes."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-
-    def count(self, tensor: torch.Tensor, world: int) -> None:
-        """A collective that sends ``(W - 1) / W`` of ``tensor`` (its other ranks' share) to peers."""
-        self.sent += tensor.numel() * tensor.element_size() * (world - 1) // world
-
-
-def ulysses_attention(counter: Counter):  # type: ignore[no-untyped-def]
+def ulysses_attention(counter: Counted):  # type: ignore[no-untyped-def]
     world = dist.get_world_size()
 
     def to_heads(x_BSND: torch.Tensor) -> torch.Tensor:
         b, s, n, d = x_BSND.shape
         send = x_BSND.reshape(b, s, world, n // world, d).permute(2, 0, 1, 3, 4).contiguous()
         got = torch.empty_like(send)
-        counter.count(send, world)
-        dist.all_to_all_single(got, send)  # got[r]: rank r's tokens for this rank's heads
+        counter.all_to_all(got, send)  # got[r]: rank r's tokens for this rank's heads
         return got.permute(1, 0, 2, 3, 4).reshape(b, world * s, n // world, d)
 
     def to_tokens(o_BTnD: torch.Tensor) -> torch.Tensor:
         b, t, n, d = o_BTnD.shape
         send = o_BTnD.reshape(b, world, t // world, n, d).permute(1, 0, 2, 3, 4).contiguous()
         got = torch.empty_like(send)
-        counter.count(send, world)
-        dist.all_to_all_single(got, send)  # got[r]: this rank's tokens, rank r's heads
+        counter.all_to_all(got, send)  # got[r]: this rank's tokens, rank r's heads
         return got.permute(1, 2, 0, 3, 4).reshape(b, t // world, world * n, d)
 
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -73,7 +58,7 @@ class StaleKV:
     ``check``, every stale attention is also computed exactly (from K, V gathered fresh, not counted) and the
     difference recorded beside :func:`stale_attention_bound`."""
 
-    def __init__(self, counter: Counter, layers: int, steps: int, warmup: int, check: bool = False) -> None:
+    def __init__(self, counter: Counted, layers: int, steps: int, warmup: int, check: bool = False) -> None:
         if warmup < 1:
             raise ValueError(f"warmup={warmup} must be >= 1: the first step has no earlier K, V to reuse")
         self.counter, self.steps, self.warmup, self.step, self.check = counter, steps, warmup, 0, check
@@ -112,8 +97,7 @@ class StaleKV:
     def _gather(self, fresh: torch.Tensor, wait: bool):  # type: ignore[no-untyped-def]
         """Every rank's K, V into one buffer, and the pending work (none once waited for)."""
         parts = torch.empty((self.world * fresh.shape[0], *fresh.shape[1:]), dtype=fresh.dtype)
-        self.counter.count(parts, self.world)
-        work = ALL_GATHER(parts, fresh, async_op=not wait)
+        work = self.counter.all_gather(parts, fresh, async_op=not wait)
         return parts, (None if wait else work)
 
     def _arrange(self, parts: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
@@ -151,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     world, rank = dist.get_world_size(), dist.get_rank()
     share = tokens // world
     mine = slice(rank * share, (rank + 1) * share)
-    counter = Counter()
+    counter = Counted()
     if args.sp == "ulysses":
         out = denoise(model, noise_BTP[:, mine], labels_B, args.steps, mine, ulysses_attention(counter))
     else:

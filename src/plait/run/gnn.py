@@ -5,7 +5,7 @@ Each rank holds the graph's structure and only its part's features (plus, with `
 graph's highest-degree nodes: PaGraph's static cache). Every step it draws ``--batch`` seeds from its part, samples
 their neighbourhoods (:mod:`plait.run.sampler`) and fetches the features it lacks from their owners: an all-to-all
 of counts (one int64 per peer), one of the ids, one of the features back (``all_to_all_single``, whose bytes to peers
-are counted). ``--reference W`` trains the same ``W`` parts' batches in one process (the mean of their losses, the
+are counted: :mod:`plait.run.counted`). ``--reference W`` trains the same ``W`` parts' batches in one process (the mean of their losses, the
 gradient DDP's average gives) and writes, per step, the ids each part would request of each other: what the
 cost model's byte accounting (:func:`plait.cost.gnn.rank_fetch_bytes`) is applied to.
 
@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
+from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
 from plait.run.graph import Graph, generate
 from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
@@ -53,42 +54,28 @@ def requests(graph: Graph, batch: Batch, rank: int, cached_N: torch.Tensor) -> l
     return [(missing_U & (owner_U == p)).nonzero().flatten() for p in range(graph.parts)]
 
 
-class Counter:
-    """Bytes this rank sends to its peers through ``all_to_all_single`` (its own segment stays home)."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-
-    def all_to_all(self, output: torch.Tensor, inputs: torch.Tensor, out_splits: list[int], in_splits: list[int],
-                   rank: int) -> None:
-        row_bytes = inputs[0].numel() * inputs.element_size() if inputs.numel() else 0
-        self.sent += sum(n for p, n in enumerate(in_splits) if p != rank) * row_bytes
-        dist.all_to_all_single(output, inputs, out_splits, in_splits)
-
-
-def fetch(x_local: torch.Tensor, lo: int, asked: list[torch.Tensor], counter: Counter) -> torch.Tensor:
+def fetch(x_local: torch.Tensor, lo: int, asked: list[torch.Tensor], counter: Counted) -> torch.Tensor:
     """Features of the ids asked of each part (in that order), from their owners: counts, ids, features back."""
-    rank, world = dist.get_rank(), dist.get_world_size()
     send_counts = torch.tensor([a.numel() for a in asked], dtype=torch.long)
     recv_counts = torch.empty_like(send_counts)
-    counter.all_to_all(recv_counts, send_counts, [1] * world, [1] * world, rank)
+    counter.all_to_all(recv_counts, send_counts)
     ids_in = torch.empty(int(recv_counts.sum()), dtype=torch.long)
-    counter.all_to_all(ids_in, torch.cat(asked), recv_counts.tolist(), send_counts.tolist(), rank)
+    counter.all_to_all(ids_in, torch.cat(asked), recv_counts.tolist(), send_counts.tolist())
     got = torch.empty(int(send_counts.sum()), x_local.shape[1])
-    counter.all_to_all(got, x_local[ids_in - lo], send_counts.tolist(), recv_counts.tolist(), rank)
+    counter.all_to_all(got, x_local[ids_in - lo], send_counts.tolist(), recv_counts.tolist())
     return got
 
 
-def features_of(batch: Batch, x_local: torch.Tensor, lo: int, hi: int, cached: torch.Tensor, cache_x: torch.Tensor,
-                where: list[torch.Tensor], got: torch.Tensor) -> torch.Tensor:
-    """The batch's feature matrix from the rank's part, its cache and what it fetched (rows at ``where``)."""
+def features_of(batch: Batch, x_local: torch.Tensor, lo: int, hi: int, cached: torch.Tensor, cached_N: torch.Tensor,
+                cache_x: torch.Tensor, where: list[torch.Tensor], got: torch.Tensor) -> torch.Tensor:
+    """The batch's feature matrix from the rank's part, its cache (rows of ``cached``, ascending) and what it
+    fetched (rows at ``where``)."""
     nodes_U = batch.nodes_U
     x_UF = torch.empty(nodes_U.numel(), x_local.shape[1])
     local_U = (nodes_U >= lo) & (nodes_U < hi)
     x_UF[local_U] = x_local[nodes_U[local_U] - lo]
-    slot_U = torch.searchsorted(cached, nodes_U).clamp(max=max(cached.numel() - 1, 0))
-    in_cache_U = ~local_U & (cached[slot_U] == nodes_U) if cached.numel() else torch.zeros_like(local_U)
-    x_UF[in_cache_U] = cache_x[slot_U[in_cache_U]]
+    in_cache_U = ~local_U & cached_N[nodes_U]
+    x_UF[in_cache_U] = cache_x[torch.searchsorted(cached, nodes_U[in_cache_U])]
     x_UF[torch.cat(where)] = got
     return x_UF
 
@@ -108,14 +95,14 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
     graph = replace(graph, x_NF=torch.empty(0), y_N=torch.empty(0))  # the rank keeps its part and the cache only
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
-    counter, losses, sent, times = Counter(), [], [], []
+    counter, losses, sent, times = Counted(), [], [], []
     for step in range(args.steps):
         start, before = time.perf_counter(), counter.sent
         gen = batch_generator(args.seed, step, rank)
         batch = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, args.batch, gen), tuple(args.fanouts), gen)
         where = requests(graph, batch, rank, cached_N)
         got = fetch(x_local, lo, [batch.nodes_U[w] for w in where], counter)
-        x_UF = features_of(batch, x_local, lo, hi, cached, cache_x, where, got)
+        x_UF = features_of(batch, x_local, lo, hi, cached, cached_N, cache_x, where, got)
         out_UC = ddp(x_UF, batch.edge_index_2M)
         loss = fn.cross_entropy(out_UC[: args.batch], y_local[batch.nodes_U[: args.batch] - lo])
         opt.zero_grad()
