@@ -77,3 +77,14 @@ def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_predicti
     pairs = re.findall(r"sent ([\d,]+) bytes, predicted ([\d,]+)", text)
     assert len(pairs) == 2 and all(a == b for a, b in pairs)
     assert float(re.search(r"max \|difference\| ([\d.e+-]+)", text).group(1)) < 1e-5  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("parallel", ["cfg=2", "ring=2", "tp=2", "pipefusion=2", "ulysses=2,offload=1"])
+def test_plait_run_refuses_the_plans_xdit_runs_by_name(parallel: str) -> None:
+    """Only Ulysses and DistriFusion alone run on CPU ranks; every other degree is refused before launch, naming
+    the plan."""
+    from plait.predict.dit import parse_dit_plan
+    from tests.inprocess import cli
+
+    code, _, err = cli(["run", "--model", "examples/dit-tiny.toml", "--parallel", parallel, "--dry-run"])
+    assert code != 0 and f"--parallel {parse_dit_plan(parallel).label()}: plait run denoises" in err

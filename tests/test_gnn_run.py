@@ -51,3 +51,12 @@ def test_plait_run_trains_a_gnn_file_as_one_process_would() -> None:
     assert len(rows) == 3
     assert all(ranks == single for _, ranks, single, *_ in rows)
     assert all(int(a.replace(",", "")) > 0 for *_, a, _b, _e in rows)
+
+
+@pytest.mark.parametrize("strategy", ["host_features", "replicated", "full_graph", "partition_local", "llcg"])
+def test_plait_run_refuses_the_strategies_it_only_costs_by_name(strategy: str) -> None:
+    from tests.inprocess import cli
+
+    code, _, err = cli(["run", "--model", "examples/gnn-tiny.toml", "--gpus", "2", "--global-batch", "64",
+                        "--gnn-strategy", strategy, "--dry-run"])
+    assert code != 0 and f"--gnn-strategy {strategy}: plait run trains sampled_dp" in err and "Traceback" not in err

@@ -43,9 +43,19 @@ def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
         return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
-def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool) -> None:
+def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
+            strategy: str = "sampled_dp") -> None:
     from plait.cli.run import check_cpu_machine
+    from plait.cost.gnn import STRATEGIES
     from plait.workload.gnn import read_gnn
+
+    if strategy != "sampled_dp":
+        known = strategy in STRATEGIES
+        raise ConfigError(f"--gnn-strategy {strategy}: " + ("plait run trains sampled_dp (with --cache-fraction) on CPU "
+                          "ranks; this strategy is costed by plait estimate and plan, not run" if known else
+                          f"must be one of {', '.join(STRATEGIES)}"))
+    if not 0.0 <= cache <= 1.0:
+        raise ConfigError(f"--cache-fraction={cache} must lie in [0, 1]")
 
     spec = read_gnn(Path(model))
     g, m = spec.graph, spec.model
@@ -105,7 +115,7 @@ def run_dit(model: str, parallel: str | None, gpus: int, dry_run: bool) -> None:
     spec, job = read_dit(Path(model))
     plan = parse_dit_plan(parallel or f"ulysses={gpus}")
     sp = "ulysses" if plan.ulysses > 1 else "distrifusion" if plan.distrifusion > 1 else None
-    if sp is None or plan.gpus != max(plan.ulysses, plan.distrifusion) or spec.kind != "dit":
+    if sp is None or plan.gpus != max(plan.ulysses, plan.distrifusion) or plan.offload or spec.kind != "dit":
         raise ConfigError(f"--parallel {plan.label()}: plait run denoises a plain DiT with Ulysses or DistriFusion "
                           "alone on CPU ranks; export the rest for xDiT (plait plan --export)")
     ranks = plan.gpus
