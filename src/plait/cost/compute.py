@@ -40,7 +40,7 @@ def fp32_flops_per_s(acc: Accelerator) -> float:
 
 
 def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
-    """Roofline time of ``gemm.count`` GEMMs; operands in ``dtype``, output in bf16."""
+    """Roofline time of ``gemm.count`` GEMMs; operands in ``dtype``, output in bf16 (fp32 for fp32 GEMMs)."""
     return _Roofline(acc, dtype).time_s(gemm.m, gemm.n, gemm.k, gemm.count)
 
 
@@ -48,21 +48,30 @@ class _Roofline:
     """:func:`gemm_time_s` with the device figures read once, for the many GEMMs of one layer."""
 
     def __init__(self, acc: Accelerator, dtype: str, weight_gradient: bool = False) -> None:
-        self.in_bytes = 1 if dtype == "fp8" else 2
+        self.in_bytes = {"fp8": 1, "fp32": 4}.get(dtype, 2)
+        self.out_bytes = 4 if dtype == "fp32" else 2
         self.launch_s = acc.efficiency.kernel_launch_us.value * 1e-6
         self.memory_bytes_per_s = memory_bytes_per_s(acc)
-        self.peak_flops = acc.peak_flops(dtype)
         eff = acc.efficiency
+        if dtype == "fp32":  # no transposed-layout curve in fp32: the square one serves both
+            self.peak_flops, self.curve = fp32_flops_per_s(acc), eff.matmul_fp32 or eff.matmul_bf16
+            return
+        self.peak_flops = acc.peak_flops(dtype)
         wgrad = eff.matmul_bf16_wgrad if weight_gradient and dtype != "fp8" else None
         self.curve = wgrad or (eff.matmul_fp8 if dtype == "fp8" else eff.matmul_bf16)
 
-    def time_s(self, m: int, n: int, k: int, count: int) -> float:
+    def time_s(self, m: float, n: float, k: float, count: int = 1) -> float:
         """Seconds of ``count`` ``m x k`` by ``k x n`` products."""
-        moved = (self.in_bytes * (m * k + k * n) + 2 * m * n) * count
+        moved = (self.in_bytes * (m * k + k * n) + self.out_bytes * m * n) * count
         size = 3.0 / (1.0 / m + 1.0 / n + 1.0 / k)  # square edge of equal arithmetic intensity
         flops = 2.0 * m * n * k * count
         return max(flops / (self.peak_flops * self.curve.at(size)), moved / self.memory_bytes_per_s,
                    self.launch_s * count)
+
+
+def fp32_gemm_s(acc: Accelerator) -> _Roofline:
+    """The roofline of fp32 GEMMs on ``acc`` (:meth:`_Roofline.time_s` gives a product's seconds)."""
+    return _Roofline(acc, "fp32")
 
 
 def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup) -> tuple[float, float]:

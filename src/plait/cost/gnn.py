@@ -26,9 +26,14 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
 
 - **sampling** on the GPU (as DGL's and GNNLab's GPU samplers do): each drawn neighbour is a random read of one
   32-byte sector of the adjacency (NVIDIA, *CUDA C++ Best Practices Guide*, "Coalesced Access to Global Memory":
-  the smallest transaction), each sampled node two more (its row offsets), at the HBM's streaming rate;
-- **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by
-  all-to-all on the tier the ``W`` ranks span (``sampled_dp``), or every batch node's ``F`` fp32 features over PCIe
+  the smallest transaction), each sampled node two more (its row offsets), at the HBM's streaming rate; on a CPU
+  that ``plait calibrate`` measured, plait's sampler (:mod:`plait.run.sampler`), which orders every drawing node's
+  neighbours by random keys before it takes the first ``f``, costs its measured time per neighbour slot scanned
+  (:attr:`plait.hardware.accelerator.Efficiency.sampling_ns_per_slot`) times the slots the drawing nodes hold
+  (:attr:`plait.cost.gnn_sampling.SampledBatch.scanned`);
+- **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by three
+  all-to-alls in turn (each waits for the one before: the sizes, then the ids, make the next one's splits) on the
+  tier the ``W`` ranks span (``sampled_dp``), or every batch node's ``F`` fp32 features over PCIe
   (``host_features``); then every feature the batch reads is gathered into one matrix (read and written in HBM);
 - **compute**: :mod:`plait.cost.gnn_compute` (which nodes each layer computes depends on the engine: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
@@ -44,7 +49,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
+from plait.cost.compute import memory_bytes_per_s
 from plait.cost.gnn_compute import (
     ENGINES,
     INDEX_BYTES,
@@ -57,7 +62,7 @@ from plait.cost.gnn_compute import (
     structure_bytes,
 )
 from plait.cost.gnn_pipe import full_graph
-from plait.cost.gnn_sampling import degree_classes, sample_batch
+from plait.cost.gnn_sampling import DegreeClasses, SampledBatch, degree_classes, sample_batch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -85,31 +90,44 @@ def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> floa
     return peers * COUNT_BYTES + own * INDEX_BYTES + served * features * FEATURE_BYTES
 
 
+def sampling_time_s(sampled: SampledBatch, ns_per_slot: float, hbm: float) -> float:
+    """Seconds to sample ``sampled``: by the slots scanned where the sampler's rate was measured, else by the
+    sectors a GPU sampler reads (module docstring)."""
+    if ns_per_slot > 0:
+        return sum(sampled.scanned) * ns_per_slot * 1e-9
+    return (sampled.sampled_edges + 2 * sampled.nodes) * SECTOR_BYTES / hbm
+
+
 def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strategy: Strategy = "sampled_dp",
-                 edge_cut: float | None = None, cache_fraction: float = 0.0, engine: Engine = "pyg") -> GnnEstimate:
-    """The step of ``world`` ranks each training on ``batch`` seeds (module docstring)."""
+                 edge_cut: float | None = None, cache_fraction: float = 0.0, engine: Engine = "pyg",
+                 classes: DegreeClasses | None = None) -> GnnEstimate:
+    """The step of ``world`` ranks each training on ``batch`` seeds (module docstring); ``classes``: the graph's
+    measured degree histogram (:func:`plait.cost.gnn_sampling.measured_classes`) in place of the power law its
+    statistics give (strategies that sample the whole graph)."""
     cut = _check(world, batch, strategy, edge_cut, cache_fraction, engine)
     if strategy == "full_graph":
         return full_graph(spec, cluster, world, engine)
     g, acc = spec.graph, cluster.accelerator
-    hbm, flops = memory_bytes_per_s(acc), fp32_flops_per_s(acc)
+    hbm = memory_bytes_per_s(acc)
     params = spec.model.params(g)
     all_reduce_s = float(collective_s(cluster, "all_reduce", world, 1, params * FEATURE_BYTES))
     optimizer_s = 2 * state_bytes(spec) / hbm
     structure = structure_bytes(g)
     local = strategy in ("partition_local", "llcg")
-    classes = degree_classes(_part(g, world, cut) if local else g)
+    classes = degree_classes(_part(g, world, cut)) if local else classes or degree_classes(g)
     parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
                            redraw=engine == "dgl")
-    sampling_s = (sampled.sampled_edges + 2 * sampled.nodes) * SECTOR_BYTES / hbm
+    sampling_s = sampling_time_s(sampled, acc.efficiency.sampling_ns_per_slot.value, hbm)
     batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
     sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
     if strategy == "sampled_dp" and world > 1:  # every rank asks each peer for an equal share of its misses
         share = sampled.remote_misses / (world - 1)
         sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
                                 g.features)
-        fetch_s += float(collective_s(cluster, "all_to_all", world, 1, sent * world / (world - 1)))
+        rounds = (COUNT_BYTES * (world - 1), sampled.remote_misses * INDEX_BYTES,
+                  sampled.remote_misses * g.features * FEATURE_BYTES)  # counts, ids, features: one after another
+        fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
     elif strategy == "host_features":  # gathered in host memory (read and written), then copied over PCIe
         sent = batch_feature_bytes
         fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
@@ -126,7 +144,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
             server = estimate_gnn(spec, cluster, 1, batch, "replicated", engine=engine)
             correction_s = LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS
     return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
-                       compute_s=step_compute_s(spec, sizes, flops, hbm, engine), all_reduce_s=all_reduce_s,
+                       compute_s=step_compute_s(spec, sizes, acc, engine), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
                        steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s)
 

@@ -9,18 +9,31 @@ Which nodes and edges each layer computes depends on the engine:
 - full-graph training: every node and every (directed) edge at every layer.
 
 A layer ``a -> b`` over ``n`` output nodes and ``m`` edges: SAGEConv's two linear maps ``2 * 2 n a b`` FLOPs,
-GCNConv's one ``2 n a b`` (PyG ``SAGEConv``/``GCNConv``), at the accelerator's fp32 peak (PyTorch runs fp32 GEMMs
-without TF32 by default: ``torch.backends.cuda.matmul.allow_tf32 = False``), and the neighbour aggregation, a gather
-and sum of ``m`` rows into ``n``, in HBM: DGL's fused sparse-dense product reads each edge's row once and writes each
-output once (``m + n`` rows), PyG's gather-scatter message passing writes each message and reads it back
-(``3m + n``: torch_geometric/nn/conv/message_passing.py, ``propagate`` on an ``edge_index``). The rows' width is where
-each engine aggregates:
+GCNConv's one ``2 n a b`` (PyG ``SAGEConv``/``GCNConv``), each an ``n x a`` by ``a x b`` product on the fp32 roofline
+(the accelerator's fp32 GEMM curve by shape: :func:`plait.cost.compute.fp32_gemm_s`; PyTorch runs fp32 GEMMs without
+TF32 by default: ``torch.backends.cuda.matmul.allow_tf32 = False``), and the memory-bound kernels, counted in fp32
+values read plus written at the HBM's streaming rate:
+
+- the neighbour aggregation of ``m`` rows into ``n``: DGL's fused sparse-dense product reads each edge's row once and
+  writes each output once (``m + n`` rows each way); PyG's gather-scatter message passing
+  (torch_geometric/nn/conv/message_passing.py, ``propagate`` on an ``edge_index``; ``torch.profiler`` lists these
+  kernels in a SAGEConv step) gathers the messages (``index_select``: ``2m``), zeroes the output (``n``), scatter-adds
+  the messages into it (``2m``) and divides by the degree (``2n``), ``4m + 3n`` rows; backward the same kernels in
+  reverse (division, gather back to the edges, zeroed node gradients, scatter-add). GCNConv adds a self loop per node
+  (``gcn_norm``) and scales each message by its edge weight (``2m`` more) but divides nothing: ``6m' + n`` rows,
+  ``m' = m + n``, each way;
+- the layer's output: SAGEConv adds its two maps' outputs (``3nb``), GCNConv its bias (``2nb``); a ReLU after every
+  layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``); backward, the bias gradient's sum over the
+  rows (``nb``) and, below the first layer, the input gradient's two paths summed (``3na``).
+
+The rows' width is where each engine aggregates:
 PyG's SAGEConv aggregates the inputs (``a``) and its GCNConv the transformed outputs (``b``); DGL's SAGEConv and
 GraphConv transform first whenever that narrows the messages (``min(a, b)``: dgl/nn/pytorch/conv/sageconv.py
 ``lin_before_mp``, graphconv.py "mult W first to reduce the feature size for aggregation"). Backward: each GEMM
-twice over (the inputs' gradient and the weights': Kaplan et al., arXiv 2001.08361, Sec. 2.1), an aggregation once
-(its gradient is the transposed product, with no weights); the first layer's input features take no gradient, so
-its GEMMs are costed once more only for the weights', and an aggregation of the raw features not at all.
+twice over, as the inputs' gradient (``n x b`` by ``b x a``) and the weights' (``a x n`` by ``n x b``: Kaplan et
+al., arXiv 2001.08361, Sec. 2.1), an aggregation once (its gradient is the transposed product, with no weights); the
+first layer's input features take no gradient, so its GEMMs are costed once more only for the weights', and an
+aggregation of the raw features not at all.
 
 Memory: each layer keeps its input, aggregation and output (``n (a + a + b)`` fp32 values) for the backward pass;
 the parameters with their gradients and Adam's two moments take 16 bytes each.
@@ -31,7 +44,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
 from plait.cost.gnn_sampling import SampledBatch
+from plait.hardware.accelerator import Accelerator
 from plait.workload.gnn import FEATURE_BYTES, GnnSpec, GraphStats
 
 Engine = Literal["pyg", "dgl"]
@@ -85,26 +100,41 @@ def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, engine: Engine) -> 
     return [(sampled.within(layers - k), sampled.edges[layers - k]) for k in range(1, layers + 1)]
 
 
-def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s: float, hbm: float,
-                   engine: Engine = "pyg") -> float:
+def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator, engine: Engine = "pyg") -> float:
     """Forward and backward time of every layer (module docstring)."""
-    return sum(layer_compute_s(spec, sizes, flops_per_s, hbm, engine))
+    return sum(layer_compute_s(spec, sizes, acc, engine))
 
 
-def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], flops_per_s: float, hbm: float,
+def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator,
                     engine: Engine = "pyg") -> list[float]:
-    """Forward and backward time of each layer, input side first."""
+    """Forward and backward time of each layer, input side first: its GEMMs on the fp32 roofline and the values its
+    aggregation and elementwise kernels stream through memory (module docstring)."""
+    roof, hbm = fp32_gemm_s(acc), memory_bytes_per_s(acc)
+    kind, layers = spec.model.kind, spec.model.layers
+    maps = 2 if kind == "sage" else 1
     out = []
     for layer, ((a, b), (n, m)) in enumerate(zip(spec.model.widths(spec.graph), sizes, strict=True)):
-        maps = 2 if spec.model.kind == "sage" else 1
-        transform_first = a > b if engine == "dgl" else spec.model.kind == "gcn"
+        transform_first = a > b if engine == "dgl" else kind == "gcn"
         width = b if transform_first else a
-        gemm = maps * 2.0 * n * a * b / flops_per_s
-        rows = m + n if engine == "dgl" else 3 * m + n
-        aggregate = rows * width * FEATURE_BYTES / hbm
-        first = layer == 0  # the input features need no gradient
-        out.append(gemm * (2.0 if first else 3.0) + aggregate * (1.0 if first and not transform_first else 2.0))
+        first, hidden = layer == 0, layer < layers - 1  # the input features need no gradient; ReLU after hidden ones
+        gemms = roof.time_s(n, b, a) + roof.time_s(a, b, n) + (0.0 if first else roof.time_s(n, a, b))
+        fwd, bwd = aggregation_values(engine, kind, n, m, width)
+        if first and not transform_first:  # an aggregation of the raw features takes no gradient
+            bwd = 0.0
+        fwd += (3 if kind == "sage" else 2) * n * b + (2 * n * b if hidden else 0.0)
+        bwd += n * b + (3 * n * b if hidden else 0.0) + (0.0 if first else 3 * n * a)
+        out.append(maps * gemms + (fwd + bwd) * FEATURE_BYTES / hbm)
     return out
+
+
+def aggregation_values(engine: Engine, kind: str, n: float, m: float, width: float) -> tuple[float, float]:
+    """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
+    if engine == "dgl":  # one fused sparse-dense product each way
+        return (m + n) * width, (m + n) * width
+    if kind == "gcn":  # gcn_norm's self loops; each message scaled by its edge weight, then summed
+        m += n
+        return (6 * m + n) * width, (6 * m + n) * width
+    return (4 * m + 3 * n) * width, (4 * m + 3 * n) * width
 
 
 def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int = 0, stop: int | None = None) -> float:

@@ -17,7 +17,7 @@ There is no gradient all-reduce: each GPU owns its layers' weights.
 
 from __future__ import annotations
 
-from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
+from plait.cost.compute import memory_bytes_per_s
 from plait.cost.gnn_compute import (
     Engine,
     GnnEstimate,
@@ -46,7 +46,7 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> G
     g, acc = spec.graph, cluster.accelerator
     hbm = memory_bytes_per_s(acc)
     sizes = layer_sizes(spec, None, engine)
-    times = layer_compute_s(spec, sizes, fp32_flops_per_s(acc), hbm, engine)
+    times = layer_compute_s(spec, sizes, acc, engine)
     stages = _balanced(times, world)
     slowest = max(sum(times[a:b]) for a, b in stages)
     chunks = CHUNKS_PER_STAGE * world if world > 1 else 1

@@ -23,6 +23,9 @@ HIDDEN_HOST = ("assumed 0: on a GPU the host issues a layer's kernels ahead of t
                "wrapper overheads (FSDP2 hooks, DTensor dispatch) hide behind device work except for tiny layers; a "
                "CPU runs them in line, and plait calibrate measures them there (plait/run/overheads.py)")
 
+GPU_SAMPLER = ("not measured: a GPU samples neighbours as DGL's and GNNLab's GPU samplers do, costed by the 32-byte "
+               "sectors each draw reads (plait.cost.gnn); plait calibrate measures plait's CPU sampler on a CPU")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
@@ -38,6 +41,10 @@ class Efficiency:
     cuBLAS picks a kernel per layout and no public figure of a slower transposed layout on them was found).
     ``plait calibrate`` measures it: on a Sapphire Rapids CPU's AMX a square TN product ran at 0.80 TFLOP/s against
     1.32 for NN at 1024 (one thread, bf16)."""
+    matmul_fp32: Curve | None = None
+    """Fraction of the fp32 peak an fp32 GEMM sustains, by square edge (GNN layers train in fp32); ``None``:
+    :attr:`matmul_bf16`'s shape at the fp32 peak (assumed for the packaged GPUs: no public fp32 GEMM curve of them
+    was found). ``plait calibrate`` measures it."""
     attention: Curve
     """Fraction of bf16 peak a fused (flash) attention kernel sustains, forward and backward together,
     by the key length each query attends over (longer rows amortise the per-block overheads)."""
@@ -59,6 +66,9 @@ class Efficiency:
     """Host time of one plain layer's forward beyond its modelled kernels: eager per-op dispatch, microseconds."""
     host_layer_bwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """The same for one layer's backward (autograd engine and per-op dispatch)."""
+    sampling_ns_per_slot: Figure = field(default_factory=lambda: Figure(value=0.0, source=GPU_SAMPLER))
+    """Nanoseconds plait's CPU neighbour sampler spends per neighbour slot it scans (:mod:`plait.run.sampler`);
+    0: the device samples as a GPU does, costed by the sectors it reads (:mod:`plait.cost.gnn`)."""
     host_fsdp_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Host time FSDP2 adds to one layer's forward beyond its collectives, microseconds (see HIDDEN_HOST)."""
     host_fsdp_layer_bwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))

@@ -182,12 +182,14 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
         "tdp_w": 0.0, "source": source,
         "efficiency": {
             "matmul_bf16": curve(sizes, bf16, max(bf16)), "matmul_fp8": curve(sizes, bf16, max(bf16)),
-            "matmul_bf16_wgrad": curve(sizes, wgrad, max(bf16)),
+            "matmul_bf16_wgrad": curve(sizes, wgrad, max(bf16)), "matmul_fp32": curve(sizes, fp32, max(fp32)),
             "attention": curve(seqs, attention, max(bf16)), "memory": fig(round(memory_fraction, 4)),
             "kernel_launch_us": fig(round(measured["launch_us"], 3)), "comm_overlap": fig(round(overlap, 3)),
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
         },
     }
+    if measured["sampling_ns"] > 0:
+        accelerator["efficiency"]["sampling_ns_per_slot"] = fig(round(measured["sampling_ns"], 2))
     table = {
         "name": f"this machine ({name}, {ranks} ranks)", "accelerator": accelerator, "gpus_per_node": ranks,
         "scale_up_domain_gpus": ranks,

@@ -171,6 +171,34 @@ def launch_floor_us(device: str) -> float:
     return _timeit(lambda: x.add_(1.0)) * 1e6
 
 
+SAMPLER_GRAPH = {"nodes": 50_000, "edges": 500_000, "exponent": 2.2}
+"""The generated graph plait's sampler is timed on (a power-law graph of mean degree 20; any such graph serves:
+the figure is per neighbour slot scanned)."""
+
+
+def sampling_ns_per_slot(device: str, batch: int = 256, fanouts: tuple[int, ...] = (10, 5),
+                         sync: Callable[[], object] = lambda: None) -> float:
+    """Nanoseconds plait's CPU neighbour sampler spends per neighbour slot it scans (the degrees of the nodes that
+    draw: every node of a batch but the last hop's new ones); 0 on a GPU, whose samplers are costed otherwise.
+    ``sync`` is called once the graph is built, so that ranks time their sampling together."""
+    if device != "cpu":
+        return 0.0
+    from plait.run.graph import generate
+    from plait.run.sampler import draw_seeds, sample
+
+    graph = generate(SAMPLER_GRAPH["nodes"], SAMPLER_GRAPH["edges"], 1, 1, 2, exponent=SAMPLER_GRAPH["exponent"])
+    degrees, gen = graph.degrees(), torch.Generator().manual_seed(0)
+    sync()
+    seconds, slots = [], []
+    for _ in range(8):
+        seeds = draw_seeds(0, graph.nodes, batch, gen)
+        start = time.perf_counter()
+        drawn = sample(graph.rowptr_N1, graph.col_E2, seeds, fanouts, gen)
+        seconds.append(time.perf_counter() - start)
+        slots.append(int(degrees[drawn.nodes_U[: drawn.nodes_U.numel() - drawn.new_per_hop[-1]]].sum()))
+    return statistics.median(t / n for t, n in zip(seconds, slots, strict=True)) * 1e9
+
+
 def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list[int], seqs: list[int],
                   half_name: str, pool_bytes: int) -> None:
     """One rank of :func:`compute_figures`: every figure timed while the other ranks time the same one."""
@@ -197,10 +225,12 @@ def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list
     memory_bw = copy_bandwidth_gb_per_s(device, max(64, pool_bytes // 2**21) if device == "cpu" else 1024)
     barrier.wait()
     memory_fraction = elementwise_fraction(device, memory_bw, dtype=half, pool_bytes=pool_bytes)
+    stage("neighbour sampling")
+    sampling_ns = sampling_ns_per_slot(device, sync=barrier.wait)
     barrier.wait()
     queue.put(("figures", rank, {"fp32": fp32, "bf16": bf16, "wgrad": wgrad, "attention": attention,
                                  "memory_bw": memory_bw, "memory_fraction": memory_fraction,
-                                 "launch_us": launch_floor_us(device)}))
+                                 "launch_us": launch_floor_us(device), "sampling_ns": sampling_ns}))
 
 
 def compute_figures(ranks: int, threads: int, sizes: list[int], seqs: list[int], half: torch.dtype,

@@ -20,5 +20,6 @@ def run_job(out: Path, reference: bool, work: Callable[[], dict[str, Any]]) -> i
     result = work()
     if dist.get_rank() == 0:
         out.write_text(json.dumps(result))
+    dist.barrier()  # no rank tears its connections down while another still uses them
     dist.destroy_process_group()
     return 0

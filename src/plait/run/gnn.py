@@ -54,30 +54,43 @@ def requests(graph: Graph, batch: Batch, rank: int, cached_N: torch.Tensor) -> l
     return [(missing_U & (owner_U == p)).nonzero().flatten() for p in range(graph.parts)]
 
 
-def fetch(x_local: torch.Tensor, lo: int, asked: list[torch.Tensor], counter: Counted) -> torch.Tensor:
-    """Features of the ids asked of each part (in that order), from their owners: counts, ids, features back."""
+def fetch(x_local: torch.Tensor, lo: int, asked: list[torch.Tensor], counter: Counted,
+          into: torch.Tensor | None = None) -> torch.Tensor:
+    """Features of the ids asked of each part (in that order), from their owners: counts, ids, features back
+    (received into the first rows of ``into`` where given)."""
     send_counts = torch.tensor([a.numel() for a in asked], dtype=torch.long)
     recv_counts = torch.empty_like(send_counts)
     counter.all_to_all(recv_counts, send_counts)
     ids_in = torch.empty(int(recv_counts.sum()), dtype=torch.long)
     counter.all_to_all(ids_in, torch.cat(asked), recv_counts.tolist(), send_counts.tolist())
-    got = torch.empty(int(send_counts.sum()), x_local.shape[1])
+    wanted = int(send_counts.sum())
+    got = torch.empty(wanted, x_local.shape[1]) if into is None else into[:wanted]
     counter.all_to_all(got, x_local[ids_in - lo], send_counts.tolist(), recv_counts.tolist())
     return got
 
 
-def features_of(batch: Batch, x_local: torch.Tensor, lo: int, hi: int, cached: torch.Tensor, cached_N: torch.Tensor,
-                cache_x: torch.Tensor, where: list[torch.Tensor], got: torch.Tensor) -> torch.Tensor:
-    """The batch's feature matrix from the rank's part, its cache (rows of ``cached``, ascending) and what it
-    fetched (rows at ``where``)."""
+def with_room(table: torch.Tensor, held: int, rows: int) -> torch.Tensor:
+    """``table`` (its first ``held`` rows the rank's part and cache) with room for ``rows`` fetched rows after them."""
+    if table.shape[0] >= held + rows:
+        return table
+    grown = torch.empty(held + max(rows, 2 * (table.shape[0] - held)), table.shape[1])
+    grown[:held] = table[:held]
+    return grown
+
+
+def features_of(batch: Batch, lo: int, hi: int, cached: torch.Tensor, cached_N: torch.Tensor,
+                where: list[torch.Tensor], table: torch.Tensor) -> torch.Tensor:
+    """The batch's feature matrix in one gather from ``table``: the rank's part (rows ``0 .. hi - lo``), its cache
+    (rows of ``cached``, ascending, next), then the rows fetched for the batch positions ``where``."""
     nodes_U = batch.nodes_U
-    x_UF = torch.empty(nodes_U.numel(), x_local.shape[1])
+    rows_U = torch.empty_like(nodes_U)
     local_U = (nodes_U >= lo) & (nodes_U < hi)
-    x_UF[local_U] = x_local[nodes_U[local_U] - lo]
+    rows_U[local_U] = nodes_U[local_U] - lo
     in_cache_U = ~local_U & cached_N[nodes_U]
-    x_UF[in_cache_U] = cache_x[torch.searchsorted(cached, nodes_U[in_cache_U])]
-    x_UF[torch.cat(where)] = got
-    return x_UF
+    rows_U[in_cache_U] = (hi - lo) + torch.searchsorted(cached, nodes_U[in_cache_U])
+    fetched = torch.cat(where)
+    rows_U[fetched] = (hi - lo) + cached.numel() + torch.arange(fetched.numel())
+    return table.index_select(0, rows_U)
 
 
 def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
@@ -91,23 +104,31 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
         return _reference(args, graph, model, cached_N, reference)
     rank = dist.get_rank()
     lo, hi = graph.part_range(rank)
-    x_local, y_local, cache_x = graph.x_NF[lo:hi].clone(), graph.y_N[lo:hi].clone(), graph.x_NF[cached].clone()
+    table, y_local = torch.cat([graph.x_NF[lo:hi], graph.x_NF[cached]]), graph.y_N[lo:hi].clone()
+    held = table.shape[0]
     graph = replace(graph, x_NF=torch.empty(0), y_N=torch.empty(0))  # the rank keeps its part and the cache only
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     counter, losses, sent, times = Counted(), [], [], []
+    phases: dict[str, list[float]] = {"sample": [], "fetch": [], "train": []}
     for step in range(args.steps):
         start, before = time.perf_counter(), counter.sent
         gen = batch_generator(args.seed, step, rank)
         batch = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, args.batch, gen), tuple(args.fanouts), gen)
+        sampled = time.perf_counter()
         where = requests(graph, batch, rank, cached_N)
-        got = fetch(x_local, lo, [batch.nodes_U[w] for w in where], counter)
-        x_UF = features_of(batch, x_local, lo, hi, cached, cached_N, cache_x, where, got)
+        table = with_room(table, held, sum(w.numel() for w in where))
+        fetch(table[: hi - lo], lo, [batch.nodes_U[w] for w in where], counter, into=table[held:])
+        x_UF = features_of(batch, lo, hi, cached, cached_N, where, table)
+        fetched = time.perf_counter()
         out_UC = ddp(x_UF, batch.edge_index_2M)
         loss = fn.cross_entropy(out_UC[: args.batch], y_local[batch.nodes_U[: args.batch] - lo])
         opt.zero_grad()
         loss.backward()
         opt.step()
+        trained = time.perf_counter()
+        for name, (a, b) in {"sample": (start, sampled), "fetch": (sampled, fetched), "train": (fetched, trained)}.items():
+            phases[name].append(b - a)
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(float(mean) / dist.get_world_size())
@@ -115,7 +136,7 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
         times.append(time.perf_counter() - start)
     every: list[list[int]] = [[] for _ in range(dist.get_world_size())]
     dist.all_gather_object(every, sent)
-    return {"losses": losses, "bytes_sent": every, "step_times_s": times}
+    return {"losses": losses, "bytes_sent": every, "step_times_s": times, "phase_s": phases}
 
 
 def _reference(args: argparse.Namespace, graph: Graph, model: torch.nn.Module, cached_N: torch.Tensor,
