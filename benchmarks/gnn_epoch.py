@@ -29,8 +29,7 @@ from plait.cost.gnn import estimate_gnn
 from plait.cost.gnn_sampling import measured_classes
 from plait.hardware.catalog import load_cluster_file
 from plait.run.graph import generate
-from plait.workload.gnn import GnnModel, GnnSpec, GraphStats
-
+from plait.workload.gnn import KINDS, GnnModel, GnnSpec, GraphStats
 
 WARMUP = 5
 
@@ -44,7 +43,8 @@ def main() -> None:
     p.add_argument("--features", type=int, default=64)
     p.add_argument("--classes", type=int, default=8)
     p.add_argument("--exponent", type=float, default=2.5)
-    p.add_argument("--kind", choices=("sage", "gcn"), default="sage")
+    p.add_argument("--kind", choices=KINDS, default="sage")
+    p.add_argument("--heads", type=int, default=1)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 5])
     p.add_argument("--batch", type=int, default=512, help="seeds per rank")
@@ -60,7 +60,7 @@ def main() -> None:
     steps = -(-args.nodes // (args.batch * args.ranks))
     worker = ["--nodes", str(args.nodes), "--edges", str(args.edges), "--features", str(args.features),
               "--classes", str(args.classes), "--exponent", str(args.exponent), "--kind", args.kind,
-              "--hidden", str(args.hidden), "--fanouts", *map(str, args.fanouts), "--batch", str(args.batch),
+              "--heads", str(args.heads), "--hidden", str(args.hidden), "--fanouts", *map(str, args.fanouts), "--batch", str(args.batch),
               "--cache", str(args.cache), "--steps", str(steps + WARMUP)]
     out = tmp / "run.json"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -78,7 +78,8 @@ def main() -> None:
     stats = GraphStats(nodes=graph.nodes, edges=graph.edges, features=args.features, classes=args.classes,
                        train_nodes=graph.nodes, degree_exponent=args.exponent, max_degree=int(degrees.max()))
     spec = GnnSpec(name="benchmark", graph=stats, model=GnnModel(kind=args.kind, layers=len(args.fanouts),
-                                                                  hidden=args.hidden, fanouts=tuple(args.fanouts)))
+                                                                  hidden=args.hidden, fanouts=tuple(args.fanouts),
+                                                                  heads=args.heads))
     est = estimate_gnn(spec, cluster, args.ranks, args.batch, "sampled_dp", edge_cut=graph.edge_cut(),
                        cache_fraction=args.cache, classes=measured_classes(torch.bincount(degrees).numpy()))
 

@@ -1,6 +1,6 @@
-"""Data-parallel GNN training on 2 gloo ranks (issue 18): PyG's GraphSAGE and GCN over plait's sampler on a
-generated graph give the losses of one process training the same parts' batches, and every byte the feature fetch
-sends equals the cost model's accounting of the ids each part asks for."""
+"""Data-parallel GNN training on 2 gloo ranks (issue 18): PyG's GraphSAGE, GCN, GAT and a graph transformer over
+plait's sampler on a generated graph give the losses of one process training the same parts' batches, and every
+byte the feature fetch sends equals the cost model's accounting of the ids each part asks for."""
 
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from tests.ranks import run_ranks
 FEATURES, STEPS = 16, 3
 
 
-@pytest.mark.parametrize("kind, cache", [("sage", 0.0), ("gcn", 0.1)])
-def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Path, kind: str, cache: float) -> None:
+@pytest.mark.parametrize("kind, cache, heads", [("sage", 0.0, 1), ("gcn", 0.1, 1), ("gat", 0.0, 4),
+                                               ("transformer", 0.1, 2)])
+def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Path, kind: str, cache: float,
+                                                                    heads: int) -> None:
     pytest.importorskip("torch_geometric")
     from plait.run.gnn import parser, train
 
-    argv = ["--kind", kind, "--cache", str(cache), "--features", str(FEATURES), "--steps", str(STEPS)]
+    argv = ["--kind", kind, "--heads", str(heads), "--cache", str(cache), "--features", str(FEATURES), "--steps",
+            str(STEPS)]
     out = tmp_path / "run.json"
     done = run_ranks(2, ["-m", "plait.run.gnn", *argv, "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -32,6 +35,19 @@ def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Pa
         assert sum(asked[0]) + sum(asked[1]) > 0  # features do move
         for rank in (0, 1):
             assert measured["bytes_sent"][rank][step] == rank_fetch_bytes(asked, rank, FEATURES)
+
+
+@pytest.mark.parametrize("kind, heads", [("sage", 1), ("gcn", 1), ("gat", 4), ("transformer", 4)])
+def test_the_cost_models_parameters_are_the_runtimes(kind: str, heads: int) -> None:
+    """The parameter count the cost model charges gradients and Adam for equals PyG's modules' count, 3 layers."""
+    pytest.importorskip("torch_geometric")
+    from plait.run.gnn import build_model
+    from plait.workload.gnn import GnnModel, GraphStats
+
+    graph = GraphStats(nodes=10, edges=10, features=16, classes=4, train_nodes=10, degree_exponent=2.5, max_degree=5)
+    model = GnnModel(kind=kind, layers=3, hidden=32, fanouts=(1, 1, 1), heads=heads)  # type: ignore[arg-type]
+    built = build_model(kind, 16, 32, 4, 3, heads)
+    assert model.params(graph) == sum(p.numel() for p in built.parameters())
 
 
 def test_plait_run_trains_a_gnn_file_as_one_process_would() -> None:

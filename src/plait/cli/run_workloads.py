@@ -66,7 +66,7 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
         raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
     check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
     argv = ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
-            str(g.classes), "--exponent", str(g.degree_exponent), "--kind", m.kind, "--hidden", str(m.hidden),
+            str(g.classes), "--exponent", str(g.degree_exponent), "--kind", m.kind, "--heads", str(m.heads), "--hidden", str(m.hidden),
             "--fanouts", *map(str, m.fanouts), "--batch", str(batch), "--steps", str(steps), "--cache", str(cache)]
     console = Console()
     console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "

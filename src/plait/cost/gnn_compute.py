@@ -9,7 +9,9 @@ Which nodes and edges each layer computes depends on the engine:
 - full-graph training: every node and every (directed) edge at every layer.
 
 A layer ``a -> b`` over ``n`` output nodes and ``m`` edges: SAGEConv's two linear maps ``2 * 2 n a b`` FLOPs,
-GCNConv's one ``2 n a b`` (PyG ``SAGEConv``/``GCNConv``), each an ``n x a`` by ``a x b`` product on the fp32 roofline
+GCNConv's one ``2 n a b`` (PyG ``SAGEConv``/``GCNConv``), GATConv's one and TransformerConv's query, key and value
+maps to the heads' width ``w`` and its skip map to ``b`` (``w = b`` but on an attention model's last layer, whose
+``h`` heads of ``b`` channels are averaged: ``w = h b``), each an ``n x a`` by ``a x w`` product on the fp32 roofline
 (the accelerator's fp32 GEMM curve by shape: :func:`plait.cost.compute.fp32_gemm_s`; PyTorch runs fp32 GEMMs without
 TF32 by default: ``torch.backends.cuda.matmul.allow_tf32 = False``), and the memory-bound kernels, counted in fp32
 values read plus written at the HBM's streaming rate:
@@ -22,9 +24,23 @@ values read plus written at the HBM's streaming rate:
   reverse (division, gather back to the edges, zeroed node gradients, scatter-add). GCNConv adds a self loop per node
   (``gcn_norm``) and scales each message by its edge weight (``2m`` more) but divides nothing: ``6m' + n`` rows,
   ``m' = m + n``, each way;
-- the layer's output: SAGEConv adds its two maps' outputs (``3nb``), GCNConv its bias (``2nb``); a ReLU after every
+- attention layers (``h`` heads, messages of the maps' width ``w``): GATConv (Velickovic et al., ICLR 2018, Eq. 1-4;
+  PyG ``GATConv``) adds self loops (``m' = m + n``), takes each node's two attention logits (a product with the
+  attention vector and a sum over channels, ``3n`` rows each), gathers each edge's message (``2m'``), scales it by
+  the edge softmax (``2m'``) and scatter-adds it (``2m'``, ``n`` zeroed): ``6m' + 7n`` rows; backward the scatter's
+  gather (``2m'``), the message's two gradients (``2m'`` scaled, ``4m'`` multiplied and summed over channels for the
+  attention's), the gather's scatter-add (``2m'``, ``n`` zeroed) and the logits' products, sums and the paths'
+  additions over the nodes (``16n``): ``10m' + 17n`` rows (the kernels ``torch.profiler`` lists in a GATConv step); TransformerConv (Shi et al., IJCAI 2021, Eq. 3-5; PyG
+  ``TransformerConv``) gathers each edge's query and key (``4m``), takes their product (``3m``), gathers the value
+  (``2m``), scales it (``3m``) and scatter-adds it (``2m``, and ``n`` zeroed): ``14m + n`` rows; the edge softmax
+  (PyG ``utils.softmax``: a scatter-max, a subtraction, an exponent, a scatter-sum and a division over ``h`` values
+  per edge) ``8h (m + n)`` values each way. These are the graph transformer's sparse attention (000-08: attention
+  restricted to the graph's edges);
+- the layer's output: SAGEConv adds its two maps' outputs (``3nb``), TransformerConv its skip map's (``3nb``), GCNConv
+  and GATConv a bias (``2nb``); an attention model's last layer averages its heads (``n (w + b)``); a ReLU after every
   layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``); backward, the bias gradient's sum over the
-  rows (``nb``) and, below the first layer, the input gradient's two paths summed (``3na``).
+  rows (``nb``) and, below the first layer, the input gradient's paths summed, one per linear map after the first
+  (``3na`` each).
 
 The rows' width is where each engine aggregates:
 PyG's SAGEConv aggregates the inputs (``a``) and its GCNConv the transformed outputs (``b``); DGL's SAGEConv and
@@ -35,7 +51,9 @@ al., arXiv 2001.08361, Sec. 2.1), an aggregation once (its gradient is the trans
 first layer's input features take no gradient, so its GEMMs are costed once more only for the weights', and an
 aggregation of the raw features not at all.
 
-Memory: each layer keeps its input, aggregation and output (``n (a + a + b)`` fp32 values) for the backward pass;
+Memory: each layer keeps its input, aggregation and output (``n (a + a + b)`` fp32 values) for the backward pass,
+and the per-edge values its products need: GCNConv's messages (``m' b``), GATConv's messages and attention
+(``m' (w + h)``), TransformerConv's gathered queries, keys and values and attention (``m (3w + h)``);
 the parameters with their gradients and Adam's two moments take 16 bytes each.
 """
 
@@ -110,37 +128,64 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
     """Forward and backward time of each layer, input side first: its GEMMs on the fp32 roofline and the values its
     aggregation and elementwise kernels stream through memory (module docstring)."""
     roof, hbm = fp32_gemm_s(acc), memory_bytes_per_s(acc)
-    kind, layers = spec.model.kind, spec.model.layers
-    maps = 2 if kind == "sage" else 1
+    model = spec.model
     out = []
-    for layer, ((a, b), (n, m)) in enumerate(zip(spec.model.widths(spec.graph), sizes, strict=True)):
-        transform_first = a > b if engine == "dgl" else kind == "gcn"
-        width = b if transform_first else a
-        first, hidden = layer == 0, layer < layers - 1  # the input features need no gradient; ReLU after hidden ones
-        gemms = roof.time_s(n, b, a) + roof.time_s(a, b, n) + (0.0 if first else roof.time_s(n, a, b))
-        fwd, bwd = aggregation_values(engine, kind, n, m, width)
+    for layer, ((a, b), w, (n, m)) in enumerate(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes,
+                                                   strict=True)):
+        first, hidden = layer == 0, layer < model.layers - 1  # the input features need no gradient; ReLU after hidden
+        gemms = sum(roof.time_s(n, c, a) + roof.time_s(a, c, n) + (0.0 if first else roof.time_s(n, a, c))
+                    for c in _map_widths(model.kind, b, w))
+        width, transform_first = _aggregated_width(model.kind, engine, a, b, w)
+        fwd, bwd = aggregation_values(engine, model.kind, n, m, width, model.heads)
         if first and not transform_first:  # an aggregation of the raw features takes no gradient
             bwd = 0.0
-        fwd += (3 if kind == "sage" else 2) * n * b + (2 * n * b if hidden else 0.0)
-        bwd += n * b + (3 * n * b if hidden else 0.0) + (0.0 if first else 3 * n * a)
-        out.append(maps * gemms + (fwd + bwd) * FEATURE_BYTES / hbm)
+        fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
+        fwd += n * (w + b) if w != b else 0.0  # an attention model's last heads averaged
+        bwd += n * b + (3 * n * b if hidden else 0.0) + (0.0 if first else 3 * (model.maps - 1) * n * a)
+        out.append(gemms + (fwd + bwd) * FEATURE_BYTES / hbm)
     return out
 
 
-def aggregation_values(engine: Engine, kind: str, n: float, m: float, width: float) -> tuple[float, float]:
+def _map_widths(kind: str, b: int, w: int) -> tuple[int, ...]:
+    """Output widths of a layer's linear maps (:attr:`plait.workload.gnn.GnnModel.maps`)."""
+    return {"sage": (b, b), "gcn": (b,), "gat": (w,), "transformer": (w, w, w, b)}[kind]
+
+
+def _aggregated_width(kind: str, engine: Engine, a: int, b: int, w: int) -> tuple[int, bool]:
+    """The width of the rows a layer aggregates, and whether they are its maps' outputs (module docstring)."""
+    if kind in ("gat", "transformer"):
+        return w, True
+    transform_first = a > b if engine == "dgl" else kind == "gcn"
+    return (b if transform_first else a), transform_first
+
+
+def aggregation_values(engine: Engine, kind: str, n: float, m: float, width: float,
+                       heads: int = 1) -> tuple[float, float]:
     """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
+    softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
     if engine == "dgl":  # one fused sparse-dense product each way
-        return (m + n) * width, (m + n) * width
-    if kind == "gcn":  # gcn_norm's self loops; each message scaled by its edge weight, then summed
+        return (m + n) * width + softmax, (m + n) * width + softmax
+    if kind == "gcn":  # gcn_norm's self loops: each message scaled by its edge weight, then summed
         m += n
         return (6 * m + n) * width, (6 * m + n) * width
+    if kind == "gat":  # self loops; the nodes' attention logits, each message gathered, scaled and summed
+        m += n
+        return (6 * m + 7 * n) * width + softmax, (10 * m + 17 * n) * width + softmax
+    if kind == "transformer":  # queries and keys gathered per edge and multiplied, values gathered, scaled, summed
+        return (14 * m + n) * width + softmax, (14 * m + n) * width + softmax
     return (4 * m + 3 * n) * width, (4 * m + 3 * n) * width
 
 
 def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int = 0, stop: int | None = None) -> float:
     """What layers ``first .. stop - 1`` (all by default) keep for the backward pass (module docstring)."""
-    widths = spec.model.widths(spec.graph)[first:stop]
-    return sum(n * (2 * a + b) for (a, b), (n, _) in zip(widths, sizes[first:stop], strict=True)) * FEATURE_BYTES
+    model = spec.model
+    layers = list(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes, strict=True))[first:stop]
+    kept = 0.0
+    for (a, b), w, (n, m) in layers:
+        kept += n * (2 * a + b)
+        kept += {"sage": 0.0, "gcn": (m + n) * b, "gat": (m + n) * (w + model.heads),
+                 "transformer": m * (3 * w + model.heads)}[model.kind]
+    return kept * FEATURE_BYTES
 
 
 def state_bytes(spec: GnnSpec) -> float:

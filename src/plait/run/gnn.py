@@ -1,5 +1,5 @@
 """Data-parallel GNN training with neighbour sampling on torch.distributed (issue 18): one rank per part of a
-generated graph (:mod:`plait.run.graph`), PyG's GraphSAGE or GCN wrapped in DDP.
+generated graph (:mod:`plait.run.graph`), PyG's GraphSAGE, GCN, GAT or a graph transformer wrapped in DDP.
 
 Each rank holds the graph's structure and only its part's features (plus, with ``--cache``, the features of the
 graph's highest-degree nodes: PaGraph's static cache). Every step it draws ``--batch`` seeds from its part, samples
@@ -29,15 +29,40 @@ from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
 from plait.run.graph import Graph, generate
 from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
+from plait.workload.gnn import KINDS
 
 
-def build_model(kind: str, features: int, hidden: int, classes: int, layers: int) -> torch.nn.Module:
-    """PyG's GraphSAGE or GCN (mean aggregation, ReLU between layers, no dropout), seeded identically everywhere."""
-    from torch_geometric.nn.models import GCN, GraphSAGE
+def build_model(kind: str, features: int, hidden: int, classes: int, layers: int, heads: int = 1) -> torch.nn.Module:
+    """PyG's GraphSAGE, GCN or GAT, or a stack of TransformerConv layers (the graph transformer of
+    :class:`GraphTransformer`); mean aggregation, ReLU between layers, no dropout, seeded identically everywhere."""
+    from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 
     torch.manual_seed(0)
-    model_class = GraphSAGE if kind == "sage" else GCN
-    return model_class(features, hidden, layers, classes)
+    if kind == "transformer":
+        return GraphTransformer(features, hidden, classes, layers, heads)
+    if kind == "gat":
+        return GAT(features, hidden, layers, classes, heads=heads)
+    return (GraphSAGE if kind == "sage" else GCN)(features, hidden, layers, classes)
+
+
+class GraphTransformer(torch.nn.Module):
+    """Graph transformer layers (Shi et al., IJCAI 2021, Eq. 3-5: PyG ``TransformerConv``, multi-head attention over
+    each node's sampled neighbours with a skip map), laid out as PyG's ``GAT`` model lays out its heads: hidden
+    layers concatenate ``heads`` heads of ``hidden / heads`` channels, the last averages ``heads`` heads of
+    ``classes`` channels."""
+
+    def __init__(self, features: int, hidden: int, classes: int, layers: int, heads: int) -> None:
+        from torch_geometric.nn import TransformerConv
+
+        super().__init__()
+        widths = [features, *[hidden] * (layers - 1)]
+        self.convs = torch.nn.ModuleList(TransformerConv(a, hidden // heads, heads=heads) for a in widths[:-1])
+        self.convs.append(TransformerConv(widths[-1], classes, heads=heads, concat=False))
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs[:-1]:
+            x = fn.relu(conv(x, edge_index))
+        return self.convs[-1](x, edge_index)  # type: ignore[no-any-return]
 
 
 def cached_nodes(graph: Graph, fraction: float) -> torch.Tensor:
@@ -96,7 +121,7 @@ def features_of(batch: Batch, lo: int, hi: int, cached: torch.Tensor, cached_N: 
 def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
     graph = generate(args.nodes, args.edges, reference or dist.get_world_size(), args.features, args.classes,
                      exponent=args.exponent, mix=args.mix, seed=args.seed)
-    model = build_model(args.kind, args.features, args.hidden, args.classes, len(args.fanouts))
+    model = build_model(args.kind, args.features, args.hidden, args.classes, len(args.fanouts), args.heads)
     cached = cached_nodes(graph, args.cache)
     cached_N = torch.zeros(graph.nodes, dtype=torch.bool)
     cached_N[cached] = True
@@ -170,7 +195,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--classes", type=int, default=4)
     p.add_argument("--mix", type=float, default=0.2, help="share of edges drawn between parts")
     p.add_argument("--exponent", type=float, default=2.5, help="power-law exponent of the expected degrees")
-    p.add_argument("--kind", choices=("sage", "gcn"), default="sage")
+    p.add_argument("--kind", choices=KINDS, default="sage")
+    p.add_argument("--heads", type=int, default=1, help="attention heads (gat, transformer)")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--fanouts", type=int, nargs="+", default=[5, 3])
     p.add_argument("--batch", type=int, default=32, help="seeds per rank")

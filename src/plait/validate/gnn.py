@@ -3,11 +3,12 @@ SALIENT, SALIENT++ and Quiver (``tests/data/gnn_epochs.csv``; sources and caveat
 each costed by :mod:`plait.cost.gnn` on the preset of its GPU with the graph's statistics
 (``plait/workload/data/graphs.toml``).
 
-A row's job: its dataset, model (GraphSAGE or GCN), layers, hidden width and fanouts; full-graph rows as
+A row's job: its dataset, model (GraphSAGE, GCN or GAT: its heads, and the hidden width per head), layers, hidden
+width and fanouts; full-graph rows as
 ``full_graph`` on one GPU, DGL's GPU-sampling rows as ``host_features`` with DGL's message-flow graphs (features in
 host memory, read over PCIe). The error is on the epoch time (predicted over measured, minus one). Rows plait cannot
-predict say why: sampling on the host CPU (its rate is no hardware figure plait has), GAT/GIN layers, GPUs without
-a preset.
+predict say why: sampling on the host CPU (its rate is no hardware figure plait has), GIN layers, GPUs without a
+preset.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from plait.workload.gnn import GnnModel, GnnSpec, GraphStats
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
 """GPU names of the CSV -> a preset of that GPU (the rows run on one node)."""
-KINDS = {"GraphSAGE": "sage", "GCN": "gcn"}
+KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat"}
 ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
 
@@ -51,16 +52,16 @@ def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicRes
     if not full and not gpu_sampling:
         return result("sampling on the host CPU is not modelled (no hardware figure for its rate)")
     if row["model"] not in KINDS:
-        return result(f"{row['model']} layers are not modelled (GraphSAGE and GCN are)")
+        return result(f"{row['model']} layers are not modelled ({', '.join(KINDS)} are)")
     if row["gpu"] not in SYSTEMS:
         return result(f"no preset system of {row['gpu']} GPUs")
     if row["dataset"] not in known:
         return result(f"no statistics of {row['dataset']}")
-    layers, gpus = int(row["layers"]), int(row["gpus"])
+    layers, gpus, heads = int(row["layers"]), int(row["gpus"]), int(row.get("heads") or 1)
     fanouts = (1,) * layers if full else tuple(int(f) for f in row["fanouts"].split("-"))
     spec = GnnSpec(name=row["dataset"], graph=known[row["dataset"]],
-                   model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=int(row["hidden"]),  # type: ignore[arg-type]
-                                  fanouts=fanouts))
+                   model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=int(row["hidden"]) * heads,  # type: ignore[arg-type]
+                                  fanouts=fanouts, heads=heads))
     cluster = get_cluster(SYSTEMS[row["gpu"]])
     engine = "dgl" if row["system"].startswith("DGL") else "pyg"
     if full:

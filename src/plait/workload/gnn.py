@@ -13,7 +13,8 @@ A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::
     degree_exponent = 2.1       # degrees follow a discrete power law p(d) ~ d^-a on [d_min, max_degree]
     max_degree = 20000
     [model]
-    kind = "sage"               # sage | gcn
+    kind = "sage"               # sage | gcn | gat | transformer
+    heads = 1                   # attention heads (gat, transformer); must divide hidden
     layers = 3
     hidden = 256
     fanouts = [15, 10, 5]       # neighbours sampled per node, the seeds' hop first
@@ -30,8 +31,9 @@ from typing import Any, Literal
 
 from plait.errors import ConfigError
 
-GnnKind = Literal["sage", "gcn"]
-KINDS: tuple[GnnKind, ...] = ("sage", "gcn")
+GnnKind = Literal["sage", "gcn", "gat", "transformer"]
+KINDS: tuple[GnnKind, ...] = ("sage", "gcn", "gat", "transformer")
+ATTENTION_KINDS: tuple[GnnKind, ...] = ("gat", "transformer")
 FEATURE_BYTES = 4
 """Input features and activations in fp32 (PyG's default dtype, which plait's runtime trains in)."""
 
@@ -62,24 +64,46 @@ class GraphStats:
 
 @dataclass(frozen=True, kw_only=True)
 class GnnModel:
-    """A stack of message-passing layers; each layer maps width ``a`` to ``b``."""
+    """A stack of message-passing layers; each layer maps width ``a`` to ``b``.
+
+    Attention layers follow PyG's conventions: a hidden layer has ``heads`` heads of ``hidden / heads`` channels,
+    concatenated to ``hidden``; the last has ``heads`` heads of ``classes`` channels, averaged (PyG's ``GAT`` model:
+    ``concat=False`` on its last ``GATConv``), so its maps produce ``heads * classes`` values per node."""
 
     kind: GnnKind
     layers: int
     hidden: int
     fanouts: tuple[int, ...]
     """Neighbours sampled per node at each hop, the seeds' hop first (PyG's ``num_neighbors``)."""
+    heads: int = 1
 
     def widths(self, graph: GraphStats) -> list[tuple[int, int]]:
         """(in, out) of each layer, input side first."""
         dims = [graph.features, *[self.hidden] * (self.layers - 1), graph.classes]
         return list(itertools.pairwise(dims))
 
+    def mapped_widths(self, graph: GraphStats) -> list[int]:
+        """Values each layer's linear maps produce per node: its output width, or ``heads * classes`` for an
+        attention model's last layer (its heads averaged after aggregation)."""
+        last = self.heads * graph.classes if self.kind in ATTENTION_KINDS else graph.classes
+        return [b for _, b in self.widths(graph)[:-1]] + [last]
+
+    @property
+    def maps(self) -> int:
+        """Linear maps of the input per layer: SAGEConv's neighbour and root maps; GCNConv's and GATConv's one;
+        TransformerConv's query, key, value and skip."""
+        return {"sage": 2, "gcn": 1, "gat": 1, "transformer": 4}[self.kind]
+
     def params(self, graph: GraphStats) -> int:
-        """Weights and biases: SAGEConv has two linear maps (neighbour mean and self, one bias: PyG ``SAGEConv`` with
-        ``root_weight=True``); GCNConv one (Kipf & Welling, ICLR 2017, Eq. 2)."""
-        maps = 2 if self.kind == "sage" else 1
-        return sum(maps * a * b + b for a, b in self.widths(graph))
+        """Weights and biases (PyG's layers): SAGEConv two maps, one bias (``root_weight=True``); GCNConv one map
+        and a bias (Kipf & Welling, ICLR 2017, Eq. 2); GATConv one map without bias, the source and target attention
+        vectors (``2 h c``) and a bias of the output (Velickovic et al., ICLR 2018, Eq. 1-3); TransformerConv four
+        maps with biases, the skip one to the output width (Shi et al., IJCAI 2021, Eq. 3-5)."""
+        total = 0
+        for (a, b), w in zip(self.widths(graph), self.mapped_widths(graph), strict=True):
+            total += {"sage": 2 * a * b + b, "gcn": a * b + b, "gat": a * w + 2 * w + b,
+                      "transformer": 3 * (a * w + w) + a * b + b}[self.kind]
+        return total
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +132,7 @@ def read_gnn(path: Path) -> GnnSpec:
                            degree_exponent=float(g.get("degree_exponent", 2.5)),
                            max_degree=int(g.get("max_degree", g["nodes"] - 1)))
         model = GnnModel(kind=str(m.get("kind", "sage")), layers=int(m["layers"]), hidden=int(m["hidden"]),  # type: ignore[arg-type]
-                         fanouts=tuple(int(f) for f in m["fanouts"]))
+                         fanouts=tuple(int(f) for f in m["fanouts"]), heads=int(m.get("heads", 1)))
     except KeyError as missing:
         raise ConfigError(f"{path}: a GNN needs {missing.args[0]!r}") from None
     except (TypeError, ValueError) as error:
@@ -135,5 +159,9 @@ def check_gnn(spec: GnnSpec, where: str) -> None:
         raise ConfigError(f"{where}: model kind={m.kind!r} must be one of {', '.join(KINDS)}")
     if m.layers < 1 or m.hidden < 1:
         raise ConfigError(f"{where}: model layers={m.layers} and hidden={m.hidden} must be >= 1")
+    if m.heads < 1 or (m.kind in ATTENTION_KINDS and m.hidden % m.heads):
+        raise ConfigError(f"{where}: heads={m.heads} must be >= 1 and divide hidden={m.hidden}")
+    if m.heads > 1 and m.kind not in ATTENTION_KINDS:
+        raise ConfigError(f"{where}: heads={m.heads} needs an attention kind ({', '.join(ATTENTION_KINDS)})")
     if len(m.fanouts) != m.layers or any(f < 1 for f in m.fanouts):
         raise ConfigError(f"{where}: fanouts={list(m.fanouts)} must give one fanout >= 1 per layer ({m.layers})")
