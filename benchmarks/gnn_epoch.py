@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from plait.cost.gnn import estimate_gnn
+from plait.cost.gnn_sampler import Sampler
 from plait.cost.gnn_sampling import measured_classes
 from plait.hardware.catalog import load_cluster_file
 from plait.run.graph import generate
@@ -49,6 +50,9 @@ def main() -> None:
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 5])
     p.add_argument("--batch", type=int, default=512, help="seeds per rank")
     p.add_argument("--cache", type=float, default=0.0)
+    p.add_argument("--sampler", choices=("loop", "matrix"), default="loop")
+    p.add_argument("--bulk", type=int, default=1, help="batches per bulk (matrix sampler)")
+    p.add_argument("--adjacency", choices=("replicated", "partitioned"), default="replicated")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp())
     cluster_file = args.cluster or tmp / "calibrated.toml"
@@ -57,11 +61,13 @@ def main() -> None:
                         str(cluster_file)], check=True, capture_output=True)
     cluster = load_cluster_file(cluster_file)
 
-    steps = -(-args.nodes // (args.batch * args.ranks))
+    steps = -(-args.nodes // (args.batch * args.ranks * args.bulk)) * args.bulk  # whole bulks
+    warmup = -(-WARMUP // args.bulk) * args.bulk
     worker = ["--nodes", str(args.nodes), "--edges", str(args.edges), "--features", str(args.features),
               "--classes", str(args.classes), "--exponent", str(args.exponent), "--kind", args.kind,
               "--heads", str(args.heads), "--hidden", str(args.hidden), "--fanouts", *map(str, args.fanouts), "--batch", str(args.batch),
-              "--cache", str(args.cache), "--steps", str(steps + WARMUP)]
+              "--cache", str(args.cache), "--steps", str(steps + warmup), "--sampler", args.sampler,
+              "--bulk", str(args.bulk), "--adjacency", args.adjacency]
     out = tmp / "run.json"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc-per-node={args.ranks}", "-m", "plait.run.gnn", *worker, "--out", str(out)],
@@ -81,20 +87,23 @@ def main() -> None:
                                                                   hidden=args.hidden, fanouts=tuple(args.fanouts),
                                                                   heads=args.heads))
     est = estimate_gnn(spec, cluster, args.ranks, args.batch, "sampled_dp", edge_cut=graph.edge_cut(),
-                       cache_fraction=args.cache, classes=measured_classes(torch.bincount(degrees).numpy()))
+                       cache_fraction=args.cache, classes=measured_classes(torch.bincount(degrees).numpy()),
+                       sampler=Sampler(kind=args.sampler, bulk=args.bulk, partitioned=args.adjacency == "partitioned"))
 
-    measured = {k: sum(v[WARMUP:]) / steps for k, v in run["phase_s"].items()}  # rank 0's: the ranks step together
-    step = sum(run["step_times_s"][WARMUP:]) / steps
+    measured = {k: sum(v[warmup:]) / steps for k, v in run["phase_s"].items()}  # rank 0's: the ranks step together
+    step = sum(run["step_times_s"][warmup:]) / steps
     predicted = {"sample": est.sampling_s, "fetch": est.fetch_s,
                  "train": est.compute_s + est.all_reduce_s + est.optimizer_s}
     print(f"{graph.nodes:,} nodes, {graph.edges:,} edges (cut {graph.edge_cut():.3f}), {args.kind} {args.fanouts}, "
+          f"{args.sampler} sampler (bulk {args.bulk}, adjacency {args.adjacency}), "
           f"{args.batch} seeds x {args.ranks} ranks, {steps} steps per epoch; cluster {cluster_file}")
     print(f"{'phase':<8} {'measured s':>11} {'predicted s':>12} {'error':>8}")
     for name, value in predicted.items():
         print(f"{name:<8} {measured[name]:>11.4f} {value:>12.4f} {value / measured[name] - 1:>+8.1%}")
     print(f"{'step':<8} {step:>11.4f} {est.step_s:>12.4f} {est.step_s / step - 1:>+8.1%}  (measured step includes "
           "the loss's all-reduce for the log)")
-    print(f"{'epoch':<8} {step * steps:>11.3f} {est.epoch_s:>12.3f} {est.epoch_s / (step * steps) - 1:>+8.1%}")
+    print(f"{'epoch':<8} {step * steps:>11.3f} {est.step_s * steps:>12.3f} {est.step_s / step - 1:>+8.1%}  ({steps} "
+          "steps: whole bulks)")
 
 
 if __name__ == "__main__":

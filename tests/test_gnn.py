@@ -203,3 +203,51 @@ def test_llcg_averages_every_k_steps_and_pays_for_the_servers_corrections() -> N
     assert llcg.compute_s == local.compute_s and llcg.fetch_bytes == 0.0
     assert llcg.all_reduce_s == pytest.approx(local.all_reduce_s / LLCG_LOCAL_STEPS)
     assert llcg.correction_s == pytest.approx(LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS)
+
+
+def test_matrix_bulks_amortize_the_samplers_kernels_and_a_partitioned_adjacency_trades_memory_for_exchanges() -> None:
+    """000-10 on a GPU: a bulk of 8 pays a hop's shared kernels once for 8 batches, so a batch samples faster than
+    one at a time; cutting the adjacency into the GPUs' parts leaves each 1/8 of the structure and adds the rows'
+    exchange to the sampling time."""
+    from plait.cost.gnn import estimate_gnn
+    from plait.cost.gnn_compute import structure_bytes
+    from plait.cost.gnn_sampler import Sampler
+    from plait.hardware.catalog import get_cluster
+
+    spec, cluster = read_gnn(PRODUCTS), get_cluster("dgx-a100-ib")
+    loop = estimate_gnn(spec, cluster, 8, 1024)
+    one, eight = (estimate_gnn(spec, cluster, 8, 1024, sampler=Sampler(kind="matrix", bulk=k)) for k in (1, 8))
+    cut = estimate_gnn(spec, cluster, 8, 1024, sampler=Sampler(kind="matrix", bulk=8, partitioned=True))
+    assert eight.sampling_s < one.sampling_s and eight.sampling_s < loop.sampling_s
+    assert cut.sampling_s > eight.sampling_s
+    assert eight.memory_bytes - cut.memory_bytes == pytest.approx(structure_bytes(spec.graph) * 7 / 8)
+    assert cut.compute_s == eight.compute_s and cut.fetch_s == eight.fetch_s
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("gibbs", "the sampler must be one of loop, matrix"),
+    ("matrix:bulk=0", "bulk=0 must be >= 1"),
+    ("matrix:bulk=x", "bulk=x must be a whole number"),
+    ("matrix:adjacency=2d", "adjacency replicated or partitioned"),
+    ("loop:bulk=4", "bulk and adjacency need the matrix sampler"),
+])
+def test_bad_samplers_are_one_line(text: str, rule: str) -> None:
+    code, _, err = _cli(["estimate", "--model", str(PRODUCTS), "--gpus", "8", "--global-batch", "8192",
+                         "--gnn-sampler", text])
+    assert code != 0 and rule in err and "Traceback" not in err
+
+
+def test_an_fp32_gemm_is_no_faster_than_the_bf16_gemm_of_its_shape_nor_than_the_fp32_peak() -> None:
+    """GNN layers train in fp32; a GPU without a measured fp32 curve runs a product at the lower of its fp32 peak
+    and the rate its bf16 product reaches (cost/compute.py)."""
+    from plait.cost.compute import fp32_gemm_s, gemm_time_s
+    from plait.cost.flops import Gemm
+    from plait.hardware.catalog import get_cluster
+
+    acc = get_cluster("dgx-h100-ib").accelerator
+    for m, n, k in ((204_000, 256, 256), (4096, 4096, 4096), (100_000, 47, 256), (256, 256, 256)):
+        fp32 = fp32_gemm_s(acc).time_s(m, n, k)
+        assert fp32 >= gemm_time_s(Gemm(m=m, n=n, k=k), acc, "bf16")
+        assert fp32 >= 2.0 * m * n * k / (acc.peak_tflops["fp32"] * 1e12) * (1 - 1e-12)
+    big = fp32_gemm_s(acc).time_s(8192, 8192, 8192)  # large enough that bf16 is far faster: fp32 peak rules
+    assert big == pytest.approx(2.0 * 8192**3 / (acc.peak_tflops["fp32"] * 1e12))

@@ -76,3 +76,55 @@ def test_plait_run_refuses_the_strategies_it_only_costs_by_name(strategy: str) -
     code, _, err = cli(["run", "--model", "examples/gnn-tiny.toml", "--gpus", "2", "--global-batch", "64",
                         "--gnn-strategy", strategy, "--dry-run"])
     assert code != 0 and f"--gnn-strategy {strategy}: plait run trains sampled_dp" in err and "Traceback" not in err
+
+
+def test_a_matrix_bulk_samples_the_batches_the_loop_samples_one_at_a_time() -> None:
+    """Matrix-based bulk sampling (000-10): four batches drawn at once through ``P = Q A`` are, node for node and
+    edge for edge, the four batches :func:`plait.run.sampler.sample` draws one by one with the same generators."""
+    import torch
+
+    from plait.run.bulk_sampler import adjacency, replicated_rows, sample_bulk
+    from plait.run.graph import generate
+    from plait.run.sampler import batch_generator, draw_seeds, sample
+
+    graph = generate(3000, 15000, 2, 4, 2, exponent=2.2)
+    lo, hi = graph.part_range(1)
+    gens = [batch_generator(7, step, 1) for step in range(4)]
+    bulk = sample_bulk(replicated_rows(adjacency(graph.rowptr_N1, graph.col_E2, graph.nodes)), graph.nodes,
+                       [draw_seeds(lo, hi, 24, g) for g in gens], (6, 4, 2), gens)
+    for step, got in enumerate(bulk):
+        gen = batch_generator(7, step, 1)
+        one = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, 24, gen), (6, 4, 2), gen)
+        assert torch.equal(got.nodes_U, one.nodes_U) and torch.equal(got.edge_index_2M, one.edge_index_2M)
+        assert got.new_per_hop == one.new_per_hop and got.drawn_per_hop == one.drawn_per_hop
+        assert all(n > 0 for n in got.drawn_per_hop)
+
+
+def test_bulks_over_a_partitioned_adjacency_train_as_one_process_and_send_the_counted_bytes(tmp_path: Path) -> None:
+    """2 ranks, each holding only its part's adjacency rows, sample bulks of 2 batches by fetching the rows they
+    draw from (ids out, lengths and entries back): the losses are one process's (same batches), and the bytes each
+    rank sends for sampling equal :func:`plait.cost.gnn.rank_sampling_bytes` of the rows each part's batches draw."""
+    pytest.importorskip("torch_geometric")
+    from plait.cost.gnn_sampler import rank_sampling_bytes
+    from plait.run.gnn import parser, train
+
+    steps, bulk = 4, 2
+    argv = ["--features", str(FEATURES), "--steps", str(steps), "--fanouts", "5", "3", "4"]
+    out = tmp_path / "run.json"
+    done = run_ranks(2, ["-m", "plait.run.gnn", *argv, "--sampler", "matrix", "--bulk", str(bulk), "--adjacency",
+                         "partitioned", "--out", str(out)], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(out.read_text())
+    single = train(parser().parse_args([*argv, "--out", str(tmp_path / "ref.json")]), reference=2)
+    assert measured["losses"] == pytest.approx(single["losses"], abs=1e-5)
+    expected = [0.0, 0.0]
+    for first in range(0, steps, bulk):
+        for hop in range(3):  # a bulk's hop merges its steps' rows: one exchange
+            rows = [[sum(single["drawing_rows"][s][r][hop][0][p] for s in range(first, first + bulk)) for p in (0, 1)]
+                    for r in (0, 1)]
+            slots = [[sum(single["drawing_rows"][s][r][hop][1][p] for s in range(first, first + bulk)) for p in (0, 1)]
+                     for r in (0, 1)]
+            assert (rows[0][1] + rows[1][0] > 0) == (hop > 0)  # the seeds are the rank's own; their neighbours cross
+            for rank in (0, 1):
+                expected[rank] += rank_sampling_bytes(rows, slots, rank)
+    assert measured["sampling_bytes_sent"] == expected

@@ -58,6 +58,7 @@ def estimate_command(
     gnn_engine: Annotated[str, typer.Option(help="With a GNN TOML: pyg (layers on the whole sampled subgraph) | dgl (message-flow graphs; every node redraws each hop).")] = "pyg",
     edge_cut: Annotated[float | None, typer.Option(help="With a GNN TOML: fraction of edges crossing the gpus parts. [default: a random cut, (gpus-1)/gpus]")] = None,
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,
+    gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML: loop (a batch at a time) | matrix[:bulk=K][,adjacency=replicated|partitioned] (matrix-based bulk sampling).")] = "loop",
     parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: degrees KEY=N,... of cfg, pipefusion, patches, ulysses, ring, tp, distrifusion (their product is the GPUs). [default: ulysses=gpus]")] = None,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
@@ -83,7 +84,7 @@ def estimate_command(
 
         assert model is not None
         gnn = predict_gnn(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, gnn_strategy, edge_cut, cache_fraction,
-                          gnn_engine)
+                          gnn_engine, gnn_sampler)
         if as_json:
             print_json(gnn.to_dict())
         else:
@@ -105,9 +106,10 @@ def estimate_command(
         return
     if parallel is not None:
         raise ConfigError("--parallel gives a diffusion transformer's degrees: pass --model with a DiT TOML")
-    if gnn_strategy != "sampled_dp" or gnn_engine != "pyg" or edge_cut is not None or cache_fraction:
-        raise ConfigError("--gnn-strategy, --gnn-engine, --edge-cut and --cache-fraction describe a GNN job: pass --model "
-                          "with a GNN TOML")
+    gnn_options = (gnn_strategy, gnn_engine, edge_cut, cache_fraction, gnn_sampler)
+    if gnn_options != ("sampled_dp", "pyg", None, 0.0, "loop"):
+        raise ConfigError("--gnn-strategy, --gnn-engine, --gnn-sampler, --edge-cut and --cache-fraction describe a GNN "
+                          "job: pass --model with a GNN TOML")
     traced = model is not None and is_traced_name(model)
     if traced:  # one replica's batch at once, unsharded, unless asked otherwise (a CNN's habit)
         sharding = sharding or "none"

@@ -15,6 +15,7 @@ PARTS = (("sampling", "sampling_s"), ("feature fetch", "fetch_s"), ("compute", "
 def describe(result: GnnPrediction) -> str:
     est = result.estimate
     text = est.strategy + (f", cache {result.cache_fraction:.0%}" if result.cache_fraction else "")
+    text += f", {result.sampler.label()} sampler" if result.sampler.kind != "loop" else ""
     if est.strategy == "partition_local":
         text += f" (drops the {result.edge_cut:.0%} of edges that cross parts)"
     if est.strategy == "full_graph":

@@ -53,20 +53,26 @@ class _Roofline:
         self.launch_s = acc.efficiency.kernel_launch_us.value * 1e-6
         self.memory_bytes_per_s = memory_bytes_per_s(acc)
         eff = acc.efficiency
+        self.cap: float | None = None
         if dtype == "fp32":  # no transposed-layout curve in fp32: the square one serves both
             self.peak_flops, self.curve = fp32_flops_per_s(acc), eff.matmul_fp32 or eff.matmul_bf16
+            if eff.matmul_fp32 is None:  # bf16's curve bounds the rate, not its shape scaled to the fp32 peak
+                self.cap, self.peak_flops = self.peak_flops, acc.peak_flops("bf16")
             return
         self.peak_flops = acc.peak_flops(dtype)
         wgrad = eff.matmul_bf16_wgrad if weight_gradient and dtype != "fp8" else None
         self.curve = wgrad or (eff.matmul_fp8 if dtype == "fp8" else eff.matmul_bf16)
 
     def time_s(self, m: float, n: float, k: float, count: int = 1) -> float:
-        """Seconds of ``count`` ``m x k`` by ``k x n`` products."""
+        """Seconds of ``count`` ``m x k`` by ``k x n`` products. Without a measured fp32 curve an fp32 product runs
+        at the fp32 peak or at the rate the bf16 product of its shape reaches, whichever is lower (assumed: a shape
+        that keeps bf16 tensor cores from their peak, by launch, tail or memory, holds fp32 to no better)."""
         moved = (self.in_bytes * (m * k + k * n) + self.out_bytes * m * n) * count
         size = 3.0 / (1.0 / m + 1.0 / n + 1.0 / k)  # square edge of equal arithmetic intensity
         flops = 2.0 * m * n * k * count
-        return max(flops / (self.peak_flops * self.curve.at(size)), moved / self.memory_bytes_per_s,
-                   self.launch_s * count)
+        rate = self.peak_flops * self.curve.at(size)
+        rate = rate if self.cap is None else min(rate, self.cap)
+        return max(flops / rate, moved / self.memory_bytes_per_s, self.launch_s * count)
 
 
 def fp32_gemm_s(acc: Accelerator) -> _Roofline:

@@ -24,13 +24,8 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
 
 A step (no overlap between its phases assumed: PyG's and plait's loaders sample and fetch before the forward pass):
 
-- **sampling** on the GPU (as DGL's and GNNLab's GPU samplers do): each drawn neighbour is a random read of one
-  32-byte sector of the adjacency (NVIDIA, *CUDA C++ Best Practices Guide*, "Coalesced Access to Global Memory":
-  the smallest transaction), each sampled node two more (its row offsets), at the HBM's streaming rate; on a CPU
-  that ``plait calibrate`` measured, plait's sampler (:mod:`plait.run.sampler`), which orders every drawing node's
-  neighbours by random keys before it takes the first ``f``, costs its measured time per neighbour slot scanned
-  (:attr:`plait.hardware.accelerator.Efficiency.sampling_ns_per_slot`) times the slots the drawing nodes hold
-  (:attr:`plait.cost.gnn_sampling.SampledBatch.scanned`);
+- **sampling**: :mod:`plait.cost.gnn_sampler` (one batch at a time, or matrix-based bulks over a replicated or
+  partitioned adjacency: its memory is then the part's rows only);
 - **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by three
   all-to-alls in turn (each waits for the one before: the sizes, then the ids, make the next one's splits) on the
   tier the ``W`` ranks span (``sampled_dp``), or every batch node's ``F`` fp32 features over PCIe
@@ -62,7 +57,8 @@ from plait.cost.gnn_compute import (
     structure_bytes,
 )
 from plait.cost.gnn_pipe import full_graph
-from plait.cost.gnn_sampling import DegreeClasses, SampledBatch, degree_classes, sample_batch
+from plait.cost.gnn_sampler import COUNT_BYTES, Sampler, sampling_time_s
+from plait.cost.gnn_sampling import DegreeClasses, degree_classes, sample_batch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -75,10 +71,9 @@ LLCG_LOCAL_STEPS = 8
 """LLCG's local steps between averagings (assumed: the paper sets it per dataset; 8 is a typical local-SGD period)."""
 LLCG_CORRECTIONS = 1
 """LLCG's server correction steps per averaging (assumed: a single correction step per round)."""
-SECTOR_BYTES = 32
-"""The smallest global-memory transaction of NVIDIA GPUs (module docstring)."""
-COUNT_BYTES = 8
-"""The int64 count of requested ids each rank sends each peer before the ids."""
+
+
+LOOP = Sampler()
 
 
 def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> float:
@@ -90,17 +85,9 @@ def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> floa
     return peers * COUNT_BYTES + own * INDEX_BYTES + served * features * FEATURE_BYTES
 
 
-def sampling_time_s(sampled: SampledBatch, ns_per_slot: float, hbm: float) -> float:
-    """Seconds to sample ``sampled``: by the slots scanned where the sampler's rate was measured, else by the
-    sectors a GPU sampler reads (module docstring)."""
-    if ns_per_slot > 0:
-        return sum(sampled.scanned) * ns_per_slot * 1e-9
-    return (sampled.sampled_edges + 2 * sampled.nodes) * SECTOR_BYTES / hbm
-
-
 def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strategy: Strategy = "sampled_dp",
                  edge_cut: float | None = None, cache_fraction: float = 0.0, engine: Engine = "pyg",
-                 classes: DegreeClasses | None = None) -> GnnEstimate:
+                 classes: DegreeClasses | None = None, sampler: Sampler = LOOP) -> GnnEstimate:
     """The step of ``world`` ranks each training on ``batch`` seeds (module docstring); ``classes``: the graph's
     measured degree histogram (:func:`plait.cost.gnn_sampling.measured_classes`) in place of the power law its
     statistics give (strategies that sample the whole graph)."""
@@ -118,7 +105,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
                            redraw=engine == "dgl")
-    sampling_s = sampling_time_s(sampled, acc.efficiency.sampling_ns_per_slot.value, hbm)
+    sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
     batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
     sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
     if strategy == "sampled_dp" and world > 1:  # every rank asks each peer for an equal share of its misses
@@ -135,7 +122,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
             "host_features": 0.0, "partition_local": g.feature_table_bytes / world,
             "llcg": g.feature_table_bytes / world}[strategy]
     sizes = layer_sizes(spec, sampled, engine)
-    memory = (structure / world if local else structure) + held + batch_feature_bytes
+    memory = (structure / world if local or sampler.partitioned else structure) + held + batch_feature_bytes
     memory += activation_bytes(spec, sizes) + state_bytes(spec)
     correction_s = 0.0
     if strategy == "llcg":  # the parameters averaged once per K local steps, the server's corrections after

@@ -85,6 +85,9 @@ class SampledBatch:
     remote_misses: float
     """Remote nodes whose features are not in the cache: what the rank fetches."""
     scanned: tuple[float, ...]
+    remote_scanned: tuple[float, ...]
+    """Of ``scanned``, the slots of drawing nodes held by another rank's part (what a partitioned adjacency's other
+    owners serve)."""
     """Neighbour slots the drawing nodes hold at each hop (the sum of their degrees): what a sampler that orders
     every node's neighbours before drawing (plait's CPU sampler, :mod:`plait.run.sampler`) passes over."""
 
@@ -112,11 +115,12 @@ def sample_batch(classes: DegreeClasses, fanouts: tuple[int, ...], seeds: float,
     back = edge_cut / (parts - 1) if parts > 1 else 0.0
     q = [np.full_like(d, min(1.0, seeds * parts / total)), np.zeros_like(d)]
     fresh = [n_d * share[0] * q[0], np.zeros_like(d)]  # nodes first reached at the latest hop, per class
-    hops, edges, scanned = [fresh], [], []
+    hops, edges, scanned, remote_scanned = [fresh], [], [], []
     for fanout in fanouts:
         drawing = [n_d * share[k] * q[k] for k in (0, 1)] if redraw else fresh
         out = [float((f * np.minimum(fanout, d)).sum()) for f in drawing]
         scanned.append(sum(float((f * d).sum()) for f in drawing))
+        remote_scanned.append(float((drawing[1] * d).sum()))
         landing = (out[0] * (1.0 - edge_cut) + out[1] * back, out[0] * edge_cut + out[1] * (1.0 - back))
         after = [1.0 - (1.0 - q[k]) * np.exp(-landing[k] * d / (2.0 * classes.edges * share[k])) if share[k] else q[k]
                  for k in (0, 1)]
@@ -127,7 +131,8 @@ def sample_batch(classes: DegreeClasses, fanouts: tuple[int, ...], seeds: float,
     uncached = 1.0 - _cached(n_d, cache_fraction * total)
     return SampledBatch(new_nodes=tuple(float(h[0].sum() + h[1].sum()) for h in hops), edges=tuple(edges),
                         remote_nodes=tuple(float(h[1].sum()) for h in hops),
-                        remote_misses=sum(float((h[1] * uncached).sum()) for h in hops), scanned=tuple(scanned))
+                        remote_misses=sum(float((h[1] * uncached).sum()) for h in hops), scanned=tuple(scanned),
+                        remote_scanned=tuple(remote_scanned))
 
 
 def _cached(n_d: np.ndarray, capacity: float) -> np.ndarray:

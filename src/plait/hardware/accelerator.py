@@ -69,6 +69,8 @@ class Efficiency:
     sampling_ns_per_slot: Figure = field(default_factory=lambda: Figure(value=0.0, source=GPU_SAMPLER))
     """Nanoseconds plait's CPU neighbour sampler spends per neighbour slot it scans (:mod:`plait.run.sampler`);
     0: the device samples as a GPU does, costed by the sectors it reads (:mod:`plait.cost.gnn`)."""
+    matrix_sampling_ns_per_slot: Figure = field(default_factory=lambda: Figure(value=0.0, source=GPU_SAMPLER))
+    """The same for plait's matrix-based bulk sampler (:mod:`plait.run.bulk_sampler`)."""
     host_fsdp_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Host time FSDP2 adds to one layer's forward beyond its collectives, microseconds (see HIDDEN_HOST)."""
     host_fsdp_layer_bwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from plait.cost.gnn import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.cost.gnn import LOOP, STRATEGIES, GnnEstimate, Strategy, estimate_gnn
 from plait.cost.gnn_compute import Engine
+from plait.cost.gnn_sampler import Sampler, parse_sampler
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
@@ -38,6 +39,7 @@ class GnnPrediction:
     cache_fraction: float
     engine: str
     estimate: GnnEstimate
+    sampler: Sampler = LOOP
 
     @property
     def fits(self) -> bool:
@@ -48,7 +50,8 @@ class GnnPrediction:
         out = {
             "model": self.spec.name, "cluster": self.cluster.name, "gpus": self.world, "seeds_per_rank": self.batch,
             "global_batch": self.batch * self.world, "strategy": est.strategy, "engine": self.engine,
-            "edge_cut": self.edge_cut, "cache_fraction": self.cache_fraction, "step_time_s": est.step_s,
+            "edge_cut": self.edge_cut, "cache_fraction": self.cache_fraction, "sampler": self.sampler.label(),
+            "step_time_s": est.step_s,
             "epoch_time_s": est.epoch_s, "steps_per_epoch": est.steps_per_epoch,
             "time_breakdown_s": {"sampling": est.sampling_s, "feature_fetch": est.fetch_s, "compute": est.compute_s,
                                  "gradient_all_reduce": est.all_reduce_s, "optimizer": est.optimizer_s,
@@ -63,14 +66,20 @@ class GnnPrediction:
 
 
 def predict_gnn(model: str, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
-                edge_cut: float | None = None, cache_fraction: float = 0.0, engine: str = "pyg") -> GnnPrediction:
-    """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts."""
+                edge_cut: float | None = None, cache_fraction: float = 0.0, engine: str = "pyg",
+                sampler: str = "loop") -> GnnPrediction:
+    """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts;
+    ``sampler``: :func:`plait.cost.gnn_sampler.parse_sampler`'s text (mini-batch strategies)."""
+    chosen = parse_sampler(sampler)
+    if chosen != LOOP and strategy not in ("sampled_dp", "host_features", "replicated"):
+        raise ConfigError(f"--gnn-sampler {sampler}: the {strategy} strategy samples inside each part; the matrix "
+                          "sampler serves sampled_dp, host_features and replicated")
     return _predict(read_gnn(Path(model)), resolve_cluster(cluster), gpus, global_batch, strategy, edge_cut,
-                    cache_fraction, engine)
+                    cache_fraction, engine, chosen)
 
 
 def _predict(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, strategy: str, edge_cut: float | None,
-             cache_fraction: float, engine: str) -> GnnPrediction:
+             cache_fraction: float, engine: str, sampler: Sampler = LOOP) -> GnnPrediction:
     if gpus < 1 or global_batch < gpus or global_batch % gpus:
         raise ConfigError(f"global_batch={global_batch} must be a positive multiple of gpus={gpus} (seeds per rank)")
     batch = global_batch // gpus
@@ -80,10 +89,14 @@ def _predict(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, str
     cut = (gpus - 1) / gpus if edge_cut is None else edge_cut
     typed: Strategy = strategy  # type: ignore[assignment]
     kind: Engine = engine  # type: ignore[assignment]
-    est = estimate_gnn(spec, hardware, gpus, batch, typed, cut, cache_fraction, kind)
+    est = estimate_gnn(spec, hardware, gpus, batch, typed, cut, cache_fraction, kind, sampler=sampler)
     return GnnPrediction(spec=spec, cluster=hardware, world=gpus, batch=batch, edge_cut=cut,
-                         cache_fraction=cache_fraction, engine=engine, estimate=est)
+                         cache_fraction=cache_fraction, engine=engine, estimate=est, sampler=sampler)
 
+
+SAMPLER_CHOICES = (LOOP, Sampler(kind="matrix", bulk=8), Sampler(kind="matrix", bulk=8, partitioned=True))
+"""Samplers the search tries with sampled data parallelism: one batch at a time, and matrix-based bulks of 8 (the
+adjacency on every GPU, or cut into the GPUs' parts: for graphs whose structure does not fit)."""
 
 APART = {"partition_local": "trains on less of the graph (drops the edges between parts)",
          "full_graph": "a different algorithm: one update per epoch over the whole graph",
@@ -94,17 +107,19 @@ APART = {"partition_local": "trains on less of the graph (drops the edges betwee
 def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut: float | None = None,
                memory_margin: float = 0.05, engine: str = "pyg") -> tuple[list[GnnPrediction], list[GnnPrediction],
                                                                          list[tuple[str, str]]]:
-    """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS`): the
+    """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS` and sampler of
+    :data:`SAMPLER_CHOICES`): the
     mini-batch ones that train on the whole graph and fit, ranked by epoch time; those of :data:`APART` that fit
     (shown, not ranked: a faster epoch is not a better plan by itself); and those refused, with why."""
-    candidates = [(s, c) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))]
+    candidates = [(s, c, m) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))
+                  for m in (SAMPLER_CHOICES if s == "sampled_dp" else (LOOP,))]
     spec, hardware = read_gnn(Path(model)), resolve_cluster(cluster)
     ranked: list[GnnPrediction] = []
     apart: list[GnnPrediction] = []
     refused: list[tuple[str, str]] = []
-    for strategy, cache in candidates:
+    for strategy, cache, sampler in candidates:
         try:
-            result = _predict(spec, hardware, gpus, global_batch, strategy, edge_cut, cache, engine)
+            result = _predict(spec, hardware, gpus, global_batch, strategy, edge_cut, cache, engine, sampler)
         except ConfigError as error:
             if strategy != "full_graph":  # only full-graph training refuses a GPU count (more GPUs than layers)
                 raise
@@ -113,7 +128,8 @@ def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut:
         limit = (1.0 - memory_margin) * result.cluster.accelerator.memory_bytes
         if result.estimate.memory_bytes > limit:
             why = f"needs {result.estimate.memory_bytes / GIB:.1f} GiB of {limit / GIB:.1f} GiB usable"
-            refused.append((strategy + (f", cache {cache:.0%}" if cache else ""), why))
+            refused.append((strategy + (f", cache {cache:.0%}" if cache else "")
+                            + (f", {sampler.label()} sampler" if sampler != LOOP else ""), why))
         else:
             (apart if strategy in APART else ranked).append(result)
     ranked.sort(key=lambda r: r.estimate.epoch_s)

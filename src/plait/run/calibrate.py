@@ -188,8 +188,10 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
         },
     }
-    if measured["sampling_ns"] > 0:
-        accelerator["efficiency"]["sampling_ns_per_slot"] = fig(round(measured["sampling_ns"], 2))
+    loop_ns, matrix_ns = measured["sampling_ns"]
+    if loop_ns > 0:
+        accelerator["efficiency"]["sampling_ns_per_slot"] = fig(round(loop_ns, 2))
+        accelerator["efficiency"]["matrix_sampling_ns_per_slot"] = fig(round(matrix_ns, 2))
     table = {
         "name": f"this machine ({name}, {ranks} ranks)", "accelerator": accelerator, "gpus_per_node": ranks,
         "scale_up_domain_gpus": ranks,

@@ -176,27 +176,41 @@ SAMPLER_GRAPH = {"nodes": 50_000, "edges": 500_000, "exponent": 2.2}
 the figure is per neighbour slot scanned)."""
 
 
+SAMPLER_BULK = 8
+"""Batches per bulk the matrix sampler is timed with."""
+
+
 def sampling_ns_per_slot(device: str, batch: int = 256, fanouts: tuple[int, ...] = (10, 5),
-                         sync: Callable[[], object] = lambda: None) -> float:
-    """Nanoseconds plait's CPU neighbour sampler spends per neighbour slot it scans (the degrees of the nodes that
-    draw: every node of a batch but the last hop's new ones); 0 on a GPU, whose samplers are costed otherwise.
-    ``sync`` is called once the graph is built, so that ranks time their sampling together."""
+                         sync: Callable[[], object] = lambda: None) -> tuple[float, float]:
+    """Nanoseconds plait's CPU neighbour samplers spend per neighbour slot they scan (the degrees of the nodes that
+    draw: every node of a batch but the last hop's new ones): one batch at a time, and in matrix-based bulks of
+    :data:`SAMPLER_BULK`; zeros on a GPU, whose samplers are costed otherwise. ``sync`` is called once the graph is
+    built, so that ranks time their sampling together."""
     if device != "cpu":
-        return 0.0
+        return 0.0, 0.0
+    from plait.run.bulk_sampler import adjacency, replicated_rows, sample_bulk
     from plait.run.graph import generate
     from plait.run.sampler import draw_seeds, sample
 
     graph = generate(SAMPLER_GRAPH["nodes"], SAMPLER_GRAPH["edges"], 1, 1, 2, exponent=SAMPLER_GRAPH["exponent"])
     degrees, gen = graph.degrees(), torch.Generator().manual_seed(0)
+    rows_of = replicated_rows(adjacency(graph.rowptr_N1, graph.col_E2, graph.nodes))
+    scanned = lambda b: int(degrees[b.nodes_U[: b.nodes_U.numel() - b.new_per_hop[-1]]].sum())  # noqa: E731
     sync()
-    seconds, slots = [], []
+    loop, bulk = [], []
     for _ in range(8):
         seeds = draw_seeds(0, graph.nodes, batch, gen)
         start = time.perf_counter()
         drawn = sample(graph.rowptr_N1, graph.col_E2, seeds, fanouts, gen)
-        seconds.append(time.perf_counter() - start)
-        slots.append(int(degrees[drawn.nodes_U[: drawn.nodes_U.numel() - drawn.new_per_hop[-1]]].sum()))
-    return statistics.median(t / n for t, n in zip(seconds, slots, strict=True)) * 1e9
+        loop.append((time.perf_counter() - start) / scanned(drawn))
+    for _ in range(3):
+        gens = [torch.Generator().manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
+                for _ in range(SAMPLER_BULK)]
+        seeds_list = [draw_seeds(0, graph.nodes, batch, g) for g in gens]
+        start = time.perf_counter()
+        drawn_list = sample_bulk(rows_of, graph.nodes, seeds_list, fanouts, gens)
+        bulk.append((time.perf_counter() - start) / sum(scanned(b) for b in drawn_list))
+    return statistics.median(loop) * 1e9, statistics.median(bulk) * 1e9
 
 
 def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list[int], seqs: list[int],
@@ -266,5 +280,5 @@ def compute_figures(ranks: int, threads: int, sizes: list[int], seqs: list[int],
     for process in processes:
         process.join()
     median = lambda values: [statistics.median(v) for v in zip(*values)]  # noqa: E731
-    return {key: (median([f[key] for f in figures]) if isinstance(figures[0][key], list)
+    return {key: (median([f[key] for f in figures]) if isinstance(figures[0][key], (list, tuple))
                   else statistics.median(f[key] for f in figures)) for key in figures[0]}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
+from plait.run.bulk_sampler import adjacency, partitioned_rows, replicated_rows, sample_bulk
 from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
 from plait.run.graph import Graph, generate
@@ -134,12 +136,15 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
     graph = replace(graph, x_NF=torch.empty(0), y_N=torch.empty(0))  # the rank keeps its part and the cache only
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
-    counter, losses, sent, times = Counted(), [], [], []
+    counter, sampler_counter, losses, sent, times = Counted(), Counted(), [], [], []
     phases: dict[str, list[float]] = {"sample": [], "fetch": [], "train": []}
+    draw = _sampler(args, graph, rank, sampler_counter)
+    queued: list[Batch] = []
     for step in range(args.steps):
         start, before = time.perf_counter(), counter.sent
-        gen = batch_generator(args.seed, step, rank)
-        batch = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, args.batch, gen), tuple(args.fanouts), gen)
+        if not queued:
+            queued = draw(list(range(step, min(step + args.bulk, args.steps))))
+        batch = queued.pop(0)
         sampled = time.perf_counter()
         where = requests(graph, batch, rank, cached_N)
         table = with_room(table, held, sum(w.numel() for w in where))
@@ -161,21 +166,48 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
         times.append(time.perf_counter() - start)
     every: list[list[int]] = [[] for _ in range(dist.get_world_size())]
     dist.all_gather_object(every, sent)
-    return {"losses": losses, "bytes_sent": every, "step_times_s": times, "phase_s": phases}
+    sampling: list[int] = [0] * dist.get_world_size()
+    dist.all_gather_object(sampling, sampler_counter.sent)
+    return {"losses": losses, "bytes_sent": every, "step_times_s": times, "phase_s": phases,
+            "sampling_bytes_sent": sampling}
+
+
+def _sampler(args: argparse.Namespace, graph: Graph, rank: int, counter: Counted) -> Callable[[list[int]], list[Batch]]:
+    """Steps -> this rank's batches for them: one at a time by :func:`plait.run.sampler.sample`, or in one bulk by
+    :func:`plait.run.bulk_sampler.sample_bulk` over the whole adjacency or this rank's rows of it."""
+    lo, hi = graph.part_range(rank)
+    fanouts = tuple(args.fanouts)
+    if args.sampler == "loop":
+        def one(steps: list[int]) -> list[Batch]:
+            gen = batch_generator(args.seed, steps[0], rank)
+            return [sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, args.batch, gen), fanouts, gen)]
+        return one
+    if args.adjacency == "replicated":
+        rows_of = replicated_rows(adjacency(graph.rowptr_N1, graph.col_E2, graph.nodes))
+    else:
+        first, last = int(graph.rowptr_N1[lo]), int(graph.rowptr_N1[hi])
+        block = adjacency(graph.rowptr_N1[lo: hi + 1] - first, graph.col_E2[first:last], graph.nodes)
+        rows_of = partitioned_rows(block, lo, graph.owner, graph.parts, counter)
+
+    def bulk(steps: list[int]) -> list[Batch]:
+        gens = [batch_generator(args.seed, step, rank) for step in steps]
+        return sample_bulk(rows_of, graph.nodes, [draw_seeds(lo, hi, args.batch, g) for g in gens], fanouts, gens)
+    return bulk
 
 
 def _reference(args: argparse.Namespace, graph: Graph, model: torch.nn.Module, cached_N: torch.Tensor,
                world: int) -> dict[str, list]:
     """One process: each step, the mean of the ``world`` parts' losses on their batches (module docstring)."""
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    losses, asked = [], []
+    losses, asked, rows = [], [], []
     for step in range(args.steps):
-        total, per_part = torch.zeros(()), []
+        total, per_part, drawing = torch.zeros(()), [], []
         for part in range(world):
             gen = batch_generator(args.seed, step, part)
             lo, hi = graph.part_range(part)
             batch = sample(graph.rowptr_N1, graph.col_E2, draw_seeds(lo, hi, args.batch, gen), tuple(args.fanouts), gen)
             per_part.append([int(r.numel()) for r in requests(graph, batch, part, cached_N)])
+            drawing.append(drawing_rows(graph, batch))
             out_UC = model(graph.x_NF[batch.nodes_U], batch.edge_index_2M)
             total = total + fn.cross_entropy(out_UC[: args.batch], graph.y_N[batch.nodes_U[: args.batch]])
         loss = total / world
@@ -184,7 +216,22 @@ def _reference(args: argparse.Namespace, graph: Graph, model: torch.nn.Module, c
         opt.step()
         losses.append(float(loss.detach()))
         asked.append(per_part)
-    return {"losses": losses, "requests": asked}
+        rows.append(drawing)
+    return {"losses": losses, "requests": asked, "drawing_rows": rows}
+
+
+def drawing_rows(graph: Graph, batch: Batch) -> list[list[list[int]]]:
+    """Per hop, the batch's drawing nodes held by each part and their neighbour slots: ``[[rows per part],
+    [entries per part]]`` (what a partitioned adjacency's owners serve: :mod:`plait.run.bulk_sampler`)."""
+    out, start = [], 0
+    degrees = graph.degrees()
+    for count in batch.new_per_hop[:-1]:
+        frontier = batch.nodes_U[start: start + count]
+        owner = graph.owner(frontier)
+        out.append([torch.bincount(owner, minlength=graph.parts).tolist(),
+                    torch.zeros(graph.parts, dtype=torch.long).index_add_(0, owner, degrees[frontier]).tolist()])
+        start += count
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -202,6 +249,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="seeds per rank")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--cache", type=float, default=0.0, help="fraction of nodes whose features every rank caches")
+    p.add_argument("--sampler", choices=("loop", "matrix"), default="loop",
+                   help="one batch at a time, or matrix-based bulks (plait.run.bulk_sampler)")
+    p.add_argument("--bulk", type=int, default=1, help="batches per bulk (matrix sampler)")
+    p.add_argument("--adjacency", choices=("replicated", "partitioned"), default="replicated",
+                   help="the matrix sampler's adjacency: on every rank, or each rank's rows only")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reference", type=int, default=0, help="ranks to emulate in one process")
@@ -211,6 +263,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.bulk < 1 or (args.sampler == "loop" and (args.bulk > 1 or args.adjacency != "replicated")):
+        parser().error(f"--bulk {args.bulk} and --adjacency {args.adjacency} need --sampler matrix (and --bulk >= 1)")
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 
