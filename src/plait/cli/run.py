@@ -61,8 +61,11 @@ def run_command(
     optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "
                                                 "backward; the dense part takes SGD or AdaGrad).")] = "sgd",
     parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: ulysses=N or distrifusion=N.")] = None,
-    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: the strategy; sampled_dp runs on CPU ranks, "
-                                                   "the others are costed only.")] = "sampled_dp",
+    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp | replicated | partition_local | "
+                                                   "llcg run on CPU ranks; host_features and full_graph are costed "
+                                                   "only.")] = "sampled_dp",
+    gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML and sampled_dp: loop | matrix[:bulk=K]"
+                                                  "[,adjacency=replicated|partitioned].")] = "loop",
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: nodes whose features every rank "
                                                        "caches.")] = 0.0,
 ) -> None:
@@ -79,7 +82,7 @@ def run_command(
         if plan is None and is_gnn_file(model):
             from plait.cli.run_workloads import run_gnn
 
-            run_gnn(model, gpus, global_batch, steps, cache_fraction, dry_run, gnn_strategy)
+            run_gnn(model, gpus, global_batch, steps, cache_fraction, dry_run, gnn_strategy, gnn_sampler)
             return
         if plan is None and is_dit_file(model):
             from plait.cli.run_workloads import run_dit

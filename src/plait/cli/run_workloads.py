@@ -26,7 +26,7 @@ from rich.table import Table
 
 from plait.errors import ConfigError
 
-GNN_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.dit"
+GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.run.dit"
 
 
 def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
@@ -44,18 +44,23 @@ def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
 
 
 def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
-            strategy: str = "sampled_dp") -> None:
+            strategy: str = "sampled_dp", sampler: str = "loop") -> None:
     from plait.cli.run import check_cpu_machine
     from plait.cost.gnn import STRATEGIES
+    from plait.cost.gnn_sampler import parse_sampler
     from plait.workload.gnn import read_gnn
 
-    if strategy != "sampled_dp":
-        known = strategy in STRATEGIES
-        raise ConfigError(f"--gnn-strategy {strategy}: " + ("plait run trains sampled_dp (with --cache-fraction) on CPU "
-                          "ranks; this strategy is costed by plait estimate and plan, not run" if known else
-                          f"must be one of {', '.join(STRATEGIES)}"))
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"--gnn-strategy {strategy}: must be one of {', '.join(STRATEGIES)}")
+    if strategy in COSTED_ONLY:
+        raise ConfigError(f"--gnn-strategy {strategy}: {COSTED_ONLY[strategy]}")
     if not 0.0 <= cache <= 1.0:
         raise ConfigError(f"--cache-fraction={cache} must lie in [0, 1]")
+    chosen = parse_sampler(sampler)
+    if chosen.kind != "loop" and strategy in LOCAL_WORKERS:
+        raise ConfigError(f"--gnn-sampler {sampler}: {strategy} samples inside each part with the loop sampler")
+    if strategy == "replicated":  # every rank holds every feature: a cache of all of them
+        cache = 1.0
 
     spec = read_gnn(Path(model))
     g, m = spec.graph, spec.model
@@ -66,14 +71,21 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
         raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
     check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
     argv = ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
-            str(g.classes), "--exponent", str(g.degree_exponent), "--kind", m.kind, "--heads", str(m.heads), "--hidden", str(m.hidden),
-            "--fanouts", *map(str, m.fanouts), "--batch", str(batch), "--steps", str(steps), "--cache", str(cache)]
+            str(g.classes), "--exponent", str(g.degree_exponent), "--kind", m.kind, "--heads", str(m.heads),
+            "--hidden", str(m.hidden), "--fanouts", *map(str, m.fanouts), "--batch", str(batch), "--steps", str(steps),
+            "--cache", str(cache)]
     console = Console()
     console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
-                  f"{batch} seeds per rank, {steps} steps")
+                  f"{batch} seeds per rank, {steps} steps, {strategy}"
+                  + (f", {chosen.label()} sampler" if chosen.kind != "loop" else ""))
     if dry_run:
         return
-    measured = _launch(GNN_WORKER, gpus, argv)
+    if strategy in LOCAL_WORKERS:
+        _run_local(console, spec.name, gpus, [*argv, "--strategy", strategy])
+        return
+    sampling = ["--sampler", chosen.kind, "--bulk", str(chosen.bulk), "--adjacency",
+                "partitioned" if chosen.partitioned else "replicated"]
+    measured = _launch(GNN_WORKER, gpus, [*argv, *sampling])
     from plait.run.gnn import parser, train
 
     single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
@@ -84,6 +96,32 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
     for step, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
         sent = " / ".join(f"{r[step]:,}" for r in measured["bytes_sent"])
         table.add_row(str(step), f"{loss:.6f}", f"{ref:.6f}", sent, f"{expected:,.0f}")
+    console.print(table)
+    if chosen.partitioned:
+        console.print("sampling over the partitioned adjacency sent " + " / ".join(
+            f"{b:,}" for b in measured["sampling_bytes_sent"]) + " bytes per rank")
+
+
+COSTED_ONLY = {
+    "host_features": "on CPU ranks the host's memory is the ranks' own, so there is no PCIe read to run; "
+                     "run replicated (every feature on every rank) or sampled_dp",
+    "full_graph": "costed by plait estimate and plan (GNNPipe's layer pipeline); plait run trains mini-batches",
+}
+"""GNN strategies plait run does not run on CPU ranks, and why."""
+LOCAL_WORKERS = ("partition_local", "llcg")
+
+
+def _run_local(console: Console, name: str, gpus: int, argv: list[str]) -> None:
+    """partition_local or LLCG on the ranks, beside one process (:mod:`plait.run.gnn_local`): no feature moves."""
+    from plait.run.gnn_local import parser, train
+
+    measured = _launch(LOCAL_WORKER, gpus, argv)
+    single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
+    table = Table(title=f"{name} on {gpus} gloo ranks (no feature moves between ranks)", title_justify="left")
+    for col in ("step", "loss (ranks)", "loss (1 process)"):
+        table.add_column(col, justify="right")
+    for step, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
+        table.add_row(str(step), f"{loss:.6f}", f"{ref:.6f}")
     console.print(table)
 
 
