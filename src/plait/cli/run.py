@@ -62,8 +62,8 @@ def run_command(
                                                 "backward; the dense part takes SGD or AdaGrad).")] = "sgd",
     parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: ulysses=N or distrifusion=N.")] = None,
     gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp | replicated | partition_local | "
-                                                   "llcg run on CPU ranks; host_features and full_graph are costed "
-                                                   "only.")] = "sampled_dp",
+                                                   "llcg | full_graph (GNNPipe, one layer per rank) run on CPU "
+                                                   "ranks; host_features is costed only.")] = "sampled_dp",
     gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML and sampled_dp: loop | matrix[:bulk=K]"
                                                   "[,adjacency=replicated|partitioned].")] = "loop",
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: nodes whose features every rank "

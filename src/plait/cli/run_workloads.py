@@ -27,6 +27,7 @@ from rich.table import Table
 from plait.errors import ConfigError
 
 GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.run.dit"
+PIPE_WORKER = "plait.run.gnn_pipe"
 
 
 def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
@@ -61,6 +62,8 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
         raise ConfigError(f"--gnn-sampler {sampler}: {strategy} samples inside each part with the loop sampler")
     if strategy == "replicated":  # every rank holds every feature: a cache of all of them
         cache = 1.0
+    if strategy == "full_graph" and chosen.kind != "loop":
+        raise ConfigError(f"--gnn-sampler {sampler}: full_graph samples nothing")
 
     spec = read_gnn(Path(model))
     g, m = spec.graph, spec.model
@@ -82,6 +85,9 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
         return
     if strategy in LOCAL_WORKERS:
         _run_local(console, spec.name, gpus, [*argv, "--strategy", strategy])
+        return
+    if strategy == "full_graph":
+        _run_pipe(console, spec, gpus, steps)
         return
     sampling = ["--sampler", chosen.kind, "--bulk", str(chosen.bulk), "--adjacency",
                 "partitioned" if chosen.partitioned else "replicated"]
@@ -105,10 +111,36 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
 COSTED_ONLY = {
     "host_features": "on CPU ranks the host's memory is the ranks' own, so there is no PCIe read to run; "
                      "run replicated (every feature on every rank) or sampled_dp",
-    "full_graph": "costed by plait estimate and plan (GNNPipe's layer pipeline); plait run trains mini-batches",
 }
 """GNN strategies plait run does not run on CPU ranks, and why."""
 LOCAL_WORKERS = ("partition_local", "llcg")
+
+
+def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
+    """Full-graph GraphSAGE through GNNPipe's layer pipeline (:mod:`plait.run.gnn_pipe`), one layer per rank, beside
+    one process; each rank's bytes per epoch beside :func:`plait.cost.gnn_pipe.boundary_bytes`."""
+    from plait.cost.gnn_pipe import boundary_bytes
+    from plait.run.gnn_pipe import parser, train
+
+    g, m = spec.graph, spec.model
+    if m.kind != "sage" or m.layers != gpus:
+        raise ConfigError(f"--gnn-strategy full_graph: plait run pipelines GraphSAGE one layer per rank; the model "
+                          f"is {m.kind} with {m.layers} layers on --gpus={gpus}")
+    chunks = 4 * gpus  # as the cost model's plait.cost.gnn_pipe.CHUNKS_PER_STAGE
+    argv = ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
+            str(g.classes), "--exponent", str(g.degree_exponent), "--hidden", str(m.hidden), "--layers",
+            str(m.layers), "--chunks", str(chunks), "--steps", str(steps)]
+    measured = _launch(PIPE_WORKER, gpus, argv)
+    single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
+    crossing = boundary_bytes(spec, [(r, r + 1) for r in range(gpus)])
+    expected = [(crossing[r] if r < gpus - 1 else 0.0) + (crossing[r - 1] if r else 0.0) for r in range(gpus)]
+    table = Table(title=f"{spec.name}: full-graph GNNPipe on {gpus} gloo ranks, {chunks} chunks", title_justify="left")
+    for col in ("epoch", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
+        table.add_column(col, justify="right")
+    for epoch, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
+        sent = " / ".join(f"{r[epoch]:,}" for r in measured["bytes_sent"])
+        table.add_row(str(epoch), f"{loss:.6f}", f"{ref:.6f}", sent, " / ".join(f"{e:,.0f}" for e in expected))
+    console.print(table)
 
 
 def _run_local(console: Console, name: str, gpus: int, argv: list[str]) -> None:

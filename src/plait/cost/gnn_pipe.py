@@ -52,11 +52,12 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> G
     chunks = CHUNKS_PER_STAGE * world if world > 1 else 1
     compute = slowest * (1.0 + (world - 1) / chunks)
     widths = spec.model.widths(g)
+    crossing = boundary_bytes(spec, stages)
     exposed = 0.0
-    for _, b in stages[:-1]:  # the boundary after layer b - 1: its output embeddings, then their gradients
-        boundary = g.nodes * widths[b - 1][1] * FEATURE_BYTES
+    for boundary in crossing:  # each boundary's output embeddings, then their gradients
         send = 2 * chunks * float(collective_s(cluster, "p2p", world, 1, boundary / chunks))
         exposed = max(exposed, send - compute)
+    sent = max((crossing[r] if r < world - 1 else 0.0) + (crossing[r - 1] if r else 0.0) for r in range(world))
     optimizer = 2 * state_bytes(spec) / hbm / world
     memory = 0.0
     for a, b in stages:
@@ -66,8 +67,15 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> G
             held += sum(g.nodes * wb for _, wb in widths[a:b]) * FEATURE_BYTES  # historical embeddings
         memory = max(memory, held)
     return GnnEstimate(strategy="full_graph", batch=None, sampling_s=0.0, fetch_s=exposed, compute_s=compute,
-                       all_reduce_s=0.0, optimizer_s=optimizer, fetch_bytes=0.0, memory_bytes=memory,
+                       all_reduce_s=0.0, optimizer_s=optimizer, fetch_bytes=sent, memory_bytes=memory,
                        steps_per_epoch=1)
+
+
+def boundary_bytes(spec: GnnSpec, stages: list[tuple[int, int]]) -> list[float]:
+    """Bytes crossing each boundary between consecutive stages per epoch, one way: every node's fp32 embedding out
+    of the stage's last layer (sent forward; their gradients come back as many)."""
+    widths = spec.model.widths(spec.graph)
+    return [float(spec.graph.nodes * widths[b - 1][1] * FEATURE_BYTES) for _, b in stages[:-1]]
 
 
 def _balanced(times: list[float], stages: int) -> list[tuple[int, int]]:
