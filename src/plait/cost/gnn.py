@@ -28,8 +28,8 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
   partitioned adjacency: its memory is then the part's rows only);
 - **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by three
   all-to-alls in turn (each waits for the one before: the sizes, then the ids, make the next one's splits) on the
-  tier the ``W`` ranks span (``sampled_dp``), or every batch node's ``F`` fp32 features over PCIe
-  (``host_features``); then every feature the batch reads is gathered into one matrix (read and written in HBM);
+  tier the ``W`` ranks span, the rows each rank serves gathered from its part first (``sampled_dp``), or every
+  batch node's ``F`` fp32 features over PCIe (``host_features``); then every feature the batch reads is gathered into one matrix (read and written in HBM);
 - **compute**: :mod:`plait.cost.gnn_compute` (which nodes each layer computes depends on the engine: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
   writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate.
@@ -115,6 +115,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
         rounds = (COUNT_BYTES * (world - 1), sampled.remote_misses * INDEX_BYTES,
                   sampled.remote_misses * g.features * FEATURE_BYTES)  # counts, ids, features: one after another
         fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
+        fetch_s += 2 * rounds[2] / hbm  # the rows a rank serves, gathered from its part (as many as it asks for)
     elif strategy == "host_features":  # gathered in host memory (read and written), then copied over PCIe
         sent = batch_feature_bytes
         fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)

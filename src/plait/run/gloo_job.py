@@ -3,6 +3,7 @@ torch.distributed job whose rank 0 writes the result; either way the result is J
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ def run_job(out: Path, reference: bool, work: Callable[[], dict[str, Any]]) -> i
     result = work()
     if dist.get_rank() == 0:
         out.write_text(json.dumps(result))
-    dist.barrier()  # no rank tears its connections down while another still uses them
+    gc.collect()  # DDP's reducer sits in reference cycles: free it (and its pending work) while the group lives,
+    dist.barrier()  # not during interpreter teardown, and tear down no rank's connections while another uses them
     dist.destroy_process_group()
     return 0
