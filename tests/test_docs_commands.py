@@ -59,6 +59,10 @@ COMMANDS: dict[str, str] = {
     "plait validate --gnn tests/data/gnn_epochs.csv": "",
     "plait run --model examples/gnn-tiny.toml --gpus 2 --global-batch 64 --steps 3":
         "SKIP: tests/test_gnn_run.py::test_plait_run_trains_a_gnn_file_as_one_process_would runs it as written",
+    "plait estimate --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192 --gnn-sampler "
+    "matrix:bulk=8,adjacency=partitioned": "",
+    "plait run --model examples/gnn-tiny.toml --gpus 2 --global-batch 64 --steps 4 --gnn-strategy llcg": "",
+    "plait run --model examples/gnn-tiny.toml --gpus 2 --global-batch 64 --steps 3 --gnn-strategy full_graph": "",
     "plait run --model examples/dit-tiny.toml --parallel ulysses=2":
         "SKIP: tests/test_dit_run.py::test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction runs it "
         "as written",
