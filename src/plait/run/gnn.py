@@ -20,7 +20,6 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -29,7 +28,7 @@ import torch.nn.functional as fn
 from plait.run.bulk_sampler import adjacency, partitioned_rows, replicated_rows, sample_bulk
 from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
-from plait.run.graph import Graph, generate
+from plait.run.graph import Graph, add_graph_arguments, generate
 from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
 from plait.workload.gnn import KINDS
 
@@ -236,12 +235,8 @@ def drawing_rows(graph: Graph, batch: Batch) -> list[list[list[int]]]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--nodes", type=int, default=4000)
-    p.add_argument("--edges", type=int, default=20000)
-    p.add_argument("--features", type=int, default=16)
-    p.add_argument("--classes", type=int, default=4)
+    add_graph_arguments(p, nodes=4000, edges=20000)
     p.add_argument("--mix", type=float, default=0.2, help="share of edges drawn between parts")
-    p.add_argument("--exponent", type=float, default=2.5, help="power-law exponent of the expected degrees")
     p.add_argument("--kind", choices=KINDS, default="sage")
     p.add_argument("--heads", type=int, default=1, help="attention heads (gat, transformer)")
     p.add_argument("--hidden", type=int, default=32)
@@ -255,9 +250,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--adjacency", choices=("replicated", "partitioned"), default="replicated",
                    help="the matrix sampler's adjacency: on every rank, or each rank's rows only")
     p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reference", type=int, default=0, help="ranks to emulate in one process")
-    p.add_argument("--out", type=Path, required=True)
     return p
 
 

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
 from plait.run.gloo_job import run_job
-from plait.run.graph import Graph, generate
+from plait.run.graph import Graph, add_graph_arguments, generate
 
 
 def build_layers(features: int, hidden: int, classes: int, layers: int) -> list[torch.nn.Module]:
@@ -154,19 +153,12 @@ def _reference(args: argparse.Namespace, graph: Graph, layers: list[torch.nn.Mod
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--nodes", type=int, default=2000)
-    p.add_argument("--edges", type=int, default=10000)
-    p.add_argument("--features", type=int, default=16)
-    p.add_argument("--classes", type=int, default=4)
-    p.add_argument("--exponent", type=float, default=2.5)
+    add_graph_arguments(p, nodes=2000, edges=10000)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=2, help="GraphSAGE layers: one per rank")
     p.add_argument("--chunks", type=int, default=4)
     p.add_argument("--steps", type=int, default=3, help="epochs (one update each)")
     p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reference", type=int, default=0, help="ranks to emulate in one process")
-    p.add_argument("--out", type=Path, required=True)
     return p
 
 
