@@ -34,7 +34,7 @@ from collections.abc import Callable
 import torch
 
 from plait.run.counted import Counted
-from plait.run.sampler import Batch
+from plait.run.sampler import Batch, Growing, pick
 
 RowsOf = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """Drawing node ids -> ``P = Q A``: its row pointers (``R + 1``) and column ids (``T``)."""
@@ -104,40 +104,19 @@ def _per_peer(cumulative: torch.Tensor, rows: torch.Tensor) -> list[int]:
 def sample_bulk(rows_of: RowsOf, nodes: int, seeds: list[torch.Tensor], fanouts: tuple[int, ...],
                 gens: list[torch.Generator]) -> list[Batch]:
     """The batches of ``seeds[b]`` (each distinct), batch ``b`` drawing with ``gens[b]`` (module docstring)."""
-    local = [torch.full((nodes,), -1, dtype=torch.long) for _ in seeds]
-    for local_N, s in zip(local, seeds, strict=True):
-        local_N[s] = torch.arange(s.numel())
-    frontiers, counts = list(seeds), [s.numel() for s in seeds]
-    parts: list[list[torch.Tensor]] = [[s] for s in seeds]
-    srcs: list[list[torch.Tensor]] = [[] for _ in seeds]
-    dsts: list[list[torch.Tensor]] = [[] for _ in seeds]
-    new = [[s.numel()] for s in seeds]
-    drawn: list[list[int]] = [[] for _ in seeds]
+    growing = [Growing(nodes, s) for s in seeds]
+    frontiers = list(seeds)
     for fanout in fanouts:
         nodes_R = torch.cat(frontiers)
         crow_R1, col_T = rows_of(nodes_R)
-        deg_R = crow_R1[1:] - crow_R1[:-1]
-        seg_T = torch.repeat_interleave(torch.arange(nodes_R.numel()), deg_R)
-        offset_T = torch.arange(seg_T.numel()) - crow_R1[:-1][seg_T]
-        rows = [f.numel() for f in frontiers]
-        slots = [int(crow_R1[b]) for b in torch.cumsum(torch.tensor([0, *rows]), 0).tolist()]
+        first_R, deg_R = crow_R1[:-1], crow_R1[1:] - crow_R1[:-1]
+        row_bounds = torch.cumsum(torch.tensor([0, *(f.numel() for f in frontiers)]), 0)
+        slots = crow_R1[row_bounds].tolist()
         keys_T = torch.cat([torch.rand(slots[b + 1] - slots[b], generator=g, dtype=torch.float64)
                             for b, g in enumerate(gens)])
-        order_T = torch.argsort(seg_T.double() + keys_T)  # a random order inside each row, the whole bulk at once
-        picked_S = order_T[offset_T < torch.clamp(deg_R, max=fanout)[seg_T]]
-        row_S = seg_T[picked_S]
-        neighbour_S, target_S = col_T[picked_S], nodes_R[row_S]
-        bounds = torch.searchsorted(row_S, torch.cumsum(torch.tensor([0, *rows]), 0)).tolist()
-        for b, local_N in enumerate(local):
-            nb, tb = neighbour_S[bounds[b]:bounds[b + 1]], target_S[bounds[b]:bounds[b + 1]]
-            fresh = torch.unique(nb[local_N[nb] < 0])
-            local_N[fresh] = torch.arange(counts[b], counts[b] + fresh.numel())
-            counts[b] += fresh.numel()
-            srcs[b].append(local_N[nb])
-            dsts[b].append(local_N[tb])
-            parts[b].append(fresh)
-            new[b].append(fresh.numel())
-            drawn[b].append(nb.numel())
-            frontiers[b] = fresh
-    return [Batch(torch.cat(parts[b]), torch.stack([torch.cat(srcs[b]), torch.cat(dsts[b])]) if srcs[b]
-                  else torch.empty(2, 0, dtype=torch.long), tuple(new[b]), tuple(drawn[b])) for b in range(len(seeds))]
+        row_S, place_S = pick(deg_R, first_R, fanout, keys_T)  # the whole bulk in one sort
+        neighbour_S, target_S = col_T[first_R[row_S] + place_S], nodes_R[row_S]
+        bounds = torch.searchsorted(row_S, row_bounds).tolist()
+        frontiers = [g.add(neighbour_S[bounds[b]:bounds[b + 1]], target_S[bounds[b]:bounds[b + 1]])
+                     for b, g in enumerate(growing)]
+    return [g.batch() for g in growing]
