@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from plait.cli.run_workloads import gnn_worker_argv
 from plait.cost.gnn import estimate_gnn
 from plait.cost.gnn_sampler import Sampler
 from plait.cost.gnn_sampling import measured_classes
@@ -63,10 +64,12 @@ def main() -> None:
 
     steps = -(-args.nodes // (args.batch * args.ranks * args.bulk)) * args.bulk  # whole bulks
     warmup = -(-WARMUP // args.bulk) * args.bulk
-    worker = ["--nodes", str(args.nodes), "--edges", str(args.edges), "--features", str(args.features),
-              "--classes", str(args.classes), "--exponent", str(args.exponent), "--kind", args.kind,
-              "--heads", str(args.heads), "--hidden", str(args.hidden), "--fanouts", *map(str, args.fanouts), "--batch", str(args.batch),
-              "--cache", str(args.cache), "--steps", str(steps + warmup), "--sampler", args.sampler,
+    model = GnnModel(kind=args.kind, layers=len(args.fanouts), hidden=args.hidden, fanouts=tuple(args.fanouts),
+                     heads=args.heads)
+    asked = GnnSpec(name="benchmark", model=model, graph=GraphStats(
+        nodes=args.nodes, edges=args.edges, features=args.features, classes=args.classes, train_nodes=args.nodes,
+        degree_exponent=args.exponent, max_degree=args.nodes - 1))
+    worker = [*gnn_worker_argv(asked, args.batch, steps + warmup, args.cache), "--sampler", args.sampler,
               "--bulk", str(args.bulk), "--adjacency", args.adjacency]
     out = tmp / "run.json"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -83,9 +86,7 @@ def main() -> None:
     degrees = graph.degrees()
     stats = GraphStats(nodes=graph.nodes, edges=graph.edges, features=args.features, classes=args.classes,
                        train_nodes=graph.nodes, degree_exponent=args.exponent, max_degree=int(degrees.max()))
-    spec = GnnSpec(name="benchmark", graph=stats, model=GnnModel(kind=args.kind, layers=len(args.fanouts),
-                                                                  hidden=args.hidden, fanouts=tuple(args.fanouts),
-                                                                  heads=args.heads))
+    spec = GnnSpec(name="benchmark", graph=stats, model=model)
     est = estimate_gnn(spec, cluster, args.ranks, args.batch, "sampled_dp", edge_cut=graph.edge_cut(),
                        cache_fraction=args.cache, classes=measured_classes(torch.bincount(degrees).numpy()),
                        sampler=Sampler(kind=args.sampler, bulk=args.bulk, partitioned=args.adjacency == "partitioned"))

@@ -73,10 +73,7 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
     if batch > g.nodes // gpus:
         raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
     check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
-    argv = ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
-            str(g.classes), "--exponent", str(g.degree_exponent), "--kind", m.kind, "--heads", str(m.heads),
-            "--hidden", str(m.hidden), "--fanouts", *map(str, m.fanouts), "--batch", str(batch), "--steps", str(steps),
-            "--cache", str(cache)]
+    argv = gnn_worker_argv(spec, batch, steps, cache)
     console = Console()
     console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
                   f"{batch} seeds per rank, {steps} steps, {strategy}"
@@ -108,6 +105,20 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
             f"{b:,}" for b in measured["sampling_bytes_sent"]) + " bytes per rank")
 
 
+def graph_argv(spec: Any) -> list[str]:
+    """The GNN workers' options generating the graph a GNN job's statistics describe (:mod:`plait.run.graph`)."""
+    g = spec.graph
+    return ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
+            str(g.classes), "--exponent", str(g.degree_exponent)]
+
+
+def gnn_worker_argv(spec: Any, batch: int, steps: int, cache: float) -> list[str]:
+    """The options of :mod:`plait.run.gnn` (and :mod:`plait.run.gnn_local`) training a GNN job's model."""
+    m = spec.model
+    return [*graph_argv(spec), "--kind", m.kind, "--heads", str(m.heads), "--hidden", str(m.hidden), "--fanouts",
+            *map(str, m.fanouts), "--batch", str(batch), "--steps", str(steps), "--cache", str(cache)]
+
+
 COSTED_ONLY = {
     "host_features": "on CPU ranks the host's memory is the ranks' own, so there is no PCIe read to run; "
                      "run replicated (every feature on every rank) or sampled_dp",
@@ -119,21 +130,19 @@ LOCAL_WORKERS = ("partition_local", "llcg")
 def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
     """Full-graph GraphSAGE through GNNPipe's layer pipeline (:mod:`plait.run.gnn_pipe`), one layer per rank, beside
     one process; each rank's bytes per epoch beside :func:`plait.cost.gnn_pipe.boundary_bytes`."""
-    from plait.cost.gnn_pipe import boundary_bytes
+    from plait.cost.gnn_pipe import boundary_bytes, rank_pipe_bytes
     from plait.run.gnn_pipe import parser, train
 
-    g, m = spec.graph, spec.model
+    m = spec.model
     if m.kind != "sage" or m.layers != gpus:
         raise ConfigError(f"--gnn-strategy full_graph: plait run pipelines GraphSAGE one layer per rank; the model "
                           f"is {m.kind} with {m.layers} layers on --gpus={gpus}")
     chunks = 4 * gpus  # as the cost model's plait.cost.gnn_pipe.CHUNKS_PER_STAGE
-    argv = ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
-            str(g.classes), "--exponent", str(g.degree_exponent), "--hidden", str(m.hidden), "--layers",
-            str(m.layers), "--chunks", str(chunks), "--steps", str(steps)]
+    argv = [*graph_argv(spec), "--hidden", str(m.hidden), "--layers", str(m.layers), "--chunks", str(chunks),
+            "--steps", str(steps)]
     measured = _launch(PIPE_WORKER, gpus, argv)
     single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
-    crossing = boundary_bytes(spec, [(r, r + 1) for r in range(gpus)])
-    expected = [(crossing[r] if r < gpus - 1 else 0.0) + (crossing[r - 1] if r else 0.0) for r in range(gpus)]
+    expected = rank_pipe_bytes(boundary_bytes(spec, [(r, r + 1) for r in range(gpus)]))
     table = Table(title=f"{spec.name}: full-graph GNNPipe on {gpus} gloo ranks, {chunks} chunks", title_justify="left")
     for col in ("epoch", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
         table.add_column(col, justify="right")

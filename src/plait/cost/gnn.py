@@ -29,7 +29,8 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
 - **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by three
   all-to-alls in turn (each waits for the one before: the sizes, then the ids, make the next one's splits) on the
   tier the ``W`` ranks span, the rows each rank serves gathered from its part first (``sampled_dp``), or every
-  batch node's ``F`` fp32 features over PCIe (``host_features``); then every feature the batch reads is gathered into one matrix (read and written in HBM);
+  batch node's ``F`` fp32 features over PCIe (``host_features``); then every feature the batch reads is gathered
+  into one matrix (read and written in HBM);
 - **compute**: :mod:`plait.cost.gnn_compute` (which nodes each layer computes depends on the engine: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
   writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate.
@@ -57,7 +58,7 @@ from plait.cost.gnn_compute import (
     structure_bytes,
 )
 from plait.cost.gnn_pipe import full_graph
-from plait.cost.gnn_sampler import COUNT_BYTES, Sampler, sampling_time_s
+from plait.cost.gnn_sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
 from plait.cost.gnn_sampling import DegreeClasses, degree_classes, sample_batch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
@@ -71,9 +72,6 @@ LLCG_LOCAL_STEPS = 8
 """LLCG's local steps between averagings (assumed: the paper sets it per dataset; 8 is a typical local-SGD period)."""
 LLCG_CORRECTIONS = 1
 """LLCG's server correction steps per averaging (assumed: a single correction step per round)."""
-
-
-LOOP = Sampler()
 
 
 def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> float:

@@ -30,8 +30,8 @@ values read plus written at the HBM's streaming rate:
   the edge softmax (``2m'``) and scatter-adds it (``2m'``, ``n`` zeroed): ``6m' + 7n`` rows; backward the scatter's
   gather (``2m'``), the message's two gradients (``2m'`` scaled, ``4m'`` multiplied and summed over channels for the
   attention's), the gather's scatter-add (``2m'``, ``n`` zeroed) and the logits' products, sums and the paths'
-  additions over the nodes (``16n``): ``10m' + 17n`` rows (the kernels ``torch.profiler`` lists in a GATConv step); TransformerConv (Shi et al., IJCAI 2021, Eq. 3-5; PyG
-  ``TransformerConv``) gathers each edge's query and key (``4m``), takes their product (``3m``), gathers the value
+  additions over the nodes (``16n``): ``10m' + 17n`` rows (the kernels ``torch.profiler`` lists in a GATConv step);
+  TransformerConv (Shi et al., IJCAI 2021, Eq. 3-5; PyG ``TransformerConv``) gathers each edge's query and key (``4m``), takes their product (``3m``), gathers the value
   (``2m``), scales it (``3m``) and scatter-adds it (``2m``, and ``n`` zeroed): ``14m + n`` rows; the edge softmax
   (PyG ``utils.softmax``: a scatter-max, a subtraction, an exponent, a scatter-sum and a division over ``h`` values
   per edge) ``8h (m + n)`` values each way. These are the graph transformer's sparse attention (000-08: attention
@@ -96,7 +96,8 @@ class GnnEstimate:
 
     @property
     def step_s(self) -> float:
-        return self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s + self.correction_s
+        return (self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
+                + self.correction_s)
 
     @property
     def epoch_s(self) -> float:

@@ -57,7 +57,7 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> G
     for boundary in crossing:  # each boundary's output embeddings, then their gradients
         send = 2 * chunks * float(collective_s(cluster, "p2p", world, 1, boundary / chunks))
         exposed = max(exposed, send - compute)
-    sent = max((crossing[r] if r < world - 1 else 0.0) + (crossing[r - 1] if r else 0.0) for r in range(world))
+    sent = max(rank_pipe_bytes(crossing))
     optimizer = 2 * state_bytes(spec) / hbm / world
     memory = 0.0
     for a, b in stages:
@@ -76,6 +76,13 @@ def boundary_bytes(spec: GnnSpec, stages: list[tuple[int, int]]) -> list[float]:
     of the stage's last layer (sent forward; their gradients come back as many)."""
     widths = spec.model.widths(spec.graph)
     return [float(spec.graph.nodes * widths[b - 1][1] * FEATURE_BYTES) for _, b in stages[:-1]]
+
+
+def rank_pipe_bytes(crossing: list[float]) -> list[float]:
+    """Bytes each stage sends per epoch, given :func:`boundary_bytes`: its output's embeddings forward (all but the
+    last) and its input's gradients back (all but the first)."""
+    stages = len(crossing) + 1
+    return [(crossing[r] if r < stages - 1 else 0.0) + (crossing[r - 1] if r else 0.0) for r in range(stages)]
 
 
 def _balanced(times: list[float], stages: int) -> list[tuple[int, int]]:

@@ -59,6 +59,10 @@ class Sampler:
         return f"matrix:bulk={self.bulk}" + (",adjacency=partitioned" if self.partitioned else "")
 
 
+LOOP = Sampler()
+"""One batch at a time: the default."""
+
+
 def parse_sampler(text: str) -> Sampler:
     """``loop`` or ``matrix[:bulk=K][,adjacency=replicated|partitioned]``; one-line errors name the value."""
     kind, _, options = text.partition(":")

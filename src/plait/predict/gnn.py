@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from plait.cost.gnn import LOOP, STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.cost.gnn import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
 from plait.cost.gnn_compute import Engine
-from plait.cost.gnn_sampler import Sampler, parse_sampler
+from plait.cost.gnn_sampler import LOOP, Sampler, parse_sampler
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster

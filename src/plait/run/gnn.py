@@ -5,9 +5,9 @@ Each rank holds the graph's structure and only its part's features (plus, with `
 graph's highest-degree nodes: PaGraph's static cache). Every step it draws ``--batch`` seeds from its part, samples
 their neighbourhoods (:mod:`plait.run.sampler`) and fetches the features it lacks from their owners: an all-to-all
 of counts (one int64 per peer), one of the ids, one of the features back (``all_to_all_single``, whose bytes to peers
-are counted: :mod:`plait.run.counted`). ``--reference W`` trains the same ``W`` parts' batches in one process (the mean of their losses, the
-gradient DDP's average gives) and writes, per step, the ids each part would request of each other: what the
-cost model's byte accounting (:func:`plait.cost.gnn.rank_fetch_bytes`) is applied to.
+are counted: :mod:`plait.run.counted`). ``--reference W`` trains the same ``W`` parts' batches in one process (the
+mean of their losses, the gradient DDP's average gives) and writes, per step, the ids each part would request of
+each other: what the cost model's byte accounting (:func:`plait.cost.gnn.rank_fetch_bytes`) is applied to.
 
 Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.run.gnn --out run.json`` (or ``--reference 2``).
 
@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
+from plait.cost.gnn_sampler import SAMPLERS
 from plait.run.bulk_sampler import adjacency, partitioned_rows, replicated_rows, sample_bulk
 from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
@@ -156,7 +157,7 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
         loss.backward()
         opt.step()
         trained = time.perf_counter()
-        for name, (a, b) in {"sample": (start, sampled), "fetch": (sampled, fetched), "train": (fetched, trained)}.items():
+        for name, (a, b) in (("sample", (start, sampled)), ("fetch", (sampled, fetched)), ("train", (fetched, trained))):
             phases[name].append(b - a)
         mean = loss.detach().clone()
         dist.all_reduce(mean)
@@ -244,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="seeds per rank")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--cache", type=float, default=0.0, help="fraction of nodes whose features every rank caches")
-    p.add_argument("--sampler", choices=("loop", "matrix"), default="loop",
+    p.add_argument("--sampler", choices=SAMPLERS, default="loop",
                    help="one batch at a time, or matrix-based bulks (plait.run.bulk_sampler)")
     p.add_argument("--bulk", type=int, default=1, help="batches per bulk (matrix sampler)")
     p.add_argument("--adjacency", choices=("replicated", "partitioned"), default="replicated",
