@@ -209,3 +209,37 @@ def test_gnnpipe_with_one_chunk_is_plain_full_graph_training() -> None:
         opt.step()
         plain.append(float(loss.detach()))
     assert piped == pytest.approx(plain, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind, options, extra", [
+    ("sage", ["--gnn-strategy", "replicated"], ""),
+    ("sage", ["--gnn-strategy", "partition_local"], "no feature moves"),
+    ("sage", ["--gnn-sampler", "matrix:bulk=2,adjacency=partitioned"], "sampling over the partitioned adjacency sent"),
+    ("gat", [], ""),
+])
+def test_plait_run_runs_each_gnn_option_beside_one_process(tmp_path: Path, kind: str, options: list[str],
+                                                           extra: str) -> None:
+    """Every GNN option plait run takes trains on 2 ranks and prints losses equal to one process's to 6 decimals:
+    a strategy, a bulk sampler over a partitioned adjacency, a GAT model file (4 heads)."""
+    import re
+
+    from tests.inprocess import cli
+
+    pytest.importorskip("torch_geometric")
+    text = (Path(__file__).resolve().parents[1] / "examples" / "gnn-tiny.toml").read_text()
+    model = tmp_path / "gnn.toml"
+    model.write_text(text if kind == "sage" else text.replace('kind = "sage"', f'kind = "{kind}"\nheads = 4'))
+    code, out, err = cli(["run", "--model", str(model), "--gpus", "2", "--global-batch", "64", "--steps", "2",
+                          *options])
+    assert code == 0, err[-2000:]
+    rows = re.findall(r"│\s+(\d)\s+│\s+([\d.]+)\s+│\s+([\d.]+)\s+│", out)
+    assert len(rows) == 2 and all(ranks == single for _, ranks, single in rows)
+    assert extra in " ".join(out.split())
+
+
+def test_plait_run_refuses_a_matrix_sampler_where_the_strategy_samples_inside_parts() -> None:
+    from tests.inprocess import cli
+
+    code, _, err = cli(["run", "--model", "examples/gnn-tiny.toml", "--gpus", "2", "--global-batch", "64",
+                        "--gnn-strategy", "llcg", "--gnn-sampler", "matrix:bulk=2", "--dry-run"])
+    assert code != 0 and "--gnn-sampler matrix:bulk=2: llcg samples inside each part" in err and "Traceback" not in err

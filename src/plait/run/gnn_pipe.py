@@ -79,7 +79,7 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
         return _reference(args, graph, layers, widths, spans, edges)
     rank = dist.get_rank()
     layer, last = layers[rank], rank == world - 1
-    history = graph.x_NF.clone() if rank == 0 else torch.zeros(graph.nodes, widths[rank])
+    history = graph.x_NF if rank == 0 else torch.zeros(graph.nodes, widths[rank])  # features never go stale
     opt = torch.optim.SGD(layer.parameters(), lr=args.lr)
     losses, sent = [], []
     for _ in range(args.steps):
@@ -131,7 +131,7 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
 def _reference(args: argparse.Namespace, graph: Graph, layers: list[torch.nn.Module], widths: list[int],
                spans: list[tuple[int, int]], edges: list[torch.Tensor]) -> dict[str, list]:
     """The same schedule in one process: the ranks' stores are kept side by side."""
-    histories = [graph.x_NF.clone(), *[torch.zeros(graph.nodes, w) for w in widths[1:]]]
+    histories = [graph.x_NF, *[torch.zeros(graph.nodes, w) for w in widths[1:]]]  # stage 0's: the features
     params = [p for layer in layers for p in layer.parameters()]
     opt = torch.optim.SGD(params, lr=args.lr)
     losses = []
