@@ -1,6 +1,7 @@
 """Pipeline parallelism with ``torch.distributed.pipelining``.
 
-Layers are split as evenly as possible over ``pp * vpp`` stages (the estimator's split).
+Layers are split as evenly as possible over ``pp * vpp`` stages (the estimator's split), or as a run asks
+(``--stage-layers``: stages of unequal speed).
 Rank ``r`` holds stages ``r, r + pp, ...`` — the looped placement the interleaved schedules
 expect (Narayanan et al. 2021, Sec. 2.2.2). Schedules: GPipe (Huang et al. 2019), 1F1B
 (Narayanan et al. 2021), interleaved 1F1B, and for ``zb-h1`` (Qi et al. 2023, Sec. 3.1)
@@ -25,12 +26,16 @@ if TYPE_CHECKING:  # torch.distributed.pipelining costs ~0.6 s to import: only p
     from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
 
 
-def stage_layers(num_layers: int, num_stages: int) -> list[list[int]]:
-    """Layer indices of each stage (the first stages take the remainder)."""
-    base, extra = divmod(num_layers, num_stages)
+def stage_layers(num_layers: int, num_stages: int, counts: tuple[int, ...] = ()) -> list[list[int]]:
+    """Layer indices of each stage: ``counts[s]`` consecutive layers for stage ``s`` (an uneven split for stages
+    of unequal speed, checked by :func:`plait.run.uneven.check_uneven`), or as even as possible (the first stages
+    take the remainder)."""
+    if not counts:
+        base, extra = divmod(num_layers, num_stages)
+        counts = tuple(base + (1 if stage < extra else 0) for stage in range(num_stages))
+    assert len(counts) == num_stages and sum(counts) == num_layers, (counts, num_stages, num_layers)
     out, start = [], 0
-    for stage in range(num_stages):
-        count = base + (1 if stage < extra else 0)
+    for count in counts:
         out.append(list(range(start, start + count)))
         start += count
     return out

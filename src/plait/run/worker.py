@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from plait.run.train import (
     timed,
     write_metrics,
 )
+from plait.run.uneven import Uneven, check_uneven, loss_weight, parse_uneven, rank_rows
 from plait.workload.catalog import resolve_model
 
 
@@ -72,16 +74,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=TrainConfig.seed)
     p.add_argument("--trace-dir", type=Path, default=None,
                    help="profile the last step; each rank writes rank<N>.json (Chrome trace-event format)")
+    p.add_argument("--slowdown", default=None, help="per rank, times slower at compute, e.g. 1,3 (run/slowdown.py)")
+    p.add_argument("--batch-split", default=None, help="per data-parallel rank, sequences per step, e.g. 12,4")
+    p.add_argument("--stage-layers", default=None, help="per pipeline stage, layers it holds, e.g. 3,1")
     return p
 
 
-def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision: bool):  # type: ignore[no-untyped-def]
-    """This rank's model parts (one without pipelining), parallelised, and their stage indices."""
+def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision: bool,  # type: ignore[no-untyped-def]
+                layer_counts: tuple[int, ...] = ()):
+    """This rank's model parts (one without pipelining), parallelised, and their stage indices; ``layer_counts``:
+    layers per stage (default: as even as possible)."""
     if plan.pp == 1:
         model = build_model(spec, seq_len, seed).to(device_type())  # on CUDA: parameters and rope buffers
         return [parallelize(model, mesh, plan, full_precision=full_precision)], [0]
     num_stages = plan.pp * plan.vpp
-    layers = stage_layers(spec.num_layers, num_stages)
+    layers = stage_layers(spec.num_layers, num_stages, layer_counts)
     indices = local_stages(mesh, plan)
     parts = []
     for stage in indices:
@@ -102,10 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     check_runnable(plan, spec, on_gpu=device == "cuda")
     if spec.vocab_size < data.VOCAB_SIZE:
         raise ConfigError(f"vocab_size={spec.vocab_size} must be >= {data.VOCAB_SIZE} (byte tokens)")
+    uneven = parse_uneven(args.slowdown, args.batch_split, args.stage_layers)
+    check_uneven(uneven, plan, spec.num_layers)
     # On CUDA, NCCL for device tensors and gloo for the few host scalars (loss and norm logging), as torchtitan does.
     dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo", **_attempt_store())
     try:
-        code = _run(args, job, plan, spec, device)
+        code = _run(args, job, plan, spec, device, uneven)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -131,12 +140,12 @@ def _attempt_store() -> dict[str, object]:
     return {"store": dist.PrefixStore(f"plait/attempt-{restart}", store), "rank": rank, "world_size": world}
 
 
-def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-def]
+def _run(args, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ignore[no-untyped-def]
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.manual_seed(args.seed)
     mesh = build_mesh(plan, named_site_gpus(args.cluster or job.cluster))
-    parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision)
+    parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision, uneven.stage_layers)
     container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
     config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
     params = [p for part in parts for p in part.parameters()]
@@ -149,6 +158,11 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), mesh.replicas, modules=tuple(parts),
                                    whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
                                    split=plan.tp > 1 or plan.pp > 1)
+    loss_fn = cross_entropy
+    if uneven.slowdown and uneven.slowdown[dist.get_rank()] > 1:
+        from plait.run.slowdown import slow_down
+
+        _, loss_fn = slow_down(parts, mesh.is_last_stage_rank, optimizer, cross_entropy, uneven.slowdown[dist.get_rank()])
     if args.checkpoint_dir is not None:
         checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
     if args.dry_run:
@@ -175,21 +189,22 @@ def _run(args, job, plan, spec, device: str) -> int:  # type: ignore[no-untyped-
         num_stages = plan.pp * plan.vpp
         stages = [PipelineStage(part, stage, num_stages, torch.device(device), group=mesh.sub("pp").get_group())
                   for part, stage in zip(parts, stage_ids)]
-        schedule = build_schedule(stages, plan, cross_entropy, plan.num_micro_batches)
+        schedule = build_schedule(stages, plan, loss_fn, plan.num_micro_batches)
     reporter = (mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0
                 and mesh.coordinate("cp") == 0)
     for step in range(start_step, args.steps):
         start = timed()
         inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
-        inputs, targets = data.rank_slice(inputs, mesh.dp_rank, plan.dp), data.rank_slice(targets, mesh.dp_rank, plan.dp)
-        inputs, targets = inputs.to(device), targets.to(device)
+        rows = slice(*rank_rows(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
+        inputs, targets = inputs[rows].to(device), targets[rows].to(device)
         profiling = args.trace_dir is not None and step == args.steps - 1
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
             os._exit(5)  # test hook: one rank dies in the first attempt
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
-                                    inputs, targets, args.full_precision, device, step)
+                                    inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
+                                    weight=loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
         elapsed = timed() - start
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
@@ -228,12 +243,15 @@ def _profiler(device: str):  # type: ignore[no-untyped-def]
 
 
 def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, config: TrainConfig,  # type: ignore[no-untyped-def]
-               inputs, targets, full_precision: bool, device: str, step: int) -> tuple[float, float]:
+               inputs, targets, full_precision: bool, device: str, step: int, *,
+               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
+               weight: float = 1.0) -> tuple[float, float]:
     """Optimizer step ``step`` (0-based): forward and backward of every micro-batch, clipping, the optimizer,
     schedule. Returns (mean loss this rank saw, global gradient norm before clipping). A non-finite norm stops
     the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were. A PALSGD pseudo-synchronization
     step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
-    metrics)."""
+    metrics). ``weight``: the factor on this rank's loss under an uneven batch split
+    (:func:`plait.run.uneven.loss_weight`)."""
     if plan.dp_sync.startswith("palsgd"):  # only these plans import the synchronization methods
         from plait.run.sync import skips_gradient
 
@@ -242,7 +260,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
             scheduler.step()
             return float("nan"), float("nan")
     with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
-        loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device)
+        loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device, loss_fn, weight)
     reduce_partial_gradients(params)
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
     reduce_expert_gradients(experts, mesh)
@@ -265,8 +283,10 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     return loss, norm
 
 
-def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bool, device: str) -> float:  # type: ignore[no-untyped-def]
-    """Forward and backward of one optimizer step; returns the mean loss this rank saw (0 off the last stage)."""
+def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bool, device: str,  # type: ignore[no-untyped-def]
+          loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], weight: float) -> float:
+    """Forward and backward of one optimizer step; returns the mean loss this rank saw times ``weight`` (0 off the
+    last stage)."""
     if schedule is not None:
         losses: list[torch.Tensor] = []
         with autocast(plan, full_precision, device):
@@ -282,7 +302,7 @@ def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bo
     total = 0.0
     for index, (x, y) in enumerate(chunks):
         with sync_context(model, index == len(chunks) - 1), autocast(plan, full_precision, device):
-            loss = cross_entropy(model(x), y) / len(chunks)
+            loss = loss_fn(model(x), y) * weight / len(chunks)
             loss.backward()
         total += float(loss.detach())
     return total

@@ -1,0 +1,108 @@
+"""A rank that computes ``f`` times slower than this machine: each stretch of compute is followed by a sleep of
+``(f - 1)`` times its length (issue 19).
+
+The emulated device runs every kernel at ``1/f`` of this device's rate and its host work ``f`` times longer: the
+cluster :func:`plait.hardware.hetero.slowed` describes (peaks and memory bandwidth divided by ``f``, host overheads
+multiplied by ``f``). A stretch of compute measured with :func:`plait.run.train.timed` (``time.perf_counter``,
+after a CUDA synchronize on a GPU; on a CPU the work is synchronous) and followed by ``(f - 1)`` times as long a
+sleep ends when that device's stretch would, and what follows it (a send, a gradient bucket's all-reduce, the
+next compute) starts when it would.
+
+Why a sleep rather than fewer threads or a busy loop: it is deterministic (the delay is the rank's own measured
+work times a constant, not the scheduler's share of a core, which on a shared machine moves with the other ranks'
+load), it slows only that rank, and it changes no number the rank computes, so an uneven run's losses can be
+compared bit for bit-close with an even run's.
+
+Where the stretches are cut (hooks, so the training loop is the same code with and without a slowdown):
+
+- forward: from the module's forward pre-hook to its forward hook (the inner module under DDP, so DDP's buffer
+  broadcast is outside), and the loss, from its call to its return;
+- backward: from the arrival of the loss's gradient (or, on a pipeline stage that is not the last, of its
+  output's gradient) through each parameter's gradient accumulation (``register_post_accumulate_grad_hook``,
+  which runs before DDP's reducer marks the parameter ready, so a bucket's all-reduce starts after the slowed
+  compute before it) to the stage input's gradient;
+- the optimizer step, between its step pre- and post-hooks.
+
+Not emulated: memory capacity (the slow rank has this machine's memory), the network (collectives and
+pipeline sends run at this machine's speed on every rank), and the little work outside those stretches
+(gradient clipping's norm, the learning-rate schedule, slicing the batch), which runs at full speed. While a
+rank sleeps it leaves its core to the others, which on an oversubscribed machine run a little faster than when
+every rank computes. Runs with plain DDP and pipelines only (:func:`plait.run.uneven.check_uneven`): under FSDP2,
+TP or CP the forward and backward hold collectives, which these stretches would slow too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from plait.run.train import timed
+
+
+class Clock:
+    """Cuts a rank's time into stretches of compute and sleeps ``(factor - 1)`` times each one."""
+
+    def __init__(self, factor: float) -> None:
+        assert factor >= 1.0, "checked by plait.run.uneven.check_uneven"
+        self.factor = factor
+        self.slept_s = 0.0
+        """Total sleep so far (for reports and tests)."""
+        self._start_s = timed()
+
+    def start(self) -> None:
+        """Compute begins (after a wait this rank does not slow: a receive, a collective, the step's end)."""
+        self._start_s = timed()
+
+    def tick(self) -> None:
+        """The compute since the last :meth:`start` or :meth:`tick` is done: stretch it by ``factor``."""
+        extra_s = (self.factor - 1.0) * (timed() - self._start_s)
+        if extra_s > 0:
+            time.sleep(extra_s)
+            self.slept_s += extra_s
+        self._start_s = timed()
+
+
+def slow_down(parts: list[nn.Module], last_stage: bool, optimizer: torch.optim.Optimizer,
+              loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+              factor: float) -> tuple[Clock, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """Hooks ``parts`` (this rank's model parts, DDP-wrapped or not) and ``optimizer`` so that this rank computes
+    ``factor`` times slower; returns the clock and the loss function to train with. ``last_stage``: the last part
+    ends in the loss (always so without a pipeline)."""
+    clock = Clock(factor)
+    for index, part in enumerate(parts):
+        inner = part.module if isinstance(part, nn.parallel.DistributedDataParallel) else part
+        _hook_module(inner, clock, ends_in_loss=last_stage and index == len(parts) - 1)
+    optimizer.register_step_pre_hook(lambda *_: clock.start())
+    optimizer.register_step_post_hook(lambda *_: clock.tick())
+
+    def slowed_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        clock.start()
+        loss = loss_fn(logits, targets)
+        clock.tick()
+        loss.register_hook(lambda _: clock.start())  # the first thing backward computes is this gradient
+        return loss
+
+    return clock, slowed_loss
+
+
+def _hook_module(module: nn.Module, clock: Clock, ends_in_loss: bool) -> None:
+    """Forward, backward and gradient-accumulation hooks of one model part."""
+    def before(_: nn.Module, args: tuple[object, ...]) -> None:
+        clock.start()
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.requires_grad:  # a pipeline stage's received activation
+            first.register_hook(lambda _: clock.tick())  # the last gradient this stage's backward computes
+
+    def after(_: nn.Module, __: tuple[object, ...], output: object) -> None:
+        clock.tick()
+        if not ends_in_loss and isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda _: clock.start())  # the next stage's gradient has arrived
+
+    module.register_forward_pre_hook(before)
+    module.register_forward_hook(after)
+    for param in module.parameters():
+        if param.requires_grad:
+            param.register_post_accumulate_grad_hook(lambda _: clock.tick())

@@ -1,0 +1,145 @@
+"""Uneven work on ranks of unequal speed: the options, their checks and the loss weight (torch-free).
+
+Three options of ``plait run`` and its worker (issue 19):
+
+- ``--slowdown 1,3``: rank r emulates a device ``f_r`` times slower at compute (:mod:`plait.run.slowdown`);
+- ``--batch-split 12,4``: sequences per step of each data-parallel rank, in proportion to speed as Poplar
+  assigns per-GPU batch sizes under DDP and ZeRO (Zhang et al. 2023, "Poplar: Efficient Scaling of
+  Distributed DNN Training on Heterogeneous GPU Clusters", Sec. 4);
+- ``--stage-layers 3,1``: layers of each pipeline stage, the fast rank taking more, as Metis, AMP and FlashFlex
+  partition layers over heterogeneous stages (:func:`plait.run.pipeline.stage_layers`).
+
+Each entry list is one comma-separated string on the command line, parsed and checked here once, before any
+rank starts (``plait run``) and again in each rank (the worker), with the same messages.
+
+Gradient equality of an uneven split (:func:`loss_weight`). The even run's loss is the mean token loss over all
+``G = global_batch`` sequences, ``L = (1/G) sum_i l_i``. Rank r holds ``b_r`` of them (``sum_r b_r = G``) and
+computes its local mean ``L_r = (1/b_r) sum_{i in r} l_i`` (its micro-batches' means divided by their count, as
+in :mod:`plait.run.train`). DDP and FSDP2 average gradients over the ``dp`` ranks (Li et al. 2020, Sec. 3.2;
+FSDP2's reduce-scatter divides by the group size), so a rank that back-propagates ``w_r L_r`` contributes
+``(1/dp) sum_r w_r grad L_r``. With ``w_r = dp b_r / G`` that is ``sum_r (b_r / G) grad L_r = (1/G) sum_i
+grad l_i = grad L``: the even run's gradient. The even split has ``b_r = G/dp``, so ``w_r = 1`` and nothing
+changes. The same weight makes the logged loss the global mean: the worker averages the ranks' losses over dp
+(:func:`plait.run.train.mean_over_dp`), and ``(1/dp) sum_r w_r L_r = (1/G) sum_r b_r L_r = L``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+from plait.errors import ConfigError
+from plait.plan.plan import Plan
+
+Number = TypeVar("Number", int, float)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Uneven:
+    """What a run does unevenly; every field empty is the plain (even, equal-speed) run."""
+
+    slowdown: tuple[float, ...] = ()
+    """Per rank (global rank order): how many times slower than this CPU the rank computes (>= 1)."""
+    batch_split: tuple[int, ...] = ()
+    """Per data-parallel rank (``Mesh.dp_rank`` order): sequences per optimizer step."""
+    stage_layers: tuple[int, ...] = ()
+    """Per pipeline stage: transformer layers it holds."""
+
+
+def parse_list(text: str | None, flag: str, kind: type[Number]) -> tuple[Number, ...]:
+    """``"12,4"`` as ``(12, 4)``; ``None`` or an empty string as ``()``."""
+    if not text:
+        return ()
+    try:
+        return tuple(kind(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{flag}={text!r} must be comma-separated {kind.__name__}s, e.g. {flag} 12,4") from None
+
+
+def parse_uneven(slowdown: str | None, batch_split: str | None, stage_layers: str | None) -> Uneven:
+    """The three command-line strings as one :class:`Uneven`."""
+    return Uneven(slowdown=parse_list(slowdown, "--slowdown", float),
+                  batch_split=parse_list(batch_split, "--batch-split", int),
+                  stage_layers=parse_list(stage_layers, "--stage-layers", int))
+
+
+def check_uneven(uneven: Uneven, plan: Plan, num_layers: int) -> None:
+    """Refuse, by name, what this runtime does not run unevenly; silent for a runnable request."""
+    if uneven.slowdown:
+        _check_slowdown(uneven.slowdown, plan)
+    if uneven.batch_split:
+        _check_batch_split(uneven.batch_split, plan)
+    if uneven.stage_layers:
+        _check_stage_layers(uneven.stage_layers, plan, num_layers)
+
+
+def _check_slowdown(factors: tuple[float, ...], plan: Plan) -> None:
+    text = ",".join(f"{f:g}" for f in factors)
+    if len(factors) != plan.num_gpus:
+        raise ConfigError(f"--slowdown {text}: one factor per rank, {plan.num_gpus} ranks")
+    if any(not f >= 1.0 for f in factors):
+        raise ConfigError(f"--slowdown {text}: each factor must be >= 1 (a rank can only be made slower)")
+    for axis in ("dp_shard", "tp", "cp", "ep"):
+        if getattr(plan, axis) > 1:
+            raise ConfigError(f"--slowdown with {axis}={getattr(plan, axis)}: runs with dp_replicate and pp only "
+                              "(collectives inside the forward and backward would be slowed with the compute)")
+
+
+def _check_batch_split(split: tuple[int, ...], plan: Plan) -> None:
+    text = ",".join(map(str, split))
+    if len(split) != plan.dp:
+        raise ConfigError(f"--batch-split {text}: one entry per data-parallel rank, dp={plan.dp}")
+    if sum(split) != plan.global_batch:
+        raise ConfigError(f"--batch-split {text}: entries sum to {sum(split)}, must sum to "
+                          f"global_batch={plan.global_batch}")
+    if any(b < plan.micro_batch or b % plan.micro_batch for b in split):
+        raise ConfigError(f"--batch-split {text}: each entry must be a positive multiple of "
+                          f"micro_batch={plan.micro_batch}")
+    for axis in ("pp", "tp", "cp", "ep"):
+        if getattr(plan, axis) > 1:
+            raise ConfigError(f"--batch-split with {axis}={getattr(plan, axis)}: runs with data parallelism "
+                              "alone (dp_replicate, dp_shard)")
+    if plan.dp_sync != "allreduce":
+        raise ConfigError(f"--batch-split with dp_sync={plan.dp_sync!r}: runs with the every-step all-reduce only")
+
+
+def _check_stage_layers(layers: tuple[int, ...], plan: Plan, num_layers: int) -> None:
+    text = ",".join(map(str, layers))
+    stages = plan.pp * plan.vpp
+    if plan.pp == 1:
+        raise ConfigError(f"--stage-layers {text}: the plan has no pipeline (pp=1)")
+    if len(layers) != stages:
+        raise ConfigError(f"--stage-layers {text}: one entry per pipeline stage, pp*vpp={stages}")
+    if sum(layers) != num_layers:
+        raise ConfigError(f"--stage-layers {text}: entries sum to {sum(layers)}, must sum to the model's "
+                          f"num_layers={num_layers}")
+    if min(layers) < 1:
+        raise ConfigError(f"--stage-layers {text}: each stage must hold at least one layer")
+
+
+def rank_rows(split: tuple[int, ...], dp_rank: int, global_batch: int, dp: int) -> tuple[int, int]:
+    """[start, stop) rows of the global batch that data-parallel rank ``dp_rank`` trains on (even without a
+    split)."""
+    if not split:
+        per_rank = global_batch // dp
+        return dp_rank * per_rank, (dp_rank + 1) * per_rank
+    start = sum(split[:dp_rank])
+    return start, start + split[dp_rank]
+
+
+def loss_weight(split: tuple[int, ...], dp_rank: int, global_batch: int, dp: int) -> float:
+    """``dp * b_r / G``: the factor on rank r's local mean loss that makes the dp-averaged gradient the global
+    batch's (module docstring); 1 without a split."""
+    if not split:
+        return 1.0
+    return dp * split[dp_rank] / global_batch
+
+
+def argv(uneven: Uneven) -> list[str]:
+    """The worker's command-line options for ``uneven`` (what ``plait run`` passes through)."""
+    out: list[str] = []
+    for flag, values in (("--slowdown", uneven.slowdown), ("--batch-split", uneven.batch_split),
+                         ("--stage-layers", uneven.stage_layers)):
+        if values:
+            out += [flag, ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)]
+    return out
