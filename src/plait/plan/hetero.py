@@ -1,0 +1,135 @@
+"""A plan over a mixed cluster (issue 19): one parallel layout, and how its work is shared among device groups.
+
+Two ways to share it, as the heterogeneous planners of the field do:
+- ``data``: data-parallel replicas on every group, each group's replicas with their own local batch — Poplar's
+  per-GPU batch allocation under ZeRO (Zhang et al., 2023, SEEDS 001-16), Hogbatch's CPU and GPU workers (001-20);
+  with ``local_sgd``, each group its own number of local steps per averaging (000-17: fast devices take more).
+- ``pipeline``: pipeline stages on different groups with uneven layer counts (Metis, Um et al. ATC 2024; AMP,
+  Li et al. NeurIPS 2022; FlashFlex, Yan et al. 2024): a stage's layers in proportion to its devices' speed.
+
+``plan`` is the job's layout over all its GPUs (``plan.num_gpus`` = the shares' GPUs); ranks fill the shares in
+order, so a share's ranks are consecutive (tp fastest, pp slowest: :mod:`plait.plan.plan`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from plait.errors import ConfigError
+from plait.hardware.hetero import MixedCluster
+from plait.plan.plan import Plan
+from plait.plan.sync import parse_sync
+from plait.workload.model import ModelSpec
+
+Split = Literal["data", "pipeline"]
+SPLITS: tuple[Split, ...] = ("data", "pipeline")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupShare:
+    """The part of a mixed plan one device group runs."""
+
+    group: str
+    """Name of the device group (:class:`plait.hardware.hetero.DeviceGroup`)."""
+    num_gpus: int
+    """Devices of that group the plan uses."""
+    batch: int = 0
+    """``data`` split: sequences per step the group's replicas run together (an equal share each)."""
+    layers: tuple[int, ...] = ()
+    """``pipeline`` split: layers of each pipeline stage on this group, in stage order."""
+    local_steps: int = 1
+    """``data`` split with ``local_sgd``: local steps the group takes per averaging round."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedPlan:
+    """A layout and its shares. Validate with :func:`check_mixed_plan`."""
+
+    plan: Plan
+    """The job's layout over all its GPUs (its ``global_batch`` is the shares' total)."""
+    split: Split
+    """How work is shared: ``data`` (replicas) or ``pipeline`` (stages)."""
+    shares: tuple[GroupShare, ...]
+    """Each group's share, in rank order."""
+
+    @property
+    def num_gpus(self) -> int:
+        """Devices the plan uses."""
+        return sum(s.num_gpus for s in self.shares)
+
+    def describe(self) -> str:
+        """The layout and its shares, e.g. ``tp1 dp16 zero1 mb2 gb256 | a100 8 GPUs b64, h100 8 GPUs b192``."""
+        def one(s: GroupShare) -> str:
+            what = (f"b{s.batch}" + (f" x{s.local_steps} local steps" if s.local_steps > 1 else "")
+                    if self.split == "data" else "layers " + "+".join(map(str, s.layers)))
+            return f"{s.group} {s.num_gpus} GPUs {what}"
+
+        return f"{self.plan.describe()} | {self.split}: " + ", ".join(one(s) for s in self.shares)
+
+
+def check_mixed_plan(mixed: MixedPlan, model: ModelSpec, cluster: MixedCluster) -> None:
+    """Raise :class:`ConfigError` naming the first broken rule of sharing ``mixed.plan`` over ``cluster``."""
+    plan, shares = mixed.plan, mixed.shares
+    if mixed.split not in SPLITS:
+        raise ConfigError(f"split={mixed.split!r} must be one of {', '.join(SPLITS)}")
+    if not shares:
+        raise ConfigError("a mixed plan needs at least one group share")
+    used: dict[str, int] = {}
+    for s in shares:
+        used[s.group] = used.get(s.group, 0) + s.num_gpus
+        if used[s.group] > cluster.group(s.group).num_gpus:
+            raise ConfigError(f"group {s.group}: the plan uses {used[s.group]} GPUs but {cluster.name} has "
+                              f"{cluster.group(s.group).num_gpus}")
+        if s.num_gpus <= 0 or s.local_steps < 1:
+            raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be > 0 and local_steps="
+                              f"{s.local_steps} >= 1")
+    if mixed.num_gpus != plan.num_gpus:
+        raise ConfigError(f"the shares use {mixed.num_gpus} GPUs but the layout {plan.describe()} needs "
+                          f"{plan.num_gpus}")
+    (_check_data if mixed.split == "data" else _check_pipeline)(mixed, model)
+
+
+def _check_data(mixed: MixedPlan, model: ModelSpec) -> None:
+    plan = mixed.plan
+    for s in mixed.shares:
+        if s.num_gpus % plan.model_parallel:
+            raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be a multiple of tp*pp*cp="
+                              f"{plan.model_parallel} (whole replicas)")
+        replicas = s.num_gpus // plan.model_parallel
+        if s.batch <= 0 or s.batch % (replicas * plan.micro_batch):
+            raise ConfigError(f"group {s.group}: batch={s.batch} must be a positive multiple of replicas x "
+                              f"micro_batch = {replicas * plan.micro_batch}")
+        if s.layers:
+            raise ConfigError(f"group {s.group}: layers={s.layers} belong to a pipeline split, not a data split")
+    total = sum(s.batch for s in mixed.shares)
+    if total != plan.global_batch:
+        raise ConfigError(f"the shares' batches sum to {total} but global_batch={plan.global_batch}")
+    steps = {s.local_steps for s in mixed.shares}
+    if steps != {1} and parse_sync(plan.dp_sync).method != "local_sgd":
+        raise ConfigError(f"local_steps {sorted(steps)} differ from 1 only with dp_sync local_sgd (got "
+                          f"{plan.dp_sync})")
+
+
+def _check_pipeline(mixed: MixedPlan, model: ModelSpec) -> None:
+    plan = mixed.plan
+    if model.moe is not None:
+        raise ConfigError(f"a pipeline split over device groups takes dense models; {model.name} has experts")
+    if plan.vpp != 1:
+        raise ConfigError(f"a pipeline split over device groups needs vpp=1 (got {plan.vpp})")
+    stage_gpus = plan.tp * plan.cp * plan.dp
+    stages = 0
+    for s in mixed.shares:
+        if not s.layers or any(n <= 0 for n in s.layers):
+            raise ConfigError(f"group {s.group}: layers={s.layers} must list one positive layer count per stage")
+        if s.num_gpus != len(s.layers) * stage_gpus:
+            raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be its {len(s.layers)} stages x "
+                              f"tp*cp*dp={stage_gpus}")
+        if s.batch or s.local_steps != 1:
+            raise ConfigError(f"group {s.group}: batch and local_steps belong to a data split")
+        stages += len(s.layers)
+    if stages != plan.pp:
+        raise ConfigError(f"the shares hold {stages} stages but pp={plan.pp}")
+    layers = sum(sum(s.layers) for s in mixed.shares)
+    if layers != model.num_layers:
+        raise ConfigError(f"the stages hold {layers} layers but {model.name} has {model.num_layers}")

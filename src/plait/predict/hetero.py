@@ -1,0 +1,227 @@
+"""Predict a plan over a mixed cluster (:mod:`plait.plan.hetero`) by costing each group on its own view.
+
+Every number comes from the homogeneous cost model: a group is costed on :func:`plait.hardware.hetero.group_view`,
+a cluster of that group's devices whose outer tier is the join between groups, so its collectives cross the
+slower fabric as the real job's do.
+
+- ``data`` split: a group's replicas run their local batch on the group's devices, and every replica joins the
+  one gradient reduction of the step. The step ends when the slowest group's reduction ends, so the step time
+  is the largest of the groups' own step times — each costed as if all ``dp`` replicas were of that group's
+  kind with its local batch (same reduction, its own compute) — and a faster group idles for the difference
+  (Poplar, Zhang et al. 2023, Sec. 3: a heterogeneous step waits for its slowest worker). With ``local_sgd`` a
+  group takes its own number of local steps per averaging round (000-17), so a round lasts the largest of
+  ``local_steps x`` step time and carries every group's ``local_steps x batch`` sequences.
+- ``pipeline`` split: each stage's forward, backward, data-parallel reduction and optimizer come from its
+  group's view with its own layer count, and the per-rank schedule is simulated by the same event sweep as
+  homogeneous pipelines (:func:`plait.simulate.pipeline.simulate_pipeline`): the slowest stage sets the
+  steady-state rate and the fill and drain follow from every stage's time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from plait.cost.batch import stage_memories
+from plait.cost.estimate import Estimate, TimeBreakdown
+from plait.engine.catalog import get_engine
+from plait.engine.engine import Engine
+from plait.hardware.hetero import MixedCluster, group_view
+from plait.plan import rules
+from plait.plan.hetero import GroupShare, MixedPlan, check_mixed_plan
+from plait.plan.sync import parse_sync
+from plait.predict.estimate import estimate
+from plait.simulate.costs import pipeline_costs
+from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
+from plait.workload.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupTime:
+    """One group's (``data``) or one stage's (``pipeline``) part of a mixed step."""
+
+    group: str
+    """Device group."""
+    accelerator: str
+    """Its device."""
+    num_gpus: int
+    """Its devices in the plan."""
+    work: str
+    """What it runs: ``b64`` (sequences per step) or ``12 layers``."""
+    busy_s: float
+    """Seconds of the step it works (its own step time; a stage's compute and reduction)."""
+    idle_s: float
+    """Seconds it waits for the slowest member."""
+    memory_bytes: float
+    """Peak bytes on one of its devices."""
+    capacity_bytes: float
+    """Device memory of one of its devices."""
+
+    @property
+    def fits(self) -> bool:
+        """Whether its peak fits its device memory."""
+        return self.memory_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedEstimate:
+    """Prediction for one mixed plan."""
+
+    model_name: str
+    """Model display name."""
+    cluster_name: str
+    """Mixed cluster display name."""
+    plan: MixedPlan
+    """The plan estimated."""
+    step_time_s: float
+    """One synchronous step (one averaging round with ``local_sgd``)."""
+    tokens_per_step: int
+    """Tokens that step trains on."""
+    groups: tuple[GroupTime, ...]
+    """Each group (data split) or stage (pipeline split)."""
+    time: TimeBreakdown
+    """The critical member's breakdown."""
+    model_flops_per_token: float
+    """PaLM-convention model FLOPs per token (as :class:`plait.cost.estimate.Estimate`)."""
+    peak_flops: float
+    """Sum of the dense bf16 (plan precision) peaks of every device used."""
+    price_per_hour_usd: float
+    """Hourly price of every device used."""
+    steps_multiplier: float = 1.0
+    """Steps the plan's synchronization needs per all-reduce step (:mod:`plait.plan.convergence`)."""
+
+    @property
+    def critical(self) -> GroupTime:
+        """The member that sets the step (least idle)."""
+        return min(self.groups, key=lambda g: g.idle_s)
+
+    @property
+    def fits(self) -> bool:
+        """Whether every member fits its device memory."""
+        return all(g.fits for g in self.groups)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Training throughput."""
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation against the summed peaks of the mixed devices."""
+        return self.model_flops_per_token * self.tokens_per_s / self.peak_flops
+
+    @property
+    def usd_per_million_tokens(self) -> float:
+        """Money per million all-reduce-equivalent tokens at the devices' hourly prices."""
+        return self.price_per_hour_usd / 3600.0 / (self.tokens_per_s / self.steps_multiplier) * 1e6
+
+
+def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *,
+                   engine: Engine | None = None) -> MixedEstimate:
+    """Predict step time, per-group idle time and memory of ``mixed`` on ``cluster``."""
+    engine = engine or get_engine()
+    mixed = replace(mixed, plan=mixed.plan.with_seq_len(model.seq_len))
+    check_mixed_plan(mixed, model, cluster)
+    return (_data(model, cluster, mixed, engine) if mixed.split == "data"
+            else _pipeline(model, cluster, mixed, engine))
+
+
+def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, share: GroupShare,
+                   engine: Engine) -> Estimate:
+    """``share``'s step as the homogeneous estimator predicts it: every replica of its kind, with its batch."""
+    plan = mixed.plan
+    local = share.batch // (share.num_gpus // plan.model_parallel)
+    plan = replace(plan, global_batch=local * plan.dp)
+    if share.local_steps > 1:
+        plan = replace(plan, dp_sync=parse_sync(f"local_sgd:every={share.local_steps}").spec)
+    view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
+    return estimate(model, view, plan, engine=engine)
+
+
+def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
+    ests = [group_estimate(model, cluster, mixed, s, engine) for s in mixed.shares]
+    rounds = [s.local_steps * e.step_time_s for s, e in zip(mixed.shares, ests, strict=True)]
+    step = max(rounds)
+    groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
+                             num_gpus=s.num_gpus, work=f"b{s.batch}" + (f" x{s.local_steps}" if s.local_steps > 1 else ""),
+                             busy_s=r, idle_s=step - r, memory_bytes=e.memory.total_bytes,
+                             capacity_bytes=e.memory.capacity_bytes)
+                   for s, e, r in zip(mixed.shares, ests, rounds, strict=True))
+    seq = mixed.plan.seq_len
+    slowest = ests[rounds.index(step)]
+    return MixedEstimate(
+        model_name=model.name, cluster_name=cluster.name, plan=mixed, step_time_s=step,
+        tokens_per_step=sum(s.local_steps * s.batch for s in mixed.shares) * seq, groups=groups, time=slowest.time,
+        model_flops_per_token=slowest.model_flops_per_step / slowest.tokens_per_step,
+        peak_flops=sum(e.peak_flops_per_gpu * s.num_gpus for s, e in zip(mixed.shares, ests, strict=True)),
+        price_per_hour_usd=_price(cluster, mixed), steps_multiplier=ests[0].steps_multiplier)
+
+
+def _price(cluster: MixedCluster, mixed: MixedPlan) -> float:
+    return sum(s.num_gpus * cluster.group(s.group).cluster.price_per_gpu_hour_usd for s in mixed.shares)
+
+
+def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
+    plan, framework = mixed.plan, engine.framework
+    per_stage, members, stage = [], [], 0
+    for share in mixed.shares:
+        view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
+        for layers in share.layers:
+            variant = replace(model, num_layers=layers * plan.pp)  # stage `stage` of an even split holds `layers`
+            rules.check_plan(plan, variant, view)
+            costs = pipeline_costs(variant, view, plan, framework)
+            memory = stage_memories(variant, view, plan, framework)[stage]
+            per_stage.append((costs, stage))
+            members.append((share, layers, memory["total"], view.accelerator))
+            stage += 1
+    c = _mixed_costs([(costs, s) for costs, s in per_stage])
+    timeline = simulate_pipeline(c, record=False)
+    step = timeline.step_time_s
+    busy = [c.m * (c.forward_s[r] + c.backward_s[r]) + c.optimizer_s[r] for r in range(c.p)]
+    groups = tuple(GroupTime(group=share.group, accelerator=acc.name, num_gpus=share.num_gpus // len(share.layers),
+                             work=f"{layers} layers", busy_s=busy[r], idle_s=step - busy[r], memory_bytes=mem,
+                             capacity_bytes=acc.memory_bytes)
+                   for r, (share, layers, mem, acc) in enumerate(members))
+    slow = max(range(c.p), key=lambda r: busy[r])
+    compute = c.m * (c.forward_s[slow] + c.backward_s[slow])
+    end = max(timeline.pipeline_end_s)
+    time = TimeBreakdown(compute_s=compute, pp_bubble_s=max(end - compute, 0.0), dp_comm_s=max(step - end, 0.0))
+    reference = estimate(model, group_view(cluster, cluster.group(mixed.shares[0].group), mixed.num_gpus), plan,
+                         engine=engine, check=False, simulate=False)
+    peak = sum(acc.peak_flops(plan.precision) * share.num_gpus // len(share.layers)
+               for share, _, _, acc in members)
+    return MixedEstimate(
+        model_name=model.name, cluster_name=cluster.name, plan=mixed, step_time_s=step,
+        tokens_per_step=plan.global_batch * plan.seq_len, groups=groups, time=time,
+        model_flops_per_token=reference.model_flops_per_step / reference.tokens_per_step, peak_flops=peak,
+        price_per_hour_usd=_price(cluster, mixed), steps_multiplier=reference.steps_multiplier)
+
+
+def _mixed_costs(stages: list[tuple[PipelineCosts, int]]) -> PipelineCosts:
+    """One pipeline whose rank ``r`` takes rank ``r``'s durations from the costs of its own stage."""
+    first = stages[0][0]
+
+    def pick(name: str) -> list:
+        return [getattr(costs, name)[r] for costs, r in stages]
+
+    return replace(first, forward_s=pick("forward_s"), backward_s=pick("backward_s"),
+                   weight_grad_s=pick("weight_grad_s"), grad_reduce_s=pick("grad_reduce_s"),
+                   param_gather_s=pick("param_gather_s"), buckets=pick("buckets"), optimizer_s=pick("optimizer_s"),
+                   p2p_s=max(costs.p2p_s for costs, _ in stages))
+
+
+def mixed_to_dict(est: MixedEstimate, train_tokens: float | None = None) -> dict[str, object]:
+    """A JSON-ready summary of ``est``."""
+    out: dict[str, object] = {
+        "model": est.model_name, "cluster": est.cluster_name, "layout": est.plan.describe(), "split": est.plan.split,
+        "plan": asdict(est.plan.plan), "num_gpus": est.plan.num_gpus, "step_time_s": est.step_time_s,
+        "tokens_per_step": est.tokens_per_step, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu, "fits": est.fits,
+        "price_per_hour_usd": est.price_per_hour_usd, "usd_per_million_tokens": est.usd_per_million_tokens,
+        "steps_multiplier": est.steps_multiplier, "critical": est.critical.group,
+        "time_breakdown_s": dict(est.time.items()),
+        "groups": [{**asdict(g), "fits": g.fits} for g in est.groups],
+    }
+    if train_tokens:
+        seconds = train_tokens * est.steps_multiplier / est.tokens_per_s
+        out["train"] = {"tokens": train_tokens, "time_s": seconds,
+                        "cost_usd": seconds / 3600.0 * est.price_per_hour_usd}
+    return out
