@@ -11,6 +11,7 @@ from rich.table import Table
 from plait.cli.output import print_json
 from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
 from plait.hardware.catalog import accelerator_names, cluster_names, get_accelerator, get_cluster
+from plait.hardware.mixed_catalog import get_mixed_cluster, mixed_cluster_names
 from plait.workload.catalog import get_model, model_names
 
 
@@ -46,8 +47,9 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
                          "price_per_gpu_hour_usd": c.price_per_gpu_hour_usd, "power_limit_w": c.power_limit_w})
     accelerators = [{"slug": s, "name": get_accelerator(s).name, "memory_gib": get_accelerator(s).memory_gib,
                      "peak_tflops": get_accelerator(s).peak_tflops} for s in accelerator_names()]
+    mixed = [_mixed_row(slug) for slug in mixed_cluster_names()]
     if as_json:
-        print_json({"clusters": clusters, "accelerators": accelerators})
+        print_json({"clusters": clusters, "mixed_clusters": mixed, "accelerators": accelerators})
         return
     console = Console()
     table = Table(title="plait clusters")
@@ -67,6 +69,24 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
         acc.add_row(a["slug"], a["name"], f"{a['memory_gib']:g}", f"{peaks.get('bf16', peaks.get('fp16', 0)):g}",
                     f"{peaks.get('fp8', 0):g}" if "fp8" in peaks else "-")
     console.print(acc)
+    table = Table(title="mixed clusters (plait estimate/plan --cluster SLUG share one plan among the groups)")
+    for col in ("slug", "groups", "joined by (GB/s per GPU)", "$/h"):
+        table.add_column(col)
+    for m in mixed:
+        groups = ", ".join(f"{g['name']}: {g['num_gpus']} x {g['accelerator']}" for g in m["groups"])
+        table.add_row(m["slug"], groups, f"{m['join']['name']} {m['join']['bandwidth_gb_per_s_per_gpu']:g}",
+                      f"{m['price_per_hour_usd']:,.2f}")
+    console.print(table)
+
+
+def _mixed_row(slug: str) -> dict[str, object]:
+    m = get_mixed_cluster(slug)
+    return {"slug": slug, "name": m.name, "num_gpus": m.num_gpus, "price_per_hour_usd": m.price_per_hour_usd,
+            "groups": [{"name": g.name, "cluster": g.cluster.name, "accelerator": g.cluster.accelerator.name,
+                        "num_gpus": g.num_gpus, "price_per_gpu_hour_usd": g.cluster.price_per_gpu_hour_usd}
+                       for g in m.groups],
+            "join": {"name": m.join.name, "bandwidth_gb_per_s_per_gpu": m.join.bandwidth_gb_per_s_per_gpu},
+            "source": m.source}
 
 
 def engines_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:

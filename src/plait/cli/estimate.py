@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from plait.cli.mixed import is_mixed_cluster
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
@@ -60,6 +61,9 @@ def estimate_command(
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,
     gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML: loop (a batch at a time) | matrix[:bulk=K][,adjacency=replicated|partitioned] (matrix-based bulk sampling).")] = "loop",
     parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: degrees KEY=N,... of cfg, pipefusion, patches, ulysses, ring, tp, distrifusion (their product is the GPUs). [default: ulysses=gpus]")] = None,
+    split: Annotated[str, typer.Option(help="With a mixed cluster: data (replicas on every group, local batches by speed) | pipeline (stages on groups, layers by speed).")] = "data",
+    shares: Annotated[str | None, typer.Option(help="With a mixed cluster: each group's share, GROUP=N,... (data: sequences per step; pipeline: layers per stage, e.g. a100=6+6,h100=10+10). [default: every group, balanced by speed]")] = None,
+    local_steps: Annotated[str | None, typer.Option(help="With a mixed cluster and --dp-sync local_sgd: local steps per averaging round per group, GROUP=H,...")] = None,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
 
@@ -106,10 +110,17 @@ def estimate_command(
         return
     if parallel is not None:
         raise ConfigError("--parallel gives a diffusion transformer's degrees: pass --model with a DiT TOML")
+    mixed = is_mixed_cluster(cluster)
+    if not mixed and (split != "data" or shares or local_steps):
+        raise ConfigError("--split, --shares and --local-steps share a plan among a mixed cluster's groups: pass "
+                          "--cluster with a mixed preset (see `plait clusters`)")
     gnn_options = (gnn_strategy, gnn_engine, edge_cut, cache_fraction, gnn_sampler)
     if gnn_options != ("sampled_dp", "pyg", None, 0.0, "loop"):
         raise ConfigError("--gnn-strategy, --gnn-engine, --gnn-sampler, --edge-cut and --cache-fraction describe a GNN "
                           "job: pass --model with a GNN TOML")
+    if mixed:
+        _estimate_mixed(locals(), as_json, train_tokens)
+        return
     traced = model is not None and is_traced_name(model)
     if traced:  # one replica's batch at once, unsharded, unless asked otherwise (a CNN's habit)
         sharding = sharding or "none"
@@ -139,3 +150,28 @@ def estimate_command(
         print_json(out)
     else:
         print_estimate(Console(), result, train_tokens)
+
+
+LAYOUT_OPTIONS = ("tp", "pp", "vpp", "schedule", "cp", "ep", "dp_replicate", "sharding", "sp", "recompute",
+                  "recompute_layers", "global_batch", "seq_len", "precision", "offload_optimizer", "offload_params",
+                  "dp_sync")
+
+
+def _estimate_mixed(options: dict[str, Any], as_json: bool, train_tokens: float) -> None:
+    """The mixed-cluster path of ``plait estimate``: the layout options over the shared groups' GPUs."""
+    if options["plan_file"] is not None or (options["model"] and is_traced_name(options["model"])):
+        raise ConfigError("a mixed cluster takes a catalog or config model and layout options, not --plan or a "
+                          "traced module")
+    from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed
+    from plait.hardware.mixed_catalog import resolve_any_cluster
+
+    cluster = resolve_any_cluster(options["cluster"])
+    gpus = sum(s.num_gpus for s in mixed_shares(cluster, options["split"], options["shares"], options["local_steps"]))
+    if options["gpus"] not in (DEFAULT_GPUS, gpus):
+        raise ConfigError(f"--gpus {options['gpus']}: a plan on a mixed cluster uses its groups' {gpus} GPUs (name "
+                          "fewer groups with --shares)")
+    layout = plan_from_options(gpus=gpus, micro_batch=options["micro_batch"] or 1,
+                               **{k: options[k] for k in LAYOUT_OPTIONS})
+    est = mixed_estimate(options["model"], options["cluster"], layout, options["split"], options["shares"],
+                         options["local_steps"], options["engine"])
+    print_mixed(est, as_json, train_tokens)

@@ -1,0 +1,122 @@
+"""Plan over a mixed cluster: layouts from the homogeneous search, each shared among device groups by speed, and
+ranked against the honest baseline — the best plan on one group alone ("use only the H100s").
+
+The search is Metis's and Sailor's in miniature (Um et al., ATC 2024; Strati et al., 2025): candidate layouts
+(the homogeneous planner's best at the mixed job's size, on each group's view of the fabric), then for each
+layout the work split that balances the groups:
+- ``data``: each group's local batch in proportion to its replicas' speed (Poplar, Zhang et al. 2023, Sec. 4:
+  per-GPU batch sizes that equalise the workers' step times), then moved one micro-batch per replica at a time
+  from the slowest group while the step shortens;
+- ``pipeline``: a group's stages hold layers in proportion to its devices' speed per layer (AMP, Li et al.
+  2022; FlashFlex, Yan et al. 2024), then one layer at a time from the slowest stage while the step shortens.
+Every candidate is costed by :func:`plait.predict.hetero.estimate_mixed`; one that does not fit some group's
+memory is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from plait.cost.estimate import Estimate
+from plait.engine.engine import Engine
+from plait.errors import ConfigError
+from plait.hardware.hetero import MixedCluster, group_view
+from plait.plan.hetero import GroupShare, MixedPlan
+from plait.plan.plan import Plan
+from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.search.engine import run_search
+from plait.search.space import default_space
+from plait.workload.model import ModelSpec
+
+LAYOUTS = 4
+"""Best homogeneous layouts taken from each group's view as candidates (more rarely changes the winner and
+costs a search each)."""
+MOVES = 64
+"""Most single moves (a micro-batch per replica, or a layer) the balancing tries after the proportional split."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedSearch:
+    """The ranked mixed plans and the homogeneous baselines."""
+
+    plans: list[MixedEstimate]
+    """Feasible mixed plans, fastest first."""
+    even: MixedEstimate | None
+    """The best layout with every replica on the same local batch (what a homogeneous planner would run)."""
+    baselines: dict[str, Estimate]
+    """Best plan on each group alone, by group name (absent: nothing fits it)."""
+
+    @property
+    def best_baseline(self) -> tuple[str, Estimate] | None:
+        """The fastest single group."""
+        return max(self.baselines.items(), key=lambda kv: kv[1].tokens_per_s, default=None)
+
+
+def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, engine: Engine | None = None,
+               memory_margin: float = 0.05) -> MixedSearch:
+    """Mixed plans of ``model`` over every device of ``cluster`` at ``global_batch`` sequences, and baselines."""
+    n = cluster.num_gpus
+    layouts: list[Plan] = []
+    for group in cluster.groups:
+        view = group_view(cluster, group, n)
+        space = default_space(model, view, n, (global_batch,), memory_margin=memory_margin)
+        for est in run_search(model, view, space, engine=engine, workers=1).top(LAYOUTS):
+            flat = replace(est.plan, schedule="1f1b", vpp=1)  # a pipeline split over groups takes one chunk per rank
+            for layout in (est.plan, flat) if est.plan.vpp > 1 else (est.plan,):
+                if layout not in layouts:
+                    layouts.append(layout)
+    plans, evens = [], []
+    for layout in layouts:
+        for split in ("data", "pipeline"):
+            balanced = _balanced(model, cluster, layout, split, engine)
+            if balanced is not None:
+                plans.append(balanced)
+        even = _even(model, cluster, layout, engine)
+        if even is not None and even.fits:
+            evens.append(even)
+    plans.sort(key=lambda e: e.step_time_s / e.tokens_per_step)
+    evens.sort(key=lambda e: e.step_time_s / e.tokens_per_step)
+    return MixedSearch(plans=plans, even=evens[0] if evens else None,
+                       baselines=_baselines(model, cluster, global_batch, engine, memory_margin))
+
+
+def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engine: Engine | None,
+               memory_margin: float) -> dict[str, Estimate]:
+    out = {}
+    for group in cluster.groups:
+        space = default_space(model, group.cluster, group.num_gpus, (global_batch,), memory_margin=memory_margin)
+        best = run_search(model, group.cluster, space, engine=engine, workers=1).top(1)
+        if best:
+            out[group.name] = best[0]
+    return out
+
+
+def _try(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine | None) -> MixedEstimate | None:
+    try:
+        return estimate_mixed(model, cluster, mixed, engine=engine)
+    except ConfigError:  # a share the layout cannot hold (whole replicas, stages)
+        return None
+
+
+def _even(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine | None) -> MixedEstimate | None:
+    replicas = [g.num_gpus // layout.model_parallel for g in cluster.groups]
+    if layout.global_batch % layout.dp:
+        return None
+    local = layout.global_batch // layout.dp
+    shares = tuple(GroupShare(group=g.name, num_gpus=g.num_gpus, batch=r * local)
+                   for g, r in zip(cluster.groups, replicas, strict=True))
+    return _try(model, cluster, MixedPlan(plan=layout, split="data", shares=shares), engine)
+
+
+def _balanced(model: ModelSpec, cluster: MixedCluster, layout: Plan, split: str,
+              engine: Engine | None) -> MixedEstimate | None:
+    from plait.search.hetero_split import balance_data, balance_pipeline
+
+    if split == "data":
+        even = _even(model, cluster, layout, engine)
+        best = None if even is None else balance_data(model, cluster, even, engine, MOVES)
+    else:
+        best = balance_pipeline(model, cluster, layout, engine, MOVES)
+    return best if best is not None and best.fits else None
+
+

@@ -1,0 +1,109 @@
+"""Balancing one layout's work among device groups (:mod:`plait.search.hetero`): a split proportional to speed,
+then single moves away from the slowest member while the step shortens."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from plait.engine.engine import Engine
+from plait.errors import ConfigError
+from plait.hardware.hetero import MixedCluster
+from plait.plan.hetero import GroupShare, MixedPlan
+from plait.plan.plan import Plan
+from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.workload.model import ModelSpec
+
+
+def _cost(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine | None) -> MixedEstimate | None:
+    try:
+        return estimate_mixed(model, cluster, mixed, engine=engine)
+    except ConfigError:
+        return None
+
+
+def _per_token_s(e: MixedEstimate) -> float:
+    return e.step_time_s / e.tokens_per_step
+
+
+def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, engine: Engine | None,
+                 moves: int) -> MixedEstimate | None:
+    """Local batches in proportion to each group's sequences per second at the even split (Poplar), rounded to
+    whole micro-batches per replica, then one micro-batch per replica moved from the slowest group to the one
+    with most idle time while the step shortens (the global batch never changes)."""
+    mixed, plan = even.plan, even.plan.plan
+    replicas = [s.num_gpus // plan.model_parallel for s in mixed.shares]
+    units = plan.global_batch // plan.micro_batch  # micro-batches over all replicas
+    speed = [s.batch / r / g.busy_s for s, r, g in zip(mixed.shares, replicas, even.groups, strict=True)]
+    per_replica = [max(1, round(units * v / sum(r * v for r, v in zip(replicas, speed, strict=True))))
+                   for v in speed]
+    best = _data(model, cluster, mixed, replicas, per_replica, engine) or even
+    for _ in range(moves):
+        counts = [s.batch // (r * plan.micro_batch) for s, r in zip(best.plan.shares, replicas, strict=True)]
+        slow = max(range(len(counts)), key=lambda i: best.groups[i].busy_s)
+        fast = max(range(len(counts)), key=lambda i: best.groups[i].idle_s / max(replicas[i], 1))
+        if slow == fast or counts[slow] <= 1:
+            break
+        counts[slow] -= 1
+        counts[fast] += 1
+        trial = _data(model, cluster, best.plan, replicas, counts, engine)
+        if trial is None or _per_token_s(trial) >= _per_token_s(best):
+            break
+        best = trial
+    return best
+
+
+def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, replicas: list[int], per_replica: list[int],
+          engine: Engine | None) -> MixedEstimate | None:
+    """``mixed`` with ``per_replica[i]`` micro-batches on each replica of share i; the global batch follows."""
+    mb = mixed.plan.micro_batch
+    shares = [replace(s, batch=r * k * mb) for s, r, k in zip(mixed.shares, replicas, per_replica, strict=True)]
+    plan = replace(mixed.plan, global_batch=sum(s.batch for s in shares))
+    if plan.global_batch != mixed.plan.global_batch:
+        return None
+    return _cost(model, cluster, replace(mixed, plan=plan, shares=tuple(shares)), engine)
+
+
+def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine | None,
+                     moves: int) -> MixedEstimate | None:
+    """Stages spread over groups in proportion to their devices, layers in proportion to each stage's speed
+    per layer at the even split, then one layer at a time from the slowest stage to its faster neighbour."""
+    if layout.pp < 2 or layout.vpp != 1 or model.moe is not None:
+        return None
+    stage_gpus = layout.num_gpus // layout.pp
+    stages = [g.num_gpus // stage_gpus for g in cluster.groups]
+    if any(s * stage_gpus != g.num_gpus for s, g in zip(stages, cluster.groups, strict=True)) or sum(stages) != layout.pp:
+        return None
+    base, extra = divmod(model.num_layers, layout.pp)
+    layers = [base + (i < extra) for i in range(layout.pp)]
+    even = _pipe(model, cluster, layout, stages, layers, engine)
+    if even is None:
+        return None
+    rate = [n / g.busy_s for n, g in zip(layers, even.groups, strict=True)]
+    share = [max(1, round(model.num_layers * r / sum(rate))) for r in rate]
+    share[-1] += model.num_layers - sum(share)
+    best = (_pipe(model, cluster, layout, stages, share, engine) if min(share) > 0 else None) or even
+    for _ in range(moves):
+        counts = [int(w.split()[0]) for w in (g.work for g in best.groups)]
+        slow = max(range(len(counts)), key=lambda i: best.groups[i].busy_s)
+        neighbours = [i for i in (slow - 1, slow + 1) if 0 <= i < len(counts)]
+        fast = max(neighbours, key=lambda i: best.groups[i].idle_s)
+        if counts[slow] <= 1:
+            break
+        counts[slow] -= 1
+        counts[fast] += 1
+        trial = _pipe(model, cluster, layout, stages, counts, engine)
+        if trial is None or trial.step_time_s >= best.step_time_s:
+            break
+        best = trial
+    return best
+
+
+def _pipe(model: ModelSpec, cluster: MixedCluster, layout: Plan, stages: list[int], layers: list[int],
+          engine: Engine | None) -> MixedEstimate | None:
+    shares, at = [], 0
+    for group, k in zip(cluster.groups, stages, strict=True):
+        if k:
+            shares.append(GroupShare(group=group.name, num_gpus=k * layout.num_gpus // layout.pp,
+                                     layers=tuple(layers[at:at + k])))
+        at += k
+    return _cost(model, cluster, MixedPlan(plan=layout, split="pipeline", shares=tuple(shares)), engine)

@@ -1,0 +1,180 @@
+"""Mixed clusters and plans (issue 19): a mixed cluster of one kind is the homogeneous cluster, the slowest group
+sets a mixed step, memory is checked per device type, and the planner's balanced split beats the even one."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from plait.errors import ConfigError
+from plait.hardware.catalog import get_cluster
+from plait.hardware.hetero import DeviceGroup, MixedCluster, slowed
+from plait.hardware.mixed_catalog import get_mixed_cluster, mixed_from_mapping, resolve_any_cluster
+from plait.plan.hetero import GroupShare, MixedPlan
+from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
+from plait.predict.hetero import estimate_mixed
+from plait.simulate.costs import pipeline_costs
+from plait.workload.catalog import get_model
+from tests.inprocess import cli
+
+MODEL = get_model("llama3-8b")
+FSDP = Plan(dp_shard=128, sharding="zero3", micro_batch=1, global_batch=512)
+
+
+def _two(cluster: str, gpus: int, join_from: str) -> MixedCluster:
+    """Two groups of ``cluster`` joined by ``join_from``'s outermost tier."""
+    c = get_cluster(cluster)
+    join = replace(get_cluster(join_from).tiers[-1], span_gpus=2 * gpus)
+    return MixedCluster(name="two", groups=(DeviceGroup(name="x", cluster=c, num_gpus=gpus),
+                                            DeviceGroup(name="y", cluster=c, num_gpus=gpus)),
+                        join=join, source="test")
+
+
+def _data(plan: Plan, *batches: tuple[str, int, int]) -> MixedPlan:
+    return MixedPlan(plan=plan, split="data",
+                     shares=tuple(GroupShare(group=g, num_gpus=n, batch=b) for g, n, b in batches))
+
+
+def test_one_group_is_the_homogeneous_cluster_exactly() -> None:
+    c = get_cluster("dgx-h100-ib")
+    mixed = MixedCluster(name="one", groups=(DeviceGroup(name="h100", cluster=c, num_gpus=128),),
+                         join=c.tiers[-1], source="test")
+    est = estimate_mixed(MODEL, mixed, _data(FSDP, ("h100", 128, 512)))
+    ref = estimate(MODEL, c, FSDP)
+    assert est.step_time_s == ref.step_time_s
+    assert est.groups[0].memory_bytes == ref.memory.total_bytes
+    assert est.tokens_per_s == ref.tokens_per_s
+
+
+@pytest.mark.parametrize("plan", [FSDP, Plan(tp=8, dp_shard=16, sharding="zero1", sp=True, global_batch=512),
+                                  Plan(pp=4, dp_shard=32, sharding="zero1", global_batch=512)])
+def test_two_groups_of_one_kind_on_its_fabric_equal_the_homogeneous_estimate(plan: Plan) -> None:
+    mixed, ref = _two("dgx-h100-ib", 64, "dgx-h100-ib"), estimate(MODEL, get_cluster("dgx-h100-ib"), plan)
+    if plan.pp == 1:
+        est = estimate_mixed(MODEL, mixed, _data(plan, ("x", 64, 256), ("y", 64, 256)))
+        assert est.step_time_s == ref.step_time_s
+    else:  # a pipeline split of even layers is the homogeneous pipeline, simulated
+        shares = (GroupShare(group="x", num_gpus=64, layers=(8, 8)), GroupShare(group="y", num_gpus=64, layers=(8, 8)))
+        est = estimate_mixed(MODEL, mixed, MixedPlan(plan=plan, split="pipeline", shares=shares))
+        assert est.step_time_s == pytest.approx(estimate(MODEL, get_cluster("dgx-h100-ib"), plan,
+                                                         simulate=True).step_time_s, rel=1e-12)
+
+
+def test_a_slow_group_on_the_critical_path_sets_the_step() -> None:
+    """Even batches on A100 + H100: the step is the all-A100 job's (dgx-a100-ib's HDR fabric is the join's rate),
+    and the H100s idle for the difference."""
+    mixed = get_mixed_cluster("a100-h100-ib")
+    est = estimate_mixed(MODEL, mixed, _data(FSDP, ("a100", 64, 256), ("h100", 64, 256)))
+    all_a100 = estimate(MODEL, get_cluster("dgx-a100-ib"), FSDP)
+    assert est.step_time_s == pytest.approx(all_a100.step_time_s, rel=1e-12)
+    a100, h100 = est.groups
+    assert est.critical is a100 and a100.idle_s == 0.0
+    assert h100.idle_s > 0.4 * est.step_time_s  # H100 bf16 peak is 3.2x A100's: most of its step is waiting
+
+
+def test_a_slow_pipeline_stage_sets_the_steady_state() -> None:
+    mixed, plan = get_mixed_cluster("a100-h100-ib"), Plan(pp=4, dp_shard=32, sharding="zero1", global_batch=512)
+    shares = (GroupShare(group="a100", num_gpus=64, layers=(8, 8)), GroupShare(group="h100", num_gpus=64, layers=(8, 8)))
+    est = estimate_mixed(MODEL, mixed, MixedPlan(plan=plan, split="pipeline", shares=shares))
+    a100 = estimate(MODEL, get_cluster("dgx-a100-ib"), plan, simulate=True)
+    h100 = estimate(MODEL, get_cluster("dgx-h100-ib"), plan, simulate=True)
+    assert h100.step_time_s < est.step_time_s <= a100.step_time_s * (1 + 1e-9)
+    slowest = max(est.groups, key=lambda g: g.busy_s)
+    stages = pipeline_costs(MODEL, get_cluster("dgx-a100-ib"), plan)  # the all-A100 pipeline's first stage
+    assert slowest is est.groups[0] and slowest.group == "a100"
+    assert est.time.compute_s == pytest.approx(stages.m * (stages.forward_s[0] + stages.backward_s[0]), rel=1e-12)
+
+
+def test_balancing_moves_batch_to_the_fast_group_and_beats_the_even_split() -> None:
+    from plait.search.hetero_split import balance_data
+
+    mixed = get_mixed_cluster("a100-h100-ib")
+    even = estimate_mixed(MODEL, mixed, _data(FSDP, ("a100", 64, 256), ("h100", 64, 256)))
+    best = balance_data(MODEL, mixed, even, None, 64)
+    a100, h100 = best.plan.shares
+    assert h100.batch > a100.batch and a100.batch + h100.batch == 512
+    assert best.tokens_per_s > 1.3 * even.tokens_per_s
+    assert max(g.idle_s for g in best.groups) < max(g.idle_s for g in even.groups)
+
+
+def test_memory_is_checked_per_device_type() -> None:
+    """ZeRO-1 with full recomputation keeps bf16 weights and fp32 gradients of 8B parameters on every GPU: 48 GB
+    and a layer's activations fit an A100 80GB, not a V100 32GB."""
+    mixed = get_mixed_cluster("v100-a100-ib")
+    plan = Plan(dp_shard=128, sharding="zero1", recompute="full", global_batch=512)
+    est = estimate_mixed(MODEL, mixed, _data(plan, ("v100", 64, 256), ("a100", 64, 256)))
+    v100, a100 = est.groups
+    assert not v100.fits and a100.fits and not est.fits
+    assert v100.memory_bytes > 8e9 * (2 + 4)
+
+
+def test_local_sgd_groups_take_their_own_local_steps() -> None:
+    mixed = get_mixed_cluster("a100-h100-ib")
+    plan = Plan(dp_replicate=128, global_batch=512, dp_sync="local_sgd:every=2", micro_batch=1)
+    shares = (GroupShare(group="a100", num_gpus=64, batch=256, local_steps=2),
+              GroupShare(group="h100", num_gpus=64, batch=256, local_steps=6))
+    est = estimate_mixed(MODEL, mixed, MixedPlan(plan=plan, split="data", shares=shares))
+    assert est.tokens_per_step == (2 * 256 + 6 * 256) * MODEL.seq_len
+    assert est.step_time_s == pytest.approx(max(g.busy_s for g in est.groups))
+    with pytest.raises(ConfigError, match="local_steps .* only with dp_sync local_sgd"):
+        estimate_mixed(MODEL, mixed, MixedPlan(plan=replace(plan, dp_sync="allreduce"), split="data", shares=shares))
+
+
+def test_slowed_device_is_slower_by_the_factor() -> None:
+    c, plan = get_cluster("dgx-h100-ib"), Plan(tp=8, sp=True, global_batch=8)
+    fast, slow = estimate(MODEL, c, plan), estimate(MODEL, slowed(c, 3.0), plan)
+    assert slow.time.compute_s == pytest.approx(3.0 * fast.time.compute_s, rel=1e-9)
+    assert slow.memory.total_bytes == fast.memory.total_bytes
+    with pytest.raises(ConfigError, match="factor=0.5 must be >= 1"):
+        slowed(c, 0.5)
+
+
+@pytest.mark.parametrize(("shares", "message"), [
+    ((("a100", 64, 256), ("h100", 64, 128)), "batches sum to 384 but global_batch=512"),
+    ((("a100", 64, 256), ("b200", 64, 256)), "group 'b200' is not in"),
+    ((("a100", 64, 100), ("h100", 64, 412)), "batch=100 must be a positive multiple of replicas x micro_batch = 64"),
+    ((("a100", 128, 512),), "the plan uses 128 GPUs but"),
+])
+def test_bad_shares_are_refused_by_name(shares: tuple, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        estimate_mixed(MODEL, get_mixed_cluster("a100-h100-ib"), _data(FSDP, *shares))
+
+
+def test_a_mixed_cluster_file_names_presets_and_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "mixed.toml"
+    path.write_text('name = "mine"\nsource = "test"\n[[groups]]\nname = "h"\ncluster = "dgx-h100-ib"\nnum_gpus = 8\n'
+                    '[[groups]]\nname = "a"\ncluster = "dgx-a100-ib"\nnum_gpus = 8\n[join]\nname = "ib"\n'
+                    'span_gpus = 16\nbandwidth_gb_per_s_per_gpu = 25.0\nlatency_us = 5.0\n'
+                    'efficiency = { value = 0.9, source = "assumed: test" }\nsource = "test"\n')
+    mixed = resolve_any_cluster(str(path))
+    assert isinstance(mixed, MixedCluster) and mixed.num_gpus == 16
+    with pytest.raises(ConfigError, match="num_gpus=4 must be a positive multiple of gpus_per_node=8"):
+        mixed_from_mapping({"groups": [{"name": "h", "cluster": "dgx-h100-ib", "num_gpus": 4}],
+                            "join": {}, "source": "x"}, "t")
+
+
+def test_cli_lists_estimates_and_plans_mixed_clusters() -> None:
+    code, out, _ = cli(["clusters", "--json"])
+    assert code == 0 and {m["slug"] for m in json.loads(out)["mixed_clusters"]} >= {"a100-h100-ib", "h100-b200-ib"}
+    code, out, _ = cli(["estimate", "--cluster", "a100-h100-ib", "--global-batch", "512", "--json"])
+    body = json.loads(out)
+    assert code == 0 and body["num_gpus"] == 128 and {g["group"] for g in body["groups"]} == {"a100", "h100"}
+    code, out, _ = cli(["plan", "--cluster", "h100-b200-ib", "--global-batch", "512", "--json"])
+    body = json.loads(out)
+    assert code == 0 and body["plans"][0]["tokens_per_s"] > body["even"]["tokens_per_s"]
+    assert set(body["baselines"]) == {"h100", "b200"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["estimate", "--shares", "a=1"], "--split, --shares and --local-steps share a plan"),
+    (["estimate", "--cluster", "a100-h100-ib", "--gpus", "64"], "--gpus 64: a plan on a mixed cluster uses"),
+    (["estimate", "--cluster", "a100-h100-ib", "--shares", "a100=x"], "a100 batch='x' must be an integer"),
+    (["estimate", "--cluster", "a100-h100-ib", "--split", "pipeline"], "a pipeline split needs pp"),
+    (["plan", "--cluster", "a100-h100-ib", "--objective", "cost"], "a mixed cluster is planned for throughput"),
+])
+def test_cli_refuses_mixed_mistakes_in_one_line(argv: list[str], message: str) -> None:
+    code, _, err = cli(argv)
+    assert code == 2 and message in err and "Traceback" not in err
