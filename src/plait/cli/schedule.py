@@ -1,0 +1,108 @@
+"""``plait schedule``: simulate a trace of training jobs on a cluster under a scheduling policy (or all of them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from plait.cli.options import DEFAULT_CLUSTER
+from plait.cli.output import print_json
+from plait.errors import ConfigError, check_export_folder, refuse_overwrite
+from plait.hardware.catalog import resolve_cluster
+from plait.schedule.policies import POLICY_NAMES, make_policy
+from plait.schedule.pool import Pool
+from plait.schedule.result import ScheduleResult
+from plait.schedule.simulate import simulate
+from plait.schedule.speed import SpeedModel
+from plait.schedule.synthetic import synthetic_trace
+from plait.schedule.trace import TraceJob, read_trace, trace_csv
+
+DEFAULT_SCHEDULE_GPUS = 128
+"""Cluster size simulated unless --gpus says otherwise (16 DGX nodes: the shipped traces load it to about 0.9)."""
+HOUR_S = 3600.0
+
+
+def _jobs(trace: Path | None, synthetic: str | None, jobs: int, seed: int, load: float, speed: SpeedModel,
+          gpus: int) -> tuple[str, tuple[TraceJob, ...]]:
+    if (trace is None) == (synthetic is None):
+        raise ConfigError("give one of --trace PATH or --synthetic philly|helios|pai")
+    if trace is not None:
+        return str(trace), read_trace(trace)
+    assert synthetic is not None
+    return f"{synthetic} (seed {seed})", synthetic_trace(synthetic, jobs, seed, speed, gpus, load)
+
+
+def _table(results: list[ScheduleResult]) -> Table:
+    table = Table(title="plait schedule")
+    for col in ("policy", "done", "rejected", "mean JCT h", "median JCT h", "p99 JCT h", "mean queue h",
+                "makespan h", "utilization", "preemptions", "deadlines missed"):
+        table.add_column(col)
+    for r in results:
+        s = r.summary()
+        table.add_row(str(s["policy"]), str(s["done"]), str(s["rejected"]),
+                      *(f"{float(s[k]) / HOUR_S:.2f}" for k in ("mean_jct_s", "median_jct_s", "p99_jct_s",
+                                                                "mean_queue_s", "makespan_s")),
+                      f"{float(s['utilization']):.3f}", str(s["preemptions"]), str(s["deadlines_missed"]))
+    return table
+
+
+def schedule_command(
+    trace: Annotated[Path | None, typer.Option(help="Trace CSV: job_id,arrival_s,model,gpus,tokens[,deadline_s].")] = None,
+    synthetic: Annotated[str | None, typer.Option(help="Draw a trace instead: philly | helios | pai.")] = None,
+    jobs: Annotated[int, typer.Option(help="With --synthetic: jobs to draw.")] = 300,
+    seed: Annotated[int, typer.Option(help="With --synthetic: random seed.")] = 0,
+    load: Annotated[float, typer.Option(help="With --synthetic: offered load (GPU-seconds asked / capacity).")] = 0.9,
+    cluster: Annotated[str, typer.Option(help="Cluster preset or TOML/YAML file.")] = DEFAULT_CLUSTER,
+    gpus: Annotated[int | None, typer.Option(help=f"GPUs of the cluster used [default: {DEFAULT_SCHEDULE_GPUS}, or "
+                                                  "the preset's size if smaller].")] = None,
+    policy: Annotated[str, typer.Option(help=f"{' | '.join(POLICY_NAMES)} | all.")] = "fifo",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    plot_dir: Annotated[Path | None, typer.Option(help="Write jct_cdf.png and utilization.png here.")] = None,
+    trace_out: Annotated[Path | None, typer.Option(help="Write the cluster's schedule as Perfetto JSON.")] = None,
+    write_trace: Annotated[Path | None, typer.Option(help="With --synthetic: write the drawn trace as CSV.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
+) -> None:
+    """Simulate a trace of training jobs on a cluster: each job's speed at every size and placement comes from plait's
+    planner; report completion times, queueing, makespan and utilization per policy."""
+    names = list(POLICY_NAMES) if policy == "all" else [policy]
+    policies = [make_policy(n) for n in names]
+    if trace_out is not None and len(policies) != 1:
+        raise ConfigError("--trace-out writes one policy's schedule: give --policy NAME, not all")
+    if write_trace is not None and synthetic is None:
+        raise ConfigError("--write-trace writes a drawn trace: it needs --synthetic")
+    for path in (trace_out, write_trace):
+        refuse_overwrite(path, force)
+    if plot_dir is not None:
+        check_export_folder(plot_dir, ("jct_cdf.png", "utilization.png"), force)
+    spec = resolve_cluster(cluster)
+    size = gpus if gpus is not None else min(DEFAULT_SCHEDULE_GPUS, spec.max_gpus)
+    Pool(spec, size)  # checks the size before any search
+    speed = SpeedModel(spec)
+    name, trace_jobs = _jobs(trace, synthetic, jobs, seed, load, speed, size)
+    if write_trace is not None:
+        write_trace.write_text(trace_csv(trace_jobs), encoding="utf-8")
+    results = [simulate(trace_jobs, Pool(spec, size), speed, p) for p in policies]
+    if trace_out is not None:
+        from plait.schedule.trace_export import chrome_trace
+
+        trace_out.write_text(json.dumps(chrome_trace(results[0])), encoding="utf-8")
+    written = []
+    if plot_dir is not None:
+        from plait.schedule.plots import write_plots
+
+        written = write_plots(results, plot_dir)
+    if as_json:
+        print_json({"trace": name, "jobs": len(trace_jobs), "cluster": spec.name, "gpus": size,
+                    "planner_searches": speed.searches, "policies": [r.summary() for r in results]})
+        return
+    console = Console()
+    console.print(f"{name}: {len(trace_jobs)} jobs on {size} GPUs of {spec.name}; speeds from "
+                  f"{speed.searches} planner searches ({speed.search_s:.1f} s)")
+    console.print(_table(results))
+    for path in [p for p in (write_trace, trace_out) if p is not None] + written:
+        console.print(f"wrote {path}")

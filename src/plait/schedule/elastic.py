@@ -1,0 +1,104 @@
+"""Elastic resizing: every job's GPU count is chosen anew at each pass to maximise the cluster's summed speedup,
+each job replanned by plait at its new size.
+
+After Pollux (Qiao et al., OSDI 2021: reallocate periodically to maximise the sum of jobs' goodput speedups) and Sia
+(Jayaram Subramanya et al., SOSP 2023: the same over sizes a job's profile predicts). A job's options are its
+requested size times 2^k (k from -2 to ``log2 max_scale``) at which a plan fits; its speed at each is plait's
+planner's (:class:`plait.schedule.speed.SpeedModel`), so a resize is a replan. The allocation: every job in arrival
+order gets its smallest option while GPUs remain (the rest wait); then the step with the largest gain in
+``tokens_per_s(size) / tokens_per_s(requested)`` per added GPU is taken, greedily, while GPUs remain (marginal gains
+fall with size, so greedy steps approximate the optimum, as Pollux's own heuristic search does). A running job is
+shrunk or stopped when the allocation says so; it is grown only when the time saved at the larger size exceeds its
+restart (:attr:`plait.schedule.speed.Speed.restart_s`). Pollux's statistical efficiency (batch-size tuning) is not
+modelled: every size trains the same global batch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from plait.schedule.simulate import Simulator
+from plait.schedule.state import JobState
+
+
+@dataclass(frozen=True, kw_only=True)
+class Elastic:
+    """Pollux/Sia-style elastic resizing."""
+
+    max_scale: int = 4
+    """Largest size offered, as a multiple of the requested one (assumed; Pollux bounds a job by the cluster)."""
+    period_s: float = 1_800.0
+    """Seconds between reallocations besides arrivals and completions (assumed; Pollux uses 60 s, whose restarts
+    plait charges in full: a longer period keeps them few)."""
+    name: str = "elastic"
+    """Policy name."""
+    speedups: dict[int, dict[int, float]] = field(default_factory=dict, compare=False, repr=False)
+    """Per job index: its sizes and consolidated speed there over its speed at the requested size (filled on first
+    use; one policy object serves one simulation)."""
+
+    def options(self, sim: Simulator, st: JobState) -> dict[int, float]:
+        """Sizes ``st`` may run at, smallest first, with their speedup over its requested size."""
+        if st.index not in self.speedups:
+            asked, top = st.job.gpus, sim.pool.capacity_gpus
+            sizes = {asked >> k for k in range(3) if asked >> k >= 1 and (asked >> k) << k == asked}
+            sizes |= {asked << k for k in range(1, self.max_scale.bit_length()) if asked << k <= min(top, asked * self.max_scale)}
+            base = sim.speed_at(st, asked)
+            assert base is not None, "a job that fits nowhere is rejected on arrival"
+            speeds = {s: sim.speed_at(st, s) for s in sorted(sizes)}
+            self.speedups[st.index] = {s: v.tokens_per_s / base.tokens_per_s for s, v in speeds.items() if v is not None}
+        return self.speedups[st.index]
+
+    def allocate(self, sim: Simulator, jobs: list[JobState]) -> dict[int, int]:
+        """GPUs per job index (absent: it waits)."""
+        free, alloc = sim.pool.capacity_gpus, {}
+        opts = {st.index: self.options(sim, st) for st in jobs}
+        for st in jobs:
+            smallest = next(iter(opts[st.index]))
+            if smallest <= free:
+                alloc[st.index] = smallest
+                free -= smallest
+        heap: list[tuple[float, int, int]] = []
+
+        def push(index: int) -> None:
+            sizes = list(opts[index])
+            at = sizes.index(alloc[index])
+            if at + 1 < len(sizes):
+                now, nxt = alloc[index], sizes[at + 1]
+                gain = opts[index][nxt] - opts[index][now]
+                if gain > 0:
+                    heapq.heappush(heap, (-gain / (nxt - now), index, nxt))
+
+        for index in alloc:
+            push(index)
+        while heap:
+            _, index, nxt = heapq.heappop(heap)
+            if nxt - alloc[index] <= free:
+                free -= nxt - alloc[index]
+                alloc[index] = nxt
+                push(index)
+        return alloc
+
+    def _worth_growing(self, sim: Simulator, st: JobState, size: int, now_s: float) -> bool:
+        new = sim.speed_at(st, size)
+        assert new is not None and st.speed is not None
+        left = st.remaining(now_s)
+        return left / new.tokens_per_s + new.restart_s < left / st.speed.tokens_per_s
+
+    def schedule(self, sim: Simulator, now_s: float) -> None:
+        """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
+        jobs = sorted([*sim.running.values(), *sim.queued.values()], key=lambda s: (s.job.arrival_s, s.index))
+        alloc = self.allocate(sim, jobs)
+        for st in list(sim.running.values()):
+            size = alloc.get(st.index, 0)
+            if size < st.gpus or (size > st.gpus and self._worth_growing(sim, st, size, now_s)):
+                sim.stop(st, now_s)
+        for st in sorted(sim.queued.values(), key=lambda s: (-alloc.get(s.index, 0), s.job.arrival_s, s.index)):
+            sizes = [s for s in self.options(sim, st) if s <= alloc.get(st.index, 0)]
+            for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits
+                place = sim.pool.packed(size)
+                if place is not None:
+                    sim.start(st, place, now_s)
+                    break
+        if sim.running or sim.queued:
+            sim.wake(now_s + self.period_s)

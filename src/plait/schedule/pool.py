@@ -1,0 +1,135 @@
+"""The cluster's GPUs as a pool of nodes inside the blocks of its network tiers, and where a job's GPUs sit.
+
+Nodes are consecutive blocks of ``gpus_per_node`` GPUs; tier ``i`` joins consecutive blocks of ``span_gpus`` GPUs
+(:class:`plait.hardware.cluster.NetworkTier`), so node ``n`` lies in block ``n * gpus_per_node // span_gpus`` of
+each tier. A placement is which nodes a job holds and how many GPUs on each. :meth:`Pool.spans` says which tiers the
+job's collectives then cross: plait's cost model puts consecutive ranks in the blocks of each tier's span, so a job
+holding fewer GPUs of a block than the span sees that tier's span shrunk to what it holds (8 GPUs as 2 on each of
+4 nodes: scale-up span 2, and its groups of 4 and 8 cross the network), the modelling the 001-13 paper
+(arXiv 2401.16492) measures as the slowdown of a job spread over machines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """The GPUs one job holds."""
+
+    nodes: tuple[tuple[int, int], ...]
+    """(node index, GPUs held there), by node index."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs held in all."""
+        return sum(n for _, n in self.nodes)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes it spans."""
+        return len(self.nodes)
+
+
+def _floor_power_of_two(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
+class Pool:
+    """Free GPUs per node of the first ``gpus`` GPUs of ``cluster``."""
+
+    def __init__(self, cluster: Cluster, gpus: int) -> None:
+        per_node = cluster.gpus_per_node
+        if gpus < per_node or gpus % per_node:
+            raise ConfigError(f"--gpus={gpus} must be a positive multiple of {cluster.name}'s {per_node} GPUs per node")
+        if gpus > cluster.max_gpus:
+            raise ConfigError(f"--gpus={gpus} exceeds {cluster.name}'s {cluster.max_gpus} GPUs")
+        self.cluster = cluster
+        self.gpus_per_node = per_node
+        self.capacity_gpus = gpus
+        self.num_nodes = gpus // per_node
+        self.free = np.full(self.num_nodes, per_node, dtype=np.int64)
+        self.free_gpus = gpus
+        self.tier_nodes = tuple(max(1, t.span_gpus // per_node) for t in cluster.tiers)
+        """Nodes in one block of each tier (1 where a tier is no wider than a node)."""
+
+    def min_nodes(self, gpus: int) -> int:
+        """Fewest nodes ``gpus`` GPUs can sit on."""
+        return -(-gpus // self.gpus_per_node)
+
+    def _pick(self, gpus: int, candidates: np.ndarray) -> Placement | None:
+        """Fewest of ``candidates`` (node indices) holding ``gpus`` free GPUs: fullest-free first, the remainder on
+        the node it fits best (least free left over), so that small jobs fill holes instead of whole nodes."""
+        free = self.free[candidates]
+        if free.sum() < gpus:
+            return None
+        order = candidates[np.argsort(-free, kind="stable")]
+        taken, left = [], gpus
+        while left > 0:
+            fits = order[self.free[order] >= left]
+            if len(fits):  # the rest fits on one node: the tightest one
+                node = int(fits[np.argmin(self.free[fits])])
+                taken.append((node, left))
+                break
+            node = int(order[0])
+            taken.append((node, int(self.free[node])))
+            left -= int(self.free[node])
+            order = order[1:]
+        return Placement(nodes=tuple(sorted(taken)))
+
+    def packed(self, gpus: int) -> Placement | None:
+        """``gpus`` GPUs on the fewest nodes free now, wherever they are (``None``: fewer are free)."""
+        if gpus > self.free_gpus:
+            return None
+        return self._pick(gpus, np.arange(self.num_nodes))
+
+    def consolidated(self, gpus: int) -> Placement | None:
+        """``gpus`` GPUs on the fewest nodes possible (:meth:`min_nodes`) inside one block of the innermost tier
+        wide enough for them, so that the job crosses no tier it would not cross on an empty cluster (``None``:
+        no such place is free now)."""
+        if gpus > self.free_gpus:
+            return None
+        wide = next((n for n in self.tier_nodes if n * self.gpus_per_node >= gpus), self.num_nodes)
+        block = min(wide, self.num_nodes)
+        for start in range(0, self.num_nodes, block):
+            place = self._pick(gpus, np.arange(start, min(start + block, self.num_nodes)))
+            if place is not None and place.num_nodes == self.min_nodes(gpus):
+                return place
+        return None
+
+    def take(self, place: Placement) -> None:
+        """Mark ``place``'s GPUs used."""
+        for node, n in place.nodes:
+            assert self.free[node] >= n, "a placement takes GPUs that are not free"
+            self.free[node] -= n
+        self.free_gpus -= place.gpus
+
+    def give(self, place: Placement) -> None:
+        """Return ``place``'s GPUs to the pool."""
+        for node, n in place.nodes:
+            self.free[node] += n
+            assert self.free[node] <= self.gpus_per_node, "a placement returns more GPUs than a node has"
+        self.free_gpus += place.gpus
+
+    def spans(self, place: Placement) -> tuple[int, ...]:
+        """Span of each tier as the job sees it: a tier whose blocks the job spreads over shrinks to the fewest GPUs
+        the job holds in one of them, rounded down to a power of two (plait's groups are aligned powers of two);
+        the outermost tier keeps its span."""
+        tiers = self.cluster.tiers
+        out = []
+        for tier, nodes_per_block in zip(tiers[:-1], self.tier_nodes[:-1], strict=True):
+            held: dict[int, int] = {}
+            for node, n in place.nodes:
+                held[node // nodes_per_block] = held.get(node // nodes_per_block, 0) + n
+            out.append(tier.span_gpus if len(held) == 1 else min(tier.span_gpus, _floor_power_of_two(min(held.values()))))
+        return (*out, tiers[-1].span_gpus)
+
+    def native_spans(self) -> tuple[int, ...]:
+        """The tiers' own spans (a consolidated job's view)."""
+        return tuple(t.span_gpus for t in self.cluster.tiers)

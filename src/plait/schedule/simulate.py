@@ -1,0 +1,152 @@
+"""The scheduling simulation: jobs arrive, a policy starts and stops them on the pool, each trains at its planned
+speed, and completes when its tokens are trained.
+
+It runs on plait's deterministic event kernel (:mod:`plait.simulate.kernel`, STYLE.md rule 10): events are ordered
+by (time, priority, sequence); at one instant completions free GPUs first, then arrivals join the queue, then the
+policy makes one pass over the cluster. A job's speed on its GPUs comes from :class:`SpeedModel` (plait's planner
+for its size and placement); a job that stopped before pays its restart when it resumes
+(:attr:`plait.schedule.speed.Speed.restart_s`), holding its GPUs meanwhile. The same trace and policy give the same
+result, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from plait.errors import ConfigError
+from plait.schedule.pool import Placement, Pool
+from plait.schedule.result import JobResult, ScheduleResult, Segment
+from plait.schedule.speed import Speed, SpeedModel
+from plait.schedule.state import JobState
+from plait.schedule.trace import TraceJob
+from plait.simulate.kernel import Kernel
+
+COMPLETE, ARRIVE, PASS = 0, 1, 2
+"""Event priorities at one instant."""
+
+
+class Policy(Protocol):
+    """A scheduling policy: one pass over the queue and the running jobs, by the simulator's primitives."""
+
+    name: str
+
+    def schedule(self, sim: Simulator, now_s: float) -> None:
+        """Start, stop or resize jobs at ``now_s`` (and :meth:`Simulator.wake` for a later pass)."""
+
+
+class Simulator:
+    """One policy over one trace on one pool."""
+
+    def __init__(self, jobs: tuple[TraceJob, ...], pool: Pool, speed: SpeedModel, policy: Policy) -> None:
+        if not jobs:
+            raise ConfigError("a schedule needs at least one job")
+        self.pool, self.speed, self.policy = pool, speed, policy
+        self.kernel = Kernel()
+        self.states = [JobState(job=j, index=i, remaining_tokens=j.tokens) for i, j in enumerate(jobs)]
+        self.queued: dict[int, JobState] = {}
+        """Jobs waiting, in the order they joined the queue (arrival or preemption)."""
+        self.running: dict[int, JobState] = {}
+        """Jobs holding GPUs."""
+        self._segments: list[Segment] = []
+        self._opened: dict[int, float] = {}
+        self._passes: set[float] = set()
+
+    # --- primitives the policies call -------------------------------------------------------------------------------
+    def speed_at(self, st: JobState, gpus: int, place: Placement | None = None) -> Speed | None:
+        """The job's plan on ``gpus`` GPUs at ``place`` (default: consolidated)."""
+        spans = self.pool.spans(place) if place is not None else None
+        return self.speed.at(st.job.model, gpus, spans)
+
+    def remaining_s(self, st: JobState, now_s: float) -> float:
+        """Predicted time left at its requested size, consolidated (SRTF's key)."""
+        speed = self.speed_at(st, st.job.gpus)
+        assert speed is not None, "a job that fits nowhere is rejected on arrival"
+        return st.remaining(now_s) / speed.tokens_per_s
+
+    def start(self, st: JobState, place: Placement, now_s: float) -> None:
+        """Run ``st`` on ``place`` from ``now_s``."""
+        speed = self.speed_at(st, place.gpus, place)
+        assert speed is not None and st.status == "queued", "start a queued job on a size it fits"
+        self.pool.take(place)
+        st.settle(now_s)
+        st.status, st.place, st.speed, st.version = "running", place, speed, st.version + 1
+        st.training_from_s = now_s + (speed.restart_s if st.ran_before else 0.0)
+        st.first_start_s = now_s if st.first_start_s is None else st.first_start_s
+        st.sizes.append(place.gpus)
+        del self.queued[st.index]
+        self.running[st.index] = st
+        self._opened[st.index] = now_s
+        version = st.version
+        self.kernel.at(st.finish_at(), lambda: self._complete(st, version), COMPLETE)
+
+    def stop(self, st: JobState, now_s: float) -> None:
+        """Stop ``st`` at ``now_s`` (it checkpoints and waits in the queue again)."""
+        assert st.status == "running", "only a running job stops"
+        st.settle(now_s)
+        self._release(st, now_s)
+        st.status, st.ran_before, st.preemptions = "queued", True, st.preemptions + 1
+        st.waiting_since_s = now_s
+        self.queued[st.index] = st
+
+    def wake(self, at_s: float) -> None:
+        """Ask for a policy pass at ``at_s``."""
+        if at_s not in self._passes:
+            self._passes.add(at_s)
+            self.kernel.at(at_s, lambda: self._pass(at_s), PASS)
+
+    # --- events -----------------------------------------------------------------------------------------------------
+    def _release(self, st: JobState, now_s: float) -> None:
+        assert st.place is not None
+        start = self._opened.pop(st.index)
+        for node, gpus in st.place.nodes:
+            self._segments.append(Segment(job_id=st.job.job_id, node=node, gpus=gpus, start_s=start, end_s=now_s))
+        self.pool.give(st.place)
+        del self.running[st.index]
+        st.place, st.speed, st.version = None, None, st.version + 1
+
+    def _complete(self, st: JobState, version: int) -> None:
+        if version != st.version:
+            return
+        now = self.kernel.now
+        st.settle(now)
+        self._release(st, now)
+        st.status, st.finish_s, st.remaining_tokens = "done", now, 0.0
+        self.wake(now)
+
+    def _arrive(self, st: JobState) -> None:
+        now = self.kernel.now
+        job = st.job
+        if job.gpus > self.pool.capacity_gpus or self.speed_at(st, job.gpus) is None:
+            st.status = "rejected"
+            return
+        st.waiting_since_s, st.since_s = now, now
+        self.queued[st.index] = st
+        self.wake(now)
+
+    def _pass(self, at_s: float) -> None:
+        self._passes.discard(at_s)
+        self.policy.schedule(self, at_s)
+
+    def run(self) -> ScheduleResult:
+        """Simulate every job to completion (or rejection)."""
+        for st in self.states:
+            self.kernel.at(st.job.arrival_s, lambda st=st: self._arrive(st), ARRIVE)
+        self.kernel.run()
+        stuck = [st.job.job_id for st in self.states if st.status in ("queued", "running")]
+        assert not stuck, f"jobs never completed: {stuck[:5]}"
+        return ScheduleResult(policy=self.policy.name, capacity_gpus=self.pool.capacity_gpus,
+                              gpus_per_node=self.pool.gpus_per_node, jobs=tuple(_result(st) for st in self.states),
+                              segments=tuple(self._segments))
+
+
+def _result(st: JobState) -> JobResult:
+    deadline = st.job.deadline_s
+    met = None if deadline is None else (st.finish_s is not None and st.finish_s <= deadline)
+    return JobResult(job_id=st.job.job_id, status=st.status, arrival_s=st.job.arrival_s, first_start_s=st.first_start_s,
+                     finish_s=st.finish_s, gpus=st.job.gpus, sizes=tuple(st.sizes), preemptions=st.preemptions,
+                     deadline_met=met)
+
+
+def simulate(jobs: tuple[TraceJob, ...], pool: Pool, speed: SpeedModel, policy: Policy) -> ScheduleResult:
+    """Run ``policy`` over ``jobs`` on ``pool`` (a fresh pool: it is consumed)."""
+    return Simulator(jobs, pool, speed, policy).run()

@@ -1,0 +1,108 @@
+"""A job's training speed at a size and placement: plait's planner, memoised.
+
+A job's tokens/s at ``gpus`` GPUs is the predicted throughput of the best plan plait's planner finds for its model on
+the cluster as the job sees it (:func:`plait.search.engine.run_search` over :func:`plait.search.space.default_space`,
+the search ``plait plan`` runs): a job spread over more nodes than it needs sees the tiers it crosses with their
+spans shrunk (:meth:`plait.schedule.pool.Pool.spans`), and the planner replans it there, so a fragmented job is as
+fast as plait can make it on that placement, and no faster. A size at which no plan fits is ``None``: the job
+cannot run there.
+
+Assumptions, each the same for every policy:
+- the planner searches the layouts a scheduler's replanning would consider: every tp, pp, data-parallel sharding
+  (ZeRO/FSDP, HSDP), micro-batch and recomputation of ``default_space``, without context parallelism, offload and
+  pipeline schedules other than 1F1B (a tenth of the space, so a replan costs milliseconds to a few tenths of a
+  second); every job trains at a global batch of :attr:`SpeedModel.global_batch` sequences of its model's length at every
+  size (a resize keeps what the job computes; Pollux also tunes the batch, plait does not), in bf16;
+- a job stopped by a policy checkpoints and, when it resumes on any GPUs, pays :meth:`Speed.restart_s`: writing and
+  reading its state (``Estimate.state_bytes`` over its GPUs at the checkpoint store's per-GPU bandwidth, as
+  :mod:`plait.predict.goodput` charges a restart) plus the relaunch time of ``reliability.toml``.
+
+Searches are memoised by (model, GPUs, tier spans), so a trace of 10,000 jobs runs a few dozen searches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from plait.hardware.cluster import Cluster
+from plait.plan.plan import Plan
+from plait.predict.goodput import reliability
+from plait.search.engine import run_search
+from plait.search.space import default_space
+from plait.workload.catalog import get_model
+
+
+@dataclass(frozen=True, kw_only=True)
+class Speed:
+    """The best plan of one job at one size and placement."""
+
+    tokens_per_s: float
+    """Predicted training throughput, tokens per second."""
+    state_bytes: float
+    """Weights and optimizer state the job checkpoints (``Estimate.state_bytes``)."""
+    gpus: int
+    """GPUs it runs on."""
+    plan: Plan
+    """The plan the planner chose."""
+    storage_bytes_per_s_per_gpu: float
+    """Checkpoint-store bandwidth per GPU (the cluster's, else ``reliability.toml``'s)."""
+    relaunch_s: float
+    """Seconds to reschedule and re-initialise a job (``reliability.toml``, assumed there)."""
+
+    @property
+    def restart_s(self) -> float:
+        """Seconds a resumed job holds its GPUs before training again: write and read its checkpoint, relaunch."""
+        return 2.0 * self.state_bytes / self.gpus / self.storage_bytes_per_s_per_gpu + self.relaunch_s
+
+
+class SpeedModel:
+    """Memoised planner answers for one cluster (the memo is this object's, never global: STYLE.md rule 3)."""
+
+    global_batch = 512
+    """Sequences per step of every job at every size (assumed: GPT-3's 0.5M-token batch at its 2,048-token
+    sequences is 256; 512 lets sizes up to 512 GPUs run pure data parallelism)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.searches = 0
+        """Planner searches run so far."""
+        self.search_s = 0.0
+        """Wall seconds spent in them."""
+        self._memo: dict[tuple[str, int, tuple[int, ...]], Speed | None] = {}
+        figures = reliability()
+        self._storage = cluster.storage_bytes_per_s_per_gpu or figures.storage_bytes_per_s_per_gpu
+        self._relaunch_s = figures.relaunch_s
+
+    def _seen_as(self, spans: tuple[int, ...]) -> Cluster:
+        """The cluster with its tiers' spans as one job sees them."""
+        c = self.cluster
+        if spans == tuple(t.span_gpus for t in c.tiers):
+            return c
+        tiers = tuple(replace(t, span_gpus=s) for t, s in zip(c.tiers, spans, strict=True))
+        inner = min(c.scale_up_domain_gpus, spans[0])
+        return replace(c, tiers=tiers, scale_up_domain_gpus=inner, gpus_per_node=min(c.gpus_per_node, inner))
+
+    def at(self, model: str, gpus: int, spans: tuple[int, ...] | None = None) -> Speed | None:
+        """The best plan of ``model`` on ``gpus`` GPUs whose tiers span ``spans`` (default: the cluster's own, a
+        consolidated placement); ``None`` when no plan fits."""
+        spans = spans or tuple(t.span_gpus for t in self.cluster.tiers)
+        key = (model, gpus, spans)
+        if key not in self._memo:
+            self._memo[key] = self._search(model, gpus, spans)
+        return self._memo[key]
+
+    def _search(self, model: str, gpus: int, spans: tuple[int, ...]) -> Speed | None:
+        start = time.perf_counter()
+        spec, cluster = get_model(model), self._seen_as(spans)
+        space = replace(default_space(spec, cluster, gpus, (self.global_batch,), precisions=("bf16",)),
+                        schedules=("1f1b",), offload=((False, False),), cp=(1,),
+                        recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0)))
+        best = run_search(spec, cluster, space, workers=1).top(1)
+        self.searches += 1
+        self.search_s += time.perf_counter() - start
+        if not best:
+            return None
+        est = best[0]
+        return Speed(tokens_per_s=est.tokens_per_s, state_bytes=est.state_bytes, gpus=gpus, plan=est.plan,
+                     storage_bytes_per_s_per_gpu=self._storage, relaunch_s=self._relaunch_s)
