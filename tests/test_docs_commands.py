@@ -34,6 +34,8 @@ COMMANDS: dict[str, str] = {
     "plait estimate --cluster examples/my-cluster.yaml --gpus 64": "",
     "plait models": "", "plait clusters": "", "plait engines": "",
     "plait plan --model llama3-8b --cluster h100-2x64-two-regions --gpus 128": "",
+    "plait estimate --cluster a100-h100-ib --global-batch 512": "",
+    "plait plan --cluster h100-b200-ib --global-batch 512": "",
     "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01":
         "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01 --steps 4",  # 200 steps: minutes
     "plait validate --runs tests/data/dev.csv": "",

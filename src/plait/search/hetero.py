@@ -25,6 +25,7 @@ from plait.plan.hetero import GroupShare, MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.hetero import MixedEstimate, estimate_mixed
 from plait.search.engine import run_search
+from plait.search.hetero_split import balance_data, balance_pipeline, fits_with
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
 
@@ -68,11 +69,11 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
     plans, evens = [], []
     for layout in layouts:
         for split in ("data", "pipeline"):
-            balanced = _balanced(model, cluster, layout, split, engine)
+            balanced = _balanced(model, cluster, layout, split, engine, memory_margin)
             if balanced is not None:
                 plans.append(balanced)
         even = _even(model, cluster, layout, engine)
-        if even is not None and even.fits:
+        if even is not None and fits_with(even, memory_margin):
             evens.append(even)
     plans.sort(key=lambda e: e.step_time_s / e.tokens_per_step)
     evens.sort(key=lambda e: e.step_time_s / e.tokens_per_step)
@@ -108,15 +109,13 @@ def _even(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine 
     return _try(model, cluster, MixedPlan(plan=layout, split="data", shares=shares), engine)
 
 
-def _balanced(model: ModelSpec, cluster: MixedCluster, layout: Plan, split: str,
-              engine: Engine | None) -> MixedEstimate | None:
-    from plait.search.hetero_split import balance_data, balance_pipeline
-
+def _balanced(model: ModelSpec, cluster: MixedCluster, layout: Plan, split: str, engine: Engine | None,
+              memory_margin: float) -> MixedEstimate | None:
     if split == "data":
         even = _even(model, cluster, layout, engine)
-        best = None if even is None else balance_data(model, cluster, even, engine, MOVES)
+        best = None if even is None else balance_data(model, cluster, even, engine, MOVES, memory_margin)
     else:
-        best = balance_pipeline(model, cluster, layout, engine, MOVES)
-    return best if best is not None and best.fits else None
+        best = balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin)
+    return best if best is not None and fits_with(best, memory_margin) else None
 
 

@@ -25,18 +25,26 @@ def _per_token_s(e: MixedEstimate) -> float:
     return e.step_time_s / e.tokens_per_step
 
 
+def fits_with(e: MixedEstimate, memory_margin: float) -> bool:
+    """Whether every member keeps ``memory_margin`` of its device memory free."""
+    return all(g.memory_bytes <= (1.0 - memory_margin) * g.capacity_bytes for g in e.groups)
+
+
 def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, engine: Engine | None,
-                 moves: int) -> MixedEstimate | None:
+                 moves: int, memory_margin: float = 0.0) -> MixedEstimate | None:
     """Local batches in proportion to each group's sequences per second at the even split (Poplar), rounded to
     whole micro-batches per replica, then one micro-batch per replica moved from the slowest group to the one
-    with most idle time while the step shortens (the global batch never changes)."""
+    with most idle time while the step shortens and every group keeps ``memory_margin`` free (the global batch
+    never changes)."""
     mixed, plan = even.plan, even.plan.plan
     replicas = [s.num_gpus // plan.model_parallel for s in mixed.shares]
     units = plan.global_batch // plan.micro_batch  # micro-batches over all replicas
     speed = [s.batch / r / g.busy_s for s, r, g in zip(mixed.shares, replicas, even.groups, strict=True)]
     per_replica = [max(1, round(units * v / sum(r * v for r, v in zip(replicas, speed, strict=True))))
                    for v in speed]
-    best = _data(model, cluster, mixed, replicas, per_replica, engine) or even
+    best = _data(model, cluster, mixed, replicas, per_replica, engine)
+    if best is None or not fits_with(best, memory_margin):
+        best = even
     for _ in range(moves):
         counts = [s.batch // (r * plan.micro_batch) for s, r in zip(best.plan.shares, replicas, strict=True)]
         slow = max(range(len(counts)), key=lambda i: best.groups[i].busy_s)
@@ -46,7 +54,7 @@ def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, e
         counts[slow] -= 1
         counts[fast] += 1
         trial = _data(model, cluster, best.plan, replicas, counts, engine)
-        if trial is None or _per_token_s(trial) >= _per_token_s(best):
+        if trial is None or _per_token_s(trial) >= _per_token_s(best) or not fits_with(trial, memory_margin):
             break
         best = trial
     return best
@@ -64,9 +72,10 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, replicas: l
 
 
 def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine | None,
-                     moves: int) -> MixedEstimate | None:
+                     moves: int, memory_margin: float = 0.0) -> MixedEstimate | None:
     """Stages spread over groups in proportion to their devices, layers in proportion to each stage's speed
-    per layer at the even split, then one layer at a time from the slowest stage to its faster neighbour."""
+    per layer at the even split, then one layer at a time from the slowest stage to its faster neighbour while
+    the step shortens and every stage keeps ``memory_margin`` free."""
     if layout.pp < 2 or layout.vpp != 1 or model.moe is not None:
         return None
     stage_gpus = layout.num_gpus // layout.pp
@@ -81,7 +90,9 @@ def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engi
     rate = [n / g.busy_s for n, g in zip(layers, even.groups, strict=True)]
     share = [max(1, round(model.num_layers * r / sum(rate))) for r in rate]
     share[-1] += model.num_layers - sum(share)
-    best = (_pipe(model, cluster, layout, stages, share, engine) if min(share) > 0 else None) or even
+    best = _pipe(model, cluster, layout, stages, share, engine) if min(share) > 0 else None
+    if best is None or not fits_with(best, memory_margin):
+        best = even
     for _ in range(moves):
         counts = [int(w.split()[0]) for w in (g.work for g in best.groups)]
         slow = max(range(len(counts)), key=lambda i: best.groups[i].busy_s)
@@ -92,7 +103,7 @@ def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engi
         counts[slow] -= 1
         counts[fast] += 1
         trial = _pipe(model, cluster, layout, stages, counts, engine)
-        if trial is None or trial.step_time_s >= best.step_time_s:
+        if trial is None or trial.step_time_s >= best.step_time_s or not fits_with(trial, memory_margin):
             break
         best = trial
     return best
