@@ -178,3 +178,38 @@ def test_cli_lists_estimates_and_plans_mixed_clusters() -> None:
 def test_cli_refuses_mixed_mistakes_in_one_line(argv: list[str], message: str) -> None:
     code, _, err = cli(argv)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_planner_local_sgd_gives_the_fast_group_more_local_steps_with_a_measured_multiplier() -> None:
+    """000-17: with one HSDP replica per group (two averaging replicas, the setting plait converge measured),
+    the H100s take more local steps than the A100s; no plan with an unmeasured multiplier is ranked."""
+    from plait.search.hetero_local import local_sgd_plans
+
+    mixed, model = get_mixed_cluster("a100-h100-ib"), get_model("gpt3-1.3b")
+    plan = Plan(dp_shard=128, sharding="zero1", micro_batch=2, global_batch=512)
+    even = estimate_mixed(model, mixed, _data(plan, ("a100", 64, 256), ("h100", 64, 256)))
+    plans = local_sgd_plans(model, mixed, even, None)
+    assert plans and all(e.steps_multiplier_known and e.plan.plan.dp_replicate == 2 for e in plans)
+    assert any(e.plan.shares[1].local_steps > e.plan.shares[0].local_steps for e in plans)
+    for e in plans:
+        a100, h100 = e.plan.shares
+        assert h100.local_steps >= a100.local_steps  # equal only at the longest measured period
+        assert e.tokens_per_step == (a100.local_steps + h100.local_steps) * 256 * model.seq_len
+        assert e.steps_multiplier > 1.0
+
+
+def test_cpu_workers_in_a_synchronous_step_set_its_pace() -> None:
+    """Hogbatch (001-20) lets CPU workers join GPUs asynchronously because in a synchronous step the CPUs set the
+    pace: balancing leaves this machine's two CPU ranks (examples/cpu-node.toml, measured) one micro-batch each, and
+    the H100s alone still beat the mixed job."""
+    from plait.search.hetero import plan_mixed
+
+    mixed, model = resolve_any_cluster("examples/mixed-gpu-cpu.toml"), get_model("gpt3-125m")
+    assert isinstance(mixed, MixedCluster)
+    result = plan_mixed(model, mixed, 80, local_sgd=False)
+    best = result.plans[0]
+    cpu = next(s for s in best.plan.shares if s.group == "cpu")
+    assert cpu.batch == 2 * best.plan.plan.micro_batch  # one micro-batch per CPU rank: the least a rank can run
+    assert best.critical.group == "cpu"
+    name, alone = result.best_baseline
+    assert name == "h100" and alone.tokens_per_s > 10 * best.tokens_per_s

@@ -26,6 +26,12 @@ def print_mixed_estimate(console: Console, est: MixedEstimate, train_tokens: flo
     console.print(f"step {est.step_time_s:.3f} s (set by {est.critical.group}), {est.tokens_per_s:,.0f} tokens/s, "
                   f"MFU {100 * est.mfu:.1f}% of the mixed peaks, ${est.price_per_hour_usd:,.2f}/h, "
                   f"${est.usd_per_million_tokens:.4f} per million tokens")
+    if not est.steps_multiplier_known:
+        console.print("[yellow]no measured steps multiplier for this synchronization at this many replicas: time "
+                      "and cost assume 1 (plait converge measures one)[/yellow]")
+    elif est.steps_multiplier != 1.0:
+        console.print(f"steps multiplier {est.steps_multiplier:.3g} (the synchronization's, of the group that "
+                      "drifts most): time and cost count it")
     if train_tokens:
         days = train_tokens * est.steps_multiplier / est.tokens_per_s / 86400
         console.print(f"{train_tokens:.3g} tokens: {days:.1f} days, ${days * 24 * est.price_per_hour_usd:,.0f}")
@@ -34,18 +40,18 @@ def print_mixed_estimate(console: Console, est: MixedEstimate, train_tokens: flo
 def print_mixed_search(console: Console, result: MixedSearch, top: int) -> None:
     """Ranked mixed plans, the even split, and each group alone, with the verdict against the best single group."""
     table = Table(title="mixed plans vs each group alone")
-    for col in ("plan", "GPUs", "tokens/s", "$/M tokens", "MFU"):
+    for col in ("plan", "GPUs", "tokens/s", "steps x", "$/M tokens", "MFU"):
         table.add_column(col)
     for e in result.plans[:top]:
-        table.add_row(e.plan.describe(), str(e.plan.num_gpus), f"{e.tokens_per_s:,.0f}",
+        table.add_row(e.plan.describe(), str(e.plan.num_gpus), f"{e.tokens_per_s:,.0f}", f"{e.steps_multiplier:.3g}",
                       f"{e.usd_per_million_tokens:.4f}", f"{100 * e.mfu:.1f}%")
     if result.even is not None:
         e = result.even
         table.add_row(f"even split: {e.plan.describe()}", str(e.plan.num_gpus), f"{e.tokens_per_s:,.0f}",
-                      f"{e.usd_per_million_tokens:.4f}", f"{100 * e.mfu:.1f}%")
+                      f"{e.steps_multiplier:.3g}", f"{e.usd_per_million_tokens:.4f}", f"{100 * e.mfu:.1f}%")
     for name, e in result.baselines.items():
         table.add_row(f"{name} alone: {e.plan.describe()}", str(e.num_gpus), f"{e.tokens_per_s:,.0f}",
-                      f"{e.cost_usd(1e6):.4f}", f"{100 * e.mfu:.1f}%")
+                      f"{e.steps_multiplier:.3g}", f"{e.cost_usd(1e6):.4f}", f"{100 * e.mfu:.1f}%")
     console.print(table)
     best, base = (result.plans[0] if result.plans else None), result.best_baseline
     if best is None:
@@ -54,6 +60,7 @@ def print_mixed_search(console: Console, result: MixedSearch, top: int) -> None:
     print_mixed_estimate(console, best)
     if base is not None:
         name, e = base
-        faster = best.tokens_per_s / e.tokens_per_s
+        faster = best.target_tokens_per_s / e.target_tokens_per_s
         cheaper = e.cost_usd(1e6) / best.usd_per_million_tokens
-        console.print(f"vs {name} alone: {faster:.2f}x the throughput at {1 / cheaper:.2f}x the cost per token")
+        console.print(f"vs {name} alone: {faster:.3g}x the all-reduce-equivalent throughput at {1 / cheaper:.3g}x "
+                      "the cost per token")

@@ -87,7 +87,11 @@ class MixedEstimate:
     price_per_hour_usd: float
     """Hourly price of every device used."""
     steps_multiplier: float = 1.0
-    """Steps the plan's synchronization needs per all-reduce step (:mod:`plait.plan.convergence`)."""
+    """Steps the plan's synchronization needs per all-reduce step (:mod:`plait.plan.convergence`); with per-group
+    local steps, the multiplier of the group that drifts most (the most local steps): conservative, as no
+    measured multiplier of uneven local steps exists."""
+    steps_multiplier_known: bool = True
+    """Whether every group's multiplier has a figure (``False``: 1 is used and the ranking cannot trust it)."""
 
     @property
     def critical(self) -> GroupTime:
@@ -103,6 +107,11 @@ class MixedEstimate:
     def tokens_per_s(self) -> float:
         """Training throughput."""
         return self.tokens_per_step / self.step_time_s
+
+    @property
+    def target_tokens_per_s(self) -> float:
+        """Throughput in all-reduce-equivalent tokens (what ranks plans)."""
+        return self.tokens_per_s / self.steps_multiplier
 
     @property
     def mfu(self) -> float:
@@ -121,6 +130,11 @@ def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *,
     engine = engine or get_engine()
     mixed = replace(mixed, plan=mixed.plan.with_seq_len(model.seq_len))
     check_mixed_plan(mixed, model, cluster)
+    sync = parse_sync(mixed.plan.dp_sync)
+    if sync.method == "local_sgd":  # a group without its own local steps takes the plan's
+        every = int(sync["every"])
+        mixed = replace(mixed, shares=tuple(s if s.local_steps > 1 else replace(s, local_steps=every)
+                                            for s in mixed.shares))
     return (_data(model, cluster, mixed, engine) if mixed.split == "data"
             else _pipeline(model, cluster, mixed, engine))
 
@@ -131,7 +145,7 @@ def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, sh
     plan = mixed.plan
     local = share.batch // (share.num_gpus // plan.model_parallel)
     plan = replace(plan, global_batch=local * plan.dp)
-    if share.local_steps > 1:
+    if parse_sync(plan.dp_sync).method == "local_sgd":  # each group averages after its own local steps
         plan = replace(plan, dp_sync=parse_sync(f"local_sgd:every={share.local_steps}").spec)
     view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
     return estimate(model, view, plan, engine=engine)
@@ -153,7 +167,8 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Eng
         tokens_per_step=sum(s.local_steps * s.batch for s in mixed.shares) * seq, groups=groups, time=slowest.time,
         model_flops_per_token=slowest.model_flops_per_step / slowest.tokens_per_step,
         peak_flops=sum(e.peak_flops_per_gpu * s.num_gpus for s, e in zip(mixed.shares, ests, strict=True)),
-        price_per_hour_usd=_price(cluster, mixed), steps_multiplier=ests[0].steps_multiplier)
+        price_per_hour_usd=_price(cluster, mixed), steps_multiplier=max(e.steps_multiplier for e in ests),
+        steps_multiplier_known=all(e.convergence.known for e in ests))
 
 
 def _price(cluster: MixedCluster, mixed: MixedPlan) -> float:
@@ -193,7 +208,8 @@ def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine:
         model_name=model.name, cluster_name=cluster.name, plan=mixed, step_time_s=step,
         tokens_per_step=plan.global_batch * plan.seq_len, groups=groups, time=time,
         model_flops_per_token=reference.model_flops_per_step / reference.tokens_per_step, peak_flops=peak,
-        price_per_hour_usd=_price(cluster, mixed), steps_multiplier=reference.steps_multiplier)
+        price_per_hour_usd=_price(cluster, mixed), steps_multiplier=reference.steps_multiplier,
+        steps_multiplier_known=reference.convergence.known)
 
 
 def _mixed_costs(stages: list[tuple[PipelineCosts, int]]) -> PipelineCosts:
@@ -216,7 +232,8 @@ def mixed_to_dict(est: MixedEstimate, train_tokens: float | None = None) -> dict
         "plan": asdict(est.plan.plan), "num_gpus": est.plan.num_gpus, "step_time_s": est.step_time_s,
         "tokens_per_step": est.tokens_per_step, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu, "fits": est.fits,
         "price_per_hour_usd": est.price_per_hour_usd, "usd_per_million_tokens": est.usd_per_million_tokens,
-        "steps_multiplier": est.steps_multiplier, "critical": est.critical.group,
+        "steps_multiplier": est.steps_multiplier, "steps_multiplier_known": est.steps_multiplier_known,
+        "critical": est.critical.group,
         "time_breakdown_s": dict(est.time.items()),
         "groups": [{**asdict(g), "fits": g.fits} for g in est.groups],
     }

@@ -25,6 +25,7 @@ from plait.plan.hetero import GroupShare, MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.hetero import MixedEstimate, estimate_mixed
 from plait.search.engine import run_search
+from plait.search.hetero_local import local_sgd_plans
 from plait.search.hetero_split import balance_data, balance_pipeline, fits_with
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
@@ -41,7 +42,7 @@ class MixedSearch:
     """The ranked mixed plans and the homogeneous baselines."""
 
     plans: list[MixedEstimate]
-    """Feasible mixed plans, fastest first."""
+    """Feasible mixed plans, highest all-reduce-equivalent throughput first."""
     even: MixedEstimate | None
     """The best layout with every replica on the same local batch (what a homogeneous planner would run)."""
     baselines: dict[str, Estimate]
@@ -50,12 +51,14 @@ class MixedSearch:
     @property
     def best_baseline(self) -> tuple[str, Estimate] | None:
         """The fastest single group."""
-        return max(self.baselines.items(), key=lambda kv: kv[1].tokens_per_s, default=None)
+        return max(self.baselines.items(), key=lambda kv: kv[1].target_tokens_per_s, default=None)
 
 
 def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, engine: Engine | None = None,
-               memory_margin: float = 0.05) -> MixedSearch:
-    """Mixed plans of ``model`` over every device of ``cluster`` at ``global_batch`` sequences, and baselines."""
+               memory_margin: float = 0.05, local_sgd: bool = True) -> MixedSearch:
+    """Mixed plans of ``model`` over every device of ``cluster`` at ``global_batch`` sequences, and baselines;
+    ``local_sgd``: also each even split with per-group local steps (:mod:`plait.search.hetero_local`), ranked by
+    all-reduce-equivalent throughput (tokens/s over the measured steps multiplier)."""
     n = cluster.num_gpus
     layouts: list[Plan] = []
     for group in cluster.groups:
@@ -75,8 +78,10 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
         even = _even(model, cluster, layout, engine)
         if even is not None and fits_with(even, memory_margin):
             evens.append(even)
-    plans.sort(key=lambda e: e.step_time_s / e.tokens_per_step)
-    evens.sort(key=lambda e: e.step_time_s / e.tokens_per_step)
+            if local_sgd:
+                plans.extend(e for e in local_sgd_plans(model, cluster, even, engine) if fits_with(e, memory_margin))
+    plans.sort(key=lambda e: -e.target_tokens_per_s)
+    evens.sort(key=lambda e: -e.target_tokens_per_s)
     return MixedSearch(plans=plans, even=evens[0] if evens else None,
                        baselines=_baselines(model, cluster, global_batch, engine, memory_margin))
 
