@@ -68,11 +68,24 @@ def run_command(
                                                   "[,adjacency=replicated|partitioned].")] = "loop",
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: nodes whose features every rank "
                                                        "caches.")] = 0.0,
+    slowdown: Annotated[str | None, typer.Option(help="Per rank: times slower at compute, e.g. 1,3 (a sleep after "
+                                                      "each pass emulates a slower device; plait.run.slowdown).")] = None,
+    batch_split: Annotated[str | None, typer.Option(help="Per data-parallel rank: sequences per step, summing to "
+                                                         "global_batch, e.g. 12,4 (gradients equal the even "
+                                                         "split's).")] = None,
+    stage_layers: Annotated[str | None, typer.Option(help="Per pipeline stage: layers it holds, summing to the "
+                                                          "model's, e.g. 3,1.")] = None,
 ) -> None:
     """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory.
 
     --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel);
     --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process."""
+    from plait.run.uneven import argv as uneven_argv
+    from plait.run.uneven import check_uneven, parse_uneven
+
+    uneven = parse_uneven(slowdown, batch_split, stage_layers)
+    if uneven_argv(uneven) and (model is not None or engine != "plait"):
+        raise ConfigError(f"{' '.join(uneven_argv(uneven))}: runs a --plan on plait's runtime (--engine plait) only")
     if model is not None:
         from plait.cli.run_dlrm import run_dlrm
         from plait.predict.dit import is_dit_file
@@ -100,6 +113,7 @@ def run_command(
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
     job, the_plan = read_plan_file(plan)
     model = resolve_model(job.model)
+    check_uneven(uneven, the_plan.with_seq_len(model.seq_len), model.num_layers)
     if engine not in ("plait", "torchtitan"):
         raise ConfigError(f"engine={engine!r} must be plait or torchtitan (the engines plait run can launch)")
     if engine == "torchtitan":
@@ -114,7 +128,7 @@ def run_command(
                           "checkpoint: pass --checkpoint-dir and --checkpoint-every with it")
     if on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"--on-nonfinite={on_nonfinite!r} must be stop or skip")
-    extra = ["--steps", str(steps), "--keep", str(keep), "--on-nonfinite", on_nonfinite]
+    extra = ["--steps", str(steps), "--keep", str(keep), "--on-nonfinite", on_nonfinite, *uneven_argv(uneven)]
     for flag, value in (("--cluster", cluster), ("--checkpoint-dir", checkpoint_dir),
                         ("--checkpoint-at", checkpoint_at or None), ("--checkpoint-every", checkpoint_every or None),
                         ("--trace-dir", trace_dir)):
@@ -172,6 +186,9 @@ def run_command(
     losses = [r["loss"] for r in rows if r["loss"] is not None]  # PALSGD's pseudo-synchronization steps: null
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)
+    if uneven_argv(uneven):
+        console.print("note: predicted for the even plan on equal ranks; benchmarks/uneven_vs_predict.py predicts "
+                      "uneven runs on ranks of unequal speed (plait.predict.hetero)")
     if slots is None and not hardware.source.startswith("measured by plait calibrate"):
         console.print(f"note: predicted for {hardware.name}, not this CPU; `plait calibrate` measures this machine "
                       "for --cluster calibrated.toml")

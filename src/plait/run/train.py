@@ -232,6 +232,22 @@ def sync_context(module: nn.Module, last: bool) -> contextlib.AbstractContextMan
     return contextlib.nullcontext()
 
 
+def gather_once(module: nn.Module, last: bool, reshard_after_forward: bool) -> None:
+    """Under FSDP2, micro-batches before the last keep their parameters gathered and their gradients unsharded
+    (``set_requires_gradient_sync(False)``, ``set_reshard_after_backward(False)``, FSDP2's accumulation without
+    communication) and the last reduces once. Ranks that run different numbers of micro-batches (an uneven batch
+    split, :mod:`plait.run.uneven`) then issue the same collectives in the same order: each group's all-gather in
+    the first forward, and the last micro-batch's backward gathers (ZeRO-3) and reduce-scatters once, as a rank
+    with one micro-batch does. Without it a rank with more micro-batches would wait for collectives its peers
+    never issue. A no-op for modules FSDP2 does not manage."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(module, FSDPModule):
+        module.set_requires_gradient_sync(last)
+        module.set_reshard_after_backward(last)
+        module.set_reshard_after_forward(last and reshard_after_forward)
+
+
 def timed() -> float:
     """Wall clock after the device has finished its queue."""
     if torch.cuda.is_available():

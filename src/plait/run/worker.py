@@ -41,6 +41,7 @@ from plait.run.train import (
     autocast,
     clip_gradients,
     cross_entropy,
+    gather_once,
     mean_over_dp,
     micro_batches,
     peak_memory_bytes,
@@ -204,7 +205,8 @@ def _run(args, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ig
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
-                                    weight=loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
+                                    weight=loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp),
+                                    uneven_batch=bool(uneven.batch_split))
         elapsed = timed() - start
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
@@ -245,13 +247,13 @@ def _profiler(device: str):  # type: ignore[no-untyped-def]
 def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, config: TrainConfig,  # type: ignore[no-untyped-def]
                inputs, targets, full_precision: bool, device: str, step: int, *,
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
-               weight: float = 1.0) -> tuple[float, float]:
+               weight: float = 1.0, uneven_batch: bool = False) -> tuple[float, float]:
     """Optimizer step ``step`` (0-based): forward and backward of every micro-batch, clipping, the optimizer,
     schedule. Returns (mean loss this rank saw, global gradient norm before clipping). A non-finite norm stops
     the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were. A PALSGD pseudo-synchronization
     step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
-    metrics). ``weight``: the factor on this rank's loss under an uneven batch split
-    (:func:`plait.run.uneven.loss_weight`)."""
+    metrics). Under an uneven batch split (``uneven_batch``) ``weight`` is the factor on this rank's loss
+    (:func:`plait.run.uneven.loss_weight`) and FSDP2 gathers and reduces once per step (:func:`gather_once`)."""
     if plan.dp_sync.startswith("palsgd"):  # only these plans import the synchronization methods
         from plait.run.sync import skips_gradient
 
@@ -260,7 +262,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
             scheduler.step()
             return float("nan"), float("nan")
     with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
-        loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device, loss_fn, weight)
+        loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device, loss_fn, weight, uneven_batch)
     reduce_partial_gradients(params)
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
     reduce_expert_gradients(experts, mesh)
@@ -284,7 +286,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
 
 
 def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bool, device: str,  # type: ignore[no-untyped-def]
-          loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], weight: float) -> float:
+          loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], weight: float, gather_once_fsdp: bool) -> float:
     """Forward and backward of one optimizer step; returns the mean loss this rank saw times ``weight`` (0 off the
     last stage)."""
     if schedule is not None:
@@ -301,6 +303,8 @@ def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bo
     chunks = micro_batches(inputs, targets, plan.micro_batch)
     total = 0.0
     for index, (x, y) in enumerate(chunks):
+        if gather_once_fsdp:  # uneven micro-batch counts: the same FSDP2 collectives on every rank
+            gather_once(model, index == len(chunks) - 1, plan.sharding == "zero3")
         with sync_context(model, index == len(chunks) - 1), autocast(plan, full_precision, device):
             loss = loss_fn(model(x), y) * weight / len(chunks)
             loss.backward()
