@@ -25,6 +25,7 @@ changes. The same weight makes the logged loss the global mean: the worker avera
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -77,8 +78,8 @@ def _check_slowdown(factors: tuple[float, ...], plan: Plan) -> None:
     text = ",".join(f"{f:g}" for f in factors)
     if len(factors) != plan.num_gpus:
         raise ConfigError(f"--slowdown {text}: one factor per rank, {plan.num_gpus} ranks")
-    if any(not f >= 1.0 for f in factors):
-        raise ConfigError(f"--slowdown {text}: each factor must be >= 1 (a rank can only be made slower)")
+    if any(not 1.0 <= f < math.inf for f in factors):
+        raise ConfigError(f"--slowdown {text}: each factor must be finite and >= 1 (a rank can only be made slower)")
     for axis in ("dp_shard", "tp", "cp", "ep"):
         if getattr(plan, axis) > 1:
             raise ConfigError(f"--slowdown with {axis}={getattr(plan, axis)}: runs with dp_replicate and pp only "

@@ -1,0 +1,122 @@
+"""Uneven work on ranks of unequal speed, measured vs predicted on this machine (issue 19).
+
+Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
+1. ``plait calibrate`` measures this machine into a temporary cluster file (or ``--cluster`` reuses one).
+2. examples/small-model.toml trains on 2 gloo ranks, rank 1 made 3 times slower at compute (``--slowdown 1,3``,
+   :mod:`plait.run.slowdown`), in four layouts: DDP with the even batch split (8 + 8) and with the
+   speed-proportional one (12 + 4, Poplar's allocation), and a 2-stage 1F1B pipeline with even layers (2 + 2) and
+   with the fast rank's stage holding more (3 + 1). Measured: the median step time after the first step.
+3. Predicted: :func:`plait.predict.hetero.estimate_mixed` on a mixed cluster of two groups of one rank each, "fast"
+   the calibrated description and "slow" :func:`plait.hardware.hetero.slowed` of it by 3 (what the sleep
+   emulates), joined by the calibrated collective tier. Target: |error| <= 20% for each layout.
+Printed: each layout's measured and predicted step time and error, the predicted busy time of each group, and the
+speed-up of the uneven split over the even one, measured and predicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from plait.engine.catalog import get_engine
+from plait.hardware.catalog import load_cluster_file
+from plait.hardware.cluster import Cluster
+from plait.hardware.hetero import DeviceGroup, MixedCluster, slowed
+from plait.plan.hetero import GroupShare, MixedPlan
+from plait.plan.io import read_plan_file
+from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.run.precision import cpu_runs_natively
+from plait.workload.catalog import resolve_model
+
+ROOT = Path(__file__).parents[1]
+MODEL = ROOT / "examples" / "small-model.toml"
+STEPS = 10
+SLOWDOWN = 3.0
+BATCH = "global_batch = 16\nmicro_batch = 4"
+FULL_PRECISION = [] if cpu_runs_natively("bf16") else ["--full-precision"]
+"""bf16 where this CPU would emulate it runs in fp32, as `plait run` does and as `plait calibrate` then measures."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One layout: its plan body, the worker's uneven options, and each group's share (fast rank first)."""
+
+    name: str
+    body: str
+    options: tuple[str, ...]
+    split: str
+    shares: tuple[GroupShare, GroupShare]
+
+
+CASES = (
+    Case("ddp 8+8", f"dp_replicate = 2\n{BATCH}", (), "data",
+         (GroupShare(group="fast", num_gpus=1, batch=8), GroupShare(group="slow", num_gpus=1, batch=8))),
+    Case("ddp 12+4", f"dp_replicate = 2\n{BATCH}", ("--batch-split", "12,4"), "data",
+         (GroupShare(group="fast", num_gpus=1, batch=12), GroupShare(group="slow", num_gpus=1, batch=4))),
+    Case("pp 2+2", f'pp = 2\nschedule = "1f1b"\n{BATCH}', (), "pipeline",
+         (GroupShare(group="fast", num_gpus=1, layers=(2,)), GroupShare(group="slow", num_gpus=1, layers=(2,)))),
+    Case("pp 3+1", f'pp = 2\nschedule = "1f1b"\n{BATCH}', ("--stage-layers", "3,1"), "pipeline",
+         (GroupShare(group="fast", num_gpus=1, layers=(3,)), GroupShare(group="slow", num_gpus=1, layers=(1,)))),
+)
+
+
+def mixed_cluster(calibrated: Cluster) -> MixedCluster:
+    """This machine's two ranks as two groups of one: the calibrated rank and one ``SLOWDOWN`` times slower."""
+    one = replace(calibrated, gpus_per_node=1, scale_up_domain_gpus=1)  # a group of one rank is a whole "node"
+    return MixedCluster(name=f"{calibrated.name}, rank 1 x{SLOWDOWN:g} slower",
+                        groups=(DeviceGroup(name="fast", cluster=one, num_gpus=1),
+                                DeviceGroup(name="slow", cluster=slowed(one, SLOWDOWN), num_gpus=1)),
+                        join=calibrated.tiers[0], source=calibrated.source)
+
+
+def measure(case: Case, tmp: Path) -> float:
+    """Median step time after the first step of ``case`` on 2 ranks (torchrun), rank 1 slowed."""
+    plan_file, metrics = tmp / f"{case.name.replace(' ', '-')}.toml", tmp / f"{case.name.replace(' ', '-')}.jsonl"
+    plan_file.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{case.body}\n')
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+                    "plait.run.worker", "--plan", str(plan_file), "--steps", str(STEPS), "--metrics", str(metrics),
+                    "--slowdown", f"1,{SLOWDOWN:g}", *case.options, *FULL_PRECISION], check=True, capture_output=True)
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return statistics.median(r["step_time_s"] for r in rows[1:])
+
+
+def predict(case: Case, cluster: MixedCluster, tmp: Path) -> MixedEstimate:
+    _, plan = read_plan_file(tmp / f"{case.name.replace(' ', '-')}.toml")
+    mixed = MixedPlan(plan=plan, split=case.split, shares=case.shares)  # type: ignore[arg-type]
+    return estimate_mixed(resolve_model(str(MODEL)), cluster, mixed, engine=get_engine("plait"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster", type=Path, default=None, help="a calibrated description to reuse")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    cluster_file = args.cluster or tmp / "calibrated.toml"
+    if args.cluster is None:
+        subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(cluster_file)], check=True,
+                       capture_output=True)
+    cluster = mixed_cluster(load_cluster_file(cluster_file))
+    print(f"{cluster.name}; {STEPS} steps, median after the first; "
+          f"{'fp32' if FULL_PRECISION else 'bf16'}; slowdown 1,{SLOWDOWN:g}")
+    print(f"{'layout':10s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}   predicted busy s (fast / slow)")
+    measured, predicted = {}, {}
+    for case in CASES:
+        measured[case.name] = measure(case, tmp)
+        est = predict(case, cluster, tmp)
+        predicted[case.name] = est.step_time_s
+        busy = " / ".join(f"{g.busy_s:.4f}" for g in est.groups)
+        print(f"{case.name:10s} {measured[case.name]:11.4f} {est.step_time_s:12.4f} "
+              f"{100 * (est.step_time_s / measured[case.name] - 1):+6.1f}%   {busy}")
+    for even, uneven in (("ddp 8+8", "ddp 12+4"), ("pp 2+2", "pp 3+1")):
+        print(f"speed-up of {uneven} over {even}: measured {measured[even] / measured[uneven]:.2f}x, "
+              f"predicted {predicted[even] / predicted[uneven]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
