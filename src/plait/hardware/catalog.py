@@ -131,7 +131,8 @@ def get_cluster(slug: str) -> Cluster:
     """The packaged cluster preset ``slug``."""
     tables = _cluster_tables()
     if slug not in tables:
-        raise ConfigError(f"unknown cluster {slug!r} (known: {', '.join(sorted(tables))}; or give a .toml/.yaml file)")
+        raise ConfigError(f"unknown cluster {slug!r} (known: {', '.join(sorted(tables))}; mixed presets: plait "
+                          "clusters; or give a .toml/.yaml file)")
     return cluster_from_mapping(tables[slug], f"clusters.toml:{slug}")
 
 
