@@ -36,6 +36,8 @@ class Elastic:
     speedups: dict[int, dict[int, float]] = field(default_factory=dict, compare=False, repr=False)
     """Per job index: its sizes and consolidated speed there over its speed at the requested size (filled on first
     use; one policy object serves one simulation)."""
+    next_tick_s: list[float] = field(default_factory=lambda: [-1.0], compare=False, repr=False)
+    """The periodic reallocation pending (one chain of them, not one per event)."""
 
     def options(self, sim: Simulator, st: JobState) -> dict[int, float]:
         """Sizes ``st`` may run at, smallest first, with their speedup over its requested size."""
@@ -100,5 +102,6 @@ class Elastic:
                 if place is not None:
                     sim.start(st, place, now_s)
                     break
-        if sim.running or sim.queued:
-            sim.wake(now_s + self.period_s)
+        if (sim.running or sim.queued) and self.next_tick_s[0] <= now_s:
+            self.next_tick_s[0] = now_s + self.period_s
+            sim.wake(self.next_tick_s[0])
