@@ -101,9 +101,12 @@ def main() -> None:
     if args.cluster is None:
         subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(cluster_file)], check=True,
                        capture_output=True)
-    cluster = mixed_cluster(load_cluster_file(cluster_file))
-    print(f"{cluster.name}; {STEPS} steps, median after the first; "
-          f"{'fp32' if FULL_PRECISION else 'bf16'}; slowdown 1,{SLOWDOWN:g}")
+    calibrated = load_cluster_file(cluster_file)
+    cluster = mixed_cluster(calibrated)
+    peaks = calibrated.accelerator.peak_tflops
+    print(f"{cluster.name}; {STEPS} steps, median after the first; {'fp32' if FULL_PRECISION else 'bf16'}; "
+          f"calibrated matmul peak fp32 {peaks['fp32']:.3f} / bf16 {peaks['bf16']:.3f} TFLOP/s, collective latency "
+          f"{calibrated.tiers[0].latency_us:.0f} us")
     print(f"{'layout':10s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}   predicted busy s (fast / slow)")
     measured, predicted = {}, {}
     for case in CASES:

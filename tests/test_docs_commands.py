@@ -82,6 +82,7 @@ COMMANDS: dict[str, str] = {
     "plait run --plan examples/tiny-plan.toml --cluster calibrated.toml --steps 20":
         "plait run --plan examples/tiny-plan.toml --cluster dgx-h100-ib --steps 5",  # calibrated.toml: see above; 5 steps keep it short
     "plait run --plan plan.toml --dry-run": "plait run --plan examples/tiny-plan.toml --dry-run",
+    "plait run --plan examples/tiny-plan.toml --batch-split 6,2 --steps 3": "",
     "plait run --plan plan.toml --nodes 2": "plait run --plan examples/tiny-plan.toml --nodes 2",
     "plait run --plan plan.toml --engine torchtitan": "plait run --plan {tmp}/titan.toml --engine torchtitan --dry-run",
     "plait simulate --plan examples/llama3-70b-pp.toml --trace step.json --png step.png":
