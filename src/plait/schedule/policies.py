@@ -16,8 +16,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from plait.errors import ConfigError
 from plait.schedule.simulate import Policy, Simulator
@@ -40,17 +41,50 @@ class Fifo:
             sim.start(st, place, now_s)
 
 
-def preemptive_pass(sim: Simulator, now_s: float, key: Callable[[JobState], tuple[float, ...]]) -> None:
-    """Run the jobs first in ``key`` order that fit the cluster's GPUs together; stop the running jobs outside
-    that set, then start the chosen ones on the fewest nodes free (a chosen job the fragments cannot hold waits)."""
-    chosen, budget = set(), sim.pool.capacity_gpus
-    for st in sorted([*sim.running.values(), *sim.queued.values()], key=key):
-        if st.job.gpus <= budget:
-            chosen.add(st.index)
-            budget -= st.job.gpus
-    for st in [s for s in sim.running.values() if s.index not in chosen]:
-        sim.stop(st, now_s)
-    for st in sorted([s for s in sim.queued.values() if s.index in chosen], key=key):
+def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
+    """Walk ``gpus`` in order, taking each that fits the GPUs left: (positions taken, positions walked). Runs of
+    jobs that fit together are taken by one cumulative sum, a job too large is skipped to the next that fits."""
+    taken, at = [], 0
+    while budget > 0 and at < len(gpus):
+        held = np.cumsum(gpus[at:])
+        run = int(np.searchsorted(held, budget, side="right"))
+        if run:
+            taken.append(np.arange(at, at + run))
+            budget -= int(held[run - 1])
+            at += run
+            continue
+        fits = np.flatnonzero(gpus[at:] <= budget)
+        at = at + int(fits[0]) if len(fits) else len(gpus)
+    return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), at
+
+
+def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
+    """Run the jobs first in rank order that fit the cluster's GPUs together; stop the running jobs outside that
+    set, then start the chosen ones on the fewest nodes free (a chosen job the fragments cannot hold waits).
+
+    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position): the running
+    jobs ``idx`` (:meth:`Simulator.running_indices`) with their ``running_rank`` are merged with the head of the
+    ranked queue (:attr:`Simulator.ranked`), the head doubling until the walk runs out of GPUs inside it, so a pass
+    costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue."""
+    cols, head = sim.columns, 64
+    while True:
+        queued = np.array(sim.ranked[:head], dtype=np.float64).reshape(-1, 3)
+        index = np.concatenate([idx, queued[:, 2].astype(np.int64)])
+        order = np.lexsort((index, np.concatenate([cols.arrival_s[idx], queued[:, 1]]),
+                            np.concatenate([running_rank, queued[:, 0]])))
+        taken, walked = greedy_fit(cols.asked_gpus[index[order]], sim.pool.capacity_gpus)
+        in_head = np.flatnonzero(order >= len(idx))
+        if head >= len(sim.ranked) or (len(in_head) and walked <= in_head[-1] + 1):
+            break
+        head *= 2
+    picked = order[taken]  # positions in ``index``, in rank order
+    was_running = picked < len(idx)
+    stays = np.zeros(len(idx), dtype=bool)
+    stays[picked[was_running]] = True
+    for i in idx[~stays].tolist():  # in the order they started, as the running jobs are kept
+        sim.stop(sim.states[i], now_s)
+    for i in index[picked[~was_running]].tolist():
+        st = sim.states[i]
         place = sim.pool.packed(st.job.gpus)
         if place is not None:
             sim.start(st, place, now_s)
@@ -63,9 +97,14 @@ class Srtf:
     name: str = "srtf"
     """Policy name."""
 
+    def queued_key(self, sim: Simulator, st: JobState) -> tuple[float, float, int]:
+        """A waiting job's rank: its time left (fixed while it waits), then arrival."""
+        return sim.remaining_s(st, st.since_s), st.job.arrival_s, st.index
+
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Keep the jobs with the least time left running."""
-        preemptive_pass(sim, now_s, lambda st: (sim.remaining_s(st, now_s), st.job.arrival_s, st.index))
+        idx = sim.running_indices()
+        preemptive_pass(sim, now_s, idx, sim.columns.remaining(idx, now_s) / sim.columns.asked_tokens_per_s[idx])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,13 +121,22 @@ class Las:
         """The queue a job with ``attained_gpu_s`` of service sits in (0 first)."""
         return sum(1 for t in self.thresholds_gpu_s if attained_gpu_s >= t)
 
+    def queued_key(self, sim: Simulator, st: JobState) -> tuple[float, float, int]:
+        """A waiting job's rank: its queue (its service is fixed while it waits), then arrival."""
+        return self.queue(st.attained_gpu_s), st.job.arrival_s, st.index
+
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Lowest queue first, FIFO within one; wake when a running job crosses its next threshold."""
-        preemptive_pass(sim, now_s, lambda st: (self.queue(st.attained(now_s)), st.job.arrival_s, st.index))
-        crossings = [now_s + (t - st.attained(now_s)) / st.gpus for st in sim.running.values()
-                     for t in self.thresholds_gpu_s if t > st.attained(now_s)]
-        if crossings:  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
-            sim.wake(min(crossings) + 1e-6)
+        thresholds = np.array(self.thresholds_gpu_s, dtype=np.float64)
+        idx = sim.running_indices()
+        attained = sim.columns.attained(idx, now_s)
+        preemptive_pass(sim, now_s, idx, np.sum(attained[:, None] >= thresholds[None, :], axis=1).astype(np.float64))
+        idx = sim.running_indices()
+        attained = sim.columns.attained(idx, now_s)
+        job, level = np.nonzero(thresholds[None, :] > attained[:, None])
+        if len(job):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
+            crossings = now_s + (thresholds[level] - attained[job]) / sim.columns.gpus[idx][job]
+            sim.wake(float(crossings.min()) + 1e-6)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,9 +11,14 @@ result, bit for bit.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+
 from plait.errors import ConfigError
+from plait.schedule.columns import Columns
 from plait.schedule.pool import Placement, Pool
 from plait.schedule.result import JobResult, ScheduleResult, Segment
 from plait.schedule.speed import Speed, SpeedModel
@@ -34,6 +39,10 @@ class Policy(Protocol):
         """Start, stop or resize jobs at ``now_s`` (and :meth:`Simulator.wake` for a later pass)."""
 
 
+QueuedKey = Callable[["Simulator", JobState], tuple[float, float, int]]
+"""A policy's rank of a waiting job: fixed while it waits, its trace index last (so keys are unique)."""
+
+
 class Simulator:
     """One policy over one trace on one pool."""
 
@@ -43,10 +52,17 @@ class Simulator:
         self.pool, self.speed, self.policy = pool, speed, policy
         self.kernel = Kernel()
         self.states = [JobState(job=j, index=i, remaining_tokens=j.tokens) for i, j in enumerate(jobs)]
+        self.columns = Columns(self.states)
+        """The jobs' progress as arrays, for vectorized passes (mirrors :attr:`states`)."""
         self.queued: dict[int, JobState] = {}
         """Jobs waiting, in the order they joined the queue (arrival or preemption)."""
         self.running: dict[int, JobState] = {}
         """Jobs holding GPUs."""
+        self.ranked: list[tuple[float, float, int]] = []
+        """Waiting jobs' keys in ascending order, kept with each join and leave when the policy has a
+        ``queued_key`` (SRTF, LAS): a pass reads the queue in order instead of sorting it."""
+        self._queued_key: QueuedKey | None = getattr(policy, "queued_key", None)
+        self._asked: dict[int, float] = {}
         self._segments: list[Segment] = []
         self._opened: dict[int, float] = {}
         self._passes: set[float] = set()
@@ -59,9 +75,7 @@ class Simulator:
 
     def remaining_s(self, st: JobState, now_s: float) -> float:
         """Predicted time left at its requested size, consolidated (SRTF's key)."""
-        speed = self.speed_at(st, st.job.gpus)
-        assert speed is not None, "a job that fits nowhere is rejected on arrival"
-        return st.remaining(now_s) / speed.tokens_per_s
+        return st.remaining(now_s) / self._asked[st.index]
 
     def start(self, st: JobState, place: Placement, now_s: float) -> None:
         """Run ``st`` on ``place`` from ``now_s``."""
@@ -69,13 +83,14 @@ class Simulator:
         assert speed is not None and st.status == "queued", "start a queued job on a size it fits"
         self.pool.take(place)
         st.settle(now_s)
-        st.status, st.place, st.speed, st.version = "running", place, speed, st.version + 1
+        st.status, st.place, st.speed, st.version, st.gpus = "running", place, speed, st.version + 1, place.gpus
         st.training_from_s = now_s + (speed.restart_s if st.ran_before else 0.0)
         st.first_start_s = now_s if st.first_start_s is None else st.first_start_s
         st.sizes.append(place.gpus)
-        del self.queued[st.index]
+        self._dequeue(st)
         self.running[st.index] = st
         self._opened[st.index] = now_s
+        self.columns.write(st)
         version = st.version
         self.kernel.at(st.finish_at(), lambda: self._complete(st, version), COMPLETE)
 
@@ -86,7 +101,12 @@ class Simulator:
         self._release(st, now_s)
         st.status, st.ran_before, st.preemptions = "queued", True, st.preemptions + 1
         st.waiting_since_s = now_s
-        self.queued[st.index] = st
+        self.columns.write(st)
+        self._enqueue(st)
+
+    def running_indices(self) -> np.ndarray:
+        """Trace positions of the running jobs, in the order they started."""
+        return np.fromiter(self.running, dtype=np.int64, count=len(self.running))
 
     def wake(self, at_s: float) -> None:
         """Ask for a policy pass at ``at_s``."""
@@ -95,6 +115,20 @@ class Simulator:
             self.kernel.at(at_s, lambda: self._pass(at_s), PASS)
 
     # --- events -----------------------------------------------------------------------------------------------------
+    def _enqueue(self, st: JobState) -> None:
+        self.queued[st.index] = st
+        if self._queued_key is not None:
+            st.queued_key = self._queued_key(self, st)
+            bisect.insort(self.ranked, st.queued_key)
+
+    def _dequeue(self, st: JobState) -> None:
+        del self.queued[st.index]
+        if st.queued_key is not None:
+            at = bisect.bisect_left(self.ranked, st.queued_key)
+            assert self.ranked[at] == st.queued_key, "a waiting job's key is in the ranked queue"
+            del self.ranked[at]
+            st.queued_key = None
+
     def _release(self, st: JobState, now_s: float) -> None:
         assert st.place is not None
         start = self._opened.pop(st.index)
@@ -102,7 +136,7 @@ class Simulator:
             self._segments.append(Segment(job_id=st.job.job_id, node=node, gpus=gpus, start_s=start, end_s=now_s))
         self.pool.give(st.place)
         del self.running[st.index]
-        st.place, st.speed, st.version = None, None, st.version + 1
+        st.place, st.speed, st.version, st.gpus = None, None, st.version + 1, 0
 
     def _complete(self, st: JobState, version: int) -> None:
         if version != st.version:
@@ -111,16 +145,20 @@ class Simulator:
         st.settle(now)
         self._release(st, now)
         st.status, st.finish_s, st.remaining_tokens = "done", now, 0.0
+        self.columns.write(st)
         self.wake(now)
 
     def _arrive(self, st: JobState) -> None:
         now = self.kernel.now
         job = st.job
-        if job.gpus > self.pool.capacity_gpus or self.speed_at(st, job.gpus) is None:
+        asked = self.speed_at(st, job.gpus) if job.gpus <= self.pool.capacity_gpus else None
+        if asked is None:
             st.status = "rejected"
             return
+        self._asked[st.index] = self.columns.asked_tokens_per_s[st.index] = asked.tokens_per_s
         st.waiting_since_s, st.since_s = now, now
-        self.queued[st.index] = st
+        self.columns.write(st)
+        self._enqueue(st)
         self.wake(now)
 
     def _pass(self, at_s: float) -> None:

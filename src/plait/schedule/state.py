@@ -48,11 +48,10 @@ class JobState:
     """GPU counts it ran at, in order."""
     version: int = 0
     """Bumped whenever its allocation changes: older completion events are stale."""
-
-    @property
-    def gpus(self) -> int:
-        """GPUs held now (0 unless running)."""
-        return self.place.gpus if self.place is not None else 0
+    gpus: int = 0
+    """GPUs held now (0 unless running; ``place.gpus``, kept as a number because every pass reads it)."""
+    queued_key: tuple[float, float, int] | None = None
+    """Its key in :attr:`plait.schedule.simulate.Simulator.ranked` while it waits (policies that rank the queue)."""
 
     def trained(self, now_s: float) -> float:
         """Tokens trained since :attr:`since_s`."""

@@ -37,7 +37,8 @@ def chrome_trace(result: ScheduleResult) -> dict[str, Any]:
     for node, segments in sorted(by_node.items()):
         events.append({"ph": "M", "name": "process_name", "pid": node, "args": {"name": f"node {node}"}})
         for seg, lane in zip(segments, _lanes(segments), strict=True):
-            events.append({"ph": "X", "name": seg.job_id, "pid": node, "tid": lane, "ts": seg.start_s * US_PER_S,
-                           "dur": (seg.end_s - seg.start_s) * US_PER_S, "args": {"gpus": seg.gpus}})
+            start_us, end_us = seg.start_s * US_PER_S, seg.end_s * US_PER_S  # dur from the scaled ends, so that
+            events.append({"ph": "X", "name": seg.job_id, "pid": node, "tid": lane, "ts": start_us,  # ts + dur
+                           "dur": end_us - start_us, "args": {"gpus": seg.gpus}})  # lands on the next slice's ts
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"policy": result.policy, "capacity_gpus": result.capacity_gpus}}

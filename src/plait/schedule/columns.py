@@ -1,0 +1,58 @@
+"""Every job's progress as numpy columns, so that a policy pass over thousands of running jobs is a few array
+operations instead of a Python loop (STYLE.md rule 9: speed is a feature).
+
+The columns mirror :class:`plait.schedule.state.JobState` (the truth) and are written whenever the simulator starts,
+stops or completes a job; between those events a job's progress is linear in time, so its tokens left and service
+attained at any instant follow from them with the same float operations as :meth:`JobState.remaining` and
+:meth:`JobState.attained`, bit for bit (IEEE arithmetic is the same in numpy and Python).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plait.schedule.state import JobState
+
+
+class Columns:
+    """Per-job arrays, indexed by trace position."""
+
+    def __init__(self, states: list[JobState]) -> None:
+        n = len(states)
+        self.arrival_s = np.array([st.job.arrival_s for st in states], dtype=np.float64)
+        """Submission times."""
+        self.asked_gpus = np.array([st.job.gpus for st in states], dtype=np.int64)
+        """GPUs each job asks for."""
+        self.asked_tokens_per_s = np.ones(n)
+        """Speed at the requested size, consolidated (set on arrival; SRTF's yardstick)."""
+        self.remaining_tokens = np.zeros(n)
+        """:attr:`JobState.remaining_tokens`."""
+        self.attained_gpu_s = np.zeros(n)
+        """:attr:`JobState.attained_gpu_s`."""
+        self.since_s = np.zeros(n)
+        """:attr:`JobState.since_s`."""
+        self.trains_from_s = np.zeros(n)
+        """``max(since_s, training_from_s)``: when it trains again."""
+        self.tokens_per_s = np.zeros(n)
+        """Speed now (0 unless running)."""
+        self.gpus = np.zeros(n)
+        """GPUs held now (0 unless running)."""
+
+    def write(self, st: JobState) -> None:
+        """Mirror ``st`` after the simulator changed it."""
+        i = st.index
+        self.remaining_tokens[i] = st.remaining_tokens
+        self.attained_gpu_s[i] = st.attained_gpu_s
+        self.since_s[i] = st.since_s
+        self.trains_from_s[i] = max(st.since_s, st.training_from_s)
+        self.tokens_per_s[i] = st.speed.tokens_per_s if st.speed is not None else 0.0
+        self.gpus[i] = st.gpus
+
+    def remaining(self, idx: np.ndarray, now_s: float) -> np.ndarray:
+        """Tokens left at ``now_s`` of jobs ``idx`` (as :meth:`JobState.remaining`)."""
+        trained = self.tokens_per_s[idx] * np.maximum(0.0, now_s - self.trains_from_s[idx])
+        return np.maximum(0.0, self.remaining_tokens[idx] - trained)
+
+    def attained(self, idx: np.ndarray, now_s: float) -> np.ndarray:
+        """GPU-seconds held up to ``now_s`` by jobs ``idx`` (as :meth:`JobState.attained`)."""
+        return self.attained_gpu_s[idx] + self.gpus[idx] * np.maximum(0.0, now_s - self.since_s[idx])
