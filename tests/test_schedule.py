@@ -164,12 +164,30 @@ def test_a_bad_trace_row_is_one_line_naming_the_value_and_the_rule(text: str, fr
     assert "\n" not in str(err.value)
 
 
-def test_the_trace_export_lays_no_two_slices_of_one_node_on_one_lane_at_once() -> None:
-    doc = chrome_trace(run(small_trace(), Srtf(), 32))
-    slices = sorted((e["pid"], e["tid"], e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X")
-    for before, after in itertools.pairwise(slices):
-        if before[:2] == after[:2]:
-            assert after[2] >= before[3]
+def test_the_trace_export_has_one_slice_per_allocation_and_none_overlap_on_a_lane() -> None:
+    result = run(small_trace(), Srtf(), 32)
+    doc = json.loads(json.dumps(chrome_trace(result)))  # what a viewer loads
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert sorted((e["name"], e["pid"], e["args"]["gpus"]) for e in slices) == sorted(
+        (s.job_id, s.node, s.gpus) for s in result.segments)
+    assert result.jobs and {e["name"] for e in slices} == {j.job_id for j in result.done}
+    lanes: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in slices:
+        lanes.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in lanes.values():
+        for before, after in itertools.pairwise(sorted(spans)):
+            assert after[0] >= before[1] - 1e-3  # microseconds: a nanosecond of float rounding at most
+
+
+def test_plot_dir_writes_both_pictures_and_trace_out_a_loadable_trace(tmp_path: Path) -> None:
+    code, _, err = cli(["schedule", "--synthetic", "pai", "--jobs", "30", "--gpus", "32", "--policy", "las",
+                        "--plot-dir", str(tmp_path / "plots"), "--trace-out", str(tmp_path / "t.json")])
+    assert code == 0, err
+    for name in ("jct_cdf.png", "utilization.png"):
+        data = (tmp_path / "plots" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert {e["name"] for e in events if e["ph"] == "X"} == {f"pai-{i:05d}" for i in range(30)}
 
 
 def test_the_command_runs_a_shipped_trace_as_json_and_refuses_mistakes_in_one_line(tmp_path: Path) -> None:

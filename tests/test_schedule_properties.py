@@ -13,6 +13,8 @@ import random
 from functools import cache
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
@@ -104,3 +106,32 @@ def test_every_policy_gives_the_results_recorded_before_the_speed_work(name: str
     assert summary["makespan_s"] == pytest.approx(makespan_s, rel=1e-12)
     assert summary["preemptions"] == preemptions
     assert fingerprint(result) == digest
+
+
+def fastest_s(job: TraceJob, name: str, capacity_gpus: int) -> float:
+    """The job alone on an empty cluster at the fastest size ``name`` may give it (elastic: up to 4x its request)."""
+    sizes = [job.gpus] if name != "elastic" else [job.gpus << k for k in range(3) if job.gpus << k <= capacity_gpus]
+    speeds = [s.tokens_per_s for s in (toy_speed().at(job.model, g) for g in sizes) if s is not None]
+    return job.tokens / max(speeds)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), num_jobs=st.integers(1, 25), gap_s=st.sampled_from([60.0, 600.0, 6_000.0]),
+       nodes=st.sampled_from([2, 3, 4]), name=st.sampled_from(POLICY_NAMES))
+def test_every_job_finishes_once_within_capacity_and_no_faster_than_alone(seed: int, num_jobs: int, gap_s: float,
+                                                                          nodes: int, name: str) -> None:
+    jobs, gpus = toy_trace(seed, num_jobs, gap_s), 8 * nodes
+    result = run_toy(jobs, name, gpus)
+    assert [j.job_id for j in result.jobs] == [j.job_id for j in jobs]
+    assert all(j.status == "done" and j.finish_s is not None for j in result.jobs)
+    for job, res in zip(jobs, result.jobs, strict=True):
+        assert res.first_start_s is not None and res.first_start_s >= job.arrival_s
+        assert res.jct_s >= fastest_s(job, name, gpus) * (1 - 1e-9)
+    edges = sorted([(s.start_s, s.gpus, s.node) for s in result.segments]
+                   + [(s.end_s, -s.gpus, s.node) for s in result.segments])  # at one instant, releases first
+    held, per_node = 0, [0] * nodes
+    for _, n, node in edges:
+        held += n
+        per_node[node] += n
+        assert held <= gpus and per_node[node] <= 8
+    assert run_toy(jobs, name, gpus) == result
