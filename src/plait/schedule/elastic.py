@@ -16,6 +16,8 @@ modelled: every size trains the same global batch.
 from __future__ import annotations
 
 import heapq
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from plait.schedule.simulate import Simulator
@@ -36,6 +38,10 @@ class Elastic:
     speedups: dict[int, dict[int, float]] = field(default_factory=dict, compare=False, repr=False)
     """Per job index: its sizes and consolidated speed there over its speed at the requested size (filled on first
     use; one policy object serves one simulation)."""
+    steps: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict, compare=False, repr=False)
+    """Per job index: from each size, (minus its gain per added GPU, the next size), where the next size gains."""
+    smallest: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
+    """Per job index: its smallest size (the first of :meth:`options`)."""
     next_tick_s: list[float] = field(default_factory=lambda: [-1.0], compare=False, repr=False)
     """The periodic reallocation pending (one chain of them, not one per event)."""
 
@@ -49,36 +55,35 @@ class Elastic:
             assert base is not None, "a job that fits nowhere is rejected on arrival"
             speeds = {s: sim.speed_at(st, s) for s in sorted(sizes)}
             self.speedups[st.index] = {s: v.tokens_per_s / base.tokens_per_s for s, v in speeds.items() if v is not None}
+            options = self.speedups[st.index]
+            self.steps[st.index] = {now: (-(options[nxt] - options[now]) / (nxt - now), nxt)
+                                    for now, nxt in itertools.pairwise(options) if options[nxt] > options[now]}
         return self.speedups[st.index]
 
-    def allocate(self, sim: Simulator, jobs: list[JobState]) -> dict[int, int]:
-        """GPUs per job index (absent: it waits)."""
+    def allocate(self, sim: Simulator, jobs: Iterable[JobState]) -> dict[int, int]:
+        """GPUs per job index (absent: it waits). ``jobs`` in order of arrival; the walk stops when no GPU is left
+        (a job's smallest size is at least one GPU)."""
         free, alloc = sim.pool.capacity_gpus, {}
-        opts = {st.index: self.options(sim, st) for st in jobs}
         for st in jobs:
-            smallest = next(iter(opts[st.index]))
+            if free == 0:
+                break
+            smallest = self.smallest[st.index] if st.index in self.smallest else next(iter(self.options(sim, st)))
+            self.smallest[st.index] = smallest
             if smallest <= free:
                 alloc[st.index] = smallest
                 free -= smallest
-        heap: list[tuple[float, int, int]] = []
-
-        def push(index: int) -> None:
-            sizes = list(opts[index])
-            at = sizes.index(alloc[index])
-            if at + 1 < len(sizes):
-                now, nxt = alloc[index], sizes[at + 1]
-                gain = opts[index][nxt] - opts[index][now]
-                if gain > 0:
-                    heapq.heappush(heap, (-gain / (nxt - now), index, nxt))
-
-        for index in alloc:
-            push(index)
-        while heap:
+        # Each job's next step (its gain per added GPU, fixed per job and size: precomputed in ``steps``); the pops'
+        # order is the entries' order, however the heap was built.
+        heap = [(self.steps[i][size][0], i, self.steps[i][size][1]) for i, size in alloc.items() if size in self.steps[i]]
+        heapq.heapify(heap)
+        while heap and free:
             _, index, nxt = heapq.heappop(heap)
             if nxt - alloc[index] <= free:
                 free -= nxt - alloc[index]
                 alloc[index] = nxt
-                push(index)
+                if nxt in self.steps[index]:
+                    gain, after = self.steps[index][nxt]
+                    heapq.heappush(heap, (gain, index, after))
         return alloc
 
     def _worth_growing(self, sim: Simulator, st: JobState, size: int, now_s: float) -> bool:
@@ -89,14 +94,14 @@ class Elastic:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
-        jobs = sorted([*sim.running.values(), *sim.queued.values()], key=lambda s: (s.job.arrival_s, s.index))
-        alloc = self.allocate(sim, jobs)
+        alloc = self.allocate(sim, sim.active.values())
         for st in list(sim.running.values()):
             size = alloc.get(st.index, 0)
             if size < st.gpus or (size > st.gpus and self._worth_growing(sim, st, size, now_s)):
                 sim.stop(st, now_s)
-        for st in sorted(sim.queued.values(), key=lambda s: (-alloc.get(s.index, 0), s.job.arrival_s, s.index)):
-            sizes = [s for s in self.options(sim, st) if s <= alloc.get(st.index, 0)]
+        waiting = [sim.states[i] for i in alloc if i in sim.queued]  # a waiting job allocated nothing stays
+        for st in sorted(waiting, key=lambda s: (-alloc[s.index], s.job.arrival_s, s.index)):
+            sizes = [s for s in self.options(sim, st) if s <= alloc[st.index]]
             for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits
                 place = sim.pool.packed(size)
                 if place is not None:

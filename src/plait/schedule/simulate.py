@@ -58,6 +58,8 @@ class Simulator:
         """Jobs waiting, in the order they joined the queue (arrival or preemption)."""
         self.running: dict[int, JobState] = {}
         """Jobs holding GPUs."""
+        self.active: dict[int, JobState] = {}
+        """Jobs arrived and not done, in order of arrival (the kernel runs arrivals by time, then trace position)."""
         self.ranked: list[tuple[float, float, int]] = []
         """Waiting jobs' keys in ascending order, kept with each join and leave when the policy has a
         ``queued_key`` (SRTF, LAS): a pass reads the queue in order instead of sorting it."""
@@ -145,6 +147,7 @@ class Simulator:
         st.settle(now)
         self._release(st, now)
         st.status, st.finish_s, st.remaining_tokens = "done", now, 0.0
+        del self.active[st.index]
         self.columns.write(st)
         self.wake(now)
 
@@ -158,6 +161,7 @@ class Simulator:
         self._asked[st.index] = self.columns.asked_tokens_per_s[st.index] = asked.tokens_per_s
         st.waiting_since_s, st.since_s = now, now
         self.columns.write(st)
+        self.active[st.index] = st
         self._enqueue(st)
         self.wake(now)
 
