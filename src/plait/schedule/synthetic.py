@@ -3,8 +3,10 @@
 Each family gives a job-size mix and a duration distribution (inverse CDF, interpolated in log-seconds between the
 points below); a job's model is drawn from catalog models that suit its size, and its token budget is set so that it
 would run for its drawn duration at its requested size on an empty cluster (plait's planner gives the speed). Jobs
-arrive as a Poisson process whose rate makes the offered load (GPU-seconds asked per second over the cluster's GPUs)
-equal ``load``. The same family, count, seed, cluster and load give the same trace.
+arrive as a Poisson process over a window whose length makes the offered load over it equal ``load``: the GPU-seconds
+the jobs would hold inside the window if each started on arrival, over the cluster's GPUs times the window
+(:func:`window_s`); above 1 the queue must build during the window. The same family, count, seed, cluster and load
+give the same trace.
 
 Sources, and what was read off where (approximate wherever a figure is read by eye):
 
@@ -12,8 +14,13 @@ Sources, and what was read off where (approximate wherever a figure is read by e
   durations are quantiles computed exactly from the 83,154 job run times of the Philly trace that the MLaaS paper
   plots beside PAI (alibaba/clusterdata ``cluster-trace-gpu-v2020/analysis/philly_runtime.csv``, its Fig. 4 data;
   median 1,186 s, p90 12,859 s, p99 287,283 s), floored at 10 s and capped at 10^6 s (the trace's longest job ran
-  4.6 x 10^6 s). Sizes: assumed (1 GPU 70%, 2: 10%, 4: 10%, 8: 7%, 16: 2%, 32: 1%); the paper buckets jobs by size
-  (1, 2-4, 5-8, >8 GPUs, Fig. 2) but neither it nor its public notebook prints the share of each bucket.
+  4.6 x 10^6 s). Sizes: 1 GPU 70%, 2: 10%, 4: 15%, 8: 5%, the "Philly distribution" of job sizes that Gavel
+  (Narayanan et al., OSDI 2020) samples its traces from (stanford-futuredata/gavel ``scheduler/utils.py``,
+  ``_generate_scale_factor``), reused by later schedulers' evaluations. Not computed here: the paper buckets jobs
+  by size (1, 2-4, 5-8, >8 GPUs, Fig. 2) but neither it nor its notebook (msr-fiddle/philly-traces
+  ``analysis/Philly Trace Analysis.ipynb``, whose saved outputs are only plots) prints a bucket's share, and the job
+  log itself (``trace-data.tar.gz``, 1.06 GB) is stored in Git LFS, out of this project's reach. Gavel's mix has no
+  job above 8 GPUs, where Fig. 2 shows some.
 - ``helios`` (Hu et al., "Characterization and Prediction of Deep Learning Workloads in Large-Scale GPU
   Datacenters", SC 2021): sizes read off the CDF of job sizes by number of jobs (the figure captioned "The CDFs of
   job sizes (in GPU number) with the number of jobs (a) and GPU time (b)", as the HeliosArtifact notebook
@@ -55,7 +62,7 @@ class TraceShape:
 
 
 SHAPES: dict[str, TraceShape] = {
-    "philly": TraceShape(sizes=(1, 2, 4, 8, 16, 32), size_shares=(0.70, 0.10, 0.10, 0.07, 0.02, 0.01),
+    "philly": TraceShape(sizes=(1, 2, 4, 8), size_shares=(0.70, 0.10, 0.15, 0.05),
                          duration_cdf=((0.0, 10.0), (0.05, 48.0), (0.1, 61.0), (0.2, 76.0), (0.3, 229.0),
                                        (0.4, 630.0), (0.5, 1186.0), (0.6, 1871.0), (0.7, 2590.0), (0.8, 4699.0),
                                        (0.9, 12859.0), (0.95, 49948.0), (0.99, 287283.0), (1.0, 1.0e6))),
@@ -90,8 +97,28 @@ def _durations_s(shape: TraceShape, u: np.ndarray) -> np.ndarray:
     return np.exp(np.interp(u, cdf, log_s))
 
 
+def window_s(sizes: np.ndarray, durations_s: np.ndarray, at: np.ndarray, target_gpus: float) -> np.ndarray:
+    """Arrival times ``at x T`` (``at`` rises from 0 to 1) with the window ``T`` at which the GPU-seconds the jobs
+    would hold inside ``[0, T]`` if each started on arrival, ``sum(gpus x min(duration, T - arrival))``, equal
+    ``target_gpus x T`` (the offered load over the arrival window, in GPUs). That in-window share falls as ``T``
+    grows, so bisection finds ``T``. Counting only what falls inside the window keeps a heavy tail honest: a 10^6 s
+    job arriving in a 10^5 s window offers 10^5 s of it, not all of it (the load of the sum of GPU-seconds over the
+    window would be met by one long job while the cluster idles)."""
+    if len(at) == 1:
+        return np.zeros(1)
+
+    def held(t_s: float) -> float:
+        return float(np.sum(sizes * np.minimum(durations_s, t_s * (1.0 - at)))) / t_s
+
+    low, high = 1e-3, float(np.sum(sizes * durations_s)) / target_gpus + 1.0
+    for _ in range(100):  # the ratio halves each step; 100 steps reach a double's precision
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if held(mid) > target_gpus else (low, mid)
+    return at * high
+
+
 def synthetic_trace(family: str, num_jobs: int, seed: int, speed: SpeedModel, cluster_gpus: int,
-                    load: float = 0.9) -> tuple[TraceJob, ...]:
+                    load: float = 1.5) -> tuple[TraceJob, ...]:
     """``num_jobs`` jobs of ``family`` for a cluster of ``cluster_gpus`` GPUs, offered load ``load``."""
     if family not in SHAPES:
         raise ConfigError(f"--synthetic={family!r} must be one of {', '.join(get_args(Family))}")
@@ -103,9 +130,8 @@ def synthetic_trace(family: str, num_jobs: int, seed: int, speed: SpeedModel, cl
     sizes = np.array([shape.sizes[i] for i in fits])[rng.choice(len(fits), size=num_jobs, p=shares / shares.sum())]
     durations = _durations_s(shape, rng.random(num_jobs))
     picks = rng.random(num_jobs)
-    rate_per_s = load * cluster_gpus / float(np.sum(sizes * durations)) * num_jobs
-    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, size=num_jobs))
-    arrivals -= arrivals[0]
+    gaps = np.cumsum(rng.exponential(1.0, size=num_jobs))
+    arrivals = window_s(sizes, durations, (gaps - gaps[0]) / max(gaps[-1] - gaps[0], 1e-300), load * cluster_gpus)
     jobs = []
     for i in range(num_jobs):
         gpus, models = int(sizes[i]), _models(int(sizes[i]))
