@@ -6,9 +6,10 @@ Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
    :mod:`plait.run.slowdown`), in four layouts: DDP with the even batch split (8 + 8) and with the
    speed-proportional one (12 + 4, Poplar's allocation), and a 2-stage 1F1B pipeline with even layers (2 + 2) and
    with the fast rank's stage holding more (3 + 1). Measured: the median step time after the first step.
-3. Predicted: :func:`plait.predict.hetero.estimate_mixed` on a mixed cluster of two groups of one rank each, "fast"
-   the calibrated description and "slow" :func:`plait.hardware.hetero.slowed` of it by 3 (what the sleep
-   emulates), joined by the calibrated collective tier. Target: |error| <= 20% for each layout.
+3. Predicted: :func:`plait.predict.hetero.estimate_mixed` on a mixed cluster of two groups of one rank each, rank
+   0 the calibrated description and rank 1 :func:`plait.hardware.hetero.slowed` of it by 3 (what the sleep
+   emulates), joined by the calibrated collective tier — what ``plait run`` prints for the same options
+   (:func:`plait.cli.run_uneven.predict_uneven`). Target: |error| <= 20% for each layout.
 Printed: each layout's measured and predicted step time and error, the predicted busy time of each group, and the
 speed-up of the uneven split over the even one, measured and predicted.
 """
@@ -21,17 +22,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from plait.engine.catalog import get_engine
+from plait.cli.run_uneven import predict_uneven
 from plait.hardware.catalog import load_cluster_file
 from plait.hardware.cluster import Cluster
-from plait.hardware.hetero import DeviceGroup, MixedCluster, slowed
-from plait.plan.hetero import GroupShare, MixedPlan
 from plait.plan.io import read_plan_file
-from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.predict.hetero import MixedEstimate
 from plait.run.precision import cpu_runs_natively
+from plait.run.uneven import Uneven, parse_list
+from plait.run.uneven import argv as uneven_argv
 from plait.workload.catalog import resolve_model
 
 ROOT = Path(__file__).parents[1]
@@ -45,34 +46,20 @@ FULL_PRECISION = [] if cpu_runs_natively("bf16") else ["--full-precision"]
 
 @dataclass(frozen=True)
 class Case:
-    """One layout: its plan body, the worker's uneven options, and each group's share (fast rank first)."""
+    """One layout: its plan body and what it runs unevenly (rank 0, the fast rank, first)."""
 
     name: str
     body: str
-    options: tuple[str, ...]
-    split: str
-    shares: tuple[GroupShare, GroupShare]
+    uneven: Uneven
 
 
+SLOW = parse_list(f"1,{SLOWDOWN:g}", "--slowdown", float)
 CASES = (
-    Case("ddp 8+8", f"dp_replicate = 2\n{BATCH}", (), "data",
-         (GroupShare(group="fast", num_gpus=1, batch=8), GroupShare(group="slow", num_gpus=1, batch=8))),
-    Case("ddp 12+4", f"dp_replicate = 2\n{BATCH}", ("--batch-split", "12,4"), "data",
-         (GroupShare(group="fast", num_gpus=1, batch=12), GroupShare(group="slow", num_gpus=1, batch=4))),
-    Case("pp 2+2", f'pp = 2\nschedule = "1f1b"\n{BATCH}', (), "pipeline",
-         (GroupShare(group="fast", num_gpus=1, layers=(2,)), GroupShare(group="slow", num_gpus=1, layers=(2,)))),
-    Case("pp 3+1", f'pp = 2\nschedule = "1f1b"\n{BATCH}', ("--stage-layers", "3,1"), "pipeline",
-         (GroupShare(group="fast", num_gpus=1, layers=(3,)), GroupShare(group="slow", num_gpus=1, layers=(1,)))),
+    Case("ddp 8+8", f"dp_replicate = 2\n{BATCH}", Uneven(slowdown=SLOW)),
+    Case("ddp 12+4", f"dp_replicate = 2\n{BATCH}", Uneven(slowdown=SLOW, batch_split=(12, 4))),
+    Case("pp 2+2", f'pp = 2\nschedule = "1f1b"\n{BATCH}', Uneven(slowdown=SLOW)),
+    Case("pp 3+1", f'pp = 2\nschedule = "1f1b"\n{BATCH}', Uneven(slowdown=SLOW, stage_layers=(3, 1))),
 )
-
-
-def mixed_cluster(calibrated: Cluster) -> MixedCluster:
-    """This machine's two ranks as two groups of one: the calibrated rank and one ``SLOWDOWN`` times slower."""
-    one = replace(calibrated, gpus_per_node=1, scale_up_domain_gpus=1)  # a group of one rank is a whole "node"
-    return MixedCluster(name=f"{calibrated.name}, rank 1 x{SLOWDOWN:g} slower",
-                        groups=(DeviceGroup(name="fast", cluster=one, num_gpus=1),
-                                DeviceGroup(name="slow", cluster=slowed(one, SLOWDOWN), num_gpus=1)),
-                        join=calibrated.tiers[0], source=calibrated.source)
 
 
 def measure(case: Case, tmp: Path) -> float:
@@ -81,15 +68,17 @@ def measure(case: Case, tmp: Path) -> float:
     plan_file.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{case.body}\n')
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
                     "plait.run.worker", "--plan", str(plan_file), "--steps", str(STEPS), "--metrics", str(metrics),
-                    "--slowdown", f"1,{SLOWDOWN:g}", *case.options, *FULL_PRECISION], check=True, capture_output=True)
+                    *uneven_argv(case.uneven), *FULL_PRECISION], check=True, capture_output=True)
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     return statistics.median(r["step_time_s"] for r in rows[1:])
 
 
-def predict(case: Case, cluster: MixedCluster, tmp: Path) -> MixedEstimate:
+def predict(case: Case, cluster: Cluster, tmp: Path) -> MixedEstimate:
+    """What ``plait run`` predicts for ``case``."""
     _, plan = read_plan_file(tmp / f"{case.name.replace(' ', '-')}.toml")
-    mixed = MixedPlan(plan=plan, split=case.split, shares=case.shares)  # type: ignore[arg-type]
-    return estimate_mixed(resolve_model(str(MODEL)), cluster, mixed, engine=get_engine("plait"))
+    estimated = predict_uneven(resolve_model(str(MODEL)), cluster, plan, case.uneven)
+    assert estimated is not None, "every rank is a replica or a stage"
+    return estimated
 
 
 def main() -> None:
@@ -102,16 +91,15 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(cluster_file)], check=True,
                        capture_output=True)
     calibrated = load_cluster_file(cluster_file)
-    cluster = mixed_cluster(calibrated)
     peaks = calibrated.accelerator.peak_tflops
-    print(f"{cluster.name}; {STEPS} steps, median after the first; {'fp32' if FULL_PRECISION else 'bf16'}; "
+    print(f"{calibrated.name}, rank 1 x{SLOWDOWN:g} slower; {STEPS} steps, median after the first; {'fp32' if FULL_PRECISION else 'bf16'}; "
           f"calibrated matmul peak fp32 {peaks['fp32']:.3f} / bf16 {peaks['bf16']:.3f} TFLOP/s, collective latency "
           f"{calibrated.tiers[0].latency_us:.0f} us")
-    print(f"{'layout':10s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}   predicted busy s (fast / slow)")
+    print(f"{'layout':10s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}   predicted busy s (rank 0 / 1)")
     measured, predicted = {}, {}
     for case in CASES:
         measured[case.name] = measure(case, tmp)
-        est = predict(case, cluster, tmp)
+        est = predict(case, calibrated, tmp)
         predicted[case.name] = est.step_time_s
         busy = " / ".join(f"{g.busy_s:.4f}" for g in est.groups)
         print(f"{case.name:10s} {measured[case.name]:11.4f} {est.step_time_s:12.4f} "

@@ -188,3 +188,28 @@ def test_the_checks_in_one_call() -> None:
     check_uneven(Uneven(), plan, 4)
     with pytest.raises(ConfigError, match="must sum to global_batch"):
         check_uneven(Uneven(batch_split=(8, 4)), plan, 4)
+
+
+def test_plait_runs_prediction_shares_one_rank_per_group() -> None:
+    """The uneven run as estimate_mixed sees it (plait.cli.run_uneven): a share per rank, the run's split."""
+    from plait.cli.run_uneven import mixed_plan, predict_uneven
+    from plait.hardware.catalog import resolve_cluster
+    from plait.plan.plan import Plan
+    from plait.workload.catalog import resolve_model
+
+    ddp, pp = Plan(dp_replicate=2, global_batch=16, micro_batch=4), Plan(pp=2, global_batch=16, micro_batch=4)
+    data = mixed_plan(ddp, Uneven(batch_split=(12, 4)), 4)
+    pipe = mixed_plan(pp, Uneven(stage_layers=(3, 1)), 4)
+    assert data is not None and [s.batch for s in data.shares] == [12, 4] and data.split == "data"
+    assert pipe is not None and [s.layers for s in pipe.shares] == [(3,), (1,)] and pipe.split == "pipeline"
+    assert mixed_plan(Plan(pp=2, dp_replicate=2, global_batch=16, micro_batch=4), Uneven(), 4) is None
+    model, cluster = resolve_model(str(MODEL)), resolve_cluster("dgx-h100-ib")
+
+    def step_s(plan: Plan, **uneven: tuple[float, ...]) -> float:
+        est = predict_uneven(model, cluster, plan, Uneven(**uneven))  # type: ignore[arg-type]
+        assert est is not None
+        return est.step_time_s
+
+    # equal ranks: the even split is the faster; rank 1 three times slower: the speed-proportional one is
+    assert step_s(ddp, batch_split=(8, 8)) < step_s(ddp, batch_split=(12, 4))
+    assert step_s(ddp, slowdown=(1.0, 3.0), batch_split=(12, 4)) < step_s(ddp, slowdown=(1.0, 3.0))

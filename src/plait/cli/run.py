@@ -159,6 +159,11 @@ def run_command(
     if slots is not None and gpus > slots:
         raise ConfigError(f"the plan needs {gpus} GPUs but this node has {slots}; pass --nodes to get the torchrun command")
     predicted = estimate(model, hardware, the_plan, engine=get_engine("plait"))
+    mixed = None
+    if uneven_argv(uneven):  # each rank a group of one, slowed as the run slows it (plait.cli.run_uneven)
+        from plait.cli.run_uneven import predict_uneven
+
+        mixed = predict_uneven(model, hardware, the_plan, uneven)
     _check_machine(gpus, slots, predicted)
     with tempfile.TemporaryDirectory() as tmp:
         path = metrics or Path(tmp) / "metrics.jsonl"
@@ -180,15 +185,18 @@ def run_command(
     periodic = the_plan.dp_sync.partition(":")[0] in INFREQUENT
     summary = statistics.fmean(steady) if periodic else statistics.median(steady)
     table.add_row(f"step time s ({'mean' if periodic else 'median'} after step 1)", f"{summary:.4f}",
-                  f"{predicted.step_time_s:.4f}")
+                  f"{(mixed or predicted).step_time_s:.4f}")
     table.add_row("peak memory GiB", f"{max(r['peak_memory_bytes'] for r in rows) / GIB:.3f}",
                   f"{predicted.memory.total_bytes / GIB:.3f}")
     losses = [r["loss"] for r in rows if r["loss"] is not None]  # PALSGD's pseudo-synchronization steps: null
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)
-    if uneven_argv(uneven):
-        console.print("note: predicted for the even plan on equal ranks; benchmarks/uneven_vs_predict.py predicts "
-                      "uneven runs on ranks of unequal speed (plait.predict.hetero)")
+    if mixed is not None:
+        console.print(f"note: step time predicted by plait.predict.hetero, each rank a device group of one ("
+                      f"{mixed.plan.describe()}); memory for the even plan")
+    elif uneven_argv(uneven):
+        console.print("note: predicted for the even plan on equal ranks (an uneven prediction takes layouts whose "
+                      "ranks are all data-parallel replicas or all pipeline stages)")
     if slots is None and not hardware.source.startswith("measured by plait calibrate"):
         console.print(f"note: predicted for {hardware.name}, not this CPU; `plait calibrate` measures this machine "
                       "for --cluster calibrated.toml")

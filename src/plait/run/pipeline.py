@@ -20,6 +20,7 @@ import torch
 
 from plait.plan.plan import Plan
 from plait.run.mesh import Mesh
+from plait.run.uneven import layer_counts
 
 if TYPE_CHECKING:  # torch.distributed.pipelining costs ~0.6 s to import: only pipelined plans load it
     from torch.distributed.pipelining import PipelineStage
@@ -30,12 +31,8 @@ def stage_layers(num_layers: int, num_stages: int, counts: tuple[int, ...] = ())
     """Layer indices of each stage: ``counts[s]`` consecutive layers for stage ``s`` (an uneven split for stages
     of unequal speed, checked by :func:`plait.run.uneven.check_uneven`), or as even as possible (the first stages
     take the remainder)."""
-    if not counts:
-        base, extra = divmod(num_layers, num_stages)
-        counts = tuple(base + (1 if stage < extra else 0) for stage in range(num_stages))
-    assert len(counts) == num_stages and sum(counts) == num_layers, (counts, num_stages, num_layers)
     out, start = [], 0
-    for count in counts:
+    for count in layer_counts(num_layers, num_stages, counts):
         out.append(list(range(start, start + count)))
         start += count
     return out

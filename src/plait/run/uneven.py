@@ -118,6 +118,16 @@ def _check_stage_layers(layers: tuple[int, ...], plan: Plan, num_layers: int) ->
         raise ConfigError(f"--stage-layers {text}: each stage must hold at least one layer")
 
 
+def layer_counts(num_layers: int, num_stages: int, counts: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """Layers of each pipeline stage: ``counts`` (checked by :func:`check_uneven`), or as even as possible, the first
+    stages taking the remainder (the estimator's split)."""
+    if not counts:
+        base, extra = divmod(num_layers, num_stages)
+        counts = tuple(base + (1 if stage < extra else 0) for stage in range(num_stages))
+    assert len(counts) == num_stages and sum(counts) == num_layers, (counts, num_stages, num_layers)
+    return counts
+
+
 def rank_rows(split: tuple[int, ...], dp_rank: int, global_batch: int, dp: int) -> tuple[int, int]:
     """[start, stop) rows of the global batch that data-parallel rank ``dp_rank`` trains on (even without a
     split)."""
