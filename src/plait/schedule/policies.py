@@ -151,15 +151,18 @@ class Consolidate:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """In queue order: a consolidated placement if free; after the delay, any; a job that fits nowhere blocks."""
-        waits = []
+        waits, unplaceable = [], set()  # sizes with no consolidated place on the pool as it is now
         for st in list(sim.queued.values()):
             if st.job.gpus > sim.pool.free_gpus:
                 break
-            place = sim.pool.consolidated(st.job.gpus)
-            if place is None and now_s - st.waiting_since_s >= self.delay_s:
-                place = sim.pool.packed(st.job.gpus)
+            place = None if st.job.gpus in unplaceable else sim.pool.consolidated(st.job.gpus)
+            if place is None:
+                unplaceable.add(st.job.gpus)
+                if now_s - st.waiting_since_s >= self.delay_s:
+                    place = sim.pool.packed(st.job.gpus)
             if place is not None:
                 sim.start(st, place, now_s)
+                unplaceable.clear()  # the pool changed
             else:
                 waits.append(st.waiting_since_s + self.delay_s)
         if waits:
