@@ -66,6 +66,8 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     jobs ``idx`` (:meth:`Simulator.running_indices`) with their ``running_rank`` are merged with the head of the
     ranked queue (:attr:`Simulator.ranked`), the head doubling until the walk runs out of GPUs inside it, so a pass
     costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue."""
+    if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
+        return
     cols, head = sim.columns, 64
     while True:
         queued = np.array(sim.ranked[:head], dtype=np.float64).reshape(-1, 3)
@@ -103,8 +105,9 @@ class Srtf:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Keep the jobs with the least time left running."""
-        idx = sim.running_indices()
-        preemptive_pass(sim, now_s, idx, sim.columns.remaining(idx, now_s) / sim.columns.asked_tokens_per_s[idx])
+        if sim.ranked:
+            idx = sim.running_indices()
+            preemptive_pass(sim, now_s, idx, sim.columns.remaining(idx, now_s) / sim.columns.asked_tokens_per_s[idx])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,9 +133,10 @@ class Las:
         thresholds = np.array(self.thresholds_gpu_s, dtype=np.float64)
         idx = sim.running_indices()
         attained = sim.columns.attained(idx, now_s)
-        preemptive_pass(sim, now_s, idx, np.sum(attained[:, None] >= thresholds[None, :], axis=1).astype(np.float64))
-        idx = sim.running_indices()
-        attained = sim.columns.attained(idx, now_s)
+        if sim.ranked:
+            preemptive_pass(sim, now_s, idx, np.sum(attained[:, None] >= thresholds[None, :], axis=1).astype(float))
+            idx = sim.running_indices()
+            attained = sim.columns.attained(idx, now_s)
         job, level = np.nonzero(thresholds[None, :] > attained[:, None])
         if len(job):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
             crossings = now_s + (thresholds[level] - attained[job]) / sim.columns.gpus[idx][job]

@@ -97,11 +97,17 @@ class Pool:
             return None
         wide = next((n for n in self.tier_nodes if n * self.gpus_per_node >= gpus), self.num_nodes)
         block = min(wide, self.num_nodes)
-        for start in range(0, self.num_nodes, block):
-            place = self._pick(gpus, np.arange(start, min(start + block, self.num_nodes)))
-            if place is not None and place.num_nodes == self.min_nodes(gpus):
-                return place
-        return None
+        # :meth:`_pick` holds ``gpus`` on the fewest nodes, m, exactly where a block's m freest nodes hold them: it
+        # takes the freest first, and the remainder then fits the m-th. So the first such block, all at once.
+        blocks = -(-self.num_nodes // block)
+        free = np.zeros(blocks * block, dtype=np.int64)
+        free[: self.num_nodes] = self.free
+        freest = -np.sort(-free.reshape(blocks, block), axis=1)[:, : self.min_nodes(gpus)].sum(axis=1)
+        fits = np.flatnonzero(freest >= gpus)
+        if not len(fits):
+            return None
+        start = int(fits[0]) * block
+        return self._pick(gpus, np.arange(start, min(start + block, self.num_nodes)))
 
     def take(self, place: Placement) -> None:
         """Mark ``place``'s GPUs used."""
