@@ -11,7 +11,10 @@ Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
    emulates), joined by the calibrated collective tier — what ``plait run`` prints for the same options
    (:func:`plait.cli.run_uneven.predict_uneven`). Target: |error| <= 20% for each layout.
 Printed: each layout's measured and predicted step time and error, the predicted busy time of each group, and the
-speed-up of the uneven split over the even one, measured and predicted.
+speed-up of the uneven split over the even one, measured and predicted. The first row, ``ddp x1``, is the control:
+DDP on equal ranks, whose error is the calibration's alone (benchmarks/run_vs_predict.py's ``ddp``); on a machine
+other jobs load, the calibration (both ranks computing at once) and a slowed run (rank 1 asleep two thirds of the
+time) see different shares of the cores, and every row moves with it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Case:
 
 SLOW = parse_list(f"1,{SLOWDOWN:g}", "--slowdown", float)
 CASES = (
+    Case("ddp x1", f"dp_replicate = 2\n{BATCH}", Uneven()),  # control: equal ranks, the calibration's own error
     Case("ddp 8+8", f"dp_replicate = 2\n{BATCH}", Uneven(slowdown=SLOW)),
     Case("ddp 12+4", f"dp_replicate = 2\n{BATCH}", Uneven(slowdown=SLOW, batch_split=(12, 4))),
     Case("pp 2+2", f'pp = 2\nschedule = "1f1b"\n{BATCH}', Uneven(slowdown=SLOW)),
@@ -92,7 +96,7 @@ def main() -> None:
                        capture_output=True)
     calibrated = load_cluster_file(cluster_file)
     peaks = calibrated.accelerator.peak_tflops
-    print(f"{calibrated.name}, rank 1 x{SLOWDOWN:g} slower; {STEPS} steps, median after the first; {'fp32' if FULL_PRECISION else 'bf16'}; "
+    print(f"{calibrated.name}, rank 1 x{SLOWDOWN:g} slower but in ddp x1; {STEPS} steps, median after the first; {'fp32' if FULL_PRECISION else 'bf16'}; "
           f"calibrated matmul peak fp32 {peaks['fp32']:.3f} / bf16 {peaks['bf16']:.3f} TFLOP/s, collective latency "
           f"{calibrated.tiers[0].latency_us:.0f} us")
     print(f"{'layout':10s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}   predicted busy s (rank 0 / 1)")
