@@ -25,9 +25,10 @@ Where the stretches are cut (hooks, so the training loop is the same code with a
 
 Not emulated: memory capacity (the slow rank has this machine's memory), the network (collectives and
 pipeline sends run at this machine's speed on every rank), and the little work outside those stretches
-(gradient clipping's norm, the learning-rate schedule, slicing the batch), which runs at full speed. While a
-rank sleeps it leaves its core to the others, which on an oversubscribed machine run a little faster than when
-every rank computes. Runs with plain DDP and pipelines only (:func:`plait.run.uneven.check_uneven`): under FSDP2,
+(gradient clipping's norm, the learning-rate schedule, slicing the batch), which runs at full speed. The base
+of each stretch is this rank's speed at the time: ranks that share cores or memory bandwidth compute faster while
+the others sleep or wait, so a slowed rank's stretches, often timed while its peers wait for it, can be shorter
+than the rates ``plait calibrate`` measures with every rank computing at once (benchmarks/uneven_vs_predict.py). Runs with plain DDP and pipelines only (:func:`plait.run.uneven.check_uneven`): under FSDP2,
 TP or CP the forward and backward hold collectives, which these stretches would slow too.
 """
 
