@@ -17,7 +17,7 @@ from plait.schedule.elastic import Elastic
 from plait.schedule.policies import POLICY_NAMES, Consolidate, Fifo, Las, Srtf, make_policy
 from plait.schedule.pool import Placement, Pool
 from plait.schedule.result import ScheduleResult
-from plait.schedule.simulate import simulate
+from plait.schedule.simulate import Simulator, simulate
 from plait.schedule.speed import SpeedModel
 from plait.schedule.synthetic import synthetic_trace
 from plait.schedule.trace import TraceJob, parse_trace
@@ -136,6 +136,27 @@ def test_consolidation_waits_for_one_node_where_fifo_spreads() -> None:
     assert nodes_of_c(waited) == 1
     assert next(j.first_start_s for j in waited.jobs if j.job_id == "c") == pytest.approx(100.0)
     assert nodes_of_c(run(jobs, Consolidate(delay_s=0.0), 16)) == 2
+
+
+def test_consolidation_takes_any_placement_when_its_delay_ends_at_a_time_rounding_cannot_reach() -> None:
+    """Regression: a job arriving at 1,698.142 s woke at 1,698.142 + 600 = 2,298.142 s, where 2,298.142 - 1,698.142
+    is 599.9999999999998 < 600, so it never counted as delayed and the pass re-woke itself at the same instant
+    forever (the 10,000-job benchmark hung). The delay is now tested as ``now >= waiting_since + delay``, the wake's
+    own sum."""
+    arrive_s = 1_698.142
+    assert (arrive_s + 600.0) - arrive_s < 600.0  # the rounding this test is about
+    jobs = (job("a", 0.0, 6, 10_000.0), job("b", 0.0, 6, 10_000.0), job("c", arrive_s, 4, 1_000.0))
+    sim = Simulator(jobs, Pool(get_cluster(CLUSTER), 16), speed_model(), Consolidate(delay_s=600.0))
+    passes, run_pass = [], sim._pass
+
+    def counted(at_s: float) -> None:
+        passes.append(at_s)
+        assert len(passes) < 100, f"passes repeat at {at_s} s"
+        run_pass(at_s)
+
+    sim._pass = counted  # type: ignore[method-assign]
+    c = next(j for j in sim.run().jobs if j.job_id == "c")
+    assert c.first_start_s == pytest.approx(arrive_s + 600.0) and c.sizes == (4,)
 
 
 def test_elastic_grows_a_lone_job_and_runs_the_plan_replanned_at_its_new_size() -> None:

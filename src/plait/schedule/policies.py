@@ -162,7 +162,7 @@ class Consolidate:
             place = None if st.job.gpus in unplaceable else sim.pool.consolidated(st.job.gpus)
             if place is None:
                 unplaceable.add(st.job.gpus)
-                if now_s - st.waiting_since_s >= self.delay_s:
+                if now_s >= st.waiting_since_s + self.delay_s:  # the wake's own sum: a difference can round short
                     place = sim.pool.packed(st.job.gpus)
             if place is not None:
                 sim.start(st, place, now_s)
