@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
+from plait.schedule import policies
 from plait.schedule.policies import POLICY_NAMES, make_policy
 from plait.schedule.pool import Pool
 from plait.schedule.result import ScheduleResult
@@ -92,13 +93,18 @@ RECORDED = {  # (GPUs, mean gap s) -> policy -> (mean JCT s, makespan s, preempt
 }
 
 
+@pytest.mark.parametrize("queue_head", [1, policies.QUEUE_HEAD])
 @pytest.mark.parametrize("name", POLICY_NAMES)
 @pytest.mark.parametrize(("gpus", "gap_s"), list(RECORDED))
-def test_every_policy_gives_the_results_recorded_before_the_speed_work(name: str, gpus: int, gap_s: float) -> None:
+def test_every_policy_gives_the_results_recorded_before_the_speed_work(name: str, gpus: int, gap_s: float,
+                                                                      queue_head: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A regression record, not a proof of correctness: the expected values are what the simulator printed at
     commit b13f059, before the policies' passes were made incremental for speed, on a 60-job trace whose offered
     load is about 2 (the queue builds, so every policy preempts, waits and resizes). The speed work must not move any
-    job's finish, size or allocation; the orderings themselves are proven by hand in tests/test_schedule.py."""
+    job's finish, size or allocation; the orderings themselves are proven by hand in tests/test_schedule.py. A
+    preemptive pass merging one waiting job at a time (``queue_head=1``) exercises its head doubling."""
+    monkeypatch.setattr(policies, "QUEUE_HEAD", queue_head)
     result = run_toy(toy_trace(5, 60, gap_s), name, gpus)
     mean_jct_s, makespan_s, preemptions, digest = RECORDED[(gpus, gap_s)][name]
     summary = result.summary()

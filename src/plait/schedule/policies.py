@@ -41,9 +41,10 @@ class Fifo:
             sim.start(st, place, now_s)
 
 
-def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
-    """Walk ``gpus`` in order, taking each that fits the GPUs left: (positions taken, positions walked). Runs of
-    jobs that fit together are taken by one cumulative sum, a job too large is skipped to the next that fits."""
+def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
+    """Walk ``gpus`` in order, taking each that fits the GPUs left: (positions taken, positions walked, GPUs left).
+    Runs of jobs that fit together are taken by one cumulative sum, a job too large is skipped to the next that
+    fits."""
     taken, at = [], 0
     while budget > 0 and at < len(gpus):
         held = np.cumsum(gpus[at:])
@@ -55,7 +56,11 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
             continue
         fits = np.flatnonzero(gpus[at:] <= budget)
         at = at + int(fits[0]) if len(fits) else len(gpus)
-    return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), at
+    return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), at, budget
+
+
+QUEUE_HEAD = 64
+"""Waiting jobs a preemptive pass first merges with the running ones (it doubles the head while it must)."""
 
 
 def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
@@ -68,15 +73,17 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
         return
-    cols, head = sim.columns, 64
+    cols, head = sim.columns, QUEUE_HEAD
     while True:
         queued = np.array(sim.ranked[:head], dtype=np.float64).reshape(-1, 3)
         index = np.concatenate([idx, queued[:, 2].astype(np.int64)])
         order = np.lexsort((index, np.concatenate([cols.arrival_s[idx], queued[:, 1]]),
                             np.concatenate([running_rank, queued[:, 0]])))
-        taken, walked = greedy_fit(cols.asked_gpus[index[order]], sim.pool.capacity_gpus)
+        taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], sim.pool.capacity_gpus)
         in_head = np.flatnonzero(order >= len(idx))
-        if head >= len(sim.ranked) or (len(in_head) and walked <= in_head[-1] + 1):
+        # Exact once the GPUs ran out no later than the head's last waiting job: past it, jobs beyond the head
+        # would interleave with the running ones.
+        if head >= len(sim.ranked) or (left == 0 and walked <= in_head[-1] + 1):
             break
         head *= 2
     picked = order[taken]  # positions in ``index``, in rank order
