@@ -260,6 +260,7 @@ def command_line(data: st.DataObject, command: str, options: dict[str, Any], fla
 
 MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "gpt3-1.3b", "deepseek-v3")
 CLUSTERS = ("dgx-h100-ib", "dgx-a100-ib")
+MIXED_CLUSTERS = ("a100-h100-ib", "v100-a100-ib")
 ENGINES = ("megatron-core", "torchtitan", "deepspeed", "plait", "torchtitan@0.3.0", "megatron-core[fp8_recipe=x]")
 
 
@@ -268,17 +269,26 @@ def model_option(files: Files, data: st.DataObject):  # type: ignore[no-untyped-
                     else path_of(files, data, "config", "moe-config", "model-toml"))
 
 
-def cluster_option(files: Files, data: st.DataObject):  # type: ignore[no-untyped-def]
-    return lambda: (data.draw(texts(*CLUSTERS)) if data.draw(st.booleans())
-                    else path_of(files, data, "cluster", "cluster-toml"))
+def cluster_option(files: Files, data: st.DataObject, mixed: bool = False):  # type: ignore[no-untyped-def]
+    """A cluster preset or file; with ``mixed``, one draw in eight a mixed preset (its estimates balance shares:
+    tens of estimates each)."""
+    def draw() -> str:
+        if mixed and data.draw(st.integers(0, 7)) == 0:
+            return data.draw(texts(*MIXED_CLUSTERS))
+        return (data.draw(texts(*CLUSTERS)) if data.draw(st.booleans())
+                else path_of(files, data, "cluster", "cluster-toml"))
+    return draw
 
 
 @fuzz(7440 // ESTIMATES_PER_EXAMPLE)
 @given(data=st.data())
 def test_estimate(files: Files, data: st.DataObject) -> None:
     options = {
-        "--model": model_option(files, data), "--cluster": cluster_option(files, data),
+        "--model": model_option(files, data), "--cluster": cluster_option(files, data, mixed=True),
         "--gpus": ints(1, 8, 16, 64), "--plan": lambda: path_of(files, data, "plan", "pipeline"),
+        "--split": texts("data", "pipeline", "x"), "--local-steps": texts("a100=2,h100=4", "a100=0", "x", "h100=1e9"),
+        "--shares": texts("a100=128,h100=384", "a100=8+8,h100=8+8", "a100=x", "=", "a100=1,a100=2", "nope=4",
+                          "v100=256", "a100=0+0"),
         "--engine": texts(*ENGINES), "--tp": ints(1, 2, 8), "--pp": ints(1, 2, 4), "--vpp": ints(1, 2),
         "--schedule": texts("1f1b", "interleaved", "gpipe", "zb-h1"), "--cp": ints(1, 2), "--ep": ints(1, 2, 8),
         "--dp-replicate": ints(1, 2), "--sharding": texts("none", "zero1", "zero2", "zero3"),
@@ -361,6 +371,8 @@ def test_run_dry(files: Files, data: st.DataObject) -> None:
         "--on-nonfinite": texts("stop", "skip"), "--max-restarts": ints(0, 1), "--engine": texts("plait", "torchtitan"),
         "--trace-dir": _plan_or_output(files, data, ""), "--out": _plan_or_output(files, data, ""),
         "--nodes": texts("2", "4", "0", "-1", "x", str(2**64)),
+        "--slowdown": texts("1,3", "1", "0.5,1", "inf,1", "x,y"), "--batch-split": texts("12,4", "8,8", "3,1", "a"),
+        "--stage-layers": texts("3,1", "2,2", "4,0", "-1,5"),
     }
     required = {"--plan": lambda: path_of(files, data, "plan", "pipeline")}
     argv = command_line(data, "run", options, ["--resume", "--reshard", "--full-precision"], required=required)
