@@ -90,7 +90,7 @@ COMMANDS: dict[str, str] = {
     "plait run --plan examples/tiny-plan.toml --trace-dir traces/":
         "plait run --plan examples/tiny-plan.toml --steps 3 --trace-dir {tmp}/traces/",
     "plait schedule --trace examples/traces/pai-like.csv --cluster dgx-h100-ib --policy srtf": "",
-    "plait schedule --trace examples/traces/pai-like.csv --cluster dgx-h100-ib --policy all": "",
+    "plait schedule --trace examples/traces/pai-like.csv --cluster a100-omnipath --policy all": "",
     "plait report --plan examples/llama3-70b-pp.toml --out report.html --gpus-range 32:256":
         "plait report --plan examples/llama3-70b-pp.toml --out {tmp}/report.html --gpus-range 32:256",
 }
