@@ -1,6 +1,6 @@
 """Property-based fuzz of the command line (issue 13): random and hostile arguments and files.
 
-Hypothesis drives ``plait estimate``, ``plan``, ``simulate``, ``report``, ``validate`` and ``run --dry-run``
+Hypothesis drives ``plait estimate``, ``plan``, ``simulate``, ``report``, ``validate``, ``schedule`` and ``run --dry-run``
 in this process (:func:`plait.cli.main.run_cli`, the console script's own code path) with option values
 drawn from valid and hostile ones (non-numeric, NaN/inf, zero, negative, past 64 bits, unicode, empty) and
 with files that are valid, mutated (a key's value replaced by a hostile one, a key dropped, an unknown key
@@ -381,6 +381,40 @@ def test_run_dry(files: Files, data: st.DataObject) -> None:
     invoke([*argv, "--dry-run"])
 
 
+def _trace_file(files: Files, data: st.DataObject) -> str:
+    """A trace CSV: the first rows of a shipped trace, one cell made hostile half the time, or a broken file."""
+    if data.draw(st.integers(0, 4)) == 0:
+        return path_of(files, data, "csv")  # a runs CSV: the wrong columns
+    lines = (ROOT / "examples" / "traces" / "pai-like.csv").read_text().splitlines()[:7]
+    rows = [line.split(",") for line in lines[1:]]
+    if data.draw(st.booleans()):
+        row = data.draw(st.sampled_from(rows))
+        row[data.draw(st.integers(0, len(row) - 1))] = data.draw(st.sampled_from(
+            ["", "nan", "inf", "-1", "0", "x", "ü", str(2**70), '"', "llama3-405b", "1e30", "4097"]))
+    files.count += 1
+    path = files.folder / f"trace{files.count}.csv"
+    path.write_text("\n".join([lines[0], *(",".join(r) for r in rows)]) + "\n")
+    return str(path)
+
+
+@fuzz(300)
+@given(data=st.data())
+def test_schedule(files: Files, data: st.DataObject) -> None:
+    options = {
+        "--cluster": cluster_option(files, data), "--gpus": ints(8, 16, 64),
+        "--policy": texts("fifo", "srtf", "las", "consolidate", "elastic", "all"),
+        "--synthetic": texts("philly", "helios", "pai"), "--jobs": ints(1, 5, 20), "--seed": ints(0, 1),
+        "--load": floats("1.5", "0.5"), "--trace-out": _plan_or_output(files, data, ".json"),
+        "--write-trace": _plan_or_output(files, data, ".csv"),
+    }
+    required = {"--trace": lambda: _trace_file(files, data)}
+    argv = command_line(data, "schedule", options, ["--json", "--force"], required=required, most=4)
+    if "--jobs" in argv and "--synthetic" in argv:
+        at = argv.index("--jobs") + 1
+        argv[at] = argv[at] if argv[at].isdigit() and int(argv[at]) <= 50 else "20"  # a large draw costs seconds
+    invoke(argv)
+
+
 def test_report_outcomes() -> None:
     """Print what the fuzz tests saw (``pytest -s tests/test_fuzz_cli.py``): invocations and distinct errors."""
     commands = {k: v for k, v in OUTCOMES.items() if ":" not in k}
@@ -389,5 +423,5 @@ def test_report_outcomes() -> None:
     for key, count in sorted(OUTCOMES.items()):
         if ":" in key:
             print(f"  {count:6d}  {key}")
-    if len(commands) == 6 and SCALE >= 1:  # the whole module ran
+    if len(commands) == 7 and SCALE >= 1:  # the whole module ran
         assert sum(commands.values()) >= 10_000
