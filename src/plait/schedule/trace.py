@@ -16,6 +16,9 @@ from plait.errors import ConfigError, read_user_file
 from plait.workload.catalog import model_names
 
 COLUMNS = ("job_id", "arrival_s", "model", "gpus", "tokens")
+MAX_GPUS = 2**31 - 1
+"""Largest GPU count a row may ask (the simulator's columns hold it in a machine integer; a job larger than its
+cluster is rejected when it arrives)."""
 """The required columns, in order; ``deadline_s`` may follow."""
 DEADLINE = "deadline_s"
 
@@ -61,8 +64,8 @@ def _job(row: int, cells: list[str], header: tuple[str, ...], known: set[str]) -
         raise ConfigError(f"trace row {row}: job_id is empty; every job needs a name")
     if arrival < 0:
         raise ConfigError(f"trace row {row}: arrival_s={fields['arrival_s']} must be >= 0")
-    if gpus < 1:
-        raise ConfigError(f"trace row {row}: gpus={fields['gpus']} must be >= 1")
+    if not 1 <= gpus <= MAX_GPUS:
+        raise ConfigError(f"trace row {row}: gpus={fields['gpus']} must be in [1, {MAX_GPUS}]")
     if tokens <= 0:
         raise ConfigError(f"trace row {row}: tokens={fields['tokens']} must be > 0")
     if fields["model"] not in known:
