@@ -141,3 +141,56 @@ def test_every_job_finishes_once_within_capacity_and_no_faster_than_alone(seed: 
         per_node[node] += n
         assert held <= gpus and per_node[node] <= 8
     assert run_toy(jobs, name, gpus) == result
+
+
+def _greedy(smallest: list[int], steps: list[dict[int, tuple[float, int]]], capacity: int) -> dict[int, int]:
+    """The elastic allocation as its docstring states it, written plainly with a heap (the oracle for the array
+    version): smallest sizes first-fit in arrival order, then the step with the best gain per added GPU while it
+    fits; a step that does not fit is dropped with its job's later steps."""
+    import heapq
+
+    free, alloc = capacity, {}
+    for i, size in enumerate(smallest):
+        if free == 0:
+            break
+        if size <= free:
+            alloc[i] = size
+            free -= size
+    heap = [(steps[i][size][0], i, steps[i][size][1]) for i, size in alloc.items() if size in steps[i]]
+    heapq.heapify(heap)
+    while heap and free:
+        _, i, nxt = heapq.heappop(heap)
+        if nxt - alloc[i] <= free:
+            free -= nxt - alloc[i]
+            alloc[i] = nxt
+            if nxt in steps[i]:
+                gain, after = steps[i][nxt]
+                heapq.heappush(heap, (gain, i, after))
+    return alloc
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), capacity=st.integers(1, 64), num_jobs=st.integers(0, 40))
+def test_elastic_array_allocation_makes_the_heap_greedys_choices(data: st.DataObject, capacity: int,
+                                                                  num_jobs: int) -> None:
+    """Random chains of doubling sizes with random gains (ties and gains that rise along a chain included): the
+    array allocation (plait.schedule.elastic_alloc) gives every job the size the heap greedy gives it."""
+    import numpy as np
+
+    from plait.schedule.elastic_alloc import ChainTable, allocate
+
+    smallest, steps = [], []
+    for _ in range(num_jobs):
+        size = data.draw(st.sampled_from([1, 2, 4, 8]))
+        chain: dict[int, tuple[float, int]] = {}
+        for _ in range(data.draw(st.integers(0, 4))):
+            chain[size] = (-data.draw(st.sampled_from([0.1, 0.25, 0.5, 0.5, 1.0])), 2 * size)
+            size *= 2
+        smallest.append(size >> len(chain))
+        steps.append(chain)
+    table = ChainTable()
+    table.grow_to(num_jobs)
+    for i in range(num_jobs):
+        table.set(i, smallest[i], steps[i])
+    jobs, sizes = allocate(table, np.arange(num_jobs, dtype=np.int64), capacity)
+    assert dict(zip(jobs.tolist(), sizes.tolist(), strict=True)) == _greedy(smallest, steps, capacity)

@@ -15,11 +15,12 @@ modelled: every size trains the same global batch.
 
 from __future__ import annotations
 
-import heapq
 import itertools
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from plait.schedule.elastic_alloc import ChainTable, allocate
 from plait.schedule.simulate import Simulator
 from plait.schedule.state import JobState
 
@@ -40,8 +41,10 @@ class Elastic:
     use; one policy object serves one simulation)."""
     steps: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict, compare=False, repr=False)
     """Per job index: from each size, (minus its gain per added GPU, the next size), where the next size gains."""
-    smallest: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
-    """Per job index: its smallest size (the first of :meth:`options`)."""
+    known: set[int] = field(default_factory=set, compare=False, repr=False)
+    """Job indices whose row of :attr:`table` is filled."""
+    table: ChainTable = field(default_factory=ChainTable, compare=False, repr=False)
+    """Per job index: its smallest size and growth steps as arrays (:mod:`plait.schedule.elastic_alloc`)."""
     next_tick_s: list[float] = field(default_factory=lambda: [-1.0], compare=False, repr=False)
     """The periodic reallocation pending (one chain of them, not one per event)."""
 
@@ -60,31 +63,15 @@ class Elastic:
                                     for now, nxt in itertools.pairwise(options) if options[nxt] > options[now]}
         return self.speedups[st.index]
 
-    def allocate(self, sim: Simulator, jobs: Iterable[JobState]) -> dict[int, int]:
-        """GPUs per job index (absent: it waits). ``jobs`` in order of arrival; the walk stops when no GPU is left
-        (a job's smallest size is at least one GPU)."""
-        free, alloc = sim.pool.capacity_gpus, {}
-        for st in jobs:
-            if free == 0:
-                break
-            smallest = self.smallest[st.index] if st.index in self.smallest else next(iter(self.options(sim, st)))
-            self.smallest[st.index] = smallest
-            if smallest <= free:
-                alloc[st.index] = smallest
-                free -= smallest
-        # Each job's next step (its gain per added GPU, fixed per job and size: precomputed in ``steps``); the pops'
-        # order is the entries' order, however the heap was built.
-        heap = [(self.steps[i][size][0], i, self.steps[i][size][1]) for i, size in alloc.items() if size in self.steps[i]]
-        heapq.heapify(heap)
-        while heap and free:
-            _, index, nxt = heapq.heappop(heap)
-            if nxt - alloc[index] <= free:
-                free -= nxt - alloc[index]
-                alloc[index] = nxt
-                if nxt in self.steps[index]:
-                    gain, after = self.steps[index][nxt]
-                    heapq.heappush(heap, (gain, index, after))
-        return alloc
+    def allocate(self, sim: Simulator, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The jobs given GPUs and how many (the others wait), for the active job indices ``order`` in order of
+        arrival; computed over arrays (:func:`plait.schedule.elastic_alloc.allocate`, the same choices as the
+        greedy this class states)."""
+        table = self.table
+        table.grow_to(len(sim.states))
+        for index in order[table.smallest[order] == 0].tolist():  # jobs seen for the first time
+            table.set(index, next(iter(self.options(sim, sim.states[index]))), self.steps[index])
+        return allocate(table, order, sim.pool.capacity_gpus)
 
     def _worth_growing(self, sim: Simulator, st: JobState, size: int, now_s: float) -> bool:
         new = sim.speed_at(st, size)
@@ -94,14 +81,19 @@ class Elastic:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
-        alloc = self.allocate(sim, sim.active.values())
-        for st in list(sim.running.values()):
-            size = alloc.get(st.index, 0)
+        jobs, sizes = self.allocate(sim, np.fromiter(sim.active, dtype=np.int64, count=len(sim.active)))
+        size_of = np.zeros(len(sim.states), dtype=np.int64)
+        size_of[jobs] = sizes
+        running = np.fromiter(sim.running, dtype=np.int64, count=len(sim.running))
+        moved = running[size_of[running] != sim.columns.gpus[running]]  # only these can stop, in running order
+        for index in moved.tolist():
+            st, size = sim.running[index], int(size_of[index])
             if size < st.gpus or (size > st.gpus and self._worth_growing(sim, st, size, now_s)):
                 sim.stop(st, now_s)
-        waiting = [sim.states[i] for i in alloc if i in sim.queued]  # a waiting job allocated nothing stays
-        for st in sorted(waiting, key=lambda s: (-alloc[s.index], s.job.arrival_s, s.index)):
-            sizes = [s for s in self.options(sim, st) if s <= alloc[st.index]]
+        queued = np.fromiter(sim.queued, dtype=np.int64, count=len(sim.queued))
+        waiting = [sim.states[i] for i in jobs[np.isin(jobs, queued)].tolist()]  # one allocated nothing stays
+        for st in sorted(waiting, key=lambda s: (-int(size_of[s.index]), s.job.arrival_s, s.index)):
+            sizes = [s for s in self.options(sim, st) if s <= size_of[st.index]]
             for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits
                 place = sim.pool.packed(size)
                 if place is not None:
