@@ -13,7 +13,7 @@ order, so a share's ranks are consecutive (tp fastest, pp slowest: :mod:`plait.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from plait.errors import ConfigError
@@ -66,6 +66,12 @@ class MixedPlan:
             return f"{s.group} {s.num_gpus} GPUs {what}"
 
         return f"{self.plan.describe()} | {self.split}: " + ", ".join(one(s) for s in self.shares)
+
+
+def even_shares(layout: Plan, shares: tuple[GroupShare, ...] | list[GroupShare]) -> tuple[GroupShare, ...]:
+    """``shares`` with the batches an even data split gives them: each replica ``global_batch / dp`` sequences."""
+    local = layout.global_batch // layout.dp
+    return tuple(replace(s, batch=s.num_gpus // layout.model_parallel * local) for s in shares)
 
 
 def check_mixed_plan(mixed: MixedPlan, model: ModelSpec, cluster: MixedCluster) -> None:

@@ -19,14 +19,13 @@ from dataclasses import dataclass, replace
 
 from plait.cost.estimate import Estimate
 from plait.engine.engine import Engine
-from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster, group_view
-from plait.plan.hetero import GroupShare, MixedPlan
+from plait.plan.hetero import GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
-from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.predict.hetero import MixedEstimate
 from plait.search.engine import run_search
 from plait.search.hetero_local import local_sgd_plans
-from plait.search.hetero_split import balance_data, balance_pipeline, fits_with
+from plait.search.hetero_split import balance_data, balance_pipeline, fits_with, try_mixed
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
 
@@ -71,15 +70,15 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
                     layouts.append(layout)
     plans, evens = [], []
     for layout in layouts:
-        for split in ("data", "pipeline"):
-            balanced = _balanced(model, cluster, layout, split, engine, memory_margin)
-            if balanced is not None:
-                plans.append(balanced)
         even = _even(model, cluster, layout, engine)
-        if even is not None and fits_with(even, memory_margin):
-            evens.append(even)
-            if local_sgd:
-                plans.extend(e for e in local_sgd_plans(model, cluster, even, engine) if fits_with(e, memory_margin))
+        candidates = [balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin)]
+        if even is not None:
+            candidates.append(balance_data(model, cluster, even, engine, MOVES, memory_margin))
+            if fits_with(even, memory_margin):
+                evens.append(even)
+                if local_sgd:
+                    candidates += local_sgd_plans(model, cluster, even, engine)
+        plans += [c for c in candidates if c is not None and fits_with(c, memory_margin)]
     plans.sort(key=lambda e: -e.target_tokens_per_s)
     evens.sort(key=lambda e: -e.target_tokens_per_s)
     return MixedSearch(plans=plans, even=evens[0] if evens else None,
@@ -97,30 +96,8 @@ def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engin
     return out
 
 
-def _try(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine | None) -> MixedEstimate | None:
-    try:
-        return estimate_mixed(model, cluster, mixed, engine=engine)
-    except ConfigError:  # a share the layout cannot hold (whole replicas, stages)
-        return None
-
-
 def _even(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine | None) -> MixedEstimate | None:
-    replicas = [g.num_gpus // layout.model_parallel for g in cluster.groups]
     if layout.global_batch % layout.dp:
         return None
-    local = layout.global_batch // layout.dp
-    shares = tuple(GroupShare(group=g.name, num_gpus=g.num_gpus, batch=r * local)
-                   for g, r in zip(cluster.groups, replicas, strict=True))
-    return _try(model, cluster, MixedPlan(plan=layout, split="data", shares=shares), engine)
-
-
-def _balanced(model: ModelSpec, cluster: MixedCluster, layout: Plan, split: str, engine: Engine | None,
-              memory_margin: float) -> MixedEstimate | None:
-    if split == "data":
-        even = _even(model, cluster, layout, engine)
-        best = None if even is None else balance_data(model, cluster, even, engine, MOVES, memory_margin)
-    else:
-        best = balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin)
-    return best if best is not None and fits_with(best, memory_margin) else None
-
-
+    shares = even_shares(layout, [GroupShare(group=g.name, num_gpus=g.num_gpus) for g in cluster.groups])
+    return try_mixed(model, cluster, MixedPlan(plan=layout, split="data", shares=shares), engine)

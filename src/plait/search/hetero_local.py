@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from plait.engine.engine import Engine
-from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
 from plait.plan.convergence import table
 from plait.plan.hetero import MixedPlan
 from plait.plan.sync import parse_sync
-from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.predict.hetero import MixedEstimate
+from plait.search.hetero_split import try_mixed
 from plait.workload.model import ModelSpec
 
 
@@ -40,7 +40,7 @@ def local_sgd_plans(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate
         variants.add(replace(plan, dp_replicate=plan.dp // shard, dp_shard=shard, sharding=sharding))
     out = []
     for variant in sorted(variants, key=lambda p: p.dp_shard):
-        base_est = _cost(model, cluster, replace(even.plan, plan=variant), engine)
+        base_est = try_mixed(model, cluster, replace(even.plan, plan=variant), engine)
         if base_est is None:
             continue
         slowest = max(g.busy_s for g in base_est.groups)
@@ -49,7 +49,7 @@ def local_sgd_plans(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate
                      for g in base_est.groups]
             local = replace(variant, dp_sync=parse_sync(f"local_sgd:every={base}").spec)
             shares = tuple(replace(s, local_steps=h) for s, h in zip(even.plan.shares, steps, strict=True))
-            est = _cost(model, cluster, MixedPlan(plan=local, split="data", shares=shares), engine)
+            est = try_mixed(model, cluster, MixedPlan(plan=local, split="data", shares=shares), engine)
             if est is not None and est.steps_multiplier_known:
                 out.append(est)
     return out
@@ -57,10 +57,3 @@ def local_sgd_plans(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate
 
 def _powers_of_two(limit: int) -> list[int]:
     return [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
-
-
-def _cost(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine | None) -> MixedEstimate | None:
-    try:
-        return estimate_mixed(model, cluster, mixed, engine=engine)
-    except ConfigError:  # a layout local SGD does not take (context parallelism, experts)
-        return None

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from plait.cost.params import stage_layer_counts
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
 from plait.plan.hetero import GroupShare, MixedPlan
+from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.predict.hetero import MixedEstimate, estimate_mixed
 from plait.workload.model import ModelSpec
 
 
-def _cost(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine | None) -> MixedEstimate | None:
+def try_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan,
+              engine: Engine | None) -> MixedEstimate | None:
+    """:func:`estimate_mixed`, or ``None`` for a candidate the layout cannot hold (whole replicas or stages per
+    group, a method the layout refuses): the search drops it."""
     try:
         return estimate_mixed(model, cluster, mixed, engine=engine)
     except ConfigError:
@@ -68,7 +73,7 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, replicas: l
     plan = replace(mixed.plan, global_batch=sum(s.batch for s in shares))
     if plan.global_batch != mixed.plan.global_batch:
         return None
-    return _cost(model, cluster, replace(mixed, plan=plan, shares=tuple(shares)), engine)
+    return try_mixed(model, cluster, replace(mixed, plan=plan, shares=tuple(shares)), engine)
 
 
 def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine | None,
@@ -82,8 +87,7 @@ def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engi
     stages = [g.num_gpus // stage_gpus for g in cluster.groups]
     if any(s * stage_gpus != g.num_gpus for s, g in zip(stages, cluster.groups, strict=True)) or sum(stages) != layout.pp:
         return None
-    base, extra = divmod(model.num_layers, layout.pp)
-    layers = [base + (i < extra) for i in range(layout.pp)]
+    layers = [sum(stage_layer_counts(model, layout.pp, stage, SCALAR)) for stage in range(layout.pp)]  # the even split
     even = _pipe(model, cluster, layout, stages, layers, engine)
     if even is None:
         return None
@@ -117,4 +121,4 @@ def _pipe(model: ModelSpec, cluster: MixedCluster, layout: Plan, stages: list[in
             shares.append(GroupShare(group=group.name, num_gpus=k * layout.num_gpus // layout.pp,
                                      layers=tuple(layers[at:at + k])))
         at += k
-    return _cost(model, cluster, MixedPlan(plan=layout, split="pipeline", shares=tuple(shares)), engine)
+    return try_mixed(model, cluster, MixedPlan(plan=layout, split="pipeline", shares=tuple(shares)), engine)
