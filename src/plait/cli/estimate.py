@@ -9,11 +9,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from plait.cli.mixed import is_mixed_cluster
+from plait.cli.mixed import mixed_cluster
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
 from plait.errors import ConfigError
+from plait.hardware.hetero import MixedCluster
 from plait.plan.defaults import GLOBAL_BATCH
 from plait.plan.rules import check_plan
 from plait.predict.dit import is_dit_file
@@ -110,16 +111,16 @@ def estimate_command(
         return
     if parallel is not None:
         raise ConfigError("--parallel gives a diffusion transformer's degrees: pass --model with a DiT TOML")
-    mixed = is_mixed_cluster(cluster)
-    if not mixed and (split != "data" or shares or local_steps):
+    mixed = mixed_cluster(cluster)
+    if mixed is None and (split != "data" or shares or local_steps):
         raise ConfigError("--split, --shares and --local-steps share a plan among a mixed cluster's groups: pass "
                           "--cluster with a mixed preset (see `plait clusters`)")
     gnn_options = (gnn_strategy, gnn_engine, edge_cut, cache_fraction, gnn_sampler)
     if gnn_options != ("sampled_dp", "pyg", None, 0.0, "loop"):
         raise ConfigError("--gnn-strategy, --gnn-engine, --gnn-sampler, --edge-cut and --cache-fraction describe a GNN "
                           "job: pass --model with a GNN TOML")
-    if mixed:
-        _estimate_mixed(locals(), as_json, train_tokens)
+    if mixed is not None:
+        _estimate_mixed(mixed, locals(), as_json, train_tokens)
         return
     traced = model is not None and is_traced_name(model)
     if traced:  # one replica's batch at once, unsharded, unless asked otherwise (a CNN's habit)
@@ -157,21 +158,20 @@ LAYOUT_OPTIONS = ("tp", "pp", "vpp", "schedule", "cp", "ep", "dp_replicate", "sh
                   "dp_sync")
 
 
-def _estimate_mixed(options: dict[str, Any], as_json: bool, train_tokens: float) -> None:
+def _estimate_mixed(cluster: MixedCluster, options: dict[str, Any], as_json: bool, train_tokens: float) -> None:
     """The mixed-cluster path of ``plait estimate``: the layout options over the shared groups' GPUs."""
     if options["plan_file"] is not None or (options["model"] and is_traced_name(options["model"])):
         raise ConfigError("a mixed cluster takes a catalog or config model and layout options, not --plan or a "
                           "traced module")
     from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed
-    from plait.hardware.mixed_catalog import resolve_any_cluster
 
-    cluster = resolve_any_cluster(options["cluster"])
-    gpus = sum(s.num_gpus for s in mixed_shares(cluster, options["split"], options["shares"], options["local_steps"]))
+    parts = mixed_shares(cluster, options["split"], options["shares"], options["local_steps"])
+    gpus = sum(s.num_gpus for s in parts)
     if options["gpus"] not in (DEFAULT_GPUS, gpus):
         raise ConfigError(f"--gpus {options['gpus']}: a plan on a mixed cluster uses its groups' {gpus} GPUs (name "
                           "fewer groups with --shares)")
     layout = plan_from_options(gpus=gpus, micro_batch=options["micro_batch"] or 1,
                                **{k: options[k] for k in LAYOUT_OPTIONS})
-    est = mixed_estimate(options["model"], options["cluster"], layout, options["split"], options["shares"],
-                         options["local_steps"], options["engine"])
+    est = mixed_estimate(options["model"], cluster, layout, options["split"], parts, bool(options["shares"]),
+                         options["engine"])
     print_mixed(est, as_json, train_tokens)

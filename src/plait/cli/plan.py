@@ -9,7 +9,7 @@ from typing import Annotated, get_args
 import typer
 from rich.console import Console
 
-from plait.cli.mixed import is_mixed_cluster, mixed_plan
+from plait.cli.mixed import mixed_cluster, mixed_plan
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
 from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
@@ -105,11 +105,12 @@ def plan_command(
     --model MODULE:FACTORY traces any PyTorch module and searches data and pipeline parallelism, ZeRO stages,
     micro-batches, recomputation and the --dp-sync methods (global batch in examples)."""
     check_objective(objective)
-    if is_mixed_cluster(cluster):
+    mixed = mixed_cluster(cluster)
+    if mixed is not None:
         if objective != "throughput" or gpus_range or export or "," in global_batch or ":" in global_batch:
             raise ConfigError("a mixed cluster is planned for throughput at one global batch over all its devices "
                               "(no --objective cost/time, --gpus-range, --export, or several batches)")
-        mixed_plan(model, cluster, _batches(global_batch)[0], engine, top, memory_margin, as_json)
+        mixed_plan(model, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json)
         return
     if is_dlrm_file(model):
         from plait.cli.plan_dlrm import plan_dlrm

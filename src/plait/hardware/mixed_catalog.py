@@ -71,16 +71,19 @@ def get_mixed_cluster(slug: str) -> MixedCluster:
     return mixed_from_mapping(tables[slug], f"mixed_clusters.toml:{slug}")
 
 
+def mixed_file(path: Path) -> MixedCluster | None:
+    """The mixed cluster a TOML file with ``groups`` describes; ``None`` for any other file (not built here)."""
+    if path.suffix != ".toml" or not path.is_file():
+        return None
+    try:
+        raw = tomllib.loads(read_user_file(path, "cluster file"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"cluster file {str(path)!r} is not valid TOML: {exc}") from exc
+    return mixed_from_mapping(raw, str(path), path.parent) if "groups" in raw else None
+
+
 def resolve_any_cluster(name_or_path: str) -> Cluster | MixedCluster:
     """A cluster preset, a mixed preset, or a file holding either (a file with ``groups`` is mixed)."""
     if name_or_path in _tables():
         return get_mixed_cluster(name_or_path)
-    path = Path(name_or_path)
-    if path.suffix == ".toml" and path.is_file():
-        try:
-            raw = tomllib.loads(read_user_file(path, "cluster file"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"cluster file {str(path)!r} is not valid TOML: {exc}") from exc
-        if "groups" in raw:
-            return mixed_from_mapping(raw, str(path), path.parent)
-    return resolve_cluster(name_or_path)
+    return mixed_file(Path(name_or_path)) or resolve_cluster(name_or_path)
