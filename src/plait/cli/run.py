@@ -84,8 +84,9 @@ def run_command(
     from plait.run.uneven import check_uneven, parse_uneven
 
     uneven = parse_uneven(slowdown, batch_split, stage_layers)
-    if uneven_argv(uneven) and (model is not None or engine != "plait"):
-        raise ConfigError(f"{' '.join(uneven_argv(uneven))}: runs a --plan on plait's runtime (--engine plait) only")
+    uneven_args = uneven_argv(uneven)  # the worker's options; empty for an even run
+    if uneven_args and (model is not None or engine != "plait"):
+        raise ConfigError(f"{' '.join(uneven_args)}: runs a --plan on plait's runtime (--engine plait) only")
     if model is not None:
         from plait.cli.run_dlrm import run_dlrm
         from plait.predict.dit import is_dit_file
@@ -128,7 +129,7 @@ def run_command(
                           "checkpoint: pass --checkpoint-dir and --checkpoint-every with it")
     if on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"--on-nonfinite={on_nonfinite!r} must be stop or skip")
-    extra = ["--steps", str(steps), "--keep", str(keep), "--on-nonfinite", on_nonfinite, *uneven_argv(uneven)]
+    extra = ["--steps", str(steps), "--keep", str(keep), "--on-nonfinite", on_nonfinite, *uneven_args]
     for flag, value in (("--cluster", cluster), ("--checkpoint-dir", checkpoint_dir),
                         ("--checkpoint-at", checkpoint_at or None), ("--checkpoint-every", checkpoint_every or None),
                         ("--trace-dir", trace_dir)):
@@ -160,7 +161,7 @@ def run_command(
         raise ConfigError(f"the plan needs {gpus} GPUs but this node has {slots}; pass --nodes to get the torchrun command")
     predicted = estimate(model, hardware, the_plan, engine=get_engine("plait"))
     mixed = None
-    if uneven_argv(uneven):  # each rank a group of one, slowed as the run slows it (plait.cli.run_uneven)
+    if uneven_args:  # each rank a group of one, slowed as the run slows it (plait.cli.run_uneven)
         from plait.cli.run_uneven import predict_uneven
 
         mixed = predict_uneven(model, hardware, the_plan, uneven)
@@ -194,7 +195,7 @@ def run_command(
     if mixed is not None:
         console.print(f"note: step time predicted by plait.predict.hetero, each rank a device group of one ("
                       f"{mixed.plan.describe()}); memory for the even plan")
-    elif uneven_argv(uneven):
+    elif uneven_args:
         console.print("note: predicted for the even plan on equal ranks (an uneven prediction takes layouts whose "
                       "ranks are all data-parallel replicas or all pipeline stages)")
     if slots is None and not hardware.source.startswith("measured by plait calibrate"):

@@ -84,7 +84,7 @@ class Elastic:
         jobs, sizes = self.allocate(sim, np.fromiter(sim.active, dtype=np.int64, count=len(sim.active)))
         size_of = np.zeros(len(sim.states), dtype=np.int64)
         size_of[jobs] = sizes
-        running = np.fromiter(sim.running, dtype=np.int64, count=len(sim.running))
+        running = sim.running_indices()
         moved = running[size_of[running] != sim.columns.gpus[running]]  # only these can stop, in running order
         for index in moved.tolist():
             st, size = sim.running[index], int(size_of[index])

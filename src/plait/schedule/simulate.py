@@ -64,7 +64,6 @@ class Simulator:
         """Waiting jobs' keys in ascending order, kept with each join and leave when the policy has a
         ``queued_key`` (SRTF, LAS): a pass reads the queue in order instead of sorting it."""
         self._queued_key: QueuedKey | None = getattr(policy, "queued_key", None)
-        self._asked: dict[int, float] = {}
         self._segments: list[Segment] = []
         self._opened: dict[int, float] = {}
         self._passes: set[float] = set()
@@ -77,7 +76,7 @@ class Simulator:
 
     def remaining_s(self, st: JobState, now_s: float) -> float:
         """Predicted time left at its requested size, consolidated (SRTF's key)."""
-        return st.remaining(now_s) / self._asked[st.index]
+        return st.remaining(now_s) / float(self.columns.asked_tokens_per_s[st.index])
 
     def start(self, st: JobState, place: Placement, now_s: float) -> None:
         """Run ``st`` on ``place`` from ``now_s``."""
@@ -158,7 +157,7 @@ class Simulator:
         if asked is None:
             st.status = "rejected"
             return
-        self._asked[st.index] = self.columns.asked_tokens_per_s[st.index] = asked.tokens_per_s
+        self.columns.asked_tokens_per_s[st.index] = asked.tokens_per_s
         st.waiting_since_s, st.since_s = now, now
         self.columns.write(st)
         self.active[st.index] = st
