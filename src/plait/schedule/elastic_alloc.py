@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from plait.schedule.policies import greedy_fit
+
 STEPS = 4
 """Most growth steps one job has: sizes from a quarter of its request to four times it (Elastic.options)."""
 
@@ -57,28 +59,10 @@ class ChainTable:
         self.count[index] = k
 
 
-def first_fit(sizes: np.ndarray, free: int) -> tuple[np.ndarray, int]:
-    """Which of ``sizes`` (in order) are taken when each is taken if it fits the GPUs left; and the GPUs left."""
-    taken = np.zeros(len(sizes), dtype=bool)
-    start = 0
-    while free > 0 and start < len(sizes):
-        fits = np.flatnonzero(sizes[start:] <= free) + start  # a larger one never fits later either
-        if not len(fits):
-            break
-        total = np.cumsum(sizes[fits])
-        over = int(np.searchsorted(total, free, side="right"))  # fits[:over] all fit, one after another
-        taken[fits[:over]] = True
-        free -= int(total[over - 1]) if over else 0
-        if over == len(fits):
-            break
-        start = int(fits[over]) + 1  # that one does not fit what is left: skipped, as the loop skips it
-    return taken, free
-
-
 def allocate(table: ChainTable, order: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """The jobs given GPUs and how many, for the active jobs ``order`` (indices in arrival order), as
     Elastic.allocate's greedy."""
-    taken, free = first_fit(table.smallest[order], capacity)
+    taken, _, free = greedy_fit(table.smallest[order], capacity)  # smallest sizes, first fit in arrival order
     jobs = order[taken]
     size = table.smallest[jobs].copy()
     if free > 0 and len(jobs):
