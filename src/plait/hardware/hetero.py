@@ -105,8 +105,7 @@ def group_view(cluster: MixedCluster, group: DeviceGroup, num_gpus: int) -> Clus
         if inner and inner[-1].span_gpus == span:
             continue
         inner.append(replace(tier, span_gpus=span))
-    if inner[-1].span_gpus >= num_gpus:  # pragma: no cover - num_gpus > group.num_gpus >= every clipped span
-        return replace(group.cluster, tiers=tuple(inner))
+    # every clipped span is at most the group's GPUs, below num_gpus: the join always follows
     return replace(group.cluster, name=f"{group.cluster.name} in {cluster.name}",
                    tiers=(*inner, replace(cluster.join, span_gpus=max(num_gpus, cluster.join.span_gpus))))
 
