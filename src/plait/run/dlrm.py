@@ -21,7 +21,7 @@ kind: pooled embeddings in the forward pass and their gradients in the backward 
 (integer, with split sizes), and the split-size headers (integer, equal splits). DDP's all-reduce of the dense
 gradients runs in C++ and is not counted.
 
-Rank 0 writes a JSON file: each step's global loss (the mean of the ranks' losses) and wall time, and each rank's
+Rank 0 writes a JSON file (:func:`plait.run.gloo_job.run_job`): each step's global loss (the mean of the ranks' losses) and wall time, and each rank's
 counted bytes of the first step.
 """
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import sys
 import time
@@ -43,6 +42,7 @@ import torch.distributed as dist
 from plait.cost.embeddings import Placement
 from plait.errors import ConfigError
 from plait.predict.dlrm import parse_placements
+from plait.run.gloo_job import run_job
 from plait.workload.dlrm import DlrmSpec, read_dlrm
 
 SPARSE_PATH = "model.sparse_arch.embedding_bag_collection"
@@ -242,21 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     spec = read_dlrm(args.model)
-    if args.reference:
-        placements = parse_placements(args.placements, spec, args.reference)
+
+    def work() -> dict[str, Any]:
+        placements = parse_placements(args.placements, spec, args.reference or dist.get_world_size())
         check_runnable(spec, placements, args.batch)
-        args.out.write_text(json.dumps(train(spec, placements, args.batch, args.steps, args.optimizer,
-                                             args.reference)))
-        return 0
-    dist.init_process_group("gloo")
-    placements = parse_placements(args.placements, spec, dist.get_world_size())
-    check_runnable(spec, placements, args.batch)
-    result = train(spec, placements, args.batch, args.steps, args.optimizer)
-    if dist.get_rank() == 0:
-        args.out.write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+        return train(spec, placements, args.batch, args.steps, args.optimizer, args.reference)
+
+    return run_job(args.out, bool(args.reference), work)
 
 
 if __name__ == "__main__":
