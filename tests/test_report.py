@@ -37,6 +37,15 @@ def test_report_refuses_to_overwrite(report: Path) -> None:
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
+@pytest.mark.parametrize("text", ["x", "1:x", "3", "1:2:3"])
+def test_report_refuses_a_malformed_gpus_range_in_one_line(text: str, tmp_path: Path) -> None:
+    from tests.inprocess import cli
+
+    code, _, err = cli(["report", "--plan", str(PLAN), "--out", str(tmp_path / "r.html"), "--gpus-range", text])
+    assert code == 2 and err.strip() == f"plait: error: gpus range {text!r} must be LOW:HIGH"  # found by the fuzz
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
     chromium = shutil.which("chromium")
     if chromium is None or not _has_playwright():

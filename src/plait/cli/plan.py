@@ -29,7 +29,7 @@ from plait.predict.traced import parse_shape
 from plait.search.engine import RANK_BY, run_search
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.pareto import choose, pareto_front
-from plait.search.planner import check_objective, gpu_counts, relaxations, search_gpu_counts
+from plait.search.planner import check_objective, gpu_counts, parse_gpu_range, relaxations, search_gpu_counts
 from plait.search.space import default_space
 from plait.search.traced import search_traced
 from plait.workload.catalog import resolve_model
@@ -55,13 +55,6 @@ def _batches(text: str) -> tuple[int, ...]:
         raise ConfigError(f"global batch {text!r} must name positive sizes")
     return values
 
-
-def _range(text: str) -> tuple[int, int]:
-    try:
-        low, high = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise ConfigError(f"gpus range {text!r} must be LOW:HIGH") from None
-    return low, high
 
 SITES_ENGINE = "plait"
 """The engine planned for on clusters that span sites (the one that runs every ``dp_sync`` method)."""
@@ -211,7 +204,7 @@ def plan_command(
         return
     if gpus_range is None:
         raise ConfigError(f"objective {objective} needs --gpus-range LOW:HIGH (e.g. 64:1024)")
-    counts = gpu_counts(*_range(gpus_range), cluster_spec)
+    counts = gpu_counts(*parse_gpu_range(gpus_range), cluster_spec)
     with LazyProgress(console, "searching GPU counts") as progress:
         points = search_gpu_counts(model_spec, cluster_spec, counts, batches, tokens, seq_len=seq_len,
                                    memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,

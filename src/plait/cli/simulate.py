@@ -17,7 +17,7 @@ from plait.plan.rules import check_plan
 from plait.predict.estimate import predict, refine_pipeline
 from plait.predict.job import Job
 from plait.search.pareto import pareto_front
-from plait.search.planner import gpu_counts, search_gpu_counts
+from plait.search.planner import gpu_counts, parse_gpu_range, search_gpu_counts
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
 
@@ -94,6 +94,7 @@ def report_command(
     """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front."""
     from plait.report.html import render_report
 
+    bounds = parse_gpu_range(gpus_range) if gpus_range else None
     job = _job(plan_file, model, cluster, engine)
     model_spec, cluster_spec, plan, framework = job.model, job.cluster, job.plan, job.engine.framework
     refuse_overwrite(out, force)
@@ -102,9 +103,8 @@ def report_command(
     if plan.pp > 1:  # the estimate takes the page's own simulated step, not a second simulation
         est = refine_pipeline(model_spec, cluster_spec, est, framework, timeline=timeline)
     points = front = None
-    if gpus_range:
-        low, high = (int(x) for x in gpus_range.split(":"))
-        points = search_gpu_counts(model_spec, cluster_spec, gpu_counts(low, high, cluster_spec),
+    if bounds:
+        points = search_gpu_counts(model_spec, cluster_spec, gpu_counts(*bounds, cluster_spec),
                                    (plan.global_batch,), tokens, seq_len=plan.seq_len, engine=job.engine)
         front = pareto_front(points)
     page = render_report(est, timeline, stage_memories(model_spec, cluster_spec, plan, framework), points, front)

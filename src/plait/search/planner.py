@@ -65,6 +65,15 @@ def search_gpu_counts(model: ModelSpec, cluster: Cluster, counts: list[int], glo
     return points
 
 
+def parse_gpu_range(text: str) -> tuple[int, int]:
+    """``LOW:HIGH`` of ``--gpus-range`` as two integers."""
+    try:
+        low, high = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"gpus range {text!r} must be LOW:HIGH") from None
+    return low, high
+
+
 def gpu_counts(low: int, high: int, cluster: Cluster) -> list[int]:
     """Powers of two from ``low`` to ``high`` (whole nodes above one node), within the cluster."""
     if low <= 0 or high < low:
