@@ -46,6 +46,15 @@ def test_report_refuses_a_malformed_gpus_range_in_one_line(text: str, tmp_path: 
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.parametrize("name", ["step.toml", "step"])
+def test_simulate_refuses_a_picture_name_it_would_not_write_as_png(name: str, tmp_path: Path) -> None:
+    from tests.inprocess import cli
+
+    code, _, err = cli(["simulate", "--plan", str(PLAN), "--png", str(tmp_path / name)])
+    assert code == 2 and err.strip() == f"plait: error: --png {str(tmp_path / name)!r} must end in .png"  # fuzz
+    assert list(tmp_path.iterdir()) == []  # matplotlib would have written step.png for a bare name
+
+
 def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
     chromium = shutil.which("chromium")
     if chromium is None or not _has_playwright():

@@ -69,6 +69,13 @@ def refuse_overwrite(path: Path | None, overwrite: bool) -> None:
         raise ConfigError(f"{str(path)!r} already exists (pass --force to replace it)")
 
 
+def check_suffix(path: Path | None, suffix: str, option: str) -> None:
+    """Raise unless ``path`` ends in ``suffix``: the format a writer picks from the name (matplotlib's ``savefig``
+    refuses other formats after the work is done, and adds ``.png`` to a bare name, a file no overwrite check saw)."""
+    if path is not None and path.suffix.lower() != suffix:
+        raise ConfigError(f"{option} {str(path)!r} must end in {suffix}")
+
+
 def check_export_folder(folder: Path, names: Iterable[str], overwrite: bool) -> None:
     """Before any work: ``folder`` can take the export and none of its files ``names`` would be replaced unless
     ``overwrite`` (:func:`check_writable`, :func:`refuse_overwrite`)."""

@@ -12,7 +12,7 @@ from rich.console import Console
 from plait.cli.options import ENGINE_HELP, resolve_job
 from plait.cli.output import print_json
 from plait.cost.batch import stage_memories
-from plait.errors import ConfigError, refuse_overwrite
+from plait.errors import ConfigError, check_suffix, refuse_overwrite
 from plait.plan.rules import check_plan
 from plait.predict.estimate import predict, refine_pipeline
 from plait.predict.job import Job
@@ -47,6 +47,7 @@ def simulate_command(
     (PipeFusion patch by patch) or a GNN step, phase by phase."""
     from plait.cli.simulate_workloads import is_workload_file, simulate_workload
 
+    check_suffix(png, ".png", "--png")
     if is_workload_file(model):
         assert model is not None
         simulate_workload(model, cluster, gpus, global_batch, parallel, gnn_strategy, trace, png, force, as_json)
