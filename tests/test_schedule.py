@@ -170,6 +170,23 @@ def test_elastic_grows_a_lone_job_and_runs_the_plan_replanned_at_its_new_size() 
     assert jct(elastic, "solo") < jct(fifo, "solo") == pytest.approx(7_200.0)
 
 
+def test_elastic_passes_only_at_events_so_a_job_of_centuries_is_one_pass_each_way() -> None:
+    years = 3e9  # ~95 years at the requested size; the fuzz found elastic's 1,800 s ticks stepping through them
+    jobs = (job("long", 0.0, 2, years), job("short", 10.0, 2, 3_600.0))
+    sim = Simulator(jobs, Pool(get_cluster(CLUSTER), 8), speed_model(), Elastic())
+    passes, run_pass = [], sim._pass
+
+    def counted(at_s: float) -> None:
+        passes.append(at_s)
+        assert len(passes) < 20, f"passes repeat at {at_s} s"
+        run_pass(at_s)
+
+    sim._pass = counted  # type: ignore[method-assign]
+    result = sim.run()
+    assert {j.job_id for j in result.done} == {"long", "short"}
+    assert next(j for j in result.jobs if j.job_id == "long").sizes[-1] == 8  # the whole pool once "short" is done
+
+
 @pytest.mark.parametrize(("text", "fragment"), [
     ("job,arrival_s,model,gpus,tokens\n", "header"),
     ("job_id,arrival_s,model,gpus,tokens\na,0,gpt3-125m,two,1e9\n", "gpus='two' must be a whole number"),

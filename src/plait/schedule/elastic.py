@@ -11,6 +11,13 @@ fall with size, so greedy steps approximate the optimum, as Pollux's own heurist
 shrunk or stopped when the allocation says so; it is grown only when the time saved at the larger size exceeds its
 restart (:attr:`plait.schedule.speed.Speed.restart_s`). Pollux's statistical efficiency (batch-size tuning) is not
 modelled: every size trains the same global batch.
+
+Passes run at arrivals and completions only. Pollux also reallocates on a 60 s period because its goodput model
+learns as jobs run; plait's speeds are fixed per job and size, so a pass between events would repeat the last one:
+the allocation depends only on the active jobs, the free GPUs and their fragments change only at events, and a
+growth not worth its restart stays so as the remaining work shrinks (the time saved, ``left (1/old - 1/new)``,
+falls with ``left``). A periodic pass only cost time: a job of centuries (a user's token budget) took one pass per
+period.
 """
 
 from __future__ import annotations
@@ -31,9 +38,6 @@ class Elastic:
 
     max_scale: int = 4
     """Largest size offered, as a multiple of the requested one (assumed; Pollux bounds a job by the cluster)."""
-    period_s: float = 1_800.0
-    """Seconds between reallocations besides arrivals and completions (assumed; Pollux uses 60 s, whose restarts
-    plait charges in full: a longer period keeps them few)."""
     name: str = "elastic"
     """Policy name."""
     speedups: dict[int, dict[int, float]] = field(default_factory=dict, compare=False, repr=False)
@@ -45,8 +49,6 @@ class Elastic:
     """Job indices whose row of :attr:`table` is filled."""
     table: ChainTable = field(default_factory=ChainTable, compare=False, repr=False)
     """Per job index: its smallest size and growth steps as arrays (:mod:`plait.schedule.elastic_alloc`)."""
-    next_tick_s: list[float] = field(default_factory=lambda: [-1.0], compare=False, repr=False)
-    """The periodic reallocation pending (one chain of them, not one per event)."""
 
     def options(self, sim: Simulator, st: JobState) -> dict[int, float]:
         """Sizes ``st`` may run at, smallest first, with their speedup over its requested size."""
@@ -99,6 +101,3 @@ class Elastic:
                 if place is not None:
                     sim.start(st, place, now_s)
                     break
-        if (sim.running or sim.queued) and self.next_tick_s[0] <= now_s:
-            self.next_tick_s[0] = now_s + self.period_s
-            sim.wake(self.next_tick_s[0])
