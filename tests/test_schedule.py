@@ -54,6 +54,19 @@ def restart_s(gpus: int) -> float:
     return at.restart_s
 
 
+def bounded(sim: Simulator, most: int) -> Simulator:
+    """``sim`` failing the test at its ``most``-th scheduling pass (a pass that keeps re-waking itself)."""
+    passes, run_pass = [], sim._pass
+
+    def counted(at_s: float) -> None:
+        passes.append(at_s)
+        assert len(passes) < most, f"passes repeat at {at_s} s"
+        run_pass(at_s)
+
+    sim._pass = counted  # type: ignore[method-assign]
+    return sim
+
+
 @cache
 def small_trace() -> tuple[TraceJob, ...]:
     return synthetic_trace("pai", 60, 3, speed_model(), 32, load=1.5)
@@ -146,15 +159,7 @@ def test_consolidation_takes_any_placement_when_its_delay_ends_at_a_time_roundin
     arrive_s = 1_698.142
     assert (arrive_s + 600.0) - arrive_s < 600.0  # the rounding this test is about
     jobs = (job("a", 0.0, 6, 10_000.0), job("b", 0.0, 6, 10_000.0), job("c", arrive_s, 4, 1_000.0))
-    sim = Simulator(jobs, Pool(get_cluster(CLUSTER), 16), speed_model(), Consolidate(delay_s=600.0))
-    passes, run_pass = [], sim._pass
-
-    def counted(at_s: float) -> None:
-        passes.append(at_s)
-        assert len(passes) < 100, f"passes repeat at {at_s} s"
-        run_pass(at_s)
-
-    sim._pass = counted  # type: ignore[method-assign]
+    sim = bounded(Simulator(jobs, Pool(get_cluster(CLUSTER), 16), speed_model(), Consolidate(delay_s=600.0)), 100)
     c = next(j for j in sim.run().jobs if j.job_id == "c")
     assert c.first_start_s == pytest.approx(arrive_s + 600.0) and c.sizes == (4,)
 
@@ -173,16 +178,7 @@ def test_elastic_grows_a_lone_job_and_runs_the_plan_replanned_at_its_new_size() 
 def test_elastic_passes_only_at_events_so_a_job_of_centuries_is_one_pass_each_way() -> None:
     years = 3e9  # ~95 years at the requested size; the fuzz found elastic's 1,800 s ticks stepping through them
     jobs = (job("long", 0.0, 2, years), job("short", 10.0, 2, 3_600.0))
-    sim = Simulator(jobs, Pool(get_cluster(CLUSTER), 8), speed_model(), Elastic())
-    passes, run_pass = [], sim._pass
-
-    def counted(at_s: float) -> None:
-        passes.append(at_s)
-        assert len(passes) < 20, f"passes repeat at {at_s} s"
-        run_pass(at_s)
-
-    sim._pass = counted  # type: ignore[method-assign]
-    result = sim.run()
+    result = bounded(Simulator(jobs, Pool(get_cluster(CLUSTER), 8), speed_model(), Elastic()), 20).run()
     assert {j.job_id for j in result.done} == {"long", "short"}
     assert next(j for j in result.jobs if j.job_id == "long").sizes[-1] == 8  # the whole pool once "short" is done
 
