@@ -21,8 +21,8 @@ kind: pooled embeddings in the forward pass and their gradients in the backward 
 (integer, with split sizes), and the split-size headers (integer, equal splits). DDP's all-reduce of the dense
 gradients runs in C++ and is not counted.
 
-Rank 0 writes a JSON file (:func:`plait.run.gloo_job.run_job`): each step's global loss (the mean of the ranks' losses) and wall time, and each rank's
-counted bytes of the first step.
+Rank 0 writes a JSON file (:func:`plait.run.gloo_job.run_job`): each step's global loss (the mean of the ranks'
+losses) and wall time, and each rank's counted bytes of the first step.
 """
 
 from __future__ import annotations
