@@ -5,6 +5,7 @@ uninterrupted run's losses; a damaged checkpoint or another run's is refused wit
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -174,6 +175,16 @@ def test_a_run_whose_checkpoints_cannot_fit_is_refused_before_it_starts(tmp_path
         code = run_cli(["run", "--plan", str(_plan(tmp_path)), "--checkpoint-dir", str(tmp_path / "ckpt"),
                         "--checkpoint-every", "2", "--steps", "8"])
     assert code == 2 and "GiB free; 4 save(s)" in err.getvalue() and err.getvalue().count("\n") == 1
+
+
+def test_saves_are_counted_as_the_steps_would_save_without_walking_them() -> None:
+    """The pre-flight count against the walk it replaced (the fuzz's ``--steps 2^63`` walked for minutes)."""
+    from plait.cli.run import checkpoint_saves
+
+    for at, every, steps in itertools.product(range(12), range(7), range(1, 15)):
+        walked = sum(1 for s in range(1, steps + 1) if s == at or (every and s % every == 0))
+        assert checkpoint_saves(at, every, steps) == walked, (at, every, steps)
+    assert checkpoint_saves(2, 0, 2**63) == 1 and checkpoint_saves(3, 2, 2**63) == 2**62 + 1
 
 
 def test_room_counts_only_published_checkpoints_as_reclaimable(tmp_path: Path) -> None:

@@ -276,10 +276,17 @@ def checkpoint_bytes(model, plan) -> float:  # type: ignore[no-untyped-def]
     return model.total_params() * float(optimizer_bytes_per_param(PlanColumns.one(plan)))
 
 
+def checkpoint_saves(at: int, every: int, steps: int) -> int:
+    """Saves of a run of ``steps`` steps: after step ``at`` and every ``every`` steps (0: never), a step that is
+    both saved once; counted without walking the steps (a user may ask for 2^63)."""
+    periodic = steps // every if every else 0
+    return periodic + (1 if 1 <= at <= steps and not (every and at % every == 0) else 0)
+
+
 def _check_room(folder: Path, at: int, every: int, keep: int, steps: int, model, plan) -> None:  # type: ignore[no-untyped-def]
     """Refuse a run whose checkpoints cannot fit: at its peak the folder holds ``keep`` of this run's checkpoints
     plus the one being written; what is already there is pruned as new ones are published."""
-    saves = sum(1 for s in range(1, steps + 1) if s == at or (every and s % every == 0))
+    saves = checkpoint_saves(at, every, steps)
     size = checkpoint_bytes(model, plan)
     existing = _published_bytes(folder)
     # older checkpoints are pruned only after a new one is published: the first save always needs its own room
