@@ -59,11 +59,11 @@ def mixed_shares(cluster: MixedCluster, split: str, shares: str | None, local_st
     out = []
     for name in names:
         value, common = given.get(name), {"group": name, "num_gpus": cluster.group(name).num_gpus}
+        local = _int(steps.get(name, "1"), "local_steps")  # checked for every group, as --local-steps names them
         if value is None:
-            out.append(GroupShare(**common, local_steps=_int(steps.get(name, "1"), "local_steps")))
+            out.append(GroupShare(**common, local_steps=local))
         elif split == "data":
-            out.append(GroupShare(**common, batch=_int(value, f"{name} batch"),
-                                  local_steps=_int(steps.get(name, "1"), "local_steps")))
+            out.append(GroupShare(**common, batch=_int(value, f"{name} batch"), local_steps=local))
         else:
             out.append(GroupShare(**common, layers=tuple(_int(v, f"{name} layers") for v in value.split("+"))))
     return out

@@ -28,8 +28,9 @@ pipeline sends run at this machine's speed on every rank), and the little work o
 (gradient clipping's norm, the learning-rate schedule, slicing the batch), which runs at full speed. The base
 of each stretch is this rank's speed at the time: ranks that share cores or memory bandwidth compute faster while
 the others sleep or wait, so a slowed rank's stretches, often timed while its peers wait for it, can be shorter
-than the rates ``plait calibrate`` measures with every rank computing at once (benchmarks/uneven_vs_predict.py). Runs with plain DDP and pipelines only (:func:`plait.run.uneven.check_uneven`): under FSDP2,
-TP or CP the forward and backward hold collectives, which these stretches would slow too.
+than the rates ``plait calibrate`` measures with every rank computing at once (benchmarks/uneven_vs_predict.py).
+Runs with plain DDP and pipelines only (:func:`plait.run.uneven.check_uneven`): under FSDP2, TP or CP the forward
+and backward hold collectives, which these stretches would slow too.
 """
 
 from __future__ import annotations

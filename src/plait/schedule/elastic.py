@@ -45,8 +45,6 @@ class Elastic:
     use; one policy object serves one simulation)."""
     steps: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict, compare=False, repr=False)
     """Per job index: from each size, (minus its gain per added GPU, the next size), where the next size gains."""
-    known: set[int] = field(default_factory=set, compare=False, repr=False)
-    """Job indices whose row of :attr:`table` is filled."""
     table: ChainTable = field(default_factory=ChainTable, compare=False, repr=False)
     """Per job index: its smallest size and growth steps as arrays (:mod:`plait.schedule.elastic_alloc`)."""
 

@@ -16,10 +16,10 @@ from plait.errors import ConfigError, read_user_file
 from plait.workload.catalog import model_names
 
 COLUMNS = ("job_id", "arrival_s", "model", "gpus", "tokens")
+"""The required columns, in order; ``deadline_s`` may follow."""
 MAX_GPUS = 2**31 - 1
 """Largest GPU count a row may ask (the simulator's columns hold it in a machine integer; a job larger than its
 cluster is rejected when it arrives)."""
-"""The required columns, in order; ``deadline_s`` may follow."""
 DEADLINE = "deadline_s"
 
 
