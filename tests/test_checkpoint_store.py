@@ -73,6 +73,7 @@ def test_periodic_saves_are_published_whole_and_the_newest_kept(saved) -> None: 
         assert manifest["steps"] == STEPS and manifest["plan"]["dp_replicate"] == 2 and manifest["files"]
 
 
+@pytest.mark.slow
 def test_a_crash_during_a_save_keeps_the_previous_checkpoint_and_resuming_continues_the_run(
         saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan, source, full = saved
@@ -111,6 +112,7 @@ def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_newest_valid(
     assert ("checksum" if damage == "flip" else "missing") in line
 
 
+@pytest.mark.slow
 def test_another_runs_checkpoint_is_refused_unless_resharded(saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan, source, full = saved
     folder = tmp_path / "ckpt"
@@ -126,6 +128,7 @@ def test_another_runs_checkpoint_is_refused_unless_resharded(saved, tmp_path: Pa
     assert _losses(metrics) == pytest.approx(full[6:], rel=1e-5)  # DDP's state continued under FSDP2
 
 
+@pytest.mark.slow
 def test_a_killed_rank_is_restarted_from_the_newest_checkpoint_with_the_same_losses(
         saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan, _, full = saved

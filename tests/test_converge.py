@@ -41,6 +41,7 @@ def test_every_shipped_figure_states_its_basis_and_source_and_the_grid_leaves_nu
     assert convergence("local_sgd:every=16", 2).known and not convergence("local_sgd:every=16", 16).known
 
 
+@pytest.mark.slow
 def test_plait_converge_measures_lossy_methods_within_their_shipped_multipliers() -> None:
     """60 steps of 1-bit quantization and 1% top-k against the all-reduce (2 ranks, gloo): both train (finite,
     falling losses), both need more steps than the all-reduce, and no more than the 300-step figure plait ships

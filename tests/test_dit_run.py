@@ -62,6 +62,7 @@ def test_distrifusion_is_exact_while_warm_and_within_the_bound_when_stale(tmp_pa
         assert result["bytes_sent"] == [LAYERS * stale_kv_gathers(STEPS, warmup) * per_gather] * 2
 
 
+@pytest.mark.slow
 def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction() -> None:
     """``plait run --model examples/dit-tiny.toml --parallel ulysses=2``: torchrun's two ranks, one process beside,
     each rank's bytes against the cost model's."""

@@ -115,6 +115,7 @@ def test_the_table_names_every_documented_command() -> None:
 RUNNABLE = [c for c, how in COMMANDS.items() if not how.startswith("SKIP")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", RUNNABLE)
 def test_documented_command_runs(command: str, tmp_path: Path) -> None:
     if " run " in f" {command} ":

@@ -41,6 +41,8 @@ from plait.cli.main import run_cli
 from tests.conftest import toy_cluster_mapping
 from tests.test_inputs import LLAMA3_8B_CONFIG, MIXTRAL_CONFIG
 
+pytestmark = pytest.mark.fuzz
+
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = float(os.environ.get("PLAIT_FUZZ_SCALE", "1"))
 SEED = int(os.environ.get("PLAIT_FUZZ_SEED", "0"))
@@ -280,6 +282,7 @@ def cluster_option(files: Files, data: st.DataObject, mixed: bool = False):  # t
     return draw
 
 
+@pytest.mark.slow
 @fuzz(7440 // ESTIMATES_PER_EXAMPLE)
 @given(data=st.data())
 def test_estimate(files: Files, data: st.DataObject) -> None:
@@ -307,6 +310,7 @@ def test_estimate(files: Files, data: st.DataObject) -> None:
         invoke(argv)
 
 
+@pytest.mark.slow
 @fuzz(700)
 @given(data=st.data())
 def test_plan(files: Files, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -354,6 +358,7 @@ def test_report(files: Files, data: st.DataObject) -> None:
     invoke(command_line(data, "report", options, ["--force"], required=required, most=3))
 
 
+@pytest.mark.slow
 @fuzz(700)
 @given(data=st.data())
 def test_validate(files: Files, data: st.DataObject) -> None:

@@ -15,6 +15,7 @@ from tests.ranks import run_ranks
 FEATURES, STEPS = 16, 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, cache, heads", [("sage", 0.0, 1), ("gcn", 0.1, 1), ("gat", 0.0, 4),
                                                ("transformer", 0.1, 2)])
 def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Path, kind: str, cache: float,
@@ -50,6 +51,7 @@ def test_the_cost_models_parameters_are_the_runtimes(kind: str, heads: int) -> N
     assert model.params(graph) == sum(p.numel() for p in built.parameters())
 
 
+@pytest.mark.slow
 def test_plait_run_trains_a_gnn_file_as_one_process_would() -> None:
     """``plait run --model examples/gnn-tiny.toml``: the ranks' losses printed beside one process's, equal to 6
     decimals, and bytes sent every step."""
@@ -211,6 +213,7 @@ def test_gnnpipe_with_one_chunk_is_plain_full_graph_training() -> None:
     assert piped == pytest.approx(plain, abs=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, options, extra", [
     ("sage", ["--gnn-strategy", "replicated"], ""),
     ("sage", ["--gnn-strategy", "partition_local"], "no feature moves"),

@@ -39,6 +39,7 @@ def test_a_non_finite_step_stops_the_run(tmp_path: Path) -> None:
     assert len(metrics.read_text().splitlines()) == 2  # steps 1 and 2; step 3 never updated the weights
 
 
+@pytest.mark.slow
 def test_a_non_finite_step_can_be_skipped(tmp_path: Path) -> None:
     metrics = tmp_path / "m.jsonl"
     out = _run(_plan(tmp_path, "dp_replicate = 2"), "--steps", "5", "--metrics", str(metrics),
@@ -68,6 +69,7 @@ def test_checkpoint_options_without_a_folder_are_refused(tmp_path: Path) -> None
     assert out.returncode == 2 and "need --checkpoint-dir" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_a_failed_rank_is_one_line_naming_it_and_the_log(tmp_path: Path) -> None:
     env = dict(os.environ, PLAIT_TEST_FAIL_AT_STEP="2")
     out = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(_plan(tmp_path, "dp_replicate = 2")),

@@ -70,6 +70,7 @@ def _gone_within(marker: str, seconds: float) -> dict[int, str]:
 
 # SIGINT and SIGHUP take the same handler as SIGTERM (plait.run.lifecycle.supervise), and a SIGKILLed plait
 # exercises both death-signal links, torchrun's to plait and the ranks' to torchrun, so these two cover the rest.
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_no_rank_outlives_the_launcher(tmp_path: Path, sig: signal.Signals) -> None:
     launcher, marker, log = _start(tmp_path)

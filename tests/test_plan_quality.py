@@ -18,6 +18,7 @@ def test_there_are_complete_layouts() -> None:
     assert len(ROWS) >= 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_planner_is_no_worse_than_the_published_layout(row) -> None:
     case = compare(row)

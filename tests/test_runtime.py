@@ -60,6 +60,7 @@ def reference(tmp_path_factory) -> list[float]:
     return losses(1, write_plan(tmp / "plan.toml", ""), tmp / "m.jsonl")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_layout_matches_single_process(name: str, reference: list[float], tmp_path: Path) -> None:
     nproc, body = CASES[name]
@@ -92,6 +93,7 @@ def test_dry_run_builds_mesh_and_stages(tmp_path: Path) -> None:
     assert "dry run ok" in out.stdout and "stages per rank [0, 2]" in out.stdout
 
 
+@pytest.mark.slow
 def test_plait_run_prints_measured_and_predicted(tmp_path: Path) -> None:
     plan = write_plan(tmp_path / "plan.toml", "dp_replicate = 2")
     out = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", "3"],
@@ -112,6 +114,7 @@ def test_profiler_trace_of_a_real_step(tmp_path: Path) -> None:
         assert complete and all({"name", "ts", "dur", "pid", "tid"} <= set(e) for e in complete)
 
 
+@pytest.mark.slow
 def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> None:
     """`plait calibrate` measures this machine (gloo, 2 ranks) into a cluster file with a curve per collective
     (``--quick``: the same figures from fewer rounds; the full run differs only in counts), reporting each stage."""

@@ -45,6 +45,7 @@ def worker(nproc: int, plan: Path, metrics: Path, *extra: str) -> list[float]:
 
 # --- refusals on this CPU ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="the refusals are this CPU's")
 @pytest.mark.parametrize(("body", "fragment"), [
     ("cp = 2", "cp=2 is not supported by plait@0.1 on CPU: PyTorch's context_parallel runs on CUDA only"),
@@ -117,6 +118,7 @@ def test_float8_converts_every_linear_but_the_output_projection() -> None:
     assert not convertible(nn.Linear(64, 32), "layers.0.attention.wk", tp=4)  # its TP shard would be 8 wide
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="the CPU fp8 path")
 @pytest.mark.parametrize(("nproc", "body"), [(1, ""), (2, "tp = 2\nsp = true")])
 def test_fp8_trains_on_this_cpu(nproc: int, body: str, tmp_path: Path) -> None:
@@ -199,6 +201,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.slow
 def test_context_parallel_shards_sequence_and_rope_head_tail(two_ranks: list[dict]) -> None:
     """Rank r keeps chunks r and 2cp-1-r of 2cp (torch's _HeadTailLoadBalancer), in tokens and rope rows."""
     seq, k = 64, 16  # tiny model: S = 64, cp = 2 -> 4 chunks of 16
@@ -251,6 +254,7 @@ def test_gpu_check_plans_are_well_formed(tmp_path: Path, monkeypatch: pytest.Mon
     assert check.skip_reason(check.CASES[2], gpus=1).startswith("needs 2 GPUs")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="the CPU stand-in")
 def test_gpu_check_runs_a_case_end_to_end_here(tmp_path: Path) -> None:
     """The measuring path on this CPU with the tiny model: train, read the JSONL, predict, print a row."""

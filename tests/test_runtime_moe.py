@@ -52,6 +52,7 @@ def reference(tmp_path_factory) -> list[tuple[float, float]]:
     return run_metrics(1, write_plan(tmp / "plan.toml", ""), tmp / "m.jsonl")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_expert_parallel_layout_matches_single_process(name: str, reference, tmp_path: Path) -> None:
     nproc, body = CASES[name]

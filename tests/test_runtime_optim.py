@@ -41,6 +41,7 @@ def references(tmp_path_factory) -> dict[str, list[float]]:
             for name in ("adamw", "sgd")}
 
 
+@pytest.mark.slow
 def test_sgd_is_not_adamw(references: dict[str, list[float]]) -> None:
     """The option has an effect: one process with SGD trains differently from AdamW, and it trains."""
     assert references["sgd"][0] == pytest.approx(references["adamw"][0], rel=1e-6)  # same model, same first batch
@@ -48,6 +49,7 @@ def test_sgd_is_not_adamw(references: dict[str, list[float]]) -> None:
     assert references["sgd"][-1] < references["sgd"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_optimizer_option_matches_single_process(name: str, references: dict[str, list[float]],
                                                  tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ source = "assumed: a toy GPT-2-style shape for runtime tests"
 '''
 
 
+@pytest.mark.slow
 def test_learned_positions_with_tp2_sp_match_single_process(tmp_path: Path) -> None:
     model = tmp_path / "gpt.toml"
     model.write_text(GPT)

@@ -100,6 +100,7 @@ def test_micro_batches_torch_cannot_schedule_are_refused_before_launch() -> None
         check_runnable(plan, resolve_model(str(MODEL)), on_gpu=False)
 
 
+@pytest.mark.slow
 def test_zb_h1_pp2_matches_single_process(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from tests.test_runtime import STEPS, losses, write_plan

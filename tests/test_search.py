@@ -94,6 +94,7 @@ def test_infeasible_request_lists_nearest_changes() -> None:
     assert "no plan fits" in out.stdout and "double the GPUs to 16" in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,fragment", [
     (["plan", "--objective", "speed"], "objective='speed' must be one of throughput, cost, time"),
     (["plan", "--objective", "cost"], "needs --gpus-range"),
@@ -116,6 +117,7 @@ def test_cost_objective_across_gpu_counts() -> None:
     assert set(doc["pareto_gpus"]) <= {8, 16, 32}
 
 
+@pytest.mark.slow
 def test_a_pool_of_workers_finds_what_one_process_finds() -> None:
     """The space cut into pieces for two worker processes: the same verdict counts, the same ranking (stable
     order included) and the same nearest misses as one process; progress counts up to the whole space."""

@@ -83,6 +83,7 @@ def agreement() -> list[tuple[str, float]]:
     return out
 
 
+@pytest.mark.slow
 def test_closed_forms_agree_with_the_simulation_on_dev_layouts(agreement) -> None:
     """Within 1% on the dev layouts with pipelines; where uneven stages, few micro-batches or many virtual
     stages push the closed form further (at most 2%, listed in docs/simulator.md), the estimator

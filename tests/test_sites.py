@@ -102,6 +102,7 @@ def _plan_json(*argv: str) -> dict:  # type: ignore[type-arg]
     return json.loads(out.getvalue())  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_across_two_regions_the_planner_picks_a_low_communication_method_and_on_one_fabric_the_all_reduce() -> None:
     """Issue 14's figure: `plait plan --model llama3-8b --cluster h100-2x64-two-regions --gpus 128 --json` ranks a
     method that sends less between the regions first, with its multiplier and source (planned for plait's

@@ -69,6 +69,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dic
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", EXACT + ROUNDED)
 def test_methods_train_across_sites_as_over_the_flat_ring_and_send_the_predicted_bytes(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     flat, sites = trained["flat"][case], trained["sites"][case]

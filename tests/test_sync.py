@@ -70,6 +70,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, lis
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_the_bytes_each_step_sends_are_the_cost_models(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     """Every step's payload, counted at torch.distributed.all_reduce, equals the cost model's to the byte."""
@@ -142,6 +143,7 @@ def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
                                    dp_sync="dreamddp:every=8"))
 
 
+@pytest.mark.slow
 def test_plait_run_trains_a_dp_sync_plan(tmp_path: Path) -> None:
     """`plait run` executes a plan's dp_sync (PowerSGD over DDP here) and the plan file carries it."""
     plan = tmp_path / "plan.toml"
@@ -220,6 +222,7 @@ def _split_shapes(layout: str) -> list[tuple[str, tuple[int, ...]]]:
     return rank_shapes(spec, tp, 0, spec.num_layers // pp, pp == 1, True)
 
 
+@pytest.mark.slow
 def test_model_parallel_replicas_synchronize_their_shards_exactly(tmp_path: Path) -> None:
     """Every method over replicas that are themselves split — HSDP (FSDP2 within each replica of 2 ranks), TP=2
     and PP=2 — each rank synchronizing its own shard with the same rank of the other replica. Exact where the maths

@@ -150,6 +150,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, obj
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [c for c in CASES if not c.startswith(("allreduce", "local_sgd"))])
 def test_each_rank_sends_the_cost_models_bytes(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     """Every step of every rank, counted at torch.distributed.isend, equals the cost model's payload to the byte."""
@@ -181,6 +182,7 @@ WIDE = ROOT / "tests" / "data" / "wide-model.toml"
 WIDE_BATCH = 8
 
 
+@pytest.mark.slow
 def test_hybrid_trains_as_the_all_reduce_and_sends_the_predicted_bytes(tmp_path: Path) -> None:
     """Poseidon's hybrid on a wide, short model (2 sequences of 8 tokens per replica): most linear layers go as
     sufficient factors, the one-head keys and values, the embedding and the norms through 2 servers; the gradients

@@ -31,6 +31,7 @@ def _traced_catalog(name: str, seq: int):  # type: ignore[no-untyped-def]
     return spec, trace_factory(lambda: Transformer(spec, seq), name, (seq,), "int64")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, seq", [("llama3-8b", 8192), ("gpt3-175b", 2048)])
 def test_traced_catalog_transformer_agrees_with_the_closed_forms(name: str, seq: int) -> None:
     """Parameters exact, FLOPs within 1%, each layer's saved activations within 5% of plait's closed forms for the
@@ -181,6 +182,7 @@ def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
     """plait validate --classic on the public ResNet-50 and BERT-large rows (tests/data/classic_dp.md): every mixed-
     precision row on a system plait has a preset for is predicted; every other row says why in one line."""

@@ -57,6 +57,7 @@ def assert_same_run(got: tuple[list[dict[str, float]], dict[str, torch.Tensor]],
         torch.testing.assert_close(value, even_weights[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body", ["dp_replicate = 2", 'dp_shard = 2\nsharding = "zero2"',
                                   'dp_shard = 2\nsharding = "zero3"'])
 def test_uneven_batch_split_equals_the_even_run(body: str, tmp_path: Path) -> None:
@@ -67,6 +68,7 @@ def test_uneven_batch_split_equals_the_even_run(body: str, tmp_path: Path) -> No
     assert_same_run(train(tmp_path, "uneven", body, "--batch-split", "12,4", *slowed), even)
 
 
+@pytest.mark.slow
 def test_uneven_stage_layers_equal_the_even_split(tmp_path: Path) -> None:
     """pp=2: 3 layers on the fast rank's stage and 1 on the slow rank's, against 2 + 2."""
     body = 'pp = 2\nschedule = "1f1b"'
