@@ -1,5 +1,5 @@
 """Two workers of different speeds, the same wall time: asynchronous SGD through a server against the synchronous
-all-reduce, and the staleness each update had, measured next to plait's prediction (issue 16).
+all-reduce, and the staleness each update had, measured next to plait's prediction.
 
 Run: python benchmarks/async_workers.py [--seconds 30] [--slow 0.15] [--optimizer sgd]
 

@@ -1,4 +1,4 @@
-"""How long one estimate takes (target: worst median <= 1 ms on the 2-core CI machine, issue 12; issue 2 asked 5 ms).
+"""How long one estimate takes (target: worst median <= 1 ms on the 2-core CI machine; an earlier target was 5 ms).
 
 Run: python benchmarks/estimate_speed.py
 Times several representative plans, each repeated, in one process, and prints the
@@ -38,7 +38,7 @@ def main() -> None:
         samples = []
         for _ in range(200):
             start = time.perf_counter()
-            _ = estimate(models[model], clusters[cluster], plan).step_time_interval_s  # with its p10/p90 (issue 15)
+            _ = estimate(models[model], clusters[cluster], plan).step_time_interval_s  # with its p10/p90
             samples.append((time.perf_counter() - start) * 1e3)
         median = statistics.median(samples)
         medians.append(median)

@@ -1,4 +1,4 @@
-"""GNN epoch time on this machine, measured vs predicted (issue 18: target |error| <= 20%).
+"""GNN epoch time on this machine, measured vs predicted (target |error| <= 20%).
 
 Run: python benchmarks/gnn_epoch.py [--cluster FILE]
 1. ``plait calibrate`` measures this machine into a temporary cluster file (or ``--cluster`` gives one it wrote):

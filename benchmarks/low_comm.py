@@ -6,7 +6,7 @@ Run (root, Linux): python benchmarks/low_comm.py [--rate 200mbit] [--steps 16] [
    is not available here); every namespace and link is created here and removed at the end, whatever happens.
 2. ``plait calibrate --ranks 4`` describes the machine as the job uses it: the 4 ranks share its cores, and
    calibrate times every compute figure and the loopback collectives on all 4 at once (an earlier version timed
-   2 and scaled by a matmul loop's 4-against-2 slowdown, 2.3-2.4x on the twelfth session's AMD host, where
+   2 and scaled by a matmul loop's 4-against-2 slowdown, 2.3-2.4x on an AMD host, where
    training slowed 1.6x). The collective sweep of ``plait.run.calibrate`` run with one rank in each namespace
    describes the link between them. The two become one cluster file: a site tier of 2 ranks and a wide-area tier
    of 4 whose per-rank share is the link over the 2 ranks of a site. The ranks are told that cluster (the plan's

@@ -1,4 +1,4 @@
-"""Planner vs published layouts on the dev set (issue 3, "plan quality").
+"""Planner vs published layouts on the dev set ("plan quality").
 
 Run: python benchmarks/plan_quality.py
 For every run with a complete published layout, prints the predicted speed-up of the

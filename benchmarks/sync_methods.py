@@ -1,4 +1,4 @@
-"""Every synchronization method of issues 14 and 16 side by side: measured step time against plait's prediction,
+"""Every synchronization method side by side: measured step time against plait's prediction,
 on plain loopback and on two emulated sites (target |error| <= 20%).
 
 Run: python benchmarks/sync_methods.py [--where loopback|sites|both] [--steps 16] [--quick] [--model FILE]

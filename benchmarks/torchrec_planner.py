@@ -1,4 +1,4 @@
-"""plait's embedding placement next to TorchRec's planner for three table sets (issue 17).
+"""plait's embedding placement next to TorchRec's planner for three table sets.
 
 Run: python benchmarks/torchrec_planner.py     (needs torchrec and fbgemm-gpu-cpu: the recsys install, README)
 

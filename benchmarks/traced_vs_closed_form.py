@@ -1,4 +1,4 @@
-"""A catalog transformer traced on the meta device next to plait's closed forms (issue 17): the figures that
+"""A catalog transformer traced on the meta device next to plait's closed forms: the figures that
 tests/test_traced.py bounds (parameters exact, FLOPs within 1%, each layer's saved activations within 5%).
 
 Run: python benchmarks/traced_vs_closed_form.py        (seconds; no GPU)

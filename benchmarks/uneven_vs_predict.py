@@ -1,4 +1,4 @@
-"""Uneven work on ranks of unequal speed, measured vs predicted on this machine (issue 19).
+"""Uneven work on ranks of unequal speed, measured vs predicted on this machine.
 
 Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
 1. ``plait calibrate`` measures this machine into a temporary cluster file (or ``--cluster`` reuses one).

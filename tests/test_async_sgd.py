@@ -1,4 +1,4 @@
-"""Asynchronous methods through server ranks (issue 16): the simulation against hand cases and the closed form
+"""Asynchronous methods through server ranks: the simulation against hand cases and the closed form
 the cost model uses, and the runtime's bytes, updates and staleness."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The capability table, option by option and engine by engine: every plan option the planner can emit either runs
-or is refused before launch with a message naming it — no third outcome (issue 11).
+or is refused before launch with a message naming it — no third outcome.
 
 For plait's runtime on this CPU "runs" means a test of the suite trains that option (a parity test against one
 process, or a training run for options that change numerics); the registry below names that test and this file

@@ -1,4 +1,4 @@
-"""Checkpoints that cannot be lost (issue 13): periodic saves published whole, verified before loading, never
+"""Checkpoints that cannot be lost: periodic saves published whole, verified before loading, never
 written over; a crash during a save keeps the previous checkpoint and a resumed run continues with the
 uninterrupted run's losses; a damaged checkpoint or another run's is refused with one line before a rank starts.
 2-rank gloo runs of the tiny model through ``plait run``, fp32 (``--full-precision``) so that losses compare."""

@@ -146,7 +146,7 @@ def _in_process(*argv: str) -> tuple[int, str, str]:
     (["--gpus", "1"], ""),                                         # nothing to shard: no sharding
 ])
 def test_plan_files_and_the_command_line_share_their_defaults(tmp_path: Path, options: list[str], table: str) -> None:
-    """The same layout stated as options or as a plan file with the same keys is the same plan (issue 13: they
+    """The same layout stated as options or as a plan file with the same keys is the same plan (they once
     differed in global_batch, 1 vs 128, and sharding, none vs zero3)."""
     gpus = options[options.index("--gpus") + 1] if "--gpus" in options else "8"
     path = tmp_path / "plan.toml"

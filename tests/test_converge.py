@@ -1,4 +1,4 @@
-"""Steps multipliers (issue 14): how they are computed from two loss curves, and `plait converge` measuring them."""
+"""Steps multipliers: how they are computed from two loss curves, and `plait converge` measuring them."""
 
 from __future__ import annotations
 

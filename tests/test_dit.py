@@ -1,4 +1,4 @@
-"""Diffusion-transformer inference (issue 18): model sizes against the published ones, the plans' arithmetic by its
+"""Diffusion-transformer inference: model sizes against the published ones, the plans' arithmetic by its
 invariants, one-line refusals, and plait estimate and plan on a DiT TOML."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sequence-parallel DiT inference on 2 gloo ranks (issue 18): Ulysses gives one process's denoised latent, and
+"""Sequence-parallel DiT inference on 2 gloo ranks: Ulysses gives one process's denoised latent, and
 DistriFusion's stale patches stay within the derived bound of exact attention; every byte sent equals the cost
 model's count."""
 

@@ -1,4 +1,4 @@
-"""Recommendation models (issue 17): the bytes each rank moves under TorchRec's sharding types, by hand; the greedy
+"""Recommendation models: the bytes each rank moves under TorchRec's sharding types, by hand; the greedy
 placement; plait's placements as TorchRec sharding plans."""
 
 from __future__ import annotations

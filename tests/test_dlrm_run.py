@@ -1,4 +1,4 @@
-"""A DLRM plan trained by TorchRec on 2 gloo ranks (issue 17): the losses equal one process's on the same global
+"""A DLRM plan trained by TorchRec on 2 gloo ranks: the losses equal one process's on the same global
 batches, and every byte its embedding collectives send equals plait's prediction."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every ``plait`` command shown in README.md and docs/*.md runs as written (issue 13): each shell block's
+"""Every ``plait`` command shown in README.md and docs/*.md runs as written: each shell block's
 ``plait ...`` lines are collected, and each runs with exit code 0. Files a command writes go to a temporary folder;
 a placeholder (``plan.toml``, ``path/to/config.json ...``, ``plait plan ...``) is filled
 with a real file or the block's first command; CUDA-only ones run with ``--dry-run``. The table below must name

@@ -1,5 +1,5 @@
 """Engines: every fact cited, one capability table read by planner, exporter and estimate, and rankings for two
-engines that differ exactly where the engines' documented facts differ (issue 11)."""
+engines that differ exactly where the engines' documented facts differ."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FSDP2's copies on the compute stream (issue 15, item 5): each ZeRO-3 all-gather is followed by a copy of the
+"""FSDP2's copies on the compute stream: each ZeRO-3 all-gather is followed by a copy of the
 gathered buffer into the parameters, and each reduce-scatter preceded by a copy of the gradients into its buffer
 (torch ``_fully_shard/_fsdp_collectives.py``: ``foreach_all_gather_copy_out``, ``foreach_reduce_scatter_copy_in``);
 engines whose gathered buffer is the parameters' storage (FSDP1, DeepSpeed, Megatron) copy nothing."""

@@ -1,4 +1,4 @@
-"""Property-based fuzz of the command line (issue 13): random and hostile arguments and files.
+"""Property-based fuzz of the command line: random and hostile arguments and files.
 
 Hypothesis drives ``plait estimate``, ``plan``, ``simulate``, ``report``, ``validate``, ``schedule`` and ``run --dry-run``
 in this process (:func:`plait.cli.main.run_cli`, the console script's own code path) with option values

@@ -1,4 +1,4 @@
-"""GNN training (issue 18): the sampled batch's expected size by hand and against plait's sampler on generated
+"""GNN training: the sampled batch's expected size by hand and against plait's sampler on generated
 graphs, the fetch bytes by hand, the workload's one-line errors, and plait estimate and plan on a GNN TOML."""
 
 from __future__ import annotations

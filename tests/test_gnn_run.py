@@ -1,4 +1,4 @@
-"""Data-parallel GNN training on 2 gloo ranks (issue 18): PyG's GraphSAGE, GCN, GAT and a graph transformer over
+"""Data-parallel GNN training on 2 gloo ranks: PyG's GraphSAGE, GCN, GAT and a graph transformer over
 plait's sampler on a generated graph give the losses of one process training the same parts' batches, and every
 byte the feature fetch sends equals the cost model's accounting of the ids each part asks for."""
 

@@ -1,4 +1,4 @@
-"""Goodput (issue 13): Young's and Daly's checkpoint intervals and expected wall time against their closed forms,
+"""Goodput: Young's and Daly's checkpoint intervals and expected wall time against their closed forms,
 the packaged failure rates against the Llama 3 paper's table, and the whole against its limits."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Guard rails of ``plait run`` (issue 13): a non-finite step stops the run with a non-zero exit code (or is
+"""Guard rails of ``plait run``: a non-finite step stops the run with a non-zero exit code (or is
 skipped when asked), and a plan this machine cannot hold is refused before any rank starts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Mixed clusters and plans (issue 19): a mixed cluster of one kind is the homogeneous cluster, the slowest group
+"""Mixed clusters and plans: a mixed cluster of one kind is the homogeneous cluster, the slowest group
 sets a mixed step, memory is checked per device type, and the planner's balanced split beats the even one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Step-time intervals (issue 15): split-conformal quantiles by hand, the shipped calibration recomputed from the
+"""Step-time intervals: split-conformal quantiles by hand, the shipped calibration recomputed from the
 development set, its leave-one-source-out coverage in [75%, 90%], and ranking plans by the 90% bound."""
 
 from __future__ import annotations

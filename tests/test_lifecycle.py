@@ -1,4 +1,4 @@
-"""Ranks never outlive ``plait run`` (issue 13): SIGTERM (the handler SIGINT and SIGHUP share) or SIGKILL (both
+"""Ranks never outlive ``plait run``: SIGTERM (the handler SIGINT and SIGHUP share) or SIGKILL (both
 death-signal links: torchrun's to plait, the ranks' to torchrun) to the ``plait`` process, and no process of that
 run is alive 10 s later. Each case starts a 2-rank gloo run of the tiny model
 that would train for a long time, waits until both ranks are in their training loop, sends the signal, and looks

@@ -1,4 +1,4 @@
-"""What the loss and fp8 weight copies add to memory per GPU (issue 15, measured memory): the loss's peak bytes
+"""What the loss and fp8 weight copies add to memory per GPU (measured memory): the loss's peak bytes
 per logit as each engine computes it, checked against a measurement of plait's own loss, and Transformer
 Engine's cached fp8 weights."""
 

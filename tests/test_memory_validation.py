@@ -1,4 +1,4 @@
-"""Predicted vs measured peak memory per GPU on public runs (issue 15): what each source's figure counts, and the
+"""Predicted vs measured peak memory per GPU on public runs: what each source's figure counts, and the
 error over tests/data/memory_runs.csv as a bound that can fail."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from plait.validate.memory import comparable_bytes, measured_kind, validate_memo
 
 MEMORY_CSV = Path(__file__).parent / "data" / "memory_runs.csv"
 MEMORY_BOUND_PCT = 8.0
-"""Issue 15's target; today 5.4% (docs/status.md)."""
+"""The target for memory predictions; today 5.4% (docs/validation.md)."""
 
 
 def test_each_kind_of_figure_counts_what_its_source_measures() -> None:

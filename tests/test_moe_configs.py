@@ -1,6 +1,6 @@
 """The published Hugging Face configs of the mixture-of-experts models (tests/data/model_configs, copied from the
 shared dataset; sources in its SOURCES.md) read faithfully: parameter counts against the model cards, which layers
-are MoE, and which attend locally (issue 15)."""
+are MoE, and which attend locally."""
 
 from __future__ import annotations
 

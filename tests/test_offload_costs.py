@@ -1,4 +1,4 @@
-"""Offload is costed as it runs (issue 11): parameter offload still all-gathers and reduce-scatters over the
+"""Offload is costed as it runs: parameter offload still all-gathers and reduce-scatters over the
 network, optimizer offload alone leaves parameters and gradients on the GPU, nothing crosses PCIe twice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 3: on every dev run with a complete published layout, the planner's best plan predicts
+"""Plan quality: on every dev run with a complete published layout, the planner's best plan predicts
 a step time no worse than the published layout's prediction (same model, cluster, GPUs, batch,
 precision and documented software)."""
 

@@ -1,4 +1,4 @@
-"""The precision `plait run` and `plait calibrate` compute in on a CPU (issue 13: emulated bf16 took 15 s a step
+"""The precision `plait run` and `plait calibrate` compute in on a CPU (emulated bf16 took 15 s a step
 on an AVX2-only CPU, against fp32's fraction of a second)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The runtime: every layout trains with the single-process losses (fp32, gloo, spawned ranks).
 
 Each case runs ``plait.run.worker`` under torchrun for 10 steps of examples/tiny-model.toml and
-compares every step's loss with a one-process run within 1e-5 relative (issue 4).
+compares every step's loss with a one-process run within 1e-5 relative.
 """
 
 from __future__ import annotations

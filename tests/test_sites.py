@@ -1,4 +1,4 @@
-"""Clusters that span sites (issue 14): a wide-area tier, the bytes that leave a site, their price, and the
+"""Clusters that span sites: a wide-area tier, the bytes that leave a site, their price, and the
 low-communication methods over HSDP that keep the traffic inside sites."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _plan_json(*argv: str) -> dict:  # type: ignore[type-arg]
 
 @pytest.mark.slow
 def test_across_two_regions_the_planner_picks_a_low_communication_method_and_on_one_fabric_the_all_reduce() -> None:
-    """Issue 14's figure: `plait plan --model llama3-8b --cluster h100-2x64-two-regions --gpus 128 --json` ranks a
+    """The sites figure: `plait plan --model llama3-8b --cluster h100-2x64-two-regions --gpus 128 --json` ranks a
     method that sends less between the regions first, with its multiplier and source (planned for plait's
     runtime, the engine that runs it); on one DGX H100 InfiniBand fabric the all-reduce wins, for Megatron-Core
     (the default engine there) and for plait's runtime alike."""

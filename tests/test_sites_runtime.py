@@ -1,4 +1,4 @@
-"""The replicas' all-reduce across sites runs hierarchically (issue 14, :mod:`plait.run.sites`): on 4 gloo ranks
+"""The replicas' all-reduce across sites runs hierarchically (:mod:`plait.run.sites`): on 4 gloo ranks
 laid out as two sites of 2 it sums exactly, and every method that all-reduces trains as over the flat ring and
 sends the bytes the cost model predicts."""
 

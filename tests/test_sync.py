@@ -1,4 +1,4 @@
-"""Data-parallel synchronization methods (issue 14, first part): the spec, the bytes each step sends (cost model
+"""Data-parallel synchronization methods: the spec, the bytes each step sends (cost model
 against what the runtime counted, as integers), and exactness where the maths is exact."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, refer
     ("palsgd:every=3,p=0.3,warmup=4@adamw", "palsgd:every=3,p=0.3@adamw")])
 def test_lossy_methods_still_train(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """Finite, falling losses; they differ from the all-reduce's (a lossy method that did not would send nothing
-    less). How many more steps they need is issue 14's convergence multiplier, not asserted here."""
+    less). How many more steps they need is the method's convergence multiplier, not asserted here."""
     losses, plain = trained[case]["losses"], trained[reference]["losses"]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
     assert losses != plain

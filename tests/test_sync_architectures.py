@@ -1,4 +1,4 @@
-"""Beyond the all-reduce (issue 16): parameter servers, in-network aggregation and gossip — the specs, the
+"""Beyond the all-reduce: parameter servers, in-network aggregation and gossip — the specs, the
 topologies' maths against closed forms, the bytes each rank sends (cost model against what the runtime counted,
 rank by rank, as integers) and exactness where the maths is exact."""
 

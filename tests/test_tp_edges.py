@@ -62,7 +62,7 @@ def test_sequence_parallel_reduces_norm_gradients_once_per_step(toy_cluster: Clu
 
 
 def test_async_tp_hides_at_most_what_the_decomposed_gemms_can() -> None:
-    """Regression (issue 11): tp_comm_overlap used to hide all TP traffic behind the whole GEMM time. Decomposed
+    """Regression: tp_comm_overlap used to hide all TP traffic behind the whole GEMM time. Decomposed
     (async) TP overlaps the other tp - 1 chunks only, and pays for running tp smaller GEMMs (Wang et al. 2023)."""
     from plait.cost.compute import gemms_fwd_bwd_s
     from plait.cost.flops import Gemm, layer_gemms

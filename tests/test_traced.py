@@ -1,4 +1,4 @@
-"""Any PyTorch module as a workload (issue 17): a module traced on the meta device against the closed forms plait
+"""Any PyTorch module as a workload: a module traced on the meta device against the closed forms plait
 keeps for its catalog transformers, and against published figures of ResNet-50."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Uneven work on ranks of unequal speed (issue 19): an uneven batch split on a slowed rank and an uneven pipeline
+"""Uneven work on ranks of unequal speed: an uneven batch split on a slowed rank and an uneven pipeline
 stage split train with the even run's losses and weights (fp32, gloo, 2 ranks, examples/tiny-model.toml); the
 expected values are the even run's, not the code's. What the runtime does not run unevenly is refused by name
 before any rank starts."""

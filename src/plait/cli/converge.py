@@ -1,4 +1,4 @@
-"""``plait converge``: measure a synchronization method's steps multiplier against the all-reduce (issue 14)."""
+"""``plait converge``: measure a synchronization method's steps multiplier against the all-reduce."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``plait plan --model DIT.toml``: every way to spend the GPUs on a diffusion transformer, lowest latency first;
-``--export DIR`` writes the fastest plan xDiT runs as its launch line (issue 18)."""
+``--export DIR`` writes the fastest plan xDiT runs as its launch line."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``plait plan --model DLRM.toml``: place a recommendation model's tables, next to TorchRec's own planner
-(issue 17)."""
+"""``plait plan --model DLRM.toml``: place a recommendation model's tables, next to TorchRec's own planner."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``plait plan --model GNN.toml``: every GNN training strategy and feature-cache size, ranked (issue 18)."""
+"""``plait plan --model GNN.toml``: every GNN training strategy and feature-cache size, ranked."""
 
 from __future__ import annotations
 

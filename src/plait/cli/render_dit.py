@@ -1,4 +1,4 @@
-"""Tables of a diffusion-transformer inference job: one plan's step and latency, and the plan search (issue 18)."""
+"""Tables of a diffusion-transformer inference job: one plan's step and latency, and the plan search."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tables of a DLRM job: its placement and each rank's share of a step (issue 17)."""
+"""Tables of a DLRM job: its placement and each rank's share of a step."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tables of a GNN job: one strategy's step, and the search over strategies and cache sizes (issue 18)."""
+"""Tables of a GNN job: one strategy's step, and the search over strategies and cache sizes."""
 
 from __future__ import annotations
 

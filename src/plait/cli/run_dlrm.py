@@ -1,4 +1,4 @@
-"""``plait run --model DLRM.toml``: train a DLRM's placement on TorchRec and compare with the prediction (issue 17)."""
+"""``plait run --model DLRM.toml``: train a DLRM's placement on TorchRec and compare with the prediction."""
 
 from __future__ import annotations
 

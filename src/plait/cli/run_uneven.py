@@ -1,4 +1,4 @@
-"""The prediction of an uneven ``plait run`` (``--slowdown``, ``--batch-split``, ``--stage-layers``; issue 19): each
+"""The prediction of an uneven ``plait run`` (``--slowdown``, ``--batch-split``, ``--stage-layers``): each
 rank is a device group of one, rank r the run's cluster made ``slowdown[r]`` times slower
 (:func:`plait.hardware.hetero.slowed`, what :mod:`plait.run.slowdown` emulates), all joined by the cluster's
 innermost tier, and the run's split is a :class:`plait.plan.hetero.MixedPlan` that

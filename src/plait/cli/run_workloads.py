@@ -1,5 +1,5 @@
 """``plait run --model GNN.toml|DIT.toml``: the GNN and DiT workers on this machine's CPU ranks (gloo), next to a
-single-process reference and the cost model's bytes (issue 18).
+single-process reference and the cost model's bytes.
 
 GNN: the graph the TOML describes is generated (a degree-corrected SBM with its nodes, edges and degree exponent:
 :mod:`plait.run.graph`), cut into one part per rank, and trained with the TOML's model by sampled data parallelism;

@@ -1,4 +1,4 @@
-"""``plait simulate --model GNN.toml|DIT.toml``: the timeline of a GNN step or of a DiT's generation (issue 18)."""
+"""``plait simulate --model GNN.toml|DIT.toml``: the timeline of a GNN step or of a DiT's generation."""
 
 from __future__ import annotations
 

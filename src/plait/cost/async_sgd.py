@@ -1,4 +1,4 @@
-"""Step time of asynchronous methods through server ranks: ``async_ps`` and ``easgd`` (issue 16).
+"""Step time of asynchronous methods through server ranks: ``async_ps`` and ``easgd``.
 
 A "step" is what a synchronous step trains on: one iteration of every one of the ``N`` workers (the global batch).
 Workers and servers form a closed cycle: a worker computes (``busy`` seconds: the plan's step without data-parallel

@@ -1,5 +1,5 @@
-"""Latency, throughput and memory per GPU of parallel diffusion-transformer inference (issue 18;
-:mod:`plait.workload.dit`). One denoising step of ``P`` model passes (images x 2 with classifier-free guidance) of
+"""Latency, throughput and memory per GPU of parallel diffusion-transformer inference
+(:mod:`plait.workload.dit`). One denoising step of ``P`` model passes (images x 2 with classifier-free guidance) of
 ``S`` image tokens (and ``T`` text tokens) on ``N = cfg x pipefusion x ulysses x ring x tp`` GPUs, or on ``N``
 DistriFusion patches:
 

@@ -1,4 +1,4 @@
-"""Layer-wise weight offload for DiT inference (issue 18; 001-02: ChunkFlow, arXiv 2605.11335): the weights stay in
+"""Layer-wise weight offload for DiT inference (001-02: ChunkFlow, arXiv 2605.11335): the weights stay in
 host memory and each layer's are prefetched over the GPU's PCIe link while the layer before computes, so a step
 takes the longer of its compute and the weights' stream, and the GPU keeps two layers' weights (the one computing,
 the one arriving).

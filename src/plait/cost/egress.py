@@ -1,4 +1,4 @@
-"""Bytes that leave a site per step, on clusters whose outer tier joins sites (issue 14).
+"""Bytes that leave a site per step, on clusters whose outer tier joins sites.
 
 Ranks are laid out in aligned blocks (:mod:`plait.plan.plan`), so a group spans ``S`` whole sites. An
 all-reduce across sites is hierarchical (:func:`plait.cost.collectives.all_reduce_s`): each site's members
@@ -106,7 +106,7 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> flo
 
 
 def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) -> float:
-    """Bytes leaving sites per step under the point-to-point methods of issue 16, summed over every replica group
+    """Bytes leaving sites per step under the point-to-point methods, summed over every replica group
     (one per TP rank and stage; replicas ``tp`` ranks apart) from who sends what to whom: gossip's copies to the
     replicas of another site (:mod:`plait.cost.gossip`), a parameter server's pushes and replies between sites
     (:mod:`plait.cost.servers`; servers on the group's first ranks) and, with ``hybrid``, each replica's

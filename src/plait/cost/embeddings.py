@@ -1,4 +1,4 @@
-"""Step time and memory per rank of a DLRM's sharded embedding tables (issue 17; :mod:`plait.workload.dlrm`).
+"""Step time and memory per rank of a DLRM's sharded embedding tables (:mod:`plait.workload.dlrm`).
 
 Each table is placed by one of TorchRec's sharding types (torchrec.distributed.types.ShardingType) on a
 ``group`` of ranks; with 2D sparse parallelism (000-09: Zhang et al., arXiv 2508.03854, Sec. 3) the ``W`` ranks form

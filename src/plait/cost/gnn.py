@@ -1,4 +1,4 @@
-"""Step time, epoch time and memory per GPU of mini-batch GNN training (issue 18; :mod:`plait.workload.gnn`).
+"""Step time, epoch time and memory per GPU of mini-batch GNN training (:mod:`plait.workload.gnn`).
 
 Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank per step:
 

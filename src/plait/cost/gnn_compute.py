@@ -1,4 +1,4 @@
-"""The layers' time and the memory of one GNN step on one GPU (issue 18; :mod:`plait.cost.gnn`).
+"""The layers' time and the memory of one GNN step on one GPU (:mod:`plait.cost.gnn`).
 
 Which nodes and edges each layer computes depends on the engine:
 

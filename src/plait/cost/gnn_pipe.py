@@ -1,4 +1,4 @@
-"""Full-graph GNN training: on one GPU, and on several by GNNPipe's layer pipeline (issue 18; 000-11: Chen et al.,
+"""Full-graph GNN training: on one GPU, and on several by GNNPipe's layer pipeline (000-11: Chen et al.,
 "GNNPipe: Scaling Deep GNN Training with Pipelined Model Parallelism", arXiv 2308.10087, Sec. 3-4).
 
 One GPU: every layer on every node and edge, forward and backward (:mod:`plait.cost.gnn_compute`), one step per

@@ -1,4 +1,4 @@
-"""Time and bytes of neighbour sampling, by sampler (issue 18; :mod:`plait.cost.gnn`).
+"""Time and bytes of neighbour sampling, by sampler (:mod:`plait.cost.gnn`).
 
 Samplers:
 

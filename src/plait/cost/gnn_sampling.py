@@ -1,4 +1,4 @@
-"""Expected size of a neighbour-sampled mini-batch (issue 18): nodes and edges per hop, and how many of the
+"""Expected size of a neighbour-sampled mini-batch: nodes and edges per hop, and how many of the
 nodes whose features the batch reads live on other ranks and miss the feature cache.
 
 Sampling (GraphSAGE: Hamilton et al., NeurIPS 2017, Alg. 2; PyG's ``NeighborLoader`` and plait's runtime sampler):

@@ -1,4 +1,4 @@
-"""Bytes and seconds of ``gossip`` (decentralized SGD, issue 16; topologies in :mod:`plait.plan.gossip`).
+"""Bytes and seconds of ``gossip`` (decentralized SGD; topologies in :mod:`plait.plan.gossip`).
 
 Each step a replica sends its parameters (its own shards, fp32: ``4 P`` bytes) to every replica that receives
 from it and averages the copies it receives (D-PSGD, Lian et al. 2017, Algorithm 1: one exchange of the model

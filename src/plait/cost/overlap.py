@@ -31,8 +31,8 @@ def engaged_s(ring_bytes: Any, innermost_bytes_per_s: float) -> Any:
 
     Assumed: the contention is per byte the endpoints move — the copies and reductions a CPU makes for gloo
     (a loopback all-reduce is CPU-bound: ``plait calibrate`` measures it hiding nothing), the HBM traffic of
-    NCCL's kernels — not per second spent waiting on a slower wire. Measured by ``benchmarks/low_comm.py`` (tenth
-    session): on a host whose loopback overlap figure was 0, Pipe-SGD's steps over a 200 Mbit/s link took 0.69 s
+    NCCL's kernels — not per second spent waiting on a slower wire. Measured by ``benchmarks/low_comm.py`` on
+    2026-12-02, on a host whose loopback overlap figure was 0, Pipe-SGD's steps over a 200 Mbit/s link took 0.69 s
     against 0.56 s predicted for the all-reduce and 0.22 s for compute and optimizer: the compute hid behind the
     wire. Left out: SMs that NCCL kernels hold while they wait on the network."""
     return ring_bytes / innermost_bytes_per_s

@@ -1,4 +1,4 @@
-"""Gradient sums outside the all-reduce: parameter servers and in-network aggregation (issue 16).
+"""Gradient sums outside the all-reduce: parameter servers and in-network aggregation.
 
 Bytes (what each rank hands to point-to-point sends per step, as the runtime :mod:`plait.run.servers` counts them;
 ``E`` gradient elements of the rank, fp32):

@@ -1,4 +1,4 @@
-"""Bytes each data-parallel replica hands to collectives per step, by synchronization method (issue 14).
+"""Bytes each data-parallel replica hands to collectives per step, by synchronization method.
 
 Payload bytes: the tensors given to ``all_reduce`` (exact integers for a model and plan); the collective's own
 traffic on the wire is the payload times its algorithm's factor (ring all-reduce: ``2 (n-1)/n`` per rank,
@@ -74,7 +74,7 @@ def _powersgd_matrix(shape: Shape, rank: int, min_compression_rate: float) -> tu
 
 def payload_bytes(sync: Sync, named: list[tuple[str, Shape]], step: int | None = None, rank: int = 0,
                   replicas: int = 2, tokens: int = 0) -> float:
-    """Bytes one replica hands to collectives (and, for the methods of issue 16, to point-to-point sends) in one
+    """Bytes one replica hands to collectives (and, for the server and gossip methods, to point-to-point sends) in one
     step (``named``: the parameters' names and shapes, :func:`plait.workload.tensors.parameter_shapes`; ``step``:
     that step, counted from 0, for the methods whose traffic changes with it; ``None``: the mean over a period in
     steady state; ``rank`` of ``replicas``: for the methods whose ranks send different bytes)."""

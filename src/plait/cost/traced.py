@@ -1,4 +1,4 @@
-"""Step time and memory per GPU of a plan for a traced workload (issue 17; :mod:`plait.workload.traced`).
+"""Step time and memory per GPU of a plan for a traced workload (:mod:`plait.workload.traced`).
 
 The same physics as the transformer path, read from the trace instead of closed forms:
 

@@ -1,4 +1,4 @@
-"""plait's embedding placements and TorchRec's sharding plans, both ways (issue 17).
+"""plait's embedding placements and TorchRec's sharding plans, both ways.
 
 - :func:`sharding_plan` turns a plait placement into TorchRec's own ``ShardingPlan`` through
   ``torchrec.distributed.sharding_plan.construct_module_sharding_plan`` and its per-table helpers

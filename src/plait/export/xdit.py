@@ -1,4 +1,4 @@
-"""A DiT plan as xDiT's command-line arguments (issue 18; xDiT's ``xFuserArgs``, xfuser/config/args.py): the
+"""A DiT plan as xDiT's command-line arguments (xDiT's ``xFuserArgs``, xfuser/config/args.py): the
 degrees of CFG, PipeFusion (with its patches), Ulysses, ring and tensor parallelism, the image and the steps, for
 ``torchrun --nproc_per_node N <xDiT example script> ...``. DistriFusion is not one of xDiT's methods (it is
 ``distrifuser``'s): such a plan is refused in one line."""

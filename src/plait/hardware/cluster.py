@@ -72,7 +72,7 @@ class NetworkTier:
     """Reduce-scatter busbw fraction where it differs from the all-reduce (gloo's, measured by ``plait calibrate``)."""
     wide_area: bool = False
     """A link between sites (regions, data centres): each aligned block of the tier below is one site, and every
-    byte a group sends through this tier leaves its site (issue 14). ``bandwidth_gb_per_s_per_gpu`` is then the
+    byte a group sends through this tier leaves its site. ``bandwidth_gb_per_s_per_gpu`` is then the
     site's share of the link per GPU: the link's rate over the GPUs of one site."""
     egress_usd_per_gb: float = 0.0
     """Price of one GB (1e9 bytes) leaving a site through this tier (cloud inter-region transfer; 0 for a leased

@@ -1,4 +1,4 @@
-"""Mixed clusters: groups of different accelerators (or CPU nodes) joined by one fabric (issue 19).
+"""Mixed clusters: groups of different accelerators (or CPU nodes) joined by one fabric.
 
 Each group is a homogeneous :class:`~plait.hardware.cluster.Cluster` (its accelerator, nodes, inner tiers and
 price) of which the mixed cluster holds ``num_gpus``; ``join`` is the network tier that carries traffic between

@@ -1,5 +1,4 @@
-"""Steps multipliers: how many more steps a synchronization method needs to reach the loss the all-reduce reaches
-(issue 14).
+"""Steps multipliers: how many more steps a synchronization method needs to reach the loss the all-reduce reaches.
 
 A method that changes the update (compression, infrequent averaging) changes how many steps reach a given loss. Its
 multiplier is ``steps the method needs / steps the all-reduce needs`` for the same loss, and time-to-target is

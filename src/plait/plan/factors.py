@@ -1,5 +1,5 @@
 """Which gradients Poseidon's hybrid communication sends as sufficient factors (``param_server:...,hybrid=true``;
-issue 16, 001-H).
+001-H).
 
 A linear layer ``y = x W^T`` applied to ``K`` rows (a replica's tokens in one step, every micro-batch) has the
 gradient ``dW = dY^T X``, a sum of ``K`` outer products: a replica can send its factors ``X`` (``K x N``) and ``dY``

@@ -1,4 +1,4 @@
-"""Who averages with whom under ``gossip`` (decentralized SGD, issue 16): neighbours, mixing matrix, spectral gap.
+"""Who averages with whom under ``gossip`` (decentralized SGD): neighbours, mixing matrix, spectral gap.
 
 After each optimizer step replica ``i`` replaces its parameters by ``sum_j W[i, j] x_j`` over itself and the
 replicas it receives from (D-PSGD, Lian et al., NeurIPS 2017, Algorithm 1, in the adapt-then-combine order that

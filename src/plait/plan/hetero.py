@@ -1,4 +1,4 @@
-"""A plan over a mixed cluster (issue 19): one parallel layout, and how its work is shared among device groups.
+"""A plan over a mixed cluster: one parallel layout, and how its work is shared among device groups.
 
 Two ways to share it, as the heterogeneous planners of the field do:
 - ``data``: data-parallel replicas on every group, each group's replicas with their own local batch — Poplar's

@@ -1,4 +1,4 @@
-"""Which parameters DreamDDP's partial synchronization averages at which step of its period (000-19, issue 14).
+"""Which parameters DreamDDP's partial synchronization averages at which step of its period (000-19).
 
 DreamDDP (Tang et al., arXiv 2502.11058; its artifact trl730109/DreamDDP, ``dist_trainer_transformer_final.py``)
 is local SGD in which every layer's parameters are averaged once per period of H steps, each at its own step, and

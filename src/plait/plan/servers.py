@@ -1,4 +1,4 @@
-"""Which parameter server holds which gradient elements under ``param_server`` (issue 16).
+"""Which parameter server holds which gradient elements under ``param_server``.
 
 A replica's gradient tensors are laid end to end in the order :func:`placement` gives and cut into one contiguous
 piece per server, so that the runtime (:mod:`plait.run.servers`) and the cost model (:mod:`plait.cost.servers`)

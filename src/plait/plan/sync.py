@@ -1,4 +1,4 @@
-"""How data-parallel replicas synchronize: ``METHOD[:key=value,...]`` (issue 14).
+"""How data-parallel replicas synchronize: ``METHOD[:key=value,...]``.
 
 ``allreduce`` is today's dense gradient all-reduce every step. The others compress what each step sends or send
 less often (docs/research/sync-methods.md says what PyTorch and torchft provide for each):
@@ -19,7 +19,7 @@ less often (docs/research/sync-methods.md says what PyTorch and torchft provide 
   pulled toward the last outer model;
 - ``pipe_sgd`` (000-12): each step's all-reduce behind the next step's compute.
 
-Issue 16 replaces the all-reduce by other architectures:
+Other methods replace the all-reduce by other architectures:
 
 - ``param_server:servers=S[,placement=balanced|layerwise][,host=ranks|cpu][,hybrid=true]``: sharded parameter
   servers (BytePS, Jiang et al. OSDI 2020; Poseidon, Zhang et al. ATC 2017): each replica pushes its gradient, a

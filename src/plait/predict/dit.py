@@ -1,4 +1,4 @@
-"""A diffusion-transformer inference job (issue 18): a DiT TOML, a cluster, GPUs and a parallel plan, costed by
+"""A diffusion-transformer inference job: a DiT TOML, a cluster, GPUs and a parallel plan, costed by
 :mod:`plait.cost.dit`; or every plan of the GPUs searched for the lowest latency under the memory limit."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A recommendation model's job (issue 17): a DLRM TOML, a cluster, ranks and a global batch; its tables placed by
+"""A recommendation model's job: a DLRM TOML, a cluster, ranks and a global batch; its tables placed by
 plait's planner or by the user, costed per rank (:mod:`plait.cost.embeddings`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A GNN training job (issue 18): a GNN TOML, a cluster, ranks and a global batch of seed nodes; one strategy
+"""A GNN training job: a GNN TOML, a cluster, ranks and a global batch of seed nodes; one strategy
 costed (:mod:`plait.cost.gnn`), or every strategy and feature-cache size searched and ranked."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prediction intervals of the step time (issue 15): locally weighted split-conformal intervals on the development
+"""Prediction intervals of the step time: locally weighted split-conformal intervals on the development
 runs' residuals.
 
 A prediction ``t`` of a plan is wrong by the factor ``m / t`` the measured step ``m`` shows; its residual is

@@ -1,4 +1,4 @@
-"""One rank of an asynchronous run (issue 16): ``async_ps`` and ``easgd`` through dedicated server ranks, or, for
+"""One rank of an asynchronous run: ``async_ps`` and ``easgd`` through dedicated server ranks, or, for
 comparison, a synchronous method over the same workers, with optional slowed workers and a wall-time limit.
 
 Ranks ``0..N-1`` are workers, ranks ``N..N+S-1`` servers (``S`` from the spec; one for EASGD). Each server holds one

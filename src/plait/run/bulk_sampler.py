@@ -1,4 +1,4 @@
-"""Matrix-based bulk neighbour sampling (issue 18; 000-10: Tripathy, Yelick & Buluç, "Distributed Matrix-Based
+"""Matrix-based bulk neighbour sampling (000-10: Tripathy, Yelick & Buluç, "Distributed Matrix-Based
 Sampling for Graph Neural Network Training", MLSys 2024, Sec. 3-4).
 
 ``k`` mini-batches are sampled at once. At each hop the drawing nodes of every batch in the bulk become the rows of

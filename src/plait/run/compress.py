@@ -1,4 +1,4 @@
-"""Gradient compression with error feedback for DDP's communication hooks (issue 14): what :mod:`plait.run.sync`
+"""Gradient compression with error feedback for DDP's communication hooks: what :mod:`plait.run.sync`
 registers for ``topk`` and ``quantize``, written on ``torch.distributed.all_gather_into_tensor`` (no library has
 them; docs/research/sync-methods.md).
 

@@ -68,7 +68,7 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
     if isinstance(pending, tuple):
         pending[1].wait()
     by_rank: list[list[int]] = [[] for _ in range(world)]
-    dist.all_gather_object(by_rank, sent)  # issue 16's methods send different bytes from different ranks
+    dist.all_gather_object(by_rank, sent)  # the point-to-point methods send different bytes from different ranks
     return {"losses": losses, "bytes": sent, "bytes_by_rank": by_rank}
 
 

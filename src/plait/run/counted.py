@@ -1,5 +1,5 @@
 """Collectives that count the bytes this rank sends its peers (its own share, which stays home, is not counted):
-what the GNN and DiT workers compare with the cost model's bytes (issue 18)."""
+what the GNN and DiT workers compare with the cost model's bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sequence-parallel DiT inference on torch.distributed (issue 18): the image's tokens split over the ranks and
+"""Sequence-parallel DiT inference on torch.distributed: the image's tokens split over the ranks and
 denoised with a small DiT (:mod:`plait.run.dit_model`), attention made whole by one of
 
 - ``ulysses``: an all-to-all turns the sequence split of Q, K, V into a split of the heads, attention runs on the

@@ -1,4 +1,4 @@
-"""A small diffusion transformer for plait's DiT runs on CPU (issue 18): DiT's blocks (Peebles & Xie, ICCV 2023,
+"""A small diffusion transformer for plait's DiT runs on CPU: DiT's blocks (Peebles & Xie, ICCV 2023,
 Sec. 3.2: adaLN-Zero modulation from the timestep and class, self-attention, a GELU MLP, a linear head back to
 patches), with the attention handed to a pluggable function so that sequence parallelism (Ulysses, stale patches)
 can replace it without touching the block.

@@ -1,4 +1,4 @@
-"""Train a DLRM plan on TorchRec (issue 17): plait's table placements as TorchRec's sharding plan, run by
+"""Train a DLRM plan on TorchRec: plait's table placements as TorchRec's sharding plan, run by
 ``DistributedModelParallel`` on torch.distributed (gloo on CPU), with every byte of its embedding collectives
 counted.
 

@@ -1,5 +1,5 @@
 """Poseidon's sufficient factor broadcasting on ``torch.distributed``'s point-to-point sends
-(``param_server:...,hybrid=true``; issue 16, :mod:`plait.plan.factors`).
+(``param_server:...,hybrid=true``; :mod:`plait.plan.factors`).
 
 Every ``nn.Linear`` of the model records, in each backward pass, its input ``X`` (from a forward hook) and the
 gradient ``dY`` of its output (from a hook on the output tensor, which autograd calls with that gradient); rows of

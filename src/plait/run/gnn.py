@@ -1,4 +1,4 @@
-"""Data-parallel GNN training with neighbour sampling on torch.distributed (issue 18): one rank per part of a
+"""Data-parallel GNN training with neighbour sampling on torch.distributed: one rank per part of a
 generated graph (:mod:`plait.run.graph`), PyG's GraphSAGE, GCN, GAT or a graph transformer wrapped in DDP.
 
 Each rank holds the graph's structure and only its part's features (plus, with ``--cache``, the features of the

@@ -1,4 +1,4 @@
-"""GNN training inside the parts on torch.distributed (issue 18): the ``partition_local`` and ``llcg`` strategies of
+"""GNN training inside the parts on torch.distributed: the ``partition_local`` and ``llcg`` strategies of
 :mod:`plait.cost.gnn`, on a generated graph (:mod:`plait.run.graph`) with PyG's layers.
 
 - ``partition_local``: each rank keeps only its part's subgraph (the edges with both ends in the part) and its

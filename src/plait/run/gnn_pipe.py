@@ -1,4 +1,4 @@
-"""Full-graph GNN training with GNNPipe's layer pipeline on torch.distributed (issue 18; 000-11: Chen et al.,
+"""Full-graph GNN training with GNNPipe's layer pipeline on torch.distributed (000-11: Chen et al.,
 "GNNPipe: Scaling Deep GNN Training with Pipelined Model Parallelism", arXiv 2308.10087, Sec. 3-4;
 :mod:`plait.cost.gnn_pipe` costs it).
 

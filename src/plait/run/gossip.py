@@ -1,4 +1,4 @@
-"""Decentralized SGD (``gossip``, issue 16) on ``torch.distributed``'s point-to-point sends.
+"""Decentralized SGD (``gossip``) on ``torch.distributed``'s point-to-point sends.
 
 After each step of the inner optimizer, a replica sends its parameters (its local shards, one flat fp32 buffer)
 to every replica that receives from it, receives its sources' and takes ``sum_j W[i, j] x_j`` with the mixing

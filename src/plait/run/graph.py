@@ -1,4 +1,4 @@
-"""Graphs plait generates for GNN runs (issue 18; no downloads): a degree-corrected stochastic block model with
+"""Graphs plait generates for GNN runs (no downloads): a degree-corrected stochastic block model with
 power-law expected degrees (Karrer & Newman, Phys. Rev. E 83, 016107, 2011, Sec. II), its blocks being the parts
 the ranks own, and node features and labels from a seeded generator.
 

@@ -5,7 +5,7 @@ instructions — AVX512-BF16 or AMX-BF16 for bf16, AVX512-FP16 or AMX-FP16 for f
 (ARMv8.6) for bf16 on Arm — and otherwise emulates them by converting to fp32
 (https://uxlfoundation.github.io/oneDNN/dev_guide_data_types.html, "Hardware Limitations"). Emulated bf16
 is not a cheaper bf16, it is much slower fp32: on an AVX2-only CPU a bf16 matmul ran at 0.8 GFLOP/s against
-110 GFLOP/s in fp32 (issue 13). The flags are the Linux kernel's names in ``/proc/cpuinfo``.
+110 GFLOP/s in fp32. The flags are the Linux kernel's names in ``/proc/cpuinfo``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Compressed gradient reduction over replicas that DDP cannot wrap: tensor-parallel and pipeline-stage replicas
-(issue 14).
+"""Compressed gradient reduction over replicas that DDP cannot wrap: tensor-parallel and pipeline-stage replicas.
 
 PyTorch's DDP takes neither DTensor tensor parallelism nor pipeline stages, so for those plans the communication
 hooks DDP runs for whole replicas — ``bf16_compress_hook``, ``fp16_compress_hook``, ``powerSGD_hook`` and plait's

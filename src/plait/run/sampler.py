@@ -1,4 +1,4 @@
-"""Uniform neighbour sampling for mini-batch GNN training (issue 18; GraphSAGE: Hamilton et al., NeurIPS 2017,
+"""Uniform neighbour sampling for mini-batch GNN training (GraphSAGE: Hamilton et al., NeurIPS 2017,
 Alg. 2), as PyG's ``NeighborLoader`` does it: at each hop every node first reached at the previous hop draws
 ``min(fanout, degree)`` of its neighbours without replacement; the batch's nodes are the seeds, then each hop's new
 nodes in ascending id; its edges point from the drawn neighbour to the node that drew it.

@@ -1,4 +1,4 @@
-"""The point-to-point sends of issue 16's methods (parameter servers, the emulated switch, sufficient factors,
+"""The point-to-point sends of plait's methods (parameter servers, the emulated switch, sufficient factors,
 gossip, asynchronous servers), and the ranks they address."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ PUSH, PULL = 1, 2
 
 
 class Sends:
-    """The point-to-point sends of issue 16's methods, in one place that :func:`plait.run.sync.counted_bytes`
+    """The point-to-point sends of the server and gossip methods, in one place that :func:`plait.run.sync.counted_bytes`
     counts (patching ``torch.distributed.isend`` itself would break PyTorch pipelining, whose ``P2POp`` checks the
     function's identity)."""
 

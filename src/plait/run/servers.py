@@ -1,5 +1,5 @@
 """Gradient sums through parameter servers and an emulated aggregating switch, on ``torch.distributed``'s
-point-to-point sends (issue 16). Both reduce each rank's local gradients after the backward pass, before
+point-to-point sends. Both reduce each rank's local gradients after the backward pass, before
 clipping (:func:`plait.run.replica_grads.reduce_gradients`), where DDP would; the optimizer then steps on the mean
 on every replica. What each rank sends is :func:`plait.cost.servers.sent_bytes`, to the byte.
 

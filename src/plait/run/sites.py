@@ -1,4 +1,4 @@
-"""The replicas' sum all-reduce: flat on one site, hierarchical where the replica group spans sites (issue 14).
+"""The replicas' sum all-reduce: flat on one site, hierarchical where the replica group spans sites.
 
 A flat ring all-reduce over ``g = S m`` ranks, ``m`` in each of ``S`` sites, carries ``2 (g-1)/g`` of the buffer over
 each ring edge, and the edges between sites are the wide-area link (gloo and NCCL alike build one ring over the

@@ -1,5 +1,5 @@
 """A rank that computes ``f`` times slower than this machine: each stretch of compute is followed by a sleep of
-``(f - 1)`` times its length (issue 19).
+``(f - 1)`` times its length.
 
 The emulated device runs every kernel at ``1/f`` of this device's rate and its host work ``f`` times longer: the
 cluster :func:`plait.hardware.hetero.slowed` describes (peaks and memory bandwidth divided by ``f``, host overheads

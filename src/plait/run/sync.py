@@ -1,4 +1,4 @@
-"""Data-parallel synchronization methods on PyTorch's own pieces (issue 14), and a count of what they send.
+"""Data-parallel synchronization methods on PyTorch's own pieces, and a count of what they send.
 
 - ``allreduce``: DDP with ``default_hooks.allreduce_hook`` (the reducer's own all-reduce, in Python where it can
   be counted);
@@ -97,7 +97,7 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reduc
     if sync.server_ranks:  # servers beyond the workers: not this process group's ranks
         raise ConfigError(f"dp_sync={sync.spec!r} runs its servers on ranks beyond the workers: "
                           "python -m plait.run.async_train starts them")
-    if sync.method in AGGREGATED:  # issue 16: servers and the switch, on point-to-point sends
+    if sync.method in AGGREGATED:  # servers and the switch, on point-to-point sends
         from plait.run.servers import ParamServer, SwitchAggregation
 
         if sync.method == "param_server":
@@ -348,7 +348,7 @@ class PALSGD(DiLoCo):
 @contextlib.contextmanager
 def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]:
     """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor),
-    ``all_gather_into_tensor`` (its input) and :meth:`plait.run.sends.Sends.isend` (the tensor: issue 16's
+    ``all_gather_into_tensor`` (its input) and :meth:`plait.run.sends.Sends.isend` (the tensor: the point-to-point
     methods), summed into the one-element list it yields (the hooks and the averager
     call them through the module), and to a hierarchical :class:`plait.run.sites.SiteReducer`'s ``all_reduce`` (its
     buffer, once: its steps call c10d by the functions' home module), summed into the one-element list it yields.

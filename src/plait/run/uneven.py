@@ -1,6 +1,6 @@
 """Uneven work on ranks of unequal speed: the options, their checks and the loss weight (torch-free).
 
-Three options of ``plait run`` and its worker (issue 19):
+Three options of ``plait run`` and its worker:
 
 - ``--slowdown 1,3``: rank r emulates a device ``f_r`` times slower at compute (:mod:`plait.run.slowdown`);
 - ``--batch-split 12,4``: sequences per step of each data-parallel rank, in proportion to speed as Poplar

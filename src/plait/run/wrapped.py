@@ -1,4 +1,4 @@
-"""An optimizer around another: what the synchronization methods wrap (issues 14 and 16)."""
+"""An optimizer around another: what the synchronization methods wrap."""
 
 from __future__ import annotations
 

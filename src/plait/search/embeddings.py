@@ -1,4 +1,4 @@
-"""Placing a DLRM's embedding tables on ranks (issue 17): greedy searches over TorchRec's sharding types.
+"""Placing a DLRM's embedding tables on ranks: greedy searches over TorchRec's sharding types.
 
 Tables are placed one at a time, the costliest first (most lookup bytes per step), each where the step that
 :func:`plait.cost.embeddings.estimate_dlrm` predicts for the tables placed so far is shortest — ties to the lower

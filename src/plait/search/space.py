@@ -68,7 +68,7 @@ class SearchSpace:
     syncs_with_model_parallel: bool = False
     """Whether TP and PP layouts try :attr:`dp_syncs` too. :func:`default_space` sets it where the GPUs span
     sites, where model-parallel replicas may meet a wide-area link; on one fabric the pure data-parallel layouts
-    show where a method starts to win, and the search stays within issue 12's time (17 methods would multiply
+    show where a method starts to win, and the search stays within its 1 s budget (17 methods would multiply
     every model-parallel layout's candidates 17 times)."""
 
     param_servers: bool = False

@@ -1,4 +1,4 @@
-"""The plan search for a traced workload (issue 17): data and pipeline parallelism over the traced units.
+"""The plan search for a traced workload: data and pipeline parallelism over the traced units.
 
 Every candidate of the space is estimated by :func:`plait.cost.traced.estimate_traced` (about a millisecond
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers

@@ -1,4 +1,4 @@
-"""Asynchronous SGD through a parameter server, simulated: throughput and the staleness it causes (issue 16).
+"""Asynchronous SGD through a parameter server, simulated: throughput and the staleness it causes.
 
 Each worker computes a gradient on the parameters it last pulled (``step_s[w]`` seconds), pushes it to the server
 through the server's ingress (``push_s`` each, one at a time), the server applies it (``apply_s``, one at a time,

@@ -1,4 +1,4 @@
-"""Timelines of the workloads beyond decoder LLMs (issue 18), on the event kernel (:mod:`plait.simulate.kernel`).
+"""Timelines of the workloads beyond decoder LLMs, on the event kernel (:mod:`plait.simulate.kernel`).
 
 - **DiT inference**: every GPU's denoising steps. PipeFusion is simulated patch by patch: stage ``s`` runs patch
   ``j`` of step ``t`` once stage ``s - 1`` has sent it (one point-to-point transfer after finishing it) and once it

@@ -1,4 +1,4 @@
-"""Predicted vs measured throughput of classic data-parallel training (issue 17): ResNet-50 and BERT-large runs
+"""Predicted vs measured throughput of classic data-parallel training: ResNet-50 and BERT-large runs
 published by NVIDIA DeepLearningExamples and the TensorFlow benchmarks page (``tests/data/classic_dp.csv``; every
 source, commit and caveat in ``tests/data/classic_dp.md``), each traced (:mod:`plait.workload.tracing`) and costed
 (:mod:`plait.cost.traced`) as data parallelism on the system it ran on.

@@ -1,4 +1,4 @@
-"""Predicted vs measured latency of parallel diffusion-transformer inference (issue 18): public tables of xDiT and
+"""Predicted vs measured latency of parallel diffusion-transformer inference: public tables of xDiT and
 ParaAttention (``tests/data/dit_latency.csv``; every source, commit and caveat in ``tests/data/dit_latency.md``),
 each costed by :mod:`plait.cost.dit` with the shipped model file its model names, on the preset of its GPU.
 

@@ -1,4 +1,4 @@
-"""Predicted vs measured epoch times of GNN training (issue 18): public tables of the DGL 0.5 benchmark, GNNLab,
+"""Predicted vs measured epoch times of GNN training: public tables of the DGL 0.5 benchmark, GNNLab,
 SALIENT, SALIENT++ and Quiver (``tests/data/gnn_epochs.csv``; sources and caveats in ``tests/data/gnn_epochs.md``),
 each costed by :mod:`plait.cost.gnn` on the preset of its GPU with the graph's statistics
 (``plait/workload/data/graphs.toml``).

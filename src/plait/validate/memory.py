@@ -1,4 +1,4 @@
-"""Predicted vs measured peak memory per GPU of public training runs (issue 15; ``plait validate --memory``).
+"""Predicted vs measured peak memory per GPU of public training runs (``plait validate --memory``).
 
 The rows (``tests/data/memory_runs.csv``, schema in ``tests/data/README.md``) share the runs file's identity, shape
 and layout columns; each row is predicted as a step-time row is (:func:`plait.validate.report.fill_row`: unknown

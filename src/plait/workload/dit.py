@@ -1,4 +1,4 @@
-"""A diffusion transformer at inference (issue 18): its blocks, the image's tokens and the denoising job.
+"""A diffusion transformer at inference: its blocks, the image's tokens and the denoising job.
 
 Three block families, parameters per block from their papers' definitions (``H`` hidden, ``r`` MLP ratio):
 

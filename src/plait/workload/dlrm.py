@@ -1,6 +1,6 @@
 """A recommendation model with embedding tables (DLRM: Naumov et al., arXiv 1906.00091, Sec. 2-3): sparse
 features looked up in tables and pooled (summed), dense features through a bottom MLP, their pairwise dot
-products (the interaction) through a top MLP (issue 17).
+products (the interaction) through a top MLP.
 
 A TOML file describes it (``examples/dlrm-small.toml``)::
 

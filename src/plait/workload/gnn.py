@@ -1,4 +1,4 @@
-"""A graph neural network training job's workload (issue 18): the graph's statistics and a message-passing model
+"""A graph neural network training job's workload: the graph's statistics and a message-passing model
 trained on mini-batches of seed nodes with neighbour sampling (GraphSAGE: Hamilton et al., NeurIPS 2017, Alg. 2).
 
 A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::

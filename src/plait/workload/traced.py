@@ -1,4 +1,4 @@
-"""A workload measured from a real ``torch.nn.Module`` instead of a transformer's closed forms (issue 17).
+"""A workload measured from a real ``torch.nn.Module`` instead of a transformer's closed forms.
 
 :mod:`plait.workload.tracing` builds the module on the meta device (no weights, no GPU), runs one forward and
 backward pass at two batch sizes, and keeps what the cost model needs, per *unit* — the model cut where a

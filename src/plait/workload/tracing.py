@@ -1,4 +1,4 @@
-"""Measure any ``torch.nn.Module`` as a plait workload (issue 17; :mod:`plait.workload.traced` says what is kept).
+"""Measure any ``torch.nn.Module`` as a plait workload (:mod:`plait.workload.traced` says what is kept).
 
 ``plait estimate --model MODULE:FACTORY`` imports ``MODULE``, calls ``FACTORY()`` under ``torch.device("meta")``
 (parameters without storage: seconds, no memory, no GPU) and runs one forward and backward pass of a meta input

@@ -1,4 +1,4 @@
-"""Model factories for ``plait estimate --model plait.workload.zoo:NAME`` (issue 17): published architectures
+"""Model factories for ``plait estimate --model plait.workload.zoo:NAME``: published architectures
 built by the field's libraries, each with the input one example takes.
 
 - ``resnet50``: ResNet-50 (He et al., CVPR 2016, Table 1; the "v1.5" variant with the stride in the 3x3
