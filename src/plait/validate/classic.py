@@ -63,6 +63,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     from plait.engine.catalog import get_engine
     from plait.hardware.catalog import get_cluster
     from plait.plan.plan import Plan
+    from plait.predict.intervals import step_interval_s
     from plait.workload.tracing import trace
 
     gpus, measured = int(row["gpus"]), float(row["measured_value"])
@@ -86,7 +87,8 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     batch = int(row["batch_per_gpu"])
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
-    est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine())
+    est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine(),
+                          step_interval_s)
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
