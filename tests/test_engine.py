@@ -15,6 +15,7 @@ from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
 from plait.errors import ConfigError
 from plait.export.bundle import export_for
 from plait.hardware.catalog import get_cluster
+from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.search.engine import run_search
@@ -57,7 +58,7 @@ def test_refusal_names_the_option_and_the_engine() -> None:
     assert message and message.startswith("sharding='zero1' is not supported by torchtitan@0.3.0: ")
     assert first_unsupported(plan, MODEL, get_engine("megatron-core")) is None
     with pytest.raises(ConfigError, match="cannot export: sharding='zero1' is not supported by torchtitan"):
-        export_for(get_engine("torchtitan"), plan, "llama3-8b", MODEL, "dgx-h100-ib")
+        export_for(Job.build(MODEL, CLUSTER, plan, get_engine("torchtitan")), "llama3-8b", "dgx-h100-ib")
     est = estimate(MODEL, CLUSTER, plan, engine=get_engine("torchtitan"))
     assert est.engine == "torchtitan@0.3.0" and any("zero1" in w for w in est.warnings)
 
