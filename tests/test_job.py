@@ -51,15 +51,14 @@ def _functions(path: Path) -> list[ast.FunctionDef]:
 
 
 def test_no_function_defaults_the_engines_cost_facts() -> None:
-    """Engine facts come from the job; the one override (``estimate(framework=...)``, a test convenience that
-    builds the job) replaces them explicitly."""
+    """Engine facts come from the job."""
     defaulted = []
     for path in SRC.rglob("*.py"):
         for fn in _functions(path):
             args = fn.args
             named = list(zip(args.args[len(args.args) - len(args.defaults):], args.defaults))
             named += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
-            if any(a.arg == "framework" for a, _ in named) and (path.name, fn.name) != ("estimate.py", "estimate"):
+            if any(a.arg == "framework" for a, _ in named):
                 defaulted.append(f"{path.relative_to(SRC)}:{fn.name}")
     assert not defaulted
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from plait.cost.batch import BatchResult, evaluate_batch
 from plait.cost.estimate import Estimate
-from plait.cost.framework import Framework
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import first_unsupported
 from plait.engine.catalog import get_engine
@@ -52,13 +51,10 @@ def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None
 
 
 def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine | None = None,
-             framework: Framework | None = None, simulate: bool | None = None) -> Estimate:
-    """:func:`predict` of the job :meth:`Job.build` makes of these (a library and test convenience): ``engine``
-    :data:`plait.engine.catalog.DEFAULT_ENGINE` unless named, its cost facts replaced by ``framework`` when given."""
-    engine = engine or get_engine()
-    if framework is not None:
-        engine = replace(engine, framework=framework)
-    return predict(Job.build(model, cluster, plan, engine), simulate=simulate)
+             simulate: bool | None = None) -> Estimate:
+    """:func:`predict` of the job :meth:`Job.build` makes of these (a library and test convenience; ``engine``:
+    :data:`plait.engine.catalog.DEFAULT_ENGINE` unless named)."""
+    return predict(Job.build(model, cluster, plan, engine or get_engine()), simulate=simulate)
 
 
 def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None = None,
