@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plait.errors import ConfigError
+from plait.predict.intervals import step_interval_s
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
@@ -63,7 +64,6 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     from plait.engine.catalog import get_engine
     from plait.hardware.catalog import get_cluster
     from plait.plan.plan import Plan
-    from plait.predict.intervals import step_interval_s
     from plait.workload.tracing import trace
 
     gpus, measured = int(row["gpus"]), float(row["measured_value"])
