@@ -8,9 +8,6 @@ from dataclasses import asdict, dataclass, field, fields
 from plait.plan.convergence import Convergence, convergence
 from plait.plan.plan import Plan
 
-IntervalOf = Callable[["TimeBreakdown", bool], tuple[float, float]]
-"""The (p10, p90) step-time interval of a time breakdown (``True``: a mixture-of-experts model): the predict layer's
-:func:`plait.predict.intervals.step_interval_s`, passed to the cost functions that build an :class:`Estimate`."""
 ALLREDUCE = convergence("allreduce")
 
 
@@ -94,6 +91,11 @@ class TimeBreakdown:
     def items(self) -> list[tuple[str, float]]:
         """(name, seconds) of each component."""
         return [(f.name.removesuffix("_s"), getattr(self, f.name)) for f in fields(self)]
+
+
+IntervalOf = Callable[[TimeBreakdown, bool], tuple[float, float]]
+"""The (p10, p90) step-time interval of a time breakdown (``True``: a mixture-of-experts model): the predict layer's
+:func:`plait.predict.intervals.step_interval_s`, passed to the cost functions that build an :class:`Estimate`."""
 
 
 @dataclass(frozen=True, kw_only=True)
