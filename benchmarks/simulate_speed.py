@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
+from plait.job import Job
 from plait.plan.plan import Plan
 from plait.simulate.step import simulate_step
 from plait.workload.catalog import get_model
@@ -25,7 +27,7 @@ def main() -> None:
         best = float("inf")
         for _ in range(3):
             start = time.perf_counter()
-            timeline = simulate_step(model, cluster, plan)
+            timeline = simulate_step(Job.build(model, cluster, plan, get_engine()))
             best = min(best, time.perf_counter() - start)
         print(f"{plan.describe():70s} {len(timeline.spans):6d} spans  {best:.3f} s = {best / TARGET_S:.2f} x target")
 

@@ -19,6 +19,8 @@ from plait.engine.capability import FEATURES, first_unsupported
 from plait.engine.catalog import engine_names, get_engine
 from plait.errors import ConfigError
 from plait.export.bundle import export_for
+from plait.hardware.catalog import get_cluster
+from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.catalog import get_model, resolve_model
@@ -132,6 +134,7 @@ def test_other_engines_export_or_refuse_every_option(key: str) -> None:
         if kind != "dense":
             continue  # engines' MoE/GPT support is their model code's, not a plan option
         plan = _plan(fields)
+        job = Job.checked(model, get_cluster("dgx-h100-ib"), plan.with_seq_len(model.seq_len), engine)  # exported as is
         refusal = first_unsupported(plan, model, engine)
         if refusal:
             named, rest = refusal.split(" is not supported by ", 1)
@@ -139,9 +142,9 @@ def test_other_engines_export_or_refuse_every_option(key: str) -> None:
             assert rest.startswith(engine.spec) and named in {
                 FEATURES[f].describe(plan, model) for f in engine.unsupported if FEATURES[f].present(cols, model)[0]}
             with pytest.raises(ConfigError, match="cannot export"):
-                export_for(engine, plan, "llama3-8b", model, "dgx-h100-ib")
+                export_for(job, "llama3-8b", "dgx-h100-ib")
         else:
-            artifacts = export_for(engine, plan, "llama3-8b", model, "dgx-h100-ib")
+            artifacts = export_for(job, "llama3-8b", "dgx-h100-ib")
             assert artifacts[0].filename == "plan.toml" and f'engine = "{engine.spec}"' in artifacts[0].text
 
 

@@ -33,7 +33,9 @@ def test_estimate_json_shape() -> None:
 
 
 def test_estimate_simulate_times_the_pipeline_by_the_event_simulation() -> None:
+    from plait.engine.catalog import get_engine
     from plait.hardware.catalog import get_cluster
+    from plait.job import Job
     from plait.plan.plan import Plan
     from plait.simulate.step import simulate_step
     from plait.workload.catalog import get_model
@@ -42,7 +44,7 @@ def test_estimate_simulate_times_the_pipeline_by_the_event_simulation() -> None:
             "--schedule", "interleaved", "--sharding", "zero1", "--global-batch", "64", "--json"]
     closed, simulated = (json.loads(plait(*a).stdout)["step_time_s"] for a in (args, [*args, "--simulate"]))
     plan = Plan(tp=8, sp=True, pp=4, vpp=2, schedule="interleaved", dp_shard=2, sharding="zero1", global_batch=64)
-    timeline = simulate_step(get_model("llama3-70b"), get_cluster("dgx-h100-ib"), plan)
+    timeline = simulate_step(Job.build(get_model("llama3-70b"), get_cluster("dgx-h100-ib"), plan, get_engine()))
     assert simulated == pytest.approx(timeline.step_time_s, rel=1e-6)
     assert closed == pytest.approx(simulated, rel=0.02) and closed != simulated
 

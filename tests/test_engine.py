@@ -3,7 +3,7 @@ engines that differ exactly where the engines' documented facts differ."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -15,6 +15,7 @@ from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
 from plait.errors import ConfigError
 from plait.export.bundle import export_for
 from plait.hardware.catalog import get_cluster
+from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.search.engine import run_search
@@ -57,7 +58,7 @@ def test_refusal_names_the_option_and_the_engine() -> None:
     assert message and message.startswith("sharding='zero1' is not supported by torchtitan@0.3.0: ")
     assert first_unsupported(plan, MODEL, get_engine("megatron-core")) is None
     with pytest.raises(ConfigError, match="cannot export: sharding='zero1' is not supported by torchtitan"):
-        export_for(get_engine("torchtitan"), plan, "llama3-8b", MODEL, "dgx-h100-ib")
+        export_for(Job.build(MODEL, CLUSTER, plan, get_engine("torchtitan")), "llama3-8b", "dgx-h100-ib")
     est = estimate(MODEL, CLUSTER, plan, engine=get_engine("torchtitan"))
     assert est.engine == "torchtitan@0.3.0" and any("zero1" in w for w in est.warnings)
 
@@ -103,7 +104,7 @@ def test_rankings_of_two_engines_differ_exactly_where_their_facts_do() -> None:
 def test_estimate_changes_only_through_the_engine_facts() -> None:
     plan = Plan(dp_shard=8, sharding="zero3", global_batch=64)
     titan = estimate(MODEL, CLUSTER, plan, engine=get_engine("torchtitan"))
-    same = estimate(MODEL, CLUSTER, plan, framework=get_engine("torchtitan").framework)
+    same = estimate(MODEL, CLUSTER, plan, engine=replace(get_engine(), framework=get_engine("torchtitan").framework))
     assert titan.step_time_s == same.step_time_s
     eager = estimate(MODEL, CLUSTER, plan, engine=get_engine("torchtitan[compile=false]"))
     assert eager.step_time_s == titan.step_time_s  # torchtitan's own default: compile off

@@ -119,9 +119,13 @@ def test_torchtitan_args_parse_with_torchtitan(plan: Plan, slug: str) -> None:
 
 
 def test_torchtitan_artifact_is_a_bash_array() -> None:
+    from plait.engine.catalog import get_engine
     from plait.export.torchtitan import torchtitan_artifact
+    from plait.hardware.catalog import get_cluster
+    from plait.job import Job
 
-    text = torchtitan_artifact(PLANS[1], "llama3-70b", get_model("llama3-70b")).text
+    job = Job.build(get_model("llama3-70b"), get_cluster("dgx-h100-ib"), PLANS[1], get_engine("torchtitan"))
+    text = torchtitan_artifact(job, "llama3-70b").text
     body = text[text.index("TORCHTITAN_ARGS=(") + len("TORCHTITAN_ARGS=("):text.rindex(")")]
     assert shlex.split(body.replace("\\\n", " "))[:4] == ["--module", "llama3", "--config", "llama3_70b"]
 

@@ -8,10 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.hardware.hetero import DeviceGroup, MixedCluster, slowed
 from plait.hardware.mixed_catalog import get_mixed_cluster, mixed_from_mapping, resolve_any_cluster
+from plait.job import Job
 from plait.plan.hetero import GroupShare, MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
@@ -83,7 +85,8 @@ def test_a_slow_pipeline_stage_sets_the_steady_state() -> None:
     h100 = estimate(MODEL, get_cluster("dgx-h100-ib"), plan, simulate=True)
     assert h100.step_time_s < est.step_time_s <= a100.step_time_s * (1 + 1e-9)
     slowest = max(est.groups, key=lambda g: g.busy_s)
-    stages = pipeline_costs(MODEL, get_cluster("dgx-a100-ib"), plan)  # the all-A100 pipeline's first stage
+    all_a100 = Job.build(MODEL, get_cluster("dgx-a100-ib"), plan, get_engine())
+    stages = pipeline_costs(all_a100)  # the all-A100 pipeline's first stage
     assert slowest is est.groups[0] and slowest.group == "a100"
     assert est.time.compute_s == pytest.approx(stages.m * (stages.forward_s[0] + stages.backward_s[0]), rel=1e-12)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from plait.cost.batch import layer_columns
+from plait.cost.framework import DEFAULT
 from plait.hardware.catalog import cluster_from_mapping
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
@@ -24,8 +25,9 @@ def test_parameter_offload_keeps_the_network_gathers() -> None:
     """Regression: offload_params used to replace the network all-gather by a PCIe copy of the whole layer and to
     drop the reduce-scatter, so on a slow network offload plans looked orders of magnitude faster."""
     cluster = _cluster(network_gb_per_s=1.0)
-    layer, plain = layer_columns(MODEL, cluster, Plan(**BASE).with_seq_len(2048))
-    _, offload = layer_columns(MODEL, cluster, Plan(**BASE, offload_params=True, offload_optimizer=True).with_seq_len(2048))
+    offloaded = Plan(**BASE, offload_params=True, offload_optimizer=True).with_seq_len(2048)
+    layer, plain = layer_columns(MODEL, cluster, Plan(**BASE).with_seq_len(2048), DEFAULT)
+    _, offload = layer_columns(MODEL, cluster, offloaded, DEFAULT)
     params = layer.num_params
     pcie = 10e9  # toy accelerator: 10 GB/s PCIe
     assert plain.gather_s > 0 and plain.reduce_s > 0

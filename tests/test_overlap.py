@@ -43,7 +43,8 @@ def test_contention_never_speeds_up_a_step() -> None:
 def test_backward_post_puts_every_backward_gather_in_line() -> None:
     """FSDP1 BACKWARD_POST: the step grows by at least the hidden part of the layers' backward gathers."""
     pre = estimate(MODEL, CLUSTER, FSDP)
-    post = estimate(MODEL, CLUSTER, FSDP, framework=Framework(shard_backward_prefetch="post"))
+    late = replace(get_engine(), framework=Framework(shard_backward_prefetch="post"))
+    post = estimate(MODEL, CLUSTER, FSDP, engine=late)
     prepared = prepare(MODEL, CLUSTER, PlanColumns.one(FSDP.with_seq_len(MODEL.seq_len)), Framework())
     gather = prepared.fsdp[0].gather_s
     assert gather > 0

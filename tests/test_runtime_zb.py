@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from plait.cost.batch import evaluate_batch
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
+from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
@@ -85,10 +87,10 @@ def test_transfers_on_the_critical_path(p: int, m: int, hops: int) -> None:
     ("llama3-8b", Plan(pp=2, schedule="zb-h1", dp_shard=8, sharding="zero1", global_batch=64)),
 ])
 def test_closed_form_follows_the_simulation(model: str, plan: Plan) -> None:
-    spec, cluster = get_model(model), get_cluster("dgx-h100-ib")
-    closed = float(evaluate_batch(spec, cluster, PlanColumns.from_plans([plan.with_seq_len(spec.seq_len)]))
+    job = Job.build(get_model(model), get_cluster("dgx-h100-ib"), plan, get_engine("plait"))
+    closed = float(evaluate_batch(job.model, job.cluster, PlanColumns.from_plans([job.plan]), job.framework)
                    .step_time_s[0])
-    assert closed == pytest.approx(simulate_step(spec, cluster, plan).step_time_s, rel=0.01)
+    assert closed == pytest.approx(simulate_step(job).step_time_s, rel=0.01)
 
 
 def test_micro_batches_torch_cannot_schedule_are_refused_before_launch() -> None:

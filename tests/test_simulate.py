@@ -10,6 +10,7 @@ import pytest
 
 from plait.cost.batch import evaluate_batch
 from plait.engine.catalog import get_engine
+from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.predict.estimate import estimate, wants_simulation
 from plait.simulate.kernel import Kernel
@@ -76,7 +77,7 @@ def agreement() -> list[tuple[str, float]]:
         model, cluster = row_model(row, engine), row_cluster(row)
         plan = result.estimate.plan
         closed = float(evaluate_batch(model, cluster, PlanColumns.from_plans([plan]), engine.framework).step_time_s[0])
-        simulated = simulate_step(model, cluster, plan, engine.framework).step_time_s
+        simulated = simulate_step(Job.build(model, cluster, plan, engine)).step_time_s
         used = simulated if wants_simulation(plan) else closed  # validation reports plait estimate's default
         assert result.estimate.step_time_s == pytest.approx(used, rel=1e-9)
         out.append((row.id, 100 * (used / simulated - 1)))
@@ -99,7 +100,7 @@ def test_trace_follows_the_trace_event_format(tmp_path: Path) -> None:
     from plait.workload.catalog import get_model
 
     plan = Plan(tp=8, sp=True, pp=4, vpp=2, schedule="interleaved", dp_shard=4, sharding="zero1", global_batch=64)
-    timeline = simulate_step(get_model("llama3-70b"), get_cluster("dgx-h100-ib"), plan)
+    timeline = simulate_step(Job.build(get_model("llama3-70b"), get_cluster("dgx-h100-ib"), plan, get_engine()))
     doc = json.loads(json.dumps(trace_events(timeline)))
     assert set(doc) >= {"traceEvents", "displayTimeUnit"}
     complete = [e for e in doc["traceEvents"] if e["ph"] == "X"]

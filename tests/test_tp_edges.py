@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from plait.cost.framework import Framework
+from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
@@ -42,7 +43,8 @@ def test_gathered_logits_cost_grows_with_the_vocabulary(toy_cluster: Cluster) ->
     small = replace(get_model("llama3-8b"), num_layers=2)
     large = replace(small, vocab_size=2 * small.vocab_size)
     gathered = Framework(tp_loss="gathered")
-    tp = {name: [estimate(m, toy_cluster, _plan(), framework=fw).time.tp_comm_s for m in (small, large)]
+    tp = {name: [estimate(m, toy_cluster, _plan(), engine=replace(get_engine(), framework=fw)).time.tp_comm_s
+                 for m in (small, large)]
           for name, fw in (("parallel", Framework()), ("gathered", gathered))}
     assert tp["parallel"][0] == pytest.approx(tp["parallel"][1], rel=1e-12)
     logits = 2 * small.seq_len * small.vocab_size  # bf16 logits of one micro-batch

@@ -159,13 +159,15 @@ def test_full_sharding_at_small_micro_batches_gathers_more() -> None:
     pytest.importorskip("transformers")
     from plait.cost.traced import estimate_traced
     from plait.engine.catalog import get_engine
+    from plait.predict.intervals import step_interval_s
 
     work, cluster, engine = trace("plait.workload.zoo:resnet50"), get_cluster("dgx-a100-ib"), get_engine()
     small, whole = (estimate_traced(work, cluster, Plan(dp_shard=64, sharding="zero3", global_batch=2048,
-                                                        micro_batch=mb), engine) for mb in (1, 32))
+                                                        micro_batch=mb), engine, step_interval_s) for mb in (1, 32))
     assert small.time.fsdp_comm_s > whole.time.fsdp_comm_s > 0
     with pytest.raises(ConfigError, match="tp=2: a traced workload"):
-        estimate_traced(work, cluster, Plan(tp=2, dp_replicate=32, global_batch=2048, micro_batch=32), engine)
+        estimate_traced(work, cluster, Plan(tp=2, dp_replicate=32, global_batch=2048, micro_batch=32), engine,
+                        step_interval_s)
 
 
 def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:

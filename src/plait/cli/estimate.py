@@ -16,7 +16,6 @@ from plait.cli.render import print_estimate
 from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
 from plait.plan.defaults import GLOBAL_BATCH
-from plait.plan.rules import check_plan
 from plait.predict.dit import is_dit_file
 from plait.predict.dlrm import is_dlrm_file
 from plait.predict.estimate import predict
@@ -138,9 +137,7 @@ def estimate_command(
         result = predict_traced(model, cluster or DEFAULT_CLUSTER, plan, engine, parse_shape(input_shape),
                                 input_dtype)
     else:
-        job, file_gpus = resolve_job(model, cluster, plan_file, plan, engine)
-        check_plan(job.plan.with_seq_len(job.model.seq_len), job.model, job.cluster, num_gpus=file_gpus)
-        result = predict(job, simulate=simulate)
+        result = predict(resolve_job(model, cluster, plan_file, plan, engine), simulate=simulate)
     if as_json:
         from plait.predict.goodput import goodput
 

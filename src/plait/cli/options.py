@@ -7,10 +7,10 @@ from pathlib import Path
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
+from plait.job import Job
 from plait.plan.defaults import GPUS, complete_plan
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
-from plait.predict.job import Job
 from plait.workload.catalog import resolve_model
 
 DEFAULT_MODEL = "llama3-8b"
@@ -32,9 +32,9 @@ def plan_from_options(*, gpus: int, **options: object) -> Plan:
 
 
 def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, plan: Plan | None,
-                engine: str | None = None) -> tuple[Job, int | None]:
-    """The job from the options, or from ``plan_file`` (model/cluster/engine options take precedence), and the GPU
-    count the plan file states (``None``: not stated)."""
+                engine: str | None = None) -> Job:
+    """The job from the options, or from ``plan_file`` (model/cluster/engine options take precedence), built and
+    checked once (:meth:`plait.job.Job.build`; against the GPU count the plan file states, if it does)."""
     gpus = None
     if plan_file is not None or plan is None:
         if plan_file is None:
@@ -44,6 +44,5 @@ def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, 
         cluster = cluster or spec.cluster or None
         engine = engine or spec.engine or None
         gpus = spec.gpus or None
-    job = Job(model=resolve_model(model or DEFAULT_MODEL), cluster=resolve_cluster(cluster or DEFAULT_CLUSTER),
-              plan=plan, engine=get_engine(engine or DEFAULT_ENGINE))
-    return job, gpus
+    return Job.build(resolve_model(model or DEFAULT_MODEL), resolve_cluster(cluster or DEFAULT_CLUSTER), plan,
+                     get_engine(engine or DEFAULT_ENGINE), num_gpus=gpus)

@@ -19,6 +19,7 @@ from plait.errors import ConfigError, check_export_folder
 from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
+from plait.job import Job
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
@@ -196,8 +197,8 @@ def plan_command(
             if not best:
                 print_relaxations(console, result, fixes)
         if export and best:
-            written = write_artifacts(export, export_for(the_engine, best[0].plan, model, model_spec, cluster, export),
-                                      overwrite=force)
+            chosen = Job.checked(model_spec, cluster_spec, best[0].plan, the_engine)  # a searched plan: rules passed
+            written = write_artifacts(export, export_for(chosen, model, cluster, export), overwrite=force)
             console.print(f"exported {', '.join(str(p) for p in written)}")
         if not best:
             raise typer.Exit(1)
@@ -224,9 +225,8 @@ def plan_command(
     else:
         print_points(console, points, front, choice, tokens)
     if export:
-        written = write_artifacts(export, export_for(the_engine, choice.estimate.plan, model, model_spec, cluster,
-                                                      export),
-                                  overwrite=force)
+        chosen = Job.checked(model_spec, cluster_spec, choice.estimate.plan, the_engine)  # a searched plan
+        written = write_artifacts(export, export_for(chosen, model, cluster, export), overwrite=force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
 
 

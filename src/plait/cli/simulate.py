@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -11,22 +10,13 @@ from rich.console import Console
 
 from plait.cli.options import ENGINE_HELP, resolve_job
 from plait.cli.output import print_json
-from plait.cost.batch import stage_memories
 from plait.errors import ConfigError, check_suffix, refuse_overwrite
-from plait.plan.rules import check_plan
-from plait.predict.estimate import predict, refine_pipeline
-from plait.predict.job import Job
+from plait.predict.estimate import predict
 from plait.search.pareto import pareto_front
 from plait.search.planner import gpu_counts, parse_gpu_range, search_gpu_counts
+from plait.simulate.costs import stage_memories
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
-
-
-def _job(plan_file: Path, model: str | None, cluster: str | None, engine: str | None) -> Job:
-    job, gpus = resolve_job(model, cluster, plan_file, None, engine)
-    job = replace(job, plan=job.plan.with_seq_len(job.model.seq_len))
-    check_plan(job.plan, job.model, job.cluster, num_gpus=gpus)
-    return job
 
 
 def simulate_command(
@@ -54,11 +44,11 @@ def simulate_command(
         return
     if plan_file is None:
         raise ConfigError("plait simulate needs --plan (a plan TOML), or --model with a GNN or DiT TOML")
-    job = _job(plan_file, model, cluster, engine)
+    job = resolve_job(model, cluster, plan_file, None, engine)
     plan = job.plan
     refuse_overwrite(trace, force)
     refuse_overwrite(png, force)
-    timeline = simulate_step(job.model, job.cluster, plan, job.engine.framework)
+    timeline = simulate_step(job)
     if trace:
         write_trace(trace, timeline, overwrite=force)
     if png:
@@ -96,18 +86,17 @@ def report_command(
     from plait.report.html import render_report
 
     bounds = parse_gpu_range(gpus_range) if gpus_range else None
-    job = _job(plan_file, model, cluster, engine)
-    model_spec, cluster_spec, plan, framework = job.model, job.cluster, job.plan, job.engine.framework
+    job = resolve_job(model, cluster, plan_file, None, engine)
+    model_spec, cluster_spec, plan = job.model, job.cluster, job.plan
     refuse_overwrite(out, force)
-    timeline = simulate_step(model_spec, cluster_spec, plan, framework)
-    est = predict(job, simulate=False)
-    if plan.pp > 1:  # the estimate takes the page's own simulated step, not a second simulation
-        est = refine_pipeline(model_spec, cluster_spec, est, framework, timeline=timeline)
+    timeline = simulate_step(job)
+    # every pipeline re-timed, by the page's own simulated step rather than a second simulation
+    est = predict(job, simulate=True, timeline=timeline)
     points = front = None
     if bounds:
         points = search_gpu_counts(model_spec, cluster_spec, gpu_counts(*bounds, cluster_spec),
                                    (plan.global_batch,), tokens, seq_len=plan.seq_len, engine=job.engine)
         front = pareto_front(points)
-    page = render_report(est, timeline, stage_memories(model_spec, cluster_spec, plan, framework), points, front)
+    page = render_report(est, timeline, stage_memories(job), points, front)
     out.write_text(page, encoding="utf-8")
     Console().print(f"wrote {out} ({len(page) / 1024:.0f} KiB)")

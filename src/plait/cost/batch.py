@@ -18,7 +18,7 @@ import numpy as np
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
-from plait.cost.framework import DEFAULT, Framework
+from plait.cost.framework import Framework
 from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
@@ -148,16 +148,16 @@ def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
     return xp.where(cols.is_("recompute", "full"), 1.0 + share / 3.0, 1.0)
 
 
-def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns) -> np.ndarray:
+def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> np.ndarray:
     if cols.single is not None:
-        return model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.single, framework=DEFAULT))
+        return model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
     seqs, inverse = np.unique(cols["seq_len"], return_inverse=True)
     values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=replace(cols.plan(0), seq_len=int(s)),
-                                          framework=DEFAULT)) for s in seqs]
+                                          framework=framework)) for s in seqs]
     return np.array(values)[inverse.reshape(-1)]
 
 
-def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework = DEFAULT) -> Prepared:
+def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> Prepared:
     """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
     if cols.single is not None:
         cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
@@ -202,8 +202,7 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     return _memo(model, prepared, "sync", stage, compute)
 
 
-def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan,
-                  framework: Framework = DEFAULT) -> tuple[LayerKind, ShardTimes]:
+def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework) -> tuple[LayerKind, ShardTimes]:
     """One plan's dense layer: its compute and in-layer collectives (:mod:`plait.cost.inner`) and its FSDP gather,
     reduce-scatter and hook times, as floats."""
     prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
@@ -283,8 +282,7 @@ def _gradient_steps(cols: PlanColumns) -> Any:
     return kept
 
 
-def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
-                   framework: Framework = DEFAULT) -> BatchResult:
+def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
     (:meth:`PlanColumns.one`) every result is a float."""
     prepared = prepare(model, cluster, cols, framework)
@@ -337,14 +335,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns,
     memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
     memory["total"] = memory["total"] + extra_bytes
     return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),
-                       model_flops_per_token=_flops_per_token(model, cluster, cols) * (1.0 if kept is None else kept),
+                       model_flops_per_token=_flops_per_token(model, cluster, cols, prepared.framework)
+                       * (1.0 if kept is None else kept),
                        recompute_factor=_recompute_factor(model, cols))
 
-
-def stage_memories(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT) -> list[dict[str, float]]:
-    """Memory breakdown of every pipeline stage of one plan (for the per-stage picture)."""
-    stages = np.arange(plan.pp)
-    cols = PlanColumns.from_plans([plan.with_seq_len(model.seq_len)]).take(np.zeros(plan.pp, dtype=np.int64))
-    prepared = prepare(model, cluster, cols, framework)
-    memory = stage_memory(model, cluster.accelerator, prepared.cols, prepared.inner, stages, prepared.framework)
-    return [{k: float(v[i]) for k, v in memory.items()} for i in range(plan.pp)]

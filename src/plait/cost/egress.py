@@ -21,6 +21,7 @@ from collections import Counter
 
 from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
+from plait.cost.framework import Framework
 from plait.cost.gossip import topology_of as gossip_topology
 from plait.cost.memory import PARAM_BYTES
 from plait.cost.params import stage_layer_counts
@@ -59,13 +60,13 @@ def _ring(cluster: Cluster, size: int, stride: int, sent_per_rank: float, world:
     return 0.0 if sites == 1 else (world / size) * sites * sent_per_rank
 
 
-def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan) -> float:
-    """Bytes that cross site boundaries in one step of ``plan`` (a valid plan, ``seq_len`` filled in; 0 on a
-    one-site cluster)."""
+def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework) -> float:
+    """Bytes that cross site boundaries in one step of ``plan`` as an engine with cost facts ``framework`` runs it
+    (a valid plan, ``seq_len`` filled in; 0 on a one-site cluster)."""
     site = cluster.site_gpus
     if site is None or plan.num_gpus <= site:
         return 0.0
-    prepared = prepare(model, cluster, PlanColumns.one(plan))
+    prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
     world, tp, cp, dp = plan.num_gpus, plan.tp, plan.cp, plan.dp
     m = plan.global_batch // (plan.micro_batch * dp)
     out = 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 
 from plait.plan.convergence import Convergence, convergence
@@ -92,6 +93,11 @@ class TimeBreakdown:
         return [(f.name.removesuffix("_s"), getattr(self, f.name)) for f in fields(self)]
 
 
+IntervalOf = Callable[[TimeBreakdown, bool], tuple[float, float]]
+"""The (p10, p90) step-time interval of a time breakdown (``True``: a mixture-of-experts model): the predict layer's
+:func:`plait.predict.intervals.step_interval_s`, passed to the cost functions that build an :class:`Estimate`."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Estimate:
     """Prediction for one (model, cluster, plan)."""
@@ -108,6 +114,9 @@ class Estimate:
     """Memory of the most loaded stage."""
     time: TimeBreakdown
     """Step-time breakdown."""
+    step_time_interval_s: tuple[float, float]
+    """(p10, p90) of the step time: the nominal 80% conformal interval of ``time``, which the predict layer
+    computes (:func:`plait.predict.intervals.step_interval_s`, handed to whoever builds the estimate)."""
     tokens_per_step: int
     """Tokens in one optimizer step (global batch x sequence length)."""
     model_flops_per_step: float
@@ -144,14 +153,6 @@ class Estimate:
     def step_time_s(self) -> float:
         """Predicted time of one optimizer step."""
         return self.time.total_s
-
-    @property
-    def step_time_interval_s(self) -> tuple[float, float]:
-        """(p10, p90) of the step time: the nominal 80% conformal interval (:mod:`plait.predict.intervals`)."""
-        from plait.predict.intervals import bounds, spread  # the predict layer builds on this module
-
-        low, high = bounds(self.step_time_s, spread(dict(self.time.items()), self.moe_model))
-        return float(low), float(high)
 
     @property
     def num_gpus(self) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from plait.cost.batch import TIME_ITEMS, BatchResult
 from plait.cost.egress import egress_bytes_per_step
-from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
+from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
+from plait.cost.framework import Framework
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, optimizer_bytes_per_param
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
@@ -13,8 +14,10 @@ from plait.plan.convergence import averaging_replicas, convergence
 from plait.workload.model import ModelSpec
 
 
-def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult, row: int, engine: str) -> Estimate:
-    """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate of ``engine`` (its spec)."""
+def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult, row: int, engine: str,
+                        framework: Framework, interval: IntervalOf) -> Estimate:
+    """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate of ``engine`` (its spec), whose cost
+    facts ``framework`` the batch was evaluated under, its step-time interval by ``interval``."""
     plan, mem = result.cols.plan(row), result.memory
     at = (lambda value: value) if result.cols.single is not None else (lambda value: value[row])
     memory = MemoryBreakdown(
@@ -28,13 +31,14 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
     model_flops = float(at(result.model_flops_per_token)) * tokens
     return Estimate(
         model_name=model.name, cluster_name=cluster.name, engine=engine, plan=plan, memory=memory, time=time,
+        step_time_interval_s=interval(time, model.moe is not None),
         tokens_per_step=tokens, model_flops_per_step=model_flops,
         hardware_flops_per_step=model_flops * float(at(result.recompute_factor)),
         peak_flops_per_gpu=cluster.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16"),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
         state_bytes=model.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(PlanColumns.one(plan)))),
         storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
-        egress_bytes_per_step=egress_bytes_per_step(model, cluster, plan),
+        egress_bytes_per_step=egress_bytes_per_step(model, cluster, plan, framework),
         egress_usd_per_gb=wide.egress_usd_per_gb if (wide := cluster.wide_area_tier) else 0.0,
         convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
         warnings=rules.warnings(plan, model, cluster), moe_model=model.moe is not None,

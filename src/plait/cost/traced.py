@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
-from plait.cost.estimate import Estimate, MemoryBreakdown, TimeBreakdown
+from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
 from plait.cost.links import collective_s
 from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
@@ -134,8 +134,10 @@ def split_stages(costs: list[float], stages: int) -> list[list[int]]:
     return groups
 
 
-def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine) -> Estimate:
-    """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``."""
+def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine,
+                    interval: IntervalOf) -> Estimate:
+    """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``, its step-time
+    interval by ``interval``."""
     check_traced_plan(work, plan)
     plan = replace(plan, seq_len=1)  # one example is the unit of throughput
     cols, acc = PlanColumns.one(plan), cluster.accelerator
@@ -180,6 +182,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         warnings.append("bytes leaving sites are not counted for traced workloads yet")
     return Estimate(
         model_name=work.name, cluster_name=cluster.name, engine=engine.spec, plan=plan, memory=memory, time=time,
+        step_time_interval_s=interval(time, False),
         tokens_per_step=plan.global_batch, model_flops_per_step=flops, hardware_flops_per_step=flops + refwd,
         peak_flops_per_gpu=acc.peak_flops(gemm_dtype), price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
         state_bytes=work.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(cols))),

@@ -13,9 +13,8 @@ from plait.export.artifact import Artifact
 from plait.export.deepspeed import deepspeed_artifact
 from plait.export.megatron import megatron_artifact
 from plait.export.torchtitan import CONFIGS, torchtitan_artifact
+from plait.job import Job
 from plait.plan.io import JobSpec, job_path_for, plan_to_toml
-from plait.plan.plan import Plan
-from plait.workload.model import ModelSpec
 
 FILES = {"torchtitan": "torchtitan.sh", "megatron": "megatron.sh", "deepspeed": "deepspeed.json", "plan": None}
 
@@ -28,21 +27,22 @@ def export_names(engine: Engine, model_name: str) -> list[str]:
     return ["plan.toml", *([own] if own else [])]
 
 
-def export_for(engine: Engine, plan: Plan, model_name: str, model: ModelSpec, cluster_name: str,
-               folder: Path | None = None) -> list[Artifact]:
-    """plan.toml (naming the engine) and the engine's configuration for ``plan``, to be written into ``folder``
-    (the plan file's model and cluster paths are relative to it; ``None``: as given)."""
-    refusal = first_unsupported(plan, model, engine)
+def export_for(job: Job, model_name: str, cluster_name: str, folder: Path | None = None) -> list[Artifact]:
+    """plan.toml (naming the engine) and the engine's configuration for ``job``, whose model and cluster the plan
+    file names ``model_name`` and ``cluster_name``, to be written into ``folder`` (the plan file's model and cluster
+    paths are relative to it; ``None``: as given)."""
+    engine, plan = job.engine, job.plan
+    refusal = first_unsupported(plan, job.model, engine, cols=job.columns)
     if refusal:
         raise ConfigError(f"cannot export: {refusal}")
     model_at, cluster_at = ((job_path_for(model_name, folder), job_path_for(cluster_name, folder))
                             if folder is not None else (model_name, cluster_name))
-    job = JobSpec(model=model_at, cluster=cluster_at, gpus=plan.num_gpus, engine=engine.spec)
-    artifacts = [Artifact("plan.toml", plan_to_toml(plan, job))]
+    spec = JobSpec(model=model_at, cluster=cluster_at, gpus=plan.num_gpus, engine=engine.spec)
+    artifacts = [Artifact("plan.toml", plan_to_toml(plan, spec))]
     if engine.export == "torchtitan":
-        artifacts.append(torchtitan_artifact(plan, model_name, model))
+        artifacts.append(torchtitan_artifact(job, model_name))
     elif engine.export == "megatron":
-        artifacts.append(megatron_artifact(plan, model))
+        artifacts.append(megatron_artifact(job))
     elif engine.export == "deepspeed":
         artifacts.append(deepspeed_artifact(plan))
     return artifacts

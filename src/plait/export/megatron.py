@@ -9,6 +9,7 @@ Megatron-LM's training package is not installable from PyPI.
 from __future__ import annotations
 
 from plait.export.artifact import Artifact, bash_array
+from plait.job import Job
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
@@ -80,9 +81,10 @@ def megatron_args(plan: Plan, model: ModelSpec) -> tuple[list[str], list[str]]:
     return args, notes
 
 
-def megatron_artifact(plan: Plan, model: ModelSpec) -> Artifact:
-    """A shell snippet with the arguments."""
-    args, notes = megatron_args(plan, model)
+def megatron_artifact(job: Job) -> Artifact:
+    """A shell snippet with the arguments for ``job``."""
+    plan = job.plan
+    args, notes = megatron_args(plan, job.model)
     return bash_array("megatron.sh", "MEGATRON_ARGS", f"Megatron-LM arguments written by plait for: {plan.describe()}",
                       'torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer, optimizer args>',
                       args, notes)

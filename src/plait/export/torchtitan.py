@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from plait.errors import ConfigError
 from plait.export.artifact import Artifact, bash_array
+from plait.job import Job
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
@@ -79,9 +80,10 @@ def torchtitan_args(plan: Plan, model_slug: str, model: ModelSpec) -> tuple[list
     return args, notes
 
 
-def torchtitan_artifact(plan: Plan, model_slug: str, model: ModelSpec) -> Artifact:
-    """A shell snippet with the arguments, one per line."""
-    args, notes = torchtitan_args(plan, model_slug, model)
+def torchtitan_artifact(job: Job, model_slug: str) -> Artifact:
+    """A shell snippet with the arguments for ``job`` (its model the catalog's ``model_slug``), one per line."""
+    plan = job.plan
+    args, notes = torchtitan_args(plan, model_slug, job.model)
     return bash_array("torchtitan.sh", "TORCHTITAN_ARGS",
                       f"torchtitan 0.3.0 arguments written by plait for: {plan.describe()}",
                       'torchrun --nproc-per-node=<gpus per node> ... -m torchtitan.train "${TORCHTITAN_ARGS[@]}"',

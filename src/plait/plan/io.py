@@ -34,7 +34,7 @@ from plait.schema import build
 
 @dataclass(frozen=True, kw_only=True)
 class JobSpec:
-    """What a plan file says besides the plan, as written (resolved into a :class:`plait.predict.job.Job`)."""
+    """What a plan file says besides the plan, as written (resolved into a :class:`plait.job.Job`)."""
 
     model: str = ""
     """Model: catalog slug or file path (empty: given on the command line)."""

@@ -1,23 +1,27 @@
 """One estimate: a batch of one plan through :func:`plait.cost.batch.evaluate_batch`, its pipeline re-timed by
-the event simulation where the closed forms drift (:func:`refine_pipeline`)."""
+the event simulation where the closed forms drift (:func:`refine_pipeline`).
+
+:func:`assemble` is the one place an estimate is put together from a batch row, with the one refinement rule
+(:func:`wants_simulation`): ``plait estimate`` (:func:`predict`), the planner's top plans
+(:meth:`plait.search.engine.SearchResult.top`), ``plait validate`` (:func:`plait.validate.report.fill_row`) and
+``plait report`` all call it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from plait.cost.batch import evaluate_batch
+from plait.cost.batch import BatchResult, evaluate_batch
 from plait.cost.estimate import Estimate
-from plait.cost.framework import Framework
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import first_unsupported
 from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
-from plait.plan import rules
-from plait.plan.columns import PlanColumns
+from plait.job import Job
 from plait.plan.plan import Plan
-from plait.predict.job import Job
+from plait.predict.intervals import step_interval_s
+from plait.simulate.step import simulate_step
 from plait.workload.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -33,15 +37,8 @@ for 1,536 passes; docs/simulator.md), so the bound could grow, but it is kept: m
 predictions, which must stay as they are."""
 
 
-def predict(job: Job, *, check: bool = True, simulate: bool | None = None) -> Estimate:
-    """Predict memory and step time of ``job`` (see :func:`estimate`)."""
-    return estimate(job.model, job.cluster, job.plan, engine=job.engine, check=check, simulate=simulate)
-
-
-def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine | None = None,
-             framework: Framework | None = None, check: bool = True, simulate: bool | None = None) -> Estimate:
-    """Predict memory and step time of ``plan`` for ``model`` on ``cluster`` as ``engine`` runs it (default
-    :data:`plait.engine.catalog.DEFAULT_ENGINE`); ``framework`` overrides the engine's cost facts.
+def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None = None) -> Estimate:
+    """Predict memory and step time of ``job`` (``timeline``: its step already simulated, see :func:`assemble`).
 
     Pipelines are timed by the closed forms of :mod:`plait.cost.pipeline` (about a millisecond),
     or by the event simulation (:func:`refine_pipeline`) when ``simulate`` is true, or, when it is
@@ -49,45 +46,50 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine |
     (:data:`SIMULATED_PASSES`). The closed forms agree with the simulation within 1% on 31 of 36 dev
     layouts and within 2% on all; the small-pipeline rule simulates 4 of those 5
     (docs/simulator.md). A plan the engine cannot run is still estimated, with a warning naming the option."""
-    engine = engine or get_engine()
-    framework = framework or engine.framework
-    plan = plan.with_seq_len(model.seq_len)
-    cols = PlanColumns.one(plan)
-    if check:
-        rules.check_plan(plan, model, cluster, cols=cols)
-    result = evaluate_batch(model, cluster, cols, framework)
-    est = estimate_from_batch(model, cluster, result, 0, engine.spec)
-    refusal = first_unsupported(plan, model, engine, cols=cols)
+    result = evaluate_batch(job.model, job.cluster, job.columns, job.framework)
+    return assemble(job, result, 0, simulate=simulate, timeline=timeline)
+
+
+def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine | None = None,
+             simulate: bool | None = None) -> Estimate:
+    """:func:`predict` of the job :meth:`Job.build` makes of these (a library and test convenience; ``engine``:
+    :data:`plait.engine.catalog.DEFAULT_ENGINE` unless named)."""
+    return predict(Job.build(model, cluster, plan, engine or get_engine()), simulate=simulate)
+
+
+def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None = None,
+             timeline: Timeline | None = None) -> Estimate:
+    """Row ``row`` of ``result`` (the costed plan of ``job``) as ``job``'s estimate: a warning when the engine
+    cannot run the plan, and the pipeline re-timed by the event simulation when :func:`wants_simulation` says so
+    (``simulate``: ``None`` the small-pipeline rule, as ``plait estimate`` and ``plait validate`` take it; ``True``
+    every pipeline, as the planner's top plans and ``plait report`` take it; ``timeline``: the step already
+    simulated, when the caller has it)."""
+    est = estimate_from_batch(job.model, job.cluster, result, row, job.engine.spec, job.framework, step_interval_s)
+    refusal = first_unsupported(job.plan, job.model, job.engine, cols=job.columns)
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
-    if not wants_simulation(plan, simulate):
+    if not wants_simulation(job.plan, simulate):
         return est
-    from plait.simulate.step import simulate_step
-
-    timeline = simulate_step(model, cluster, plan, framework, record=False, prepared=result.prepared)
-    return refine_pipeline(model, cluster, est, framework, timeline)
+    if timeline is None:
+        timeline = simulate_step(job, record=False, prepared=result.prepared)
+    return refine_pipeline(est, timeline)
 
 
 def wants_simulation(plan: Plan, simulate: bool | None = None) -> bool:
-    """Whether :func:`estimate` times ``plan``'s pipeline by the event simulation."""
+    """Whether :func:`assemble` times ``plan``'s pipeline by the event simulation."""
     if plan.pp == 1 or simulate is False:
         return False
     return simulate is True or plan.pp * plan.num_micro_batches * plan.vpp <= SIMULATED_PASSES
 
 
-def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework: Framework,
-                    timeline: Timeline | None = None) -> Estimate:
-    """Replace the closed-form pipeline and data-parallel tail by the event simulation of the step
-    (``timeline``, when the caller has already simulated ``est.plan``).
+def refine_pipeline(est: Estimate, timeline: Timeline) -> Estimate:
+    """Replace the closed-form pipeline and data-parallel tail by the event simulation of the step (``timeline``,
+    of ``est.plan``).
 
     The closed forms (:mod:`plait.cost.pipeline`) agree with the simulation within about 1% on
     uniform stages; with uneven stages, few micro-batches or many virtual stages they can drift
     by a few percent; ``estimate(simulate=True)``, ``plait simulate`` and the planner's top plans
     take the simulated time this way."""
-    from plait.simulate.step import simulate_step
-
-    if timeline is None:
-        timeline = simulate_step(model, cluster, est.plan, framework, record=False)
     t = est.time
     busy = t.compute_s + t.recompute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.fsdp_comm_s
     pipeline = max(max(timeline.pipeline_end_s), busy)
@@ -96,4 +98,4 @@ def refine_pipeline(model: ModelSpec, cluster: Cluster, est: Estimate, framework
     scale = tail / (t.dp_comm_s + t.optimizer_s) if t.dp_comm_s + t.optimizer_s > 0 else 0.0
     time = replace(t, pp_p2p_s=p2p, pp_bubble_s=pipeline - busy - p2p,
                    dp_comm_s=t.dp_comm_s * scale, optimizer_s=t.optimizer_s * scale if scale else tail)
-    return replace(est, time=time)
+    return replace(est, time=time, step_time_interval_s=step_interval_s(time, est.moe_model))

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from plait.cost.batch import stage_memories
 from plait.cost.estimate import Estimate, TimeBreakdown
 from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
 from plait.hardware.hetero import MixedCluster, group_view
-from plait.plan import rules
+from plait.job import Job
 from plait.plan.hetero import GroupShare, MixedPlan, check_mixed_plan
 from plait.plan.sync import parse_sync
-from plait.predict.estimate import estimate
-from plait.simulate.costs import pipeline_costs
+from plait.predict.estimate import predict
+from plait.simulate.costs import pipeline_costs, stage_memories
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.workload.model import ModelSpec
 
@@ -148,7 +147,7 @@ def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, sh
     if parse_sync(plan.dp_sync).method == "local_sgd":  # each group averages after its own local steps
         plan = replace(plan, dp_sync=parse_sync(f"local_sgd:every={share.local_steps}").spec)
     view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
-    return estimate(model, view, plan, engine=engine)
+    return predict(Job.build(model, view, plan, engine))
 
 
 def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
@@ -176,15 +175,15 @@ def _price(cluster: MixedCluster, mixed: MixedPlan) -> float:
 
 
 def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
-    plan, framework = mixed.plan, engine.framework
+    plan = mixed.plan
     per_stage, members, stage = [], [], 0
     for share in mixed.shares:
         view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
         for layers in share.layers:
             variant = replace(model, num_layers=layers * plan.pp)  # stage `stage` of an even split holds `layers`
-            rules.check_plan(plan, variant, view)
-            costs = pipeline_costs(variant, view, plan, framework)
-            memory = stage_memories(variant, view, plan, framework)[stage]
+            job = Job.build(variant, view, plan, engine)
+            costs = pipeline_costs(job)
+            memory = stage_memories(job)[stage]
             per_stage.append((costs, stage))
             members.append((share, layers, memory["total"], view.accelerator))
             stage += 1
@@ -200,8 +199,9 @@ def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine:
     compute = c.m * (c.forward_s[slow] + c.backward_s[slow])
     end = max(timeline.pipeline_end_s)
     time = TimeBreakdown(compute_s=compute, pp_bubble_s=max(end - compute, 0.0), dp_comm_s=max(step - end, 0.0))
-    reference = estimate(model, group_view(cluster, cluster.group(mixed.shares[0].group), mixed.num_gpus), plan,
-                         engine=engine, check=False, simulate=False)
+    first = group_view(cluster, cluster.group(mixed.shares[0].group), mixed.num_gpus)
+    # the whole model on the first group: its stages were checked one by one above
+    reference = predict(Job.checked(model, first, plan, engine), simulate=False)
     peak = sum(acc.peak_flops(plan.precision) * share.num_gpus // len(share.layers)
                for share, _, _, acc in members)
     return MixedEstimate(

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from plait.cost.estimate import TimeBreakdown
+
 NOMINAL = 0.8
 """Nominal coverage of the interval (p10 to p90)."""
 LOW, HIGH = (1 - NOMINAL) / 2, 1 - (1 - NOMINAL) / 2
@@ -60,6 +62,13 @@ def bounds(step_s: Any, width: Any, calibration: Calibration | None = None) -> t
     """(p10, p90) of a step predicted at ``step_s`` with spread ``width``."""
     cal = calibration or shipped()
     return step_s * np.exp(cal.lower * width), step_s * np.exp(cal.upper * width)
+
+
+def step_interval_s(time: TimeBreakdown, moe: bool) -> tuple[float, float]:
+    """(p10, p90) of a step whose breakdown is ``time`` (``moe``: a mixture-of-experts model), by the shipped
+    calibration: what every :class:`plait.cost.estimate.Estimate` carries as ``step_time_interval_s``."""
+    low, high = bounds(time.total_s, spread(dict(time.items()), moe))
+    return float(low), float(high)
 
 
 def conformal_quantiles(z: list[float]) -> tuple[float, float]:

@@ -8,6 +8,7 @@ from plait.cost.traced import estimate_traced
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
+from plait.predict.intervals import step_interval_s
 from plait.plan.plan import Plan
 from plait.workload.traced import Shape
 from plait.workload.tracing import trace
@@ -30,4 +31,4 @@ def predict_traced(model: str, cluster: str, plan: Plan, engine: str | None = No
                    input_dtype: str | None = None) -> Estimate:
     """The estimate of ``plan`` for the module factory ``model`` (``module:attr``) on ``cluster`` (preset or file)."""
     work = trace(model, input_shape, input_dtype)
-    return estimate_traced(work, resolve_cluster(cluster), plan, get_engine(engine or DEFAULT_ENGINE))
+    return estimate_traced(work, resolve_cluster(cluster), plan, get_engine(engine or DEFAULT_ENGINE), step_interval_s)

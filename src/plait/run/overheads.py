@@ -23,6 +23,7 @@ import torch.distributed as dist
 from plait.cost.batch import layer_columns
 from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
+from plait.job import Job
 from plait.plan.plan import Plan
 from plait.workload.catalog import model_from_mapping
 from plait.workload.model import ModelSpec
@@ -97,8 +98,8 @@ def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> di
     ``cluster`` (the calibrated description, before host figures), with the runtime's own engine facts (engine
     ``plait``)."""
     spec = tiny_spec(LAYERS[0])
-    charged = {name: layer_columns(spec, cluster, plan.with_seq_len(spec.seq_len), get_engine("plait").framework)
-               for name, plan in PLANS.items()}
+    jobs = {name: Job.build(spec, cluster, plan, get_engine("plait")) for name, plan in PLANS.items()}
+    charged = {name: layer_columns(job.model, job.cluster, job.plan, job.framework) for name, job in jobs.items()}
     shard = charged["fsdp"][1]  # a forward gathers; a backward gathers again and reduce-scatters
     fsdp_fwd = shard.gather_s + shard.copy_out_s
     fsdp_bwd = fsdp_fwd + shard.reduce_s + shard.copy_in_s

@@ -15,15 +15,15 @@ import numpy as np
 
 from plait.cost.batch import BatchResult
 from plait.cost.estimate import Estimate
-from plait.cost.step import estimate_from_batch
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import row_figures
-from plait.predict.estimate import refine_pipeline
+from plait.predict.estimate import assemble
 from plait.predict.intervals import bounds, spread
 from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
@@ -94,12 +94,11 @@ class SearchResult:
 
     def top(self, k: int) -> list[Estimate]:
         """The ``k`` fastest feasible plans as estimates: ranked by the closed forms, the best
-        ``REFINE x k`` re-timed by the pipeline simulation (:func:`plait.cost.step.refine_pipeline`)."""
+        ``REFINE x k`` assembled with every pipeline re-timed by the simulation (:func:`plait.predict.estimate.assemble`
+        with ``simulate=True``: only these few, where the closed forms' drift could reorder the ranking)."""
         out = []
         for _, chunk, row in self.ranking()[:REFINE * k]:
-            cols, result, _ = self.feasible[chunk]
-            est = estimate_from_batch(self.model, self.cluster, result, row, self.engine.spec)
-            out.append(refine_pipeline(self.model, self.cluster, est, self.engine.framework) if est.plan.pp > 1 else est)
+            out.append(self._estimate(self.feasible[chunk][1], row, simulate=True))
         if self.rank_by == "p90":  # tokens/s at the 90% bound, over the steps multiplier
             return sorted(out, key=lambda e: e.step_time_interval_s[1] * e.steps_multiplier / e.tokens_per_step)[:k]
         return sorted(out, key=lambda e: -e.target_tokens_per_s)[:k]
@@ -116,8 +115,13 @@ class SearchResult:
                 if not fits[row]:
                     misses.append((float(over[row]), chunk, int(row)))
         misses.sort()
-        return [estimate_from_batch(self.model, self.cluster, self.feasible[c][1], r, self.engine.spec)
-                for _, c, r in misses[:k]]
+        return [self._estimate(self.feasible[c][1], r, simulate=False) for _, c, r in misses[:k]]
+
+    def _estimate(self, result: BatchResult, row: int, *, simulate: bool) -> Estimate:
+        """Row ``row`` of ``result`` as an estimate (:func:`plait.predict.estimate.assemble`; the row passed the plan
+        rules as a batch row)."""
+        job = Job.checked(self.model, self.cluster, result.cols.plan(row), self.engine)
+        return assemble(job, result, row, simulate=simulate)
 
 
 def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine: Engine | None = None,

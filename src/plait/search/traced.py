@@ -18,6 +18,7 @@ from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
+from plait.predict.intervals import step_interval_s
 from plait.workload.traced import TracedWorkload
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3")
@@ -62,7 +63,7 @@ def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batc
     for plan in candidate_plans(work, gpus, global_batch, dp_syncs, precision):
         out.candidates += 1
         try:
-            est = estimate_traced(work, cluster, plan, engine)
+            est = estimate_traced(work, cluster, plan, engine, step_interval_s)
         except ConfigError as refused:
             out.reasons[str(refused)] += 1
             continue

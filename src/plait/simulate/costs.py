@@ -2,29 +2,29 @@
 
 The plan's per-layer quantities are costed once (:func:`plait.cost.batch.prepare`); each rank's stage is
 then costed on them, once per distinct stage (:func:`plait.cost.batch.stage_pass`): stages with the same layer
-counts and the same ends (embedding on the first, output layer on the last) cost the same."""
+counts and the same ends (embedding on the first, output layer on the last) cost the same. The memory of every
+stage (:func:`stage_memories`) is costed the same way, for the per-stage picture."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from plait.cost.batch import Prepared, prepare, stage_pass, stage_sync
 from plait.cost.dataparallel import kept_gathered
-from plait.cost.framework import DEFAULT, Framework
+from plait.cost.memory import stage_memory
 from plait.cost.params import stage_layer_counts
-from plait.hardware.cluster import Cluster
+from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
-from plait.plan.plan import Plan
 from plait.simulate.pipeline import PipelineCosts
-from plait.workload.model import ModelSpec
 
 
-def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT,
-                   prepared: Prepared | None = None) -> PipelineCosts:
-    """Durations of every rank of one pipeline of ``plan`` (``prepared``: the plan's shared quantities, when the
+def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
+    """Durations of every rank of one pipeline of ``job`` (``prepared``: the plan's shared quantities, when the
     estimate has them already, :attr:`plait.cost.batch.BatchResult.prepared`)."""
-    plan = plan.with_seq_len(model.seq_len)
+    model, cluster, plan, framework = job.model, job.cluster, job.plan, job.framework
     if prepared is None or prepared.framework is not framework or prepared.cols.single != plan:
-        prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
+        prepared = prepare(model, cluster, job.columns, framework)
     p2p, v = prepared.p2p_s, plan.vpp
     kept = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered))  # one reduction after the last backward
     per_rank = []
@@ -41,3 +41,13 @@ def pipeline_costs(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Fr
         forward_s=forward, backward_s=backward, weight_grad_s=weight, p2p_s=float(p2p), grad_reduce_s=reduce,
         param_gather_s=gather, buckets=buckets, overlap_grad_reduce=plan.overlap_grad_reduce, optimizer_s=optimizer,
     )
+
+
+def stage_memories(job: Job) -> list[dict[str, float]]:
+    """Memory breakdown of every pipeline stage of ``job`` (for the per-stage picture)."""
+    plan = job.plan
+    stages = np.arange(plan.pp)
+    cols = PlanColumns.from_plans([plan]).take(np.zeros(plan.pp, dtype=np.int64))
+    prepared = prepare(job.model, job.cluster, cols, job.framework)
+    memory = stage_memory(job.model, job.cluster.accelerator, prepared.cols, prepared.inner, stages, prepared.framework)
+    return [{k: float(v[i]) for k, v in memory.items()} for i in range(plan.pp)]

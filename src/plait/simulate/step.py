@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from plait.cost.batch import Prepared
-from plait.cost.framework import DEFAULT, Framework
-from plait.hardware.cluster import Cluster
-from plait.plan.plan import Plan
+from plait.job import Job
 from plait.simulate.costs import pipeline_costs
 from plait.simulate.pipeline import Timeline, simulate_pipeline
-from plait.workload.model import ModelSpec
 
 
-def simulate_step(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework = DEFAULT,
-                  record: bool = True, prepared: Prepared | None = None) -> Timeline:
-    """Per-rank timeline of one optimizer step (all data-parallel replicas behave alike); ``record=False`` keeps
-    only the step and per-rank end times (what an estimate needs); ``prepared``: see
+def simulate_step(job: Job, *, record: bool = True, prepared: Prepared | None = None) -> Timeline:
+    """Per-rank timeline of one optimizer step of ``job`` (all data-parallel replicas behave alike);
+    ``record=False`` keeps only the step and per-rank end times (what an estimate needs); ``prepared``: see
     :func:`plait.simulate.costs.pipeline_costs`."""
-    return simulate_pipeline(pipeline_costs(model, cluster, plan, framework, prepared), record)
+    return simulate_pipeline(pipeline_costs(job, prepared), record)

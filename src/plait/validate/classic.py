@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plait.errors import ConfigError
+from plait.predict.intervals import step_interval_s
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
@@ -86,7 +87,8 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     batch = int(row["batch_per_gpu"])
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
-    est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine())
+    est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine(),
+                          step_interval_s)
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 

@@ -10,12 +10,12 @@ import numpy as np
 
 from plait.cost.batch import evaluate_batch
 from plait.cost.estimate import Estimate
-from plait.cost.step import estimate_from_batch
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
+from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
-from plait.predict.estimate import refine_pipeline, wants_simulation
+from plait.predict.estimate import assemble
 from plait.predict.intervals import NOMINAL, loso_coverage
 from plait.validate.runs import RunRow
 from plait.validate.translate import candidate_plans, row_cluster, row_model
@@ -71,9 +71,8 @@ def fill_row(row: RunRow) -> RowResult:
     step = result.step_time_s
     fits = result.memory["total"] <= cluster.accelerator.memory_bytes
     best = int(np.argmin(np.where(fits, step, np.inf))) if fits.any() else int(np.argmin(step))
-    chosen = estimate_from_batch(model, cluster, result, best, engine.spec)
-    if wants_simulation(chosen.plan):
-        chosen = refine_pipeline(model, cluster, chosen, engine.framework)
+    job = Job.checked(model, cluster, result.cols.plan(best), engine)  # its row passed the plan rules above
+    chosen = assemble(job, result, best)
     return RowResult(row=row, estimate=chosen, candidates=len(cols), fits=bool(fits.any()))
 
 

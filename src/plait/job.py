@@ -1,0 +1,62 @@
+"""A job: model + cluster + plan + engine, the one typed thing predict, plan, simulate, export and run receive.
+
+A Job is built and validated once (:meth:`Job.build`): the plan's sequence length is resolved from the model
+and the plan rules (:func:`plait.plan.rules.check_plan`) are checked there, so nothing downstream re-fills the
+sequence length or re-checks the plan. The engine's cost facts are :attr:`Job.framework`: never a default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from plait.cost.framework import Framework
+from plait.engine.engine import Engine
+from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
+from plait.plan.plan import Plan
+from plait.plan.rules import check_plan
+from plait.workload.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One training job; build it with :meth:`build` (or :meth:`checked` for a plan checked as a batch row)."""
+
+    model: ModelSpec
+    """What is trained."""
+    cluster: Cluster
+    """Where."""
+    plan: Plan
+    """How it is parallelised, its ``seq_len`` filled."""
+    engine: Engine
+    """The software that runs it."""
+
+    def __post_init__(self) -> None:
+        assert self.plan.seq_len > 0, "a Job's plan has its sequence length resolved (Job.build)"
+
+    @classmethod
+    def build(cls, model: ModelSpec, cluster: Cluster, plan: Plan, engine: Engine, *,
+              num_gpus: int | None = None) -> Job:
+        """The job, its sequence length filled from ``model`` when the plan leaves it 0, its plan checked against
+        the plan rules (and against ``num_gpus``, the GPU count a plan file states): :class:`ConfigError` naming
+        the first broken rule."""
+        job = cls.checked(model, cluster, plan.with_seq_len(model.seq_len), engine)
+        check_plan(job.plan, model, cluster, num_gpus=num_gpus, cols=job.columns)
+        return job
+
+    @classmethod
+    def checked(cls, model: ModelSpec, cluster: Cluster, plan: Plan, engine: Engine) -> Job:
+        """A job whose plan, its sequence length filled, already passed the plan rules: a row of a batch that
+        :func:`plait.plan.rules.broken_rule_index` filtered, or a mixed plan's stages each checked on their own."""
+        return cls(model=model, cluster=cluster, plan=plan, engine=engine)
+
+    @property
+    def framework(self) -> Framework:
+        """The engine's cost facts."""
+        return self.engine.framework
+
+    @cached_property
+    def columns(self) -> PlanColumns:
+        """The plan as columns of one row (the single-plan path of :mod:`plait.cost.batch`), built once."""
+        return PlanColumns.one(self.plan)
