@@ -5,7 +5,7 @@ from __future__ import annotations
 from plait.cost.batch import TIME_ITEMS, BatchResult
 from plait.cost.egress import egress_bytes_per_step
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.cost.framework import Framework
+from plait.cost.framework import DEFAULT
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, optimizer_bytes_per_param
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
@@ -15,9 +15,9 @@ from plait.workload.model import ModelSpec
 
 
 def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult, row: int, engine: str,
-                        framework: Framework, interval: IntervalOf) -> Estimate:
-    """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate of ``engine`` (its spec), whose cost
-    facts ``framework`` the batch was evaluated under, its step-time interval by ``interval``."""
+                        interval: IntervalOf) -> Estimate:
+    """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate of ``engine`` (its spec), its step-time
+    interval by ``interval``."""
     plan, mem = result.cols.plan(row), result.memory
     at = (lambda value: value) if result.cols.single is not None else (lambda value: value[row])
     memory = MemoryBreakdown(
@@ -38,7 +38,9 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
         state_bytes=model.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(PlanColumns.one(plan)))),
         storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
-        egress_bytes_per_step=egress_bytes_per_step(model, cluster, plan, framework),
+        # counted under the default engine facts, as plait always has: with the engine's own (the batch's) a
+        # pipeline of plait's runtime, whose activations cross stages in fp32, would count twice the bytes
+        egress_bytes_per_step=egress_bytes_per_step(model, cluster, plan, DEFAULT),
         egress_usd_per_gb=wide.egress_usd_per_gb if (wide := cluster.wide_area_tier) else 0.0,
         convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
         warnings=rules.warnings(plan, model, cluster), moe_model=model.moe is not None,
