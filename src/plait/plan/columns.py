@@ -15,7 +15,8 @@ import numpy as np
 
 from plait.plan.ops import ARRAY, SCALAR, Ops
 from plait.plan.plan import GradDtype, Optimizer, Plan, Precision, Recompute, Schedule, Sharding
-from plait.plan.sync import SPECS, intern_sync
+from plait.sync import SyncMethod
+from plait.sync.codes import code_of, method_of
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
@@ -23,17 +24,19 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
 TEXTS = ("dp_sync",)
-"""Open-ended text fields, stored as codes interned in :data:`plait.plan.sync.SPECS` (``allreduce`` is 0)."""
+"""Open-ended fields (the synchronization method), stored as codes interned in :mod:`plait.sync.codes`
+(``allreduce`` is 0)."""
 FIELDS = tuple(f.name for f in fields(Plan))
 
 
 _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
 
 
-def code(field: str, value: str) -> int:
-    """Integer code of a closed choice (or of a text field's value, interned)."""
+def code(field: str, value: str | SyncMethod) -> int:
+    """Integer code of a closed choice (or of an open field's value, interned)."""
     if field in TEXTS:
-        return intern_sync(value)
+        assert isinstance(value, SyncMethod), f"{field}={value!r} must be parsed (plait.sync.parse)"
+        return code_of(value)
     found = _CODES.get((field, value))
     if found is None:
         raise ValueError(f"{field}={value!r} must be one of {CHOICES[field]}")
@@ -128,7 +131,7 @@ class PlanColumns:
             if name in CHOICES:
                 kwargs[name] = CHOICES[name][int(value)]
             elif name in TEXTS:
-                kwargs[name] = SPECS[int(value)]
+                kwargs[name] = method_of(int(value))
             elif name in BOOLS:
                 kwargs[name] = bool(value)
             else:

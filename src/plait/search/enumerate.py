@@ -12,6 +12,7 @@ import numpy as np
 
 from plait.plan.columns import PlanColumns, code
 from plait.search.space import SearchSpace, server_specs
+from plait.sync import ALLREDUCE, SyncMethod
 from plait.workload.model import ModelSpec
 
 Options = dict[str, np.ndarray]  # field -> values, one entry per option
@@ -104,13 +105,13 @@ def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: 
     ]
 
 
-def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> tuple[str, ...]:
+def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> tuple[SyncMethod, ...]:
     """The synchronization methods a layout tries: every one asked for on a layout without context parallelism of
     a dense model with standard attention (what :mod:`plait.cost.sync` models) that is pure data-parallel or, with
     ``space.syncs_with_model_parallel``, has TP or PP; else the all-reduce."""
     modelled = cp == 1 and not (model.moe or model.mla or model.qk_norm)
     if not (modelled and (tp == pp == 1 or space.syncs_with_model_parallel)):
-        return ("allreduce",)
+        return (ALLREDUCE,)
     dp = space.gpus // (tp * pp * cp)
     servers = server_specs(dp, whole_layers=tp == pp == 1) if space.param_servers and dp > 1 else ()
     return (*space.dp_syncs, *servers)

@@ -1,0 +1,139 @@
+"""What every synchronization method answers, and how its parameters are declared, parsed and written.
+
+A method is a frozen ``kw_only`` dataclass whose fields are its parameters, in canonical order (the order its spec
+``METHOD:key=value,...`` writes them, so that equal methods compare equal and print the same text). Each field
+declares how text enters it through :func:`number` (bounds, whole or not) or :func:`choice` (named values); the
+one parser, :func:`plait.sync.registry.parse`, reads those declarations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from plait.workload.tensors import Shape
+
+GRAD_BYTES = 4
+"""fp32 gradients and parameters (the replica's own copy; autocast computes in bf16)."""
+
+
+@dataclass(frozen=True)
+class Number:
+    """How a numeric parameter is read: its inclusive bounds and whether it must be a whole number."""
+
+    low: float
+    """Least value accepted."""
+    high: float
+    """Largest value accepted."""
+    integer: bool
+    """Whether the value must be a whole number (stored as ``int``, written without a decimal point)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How a named parameter is read: the names it takes, written as themselves."""
+
+    names: tuple[str, ...]
+    """The names accepted, in the order the error message lists them."""
+    values: tuple[Any, ...]
+    """The value stored for each name (the name itself, or ``False``/``True`` for a yes/no choice)."""
+
+
+def number(default: float | None, low: float, high: float, integer: bool) -> Any:
+    """A numeric parameter field (``default`` ``None``: required)."""
+    meta = {"read": Number(low, high, integer)}
+    return field(metadata=meta) if default is None else field(default=default, metadata=meta)
+
+
+def choice(default: Any, names: tuple[str, ...], values: tuple[Any, ...] | None = None) -> Any:
+    """A named parameter field taking one of ``names`` (stored as ``values``' entry; default: the name)."""
+    return field(default=default, metadata={"read": Choice(names, values if values is not None else names)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncMethod:
+    """A parsed synchronization method of data-parallel replicas; subclasses add their parameters as fields."""
+
+    name: ClassVar[str]
+    """The method's name in a spec (``METHOD[:key=value,...]``)."""
+    FILES_HOLD_TEXT: ClassVar[bool] = True
+    """Files state a method as its spec text, which :class:`plait.plan.Plan` parses (:mod:`plait.schema`)."""
+    compressed: ClassVar[bool] = False
+    """Compresses each step's gradients (in DDP's buckets: unsharded replicas only)."""
+    infrequent: ClassVar[bool] = False
+    """Trains replicas apart and averages parameters every few steps (over whole replicas: with sharding, over
+    HSDP's ``dp_replicate`` groups, each replica sharded within itself)."""
+    asynchronous: ClassVar[bool] = False
+    """Workers do not wait for each other, through dedicated server ranks (:mod:`plait.run.async_train`)."""
+    aggregating: ClassVar[bool] = False
+    """Sums every replica's whole gradient each step somewhere other than in an all-reduce."""
+    point_to_point: ClassVar[bool] = False
+    """Moves its bytes in point-to-point sends between pairs of ranks, not in collectives."""
+    pipelined: ClassVar[bool] = False
+    """Runs each step's reduction behind the next step's compute (Pipe-SGD)."""
+    pseudo_steps: ClassVar[bool] = False
+    """Some steps are pseudo-synchronization steps, with no forward or backward pass (PALSGD)."""
+
+    @property
+    def method(self) -> str:
+        """The method's name (:attr:`name`)."""
+        return self.name
+
+    @property
+    def is_allreduce(self) -> bool:
+        """Whether this is the dense gradient all-reduce every step (DDP's own reduction)."""
+        return False
+
+    @property
+    def whole_gradients(self) -> bool:
+        """Works on every replica's whole gradient each step (unsharded replicas only)."""
+        return self.compressed or self.pipelined or self.aggregating or self.asynchronous
+
+    every = 1
+    """Steps between synchronizations: 1 for per-step methods, the periodic methods' own ``every`` field (left
+    unannotated here so that it is no dataclass field and takes no place in a subclass's field order)."""
+
+    @property
+    def server_ranks(self) -> int:
+        """Ranks beyond the workers this method's servers run on (:mod:`plait.run.async_train`)."""
+        return 0
+
+    @property
+    def gradient_step_fraction(self) -> float:
+        """The fraction of steps that run forward, backward and the optimizer (1 but for PALSGD)."""
+        return 1.0
+
+    @property
+    def spec(self) -> str:
+        """The canonical ``METHOD[:key=value,...]`` text: every parameter, in declaration order."""
+        params = fields(self)
+        if not params:
+            return self.name
+        return f"{self.name}:" + ",".join(f"{f.name}={written(f, getattr(self, f.name))}" for f in params)
+
+    def problem(self) -> str | None:
+        """The rule a combination of parameters breaks (each parameter alone within its bounds), or ``None``."""
+        return None
+
+    def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
+        """Bytes one replica hands to its collectives in step ``step`` (``None``: the steady-state mean) for a
+        method whose bytes follow from the gradient shapes alone (:func:`plait.cost.sync.payload_bytes`)."""
+        raise NotImplementedError(f"{self.name} sends bytes that depend on more than the shapes")
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def written(f: Field[Any], value: Any) -> str:
+    """How parameter ``f`` holding ``value`` is written in a spec."""
+    read = f.metadata["read"]
+    if isinstance(read, Choice):
+        return read.names[read.values.index(value)]
+    return str(int(value)) if read.integer else repr(float(value))
+
+
+def elements_of(shapes: list[Shape]) -> int:
+    """Elements in tensors of ``shapes``."""
+    return sum(math.prod(s) for s in shapes)
