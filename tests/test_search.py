@@ -153,12 +153,11 @@ def test_parameter_servers_are_tried_alone_and_hybrid_where_replicas_hold_whole_
     """With param_servers, every layout of dp > 1 replicas tries a server per replica; Poseidon's hybrid sends
     whole linear layers' factors, so only layouts without TP and PP try it (the plan rules refuse the others)."""
     from plait.sync import ParamServer
-    from plait.sync.codes import method_of
 
     model = get_model("llama3-8b")
     space = default_space(model, get_cluster("dgx-h100-ib"), 16, (64,), param_servers=True)
     cols = enumerate_space(model, space)
-    syncs = [method_of(c) for c in cols["dp_sync"]]
+    syncs = [cols.methods[c] for c in cols["dp_sync"]]
     hybrid = np.array([isinstance(s, ParamServer) and s.hybrid for s in syncs])
     plain = np.array([isinstance(s, ParamServer) and not s.hybrid for s in syncs])
     whole = (cols["tp"] == 1) & (cols["pp"] == 1)

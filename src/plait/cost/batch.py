@@ -33,7 +33,6 @@ from plait.plan.ops import SCALAR
 from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.plan.plan import Plan
 from plait.sync import DreamDDP, SyncMethod
-from plait.sync.codes import method_of
 from plait.units import MIB, S_PER_US
 from plait.workload.model import ModelSpec
 
@@ -165,7 +164,7 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Fr
     else:
         data = dict(cols.data)
         data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
-        cols = PlanColumns(data)
+        cols = PlanColumns(data, methods=cols.methods)
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
@@ -267,7 +266,7 @@ def _methods(cols: PlanColumns) -> list[tuple[int, SyncMethod]]:
     """(code, method) of every ``dp_sync`` other than the all-reduce among the rows of ``cols``."""
     codes = cols["dp_sync"]
     present = ([codes] if codes else []) if cols.xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
-    return [(code, method_of(code)) for code in present]
+    return [(code, cols.methods[code]) for code in present]
 
 
 def _gradient_steps(cols: PlanColumns) -> Any:

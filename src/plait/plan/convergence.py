@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from plait.sync import SyncMethod, parse
-from plait.sync.codes import method_of
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,7 @@ def row_figures(cols: Any) -> tuple[np.ndarray, np.ndarray]:
     replicas = np.where(cols.is_("sharding", "none"), cols.dp, cols["dp_replicate"])
     factor, known = np.ones(len(codes)), np.ones(len(codes), dtype=bool)
     for code, count in {(int(c), int(r)) for c, r in zip(codes[codes != 0], replicas[codes != 0])}:
-        figure, rows = convergence(method_of(code), count), (codes == code) & (replicas == count)
+        figure, rows = convergence(cols.methods[code], count), (codes == code) & (replicas == count)
         factor[rows], known[rows] = figure.factor, figure.known
     return factor, known
 

@@ -101,7 +101,7 @@ def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: 
         {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
         {"precision": np.array([code("precision", p) for p in space.precisions])},
         {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
-        {"dp_sync": np.array([code("dp_sync", s) for s in _dp_syncs(model, space, tp, pp, cp)])},
+        {"dp_sync": np.array([space.methods.index(s) for s in _dp_syncs(model, space, tp, pp, cp)])},
     ]
 
 
@@ -127,8 +127,8 @@ def enumerate_space(model: ModelSpec, space: SearchSpace) -> PlanColumns:
     """Every distinct candidate plan of ``space``."""
     parts = [_product(_layout_options(model, space, *layout)) for layout in layouts(space)]
     if not parts:
-        return PlanColumns.from_arrays({}, 0)
+        return PlanColumns.from_arrays({}, 0, space.methods)
     merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     length = len(merged["tp"])
     merged["seq_len"] = np.full(length, space.seq_len, dtype=np.int64)
-    return PlanColumns.from_arrays(merged, length)
+    return PlanColumns.from_arrays(merged, length, space.methods)

@@ -9,12 +9,12 @@ infeasible-with-reason (:mod:`plait.search.rules`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.plan.columns import method_table
 from plait.sync import ALLREDUCE, ParamServer, SyncMethod, parse
-from plait.sync.codes import code_of
 from plait.workload.model import ModelSpec
 
 Offload = tuple[bool, bool]  # (optimizer, parameters)
@@ -78,11 +78,13 @@ class SearchSpace:
     ring's per-step latency dominates), alone and with Poseidon's hybrid (fewer bytes where a replica's tokens
     per step are few against its linear layers' widths, for one GEMM per factored layer)."""
 
+    methods: tuple[SyncMethod, ...] = field(init=False, repr=False, compare=False)
+    """Every method the space tries, the all-reduce first: the table its plan columns' ``dp_sync`` codes index
+    (:attr:`plait.plan.columns.PlanColumns.methods`), carried by the space into each search worker."""
+
     def __post_init__(self) -> None:
-        # canonical, and interned before any search worker forks (plan columns store them as codes)
         object.__setattr__(self, "dp_syncs", tuple(parse(s) if isinstance(s, str) else s for s in self.dp_syncs))
-        for method in (*self.dp_syncs, *self.server_specs()):
-            code_of(method)
+        object.__setattr__(self, "methods", method_table((*self.dp_syncs, *self.server_specs())))
         if self.gpus <= 0:
             raise ConfigError(f"gpus={self.gpus} must be > 0")
         if not self.global_batches or min(self.global_batches) <= 0:
