@@ -78,3 +78,13 @@ def test_a_search_space_owns_its_table_across_processes() -> None:
     assert space.methods[:2] == (ALLREDUCE, PowerSGD(rank=4))
     assert ParamServer(servers=16, hybrid=True) in space.methods
     assert pickle.loads(pickle.dumps(space)).methods == space.methods
+
+
+def test_a_method_built_in_code_is_checked_as_strictly_as_one_parsed() -> None:
+    """Bounds and rules hold for methods built without text too, stated as one would write them."""
+    with pytest.raises(ConfigError, match=r"dp_sync='local_sgd:every=3000000000': every=3000000000 must be a whole"):
+        LocalSGD(every=3_000_000_000)
+    with pytest.raises(ConfigError, match=r"dp_sync='param_server:placement='?x'?': placement='x' must be one of"):
+        ParamServer(placement="x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"dp_sync='gossip:peers=3': peers applies to topology=exponential"):
+        parse("gossip:peers=3")

@@ -9,8 +9,10 @@ one parser, :func:`plait.sync.registry.parse`, reads those declarations.
 from __future__ import annotations
 
 import math
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from plait.errors import ConfigError
 
 if TYPE_CHECKING:
     from plait.workload.tensors import Shape
@@ -76,6 +78,15 @@ class SyncMethod:
     pseudo_steps: ClassVar[bool] = False
     """Some steps are pseudo-synchronization steps, with no forward or backward pass (PALSGD)."""
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            rule = broken(f, getattr(self, f.name))
+            if rule is not None:
+                raise MethodError(rule, f"dp_sync={self.stated!r}: {rule}")
+        rule = self.problem()
+        if rule is not None:
+            raise MethodError(rule, f"dp_sync={self.stated!r}: {rule}")
+
     @property
     def method(self) -> str:
         """The method's name (:attr:`name`)."""
@@ -113,6 +124,13 @@ class SyncMethod:
             return self.name
         return f"{self.name}:" + ",".join(f"{f.name}={written(f, getattr(self, f.name))}" for f in params)
 
+    @property
+    def stated(self) -> str:
+        """The spec with only the parameters that differ from their defaults (as one would write it)."""
+        given = [f for f in fields(self) if f.default is MISSING or getattr(self, f.name) != f.default]
+        return ",".join([self.name, *(f"{f.name}={written(f, getattr(self, f.name))}" for f in given)]).replace(
+            ",", ":", 1)
+
     def problem(self) -> str | None:
         """The rule a combination of parameters breaks (each parameter alone within its bounds), or ``None``."""
         return None
@@ -126,9 +144,31 @@ class SyncMethod:
         return self.spec
 
 
+class MethodError(ConfigError):
+    """A method's parameters break a rule; :attr:`rule` is that rule alone, to be stated with the text given."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+def broken(f: Field[Any], value: Any) -> str | None:
+    """The rule parameter ``f`` holding ``value`` breaks (its bounds or names), or ``None``."""
+    read = f.metadata["read"]
+    if isinstance(read, Choice):
+        return None if value in read.values else f"{f.name}={value!r} must be one of {', '.join(read.names)}"
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    if math.isfinite(number) and read.low <= number <= read.high and (not read.integer or float(number).is_integer()):
+        return None
+    kind = "a whole number" if read.integer else "a number"
+    return f"{f.name}={value} must be {kind} in [{read.low:g}, {read.high:g}]"
+
+
 def written(f: Field[Any], value: Any) -> str:
     """How parameter ``f`` holding ``value`` is written in a spec."""
     read = f.metadata["read"]
+    if broken(f, value) is not None:  # only in the message that refuses it
+        return str(value)
     if isinstance(read, Choice):
         return read.names[read.values.index(value)]
     return str(int(value)) if read.integer else repr(float(value))

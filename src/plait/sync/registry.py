@@ -9,7 +9,7 @@ from typing import Any
 from plait.errors import ConfigError
 from plait.sync.allreduce import AllReduce, PipeSGD
 from plait.sync.asynchronous import EASGD, AsyncPS
-from plait.sync.base import Choice, Number, SyncMethod
+from plait.sync.base import Choice, MethodError, Number, SyncMethod
 from plait.sync.gossip import Gossip
 from plait.sync.half import Bf16, Fp16
 from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
@@ -48,11 +48,10 @@ def parse(text: str) -> SyncMethod:
     for key, f in allowed.items():
         if key not in given and f.default is MISSING:
             raise ConfigError(f"dp_sync={text!r}: {name} needs {key}=...")
-    method = cls(**given)
-    rule = method.problem()
-    if rule is not None:
-        raise ConfigError(f"dp_sync={text!r}: {rule}")
-    return method
+    try:
+        return cls(**given)
+    except MethodError as exc:  # a combination of parameters (each was checked above)
+        raise ConfigError(f"dp_sync={text!r}: {exc.rule}") from None
 
 
 def _read(text: str, key: str, value: str, read: Number | Choice) -> Any:
