@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 
 from plait.plan.convergence import convergence
-from plait.plan.sync import parse_sync
 from plait.simulate.async_sgd import simulate_async
+from plait.sync import parse
 
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "tiny-model.toml"
@@ -40,7 +40,7 @@ METHODS = ["allreduce", "async_ps:staleness=100", "async_ps:staleness=1"]
 def run(spec: str, seconds: float, slow: float, optimizer: str, folder: Path) -> dict:  # type: ignore[type-arg]
     """One run of ``spec`` on 2 workers (and its server ranks); the harness's JSON."""
     out = folder / f"{spec.replace(':', '_')}.json"
-    world = 2 + parse_sync(spec).server_ranks
+    world = 2 + parse(spec).server_ranks
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
                "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec", spec, "--seconds",
                str(seconds), "--slow", f"1:{slow}", "--optimizer", optimizer]
@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     for spec, result in results.items():
         counts = [len(w["losses"]) for w in result["workers"]]
         ratio = sum(counts) / sync_samples
-        sync = parse_sync(spec)
+        sync = parse(spec)
         if sync.method == "async_ps":
-            bound = int(sync["staleness"])
+            bound = sync.staleness
             sim = simulate_async(speeds, 0.0, 0.0, 0.0, bound, 10**7, until_s=args.seconds)
             predicted = sum(sim.updates_by_worker) / predicted_sync
             measured = histogram([s for server in result["servers"] for _, s, _ in server["updates"]])
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                          + ", ".join(f"{k}:{v:.2f}" for k, v in sim.staleness.items()))
         else:
             predicted, staleness = 1.0, "-"
-        figure = convergence(sync.spec, 2)
+        figure = convergence(sync, 2)
         multiplier = f"{figure.multiplier:.3f}" if figure.known else "unknown"
         verdict = ("-" if spec == "allreduce" or not figure.known else
                    f"{'lower' if predicted / figure.factor > 1 else 'higher'} predicted, "

@@ -170,7 +170,7 @@ def main() -> int:
     from plait.engine.catalog import get_engine
     from plait.hardware.catalog import load_cluster_file
     from plait.plan.io import read_plan_file
-    from plait.plan.sync import parse_sync
+    from plait.sync import parse
     from plait.predict.estimate import estimate
     from plait.run.sync import pseudo_steps
     from plait.workload.catalog import resolve_model
@@ -196,20 +196,19 @@ def main() -> int:
         base: tuple[float, float] | None = None
         for spec in [BASELINE, *args.methods]:
             starts = run_method(names, links, spec, args.steps, tmp, precision, cluster_path)
-            every = 1 if spec == BASELINE else parse_sync(spec).every
+            every = 1 if spec == BASELINE else parse(spec).every
             start = max(every, 2)  # after the first period (start-up, first buckets)
             end = start + (len(starts) - 1 - start) // every * every  # whole periods
             measured = (starts[end] - starts[start]) / (end - start)  # the period the job steps at
             _, plan = read_plan_file(tmp / f"{stem(spec)}.toml")
-            sync = parse_sync(spec)
+            sync = parse(spec)
             if sync.method == "palsgd":  # predicted at the share of pseudo-steps these steps drew, not at p
-                draws = list(itertools.islice(pseudo_steps(sync["p"]), len(starts)))[start:end]
+                draws = list(itertools.islice(pseudo_steps(sync.p), len(starts)))[start:end]
                 share = sum(draws) / len(draws)
-                params = ",".join(f"{k}={share if k == 'p' else v}" for k, v in sync.params)
-                plan = dataclasses.replace(plan, dp_sync=parse_sync(f"palsgd:{params}").spec)
+                plan = dataclasses.replace(plan, dp_sync=dataclasses.replace(sync, p=share))
                 print(f"  palsgd: {sum(draws)} of the {len(draws)} measured steps were pseudo-synchronization steps")
             est = estimate(model, cluster, plan, engine=get_engine("plait"))
-            sent = payload_bytes(parse_sync(spec), named) if spec != BASELINE else 0.0
+            sent = payload_bytes(parse(spec), named) if spec != BASELINE else 0.0
             base = base or (measured, est.step_time_s)
             label = "none (baseline)" if spec == BASELINE else spec
             print(f"{label:22s} {measured:11.3f} {est.step_time_s:12.3f} {100 * (est.step_time_s / measured - 1):+6.1f}% "

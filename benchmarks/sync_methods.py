@@ -56,10 +56,10 @@ def run_loopback(spec: str, steps: int, folder: Path, cluster: Path, precision: 
 def run_asynchronous(spec: str, steps: int, folder: Path, bf16: bool) -> float:
     """Mean seconds per iteration of the workers (after the first period) for ``spec`` on 4 workers of this
     machine and its server ranks."""
-    from plait.plan.sync import parse_sync
+    from plait.sync import parse
 
     out = folder / f"{low_comm.stem(spec)}.json"
-    world = RANKS + parse_sync(spec).server_ranks
+    world = RANKS + parse(spec).server_ranks
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
                     "plait.run.async_train", "--out", str(out), "--model", str(MODEL), "--spec", spec, "--steps",
                     str(steps), "--batch", "16", "--optimizer", "adamw", *(["--bf16"] if bf16 else [])],
@@ -71,9 +71,9 @@ def run_asynchronous(spec: str, steps: int, folder: Path, bf16: bool) -> float:
 
 def every(spec: str) -> int:
     """Steps per synchronization period (the baseline never synchronizes: 1)."""
-    from plait.plan.sync import parse_sync
+    from plait.sync import parse
 
-    return 1 if spec == low_comm.BASELINE else parse_sync(spec).every
+    return 1 if spec == low_comm.BASELINE else parse(spec).every
 
 
 def period(starts: list[float], every: int) -> float:
@@ -86,17 +86,18 @@ def period(starts: list[float], every: int) -> float:
 def drawn_palsgd(spec: str, steps: int) -> str:
     """``spec`` with ``p`` replaced by the share of pseudo-synchronization steps the measured steps drew (after the
     first period, as :func:`period` measures)."""
+    import dataclasses
     import itertools
 
-    from plait.plan.sync import parse_sync
     from plait.run.sync import pseudo_steps
+    from plait.sync import parse
 
-    sync = parse_sync(spec)
+    sync = parse(spec)
     start = max(sync.every, 2)
     end = start + (steps - 1 - start) // sync.every * sync.every
-    draws = list(itertools.islice(pseudo_steps(sync["p"]), steps))[start:end]
+    draws = list(itertools.islice(pseudo_steps(sync.p), steps))[start:end]
     share = sum(draws) / len(draws)
-    return parse_sync("palsgd:" + ",".join(f"{k}={share if k == 'p' else v}" for k, v in sync.params)).spec
+    return dataclasses.replace(sync, p=share).spec
 
 
 def report(where: str, cluster_path: Path, measured: dict[str, float], full_precision: bool,

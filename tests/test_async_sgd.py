@@ -11,8 +11,8 @@ import pytest
 
 from plait.cost.async_sgd import step_s, worker_bytes
 from plait.cost.sync import payload_bytes
-from plait.plan.sync import parse_sync
 from plait.simulate.async_sgd import simulate_async
+from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 from tests.ranks import run_ranks
@@ -45,14 +45,14 @@ def test_a_bound_of_zero_makes_the_fast_worker_wait() -> None:
 def test_the_closed_form_is_the_simulated_rate_of_equal_workers(workers: int, busy: float, transfer: float,
                                                                 apply: float) -> None:
     """plait.cost.async_sgd's min(N / cycle, 1 / bottleneck) against the simulation over 200 cycles."""
-    sync = parse_sync("async_ps:staleness=1000")
+    sync = parse("async_ps:staleness=1000")
     run = simulate_async([busy] * workers, transfer, transfer, apply, None, 200 * workers)
     assert step_s(sync, workers, busy, transfer, apply) == pytest.approx(workers / run.updates_per_s, rel=0.02)
 
 
 def test_worker_bytes_by_hand() -> None:
-    assert worker_bytes(parse_sync("async_ps:staleness=2,servers=2"), 100) == 4 * (100 + 2 * 2)
-    easgd = parse_sync("easgd:alpha=0.5,every=3")
+    assert worker_bytes(parse("async_ps:staleness=2,servers=2"), 100) == 4 * (100 + 2 * 2)
+    easgd = parse("easgd:alpha=0.5,every=3")
     assert [worker_bytes(easgd, 10, step) for step in range(6)] == [0, 0, 48, 0, 0, 48]
 
 
@@ -78,7 +78,7 @@ def test_server_ranks_receive_the_predicted_bytes(served, spec: str) -> None:  #
     """Every worker's bytes per iteration are the cost model's; the asynchronous server applied one update per
     worker iteration, each at a staleness of at most the other worker's iterations; EASGD's exchanges move the
     centre and are not gradient updates."""
-    sync, named = parse_sync(spec), parameter_shapes(resolve_model(str(MODEL)))
+    sync, named = parse(spec), parameter_shapes(resolve_model(str(MODEL)))
     result = served[spec]
     for worker in result["workers"]:
         assert worker["bytes"] == [payload_bytes(sync, named, step) for step in range(4)]

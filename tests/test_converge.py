@@ -10,7 +10,7 @@ import math
 import pytest
 
 from plait.plan.convergence import convergence, matching_multiplier, searched_specs, table
-from plait.plan.sync import parse_sync
+from plait.sync import parse
 
 
 def test_the_multiplier_is_where_the_reference_reaches_the_methods_final_loss() -> None:
@@ -29,16 +29,16 @@ def test_the_multiplier_is_where_the_reference_reaches_the_methods_final_loss() 
 
 def test_every_shipped_figure_states_its_basis_and_source_and_the_grid_leaves_numerical_choices_out() -> None:
     for spec, entries in table().items():
-        parse_sync(spec)  # canonical, parseable
+        parse(spec)  # canonical, parseable
         for entry in entries:
             assert entry.figure.basis in ("definition", "cited", "measured") and len(entry.figure.source) > 30
             assert entry.figure.multiplier is not None and entry.figure.multiplier >= 1.0
             assert entry.figure.basis != "measured" or "plait converge" in entry.figure.source
-    assert convergence("allreduce").multiplier == 1.0
-    grid = {parse_sync(s).method for s in searched_specs()}
+    assert convergence(parse("allreduce")).multiplier == 1.0
+    grid = {s.name for s in searched_specs()}
     assert {"powersgd", "topk", "quantize", "local_sgd", "diloco"} <= grid and not grid & {"allreduce", "bf16", "fp16"}
     # local SGD measured between 2 replicas says nothing of 16
-    assert convergence("local_sgd:every=16", 2).known and not convergence("local_sgd:every=16", 16).known
+    assert convergence(parse("local_sgd:every=16"), 2).known and not convergence(parse("local_sgd:every=16"), 16).known
 
 
 @pytest.mark.slow
@@ -55,8 +55,8 @@ def test_plait_converge_measures_lossy_methods_within_their_shipped_multipliers(
         assert run_cli(["converge", "--steps", "60", "--json", *(a for s in specs for a in ("--dp-sync", s))]) == 0
     rows = {r["dp_sync"]: r for r in json.loads(out.getvalue())["results"]}
     for spec in specs:
-        row = rows[parse_sync(spec).spec]
+        row = rows[parse(spec).spec]
         assert math.isfinite(row["final_loss"]) and row["final_loss"] < row["initial_loss"]
         assert row["final_loss"] > row["allreduce_final_loss"] and row["multiplier"] > 1.0
-        assert row["multiplier"] <= convergence(parse_sync(spec).spec).factor
+        assert row["multiplier"] <= convergence(parse(spec)).factor
         assert row["bytes_per_step"] < row["allreduce_bytes_per_step"] / 10

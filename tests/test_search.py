@@ -154,16 +154,16 @@ def test_workers_must_be_positive() -> None:
 def test_parameter_servers_are_tried_alone_and_hybrid_where_replicas_hold_whole_layers() -> None:
     """With param_servers, every layout of dp > 1 replicas tries a server per replica; Poseidon's hybrid sends
     whole linear layers' factors, so only layouts without TP and PP try it (the plan rules refuse the others)."""
-    from plait.plan.sync import SPECS, parse_sync
+    from plait.sync import ParamServer
 
     model = get_model("llama3-8b")
     space = default_space(model, get_cluster("dgx-h100-ib"), 16, (64,), param_servers=True)
     cols = enumerate_space(model, space)
-    syncs = [parse_sync(SPECS[c]) for c in cols["dp_sync"]]
-    hybrid = np.array([s.method == "param_server" and s.choice("hybrid") == "true" for s in syncs])
-    plain = np.array([s.method == "param_server" and s.choice("hybrid") == "false" for s in syncs])
+    syncs = [cols.methods[c] for c in cols["dp_sync"]]
+    hybrid = np.array([isinstance(s, ParamServer) and s.hybrid for s in syncs])
+    plain = np.array([isinstance(s, ParamServer) and not s.hybrid for s in syncs])
     whole = (cols["tp"] == 1) & (cols["pp"] == 1)
     assert hybrid.any() and plain.any()
     assert not (hybrid & ~whole).any()
     for sync in (s for s, h in zip(syncs, hybrid) if h):
-        assert int(sync["servers"]) == 16  # one per replica of a pure data-parallel layout
+        assert sync.servers == 16  # one per replica of a pure data-parallel layout

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from plait.cost.sync import payload_bytes
-from plait.plan.sync import parse_sync
+from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 from tests.conftest import toy_cluster_mapping
@@ -77,5 +77,5 @@ def test_methods_train_across_sites_as_over_the_flat_ring_and_send_the_predicted
     assert all(math.isfinite(x) for x in sites["losses"]) and sites["losses"][-1] < sites["losses"][0]
     assert sites["losses"] == pytest.approx(flat["losses"], rel=tolerance)
     named = parameter_shapes(resolve_model(str(MODEL)))
-    sync = parse_sync(case.rpartition("@")[0])
+    sync = parse(case.rpartition("@")[0])
     assert sites["bytes"] == flat["bytes"] == [payload_bytes(sync, named, step) for step in range(STEPS)]

@@ -15,7 +15,7 @@ import pytest
 
 from plait.cost.sync import payload_bytes
 from plait.errors import ConfigError
-from plait.plan.sync import parse_sync
+from plait.sync import parse
 from plait.workload.catalog import get_model, resolve_model
 from plait.workload.tensors import parameter_shapes
 from tests.ranks import run_ranks
@@ -34,16 +34,16 @@ CASES = ["allreduce@sgd", f"{FULL_RANK}@sgd", "powersgd:rank=2@sgd", "bf16@adamw
 
 
 def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
-    assert parse_sync("allreduce").spec == "allreduce"
-    assert parse_sync(" powersgd:rank=4 ").spec == "powersgd:rank=4,min_compression_rate=2.0,start_iter=2"
-    assert parse_sync("diloco:every=500,outer_lr=0.5").spec == "diloco:every=500,outer_lr=0.5,outer_momentum=0.9"
-    assert parse_sync("local_sgd:every=8").every == 8 and parse_sync("bf16").every == 1
+    assert parse("allreduce").spec == "allreduce"
+    assert parse(" powersgd:rank=4 ").spec == "powersgd:rank=4,min_compression_rate=2.0,start_iter=2"
+    assert parse("diloco:every=500,outer_lr=0.5").spec == "diloco:every=500,outer_lr=0.5,outer_momentum=0.9"
+    assert parse("local_sgd:every=8").every == 8 and parse("bf16").every == 1
     for bad, rule in (("hogwild", "must be one of"), ("powersgd", "needs rank"), ("powersgd:rank=0", "in [1,"),
                       ("powersgd:rank=2.5", "whole number"), ("topk:ratio=nan", "in [1e-09, 1]"),
                       ("quantize:bits=3", "bits must be one of 1, 4, 8"), ("local_sgd:every=2,every=3", "twice"),
                       ("bf16:rank=2", "key one of none"), ("diloco:every=x", "must be a number")):
         with pytest.raises(ConfigError, match=re.escape(rule)) as caught:
-            parse_sync(bad)
+            parse(bad)
         assert "\n" not in str(caught.value)
 
 
@@ -74,7 +74,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, lis
 @pytest.mark.parametrize("case", CASES)
 def test_the_bytes_each_step_sends_are_the_cost_models(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     """Every step's payload, counted at torch.distributed.all_reduce, equals the cost model's to the byte."""
-    sync = parse_sync(case.rpartition("@")[0])
+    sync = parse(case.rpartition("@")[0])
     named = parameter_shapes(resolve_model(str(MODEL)))
     assert trained[case]["bytes"] == [payload_bytes(sync, named, step) for step in range(STEPS)]
 
@@ -245,7 +245,7 @@ def test_model_parallel_replicas_synchronize_their_shards_exactly(tmp_path: Path
 
     def sent_as_predicted(spec: str, layout: str, counted: list[int | None]) -> bool:
         named = _split_shapes(layout)
-        return counted == [payload_bytes(parse_sync(spec), named, step) for step in range(len(counted))]
+        return counted == [payload_bytes(parse(spec), named, step) for step in range(len(counted))]
 
     averaged, _ = run(2, 'dp_replicate = 2\ndp_sync = "local_sgd:every=1"', "torch")
     reduced, _ = run(2, "dp_replicate = 2\n", "ddp")

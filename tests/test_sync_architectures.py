@@ -20,7 +20,7 @@ from plait.errors import ConfigError
 from plait.plan.factors import factored
 from plait.plan.gossip import TOPOLOGIES, mixing_matrix, sources, spectral_gap, targets
 from plait.plan.servers import placement
-from plait.plan.sync import parse_sync
+from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 from tests.ranks import run_ranks
@@ -35,17 +35,17 @@ CASES = ["allreduce@adamw", "param_server:servers=2,placement=layerwise@adamw", 
 
 
 def test_specs_take_named_choices_and_refuse_in_one_line() -> None:
-    assert parse_sync("param_server").spec == "param_server:servers=1,placement=balanced,host=ranks,hybrid=false"
-    spec = parse_sync("param_server:placement=layerwise,servers=4")
-    assert spec.choice("placement") == "layerwise" and spec.spec.startswith("param_server:servers=4,placement=lay")
-    assert parse_sync("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3"
-    assert parse_sync("switch_aggregation").spec == "switch_aggregation:bits=32"
+    assert parse("param_server").spec == "param_server:servers=1,placement=balanced,host=ranks,hybrid=false"
+    spec = parse("param_server:placement=layerwise,servers=4")
+    assert spec.placement == "layerwise" and spec.spec.startswith("param_server:servers=4,placement=lay")
+    assert parse("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3"
+    assert parse("switch_aggregation").spec == "switch_aggregation:bits=32"
     for bad, rule in (("gossip:topology=star", "must be one of ring, torus"),
                       ("gossip:topology=ring,peers=2", "peers applies to topology=exponential|random"),
                       ("switch_aggregation:bits=24", "bits must be one of 16, 32"),
                       ("easgd:every=4", "needs alpha"), ("param_server:placement=1", "must be one of balanced")):
         with pytest.raises(ConfigError, match=re.escape(rule)) as caught:
-            parse_sync(bad)
+            parse(bad)
         assert "\n" not in str(caught.value)
 
 
@@ -89,14 +89,14 @@ def test_server_placement_balances_elements_or_whole_tensors() -> None:
 
 
 def test_bytes_per_rank_by_hand() -> None:
-    ps = parse_sync("param_server:servers=2")
+    ps = parse("param_server:servers=2")
     # E = 7 elements, loads [4, 3]: a server pushes the other piece and returns its sum to the 2 other ranks
     pieces = [("a.bias", (4,)), ("b.bias", (3,))]
     assert [sent_bytes(ps, pieces, r, 3) for r in range(3)] == [4 * (3 + 2 * 4), 4 * (4 + 2 * 3), 4 * 7]
     for n in (2, 4, 8):  # n balanced servers on n ranks: each sends the ring all-reduce's 2 (n-1)/n of 4E bytes
-        full = parse_sync(f"param_server:servers={n}")
+        full = parse(f"param_server:servers={n}")
         assert sent_bytes(full, [("a.weight", (n * 16,))], 0, n) == 2 * (n - 1) * 4 * 16
-    switch = parse_sync("switch_aggregation:bits=16")
+    switch = parse("switch_aggregation:bits=16")
     assert switch_bytes(switch, 100) == 200 + 2  # 2-byte codes, one exponent byte per 64-element slot
     assert [sent_bytes(switch, [("a.weight", (100,))], r, 3) for r in range(3)] == [2 * 202, 202, 202]
 
@@ -112,7 +112,7 @@ def test_hybrid_picks_sufficient_factors_by_poseidons_costs() -> None:
     assert factored([("wq.weight", (256, 256))], 16, 4, 2) == [True]
     assert factored(named, 32, 1, 1) == [False] * 4  # one replica sends nothing
     # a 4 x 3 weight at 1 row over 3 replicas, 1 server (14 <= 24: factors), and a 4-element bias on the server
-    hybrid = parse_sync("param_server:servers=1,hybrid=true")
+    hybrid = parse("param_server:servers=1,hybrid=true")
     pieces = [("w.weight", (4, 3)), ("w.bias", (4,))]
     factors = 4 * 2 * (4 + 3)  # 1 row of X and dY, fp32, to each of 2 peers
     assert [sent_bytes(hybrid, pieces, r, 3, tokens=1) for r in range(3)] == [
@@ -154,7 +154,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, obj
 @pytest.mark.parametrize("case", [c for c in CASES if not c.startswith(("allreduce", "local_sgd"))])
 def test_each_rank_sends_the_cost_models_bytes(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     """Every step of every rank, counted at torch.distributed.isend, equals the cost model's payload to the byte."""
-    sync = parse_sync(case.rpartition("@")[0])
+    sync = parse(case.rpartition("@")[0])
     named = parameter_shapes(resolve_model(str(MODEL)))
     expected = [[payload_bytes(sync, named, step, rank, RANKS) for step in range(STEPS)] for rank in range(RANKS)]
     assert trained[case]["bytes_by_rank"] == expected
@@ -188,7 +188,7 @@ def test_hybrid_trains_as_the_all_reduce_and_sends_the_predicted_bytes(tmp_path:
     sufficient factors, the one-head keys and values, the embedding and the norms through 2 servers; the gradients
     rebuilt from factors are the all-reduce's sums, and every rank sends the cost model's bytes."""
     pytest.importorskip("torch")
-    sync = parse_sync("param_server:servers=2,hybrid=true")
+    sync = parse("param_server:servers=2,hybrid=true")
     named = parameter_shapes(resolve_model(str(WIDE)))
     tokens = WIDE_BATCH // RANKS * resolve_model(str(WIDE)).seq_len
     flags = factored(named, tokens, RANKS, 2)
@@ -204,5 +204,5 @@ def test_hybrid_trains_as_the_all_reduce_and_sends_the_predicted_bytes(tmp_path:
     expected = [[payload_bytes(sync, named, step, rank, RANKS, tokens) for step in range(STEPS)]
                 for rank in range(RANKS)]
     assert runs[cases[1]]["bytes_by_rank"] == expected
-    plain = payload_bytes(parse_sync("param_server:servers=2"), named, 0, 0, RANKS)
+    plain = payload_bytes(parse("param_server:servers=2"), named, 0, 0, RANKS)
     assert expected[0][0] < plain  # fewer bytes than the servers alone, as the choice intends

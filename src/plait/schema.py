@@ -59,6 +59,10 @@ def _check_scalar(value: Any, expected: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{where}={value!r} must be a string")
         return value
+    if getattr(expected, "FILES_HOLD_TEXT", False):  # a typed value its owner parses from its text
+        if not isinstance(value, (str, expected)):
+            raise ConfigError(f"{where}={value!r} must be a string")
+        return value
     if dataclasses.is_dataclass(expected):
         if isinstance(value, expected):
             return value

@@ -13,6 +13,7 @@ import typer
 
 from plait.errors import ConfigError
 from plait.run.lifecycle import supervise
+from plait.sync import SyncMethod
 
 REFERENCE_MODEL = "examples/tiny-model.toml"
 
@@ -32,11 +33,12 @@ def converge_command(
     """Train the reference model on the shipped corpus under each method and under the all-reduce, from the same
     weights on the same batches, and report how many all-reduce steps reach each method's final loss."""
     from plait.plan.convergence import matching_multiplier
-    from plait.plan.sync import parse_sync
     from plait.run.converge import LEARNING_RATES
+    from plait.sync import parse
     from plait.workload.catalog import resolve_model
 
-    specs = [parse_sync(s).spec for s in dp_sync]
+    methods = [parse(s) for s in dp_sync]
+    specs = [m.spec for m in methods]
     if optimizer not in LEARNING_RATES:
         raise ConfigError(f"optimizer={optimizer!r} must be one of {', '.join(LEARNING_RATES)}")
     if ranks < 2:
@@ -49,7 +51,7 @@ def converge_command(
     if not 1 <= window <= steps:
         raise ConfigError(f"window={window} must be in [1, steps={steps}]")
     resolve_model(model)  # a bad model fails here, in one line, not in every rank
-    waiting = [s for s in specs if not parse_sync(s).server_ranks]  # the others: workers and server ranks
+    waiting = [m.spec for m in methods if not m.server_ranks]  # the others: workers and server ranks
     cases = [f"{s}@{optimizer}" for s in dict.fromkeys(["allreduce", *waiting])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,9 +65,9 @@ def converge_command(
         if code != 0:
             raise typer.Exit(code)
         curves = json.loads(out.read_text())
-        for spec in (s for s in specs if s not in waiting):  # workers and server ranks: plait.run.async_train
-            curves[f"{spec}@{optimizer}"] = _asynchronous_curve(spec, model, steps, ranks, batch, optimizer, env,
-                                                                Path(tmp), as_json)
+        for method in (m for m in methods if m.server_ranks):  # workers and server ranks: plait.run.async_train
+            curves[f"{method.spec}@{optimizer}"] = _asynchronous_curve(method, model, steps, ranks, batch, optimizer,
+                                                                       env, Path(tmp), as_json)
     reference = curves[f"allreduce@{optimizer}"]["losses"]
     rows = []
     for spec in specs:
@@ -97,14 +99,12 @@ def converge_command(
     Console().print(table)
 
 
-def _asynchronous_curve(spec: str, model: str, steps: int, ranks: int, batch: int, optimizer: str,
+def _asynchronous_curve(method: SyncMethod, model: str, steps: int, ranks: int, batch: int, optimizer: str,
                         env: dict[str, str], folder: Path, quiet: bool) -> dict[str, list[float]]:
     """Loss per step (the mean of the workers' losses at each iteration) and bytes per step of an asynchronous
     method over ``ranks`` workers and its server ranks."""
-    from plait.plan.sync import parse_sync
-
     out = folder / "async.json"
-    world = ranks + parse_sync(spec).server_ranks
+    spec, world = method.spec, ranks + method.server_ranks
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
                "plait.run.async_train", "--out", str(out), "--model", model, "--spec", spec, "--steps", str(steps),
                "--batch", str(batch), "--optimizer", optimizer]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, get_args
 
@@ -22,7 +21,6 @@ from plait.hardware.catalog import resolve_cluster
 from plait.job import Job
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
-from plait.plan.sync import parse_sync
 from plait.predict.dit import is_dit_file
 from plait.predict.dlrm import is_dlrm_file
 from plait.predict.gnn import is_gnn_file
@@ -33,6 +31,7 @@ from plait.search.pareto import choose, pareto_front
 from plait.search.planner import check_objective, gpu_counts, parse_gpu_range, relaxations, search_gpu_counts
 from plait.search.space import default_space
 from plait.search.traced import search_traced
+from plait.sync import ALLREDUCE, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tracing import is_traced_name, trace
 
@@ -139,7 +138,7 @@ def plan_command(
         batches = _batches(global_batch)
         if len(batches) != 1:
             raise ConfigError(f"--global-batch {global_batch!r}: a traced model is planned at one global batch")
-        syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or ())]))
+        syncs = tuple(dict.fromkeys([ALLREDUCE, *(parse(s) for s in dp_sync or ())]))
         work = trace(model, parse_shape(input_shape), input_dtype)
         result = search_traced(work, resolve_cluster(cluster), gpus, batches[0], syncs,
                                get_engine(engine or DEFAULT_ENGINE), memory_margin, precision or "bf16")
@@ -174,7 +173,7 @@ def plan_command(
     for name in precisions or ():
         if name not in get_args(Precision):
             raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
-    syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or searched_specs())]))
+    syncs = tuple(dict.fromkeys([ALLREDUCE, *((parse(s) for s in dp_sync) if dp_sync else searched_specs())]))
     console = Console(stderr=as_json)
     if objective == "throughput":
         if gpus_range:
@@ -219,7 +218,7 @@ def plan_command(
             "points": [{"gpus": p.gpus, "layout": p.estimate.plan.describe(), "days": p.days, "dollars": p.dollars,
                         "tokens_per_s": p.estimate.tokens_per_s} for p in points],
             "pareto_gpus": [p.gpus for p in front],
-            "choice": {"gpus": choice.gpus, "plan": asdict(choice.estimate.plan), "days": choice.days,
+            "choice": {"gpus": choice.gpus, "plan": choice.estimate.plan.to_dict(), "days": choice.days,
                        "dollars": choice.dollars},
         })
     else:

@@ -60,11 +60,11 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     console.print(f"throughput: {est.tokens_per_s:,.0f} {unit}/s, {est.tokens_per_s_per_gpu:,.0f} {unit}/s/GPU; "
                   f"MFU {100 * est.mfu:.1f}%, HFU {100 * est.hfu:.1f}% ({convention} FLOP convention, "
                   f"{est.plan.precision} dense peak)")
-    if est.plan.dp_sync != "allreduce":
+    if not est.plan.dp_sync.is_allreduce:
         figure = est.convergence
         said = (f"{figure.multiplier:.3g} ({figure.basis}: {figure.source})" if figure.known
                 else f"unknown, taken as 1: {figure.source}")
-        console.print(f"steps multiplier of {est.plan.dp_sync}: {said}; time-to-target below = steps x multiplier "
+        console.print(f"steps multiplier of {est.plan.dp_sync.spec}: {said}; time-to-target below = steps x multiplier "
                       f"x step time")
     gap = est.gossip_spectral_gap
     if gap is not None:

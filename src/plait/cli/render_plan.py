@@ -25,7 +25,7 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     best = result.top(top)
     if not best:
         return
-    methods = any(e.plan.dp_sync != "allreduce" for e in best)  # ranked by time-to-target: show the multiplier
+    methods = any(not e.plan.dp_sync.is_allreduce for e in best)  # ranked by time-to-target: show the multiplier
     table = Table(title=f"top {len(best)} plans on {result.space.gpus} GPUs"
                         + (" by time-to-target (step time x steps multiplier)" if methods else ""), title_justify="left")
     columns = ("#", "layout", "step s", *(("steps x",) if methods else ()), "tokens/s", "MFU", "headroom GiB",
@@ -37,7 +37,7 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
         table.add_row(str(rank), est.plan.describe(), f"{est.step_time_s:.3f}", *multiplier, f"{est.tokens_per_s:,.0f}",
                       f"{100 * est.mfu:.1f}%", f"{est.memory.headroom_bytes / GIB:.1f}", bottleneck(est))
     console.print(table)
-    for spec, figure in {e.plan.dp_sync: e.convergence for e in best if e.plan.dp_sync != "allreduce"}.items():
+    for spec, figure in {e.plan.dp_sync.spec: e.convergence for e in best if not e.plan.dp_sync.is_allreduce}.items():
         console.print(f"steps multiplier of {spec}: {figure.multiplier:.3g} ({figure.basis}: {figure.source})")
     console.print(f"[bold]why #1[/]: {why_winner(best[0])}")
     if len(best) > 1:

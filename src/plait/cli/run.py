@@ -180,10 +180,8 @@ def run_command(
     table = Table(title=f"{model.name}: {the_plan.describe()} on {gpus} ranks", title_justify="left")
     for col in ("", "measured", f"predicted ({hardware.name})"):
         table.add_column(col, justify="right")
-    from plait.plan.sync import INFREQUENT
-
     # methods that synchronize every few steps (or skip steps' compute) are predicted as their mean step
-    periodic = the_plan.dp_sync.partition(":")[0] in INFREQUENT
+    periodic = the_plan.dp_sync.infrequent
     summary = statistics.fmean(steady) if periodic else statistics.median(steady)
     table.add_row(f"step time s ({'mean' if periodic else 'median'} after step 1)", f"{summary:.4f}",
                   f"{(mixed or predicted).step_time_s:.4f}")
@@ -245,8 +243,6 @@ def _check_checkpointing(folder: Path | None, at: int, every: int, keep: int, re
     if steps < 1 or at < 0 or every < 0 or keep < 1:
         raise ConfigError(f"--steps={steps} and --keep={keep} must be >= 1, --checkpoint-at={at} and "
                           f"--checkpoint-every={every} >= 0")
-    from dataclasses import asdict
-
     from plait.run import checkpoint
     from plait.run.train import TrainConfig
 
@@ -263,7 +259,7 @@ def _check_checkpointing(folder: Path | None, at: int, every: int, keep: int, re
             raise ConfigError(f"checkpoint folder {str(folder)!r} is not writable ({exc.strerror})") from exc
         _check_room(folder, at, every, keep, steps, model, plan)
     if resume:
-        identity = checkpoint.RunIdentity(plan=asdict(plan.with_seq_len(model.seq_len)), model=model.name,
+        identity = checkpoint.RunIdentity(plan=plan.with_seq_len(model.seq_len).to_dict(), model=model.name,
                                           steps=steps, seed=TrainConfig.seed)
         checkpoint.choose(folder, identity, reshard)
 

@@ -26,40 +26,40 @@ from plait.cost.distinct import per_distinct
 from plait.cost.servers import GRAD_BYTES, HEADER_ELEMENTS
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.sync import Sync
 from plait.simulate.async_sgd import simulate_async
+from plait.sync import AsyncPS, SyncMethod
 
 ADAMW_PASSES = 7
 """fp32 streams of one AdamW step per element: read gradient, parameter and both moments, write three."""
 
 
-def worker_bytes(sync: Sync, elements: int, step: int | None = None) -> float:
+def worker_bytes(sync: SyncMethod, elements: int, step: int | None = None) -> float:
     """Bytes a worker pushes at ``step`` (``None``: the mean per step): every piece with its header, every step
     (``async_ps``) or after every ``H``-th (``easgd``)."""
     servers = sync.server_ranks
     message = float(GRAD_BYTES * (elements + HEADER_ELEMENTS * servers))
-    if sync.method == "async_ps":
+    if isinstance(sync, AsyncPS):
         return message
     if step is None:
         return message / sync.every
     return message if (step + 1) % sync.every == 0 else 0.0
 
 
-def message_s(cluster: Cluster, sync: Sync, replicas: int, stride: int, elements: float) -> tuple[float, float]:
+def message_s(cluster: Cluster, sync: SyncMethod, replicas: int, stride: int, elements: float) -> tuple[float, float]:
     """(one push or pull, one apply) seconds at one server, for a worker holding ``elements`` parameters."""
     servers = sync.server_ranks
     tier = cluster.tiers[group_link(cluster, replicas, stride).tier]
     message = GRAD_BYTES * (elements / servers + HEADER_ELEMENTS)
     transfer = tier.latency_s + message / tier.bandwidth_bytes_per_s(message, "all_gather")
-    passes = ADAMW_PASSES if sync.method == "async_ps" else 3  # EASGD: read both copies, write the centre
+    passes = ADAMW_PASSES if isinstance(sync, AsyncPS) else 3  # EASGD: read both copies, write the centre
     apply = passes * GRAD_BYTES * elements / servers / cluster.host_memory_bytes_per_s_per_gpu
     return transfer, apply
 
 
-def step_s(sync: Sync, replicas: int, busy: float, transfer: float, apply: float) -> float:
+def step_s(sync: SyncMethod, replicas: int, busy: float, transfer: float, apply: float) -> float:
     """Seconds per step (``replicas`` worker iterations) of ``sync`` (module docstring)."""
-    every = sync.every if sync.method == "easgd" else 1
-    if sync.method == "async_ps" and int(sync["staleness"]) == 0:
+    every = sync.every  # EASGD's period; 1 for the others
+    if isinstance(sync, AsyncPS) and sync.staleness == 0:
         run = simulate_async([busy] * replicas, transfer, transfer, apply, 0, 4 * replicas)
         return replicas / run.updates_per_s
     cycle = every * busy + 2 * transfer + apply
@@ -67,7 +67,8 @@ def step_s(sync: Sync, replicas: int, busy: float, transfer: float, apply: float
     return replicas / (rate * every)
 
 
-def async_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, elements: Any, busy: Any) -> tuple[Any, Any, Any]:
+def async_costs(cluster: Cluster, sync: SyncMethod, cols: PlanColumns, elements: Any,
+                busy: Any) -> tuple[Any, Any, Any]:
     """(0, seconds added to each step, extra bytes of memory per GPU) per row: the flat send and receive buffers
     of a worker's parameters."""
     def one(replicas: int, stride: int, held: float, compute: float) -> tuple[float, float]:

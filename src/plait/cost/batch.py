@@ -32,7 +32,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.plan.plan import Plan
-from plait.plan.sync import INFREQUENT, SPECS, Sync, parse_sync
+from plait.sync import DreamDDP, SyncMethod
 from plait.units import MIB, S_PER_US
 from plait.workload.model import ModelSpec
 
@@ -164,7 +164,7 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Fr
     else:
         data = dict(cols.data)
         data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
-        cols = PlanColumns(data)
+        cols = PlanColumns(data, methods=cols.methods)
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
@@ -232,19 +232,18 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
     for code, sync in _methods(cols):
         mask = codes == code
         over, shown, memory = _rows_costs(model, cluster, sync, cols, mask, params, stage, busy)
-        method = sync.method
-        if method == "pipe_sgd":  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
+        if sync.pipelined:  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
             reduce = xp.where(mask, 0.0, reduce)
-        elif method == "dreamddp":  # each step's share behind the last micro-batch's backward (plait.plan.partial)
+        elif isinstance(sync, DreamDDP):  # each step's share behind the last backward (plait.plan.partial)
             shown = partial_exposed_s(over, backward, sync.every, xp)
-        elif method not in INFREQUENT:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
+        elif not sync.infrequent:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
             reduce = xp.where(mask, over, reduce)
         exposed = xp.where(mask, shown, exposed)
         extra = xp.where(mask, memory, extra)
     return reduce, exposed, extra
 
 
-def _rows_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumns, mask: Any,
+def _rows_costs(model: ModelSpec, cluster: Cluster, sync: SyncMethod, cols: PlanColumns, mask: Any,
                 params: dict[str, Any], stage: Any, busy: Any) -> tuple[Any, Any, Any]:
     """:func:`plait.cost.sync.method_costs` evaluated on the rows ``mask`` selects only (a batch holds many
     methods, each costed per distinct message), spread back over every row (0 elsewhere)."""
@@ -262,23 +261,23 @@ def _rows_costs(model: ModelSpec, cluster: Cluster, sync: Sync, cols: PlanColumn
     return spread[0], spread[1], spread[2]
 
 
-def _methods(cols: PlanColumns) -> list[tuple[int, Sync]]:
+def _methods(cols: PlanColumns) -> list[tuple[int, SyncMethod]]:
     """(code, method) of every ``dp_sync`` other than the all-reduce among the rows of ``cols``."""
     codes = cols["dp_sync"]
     present = ([codes] if codes else []) if cols.xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
-    return [(code, parse_sync(SPECS[code])) for code in present]
+    return [(code, cols.methods[code]) for code in present]
 
 
 def _gradient_steps(cols: PlanColumns) -> Any:
     """The fraction of steps that run forward, backward and the optimizer, per row (``1 - p`` for PALSGD, whose
     other steps are pseudo-synchronization steps: Naganuma et al., arXiv 2504.18454; the authors' trainer skips the
     batch of such a step), or ``None`` when no row is PALSGD."""
-    palsgd = [(code, sync) for code, sync in _methods(cols) if sync.method == "palsgd"]
-    if not palsgd:
+    skipping = [(code, sync) for code, sync in _methods(cols) if sync.pseudo_steps]
+    if not skipping:
         return None
     kept = cols.full(1.0)
-    for code, sync in palsgd:
-        kept = cols.xp.where(cols["dp_sync"] == code, 1.0 - sync["p"], kept)
+    for code, sync in skipping:
+        kept = cols.xp.where(cols["dp_sync"] == code, sync.gradient_step_fraction, kept)
     return kept
 
 

@@ -30,7 +30,6 @@ from plait.cost.links import collective_s
 from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param, shard_groups
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.sync import INFREQUENT, rows_with
 
 Columns = dict[str, np.ndarray]
 
@@ -54,7 +53,7 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     none = cols.is_("sharding", "none")
     # Replicas that average parameters every few steps instead (local SGD, DiLoCo: plait.cost.sync) all-reduce no
     # gradients across replicas; with sharding, only the in-replica reduce-scatter stays.
-    apart = rows_with(cols, INFREQUENT)
+    apart = cols.sync_rows(lambda s: s.infrequent)
     whole = none & xp.not_(apart)
     expert_stride = tp * cols["cp"] * ep  # ep consecutive data-parallel ranks hold different experts
     plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(whole, grad_bytes * params["dense"], 0.0))

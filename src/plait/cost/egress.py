@@ -25,7 +25,7 @@ from plait.cost.framework import Framework
 from plait.cost.gossip import topology_of as gossip_topology
 from plait.cost.memory import PARAM_BYTES
 from plait.cost.params import stage_layer_counts
-from plait.cost.servers import factored_tensors, on_cpus, sent_bytes, server_loads
+from plait.cost.servers import factored_tensors, sent_bytes, server_loads
 from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -34,7 +34,7 @@ from plait.plan.gossip import period as gossip_period
 from plait.plan.gossip import targets as gossip_targets
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.plan.sync import AGGREGATED, ASYNCHRONOUS, INFREQUENT, Sync, parse_sync
+from plait.sync import Gathered, Gossip, ParamServer, SyncMethod
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import rank_shapes
 
@@ -76,11 +76,11 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framew
         out += boundaries * tp * cp * dp * 2 * m * plan.vpp * p2p
     replicas = dp * cp
     params = stage_sync(model, cluster, prepared, 0).params
-    if plan.dp_sync != "allreduce":  # cp = ep = 1 (plait.plan.rules)
-        sync = parse_sync(plan.dp_sync)
-        if sync.method in (*AGGREGATED, *ASYNCHRONOUS, "gossip"):  # point to point: count each pair's bytes
+    sync = plan.dp_sync
+    if not sync.is_allreduce:  # cp = ep = 1 (plait.plan.rules)
+        if sync.point_to_point:  # count each pair's bytes
             return out + _point_to_point(model, cluster, plan, sync)
-        if sync.method in INFREQUENT:  # each rank averages what it holds (stage 0's, for every stage)
+        if sync.infrequent:  # each rank averages what it holds (stage 0's, for every stage)
             per_rank = float(params["dense"] + params["expert"]) * GRAD_BYTES / sync.every
             if plan.sharding != "none":  # HSDP replicas average their shards
                 return out + _reduced(cluster, plan.dp_replicate, tp * plan.dp_shard, per_rank / plan.dp_shard, world)
@@ -88,7 +88,7 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framew
         layers = [int(stage_layer_counts(model, plan.pp, s, SCALAR)[0]) for s in range(plan.pp)]
         sent = sum(payload_bytes(sync, rank_shapes(model, tp, 0, n, s == 0, s == plan.pp - 1))
                    for s, n in enumerate(layers)) / plan.pp  # each stage's ranks send their own tensors
-        if sync.method in ("topk", "quantize"):  # all-gathered: (g-1)/g of g ranks' pieces
+        if isinstance(sync, Gathered):  # all-gathered: (g-1)/g of g ranks' pieces
             return out + _ring(cluster, replicas, tp, (replicas - 1) * sent, world)
         return out + _reduced(cluster, replicas, tp, sent, world)
     dense, expert = float(params["dense"]), float(params["expert"])
@@ -106,7 +106,7 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framew
     return out + _ring(cluster, group, tp, ring(group) * (grad + PARAM_BYTES) * total, world)
 
 
-def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) -> float:
+def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: SyncMethod) -> float:
     """Bytes leaving sites per step under the point-to-point methods, summed over every replica group
     (one per TP rank and stage; replicas ``tp`` ranks apart) from who sends what to whom: gossip's copies to the
     replicas of another site (:mod:`plait.cost.gossip`), a parameter server's pushes and replies between sites
@@ -123,15 +123,15 @@ def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) 
         elements = sum(math.prod(s) for s in shapes)
         first = stage * tp * n  # the stage's first rank (pp outermost)
         where = [(first + r * tp) // site for r in range(n)]
-        if sync.method == "gossip":
+        if isinstance(sync, Gossip):
             topology, peers = gossip_topology(sync)
             steps = gossip_period(topology, n, peers)
             crossing = sum(where[i] != where[j] for t in range(steps) for i in range(n)
                            for j in gossip_targets(topology, n, peers, t, i)) / steps
             total += crossing * GRAD_BYTES * elements * tp
-        elif on_cpus(sync):  # server ranks taken to sit in the first site
+        elif isinstance(sync, ParamServer) and sync.on_cpus:  # server ranks taken to sit in the first site
             total += tp * 2 * sum(w != 0 for w in where) * sent_bytes(sync, named, 0, n)
-        elif sync.method == "param_server":
+        elif isinstance(sync, ParamServer):
             tokens = plan.global_batch * plan.seq_len // n
             flags, in_site = factored_tensors(sync, named, tokens, n), Counter(where)
             loads = server_loads(sync, [s for s, f in zip(shapes, flags) if not f], n)
@@ -139,7 +139,7 @@ def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: Sync) 
             total += tp * GRAD_BYTES * sum(2 * load * (n - in_site[where[j]]) for j, load in enumerate(loads))
             factors = factor_elements(named, flags, tokens)  # every replica's factors to every other site's
             total += tp * GRAD_BYTES * factors * sum(n - in_site[w] for w in where)
-        elif sync.method in ASYNCHRONOUS:
+        elif sync.asynchronous:
             crossing = sum(w != 0 for w in where)
             total += tp * 2 * crossing * worker_bytes(sync, elements)
     return total

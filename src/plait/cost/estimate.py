@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 from plait.plan.convergence import Convergence, convergence
 from plait.plan.plan import Plan
+from plait.sync import AllReduce, Gossip
 
-ALLREDUCE = convergence("allreduce")
+ALLREDUCE = convergence(AllReduce())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,15 +190,14 @@ class Estimate:
     def gossip_spectral_gap(self) -> float | None:
         """Spectral gap of a ``gossip`` plan's mixing over its averaging replicas (:func:`plait.plan.gossip.
         spectral_gap`; ``None`` for other methods)."""
-        if not self.plan.dp_sync.startswith("gossip"):
+        sync = self.plan.dp_sync
+        if not isinstance(sync, Gossip):
             return None
         from plait.plan.convergence import averaging_replicas
         from plait.plan.gossip import spectral_gap
-        from plait.plan.sync import parse_sync
 
-        sync = parse_sync(self.plan.dp_sync)
         replicas = averaging_replicas(self.plan.dp, self.plan.dp_replicate, self.plan.sharding)
-        return spectral_gap(sync.choice("topology"), replicas, int(sync["peers"]))
+        return spectral_gap(sync.topology, replicas, sync.peers)
 
     @property
     def target_tokens_per_s(self) -> float:
@@ -230,7 +230,7 @@ class Estimate:
             "cluster": self.cluster_name,
             "engine": self.engine,
             "num_gpus": self.num_gpus,
-            "plan": asdict(self.plan),
+            "plan": self.plan.to_dict(),
             "layout": self.plan.describe(),
             "step_time_s": self.step_time_s,
             "step_time_p10_s": low,

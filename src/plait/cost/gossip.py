@@ -23,7 +23,7 @@ from plait.cost.distinct import per_distinct
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.gossip import period, sources, targets
-from plait.plan.sync import Sync
+from plait.sync import Gossip
 
 PARAM_BYTES = 4
 MIX_PASSES = 6
@@ -32,12 +32,12 @@ received copy (``mixed += w x_j``: read two, write one): the flat copy (read, wr
 write) and the copy back into the parameters (read, write)."""
 
 
-def topology_of(sync: Sync) -> tuple[str, int]:
+def topology_of(sync: Gossip) -> tuple[str, int]:
     """(topology, peers) of a ``gossip`` spec."""
-    return sync.choice("topology"), int(sync["peers"])
+    return sync.topology, sync.peers
 
 
-def sent_bytes(sync: Sync, params: int, rank: int, replicas: int, step: int | None = None) -> float:
+def sent_bytes(sync: Gossip, params: int, rank: int, replicas: int, step: int | None = None) -> float:
     """Bytes group rank ``rank`` sends at ``step`` (``None``: the mean over a period), ``params`` elements each."""
     topology, peers = topology_of(sync)
     if step is not None:
@@ -77,7 +77,7 @@ def _loads(topology: str, peers: int, replicas: int, stride: int, spans: tuple[i
     return tuple(float(x) for x in loads), received
 
 
-def gossip_costs(cluster: Cluster, sync: Sync, cols: PlanColumns, replicas: Any, stride: Any,
+def gossip_costs(cluster: Cluster, sync: Gossip, cols: PlanColumns, replicas: Any, stride: Any,
                  params: Any) -> tuple[Any, Any, Any]:
     """(0, exposed seconds, extra bytes of memory) per row of ``cols``: the exchange and mix after each step among
     ``replicas`` ranks ``stride`` apart, each holding ``params`` elements (per row)."""

@@ -46,8 +46,10 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.factors import factor_elements, factored, rebuild_flops
 from plait.plan.servers import placement
-from plait.plan.sync import Sync
+from plait.sync import ParamServer, SwitchAggregation
 from plait.workload.tensors import Shape
+
+Aggregating = ParamServer | SwitchAggregation
 
 GRAD_BYTES = 4
 SLOT_ELEMENTS = 64
@@ -65,42 +67,42 @@ EXPONENT_BYTES = 1
 packet)."""
 
 
-def on_cpus(sync: Sync) -> bool:
+def on_cpus(sync: Aggregating) -> bool:
     """Whether a ``param_server`` spec puts its servers on CPU machines (server ranks beyond the workers)."""
-    return sync.method == "param_server" and sync.choice("host") == "cpu"
+    return isinstance(sync, ParamServer) and sync.on_cpus
 
 
-def hybrid(sync: Sync) -> bool:
+def hybrid(sync: Aggregating) -> bool:
     """Whether a spec sends linear layers as sufficient factors where that moves fewer bytes (``hybrid=true``)."""
-    return sync.method == "param_server" and sync.choice("hybrid") == "true"
+    return isinstance(sync, ParamServer) and sync.hybrid
 
 
-def factored_tensors(sync: Sync, named: list[tuple[str, Shape]], tokens: int, replicas: int) -> list[bool]:
+def factored_tensors(sync: ParamServer, named: list[tuple[str, Shape]], tokens: int, replicas: int) -> list[bool]:
     """Per tensor of ``named``, whether it travels as sufficient factors (``tokens`` rows per replica and step)."""
     if not hybrid(sync):
         return [False] * len(named)
-    return factored(named, tokens, replicas, min(int(sync["servers"]), replicas))
+    return factored(named, tokens, replicas, min(sync.servers, replicas))
 
 
-def server_loads(sync: Sync, shapes: list[Shape], replicas: int) -> list[int]:
+def server_loads(sync: ParamServer, shapes: list[Shape], replicas: int) -> list[int]:
     """Elements each parameter server sums of the tensors of ``shapes`` (the servers' tensors: with ``hybrid``,
     those not factored); servers on the replicas: at most one per replica (the plan rules)."""
-    servers = int(sync["servers"]) if on_cpus(sync) else min(int(sync["servers"]), replicas)
-    return placement(shapes, servers, sync.choice("placement"))[1]
+    servers = sync.servers if on_cpus(sync) else min(sync.servers, replicas)
+    return placement(shapes, servers, sync.placement)[1]
 
 
-def switch_bytes(sync: Sync, elements: int) -> int:
+def switch_bytes(sync: SwitchAggregation, elements: int) -> int:
     """Bytes one replica sends to the switch per step: fixed-point codes and one exponent per slot."""
-    codes = elements * int(sync["bits"]) // 8
+    codes = elements * sync.bits // 8
     return codes + math.ceil(elements / SLOT_ELEMENTS) * EXPONENT_BYTES
 
 
-def sent_bytes(sync: Sync, named: list[tuple[str, Shape]], rank: int, replicas: int, tokens: int = 0) -> int:
+def sent_bytes(sync: Aggregating, named: list[tuple[str, Shape]], rank: int, replicas: int, tokens: int = 0) -> int:
     """Bytes group rank ``rank`` of ``replicas`` hands to sends in one step (module docstring); ``named``: the
     rank's parameters, ``tokens``: its rows per step (what ``hybrid`` decides on)."""
     if replicas <= 1:
         return 0
-    if sync.method == "switch_aggregation":
+    if isinstance(sync, SwitchAggregation):
         each = switch_bytes(sync, sum(math.prod(s) for _, s in named))
         return (replicas - 1) * each if rank == 0 else each
     flags = factored_tensors(sync, named, tokens, replicas)
@@ -114,7 +116,7 @@ def sent_bytes(sync: Sync, named: list[tuple[str, Shape]], rank: int, replicas: 
     return factors + GRAD_BYTES * ((elements - own) + (replicas - 1) * own)
 
 
-def aggregated_costs(cluster: Cluster, sync: Sync, cols: PlanColumns,
+def aggregated_costs(cluster: Cluster, sync: Aggregating, cols: PlanColumns,
                      named: list[tuple[str, Shape]]) -> tuple[Any, Any, Any]:
     """(0, exposed seconds, extra bytes of memory) per row of ``cols`` for ``param_server`` or
     ``switch_aggregation`` over the replicas (``tp`` ranks apart) of a rank holding ``named``, after the backward
@@ -124,7 +126,7 @@ def aggregated_costs(cluster: Cluster, sync: Sync, cols: PlanColumns,
         cols, lambda n, t, k: _one(cluster, sync, named, int(n), int(t), int(k)), cols.dp, cols["tp"], tokens))
 
 
-def _one(cluster: Cluster, sync: Sync, named: list[tuple[str, Shape]], replicas: int, stride: int,
+def _one(cluster: Cluster, sync: Aggregating, named: list[tuple[str, Shape]], replicas: int, stride: int,
          tokens: int) -> tuple[float, float]:
     if replicas <= 1:
         return 0.0, 0.0
@@ -134,7 +136,7 @@ def _one(cluster: Cluster, sync: Sync, named: list[tuple[str, Shape]], replicas:
     elements = sum(math.prod(s) for s in shapes)
     if on_cpus(sync):
         return _cpu_servers_s(cluster, sync, shapes, replicas, stride), 2.0 * GRAD_BYTES * elements
-    if sync.method == "param_server":
+    if isinstance(sync, ParamServer):
         loads = server_loads(sync, shapes, replicas)
         # each phase (push, then pull: a server replies once it has every piece) waits for its busiest rank: a
         # server sends or receives (N-1) L_j and the other pieces, a worker without a server all E
@@ -164,7 +166,7 @@ def _spread_s(sent: float, link: GroupLink) -> float:
     return link.latency_s + time
 
 
-def _cpu_servers_s(cluster: Cluster, sync: Sync, shapes: list[Shape], replicas: int, stride: int) -> float:
+def _cpu_servers_s(cluster: Cluster, sync: ParamServer, shapes: list[Shape], replicas: int, stride: int) -> float:
     """Seconds of one synchronous round through ``S`` servers on CPU machines: a worker pushes ``4 (E + 2S)`` bytes
     and pulls as many; a server receives and sends ``N`` times its piece and sums ``N`` pieces; the round takes
     the slower side, each way (BytePS, Jiang et al. 2020, Sec. 3.1, Eq. 1-2). Assumed: a server process gets one
@@ -178,7 +180,7 @@ def _cpu_servers_s(cluster: Cluster, sync: Sync, shapes: list[Shape], replicas: 
     return 2 * (tier.latency_s + max(worker, server) / rate) + summed
 
 
-def _switch_s(cluster: Cluster, sync: Sync, elements: int, replicas: int, stride: int) -> float:
+def _switch_s(cluster: Cluster, sync: SwitchAggregation, elements: int, replicas: int, stride: int) -> float:
     """Seconds of one switch aggregation of every replica's gradient (module docstring)."""
     link = group_link(cluster, replicas, stride)
     tier = cluster.tiers[link.tier]

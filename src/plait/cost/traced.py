@@ -42,7 +42,6 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import averaging_replicas, convergence
 from plait.plan.plan import Plan
-from plait.plan.sync import INFREQUENT, WHOLE_GRADIENTS, parse_sync
 from plait.units import GIB
 from plait.workload.traced import Kernel, TracedWorkload, Unit
 
@@ -73,11 +72,9 @@ def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
     if plan.global_batch % (plan.micro_batch * plan.dp):
         raise ConfigError(f"global_batch={plan.global_batch} must be a multiple of micro_batch x dp = "
                           f"{plan.micro_batch * plan.dp}")
-    if plan.dp_sync != "allreduce":
-        sync = parse_sync(plan.dp_sync)
-        if sync.method in WHOLE_GRADIENTS and plan.sharding != "none":
-            raise ConfigError(f"dp_sync={sync.method!r} reduces each replica's whole gradient and needs "
-                              f"sharding='none' (got sharding={plan.sharding!r})")
+    if plan.dp_sync.whole_gradients and plan.sharding != "none":
+        raise ConfigError(f"dp_sync={plan.dp_sync.name!r} reduces each replica's whole gradient and needs "
+                          f"sharding='none' (got sharding={plan.sharding!r})")
 
 
 def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int) -> float:
@@ -222,12 +219,12 @@ def _dp_comm_s(cluster: Cluster, plan: Plan, cols: PlanColumns, work: TracedWork
         return 0.0, 0.0
     reduce, gather = (float(x) for x in gradient_sync_s(cluster, cols, params, grad_bytes))
     shown = extra = 0.0
-    if plan.dp_sync != "allreduce":
-        sync = parse_sync(plan.dp_sync)
+    if not plan.dp_sync.is_allreduce:
+        sync = plan.dp_sync
         over, shown, extra = (float(x) for x in method_costs(None, cluster, sync, cols, params, 0, busy, named))
-        if sync.method == "pipe_sgd":
+        if sync.pipelined:
             reduce = 0.0
-        elif sync.method not in INFREQUENT:
+        elif not sync.infrequent:
             reduce = over
     elif plan.sharding == "none":
         return _ddp_buckets_s(cluster, plan, work, group, seconds, grad_bytes), 0.0

@@ -16,7 +16,6 @@ import numpy as np
 from plait.engine.engine import Engine
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.sync import on_server_ranks
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec], np.ndarray]
@@ -112,9 +111,9 @@ _FEATURES: tuple[Feature, ...] = (
             _model(lambda m: m.moe is not None and m.moe.router_bias)),
     Feature("learned_positions_sp", lambda p, m: f"learned positions ({m.name}) with sp=true",
             lambda c, m: c["sp"] & (c["tp"] > 1) & (m.position == "learned")),
-    Feature("dp_sync", lambda p, m: f"dp_sync={p.dp_sync!r}", lambda c, m: c["dp_sync"] != 0),
-    Feature("dp_sync_server_ranks", lambda p, m: f"dp_sync={p.dp_sync!r} (through server ranks beyond the GPUs)",
-            lambda c, m: on_server_ranks(c)),
+    Feature("dp_sync", lambda p, m: f"dp_sync={p.dp_sync.spec!r}", lambda c, m: c["dp_sync"] != 0),
+    Feature("dp_sync_server_ranks", lambda p, m: f"dp_sync={p.dp_sync.spec!r} (through server ranks beyond the GPUs)",
+            lambda c, m: c.sync_rows(lambda s: s.server_ranks > 0)),
 )
 FEATURES: dict[str, Feature] = {f.name: f for f in _FEATURES}
 """Every feature an engine's ``unsupported`` table may name."""

@@ -3,19 +3,21 @@
 The planner enumerates hundreds of thousands of candidates; the cost model evaluates them
 column-wise. A single plan is the same columns holding plain Python values (:meth:`PlanColumns.one`), so the
 estimator and the planner share one implementation, run through :attr:`PlanColumns.xp`
-(:mod:`plait.plan.ops`). Closed choices are stored as small integer codes into ``CHOICES``.
+(:mod:`plait.plan.ops`). Closed choices are stored as small integer codes into ``CHOICES``; the synchronization
+method as its index into the columns' own table of methods (:attr:`PlanColumns.methods`), which travels with them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import numpy as np
 
 from plait.plan.ops import ARRAY, SCALAR, Ops
 from plait.plan.plan import GradDtype, Optimizer, Plan, Precision, Recompute, Schedule, Sharding
-from plait.plan.sync import SPECS, intern_sync
+from plait.sync import ALLREDUCE, SyncMethod
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
@@ -23,17 +25,21 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
 TEXTS = ("dp_sync",)
-"""Open-ended text fields, stored as codes interned in :data:`plait.plan.sync.SPECS` (``allreduce`` is 0)."""
+"""Open-ended fields (the synchronization method), stored as indices into :attr:`PlanColumns.methods`."""
 FIELDS = tuple(f.name for f in fields(Plan))
 
 
 _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
+M = TypeVar("M", bound=SyncMethod)
+
+
+def method_table(methods: Any) -> tuple[SyncMethod, ...]:
+    """A table of distinct ``methods`` for plan columns: the all-reduce first (code 0), then the others in order."""
+    return tuple(dict.fromkeys((ALLREDUCE, *methods)))
 
 
 def code(field: str, value: str) -> int:
-    """Integer code of a closed choice (or of a text field's value, interned)."""
-    if field in TEXTS:
-        return intern_sync(value)
+    """Integer code of a closed choice."""
     found = _CODES.get((field, value))
     if found is None:
         raise ValueError(f"{field}={value!r} must be one of {CHOICES[field]}")
@@ -48,6 +54,8 @@ class PlanColumns:
     data: dict[str, Any]
     single: Plan | None = None
     """The plan whose values ``data`` holds as scalars (:meth:`one`); ``None`` for array columns."""
+    methods: tuple[SyncMethod, ...] = (ALLREDUCE,)
+    """The synchronization methods the ``dp_sync`` column indexes (:func:`method_table`: the all-reduce is 0)."""
 
     def __post_init__(self) -> None:
         assert set(self.data) == set(FIELDS), "columns must cover every Plan field"
@@ -76,31 +84,57 @@ class PlanColumns:
         """Mask of rows whose closed choice ``field`` equals ``value``."""
         return self.data[field] == _CODES[(field, value)]
 
+    def sync_rows(self, question: Callable[[SyncMethod], bool]) -> Any:
+        """Mask of rows whose synchronization method answers ``question`` with yes (asked once per method)."""
+        if self.xp.scalar:  # one plan: one lookup
+            return question(self.methods[self.data["dp_sync"]])
+        codes = [i for i, method in enumerate(self.methods) if question(method)]
+        return self.xp.any_of([self.data["dp_sync"] == i for i in codes]) if codes else self.full(False)
+
+    def sync_values(self, kind: type[M], value: Callable[[M], Any], fill: Any) -> Any:
+        """Per row, ``value(method)`` where the row's method is a ``kind``, ``fill`` on other rows."""
+        if self.xp.scalar:
+            method = self.methods[self.data["dp_sync"]]
+            return value(method) if isinstance(method, kind) else fill
+        out = self.full(fill)
+        for i, method in enumerate(self.methods):
+            if isinstance(method, kind):
+                out = self.xp.where(self.data["dp_sync"] == i, value(method), out)
+        return out
+
     @classmethod
     def from_plans(cls, plans: list[Plan]) -> PlanColumns:
         """Columns of explicit plans."""
+        methods = method_table(p.dp_sync for p in plans)
+        index = {m: i for i, m in enumerate(methods)}
         data: dict[str, Any] = {}
         for name in FIELDS:
             values = [getattr(p, name) for p in plans]
-            if name in CHOICES or name in TEXTS:
+            if name in TEXTS:
+                data[name] = np.array([index[v] for v in values], dtype=np.int64)
+            elif name in CHOICES:
                 data[name] = np.array([code(name, v) for v in values], dtype=np.int64)
             elif name in BOOLS:
                 data[name] = np.array(values, dtype=bool)
             else:
                 data[name] = np.array(values, dtype=np.int64)
-        return cls(data)
+        return cls(data, methods=methods)
 
     @classmethod
     def one(cls, plan: Plan) -> PlanColumns:
         """The columns of one plan as its Python values (codes for closed choices): the single-plan path."""
         data = {name: getattr(plan, name) for name in FIELDS}
-        for name in (*CHOICES, *TEXTS):
+        for name in CHOICES:
             data[name] = code(name, data[name])
-        return cls(data, single=plan)
+        methods = (ALLREDUCE,) if plan.dp_sync.is_allreduce else (ALLREDUCE, plan.dp_sync)
+        data["dp_sync"] = len(methods) - 1
+        return cls(data, single=plan, methods=methods)
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], length: int) -> PlanColumns:
-        """Columns from enumerated arrays; fields not given take the Plan default."""
+    def from_arrays(cls, arrays: dict[str, np.ndarray], length: int,
+                    methods: tuple[SyncMethod, ...] = (ALLREDUCE,)) -> PlanColumns:
+        """Columns from enumerated arrays (``dp_sync``: indices into ``methods``, :func:`method_table`); fields not
+        given take the Plan default."""
         default = Plan()
         data: dict[str, np.ndarray] = {}
         for name in FIELDS:
@@ -108,15 +142,15 @@ class PlanColumns:
                 data[name] = np.asarray(arrays[name])
             else:
                 value = getattr(default, name)
-                value = code(name, value) if name in CHOICES or name in TEXTS else value
+                value = code(name, value) if name in CHOICES else methods.index(value) if name in TEXTS else value
                 data[name] = np.full(length, value, dtype=bool if name in BOOLS else np.int64)
-        return cls(data)
+        return cls(data, methods=methods)
 
     def take(self, index: np.ndarray) -> PlanColumns:
         """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""
         if self.single is not None:
             return PlanColumns.from_plans([self.single]).take(np.zeros(len(index), dtype=np.int64))
-        return PlanColumns({k: v[index] for k, v in self.data.items()})
+        return PlanColumns({k: v[index] for k, v in self.data.items()}, methods=self.methods)
 
     def plan(self, row: int) -> Plan:
         """Row ``row`` back as a Plan."""
@@ -128,7 +162,7 @@ class PlanColumns:
             if name in CHOICES:
                 kwargs[name] = CHOICES[name][int(value)]
             elif name in TEXTS:
-                kwargs[name] = SPECS[int(value)]
+                kwargs[name] = self.methods[int(value)]
             elif name in BOOLS:
                 kwargs[name] = bool(value)
             else:

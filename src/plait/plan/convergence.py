@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from plait.plan.sync import SPECS, parse_sync
+from plait.sync import SyncMethod, parse
 
 
 @dataclass(frozen=True)
@@ -58,16 +58,17 @@ def table() -> dict[str, list[_Entry]]:
     out: dict[str, list[_Entry]] = {}
     for entry in raw["entry"]:
         figure = Convergence(float(entry["multiplier"]), entry["source"], entry["basis"])
-        key = entry["spec"] if entry.get("any_parameters") else parse_sync(entry["spec"]).spec
+        key = entry["spec"] if entry.get("any_parameters") else parse(entry["spec"]).spec
         out.setdefault(key, []).append(_Entry(figure, entry.get("replicas"), bool(entry.get("any_parameters"))))
     return out
 
 
-def convergence(spec: str, replicas: int = 2) -> Convergence:
-    """The figure for canonical ``dp_sync`` spec ``spec`` with ``replicas`` averaging replicas: the first entry
+def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
+    """The figure for ``method`` with ``replicas`` averaging replicas: the first entry
     whose setting had at least as many (more replicas drifting apart converge worse: Charles et al. 2025,
     arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021)."""
-    for entry in (*table().get(spec, ()), *table().get(spec.partition(":")[0], ())):
+    spec = method.spec
+    for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
     return Convergence(None, f"no figure for {spec} with {replicas} replicas (measure one: plait converge "
@@ -82,7 +83,7 @@ def averaging_replicas(dp: int, dp_replicate: int, sharding: str) -> int:
 def known_specs(replicas: int = 2) -> tuple[str, ...]:
     """Specs with a figure at ``replicas`` replicas, in the table's order."""
     return tuple(spec for spec, entries in table().items()
-                 if not entries[0].any_parameters and convergence(spec, replicas).known)
+                 if not entries[0].any_parameters and convergence(parse(spec), replicas).known)
 
 
 def matching_multiplier(method: list[float], reference: list[float], window: int) -> tuple[float, float | None]:
@@ -114,7 +115,7 @@ def row_figures(cols: Any) -> tuple[np.ndarray, np.ndarray]:
     replicas = np.where(cols.is_("sharding", "none"), cols.dp, cols["dp_replicate"])
     factor, known = np.ones(len(codes)), np.ones(len(codes), dtype=bool)
     for code, count in {(int(c), int(r)) for c, r in zip(codes[codes != 0], replicas[codes != 0])}:
-        figure, rows = convergence(SPECS[code], count), (codes == code) & (replicas == count)
+        figure, rows = convergence(cols.methods[code], count), (codes == code) & (replicas == count)
         factor[rows], known[rows] = figure.factor, figure.known
     return factor, known
 
@@ -124,8 +125,8 @@ NUMERICAL = ("allreduce", "bf16", "fp16")
 numerical choice like ``grad_reduce_dtype`` (fp32 unless the user asks)."""
 
 
-def searched_specs() -> tuple[str, ...]:
+def searched_specs() -> tuple[SyncMethod, ...]:
     """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL`."""
-    return tuple(spec for spec, entries in table().items()
-                 if parse_sync(spec).method not in NUMERICAL and any(e.figure.known and not e.any_parameters
-                                                                     for e in entries))
+    return tuple(parse(spec) for spec, entries in table().items()
+                 if parse(spec).name not in NUMERICAL and any(e.figure.known and not e.any_parameters
+                                                              for e in entries))

@@ -19,7 +19,7 @@ from typing import Literal
 from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
 from plait.plan.plan import Plan
-from plait.plan.sync import parse_sync
+from plait.sync import LocalSGD
 from plait.workload.model import ModelSpec
 
 Split = Literal["data", "pipeline"]
@@ -112,9 +112,9 @@ def _check_data(mixed: MixedPlan, model: ModelSpec) -> None:
     if total != plan.global_batch:
         raise ConfigError(f"the shares' batches sum to {total} but global_batch={plan.global_batch}")
     steps = {s.local_steps for s in mixed.shares}
-    if steps != {1} and parse_sync(plan.dp_sync).method != "local_sgd":
+    if steps != {1} and not isinstance(plan.dp_sync, LocalSGD):
         raise ConfigError(f"local_steps {sorted(steps)} differ from 1 only with dp_sync local_sgd (got "
-                          f"{plan.dp_sync})")
+                          f"{plan.dp_sync.spec})")
 
 
 def _check_pipeline(mixed: MixedPlan, model: ModelSpec) -> None:

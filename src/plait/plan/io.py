@@ -96,8 +96,9 @@ def plan_to_toml(plan: Plan, job: JobSpec | None = None) -> str:
     body: dict[str, Any] = {}
     if job is not None:
         body["job"] = {k: v for k, v in asdict(job).items() if v}
-    body["plan"] = {f.name: getattr(plan, f.name) for f in fields(Plan)
-                    if f.name in ALWAYS_WRITTEN or getattr(plan, f.name) != getattr(defaults, f.name)}
+    values, default_values = plan.to_dict(), defaults.to_dict()
+    body["plan"] = {f.name: values[f.name] for f in fields(Plan)
+                    if f.name in ALWAYS_WRITTEN or values[f.name] != default_values[f.name]}
     return tomli_w.dumps(body)
 
 

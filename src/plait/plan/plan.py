@@ -10,11 +10,11 @@ and torchtitan default order — which decides which network tier each group cro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal, get_args
 
 from plait.errors import ConfigError
-from plait.plan.sync import parse_sync
+from plait.sync import ALLREDUCE, SyncMethod, parse
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Sharding = Literal["none", "zero1", "zero2", "zero3"]
@@ -75,9 +75,9 @@ class Plan:
     tp_comm_overlap: bool = False
     """Overlap TP collectives with GEMMs (async TP / Transformer Engine userbuffers). Optimistic: the cost
     model hides TP traffic behind the layer's GEMMs without modelling the interference."""
-    dp_sync: str = "allreduce"
-    """How data-parallel replicas synchronize, ``METHOD[:key=value,...]`` (:mod:`plait.plan.sync`), kept in its
-    canonical form: ``allreduce`` every step, or a compressed or infrequent method."""
+    dp_sync: SyncMethod = ALLREDUCE
+    """How data-parallel replicas synchronize (:mod:`plait.sync`): the all-reduce every step, or a compressed,
+    infrequent, aggregating or asynchronous method. Text ``METHOD[:key=value,...]`` given here is parsed."""
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -87,10 +87,10 @@ class Plan:
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
-        if self.dp_sync != "allreduce":
-            if not isinstance(self.dp_sync, str):
-                raise ConfigError(f"dp_sync={self.dp_sync!r} must be a string METHOD[:key=value,...]")
-            object.__setattr__(self, "dp_sync", parse_sync(self.dp_sync).spec)
+        if isinstance(self.dp_sync, str):  # text entering: a plan file, an option, a test
+            object.__setattr__(self, "dp_sync", parse(self.dp_sync))
+        elif not isinstance(self.dp_sync, SyncMethod):
+            raise ConfigError(f"dp_sync={self.dp_sync!r} must be a string METHOD[:key=value,...]")
 
     # --- derived sizes -------------------------------------------------------------------
     @property
@@ -144,9 +144,13 @@ class Plan:
             parts.append("offload-opt")
         if self.offload_params:
             parts.append("offload-params")
-        if self.dp_sync != "allreduce":
-            parts.append(f"sync={self.dp_sync}")
+        if not self.dp_sync.is_allreduce:
+            parts.append(f"sync={self.dp_sync.spec}")
         return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by name, as plain values (the synchronization method as its canonical spec text)."""
+        return {**asdict(self), "dp_sync": self.dp_sync.spec}
 
 
 LIMIT = 2**31 - 1

@@ -18,16 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.sync import (
-    INFREQUENT,
-    MODELLED,
-    PARAMETERS,
-    WHOLE_GRADIENTS,
-    on_server_ranks,
-    parse_sync,
-    rows_with,
-    spec_values,
-)
+from plait.sync import MODELLED, DreamDDP, ParamServer, SwitchAggregation
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -60,12 +51,17 @@ def _first_nonpositive(p: Plan) -> str:
 
 
 def _sync_unmodelled(c: PlanColumns) -> Any:
-    """Rows whose ``dp_sync`` method has no cost model yet (:data:`plait.plan.sync.MODELLED`)."""
-    return rows_with(c, tuple(m for m in PARAMETERS if m not in MODELLED))
+    """Rows whose ``dp_sync`` method has no cost model yet (:data:`plait.sync.MODELLED`)."""
+    return c.sync_rows(lambda s: s.name not in MODELLED)
 
 
 def _sync_method(p: Plan) -> str:
-    return p.dp_sync.partition(":")[0]
+    return p.dp_sync.name
+
+
+def _hybrid_servers(c: PlanColumns) -> Any:
+    """Rows of parameter servers with Poseidon's hybrid communication."""
+    return c.sync_values(ParamServer, lambda s: s.hybrid, False)
 
 
 def _sync_split_message(p: Plan) -> str:
@@ -129,33 +125,35 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: (c["dp_sync"] != 0) & ((c["cp"] > 1) | (c["ep"] > 1)),
          lambda p, m, k: _sync_split_message(p)),
     Rule("dp-sync-whole-gradients",
-         lambda c, m, k: rows_with(c, WHOLE_GRADIENTS) & c.xp.not_(c.is_("sharding", "none")),
+         lambda c, m, k: c.sync_rows(lambda s: s.whole_gradients) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "
                           f"sharding='none' (got sharding={p.sharding!r})")),
     Rule("dp-sync-dreamddp-unsharded",
-         lambda c, m, k: rows_with(c, ("dreamddp",)) & c.xp.not_(c.is_("sharding", "none")),
+         lambda c, m, k: c.sync_rows(lambda s: isinstance(s, DreamDDP)) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync='dreamddp' averages each layer's parameters from its gradient hook during the "
                           f"backward pass and needs sharding='none' (got sharding={p.sharding!r}: FSDP owns them)")),
     Rule("dp-sync-average-whole-replicas",
-         lambda c, m, k: rows_with(c, INFREQUENT) & c.xp.not_(c.is_("sharding", "none")) & (c["dp_replicate"] == 1),
+         lambda c, m, k: c.sync_rows(lambda s: s.infrequent) & c.xp.not_(c.is_("sharding", "none"))
+         & (c["dp_replicate"] == 1),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
                           f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
     Rule("dp-sync-server-ranks-whole-replicas",
-         lambda c, m, k: on_server_ranks(c) & ((c["tp"] > 1) | (c["pp"] > 1)),
-         lambda p, m, k: (f"dp_sync={p.dp_sync!r} exchanges whole replicas with its server ranks and needs tp = pp "
-                          f"= 1 (got tp={p.tp}, pp={p.pp})")),
+         lambda c, m, k: c.sync_rows(lambda s: s.server_ranks > 0) & ((c["tp"] > 1) | (c["pp"] > 1)),
+         lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r} exchanges whole replicas with its server ranks and needs "
+                          f"tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-hybrid-whole-layers",
-         lambda c, m, k: (spec_values(c, "param_server", "hybrid", 0) == 1)
-         & ((spec_values(c, "param_server", "host", 0) == 1) | (c["tp"] > 1) | (c["pp"] > 1)),
-         lambda p, m, k: (f"dp_sync={p.dp_sync!r}: hybrid sends whole linear layers' factors between the replicas "
+         lambda c, m, k: _hybrid_servers(c)
+         & (c.sync_values(ParamServer, lambda s: s.on_cpus, False) | (c["tp"] > 1) | (c["pp"] > 1)),
+         lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r}: hybrid sends whole linear layers' factors between the replicas "
                           f"and needs host=ranks and tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-servers-within-replicas",
-         lambda c, m, k: (spec_values(c, "param_server", "servers", 1) > c.dp)
-         & (spec_values(c, "param_server", "host", 0) == 0),
-         lambda p, m, k: (f"dp_sync param_server servers={int(parse_sync(p.dp_sync)['servers'])} must be at most "
+         lambda c, m, k: (c.sync_values(ParamServer, lambda s: s.servers, 1) > c.dp)
+         & c.sync_values(ParamServer, lambda s: not s.on_cpus, True),
+         lambda p, m, k: (f"dp_sync param_server servers={p.dp_sync.servers} must be at most "
                           f"the dp={p.dp} replicas that host them (host=ranks)")),
     Rule("dp-sync-switch-aggregates",
-         lambda c, m, k: rows_with(c, ("switch_aggregation",)) & c.xp.not_(_meets_on_aggregating_tier(c, k)),
+         lambda c, m, k: c.sync_rows(lambda s: isinstance(s, SwitchAggregation))
+         & c.xp.not_(_meets_on_aggregating_tier(c, k)),
          lambda p, m, k: (f"dp_sync switch_aggregation needs switches that aggregate where the dp={p.dp} replicas "
                           f"meet, but tier {_meeting_tier(p, k).name!r} of cluster {k.name} does not (give the tier "
                           "an 'aggregation' table)")),

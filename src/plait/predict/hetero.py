@@ -27,10 +27,10 @@ from plait.engine.engine import Engine
 from plait.hardware.hetero import MixedCluster, group_view
 from plait.job import Job
 from plait.plan.hetero import GroupShare, MixedPlan, check_mixed_plan
-from plait.plan.sync import parse_sync
 from plait.predict.estimate import predict
 from plait.simulate.costs import pipeline_costs, stage_memories
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
+from plait.sync import LocalSGD
 from plait.workload.model import ModelSpec
 
 
@@ -129,9 +129,9 @@ def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *,
     engine = engine or get_engine()
     mixed = replace(mixed, plan=mixed.plan.with_seq_len(model.seq_len))
     check_mixed_plan(mixed, model, cluster)
-    sync = parse_sync(mixed.plan.dp_sync)
-    if sync.method == "local_sgd":  # a group without its own local steps takes the plan's
-        every = int(sync["every"])
+    sync = mixed.plan.dp_sync
+    if isinstance(sync, LocalSGD):  # a group without its own local steps takes the plan's
+        every = sync.every
         mixed = replace(mixed, shares=tuple(s if s.local_steps > 1 else replace(s, local_steps=every)
                                             for s in mixed.shares))
     return (_data(model, cluster, mixed, engine) if mixed.split == "data"
@@ -144,8 +144,8 @@ def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, sh
     plan = mixed.plan
     local = share.batch // (share.num_gpus // plan.model_parallel)
     plan = replace(plan, global_batch=local * plan.dp)
-    if parse_sync(plan.dp_sync).method == "local_sgd":  # each group averages after its own local steps
-        plan = replace(plan, dp_sync=parse_sync(f"local_sgd:every={share.local_steps}").spec)
+    if isinstance(plan.dp_sync, LocalSGD):  # each group averages after its own local steps
+        plan = replace(plan, dp_sync=LocalSGD(every=share.local_steps))
     view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
     return predict(Job.build(model, view, plan, engine))
 
@@ -229,7 +229,7 @@ def mixed_to_dict(est: MixedEstimate, train_tokens: float | None = None) -> dict
     """A JSON-ready summary of ``est``."""
     out: dict[str, object] = {
         "model": est.model_name, "cluster": est.cluster_name, "layout": est.plan.describe(), "split": est.plan.split,
-        "plan": asdict(est.plan.plan), "num_gpus": est.plan.num_gpus, "step_time_s": est.step_time_s,
+        "plan": est.plan.plan.to_dict(), "num_gpus": est.plan.num_gpus, "step_time_s": est.step_time_s,
         "tokens_per_step": est.tokens_per_step, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu, "fits": est.fits,
         "price_per_hour_usd": est.price_per_hour_usd, "usd_per_million_tokens": est.usd_per_million_tokens,
         "steps_multiplier": est.steps_multiplier, "steps_multiplier_known": est.steps_multiplier_known,

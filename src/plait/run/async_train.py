@@ -37,7 +37,6 @@ import torch.distributed as dist
 
 from plait.cost.servers import HEADER_ELEMENTS
 from plait.plan.servers import placement
-from plait.plan.sync import Sync, parse_sync
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
@@ -46,6 +45,7 @@ from plait.run.sends import Sends
 from plait.run.sites import Reducer
 from plait.run.sync import attach, counted_bytes
 from plait.run.train import cross_entropy
+from plait.sync import EASGD, AsyncPS, ParamServer, SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 
@@ -69,7 +69,7 @@ def _pieces(model: torch.nn.Module, servers: int) -> list[int]:
     return placement([tuple(p.shape) for p in model.parameters()], servers, "balanced")[1]
 
 
-def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimizer_name: str) -> dict[str, object]:
+def serve(sync: SyncMethod, model: torch.nn.Module, workers: int, index: int, optimizer_name: str) -> dict[str, object]:
     """Server ``index``'s loop until every worker has stopped; returns its updates and final piece."""
     sizes = _pieces(model, sync.server_ranks)
     start = sum(sizes[:index])
@@ -80,7 +80,8 @@ def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimize
     version, clock, held, active = 0, [0] * workers, [], set(range(workers))  # type: int, list[int], list[int], set[int]
     total, arrived = torch.zeros(sizes[index]), set()  # type: torch.Tensor, set[int]
     updates: list[tuple[int, int, float]] = []
-    bound = int(sync["staleness"]) if sync.method == "async_ps" else None
+    bound = sync.staleness if isinstance(sync, AsyncPS) else None
+    alpha = sync.alpha if isinstance(sync, EASGD) else 0.0  # the elastic force: EASGD's pushes only
     pending: list[dist.Work] = []
     began = time.perf_counter()
     while active:
@@ -93,7 +94,7 @@ def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimize
             arrived.add(worker)
         elif kind == ELASTIC:
             with torch.no_grad():
-                diff = sync["alpha"] * (buffer[: sizes[index]] - piece)
+                diff = alpha * (buffer[: sizes[index]] - piece)
                 piece += diff
             pending.append(Sends.isend(torch.cat([diff, torch.tensor([0.0])]), worker, None, REPLY))
         else:
@@ -119,7 +120,7 @@ def serve(sync: Sync, model: torch.nn.Module, workers: int, index: int, optimize
     return {"updates": updates, "piece": piece.detach().tolist()}
 
 
-def work(sync: Sync, model: torch.nn.Module, workers: int, group: dist.ProcessGroup,
+def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.ProcessGroup,
          args: argparse.Namespace) -> dict[str, object]:
     """Worker loop over the workers' ``group``: iterations until ``args.steps`` or ``args.seconds``; returns its
     losses, times and bytes."""
@@ -134,7 +135,7 @@ def work(sync: Sync, model: torch.nn.Module, workers: int, group: dist.ProcessGr
     slow = dict(args.slow)
     began = time.perf_counter()
     step = 0
-    waits = not servers or sync.method == "param_server"  # workers that wait for each other stop together
+    waits = not servers or isinstance(sync, ParamServer)  # workers that wait for each other stop together
     while _continues(step, began, args, group if waits else None):
         inputs, targets = global_batch(step, args.batch, resolve_model(args.model).seq_len)
         inputs, targets = rank_slice(inputs, rank, workers), rank_slice(targets, rank, workers)
@@ -145,15 +146,15 @@ def work(sync: Sync, model: torch.nn.Module, workers: int, group: dist.ProcessGr
             loss.backward()
             time.sleep(slow.get(rank, 0.0))  # the artificial slowdown of a slower worker
             computed.append(time.perf_counter() - computing)
-            if sync.method == "async_ps":
+            if isinstance(sync, AsyncPS):
                 _exchange(_flat([p.grad for p in params]), sizes, workers, GRADIENT, versions, params, "replace")
-            elif servers and sync.method == "param_server":  # push the gradient, pull the mean, step here
+            elif servers and isinstance(sync, ParamServer):  # push the gradient, pull the mean, step here
                 _exchange(_flat([p.grad for p in params]), sizes, workers, SUM, versions, params, "gradient")
                 optimizer.step()
             else:
                 reduce_gradients(optimizer)
                 optimizer.step()
-                if sync.method == "easgd" and (step + 1) % sync.every == 0:
+                if isinstance(sync, EASGD) and (step + 1) % sync.every == 0:
                     _exchange(_flat([p.detach() for p in params]), sizes, workers, ELASTIC, versions, params,
                               "subtract")
             optimizer.zero_grad()
@@ -219,7 +220,7 @@ def held_out_loss(model: torch.nn.Module, flat: torch.Tensor, args: argparse.Nam
 def run_case(text: str, workers: int, group: dist.ProcessGroup, args: argparse.Namespace) -> dict[str, object] | None:
     """One method from the same initial weights: workers train, its server ranks serve, other ranks wait; rank 0
     returns the result."""
-    sync, spec, rank = parse_sync(text), resolve_model(args.model), dist.get_rank()
+    sync, spec, rank = parse(text), resolve_model(args.model), dist.get_rank()
     servers = sync.server_ranks
     model = build_model(spec, spec.seq_len, seed=0)
     if rank < workers:
@@ -233,7 +234,8 @@ def run_case(text: str, workers: int, group: dist.ProcessGroup, args: argparse.N
     if rank != 0:
         return None
     served = [g["server"] for g in gathered[workers: workers + servers]]
-    final = (torch.tensor([x for s in served for x in s["piece"]]) if served and sync.method == "async_ps"  # type: ignore[index]
+    pieces = served and isinstance(sync, AsyncPS)
+    final = (torch.tensor([x for s in served for x in s["piece"]]) if pieces  # type: ignore[index]
              else _flat([p.detach() for p in model.parameters()]))
     return {"workers": [g["worker"] for g in gathered[:workers]], "servers": [
         {"updates": s["updates"]} for s in served], "held_out_loss": held_out_loss(model, final, args)}  # type: ignore[index]
@@ -259,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     world = dist.get_world_size()
-    workers = args.workers or world - max(parse_sync(t).server_ranks for t in args.spec)
+    workers = args.workers or world - max(parse(t).server_ranks for t in args.spec)
     group = dist.new_group(list(range(workers)))  # every rank enters new_group; only the workers use it
     results = {text: run_case(text, workers, group, args) for text in args.spec}
     if dist.get_rank() == 0:

@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from plait.plan.sync import parse_sync
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
@@ -26,6 +25,7 @@ from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import Reducer, build_reducer, named_site_gpus
 from plait.run.sync import attach, counted_bytes, skips_gradient
 from plait.run.train import cross_entropy
+from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 
@@ -38,7 +38,7 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
     spec_text, _, optimizer_name = case.rpartition("@")
     if optimizer_name not in LEARNING_RATES:
         raise ValueError(f"case {case!r}: optimizer must be one of {', '.join(LEARNING_RATES)}")
-    spec, sync = resolve_model(model_path), parse_sync(spec_text)
+    spec, sync = resolve_model(model_path), parse(spec_text)
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build_model(spec, spec.seq_len, seed=0)
     lr = LEARNING_RATES[optimizer_name]

@@ -13,11 +13,11 @@ import torch
 import torch.distributed as dist
 
 from plait.plan.gossip import targets, weights
-from plait.plan.sync import Sync
 from plait.run.local import local_tensor
 from plait.run.sends import Sends, global_rank, group_rank
 from plait.run.sites import Reducer
 from plait.run.wrapped import Wrapped
+from plait.sync import Gossip as GossipMethod
 
 TAG = 3
 
@@ -25,10 +25,10 @@ TAG = 3
 class Gossip(Wrapped):
     """The optimizer ``inner``, then a gossip average with the neighbours of this step (module docstring)."""
 
-    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer) -> None:
+    def __init__(self, inner: torch.optim.Optimizer, sync: GossipMethod, replicas: Reducer) -> None:
         super().__init__(inner)
         self.replicas, self.steps = replicas, 0
-        self.topology, self.peers = sync.choice("topology"), int(sync["peers"])
+        self.topology, self.peers = sync.topology, sync.peers
         self.local = [local_tensor(p) for g in inner.param_groups for p in g["params"]]
 
     @torch.no_grad()

@@ -18,7 +18,6 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from plait.plan.plan import Plan
-from plait.plan.sync import INFREQUENT
 from plait.run import async_tp, context, float8
 from plait.run.mesh import Mesh
 from plait.run.model import Transformer
@@ -114,7 +113,7 @@ def apply_fsdp(model: Transformer, mesh: Mesh, plan: Plan, full_precision: bool)
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     dp_mesh = mesh.sub("dp_replicate", "dp_shard") if plan.dp_replicate > 1 else mesh.sub("dp_shard")
-    if plan.dp_sync.partition(":")[0] in INFREQUENT:  # replicas train apart; the optimizer averages them
+    if plan.dp_sync.infrequent:  # replicas train apart; the optimizer averages them
         dp_mesh = mesh.sub("dp_shard")
     if plan.cp > 1:
         dp_mesh = context.fsdp_mesh(mesh)  # cp ranks average their gradients too (dp_shard_cp)
@@ -147,13 +146,12 @@ def apply_ddp(model: nn.Module, mesh: Mesh) -> nn.Module:
     method = mesh.plan.dp_sync
     # a compressed or periodic method (pure data parallelism: plan rules), or, across sites, DDP's buckets on the
     # hierarchical all-reduce (plait.run.sites)
-    if method != "allreduce" or mesh.site_gpus:
-        from plait.plan.sync import parse_sync
+    if not method.is_allreduce or mesh.site_gpus:
         from plait.run.sync import wrap_model
 
         # DDP takes neither TP nor PP: the optimizer wrapper reduces (the all-reduce with them is refused before)
-        split = method != "allreduce" and (mesh.plan.tp > 1 or mesh.plan.pp > 1)
-        return wrap_model(model, parse_sync(method), mesh.replicas, split, broadcast_buffers=mesh.plan.cp == 1)
+        split = not method.is_allreduce and (mesh.plan.tp > 1 or mesh.plan.pp > 1)
+        return wrap_model(model, method, mesh.replicas, split, broadcast_buffers=mesh.plan.cp == 1)
     return nn.parallel.DistributedDataParallel(model, process_group=group, broadcast_buffers=mesh.plan.cp == 1)
 
 

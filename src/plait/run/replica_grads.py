@@ -17,17 +17,20 @@ from typing import Any
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
+from plait import sync as methods
 from plait.errors import ConfigError
-from plait.plan.sync import COMPRESSED, Sync
 from plait.run.compress import Quantize, TopK, error_feedback_hook
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.sites import Reducer, SiteReducer
 from plait.run.wrapped import Wrapped
+from plait.sync import METHODS, SyncMethod
 
 ORTHOGONALIZATION_EPSILON = 1e-8
 """Added to each column's norm in PowerSGD's Gram-Schmidt (rank <= 2): an all-zero gradient — a vocab-parallel
 embedding shard no token of the batch falls in — would otherwise divide 0 by 0 (the value torch's
 ``_orthogonalize_gram_schmidt`` error message recommends)."""
+HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""The torch type of each 16-bit all-reduce (:class:`plait.sync.HalfPrecision`)."""
 
 
 def _bf16_gradients(state, bucket):  # type: ignore[no-untyped-def]
@@ -38,28 +41,29 @@ def _fp16_gradients(state, bucket):  # type: ignore[no-untyped-def]
     return default_hooks.fp16_compress_hook(state, bucket)
 
 
-def comm_hook(sync: Sync, replicas: Reducer) -> tuple[Any, Callable[..., Any]]:
+def comm_hook(sync: SyncMethod, replicas: Reducer) -> tuple[Any, Callable[..., Any]]:
     """(state, hook) of a compressing method over the ``replicas``, as ``DistributedDataParallel.
     register_comm_hook`` takes them. DDP refuses the bf16 hook *by name* off CUDA/NCCL (``DDP._check_comm_hook``);
     called from a hook of another name it runs on gloo the same. Across sites bf16/fp16 take
     :func:`compress_hook` (PyTorch's hooks all-reduce flat); PowerSGD's small factors and the all-gathers of top-k
     and quantize stay flat, as the cost model charges them."""
     group = replicas.group
-    if sync.method in ("bf16", "fp16") and isinstance(replicas, SiteReducer):
-        return (replicas, torch.bfloat16 if sync.method == "bf16" else torch.float16), compress_hook
-    if sync.method in ("bf16", "fp16"):
-        return group, _bf16_gradients if sync.method == "bf16" else _fp16_gradients
-    if sync.method == "topk":
-        return TopK(sync["ratio"], group), error_feedback_hook
-    if sync.method == "quantize":
-        return Quantize(int(sync["bits"]), group), error_feedback_hook
-    if sync.method == "powersgd":
+    if isinstance(sync, methods.HalfPrecision) and isinstance(replicas, SiteReducer):
+        return (replicas, HALF_DTYPES[sync.dtype]), compress_hook
+    if isinstance(sync, methods.HalfPrecision):
+        return group, _bf16_gradients if sync.dtype == "bf16" else _fp16_gradients
+    if isinstance(sync, methods.TopK):
+        return TopK(sync.ratio, group), error_feedback_hook
+    if isinstance(sync, methods.Quantize):
+        return Quantize(sync.bits, group), error_feedback_hook
+    if isinstance(sync, methods.PowerSGD):
         state = powerSGD_hook.PowerSGDState(
-            process_group=group, matrix_approximation_rank=int(sync["rank"]),
-            min_compression_rate=sync["min_compression_rate"], start_powerSGD_iter=int(sync["start_iter"]),
+            process_group=group, matrix_approximation_rank=sync.rank,
+            min_compression_rate=sync.min_compression_rate, start_powerSGD_iter=sync.start_iter,
             use_error_feedback=True, warm_start=True, orthogonalization_epsilon=ORTHOGONALIZATION_EPSILON)
         return state, powerSGD_hook.powerSGD_hook
-    raise ConfigError(f"dp_sync={sync.spec!r} does not compress gradients (compressing: {', '.join(COMPRESSED)})")
+    compressing = ", ".join(name for name, kind in METHODS.items() if kind.compressed)
+    raise ConfigError(f"dp_sync={sync.spec!r} does not compress gradients (compressing: {compressing})")
 
 
 def compress_hook(state, bucket):  # type: ignore[no-untyped-def]
@@ -117,7 +121,7 @@ class LocalGradients(Wrapped):
     """The optimizer ``inner`` after :meth:`reduce`, which replaces each local gradient by the replicas' mean as
     ``sync``'s DDP hook computes it over the ``replicas``."""
 
-    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer) -> None:
+    def __init__(self, inner: torch.optim.Optimizer, sync: SyncMethod, replicas: Reducer) -> None:
         super().__init__(inner)
         self.sync = sync
         self.hook_state, self.hook = comm_hook(sync, replicas)

@@ -28,9 +28,9 @@ import math
 import torch
 import torch.distributed as dist
 
+from plait import sync as methods
 from plait.cost.servers import SLOT_ELEMENTS
 from plait.plan.servers import placement
-from plait.plan.sync import Sync
 from plait.run.local import local_tensor
 from plait.run.replica_grads import shard_gradients_like_parameters
 from plait.run.sends import PULL, PUSH, Sends, global_rank, group_rank
@@ -44,7 +44,7 @@ class _GradientSum(Wrapped):
     """The optimizer ``inner`` after :meth:`reduce`, which replaces each local gradient by the replicas' mean
     computed by :meth:`mean` on one flat fp32 buffer."""
 
-    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer) -> None:
+    def __init__(self, inner: torch.optim.Optimizer, sync: methods.SyncMethod, replicas: Reducer) -> None:
         super().__init__(inner)
         self.sync, self.replicas = sync, replicas
 
@@ -80,14 +80,14 @@ class ParamServer(_GradientSum):
     linear layers of ``modules`` that :func:`plait.plan.factors.factored` picks exchanged as sufficient factors
     first (:class:`plait.run.factors.SufficientFactors`)."""
 
-    def __init__(self, inner: torch.optim.Optimizer, sync: Sync, replicas: Reducer,
+    def __init__(self, inner: torch.optim.Optimizer, sync: methods.ParamServer, replicas: Reducer,
                  modules: tuple[torch.nn.Module, ...] = ()) -> None:
         super().__init__(inner, sync, replicas)
         self.factors = None
-        if sync.choice("hybrid") == "true":
+        if sync.hybrid:
             from plait.run.factors import SufficientFactors
 
-            self.factors = SufficientFactors(modules, replicas, int(sync["servers"]))
+            self.factors = SufficientFactors(modules, replicas, sync.servers)
 
     def others(self, params: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
         if self.factors is None:
@@ -96,8 +96,8 @@ class ParamServer(_GradientSum):
         return [p for p in params if id(p) not in done]
 
     def _layout(self, grads: list[torch.Tensor]) -> tuple[list[int], list[int]]:
-        servers = min(int(self.sync["servers"]), self.replicas.size)
-        return placement([tuple(g.shape) for g in grads], servers, self.sync.choice("placement"))
+        servers = min(self.sync.servers, self.replicas.size)
+        return placement([tuple(g.shape) for g in grads], servers, self.sync.placement)
 
     def order(self, grads: list[torch.Tensor]) -> list[int]:
         order, self.sizes = self._layout(grads)
@@ -170,7 +170,7 @@ class SwitchAggregation(_GradientSum):
         return result
 
     def mean(self, flat: torch.Tensor) -> torch.Tensor:
-        n, bits = self.replicas.size, int(self.sync["bits"])
+        n, bits = self.replicas.size, self.sync.bits
         exponents = self._through_switch(slot_exponents(flat), lambda each: torch.stack(each).amax(dim=0))
         codes, shift = encode(flat, exponents, n, bits)
         summed = self._through_switch(

@@ -38,36 +38,37 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from plait import sync as methods
 from plait.errors import ConfigError
 from plait.plan.partial import schedule, unit_of
-from plait.plan.sync import AGGREGATED, COMPRESSED, MODELLED, Sync
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
 from plait.run.sites import Reducer, SiteReducer
 from plait.run.wrapped import Wrapped
+from plait.sync import MODELLED, SyncMethod
 from plait.workload.tensors import Shape
 
 ONE_BUCKET_MB = 1024.0
 """DDP bucket size that puts a small or mid-sized model's gradients in one bucket (PowerSGD on gloo)."""
 
 
-def wrap_model(model: nn.Module, sync: Sync, replicas: Reducer | None = None, split: bool = False,
+def wrap_model(model: nn.Module, sync: SyncMethod, replicas: Reducer | None = None, split: bool = False,
                **ddp_options: object) -> nn.Module:
     """The module to train for ``sync`` over the ``replicas`` (``None``: the default group, flat): DDP with the
     method's communication hook (:func:`plait.run.replica_grads.comm_hook`), or the model itself where the optimizer
     synchronizes (local SGD and the other parameter-averaging methods, Pipe-SGD) or where the replicas are
     ``split`` by TP or PP, which DDP does not take (:class:`plait.run.replica_grads.LocalGradients` reduces)."""
     replicas = replicas or Reducer()
-    if split or sync.method in ("local_sgd", "diloco", "palsgd", "dreamddp", "pipe_sgd", *AGGREGATED, "gossip"):
+    if split or sync.infrequent or sync.pipelined or sync.aggregating:
         return model
-    if sync.method == "powersgd":
+    if isinstance(sync, methods.PowerSGD):
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
-    if sync.method not in ("allreduce", *COMPRESSED):
+    if not (sync.is_allreduce or sync.compressed):
         raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: {', '.join(MODELLED)})")
     ddp = DistributedDataParallel(model, process_group=replicas.group, **ddp_options)  # type: ignore[arg-type]
-    if sync.method == "allreduce" and isinstance(replicas, SiteReducer):
+    if sync.is_allreduce and isinstance(replicas, SiteReducer):
         ddp.register_comm_hook(replicas, mean_hook)  # hierarchical across sites
-    elif sync.method == "allreduce":
+    elif sync.is_allreduce:
         ddp.register_comm_hook(replicas.group, default_hooks.allreduce_hook)  # the reducer's all-reduce, countable
     else:
         ddp.register_comm_hook(*comm_hook(sync, replicas))
@@ -83,7 +84,7 @@ def mean_hook(replicas, bucket):  # type: ignore[no-untyped-def]
     return replicas.all_reduce(buffer).then(lambda done: done.value()[0])
 
 
-def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reducer | None = None,
+def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: SyncMethod, replicas: Reducer | None = None,
                    modules: tuple[nn.Module, ...] = (), whole: list[tuple[str, Shape]] | None = None,
                    accumulations: int = 1, split: bool = False) -> torch.optim.Optimizer:
     """The optimizer to step: for local SGD, one that averages the parameters every H steps; for DiLoCo, the
@@ -92,33 +93,33 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reduc
     passes per step); for a compressing method over replicas ``split`` by TP or PP, :class:`plait.run.
     replica_grads.LocalGradients` (the training loop calls its ``reduce``). ``replicas``: as :func:`wrap_model`."""
     replicas = replicas or Reducer()
-    if split and sync.method in COMPRESSED:
+    if split and sync.compressed:
         return LocalGradients(optimizer, sync, replicas)
     if sync.server_ranks:  # servers beyond the workers: not this process group's ranks
         raise ConfigError(f"dp_sync={sync.spec!r} runs its servers on ranks beyond the workers: "
                           "python -m plait.run.async_train starts them")
-    if sync.method in AGGREGATED:  # servers and the switch, on point-to-point sends
+    if isinstance(sync, methods.ParamServer | methods.SwitchAggregation):  # on point-to-point sends
         from plait.run.servers import ParamServer, SwitchAggregation
 
-        if sync.method == "param_server":
+        if isinstance(sync, methods.ParamServer):
             return ParamServer(optimizer, sync, replicas, modules)
         return SwitchAggregation(optimizer, sync, replicas)
-    if sync.method == "gossip":
+    if isinstance(sync, methods.Gossip):
         from plait.run.gossip import Gossip
 
         return Gossip(optimizer, sync, replicas)
-    if sync.method == "dreamddp":
+    if isinstance(sync, methods.DreamDDP):
         if whole is None:
             raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
         return DreamDDP(optimizer, sync.every, modules, whole, replicas, accumulations)
-    if sync.method == "diloco":
-        return DiLoCo(optimizer, sync.every, sync["outer_lr"], sync["outer_momentum"], replicas)
-    if sync.method == "palsgd":
-        return PALSGD(optimizer, sync.every, sync["p"], sync["eta"], sync["outer_lr"], sync["outer_momentum"],
-                      replicas, warmup=int(sync["warmup"]))
-    if sync.method == "pipe_sgd":
+    if isinstance(sync, methods.DiLoCo):
+        return DiLoCo(optimizer, sync.every, sync.outer_lr, sync.outer_momentum, replicas)
+    if isinstance(sync, methods.PALSGD):
+        return PALSGD(optimizer, sync.every, sync.p, sync.eta, sync.outer_lr, sync.outer_momentum,
+                      replicas, warmup=sync.warmup)
+    if isinstance(sync, methods.PipeSGD):
         return PipeSGD(optimizer, replicas)
-    if sync.method != "local_sgd":
+    if not isinstance(sync, methods.LocalSGD):
         return optimizer
     if isinstance(replicas, SiteReducer) or any(is_dtensor(p) for g in optimizer.param_groups
                                                 for p in g["params"]):
@@ -130,7 +131,7 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: Sync, replicas: Reduc
     return PostLocalSGDOptimizer(optimizer, averager)
 
 
-def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Sync, whole: list[tuple[str, Shape]],
+def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: SyncMethod, whole: list[tuple[str, Shape]],
            replicas: Reducer | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """:func:`wrap_model` and :func:`wrap_optimizer` over the ``replicas`` (``None``: the default process group,
     flat), for the whole ``model`` (whose parameters ``whole`` lists), one backward pass per step."""

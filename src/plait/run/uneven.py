@@ -100,8 +100,8 @@ def _check_batch_split(split: tuple[int, ...], plan: Plan) -> None:
         if getattr(plan, axis) > 1:
             raise ConfigError(f"--batch-split with {axis}={getattr(plan, axis)}: runs with data parallelism "
                               "alone (dp_replicate, dp_shard)")
-    if plan.dp_sync != "allreduce":
-        raise ConfigError(f"--batch-split with dp_sync={plan.dp_sync!r}: runs with the every-step all-reduce only")
+    if not plan.dp_sync.is_allreduce:
+        raise ConfigError(f"--batch-split with dp_sync={plan.dp_sync.spec!r}: runs with the every-step all-reduce only")
 
 
 def _check_stage_layers(layers: tuple[int, ...], plan: Plan, num_layers: int) -> None:

@@ -12,7 +12,6 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -151,12 +150,11 @@ def _run(args, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ig
     config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
     params = [p for part in parts for p in part.parameters()]
     optimizer, scheduler = build_optimizer(params, mesh, config)
-    if plan.dp_sync != "allreduce" and plan.dp > 1:  # local SGD averages in the optimizer step
-        from plait.plan.sync import parse_sync
+    if not plan.dp_sync.is_allreduce and plan.dp > 1:  # local SGD averages in the optimizer step
         from plait.run.sync import wrap_optimizer
         from plait.workload.tensors import parameter_shapes
 
-        optimizer = wrap_optimizer(optimizer, parse_sync(plan.dp_sync), mesh.replicas, modules=tuple(parts),
+        optimizer = wrap_optimizer(optimizer, plan.dp_sync, mesh.replicas, modules=tuple(parts),
                                    whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
                                    split=plan.tp > 1 or plan.pp > 1)
     loss_fn = cross_entropy
@@ -171,7 +169,7 @@ def _run(args, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ig
             print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {mesh.mesh}, "
                   f"stages per rank {stage_ids}")
         return 0
-    identity = checkpoint.RunIdentity(plan=asdict(plan), model=spec.name, steps=args.steps, seed=args.seed)
+    identity = checkpoint.RunIdentity(plan=plan.to_dict(), model=spec.name, steps=args.steps, seed=args.seed)
     saver = checkpoint.Saver(args.checkpoint_dir, identity, args.keep, background=args.async_save) \
         if args.checkpoint_dir is not None else None
     start_step = 0
@@ -228,7 +226,7 @@ def _run(args, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ig
 def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[int]]:  # type: ignore[no-untyped-def]
     """Counts the payload bytes of the step's replica synchronization (:func:`plait.run.sync.counted_bytes`) for
     plans with a ``dp_sync`` method; yields an empty list for the others (DDP's reducer reduces in C++)."""
-    if plan.dp_sync == "allreduce" or plan.dp == 1:
+    if plan.dp_sync.is_allreduce or plan.dp == 1:
         return contextlib.nullcontext([])
     from plait.run.parallel import replica_group
     from plait.run.sync import counted_bytes
@@ -254,7 +252,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
     metrics). Under an uneven batch split (``uneven_batch``) ``weight`` is the factor on this rank's loss
     (:func:`plait.run.uneven.loss_weight`) and FSDP2 gathers and reduces once per step (:func:`gather_once`)."""
-    if plan.dp_sync.startswith("palsgd"):  # only these plans import the synchronization methods
+    if plan.dp_sync.pseudo_steps:  # PALSGD: only these plans import the synchronization methods
         from plait.run.sync import skips_gradient
 
         if skips_gradient(optimizer):
@@ -266,7 +264,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     reduce_partial_gradients(params)
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
     reduce_expert_gradients(experts, mesh)
-    if plan.dp_sync != "allreduce":  # TP/PP replicas: compressed gradients reduced here, not by DDP
+    if not plan.dp_sync.is_allreduce:  # TP/PP replicas: compressed gradients reduced here, not by DDP
         from plait.run.replica_grads import reduce_gradients
 
         reduce_gradients(optimizer)

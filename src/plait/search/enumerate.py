@@ -12,6 +12,7 @@ import numpy as np
 
 from plait.plan.columns import PlanColumns, code
 from plait.search.space import SearchSpace, server_specs
+from plait.sync import ALLREDUCE, SyncMethod
 from plait.workload.model import ModelSpec
 
 Options = dict[str, np.ndarray]  # field -> values, one entry per option
@@ -100,17 +101,17 @@ def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: 
         {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
         {"precision": np.array([code("precision", p) for p in space.precisions])},
         {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
-        {"dp_sync": np.array([code("dp_sync", s) for s in _dp_syncs(model, space, tp, pp, cp)])},
+        {"dp_sync": np.array([space.methods.index(s) for s in _dp_syncs(model, space, tp, pp, cp)])},
     ]
 
 
-def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> tuple[str, ...]:
+def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> tuple[SyncMethod, ...]:
     """The synchronization methods a layout tries: every one asked for on a layout without context parallelism of
     a dense model with standard attention (what :mod:`plait.cost.sync` models) that is pure data-parallel or, with
     ``space.syncs_with_model_parallel``, has TP or PP; else the all-reduce."""
     modelled = cp == 1 and not (model.moe or model.mla or model.qk_norm)
     if not (modelled and (tp == pp == 1 or space.syncs_with_model_parallel)):
-        return ("allreduce",)
+        return (ALLREDUCE,)
     dp = space.gpus // (tp * pp * cp)
     servers = server_specs(dp, whole_layers=tp == pp == 1) if space.param_servers and dp > 1 else ()
     return (*space.dp_syncs, *servers)
@@ -126,8 +127,8 @@ def enumerate_space(model: ModelSpec, space: SearchSpace) -> PlanColumns:
     """Every distinct candidate plan of ``space``."""
     parts = [_product(_layout_options(model, space, *layout)) for layout in layouts(space)]
     if not parts:
-        return PlanColumns.from_arrays({}, 0)
+        return PlanColumns.from_arrays({}, 0, space.methods)
     merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     length = len(merged["tp"])
     merged["seq_len"] = np.full(length, space.seq_len, dtype=np.int64)
-    return PlanColumns.from_arrays(merged, length)
+    return PlanColumns.from_arrays(merged, length, space.methods)

@@ -24,8 +24,8 @@ def why_winner(est: Estimate) -> str:
     parts = ", ".join(f"{name} {value:.3g} s ({100 * share:.0f}%)" for name, value, share in top_components(est))
     text = f"step {est.step_time_s:.3g} s: {parts}; memory {est.memory.total_bytes / GIB:.1f} of " \
            f"{est.memory.capacity_bytes / GIB:.0f} GiB"
-    if est.plan.dp_sync != "allreduce":
-        text += (f"; {est.plan.dp_sync} needs {est.steps_multiplier:.3g}x the all-reduce's steps "
+    if not est.plan.dp_sync.is_allreduce:
+        text += (f"; {est.plan.dp_sync.spec} needs {est.steps_multiplier:.3g}x the all-reduce's steps "
                  f"({est.convergence.basis}), {est.step_time_s * est.steps_multiplier:.3g} s per all-reduce step")
     return text
 

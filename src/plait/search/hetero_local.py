@@ -12,16 +12,16 @@ from plait.engine.engine import Engine
 from plait.hardware.hetero import MixedCluster
 from plait.plan.convergence import table
 from plait.plan.hetero import MixedPlan
-from plait.plan.sync import parse_sync
 from plait.predict.hetero import MixedEstimate
 from plait.search.hetero_split import try_mixed
+from plait.sync import LocalSGD, parse
 from plait.workload.model import ModelSpec
 
 
 def measured_periods() -> tuple[int, ...]:
     """Local-SGD periods with a steps multiplier in plait's table."""
-    periods = {int(parse_sync(spec)["every"]) for spec, entries in table().items()
-               if parse_sync(spec).method == "local_sgd" and any(e.figure.known for e in entries)}
+    methods = [(parse(spec), entries) for spec, entries in table().items()]
+    periods = {m.every for m, entries in methods if isinstance(m, LocalSGD) and any(e.figure.known for e in entries)}
     return tuple(sorted(periods))
 
 
@@ -47,7 +47,7 @@ def local_sgd_plans(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate
         for base in periods:
             steps = [max(base, min(periods, key=lambda h, g=g: abs(h - base * slowest / g.busy_s)))
                      for g in base_est.groups]
-            local = replace(variant, dp_sync=parse_sync(f"local_sgd:every={base}").spec)
+            local = replace(variant, dp_sync=LocalSGD(every=base))
             shares = tuple(replace(s, local_steps=h) for s, h in zip(even.plan.shares, steps, strict=True))
             est = try_mixed(model, cluster, MixedPlan(plan=local, split="data", shares=shares), engine)
             if est is not None and est.steps_multiplier_known:

@@ -9,11 +9,12 @@ infeasible-with-reason (:mod:`plait.search.rules`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.plan.sync import intern_sync, parse_sync
+from plait.plan.columns import method_table
+from plait.sync import ALLREDUCE, ParamServer, SyncMethod, parse
 from plait.workload.model import ModelSpec
 
 Offload = tuple[bool, bool]  # (optimizer, parameters)
@@ -61,9 +62,9 @@ class SearchSpace:
     """Fraction of device memory kept free (a plan fits when total <= capacity x (1 - margin))."""
     allow_tp_across_nodes: bool
     """Permit tp (and ep x tp) beyond the scale-up domain."""
-    dp_syncs: tuple[str, ...] = ("allreduce",)
-    """Data-parallel synchronization methods (:mod:`plait.plan.sync`) tried on layouts of dense models without
-    context parallelism (what they are modelled for): on pure data-parallel layouts, and with
+    dp_syncs: tuple[SyncMethod, ...] = (ALLREDUCE,)
+    """Data-parallel synchronization methods (:mod:`plait.sync`; text is parsed) tried on layouts of dense models
+    without context parallelism (what they are modelled for): on pure data-parallel layouts, and with
     :attr:`syncs_with_model_parallel` also on TP and PP ones."""
     syncs_with_model_parallel: bool = False
     """Whether TP and PP layouts try :attr:`dp_syncs` too. :func:`default_space` sets it where the GPUs span
@@ -77,11 +78,13 @@ class SearchSpace:
     ring's per-step latency dominates), alone and with Poseidon's hybrid (fewer bytes where a replica's tokens
     per step are few against its linear layers' widths, for one GEMM per factored layer)."""
 
+    methods: tuple[SyncMethod, ...] = field(init=False, repr=False, compare=False)
+    """Every method the space tries, the all-reduce first: the table its plan columns' ``dp_sync`` codes index
+    (:attr:`plait.plan.columns.PlanColumns.methods`), carried by the space into each search worker."""
+
     def __post_init__(self) -> None:
-        # canonical, and interned before any search worker forks (plan columns store them as codes)
-        object.__setattr__(self, "dp_syncs", tuple(parse_sync(s).spec for s in self.dp_syncs))
-        for spec in (*self.dp_syncs, *self.server_specs()):
-            intern_sync(spec)
+        object.__setattr__(self, "dp_syncs", tuple(parse(s) if isinstance(s, str) else s for s in self.dp_syncs))
+        object.__setattr__(self, "methods", method_table((*self.dp_syncs, *self.server_specs())))
         if self.gpus <= 0:
             raise ConfigError(f"gpus={self.gpus} must be > 0")
         if not self.global_batches or min(self.global_batches) <= 0:
@@ -90,7 +93,7 @@ class SearchSpace:
             raise ConfigError(f"memory_margin={self.memory_margin} must be in [0, 1)")
 
 
-    def server_specs(self) -> tuple[str, ...]:
+    def server_specs(self) -> tuple[SyncMethod, ...]:
         """The parameter-server specs of :attr:`param_servers`, one per data-parallel degree of a layout."""
         if not self.param_servers:
             return ()
@@ -99,11 +102,11 @@ class SearchSpace:
         return tuple(spec for dp in dps if dp > 1 for spec in server_specs(dp, whole_layers=True))
 
 
-def server_specs(dp: int, whole_layers: bool) -> tuple[str, ...]:
+def server_specs(dp: int, whole_layers: bool) -> tuple[SyncMethod, ...]:
     """The parameter-server specs :attr:`SearchSpace.param_servers` tries on a layout of ``dp`` replicas: a balanced
     server on each, and, where the replicas hold whole layers (tp = pp = 1), the same with hybrid communication."""
-    plain = parse_sync(f"param_server:servers={dp}").spec
-    return (plain, parse_sync(f"param_server:servers={dp},hybrid=true").spec) if whole_layers else (plain,)
+    plain = ParamServer(servers=dp)
+    return (plain, ParamServer(servers=dp, hybrid=True)) if whole_layers else (plain,)
 
 
 def _powers_of_two(limit: int) -> tuple[int, ...]:
@@ -121,7 +124,7 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches: tuple[int, ...], *,
                   seq_len: int = 0, memory_margin: float = 0.05, allow_tp_across_nodes: bool = False,
                   precisions: tuple[str, ...] | None = None, grad_reduce_dtypes: tuple[str, ...] = ("fp32",),
-                  max_micro_batch: int = 16, dp_syncs: tuple[str, ...] = ("allreduce",),
+                  max_micro_batch: int = 16, dp_syncs: tuple[SyncMethod | str, ...] = (ALLREDUCE,),
                   param_servers: bool = False) -> SearchSpace:
     """Every knob the estimator supports, with values sensible for ``model`` on ``cluster``."""
     seq = seq_len or model.seq_len

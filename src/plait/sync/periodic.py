@@ -1,0 +1,121 @@
+"""Periodic averaging: replicas train apart and average their parameters every few steps.
+
+- ``local_sgd:every=H``: no gradient traffic; every H steps one all-reduce of every parameter (PyTorch
+  ``PeriodicModelAverager``): per step, the parameters' bytes over H;
+- ``diloco:every=H,...``: no gradient traffic; after every H inner steps one fp32 all-reduce of the
+  pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`),
+  inner AdamW, outer Nesterov;
+- ``palsgd:every=H,...,warmup=W``: PALSGD (Naganuma et al., arXiv 2504.18454): in the first W steps every gradient
+  (an fp32 all-reduce), and at the W-th the parameters too; then DiLoCo's, every H steps (gradient and
+  pseudo-synchronization steps alike, the warm-up counted: the authors' ``global_step``); each step is, with
+  probability p, a pseudo-synchronization step that sends nothing, the replica pulled toward the last outer model
+  (:class:`plait.run.sync.PALSGD`);
+- ``dreamddp:every=H``: DreamDDP's partial local SGD (Tang et al., arXiv 2502.11058): no gradient traffic; each
+  step one in-place all-reduce of the parameters of the units :mod:`plait.plan.partial` schedules at that step,
+  every parameter once per period, overlapping the backward pass (:class:`plait.run.sync.DreamDDP`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from plait.sync.base import GRAD_BYTES, SyncMethod, elements_of, number
+
+if TYPE_CHECKING:
+    from plait.workload.tensors import Shape
+
+STEPS = 2**31 - 1
+"""Largest period or step count a spec may state."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSGD(SyncMethod):
+    """``local_sgd:every=H``: periodic model averaging every H steps (PyTorch's ``PeriodicModelAverager``)."""
+
+    name: ClassVar[str] = "local_sgd"
+    infrequent: ClassVar[bool] = True
+
+    every: int = number(None, 1, STEPS, True)
+    """Steps between averagings."""
+
+    def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
+        elements = elements_of(shapes)
+        if step is None:
+            return elements * GRAD_BYTES / self.every
+        return elements * GRAD_BYTES if step % self.every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiLoCo(SyncMethod):
+    """``diloco:every=H,outer_lr=..,outer_momentum=..``: DiLoCo (Douillard et al. 2023). Defaults: the outer SGD's
+    lr 0.7 and Nesterov momentum 0.9 (Douillard et al. 2023, Sec. 3; torchft's DiLoCo trainer uses the same)."""
+
+    name: ClassVar[str] = "diloco"
+    infrequent: ClassVar[bool] = True
+
+    every: int = number(None, 1, STEPS, True)
+    """Inner steps between outer steps."""
+    outer_lr: float = number(0.7, 0.0, 1e3, False)
+    """The outer SGD's learning rate."""
+    outer_momentum: float = number(0.9, 0.0, 1.0, False)
+    """The outer SGD's Nesterov momentum."""
+
+    def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
+        return _outer_payload_bytes(elements_of(shapes), self.every, step)
+
+
+def _outer_payload_bytes(elements: int, every: int, step: int | None) -> float:
+    """DiLoCo's bytes in ``step``: one fp32 all-reduce of the pseudo-gradient after every ``every`` inner steps."""
+    if step is None:  # steady state (a warm-up is a vanishing share of a long run)
+        return elements * GRAD_BYTES / every
+    return elements * GRAD_BYTES if step % every == every - 1 else 0.0  # after H inner steps
+
+
+@dataclass(frozen=True, kw_only=True)
+class PALSGD(SyncMethod):
+    """``palsgd:every=H,p=..,eta=..,outer_lr=..,outer_momentum=..,warmup=W``: PALSGD (Naganuma et al., arXiv
+    2504.18454). Defaults p 0.2, eta 0.5, outer lr 0.25 and Nesterov momentum 0.9: the defaults of its authors'
+    GPT-Neo trainer (github.com/Hiroki11x/Pseudo-Asynchronous-LocalSGD at 2c37c48, ``gptneo_8m``; their paper's own
+    settings were not found). ``warmup``: steps of plain data parallelism before the local steps begin (the
+    authors' ``local_sgd_start_iter``, default 100 in their trainer's options, 32 in their README's example); 0
+    here, the setting plait's measured multipliers were taken at."""
+
+    name: ClassVar[str] = "palsgd"
+    infrequent: ClassVar[bool] = True
+    pseudo_steps: ClassVar[bool] = True
+
+    every: int = number(None, 1, STEPS, True)
+    """Steps between outer steps (the warm-up and pseudo-synchronization steps counted)."""
+    p: float = number(0.2, 0.0, 0.99, False)
+    """The probability that a step is a pseudo-synchronization step."""
+    eta: float = number(0.5, 0.0, 1e3, False)
+    """How far a pseudo-synchronization step pulls the replica toward the outer model."""
+    outer_lr: float = number(0.25, 0.0, 1e3, False)
+    """The outer SGD's learning rate."""
+    outer_momentum: float = number(0.9, 0.0, 1.0, False)
+    """The outer SGD's Nesterov momentum."""
+    warmup: int = number(0, 0, STEPS, True)
+    """Steps of plain data parallelism before the local steps begin."""
+
+    @property
+    def gradient_step_fraction(self) -> float:
+        """``1 - p``: the other steps are pseudo-synchronization steps (the authors' trainer skips their batch)."""
+        return 1.0 - self.p
+
+    def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
+        if step is not None and step < self.warmup:  # plain data parallelism, then the replicas averaged
+            return elements_of(shapes) * GRAD_BYTES * (2 if step == self.warmup - 1 else 1)
+        return _outer_payload_bytes(elements_of(shapes), self.every, step)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DreamDDP(SyncMethod):
+    """``dreamddp:every=H``: each unit of layers averaged once per period, at its own step (Tang et al., arXiv
+    2502.11058; :mod:`plait.plan.partial`)."""
+
+    name: ClassVar[str] = "dreamddp"
+    infrequent: ClassVar[bool] = True
+
+    every: int = number(None, 1, STEPS, True)
+    """Steps in a period: each unit is averaged at one of them."""
