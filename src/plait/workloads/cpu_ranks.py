@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
+from plait.workloads import Workload
 
 GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.run.dit"
 PIPE_WORKER = "plait.run.gnn_pipe"
@@ -44,12 +45,11 @@ def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
         return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
-def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
+def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
             strategy: str = "sampled_dp", sampler: str = "loop") -> None:
     from plait.cli.run import check_cpu_machine
     from plait.cost.gnn import STRATEGIES
     from plait.cost.gnn_sampler import parse_sampler
-    from plait.workload.gnn import read_gnn
 
     if strategy not in STRATEGIES:
         raise ConfigError(f"--gnn-strategy {strategy}: must be one of {', '.join(STRATEGIES)}")
@@ -65,7 +65,7 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
     if strategy == "full_graph" and chosen.kind != "loop":
         raise ConfigError(f"--gnn-sampler {sampler}: full_graph samples nothing")
 
-    spec = read_gnn(Path(model))
+    spec = workload.description
     g, m = spec.graph, spec.model
     if gpus < 2 or global_batch % gpus:
         raise ConfigError(f"--gpus={gpus} must be >= 2 ranks and divide --global-batch={global_batch}")
@@ -185,13 +185,12 @@ def _expected_fetch_bytes(argv: list[str], ranks: int, batch: int, cache: float,
     return rank_fetch_bytes([[0.0 if p == r else share for p in range(ranks)] for r in range(ranks)], 0, features)
 
 
-def run_dit(model: str, parallel: str | None, gpus: int, dry_run: bool) -> None:
+def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) -> None:
     from plait.cli.run import check_cpu_machine
     from plait.cost.dit import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
     from plait.predict.dit import parse_dit_plan
-    from plait.workload.dit import read_dit
 
-    spec, job = read_dit(Path(model))
+    spec, job = workload.description
     plan = parse_dit_plan(parallel or f"ulysses={gpus}")
     sp = "ulysses" if plan.ulysses > 1 else "distrifusion" if plan.distrifusion > 1 else None
     if sp is None or plan.gpus != max(plan.ulysses, plan.distrifusion) or plan.offload or spec.kind != "dit":
