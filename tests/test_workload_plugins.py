@@ -4,7 +4,9 @@ and every shipped example resolves to the kind that prices it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +102,45 @@ def test_shipped_kinds_stay_registered() -> None:
     with pytest.raises(ConfigError, match="stays registered"):
         unregister("gnn")
     assert get_kind("gnn").label == "GNN"
+
+
+GNN = "[graph]\nnodes = 10\nedges = 20\nfeatures = 4\nclasses = 2\n[model]\nlayers = 1\nhidden = 8\nfanouts = [5]\n"
+DIT = "[dit]\nhidden = 1024\nlayers = 2\nheads = 16\n"
+DLRM = 'dense_features = 13\nbottom_mlp = [4]\ntop_mlp = [1]\n[[tables]]\nname = "t"\nrows = 10\ndim = 4\n'
+
+
+@pytest.mark.parametrize("text, rule", [
+    (GNN + "fanout = 3\n", "[model]: unknown key 'fanout'"),
+    (GNN.replace("layers = 1", 'layers = "1"'), "[model].layers='1' must be an integer"),
+    (GNN + "[extra]\n", "unknown key 'extra' (known: graph, model, name)"),
+    (GNN.replace("classes = 2\n", "classes = 2\ndegree = 3\n"), "[graph]: unknown key 'degree'"),
+    (DIT + "hiden = 3\n", "[dit]: unknown key 'hiden'"),
+    (DIT + "[job]\ncfg = 1\n", "[job].cfg=1 must be true or false"),
+    ("name = 3\n" + DIT, "name=3 must be a string"),
+    (DIT.replace("heads = 16\n", ""), "[dit]: missing required key 'heads'"),
+    (DLRM + "poolin = 1.0\n", "tables[0]: unknown key 'poolin'"),
+    ("extra = 1\n" + DLRM, "unknown key 'extra'"),
+    (DLRM.replace("rows = 10", "rows = 1.5"), "tables[0].rows=1.5 must be an integer"),
+    (DLRM.replace("bottom_mlp = [4]", "bottom_mlp = []"), "bottom_mlp and top_mlp must each list at least one width"),
+])
+def test_the_workload_readers_are_strict(tmp_path: Path, text: str, rule: str) -> None:
+    """Unknown keys, wrong types and missing keys are one-line errors naming the key (plait.schema)."""
+    path = tmp_path / "w.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(rule)) as caught:
+        load(str(path)).description
+    assert "\n" not in str(caught.value)
+
+
+def test_the_readers_defaults_are_the_descriptions_own() -> None:
+    """A file that states only the required keys takes the dataclasses' field defaults (one place)."""
+    from plait.workload.dit import DitJob, DitSpec
+    from plait.workload.gnn import GnnModel, GraphStats
+
+    dit = {f.name: f.default for f in dataclasses.fields(DitSpec) if f.default is not dataclasses.MISSING}
+    assert dit == {"kind": "dit", "mlp_ratio": 4.0, "patch": 2, "latent_channels": 4, "vae_downsample": 8,
+                   "text_tokens": 0, "single_layers": 0, "hf_model": ""}
+    assert DitJob() == DitJob(resolution=1024, steps=50, batch=1, cfg=True)
+    assert {f.name for f in dataclasses.fields(GraphStats) if f.default is not dataclasses.MISSING} == {
+        "degree_exponent"}
+    assert {f.name for f in dataclasses.fields(GnnModel) if f.default is not dataclasses.MISSING} == {"kind", "heads"}
