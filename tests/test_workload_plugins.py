@@ -134,7 +134,7 @@ def test_the_workload_readers_are_strict(tmp_path: Path, text: str, rule: str) -
 
 def test_the_readers_defaults_are_the_descriptions_own() -> None:
     """A file that states only the required keys takes the dataclasses' field defaults (one place)."""
-    from plait.workload.dit import DitJob, DitSpec
+    from plait.workloads.dit.model import DitJob, DitSpec
     from plait.workload.gnn import GnnModel, GraphStats
 
     dit = {f.name: f.default for f in dataclasses.fields(DitSpec) if f.default is not dataclasses.MISSING}

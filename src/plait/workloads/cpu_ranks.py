@@ -7,7 +7,7 @@ printed: the losses against one process training the same parts' batches, and th
 against the expected bytes of the occupancy model on the generated graph's own degrees and cut.
 
 DiT: the TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT by Ulysses or DistriFusion;
-printed: the latent's difference from one process and each rank's bytes against :mod:`plait.cost.dit`'s count.
+printed: the latent's difference from one process and each rank's bytes against :mod:`plait.workloads.dit.cost`'s count.
 Only models small enough for this machine run (the memory check uses plait's estimate).
 """
 
@@ -27,7 +27,7 @@ from rich.table import Table
 from plait.errors import ConfigError
 from plait.workloads import Workload
 
-GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.run.dit"
+GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.workloads.dit.worker"
 PIPE_WORKER = "plait.run.gnn_pipe"
 
 
@@ -187,8 +187,8 @@ def _expected_fetch_bytes(argv: list[str], ranks: int, batch: int, cache: float,
 
 def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) -> None:
     from plait.cli.run import check_cpu_machine
-    from plait.cost.dit import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
-    from plait.predict.dit import parse_dit_plan
+    from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
+    from plait.workloads.dit.predict import parse_dit_plan
 
     spec, job = workload.description
     plan = parse_dit_plan(parallel or f"ulysses={gpus}")
@@ -211,7 +211,7 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
     import torch
 
     measured = _launch(DIT_WORKER, ranks, argv)
-    from plait.run.dit import parser, run
+    from plait.workloads.dit.worker import parser, run
 
     single = torch.tensor(run(parser().parse_args([*argv, "--ranks", "1", "--out", "unused"]))["latent"])
     tokens = side * side // ranks

@@ -1,12 +1,12 @@
-"""The DiT kind: a diffusion transformer's TOML (it has ``[dit]``), read by :func:`plait.workload.dit.read_dit`, its
-parallel plans costed and searched by :mod:`plait.predict.dit`, its generation simulated, Ulysses and DistriFusion
+"""The DiT kind: a diffusion transformer's TOML (it has ``[dit]``), read by :func:`plait.workloads.dit.model.read_dit`, its
+parallel plans costed and searched by :mod:`plait.workloads.dit.predict`, its generation simulated, Ulysses and DistriFusion
 run on CPU ranks by ``plait run``, its measured latencies read by ``plait validate --dit``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from plait.workload.dit import is_dit_data, read_dit
+from plait.workloads.dit.model import is_dit_data, read_dit
 from plait.workload.files import toml_describes
 from plait.workloads import Options, Validation, WorkloadKind, lazy
 
@@ -27,7 +27,7 @@ def _given(options: Options) -> str | None:
 KIND = WorkloadKind(name="dit", label="DiT", recognises=is_dit_file, read=lambda name: read_dit(Path(str(name))),
                     options_given=_given, refuses=("dlrm",), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
-                    validation=Validation(option="dit", read=lazy("plait.validate.dit:validate_dit"),
+                    validation=Validation(option="dit", read=lazy("plait.workloads.dit.validate:validate_dit"),
                                           title="DiT inference: latency",
                                           error="latency: predicted over measured, minus one (text encoder and VAE "
                                                 "decoder not predicted)"))

@@ -1,5 +1,5 @@
 """The DiT kind's entries for ``plait estimate``, ``plait plan``, ``plait simulate`` and ``plait run``: the options
-parsed (``--parallel`` into a :class:`~plait.cost.dit.DitPlan`), the workload priced (:mod:`plait.predict.dit`), the
+parsed (``--parallel`` into a :class:`~plait.workloads.dit.cost.DitPlan`), the workload priced (:mod:`plait.workloads.dit.predict`), the
 result printed."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from rich.console import Console
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.plan.defaults import GPUS
-from plait.predict.dit import parse_dit_plan, predict_dit
+from plait.workloads.dit.predict import parse_dit_plan, predict_dit
 from plait.simulate.pipeline import Timeline
-from plait.simulate.workloads import dit_timeline
+from plait.workloads.dit.simulate import dit_timeline
 from plait.strict_json import print_json
 from plait.workloads import Options, Workload
 from plait.workloads.cpu_ranks import run_dit
@@ -51,7 +51,7 @@ def _timeline(workload: Workload, options: Options, cluster: str) -> tuple[Timel
 
 
 def simulate(workload: Workload, options: Options) -> None:
-    """The whole generation, PipeFusion patch by patch (:func:`plait.simulate.workloads.dit_timeline`)."""
+    """The whole generation, PipeFusion patch by patch (:func:`plait.workloads.dit.simulate.dit_timeline`)."""
     simulate_workload(workload, options, _timeline)
 
 

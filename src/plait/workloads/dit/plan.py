@@ -10,7 +10,7 @@ from rich.console import Console
 
 from plait.errors import ConfigError, check_export_folder
 from plait.hardware.catalog import resolve_cluster
-from plait.predict.dit import DitPrediction, search_dit
+from plait.workloads.dit.predict import DitPrediction, search_dit
 from plait.strict_json import print_json
 from plait.workloads import Workload
 from plait.workloads.dit.render import print_dit, print_dit_search
@@ -42,7 +42,7 @@ def plan_dit(workload: Workload, cluster: str, gpus: int, memory_margin: float, 
 
 
 def _export(ranked: list[DitPrediction], folder: Path) -> DitPrediction:
-    from plait.export.xdit import torchrun_line
+    from plait.workloads.dit.xdit import torchrun_line
 
     runnable = [r for r in ranked if r.plan.distrifusion == 1]
     if not runnable:

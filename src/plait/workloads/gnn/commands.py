@@ -11,7 +11,7 @@ from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.predict.gnn import GnnPrediction, predict_gnn
 from plait.search.planner import parse_batches
 from plait.simulate.pipeline import Timeline
-from plait.simulate.workloads import gnn_timeline
+from plait.workloads.gnn.simulate import gnn_timeline
 from plait.strict_json import print_json
 from plait.workloads import Options, Workload
 from plait.workloads.cpu_ranks import run_gnn
@@ -61,7 +61,7 @@ def _timeline(workload: Workload, options: Options, cluster: str) -> tuple[Timel
 
 
 def simulate(workload: Workload, options: Options) -> None:
-    """A step, phase by phase (:func:`plait.simulate.workloads.gnn_timeline`)."""
+    """A step, phase by phase (:func:`plait.workloads.gnn.simulate.gnn_timeline`)."""
     simulate_workload(workload, options, _timeline)
 
 

@@ -1,16 +1,16 @@
 """A diffusion-transformer inference job (issue 18): a DiT TOML, a cluster, GPUs and a parallel plan, costed by
-:mod:`plait.cost.dit`; or every plan of the GPUs searched for the lowest latency under the memory limit."""
+:mod:`plait.workloads.dit.cost`; or every plan of the GPUs searched for the lowest latency under the memory limit."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from plait.cost.dit import DitEstimate, DitPlan, estimate_dit
+from plait.workloads.dit.cost import DitEstimate, DitPlan, estimate_dit
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
-from plait.workload.dit import DitJob, DitSpec
+from plait.workloads.dit.model import DitJob, DitSpec
 
 KEYS = tuple(f.name for f in fields(DitPlan))
 
@@ -53,14 +53,14 @@ class DitPrediction:
 
 
 def predict_dit(spec: DitSpec, job: DitJob, hardware: Cluster, plan: DitPlan) -> DitPrediction:
-    """The job under ``plan`` (:func:`plait.cost.dit.estimate_dit`)."""
+    """The job under ``plan`` (:func:`plait.workloads.dit.cost.estimate_dit`)."""
     return DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan,
                          estimate=estimate_dit(spec, job, plan, hardware))
 
 
 def candidate_plans(gpus: int, cfg: bool, tokens: int) -> list[DitPlan]:
     """Every way to spend ``gpus`` on CFG (2 when guidance is on), PipeFusion (with 1, 2 or 4 patches per stage),
-    Ulysses x ring, tensor parallelism, or DistriFusion; :func:`plait.cost.dit.check_plan` refuses the rest."""
+    Ulysses x ring, tensor parallelism, or DistriFusion; :func:`plait.workloads.dit.cost.check_plan` refuses the rest."""
     out = []
     for c in (1, 2) if cfg else (1,):
         if gpus % c:
