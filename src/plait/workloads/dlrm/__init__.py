@@ -1,12 +1,12 @@
 """The DLRM kind: a recommendation model's TOML (it lists ``[[tables]]``), read by
-:func:`plait.workload.dlrm.read_dlrm`, its tables placed and costed by :mod:`plait.predict.dlrm`, trained on TorchRec
+:func:`plait.workloads.dlrm.model.read_dlrm`, its tables placed and costed by :mod:`plait.workloads.dlrm.predict`, trained on TorchRec
 by ``plait run``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from plait.workload.dlrm import read_dlrm
+from plait.workloads.dlrm.model import read_dlrm
 from plait.workload.files import toml_describes
 from plait.workloads import Options, WorkloadKind, lazy
 

@@ -1,5 +1,5 @@
 """The DLRM kind's entries for ``plait estimate``, ``plait plan`` and ``plait run``: the options parsed, the
-workload priced (:mod:`plait.predict.dlrm`), the result printed."""
+workload priced (:mod:`plait.workloads.dlrm.predict`), the result printed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from rich.console import Console
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
-from plait.predict.dlrm import DlrmPrediction, parse_placements, predict_dlrm
+from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, predict_dlrm
 from plait.search.planner import parse_batches
 from plait.strict_json import print_json
 from plait.workloads import Options, Workload

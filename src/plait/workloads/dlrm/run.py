@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
-from plait.predict.dlrm import DlrmPrediction, placements_text
+from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
 
-WORKER = "plait.run.dlrm"
+WORKER = "plait.workloads.dlrm.worker"
 
 
 def check_torchrec() -> None:
@@ -31,7 +31,7 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
     """Train ``predicted``'s placement (tables as given, else by plait's planner) ``steps`` steps on its ranks (gloo on
     CPU) and print the losses, the step time and each rank's counted bytes next to the prediction; ``model``: the
     DLRM TOML the ranks read."""
-    from plait.run.dlrm import check_runnable
+    from plait.workloads.dlrm.worker import check_runnable
 
     check_runnable(predicted.spec, predicted.placements, predicted.batch)
     from plait.cli.run import check_cpu_machine

@@ -1,16 +1,16 @@
 """A recommendation model's job (issue 17): a DLRM TOML, a cluster, ranks and a global batch; its tables placed by
-plait's planner or by the user, costed per rank (:mod:`plait.cost.embeddings`)."""
+plait's planner or by the user, costed per rank (:mod:`plait.workloads.dlrm.cost`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from plait.cost.embeddings import DlrmEstimate, Placement, RankLoad, estimate_dlrm, rank_loads
+from plait.workloads.dlrm.cost import DlrmEstimate, Placement, RankLoad, estimate_dlrm, rank_loads
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.search.embeddings import plan_tables
-from plait.workload.dlrm import DlrmSpec
+from plait.workloads.dlrm.search import plan_tables
+from plait.workloads.dlrm.model import DlrmSpec
 
 
 def parse_placements(text: str, spec: DlrmSpec, group: int) -> list[Placement]:
@@ -73,7 +73,7 @@ class DlrmPrediction:
 
 def predict_dlrm(spec: DlrmSpec, hardware: Cluster, gpus: int, global_batch: int, group: int | None = None,
                  placements: list[Placement] | None = None, memory_margin: float = 0.05) -> DlrmPrediction:
-    """The job's prediction: ``placements`` as given, else plait's planner's (:mod:`plait.search.embeddings`)."""
+    """The job's prediction: ``placements`` as given, else plait's planner's (:mod:`plait.workloads.dlrm.search`)."""
     if gpus < 1 or global_batch < gpus or global_batch % gpus:
         raise ConfigError(f"global_batch={global_batch} must be a positive multiple of gpus={gpus} (samples per rank)")
     group = group or gpus
