@@ -1,6 +1,7 @@
-"""The DiT kind: a diffusion transformer's TOML (it has ``[dit]``), read by :func:`plait.workloads.dit.model.read_dit`, its
-parallel plans costed and searched by :mod:`plait.workloads.dit.predict`, its generation simulated, Ulysses and DistriFusion
-run on CPU ranks by ``plait run``, its measured latencies read by ``plait validate --dit``."""
+"""The DiT kind: a diffusion transformer's TOML (it has ``[dit]``), read by :func:`.model.read_dit`; its parallel
+plans costed (:mod:`.cost`) and searched (:mod:`.predict`), its generation simulated (:mod:`.simulate`), Ulysses and
+DistriFusion run on CPU ranks by ``plait run`` (:mod:`.worker`), its measured latencies read by ``plait validate
+--dit`` (:mod:`.validate`), its fastest runnable plan exported for xDiT (:mod:`.xdit`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The DiT kind's entries for ``plait estimate``, ``plait plan``, ``plait simulate`` and ``plait run``: the options
-parsed (``--parallel`` into a :class:`~plait.workloads.dit.cost.DitPlan`), the workload priced (:mod:`plait.workloads.dit.predict`), the
-result printed."""
+parsed (``--parallel`` into a :class:`~plait.workloads.dit.cost.DitPlan`), the workload priced
+(:mod:`plait.workloads.dit.predict`), the result printed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The DLRM kind: a recommendation model's TOML (it lists ``[[tables]]``), read by
-:func:`plait.workloads.dlrm.model.read_dlrm`, its tables placed and costed by :mod:`plait.workloads.dlrm.predict`, trained on TorchRec
-by ``plait run``."""
+"""The DLRM kind: a recommendation model's TOML (it lists ``[[tables]]``), read by :func:`.model.read_dlrm`; its
+tables placed (:mod:`.search`) and costed (:mod:`.cost`, :mod:`.predict`), exported for and compared with TorchRec's
+planner (:mod:`.torchrec`), trained on TorchRec by ``plait run`` (:mod:`.worker`)."""
 
 from __future__ import annotations
 
