@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from plait.cli.run_workloads import gnn_worker_argv
+from plait.workloads.cpu_ranks import gnn_worker_argv
 from plait.cost.gnn import estimate_gnn
 from plait.cost.gnn_sampler import Sampler
 from plait.cost.gnn_sampling import measured_classes

@@ -2,10 +2,10 @@
 
 Run: python benchmarks/torchrec_planner.py     (needs torchrec and fbgemm-gpu-cpu: the recsys install, README)
 
-For each table set, plait's greedy placement (:mod:`plait.search.embeddings`) and TorchRec's
+For each table set, plait's greedy placement (:mod:`plait.workloads.dlrm.search`) and TorchRec's
 ``EmbeddingShardingPlanner`` (its enumerator, estimators and greedy partitioner, on a Topology of the same GPUs,
 HBM and batch) each place the tables; both placements are costed by plait's model
-(:mod:`plait.cost.embeddings`: slowest rank's embedding time, the step with the dense part, peak memory per rank),
+(:mod:`plait.workloads.dlrm.cost`: slowest rank's embedding time, the step with the dense part, peak memory per rank),
 and TorchRec's own estimate of its placement (the slowest rank's sum of shard ``perf.total``, TorchRec's unit) is
 printed beside. The table sets are assumed (synthetic), not published datasets:
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def table_sets():  # type: ignore[no-untyped-def]
-    from plait.workload.dlrm import DlrmSpec, Table, read_dlrm
+    from plait.workloads.dlrm.model import DlrmSpec, Table, read_dlrm
 
     many = tuple(Table(f"s{i}", int(10 ** (3 + 3 * i / 25)), 64, float(1 + i % 5)) for i in range(26))
     huge = tuple(Table(f"h{i}", (i + 1) * 100_000_000, 128, float(1 + i % 3)) for i in range(4))
@@ -35,10 +35,10 @@ def table_sets():  # type: ignore[no-untyped-def]
 def main() -> int:
     from collections import Counter
 
-    from plait.cost.embeddings import estimate_dlrm
-    from plait.export.torchrec import torchrec_placements
+    from plait.workloads.dlrm.cost import estimate_dlrm
+    from plait.workloads.dlrm.torchrec import torchrec_placements
     from plait.hardware.catalog import get_cluster
-    from plait.search.embeddings import plan_tables
+    from plait.workloads.dlrm.search import plan_tables
 
     cluster = get_cluster("dgx-a100-ib")
     print(f"{'table set':12s} {'planner':9s} {'slowest rank ms':>15s} {'step ms':>8s} {'peak GiB':>9s} "

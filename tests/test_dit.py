@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.dit import DISTRIFUSION_WARMUP, DitPlan, estimate_dit
+from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitPlan, estimate_dit
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.workload.dit import ACT_BYTES, read_dit
+from plait.workloads.dit.model import ACT_BYTES, read_dit
 from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,7 +119,7 @@ def test_the_published_flux_latencies_are_predicted_with_their_errors() -> None:
     rows are the comparable ones: their latency error stays under 40% on average (29% today, all under-predicted:
     the text encoders, VAE decoder and host time are not modelled); the others carry eager overheads besides."""
     from plait.validate.classic import mape
-    from plait.validate.dit import validate_dit
+    from plait.workloads.dit.validate import validate_dit
 
     results = validate_dit(ROOT / "tests" / "data" / "dit_latency.csv")
     predicted = [r for r in results if r.error_pct is not None]
@@ -148,7 +148,7 @@ def test_the_fastest_plan_xdit_runs_is_exported_as_its_launch_line(tmp_path: Pat
 
 
 def test_a_distrifusion_plan_is_not_an_xdit_plan() -> None:
-    from plait.export.xdit import xdit_arguments
+    from plait.workloads.dit.xdit import xdit_arguments
 
     spec, job = read_dit(DIT)
     with pytest.raises(ConfigError, match="xDiT has no DistriFusion"):
@@ -161,7 +161,7 @@ def test_the_simulated_generation_agrees_with_the_closed_form(plan: DitPlan) -> 
     """PipeFusion patch by patch on the event kernel (the first stage waiting for the last stage's patch of the
     previous step) against the closed form's steps plus one fill of (p - 1) / M of a step: within 1% on H100, where
     the patches' transfers hide behind compute; the other plans step by step."""
-    from plait.simulate.workloads import dit_timeline
+    from plait.workloads.dit.simulate import dit_timeline
 
     spec, job = read_dit(DIT)
     est = estimate_dit(spec, job, plan, H100)
@@ -189,7 +189,7 @@ def test_plait_simulate_takes_dit_and_gnn_files(tmp_path: Path) -> None:
 def test_offloaded_weights_stream_over_pcie_and_share_it_where_the_gpus_have_no_nvlink() -> None:
     """ChunkFlow's first-order model: a step is at least the weights' stream over PCIe, two layers stay resident;
     on GPUs that talk over PCIe (L40S) the collectives share the link, with NVLink they do not."""
-    from plait.cost.dit_offload import offloaded_step_s, pcie_carries_collectives
+    from plait.workloads.dit.offload import offloaded_step_s, pcie_carries_collectives
     from plait.hardware.catalog import get_accelerator
 
     spec, job = read_dit(ROOT / "examples" / "flux-1-dev-1024px.toml")

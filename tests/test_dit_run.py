@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.dit import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
+from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
 from tests.ranks import run_ranks
 
 STEPS, LAYERS, HIDDEN, SIDE, BATCH = 4, 2, 64, 8, 2
@@ -19,7 +19,7 @@ FP32 = 4
 
 def _run(tmp_path: Path, name: str, *extra: str) -> dict:  # type: ignore[type-arg]
     out = tmp_path / f"{name}.json"
-    argv = ["-m", "plait.run.dit", "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden", str(HIDDEN),
+    argv = ["-m", "plait.workloads.dit.worker", "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden", str(HIDDEN),
             "--side", str(SIDE), "--batch", str(BATCH), *extra, "--out", str(out)]
     done = run_ranks(2, argv, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -29,7 +29,7 @@ def _run(tmp_path: Path, name: str, *extra: str) -> dict:  # type: ignore[type-a
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     torch = pytest.importorskip("torch")
-    from plait.run.dit import parser, run
+    from plait.workloads.dit.worker import parser, run
 
     args = parser().parse_args(["--ranks", "1", "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden",
                                 str(HIDDEN), "--side", str(SIDE), "--batch", str(BATCH), "--out", "unused"])
@@ -84,7 +84,7 @@ def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_predicti
 def test_plait_run_refuses_the_plans_xdit_runs_by_name(parallel: str) -> None:
     """Only Ulysses and DistriFusion alone run on CPU ranks; every other degree is refused before launch, naming
     the plan."""
-    from plait.predict.dit import parse_dit_plan
+    from plait.workloads.dit.predict import parse_dit_plan
     from tests.inprocess import cli
 
     code, _, err = cli(["run", "--model", "examples/dit-tiny.toml", "--parallel", parallel, "--dry-run"])

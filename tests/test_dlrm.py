@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.embeddings import Placement, estimate_dlrm, rank_loads
+from plait.workloads.dlrm.cost import Placement, estimate_dlrm, rank_loads
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.search.embeddings import plan_tables
-from plait.workload.dlrm import DlrmSpec, Table, read_dlrm
+from plait.workloads.dlrm.search import plan_tables
+from plait.workloads.dlrm.model import DlrmSpec, Table, read_dlrm
 from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def test_plait_places_many_small_tables_no_slower_than_torchrecs_planner() -> No
     passes alone lost to TorchRec's all-table-wise placement by plait's own model (0.800 vs 0.769 ms): the local
     search after them must not lose, and every plan it returns fits."""
     pytest.importorskip("torchrec")
-    from plait.export.torchrec import torchrec_placements
+    from plait.workloads.dlrm.torchrec import torchrec_placements
 
     tables = tuple(Table(f"s{i}", int(10 ** (3 + 3 * i / 25)), 64, float(1 + i % 5)) for i in range(26))
     spec, cluster = DlrmSpec("many-small", 13, (512, 256, 64), (512, 256, 1), tables), get_cluster("dgx-a100-ib")
@@ -102,7 +102,7 @@ def test_plait_placements_are_torchrec_sharding_plans() -> None:
     """TorchRec builds its own ShardingPlan from each placement (construct_module_sharding_plan checks ranks and
     shapes), with the sharding types and ranks plait chose."""
     pytest.importorskip("torchrec")
-    from plait.export.torchrec import sharding_plan
+    from plait.workloads.dlrm.torchrec import sharding_plan
 
     spec = read_dlrm(ROOT / "examples" / "dlrm-small.toml")
     placed = [Placement("t0", "row_wise", tuple(range(16))), Placement("t1", "column_wise", (2, 3)),

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.embeddings import rank_loads
-from plait.predict.dlrm import parse_placements
-from plait.run.dlrm import train
-from plait.workload.dlrm import read_dlrm
+from plait.workloads.dlrm.cost import rank_loads
+from plait.workloads.dlrm.predict import parse_placements
+from plait.workloads.dlrm.worker import train
+from plait.workloads.dlrm.model import read_dlrm
 from tests.ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def test_torchrec_trains_plaits_placement_as_one_process_would_and_sends_the_pre
     plain PyTorch SGD on the unsharded model (no TorchRec sharding, no fused optimizer)."""
     pytest.importorskip("torchrec")
     out = tmp_path / "run.json"
-    done = run_ranks(2, ["-m", "plait.run.dlrm", "--model", str(MODEL), "--placements", PLACEMENTS,
+    done = run_ranks(2, ["-m", "plait.workloads.dlrm.worker", "--model", str(MODEL), "--placements", PLACEMENTS,
                          "--batch", str(BATCH), "--steps", str(STEPS), "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())

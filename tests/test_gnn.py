@@ -88,12 +88,12 @@ GRAPH = "[graph]\nnodes = 10\nedges = 20\nfeatures = 4\nclasses = 2\n"
 @pytest.mark.parametrize("text, rule", [
     ('[graph]\nnodes = 10\nedges = 20\nfeatures = 4\nclasses = 2\n[model]\nlayers = 2\nhidden = 8\nfanouts = [5]\n',
      "fanouts=[5] must give one fanout >= 1 per layer (2)"),
-    (GRAPH + '[model]\nkind = "gin"\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "model kind='gin' must be one of sage, gcn, gat, transformer"),
+    (GRAPH + '[model]\nkind = "gin"\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "[model].kind='gin' must be one of sage, gcn, gat, transformer"),
     (GRAPH + '[model]\nkind = "gat"\nheads = 3\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "heads=3 must be >= 1 and divide hidden=8"),
     (GRAPH + '[model]\nkind = "sage"\nheads = 2\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "heads=2 needs an attention kind"),
     (GRAPH + 'train_nodes = 11\n[model]\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "train_nodes=11 must be at most nodes=10"),
     ('[graph]\nnodes = 10\nedges = 20\nfeatures = 4\n[model]\nlayers = 1\nhidden = 8\nfanouts = [5]\n',
-     "a GNN needs 'classes'"),
+     "[graph]: missing required key 'classes'"),
 ])
 def test_bad_gnn_files_are_one_line(tmp_path: Path, text: str, rule: str) -> None:
     path = tmp_path / "g.toml"

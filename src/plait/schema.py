@@ -108,3 +108,22 @@ def build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
     if problems:
         raise all_problems(problems)
     return cls(**kwargs)
+
+
+def table(raw: Any, where: str) -> Mapping[str, Any]:
+    """``raw`` as a table (a TOML table, a JSON object); anything else is an error naming ``where``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a table, got {raw!r}")
+    return raw
+
+
+def check_keys(raw: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Refuse keys of ``raw`` outside ``known`` (a file's top level, whose tables :func:`build` reads)."""
+    unknown = sorted(set(raw) - set(known), key=str)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+
+
+def value(raw: Any, expected: Any, where: str) -> Any:
+    """``raw`` checked against the type ``expected`` (as :func:`build` checks a field)."""
+    return _check_scalar(raw, expected, where)

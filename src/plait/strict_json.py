@@ -22,3 +22,8 @@ def finite(value: Any) -> Any:
 def dumps(doc: Any, indent: int | None = None) -> str:
     """``doc`` as strict JSON."""
     return json.dumps(finite(doc), indent=indent, allow_nan=False)
+
+
+def print_json(doc: Any) -> None:
+    """Print ``doc`` as strict, indented JSON (``--json`` output)."""
+    print(dumps(doc, indent=2))

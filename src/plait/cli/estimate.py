@@ -9,19 +9,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from plait.cli.mixed import mixed_cluster
-from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
+from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
 from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
-from plait.plan.defaults import GLOBAL_BATCH
-from plait.predict.dit import is_dit_file
-from plait.predict.dlrm import is_dlrm_file
+from plait.hardware.mixed_catalog import mixed_cluster
+from plait.plan.defaults import GLOBAL_BATCH, LAYOUT_OPTIONS
 from plait.predict.estimate import predict
-from plait.predict.gnn import is_gnn_file
-from plait.predict.traced import parse_shape, predict_traced
-from plait.workload.tracing import is_traced_name
+from plait.workloads import Workload, load, refuse_foreign_options
 
 
 def estimate_command(
@@ -69,74 +65,29 @@ def estimate_command(
 
     --model MODULE:FACTORY traces any PyTorch module the factory builds (on the meta device: no weights, no GPU);
     its plans take data and pipeline parallelism, and --micro-batch/--global-batch count examples."""
-    if is_dlrm_file(model):
-        from plait.cli.render_dlrm import print_dlrm
-        from plait.predict.dlrm import predict_dlrm
-
-        assert model is not None
-        dlrm = predict_dlrm(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, sparse_group, placements)
-        if as_json:
-            print_json(dlrm.to_dict())
-        else:
-            print_dlrm(Console(), dlrm)
+    options = dict(locals())
+    workload = load(model)
+    refuse_foreign_options(workload.kind, options)
+    if workload.kind.estimate is not None:  # the kind prices and prints its own job
+        workload.kind.estimate(workload, options)
         return
-    if placements or sparse_group:
-        raise ConfigError("--placements and --sparse-group place a DLRM's tables: pass --model with a DLRM TOML")
-    if is_gnn_file(model):
-        from plait.cli.render_gnn import print_gnn
-        from plait.predict.gnn import predict_gnn
-
-        assert model is not None
-        gnn = predict_gnn(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, gnn_strategy, edge_cut, cache_fraction,
-                          gnn_engine, gnn_sampler)
-        if as_json:
-            print_json(gnn.to_dict())
-        else:
-            print_gnn(Console(), gnn)
-        return
-    if is_dit_file(model):
-        from plait.cli.render_dit import print_dit
-        from plait.predict.dit import parse_dit_plan, predict_dit
-
-        assert model is not None
-        dit_plan = parse_dit_plan(parallel or f"ulysses={gpus}")
-        if dit_plan.gpus != gpus and parallel is not None and gpus != DEFAULT_GPUS:
-            raise ConfigError(f"--parallel {parallel} uses {dit_plan.gpus} GPUs, not --gpus {gpus}")
-        dit = predict_dit(model, cluster or DEFAULT_CLUSTER, dit_plan)
-        if as_json:
-            print_json(dit.to_dict())
-        else:
-            print_dit(Console(), dit)
-        return
-    if parallel is not None:
-        raise ConfigError("--parallel gives a diffusion transformer's degrees: pass --model with a DiT TOML")
     mixed = mixed_cluster(cluster)
     if mixed is None and (split != "data" or shares or local_steps):
         raise ConfigError("--split, --shares and --local-steps share a plan among a mixed cluster's groups: pass "
                           "--cluster with a mixed preset (see `plait clusters`)")
-    gnn_options = (gnn_strategy, gnn_engine, edge_cut, cache_fraction, gnn_sampler)
-    if gnn_options != ("sampled_dp", "pyg", None, 0.0, "loop"):
-        raise ConfigError("--gnn-strategy, --gnn-engine, --gnn-sampler, --edge-cut and --cache-fraction describe a GNN "
-                          "job: pass --model with a GNN TOML")
     if mixed is not None:
-        _estimate_mixed(mixed, locals(), as_json, train_tokens)
+        _estimate_mixed(mixed, workload, options, as_json, train_tokens)
         return
-    traced = model is not None and is_traced_name(model)
-    if traced:  # one replica's batch at once, unsharded, unless asked otherwise (a CNN's habit)
-        sharding = sharding or "none"
-        micro_batch = micro_batch if micro_batch is not None else max(1, global_batch * tp * pp * cp // max(gpus, 1))
-    plan = plan_from_options(
-        gpus=gpus, tp=tp, pp=pp, vpp=vpp, schedule=schedule, cp=cp, ep=ep, dp_replicate=dp_replicate,
-        sharding=sharding, sp=sp, recompute=recompute, recompute_layers=recompute_layers,
-        micro_batch=1 if micro_batch is None else micro_batch, global_batch=global_batch, seq_len=seq_len, precision=precision,
-        offload_optimizer=offload_optimizer, offload_params=offload_params, dp_sync=dp_sync,
-    ) if plan_file is None else None
-    if traced:
-        if plan is None:
-            raise ConfigError("a traced model (--model MODULE:FACTORY) takes layout options, not --plan")
-        result = predict_traced(model, cluster or DEFAULT_CLUSTER, plan, engine, parse_shape(input_shape),
-                                input_dtype)
+    if workload.kind.price is not None:  # the kind prices the layout options itself
+        result = workload.kind.price(workload, options)
     else:
+        plan = plan_from_options(
+            gpus=gpus, tp=tp, pp=pp, vpp=vpp, schedule=schedule, cp=cp, ep=ep, dp_replicate=dp_replicate,
+            sharding=sharding, sp=sp, recompute=recompute, recompute_layers=recompute_layers,
+            micro_batch=1 if micro_batch is None else micro_batch, global_batch=global_batch, seq_len=seq_len,
+            precision=precision,
+            offload_optimizer=offload_optimizer, offload_params=offload_params, dp_sync=dp_sync,
+        ) if plan_file is None else None
         result = predict(resolve_job(model, cluster, plan_file, plan, engine), simulate=simulate)
     if as_json:
         from plait.predict.goodput import goodput
@@ -150,14 +101,10 @@ def estimate_command(
         print_estimate(Console(), result, train_tokens)
 
 
-LAYOUT_OPTIONS = ("tp", "pp", "vpp", "schedule", "cp", "ep", "dp_replicate", "sharding", "sp", "recompute",
-                  "recompute_layers", "global_batch", "seq_len", "precision", "offload_optimizer", "offload_params",
-                  "dp_sync")
-
-
-def _estimate_mixed(cluster: MixedCluster, options: dict[str, Any], as_json: bool, train_tokens: float) -> None:
+def _estimate_mixed(cluster: MixedCluster, workload: Workload, options: dict[str, Any], as_json: bool,
+                    train_tokens: float) -> None:
     """The mixed-cluster path of ``plait estimate``: the layout options over the shared groups' GPUs."""
-    if options["plan_file"] is not None or (options["model"] and is_traced_name(options["model"])):
+    if options["plan_file"] is not None or workload.kind.price is not None:
         raise ConfigError("a mixed cluster takes a catalog or config model and layout options, not --plan or a "
                           "traced module")
     from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed

@@ -3,7 +3,6 @@ the shares, call :mod:`plait.predict.hetero` / :mod:`plait.search.hetero`, and p
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from rich.console import Console
 
@@ -12,19 +11,11 @@ from plait.cli.render_mixed import print_mixed_estimate, print_mixed_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
-from plait.hardware.mixed_catalog import get_mixed_cluster, mixed_cluster_names, mixed_file
 from plait.plan.hetero import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
 from plait.predict.hetero import MixedEstimate, estimate_mixed, mixed_to_dict
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
-
-
-def mixed_cluster(name: str | None) -> MixedCluster | None:
-    """The mixed cluster ``name`` names (a mixed preset, or a TOML file with ``groups``), else ``None``."""
-    if name is None:
-        return None
-    return get_mixed_cluster(name) if name in mixed_cluster_names() else mixed_file(Path(name))
 
 
 def parse_assignments(text: str | None, option: str) -> dict[str, str]:

@@ -6,29 +6,19 @@ from pathlib import Path
 
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
-from plait.hardware.catalog import resolve_cluster
+from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.job import Job
-from plait.plan.defaults import GPUS, complete_plan
+from plait.plan.defaults import GPUS, plan_from_options
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
 from plait.workload.catalog import resolve_model
 
+__all__ = ["DEFAULT_CLUSTER", "DEFAULT_GPUS", "DEFAULT_MODEL", "ENGINE_HELP", "plan_from_options", "resolve_job"]
+
 DEFAULT_MODEL = "llama3-8b"
-DEFAULT_CLUSTER = "dgx-h100-ib"
 DEFAULT_GPUS = GPUS
 ENGINE_HELP = (f"Engine that runs the plan: name[@version][[key=value]] (see `plait engines`). [default: the plan "
                f"file's, else {DEFAULT_ENGINE}]")
-
-
-def plan_from_options(*, gpus: int, **options: object) -> Plan:
-    """The plan the layout options describe on ``gpus`` GPUs; options given as ``None`` take the defaults a plan
-    file's missing keys take (:mod:`plait.plan.defaults`)."""
-    if gpus <= 0:
-        raise ConfigError(f"gpus={gpus} must be > 0")
-    stated = {name: value for name, value in options.items() if value is not None}
-    if stated.get("schedule") == "interleaved" and stated.get("vpp", 1) == 1:
-        stated["vpp"] = 2
-    return complete_plan(stated, gpus, "options")
 
 
 def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, plan: Plan | None,

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
+from plait.strict_json import print_json
 
-from plait import strict_json
-
-
-def print_json(doc: Any) -> None:
-    """Print ``doc`` as strict, indented JSON."""
-    print(strict_json.dumps(doc, indent=2))
+__all__ = ["print_json"]

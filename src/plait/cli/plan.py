@@ -8,7 +8,7 @@ from typing import Annotated, get_args
 import typer
 from rich.console import Console
 
-from plait.cli.mixed import mixed_cluster, mixed_plan
+from plait.cli.mixed import mixed_plan
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
 from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
@@ -18,43 +18,19 @@ from plait.errors import ConfigError, check_export_folder
 from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
+from plait.hardware.mixed_catalog import mixed_cluster
 from plait.job import Job
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
-from plait.predict.dit import is_dit_file
-from plait.predict.dlrm import is_dlrm_file
-from plait.predict.gnn import is_gnn_file
-from plait.predict.traced import parse_shape
 from plait.search.engine import RANK_BY, run_search
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.pareto import choose, pareto_front
 from plait.search.planner import check_objective, gpu_counts, parse_gpu_range, relaxations, search_gpu_counts
+from plait.search.planner import parse_batches as _batches
 from plait.search.space import default_space
-from plait.search.traced import search_traced
 from plait.sync import ALLREDUCE, parse
 from plait.workload.catalog import resolve_model
-from plait.workload.tracing import is_traced_name, trace
-
-
-def _batches(text: str) -> tuple[int, ...]:
-    """'2048', '1024,2048' or '512:4096' (powers of two in the range)."""
-    try:
-        if ":" in text:
-            low, high = (int(x) for x in text.split(":"))
-            out, x = [], 1
-            while x <= high:
-                if x >= low:
-                    out.append(x)
-                x *= 2
-            values = tuple(out)
-        else:
-            values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(f"global batch {text!r} must be N, N,M,... or LOW:HIGH") from None
-    if not values or min(values) <= 0:
-        raise ConfigError(f"global batch {text!r} must name positive sizes")
-    return values
-
+from plait.workloads import load
 
 SITES_ENGINE = "plait"
 """The engine planned for on clusters that span sites (the one that runs every ``dp_sync`` method)."""
@@ -97,6 +73,7 @@ def plan_command(
 
     --model MODULE:FACTORY traces any PyTorch module and searches data and pipeline parallelism, ZeRO stages,
     micro-batches, recomputation and the --dp-sync methods (global batch in examples)."""
+    options = dict(locals())
     check_objective(objective)
     mixed = mixed_cluster(cluster)
     if mixed is not None:
@@ -105,53 +82,9 @@ def plan_command(
                               "(no --objective cost/time, --gpus-range, --export, or several batches)")
         mixed_plan(model, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json)
         return
-    if is_dlrm_file(model):
-        from plait.cli.plan_dlrm import plan_dlrm
-
-        batches = _batches(global_batch)
-        if objective != "throughput" or gpus_range or len(batches) != 1:
-            raise ConfigError("a DLRM (--model with [[tables]]) is planned for throughput on --gpus at one --global-batch")
-        plan_dlrm(model, cluster, gpus, batches[0], memory_margin, export, force, as_json)
-        return
-    if is_dit_file(model):
-        from plait.cli.plan_dit import plan_dit
-
-        if objective != "throughput" or gpus_range:
-            raise ConfigError("a DiT (--model with [dit]) is planned for latency on --gpus")
-        plan_dit(model, cluster, gpus, memory_margin, as_json, export, force)
-        return
-    if is_gnn_file(model):
-        from plait.cli.plan_gnn import plan_gnn
-
-        batches = _batches(global_batch)
-        if objective != "throughput" or gpus_range or len(batches) != 1 or export is not None:
-            raise ConfigError("a GNN (--model with [graph] and [model]) is planned for throughput on --gpus at one "
-                              "--global-batch, without --export")
-        plan_gnn(model, cluster, gpus, batches[0], memory_margin, as_json)
-        return
-    if is_traced_name(model):
-        from plait.cli.render_plan import print_traced_search
-
-        if objective != "throughput" or export is not None or gpus_range:
-            raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus, without "
-                              "--export (plait run does not run traced workloads yet)")
-        batches = _batches(global_batch)
-        if len(batches) != 1:
-            raise ConfigError(f"--global-batch {global_batch!r}: a traced model is planned at one global batch")
-        syncs = tuple(dict.fromkeys([ALLREDUCE, *(parse(s) for s in dp_sync or ())]))
-        work = trace(model, parse_shape(input_shape), input_dtype)
-        result = search_traced(work, resolve_cluster(cluster), gpus, batches[0], syncs,
-                               get_engine(engine or DEFAULT_ENGINE), memory_margin, precision or "bf16")
-        if as_json:
-            print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,
-                        "feasible": len(result.ranked), "infeasible_by_reason": dict(result.reasons),
-                        "top": [e.to_dict() for e in result.ranked[:top]],
-                        "why": why_winner(result.ranked[0]) if result.ranked else None,
-                        "runner_up": runner_up_gives_up(*result.ranked[:2]) if len(result.ranked) > 1 else None})
-        else:
-            print_traced_search(Console(), work.name, gpus, result, top)
-        if not result.ranked:
-            raise typer.Exit(1)
+    workload = load(model)
+    if workload.kind.plan is not None:  # the kind searches and prints its own plans
+        workload.kind.plan(workload, options)
         return
     if rank_by not in RANK_BY:
         raise ConfigError(f"--rank-by={rank_by!r} must be one of {', '.join(RANK_BY)}")

@@ -76,24 +76,3 @@ def print_points(console: Console, points: list[Point], front: list[Point], choi
     console.print(f"[bold]choice[/]: {choice.gpus} GPUs, {choice.estimate.plan.describe()}: {choice.days:.1f} days, "
                   f"${choice.dollars:,.0f}")
 
-
-def print_traced_search(console: Console, name: str, gpus: int, result, top: int) -> None:  # type: ignore[no-untyped-def]
-    """The ranked plans of a traced model (:func:`plait.search.traced.search_traced`)."""
-    from plait.search.explain import runner_up_gives_up, why_winner
-
-    best = result.ranked[:top]
-    table = Table(title=f"top {len(best)} plans for {name} on {gpus} GPUs ({result.candidates} candidates, "
-                        f"{len(result.ranked)} fit)", title_justify="left")
-    for column in ("#", "layout", "step s", "samples/s", "MFU", "GiB", "bottleneck"):
-        table.add_column(column, justify="left" if column in ("layout", "bottleneck") else "right")
-    for i, est in enumerate(best, 1):
-        table.add_row(str(i), est.plan.describe(), f"{est.step_time_s:.4g}", f"{est.tokens_per_s:,.0f}",
-                      f"{100 * est.mfu:.1f}%", f"{est.memory.total_bytes / GIB:.1f}",
-                      max(est.time.items(), key=lambda item: item[1])[0])
-    console.print(table)
-    for reason, count in result.reasons.most_common():
-        console.print(f"not ranked ({count}): {reason}")
-    if best:
-        console.print(f"why #1: {why_winner(best[0])}")
-    if len(best) > 1:
-        console.print(f"runner-up: {runner_up_gives_up(best[0], best[1])}")

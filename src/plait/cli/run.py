@@ -23,6 +23,7 @@ from plait.predict.estimate import estimate
 from plait.run.launch import local_slots, multinode_command, run_local
 from plait.units import GIB
 from plait.workload.catalog import resolve_model
+from plait.workloads import labels_with, load
 
 
 def run_command(
@@ -80,6 +81,7 @@ def run_command(
 
     --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel);
     --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process."""
+    options = dict(locals())
     from plait.run.uneven import argv as uneven_argv
     from plait.run.uneven import check_uneven, parse_uneven
 
@@ -88,27 +90,11 @@ def run_command(
     if uneven_args and (model is not None or engine != "plait"):
         raise ConfigError(f"{' '.join(uneven_args)}: runs a --plan on plait's runtime (--engine plait) only")
     if model is not None:
-        from plait.cli.run_dlrm import run_dlrm
-        from plait.predict.dit import is_dit_file
-        from plait.predict.dlrm import is_dlrm_file
-        from plait.predict.gnn import is_gnn_file
-
-        if plan is None and is_gnn_file(model):
-            from plait.cli.run_workloads import run_gnn
-
-            run_gnn(model, gpus, global_batch, steps, cache_fraction, dry_run, gnn_strategy, gnn_sampler)
-            return
-        if plan is None and is_dit_file(model):
-            from plait.cli.run_workloads import run_dit
-
-            run_dit(model, parallel, gpus, dry_run)
-            return
-        if plan is not None or not is_dlrm_file(model):
-            raise ConfigError(f"--model {model!r}: plait run takes a DLRM, GNN or DiT TOML as --model, "
+        workload = load(model)
+        if plan is not None or workload.kind.run is None:
+            raise ConfigError(f"--model {model!r}: plait run takes a {labels_with('run')} TOML as --model, "
                               "anything else as --plan")
-        if optimizer not in ("sgd", "rowwise_adagrad"):
-            raise ConfigError(f"--optimizer={optimizer!r} must be sgd or rowwise_adagrad")
-        run_dlrm(model, cluster or "dgx-a100-ib", gpus, global_batch, steps, placements, optimizer, dry_run)
+        workload.kind.run(workload, options)
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")

@@ -17,6 +17,7 @@ from plait.search.planner import gpu_counts, parse_gpu_range, search_gpu_counts
 from plait.simulate.costs import stage_memories
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
+from plait.workloads import labels_with, load
 
 
 def simulate_command(
@@ -35,15 +36,15 @@ def simulate_command(
 ) -> None:
     """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets); a DiT's whole generation
     (PipeFusion patch by patch) or a GNN step, phase by phase."""
-    from plait.cli.simulate_workloads import is_workload_file, simulate_workload
-
+    options = dict(locals())
     check_suffix(png, ".png", "--png")
-    if is_workload_file(model):
-        assert model is not None
-        simulate_workload(model, cluster, gpus, global_batch, parallel, gnn_strategy, trace, png, force, as_json)
+    workload = load(model)
+    if workload.kind.simulate is not None:  # the kind simulates its own step
+        workload.kind.simulate(workload, options)
         return
     if plan_file is None:
-        raise ConfigError("plait simulate needs --plan (a plan TOML), or --model with a GNN or DiT TOML")
+        raise ConfigError("plait simulate needs --plan (a plan TOML), or --model with a "
+                          f"{labels_with('simulate')} TOML")
     job = resolve_job(model, cluster, plan_file, None, engine)
     plan = job.plan
     refuse_overwrite(trace, force)

@@ -13,6 +13,7 @@ from plait.cli.render import print_memory_validation, print_validation
 from plait.errors import ConfigError
 from plait.validate.report import validate_rows
 from plait.validate.runs import read_runs
+from plait.workloads import kinds
 
 
 def validate_command(
@@ -31,27 +32,16 @@ def validate_command(
     """Predict every run with a measured step time (--runs), peak memory (--memory), data-parallel throughput of
     a traced model (--classic), DiT inference latency (--dit) or GNN epoch time (--gnn); print errors and MAPE
     overall and per source."""
+    options = dict(locals())
     if sum(x is not None for x in (runs, memory, classic, dit, gnn)) != 1:
         raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory), --classic "
                           "(measured throughputs of traced models), --dit (measured DiT inference latencies) or --gnn "
                           "(measured GNN epoch times)")
-    if classic is not None:
-        from plait.validate.classic import validate_classic
-
-        _report(validate_classic(classic), "classic data parallelism: step-time", as_json,
-                "step time: predicted over measured, minus one (the throughputs' inverse ratio)")
-        return
-    if gnn is not None:
-        from plait.validate.gnn import validate_gnn
-
-        _report(validate_gnn(gnn), "GNN training: epoch-time", as_json, "epoch time: predicted over measured, minus one")
-        return
-    if dit is not None:
-        from plait.validate.dit import validate_dit
-
-        _report(validate_dit(dit), "DiT inference: latency", as_json,
-                "latency: predicted over measured, minus one (text encoder and VAE decoder not predicted)")
-        return
+    for kind in kinds():  # a workload kind's own measured runs
+        if kind.validation is not None and options[kind.validation.option] is not None:
+            check = kind.validation
+            _report(check.read(options[check.option]), check.title, as_json, check.error)
+            return
     if memory is not None:
         from plait.validate.memory import validate_memory
 

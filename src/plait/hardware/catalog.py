@@ -22,6 +22,9 @@ from plait.hardware.figure import Curve
 from plait.hardware.power import power_capped
 from plait.schema import build
 
+DEFAULT_CLUSTER = "dgx-h100-ib"
+"""The cluster a command prices for when none is named."""
+
 
 def _data(name: str) -> dict[str, Any]:
     text = resources.files("plait.hardware").joinpath("data").joinpath(name).read_text(encoding="utf-8")

@@ -82,6 +82,13 @@ def mixed_file(path: Path) -> MixedCluster | None:
     return mixed_from_mapping(raw, str(path), path.parent) if "groups" in raw else None
 
 
+def mixed_cluster(name: str | None) -> MixedCluster | None:
+    """The mixed cluster ``name`` names (a mixed preset, or a TOML file with ``groups``), else ``None``."""
+    if name is None:
+        return None
+    return get_mixed_cluster(name) if name in mixed_cluster_names() else mixed_file(Path(name))
+
+
 def resolve_any_cluster(name_or_path: str) -> Cluster | MixedCluster:
     """A cluster preset, a mixed preset, or a file holding either (a file with ``groups`` is mixed)."""
     if name_or_path in _tables():

@@ -26,6 +26,10 @@ GPUS = 8
 """GPUs of a command line that does not say (one DGX/HGX node)."""
 GLOBAL_BATCH = 128
 """Sequences per step when neither the command line nor the plan file says."""
+LAYOUT_OPTIONS = ("tp", "pp", "vpp", "schedule", "cp", "ep", "dp_replicate", "sharding", "sp", "recompute",
+                  "recompute_layers", "global_batch", "seq_len", "precision", "offload_optimizer", "offload_params",
+                  "dp_sync")
+"""The command line's layout options besides ``gpus`` and ``micro_batch`` (:func:`plan_from_options` takes them)."""
 
 
 def complete_plan(stated: Mapping[str, Any], gpus: int | None, where: str) -> Plan:
@@ -57,3 +61,14 @@ def complete_plan(stated: Mapping[str, Any], gpus: int | None, where: str) -> Pl
                               f"(sharding='none' replicates all dp={dp})")
     sharding = stated.get("sharding", "zero3" if shard > 1 else "none")
     return replace(plan, dp_replicate=replicate, dp_shard=shard, sharding=sharding, sp=stated.get("sp", plan.tp > 1))
+
+
+def plan_from_options(*, gpus: int, **options: object) -> Plan:
+    """The plan the layout options describe on ``gpus`` GPUs; options given as ``None`` take the defaults a plan
+    file's missing keys take (:mod:`plait.plan.defaults`)."""
+    if gpus <= 0:
+        raise ConfigError(f"gpus={gpus} must be > 0")
+    stated = {name: value for name, value in options.items() if value is not None}
+    if stated.get("schedule") == "interleaved" and stated.get("vpp", 1) == 1:
+        stated["vpp"] = 2
+    return complete_plan(stated, gpus, "options")

@@ -4,26 +4,18 @@ costed (:mod:`plait.cost.gnn`), or every strategy and feature-cache size searche
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from plait.cost.gnn import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
 from plait.cost.gnn_compute import Engine
-from plait.cost.gnn_sampler import LOOP, Sampler, parse_sampler
+from plait.cost.gnn_sampler import LOOP, Sampler
 from plait.errors import ConfigError
-from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
-from plait.workload.files import toml_describes
-from plait.workload.gnn import GnnSpec, is_gnn_data, read_gnn
+from plait.workload.gnn import GnnSpec
 
 CACHE_FRACTIONS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
 """Feature-cache sizes the search tries (fractions of the graph's nodes, the highest degrees first)."""
-
-
-def is_gnn_file(name: str | None) -> bool:
-    """``name`` is a TOML file that describes a GNN (it has ``[graph]`` and ``[model]``)."""
-    return toml_describes(name, is_gnn_data)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,21 +57,11 @@ class GnnPrediction:
         return out
 
 
-def predict_gnn(model: str, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
+def predict_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, strategy: str = "sampled_dp",
                 edge_cut: float | None = None, cache_fraction: float = 0.0, engine: str = "pyg",
-                sampler: str = "loop") -> GnnPrediction:
+                sampler: Sampler = LOOP) -> GnnPrediction:
     """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts;
-    ``sampler``: :func:`plait.cost.gnn_sampler.parse_sampler`'s text (mini-batch strategies)."""
-    chosen = parse_sampler(sampler)
-    if chosen != LOOP and strategy not in ("sampled_dp", "host_features", "replicated"):
-        raise ConfigError(f"--gnn-sampler {sampler}: the {strategy} strategy samples inside each part; the matrix "
-                          "sampler serves sampled_dp, host_features and replicated")
-    return _predict(read_gnn(Path(model)), resolve_cluster(cluster), gpus, global_batch, strategy, edge_cut,
-                    cache_fraction, engine, chosen)
-
-
-def _predict(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, strategy: str, edge_cut: float | None,
-             cache_fraction: float, engine: str, sampler: Sampler = LOOP) -> GnnPrediction:
+    ``sampler``: the mini-batch strategies' sampler."""
     if gpus < 1 or global_batch < gpus or global_batch % gpus:
         raise ConfigError(f"global_batch={global_batch} must be a positive multiple of gpus={gpus} (seeds per rank)")
     batch = global_batch // gpus
@@ -104,7 +86,7 @@ APART = {"partition_local": "trains on less of the graph (drops the edges betwee
 """Strategies shown beside the ranked ones, not ranked against them, and why."""
 
 
-def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut: float | None = None,
+def search_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, edge_cut: float | None = None,
                memory_margin: float = 0.05, engine: str = "pyg") -> tuple[list[GnnPrediction], list[GnnPrediction],
                                                                          list[tuple[str, str]]]:
     """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS` and sampler of
@@ -113,13 +95,12 @@ def search_gnn(model: str, cluster: str, gpus: int, global_batch: int, edge_cut:
     (shown, not ranked: a faster epoch is not a better plan by itself); and those refused, with why."""
     candidates = [(s, c, m) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))
                   for m in (SAMPLER_CHOICES if s == "sampled_dp" else (LOOP,))]
-    spec, hardware = read_gnn(Path(model)), resolve_cluster(cluster)
     ranked: list[GnnPrediction] = []
     apart: list[GnnPrediction] = []
     refused: list[tuple[str, str]] = []
     for strategy, cache, sampler in candidates:
         try:
-            result = _predict(spec, hardware, gpus, global_batch, strategy, edge_cut, cache, engine, sampler)
+            result = predict_gnn(spec, hardware, gpus, global_batch, strategy, edge_cut, cache, engine, sampler)
         except ConfigError as error:
             if strategy != "full_graph":  # only full-graph training refuses a GPU count (more GPUs than layers)
                 raise

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from plait.cost.estimate import Estimate
 from plait.cost.traced import estimate_traced
-from plait.engine.catalog import DEFAULT_ENGINE, get_engine
+from plait.engine.engine import Engine
 from plait.errors import ConfigError
-from plait.hardware.catalog import resolve_cluster
+from plait.hardware.cluster import Cluster
 from plait.predict.intervals import step_interval_s
 from plait.plan.plan import Plan
-from plait.workload.traced import Shape
-from plait.workload.tracing import trace
+from plait.workload.traced import Shape, TracedWorkload
 
 
 def parse_shape(text: str | None) -> Shape | None:
@@ -27,8 +26,6 @@ def parse_shape(text: str | None) -> Shape | None:
     return shape
 
 
-def predict_traced(model: str, cluster: str, plan: Plan, engine: str | None = None, input_shape: Shape | None = None,
-                   input_dtype: str | None = None) -> Estimate:
-    """The estimate of ``plan`` for the module factory ``model`` (``module:attr``) on ``cluster`` (preset or file)."""
-    work = trace(model, input_shape, input_dtype)
-    return estimate_traced(work, resolve_cluster(cluster), plan, get_engine(engine or DEFAULT_ENGINE), step_interval_s)
+def predict_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine) -> Estimate:
+    """The estimate of ``plan`` for the traced module ``work`` on ``cluster`` under ``engine``."""
+    return estimate_traced(work, cluster, plan, engine, step_interval_s)

@@ -74,6 +74,26 @@ def parse_gpu_range(text: str) -> tuple[int, int]:
     return low, high
 
 
+def parse_batches(text: str) -> tuple[int, ...]:
+    """``--global-batch`` of ``plait plan``: '2048', '1024,2048' or '512:4096' (powers of two in the range)."""
+    try:
+        if ":" in text:
+            low, high = (int(x) for x in text.split(":"))
+            out, x = [], 1
+            while x <= high:
+                if x >= low:
+                    out.append(x)
+                x *= 2
+            values = tuple(out)
+        else:
+            values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"global batch {text!r} must be N, N,M,... or LOW:HIGH") from None
+    if not values or min(values) <= 0:
+        raise ConfigError(f"global batch {text!r} must name positive sizes")
+    return values
+
+
 def gpu_counts(low: int, high: int, cluster: Cluster) -> list[int]:
     """Powers of two from ``low`` to ``high`` (whole nodes above one node), within the cluster."""
     if low <= 0 or high < low:

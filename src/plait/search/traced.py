@@ -19,6 +19,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
+from plait.sync import SyncMethod
 from plait.workload.traced import TracedWorkload
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3")
@@ -34,7 +35,7 @@ class TracedSearch:
     candidates: int = 0
 
 
-def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs: tuple[str, ...],
+def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs: tuple[SyncMethod, ...],
                     precision: str = "bf16") -> list[Plan]:
     """Every plan of the traced space on ``gpus`` GPUs at ``global_batch`` examples per step."""
     blocks = max(1, len(work.units) - 2)
@@ -56,7 +57,7 @@ def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs
     return plans
 
 
-def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batch: int, dp_syncs: tuple[str, ...],
+def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batch: int, dp_syncs: tuple[SyncMethod, ...],
                   engine: Engine, memory_margin: float = 0.05, precision: str = "bf16") -> TracedSearch:
     """Estimate every candidate; rank those that fit (module docstring)."""
     out = TracedSearch()

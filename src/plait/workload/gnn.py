@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from plait.errors import ConfigError
+from plait.schema import build, check_keys, table, value
 
 GnnKind = Literal["sage", "gcn", "gat", "transformer"]
 KINDS: tuple[GnnKind, ...] = ("sage", "gcn", "gat", "transformer")
@@ -43,15 +44,20 @@ class GraphStats:
     """What the cost model needs of a graph."""
 
     nodes: int
+    """Nodes of the graph."""
     edges: int
     """Undirected edges (each stored as two directed ones, as PyG's ``to_undirected`` and OGB's loaders do)."""
     features: int
+    """Input feature width."""
     classes: int
+    """Output classes."""
     train_nodes: int
-    degree_exponent: float
+    """Nodes with training labels (a file's default: every node)."""
+    degree_exponent: float = 2.5
     """Exponent ``a`` of the power law ``p(d) ~ d^-a`` the degrees follow (the smallest degree is solved so that the
     mean degree is ``2 edges / nodes``)."""
     max_degree: int
+    """The largest degree (a file's default: ``nodes - 1``)."""
 
     @property
     def mean_degree(self) -> float:
@@ -70,12 +76,16 @@ class GnnModel:
     concatenated to ``hidden``; the last has ``heads`` heads of ``classes`` channels, averaged (PyG's ``GAT`` model:
     ``concat=False`` on its last ``GATConv``), so its maps produce ``heads * classes`` values per node."""
 
-    kind: GnnKind
+    kind: GnnKind = "sage"
+    """The layer (:data:`KINDS`)."""
     layers: int
+    """Message-passing layers."""
     hidden: int
+    """Hidden width."""
     fanouts: tuple[int, ...]
     """Neighbours sampled per node at each hop, the seeds' hop first (PyG's ``num_neighbors``)."""
     heads: int = 1
+    """Attention heads (gat, transformer); must divide ``hidden``."""
 
     def widths(self, graph: GraphStats) -> list[tuple[int, int]]:
         """(in, out) of each layer, input side first."""
@@ -120,24 +130,23 @@ def is_gnn_data(data: dict[str, Any]) -> bool:
 
 
 def read_gnn(path: Path) -> GnnSpec:
-    """The GNN a TOML file describes; one-line errors name the value and the rule."""
+    """The GNN a TOML file describes, through the strict schema (:func:`plait.schema.build`: unknown keys, missing
+    keys and wrong types are errors naming the key); one-line errors name the value and the rule."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: {error}") from None
-    try:
-        g, m = data["graph"], data["model"]
-        graph = GraphStats(nodes=int(g["nodes"]), edges=int(g["edges"]), features=int(g["features"]),
-                           classes=int(g["classes"]), train_nodes=int(g.get("train_nodes", g["nodes"])),
-                           degree_exponent=float(g.get("degree_exponent", 2.5)),
-                           max_degree=int(g.get("max_degree", g["nodes"] - 1)))
-        model = GnnModel(kind=str(m.get("kind", "sage")), layers=int(m["layers"]), hidden=int(m["hidden"]),  # type: ignore[arg-type]
-                         fanouts=tuple(int(f) for f in m["fanouts"]), heads=int(m.get("heads", 1)))
-    except KeyError as missing:
-        raise ConfigError(f"{path}: a GNN needs {missing.args[0]!r}") from None
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{path}: {error}") from None
-    spec = GnnSpec(name=str(data.get("name", path.stem)), graph=graph, model=model)
+    where = str(path)
+    check_keys(data, ("graph", "model", "name"), where)
+    for key in ("graph", "model"):
+        if key not in data:
+            raise ConfigError(f"{where}: a GNN needs {key!r}")
+    g = table(data["graph"], f"{where}: [graph]")
+    nodes = g.get("nodes")
+    derived = {"train_nodes": nodes, "max_degree": nodes - 1} if type(nodes) is int else {}  # defaults from nodes
+    graph = build(GraphStats, {**derived, **g}, f"{where}: [graph]")
+    model = build(GnnModel, table(data["model"], f"{where}: [model]"), f"{where}: [model]")
+    spec = GnnSpec(name=value(data.get("name", path.stem), str, f"{where}: name"), graph=graph, model=model)
     check_gnn(spec, str(path))
     return spec
 

@@ -1,7 +1,7 @@
 """Placing a DLRM's embedding tables on ranks: greedy searches over TorchRec's sharding types.
 
 Tables are placed one at a time, the costliest first (most lookup bytes per step), each where the step that
-:func:`plait.cost.embeddings.estimate_dlrm` predicts for the tables placed so far is shortest — ties to the lower
+:func:`plait.workloads.dlrm.cost.estimate_dlrm` predicts for the tables placed so far is shortest — ties to the lower
 peak memory — among the placements that fit: table-wise on each rank, column-wise over the least-loaded 2 or 4
 ranks, row-wise over the group, table-row-wise on each node, data-parallel. Minimising the slowest rank table by
 table favours spreading every table, even where that adds work (narrow column shards, row-wise reduce-scatters),
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.cost.embeddings import DlrmEstimate, Placement, estimate_dlrm
+from plait.workloads.dlrm.cost import DlrmEstimate, Placement, estimate_dlrm
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workload.dlrm import DlrmSpec, Table
+from plait.workloads.dlrm.model import DlrmSpec, Table
 
 
 def options(table: Table, group: int, node: int, loaded: list[int]) -> list[Placement]:

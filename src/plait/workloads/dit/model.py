@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from plait.errors import ConfigError
+from plait.schema import build, check_keys, table, value
 
 DitKind = Literal["dit", "pixart", "mmdit"]
 KINDS: tuple[DitKind, ...] = ("dit", "pixart", "mmdit")
@@ -56,16 +57,27 @@ class DitSpec:
     """A diffusion transformer (module docstring)."""
 
     name: str
-    kind: DitKind
+    """What tables call it (a file's top-level ``name``, else the file's stem)."""
+    kind: DitKind = "dit"
+    """The block family (module docstring)."""
     hidden: int
+    """Hidden width ``H``."""
     layers: int
+    """Blocks (mmdit: double-stream blocks)."""
     heads: int
-    mlp_ratio: float
-    patch: int
-    latent_channels: int
-    vae_downsample: int
-    text_tokens: int
-    single_layers: int
+    """Attention heads; must divide ``hidden``."""
+    mlp_ratio: float = 4.0
+    """The MLP's width over ``hidden`` (``r``)."""
+    patch: int = 2
+    """Latent pixels per patch side."""
+    latent_channels: int = 4
+    """Channels of the VAE's latent."""
+    vae_downsample: int = 8
+    """Image pixels per latent pixel, per side."""
+    text_tokens: int = 0
+    """Text tokens attended to (pixart: cross-attention; mmdit: joint attention); 0 for a class-conditioned dit."""
+    single_layers: int = 0
+    """mmdit: single-stream blocks after the double-stream ones."""
     hf_model: str = ""
     """The Hugging Face id of the published weights (what an engine loads); empty for a shape only."""
 
@@ -96,10 +108,14 @@ class DitSpec:
 class DitJob:
     """What is generated: ``batch`` images of ``resolution`` pixels a side in ``steps`` denoising steps."""
 
-    resolution: int
-    steps: int
-    batch: int
-    cfg: bool
+    resolution: int = 1024
+    """Image pixels a side."""
+    steps: int = 50
+    """Denoising steps."""
+    batch: int = 1
+    """Images generated at once."""
+    cfg: bool = True
+    """Classifier-free guidance: a conditional and an unconditional pass per step."""
 
     def image_tokens(self, spec: DitSpec) -> int:
         side = self.resolution // spec.vae_downsample // spec.patch
@@ -116,26 +132,23 @@ def is_dit_data(data: dict[str, Any]) -> bool:
 
 
 def read_dit(path: Path) -> tuple[DitSpec, DitJob]:
-    """The model and job a TOML file describes; one-line errors name the value and the rule."""
+    """The model and job a TOML file describes, through the strict schema (:func:`plait.schema.build`: unknown keys,
+    missing keys and wrong types are errors naming the key); one-line errors name the value and the rule."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: {error}") from None
-    try:
-        d, j = data["dit"], data.get("job", {})
-        spec = DitSpec(name=str(data.get("name", path.stem)), kind=str(d.get("kind", "dit")),  # type: ignore[arg-type]
-                       hidden=int(d["hidden"]), layers=int(d["layers"]), heads=int(d["heads"]),
-                       mlp_ratio=float(d.get("mlp_ratio", 4.0)), patch=int(d.get("patch", 2)),
-                       latent_channels=int(d.get("latent_channels", 4)), vae_downsample=int(d.get("vae_downsample", 8)),
-                       text_tokens=int(d.get("text_tokens", 0)), single_layers=int(d.get("single_layers", 0)),
-                       hf_model=str(d.get("hf_model", "")))
-        job = DitJob(resolution=int(j.get("resolution", 1024)), steps=int(j.get("steps", 50)),
-                     batch=int(j.get("batch", 1)), cfg=bool(j.get("cfg", True)))
-    except KeyError as missing:
-        raise ConfigError(f"{path}: a DiT needs {missing.args[0]!r}") from None
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{path}: {error}") from None
-    check_dit(spec, job, str(path))
+    where = str(path)
+    check_keys(data, ("dit", "job", "name"), where)
+    if "dit" not in data:
+        raise ConfigError(f"{where}: a DiT needs 'dit'")
+    blocks = table(data["dit"], f"{where}: [dit]")
+    if "name" in blocks:
+        raise ConfigError(f"{where}: [dit]: unknown key 'name' (the model's name is a top-level key)")
+    name = value(data.get("name", path.stem), str, f"{where}: name")
+    spec = build(DitSpec, {"name": name, **blocks}, f"{where}: [dit]")
+    job = build(DitJob, table(data.get("job", {}), f"{where}: [job]"), f"{where}: [job]")
+    check_dit(spec, job, where)
     return spec, job
 
 

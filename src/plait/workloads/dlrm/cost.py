@@ -1,4 +1,4 @@
-"""Step time and memory per rank of a DLRM's sharded embedding tables (:mod:`plait.workload.dlrm`).
+"""Step time and memory per rank of a DLRM's sharded embedding tables (:mod:`plait.workloads.dlrm.model`).
 
 Each table is placed by one of TorchRec's sharding types (torchrec.distributed.types.ShardingType) on a
 ``group`` of ranks; with 2D sparse parallelism (000-09: Zhang et al., arXiv 2508.03854, Sec. 3) the ``W`` ranks form
@@ -48,7 +48,7 @@ from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workload.dlrm import DlrmSpec, Table
+from plait.workloads.dlrm.model import DlrmSpec, Table
 
 SHARDINGS = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
 INDEX_BYTES = 8

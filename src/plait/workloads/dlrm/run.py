@@ -14,25 +14,29 @@ from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
-from plait.predict.dlrm import placements_text, predict_dlrm
+from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
 
-WORKER = "plait.run.dlrm"
+WORKER = "plait.workloads.dlrm.worker"
 
 
-def run_dlrm(model: str, cluster: str, gpus: int, global_batch: int, steps: int, placements: str | None,
-             optimizer: str, dry_run: bool) -> None:
-    """Place the tables (as given, else by plait's planner on ``cluster``), train ``steps`` steps on ``gpus`` local
-    ranks (gloo on CPU) and print the losses, the step time and each rank's counted bytes next to the prediction."""
+def check_torchrec() -> None:
+    """Refuse a DLRM run where TorchRec is not installed."""
     try:
         import torchrec  # noqa: F401
     except ImportError:
         raise ConfigError("plait run of a DLRM needs torchrec and fbgemm-gpu-cpu: pip install 'plait[recsys]'") from None
-    predicted = predict_dlrm(model, cluster, gpus, global_batch, placements=placements)
-    from plait.run.dlrm import check_runnable
+
+
+def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, dry_run: bool) -> None:
+    """Train ``predicted``'s placement (tables as given, else by plait's planner) ``steps`` steps on its ranks (gloo on
+    CPU) and print the losses, the step time and each rank's counted bytes next to the prediction; ``model``: the
+    DLRM TOML the ranks read."""
+    from plait.workloads.dlrm.worker import check_runnable
 
     check_runnable(predicted.spec, predicted.placements, predicted.batch)
     from plait.cli.run import check_cpu_machine
 
+    gpus = predicted.world
     check_cpu_machine(gpus, predicted.estimate.max_memory_bytes)
     console = Console()
     text = placements_text(predicted.placements)

@@ -1,6 +1,6 @@
 """Predicted vs measured latency of parallel diffusion-transformer inference: public tables of xDiT and
 ParaAttention (``tests/data/dit_latency.csv``; every source, commit and caveat in ``tests/data/dit_latency.md``),
-each costed by :mod:`plait.cost.dit` with the shipped model file its model names, on the preset of its GPU.
+each costed by :mod:`plait.workloads.dit.cost` with the shipped model file its model names, on the preset of its GPU.
 
 The error is on the latency (predicted over measured, minus one). The measured figures time the whole pipeline
 call (text encoder and VAE decoder included, which plait leaves out); rows run with and without torch.compile, which
@@ -13,11 +13,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from plait.cost.dit import DitPlan, estimate_dit
+from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.errors import ConfigError
 from plait.validate.classic import ClassicResult
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml"}
 """Model names of the CSV -> the shipped model file in examples/ (its job's resolution and steps are the row's)."""
 SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-a100-ib"}
@@ -33,7 +33,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     from dataclasses import replace
 
     from plait.hardware.catalog import get_cluster
-    from plait.workload.dit import read_dit
+    from plait.workloads.dit.model import read_dit
 
     compiled = row["notes"].split(";")[0].strip()
     label = f"{row['model']} {row['resolution'] or '?'} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"

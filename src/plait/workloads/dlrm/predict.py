@@ -1,24 +1,16 @@
 """A recommendation model's job: a DLRM TOML, a cluster, ranks and a global batch; its tables placed by
-plait's planner or by the user, costed per rank (:mod:`plait.cost.embeddings`)."""
+plait's planner or by the user, costed per rank (:mod:`plait.workloads.dlrm.cost`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from plait.cost.embeddings import DlrmEstimate, Placement, RankLoad, estimate_dlrm, rank_loads
+from plait.workloads.dlrm.cost import DlrmEstimate, Placement, RankLoad, estimate_dlrm, rank_loads
 from plait.errors import ConfigError
-from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
-from plait.search.embeddings import plan_tables
-from plait.workload.dlrm import DlrmSpec, read_dlrm
-from plait.workload.files import toml_describes
-
-
-def is_dlrm_file(name: str | None) -> bool:
-    """``name`` is a TOML file that describes a DLRM (it lists ``[[tables]]``)."""
-    return toml_describes(name, lambda data: "tables" in data)
+from plait.workloads.dlrm.search import plan_tables
+from plait.workloads.dlrm.model import DlrmSpec
 
 
 def parse_placements(text: str, spec: DlrmSpec, group: int) -> list[Placement]:
@@ -79,18 +71,17 @@ class DlrmPrediction:
         }
 
 
-def predict_dlrm(model: str, cluster: str, gpus: int, global_batch: int, group: int | None = None,
-                 placements: str | None = None, memory_margin: float = 0.05) -> DlrmPrediction:
-    """The job's prediction: ``placements`` as given, else plait's planner's (:mod:`plait.search.embeddings`)."""
-    spec, hardware = read_dlrm(Path(model)), resolve_cluster(cluster)
+def predict_dlrm(spec: DlrmSpec, hardware: Cluster, gpus: int, global_batch: int, group: int | None = None,
+                 placements: list[Placement] | None = None, memory_margin: float = 0.05) -> DlrmPrediction:
+    """The job's prediction: ``placements`` as given, else plait's planner's (:mod:`plait.workloads.dlrm.search`)."""
     if gpus < 1 or global_batch < gpus or global_batch % gpus:
         raise ConfigError(f"global_batch={global_batch} must be a positive multiple of gpus={gpus} (samples per rank)")
     group = group or gpus
     if gpus % group:
         raise ConfigError(f"group={group} must divide gpus={gpus} (2D sparse parallelism: replicated groups)")
     batch = global_batch // gpus
-    if placements:
-        placed, chosen_by = parse_placements(placements, spec, group), "given"
+    if placements is not None:
+        placed, chosen_by = placements, "given"
     else:
         placed, chosen_by = plan_tables(spec, hardware, gpus, batch, group, memory_margin), "plait"
     est = estimate_dlrm(spec, placed, hardware, gpus, batch, group)

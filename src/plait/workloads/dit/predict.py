@@ -1,26 +1,18 @@
 """A diffusion-transformer inference job: a DiT TOML, a cluster, GPUs and a parallel plan, costed by
-:mod:`plait.cost.dit`; or every plan of the GPUs searched for the lowest latency under the memory limit."""
+:mod:`plait.workloads.dit.cost`; or every plan of the GPUs searched for the lowest latency under the memory limit."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
-from plait.cost.dit import DitEstimate, DitPlan, estimate_dit
+from plait.workloads.dit.cost import DitEstimate, DitPlan, estimate_dit
 from plait.errors import ConfigError
-from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
-from plait.workload.dit import DitJob, DitSpec, is_dit_data, read_dit
-from plait.workload.files import toml_describes
+from plait.workloads.dit.model import DitJob, DitSpec
 
 KEYS = tuple(f.name for f in fields(DitPlan))
-
-
-def is_dit_file(name: str | None) -> bool:
-    """``name`` is a TOML file that describes a DiT (it has ``[dit]``)."""
-    return toml_describes(name, is_dit_data)
 
 
 def parse_dit_plan(text: str) -> DitPlan:
@@ -60,16 +52,15 @@ class DitPrediction:
                 "memory_bytes": est.memory_bytes, "weight_bytes": est.weight_bytes, "buffer_bytes": est.buffer_bytes}
 
 
-def predict_dit(model: str, cluster: str, plan: DitPlan) -> DitPrediction:
-    spec, job = read_dit(Path(model))
-    hardware = resolve_cluster(cluster)
+def predict_dit(spec: DitSpec, job: DitJob, hardware: Cluster, plan: DitPlan) -> DitPrediction:
+    """The job under ``plan`` (:func:`plait.workloads.dit.cost.estimate_dit`)."""
     return DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan,
                          estimate=estimate_dit(spec, job, plan, hardware))
 
 
 def candidate_plans(gpus: int, cfg: bool, tokens: int) -> list[DitPlan]:
     """Every way to spend ``gpus`` on CFG (2 when guidance is on), PipeFusion (with 1, 2 or 4 patches per stage),
-    Ulysses x ring, tensor parallelism, or DistriFusion; :func:`plait.cost.dit.check_plan` refuses the rest."""
+    Ulysses x ring, tensor parallelism, or DistriFusion; :func:`plait.workloads.dit.cost.check_plan` refuses the rest."""
     out = []
     for c in (1, 2) if cfg else (1,):
         if gpus % c:
@@ -92,11 +83,9 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def search_dit(model: str, cluster: str, gpus: int, memory_margin: float = 0.05
+def search_dit(spec: DitSpec, job: DitJob, hardware: Cluster, gpus: int, memory_margin: float = 0.05
                ) -> tuple[list[DitPrediction], list[tuple[DitPlan, str]]]:
     """Plans that fit, lowest latency first, and the refused with why."""
-    spec, job = read_dit(Path(model))
-    hardware = resolve_cluster(cluster)
     limit = (1.0 - memory_margin) * hardware.accelerator.memory_bytes
     ranked, refused = [], []
     for plan in candidate_plans(gpus, job.cfg, job.image_tokens(spec)):

@@ -4,7 +4,7 @@ counted.
 
 Each rank builds TorchRec's own DLRM (``torchrec.models.dlrm.DLRMTrain``: sparse arch, dense arch, interaction,
 over arch; binary cross-entropy on the click logit) on the meta device, shards it with
-:func:`plait.export.torchrec.sharding_plan` and copies in the weights of a full model built from the same seed, so
+:func:`plait.workloads.dlrm.torchrec.sharding_plan` and copies in the weights of a full model built from the same seed, so
 that a single process (``--reference``) starts from the same point. Embedding tables are updated by FBGEMM's fused
 optimizer in the backward pass; the dense part by the same optimizer through DDP. TorchRec divides each embedding
 gradient by the world size on its way back (``torchrec.distributed.comm_ops.GRADIENT_DIVISION``, on by default) and
@@ -13,7 +13,7 @@ DDP averages the dense ones, so a step equals one of a single process on the glo
 Synthetic batches (no downloads): every sample carries ``pooling`` ids of each table (a whole number is required:
 the counted bytes then equal the prediction exactly), drawn uniformly; for a table sharded by rows, each rank's ids
 fall in turn into each shard's rows (``i``-th id in the ``i mod k``-th of ``k`` blocks), the uniform spread the cost
-model assumes (:mod:`plait.cost.embeddings`), met exactly when a rank's ids of the table are a multiple of ``k``.
+model assumes (:mod:`plait.workloads.dlrm.cost`), met exactly when a rank's ids of the table are a multiple of ``k``.
 
 Counting: while a step runs, the torch.distributed collectives TorchRec calls (``all_to_all_single``,
 ``reduce_scatter_tensor``, ``all_gather_into_tensor``) are wrapped to add the bytes this rank sends to its peers, by
@@ -39,11 +39,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from plait.cost.embeddings import Placement
+from plait.workloads.dlrm.cost import Placement
 from plait.errors import ConfigError
-from plait.predict.dlrm import parse_placements
+from plait.workloads.dlrm.predict import parse_placements
 from plait.run.gloo_job import run_job
-from plait.workload.dlrm import DlrmSpec, read_dlrm
+from plait.workloads.dlrm.model import DlrmSpec, read_dlrm
 
 SPARSE_PATH = "model.sparse_arch.embedding_bag_collection"
 """The embedding collection's path in ``DLRMTrain``: the key of the sharding plan."""
@@ -55,7 +55,7 @@ def build(spec: DlrmSpec, device: str) -> Any:
     """TorchRec's DLRM of ``spec`` (module docstring) on ``device``."""
     from torchrec.models.dlrm import DLRM, DLRMTrain
 
-    from plait.export.torchrec import embedding_bags
+    from plait.workloads.dlrm.torchrec import embedding_bags
 
     dlrm = DLRM(embedding_bags(spec, device), spec.dense_features, list(spec.bottom_mlp), list(spec.top_mlp),
                 dense_device=torch.device(device))
@@ -155,7 +155,7 @@ def _sharded(spec: DlrmSpec, placements: list[Placement], full: Any, fused: dict
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
-    from plait.export.torchrec import sharding_plan
+    from plait.workloads.dlrm.torchrec import sharding_plan
 
     world = dist.get_world_size()
     plan = sharding_plan(spec, placements, world, world, device_type="cpu", path=SPARSE_PATH)

@@ -7,8 +7,8 @@ from collections import Counter
 from rich.console import Console
 from rich.table import Table
 
-from plait.cost.dit import DitPlan
-from plait.predict.dit import DitPrediction
+from plait.workloads.dit.cost import DitPlan
+from plait.workloads.dit.predict import DitPrediction
 from plait.units import GIB
 
 

@@ -1,5 +1,5 @@
-"""Latency, throughput and memory per GPU of parallel diffusion-transformer inference
-(:mod:`plait.workload.dit`). One denoising step of ``P`` model passes (images x 2 with classifier-free guidance) of
+"""Latency, throughput and memory per GPU of parallel diffusion-transformer inference (
+:mod:`plait.workloads.dit.model`). One denoising step of ``P`` model passes (images x 2 with classifier-free guidance) of
 ``S`` image tokens (and ``T`` text tokens) on ``N = cfg x pipefusion x ulysses x ring x tp`` GPUs, or on ``N``
 DistriFusion patches:
 
@@ -20,9 +20,9 @@ DistriFusion patches:
   (``(p - 1) / M`` of a step) and keeps a K, V buffer of the whole sequence for its layers. The first stage denoises
   a patch's next step only once its updated latent has come round all ``p`` stages: with ``M`` patches of ``c``
   seconds and sends of ``x``, each step waits ``max(0, p x - (M - p) c)`` (found by the patch-level simulation,
-  :mod:`plait.simulate.workloads`).
+  :mod:`plait.workloads.dit.simulate`).
 - **offload**: the weights in host memory, streamed in layer by layer (ChunkFlow, 001-02:
-  :mod:`plait.cost.dit_offload`).
+  :mod:`plait.workloads.dit.offload`).
 - **distrifusion** (``n``): the image in ``n`` patches, one per GPU, attending with stale K, V of the others; every
   layer all-gathers its fresh K, V asynchronously, overlapped with the step's compute (DistriFusion: Li et al.,
   CVPR 2024, Sec. 4.2); the first ``warmup`` steps run synchronously (the paper's warm-up, Sec. 4.3).
@@ -41,12 +41,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.compute import attention_flops_per_s, gemm_time_s
-from plait.cost.dit_offload import offloaded_step_s
+from plait.workloads.dit.offload import offloaded_step_s
 from plait.cost.flops import Gemm
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workload.dit import ACT_BYTES, DitJob, DitSpec
+from plait.workloads.dit.model import ACT_BYTES, DitJob, DitSpec
 
 DISTRIFUSION_WARMUP = 4
 """Synchronous steps before DistriFusion switches to stale activations (its default: Li et al., CVPR 2024, Sec. 5.1:
@@ -66,7 +66,7 @@ class DitPlan:
     tp: int = 1
     distrifusion: int = 1
     offload: int = 0
-    """1: weights in host memory, streamed in layer by layer (:mod:`plait.cost.dit_offload`)."""
+    """1: weights in host memory, streamed in layer by layer (:mod:`plait.workloads.dit.offload`)."""
 
     @property
     def gpus(self) -> int:

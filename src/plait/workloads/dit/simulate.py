@@ -1,24 +1,21 @@
-"""Timelines of the workloads beyond decoder LLMs, on the event kernel (:mod:`plait.simulate.kernel`).
+"""The timeline of a DiT's inference, on the event kernel (:mod:`plait.simulate.kernel`).
 
-- **DiT inference**: every GPU's denoising steps. PipeFusion is simulated patch by patch: stage ``s`` runs patch
-  ``j`` of step ``t`` once stage ``s - 1`` has sent it (one point-to-point transfer after finishing it) and once it
-  has itself finished the previous patch; the first stage starts step ``t + 1``'s first patch right after step
-  ``t``'s last, since the other patches' K, V come from the previous step (PipeFusion: Wang et al., arXiv 2405.14430,
-  Sec. 4), so only the first step fills the pipeline. Other plans run each step as compute then the communication
-  left exposed (:mod:`plait.cost.dit`); DistriFusion's warm-up steps expose all of theirs.
-- **GNN training**: one step of every rank, its phases in sequence (sampling, feature fetch, compute, gradient
-  all-reduce, optimizer: :mod:`plait.cost.gnn`).
+Every GPU's denoising steps. PipeFusion is simulated patch by patch: stage ``s`` runs patch
+``j`` of step ``t`` once stage ``s - 1`` has sent it (one point-to-point transfer after finishing it) and once it
+has itself finished the previous patch; the first stage starts step ``t + 1``'s first patch right after step
+``t``'s last, since the other patches' K, V come from the previous step (PipeFusion: Wang et al., arXiv 2405.14430,
+Sec. 4), so only the first step fills the pipeline. Other plans run each step as compute then the communication
+left exposed (:mod:`plait.workloads.dit.cost`); DistriFusion's warm-up steps expose all of theirs.
 
 The simulated latency of a PipeFusion plan is a check of the closed form's fill term (tests/test_dit.py).
 """
 
 from __future__ import annotations
 
-from plait.cost.dit import DISTRIFUSION_WARMUP, DitEstimate, DitPlan
-from plait.cost.gnn import GnnEstimate
+from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitEstimate, DitPlan
 from plait.simulate.kernel import Kernel
 from plait.simulate.pipeline import Timeline
-from plait.workload.dit import DitJob
+from plait.workloads.dit.model import DitJob
 
 
 def dit_timeline(job: DitJob, plan: DitPlan, est: DitEstimate) -> Timeline:
@@ -89,18 +86,3 @@ def _pipefusion(job: DitJob, plan: DitPlan, est: DitEstimate, transfer_s: float,
     timeline.step_time_s = max(free)
     return timeline
 
-
-def gnn_timeline(est: GnnEstimate, ranks: int) -> Timeline:
-    """One step of every rank: its phases in sequence."""
-    timeline = Timeline()
-    phases = (("sampling", est.sampling_s, "compute"), ("feature fetch", est.fetch_s, "comm"),
-              ("forward+backward", est.compute_s, "compute"), ("gradient all-reduce", est.all_reduce_s, "comm"),
-              ("optimizer", est.optimizer_s, "compute"))
-    for rank in range(ranks):
-        now = 0.0
-        for name, seconds, stream in phases:
-            if seconds > 0:
-                timeline.add(rank, stream, name, now, now + seconds)
-                now += seconds
-    timeline.step_time_s = est.step_s
-    return timeline

@@ -7,7 +7,7 @@ printed: the losses against one process training the same parts' batches, and th
 against the expected bytes of the occupancy model on the generated graph's own degrees and cut.
 
 DiT: the TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT by Ulysses or DistriFusion;
-printed: the latent's difference from one process and each rank's bytes against :mod:`plait.cost.dit`'s count.
+printed: the latent's difference from one process and each rank's bytes against :mod:`plait.workloads.dit.cost`'s count.
 Only models small enough for this machine run (the memory check uses plait's estimate).
 """
 
@@ -25,8 +25,9 @@ from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
+from plait.workloads import Workload
 
-GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.run.dit"
+GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.workloads.dit.worker"
 PIPE_WORKER = "plait.run.gnn_pipe"
 
 
@@ -44,12 +45,11 @@ def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
         return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
-def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
+def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
             strategy: str = "sampled_dp", sampler: str = "loop") -> None:
     from plait.cli.run import check_cpu_machine
     from plait.cost.gnn import STRATEGIES
     from plait.cost.gnn_sampler import parse_sampler
-    from plait.workload.gnn import read_gnn
 
     if strategy not in STRATEGIES:
         raise ConfigError(f"--gnn-strategy {strategy}: must be one of {', '.join(STRATEGIES)}")
@@ -65,7 +65,7 @@ def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, 
     if strategy == "full_graph" and chosen.kind != "loop":
         raise ConfigError(f"--gnn-sampler {sampler}: full_graph samples nothing")
 
-    spec = read_gnn(Path(model))
+    spec = workload.description
     g, m = spec.graph, spec.model
     if gpus < 2 or global_batch % gpus:
         raise ConfigError(f"--gpus={gpus} must be >= 2 ranks and divide --global-batch={global_batch}")
@@ -185,13 +185,12 @@ def _expected_fetch_bytes(argv: list[str], ranks: int, batch: int, cache: float,
     return rank_fetch_bytes([[0.0 if p == r else share for p in range(ranks)] for r in range(ranks)], 0, features)
 
 
-def run_dit(model: str, parallel: str | None, gpus: int, dry_run: bool) -> None:
+def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) -> None:
     from plait.cli.run import check_cpu_machine
-    from plait.cost.dit import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
-    from plait.predict.dit import parse_dit_plan
-    from plait.workload.dit import read_dit
+    from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
+    from plait.workloads.dit.predict import parse_dit_plan
 
-    spec, job = read_dit(Path(model))
+    spec, job = workload.description
     plan = parse_dit_plan(parallel or f"ulysses={gpus}")
     sp = "ulysses" if plan.ulysses > 1 else "distrifusion" if plan.distrifusion > 1 else None
     if sp is None or plan.gpus != max(plan.ulysses, plan.distrifusion) or plan.offload or spec.kind != "dit":
@@ -212,7 +211,7 @@ def run_dit(model: str, parallel: str | None, gpus: int, dry_run: bool) -> None:
     import torch
 
     measured = _launch(DIT_WORKER, ranks, argv)
-    from plait.run.dit import parser, run
+    from plait.workloads.dit.worker import parser, run
 
     single = torch.tensor(run(parser().parse_args([*argv, "--ranks", "1", "--out", "unused"]))["latent"])
     tokens = side * side // ranks

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from plait.cost.embeddings import Placement
+from plait.workloads.dlrm.cost import Placement
 from plait.errors import ConfigError
-from plait.workload.dlrm import DlrmSpec
+from plait.workloads.dlrm.model import DlrmSpec
 
 FUSED = "fused"
 """FBGEMM's table-batched embedding with the optimizer fused into the backward pass (TorchRec's

@@ -8,21 +8,24 @@ from pathlib import Path
 
 from rich.console import Console
 
-from plait.cli.output import print_json
-from plait.cli.render_dit import print_dit, print_dit_search
 from plait.errors import ConfigError, check_export_folder
-from plait.predict.dit import DitPrediction, search_dit
+from plait.hardware.catalog import resolve_cluster
+from plait.workloads.dit.predict import DitPrediction, search_dit
+from plait.strict_json import print_json
+from plait.workloads import Workload
+from plait.workloads.dit.render import print_dit, print_dit_search
 
 EXPORTS = ("xdit_launch.txt", "dit_plan.json")
 SCRIPTS = {"mmdit": "examples/flux_example.py", "pixart": "examples/pixartalpha_example.py"}
 """xDiT's example script per block family (xdit-project/xDiT examples/); a plain DiT has none."""
 
 
-def plan_dit(model: str, cluster: str, gpus: int, memory_margin: float, as_json: bool, export: Path | None = None,
-             force: bool = False) -> None:
+def plan_dit(workload: Workload, cluster: str, gpus: int, memory_margin: float, as_json: bool,
+             export: Path | None = None, force: bool = False) -> None:
     if export is not None:
         check_export_folder(export, EXPORTS, force)
-    ranked, refused = search_dit(model, cluster, gpus, memory_margin)
+    spec, job = workload.description
+    ranked, refused = search_dit(spec, job, resolve_cluster(cluster), gpus, memory_margin)
     exported = _export(ranked, export) if export is not None else None
     if as_json:
         print_json({"ranked": [r.to_dict() for r in ranked],
@@ -39,7 +42,7 @@ def plan_dit(model: str, cluster: str, gpus: int, memory_margin: float, as_json:
 
 
 def _export(ranked: list[DitPrediction], folder: Path) -> DitPrediction:
-    from plait.export.xdit import torchrun_line
+    from plait.workloads.dit.xdit import torchrun_line
 
     runnable = [r for r in ranked if r.plan.distrifusion == 1]
     if not runnable:

@@ -9,26 +9,30 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from plait.cli.output import print_json
-from plait.cli.render_dlrm import print_dlrm
 from plait.errors import ConfigError, check_export_folder
-from plait.predict.dlrm import DlrmPrediction, placements_text, predict_dlrm
+from plait.hardware.catalog import resolve_cluster
+from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, placements_text, predict_dlrm
+from plait.strict_json import print_json
 from plait.units import GIB
+from plait.workloads.dlrm.model import DlrmSpec
+from plait.workloads import Workload
+from plait.workloads.dlrm.render import print_dlrm
 
 EXPORTS = ("torchrec_plan.json", "placements.txt")
 
 
-def plan_dlrm(model: str, cluster: str, gpus: int, global_batch: int, memory_margin: float, export: Path | None,
+def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, memory_margin: float, export: Path | None,
               force: bool, as_json: bool) -> None:
     """plait's placement with its per-rank balance; TorchRec's ``EmbeddingShardingPlanner`` on the same tables and
     topology, costed by the same model, with its own estimate beside; ``export``: plait's plan as TorchRec's
     ``ShardingPlan`` (JSON) and as ``--placements`` text."""
     if export is not None:
         check_export_folder(export, EXPORTS, force)
-    ours = predict_dlrm(model, cluster, gpus, global_batch, memory_margin=memory_margin)
-    theirs, their_estimate, why_not = _torchrec(model, cluster, gpus, global_batch, ours)
+    spec: DlrmSpec = workload.description
+    ours = predict_dlrm(spec, resolve_cluster(cluster), gpus, global_batch, memory_margin=memory_margin)
+    theirs, their_estimate, why_not = _torchrec(gpus, global_batch, ours)
     if export is not None:
-        from plait.export.torchrec import plan_json, sharding_plan
+        from plait.workloads.dlrm.torchrec import plan_json, sharding_plan
 
         export.mkdir(parents=True, exist_ok=True)
         plan = sharding_plan(ours.spec, ours.placements, gpus, min(ours.cluster.gpus_per_node, gpus))
@@ -58,11 +62,10 @@ def plan_dlrm(model: str, cluster: str, gpus: int, global_batch: int, memory_mar
         console.print(f"wrote {', '.join(str(export / n) for n in EXPORTS)}")
 
 
-def _torchrec(model: str, cluster: str, gpus: int, global_batch: int,
-              ours: DlrmPrediction) -> tuple[DlrmPrediction | None, list[float] | None, str | None]:
+def _torchrec(gpus: int, global_batch: int, ours: DlrmPrediction) -> tuple[DlrmPrediction | None, list[float] | None, str | None]:
     """TorchRec planner's placement costed by plait, its own per-rank estimate, or why it did not run."""
     try:
-        from plait.export.torchrec import torchrec_placements
+        from plait.workloads.dlrm.torchrec import torchrec_placements
 
         placed, own = torchrec_placements(ours.spec, gpus, min(ours.cluster.gpus_per_node, gpus), ours.batch,
                                           ours.cluster.accelerator.memory_bytes)
@@ -70,5 +73,6 @@ def _torchrec(model: str, cluster: str, gpus: int, global_batch: int,
         return None, None, "torchrec is not installed (pip install 'plait[recsys]')"
     except ConfigError as error:
         return None, None, str(error)
-    theirs = predict_dlrm(model, cluster, gpus, global_batch, placements=placements_text(placed))
+    given = parse_placements(placements_text(placed), ours.spec, gpus)  # as --placements would give them
+    theirs = predict_dlrm(ours.spec, ours.cluster, gpus, global_batch, placements=given)
     return DlrmPrediction(**{**theirs.__dict__, "chosen_by": "torchrec"}), own, None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from plait.predict.dlrm import DlrmPrediction, placements_text
+from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
 from plait.units import GIB
 
 

@@ -1,5 +1,5 @@
 """Sequence-parallel DiT inference on torch.distributed: the image's tokens split over the ranks and
-denoised with a small DiT (:mod:`plait.run.dit_model`), attention made whole by one of
+denoised with a small DiT (:mod:`plait.workloads.dit.tiny_model`), attention made whole by one of
 
 - ``ulysses``: an all-to-all turns the sequence split of Q, K, V into a split of the heads, attention runs on the
   whole sequence for ``N / W`` heads, and one more turns the output back (DeepSpeed-Ulysses: Jacobs et al.,
@@ -11,7 +11,7 @@ denoised with a small DiT (:mod:`plait.run.dit_model`), attention made whole by 
 Every all-to-all and all-gather goes through torch.distributed and its bytes to peers are counted. ``--ranks 1``
 is the single-process reference. Rank 0 writes the whole denoised latent and each rank's counted bytes.
 
-Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.run.dit --sp ulysses --out run.json``.
+Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.workloads.dit.worker --sp ulysses --out run.json``.
 
 Tensor legend: ``B`` images, ``S`` this rank's tokens, ``T`` all tokens, ``N`` heads, ``n`` heads per rank,
 ``D`` head width, ``P`` patch values, ``W`` ranks.
@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from plait.run.counted import ALL_GATHER, Counted
-from plait.run.dit_model import TinyDiT, denoise, local_attention
+from plait.workloads.dit.tiny_model import TinyDiT, denoise, local_attention
 from plait.run.gloo_job import run_job
 
 

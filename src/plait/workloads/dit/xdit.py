@@ -5,9 +5,9 @@ degrees of CFG, PipeFusion (with its patches), Ulysses, ring and tensor parallel
 
 from __future__ import annotations
 
-from plait.cost.dit import DitPlan
+from plait.workloads.dit.cost import DitPlan
 from plait.errors import ConfigError
-from plait.workload.dit import DitJob, DitSpec
+from plait.workloads.dit.model import DitJob, DitSpec
 
 
 def xdit_arguments(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str) -> list[str]:

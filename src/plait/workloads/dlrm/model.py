@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plait.errors import ConfigError
+from plait.schema import build
 
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2}
 
@@ -33,11 +34,15 @@ class Table:
     """One embedding table and the sparse feature looked up in it."""
 
     name: str
+    """The sparse feature's (and the table's) name."""
     rows: int
+    """Rows (ids)."""
     dim: int
-    pooling: float
+    """Embedding width; equals the bottom MLP's output."""
+    pooling: float = 1.0
     """Mean ids per sample (TorchRec's pooling factor)."""
     dtype: str = "fp32"
+    """Weights' type (:data:`ELEMENT_BYTES`)."""
 
     @property
     def element_bytes(self) -> int:
@@ -54,10 +59,15 @@ class DlrmSpec:
     """A DLRM (module docstring)."""
 
     name: str
+    """What tables call it (a file's ``name``, else the file's stem)."""
     dense_features: int
+    """Dense input features."""
     bottom_mlp: tuple[int, ...]
+    """The bottom MLP's widths; the last equals every table's dimension."""
     top_mlp: tuple[int, ...]
+    """The top MLP's widths; the last is 1 (the click logit)."""
     tables: tuple[Table, ...]
+    """The embedding tables."""
 
     def mlp_params(self) -> int:
         """Parameters of the bottom and top MLPs (weights and biases)."""
@@ -84,18 +94,13 @@ class DlrmSpec:
 
 
 def read_dlrm(path: Path) -> DlrmSpec:
-    """The DLRM a TOML file describes; one-line errors name the value and the rule."""
+    """The DLRM a TOML file describes, through the strict schema (:func:`plait.schema.build`: unknown keys, missing
+    keys and wrong types are errors naming the key); one-line errors name the value and the rule."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: {error}") from None
-    try:
-        tables = tuple(Table(str(t["name"]), int(t["rows"]), int(t["dim"]), float(t.get("pooling", 1.0)),
-                             str(t.get("dtype", "fp32"))) for t in data["tables"])
-        spec = DlrmSpec(str(data.get("name", path.stem)), int(data["dense_features"]),
-                        tuple(int(x) for x in data["bottom_mlp"]), tuple(int(x) for x in data["top_mlp"]), tables)
-    except KeyError as missing:
-        raise ConfigError(f"{path}: a DLRM needs {missing.args[0]!r}") from None
+    spec = build(DlrmSpec, {"name": path.stem, **data}, str(path))
     check_dlrm(spec, str(path))
     return spec
 
@@ -104,6 +109,8 @@ def check_dlrm(spec: DlrmSpec, where: str) -> None:
     """Refuse what no DLRM can be."""
     if not spec.tables:
         raise ConfigError(f"{where}: a DLRM needs at least one table")
+    if not spec.bottom_mlp or not spec.top_mlp:
+        raise ConfigError(f"{where}: bottom_mlp and top_mlp must each list at least one width")
     for t in spec.tables:
         if t.rows <= 0 or t.dim <= 0 or not math.isfinite(t.pooling) or t.pooling <= 0:
             raise ConfigError(f"{where}: table {t.name} rows={t.rows}, dim={t.dim}, pooling={t.pooling} must be > 0")

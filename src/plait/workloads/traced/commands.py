@@ -1,0 +1,86 @@
+"""The traced kind's entries: ``plait estimate``'s layout options priced, ``plait plan``'s search, printed."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from plait.cost.estimate import Estimate
+from plait.engine.catalog import DEFAULT_ENGINE, get_engine
+from plait.errors import ConfigError
+from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
+from plait.plan.defaults import LAYOUT_OPTIONS, plan_from_options
+from plait.predict.traced import parse_shape, predict_traced
+from plait.search.explain import runner_up_gives_up, why_winner
+from plait.search.planner import parse_batches
+from plait.search.traced import search_traced
+from plait.strict_json import print_json
+from plait.sync import ALLREDUCE, parse
+from plait.units import GIB
+from plait.workload.tracing import trace
+from plait.workloads import Options, Workload
+
+
+def price(workload: Workload, options: Options) -> Estimate:
+    """``plait estimate``'s layout options on the traced module: one replica's batch at once, unsharded, unless
+    asked otherwise (a CNN's habit)."""
+    gpus, global_batch = options["gpus"], options["global_batch"]
+    micro_batch = options["micro_batch"]
+    if micro_batch is None:
+        micro_batch = max(1, global_batch * options["tp"] * options["pp"] * options["cp"] // max(gpus, 1))
+    if options["plan_file"] is not None:
+        raise ConfigError("a traced model (--model MODULE:FACTORY) takes layout options, not --plan")
+    plan = plan_from_options(gpus=gpus, micro_batch=micro_batch,
+                             **{**{k: options[k] for k in LAYOUT_OPTIONS}, "sharding": options["sharding"] or "none"})
+    work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"])
+    return predict_traced(work, resolve_cluster(options["cluster"] or DEFAULT_CLUSTER), plan,
+                          get_engine(options["engine"] or DEFAULT_ENGINE))
+
+
+def plan(workload: Workload, options: Options) -> None:
+    """``plait plan``: data and pipeline parallelism, ZeRO stages, micro-batches, recomputation and the
+    ``--dp-sync`` methods searched for throughput (:func:`plait.search.traced.search_traced`)."""
+    if options["objective"] != "throughput" or options["export"] is not None or options["gpus_range"]:
+        raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus, without "
+                          "--export (plait run does not run traced workloads yet)")
+    batches = parse_batches(options["global_batch"])
+    if len(batches) != 1:
+        raise ConfigError(f"--global-batch {options['global_batch']!r}: a traced model is planned at one global batch")
+    syncs = tuple(dict.fromkeys([ALLREDUCE, *(parse(s) for s in options["dp_sync"] or ())]))
+    work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"])
+    gpus, top = options["gpus"], options["top"]
+    result = search_traced(work, resolve_cluster(options["cluster"]), gpus, batches[0], syncs,
+                           get_engine(options["engine"] or DEFAULT_ENGINE), options["memory_margin"],
+                           options["precision"] or "bf16")
+    if options["as_json"]:
+        print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,
+                    "feasible": len(result.ranked), "infeasible_by_reason": dict(result.reasons),
+                    "top": [e.to_dict() for e in result.ranked[:top]],
+                    "why": why_winner(result.ranked[0]) if result.ranked else None,
+                    "runner_up": runner_up_gives_up(*result.ranked[:2]) if len(result.ranked) > 1 else None})
+    else:
+        print_traced_search(Console(), work.name, gpus, result, top)
+    if not result.ranked:
+        raise typer.Exit(1)
+
+
+def print_traced_search(console: Console, name: str, gpus: int, result, top: int) -> None:  # type: ignore[no-untyped-def]
+    """The ranked plans of a traced model (:func:`plait.search.traced.search_traced`)."""
+    best = result.ranked[:top]
+    table = Table(title=f"top {len(best)} plans for {name} on {gpus} GPUs ({result.candidates} candidates, "
+                        f"{len(result.ranked)} fit)", title_justify="left")
+    for column in ("#", "layout", "step s", "samples/s", "MFU", "GiB", "bottleneck"):
+        table.add_column(column, justify="left" if column in ("layout", "bottleneck") else "right")
+    for i, est in enumerate(best, 1):
+        table.add_row(str(i), est.plan.describe(), f"{est.step_time_s:.4g}", f"{est.tokens_per_s:,.0f}",
+                      f"{100 * est.mfu:.1f}%", f"{est.memory.total_bytes / GIB:.1f}",
+                      max(est.time.items(), key=lambda item: item[1])[0])
+    console.print(table)
+    for reason, count in result.reasons.most_common():
+        console.print(f"not ranked ({count}): {reason}")
+    if best:
+        console.print(f"why #1: {why_winner(best[0])}")
+    if len(best) > 1:
+        console.print(f"runner-up: {runner_up_gives_up(best[0], best[1])}")
+
