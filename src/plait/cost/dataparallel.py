@@ -30,6 +30,7 @@ from plait.cost.links import collective_s
 from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param, shard_groups
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.groups import rank_groups
 
 Columns = dict[str, np.ndarray]
 
@@ -47,7 +48,7 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     """(gradient reduction, weight all-gather) seconds per step and row, before overlap; a ZeRO-3 pipeline stage
     that stays gathered (:func:`kept_gathered`) gathers its parameters and reduce-scatters its gradients here, once
     per step, instead of per micro-batch and layer (:mod:`plait.cost.stage`)."""
-    xp, tp, ep = cols.xp, cols["tp"], cols["ep"]
+    xp, tp = cols.xp, cols["tp"]
     replicas = cols.dp * cols["cp"]
     dense_group, expert_group = shard_groups(cols)
     none = cols.is_("sharding", "none")
@@ -55,9 +56,12 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     # gradients across replicas; with sharding, only the in-replica reduce-scatter stays.
     apart = cols.sync_rows(lambda s: s.infrequent)
     whole = none & xp.not_(apart)
-    expert_stride = tp * cols["cp"] * ep  # ep consecutive data-parallel ranks hold different experts
+    # The ep consecutive ranks of the dp x cp ranks of a stage hold different experts; the expert-data-parallel
+    # group holds the same ones (plait.plan.groups, after Megatron-Core's expert rank generator).
+    expert_dp = rank_groups(cols)["expert_dp"]
+    expert_stride = expert_dp.stride
     plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(whole, grad_bytes * params["dense"], 0.0))
-             + collective_s(cluster, "all_reduce", xp.maximum(1, replicas // ep), expert_stride,
+             + collective_s(cluster, "all_reduce", expert_dp.size, expert_stride,
                             xp.where(whole, grad_bytes * params["expert"], 0.0)))
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
@@ -66,7 +70,7 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     once = zero12 | kept_gathered(cols, pipeline_keeps_gathered)
     dense, expert = xp.where(once, params["dense"], 0.0), xp.where(once, params["expert"], 0.0)
     # Experts are sharded over their own data-parallel group (Megatron-Core's expert-data-parallel group: the
-    # dp / ep ranks holding the same experts), whose members are ep data-parallel ranks apart.
+    # ranks of a replica holding the same experts), whose members are tp * ep ranks apart (plait.plan.groups).
     reduce = (collective_s(cluster, "reduce_scatter", dense_group, tp, grad_bytes * dense)
               + collective_s(cluster, "reduce_scatter", expert_group, expert_stride, grad_bytes * expert))
     gather = (collective_s(cluster, "all_gather", dense_group, tp, PARAM_BYTES * dense)

@@ -156,7 +156,8 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
         result.interrupted = True
     order = {name: i for i, name in enumerate(reason_table() + engine_reasons(engine))}  # verdict codes; memory last
     order[MEMORY_REASON] = len(order)
-    result.reasons = Counter(dict(sorted(done.reasons.items(), key=lambda item: order[item[0]])))
+    refused = len(order) + 1  # the cost model's refusals (plait.search.parts.costed), after memory, as they came
+    result.reasons = Counter(dict(sorted(done.reasons.items(), key=lambda item: order.get(item[0], refused))))
     result.costed = done.costed
     result.feasible = [(batch.cols, batch, rows) for batch, rows in done.chunks]
     result.elapsed_s = time.perf_counter() - start

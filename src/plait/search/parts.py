@@ -19,10 +19,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from plait.cost.batch import BatchResult, evaluate_batch
+from plait.cost.framework import Framework
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
+from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
 from plait.search.enumerate import enumerate_space, layout_sizes, layouts
 from plait.search.rules import MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
@@ -99,14 +102,38 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
     pruned = len(cols) - len(survivors)
     for begin in range(0, len(survivors), CHUNK):
-        batch = evaluate_batch(model, cluster, cols.take(survivors[begin:begin + CHUNK]), engine.framework)
-        fits = batch.memory["total"] <= limit
-        part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
-        part.chunks.append(_keep(batch, fits))
-        part.costed += len(fits)
+        chunk = cols.take(survivors[begin:begin + CHUNK])
+        for batch in costed(model, cluster, chunk, engine.framework, part.reasons):
+            fits = batch.memory["total"] <= limit
+            part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
+            part.chunks.append(_keep(batch, fits))
+        part.costed += len(chunk)
         if progress:
             progress(pruned + part.costed)
     return part
+
+
+def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework,
+           refused: Counter[str]) -> list[BatchResult]:
+    """``cols`` costed as one batch, or, where the cost model refuses the batch (a :class:`ConfigError` of one of
+    its rows), as batches of its halves, halved again until each refused row stands alone and is dropped with its
+    message counted in ``refused``.
+
+    A batch is vectorized and knows no row that raised, so the search catches at the batch and bisects only a
+    batch that failed: the happy path costs each chunk in one call, as before, and ``k`` refused rows of a chunk
+    of ``n`` cost about ``2 k log2(n)`` smaller batches. Screening the rows first would need every rule the cost
+    model may raise on restated as a vectorized pruning rule (:mod:`plait.search.rules`); the rules that can be
+    stated ahead are already there, so what reaches this is a defect or a limit the rules do not know yet."""
+    try:
+        return [evaluate_batch(model, cluster, cols, framework)]
+    except ConfigError as error:
+        if len(cols) == 1:
+            refused[str(error)] += 1
+            return []
+    rows = np.arange(len(cols))
+    half = len(cols) // 2
+    return (costed(model, cluster, cols.take(rows[:half]), framework, refused)
+            + costed(model, cluster, cols.take(rows[half:]), framework, refused))
 
 
 def available_cores() -> int:
