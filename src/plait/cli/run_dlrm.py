@@ -31,7 +31,7 @@ def run_dlrm(model: str, cluster: str, gpus: int, global_batch: int, steps: int,
     from plait.run.dlrm import check_runnable
 
     check_runnable(predicted.spec, predicted.placements, predicted.batch)
-    from plait.cli.run import check_cpu_machine
+    from plait.run.preflight import check_cpu_machine
 
     check_cpu_machine(gpus, predicted.estimate.max_memory_bytes)
     console = Console()

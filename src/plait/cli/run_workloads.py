@@ -46,7 +46,7 @@ def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
 
 def run_gnn(model: str, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
             strategy: str = "sampled_dp", sampler: str = "loop") -> None:
-    from plait.cli.run import check_cpu_machine
+    from plait.run.preflight import check_cpu_machine
     from plait.cost.gnn import STRATEGIES
     from plait.cost.gnn_sampler import parse_sampler
     from plait.workload.gnn import read_gnn
@@ -186,7 +186,7 @@ def _expected_fetch_bytes(argv: list[str], ranks: int, batch: int, cache: float,
 
 
 def run_dit(model: str, parallel: str | None, gpus: int, dry_run: bool) -> None:
-    from plait.cli.run import check_cpu_machine
+    from plait.run.preflight import check_cpu_machine
     from plait.cost.dit import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
     from plait.predict.dit import parse_dit_plan
     from plait.workload.dit import read_dit

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from plait.errors import ConfigError
+from plait.run.config import config_argv
 from plait.run.lifecycle import supervise
+from plait.run.worker_config import WorkerConfig
 
 WORKER = "plait.run.worker"
 
@@ -22,25 +24,22 @@ def local_slots() -> int | None:
     return torch.cuda.device_count() if torch.cuda.is_available() else None
 
 
-def worker_args(plan_file: Path, extra: list[str]) -> list[str]:
-    """Arguments of the per-rank entry point."""
-    return ["-m", WORKER, "--plan", str(plan_file), *extra]
-
-
-def multinode_command(plan_file: Path, nodes: int, per_node: int, extra: list[str]) -> str:
-    """The torchrun line to run on each of ``nodes`` nodes (rendezvous host to fill in)."""
+def multinode_command(config: WorkerConfig, nodes: int, per_node: int) -> str:
+    """The torchrun line to run on each of ``nodes`` nodes (rendezvous host to fill in): the rank's configuration
+    as the worker's options (:func:`plait.run.config.config_argv`), since a file here is not on the other nodes."""
     parts = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
-             "--rdzv-endpoint=<first-node-host>:29500", *worker_args(plan_file, extra)]
+             "--rdzv-endpoint=<first-node-host>:29500", "-m", WORKER, *config_argv(config)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def run_local(plan_file: Path, nproc: int, extra: list[str], max_restarts: int = 0) -> int:
-    """Run ``nproc`` ranks here with torchrun's standalone rendezvous, tied to this process
-    (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped).
+def run_local(config_file: Path, nproc: int, max_restarts: int = 0) -> int:
+    """Run ``nproc`` ranks here with torchrun's standalone rendezvous, each reading ``config_file`` (a
+    :class:`plait.run.worker_config.WorkerConfig` written by :func:`plait.run.config.write_config`), tied to this
+    process (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped).
     torchrun's elastic agent restarts all ranks up to ``max_restarts`` times after a failure; the ranks then
     resume from the newest valid checkpoint (:mod:`plait.run.worker`)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               f"--max-restarts={max_restarts}", *worker_args(plan_file, extra)]
+               f"--max-restarts={max_restarts}", "-m", WORKER, "--config", str(config_file)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     return supervise(command, env)
