@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,49 +15,20 @@ from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
 from plait.cli.render_plan import print_points, print_relaxations, print_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
-from plait.errors import ConfigError, check_export_folder
-from plait.export.artifact import write_artifacts
-from plait.export.bundle import export_for, export_names
+from plait.engine.choice import SITES_ENGINE
+from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
-from plait.plan.convergence import searched_specs
-from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
 from plait.predict.dit import is_dit_file
 from plait.predict.dlrm import is_dlrm_file
 from plait.predict.gnn import is_gnn_file
 from plait.predict.traced import parse_shape
-from plait.search.engine import RANK_BY, run_search
 from plait.search.explain import runner_up_gives_up, why_winner
-from plait.search.pareto import choose, pareto_front
-from plait.search.planner import check_objective, gpu_counts, parse_gpu_range, relaxations, search_gpu_counts
-from plait.search.space import default_space
+from plait.search.planner import check_objective
+from plait.search.request import CountPlans, PlanRequest, ThroughputPlans, export_winner, plan_search
+from plait.search.request import parse_batches as _batches
 from plait.search.traced import search_traced
-from plait.workload.catalog import resolve_model
 from plait.workload.tracing import is_traced_name, trace
-
-
-def _batches(text: str) -> tuple[int, ...]:
-    """'2048', '1024,2048' or '512:4096' (powers of two in the range)."""
-    try:
-        if ":" in text:
-            low, high = (int(x) for x in text.split(":"))
-            out, x = [], 1
-            while x <= high:
-                if x >= low:
-                    out.append(x)
-                x *= 2
-            values = tuple(out)
-        else:
-            values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(f"global batch {text!r} must be N, N,M,... or LOW:HIGH") from None
-    if not values or min(values) <= 0:
-        raise ConfigError(f"global batch {text!r} must name positive sizes")
-    return values
-
-
-SITES_ENGINE = "plait"
-"""The engine planned for on clusters that span sites (the one that runs every ``dp_sync`` method)."""
 
 
 def plan_command(
@@ -105,6 +76,28 @@ def plan_command(
                               "(no --objective cost/time, --gpus-range, --export, or several batches)")
         mixed_plan(model, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json)
         return
+    if _plan_workload(model, cluster, engine, gpus, gpus_range, global_batch, objective, top, memory_margin,
+                      precision, dp_sync, export, force, as_json, input_shape, input_dtype):
+        return
+    request = PlanRequest(model=model, cluster=cluster, engine=engine, gpus=gpus, gpus_range=gpus_range,
+                          global_batch=global_batch, seq_len=seq_len, objective=objective, tokens=tokens,
+                          deadline_days=deadline_days, budget_usd=budget_usd, top=top, memory_margin=memory_margin,
+                          allow_tp_across_nodes=allow_tp_across_nodes, precision=precision,
+                          dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export, force=force,
+                          workers=workers, rank_by=rank_by)
+    console = Console(stderr=as_json)
+    plans = plan_search(request, lambda label: LazyProgress(console, label))
+    if isinstance(plans, ThroughputPlans):
+        _show_throughput(plans, console, as_json)
+    else:
+        _show_counts(plans, console, as_json)
+
+
+def _plan_workload(model: str, cluster: str, engine: str | None, gpus: int, gpus_range: str | None,
+                   global_batch: str, objective: str, top: int, memory_margin: float, precision: str | None,
+                   dp_sync: list[str] | None, export: Path | None, force: bool, as_json: bool,
+                   input_shape: str | None, input_dtype: str | None) -> bool:
+    """A DLRM, DiT, GNN or traced model planned by its own planner; ``False`` for a transformer."""
     if is_dlrm_file(model):
         from plait.cli.plan_dlrm import plan_dlrm
 
@@ -112,14 +105,14 @@ def plan_command(
         if objective != "throughput" or gpus_range or len(batches) != 1:
             raise ConfigError("a DLRM (--model with [[tables]]) is planned for throughput on --gpus at one --global-batch")
         plan_dlrm(model, cluster, gpus, batches[0], memory_margin, export, force, as_json)
-        return
+        return True
     if is_dit_file(model):
         from plait.cli.plan_dit import plan_dit
 
         if objective != "throughput" or gpus_range:
             raise ConfigError("a DiT (--model with [dit]) is planned for latency on --gpus")
         plan_dit(model, cluster, gpus, memory_margin, as_json, export, force)
-        return
+        return True
     if is_gnn_file(model):
         from plait.cli.plan_gnn import plan_gnn
 
@@ -128,93 +121,64 @@ def plan_command(
             raise ConfigError("a GNN (--model with [graph] and [model]) is planned for throughput on --gpus at one "
                               "--global-batch, without --export")
         plan_gnn(model, cluster, gpus, batches[0], memory_margin, as_json)
-        return
+        return True
     if is_traced_name(model):
-        from plait.cli.render_plan import print_traced_search
+        _plan_traced(model, cluster, engine, gpus, gpus_range, global_batch, objective, top, memory_margin,
+                     precision, dp_sync, export, as_json, input_shape, input_dtype)
+        return True
+    return False
 
-        if objective != "throughput" or export is not None or gpus_range:
-            raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus, without "
-                              "--export (plait run does not run traced workloads yet)")
-        batches = _batches(global_batch)
-        if len(batches) != 1:
-            raise ConfigError(f"--global-batch {global_batch!r}: a traced model is planned at one global batch")
-        syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or ())]))
-        work = trace(model, parse_shape(input_shape), input_dtype)
-        result = search_traced(work, resolve_cluster(cluster), gpus, batches[0], syncs,
-                               get_engine(engine or DEFAULT_ENGINE), memory_margin, precision or "bf16")
-        if as_json:
-            print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,
-                        "feasible": len(result.ranked), "infeasible_by_reason": dict(result.reasons),
-                        "top": [e.to_dict() for e in result.ranked[:top]],
-                        "why": why_winner(result.ranked[0]) if result.ranked else None,
-                        "runner_up": runner_up_gives_up(*result.ranked[:2]) if len(result.ranked) > 1 else None})
-        else:
-            print_traced_search(Console(), work.name, gpus, result, top)
-        if not result.ranked:
-            raise typer.Exit(1)
-        return
-    if rank_by not in RANK_BY:
-        raise ConfigError(f"--rank-by={rank_by!r} must be one of {', '.join(RANK_BY)}")
-    if rank_by != "p50" and objective != "throughput":
-        raise ConfigError(f"--rank-by={rank_by} ranks the plans of objective throughput; objective {objective} "
-                          "compares GPU counts at their best predicted step")
-    model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
-    # Across sites the methods that send less matter most, and only plait's runtime runs them (`plait engines`).
-    the_engine = get_engine(engine or (SITES_ENGINE if cluster_spec.site_gpus else DEFAULT_ENGINE))
+
+def _plan_traced(model: str, cluster: str, engine: str | None, gpus: int, gpus_range: str | None, global_batch: str,
+                 objective: str, top: int, memory_margin: float, precision: str | None, dp_sync: list[str] | None,
+                 export: Path | None, as_json: bool, input_shape: str | None, input_dtype: str | None) -> None:
+    """A traced model (``--model MODULE:FACTORY``): data and pipeline parallelism searched for its trace."""
+    from plait.cli.render_plan import print_traced_search
+
+    if objective != "throughput" or export is not None or gpus_range:
+        raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus, without "
+                          "--export (plait run does not run traced workloads yet)")
     batches = _batches(global_batch)
-    if top < 1:
-        raise ConfigError(f"--top={top} must be >= 1")
-    for name, value, low in (("--gpus", gpus, 1), ("--seq-len", seq_len, 0), *(("--global-batch", b, 1) for b in batches)):
-        if not low <= value <= LIMIT:
-            raise ConfigError(f"{name}={value} must be between {low} and {LIMIT}")
-    if export is not None:  # before the search: an existing file or an unexportable model is refused at once
-        check_export_folder(export, export_names(the_engine, model), force)
-    precisions = tuple(p.strip() for p in precision.split(",")) if precision else None
-    for name in precisions or ():
-        if name not in get_args(Precision):
-            raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
-    syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or searched_specs())]))
-    console = Console(stderr=as_json)
-    if objective == "throughput":
-        if gpus_range:
-            raise ConfigError("--gpus-range needs objective cost or time; objective throughput takes --gpus")
-        space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
-                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=syncs,
-                              param_servers=not dp_sync)
-        with LazyProgress(console, "searching plans") as progress:
-            result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine, workers=workers,
-                                rank_by=rank_by)
-        if result.num_candidates == 0:
-            raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "
-                              f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
-        best = result.top(top)
-        fixes = relaxations(model_spec, cluster_spec, space, the_engine) if not best else []
-        if as_json:
-            print_json(_search_json(result, best, fixes))
-        else:
-            print_search(console, result, top)
-            if not best:
-                print_relaxations(console, result, fixes)
-        if export and best:
-            written = write_artifacts(export, export_for(the_engine, best[0].plan, model, model_spec, cluster, export),
-                                      overwrite=force)
-            console.print(f"exported {', '.join(str(p) for p in written)}")
+    if len(batches) != 1:
+        raise ConfigError(f"--global-batch {global_batch!r}: a traced model is planned at one global batch")
+    syncs = tuple(dict.fromkeys(["allreduce", *(parse_sync(s).spec for s in dp_sync or ())]))
+    work = trace(model, parse_shape(input_shape), input_dtype)
+    result = search_traced(work, resolve_cluster(cluster), gpus, batches[0], syncs,
+                           get_engine(engine or DEFAULT_ENGINE), memory_margin, precision or "bf16")
+    if as_json:
+        print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,
+                    "feasible": len(result.ranked), "infeasible_by_reason": dict(result.reasons),
+                    "top": [e.to_dict() for e in result.ranked[:top]],
+                    "why": why_winner(result.ranked[0]) if result.ranked else None,
+                    "runner_up": runner_up_gives_up(*result.ranked[:2]) if len(result.ranked) > 1 else None})
+    else:
+        print_traced_search(Console(), work.name, gpus, result, top)
+    if not result.ranked:
+        raise typer.Exit(1)
+
+
+def _show_throughput(plans: ThroughputPlans, console: Console, as_json: bool) -> None:
+    """The ranked plans (or the relaxations where none fits), the export, and exit code 1 where none fits."""
+    result, best, fixes = plans.result, plans.best, plans.fixes
+    if as_json:
+        print_json(_search_json(result, best, fixes))
+    else:
+        print_search(console, result, plans.checked.request.top)
         if not best:
-            raise typer.Exit(1)
-        return
-    if gpus_range is None:
-        raise ConfigError(f"objective {objective} needs --gpus-range LOW:HIGH (e.g. 64:1024)")
-    counts = gpu_counts(*parse_gpu_range(gpus_range), cluster_spec)
-    with LazyProgress(console, "searching GPU counts") as progress:
-        points = search_gpu_counts(model_spec, cluster_spec, counts, batches, tokens, seq_len=seq_len,
-                                   memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
-                                   precisions=precisions, progress=progress, engine=the_engine, workers=workers,
-                                   dp_syncs=syncs)
-    front = pareto_front(points)
-    choice = choose(points, objective, deadline_days, budget_usd)
+            print_relaxations(console, result, fixes)
+    if plans.checked.request.export and best:
+        written = export_winner(plans.checked, best[0].plan)
+        console.print(f"exported {', '.join(str(p) for p in written)}")
+    if not best:
+        raise typer.Exit(1)
+
+
+def _show_counts(plans: CountPlans, console: Console, as_json: bool) -> None:
+    """Each GPU count's best plan, the Pareto front and the choice; the chosen plan's export."""
+    points, front, choice, request = plans.points, plans.front, plans.choice, plans.checked.request
     if as_json:
         print_json({
-            "objective": objective, "engine": the_engine.spec, "tokens": tokens,
+            "objective": request.objective, "engine": plans.checked.engine.spec, "tokens": request.tokens,
             "points": [{"gpus": p.gpus, "layout": p.estimate.plan.describe(), "days": p.days, "dollars": p.dollars,
                         "tokens_per_s": p.estimate.tokens_per_s} for p in points],
             "pareto_gpus": [p.gpus for p in front],
@@ -222,11 +186,9 @@ def plan_command(
                        "dollars": choice.dollars},
         })
     else:
-        print_points(console, points, front, choice, tokens)
-    if export:
-        written = write_artifacts(export, export_for(the_engine, choice.estimate.plan, model, model_spec, cluster,
-                                                      export),
-                                  overwrite=force)
+        print_points(console, points, front, choice, request.tokens)
+    if request.export:
+        written = export_winner(plans.checked, choice.estimate.plan)
         console.print(f"exported {', '.join(str(p) for p in written)}")
 
 
