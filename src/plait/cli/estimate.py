@@ -13,6 +13,7 @@ from plait.cli.mixed import mixed_cluster
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
+from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
 from plait.plan.defaults import GLOBAL_BATCH
@@ -70,47 +71,9 @@ def estimate_command(
 
     --model MODULE:FACTORY traces any PyTorch module the factory builds (on the meta device: no weights, no GPU);
     its plans take data and pipeline parallelism, and --micro-batch/--global-batch count examples."""
-    if is_dlrm_file(model):
-        from plait.cli.render_dlrm import print_dlrm
-        from plait.predict.dlrm import predict_dlrm
-
-        assert model is not None
-        dlrm = predict_dlrm(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, sparse_group, placements)
-        if as_json:
-            print_json(dlrm.to_dict())
-        else:
-            print_dlrm(Console(), dlrm)
+    if _estimate_workload(model, cluster, gpus, global_batch, placements, sparse_group, gnn_strategy, edge_cut,
+                          cache_fraction, gnn_engine, gnn_sampler, parallel, as_json):
         return
-    if placements or sparse_group:
-        raise ConfigError("--placements and --sparse-group place a DLRM's tables: pass --model with a DLRM TOML")
-    if is_gnn_file(model):
-        from plait.cli.render_gnn import print_gnn
-        from plait.predict.gnn import predict_gnn
-
-        assert model is not None
-        gnn = predict_gnn(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, gnn_strategy, edge_cut, cache_fraction,
-                          gnn_engine, gnn_sampler)
-        if as_json:
-            print_json(gnn.to_dict())
-        else:
-            print_gnn(Console(), gnn)
-        return
-    if is_dit_file(model):
-        from plait.cli.render_dit import print_dit
-        from plait.predict.dit import parse_dit_plan, predict_dit
-
-        assert model is not None
-        dit_plan = parse_dit_plan(parallel or f"ulysses={gpus}")
-        if dit_plan.gpus != gpus and parallel is not None and gpus != DEFAULT_GPUS:
-            raise ConfigError(f"--parallel {parallel} uses {dit_plan.gpus} GPUs, not --gpus {gpus}")
-        dit = predict_dit(model, cluster or DEFAULT_CLUSTER, dit_plan)
-        if as_json:
-            print_json(dit.to_dict())
-        else:
-            print_dit(Console(), dit)
-        return
-    if parallel is not None:
-        raise ConfigError("--parallel gives a diffusion transformer's degrees: pass --model with a DiT TOML")
     mixed = mixed_cluster(cluster)
     if mixed is None and (split != "data" or shares or local_steps):
         raise ConfigError("--split, --shares and --local-steps share a plan among a mixed cluster's groups: pass "
@@ -141,6 +104,59 @@ def estimate_command(
         job, file_gpus = resolve_job(model, cluster, plan_file, plan, engine)
         check_plan(job.plan.with_seq_len(job.model.seq_len), job.model, job.cluster, num_gpus=file_gpus)
         result = predict(job, simulate=simulate)
+    _show_estimate(result, as_json, train_tokens)
+
+def _estimate_workload(model: str | None, cluster: str | None, gpus: int, global_batch: int, placements: str | None,
+                       sparse_group: int | None, gnn_strategy: str, edge_cut: float | None, cache_fraction: float,
+                       gnn_engine: str, gnn_sampler: str, parallel: str | None, as_json: bool) -> bool:
+    """A DLRM, GNN or DiT TOML estimated by its own predictor; ``False`` for the others, after refusing their
+    options where they do not apply."""
+    if is_dlrm_file(model):
+        from plait.cli.render_dlrm import print_dlrm
+        from plait.predict.dlrm import predict_dlrm
+
+        assert model is not None
+        dlrm = predict_dlrm(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, sparse_group, placements)
+        if as_json:
+            print_json(dlrm.to_dict())
+        else:
+            print_dlrm(Console(), dlrm)
+        return True
+    if placements or sparse_group:
+        raise ConfigError("--placements and --sparse-group place a DLRM's tables: pass --model with a DLRM TOML")
+    if is_gnn_file(model):
+        from plait.cli.render_gnn import print_gnn
+        from plait.predict.gnn import predict_gnn
+
+        assert model is not None
+        gnn = predict_gnn(model, cluster or DEFAULT_CLUSTER, gpus, global_batch, gnn_strategy, edge_cut, cache_fraction,
+                          gnn_engine, gnn_sampler)
+        if as_json:
+            print_json(gnn.to_dict())
+        else:
+            print_gnn(Console(), gnn)
+        return True
+    if is_dit_file(model):
+        from plait.cli.render_dit import print_dit
+        from plait.predict.dit import parse_dit_plan, predict_dit
+
+        assert model is not None
+        dit_plan = parse_dit_plan(parallel or f"ulysses={gpus}")
+        if dit_plan.gpus != gpus and parallel is not None and gpus != DEFAULT_GPUS:
+            raise ConfigError(f"--parallel {parallel} uses {dit_plan.gpus} GPUs, not --gpus {gpus}")
+        dit = predict_dit(model, cluster or DEFAULT_CLUSTER, dit_plan)
+        if as_json:
+            print_json(dit.to_dict())
+        else:
+            print_dit(Console(), dit)
+        return True
+    if parallel is not None:
+        raise ConfigError("--parallel gives a diffusion transformer's degrees: pass --model with a DiT TOML")
+    return False
+
+
+def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None:
+    """The estimate as JSON (with its goodput under failures) or as tables."""
     if as_json:
         from plait.predict.goodput import goodput
 
@@ -151,6 +167,7 @@ def estimate_command(
         print_json(out)
     else:
         print_estimate(Console(), result, train_tokens)
+
 
 
 LAYOUT_OPTIONS = ("tp", "pp", "vpp", "schedule", "cp", "ep", "dp_replicate", "sharding", "sp", "recompute",

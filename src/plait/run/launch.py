@@ -15,6 +15,15 @@ from plait.run.worker_config import WorkerConfig
 WORKER = "plait.run.worker"
 
 
+class RanksFailed(Exception):
+    """torchrun ended with a non-zero exit code (:func:`plait.run.lifecycle.supervise` named the rank and log)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"ranks failed with exit code {code}")
+        self.code = code
+        """torchrun's exit code."""
+
+
 def local_slots() -> int | None:
     """GPUs on this node, or ``None`` on a CPU-only machine (ranks then share the cores)."""
     try:
