@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
+from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
 from plait.run.worker_config import WorkerConfig
 from plait.units import GIB
@@ -79,8 +80,11 @@ def run_command(
     if uneven_args and (model is not None or engine != "plait"):
         raise ConfigError(f"{' '.join(uneven_args)}: runs a --plan on plait's runtime (--engine plait) only")
     if model is not None:
-        _run_model(model, plan, cluster, gpus, global_batch, steps, placements, optimizer, parallel, gnn_strategy,
-                   gnn_sampler, cache_fraction, dry_run)
+        try:
+            _run_model(model, plan, cluster, gpus, global_batch, steps, placements, optimizer, parallel, gnn_strategy,
+                       gnn_sampler, cache_fraction, dry_run)
+        except RanksFailed as exc:  # the workers' torchrun failed: its exit code
+            raise typer.Exit(exc.code) from None
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")

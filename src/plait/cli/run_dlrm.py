@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
-import tempfile
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
 from plait.predict.dlrm import placements_text, predict_dlrm
+from plait.run.launch import run_worker
+from plait.run.workload_configs import DlrmConfig
 
 WORKER = "plait.run.dlrm"
 
@@ -39,17 +36,9 @@ def run_dlrm(model: str, cluster: str, gpus: int, global_batch: int, steps: int,
     console.print(f"placements ({predicted.chosen_by}): {text}")
     if dry_run:
         return
-    from plait.run.lifecycle import supervise
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run.json"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}", "-m",
-                   WORKER, "--model", model, "--placements", text, "--batch", str(predicted.batch), "--steps",
-                   str(steps), "--optimizer", optimizer, "--out", str(out)]
-        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
-        if code != 0:
-            raise typer.Exit(code)
-        measured = json.loads(out.read_text())
+    config = DlrmConfig(model=Path(model), placements=text, batch=predicted.batch, steps=steps,
+                        optimizer=optimizer, out=Path("unused"))  # type: ignore[arg-type]
+    measured = run_worker(WORKER, gpus, config)
     table = Table(title=f"{predicted.spec.name} on {gpus} ranks, {predicted.batch} samples per rank",
                   title_justify="left")
     for col in ("", "measured", "predicted"):

@@ -31,6 +31,10 @@ Config = TypeVar("Config")
 
 COMMA = "comma"
 """Field metadata ``{"form": COMMA}``: a tuple written as one comma-separated option (``--slowdown 1,3``)."""
+APPEND = "append"
+"""Field metadata ``{"form": APPEND}``: a tuple written as a repeated option (``--spec a --spec b``)."""
+POSITIONAL = "positional"
+"""Field metadata ``{"form": POSITIONAL}``: a tuple written as the command line's positional arguments."""
 ALWAYS = "always"
 """Field metadata ``{ALWAYS: True}``: :func:`config_argv` writes the option even at its default."""
 
@@ -44,18 +48,24 @@ def write_config(config: Any, path: Path) -> Path:
 
 def read_config(cls: type[Config], argv: list[str] | None = None, prog: str | None = None) -> Config:
     """The configuration a worker entry point runs with: ``--config FILE`` (as :func:`write_config` wrote it), or
-    the dataclass's fields as command-line options. ``argv`` ``None``: this process's arguments."""
+    the dataclass's fields as command-line options. ``argv`` ``None``: this process's arguments. On the command
+    line a value the dataclass refuses (a :class:`ConfigError`) is a usage error."""
     parser = _parser(cls, prog)
     args = parser.parse_args(argv)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    given = {f.name: getattr(args, f.name) for f in fields if getattr(args, f.name) not in (None, [])
+             and getattr(args, f.name) != parser.get_default(f.name)}
     if args.config is not None:
-        if any(getattr(args, f.name) != _default(f) for f in dataclasses.fields(cls)):  # type: ignore[arg-type]
+        if given:
             parser.error("--config takes no other option")
         return config_from_json(cls, json.loads(Path(args.config).read_text(encoding="utf-8")))
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    missing = [_flag(f) for f in fields if f.name in _required(cls) and getattr(args, f.name) is None]
+    missing = [_flag(f) for f in fields if f.name in _required(cls) and f.name not in given]
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
-    return cls(**{f.name: _from_flag(getattr(args, f.name), _hints(cls)[f.name], f.name) for f in fields})
+    try:
+        return cls(**{name: _from_flag(value, _hints(cls)[name], name) for name, value in given.items()})
+    except ConfigError as exc:
+        parser.error(str(exc))
 
 
 def config_from_json(cls: type[Config], doc: dict[str, Any]) -> Config:
@@ -121,14 +131,14 @@ def _hints(cls: type) -> dict[str, Any]:
 
 @functools.cache
 def _docs(cls: type) -> dict[str, str]:
-    """Each field's docstring (the string literal under it in the class body), for ``--help``."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    """Each field's docstring (the string literal under it in the class body, base classes too), for ``--help``."""
     docs: dict[str, str] = {}
-    statements = body.body  # type: ignore[attr-defined]
-    for node, after in zip(statements, statements[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr) \
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
-            docs[node.target.id] = " ".join(after.value.value.split()).replace("%", "%%")
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        statements = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+        for node, after in zip(statements, statements[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr) \
+                    and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+                docs[node.target.id] = " ".join(after.value.value.split()).replace("%", "%%")
     return docs
 
 
@@ -137,14 +147,22 @@ def _parser(cls: type, prog: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=None, help="the run configuration as a JSON file")
     for f in dataclasses.fields(cls):
         kind, choices = _base(_hints(cls)[f.name])
-        options: dict[str, Any] = {"dest": f.name, "help": _docs(cls).get(f.name), "default": _default(f)}
+        form = f.metadata.get("form")
+        options: dict[str, Any] = {"help": _docs(cls).get(f.name), "default": _default(f)}
         if kind is bool:
             options["action"] = "store_true"
-        elif kind is tuple and f.metadata.get("form") != COMMA:
+        elif form == APPEND:
+            options.update(action="append", default=None)
+        elif form == POSITIONAL:
+            options.update(nargs="*", default=None)
+        elif kind is tuple and form != COMMA:
             options["nargs"] = "+"
         elif choices:
             options["choices"] = choices
-        parser.add_argument(_flag(f), **options)
+        if form == POSITIONAL:
+            parser.add_argument(f.name, **options)
+        else:
+            parser.add_argument(_flag(f), dest=f.name, **options)
     return parser
 
 
@@ -175,7 +193,7 @@ def _convert(text: str, kind: Any, name: str) -> Any:
     try:
         return kind(text)
     except ValueError:
-        raise ConfigError(f"--{name.replace('_', '-')}={text!r} must be a {kind.__name__}") from None
+        raise ConfigError(f"--{name.replace('_', '-')}={text!r} must be {kind.__name__}") from None
 
 
 def _tuple_item(hint: Any) -> Any:

@@ -5,18 +5,14 @@ local gloo ranks (:mod:`plait.run.converge`; asynchronous methods on workers and
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError
-from plait.run.launch import RanksFailed
-from plait.run.lifecycle import supervise
+from plait.run.launch import run_worker
+from plait.run.workload_configs import AsyncConfig, ConvergeConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,40 +75,26 @@ def _curves(specs: list[str], steps: int, model: str, ranks: int, batch: int, op
 
     waiting = [s for s in specs if not parse_sync(s).server_ranks]  # the others: workers and server ranks
     cases = [f"{s}@{optimizer}" for s in dict.fromkeys(["allreduce", *waiting])]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "converge.json"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-                   "-m", "plait.run.converge", "--out", str(out), "--model", model, "--steps", str(steps),
-                   "--batch", str(batch), *cases]
-        if say is not None:
-            say(f"converge: {len(cases)} runs of {steps} steps on {ranks} ranks ...")
-        code = supervise(command, env)  # a failure names its rank and log
-        if code != 0:
-            raise RanksFailed(code)
-        curves = json.loads(out.read_text())
-        for spec in (s for s in specs if s not in waiting):  # workers and server ranks: plait.run.async_train
-            curves[f"{spec}@{optimizer}"] = _asynchronous_curve(spec, model, steps, ranks, batch, optimizer, env,
-                                                                Path(tmp), say)
+    if say is not None:
+        say(f"converge: {len(cases)} runs of {steps} steps on {ranks} ranks ...")
+    config = ConvergeConfig(out=Path("unused"), model=model, steps=steps, batch=batch, cases=tuple(cases))
+    curves = run_worker("plait.run.converge", ranks, config)  # a failure names its rank and log
+    for spec in (s for s in specs if s not in waiting):  # workers and server ranks: plait.run.async_train
+        curves[f"{spec}@{optimizer}"] = _asynchronous_curve(spec, model, steps, ranks, batch, optimizer, say)
     return curves  # type: ignore[no-any-return]
 
 
 def _asynchronous_curve(spec: str, model: str, steps: int, ranks: int, batch: int, optimizer: str,
-                        env: dict[str, str], folder: Path, say: Callable[[str], None] | None) -> dict[str, list[float]]:
+                        say: Callable[[str], None] | None) -> dict[str, list[float]]:
     """Loss per step (the mean of the workers' losses at each iteration) and bytes per step of an asynchronous
     method over ``ranks`` workers and its server ranks."""
     from plait.plan.sync import parse_sync
 
-    out = folder / "async.json"
     world = ranks + parse_sync(spec).server_ranks
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m",
-               "plait.run.async_train", "--out", str(out), "--model", model, "--spec", spec, "--steps", str(steps),
-               "--batch", str(batch), "--optimizer", optimizer]
     if say is not None:
         say(f"converge: {spec} on {ranks} workers and {world - ranks} server ranks ...")
-    code = supervise(command, env)
-    if code != 0:
-        raise RanksFailed(code)
-    workers = json.loads(out.read_text())[spec]["workers"]
+    config = AsyncConfig(out=Path("unused"), model=model, spec=(spec,), steps=steps, batch=batch,
+                         optimizer=optimizer)  # type: ignore[arg-type]
+    workers = run_worker("plait.run.async_train", world, config)[spec]["workers"]
     losses = [sum(w["losses"][t] for w in workers) / len(workers) for t in range(steps)]
     return {"losses": losses, "bytes": workers[0]["bytes"]}

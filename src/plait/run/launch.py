@@ -1,14 +1,19 @@
-"""Start the ranks of a plan through torchrun on this node, or print the command for several nodes."""
+"""Start ranks through torchrun on this node (a plan's, or a workload worker's), or print the command for several
+nodes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
+import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from plait.errors import ConfigError
-from plait.run.config import config_argv
+from plait.run.config import config_argv, write_config
 from plait.run.lifecycle import supervise
 from plait.run.worker_config import WorkerConfig
 
@@ -39,6 +44,21 @@ def multinode_command(config: WorkerConfig, nodes: int, per_node: int) -> str:
     parts = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
              "--rdzv-endpoint=<first-node-host>:29500", "-m", WORKER, *config_argv(config)]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def run_worker(module: str, ranks: int, config: Any) -> dict[str, Any]:
+    """``module`` on ``ranks`` local processes (torchrun's standalone rendezvous, supervised), each reading
+    ``config`` (a run configuration with an ``out`` field, pointed at a temporary file) from a file; the JSON rank 0
+    wrote. A failure raises :class:`RanksFailed`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        config_file = write_config(replace(config, out=out), Path(tmp) / "config.json")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m",
+                   module, "--config", str(config_file)]
+        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
+        if code != 0:
+            raise RanksFailed(code)
+        return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
 def run_local(config_file: Path, nproc: int, max_restarts: int = 0) -> int:
