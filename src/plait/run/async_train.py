@@ -240,7 +240,7 @@ def run_case(text: str, workers: int, group: dist.ProcessGroup, args: AsyncConfi
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(AsyncConfig, argv, prog="plait.run.async_train")
+    args = read_config(AsyncConfig, argv, prog="plait.run.async_train", description=__doc__)
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     world = dist.get_world_size()

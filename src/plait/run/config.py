@@ -46,11 +46,13 @@ def write_config(config: Any, path: Path) -> Path:
     return path
 
 
-def read_config(cls: type[Config], argv: list[str] | None = None, prog: str | None = None) -> Config:
+def read_config(cls: type[Config], argv: list[str] | None = None, prog: str | None = None,
+                description: str | None = None) -> Config:
     """The configuration a worker entry point runs with: ``--config FILE`` (as :func:`write_config` wrote it), or
-    the dataclass's fields as command-line options. ``argv`` ``None``: this process's arguments. On the command
-    line a value the dataclass refuses (a :class:`ConfigError`) is a usage error."""
-    parser = _parser(cls, prog)
+    the dataclass's fields as command-line options. ``argv`` ``None``: this process's arguments; ``description``
+    (``--help``; default: the class's docstring). On the command line a value the dataclass refuses (a
+    :class:`ConfigError`) is a usage error."""
+    parser = _parser(cls, prog, description)
     args = parser.parse_args(argv)
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     given = {f.name: getattr(args, f.name) for f in fields if getattr(args, f.name) not in (None, [])
@@ -142,8 +144,8 @@ def _docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _parser(cls: type, prog: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=inspect.getdoc(cls))
+def _parser(cls: type, prog: str | None, description: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description or inspect.getdoc(cls))
     parser.add_argument("--config", type=Path, default=None, help="the run configuration as a JSON file")
     for f in dataclasses.fields(cls):
         kind, choices = _base(_hints(cls)[f.name])

@@ -73,7 +73,7 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(ConvergeConfig, argv, prog="plait.run.converge")
+    args = read_config(ConvergeConfig, argv, prog="plait.run.converge", description=__doc__)
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     replicas = build_reducer(dist.group.WORLD, named_site_gpus(args.cluster))  # type: ignore[arg-type]

@@ -154,7 +154,7 @@ def run(args: DitConfig) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(DitConfig, argv, prog="plait.run.dit")
+    args = read_config(DitConfig, argv, prog="plait.run.dit", description=__doc__)
     return run_job(args.out, args.ranks == 1, lambda: run(args))
 
 

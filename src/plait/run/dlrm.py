@@ -231,7 +231,7 @@ def train(spec: DlrmSpec, placements: list[Placement], batch: int, steps: int, o
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(DlrmConfig, argv, prog="plait.run.dlrm")
+    args = read_config(DlrmConfig, argv, prog="plait.run.dlrm", description=__doc__)
     spec = read_dlrm(args.model)
 
     def work() -> dict[str, Any]:

@@ -234,7 +234,7 @@ def drawing_rows(graph: Graph, batch: Batch) -> list[list[list[int]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(GnnConfig, argv, prog="plait.run.gnn")
+    args = read_config(GnnConfig, argv, prog="plait.run.gnn", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

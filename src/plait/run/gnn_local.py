@@ -145,7 +145,7 @@ def _reference(args: GnnLocalConfig, graph: Graph, model: torch.nn.Module, world
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(GnnLocalConfig, argv, prog="plait.run.gnn_local")
+    args = read_config(GnnLocalConfig, argv, prog="plait.run.gnn_local", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

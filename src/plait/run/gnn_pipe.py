@@ -153,7 +153,7 @@ def _reference(args: GnnPipeConfig, graph: Graph, layers: list[torch.nn.Module],
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(GnnPipeConfig, argv, prog="plait.run.gnn_pipe")
+    args = read_config(GnnPipeConfig, argv, prog="plait.run.gnn_pipe", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

@@ -75,7 +75,7 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
 
 def main(argv: list[str] | None = None) -> int:
     die_with_parent(os.getppid())  # a rank never outlives torchrun (plait.run.lifecycle)
-    args = read_config(WorkerConfig, argv, prog="plait.run.worker")
+    args = read_config(WorkerConfig, argv, prog="plait.run.worker", description=__doc__)
     checkpoint.check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
     job, plan = read_plan_file(args.plan)
     spec = resolve_model(job.model)
