@@ -72,3 +72,17 @@ def test_the_workers_configs_read_their_options() -> None:
     with pytest.raises(ConfigError, match="need --sampler matrix"):
         GnnConfig(out=Path("o"), bulk=2)
     assert json.loads(json.dumps({"fanouts": list(gnn.fanouts)}))["fanouts"] == [4, 2]
+
+
+def test_run_plan_says_the_multi_node_line_each_node_runs() -> None:
+    """The launcher is a plain function: several nodes get the torchrun line, the rank's options on it."""
+    from plait.run.plan_run import PlanRun, run_plan
+
+    plan = Path(__file__).resolve().parents[1] / "examples" / "tiny-plan.toml"
+    said: list[str] = []
+    config = WorkerConfig(plan=plan, steps=4, metrics=Path("m.jsonl"), batch_split=(6, 2))
+    outcome = run_plan(PlanRun(config=config, nodes=2), said.append)
+    assert outcome.exit_code == 0 and outcome.report is None and len(said) == 1
+    assert said[0].startswith("torchrun --nnodes=2 --nproc-per-node=1 ")
+    line = said[0].split()
+    assert read_config(WorkerConfig, line[line.index("plait.run.worker") + 1:]) == replace(config, metrics=None)
