@@ -16,8 +16,12 @@ from plait.cli.progress import LazyProgress
 from plait.cli.render_plan import print_points, print_relaxations, print_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.engine.choice import SITES_ENGINE
-from plait.errors import ConfigError
+from plait.engine.engine import Engine
+from plait.errors import ConfigError, check_export_folder
+from plait.export.artifact import write_artifacts
+from plait.export.bundle import export_for, export_names
 from plait.hardware.catalog import resolve_cluster
+from plait.plan.plan import Plan
 from plait.plan.sync import parse_sync
 from plait.predict.dit import is_dit_file
 from plait.predict.dlrm import is_dlrm_file
@@ -25,7 +29,7 @@ from plait.predict.gnn import is_gnn_file
 from plait.predict.traced import parse_shape
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.planner import check_objective
-from plait.search.request import CountPlans, PlanRequest, ThroughputPlans, export_winner, plan_search
+from plait.search.request import Checked, CountPlans, PlanRequest, ThroughputPlans, plan_search
 from plait.search.request import parse_batches as _batches
 from plait.search.traced import search_traced
 from plait.workload.tracing import is_traced_name, trace
@@ -83,14 +87,15 @@ def plan_command(
                           global_batch=global_batch, seq_len=seq_len, objective=objective, tokens=tokens,
                           deadline_days=deadline_days, budget_usd=budget_usd, top=top, memory_margin=memory_margin,
                           allow_tp_across_nodes=allow_tp_across_nodes, precision=precision,
-                          dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export, force=force,
+                          dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export,
                           workers=workers, rank_by=rank_by)
     console = Console(stderr=as_json)
-    plans = plan_search(request, lambda label: LazyProgress(console, label))
+    plans = plan_search(request, lambda label: LazyProgress(console, label),
+                        lambda engine: _check_export(export, model, engine, force))
     if isinstance(plans, ThroughputPlans):
-        _show_throughput(plans, console, as_json)
+        _show_throughput(plans, console, as_json, force)
     else:
-        _show_counts(plans, console, as_json)
+        _show_counts(plans, console, as_json, force)
 
 
 def _plan_workload(model: str, cluster: str, engine: str | None, gpus: int, gpus_range: str | None,
@@ -157,7 +162,7 @@ def _plan_traced(model: str, cluster: str, engine: str | None, gpus: int, gpus_r
         raise typer.Exit(1)
 
 
-def _show_throughput(plans: ThroughputPlans, console: Console, as_json: bool) -> None:
+def _show_throughput(plans: ThroughputPlans, console: Console, as_json: bool, force: bool) -> None:
     """The ranked plans (or the relaxations where none fits), the export, and exit code 1 where none fits."""
     result, best, fixes = plans.result, plans.best, plans.fixes
     if as_json:
@@ -167,13 +172,13 @@ def _show_throughput(plans: ThroughputPlans, console: Console, as_json: bool) ->
         if not best:
             print_relaxations(console, result, fixes)
     if plans.checked.request.export and best:
-        written = export_winner(plans.checked, best[0].plan)
+        written = _export(plans.checked, best[0].plan, force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
     if not best:
         raise typer.Exit(1)
 
 
-def _show_counts(plans: CountPlans, console: Console, as_json: bool) -> None:
+def _show_counts(plans: CountPlans, console: Console, as_json: bool, force: bool) -> None:
     """Each GPU count's best plan, the Pareto front and the choice; the chosen plan's export."""
     points, front, choice, request = plans.points, plans.front, plans.choice, plans.checked.request
     if as_json:
@@ -188,9 +193,22 @@ def _show_counts(plans: CountPlans, console: Console, as_json: bool) -> None:
     else:
         print_points(console, points, front, choice, request.tokens)
     if request.export:
-        written = export_winner(plans.checked, choice.estimate.plan)
+        written = _export(plans.checked, choice.estimate.plan, force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
 
+
+def _check_export(folder: Path | None, model: str, engine: Engine, force: bool) -> None:
+    """Before the search: an existing file in the export folder, or a model the engine cannot export, is refused."""
+    assert folder is not None  # asked only where --export is given
+    check_export_folder(folder, export_names(engine, model), force)
+
+
+def _export(checked: Checked, plan: Plan, force: bool) -> list[Path]:
+    """``plan`` as plan.toml and the engine's own configuration in the request's export folder; the files written."""
+    request = checked.request
+    assert request.export is not None
+    return write_artifacts(request.export, export_for(checked.engine, plan, request.model, checked.model,
+                                                      request.cluster, request.export), overwrite=force)
 
 def _search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-untyped-def]
     return {

@@ -1,5 +1,6 @@
 """``plait plan`` for a transformer: check the request, search the space for one GPU count (objective throughput)
-or compare GPU counts (objectives cost and time), and export the winner. Plain functions the CLI and tests call."""
+or compare GPU counts (objectives cost and time). Plain functions the CLI and tests call; the export of the winner is
+the caller's (search does not import export)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,15 @@ from typing import Any, get_args
 from plait.cost.estimate import Estimate
 from plait.engine.choice import choose_engine
 from plait.engine.engine import Engine
-from plait.errors import ConfigError, check_export_folder
-from plait.export.artifact import write_artifacts
-from plait.export.bundle import export_for, export_names
+from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.plan.convergence import searched_specs
-from plait.plan.plan import LIMIT, Plan, Precision
+from plait.plan.plan import LIMIT, Precision
 from plait.plan.sync import parse_sync
 from plait.search.engine import RANK_BY, SearchResult, run_search
-from plait.search.pareto import Point, choose, pareto_front
 from plait.search.explain import Relaxation
+from plait.search.pareto import Point, choose, pareto_front
 from plait.search.planner import gpu_counts, parse_gpu_range, relaxations, search_gpu_counts
 from plait.search.space import default_space
 from plait.workload.catalog import resolve_model
@@ -29,6 +28,9 @@ from plait.workload.model import ModelSpec
 
 Progress = Callable[[str], Any]
 """A progress callback ``(done, total)`` for a search, made from its label (``None``: silent)."""
+CheckExport = Callable[[Engine], None]
+"""Refuses, before a search, an export to the request's folder for this engine (an existing file, a model the
+engine's exporter cannot write)."""
 
 
 def parse_batches(text: str) -> tuple[int, ...]:
@@ -88,9 +90,7 @@ class PlanRequest:
     dp_sync: tuple[str, ...] | None
     """Synchronization methods to try besides allreduce (``None``: every method with a steps multiplier)."""
     export: Path | None
-    """Folder the winner is exported into."""
-    force: bool
-    """Replace existing export files."""
+    """Folder the winner is exported into (``None``: no export)."""
     workers: int | None
     """Processes that search pieces of the space."""
     rank_by: str
@@ -145,7 +145,7 @@ class CountPlans:
     """The point the objective and limits choose."""
 
 
-def check_request(request: PlanRequest) -> Checked:
+def check_request(request: PlanRequest, check_export: CheckExport) -> Checked:
     """Every check that can refuse the request before a search, in the order ``plait plan`` reports them."""
     if request.rank_by not in RANK_BY:
         raise ConfigError(f"--rank-by={request.rank_by!r} must be one of {', '.join(RANK_BY)}")
@@ -162,7 +162,7 @@ def check_request(request: PlanRequest) -> Checked:
         if not low <= value <= LIMIT:
             raise ConfigError(f"{name}={value} must be between {low} and {LIMIT}")
     if request.export is not None:  # before the search: an existing file or an unexportable model is refused at once
-        check_export_folder(request.export, export_names(the_engine, request.model), request.force)
+        check_export(the_engine)
     precision, dp_sync = request.precision, request.dp_sync
     precisions = tuple(p.strip() for p in precision.split(",")) if precision else None
     for name in precisions or ():
@@ -173,9 +173,9 @@ def check_request(request: PlanRequest) -> Checked:
                    precisions=precisions, syncs=syncs)
 
 
-def plan_search(request: PlanRequest, progress: Progress) -> ThroughputPlans | CountPlans:
+def plan_search(request: PlanRequest, progress: Progress, check_export: CheckExport) -> ThroughputPlans | CountPlans:
     """The request checked, then searched for its objective."""
-    checked = check_request(request)
+    checked = check_request(request, check_export)
     if request.objective == "throughput":
         return search_throughput(checked, progress)
     return search_counts(checked, progress)
@@ -215,12 +215,4 @@ def search_counts(checked: Checked, progress: Progress) -> CountPlans:
                                    workers=request.workers, dp_syncs=checked.syncs)
     choice = choose(points, request.objective, request.deadline_days, request.budget_usd)
     return CountPlans(checked=checked, points=points, front=pareto_front(points), choice=choice)
-
-
-def export_winner(checked: Checked, plan: Plan) -> list[Path]:
-    """``plan`` as plan.toml and the engine's own configuration in the request's export folder; the files written."""
-    request = checked.request
-    assert request.export is not None
-    return write_artifacts(request.export, export_for(checked.engine, plan, request.model, checked.model,
-                                                      request.cluster, request.export), overwrite=request.force)
 
