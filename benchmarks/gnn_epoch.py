@@ -21,15 +21,17 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from plait.workloads.cpu_ranks import gnn_worker_argv
+from plait.workloads.cpu_ranks import gnn_worker_config
 from plait.cost.gnn import estimate_gnn
 from plait.cost.gnn_sampler import Sampler
 from plait.cost.gnn_sampling import measured_classes
 from plait.hardware.catalog import load_cluster_file
+from plait.run.config import write_config
 from plait.run.graph import generate
 from plait.workload.gnn import KINDS, GnnModel, GnnSpec, GraphStats
 
@@ -69,19 +71,18 @@ def main() -> None:
     asked = GnnSpec(name="benchmark", model=model, graph=GraphStats(
         nodes=args.nodes, edges=args.edges, features=args.features, classes=args.classes, train_nodes=args.nodes,
         degree_exponent=args.exponent, max_degree=args.nodes - 1))
-    worker = [*gnn_worker_argv(asked, args.batch, steps + warmup, args.cache), "--sampler", args.sampler,
-              "--bulk", str(args.bulk), "--adjacency", args.adjacency]
+    config = replace(gnn_worker_config(asked, args.batch, steps + warmup, args.cache), sampler=args.sampler,
+                     bulk=args.bulk, adjacency=args.adjacency)
     out = tmp / "run.json"
+    config_file = write_config(replace(config, out=out), tmp / "config.json")
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={args.ranks}", "-m", "plait.run.gnn", *worker, "--out", str(out)],
+                           f"--nproc-per-node={args.ranks}", "-m", "plait.run.gnn", "--config", str(config_file)],
                           capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode:
         sys.exit(f"the GNN run failed:\n{done.stderr[:4000]}")
     run = json.loads(out.read_text())
 
-    from plait.run.gnn import parser
-
-    mix = parser().parse_args([*worker, "--out", "unused"]).mix
+    mix = config.mix
     graph = generate(args.nodes, args.edges, args.ranks, args.features, args.classes, exponent=args.exponent, mix=mix)
     degrees = graph.degrees()
     stats = GraphStats(nodes=graph.nodes, edges=graph.edges, features=args.features, classes=args.classes,

@@ -7,7 +7,7 @@ model (written to a temporary folder; byte tokens from CPython's own docs, plait
 of :data:`CASES` through ``python -m torch.distributed.run --standalone`` and ``plait.run.worker``, and prints
 the measured median step time (after the first step) and peak memory of rank 0 (its metrics JSONL) next to
 plait's prediction for the same plan on the ``dgx-h100-ib`` preset carrying the ``h200`` accelerator, as
-``plait run`` predicts (``estimate(..., engine=get_engine("plait"))``, plait/cli/run.py). Plans that need two
+``plait run`` predicts (``estimate(..., engine=get_engine("plait"))``, plait/run/plan_run.py). Plans that need two
 GPUs (cp=2, tp=2 with async TP) print SKIP with the reason on a one-GPU machine; with two or more GPUs they
 run, and a fp32 loss-parity check of context parallelism (tiny model, cp=1 against cp=2) runs too. Every case
 is guarded: a failure prints its error line and the next case runs; a total time budget skips what is left.

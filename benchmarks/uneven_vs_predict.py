@@ -9,7 +9,7 @@ Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
 3. Predicted: :func:`plait.predict.hetero.estimate_mixed` on a mixed cluster of two groups of one rank each, rank
    0 the calibrated description and rank 1 :func:`plait.hardware.hetero.slowed` of it by 3 (what the sleep
    emulates), joined by the calibrated collective tier — what ``plait run`` prints for the same options
-   (:func:`plait.cli.run_uneven.predict_uneven`). Target: |error| <= 20% for each layout.
+   (:func:`plait.run.uneven_prediction.predict_uneven`). Target: |error| <= 20% for each layout.
 Printed: each layout's measured and predicted step time and error, the predicted busy time of each group, and the
 speed-up of the uneven split over the even one, measured and predicted. The first row, ``ddp x1``, is the control:
 DDP on equal ranks, whose error is the calibration's alone (benchmarks/run_vs_predict.py's ``ddp``); on a machine
@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from plait.cli.run_uneven import predict_uneven
+from plait.run.uneven_prediction import predict_uneven
 from plait.hardware.catalog import load_cluster_file
 from plait.hardware.cluster import Cluster
 from plait.plan.io import read_plan_file

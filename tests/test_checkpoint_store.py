@@ -151,7 +151,7 @@ def test_a_checkpoint_holds_what_the_pre_flight_check_predicts(saved) -> None:  
     """The bytes DCP wrote (every rank's shards; DDP's replicas once) against `plait run`'s predicted checkpoint
     size, fp32 weights plus AdamW's two moments. Measured here: +12% (2,434,926 vs 2,169,600 bytes), the
     serialization of ~100 small tensors of the tiny model, a share that vanishes for real models."""
-    from plait.cli.run import checkpoint_bytes
+    from plait.run.checkpoint_room import checkpoint_bytes
     from plait.plan.io import read_plan_file
     from plait.workload.catalog import resolve_model
 
@@ -168,10 +168,10 @@ def test_a_run_whose_checkpoints_cannot_fit_is_refused_before_it_starts(tmp_path
     import io
     import shutil as shell
 
-    from plait.cli import run as run_module
     from plait.cli.main import run_cli
+    from plait.run import plan_run
 
-    monkeypatch.setattr(run_module, "run_local", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(plan_run, "run_local", lambda *a: pytest.fail("launched"))
     monkeypatch.setattr(shell, "disk_usage", lambda path: shell._ntuple_diskusage(10**9, 10**9 - 10**6, 10**6))
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
@@ -182,7 +182,7 @@ def test_a_run_whose_checkpoints_cannot_fit_is_refused_before_it_starts(tmp_path
 
 def test_saves_are_counted_as_the_steps_would_save_without_walking_them() -> None:
     """The pre-flight count against the walk it replaced (the fuzz's ``--steps 2^63`` walked for minutes)."""
-    from plait.cli.run import checkpoint_saves
+    from plait.run.checkpoint_room import checkpoint_saves
 
     for at, every, steps in itertools.product(range(12), range(7), range(1, 15)):
         walked = sum(1 for s in range(1, steps + 1) if s == at or (every and s % every == 0))
@@ -193,11 +193,11 @@ def test_saves_are_counted_as_the_steps_would_save_without_walking_them() -> Non
 def test_room_counts_only_published_checkpoints_as_reclaimable(tmp_path: Path) -> None:
     """What a run prunes is its folder's published ``step-<n>/`` checkpoints; other files there free nothing and are
     not walked (the fuzz once walked ``--checkpoint-dir /`` into ``/proc``: a traceback, and two minutes)."""
-    from plait.cli.run import _published_bytes
+    from plait.run.checkpoint_room import published_bytes
 
     (tmp_path / "step-00000002").mkdir()
     (tmp_path / "step-00000002" / "shard").write_bytes(b"x" * 300)
     (tmp_path / ".step-00000004.partial").mkdir()
     (tmp_path / ".step-00000004.partial" / "shard").write_bytes(b"x" * 50)
     (tmp_path / "notes.txt").write_bytes(b"x" * 1000)
-    assert _published_bytes(tmp_path) == 300
+    assert published_bytes(tmp_path) == 300

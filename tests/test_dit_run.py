@@ -29,9 +29,11 @@ def _run(tmp_path: Path, name: str, *extra: str) -> dict:  # type: ignore[type-a
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     torch = pytest.importorskip("torch")
-    from plait.workloads.dit.worker import parser, run
+    from plait.run.config import read_config
+    from plait.workloads.dit.worker import run
+    from plait.run.workload_configs import DitConfig
 
-    args = parser().parse_args(["--ranks", "1", "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden",
+    args = read_config(DitConfig, ["--ranks", "1", "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden",
                                 str(HIDDEN), "--side", str(SIDE), "--batch", str(BATCH), "--out", "unused"])
     return torch.tensor(run(args)["latent"])
 

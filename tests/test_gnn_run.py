@@ -21,7 +21,9 @@ FEATURES, STEPS = 16, 3
 def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Path, kind: str, cache: float,
                                                                     heads: int) -> None:
     pytest.importorskip("torch_geometric")
-    from plait.run.gnn import parser, train
+    from plait.run.config import read_config
+    from plait.run.gnn import train
+    from plait.run.workload_configs import GnnConfig
 
     argv = ["--kind", kind, "--heads", str(heads), "--cache", str(cache), "--features", str(FEATURES), "--steps",
             str(STEPS)]
@@ -29,7 +31,7 @@ def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Pa
     done = run_ranks(2, ["-m", "plait.run.gnn", *argv, "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
-    single = train(parser().parse_args([*argv, "--out", str(tmp_path / "ref.json")]), reference=2)
+    single = train(read_config(GnnConfig, [*argv, "--out", str(tmp_path / "ref.json")]), reference=2)
     assert measured["losses"] == pytest.approx(single["losses"], abs=1e-5)
     assert len(set(measured["losses"])) == STEPS  # the model moves
     for step, asked in enumerate(single["requests"]):
@@ -86,14 +88,16 @@ def test_training_inside_the_parts_runs_as_one_process(tmp_path: Path, strategy:
     correction on a whole-graph batch, broadcast) on 2 gloo ranks give one process's losses within 1e-5 over 5
     steps, two averaging rounds included; the losses move."""
     pytest.importorskip("torch_geometric")
-    from plait.run.gnn_local import parser, train
+    from plait.run.config import read_config
+    from plait.run.gnn_local import train
+    from plait.run.workload_configs import GnnLocalConfig
 
     argv = ["--strategy", strategy, "--steps", "5", "--local-steps", "2", "--features", str(FEATURES)]
     out = tmp_path / "run.json"
     done = run_ranks(2, ["-m", "plait.run.gnn_local", *argv, "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())["losses"]
-    single = train(parser().parse_args([*argv, "--out", str(tmp_path / "ref.json")]), reference=2)["losses"]
+    single = train(read_config(GnnLocalConfig, [*argv, "--out", str(tmp_path / "ref.json")]), reference=2)["losses"]
     assert measured == pytest.approx(single, abs=1e-5)
     assert len(set(measured)) == 5
 
@@ -102,10 +106,13 @@ def test_llcg_corrections_change_the_model_partition_local_would_train() -> None
     """With the same batches, LLCG's averaging and server step move the model elsewhere than DDP over the parts:
     the losses part after the first averaging round."""
     pytest.importorskip("torch_geometric")
-    from plait.run.gnn_local import parser, train
+    from plait.run.config import read_config
+    from plait.run.gnn_local import train
+    from plait.run.workload_configs import GnnLocalConfig
 
-    runs = {s: train(parser().parse_args(["--strategy", s, "--steps", "4", "--local-steps", "2", "--out", "unused"]),
-                     reference=2)["losses"] for s in ("partition_local", "llcg")}
+    argv = ["--steps", "4", "--local-steps", "2", "--out", "unused"]
+    runs = {s: train(read_config(GnnLocalConfig, ["--strategy", s, *argv]), reference=2)["losses"]
+            for s in ("partition_local", "llcg")}
     assert runs["llcg"][0] == pytest.approx(runs["partition_local"][0], abs=1e-6)  # the same first batches
     assert abs(runs["llcg"][3] - runs["partition_local"][3]) > 1e-4
 
@@ -138,7 +145,9 @@ def test_bulks_over_a_partitioned_adjacency_train_as_one_process_and_send_the_co
     rank sends for sampling equal :func:`plait.cost.gnn.rank_sampling_bytes` of the rows each part's batches draw."""
     pytest.importorskip("torch_geometric")
     from plait.cost.gnn_sampler import rank_sampling_bytes
-    from plait.run.gnn import parser, train
+    from plait.run.config import read_config
+    from plait.run.gnn import train
+    from plait.run.workload_configs import GnnConfig
 
     steps, bulk = 4, 2
     argv = ["--features", str(FEATURES), "--steps", str(steps), "--fanouts", "5", "3", "4"]
@@ -147,7 +156,7 @@ def test_bulks_over_a_partitioned_adjacency_train_as_one_process_and_send_the_co
                          "partitioned", "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
-    single = train(parser().parse_args([*argv, "--out", str(tmp_path / "ref.json")]), reference=2)
+    single = train(read_config(GnnConfig, [*argv, "--out", str(tmp_path / "ref.json")]), reference=2)
     assert measured["losses"] == pytest.approx(single["losses"], abs=1e-5)
     expected = [0.0, 0.0]
     for first in range(0, steps, bulk):
@@ -169,7 +178,9 @@ def test_gnnpipe_on_two_ranks_runs_as_one_process_and_sends_each_boundary_both_w
     their gradients back."""
     pytest.importorskip("torch_geometric")
     from plait.cost.gnn_pipe import boundary_bytes
-    from plait.run.gnn_pipe import parser, train
+    from plait.run.config import read_config
+    from plait.run.gnn_pipe import train
+    from plait.run.workload_configs import GnnPipeConfig
     from plait.workload.gnn import GnnModel, GnnSpec, GraphStats
 
     argv = ["--chunks", "3", "--steps", "3"]
@@ -177,7 +188,7 @@ def test_gnnpipe_on_two_ranks_runs_as_one_process_and_sends_each_boundary_both_w
     done = run_ranks(2, ["-m", "plait.run.gnn_pipe", *argv, "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
-    args = parser().parse_args([*argv, "--out", "unused"])
+    args = read_config(GnnPipeConfig, [*argv, "--out", "unused"])
     single = train(args, reference=2)
     assert measured["losses"] == pytest.approx(single["losses"], abs=1e-5)
     assert measured["losses"][-1] < measured["losses"][0]
@@ -194,10 +205,12 @@ def test_gnnpipe_with_one_chunk_is_plain_full_graph_training() -> None:
     import torch
     import torch.nn.functional as fn
 
-    from plait.run.gnn_pipe import build_layers, parser, train
+    from plait.run.config import read_config
+    from plait.run.gnn_pipe import build_layers, train
     from plait.run.graph import generate
+    from plait.run.workload_configs import GnnPipeConfig
 
-    args = parser().parse_args(["--chunks", "1", "--steps", "3", "--out", "unused"])
+    args = read_config(GnnPipeConfig, ["--chunks", "1", "--steps", "3", "--out", "unused"])
     piped = train(args, reference=2)["losses"]
     graph = generate(args.nodes, args.edges, 1, args.features, args.classes, exponent=args.exponent, seed=args.seed)
     first, second = build_layers(args.features, args.hidden, args.classes, 2)

@@ -2,7 +2,8 @@
 death-signal links: torchrun's to plait, the ranks' to torchrun) to the ``plait`` process, and no process of that
 run is alive 10 s later. Each case starts a 2-rank gloo run of the tiny model
 that would train for a long time, waits until both ranks are in their training loop, sends the signal, and looks
-for the run's processes in /proc (they all carry the run's own plan path on their command line)."""
+for the run's processes in /proc (they all carry the run's own plan path in their environment, which each inherits
+from the ``plait`` process; the ranks' command line names their configuration file instead)."""
 
 from __future__ import annotations
 
@@ -24,17 +25,18 @@ MODEL = ROOT / "examples" / "tiny-model.toml"
 
 
 def _processes(marker: str) -> dict[int, str]:
-    """pid -> command line of every live process whose command line contains ``marker``."""
+    """pid -> command line of every live process whose command line or environment contains ``marker``."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
             state = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("State:"))
         except (OSError, StopIteration):
             continue
-        if marker in cmdline and "Z (zombie)" not in state:
+        if (marker in cmdline or marker in environ) and "Z (zombie)" not in state:
             found[int(entry.name)] = cmdline
     return found
 
@@ -46,7 +48,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     with log.open("wb") as out:
         launcher = subprocess.Popen([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", "100000",
                                      "--cluster", "dgx-h100-ib"], stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, env={**os.environ, "PLAIT_TEST_RUN": str(plan)})
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:  # the reporting rank passed step 3: both ranks are in the loop (DDP syncs)
         if "step 3:" in log.read_text(errors="replace"):

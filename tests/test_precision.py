@@ -28,18 +28,21 @@ def test_native_precisions_follow_the_cpu_flags() -> None:
 
 def test_run_trains_in_fp32_where_bf16_is_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a CPU without native bf16, `plait run` says so and passes --full-precision to every rank."""
-    from plait.cli import run as run_cli_module
     from plait.cli.main import run_cli
+    from plait.run import plan_run
+    from plait.run.config import read_config
+    from plait.run.worker_config import WorkerConfig
 
-    launched: list[list[str]] = []
+    launched: list[WorkerConfig] = []
     monkeypatch.setattr(precision, "_cpuinfo", lambda: ZEN3)
-    monkeypatch.setattr(run_cli_module, "run_local", lambda plan, gpus, extra, restarts: launched.append(extra) or 0)
+    monkeypatch.setattr(plan_run, "run_local", lambda config, gpus, restarts: launched.append(
+        read_config(WorkerConfig, ["--config", str(config)])) or 0)
     plan = Path(__file__).resolve().parents[1] / "examples" / "tiny-plan.toml"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert run_cli(["run", "--plan", str(plan), "--dry-run"]) == 0
-    assert "no native bf16" in out.getvalue() and "--full-precision" in launched[0]
+    assert "no native bf16" in out.getvalue() and launched[0].full_precision
     monkeypatch.setattr(precision, "_cpuinfo", lambda: SAPPHIRE_RAPIDS)
     with contextlib.redirect_stdout(io.StringIO()):
         assert run_cli(["run", "--plan", str(plan), "--dry-run"]) == 0
-    assert "--full-precision" not in launched[1]
+    assert not launched[1].full_precision

@@ -164,7 +164,7 @@ def test_plait_run_refuses_before_any_rank_starts(body: str, options: list[str],
     def no_launch(*_: object, **__: object) -> int:
         raise AssertionError("a rank was started")
 
-    monkeypatch.setattr("plait.cli.run.run_local", no_launch)
+    monkeypatch.setattr("plait.run.plan_run.run_local", no_launch)
     code, _, err = cli(["run", "--plan", str(write_plan(tmp_path / "plan.toml", body)), *options])
     assert code == 2 and fragment in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1
@@ -193,8 +193,8 @@ def test_the_checks_in_one_call() -> None:
 
 
 def test_plait_runs_prediction_shares_one_rank_per_group() -> None:
-    """The uneven run as estimate_mixed sees it (plait.cli.run_uneven): a share per rank, the run's split."""
-    from plait.cli.run_uneven import mixed_plan, predict_uneven
+    """The uneven run as estimate_mixed sees it (plait.run.uneven_prediction): a share per rank, the run's split."""
+    from plait.run.uneven_prediction import mixed_plan, predict_uneven
     from plait.hardware.catalog import resolve_cluster
     from plait.plan.plan import Plan
     from plait.workload.catalog import resolve_model

@@ -12,6 +12,7 @@ from rich.console import Console
 from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
+from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.hardware.hetero import MixedCluster
 from plait.hardware.mixed_catalog import mixed_cluster
@@ -81,14 +82,16 @@ def estimate_command(
     if workload.kind.price is not None:  # the kind prices the layout options itself
         result = workload.kind.price(workload, options)
     else:
-        plan = plan_from_options(
-            gpus=gpus, tp=tp, pp=pp, vpp=vpp, schedule=schedule, cp=cp, ep=ep, dp_replicate=dp_replicate,
-            sharding=sharding, sp=sp, recompute=recompute, recompute_layers=recompute_layers,
-            micro_batch=1 if micro_batch is None else micro_batch, global_batch=global_batch, seq_len=seq_len,
-            precision=precision,
-            offload_optimizer=offload_optimizer, offload_params=offload_params, dp_sync=dp_sync,
-        ) if plan_file is None else None
+        plan = None
+        if plan_file is None:
+            plan = plan_from_options(gpus=gpus, micro_batch=1 if micro_batch is None else micro_batch,
+                                     **{k: options[k] for k in LAYOUT_OPTIONS})
         result = predict(resolve_job(model, cluster, plan_file, plan, engine), simulate=simulate)
+    _show_estimate(result, as_json, train_tokens)
+
+
+def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None:
+    """The estimate as JSON (with its goodput under failures) or as tables."""
     if as_json:
         from plait.predict.goodput import goodput
 

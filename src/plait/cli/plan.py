@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -13,28 +13,20 @@ from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
 from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
 from plait.cli.render_plan import print_points, print_relaxations, print_search
-from plait.engine.catalog import DEFAULT_ENGINE, get_engine
+from plait.engine.catalog import DEFAULT_ENGINE
+from plait.engine.choice import SITES_ENGINE
+from plait.engine.engine import Engine
 from plait.errors import ConfigError, check_export_folder
 from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
-from plait.hardware.catalog import resolve_cluster
 from plait.hardware.mixed_catalog import mixed_cluster
 from plait.job import Job
-from plait.plan.convergence import searched_specs
-from plait.plan.plan import LIMIT, Precision
-from plait.search.engine import RANK_BY, run_search
+from plait.plan.plan import Plan
 from plait.search.explain import runner_up_gives_up, why_winner
-from plait.search.pareto import choose, pareto_front
-from plait.search.planner import check_objective, gpu_counts, parse_gpu_range, relaxations, search_gpu_counts
+from plait.search.planner import check_objective
 from plait.search.planner import parse_batches as _batches
-from plait.search.space import default_space
-from plait.sync import ALLREDUCE, parse
-from plait.workload.catalog import resolve_model
+from plait.search.request import Checked, CountPlans, PlanRequest, ThroughputPlans, plan_search
 from plait.workloads import load
-
-SITES_ENGINE = "plait"
-"""The engine planned for on clusters that span sites (the one that runs every ``dp_sync`` method)."""
-
 
 def plan_command(
     model: Annotated[str, typer.Option(help="Catalog model, config.json or model TOML.")] = DEFAULT_MODEL,
@@ -86,68 +78,43 @@ def plan_command(
     if workload.kind.plan is not None:  # the kind searches and prints its own plans
         workload.kind.plan(workload, options)
         return
-    if rank_by not in RANK_BY:
-        raise ConfigError(f"--rank-by={rank_by!r} must be one of {', '.join(RANK_BY)}")
-    if rank_by != "p50" and objective != "throughput":
-        raise ConfigError(f"--rank-by={rank_by} ranks the plans of objective throughput; objective {objective} "
-                          "compares GPU counts at their best predicted step")
-    model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
-    # Across sites the methods that send less matter most, and only plait's runtime runs them (`plait engines`).
-    the_engine = get_engine(engine or (SITES_ENGINE if cluster_spec.site_gpus else DEFAULT_ENGINE))
-    batches = _batches(global_batch)
-    if top < 1:
-        raise ConfigError(f"--top={top} must be >= 1")
-    for name, value, low in (("--gpus", gpus, 1), ("--seq-len", seq_len, 0), *(("--global-batch", b, 1) for b in batches)):
-        if not low <= value <= LIMIT:
-            raise ConfigError(f"{name}={value} must be between {low} and {LIMIT}")
-    if export is not None:  # before the search: an existing file or an unexportable model is refused at once
-        check_export_folder(export, export_names(the_engine, model), force)
-    precisions = tuple(p.strip() for p in precision.split(",")) if precision else None
-    for name in precisions or ():
-        if name not in get_args(Precision):
-            raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
-    syncs = tuple(dict.fromkeys([ALLREDUCE, *((parse(s) for s in dp_sync) if dp_sync else searched_specs())]))
+    request = PlanRequest(model=model, cluster=cluster, engine=engine, gpus=gpus, gpus_range=gpus_range,
+                          global_batch=global_batch, seq_len=seq_len, objective=objective, tokens=tokens,
+                          deadline_days=deadline_days, budget_usd=budget_usd, top=top, memory_margin=memory_margin,
+                          allow_tp_across_nodes=allow_tp_across_nodes, precision=precision,
+                          dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export,
+                          workers=workers, rank_by=rank_by)
     console = Console(stderr=as_json)
-    if objective == "throughput":
-        if gpus_range:
-            raise ConfigError("--gpus-range needs objective cost or time; objective throughput takes --gpus")
-        space = default_space(model_spec, cluster_spec, gpus, batches, seq_len=seq_len, memory_margin=memory_margin,
-                              allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=syncs,
-                              param_servers=not dp_sync)
-        with LazyProgress(console, "searching plans") as progress:
-            result = run_search(model_spec, cluster_spec, space, progress=progress, engine=the_engine, workers=workers,
-                                rank_by=rank_by)
-        if result.num_candidates == 0:
-            raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "
-                              f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
-        best = result.top(top)
-        fixes = relaxations(model_spec, cluster_spec, space, the_engine) if not best else []
-        if as_json:
-            print_json(_search_json(result, best, fixes))
-        else:
-            print_search(console, result, top)
-            if not best:
-                print_relaxations(console, result, fixes)
-        if export and best:
-            chosen = Job.checked(model_spec, cluster_spec, best[0].plan, the_engine)  # a searched plan: rules passed
-            written = write_artifacts(export, export_for(chosen, model, cluster, export), overwrite=force)
-            console.print(f"exported {', '.join(str(p) for p in written)}")
+    plans = plan_search(request, lambda label: LazyProgress(console, label),
+                        lambda engine: _check_export(export, model, engine, force))
+    if isinstance(plans, ThroughputPlans):
+        _show_throughput(plans, console, as_json, force)
+    else:
+        _show_counts(plans, console, as_json, force)
+
+
+def _show_throughput(plans: ThroughputPlans, console: Console, as_json: bool, force: bool) -> None:
+    """The ranked plans (or the relaxations where none fits), the export, and exit code 1 where none fits."""
+    result, best, fixes = plans.result, plans.best, plans.fixes
+    if as_json:
+        print_json(_search_json(result, best, fixes))
+    else:
+        print_search(console, result, plans.checked.request.top)
         if not best:
-            raise typer.Exit(1)
-        return
-    if gpus_range is None:
-        raise ConfigError(f"objective {objective} needs --gpus-range LOW:HIGH (e.g. 64:1024)")
-    counts = gpu_counts(*parse_gpu_range(gpus_range), cluster_spec)
-    with LazyProgress(console, "searching GPU counts") as progress:
-        points = search_gpu_counts(model_spec, cluster_spec, counts, batches, tokens, seq_len=seq_len,
-                                   memory_margin=memory_margin, allow_tp_across_nodes=allow_tp_across_nodes,
-                                   precisions=precisions, progress=progress, engine=the_engine, workers=workers,
-                                   dp_syncs=syncs)
-    front = pareto_front(points)
-    choice = choose(points, objective, deadline_days, budget_usd)
+            print_relaxations(console, result, fixes)
+    if plans.checked.request.export and best:
+        written = _export(plans.checked, best[0].plan, force)
+        console.print(f"exported {', '.join(str(p) for p in written)}")
+    if not best:
+        raise typer.Exit(1)
+
+
+def _show_counts(plans: CountPlans, console: Console, as_json: bool, force: bool) -> None:
+    """Each GPU count's best plan, the Pareto front and the choice; the chosen plan's export."""
+    points, front, choice, request = plans.points, plans.front, plans.choice, plans.checked.request
     if as_json:
         print_json({
-            "objective": objective, "engine": the_engine.spec, "tokens": tokens,
+            "objective": request.objective, "engine": plans.checked.engine.spec, "tokens": request.tokens,
             "points": [{"gpus": p.gpus, "layout": p.estimate.plan.describe(), "days": p.days, "dollars": p.dollars,
                         "tokens_per_s": p.estimate.tokens_per_s} for p in points],
             "pareto_gpus": [p.gpus for p in front],
@@ -155,12 +122,25 @@ def plan_command(
                        "dollars": choice.dollars},
         })
     else:
-        print_points(console, points, front, choice, tokens)
-    if export:
-        chosen = Job.checked(model_spec, cluster_spec, choice.estimate.plan, the_engine)  # a searched plan
-        written = write_artifacts(export, export_for(chosen, model, cluster, export), overwrite=force)
+        print_points(console, points, front, choice, request.tokens)
+    if request.export:
+        written = _export(plans.checked, choice.estimate.plan, force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
 
+
+def _check_export(folder: Path | None, model: str, engine: Engine, force: bool) -> None:
+    """Before the search: an existing file in the export folder, or a model the engine cannot export, is refused."""
+    assert folder is not None  # asked only where --export is given
+    check_export_folder(folder, export_names(engine, model), force)
+
+
+def _export(checked: Checked, plan: Plan, force: bool) -> list[Path]:
+    """``plan`` as plan.toml and the engine's own configuration in the request's export folder; the files written."""
+    request = checked.request
+    assert request.export is not None
+    job = Job.checked(checked.model, checked.cluster, plan, checked.engine)  # a searched plan: rules passed
+    return write_artifacts(request.export, export_for(job, request.model, request.cluster, request.export),
+                           overwrite=force)
 
 def _search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-untyped-def]
     return {

@@ -26,17 +26,16 @@ exchange: what :func:`plait.simulate.async_sgd.simulate_async` takes as a worker
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from plait.cost.servers import HEADER_ELEMENTS
 from plait.plan.servers import placement
+from plait.run.config import read_config
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
@@ -45,6 +44,7 @@ from plait.run.sends import Sends
 from plait.run.sites import Reducer
 from plait.run.sync import attach, counted_bytes
 from plait.run.train import cross_entropy
+from plait.run.workload_configs import AsyncConfig
 from plait.sync import EASGD, AsyncPS, ParamServer, SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
@@ -121,7 +121,7 @@ def serve(sync: SyncMethod, model: torch.nn.Module, workers: int, index: int, op
 
 
 def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.ProcessGroup,
-         args: argparse.Namespace) -> dict[str, object]:
+         args: AsyncConfig) -> dict[str, object]:
     """Worker loop over the workers' ``group``: iterations until ``args.steps`` or ``args.seconds``; returns its
     losses, times and bytes."""
     rank, servers = dist.get_rank(), sync.server_ranks
@@ -132,7 +132,7 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
         resolve_model(args.model)), Reducer(group))
     versions = [0] * servers
     losses, times, sent, computed = [], [], [], []  # type: list[float], list[float], list[int], list[float]
-    slow = dict(args.slow)
+    slow = args.slow_s
     began = time.perf_counter()
     step = 0
     waits = not servers or isinstance(sync, ParamServer)  # workers that wait for each other stop together
@@ -169,7 +169,7 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
     return {"losses": losses, "times": times, "bytes": sent, "compute_s": computed}
 
 
-def _continues(step: int, began: float, args: argparse.Namespace, group: dist.ProcessGroup | None) -> bool:
+def _continues(step: int, began: float, args: AsyncConfig, group: dist.ProcessGroup | None) -> bool:
     """Whether a worker starts another iteration: ``args.steps`` of them, or until ``args.seconds``; workers that
     wait for each other (``group``) stop together, when the first of them runs out of time."""
     if not args.seconds:
@@ -208,7 +208,7 @@ def _exchange(flat: torch.Tensor, sizes: list[int], workers: int, kind: float, v
                 p.sub_(part.view_as(p).to(p.dtype))
 
 
-def held_out_loss(model: torch.nn.Module, flat: torch.Tensor, args: argparse.Namespace) -> float:
+def held_out_loss(model: torch.nn.Module, flat: torch.Tensor, args: AsyncConfig) -> float:
     """Loss of the parameters ``flat`` on a batch no run trains on."""
     with torch.no_grad():
         for p, part in zip(model.parameters(), flat.split([p.numel() for p in model.parameters()])):
@@ -217,7 +217,7 @@ def held_out_loss(model: torch.nn.Module, flat: torch.Tensor, args: argparse.Nam
         return float(cross_entropy(model(inputs), targets))
 
 
-def run_case(text: str, workers: int, group: dist.ProcessGroup, args: argparse.Namespace) -> dict[str, object] | None:
+def run_case(text: str, workers: int, group: dist.ProcessGroup, args: AsyncConfig) -> dict[str, object] | None:
     """One method from the same initial weights: workers train, its server ranks serve, other ranks wait; rank 0
     returns the result."""
     sync, spec, rank = parse(text), resolve_model(args.model), dist.get_rank()
@@ -242,22 +242,7 @@ def run_case(text: str, workers: int, group: dist.ProcessGroup, args: argparse.N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, required=True, help="JSON file rank 0 writes: each method's result")
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--spec", action="append", required=True,
-                        help="dp_sync method (async_ps, easgd, param_server:host=cpu, or any synchronous one); "
-                             "repeatable: each runs in turn, from the same weights")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="worker ranks (0: the world less the server ranks the methods need)")
-    parser.add_argument("--steps", type=int, default=10, help="iterations per worker (without --seconds)")
-    parser.add_argument("--seconds", type=float, default=0.0, help="wall time each worker trains for")
-    parser.add_argument("--batch", type=int, default=8, help="global batch: every worker takes its share")
-    parser.add_argument("--optimizer", default="sgd", choices=sorted(LEARNING_RATES))
-    parser.add_argument("--bf16", action="store_true", help="forward under bf16 autocast (CPU), as plait run's bf16")
-    parser.add_argument("--slow", type=lambda t: (int(t.split(":")[0]), float(t.split(":")[1])), action="append",
-                        default=[], help="RANK:SECONDS slept by that worker every iteration")
-    args = parser.parse_args(argv)
+    args = read_config(AsyncConfig, argv, prog="plait.run.async_train", description=__doc__)
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     world = dist.get_world_size()

@@ -10,14 +10,13 @@ that spans sites, the ranks are laid out on it and all-reduce hierarchically acr
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from plait.run.config import read_config
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
@@ -25,6 +24,7 @@ from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import Reducer, build_reducer, named_site_gpus
 from plait.run.sync import attach, counted_bytes, skips_gradient
 from plait.run.train import cross_entropy
+from plait.run.workload_configs import ConvergeConfig
 from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
@@ -73,14 +73,7 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, required=True, help="JSON file rank 0 writes")
-    parser.add_argument("--model", required=True, help="model preset or file")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=8, help="global batch (sequences per step)")
-    parser.add_argument("--cluster", default="", help="cluster preset or file the ranks lie on (sites: hierarchical)")
-    parser.add_argument("cases", nargs="+", help="METHOD[:key=value,...]@sgd|adamw")
-    args = parser.parse_args(argv)
+    args = read_config(ConvergeConfig, argv, prog="plait.run.converge", description=__doc__)
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     replicas = build_reducer(dist.group.WORLD, named_site_gpus(args.cluster))  # type: ignore[arg-type]

@@ -16,7 +16,6 @@ Tensor legend: ``U`` batch nodes, ``F`` features, ``C`` classes, ``B`` seeds, ``
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,13 +24,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
-from plait.cost.gnn_sampler import SAMPLERS
 from plait.run.bulk_sampler import adjacency, partitioned_rows, replicated_rows, sample_bulk
 from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
-from plait.run.graph import Graph, add_graph_arguments, generate
+from plait.run.config import read_config
+from plait.run.graph import Graph, generate
 from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
-from plait.workload.gnn import KINDS
+from plait.run.workload_configs import GnnConfig
 
 
 def build_model(kind: str, features: int, hidden: int, classes: int, layers: int, heads: int = 1) -> torch.nn.Module:
@@ -120,7 +119,7 @@ def features_of(batch: Batch, lo: int, hi: int, cached: torch.Tensor, cached_N: 
     return table.index_select(0, rows_U)
 
 
-def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
+def train(args: GnnConfig, reference: int = 0) -> dict[str, list]:
     graph = generate(args.nodes, args.edges, reference or dist.get_world_size(), args.features, args.classes,
                      exponent=args.exponent, mix=args.mix, seed=args.seed)
     model = build_model(args.kind, args.features, args.hidden, args.classes, len(args.fanouts), args.heads)
@@ -172,7 +171,7 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
             "sampling_bytes_sent": sampling}
 
 
-def _sampler(args: argparse.Namespace, graph: Graph, rank: int, counter: Counted) -> Callable[[list[int]], list[Batch]]:
+def _sampler(args: GnnConfig, graph: Graph, rank: int, counter: Counted) -> Callable[[list[int]], list[Batch]]:
     """Steps -> this rank's batches for them: one at a time by :func:`plait.run.sampler.sample`, or in one bulk by
     :func:`plait.run.bulk_sampler.sample_bulk` over the whole adjacency or this rank's rows of it."""
     lo, hi = graph.part_range(rank)
@@ -195,7 +194,7 @@ def _sampler(args: argparse.Namespace, graph: Graph, rank: int, counter: Counted
     return bulk
 
 
-def _reference(args: argparse.Namespace, graph: Graph, model: torch.nn.Module, cached_N: torch.Tensor,
+def _reference(args: GnnConfig, graph: Graph, model: torch.nn.Module, cached_N: torch.Tensor,
                world: int) -> dict[str, list]:
     """One process: each step, the mean of the ``world`` parts' losses on their batches (module docstring)."""
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
@@ -234,30 +233,8 @@ def drawing_rows(graph: Graph, batch: Batch) -> list[list[list[int]]]:
     return out
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__)
-    add_graph_arguments(p, nodes=4000, edges=20000)
-    p.add_argument("--mix", type=float, default=0.2, help="share of edges drawn between parts")
-    p.add_argument("--kind", choices=KINDS, default="sage")
-    p.add_argument("--heads", type=int, default=1, help="attention heads (gat, transformer)")
-    p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--fanouts", type=int, nargs="+", default=[5, 3])
-    p.add_argument("--batch", type=int, default=32, help="seeds per rank")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--cache", type=float, default=0.0, help="fraction of nodes whose features every rank caches")
-    p.add_argument("--sampler", choices=SAMPLERS, default="loop",
-                   help="one batch at a time, or matrix-based bulks (plait.run.bulk_sampler)")
-    p.add_argument("--bulk", type=int, default=1, help="batches per bulk (matrix sampler)")
-    p.add_argument("--adjacency", choices=("replicated", "partitioned"), default="replicated",
-                   help="the matrix sampler's adjacency: on every rank, or each rank's rows only")
-    p.add_argument("--lr", type=float, default=0.1)
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.bulk < 1 or (args.sampler == "loop" and (args.bulk > 1 or args.adjacency != "replicated")):
-        parser().error(f"--bulk {args.bulk} and --adjacency {args.adjacency} need --sampler matrix (and --bulk >= 1)")
+    args = read_config(GnnConfig, argv, prog="plait.run.gnn", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

@@ -20,20 +20,18 @@ Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.run.gnn_local
 
 from __future__ import annotations
 
-import argparse
 import copy
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
-from plait.cost.gnn import LLCG_CORRECTIONS, LLCG_LOCAL_STEPS
+from plait.run.config import read_config
 from plait.run.gloo_job import run_job
 from plait.run.gnn import build_model
-from plait.run.gnn import parser as gnn_parser
 from plait.run.graph import Graph, generate
 from plait.run.sampler import batch_generator, draw_seeds, sample
+from plait.run.workload_configs import GnnLocalConfig
 
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """A part's subgraph: row pointers, neighbours (part-local ids), features, labels."""
@@ -51,7 +49,7 @@ def part_subgraph(graph: Graph, part: int) -> Part:
     return rowptr, col[inside] - lo, graph.x_NF[lo:hi], graph.y_N[lo:hi]
 
 
-def local_loss(model: torch.nn.Module, part: Part, args: argparse.Namespace, step: int, index: int) -> torch.Tensor:
+def local_loss(model: torch.nn.Module, part: Part, args: GnnLocalConfig, step: int, index: int) -> torch.Tensor:
     """The loss of part ``index``'s batch at ``step``, sampled inside the part."""
     rowptr, col, x, y = part
     gen = batch_generator(args.seed, step, index)
@@ -60,7 +58,7 @@ def local_loss(model: torch.nn.Module, part: Part, args: argparse.Namespace, ste
     return fn.cross_entropy(out[: args.batch], y[batch.nodes_U[: args.batch]])
 
 
-def correct(model: torch.nn.Module, graph: Graph, args: argparse.Namespace, round_: int, world: int) -> None:
+def correct(model: torch.nn.Module, graph: Graph, args: GnnLocalConfig, round_: int, world: int) -> None:
     """The server's correction steps: SGD on mini-batches of the whole graph (every feature held)."""
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     for s in range(args.corrections):
@@ -74,7 +72,7 @@ def correct(model: torch.nn.Module, graph: Graph, args: argparse.Namespace, roun
         opt.step()
 
 
-def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
+def train(args: GnnLocalConfig, reference: int = 0) -> dict[str, list]:
     world = reference or dist.get_world_size()
     graph = generate(args.nodes, args.edges, world, args.features, args.classes, exponent=args.exponent,
                      mix=args.mix, seed=args.seed)
@@ -110,7 +108,7 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
     return {"losses": losses}
 
 
-def _reference(args: argparse.Namespace, graph: Graph, model: torch.nn.Module, world: int) -> dict[str, list]:
+def _reference(args: GnnLocalConfig, graph: Graph, model: torch.nn.Module, world: int) -> dict[str, list]:
     """One process (module docstring)."""
     parts = [part_subgraph(graph, p) for p in range(world)]
     copies = [model] if args.strategy == "partition_local" else [copy.deepcopy(model) for _ in range(world)]
@@ -146,20 +144,9 @@ def _reference(args: argparse.Namespace, graph: Graph, model: torch.nn.Module, w
     return {"losses": losses}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = gnn_parser()
-    p.description = __doc__
-    p.add_argument("--strategy", choices=("partition_local", "llcg"), default="partition_local")
-    p.add_argument("--local-steps", type=int, default=LLCG_LOCAL_STEPS, help="LLCG: local steps between averagings")
-    p.add_argument("--corrections", type=int, default=LLCG_CORRECTIONS, help="LLCG: server steps per averaging")
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.local_steps < 1 or args.corrections < 0:
-        parser().error(f"--local-steps {args.local_steps} must be >= 1 and --corrections {args.corrections} >= 0")
-    return run_job(Path(args.out), bool(args.reference), lambda: train(args, args.reference))
+    args = read_config(GnnLocalConfig, argv, prog="plait.run.gnn_local", description=__doc__)
+    return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 
 if __name__ == "__main__":

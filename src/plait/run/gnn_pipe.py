@@ -22,7 +22,6 @@ Tensor legend: ``N`` nodes, ``K`` a chunk's nodes, ``E`` directed edges into a c
 
 from __future__ import annotations
 
-import argparse
 import itertools
 
 import torch
@@ -30,7 +29,9 @@ import torch.distributed as dist
 import torch.nn.functional as fn
 
 from plait.run.gloo_job import run_job
-from plait.run.graph import Graph, add_graph_arguments, generate
+from plait.run.config import read_config
+from plait.run.graph import Graph, generate
+from plait.run.workload_configs import GnnPipeConfig
 
 
 def build_layers(features: int, hidden: int, classes: int, layers: int) -> list[torch.nn.Module]:
@@ -66,7 +67,7 @@ def bounds(nodes: int, chunks: int) -> list[tuple[int, int]]:
     return [(c * nodes // chunks, (c + 1) * nodes // chunks) for c in range(chunks)]
 
 
-def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
+def train(args: GnnPipeConfig, reference: int = 0) -> dict[str, list]:
     world = reference or dist.get_world_size()
     if world != args.layers:
         raise SystemExit(f"--layers {args.layers} must equal the ranks ({world}): one GraphSAGE layer per rank")
@@ -128,7 +129,7 @@ def train(args: argparse.Namespace, reference: int = 0) -> dict[str, list]:
     return {"losses": losses, "bytes_sent": every}
 
 
-def _reference(args: argparse.Namespace, graph: Graph, layers: list[torch.nn.Module], widths: list[int],
+def _reference(args: GnnPipeConfig, graph: Graph, layers: list[torch.nn.Module], widths: list[int],
                spans: list[tuple[int, int]], edges: list[torch.Tensor]) -> dict[str, list]:
     """The same schedule in one process: the ranks' stores are kept side by side."""
     histories = [graph.x_NF, *[torch.zeros(graph.nodes, w) for w in widths[1:]]]  # stage 0's: the features
@@ -151,21 +152,8 @@ def _reference(args: argparse.Namespace, graph: Graph, layers: list[torch.nn.Mod
     return {"losses": losses}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__)
-    add_graph_arguments(p, nodes=2000, edges=10000)
-    p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--layers", type=int, default=2, help="GraphSAGE layers: one per rank")
-    p.add_argument("--chunks", type=int, default=4)
-    p.add_argument("--steps", type=int, default=3, help="epochs (one update each)")
-    p.add_argument("--lr", type=float, default=0.5)
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.chunks < 1 or args.chunks > args.nodes:
-        parser().error(f"--chunks {args.chunks} must lie in [1, nodes={args.nodes}]")
+    args = read_config(GnnPipeConfig, argv, prog="plait.run.gnn_pipe", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

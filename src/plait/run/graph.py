@@ -15,9 +15,7 @@ Tensor legend: ``N`` nodes, ``F`` features, ``E2`` directed edges (twice the und
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -56,18 +54,6 @@ class Graph:
         """Fraction of edges whose ends lie in different parts."""
         src = torch.repeat_interleave(torch.arange(self.nodes), self.degrees())
         return float((self.owner(src) != self.owner(self.col_E2)).float().mean())
-
-
-def add_graph_arguments(p: argparse.ArgumentParser, nodes: int, edges: int) -> None:
-    """The generated graph's command-line options, shared by the GNN workers."""
-    p.add_argument("--nodes", type=int, default=nodes)
-    p.add_argument("--edges", type=int, default=edges)
-    p.add_argument("--features", type=int, default=16)
-    p.add_argument("--classes", type=int, default=4)
-    p.add_argument("--exponent", type=float, default=2.5, help="power-law exponent of the expected degrees")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reference", type=int, default=0, help="ranks to emulate in one process")
-    p.add_argument("--out", type=Path, required=True)
 
 
 def generate(nodes: int, edges: int, parts: int, features: int, classes: int, exponent: float = 2.5,

@@ -1,16 +1,32 @@
-"""Start the ranks of a plan through torchrun on this node, or print the command for several nodes."""
+"""Start ranks through torchrun on this node (a plan's, or a workload worker's), or print the command for several
+nodes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
+import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from plait.errors import ConfigError
+from plait.run.config import config_argv, write_config
 from plait.run.lifecycle import supervise
+from plait.run.worker_config import WorkerConfig
 
 WORKER = "plait.run.worker"
+
+
+class RanksFailed(Exception):
+    """torchrun ended with a non-zero exit code (:func:`plait.run.lifecycle.supervise` named the rank and log)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"ranks failed with exit code {code}")
+        self.code = code
+        """torchrun's exit code."""
 
 
 def local_slots() -> int | None:
@@ -22,25 +38,37 @@ def local_slots() -> int | None:
     return torch.cuda.device_count() if torch.cuda.is_available() else None
 
 
-def worker_args(plan_file: Path, extra: list[str]) -> list[str]:
-    """Arguments of the per-rank entry point."""
-    return ["-m", WORKER, "--plan", str(plan_file), *extra]
-
-
-def multinode_command(plan_file: Path, nodes: int, per_node: int, extra: list[str]) -> str:
-    """The torchrun line to run on each of ``nodes`` nodes (rendezvous host to fill in)."""
+def multinode_command(config: WorkerConfig, nodes: int, per_node: int) -> str:
+    """The torchrun line to run on each of ``nodes`` nodes (rendezvous host to fill in): the rank's configuration
+    as the worker's options (:func:`plait.run.config.config_argv`), since a file here is not on the other nodes."""
     parts = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
-             "--rdzv-endpoint=<first-node-host>:29500", *worker_args(plan_file, extra)]
+             "--rdzv-endpoint=<first-node-host>:29500", "-m", WORKER, *config_argv(config)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def run_local(plan_file: Path, nproc: int, extra: list[str], max_restarts: int = 0) -> int:
-    """Run ``nproc`` ranks here with torchrun's standalone rendezvous, tied to this process
-    (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped).
+def run_worker(module: str, ranks: int, config: Any) -> dict[str, Any]:
+    """``module`` on ``ranks`` local processes (torchrun's standalone rendezvous, supervised), each reading
+    ``config`` (a run configuration with an ``out`` field, pointed at a temporary file) from a file; the JSON rank 0
+    wrote. A failure raises :class:`RanksFailed`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        config_file = write_config(replace(config, out=out), Path(tmp) / "config.json")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m",
+                   module, "--config", str(config_file)]
+        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
+        if code != 0:
+            raise RanksFailed(code)
+        return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def run_local(config_file: Path, nproc: int, max_restarts: int = 0) -> int:
+    """Run ``nproc`` ranks here with torchrun's standalone rendezvous, each reading ``config_file`` (a
+    :class:`plait.run.worker_config.WorkerConfig` written by :func:`plait.run.config.write_config`), tied to this
+    process (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped).
     torchrun's elastic agent restarts all ranks up to ``max_restarts`` times after a failure; the ranks then
     resume from the newest valid checkpoint (:mod:`plait.run.worker`)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               f"--max-restarts={max_restarts}", *worker_args(plan_file, extra)]
+               f"--max-restarts={max_restarts}", "-m", WORKER, "--config", str(config_file)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     return supervise(command, env)

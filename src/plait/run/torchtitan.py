@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from plait.errors import ConfigError
 from plait.export.torchtitan import torchtitan_args
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
@@ -62,3 +66,36 @@ def launch_command(nproc: int, args: list[str]) -> list[str]:
 def describe(command: list[str]) -> str:
     """The command as one shell line."""
     return " ".join(shlex.quote(part) for part in command)
+
+
+def launch_torchtitan(model_slug: str, model: ModelSpec, plan: Plan, steps: int, out: Path | None, dry_run: bool,
+                      say: Callable[[str], None]) -> int:
+    """Refuse what torchtitan or this machine cannot run, before anything starts; then say the command and launch
+    torchtitan; returns its exit code (0 for a dry run)."""
+    from plait.engine.capability import first_unsupported
+    from plait.engine.catalog import get_engine
+    from plait.run.launch import local_slots
+
+    slots = local_slots()
+    refusal = first_unsupported(plan.with_seq_len(model.seq_len), model, get_engine("torchtitan"),
+                                "cuda" if slots else "cpu")
+    if refusal:
+        raise ConfigError(refusal)
+    if slots is None and not dry_run:
+        raise ConfigError("engine=torchtitan: torchtitan's trainer runs on CUDA (torchtitan/trainer.py); "
+                          "this machine has no GPU (use --engine plait, or --dry-run to see the command)")
+    if slots is not None and plan.num_gpus > slots:
+        raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but this node has {slots}")
+    folder = out or Path(tempfile.mkdtemp(prefix="plait-torchtitan-"))
+    try:
+        tokenizer_dir, data_dir = write_assets(folder)
+    except OSError as exc:
+        raise ConfigError(f"--out {str(folder)!r} must be a folder plait can write torchtitan's assets into "
+                          f"({exc.strerror})") from exc
+    command = launch_command(plan.num_gpus, trainer_args(plan.with_seq_len(model.seq_len), model_slug, model,
+                                                         tokenizer_dir, data_dir, folder / "outputs", steps))
+    say(describe(command))
+    if slots is None:
+        say("dry run: torchtitan's trainer needs CUDA, which this machine lacks; the command above is what a GPU node "
+            "runs")
+    return 0 if dry_run else subprocess.run(command, check=False).returncode

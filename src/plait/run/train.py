@@ -25,6 +25,7 @@ from plait import strict_json
 from plait.plan.plan import Plan
 from plait.run.local import is_dtensor
 from plait.run.mesh import Mesh
+from plait.run.worker_config import SEED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +38,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     max_grad_norm: float = 1.0
-    seed: int = 1234
+    seed: int = SEED
     on_nonfinite: str = "stop"
     """A step whose global gradient norm is not finite: ``stop`` the run (exit code 3) or ``skip`` its update."""
 

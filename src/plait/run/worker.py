@@ -1,18 +1,17 @@
 """One rank of ``plait run`` (started by torchrun): build, parallelise, train, report.
 
-Usage (normally through ``plait run``):
+Usage (normally through ``plait run``, which writes the rank's :class:`plait.run.worker_config.WorkerConfig`):
+    torchrun --nproc-per-node N -m plait.run.worker --config run.json
     torchrun --nproc-per-node N -m plait.run.worker --plan plan.toml [--steps 10] [--metrics m.jsonl]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -49,35 +48,10 @@ from plait.run.train import (
     timed,
     write_metrics,
 )
-from plait.run.uneven import Uneven, check_uneven, loss_weight, parse_uneven, rank_rows
+from plait.run.config import read_config
+from plait.run.uneven import Uneven, check_uneven, loss_weight, rank_rows
+from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="plait.run.worker", description=__doc__)
-    p.add_argument("--plan", type=Path, required=True)
-    p.add_argument("--cluster", default=None, help="cluster preset or file (default: the plan's [job] cluster); "
-                   "where it spans sites, the replicas all-reduce hierarchically (plait.run.sites)")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--metrics", type=Path, default=None)
-    p.add_argument("--checkpoint-dir", type=Path, default=None)
-    p.add_argument("--checkpoint-at", type=int, default=0, help="save after this many steps (0: never)")
-    p.add_argument("--checkpoint-every", type=int, default=0, help="save every this many steps (0: never)")
-    p.add_argument("--keep", type=int, default=2, help="newest checkpoints kept")
-    p.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--reshard", action="store_true", help="resume a checkpoint saved by another plan")
-    p.add_argument("--on-nonfinite", choices=("stop", "skip"), default="stop")
-    p.add_argument("--full-precision", action="store_true", help="fp32 everywhere (parity tests)")
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--seed", type=int, default=TrainConfig.seed)
-    p.add_argument("--trace-dir", type=Path, default=None,
-                   help="profile the last step; each rank writes rank<N>.json (Chrome trace-event format)")
-    p.add_argument("--slowdown", default=None, help="per rank, times slower at compute, e.g. 1,3 (run/slowdown.py)")
-    p.add_argument("--batch-split", default=None, help="per data-parallel rank, sequences per step, e.g. 12,4")
-    p.add_argument("--stage-layers", default=None, help="per pipeline stage, layers it holds, e.g. 3,1")
-    return p
 
 
 def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision: bool,  # type: ignore[no-untyped-def]
@@ -100,7 +74,7 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
 
 def main(argv: list[str] | None = None) -> int:
     die_with_parent(os.getppid())  # a rank never outlives torchrun (plait.run.lifecycle)
-    args = _parser().parse_args(argv)
+    args = read_config(WorkerConfig, argv, prog="plait.run.worker", description=__doc__)
     checkpoint.check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
     job, plan = read_plan_file(args.plan)
     spec = resolve_model(job.model)
@@ -109,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     check_runnable(plan, spec, on_gpu=device == "cuda")
     if spec.vocab_size < data.VOCAB_SIZE:
         raise ConfigError(f"vocab_size={spec.vocab_size} must be >= {data.VOCAB_SIZE} (byte tokens)")
-    uneven = parse_uneven(args.slowdown, args.batch_split, args.stage_layers)
+    uneven = args.uneven
     check_uneven(uneven, plan, spec.num_layers)
     # On CUDA, NCCL for device tensors and gloo for the few host scalars (loss and norm logging), as torchtitan does.
     dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo", **_attempt_store())
@@ -140,7 +114,7 @@ def _attempt_store() -> dict[str, object]:
     return {"store": dist.PrefixStore(f"plait/attempt-{restart}", store), "rank": rank, "world_size": world}
 
 
-def _run(args, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ignore[no-untyped-def]
+def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ignore[no-untyped-def]
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.manual_seed(args.seed)
@@ -174,9 +148,10 @@ def _run(args, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ig
         if args.checkpoint_dir is not None else None
     start_step = 0
     restart = _restart_count()
-    if restart and args.checkpoint_dir is not None and checkpoint.published(args.checkpoint_dir):
-        args.resume = True  # a restarted attempt continues from the newest valid checkpoint
-    if args.resume:
+    # a restarted attempt continues from the newest valid checkpoint
+    saved = args.checkpoint_dir
+    resume = args.resume or bool(restart and saved is not None and checkpoint.published(saved))
+    if resume:
         folder = checkpoint.choose_on_rank0(args.checkpoint_dir, identity, args.reshard)
         start_step = checkpoint.load(folder, container, optimizer)
         for _ in range(start_step):

@@ -13,41 +13,25 @@ Only models small enough for this machine run (the memory check uses plait's est
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
+from plait.run.launch import run_worker
+from plait.run.workload_configs import DitConfig, GnnConfig, GnnLocalConfig, GnnPipeConfig
 from plait.workloads import Workload
 
 GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.workloads.dit.worker"
 PIPE_WORKER = "plait.run.gnn_pipe"
 
 
-def _launch(module: str, ranks: int, argv: list[str]) -> dict[str, Any]:
-    """The worker on ``ranks`` local processes (torchrun, supervised); its JSON."""
-    from plait.run.lifecycle import supervise
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run.json"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m",
-                   module, *argv, "--out", str(out)]
-        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
-        if code != 0:
-            raise typer.Exit(code)
-        return json.loads(out.read_text())  # type: ignore[no-any-return]
-
-
 def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
             strategy: str = "sampled_dp", sampler: str = "loop") -> None:
-    from plait.cli.run import check_cpu_machine
+    from plait.run.preflight import check_cpu_machine
     from plait.cost.gnn import STRATEGIES
     from plait.cost.gnn_sampler import parse_sampler
 
@@ -73,7 +57,7 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     if batch > g.nodes // gpus:
         raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
     check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
-    argv = gnn_worker_argv(spec, batch, steps, cache)
+    config = gnn_worker_config(spec, batch, steps, cache)
     console = Console()
     console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
                   f"{batch} seeds per rank, {steps} steps, {strategy}"
@@ -81,18 +65,18 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     if dry_run:
         return
     if strategy in LOCAL_WORKERS:
-        _run_local(console, spec.name, gpus, [*argv, "--strategy", strategy])
+        _run_local(console, spec.name, gpus, GnnLocalConfig(**asdict(config), strategy=strategy))
         return
     if strategy == "full_graph":
         _run_pipe(console, spec, gpus, steps)
         return
-    sampling = ["--sampler", chosen.kind, "--bulk", str(chosen.bulk), "--adjacency",
-                "partitioned" if chosen.partitioned else "replicated"]
-    measured = _launch(GNN_WORKER, gpus, [*argv, *sampling])
-    from plait.run.gnn import parser, train
+    sampling = replace(config, sampler=chosen.kind, bulk=chosen.bulk,  # type: ignore[arg-type]
+                       adjacency="partitioned" if chosen.partitioned else "replicated")
+    measured = run_worker(GNN_WORKER, gpus, sampling)
+    from plait.run.gnn import train
 
-    single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
-    expected = _expected_fetch_bytes(argv, gpus, batch, cache, m.fanouts, g.features)
+    single = train(config, reference=gpus)
+    expected = _expected_fetch_bytes(config, gpus, batch, cache, m.fanouts, g.features)
     table = Table(title=f"{spec.name} on {gpus} gloo ranks", title_justify="left")
     for col in ("step", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
         table.add_column(col, justify="right")
@@ -105,18 +89,19 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
             f"{b:,}" for b in measured["sampling_bytes_sent"]) + " bytes per rank")
 
 
-def graph_argv(spec: Any) -> list[str]:
-    """The GNN workers' options generating the graph a GNN job's statistics describe (:mod:`plait.run.graph`)."""
+def graph_fields(spec: Any) -> dict[str, Any]:
+    """The GNN workers' fields generating the graph a GNN job's statistics describe (:mod:`plait.run.graph`)."""
     g = spec.graph
-    return ["--nodes", str(g.nodes), "--edges", str(g.edges), "--features", str(g.features), "--classes",
-            str(g.classes), "--exponent", str(g.degree_exponent)]
+    return {"nodes": g.nodes, "edges": g.edges, "features": g.features, "classes": g.classes,
+            "exponent": g.degree_exponent}
 
 
-def gnn_worker_argv(spec: Any, batch: int, steps: int, cache: float) -> list[str]:
-    """The options of :mod:`plait.run.gnn` (and :mod:`plait.run.gnn_local`) training a GNN job's model."""
+def gnn_worker_config(spec: Any, batch: int, steps: int, cache: float) -> GnnConfig:
+    """The run configuration of :mod:`plait.run.gnn` (and :mod:`plait.run.gnn_local`) training a GNN job's model;
+    ``out`` is filled in where the ranks are launched."""
     m = spec.model
-    return [*graph_argv(spec), "--kind", m.kind, "--heads", str(m.heads), "--hidden", str(m.hidden), "--fanouts",
-            *map(str, m.fanouts), "--batch", str(batch), "--steps", str(steps), "--cache", str(cache)]
+    return GnnConfig(**graph_fields(spec), kind=m.kind, heads=m.heads, hidden=m.hidden, fanouts=tuple(m.fanouts),
+                     batch=batch, steps=steps, cache=cache, out=Path("unused"))
 
 
 COSTED_ONLY = {
@@ -131,17 +116,17 @@ def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
     """Full-graph GraphSAGE through GNNPipe's layer pipeline (:mod:`plait.run.gnn_pipe`), one layer per rank, beside
     one process; each rank's bytes per epoch beside :func:`plait.cost.gnn_pipe.boundary_bytes`."""
     from plait.cost.gnn_pipe import boundary_bytes, rank_pipe_bytes
-    from plait.run.gnn_pipe import parser, train
+    from plait.run.gnn_pipe import train
 
     m = spec.model
     if m.kind != "sage" or m.layers != gpus:
         raise ConfigError(f"--gnn-strategy full_graph: plait run pipelines GraphSAGE one layer per rank; the model "
                           f"is {m.kind} with {m.layers} layers on --gpus={gpus}")
     chunks = 4 * gpus  # as the cost model's plait.cost.gnn_pipe.CHUNKS_PER_STAGE
-    argv = [*graph_argv(spec), "--hidden", str(m.hidden), "--layers", str(m.layers), "--chunks", str(chunks),
-            "--steps", str(steps)]
-    measured = _launch(PIPE_WORKER, gpus, argv)
-    single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
+    config = GnnPipeConfig(**graph_fields(spec), hidden=m.hidden, layers=m.layers, chunks=chunks, steps=steps,
+                           out=Path("unused"))
+    measured = run_worker(PIPE_WORKER, gpus, config)
+    single = train(config, reference=gpus)
     expected = rank_pipe_bytes(boundary_bytes(spec, [(r, r + 1) for r in range(gpus)]))
     table = Table(title=f"{spec.name}: full-graph GNNPipe on {gpus} gloo ranks, {chunks} chunks", title_justify="left")
     for col in ("epoch", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
@@ -152,12 +137,12 @@ def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
     console.print(table)
 
 
-def _run_local(console: Console, name: str, gpus: int, argv: list[str]) -> None:
+def _run_local(console: Console, name: str, gpus: int, config: GnnLocalConfig) -> None:
     """partition_local or LLCG on the ranks, beside one process (:mod:`plait.run.gnn_local`): no feature moves."""
-    from plait.run.gnn_local import parser, train
+    from plait.run.gnn_local import train
 
-    measured = _launch(LOCAL_WORKER, gpus, argv)
-    single = train(parser().parse_args([*argv, "--out", "unused"]), reference=gpus)
+    measured = run_worker(LOCAL_WORKER, gpus, config)
+    single = train(config, reference=gpus)
     table = Table(title=f"{name} on {gpus} gloo ranks (no feature moves between ranks)", title_justify="left")
     for col in ("step", "loss (ranks)", "loss (1 process)"):
         table.add_column(col, justify="right")
@@ -166,17 +151,15 @@ def _run_local(console: Console, name: str, gpus: int, argv: list[str]) -> None:
     console.print(table)
 
 
-def _expected_fetch_bytes(argv: list[str], ranks: int, batch: int, cache: float, fanouts: tuple[int, ...],
+def _expected_fetch_bytes(args: GnnConfig, ranks: int, batch: int, cache: float, fanouts: tuple[int, ...],
                           features: int) -> float:
     """The occupancy model's expected bytes per rank on the generated graph's own degree histogram and cut."""
     import torch
 
     from plait.cost.gnn import rank_fetch_bytes
     from plait.cost.gnn_sampling import measured_classes, sample_batch
-    from plait.run.gnn import parser
     from plait.run.graph import generate
 
-    args = parser().parse_args([*argv, "--out", "unused"])
     graph = generate(args.nodes, args.edges, ranks, args.features, args.classes, exponent=args.exponent,
                      mix=args.mix, seed=args.seed)
     sampled = sample_batch(measured_classes(torch.bincount(graph.degrees()).numpy()), fanouts, batch, ranks,
@@ -186,7 +169,7 @@ def _expected_fetch_bytes(argv: list[str], ranks: int, batch: int, cache: float,
 
 
 def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) -> None:
-    from plait.cli.run import check_cpu_machine
+    from plait.run.preflight import check_cpu_machine
     from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
     from plait.workloads.dit.predict import parse_dit_plan
 
@@ -200,9 +183,9 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
     check_cpu_machine(ranks, 4 * spec.params() * 3)  # fp32 weights, activations and the reference's copy
     side = job.resolution // spec.vae_downsample // spec.patch
     warmup = 4 if sp == "distrifusion" else 1
-    argv = ["--sp", sp, "--hidden", str(spec.hidden), "--heads", str(spec.heads), "--layers", str(spec.layers),
-            "--side", str(side), "--patch", str(spec.patch), "--channels", str(spec.latent_channels), "--batch",
-            str(job.batch), "--steps", str(job.steps), "--warmup", str(min(warmup, job.steps))]
+    config = DitConfig(sp=sp, hidden=spec.hidden, heads=spec.heads, layers=spec.layers, side=side, patch=spec.patch,
+                       channels=spec.latent_channels, batch=job.batch, steps=job.steps, warmup=min(warmup, job.steps),
+                       out=Path("unused"))
     console = Console()
     console.print(f"{spec.name}: {job.batch} image(s), {side * side} tokens, {job.steps} steps, {plan.label()} on "
                   f"{ranks} gloo ranks (fp32)")
@@ -210,10 +193,10 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
         return
     import torch
 
-    measured = _launch(DIT_WORKER, ranks, argv)
-    from plait.workloads.dit.worker import parser, run
+    measured = run_worker(DIT_WORKER, ranks, config)
+    from plait.workloads.dit.worker import run
 
-    single = torch.tensor(run(parser().parse_args([*argv, "--ranks", "1", "--out", "unused"]))["latent"])
+    single = torch.tensor(run(replace(config, ranks=1))["latent"])
     tokens = side * side // ranks
     if sp == "ulysses":
         predicted = job.steps * spec.layers * ulysses_sent_bytes(tokens, spec.hidden, 4, job.batch, ranks)

@@ -19,15 +19,15 @@ Tensor legend: ``B`` images, ``S`` this rank's tokens, ``T`` all tokens, ``N`` h
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from plait.run.counted import ALL_GATHER, Counted
+from plait.run.config import read_config
 from plait.workloads.dit.tiny_model import TinyDiT, denoise, local_attention
 from plait.run.gloo_job import run_job
+from plait.run.workload_configs import DitConfig
 
 
 def ulysses_attention(counter: Counted):  # type: ignore[no-untyped-def]
@@ -123,7 +123,7 @@ def stale_attention_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_s
     return float((dv + 2 * qn * dk / d**0.5 * vmax).max())
 
 
-def run(args: argparse.Namespace) -> dict[str, object]:
+def run(args: DitConfig) -> dict[str, object]:
     tokens = args.side * args.side
     values = args.patch * args.patch * args.channels
     model = TinyDiT(args.hidden, args.heads, args.layers, values, tokens, seed=args.seed).eval()
@@ -153,27 +153,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     return result
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--sp", choices=("ulysses", "distrifusion"), default="ulysses")
-    p.add_argument("--ranks", type=int, default=0, help="1: the single-process reference")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--side", type=int, default=8, help="patches per side of the latent (tokens = side^2)")
-    p.add_argument("--patch", type=int, default=2)
-    p.add_argument("--channels", type=int, default=4)
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--warmup", type=int, default=1, help="distrifusion: synchronous steps first")
-    p.add_argument("--check", action="store_true", help="distrifusion: compare each stale attention with the exact")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, required=True)
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = read_config(DitConfig, argv, prog="plait.workloads.dit.worker", description=__doc__)
     return run_job(args.out, args.ranks == 1, lambda: run(args))
 
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
-import tempfile
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
 from plait.errors import ConfigError
+from plait.run.launch import run_worker
+from plait.run.workload_configs import DlrmConfig
 from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
 
 WORKER = "plait.workloads.dlrm.worker"
@@ -34,7 +31,7 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
     from plait.workloads.dlrm.worker import check_runnable
 
     check_runnable(predicted.spec, predicted.placements, predicted.batch)
-    from plait.cli.run import check_cpu_machine
+    from plait.run.preflight import check_cpu_machine
 
     gpus = predicted.world
     check_cpu_machine(gpus, predicted.estimate.max_memory_bytes)
@@ -43,17 +40,9 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
     console.print(f"placements ({predicted.chosen_by}): {text}")
     if dry_run:
         return
-    from plait.run.lifecycle import supervise
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run.json"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}", "-m",
-                   WORKER, "--model", model, "--placements", text, "--batch", str(predicted.batch), "--steps",
-                   str(steps), "--optimizer", optimizer, "--out", str(out)]
-        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
-        if code != 0:
-            raise typer.Exit(code)
-        measured = json.loads(out.read_text())
+    config = DlrmConfig(model=Path(model), placements=text, batch=predicted.batch, steps=steps,
+                        optimizer=optimizer, out=Path("unused"))  # type: ignore[arg-type]
+    measured = run_worker(WORKER, gpus, config)
     table = Table(title=f"{predicted.spec.name} on {gpus} ranks, {predicted.batch} samples per rank",
                   title_justify="left")
     for col in ("", "measured", "predicted"):

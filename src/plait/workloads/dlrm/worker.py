@@ -27,13 +27,11 @@ losses) and wall time, and each rank's counted bytes of the first step.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,9 +39,11 @@ import torch.distributed as dist
 
 from plait.workloads.dlrm.cost import Placement
 from plait.errors import ConfigError
-from plait.workloads.dlrm.predict import parse_placements
+from plait.run.config import read_config
 from plait.run.gloo_job import run_job
+from plait.run.workload_configs import DlrmConfig
 from plait.workloads.dlrm.model import DlrmSpec, read_dlrm
+from plait.workloads.dlrm.predict import parse_placements
 
 SPARSE_PATH = "model.sparse_arch.embedding_bag_collection"
 """The embedding collection's path in ``DLRMTrain``: the key of the sharding plan."""
@@ -231,16 +231,7 @@ def train(spec: DlrmSpec, placements: list[Placement], batch: int, steps: int, o
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="DLRM TOML")
-    parser.add_argument("--placements", required=True, help="t0=row_wise,t1=table_wise@1,t2=column_wise@0+1,...")
-    parser.add_argument("--batch", type=int, default=4, help="samples per rank")
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--optimizer", default="sgd", choices=("sgd", "rowwise_adagrad"))
-    parser.add_argument("--reference", type=int, default=0, metavar="RANKS",
-                        help="train one process on the global batch of RANKS ranks instead")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
+    args = read_config(DlrmConfig, argv, prog="plait.workloads.dlrm.worker", description=__doc__)
     spec = read_dlrm(args.model)
 
     def work() -> dict[str, Any]:

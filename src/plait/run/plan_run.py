@@ -1,0 +1,177 @@
+"""``plait run --plan``: check a plan before any process starts, launch its ranks (plait's runtime or torchtitan) or
+say the multi-node torchrun line, and return the measured steps beside plait's prediction."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from plait.cost.estimate import Estimate
+from plait.engine.catalog import get_engine
+from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
+from plait.hardware.cluster import Cluster
+from plait.plan.io import read_plan_file
+from plait.plan.plan import Plan
+from plait.predict.estimate import estimate
+from plait.predict.hetero import MixedEstimate
+from plait.run.config import write_config
+from plait.run.launch import local_slots, multinode_command, run_local
+from plait.run.preflight import check_checkpointing, check_machine
+from plait.run.uneven import Uneven, check_uneven
+from plait.run.worker_config import WorkerConfig
+from plait.workload.catalog import resolve_model
+from plait.workload.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRun:
+    """A ``plait run --plan`` request: what every rank reads, and how the ranks are started."""
+
+    config: WorkerConfig
+    """Each rank's configuration (``metrics`` the user's file, or ``None`` for one in a temporary folder)."""
+    engine: str = "plait"
+    """plait (plait's own runtime) or torchtitan."""
+    nodes: int = 1
+    """Nodes; more than one says the torchrun line to run on each instead of starting ranks."""
+    max_restarts: int = 0
+    """Restarts of every rank after a failure (torchrun's elastic agent), from the newest valid checkpoint."""
+    out: Path | None = None
+    """torchtitan: folder for its assets and outputs (``None``: a temporary folder)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunReport:
+    """A finished run's measured steps beside plait's prediction for the same plan."""
+
+    model: ModelSpec
+    """The plan's model."""
+    plan: Plan
+    """The plan the ranks ran."""
+    hardware: Cluster
+    """The cluster the prediction is for."""
+    predicted: Estimate
+    """plait's estimate of the even plan."""
+    mixed: MixedEstimate | None
+    """The uneven run's step-time estimate (each rank a device group of one); ``None`` for an even run or a layout
+    :func:`plait.run.uneven_prediction.mixed_plan` cannot express."""
+    uneven: bool
+    """Whether the run was uneven (``--slowdown``, ``--batch-split``, ``--stage-layers``)."""
+    on_gpu: bool
+    """Whether the ranks ran on this node's GPUs (else on its CPU cores)."""
+    rows: tuple[dict[str, Any], ...]
+    """The metrics file's rows, one per step (:class:`plait.run.train.StepMetrics`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    """What ``plait run --plan`` ended with."""
+
+    exit_code: int
+    """torchrun's or torchtitan's exit code; 0 for a dry run and for a multi-node line said."""
+    report: RunReport | None = None
+    """The measured run beside its prediction, where ranks trained and wrote at least one step."""
+
+
+Say = Callable[[str], None]
+"""Where a run's notes and commands go (the CLI's console)."""
+
+
+def run_plan(request: PlanRun, say: Say) -> RunOutcome:
+    """Check ``request`` before any process starts (the plan's rules, the runtime's, checkpointing, this machine),
+    then start its ranks here, or torchtitan, or say the multi-node line; a user mistake is a ConfigError."""
+    config = request.config
+    job, the_plan = read_plan_file(config.plan)
+    model = resolve_model(job.model)
+    check_uneven(config.uneven, the_plan.with_seq_len(model.seq_len), model.num_layers)
+    if request.engine not in ("plait", "torchtitan"):
+        raise ConfigError(f"engine={request.engine!r} must be plait or torchtitan (the engines plait run can launch)")
+    if request.engine == "torchtitan":
+        from plait.run.torchtitan import launch_torchtitan
+
+        return RunOutcome(exit_code=launch_torchtitan(job.model, model, the_plan, config.steps, request.out,
+                                                      config.dry_run, say))
+    _check_options(request, model, the_plan)
+    config = _precision(config, the_plan.precision, request.nodes, say)
+    gpus = the_plan.num_gpus
+    if request.nodes > 1:
+        if gpus % request.nodes:
+            raise ConfigError(f"gpus={gpus} must be divisible by nodes={request.nodes}")
+        # the line leaves --metrics out: the file it names is on this node
+        say(multinode_command(replace(config, metrics=None), request.nodes, gpus // request.nodes))
+        return RunOutcome(exit_code=0)
+    hardware = resolve_cluster(config.cluster or job.cluster or "dgx-h100-ib")
+    predicted, mixed = _predict(config, model, the_plan, hardware)
+    code, rows = _launch(config, gpus, request.max_restarts)
+    if code != 0 or config.dry_run or not rows:
+        return RunOutcome(exit_code=code)
+    report = RunReport(model=model, plan=the_plan, hardware=hardware, predicted=predicted, mixed=mixed,
+                       uneven=config.uneven != Uneven(), on_gpu=local_slots() is not None,
+                       rows=rows)
+    return RunOutcome(exit_code=0, report=report)
+
+
+def _check_options(request: PlanRun, model: ModelSpec, plan: Plan) -> None:
+    """The options' checks, in the order ``plait run`` reports them."""
+    config = request.config
+    if config.metrics is not None and config.metrics.exists():
+        raise ConfigError(f"metrics file {str(config.metrics)!r} already exists; choose another path")
+    check_checkpointing(config.checkpoint_dir, config.checkpoint_at, config.checkpoint_every, config.keep,
+                        config.resume, config.reshard, config.steps, model, plan)
+    max_restarts = request.max_restarts
+    if max_restarts < 0 or (max_restarts and not (config.checkpoint_dir and config.checkpoint_every)):
+        raise ConfigError(f"--max-restarts={max_restarts} must be >= 0, and a restart resumes from the newest "
+                          "checkpoint: pass --checkpoint-dir and --checkpoint-every with it")
+    if config.on_nonfinite not in ("stop", "skip"):
+        raise ConfigError(f"--on-nonfinite={config.on_nonfinite!r} must be stop or skip")
+
+
+def _precision(config: WorkerConfig, precision: str, nodes: int, say: Say) -> WorkerConfig:
+    """On a single CPU node whose cores emulate the plan's precision, say so and train in fp32."""
+    if config.full_precision or nodes != 1 or local_slots() is not None:
+        return config
+    from plait.run.precision import cpu_fallback_note
+
+    note = cpu_fallback_note(precision)
+    if not note:
+        return config
+    say(f"plait: {note}")
+    return replace(config, full_precision=True)
+
+
+def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Cluster) -> tuple[Estimate,
+                                                                                            MixedEstimate | None]:
+    """The plan's rules, then the runtime's, this node's room, and plait's estimate (even, and uneven per rank)."""
+    from plait.plan.rules import check_plan
+    from plait.run.support import check_runnable
+
+    check_plan(plan.with_seq_len(model.seq_len), model, hardware)  # the plan's own rules, then the runtime's
+    check_runnable(plan.with_seq_len(model.seq_len), model, on_gpu=local_slots() is not None)
+    slots = local_slots()
+    if slots is not None and plan.num_gpus > slots:
+        raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but this node has {slots}; pass --nodes to get the "
+                          "torchrun command")
+    predicted = estimate(model, hardware, plan, engine=get_engine("plait"))
+    mixed = None
+    if config.uneven != Uneven():  # each rank a group of one, slowed as the run slows it
+        from plait.run.uneven_prediction import predict_uneven
+
+        mixed = predict_uneven(model, hardware, plan, config.uneven)
+    check_machine(plan.num_gpus, slots, predicted)
+    return predicted, mixed
+
+
+def _launch(config: WorkerConfig, gpus: int, max_restarts: int) -> tuple[int, tuple[dict[str, Any], ...]]:
+    """The ranks on this node, each reading ``config`` from a file; torchrun's exit code and the metrics rows."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = replace(config, metrics=config.metrics or Path(tmp) / "metrics.jsonl")
+        code = run_local(write_config(config, Path(tmp) / "run.json"), gpus, max_restarts)
+        if code != 0 or config.dry_run:
+            return code, ()
+        assert config.metrics is not None
+        return 0, tuple(json.loads(line) for line in config.metrics.read_text().splitlines())
+
