@@ -11,7 +11,7 @@ compute per iteration (forward, backward and sleep, before it exchanges with the
 asynchronous run (on 2 shared cores a worker's speed depends on what the others run, so it is measured rather
 than derived); messages of the tiny model (0.7 MB on loopback) and the server's
 update are taken as free. From those, the synchronous run steps at the slower worker's pace, and
-:func:`plait.simulate.async_sgd.simulate_async` predicts the updates each worker contributes under each staleness
+:func:`plait.events.async_sgd.simulate_async` predicts the updates each worker contributes under each staleness
 bound and their staleness distribution; plait's steps multipliers (:mod:`plait.plan.convergence`) then say whether
 the asynchronous run should reach a lower loss in the same time: it trains on ``samples_async / samples_sync``
 times the samples and needs ``multiplier`` times the steps.
@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from plait.plan.convergence import convergence
-from plait.simulate.async_sgd import simulate_async
+from plait.events.async_sgd import simulate_async
 from plait.sync import parse
 
 ROOT = Path(__file__).parents[1]

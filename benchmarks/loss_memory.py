@@ -7,7 +7,7 @@ Each variant runs in its own process: bf16 logits from a small output projection
 ``components/loss.py``) forward and backward, eager or under ``torch.compile`` (torchtitan with
 ``training.compile``). tests/test_loss_memory.py runs the eager variant against the ``plait`` engine's figure. The process's peak resident memory above the level just before the logits are made,
 divided by tokens x vocab, is the loss's peak bytes per logit (the peak is the kernel's high-water mark, reset
-before the measured step through ``/proc/self/clear_refs``): the figure ``Framework.loss_bytes_per_logit``
+before the measured step through ``/proc/self/clear_refs``): the figure ``EngineFacts.loss_bytes_per_logit``
 charges on the last pipeline stage (src/plait/engine/data/engines.toml cites this script). On the CPU the
 tensors live in the process's memory and the large ones are mmap-backed, so resident memory follows what
 is live; the partitioner that decides what a compiled graph saves is the same for every device.

@@ -13,7 +13,7 @@ import argparse
 import time
 
 from plait.hardware.catalog import get_cluster
-from plait.search.engine import run_search
+from plait.search.runner import run_search
 from plait.search.parts import POOL_MIN_CANDIDATES, available_cores
 from plait.search.space import default_space
 from plait.workload.catalog import get_model

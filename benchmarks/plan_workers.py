@@ -14,7 +14,7 @@ import statistics
 import time
 
 from plait.hardware.catalog import get_cluster
-from plait.search.engine import SearchResult, run_search
+from plait.search.runner import SearchResult, run_search
 from plait.search.parts import available_cores
 from plait.search.space import default_space
 from plait.workload.catalog import get_model

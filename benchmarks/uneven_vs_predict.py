@@ -6,8 +6,8 @@ Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
    :mod:`plait.run.slowdown`), in four layouts: DDP with the even batch split (8 + 8) and with the
    speed-proportional one (12 + 4, Poplar's allocation), and a 2-stage 1F1B pipeline with even layers (2 + 2) and
    with the fast rank's stage holding more (3 + 1). Measured: the median step time after the first step.
-3. Predicted: :func:`plait.predict.hetero.estimate_mixed` on a mixed cluster of two groups of one rank each, rank
-   0 the calibrated description and rank 1 :func:`plait.hardware.hetero.slowed` of it by 3 (what the sleep
+3. Predicted: :func:`plait.predict.mixed.estimate_mixed` on a mixed cluster of two groups of one rank each, rank
+   0 the calibrated description and rank 1 :func:`plait.hardware.mixed.slowed` of it by 3 (what the sleep
    emulates), joined by the calibrated collective tier — what ``plait run`` prints for the same options
    (:func:`plait.run.uneven_prediction.predict_uneven`). Target: |error| <= 20% for each layout.
 Printed: each layout's measured and predicted step time and error, the predicted busy time of each group, and the
@@ -32,7 +32,7 @@ from plait.run.uneven_prediction import predict_uneven
 from plait.hardware.catalog import load_cluster_file
 from plait.hardware.cluster import Cluster
 from plait.plan.io import read_plan_file
-from plait.predict.hetero import MixedEstimate
+from plait.predict.mixed import MixedEstimate
 from plait.run.precision import cpu_runs_natively
 from plait.run.uneven import Uneven, parse_list
 from plait.run.uneven import argv as uneven_argv

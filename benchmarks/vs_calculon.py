@@ -45,7 +45,7 @@ TP overlap             ``tp_comm_overlap=False``                      ``tensor_p
 precision              ``precision="bf16"``                           ``datatype="float16"``: a100_80g.json
                                                                       rates only float16; A100 bf16 and fp16
                                                                       share the 312 TFLOP/s peak and 2 bytes
-fused bias+GeLU        engine default (``Framework.pointwise``)       ``fused_activation = pointwise=="fused"``
+fused bias+GeLU        engine default (``EngineFacts.pointwise``)       ``fused_activation = pointwise=="fused"``
 attention              MHA (``num_kv_heads == num_heads``)            ``attention_type="multihead"``
 offload, training      ``offload_*=False``                            ``*_offload=False``, ``training=True``
 =====================  =============================================  =========================================

@@ -11,7 +11,7 @@ import pytest
 
 from plait.cost.async_sgd import step_s, worker_bytes
 from plait.cost.sync import payload_bytes
-from plait.simulate.async_sgd import simulate_async
+from plait.events.async_sgd import simulate_async
 from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes

@@ -32,7 +32,7 @@ def test_flash_attention_runs_at_the_next_instantiated_head_dim(head_dim: int, k
     from dataclasses import replace
 
     from plait.cost.flops import attention_core_flops
-    from plait.cost.framework import Framework
+    from plait.engine.facts import EngineFacts
     from plait.cost.setup import Setup
     from plait.hardware.catalog import get_cluster
     from plait.plan.plan import Plan
@@ -42,12 +42,12 @@ def test_flash_attention_runs_at_the_next_instantiated_head_dim(head_dim: int, k
     cluster = get_cluster("dgx-h100-ib")
     plan = Plan(micro_batch=1, global_batch=1).with_seq_len(base.seq_len)
 
-    def flops(dim: int, framework: Framework) -> float:
+    def flops(dim: int, framework: EngineFacts) -> float:
         model = replace(base, head_dim=dim)
         return attention_core_flops(Setup(model=model, cluster=cluster, plan=plan, framework=framework))
 
-    assert flops(head_dim, Framework()) / flops(64, Framework()) == pytest.approx(kernel / 64)
-    unfused = Framework(attention_kernel="unfused")
+    assert flops(head_dim, EngineFacts()) / flops(64, EngineFacts()) == pytest.approx(kernel / 64)
+    unfused = EngineFacts(attention_kernel="unfused")
     assert flops(head_dim, unfused) / flops(64, unfused) == pytest.approx(head_dim / 64)  # the math as written
 
 
@@ -59,7 +59,7 @@ def test_the_weight_gradient_gemm_reads_its_own_curve_where_the_accelerator_has_
     from dataclasses import replace
 
     from plait.cost.compute import gemms_fwd_bwd_s
-    from plait.cost.framework import DEFAULT
+    from plait.engine.facts import DEFAULT
     from plait.cost.setup import Setup
     from plait.hardware.catalog import get_cluster
     from plait.hardware.figure import Curve

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.setup import Setup
 from plait.hardware.catalog import cluster_from_mapping
 from plait.hardware.cluster import Cluster
@@ -26,7 +26,7 @@ from tests.conftest import toy_cluster_mapping
 def _setup(cluster: Cluster, cp: int = 2, **framework: object) -> Setup:
     model = replace(get_model("llama3-8b"), num_layers=1)
     plan = Plan(cp=cp, micro_batch=1, global_batch=1, seq_len=4096)
-    return Setup(model=model, cluster=cluster, plan=plan, framework=Framework(**framework))  # type: ignore[arg-type]
+    return Setup(model=model, cluster=cluster, plan=plan, framework=EngineFacts(**framework))  # type: ignore[arg-type]
 
 
 def _walk(cp: int, rank: int, o: float, q: float, kv: float) -> tuple[float, float]:

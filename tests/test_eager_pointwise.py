@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from plait.cost.framework import Framework, Pointwise
+from plait.engine.facts import EngineFacts, Pointwise
 from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
@@ -23,7 +23,7 @@ HBM = 1000e9  # toy HBM bytes/s, efficiency 1
 
 def _step_s(model: ModelSpec, cluster: Cluster, pointwise: Pointwise = "fused", kv_repeat: bool = False) -> float:
     plan = Plan(micro_batch=1, global_batch=1)
-    engine = replace(get_engine(), framework=Framework(pointwise=pointwise, kv_repeat=kv_repeat))
+    engine = replace(get_engine(), framework=EngineFacts(pointwise=pointwise, kv_repeat=kv_repeat))
     return estimate(model, cluster, plan, engine=engine).step_time_s
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from plait.cost.batch import evaluate_batch
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.engine.capability import FEATURES, first_unsupported, unsupported_index
 from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
 from plait.errors import ConfigError
@@ -18,7 +18,7 @@ from plait.hardware.catalog import get_cluster
 from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.engine import run_search
+from plait.search.runner import run_search
 from plait.search.enumerate import enumerate_space
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
@@ -30,7 +30,7 @@ CLUSTER = get_cluster("dgx-h100-ib")
 @pytest.mark.parametrize("key", engine_names())
 def test_every_engine_fact_is_cited(key: str) -> None:
     engine = get_engine(key)
-    changed = [f.name for f in fields(Framework) if getattr(engine.framework, f.name) != getattr(Framework(), f.name)]
+    changed = [f.name for f in fields(EngineFacts) if getattr(engine.framework, f.name) != getattr(EngineFacts(), f.name)]
     for name in changed:
         assert name in engine.sources or "framework" in engine.sources, f"{key}: framework.{name} has no source"
     for name in ("dropout", "sequence_parallel", "grad_reduce_dtype", "selective_full_every"):
@@ -81,7 +81,7 @@ def test_rankings_of_two_engines_differ_exactly_where_their_facts_do() -> None:
     lists: plans both can run and that do not shard parameters take the same time to the last bit,
     zero3 plans cost differently, and the candidates each refuses are exactly those with its unsupported options."""
     a, b = get_engine("megatron-core"), get_engine("deepspeed")
-    differ = [f.name for f in fields(Framework) if getattr(a.framework, f.name) != getattr(b.framework, f.name)]
+    differ = [f.name for f in fields(EngineFacts) if getattr(a.framework, f.name) != getattr(b.framework, f.name)]
     assert differ == ["shard_unit", "loss_bytes_per_logit", "fp8_weight_cache_bytes", "moe_host_sync", "moe_launches_fixed", "moe_launches_per_expert",
                       "moe_quantized_per_expert"] and MODEL.moe is None  # MoE facts cost nothing on a dense model
     cols = enumerate_space(MODEL, default_space(MODEL, CLUSTER, 16, (64,)))

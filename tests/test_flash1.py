@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
@@ -22,7 +22,7 @@ def test_flash1_attention_runs_at_the_papers_relative_rate(toy_cluster: Cluster)
     model = replace(get_model("llama3-8b"), num_layers=1, seq_len=4096)
     plan = Plan(micro_batch=1, global_batch=1, seq_len=4096)
     fa2, fa1 = (estimate(model, toy_cluster, plan,
-                         engine=replace(get_engine(), framework=Framework(attention_kernel=kernel)))
+                         engine=replace(get_engine(), framework=EngineFacts(attention_kernel=kernel)))
                 for kernel in ("flash", "flash1"))
     # toy GPU: 1000 TFLOP/s, attention efficiency 1; causal forward FLOPs of QK^T and PV (2 x 2 s^2 d per head),
     # half the square as the measured rates count them, backward 2.5x the forward

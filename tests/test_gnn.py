@@ -144,7 +144,7 @@ def test_host_features_cross_pcie_and_dgl_computes_fewer_nodes_per_layer() -> No
             "1024", "--json"]
     host = json.loads(_cli([*base, "--gnn-strategy", "host_features"])[1])
     assert host["fetch_bytes_per_rank"] == pytest.approx(host["batch_nodes"] * 100 * 4)
-    pyg, dgl = (json.loads(_cli([*base, "--gnn-engine", e])[1]) for e in ("pyg", "dgl"))
+    pyg, dgl = (json.loads(_cli([*base, "--gnn-library", e])[1]) for e in ("pyg", "dgl"))
     assert dgl["batch_nodes"] > pyg["batch_nodes"]
     assert dgl["time_breakdown_s"]["compute"] < pyg["time_breakdown_s"]["compute"]
     full = json.loads(_cli([*base, "--gnn-strategy", "full_graph"])[1])

@@ -14,7 +14,7 @@ from plait.hardware.catalog import get_cluster
 from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
-from plait.search.engine import run_search
+from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 

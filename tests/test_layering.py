@@ -55,7 +55,7 @@ def test_every_unit_is_declared_once() -> None:
     layers = declared_layers()
     named = [u for layer in layers for u in layer]
     assert len(named) == len(set(named)), "a unit named in two layers"
-    units = {unit_of(p) for p in SRC.rglob("*.py")} - {"__init__", "__main__"}
+    units = {unit_of(p) for p in SRC.rglob("*.py")} - {"__init__"}
     assert units - set(named) == set(), "units docs/architecture.md does not place"
     assert set(named) - units == set(), "units docs/architecture.md places that do not exist"
 
@@ -82,3 +82,19 @@ def test_every_module_imports() -> None:
         name = ".".join(("plait", *path.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__")
         if name != "plait.__main__":
             importlib.import_module(name)
+
+
+HEAVY = ("torch", "torchrec", "torch_geometric", "transformers", "torchtitan", "torchao")
+"""Optional libraries of the extras: imported at module level only by the runtime's and the kinds' workers."""
+
+
+def test_only_the_runtime_imports_the_heavy_libraries_at_module_level() -> None:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if unit_of(path) in ("run", "workloads"):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(SRC)}: {n}" for n in names if n.split(".")[0] in HEAVY]
+    assert found == []

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from plait.cost import activations as act
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.setup import Setup
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -32,7 +32,7 @@ def test_plaits_own_loss_peaks_at_the_bytes_its_engine_charges() -> None:
     assert measured == pytest.approx(get_engine("plait").framework.loss_bytes_per_logit, abs=0.5)
 
 
-def _last_stage(framework: Framework, plan: Plan) -> float:
+def _last_stage(framework: EngineFacts, plan: Plan) -> float:
     return act.last_stage_extra_bytes(Setup(model=MODEL, cluster=CLUSTER, plan=plan.with_seq_len(8192),
                                             framework=framework))
 

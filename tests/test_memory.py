@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from plait.cost import activations as act
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.setup import Setup
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
@@ -19,7 +19,7 @@ CLUSTER = get_cluster("dgx-a100-ib")
 
 
 def _setup(plan: Plan) -> Setup:
-    return Setup(model=GPT, cluster=CLUSTER, plan=plan.with_seq_len(GPT.seq_len), framework=Framework(attention_kernel="unfused"))
+    return Setup(model=GPT, cluster=CLUSTER, plan=plan.with_seq_len(GPT.seq_len), framework=EngineFacts(attention_kernel="unfused"))
 
 
 # Korthikanti et al. 2022, Table 2: activation bytes per layer, s b h = sequence, micro-batch, hidden.
@@ -54,7 +54,7 @@ def test_korthikanti_table2(case: str) -> None:
 
 def test_flash_drops_score_matrix_and_keeps_lse() -> None:
     setup = Setup(model=GPT, cluster=CLUSTER, plan=Plan(tp=8, sp=True).with_seq_len(GPT.seq_len),
-                  framework=Framework())
+                  framework=EngineFacts())
     s, h, a, t = GPT.seq_len, GPT.hidden_size, GPT.num_heads, 8
     assert act.layer_bytes(setup, False) == pytest.approx(s * h * 34 / t + 4 * s * a / t)
 
@@ -94,7 +94,7 @@ def test_torchtitan_per_op_sac_keeps_every_other_matmul(compiled: bool, saves_at
     and 7th matmul outputs and the SDPA outputs are saved, torchtitan 0.3.0 distributed/activation_checkpoint.py);
     compiled, w2's output, which only the residual add reads, is not kept (docs/research/torchtitan_memory_versions.md)."""
     model = get_model("llama3-8b")
-    framework = Framework(selective_policy="every_other_mm", sac_saves_attention=saves_attention,
+    framework = EngineFacts(selective_policy="every_other_mm", sac_saves_attention=saves_attention,
                           fused_input_projections=False, pointwise="fused" if compiled else "eager")
     setup = Setup(model=model, cluster=get_cluster("dgx-h100-ib"), plan=Plan(recompute="selective").with_seq_len(8192),
                   framework=framework)
@@ -107,7 +107,7 @@ def test_torchtitan_per_op_sac_under_sequence_parallelism_keeps_the_reduce_scatt
     projection's reduce-scatter output (reduce_scatter_tensor is in torchtitan's save list; the residual sum after
     attention feeds the MLP norm, so the backward reads it)."""
     model = get_model("llama3-8b")
-    framework = Framework(selective_policy="every_other_mm", fused_input_projections=False, pointwise="fused")
+    framework = EngineFacts(selective_policy="every_other_mm", fused_input_projections=False, pointwise="fused")
     setup = Setup(model=model, cluster=get_cluster("dgx-h100-ib"),
                   plan=Plan(tp=2, sp=True, recompute="selective").with_seq_len(8192), framework=framework)
     per_token = (2 * 4096 / 2 + 2 * 16 * 128 + 2 * 4 * 128 + 16 * (2 * 128 + 4) + 2 * 14336 / 2

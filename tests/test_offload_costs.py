@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from plait.cost.batch import layer_columns
-from plait.cost.framework import DEFAULT
+from plait.engine.facts import DEFAULT
 from plait.hardware.catalog import cluster_from_mapping
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate

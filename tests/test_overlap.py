@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from plait.cost.batch import prepare
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.overlap import hidden_remainder
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -43,9 +43,9 @@ def test_contention_never_speeds_up_a_step() -> None:
 def test_backward_post_puts_every_backward_gather_in_line() -> None:
     """FSDP1 BACKWARD_POST: the step grows by at least the hidden part of the layers' backward gathers."""
     pre = estimate(MODEL, CLUSTER, FSDP)
-    late = replace(get_engine(), framework=Framework(shard_backward_prefetch="post"))
+    late = replace(get_engine(), framework=EngineFacts(shard_backward_prefetch="post"))
     post = estimate(MODEL, CLUSTER, FSDP, engine=late)
-    prepared = prepare(MODEL, CLUSTER, PlanColumns.one(FSDP.with_seq_len(MODEL.seq_len)), Framework())
+    prepared = prepare(MODEL, CLUSTER, PlanColumns.one(FSDP.with_seq_len(MODEL.seq_len)), EngineFacts())
     gather = prepared.fsdp[0].gather_s
     assert gather > 0
     in_line = MODEL.num_layers * gather  # with BACKWARD_PRE these were hidden behind compute
@@ -114,7 +114,7 @@ def test_fp32_residual_stream_moves_more_bytes() -> None:
     from plait.cost.setup import Setup
 
     plan = Plan(tp=8, sp=True, micro_batch=1, global_batch=1).with_seq_len(MODEL.seq_len)
-    bf16, fp32 = (layer_cost(Setup(model=MODEL, cluster=CLUSTER, plan=plan, framework=Framework(residual_bytes=r)),
+    bf16, fp32 = (layer_cost(Setup(model=MODEL, cluster=CLUSTER, plan=plan, framework=EngineFacts(residual_bytes=r)),
                              False) for r in (2, 4))
     assert fp32.fwd_compute_s > bf16.fwd_compute_s and fp32.tp_fwd_s > bf16.tp_fwd_s
 

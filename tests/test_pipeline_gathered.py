@@ -1,6 +1,6 @@
 """A pipeline stage under PyTorch's pipelining with FSDP2 (torchtitan, plait run): gathered over the step's
 micro-batches, gradients accumulated unsharded, one reduce-scatter after the last backward
-(``Framework.pipeline_keeps_gathered``), in memory and in time."""
+(``EngineFacts.pipeline_keeps_gathered``), in memory and in time."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.io import read_plan_file
-from plait.search.engine import run_search
+from plait.search.runner import run_search
 from plait.search.enumerate import enumerate_space
 from plait.search.pareto import Point, choose, pareto_front
 from plait.search.space import default_space

@@ -9,14 +9,14 @@ from unittest import mock
 import numpy as np
 
 import plait.search.parts as parts
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.hardware.catalog import cluster_from_mapping, get_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.groups import rank_groups
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.engine import run_search
+from plait.search.runner import run_search
 from plait.search.rules import MEMORY_REASON
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
@@ -48,7 +48,7 @@ def test_a_refused_row_is_dropped_and_its_neighbours_costed() -> None:
     sizes = [8, 2048, 16, 4096, 32]
     cols = PlanColumns.from_plans([Plan(dp_replicate=n, global_batch=n) for n in sizes])
     refused: Counter[str] = Counter()
-    batches = parts.costed(model, cluster, cols, Framework(), refused)
+    batches = parts.costed(model, cluster, cols, EngineFacts(), refused)
     kept = np.concatenate([batch.cols["dp_replicate"] for batch in batches])
     assert sorted(kept.tolist()) == [8, 16, 32]
     assert sum(refused.values()) == 2 and all("exceeds cluster toy" in reason for reason in refused)

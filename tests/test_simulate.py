@@ -13,7 +13,7 @@ from plait.engine.catalog import get_engine
 from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.predict.estimate import estimate, wants_simulation
-from plait.simulate.kernel import Kernel
+from plait.events.kernel import Kernel
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import trace_events

@@ -1,6 +1,6 @@
 """The pipeline sweep (plait.simulate.pipeline) against an event simulation of the same rules on the event kernel.
 
-The reference below runs every rank's operation order on :class:`plait.simulate.kernel.Kernel`: a rank dispatches
+The reference below runs every rank's operation order on :class:`plait.events.kernel.Kernel`: a rank dispatches
 its next operation when it finishes one or when an input reaches it, if that operation's input is there. The
 sweep must give the same start and end of every operation, pipeline end and step time, to the last bit, on every
 schedule over random stage times, including uneven ranks and zero-bubble W passes."""
@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from plait.simulate.kernel import Kernel
+from plait.events.kernel import Kernel
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.simulate.schedules import order
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
@@ -42,10 +42,10 @@ def test_gathered_logits_cost_grows_with_the_vocabulary(toy_cluster: Cluster) ->
     """A runtime that all-gathers the logits (plait run) pays for the vocabulary; the vocab-parallel loss does not."""
     small = replace(get_model("llama3-8b"), num_layers=2)
     large = replace(small, vocab_size=2 * small.vocab_size)
-    gathered = Framework(tp_loss="gathered")
+    gathered = EngineFacts(tp_loss="gathered")
     tp = {name: [estimate(m, toy_cluster, _plan(), engine=replace(get_engine(), framework=fw)).time.tp_comm_s
                  for m in (small, large)]
-          for name, fw in (("parallel", Framework()), ("gathered", gathered))}
+          for name, fw in (("parallel", EngineFacts()), ("gathered", gathered))}
     assert tp["parallel"][0] == pytest.approx(tp["parallel"][1], rel=1e-12)
     logits = 2 * small.seq_len * small.vocab_size  # bf16 logits of one micro-batch
     assert tp["gathered"][1] - tp["gathered"][0] == pytest.approx(logits / 2 / BW, rel=1e-9)
@@ -77,7 +77,7 @@ def test_async_tp_hides_at_most_what_the_decomposed_gemms_can() -> None:
     model = get_model("llama3-8b")
     base = Plan(tp=8, sp=True, micro_batch=1, global_batch=1, seq_len=8192)
     exposed, overlapped = (Setup(model=model, cluster=cluster, plan=replace(base, tp_comm_overlap=flag),
-                                 framework=Framework()) for flag in (False, True))
+                                 framework=EngineFacts()) for flag in (False, True))
     comm, hidden = layer_cost(exposed, False).tp_fwd_s, layer_cost(overlapped, False).tp_fwd_s
     gemms = layer_gemms(overlapped, False)
     gemm_fwd, _ = gemms_fwd_bwd_s(gemms, overlapped)

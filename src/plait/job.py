@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -52,7 +52,7 @@ class Job:
         return cls(model=model, cluster=cluster, plan=plan, engine=engine)
 
     @property
-    def framework(self) -> Framework:
+    def framework(self) -> EngineFacts:
         """The engine's cost facts."""
         return self.engine.framework
 

@@ -14,7 +14,7 @@ from plait.cli.output import print_json
 from plait.cli.render import print_estimate
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
-from plait.hardware.hetero import MixedCluster
+from plait.hardware.mixed import MixedCluster
 from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.defaults import GLOBAL_BATCH, LAYOUT_OPTIONS
 from plait.predict.estimate import predict
@@ -53,7 +53,7 @@ def estimate_command(
     placements: Annotated[str | None, typer.Option(help="With a DLRM TOML: each table's sharding, e.g. t0=row_wise,t1=table_wise@3,t2=column_wise@0+1 (table_wise, column_wise, row_wise, table_row_wise, data_parallel). [default: plait's planner]")] = None,
     sparse_group: Annotated[int | None, typer.Option(help="With a DLRM TOML: ranks that share the tables (2D sparse parallelism: gpus / this many replicas). [default: all]")] = None,
     gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp (features fetched from their owners) | host_features (read over PCIe) | replicated | full_graph (1 GPU) | partition_local (each rank trains inside its part) | llcg (local steps, averaged, server-corrected).")] = "sampled_dp",
-    gnn_engine: Annotated[str, typer.Option(help="With a GNN TOML: pyg (layers on the whole sampled subgraph) | dgl (message-flow graphs; every node redraws each hop).")] = "pyg",
+    gnn_library: Annotated[str, typer.Option(help="With a GNN TOML: pyg (layers on the whole sampled subgraph) | dgl (message-flow graphs; every node redraws each hop).")] = "pyg",
     edge_cut: Annotated[float | None, typer.Option(help="With a GNN TOML: fraction of edges crossing the gpus parts. [default: a random cut, (gpus-1)/gpus]")] = None,
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,
     gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML: loop (a batch at a time) | matrix[:bulk=K][,adjacency=replicated|partitioned] (matrix-based bulk sampling).")] = "loop",

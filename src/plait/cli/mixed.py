@@ -1,5 +1,5 @@
-"""``plait estimate`` and ``plait plan`` on a mixed cluster (:mod:`plait.hardware.hetero`): thin wrappers that parse
-the shares, call :mod:`plait.predict.hetero` / :mod:`plait.search.hetero`, and print."""
+"""``plait estimate`` and ``plait plan`` on a mixed cluster (:mod:`plait.hardware.mixed`): thin wrappers that parse
+the shares, call :mod:`plait.predict.mixed` / :mod:`plait.search.mixed`, and print."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from plait.cli.output import print_json
 from plait.cli.render_mixed import print_mixed_estimate, print_mixed_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
-from plait.hardware.hetero import MixedCluster
-from plait.plan.hetero import SPLITS, GroupShare, MixedPlan, even_shares
+from plait.hardware.mixed import MixedCluster
+from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
-from plait.predict.hetero import MixedEstimate, estimate_mixed, mixed_to_dict
+from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_to_dict
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
 
@@ -65,7 +65,7 @@ def mixed_estimate(model_name: str | None, cluster: MixedCluster, layout: Plan, 
     """The estimate ``plait estimate`` prints for a mixed cluster: the shares ``parts`` as ``given`` (``--shares``),
     or balanced by speed."""
     from plait.cli.options import DEFAULT_MODEL
-    from plait.search.hetero_split import balance_data, balance_pipeline
+    from plait.search.mixed_split import balance_data, balance_pipeline
 
     model: ModelSpec = resolve_model(model_name or DEFAULT_MODEL)
     eng = get_engine(engine or DEFAULT_ENGINE)
@@ -93,7 +93,7 @@ def print_mixed(est: MixedEstimate, as_json: bool, train_tokens: float) -> None:
 def mixed_plan(model_name: str, cluster: MixedCluster, global_batch: int, engine: str | None, top: int,
                memory_margin: float, as_json: bool) -> None:
     """``plait plan`` on a mixed cluster: the ranked mixed plans against the best single group."""
-    from plait.search.hetero import plan_mixed
+    from plait.search.mixed import plan_mixed
 
     model = resolve_model(model_name)
     result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or DEFAULT_ENGINE),

@@ -13,7 +13,7 @@ DELAY_S = 1.0
 
 
 class LazyProgress:
-    """Callable ``(done, total)`` for :func:`plait.search.engine.run_search`; silent for fast searches."""
+    """Callable ``(done, total)`` for :func:`plait.search.runner.run_search`; silent for fast searches."""
 
     def __init__(self, console: Console, label: str) -> None:
         self._console, self._label = console, label

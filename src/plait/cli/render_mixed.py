@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from plait.predict.hetero import MixedEstimate
-from plait.search.hetero import MixedSearch
+from plait.predict.mixed import MixedEstimate
+from plait.search.mixed import MixedSearch
 from plait.units import GIB
 
 

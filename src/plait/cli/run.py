@@ -126,7 +126,7 @@ def render_run(report: RunReport, console: Console) -> None:
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)
     if report.mixed is not None:
-        console.print(f"note: step time predicted by plait.predict.hetero, each rank a device group of one ("
+        console.print(f"note: step time predicted by plait.predict.mixed, each rank a device group of one ("
                       f"{report.mixed.plan.describe()}); memory for the even plan")
     elif report.uneven:
         console.print("note: predicted for the even plan on equal ranks (an uneven prediction takes layouts whose "

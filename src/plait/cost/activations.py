@@ -88,7 +88,7 @@ def layer_bytes(setup: Setup, moe_layer: bool) -> float:
 def layer_bytes_selective(setup: Setup, moe_layer: bool) -> float:
     """Activations with the attention core recomputed (Korthikanti et al. 2022, Sec. 4.2.2), or what per-op
     selective checkpointing keeps where the engine's selective recomputation is that
-    (:attr:`plait.cost.framework.Framework.selective_policy`, :func:`plait.cost.op_sac.saved_bytes`)."""
+    (:attr:`plait.engine.facts.EngineFacts.selective_policy`, :func:`plait.cost.op_sac.saved_bytes`)."""
     if setup.framework.selective_policy == "every_other_mm":
         return op_sac.saved_bytes(setup, moe_layer, layer_input_bytes(setup))
     kept, _ = attention_block_bytes(setup)
@@ -111,7 +111,7 @@ def last_stage_extra_bytes(setup: Setup) -> float:
 
     Korthikanti et al. 2022, Sec. 4.3: the output layer and loss need ``4sbv/t`` bytes
     (fp32 logits for the softmax) on top of the ``2sbh`` final-norm input; the 4 bytes per logit are the
-    engine's peak (:attr:`plait.cost.framework.Framework.loss_bytes_per_logit`), over the local vocabulary
+    engine's peak (:attr:`plait.engine.facts.EngineFacts.loss_bytes_per_logit`), over the local vocabulary
     shard unless the engine gathers the full logits before the loss (``tp_loss = "gathered"``).
     """
     framework = setup.framework

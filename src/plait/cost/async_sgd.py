@@ -8,7 +8,7 @@ with as many bytes. With equal workers, the server's link and adder serve one me
 server updates is the smaller of the two asymptotic bounds of a closed network, ``N / (busy + push + apply +
 pull)`` and ``1 / max(push, apply, pull)`` (Lazowska et al., "Quantitative System Performance", 1984, Sec. 5.2:
 ``X(N) <= min(N / (D + Z), 1 / D_max)``; deterministic times reach it: checked against
-:func:`plait.simulate.async_sgd.simulate_async` in tests/test_async_sgd.py). EASGD exchanges once every ``H``
+:func:`plait.events.async_sgd.simulate_async` in tests/test_async_sgd.py). EASGD exchanges once every ``H``
 iterations, its cycle ``H busy + push + apply + pull``. A staleness bound of 0 makes every worker wait for the
 slowest each iteration: simulated.
 
@@ -26,7 +26,7 @@ from plait.cost.distinct import per_distinct
 from plait.cost.servers import GRAD_BYTES, HEADER_ELEMENTS
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.simulate.async_sgd import simulate_async
+from plait.events.async_sgd import simulate_async
 from plait.sync import AsyncPS, SyncMethod
 
 ADAMW_PASSES = 7

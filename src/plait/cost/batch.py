@@ -18,7 +18,7 @@ import numpy as np
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
@@ -53,7 +53,7 @@ class Prepared:
     """(dense, MoE) layer gather/reduce-scatter/hook seconds."""
     p2p_s: np.ndarray | float
     """One activation (or gradient) transfer between neighbouring stages."""
-    framework: Framework
+    framework: EngineFacts
     """The cost facts these were computed under."""
     memo: dict[tuple[str, int, int, bool, bool], Any] = field(default_factory=dict, compare=False)
     """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`), kept as they are costed."""
@@ -102,7 +102,7 @@ class BatchResult:
 
 
 def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
-                  framework: Framework) -> tuple[ShardTimes, ShardTimes]:
+                  framework: EngineFacts) -> tuple[ShardTimes, ShardTimes]:
     """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded), and the
     host time of FSDP2's per-layer hooks (zero2/zero3; measured by plait calibrate, 0 on GPUs).
 
@@ -127,7 +127,7 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
                                        xp.where(active, PARAM_BYTES * params / pieces, 0.0))
         shard = params / dense_group
         present = kind.num_params + kind.num_expert_params > 0
-        copied = xp.where(active, params, 0.0) if framework.shard_copies else 0.0  # Framework.shard_copies
+        copied = xp.where(active, params, 0.0) if framework.shard_copies else 0.0  # EngineFacts.shard_copies
         copy_out = 2.0 * PARAM_BYTES * copied / memory_bw  # the gathered buffer read, the parameters written
         copy_in = (PARAM_BYTES + inner.grad_bytes) * copied / memory_bw  # gradients read, the buffer written
         out.append(ShardTimes(
@@ -148,7 +148,7 @@ def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
     return xp.where(cols.is_("recompute", "full"), 1.0 + share / 3.0, 1.0)
 
 
-def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> np.ndarray:
+def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> np.ndarray:
     if cols.single is not None:
         return model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
     seqs, inverse = np.unique(cols["seq_len"], return_inverse=True)
@@ -157,7 +157,7 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fram
     return np.array(values)[inverse.reshape(-1)]
 
 
-def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> Prepared:
+def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> Prepared:
     """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
     if cols.single is not None:
         cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
@@ -202,14 +202,14 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     return _memo(model, prepared, "sync", stage, compute)
 
 
-def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework) -> tuple[LayerKind, ShardTimes]:
+def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> tuple[LayerKind, ShardTimes]:
     """One plan's dense layer: its compute and in-layer collectives (:mod:`plait.cost.inner`) and its FSDP gather,
     reduce-scatter and hook times, as floats."""
     prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
     return prepared.inner.dense, prepared.fsdp[0]
 
 
-def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, framework: Framework) -> Any:
+def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, framework: EngineFacts) -> Any:
     """Gradient reductions the backward pass can overlap: one per layer, or, for a replica all-reduce whose
     engine caps its buckets (PyTorch DDP, ``bucket_cap_mb``), no more than the buckets the gradients fill —
     a bucket fires when its last gradient is ready (Li et al. 2020, Sec. 3.2.3)."""
@@ -281,7 +281,7 @@ def _gradient_steps(cols: PlanColumns) -> Any:
     return kept
 
 
-def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> BatchResult:
+def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
     (:meth:`PlanColumns.one`) every result is a float."""
     prepared = prepare(model, cluster, cols, framework)

@@ -15,7 +15,7 @@ figures from ``efficiency.toml`` (public microbenchmarks), never fitted to runs.
 from __future__ import annotations
 
 from plait.cost.flops import Gemm
-from plait.cost.framework import AttentionKernel
+from plait.engine.facts import AttentionKernel
 from plait.cost.setup import Setup
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.catalog import kernel_curve

@@ -37,7 +37,7 @@ Columns = dict[str, np.ndarray]
 
 def kept_gathered(cols: PlanColumns, pipeline_keeps_gathered: bool) -> np.ndarray:
     """Rows whose ZeRO-3 stages stay gathered over the step's micro-batches and reduce-scatter once after the last
-    backward (:attr:`plait.cost.framework.Framework.pipeline_keeps_gathered`: PyTorch pipelining with FSDP2)."""
+    backward (:attr:`plait.engine.facts.EngineFacts.pipeline_keeps_gathered`: PyTorch pipelining with FSDP2)."""
     dense_group, _ = shard_groups(cols)
     kept = (cols["pp"] > 1) & cols.is_("sharding", "zero3") & (dense_group > 1)
     return kept if pipeline_keeps_gathered else kept & False

@@ -21,7 +21,7 @@ from collections import Counter
 
 from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.gossip import topology_of as gossip_topology
 from plait.cost.memory import PARAM_BYTES
 from plait.cost.params import stage_layer_counts
@@ -60,7 +60,7 @@ def _ring(cluster: Cluster, size: int, stride: int, sent_per_rank: float, world:
     return 0.0 if sites == 1 else (world / size) * sites * sent_per_rank
 
 
-def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Framework) -> float:
+def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> float:
     """Bytes that cross site boundaries in one step of ``plan`` as an engine with cost facts ``framework`` runs it
     (a valid plan, ``seq_len`` filled in; 0 on a one-site cluster)."""
     site = cluster.site_gpus

@@ -31,7 +31,7 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
   tier the ``W`` ranks span, the rows each rank serves gathered from its part first (``sampled_dp``), or every
   batch node's ``F`` fp32 features over PCIe (``host_features``); then every feature the batch reads is gathered
   into one matrix (read and written in HBM);
-- **compute**: :mod:`plait.cost.gnn_compute` (which nodes each layer computes depends on the engine: PyG or DGL);
+- **compute**: :mod:`plait.cost.gnn_compute` (which nodes each layer computes depends on the library: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
   writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate.
 
@@ -47,9 +47,9 @@ from typing import Literal
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.gnn_compute import (
-    ENGINES,
+    LIBRARIES,
     INDEX_BYTES,
-    Engine,
+    GnnLibrary,
     GnnEstimate,
     activation_bytes,
     layer_sizes,
@@ -84,14 +84,14 @@ def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> floa
 
 
 def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strategy: Strategy = "sampled_dp",
-                 edge_cut: float | None = None, cache_fraction: float = 0.0, engine: Engine = "pyg",
+                 edge_cut: float | None = None, cache_fraction: float = 0.0, library: GnnLibrary = "pyg",
                  classes: DegreeClasses | None = None, sampler: Sampler = LOOP) -> GnnEstimate:
     """The step of ``world`` ranks each training on ``batch`` seeds (module docstring); ``classes``: the graph's
     measured degree histogram (:func:`plait.cost.gnn_sampling.measured_classes`) in place of the power law its
     statistics give (strategies that sample the whole graph)."""
-    cut = _check(world, batch, strategy, edge_cut, cache_fraction, engine)
+    cut = _check(world, batch, strategy, edge_cut, cache_fraction, library)
     if strategy == "full_graph":
-        return full_graph(spec, cluster, world, engine)
+        return full_graph(spec, cluster, world, library)
     g, acc = spec.graph, cluster.accelerator
     hbm = memory_bytes_per_s(acc)
     params = spec.model.params(g)
@@ -102,7 +102,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     classes = degree_classes(_part(g, world, cut)) if local else classes or degree_classes(g)
     parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
-                           redraw=engine == "dgl")
+                           redraw=library == "dgl")
     sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
     batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
     sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
@@ -120,28 +120,28 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
             "host_features": 0.0, "partition_local": g.feature_table_bytes / world,
             "llcg": g.feature_table_bytes / world}[strategy]
-    sizes = layer_sizes(spec, sampled, engine)
+    sizes = layer_sizes(spec, sampled, library)
     memory = (structure / world if local or sampler.partitioned else structure) + held + batch_feature_bytes
     memory += activation_bytes(spec, sizes) + state_bytes(spec)
     correction_s = 0.0
     if strategy == "llcg":  # the parameters averaged once per K local steps, the server's corrections after
         all_reduce_s /= LLCG_LOCAL_STEPS
         if world > 1:
-            server = estimate_gnn(spec, cluster, 1, batch, "replicated", engine=engine)
+            server = estimate_gnn(spec, cluster, 1, batch, "replicated", library=library)
             correction_s = LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS
     return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
-                       compute_s=step_compute_s(spec, sizes, acc, engine), all_reduce_s=all_reduce_s,
+                       compute_s=step_compute_s(spec, sizes, acc, library), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
                        steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s)
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,
-           engine: str) -> float:
+           library: str) -> float:
     """Refuse impossible options in one line; the edge cut (a random cut of ``world`` parts by default)."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy={strategy!r} must be one of {', '.join(STRATEGIES)}")
-    if engine not in ENGINES:
-        raise ConfigError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
+    if library not in LIBRARIES:
+        raise ConfigError(f"library={library!r} must be one of {', '.join(LIBRARIES)}")
     if batch < 1 or world < 1:
         raise ConfigError(f"batch={batch} seeds per rank and world={world} ranks must be >= 1")
     if not 0.0 <= cache_fraction <= 1.0:

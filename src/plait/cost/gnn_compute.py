@@ -1,6 +1,6 @@
 """The layers' time and the memory of one GNN step on one GPU (:mod:`plait.cost.gnn`).
 
-Which nodes and edges each layer computes depends on the engine:
+Which nodes and edges each layer computes depends on the library:
 
 - ``pyg``: PyG's layers run on the whole sampled subgraph at every layer (every node, every sampled edge), as
   ``NeighborLoader`` batches are used without trimming (PyG's ``trim_to_layer`` is opt-in);
@@ -42,7 +42,7 @@ values read plus written at the HBM's streaming rate:
   rows (``nb``) and, below the first layer, the input gradient's paths summed, one per linear map after the first
   (``3na`` each).
 
-The rows' width is where each engine aggregates:
+The rows' width is where each library aggregates:
 PyG's SAGEConv aggregates the inputs (``a``) and its GCNConv the transformed outputs (``b``); DGL's SAGEConv and
 GraphConv transform first whenever that narrows the messages (``min(a, b)``: dgl/nn/pytorch/conv/sageconv.py
 ``lin_before_mp``, graphconv.py "mult W first to reduce the feature size for aggregation"). Backward: each GEMM
@@ -67,8 +67,8 @@ from plait.cost.gnn_sampling import SampledBatch
 from plait.hardware.accelerator import Accelerator
 from plait.workload.gnn import FEATURE_BYTES, GnnSpec, GraphStats
 
-Engine = Literal["pyg", "dgl"]
-ENGINES: tuple[Engine, ...] = ("pyg", "dgl")
+GnnLibrary = Literal["pyg", "dgl"]
+LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl")
 ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8
@@ -109,23 +109,23 @@ def structure_bytes(g: GraphStats) -> float:
     return (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
 
 
-def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, engine: Engine) -> list[tuple[float, float]]:
+def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, library: GnnLibrary) -> list[tuple[float, float]]:
     """(output nodes, edges) of each layer, input side first; ``sampled=None``: the whole graph."""
     layers = spec.model.layers
     if sampled is None:
         return [(float(spec.graph.nodes), 2.0 * spec.graph.edges)] * layers
-    if engine == "pyg":
+    if library == "pyg":
         return [(sampled.nodes, sampled.sampled_edges)] * layers
     return [(sampled.within(layers - k), sampled.edges[layers - k]) for k in range(1, layers + 1)]
 
 
-def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator, engine: Engine = "pyg") -> float:
+def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator, library: GnnLibrary = "pyg") -> float:
     """Forward and backward time of every layer (module docstring)."""
-    return sum(layer_compute_s(spec, sizes, acc, engine))
+    return sum(layer_compute_s(spec, sizes, acc, library))
 
 
 def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator,
-                    engine: Engine = "pyg") -> list[float]:
+                    library: GnnLibrary = "pyg") -> list[float]:
     """Forward and backward time of each layer, input side first: its GEMMs on the fp32 roofline and the values its
     aggregation and elementwise kernels stream through memory (module docstring)."""
     roof, hbm = fp32_gemm_s(acc), memory_bytes_per_s(acc)
@@ -136,8 +136,8 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
         first, hidden = layer == 0, layer < model.layers - 1  # the input features need no gradient; ReLU after hidden
         gemms = sum(roof.time_s(n, c, a) + roof.time_s(a, c, n) + (0.0 if first else roof.time_s(n, a, c))
                     for c in _map_widths(model.kind, b, w))
-        width, transform_first = _aggregated_width(model.kind, engine, a, b, w)
-        fwd, bwd = aggregation_values(engine, model.kind, n, m, width, model.heads)
+        width, transform_first = _aggregated_width(model.kind, library, a, b, w)
+        fwd, bwd = aggregation_values(library, model.kind, n, m, width, model.heads)
         if first and not transform_first:  # an aggregation of the raw features takes no gradient
             bwd = 0.0
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
@@ -152,19 +152,19 @@ def _map_widths(kind: str, b: int, w: int) -> tuple[int, ...]:
     return {"sage": (b, b), "gcn": (b,), "gat": (w,), "transformer": (w, w, w, b)}[kind]
 
 
-def _aggregated_width(kind: str, engine: Engine, a: int, b: int, w: int) -> tuple[int, bool]:
+def _aggregated_width(kind: str, library: GnnLibrary, a: int, b: int, w: int) -> tuple[int, bool]:
     """The width of the rows a layer aggregates, and whether they are its maps' outputs (module docstring)."""
     if kind in ("gat", "transformer"):
         return w, True
-    transform_first = a > b if engine == "dgl" else kind == "gcn"
+    transform_first = a > b if library == "dgl" else kind == "gcn"
     return (b if transform_first else a), transform_first
 
 
-def aggregation_values(engine: Engine, kind: str, n: float, m: float, width: float,
+def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width: float,
                        heads: int = 1) -> tuple[float, float]:
     """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
     softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
-    if engine == "dgl":  # one fused sparse-dense product each way
+    if library == "dgl":  # one fused sparse-dense product each way
         return (m + n) * width + softmax, (m + n) * width + softmax
     if kind == "gcn":  # gcn_norm's self loops: each message scaled by its edge weight, then summed
         m += n

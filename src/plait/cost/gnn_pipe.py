@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.gnn_compute import (
-    Engine,
+    GnnLibrary,
     GnnEstimate,
     activation_bytes,
     layer_compute_s,
@@ -37,7 +37,7 @@ CHUNKS_PER_STAGE = 4
 fill at a quarter of a stage's work or less)."""
 
 
-def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> GnnEstimate:
+def full_graph(spec: GnnSpec, cluster: Cluster, world: int, library: GnnLibrary) -> GnnEstimate:
     """One epoch of full-graph training (module docstring)."""
     layers = spec.model.layers
     if world > layers:
@@ -45,8 +45,8 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, engine: Engine) -> G
                           f"{layers}; use at most {layers} GPUs")
     g, acc = spec.graph, cluster.accelerator
     hbm = memory_bytes_per_s(acc)
-    sizes = layer_sizes(spec, None, engine)
-    times = layer_compute_s(spec, sizes, acc, engine)
+    sizes = layer_sizes(spec, None, library)
+    times = layer_compute_s(spec, sizes, acc, library)
     stages = _balanced(times, world)
     slowest = max(sum(times[a:b]) for a, b in stages)
     chunks = CHUNKS_PER_STAGE * world if world > 1 else 1

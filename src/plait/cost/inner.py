@@ -17,7 +17,7 @@ import numpy as np
 from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.layer import edge_tp_s, layer_cost
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
@@ -102,7 +102,7 @@ class Inner:
     grad_bytes: Value
     """Bytes per gradient element in the buffer and its reduction."""
     weight_cache_bytes: Value
-    """Bytes per transformer-layer parameter of cached fp8 weight copies (:attr:`Framework.fp8_weight_cache_bytes`,
+    """Bytes per transformer-layer parameter of cached fp8 weight copies (:attr:`EngineFacts.fp8_weight_cache_bytes`,
     0 unless the GEMMs run in fp8)."""
 
     @property
@@ -167,7 +167,7 @@ def _stack(rows: list[Inner], inverse: np.ndarray) -> Inner:
     return Inner(dense=kinds[0], moe=kinds[1], **_columns(rows, _INNER_FIELDS, inverse))
 
 
-def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework) -> Inner:
+def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> Inner:
     """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan."""
     if cols.single is not None:
         return _row(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))

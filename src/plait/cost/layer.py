@@ -131,7 +131,7 @@ def autocast_bytes_fwd(setup: Setup, moe_layer: bool) -> float:
     backward), which the layer's twice-the-forward rule covers.
 
     - Every projection that reads the normed hidden state casts it, read ``r`` and write ``e`` per element: the
-      q/k/v and gate/up projections, one or three and one or two GEMMs (:attr:`Framework.fused_input_projections`);
+      q/k/v and gate/up projections, one or three and one or two GEMMs (:attr:`EngineFacts.fused_input_projections`);
       the hidden state is whole on every TP rank there (all-gathered first under SP). An MoE layer's experts
       cast the tokens routed to them, ``top_k`` copies of each, and the router casts the hidden state once.
     - Every GEMM weight (not the norms', which run in fp32) is cast once per micro-batch, read 4 write 2 per parameter of this rank: the runtime enters
@@ -207,7 +207,7 @@ def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:
     these are the ``g``/``g-bar`` pairs of Korthikanti et al. 2022, Sec. 4.2.2, at the model's ends
     (Megatron-LM VocabParallelEmbedding and the output ColumnParallelLinear). The loss then costs three
     all-reduces of one fp32 value per token (vocab-parallel cross-entropy) or an all-gather of the logits
-    (:attr:`Framework.tp_loss`)."""
+    (:attr:`EngineFacts.tp_loss`)."""
     plan = setup.plan
     if plan.tp == 1:
         return 0.0, 0.0, 0.0, 0.0
@@ -248,7 +248,7 @@ def fp8_quantize_kernels(setup: Setup) -> int:
 
 def moe_host_s(setup: Setup) -> tuple[float, float]:
     """Host time to launch one MoE layer's kernels for one micro-batch, forward and backward, where the framework
-    syncs in every MoE layer (:attr:`plait.cost.framework.Framework.moe_host_sync`; 0 elsewhere): half the fixed
+    syncs in every MoE layer (:attr:`plait.engine.facts.EngineFacts.moe_host_sync`; 0 elsewhere): half the fixed
     kernels each way, and per local expert ``1/3`` of its GEMMs forward and ``2/3`` backward plus half its
     quantized tensors each way, at the host's time per launch (``host_launch_us``)."""
     framework, model, plan = setup.framework, setup.model, setup.plan

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.inner import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
@@ -89,7 +89,7 @@ def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: 
 
 
 def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Inner, stage: np.ndarray,
-                 framework: Framework) -> Columns:
+                 framework: EngineFacts) -> Columns:
     """Bytes per component on one GPU of ``stage``, plus ``total`` and ``inflight``."""
     xp, params = cols.xp, stage_params(model, cols, inner, stage)
     dense_group, expert_group = shard_groups(cols)
@@ -102,7 +102,7 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
     grads = xp.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
     optimizer = xp.where(cols["offload_optimizer"], 0.0, optimizer_bytes_per_param(cols) * xp.where(
         cols.is_("sharding", "none"), total_params, sharded))
-    if framework.pipeline_keeps_gathered:  # Framework.pipeline_keeps_gathered: the stage gathered, gradients unsharded
+    if framework.pipeline_keeps_gathered:  # EngineFacts.pipeline_keeps_gathered: the stage gathered, gradients unsharded
         kept = (cols["pp"] > 1) & xp.not_(cols["offload_params"])
         weights = weights + xp.where(kept & zero3 & (dense_group > 1), PARAM_BYTES * total_params, 0.0)
         grads = grads + xp.where(kept & (zero3 | cols.is_("sharding", "zero2")) & (dense_group > 1),

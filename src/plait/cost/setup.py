@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from plait.cost.framework import AttentionKernel, Framework
+from plait.engine.facts import AttentionKernel, EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.units import DTYPE_BYTES
 from plait.workload.model import ModelSpec
 
 
-def residual_bytes(framework: Framework, fsdp_managed: bool) -> int:
+def residual_bytes(framework: EngineFacts, fsdp_managed: bool) -> int:
     """Bytes per residual-stream element: the framework's figure, or 2 where FSDP casts parameters to bf16."""
     return 2 if framework.fsdp_casts_params and fsdp_managed else framework.residual_bytes
 
@@ -31,7 +31,7 @@ class Setup:
     """The cluster."""
     plan: Plan
     """The plan, with ``seq_len`` filled in."""
-    framework: Framework
+    framework: EngineFacts
     """How the framework implements the plan."""
 
     @cached_property
@@ -87,7 +87,7 @@ class Setup:
     @cached_property
     def attention_kv_heads(self) -> int:
         """K/V heads the attention kernel reads on one TP rank: the query heads where the framework copies K/V out
-        to them first (:attr:`Framework.kv_repeat`) or the model uses MLA, else :attr:`kv_heads_per_rank`."""
+        to them first (:attr:`EngineFacts.kv_repeat`) or the model uses MLA, else :attr:`kv_heads_per_rank`."""
         if self.framework.kv_repeat or self.model.mla:
             return self.model.num_heads // self.plan.tp
         return self.kv_heads_per_rank

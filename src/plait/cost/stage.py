@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.cost.inner import Inner
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
@@ -53,13 +53,13 @@ class ShardTimes:
     host_bwd_s: np.ndarray
     """The same around the backward."""
     copy_out_s: np.ndarray | float = 0.0
-    """The copy of one gather's buffer into the parameters, on the compute stream (``Framework.shard_copies``)."""
+    """The copy of one gather's buffer into the parameters, on the compute stream (``EngineFacts.shard_copies``)."""
     copy_in_s: np.ndarray | float = 0.0
     """The copy of the gradients into the reduce-scatter's buffer, on the compute stream (the same)."""
 
 
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
-               stage: np.ndarray, framework: Framework, overlap: float = 1.0) -> tuple[Columns, Columns]:
+               stage: np.ndarray, framework: EngineFacts, overlap: float = 1.0) -> tuple[Columns, Columns]:
     """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
     ``overlap`` is the accelerator's ``comm_overlap`` figure."""
     xp = cols.xp

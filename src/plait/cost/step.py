@@ -5,7 +5,7 @@ from __future__ import annotations
 from plait.cost.batch import TIME_ITEMS, BatchResult
 from plait.cost.egress import egress_bytes_per_step
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.cost.framework import DEFAULT
+from plait.engine.facts import DEFAULT
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, optimizer_bytes_per_param
 from plait.hardware.cluster import Cluster
 from plait.plan import rules

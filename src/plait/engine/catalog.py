@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 from importlib import resources
 from typing import Any
 
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.engine.capability import FEATURES, MACHINES
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
@@ -21,7 +21,7 @@ from plait.schema import build
 
 DEFAULT_ENGINE = "megatron-core"
 """The engine plans are ranked and estimates made for when none is named: Megatron-Core with Transformer Engine,
-whose fused kernels are the cost model's defaults (:class:`plait.cost.framework.Framework`)."""
+whose fused kernels are the cost model's defaults (:class:`plait.engine.facts.EngineFacts`)."""
 
 _SPEC = re.compile(r"^(?P<name>[a-z0-9_.-]+?)(?:@(?P<version>[A-Za-z0-9_.-]+))?(?:\[(?P<options>[^\]]*)\])?$")
 _SCALARS = {f.name for f in fields(Engine)} - {"name", "framework", "sources", "unsupported", "machines", "options"}
@@ -61,7 +61,7 @@ def _check_features(where: str, table: dict[str, str]) -> None:
 def _build(key: str) -> Engine:
     raw = dict(_tables()[key])
     where = f"engines.toml:{key}"
-    framework = build(Framework, raw.pop("framework", {}), f"{where}.framework")
+    framework = build(EngineFacts, raw.pop("framework", {}), f"{where}.framework")
     unsupported = raw.pop("unsupported", {})
     machines = raw.pop("machines", {})
     _check_features(where, unsupported)

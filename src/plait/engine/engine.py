@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 
 ExportTarget = Literal["torchtitan", "megatron", "deepspeed", "plan"]
 
@@ -26,7 +26,7 @@ class Engine:
     """Version the facts were read at (a release, a year, or a commit)."""
     title: str
     """Display name."""
-    framework: Framework
+    framework: EngineFacts
     """Implementation choices the cost model distinguishes."""
     dropout: bool = False
     """Hidden and attention dropout active in the engine's GPT recipes."""

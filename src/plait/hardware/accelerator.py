@@ -54,7 +54,7 @@ class Efficiency:
     """Minimum time of one GPU kernel, microseconds (launch + tail)."""
     host_launch_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Host (CPU) time to issue one kernel from a PyTorch program, microseconds: what a layer whose host cannot run
-    ahead of the device (:attr:`plait.cost.framework.Framework.moe_host_sync`) waits for per kernel."""
+    ahead of the device (:attr:`plait.engine.facts.EngineFacts.moe_host_sync`) waits for per kernel."""
     comm_overlap: Figure
     """Share of a collective's overlap with compute that stays hidden (1: free; 0: serialised); the rest is
     the compute slowdown that SM and HBM contention cause (:mod:`plait.cost.overlap`)."""

@@ -1,5 +1,5 @@
 """Mixed-cluster presets (``mixed_clusters.toml``) and files: groups of cluster presets or cluster files joined by
-a network tier (:mod:`plait.hardware.hetero`). Read lazily, once, at the boundary (STYLE.md rule 4)."""
+a network tier (:mod:`plait.hardware.mixed`). Read lazily, once, at the boundary (STYLE.md rule 4)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 from plait.errors import ConfigError, read_user_file
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster, NetworkTier
-from plait.hardware.hetero import DeviceGroup, MixedCluster
+from plait.hardware.mixed import DeviceGroup, MixedCluster
 from plait.schema import build
 
 _KEYS = {"name", "groups", "join", "source", "note"}

@@ -3,7 +3,7 @@ the event simulation where the closed forms drift (:func:`refine_pipeline`).
 
 :func:`assemble` is the one place an estimate is put together from a batch row, with the one refinement rule
 (:func:`wants_simulation`): ``plait estimate`` (:func:`predict`), the planner's top plans
-(:meth:`plait.search.engine.SearchResult.top`), ``plait validate`` (:func:`plait.validate.report.fill_row`) and
+(:meth:`plait.search.runner.SearchResult.top`), ``plait validate`` (:func:`plait.validate.report.fill_row`) and
 ``plait report`` all call it."""
 
 from __future__ import annotations

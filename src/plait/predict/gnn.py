@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plait.cost.gnn import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
-from plait.cost.gnn_compute import Engine
+from plait.cost.gnn_compute import GnnLibrary
 from plait.cost.gnn_sampler import LOOP, Sampler
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -29,7 +29,7 @@ class GnnPrediction:
     """Seed nodes per rank."""
     edge_cut: float
     cache_fraction: float
-    engine: str
+    library: str
     estimate: GnnEstimate
     sampler: Sampler = LOOP
 
@@ -41,7 +41,7 @@ class GnnPrediction:
         est, sampled = self.estimate, self.estimate.batch
         out = {
             "model": self.spec.name, "cluster": self.cluster.name, "gpus": self.world, "seeds_per_rank": self.batch,
-            "global_batch": self.batch * self.world, "strategy": est.strategy, "engine": self.engine,
+            "global_batch": self.batch * self.world, "strategy": est.strategy, "library": self.library,
             "edge_cut": self.edge_cut, "cache_fraction": self.cache_fraction, "sampler": self.sampler.label(),
             "step_time_s": est.step_s,
             "epoch_time_s": est.epoch_s, "steps_per_epoch": est.steps_per_epoch,
@@ -58,7 +58,7 @@ class GnnPrediction:
 
 
 def predict_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, strategy: str = "sampled_dp",
-                edge_cut: float | None = None, cache_fraction: float = 0.0, engine: str = "pyg",
+                edge_cut: float | None = None, cache_fraction: float = 0.0, library: str = "pyg",
                 sampler: Sampler = LOOP) -> GnnPrediction:
     """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts;
     ``sampler``: the mini-batch strategies' sampler."""
@@ -70,10 +70,10 @@ def predict_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, 
                           f"each of the {gpus} parts")
     cut = (gpus - 1) / gpus if edge_cut is None else edge_cut
     typed: Strategy = strategy  # type: ignore[assignment]
-    kind: Engine = engine  # type: ignore[assignment]
+    kind: GnnLibrary = library  # type: ignore[assignment]
     est = estimate_gnn(spec, hardware, gpus, batch, typed, cut, cache_fraction, kind, sampler=sampler)
     return GnnPrediction(spec=spec, cluster=hardware, world=gpus, batch=batch, edge_cut=cut,
-                         cache_fraction=cache_fraction, engine=engine, estimate=est, sampler=sampler)
+                         cache_fraction=cache_fraction, library=library, estimate=est, sampler=sampler)
 
 
 SAMPLER_CHOICES = (LOOP, Sampler(kind="matrix", bulk=8), Sampler(kind="matrix", bulk=8, partitioned=True))
@@ -87,7 +87,7 @@ APART = {"partition_local": "trains on less of the graph (drops the edges betwee
 
 
 def search_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, edge_cut: float | None = None,
-               memory_margin: float = 0.05, engine: str = "pyg") -> tuple[list[GnnPrediction], list[GnnPrediction],
+               memory_margin: float = 0.05, library: str = "pyg") -> tuple[list[GnnPrediction], list[GnnPrediction],
                                                                          list[tuple[str, str]]]:
     """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS` and sampler of
     :data:`SAMPLER_CHOICES`): the
@@ -100,7 +100,7 @@ def search_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, e
     refused: list[tuple[str, str]] = []
     for strategy, cache, sampler in candidates:
         try:
-            result = predict_gnn(spec, hardware, gpus, global_batch, strategy, edge_cut, cache, engine, sampler)
+            result = predict_gnn(spec, hardware, gpus, global_batch, strategy, edge_cut, cache, library, sampler)
         except ConfigError as error:
             if strategy != "full_graph":  # only full-graph training refuses a GPU count (more GPUs than layers)
                 raise

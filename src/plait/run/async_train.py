@@ -9,7 +9,7 @@ message comes first (``torch.distributed.recv`` from any source):
   its piece with the workers' optimizer (same class, same learning rate), counts the update's staleness (updates
   applied since that version) and sends the new piece back, holding the reply while the worker is more than ``B``
   iterations ahead of the slowest active worker (Stale Synchronous Parallel, Ho et al., NeurIPS 2013; Downpour SGD,
-  Dean et al. 2012); the predicted counterpart is :func:`plait.simulate.async_sgd.simulate_async`;
+  Dean et al. 2012); the predicted counterpart is :func:`plait.events.async_sgd.simulate_async`;
 - ``param_server:servers=S,host=cpu``: synchronous; a server sums a round's pieces once every worker has pushed
   and sends the mean back, and the workers step their own optimizer (BytePS's servers on CPU machines, Jiang et
   al., OSDI 2020, Sec. 4.1): the all-reduce's mean, summed in another order;
@@ -21,7 +21,7 @@ Each message carries :data:`plait.cost.servers.HEADER_ELEMENTS` fp32 values afte
 0 writes, per method given and per worker, each iteration's loss and wall time and the bytes it sent; per server, every update's worker,
 staleness and time; and the loss of the final model (the servers' parameters, or worker 0's for the synchronous
 methods) on a held-out batch; and each iteration's compute (forward, backward and the slowdown, before the
-exchange: what :func:`plait.simulate.async_sgd.simulate_async` takes as a worker's speed).
+exchange: what :func:`plait.events.async_sgd.simulate_async` takes as a worker's speed).
 """
 
 from __future__ import annotations

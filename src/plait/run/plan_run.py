@@ -18,7 +18,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.predict.hetero import MixedEstimate
+from plait.predict.mixed import MixedEstimate
 from plait.run.config import write_config
 from plait.run.launch import local_slots, multinode_command, run_local
 from plait.run.preflight import check_checkpointing, check_machine

@@ -2,7 +2,7 @@
 ``(f - 1)`` times its length.
 
 The emulated device runs every kernel at ``1/f`` of this device's rate and its host work ``f`` times longer: the
-cluster :func:`plait.hardware.hetero.slowed` describes (peaks and memory bandwidth divided by ``f``, host overheads
+cluster :func:`plait.hardware.mixed.slowed` describes (peaks and memory bandwidth divided by ``f``, host overheads
 multiplied by ``f``). A stretch of compute measured with :func:`plait.run.train.timed` (``time.perf_counter``,
 after a CUDA synchronize on a GPU; on a CPU the work is synchronous) and followed by ``(f - 1)`` times as long a
 sleep ends when that device's stretch would, and what follows it (a send, a gradient bucket's all-reduce, the

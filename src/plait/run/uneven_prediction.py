@@ -1,8 +1,8 @@
 """The prediction of an uneven ``plait run`` (``--slowdown``, ``--batch-split``, ``--stage-layers``): each
 rank is a device group of one, rank r the run's cluster made ``slowdown[r]`` times slower
-(:func:`plait.hardware.hetero.slowed`, what :mod:`plait.run.slowdown` emulates), all joined by the cluster's
-innermost tier, and the run's split is a :class:`plait.plan.hetero.MixedPlan` that
-:func:`plait.predict.hetero.estimate_mixed` costs. ``plait run`` and benchmarks/uneven_vs_predict.py both call
+(:func:`plait.hardware.mixed.slowed`, what :mod:`plait.run.slowdown` emulates), all joined by the cluster's
+innermost tier, and the run's split is a :class:`plait.plan.mixed.MixedPlan` that
+:func:`plait.predict.mixed.estimate_mixed` costs. ``plait run`` and benchmarks/uneven_vs_predict.py both call
 :func:`predict_uneven`.
 """
 
@@ -12,10 +12,10 @@ from dataclasses import replace
 
 from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
-from plait.hardware.hetero import DeviceGroup, MixedCluster, slowed
-from plait.plan.hetero import GroupShare, MixedPlan
+from plait.hardware.mixed import DeviceGroup, MixedCluster, slowed
+from plait.plan.mixed import GroupShare, MixedPlan
 from plait.plan.plan import Plan
-from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.predict.mixed import MixedEstimate, estimate_mixed
 from plait.run.uneven import Uneven, layer_counts, rank_rows
 from plait.workload.model import ModelSpec
 
@@ -27,7 +27,7 @@ def rank_cluster(cluster: Cluster, factors: tuple[float, ...]) -> MixedCluster:
     groups = tuple(DeviceGroup(name=f"rank{r}", cluster=slowed(one, f), num_gpus=1) for r, f in enumerate(factors))
     label = ",".join(f"{f:g}" for f in factors)
     return MixedCluster(name=f"{cluster.name}, ranks slowed {label}", groups=groups, join=cluster.tiers[0],
-                        source=f"{cluster.source}; ranks slowed {label} (plait.hardware.hetero.slowed)")
+                        source=f"{cluster.source}; ranks slowed {label} (plait.hardware.mixed.slowed)")
 
 
 def mixed_plan(plan: Plan, uneven: Uneven, num_layers: int) -> MixedPlan | None:

@@ -1,7 +1,7 @@
 """The scheduling simulation: jobs arrive, a policy starts and stops them on the pool, each trains at its planned
 speed, and completes when its tokens are trained.
 
-It runs on plait's deterministic event kernel (:mod:`plait.simulate.kernel`, STYLE.md rule 10): events are ordered
+It runs on plait's deterministic event kernel (:mod:`plait.events.kernel`, STYLE.md rule 10): events are ordered
 by (time, priority, sequence); at one instant completions free GPUs first, then arrivals join the queue, then the
 policy makes one pass over the cluster. A job's speed on its GPUs comes from :class:`SpeedModel` (plait's planner
 for its size and placement); a job that stopped before pays its restart when it resumes
@@ -24,7 +24,7 @@ from plait.schedule.result import JobResult, ScheduleResult, Segment
 from plait.schedule.speed import Speed, SpeedModel
 from plait.schedule.state import JobState
 from plait.schedule.trace import TraceJob
-from plait.simulate.kernel import Kernel
+from plait.events.kernel import Kernel
 
 COMPLETE, ARRIVE, PASS = 0, 1, 2
 """Event priorities at one instant."""

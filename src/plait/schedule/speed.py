@@ -1,7 +1,7 @@
 """A job's training speed at a size and placement: plait's planner, memoised.
 
 A job's tokens/s at ``gpus`` GPUs is the predicted throughput of the best plan plait's planner finds for its model on
-the cluster as the job sees it (:func:`plait.search.engine.run_search` over :func:`plait.search.space.default_space`,
+the cluster as the job sees it (:func:`plait.search.runner.run_search` over :func:`plait.search.space.default_space`,
 the search ``plait plan`` runs): a job spread over more nodes than it needs sees the tiers it crosses with their
 spans shrunk (:meth:`plait.schedule.pool.Pool.spans`), and the planner replans it there, so a fragmented job is as
 fast as plait can make it on that placement, and no faster. A size at which no plan fits is ``None``: the job
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.goodput import reliability
-from plait.search.engine import run_search
+from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 

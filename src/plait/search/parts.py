@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from plait.cost.batch import BatchResult, evaluate_batch
-from plait.cost.framework import Framework
+from plait.engine.facts import EngineFacts
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -113,7 +113,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     return part
 
 
-def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Framework,
+def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
            refused: Counter[str]) -> list[BatchResult]:
     """``cols`` costed as one batch, or, where the cost model refuses the batch (a :class:`ConfigError` of one of
     its rows), as batches of its halves, halved again until each refused row stands alone and is dropped with its

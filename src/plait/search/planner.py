@@ -7,7 +7,7 @@ from dataclasses import replace
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.search.engine import Progress, SearchResult, run_search
+from plait.search.runner import Progress, SearchResult, run_search
 from plait.search.explain import Relaxation
 from plait.search.pareto import Point, price
 from plait.search.space import SearchSpace, default_space

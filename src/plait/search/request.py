@@ -17,7 +17,7 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
-from plait.search.engine import RANK_BY, SearchResult, run_search
+from plait.search.runner import RANK_BY, SearchResult, run_search
 from plait.search.explain import Relaxation
 from plait.search.pareto import Point, choose, pareto_front
 from plait.search.planner import gpu_counts, parse_batches, parse_gpu_range, relaxations, search_gpu_counts

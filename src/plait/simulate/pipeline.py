@@ -12,7 +12,7 @@ stream, then the optimizer steps. The step ends when the slowest rank ends.
 An operation starts at ``max(end of the rank's previous operation, arrival of its input)``, whatever order
 simultaneous events are taken in, so the ranks are swept in dependency order — each rank runs ahead until
 it waits for an input another rank has not produced yet — with no event queue: the same times as an event
-simulation of these rules (``tests/test_simulate.py`` keeps one on :mod:`plait.simulate.kernel` and checks
+simulation of these rules (``tests/test_simulate.py`` keeps one on :mod:`plait.events.kernel` and checks
 them equal to the last bit), at a fraction of its cost.
 """
 

@@ -63,11 +63,11 @@ def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicRes
                    model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=int(row["hidden"]) * heads,  # type: ignore[arg-type]
                                   fanouts=fanouts, heads=heads))
     cluster = get_cluster(SYSTEMS[row["gpu"]])
-    engine = "dgl" if row["system"].startswith("DGL") else "pyg"
+    library = "dgl" if row["system"].startswith("DGL") else "pyg"
     if full:
-        est = estimate_gnn(spec, cluster, 1, 1, "full_graph", engine=engine)  # type: ignore[arg-type]
+        est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
     else:
-        est = estimate_gnn(spec, cluster, gpus, int(row["batch_per_gpu"]), "host_features", engine=engine)  # type: ignore[arg-type]
+        est = estimate_gnn(spec, cluster, gpus, int(row["batch_per_gpu"]), "host_features", library=library)  # type: ignore[arg-type]
     return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
 
 

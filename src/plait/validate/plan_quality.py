@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from plait.cost.estimate import Estimate
 from plait.engine.catalog import get_engine
-from plait.search.engine import run_search
+from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.validate.report import predict_row
 from plait.validate.runs import RunRow

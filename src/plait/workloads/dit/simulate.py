@@ -1,4 +1,4 @@
-"""The timeline of a DiT's inference, on the event kernel (:mod:`plait.simulate.kernel`).
+"""The timeline of a DiT's inference, on the event kernel (:mod:`plait.events.kernel`).
 
 Every GPU's denoising steps. PipeFusion is simulated patch by patch: stage ``s`` runs patch
 ``j`` of step ``t`` once stage ``s - 1`` has sent it (one point-to-point transfer after finishing it) and once it
@@ -13,7 +13,7 @@ The simulated latency of a PipeFusion plan is a check of the closed form's fill 
 from __future__ import annotations
 
 from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitEstimate, DitPlan
-from plait.simulate.kernel import Kernel
+from plait.events.kernel import Kernel
 from plait.simulate.pipeline import Timeline
 from plait.workloads.dit.model import DitJob
 

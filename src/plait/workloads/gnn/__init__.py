@@ -12,7 +12,7 @@ from plait.workloads import Options, Validation, WorkloadKind, lazy
 
 COMMANDS = "plait.workloads.gnn.commands"
 
-OPTIONS = {"gnn_strategy": "sampled_dp", "gnn_engine": "pyg", "edge_cut": None, "cache_fraction": 0.0,
+OPTIONS = {"gnn_strategy": "sampled_dp", "gnn_library": "pyg", "edge_cut": None, "cache_fraction": 0.0,
            "gnn_sampler": "loop"}
 """``plait estimate``'s GNN options and their defaults (given otherwise, they need a GNN)."""
 
@@ -24,7 +24,7 @@ def is_gnn_file(name: str | None) -> bool:
 
 def _given(options: Options) -> str | None:
     if tuple(options.get(k, v) for k, v in OPTIONS.items()) != tuple(OPTIONS.values()):
-        return ("--gnn-strategy, --gnn-engine, --gnn-sampler, --edge-cut and --cache-fraction describe a GNN job: "
+        return ("--gnn-strategy, --gnn-library, --gnn-sampler, --edge-cut and --cache-fraction describe a GNN job: "
                 "pass --model with a GNN TOML")
     return None
 

@@ -21,7 +21,7 @@ from plait.workloads.timeline import simulate_workload
 
 
 def predict(workload: Workload, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
-            edge_cut: float | None = None, cache_fraction: float = 0.0, engine: str = "pyg",
+            edge_cut: float | None = None, cache_fraction: float = 0.0, library: str = "pyg",
             sampler: str = "loop") -> GnnPrediction:
     """:func:`predict_gnn` of the options' text: ``sampler`` (:func:`plait.cost.gnn_sampler.parse_sampler`'s text)
     parsed here, at the edge."""
@@ -30,13 +30,13 @@ def predict(workload: Workload, cluster: str, gpus: int, global_batch: int, stra
         raise ConfigError(f"--gnn-sampler {sampler}: the {strategy} strategy samples inside each part; the matrix "
                           "sampler serves sampled_dp, host_features and replicated")
     return predict_gnn(workload.description, resolve_cluster(cluster), gpus, global_batch, strategy, edge_cut,
-                       cache_fraction, engine, chosen)
+                       cache_fraction, library, chosen)
 
 
 def estimate(workload: Workload, options: Options) -> None:
     """One strategy's step and epoch."""
     gnn = predict(workload, options["cluster"] or DEFAULT_CLUSTER, options["gpus"], options["global_batch"],
-                  options["gnn_strategy"], options["edge_cut"], options["cache_fraction"], options["gnn_engine"],
+                  options["gnn_strategy"], options["edge_cut"], options["cache_fraction"], options["gnn_library"],
                   options["gnn_sampler"])
     if options["as_json"]:
         print_json(gnn.to_dict())

@@ -39,7 +39,7 @@ def print_gnn(console: Console, result: GnnPrediction) -> None:
     console.print(table)
     if sampled is not None:
         hops = " + ".join(f"{n:,.0f}" for n in sampled.new_nodes)
-        console.print(f"batch ({result.engine}'s sampler): {sampled.nodes:,.0f} nodes ({hops} by hop), "
+        console.print(f"batch ({result.library}'s sampler): {sampled.nodes:,.0f} nodes ({hops} by hop), "
                       f"{sampled.sampled_edges:,.0f} sampled edges; {sum(sampled.remote_nodes):,.0f} held by other "
                       f"ranks, {sampled.remote_misses:,.0f} fetched; {est.fetch_bytes / 1e6:.2f} MB of features "
                       f"moved per rank")

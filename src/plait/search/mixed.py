@@ -9,7 +9,7 @@ layout the work split that balances the groups:
   from the slowest group while the step shortens;
 - ``pipeline``: a group's stages hold layers in proportion to its devices' speed per layer (AMP, Li et al.
   2022; FlashFlex, Yan et al. 2024), then one layer at a time from the slowest stage while the step shortens.
-Every candidate is costed by :func:`plait.predict.hetero.estimate_mixed`; one that does not fit some group's
+Every candidate is costed by :func:`plait.predict.mixed.estimate_mixed`; one that does not fit some group's
 memory is dropped.
 """
 
@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 
 from plait.cost.estimate import Estimate
 from plait.engine.engine import Engine
-from plait.hardware.hetero import MixedCluster, group_view
-from plait.plan.hetero import GroupShare, MixedPlan, even_shares
+from plait.hardware.mixed import MixedCluster, group_view
+from plait.plan.mixed import GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
-from plait.predict.hetero import MixedEstimate
-from plait.search.engine import run_search
-from plait.search.hetero_local import local_sgd_plans
-from plait.search.hetero_split import balance_data, balance_pipeline, fits_with, try_mixed
+from plait.predict.mixed import MixedEstimate
+from plait.search.runner import run_search
+from plait.search.mixed_local import local_sgd_plans
+from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, try_mixed
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
 
@@ -56,7 +56,7 @@ class MixedSearch:
 def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, engine: Engine | None = None,
                memory_margin: float = 0.05, local_sgd: bool = True) -> MixedSearch:
     """Mixed plans of ``model`` over every device of ``cluster`` at ``global_batch`` sequences, and baselines;
-    ``local_sgd``: also each even split with per-group local steps (:mod:`plait.search.hetero_local`), ranked by
+    ``local_sgd``: also each even split with per-group local steps (:mod:`plait.search.mixed_local`), ranked by
     all-reduce-equivalent throughput (tokens/s over the measured steps multiplier)."""
     n = cluster.num_gpus
     layouts: list[Plan] = []

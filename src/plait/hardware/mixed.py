@@ -6,7 +6,7 @@ groups. A collective over ranks of several groups runs at the slower end of each
 through an A100 node with 200 Gb/s HCAs moves at 200 Gb/s even where H100 nodes have 400 (Patarasuk and Yuan
 2009: a ring's time is set by its slowest link) — so a preset's ``join`` tier carries the slower group's NIC
 rate. The cost model never sees a mixed cluster directly: it costs each group on :func:`group_view`, a
-homogeneous cluster of that group's accelerator whose outermost tier is the join (:mod:`plait.predict.hetero`).
+homogeneous cluster of that group's accelerator whose outermost tier is the join (:mod:`plait.predict.mixed`).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def slowed(cluster: Cluster, factor: float) -> Cluster:
         return cluster
     acc = cluster.accelerator
     eff = acc.efficiency
-    why = f"x{factor:g}: a device {factor:g} times slower (plait.hardware.hetero.slowed)"
+    why = f"x{factor:g}: a device {factor:g} times slower (plait.hardware.mixed.slowed)"
 
     def longer(figure: Figure) -> Figure:
         return Figure(value=figure.value * factor, source=f"{figure.source} {why}")

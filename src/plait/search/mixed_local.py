@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from plait.engine.engine import Engine
-from plait.hardware.hetero import MixedCluster
+from plait.hardware.mixed import MixedCluster
 from plait.plan.convergence import table
-from plait.plan.hetero import MixedPlan
-from plait.predict.hetero import MixedEstimate
-from plait.search.hetero_split import try_mixed
+from plait.plan.mixed import MixedPlan
+from plait.predict.mixed import MixedEstimate
+from plait.search.mixed_split import try_mixed
 from plait.sync import LocalSGD, parse
 from plait.workload.model import ModelSpec
 

@@ -1,4 +1,4 @@
-"""Balancing one layout's work among device groups (:mod:`plait.search.hetero`): a split proportional to speed,
+"""Balancing one layout's work among device groups (:mod:`plait.search.mixed`): a split proportional to speed,
 then single moves away from the slowest member while the step shortens."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from dataclasses import replace
 from plait.cost.params import stage_layer_counts
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
-from plait.hardware.hetero import MixedCluster
-from plait.plan.hetero import GroupShare, MixedPlan
+from plait.hardware.mixed import MixedCluster
+from plait.plan.mixed import GroupShare, MixedPlan
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.predict.hetero import MixedEstimate, estimate_mixed
+from plait.predict.mixed import MixedEstimate, estimate_mixed
 from plait.workload.model import ModelSpec
 
 

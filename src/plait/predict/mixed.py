@@ -1,6 +1,6 @@
-"""Predict a plan over a mixed cluster (:mod:`plait.plan.hetero`) by costing each group on its own view.
+"""Predict a plan over a mixed cluster (:mod:`plait.plan.mixed`) by costing each group on its own view.
 
-Every number comes from the homogeneous cost model: a group is costed on :func:`plait.hardware.hetero.group_view`,
+Every number comes from the homogeneous cost model: a group is costed on :func:`plait.hardware.mixed.group_view`,
 a cluster of that group's devices whose outer tier is the join between groups, so its collectives cross the
 slower fabric as the real job's do.
 
@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, replace
 from plait.cost.estimate import Estimate, TimeBreakdown
 from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
-from plait.hardware.hetero import MixedCluster, group_view
+from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
-from plait.plan.hetero import GroupShare, MixedPlan, check_mixed_plan
+from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan
 from plait.predict.estimate import predict
 from plait.simulate.costs import pipeline_costs, stage_memories
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline

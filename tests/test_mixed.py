@@ -11,13 +11,13 @@ import pytest
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.hardware.hetero import DeviceGroup, MixedCluster, slowed
+from plait.hardware.mixed import DeviceGroup, MixedCluster, slowed
 from plait.hardware.mixed_catalog import get_mixed_cluster, mixed_from_mapping, resolve_any_cluster
 from plait.job import Job
-from plait.plan.hetero import GroupShare, MixedPlan
+from plait.plan.mixed import GroupShare, MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.predict.hetero import estimate_mixed
+from plait.predict.mixed import estimate_mixed
 from plait.simulate.costs import pipeline_costs
 from plait.workload.catalog import get_model
 from tests.inprocess import cli
@@ -92,7 +92,7 @@ def test_a_slow_pipeline_stage_sets_the_steady_state() -> None:
 
 
 def test_balancing_moves_batch_to_the_fast_group_and_beats_the_even_split() -> None:
-    from plait.search.hetero_split import balance_data
+    from plait.search.mixed_split import balance_data
 
     mixed = get_mixed_cluster("a100-h100-ib")
     even = estimate_mixed(MODEL, mixed, _data(FSDP, ("a100", 64, 256), ("h100", 64, 256)))
@@ -186,7 +186,7 @@ def test_cli_refuses_mixed_mistakes_in_one_line(argv: list[str], message: str) -
 def test_planner_local_sgd_gives_the_fast_group_more_local_steps_with_a_measured_multiplier() -> None:
     """000-17: with one HSDP replica per group (two averaging replicas, the setting plait converge measured),
     the H100s take more local steps than the A100s; no plan with an unmeasured multiplier is ranked."""
-    from plait.search.hetero_local import local_sgd_plans
+    from plait.search.mixed_local import local_sgd_plans
 
     mixed, model = get_mixed_cluster("a100-h100-ib"), get_model("gpt3-1.3b")
     plan = Plan(dp_shard=128, sharding="zero1", micro_batch=2, global_batch=512)
@@ -205,7 +205,7 @@ def test_cpu_workers_in_a_synchronous_step_set_its_pace() -> None:
     """Hogbatch (001-20) lets CPU workers join GPUs asynchronously because in a synchronous step the CPUs set the
     pace: balancing leaves this machine's two CPU ranks (examples/cpu-node.toml, measured) one micro-batch each, and
     the H100s alone still beat the mixed job."""
-    from plait.search.hetero import plan_mixed
+    from plait.search.mixed import plan_mixed
 
     mixed, model = resolve_any_cluster("examples/mixed-gpu-cpu.toml"), get_model("gpt3-125m")
     assert isinstance(mixed, MixedCluster)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from plait.errors import ConfigError
-from plait.hardware.hetero import MixedCluster
+from plait.hardware.mixed import MixedCluster
 from plait.plan.plan import Plan
 from plait.sync import LocalSGD
 from plait.workload.model import ModelSpec
@@ -31,7 +31,7 @@ class GroupShare:
     """The part of a mixed plan one device group runs."""
 
     group: str
-    """Name of the device group (:class:`plait.hardware.hetero.DeviceGroup`)."""
+    """Name of the device group (:class:`plait.hardware.mixed.DeviceGroup`)."""
     num_gpus: int
     """Devices of that group the plan uses."""
     batch: int = 0

@@ -10,7 +10,7 @@ worker has finished more than ``B`` iterations beyond the slowest worker (Stale 
 2013, Sec. 2: "the fastest and slowest workers must be <= s clocks apart"); ``B = None``: never held.
 
 The server's link and its adder are the shared resources, as in a parameter server whose NIC is the bottleneck
-(Jiang et al., OSDI 2020, Sec. 3.1). Runs on :class:`plait.simulate.kernel.Kernel`, deterministic.
+(Jiang et al., OSDI 2020, Sec. 3.1). Runs on :class:`plait.events.kernel.Kernel`, deterministic.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from plait.simulate.kernel import Kernel
+from plait.events.kernel import Kernel
 
 
 @dataclass(frozen=True)

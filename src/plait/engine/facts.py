@@ -20,7 +20,7 @@ SelectivePolicy = Literal["attention_core", "every_other_mm"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Framework:
+class EngineFacts:
     """Implementation choices that change the cost of the same plan."""
 
     attention_kernel: AttentionKernel = "flash"
@@ -138,4 +138,4 @@ class Framework:
     (PyTorch DDP ``bucket_cap_mb``); 0: one reduction per layer (buckets at least a layer's gradients)."""
 
 
-DEFAULT = Framework()
+DEFAULT = EngineFacts()
