@@ -28,6 +28,9 @@ def test_build_fills_the_sequence_length_and_checks_the_plan_once() -> None:
     assert Job.build(MODEL, CLUSTER, replace(job.plan, seq_len=1024), get_engine()).plan.seq_len == 1024
     with pytest.raises(ConfigError, match="tp=3"):
         Job.build(MODEL, CLUSTER, Plan(tp=3, global_batch=64), get_engine())
+    # the rules answer before the Job exists: a negative length is a user's one-line error (found by the CLI fuzz)
+    with pytest.raises(ConfigError, match="seq_len=-1 must be > 0"):
+        Job.build(MODEL, CLUSTER, Plan(seq_len=-1, global_batch=64), get_engine())
     with pytest.raises(ConfigError, match="must equal gpus=16"):
         Job.build(MODEL, CLUSTER, job.plan, get_engine(), num_gpus=16)
 

@@ -41,8 +41,11 @@ class Job:
         """The job, its sequence length filled from ``model`` when the plan leaves it 0, its plan checked against
         the plan rules (and against ``num_gpus``, the GPU count a plan file states): :class:`ConfigError` naming
         the first broken rule."""
-        job = cls.checked(model, cluster, plan.with_seq_len(model.seq_len), engine)
-        check_plan(job.plan, model, cluster, num_gpus=num_gpus, cols=job.columns)
+        plan = plan.with_seq_len(model.seq_len)
+        columns = PlanColumns.one(plan)
+        check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)  # before the Job: it holds checked plans
+        job = cls.checked(model, cluster, plan, engine)
+        job.__dict__["columns"] = columns  # the cached property's value, already built for the check
         return job
 
     @classmethod
