@@ -22,18 +22,20 @@ from rich.table import Table
 
 from plait.errors import ConfigError
 from plait.run.launch import run_worker
-from plait.run.workload_configs import DitConfig, GnnConfig, GnnLocalConfig, GnnPipeConfig
+from plait.run.workload_configs import DitConfig
+from plait.workloads.gnn.config import GnnConfig, GnnLocalConfig, GnnPipeConfig
 from plait.workloads import Workload
 
-GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.workloads.dit.worker"
-PIPE_WORKER = "plait.run.gnn_pipe"
+GNN_WORKER, LOCAL_WORKER = "plait.workloads.gnn.worker", "plait.workloads.gnn.local_worker"
+DIT_WORKER = "plait.workloads.dit.worker"
+PIPE_WORKER = "plait.workloads.gnn.pipe_worker"
 
 
 def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
             strategy: str = "sampled_dp", sampler: str = "loop") -> None:
     from plait.run.preflight import check_cpu_machine
-    from plait.cost.gnn import STRATEGIES
-    from plait.cost.gnn_sampler import parse_sampler
+    from plait.workloads.gnn.cost import STRATEGIES
+    from plait.workloads.gnn.sampler import parse_sampler
 
     if strategy not in STRATEGIES:
         raise ConfigError(f"--gnn-strategy {strategy}: must be one of {', '.join(STRATEGIES)}")
@@ -73,7 +75,7 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     sampling = replace(config, sampler=chosen.kind, bulk=chosen.bulk,  # type: ignore[arg-type]
                        adjacency="partitioned" if chosen.partitioned else "replicated")
     measured = run_worker(GNN_WORKER, gpus, sampling)
-    from plait.run.gnn import train
+    from plait.workloads.gnn.worker import train
 
     single = train(config, reference=gpus)
     expected = _expected_fetch_bytes(config, gpus, batch, cache, m.fanouts, g.features)
@@ -97,7 +99,8 @@ def graph_fields(spec: Any) -> dict[str, Any]:
 
 
 def gnn_worker_config(spec: Any, batch: int, steps: int, cache: float) -> GnnConfig:
-    """The run configuration of :mod:`plait.run.gnn` (and :mod:`plait.run.gnn_local`) training a GNN job's model;
+    """The run configuration of :mod:`plait.workloads.gnn.worker` (and :mod:`plait.workloads.gnn.local_worker`)
+    training a GNN job's model;
     ``out`` is filled in where the ranks are launched."""
     m = spec.model
     return GnnConfig(**graph_fields(spec), kind=m.kind, heads=m.heads, hidden=m.hidden, fanouts=tuple(m.fanouts),
@@ -113,16 +116,17 @@ LOCAL_WORKERS = ("partition_local", "llcg")
 
 
 def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
-    """Full-graph GraphSAGE through GNNPipe's layer pipeline (:mod:`plait.run.gnn_pipe`), one layer per rank, beside
-    one process; each rank's bytes per epoch beside :func:`plait.cost.gnn_pipe.boundary_bytes`."""
-    from plait.cost.gnn_pipe import boundary_bytes, rank_pipe_bytes
-    from plait.run.gnn_pipe import train
+    """Full-graph GraphSAGE through GNNPipe's layer pipeline (:mod:`plait.workloads.gnn.pipe_worker`), one layer per
+    rank, beside
+    one process; each rank's bytes per epoch beside :func:`plait.workloads.gnn.pipe.boundary_bytes`."""
+    from plait.workloads.gnn.pipe import boundary_bytes, rank_pipe_bytes
+    from plait.workloads.gnn.pipe_worker import train
 
     m = spec.model
     if m.kind != "sage" or m.layers != gpus:
         raise ConfigError(f"--gnn-strategy full_graph: plait run pipelines GraphSAGE one layer per rank; the model "
                           f"is {m.kind} with {m.layers} layers on --gpus={gpus}")
-    chunks = 4 * gpus  # as the cost model's plait.cost.gnn_pipe.CHUNKS_PER_STAGE
+    chunks = 4 * gpus  # as the cost model's plait.workloads.gnn.pipe.CHUNKS_PER_STAGE
     config = GnnPipeConfig(**graph_fields(spec), hidden=m.hidden, layers=m.layers, chunks=chunks, steps=steps,
                            out=Path("unused"))
     measured = run_worker(PIPE_WORKER, gpus, config)
@@ -138,8 +142,9 @@ def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
 
 
 def _run_local(console: Console, name: str, gpus: int, config: GnnLocalConfig) -> None:
-    """partition_local or LLCG on the ranks, beside one process (:mod:`plait.run.gnn_local`): no feature moves."""
-    from plait.run.gnn_local import train
+    """partition_local or LLCG on the ranks, beside one process (:mod:`plait.workloads.gnn.local_worker`): no
+    feature moves."""
+    from plait.workloads.gnn.local_worker import train
 
     measured = run_worker(LOCAL_WORKER, gpus, config)
     single = train(config, reference=gpus)
@@ -156,8 +161,8 @@ def _expected_fetch_bytes(args: GnnConfig, ranks: int, batch: int, cache: float,
     """The occupancy model's expected bytes per rank on the generated graph's own degree histogram and cut."""
     import torch
 
-    from plait.cost.gnn import rank_fetch_bytes
-    from plait.cost.gnn_sampling import measured_classes, sample_batch
+    from plait.workloads.gnn.cost import rank_fetch_bytes
+    from plait.workloads.gnn.sampling import measured_classes, sample_batch
     from plait.run.graph import generate
 
     graph = generate(args.nodes, args.edges, ranks, args.features, args.classes, exponent=args.exponent,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from plait.predict.gnn import APART, GnnPrediction
+from plait.workloads.gnn.predict import APART, GnnPrediction
 from plait.units import GIB
 
 PARTS = (("sampling", "sampling_s"), ("feature fetch", "fetch_s"), ("compute", "compute_s"),
