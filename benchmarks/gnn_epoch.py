@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from plait.workloads.cpu_ranks import gnn_worker_config
+from plait.workloads.gnn.run import gnn_worker_config
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.sampler import Sampler
 from plait.workloads.gnn.sampling import measured_classes

@@ -14,7 +14,7 @@ from plait.simulate.pipeline import Timeline
 from plait.workloads.gnn.simulate import gnn_timeline
 from plait.strict_json import print_json
 from plait.workloads import Options, Workload
-from plait.workloads.cpu_ranks import run_gnn
+from plait.workloads.gnn.run import run_gnn
 from plait.workloads.gnn.plan import plan_gnn
 from plait.workloads.gnn.render import print_gnn
 from plait.workloads.timeline import simulate_workload
@@ -66,6 +66,6 @@ def simulate(workload: Workload, options: Options) -> None:
 
 
 def run(workload: Workload, options: Options) -> None:
-    """The strategy on CPU ranks beside one process (:func:`plait.workloads.cpu_ranks.run_gnn`)."""
+    """The strategy on CPU ranks beside one process (:func:`plait.workloads.gnn.run.run_gnn`)."""
     run_gnn(workload, options["gpus"], options["global_batch"], options["steps"], options["cache_fraction"],
             options["dry_run"], options["gnn_strategy"], options["gnn_sampler"])
