@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from plait.workload.files import toml_describes
-from plait.workloads.gnn.model import is_gnn_data, read_gnn
 from plait.workloads import Options, Validation, WorkloadKind, lazy
+from plait.workloads.gnn.model import is_gnn_data, read_gnn
 
 COMMANDS = "plait.workloads.gnn.commands"
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from plait.workloads.gnn.sampler import LOOP, parse_sampler
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
-from plait.workloads.gnn.predict import GnnPrediction, predict_gnn
 from plait.search.planner import parse_batches
 from plait.simulate.pipeline import Timeline
-from plait.workloads.gnn.simulate import gnn_timeline
 from plait.strict_json import print_json
 from plait.workloads import Options, Workload
-from plait.workloads.gnn.run import run_gnn
 from plait.workloads.gnn.plan import plan_gnn
+from plait.workloads.gnn.predict import GnnPrediction, predict_gnn
 from plait.workloads.gnn.render import print_gnn
+from plait.workloads.gnn.run import run_gnn
+from plait.workloads.gnn.sampler import LOOP, parse_sampler
+from plait.workloads.gnn.simulate import gnn_timeline
 from plait.workloads.timeline import simulate_workload
 
 

@@ -63,9 +63,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
-from plait.workloads.gnn.sampling import SampledBatch
 from plait.hardware.accelerator import Accelerator
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
+from plait.workloads.gnn.sampling import SampledBatch
 
 GnnLibrary = Literal["pyg", "dgl"]
 LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl")

@@ -46,6 +46,9 @@ from dataclasses import replace
 from typing import Literal
 
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.links import collective_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import (
     LIBRARIES,
     INDEX_BYTES,
@@ -57,13 +60,10 @@ from plait.workloads.gnn.compute import (
     step_compute_s,
     structure_bytes,
 )
+from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
 from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
 from plait.workloads.gnn.sampling import DegreeClasses, degree_classes, sample_batch
-from plait.cost.links import collective_s
-from plait.errors import ConfigError
-from plait.hardware.cluster import Cluster
-from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 
 Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local", "llcg"]
 STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local",

@@ -29,10 +29,10 @@ import torch.nn.functional as fn
 
 from plait.run.config import read_config
 from plait.run.gloo_job import run_job
-from plait.workloads.gnn.worker import build_model
 from plait.run.graph import Graph, generate
 from plait.run.sampler import batch_generator, draw_seeds, sample
 from plait.workloads.gnn.config import GnnLocalConfig
+from plait.workloads.gnn.worker import build_model
 
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """A part's subgraph: row pointers, neighbours (part-local ids), features, labels."""

@@ -18,6 +18,9 @@ There is no gradient all-reduce: each GPU owns its layers' weights.
 from __future__ import annotations
 
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.links import collective_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import (
     GnnLibrary,
     GnnEstimate,
@@ -27,9 +30,6 @@ from plait.workloads.gnn.compute import (
     state_bytes,
     structure_bytes,
 )
-from plait.cost.links import collective_s
-from plait.errors import ConfigError
-from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
 
 CHUNKS_PER_STAGE = 4

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from plait.workloads.gnn.compute import INDEX_BYTES
-from plait.workloads.gnn.sampling import SampledBatch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.workloads.gnn.compute import INDEX_BYTES
+from plait.workloads.gnn.sampling import SampledBatch
 
 SECTOR_BYTES = 32
 """The smallest global-memory transaction of NVIDIA GPUs (module docstring)."""

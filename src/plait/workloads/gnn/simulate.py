@@ -3,8 +3,8 @@ feature fetch, compute, gradient all-reduce, optimizer: :mod:`plait.workloads.gn
 
 from __future__ import annotations
 
-from plait.workloads.gnn.cost import GnnEstimate
 from plait.simulate.pipeline import Timeline
+from plait.workloads.gnn.cost import GnnEstimate
 
 
 def gnn_timeline(est: GnnEstimate, ranks: int) -> Timeline:

@@ -18,9 +18,9 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-from plait.workloads.gnn.cost import estimate_gnn
 from plait.errors import ConfigError
 from plait.validate.classic import ClassicResult
+from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
