@@ -4,11 +4,13 @@ Run: python benchmarks/gnn_epoch.py [--cluster FILE]
 1. ``plait calibrate`` measures this machine into a temporary cluster file (or ``--cluster`` gives one it wrote):
    matmul, memory and collective figures, and the time plait's sampler takes per neighbour slot it scans, timed on
    a graph of its own (plait/run/calibrate_compute.py), not this one.
-2. A degree-corrected SBM graph is generated (plait/run/graph.py) and ``plait.run.gnn`` trains GraphSAGE on it by
+2. A degree-corrected SBM graph is generated (plait/run/graph.py) and ``plait.workloads.gnn.worker`` trains GraphSAGE
+   on it by
    sampled data parallelism on ``--ranks`` gloo ranks for one epoch (every node a seed once on average: ``N / (B W)``
    steps) after ``WARMUP`` steps (a process's first steps page in its memory: 74 ms against 48 ms in steady state
    here); each phase (sampling, feature fetch, training) is timed per step.
-3. :func:`plait.cost.gnn.estimate_gnn` predicts the same step from the calibrated cluster, the generated graph's
+3. :func:`plait.workloads.gnn.cost.estimate_gnn` predicts the same step from the calibrated cluster, the generated
+   graph's
    statistics (its degree histogram and edge cut, known before training) and the job's batch.
 Printed: each phase and the epoch, measured (the slowest rank's per-step mean) against predicted.
 """
@@ -26,14 +28,14 @@ from pathlib import Path
 
 import torch
 
-from plait.workloads.cpu_ranks import gnn_worker_config
-from plait.cost.gnn import estimate_gnn
-from plait.cost.gnn_sampler import Sampler
-from plait.cost.gnn_sampling import measured_classes
+from plait.workloads.gnn.run import gnn_worker_config
+from plait.workloads.gnn.cost import estimate_gnn
+from plait.workloads.gnn.sampler import Sampler
+from plait.workloads.gnn.sampling import measured_classes
 from plait.hardware.catalog import load_cluster_file
 from plait.run.config import write_config
 from plait.run.graph import generate
-from plait.workload.gnn import KINDS, GnnModel, GnnSpec, GraphStats
+from plait.workloads.gnn.model import KINDS, GnnModel, GnnSpec, GraphStats
 
 WARMUP = 5
 
@@ -76,7 +78,8 @@ def main() -> None:
     out = tmp / "run.json"
     config_file = write_config(replace(config, out=out), tmp / "config.json")
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={args.ranks}", "-m", "plait.run.gnn", "--config", str(config_file)],
+                           f"--nproc-per-node={args.ranks}", "-m", "plait.workloads.gnn.worker", "--config",
+                            str(config_file)],
                           capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode:
         sys.exit(f"the GNN run failed:\n{done.stderr[:4000]}")

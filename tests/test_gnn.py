@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.gnn import rank_fetch_bytes
-from plait.cost.gnn_sampling import degree_classes, measured_classes, sample_batch
+from plait.workloads.gnn.cost import rank_fetch_bytes
+from plait.workloads.gnn.sampling import degree_classes, measured_classes, sample_batch
 from plait.errors import ConfigError
-from plait.workload.gnn import read_gnn
+from plait.workloads.gnn.model import read_gnn
 from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +171,7 @@ def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> No
     epoch-time MAPE is 76% today (errors both ways: cache reuse on real graphs and per-kernel overheads are not
     modelled); the bound guards against it getting worse."""
     from plait.validate.classic import mape
-    from plait.validate.gnn import validate_gnn
+    from plait.workloads.gnn.validate import validate_gnn
 
     results = validate_gnn(ROOT / "tests" / "data" / "gnn_epochs.csv")
     predicted = [r for r in results if r.error_pct is not None]
@@ -193,7 +193,7 @@ def test_gnnpipe_pipelines_the_layers_of_full_graph_training() -> None:
 def test_llcg_averages_every_k_steps_and_pays_for_the_servers_corrections() -> None:
     """LLCG's local steps are partition-local steps; the parameter all-reduce comes once per K of them, and the
     server's correction (one step of a whole-graph mini-batch on one GPU) is shared out over the K."""
-    from plait.cost.gnn import LLCG_CORRECTIONS, LLCG_LOCAL_STEPS, estimate_gnn
+    from plait.workloads.gnn.cost import LLCG_CORRECTIONS, LLCG_LOCAL_STEPS, estimate_gnn
     from plait.hardware.catalog import get_cluster
 
     spec, cluster = read_gnn(PRODUCTS), get_cluster("dgx-a100-ib")
@@ -209,9 +209,9 @@ def test_matrix_bulks_amortize_the_samplers_kernels_and_a_partitioned_adjacency_
     """000-10 on a GPU: a bulk of 8 pays a hop's shared kernels once for 8 batches, so a batch samples faster than
     one at a time; cutting the adjacency into the GPUs' parts leaves each 1/8 of the structure and adds the rows'
     exchange to the sampling time."""
-    from plait.cost.gnn import estimate_gnn
-    from plait.cost.gnn_compute import structure_bytes
-    from plait.cost.gnn_sampler import Sampler
+    from plait.workloads.gnn.cost import estimate_gnn
+    from plait.workloads.gnn.compute import structure_bytes
+    from plait.workloads.gnn.sampler import Sampler
     from plait.hardware.catalog import get_cluster
 
     spec, cluster = read_gnn(PRODUCTS), get_cluster("dgx-a100-ib")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.gnn import rank_fetch_bytes
+from plait.workloads.gnn.cost import rank_fetch_bytes
 from tests.ranks import run_ranks
 
 FEATURES, STEPS = 16, 3
@@ -22,13 +22,13 @@ def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Pa
                                                                     heads: int) -> None:
     pytest.importorskip("torch_geometric")
     from plait.run.config import read_config
-    from plait.run.gnn import train
-    from plait.run.workload_configs import GnnConfig
+    from plait.workloads.gnn.worker import train
+    from plait.workloads.gnn.config import GnnConfig
 
     argv = ["--kind", kind, "--heads", str(heads), "--cache", str(cache), "--features", str(FEATURES), "--steps",
             str(STEPS)]
     out = tmp_path / "run.json"
-    done = run_ranks(2, ["-m", "plait.run.gnn", *argv, "--out", str(out)], timeout=300)
+    done = run_ranks(2, ["-m", "plait.workloads.gnn.worker", *argv, "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
     single = train(read_config(GnnConfig, [*argv, "--out", str(tmp_path / "ref.json")]), reference=2)
@@ -44,8 +44,8 @@ def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Pa
 def test_the_cost_models_parameters_are_the_runtimes(kind: str, heads: int) -> None:
     """The parameter count the cost model charges gradients and Adam for equals PyG's modules' count, 3 layers."""
     pytest.importorskip("torch_geometric")
-    from plait.run.gnn import build_model
-    from plait.workload.gnn import GnnModel, GraphStats
+    from plait.workloads.gnn.worker import build_model
+    from plait.workloads.gnn.model import GnnModel, GraphStats
 
     graph = GraphStats(nodes=10, edges=10, features=16, classes=4, train_nodes=10, degree_exponent=2.5, max_degree=5)
     model = GnnModel(kind=kind, layers=3, hidden=32, fanouts=(1, 1, 1), heads=heads)  # type: ignore[arg-type]
@@ -89,12 +89,12 @@ def test_training_inside_the_parts_runs_as_one_process(tmp_path: Path, strategy:
     steps, two averaging rounds included; the losses move."""
     pytest.importorskip("torch_geometric")
     from plait.run.config import read_config
-    from plait.run.gnn_local import train
-    from plait.run.workload_configs import GnnLocalConfig
+    from plait.workloads.gnn.local_worker import train
+    from plait.workloads.gnn.config import GnnLocalConfig
 
     argv = ["--strategy", strategy, "--steps", "5", "--local-steps", "2", "--features", str(FEATURES)]
     out = tmp_path / "run.json"
-    done = run_ranks(2, ["-m", "plait.run.gnn_local", *argv, "--out", str(out)], timeout=300)
+    done = run_ranks(2, ["-m", "plait.workloads.gnn.local_worker", *argv, "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())["losses"]
     single = train(read_config(GnnLocalConfig, [*argv, "--out", str(tmp_path / "ref.json")]), reference=2)["losses"]
@@ -107,8 +107,8 @@ def test_llcg_corrections_change_the_model_partition_local_would_train() -> None
     the losses part after the first averaging round."""
     pytest.importorskip("torch_geometric")
     from plait.run.config import read_config
-    from plait.run.gnn_local import train
-    from plait.run.workload_configs import GnnLocalConfig
+    from plait.workloads.gnn.local_worker import train
+    from plait.workloads.gnn.config import GnnLocalConfig
 
     argv = ["--steps", "4", "--local-steps", "2", "--out", "unused"]
     runs = {s: train(read_config(GnnLocalConfig, ["--strategy", s, *argv]), reference=2)["losses"]
@@ -142,18 +142,19 @@ def test_a_matrix_bulk_samples_the_batches_the_loop_samples_one_at_a_time() -> N
 def test_bulks_over_a_partitioned_adjacency_train_as_one_process_and_send_the_counted_bytes(tmp_path: Path) -> None:
     """2 ranks, each holding only its part's adjacency rows, sample bulks of 2 batches by fetching the rows they
     draw from (ids out, lengths and entries back): the losses are one process's (same batches), and the bytes each
-    rank sends for sampling equal :func:`plait.cost.gnn.rank_sampling_bytes` of the rows each part's batches draw."""
+    rank sends for sampling equal :func:`plait.workloads.gnn.cost.rank_sampling_bytes` of the rows each part's
+    batches draw."""
     pytest.importorskip("torch_geometric")
-    from plait.cost.gnn_sampler import rank_sampling_bytes
+    from plait.workloads.gnn.sampler import rank_sampling_bytes
     from plait.run.config import read_config
-    from plait.run.gnn import train
-    from plait.run.workload_configs import GnnConfig
+    from plait.workloads.gnn.worker import train
+    from plait.workloads.gnn.config import GnnConfig
 
     steps, bulk = 4, 2
     argv = ["--features", str(FEATURES), "--steps", str(steps), "--fanouts", "5", "3", "4"]
     out = tmp_path / "run.json"
-    done = run_ranks(2, ["-m", "plait.run.gnn", *argv, "--sampler", "matrix", "--bulk", str(bulk), "--adjacency",
-                         "partitioned", "--out", str(out)], timeout=300)
+    done = run_ranks(2, ["-m", "plait.workloads.gnn.worker", *argv, "--sampler", "matrix", "--bulk", str(bulk),
+                         "--adjacency", "partitioned", "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
     single = train(read_config(GnnConfig, [*argv, "--out", str(tmp_path / "ref.json")]), reference=2)
@@ -174,18 +175,18 @@ def test_bulks_over_a_partitioned_adjacency_train_as_one_process_and_send_the_co
 def test_gnnpipe_on_two_ranks_runs_as_one_process_and_sends_each_boundary_both_ways(tmp_path: Path) -> None:
     """Full-graph GraphSAGE with GNNPipe's layer pipeline (000-11): one layer per rank, 3 chunks through it with
     historical embeddings, 3 epochs: one process's losses within 1e-5, and each rank sends per epoch the boundary's
-    bytes the cost model counts (:func:`plait.cost.gnn_pipe.boundary_bytes`): rank 0 the embeddings forward, rank 1
+    bytes the cost model counts (:func:`plait.workloads.gnn.pipe.boundary_bytes`): rank 0 the embeddings forward, rank 1
     their gradients back."""
     pytest.importorskip("torch_geometric")
-    from plait.cost.gnn_pipe import boundary_bytes
+    from plait.workloads.gnn.pipe import boundary_bytes
     from plait.run.config import read_config
-    from plait.run.gnn_pipe import train
-    from plait.run.workload_configs import GnnPipeConfig
-    from plait.workload.gnn import GnnModel, GnnSpec, GraphStats
+    from plait.workloads.gnn.pipe_worker import train
+    from plait.workloads.gnn.config import GnnPipeConfig
+    from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
 
     argv = ["--chunks", "3", "--steps", "3"]
     out = tmp_path / "run.json"
-    done = run_ranks(2, ["-m", "plait.run.gnn_pipe", *argv, "--out", str(out)], timeout=300)
+    done = run_ranks(2, ["-m", "plait.workloads.gnn.pipe_worker", *argv, "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
     args = read_config(GnnPipeConfig, [*argv, "--out", "unused"])
@@ -206,9 +207,9 @@ def test_gnnpipe_with_one_chunk_is_plain_full_graph_training() -> None:
     import torch.nn.functional as fn
 
     from plait.run.config import read_config
-    from plait.run.gnn_pipe import build_layers, train
+    from plait.workloads.gnn.pipe_worker import build_layers, train
     from plait.run.graph import generate
-    from plait.run.workload_configs import GnnPipeConfig
+    from plait.workloads.gnn.config import GnnPipeConfig
 
     args = read_config(GnnPipeConfig, ["--chunks", "1", "--steps", "3", "--out", "unused"])
     piped = train(args, reference=2)["losses"]

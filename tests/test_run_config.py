@@ -11,7 +11,8 @@ import pytest
 
 from plait.errors import ConfigError
 from plait.run.config import config_argv, config_from_json, read_config, write_config
-from plait.run.workload_configs import AsyncConfig, ConvergeConfig, GnnConfig, GnnLocalConfig, GnnPipeConfig
+from plait.run.workload_configs import AsyncConfig, ConvergeConfig
+from plait.workloads.gnn.config import GnnConfig, GnnLocalConfig, GnnPipeConfig
 from plait.run.worker_config import WorkerConfig
 
 FULL = WorkerConfig(plan=Path("p.toml"), steps=7, keep=3, on_nonfinite="skip", slowdown=(1.0, 2.5), batch_split=(12, 4),

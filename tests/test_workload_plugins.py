@@ -135,7 +135,7 @@ def test_the_workload_readers_are_strict(tmp_path: Path, text: str, rule: str) -
 def test_the_readers_defaults_are_the_descriptions_own() -> None:
     """A file that states only the required keys takes the dataclasses' field defaults (one place)."""
     from plait.workloads.dit.model import DitJob, DitSpec
-    from plait.workload.gnn import GnnModel, GraphStats
+    from plait.workloads.gnn.model import GnnModel, GraphStats
 
     dit = {f.name: f.default for f in dataclasses.fields(DitSpec) if f.default is not dataclasses.MISSING}
     assert dit == {"kind": "dit", "mlp_ratio": 4.0, "patch": 2, "latent_channels": 4, "vae_downsample": 8,

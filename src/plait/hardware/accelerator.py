@@ -24,7 +24,8 @@ HIDDEN_HOST = ("assumed 0: on a GPU the host issues a layer's kernels ahead of t
                "CPU runs them in line, and plait calibrate measures them there (plait/run/overheads.py)")
 
 GPU_SAMPLER = ("not measured: a GPU samples neighbours as DGL's and GNNLab's GPU samplers do, costed by the 32-byte "
-               "sectors each draw reads (plait.cost.gnn); plait calibrate measures plait's CPU sampler on a CPU")
+               "sectors each draw reads (plait.workloads.gnn.cost); plait calibrate measures plait's CPU sampler on a "
+               "CPU")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +69,7 @@ class Efficiency:
     """The same for one layer's backward (autograd engine and per-op dispatch)."""
     sampling_ns_per_slot: Figure = field(default_factory=lambda: Figure(value=0.0, source=GPU_SAMPLER))
     """Nanoseconds plait's CPU neighbour sampler spends per neighbour slot it scans (:mod:`plait.run.sampler`);
-    0: the device samples as a GPU does, costed by the sectors it reads (:mod:`plait.cost.gnn`)."""
+    0: the device samples as a GPU does, costed by the sectors it reads (:mod:`plait.workloads.gnn.cost`)."""
     matrix_sampling_ns_per_slot: Figure = field(default_factory=lambda: Figure(value=0.0, source=GPU_SAMPLER))
     """The same for plait's matrix-based bulk sampler (:mod:`plait.run.bulk_sampler`)."""
     host_fsdp_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))

@@ -1,171 +1,24 @@
-"""``plait run --model GNN.toml|DIT.toml``: the GNN and DiT workers on this machine's CPU ranks (gloo), next to a
-single-process reference and the cost model's bytes.
+"""``plait run --model DIT.toml``: the DiT worker on this machine's CPU ranks (gloo), next to a single-process
+reference and the cost model's bytes.
 
-GNN: the graph the TOML describes is generated (a degree-corrected SBM with its nodes, edges and degree exponent:
-:mod:`plait.run.graph`), cut into one part per rank, and trained with the TOML's model by sampled data parallelism;
-printed: the losses against one process training the same parts' batches, and the feature bytes each rank sent
-against the expected bytes of the occupancy model on the generated graph's own degrees and cut.
-
-DiT: the TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT by Ulysses or DistriFusion;
+The TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT by Ulysses or DistriFusion;
 printed: the latent's difference from one process and each rank's bytes against :mod:`plait.workloads.dit.cost`'s count.
 Only models small enough for this machine run (the memory check uses plait's estimate).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from plait.errors import ConfigError
 from plait.run.launch import run_worker
-from plait.run.workload_configs import DitConfig, GnnConfig, GnnLocalConfig, GnnPipeConfig
+from plait.run.workload_configs import DitConfig
 from plait.workloads import Workload
 
-GNN_WORKER, LOCAL_WORKER, DIT_WORKER = "plait.run.gnn", "plait.run.gnn_local", "plait.workloads.dit.worker"
-PIPE_WORKER = "plait.run.gnn_pipe"
-
-
-def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache: float, dry_run: bool,
-            strategy: str = "sampled_dp", sampler: str = "loop") -> None:
-    from plait.run.preflight import check_cpu_machine
-    from plait.cost.gnn import STRATEGIES
-    from plait.cost.gnn_sampler import parse_sampler
-
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"--gnn-strategy {strategy}: must be one of {', '.join(STRATEGIES)}")
-    if strategy in COSTED_ONLY:
-        raise ConfigError(f"--gnn-strategy {strategy}: {COSTED_ONLY[strategy]}")
-    if not 0.0 <= cache <= 1.0:
-        raise ConfigError(f"--cache-fraction={cache} must lie in [0, 1]")
-    chosen = parse_sampler(sampler)
-    if chosen.kind != "loop" and strategy in LOCAL_WORKERS:
-        raise ConfigError(f"--gnn-sampler {sampler}: {strategy} samples inside each part with the loop sampler")
-    if strategy == "replicated":  # every rank holds every feature: a cache of all of them
-        cache = 1.0
-    if strategy == "full_graph" and chosen.kind != "loop":
-        raise ConfigError(f"--gnn-sampler {sampler}: full_graph samples nothing")
-
-    spec = workload.description
-    g, m = spec.graph, spec.model
-    if gpus < 2 or global_batch % gpus:
-        raise ConfigError(f"--gpus={gpus} must be >= 2 ranks and divide --global-batch={global_batch}")
-    batch = global_batch // gpus
-    if batch > g.nodes // gpus:
-        raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
-    check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
-    config = gnn_worker_config(spec, batch, steps, cache)
-    console = Console()
-    console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
-                  f"{batch} seeds per rank, {steps} steps, {strategy}"
-                  + (f", {chosen.label()} sampler" if chosen.kind != "loop" else ""))
-    if dry_run:
-        return
-    if strategy in LOCAL_WORKERS:
-        _run_local(console, spec.name, gpus, GnnLocalConfig(**asdict(config), strategy=strategy))
-        return
-    if strategy == "full_graph":
-        _run_pipe(console, spec, gpus, steps)
-        return
-    sampling = replace(config, sampler=chosen.kind, bulk=chosen.bulk,  # type: ignore[arg-type]
-                       adjacency="partitioned" if chosen.partitioned else "replicated")
-    measured = run_worker(GNN_WORKER, gpus, sampling)
-    from plait.run.gnn import train
-
-    single = train(config, reference=gpus)
-    expected = _expected_fetch_bytes(config, gpus, batch, cache, m.fanouts, g.features)
-    table = Table(title=f"{spec.name} on {gpus} gloo ranks", title_justify="left")
-    for col in ("step", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
-        table.add_column(col, justify="right")
-    for step, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
-        sent = " / ".join(f"{r[step]:,}" for r in measured["bytes_sent"])
-        table.add_row(str(step), f"{loss:.6f}", f"{ref:.6f}", sent, f"{expected:,.0f}")
-    console.print(table)
-    if chosen.partitioned:
-        console.print("sampling over the partitioned adjacency sent " + " / ".join(
-            f"{b:,}" for b in measured["sampling_bytes_sent"]) + " bytes per rank")
-
-
-def graph_fields(spec: Any) -> dict[str, Any]:
-    """The GNN workers' fields generating the graph a GNN job's statistics describe (:mod:`plait.run.graph`)."""
-    g = spec.graph
-    return {"nodes": g.nodes, "edges": g.edges, "features": g.features, "classes": g.classes,
-            "exponent": g.degree_exponent}
-
-
-def gnn_worker_config(spec: Any, batch: int, steps: int, cache: float) -> GnnConfig:
-    """The run configuration of :mod:`plait.run.gnn` (and :mod:`plait.run.gnn_local`) training a GNN job's model;
-    ``out`` is filled in where the ranks are launched."""
-    m = spec.model
-    return GnnConfig(**graph_fields(spec), kind=m.kind, heads=m.heads, hidden=m.hidden, fanouts=tuple(m.fanouts),
-                     batch=batch, steps=steps, cache=cache, out=Path("unused"))
-
-
-COSTED_ONLY = {
-    "host_features": "on CPU ranks the host's memory is the ranks' own, so there is no PCIe read to run; "
-                     "run replicated (every feature on every rank) or sampled_dp",
-}
-"""GNN strategies plait run does not run on CPU ranks, and why."""
-LOCAL_WORKERS = ("partition_local", "llcg")
-
-
-def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
-    """Full-graph GraphSAGE through GNNPipe's layer pipeline (:mod:`plait.run.gnn_pipe`), one layer per rank, beside
-    one process; each rank's bytes per epoch beside :func:`plait.cost.gnn_pipe.boundary_bytes`."""
-    from plait.cost.gnn_pipe import boundary_bytes, rank_pipe_bytes
-    from plait.run.gnn_pipe import train
-
-    m = spec.model
-    if m.kind != "sage" or m.layers != gpus:
-        raise ConfigError(f"--gnn-strategy full_graph: plait run pipelines GraphSAGE one layer per rank; the model "
-                          f"is {m.kind} with {m.layers} layers on --gpus={gpus}")
-    chunks = 4 * gpus  # as the cost model's plait.cost.gnn_pipe.CHUNKS_PER_STAGE
-    config = GnnPipeConfig(**graph_fields(spec), hidden=m.hidden, layers=m.layers, chunks=chunks, steps=steps,
-                           out=Path("unused"))
-    measured = run_worker(PIPE_WORKER, gpus, config)
-    single = train(config, reference=gpus)
-    expected = rank_pipe_bytes(boundary_bytes(spec, [(r, r + 1) for r in range(gpus)]))
-    table = Table(title=f"{spec.name}: full-graph GNNPipe on {gpus} gloo ranks, {chunks} chunks", title_justify="left")
-    for col in ("epoch", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
-        table.add_column(col, justify="right")
-    for epoch, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
-        sent = " / ".join(f"{r[epoch]:,}" for r in measured["bytes_sent"])
-        table.add_row(str(epoch), f"{loss:.6f}", f"{ref:.6f}", sent, " / ".join(f"{e:,.0f}" for e in expected))
-    console.print(table)
-
-
-def _run_local(console: Console, name: str, gpus: int, config: GnnLocalConfig) -> None:
-    """partition_local or LLCG on the ranks, beside one process (:mod:`plait.run.gnn_local`): no feature moves."""
-    from plait.run.gnn_local import train
-
-    measured = run_worker(LOCAL_WORKER, gpus, config)
-    single = train(config, reference=gpus)
-    table = Table(title=f"{name} on {gpus} gloo ranks (no feature moves between ranks)", title_justify="left")
-    for col in ("step", "loss (ranks)", "loss (1 process)"):
-        table.add_column(col, justify="right")
-    for step, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
-        table.add_row(str(step), f"{loss:.6f}", f"{ref:.6f}")
-    console.print(table)
-
-
-def _expected_fetch_bytes(args: GnnConfig, ranks: int, batch: int, cache: float, fanouts: tuple[int, ...],
-                          features: int) -> float:
-    """The occupancy model's expected bytes per rank on the generated graph's own degree histogram and cut."""
-    import torch
-
-    from plait.cost.gnn import rank_fetch_bytes
-    from plait.cost.gnn_sampling import measured_classes, sample_batch
-    from plait.run.graph import generate
-
-    graph = generate(args.nodes, args.edges, ranks, args.features, args.classes, exponent=args.exponent,
-                     mix=args.mix, seed=args.seed)
-    sampled = sample_batch(measured_classes(torch.bincount(graph.degrees()).numpy()), fanouts, batch, ranks,
-                           graph.edge_cut(), cache)
-    share = sampled.remote_misses / (ranks - 1)
-    return rank_fetch_bytes([[0.0 if p == r else share for p in range(ranks)] for r in range(ranks)], 0, features)
+DIT_WORKER = "plait.workloads.dit.worker"
 
 
 def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) -> None:

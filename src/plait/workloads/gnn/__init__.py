@@ -1,5 +1,5 @@
 """The GNN kind: a graph neural network's TOML (it has ``[graph]`` and ``[model]``), read by
-:func:`plait.workload.gnn.read_gnn`, its strategies costed and searched by :mod:`plait.predict.gnn`, its step
+:func:`.model.read_gnn`, its strategies costed (:mod:`.cost`) and searched by :mod:`.predict`, its step
 simulated, its strategies run on CPU ranks by ``plait run``, its measured epochs read by ``plait validate --gnn``."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from plait.workload.files import toml_describes
-from plait.workload.gnn import is_gnn_data, read_gnn
 from plait.workloads import Options, Validation, WorkloadKind, lazy
+from plait.workloads.gnn.model import is_gnn_data, read_gnn
 
 COMMANDS = "plait.workloads.gnn.commands"
 
@@ -32,6 +32,6 @@ def _given(options: Options) -> str | None:
 KIND = WorkloadKind(name="gnn", label="GNN", recognises=is_gnn_file, read=lambda name: read_gnn(Path(str(name))),
                     options_given=_given, refuses=("dlrm",), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
-                    validation=Validation(option="gnn", read=lazy("plait.validate.gnn:validate_gnn"),
+                    validation=Validation(option="gnn", read=lazy("plait.workloads.gnn.validate:validate_gnn"),
                                           title="GNN training: epoch-time",
                                           error="epoch time: predicted over measured, minus one"))

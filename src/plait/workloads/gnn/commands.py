@@ -1,29 +1,29 @@
 """The GNN kind's entries for ``plait estimate``, ``plait plan``, ``plait simulate`` and ``plait run``: the options
-parsed, the workload priced (:mod:`plait.predict.gnn`), the result printed."""
+parsed, the workload priced (:mod:`plait.workloads.gnn.predict`), the result printed."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from plait.cost.gnn_sampler import LOOP, parse_sampler
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
-from plait.predict.gnn import GnnPrediction, predict_gnn
 from plait.search.planner import parse_batches
 from plait.simulate.pipeline import Timeline
-from plait.workloads.gnn.simulate import gnn_timeline
 from plait.strict_json import print_json
 from plait.workloads import Options, Workload
-from plait.workloads.cpu_ranks import run_gnn
 from plait.workloads.gnn.plan import plan_gnn
+from plait.workloads.gnn.predict import GnnPrediction, predict_gnn
 from plait.workloads.gnn.render import print_gnn
+from plait.workloads.gnn.run import run_gnn
+from plait.workloads.gnn.sampler import LOOP, parse_sampler
+from plait.workloads.gnn.simulate import gnn_timeline
 from plait.workloads.timeline import simulate_workload
 
 
 def predict(workload: Workload, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
             edge_cut: float | None = None, cache_fraction: float = 0.0, library: str = "pyg",
             sampler: str = "loop") -> GnnPrediction:
-    """:func:`predict_gnn` of the options' text: ``sampler`` (:func:`plait.cost.gnn_sampler.parse_sampler`'s text)
+    """:func:`predict_gnn` of the options' text: ``sampler`` (:func:`plait.workloads.gnn.sampler.parse_sampler`'s text)
     parsed here, at the edge."""
     chosen = parse_sampler(sampler)
     if chosen != LOOP and strategy not in ("sampled_dp", "host_features", "replicated"):
@@ -66,6 +66,6 @@ def simulate(workload: Workload, options: Options) -> None:
 
 
 def run(workload: Workload, options: Options) -> None:
-    """The strategy on CPU ranks beside one process (:func:`plait.workloads.cpu_ranks.run_gnn`)."""
+    """The strategy on CPU ranks beside one process (:func:`plait.workloads.gnn.run.run_gnn`)."""
     run_gnn(workload, options["gpus"], options["global_batch"], options["steps"], options["cache_fraction"],
             options["dry_run"], options["gnn_strategy"], options["gnn_sampler"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 
 from plait.hardware.catalog import resolve_cluster
-from plait.predict.gnn import search_gnn
 from plait.strict_json import print_json
 from plait.workloads import Workload
+from plait.workloads.gnn.predict import search_gnn
 from plait.workloads.gnn.render import print_gnn, print_gnn_search
 
 

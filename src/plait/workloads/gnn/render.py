@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from plait.predict.gnn import APART, GnnPrediction
 from plait.units import GIB
+from plait.workloads.gnn.predict import APART, GnnPrediction
 
 PARTS = (("sampling", "sampling_s"), ("feature fetch", "fetch_s"), ("compute", "compute_s"),
          ("gradient all-reduce", "all_reduce_s"), ("optimizer", "optimizer_s"), ("server correction", "correction_s"))

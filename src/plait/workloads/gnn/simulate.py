@@ -1,10 +1,10 @@
 """The timeline of a GNN training step: one step of every rank, its phases in sequence (sampling,
-feature fetch, compute, gradient all-reduce, optimizer: :mod:`plait.cost.gnn`)."""
+feature fetch, compute, gradient all-reduce, optimizer: :mod:`plait.workloads.gnn.cost`)."""
 
 from __future__ import annotations
 
-from plait.cost.gnn import GnnEstimate
 from plait.simulate.pipeline import Timeline
+from plait.workloads.gnn.cost import GnnEstimate
 
 
 def gnn_timeline(est: GnnEstimate, ranks: int) -> Timeline:

@@ -1,7 +1,7 @@
 """Full-graph GNN training: on one GPU, and on several by GNNPipe's layer pipeline (000-11: Chen et al.,
 "GNNPipe: Scaling Deep GNN Training with Pipelined Model Parallelism", arXiv 2308.10087, Sec. 3-4).
 
-One GPU: every layer on every node and edge, forward and backward (:mod:`plait.cost.gnn_compute`), one step per
+One GPU: every layer on every node and edge, forward and backward (:mod:`plait.workloads.gnn.compute`), one step per
 epoch.
 
 GNNPipe on ``p`` GPUs: the ``L`` layers in ``p`` contiguous stages (balanced by their time), the graph's nodes in
@@ -18,7 +18,10 @@ There is no gradient all-reduce: each GPU owns its layers' weights.
 from __future__ import annotations
 
 from plait.cost.compute import memory_bytes_per_s
-from plait.cost.gnn_compute import (
+from plait.cost.links import collective_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workloads.gnn.compute import (
     GnnLibrary,
     GnnEstimate,
     activation_bytes,
@@ -27,10 +30,7 @@ from plait.cost.gnn_compute import (
     state_bytes,
     structure_bytes,
 )
-from plait.cost.links import collective_s
-from plait.errors import ConfigError
-from plait.hardware.cluster import Cluster
-from plait.workload.gnn import FEATURE_BYTES, GnnSpec
+from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
 
 CHUNKS_PER_STAGE = 4
 """GNNPipe's chunks per pipeline stage (assumed: the paper tunes the chunk count per graph; 4 per stage keeps the

@@ -1,5 +1,5 @@
 """GNN training inside the parts on torch.distributed: the ``partition_local`` and ``llcg`` strategies of
-:mod:`plait.cost.gnn`, on a generated graph (:mod:`plait.run.graph`) with PyG's layers.
+:mod:`plait.workloads.gnn.cost`, on a generated graph (:mod:`plait.run.graph`) with PyG's layers.
 
 - ``partition_local``: each rank keeps only its part's subgraph (the edges with both ends in the part) and its
   features, samples its batches inside it (:mod:`plait.run.sampler`) and trains in DDP: no feature moves between
@@ -9,13 +9,14 @@
   copy of the model on partition-local batches for ``K`` steps without synchronising, then the copies are averaged
   (one all-reduce of the parameters) and the server, rank 0, which holds the whole graph and every feature, takes
   ``S`` correction steps on mini-batches sampled from the whole graph and sends the corrected model to every rank
-  (a broadcast). ``K`` and ``S`` are the cost model's :data:`plait.cost.gnn.LLCG_LOCAL_STEPS` and
-  :data:`plait.cost.gnn.LLCG_CORRECTIONS` unless given.
+  (a broadcast). ``K`` and ``S`` are the cost model's :data:`plait.workloads.gnn.cost.LLCG_LOCAL_STEPS` and
+  :data:`plait.workloads.gnn.cost.LLCG_CORRECTIONS` unless given.
 
 ``--reference W`` trains the same ``W`` parts' batches in one process: one model and the mean of the parts' losses
 (partition_local: the gradient DDP's average gives), or ``W`` copies averaged and corrected (llcg).
 
-Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.run.gnn_local --strategy llcg --out run.json``.
+Run: ``python -m torch.distributed.run --nproc-per-node 2
+-m plait.workloads.gnn.local_worker --strategy llcg --out run.json``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import torch.nn.functional as fn
 
 from plait.run.config import read_config
 from plait.run.gloo_job import run_job
-from plait.run.gnn import build_model
 from plait.run.graph import Graph, generate
 from plait.run.sampler import batch_generator, draw_seeds, sample
-from plait.run.workload_configs import GnnLocalConfig
+from plait.workloads.gnn.config import GnnLocalConfig
+from plait.workloads.gnn.worker import build_model
 
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """A part's subgraph: row pointers, neighbours (part-local ids), features, labels."""
@@ -145,7 +146,7 @@ def _reference(args: GnnLocalConfig, graph: Graph, model: torch.nn.Module, world
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(GnnLocalConfig, argv, prog="plait.run.gnn_local", description=__doc__)
+    args = read_config(GnnLocalConfig, argv, prog="plait.workloads.gnn.local_worker", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

@@ -7,9 +7,10 @@ their neighbourhoods (:mod:`plait.run.sampler`) and fetches the features it lack
 of counts (one int64 per peer), one of the ids, one of the features back (``all_to_all_single``, whose bytes to peers
 are counted: :mod:`plait.run.counted`). ``--reference W`` trains the same ``W`` parts' batches in one process (the
 mean of their losses, the gradient DDP's average gives) and writes, per step, the ids each part would request of
-each other: what the cost model's byte accounting (:func:`plait.cost.gnn.rank_fetch_bytes`) is applied to.
+each other: what the cost model's byte accounting (:func:`plait.workloads.gnn.cost.rank_fetch_bytes`) is applied to.
 
-Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.run.gnn --out run.json`` (or ``--reference 2``).
+Run: ``python -m torch.distributed.run --nproc-per-node 2
+-m plait.workloads.gnn.worker --out run.json`` (or ``--reference 2``).
 
 Tensor legend: ``U`` batch nodes, ``F`` features, ``C`` classes, ``B`` seeds, ``W`` ranks.
 """
@@ -30,7 +31,7 @@ from plait.run.gloo_job import run_job
 from plait.run.config import read_config
 from plait.run.graph import Graph, generate
 from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
-from plait.run.workload_configs import GnnConfig
+from plait.workloads.gnn.config import GnnConfig
 
 
 def build_model(kind: str, features: int, hidden: int, classes: int, layers: int, heads: int = 1) -> torch.nn.Module:
@@ -234,7 +235,7 @@ def drawing_rows(graph: Graph, batch: Batch) -> list[list[list[int]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(GnnConfig, argv, prog="plait.run.gnn", description=__doc__)
+    args = read_config(GnnConfig, argv, prog="plait.workloads.gnn.worker", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

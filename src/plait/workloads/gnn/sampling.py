@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plait.workload.gnn import GraphStats
+from plait.workloads.gnn.model import GraphStats
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,18 +1,18 @@
 """A GNN training job: a GNN TOML, a cluster, ranks and a global batch of seed nodes; one strategy
-costed (:mod:`plait.cost.gnn`), or every strategy and feature-cache size searched and ranked."""
+costed (:mod:`plait.workloads.gnn.cost`), or every strategy and feature-cache size searched and ranked."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from plait.cost.gnn import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
-from plait.cost.gnn_compute import GnnLibrary
-from plait.cost.gnn_sampler import LOOP, Sampler
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
-from plait.workload.gnn import GnnSpec
+from plait.workloads.gnn.compute import GnnLibrary
+from plait.workloads.gnn.cost import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.workloads.gnn.model import GnnSpec
+from plait.workloads.gnn.sampler import LOOP, Sampler
 
 CACHE_FRACTIONS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
 """Feature-cache sizes the search tries (fractions of the graph's nodes, the highest degrees first)."""

@@ -1,7 +1,7 @@
 """Predicted vs measured epoch times of GNN training: public tables of the DGL 0.5 benchmark, GNNLab,
 SALIENT, SALIENT++ and Quiver (``tests/data/gnn_epochs.csv``; sources and caveats in ``tests/data/gnn_epochs.md``),
-each costed by :mod:`plait.cost.gnn` on the preset of its GPU with the graph's statistics
-(``plait/workload/data/graphs.toml``).
+each costed by :mod:`plait.workloads.gnn.cost` on the preset of its GPU with the graph's statistics
+(``plait/workloads/gnn/data/graphs.toml``).
 
 A row's job: its dataset, model (GraphSAGE, GCN or GAT: its heads, and the hidden width per head), layers, hidden
 width and fanouts; full-graph rows as
@@ -18,10 +18,10 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-from plait.cost.gnn import estimate_gnn
 from plait.errors import ConfigError
 from plait.validate.classic import ClassicResult
-from plait.workload.gnn import GnnModel, GnnSpec, GraphStats
+from plait.workloads.gnn.cost import estimate_gnn
+from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
 """GPU names of the CSV -> a preset of that GPU (the rows run on one node)."""
@@ -31,7 +31,7 @@ ASSUMED_EXPONENT = 2.1
 
 
 def graphs() -> dict[str, GraphStats]:
-    data = tomllib.loads(resources.files("plait.workload").joinpath("data/graphs.toml").read_text())
+    data = tomllib.loads(resources.files("plait.workloads.gnn").joinpath("data/graphs.toml").read_text())
     out = {}
     for name, g in data.items():
         mean = 2 * g["edges"] / g["nodes"]

@@ -1,4 +1,4 @@
-"""Time and bytes of neighbour sampling, by sampler (:mod:`plait.cost.gnn`).
+"""Time and bytes of neighbour sampling, by sampler (:mod:`plait.workloads.gnn.cost`).
 
 Samplers:
 
@@ -9,7 +9,7 @@ Samplers:
   rows (each hop, the rows a bulk draws from are fetched from their owners: per peer an int64 count, then the ids
   out, each row's length and its entries back, four all-to-alls in turn, the bulk's batches together).
 
-Work, per batch: the neighbour slots the drawing nodes hold (:attr:`plait.cost.gnn_sampling.SampledBatch.scanned`)
+Work, per batch: the neighbour slots the drawing nodes hold (:attr:`plait.workloads.gnn.sampling.SampledBatch.scanned`)
 at the time ``plait calibrate`` measured per slot for each sampler on a CPU (:attr:`Efficiency.sampling_ns_per_slot`,
 :attr:`Efficiency.matrix_sampling_ns_per_slot`; the measured figure holds the sampler's fixed costs per hop at the
 calibration's batch). On a GPU, whose samplers plait has not measured: each drawn neighbour a random read of one
@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from plait.cost.gnn_compute import INDEX_BYTES
-from plait.cost.gnn_sampling import SampledBatch
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.workloads.gnn.compute import INDEX_BYTES
+from plait.workloads.gnn.sampling import SampledBatch
 
 SECTOR_BYTES = 32
 """The smallest global-memory transaction of NVIDIA GPUs (module docstring)."""

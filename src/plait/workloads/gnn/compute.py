@@ -1,4 +1,4 @@
-"""The layers' time and the memory of one GNN step on one GPU (:mod:`plait.cost.gnn`).
+"""The layers' time and the memory of one GNN step on one GPU (:mod:`plait.workloads.gnn.cost`).
 
 Which nodes and edges each layer computes depends on the library:
 
@@ -63,9 +63,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
-from plait.cost.gnn_sampling import SampledBatch
 from plait.hardware.accelerator import Accelerator
-from plait.workload.gnn import FEATURE_BYTES, GnnSpec, GraphStats
+from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
+from plait.workloads.gnn.sampling import SampledBatch
 
 GnnLibrary = Literal["pyg", "dgl"]
 LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl")
@@ -148,7 +148,7 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
 
 
 def _map_widths(kind: str, b: int, w: int) -> tuple[int, ...]:
-    """Output widths of a layer's linear maps (:attr:`plait.workload.gnn.GnnModel.maps`)."""
+    """Output widths of a layer's linear maps (:attr:`plait.workloads.gnn.model.GnnModel.maps`)."""
     return {"sage": (b, b), "gcn": (b,), "gat": (w,), "transformer": (w, w, w, b)}[kind]
 
 

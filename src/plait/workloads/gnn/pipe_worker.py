@@ -1,6 +1,6 @@
 """Full-graph GNN training with GNNPipe's layer pipeline on torch.distributed (000-11: Chen et al.,
 "GNNPipe: Scaling Deep GNN Training with Pipelined Model Parallelism", arXiv 2308.10087, Sec. 3-4;
-:mod:`plait.cost.gnn_pipe` costs it).
+:mod:`plait.workloads.gnn.pipe` costs it).
 
 Rank ``s`` holds GraphSAGE layer ``s`` (one layer per rank) and the graph's structure; rank 0 also the features. The
 nodes are cut into ``C`` chunks of consecutive ids, which flow through the ranks one after another. A layer computes
@@ -16,7 +16,8 @@ gradients of its inputs back (the same), counted in bytes.
 With one chunk nothing is historical and the epoch is plain full-graph training (tested); ``--reference W`` runs the
 same schedule in one process.
 
-Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.run.gnn_pipe --chunks 4 --out run.json``.
+Run: ``python -m torch.distributed.run --nproc-per-node 2
+-m plait.workloads.gnn.pipe_worker --chunks 4 --out run.json``.
 Tensor legend: ``N`` nodes, ``K`` a chunk's nodes, ``E`` directed edges into a chunk.
 """
 
@@ -31,7 +32,7 @@ import torch.nn.functional as fn
 from plait.run.gloo_job import run_job
 from plait.run.config import read_config
 from plait.run.graph import Graph, generate
-from plait.run.workload_configs import GnnPipeConfig
+from plait.workloads.gnn.config import GnnPipeConfig
 
 
 def build_layers(features: int, hidden: int, classes: int, layers: int) -> list[torch.nn.Module]:
@@ -153,7 +154,7 @@ def _reference(args: GnnPipeConfig, graph: Graph, layers: list[torch.nn.Module],
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = read_config(GnnPipeConfig, argv, prog="plait.run.gnn_pipe", description=__doc__)
+    args = read_config(GnnPipeConfig, argv, prog="plait.workloads.gnn.pipe_worker", description=__doc__)
     return run_job(args.out, bool(args.reference), lambda: train(args, args.reference))
 
 

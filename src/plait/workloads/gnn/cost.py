@@ -1,4 +1,4 @@
-"""Step time, epoch time and memory per GPU of mini-batch GNN training (:mod:`plait.workload.gnn`).
+"""Step time, epoch time and memory per GPU of mini-batch GNN training (:mod:`plait.workloads.gnn.model`).
 
 Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank per step:
 
@@ -6,13 +6,13 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
   ``W`` parts, one per rank (DistDGL: Zheng et al., IA3 2020, Sec. 3, with features in device memory as in
   PaGraph/GNNLab). Each rank samples ``B`` seeds from its own part; the features its batch reads from other parts
   are fetched from their owners by all-to-all (ids out, features back) unless a static cache of the
-  highest-degree nodes holds them (:mod:`plait.cost.gnn_sampling`).
+  highest-degree nodes holds them (:mod:`plait.workloads.gnn.sampling`).
 - ``host_features``: the features stay in host memory; each GPU's batch rows are gathered there (read and written
   at the host memory bandwidth of the GPU's share of its node) and copied over its PCIe link, as DGL's and PyG's
   loaders do with features that do not fit on the GPUs;
 - ``replicated``: every GPU holds every feature (no fetch; the memory check decides);
 - ``full_graph``: one step per epoch over the whole graph (every node and edge at every layer: the DGL benchmark's
-  full-graph setting); on several GPUs, GNNPipe's layer pipeline (:mod:`plait.cost.gnn_pipe`);
+  full-graph setting); on several GPUs, GNNPipe's layer pipeline (:mod:`plait.workloads.gnn.pipe`);
 - ``partition_local``: each rank samples and trains only inside its part, ignoring the edges that leave it, so no
   features move, its gradients all-reduced every step; the cut edges' information is lost to training, ``c`` of all
   edges (its effect on accuracy is not modelled);
@@ -24,20 +24,20 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
 
 A step (no overlap between its phases assumed: PyG's and plait's loaders sample and fetch before the forward pass):
 
-- **sampling**: :mod:`plait.cost.gnn_sampler` (one batch at a time, or matrix-based bulks over a replicated or
+- **sampling**: :mod:`plait.workloads.gnn.sampler` (one batch at a time, or matrix-based bulks over a replicated or
   partitioned adjacency: its memory is then the part's rows only);
 - **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by three
   all-to-alls in turn (each waits for the one before: the sizes, then the ids, make the next one's splits) on the
   tier the ``W`` ranks span, the rows each rank serves gathered from its part first (``sampled_dp``), or every
   batch node's ``F`` fp32 features over PCIe (``host_features``); then every feature the batch reads is gathered
   into one matrix (read and written in HBM);
-- **compute**: :mod:`plait.cost.gnn_compute` (which nodes each layer computes depends on the library: PyG or DGL);
+- **compute**: :mod:`plait.workloads.gnn.compute` (which nodes each layer computes depends on the library: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
   writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate.
 
 Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the features it holds
 (its part and the cache, all of them, or none), the batch's features, the activations and the optimizer state
-(:mod:`plait.cost.gnn_compute`).
+(:mod:`plait.workloads.gnn.compute`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ from dataclasses import replace
 from typing import Literal
 
 from plait.cost.compute import memory_bytes_per_s
-from plait.cost.gnn_compute import (
+from plait.cost.links import collective_s
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workloads.gnn.compute import (
     LIBRARIES,
     INDEX_BYTES,
     GnnLibrary,
@@ -57,13 +60,10 @@ from plait.cost.gnn_compute import (
     step_compute_s,
     structure_bytes,
 )
-from plait.cost.gnn_pipe import full_graph
-from plait.cost.gnn_sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
-from plait.cost.gnn_sampling import DegreeClasses, degree_classes, sample_batch
-from plait.cost.links import collective_s
-from plait.errors import ConfigError
-from plait.hardware.cluster import Cluster
-from plait.workload.gnn import FEATURE_BYTES, GnnSpec, GraphStats
+from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
+from plait.workloads.gnn.pipe import full_graph
+from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
+from plait.workloads.gnn.sampling import DegreeClasses, degree_classes, sample_batch
 
 Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local", "llcg"]
 STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local",
@@ -87,7 +87,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
                  edge_cut: float | None = None, cache_fraction: float = 0.0, library: GnnLibrary = "pyg",
                  classes: DegreeClasses | None = None, sampler: Sampler = LOOP) -> GnnEstimate:
     """The step of ``world`` ranks each training on ``batch`` seeds (module docstring); ``classes``: the graph's
-    measured degree histogram (:func:`plait.cost.gnn_sampling.measured_classes`) in place of the power law its
+    measured degree histogram (:func:`plait.workloads.gnn.sampling.measured_classes`) in place of the power law its
     statistics give (strategies that sample the whole graph)."""
     cut = _check(world, batch, strategy, edge_cut, cache_fraction, library)
     if strategy == "full_graph":
