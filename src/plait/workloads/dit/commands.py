@@ -14,7 +14,7 @@ from plait.simulate.pipeline import Timeline
 from plait.workloads.dit.simulate import dit_timeline
 from plait.strict_json import print_json
 from plait.workloads import Options, Workload
-from plait.workloads.cpu_ranks import run_dit
+from plait.workloads.dit.run import run_dit
 from plait.workloads.dit.plan import plan_dit
 from plait.workloads.dit.render import print_dit
 from plait.workloads.timeline import simulate_workload
@@ -56,5 +56,5 @@ def simulate(workload: Workload, options: Options) -> None:
 
 
 def run(workload: Workload, options: Options) -> None:
-    """Ulysses or DistriFusion on CPU ranks beside one process (:func:`plait.workloads.cpu_ranks.run_dit`)."""
+    """Ulysses or DistriFusion on CPU ranks beside one process (:func:`plait.workloads.dit.run.run_dit`)."""
     run_dit(workload, options["parallel"], options["gpus"], options["dry_run"])
