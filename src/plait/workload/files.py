@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from plait.errors import ConfigError
+
 
 def toml_describes(name: str | None, test: Callable[[dict[str, Any]], bool]) -> bool:
     """``name`` is a readable TOML file whose tables pass ``test``."""
@@ -17,3 +19,11 @@ def toml_describes(name: str | None, test: Callable[[dict[str, Any]], bool]) -> 
         return test(tomllib.loads(Path(name).read_text()))
     except (OSError, tomllib.TOMLDecodeError):
         return False
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The tables of the TOML file at ``path``; a file that cannot be read or parsed is one line naming it."""
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: {error}") from None

@@ -38,13 +38,13 @@ A TOML file describes it (``examples/dit-xl-2-1024px.toml``)::
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from plait.errors import ConfigError
 from plait.schema import build, check_keys, table, value
+from plait.workload.files import read_toml
 
 DitKind = Literal["dit", "pixart", "mmdit"]
 KINDS: tuple[DitKind, ...] = ("dit", "pixart", "mmdit")
@@ -134,10 +134,7 @@ def is_dit_data(data: dict[str, Any]) -> bool:
 def read_dit(path: Path) -> tuple[DitSpec, DitJob]:
     """The model and job a TOML file describes, through the strict schema (:func:`plait.schema.build`: unknown keys,
     missing keys and wrong types are errors naming the key); one-line errors name the value and the rule."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
+    data = read_toml(path)
     where = str(path)
     check_keys(data, ("dit", "job", "name"), where)
     if "dit" not in data:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from plait.errors import ConfigError
 from plait.schema import build
+from plait.workload.files import read_toml
 
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2}
 
@@ -96,10 +96,7 @@ class DlrmSpec:
 def read_dlrm(path: Path) -> DlrmSpec:
     """The DLRM a TOML file describes, through the strict schema (:func:`plait.schema.build`: unknown keys, missing
     keys and wrong types are errors naming the key); one-line errors name the value and the rule."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
+    data = read_toml(path)
     spec = build(DlrmSpec, {"name": path.stem, **data}, str(path))
     check_dlrm(spec, str(path))
     return spec

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from plait.errors import ConfigError
 from plait.schema import build, check_keys, table, value
+from plait.workload.files import read_toml
 
 GnnKind = Literal["sage", "gcn", "gat", "transformer"]
 KINDS: tuple[GnnKind, ...] = ("sage", "gcn", "gat", "transformer")
@@ -132,10 +132,7 @@ def is_gnn_data(data: dict[str, Any]) -> bool:
 def read_gnn(path: Path) -> GnnSpec:
     """The GNN a TOML file describes, through the strict schema (:func:`plait.schema.build`: unknown keys, missing
     keys and wrong types are errors naming the key); one-line errors name the value and the rule."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
+    data = read_toml(path)
     where = str(path)
     check_keys(data, ("graph", "model", "name"), where)
     for key in ("graph", "model"):
