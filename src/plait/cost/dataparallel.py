@@ -30,7 +30,7 @@ from plait.cost.links import collective_s
 from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param, shard_groups
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.groups import rank_groups
+from plait.plan.groups import expert_dp_group
 
 Columns = dict[str, np.ndarray]
 
@@ -58,7 +58,7 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     whole = none & xp.not_(apart)
     # The ep consecutive ranks of the dp x cp ranks of a stage hold different experts; the expert-data-parallel
     # group holds the same ones (plait.plan.groups, after Megatron-Core's expert rank generator).
-    expert_dp = rank_groups(cols)["expert_dp"]
+    expert_dp = expert_dp_group(cols)
     expert_stride = expert_dp.stride
     plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(whole, grad_bytes * params["dense"], 0.0))
              + collective_s(cluster, "all_reduce", expert_dp.size, expert_stride,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 from plait.plan.convergence import Convergence, convergence
 from plait.plan.plan import Plan
@@ -115,9 +116,9 @@ class Estimate:
     """Memory of the most loaded stage."""
     time: TimeBreakdown
     """Step-time breakdown."""
-    step_time_interval_s: tuple[float, float]
-    """(p10, p90) of the step time: the nominal 80% conformal interval of ``time``, which the predict layer
-    computes (:func:`plait.predict.intervals.step_interval_s`, handed to whoever builds the estimate)."""
+    interval_of: IntervalOf = field(repr=False, compare=False)
+    """How the predict layer turns ``time`` into its (p10, p90) interval (:func:`plait.predict.intervals.
+    step_interval_s`, handed to whoever builds the estimate); read through :attr:`step_time_interval_s`."""
     tokens_per_step: int
     """Tokens in one optimizer step (global batch x sequence length)."""
     model_flops_per_step: float
@@ -149,6 +150,12 @@ class Estimate:
     flop_convention: str = ("PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs the dense peak of the plan's "
                             "matmul precision")
     """How ``model_flops_per_step`` is counted."""
+
+    @cached_property
+    def step_time_interval_s(self) -> tuple[float, float]:
+        """(p10, p90) of the step time: the nominal 80% conformal interval of ``time``, computed when first asked
+        (the planner ranks most estimates without it)."""
+        return self.interval_of(self.time, self.moe_model)
 
     @property
     def step_time_s(self) -> float:

@@ -31,7 +31,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
     model_flops = float(at(result.model_flops_per_token)) * tokens
     return Estimate(
         model_name=model.name, cluster_name=cluster.name, engine=engine, plan=plan, memory=memory, time=time,
-        step_time_interval_s=interval(time, model.moe is not None),
+        interval_of=interval,
         tokens_per_step=tokens, model_flops_per_step=model_flops,
         hardware_flops_per_step=model_flops * float(at(result.recompute_factor)),
         peak_flops_per_gpu=cluster.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16"),

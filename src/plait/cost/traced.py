@@ -179,7 +179,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         warnings.append("bytes leaving sites are not counted for traced workloads yet")
     return Estimate(
         model_name=work.name, cluster_name=cluster.name, engine=engine.spec, plan=plan, memory=memory, time=time,
-        step_time_interval_s=interval(time, False),
+        interval_of=interval,
         tokens_per_step=plan.global_batch, model_flops_per_step=flops, hardware_flops_per_step=flops + refwd,
         peak_flops_per_gpu=acc.peak_flops(gemm_dtype), price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
         state_bytes=work.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(cols))),

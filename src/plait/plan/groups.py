@@ -50,6 +50,13 @@ def rank_groups(cols: PlanColumns) -> dict[str, Group]:
         "dp": Group(size=dp, stride=tp * cp),
         "dp_cp": Group(size=dp * cp, stride=tp),
         "ep": Group(size=ep, stride=tp),
-        "expert_dp": Group(size=dp * cp // ep, stride=tp * ep),
+        "expert_dp": expert_dp_group(cols),
         "pp": Group(size=pp, stride=tp * cp * dp),
     }
+
+
+def expert_dp_group(cols: PlanColumns) -> Group:
+    """The ranks holding the same experts (the expert-gradient reduction): ``dp * cp / ep`` ranks ``tp * ep`` apart,
+    as in Megatron-Core's expert rank generator (order tp-cp-ep-dp-pp with cp folded into dp); the cost model's hot
+    path asks for this group alone."""
+    return Group(size=cols.dp * cols["cp"] // cols["ep"], stride=cols["tp"] * cols["ep"])

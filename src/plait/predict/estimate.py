@@ -64,11 +64,12 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
     (``simulate``: ``None`` the small-pipeline rule, as ``plait estimate`` and ``plait validate`` take it; ``True``
     every pipeline, as the planner's top plans and ``plait report`` take it; ``timeline``: the step already
     simulated, when the caller has it)."""
+    simulated = wants_simulation(job.plan, simulate)
     est = estimate_from_batch(job.model, job.cluster, result, row, job.engine.spec, step_interval_s)
     refusal = first_unsupported(job.plan, job.model, job.engine, cols=job.columns)
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
-    if not wants_simulation(job.plan, simulate):
+    if not simulated:
         return est
     if timeline is None:
         timeline = simulate_step(job, record=False, prepared=result.prepared)
@@ -98,4 +99,4 @@ def refine_pipeline(est: Estimate, timeline: Timeline) -> Estimate:
     scale = tail / (t.dp_comm_s + t.optimizer_s) if t.dp_comm_s + t.optimizer_s > 0 else 0.0
     time = replace(t, pp_p2p_s=p2p, pp_bubble_s=pipeline - busy - p2p,
                    dp_comm_s=t.dp_comm_s * scale, optimizer_s=t.optimizer_s * scale if scale else tail)
-    return replace(est, time=time, step_time_interval_s=step_interval_s(time, est.moe_model))
+    return replace(est, time=time)  # its interval follows the re-timed breakdown (Estimate.step_time_interval_s)
