@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 
-from plait.plan.convergence import Convergence, convergence
+from plait.plan.convergence import Convergence, averaging_replicas, convergence
+from plait.plan.gossip import spectral_gap
 from plait.plan.plan import Plan
 from plait.sync import AllReduce, Gossip
 
@@ -200,8 +201,6 @@ class Estimate:
         sync = self.plan.dp_sync
         if not isinstance(sync, Gossip):
             return None
-        from plait.plan.convergence import averaging_replicas
-        from plait.plan.gossip import spectral_gap
 
         replicas = averaging_replicas(self.plan.dp, self.plan.dp_replicate, self.plan.sharding)
         return spectral_gap(sync.topology, replicas, sync.peers)

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from plait.hardware.catalog import cluster_from_mapping
 from plait.run.calibrate_compute import compute_figures
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.precision import cpu_runs_natively
@@ -207,7 +208,6 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     }
     layers_file = tmp / "allreduce.txt.layers"
     if layers_file.exists():  # CPU: wrapper host time runs in line with every layer
-        from plait.hardware.catalog import cluster_from_mapping
         from plait.run.overheads import host_figures
 
         layers = {k: tuple(v) for k, v in json.loads(layers_file.read_text()).items()}

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError
+from plait.plan.convergence import matching_multiplier
 from plait.run.launch import run_worker
 from plait.run.workload_configs import AsyncConfig, ConvergeConfig
 from plait.sync import parse
+from plait.workload.catalog import resolve_model
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,9 +32,6 @@ def measure_multipliers(dp_sync: list[str], steps: int, model: str, ranks: int, 
                         window: int, say: Callable[[str], None] | None) -> Multipliers:
     """Check the options, run every method and the all-reduce from the same weights on the same batches, and
     compare; ``say`` (``None``: quiet) hears what starts."""
-    from plait.plan.convergence import matching_multiplier
-    from plait.workload.catalog import resolve_model
-
     specs = [parse(s).spec for s in dp_sync]
     window = _check(steps, ranks, batch, optimizer, window)
     resolve_model(model)  # a bad model fails here, in one line, not in every rank

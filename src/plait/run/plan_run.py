@@ -17,12 +17,16 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
+from plait.plan.rules import check_plan
 from plait.predict.estimate import estimate
 from plait.predict.mixed import MixedEstimate
 from plait.run.config import write_config
 from plait.run.launch import local_slots, multinode_command, run_local
+from plait.run.precision import cpu_fallback_note
 from plait.run.preflight import check_checkpointing, check_machine
+from plait.run.torchtitan import launch_torchtitan
 from plait.run.uneven import Uneven, check_uneven
+from plait.run.uneven_prediction import predict_uneven
 from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
@@ -91,8 +95,6 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
     if request.engine not in ("plait", "torchtitan"):
         raise ConfigError(f"engine={request.engine!r} must be plait or torchtitan (the engines plait run can launch)")
     if request.engine == "torchtitan":
-        from plait.run.torchtitan import launch_torchtitan
-
         return RunOutcome(exit_code=launch_torchtitan(job.model, model, the_plan, config.steps, request.out,
                                                       config.dry_run, say))
     _check_options(request, model, the_plan)
@@ -134,7 +136,6 @@ def _precision(config: WorkerConfig, precision: str, nodes: int, say: Say) -> Wo
     """On a single CPU node whose cores emulate the plan's precision, say so and train in fp32."""
     if config.full_precision or nodes != 1 or local_slots() is not None:
         return config
-    from plait.run.precision import cpu_fallback_note
 
     note = cpu_fallback_note(precision)
     if not note:
@@ -146,7 +147,6 @@ def _precision(config: WorkerConfig, precision: str, nodes: int, say: Say) -> Wo
 def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Cluster) -> tuple[Estimate,
                                                                                             MixedEstimate | None]:
     """The plan's rules, then the runtime's, this node's room, and plait's estimate (even, and uneven per rank)."""
-    from plait.plan.rules import check_plan
     from plait.run.support import check_runnable
 
     check_plan(plan.with_seq_len(model.seq_len), model, hardware)  # the plan's own rules, then the runtime's
@@ -158,7 +158,6 @@ def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Clust
     predicted = estimate(model, hardware, plan, engine=get_engine("plait"))
     mixed = None
     if config.uneven != Uneven():  # each rank a group of one, slowed as the run slows it
-        from plait.run.uneven_prediction import predict_uneven
 
         mixed = predict_uneven(model, hardware, plan, config.uneven)
     check_machine(plan.num_gpus, slots, predicted)

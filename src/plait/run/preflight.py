@@ -10,7 +10,9 @@ from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.run.checkpoint_room import check_room
+from plait.run.lifecycle import available_memory_bytes
 from plait.run.worker_config import SEED
+from plait.search.parts import available_cores
 from plait.units import GIB
 from plait.workload.model import ModelSpec
 
@@ -21,9 +23,6 @@ project's tests run 4 ranks on its 2-core machine."""
 
 def check_cpu_machine(ranks: int, bytes_per_rank: float) -> None:
     """Refuse more CPU ranks than this machine's cores take, or more memory than it has (plait's estimate)."""
-    from plait.run.lifecycle import available_memory_bytes
-    from plait.search.parts import available_cores
-
     cores = available_cores()
     if ranks > RANKS_PER_CORE * cores:
         raise ConfigError(f"the plan needs {ranks} ranks but this CPU machine has {cores} cores "

@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from plait.hardware.catalog import resolve_cluster
+
 
 class Reducer:
     """Sum all-reduce over the replica group ``group`` (``None``: the default group), flat."""
@@ -84,7 +86,6 @@ def named_site_gpus(cluster: str) -> int | None:
     """GPUs of one site of ``cluster``, a preset or file (``None``: no cluster named, or one site)."""
     if not cluster:
         return None
-    from plait.hardware.catalog import resolve_cluster
 
     return resolve_cluster(cluster).site_gpus
 

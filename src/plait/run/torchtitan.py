@@ -17,9 +17,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from plait.engine.capability import first_unsupported
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.export.torchtitan import torchtitan_args
 from plait.plan.plan import Plan
+from plait.run.launch import local_slots
 from plait.workload.model import ModelSpec
 
 
@@ -72,10 +75,6 @@ def launch_torchtitan(model_slug: str, model: ModelSpec, plan: Plan, steps: int,
                       say: Callable[[str], None]) -> int:
     """Refuse what torchtitan or this machine cannot run, before anything starts; then say the command and launch
     torchtitan; returns its exit code (0 for a dry run)."""
-    from plait.engine.capability import first_unsupported
-    from plait.engine.catalog import get_engine
-    from plait.run.launch import local_slots
-
     slots = local_slots()
     refusal = first_unsupported(plan.with_seq_len(model.seq_len), model, get_engine("torchtitan"),
                                 "cuda" if slots else "cpu")

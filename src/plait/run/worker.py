@@ -20,6 +20,7 @@ from torch import nn
 from plait.errors import ConfigError
 from plait.plan.io import read_plan_file
 from plait.run import checkpoint, data
+from plait.run.config import read_config
 from plait.run.context import mean_over_cp, train_context
 from plait.run.lifecycle import die_with_parent, exit_without_teardown
 from plait.run.mesh import Mesh, build_mesh, device_type
@@ -48,10 +49,10 @@ from plait.run.train import (
     timed,
     write_metrics,
 )
-from plait.run.config import read_config
 from plait.run.uneven import Uneven, check_uneven, loss_weight, rank_rows
 from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
 
 
 def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision: bool,  # type: ignore[no-untyped-def]
@@ -126,7 +127,6 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     optimizer, scheduler = build_optimizer(params, mesh, config)
     if not plan.dp_sync.is_allreduce and plan.dp > 1:  # local SGD averages in the optimizer step
         from plait.run.sync import wrap_optimizer
-        from plait.workload.tensors import parameter_shapes
 
         optimizer = wrap_optimizer(optimizer, plan.dp_sync, mesh.replicas, modules=tuple(parts),
                                    whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,

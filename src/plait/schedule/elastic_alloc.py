@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plait.schedule.policies import greedy_fit
+from plait.schedule.fit import greedy_fit
 
 STEPS = 4
 """Most growth steps one job has: sizes from a quarter of its request to four times it (Elastic.options)."""

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from plait.errors import ConfigError
+from plait.schedule.elastic import Elastic
+from plait.schedule.fit import greedy_fit
 from plait.schedule.simulate import Policy, Simulator
 from plait.schedule.state import JobState
 
@@ -39,24 +41,6 @@ class Fifo:
             if place is None:
                 return
             sim.start(st, place, now_s)
-
-
-def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
-    """Walk ``gpus`` in order, taking each that fits the GPUs left: (positions taken, positions walked, GPUs left).
-    Runs of jobs that fit together are taken by one cumulative sum, a job too large is skipped to the next that
-    fits."""
-    taken, at = [], 0
-    while budget > 0 and at < len(gpus):
-        held = np.cumsum(gpus[at:])
-        run = int(np.searchsorted(held, budget, side="right"))
-        if run:
-            taken.append(np.arange(at, at + run))
-            budget -= int(held[run - 1])
-            at += run
-            continue
-        fits = np.flatnonzero(gpus[at:] <= budget)
-        at = at + int(fits[0]) if len(fits) else len(gpus)
-    return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), at, budget
 
 
 QUEUE_HEAD = 64
@@ -186,8 +170,6 @@ POLICY_NAMES = ("fifo", "srtf", "las", "consolidate", "elastic")
 
 def make_policy(name: str) -> Policy:
     """The policy called ``name`` with its documented settings."""
-    from plait.schedule.elastic import Elastic
-
     table = {"fifo": Fifo, "srtf": Srtf, "las": Las, "consolidate": Consolidate, "elastic": Elastic}
     if name not in table:
         raise ConfigError(f"--policy={name!r} must be one of {', '.join(POLICY_NAMES)} or all")

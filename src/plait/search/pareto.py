@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
+from plait.predict.goodput import goodput
 
 SECONDS_PER_DAY = 86400.0
 
@@ -30,8 +31,6 @@ def price(estimate: Estimate, tokens: float) -> Point:
     """Expected time and money to train ``tokens`` with ``estimate``'s plan, failures, checkpoints and restarts
     included (:mod:`plait.predict.goodput`): larger jobs fail more often, so the cheapest or fastest GPU count
     accounts for it."""
-    from plait.predict.goodput import goodput
-
     share = goodput(estimate).goodput
     return Point(estimate.num_gpus, estimate, estimate.time_to_train_s(tokens) / share / SECONDS_PER_DAY,
                  estimate.cost_usd(tokens) / share)

@@ -17,6 +17,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import row_figures
 from plait.plan.rules import RULES as PLAN_RULES
+from plait.plan.rules import broken_rule_index
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
@@ -58,8 +59,6 @@ def reason_table() -> list[str]:
 
 def prune(cols: PlanColumns, model: ModelSpec, cluster: Cluster, space: SearchSpace) -> np.ndarray:
     """Per row the verdict code of the first broken pre-costing rule (-1: go on to costing)."""
-    from plait.plan.rules import broken_rule_index
-
     verdict = broken_rule_index(cols, model, cluster)
     offset = len(PLAN_RULES)
     for index, rule in enumerate(SEARCH_RULES):

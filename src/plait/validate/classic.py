@@ -17,8 +17,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from plait.cost.traced import estimate_traced
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
+from plait.hardware.catalog import get_cluster
+from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
+from plait.workload.tracing import trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
@@ -60,12 +65,6 @@ def accumulation_steps(notes: str) -> int | None:
 
 def predict_row(row: dict[str, str]) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
-    from plait.cost.traced import estimate_traced
-    from plait.engine.catalog import get_engine
-    from plait.hardware.catalog import get_cluster
-    from plait.plan.plan import Plan
-    from plait.workload.tracing import trace
-
     gpus, measured = int(row["gpus"]), float(row["measured_value"])
     label = f"{row['model']} {row['gpu']} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)

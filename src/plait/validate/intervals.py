@@ -7,25 +7,14 @@ Run: python -m plait.validate.intervals --runs tests/data/dev.csv [--write src/p
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import tomli_w
 
-from plait.predict.intervals import Calibration, calibrate, loso_coverage, spread
-from plait.validate.report import Validation, validate_rows
+from plait.predict.intervals import Calibration, calibrate, loso_coverage
+from plait.validate.report import Validation, residual_rows, validate_rows
 from plait.validate.runs import read_runs
-
-
-def residual_rows(validation: Validation) -> list[tuple[str, float, float]]:
-    """(source, log(measured / predicted), spread) of every predicted run."""
-    out = []
-    for r in validation.predicted:
-        assert r.estimate is not None and r.row.step_time_s
-        width = float(spread(dict(r.estimate.time.items()), r.estimate.moe_model))
-        out.append((r.row.source, math.log(r.row.step_time_s / r.estimate.step_time_s), width))
-    return out
 
 
 def calibration_of(validation: Validation, dataset: str) -> Calibration:

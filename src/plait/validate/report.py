@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any
@@ -16,7 +17,7 @@ from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
 from plait.predict.estimate import assemble
-from plait.predict.intervals import NOMINAL, loso_coverage
+from plait.predict.intervals import NOMINAL, loso_coverage, spread
 from plait.validate.runs import RunRow
 from plait.validate.translate import candidate_plans, row_cluster, row_model
 
@@ -109,8 +110,6 @@ class Validation(Scored):
     def interval_coverage(self) -> dict[str, object]:
         """Leave-one-source-out coverage of the nominal 80% step-time interval over these rows, overall and per
         source (:func:`plait.predict.intervals.loso_coverage`), and of the shipped interval on them."""
-        from plait.validate.intervals import residual_rows
-
         if not self.predicted:
             return {}
         rows = residual_rows(self)
@@ -151,3 +150,13 @@ def _result_dict(r: RowResult) -> dict[str, object]:
 def validate_rows(rows: list[RunRow]) -> Validation:
     """Predict every row."""
     return Validation(results=[predict_row(r) for r in rows])
+
+
+def residual_rows(validation: Validation) -> list[tuple[str, float, float]]:
+    """(source, log(measured / predicted), spread) of every predicted run."""
+    out = []
+    for r in validation.predicted:
+        assert r.estimate is not None and r.row.step_time_s
+        width = float(spread(dict(r.estimate.time.items()), r.estimate.moe_model))
+        out.append((r.row.source, math.log(r.row.step_time_s / r.estimate.step_time_s), width))
+    return out

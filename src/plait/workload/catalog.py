@@ -10,7 +10,9 @@ from typing import Any
 
 from plait.errors import ConfigError, read_user_file
 from plait.schema import build
+from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
+from plait.workload.tracing import is_traced_name
 
 
 @functools.cache
@@ -46,8 +48,6 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         return get_model(name_or_path)
     path = Path(name_or_path)
     if path.suffix == ".json":
-        from plait.workload.hf_config import load_hf_config
-
         return load_hf_config(path)
     if path.suffix == ".toml":
         text = read_user_file(path, "model file")
@@ -56,7 +56,6 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"model file {str(path)!r} is not valid TOML: {exc}") from exc
         return model_from_mapping(raw, str(path))
-    from plait.workload.tracing import is_traced_name
 
     if is_traced_name(name_or_path):  # the commands that take a traced module handle it before they get here
         raise ConfigError(f"model {name_or_path!r} is a module factory: plait estimate and plait plan trace it; "

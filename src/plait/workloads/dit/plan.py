@@ -10,10 +10,11 @@ from rich.console import Console
 
 from plait.errors import ConfigError, check_export_folder
 from plait.hardware.catalog import resolve_cluster
-from plait.workloads.dit.predict import DitPrediction, search_dit
 from plait.strict_json import print_json
 from plait.workloads import Workload
+from plait.workloads.dit.predict import DitPrediction, search_dit
 from plait.workloads.dit.render import print_dit, print_dit_search
+from plait.workloads.dit.xdit import torchrun_line
 
 EXPORTS = ("xdit_launch.txt", "dit_plan.json")
 SCRIPTS = {"mmdit": "examples/flux_example.py", "pixart": "examples/pixartalpha_example.py"}
@@ -42,8 +43,6 @@ def plan_dit(workload: Workload, cluster: str, gpus: int, memory_margin: float, 
 
 
 def _export(ranked: list[DitPrediction], folder: Path) -> DitPrediction:
-    from plait.workloads.dit.xdit import torchrun_line
-
     runnable = [r for r in ranked if r.plan.distrifusion == 1]
     if not runnable:
         raise ConfigError("no plan that fits is one xDiT runs (only DistriFusion plans fit): nothing to export")

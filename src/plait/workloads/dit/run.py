@@ -15,17 +15,16 @@ from rich.console import Console
 
 from plait.errors import ConfigError
 from plait.run.launch import run_worker
+from plait.run.preflight import check_cpu_machine
 from plait.run.workload_configs import DitConfig
 from plait.workloads import Workload
+from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
+from plait.workloads.dit.predict import parse_dit_plan
 
 DIT_WORKER = "plait.workloads.dit.worker"
 
 
 def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) -> None:
-    from plait.run.preflight import check_cpu_machine
-    from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
-    from plait.workloads.dit.predict import parse_dit_plan
-
     spec, job = workload.description
     plan = parse_dit_plan(parallel or f"ulysses={gpus}")
     sp = "ulysses" if plan.ulysses > 1 else "distrifusion" if plan.distrifusion > 1 else None

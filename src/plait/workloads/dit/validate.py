@@ -13,9 +13,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.errors import ConfigError
+from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
+from plait.workloads.dit.cost import DitPlan, estimate_dit
+from plait.workloads.dit.model import read_dit
 
 ROOT = Path(__file__).resolve().parents[4]
 MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml"}
@@ -32,8 +34,6 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
     from dataclasses import replace
 
-    from plait.hardware.catalog import get_cluster
-    from plait.workloads.dit.model import read_dit
 
     compiled = row["notes"].split(";")[0].strip()
     label = f"{row['model']} {row['resolution'] or '?'} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"

@@ -11,12 +11,13 @@ from rich.table import Table
 
 from plait.errors import ConfigError, check_export_folder
 from plait.hardware.catalog import resolve_cluster
-from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, placements_text, predict_dlrm
 from plait.strict_json import print_json
 from plait.units import GIB
-from plait.workloads.dlrm.model import DlrmSpec
 from plait.workloads import Workload
+from plait.workloads.dlrm.model import DlrmSpec
+from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, placements_text, predict_dlrm
 from plait.workloads.dlrm.render import print_dlrm
+from plait.workloads.dlrm.torchrec import plan_json, sharding_plan, torchrec_placements
 
 EXPORTS = ("torchrec_plan.json", "placements.txt")
 
@@ -32,8 +33,6 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
     ours = predict_dlrm(spec, resolve_cluster(cluster), gpus, global_batch, memory_margin=memory_margin)
     theirs, their_estimate, why_not = _torchrec(gpus, global_batch, ours)
     if export is not None:
-        from plait.workloads.dlrm.torchrec import plan_json, sharding_plan
-
         export.mkdir(parents=True, exist_ok=True)
         plan = sharding_plan(ours.spec, ours.placements, gpus, min(ours.cluster.gpus_per_node, gpus))
         (export / "torchrec_plan.json").write_text(json.dumps(plan_json(plan), indent=1) + "\n")
@@ -65,8 +64,6 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
 def _torchrec(gpus: int, global_batch: int, ours: DlrmPrediction) -> tuple[DlrmPrediction | None, list[float] | None, str | None]:
     """TorchRec planner's placement costed by plait, its own per-rank estimate, or why it did not run."""
     try:
-        from plait.workloads.dlrm.torchrec import torchrec_placements
-
         placed, own = torchrec_placements(ours.spec, gpus, min(ours.cluster.gpus_per_node, gpus), ours.batch,
                                           ours.cluster.accelerator.memory_bytes)
     except ImportError:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from plait.errors import ConfigError
 from plait.run.launch import run_worker
+from plait.run.preflight import check_cpu_machine
 from plait.run.workload_configs import DlrmConfig
 from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
 
@@ -31,7 +32,6 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
     from plait.workloads.dlrm.worker import check_runnable
 
     check_runnable(predicted.spec, predicted.placements, predicted.batch)
-    from plait.run.preflight import check_cpu_machine
 
     gpus = predicted.world
     check_cpu_machine(gpus, predicted.estimate.max_memory_bytes)

@@ -37,13 +37,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from plait.workloads.dlrm.cost import Placement
 from plait.errors import ConfigError
 from plait.run.config import read_config
 from plait.run.gloo_job import run_job
 from plait.run.workload_configs import DlrmConfig
+from plait.workloads.dlrm.cost import Placement
 from plait.workloads.dlrm.model import DlrmSpec, read_dlrm
 from plait.workloads.dlrm.predict import parse_placements
+from plait.workloads.dlrm.torchrec import embedding_bags, sharding_plan
 
 SPARSE_PATH = "model.sparse_arch.embedding_bag_collection"
 """The embedding collection's path in ``DLRMTrain``: the key of the sharding plan."""
@@ -55,7 +56,6 @@ def build(spec: DlrmSpec, device: str) -> Any:
     """TorchRec's DLRM of ``spec`` (module docstring) on ``device``."""
     from torchrec.models.dlrm import DLRM, DLRMTrain
 
-    from plait.workloads.dlrm.torchrec import embedding_bags
 
     dlrm = DLRM(embedding_bags(spec, device), spec.dense_features, list(spec.bottom_mlp), list(spec.top_mlp),
                 dense_device=torch.device(device))
@@ -155,7 +155,6 @@ def _sharded(spec: DlrmSpec, placements: list[Placement], full: Any, fused: dict
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
-    from plait.workloads.dlrm.torchrec import sharding_plan
 
     world = dist.get_world_size()
     plan = sharding_plan(spec, placements, world, world, device_type="cpu", path=SPARSE_PATH)

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from plait.errors import ConfigError
+from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
@@ -42,8 +43,6 @@ def graphs() -> dict[str, GraphStats]:
 
 
 def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicResult:
-    from plait.hardware.catalog import get_cluster
-
     label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
     measured = 1.0 / float(row["measured_epoch_s"])  # epoch times as rates: the error is on the epoch time
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
