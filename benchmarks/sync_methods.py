@@ -180,7 +180,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="plait calibrate --quick")
     parser.add_argument("--full-precision", action="store_true", help="train and predict fp32")
     parser.add_argument("--methods", nargs="+", default=None,
-                        help="synchronous specs to measure (default: all of issues 14 and 16); the baseline always runs")
+                        help="synchronous specs to measure (default: every synchronous method plait models); the "
+                        "baseline always runs")
     parser.add_argument("--model", type=Path, default=MODEL, help="model file every method trains")
     args = parser.parse_args()
     MODEL = low_comm.MODEL = args.model.resolve()  # low_comm's two-site runs read its module's MODEL
