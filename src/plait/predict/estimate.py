@@ -64,12 +64,11 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
     (``simulate``: ``None`` the small-pipeline rule, as ``plait estimate`` and ``plait validate`` take it; ``True``
     every pipeline, as the planner's top plans and ``plait report`` take it; ``timeline``: the step already
     simulated, when the caller has it)."""
-    simulated = wants_simulation(job.plan, simulate)
     est = estimate_from_batch(job.model, job.cluster, result, row, job.engine.spec, step_interval_s)
     refusal = first_unsupported(job.plan, job.model, job.engine, cols=job.columns)
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
-    if not simulated:
+    if not wants_simulation(job.plan, simulate):
         return est
     if timeline is None:
         timeline = simulate_step(job, record=False, prepared=result.prepared)

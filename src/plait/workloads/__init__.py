@@ -103,9 +103,7 @@ _REGISTRY = _Registry()
 def _shipped() -> list[WorkloadKind]:
     if not _REGISTRY.loaded:
         _REGISTRY.loaded = True
-        shipped = [importlib.import_module(f"plait.workloads.{name}").KIND for name in SHIPPED]
-        _REGISTRY.kinds[:0] = shipped[:-1]
-        _REGISTRY.kinds.append(shipped[-1])
+        _REGISTRY.kinds.extend(importlib.import_module(f"plait.workloads.{name}").KIND for name in SHIPPED)
     return _REGISTRY.kinds
 
 
