@@ -15,10 +15,10 @@ from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
+from plait.job import Job
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
-from plait.plan.rules import check_plan
-from plait.predict.estimate import estimate
+from plait.predict.estimate import predict
 from plait.predict.mixed import MixedEstimate
 from plait.run.config import write_config
 from plait.run.launch import local_slots, multinode_command, run_local
@@ -149,16 +149,15 @@ def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Clust
     """The plan's rules, then the runtime's, this node's room, and plait's estimate (even, and uneven per rank)."""
     from plait.run.support import check_runnable
 
-    check_plan(plan.with_seq_len(model.seq_len), model, hardware)  # the plan's own rules, then the runtime's
-    check_runnable(plan.with_seq_len(model.seq_len), model, on_gpu=local_slots() is not None)
+    job = Job.build(model, hardware, plan, get_engine("plait"))  # the plan's own rules, then the runtime's
     slots = local_slots()
+    check_runnable(job.plan, model, on_gpu=slots is not None)
     if slots is not None and plan.num_gpus > slots:
         raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but this node has {slots}; pass --nodes to get the "
                           "torchrun command")
-    predicted = estimate(model, hardware, plan, engine=get_engine("plait"))
+    predicted = predict(job)
     mixed = None
     if config.uneven != Uneven():  # each rank a group of one, slowed as the run slows it
-
         mixed = predict_uneven(model, hardware, plan, config.uneven)
     check_machine(plan.num_gpus, slots, predicted)
     return predicted, mixed
