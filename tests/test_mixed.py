@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
@@ -216,3 +218,39 @@ def test_cpu_workers_in_a_synchronous_step_set_its_pace() -> None:
     assert best.critical.group == "cpu"
     name, alone = result.best_baseline
     assert name == "h100" and alone.tokens_per_s > 10 * best.tokens_per_s
+
+
+@given(st.lists(st.integers(1, 16), min_size=1, max_size=4), st.integers(1, 4), st.integers(1, 4096))
+@settings(max_examples=200, deadline=None)
+def test_an_even_split_sums_to_the_global_batch_in_whole_micro_batches(replicas: list[int], micro: int,
+                                                                       batch: int) -> None:
+    """Every group's batch is whole micro-batches on each of its replicas and the batches sum to the global batch;
+    a global batch no such split reaches is refused in one line."""
+    from plait.plan.mixed import even_shares
+
+    dp = sum(replicas)
+    layout = Plan(dp_shard=dp, sharding="zero3", micro_batch=micro, global_batch=max(batch, dp * micro))
+    shares = [GroupShare(group=f"g{i}", num_gpus=r) for i, r in enumerate(replicas)]
+    try:
+        split = even_shares(layout, shares)
+    except ConfigError as exc:
+        assert "cannot be split into whole micro-batches" in str(exc)
+        reachable = {0}  # sums of at least one whole unit per group, by brute force
+        for r in replicas:
+            reachable = {t + k * r * micro for t in reachable for k in range(1, layout.global_batch // (r * micro) + 1)
+                         if t + k * r * micro <= layout.global_batch}
+        assert layout.global_batch not in reachable
+        return
+    assert sum(s.batch for s in split) == layout.global_batch
+    assert all(s.batch > 0 and s.batch % (r * micro) == 0 for s, r in zip(split, replicas, strict=True))
+
+
+def test_a_global_batch_that_replicas_do_not_divide_is_split_and_balanced() -> None:
+    """Ten replicas (8 H100, 2 CPU ranks) and 64 sequences: the even split rounds to whole micro-batches, and
+    balancing moves work off the CPU ranks in steps both groups can take (8 sequences: 1 per H100, 4 per CPU)."""
+    code, out, err = cli(["estimate", "--cluster", "examples/mixed-gpu-cpu.toml", "--model", "gpt3-125m",
+                          "--global-batch", "64", "--json"])
+    assert code == 0, err
+    batches = {g["group"]: int(g["work"].removeprefix("b")) for g in json.loads(out)["groups"]}
+    assert sum(batches.values()) == 64 and batches["h100"] % 8 == 0 and batches["cpu"] % 2 == 0
+    assert batches["cpu"] < 64 * 2 / 10  # less than the CPU ranks' even share: they are the slow group

@@ -69,9 +69,45 @@ class MixedPlan:
 
 
 def even_shares(layout: Plan, shares: tuple[GroupShare, ...] | list[GroupShare]) -> tuple[GroupShare, ...]:
-    """``shares`` with the batches an even data split gives them: each replica ``global_batch / dp`` sequences."""
-    local = layout.global_batch // layout.dp
-    return tuple(replace(s, batch=s.num_gpus // layout.model_parallel * local) for s in shares)
+    """``shares`` with the batches an even data split gives them: each group as near its replicas' share of the
+    global batch as whole micro-batches on each of its replicas allow (the largest-remainder method, groups that
+    fall furthest short first), so that the batches sum to the global batch when ``dp`` does not divide it."""
+    units = [s.num_gpus // layout.model_parallel * layout.micro_batch for s in shares]
+    if not all(units):  # a group too small for one replica: no data split (check_mixed_plan says why)
+        return tuple(replace(s, batch=0) for s in shares)
+    ideal = [layout.global_batch * (s.num_gpus // layout.model_parallel) / layout.dp for s in shares]
+    batches = [int(want // unit) * unit for want, unit in zip(ideal, units, strict=True)]
+    left = layout.global_batch - sum(batches)
+    for i in sorted(range(len(shares)), key=lambda i: batches[i] - ideal[i]):
+        while left >= units[i] and batches[i] < ideal[i]:
+            batches[i], left = batches[i] + units[i], left - units[i]
+    for i in sorted(range(len(shares)), key=lambda i: units[i]):
+        while left >= units[i]:
+            batches[i], left = batches[i] + units[i], left - units[i]
+    if left:
+        batches = _exact_split(layout.global_batch, units, ideal)
+    return tuple(replace(s, batch=b) for s, b in zip(shares, batches, strict=True))
+
+
+def _exact_split(total: int, units: list[int], ideal: list[float]) -> list[int]:
+    """Batches of whole ``units`` (at least one each) summing to ``total``, each group in turn from the last as
+    near its ``ideal`` as the groups before it can still make up the rest; :class:`ConfigError` where none exist.
+    Which sums the first groups reach is kept as the bits of one integer per prefix (a subset-sum table)."""
+    reach = [1]  # reach[g]: bit t set where groups before g can sum to t
+    for unit in units:
+        bits = 0
+        for k in range(1, total // unit + 1):
+            bits |= reach[-1] << (k * unit)
+        reach.append(bits & ((1 << (total + 1)) - 1))
+    if not reach[-1] >> total & 1:
+        raise ConfigError(f"global_batch={total} cannot be split into whole micro-batches per replica (groups take "
+                          f"multiples of {', '.join(map(str, units))} sequences); give --shares")
+    batches, rest = [0] * len(units), total
+    for g in reversed(range(len(units))):
+        counts = sorted(range(1, rest // units[g] + 1), key=lambda k: abs(k * units[g] - ideal[g]))
+        k = next(k for k in counts if reach[g] >> (rest - k * units[g]) & 1)
+        batches[g], rest = k * units[g], rest - k * units[g]
+    return batches
 
 
 def check_mixed_plan(mixed: MixedPlan, model: ModelSpec, cluster: MixedCluster) -> None:

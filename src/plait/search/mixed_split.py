@@ -3,6 +3,7 @@ then single moves away from the slowest member while the step shortens."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from plait.cost.params import stage_layer_counts
@@ -38,8 +39,9 @@ def fits_with(e: MixedEstimate, memory_margin: float) -> bool:
 def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, engine: Engine | None,
                  moves: int, memory_margin: float = 0.0) -> MixedEstimate | None:
     """Local batches in proportion to each group's sequences per second at the even split (Poplar), rounded to
-    whole micro-batches per replica, then one micro-batch per replica moved from the slowest group to the one
-    with most idle time while the step shortens and every group keeps ``memory_margin`` free (the global batch
+    whole micro-batches per replica, then micro-batches moved from the slowest group to the one with most idle
+    time (the fewest that keep whole micro-batches on every replica of both: their replica counts' least common
+    multiple) while the step shortens and every group keeps ``memory_margin`` free (the global batch
     never changes)."""
     mixed, plan = even.plan, even.plan.plan
     replicas = [s.num_gpus // plan.model_parallel for s in mixed.shares]
@@ -54,10 +56,11 @@ def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, e
         counts = [s.batch // (r * plan.micro_batch) for s, r in zip(best.plan.shares, replicas, strict=True)]
         slow = max(range(len(counts)), key=lambda i: best.groups[i].busy_s)
         fast = max(range(len(counts)), key=lambda i: best.groups[i].idle_s / max(replicas[i], 1))
-        if slow == fast or counts[slow] <= 1:
+        step = math.lcm(replicas[slow], replicas[fast])  # sequences moved: whole micro-batches on both sides
+        if slow == fast or counts[slow] <= step // replicas[slow]:
             break
-        counts[slow] -= 1
-        counts[fast] += 1
+        counts[slow] -= step // replicas[slow]
+        counts[fast] += step // replicas[fast]
         trial = _data(model, cluster, best.plan, replicas, counts, engine)
         if trial is None or _per_token_s(trial) >= _per_token_s(best) or not fits_with(trial, memory_margin):
             break
