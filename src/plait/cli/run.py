@@ -14,7 +14,7 @@ from plait.errors import ConfigError
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
 from plait.run.worker_config import WorkerConfig
-from plait.units import GIB
+from plait.units import format_bytes
 from plait.workloads import labels_with, load
 
 
@@ -120,8 +120,8 @@ def render_run(report: RunReport, console: Console) -> None:
     summary = statistics.fmean(steady) if periodic else statistics.median(steady)
     table.add_row(f"step time s ({'mean' if periodic else 'median'} after step 1)", f"{summary:.4f}",
                   f"{(report.mixed or predicted).step_time_s:.4f}")
-    table.add_row("peak memory GiB", f"{max(r['peak_memory_bytes'] for r in rows) / GIB:.3f}",
-                  f"{predicted.memory.total_bytes / GIB:.3f}")
+    table.add_row("peak memory", format_bytes(max(r["peak_memory_bytes"] for r in rows)),
+                  format_bytes(predicted.memory.total_bytes))
     losses = [r["loss"] for r in rows if r["loss"] is not None]  # PALSGD's pseudo-synchronization steps: null
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)
