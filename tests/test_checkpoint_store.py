@@ -92,6 +92,18 @@ def test_a_crash_during_a_save_keeps_the_previous_checkpoint_and_resuming_contin
     assert sorted(p.name for p in folder.iterdir()) == ["step-00000003", "step-00000006"]  # the partial is gone
 
 
+@pytest.mark.slow
+def test_resume_says_which_checkpoint_and_step(saved, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plan, source, full = saved
+    folder = tmp_path / "ckpt"
+    shutil.copytree(source, folder)
+    metrics = tmp_path / "resumed.jsonl"
+    out = _run(plan, folder, metrics, "--resume")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"plait: resumed from {folder / 'step-00000006'} at step 6 of 8" in out.stderr.splitlines()
+    assert _losses(metrics) == full[6:]
+
+
 @pytest.mark.parametrize("damage", ["flip", "remove"])
 def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_newest_valid(
         saved, tmp_path: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
@@ -135,6 +147,11 @@ def test_a_killed_rank_is_restarted_from_the_newest_checkpoint_with_the_same_los
     metrics = tmp_path / "restarted.jsonl"
     done = _run(plan, tmp_path / "ckpt", metrics, "--checkpoint-every", "3", "--max-restarts", "1", fail_at=5)
     assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("plait:")]
+    assert said == ["plait: rank 1 failed (exit code 5); restart 1 of 1: every rank starts again from the newest "
+                    "checkpoint",
+                    f"plait: resumed after restart 1 from {tmp_path / 'ckpt' / 'step-00000003'} at step 3 of 8"]
+    assert not (tmp_path / "ckpt" / "plait-run.log").exists()  # a run that succeeds leaves no log
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     # rank 1 died at the start of step 5; the restart resumed from the checkpoint after step 3
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 4, 5, 6, 7, 8]
@@ -177,7 +194,9 @@ def test_a_run_whose_checkpoints_cannot_fit_is_refused_before_it_starts(tmp_path
     with contextlib.redirect_stderr(err):
         code = run_cli(["run", "--plan", str(_plan(tmp_path)), "--checkpoint-dir", str(tmp_path / "ckpt"),
                         "--checkpoint-every", "2", "--steps", "8"])
-    assert code == 2 and "GiB free; 4 save(s)" in err.getvalue() and err.getvalue().count("\n") == 1
+    # 10^6 bytes free = 976.6 KiB; the tiny model's checkpoint is about 2 MiB (fp32 weights and AdamW's moments)
+    assert code == 2 and "has 977 KiB free; 4 save(s) of 2." in err.getvalue() and "MiB each" in err.getvalue()
+    assert err.getvalue().count("\n") == 1
 
 
 def test_saves_are_counted_as_the_steps_would_save_without_walking_them() -> None:

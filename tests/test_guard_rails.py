@@ -31,12 +31,15 @@ def _run(plan: Path, *extra: str, nan_at: int | None = None) -> subprocess.Compl
                            *extra], capture_output=True, text=True, timeout=600, env=env)
 
 
-def test_a_non_finite_step_stops_the_run(tmp_path: Path) -> None:
+def test_a_non_finite_step_stops_the_run_with_exit_code_3_and_its_log_in_the_runs_folder(tmp_path: Path) -> None:
     metrics = tmp_path / "m.jsonl"
     out = _run(_plan(tmp_path, "dp_replicate = 2"), "--steps", "6", "--metrics", str(metrics), nan_at=3)
-    assert out.returncode != 0, out.stderr[-2000:]  # torchrun reports the rank's exit code 3 and exits 1
+    assert out.returncode == 3, out.stderr[-2000:]  # as `plait run --help` says (torchrun itself exits 1)
     assert "plait: error: step 3: the gradient norm is nan" in out.stderr
     assert len(metrics.read_text().splitlines()) == 2  # steps 1 and 2; step 3 never updated the weights
+    log = tmp_path / "plait-run.log"  # the metrics file's folder, not /tmp
+    assert out.stderr.strip().splitlines()[-1] == f"plait: the ranks' full output: {log}"
+    assert "exitcode: 3" in log.read_text()
 
 
 @pytest.mark.slow
@@ -74,10 +77,10 @@ def test_a_failed_rank_is_one_line_naming_it_and_the_log(tmp_path: Path) -> None
     env = dict(os.environ, PLAIT_TEST_FAIL_AT_STEP="2")
     out = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(_plan(tmp_path, "dp_replicate = 2")),
                           "--steps", "4", "--cluster", "dgx-h100-ib"], capture_output=True, text=True, timeout=600,
-                         env=env)
-    assert out.returncode != 0 and "Traceback" not in out.stderr
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("plait: error:")]
     assert len(errors) == 1 and "rank 1 failed (exit code 5)" in errors[0]
     log = Path(errors[0].rsplit("full output: ", 1)[1])
+    assert log == tmp_path / "plait-run.log"  # no checkpoint or metrics folder: the current one
     assert "Traceback" in log.read_text() and "exitcode: 5" in log.read_text()  # torchrun's report is kept there
-    log.unlink()

@@ -48,7 +48,8 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     with log.open("wb") as out:
         launcher = subprocess.Popen([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", "100000",
                                      "--cluster", "dgx-h100-ib"], stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env={**os.environ, "PLAIT_TEST_RUN": str(plan)})
+                                    start_new_session=True, env={**os.environ, "PLAIT_TEST_RUN": str(plan)},
+                                    cwd=tmp_path)  # where the run's log goes
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:  # the reporting rank passed step 3: both ranks are in the loop (DDP syncs)
         if "step 3:" in log.read_text(errors="replace"):
@@ -87,6 +88,28 @@ def test_no_rank_outlives_the_launcher(tmp_path: Path, sig: signal.Signals) -> N
         assert code != 0
         if sig != signal.SIGKILL:
             assert code == 128 + sig, log.read_text(errors="replace")[-2000:]
+            assert f"plait: stopped by {sig.name}" in log.read_text(errors="replace")
+    finally:
+        for pid in _processes(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_the_launchers_death_is_named_not_a_rank_failure(tmp_path: Path, sig: signal.Signals) -> None:
+    """The signal goes to torchrun, not to plait: plait says so and exits ``128 + signal``, and the ranks go too."""
+    launcher, marker, log = _start(tmp_path)
+    try:
+        torchrun = [pid for pid, cmd in _processes(marker).items() if "torch.distributed.run" in cmd]
+        assert len(torchrun) == 1, _processes(marker)
+        os.kill(torchrun[0], sig)
+        code = launcher.wait(30)
+        said = log.read_text(errors="replace")
+        assert code == 128 + sig, said[-2000:]
+        assert f"the launcher (torchrun) was {'killed' if sig == signal.SIGKILL else 'stopped'} by {sig.name}, " \
+               "not a rank" in said
+        assert "a rank failed" not in said
+        assert not _gone_within(marker, 10.0)
     finally:
         for pid in _processes(marker):
             os.kill(pid, signal.SIGKILL)

@@ -35,7 +35,7 @@ def test_run_trains_in_fp32_where_bf16_is_emulated(monkeypatch: pytest.MonkeyPat
 
     launched: list[WorkerConfig] = []
     monkeypatch.setattr(precision, "_cpuinfo", lambda: ZEN3)
-    monkeypatch.setattr(plan_run, "run_local", lambda config, gpus, restarts: launched.append(
+    monkeypatch.setattr(plan_run, "run_local", lambda config, gpus, restarts, log_folder: launched.append(
         read_config(WorkerConfig, ["--config", str(config)])) or 0)
     plan = Path(__file__).resolve().parents[1] / "examples" / "tiny-plan.toml"
     out = io.StringIO()

@@ -14,7 +14,7 @@ from plait.errors import ConfigError
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
 from plait.run.worker_config import WorkerConfig
-from plait.units import GIB
+from plait.units import format_bytes
 from plait.workloads import labels_with, load
 
 
@@ -23,7 +23,9 @@ def run_command(
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 10,
     cluster: Annotated[str | None, typer.Option(help="Hardware description for the prediction "
                                                      "(preset, file, or the output of `plait calibrate`).")] = None,
-    metrics: Annotated[Path | None, typer.Option(help="JSON-lines file for per-step metrics.")] = None,
+    metrics: Annotated[Path | None, typer.Option(help="JSON-lines file for per-step metrics, one line per step, "
+                                                      "appended to a file that exists (a resumed run continues "
+                                                      "its file; each line names its step).")] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Distributed checkpoint folder.")] = None,
     checkpoint_at: Annotated[int, typer.Option(help="Save after this many steps (0: never).")] = 0,
     checkpoint_every: Annotated[int, typer.Option(help="Save every this many steps (0: never).")] = 0,
@@ -31,15 +33,18 @@ def run_command(
     async_save: Annotated[bool, typer.Option(help="Write checkpoints in the background (torch.distributed.checkpoint."
                                                   "async_save); each is published when the next save starts or the "
                                                   "run ends.")] = False,
-    resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in --checkpoint-dir (verified).")] = False,
+    resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in --checkpoint-dir (verified); "
+                                              "the run says which and at which step.")] = False,
     reshard: Annotated[bool, typer.Option(help="Resume a checkpoint saved by another plan into this one.")] = False,
     on_nonfinite: Annotated[str, typer.Option(help="A step with a non-finite gradient norm: stop (exit code 3) or "
                                                    "skip its update.")] = "stop",
     max_restarts: Annotated[int, typer.Option(help="Restart every rank after a failure, up to this many times, "
-                                                   "from the newest valid checkpoint (torchrun's elastic agent).")] = 0,
+                                                   "from the newest valid checkpoint (torchrun's elastic agent); "
+                                                   "each restart is said with the rank that failed and how.")] = 0,
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
-    nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
+    nodes: Annotated[int, typer.Option(help="Nodes, at least 1, dividing the plan's GPUs (more than one prints "
+                                            "the torchrun command to run on each).")] = 1,
     trace_dir: Annotated[Path | None, typer.Option(help="Profile the last step into rank<N>.json traces "
                                                         "(same format as `plait simulate --trace`).")] = None,
     engine: Annotated[str, typer.Option(help="plait (plait's own runtime) or torchtitan (launches the torchtitan "
@@ -72,7 +77,14 @@ def run_command(
     """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory.
 
     --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel);
-    --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process."""
+    --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process.
+
+    The ranks' full output goes to plait-run.log in the run's folder (--checkpoint-dir, else the --metrics file's
+    folder, else the current one), replaced by the next run there and removed when the run succeeds.
+
+    Exit codes: 0 done (also a dry run, or the multi-node command printed); 1 a rank failed (crashed or was killed);
+    2 bad input, refused in one line; 3 a step's gradient norm was not finite (--on-nonfinite stop);
+    128+N a signal N stopped plait or its launcher torchrun (130 Ctrl-C, 137 SIGKILL, 143 SIGTERM)."""
     options = dict(locals())
     from plait.run.uneven import argv as uneven_argv
     from plait.run.uneven import parse_uneven
@@ -82,13 +94,15 @@ def run_command(
     if uneven_args and (model is not None or engine != "plait"):
         raise ConfigError(f"{' '.join(uneven_args)}: runs a --plan on plait's runtime (--engine plait) only")
     if model is not None:
+        if nodes != 1:
+            raise ConfigError(f"--nodes={nodes}: a --model TOML runs on this node only (--nodes takes a --plan)")
         workload = load(model)
         if plan is not None or workload.kind.run is None:
             raise ConfigError(f"--model {model!r}: plait run takes a {labels_with('run')} TOML as --model, "
                               "anything else as --plan")
         try:
             workload.kind.run(workload, options)
-        except RanksFailed as exc:  # the workers' torchrun failed: its exit code
+        except RanksFailed as exc:  # the workers failed: the run's exit code (plait.run.narration)
             raise typer.Exit(exc.code) from None
         return
     if plan is None:
@@ -120,8 +134,8 @@ def render_run(report: RunReport, console: Console) -> None:
     summary = statistics.fmean(steady) if periodic else statistics.median(steady)
     table.add_row(f"step time s ({'mean' if periodic else 'median'} after step 1)", f"{summary:.4f}",
                   f"{(report.mixed or predicted).step_time_s:.4f}")
-    table.add_row("peak memory GiB", f"{max(r['peak_memory_bytes'] for r in rows) / GIB:.3f}",
-                  f"{predicted.memory.total_bytes / GIB:.3f}")
+    table.add_row("peak memory", format_bytes(max(r["peak_memory_bytes"] for r in rows)),
+                  format_bytes(predicted.memory.total_bytes))
     losses = [r["loss"] for r in rows if r["loss"] is not None]  # PALSGD's pseudo-synchronization steps: null
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)

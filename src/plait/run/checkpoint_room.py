@@ -10,7 +10,7 @@ from plait.cost.memory import optimizer_bytes_per_param
 from plait.errors import ConfigError
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.units import GIB
+from plait.units import format_bytes
 from plait.workload.model import ModelSpec
 
 
@@ -39,8 +39,8 @@ def check_room(folder: Path, at: int, every: int, keep: int, steps: int, model: 
     need = max(size, size * min(saves, keep + 1) - existing) if saves else 0.0
     free = shutil.disk_usage(folder).free
     if need > free:
-        raise ConfigError(f"checkpoint folder {str(folder)!r} has {free / GIB:.2f} GiB free; {saves} save(s) of "
-                          f"{size / GIB:.2f} GiB each, {keep} kept, need {need / GIB:.2f} GiB more")
+        raise ConfigError(f"checkpoint folder {str(folder)!r} has {format_bytes(free)} free; {saves} save(s) of "
+                          f"{format_bytes(size)} each, {keep} kept, need {format_bytes(need)} more")
 
 
 def published_bytes(folder: Path) -> int:

@@ -21,12 +21,13 @@ WORKER = "plait.run.worker"
 
 
 class RanksFailed(Exception):
-    """torchrun ended with a non-zero exit code (:func:`plait.run.lifecycle.supervise` named the rank and log)."""
+    """The ranks' run ended with a non-zero exit code (:func:`plait.run.lifecycle.supervise` named the cause and
+    the log)."""
 
     def __init__(self, code: int) -> None:
         super().__init__(f"ranks failed with exit code {code}")
         self.code = code
-        """torchrun's exit code."""
+        """The run's exit code (:mod:`plait.run.narration`)."""
 
 
 def local_slots() -> int | None:
@@ -49,26 +50,28 @@ def multinode_command(config: WorkerConfig, nodes: int, per_node: int) -> str:
 def run_worker(module: str, ranks: int, config: Any) -> dict[str, Any]:
     """``module`` on ``ranks`` local processes (torchrun's standalone rendezvous, supervised), each reading
     ``config`` (a run configuration with an ``out`` field, pointed at a temporary file) from a file; the JSON rank 0
-    wrote. A failure raises :class:`RanksFailed`."""
+    wrote. A failure raises :class:`RanksFailed` and leaves the ranks' output in the current folder
+    (:data:`plait.run.lifecycle.LOG_NAME`)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         config_file = write_config(replace(config, out=out), Path(tmp) / "config.json")
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m",
                    module, "--config", str(config_file)]
-        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"})
+        code = supervise(command, {**os.environ, "OMP_NUM_THREADS": "1"}, Path.cwd())
         if code != 0:
             raise RanksFailed(code)
         return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
-def run_local(config_file: Path, nproc: int, max_restarts: int = 0) -> int:
+def run_local(config_file: Path, nproc: int, max_restarts: int, log_folder: Path) -> int:
     """Run ``nproc`` ranks here with torchrun's standalone rendezvous, each reading ``config_file`` (a
     :class:`plait.run.worker_config.WorkerConfig` written by :func:`plait.run.config.write_config`), tied to this
-    process (:mod:`plait.run.lifecycle`); returns its exit code (``128 + signal`` when this process was stopped).
+    process (:mod:`plait.run.lifecycle`, its output logged in ``log_folder``); returns the run's exit code
+    (:mod:`plait.run.narration`).
     torchrun's elastic agent restarts all ranks up to ``max_restarts`` times after a failure; the ranks then
     resume from the newest valid checkpoint (:mod:`plait.run.worker`)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                f"--max-restarts={max_restarts}", "-m", WORKER, "--config", str(config_file)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    return supervise(command, env)
+    return supervise(command, env, log_folder, max_restarts)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,7 +22,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import NoReturn, TextIO
+
+from plait.run.narration import Watch, signal_name, stopped_code
 
 GRACE_S = 5.0
 """Seconds torchrun gets to stop its ranks after SIGTERM before it is killed."""
@@ -64,16 +65,20 @@ def _child_setup(parent_pid: int) -> Callable[[], None]:
     return lambda: die_with_parent(parent_pid)
 
 
-SHOWN = ("step ", "plait: error:", "dry run ok")
+SHOWN = ("step ", "plait: error:", "plait: resumed", "dry run ok")
 """Lines of the ranks' and torchrun's standard error that reach the terminal; everything goes to the log."""
+LOG_NAME = "plait-run.log"
+"""The ranks' and torchrun's full output, in the run's folder: replaced by the next run there, removed when the run
+succeeds."""
 
 
-def supervise(command: list[str], env: dict[str, str]) -> int:
-    """Run ``command`` (torchrun) tied to this process; returns its exit code, or ``128 + signal`` when this
-    process was asked to stop (the child and its ranks are then gone). The ranks' and torchrun's standard error
-    goes to a log file; the terminal sees progress and ``plait: error:`` lines (each once) and, when the run
-    fails, one line naming the failure and the log, which is then kept."""
-    log_fd, log_name = tempfile.mkstemp(prefix="plait-run-", suffix=".log")
+def supervise(command: list[str], env: dict[str, str], folder: Path, max_restarts: int = 0) -> int:
+    """Run ``command`` (torchrun) tied to this process; returns the run's exit code (:mod:`plait.run.narration`), or
+    ``128 + signal`` when this process was asked to stop (the child and its ranks are then gone). The ranks' and
+    torchrun's standard error goes to :data:`LOG_NAME` in ``folder``; the terminal sees progress, the ``plait:``
+    lines of the ranks (each once), each restart and why and, when the run fails, one line naming the failure and
+    the log, which is then kept."""
+    log_path, log = _open_log(folder)
     child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
                              preexec_fn=_child_setup(os.getpid()))  # noqa: PLW1509
 
@@ -82,27 +87,34 @@ def supervise(command: list[str], env: dict[str, str]) -> int:
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, stop) for s in handled}
+    watch = Watch(max_restarts=max_restarts)
     try:
-        with os.fdopen(log_fd, "w", encoding="utf-8") as log:
-            errors: set[str] = set()  # every rank reports the same error: once is enough
+        with log:
+            shown: set[str] = set()  # every rank reports the same error: once is enough
             assert child.stderr is not None
             for line in child.stderr:
                 log.write(line)
-                if line.startswith(SHOWN) and line not in errors:
+                note = watch.read(line)
+                if line.startswith(SHOWN) and line not in shown:
                     sys.stderr.write(line)
                     if line.startswith("plait: error:"):
-                        errors.add(line)
-        code = child.wait()
+                        shown.add(line)
+                if note is not None:
+                    sys.stderr.write(note + "\n")
+                    shown.clear()  # the next attempt's errors are news
+        code, said = watch.ending(child.wait())
         if code == 0:
-            os.unlink(log_name)
-        elif not errors:
-            sys.stderr.write(f"plait: error: {_cause(Path(log_name))}; the ranks' full output: {log_name}\n")
+            log_path.unlink()
+        elif said is not None:
+            sys.stderr.write(f"plait: error: {said}; the ranks' full output: {log_path}\n")
         else:
-            sys.stderr.write(f"plait: the ranks' full output: {log_name}\n")
+            sys.stderr.write(f"plait: the ranks' full output: {log_path}\n")
         return code
     except Stopped as stopped:
         _end(child)
-        return 128 + stopped.signum
+        sys.stderr.write(f"plait: stopped by {signal_name(stopped.signum)}; torchrun and its ranks were ended; the "
+                         f"ranks' full output: {log_path}\n")
+        return stopped_code(stopped.signum)
     except BaseException:
         _end(child)
         raise
@@ -111,27 +123,14 @@ def supervise(command: list[str], env: dict[str, str]) -> int:
             signal.signal(s, handler)
 
 
-def _cause(log: Path) -> str:
-    """The first rank torchrun saw fail, with its exit code and its last exception line when it left one."""
-    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    failed = next((m for m in map(_FAILED.search, lines) if m), None)
-    rank = failed.group("rank") if failed else None
-
-    def exception(line: str) -> str | None:
-        text = line.split("]: ", 1)[-1].strip()  # torch prefixes a rank's lines with [rankN]:
-        name = text.split(":", 1)[0]
-        ok = name.endswith(("Error", "Exception")) and " " not in name and not name.startswith("torch.distributed")
-        return text[:300] if ok else None
-
-    own = [e for line in lines if rank is not None and line.startswith(f"[rank{rank}]:") and (e := exception(line))]
-    if failed:
-        what = f"rank {rank} failed (exit code {failed.group('code')})"
-        return f"{what}: {own[-1]}" if own else f"{what} without an exception; the other ranks then lost their peer"
-    last = next((e for line in reversed(lines) if (e := exception(line))), None)
-    return f"a rank failed: {last}" if last else "a rank failed"
-
-
-_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
+def _open_log(folder: Path) -> tuple[Path, TextIO]:
+    """:data:`LOG_NAME` in ``folder``, opened for writing; a temporary file where that folder takes no file."""
+    path = (folder / LOG_NAME).absolute()
+    try:
+        return path, path.open("w", encoding="utf-8")
+    except OSError:
+        fd, name = tempfile.mkstemp(prefix="plait-run-", suffix=".log")
+        return Path(name), os.fdopen(fd, "w", encoding="utf-8")
 
 
 def _end(child: subprocess.Popen[str]) -> None:

@@ -47,6 +47,10 @@ class PlanRun:
     out: Path | None = None
     """torchtitan: folder for its assets and outputs (``None``: a temporary folder)."""
 
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ConfigError(f"--nodes={self.nodes} must be >= 1")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunReport:
@@ -95,19 +99,24 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
     if request.engine not in ("plait", "torchtitan"):
         raise ConfigError(f"engine={request.engine!r} must be plait or torchtitan (the engines plait run can launch)")
     if request.engine == "torchtitan":
+        if request.nodes != 1:
+            raise ConfigError(f"--nodes={request.nodes}: plait run launches torchtitan on this node only")
         return RunOutcome(exit_code=launch_torchtitan(job.model, model, the_plan, config.steps, request.out,
                                                       config.dry_run, say))
     _check_options(request, model, the_plan)
     config = _precision(config, the_plan.precision, request.nodes, say)
     gpus = the_plan.num_gpus
     if request.nodes > 1:
-        if gpus % request.nodes:
-            raise ConfigError(f"gpus={gpus} must be divisible by nodes={request.nodes}")
+        if gpus % request.nodes:  # also a --nodes beyond the plan's GPUs
+            raise ConfigError(f"--nodes={request.nodes} must divide the plan's gpus={gpus} (each node runs the same "
+                              "number of ranks)")
         # the line leaves --metrics out: the file it names is on this node
         say(multinode_command(replace(config, metrics=None), request.nodes, gpus // request.nodes))
         return RunOutcome(exit_code=0)
     hardware = resolve_cluster(config.cluster or job.cluster or "dgx-h100-ib")
     predicted, mixed = _predict(config, model, the_plan, hardware)
+    if config.metrics is not None and config.metrics.exists() and not config.dry_run:
+        say(f"plait: appending this run's steps to {config.metrics} (it holds earlier rows)")
     code, rows = _launch(config, gpus, request.max_restarts)
     if code != 0 or config.dry_run or not rows:
         return RunOutcome(exit_code=code)
@@ -120,8 +129,10 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
 def _check_options(request: PlanRun, model: ModelSpec, plan: Plan) -> None:
     """The options' checks, in the order ``plait run`` reports them."""
     config = request.config
-    if config.metrics is not None and config.metrics.exists():
-        raise ConfigError(f"metrics file {str(config.metrics)!r} already exists; choose another path")
+    metrics = config.metrics
+    if metrics is not None and (metrics.is_dir() or not metrics.parent.is_dir()):
+        raise ConfigError(f"--metrics {str(metrics)!r} must be a file in an existing folder (each step appends one "
+                          "JSON line to it)")
     check_checkpointing(config.checkpoint_dir, config.checkpoint_at, config.checkpoint_every, config.keep,
                         config.resume, config.reshard, config.steps, model, plan)
     max_restarts = request.max_restarts
@@ -164,12 +175,17 @@ def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Clust
 
 
 def _launch(config: WorkerConfig, gpus: int, max_restarts: int) -> tuple[int, tuple[dict[str, Any], ...]]:
-    """The ranks on this node, each reading ``config`` from a file; torchrun's exit code and the metrics rows."""
+    """The ranks on this node, each reading ``config`` from a file; the run's exit code and the metrics rows it
+    appended. Its log goes to the run's folder: the checkpoint folder, else the metrics file's, else this one."""
+    log_folder = config.checkpoint_dir or (config.metrics.parent if config.metrics else Path.cwd())
     with tempfile.TemporaryDirectory() as tmp:
         config = replace(config, metrics=config.metrics or Path(tmp) / "metrics.jsonl")
-        code = run_local(write_config(config, Path(tmp) / "run.json"), gpus, max_restarts)
+        assert config.metrics is not None
+        earlier = config.metrics.stat().st_size if config.metrics.exists() else 0
+        code = run_local(write_config(config, Path(tmp) / "run.json"), gpus, max_restarts, log_folder)
         if code != 0 or config.dry_run:
             return code, ()
-        assert config.metrics is not None
-        return 0, tuple(json.loads(line) for line in config.metrics.read_text().splitlines())
+        with config.metrics.open("rb") as rows:
+            rows.seek(earlier)
+            return 0, tuple(json.loads(line) for line in rows.read().decode().splitlines())
 

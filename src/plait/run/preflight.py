@@ -13,7 +13,7 @@ from plait.run.checkpoint_room import check_room
 from plait.run.lifecycle import available_memory_bytes
 from plait.run.worker_config import SEED
 from plait.search.parts import available_cores
-from plait.units import GIB
+from plait.units import format_bytes
 from plait.workload.model import ModelSpec
 
 RANKS_PER_CORE = 2
@@ -29,9 +29,9 @@ def check_cpu_machine(ranks: int, bytes_per_rank: float) -> None:
                           f"(at most {RANKS_PER_CORE * cores} ranks: {RANKS_PER_CORE} per core)")
     free = available_memory_bytes()
     if free is not None and bytes_per_rank * ranks > free:
-        raise ConfigError(f"the plan needs about {bytes_per_rank / GIB:.1f} GiB per rank x {ranks} ranks = "
-                          f"{bytes_per_rank * ranks / GIB:.1f} GiB (plait's estimate) but this machine has "
-                          f"{free / GIB:.1f} GiB available")
+        raise ConfigError(f"the plan needs about {format_bytes(bytes_per_rank)} per rank x {ranks} ranks = "
+                          f"{format_bytes(bytes_per_rank * ranks)} (plait's estimate) but this machine has "
+                          f"{format_bytes(free)} available")
 
 
 def check_machine(ranks: int, slots: int | None, predicted: Estimate) -> None:
@@ -44,8 +44,8 @@ def check_machine(ranks: int, slots: int | None, predicted: Estimate) -> None:
 
     capacity = torch.cuda.get_device_properties(0).total_memory
     if predicted.memory.total_bytes > capacity:
-        raise ConfigError(f"the plan needs about {predicted.memory.total_bytes / GIB:.1f} GiB per GPU (plait's "
-                          f"estimate) but this GPU has {capacity / GIB:.1f} GiB")
+        raise ConfigError(f"the plan needs about {format_bytes(predicted.memory.total_bytes)} per GPU (plait's "
+                          f"estimate) but this GPU has {format_bytes(capacity)}")
 
 
 def check_checkpointing(folder: Path | None, at: int, every: int, keep: int, resume: bool, reshard: bool,

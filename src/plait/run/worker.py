@@ -154,6 +154,9 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     if resume:
         folder = checkpoint.choose_on_rank0(args.checkpoint_dir, identity, args.reshard)
         start_step = checkpoint.load(folder, container, optimizer)
+        if dist.get_rank() == 0:  # plait.run.lifecycle shows this line on the terminal
+            after = f" after restart {restart}" if restart else ""
+            print(f"plait: resumed{after} from {folder} at step {start_step} of {args.steps}", file=sys.stderr)
         for _ in range(start_step):
             scheduler.step()
     schedule = None
