@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from plait.errors import require_extra
 from plait.run.converge_runs import measure_multipliers
 from plait.run.launch import RanksFailed
 
@@ -26,6 +27,7 @@ def converge_command(
 ) -> None:
     """Train the reference model on the shipped corpus under each method and under the all-reduce, from the same
     weights on the same batches, and report how many all-reduce steps reach each method's final loss."""
+    require_extra("run", "plait converge")
     say = None if as_json else (lambda text: typer.echo(text, err=True))
     try:
         measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, say)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from plait.cost.traced import estimate_traced
 from plait.engine.catalog import get_engine
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
@@ -95,6 +95,7 @@ def validate_classic(path: Path) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``tests/data/classic_dp.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--classic {path}: no such file")
+    require_extra("traced", "plait validate --classic")  # every row traces a Hugging Face model
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     return [predict_row(row) for row in rows]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
 from plait.run.workload_configs import DitConfig
@@ -32,6 +32,7 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
         raise ConfigError(f"--parallel {plan.label()}: plait run denoises a plain DiT with Ulysses or DistriFusion "
                           "alone on CPU ranks; export the rest for xDiT (plait plan --export)")
     ranks = plan.gpus
+    require_extra("run", "plait run of a DiT")
     check_cpu_machine(ranks, 4 * spec.params() * 3)  # fp32 weights, activations and the reference's copy
     side = job.resolution // spec.vae_downsample // spec.patch
     warmup = 4 if sp == "distrifusion" else 1

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from plait.errors import ConfigError, check_export_folder
+from plait.errors import ConfigError, MissingExtra, check_export_folder, require_extra
 from plait.hardware.catalog import resolve_cluster
 from plait.strict_json import print_json
 from plait.units import GIB
@@ -27,7 +27,8 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
     """plait's placement with its per-rank balance; TorchRec's ``EmbeddingShardingPlanner`` on the same tables and
     topology, costed by the same model, with its own estimate beside; ``export``: plait's plan as TorchRec's
     ``ShardingPlan`` (JSON) and as ``--placements`` text."""
-    if export is not None:
+    if export is not None:  # TorchRec's ShardingPlan is built by TorchRec: refused before the search if absent
+        require_extra("recsys", "plait plan --export of a DLRM")
         check_export_folder(export, EXPORTS, force)
     spec: DlrmSpec = workload.description
     ours = predict_dlrm(spec, resolve_cluster(cluster), gpus, global_batch, memory_margin=memory_margin)
@@ -66,8 +67,9 @@ def _torchrec(gpus: int, global_batch: int, ours: DlrmPrediction) -> tuple[DlrmP
     try:
         placed, own = torchrec_placements(ours.spec, gpus, min(ours.cluster.gpus_per_node, gpus), ours.batch,
                                           ours.cluster.accelerator.memory_bytes)
-    except ImportError:
-        return None, None, "torchrec is not installed (pip install 'plait[recsys]')"
+    except ImportError as error:
+        missing = (getattr(error, "name", None) or "torchrec").split(".")[0]
+        return None, None, str(MissingExtra("TorchRec's planner", "recsys", missing))
     except ConfigError as error:
         return None, None, str(error)
     given = parse_placements(placements_text(placed), ours.spec, gpus)  # as --placements would give them

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
 from plait.run.workload_configs import DlrmConfig
@@ -19,10 +19,11 @@ WORKER = "plait.workloads.dlrm.worker"
 
 def check_torchrec() -> None:
     """Refuse a DLRM run where TorchRec is not installed."""
+    require_extra("recsys", "plait run of a DLRM")
     try:
         import torchrec  # noqa: F401
-    except ImportError:
-        raise ConfigError("plait run of a DLRM needs torchrec and fbgemm-gpu-cpu: pip install 'plait[recsys]'") from None
+    except ImportError as error:  # installed, but does not load (an fbgemm-gpu built for another torch)
+        raise ConfigError(f"plait run of a DLRM: torchrec is installed but does not import ({error})") from None
 
 
 def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, dry_run: bool) -> None:

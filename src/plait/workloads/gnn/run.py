@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
 from plait.workloads import Workload
@@ -56,6 +56,7 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     batch = global_batch // gpus
     if batch > g.nodes // gpus:
         raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
+    require_extra("gnn", "plait run of a GNN")  # here, not in the ranks: their failure would say only that one failed
     check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
     config = gnn_worker_config(spec, batch, steps, cache)
     console = Console()
