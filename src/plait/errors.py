@@ -70,6 +70,27 @@ def missing_extra(error: ModuleNotFoundError, what: str) -> MissingExtra | None:
     return MissingExtra(what, MODULE_EXTRAS[root], root) if root in MODULE_EXTRAS else None
 
 
+def _name_key(name: str) -> str:
+    """A name as :func:`did_you_mean` compares it: a hub id's last part, lower case, letters and digits only
+    (``meta-llama/Meta-Llama-3-8B`` and ``llama3-8b`` both read ``llama38b``, less the owner's ``meta``)."""
+    return "".join(c for c in name.rsplit("/", 1)[-1].lower() if c.isalnum())
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean a, b?"`` naming up to three of ``known`` closest to ``name`` (difflib's ratio over
+    :func:`_name_key`, or one key inside the other), or ``""`` where none is close."""
+    import difflib
+
+    keys: dict[str, list[str]] = {}
+    for candidate in known:
+        keys.setdefault(_name_key(candidate), []).append(candidate)
+    key = _name_key(name)
+    close = difflib.get_close_matches(key, list(keys), n=3, cutoff=0.6) if key else []
+    close += [k for k in keys if key and len(key) >= 3 and (key in k or k in key) and k not in close]
+    names = [n for k in close[:3] for n in keys[k]][:3]
+    return f"; did you mean {', '.join(names)}?" if names else ""
+
+
 def all_problems(problems: list[str | ConfigError]) -> ConfigError:
     """One error for ``problems`` (messages or errors, whose own problems are listed one by one), on one line."""
     flat = [p for item in problems for p in (item.problems if isinstance(item, ConfigError) else [item])]
