@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from plait.cli.output import print_json
 from plait.cli.render import print_memory_validation, print_validation
 from plait.errors import ConfigError
+from plait.terminal import rich_console, titled_table
 from plait.validate.report import validate_rows
 from plait.validate.runs import read_runs
 from plait.workloads import kinds
@@ -49,20 +49,18 @@ def validate_command(
         if as_json:
             print_json(result.to_dict())
         else:
-            print_memory_validation(Console(), result)
+            print_memory_validation(rich_console(), result)
         return
     assert runs is not None
     validation = validate_rows(read_runs(runs))
     if as_json:
         print_json(validation.to_dict())
     else:
-        print_validation(Console(), validation)
+        print_validation(rich_console(), validation)
 
 
 def _report(results, title: str, as_json: bool, error: str) -> None:  # type: ignore[no-untyped-def]
     """Predicted rows with their errors, MAPE overall and per source, and why the rest are not predicted."""
-    from rich.table import Table
-
     from plait.validate.classic import mape
 
     predicted = [r for r in results if r.error_pct is not None]
@@ -78,13 +76,12 @@ def _report(results, title: str, as_json: bool, error: str) -> None:  # type: ig
     if as_json:
         print_json(summary)
         return
-    table = Table(title=f"{title} MAPE {summary['mape_pct']:.1f}% on {len(predicted)} of {len(results)} rows",
-                  title_justify="left")
+    table = titled_table(f"{title} MAPE {summary['mape_pct']:.1f}% on {len(predicted)} of {len(results)} rows")
     for column in ("source", "run", "measured/s", "predicted/s", "error"):
         table.add_column(column, justify="right" if column != "run" else "left")
     for r in predicted:
         table.add_row(r.source, r.label, f"{r.measured_per_s:,.3g}", f"{r.predicted_per_s:,.3g}", f"{r.error_pct:+.1f}%")
-    console = Console()
+    console = rich_console()
     console.print(table)
     reasons: dict[str, int] = {}
     for r in results:

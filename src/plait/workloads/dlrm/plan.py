@@ -6,12 +6,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from plait.errors import ConfigError, MissingExtra, check_export_folder, require_extra
 from plait.hardware.catalog import resolve_cluster
 from plait.strict_json import print_json
+from plait.terminal import rich_console, titled_table
 from plait.units import GIB
 from plait.workloads import Workload
 from plait.workloads.dlrm.model import DlrmSpec
@@ -42,12 +40,12 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
         print_json({"plait": ours.to_dict(), "torchrec": theirs.to_dict() if theirs else None,
                     "torchrec_own_estimate_per_rank": their_estimate, "torchrec_unavailable": why_not})
         return
-    console = Console()
+    console = rich_console()
     print_dlrm(console, ours)
     if theirs is None:
         console.print(f"TorchRec's planner not run: {why_not}")
         return
-    table = Table(title="plait's placement vs TorchRec's planner (both costed by plait's model)", title_justify="left")
+    table = titled_table("plait's placement vs TorchRec's planner (both costed by plait's model)")
     for col in ("planner", "slowest rank ms", "step ms", "peak GiB", "TorchRec's own estimate", "sharding types"):
         table.add_column(col, justify="left" if col in ("planner", "sharding types") else "right")
     for label, result, own in (("plait", ours, "-"), ("torchrec", theirs, f"{max(their_estimate):.3f}")):
