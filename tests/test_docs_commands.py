@@ -39,13 +39,13 @@ COMMANDS: dict[str, str] = {
     "plait plan --cluster h100-b200-ib --global-batch 512": "",
     "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01":
         "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01 --steps 4",  # 200 steps: minutes
-    "plait validate --runs tests/data/dev.csv": "",
-    "plait validate --memory tests/data/memory_runs.csv": "",
+    "plait validate dev": "",
+    "plait validate memory": "",
     "plait estimate --model plait.workload.zoo:resnet50 --cluster dgx-a100-ib --gpus 64 --global-batch 2048":
         "SKIP: tests/test_traced.py (resnet_estimates) runs it as written, with --json",
     "plait plan --model my_pkg.models:build --input-shape 3,224,224 --gpus 16 --global-batch 4096":
         "plait plan --model plait.workload.zoo:resnet50 --input-shape 3,224,224 --gpus 16 --global-batch 4096",
-    "plait validate --classic tests/data/classic_dp.csv":
+    "plait validate classic":
         "SKIP: tests/test_traced.py::test_classic_data_parallel_rows_are_predicted_or_say_why runs it, with --json",
     "plait estimate --model examples/dlrm-small.toml --gpus 16 --global-batch 65536": "",
     "plait plan --model examples/dlrm-small.toml --gpus 16 --global-batch 65536 --export out/":
@@ -56,10 +56,10 @@ COMMANDS: dict[str, str] = {
     "plait plan --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192": "",
     "plait estimate --model examples/flux-1-dev-1024px.toml --parallel ulysses=2,ring=2": "",
     "plait plan --model examples/dit-xl-2-1024px.toml --gpus 8": "",
-    "plait validate --dit tests/data/dit_latency.csv": "",
+    "plait validate dit": "",
     "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace dit.json":
         "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace {tmp}/dit.json",
-    "plait validate --gnn tests/data/gnn_epochs.csv": "",
+    "plait validate gnn": "",
     "plait run --model examples/gnn-tiny.toml --gpus 2 --global-batch 64 --steps 3":
         "SKIP: tests/test_gnn_run.py::test_plait_run_trains_a_gnn_file_as_one_process_would runs it as written",
     "plait estimate --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192 --gnn-sampler "
