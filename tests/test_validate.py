@@ -97,3 +97,13 @@ def test_a_shipped_dataset_by_name_is_the_option_on_its_file(name: str, option: 
     by_name, by_option = cli(["validate", name, "--json"]), cli(["validate", option, name, "--json"])
     by_path = cli(["validate", option, str(dataset_path(name)), "--json"])
     assert by_name[0] == 0 and by_name == by_option == by_path
+
+
+def test_the_model_files_the_validators_ship_are_the_examples() -> None:
+    """plait/validate/data/models holds the examples' model files a validator reads (a pip install has no
+    examples/ folder): the same bytes."""
+    root = Path(__file__).parents[1]
+    shipped = sorted((dataset_path("dit").parent / "models").glob("*.toml"))
+    assert shipped
+    for path in shipped:
+        assert path.read_bytes() == (root / "examples" / path.name).read_bytes(), path.name
