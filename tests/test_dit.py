@@ -115,7 +115,7 @@ def test_bad_dit_options_are_one_line(argv: list[str], rule: str) -> None:
 
 
 def test_the_published_flux_latencies_are_predicted_with_their_errors() -> None:
-    """xDiT's FLUX.1-dev table on H100 (src/plait/validate/data/dit_latency.csv): every row of a described model, a preset GPU
+    """xDiT's FLUX.1-dev table on H100 (plait/validate/data/dit_latency.csv): every row of a described model, a preset GPU
     and a stated resolution is predicted. plait costs the denoising loop on fused kernels, so the torch.compile
     rows are the comparable ones: their latency error stays under 40% on average (29% today, all under-predicted:
     the text encoders, VAE decoder and host time are not modelled); the others carry eager overheads besides."""

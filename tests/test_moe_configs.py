@@ -1,4 +1,4 @@
-"""The published Hugging Face configs of the mixture-of-experts models (src/plait/validate/data/model_configs, copied from the
+"""The published Hugging Face configs of the mixture-of-experts models (plait/validate/data/model_configs, copied from the
 shared dataset; sources in its SOURCES.md) read faithfully: parameter counts against the model cards, which layers
 are MoE, and which attend locally."""
 

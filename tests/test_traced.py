@@ -187,7 +187,7 @@ def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:
 
 @pytest.mark.slow
 def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
-    """plait validate --classic on the public ResNet-50 and BERT-large rows (src/plait/validate/data/classic_dp.md): every mixed-
+    """plait validate --classic on the public ResNet-50 and BERT-large rows (plait/validate/data/classic_dp.md): every mixed-
     precision row on a system plait has a preset for is predicted; every other row says why in one line."""
     pytest.importorskip("transformers")
     summary = _cli_json(["validate", "--classic", str(dataset_path("classic")), "--json"])

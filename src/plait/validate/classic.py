@@ -1,6 +1,6 @@
 """Predicted vs measured throughput of classic data-parallel training: ResNet-50 and BERT-large runs
-published by NVIDIA DeepLearningExamples and the TensorFlow benchmarks page (``src/plait/validate/data/classic_dp.csv``; every
-source, commit and caveat in ``src/plait/validate/data/classic_dp.md``), each traced (:mod:`plait.workload.tracing`) and costed
+published by NVIDIA DeepLearningExamples and the TensorFlow benchmarks page (``plait/validate/data/classic_dp.csv``; every
+source, commit and caveat in ``plait/validate/data/classic_dp.md``), each traced (:mod:`plait.workload.tracing`) and costed
 (:mod:`plait.cost.traced`) as data parallelism on the system it ran on.
 
 A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps its notes state (BERT; ResNet-50
@@ -92,7 +92,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
 
 
 def validate_classic(path: Path) -> list[ClassicResult]:
-    """Every row of ``path`` (the schema of ``src/plait/validate/data/classic_dp.csv``)."""
+    """Every row of ``path`` (the schema of ``plait/validate/data/classic_dp.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--classic {path}: no such file")
     require_extra("traced", "plait validate --classic")  # every row traces a Hugging Face model

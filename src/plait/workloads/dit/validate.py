@@ -1,5 +1,5 @@
 """Predicted vs measured latency of parallel diffusion-transformer inference: public tables of xDiT and
-ParaAttention (``src/plait/validate/data/dit_latency.csv``; every source, commit and caveat in ``src/plait/validate/data/dit_latency.md``),
+ParaAttention (``plait/validate/data/dit_latency.csv``; every source, commit and caveat in ``plait/validate/data/dit_latency.md``),
 each costed by :mod:`plait.workloads.dit.cost` with the shipped model file its model names, on the preset of its GPU.
 
 The error is on the latency (predicted over measured, minus one). The measured figures time the whole pipeline
@@ -62,7 +62,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
 
 
 def validate_dit(path: Path) -> list[ClassicResult]:
-    """Every row of ``path`` (the schema of ``src/plait/validate/data/dit_latency.csv``)."""
+    """Every row of ``path`` (the schema of ``plait/validate/data/dit_latency.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--dit {path}: no such file")
     with path.open(newline="") as handle:
