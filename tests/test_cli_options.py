@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from inprocess import cli
+
 from plait.errors import ConfigError, did_you_mean
 
 SHARED = ("--model", "--cluster", "--engine", "--gpus-range", "--tokens", "--force", "--plan", "--gpus", "--tp",
