@@ -118,3 +118,12 @@ def test_piped_output_keeps_each_title_and_fact_on_one_line(argv: list[str], mon
     lines = out.splitlines()
     for i in boxes:  # the line above a table is its whole title or a fact, never a title's last words
         assert i == 0 or lines[i - 1] in titles or lines[i - 1] == ""
+
+
+@pytest.mark.parametrize("argv", [["report", "--model", "examples/dlrm-small.toml"],
+                                  ["simulate", "--model", "examples/dlrm-small.toml"],
+                                  ["report", "--model", "examples/graphsage-ogbn-products.toml"]])
+def test_a_workload_the_layout_options_do_not_describe_is_refused_in_one_line(argv: list[str], tmp_path: Path) -> None:
+    code, _, err = cli([*argv, *(["--out", str(tmp_path / "r.html")] if argv[0] == "report" else [])])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "takes a catalog model" in err, err
+    assert not (tmp_path / "r.html").exists()

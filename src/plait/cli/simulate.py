@@ -98,7 +98,7 @@ def simulate_command(
     if workload.kind.simulate is not None:  # the kind simulates its own step
         workload.kind.simulate(workload, {**options, "gpus": gpus or 1, "global_batch": global_batch or 1024})
         return
-    job = _job(options)
+    job = _job(options, "simulate")
     plan = job.plan
     refuse_overwrite(trace, force)
     refuse_overwrite(png, force)
@@ -161,7 +161,7 @@ def report_command(
 
     options = dict(locals())
     bounds = parse_gpu_range(gpus_range) if gpus_range else None
-    job = _job(options)
+    job = _job(options, "report")
     model_spec, cluster_spec, plan = job.model, job.cluster, job.plan
     refuse_overwrite(out, force)
     timeline = simulate_step(job)
@@ -177,14 +177,17 @@ def report_command(
     rich_console().print(f"wrote {out} ({len(page) / 1024:.0f} KiB)")
 
 
-def _job(options: dict[str, Any]) -> Job:
+def _job(options: dict[str, Any], command: str) -> Job:
     """The job of ``--plan`` (``--model``/``--cluster``/``--engine`` replacing the file's), or of the layout options
-    as plait estimate reads them; a workload kind that prices itself (traced, DLRM) is refused."""
+    as plait estimate reads them; a workload kind with its own pricing (traced, DLRM, GNN, DiT) is refused here."""
     if options["plan_file"] is not None:
         return resolve_job(options["model"], options["cluster"], options["plan_file"], None, options["engine"])
-    if options["model"] is not None and load(options["model"]).kind.price is not None:
-        raise ConfigError(f"--model {options['model']!r}: give a plan file (--plan) or a catalog or config model; "
-                          f"plait simulate takes a {labels_with('simulate')} TOML too")
+    if options["model"] is not None:
+        kind = load(options["model"]).kind
+        if kind.price is not None or kind.estimate is not None:
+            also = f"; or a {labels_with('simulate')} TOML" if command == "simulate" else ""
+            raise ConfigError(f"--model {options['model']!r}: plait {command} takes a catalog model, a config.json "
+                              f"or a plan file (--plan){also}")
     plan = layout_plan({**options, "gpus": options["gpus"] or DEFAULT_GPUS,
                         "global_batch": options["global_batch"] or GLOBAL_BATCH})
     return resolve_job(options["model"], options["cluster"], None, plan, options["engine"])
