@@ -9,12 +9,12 @@ planner changed. (The no-worse property itself is a test: tests/test_plan_qualit
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
+from plait.validate.datasets import dataset_path
 from plait.validate.plan_quality import compare, complete
 from plait.validate.runs import read_runs
 
-DEV = Path(__file__).parents[1] / "tests" / "data" / "dev.csv"
+DEV = dataset_path("dev")
 
 
 def changes(published, planned) -> list[str]:  # type: ignore[no-untyped-def]

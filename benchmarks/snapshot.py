@@ -26,11 +26,11 @@ LLM_PLANS = ["examples/llama3-8b-fsdp.toml", "examples/llama3-70b-pp.toml", "exa
 MODEL_FILES = ["examples/small-model.toml", "examples/tiny-model.toml", "examples/tiny-moe.toml",
                "tests/data/wide-model.toml"]
 COMMANDS: dict[str, list[str]] = {
-    "validate-runs": ["validate", "--runs", "tests/data/dev.csv"],
-    "validate-memory": ["validate", "--memory", "tests/data/memory_runs.csv"],
-    "validate-classic": ["validate", "--classic", "tests/data/classic_dp.csv"],
-    "validate-gnn": ["validate", "--gnn", "tests/data/gnn_epochs.csv"],
-    "validate-dit": ["validate", "--dit", "tests/data/dit_latency.csv"],
+    "validate-runs": ["validate", "--runs", "src/plait/validate/data/dev.csv"],
+    "validate-memory": ["validate", "--memory", "src/plait/validate/data/memory_runs.csv"],
+    "validate-classic": ["validate", "--classic", "src/plait/validate/data/classic_dp.csv"],
+    "validate-gnn": ["validate", "--gnn", "src/plait/validate/data/gnn_epochs.csv"],
+    "validate-dit": ["validate", "--dit", "src/plait/validate/data/dit_latency.csv"],
     "models": ["models"],
     "clusters": ["clusters"],
     "engines": ["engines"],

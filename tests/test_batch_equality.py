@@ -7,8 +7,6 @@ random plans over every Plan field; the plan rules and the capability table are 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -23,12 +21,13 @@ from plait.predict.estimate import estimate
 from plait.search.enumerate import enumerate_space
 from plait.search.rules import prune
 from plait.search.space import default_space
+from plait.validate.datasets import dataset_path
 from plait.validate.report import predict_row
 from plait.validate.runs import read_runs
 from plait.validate.translate import row_cluster, row_model
 from plait.workload.catalog import get_model
 
-DEV = Path(__file__).parent / "data" / "dev.csv"
+DEV = dataset_path("dev")
 
 
 def _same(batch: BatchResult, i: int, plan: Plan, model, cluster, framework) -> None:  # type: ignore[no-untyped-def]

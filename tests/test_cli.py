@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-DEV_CSV = Path(__file__).parent / "data" / "dev.csv"
+from plait.validate.datasets import dataset_path
+
+DEV_CSV = dataset_path("dev")
 
 
 def plait(*args: str) -> subprocess.CompletedProcess[str]:

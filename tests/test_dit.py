@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitPlan, estimate_dit
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
+from plait.validate.datasets import dataset_path
+from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitPlan, estimate_dit
 from plait.workloads.dit.model import ACT_BYTES, read_dit
 from tests.inprocess import cli as _cli
 
@@ -114,14 +115,14 @@ def test_bad_dit_options_are_one_line(argv: list[str], rule: str) -> None:
 
 
 def test_the_published_flux_latencies_are_predicted_with_their_errors() -> None:
-    """xDiT's FLUX.1-dev table on H100 (tests/data/dit_latency.csv): every row of a described model, a preset GPU
+    """xDiT's FLUX.1-dev table on H100 (plait/validate/data/dit_latency.csv): every row of a described model, a preset GPU
     and a stated resolution is predicted. plait costs the denoising loop on fused kernels, so the torch.compile
     rows are the comparable ones: their latency error stays under 40% on average (29% today, all under-predicted:
     the text encoders, VAE decoder and host time are not modelled); the others carry eager overheads besides."""
     from plait.validate.classic import mape
     from plait.workloads.dit.validate import validate_dit
 
-    results = validate_dit(ROOT / "tests" / "data" / "dit_latency.csv")
+    results = validate_dit(dataset_path("dit"))
     predicted = [r for r in results if r.error_pct is not None]
     assert len(predicted) == 12 and all(r.source == "XDIT_DOC_FLUX_H100" for r in predicted)
     compiled = [r for r in predicted if "compile=yes" in r.label]
@@ -189,8 +190,8 @@ def test_plait_simulate_takes_dit_and_gnn_files(tmp_path: Path) -> None:
 def test_offloaded_weights_stream_over_pcie_and_share_it_where_the_gpus_have_no_nvlink() -> None:
     """ChunkFlow's first-order model: a step is at least the weights' stream over PCIe, two layers stay resident;
     on GPUs that talk over PCIe (L40S) the collectives share the link, with NVLink they do not."""
-    from plait.workloads.dit.offload import offloaded_step_s, pcie_carries_collectives
     from plait.hardware.catalog import get_accelerator
+    from plait.workloads.dit.offload import offloaded_step_s, pcie_carries_collectives
 
     spec, job = read_dit(ROOT / "examples" / "flux-1-dev-1024px.toml")
     plain, off = (estimate_dit(spec, job, DitPlan(offload=k), H100) for k in (0, 1))

@@ -7,6 +7,7 @@ every command the docs show, so a new one in the docs needs an entry here."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -38,13 +39,13 @@ COMMANDS: dict[str, str] = {
     "plait plan --cluster h100-b200-ib --global-batch 512": "",
     "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01":
         "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01 --steps 4",  # 200 steps: minutes
-    "plait validate --runs tests/data/dev.csv": "",
-    "plait validate --memory tests/data/memory_runs.csv": "",
+    "plait validate dev": "",
+    "plait validate memory": "",
     "plait estimate --model plait.workload.zoo:resnet50 --cluster dgx-a100-ib --gpus 64 --global-batch 2048":
         "SKIP: tests/test_traced.py (resnet_estimates) runs it as written, with --json",
     "plait plan --model my_pkg.models:build --input-shape 3,224,224 --gpus 16 --global-batch 4096":
         "plait plan --model plait.workload.zoo:resnet50 --input-shape 3,224,224 --gpus 16 --global-batch 4096",
-    "plait validate --classic tests/data/classic_dp.csv":
+    "plait validate classic":
         "SKIP: tests/test_traced.py::test_classic_data_parallel_rows_are_predicted_or_say_why runs it, with --json",
     "plait estimate --model examples/dlrm-small.toml --gpus 16 --global-batch 65536": "",
     "plait plan --model examples/dlrm-small.toml --gpus 16 --global-batch 65536 --export out/":
@@ -55,10 +56,10 @@ COMMANDS: dict[str, str] = {
     "plait plan --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192": "",
     "plait estimate --model examples/flux-1-dev-1024px.toml --parallel ulysses=2,ring=2": "",
     "plait plan --model examples/dit-xl-2-1024px.toml --gpus 8": "",
-    "plait validate --dit tests/data/dit_latency.csv": "",
+    "plait validate dit": "",
     "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace dit.json":
         "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace {tmp}/dit.json",
-    "plait validate --gnn tests/data/gnn_epochs.csv": "",
+    "plait validate gnn": "",
     "plait run --model examples/gnn-tiny.toml --gpus 2 --global-batch 64 --steps 3":
         "SKIP: tests/test_gnn_run.py::test_plait_run_trains_a_gnn_file_as_one_process_would runs it as written",
     "plait estimate --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192 --gnn-sampler "
@@ -128,3 +129,70 @@ def test_documented_command_runs(command: str, tmp_path: Path) -> None:
                          timeout=600)
     assert out.returncode == 0, f"{command}\n{out.stderr[-2000:]}"
     assert "Traceback" not in out.stderr
+
+
+# Base install only: README's first command installs plait's base dependencies, no optional extra. A subprocess whose
+# sys.meta_path refuses every module the extras bring (a sitecustomize on PYTHONPATH) stands in for that
+# environment, so that the test gives the same answer with or without PyTorch installed.
+EXTRA_MODULES = ("torch", "torchrec", "fbgemm_gpu", "transformers", "torch_geometric", "torchao", "torchtitan",
+                 "torchvision", "triton")
+BLOCKER = f'''import sys
+
+class _BaseInstallOnly:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {EXTRA_MODULES!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, _BaseInstallOnly())
+'''
+
+
+def readme_commands() -> list[str]:
+    """The ``plait`` commands of README.md's shell blocks, in order (as :func:`documented` collects them)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = []
+    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line.strip())
+            if line.startswith("plait "):
+                found.append(" ".join(line.split()))
+    return found
+
+
+def _extras_install_lines() -> dict[str, str]:
+    """pyproject.toml's optional extras (read from the file, not from plait): extra -> its ``.[extra]`` spelling."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    return {name: f'pip install -e ".[{name}]"' for name in extras}
+
+
+# whole searches and validations: seconds each; the rest answer in about a second (or are refused at once)
+_SLOW_BASE = ("plait plan ", "plait validate --runs", "plait validate dev", "plait schedule ")
+BASE_ONLY = [pytest.param(c, marks=[pytest.mark.slow] if c.startswith(_SLOW_BASE) else [])
+             for c in dict.fromkeys(readme_commands())]
+
+
+@pytest.mark.parametrize("command", BASE_ONLY)
+def test_readme_command_works_or_names_its_extra_on_the_base_install(command: str, tmp_path: Path) -> None:
+    """Every README command, with only the base install: it succeeds, or prints one line naming the extra that
+    pyproject.toml declares for it and exits 2 (never a traceback, never "a rank failed")."""
+    blocker = tmp_path / "site"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(BLOCKER)
+    (tmp_path / "config.json").write_text(json.dumps(HF_CONFIG))
+    how = COMMANDS.get(command, "")
+    argv = shlex.split((command if how.startswith("SKIP") or not how else how).format(tmp=tmp_path))
+    argv = [f"{tmp_path}/{a}" if a.endswith(("out/", ".json", ".png", ".html")) and "/" not in a.rstrip("/")
+            else a for a in argv]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT / "src")])}
+    out = subprocess.run([sys.executable, "-m", "plait", *argv[1:]], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert "Traceback" not in out.stderr + out.stdout, f"{command}\n{out.stderr[-2000:]}"
+    if out.returncode == 0:
+        return
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, f"{command}: exit {out.returncode}\n{out.stderr[-2000:]}"
+    installs = [line for line in _extras_install_lines().values() if line in lines[0]]
+    assert lines[0].startswith("plait: error: ") and " needs " in lines[0] and installs, f"{command}: {lines[0]}"

@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from plait.cli.main import run_cli
+from plait.validate.datasets import dataset_path
 from tests.conftest import toy_cluster_mapping
 from tests.test_inputs import LLAMA3_8B_CONFIG, MIXTRAL_CONFIG
 
@@ -175,7 +176,7 @@ class Files:
         plan = tomllib.loads((ROOT / "examples" / "llama3-8b-fsdp.toml").read_text())
         pipeline = tomllib.loads((ROOT / "examples" / "llama3-70b-pp.toml").read_text())
         cluster = toy_cluster_mapping()
-        csv_lines = (ROOT / "tests" / "data" / "dev.csv").read_text().splitlines()
+        csv_lines = dataset_path("dev").read_text().splitlines()
         self.bases: dict[str, tuple[str, Any]] = {
             "plan": (".toml", plan), "pipeline": (".toml", pipeline), "cluster": (".yaml", cluster),
             "cluster-toml": (".toml", {**cluster, "accelerator": "h100-sxm-80gb"}),

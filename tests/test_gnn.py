@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.workloads.gnn.cost import rank_fetch_bytes
-from plait.workloads.gnn.sampling import degree_classes, measured_classes, sample_batch
 from plait.errors import ConfigError
+from plait.validate.datasets import dataset_path
+from plait.workloads.gnn.cost import rank_fetch_bytes
 from plait.workloads.gnn.model import read_gnn
+from plait.workloads.gnn.sampling import degree_classes, measured_classes, sample_batch
 from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,14 +167,14 @@ def test_bad_gnn_options_are_one_line(argv: list[str], rule: str) -> None:
 
 
 def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> None:
-    """tests/data/gnn_epochs.csv: full-graph GraphSAGE and GAT on one V100 (DGL 0.5 benchmark) and DGL's
+    """src/plait/validate/data/gnn_epochs.csv: full-graph GraphSAGE and GAT on one V100 (DGL 0.5 benchmark) and DGL's
     GPU-sampling multi-GPU rows (GNNLab) are predicted; host-CPU sampling, GIN and GPUs without a preset say why. The
     epoch-time MAPE is 76% today (errors both ways: cache reuse on real graphs and per-kernel overheads are not
     modelled); the bound guards against it getting worse."""
     from plait.validate.classic import mape
     from plait.workloads.gnn.validate import validate_gnn
 
-    results = validate_gnn(ROOT / "tests" / "data" / "gnn_epochs.csv")
+    results = validate_gnn(dataset_path("gnn"))
     predicted = [r for r in results if r.error_pct is not None]
     assert len(predicted) == 12 and mape(predicted) < 80.0
     assert all(r.why_not for r in results if r.error_pct is None)
@@ -193,8 +194,8 @@ def test_gnnpipe_pipelines_the_layers_of_full_graph_training() -> None:
 def test_llcg_averages_every_k_steps_and_pays_for_the_servers_corrections() -> None:
     """LLCG's local steps are partition-local steps; the parameter all-reduce comes once per K of them, and the
     server's correction (one step of a whole-graph mini-batch on one GPU) is shared out over the K."""
-    from plait.workloads.gnn.cost import LLCG_CORRECTIONS, LLCG_LOCAL_STEPS, estimate_gnn
     from plait.hardware.catalog import get_cluster
+    from plait.workloads.gnn.cost import LLCG_CORRECTIONS, LLCG_LOCAL_STEPS, estimate_gnn
 
     spec, cluster = read_gnn(PRODUCTS), get_cluster("dgx-a100-ib")
     local = estimate_gnn(spec, cluster, 8, 1024, "partition_local", edge_cut=0.1)
@@ -209,10 +210,10 @@ def test_matrix_bulks_amortize_the_samplers_kernels_and_a_partitioned_adjacency_
     """000-10 on a GPU: a bulk of 8 pays a hop's shared kernels once for 8 batches, so a batch samples faster than
     one at a time; cutting the adjacency into the GPUs' parts leaves each 1/8 of the structure and adds the rows'
     exchange to the sampling time."""
-    from plait.workloads.gnn.cost import estimate_gnn
-    from plait.workloads.gnn.compute import structure_bytes
-    from plait.workloads.gnn.sampler import Sampler
     from plait.hardware.catalog import get_cluster
+    from plait.workloads.gnn.compute import structure_bytes
+    from plait.workloads.gnn.cost import estimate_gnn
+    from plait.workloads.gnn.sampler import Sampler
 
     spec, cluster = read_gnn(PRODUCTS), get_cluster("dgx-a100-ib")
     loop = estimate_gnn(spec, cluster, 8, 1024)

@@ -14,6 +14,7 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import accelerator_names, cluster_names, get_accelerator, get_cluster, load_cluster_file
 from plait.plan.plan import Plan
 from plait.plan.rules import check_plan
+from plait.validate.datasets import dataset_path
 from plait.workload.catalog import get_model, resolve_model
 from tests.conftest import toy_cluster_mapping
 
@@ -91,7 +92,7 @@ def test_bad_cluster_files(tmp_path: Path) -> None:
 def test_presets_cover_the_dataset_systems() -> None:
     import csv
 
-    with open(Path(__file__).parent / "data" / "dev.csv", newline="") as handle:
+    with open(dataset_path("dev"), newline="") as handle:
         systems = {row["system"] for row in csv.DictReader(handle)} - {""}
     assert systems <= set(cluster_names())
     assert {"dgx-a100-ib", "a100-roce-1600", "a100-omnipath", "dgx-h100-ib", "h100-roce-400", "h100-grandteton-roce",

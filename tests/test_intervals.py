@@ -13,12 +13,13 @@ import pytest
 import yaml
 
 from plait.predict.intervals import Calibration, bounds, conformal_quantiles, loso_coverage, shipped, spread
+from plait.validate.datasets import dataset_path
 from plait.validate.intervals import calibration_of, residual_rows
 from plait.validate.report import validate_rows
 from plait.validate.runs import read_runs
 from tests.conftest import toy_cluster_mapping
 
-DEV_CSV = Path(__file__).parent / "data" / "dev.csv"
+DEV_CSV = dataset_path("dev")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_conformal_quantiles_and_bounds_by_hand() -> None:
 
 def test_the_shipped_calibration_is_the_development_sets(validation) -> None:
     """Rewritten whenever the cost model moves the residuals (python -m plait.validate.intervals --write ...)."""
-    fresh, ours = calibration_of(validation, "tests/data/dev.csv"), shipped()
+    fresh, ours = calibration_of(validation, "src/plait/validate/data/dev.csv"), shipped()
     assert (fresh.lower, fresh.upper, fresh.rows) == pytest.approx((ours.lower, ours.upper, ours.rows), abs=1e-9)
 
 

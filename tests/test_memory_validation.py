@@ -1,19 +1,19 @@
 """Predicted vs measured peak memory per GPU on public runs: what each source's figure counts, and the
-error over tests/data/memory_runs.csv as a bound that can fail."""
+error over src/plait/validate/data/memory_runs.csv as a bound that can fail."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from plait.cost.estimate import MemoryBreakdown
+from plait.validate.datasets import dataset_path
 from plait.validate.memory import comparable_bytes, measured_kind, validate_memory
 
-MEMORY_CSV = Path(__file__).parent / "data" / "memory_runs.csv"
+MEMORY_CSV = dataset_path("memory")
 MEMORY_BOUND_PCT = 8.0
 """The target for memory predictions; today 5.4% (docs/validation.md)."""
 

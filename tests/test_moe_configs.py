@@ -1,19 +1,19 @@
-"""The published Hugging Face configs of the mixture-of-experts models (tests/data/model_configs, copied from the
+"""The published Hugging Face configs of the mixture-of-experts models (plait/validate/data/model_configs, copied from the
 shared dataset; sources in its SOURCES.md) read faithfully: parameter counts against the model cards, which layers
 are MoE, and which attend locally."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from plait.errors import ConfigError
+from plait.validate.datasets import dataset_path
 from plait.workload.hf_config import load_hf_config, model_from_hf_dict
 from plait.workload.model import LocalAttention
 
-CONFIGS = Path(__file__).parent / "data" / "model_configs"
+CONFIGS = dataset_path("dev").parent / "model_configs"
 
 # (file, published total, published active, tolerance), each from the model's own card or paper:
 # DeepSeek-V3 Technical Report (arXiv 2412.19437) abstract: 671B total, 37B activated (without its 14B MTP module);

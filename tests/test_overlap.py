@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 
 from plait.cost.batch import prepare
-from plait.engine.facts import EngineFacts
 from plait.cost.overlap import hidden_remainder
 from plait.engine.catalog import get_engine
+from plait.engine.facts import EngineFacts
 from plait.hardware.catalog import get_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
+from plait.validate.datasets import dataset_path
 from plait.workload.catalog import get_model
 
 CLUSTER = get_cluster("dgx-h100-ib")
@@ -70,11 +71,10 @@ def test_dev_rows_run_the_engine_their_notes_document() -> None:
     mixed-precision mode its notes record, a row whose sharding the notes say ran on DeepSpeed runs DeepSpeed, and a
     torchtitan row compiles where its notes say so (torchtitan's own default otherwise: no compile)."""
     import re
-    from pathlib import Path
 
     from plait.validate.runs import read_runs
 
-    rows = read_runs(Path(__file__).parent / "data" / "dev.csv")
+    rows = read_runs(dataset_path("dev"))
     foundry = [r for r in rows if r.source == "llmfoundry"]
     assert foundry and all(
         r.run_engine == f"llm-foundry[mixed_precision={re.search(r'FSDP mp mode ([A-Z]+)', r.notes)[1]}]"
@@ -90,12 +90,11 @@ def test_dev_rows_run_the_engine_their_notes_document() -> None:
 def test_torchtitan_selective_layer_is_every_second_layer_and_op_is_per_op() -> None:
     """torchtitan's 'selective layer' checkpointing is full recompute of half the layers; 'selective op' is its
     per-op policy, costed as plait's selective recomputation under that engine (engines.toml)."""
-    from pathlib import Path
 
     from plait.validate.runs import read_runs
     from plait.validate.translate import candidate_plans
 
-    rows = {r.id: r for r in read_runs(Path(__file__).parent / "data" / "dev.csv")}
+    rows = {r.id: r for r in read_runs(dataset_path("dev"))}
     layer = rows["torchtitan_docs_a100_Llama38B_selectivelayer_lb1"]
     plans = list(candidate_plans(layer, get_engine(layer.engine)))
     assert plans and all(p.recompute == "full" and p.recompute_layers == layer.layers // 2 for p in plans)

@@ -4,14 +4,13 @@ precision and documented software)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from plait.validate.datasets import dataset_path
 from plait.validate.plan_quality import compare, complete
 from plait.validate.runs import read_runs
 
-ROWS = [r for r in read_runs(Path(__file__).parent / "data" / "dev.csv") if complete(r)]
+ROWS = [r for r in read_runs(dataset_path("dev")) if complete(r)]
 
 
 def test_there_are_complete_layouts() -> None:

@@ -10,13 +10,14 @@ import pytest
 
 from plait.cost.batch import evaluate_batch
 from plait.engine.catalog import get_engine
+from plait.events.kernel import Kernel
 from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.predict.estimate import estimate, wants_simulation
-from plait.events.kernel import Kernel
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import trace_events
+from plait.validate.datasets import dataset_path
 from plait.validate.report import predict_row
 from plait.validate.runs import read_runs
 from plait.validate.translate import row_cluster, row_model
@@ -63,7 +64,7 @@ def test_zb_h1_is_no_slower_than_1f1b() -> None:
     assert zb < simulate_pipeline(uniform(4, 8, 1, "1f1b")).step_time_s
 
 
-DEV = [r for r in read_runs(Path(__file__).parent / "data" / "dev.csv") if r.step_time_s is not None]
+DEV = [r for r in read_runs(dataset_path("dev")) if r.step_time_s is not None]
 
 
 @pytest.fixture(scope="module")

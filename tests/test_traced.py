@@ -16,6 +16,7 @@ from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
+from plait.validate.datasets import dataset_path
 from plait.workload.catalog import get_model
 
 torch = pytest.importorskip("torch")
@@ -186,10 +187,10 @@ def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:
 
 @pytest.mark.slow
 def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
-    """plait validate --classic on the public ResNet-50 and BERT-large rows (tests/data/classic_dp.md): every mixed-
+    """plait validate --classic on the public ResNet-50 and BERT-large rows (plait/validate/data/classic_dp.md): every mixed-
     precision row on a system plait has a preset for is predicted; every other row says why in one line."""
     pytest.importorskip("transformers")
-    summary = _cli_json(["validate", "--classic", str(ROOT / "tests" / "data" / "classic_dp.csv"), "--json"])
+    summary = _cli_json(["validate", "--classic", str(dataset_path("classic")), "--json"])
     rows = summary["results"]
     assert summary["rows_in_file"] == len(rows) == 90
     for row in rows:

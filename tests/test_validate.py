@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from plait.validate.datasets import dataset_path
 from plait.validate.report import validate_rows
 from plait.validate.runs import read_runs
 
-DEV_CSV = Path(__file__).parent / "data" / "dev.csv"
+DEV_CSV = dataset_path("dev")
 SHARED_CSV = Path(__file__).parents[2] / "shared" / "data" / "training_runs" / "dev.csv"
 
 # Dense rows: the targets set for dense accuracy (10% overall, 15% for every source); they stand at 9.6% on the
@@ -48,7 +49,7 @@ def test_mape_bounds(validation) -> None:
 
 
 def test_copy_is_the_shared_dataset() -> None:
-    """tests/data holds the shared dataset's runs and model configs unchanged; what the notes say about a run's
+    """plait/validate/data holds the shared dataset's runs and model configs unchanged; what the notes say about a run's
     engine options is read from them (:attr:`plait.validate.runs.RunRow.run_engine`)."""
     if not SHARED_CSV.is_file():
         pytest.skip("shared dataset not present")
@@ -71,3 +72,38 @@ def test_json_output_schema() -> None:
     assert first["error_pct"] == pytest.approx(
         100 * (first["predicted_step_time_s"] - first["measured_step_time_s"]) / first["measured_step_time_s"])
     assert all(r["reason"] for r in doc["not_predicted"])
+
+
+def test_every_shipped_dataset_file_is_package_data() -> None:
+    """A pip install (not editable) carries only what pyproject.toml declares: every file of plait/validate/data,
+    the CSVs that `plait validate NAME` reads, their sources and the model configs the runs name."""
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["plait.validate"]
+    folder = root / "src" / "plait" / "validate"
+    files = [p.relative_to(folder).as_posix() for p in (folder / "data").rglob("*") if p.is_file()]
+    assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), files
+    from plait.validate.datasets import DATASETS
+
+    assert all(dataset_path(name).is_file() for name in DATASETS)
+
+
+@pytest.mark.parametrize(("name", "option"), [("dit", "--dit"), ("gnn", "--gnn")])
+def test_a_shipped_dataset_by_name_is_the_option_on_its_file(name: str, option: str) -> None:
+    from inprocess import cli
+
+    by_name, by_option = cli(["validate", name, "--json"]), cli(["validate", option, name, "--json"])
+    by_path = cli(["validate", option, str(dataset_path(name)), "--json"])
+    assert by_name[0] == 0 and by_name == by_option == by_path
+
+
+def test_the_model_files_the_validators_ship_are_the_examples() -> None:
+    """plait/validate/data/models holds the examples' model files a validator reads (a pip install has no
+    examples/ folder): the same bytes."""
+    root = Path(__file__).parents[1]
+    shipped = sorted((dataset_path("dit").parent / "models").glob("*.toml"))
+    assert shipped
+    for path in shipped:
+        assert path.read_bytes() == (root / "examples" / path.name).read_bytes(), path.name

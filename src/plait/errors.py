@@ -18,6 +18,79 @@ class ConfigError(ValueError):
         self.problems = problems or [message]
 
 
+EXTRAS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "run": ("PyTorch", ("torch",), 'pip install -e ".[run]"'),
+    "traced": ("PyTorch and transformers", ("torch", "transformers"), 'pip install -e ".[traced]"'),
+    "recsys": ("TorchRec", ("torch", "fbgemm_gpu", "torchrec"),
+               'pip install -e ".[recsys]" && pip install --no-deps torchrec==1.8.0'),
+    "gnn": ("PyTorch Geometric", ("torch", "torch_geometric"), 'pip install -e ".[gnn]"'),
+    "fp8": ("torchao", ("torch", "torchao"), 'pip install -e ".[fp8]"'),
+    "torchtitan": ("torchtitan", ("torch", "torchtitan"), 'pip install -e ".[torchtitan]"'),
+}
+"""Each optional extra of pyproject.toml: what it brings (in words), the modules it installs, the install line."""
+
+MODULE_EXTRAS: dict[str, str] = {"torch": "run", "transformers": "traced", "fbgemm_gpu": "recsys", "torchrec": "recsys",
+                                 "torch_geometric": "gnn", "torchao": "fp8", "torchtitan": "torchtitan"}
+"""A module an extra installs -> that extra (the smallest one that brings it)."""
+
+
+class MissingExtra(ConfigError):
+    """A command needs an optional dependency that is not installed: one line naming what needs it, the missing
+    module and the extra that installs it (``plait ... needs PyTorch (torch is not installed): pip install -e
+    ".[run]"``). A ConfigError, so the command line prints it on one line and exits 2."""
+
+    def __init__(self, what: str, extra: str, missing: str) -> None:
+        words, _, install = EXTRAS[extra]
+        super().__init__(f"{what} needs {words} ({missing} is not installed): {install}")
+        self.extra = extra
+        self.missing = missing
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a module left half-imported
+        return False
+
+
+def require_extra(extra: str, what: str) -> None:
+    """Raise :class:`MissingExtra` unless every module of ``extra`` can be imported (found, not imported: torch
+    takes seconds); ``what`` names what needs it, e.g. ``"plait run --model GNN.toml"``. Called where a command
+    first needs the extra and before it starts ranks, whose own import error would reach the user as a failed rank."""
+    missing = next((m for m in EXTRAS[extra][1] if not _importable(m)), None)
+    if missing is not None:
+        raise MissingExtra(what, extra, missing)
+
+
+def missing_extra(error: ModuleNotFoundError, what: str) -> MissingExtra | None:
+    """``error`` as a :class:`MissingExtra` when the module it misses belongs to an extra, else None."""
+    root = (error.name or "").split(".")[0]
+    return MissingExtra(what, MODULE_EXTRAS[root], root) if root in MODULE_EXTRAS else None
+
+
+def _name_key(name: str) -> str:
+    """A name as :func:`did_you_mean` compares it: a hub id's last part, lower case, letters and digits only
+    (``meta-llama/Meta-Llama-3-8B`` and ``llama3-8b`` both read ``llama38b``, less the owner's ``meta``)."""
+    return "".join(c for c in name.rsplit("/", 1)[-1].lower() if c.isalnum())
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean a, b?"`` naming up to three of ``known`` closest to ``name`` (difflib's ratio over
+    :func:`_name_key`, or one key inside the other), or ``""`` where none is close."""
+    import difflib
+
+    keys: dict[str, list[str]] = {}
+    for candidate in known:
+        keys.setdefault(_name_key(candidate), []).append(candidate)
+    key = _name_key(name)
+    close = difflib.get_close_matches(key, list(keys), n=3, cutoff=0.6) if key else []
+    close += [k for k in keys if key and len(key) >= 3 and (key in k or k in key) and k not in close]
+    names = [n for k in close[:3] for n in keys[k]][:3]
+    return f"; did you mean {', '.join(names)}?" if names else ""
+
+
 def all_problems(problems: list[str | ConfigError]) -> ConfigError:
     """One error for ``problems`` (messages or errors, whose own problems are listed one by one), on one line."""
     flat = [p for item in problems for p in (item.problems if isinstance(item, ConfigError) else [item])]

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from plait.errors import ConfigError, refuse_overwrite
+from plait.errors import ConfigError, refuse_overwrite, require_extra
 
 
 def calibrate_command(
@@ -26,6 +26,7 @@ def calibrate_command(
     from plait.run.calibrate import describe_machine
 
     refuse_overwrite(output, force)
+    require_extra("run", "plait calibrate")
     if ranks < 2:
         raise ConfigError(f"ranks={ranks} must be >= 2 to measure collectives")
     start = time.perf_counter()

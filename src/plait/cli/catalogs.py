@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from plait.cli.output import print_json
 from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
 from plait.hardware.catalog import accelerator_names, cluster_names, get_accelerator, get_cluster
 from plait.hardware.mixed_catalog import get_mixed_cluster, mixed_cluster_names
+from plait.terminal import rich_console, titled_table
 from plait.workload.catalog import get_model, model_names
 
 
@@ -26,13 +25,13 @@ def models_command(as_json: Annotated[bool, typer.Option("--json", help="Print J
     if as_json:
         print_json(rows)
         return
-    table = Table(title="plait models")
+    table = titled_table("plait models")
     for col in ("slug", "name", "params", "active", "layers", "hidden", "heads/kv", "seq"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["slug"], r["name"], f"{r['params'] / 1e9:.2f}B", f"{r['active_params'] / 1e9:.2f}B",
                       str(r["layers"]), str(r["hidden"]), f"{r['heads']}/{r['kv_heads']}", str(r["seq_len"]))
-    Console().print(table)
+    rich_console().print(table)
 
 
 def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
@@ -51,8 +50,8 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
     if as_json:
         print_json({"clusters": clusters, "mixed_clusters": mixed, "accelerators": accelerators})
         return
-    console = Console()
-    table = Table(title="plait clusters")
+    console = rich_console()
+    table = titled_table("plait clusters")
     for col in ("slug", "accelerator", "node", "scale-up", "network tiers (GB/s per GPU)", "$/GPU-h"):
         table.add_column(col)
     for c in clusters:
@@ -61,7 +60,7 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
         table.add_row(c["slug"], gpu, str(c["gpus_per_node"]), str(c["scale_up_domain_gpus"]), tiers,
                       f"{c['price_per_gpu_hour_usd']:.2f}")
     console.print(table)
-    acc = Table(title="accelerators")
+    acc = titled_table("accelerators")
     for col in ("slug", "name", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s"):
         acc.add_column(col)
     for a in accelerators:
@@ -69,7 +68,7 @@ def clusters_command(as_json: Annotated[bool, typer.Option("--json", help="Print
         acc.add_row(a["slug"], a["name"], f"{a['memory_gib']:g}", f"{peaks.get('bf16', peaks.get('fp16', 0)):g}",
                     f"{peaks.get('fp8', 0):g}" if "fp8" in peaks else "-")
     console.print(acc)
-    table = Table(title="mixed clusters (plait estimate/plan --cluster SLUG share one plan among the groups)")
+    table = titled_table("mixed clusters (plait estimate/plan --cluster SLUG share one plan among the groups)")
     for col in ("slug", "groups", "joined by (GB/s per GPU)", "$/h"):
         table.add_column(col)
     for m in mixed:
@@ -100,10 +99,10 @@ def engines_command(as_json: Annotated[bool, typer.Option("--json", help="Print 
     if as_json:
         print_json(rows)
         return
-    table = Table(title="plait engines")
+    table = titled_table("plait engines")
     for col in ("engine", "title", "export", "cannot run"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["spec"] + (" (default)" if r["default"] else ""), r["title"], r["export"],
                       ", ".join(r["unsupported"]) or "-")
-    Console().print(table)
+    rich_console().print(table)

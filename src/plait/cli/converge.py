@@ -6,8 +6,10 @@ from typing import Annotated
 
 import typer
 
+from plait.errors import require_extra
 from plait.run.converge_runs import measure_multipliers
 from plait.run.launch import RanksFailed
+from plait.terminal import rich_console, titled_table
 
 REFERENCE_MODEL = "examples/tiny-model.toml"
 
@@ -26,6 +28,7 @@ def converge_command(
 ) -> None:
     """Train the reference model on the shipped corpus under each method and under the all-reduce, from the same
     weights on the same batches, and report how many all-reduce steps reach each method's final loss."""
+    require_extra("run", "plait converge")
     say = None if as_json else (lambda text: typer.echo(text, err=True))
     try:
         measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, say)
@@ -37,11 +40,9 @@ def converge_command(
 
         print_json({"model": model, "ranks": ranks, "batch": batch, "optimizer": optimizer, "results": rows})
         return
-    from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"Steps multipliers on {model}, {ranks} ranks, batch {batch}, {optimizer}, {steps} steps "
-                        f"(losses: means of {window} steps)", title_justify="left")
+    table = titled_table(f"Steps multipliers on {model}, {ranks} ranks, batch {batch}, {optimizer}, {steps} steps "
+                         f"(losses: means of {window} steps)")
     for col in ("dp_sync", "final loss", "all-reduce final", "all-reduce steps to match", "multiplier",
                 "bytes/step vs all-reduce"):
         table.add_column(col, justify="left" if col == "dp_sync" else "right", overflow="fold")
@@ -50,5 +51,5 @@ def converge_command(
         ratio = r["bytes_per_step"] / r["allreduce_bytes_per_step"] if r["allreduce_bytes_per_step"] else 0.0
         table.add_row(r["dp_sync"], f"{r['final_loss']:.4f}", f"{r['allreduce_final_loss']:.4f}", match,
                       f"{r['multiplier']:.3f}", f"{ratio:.4f}")
-    Console().print(table)
+    rich_console().print(table)
 

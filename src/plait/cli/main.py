@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, missing_extra
 
 app = typer.Typer(
     name="plait",
@@ -78,7 +78,8 @@ def run_cli(argv: list[str]) -> int:
     """Run one ``plait`` command line in this process and return its exit code.
 
     Every user mistake ends as one line ``plait: error: ...`` on stderr and exit code 2 — a
-    :class:`ConfigError` from plait, or a usage error from the option parser (unknown option, ``--gpus x``) —
+    :class:`ConfigError` from plait, a usage error from the option parser (unknown option, ``--gpus x``), or an
+    optional dependency that is not installed (:class:`plait.errors.MissingExtra`, naming the extra) —
     never a traceback (STYLE.md rule 11). Anything else that escapes is a bug in plait and keeps its traceback.
     """
     nul = next((a for a in argv if "\x00" in a), None)
@@ -94,6 +95,12 @@ def run_cli(argv: list[str]) -> int:
         code = _BUILT[key].main(args=argv, prog_name="plait", standalone_mode=False)  # type: ignore[attr-defined]
     except ConfigError as exc:
         return _error(str(exc))
+    except ModuleNotFoundError as exc:  # an optional extra the command needs and no earlier check named
+        named = next((a for a in argv if a in COMMANDS), None)
+        missing = missing_extra(exc, f"plait {named or ''}".strip())
+        if missing is None:
+            raise
+        return _error(str(missing))
     except KeyboardInterrupt:
         print("plait: interrupted", file=sys.stderr)
         return 130

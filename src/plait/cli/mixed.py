@@ -3,9 +3,6 @@ the shares, call :mod:`plait.predict.mixed` / :mod:`plait.search.mixed`, and pri
 
 from __future__ import annotations
 
-
-from rich.console import Console
-
 from plait.cli.output import print_json
 from plait.cli.render_mixed import print_mixed_estimate, print_mixed_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
@@ -14,6 +11,7 @@ from plait.hardware.mixed import MixedCluster
 from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_to_dict
+from plait.terminal import rich_console
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
 
@@ -87,7 +85,7 @@ def print_mixed(est: MixedEstimate, as_json: bool, train_tokens: float) -> None:
     if as_json:
         print_json(mixed_to_dict(est, train_tokens))
     else:
-        print_mixed_estimate(Console(), est, train_tokens)
+        print_mixed_estimate(rich_console(), est, train_tokens)
 
 
 def mixed_plan(model_name: str, cluster: MixedCluster, global_batch: int, engine: str | None, top: int,
@@ -106,5 +104,5 @@ def mixed_plan(model_name: str, cluster: MixedCluster, global_batch: int, engine
                                   for g, e in result.baselines.items()},
                     "best_baseline": best[0] if best else None})
     else:
-        print_mixed_search(Console(), result, top)
+        print_mixed_search(rich_console(), result, top)
 

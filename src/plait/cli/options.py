@@ -1,24 +1,98 @@
-"""Building a Plan and a Job from command-line options (shared by commands that take a plan)."""
+"""The job options estimate, plan, simulate and report share, defined once, and building a Plan and a Job from
+them. Each alias below is one option's name, type and help; a command lists the ones it takes and keeps its own
+default (``--gpus`` is 8 for a transformer, 1 for a DiT's simulation)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.job import Job
-from plait.plan.defaults import GPUS, plan_from_options
+from plait.plan.defaults import GPUS, LAYOUT_OPTIONS, plan_from_options
 from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
 from plait.workload.catalog import resolve_model
 
-__all__ = ["DEFAULT_CLUSTER", "DEFAULT_GPUS", "DEFAULT_MODEL", "ENGINE_HELP", "plan_from_options", "resolve_job"]
+__all__ = ["DEFAULT_CLUSTER", "DEFAULT_GPUS", "DEFAULT_MODEL", "ENGINE_HELP", "ENGINE_WORDS", "layout_plan",
+           "plan_from_options", "resolve_job"]
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_GPUS = GPUS
-ENGINE_HELP = (f"Engine that runs the plan: name[@version][[key=value]] (see `plait engines`). [default: the plan "
-               f"file's, else {DEFAULT_ENGINE}]")
+ENGINE_WORDS = ("Engine that runs the plan: name[@version][[key=value]] (see `plait engines`); plait plan searches "
+                "only the plans it can run and exports its configuration.")
+ENGINE_HELP = f"{ENGINE_WORDS} [default: the plan file's, else {DEFAULT_ENGINE}]"
+
+# the job: what runs, where, on which engine, or all of it from a plan file
+ModelOption = Annotated[str | None, typer.Option(
+    "--model", help=f"Catalog model (see `plait models`), Hugging Face config.json or model TOML (with --plan: "
+                    f"replaces the plan file's). [default: {DEFAULT_MODEL}]")]
+ClusterOption = Annotated[str | None, typer.Option(
+    "--cluster", help=f"Cluster preset (see `plait clusters`) or TOML/YAML file (with --plan: replaces the plan "
+                      f"file's). [default: {DEFAULT_CLUSTER}]")]
+EngineOption = Annotated[str | None, typer.Option("--engine", help=ENGINE_HELP)]
+PlanFileOption = Annotated[Path | None, typer.Option(
+    "--plan", help="Plan TOML file (tables job and plan); replaces the layout options.")]
+GpusOption = Annotated[int, typer.Option("--gpus", help="GPUs; dp = gpus / (tp*pp*cp).")]
+GpusRangeOption = Annotated[str | None, typer.Option(
+    "--gpus-range", help="LOW:HIGH GPU counts to compare (time and dollars per count, the Pareto front).")]
+TokensOption = Annotated[float, typer.Option(
+    "--tokens", "--train-tokens", help="Tokens to train, for the time and cost figures.")]
+SeqLenOption = Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (0: the model's).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Replace existing output files.")]
+
+# the layout of one plan (plait plan searches these instead)
+TpOption = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
+PpOption = Annotated[int, typer.Option("--pp", help="Pipeline stages.")]
+VppOption = Annotated[int, typer.Option("--vpp", help="Virtual stages per pipeline rank (interleaved).")]
+ScheduleOption = Annotated[str, typer.Option("--schedule", help="gpipe | 1f1b | interleaved | zb-h1.")]
+CpOption = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
+EpOption = Annotated[int, typer.Option("--ep", help="Expert-parallel degree (MoE).")]
+DpReplicateOption = Annotated[int | None, typer.Option(
+    "--dp-replicate", help="Data-parallel replicas (HSDP); the rest of dp shards. [default: 1, or dp with "
+                           "--sharding none]")]
+ShardingOption = Annotated[str | None, typer.Option(
+    "--sharding", help="none | zero1 | zero2 | zero3 (FSDP). [default: zero3 when dp shards, else none]")]
+SpOption = Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism. [default: on when tp > 1]")]
+RecomputeOption = Annotated[str, typer.Option("--recompute", help="none | selective | full.")]
+RecomputeLayersOption = Annotated[int, typer.Option(
+    "--recompute-layers", help="Layers per stage recomputed with --recompute full (-1: all).")]
+MicroBatchOption = Annotated[int | None, typer.Option(
+    "--micro-batch", help="Sequences (traced models: examples) per micro-batch. [default: 1; traced models: the "
+                          "replica's whole batch]")]
+GlobalBatchOption = Annotated[int, typer.Option("--global-batch", help="Sequences per optimizer step.")]
+PrecisionOption = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+OffloadOptimizerOption = Annotated[bool, typer.Option(
+    "--offload-optimizer/--no-offload-optimizer", help="Optimizer state in host memory.")]
+OffloadParamsOption = Annotated[bool, typer.Option(
+    "--offload-params/--no-offload-params", help="Parameters in host memory (zero3).")]
+DpSyncOption = Annotated[str | None, typer.Option(
+    "--dp-sync", help="Data-parallel synchronization METHOD[:key=value,...]: allreduce, bf16, fp16, powersgd:rank=R, "
+                      "topk:ratio=F, quantize:bits=8|4|1, pipe_sgd, local_sgd:every=H, diloco:every=H, "
+                      "palsgd:every=H, dreamddp:every=H (with TP and PP too; not with CP); param_server:servers=S, "
+                      "switch_aggregation:bits=32|16, gossip:topology=ring|torus|exponential|random|complete, "
+                      "async_ps:staleness=B, easgd:alpha=A,every=H. [default: allreduce]")]
+
+# workload kinds' own options that more than one command takes
+ParallelOption = Annotated[str | None, typer.Option(
+    "--parallel", help="With a DiT TOML: degrees KEY=N,... of cfg, pipefusion, patches, ulysses, ring, tp, "
+                       "distrifusion (their product is the GPUs). [default: ulysses=gpus]")]
+GnnStrategyOption = Annotated[str, typer.Option(
+    "--gnn-strategy", help="With a GNN TOML: sampled_dp (features fetched from their owners) | host_features (read "
+                           "over PCIe) | replicated | full_graph (1 GPU) | partition_local (each rank trains inside "
+                           "its part) | llcg (local steps, averaged, server-corrected).")]
+InputShapeOption = Annotated[str | None, typer.Option(
+    "--input-shape", help="With --model MODULE:FACTORY: one example's input shape, e.g. 3,224,224 (the factory's "
+                          "example_shape when it has one).")]
+InputDtypeOption = Annotated[str | None, typer.Option(
+    "--input-dtype", help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64. [default: the "
+                          "factory's, else float32]")]
 
 
 def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, plan: Plan | None,
@@ -36,3 +110,11 @@ def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, 
         gpus = spec.gpus or None
     return Job.build(resolve_model(model or DEFAULT_MODEL), resolve_cluster(cluster or DEFAULT_CLUSTER), plan,
                      get_engine(engine or DEFAULT_ENGINE), num_gpus=gpus)
+
+
+def layout_plan(options: Mapping[str, Any]) -> Plan:
+    """The plan a command line's layout options describe (the aliases above, by parameter name; no
+    ``--micro-batch``: 1)."""
+    micro_batch = options["micro_batch"]
+    return plan_from_options(gpus=options["gpus"], micro_batch=1 if micro_batch is None else micro_batch,
+                             **{k: options[k] for k in LAYOUT_OPTIONS})

@@ -9,7 +9,22 @@ import typer
 from rich.console import Console
 
 from plait.cli.mixed import mixed_plan
-from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
+from plait.cli.options import (
+    DEFAULT_CLUSTER,
+    DEFAULT_GPUS,
+    DEFAULT_MODEL,
+    ENGINE_WORDS,
+    ClusterOption,
+    ForceOption,
+    GpusOption,
+    GpusRangeOption,
+    InputDtypeOption,
+    InputShapeOption,
+    JsonOption,
+    ModelOption,
+    SeqLenOption,
+    TokensOption,
+)
 from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
 from plait.cli.render_plan import print_points, print_relaxations, print_search
@@ -26,20 +41,21 @@ from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.planner import check_objective
 from plait.search.planner import parse_batches as _batches
 from plait.search.request import Checked, CountPlans, PlanRequest, ThroughputPlans, plan_search
+from plait.terminal import rich_console
 from plait.workloads import load
 
+
 def plan_command(
-    model: Annotated[str, typer.Option(help="Catalog model, config.json or model TOML.")] = DEFAULT_MODEL,
-    cluster: Annotated[str, typer.Option(help="Cluster preset or TOML/YAML file.")] = DEFAULT_CLUSTER,
-    engine: Annotated[str | None, typer.Option(help="Engine to rank for and export to: only plans it can run are "
-                                                     "searched (see `plait engines`). [default: " + DEFAULT_ENGINE +
-                                                     f", or {SITES_ENGINE} on a cluster that spans sites]")] = None,
-    gpus: Annotated[int, typer.Option(help="GPUs (objective throughput).")] = 8,
-    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts to compare (objectives cost, time).")] = None,
+    model: ModelOption = None,
+    cluster: ClusterOption = None,
+    engine: Annotated[str | None, typer.Option("--engine", help=f"{ENGINE_WORDS} [default: {DEFAULT_ENGINE}, or "
+                                                                f"{SITES_ENGINE} on a cluster that spans sites]")] = None,
+    gpus: GpusOption = DEFAULT_GPUS,
+    gpus_range: GpusRangeOption = None,
     global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "128",
-    seq_len: Annotated[int, typer.Option(help="Tokens per sequence (0: the model's).")] = 0,
+    seq_len: SeqLenOption = 0,
     objective: Annotated[str, typer.Option(help="throughput | cost | time.")] = "throughput",
-    tokens: Annotated[float, typer.Option(help="Tokens to train (objectives cost, time).")] = 1e12,
+    tokens: TokensOption = 1e12,
     deadline_days: Annotated[float | None, typer.Option(help="Limit on days to train.")] = None,
     budget_usd: Annotated[float | None, typer.Option(help="Limit on dollars to train.")] = None,
     top: Annotated[int, typer.Option(help="Plans to list.")] = 5,
@@ -52,19 +68,20 @@ def plan_command(
                                                            "plait's table; `--dp-sync allreduce` for none]")] = None,
     export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml and the engine's own configuration "
                                                      "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
-    force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
+    force: ForceOption = False,
     workers: Annotated[int | None, typer.Option(help="Processes that search pieces of the space (default: every core "
                                                      "for spaces of 100,000 candidates or more).")] = None,
     rank_by: Annotated[str, typer.Option(help="p50: rank by the predicted step time; p90: by its 90% bound (the plan "
                                               "that is fast even if the prediction is wrong).")] = "p50",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    input_shape: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: one example's input shape, e.g. 3,224,224.")] = None,
-    input_dtype: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64.")] = None,
+    as_json: JsonOption = False,
+    input_shape: InputShapeOption = None,
+    input_dtype: InputDtypeOption = None,
 ) -> None:
     """Search every parallel layout and memory knob; rank plans and explain the winner.
 
     --model MODULE:FACTORY traces any PyTorch module and searches data and pipeline parallelism, ZeRO stages,
     micro-batches, recomputation and the --dp-sync methods (global batch in examples)."""
+    model, cluster = model or DEFAULT_MODEL, cluster or DEFAULT_CLUSTER
     options = dict(locals())
     check_objective(objective)
     mixed = mixed_cluster(cluster)
@@ -84,7 +101,7 @@ def plan_command(
                           allow_tp_across_nodes=allow_tp_across_nodes, precision=precision,
                           dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export,
                           workers=workers, rank_by=rank_by)
-    console = Console(stderr=as_json)
+    console = rich_console(stderr=as_json)
     plans = plan_search(request, lambda label: LazyProgress(console, label),
                         lambda engine: _check_export(export, model, engine, force))
     if isinstance(plans, ThroughputPlans):

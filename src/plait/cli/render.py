@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
 from plait.cost.estimate import Estimate
 from plait.predict.goodput import goodput, reliability
+from plait.terminal import titled_table
 from plait.units import GIB
 
 if TYPE_CHECKING:
@@ -31,8 +31,7 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     console.print(f"[bold]{est.model_name}[/] on {est.num_gpus} x {est.cluster_name}, run by {est.engine}")
     console.print(f"plan: {est.plan.describe()}  (micro-batches per step: {est.plan.num_micro_batches})")
     low, high = est.step_time_interval_s
-    time_table = Table(title=f"Step time {est.step_time_s:.4g} s (80% interval {low:.4g}-{high:.4g} s)",
-                       title_justify="left")
+    time_table = titled_table(f"Step time {est.step_time_s:.4g} s (80% interval {low:.4g}-{high:.4g} s)")
     time_table.add_column("component")
     time_table.add_column("seconds", justify="right")
     time_table.add_column("share", justify="right")
@@ -41,8 +40,8 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
             time_table.add_row(name, f"{value:.4g}", f"{100 * value / est.step_time_s:.1f}%")
     console.print(time_table)
     mem = est.memory
-    mem_table = Table(title=f"Memory per GPU, pipeline stage {mem.stage} "
-                            f"({mem.inflight_micro_batches:g} micro-batches in flight)", title_justify="left")
+    mem_table = titled_table(f"Memory per GPU, pipeline stage {mem.stage} "
+                             f"({mem.inflight_micro_batches:g} micro-batches in flight)")
     mem_table.add_column("component")
     mem_table.add_column("GiB", justify="right")
     for name, value in mem.items():
@@ -96,7 +95,7 @@ def _figure(value: float) -> str:
 
 def print_validation(console: Console, validation: Validation) -> None:
     """Per-row predicted vs measured, then MAPE overall and per source."""
-    table = Table(title="Predicted vs measured step time", title_justify="left")
+    table = titled_table("Predicted vs measured step time")
     for column in ("id", "layout (unknown knobs filled)", "predicted s", "measured s", "error"):
         table.add_column(column, justify="right" if column.endswith(("s", "error")) else "left")
     for r in validation.predicted:
@@ -115,7 +114,7 @@ def print_validation(console: Console, validation: Validation) -> None:
 
 def print_memory_validation(console: Console, validation: MemoryValidation) -> None:
     """Per-row predicted vs measured peak memory, then MAPE overall and per source."""
-    table = Table(title="Predicted vs measured peak memory per GPU", title_justify="left")
+    table = titled_table("Predicted vs measured peak memory per GPU")
     for column in ("id", "layout (unknown knobs filled)", "measured as", "predicted GiB", "measured GiB", "error"):
         table.add_column(column, justify="right" if column.endswith(("GiB", "error")) else "left")
     for r in validation.predicted:

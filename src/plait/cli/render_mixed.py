@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from plait.predict.mixed import MixedEstimate
 from plait.search.mixed import MixedSearch
+from plait.terminal import titled_table
 from plait.units import GIB
 
 
@@ -16,7 +16,7 @@ def print_mixed_estimate(console: Console, est: MixedEstimate, train_tokens: flo
     console.print(f"layout: {est.plan.describe()}")
     devices = dict.fromkeys(f"{g.group} = {g.accelerator}" for g in est.groups)
     console.print("devices: " + "; ".join(devices))
-    table = Table(title=f"{'groups' if est.plan.split == 'data' else 'stages'}: who waits for whom")
+    table = titled_table(f"{'groups' if est.plan.split == 'data' else 'stages'}: who waits for whom")
     for col in ("group", "GPUs", "work", "busy s", "idle s", "memory GiB", "of GiB", "fits"):
         table.add_column(col)
     for g in est.groups:
@@ -39,7 +39,7 @@ def print_mixed_estimate(console: Console, est: MixedEstimate, train_tokens: flo
 
 def print_mixed_search(console: Console, result: MixedSearch, top: int) -> None:
     """Ranked mixed plans, the even split, and each group alone, with the verdict against the best single group."""
-    table = Table(title="mixed plans vs each group alone")
+    table = titled_table("mixed plans vs each group alone")
     for col in ("plan", "GPUs", "tokens/s", "steps x", "$/M tokens", "MFU"):
         table.add_column(col)
     for e in result.plans[:top]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
-from plait.search.runner import SearchResult
 from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why_winner
 from plait.search.pareto import Point
+from plait.search.runner import SearchResult
+from plait.terminal import titled_table
 from plait.units import GIB
 
 
@@ -16,7 +16,7 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     console.print(f"searched {result.num_candidates:,} candidate plans in {result.elapsed_s:.2f} s "
                   f"({result.candidates_per_s:,.0f}/s); {result.costed:,} costed, {result.num_feasible:,} feasible"
                   + (" [bold yellow](interrupted: best found so far)[/]" if result.interrupted else ""))
-    reasons = Table(title="infeasible candidates by reason", title_justify="left")
+    reasons = titled_table("infeasible candidates by reason")
     reasons.add_column("reason")
     reasons.add_column("count", justify="right")
     for reason, count in result.reasons.most_common():
@@ -26,8 +26,8 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     if not best:
         return
     methods = any(not e.plan.dp_sync.is_allreduce for e in best)  # ranked by time-to-target: show the multiplier
-    table = Table(title=f"top {len(best)} plans on {result.space.gpus} GPUs"
-                        + (" by time-to-target (step time x steps multiplier)" if methods else ""), title_justify="left")
+    table = titled_table(f"top {len(best)} plans on {result.space.gpus} GPUs"
+                         + (" by time-to-target (step time x steps multiplier)" if methods else ""))
     columns = ("#", "layout", "step s", *(("steps x",) if methods else ()), "tokens/s", "MFU", "headroom GiB",
                "bottleneck")
     for col in columns:
@@ -62,8 +62,8 @@ def print_relaxations(console: Console, result: SearchResult, relaxations: list[
 
 def print_points(console: Console, points: list[Point], front: list[Point], choice: Point, tokens: float) -> None:
     """Best plan per GPU count, the Pareto front and the choice."""
-    table = Table(title=f"training {tokens:.3g} tokens: best plan per GPU count (days and cost with failures, "
-                        "checkpoints and restarts: plait.predict.goodput)", title_justify="left")
+    table = titled_table(f"training {tokens:.3g} tokens: best plan per GPU count (days and cost with failures, "
+                         "checkpoints and restarts: plait.predict.goodput)")
     for col in ("GPUs", "layout", "tokens/s", "days", "cost $", "Pareto"):
         table.add_column(col, justify="left" if col == "layout" else "right")
     on_front = {p.gpus for p in front}

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from plait.cli.options import DEFAULT_CLUSTER
@@ -22,6 +21,7 @@ from plait.schedule.simulate import simulate
 from plait.schedule.speed import SpeedModel
 from plait.schedule.synthetic import synthetic_trace
 from plait.schedule.trace import TraceJob, read_trace, trace_csv
+from plait.terminal import rich_console, titled_table
 
 DEFAULT_SCHEDULE_GPUS = 128
 """Cluster size simulated unless --gpus says otherwise (16 nodes of 8: the shipped traces offer it 1.5x its GPUs over
@@ -42,7 +42,7 @@ def _jobs(trace: Path | None, synthetic: str | None, jobs: int, seed: int, load:
 def _table(results: list[ScheduleResult]) -> Table:
     """Per policy: JCT, queueing, makespan (hours), both utilizations, preemptions; jobs done, rejected and
     deadlines missed in the caption where they are the same for every policy (they fit 80 columns)."""
-    table = Table(title="plait schedule (hours)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = titled_table("plait schedule (hours)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in ("policy", "JCT", "p50", "p99", "queue", "makespan", "util", "util*", "preempt"):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True,
                          min_width=11 if col == "policy" else max(len(col), 5))
@@ -110,7 +110,7 @@ def schedule_command(
         print_json({"trace": name, "jobs": len(trace_jobs), "cluster": spec.name, "gpus": size,
                     "planner_searches": speed.searches, "policies": [r.summary() for r in results]})
         return
-    console = Console()
+    console = rich_console()
     console.print(f"{name}: {len(trace_jobs)} jobs on {size} GPUs of {spec.name}; speeds from "
                   f"{speed.searches} planner searches ({speed.search_s:.1f} s)")
     console.print(_table(results))

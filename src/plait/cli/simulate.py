@@ -3,49 +3,102 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from plait.cli.options import ENGINE_HELP, resolve_job
+from plait.cli.options import (
+    DEFAULT_GPUS,
+    ClusterOption,
+    CpOption,
+    DpReplicateOption,
+    DpSyncOption,
+    EngineOption,
+    EpOption,
+    ForceOption,
+    GlobalBatchOption,
+    GnnStrategyOption,
+    GpusOption,
+    GpusRangeOption,
+    JsonOption,
+    MicroBatchOption,
+    ModelOption,
+    OffloadOptimizerOption,
+    OffloadParamsOption,
+    ParallelOption,
+    PlanFileOption,
+    PpOption,
+    PrecisionOption,
+    RecomputeLayersOption,
+    RecomputeOption,
+    ScheduleOption,
+    SeqLenOption,
+    ShardingOption,
+    SpOption,
+    TokensOption,
+    TpOption,
+    VppOption,
+    layout_plan,
+    resolve_job,
+)
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_suffix, refuse_overwrite
+from plait.job import Job
+from plait.plan.defaults import GLOBAL_BATCH
 from plait.predict.estimate import predict
 from plait.search.pareto import pareto_front
 from plait.search.planner import gpu_counts, parse_gpu_range, search_gpu_counts
 from plait.simulate.costs import stage_memories
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
+from plait.terminal import rich_console
 from plait.workloads import labels_with, load
 
 
 def simulate_command(
-    plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan TOML file.")] = None,
-    model: Annotated[str | None, typer.Option(help="Override the plan file's model; or a GNN or DiT TOML.")] = None,
-    cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
-    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+    plan_file: PlanFileOption = None,
+    model: ModelOption = None,
+    cluster: ClusterOption = None,
+    engine: EngineOption = None,
     trace: Annotated[Path | None, typer.Option(help="Write Chrome/Perfetto trace-event JSON here.")] = None,
     png: Annotated[Path | None, typer.Option(help="Write the timeline picture here.")] = None,
-    force: Annotated[bool, typer.Option(help="Replace existing output files.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    gpus: Annotated[int, typer.Option(help="With a GNN or DiT TOML: GPUs.")] = 1,
-    global_batch: Annotated[int, typer.Option(help="With a GNN TOML: seed nodes per step over all GPUs.")] = 1024,
-    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: degrees KEY=N,... (as plait estimate).")] = None,
-    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: the strategy (as plait estimate).")] = "sampled_dp",
+    force: ForceOption = False,
+    as_json: JsonOption = False,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs; dp = gpus / (tp*pp*cp). [default: "
+                                                            f"{DEFAULT_GPUS}; a GNN or DiT TOML: 1]")] = None,
+    tp: TpOption = 1,
+    pp: PpOption = 1,
+    vpp: VppOption = 1,
+    schedule: ScheduleOption = "1f1b",
+    cp: CpOption = 1,
+    ep: EpOption = 1,
+    dp_replicate: DpReplicateOption = None,
+    sharding: ShardingOption = None,
+    sp: SpOption = None,
+    recompute: RecomputeOption = "none",
+    recompute_layers: RecomputeLayersOption = -1,
+    micro_batch: MicroBatchOption = None,
+    global_batch: Annotated[int | None, typer.Option("--global-batch", help="Sequences per optimizer step (a GNN "
+                                                     f"TOML: seed nodes). [default: {GLOBAL_BATCH}; a GNN TOML: "
+                                                     "1024]")] = None,
+    seq_len: SeqLenOption = 0,
+    precision: PrecisionOption = "bf16",
+    offload_optimizer: OffloadOptimizerOption = False,
+    offload_params: OffloadParamsOption = False,
+    dp_sync: DpSyncOption = None,
+    parallel: ParallelOption = None,
+    gnn_strategy: GnnStrategyOption = "sampled_dp",
 ) -> None:
-    """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets); a DiT's whole generation
-    (PipeFusion patch by patch) or a GNN step, phase by phase."""
+    """Simulate one step rank by rank (pipeline schedule, transfers, gradient buckets) of a plan file or of the
+    layout options as plait estimate takes them; a DiT's whole generation (PipeFusion patch by patch) or a GNN step,
+    phase by phase."""
     options = dict(locals())
     check_suffix(png, ".png", "--png")
     workload = load(model)
     if workload.kind.simulate is not None:  # the kind simulates its own step
-        workload.kind.simulate(workload, options)
+        workload.kind.simulate(workload, {**options, "gpus": gpus or 1, "global_batch": global_batch or 1024})
         return
-    if plan_file is None:
-        raise ConfigError("plait simulate needs --plan (a plan TOML), or --model with a "
-                          f"{labels_with('simulate')} TOML")
-    job = resolve_job(model, cluster, plan_file, None, engine)
+    job = _job(options, "simulate")
     plan = job.plan
     refuse_overwrite(trace, force)
     refuse_overwrite(png, force)
@@ -64,7 +117,7 @@ def simulate_command(
     if as_json:
         print_json(doc)
         return
-    console = Console()
+    console = rich_console()
     console.print(f"simulated step: {timeline.step_time_s:.4g} s for {plan.describe()} ({len(timeline.spans)} spans)")
     for rank, idle in doc["idle_fraction_per_rank"].items():  # type: ignore[union-attr]
         console.print(f"  rank {rank}: idle {100 * idle:.1f}% of the step")
@@ -74,20 +127,41 @@ def simulate_command(
 
 
 def report_command(
-    plan_file: Annotated[Path, typer.Option("--plan", help="Plan TOML file.")],
+    plan_file: PlanFileOption = None,
     out: Annotated[Path, typer.Option(help="HTML file to write.")] = Path("report.html"),
-    model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
-    cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
-    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
-    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts for the Pareto picture.")] = None,
-    tokens: Annotated[float, typer.Option(help="Tokens to train for the Pareto picture.")] = 1e12,
-    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+    model: ModelOption = None,
+    cluster: ClusterOption = None,
+    engine: EngineOption = None,
+    gpus_range: GpusRangeOption = None,
+    tokens: TokensOption = 1e12,
+    force: ForceOption = False,
+    gpus: GpusOption = DEFAULT_GPUS,
+    tp: TpOption = 1,
+    pp: PpOption = 1,
+    vpp: VppOption = 1,
+    schedule: ScheduleOption = "1f1b",
+    cp: CpOption = 1,
+    ep: EpOption = 1,
+    dp_replicate: DpReplicateOption = None,
+    sharding: ShardingOption = None,
+    sp: SpOption = None,
+    recompute: RecomputeOption = "none",
+    recompute_layers: RecomputeLayersOption = -1,
+    micro_batch: MicroBatchOption = None,
+    global_batch: GlobalBatchOption = GLOBAL_BATCH,
+    seq_len: SeqLenOption = 0,
+    precision: PrecisionOption = "bf16",
+    offload_optimizer: OffloadOptimizerOption = False,
+    offload_params: OffloadParamsOption = False,
+    dp_sync: DpSyncOption = None,
 ) -> None:
-    """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front."""
+    """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front (of a plan
+    file, or of the layout options as plait estimate takes them)."""
     from plait.report.html import render_report
 
+    options = dict(locals())
     bounds = parse_gpu_range(gpus_range) if gpus_range else None
-    job = resolve_job(model, cluster, plan_file, None, engine)
+    job = _job(options, "report")
     model_spec, cluster_spec, plan = job.model, job.cluster, job.plan
     refuse_overwrite(out, force)
     timeline = simulate_step(job)
@@ -100,4 +174,20 @@ def report_command(
         front = pareto_front(points)
     page = render_report(est, timeline, stage_memories(job), points, front)
     out.write_text(page, encoding="utf-8")
-    Console().print(f"wrote {out} ({len(page) / 1024:.0f} KiB)")
+    rich_console().print(f"wrote {out} ({len(page) / 1024:.0f} KiB)")
+
+
+def _job(options: dict[str, Any], command: str) -> Job:
+    """The job of ``--plan`` (``--model``/``--cluster``/``--engine`` replacing the file's), or of the layout options
+    as plait estimate reads them; a workload kind with its own pricing (traced, DLRM, GNN, DiT) is refused here."""
+    if options["plan_file"] is not None:
+        return resolve_job(options["model"], options["cluster"], options["plan_file"], None, options["engine"])
+    if options["model"] is not None:
+        kind = load(options["model"]).kind
+        if kind.price is not None or kind.estimate is not None:
+            also = f"; or a {labels_with('simulate')} TOML" if command == "simulate" else ""
+            raise ConfigError(f"--model {options['model']!r}: plait {command} takes a catalog model, a config.json "
+                              f"or a plan file (--plan){also}")
+    plan = layout_plan({**options, "gpus": options["gpus"] or DEFAULT_GPUS,
+                        "global_batch": options["global_batch"] or GLOBAL_BATCH})
+    return resolve_job(options["model"], options["cluster"], None, plan, options["engine"])

@@ -6,37 +6,55 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from plait.cli.options import JsonOption
 from plait.cli.output import print_json
 from plait.cli.render import print_memory_validation, print_validation
 from plait.errors import ConfigError
+from plait.terminal import rich_console, titled_table
+from plait.validate.datasets import DATASETS, dataset_path, option_path
 from plait.validate.report import validate_rows
 from plait.validate.runs import read_runs
 from plait.workloads import kinds
 
 
 def validate_command(
-    runs: Annotated[Path | None, typer.Option(help="CSV of measured step times (schema: tests/data/README.md).")] = None,
-    memory: Annotated[Path | None, typer.Option(help="CSV of measured peak memory per GPU "
-                                                     "(tests/data/memory_runs.csv; schema: tests/data/README.md).")] = None,
-    classic: Annotated[Path | None, typer.Option(help="CSV of measured data-parallel throughputs of traced models "
-                                                       "(tests/data/classic_dp.csv; sources: tests/data/classic_dp.md).")] = None,
+    dataset: Annotated[str | None, typer.Argument(help=f"A shipped dataset: {', '.join(DATASETS)} (the runs, memory, "
+                                                       "classic, DiT and GNN files below; no option needed).",
+                                                  show_default=False)] = None,
+    runs: Annotated[Path | None, typer.Option(help="CSV of measured step times, or dev (the shipped public runs; "
+                                                   "schema: plait/validate/data/README.md).")] = None,
+    memory: Annotated[Path | None, typer.Option(help="CSV of measured peak memory per GPU, or memory (the shipped "
+                                                     "memory_runs.csv; schema: plait/validate/data/README.md).")] = None,
+    classic: Annotated[Path | None, typer.Option(help="CSV of measured data-parallel throughputs of traced models, or "
+                                                      "classic (the shipped classic_dp.csv; sources: classic_dp.md "
+                                                      "beside it).")] = None,
     dit: Annotated[Path | None, typer.Option(help="CSV of measured latencies of parallel diffusion-transformer "
-                                                  "inference (tests/data/dit_latency.csv; sources: "
-                                                  "tests/data/dit_latency.md).")] = None,
-    gnn: Annotated[Path | None, typer.Option(help="CSV of measured GNN training epoch times "
-                                                  "(tests/data/gnn_epochs.csv; sources: tests/data/gnn_epochs.md).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+                                                  "inference, or dit (the shipped dit_latency.csv; sources: "
+                                                  "dit_latency.md beside it).")] = None,
+    gnn: Annotated[Path | None, typer.Option(help="CSV of measured GNN training epoch times, or gnn (the shipped "
+                                                  "gnn_epochs.csv; sources: gnn_epochs.md beside it).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Predict every run with a measured step time (--runs), peak memory (--memory), data-parallel throughput of
     a traced model (--classic), DiT inference latency (--dit) or GNN epoch time (--gnn); print errors and MAPE
-    overall and per source."""
+    overall and per source. `plait validate dev` (memory, classic, dit, gnn) runs the shipped public runs."""
+    if dataset is not None:
+        if any(x is not None for x in (runs, memory, classic, dit, gnn)):
+            raise ConfigError(f"dataset {dataset!r} and a CSV option: give one of them")
+        path = dataset_path(dataset)
+        runs, memory, classic, dit, gnn = (path if DATASETS[dataset][0] == option else None
+                                           for option in ("runs", "memory", "classic", "dit", "gnn"))
+    runs, memory, classic, dit, gnn = (option_path(option, value) for option, value in
+                                       (("runs", runs), ("memory", memory), ("classic", classic), ("dit", dit),
+                                        ("gnn", gnn)))
+    del dataset
     options = dict(locals())
     if sum(x is not None for x in (runs, memory, classic, dit, gnn)) != 1:
         raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory), --classic "
                           "(measured throughputs of traced models), --dit (measured DiT inference latencies) or --gnn "
-                          "(measured GNN epoch times)")
+                          "(measured GNN epoch times), or name a shipped dataset: plait validate "
+                          f"{'|'.join(DATASETS)}")
     for kind in kinds():  # a workload kind's own measured runs
         if kind.validation is not None and options[kind.validation.option] is not None:
             check = kind.validation
@@ -49,20 +67,18 @@ def validate_command(
         if as_json:
             print_json(result.to_dict())
         else:
-            print_memory_validation(Console(), result)
+            print_memory_validation(rich_console(), result)
         return
     assert runs is not None
     validation = validate_rows(read_runs(runs))
     if as_json:
         print_json(validation.to_dict())
     else:
-        print_validation(Console(), validation)
+        print_validation(rich_console(), validation)
 
 
 def _report(results, title: str, as_json: bool, error: str) -> None:  # type: ignore[no-untyped-def]
     """Predicted rows with their errors, MAPE overall and per source, and why the rest are not predicted."""
-    from rich.table import Table
-
     from plait.validate.classic import mape
 
     predicted = [r for r in results if r.error_pct is not None]
@@ -78,13 +94,12 @@ def _report(results, title: str, as_json: bool, error: str) -> None:  # type: ig
     if as_json:
         print_json(summary)
         return
-    table = Table(title=f"{title} MAPE {summary['mape_pct']:.1f}% on {len(predicted)} of {len(results)} rows",
-                  title_justify="left")
+    table = titled_table(f"{title} MAPE {summary['mape_pct']:.1f}% on {len(predicted)} of {len(results)} rows")
     for column in ("source", "run", "measured/s", "predicted/s", "error"):
         table.add_column(column, justify="right" if column != "run" else "left")
     for r in predicted:
         table.add_row(r.source, r.label, f"{r.measured_per_s:,.3g}", f"{r.predicted_per_s:,.3g}", f"{r.error_pct:+.1f}%")
-    console = Console()
+    console = rich_console()
     console.print(table)
     reasons: dict[str, int] = {}
     for r in results:

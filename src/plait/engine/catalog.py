@@ -13,10 +13,10 @@ from dataclasses import fields, replace
 from importlib import resources
 from typing import Any
 
-from plait.engine.facts import EngineFacts
 from plait.engine.capability import FEATURES, MACHINES
 from plait.engine.engine import Engine
-from plait.errors import ConfigError
+from plait.engine.facts import EngineFacts
+from plait.errors import ConfigError, did_you_mean
 from plait.schema import build
 
 DEFAULT_ENGINE = "megatron-core"
@@ -49,7 +49,8 @@ def _key(name: str, version: str | None) -> str:
         if name in tables and tables[name].get("version") == version:
             return name
     known = ", ".join(engine_names())
-    raise ConfigError(f"unknown engine {name}{'@' + version if version else ''!s} (known: {known})")
+    spec = f"{name}{'@' + version if version else ''!s}"
+    raise ConfigError(f"unknown engine {spec}{did_you_mean(spec, tables)} (known: {known})")
 
 
 def _check_features(where: str, table: dict[str, str]) -> None:

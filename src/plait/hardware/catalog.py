@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, all_problems, read_user_file
+from plait.errors import ConfigError, all_problems, did_you_mean, read_user_file
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
@@ -85,7 +85,8 @@ def get_accelerator(slug: str) -> Accelerator:
     """The packaged accelerator ``slug``."""
     tables = _accelerator_tables()
     if slug not in tables:
-        raise ConfigError(f"unknown accelerator {slug!r} (known: {', '.join(sorted(tables))})")
+        raise ConfigError(f"unknown accelerator {slug!r}{did_you_mean(slug, tables)} (known: "
+                          f"{', '.join(sorted(tables))})")
     eff = _efficiency_tables().get(slug)
     return accelerator_from_mapping(tables[slug], f"accelerators.toml:{slug}", eff)
 
@@ -134,8 +135,8 @@ def get_cluster(slug: str) -> Cluster:
     """The packaged cluster preset ``slug``."""
     tables = _cluster_tables()
     if slug not in tables:
-        raise ConfigError(f"unknown cluster {slug!r} (known: {', '.join(sorted(tables))}; mixed presets: plait "
-                          "clusters; or give a .toml/.yaml file)")
+        raise ConfigError(f"unknown cluster {slug!r}{did_you_mean(slug, tables)} (known: {', '.join(sorted(tables))}; "
+                          "mixed presets: plait clusters; or give a .toml/.yaml file)")
     return cluster_from_mapping(tables[slug], f"clusters.toml:{slug}")
 
 

@@ -14,7 +14,7 @@ the width is honest is measured leave-one-source-out: each source's runs against
 (:func:`loso_coverage`; the test requires 75-90% overall).
 
 The shipped quantiles (``data/intervals.toml``) are computed from the development set by
-``python -m plait.validate.intervals --runs tests/data/dev.csv --write src/plait/predict/data/intervals.toml``; a test
+``python -m plait.validate.intervals --runs plait/validate/data/dev.csv --write src/plait/predict/data/intervals.toml``; a test
 recomputes them, so a change to the cost model that moves the residuals must rewrite them.
 """
 

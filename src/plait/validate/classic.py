@@ -1,6 +1,6 @@
 """Predicted vs measured throughput of classic data-parallel training: ResNet-50 and BERT-large runs
-published by NVIDIA DeepLearningExamples and the TensorFlow benchmarks page (``tests/data/classic_dp.csv``; every
-source, commit and caveat in ``tests/data/classic_dp.md``), each traced (:mod:`plait.workload.tracing`) and costed
+published by NVIDIA DeepLearningExamples and the TensorFlow benchmarks page (``plait/validate/data/classic_dp.csv``; every
+source, commit and caveat in ``plait/validate/data/classic_dp.md``), each traced (:mod:`plait.workload.tracing`) and costed
 (:mod:`plait.cost.traced`) as data parallelism on the system it ran on.
 
 A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps its notes state (BERT; ResNet-50
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from plait.cost.traced import estimate_traced
 from plait.engine.catalog import get_engine
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
@@ -92,9 +92,10 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
 
 
 def validate_classic(path: Path) -> list[ClassicResult]:
-    """Every row of ``path`` (the schema of ``tests/data/classic_dp.csv``)."""
+    """Every row of ``path`` (the schema of ``plait/validate/data/classic_dp.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--classic {path}: no such file")
+    require_extra("traced", "plait validate --classic")  # every row traces a Hugging Face model
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     return [predict_row(row) for row in rows]

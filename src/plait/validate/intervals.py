@@ -1,7 +1,7 @@
 """Calibrate the step-time intervals on measured runs and measure their leave-one-source-out coverage
 (:mod:`plait.predict.intervals`).
 
-Run: python -m plait.validate.intervals --runs tests/data/dev.csv [--write src/plait/predict/data/intervals.toml]
+Run: python -m plait.validate.intervals --runs plait/validate/data/dev.csv [--write src/plait/predict/data/intervals.toml]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Predicted vs measured peak memory per GPU of public training runs (``plait validate --memory``).
 
-The rows (``tests/data/memory_runs.csv``, schema in ``tests/data/README.md``) share the runs file's identity, shape
+The rows (``plait/validate/data/memory_runs.csv``, schema in ``plait/validate/data/README.md``) share the runs file's identity, shape
 and layout columns; each row is predicted as a step-time row is (:func:`plait.validate.report.fill_row`: unknown
 knobs take the feasible value with the best predicted step time), and the prediction is compared in the kind of
 memory the source measured (``memory_kind``):
@@ -74,7 +74,7 @@ def read_memory_runs(path: Path) -> list[tuple[RunRow, float, str]]:
     reader = csv.DictReader(io.StringIO(read_user_file(path, "memory runs file"), newline=""))
     missing = [c for c in MEMORY_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
-        raise ConfigError(f"memory runs file {str(path)!r} lacks column {missing[0]!r} (schema: tests/data/README.md)")
+        raise ConfigError(f"memory runs file {str(path)!r} lacks column {missing[0]!r} (schema: plait/validate/data/README.md)")
     out = []
     for raw in reader:
         where = f"{path.name}:{reader.line_num}"

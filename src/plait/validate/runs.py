@@ -1,4 +1,4 @@
-"""Read measured training runs (the schema of ``tests/data/README.md``) into typed rows.
+"""Read measured training runs (the schema of ``plait/validate/data/README.md``) into typed rows.
 
 A row is parsed once here; an unreadable file or a malformed value is a one-line
 :class:`ConfigError` naming the file, the line and the column.
@@ -207,7 +207,7 @@ def read_runs(path: Path) -> list[RunRow]:
     try:
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
-            raise ConfigError(f"runs file {str(path)!r} lacks column {missing[0]!r} (schema: tests/data/README.md)")
+            raise ConfigError(f"runs file {str(path)!r} lacks column {missing[0]!r} (schema: plait/validate/data/README.md)")
         return [parse_row(raw, f"{path.name}:{reader.line_num}", path.parent) for raw in reader]
     except csv.Error as exc:
         raise ConfigError(f"runs file {str(path)!r} is not valid CSV: {exc}") from exc

@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, read_user_file
+from plait.errors import ConfigError, did_you_mean, read_user_file
 from plait.schema import build
 from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
@@ -36,8 +36,9 @@ def get_model(slug: str) -> ModelSpec:
     """The packaged model ``slug``."""
     tables = _tables()
     if slug not in tables:
-        close = [n for n in tables if slug.lower().replace("_", "-") in n]
-        hint = f"; did you mean {', '.join(close[:3])}?" if close else "; see `plait models`"
+        hint = did_you_mean(slug, tables) or "; see `plait models`"
+        if "/" in slug and not Path(slug).suffix:  # a Hugging Face hub id
+            hint += " (plait reads no hub: pass the model's config.json as --model)"
         raise ConfigError(f"unknown model {slug!r}{hint}")
     return model_from_mapping(tables[slug], f"models.toml:{slug}")
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.workload.traced import Kernel, Shape, TracedWorkload, Unit
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
@@ -63,7 +63,8 @@ def load_factory(name: str) -> Callable[[], Any]:
 def trace(name: str, example_shape: Shape | None = None, input_dtype: str | None = None,
           dtype: str = "bfloat16") -> TracedWorkload:
     """The workload of the module that factory ``name`` builds (module docstring); kept per arguments in this
-    process (a workload is immutable)."""
+    process (a workload is immutable). The shipped factories build Hugging Face transformers' models."""
+    require_extra("traced" if name.startswith("plait.workload.zoo:") else "run", f"--model {name}")
     return trace_factory(load_factory(name), name, example_shape, input_dtype, dtype)
 
 

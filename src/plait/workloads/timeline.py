@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-
 from plait.errors import refuse_overwrite
 from plait.hardware.catalog import DEFAULT_CLUSTER
 from plait.simulate.pipeline import Timeline
 from plait.simulate.trace import write_trace
 from plait.strict_json import print_json
+from plait.terminal import rich_console
 from plait.workloads import Options, Workload
 
 TimelineOf = Callable[[Workload, Options, str], tuple[Timeline, float, str]]
@@ -38,7 +37,7 @@ def simulate_workload(workload: Workload, options: Options, timeline_of: Timelin
     if as_json:
         print_json(doc)
         return
-    console = Console()
+    console = rich_console()
     console.print(f"simulated {what}: {timeline.step_time_s:.4g} s (closed form {predicted:.4g} s; "
                   f"{doc['spans']} spans on {doc['lanes']} lanes)")
     for path in (trace, png):

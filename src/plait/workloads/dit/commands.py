@@ -4,19 +4,18 @@ parsed (``--parallel`` into a :class:`~plait.workloads.dit.cost.DitPlan`), the w
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.plan.defaults import GPUS
-from plait.workloads.dit.predict import parse_dit_plan, predict_dit
 from plait.simulate.pipeline import Timeline
-from plait.workloads.dit.simulate import dit_timeline
 from plait.strict_json import print_json
+from plait.terminal import rich_console
 from plait.workloads import Options, Workload
-from plait.workloads.dit.run import run_dit
 from plait.workloads.dit.plan import plan_dit
+from plait.workloads.dit.predict import parse_dit_plan, predict_dit
 from plait.workloads.dit.render import print_dit
+from plait.workloads.dit.run import run_dit
+from plait.workloads.dit.simulate import dit_timeline
 from plait.workloads.timeline import simulate_workload
 
 
@@ -31,7 +30,7 @@ def estimate(workload: Workload, options: Options) -> None:
     if options["as_json"]:
         print_json(dit.to_dict())
     else:
-        print_dit(Console(), dit)
+        print_dit(rich_console(), dit)
 
 
 def plan(workload: Workload, options: Options) -> None:

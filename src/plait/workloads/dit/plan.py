@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
-
 from plait.errors import ConfigError, check_export_folder
 from plait.hardware.catalog import resolve_cluster
 from plait.strict_json import print_json
+from plait.terminal import rich_console
 from plait.workloads import Workload
 from plait.workloads.dit.predict import DitPrediction, search_dit
 from plait.workloads.dit.render import print_dit, print_dit_search
@@ -33,7 +32,7 @@ def plan_dit(workload: Workload, cluster: str, gpus: int, memory_margin: float, 
                     "refused": [{"plan": plan.label(), "why": why} for plan, why in refused],
                     "exported": exported.plan.label() if exported else None})
         return
-    console = Console()
+    console = rich_console()
     if ranked:
         print_dit(console, ranked[0])
     print_dit_search(console, ranked, refused)

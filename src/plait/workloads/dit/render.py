@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
-from rich.table import Table
 
+from plait.terminal import titled_table
+from plait.units import GIB
 from plait.workloads.dit.cost import DitPlan
 from plait.workloads.dit.predict import DitPrediction
-from plait.units import GIB
 
 
 def _label(result: DitPrediction) -> str:
@@ -22,7 +22,7 @@ def print_dit(console: Console, result: DitPrediction) -> None:
                   f"({result.cluster.name}): {_label(result)}")
     console.print(f"{job.batch} image(s) of {job.resolution} px ({job.image_tokens(result.spec):,} tokens), "
                   f"{job.steps} steps{', classifier-free guidance' if job.cfg else ''}")
-    table = Table(title="one denoising step per GPU", title_justify="left")
+    table = titled_table("one denoising step per GPU")
     table.add_column("part")
     table.add_column("ms", justify="right")
     table.add_row("compute (GEMMs, attention)", f"{1e3 * est.compute_s:.3f}")
@@ -36,7 +36,7 @@ def print_dit(console: Console, result: DitPrediction) -> None:
 
 def print_dit_search(console: Console, ranked: list[DitPrediction], refused: list[tuple[DitPlan, str]],
                      top: int = 10) -> None:
-    table = Table(title=f"plans, lowest latency first ({len(ranked)} fit)", title_justify="left")
+    table = titled_table(f"plans, lowest latency first ({len(ranked)} fit)")
     for col in ("plan", "latency s", "step ms", "exposed comm ms", "GiB"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r in ranked[:top]:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
-
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
 from plait.run.workload_configs import DitConfig
+from plait.terminal import rich_console
 from plait.workloads import Workload
 from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
 from plait.workloads.dit.predict import parse_dit_plan
@@ -32,13 +31,14 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
         raise ConfigError(f"--parallel {plan.label()}: plait run denoises a plain DiT with Ulysses or DistriFusion "
                           "alone on CPU ranks; export the rest for xDiT (plait plan --export)")
     ranks = plan.gpus
+    require_extra("run", "plait run of a DiT")
     check_cpu_machine(ranks, 4 * spec.params() * 3)  # fp32 weights, activations and the reference's copy
     side = job.resolution // spec.vae_downsample // spec.patch
     warmup = 4 if sp == "distrifusion" else 1
     config = DitConfig(sp=sp, hidden=spec.hidden, heads=spec.heads, layers=spec.layers, side=side, patch=spec.patch,
                        channels=spec.latent_channels, batch=job.batch, steps=job.steps, warmup=min(warmup, job.steps),
                        out=Path("unused"))
-    console = Console()
+    console = rich_console()
     console.print(f"{spec.name}: {job.batch} image(s), {side * side} tokens, {job.steps} steps, {plan.label()} on "
                   f"{ranks} gloo ranks (fp32)")
     if dry_run:

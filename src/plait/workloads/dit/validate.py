@@ -1,5 +1,5 @@
 """Predicted vs measured latency of parallel diffusion-transformer inference: public tables of xDiT and
-ParaAttention (``tests/data/dit_latency.csv``; every source, commit and caveat in ``tests/data/dit_latency.md``),
+ParaAttention (``plait/validate/data/dit_latency.csv``; every source, commit and caveat in ``plait/validate/data/dit_latency.md``),
 each costed by :mod:`plait.workloads.dit.cost` with the shipped model file its model names, on the preset of its GPU.
 
 The error is on the latency (predicted over measured, minus one). The measured figures time the whole pipeline
@@ -16,12 +16,13 @@ from pathlib import Path
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
+from plait.validate.datasets import dataset_path
 from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import read_dit
 
-ROOT = Path(__file__).resolve().parents[4]
 MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml"}
-"""Model names of the CSV -> the shipped model file in examples/ (its job's resolution and steps are the row's)."""
+"""Model names of the CSV -> the model file shipped beside the CSV in ``plait/validate/data/models`` (package data,
+the same file as ``examples/``; its job's resolution and steps are the row's)."""
 SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-a100-ib"}
 """GPU names of the CSV -> a preset of that GPU (the rows run inside one NVLink node)."""
 
@@ -45,7 +46,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
         return result(f"no preset system of {row['gpu']} GPUs")
     if not row["resolution"]:
         return result("the source states no resolution")
-    spec, job = read_dit(ROOT / "examples" / MODELS[row["model"]])
+    spec, job = read_dit(dataset_path("dit").parent / "models" / MODELS[row["model"]])
     width, height = (int(v) for v in row["resolution"].split("x")[:2])
     if width != height:
         return result(f"resolution {row['resolution']}: plait's DiT jobs are square")
@@ -61,7 +62,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
 
 
 def validate_dit(path: Path) -> list[ClassicResult]:
-    """Every row of ``path`` (the schema of ``tests/data/dit_latency.csv``)."""
+    """Every row of ``path`` (the schema of ``plait/validate/data/dit_latency.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--dit {path}: no such file")
     with path.open(newline="") as handle:

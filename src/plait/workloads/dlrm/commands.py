@@ -3,15 +3,14 @@ workload priced (:mod:`plait.workloads.dlrm.predict`), the result printed."""
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
-from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, predict_dlrm
 from plait.search.planner import parse_batches
 from plait.strict_json import print_json
+from plait.terminal import rich_console
 from plait.workloads import Options, Workload
 from plait.workloads.dlrm.plan import plan_dlrm
+from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, predict_dlrm
 from plait.workloads.dlrm.render import print_dlrm
 from plait.workloads.dlrm.run import check_torchrec, run_dlrm
 
@@ -31,7 +30,7 @@ def estimate(workload: Workload, options: Options) -> None:
     if options["as_json"]:
         print_json(dlrm.to_dict())
     else:
-        print_dlrm(Console(), dlrm)
+        print_dlrm(rich_console(), dlrm)
 
 
 def plan(workload: Workload, options: Options) -> None:

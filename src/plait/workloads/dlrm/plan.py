@@ -6,12 +6,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from plait.errors import ConfigError, check_export_folder
+from plait.errors import ConfigError, MissingExtra, check_export_folder, require_extra
 from plait.hardware.catalog import resolve_cluster
 from plait.strict_json import print_json
+from plait.terminal import rich_console, titled_table
 from plait.units import GIB
 from plait.workloads import Workload
 from plait.workloads.dlrm.model import DlrmSpec
@@ -27,7 +25,8 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
     """plait's placement with its per-rank balance; TorchRec's ``EmbeddingShardingPlanner`` on the same tables and
     topology, costed by the same model, with its own estimate beside; ``export``: plait's plan as TorchRec's
     ``ShardingPlan`` (JSON) and as ``--placements`` text."""
-    if export is not None:
+    if export is not None:  # TorchRec's ShardingPlan is built by TorchRec: refused before the search if absent
+        require_extra("recsys", "plait plan --export of a DLRM")
         check_export_folder(export, EXPORTS, force)
     spec: DlrmSpec = workload.description
     ours = predict_dlrm(spec, resolve_cluster(cluster), gpus, global_batch, memory_margin=memory_margin)
@@ -41,12 +40,12 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
         print_json({"plait": ours.to_dict(), "torchrec": theirs.to_dict() if theirs else None,
                     "torchrec_own_estimate_per_rank": their_estimate, "torchrec_unavailable": why_not})
         return
-    console = Console()
+    console = rich_console()
     print_dlrm(console, ours)
     if theirs is None:
         console.print(f"TorchRec's planner not run: {why_not}")
         return
-    table = Table(title="plait's placement vs TorchRec's planner (both costed by plait's model)", title_justify="left")
+    table = titled_table("plait's placement vs TorchRec's planner (both costed by plait's model)")
     for col in ("planner", "slowest rank ms", "step ms", "peak GiB", "TorchRec's own estimate", "sharding types"):
         table.add_column(col, justify="left" if col in ("planner", "sharding types") else "right")
     for label, result, own in (("plait", ours, "-"), ("torchrec", theirs, f"{max(their_estimate):.3f}")):
@@ -66,8 +65,9 @@ def _torchrec(gpus: int, global_batch: int, ours: DlrmPrediction) -> tuple[DlrmP
     try:
         placed, own = torchrec_placements(ours.spec, gpus, min(ours.cluster.gpus_per_node, gpus), ours.batch,
                                           ours.cluster.accelerator.memory_bytes)
-    except ImportError:
-        return None, None, "torchrec is not installed (pip install 'plait[recsys]')"
+    except ImportError as error:
+        missing = (getattr(error, "name", None) or "torchrec").split(".")[0]
+        return None, None, str(MissingExtra("TorchRec's planner", "recsys", missing))
     except ConfigError as error:
         return None, None, str(error)
     given = parse_placements(placements_text(placed), ours.spec, gpus)  # as --placements would give them

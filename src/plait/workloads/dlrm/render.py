@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
-from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
+from plait.terminal import titled_table
 from plait.units import GIB
+from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
 
 
 def print_dlrm(console: Console, result: DlrmPrediction, title: str | None = None) -> None:
@@ -18,7 +18,7 @@ def print_dlrm(console: Console, result: DlrmPrediction, title: str | None = Non
     console.print(f"step {1e3 * est.step_s:.3f} ms = slowest rank {1e3 * max(est.rank_time_s):.3f} ms + dense MLPs "
                   f"{1e3 * est.dense_s:.3f} ms; {result.batch * result.world / est.step_s:,.0f} samples/s; peak "
                   f"{est.max_memory_bytes / GIB:.2f} GiB per GPU")
-    table = Table(title="per rank", title_justify="left")
+    table = titled_table("per rank")
     for col in ("rank", "tables", "lookups ms", "all-to-all ms", "all-reduce ms", "time ms", "memory GiB"):
         table.add_column(col, justify="left" if col == "tables" else "right")
     slowest = max(range(len(est.rank_time_s)), key=est.rank_time_s.__getitem__)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
 from plait.run.workload_configs import DlrmConfig
+from plait.terminal import rich_console, titled_table
 from plait.workloads.dlrm.predict import DlrmPrediction, placements_text
 
 WORKER = "plait.workloads.dlrm.worker"
@@ -19,10 +17,11 @@ WORKER = "plait.workloads.dlrm.worker"
 
 def check_torchrec() -> None:
     """Refuse a DLRM run where TorchRec is not installed."""
+    require_extra("recsys", "plait run of a DLRM")
     try:
         import torchrec  # noqa: F401
-    except ImportError:
-        raise ConfigError("plait run of a DLRM needs torchrec and fbgemm-gpu-cpu: pip install 'plait[recsys]'") from None
+    except ImportError as error:  # installed, but does not load (an fbgemm-gpu built for another torch)
+        raise ConfigError(f"plait run of a DLRM: torchrec is installed but does not import ({error})") from None
 
 
 def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, dry_run: bool) -> None:
@@ -35,7 +34,7 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
 
     gpus = predicted.world
     check_cpu_machine(gpus, predicted.estimate.max_memory_bytes)
-    console = Console()
+    console = rich_console()
     text = placements_text(predicted.placements)
     console.print(f"placements ({predicted.chosen_by}): {text}")
     if dry_run:
@@ -43,8 +42,7 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
     config = DlrmConfig(model=Path(model), placements=text, batch=predicted.batch, steps=steps,
                         optimizer=optimizer, out=Path("unused"))  # type: ignore[arg-type]
     measured = run_worker(WORKER, gpus, config)
-    table = Table(title=f"{predicted.spec.name} on {gpus} ranks, {predicted.batch} samples per rank",
-                  title_justify="left")
+    table = titled_table(f"{predicted.spec.name} on {gpus} ranks, {predicted.batch} samples per rank")
     for col in ("", "measured", "predicted"):
         table.add_column(col, justify="right")
     steady = measured["step_times_s"][1:] or measured["step_times_s"]

@@ -3,13 +3,12 @@ parsed, the workload priced (:mod:`plait.workloads.gnn.predict`), the result pri
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.search.planner import parse_batches
 from plait.simulate.pipeline import Timeline
 from plait.strict_json import print_json
+from plait.terminal import rich_console
 from plait.workloads import Options, Workload
 from plait.workloads.gnn.plan import plan_gnn
 from plait.workloads.gnn.predict import GnnPrediction, predict_gnn
@@ -41,7 +40,7 @@ def estimate(workload: Workload, options: Options) -> None:
     if options["as_json"]:
         print_json(gnn.to_dict())
     else:
-        print_gnn(Console(), gnn)
+        print_gnn(rich_console(), gnn)
 
 
 def plan(workload: Workload, options: Options) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from plait.hardware.catalog import resolve_cluster
 from plait.strict_json import print_json
+from plait.terminal import rich_console
 from plait.workloads import Workload
 from plait.workloads.gnn.predict import search_gnn
 from plait.workloads.gnn.render import print_gnn, print_gnn_search
@@ -21,7 +20,7 @@ def plan_gnn(workload: Workload, cluster: str, gpus: int, global_batch: int, mem
         print_json({"ranked": [r.to_dict() for r in ranked], "approximate": [r.to_dict() for r in approximate],
                     "refused": [{"strategy": label, "why": why} for label, why in refused]})
         return
-    console = Console()
+    console = rich_console()
     if ranked:
         print_gnn(console, ranked[0])
     print_gnn_search(console, ranked, approximate, refused)

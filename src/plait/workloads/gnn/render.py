@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
+from plait.terminal import titled_table
 from plait.units import GIB
 from plait.workloads.gnn.predict import APART, GnnPrediction
 
@@ -30,7 +30,7 @@ def print_gnn(console: Console, result: GnnPrediction) -> None:
     est, sampled = result.estimate, result.estimate.batch
     console.print(f"{result.spec.name} on {result.world} x {result.cluster.accelerator.name} ({result.cluster.name}), "
                   f"{result.batch} seeds per rank, {describe(result)}; edge cut {result.edge_cut:.3f}")
-    table = Table(title="one step", title_justify="left")
+    table = titled_table("one step")
     table.add_column("part")
     table.add_column("ms", justify="right")
     for label, attr in PARTS:
@@ -51,7 +51,7 @@ def print_gnn_search(console: Console, ranked: list[GnnPrediction], approximate:
                      refused: list[tuple[str, str]]) -> None:
     """The exact strategies that fit, fastest first, with what the winner's step is made of; the approximate ones
     beside (they train on less of the graph); the refused."""
-    table = Table(title="strategies, fastest epoch first", title_justify="left")
+    table = titled_table("strategies, fastest epoch first")
     for col in ("strategy", "step ms", "epoch s", "fetch ms", "compute ms", "GiB"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for r in [*ranked, *approximate]:

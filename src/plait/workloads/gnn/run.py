@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, require_extra
 from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
+from plait.terminal import rich_console, titled_table
 from plait.workloads import Workload
 from plait.workloads.gnn.config import GnnConfig, GnnLocalConfig, GnnPipeConfig
 from plait.workloads.gnn.cost import STRATEGIES, rank_fetch_bytes
@@ -56,9 +56,10 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     batch = global_batch // gpus
     if batch > g.nodes // gpus:
         raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
+    require_extra("gnn", "plait run of a GNN")  # here, not in the ranks: their failure would say only that one failed
     check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
     config = gnn_worker_config(spec, batch, steps, cache)
-    console = Console()
+    console = rich_console()
     console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
                   f"{batch} seeds per rank, {steps} steps, {strategy}"
                   + (f", {chosen.label()} sampler" if chosen.kind != "loop" else ""))
@@ -77,7 +78,7 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
 
     single = train(config, reference=gpus)
     expected = _expected_fetch_bytes(config, gpus, batch, cache, m.fanouts, g.features)
-    table = Table(title=f"{spec.name} on {gpus} gloo ranks", title_justify="left")
+    table = titled_table(f"{spec.name} on {gpus} gloo ranks")
     for col in ("step", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
         table.add_column(col, justify="right")
     for step, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
@@ -127,7 +128,7 @@ def _run_pipe(console: Console, spec: Any, gpus: int, steps: int) -> None:
     measured = run_worker(PIPE_WORKER, gpus, config)
     single = train(config, reference=gpus)
     expected = rank_pipe_bytes(boundary_bytes(spec, [(r, r + 1) for r in range(gpus)]))
-    table = Table(title=f"{spec.name}: full-graph GNNPipe on {gpus} gloo ranks, {chunks} chunks", title_justify="left")
+    table = titled_table(f"{spec.name}: full-graph GNNPipe on {gpus} gloo ranks, {chunks} chunks")
     for col in ("epoch", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
         table.add_column(col, justify="right")
     for epoch, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):
@@ -142,7 +143,7 @@ def _run_local(console: Console, name: str, gpus: int, config: GnnLocalConfig) -
 
     measured = run_worker(LOCAL_WORKER, gpus, config)
     single = train(config, reference=gpus)
-    table = Table(title=f"{name} on {gpus} gloo ranks (no feature moves between ranks)", title_justify="left")
+    table = titled_table(f"{name} on {gpus} gloo ranks (no feature moves between ranks)")
     for col in ("step", "loss (ranks)", "loss (1 process)"):
         table.add_column(col, justify="right")
     for step, (loss, ref) in enumerate(zip(measured["losses"], single["losses"], strict=True)):

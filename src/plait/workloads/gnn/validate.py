@@ -1,5 +1,5 @@
 """Predicted vs measured epoch times of GNN training: public tables of the DGL 0.5 benchmark, GNNLab,
-SALIENT, SALIENT++ and Quiver (``tests/data/gnn_epochs.csv``; sources and caveats in ``tests/data/gnn_epochs.md``),
+SALIENT, SALIENT++ and Quiver (``plait/validate/data/gnn_epochs.csv``; sources and caveats in ``plait/validate/data/gnn_epochs.md``),
 each costed by :mod:`plait.workloads.gnn.cost` on the preset of its GPU with the graph's statistics
 (``plait/workloads/gnn/data/graphs.toml``).
 
@@ -71,7 +71,7 @@ def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicRes
 
 
 def validate_gnn(path: Path) -> list[ClassicResult]:
-    """Every row of ``path`` (the schema of ``tests/data/gnn_epochs.csv``)."""
+    """Every row of ``path`` (the schema of ``plait/validate/data/gnn_epochs.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--gnn {path}: no such file")
     known = graphs()

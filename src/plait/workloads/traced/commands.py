@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from plait.cost.estimate import Estimate
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
@@ -17,6 +16,7 @@ from plait.search.planner import parse_batches
 from plait.search.traced import search_traced
 from plait.strict_json import print_json
 from plait.sync import ALLREDUCE, parse
+from plait.terminal import rich_console, titled_table
 from plait.units import GIB
 from plait.workload.tracing import trace
 from plait.workloads import Options, Workload
@@ -60,7 +60,7 @@ def plan(workload: Workload, options: Options) -> None:
                     "why": why_winner(result.ranked[0]) if result.ranked else None,
                     "runner_up": runner_up_gives_up(*result.ranked[:2]) if len(result.ranked) > 1 else None})
     else:
-        print_traced_search(Console(), work.name, gpus, result, top)
+        print_traced_search(rich_console(), work.name, gpus, result, top)
     if not result.ranked:
         raise typer.Exit(1)
 
@@ -68,8 +68,8 @@ def plan(workload: Workload, options: Options) -> None:
 def print_traced_search(console: Console, name: str, gpus: int, result, top: int) -> None:  # type: ignore[no-untyped-def]
     """The ranked plans of a traced model (:func:`plait.search.traced.search_traced`)."""
     best = result.ranked[:top]
-    table = Table(title=f"top {len(best)} plans for {name} on {gpus} GPUs ({result.candidates} candidates, "
-                        f"{len(result.ranked)} fit)", title_justify="left")
+    table = titled_table(f"top {len(best)} plans for {name} on {gpus} GPUs ({result.candidates} candidates, "
+                         f"{len(result.ranked)} fit)")
     for column in ("#", "layout", "step s", "samples/s", "MFU", "GiB", "bottleneck"):
         table.add_column(column, justify="left" if column in ("layout", "bottleneck") else "right")
     for i, est in enumerate(best, 1):
