@@ -12,7 +12,6 @@ from plait.errors import ConfigError, read_user_file
 from plait.schema import build
 from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
-from plait.workload.tracing import is_traced_name
 
 
 @functools.cache
@@ -40,6 +39,13 @@ def get_model(slug: str) -> ModelSpec:
         hint = f"; did you mean {', '.join(close[:3])}?" if close else "; see `plait models`"
         raise ConfigError(f"unknown model {slug!r}{hint}")
     return model_from_mapping(tables[slug], f"models.toml:{slug}")
+
+
+def is_traced_name(name: str) -> bool:
+    """Whether ``--model`` names a factory (``module:attr``) rather than a catalog model or a file: the traced kind
+    (:mod:`plait.workloads.traced`) recognises it, :func:`resolve_model` refuses it."""
+    module, sep, attr = name.partition(":")
+    return bool(sep and attr.isidentifier() and all(p.isidentifier() for p in module.split(".")))
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:
