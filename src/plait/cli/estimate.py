@@ -9,15 +9,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
+from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.hardware.mixed_catalog import mixed_cluster
-from plait.plan.defaults import GLOBAL_BATCH, LAYOUT_OPTIONS
-from plait.predict.estimate import predict
+from plait.plan.defaults import GLOBAL_BATCH, LAYOUT_OPTIONS, plan_from_options
 from plait.workloads import Workload, load, refuse_foreign_options
 
 
@@ -79,15 +78,7 @@ def estimate_command(
     if mixed is not None:
         _estimate_mixed(mixed, workload, options, as_json, train_tokens)
         return
-    if workload.kind.price is not None:  # the kind prices the layout options itself
-        result = workload.kind.price(workload, options)
-    else:
-        plan = None
-        if plan_file is None:
-            plan = plan_from_options(gpus=gpus, micro_batch=1 if micro_batch is None else micro_batch,
-                                     **{k: options[k] for k in LAYOUT_OPTIONS})
-        result = predict(resolve_job(model, cluster, plan_file, plan, engine), simulate=simulate)
-    _show_estimate(result, as_json, train_tokens)
+    _show_estimate(workload.kind.price(workload, options), as_json, train_tokens)
 
 
 def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None:
@@ -107,7 +98,7 @@ def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None
 def _estimate_mixed(cluster: MixedCluster, workload: Workload, options: dict[str, Any], as_json: bool,
                     train_tokens: float) -> None:
     """The mixed-cluster path of ``plait estimate``: the layout options over the shared groups' GPUs."""
-    if options["plan_file"] is not None or workload.kind.price is not None:
+    if options["plan_file"] is not None or not workload.kind.mixed:
         raise ConfigError("a mixed cluster takes a catalog or config model and layout options, not --plan or a "
                           "traced module")
     from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed

@@ -14,7 +14,7 @@ from plait.hardware.mixed import MixedCluster
 from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_to_dict
-from plait.workload.catalog import resolve_model
+from plait.workload.catalog import DEFAULT_MODEL, resolve_model
 from plait.workload.model import ModelSpec
 
 
@@ -64,7 +64,6 @@ def mixed_estimate(model_name: str | None, cluster: MixedCluster, layout: Plan, 
                    parts: list[GroupShare], given: bool, engine: str | None) -> MixedEstimate:
     """The estimate ``plait estimate`` prints for a mixed cluster: the shares ``parts`` as ``given`` (``--shares``),
     or balanced by speed."""
-    from plait.cli.options import DEFAULT_MODEL
     from plait.search.mixed_split import balance_data, balance_pipeline
 
     model: ModelSpec = resolve_model(model_name or DEFAULT_MODEL)

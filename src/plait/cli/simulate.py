@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from plait.cli.options import ENGINE_HELP, resolve_job
+from plait.cli.options import ENGINE_HELP
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_suffix, refuse_overwrite
 from plait.predict.estimate import predict
@@ -18,6 +18,7 @@ from plait.simulate.costs import stage_memories
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
 from plait.workloads import labels_with, load
+from plait.workloads.transformer.estimate import resolve_job
 
 
 def simulate_command(

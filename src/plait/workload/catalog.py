@@ -13,6 +13,9 @@ from plait.schema import build
 from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
 
+DEFAULT_MODEL = "llama3-8b"
+"""The model a command prices when none is named."""
+
 
 @functools.cache
 def _tables() -> dict[str, dict[str, Any]]:
