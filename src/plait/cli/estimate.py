@@ -17,6 +17,7 @@ from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.defaults import GLOBAL_BATCH, LAYOUT_OPTIONS, plan_from_options
+from plait.predict.goodput import goodput
 from plait.workloads import Workload, load, refuse_foreign_options
 
 
@@ -84,8 +85,6 @@ def estimate_command(
 def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None:
     """The estimate as JSON (with its goodput under failures) or as tables."""
     if as_json:
-        from plait.predict.goodput import goodput
-
         out = result.to_dict(train_tokens)
         failures = goodput(result)
         out["goodput"] = {**asdict(failures),
@@ -101,7 +100,7 @@ def _estimate_mixed(cluster: MixedCluster, workload: Workload, options: dict[str
     if options["plan_file"] is not None or not workload.kind.mixed:
         raise ConfigError("a mixed cluster takes a catalog or config model and layout options, not --plan or a "
                           "traced module")
-    from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed
+    from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed  # loads the search: mixed clusters only
 
     parts = mixed_shares(cluster, options["split"], options["shares"], options["local_steps"])
     gpus = sum(s.num_gpus for s in parts)

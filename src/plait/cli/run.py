@@ -13,6 +13,8 @@ from rich.table import Table
 from plait.errors import ConfigError
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
+from plait.run.uneven import argv as uneven_argv
+from plait.run.uneven import parse_uneven
 from plait.run.worker_config import WorkerConfig
 from plait.units import GIB
 from plait.workloads import labels_with, load
@@ -74,9 +76,6 @@ def run_command(
     --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel);
     --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process."""
     options = dict(locals())
-    from plait.run.uneven import argv as uneven_argv
-    from plait.run.uneven import parse_uneven
-
     uneven = parse_uneven(slowdown, batch_split, stage_layers)
     uneven_args = uneven_argv(uneven)  # the worker's options; empty for an even run
     if uneven_args and (model is not None or engine != "plait"):

@@ -25,6 +25,10 @@ from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.plan.plan import Plan
+from plait.run.mesh import build_mesh
+from plait.run.model import build_model
+from plait.run.parallel import parallelize
+from plait.run.train import autocast, cross_entropy
 from plait.workload.catalog import model_from_mapping
 from plait.workload.model import ModelSpec
 
@@ -47,8 +51,6 @@ def tiny_spec(layers: int) -> ModelSpec:
 
 def _one_pass(model: torch.nn.Module, plan: Plan, x: torch.Tensor) -> tuple[float, float]:
     """Seconds of (forward, forward + backward) of one micro-batch."""
-    from plait.run.train import autocast, cross_entropy
-
     dist.barrier()
     start = time.perf_counter()
     with autocast(plan, False, "cpu"):
@@ -65,10 +67,6 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
     process group (2 ranks; every rank must call it): the slope between the two layer counts of the
     median pass times. The six models are timed round-robin, one pass each per round, so that a slow
     spell of a shared machine falls on all of them rather than on one side of a difference."""
-    from plait.run.mesh import build_mesh
-    from plait.run.model import build_model
-    from plait.run.parallel import parallelize
-
     models: dict[tuple[str, int], torch.nn.Module] = {}
     for name, plan in PLANS.items():
         mesh = build_mesh(plan) if name != "plain" else None
