@@ -10,6 +10,7 @@ from plait.workload.model import ModelSpec
 from plait.workloads import WorkloadKind, lazy
 
 COMMANDS = "plait.workloads.transformer.commands"
+ESTIMATE = "plait.workloads.transformer.estimate"
 
 
 def _read(name: str | None) -> ModelSpec:
@@ -18,5 +19,5 @@ def _read(name: str | None) -> ModelSpec:
 
 
 KIND = WorkloadKind(name="transformer", label="transformer", recognises=lambda name: True, read=_read,
-                    refuses=("dlrm", "dit", "gnn"), price=lazy("plait.workloads.transformer.estimate:price"), plan=lazy(f"{COMMANDS}:plan"),
+                    refuses=("dlrm", "dit", "gnn"), price=lazy(f"{ESTIMATE}:price"), plan=lazy(f"{COMMANDS}:plan"),
                     mixed=True)
