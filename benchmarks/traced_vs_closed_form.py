@@ -23,7 +23,7 @@ def main() -> int:
     from plait.plan.plan import Plan
     from plait.run.model import Transformer
     from plait.workload.catalog import get_model
-    from plait.workload.tracing import trace_factory
+    from plait.workloads.traced.tracing import trace_factory
 
     print(f"{'model':<12} {'seq':>5} {'params traced':>16} {'closed form':>16} {'fwd FLOPs':>9} "
           f"{'total FLOPs':>11} {'layer act. min..max':>20}")

@@ -119,7 +119,7 @@ def test_progress_bar_shows_candidates_per_second(monkeypatch) -> None:  # type:
 
     from rich.console import Console
 
-    from plait.cli import progress
+    from plait.workloads.transformer import progress
 
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
     out = io.StringIO()

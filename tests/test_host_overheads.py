@@ -68,7 +68,7 @@ def test_eager_dispatch_is_the_plain_slope_beyond_the_modelled_kernels() -> None
     cluster = _cluster()
     spec = tiny_spec(LAYERS[0])
     plain = PLANS["plain"]
-    kernels, _ = layer_columns(spec, cluster, plain.with_seq_len(spec.seq_len), get_engine("plait").framework)
+    kernels, _ = layer_columns(spec, cluster, plain, get_engine("plait").framework)
     layers = {"plain": (kernels.fwd_s + 3e-4, kernels.bwd_s + 7e-4), "fsdp": (1.0, 1.0), "tp": (1.0, 1.0)}
     got = host_figures(layers, cluster)
     assert got["host_layer_fwd_us"] == pytest.approx(300.0)

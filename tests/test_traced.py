@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 
 from plait.run.model import Transformer
-from plait.workload.tracing import trace, trace_factory
+from plait.workloads.traced.tracing import trace, trace_factory
 
 
 def _traced_catalog(name: str, seq: int):  # type: ignore[no-untyped-def]
@@ -93,7 +93,7 @@ def test_a_factory_that_builds_no_module_is_refused() -> None:
 
 
 def test_pipeline_stages_balance_contiguous_units() -> None:
-    from plait.cost.traced import split_stages
+    from plait.workloads.traced.cost import split_stages
 
     # pre and post ride with the first and last stages: weights 1+5, 1, 1, 5+1
     assert split_stages([1, 5, 1, 1, 5, 1], 2) == [[0, 1, 2], [3, 4, 5]]
@@ -106,8 +106,8 @@ def test_ddp_buckets_expose_only_what_follows_the_backward() -> None:
     the first's after 2 s: the first bucket's all-reduce hides behind the second unit's backward, the last one is
     exposed whole (Li et al. 2020, Sec. 3.2.3)."""
     from plait.cost.links import collective_s
-    from plait.cost.traced import _ddp_buckets_s
-    from plait.workload.traced import TracedWorkload, Unit
+    from plait.workloads.traced.cost import _ddp_buckets_s
+    from plait.workloads.traced.model import TracedWorkload, Unit
 
     elements = 10 * 2**20
     units = (Unit("pre", (), (), 0, 0, 0), Unit("a", (), (("a.weight", (elements,)),), 0, 0, 0),
@@ -158,7 +158,7 @@ def test_resnet50_estimates_break_down_in_full(resnet_estimates) -> None:  # typ
 def test_full_sharding_at_small_micro_batches_gathers_more() -> None:
     """ZeRO-3 regathers every unit each micro-batch: 32 micro-batches of 1 expose more than one of 32."""
     pytest.importorskip("transformers")
-    from plait.cost.traced import estimate_traced
+    from plait.workloads.traced.cost import estimate_traced
     from plait.engine.catalog import get_engine
     from plait.predict.intervals import step_interval_s
 
@@ -205,7 +205,7 @@ def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
 def test_the_traced_search_ranks_fitting_plans_and_counts_the_rest() -> None:
     pytest.importorskip("transformers")
     from plait.engine.catalog import get_engine
-    from plait.search.traced import search_traced
+    from plait.workloads.traced.search import search_traced
 
     work = trace("plait.workload.zoo:resnet50")
     result = search_traced(work, get_cluster("dgx1-v100"), 16, 16384, ("allreduce", "powersgd:rank=4"), get_engine())

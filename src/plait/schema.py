@@ -14,6 +14,7 @@ import math
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from plait.errors import ConfigError, all_problems
@@ -59,6 +60,10 @@ def _check_scalar(value: Any, expected: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{where}={value!r} must be a string")
         return value
+    if expected is Path:
+        if not isinstance(value, (str, Path)):
+            raise ConfigError(f"{where}={value!r} must be a path (a string)")
+        return Path(value)
     if getattr(expected, "FILES_HOLD_TEXT", False):  # a typed value its owner parses from its text
         if not isinstance(value, (str, expected)):
             raise ConfigError(f"{where}={value!r} must be a string")

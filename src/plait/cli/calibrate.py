@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from plait.errors import ConfigError, refuse_overwrite, require_extra
+from plait.hardware.catalog import cluster_from_mapping
 
 
 def calibrate_command(
@@ -22,7 +23,6 @@ def calibrate_command(
     """Measure matmul, memory, attention and collective throughput into a hardware description."""
     import tomli_w
 
-    from plait.hardware.catalog import cluster_from_mapping
     from plait.run.calibrate import describe_machine
 
     refuse_overwrite(output, force)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from plait.cli.output import print_json
 from plait.errors import require_extra
 from plait.run.converge_runs import measure_multipliers
 from plait.run.launch import RanksFailed
@@ -36,8 +37,6 @@ def converge_command(
         raise typer.Exit(exc.code) from None
     rows, window = measured.rows, measured.window
     if as_json:
-        from plait.cli.output import print_json
-
         print_json({"model": model, "ranks": ranks, "batch": batch, "optimizer": optimizer, "results": rows})
         return
 

@@ -39,7 +39,6 @@ from plait.cli.options import (
     TpOption,
     VppOption,
     layout_plan,
-    resolve_job,
 )
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
@@ -48,7 +47,7 @@ from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.defaults import GLOBAL_BATCH
-from plait.predict.estimate import predict
+from plait.predict.goodput import goodput
 from plait.terminal import rich_console
 from plait.workloads import Workload, load, refuse_foreign_options
 
@@ -111,21 +110,12 @@ def estimate_command(
     if mixed is not None:
         _estimate_mixed(mixed, workload, options, as_json, train_tokens)
         return
-    if workload.kind.price is not None:  # the kind prices the layout options itself
-        result = workload.kind.price(workload, options)
-    else:
-        plan = None
-        if plan_file is None:
-            plan = layout_plan(options)
-        result = predict(resolve_job(model, cluster, plan_file, plan, engine), simulate=simulate)
-    _show_estimate(result, as_json, train_tokens)
+    _show_estimate(workload.kind.price(workload, options), as_json, train_tokens)
 
 
 def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None:
     """The estimate as JSON (with its goodput under failures) or as tables."""
     if as_json:
-        from plait.predict.goodput import goodput
-
         out = result.to_dict(train_tokens)
         failures = goodput(result)
         out["goodput"] = {**asdict(failures),
@@ -138,10 +128,10 @@ def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None
 def _estimate_mixed(cluster: MixedCluster, workload: Workload, options: dict[str, Any], as_json: bool,
                     train_tokens: float) -> None:
     """The mixed-cluster path of ``plait estimate``: the layout options over the shared groups' GPUs."""
-    if options["plan_file"] is not None or workload.kind.price is not None:
+    if options["plan_file"] is not None or not workload.kind.mixed:
         raise ConfigError("a mixed cluster takes a catalog or config model and layout options, not --plan or a "
                           "traced module")
-    from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed
+    from plait.cli.mixed import mixed_estimate, mixed_shares, print_mixed  # loads the search: mixed clusters only
 
     parts = mixed_shares(cluster, options["split"], options["shares"], options["local_steps"])
     gpus = sum(s.num_gpus for s in parts)

@@ -11,8 +11,10 @@ from plait.hardware.mixed import MixedCluster
 from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_to_dict
+from plait.search.mixed import plan_mixed
+from plait.search.mixed_split import balance_data, balance_pipeline
 from plait.terminal import rich_console
-from plait.workload.catalog import resolve_model
+from plait.workload.catalog import DEFAULT_MODEL, resolve_model
 from plait.workload.model import ModelSpec
 
 
@@ -62,9 +64,6 @@ def mixed_estimate(model_name: str | None, cluster: MixedCluster, layout: Plan, 
                    parts: list[GroupShare], given: bool, engine: str | None) -> MixedEstimate:
     """The estimate ``plait estimate`` prints for a mixed cluster: the shares ``parts`` as ``given`` (``--shares``),
     or balanced by speed."""
-    from plait.cli.options import DEFAULT_MODEL
-    from plait.search.mixed_split import balance_data, balance_pipeline
-
     model: ModelSpec = resolve_model(model_name or DEFAULT_MODEL)
     eng = get_engine(engine or DEFAULT_ENGINE)
     if given:
@@ -91,8 +90,6 @@ def print_mixed(est: MixedEstimate, as_json: bool, train_tokens: float) -> None:
 def mixed_plan(model_name: str, cluster: MixedCluster, global_batch: int, engine: str | None, top: int,
                memory_margin: float, as_json: bool) -> None:
     """``plait plan`` on a mixed cluster: the ranked mixed plans against the best single group."""
-    from plait.search.mixed import plan_mixed
-
     model = resolve_model(model_name)
     result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or DEFAULT_ENGINE),
                         memory_margin=memory_margin)

@@ -1,28 +1,22 @@
 """The job options estimate, plan, simulate and report share, defined once, and building a Plan and a Job from
-them. Each alias below is one option's name, type and help; a command lists the ones it takes and keeps its own
+them (:func:`plait.plan.defaults.layout_plan`). Each alias below is one option's name, type and help; a command lists the ones it takes and keeps its own
 default (``--gpus`` is 8 for a transformer, 1 for a DiT's simulation)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from plait.engine.catalog import DEFAULT_ENGINE, get_engine
-from plait.errors import ConfigError
-from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
-from plait.job import Job
-from plait.plan.defaults import GPUS, LAYOUT_OPTIONS, plan_from_options
-from plait.plan.io import read_plan_file
-from plait.plan.plan import Plan
-from plait.workload.catalog import resolve_model
+from plait.engine.catalog import DEFAULT_ENGINE
+from plait.hardware.catalog import DEFAULT_CLUSTER
+from plait.plan.defaults import GPUS, layout_plan, plan_from_options
+from plait.workload.catalog import DEFAULT_MODEL
 
 __all__ = ["DEFAULT_CLUSTER", "DEFAULT_GPUS", "DEFAULT_MODEL", "ENGINE_HELP", "ENGINE_WORDS", "layout_plan",
-           "plan_from_options", "resolve_job"]
+           "plan_from_options"]
 
-DEFAULT_MODEL = "llama3-8b"
 DEFAULT_GPUS = GPUS
 ENGINE_WORDS = ("Engine that runs the plan: name[@version][[key=value]] (see `plait engines`); plait plan searches "
                 "only the plans it can run and exports its configuration.")
@@ -94,27 +88,3 @@ InputDtypeOption = Annotated[str | None, typer.Option(
     "--input-dtype", help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64. [default: the "
                           "factory's, else float32]")]
 
-
-def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, plan: Plan | None,
-                engine: str | None = None) -> Job:
-    """The job from the options, or from ``plan_file`` (model/cluster/engine options take precedence), built and
-    checked once (:meth:`plait.job.Job.build`; against the GPU count the plan file states, if it does)."""
-    gpus = None
-    if plan_file is not None or plan is None:
-        if plan_file is None:
-            raise ConfigError("give layout options or --plan FILE")
-        spec, plan = read_plan_file(plan_file)
-        model = model or spec.model or None
-        cluster = cluster or spec.cluster or None
-        engine = engine or spec.engine or None
-        gpus = spec.gpus or None
-    return Job.build(resolve_model(model or DEFAULT_MODEL), resolve_cluster(cluster or DEFAULT_CLUSTER), plan,
-                     get_engine(engine or DEFAULT_ENGINE), num_gpus=gpus)
-
-
-def layout_plan(options: Mapping[str, Any]) -> Plan:
-    """The plan a command line's layout options describe (the aliases above, by parameter name; no
-    ``--micro-batch``: 1)."""
-    micro_batch = options["micro_batch"]
-    return plan_from_options(gpus=options["gpus"], micro_batch=1 if micro_batch is None else micro_batch,
-                             **{k: options[k] for k in LAYOUT_OPTIONS})

@@ -13,6 +13,8 @@ from rich.table import Table
 from plait.errors import ConfigError
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
+from plait.run.uneven import argv as uneven_argv
+from plait.run.uneven import parse_uneven
 from plait.run.worker_config import WorkerConfig
 from plait.units import format_bytes
 from plait.workloads import labels_with, load
@@ -86,9 +88,6 @@ def run_command(
     2 bad input, refused in one line; 3 a step's gradient norm was not finite (--on-nonfinite stop);
     128+N a signal N stopped plait or its launcher torchrun (130 Ctrl-C, 137 SIGKILL, 143 SIGTERM)."""
     options = dict(locals())
-    from plait.run.uneven import argv as uneven_argv
-    from plait.run.uneven import parse_uneven
-
     uneven = parse_uneven(slowdown, batch_split, stage_layers)
     uneven_args = uneven_argv(uneven)  # the worker's options; empty for an even run
     if uneven_args and (model is not None or engine != "plait"):

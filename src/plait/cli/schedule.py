@@ -21,6 +21,7 @@ from plait.schedule.simulate import simulate
 from plait.schedule.speed import SpeedModel
 from plait.schedule.synthetic import synthetic_trace
 from plait.schedule.trace import TraceJob, read_trace, trace_csv
+from plait.schedule.trace_export import chrome_trace
 from plait.terminal import rich_console, titled_table
 
 DEFAULT_SCHEDULE_GPUS = 128
@@ -98,8 +99,6 @@ def schedule_command(
         write_trace.write_text(trace_csv(trace_jobs), encoding="utf-8")
     results = [simulate(trace_jobs, Pool(spec, size), speed, p) for p in policies]
     if trace_out is not None:
-        from plait.schedule.trace_export import chrome_trace
-
         trace_out.write_text(json.dumps(chrome_trace(results[0])), encoding="utf-8")
     written = []
     if plot_dir is not None:

@@ -39,7 +39,6 @@ from plait.cli.options import (
     TpOption,
     VppOption,
     layout_plan,
-    resolve_job,
 )
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_suffix, refuse_overwrite
@@ -53,6 +52,7 @@ from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
 from plait.terminal import rich_console
 from plait.workloads import labels_with, load
+from plait.workloads.transformer.estimate import resolve_job
 
 
 def simulate_command(

@@ -12,7 +12,9 @@ from plait.cli.output import print_json
 from plait.cli.render import print_memory_validation, print_validation
 from plait.errors import ConfigError
 from plait.terminal import rich_console, titled_table
+from plait.validate.classic import mape
 from plait.validate.datasets import DATASETS, dataset_path, option_path
+from plait.validate.memory import validate_memory
 from plait.validate.report import validate_rows
 from plait.validate.runs import read_runs
 from plait.workloads import kinds
@@ -61,8 +63,6 @@ def validate_command(
             _report(check.read(options[check.option]), check.title, as_json, check.error)
             return
     if memory is not None:
-        from plait.validate.memory import validate_memory
-
         result = validate_memory(memory)
         if as_json:
             print_json(result.to_dict())
@@ -79,8 +79,6 @@ def validate_command(
 
 def _report(results, title: str, as_json: bool, error: str) -> None:  # type: ignore[no-untyped-def]
     """Predicted rows with their errors, MAPE overall and per source, and why the rest are not predicted."""
-    from plait.validate.classic import mape
-
     predicted = [r for r in results if r.error_pct is not None]
     by_source: dict[str, list[float]] = {}
     for r in predicted:

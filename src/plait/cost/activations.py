@@ -12,8 +12,8 @@ recomputation keeps only the ``2sbh`` layer input.
 Generalised here term by term: GQA shrinks K and V to ``num_kv_heads``; a gated MLP
 stores two up-projection outputs, and run op by op in eager PyTorch (``F.silu(a) * b``) a third, the activation's
 output, which the multiply saves beside ``b`` (``silu`` saves its input, ``mul`` both operands: PyTorch's
-``tools/autograd/derivatives.yaml``; measured by tracing, :mod:`plait.workload.tracing`); the MLP width is ``ffn_hidden_size`` rather than
-``4h``; dropout masks exist only when the model uses dropout; a flash-attention kernel
+``tools/autograd/derivatives.yaml``; measured by tracing, :mod:`plait.workloads.traced.tracing`); the MLP
+width is ``ffn_hidden_size`` rather than ``4h``; dropout masks exist only when the model uses dropout; a flash-attention kernel
 stores no score matrix, only its output and the fp32 log-sum-exp per query and head
 (Dao 2023, FlashAttention-2, Sec. 3.1); context parallelism divides the sequence.
 """

@@ -147,7 +147,7 @@ class Estimate:
     """Whether the model has mixture-of-experts layers (widens the interval, :mod:`plait.predict.intervals`)."""
     sample_unit: str = "tokens"
     """What ``tokens_per_step`` counts: tokens of a language model, or ``samples`` (examples) of a traced workload
-    (:mod:`plait.cost.traced`)."""
+    (:mod:`plait.workloads.traced.cost`)."""
     flop_convention: str = ("PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs the dense peak of the plan's "
                             "matmul precision")
     """How ``model_flops_per_step`` is counted."""

@@ -72,3 +72,11 @@ def plan_from_options(*, gpus: int, **options: object) -> Plan:
     if stated.get("schedule") == "interleaved" and stated.get("vpp", 1) == 1:
         stated["vpp"] = 2
     return complete_plan(stated, gpus, "options")
+
+
+def layout_plan(options: Mapping[str, Any]) -> Plan:
+    """The plan a command line's layout options describe (by parameter name: ``gpus``, ``micro_batch`` and
+    :data:`LAYOUT_OPTIONS`; no ``--micro-batch``: 1)."""
+    micro_batch = options["micro_batch"]
+    return plan_from_options(gpus=options["gpus"], micro_batch=1 if micro_batch is None else micro_batch,
+                             **{k: options[k] for k in LAYOUT_OPTIONS})

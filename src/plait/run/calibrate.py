@@ -31,6 +31,7 @@ import torch.multiprocessing as mp
 from plait.hardware.catalog import cluster_from_mapping
 from plait.run.calibrate_compute import compute_figures
 from plait.run.lifecycle import exit_without_teardown
+from plait.run.overheads import host_figures, measure_layers
 from plait.run.precision import cpu_runs_natively
 from plait.run.train import resident_bytes
 from plait.units import GB
@@ -55,7 +56,6 @@ def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_pat
     layers = None
     if device == "cpu" and world == 2 and measure_layers_too:  # also loads what a first model and step load
         import plait.run.worker  # noqa: F401  everything a rank of ``plait run`` imports
-        from plait.run.overheads import measure_layers
 
         layers = measure_layers() if rounds_per_size == ROUNDS else measure_layers(repeats=5)
     dist.barrier()
@@ -208,8 +208,6 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     }
     layers_file = tmp / "allreduce.txt.layers"
     if layers_file.exists():  # CPU: wrapper host time runs in line with every layer
-        from plait.run.overheads import host_figures
-
         layers = {k: tuple(v) for k, v in json.loads(layers_file.read_text()).items()}
         for key, value in host_figures(layers, cluster_from_mapping(table, "calibration")).items():
             accelerator["efficiency"][key] = fig(value)

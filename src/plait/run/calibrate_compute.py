@@ -20,7 +20,10 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from plait.cost.layer import eager_rmsnorm_bytes_per_element
+from plait.run.bulk_sampler import adjacency, replicated_rows, sample_bulk
+from plait.run.graph import generate
 from plait.run.model import apply_rope, rope_tables
+from plait.run.sampler import draw_seeds, sample
 from plait.units import GB
 
 
@@ -188,9 +191,6 @@ def sampling_ns_per_slot(device: str, batch: int = 256, fanouts: tuple[int, ...]
     built, so that ranks time their sampling together."""
     if device != "cpu":
         return 0.0, 0.0
-    from plait.run.bulk_sampler import adjacency, replicated_rows, sample_bulk
-    from plait.run.graph import generate
-    from plait.run.sampler import draw_seeds, sample
 
     graph = generate(SAMPLER_GRAPH["nodes"], SAMPLER_GRAPH["edges"], 1, 1, 2, exponent=SAMPLER_GRAPH["exponent"])
     degrees, gen = graph.degrees(), torch.Generator().manual_seed(0)

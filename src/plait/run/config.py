@@ -5,7 +5,8 @@ The launcher (``plait run``) writes the configuration as a JSON file (:func:`wri
 same function also reads the configuration as command-line options derived from the dataclass (``--plan p.toml
 --steps 4``: a field ``check_every`` is ``--check-every``, its docstring the help), which is how tests, benchmarks
 and a multi-node torchrun line start a rank by hand. Either way the file's or the flags' values are checked against
-the field types: an unknown key, a missing required field or a value of the wrong type is a :class:`ConfigError`.
+the field types: an unknown key, a missing required field or a value of the wrong type is a :class:`ConfigError`
+(a file through the strict schema, :func:`plait.schema.build`).
 
 Torch-free, so the CLI writes what the ranks read without importing the runtime.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.errors import ConfigError
+from plait.schema import build, table
 from plait.run.uneven import parse_list
 
 Config = TypeVar("Config")
@@ -60,7 +62,8 @@ def read_config(cls: type[Config], argv: list[str] | None = None, prog: str | No
     if args.config is not None:
         if given:
             parser.error("--config takes no other option")
-        return config_from_json(cls, json.loads(Path(args.config).read_text(encoding="utf-8")))
+        where = f"run config {cls.__name__}"
+        return build(cls, table(json.loads(Path(args.config).read_text(encoding="utf-8")), where), where)
     missing = [_flag(f) for f in fields if f.name in _required(cls) and f.name not in given]
     if missing:
         parser.error(f"the following arguments are required: {', '.join(missing)}")
@@ -68,18 +71,6 @@ def read_config(cls: type[Config], argv: list[str] | None = None, prog: str | No
         return cls(**{name: _from_flag(value, _hints(cls)[name], name) for name, value in given.items()})
     except ConfigError as exc:
         parser.error(str(exc))
-
-
-def config_from_json(cls: type[Config], doc: dict[str, Any]) -> Config:
-    """``doc`` (a JSON object) as ``cls``: every key a field, every required field present, every value typed."""
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(doc) - names)
-    if unknown:
-        raise ConfigError(f"run config: unknown key(s) {', '.join(unknown)} for {cls.__name__}")
-    missing = sorted(_required(cls) - set(doc))
-    if missing:
-        raise ConfigError(f"run config: {cls.__name__} needs {', '.join(missing)}")
-    return cls(**{k: _typed(v, _hints(cls)[k], k) for k, v in doc.items()})  # type: ignore[call-arg]
 
 
 def config_argv(config: Any) -> list[str]:
@@ -204,22 +195,3 @@ def _tuple_item(hint: Any) -> Any:
         if typing.get_origin(candidate) is tuple:
             return typing.get_args(candidate)[0]
     raise TypeError(f"{hint} is not a tuple type")
-
-
-def _typed(value: Any, hint: Any, name: str) -> Any:
-    """A JSON value as the field's type, refused where it is of another type."""
-    kind, choices = _base(hint)
-    if value is None:
-        if type(None) not in typing.get_args(hint):
-            raise ConfigError(f"run config: {name} must not be null")
-        return None
-    if kind is tuple and isinstance(value, list):
-        item = _tuple_item(hint)
-        return tuple(_typed(v, item, name) for v in value)
-    if kind is Path and isinstance(value, str):
-        return Path(value)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)) or (choices and value not in choices):
-        raise ConfigError(f"run config: {name}={value!r} must be {' | '.join(map(str, choices)) or kind.__name__}")
-    return value

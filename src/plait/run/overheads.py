@@ -25,13 +25,19 @@ from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.plan.plan import Plan
+from plait.run.mesh import build_mesh
+from plait.run.model import build_model
+from plait.run.parallel import parallelize
+from plait.run.train import autocast, cross_entropy
 from plait.workload.catalog import model_from_mapping
 from plait.workload.model import ModelSpec
 
 LAYERS = (2, 10)
-PLANS = {"plain": Plan(global_batch=2, micro_batch=2),
-         "fsdp": Plan(dp_shard=2, sharding="zero3", global_batch=4, micro_batch=2),
-         "tp": Plan(tp=2, sp=True, global_batch=2, micro_batch=2)}
+SEQ_LEN = 64
+"""Tokens per sequence of every calibration model and plan."""
+PLANS = {"plain": Plan(global_batch=2, micro_batch=2, seq_len=SEQ_LEN),
+         "fsdp": Plan(dp_shard=2, sharding="zero3", global_batch=4, micro_batch=2, seq_len=SEQ_LEN),
+         "tp": Plan(tp=2, sp=True, global_batch=2, micro_batch=2, seq_len=SEQ_LEN)}
 
 
 def tiny_spec(layers: int) -> ModelSpec:
@@ -39,14 +45,12 @@ def tiny_spec(layers: int) -> ModelSpec:
     return model_from_mapping({
         "name": f"calibration-{layers}", "num_layers": layers, "hidden_size": 64, "num_heads": 4,
         "num_kv_heads": 2, "head_dim": 16, "ffn_hidden_size": 128, "mlp": "gated", "vocab_size": 64,
-        "seq_len": 64, "tied_embeddings": False, "norm": "rmsnorm", "position": "rope",
+        "seq_len": SEQ_LEN, "tied_embeddings": False, "norm": "rmsnorm", "position": "rope",
         "source": "assumed: a toy shape for measuring per-layer host overhead"}, "calibration model")
 
 
 def _one_pass(model: torch.nn.Module, plan: Plan, x: torch.Tensor) -> tuple[float, float]:
     """Seconds of (forward, forward + backward) of one micro-batch."""
-    from plait.run.train import autocast, cross_entropy
-
     dist.barrier()
     start = time.perf_counter()
     with autocast(plan, False, "cpu"):
@@ -63,18 +67,13 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
     process group (2 ranks; every rank must call it): the slope between the two layer counts of the
     median pass times. The six models are timed round-robin, one pass each per round, so that a slow
     spell of a shared machine falls on all of them rather than on one side of a difference."""
-    from plait.run.mesh import build_mesh
-    from plait.run.model import build_model
-    from plait.run.parallel import parallelize
-
     models: dict[tuple[str, int], torch.nn.Module] = {}
     for name, plan in PLANS.items():
-        mesh = build_mesh(plan.with_seq_len(64)) if name != "plain" else None
+        mesh = build_mesh(plan) if name != "plain" else None
         for n in LAYERS:
             spec = tiny_spec(n)
             model = build_model(spec, spec.seq_len, 0)
-            models[name, n] = model if mesh is None else parallelize(model, mesh, plan.with_seq_len(spec.seq_len),
-                                                                     full_precision=False)
+            models[name, n] = model if mesh is None else parallelize(model, mesh, plan, full_precision=False)
     shape = tiny_spec(LAYERS[0])  # every layer count shares vocabulary and sequence length
     x = torch.randint(0, shape.vocab_size, (2, shape.seq_len))
     times: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in models}

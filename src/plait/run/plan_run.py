@@ -95,7 +95,8 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
     config = request.config
     job, the_plan = read_plan_file(config.plan)
     model = resolve_model(job.model)
-    check_uneven(config.uneven, the_plan.with_seq_len(model.seq_len), model.num_layers)
+    the_plan = the_plan.with_seq_len(model.seq_len)  # filled once: every check below and the launchers read it
+    check_uneven(config.uneven, the_plan, model.num_layers)
     if request.engine not in ("plait", "torchtitan"):
         raise ConfigError(f"engine={request.engine!r} must be plait or torchtitan (the engines plait run can launch)")
     if request.engine == "torchtitan":

@@ -51,7 +51,8 @@ def check_machine(ranks: int, slots: int | None, predicted: Estimate) -> None:
 def check_checkpointing(folder: Path | None, at: int, every: int, keep: int, resume: bool, reshard: bool,
                         steps: int, model: ModelSpec, plan: Plan) -> None:
     """Every checkpoint check that can run before a rank starts: the options, a writable folder, and a resumable,
-    undamaged checkpoint of this run."""
+    undamaged checkpoint of this run; ``plan`` has its sequence length filled (a checkpoint names the run's)."""
+    assert plan.seq_len > 0, "the caller fills the plan's sequence length"
     if steps < 1 or at < 0 or every < 0 or keep < 1:
         raise ConfigError(f"--steps={steps} and --keep={keep} must be >= 1, --checkpoint-at={at} and "
                           f"--checkpoint-every={every} >= 0")
@@ -70,6 +71,6 @@ def check_checkpointing(folder: Path | None, at: int, every: int, keep: int, res
             raise ConfigError(f"checkpoint folder {str(folder)!r} is not writable ({exc.strerror})") from exc
         check_room(folder, at, every, keep, steps, model, plan)
     if resume:
-        identity = checkpoint.RunIdentity(plan=plan.with_seq_len(model.seq_len).to_dict(), model=model.name,
+        identity = checkpoint.RunIdentity(plan=plan.to_dict(), model=model.name,
                                           steps=steps, seed=SEED)
         checkpoint.choose(folder, identity, reshard)

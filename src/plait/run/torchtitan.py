@@ -74,9 +74,11 @@ def describe(command: list[str]) -> str:
 def launch_torchtitan(model_slug: str, model: ModelSpec, plan: Plan, steps: int, out: Path | None, dry_run: bool,
                       say: Callable[[str], None]) -> int:
     """Refuse what torchtitan or this machine cannot run, before anything starts; then say the command and launch
-    torchtitan; returns its exit code (0 for a dry run)."""
+    torchtitan; returns its exit code (0 for a dry run). ``plan`` has its sequence length filled
+    (:func:`plait.run.plan_run.run_plan` fills it once)."""
+    assert plan.seq_len > 0, "the caller fills the plan's sequence length"
     slots = local_slots()
-    refusal = first_unsupported(plan.with_seq_len(model.seq_len), model, get_engine("torchtitan"),
+    refusal = first_unsupported(plan, model, get_engine("torchtitan"),
                                 "cuda" if slots else "cpu")
     if refusal:
         raise ConfigError(refusal)
@@ -91,7 +93,7 @@ def launch_torchtitan(model_slug: str, model: ModelSpec, plan: Plan, steps: int,
     except OSError as exc:
         raise ConfigError(f"--out {str(folder)!r} must be a folder plait can write torchtitan's assets into "
                           f"({exc.strerror})") from exc
-    command = launch_command(plan.num_gpus, trainer_args(plan.with_seq_len(model.seq_len), model_slug, model,
+    command = launch_command(plan.num_gpus, trainer_args(plan, model_slug, model,
                                                          tokenizer_dir, data_dir, folder / "outputs", steps))
     say(describe(command))
     if slots is None:

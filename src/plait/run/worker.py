@@ -27,9 +27,11 @@ from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
 from plait.run.moe import expert_parameters, reduce_expert_gradients
 from plait.run.optim import build_optimizer
-from plait.run.parallel import parallelize
+from plait.run.parallel import parallelize, replica_group
 from plait.run.pipeline import build_schedule, local_stages, stage_layers
+from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import named_site_gpus
+from plait.run.slowdown import slow_down
 from plait.run.support import check_runnable
 from plait.run.train import (
     FAIL_HOOK,
@@ -133,8 +135,6 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
                                    split=plan.tp > 1 or plan.pp > 1)
     loss_fn = cross_entropy
     if uneven.slowdown and uneven.slowdown[dist.get_rank()] > 1:
-        from plait.run.slowdown import slow_down
-
         _, loss_fn = slow_down(parts, mesh.is_last_stage_rank, optimizer, cross_entropy, uneven.slowdown[dist.get_rank()])
     if args.checkpoint_dir is not None:
         checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
@@ -206,7 +206,6 @@ def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[in
     plans with a ``dp_sync`` method; yields an empty list for the others (DDP's reducer reduces in C++)."""
     if plan.dp_sync.is_allreduce or plan.dp == 1:
         return contextlib.nullcontext([])
-    from plait.run.parallel import replica_group
     from plait.run.sync import counted_bytes
 
     return counted_bytes(replica_group(mesh))
@@ -243,8 +242,6 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
     reduce_expert_gradients(experts, mesh)
     if not plan.dp_sync.is_allreduce:  # TP/PP replicas: compressed gradients reduced here, not by DDP
-        from plait.run.replica_grads import reduce_gradients
-
         reduce_gradients(optimizer)
     if os.environ.get(NAN_HOOK) == str(step + 1):
         for p in params:

@@ -12,7 +12,9 @@ from plait.errors import ConfigError, did_you_mean, read_user_file
 from plait.schema import build
 from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
-from plait.workload.tracing import is_traced_name
+
+DEFAULT_MODEL = "llama3-8b"
+"""The model a command prices when none is named."""
 
 
 @functools.cache
@@ -41,6 +43,13 @@ def get_model(slug: str) -> ModelSpec:
             hint += " (plait reads no hub: pass the model's config.json as --model)"
         raise ConfigError(f"unknown model {slug!r}{hint}")
     return model_from_mapping(tables[slug], f"models.toml:{slug}")
+
+
+def is_traced_name(name: str) -> bool:
+    """Whether ``--model`` names a factory (``module:attr``) rather than a catalog model or a file: the traced kind
+    (:mod:`plait.workloads.traced`) recognises it, :func:`resolve_model` refuses it."""
+    module, sep, attr = name.partition(":")
+    return bool(sep and attr.isidentifier() and all(p.isidentifier() for p in module.split(".")))
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:

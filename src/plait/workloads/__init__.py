@@ -62,18 +62,25 @@ class WorkloadKind:
     refuses: tuple[str, ...] = ()
     """Kinds whose own options this kind refuses in ``plait estimate`` (checked in this order)."""
     estimate: Entry | None = None
-    """``plait estimate``'s entry, which prints its own result; ``None``: the core prices layout options."""
+    """``plait estimate``'s entry, which prints its own result; ``None``: the kind's :attr:`price` is printed."""
     price: Callable[[Workload, Options], Any] | None = None
-    """The estimate (:class:`plait.cost.estimate.Estimate`) of ``plait estimate``'s layout options, printed as the
-    core's; ``None``: the core's job, plan and engine (the transformer's)."""
+    """The estimate (:class:`plait.cost.estimate.Estimate`) of ``plait estimate``'s options, which the command prints
+    (tables, or JSON with the goodput under failures); ``None``: the kind prints its own (:attr:`estimate`)."""
+    mixed: bool = False
+    """Whether ``plait estimate`` prices the kind's layout options on a mixed cluster's groups."""
     plan: Entry | None = None
-    """``plait plan``'s entry; ``None``: the core's search."""
+    """``plait plan``'s entry; ``None``: the kind is not planned."""
     simulate: Entry | None = None
     """``plait simulate --model``'s entry; ``None``: the core simulates a plan file's step."""
     run: Entry | None = None
     """``plait run --model``'s entry; ``None``: the kind runs from a plan file (or not at all)."""
     validation: Validation | None = None
     """``plait validate``'s reader of this kind's measured runs."""
+
+    def __post_init__(self) -> None:
+        if (self.estimate is None) == (self.price is None):
+            raise ConfigError(f"workload kind {self.name!r} needs one plait estimate entry: estimate (prints) or "
+                              "price (returns the Estimate the command prints)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +171,15 @@ def refuse_foreign_options(kind: WorkloadKind, options: Options) -> None:
         error = get_kind(name).options_given(options)
         if error is not None:
             raise ConfigError(error)
+
+
+def entry(workload: Workload, command: str) -> Entry:
+    """The workload's kind's entry for ``command`` (``plan``, ``simulate``, ``run``); one line where it has none."""
+    found = getattr(workload.kind, command)
+    if found is None:
+        raise ConfigError(f"plait {command} does not take a {workload.kind.label} workload (--model "
+                          f"{workload.source!r})")
+    return found  # type: ignore[no-any-return]
 
 
 def labels_with(entry: str) -> str:

@@ -1,14 +1,15 @@
 """The traced kind: ``--model MODULE:FACTORY`` names any PyTorch module's factory, traced on the meta device
-(:mod:`plait.workload.tracing`) with the input shape the options give, its layout plans costed
-(:mod:`plait.cost.traced`) and searched (:mod:`plait.search.traced`), its measured data-parallel throughputs read by
-``plait validate --classic``."""
+(:mod:`.tracing`, into the description of :mod:`.model`) with the input shape the options give, its layout plans
+costed (:mod:`.cost`, :mod:`.predict`) and searched (:mod:`.search`), its measured data-parallel throughputs read by
+``plait validate --classic`` (:mod:`.validate`)."""
 
 from __future__ import annotations
 
-from plait.workload.tracing import is_traced_name
+from plait.workload.catalog import is_traced_name
 from plait.workloads import Validation, WorkloadKind, lazy
 
 COMMANDS = "plait.workloads.traced.commands"
+VALIDATE = "plait.workloads.traced.validate"
 
 
 def _is_traced(name: str | None) -> bool:
@@ -18,7 +19,7 @@ def _is_traced(name: str | None) -> bool:
 
 KIND = WorkloadKind(name="traced", label="traced module", recognises=_is_traced, read=lambda name: name,
                     refuses=("dlrm", "dit", "gnn"), price=lazy(f"{COMMANDS}:price"), plan=lazy(f"{COMMANDS}:plan"),
-                    validation=Validation(option="classic", read=lazy("plait.validate.classic:validate_classic"),
+                    validation=Validation(option="classic", read=lazy(f"{VALIDATE}:validate_classic"),
                                           title="classic data parallelism: step-time",
                                           error="step time: predicted over measured, minus one (the throughputs' "
                                                 "inverse ratio)"))

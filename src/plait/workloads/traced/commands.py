@@ -10,16 +10,16 @@ from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.plan.defaults import LAYOUT_OPTIONS, plan_from_options
-from plait.predict.traced import parse_shape, predict_traced
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.planner import parse_batches
-from plait.search.traced import search_traced
 from plait.strict_json import print_json
 from plait.sync import ALLREDUCE, parse
 from plait.terminal import rich_console, titled_table
 from plait.units import GIB
-from plait.workload.tracing import trace
 from plait.workloads import Options, Workload
+from plait.workloads.traced.predict import parse_shape, predict_traced
+from plait.workloads.traced.search import search_traced
+from plait.workloads.traced.tracing import trace
 
 
 def price(workload: Workload, options: Options) -> Estimate:
@@ -40,7 +40,7 @@ def price(workload: Workload, options: Options) -> Estimate:
 
 def plan(workload: Workload, options: Options) -> None:
     """``plait plan``: data and pipeline parallelism, ZeRO stages, micro-batches, recomputation and the
-    ``--dp-sync`` methods searched for throughput (:func:`plait.search.traced.search_traced`)."""
+    ``--dp-sync`` methods searched for throughput (:func:`plait.workloads.traced.search.search_traced`)."""
     if options["objective"] != "throughput" or options["export"] is not None or options["gpus_range"]:
         raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus, without "
                           "--export (plait run does not run traced workloads yet)")
@@ -66,7 +66,7 @@ def plan(workload: Workload, options: Options) -> None:
 
 
 def print_traced_search(console: Console, name: str, gpus: int, result, top: int) -> None:  # type: ignore[no-untyped-def]
-    """The ranked plans of a traced model (:func:`plait.search.traced.search_traced`)."""
+    """The ranked plans of a traced model (:func:`plait.workloads.traced.search.search_traced`)."""
     best = result.ranked[:top]
     table = titled_table(f"top {len(best)} plans for {name} on {gpus} GPUs ({result.candidates} candidates, "
                          f"{len(result.ranked)} fit)")

@@ -1,4 +1,4 @@
-"""Tables for ``plait plan``; no computation happens here."""
+"""Tables and JSON for the transformer kind's ``plait plan``; no computation happens here."""
 
 from __future__ import annotations
 
@@ -76,3 +76,19 @@ def print_points(console: Console, points: list[Point], front: list[Point], choi
     console.print(f"[bold]choice[/]: {choice.gpus} GPUs, {choice.estimate.plan.describe()}: {choice.days:.1f} days, "
                   f"${choice.dollars:,.0f}")
 
+
+
+def search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """``plait plan --json`` for one GPU count: the counts, the ranked plans, why the winner wins, relaxations."""
+    return {
+        "objective": "throughput", "rank_by": result.rank_by, "model": result.model.name, "cluster": result.cluster.name,
+        "engine": result.engine.spec,
+        "gpus": result.space.gpus, "candidates": result.num_candidates, "costed": result.costed,
+        "feasible": result.num_feasible, "elapsed_s": result.elapsed_s, "candidates_per_s": result.candidates_per_s,
+        "interrupted": result.interrupted, "infeasible_by_reason": dict(result.reasons),
+        "top": [{**e.to_dict(), "bottleneck": max(e.time.items(), key=lambda i: i[1])[0]} for e in best],
+        "why": why_winner(best[0]) if best else None,
+        "runner_up": runner_up_gives_up(best[0], best[1]) if len(best) > 1 else None,
+        "relaxations": [{"change": r.change, "works": r.best is not None,
+                         "best": r.best.plan.describe() if r.best else None} for r in fixes],
+    }

@@ -1,4 +1,4 @@
-"""Step time and memory per GPU of a plan for a traced workload (:mod:`plait.workload.traced`).
+"""Step time and memory per GPU of a plan for a traced workload (:mod:`plait.workloads.traced.model`).
 
 The same physics as the transformer path, read from the trace instead of closed forms:
 
@@ -43,7 +43,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.convergence import averaging_replicas, convergence
 from plait.plan.plan import Plan
 from plait.units import GIB
-from plait.workload.traced import Kernel, TracedWorkload, Unit
+from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DDP_BUCKET_MB = 25.0

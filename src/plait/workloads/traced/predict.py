@@ -1,16 +1,16 @@
-"""One estimate of a traced workload: the module traced (:mod:`plait.workload.tracing`), then costed
-(:mod:`plait.cost.traced`)."""
+"""One estimate of a traced workload: the module traced (:mod:`plait.workloads.traced.tracing`), then costed
+(:mod:`plait.workloads.traced.cost`)."""
 
 from __future__ import annotations
 
 from plait.cost.estimate import Estimate
-from plait.cost.traced import estimate_traced
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.predict.intervals import step_interval_s
 from plait.plan.plan import Plan
-from plait.workload.traced import Shape, TracedWorkload
+from plait.predict.intervals import step_interval_s
+from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.model import Shape, TracedWorkload
 
 
 def parse_shape(text: str | None) -> Shape | None:

@@ -1,6 +1,6 @@
 """The plan search for a traced workload: data and pipeline parallelism over the traced units.
 
-Every candidate of the space is estimated by :func:`plait.cost.traced.estimate_traced` (about a millisecond
+Every candidate of the space is estimated by :func:`plait.workloads.traced.cost.estimate_traced` (about a millisecond
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
 for. Plans that do not fit in memory (with the margin) or that the rules refuse are counted by reason; the rest
@@ -13,14 +13,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from plait.cost.estimate import Estimate
-from plait.cost.traced import estimate_traced
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.sync import SyncMethod
-from plait.workload.traced import TracedWorkload
+from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.model import TracedWorkload
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3")
 RECOMPUTE = ("none", "full")

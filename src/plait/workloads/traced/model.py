@@ -1,9 +1,9 @@
 """A workload measured from a real ``torch.nn.Module`` instead of a transformer's closed forms.
 
-:mod:`plait.workload.tracing` builds the module on the meta device (no weights, no GPU), runs one forward and
-backward pass at two batch sizes, and keeps what the cost model needs, per *unit* — the model cut where a
-pipeline may cut it (:func:`plait.workload.tracing.choose_units`), with ``pre`` (what runs before the first unit,
-an embedding or a stem) and ``post`` (after the last: a head and the loss) as units of their own:
+:mod:`plait.workloads.traced.tracing` builds the module on the meta device (no weights, no GPU), runs one forward
+and backward pass at two batch sizes, and keeps what the cost model needs, per *unit* — the model cut where a
+pipeline may cut it (:func:`plait.workloads.traced.tracing.choose_units`), with ``pre`` (what runs before the first
+unit, an embedding or a stem) and ``post`` (after the last: a head and the loss) as units of their own:
 
 - every kernel (ATen operator) of the forward and the backward: its FLOPs (PyTorch's ``FlopCounterMode``
   formulas) and the bytes of its operands and results, each affine in the batch (``fixed + per_example x b``:

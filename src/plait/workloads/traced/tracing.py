@@ -1,4 +1,4 @@
-"""Measure any ``torch.nn.Module`` as a plait workload (:mod:`plait.workload.traced` says what is kept).
+"""Measure any ``torch.nn.Module`` as a plait workload (:mod:`plait.workloads.traced.model` says what is kept).
 
 ``plait estimate --model MODULE:FACTORY`` imports ``MODULE``, calls ``FACTORY()`` under ``torch.device("meta")``
 (parameters without storage: seconds, no memory, no GPU) and runs one forward and backward pass of a meta input
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from plait.errors import ConfigError, require_extra
-from plait.workload.traced import Kernel, Shape, TracedWorkload, Unit
+from plait.workloads.traced.model import Kernel, Shape, TracedWorkload, Unit
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
 CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
@@ -36,12 +36,6 @@ BATCHES = (2, 3)
 FREE = frozenset({"empty", "empty_like", "empty_strided", "_unsafe_view", "lift_fresh", "detach", "alias",
                   "new_empty", "new_empty_strided"})
 """Operators that move no data (allocations without a fill, aliases that the schema does not mark as views)."""
-
-
-def is_traced_name(name: str) -> bool:
-    """Whether ``--model`` names a factory (``module:attr``) rather than a catalog model or a file."""
-    module, sep, attr = name.partition(":")
-    return bool(sep and attr.isidentifier() and all(p.isidentifier() for p in module.split(".")))
 
 
 def load_factory(name: str) -> Callable[[], Any]:

@@ -1,0 +1,84 @@
+"""Predicted vs measured throughput of classic data-parallel training: ResNet-50 and BERT-large runs
+published by NVIDIA DeepLearningExamples and the TensorFlow benchmarks page (``plait/validate/data/classic_dp.csv``; every
+source, commit and caveat in ``plait/validate/data/classic_dp.md``), each traced (:mod:`.tracing`) and costed
+(:mod:`.cost`) as data parallelism on the system it ran on.
+
+A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps its notes state (BERT; ResNet-50
+takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for ResNet-50, LAMB (Adam's state) for
+BERT; mixed precision as fp16. The error is on the step time (the global batch over the throughput), as
+``plait validate --runs``. Rows plait cannot predict say why: GPUs without a preset system (P100, K80), TF32 and
+FP32 runs (plans run 16-bit or fp8 GEMMs), BERT tables that state no accumulation steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from plait.engine.catalog import get_engine
+from plait.errors import ConfigError, require_extra
+from plait.hardware.catalog import get_cluster
+from plait.plan.plan import Plan
+from plait.predict.intervals import step_interval_s
+from plait.validate.classic import ClassicResult
+from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.tracing import trace
+
+MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
+          "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
+          "BERT-large pretraining seq512": ("plait.workload.zoo:bert_large", (512,))}
+"""Model names of the CSV -> (factory, one example's input shape; ``None``: the factory's)."""
+SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "V100-SXM2-16GB": "dgx1-v100",
+           "V100-SXM2-32GB": "dgx1-v100", "V100-SXM3-32GB": "dgx2-v100", "V100-SXM3-32GB-H": "dgx2-v100"}
+"""GPU names of the CSV -> the preset of the system the source names (DGX A100, DGX-1, DGX-2/2H)."""
+PRECISIONS = {"amp": "fp16"}
+"""Mixed precision (NVIDIA's AMP: fp16 GEMMs) -> plan precision; TF32 and FP32 runs are not predicted yet."""
+UNITS = ("images_per_s", "sequences_per_s")
+
+
+def accumulation_steps(notes: str) -> int | None:
+    """The accumulation steps a BERT row's notes state for its precision (``-> N for this precision`` where the
+    source gives two), or ``None``."""
+    chosen = re.search(r"-> (\d+) for this precision", notes)
+    found = chosen or re.search(r"accumulation steps (\d+)", notes)
+    return int(found.group(1)) if found else None
+
+
+def predict_row(row: dict[str, str]) -> ClassicResult:
+    """The prediction of one CSV row (module docstring)."""
+    gpus, measured = int(row["gpus"]), float(row["measured_value"])
+    label = f"{row['model']} {row['gpu']} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
+    result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
+    if row["measured_unit"] not in UNITS:
+        return result(f"unit {row['measured_unit']!r} is not a throughput")
+    if row["model"] not in MODELS:
+        return result(f"model {row['model']!r} has no traced factory")
+    if row["gpu"] not in SYSTEMS:
+        return result(f"no preset system of {row['gpu']} GPUs")
+    if row["precision"] not in PRECISIONS:
+        return result(f"{row['precision']} runs are not predicted (plans run 16-bit or fp8 GEMMs)")
+    if not row["batch_per_gpu"]:
+        return result("the source states no batch per GPU")
+    bert = row["model"].startswith("BERT")
+    steps = accumulation_steps(row["notes"]) if bert else 1
+    if steps is None:
+        return result("the source states no accumulation steps")
+    factory, shape = MODELS[row["model"]]
+    batch = int(row["batch_per_gpu"])
+    plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
+                precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
+    est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine(),
+                          step_interval_s)
+    return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
+
+
+def validate_classic(path: Path) -> list[ClassicResult]:
+    """Every row of ``path`` (the schema of ``plait/validate/data/classic_dp.csv``)."""
+    if not path.is_file():
+        raise ConfigError(f"--classic {path}: no such file")
+    require_extra("traced", "plait validate --classic")  # every row traces a Hugging Face model
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return [predict_row(row) for row in rows]
+
