@@ -38,7 +38,6 @@ from plait.cli.options import (
     TokensOption,
     TpOption,
     VppOption,
-    layout_plan,
 )
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_suffix, refuse_overwrite
@@ -179,15 +178,14 @@ def report_command(
 
 def _job(options: dict[str, Any], command: str) -> Job:
     """The job of ``--plan`` (``--model``/``--cluster``/``--engine`` replacing the file's), or of the layout options
-    as plait estimate reads them; a workload kind with its own pricing (traced, DLRM, GNN, DiT) is refused here."""
+    as plait estimate reads them; a workload kind that is not one job of the core's layers (traced, DLRM, GNN, DiT)
+    is refused here."""
     if options["plan_file"] is not None:
         return resolve_job(options["model"], options["cluster"], options["plan_file"], None, options["engine"])
-    if options["model"] is not None:
-        kind = load(options["model"]).kind
-        if kind.price is not None or kind.estimate is not None:
-            also = f"; or a {labels_with('simulate')} TOML" if command == "simulate" else ""
-            raise ConfigError(f"--model {options['model']!r}: plait {command} takes a catalog model, a config.json "
-                              f"or a plan file (--plan){also}")
-    plan = layout_plan({**options, "gpus": options["gpus"] or DEFAULT_GPUS,
-                        "global_batch": options["global_batch"] or GLOBAL_BATCH})
-    return resolve_job(options["model"], options["cluster"], None, plan, options["engine"])
+    workload = load(options["model"])
+    if workload.kind.job is None:
+        also = f"; or a {labels_with('simulate')} TOML" if command == "simulate" else ""
+        raise ConfigError(f"--model {options['model']!r}: plait {command} takes a catalog model, a config.json "
+                          f"or a plan file (--plan){also}")
+    return workload.kind.job(workload, {**options, "gpus": options["gpus"] or DEFAULT_GPUS,
+                                        "global_batch": options["global_batch"] or GLOBAL_BATCH})

@@ -68,6 +68,9 @@ class WorkloadKind:
     (tables, or JSON with the goodput under failures); ``None``: the kind prints its own (:attr:`estimate`)."""
     mixed: bool = False
     """Whether ``plait estimate`` prices the kind's layout options on a mixed cluster's groups."""
+    job: Callable[[Workload, Options], Any] | None = None
+    """The core's :class:`plait.job.Job` that the layout options or a plan file describe (``plait simulate`` and
+    ``plait report`` time its step); ``None``: the kind is not one job of the core's layers."""
     plan: Entry | None = None
     """``plait plan``'s entry; ``None``: the kind is not planned."""
     simulate: Entry | None = None

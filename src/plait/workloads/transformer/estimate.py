@@ -35,9 +35,12 @@ def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, 
                      get_engine(engine or DEFAULT_ENGINE), num_gpus=gpus)
 
 
-def price(workload: Workload, options: Options) -> Estimate:
-    """``plait estimate``: the layout options (one sequence per micro-batch unless asked otherwise), or the plan
-    file, priced by the one estimate assembly (:func:`plait.predict.estimate.predict`)."""
+def job(workload: Workload, options: Options) -> Job:
+    """The job of the layout options (one sequence per micro-batch unless asked otherwise) or of the plan file."""
     plan = layout_plan(options) if options["plan_file"] is None else None
-    job = resolve_job(workload.source, options["cluster"], options["plan_file"], plan, options["engine"])
-    return predict(job, simulate=options["simulate"])
+    return resolve_job(workload.source, options["cluster"], options["plan_file"], plan, options["engine"])
+
+
+def price(workload: Workload, options: Options) -> Estimate:
+    """``plait estimate``: :func:`job` priced by the one estimate assembly (:func:`plait.predict.estimate.predict`)."""
+    return predict(job(workload, options), simulate=options["simulate"])
