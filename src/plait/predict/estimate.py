@@ -68,6 +68,8 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
     refusal = first_unsupported(job.plan, job.model, job.engine, cols=job.columns)
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
+    if job.notes:
+        est = replace(est, warnings=[*est.warnings, *job.notes])
     if not wants_simulation(job.plan, simulate):
         return est
     if timeline is None:

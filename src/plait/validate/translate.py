@@ -73,7 +73,7 @@ def _configured_model(row: RunRow, engine: Engine) -> ModelSpec:
     return replace(base, name=row.model, num_layers=layers, hidden_size=row.hidden or base.hidden_size,
                    num_heads=row.heads or base.num_heads, num_kv_heads=row.kv_heads or base.num_kv_heads,
                    ffn_hidden_size=row.ffn_hidden or base.ffn_hidden_size, vocab_size=row.vocab or base.vocab_size,
-                   seq_len=row.seq_len or base.seq_len, moe=moe, local_attention=local, dropout=engine.dropout,
+                   seq_len=row.seq_len or base.seq_len, seq_len_basis="" if row.seq_len else base.seq_len_basis, moe=moe, local_attention=local, dropout=engine.dropout,
                    source=f"row {row.id} ({row.model_config.name})")
 
 
