@@ -45,7 +45,8 @@ def test_engine_specs_and_bad_specs() -> None:
     assert get_engine().name == DEFAULT_ENGINE
     assert get_engine("torchtitan@0.3.0").spec == "torchtitan@0.3.0"
     assert get_engine("torchtitan[compile=false]").framework.pointwise == "eager"
-    for bad, fragment in (("nosuch", "unknown engine"), ("torchtitan@9", "unknown engine"),
+    assert get_engine("torchtitan@9").spec == "torchtitan@0.3.0"  # the nearest known version, with a warning
+    for bad, fragment in (("nosuch", "unknown engine"), ("torchtitan@next", "unknown engine"),
                           ("torchtitan[compile=maybe]", "compile='maybe' must be one of"),
                           ("torchtitan[fast=true]", "no option 'fast'"), ("torch titan", "must read")):
         with pytest.raises(ConfigError, match=fragment):

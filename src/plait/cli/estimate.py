@@ -18,7 +18,7 @@ from plait.hardware.mixed import MixedCluster
 from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.defaults import GLOBAL_BATCH, LAYOUT_OPTIONS
 from plait.predict.estimate import predict
-from plait.workloads import Workload, load, refuse_foreign_options
+from plait.workloads import Workload, load, refuse_engine, refuse_foreign_options
 
 
 def estimate_command(
@@ -69,6 +69,7 @@ def estimate_command(
     options = dict(locals())
     workload = load(model)
     refuse_foreign_options(workload.kind, options)
+    refuse_engine(workload.kind, engine)
     if workload.kind.estimate is not None:  # the kind prices and prints its own job
         workload.kind.estimate(workload, options)
         return

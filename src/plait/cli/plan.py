@@ -26,7 +26,7 @@ from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.planner import check_objective
 from plait.search.planner import parse_batches as _batches
 from plait.search.request import Checked, CountPlans, PlanRequest, ThroughputPlans, plan_search
-from plait.workloads import load
+from plait.workloads import load, refuse_engine
 
 def plan_command(
     model: Annotated[str, typer.Option(help="Catalog model, config.json or model TOML.")] = DEFAULT_MODEL,
@@ -75,6 +75,7 @@ def plan_command(
         mixed_plan(model, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json)
         return
     workload = load(model)
+    refuse_engine(workload.kind, engine)
     if workload.kind.plan is not None:  # the kind searches and prints its own plans
         workload.kind.plan(workload, options)
         return

@@ -74,6 +74,12 @@ class WorkloadKind:
     """``plait run --model``'s entry; ``None``: the kind runs from a plan file (or not at all)."""
     validation: Validation | None = None
     """``plait validate``'s reader of this kind's measured runs."""
+    engine: str | None = None
+    """The catalog engine (``plait engines``) that runs this kind, priced when ``--engine`` names none; ``None``: the
+    core's choice for the cluster (:func:`plait.engine.choice.choose_engine`), or none where ``runtime`` is set."""
+    runtime: str = ""
+    """What runs this kind where the kind's own model prices it rather than a catalog engine (a DLRM: TorchRec):
+    ``--engine`` names a catalog engine, so such a kind refuses it, naming this."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +170,13 @@ def refuse_foreign_options(kind: WorkloadKind, options: Options) -> None:
         error = get_kind(name).options_given(options)
         if error is not None:
             raise ConfigError(error)
+
+
+def refuse_engine(kind: WorkloadKind, engine: str | None) -> None:
+    """Refuse ``--engine`` for a kind that a runtime of its own prices (it would have no effect)."""
+    if engine is not None and kind.runtime:
+        raise ConfigError(f"--engine {engine}: a {kind.label} is priced as {kind.runtime} runs it, not by a catalog "
+                          "engine; leave --engine out")
 
 
 def labels_with(entry: str) -> str:

@@ -25,7 +25,7 @@ def _given(options: Options) -> str | None:
     return None
 
 
-KIND = WorkloadKind(name="dit", label="DiT", recognises=is_dit_file, read=lambda name: read_dit(Path(str(name))),
+KIND = WorkloadKind(name="dit", label="DiT", runtime="xDiT", recognises=is_dit_file, read=lambda name: read_dit(Path(str(name))),
                     options_given=_given, refuses=("dlrm",), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
                     validation=Validation(option="dit", read=lazy("plait.workloads.dit.validate:validate_dit"),
