@@ -1,6 +1,6 @@
 """What a Hugging Face ``config.json`` leaves unsaid is said: the training sequence length and where it comes from
 (never silently the positional limit), the parameter counts, and every field read but not modelled, in the estimate's
-table and in its JSON warnings. Configs: tests/data/model_configs (sources in its SOURCES.md)."""
+table and in its JSON warnings. Configs: tests/data/hf_configs (sources in its SOURCES.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from inprocess import cli
 from plait.workload.catalog import get_model
 from plait.workload.hf_config import load_hf_config, model_from_hf_dict
 
-CONFIGS = Path(__file__).parent / "data" / "model_configs"
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 PHI3 = str(CONFIGS / "phi-3-mini-128k-instruct.json")
 QWEN2 = str(CONFIGS / "qwen2-7b-instruct.json")
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from plait.cli.progress import LazyProgress
 from plait.run.converge_runs import measure_multipliers
 from plait.run.launch import RanksFailed
 
@@ -26,9 +27,9 @@ def converge_command(
 ) -> None:
     """Train the reference model on the shipped corpus under each method and under the all-reduce, from the same
     weights on the same batches, and report how many all-reduce steps reach each method's final loss."""
-    say = None if as_json else (lambda text: typer.echo(text, err=True))
     try:
-        measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, say)
+        with LazyProgress("converge", quiet=as_json) as bar:
+            measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, bar.stage)
     except RanksFailed as exc:
         raise typer.Exit(exc.code) from None
     rows, window = measured.rows, measured.window

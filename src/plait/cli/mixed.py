@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from plait.cli.output import print_json
+from plait.cli.progress import LazyProgress
 from plait.cli.render_mixed import print_mixed_estimate, print_mixed_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
@@ -96,8 +97,9 @@ def mixed_plan(model_name: str, cluster: MixedCluster, global_batch: int, engine
     from plait.search.mixed import plan_mixed
 
     model = resolve_model(model_name)
-    result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or DEFAULT_ENGINE),
-                        memory_margin=memory_margin)
+    with LazyProgress("planning over device groups", quiet=as_json, unit="steps") as bar:
+        result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or DEFAULT_ENGINE),
+                            memory_margin=memory_margin, progress=bar)
     if as_json:
         best = result.best_baseline
         print_json({"plans": [mixed_to_dict(e) for e in result.plans[:top]],

@@ -86,7 +86,7 @@ def plan_command(
                           dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export,
                           workers=workers, rank_by=rank_by)
     console = Console(stderr=as_json)
-    plans = plan_search(request, lambda label: LazyProgress(console, label),
+    plans = plan_search(request, lambda label: LazyProgress(label, quiet=as_json),
                         lambda engine: _check_export(export, model, engine, force))
     if isinstance(plans, ThroughputPlans):
         _show_throughput(plans, console, as_json, force)

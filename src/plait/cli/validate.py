@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from plait.cli.output import print_json
+from plait.cli.progress import LazyProgress
 from plait.cli.render import print_memory_validation, print_validation
 from plait.errors import ConfigError
 from plait.validate.report import validate_rows
@@ -40,19 +41,23 @@ def validate_command(
     for kind in kinds():  # a workload kind's own measured runs
         if kind.validation is not None and options[kind.validation.option] is not None:
             check = kind.validation
-            _report(check.read(options[check.option]), check.title, as_json, check.error)
+            with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
+                results = check.read(options[check.option], bar)
+            _report(results, check.title, as_json, check.error)
             return
     if memory is not None:
         from plait.validate.memory import validate_memory
 
-        result = validate_memory(memory)
+        with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
+            result = validate_memory(memory, bar)
         if as_json:
             print_json(result.to_dict())
         else:
             print_memory_validation(Console(), result)
         return
     assert runs is not None
-    validation = validate_rows(read_runs(runs))
+    with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
+        validation = validate_rows(read_runs(runs), bar)
     if as_json:
         print_json(validation.to_dict())
     else:

@@ -24,6 +24,7 @@ from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.workload.tracing import trace
+from plait.validate.progress import Progress, each
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
@@ -91,13 +92,13 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
-def validate_classic(path: Path) -> list[ClassicResult]:
+def validate_classic(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``tests/data/classic_dp.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--classic {path}: no such file")
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return [predict_row(row) for row in rows]
+    return each(rows, predict_row, progress)
 
 
 def mape(results: list[ClassicResult]) -> float:

@@ -37,8 +37,9 @@ class Validation:
 
     option: str
     """The ``plait validate`` parameter that names the CSV (``gnn`` for ``--gnn``)."""
-    read: Callable[[Path], list[Any]]
-    """Predicts each row of the CSV; the rows' results (``source``, ``label``, ``error_pct``, ``why_not``, ...)."""
+    read: Callable[[Path, Callable[[int, int], None] | None], list[Any]]
+    """Predicts each row of the CSV, the progress of the rows heard by its second argument (``None``: silent); the
+    rows' results (``source``, ``label``, ``error_pct``, ``why_not``, ...)."""
     title: str
     """What is compared, before "MAPE" in the table's title."""
     error: str

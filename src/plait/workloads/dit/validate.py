@@ -18,6 +18,7 @@ from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import read_dit
+from plait.validate.progress import Progress, each
 
 ROOT = Path(__file__).resolve().parents[4]
 MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml"}
@@ -60,9 +61,9 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     return ClassicResult(row["source_id"], label, measured, 1.0 / est.latency_s)
 
 
-def validate_dit(path: Path) -> list[ClassicResult]:
+def validate_dit(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``tests/data/dit_latency.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--dit {path}: no such file")
     with path.open(newline="") as handle:
-        return [predict_row(row) for row in csv.DictReader(handle)]
+        return each(list(csv.DictReader(handle)), predict_row, progress)
