@@ -33,7 +33,7 @@ class Job:
     """The software that runs it."""
     notes: tuple[str, ...] = ()
     """What building the job assumed: the model's sequence length where the plan left it and the model says where it
-    comes from, and the model's fields not modelled (estimates carry them as warnings)."""
+    comes from (estimates carry it as a warning, with the model's fields not modelled)."""
 
     def __post_init__(self) -> None:
         assert self.plan.seq_len > 0, "a Job's plan has its sequence length resolved (Job.build)"
@@ -45,8 +45,7 @@ class Job:
         the plan rules (and against ``num_gpus``, the GPU count a plan file states): :class:`ConfigError` naming
         the first broken rule."""
         filled = not plan.seq_len and model.seq_len_basis
-        notes = ((f"sequence length {model.seq_len:,} {model.seq_len_basis} (--seq-len sets another)",)
-                 if filled else ()) + model.unmodelled
+        notes = (f"sequence length {model.seq_len:,} {model.seq_len_basis} (--seq-len sets another)",) if filled else ()
         plan = plan.with_seq_len(model.seq_len)
         columns = PlanColumns.one(plan)
         check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)  # before the Job: it holds checked plans
