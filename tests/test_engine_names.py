@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from inprocess import cli
+
 from plait.engine.catalog import engine_names, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import load_cluster_file

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from inprocess import cli
+
 from plait.workload.catalog import get_model
 from plait.workload.hf_config import load_hf_config, model_from_hf_dict
 
@@ -80,5 +81,5 @@ def test_moe_estimate_shows_active_parameters() -> None:
     assert abs(est["params"]["total"] - model.published_params) <= 0.5e9
     assert abs(est["params"]["active"] - model.published_active_params) <= 0.5e9
     assert est["params"]["active"] < est["params"]["total"]
-    code, out, _ = cli(["estimate", "--model", "mixtral-8x7b", "--gpus", "8"])
+    _, out, _ = cli(["estimate", "--model", "mixtral-8x7b", "--gpus", "8"])
     assert "active per token" in " ".join(out.split())

@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 
 import pytest
+from inprocess import cli
 from rich.console import Console
 
-from inprocess import cli
 from plait.cli import progress
 from plait.cli.progress import LazyProgress
 from plait.hardware.catalog import get_cluster

@@ -62,10 +62,9 @@ def _nearest(asked: str, versions: dict[str, str]) -> str | None:
         return None
 
     def distance(version: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        known = numbered[version]
-        width = max(len(known), len(wanted))
-        pad = lambda parts: parts + (0,) * (width - len(parts))  # noqa: E731
-        return tuple(abs(a - b) for a, b in zip(pad(known), pad(wanted))), tuple(-x for x in pad(known))
+        width = max(len(numbered[version]), len(wanted))
+        known, asked_parts = (parts + (0,) * (width - len(parts)) for parts in (numbered[version], wanted))
+        return tuple(abs(a - b) for a, b in zip(known, asked_parts)), tuple(-x for x in known)
 
     return versions[min(numbered, key=distance)]
 

@@ -23,8 +23,8 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
-from plait.workload.tracing import trace
 from plait.validate.progress import Progress, each
+from plait.workload.tracing import trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),

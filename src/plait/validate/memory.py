@@ -26,9 +26,9 @@ from pathlib import Path
 from plait.cost.estimate import MemoryBreakdown
 from plait.errors import ConfigError, read_user_file
 from plait.units import GIB
+from plait.validate.progress import Progress, each
 from plait.validate.report import Scored, fill_row
 from plait.validate.runs import RunRow, parse_row
-from plait.validate.progress import Progress, each
 
 MEMORY_COLUMNS = ("id", "source", "peak_memory_gib", "memory_kind")
 

@@ -18,9 +18,9 @@ from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
 from plait.predict.estimate import assemble
 from plait.predict.intervals import NOMINAL, loso_coverage, spread
+from plait.validate.progress import Progress, each
 from plait.validate.runs import RunRow
 from plait.validate.translate import candidate_plans, row_cluster, row_model
-from plait.validate.progress import Progress, each
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,9 +16,9 @@ from pathlib import Path
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
+from plait.validate.progress import Progress, each
 from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import read_dit
-from plait.validate.progress import Progress, each
 
 ROOT = Path(__file__).resolve().parents[4]
 MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml"}

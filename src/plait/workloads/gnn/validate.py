@@ -21,9 +21,9 @@ from pathlib import Path
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
+from plait.validate.progress import Progress, each
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
-from plait.validate.progress import Progress, each
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
 """GPU names of the CSV -> a preset of that GPU (the rows run on one node)."""
