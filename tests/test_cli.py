@@ -119,12 +119,12 @@ def test_progress_bar_shows_candidates_per_second(monkeypatch) -> None:  # type:
 
     from rich.console import Console
 
-    from plait.workloads.transformer import progress
+    from plait import progress
 
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120)
-    with progress.LazyProgress(console, "searching plans") as bar:
+    with progress.LazyProgress("searching plans", console=console) as bar:
         bar(500, 1000)
         bar(1000, 1000)
     assert "candidates/s" in out.getvalue() and "1000/1000" in out.getvalue()

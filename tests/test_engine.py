@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from plait.cost.batch import evaluate_batch
-from plait.engine.facts import EngineFacts
 from plait.engine.capability import FEATURES, first_unsupported, unsupported_index
 from plait.engine.catalog import DEFAULT_ENGINE, engine_names, get_engine
+from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.export.bundle import export_for
 from plait.hardware.catalog import get_cluster
 from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.runner import run_search
 from plait.search.enumerate import enumerate_space
+from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 
@@ -45,7 +45,8 @@ def test_engine_specs_and_bad_specs() -> None:
     assert get_engine().name == DEFAULT_ENGINE
     assert get_engine("torchtitan@0.3.0").spec == "torchtitan@0.3.0"
     assert get_engine("torchtitan[compile=false]").framework.pointwise == "eager"
-    for bad, fragment in (("nosuch", "unknown engine"), ("torchtitan@9", "unknown engine"),
+    assert get_engine("torchtitan@9").spec == "torchtitan@0.3.0"  # the nearest known version, with a warning
+    for bad, fragment in (("nosuch", "unknown engine"), ("torchtitan@next", "unknown engine"),
                           ("torchtitan[compile=maybe]", "compile='maybe' must be one of"),
                           ("torchtitan[fast=true]", "no option 'fast'"), ("torch titan", "must read")):
         with pytest.raises(ConfigError, match=fragment):

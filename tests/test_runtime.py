@@ -117,7 +117,8 @@ def test_profiler_trace_of_a_real_step(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> None:
     """`plait calibrate` measures this machine (gloo, 2 ranks) into a cluster file with a curve per collective
-    (``--quick``: the same figures from fewer rounds; the full run differs only in counts), reporting each stage."""
+    (``--quick``: the same figures from fewer rounds; the full run differs only in counts); its stages show on a
+    terminal only, so a pipe hears nothing but the result."""
     from plait.hardware.catalog import load_cluster_file
     from plait.plan.plan import Plan
     from plait.predict.estimate import estimate
@@ -127,7 +128,7 @@ def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> N
     done = subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(out), "--quick"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr.count("calibrate [") >= 5 and "measuring collectives" in done.stderr  # progress per stage
+    assert "measuring" not in done.stderr  # the stages' progress is for a terminal
     cluster = load_cluster_file(out)
     tier = cluster.tiers[0]
     assert tier.all_gather_efficiency is not None and tier.reduce_scatter_efficiency is not None

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from plait.engine.facts import EngineFacts
 from plait.engine.engine import Engine
+from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
@@ -31,6 +31,9 @@ class Job:
     """How it is parallelised, its ``seq_len`` filled."""
     engine: Engine
     """The software that runs it."""
+    notes: tuple[str, ...] = ()
+    """What building the job assumed: the model's sequence length where the plan left it and the model says where it
+    comes from (estimates carry it as a warning, with the model's fields not modelled)."""
 
     def __post_init__(self) -> None:
         assert self.plan.seq_len > 0, "a Job's plan has its sequence length resolved (Job.build)"
@@ -41,10 +44,12 @@ class Job:
         """The job, its sequence length filled from ``model`` when the plan leaves it 0, its plan checked against
         the plan rules (and against ``num_gpus``, the GPU count a plan file states): :class:`ConfigError` naming
         the first broken rule."""
+        filled = not plan.seq_len and model.seq_len_basis
+        notes = (f"sequence length {model.seq_len:,} {model.seq_len_basis} (--seq-len sets another)",) if filled else ()
         plan = plan.with_seq_len(model.seq_len)
         columns = PlanColumns.one(plan)
         check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)  # before the Job: it holds checked plans
-        job = cls.checked(model, cluster, plan, engine)
+        job = cls(model=model, cluster=cluster, plan=plan, engine=engine, notes=notes)
         job.__dict__["columns"] = columns  # the cached property's value, already built for the check
         return job
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +10,7 @@ import typer
 
 from plait.errors import ConfigError, refuse_overwrite, require_extra
 from plait.hardware.catalog import cluster_from_mapping
+from plait.progress import LazyProgress
 
 
 def calibrate_command(
@@ -29,13 +29,9 @@ def calibrate_command(
     require_extra("run", "plait calibrate")
     if ranks < 2:
         raise ConfigError(f"ranks={ranks} must be >= 2 to measure collectives")
-    start = time.perf_counter()
-
-    def say(stage: str) -> None:  # progress on stderr: the whole measurement takes about a minute on a CPU
-        typer.echo(f"calibrate [{time.perf_counter() - start:5.1f} s] measuring {stage}", err=True)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        table = describe_machine(ranks, Path(tmp), threads, say, quick)
+    # the whole measurement takes about a minute on a CPU: each stage is shown as it starts
+    with tempfile.TemporaryDirectory() as tmp, LazyProgress("calibrate") as bar:
+        table = describe_machine(ranks, Path(tmp), threads, lambda stage: bar.stage(f"measuring {stage}"), quick)
     cluster_from_mapping(table, str(output))  # what we write must load
     output.write_text(tomli_w.dumps(table), encoding="utf-8")
     typer.echo(f"wrote {output}: matmul peak {table['accelerator']['peak_tflops']} TFLOP/s, "

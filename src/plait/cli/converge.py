@@ -8,6 +8,7 @@ import typer
 
 from plait.cli.output import print_json
 from plait.errors import require_extra
+from plait.progress import LazyProgress
 from plait.run.converge_runs import measure_multipliers
 from plait.run.launch import RanksFailed
 from plait.terminal import rich_console, titled_table
@@ -30,9 +31,9 @@ def converge_command(
     """Train the reference model on the shipped corpus under each method and under the all-reduce, from the same
     weights on the same batches, and report how many all-reduce steps reach each method's final loss."""
     require_extra("run", "plait converge")
-    say = None if as_json else (lambda text: typer.echo(text, err=True))
     try:
-        measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, say)
+        with LazyProgress("converge", quiet=as_json) as bar:
+            measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, bar.stage)
     except RanksFailed as exc:
         raise typer.Exit(exc.code) from None
     rows, window = measured.rows, measured.window

@@ -49,7 +49,7 @@ from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.defaults import GLOBAL_BATCH
 from plait.predict.goodput import goodput
 from plait.terminal import rich_console
-from plait.workloads import Workload, load, refuse_foreign_options
+from plait.workloads import Workload, load, refuse_engine, refuse_foreign_options
 
 
 def estimate_command(
@@ -100,6 +100,7 @@ def estimate_command(
     options = dict(locals())
     workload = load(model)
     refuse_foreign_options(workload.kind, options)
+    refuse_engine(workload.kind, engine)
     if workload.kind.estimate is not None:  # the kind prices and prints its own job
         workload.kind.estimate(workload, options)
         return

@@ -11,6 +11,7 @@ from plait.hardware.mixed import MixedCluster
 from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_to_dict
+from plait.progress import LazyProgress
 from plait.search.mixed import plan_mixed
 from plait.search.mixed_split import balance_data, balance_pipeline
 from plait.terminal import rich_console
@@ -91,8 +92,9 @@ def mixed_plan(model_name: str, cluster: MixedCluster, global_batch: int, engine
                memory_margin: float, as_json: bool) -> None:
     """``plait plan`` on a mixed cluster: the ranked mixed plans against the best single group."""
     model = resolve_model(model_name)
-    result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or DEFAULT_ENGINE),
-                        memory_margin=memory_margin)
+    with LazyProgress("planning over device groups", quiet=as_json, unit="steps") as bar:
+        result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or DEFAULT_ENGINE),
+                            memory_margin=memory_margin, progress=bar)
     if as_json:
         best = result.best_baseline
         print_json({"plans": [mixed_to_dict(e) for e in result.plans[:top]],

@@ -30,7 +30,7 @@ from plait.errors import ConfigError
 from plait.hardware.mixed_catalog import mixed_cluster
 from plait.search.planner import check_objective
 from plait.search.planner import parse_batches as _batches
-from plait.workloads import entry, load
+from plait.workloads import entry, load, refuse_engine
 
 
 def plan_command(
@@ -80,4 +80,5 @@ def plan_command(
         mixed_plan(model, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json)
         return
     workload = load(model)
+    refuse_engine(workload.kind, engine)
     entry(workload, "plan")(workload, options)

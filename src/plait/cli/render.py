@@ -30,6 +30,10 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     """Summary, time breakdown, memory breakdown and cost to train."""
     console.print(f"[bold]{est.model_name}[/] on {est.num_gpus} x {est.cluster_name}, run by {est.engine}")
     console.print(f"plan: {est.plan.describe()}  (micro-batches per step: {est.plan.num_micro_batches})")
+    if est.num_params:
+        active = (f", {_count(est.num_active_params)} active per token" if est.num_active_params != est.num_params
+                  else "")
+        console.print(f"parameters: {_count(est.num_params)}{active}")
     low, high = est.step_time_interval_s
     time_table = titled_table(f"Step time {est.step_time_s:.4g} s (80% interval {low:.4g}-{high:.4g} s)")
     time_table.add_column("component")
@@ -86,6 +90,11 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
                   f"${est.cost_usd(train_tokens) / failures.goodput:,.0f}")
     for warning in est.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
+
+
+def _count(value: float) -> str:
+    """A parameter count in millions or billions, three significant digits (8.03 B)."""
+    return f"{value / 1e9:.3g} B" if value >= 1e9 else f"{value / 1e6:.3g} M"
 
 
 def _figure(value: float) -> str:

@@ -14,6 +14,7 @@ from plait.cli.options import DEFAULT_CLUSTER
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_export_folder, refuse_overwrite
 from plait.hardware.catalog import resolve_cluster
+from plait.progress import LazyProgress
 from plait.schedule.policies import POLICY_NAMES, make_policy
 from plait.schedule.pool import Pool
 from plait.schedule.result import ScheduleResult
@@ -97,7 +98,11 @@ def schedule_command(
     name, trace_jobs = _jobs(trace, synthetic, jobs, seed, load, speed, size)
     if write_trace is not None:
         write_trace.write_text(trace_csv(trace_jobs), encoding="utf-8")
-    results = [simulate(trace_jobs, Pool(spec, size), speed, p) for p in policies]
+    results = []
+    with LazyProgress("simulating the schedule", quiet=as_json, unit="arrivals") as bar:
+        for i, p in enumerate(policies):  # one bar over every policy's arrivals
+            results.append(simulate(trace_jobs, Pool(spec, size), speed, p,
+                                    lambda done, total, i=i: bar(i * total + done, len(policies) * total)))
     if trace_out is not None:
         trace_out.write_text(json.dumps(chrome_trace(results[0])), encoding="utf-8")
     written = []

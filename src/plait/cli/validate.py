@@ -11,6 +11,7 @@ from plait.cli.options import JsonOption
 from plait.cli.output import print_json
 from plait.cli.render import print_memory_validation, print_validation
 from plait.errors import ConfigError
+from plait.progress import LazyProgress
 from plait.terminal import rich_console, titled_table
 from plait.validate.classic import mape
 from plait.validate.datasets import DATASETS, dataset_path, option_path
@@ -60,17 +61,21 @@ def validate_command(
     for kind in kinds():  # a workload kind's own measured runs
         if kind.validation is not None and options[kind.validation.option] is not None:
             check = kind.validation
-            _report(check.read(options[check.option]), check.title, as_json, check.error)
+            with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
+                results = check.read(options[check.option], bar)
+            _report(results, check.title, as_json, check.error)
             return
     if memory is not None:
-        result = validate_memory(memory)
+        with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
+            result = validate_memory(memory, bar)
         if as_json:
             print_json(result.to_dict())
         else:
             print_memory_validation(rich_console(), result)
         return
     assert runs is not None
-    validation = validate_rows(read_runs(runs))
+    with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
+        validation = validate_rows(read_runs(runs), bar)
     if as_json:
         print_json(validation.to_dict())
     else:

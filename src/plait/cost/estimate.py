@@ -141,6 +141,10 @@ class Estimate:
     """Price of one GB of that traffic (the wide-area tier's ``egress_usd_per_gb``)."""
     convergence: Convergence = ALLREDUCE
     """The plan's ``dp_sync`` steps multiplier and its source (:mod:`plait.plan.convergence`)."""
+    num_params: float = 0.0
+    """Parameters of the model (0: not counted)."""
+    num_active_params: float = 0.0
+    """Parameters each token passes through: fewer than ``num_params`` for mixture-of-experts models."""
     warnings: list[str] = field(default_factory=list)
     """Options with no effect and other notes."""
     moe_model: bool = False
@@ -233,6 +237,7 @@ class Estimate:
         low, high = self.step_time_interval_s
         out: dict[str, object] = {
             "model": self.model_name,
+            "params": {"total": self.num_params, "active": self.num_active_params},
             "cluster": self.cluster_name,
             "engine": self.engine,
             "num_gpus": self.num_gpus,

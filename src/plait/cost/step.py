@@ -5,8 +5,8 @@ from __future__ import annotations
 from plait.cost.batch import TIME_ITEMS, BatchResult
 from plait.cost.egress import egress_bytes_per_step
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.engine.facts import DEFAULT
 from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, optimizer_bytes_per_param
+from plait.engine.facts import DEFAULT
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
 from plait.plan.columns import PlanColumns
@@ -43,5 +43,6 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         egress_bytes_per_step=egress_bytes_per_step(model, cluster, plan, DEFAULT),
         egress_usd_per_gb=wide.egress_usd_per_gb if (wide := cluster.wide_area_tier) else 0.0,
         convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
+        num_params=float(model.total_params()), num_active_params=float(model.active_params()),
         warnings=rules.warnings(plan, model, cluster), moe_model=model.moe is not None,
     )

@@ -38,19 +38,69 @@ def engine_names() -> list[str]:
     return sorted(_tables())
 
 
-def _key(name: str, version: str | None) -> str:
+FAMILIES = {"megatron-lm": "megatron-core", "megatron": "megatron-core", "mcore": "megatron-core"}
+"""Names without a version that mean another catalog engine: Megatron-LM trains through Megatron-Core since its
+core_r0.x releases (github.com/NVIDIA/Megatron-LM README: "Megatron-Core ... the library behind Megatron-LM"), so a
+plain ``megatron-lm`` is today's Megatron-Core; the dated ``megatron-lm@2021``/``@2022`` entries stay as named."""
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def _versions(name: str) -> dict[str, str]:
+    """Each catalog version of the engine ``name`` -> its key (``nemo`` -> ``{"24.07": "nemo@24.07"}``)."""
+    return {str(table.get("version")): key for key, table in _tables().items() if key.split("@")[0] == name}
+
+
+def _nearest(asked: str, versions: dict[str, str]) -> str | None:
+    """The key of the version nearest ``asked``: compared part by part (year or major first), ties to the newer;
+    ``None`` where ``asked`` or no known version reads as numbers."""
+    wanted = _numbers(asked)
+    numbered = {v: _numbers(v) for v in versions if _numbers(v)}
+    if not wanted or not numbered:
+        return None
+
+    def distance(version: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        width = max(len(numbered[version]), len(wanted))
+        known, asked_parts = (parts + (0,) * (width - len(parts)) for parts in (numbered[version], wanted))
+        return tuple(abs(a - b) for a, b in zip(known, asked_parts)), tuple(-x for x in known)
+
+    return versions[min(numbered, key=distance)]
+
+
+def _label(key: str) -> str:
+    """``name@version`` of a catalog key (``torchtitan`` -> ``torchtitan@0.3.0``)."""
+    return key if "@" in key else f"{key}@{_tables()[key].get('version')}"
+
+
+def _key(name: str, version: str | None) -> tuple[str, str]:
+    """The catalog key ``name[@version]`` resolves to, and why where it is not the name asked (else empty): a family
+    name (:data:`FAMILIES`), an engine known only at versions (its newest), or a version the catalog lacks (the
+    nearest of the same engine's)."""
     tables = _tables()
+    asked = f"{name}@{version}" if version else name
     if version is None:
         if name in tables:
-            return name
+            return name, ""
+        if name in FAMILIES:
+            return FAMILIES[name], f"engine {name} is taken as {_label(FAMILIES[name])} (the engine it trains on today)"
+        versions = _versions(name)
+        if versions:
+            newest = versions[max(versions, key=lambda v: (_numbers(v), v))]
+            return newest, f"engine {name} is taken as {_label(newest)} (its newest version in the catalog)"
     else:
-        if f"{name}@{version}" in tables:
-            return f"{name}@{version}"
-        if name in tables and tables[name].get("version") == version:
-            return name
+        if asked in tables:
+            return asked, ""
+        versions = _versions(name)
+        if versions.get(version) == name:
+            return name, ""
+        nearest = _nearest(version, versions)
+        if nearest is not None:
+            return nearest, (f"engine {asked} is not in the catalog: taken as {_label(nearest)}, the nearest known version "
+                             f"(known: {', '.join(sorted(versions))})")
     known = ", ".join(engine_names())
-    spec = f"{name}{'@' + version if version else ''!s}"
-    raise ConfigError(f"unknown engine {spec}{did_you_mean(spec, tables)} (known: {known})")
+    raise ConfigError(f"unknown engine {asked}{did_you_mean(asked, tables)} (known: {known})")
 
 
 def _check_features(where: str, table: dict[str, str]) -> None:
@@ -93,12 +143,15 @@ def _apply(engine: Engine, key: str, name: str, value: str) -> Engine:
 
 @functools.cache
 def get_engine(spec: str = DEFAULT_ENGINE) -> Engine:
-    """The engine ``spec`` names, e.g. ``torchtitan``, ``megatron-lm@2021`` or ``llm-foundry[mixed_precision=PURE]``."""
+    """The engine ``spec`` names, e.g. ``torchtitan``, ``megatron-lm@2021`` or ``llm-foundry[mixed_precision=PURE]``;
+    a family name or a version the catalog lacks resolves as :func:`_key` says, and the engine carries why."""
     match = _SPEC.match(spec.strip())
     if not match:
         raise ConfigError(f"engine {spec!r} must read name, name@version or name[key=value,...]")
-    key = _key(match["name"], match["version"])
+    key, resolved = _key(match["name"], match["version"])
     engine = _build(key)
+    if resolved:
+        engine = replace(engine, resolved=resolved)
     for item in filter(None, (match["options"] or "").split(",")):
         if "=" not in item:
             raise ConfigError(f"engine option {item!r} must read key=value")

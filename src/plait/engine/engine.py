@@ -51,6 +51,9 @@ class Engine:
     """Field or fact -> where it is documented."""
     options: tuple[tuple[str, str], ...] = ()
     """Run options applied to the facts, as (name, value) pairs."""
+    resolved: str = ""
+    """Why this engine stands for the name asked, where the catalog resolved a family name or a version it lacks
+    (``nemo@24.11`` -> ``nemo@24.07``), said as a warning wherever it prices a plan; empty: the name asked."""
 
     @property
     def spec(self) -> str:

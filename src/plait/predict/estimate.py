@@ -68,6 +68,9 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
     refusal = first_unsupported(job.plan, job.model, job.engine, cols=job.columns)
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
+    said = ((job.engine.resolved,) if job.engine.resolved else ()) + job.notes + job.model.unmodelled
+    if said:
+        est = replace(est, warnings=[*est.warnings, *said])
     if not wants_simulation(job.plan, simulate):
         return est
     if timeline is None:

@@ -73,7 +73,7 @@ def _curves(specs: list[str], steps: int, model: str, ranks: int, batch: int, op
     waiting = [s for s in specs if not parse(s).server_ranks]  # the others: workers and server ranks
     cases = [f"{s}@{optimizer}" for s in dict.fromkeys(["allreduce", *waiting])]
     if say is not None:
-        say(f"converge: {len(cases)} runs of {steps} steps on {ranks} ranks ...")
+        say(f"{len(cases)} runs of {steps} steps on {ranks} ranks")
     config = ConvergeConfig(out=Path("unused"), model=model, steps=steps, batch=batch, cases=tuple(cases))
     curves = run_worker("plait.run.converge", ranks, config)  # a failure names its rank and log
     for spec in (s for s in specs if s not in waiting):  # workers and server ranks: plait.run.async_train
@@ -87,7 +87,7 @@ def _asynchronous_curve(spec: str, model: str, steps: int, ranks: int, batch: in
     method over ``ranks`` workers and its server ranks."""
     world = ranks + parse(spec).server_ranks
     if say is not None:
-        say(f"converge: {spec} on {ranks} workers and {world - ranks} server ranks ...")
+        say(f"{spec} on {ranks} workers and {world - ranks} server ranks")
     config = AsyncConfig(out=Path("unused"), model=model, spec=(spec,), steps=steps, batch=batch,
                          optimizer=optimizer)  # type: ignore[arg-type]
     workers = run_worker("plait.run.async_train", world, config)[spec]["workers"]

@@ -18,13 +18,13 @@ from typing import Protocol
 import numpy as np
 
 from plait.errors import ConfigError
+from plait.events.kernel import Kernel
 from plait.schedule.columns import Columns
 from plait.schedule.pool import Placement, Pool
 from plait.schedule.result import JobResult, ScheduleResult, Segment
 from plait.schedule.speed import Speed, SpeedModel
 from plait.schedule.state import JobState
 from plait.schedule.trace import TraceJob
-from plait.events.kernel import Kernel
 
 COMPLETE, ARRIVE, PASS = 0, 1, 2
 """Event priorities at one instant."""
@@ -168,10 +168,19 @@ class Simulator:
         self._passes.discard(at_s)
         self.policy.schedule(self, at_s)
 
-    def run(self) -> ScheduleResult:
-        """Simulate every job to completion (or rejection)."""
+    def run(self, progress: Callable[[int, int], None] | None = None) -> ScheduleResult:
+        """Simulate every job to completion (or rejection); ``progress`` hears (jobs arrived, jobs) as the
+        simulated clock passes each arrival."""
+        arrived = [0]
+
+        def arrive(st: JobState) -> None:
+            self._arrive(st)
+            arrived[0] += 1
+            if progress is not None:
+                progress(arrived[0], len(self.states))
+
         for st in self.states:
-            self.kernel.at(st.job.arrival_s, lambda st=st: self._arrive(st), ARRIVE)
+            self.kernel.at(st.job.arrival_s, lambda st=st: arrive(st), ARRIVE)
         self.kernel.run()
         stuck = [st.job.job_id for st in self.states if st.status in ("queued", "running")]
         assert not stuck, f"jobs never completed: {stuck[:5]}"
@@ -188,6 +197,8 @@ def _result(st: JobState) -> JobResult:
                      deadline_met=met)
 
 
-def simulate(jobs: tuple[TraceJob, ...], pool: Pool, speed: SpeedModel, policy: Policy) -> ScheduleResult:
-    """Run ``policy`` over ``jobs`` on ``pool`` (a fresh pool: it is consumed)."""
-    return Simulator(jobs, pool, speed, policy).run()
+def simulate(jobs: tuple[TraceJob, ...], pool: Pool, speed: SpeedModel, policy: Policy,
+             progress: Callable[[int, int], None] | None = None) -> ScheduleResult:
+    """Run ``policy`` over ``jobs`` on ``pool`` (a fresh pool: it is consumed); ``progress``: see
+    :meth:`Simulator.run`."""
+    return Simulator(jobs, pool, speed, policy).run(progress)

@@ -15,6 +15,7 @@ memory is dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from plait.cost.estimate import Estimate
@@ -23,9 +24,9 @@ from plait.hardware.mixed import MixedCluster, group_view
 from plait.plan.mixed import GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate
-from plait.search.runner import run_search
 from plait.search.mixed_local import local_sgd_plans
 from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, try_mixed
+from plait.search.runner import Progress, run_search
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
 
@@ -54,13 +55,17 @@ class MixedSearch:
 
 
 def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, engine: Engine | None = None,
-               memory_margin: float = 0.05, local_sgd: bool = True) -> MixedSearch:
+               memory_margin: float = 0.05, local_sgd: bool = True, progress: Progress | None = None) -> MixedSearch:
     """Mixed plans of ``model`` over every device of ``cluster`` at ``global_batch`` sequences, and baselines;
     ``local_sgd``: also each even split with per-group local steps (:mod:`plait.search.mixed_local`), ranked by
-    all-reduce-equivalent throughput (tokens/s over the measured steps multiplier)."""
-    n = cluster.num_gpus
+    all-reduce-equivalent throughput (tokens/s over the measured steps multiplier). ``progress`` hears (steps done,
+    steps): a search per group's view, a balancing per layout found (:data:`LAYOUTS` per group until they are
+    known), a search per group's baseline."""
+    n, groups = cluster.num_gpus, len(cluster.groups)
+    report = progress or (lambda done, total: None)
     layouts: list[Plan] = []
-    for group in cluster.groups:
+    for i, group in enumerate(cluster.groups):
+        report(i, 2 * groups + groups * LAYOUTS)
         view = group_view(cluster, group, n)
         space = default_space(model, view, n, (global_batch,), memory_margin=memory_margin)
         for est in run_search(model, view, space, engine=engine, workers=1).top(LAYOUTS):
@@ -69,7 +74,9 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
                 if layout not in layouts:
                     layouts.append(layout)
     plans, evens = [], []
-    for layout in layouts:
+    total = 2 * groups + len(layouts)
+    for i, layout in enumerate(layouts):
+        report(groups + i, total)
         even = _even(model, cluster, layout, engine)
         candidates = [balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin)]
         if even is not None:
@@ -81,14 +88,17 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
         plans += [c for c in candidates if c is not None and fits_with(c, memory_margin)]
     plans.sort(key=lambda e: -e.target_tokens_per_s)
     evens.sort(key=lambda e: -e.target_tokens_per_s)
-    return MixedSearch(plans=plans, even=evens[0] if evens else None,
-                       baselines=_baselines(model, cluster, global_batch, engine, memory_margin))
+    baselines = _baselines(model, cluster, global_batch, engine, memory_margin,
+                           lambda i: report(groups + len(layouts) + i, total))
+    report(total, total)
+    return MixedSearch(plans=plans, even=evens[0] if evens else None, baselines=baselines)
 
 
 def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engine: Engine | None,
-               memory_margin: float) -> dict[str, Estimate]:
+               memory_margin: float, searched: Callable[[int], None]) -> dict[str, Estimate]:
     out = {}
-    for group in cluster.groups:
+    for i, group in enumerate(cluster.groups):
+        searched(i)
         space = default_space(model, group.cluster, group.num_gpus, (global_batch,), memory_margin=memory_margin)
         best = run_search(model, group.cluster, space, engine=engine, workers=1).top(1)
         if best:

@@ -13,16 +13,16 @@ import multiprocessing
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from plait.cost.batch import BatchResult, evaluate_batch
-from plait.engine.facts import EngineFacts
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
+from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -141,16 +141,26 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def pool_parts(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, workers: int) -> Iterator[Part]:
-    """The parts of ``space``, searched by ``workers`` processes, yielded in order as they complete (closing the
-    iterator, e.g. on Ctrl-C, cancels the rest)."""
+def pool_parts(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, workers: int,
+               completed: Callable[[Part], None] | None = None) -> Iterator[Part]:
+    """The parts of ``space``, searched by ``workers`` processes, yielded in order (closing the iterator, e.g. on
+    Ctrl-C, cancels the rest); ``completed`` hears each part in this process as soon as a worker returns it, in
+    the order they finish (a progress display's count)."""
     pieces = split(model, space, 4 * workers)
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method)) as pool:
         futures: list[Future[Part]] = [pool.submit(search_part, model, cluster, piece, engine) for piece in pieces]
+        index = {future: i for i, future in enumerate(futures)}
+        ready: dict[int, Part] = {}
+        following = 0
         try:
-            for future in futures:
-                yield future.result()
+            for future in as_completed(futures):
+                ready[index[future]] = part = future.result()
+                if completed is not None:
+                    completed(part)
+                while following in ready:
+                    yield ready.pop(following)
+                    following += 1
         finally:
             for future in futures:
                 future.cancel()

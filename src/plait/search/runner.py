@@ -148,10 +148,15 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
         if workers == 1:
             search_part(model, cluster, space, engine, report, done)
         else:
-            for part in pool_parts(model, cluster, space, engine, workers):
-                _merge(done, part)
+            verdicts = [0]  # candidates of the parts the workers have returned, in any order
+
+            def completed(part: Part) -> None:
+                verdicts[0] += part.num_candidates
                 if report:
-                    report(done.num_candidates)
+                    report(verdicts[0])
+
+            for part in pool_parts(model, cluster, space, engine, workers, completed):
+                _merge(done, part)
     except KeyboardInterrupt:
         result.interrupted = True
     order = {name: i for i, name in enumerate(reason_table() + engine_reasons(engine))}  # verdict codes; memory last

@@ -26,6 +26,7 @@ from pathlib import Path
 from plait.cost.estimate import MemoryBreakdown
 from plait.errors import ConfigError, read_user_file
 from plait.units import GIB
+from plait.validate.progress import Progress, each
 from plait.validate.report import Scored, fill_row
 from plait.validate.runs import RunRow, parse_row
 
@@ -125,6 +126,6 @@ class MemoryValidation(Scored):
         }
 
 
-def validate_memory(path: Path) -> MemoryValidation:
-    """Predict every row of a memory-runs CSV."""
-    return MemoryValidation(results=[predict_memory(*entry) for entry in read_memory_runs(path)])
+def validate_memory(path: Path, progress: Progress | None = None) -> MemoryValidation:
+    """Predict every row of a memory-runs CSV (``progress``: hears the rows predicted)."""
+    return MemoryValidation(results=each(read_memory_runs(path), lambda entry: predict_memory(*entry), progress))

@@ -18,6 +18,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
 from plait.predict.estimate import assemble
 from plait.predict.intervals import NOMINAL, loso_coverage, spread
+from plait.validate.progress import Progress, each
 from plait.validate.runs import RunRow
 from plait.validate.translate import candidate_plans, row_cluster, row_model
 
@@ -147,9 +148,9 @@ def _result_dict(r: RowResult) -> dict[str, object]:
             "layout": r.estimate.plan.describe(), "fits": r.fits, "candidates": r.candidates}
 
 
-def validate_rows(rows: list[RunRow]) -> Validation:
+def validate_rows(rows: list[RunRow], progress: Progress | None = None) -> Validation:
     """Predict every row."""
-    return Validation(results=[predict_row(r) for r in rows])
+    return Validation(results=each(rows, predict_row, progress))
 
 
 def residual_rows(validation: Validation) -> list[tuple[str, float, float]]:

@@ -41,6 +41,8 @@ class RunRow:
     moe_top_k: int | None
     moe_ffn_hidden: int | None
     system: str
+    """The cluster: a preset name, or the path of a cluster file (TOML or YAML) the row names, relative to the runs
+    file's folder where written so; empty where the source does not say."""
     gpu: str
     n_gpus: int | None
     tp: int | None
@@ -179,6 +181,21 @@ def _model_config(name: str, folder: Path | None, where: str) -> Path | None:
                       f"{folder / 'model_configs'}")
 
 
+CLUSTER_FILE_SUFFIXES = (".toml", ".yaml", ".yml")
+
+
+def _system(name: str, folder: Path | None, where: str) -> str:
+    """The ``system`` cell: a cluster preset (``plait clusters``) as written, or a cluster file (TOML or YAML, as
+    ``--cluster`` takes), relative to the runs file's folder, as its path."""
+    name = name.strip()
+    if Path(name).suffix not in CLUSTER_FILE_SUFFIXES:
+        return name
+    path = Path(name) if Path(name).is_absolute() or folder is None else folder / name
+    if not path.is_file():
+        raise ConfigError(f"{where}: system={name!r} names a cluster file, and {str(path)!r} is not a file")
+    return str(path)
+
+
 def parse_row(raw: dict[str, str], where: str, folder: Path | None = None) -> RunRow:
     """One CSV record to a RunRow (``folder``: the runs file's, where ``model_config`` files are looked up)."""
     if None in raw or None in raw.values():  # csv.DictReader's marks of a record longer or shorter than the header
@@ -191,7 +208,7 @@ def parse_row(raw: dict[str, str], where: str, folder: Path | None = None) -> Ru
     return RunRow(
         id=raw["id"].strip(), source=raw["source"].strip(), model=raw["model"].strip(),
         mlp=_choice(raw["mlp"], "mlp", ("plain", "gated"), where) or "plain",
-        system=raw["system"].strip(), gpu=raw["gpu"].strip(),
+        system=_system(raw["system"], folder, where), gpu=raw["gpu"].strip(),
         recompute=_choice(raw["recompute"], "recompute", ("none", "selective", "full"), where),
         sharding=_choice(raw["sharding"], "sharding", ("none", "zero1", "zero2", "zero3"), where),
         precision=_choice(raw["precision"], "precision", ("bf16", "fp16", "fp8"), where),

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
-from plait.hardware.catalog import accelerator_names, get_accelerator, get_cluster, with_accelerator
+from plait.hardware.catalog import accelerator_names, get_accelerator, resolve_cluster, with_accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.validate.runs import RunRow
@@ -73,7 +73,7 @@ def _configured_model(row: RunRow, engine: Engine) -> ModelSpec:
     return replace(base, name=row.model, num_layers=layers, hidden_size=row.hidden or base.hidden_size,
                    num_heads=row.heads or base.num_heads, num_kv_heads=row.kv_heads or base.num_kv_heads,
                    ffn_hidden_size=row.ffn_hidden or base.ffn_hidden_size, vocab_size=row.vocab or base.vocab_size,
-                   seq_len=row.seq_len or base.seq_len, moe=moe, local_attention=local, dropout=engine.dropout,
+                   seq_len=row.seq_len or base.seq_len, seq_len_basis="" if row.seq_len else base.seq_len_basis, moe=moe, local_attention=local, dropout=engine.dropout,
                    source=f"row {row.id} ({row.model_config.name})")
 
 
@@ -83,7 +83,7 @@ def row_cluster(row: RunRow) -> Cluster:
     system = row.system or next((s for prefix, s in REFERENCE_SYSTEM.items() if row.gpu.startswith(prefix)), "")
     if not system:
         raise ConfigError(f"{row.id}: no system and no reference system for gpu={row.gpu!r}")
-    cluster = get_cluster(system)
+    cluster = resolve_cluster(system)
     if not row.gpu or (row.gpu in REFERENCE_SYSTEM and row.gpu not in accelerator_names()):
         return cluster
     return with_accelerator(cluster, get_accelerator(row.gpu))

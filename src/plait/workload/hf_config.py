@@ -2,9 +2,14 @@
 
 Key names follow the ``transformers`` configuration classes (LlamaConfig, Llama4TextConfig, MistralConfig,
 MixtralConfig, Qwen2/Qwen3(Moe)Config, DeepseekV3Config, GptOssConfig, GPT2Config, OPTConfig,
-BloomConfig, NemotronConfig) and xAI's Grok-1 config. Not modelled, and left out of the count: DeepSeek-V3's
-multi-token-prediction module (``num_nextn_predict_layers``), Grok-1's extra post-attention and post-MoE norms. Architecture families whose MLP has two matrices are
-listed in ``_PLAIN_MLP``; every other family is taken as gated (SwiGLU), as in Llama.
+BloomConfig, NemotronConfig) and xAI's Grok-1 config. Architecture families whose MLP has two matrices are listed
+in ``_PLAIN_MLP``; every other family is taken as gated (SwiGLU), as in Llama.
+
+What a config does not state is said, not hidden: the training sequence length and where it comes from
+(``ModelSpec.seq_len_basis``: the config's own training length, else at most :data:`ASSUMED_SEQ_LEN`, never silently
+the positional limit), and every field read but not modelled (``ModelSpec.unmodelled``: DeepSeek-V3's
+multi-token-prediction module, Grok-1's extra norms, sliding windows of families read without them, logit
+soft-capping, RoPE scaling, dropout, ...), which estimates carry as warnings.
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ _LAYERNORM = {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "mpt", "falcon", "gpt_
 _LEARNED_POS = {"gpt2", "opt", "gpt_bigcode"}
 _ALIBI = {"bloom", "mpt"}
 _QK_NORM = {"qwen3", "qwen3_moe", "olmo2", "gemma3"}
+_LIMIT_KEYS = ("max_position_embeddings", "n_positions", "seq_length", "max_seq_len")
+ASSUMED_SEQ_LEN = 8192
+"""Training sequence length taken for a ``config.json`` that states no training length and allows longer: Llama 3's
+pre-training length before its long-context stage (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.4.1:
+8K-token sequences), the longest of the published configs that state one (DeepSeek-V3 and gpt-oss: 4,096, their
+``rope_scaling.original_max_position_embeddings``, tests/data/model_configs). A config's positional limit is the
+longest sequence it serves after context extension, not what a training run is sized for (Phi-3-mini-128k: 131,072
+positions, trained at 4,096)."""
+_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout")
 
 
 def _whole(value: Any, key: str) -> int:
@@ -117,6 +131,71 @@ def _mla(cfg: dict[str, Any]) -> MlaSpec | None:
     )
 
 
+def _rope(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The RoPE scaling table and its key (``rope_scaling``; ``rope_parameters`` in transformers 5)."""
+    key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
+    rope = cfg.get(key) or {}
+    if not isinstance(rope, dict):
+        raise ConfigError(f"config.json {key}={rope!r} must be an object")
+    return key, rope
+
+
+def _seq_len(cfg: dict[str, Any], kind: str) -> tuple[int, str]:
+    """The training sequence length and where it comes from: the config's own training length where it gives one
+    (RoPE scaling's or Phi-3's ``original_max_position_embeddings``), a learned position table's length, the
+    positional limit up to :data:`ASSUMED_SEQ_LEN`, else :data:`ASSUMED_SEQ_LEN`."""
+    key, rope = _rope(cfg)
+    limit_key = next((k for k in _LIMIT_KEYS if cfg.get(k) is not None), None)
+    limit = _whole(cfg[limit_key], limit_key) if limit_key else None
+    for where, value in ((f"{key}.original_max_position_embeddings", rope.get("original_max_position_embeddings")),
+                         ("original_max_position_embeddings", cfg.get("original_max_position_embeddings"))):
+        if value:
+            length = _whole(value, where)
+            longer = f"; {limit_key}={limit:,} is the extended limit" if limit and limit > length else ""
+            return length, f"is the config's training length {where}{longer}"
+    if limit is not None and kind in _LEARNED_POS:
+        return limit, f"is the learned position table's length {limit_key}"
+    if limit is not None and limit <= ASSUMED_SEQ_LEN:
+        return limit, f"is the config's positional limit {limit_key} (it states no training length)"
+    beyond = f" and {limit_key}={limit:,} is only the longest sequence it serves" if limit else ""
+    return ASSUMED_SEQ_LEN, f"is assumed, a common pretraining length: the config states no training length{beyond}"
+
+
+def _unmodelled(cfg: dict[str, Any], kind: str, local: LocalAttention | None) -> tuple[str, ...]:
+    """Fields that change the model but not plait's cost of it, each with what is costed instead."""
+    notes = []
+    window = cfg.get("sliding_window")
+    if window and local is None and cfg.get("use_sliding_window") is not False:
+        notes.append(f"sliding_window={window} is not modelled for model_type {kind!r} (plait reads windows from "
+                     "layer_types, use_sliding_window, or Mistral/Mixtral): every layer costed with full attention")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(key):
+            notes.append(f"{key}={cfg[key]} is not modelled: costed without the tanh soft-capping")
+    key, rope = _rope(cfg)
+    scaling = rope.get("rope_type") or rope.get("type")
+    if scaling not in (None, "default"):
+        notes.append(f"{key} type {scaling!r} is not modelled: rotary embeddings costed unscaled (the scaling "
+                     "changes their frequencies, not the FLOPs or bytes counted)")
+    if cfg.get("partial_rotary_factor") not in (None, 1, 1.0):
+        notes.append(f"partial_rotary_factor={cfg['partial_rotary_factor']} is not modelled: rotary embeddings "
+                     "costed on the whole head dimension")
+    if cfg.get("num_nextn_predict_layers"):
+        notes.append(f"num_nextn_predict_layers={cfg['num_nextn_predict_layers']} (multi-token prediction) is not "
+                     "modelled: costed without its extra layers")
+    if kind == "grok-1":
+        notes.append("Grok-1's extra post-attention and post-MoE norms are not modelled: left out of the count")
+    if cfg.get("topk_group") and cfg.get("n_group"):
+        notes.append(f"topk_group={cfg['topk_group']} of n_group={cfg['n_group']} (group-limited routing) is not "
+                     "modelled: tokens costed as routed to experts on any rank")
+    for key in _DROPOUT_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            notes.append(f"{key}={value} is not modelled: costed without dropout masks")
+    if cfg.get("quantization_config"):
+        notes.append("quantization_config is not modelled: weights costed in the plan's precision")
+    return tuple(notes)
+
+
 def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Translate a parsed ``config.json``."""
     kind = cfg.get("model_type", "llama")
@@ -126,11 +205,7 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
     heads = _whole(_first(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads")
     if heads <= 0:
         raise ConfigError(f"config.json num_attention_heads={heads} must be > 0")
-    rope = cfg.get("rope_scaling") or {}
-    if not isinstance(rope, dict):
-        raise ConfigError(f"config.json rope_scaling={rope!r} must be an object")
-    seq = rope.get("original_max_position_embeddings") or _first(
-        cfg, "max_position_embeddings", "n_positions", "seq_length", "max_seq_len", default=2048)
+    seq, seq_basis = _seq_len(cfg, kind)
     ffn = _first(cfg, "intermediate_size_mlp", "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim",
                  default=4 * hidden)  # Llama 4: intermediate_size_mlp is the dense layers', intermediate_size an expert's
     moe = _moe(cfg, kind)
@@ -138,6 +213,7 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
         ffn = moe.expert_ffn_hidden_size
     biased = kind in {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "gpt_bigcode", "starcoder2"}
     layers = _whole(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"), "num_hidden_layers")
+    local = _local_attention(cfg, kind, layers)
     return ModelSpec(
         name=name,
         num_layers=layers,
@@ -149,7 +225,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
         ffn_hidden_size=_whole(ffn, "intermediate_size"),
         mlp="plain" if kind in _PLAIN_MLP else "gated",
         vocab_size=_whole(_first(cfg, "vocab_size", "padded_vocab_size"), "vocab_size"),
-        seq_len=_whole(seq, "max_position_embeddings"),
+        seq_len=seq,
+        seq_len_basis=seq_basis,
+        unmodelled=_unmodelled(cfg, kind, local),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", kind in {"gpt2", "opt", "bloom", "mpt"})),
         norm="layernorm" if kind in _LAYERNORM else "rmsnorm",
         position="learned" if kind in _LEARNED_POS else ("alibi" if kind in _ALIBI else "rope"),
@@ -158,7 +236,7 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
         qk_norm=kind in _QK_NORM or bool(cfg.get("use_qk_norm")),
         moe=moe,
         mla=_mla(cfg),
-        local_attention=_local_attention(cfg, kind, layers),
+        local_attention=local,
         attention_sinks=kind == "gpt_oss",  # GptOssAttention.sinks: one logit per head
         source=f"config.json ({kind})",
     )

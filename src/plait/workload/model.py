@@ -173,6 +173,13 @@ class ModelSpec:
     """Parameters active per token for MoE, as the source states it (0 when unknown)."""
     source: str = ""
     """Where the shape comes from (URL or paper/table)."""
+    seq_len_basis: str = ""
+    """Where ``seq_len`` comes from when the source does not state a training length outright, as a predicate ("is
+    the config's training length original_max_position_embeddings", "is assumed, ..."), said wherever a job trains
+    at it; empty: stated."""
+    unmodelled: tuple[str, ...] = ()
+    """Fields of the source that change the model but that the cost model does not model, each with its value and
+    what is costed instead (said as warnings)."""
     note: str = ""
     """Caveats."""
     extra: dict[str, str] = field(default_factory=dict)

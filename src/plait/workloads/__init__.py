@@ -37,8 +37,9 @@ class Validation:
 
     option: str
     """The ``plait validate`` parameter that names the CSV (``gnn`` for ``--gnn``)."""
-    read: Callable[[Path], list[Any]]
-    """Predicts each row of the CSV; the rows' results (``source``, ``label``, ``error_pct``, ``why_not``, ...)."""
+    read: Callable[[Path, Callable[[int, int], None] | None], list[Any]]
+    """Predicts each row of the CSV, the progress of the rows heard by its second argument (``None``: silent); the
+    rows' results (``source``, ``label``, ``error_pct``, ``why_not``, ...)."""
     title: str
     """What is compared, before "MAPE" in the table's title."""
     error: str
@@ -79,6 +80,12 @@ class WorkloadKind:
     """``plait run --model``'s entry; ``None``: the kind runs from a plan file (or not at all)."""
     validation: Validation | None = None
     """``plait validate``'s reader of this kind's measured runs."""
+    engine: str | None = None
+    """The catalog engine (``plait engines``) that runs this kind, priced when ``--engine`` names none; ``None``: the
+    core's choice for the cluster (:func:`plait.engine.choice.choose_engine`), or none where ``runtime`` is set."""
+    runtime: str = ""
+    """What runs this kind where the kind's own model prices it rather than a catalog engine (a DLRM: TorchRec):
+    ``--engine`` names a catalog engine, so such a kind refuses it, naming this."""
 
     def __post_init__(self) -> None:
         if (self.estimate is None) == (self.price is None):
@@ -183,6 +190,13 @@ def entry(workload: Workload, command: str) -> Entry:
         raise ConfigError(f"plait {command} does not take a {workload.kind.label} workload (--model "
                           f"{workload.source!r})")
     return found  # type: ignore[no-any-return]
+
+
+def refuse_engine(kind: WorkloadKind, engine: str | None) -> None:
+    """Refuse ``--engine`` for a kind that a runtime of its own prices (it would have no effect)."""
+    if engine is not None and kind.runtime:
+        raise ConfigError(f"--engine {engine}: a {kind.label} is priced as {kind.runtime} runs it, not by a catalog "
+                          "engine; leave --engine out")
 
 
 def labels_with(entry: str) -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plait.workloads.dit.model import is_dit_data, read_dit
 from plait.workload.files import toml_describes
 from plait.workloads import Options, Validation, WorkloadKind, lazy
+from plait.workloads.dit.model import is_dit_data, read_dit
 
 COMMANDS = "plait.workloads.dit.commands"
 
@@ -25,7 +25,7 @@ def _given(options: Options) -> str | None:
     return None
 
 
-KIND = WorkloadKind(name="dit", label="DiT", recognises=is_dit_file, read=lambda name: read_dit(Path(str(name))),
+KIND = WorkloadKind(name="dit", label="DiT", runtime="xDiT", recognises=is_dit_file, read=lambda name: read_dit(Path(str(name))),
                     options_given=_given, refuses=("dlrm",), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
                     validation=Validation(option="dit", read=lazy("plait.workloads.dit.validate:validate_dit"),

@@ -17,6 +17,7 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.datasets import dataset_path
+from plait.validate.progress import Progress, each
 from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import read_dit
 
@@ -61,9 +62,9 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     return ClassicResult(row["source_id"], label, measured, 1.0 / est.latency_s)
 
 
-def validate_dit(path: Path) -> list[ClassicResult]:
+def validate_dit(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/dit_latency.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--dit {path}: no such file")
     with path.open(newline="") as handle:
-        return [predict_row(row) for row in csv.DictReader(handle)]
+        return each(list(csv.DictReader(handle)), predict_row, progress)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plait.workloads.dlrm.model import read_dlrm
 from plait.workload.files import toml_describes
 from plait.workloads import Options, WorkloadKind, lazy
+from plait.workloads.dlrm.model import read_dlrm
 
 COMMANDS = "plait.workloads.dlrm.commands"
 
@@ -26,4 +26,4 @@ def _given(options: Options) -> str | None:
 
 KIND = WorkloadKind(name="dlrm", label="DLRM", recognises=is_dlrm_file, read=lambda name: read_dlrm(Path(str(name))),
                     options_given=_given, estimate=lazy(f"{COMMANDS}:estimate"), plan=lazy(f"{COMMANDS}:plan"),
-                    run=lazy(f"{COMMANDS}:run"))
+                    run=lazy(f"{COMMANDS}:run"), runtime="TorchRec")

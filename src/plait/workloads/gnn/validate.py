@@ -21,6 +21,7 @@ from pathlib import Path
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
+from plait.validate.progress import Progress, each
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
 
@@ -70,10 +71,10 @@ def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicRes
     return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
 
 
-def validate_gnn(path: Path) -> list[ClassicResult]:
+def validate_gnn(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/gnn_epochs.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--gnn {path}: no such file")
     known = graphs()
     with path.open(newline="") as handle:
-        return [predict_row(row, known) for row in csv.DictReader(handle)]
+        return each(list(csv.DictReader(handle)), lambda row: predict_row(row, known), progress)

@@ -19,6 +19,9 @@ def _is_traced(name: str | None) -> bool:
 
 KIND = WorkloadKind(name="traced", label="traced module", recognises=_is_traced, read=lambda name: name,
                     refuses=("dlrm", "dit", "gnn"), price=lazy(f"{COMMANDS}:price"), plan=lazy(f"{COMMANDS}:plan"),
+                    # a traced module trains under torch.distributed's DDP, FSDP2 and pipelining, which plait's
+                    # runtime is (plait engines), not under Megatron-Core's transformer layers
+                    engine="plait",
                     validation=Validation(option="classic", read=lazy(f"{VALIDATE}:validate_classic"),
                                           title="classic data parallelism: step-time",
                                           error="step time: predicted over measured, minus one (the throughputs' "

@@ -35,7 +35,7 @@ def price(workload: Workload, options: Options) -> Estimate:
                              **{**{k: options[k] for k in LAYOUT_OPTIONS}, "sharding": options["sharding"] or "none"})
     work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"])
     return predict_traced(work, resolve_cluster(options["cluster"] or DEFAULT_CLUSTER), plan,
-                          get_engine(options["engine"] or DEFAULT_ENGINE))
+                          get_engine(options["engine"] or workload.kind.engine or DEFAULT_ENGINE))
 
 
 def plan(workload: Workload, options: Options) -> None:
@@ -51,7 +51,8 @@ def plan(workload: Workload, options: Options) -> None:
     work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"])
     gpus, top = options["gpus"], options["top"]
     result = search_traced(work, resolve_cluster(options["cluster"]), gpus, batches[0], syncs,
-                           get_engine(options["engine"] or DEFAULT_ENGINE), options["memory_margin"],
+                           get_engine(options["engine"] or workload.kind.engine or DEFAULT_ENGINE),
+                           options["memory_margin"],
                            options["precision"] or "bf16")
     if options["as_json"]:
         print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,

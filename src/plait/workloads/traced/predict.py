@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from plait.cost.estimate import Estimate
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
@@ -27,5 +29,7 @@ def parse_shape(text: str | None) -> Shape | None:
 
 
 def predict_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine) -> Estimate:
-    """The estimate of ``plan`` for the traced module ``work`` on ``cluster`` under ``engine``."""
-    return estimate_traced(work, cluster, plan, engine, step_interval_s)
+    """The estimate of ``plan`` for the traced module ``work`` on ``cluster`` under ``engine`` (warned where the
+    catalog resolved the engine's name)."""
+    est = estimate_traced(work, cluster, plan, engine, step_interval_s)
+    return replace(est, warnings=[*est.warnings, engine.resolved]) if engine.resolved else est

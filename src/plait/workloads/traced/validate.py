@@ -22,6 +22,7 @@ from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
+from plait.validate.progress import Progress, each
 from plait.workloads.traced.cost import estimate_traced
 from plait.workloads.traced.tracing import trace
 
@@ -73,12 +74,12 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
-def validate_classic(path: Path) -> list[ClassicResult]:
+def validate_classic(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/classic_dp.csv``)."""
     if not path.is_file():
         raise ConfigError(f"--classic {path}: no such file")
     require_extra("traced", "plait validate --classic")  # every row traces a Hugging Face model
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return [predict_row(row) for row in rows]
+    return each(rows, predict_row, progress)
 

@@ -13,11 +13,11 @@ from plait.export.artifact import write_artifacts
 from plait.export.bundle import export_for, export_names
 from plait.job import Job
 from plait.plan.plan import Plan
+from plait.progress import LazyProgress
 from plait.search.request import Checked, CountPlans, PlanRequest, ThroughputPlans, plan_search
 from plait.strict_json import print_json
 from plait.terminal import rich_console
 from plait.workloads import Options, Workload
-from plait.workloads.transformer.progress import LazyProgress
 from plait.workloads.transformer.render import print_points, print_relaxations, print_search, search_json
 
 
@@ -34,7 +34,7 @@ def plan(workload: Workload, options: Options) -> None:
                           dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export,
                           workers=options["workers"], rank_by=options["rank_by"])
     console = rich_console(stderr=as_json)
-    plans = plan_search(request, lambda label: LazyProgress(console, label),
+    plans = plan_search(request, lambda label: LazyProgress(label, quiet=as_json),
                         lambda engine: _check_export(export, model, engine, force))
     if isinstance(plans, ThroughputPlans):
         _show_throughput(plans, console, as_json, force)
