@@ -79,7 +79,7 @@ def test_estimate_takes_tokens_as_plan_does() -> None:
     (["plan", "--model", "Llama-3-70B", "--gpus", "64"], "llama3-70b"),
     (["estimate", "--cluster", "dgx-h100"], "dgx-h100-ib"),
     (["estimate", "--engine", "torchtitn"], "torchtitan"),
-    (["estimate", "--engine", "megatron"], "megatron-core"),
+    (["estimate", "--engine", "megatron-cor"], "megatron-core"),
 ])
 def test_an_unknown_name_gets_the_nearest_known_ones_on_one_line(argv: list[str], suggested: str) -> None:
     code, _, err = cli(argv)

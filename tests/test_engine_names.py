@@ -62,7 +62,7 @@ def test_each_kind_declares_what_runs_it() -> None:
 
 def test_runs_system_takes_a_cluster_file(tmp_path: Path) -> None:
     shutil.copy(ROOT / "examples" / "my-cluster.yaml", tmp_path / "my-cluster.yaml")
-    rows = list(csv.DictReader(io.StringIO((ROOT / "tests" / "data" / "dev.csv").read_text())))
+    rows = list(csv.DictReader(io.StringIO((ROOT / "src" / "plait" / "validate" / "data" / "dev.csv").read_text())))
     row = {**rows[0], "system": "my-cluster.yaml", "gpu": "", "model_config": ""}
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(rows[0]))

@@ -49,7 +49,7 @@ def test_stages_show_at_once_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_commands_print_no_progress_on_a_pipe() -> None:
-    code, out, err = cli(["validate", "--gnn", "tests/data/gnn_epochs.csv"])
+    code, out, err = cli(["validate", "gnn"])
     assert code == 0 and err == "" and "MAPE" in out
 
 
