@@ -18,7 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.sync import MODELLED, DreamDDP, ParamServer, SwitchAggregation
+from plait.sync import MODELLED, ParamServer
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -129,7 +129,7 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "
                           f"sharding='none' (got sharding={p.sharding!r})")),
     Rule("dp-sync-dreamddp-unsharded",
-         lambda c, m, k: c.sync_rows(lambda s: isinstance(s, DreamDDP)) & c.xp.not_(c.is_("sharding", "none")),
+         lambda c, m, k: c.sync_rows(lambda s: s.partial_averaging) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync='dreamddp' averages each layer's parameters from its gradient hook during the "
                           f"backward pass and needs sharding='none' (got sharding={p.sharding!r}: FSDP owns them)")),
     Rule("dp-sync-average-whole-replicas",
@@ -152,7 +152,7 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: (f"dp_sync param_server servers={p.dp_sync.servers} must be at most "
                           f"the dp={p.dp} replicas that host them (host=ranks)")),
     Rule("dp-sync-switch-aggregates",
-         lambda c, m, k: c.sync_rows(lambda s: isinstance(s, SwitchAggregation))
+         lambda c, m, k: c.sync_rows(lambda s: s.in_network)
          & c.xp.not_(_meets_on_aggregating_tier(c, k)),
          lambda p, m, k: (f"dp_sync switch_aggregation needs switches that aggregate where the dp={p.dp} replicas "
                           f"meet, but tier {_meeting_tier(p, k).name!r} of cluster {k.name} does not (give the tier "

@@ -24,6 +24,9 @@
   shards;
 - ``pipe_sgd``: no DDP; :class:`PipeSGD` starts each step's all-reduce and applies the previous step's (Li et al.
   2018, pipeline width 2): no library has it.
+
+Each method picks its own piece: :func:`wrap_optimizer` hands it :class:`_Optimizers`, one hook per family
+(:class:`plait.sync.hooks.OptimizerHooks`; why a method picks rather than a table keyed by class: that module).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def wrap_model(model: nn.Module, sync: SyncMethod, replicas: Reducer | None = No
     replicas = replicas or Reducer()
     if split or sync.infrequent or sync.pipelined or sync.aggregating:
         return model
-    if isinstance(sync, methods.PowerSGD):
+    if sync.one_bucket:
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
     if not (sync.is_allreduce or sync.compressed):
         raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: {', '.join(MODELLED)})")
@@ -98,37 +101,62 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: SyncMethod, replicas:
     if sync.server_ranks:  # servers beyond the workers: not this process group's ranks
         raise ConfigError(f"dp_sync={sync.spec!r} runs its servers on ranks beyond the workers: "
                           "python -m plait.run.async_train starts them")
-    if isinstance(sync, methods.ParamServer | methods.SwitchAggregation):  # on point-to-point sends
-        from plait.run.servers import ParamServer, SwitchAggregation
+    return sync.wrap_optimizer(_Optimizers(optimizer, replicas, modules, whole, accumulations))
 
-        if isinstance(sync, methods.ParamServer):
-            return ParamServer(optimizer, sync, replicas, modules)
-        return SwitchAggregation(optimizer, sync, replicas)
-    if isinstance(sync, methods.Gossip):
+
+class _Optimizers:
+    """Each family's optimizer around ``optimizer`` (:class:`plait.sync.hooks.OptimizerHooks`; the method picks
+    its hook, so no branch here names a method)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, replicas: Reducer, modules: tuple[nn.Module, ...],
+                 whole: list[tuple[str, Shape]] | None, accumulations: int) -> None:
+        self.optimizer, self.replicas, self.modules = optimizer, replicas, modules
+        self.whole, self.accumulations = whole, accumulations
+
+    def plain(self, method: SyncMethod) -> torch.optim.Optimizer:
+        """The optimizer itself: DDP (or :mod:`plait.run.replica_grads`) reduces the gradients."""
+        return self.optimizer
+
+    def param_server(self, method: methods.ParamServer) -> torch.optim.Optimizer:
+        from plait.run.servers import ParamServer  # on point-to-point sends
+
+        return ParamServer(self.optimizer, method, self.replicas, self.modules)
+
+    def switch_aggregation(self, method: methods.SwitchAggregation) -> torch.optim.Optimizer:
+        from plait.run.servers import SwitchAggregation  # on point-to-point sends
+
+        return SwitchAggregation(self.optimizer, method, self.replicas)
+
+    def gossip(self, method: methods.Gossip) -> torch.optim.Optimizer:
         from plait.run.gossip import Gossip
 
-        return Gossip(optimizer, sync, replicas)
-    if isinstance(sync, methods.DreamDDP):
-        if whole is None:
-            raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
-        return DreamDDP(optimizer, sync.every, modules, whole, replicas, accumulations)
-    if isinstance(sync, methods.DiLoCo):
-        return DiLoCo(optimizer, sync.every, sync.outer_lr, sync.outer_momentum, replicas)
-    if isinstance(sync, methods.PALSGD):
-        return PALSGD(optimizer, sync.every, sync.p, sync.eta, sync.outer_lr, sync.outer_momentum,
-                      replicas, warmup=sync.warmup)
-    if isinstance(sync, methods.PipeSGD):
-        return PipeSGD(optimizer, replicas)
-    if not isinstance(sync, methods.LocalSGD):
-        return optimizer
-    if isinstance(replicas, SiteReducer) or any(is_dtensor(p) for g in optimizer.param_groups
-                                                for p in g["params"]):
-        return ShardAverage(optimizer, sync.every, replicas)  # HSDP: FSDP2 owns the shards' storage
-    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
-    from torch.distributed.optim import PostLocalSGDOptimizer
+        return Gossip(self.optimizer, method, self.replicas)
 
-    averager = PeriodicModelAverager(period=sync.every, warmup_steps=0, process_group=replicas.group)
-    return PostLocalSGDOptimizer(optimizer, averager)
+    def dreamddp(self, method: methods.DreamDDP) -> torch.optim.Optimizer:
+        if self.whole is None:
+            raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
+        return DreamDDP(self.optimizer, method.every, self.modules, self.whole, self.replicas, self.accumulations)
+
+    def diloco(self, method: methods.DiLoCo) -> torch.optim.Optimizer:
+        return DiLoCo(self.optimizer, method.every, method.outer_lr, method.outer_momentum, self.replicas)
+
+    def palsgd(self, method: methods.PALSGD) -> torch.optim.Optimizer:
+        return PALSGD(self.optimizer, method.every, method.p, method.eta, method.outer_lr, method.outer_momentum,
+                      self.replicas, warmup=method.warmup)
+
+    def pipe_sgd(self, method: methods.PipeSGD) -> torch.optim.Optimizer:
+        return PipeSGD(self.optimizer, self.replicas)
+
+    def local_sgd(self, method: methods.LocalSGD) -> torch.optim.Optimizer:
+        optimizer, replicas = self.optimizer, self.replicas
+        if isinstance(replicas, SiteReducer) or any(is_dtensor(p) for g in optimizer.param_groups
+                                                    for p in g["params"]):
+            return ShardAverage(optimizer, method.every, replicas)  # HSDP: FSDP2 owns the shards' storage
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+        from torch.distributed.optim import PostLocalSGDOptimizer
+
+        averager = PeriodicModelAverager(period=method.every, warmup_steps=0, process_group=replicas.group)
+        return PostLocalSGDOptimizer(optimizer, averager)
 
 
 def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: SyncMethod, whole: list[tuple[str, Shape]],

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from plait.sync.base import GRAD_BYTES, SyncMethod, elements_of
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, OptimizerHooks, Pricing, T
+    from plait.sync.hooks import Costs, OptimizerHooks, Pricing, R
     from plait.workload.tensors import Shape
 
 
@@ -51,5 +51,5 @@ class PipeSGD(SyncMethod):
         reduce = price.all_reduce_s(price.replicas, price.stride, price.full(sent))
         return price.full(0.0), price.behind_next_step_s(reduce, sent), price.full(2.0 * sent)
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.pipe_sgd(self)

@@ -16,7 +16,7 @@ from plait.errors import ConfigError
 
 if TYPE_CHECKING:
     from plait.sync.gossip import Topology
-    from plait.sync.hooks import Costs, Crossing, GradientHooks, OptimizerHooks, Pricing, T, Tally, WorkerHooks
+    from plait.sync.hooks import Costs, Crossing, GradientHooks, OptimizerHooks, Pricing, R, Tally, WorkerHooks
     from plait.workload.tensors import Shape
 
 GRAD_BYTES = 4
@@ -184,11 +184,11 @@ class SyncMethod:
         (:func:`plait.cost.sync.method_costs`)."""
         return price.unmodelled(self)
 
-    def comm_hook(self, hooks: GradientHooks[T]) -> T:
+    def comm_hook(self, hooks: GradientHooks[R]) -> R:
         """This method's DDP communication hook, from ``hooks`` (:func:`plait.run.replica_grads.comm_hook`)."""
         return hooks.uncompressed(self)
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         """The optimizer this method steps with, from ``hooks`` (:func:`plait.run.sync.wrap_optimizer`)."""
         return hooks.plain(self)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from plait.sync.base import SyncMethod, choice, number
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, Crossing, OptimizerHooks, Pricing, T, Tally
+    from plait.sync.hooks import Costs, Crossing, OptimizerHooks, Pricing, R, Tally
 
 Topology = Literal["ring", "torus", "exponential", "random", "complete"]
 TOPOLOGIES: tuple[Topology, ...] = ("ring", "torus", "exponential", "random", "complete")
@@ -45,5 +45,5 @@ class Gossip(SyncMethod):
     def step_costs(self, price: Pricing) -> Costs:
         return price.gossip_costs(self)
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.gossip(self)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from plait.sync.base import SyncMethod, elements_of
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, GradientHooks, Pricing, T
+    from plait.sync.hooks import Costs, GradientHooks, Pricing, R
     from plait.workload.tensors import Shape
 
 
@@ -35,7 +35,7 @@ class HalfPrecision(SyncMethod):
         reduce = price.all_reduce_s(price.replicas, price.stride, price.full(elements_of(shapes) * 2.0))
         return price.xp.where(price.split, 0.0, reduce), price.xp.where(price.split, reduce, 0.0), price.full(0.0)
 
-    def comm_hook(self, hooks: GradientHooks[T]) -> T:
+    def comm_hook(self, hooks: GradientHooks[R]) -> R:
         return hooks.half(self)
 
 

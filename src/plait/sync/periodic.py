@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, ClassVar
 from plait.sync.base import FP32_PASS_BYTES, GRAD_BYTES, SyncMethod, elements_of, number
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, OptimizerHooks, Pricing, T, Tally
+    from plait.sync.hooks import Costs, OptimizerHooks, Pricing, R, Tally
     from plait.workload.tensors import Shape
 
 STEPS = 2**31 - 1
@@ -69,7 +69,7 @@ class LocalSGD(SyncMethod):
         average = price.all_reduce_s(group, stride, local)
         return price.full(0.0), average / self.every, local  # the flat buffer of the averaged params
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.local_sgd(self)
 
 
@@ -94,7 +94,7 @@ class DiLoCo(SyncMethod):
     def step_costs(self, price: Pricing) -> Costs:
         return _outer_costs(price, self.every, 0.0)
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.diloco(self)
 
 
@@ -156,7 +156,7 @@ class PALSGD(SyncMethod):
     def step_costs(self, price: Pricing) -> Costs:
         return _outer_costs(price, self.every, self.p)
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.palsgd(self)
 
 
@@ -183,5 +183,5 @@ class DreamDDP(SyncMethod):
         zero = price.full(0.0)
         return price.all_reduce_s(price.replicas, price.stride, price.held_bytes), zero, zero
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.dreamddp(self)

@@ -7,7 +7,7 @@ docs/research/sync-methods.md); steps before ``start_iter`` send the plain all-r
 
 Time and memory (steady state): the plain tensors', P's and Q's all-reduces, dependent, and their compute taken as
 exposed (``plait run`` keeps one bucket on gloo, so they follow the backward); per compressed ``n x m`` matrix
-``6 n m r + 2 n r^2`` flops (P = MQ, Q = M^T P, M - PQ^T; Gram-Schmidt of P) at the fp32 peak (optimistic) and
+``6 n m r + 2 n r^2`` flops (P = MQ, Q = M^R P, M - PQ^R; Gram-Schmidt of P) at the fp32 peak (optimistic) and
 :data:`POWERSGD_PASSES` streaming passes at the sustained memory bandwidth; memory: the compressed tensors'
 error-feedback buffers, P and Q.
 """
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 from plait.sync.base import FP32_PASS_BYTES, GRAD_BYTES, SyncMethod, elements_of, number
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, GradientHooks, Pricing, T
+    from plait.sync.hooks import Costs, GradientHooks, Pricing, R
     from plait.workload.tensors import Shape
 
 POWERSGD_PASSES = 4
@@ -68,14 +68,14 @@ class PowerSGD(SyncMethod):
             n, m, r, compressed = self.matrix(shape)
             if compressed:
                 p, q = p + count * n * r, q + count * m * r
-                flops += count * (6.0 * n * m * r + 2.0 * n * r * r)  # P = MQ, Q = M^T P, M - PQ^T; Gram-Schmidt
+                flops += count * (6.0 * n * m * r + 2.0 * n * r * r)  # P = MQ, Q = M^R P, M - PQ^R; Gram-Schmidt
                 streamed += count * POWERSGD_PASSES * n * m * FP32_PASS_BYTES
             else:
                 plain += count * n * m
         comm = sum(price.all_reduce_s(price.replicas, price.stride, price.full(x * GRAD_BYTES)) for x in (plain, p, q))
-        memory = (elements_of(shapes) - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P, Q
-        return price.full(0.0), comm + price.full(flops / price.fp32_flops_per_s + streamed / price.memory_bytes_per_s), \
-            price.full(memory)
+        memory = (elements_of(shapes) - plain + p + q) * GRAD_BYTES  # error feedback of compressed tensors, P, Q
+        compute = price.full(flops / price.fp32_flops_per_s + streamed / price.memory_bytes_per_s)
+        return price.full(0.0), comm + compute, price.full(memory)
 
-    def comm_hook(self, hooks: GradientHooks[T]) -> T:
+    def comm_hook(self, hooks: GradientHooks[R]) -> R:
         return hooks.powersgd(self)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from plait.sync.base import SyncMethod, choice, number
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, Crossing, OptimizerHooks, Pricing, T, Tally, WorkerHooks
+    from plait.sync.hooks import Costs, Crossing, OptimizerHooks, Pricing, R, Tally, WorkerHooks
 
 Placement = Literal["balanced", "layerwise"]
 Host = Literal["ranks", "cpu"]
@@ -63,7 +63,7 @@ class ParamServer(SyncMethod):
     def step_costs(self, price: Pricing) -> Costs:
         return price.server_costs(self)
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.param_server(self)
 
     def worker_step(self, worker: WorkerHooks, step: int) -> None:
@@ -100,5 +100,5 @@ class SwitchAggregation(SyncMethod):
     def step_costs(self, price: Pricing) -> Costs:
         return price.switch_costs(self)
 
-    def wrap_optimizer(self, hooks: OptimizerHooks[T]) -> T:
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
         return hooks.switch_aggregation(self)

@@ -15,15 +15,14 @@ residual and the dense sum, built one tensor at a time.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
-
-from collections import Counter
 
 from plait.sync.base import FP32_PASS_BYTES, SyncMethod, elements_of, number
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, GradientHooks, Pricing, T
+    from plait.sync.hooks import Costs, GradientHooks, Pricing, R
     from plait.workload.tensors import Shape
 
 QUANTIZE_BITS = (1, 4, 8)
@@ -68,8 +67,8 @@ class Gathered(SyncMethod):
                                               for b in pieces)
         elements = elements_of(shapes)
         largest = max(math.prod(s) for s in shapes)  # a dense sum is built one tensor at a time
-        return full(0.0), gathered + self.streamed_s(price, elements), \
-            full((elements + largest) * float(FP32_PASS_BYTES))  # the residual, that sum
+        memory = full((elements + largest) * float(FP32_PASS_BYTES))  # the residual, that sum
+        return full(0.0), gathered + self.streamed_s(price, elements), memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +88,7 @@ class TopK(Gathered):
     def streamed_s(self, price: Pricing, elements: int) -> Any:
         return price.full(TOPK_PASSES * elements * FP32_PASS_BYTES / price.memory_bytes_per_s)
 
-    def comm_hook(self, hooks: GradientHooks[T]) -> T:
+    def comm_hook(self, hooks: GradientHooks[R]) -> R:
         return hooks.topk(self)
 
 
@@ -115,5 +114,5 @@ class Quantize(Gathered):
         """Also dequantizes and adds every rank's codes: two passes per rank."""
         return (QUANTIZE_PASSES + 2 * price.replicas) * (elements * FP32_PASS_BYTES / price.memory_bytes_per_s)
 
-    def comm_hook(self, hooks: GradientHooks[T]) -> T:
+    def comm_hook(self, hooks: GradientHooks[R]) -> R:
         return hooks.quantize(self)
