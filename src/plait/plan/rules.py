@@ -18,7 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.sync import MODELLED, ParamServer
+from plait.sync import MODELLED
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -61,7 +61,7 @@ def _sync_method(p: Plan) -> str:
 
 def _hybrid_servers(c: PlanColumns) -> Any:
     """Rows of parameter servers with Poseidon's hybrid communication."""
-    return c.sync_values(ParamServer, lambda s: s.hybrid, False)
+    return c.sync_rows(lambda s: s.sufficient_factors)
 
 
 def _sync_split_message(p: Plan) -> str:
@@ -143,12 +143,11 @@ RULES: tuple[Rule, ...] = (
                           f"tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-hybrid-whole-layers",
          lambda c, m, k: _hybrid_servers(c)
-         & (c.sync_values(ParamServer, lambda s: s.on_cpus, False) | (c["tp"] > 1) | (c["pp"] > 1)),
+         & (c.sync_rows(lambda s: s.server_ranks > 0) | (c["tp"] > 1) | (c["pp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r}: hybrid sends whole linear layers' factors between the replicas "
                           f"and needs host=ranks and tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-servers-within-replicas",
-         lambda c, m, k: (c.sync_values(ParamServer, lambda s: s.servers, 1) > c.dp)
-         & c.sync_values(ParamServer, lambda s: not s.on_cpus, True),
+         lambda c, m, k: c.sync_values(lambda s: s.replica_servers, 0) > c.dp,
          lambda p, m, k: (f"dp_sync param_server servers={p.dp_sync.servers} must be at most "
                           f"the dp={p.dp} replicas that host them (host=ranks)")),
     Rule("dp-sync-switch-aggregates",

@@ -153,6 +153,16 @@ class SyncMethod:
         return None
 
     @property
+    def replica_servers(self) -> int:
+        """Servers this method runs on training ranks, one per replica at most (:mod:`plait.plan.rules`)."""
+        return 0
+
+    @property
+    def sufficient_factors(self) -> bool:
+        """Sends linear layers' gradients as sufficient factors where that moves fewer bytes (Poseidon's hybrid)."""
+        return False
+
+    @property
     def staleness_bound(self) -> int | None:
         """Steps a worker may run ahead of the slowest at its servers (``None``: unbounded or no servers)."""
         return None

@@ -54,6 +54,15 @@ class ParamServer(SyncMethod):
         """``servers`` on CPU machines, none on the training ranks."""
         return self.servers if self.on_cpus else 0
 
+    @property
+    def replica_servers(self) -> int:
+        """``servers`` on the training ranks, none on CPU machines."""
+        return 0 if self.on_cpus else self.servers
+
+    @property
+    def sufficient_factors(self) -> bool:
+        return self.hybrid
+
     def sent_bytes(self, tally: Tally) -> float:
         return tally.server_bytes(self)
 
