@@ -36,13 +36,14 @@ import torch.distributed as dist
 from plait.cost.servers import HEADER_ELEMENTS
 from plait.plan.servers import placement
 from plait.run.config import read_config
+from plait.run.counting import counted_bytes
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sends import Sends
 from plait.run.sites import Reducer
-from plait.run.sync import attach, counted_bytes
+from plait.run.sync import attach
 from plait.run.train import cross_entropy
 from plait.run.workload_configs import AsyncConfig
 from plait.sync import SyncMethod, parse

@@ -199,12 +199,12 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
 
 
 def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[int]]:  # type: ignore[no-untyped-def]
-    """Counts the payload bytes of the step's replica synchronization (:func:`plait.run.sync.counted_bytes`) for
+    """Counts the payload bytes of the step's replica synchronization (:func:`plait.run.counting.counted_bytes`) for
     plans with a ``dp_sync`` method; yields an empty list for the others (DDP's reducer reduces in C++)."""
     if plan.dp_sync.is_allreduce or plan.dp == 1:
         return contextlib.nullcontext([])
+    from plait.run.counting import counted_bytes
     from plait.run.parallel import replica_group
-    from plait.run.sync import counted_bytes
 
     return counted_bytes(replica_group(mesh))
 
