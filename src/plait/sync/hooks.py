@@ -15,10 +15,12 @@ implemented above (dependency inversion). Each method then answers for itself, i
   communication hook (:mod:`plait.run.replica_grads`), the optimizer wrapper (:mod:`plait.run.sync`), an
   asynchronous worker's exchange (:mod:`plait.run.async_train`).
 
-Why a method picks its hook (double dispatch) rather than a class-keyed table in each layer: the method's module is
-where one reads what the method does, each hook takes the method's own class, so a type checker holds every
-implementation of a protocol to every hook (a table fails only when a method is missing from it at run time), and
-no layer above branches on a method's class. Adding a family: its module, and one hook in each protocol it needs.
+Why a method picks its hook (double dispatch) rather than a table keyed by class in each layer: the method's module
+is where one reads what the method does and which hook it takes; each hook is typed with the method's own class, so
+it reads that class's fields without a cast; a protocol lists in one place every hook an implementation must offer
+(a structural type checker holds each implementation to it); and a subclass inherits its parent's answers (bf16 and
+fp16 are one :class:`~plait.sync.half.HalfPrecision`), which a table looked up by exact class would not. Adding a
+family: its module, and a hook in each protocol whose machinery it needs.
 """
 
 from __future__ import annotations
