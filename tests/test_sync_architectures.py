@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plait.cost.servers import sent_bytes, switch_bytes
+from plait.cost.servers import server_sent_bytes, switch_bytes, switch_sent_bytes
 from plait.cost.sync import payload_bytes
 from plait.errors import ConfigError
 from plait.plan.factors import factored
@@ -92,13 +92,13 @@ def test_bytes_per_rank_by_hand() -> None:
     ps = parse("param_server:servers=2")
     # E = 7 elements, loads [4, 3]: a server pushes the other piece and returns its sum to the 2 other ranks
     pieces = [("a.bias", (4,)), ("b.bias", (3,))]
-    assert [sent_bytes(ps, pieces, r, 3) for r in range(3)] == [4 * (3 + 2 * 4), 4 * (4 + 2 * 3), 4 * 7]
+    assert [server_sent_bytes(ps, pieces, r, 3) for r in range(3)] == [4 * (3 + 2 * 4), 4 * (4 + 2 * 3), 4 * 7]
     for n in (2, 4, 8):  # n balanced servers on n ranks: each sends the ring all-reduce's 2 (n-1)/n of 4E bytes
         full = parse(f"param_server:servers={n}")
-        assert sent_bytes(full, [("a.weight", (n * 16,))], 0, n) == 2 * (n - 1) * 4 * 16
+        assert server_sent_bytes(full, [("a.weight", (n * 16,))], 0, n) == 2 * (n - 1) * 4 * 16
     switch = parse("switch_aggregation:bits=16")
     assert switch_bytes(switch, 100) == 200 + 2  # 2-byte codes, one exponent byte per 64-element slot
-    assert [sent_bytes(switch, [("a.weight", (100,))], r, 3) for r in range(3)] == [2 * 202, 202, 202]
+    assert [switch_sent_bytes(switch, [("a.weight", (100,))], r, 3) for r in range(3)] == [2 * 202, 202, 202]
 
 
 def test_hybrid_picks_sufficient_factors_by_poseidons_costs() -> None:
@@ -115,7 +115,7 @@ def test_hybrid_picks_sufficient_factors_by_poseidons_costs() -> None:
     hybrid = parse("param_server:servers=1,hybrid=true")
     pieces = [("w.weight", (4, 3)), ("w.bias", (4,))]
     factors = 4 * 2 * (4 + 3)  # 1 row of X and dY, fp32, to each of 2 peers
-    assert [sent_bytes(hybrid, pieces, r, 3, tokens=1) for r in range(3)] == [
+    assert [server_sent_bytes(hybrid, pieces, r, 3, tokens=1) for r in range(3)] == [
         factors + 4 * 2 * 4, factors + 4 * 4, factors + 4 * 4]
 
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 import pickle
+from pathlib import Path
 
 import pytest
 
+import plait
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.io import plan_to_toml
 from plait.plan.plan import Plan
+from plait.plan.rules import RULES, broken_rule_index, first_violation
 from plait.search.space import default_space
-from plait.sync import ALLREDUCE, METHODS, LocalSGD, ParamServer, PowerSGD, parse
+from plait.sync import ALLREDUCE, METHODS, LocalSGD, ParamServer, PowerSGD, SyncMethod, parse
 from plait.workload.catalog import get_model
 
 EXAMPLES = ["allreduce", "bf16", "fp16", "powersgd:rank=4", "topk:ratio=0.01", "quantize:bits=4", "local_sgd:every=8",
@@ -43,6 +47,28 @@ def test_traits_are_the_documented_groups() -> None:
                                         "switch_aggregation", "async_ps", "easgd"}
     assert {t.partition(":")[0]: parse(t).server_ranks for t in EXAMPLES if parse(t).server_ranks} == {
         "param_server": 1, "async_ps": 1, "easgd": 1}
+    assert named("partial_averaging") == {"dreamddp"} and named("in_network") == {"switch_aggregation"}
+    assert named("group_local_steps") == {"local_sgd"} and named("one_bucket") == {"powersgd"}
+    assert named("servers_hold_model") == {"async_ps"} and named("point_to_point") == {
+        "param_server", "switch_aggregation", "gossip", "async_ps", "easgd"}
+    assert {t.partition(":")[0] for t in EXAMPLES if parse(t).collective == "all_gather"} == {"topk", "quantize"}
+    assert [parse(t).graph() for t in EXAMPLES if parse(t).graph()] == [("random", 3)]
+
+
+def test_parameter_server_rules_read_the_methods_own_answers() -> None:
+    """Servers on the replicas: at most one per replica; on CPU machines: any number; hybrid factors need servers on
+    the replicas and whole layers (tp = pp = 1); a single plan and a batch of the same plans agree."""
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
+    cases = {"param_server:servers=4": None, "param_server:servers=5": "dp-sync-servers-within-replicas",
+             "param_server:servers=5,host=cpu": None, "param_server:servers=2,hybrid=true": None,
+             "param_server:servers=2,host=cpu,hybrid=true": "dp-sync-hybrid-whole-layers"}
+    plans = [Plan(dp_replicate=4, global_batch=16, dp_sync=spec) for spec in cases]
+    found = [first_violation(p, model, cluster) for p in plans]
+    assert [f and f[0] for f in found] == list(cases.values())
+    batch = broken_rule_index(PlanColumns.from_plans(plans), model, cluster)
+    assert [RULES[i].name if i >= 0 else None for i in batch] == list(cases.values())
+    split = Plan(tp=2, dp_replicate=4, global_batch=16, dp_sync="param_server:servers=2,hybrid=true")
+    assert first_violation(split, model, cluster)[0] == "dp-sync-hybrid-whole-layers"  # type: ignore[index]
 
 
 def test_choices_are_named_values_not_codes() -> None:
@@ -88,3 +114,33 @@ def test_a_method_built_in_code_is_checked_as_strictly_as_one_parsed() -> None:
         ParamServer(placement="x")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"dp_sync='gossip:peers=3': peers applies to topology=exponential"):
         parse("gossip:peers=3")
+
+
+def _families(cls: type[SyncMethod]) -> set[str]:
+    """Names of every subclass of ``cls``, at any depth."""
+    return {name for sub in cls.__subclasses__() for name in {sub.__name__} | _families(sub)}
+
+
+def test_no_module_outside_the_methods_asks_a_methods_class() -> None:
+    """Each method answers for itself (plait.sync.hooks): outside plait/sync, no isinstance names a method family
+    imported from plait.sync (``from plait.sync import X`` or ``plait.sync`` as a module alias)."""
+    families, src = _families(SyncMethod), Path(plait.__file__).parent
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if "sync" in path.relative_to(src).parts[:1]:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                    and (n.module or "").startswith("plait.sync") for a in n.names}
+        aliases = {a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "plait"
+                   for a in n.names if a.name == "sync" and a.asname} | {"sync"} & imported
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance"):
+                continue
+            for node in ast.walk(call.args[1]):
+                named = (node.id in imported if isinstance(node, ast.Name) else isinstance(node, ast.Attribute)
+                         and isinstance(node.value, ast.Name) and node.value.id in aliases)
+                name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+                if named and name in families:
+                    found.append(f"{path.relative_to(src)}:{call.lineno} {name}")
+    assert found == []

@@ -27,39 +27,33 @@ from plait.cost.servers import GRAD_BYTES, HEADER_ELEMENTS
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.events.async_sgd import simulate_async
-from plait.sync import AsyncPS, SyncMethod
-
-ADAMW_PASSES = 7
-"""fp32 streams of one AdamW step per element: read gradient, parameter and both moments, write three."""
+from plait.sync.asynchronous import Asynchronous
 
 
-def worker_bytes(sync: SyncMethod, elements: int, step: int | None = None) -> float:
-    """Bytes a worker pushes at ``step`` (``None``: the mean per step): every piece with its header, every step
-    (``async_ps``) or after every ``H``-th (``easgd``)."""
+def worker_bytes(sync: Asynchronous, elements: int, step: int | None = None) -> float:
+    """Bytes a worker pushes at ``step`` (``None``: the mean per step): every piece with its header, after every
+    ``sync.every``-th step (``async_ps``: each step, ``every`` 1; ``easgd``: its ``H``)."""
     servers = sync.server_ranks
     message = float(GRAD_BYTES * (elements + HEADER_ELEMENTS * servers))
-    if isinstance(sync, AsyncPS):
-        return message
     if step is None:
         return message / sync.every
     return message if (step + 1) % sync.every == 0 else 0.0
 
 
-def message_s(cluster: Cluster, sync: SyncMethod, replicas: int, stride: int, elements: float) -> tuple[float, float]:
+def message_s(cluster: Cluster, sync: Asynchronous, replicas: int, stride: int, elements: float) -> tuple[float, float]:
     """(one push or pull, one apply) seconds at one server, for a worker holding ``elements`` parameters."""
     servers = sync.server_ranks
     tier = cluster.tiers[group_link(cluster, replicas, stride).tier]
     message = GRAD_BYTES * (elements / servers + HEADER_ELEMENTS)
     transfer = tier.latency_s + message / tier.bandwidth_bytes_per_s(message, "all_gather")
-    passes = ADAMW_PASSES if isinstance(sync, AsyncPS) else 3  # EASGD: read both copies, write the centre
-    apply = passes * GRAD_BYTES * elements / servers / cluster.host_memory_bytes_per_s_per_gpu
+    apply = sync.server_passes * GRAD_BYTES * elements / servers / cluster.host_memory_bytes_per_s_per_gpu
     return transfer, apply
 
 
-def step_s(sync: SyncMethod, replicas: int, busy: float, transfer: float, apply: float) -> float:
+def step_s(sync: Asynchronous, replicas: int, busy: float, transfer: float, apply: float) -> float:
     """Seconds per step (``replicas`` worker iterations) of ``sync`` (module docstring)."""
     every = sync.every  # EASGD's period; 1 for the others
-    if isinstance(sync, AsyncPS) and sync.staleness == 0:
+    if sync.lockstep:
         run = simulate_async([busy] * replicas, transfer, transfer, apply, 0, 4 * replicas)
         return replicas / run.updates_per_s
     cycle = every * busy + 2 * transfer + apply
@@ -67,7 +61,7 @@ def step_s(sync: SyncMethod, replicas: int, busy: float, transfer: float, apply:
     return replicas / (rate * every)
 
 
-def async_costs(cluster: Cluster, sync: SyncMethod, cols: PlanColumns, elements: Any,
+def async_costs(cluster: Cluster, sync: Asynchronous, cols: PlanColumns, elements: Any,
                 busy: Any) -> tuple[Any, Any, Any]:
     """(0, seconds added to each step, extra bytes of memory per GPU) per row: the flat send and receive buffers
     of a worker's parameters."""

@@ -32,7 +32,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.plan.plan import Plan
-from plait.sync import DreamDDP, SyncMethod
+from plait.sync import SyncMethod
 from plait.units import MIB, S_PER_US
 from plait.workload.model import ModelSpec
 
@@ -234,7 +234,7 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
         over, shown, memory = _rows_costs(model, cluster, sync, cols, mask, params, stage, busy)
         if sync.pipelined:  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
             reduce = xp.where(mask, 0.0, reduce)
-        elif isinstance(sync, DreamDDP):  # each step's share behind the last backward (plait.plan.partial)
+        elif sync.partial_averaging:  # each step's share behind the last backward (plait.plan.partial)
             shown = partial_exposed_s(over, backward, sync.every, xp)
         elif not sync.infrequent:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
             reduce = xp.where(mask, over, reduce)

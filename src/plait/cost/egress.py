@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 
 from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
 from plait.engine.facts import EngineFacts
-from plait.cost.gossip import topology_of as gossip_topology
 from plait.cost.memory import PARAM_BYTES
 from plait.cost.params import stage_layer_counts
-from plait.cost.servers import factored_tensors, sent_bytes, server_loads
+from plait.cost.servers import factored_tensors, server_loads, server_sent_bytes
 from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -34,9 +34,10 @@ from plait.plan.gossip import period as gossip_period
 from plait.plan.gossip import targets as gossip_targets
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.sync import Gathered, Gossip, ParamServer, SyncMethod
+from plait.sync import Gossip, ParamServer, SyncMethod
+from plait.sync.asynchronous import Asynchronous
 from plait.workload.model import ModelSpec
-from plait.workload.tensors import rank_shapes
+from plait.workload.tensors import Shape, rank_shapes
 
 
 def sites_spanned(cluster: Cluster, size: int, stride: int) -> int:
@@ -88,7 +89,7 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framew
         layers = [int(stage_layer_counts(model, plan.pp, s, SCALAR)[0]) for s in range(plan.pp)]
         sent = sum(payload_bytes(sync, rank_shapes(model, tp, 0, n, s == 0, s == plan.pp - 1))
                    for s, n in enumerate(layers)) / plan.pp  # each stage's ranks send their own tensors
-        if isinstance(sync, Gathered):  # all-gathered: (g-1)/g of g ranks' pieces
+        if sync.collective == "all_gather":  # all-gathered: (g-1)/g of g ranks' pieces
             return out + _ring(cluster, replicas, tp, (replicas - 1) * sent, world)
         return out + _reduced(cluster, replicas, tp, sent, world)
     dense, expert = float(params["dense"]), float(params["expert"])
@@ -119,27 +120,44 @@ def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: SyncMe
     total = 0.0
     for stage, count in enumerate(layers):
         named = rank_shapes(model, tp, 0, count, stage == 0, stage == plan.pp - 1)
-        shapes = [s for _, s in named]
-        elements = sum(math.prod(s) for s in shapes)
         first = stage * tp * n  # the stage's first rank (pp outermost)
-        where = [(first + r * tp) // site for r in range(n)]
-        if isinstance(sync, Gossip):
-            topology, peers = gossip_topology(sync)
-            steps = gossip_period(topology, n, peers)
-            crossing = sum(where[i] != where[j] for t in range(steps) for i in range(n)
-                           for j in gossip_targets(topology, n, peers, t, i)) / steps
-            total += crossing * GRAD_BYTES * elements * tp
-        elif isinstance(sync, ParamServer) and sync.on_cpus:  # server ranks taken to sit in the first site
-            total += tp * 2 * sum(w != 0 for w in where) * sent_bytes(sync, named, 0, n)
-        elif isinstance(sync, ParamServer):
-            tokens = plan.global_batch * plan.seq_len // n
-            flags, in_site = factored_tensors(sync, named, tokens, n), Counter(where)
-            loads = server_loads(sync, [s for s, f in zip(shapes, flags) if not f], n)
-            # a server's piece to and from each replica of another site
-            total += tp * GRAD_BYTES * sum(2 * load * (n - in_site[where[j]]) for j, load in enumerate(loads))
-            factors = factor_elements(named, flags, tokens)  # every replica's factors to every other site's
-            total += tp * GRAD_BYTES * factors * sum(n - in_site[w] for w in where)
-        elif sync.asynchronous:
-            crossing = sum(w != 0 for w in where)
-            total += tp * 2 * crossing * worker_bytes(sync, elements)
+        total += sync.crossing_bytes(_Crossing(plan, named, [(first + r * tp) // site for r in range(n)]))
     return total
+
+
+@dataclass(frozen=True)
+class _Crossing:
+    """One stage's replica groups (one per TP rank), as a method's site-crossing bytes ask about them
+    (:class:`plait.sync.hooks.Crossing`): each replica's parameters ``named``, and the site each replica is in."""
+
+    plan: Plan
+    named: list[tuple[str, Shape]]
+    where: list[int]
+
+    @property
+    def elements(self) -> int:
+        return sum(math.prod(s) for _, s in self.named)
+
+    def gossip_bytes(self, method: Gossip) -> float:
+        n, where = self.plan.dp, self.where
+        topology, peers = method.topology, method.peers
+        steps = gossip_period(topology, n, peers)
+        crossing = sum(where[i] != where[j] for t in range(steps) for i in range(n)
+                       for j in gossip_targets(topology, n, peers, t, i)) / steps
+        return crossing * GRAD_BYTES * self.elements * self.plan.tp
+
+    def server_bytes(self, method: ParamServer) -> float:
+        n, tp, where, named = self.plan.dp, self.plan.tp, self.where, self.named
+        if method.on_cpus:  # server ranks taken to sit in the first site
+            return tp * 2 * sum(w != 0 for w in where) * server_sent_bytes(method, named, 0, n)
+        tokens = self.plan.global_batch * self.plan.seq_len // n
+        flags, in_site = factored_tensors(method, named, tokens, n), Counter(where)
+        loads = server_loads(method, [s for (_, s), f in zip(named, flags) if not f], n)
+        # a server's piece to and from each replica of another site
+        total = tp * GRAD_BYTES * sum(2 * load * (n - in_site[where[j]]) for j, load in enumerate(loads))
+        factors = factor_elements(named, flags, tokens)  # every replica's factors to every other site's
+        return total + tp * GRAD_BYTES * factors * sum(n - in_site[w] for w in where)
+
+    def worker_bytes(self, method: Asynchronous) -> float:
+        crossing = sum(w != 0 for w in self.where)  # server ranks taken to sit in the first site
+        return self.plan.tp * 2 * crossing * worker_bytes(method, self.elements)

@@ -9,7 +9,7 @@ from functools import cached_property
 from plait.plan.convergence import Convergence, averaging_replicas, convergence
 from plait.plan.gossip import spectral_gap
 from plait.plan.plan import Plan
-from plait.sync import AllReduce, Gossip
+from plait.sync import AllReduce
 
 ALLREDUCE = convergence(AllReduce())
 
@@ -202,12 +202,13 @@ class Estimate:
     def gossip_spectral_gap(self) -> float | None:
         """Spectral gap of a ``gossip`` plan's mixing over its averaging replicas (:func:`plait.plan.gossip.
         spectral_gap`; ``None`` for other methods)."""
-        sync = self.plan.dp_sync
-        if not isinstance(sync, Gossip):
+        graph = self.plan.dp_sync.graph()
+        if graph is None:
             return None
 
         replicas = averaging_replicas(self.plan.dp, self.plan.dp_replicate, self.plan.sharding)
-        return spectral_gap(sync.topology, replicas, sync.peers)
+        topology, peers = graph
+        return spectral_gap(topology, replicas, peers)
 
     @property
     def target_tokens_per_s(self) -> float:

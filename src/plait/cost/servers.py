@@ -49,8 +49,6 @@ from plait.plan.servers import placement
 from plait.sync import ParamServer, SwitchAggregation
 from plait.workload.tensors import Shape
 
-Aggregating = ParamServer | SwitchAggregation
-
 GRAD_BYTES = 4
 SLOT_ELEMENTS = 64
 """Gradient elements one switch slot sums: SwitchML's packets carry ``k = 64`` 32-bit elements (Sapio et al. 2021,
@@ -67,19 +65,9 @@ EXPONENT_BYTES = 1
 packet)."""
 
 
-def on_cpus(sync: Aggregating) -> bool:
-    """Whether a ``param_server`` spec puts its servers on CPU machines (server ranks beyond the workers)."""
-    return isinstance(sync, ParamServer) and sync.on_cpus
-
-
-def hybrid(sync: Aggregating) -> bool:
-    """Whether a spec sends linear layers as sufficient factors where that moves fewer bytes (``hybrid=true``)."""
-    return isinstance(sync, ParamServer) and sync.hybrid
-
-
 def factored_tensors(sync: ParamServer, named: list[tuple[str, Shape]], tokens: int, replicas: int) -> list[bool]:
     """Per tensor of ``named``, whether it travels as sufficient factors (``tokens`` rows per replica and step)."""
-    if not hybrid(sync):
+    if not sync.hybrid:
         return [False] * len(named)
     return factored(named, tokens, replicas, min(sync.servers, replicas))
 
@@ -87,7 +75,7 @@ def factored_tensors(sync: ParamServer, named: list[tuple[str, Shape]], tokens: 
 def server_loads(sync: ParamServer, shapes: list[Shape], replicas: int) -> list[int]:
     """Elements each parameter server sums of the tensors of ``shapes`` (the servers' tensors: with ``hybrid``,
     those not factored); servers on the replicas: at most one per replica (the plan rules)."""
-    servers = sync.servers if on_cpus(sync) else min(sync.servers, replicas)
+    servers = sync.servers if sync.on_cpus else min(sync.servers, replicas)
     return placement(shapes, servers, sync.placement)[1]
 
 
@@ -97,61 +85,78 @@ def switch_bytes(sync: SwitchAggregation, elements: int) -> int:
     return codes + math.ceil(elements / SLOT_ELEMENTS) * EXPONENT_BYTES
 
 
-def sent_bytes(sync: Aggregating, named: list[tuple[str, Shape]], rank: int, replicas: int, tokens: int = 0) -> int:
-    """Bytes group rank ``rank`` of ``replicas`` hands to sends in one step (module docstring); ``named``: the
-    rank's parameters, ``tokens``: its rows per step (what ``hybrid`` decides on)."""
+def switch_sent_bytes(sync: SwitchAggregation, named: list[tuple[str, Shape]], rank: int, replicas: int) -> int:
+    """Bytes group rank ``rank`` of ``replicas`` hands to sends in one step of in-network aggregation (group rank 0
+    emulates the switch; module docstring); ``named``: the rank's parameters."""
     if replicas <= 1:
         return 0
-    if isinstance(sync, SwitchAggregation):
-        each = switch_bytes(sync, sum(math.prod(s) for _, s in named))
-        return (replicas - 1) * each if rank == 0 else each
+    each = switch_bytes(sync, sum(math.prod(s) for _, s in named))
+    return (replicas - 1) * each if rank == 0 else each
+
+
+def server_sent_bytes(sync: ParamServer, named: list[tuple[str, Shape]], rank: int, replicas: int,
+                      tokens: int = 0) -> int:
+    """Bytes group rank ``rank`` of ``replicas`` hands to sends in one step of parameter servers (module
+    docstring); ``named``: the rank's parameters, ``tokens``: its rows per step (what ``hybrid`` decides on)."""
+    if replicas <= 1:
+        return 0
     flags = factored_tensors(sync, named, tokens, replicas)
     factors = GRAD_BYTES * (replicas - 1) * factor_elements(named, flags, tokens)
     shapes = [s for (_, s), f in zip(named, flags) if not f]
     elements = sum(math.prod(s) for s in shapes)
     loads = server_loads(sync, shapes, replicas)
-    if on_cpus(sync):  # every piece to its server rank, with its header (plait.run.async_train)
+    if sync.on_cpus:  # every piece to its server rank, with its header (plait.run.async_train)
         return GRAD_BYTES * (elements + HEADER_ELEMENTS * len(loads))
     own = loads[rank] if rank < len(loads) else 0
     return factors + GRAD_BYTES * ((elements - own) + (replicas - 1) * own)
 
 
-def aggregated_costs(cluster: Cluster, sync: Aggregating, cols: PlanColumns,
-                     named: list[tuple[str, Shape]]) -> tuple[Any, Any, Any]:
-    """(0, exposed seconds, extra bytes of memory) per row of ``cols`` for ``param_server`` or
-    ``switch_aggregation`` over the replicas (``tp`` ranks apart) of a rank holding ``named``, after the backward
-    pass."""
-    tokens = cols["global_batch"] * cols["seq_len"] // cols.dp if hybrid(sync) else 0
+def server_costs(cluster: Cluster, sync: ParamServer, cols: PlanColumns,
+                 named: list[tuple[str, Shape]]) -> tuple[Any, Any, Any]:
+    """(0, exposed seconds, extra bytes of memory) per row of ``cols`` for ``param_server`` over the replicas
+    (``tp`` ranks apart) of a rank holding ``named``, after the backward pass."""
+    tokens = cols["global_batch"] * cols["seq_len"] // cols.dp if sync.hybrid else 0
     return (cols.zeros(), *per_distinct(
-        cols, lambda n, t, k: _one(cluster, sync, named, int(n), int(t), int(k)), cols.dp, cols["tp"], tokens))
+        cols, lambda n, t, k: _server_one(cluster, sync, named, int(n), int(t), int(k)), cols.dp, cols["tp"], tokens))
 
 
-def _one(cluster: Cluster, sync: Aggregating, named: list[tuple[str, Shape]], replicas: int, stride: int,
-         tokens: int) -> tuple[float, float]:
+def switch_costs(cluster: Cluster, sync: SwitchAggregation, cols: PlanColumns,
+                 named: list[tuple[str, Shape]]) -> tuple[Any, Any, Any]:
+    """:func:`server_costs` of ``switch_aggregation``."""
+    elements = sum(math.prod(s) for _, s in named)
+
+    def one(replicas: int, stride: int) -> tuple[float, float]:
+        if replicas <= 1:
+            return 0.0, 0.0
+        return _switch_s(cluster, sync, elements, replicas, stride), 2.0 * switch_bytes(sync, elements)
+
+    return (cols.zeros(), *per_distinct(cols, lambda n, t: one(int(n), int(t)), cols.dp, cols["tp"]))
+
+
+def _server_one(cluster: Cluster, sync: ParamServer, named: list[tuple[str, Shape]], replicas: int, stride: int,
+                tokens: int) -> tuple[float, float]:
     if replicas <= 1:
         return 0.0, 0.0
     link = group_link(cluster, replicas, stride)
     flags = factored_tensors(sync, named, tokens, replicas)
     shapes = [s for (_, s), f in zip(named, flags) if not f]
     elements = sum(math.prod(s) for s in shapes)
-    if on_cpus(sync):
+    if sync.on_cpus:
         return _cpu_servers_s(cluster, sync, shapes, replicas, stride), 2.0 * GRAD_BYTES * elements
-    if isinstance(sync, ParamServer):
-        loads = server_loads(sync, shapes, replicas)
-        # each phase (push, then pull: a server replies once it has every piece) waits for its busiest rank: a
-        # server sends or receives (N-1) L_j and the other pieces, a worker without a server all E
-        ranks = [max(elements - load, (replicas - 1) * load) for load in loads]  # the servers' ranks
-        phase = GRAD_BYTES * max(*ranks, elements if len(loads) < replicas else 0)
-        streamed = FLAT_PASSES * elements + (3 * replicas + 2) * max(loads)  # the flat buffer; a server's sums
-        summed = GRAD_BYTES * streamed / memory_bytes_per_s(cluster.accelerator)
-        held = GRAD_BYTES * (elements + (replicas - 1) * max(loads))
-        factors = factor_elements(named, flags, tokens)
-        if factors:  # every peer's factors, then one GEMM per factored tensor (module docstring)
-            summed += (_spread_s(GRAD_BYTES * (replicas - 1) * factors, link)
-                       + rebuild_flops(named, flags, tokens, replicas) / fp32_flops_per_s(cluster.accelerator))
-            held = max(held, GRAD_BYTES * replicas * factors)
-        return summed + 2 * _spread_s(phase, link), held
-    return _switch_s(cluster, sync, elements, replicas, stride), 2.0 * switch_bytes(sync, elements)
+    loads = server_loads(sync, shapes, replicas)
+    # each phase (push, then pull: a server replies once it has every piece) waits for its busiest rank: a
+    # server sends or receives (N-1) L_j and the other pieces, a worker without a server all E
+    ranks = [max(elements - load, (replicas - 1) * load) for load in loads]  # the servers' ranks
+    phase = GRAD_BYTES * max(*ranks, elements if len(loads) < replicas else 0)
+    streamed = FLAT_PASSES * elements + (3 * replicas + 2) * max(loads)  # the flat buffer; a server's sums
+    summed = GRAD_BYTES * streamed / memory_bytes_per_s(cluster.accelerator)
+    held = GRAD_BYTES * (elements + (replicas - 1) * max(loads))
+    factors = factor_elements(named, flags, tokens)
+    if factors:  # every peer's factors, then one GEMM per factored tensor (module docstring)
+        summed += (_spread_s(GRAD_BYTES * (replicas - 1) * factors, link)
+                   + rebuild_flops(named, flags, tokens, replicas) / fp32_flops_per_s(cluster.accelerator))
+        held = max(held, GRAD_BYTES * replicas * factors)
+    return summed + 2 * _spread_s(phase, link), held
 
 
 def _spread_s(sent: float, link: GroupLink) -> float:

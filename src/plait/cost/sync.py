@@ -8,14 +8,17 @@ its own answer (:meth:`plait.sync.base.SyncMethod.step_payload_bytes`, with the 
 family's module: :mod:`plait.sync.allreduce`, :mod:`~plait.sync.half`, :mod:`~plait.sync.powersgd`,
 :mod:`~plait.sync.sparse`, :mod:`~plait.sync.periodic`); DreamDDP's per-step share follows
 :mod:`plait.plan.partial`'s schedule, and the point-to-point methods' bytes :mod:`plait.cost.servers`,
-:mod:`plait.cost.gossip` and :mod:`plait.cost.async_sgd`.
+:mod:`plait.cost.gossip` and :mod:`plait.cost.async_sgd`. Time and memory are each method's answer too
+(:meth:`plait.sync.base.SyncMethod.step_costs`), priced by :class:`Prices`, this layer's side of
+:class:`plait.sync.hooks.Pricing`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -28,23 +31,13 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.partial import step_elements
-from plait.sync import (
-    MODELLED,
-    PALSGD,
-    DreamDDP,
-    Gathered,
-    Gossip,
-    HalfPrecision,
-    LocalSGD,
-    ParamServer,
-    PowerSGD,
-    SwitchAggregation,
-    SyncMethod,
-    TopK,
-)
+from plait.sync import MODELLED, Gossip, ParamServer, SwitchAggregation, SyncMethod
+from plait.sync.asynchronous import Asynchronous
 from plait.sync.base import GRAD_BYTES as GRAD_BYTES  # fp32 gradients and parameters; plait.cost.egress
+from plait.sync.hooks import Costs
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
+
 
 def payload_bytes(sync: SyncMethod, named: list[tuple[str, Shape]], step: int | None = None, rank: int = 0,
                   replicas: int = 2, tokens: int = 0) -> float:
@@ -52,46 +45,43 @@ def payload_bytes(sync: SyncMethod, named: list[tuple[str, Shape]], step: int | 
     step (``named``: the parameters' names and shapes, :func:`plait.workload.tensors.parameter_shapes`; ``step``:
     that step, counted from 0, for the methods whose traffic changes with it; ``None``: the mean over a period in
     steady state; ``rank`` of ``replicas``: for the methods whose ranks send different bytes)."""
-    shapes = [s for _, s in named]
-    elements = sum(math.prod(s) for s in shapes)
-    if isinstance(sync, ParamServer | SwitchAggregation):  # plait.cost.servers
-        return float(servers.sent_bytes(sync, named, rank, replicas, tokens))
-    if isinstance(sync, Gossip):  # plait.cost.gossip
-        return gossip.sent_bytes(sync, elements, rank, replicas, step)
-    if sync.asynchronous:  # a worker's pushes to its servers (plait.run.async_train)
-        return async_sgd.worker_bytes(sync, elements, step)
-    if isinstance(sync, DreamDDP):  # each unit's parameters once per period, at its step (plait.plan.partial)
-        if step is None:
-            return elements * GRAD_BYTES / sync.every
-        return step_elements(named, sync.every, step) * GRAD_BYTES
-    return sync.step_payload_bytes(shapes, step)
+    return sync.sent_bytes(_Tally(named, step, rank, replicas, tokens))
 
 
-# --- time and memory of a pure data-parallel plan's synchronization --------------------------------------------
-FP32_PASS_BYTES = 4
-TOPK_PASSES = 11
-"""Streaming passes over the fp32 gradient in :class:`plait.run.sync.TopK`: add into the residual (read 2,
-write 1), absolute value (2), top-k selection (2: assumed, a radix select reads its input twice), the dense sum
-(zero 1, index_add 0), the average (2) and the buffer copy (1)."""
-QUANTIZE_PASSES = 10
-"""Streaming passes over the fp32 gradient in :class:`plait.run.sync.Quantize` besides one per gathered rank:
-residual add (3), the scale's reduction (1), quantize and pack (2), the own dequantize and residual update (3),
-the average into the bucket (1)."""
-POWERSGD_PASSES = 4
-"""Streaming passes over each compressed matrix besides its GEMMs: error feedback's add (read 2, write 1) and the
-copy of the decompressed result into the bucket (1)."""
+@dataclass(frozen=True)
+class _Tally:
+    """One replica's step, as :meth:`plait.sync.base.SyncMethod.sent_bytes` asks about it
+    (:class:`plait.sync.hooks.Tally`)."""
 
+    named: list[tuple[str, Shape]]
+    step: int | None
+    rank: int
+    replicas: int
+    tokens: int
 
-DILOCO_PASSES = 14
-"""Streaming passes over the fp32 parameters in one outer step of :class:`plait.run.sync.DiLoCo`: the delta
-``outer - local`` (read 2, write 1), its flat copy (2), the mean (2), SGD with Nesterov momentum (read gradient,
-momentum and parameter, write momentum and parameter: 5) and the copy back (2)."""
-PULL_PASSES = 5
-"""Streaming passes over the fp32 parameters in a PALSGD pseudo-synchronization step of :class:`plait.run.sync.
-PALSGD`: the difference to the outer copy (read 2, write 1) and the scaled subtraction (read 1, write 1)."""
-DILOCO_BUFFERS = 4
-"""fp32 copies per parameter while DiLoCo synchronizes: the outer parameters, their momentum, the deltas and
-their flat buffer (which the outer gradients view)."""
+    @property
+    def shapes(self) -> list[Shape]:
+        return [s for _, s in self.named]
+
+    @property
+    def elements(self) -> int:
+        return sum(math.prod(s) for _, s in self.named)
+
+    def scheduled_elements(self, every: int) -> int:
+        assert self.step is not None
+        return step_elements(self.named, every, self.step)
+
+    def server_bytes(self, method: ParamServer) -> float:
+        return float(servers.server_sent_bytes(method, self.named, self.rank, self.replicas, self.tokens))
+
+    def switch_bytes(self, method: SwitchAggregation) -> float:
+        return float(servers.switch_sent_bytes(method, self.named, self.rank, self.replicas))
+
+    def gossip_bytes(self, method: Gossip) -> float:
+        return gossip.sent_bytes(method, self.elements, self.rank, self.replicas, self.step)
+
+    def worker_bytes(self, method: Asynchronous) -> float:
+        return async_sgd.worker_bytes(method, self.elements, self.step)
 
 
 def _rank_shape_groups(model: ModelSpec, cols: PlanColumns,
@@ -120,99 +110,105 @@ def method_costs(model: ModelSpec | None, cluster: Cluster, sync: SyncMethod, co
     the same rank of every other replica; the per-step methods send its local gradient tensors
     (:func:`_rank_shape_groups`), over the replicas ``tp`` ranks apart. ``busy``: the step's compute, which
     Pipe-SGD's all-reduce runs behind (Li et al. 2018, Sec. 3; contention per byte moved,
-    :func:`plait.cost.overlap.engaged_s`).
-
-    Overlap (assumed from the runtime): bf16/fp16 run in DDP's bucketed hooks like the all-reduce, but over TP or
-    PP replicas, which DDP does not take, after the backward (:mod:`plait.run.replica_grads`); PowerSGD's
-    dependent P and Q all-reduces, top-k's all-gathers and their compute are taken as exposed (``plait run``
-    keeps one bucket on gloo, so they follow the backward); local SGD and DiLoCo average after the optimizer step,
-    over whole replicas (with sharding, each HSDP ``dp_replicate`` group averages its shard). GEMMs of PowerSGD
-    at the fp32 peak (optimistic), streaming passes at the sustained memory bandwidth. ``named``: the rank's
+    :func:`plait.cost.overlap.engaged_s`). Each method's formula, with what it overlaps (assumed from the runtime)
+    and its sources, is in its family's module (:meth:`plait.sync.base.SyncMethod.step_costs`). ``named``: the rank's
     parameters where they come from elsewhere than ``model``'s closed forms (a traced workload,
     :mod:`plait.cost.traced`; ``model`` is then unused)."""
-    if sync.infrequent:
-        return _averaging_costs(cluster, sync, cols, params)
-    if sync.asynchronous:  # closed-network bounds, plait.cost.async_sgd
-        return async_sgd.async_costs(cluster, sync, cols, params["dense"] + params["expert"], busy)
-    groups = [(True, named)] if named is not None else _rank_shape_groups(model, cols, stage)  # type: ignore[arg-type]
-    if isinstance(sync, ParamServer | SwitchAggregation):
-        over = shown = extra = cols.zeros()
+    return sync.step_costs(Prices(model, cluster, cols, params, stage, busy, named))
+
+
+@dataclass(frozen=True, eq=False)
+class Prices:
+    """The rows of plans a method is priced on, and this layer's prices (:class:`plait.sync.hooks.Pricing`)."""
+
+    model: ModelSpec | None
+    cluster: Cluster
+    cols: PlanColumns
+    params: dict[str, Any]
+    stage: Any
+    busy: Any
+    named: list[tuple[str, Shape]] | None
+
+    @property
+    def xp(self) -> Any:
+        return self.cols.xp
+
+    @property
+    def replicas(self) -> Any:
+        return self.cols.dp
+
+    @property
+    def stride(self) -> Any:
+        return self.cols["tp"]
+
+    @property
+    def split(self) -> Any:
+        return (self.cols["tp"] > 1) | (self.cols["pp"] > 1)
+
+    @cached_property
+    def memory_bytes_per_s(self) -> float:
+        return memory_bytes_per_s(self.cluster.accelerator)
+
+    @cached_property
+    def fp32_flops_per_s(self) -> float:
+        return fp32_flops_per_s(self.cluster.accelerator)
+
+    @property
+    def held_bytes(self) -> Any:
+        return (self.params["dense"] + self.params["expert"]) * GRAD_BYTES
+
+    def full(self, value: Any) -> Any:
+        return self.cols.full(value)
+
+    def all_reduce_s(self, group: Any, stride: Any, payload_bytes: Any) -> Any:
+        return collective_s(self.cluster, "all_reduce", group, stride, payload_bytes)
+
+    def all_gather_s(self, group: Any, stride: Any, payload_bytes: Any) -> Any:
+        return collective_s(self.cluster, "all_gather", group, stride, payload_bytes)
+
+    def behind_next_step_s(self, reduce_s: Any, payload_bytes: float) -> Any:
+        """Pipe-SGD's all-reduce behind the whole next step (Li et al. 2018, Sec. 3), contending per byte moved
+        (:func:`plait.cost.overlap.engaged_s`)."""
+        replicas = self.replicas
+        ring = 2.0 * (replicas - 1) / replicas * payload_bytes  # ring all-reduce, per rank (Patarasuk & Yuan 2009)
+        engaged = self.xp.minimum(reduce_s, engaged_s(ring, self.cluster.tiers[0].bandwidth_bytes_per_s(payload_bytes)))
+        overlap = self.cluster.accelerator.efficiency.comm_overlap.value
+        return hidden_remainder(reduce_s, self.busy, overlap, self.xp, engaged)
+
+    def averaging_group(self) -> tuple[Any, Any, Any]:
+        cols, xp = self.cols, self.cols.xp
+        whole = cols.is_("sharding", "none")
+        shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
+        group, local = xp.where(whole, cols.dp, cols["dp_replicate"]), self.held_bytes / shard
+        return group, shard * cols["tp"], local  # replicas tp*shard apart
+
+    def per_rank_tensors(self, costs: Any) -> Costs:
+        return self._spread(lambda held: costs([shape for _, shape in held]))
+
+    def server_costs(self, method: ParamServer) -> Costs:
+        return self._spread(lambda held: servers.server_costs(self.cluster, method, self.cols, held))
+
+    def switch_costs(self, method: SwitchAggregation) -> Costs:
+        return self._spread(lambda held: servers.switch_costs(self.cluster, method, self.cols, held))
+
+    def _spread(self, costs: Any) -> Costs:
+        """``costs(named)`` of the parameters one rank of the priced stage holds (per distinct holding), per row."""
+        groups = ([(True, self.named)] if self.named is not None
+                  else _rank_shape_groups(self.model, self.cols, self.stage))  # type: ignore[arg-type]
+        over = shown = extra = self.cols.zeros()
         for rows, held in groups:
-            o, s, e = servers.aggregated_costs(cluster, sync, cols, held)
-            over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
+            o, s, e = costs(held)
+            over, shown, extra = (self.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
         return over, shown, extra
-    if not (sync.compressed or sync.pipelined):
-        raise ConfigError(f"dp_sync={sync.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
-    over = shown = extra = cols.zeros()
-    for rows, held in groups:
-        o, s, e = _gradient_costs(cluster, sync, cols, [shape for _, shape in held], busy)
-        over, shown, extra = (cols.xp.where(rows, new, old) for new, old in ((o, over), (s, shown), (e, extra)))
-    return over, shown, extra
 
+    def gossip_costs(self, method: Gossip) -> Costs:
+        group, stride, local = self.averaging_group()  # neighbours exchange copies instead (plait.cost.gossip)
+        return gossip.gossip_costs(self.cluster, method, self.cols, group, stride, local / GRAD_BYTES)
 
-def _gradient_costs(cluster: Cluster, sync: SyncMethod, cols: PlanColumns, shapes: list[Shape],
-                    busy: Any) -> tuple[Any, Any, Any]:
-    """:func:`method_costs` of a per-step method whose rank sends gradient tensors of ``shapes``."""
-    elements = sum(math.prod(s) for s in shapes)
-    replicas, stride, full = cols.dp, cols["tp"], cols.full
-    zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
-    split = (cols["tp"] > 1) | (cols["pp"] > 1)
-    if isinstance(sync, HalfPrecision):
-        reduce = collective_s(cluster, "all_reduce", replicas, stride, full(elements * 2.0))
-        return cols.xp.where(split, 0.0, reduce), cols.xp.where(split, reduce, 0.0), zero
-    if sync.pipelined:  # the reduction runs behind the whole next step
-        sent = elements * float(GRAD_BYTES)
-        reduce = collective_s(cluster, "all_reduce", replicas, stride, full(sent))
-        ring = 2.0 * (replicas - 1) / replicas * sent  # ring all-reduce, per rank (Patarasuk & Yuan 2009)
-        engaged = cols.xp.minimum(reduce, engaged_s(ring, cluster.tiers[0].bandwidth_bytes_per_s(sent)))
-        overlap = cluster.accelerator.efficiency.comm_overlap.value
-        return zero, hidden_remainder(reduce, busy, overlap, cols.xp, engaged), full(2.0 * sent)
-    if isinstance(sync, PowerSGD):
-        p = q = plain = flops = streamed = 0.0
-        for shape, count in Counter(shapes).items():
-            n, m, r, compressed = sync.matrix(shape)
-            if compressed:
-                p, q = p + count * n * r, q + count * m * r
-                flops += count * (6.0 * n * m * r + 2.0 * n * r * r)  # P = MQ, Q = M^T P, M - PQ^T; Gram-Schmidt
-                streamed += count * POWERSGD_PASSES * n * m * FP32_PASS_BYTES
-            else:
-                plain += count * n * m
-        comm = sum(collective_s(cluster, "all_reduce", replicas, stride, full(x * GRAD_BYTES)) for x in (plain, p, q))
-        memory = (elements - plain + p + q) * GRAD_BYTES  # error-feedback buffers of compressed tensors, P and Q
-        return zero, comm + full(flops / fp32_flops_per_s(cluster.accelerator) + streamed / memory_bw), full(memory)
-    # top-k and quantize: two all-gathers per gradient tensor (values and indices; codes and scale), each paying
-    # its own latency
-    assert isinstance(sync, Gathered), sync
-    gathered = 0.0
-    for numel, count in Counter(math.prod(s) for s in shapes).items():
-        pieces = sync.gathered_pieces(numel)
-        gathered = gathered + count * sum(collective_s(cluster, "all_gather", replicas, stride, replicas * full(b))
-                                          for b in pieces)
-    # quantize also dequantizes and adds every rank's codes: two passes per rank
-    streamed = (full(TOPK_PASSES * elements * FP32_PASS_BYTES / memory_bw) if isinstance(sync, TopK)
-                else (QUANTIZE_PASSES + 2 * replicas) * (elements * FP32_PASS_BYTES / memory_bw))
-    largest = max(math.prod(s) for s in shapes)  # a dense sum is built one tensor at a time
-    return zero, gathered + streamed, full((elements + largest) * float(FP32_PASS_BYTES))  # the residual, that sum
+    def async_costs(self, method: Asynchronous) -> Costs:
+        """Closed-network bounds (:mod:`plait.cost.async_sgd`)."""
+        return async_sgd.async_costs(self.cluster, method, self.cols, self.params["dense"] + self.params["expert"],
+                                     self.busy)
 
-
-def _averaging_costs(cluster: Cluster, sync: SyncMethod, cols: PlanColumns,
-                     params: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """:func:`method_costs` of the methods that average parameters every few steps."""
-    replicas, full = cols.dp, cols.full
-    zero, memory_bw = full(0.0), memory_bytes_per_s(cluster.accelerator)
-    held = (params["dense"] + params["expert"]) * GRAD_BYTES  # what a rank averages
-    if isinstance(sync, DreamDDP):  # a whole period's averaging; plait.cost.batch hides it behind backward passes
-        return collective_s(cluster, "all_reduce", replicas, cols["tp"], held), zero, zero  # in place: no buffer
-    xp, whole = cols.xp, cols.is_("sharding", "none")
-    shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
-    group, local = xp.where(whole, replicas, cols["dp_replicate"]), held / shard
-    if isinstance(sync, Gossip):  # neighbours exchange copies instead (plait.cost.gossip)
-        return gossip.gossip_costs(cluster, sync, cols, group, shard * cols["tp"], local / GRAD_BYTES)
-    average = collective_s(cluster, "all_reduce", group, shard * cols["tp"], local)  # replicas tp*shard apart
-    if isinstance(sync, LocalSGD):
-        return zero, average / sync.every, local  # the flat buffer of the averaged params
-    passes = DILOCO_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
-    if isinstance(sync, PALSGD):  # and a fraction p of steps pull toward the outer copy (plait.cost.batch)
-        pull = sync.p * PULL_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / memory_bw
-        return zero, (average + passes) / sync.every + pull, DILOCO_BUFFERS * local
-    return zero, (average + passes) / sync.every, DILOCO_BUFFERS * local
+    def unmodelled(self, method: SyncMethod) -> NoReturn:
+        raise ConfigError(f"dp_sync={method.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")

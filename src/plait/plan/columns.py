@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar, get_args
+from typing import Any, get_args
 
 import numpy as np
 
@@ -30,7 +30,6 @@ FIELDS = tuple(f.name for f in fields(Plan))
 
 
 _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
-M = TypeVar("M", bound=SyncMethod)
 
 
 def method_table(methods: Any) -> tuple[SyncMethod, ...]:
@@ -91,15 +90,13 @@ class PlanColumns:
         codes = [i for i, method in enumerate(self.methods) if question(method)]
         return self.xp.any_of([self.data["dp_sync"] == i for i in codes]) if codes else self.full(False)
 
-    def sync_values(self, kind: type[M], value: Callable[[M], Any], fill: Any) -> Any:
-        """Per row, ``value(method)`` where the row's method is a ``kind``, ``fill`` on other rows."""
+    def sync_values(self, value: Callable[[SyncMethod], Any], fill: Any) -> Any:
+        """Per row, ``value(method)`` of the row's method (asked once per method; ``fill``: the column's type)."""
         if self.xp.scalar:
-            method = self.methods[self.data["dp_sync"]]
-            return value(method) if isinstance(method, kind) else fill
+            return value(self.methods[self.data["dp_sync"]])
         out = self.full(fill)
         for i, method in enumerate(self.methods):
-            if isinstance(method, kind):
-                out = self.xp.where(self.data["dp_sync"] == i, value(method), out)
+            out = self.xp.where(self.data["dp_sync"] == i, value(method), out)
         return out
 
     @classmethod

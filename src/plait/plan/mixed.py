@@ -19,7 +19,6 @@ from typing import Literal
 from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.plan.plan import Plan
-from plait.sync import LocalSGD
 from plait.workload.model import ModelSpec
 
 Split = Literal["data", "pipeline"]
@@ -148,7 +147,7 @@ def _check_data(mixed: MixedPlan, model: ModelSpec) -> None:
     if total != plan.global_batch:
         raise ConfigError(f"the shares' batches sum to {total} but global_batch={plan.global_batch}")
     steps = {s.local_steps for s in mixed.shares}
-    if steps != {1} and not isinstance(plan.dp_sync, LocalSGD):
+    if steps != {1} and not plan.dp_sync.group_local_steps:
         raise ConfigError(f"local_steps {sorted(steps)} differ from 1 only with dp_sync local_sgd (got "
                           f"{plan.dp_sync.spec})")
 

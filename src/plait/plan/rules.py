@@ -18,7 +18,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
-from plait.sync import MODELLED, DreamDDP, ParamServer, SwitchAggregation
+from plait.sync import MODELLED
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
@@ -61,7 +61,7 @@ def _sync_method(p: Plan) -> str:
 
 def _hybrid_servers(c: PlanColumns) -> Any:
     """Rows of parameter servers with Poseidon's hybrid communication."""
-    return c.sync_values(ParamServer, lambda s: s.hybrid, False)
+    return c.sync_rows(lambda s: s.sufficient_factors)
 
 
 def _sync_split_message(p: Plan) -> str:
@@ -129,7 +129,7 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "
                           f"sharding='none' (got sharding={p.sharding!r})")),
     Rule("dp-sync-dreamddp-unsharded",
-         lambda c, m, k: c.sync_rows(lambda s: isinstance(s, DreamDDP)) & c.xp.not_(c.is_("sharding", "none")),
+         lambda c, m, k: c.sync_rows(lambda s: s.partial_averaging) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync='dreamddp' averages each layer's parameters from its gradient hook during the "
                           f"backward pass and needs sharding='none' (got sharding={p.sharding!r}: FSDP owns them)")),
     Rule("dp-sync-average-whole-replicas",
@@ -143,16 +143,15 @@ RULES: tuple[Rule, ...] = (
                           f"tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-hybrid-whole-layers",
          lambda c, m, k: _hybrid_servers(c)
-         & (c.sync_values(ParamServer, lambda s: s.on_cpus, False) | (c["tp"] > 1) | (c["pp"] > 1)),
+         & (c.sync_rows(lambda s: s.server_ranks > 0) | (c["tp"] > 1) | (c["pp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r}: hybrid sends whole linear layers' factors between the replicas "
                           f"and needs host=ranks and tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
     Rule("dp-sync-servers-within-replicas",
-         lambda c, m, k: (c.sync_values(ParamServer, lambda s: s.servers, 1) > c.dp)
-         & c.sync_values(ParamServer, lambda s: not s.on_cpus, True),
+         lambda c, m, k: c.sync_values(lambda s: s.replica_servers, 0) > c.dp,
          lambda p, m, k: (f"dp_sync param_server servers={p.dp_sync.servers} must be at most "
                           f"the dp={p.dp} replicas that host them (host=ranks)")),
     Rule("dp-sync-switch-aggregates",
-         lambda c, m, k: c.sync_rows(lambda s: isinstance(s, SwitchAggregation))
+         lambda c, m, k: c.sync_rows(lambda s: s.in_network)
          & c.xp.not_(_meets_on_aggregating_tier(c, k)),
          lambda p, m, k: (f"dp_sync switch_aggregation needs switches that aggregate where the dp={p.dp} replicas "
                           f"meet, but tier {_meeting_tier(p, k).name!r} of cluster {k.name} does not (give the tier "

@@ -30,7 +30,6 @@ from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan
 from plait.predict.estimate import predict
 from plait.simulate.costs import pipeline_costs, stage_memories
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
-from plait.sync import LocalSGD
 from plait.workload.model import ModelSpec
 
 
@@ -130,7 +129,7 @@ def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *,
     mixed = replace(mixed, plan=mixed.plan.with_seq_len(model.seq_len))
     check_mixed_plan(mixed, model, cluster)
     sync = mixed.plan.dp_sync
-    if isinstance(sync, LocalSGD):  # a group without its own local steps takes the plan's
+    if sync.group_local_steps:  # a group without its own local steps takes the plan's
         every = sync.every
         mixed = replace(mixed, shares=tuple(s if s.local_steps > 1 else replace(s, local_steps=every)
                                             for s in mixed.shares))
@@ -144,8 +143,8 @@ def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, sh
     plan = mixed.plan
     local = share.batch // (share.num_gpus // plan.model_parallel)
     plan = replace(plan, global_batch=local * plan.dp)
-    if isinstance(plan.dp_sync, LocalSGD):  # each group averages after its own local steps
-        plan = replace(plan, dp_sync=LocalSGD(every=share.local_steps))
+    if plan.dp_sync.group_local_steps:  # each group averages after its own local steps
+        plan = replace(plan, dp_sync=replace(plan.dp_sync, every=share.local_steps))
     view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
     return predict(Job.build(model, view, plan, engine))
 

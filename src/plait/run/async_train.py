@@ -36,16 +36,17 @@ import torch.distributed as dist
 from plait.cost.servers import HEADER_ELEMENTS
 from plait.plan.servers import placement
 from plait.run.config import read_config
+from plait.run.counting import counted_bytes
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sends import Sends
 from plait.run.sites import Reducer
-from plait.run.sync import attach, counted_bytes
+from plait.run.sync import attach
 from plait.run.train import cross_entropy
 from plait.run.workload_configs import AsyncConfig
-from plait.sync import EASGD, AsyncPS, ParamServer, SyncMethod, parse
+from plait.sync import SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 
@@ -80,8 +81,8 @@ def serve(sync: SyncMethod, model: torch.nn.Module, workers: int, index: int, op
     version, clock, held, active = 0, [0] * workers, [], set(range(workers))  # type: int, list[int], list[int], set[int]
     total, arrived = torch.zeros(sizes[index]), set()  # type: torch.Tensor, set[int]
     updates: list[tuple[int, int, float]] = []
-    bound = sync.staleness if isinstance(sync, AsyncPS) else None
-    alpha = sync.alpha if isinstance(sync, EASGD) else 0.0  # the elastic force: EASGD's pushes only
+    bound = sync.staleness_bound
+    alpha = sync.elastic_force  # EASGD's pushes only
     pending: list[dist.Work] = []
     began = time.perf_counter()
     while active:
@@ -135,7 +136,7 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
     slow = args.slow_s
     began = time.perf_counter()
     step = 0
-    waits = not servers or isinstance(sync, ParamServer)  # workers that wait for each other stop together
+    waits = not sync.asynchronous  # workers that wait for each other stop together
     while _continues(step, began, args, group if waits else None):
         inputs, targets = global_batch(step, args.batch, resolve_model(args.model).seq_len)
         inputs, targets = rank_slice(inputs, rank, workers), rank_slice(targets, rank, workers)
@@ -146,17 +147,7 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
             loss.backward()
             time.sleep(slow.get(rank, 0.0))  # the artificial slowdown of a slower worker
             computed.append(time.perf_counter() - computing)
-            if isinstance(sync, AsyncPS):
-                _exchange(_flat([p.grad for p in params]), sizes, workers, GRADIENT, versions, params, "replace")
-            elif servers and isinstance(sync, ParamServer):  # push the gradient, pull the mean, step here
-                _exchange(_flat([p.grad for p in params]), sizes, workers, SUM, versions, params, "gradient")
-                optimizer.step()
-            else:
-                reduce_gradients(optimizer)
-                optimizer.step()
-                if isinstance(sync, EASGD) and (step + 1) % sync.every == 0:
-                    _exchange(_flat([p.detach() for p in params]), sizes, workers, ELASTIC, versions, params,
-                              "subtract")
+            sync.worker_step(_Worker(optimizer, params, sizes, workers, versions), step)
             optimizer.zero_grad()
         losses.append(float(loss.detach()))
         times.append(time.perf_counter() - began)
@@ -167,6 +158,32 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
         stop[-2] = STOP
         Sends.isend(stop, workers + j, None, PUSH).wait()
     return {"losses": losses, "times": times, "bytes": sent, "compute_s": computed}
+
+
+class _Worker:
+    """A worker's exchanges after its backward pass, which the method picks (:class:`plait.sync.hooks.WorkerHooks`)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], sizes: list[int],
+                 workers: int, versions: list[int]) -> None:
+        self.optimizer, self.params, self.sizes = optimizer, params, sizes
+        self.workers, self.versions = workers, versions
+
+    def reduce_and_step(self) -> None:
+        reduce_gradients(self.optimizer)
+        self.optimizer.step()
+
+    def push_gradient(self) -> None:
+        _exchange(_flat([p.grad for p in self.params]), self.sizes, self.workers, GRADIENT, self.versions, self.params,
+                  "replace")
+
+    def push_sum(self) -> None:
+        _exchange(_flat([p.grad for p in self.params]), self.sizes, self.workers, SUM, self.versions, self.params,
+                  "gradient")
+        self.optimizer.step()
+
+    def push_parameters(self) -> None:
+        _exchange(_flat([p.detach() for p in self.params]), self.sizes, self.workers, ELASTIC, self.versions,
+                  self.params, "subtract")
 
 
 def _continues(step: int, began: float, args: AsyncConfig, group: dist.ProcessGroup | None) -> bool:
@@ -234,7 +251,7 @@ def run_case(text: str, workers: int, group: dist.ProcessGroup, args: AsyncConfi
     if rank != 0:
         return None
     served = [g["server"] for g in gathered[workers: workers + servers]]
-    pieces = served and isinstance(sync, AsyncPS)
+    pieces = served and sync.servers_hold_model
     final = (torch.tensor([x for s in served for x in s["piece"]]) if pieces  # type: ignore[index]
              else _flat([p.detach() for p in model.parameters()]))
     return {"workers": [g["worker"] for g in gathered[:workers]], "servers": [

@@ -1,7 +1,7 @@
 """One rank of ``plait converge`` (launched by torchrun): trains the reference model on the shipped corpus under
 each synchronization method given, from the same initial weights and on the same batches, and writes from rank 0
 every step's mean loss and the payload bytes the step handed to collectives and sends
-(:func:`plait.run.sync.counted_bytes`), rank 0's and every rank's.
+(:func:`plait.run.counting.counted_bytes`), rank 0's and every rank's.
 
 A case is ``METHOD[:key=value,...]@OPTIMIZER`` with OPTIMIZER ``sgd`` (lr 0.05) or ``adamw`` (lr 1e-3, torch's
 other defaults); the inner optimizer of local SGD and DiLoCo is that optimizer. With ``--cluster`` naming a cluster
@@ -17,12 +17,13 @@ import torch
 import torch.distributed as dist
 
 from plait.run.config import read_config
+from plait.run.counting import counted_bytes
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import Reducer, build_reducer, named_site_gpus
-from plait.run.sync import attach, counted_bytes, skips_gradient
+from plait.run.sync import attach, skips_gradient
 from plait.run.train import cross_entropy
 from plait.run.workload_configs import ConvergeConfig
 from plait.sync import parse

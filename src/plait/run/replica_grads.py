@@ -12,7 +12,7 @@ them; nothing overlaps the backward. The hooks read only ``buffer``, ``gradients
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
@@ -47,23 +47,36 @@ def comm_hook(sync: SyncMethod, replicas: Reducer) -> tuple[Any, Callable[..., A
     called from a hook of another name it runs on gloo the same. Across sites bf16/fp16 take
     :func:`compress_hook` (PyTorch's hooks all-reduce flat); PowerSGD's small factors and the all-gathers of top-k
     and quantize stay flat, as the cost model charges them."""
-    group = replicas.group
-    if isinstance(sync, methods.HalfPrecision) and isinstance(replicas, SiteReducer):
-        return (replicas, HALF_DTYPES[sync.dtype]), compress_hook
-    if isinstance(sync, methods.HalfPrecision):
-        return group, _bf16_gradients if sync.dtype == "bf16" else _fp16_gradients
-    if isinstance(sync, methods.TopK):
-        return TopK(sync.ratio, group), error_feedback_hook
-    if isinstance(sync, methods.Quantize):
-        return Quantize(sync.bits, group), error_feedback_hook
-    if isinstance(sync, methods.PowerSGD):
+    return sync.comm_hook(_Hooks(replicas))
+
+
+class _Hooks:
+    """Each compressing family's (state, hook) over ``replicas`` (:class:`plait.sync.hooks.GradientHooks`)."""
+
+    def __init__(self, replicas: Reducer) -> None:
+        self.replicas = replicas
+
+    def half(self, method: methods.HalfPrecision) -> tuple[Any, Callable[..., Any]]:
+        if isinstance(self.replicas, SiteReducer):
+            return (self.replicas, HALF_DTYPES[method.dtype]), compress_hook
+        return self.replicas.group, _bf16_gradients if method.dtype == "bf16" else _fp16_gradients
+
+    def topk(self, method: methods.TopK) -> tuple[Any, Callable[..., Any]]:
+        return TopK(method.ratio, self.replicas.group), error_feedback_hook
+
+    def quantize(self, method: methods.Quantize) -> tuple[Any, Callable[..., Any]]:
+        return Quantize(method.bits, self.replicas.group), error_feedback_hook
+
+    def powersgd(self, method: methods.PowerSGD) -> tuple[Any, Callable[..., Any]]:
         state = powerSGD_hook.PowerSGDState(
-            process_group=group, matrix_approximation_rank=sync.rank,
-            min_compression_rate=sync.min_compression_rate, start_powerSGD_iter=sync.start_iter,
+            process_group=self.replicas.group, matrix_approximation_rank=method.rank,
+            min_compression_rate=method.min_compression_rate, start_powerSGD_iter=method.start_iter,
             use_error_feedback=True, warm_start=True, orthogonalization_epsilon=ORTHOGONALIZATION_EPSILON)
         return state, powerSGD_hook.powerSGD_hook
-    compressing = ", ".join(name for name, kind in METHODS.items() if kind.compressed)
-    raise ConfigError(f"dp_sync={sync.spec!r} does not compress gradients (compressing: {compressing})")
+
+    def uncompressed(self, method: SyncMethod) -> NoReturn:
+        compressing = ", ".join(name for name, kind in METHODS.items() if kind.compressed)
+        raise ConfigError(f"dp_sync={method.spec!r} does not compress gradients (compressing: {compressing})")
 
 
 def compress_hook(state, bucket):  # type: ignore[no-untyped-def]

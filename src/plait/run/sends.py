@@ -13,7 +13,7 @@ PUSH, PULL = 1, 2
 
 
 class Sends:
-    """The point-to-point sends of the server and gossip methods, in one place that :func:`plait.run.sync.counted_bytes`
+    """The point-to-point sends of the server and gossip methods, in one place that :func:`plait.run.counting.counted_bytes`
     counts (patching ``torch.distributed.isend`` itself would break PyTorch pipelining, whose ``P2POp`` checks the
     function's identity)."""
 

@@ -1,7 +1,7 @@
 """Gradient sums through parameter servers and an emulated aggregating switch, on ``torch.distributed``'s
 point-to-point sends. Both reduce each rank's local gradients after the backward pass, before
 clipping (:func:`plait.run.replica_grads.reduce_gradients`), where DDP would; the optimizer then steps on the mean
-on every replica. What each rank sends is :func:`plait.cost.servers.sent_bytes`, to the byte.
+on every replica. What each rank sends is :func:`plait.cost.sync.payload_bytes`, to the byte.
 
 - :class:`ParamServer` (``param_server:servers=S,host=ranks``): the replicas of group rank ``0..S-1`` each host
   one server. Every replica pushes each server its piece of the gradient (:func:`plait.plan.servers.placement`),

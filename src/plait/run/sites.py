@@ -13,7 +13,7 @@ Every collective here is a ``torch.distributed`` one. The three steps of a hiera
 one background thread, on groups no other code uses, so that an asynchronous all-reduce (DDP's bucket hooks,
 Pipe-SGD, DreamDDP) overlaps compute as a single gloo/NCCL collective would, and every rank issues the steps in
 the same order (the order its all-reduces were started in). The steps call c10d's functions by their home module
-(the same functions ``torch.distributed`` exports), so that :func:`plait.run.sync.counted_bytes` counts a
+(the same functions ``torch.distributed`` exports), so that :func:`plait.run.counting.counted_bytes` counts a
 hierarchical all-reduce's payload once, at :meth:`SiteReducer.all_reduce`.
 """
 

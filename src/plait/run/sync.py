@@ -24,16 +24,17 @@
   shards;
 - ``pipe_sgd``: no DDP; :class:`PipeSGD` starts each step's all-reduce and applies the previous step's (Li et al.
   2018, pipeline width 2): no library has it.
+
+Each method picks its own piece: :func:`wrap_optimizer` hands it :class:`_Optimizers`, one hook per family
+(:class:`plait.sync.hooks.OptimizerHooks`; why a method picks rather than a table keyed by class: that module).
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Iterator
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
@@ -61,7 +62,7 @@ def wrap_model(model: nn.Module, sync: SyncMethod, replicas: Reducer | None = No
     replicas = replicas or Reducer()
     if split or sync.infrequent or sync.pipelined or sync.aggregating:
         return model
-    if isinstance(sync, methods.PowerSGD):
+    if sync.one_bucket:
         ddp_options["bucket_cap_mb"] = ONE_BUCKET_MB
     if not (sync.is_allreduce or sync.compressed):
         raise ConfigError(f"dp_sync={sync.spec!r} does not run yet (runs: {', '.join(MODELLED)})")
@@ -98,37 +99,62 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: SyncMethod, replicas:
     if sync.server_ranks:  # servers beyond the workers: not this process group's ranks
         raise ConfigError(f"dp_sync={sync.spec!r} runs its servers on ranks beyond the workers: "
                           "python -m plait.run.async_train starts them")
-    if isinstance(sync, methods.ParamServer | methods.SwitchAggregation):  # on point-to-point sends
-        from plait.run.servers import ParamServer, SwitchAggregation
+    return sync.wrap_optimizer(_Optimizers(optimizer, replicas, modules, whole, accumulations))
 
-        if isinstance(sync, methods.ParamServer):
-            return ParamServer(optimizer, sync, replicas, modules)
-        return SwitchAggregation(optimizer, sync, replicas)
-    if isinstance(sync, methods.Gossip):
+
+class _Optimizers:
+    """Each family's optimizer around ``optimizer`` (:class:`plait.sync.hooks.OptimizerHooks`; the method picks
+    its hook, so no branch here names a method)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, replicas: Reducer, modules: tuple[nn.Module, ...],
+                 whole: list[tuple[str, Shape]] | None, accumulations: int) -> None:
+        self.optimizer, self.replicas, self.modules = optimizer, replicas, modules
+        self.whole, self.accumulations = whole, accumulations
+
+    def plain(self, method: SyncMethod) -> torch.optim.Optimizer:
+        """The optimizer itself: DDP (or :mod:`plait.run.replica_grads`) reduces the gradients."""
+        return self.optimizer
+
+    def param_server(self, method: methods.ParamServer) -> torch.optim.Optimizer:
+        from plait.run.servers import ParamServer  # on point-to-point sends
+
+        return ParamServer(self.optimizer, method, self.replicas, self.modules)
+
+    def switch_aggregation(self, method: methods.SwitchAggregation) -> torch.optim.Optimizer:
+        from plait.run.servers import SwitchAggregation  # on point-to-point sends
+
+        return SwitchAggregation(self.optimizer, method, self.replicas)
+
+    def gossip(self, method: methods.Gossip) -> torch.optim.Optimizer:
         from plait.run.gossip import Gossip
 
-        return Gossip(optimizer, sync, replicas)
-    if isinstance(sync, methods.DreamDDP):
-        if whole is None:
-            raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
-        return DreamDDP(optimizer, sync.every, modules, whole, replicas, accumulations)
-    if isinstance(sync, methods.DiLoCo):
-        return DiLoCo(optimizer, sync.every, sync.outer_lr, sync.outer_momentum, replicas)
-    if isinstance(sync, methods.PALSGD):
-        return PALSGD(optimizer, sync.every, sync.p, sync.eta, sync.outer_lr, sync.outer_momentum,
-                      replicas, warmup=sync.warmup)
-    if isinstance(sync, methods.PipeSGD):
-        return PipeSGD(optimizer, replicas)
-    if not isinstance(sync, methods.LocalSGD):
-        return optimizer
-    if isinstance(replicas, SiteReducer) or any(is_dtensor(p) for g in optimizer.param_groups
-                                                for p in g["params"]):
-        return ShardAverage(optimizer, sync.every, replicas)  # HSDP: FSDP2 owns the shards' storage
-    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
-    from torch.distributed.optim import PostLocalSGDOptimizer
+        return Gossip(self.optimizer, method, self.replicas)
 
-    averager = PeriodicModelAverager(period=sync.every, warmup_steps=0, process_group=replicas.group)
-    return PostLocalSGDOptimizer(optimizer, averager)
+    def dreamddp(self, method: methods.DreamDDP) -> torch.optim.Optimizer:
+        if self.whole is None:
+            raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
+        return DreamDDP(self.optimizer, method.every, self.modules, self.whole, self.replicas, self.accumulations)
+
+    def diloco(self, method: methods.DiLoCo) -> torch.optim.Optimizer:
+        return DiLoCo(self.optimizer, method.every, method.outer_lr, method.outer_momentum, self.replicas)
+
+    def palsgd(self, method: methods.PALSGD) -> torch.optim.Optimizer:
+        return PALSGD(self.optimizer, method.every, method.p, method.eta, method.outer_lr, method.outer_momentum,
+                      self.replicas, warmup=method.warmup)
+
+    def pipe_sgd(self, method: methods.PipeSGD) -> torch.optim.Optimizer:
+        return PipeSGD(self.optimizer, self.replicas)
+
+    def local_sgd(self, method: methods.LocalSGD) -> torch.optim.Optimizer:
+        optimizer, replicas = self.optimizer, self.replicas
+        if isinstance(replicas, SiteReducer) or any(is_dtensor(p) for g in optimizer.param_groups
+                                                    for p in g["params"]):
+            return ShardAverage(optimizer, method.every, replicas)  # HSDP: FSDP2 owns the shards' storage
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+        from torch.distributed.optim import PostLocalSGDOptimizer
+
+        averager = PeriodicModelAverager(period=method.every, warmup_steps=0, process_group=replicas.group)
+        return PostLocalSGDOptimizer(optimizer, averager)
 
 
 def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: SyncMethod, whole: list[tuple[str, Shape]],
@@ -344,52 +370,3 @@ class PALSGD(DiLoCo):
             self.synchronize()
         self.pseudo = next(self.draws)
         return loss
-
-
-@contextlib.contextmanager
-def counted_bytes(group: dist.ProcessGroup | None = None) -> Iterator[list[int]]:
-    """Within the block, the payload bytes this rank hands to ``torch.distributed.all_reduce`` (the tensor),
-    ``all_gather_into_tensor`` (its input) and :meth:`plait.run.sends.Sends.isend` (the tensor: the point-to-point
-    methods), summed into the one-element list it yields (the hooks and the averager
-    call them through the module), and to a hierarchical :class:`plait.run.sites.SiteReducer`'s ``all_reduce`` (its
-    buffer, once: its steps call c10d by the functions' home module), summed into the one-element list it yields.
-    With ``group``, only calls over that process group count (a replica group's synchronization, not FSDP's
-    in-replica gathers or the norm's reductions)."""
-    total = [0]
-    reduce, gather, site_reduce = dist.all_reduce, dist.all_gather_into_tensor, SiteReducer.all_reduce
-    from plait.run.sends import Sends
-
-    isend = Sends.isend
-
-    def counts(given: object) -> bool:
-        return group is None or given is group
-
-    def counting_reduce(tensor: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if counts(kwargs.get("group", args[1] if len(args) > 1 else None)):  # (tensor, op, group, async_op)
-            total[0] += tensor.numel() * tensor.element_size()
-        return reduce(tensor, *args, **kwargs)
-
-    def counting_gather(output: torch.Tensor, tensor: torch.Tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if counts(kwargs.get("group", args[0] if args else None)):  # (output, input, group, async_op)
-            total[0] += tensor.numel() * tensor.element_size()
-        return gather(output, tensor, *args, **kwargs)
-
-    def counting_isend(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None, tag: int):  # type: ignore[no-untyped-def]
-        if counts(group):
-            total[0] += tensor.numel() * tensor.element_size()
-        return isend(tensor, dst, group, tag)
-
-    def counting_site_reduce(self: SiteReducer, flat: torch.Tensor):  # type: ignore[no-untyped-def]
-        if counts(self.group):
-            total[0] += flat.numel() * flat.element_size()
-        return site_reduce(self, flat)
-
-    dist.all_reduce, dist.all_gather_into_tensor = counting_reduce, counting_gather  # type: ignore[assignment]
-    Sends.isend = counting_isend  # type: ignore[method-assign]
-    SiteReducer.all_reduce = counting_site_reduce  # type: ignore[method-assign]
-    try:
-        yield total
-    finally:
-        dist.all_reduce, dist.all_gather_into_tensor = reduce, gather  # type: ignore[assignment]
-        Sends.isend = isend  # type: ignore[method-assign]
-        SiteReducer.all_reduce = site_reduce  # type: ignore[method-assign]

@@ -183,7 +183,7 @@ class StepMetrics:
     peak_memory_bytes: float
     sync_bytes: int | None = None
     """Payload bytes this rank handed to its replica group's collectives in the step (plans with a ``dp_sync``
-    other than the all-reduce: :func:`plait.run.sync.counted_bytes`); absent otherwise."""
+    other than the all-reduce: :func:`plait.run.counting.counted_bytes`); absent otherwise."""
     started_s: float | None = None
     """When the step began, on this process's monotonic clock (``time.perf_counter``): the differences between
     consecutive rows are the period the job steps at, which also holds what ``step_time_s`` leaves out (waiting

@@ -22,6 +22,7 @@ from plait.plan.io import read_plan_file
 from plait.run import checkpoint, data
 from plait.run.config import read_config
 from plait.run.context import mean_over_cp, train_context
+from plait.run.counting import counted_bytes
 from plait.run.lifecycle import die_with_parent, exit_without_teardown
 from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
@@ -202,12 +203,10 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
 
 
 def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[int]]:  # type: ignore[no-untyped-def]
-    """Counts the payload bytes of the step's replica synchronization (:func:`plait.run.sync.counted_bytes`) for
+    """Counts the payload bytes of the step's replica synchronization (:func:`plait.run.counting.counted_bytes`) for
     plans with a ``dp_sync`` method; yields an empty list for the others (DDP's reducer reduces in C++)."""
     if plan.dp_sync.is_allreduce or plan.dp == 1:
         return contextlib.nullcontext([])
-    from plait.run.sync import counted_bytes
-
     return counted_bytes(replica_group(mesh))
 
 

@@ -21,7 +21,8 @@ from plait.workload.model import ModelSpec
 def measured_periods() -> tuple[int, ...]:
     """Local-SGD periods with a steps multiplier in plait's table."""
     methods = [(parse(spec), entries) for spec, entries in table().items()]
-    periods = {m.every for m, entries in methods if isinstance(m, LocalSGD) and any(e.figure.known for e in entries)}
+    periods = {m.every for m, entries in methods  # local SGD's own entries: equal to local SGD at their period
+               if m == LocalSGD(every=m.every) and any(e.figure.known for e in entries)}
     return tuple(sorted(periods))
 
 

@@ -9,18 +9,50 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from plait.sync.base import SyncMethod, number
 
+if TYPE_CHECKING:
+    from plait.sync.hooks import Costs, Crossing, Pricing, Tally, WorkerHooks
+
+ADAMW_PASSES = 7
+"""fp32 streams of one AdamW step per element: read gradient, parameter and both moments, write three."""
+ELASTIC_PASSES = 3
+"""fp32 streams of the centre's elastic update per element: read both copies, write the centre."""
+
 
 @dataclass(frozen=True, kw_only=True)
-class AsyncPS(SyncMethod):
-    """Bounded-staleness asynchronous SGD through sharded servers."""
+class Asynchronous(SyncMethod):
+    """A method whose workers exchange with server ranks without waiting for each other."""
 
-    name: ClassVar[str] = "async_ps"
     asynchronous: ClassVar[bool] = True
     point_to_point: ClassVar[bool] = True
+    server_passes: ClassVar[int]
+    """fp32 streams per element a server makes applying one message (:mod:`plait.cost.async_sgd`)."""
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether every worker waits for the slowest each iteration (then simulated, :mod:`plait.cost.async_sgd`)."""
+        return False
+
+    def sent_bytes(self, tally: Tally) -> float:
+        return tally.worker_bytes(self)
+
+    def crossing_bytes(self, crossing: Crossing) -> float:
+        return crossing.worker_bytes(self)
+
+    def step_costs(self, price: Pricing) -> Costs:
+        return price.async_costs(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncPS(Asynchronous):
+    """Bounded-staleness asynchronous SGD through sharded servers, which step AdamW over their pieces."""
+
+    name: ClassVar[str] = "async_ps"
+    server_passes: ClassVar[int] = ADAMW_PASSES
+    servers_hold_model: ClassVar[bool] = True
 
     staleness: int = number(None, 0, 2**20, True)
     """Steps a worker may run ahead of the slowest (0: synchronous)."""
@@ -31,14 +63,24 @@ class AsyncPS(SyncMethod):
     def server_ranks(self) -> int:
         return self.servers
 
+    @property
+    def staleness_bound(self) -> int:
+        return self.staleness
+
+    @property
+    def lockstep(self) -> bool:
+        return self.staleness == 0
+
+    def worker_step(self, worker: WorkerHooks, step: int) -> None:
+        worker.push_gradient()
+
 
 @dataclass(frozen=True, kw_only=True)
-class EASGD(SyncMethod):
+class EASGD(Asynchronous):
     """Asynchronous elastic averaging SGD with one centre server."""
 
     name: ClassVar[str] = "easgd"
-    asynchronous: ClassVar[bool] = True
-    point_to_point: ClassVar[bool] = True
+    server_passes: ClassVar[int] = ELASTIC_PASSES
 
     alpha: float = number(None, 0.0, 1.0, False)
     """The elastic force: how far worker and centre move toward each other."""
@@ -49,3 +91,12 @@ class EASGD(SyncMethod):
     def server_ranks(self) -> int:
         """One centre."""
         return 1
+
+    @property
+    def elastic_force(self) -> float:
+        return self.alpha
+
+    def worker_step(self, worker: WorkerHooks, step: int) -> None:
+        worker.reduce_and_step()
+        if (step + 1) % self.every == 0:
+            worker.push_parameters()

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from plait.errors import ConfigError
 
 if TYPE_CHECKING:
+    from plait.sync.gossip import Topology
+    from plait.sync.hooks import Costs, Crossing, GradientHooks, OptimizerHooks, Pricing, R, Tally, WorkerHooks
     from plait.workload.tensors import Shape
 
 GRAD_BYTES = 4
 """fp32 gradients and parameters (the replica's own copy; autocast computes in bf16)."""
+FP32_PASS_BYTES = 4
+"""Bytes one streaming pass over an fp32 tensor moves per element."""
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,23 @@ class SyncMethod:
     """Sums every replica's whole gradient each step somewhere other than in an all-reduce."""
     point_to_point: ClassVar[bool] = False
     """Moves its bytes in point-to-point sends between pairs of ranks, not in collectives."""
+    collective: ClassVar[Literal["all_reduce", "all_gather"]] = "all_reduce"
+    """The collective its payload goes to: all-reduced, or all-gathered (each rank hands over its own pieces)."""
     pipelined: ClassVar[bool] = False
     """Runs each step's reduction behind the next step's compute (Pipe-SGD)."""
     pseudo_steps: ClassVar[bool] = False
     """Some steps are pseudo-synchronization steps, with no forward or backward pass (PALSGD)."""
+    partial_averaging: ClassVar[bool] = False
+    """Averages part of the model each step, from the gradient hooks of the last backward pass (DreamDDP)."""
+    one_bucket: ClassVar[bool] = False
+    """Runs its DDP hook over one bucket (PowerSGD: gloo hangs with several, :mod:`plait.run.sync`)."""
+    in_network: ClassVar[bool] = False
+    """Sums in the switches where the replicas meet, which must aggregate (:mod:`plait.plan.rules`)."""
+    group_local_steps: ClassVar[bool] = False
+    """In a mixed-hardware data split, each group may take its own local steps between averagings
+    (:mod:`plait.predict.mixed`)."""
+    servers_hold_model: ClassVar[bool] = False
+    """The server ranks step the parameters, so the trained model is their pieces (:mod:`plait.run.async_train`)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -135,10 +152,60 @@ class SyncMethod:
         """The rule a combination of parameters breaks (each parameter alone within its bounds), or ``None``."""
         return None
 
+    @property
+    def replica_servers(self) -> int:
+        """Servers this method runs on training ranks, one per replica at most (:mod:`plait.plan.rules`)."""
+        return 0
+
+    @property
+    def sufficient_factors(self) -> bool:
+        """Sends linear layers' gradients as sufficient factors where that moves fewer bytes (Poseidon's hybrid)."""
+        return False
+
+    @property
+    def staleness_bound(self) -> int | None:
+        """Steps a worker may run ahead of the slowest at its servers (``None``: unbounded or no servers)."""
+        return None
+
+    @property
+    def elastic_force(self) -> float:
+        """How far a worker's pushed parameters and its centre move toward each other (0: no elastic pushes)."""
+        return 0.0
+
+    def graph(self) -> tuple[Topology, int] | None:
+        """(topology, peers) of the neighbours each replica averages with (``None``: no gossip)."""
+        return None
+
     def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
         """Bytes one replica hands to its collectives in step ``step`` (``None``: the steady-state mean) for a
         method whose bytes follow from the gradient shapes alone (:func:`plait.cost.sync.payload_bytes`)."""
         raise NotImplementedError(f"{self.name} sends bytes that depend on more than the shapes")
+
+    def sent_bytes(self, tally: Tally) -> float:
+        """Bytes one replica hands to collectives (or to point-to-point sends) in the step ``tally`` describes."""
+        return self.step_payload_bytes(tally.shapes, tally.step)
+
+    def crossing_bytes(self, crossing: Crossing) -> float:
+        """Bytes leaving sites per step, for a :attr:`point_to_point` method (collectives: :mod:`plait.cost.egress`)."""
+        raise NotImplementedError(f"{self.name} sends in collectives")
+
+    def step_costs(self, price: Pricing) -> Costs:
+        """(overlapped seconds, exposed seconds, extra memory bytes) per step on the rows ``price`` describes
+        (:func:`plait.cost.sync.method_costs`)."""
+        return price.unmodelled(self)
+
+    def comm_hook(self, hooks: GradientHooks[R]) -> R:
+        """This method's DDP communication hook, from ``hooks`` (:func:`plait.run.replica_grads.comm_hook`)."""
+        return hooks.uncompressed(self)
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        """The optimizer this method steps with, from ``hooks`` (:func:`plait.run.sync.wrap_optimizer`)."""
+        return hooks.plain(self)
+
+    def worker_step(self, worker: WorkerHooks, step: int) -> None:
+        """An asynchronous-runtime worker's exchange after the backward pass of ``step``
+        (:mod:`plait.run.async_train`)."""
+        worker.reduce_and_step()
 
     def __str__(self) -> str:
         return self.spec

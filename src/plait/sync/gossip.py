@@ -4,9 +4,12 @@ NeurIPS 2017; the topologies in :mod:`plait.plan.gossip`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from plait.sync.base import SyncMethod, choice, number
+
+if TYPE_CHECKING:
+    from plait.sync.hooks import Costs, Crossing, OptimizerHooks, Pricing, R, Tally
 
 Topology = Literal["ring", "torus", "exponential", "random", "complete"]
 TOPOLOGIES: tuple[Topology, ...] = ("ring", "torus", "exponential", "random", "complete")
@@ -29,3 +32,18 @@ class Gossip(SyncMethod):
         if self.peers != 1 and self.topology not in ("exponential", "random"):
             return "peers applies to topology=exponential|random (the others fix their neighbours)"
         return None
+
+    def graph(self) -> tuple[Topology, int]:
+        return self.topology, self.peers
+
+    def sent_bytes(self, tally: Tally) -> float:
+        return tally.gossip_bytes(self)
+
+    def crossing_bytes(self, crossing: Crossing) -> float:
+        return crossing.gossip_bytes(self)
+
+    def step_costs(self, price: Pricing) -> Costs:
+        return price.gossip_costs(self)
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        return hooks.gossip(self)

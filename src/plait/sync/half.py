@@ -1,6 +1,8 @@
 """The gradient all-reduced in 16 bits: PyTorch's ``bf16_compress_hook``/``fp16_compress_hook``.
 
-Every element in 2 bytes (PyTorch ``_compress_hook``: one all-reduce of the cast bucket).
+Every element in 2 bytes (PyTorch ``_compress_hook``: one all-reduce of the cast bucket). Overlap (assumed from the
+runtime): in DDP's bucketed hooks like the all-reduce, so behind the backward pass; over TP or PP replicas, which
+DDP does not take, after the backward (:mod:`plait.run.replica_grads`), so exposed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from plait.sync.base import SyncMethod, elements_of
 
 if TYPE_CHECKING:
+    from plait.sync.hooks import Costs, GradientHooks, Pricing, R
     from plait.workload.tensors import Shape
 
 
@@ -24,6 +27,16 @@ class HalfPrecision(SyncMethod):
 
     def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
         return elements_of(shapes) * 2
+
+    def step_costs(self, price: Pricing) -> Costs:
+        return price.per_rank_tensors(lambda shapes: self._tensor_costs(price, shapes))
+
+    def _tensor_costs(self, price: Pricing, shapes: list[Shape]) -> Costs:
+        reduce = price.all_reduce_s(price.replicas, price.stride, price.full(elements_of(shapes) * 2.0))
+        return price.xp.where(price.split, 0.0, reduce), price.xp.where(price.split, reduce, 0.0), price.full(0.0)
+
+    def comm_hook(self, hooks: GradientHooks[R]) -> R:
+        return hooks.half(self)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,13 @@
 - ``dreamddp:every=H``: DreamDDP's partial local SGD (Tang et al., arXiv 2502.11058): no gradient traffic; each
   step one in-place all-reduce of the parameters of the units :mod:`plait.plan.partial` schedules at that step,
   every parameter once per period, overlapping the backward pass (:class:`plait.run.sync.DreamDDP`).
+
+Time and memory (steady state, per step): local SGD and DiLoCo average after the optimizer step, over whole
+replicas (with sharding, each HSDP ``dp_replicate`` group averages its shard), exposed; local SGD holds the flat
+buffer of the averaged parameters, DiLoCo and PALSGD :data:`DILOCO_BUFFERS` copies and stream
+:data:`DILOCO_PASSES` passes per outer step (and PALSGD :data:`PULL_PASSES` in each pseudo-synchronization step)
+at the sustained memory bandwidth; DreamDDP's whole period of in-place averaging, which
+:mod:`plait.cost.batch` hides behind the backward passes.
 """
 
 from __future__ import annotations
@@ -20,13 +27,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from plait.sync.base import GRAD_BYTES, SyncMethod, elements_of, number
+from plait.sync.base import FP32_PASS_BYTES, GRAD_BYTES, SyncMethod, elements_of, number
 
 if TYPE_CHECKING:
+    from plait.sync.hooks import Costs, OptimizerHooks, Pricing, R, Tally
     from plait.workload.tensors import Shape
 
 STEPS = 2**31 - 1
 """Largest period or step count a spec may state."""
+DILOCO_PASSES = 14
+"""Streaming passes over the fp32 parameters in one outer step of :class:`plait.run.sync.DiLoCo`: the delta
+``outer - local`` (read 2, write 1), its flat copy (2), the mean (2), SGD with Nesterov momentum (read gradient,
+momentum and parameter, write momentum and parameter: 5) and the copy back (2)."""
+PULL_PASSES = 5
+"""Streaming passes over the fp32 parameters in a PALSGD pseudo-synchronization step of :class:`plait.run.sync.
+PALSGD`: the difference to the outer copy (read 2, write 1) and the scaled subtraction (read 1, write 1)."""
+DILOCO_BUFFERS = 4
+"""fp32 copies per parameter while DiLoCo synchronizes: the outer parameters, their momentum, the deltas and
+their flat buffer (which the outer gradients view)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +53,7 @@ class LocalSGD(SyncMethod):
 
     name: ClassVar[str] = "local_sgd"
     infrequent: ClassVar[bool] = True
+    group_local_steps: ClassVar[bool] = True
 
     every: int = number(None, 1, STEPS, True)
     """Steps between averagings."""
@@ -44,6 +63,14 @@ class LocalSGD(SyncMethod):
         if step is None:
             return elements * GRAD_BYTES / self.every
         return elements * GRAD_BYTES if step % self.every == 0 else 0.0  # PeriodicModelAverager: steps 0, H, 2H
+
+    def step_costs(self, price: Pricing) -> Costs:
+        group, stride, local = price.averaging_group()
+        average = price.all_reduce_s(group, stride, local)
+        return price.full(0.0), average / self.every, local  # the flat buffer of the averaged params
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        return hooks.local_sgd(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +90,24 @@ class DiLoCo(SyncMethod):
 
     def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
         return _outer_payload_bytes(elements_of(shapes), self.every, step)
+
+    def step_costs(self, price: Pricing) -> Costs:
+        return _outer_costs(price, self.every, 0.0)
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        return hooks.diloco(self)
+
+
+def _outer_costs(price: Pricing, every: int, pulls: float) -> Costs:
+    """Costs of DiLoCo's outer steps every ``every`` steps, and a fraction ``pulls`` of steps pulling toward the
+    outer copy (PALSGD's pseudo-synchronization steps)."""
+    group, stride, local = price.averaging_group()
+    average = price.all_reduce_s(group, stride, local)
+    passes = DILOCO_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / price.memory_bytes_per_s
+    if pulls:
+        pull = pulls * PULL_PASSES * (local / GRAD_BYTES) * FP32_PASS_BYTES / price.memory_bytes_per_s
+        return price.full(0.0), (average + passes) / every + pull, DILOCO_BUFFERS * local
+    return price.full(0.0), (average + passes) / every, DILOCO_BUFFERS * local
 
 
 def _outer_payload_bytes(elements: int, every: int, step: int | None) -> float:
@@ -108,6 +153,12 @@ class PALSGD(SyncMethod):
             return elements_of(shapes) * GRAD_BYTES * (2 if step == self.warmup - 1 else 1)
         return _outer_payload_bytes(elements_of(shapes), self.every, step)
 
+    def step_costs(self, price: Pricing) -> Costs:
+        return _outer_costs(price, self.every, self.p)
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        return hooks.palsgd(self)
+
 
 @dataclass(frozen=True, kw_only=True)
 class DreamDDP(SyncMethod):
@@ -116,6 +167,21 @@ class DreamDDP(SyncMethod):
 
     name: ClassVar[str] = "dreamddp"
     infrequent: ClassVar[bool] = True
+    partial_averaging: ClassVar[bool] = True
 
     every: int = number(None, 1, STEPS, True)
     """Steps in a period: each unit is averaged at one of them."""
+
+    def sent_bytes(self, tally: Tally) -> float:
+        """Each unit's parameters once per period, at its step (:mod:`plait.plan.partial`)."""
+        if tally.step is None:
+            return elements_of(tally.shapes) * GRAD_BYTES / self.every
+        return tally.scheduled_elements(self.every) * GRAD_BYTES
+
+    def step_costs(self, price: Pricing) -> Costs:
+        """A whole period's averaging, in place (no buffer); :mod:`plait.cost.batch` hides it behind backward passes."""
+        zero = price.full(0.0)
+        return price.all_reduce_s(price.replicas, price.stride, price.held_bytes), zero, zero
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        return hooks.dreamddp(self)

@@ -14,9 +14,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from plait.sync.base import SyncMethod, choice, number
+
+if TYPE_CHECKING:
+    from plait.sync.hooks import Costs, Crossing, OptimizerHooks, Pricing, R, Tally, WorkerHooks
 
 Placement = Literal["balanced", "layerwise"]
 Host = Literal["ranks", "cpu"]
@@ -51,6 +54,33 @@ class ParamServer(SyncMethod):
         """``servers`` on CPU machines, none on the training ranks."""
         return self.servers if self.on_cpus else 0
 
+    @property
+    def replica_servers(self) -> int:
+        """``servers`` on the training ranks, none on CPU machines."""
+        return 0 if self.on_cpus else self.servers
+
+    @property
+    def sufficient_factors(self) -> bool:
+        return self.hybrid
+
+    def sent_bytes(self, tally: Tally) -> float:
+        return tally.server_bytes(self)
+
+    def crossing_bytes(self, crossing: Crossing) -> float:
+        return crossing.server_bytes(self)
+
+    def step_costs(self, price: Pricing) -> Costs:
+        return price.server_costs(self)
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        return hooks.param_server(self)
+
+    def worker_step(self, worker: WorkerHooks, step: int) -> None:
+        if self.on_cpus:  # push the gradient, pull the mean, step here
+            worker.push_sum()
+        else:
+            worker.reduce_and_step()
+
 
 @dataclass(frozen=True, kw_only=True)
 class SwitchAggregation(SyncMethod):
@@ -59,6 +89,7 @@ class SwitchAggregation(SyncMethod):
     name: ClassVar[str] = "switch_aggregation"
     aggregating: ClassVar[bool] = True
     point_to_point: ClassVar[bool] = True
+    in_network: ClassVar[bool] = True
 
     bits: int = number(32, 16, 32, True)
     """The fixed-point width the switch sums in: one of :data:`SWITCH_BITS`."""
@@ -67,3 +98,16 @@ class SwitchAggregation(SyncMethod):
         if self.bits not in SWITCH_BITS:
             return f"bits must be one of {', '.join(map(str, SWITCH_BITS))}"
         return None
+
+    def sent_bytes(self, tally: Tally) -> float:
+        return tally.switch_bytes(self)
+
+    def crossing_bytes(self, crossing: Crossing) -> float:
+        """None: the switch sits inside one site (the plan rules refuse one across a wide-area tier)."""
+        return 0.0
+
+    def step_costs(self, price: Pricing) -> Costs:
+        return price.switch_costs(self)
+
+    def wrap_optimizer(self, hooks: OptimizerHooks[R]) -> R:
+        return hooks.switch_aggregation(self)
