@@ -113,7 +113,7 @@ def method_costs(model: ModelSpec | None, cluster: Cluster, sync: SyncMethod, co
     :func:`plait.cost.overlap.engaged_s`). Each method's formula, with what it overlaps (assumed from the runtime)
     and its sources, is in its family's module (:meth:`plait.sync.base.SyncMethod.step_costs`). ``named``: the rank's
     parameters where they come from elsewhere than ``model``'s closed forms (a traced workload,
-    :mod:`plait.cost.traced`; ``model`` is then unused)."""
+    :mod:`plait.workloads.traced.cost`; ``model`` is then unused)."""
     return sync.step_costs(Prices(model, cluster, cols, params, stage, busy, named))
 
 
