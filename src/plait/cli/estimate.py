@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from plait.cli.numbers import MAX_TOKENS, quantity
 from plait.cli.options import DEFAULT_GPUS, ENGINE_HELP, plan_from_options, resolve_job
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
@@ -45,7 +46,8 @@ def estimate_command(
     offload_optimizer: Annotated[bool, typer.Option(help="Optimizer state in host memory.")] = False,
     offload_params: Annotated[bool, typer.Option(help="Parameters in host memory (zero3).")] = False,
     dp_sync: Annotated[str | None, typer.Option(help="Data-parallel synchronization METHOD[:key=value,...]: allreduce, bf16, fp16, powersgd:rank=R, topk:ratio=F, quantize:bits=8|4|1, pipe_sgd, local_sgd:every=H, diloco:every=H, palsgd:every=H, dreamddp:every=H (with TP and PP too; not with CP); param_server:servers=S, switch_aggregation:bits=32|16, gossip:topology=ring|torus|exponential|random|complete, async_ps:staleness=B, easgd:alpha=A,every=H. [default: allreduce]")] = None,
-    train_tokens: Annotated[float, typer.Option(help="Tokens to train for the time and cost figures.")] = 1e12,
+    train_tokens: Annotated[float, quantity("Tokens to train for the time and cost figures.", low=1, high=MAX_TOKENS,
+                                            low_open=False)] = 1e12,
     simulate: Annotated[bool | None, typer.Option("--simulate/--closed-form", help="Time the pipeline by the event simulation or by the closed forms (within 2%). [default: simulate pipelines of <= 192 chunk passes]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     input_shape: Annotated[str | None, typer.Option(help="With --model MODULE:FACTORY: one example's input shape, e.g. 3,224,224 (the factory's example_shape when it has one).")] = None,

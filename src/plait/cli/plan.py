@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from plait.cli.mixed import mixed_plan
+from plait.cli.numbers import MAX_TOKENS, MAX_WORKERS, count, quantity
 from plait.cli.options import DEFAULT_CLUSTER, DEFAULT_MODEL
 from plait.cli.output import print_json
 from plait.cli.progress import LazyProgress
@@ -35,14 +36,15 @@ def plan_command(
                                                      "searched (see `plait engines`). [default: " + DEFAULT_ENGINE +
                                                      f", or {SITES_ENGINE} on a cluster that spans sites]")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs (objective throughput).")] = 8,
-    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts to compare (objectives cost, time).")] = None,
+    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts to compare (objectives cost, time): the powers of two between, at most 8.")] = None,
     global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "128",
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence (0: the model's).")] = 0,
     objective: Annotated[str, typer.Option(help="throughput | cost | time.")] = "throughput",
-    tokens: Annotated[float, typer.Option(help="Tokens to train (objectives cost, time).")] = 1e12,
-    deadline_days: Annotated[float | None, typer.Option(help="Limit on days to train.")] = None,
-    budget_usd: Annotated[float | None, typer.Option(help="Limit on dollars to train.")] = None,
-    top: Annotated[int, typer.Option(help="Plans to list.")] = 5,
+    tokens: Annotated[float, quantity("Tokens to train (objectives cost, time).", low=1, high=MAX_TOKENS,
+                                      low_open=False)] = 1e12,
+    deadline_days: Annotated[float | None, quantity("Limit on days to train.")] = None,
+    budget_usd: Annotated[float | None, quantity("Limit on dollars to train.")] = None,
+    top: Annotated[int, count("Plans to list.")] = 5,
     memory_margin: Annotated[float, typer.Option(help="Fraction of GPU memory kept free.")] = 0.05,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let tp and ep leave the scale-up domain.")] = False,
     precision: Annotated[str | None, typer.Option(help="Matmul precisions to try, e.g. bf16 or bf16,fp8.")] = None,
@@ -53,8 +55,8 @@ def plan_command(
     export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml and the engine's own configuration "
                                                      "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing export files.")] = False,
-    workers: Annotated[int | None, typer.Option(help="Processes that search pieces of the space (default: every core "
-                                                     "for spaces of 100,000 candidates or more).")] = None,
+    workers: Annotated[int | None, count("Processes that search pieces of the space (default: every core for spaces "
+                                         "of 100,000 candidates or more).", high=MAX_WORKERS)] = None,
     rank_by: Annotated[str, typer.Option(help="p50: rank by the predicted step time; p90: by its 90% bound (the plan "
                                               "that is fast even if the prediction is wrong).")] = "p50",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

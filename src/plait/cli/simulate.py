@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from plait.cli.numbers import MAX_TOKENS, quantity
 from plait.cli.options import ENGINE_HELP, resolve_job
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_suffix, refuse_overwrite
@@ -79,8 +80,9 @@ def report_command(
     model: Annotated[str | None, typer.Option(help="Override the plan file's model.")] = None,
     cluster: Annotated[str | None, typer.Option(help="Override the plan file's cluster.")] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
-    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts for the Pareto picture.")] = None,
-    tokens: Annotated[float, typer.Option(help="Tokens to train for the Pareto picture.")] = 1e12,
+    gpus_range: Annotated[str | None, typer.Option(help="LOW:HIGH GPU counts for the Pareto picture: the powers of two between, at most 8.")] = None,
+    tokens: Annotated[float, quantity("Tokens to train for the Pareto picture.", low=1, high=MAX_TOKENS,
+                                      low_open=False)] = 1e12,
     force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
 ) -> None:
     """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front."""

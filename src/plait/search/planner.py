@@ -14,6 +14,10 @@ from plait.search.space import SearchSpace, default_space
 from plait.workload.model import ModelSpec
 
 OBJECTIVES = ("throughput", "cost", "time")
+MAX_GPU_COUNTS = 8
+"""Most GPU counts one ``--gpus-range`` searches (powers of two, e.g. 64:8192): a bound on the work one command may
+ask for, each count being a whole search (``plait plan --objective cost --gpus-range 1024:8192``, four counts of a
+70B model, takes about 10 s on two cores)."""
 
 
 def check_objective(objective: str) -> None:
@@ -107,4 +111,8 @@ def gpu_counts(low: int, high: int, cluster: Cluster) -> list[int]:
         x *= 2
     if not counts:
         raise ConfigError(f"gpus range {low}:{high} holds no power of two; widen it (e.g. {low}:{2 * low})")
+    if len(counts) > MAX_GPU_COUNTS:
+        raise ConfigError(f"gpus range {low}:{high} spans {len(counts)} GPU counts ({counts[0]} to {counts[-1]}) on "
+                          f"cluster {cluster.name}; one search compares at most {MAX_GPU_COUNTS} (e.g. {counts[0]}:"
+                          f"{counts[MAX_GPU_COUNTS - 1]}, or {counts[-MAX_GPU_COUNTS]}:{counts[-1]})")
     return counts
