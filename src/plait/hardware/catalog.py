@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, all_problems, read_user_file
+from plait.errors import ConfigError, all_problems, parsing, read_user_file
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
@@ -146,14 +146,16 @@ def load_cluster_file(path: Path) -> Cluster:
     text = read_user_file(path, "cluster file")
     if path.suffix == ".toml":
         try:
-            raw = tomllib.loads(text)
+            with parsing(path, "cluster file"):
+                raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"cluster file {str(path)!r} is not valid TOML: {exc}") from exc
     else:
         import yaml
 
         try:
-            raw = yaml.safe_load(text)
+            with parsing(path, "cluster file"):
+                raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"cluster file {str(path)!r} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(raw, Mapping):
