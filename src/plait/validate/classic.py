@@ -12,7 +12,6 @@ FP32 runs (plans run 16-bit or fp8 GEMMs), BERT tables that state no accumulatio
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
+from plait.validate.records import Record, read_records
 from plait.workload.tracing import trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
@@ -63,9 +63,14 @@ def accumulation_steps(notes: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def predict_row(row: dict[str, str]) -> ClassicResult:
+COLUMNS = ("source_id", "model", "gpu", "gpus", "precision", "batch_per_gpu", "measured_value", "measured_unit",
+           "notes")
+"""The columns a row's prediction reads (``tests/data/classic_dp.md`` describes them all)."""
+
+
+def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
-    gpus, measured = int(row["gpus"]), float(row["measured_value"])
+    gpus, measured = row.count("gpus"), row.number("measured_value")
     label = f"{row['model']} {row['gpu']} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     if row["measured_unit"] not in UNITS:
@@ -83,7 +88,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     if steps is None:
         return result("the source states no accumulation steps")
     factory, shape = MODELS[row["model"]]
-    batch = int(row["batch_per_gpu"])
+    batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine(),
@@ -93,11 +98,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
 
 def validate_classic(path: Path) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``tests/data/classic_dp.csv``)."""
-    if not path.is_file():
-        raise ConfigError(f"--classic {path}: no such file")
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return [predict_row(row) for row in rows]
+    return [predict_row(row) for row in read_records(path, "--classic file", COLUMNS)]
 
 
 def mape(results: list[ClassicResult]) -> float:
