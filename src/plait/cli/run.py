@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from plait.cli.numbers import count
 from plait.errors import ConfigError
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
@@ -39,7 +40,7 @@ def run_command(
                                                    "from the newest valid checkpoint (torchrun's elastic agent).")] = 0,
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
-    nodes: Annotated[int, typer.Option(help="Nodes (more than one prints the torchrun command).")] = 1,
+    nodes: Annotated[int, count("Nodes (more than one prints the torchrun command).")] = 1,
     trace_dir: Annotated[Path | None, typer.Option(help="Profile the last step into rank<N>.json traces "
                                                         "(same format as `plait simulate --trace`).")] = None,
     engine: Annotated[str, typer.Option(help="plait (plait's own runtime) or torchtitan (launches the torchtitan "
