@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.hostile import all_cases, run, table, warm_up  # noqa: E402
+from tests.hostile import all_cases, run, table, warm_up
 
 
 def _shown(argv: tuple[str, ...]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import signal
 import time
@@ -188,12 +189,10 @@ def validator_cases(folder: Path, cells: tuple[str, ...] = CELLS) -> list[Case]:
     cases = []
     for option, source in VALIDATORS.items():
         header, rows = _records(source)
-        n = 0
+        names = (folder / f"{option}{n}.csv" for n in itertools.count(1))
 
-        def write(h: list[str], r: list[list[str]]) -> str:
-            nonlocal n
-            n += 1
-            return _write_csv(folder / f"{option}{n}.csv", h, r)
+        def write(h: list[str], r: list[list[str]], names: Iterator[Path] = names) -> str:
+            return _write_csv(next(names), h, r)
 
         files = [write(header, rows), write([*header, "extra"], [[*r, "1"] for r in rows]),
                  write(header, [[*rows[0], "1"], *rows[1:]]), write(header, [rows[0][:-1], *rows[1:]]),

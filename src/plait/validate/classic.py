@@ -18,7 +18,6 @@ from pathlib import Path
 
 from plait.cost.traced import estimate_traced
 from plait.engine.catalog import get_engine
-from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s

@@ -26,8 +26,8 @@ from pathlib import Path
 from plait.cost.estimate import MemoryBreakdown
 from plait.errors import ConfigError, read_user_file
 from plait.units import GIB
-from plait.validate.report import Scored, fill_row
 from plait.validate.records import positive
+from plait.validate.report import Scored, fill_row
 from plait.validate.runs import REQUIRED_COLUMNS, RunRow, parse_row
 
 MEMORY_COLUMNS = ("id", "source", "peak_memory_gib", "memory_kind")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
-from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.validate.records import Record, read_records
+from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import check_dit, read_dit
 
 ROOT = Path(__file__).resolve().parents[4]

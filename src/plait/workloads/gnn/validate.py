@@ -19,8 +19,8 @@ from pathlib import Path
 
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
-from plait.workloads.gnn.cost import estimate_gnn
 from plait.validate.records import Record, read_records
+from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
