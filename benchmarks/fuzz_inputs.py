@@ -32,7 +32,8 @@ def main() -> None:
         here = os.getcwd()
         os.chdir(folder)  # what a command writes by default lands here
         try:
-            warm_up(Path(folder))
+            if not args.quick:
+                warm_up(Path(folder))
             cases = [c for c in all_cases(Path(folder), quick=args.quick) if args.family in (None, c.family)]
             outcomes = [run(case) for case in cases]
         finally:

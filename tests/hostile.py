@@ -44,6 +44,8 @@ NUMBERS = ("nan", "inf", "-inf", "-1", "0", "1e-300", "1e300")
 CELLS = ("x", "", "nan", "inf", "-1", "0", str(2**70), "1e300", "1.5", "ü")
 """Garbage for a CSV cell."""
 
+UNTRACED_GPUS = ("P100", "K80")
+"""GPUs of ``classic_dp.csv`` with no preset system: their rows are read but trace no model."""
 VALIDATORS = {"runs": DATA / "dev.csv", "memory": DATA / "memory_runs.csv", "classic": DATA / "classic_dp.csv",
               "gnn": DATA / "gnn_epochs.csv", "dit": DATA / "dit_latency.csv"}
 """Each ``plait validate`` option and the shipped CSV whose records the cases mutate."""
@@ -171,10 +173,14 @@ def option_cases(folder: Path) -> list[Case]:
     return cases
 
 
-def _records(path: Path, rows: int = 3) -> tuple[list[str], list[list[str]]]:
+def _records(path: Path, rows: int = 3, untraced: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The header and the first ``rows`` records of ``path``; ``untraced``: of the records no traced model is
+    predicted for (``--classic`` rows of GPUs without a preset: their cells are read, no model is traced)."""
     with path.open(newline="", encoding="utf-8") as handle:
-        records = list(csv.reader(handle))
-    return records[0], records[1 : 1 + rows]
+        header, *records = list(csv.reader(handle))
+    if untraced:
+        records = [r for r in records if r[header.index("gpu")] in UNTRACED_GPUS]
+    return header, records[:rows]
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> str:
@@ -183,12 +189,12 @@ def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> str:
     return str(path)
 
 
-def validator_cases(folder: Path, cells: tuple[str, ...] = CELLS) -> list[Case]:
+def validator_cases(folder: Path, cells: tuple[str, ...] = CELLS, untraced: bool = False) -> list[Case]:
     """Each validator with each column missing, an extra column, records too long and too short, and each of
-    ``cells`` in each column of its first record."""
+    ``cells`` in each column of its first record (``untraced``: :func:`_records`)."""
     cases = []
     for option, source in VALIDATORS.items():
-        header, rows = _records(source)
+        header, rows = _records(source, untraced=untraced and option == "classic")
         names = (folder / f"{option}{n}.csv" for n in itertools.count(1))
 
         def write(h: list[str], r: list[list[str]], names: Iterator[Path] = names) -> str:
@@ -302,13 +308,13 @@ QUICK_CELLS = ("x", "-1", "nan", str(2**70))
 
 
 def all_cases(folder: Path, quick: bool = False) -> list[Case]:
-    """Every case above, files written into ``folder``; ``quick``: the listed cases, every option and file case,
-    the first over-long name, the cost objective's tokens, and :data:`QUICK_CELLS` in the validators (a third of the
-    time of the whole set)."""
+    """Every case above, files written into ``folder`` (after :func:`warm_up`); ``quick``: the listed cases, every
+    option and file case, the first over-long name, the cost objective's tokens, and :data:`QUICK_CELLS` in the
+    validators' untraced records (no warm-up needed)."""
     if not quick:
         return [*listed_cases(folder), *option_cases(folder), *validator_cases(folder), *file_cases(folder),
                 *path_cases(folder), *objective_cases()]
     paths = [c for c in path_cases(folder) if "a" * 5_000 in c.argv[2] or "a" * 5_000 in c.argv[-1]]
     objective = [c for c in objective_cases() if "cost" in c.argv and ("--tokens" in c.argv or "1:" in c.argv[4])]
-    return [*listed_cases(folder), *option_cases(folder), *validator_cases(folder, QUICK_CELLS),
+    return [*listed_cases(folder), *option_cases(folder), *validator_cases(folder, QUICK_CELLS, untraced=True),
             *file_cases(folder), *paths, *objective]

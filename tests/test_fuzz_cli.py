@@ -11,8 +11,9 @@ added), truncated, binary, empty, directories or missing. Every outcome must be 
 - a user error: exit code 2 and exactly one line ``plait: error: ...`` on stderr.
 
 An exception escaping ``run_cli`` is a traceback, and fails the test (hypothesis then shrinks the command line).
-The example counts give at least 10,000 invocations (six estimates per example); ``PLAIT_FUZZ_SCALE=10``
-runs ten times as many. The runs are derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another
+The example counts give at least 10,000 invocations (six estimates per example), all in the slow tier (the quick
+tier's fuzz is the enumerated sweep of ``tests/test_fuzz_hostile.py``); ``PLAIT_FUZZ_SCALE=10`` runs ten times as
+many. The runs are derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another
 deterministic sample.
 """
 
@@ -354,6 +355,7 @@ def _plan_or_output(files: Files, data: st.DataObject, suffix: str):  # type: ig
     return lambda: data.draw(st.sampled_from([str(files.folder / f"out{files.count}{suffix}"), *files.fixed]))
 
 
+@pytest.mark.slow
 @fuzz(400)
 @given(data=st.data())
 def test_simulate(files: Files, data: st.DataObject) -> None:
@@ -366,6 +368,7 @@ def test_simulate(files: Files, data: st.DataObject) -> None:
     invoke(argv)
 
 
+@pytest.mark.slow
 @fuzz(30)
 @given(data=st.data())
 def test_report(files: Files, data: st.DataObject) -> None:
@@ -387,6 +390,7 @@ def test_validate(files: Files, data: st.DataObject) -> None:
     invoke(command_line(data, "validate", {}, ["--json"], required=required))
 
 
+@pytest.mark.slow
 @fuzz(760)
 @given(data=st.data())
 def test_run_dry(files: Files, data: st.DataObject) -> None:
@@ -423,6 +427,7 @@ def _trace_file(files: Files, data: st.DataObject) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(data=st.data())
 def test_schedule(files: Files, data: st.DataObject) -> None:
