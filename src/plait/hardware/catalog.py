@@ -155,9 +155,12 @@ def load_cluster_file(path: Path) -> Cluster:
 
         try:
             with parsing(path, "cluster file"):
-                raw = yaml.safe_load(text)
+                # libyaml's loader where PyYAML has it: the pure-Python scanner takes seconds on a few thousand
+                # nested brackets (it rescans every open flow level per token); libyaml stops at depth 1,000
+                raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"cluster file {str(path)!r} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise ConfigError(f"cluster file {str(path)!r} is not valid YAML: {'; '.join(lines[:2])}") from exc
     if not isinstance(raw, Mapping):
         raise ConfigError(f"cluster file {str(path)!r} must hold one table of cluster fields")
     return cluster_from_mapping(raw, str(path))
