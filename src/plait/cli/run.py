@@ -21,14 +21,14 @@ from plait.workloads import labels_with, load
 
 def run_command(
     plan: Annotated[Path | None, typer.Option(help="Plan TOML ([job] model and [plan]).")] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 10,
+    steps: Annotated[int, count("Optimizer steps.")] = 10,
     cluster: Annotated[str | None, typer.Option(help="Hardware description for the prediction "
                                                      "(preset, file, or the output of `plait calibrate`).")] = None,
     metrics: Annotated[Path | None, typer.Option(help="JSON-lines file for per-step metrics.")] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Distributed checkpoint folder.")] = None,
-    checkpoint_at: Annotated[int, typer.Option(help="Save after this many steps (0: never).")] = 0,
-    checkpoint_every: Annotated[int, typer.Option(help="Save every this many steps (0: never).")] = 0,
-    keep: Annotated[int, typer.Option(help="Newest checkpoints kept in --checkpoint-dir.")] = 2,
+    checkpoint_at: Annotated[int, count("Save after this many steps (0: never).", low=0)] = 0,
+    checkpoint_every: Annotated[int, count("Save every this many steps (0: never).", low=0)] = 0,
+    keep: Annotated[int, count("Newest checkpoints kept in --checkpoint-dir.")] = 2,
     async_save: Annotated[bool, typer.Option(help="Write checkpoints in the background (torch.distributed.checkpoint."
                                                   "async_save); each is published when the next save starts or the "
                                                   "run ends.")] = False,
@@ -36,8 +36,8 @@ def run_command(
     reshard: Annotated[bool, typer.Option(help="Resume a checkpoint saved by another plan into this one.")] = False,
     on_nonfinite: Annotated[str, typer.Option(help="A step with a non-finite gradient norm: stop (exit code 3) or "
                                                    "skip its update.")] = "stop",
-    max_restarts: Annotated[int, typer.Option(help="Restart every rank after a failure, up to this many times, "
-                                                   "from the newest valid checkpoint (torchrun's elastic agent).")] = 0,
+    max_restarts: Annotated[int, count("Restart every rank after a failure, up to this many times, from the newest "
+                                       "valid checkpoint (torchrun's elastic agent).", low=0)] = 0,
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
     nodes: Annotated[int, count("Nodes (more than one prints the torchrun command).")] = 1,
@@ -48,8 +48,8 @@ def run_command(
     out: Annotated[Path | None, typer.Option(help="torchtitan: folder for its assets and outputs (default: a "
                                                   "temporary folder).")] = None,
     model: Annotated[str | None, typer.Option(help="A DLRM TOML (instead of --plan): train it on TorchRec.")] = None,
-    gpus: Annotated[int, typer.Option(help="With a DLRM: ranks.")] = 2,
-    global_batch: Annotated[int, typer.Option(help="With a DLRM: samples per step.")] = 8,
+    gpus: Annotated[int, count("With a DLRM: ranks.")] = 2,
+    global_batch: Annotated[int, count("With a DLRM: samples per step.")] = 8,
     placements: Annotated[str | None, typer.Option(help="With a DLRM: each table's sharding, e.g. t0=row_wise,"
                                                         "t1=table_wise@1 (default: plait's planner).")] = None,
     optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "
