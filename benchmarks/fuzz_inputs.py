@@ -1,5 +1,5 @@
 """Hostile inputs through every command (tests/hostile.py): the count of cases per command and outcome (success,
-one-line error, traceback, hang), every traceback and hang with its command line, and the slowest cases.
+one-line error, traceback, hang, nonsense), every failure with its command line, and the slowest cases.
 
 Run: PYTHONPATH=src python benchmarks/fuzz_inputs.py [--quick] [--family NAME] [--show-errors]
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.hostile import all_cases, run, table, warm_up
+from tests.hostile import FAILURES, all_cases, run, table, warm_up
 
 
 def _shown(argv: tuple[str, ...]) -> str:
@@ -44,7 +44,7 @@ def main() -> None:
         seconds[o.case.family] += o.seconds
     print("\ncases per family: " + ", ".join(f"{f} {n} ({seconds[f]:.0f} s)" for f, n in families.items()))
     for o in outcomes:
-        if o.outcome in ("traceback", "hang"):
+        if o.outcome in FAILURES:
             print(f"\n{o.outcome.upper()} ({o.seconds:.1f} s): plait {_shown(o.case.argv)}\n  {o.detail}")
     print("\nslowest cases:")
     for o in sorted(outcomes, key=lambda o: -o.seconds)[:5]:

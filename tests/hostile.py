@@ -8,7 +8,8 @@ code path) under a time limit and ends in one of:
 - ``success``: exit 0, or ``plait plan``'s exit 1 with its explanation of why no plan fits (an answer);
 - ``one-line error``: exit 2 and exactly one line ``plait: error: ...`` on stderr;
 - ``traceback``: an exception escaped, or any other exit or stderr (a multi-line error);
-- ``hang``: still running after :data:`LIMIT_S`.
+- ``hang``: still running after :data:`LIMIT_S`;
+- ``nonsense``: a success whose ``--json`` is not strict JSON (``NaN`` or ``Infinity``: a figure of no meaning).
 
 ``tests/test_fuzz_cli.py`` asserts that no case ends in a traceback or a hang; ``benchmarks/fuzz_inputs.py`` prints
 the counts per command and outcome.
@@ -34,7 +35,9 @@ EXAMPLES = ROOT / "examples"
 LIMIT_S = 10.0
 """A command still running after this long is a hang: no input may ask for more work than a few seconds' before it
 is refused or answered (the slowest answered case here takes about 3 s on two shared cores)."""
-OUTCOMES = ("success", "one-line error", "traceback", "hang")
+OUTCOMES = ("success", "one-line error", "traceback", "hang", "nonsense")
+FAILURES = ("traceback", "hang", "nonsense")
+"""The outcomes no case may end in."""
 
 BIG = str(2**64 + 1)
 INTEGERS = (BIG, f"-{BIG}", str(10**40), "-1", "0")
@@ -102,22 +105,34 @@ def run(case: Case, limit_s: float = LIMIT_S) -> Outcome:
     seconds, stderr = time.perf_counter() - start, err.getvalue()
     lines = stderr.strip("\n").splitlines()
     if code == 0 or (code == 1 and case.command == "plan" and "no plan fits" in out.getvalue() + stderr):
+        if code == 0 and "--json" in case.argv and not _strict_json(out.getvalue()):
+            return Outcome(case, "nonsense", seconds, f"not strict JSON: {out.getvalue()[:200]!r}")
         return Outcome(case, "success", seconds, (out.getvalue().strip().splitlines() or [""])[-1][:200])
     if code == 2 and len(lines) == 1 and lines[0].startswith("plait: error: "):
         return Outcome(case, "one-line error", seconds, lines[0][:300])
     return Outcome(case, "traceback", seconds, f"exit {code}: {stderr[-300:]!r}")
 
 
+def _strict_json(text: str) -> bool:
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+    try:
+        json.loads(text, parse_constant=refuse)
+    except ValueError:
+        return False
+    return True
+
+
 def table(outcomes: list[Outcome]) -> str:
     """Counts per command and outcome, with a total row, as fixed-width text."""
     counts = Counter((o.case.command, o.outcome) for o in outcomes)
     commands = sorted({o.case.command for o in outcomes})
-    head = f"{'command':10s}" + "".join(f"{name:>16s}" for name in (*OUTCOMES, "cases"))
+    head = f"{'command':10s}" + "".join(f"{name:>15s}" for name in (*OUTCOMES, "cases"))
     rows = [head, "-" * len(head)]
     for command in [*commands, "total"]:
         cells = [sum(n for (c, o), n in counts.items() if o == outcome and command in (c, "total"))
                  for outcome in OUTCOMES]
-        rows.append(f"{command:10s}" + "".join(f"{n:16d}" for n in (*cells, sum(cells))))
+        rows.append(f"{command:10s}" + "".join(f"{n:15d}" for n in (*cells, sum(cells))))
     return "\n".join(rows)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile import BIG, EXAMPLES, VALIDATORS, Case, all_cases, run, table, warm_up
+from tests.hostile import BIG, EXAMPLES, FAILURES, VALIDATORS, Case, all_cases, run, table, warm_up
 from tests.inprocess import cli
 
 pytestmark = pytest.mark.fuzz
@@ -36,7 +36,7 @@ def _sweep(cases: list[Case]) -> None:
     outcomes = [run(case) for case in cases]
     print("\n" + table(outcomes))
     bad = [f"{o.outcome}: plait {' '.join(a[:60] for a in o.case.argv)}: {o.detail}" for o in outcomes
-           if o.outcome in ("traceback", "hang")]
+           if o.outcome in FAILURES]
     assert not bad, "\n".join(bad)
     commands = {o.case.command for o in outcomes}
     assert commands == {"estimate", "plan", "simulate", "report", "schedule", "run", "validate"}, commands
