@@ -2,8 +2,8 @@
 64 bits, negative, zero, NaN and infinite; every ``plait validate`` reader with a missing column, an extra column, a
 record too long or too short, and a garbage cell in each column; model, cluster and plan files nested deeper than
 a parser recurses, with integers of thousands of digits and past 64 bits; over-long file names; the cost and time
-objectives' tokens, deadline, budget and GPU range. Each command line runs in this process (the console script's
-code path) under a time limit and ends in one of:
+objectives' tokens, deadline, budget and GPU range; requests for more work than a command takes. Each command line
+runs in this process (the console script's code path) under a time limit and ends in one of:
 
 - ``success``: exit 0, or ``plait plan``'s exit 1 with its explanation of why no plan fits (an answer);
 - ``one-line error``: exit 2 and exactly one line ``plait: error: ...`` on stderr;
@@ -295,6 +295,19 @@ def objective_cases() -> list[Case]:
     return cases
 
 
+def work_cases(folder: Path, quick: bool = False) -> list[Case]:
+    """Requests for more work than a command takes: global batches of a billion sequences (event simulations of
+    billions of chunk passes), every power of two up to 2^31 as a global batch, 100 million synthetic jobs."""
+    (folder / "huge-batch.toml").write_text("[plan]\npp = 2\nglobal_batch = 1073741824\n")
+    huge = str(folder / "huge-batch.toml")
+    cases = [("simulate", "--plan", huge, "--json"), ("estimate", "--plan", huge, "--simulate", "--json"),
+             ("plan", "--gpus", "8", "--global-batch", "1048576", "--json"),
+             ("schedule", "--synthetic", "pai", "--jobs", "100000000", "--policy", "all")]
+    if not quick:
+        cases.append(("plan", "--gpus", "8", "--global-batch", f"1:{2**31 - 1}", "--json"))
+    return [Case("work bound", argv) for argv in cases]
+
+
 def listed_cases(folder: Path) -> list[Case]:
     """The hostile inputs a review listed, one per kind (each its own case whatever the enumeration above)."""
     (folder / "listed-deep.json").write_text(_nested(100_000))
@@ -328,8 +341,8 @@ def all_cases(folder: Path, quick: bool = False) -> list[Case]:
     validators' untraced records (no warm-up needed)."""
     if not quick:
         return [*listed_cases(folder), *option_cases(folder), *validator_cases(folder), *file_cases(folder),
-                *path_cases(folder), *objective_cases()]
+                *path_cases(folder), *objective_cases(), *work_cases(folder)]
     paths = [c for c in path_cases(folder) if "a" * 5_000 in c.argv[2] or "a" * 5_000 in c.argv[-1]]
     objective = [c for c in objective_cases() if "cost" in c.argv and ("--tokens" in c.argv or "1:" in c.argv[4])]
     return [*listed_cases(folder), *option_cases(folder), *validator_cases(folder, QUICK_CELLS, untraced=True),
-            *file_cases(folder), *paths, *objective]
+            *file_cases(folder), *paths, *objective, *work_cases(folder, quick=True)]
