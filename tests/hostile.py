@@ -297,11 +297,14 @@ def objective_cases() -> list[Case]:
 
 def work_cases(folder: Path, quick: bool = False) -> list[Case]:
     """Requests for more work than a command takes: global batches of a billion sequences (event simulations of
-    billions of chunk passes), every power of two up to 2^31 as a global batch, 100 million synthetic jobs."""
+    billions of chunk passes), every power of two up to 2^31 as a global batch, 200 global batches, 39
+    synchronization methods, 100 million synthetic jobs."""
     (folder / "huge-batch.toml").write_text("[plan]\npp = 2\nglobal_batch = 1073741824\n")
     huge = str(folder / "huge-batch.toml")
     cases = [("simulate", "--plan", huge, "--json"), ("estimate", "--plan", huge, "--simulate", "--json"),
              ("plan", "--gpus", "8", "--global-batch", "1048576", "--json"),
+             ("plan", "--gpus", "8", "--global-batch", ",".join(str(8 * i) for i in range(1, 201))),
+             ("plan", "--gpus", "8", *(f"--dp-sync=powersgd:rank={i}" for i in range(1, 40))),
              ("schedule", "--synthetic", "pai", "--jobs", "100000000", "--policy", "all")]
     if not quick:
         cases.append(("plan", "--gpus", "8", "--global-batch", f"1:{2**31 - 1}", "--json"))

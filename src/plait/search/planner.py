@@ -14,6 +14,9 @@ from plait.search.space import SearchSpace, default_space
 from plait.workload.model import ModelSpec
 
 OBJECTIVES = ("throughput", "cost", "time")
+MAX_BATCHES = 32
+"""Most global batches one search tries (``--global-batch`` as a list; a LOW:HIGH range holds at most 32 powers of
+two): a bound on the work one command may ask for (each multiplies the space; 200 listed batches took 18 s)."""
 MAX_GPU_COUNTS = 8
 """Most GPU counts one ``--gpus-range`` searches (powers of two, e.g. 64:8192): a bound on the work one command may
 ask for, each count being a whole search (``plait plan --objective cost --gpus-range 1024:8192``, four counts of a
@@ -95,6 +98,10 @@ def parse_batches(text: str) -> tuple[int, ...]:
         raise ConfigError(f"global batch {text!r} must be N, N,M,... or LOW:HIGH") from None
     if not values or min(values) <= 0:
         raise ConfigError(f"global batch {text!r} must name positive sizes")
+    values = tuple(dict.fromkeys(values))
+    if len(values) > MAX_BATCHES:
+        shown = text if len(text) <= 40 else f"{text[:40]}..."
+        raise ConfigError(f"global batch {shown!r} names {len(values)} sizes; one search tries at most {MAX_BATCHES}")
     return values
 
 
