@@ -67,10 +67,22 @@ def test_every_hostile_input_is_answered_or_refused_in_one_line(folder: Path) ->
     (["plan", "--objective", "time", "--gpus-range", "8:16", "--budget-usd", "nan"], "'--budget-usd': nan is not a finite"),
     (["plan", "--objective", "cost", "--gpus-range", "1:32768"], "spans 16 GPU counts (1 to 32768)"),
     (["run", "--plan", str(EXAMPLES / "tiny-plan.toml"), "--dry-run", "--nodes", "0"], "'--nodes': 0 is not in the range 1<=x"),
+    (["plan", "--global-batch", ",".join(str(8 * i) for i in range(1, 34))], "names 33 sizes; one search tries at most 32"),
+    (["plan", *(f"--dp-sync=powersgd:rank={i}" for i in range(1, 33))], "names 32 methods besides allreduce; one search tries at most 31"),
 ])
 def test_numbers_out_of_range_are_refused_where_they_enter(argv: list[str], message: str) -> None:
     code, _, err = cli(argv)
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_pipeline_past_the_simulation_bound_is_refused_or_timed_by_the_closed_forms(tmp_path: Path) -> None:
+    """2 stages x 2^30 micro-batches: plait simulate refuses it, an estimate that asks for the simulation keeps the
+    closed forms and says so (the simulation would hold a schedule entry per pass: gigabytes, minutes)."""
+    (tmp_path / "plan.toml").write_text("[plan]\npp = 2\nglobal_batch = 1073741824\n")
+    code, _, err = cli(["simulate", "--plan", str(tmp_path / "plan.toml")])
+    assert code == 2 and "2,147,483,648 chunk passes a step" in err and "at most 100,000" in err, err
+    code, out, _ = cli(["estimate", "--plan", str(tmp_path / "plan.toml"), "--simulate", "--json"])
+    assert code == 0 and "its 2,147,483,648 chunk passes exceed the event simulation's 100,000" in out
 
 
 def test_a_search_span_names_its_bound_in_help() -> None:
