@@ -21,8 +21,8 @@ from plait.plan.plan import LIMIT
 MAX_COUNT = LIMIT
 """Largest GPU count, batch or length an option takes: the plan's own bound on every integer it holds."""
 MAX_TOKENS = 1e18
-"""Largest token count to train: 60,000 times the 15e12 tokens Llama 3 trained on (Meta, "The Llama 3 Herd of Models",
-2024, section 3.4); past it a time to train is a figure of no run."""
+"""Largest token count to train: over 60,000 times the ~15e12 tokens Llama 3 was pre-trained on (Meta, "The Llama 3
+Herd of Models", arXiv 2407.21783, 2024, section 1); past it a time to train is a figure of no run."""
 MAX_WORKERS = 1024
 """Most search processes: more than any one machine's cores (the search splits into pieces per worker)."""
 

@@ -118,9 +118,9 @@ def window_s(sizes: np.ndarray, durations_s: np.ndarray, at: np.ndarray, target_
 
 
 MAX_JOBS = 5000
-"""Most jobs one synthetic trace draws: a bound on the work one ``plait schedule`` may ask for (5,000 jobs simulate
-in about 3 s under one policy and 11 s under all five, ``plait schedule --synthetic pai --jobs 5000 --policy all``
-on two shared CPU cores); the shipped traces hold 300."""
+"""Most jobs one synthetic trace draws: a bound on the work one ``plait schedule`` may ask for (3,000 jobs took
+1.9-2.6 s under one policy and 7.2 s under all five, ``plait schedule --synthetic pai --jobs 3000 --policy all``,
+on two shared CPU cores; 100 million never finished); the shipped traces hold 300."""
 MAX_SEED = 2**32 - 1
 """Largest seed: the 32-bit seeds every common generator takes (numpy's takes any non-negative integer)."""
 
