@@ -189,7 +189,7 @@ def test_plan_arguments_are_checked_before_the_search(tmp_path: Path) -> None:
     """`--top 0` and an export path that is a file are refused at once (before: "no plan fits", and a
     FileExistsError traceback after the search)."""
     (tmp_path / "a_file").write_text("keep")
-    for argv, message in ((["--top", "0"], "--top=0 must be >= 1"),
+    for argv, message in ((["--top", "0"], "'--top': 0 is not in the range 1<=x"),
                           (["--export", str(tmp_path / "a_file")], "is a file, not a folder"),
                           (["--export", str(tmp_path / "a_file" / "sub")], "is a file")):
         code, _, err = _in_process("plan", "--gpus", "8", *argv)

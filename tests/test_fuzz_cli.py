@@ -11,14 +11,16 @@ added), truncated, binary, empty, directories or missing. Every outcome must be 
 - a user error: exit code 2 and exactly one line ``plait: error: ...`` on stderr.
 
 An exception escaping ``run_cli`` is a traceback, and fails the test (hypothesis then shrinks the command line).
-The example counts give at least 10,000 invocations (six estimates per example); ``PLAIT_FUZZ_SCALE=10``
-runs ten times as many. The runs are derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another
+The example counts give at least 10,000 invocations (six estimates per example), all in the slow tier (the quick
+tier's fuzz is the enumerated sweep of ``tests/test_fuzz_hostile.py``); ``PLAIT_FUZZ_SCALE=10`` runs ten times as
+many. The runs are derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another
 deterministic sample.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import math
@@ -38,8 +40,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from plait.cli.main import run_cli
-from plait.validate.datasets import dataset_path
 from tests.conftest import toy_cluster_mapping
+from tests.hostile import VALIDATORS
 from tests.test_inputs import LLAMA3_8B_CONFIG, MIXTRAL_CONFIG
 
 pytestmark = pytest.mark.fuzz
@@ -176,14 +178,14 @@ class Files:
         plan = tomllib.loads((ROOT / "examples" / "llama3-8b-fsdp.toml").read_text())
         pipeline = tomllib.loads((ROOT / "examples" / "llama3-70b-pp.toml").read_text())
         cluster = toy_cluster_mapping()
-        csv_lines = dataset_path("dev").read_text().splitlines()
         self.bases: dict[str, tuple[str, Any]] = {
             "plan": (".toml", plan), "pipeline": (".toml", pipeline), "cluster": (".yaml", cluster),
             "cluster-toml": (".toml", {**cluster, "accelerator": "h100-sxm-80gb"}),
             "config": (".json", LLAMA3_8B_CONFIG), "moe-config": (".json", MIXTRAL_CONFIG),
             "model-toml": (".toml", tomllib.loads((ROOT / "examples" / "tiny-model.toml").read_text())),
         }
-        self.csv_header, self.csv_rows = csv_lines[0], csv_lines[1:4]
+        self.csv_records = {option: list(csv.reader(path.read_text(encoding="utf-8").splitlines()))[:4]
+                            for option, path in VALIDATORS.items()}
         self.fixed = self._fixed_files()
 
     def _fixed_files(self) -> list[str]:
@@ -201,19 +203,35 @@ class Files:
                                      "dangling.toml", "ünïcode plan.toml", "missing.toml", "existing.html",
                                      "a_file/child.toml")] + ["", "-", "/", "/dev/null"]
 
+    def _csv(self, option: str, rnd: random.Random, mutate: bool) -> str:
+        """A CSV of ``option``'s validator (``runs``, ``memory``, ...): its first records, and with ``mutate`` a cell
+        made hostile, a column dropped or added, a record made longer or shorter, or the file cut short."""
+        header, *rows = [list(r) for r in self.csv_records[option]]
+        roll = rnd.random() if mutate else 1.0
+        column = rnd.randrange(len(header))
+        if roll < 0.5:
+            rnd.choice(rows)[column] = rnd.choice(["", "nan", "inf", "-1", "0", "x", "ü", str(2**70), '"', "1e300",
+                                                   "1.5", "1-x", "1024x", "full-graph"])
+        elif roll < 0.65:
+            header, rows = header[:column] + header[column + 1:], [r[:column] + r[column + 1:] for r in rows]
+        elif roll < 0.75:
+            header, rows = [*header, "extra"], [[*r, "1"] for r in rows]
+        elif roll < 0.85:
+            row = rnd.choice(rows)
+            row[:] = [*row, "1"] if rnd.random() < 0.5 else row[:-1]
+        out = io.StringIO()
+        csv.writer(out).writerows([header, *rows])
+        text = out.getvalue()
+        if mutate and roll >= 0.85 and rnd.random() < 0.5:
+            text = text[: rnd.randrange(len(text) + 1)]  # cut short, inside a quoted cell as often as not
+        path = self.folder / f"{option}{self.count}.csv"
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
     def write(self, kind: str, rnd: random.Random, mutate: bool) -> str:
         self.count += 1
-        if kind == "csv":
-            rows = [r.split(",") for r in self.csv_rows]
-            if mutate:
-                row = rnd.choice(rows)
-                row[rnd.randrange(len(row))] = rnd.choice(["", "nan", "inf", "-1", "0", "x", "ü", str(2**70), '"'])
-            lines = [self.csv_header, *(",".join(r) for r in rows)]
-            if mutate and rnd.random() < 0.2:
-                lines = lines[: rnd.randrange(len(lines) + 1)]
-            path = self.folder / f"runs{self.count}.csv"
-            path.write_text("\n".join(lines) + "\n")
-            return str(path)
+        if kind.startswith("csv"):
+            return self._csv(kind.removeprefix("csv-") if "-" in kind else "runs", rnd, mutate)
         suffix, tree = self.bases[kind]
         path = self.folder / (f"{kind}{self.count}" + ("/config.json" if suffix == ".json" else suffix))
         path.parent.mkdir(exist_ok=True)
@@ -337,6 +355,7 @@ def _plan_or_output(files: Files, data: st.DataObject, suffix: str):  # type: ig
     return lambda: data.draw(st.sampled_from([str(files.folder / f"out{files.count}{suffix}"), *files.fixed]))
 
 
+@pytest.mark.slow
 @fuzz(400)
 @given(data=st.data())
 def test_simulate(files: Files, data: st.DataObject) -> None:
@@ -349,6 +368,7 @@ def test_simulate(files: Files, data: st.DataObject) -> None:
     invoke(argv)
 
 
+@pytest.mark.slow
 @fuzz(30)
 @given(data=st.data())
 def test_report(files: Files, data: st.DataObject) -> None:
@@ -363,10 +383,14 @@ def test_report(files: Files, data: st.DataObject) -> None:
 @fuzz(700)
 @given(data=st.data())
 def test_validate(files: Files, data: st.DataObject) -> None:
-    required = {"--runs": lambda: path_of(files, data, "csv")}
+    """Every validator (--runs, --memory, --classic, --gnn, --dit) on its CSV, valid or mutated, or on another's."""
+    option = data.draw(st.sampled_from(sorted(VALIDATORS)))
+    kind = data.draw(st.sampled_from([f"csv-{option}"] * 3 + [f"csv-{v}" for v in VALIDATORS]))
+    required = {f"--{option}": lambda: path_of(files, data, kind)}
     invoke(command_line(data, "validate", {}, ["--json"], required=required))
 
 
+@pytest.mark.slow
 @fuzz(760)
 @given(data=st.data())
 def test_run_dry(files: Files, data: st.DataObject) -> None:
@@ -403,6 +427,7 @@ def _trace_file(files: Files, data: st.DataObject) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(data=st.data())
 def test_schedule(files: Files, data: st.DataObject) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -111,6 +112,24 @@ def read_user_file(path: Path, what: str) -> str:
         raise ConfigError(f"{what} {shown} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})") from None
     except OSError as exc:
         raise ConfigError(f"{what} {shown} cannot be read ({exc.strerror})") from None
+
+
+@contextmanager
+def parsing(path: Path | str, what: str) -> Iterator[None]:
+    """Around the parse of a user's file (JSON, TOML, YAML): what the standard parsers raise past their syntax errors
+    is one line naming ``what`` and the path, as a syntax error is. Python's parsers recurse once per nesting level
+    (a file nested deeper than the interpreter's recursion limit, ~1,000, raises ``RecursionError``) and refuse an
+    integer of more than 4,300 digits (``sys.get_int_max_str_digits``, CVE-2020-10735: converting it is quadratic)."""
+    shown = repr(str(path))
+    try:
+        yield
+    except RecursionError:
+        raise ConfigError(f"{what} {shown} nests its values too deeply to be read (Python's parsers follow at most "
+                          "about 1,000 levels)") from None
+    except ValueError as exc:
+        if isinstance(exc, ConfigError) or "integer string conversion" not in str(exc):
+            raise
+        raise ConfigError(f"{what} {shown} holds an integer of more than 4,300 digits, which no field takes") from None
 
 
 def check_writable(path: Path, what: str, *, folder: bool = False) -> None:

@@ -6,6 +6,8 @@ a traceback (STYLE.md rule 11).
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 
 import typer
@@ -74,6 +76,11 @@ def _error(message: str) -> int:
     return 2
 
 
+def _shortened(text: str) -> str:
+    """``text`` as its first 40 characters and its length, where it is longer."""
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
+
+
 def run_cli(argv: list[str]) -> int:
     """Run one ``plait`` command line in this process and return its exit code.
 
@@ -101,6 +108,11 @@ def run_cli(argv: list[str]) -> int:
         if missing is None:
             raise
         return _error(str(missing))
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        return _error(f"file name {_shortened(str(exc.filename))!r} is too long for this system (a name may hold "
+                      f"{os.pathconf('/', 'PC_NAME_MAX')} bytes, a path {os.pathconf('/', 'PC_PATH_MAX')})")
     except KeyboardInterrupt:
         print("plait: interrupted", file=sys.stderr)
         return 130

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from plait.cli.numbers import MAX_TOKENS, quantity
 from plait.engine.catalog import DEFAULT_ENGINE
 from plait.hardware.catalog import DEFAULT_CLUSTER
 from plait.plan.defaults import GPUS, layout_plan, plan_from_options
@@ -34,9 +35,10 @@ PlanFileOption = Annotated[Path | None, typer.Option(
     "--plan", help="Plan TOML file (tables job and plan); replaces the layout options.")]
 GpusOption = Annotated[int, typer.Option("--gpus", help="GPUs; dp = gpus / (tp*pp*cp).")]
 GpusRangeOption = Annotated[str | None, typer.Option(
-    "--gpus-range", help="LOW:HIGH GPU counts to compare (time and dollars per count, the Pareto front).")]
-TokensOption = Annotated[float, typer.Option(
-    "--tokens", "--train-tokens", help="Tokens to train, for the time and cost figures.")]
+    "--gpus-range", help="LOW:HIGH GPU counts to compare (time and dollars per count, the Pareto front): the powers "
+                         "of two between, at most 8.")]
+TokensOption = Annotated[float, quantity("Tokens to train, for the time and cost figures.", "--tokens",
+                                         "--train-tokens", low=1, high=MAX_TOKENS, low_open=False)]
 SeqLenOption = Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (0: the model's).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace existing output files.")]

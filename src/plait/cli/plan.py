@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from plait.cli.mixed import mixed_plan
+from plait.cli.numbers import MAX_WORKERS, count, quantity
 from plait.cli.options import (
     DEFAULT_CLUSTER,
     DEFAULT_GPUS,
@@ -44,9 +45,9 @@ def plan_command(
     seq_len: SeqLenOption = 0,
     objective: Annotated[str, typer.Option(help="throughput | cost | time.")] = "throughput",
     tokens: TokensOption = 1e12,
-    deadline_days: Annotated[float | None, typer.Option(help="Limit on days to train.")] = None,
-    budget_usd: Annotated[float | None, typer.Option(help="Limit on dollars to train.")] = None,
-    top: Annotated[int, typer.Option(help="Plans to list.")] = 5,
+    deadline_days: Annotated[float | None, quantity("Limit on days to train.")] = None,
+    budget_usd: Annotated[float | None, quantity("Limit on dollars to train.")] = None,
+    top: Annotated[int, count("Plans to list.")] = 5,
     memory_margin: Annotated[float, typer.Option(help="Fraction of GPU memory kept free.")] = 0.05,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let tp and ep leave the scale-up domain.")] = False,
     precision: Annotated[str | None, typer.Option(help="Matmul precisions to try, e.g. bf16 or bf16,fp8.")] = None,
@@ -57,8 +58,8 @@ def plan_command(
     export: Annotated[Path | None, typer.Option(help="Write the winner as plan.toml and the engine's own configuration "
                                                      "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
     force: ForceOption = False,
-    workers: Annotated[int | None, typer.Option(help="Processes that search pieces of the space (default: every core "
-                                                     "for spaces of 100,000 candidates or more).")] = None,
+    workers: Annotated[int | None, count("Processes that search pieces of the space (default: every core for spaces "
+                                         "of 100,000 candidates or more).", high=MAX_WORKERS)] = None,
     rank_by: Annotated[str, typer.Option(help="p50: rank by the predicted step time; p90: by its 90% bound (the plan "
                                               "that is fast even if the prediction is wrong).")] = "p50",
     as_json: JsonOption = False,

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from plait.cli.numbers import count
 from plait.errors import ConfigError
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
@@ -22,16 +23,16 @@ from plait.workloads import labels_with, load
 
 def run_command(
     plan: Annotated[Path | None, typer.Option(help="Plan TOML ([job] model and [plan]).")] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 10,
+    steps: Annotated[int, count("Optimizer steps.")] = 10,
     cluster: Annotated[str | None, typer.Option(help="Hardware description for the prediction "
                                                      "(preset, file, or the output of `plait calibrate`).")] = None,
     metrics: Annotated[Path | None, typer.Option(help="JSON-lines file for per-step metrics, one line per step, "
                                                       "appended to a file that exists (a resumed run continues "
                                                       "its file; each line names its step).")] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Distributed checkpoint folder.")] = None,
-    checkpoint_at: Annotated[int, typer.Option(help="Save after this many steps (0: never).")] = 0,
-    checkpoint_every: Annotated[int, typer.Option(help="Save every this many steps (0: never).")] = 0,
-    keep: Annotated[int, typer.Option(help="Newest checkpoints kept in --checkpoint-dir.")] = 2,
+    checkpoint_at: Annotated[int, count("Save after this many steps (0: never).", low=0)] = 0,
+    checkpoint_every: Annotated[int, count("Save every this many steps (0: never).", low=0)] = 0,
+    keep: Annotated[int, count("Newest checkpoints kept in --checkpoint-dir.")] = 2,
     async_save: Annotated[bool, typer.Option(help="Write checkpoints in the background (torch.distributed.checkpoint."
                                                   "async_save); each is published when the next save starts or the "
                                                   "run ends.")] = False,
@@ -40,13 +41,13 @@ def run_command(
     reshard: Annotated[bool, typer.Option(help="Resume a checkpoint saved by another plan into this one.")] = False,
     on_nonfinite: Annotated[str, typer.Option(help="A step with a non-finite gradient norm: stop (exit code 3) or "
                                                    "skip its update.")] = "stop",
-    max_restarts: Annotated[int, typer.Option(help="Restart every rank after a failure, up to this many times, "
-                                                   "from the newest valid checkpoint (torchrun's elastic agent); "
-                                                   "each restart is said with the rank that failed and how.")] = 0,
+    max_restarts: Annotated[int, count("Restart every rank after a failure, up to this many times, from the newest "
+                                       "valid checkpoint (torchrun's elastic agent); each restart is said with the "
+                                       "rank that failed and how.", low=0)] = 0,
     full_precision: Annotated[bool, typer.Option(help="Train in fp32 (ignore the plan's precision).")] = False,
     dry_run: Annotated[bool, typer.Option(help="Build every mesh, group and stage, validate, do not train.")] = False,
-    nodes: Annotated[int, typer.Option(help="Nodes, at least 1, dividing the plan's GPUs (more than one prints "
-                                            "the torchrun command to run on each).")] = 1,
+    nodes: Annotated[int, count("Nodes, at least 1, dividing the plan's GPUs (more than one prints the torchrun "
+                                "command to run on each).")] = 1,
     trace_dir: Annotated[Path | None, typer.Option(help="Profile the last step into rank<N>.json traces "
                                                         "(same format as `plait simulate --trace`).")] = None,
     engine: Annotated[str, typer.Option(help="plait (plait's own runtime) or torchtitan (launches the torchtitan "
@@ -54,8 +55,8 @@ def run_command(
     out: Annotated[Path | None, typer.Option(help="torchtitan: folder for its assets and outputs (default: a "
                                                   "temporary folder).")] = None,
     model: Annotated[str | None, typer.Option(help="A DLRM TOML (instead of --plan): train it on TorchRec.")] = None,
-    gpus: Annotated[int, typer.Option(help="With a DLRM: ranks.")] = 2,
-    global_batch: Annotated[int, typer.Option(help="With a DLRM: samples per step.")] = 8,
+    gpus: Annotated[int, count("With a DLRM: ranks.")] = 2,
+    global_batch: Annotated[int, count("With a DLRM: samples per step.")] = 8,
     placements: Annotated[str | None, typer.Option(help="With a DLRM: each table's sharding, e.g. t0=row_wise,"
                                                         "t1=table_wise@1 (default: plait's planner).")] = None,
     optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "

@@ -10,6 +10,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from plait.cli.numbers import count, quantity
 from plait.cli.options import DEFAULT_CLUSTER
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_export_folder, refuse_overwrite
@@ -20,7 +21,7 @@ from plait.schedule.pool import Pool
 from plait.schedule.result import ScheduleResult
 from plait.schedule.simulate import simulate
 from plait.schedule.speed import SpeedModel
-from plait.schedule.synthetic import synthetic_trace
+from plait.schedule.synthetic import MAX_JOBS, MAX_SEED, synthetic_trace
 from plait.schedule.trace import TraceJob, read_trace, trace_csv
 from plait.schedule.trace_export import chrome_trace
 from plait.terminal import rich_console, titled_table
@@ -65,10 +66,11 @@ def _table(results: list[ScheduleResult]) -> Table:
 def schedule_command(
     trace: Annotated[Path | None, typer.Option(help="Trace CSV: job_id,arrival_s,model,gpus,tokens[,deadline_s].")] = None,
     synthetic: Annotated[str | None, typer.Option(help="Draw a trace instead: philly | helios | pai.")] = None,
-    jobs: Annotated[int, typer.Option(help="With --synthetic: jobs to draw.")] = 300,
-    seed: Annotated[int, typer.Option(help="With --synthetic: random seed.")] = 0,
-    load: Annotated[float, typer.Option(help="With --synthetic: offered load over the arrival window (GPU-seconds "
-                                             "held inside it if each job started on arrival / capacity).")] = 1.5,
+    jobs: Annotated[int, count("With --synthetic: jobs to draw (at most 5,000: a bound on the work one command "
+                               "may ask for).", high=MAX_JOBS)] = 300,
+    seed: Annotated[int, count("With --synthetic: random seed.", low=0, high=MAX_SEED)] = 0,
+    load: Annotated[float, quantity("With --synthetic: offered load over the arrival window (GPU-seconds held inside "
+                                    "it if each job started on arrival / capacity).", high=10)] = 1.5,
     cluster: Annotated[str, typer.Option(help="Cluster preset or TOML/YAML file.")] = DEFAULT_CLUSTER,
     gpus: Annotated[int | None, typer.Option(help=f"GPUs of the cluster used [default: {DEFAULT_SCHEDULE_GPUS}, or "
                                                   "the preset's size if smaller].")] = None,

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, all_problems, did_you_mean, read_user_file
+from plait.errors import ConfigError, all_problems, did_you_mean, parsing, read_user_file
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
@@ -147,16 +147,21 @@ def load_cluster_file(path: Path) -> Cluster:
     text = read_user_file(path, "cluster file")
     if path.suffix == ".toml":
         try:
-            raw = tomllib.loads(text)
+            with parsing(path, "cluster file"):
+                raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"cluster file {str(path)!r} is not valid TOML: {exc}") from exc
     else:
         import yaml
 
         try:
-            raw = yaml.safe_load(text)
+            with parsing(path, "cluster file"):
+                # libyaml's loader where PyYAML has it: the pure-Python scanner takes seconds on a few thousand
+                # nested brackets (it rescans every open flow level per token); libyaml stops at depth 1,000
+                raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"cluster file {str(path)!r} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise ConfigError(f"cluster file {str(path)!r} is not valid YAML: {'; '.join(lines[:2])}") from exc
     if not isinstance(raw, Mapping):
         raise ConfigError(f"cluster file {str(path)!r} must hold one table of cluster fields")
     return cluster_from_mapping(raw, str(path))

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, read_user_file
+from plait.errors import ConfigError, parsing, read_user_file
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster, NetworkTier
 from plait.hardware.mixed import DeviceGroup, MixedCluster
@@ -76,7 +76,8 @@ def mixed_file(path: Path) -> MixedCluster | None:
     if path.suffix != ".toml" or not path.is_file():
         return None
     try:
-        raw = tomllib.loads(read_user_file(path, "cluster file"))
+        with parsing(path, "cluster file"):
+            raw = tomllib.loads(read_user_file(path, "cluster file"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"cluster file {str(path)!r} is not valid TOML: {exc}") from exc
     return mixed_from_mapping(raw, str(path), path.parent) if "groups" in raw else None

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, read_user_file, refuse_overwrite
+from plait.errors import ConfigError, parsing, read_user_file, refuse_overwrite
 from plait.plan.defaults import complete_plan
 from plait.plan.plan import Plan
 from plait.schema import build
@@ -66,7 +66,8 @@ def read_plan_file(path: Path) -> tuple[JobSpec, Plan]:
     """Parse a plan file."""
     text = read_user_file(path, "plan file")
     try:
-        raw: dict[str, Any] = tomllib.loads(text)
+        with parsing(path, "plan file"):
+            raw: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"plan file {str(path)!r} is not valid TOML: {exc}") from exc
     unknown = sorted(set(raw) - {"job", "plan"})

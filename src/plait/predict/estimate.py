@@ -21,7 +21,7 @@ from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
-from plait.simulate.step import simulate_step
+from plait.simulate.step import MAX_PASSES, chunk_passes, simulate_step
 from plait.workload.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -72,6 +72,10 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
     if said:
         est = replace(est, warnings=[*est.warnings, *said])
     if not wants_simulation(job.plan, simulate):
+        if simulate is True and job.plan.pp > 1:  # asked for, past the simulation's bound
+            why = (f"pipeline timed by the closed forms: its {chunk_passes(job.plan):,} chunk passes exceed the event "
+                   f"simulation's {MAX_PASSES:,}")
+            est = replace(est, warnings=[*est.warnings, why])
         return est
     if timeline is None:
         timeline = simulate_step(job, record=False, prepared=result.prepared)
@@ -79,10 +83,11 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
 
 
 def wants_simulation(plan: Plan, simulate: bool | None = None) -> bool:
-    """Whether :func:`assemble` times ``plan``'s pipeline by the event simulation."""
-    if plan.pp == 1 or simulate is False:
+    """Whether :func:`assemble` times ``plan``'s pipeline by the event simulation (never past its bound,
+    :data:`plait.simulate.step.MAX_PASSES`)."""
+    if plan.pp == 1 or simulate is False or chunk_passes(plan) > MAX_PASSES:  # past the simulation's bound
         return False
-    return simulate is True or plan.pp * plan.num_micro_batches * plan.vpp <= SIMULATED_PASSES
+    return simulate is True or chunk_passes(plan) <= SIMULATED_PASSES
 
 
 def refine_pipeline(est: Estimate, timeline: Timeline) -> Estimate:

@@ -7,13 +7,20 @@ from dataclasses import replace
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.search.runner import Progress, SearchResult, run_search
 from plait.search.explain import Relaxation
 from plait.search.pareto import Point, price
+from plait.search.runner import Progress, SearchResult, run_search
 from plait.search.space import SearchSpace, default_space
 from plait.workload.model import ModelSpec
 
 OBJECTIVES = ("throughput", "cost", "time")
+MAX_BATCHES = 32
+"""Most global batches one search tries (``--global-batch`` as a list; a LOW:HIGH range holds at most 32 powers of
+two): a bound on the work one command may ask for (each multiplies the space; 200 listed batches took 18 s)."""
+MAX_GPU_COUNTS = 8
+"""Most GPU counts one ``--gpus-range`` searches (powers of two, e.g. 64:8192): a bound on the work one command may
+ask for, each count being a whole search (all 16 counts of ``--gpus-range 1:32768`` for Llama 3 8B on dgx-h100-ib
+took 10 s on two shared cores)."""
 
 
 def check_objective(objective: str) -> None:
@@ -91,6 +98,10 @@ def parse_batches(text: str) -> tuple[int, ...]:
         raise ConfigError(f"global batch {text!r} must be N, N,M,... or LOW:HIGH") from None
     if not values or min(values) <= 0:
         raise ConfigError(f"global batch {text!r} must name positive sizes")
+    values = tuple(dict.fromkeys(values))
+    if len(values) > MAX_BATCHES:
+        shown = text if len(text) <= 40 else f"{text[:40]}..."
+        raise ConfigError(f"global batch {shown!r} names {len(values)} sizes; one search tries at most {MAX_BATCHES}")
     return values
 
 
@@ -107,4 +118,8 @@ def gpu_counts(low: int, high: int, cluster: Cluster) -> list[int]:
         x *= 2
     if not counts:
         raise ConfigError(f"gpus range {low}:{high} holds no power of two; widen it (e.g. {low}:{2 * low})")
+    if len(counts) > MAX_GPU_COUNTS:
+        raise ConfigError(f"gpus range {low}:{high} spans {len(counts)} GPU counts ({counts[0]} to {counts[-1]}) on "
+                          f"cluster {cluster.name}; one search compares at most {MAX_GPU_COUNTS} (e.g. {counts[0]}:"
+                          f"{counts[MAX_GPU_COUNTS - 1]}, or {counts[-MAX_GPU_COUNTS]}:{counts[-1]})")
     return counts

@@ -17,15 +17,18 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
-from plait.search.runner import RANK_BY, SearchResult, run_search
 from plait.search.explain import Relaxation
 from plait.search.pareto import Point, choose, pareto_front
 from plait.search.planner import gpu_counts, parse_batches, parse_gpu_range, relaxations, search_gpu_counts
+from plait.search.runner import RANK_BY, SearchResult, run_search
 from plait.search.space import default_space
 from plait.sync import ALLREDUCE, SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
 
+MAX_SYNCS = 32
+"""Most synchronization methods one search tries, allreduce included: the 25 with a steps multiplier in plait's
+table (what a search tries by default) and a few more; a bound on the work one command may ask for."""
 Progress = Callable[[str], Any]
 """A progress callback ``(done, total)`` for a search, made from its label (``None``: silent)."""
 CheckExport = Callable[[Engine], None]
@@ -149,6 +152,9 @@ def check_request(request: PlanRequest, check_export: CheckExport) -> Checked:
         if name not in get_args(Precision):
             raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
     syncs = tuple(dict.fromkeys([ALLREDUCE, *((parse(s) for s in dp_sync) if dp_sync else searched_specs())]))
+    if len(syncs) > MAX_SYNCS:
+        raise ConfigError(f"--dp-sync names {len(syncs) - 1} methods besides allreduce; one search tries at most "
+                          f"{MAX_SYNCS - 1} (each multiplies the space)")
     return Checked(request=request, model=model_spec, cluster=cluster_spec, engine=the_engine, batches=batches,
                    precisions=precisions, syncs=syncs)
 

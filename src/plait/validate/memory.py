@@ -27,10 +27,13 @@ from plait.cost.estimate import MemoryBreakdown
 from plait.errors import ConfigError, read_user_file
 from plait.units import GIB
 from plait.validate.progress import Progress, each
+from plait.validate.records import positive
 from plait.validate.report import Scored, fill_row
-from plait.validate.runs import RunRow, parse_row
+from plait.validate.runs import REQUIRED_COLUMNS, RunRow, parse_row
 
 MEMORY_COLUMNS = ("id", "source", "peak_memory_gib", "memory_kind")
+FILLED = {"moe_experts": "", "moe_top_k": "", "moe_ffn_hidden": "", "system": "", "step_time_s": "", "model_config": ""}
+"""The runs file's columns a memory-runs file may leave out, and what they read as."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,22 +76,19 @@ def comparable_bytes(memory: MemoryBreakdown, kind: str) -> float:
 def read_memory_runs(path: Path) -> list[tuple[RunRow, float, str]]:
     """(row, measured GiB, kind) of every record of a memory-runs CSV."""
     reader = csv.DictReader(io.StringIO(read_user_file(path, "memory runs file"), newline=""))
-    missing = [c for c in MEMORY_COLUMNS if c not in (reader.fieldnames or [])]
+    missing = [c for c in (*MEMORY_COLUMNS, *REQUIRED_COLUMNS) if c not in (*(reader.fieldnames or []), *FILLED)]
     if missing:
         raise ConfigError(f"memory runs file {str(path)!r} lacks column {missing[0]!r} (schema: plait/validate/data/README.md)")
     out = []
     for raw in reader:
         where = f"{path.name}:{reader.line_num}"
-        filled = {"moe_experts": "", "moe_top_k": "", "moe_ffn_hidden": "", "system": "", "step_time_s": "",
-                  "model_config": "", **{k: v for k, v in raw.items() if k is not None}}
-        row = parse_row(filled, where, path.parent)
+        row = parse_row({**FILLED, **{k: v for k, v in raw.items() if k is not None}}, where, path.parent)
         if row.global_batch is None and (row.pp or 1) == 1 and row.micro_batch and row.dp:
             # without a pipeline the peak holds one micro-batch whatever the accumulation: one per replica
             row = replace(row, global_batch=row.micro_batch * row.dp)
-        try:
-            measured = float(raw["peak_memory_gib"])
-        except ValueError:
-            raise ConfigError(f"{where}: column peak_memory_gib={raw['peak_memory_gib']!r} must be a number") from None
+        measured = positive(raw["peak_memory_gib"] or "", "peak_memory_gib", where, integer=False)
+        if measured is None:
+            raise ConfigError(f"{where}: column peak_memory_gib is empty; it must be a positive number")
         out.append((row, measured, measured_kind(raw["memory_kind"])))
     return out
 

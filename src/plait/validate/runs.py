@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from plait.engine.catalog import DEFAULT_ENGINE
 from plait.errors import ConfigError, read_user_file
+from plait.validate.records import positive
 
 REQUIRED_COLUMNS = (
     "id", "source", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "seq_len",
@@ -133,28 +133,13 @@ class RunRow:
         return self.notes.split(marker, 1)[1].split(")")[0].split(";")[0].strip() or None
 
 
-def _positive(value: str, column: str, where: str, integer: bool) -> float | None:
-    """A positive number (an integer when ``integer``), or ``None`` for an empty cell."""
-    value = value.strip()
-    if not value:
-        return None
-    kind = "an integer" if integer else "a number"
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigError(f"{where}: column {column}={value!r} must be {kind}") from None
-    if not math.isfinite(number) or number <= 0 or (integer and not number.is_integer()):
-        raise ConfigError(f"{where}: column {column}={value!r} must be a positive {kind.split()[-1]}")
-    return number
-
-
 def _int(value: str, column: str, where: str) -> int | None:
-    number = _positive(value, column, where, integer=True)
+    number = positive(value, column, where, integer=True)
     return None if number is None else int(number)
 
 
 def _float(value: str, column: str, where: str) -> float | None:
-    return _positive(value, column, where, integer=False)
+    return positive(value, column, where, integer=False)
 
 
 def _choice(value: str, column: str, allowed: tuple[str, ...], where: str) -> str | None:

@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, did_you_mean, read_user_file
+from plait.errors import ConfigError, did_you_mean, parsing, read_user_file
 from plait.schema import build
 from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
@@ -62,7 +62,8 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     if path.suffix == ".toml":
         text = read_user_file(path, "model file")
         try:
-            raw = tomllib.loads(text)
+            with parsing(path, "model file"):
+                raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"model file {str(path)!r} is not valid TOML: {exc}") from exc
         return model_from_mapping(raw, str(path))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import ConfigError, parsing
 
 
 def toml_describes(name: str | None, test: Callable[[dict[str, Any]], bool]) -> bool:
@@ -17,13 +17,14 @@ def toml_describes(name: str | None, test: Callable[[dict[str, Any]], bool]) -> 
         return False
     try:
         return test(tomllib.loads(Path(name).read_text()))
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError, RecursionError):  # TOMLDecodeError, an integer past 4,300 digits, deep nesting
         return False
 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """The tables of the TOML file at ``path``; a file that cannot be read or parsed is one line naming it."""
     try:
-        return tomllib.loads(path.read_text())
+        with parsing(path, "file"):
+            return tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: {error}") from None

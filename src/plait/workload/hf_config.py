@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError, read_user_file
+from plait.errors import ConfigError, parsing, read_user_file
 from plait.workload.model import LocalAttention, MlaSpec, ModelSpec, MoeSpec
 
 _PLAIN_MLP = {"gpt2", "opt", "bloom", "gpt_neox", "gptj", "mpt", "falcon", "gpt_bigcode", "nemotron", "starcoder2"}
@@ -246,7 +246,8 @@ def load_hf_config(path: Path) -> ModelSpec:
     """Read ``path`` (a Hugging Face ``config.json``)."""
     text = read_user_file(path, "model config")
     try:
-        cfg = json.loads(text)
+        with parsing(path, "model config"):
+            cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"model config {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
     if not isinstance(cfg, dict):

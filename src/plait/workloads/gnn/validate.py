@@ -13,17 +13,16 @@ preset.
 
 from __future__ import annotations
 
-import csv
 import tomllib
 from importlib import resources
 from pathlib import Path
 
-from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
+from plait.validate.records import Record, read_records
 from plait.workloads.gnn.cost import estimate_gnn
-from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
+from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
 """GPU names of the CSV -> a preset of that GPU (the rows run on one node)."""
@@ -43,9 +42,17 @@ def graphs() -> dict[str, GraphStats]:
     return out
 
 
-def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicResult:
+COLUMNS = ("source_id", "system", "dataset", "model", "layers", "hidden", "fanouts", "batch_per_gpu", "gpu", "gpus",
+           "measured_epoch_s")
+"""The columns a row's prediction reads (``heads`` may follow; ``plait/validate/data/gnn_epochs.md`` describes them all)."""
+MAX_LAYERS = 1000
+"""Deepest GNN a row may describe: the 1,000 layers of RevGNN (Li et al., "Training Graph Neural Networks with 1000
+Layers", ICML 2021), the deepest published; a bound on the work one row asks for (a layer is costed at a time)."""
+
+
+def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
     label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
-    measured = 1.0 / float(row["measured_epoch_s"])  # epoch times as rates: the error is on the epoch time
+    measured = 1.0 / row.number("measured_epoch_s")  # epoch times as rates: the error is on the epoch time
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     full = row["fanouts"] == "full-graph"
     gpu_sampling = "GPU sampling" in row["system"]
@@ -57,24 +64,22 @@ def predict_row(row: dict[str, str], known: dict[str, GraphStats]) -> ClassicRes
         return result(f"no preset system of {row['gpu']} GPUs")
     if row["dataset"] not in known:
         return result(f"no statistics of {row['dataset']}")
-    layers, gpus, heads = int(row["layers"]), int(row["gpus"]), int(row.get("heads") or 1)
-    fanouts = (1,) * layers if full else tuple(int(f) for f in row["fanouts"].split("-"))
+    layers, gpus, heads = row.count("layers", high=MAX_LAYERS), row.count("gpus"), row.count("heads", default=1)
+    fanouts = (1,) * layers if full else row.counts("fanouts", "-")
     spec = GnnSpec(name=row["dataset"], graph=known[row["dataset"]],
-                   model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=int(row["hidden"]) * heads,  # type: ignore[arg-type]
+                   model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=row.count("hidden") * heads,  # type: ignore[arg-type]
                                   fanouts=fanouts, heads=heads))
+    check_gnn(spec, row.where)
     cluster = get_cluster(SYSTEMS[row["gpu"]])
     library = "dgl" if row["system"].startswith("DGL") else "pyg"
     if full:
         est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
     else:
-        est = estimate_gnn(spec, cluster, gpus, int(row["batch_per_gpu"]), "host_features", library=library)  # type: ignore[arg-type]
+        est = estimate_gnn(spec, cluster, gpus, row.count("batch_per_gpu"), "host_features", library=library)  # type: ignore[arg-type]
     return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
 
 
 def validate_gnn(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/gnn_epochs.csv``)."""
-    if not path.is_file():
-        raise ConfigError(f"--gnn {path}: no such file")
     known = graphs()
-    with path.open(newline="") as handle:
-        return each(list(csv.DictReader(handle)), lambda row: predict_row(row, known), progress)
+    return each(read_records(path, "--gnn file", COLUMNS), lambda row: predict_row(row, known), progress)

@@ -12,17 +12,17 @@ FP32 runs (plans run 16-bit or fp8 GEMMs), BERT tables that state no accumulatio
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 
 from plait.engine.catalog import get_engine
-from plait.errors import ConfigError, require_extra
+from plait.errors import require_extra
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
+from plait.validate.records import Record, read_records
 from plait.workloads.traced.cost import estimate_traced
 from plait.workloads.traced.tracing import trace
 
@@ -46,9 +46,14 @@ def accumulation_steps(notes: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def predict_row(row: dict[str, str]) -> ClassicResult:
+COLUMNS = ("source_id", "model", "gpu", "gpus", "precision", "batch_per_gpu", "measured_value", "measured_unit",
+           "notes")
+"""The columns a row's prediction reads (``plait/validate/data/classic_dp.md`` describes them all)."""
+
+
+def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
-    gpus, measured = int(row["gpus"]), float(row["measured_value"])
+    gpus, measured = row.count("gpus"), row.number("measured_value")
     label = f"{row['model']} {row['gpu']} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     if row["measured_unit"] not in UNITS:
@@ -66,7 +71,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
     if steps is None:
         return result("the source states no accumulation steps")
     factory, shape = MODELS[row["model"]]
-    batch = int(row["batch_per_gpu"])
+    batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine(),
@@ -76,10 +81,7 @@ def predict_row(row: dict[str, str]) -> ClassicResult:
 
 def validate_classic(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/classic_dp.csv``)."""
-    if not path.is_file():
-        raise ConfigError(f"--classic {path}: no such file")
+    rows = read_records(path, "--classic file", COLUMNS)
     require_extra("traced", "plait validate --classic")  # every row traces a Hugging Face model
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
     return each(rows, predict_row, progress)
 
