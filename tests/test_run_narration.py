@@ -83,9 +83,9 @@ def _cli(argv: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize(("options", "fragment"), [
-    (["--nodes", "0"], "--nodes=0 must be >= 1"),
-    (["--nodes", "-1"], "--nodes=-1 must be >= 1"),
-    (["--nodes", str(2**64)], f"--nodes={2**64} must divide the plan's gpus=2"),
+    (["--nodes", "0"], "'--nodes': 0 is not in the range 1<=x"),
+    (["--nodes", "-1"], "'--nodes': -1 is not in the range 1<=x"),
+    (["--nodes", str(2**64)], f"'--nodes': {2**64} is not in the range 1<=x"),
     (["--nodes", "3"], "--nodes=3 must divide the plan's gpus=2"),
     (["--nodes", "2", "--engine", "torchtitan"], "--nodes=2: plait run launches torchtitan on this node only"),
     (["--metrics", "{tmp}"], "must be a file in an existing folder"),
