@@ -22,21 +22,27 @@ PROBE = """
 import json, statistics, sys, time
 from plait.plan.plan import Plan
 CASES = [(m, c, Plan(**fields)) for m, c, fields in json.loads(sys.argv[1])]
+import inspect
 try:
     from plait.predict.estimate import estimate
 except ImportError:  # versions before the predict layer
     from plait.cost.step import estimate
+if "engine" in inspect.signature(estimate).parameters:  # the default engine, named where estimate takes one
+    from plait.engine.catalog import get_engine
+    ENGINE = {"engine": get_engine()}
+else:  # versions before engines
+    ENGINE = {}
 from plait.hardware.catalog import get_cluster
 from plait.workload.catalog import get_model
 out = []
 for model, cluster, plan in CASES:
     m, c = get_model(model), get_cluster(cluster)
     for _ in range(20):
-        estimate(m, c, plan)
+        estimate(m, c, plan, **ENGINE)
     samples = []
     for _ in range(100):
         start = time.perf_counter()
-        estimate(m, c, plan)
+        estimate(m, c, plan, **ENGINE)
         samples.append(time.perf_counter() - start)
     out.append(statistics.median(samples) * 1e3)
 print(json.dumps(out))

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
-from plait.search.runner import run_search
 from plait.search.parts import POOL_MIN_CANDIDATES, available_cores
+from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 
@@ -29,7 +30,7 @@ def main() -> None:
     model, cluster = get_model("llama3.1-405b"), get_cluster("dgx-h100-ib")
     start = time.perf_counter()
     space = default_space(model, cluster, 16384, (2048,))
-    result = run_search(model, cluster, space, workers=args.workers)
+    result = run_search(model, cluster, space, workers=args.workers, engine=get_engine())
     wall = time.perf_counter() - start
     rate = result.num_candidates / wall
     costed_rate = result.costed / wall

@@ -13,9 +13,10 @@ import argparse
 import statistics
 import time
 
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
-from plait.search.runner import SearchResult, run_search
 from plait.search.parts import available_cores
+from plait.search.runner import SearchResult, run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 
@@ -24,7 +25,7 @@ SPACES = {"405B, batch 2048": (2048,), "405B, batch 512..4096": (512, 1024, 2048
 
 def timed(model, cluster, space, workers: int) -> tuple[float, SearchResult]:  # type: ignore[no-untyped-def]
     start = time.perf_counter()
-    result = run_search(model, cluster, space, workers=workers)
+    result = run_search(model, cluster, space, workers=workers, engine=get_engine())
     return time.perf_counter() - start, result
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
 from plait.schedule.policies import POLICY_NAMES, make_policy
 from plait.schedule.pool import Pool
@@ -23,7 +24,7 @@ JOBS, GPUS, CLUSTER, LOAD = 10_000, 4_096, "dgx-h100-ib", 1.5
 
 def main() -> None:
     cluster = get_cluster(CLUSTER)
-    speed = SpeedModel(cluster)
+    speed = SpeedModel(cluster, get_engine())
     start = time.perf_counter()
     jobs = synthetic_trace("helios", JOBS, 0, speed, GPUS, LOAD)
     print(f"trace: {JOBS} jobs drawn in {time.perf_counter() - start:.1f} s ({speed.searches} planner searches), "

@@ -157,7 +157,8 @@ def plait_fused_activation() -> bool:
 def plait_evaluator(case: Case) -> Callable[[], float]:
     """One plait evaluation of ``case``: build the plan, estimate it, return the step time in seconds."""
     model, cluster, plan = get_model(case.plait_model), get_cluster(PLAIT_CLUSTER), case.plan
-    return lambda: estimate(model, cluster, replace(plan)).step_time_s  # replace() constructs a new Plan
+    return lambda: estimate(model, cluster, replace(plan),
+                            engine=get_engine()).step_time_s  # replace() constructs a new Plan
 
 
 class CalculonSide:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
@@ -53,7 +54,8 @@ def test_goodput_of_a_large_run_falls_with_its_size() -> None:
     model, cluster = get_model("llama3-70b"), get_cluster("dgx-h100-ib")
     values = []
     for dp in (16, 128, 1024):
-        est = estimate(model, cluster, Plan(tp=8, sp=True, dp_shard=dp, sharding="zero1", global_batch=2 * dp))
+        est = estimate(model, cluster, Plan(tp=8, sp=True, dp_shard=dp, sharding="zero1", global_batch=2 * dp),
+                       engine=get_engine())
         g = goodput(est)
         assert g.mtbf_s == pytest.approx(54 * 24 * 16384 / 419 / (8 * dp) * HOUR)
         assert 0.0 < g.goodput < 1.0 and g.restart_s > g.checkpoint_s > 0
@@ -67,13 +69,13 @@ def test_replicated_state_is_written_once() -> None:
     from plait.predict.goodput import checkpoint_bytes_per_gpu
 
     model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
-    ddp = estimate(model, cluster, Plan(dp_replicate=8, global_batch=64))
-    zero3 = estimate(model, cluster, Plan(dp_shard=8, sharding="zero3", global_batch=64))
+    ddp = estimate(model, cluster, Plan(dp_replicate=8, global_batch=64), engine=get_engine())
+    zero3 = estimate(model, cluster, Plan(dp_shard=8, sharding="zero3", global_batch=64), engine=get_engine())
     assert checkpoint_bytes_per_gpu(ddp) == pytest.approx((ddp.memory.weights_bytes + ddp.memory.optimizer_bytes) / 8)
     assert checkpoint_bytes_per_gpu(zero3) == zero3.memory.weights_bytes + zero3.memory.optimizer_bytes
     assert checkpoint_bytes_per_gpu(ddp) == pytest.approx(checkpoint_bytes_per_gpu(zero3), rel=1e-3)
     offloaded = estimate(model, cluster, Plan(dp_shard=8, sharding="zero3", global_batch=64, offload_optimizer=True,
-                                              offload_params=True))
+                                              offload_params=True), engine=get_engine())
     assert offloaded.memory.weights_bytes == offloaded.memory.optimizer_bytes == 0
     assert checkpoint_bytes_per_gpu(offloaded) == checkpoint_bytes_per_gpu(zero3)
     assert 0.0 < goodput(offloaded).goodput < 1.0

@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import plait.cost.collectives as coll
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.columns import PlanColumns
@@ -102,7 +103,7 @@ def test_every_group_the_cost_model_forms_spans_at_most_the_plan(model: str, dat
 
     H100.link_cache.clear()  # every group is looked up afresh, so the spy sees it
     with mock.patch.object(coll, "_group_link", spy):
-        estimate(spec, H100, plan)
+        estimate(spec, H100, plan, engine=get_engine())
     H100.link_cache.clear()
     assert formed or plan.num_gpus == 1
     for size, stride in formed:

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 from plait.cost import collectives as coll
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import cluster_from_mapping
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
@@ -54,15 +55,15 @@ def test_host_overheads_add_per_layer_and_micro_batch() -> None:
     """Each FSDP2 layer pays its host time once per forward and once per backward of every micro-batch."""
     model = get_model("llama3-8b")
     plan = Plan(dp_shard=8, sharding="zero3", micro_batch=1, global_batch=16)  # 2 micro-batches per rank
-    base = estimate(model, _cluster(), plan)
-    slow = estimate(model, _cluster(host_fsdp_layer_fwd_us=100.0, host_fsdp_layer_bwd_us=300.0), plan)
+    base = estimate(model, _cluster(), plan, engine=get_engine())
+    slow = estimate(model, _cluster(host_fsdp_layer_fwd_us=100.0, host_fsdp_layer_bwd_us=300.0), plan,
+                    engine=get_engine())
     extra = slow.time.fsdp_comm_s - base.time.fsdp_comm_s
     assert extra == pytest.approx(model.num_layers * 2 * (100 + 300) * 1e-6, rel=1e-6)
 
 
 def test_eager_dispatch_is_the_plain_slope_beyond_the_modelled_kernels() -> None:
     from plait.cost.batch import layer_columns
-    from plait.engine.catalog import get_engine
     from plait.run.overheads import PLANS
 
     cluster = _cluster()
@@ -79,7 +80,7 @@ def test_eager_dispatch_adds_to_every_layer_pass_and_to_recomputation() -> None:
     model = get_model("llama3-8b")
     for recompute, forwards in (("none", 1), ("full", 2)):
         plan = Plan(dp_replicate=8, micro_batch=1, global_batch=16, recompute=recompute)  # 2 micro-batches per rank
-        base = estimate(model, _cluster(), plan)
-        slow = estimate(model, _cluster(host_layer_fwd_us=100.0, host_layer_bwd_us=300.0), plan)
+        base = estimate(model, _cluster(), plan, engine=get_engine())
+        slow = estimate(model, _cluster(host_layer_fwd_us=100.0, host_layer_bwd_us=300.0), plan, engine=get_engine())
         extra = (slow.time.compute_s + slow.time.recompute_s) - (base.time.compute_s + base.time.recompute_s)
         assert extra == pytest.approx(model.num_layers * 2 * (forwards * 100 + 300) * 1e-6, rel=1e-6)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import accelerator_names, cluster_names, get_accelerator, get_cluster, load_cluster_file
 from plait.plan.plan import Plan
@@ -153,7 +154,8 @@ def test_the_documented_cluster_file_loads_and_its_storage_figure_is_used() -> N
 
     cluster = load_cluster_file(Path(__file__).resolve().parents[1] / "examples" / "my-cluster.yaml")
     assert cluster.storage_bytes_per_s_per_gpu == 0.5e9 and cluster.max_gpus == 128
-    est = estimate(get_model("llama3-8b"), cluster, Plan(dp_shard=64, sharding="zero3", global_batch=512))
+    est = estimate(get_model("llama3-8b"), cluster, Plan(dp_shard=64, sharding="zero3", global_batch=512),
+                   engine=get_engine())
     failures = goodput(est)
     assert failures.checkpoint_s == pytest.approx(failures.checkpoint_bytes_per_gpu / 0.5e9)
 

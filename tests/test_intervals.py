@@ -52,16 +52,19 @@ def test_leave_one_source_out_coverage_of_the_80_percent_interval(validation) ->
 
 
 def test_estimates_carry_their_interval_and_moe_is_wider(validation) -> None:
+    from plait.engine.catalog import get_engine
     from plait.hardware.catalog import get_cluster
     from plait.plan.plan import Plan
     from plait.predict.estimate import estimate
     from plait.workload.catalog import get_model
 
     cluster = get_cluster("dgx-h100-ib")
-    dense = estimate(get_model("llama3-8b"), cluster, Plan(dp_shard=8, sharding="zero3", global_batch=64))
+    dense = estimate(get_model("llama3-8b"), cluster, Plan(dp_shard=8, sharding="zero3", global_batch=64),
+                     engine=get_engine())
     low, high = dense.step_time_interval_s
     assert low < dense.step_time_s < high and dense.to_dict()["step_time_p90_s"] == high
-    moe = estimate(get_model("mixtral-8x7b"), cluster, Plan(dp_shard=8, ep=8, sharding="zero3", global_batch=64))
+    moe = estimate(get_model("mixtral-8x7b"), cluster, Plan(dp_shard=8, ep=8, sharding="zero3", global_batch=64),
+                   engine=get_engine())
     assert moe.step_time_interval_s[1] / moe.step_time_s > high / dense.step_time_s
 
 

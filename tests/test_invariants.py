@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plait.cost.memory import shard_groups
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import cluster_from_mapping, get_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
@@ -32,7 +33,7 @@ def test_more_tp_never_raises_weight_memory(model: str, small: int, recompute: s
         plan = Plan(tp=tp, sp=tp > 1, dp_shard=dp if sharding != "none" else 1,
                     dp_replicate=1 if sharding != "none" else dp, sharding=sharding,  # type: ignore[arg-type]
                     recompute=recompute, global_batch=dp * 2)  # type: ignore[arg-type]
-        weights.append(estimate(spec, H100, plan).memory.weights_bytes)
+        weights.append(estimate(spec, H100, plan, engine=get_engine()).memory.weights_bytes)
     assert weights[1] <= weights[0]
 
 
@@ -44,7 +45,7 @@ def test_shards_sum_to_the_unsharded_state(model: str, shard: int, sharding: str
     spec = get_model(model)
 
     def mem(plan: Plan):
-        return estimate(spec, H100, plan).memory
+        return estimate(spec, H100, plan, engine=get_engine()).memory
 
     full = mem(Plan(dp_replicate=shard, global_batch=shard))
     sharded_plan = Plan(dp_shard=shard, sharding=sharding, global_batch=shard)  # type: ignore[arg-type]
@@ -67,7 +68,7 @@ def test_all_degrees_one_is_the_single_gpu_prediction(model: str, micro_batch: i
     plan = Plan(micro_batch=micro_batch, global_batch=micro_batch * steps, recompute=recompute)  # type: ignore[arg-type]
     fast = cluster_from_mapping(toy_cluster_mapping(nvlink_gb_per_s=1000.0, network_gb_per_s=1000.0), "fast")
     slow = cluster_from_mapping(toy_cluster_mapping(nvlink_gb_per_s=1.0, network_gb_per_s=0.1), "slow")
-    a, b = estimate(spec, fast, plan), estimate(spec, slow, plan)
+    a, b = estimate(spec, fast, plan, engine=get_engine()), estimate(spec, slow, plan, engine=get_engine())
     assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
     assert a.memory.total_bytes == b.memory.total_bytes
     comm = ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "pp_bubble", "fsdp_comm", "dp_comm")
@@ -90,13 +91,14 @@ def test_faster_links_never_raise_step_time(plan: Plan, model: str, nv: float, n
     spec = get_model(model)
     slow = cluster_from_mapping(toy_cluster_mapping(nv, net), "slow")
     fast = cluster_from_mapping(toy_cluster_mapping(nv * faster, net * faster), "fast")
-    assert estimate(spec, fast, plan).step_time_s <= estimate(spec, slow, plan).step_time_s * (1 + 1e-12)
+    fast_s, slow_s = (estimate(spec, c, plan, engine=get_engine()).step_time_s for c in (fast, slow))
+    assert fast_s <= slow_s * (1 + 1e-12)
 
 
 @settings(max_examples=20, deadline=None)
 @given(plan=st.sampled_from(PLANS), model=st.sampled_from(["llama3-8b", "megatron-gpt-7.5b"]))
 def test_breakdown_sums_to_step_and_metrics_agree(plan: Plan, model: str) -> None:
-    est = estimate(get_model(model), H100, plan)
+    est = estimate(get_model(model), H100, plan, engine=get_engine())
     assert sum(v for _, v in est.time.items()) == pytest.approx(est.step_time_s)
     assert est.tokens_per_s == pytest.approx(plan.global_batch * est.plan.seq_len / est.step_time_s)
     assert 0 < est.mfu <= est.hfu
@@ -105,6 +107,7 @@ def test_breakdown_sums_to_step_and_metrics_agree(plan: Plan, model: str) -> Non
 
 def test_recompute_trades_time_for_memory() -> None:
     spec, plan = get_model("llama3-8b"), Plan(dp_shard=8, sharding="zero3", global_batch=8)
-    none, full = estimate(spec, H100, plan), estimate(spec, H100, replace(plan, recompute="full"))
+    none = estimate(spec, H100, plan, engine=get_engine())
+    full = estimate(spec, H100, replace(plan, recompute="full"), engine=get_engine())
     assert full.step_time_s > none.step_time_s
     assert full.memory.activations_bytes < none.memory.activations_bytes

@@ -43,7 +43,7 @@ def test_a_job_never_holds_a_plan_without_its_sequence_length() -> None:
 def test_the_planners_top_plans_are_the_estimates_predict_gives_with_every_pipeline_simulated() -> None:
     """One assembly, one refinement rule: a top plan of the search is what ``predict(simulate=True)`` says of it."""
     model = get_model("llama3-70b")
-    result = run_search(model, CLUSTER, default_space(model, CLUSTER, 64, (256,)), workers=1)
+    result = run_search(model, CLUSTER, default_space(model, CLUSTER, 64, (256,)), workers=1, engine=get_engine())
     for est in result.top(3):
         alone = predict(Job.build(model, CLUSTER, est.plan, result.engine), simulate=True)
         assert alone.time == est.time and alone.step_time_interval_s == est.step_time_interval_s

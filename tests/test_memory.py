@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from plait.cost import activations as act
-from plait.engine.facts import EngineFacts
 from plait.cost.setup import Setup
+from plait.engine.catalog import get_engine
+from plait.engine.facts import EngineFacts
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
@@ -69,7 +70,7 @@ def test_zero_fig1_model_states(sharding: str) -> None:
     model = get_model("megatron-gpt-7.5b")
     plan = Plan(dp_shard=64 if sharding != "none" else 1, dp_replicate=1 if sharding != "none" else 64,
                 sharding=sharding, global_batch=64, grad_reduce_dtype="bf16")  # type: ignore[arg-type]
-    mem = estimate(model, CLUSTER, plan).memory
+    mem = estimate(model, CLUSTER, plan, engine=get_engine()).memory
     per_param = (mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes) / model.total_params()
     assert per_param * 7.5e9 / 1e9 == pytest.approx(ZERO_FIG1_GB[sharding], rel=0.02)
 
@@ -77,8 +78,8 @@ def test_zero_fig1_model_states(sharding: str) -> None:
 def test_offload_moves_optimizer_off_gpu() -> None:
     model = get_model("llama3-8b")
     base = Plan(dp_shard=8, sharding="zero3", global_batch=8)
-    on = estimate(model, CLUSTER, base).memory
-    off = estimate(model, CLUSTER, replace(base, offload_optimizer=True)).memory
+    on = estimate(model, CLUSTER, base, engine=get_engine()).memory
+    off = estimate(model, CLUSTER, replace(base, offload_optimizer=True), engine=get_engine()).memory
     assert off.optimizer_bytes == 0 and on.optimizer_bytes > 0
     assert off.activations_bytes == on.activations_bytes
 

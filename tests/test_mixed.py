@@ -19,13 +19,20 @@ from plait.job import Job
 from plait.plan.mixed import GroupShare, MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.predict.mixed import estimate_mixed
+from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout
 from plait.simulate.costs import pipeline_costs
 from plait.workload.catalog import get_model
+from plait.workload.model import ModelSpec
 from tests.inprocess import cli
 
 MODEL = get_model("llama3-8b")
 FSDP = Plan(dp_shard=128, sharding="zero3", micro_batch=1, global_batch=512)
+ENGINE = get_engine()
+
+
+def _estimate(cluster: MixedCluster, mixed: MixedPlan, model: ModelSpec = MODEL) -> MixedEstimate:
+    """``mixed`` as a mixed plan enters the estimator: its layout's sequence length filled (``mixed_layout``)."""
+    return estimate_mixed(model, cluster, replace(mixed, plan=mixed_layout(model, mixed.plan)), engine=ENGINE)
 
 
 def _two(cluster: str, gpus: int, join_from: str) -> MixedCluster:
@@ -46,33 +53,41 @@ def test_one_group_is_the_homogeneous_cluster_exactly() -> None:
     c = get_cluster("dgx-h100-ib")
     mixed = MixedCluster(name="one", groups=(DeviceGroup(name="h100", cluster=c, num_gpus=128),),
                          join=c.tiers[-1], source="test")
-    est = estimate_mixed(MODEL, mixed, _data(FSDP, ("h100", 128, 512)))
-    ref = estimate(MODEL, c, FSDP)
+    est = _estimate(mixed, _data(FSDP, ("h100", 128, 512)))
+    ref = estimate(MODEL, c, FSDP, engine=ENGINE)
     assert est.step_time_s == ref.step_time_s
     assert est.groups[0].memory_bytes == ref.memory.total_bytes
     assert est.tokens_per_s == ref.tokens_per_s
 
 
+def test_a_mixed_layout_takes_the_model_sequence_length_where_it_enters() -> None:
+    """A layout that leaves the sequence length 0 takes the model's, once, where the mixed plan enters; a stated
+    one is kept."""
+    assert FSDP.seq_len == 0 and mixed_layout(MODEL, FSDP).seq_len == MODEL.seq_len
+    assert mixed_layout(MODEL, replace(FSDP, seq_len=1024)).seq_len == 1024
+
+
 @pytest.mark.parametrize("plan", [FSDP, Plan(tp=8, dp_shard=16, sharding="zero1", sp=True, global_batch=512),
                                   Plan(pp=4, dp_shard=32, sharding="zero1", global_batch=512)])
 def test_two_groups_of_one_kind_on_its_fabric_equal_the_homogeneous_estimate(plan: Plan) -> None:
-    mixed, ref = _two("dgx-h100-ib", 64, "dgx-h100-ib"), estimate(MODEL, get_cluster("dgx-h100-ib"), plan)
+    mixed = _two("dgx-h100-ib", 64, "dgx-h100-ib")
+    ref = estimate(MODEL, get_cluster("dgx-h100-ib"), plan, engine=ENGINE)
     if plan.pp == 1:
-        est = estimate_mixed(MODEL, mixed, _data(plan, ("x", 64, 256), ("y", 64, 256)))
+        est = _estimate(mixed, _data(plan, ("x", 64, 256), ("y", 64, 256)))
         assert est.step_time_s == ref.step_time_s
     else:  # a pipeline split of even layers is the homogeneous pipeline, simulated
         shares = (GroupShare(group="x", num_gpus=64, layers=(8, 8)), GroupShare(group="y", num_gpus=64, layers=(8, 8)))
-        est = estimate_mixed(MODEL, mixed, MixedPlan(plan=plan, split="pipeline", shares=shares))
+        est = _estimate(mixed, MixedPlan(plan=plan, split="pipeline", shares=shares))
         assert est.step_time_s == pytest.approx(estimate(MODEL, get_cluster("dgx-h100-ib"), plan,
-                                                         simulate=True).step_time_s, rel=1e-12)
+                                                         simulate=True, engine=ENGINE).step_time_s, rel=1e-12)
 
 
 def test_a_slow_group_on_the_critical_path_sets_the_step() -> None:
     """Even batches on A100 + H100: the step is the all-A100 job's (dgx-a100-ib's HDR fabric is the join's rate),
     and the H100s idle for the difference."""
     mixed = get_mixed_cluster("a100-h100-ib")
-    est = estimate_mixed(MODEL, mixed, _data(FSDP, ("a100", 64, 256), ("h100", 64, 256)))
-    all_a100 = estimate(MODEL, get_cluster("dgx-a100-ib"), FSDP)
+    est = _estimate(mixed, _data(FSDP, ("a100", 64, 256), ("h100", 64, 256)))
+    all_a100 = estimate(MODEL, get_cluster("dgx-a100-ib"), FSDP, engine=ENGINE)
     assert est.step_time_s == pytest.approx(all_a100.step_time_s, rel=1e-12)
     a100, h100 = est.groups
     assert est.critical is a100 and a100.idle_s == 0.0
@@ -82,9 +97,9 @@ def test_a_slow_group_on_the_critical_path_sets_the_step() -> None:
 def test_a_slow_pipeline_stage_sets_the_steady_state() -> None:
     mixed, plan = get_mixed_cluster("a100-h100-ib"), Plan(pp=4, dp_shard=32, sharding="zero1", global_batch=512)
     shares = (GroupShare(group="a100", num_gpus=64, layers=(8, 8)), GroupShare(group="h100", num_gpus=64, layers=(8, 8)))
-    est = estimate_mixed(MODEL, mixed, MixedPlan(plan=plan, split="pipeline", shares=shares))
-    a100 = estimate(MODEL, get_cluster("dgx-a100-ib"), plan, simulate=True)
-    h100 = estimate(MODEL, get_cluster("dgx-h100-ib"), plan, simulate=True)
+    est = _estimate(mixed, MixedPlan(plan=plan, split="pipeline", shares=shares))
+    a100 = estimate(MODEL, get_cluster("dgx-a100-ib"), plan, simulate=True, engine=ENGINE)
+    h100 = estimate(MODEL, get_cluster("dgx-h100-ib"), plan, simulate=True, engine=ENGINE)
     assert h100.step_time_s < est.step_time_s <= a100.step_time_s * (1 + 1e-9)
     slowest = max(est.groups, key=lambda g: g.busy_s)
     all_a100 = Job.build(MODEL, get_cluster("dgx-a100-ib"), plan, get_engine())
@@ -97,8 +112,8 @@ def test_balancing_moves_batch_to_the_fast_group_and_beats_the_even_split() -> N
     from plait.search.mixed_split import balance_data
 
     mixed = get_mixed_cluster("a100-h100-ib")
-    even = estimate_mixed(MODEL, mixed, _data(FSDP, ("a100", 64, 256), ("h100", 64, 256)))
-    best = balance_data(MODEL, mixed, even, None, 64)
+    even = _estimate(mixed, _data(FSDP, ("a100", 64, 256), ("h100", 64, 256)))
+    best = balance_data(MODEL, mixed, even, ENGINE, 64)
     a100, h100 = best.plan.shares
     assert h100.batch > a100.batch and a100.batch + h100.batch == 512
     assert best.tokens_per_s > 1.3 * even.tokens_per_s
@@ -110,7 +125,7 @@ def test_memory_is_checked_per_device_type() -> None:
     and a layer's activations fit an A100 80GB, not a V100 32GB."""
     mixed = get_mixed_cluster("v100-a100-ib")
     plan = Plan(dp_shard=128, sharding="zero1", recompute="full", global_batch=512)
-    est = estimate_mixed(MODEL, mixed, _data(plan, ("v100", 64, 256), ("a100", 64, 256)))
+    est = _estimate(mixed, _data(plan, ("v100", 64, 256), ("a100", 64, 256)))
     v100, a100 = est.groups
     assert not v100.fits and a100.fits and not est.fits
     assert v100.memory_bytes > 8e9 * (2 + 4)
@@ -121,16 +136,16 @@ def test_local_sgd_groups_take_their_own_local_steps() -> None:
     plan = Plan(dp_replicate=128, global_batch=512, dp_sync="local_sgd:every=2", micro_batch=1)
     shares = (GroupShare(group="a100", num_gpus=64, batch=256, local_steps=2),
               GroupShare(group="h100", num_gpus=64, batch=256, local_steps=6))
-    est = estimate_mixed(MODEL, mixed, MixedPlan(plan=plan, split="data", shares=shares))
+    est = _estimate(mixed, MixedPlan(plan=plan, split="data", shares=shares))
     assert est.tokens_per_step == (2 * 256 + 6 * 256) * MODEL.seq_len
     assert est.step_time_s == pytest.approx(max(g.busy_s for g in est.groups))
     with pytest.raises(ConfigError, match="local_steps .* only with dp_sync local_sgd"):
-        estimate_mixed(MODEL, mixed, MixedPlan(plan=replace(plan, dp_sync="allreduce"), split="data", shares=shares))
+        _estimate(mixed, MixedPlan(plan=replace(plan, dp_sync="allreduce"), split="data", shares=shares))
 
 
 def test_slowed_device_is_slower_by_the_factor() -> None:
     c, plan = get_cluster("dgx-h100-ib"), Plan(tp=8, sp=True, global_batch=8)
-    fast, slow = estimate(MODEL, c, plan), estimate(MODEL, slowed(c, 3.0), plan)
+    fast, slow = estimate(MODEL, c, plan, engine=ENGINE), estimate(MODEL, slowed(c, 3.0), plan, engine=ENGINE)
     assert slow.time.compute_s == pytest.approx(3.0 * fast.time.compute_s, rel=1e-9)
     assert slow.memory.total_bytes == fast.memory.total_bytes
     with pytest.raises(ConfigError, match="factor=0.5 must be >= 1"):
@@ -145,7 +160,7 @@ def test_slowed_device_is_slower_by_the_factor() -> None:
 ])
 def test_bad_shares_are_refused_by_name(shares: tuple, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        estimate_mixed(MODEL, get_mixed_cluster("a100-h100-ib"), _data(FSDP, *shares))
+        _estimate(get_mixed_cluster("a100-h100-ib"), _data(FSDP, *shares))
 
 
 def test_a_mixed_cluster_file_names_presets_and_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -192,8 +207,8 @@ def test_planner_local_sgd_gives_the_fast_group_more_local_steps_with_a_measured
 
     mixed, model = get_mixed_cluster("a100-h100-ib"), get_model("gpt3-1.3b")
     plan = Plan(dp_shard=128, sharding="zero1", micro_batch=2, global_batch=512)
-    even = estimate_mixed(model, mixed, _data(plan, ("a100", 64, 256), ("h100", 64, 256)))
-    plans = local_sgd_plans(model, mixed, even, None)
+    even = _estimate(mixed, _data(plan, ("a100", 64, 256), ("h100", 64, 256)), model=model)
+    plans = local_sgd_plans(model, mixed, even, ENGINE)
     assert plans and all(e.steps_multiplier_known and e.plan.plan.dp_replicate == 2 for e in plans)
     assert any(e.plan.shares[1].local_steps > e.plan.shares[0].local_steps for e in plans)
     for e in plans:
@@ -211,7 +226,7 @@ def test_cpu_workers_in_a_synchronous_step_set_its_pace() -> None:
 
     mixed, model = resolve_any_cluster("examples/mixed-gpu-cpu.toml"), get_model("gpt3-125m")
     assert isinstance(mixed, MixedCluster)
-    result = plan_mixed(model, mixed, 80, local_sgd=False)
+    result = plan_mixed(model, mixed, 80, local_sgd=False, engine=ENGINE)
     best = result.plans[0]
     cpu = next(s for s in best.plan.shares if s.group == "cpu")
     assert cpu.batch == 2 * best.plan.plan.micro_batch  # one micro-batch per CPU rank: the least a rank can run

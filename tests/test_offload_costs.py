@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from plait.cost.batch import layer_columns
+from plait.engine.catalog import get_engine
 from plait.engine.facts import DEFAULT
 from plait.hardware.catalog import cluster_from_mapping
 from plait.plan.plan import Plan
@@ -33,14 +34,15 @@ def test_parameter_offload_keeps_the_network_gathers() -> None:
     assert plain.gather_s > 0 and plain.reduce_s > 0
     assert offload.gather_s == pytest.approx(plain.gather_s + 2 * params / 16 / pcie, rel=1e-12)
     assert offload.reduce_s == pytest.approx(plain.reduce_s + 4 * params / 16 / pcie, rel=1e-12)
-    slow = estimate(MODEL, cluster, Plan(**BASE, offload_params=True, offload_optimizer=True))
-    assert slow.step_time_s > estimate(MODEL, cluster, Plan(**BASE)).step_time_s
+    slow = estimate(MODEL, cluster, Plan(**BASE, offload_params=True, offload_optimizer=True), engine=get_engine())
+    assert slow.step_time_s > estimate(MODEL, cluster, Plan(**BASE), engine=get_engine()).step_time_s
 
 
 def test_optimizer_offload_alone_keeps_weights_and_gradients_on_the_gpu() -> None:
     cluster = _cluster(network_gb_per_s=10.0)
-    only = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True)).memory
-    both = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True, offload_params=True)).memory
+    only = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True), engine=get_engine()).memory
+    both = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True, offload_params=True),
+                    engine=get_engine()).memory
     assert only.optimizer_bytes == 0 and only.weights_bytes > 0 and only.gradients_bytes > 0
     assert both.weights_bytes == 0 and both.gradients_bytes == 0 and both.optimizer_bytes == 0
 
@@ -49,7 +51,8 @@ def test_offloaded_optimizer_step_moves_each_tensor_once() -> None:
     """With parameters offloaded the per-layer copies already move gradients down and weights stay on the host, so
     the optimizer step adds no second PCIe transfer; optimizer offload alone pays grads + bf16 weights once."""
     cluster = _cluster(network_gb_per_s=10.0)
-    only = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True)).time.optimizer_s
-    both = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True, offload_params=True)).time.optimizer_s
+    only = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True), engine=get_engine()).time.optimizer_s
+    both = estimate(MODEL, cluster, Plan(**BASE, offload_optimizer=True, offload_params=True),
+                    engine=get_engine()).time.optimizer_s
     local = MODEL.total_params() / 16
     assert only - both == pytest.approx(local * (4 + 2) / 10e9, rel=1e-3)

@@ -10,6 +10,7 @@ from inprocess import cli
 from rich.console import Console
 
 from plait import progress
+from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
 from plait.progress import LazyProgress
 from plait.search.runner import run_search
@@ -57,8 +58,9 @@ def test_the_pool_reports_each_piece_from_this_process() -> None:
     model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
     space = default_space(model, cluster, 64, (512,))
     seen: list[tuple[int, int]] = []
-    pooled = run_search(model, cluster, space, workers=2, progress=lambda done, total: seen.append((done, total)))
-    serial = run_search(model, cluster, space, workers=1)
+    pooled = run_search(model, cluster, space, workers=2, progress=lambda done, total: seen.append((done, total)),
+                        engine=get_engine())
+    serial = run_search(model, cluster, space, workers=1, engine=get_engine())
     assert [e.plan for e in pooled.top(5)] == [e.plan for e in serial.top(5)]
     assert len(seen) > 2 and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert seen[-1] == (pooled.num_candidates, pooled.num_candidates)

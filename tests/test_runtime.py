@@ -119,6 +119,7 @@ def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> N
     """`plait calibrate` measures this machine (gloo, 2 ranks) into a cluster file with a curve per collective
     (``--quick``: the same figures from fewer rounds; the full run differs only in counts); its stages show on a
     terminal only, so a pipe hears nothing but the result."""
+    from plait.engine.catalog import get_engine
     from plait.hardware.catalog import load_cluster_file
     from plait.plan.plan import Plan
     from plait.predict.estimate import estimate
@@ -139,7 +140,7 @@ def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> N
     for host in (eff.host_fsdp_layer_fwd_us, eff.host_fsdp_layer_bwd_us, eff.host_tp_layer_fwd_us, eff.host_tp_layer_bwd_us):
         assert host.source.startswith("measured by plait calibrate") and host.value >= 0
     est = estimate(resolve_model(str(ROOT / "examples" / "small-model.toml")), cluster,
-                   Plan(dp_shard=2, sharding="zero3", global_batch=16, micro_batch=4))
+                   Plan(dp_shard=2, sharding="zero3", global_batch=16, micro_batch=4), engine=get_engine())
     assert est.step_time_s > 0 and est.time.fsdp_comm_s > 0
     again = subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(out)],
                            capture_output=True, text=True, timeout=60)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from inprocess import cli
 
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.schedule.elastic import Elastic
@@ -30,7 +31,7 @@ MODEL = "gpt3-1.3b"
 
 @cache
 def speed_model(cluster: str = CLUSTER) -> SpeedModel:
-    return SpeedModel(get_cluster(cluster))
+    return SpeedModel(get_cluster(cluster), get_engine())
 
 
 def job(job_id: str, arrival_s: float, gpus: int, seconds: float, model: str = MODEL) -> TraceJob:
@@ -127,7 +128,7 @@ def test_las_demotes_a_job_when_its_attained_service_crosses_a_threshold() -> No
 def test_the_planner_predicts_a_job_spread_over_nodes_slower_than_consolidated() -> None:
     """On 4x 100 Gb/s Omni-Path per 8 A100s, 8 GPUs as 2 on each of 4 nodes cross the network at every step."""
     cluster = get_cluster("a100-omnipath")
-    speed, pool = SpeedModel(cluster), Pool(cluster, 32)
+    speed, pool = SpeedModel(cluster, get_engine()), Pool(cluster, 32)
     spread = Placement(nodes=((0, 2), (1, 2), (2, 2), (3, 2)))
     assert pool.spans(spread) == (2, cluster.tiers[1].span_gpus)
     together, apart = speed.at("llama3-8b", 8), speed.at("llama3-8b", 8, pool.spans(spread))

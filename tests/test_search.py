@@ -9,12 +9,13 @@ import sys
 import numpy as np
 import pytest
 
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.plan.io import read_plan_file
-from plait.search.runner import run_search
 from plait.search.enumerate import enumerate_space
 from plait.search.pareto import Point, choose, pareto_front
+from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 
@@ -23,7 +24,7 @@ LLAMA8, H100 = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
 
 @pytest.fixture(scope="module")
 def result():
-    return run_search(LLAMA8, H100, default_space(LLAMA8, H100, 16, (64,)))
+    return run_search(LLAMA8, H100, default_space(LLAMA8, H100, 16, (64,)), engine=get_engine())
 
 
 def test_every_candidate_gets_one_verdict(result) -> None:
@@ -123,9 +124,10 @@ def test_a_pool_of_workers_finds_what_one_process_finds() -> None:
     order included) and the same nearest misses as one process; progress counts up to the whole space."""
     model, cluster = get_model("llama3-70b"), get_cluster("dgx-h100-ib")
     space = default_space(model, cluster, 512, (1024,))
-    serial = run_search(model, cluster, space, workers=1)
+    serial = run_search(model, cluster, space, workers=1, engine=get_engine())
     seen: list[tuple[int, int]] = []
-    pooled = run_search(model, cluster, space, workers=2, progress=lambda done, total: seen.append((done, total)))
+    pooled = run_search(model, cluster, space, workers=2, progress=lambda done, total: seen.append((done, total)),
+                        engine=get_engine())
     assert serial.num_candidates == pooled.num_candidates > 100_000
     assert serial.reasons == pooled.reasons and serial.costed == pooled.costed
     assert [t for t, _, _ in serial.ranking()] == [t for t, _, _ in pooled.ranking()]
@@ -148,7 +150,7 @@ def test_pieces_cover_the_space_in_order() -> None:
 
 def test_workers_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="workers=0 must be >= 1"):
-        run_search(LLAMA8, H100, default_space(LLAMA8, H100, 8, (8,)), workers=0)
+        run_search(LLAMA8, H100, default_space(LLAMA8, H100, 8, (8,)), workers=0, engine=get_engine())
 
 
 def test_parameter_servers_are_tried_alone_and_hybrid_where_replicas_hold_whole_layers() -> None:

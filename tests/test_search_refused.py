@@ -9,6 +9,7 @@ from unittest import mock
 import numpy as np
 
 import plait.search.parts as parts
+from plait.engine.catalog import get_engine
 from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.hardware.catalog import cluster_from_mapping, get_cluster
@@ -16,8 +17,8 @@ from plait.plan.columns import PlanColumns
 from plait.plan.groups import rank_groups
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.runner import run_search
 from plait.search.rules import MEMORY_REASON
+from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
 from tests.conftest import toy_cluster_mapping
@@ -32,9 +33,9 @@ def test_deepseek_v3_on_4096_gpus_returns_ranked_plans() -> None:
     model = get_model("deepseek-v3")
     culprit = Plan(tp=1, cp=16, ep=8, dp_replicate=256, global_batch=2048)
     assert rank_groups(PlanColumns.one(culprit))["expert_dp"].span == 4096 - 8 + 1
-    assert estimate(model, H100, culprit).step_time_s > 0
+    assert estimate(model, H100, culprit, engine=get_engine()).step_time_s > 0
     space = replace(default_space(model, H100, 4096, (2048,)), tp=(1,), pp=(1, 16))
-    result = run_search(model, H100, space, workers=1)
+    result = run_search(model, H100, space, workers=1, engine=get_engine())
     assert result.num_feasible > 0 and sum(result.reasons.values()) + result.num_feasible == result.num_candidates
     assert set(result.reasons) <= {*parts.reason_table(), *parts.engine_reasons(result.engine)}
     best = result.top(1)[0]
@@ -66,7 +67,7 @@ def test_a_search_counts_what_the_cost_model_refuses() -> None:
         return real(model, cluster, cols, framework)
 
     with mock.patch.object(parts, "evaluate_batch", refuse_cp2):
-        result = run_search(model, H100, default_space(model, H100, 16, (64,)), workers=1)
+        result = run_search(model, H100, default_space(model, H100, 16, (64,)), workers=1, engine=get_engine())
     assert result.reasons["cp=2 refused by this test"] > 0
     assert list(result.reasons)[-2:] == [MEMORY_REASON, "cp=2 refused by this test"]
     assert sum(result.reasons.values()) + result.num_feasible == result.num_candidates

@@ -111,7 +111,7 @@ def test_trace_follows_the_trace_event_format(tmp_path: Path) -> None:
     assert {e["name"] for e in meta} == {"process_name", "thread_name"}
     end = max(e["ts"] + e["dur"] for e in complete) / 1e6
     assert end == pytest.approx(timeline.step_time_s) == pytest.approx(estimate(
-        get_model("llama3-70b"), get_cluster("dgx-h100-ib"), plan, simulate=True).step_time_s)
+        get_model("llama3-70b"), get_cluster("dgx-h100-ib"), plan, simulate=True, engine=get_engine()).step_time_s)
     # no two spans overlap on one stream of one rank
     for pid in range(4):
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in complete if e["pid"] == pid and e["tid"] == 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import cluster_from_mapping, get_cluster
 from plait.plan.plan import Plan
@@ -40,15 +41,16 @@ def test_bytes_leaving_sites_are_the_hierarchical_all_reduces() -> None:
     against 2 (g-1)/g for a flat ring. Plans inside one site send nothing out."""
     cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
     n = model.total_params()
-    pure = estimate(model, cluster, Plan(dp_replicate=128, global_batch=128))
+    pure = estimate(model, cluster, Plan(dp_replicate=128, global_batch=128), engine=get_engine())
     assert pure.egress_bytes_per_step == pytest.approx(2 * (2 * 1 / 2) * 4 * n, rel=1e-9)  # fp32 gradients
-    assert estimate(model, cluster, Plan(dp_replicate=64, global_batch=128)).egress_bytes_per_step == 0.0
+    assert estimate(model, cluster, Plan(dp_replicate=64, global_batch=128),
+                    engine=get_engine()).egress_bytes_per_step == 0.0
     # HSDP with local SGD: 64 pairs of replicas, one in each site, average their 1/64 shard every 8 steps
     hsdp = estimate(model, cluster, Plan(dp_replicate=2, dp_shard=64, sharding="zero3", global_batch=128,
-                                         dp_sync="local_sgd:every=8"))
+                                         dp_sync="local_sgd:every=8"), engine=get_engine())
     assert hsdp.egress_bytes_per_step == pytest.approx(64 * 2 * (2 * 1 / 2) * 4 * n / 64 / 8, rel=1e-9)
     # a pipeline of two stages, one per site: every micro-batch's activation out and its gradient back
-    piped = estimate(model, cluster, Plan(pp=2, dp_shard=64, sharding="zero1", global_batch=128))
+    piped = estimate(model, cluster, Plan(pp=2, dp_shard=64, sharding="zero1", global_batch=128), engine=get_engine())
     micro_batches = 128 // 64
     activation = 1 * model.seq_len * model.hidden_size * 2  # bf16 [micro_batch, seq, hidden]
     assert piped.egress_bytes_per_step == pytest.approx(64 * 2 * micro_batches * activation, rel=1e-9)
@@ -59,7 +61,8 @@ def test_egress_enters_the_dollar_figure_and_the_wide_area_link_the_step() -> No
     one_site = toy_cluster_mapping()
     one_site["tiers"][1]["span_gpus"] = 128
     plan = Plan(dp_replicate=128, global_batch=128)
-    est, near = estimate(model, cluster, plan), estimate(model, cluster_from_mapping(one_site, "one-site"), plan)
+    est = estimate(model, cluster, plan, engine=get_engine())
+    near = estimate(model, cluster_from_mapping(one_site, "one-site"), plan, engine=get_engine())
     tokens = 1e12
     steps = tokens / est.tokens_per_step
     assert est.cost_usd(tokens) == pytest.approx(est.gpu_hours(tokens) * 2.0 + steps * est.egress_bytes_per_step
@@ -73,9 +76,9 @@ def test_egress_enters_the_dollar_figure_and_the_wide_area_link_the_step() -> No
 def test_local_sgd_over_hsdp_sends_less_between_sites_than_the_all_reduce() -> None:
     cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
     hsdp = {"dp_replicate": 2, "dp_shard": 64, "sharding": "zero3", "global_batch": 128}
-    plain = estimate(model, cluster, Plan(**hsdp))
+    plain = estimate(model, cluster, Plan(**hsdp), engine=get_engine())
     for every in (4, 16):
-        local = estimate(model, cluster, Plan(**hsdp, dp_sync=f"local_sgd:every={every}"))
+        local = estimate(model, cluster, Plan(**hsdp, dp_sync=f"local_sgd:every={every}"), engine=get_engine())
         assert local.egress_bytes_per_step < plain.egress_bytes_per_step / (every / 2)
         assert local.step_time_s < plain.step_time_s and local.time.fsdp_comm_s == plain.time.fsdp_comm_s
 

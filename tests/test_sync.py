@@ -112,6 +112,7 @@ def test_lossy_methods_still_train(trained, case: str, reference: str) -> None: 
 def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
     """On one DGX H100 node's NVLink the all-reduce hides behind the backward and wins; on 100 Gbit/s Ethernet
     PowerSGD and local SGD send less and win. Methods where they cannot run are refused in one line."""
+    from plait.engine.catalog import get_engine
     from plait.hardware.catalog import cluster_from_mapping, get_cluster
     from plait.plan.plan import Plan
     from plait.predict.estimate import estimate
@@ -124,23 +125,26 @@ def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
     for cluster in (fast, slow):
         for spec in ("allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "local_sgd:every=8"):
             plan = Plan(dp_replicate=16, global_batch=64, dp_sync=spec)
-            steps[cluster.name, spec.partition(":")[0]] = estimate(model, cluster, plan).step_time_s
+            steps[cluster.name, spec.partition(":")[0]] = estimate(model, cluster, plan,
+                                                                   engine=get_engine()).step_time_s
     assert min((v, k[1]) for k, v in steps.items() if k[0] == fast.name)[1] in ("allreduce", "bf16")
     assert steps[slow.name, "powersgd"] < steps[slow.name, "bf16"] < steps[slow.name, "allreduce"]
     assert steps[slow.name, "local_sgd"] < steps[slow.name, "allreduce"]
     with pytest.raises(ConfigError, match="reduces each replica's whole gradient and needs sharding='none'"):
-        estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="bf16"))
-    split = estimate(model, slow, Plan(tp=2, dp_replicate=8, global_batch=64, dp_sync="powersgd:rank=4"))
+        estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="bf16"), engine=get_engine())
+    split = estimate(model, slow, Plan(tp=2, dp_replicate=8, global_batch=64, dp_sync="powersgd:rank=4"),
+                     engine=get_engine())
     assert 0 < split.step_time_s < estimate(model, slow, Plan(tp=2, dp_shard=8, global_batch=64,
-                                                              sharding="zero2")).step_time_s
+                                                              sharding="zero2"), engine=get_engine()).step_time_s
     for spec in ("local_sgd:every=8", "bf16"):
         with pytest.raises(ConfigError, match="cp=2 ranks each hold part of every sequence"):
-            estimate(model, fast, Plan(cp=2, dp_replicate=8, global_batch=64, dp_sync=spec))
+            estimate(model, fast, Plan(cp=2, dp_replicate=8, global_batch=64, dp_sync=spec), engine=get_engine())
     with pytest.raises(ConfigError, match="averages whole replicas.*dp_replicate > 1"):
-        estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="diloco:every=8"))
+        estimate(model, fast, Plan(dp_shard=16, sharding="zero3", global_batch=64, dp_sync="diloco:every=8"),
+                 engine=get_engine())
     with pytest.raises(ConfigError, match="dreamddp.*needs sharding='none'"):
         estimate(model, fast, Plan(dp_replicate=2, dp_shard=8, sharding="zero3", global_batch=64,
-                                   dp_sync="dreamddp:every=8"))
+                                   dp_sync="dreamddp:every=8"), engine=get_engine())
 
 
 @pytest.mark.slow
@@ -297,13 +301,14 @@ def test_palsgd_costs_only_its_gradient_steps() -> None:
     """A PALSGD step is a gradient step with probability 1 - p and otherwise a pull toward the outer copy: on a
     DGX H100 node (synchronization all but free) its mean step is about 1 - p of DiLoCo's, and its MFU, counting
     only the FLOPs its gradient steps run, about DiLoCo's."""
+    from plait.engine.catalog import get_engine
     from plait.hardware.catalog import get_cluster
     from plait.plan.plan import Plan
     from plait.predict.estimate import estimate
 
     model, fast = get_model("gpt3-1.3b"), get_cluster("dgx-h100-ib")
     plan = lambda spec: Plan(dp_replicate=8, global_batch=64, dp_sync=spec)  # noqa: E731
-    diloco = estimate(model, fast, plan("diloco:every=64,outer_lr=0.25"))
-    palsgd = estimate(model, fast, plan("palsgd:every=64,p=0.4"))
+    diloco = estimate(model, fast, plan("diloco:every=64,outer_lr=0.25"), engine=get_engine())
+    palsgd = estimate(model, fast, plan("palsgd:every=64,p=0.4"), engine=get_engine())
     assert palsgd.step_time_s == pytest.approx(0.6 * diloco.step_time_s, rel=0.03)
     assert palsgd.mfu == pytest.approx(diloco.mfu, rel=0.05)

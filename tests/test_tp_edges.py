@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from plait.engine.facts import EngineFacts
 from plait.engine.catalog import get_engine
+from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
@@ -32,7 +32,7 @@ def test_sequence_parallel_tp_traffic_of_a_step(toy_cluster: Cluster) -> None:
     model = replace(get_model("llama3-8b"), num_layers=2)
     tokens = model.seq_len
     hidden = 2 * tokens * model.hidden_size  # bf16 hidden states of one micro-batch
-    est = estimate(model, toy_cluster, _plan())
+    est = estimate(model, toy_cluster, _plan(), engine=get_engine())
     layers = model.num_layers * 2 * 2 * (hidden / 2 + hidden / 2) / BW
     ends = 4 * (hidden / 2) / BW + 3 * (4 * tokens) / BW
     assert est.time.tp_comm_s == pytest.approx(layers + ends, rel=1e-9)
@@ -57,8 +57,8 @@ def test_sequence_parallel_reduces_norm_gradients_once_per_step(toy_cluster: Clu
     model = replace(get_model("llama3-8b"), num_layers=2)
     norms = (2 * model.num_layers + 1) * model.hidden_size
     for micro_batches in (1, 4):
-        sp = estimate(model, toy_cluster, _plan(global_batch=micro_batches))
-        no_sp = estimate(model, toy_cluster, _plan(sp=False, global_batch=micro_batches))
+        sp = estimate(model, toy_cluster, _plan(global_batch=micro_batches), engine=get_engine())
+        no_sp = estimate(model, toy_cluster, _plan(sp=False, global_batch=micro_batches), engine=get_engine())
         grad_bytes = 4  # fp32 gradients (the default reduce dtype)
         assert sp.time.optimizer_s - no_sp.time.optimizer_s == pytest.approx(grad_bytes * norms / BW, rel=1e-9)
 

@@ -10,7 +10,7 @@ from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
-from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_to_dict
+from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout, mixed_to_dict
 from plait.progress import LazyProgress
 from plait.search.mixed import plan_mixed
 from plait.search.mixed_split import balance_data, balance_pipeline
@@ -67,6 +67,7 @@ def mixed_estimate(model_name: str | None, cluster: MixedCluster, layout: Plan, 
     or balanced by speed."""
     model: ModelSpec = resolve_model(model_name or DEFAULT_MODEL)
     eng = get_engine(engine or DEFAULT_ENGINE)
+    layout = mixed_layout(model, layout)
     if given:
         return estimate_mixed(model, cluster, MixedPlan(plan=layout, split=split, shares=tuple(parts)), engine=eng)
     if split == "pipeline":

@@ -13,6 +13,7 @@ from rich.table import Table
 from plait.cli.numbers import count, quantity
 from plait.cli.options import DEFAULT_CLUSTER
 from plait.cli.output import print_json
+from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError, check_export_folder, refuse_overwrite
 from plait.hardware.catalog import resolve_cluster
 from plait.progress import LazyProgress
@@ -96,7 +97,7 @@ def schedule_command(
     spec = resolve_cluster(cluster)
     size = gpus if gpus is not None else min(DEFAULT_SCHEDULE_GPUS, spec.max_gpus)
     Pool(spec, size)  # checks the size before any search
-    speed = SpeedModel(spec)
+    speed = SpeedModel(spec, get_engine(DEFAULT_ENGINE))  # plans ranked for the default engine: no --engine here
     name, trace_jobs = _jobs(trace, synthetic, jobs, seed, load, speed, size)
     if write_trace is not None:
         write_trace.write_text(trace_csv(trace_jobs), encoding="utf-8")

@@ -15,7 +15,6 @@ from plait.cost.batch import BatchResult, evaluate_batch
 from plait.cost.estimate import Estimate
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import first_unsupported
-from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.job import Job
@@ -50,11 +49,10 @@ def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None
     return assemble(job, result, 0, simulate=simulate, timeline=timeline)
 
 
-def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine | None = None,
+def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, *, engine: Engine,
              simulate: bool | None = None) -> Estimate:
-    """:func:`predict` of the job :meth:`Job.build` makes of these (a library and test convenience; ``engine``:
-    :data:`plait.engine.catalog.DEFAULT_ENGINE` unless named)."""
-    return predict(Job.build(model, cluster, plan, engine or get_engine()), simulate=simulate)
+    """:func:`predict` of the job :meth:`Job.build` makes of these (a library and test convenience)."""
+    return predict(Job.build(model, cluster, plan, engine), simulate=simulate)
 
 
 def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None = None,

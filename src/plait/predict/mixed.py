@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from plait.cost.estimate import Estimate, TimeBreakdown
-from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
 from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan
+from plait.plan.plan import Plan
 from plait.predict.estimate import predict
 from plait.simulate.costs import pipeline_costs, stage_memories
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
@@ -122,11 +122,18 @@ class MixedEstimate:
         return self.price_per_hour_usd / 3600.0 / (self.tokens_per_s / self.steps_multiplier) * 1e6
 
 
-def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *,
-                   engine: Engine | None = None) -> MixedEstimate:
-    """Predict step time, per-group idle time and memory of ``mixed`` on ``cluster``."""
-    engine = engine or get_engine()
-    mixed = replace(mixed, plan=mixed.plan.with_seq_len(model.seq_len))
+def mixed_layout(model: ModelSpec, layout: Plan) -> Plan:
+    """``layout``, the plan a mixed plan shares among groups, its sequence length filled from ``model`` where it
+    leaves it 0: once, where a mixed plan enters (the command line's layout options, a run's uneven split), as
+    :meth:`plait.job.Job.build` does for a plan, so :func:`estimate_mixed` and a balancing's many estimates of one
+    layout take it filled. The mixed planner's layouts come from searches, whose plans carry their space's length."""
+    return layout.with_seq_len(model.seq_len)
+
+
+def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *, engine: Engine) -> MixedEstimate:
+    """Predict step time, per-group idle time and memory of ``mixed`` on ``cluster`` (its layout's sequence length
+    filled: :func:`mixed_layout`)."""
+    assert mixed.plan.seq_len > 0, "a mixed plan's sequence length is filled where it enters (mixed_layout)"
     check_mixed_plan(mixed, model, cluster)
     sync = mixed.plan.dp_sync
     if sync.group_local_steps:  # a group without its own local steps takes the plan's

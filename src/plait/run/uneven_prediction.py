@@ -15,7 +15,7 @@ from plait.hardware.cluster import Cluster
 from plait.hardware.mixed import DeviceGroup, MixedCluster, slowed
 from plait.plan.mixed import GroupShare, MixedPlan
 from plait.plan.plan import Plan
-from plait.predict.mixed import MixedEstimate, estimate_mixed
+from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout
 from plait.run.uneven import Uneven, layer_counts, rank_rows
 from plait.workload.model import ModelSpec
 
@@ -47,7 +47,7 @@ def mixed_plan(plan: Plan, uneven: Uneven, num_layers: int) -> MixedPlan | None:
 def predict_uneven(model: ModelSpec, cluster: Cluster, plan: Plan, uneven: Uneven) -> MixedEstimate | None:
     """``estimate_mixed`` of the run on ranks slowed by ``uneven.slowdown`` (1 where none is given); ``None``
     where :func:`mixed_plan` cannot express the layout."""
-    mixed = mixed_plan(plan, uneven, model.num_layers)
+    mixed = mixed_plan(mixed_layout(model, plan), uneven, model.num_layers)
     if mixed is None:
         return None
     factors = uneven.slowdown or (1.0,) * plan.num_gpus

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.goodput import reliability
@@ -57,14 +58,17 @@ class Speed:
 
 
 class SpeedModel:
-    """Memoised planner answers for one cluster (the memo is this object's, never global: STYLE.md rule 3)."""
+    """Memoised planner answers for one cluster and one engine (the memo is this object's, never global: STYLE.md
+    rule 3)."""
 
     global_batch = 512
     """Sequences per step of every job at every size (assumed: GPT-3's 0.5M-token batch at its 2,048-token
     sequences is 256; 512 lets sizes up to 512 GPUs run pure data parallelism)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, engine: Engine) -> None:
         self.cluster = cluster
+        self.engine = engine
+        """The engine every job's plans are ranked for."""
         self.searches = 0
         """Planner searches run so far."""
         self.search_s = 0.0
@@ -98,7 +102,7 @@ class SpeedModel:
         space = replace(default_space(spec, cluster, gpus, (self.global_batch,), precisions=("bf16",)),
                         schedules=("1f1b",), offload=((False, False),), cp=(1,),
                         recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0)))
-        best = run_search(spec, cluster, space, workers=1).top(1)
+        best = run_search(spec, cluster, space, engine=self.engine, workers=1).top(1)
         self.searches += 1
         self.search_s += time.perf_counter() - start
         if not best:

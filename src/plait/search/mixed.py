@@ -54,7 +54,7 @@ class MixedSearch:
         return max(self.baselines.items(), key=lambda kv: kv[1].target_tokens_per_s, default=None)
 
 
-def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, engine: Engine | None = None,
+def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, engine: Engine,
                memory_margin: float = 0.05, local_sgd: bool = True, progress: Progress | None = None) -> MixedSearch:
     """Mixed plans of ``model`` over every device of ``cluster`` at ``global_batch`` sequences, and baselines;
     ``local_sgd``: also each even split with per-group local steps (:mod:`plait.search.mixed_local`), ranked by
@@ -94,7 +94,7 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
     return MixedSearch(plans=plans, even=evens[0] if evens else None, baselines=baselines)
 
 
-def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engine: Engine | None,
+def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engine: Engine,
                memory_margin: float, searched: Callable[[int], None]) -> dict[str, Estimate]:
     out = {}
     for i, group in enumerate(cluster.groups):
@@ -106,7 +106,7 @@ def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engin
     return out
 
 
-def _even(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine | None) -> MixedEstimate | None:
+def _even(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine) -> MixedEstimate | None:
     if layout.global_batch % layout.dp:
         return None
     shares = even_shares(layout, [GroupShare(group=g.name, num_gpus=g.num_gpus) for g in cluster.groups])

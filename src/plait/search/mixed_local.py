@@ -27,7 +27,7 @@ def measured_periods() -> tuple[int, ...]:
 
 
 def local_sgd_plans(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate,
-                    engine: Engine | None) -> list[MixedEstimate]:
+                    engine: Engine) -> list[MixedEstimate]:
     """Local-SGD variants of the even split ``even``: whole replicas (``dp_replicate = dp``), or replicas sharded
     over as many ranks as every group's data-parallel ranks allow (fewest replicas: HSDP, each group one or more
     replicas); for each measured period H of the slowest group, the faster groups take the measured period

@@ -18,7 +18,7 @@ from plait.workload.model import ModelSpec
 
 
 def try_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan,
-              engine: Engine | None) -> MixedEstimate | None:
+              engine: Engine) -> MixedEstimate | None:
     """:func:`estimate_mixed`, or ``None`` for a candidate the layout cannot hold (whole replicas or stages per
     group, a method the layout refuses): the search drops it."""
     try:
@@ -36,7 +36,7 @@ def fits_with(e: MixedEstimate, memory_margin: float) -> bool:
     return all(g.memory_bytes <= (1.0 - memory_margin) * g.capacity_bytes for g in e.groups)
 
 
-def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, engine: Engine | None,
+def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, engine: Engine,
                  moves: int, memory_margin: float = 0.0) -> MixedEstimate | None:
     """Local batches in proportion to each group's sequences per second at the even split (Poplar), rounded to
     whole micro-batches per replica, then micro-batches moved from the slowest group to the one with most idle
@@ -69,7 +69,7 @@ def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, e
 
 
 def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, replicas: list[int], per_replica: list[int],
-          engine: Engine | None) -> MixedEstimate | None:
+          engine: Engine) -> MixedEstimate | None:
     """``mixed`` with ``per_replica[i]`` micro-batches on each replica of share i; the global batch follows."""
     mb = mixed.plan.micro_batch
     shares = [replace(s, batch=r * k * mb) for s, r, k in zip(mixed.shares, replicas, per_replica, strict=True)]
@@ -79,7 +79,7 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, replicas: l
     return try_mixed(model, cluster, replace(mixed, plan=plan, shares=tuple(shares)), engine)
 
 
-def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine | None,
+def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine,
                      moves: int, memory_margin: float = 0.0) -> MixedEstimate | None:
     """Stages spread over groups in proportion to their devices, layers in proportion to each stage's speed
     per layer at the even split, then one layer at a time from the slowest stage to its faster neighbour while
@@ -117,7 +117,7 @@ def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engi
 
 
 def _pipe(model: ModelSpec, cluster: MixedCluster, layout: Plan, stages: list[int], layers: list[int],
-          engine: Engine | None) -> MixedEstimate | None:
+          engine: Engine) -> MixedEstimate | None:
     shares, at = [], 0
     for group, k in zip(cluster.groups, stages, strict=True):
         if k:

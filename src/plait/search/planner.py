@@ -29,7 +29,7 @@ def check_objective(objective: str) -> None:
         raise ConfigError(f"objective={objective!r} must be one of {', '.join(OBJECTIVES)}")
 
 
-def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine | None = None) -> list[Relaxation]:
+def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine) -> list[Relaxation]:
     """The nearest changes that would make a request with no feasible plan work."""
     tries: list[tuple[str, SearchSpace]] = []
     if not space.allow_tp_across_nodes:
@@ -56,10 +56,10 @@ def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
 
 
 def search_gpu_counts(model: ModelSpec, cluster: Cluster, counts: list[int], global_batches: tuple[int, ...],
-                      tokens: float, *, seq_len: int = 0, memory_margin: float = 0.05,
+                      tokens: float, *, engine: Engine, seq_len: int = 0, memory_margin: float = 0.05,
                       allow_tp_across_nodes: bool = False, precisions: tuple[str, ...] | None = None,
-                      progress: Progress | None = None, engine: Engine | None = None,
-                      workers: int | None = None, dp_syncs: tuple[str, ...] = ("allreduce",)) -> list[Point]:
+                      progress: Progress | None = None, workers: int | None = None,
+                      dp_syncs: tuple[str, ...] = ("allreduce",)) -> list[Point]:
     """The best plan at each GPU count, priced for ``tokens`` (``workers``: see :func:`run_search`)."""
     points = []
     for gpus in counts:

@@ -16,7 +16,6 @@ import numpy as np
 from plait.cost.batch import BatchResult
 from plait.cost.estimate import Estimate
 from plait.engine.capability import reasons as engine_reasons
-from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -44,7 +43,7 @@ class SearchResult:
     cluster: Cluster
     space: SearchSpace
     num_candidates: int
-    engine: Engine = field(default_factory=get_engine)
+    engine: Engine
     """The engine plans are ranked for; options it cannot run are pruned with their reason."""
     reasons: Counter[str] = field(default_factory=Counter)
     """Infeasible candidates per reason."""
@@ -124,15 +123,13 @@ class SearchResult:
         return assemble(job, result, row, simulate=simulate)
 
 
-def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine: Engine | None = None,
+def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine: Engine,
                progress: Progress | None = None, workers: int | None = None, rank_by: str = "p50") -> SearchResult:
-    """Search ``space`` for ``engine`` (default: :data:`plait.engine.catalog.DEFAULT_ENGINE`): candidates the engine
-    cannot run are pruned with the option named; Ctrl-C returns what was costed so far. ``workers`` processes
-    search pieces of the space (:mod:`plait.search.parts`; default: every core for spaces of at least
-    :data:`~plait.search.parts.POOL_MIN_CANDIDATES`, else this process); ``progress`` is called with (candidates
-    given a verdict, candidates in the space)."""
+    """Search ``space`` for ``engine``: candidates the engine cannot run are pruned with the option named; Ctrl-C
+    returns what was costed so far. ``workers`` processes search pieces of the space (:mod:`plait.search.parts`;
+    default: every core for spaces of at least :data:`~plait.search.parts.POOL_MIN_CANDIDATES`, else this process);
+    ``progress`` is called with (candidates given a verdict, candidates in the space)."""
     start = time.perf_counter()
-    engine = engine or get_engine()
     total = sum(layout_sizes(model, space))
     if workers is None:
         workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1
