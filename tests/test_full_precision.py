@@ -83,3 +83,18 @@ def test_default_search_does_not_try_full_precision(cluster: str) -> None:
     assert set(space.precisions) <= {"bf16", "fp8"}
     asked = default_space(get_model("llama3-8b"), get_cluster(cluster), 8, (8,), precisions=("tf32",))
     assert asked.precisions == ("tf32",)
+
+
+def test_the_runtime_keeps_full_precision_plans_out_of_autocast() -> None:
+    """plait run: no bf16 autocast for fp32/tf32 plans; TF32 matmuls on only for tf32 (PyTorch's switches)."""
+    torch = pytest.importorskip("torch")
+    from plait.run.train import autocast
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        for precision in ("tf32", "fp32"):
+            with autocast(replace(PLAN, precision=precision), False, "cpu"):
+                assert not torch.is_autocast_enabled("cpu")
+            assert torch.backends.cuda.matmul.allow_tf32 == torch.backends.cudnn.allow_tf32 == (precision == "tf32")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
