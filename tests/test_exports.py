@@ -27,6 +27,8 @@ PLANS = [
     Plan(dp_replicate=2, dp_shard=8, sharding="zero3", global_batch=256, offload_params=True, offload_optimizer=True,
          grad_reduce_dtype="bf16"),
     Plan(tp=2, sp=True, pp=8, schedule="zb-h1", dp_shard=4, sharding="zero2", global_batch=64, precision="fp16"),
+    Plan(dp_shard=8, sharding="zero3", global_batch=64, micro_batch=2, precision="fp32"),
+    Plan(tp=2, sp=True, dp_shard=4, sharding="zero1", global_batch=64, precision="tf32"),
 ]
 MODELS = ["llama3-8b", "llama3-70b", "llama3.1-405b"]
 
@@ -116,6 +118,8 @@ def test_torchtitan_args_parse_with_torchtitan(plan: Plan, slug: str) -> None:
         assert p.pipeline_parallel_microbatch_size == plan.micro_batch
     expected = {"none": "NoneType", "selective": "SelectiveAC.Config", "full": "FullAC.Config"}[plan.recompute]
     assert type(config.activation_checkpoint).__qualname__ == expected
+    if plan.precision in ("fp32", "tf32"):  # FSDP2 keeps the parameters in fp32: no bf16 compute copy
+        assert config.training.mixed_precision_param == "float32"
 
 
 def test_torchtitan_artifact_is_a_bash_array() -> None:

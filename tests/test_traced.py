@@ -171,6 +171,29 @@ def test_full_sharding_at_small_micro_batches_gathers_more() -> None:
                         step_interval_s)
 
 
+def test_full_precision_plans_cost_a_float32_trace() -> None:
+    """fp32 and tf32 store fp32: the estimate wants a float32 trace (one line otherwise); on it weights take 4 bytes
+    a parameter, twice bf16's, and GEMMs run at the lower fp32 peak (A100: 19.5 of 312 TFLOP/s)."""
+    pytest.importorskip("transformers")
+    from plait.predict.intervals import step_interval_s
+    from plait.workloads.traced.cost import estimate_traced
+    from plait.workloads.traced.tracing import storage_dtype
+
+    cluster, engine = get_cluster("dgx-a100-ib"), get_engine()
+    plan = Plan(dp_replicate=8, micro_batch=64, global_batch=512, optimizer="sgd")
+    half = trace("plait.workload.zoo:resnet50")
+    with pytest.raises(ConfigError, match="precision=fp32 stores weights and activations in fp32: trace the model "
+                                          "in float32 \\(it was traced in bfloat16\\)"):
+        estimate_traced(half, cluster, replace(plan, precision="fp32"), engine, step_interval_s)
+    full = trace("plait.workload.zoo:resnet50", dtype=storage_dtype("fp32"))
+    bf16 = estimate_traced(half, cluster, plan, engine, step_interval_s)
+    fp32, tf32 = (estimate_traced(full, cluster, replace(plan, precision=p), engine, step_interval_s)
+                  for p in ("fp32", "tf32"))
+    assert fp32.memory.weights_bytes == pytest.approx(2 * bf16.memory.weights_bytes)
+    assert bf16.time.compute_s < tf32.time.compute_s < fp32.time.compute_s
+    assert (fp32.peak_flops_per_gpu, tf32.peak_flops_per_gpu) == (19.5e12, 156e12)
+
+
 def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:
     class Reads(torch.nn.Module):
         def __init__(self) -> None:
@@ -187,8 +210,9 @@ def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:
 
 @pytest.mark.slow
 def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
-    """plait validate --classic on the public ResNet-50 and BERT-large rows (plait/validate/data/classic_dp.md): every mixed-
-    precision row on a system plait has a preset for is predicted; every other row says why in one line."""
+    """plait validate --classic on the public ResNet-50 and BERT-large rows (plait/validate/data/classic_dp.md): every
+    mixed-precision, TF32 and FP32 row on a system plait has a preset for is predicted (K80 and P100 included);
+    every other row says why in one line: its source states no batch or no accumulation steps."""
     pytest.importorskip("transformers")
     summary = _cli_json(["validate", "--classic", str(dataset_path("classic")), "--json"])
     rows = summary["results"]
@@ -197,9 +221,14 @@ def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
         assert (row["error_pct"] is None) == bool(row["not_predicted"])
         assert "\n" not in row["not_predicted"]
     amp = [r for r in rows if " amp " in r["run"] and r["source"] != "DLE_PYT_BERT_1907"]
-    assert all(r["error_pct"] is not None for r in amp) and len(amp) == summary["rows"] > 20
+    assert all(r["error_pct"] is not None for r in amp)
+    full = [r for r in rows if re.search(r" (fp32|tf32) ", r["run"]) and r["error_pct"] is not None]
+    assert {r["run"].split()[-4] for r in full} >= {"K80", "P100", "A100-SXM4-80GB"}
+    assert len(amp) + len(full) == summary["rows"] > 70
+    assert {r["not_predicted"] for r in rows} == {"", "the source states no accumulation steps",
+                                                  "the source states no batch per GPU"}
     assert set(summary["per_source"]) == {"DLE_PYT_RN50_2103", "DLE_PYT_RN50_1910", "DLE_TF_RN50_2006",
-                                          "DLE_PYT_BERT_2111"}
+                                          "DLE_PYT_BERT_2111", "TF_BENCH_2017"}
 
 
 def test_the_traced_search_ranks_fitting_plans_and_counts_the_rest() -> None:

@@ -63,7 +63,7 @@ MicroBatchOption = Annotated[int | None, typer.Option(
     "--micro-batch", help="Sequences (traced models: examples) per micro-batch. [default: 1; traced models: the "
                           "replica's whole batch]")]
 GlobalBatchOption = Annotated[int, typer.Option("--global-batch", help="Sequences per optimizer step.")]
-PrecisionOption = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")]
+PrecisionOption = Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 | fp32 | tf32 (fp32/tf32: fp32 storage; tf32 needs a TF32 tensor-core peak).")]
 OffloadOptimizerOption = Annotated[bool, typer.Option(
     "--offload-optimizer/--no-offload-optimizer", help="Optimizer state in host memory.")]
 OffloadParamsOption = Annotated[bool, typer.Option(

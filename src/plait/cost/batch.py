@@ -21,7 +21,7 @@ from plait.cost.flops import model_flops_per_token
 from plait.engine.facts import EngineFacts
 from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
-from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, shard_groups, stage_memory, stage_params
+from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
@@ -124,14 +124,14 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
         params = kind.num_params + kind.num_expert_params * dense_group / expert_group
         pieces = kind.num_tensors if framework.shard_unit == "module" else 1.0
         gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],
-                                       xp.where(active, PARAM_BYTES * params / pieces, 0.0))
+                                       xp.where(active, param_bytes(cols) * params / pieces, 0.0))
         shard = params / dense_group
         present = kind.num_params + kind.num_expert_params > 0
         copied = xp.where(active, params, 0.0) if framework.shard_copies else 0.0  # EngineFacts.shard_copies
-        copy_out = 2.0 * PARAM_BYTES * copied / memory_bw  # the gathered buffer read, the parameters written
-        copy_in = (PARAM_BYTES + inner.grad_bytes) * copied / memory_bw  # gradients read, the buffer written
+        copy_out = 2.0 * param_bytes(cols) * copied / memory_bw  # the gathered buffer read, the parameters written
+        copy_in = (param_bytes(cols) + inner.grad_bytes) * copied / memory_bw  # gradients read, the buffer written
         out.append(ShardTimes(
-            gather_s=gather + xp.where(cols["offload_params"], PARAM_BYTES * shard / pcie, 0.0),
+            gather_s=gather + xp.where(cols["offload_params"], param_bytes(cols) * shard / pcie, 0.0),
             reduce_s=(collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
                                    xp.where(active, inner.grad_bytes * params, 0.0))
                       + xp.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0)),

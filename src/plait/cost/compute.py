@@ -22,7 +22,13 @@ from plait.hardware.catalog import kernel_curve
 
 
 def matmul_flops_per_s(acc: Accelerator, dtype: str, size: float) -> float:
-    """Sustained FLOP/s of GEMMs in ``dtype`` whose square-equivalent edge is ``size``."""
+    """Sustained FLOP/s of GEMMs in ``dtype`` whose square-equivalent edge is ``size`` (tf32 at the bf16 curve's
+    fraction of the TF32 peak: assumed, no public TF32 GEMM sweep of the packaged GPUs is kept; fp32 as
+    :class:`_Roofline` reads it)."""
+    if dtype == "fp32":
+        roofline = _Roofline(acc, "fp32")
+        rate = roofline.peak_flops * roofline.curve.at(size)
+        return rate if roofline.cap is None else min(rate, roofline.cap)
     eff = acc.efficiency.matmul_fp8 if dtype == "fp8" else acc.efficiency.matmul_bf16
     return acc.peak_flops(dtype) * eff.at(size)
 
@@ -39,6 +45,15 @@ def fp32_flops_per_s(acc: Accelerator) -> float:
     return (peaks.get("fp32") or peaks.get("bf16") or peaks["fp16"]) * 1e12
 
 
+def mfu_peak_flops(acc: Accelerator, precision: str) -> float:
+    """The peak MFU and HFU divide by: the dense peak of the dtype the plan's GEMMs run in (fp8 plans against the
+    fp8 peak, as llm-foundry reports FP8 runs; fp32 plans against the non-tensor fp32 peak; tf32 plans against the
+    TF32 tensor-core peak; bf16 and fp16 against the 16-bit peak)."""
+    if precision == "fp32":
+        return fp32_flops_per_s(acc)
+    return acc.peak_flops(precision if precision in ("fp8", "tf32") else "bf16")
+
+
 def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
     """Roofline time of ``gemm.count`` GEMMs; operands in ``dtype``, output in bf16 (fp32 for fp32 GEMMs)."""
     return _Roofline(acc, dtype).time_s(gemm.m, gemm.n, gemm.k, gemm.count)
@@ -48,8 +63,8 @@ class _Roofline:
     """:func:`gemm_time_s` with the device figures read once, for the many GEMMs of one layer."""
 
     def __init__(self, acc: Accelerator, dtype: str, weight_gradient: bool = False) -> None:
-        self.in_bytes = {"fp8": 1, "fp32": 4}.get(dtype, 2)
-        self.out_bytes = 4 if dtype == "fp32" else 2
+        self.in_bytes = {"fp8": 1, "fp32": 4, "tf32": 4}.get(dtype, 2)
+        self.out_bytes = 4 if dtype in ("fp32", "tf32") else 2
         self.launch_s = acc.efficiency.kernel_launch_us.value * 1e-6
         self.memory_bytes_per_s = memory_bytes_per_s(acc)
         eff = acc.efficiency
@@ -60,7 +75,7 @@ class _Roofline:
                 self.cap, self.peak_flops = self.peak_flops, acc.peak_flops("bf16")
             return
         self.peak_flops = acc.peak_flops(dtype)
-        wgrad = eff.matmul_bf16_wgrad if weight_gradient and dtype != "fp8" else None
+        wgrad = eff.matmul_bf16_wgrad if weight_gradient and dtype not in ("fp8", "tf32") else None
         self.curve = wgrad or (eff.matmul_fp8 if dtype == "fp8" else eff.matmul_bf16)
 
     def time_s(self, m: float, n: float, k: float, count: int = 1) -> float:
@@ -99,9 +114,14 @@ def elementwise_time_s(num_bytes: float, acc: Accelerator) -> float:
     return num_bytes / memory_bytes_per_s(acc)
 
 
-def attention_flops_per_s(acc: Accelerator, key_length: float, kernel: AttentionKernel = "flash") -> float:
+def attention_flops_per_s(acc: Accelerator, key_length: float, kernel: AttentionKernel = "flash",
+                          dtype: str = "bf16") -> float:
     """Sustained FLOP/s of fused (flash) attention in bf16, forward and backward together, over ``key_length`` keys;
     the accelerator's curve is FlashAttention-2's, and a ``"flash1"`` kernel runs at the fraction of it that the
-    ``flash1_relative`` curve of hardware/data/kernels.toml gives."""
+    ``flash1_relative`` curve of hardware/data/kernels.toml gives. For fp32 and tf32 runs (FlashAttention takes
+    16-bit inputs only; PyTorch's SDPA falls back to its memory-efficient or math kernel) the rate is scaled by
+    the ratio of that dtype's GEMM peak to bf16's (assumed: the same fraction of a lower peak)."""
     rate = acc.peak_flops("bf16") * acc.efficiency.attention.at(key_length)
+    if dtype in ("fp32", "tf32"):
+        rate *= (fp32_flops_per_s(acc) if dtype == "fp32" else acc.peak_flops("tf32")) / acc.peak_flops("bf16")
     return rate * kernel_curve("flash1_relative").at(key_length) if kernel == "flash1" else rate

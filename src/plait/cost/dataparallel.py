@@ -27,7 +27,7 @@ import numpy as np
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
-from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param, shard_groups
+from plait.cost.memory import optimizer_bytes_per_param, param_bytes, shard_groups
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.groups import expert_dp_group
@@ -73,8 +73,8 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     # ranks of a replica holding the same experts), whose members are tp * ep ranks apart (plait.plan.groups).
     reduce = (collective_s(cluster, "reduce_scatter", dense_group, tp, grad_bytes * dense)
               + collective_s(cluster, "reduce_scatter", expert_group, expert_stride, grad_bytes * expert))
-    gather = (collective_s(cluster, "all_gather", dense_group, tp, PARAM_BYTES * dense)
-              + collective_s(cluster, "all_gather", expert_group, expert_stride, PARAM_BYTES * expert))
+    gather = (collective_s(cluster, "all_gather", dense_group, tp, param_bytes(cols) * dense)
+              + collective_s(cluster, "all_gather", expert_group, expert_stride, param_bytes(cols) * expert))
     return plain + across + reduce, gather
 
 
@@ -103,10 +103,10 @@ def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_
     # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
     # offloaded too, both already cross PCIe per layer (plait.cost.batch._fsdp_layer_s) and stay on the host.
     transfer = xp.where(cols["offload_params"], 0.0,
-                        local * (grad_bytes + PARAM_BYTES) / (acc.pcie_bandwidth_gb_per_s * 1e9))
+                        local * (grad_bytes + param_bytes(cols)) / (acc.pcie_bandwidth_gb_per_s * 1e9))
     host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / cluster.host_memory_bytes_per_s_per_gpu
     offloaded = transfer + host_update
-    on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + PARAM_BYTES) / memory_bytes_per_s(acc)
+    on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + param_bytes(cols)) / memory_bytes_per_s(acc)
     sp_norms = xp.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)
     return xp.where(cols["offload_optimizer"], offloaded, on_gpu) + collective_s(cluster, "all_reduce", cols["tp"],
                                                                                  1, sp_norms)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
 from plait.engine.facts import EngineFacts
-from plait.cost.memory import PARAM_BYTES
+from plait.cost.memory import param_bytes
 from plait.cost.params import stage_layer_counts
 from plait.cost.servers import factored_tensors, server_loads, server_sent_bytes
 from plait.cost.sync import GRAD_BYTES, payload_bytes
@@ -102,9 +102,10 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framew
     sharded = dense / group + expert / max(1, group // plan.ep)
     out += _reduced(cluster, plan.dp_replicate, tp * group, grad * sharded, world)
     total = dense + expert
+    weight = float(param_bytes(PlanColumns.one(plan)))  # bytes per gathered weight: 2, or 4 under fp32/tf32
     if plan.sharding == "zero3":  # per micro-batch: gather for forward and backward, reduce-scatter the gradient
-        return out + _ring(cluster, group, tp, m * ring(group) * (2 * PARAM_BYTES + grad) * total, world)
-    return out + _ring(cluster, group, tp, ring(group) * (grad + PARAM_BYTES) * total, world)
+        return out + _ring(cluster, group, tp, m * ring(group) * (2 * weight + grad) * total, world)
+    return out + _ring(cluster, group, tp, ring(group) * (grad + weight) * total, world)
 
 
 def _point_to_point(model: ModelSpec, cluster: Cluster, plan: Plan, sync: SyncMethod) -> float:

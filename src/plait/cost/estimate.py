@@ -127,7 +127,8 @@ class Estimate:
     hardware_flops_per_step: float
     """Model FLOPs plus recomputation (same convention)."""
     peak_flops_per_gpu: float
-    """Dense peak of one GPU in the plan's matmul precision (bf16, or fp8 for fp8 plans); MFU and HFU use it."""
+    """Dense peak of one GPU in the plan's matmul precision (:func:`plait.cost.compute.mfu_peak_flops`: bf16, fp8,
+    the fp32 or the TF32 peak); MFU and HFU use it."""
     price_per_gpu_hour_usd: float
     """Price used for cost figures."""
     state_bytes: float = 0.0
@@ -185,7 +186,8 @@ class Estimate:
     @property
     def mfu(self) -> float:
         """Model FLOPs utilisation (PaLM convention, Chowdhery et al. 2022, App. B) against the dense peak of
-        the plan's matmul precision (fp8 plans against the fp8 peak, as llm-foundry reports FP8 runs)."""
+        the plan's matmul precision (:func:`plait.cost.compute.mfu_peak_flops`: fp8 plans against the fp8 peak, as
+        llm-foundry reports FP8 runs; fp32 plans against the fp32 peak, tf32 plans against the TF32 peak)."""
         return self.model_flops_per_step / (self.step_time_s * self.num_gpus * self.peak_flops_per_gpu)
 
     @property

@@ -32,6 +32,7 @@ from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.plan.ops import SCALAR
+from plait.plan.plan import FULL_PRECISIONS
 
 FLASH_BWD_FLOPS_RATIO = 2.5  # FlashAttention-2, Sec. 3.2: backward runs 5 matmuls to the forward's 2
 
@@ -156,15 +157,16 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     """Forward and backward time of the attention core (``QK^T``, softmax, ``PV``)."""
     flops = attention_core_flops(setup)
     acc = setup.cluster.accelerator
+    dtype = setup.gemm_dtype if setup.gemm_dtype in FULL_PRECISIONS else "bf16"  # fp8 runs attend in bf16
     if setup.attention_kernel != "unfused":  # ring attention works on cp-sized blocks
-        per_s = attention_flops_per_s(acc, setup.local_seq, setup.attention_kernel)
+        per_s = attention_flops_per_s(acc, setup.local_seq, setup.attention_kernel, dtype)
         return flops / per_s, FLASH_BWD_FLOPS_RATIO * flops / per_s
     model, plan = setup.model, setup.plan
     heads = plan.micro_batch * model.num_heads // plan.tp
     q, k = setup.local_seq, setup.seq_len
     score = Gemm(q, k, model.qk_head_dim, heads)
     value = Gemm(q, model.v_head_dim, k, heads)
-    fwd = gemm_time_s(score, acc, "bf16") + gemm_time_s(value, acc, "bf16")
+    fwd = gemm_time_s(score, acc, dtype) + gemm_time_s(value, acc, dtype)
     e = setup.act_bytes
     softmax_bytes = q * k * heads * (2 * e + ((2 * e + 1) if model.dropout else 0))
     fwd_mem = elementwise_time_s(softmax_bytes, acc)

@@ -32,10 +32,24 @@ MEMORY_ITEMS = ("weights", "gradients", "optimizer", "activations", "comm_buffer
 Columns = dict[str, np.ndarray]
 
 
+def full_precision(cols: PlanColumns) -> np.ndarray:
+    """Mask of plans whose weights are fp32 themselves (precision fp32 or tf32)."""
+    return cols.is_("precision", "fp32") | cols.is_("precision", "tf32")
+
+
+def param_bytes(cols: PlanColumns) -> np.ndarray:
+    """Bytes per weight of the compute copy: :data:`PARAM_BYTES` under mixed precision, 4 under fp32 and tf32 (the
+    fp32 weights are the ones the GEMMs read; TF32 rounds operands inside the tensor core, NVIDIA Ampere
+    whitepaper)."""
+    return cols.xp.where(full_precision(cols), 4, PARAM_BYTES)
+
+
 def optimizer_bytes_per_param(cols: PlanColumns) -> np.ndarray:
-    """fp32 master copy (if kept) plus optimizer moments: AdamW two, SGD-momentum one."""
+    """fp32 master copy (if kept, and only beside 16-bit weights: fp32 and tf32 plans update the weights
+    themselves) plus optimizer moments: AdamW two, SGD-momentum one."""
     xp = cols.xp
-    return xp.where(cols.is_("optimizer", "adamw"), 8, 4) + xp.where(cols["master_weights"], 4, 0)
+    master = cols["master_weights"] & xp.not_(full_precision(cols))
+    return xp.where(cols.is_("optimizer", "adamw"), 8, 4) + xp.where(master, 4, 0)
 
 
 def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
@@ -92,11 +106,12 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
                  framework: EngineFacts) -> Columns:
     """Bytes per component on one GPU of ``stage``, plus ``total`` and ``inflight``."""
     xp, params = cols.xp, stage_params(model, cols, inner, stage)
+    weight_bytes = param_bytes(cols)
     dense_group, expert_group = shard_groups(cols)
     total_params = params["dense"] + params["expert"]
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     zero3 = cols.is_("sharding", "zero3")
-    weights = xp.where(cols["offload_params"], 0.0, PARAM_BYTES * xp.where(zero3, sharded, total_params))
+    weights = xp.where(cols["offload_params"], 0.0, weight_bytes * xp.where(zero3, sharded, total_params))
     weights = weights + inner.weight_cache_bytes * params["layers"]  # fp8 copies of the layers' GEMM weights
     grads = inner.grad_bytes * xp.where(zero3 | cols.is_("sharding", "zero2"), sharded, total_params)
     grads = xp.where(cols["offload_params"], 0.0, grads)  # FSDP2 CPUOffloadPolicy keeps the gradient shards on the host
@@ -104,11 +119,11 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
         cols.is_("sharding", "none"), total_params, sharded))
     if framework.pipeline_keeps_gathered:  # EngineFacts.pipeline_keeps_gathered: the stage gathered, gradients unsharded
         kept = (cols["pp"] > 1) & xp.not_(cols["offload_params"])
-        weights = weights + xp.where(kept & zero3 & (dense_group > 1), PARAM_BYTES * total_params, 0.0)
+        weights = weights + xp.where(kept & zero3 & (dense_group > 1), weight_bytes * total_params, 0.0)
         grads = grads + xp.where(kept & (zero3 | cols.is_("sharding", "zero2")) & (dense_group > 1),
                                  inner.grad_bytes * total_params, 0.0)
     buffers = xp.where((zero3 & (dense_group > 1)) | cols["offload_params"],
-                       params["largest"] * (2 * PARAM_BYTES + inner.grad_bytes), 0.0)
+                       params["largest"] * (2 * weight_bytes + inner.grad_bytes), 0.0)
     activations, inflight = _activation_bytes(model, cols, inner, stage)
     eff = acc.efficiency
     out = {

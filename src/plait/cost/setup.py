@@ -11,7 +11,7 @@ from functools import cached_property
 
 from plait.engine.facts import AttentionKernel, EngineFacts
 from plait.hardware.cluster import Cluster
-from plait.plan.plan import Plan
+from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import DTYPE_BYTES
 from plait.workload.model import ModelSpec
 
@@ -56,18 +56,22 @@ class Setup:
 
     @cached_property
     def act_bytes(self) -> int:
-        """Bytes per stored activation element (bf16/fp16; fp8 runs keep bf16 activations)."""
-        return 2
+        """Bytes per stored activation element: 2 (bf16/fp16; fp8 runs keep bf16 activations), 4 for fp32 and tf32
+        runs (TF32 is a tensor-core math mode on fp32 storage: NVIDIA Ampere whitepaper, "TF32")."""
+        return 4 if self.plan.precision in FULL_PRECISIONS else 2
 
     @cached_property
     def residual_bytes(self) -> int:
         """Bytes per element of the residual stream (hidden states between sublayers, norms, residual adds)."""
+        if self.plan.precision in FULL_PRECISIONS:  # nothing is cast down: the residual stream stays fp32
+            return 4
         return residual_bytes(self.framework, self.plan.fsdp_managed)
 
     @cached_property
     def gemm_dtype(self) -> str:
-        """Dtype GEMMs run in."""
-        return "fp8" if self.plan.precision == "fp8" else "bf16"
+        """Dtype GEMMs run in: fp8, fp32 (CUDA-core/vector fp32), tf32 (tensor cores on fp32 operands), else bf16
+        (fp16 stands in: :meth:`~plait.hardware.accelerator.Accelerator.peak_flops`)."""
+        return self.plan.precision if self.plan.precision in ("fp8", *FULL_PRECISIONS) else "bf16"
 
     @cached_property
     def grad_bytes(self) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from plait.cost.batch import TIME_ITEMS, BatchResult
+from plait.cost.compute import mfu_peak_flops
 from plait.cost.egress import egress_bytes_per_step
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.cost.memory import MEMORY_ITEMS, PARAM_BYTES, optimizer_bytes_per_param
+from plait.cost.memory import MEMORY_ITEMS, optimizer_bytes_per_param, param_bytes
 from plait.engine.facts import DEFAULT
 from plait.hardware.cluster import Cluster
 from plait.plan import rules
@@ -34,9 +35,10 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         interval_of=interval,
         tokens_per_step=tokens, model_flops_per_step=model_flops,
         hardware_flops_per_step=model_flops * float(at(result.recompute_factor)),
-        peak_flops_per_gpu=cluster.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16"),
+        peak_flops_per_gpu=mfu_peak_flops(cluster.accelerator, plan.precision),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
-        state_bytes=model.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(PlanColumns.one(plan)))),
+        state_bytes=model.total_params() * float(param_bytes(one := PlanColumns.one(plan))
+                                                 + optimizer_bytes_per_param(one)),
         storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
         # counted under the default engine facts, as plait always has: with the engine's own (the batch's) a
         # pipeline of plait's runtime, whose activations cross stages in fp32, would count twice the bytes

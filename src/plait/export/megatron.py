@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from plait.export.artifact import Artifact, bash_array
 from plait.job import Job
-from plait.plan.plan import Plan
+from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.workload.model import ModelSpec
 
 
@@ -67,7 +67,12 @@ def megatron_args(plan: Plan, model: ModelSpec) -> tuple[list[str], list[str]]:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
     if plan.overlap_grad_reduce and plan.dp > 1:
         args.append("--overlap-grad-reduce")
-    args.append("--fp16" if plan.precision == "fp16" else "--bf16")
+    if plan.precision in FULL_PRECISIONS:  # Megatron-LM trains in fp32 when neither --fp16 nor --bf16 is given
+        notes.append(f"{plan.precision}: no --fp16/--bf16 (fp32 weights and activations)"
+                     + ("; TF32 matmuls need torch.backends.cuda.matmul.allow_tf32 = True"
+                        if plan.precision == "tf32" else ""))
+    else:
+        args.append("--fp16" if plan.precision == "fp16" else "--bf16")
     if plan.precision == "fp8":
         args += ["--fp8-format", "hybrid"]
     if plan.grad_reduce_dtype == "fp32":

@@ -12,7 +12,7 @@ from __future__ import annotations
 from plait.errors import ConfigError
 from plait.export.artifact import Artifact, bash_array
 from plait.job import Job
-from plait.plan.plan import Plan
+from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.workload.model import ModelSpec
 
 # plait catalog slug -> (torchtitan module, config_registry function) in torchtitan 0.3.0
@@ -68,6 +68,10 @@ def torchtitan_args(plan: Plan, model_slug: str, model: ModelSpec) -> tuple[list
     if plan.recompute == "full" and plan.recompute_layers >= 0:  # plait's engine catalog refuses it for torchtitan
         notes.append(f"recompute_layers={plan.recompute_layers}: torchtitan 0.3.0 checkpoints every block (FullAC); "
                      "it has no policy for some blocks only")
+    if plan.precision in FULL_PRECISIONS:  # torchtitan's FSDP2 mixed-precision policy, kept in fp32
+        args += ["--training.mixed-precision-param", "float32"]
+        if plan.precision == "tf32":
+            notes.append("tf32: TF32 matmuls need torch.backends.cuda.matmul.allow_tf32 = True")
     if plan.precision == "fp16":
         notes.append("fp16: torchtitan trains with bf16 mixed precision (training.mixed_precision_param has no fp16)")
     if plan.precision == "fp8":

@@ -19,7 +19,9 @@ from plait.sync import ALLREDUCE, SyncMethod, parse
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Sharding = Literal["none", "zero1", "zero2", "zero3"]
 Recompute = Literal["none", "selective", "full"]
-Precision = Literal["bf16", "fp16", "fp8"]
+Precision = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
+FULL_PRECISIONS = ("fp32", "tf32")
+"""Precisions that store weights, gradients and activations in fp32: no 16-bit compute copy, no master copy."""
 GradDtype = Literal["fp32", "bf16"]
 Optimizer = Literal["adamw", "sgd"]
 
@@ -59,7 +61,9 @@ class Plan:
     seq_len: int = 0
     """Tokens per sequence (0: the model's default)."""
     precision: Precision = "bf16"
-    """Matmul precision; fp8 runs GEMMs in fp8 with bf16 master copies (Transformer Engine style)."""
+    """Matmul precision; fp8 runs GEMMs in fp8 with bf16 master copies (Transformer Engine style); fp32 runs
+    everything in fp32 (GEMMs at the fp32 peak); tf32 stores fp32 and runs GEMMs on TF32 tensor cores (Ampere and
+    later). Under fp32 and tf32 the weights are the fp32 copy, so :attr:`master_weights` adds nothing."""
     grad_reduce_dtype: GradDtype = "fp32"
     """Dtype of the gradient buffer and its data-parallel reduction."""
     optimizer: Optimizer = "adamw"

@@ -117,8 +117,10 @@ RULES: tuple[Rule, ...] = (
     Rule("offload-params-needs-zero3", lambda c, m, k: c["offload_params"] & c.xp.not_(c.is_("sharding", "zero3")),
          lambda p, m, k: f"offload_params needs sharding='zero3' (got {p.sharding!r})"),
     Rule("precision-supported",
-         lambda c, m, k: c.is_("precision", "fp8") & ("fp8" not in k.accelerator.peak_tflops),
-         lambda p, m, k: f"precision=fp8 is not supported by {k.accelerator.name}"),
+         lambda c, m, k: ((c.is_("precision", "fp8") & ("fp8" not in k.accelerator.peak_tflops))
+                          | (c.is_("precision", "tf32") & ("tf32" not in k.accelerator.peak_tflops))),
+         lambda p, m, k: f"precision={p.precision} is not supported by {k.accelerator.name}"
+                         + ("" if p.precision == "fp8" else " (its datasheet states no TF32 tensor rate; use fp32)")),
     Rule("dp-sync-modelled", lambda c, m, k: _sync_unmodelled(c),
          lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
     Rule("dp-sync-no-context-parallel",

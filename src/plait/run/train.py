@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plait import strict_json
-from plait.plan.plan import Plan
+from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.run.local import is_dtensor
 from plait.run.mesh import Mesh
 from plait.run.worker_config import SEED
@@ -197,6 +197,9 @@ class StepMetrics:
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:
     """bf16/fp16 autocast for plans that are not FSDP-managed (FSDP2 casts itself)."""
+    if plan.precision in FULL_PRECISIONS:  # fp32 storage; tf32 lets matmuls round operands on tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = plan.precision == "tf32"
+        return contextlib.nullcontext()
     if full_precision or plan.fsdp_managed:
         return contextlib.nullcontext()
     dtype = torch.float16 if plan.precision == "fp16" else torch.bfloat16

@@ -19,7 +19,7 @@ from plait.units import GIB
 from plait.workloads import Options, Workload
 from plait.workloads.traced.predict import parse_shape, predict_traced
 from plait.workloads.traced.search import search_traced
-from plait.workloads.traced.tracing import trace
+from plait.workloads.traced.tracing import storage_dtype, trace
 
 
 def price(workload: Workload, options: Options) -> Estimate:
@@ -33,7 +33,8 @@ def price(workload: Workload, options: Options) -> Estimate:
         raise ConfigError("a traced model (--model MODULE:FACTORY) takes layout options, not --plan")
     plan = plan_from_options(gpus=gpus, micro_batch=micro_batch,
                              **{**{k: options[k] for k in LAYOUT_OPTIONS}, "sharding": options["sharding"] or "none"})
-    work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"])
+    work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"],
+                 storage_dtype(options["precision"]))
     return predict_traced(work, resolve_cluster(options["cluster"] or DEFAULT_CLUSTER), plan,
                           get_engine(options["engine"] or workload.kind.engine or DEFAULT_ENGINE))
 
@@ -48,7 +49,8 @@ def plan(workload: Workload, options: Options) -> None:
     if len(batches) != 1:
         raise ConfigError(f"--global-batch {options['global_batch']!r}: a traced model is planned at one global batch")
     syncs = tuple(dict.fromkeys([ALLREDUCE, *(parse(s) for s in options["dp_sync"] or ())]))
-    work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"])
+    work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"],
+                 storage_dtype(options["precision"]))
     gpus, top = options["gpus"], options["top"]
     result = search_traced(work, resolve_cluster(options["cluster"]), gpus, batches[0], syncs,
                            get_engine(options["engine"] or workload.kind.engine or DEFAULT_ENGINE),

@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from plait.cost.compute import memory_bytes_per_s
+from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
 from plait.cost.links import collective_s
-from plait.cost.memory import PARAM_BYTES, optimizer_bytes_per_param
+from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
 from plait.cost.sync import method_costs
 from plait.engine.engine import Engine
@@ -41,7 +41,7 @@ from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import averaging_replicas, convergence
-from plait.plan.plan import Plan
+from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import GIB
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
 
@@ -85,8 +85,7 @@ def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, el
     if not flops:
         return max(memory, launch)
     edge = 3.0 * flops / (2.0 * max(moved / element_bytes, 1.0))
-    curve = acc.efficiency.matmul_fp8 if gemm_dtype == "fp8" else acc.efficiency.matmul_bf16
-    return max(flops / (acc.peak_flops(gemm_dtype) * curve.at(edge)), memory, launch)
+    return max(flops / matmul_flops_per_s(acc, gemm_dtype, edge), memory, launch)
 
 
 def unit_seconds(unit: Unit, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int) -> tuple[float, float]:
@@ -138,7 +137,10 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     check_traced_plan(work, plan)
     plan = replace(plan, seq_len=1)  # one example is the unit of throughput
     cols, acc = PlanColumns.one(plan), cluster.accelerator
-    gemm_dtype = plan.precision if plan.precision in ("fp8", "fp16") else "bf16"
+    gemm_dtype = plan.precision if plan.precision in ("fp8", "fp16", *FULL_PRECISIONS) else "bf16"
+    if plan.precision in FULL_PRECISIONS and work.dtype != "float32":
+        raise ConfigError(f"precision={plan.precision} stores weights and activations in fp32: trace the model in "
+                          f"float32 (it was traced in {work.dtype})")
     element = ELEMENT_BYTES.get(work.dtype, 2)
     b, m, dp = plan.micro_batch, plan.num_micro_batches, plan.dp
     grad_bytes = 2.0 if plan.grad_reduce_dtype == "bf16" else 4.0
@@ -182,7 +184,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         interval_of=interval,
         tokens_per_step=plan.global_batch, model_flops_per_step=flops, hardware_flops_per_step=flops + refwd,
         peak_flops_per_gpu=acc.peak_flops(gemm_dtype), price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
-        state_bytes=work.total_params() * (PARAM_BYTES + float(optimizer_bytes_per_param(cols))),
+        state_bytes=work.total_params() * float(param_bytes(cols) + optimizer_bytes_per_param(cols)),
         storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
         convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
         num_params=float(work.total_params()), num_active_params=float(work.total_params()),
@@ -206,7 +208,7 @@ def _fsdp_exposed_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: l
     exposed = 0.0
     for i in group:
         count = work.units[i].num_params
-        gather = float(collective_s(cluster, "all_gather", plan.dp_shard, 1, PARAM_BYTES * count))
+        gather = float(collective_s(cluster, "all_gather", plan.dp_shard, 1, float(param_bytes(PlanColumns.one(plan))) * count))
         reduce = float(collective_s(cluster, "reduce_scatter", plan.dp_shard, 1, grad_bytes * count))
         exposed += max(0.0, gather - seconds[i][0]) + max(0.0, gather + reduce - seconds[i][1])
     return exposed
@@ -266,7 +268,7 @@ def _memory(work: TracedWorkload, cluster: Cluster, plan: Plan, cols: PlanColumn
     acc, group = cluster.accelerator, stages[stage]
     count = float(sum(work.units[i].num_params for i in group))
     shard = plan.dp_shard if plan.sharding != "none" else 1
-    weights = PARAM_BYTES * (count / shard if plan.sharding == "zero3" else count)
+    weights = float(param_bytes(cols)) * (count / shard if plan.sharding == "zero3" else count)
     grads = grad_bytes * (count / shard if plan.sharding in ("zero2", "zero3") else count)
     optimizer = float(optimizer_bytes_per_param(cols)) * (count / shard)
     b, last = plan.micro_batch, len(work.units) - 1
@@ -282,7 +284,7 @@ def _memory(work: TracedWorkload, cluster: Cluster, plan: Plan, cols: PlanColumn
     inflight = float(inflight_micro_batches(cols, stage))
     activations = inflight * kept + working
     largest = max(work.units[i].num_params for i in group)
-    buffers = largest * (2 * PARAM_BYTES + grad_bytes) if plan.sharding == "zero3" and shard > 1 else 0.0
+    buffers = largest * (2 * float(param_bytes(cols)) + grad_bytes) if plan.sharding == "zero3" and shard > 1 else 0.0
     buffers += extra
     eff = acc.efficiency
     return MemoryBreakdown(

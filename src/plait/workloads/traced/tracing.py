@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from plait.errors import ConfigError, require_extra
+from plait.plan.plan import FULL_PRECISIONS
 from plait.workloads.traced.model import Kernel, Shape, TracedWorkload, Unit
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
@@ -51,6 +52,12 @@ def load_factory(name: str) -> Callable[[], Any]:
     if not callable(factory):
         raise ConfigError(f"--model {name!r}: {module_name} has no callable {attr!r}")
     return factory  # type: ignore[no-any-return]
+
+
+def storage_dtype(precision: str | None) -> str:
+    """The dtype to trace parameters and activations in for a plan of ``precision``: float32 for fp32 and tf32
+    (full-precision storage), bfloat16 otherwise."""
+    return "float32" if precision in FULL_PRECISIONS else "bfloat16"
 
 
 @functools.lru_cache(maxsize=8)

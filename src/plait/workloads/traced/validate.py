@@ -5,9 +5,9 @@ source, commit and caveat in ``plait/validate/data/classic_dp.md``), each traced
 
 A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps its notes state (BERT; ResNet-50
 takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for ResNet-50, LAMB (Adam's state) for
-BERT; mixed precision as fp16. The error is on the step time (the global batch over the throughput), as
-``plait validate --runs``. Rows plait cannot predict say why: GPUs without a preset system (P100, K80), TF32 and
-FP32 runs (plans run 16-bit or fp8 GEMMs), BERT tables that state no accumulation steps.
+BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). The error is
+on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot predict
+say why: GPUs without a preset system, BERT tables that state no accumulation steps.
 """
 
 from __future__ import annotations
@@ -24,17 +24,20 @@ from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
 from plait.workloads.traced.cost import estimate_traced
-from plait.workloads.traced.tracing import trace
+from plait.workloads.traced.tracing import storage_dtype, trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
           "BERT-large pretraining seq512": ("plait.workload.zoo:bert_large", (512,))}
 """Model names of the CSV -> (factory, one example's input shape; ``None``: the factory's)."""
 SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "V100-SXM2-16GB": "dgx1-v100",
-           "V100-SXM2-32GB": "dgx1-v100", "V100-SXM3-32GB": "dgx2-v100", "V100-SXM3-32GB-H": "dgx2-v100"}
-"""GPU names of the CSV -> the preset of the system the source names (DGX A100, DGX-1, DGX-2/2H)."""
-PRECISIONS = {"amp": "fp16"}
-"""Mixed precision (NVIDIA's AMP: fp16 GEMMs) -> plan precision; TF32 and FP32 runs are not predicted yet."""
+           "V100-SXM2-32GB": "dgx1-v100", "V100-SXM3-32GB": "dgx2-v100", "V100-SXM3-32GB-H": "dgx2-v100",
+           "P100": "dgx1-p100", "K80": "aws-p2-8xlarge"}
+"""GPU names of the CSV -> the preset of the system the source names (DGX A100, DGX-1 V100 and P100, DGX-2/2H,
+EC2 p2.8xlarge)."""
+PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
+"""The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
+FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
 
 
@@ -74,7 +77,8 @@ def predict_row(row: Record) -> ClassicResult:
     batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
-    est = estimate_traced(trace(factory, shape), get_cluster(SYSTEMS[row["gpu"]]), plan, get_engine(),
+    est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
+                          plan, get_engine(),
                           step_interval_s)
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
