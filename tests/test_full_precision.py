@@ -10,6 +10,7 @@ import pytest
 
 from plait.cost.compute import gemm_time_s, mfu_peak_flops
 from plait.cost.flops import Gemm
+from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_accelerator, get_cluster
 from plait.plan.plan import Plan
@@ -42,7 +43,8 @@ PLAN = Plan(dp_shard=8, sharding="zero1", micro_batch=1, global_batch=8, seq_len
 
 
 def _memory(precision: str) -> tuple[float, float, float]:
-    est = estimate(get_model("llama3-8b"), get_cluster("dgx-a100-ib"), replace(PLAN, precision=precision))
+    est = estimate(get_model("llama3-8b"), get_cluster("dgx-a100-ib"), replace(PLAN, precision=precision),
+                   engine=get_engine())
     return est.memory.weights_bytes, est.memory.optimizer_bytes, est.memory.activations_bytes
 
 
@@ -59,9 +61,9 @@ def test_fp32_weights_double_and_the_master_copy_goes() -> None:
 
 def test_fp32_step_is_slower_by_the_peak_ratio_on_compute() -> None:
     model, cluster = get_model("llama3-8b"), get_cluster("dgx-a100-ib")
-    bf16 = estimate(model, cluster, PLAN)
-    tf32 = estimate(model, cluster, replace(PLAN, precision="tf32"))
-    fp32 = estimate(model, cluster, replace(PLAN, precision="fp32"))
+    bf16 = estimate(model, cluster, PLAN, engine=get_engine())
+    tf32 = estimate(model, cluster, replace(PLAN, precision="tf32"), engine=get_engine())
+    fp32 = estimate(model, cluster, replace(PLAN, precision="fp32"), engine=get_engine())
     assert bf16.time.compute_s < tf32.time.compute_s < fp32.time.compute_s
     # GEMM-bound: tf32 at half of bf16's peak (same curve) costs at most twice bf16's compute, and more than 1.5x
     assert 1.5 < tf32.time.compute_s / bf16.time.compute_s <= 2.0 + 1e-9
@@ -71,7 +73,7 @@ def test_fp32_step_is_slower_by_the_peak_ratio_on_compute() -> None:
 @pytest.mark.parametrize("cluster", ["dgx1-v100", "dgx1-p100", "aws-p2-8xlarge"])
 def test_tf32_is_refused_without_a_tf32_rate(cluster: str) -> None:
     with pytest.raises(ConfigError, match="precision=tf32 is not supported by .*use fp32"):
-        estimate(get_model("llama3-8b"), get_cluster(cluster), replace(PLAN, precision="tf32"))
+        estimate(get_model("llama3-8b"), get_cluster(cluster), replace(PLAN, precision="tf32"), engine=get_engine())
 
 
 @pytest.mark.parametrize("cluster", ["dgx-a100-ib", "dgx-h100-ib"])
