@@ -205,3 +205,22 @@ def test_option_parser_errors_are_one_line() -> None:
                           (["estimate", "--plan", "\x00"], "contains a NUL byte")):  # os.stat raised ValueError
         code, out, err = _in_process(*argv)
         assert code == 2 and err.startswith("plait: error: ") and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv", [["estimate", "--json"], ["models"], []])  # print, rich console, click's help
+@pytest.mark.parametrize("unbuffered", ["1", ""])  # a write fails at once, or the flush at exit does
+def test_a_reader_that_closes_the_pipe_early_ends_plait_quietly(argv: list[str], unbuffered: str) -> None:
+    import os
+
+    from plait.cli.main import BROKEN_PIPE_EXIT
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before plait writes (`plait ... | head -1` once head has its line)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | (
+        {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {})
+    try:
+        out = subprocess.run([sys.executable, "-m", "plait", *argv], stdout=write, stderr=subprocess.PIPE, text=True,
+                             env=env, timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert out.returncode == BROKEN_PIPE_EXIT == 1 and out.stderr == ""

@@ -127,3 +127,27 @@ def test_a_workload_the_layout_options_do_not_describe_is_refused_in_one_line(ar
     code, _, err = cli([*argv, *(["--out", str(tmp_path / "r.html")] if argv[0] == "report" else [])])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "takes a catalog model" in err, err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_plait_runs_own_table_reads_whole_through_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``plait run``'s measured-beside-predicted table on a pipe: its title (longer than rich's 80-column fallback)
+    on one line, as the other commands' tables (the run itself is replaced: this checks the rendering only)."""
+    from types import SimpleNamespace
+
+    import plait.cli.run as run_cli
+
+    name = "a model read from a config file with a long name"
+    plan = SimpleNamespace(describe=lambda: "tp=2 pp=2 dp=2 zero1 micro=1 recompute=none", num_gpus=8,
+                           dp_sync=SimpleNamespace(infrequent=False))
+    report = SimpleNamespace(
+        model=SimpleNamespace(name=name), plan=plan, mixed=None, uneven=False, on_gpu=True,
+        hardware=SimpleNamespace(name="dgx-h100-ib", source="datasheet"),
+        predicted=SimpleNamespace(step_time_s=0.5, memory=SimpleNamespace(total_bytes=2**30)),
+        rows=[{"step_time_s": t, "peak_memory_bytes": 2**30, "loss": 1.0} for t in (1.0, 0.5, 0.5)])
+    monkeypatch.setattr(run_cli, "run_plan", lambda request, say: SimpleNamespace(exit_code=0, report=report))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, err = cli(["run", "--plan", "examples/tiny-plan.toml", "--steps", "3"])  # captured: not a terminal
+    title = f"{name}: {plan.describe()} on 8 ranks"
+    assert code == 0, err
+    assert len(title) > 80 and title in out.splitlines()
+    assert any(line.startswith("│ step time s (median after step 1)") for line in out.splitlines()), out

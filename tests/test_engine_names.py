@@ -60,6 +60,13 @@ def test_each_kind_declares_what_runs_it() -> None:
     assert code == 2 and "TorchRec" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("model, runtime", [("examples/gnn-tiny.toml", "PyG or DGL"), ("examples/dit-tiny.toml", "xDiT")])
+def test_simulate_refuses_an_engine_for_a_kind_its_own_runtime_prices(model: str, runtime: str) -> None:
+    code, out, err = cli(["simulate", "--model", model, "--engine", "megatron-core"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--engine megatron-core" in err and runtime in err and "leave --engine out" in err
+
+
 def test_runs_system_takes_a_cluster_file(tmp_path: Path) -> None:
     shutil.copy(ROOT / "examples" / "my-cluster.yaml", tmp_path / "my-cluster.yaml")
     rows = list(csv.DictReader(io.StringIO((ROOT / "src" / "plait" / "validate" / "data" / "dev.csv").read_text())))

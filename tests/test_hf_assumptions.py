@@ -83,3 +83,26 @@ def test_moe_estimate_shows_active_parameters() -> None:
     assert est["params"]["active"] < est["params"]["total"]
     _, out, _ = cli(["estimate", "--model", "mixtral-8x7b", "--gpus", "8"])
     assert "active per token" in " ".join(out.split())
+
+
+def test_plan_says_the_sequence_length_assumption_once_as_estimate_does() -> None:
+    est = _estimate("--model", PHI3)
+    said = [w for w in est["warnings"] if w.startswith("sequence length")]
+    code, out, err = cli(["plan", "--model", PHI3, "--gpus", "8", "--top", "3", "--json"])
+    assert code == 0, err
+    found = json.loads(out)
+    assert len(said) == 1 and found["warnings"] == said  # once, beside the plans, in estimate's words
+    assert len(found["top"]) == 3 and all(said[0] not in p["warnings"] for p in found["top"])
+    assert all(any("sliding_window=262144" in w for w in p["warnings"]) for p in found["top"])  # still per plan
+    code, out, err = cli(["plan", "--model", PHI3, "--gpus", "8", "--top", "3"])
+    assert code == 0, err
+    assert out.count(said[0]) == 1 and f"warning: {said[0]}" in out.splitlines()
+    code, out, err = cli(["plan", "--model", PHI3, "--gpus", "8", "--top", "1", "--seq-len", "2048", "--json"])
+    assert code == 0 and json.loads(out)["warnings"] == []  # a stated length assumes nothing
+
+
+def test_the_cost_objective_says_the_assumption_once() -> None:
+    code, out, err = cli(["plan", "--model", PHI3, "--objective", "cost", "--gpus-range", "8:16", "--tokens", "1e11",
+                          "--json"])
+    assert code == 0, err
+    assert [w[:21] for w in json.loads(out)["warnings"]] == ["sequence length 4,096"]

@@ -15,6 +15,7 @@ from plait.hardware.catalog import get_cluster
 from plait.plan.io import read_plan_file
 from plait.search.enumerate import enumerate_space
 from plait.search.pareto import Point, choose, pareto_front
+from plait.search.planner import check_objective
 from plait.search.runner import run_search
 from plait.search.space import default_space
 from plait.workload.catalog import get_model
@@ -169,3 +170,17 @@ def test_parameter_servers_are_tried_alone_and_hybrid_where_replicas_hold_whole_
     assert not (hybrid & ~whole).any()
     for sync in (s for s, h in zip(syncs, hybrid) if h):
         assert sync.servers == 16  # one per replica of a pure data-parallel layout
+
+
+@pytest.mark.parametrize("limits, named", [
+    (["--deadline-days", "60"], "--deadline-days applies to --objective cost or time"),
+    (["--budget-usd", "1e6"], "--budget-usd applies to --objective cost or time"),
+    (["--deadline-days", "60", "--budget-usd", "1e6"], "--deadline-days and --budget-usd apply to --objective cost"),
+])
+def test_a_limit_the_throughput_objective_would_ignore_is_refused(limits: list[str], named: str) -> None:
+    from inprocess import cli
+
+    code, out, err = cli(["plan", *limits])  # the default objective ranks by step time alone
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and named in err, err
+    check_objective("cost", 60.0, 1e6)  # the objectives that read them take them
+    check_objective("time", 60.0, None)

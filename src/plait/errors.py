@@ -20,15 +20,41 @@ class ConfigError(ValueError):
 
 
 EXTRAS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "run": ("PyTorch", ("torch",), 'pip install -e ".[run]"'),
-    "traced": ("PyTorch and transformers", ("torch", "transformers"), 'pip install -e ".[traced]"'),
-    "recsys": ("TorchRec", ("torch", "fbgemm_gpu", "torchrec"),
-               'pip install -e ".[recsys]" && pip install --no-deps torchrec==1.8.0'),
-    "gnn": ("PyTorch Geometric", ("torch", "torch_geometric"), 'pip install -e ".[gnn]"'),
-    "fp8": ("torchao", ("torch", "torchao"), 'pip install -e ".[fp8]"'),
-    "torchtitan": ("torchtitan", ("torch", "torchtitan"), 'pip install -e ".[torchtitan]"'),
+    "run": ("PyTorch", ("torch",), ""),
+    "traced": ("PyTorch and transformers", ("torch", "transformers"), ""),
+    "recsys": ("TorchRec", ("torch", "fbgemm_gpu", "torchrec"), " && pip install --no-deps torchrec==1.8.0"),
+    "gnn": ("PyTorch Geometric", ("torch", "torch_geometric"), ""),
+    "fp8": ("torchao", ("torch", "torchao"), ""),
+    "torchtitan": ("torchtitan", ("torch", "torchtitan"), ""),
 }
-"""Each optional extra of pyproject.toml: what it brings (in words), the modules it installs, the install line."""
+"""Each optional extra of pyproject.toml: what it brings (in words), the modules it installs, and what its install
+line needs after ``pip install`` of the extra (TorchRec is installed without its pinned dependencies)."""
+
+
+def from_clone() -> bool:
+    """Whether plait runs from a clone: installed editable (``pip install -e .``: the distribution's
+    ``direct_url.json`` has ``dir_info.editable``, PEP 610) or not installed at all (a source tree on PYTHONPATH).
+    False for an install from PyPI, a wheel or a non-editable path."""
+    import json
+    from importlib import metadata
+
+    try:
+        text = metadata.distribution("plait").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return True
+    try:
+        dir_info = json.loads(text or "{}").get("dir_info", {})
+    except (ValueError, AttributeError):  # a direct_url.json that is not a JSON object: not ours to judge
+        return False
+    return isinstance(dir_info, dict) and dir_info.get("editable") is True
+
+
+def install_line(extra: str) -> str:
+    """The command that installs ``extra``: ``pip install -e ".[run]"`` in a clone (:func:`from_clone`),
+    ``pip install 'plait[run]'`` otherwise."""
+    line = f'pip install -e ".[{extra}]"' if from_clone() else f"pip install 'plait[{extra}]'"
+    return line + EXTRAS[extra][2]
+
 
 MODULE_EXTRAS: dict[str, str] = {"torch": "run", "transformers": "traced", "fbgemm_gpu": "recsys", "torchrec": "recsys",
                                  "torch_geometric": "gnn", "torchao": "fp8", "torchtitan": "torchtitan"}
@@ -38,11 +64,11 @@ MODULE_EXTRAS: dict[str, str] = {"torch": "run", "transformers": "traced", "fbge
 class MissingExtra(ConfigError):
     """A command needs an optional dependency that is not installed: one line naming what needs it, the missing
     module and the extra that installs it (``plait ... needs PyTorch (torch is not installed): pip install -e
-    ".[run]"``). A ConfigError, so the command line prints it on one line and exits 2."""
+    ".[run]"``, or ``pip install 'plait[run]'`` where plait is not run from a clone, :func:`install_line`). A
+    ConfigError, so the command line prints it on one line and exits 2."""
 
     def __init__(self, what: str, extra: str, missing: str) -> None:
-        words, _, install = EXTRAS[extra]
-        super().__init__(f"{what} needs {words} ({missing} is not installed): {install}")
+        super().__init__(f"{what} needs {EXTRAS[extra][0]} ({missing} is not installed): {install_line(extra)}")
         self.extra = extra
         self.missing = missing
 

@@ -44,8 +44,7 @@ class Job:
         """The job, its sequence length filled from ``model`` when the plan leaves it 0, its plan checked against
         the plan rules (and against ``num_gpus``, the GPU count a plan file states): :class:`ConfigError` naming
         the first broken rule."""
-        filled = not plan.seq_len and model.seq_len_basis
-        notes = (f"sequence length {model.seq_len:,} {model.seq_len_basis} (--seq-len sets another)",) if filled else ()
+        notes = model.seq_len_notes(plan.seq_len)
         plan = plan.with_seq_len(model.seq_len)
         columns = PlanColumns.one(plan)
         check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)  # before the Job: it holds checked plans

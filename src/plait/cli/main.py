@@ -128,9 +128,24 @@ def run_cli(argv: list[str]) -> int:
     return code if isinstance(code, int) else 0
 
 
+BROKEN_PIPE_EXIT = 1
+"""Exit code when the reader of standard output closes it early (``plait estimate | head -1``): not 0, as the
+output was cut short; 1, as Python's note on SIGPIPE does and as rich's console does when its own write fails
+(https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+
+
 def main() -> None:
-    """Console-script entry point."""
-    sys.exit(run_cli(sys.argv[1:]))
+    """Console-script entry point. A reader that closes the pipe early ends plait quietly with
+    :data:`BROKEN_PIPE_EXIT`: standard output is pointed at ``/dev/null`` so that the flush at interpreter exit
+    cannot fail again and print "Exception ignored" (Python's note on SIGPIPE)."""
+    try:
+        code = run_cli(sys.argv[1:])
+        sys.stdout.flush()  # inside the try: the last buffered output may be what meets the closed pipe
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE_EXIT)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def plan_command(
     micro-batches, recomputation and the --dp-sync methods (global batch in examples)."""
     model, cluster = model or DEFAULT_MODEL, cluster or DEFAULT_CLUSTER
     options = dict(locals())
-    check_objective(objective)
+    check_objective(objective, deadline_days, budget_usd)
     mixed = mixed_cluster(cluster)
     if mixed is not None:
         if objective != "throughput" or gpus_range or export or "," in global_batch or ":" in global_batch:

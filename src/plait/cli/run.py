@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from plait.cli.numbers import count
 from plait.errors import ConfigError
@@ -17,6 +16,7 @@ from plait.run.plan_run import PlanRun, RunReport, run_plan
 from plait.run.uneven import argv as uneven_argv
 from plait.run.uneven import parse_uneven
 from plait.run.worker_config import WorkerConfig
+from plait.terminal import rich_console, titled_table
 from plait.units import format_bytes
 from plait.workloads import labels_with, load
 
@@ -112,7 +112,7 @@ def run_command(
                           cluster=cluster, checkpoint_dir=checkpoint_dir, checkpoint_at=checkpoint_at,
                           checkpoint_every=checkpoint_every, trace_dir=trace_dir, resume=resume, reshard=reshard,
                           full_precision=full_precision, dry_run=dry_run, async_save=async_save, metrics=metrics)
-    console = Console()
+    console = rich_console()
     outcome = run_plan(PlanRun(config=config, engine=engine, nodes=nodes, max_restarts=max_restarts, out=out),
                        console.print)
     if outcome.exit_code != 0:
@@ -125,8 +125,7 @@ def render_run(report: RunReport, console: Console) -> None:
     """The measured run beside its prediction: step time, peak memory, final loss, and the notes that qualify it."""
     rows, predicted = report.rows, report.predicted
     steady = [r["step_time_s"] for r in rows[1:]] or [rows[0]["step_time_s"]]
-    table = Table(title=f"{report.model.name}: {report.plan.describe()} on {report.plan.num_gpus} ranks",
-                  title_justify="left")
+    table = titled_table(f"{report.model.name}: {report.plan.describe()} on {report.plan.num_gpus} ranks")
     for col in ("", "measured", f"predicted ({report.hardware.name})"):
         table.add_column(col, justify="right")
     # methods that synchronize every few steps (or skip steps' compute) are predicted as their mean step

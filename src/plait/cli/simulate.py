@@ -50,7 +50,7 @@ from plait.simulate.costs import stage_memories
 from plait.simulate.step import simulate_step
 from plait.simulate.trace import write_trace
 from plait.terminal import rich_console
-from plait.workloads import labels_with, load
+from plait.workloads import labels_with, load, refuse_engine
 from plait.workloads.transformer.estimate import resolve_job
 
 
@@ -95,6 +95,7 @@ def simulate_command(
     check_suffix(png, ".png", "--png")
     workload = load(model)
     if workload.kind.simulate is not None:  # the kind simulates its own step
+        refuse_engine(workload.kind, engine)
         workload.kind.simulate(workload, {**options, "gpus": gpus or 1, "global_batch": global_batch or 1024})
         return
     job = _job(options, "simulate")

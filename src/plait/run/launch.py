@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import MissingExtra
 from plait.run.config import config_argv, write_config
 from plait.run.lifecycle import supervise
 from plait.run.worker_config import WorkerConfig
@@ -35,7 +35,7 @@ def local_slots() -> int | None:
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - plait[run] installs torch
-        raise ConfigError("plait run needs PyTorch: pip install 'plait[run]'") from exc
+        raise MissingExtra("plait run", "run", "torch") from exc
     return torch.cuda.device_count() if torch.cuda.is_available() else None
 
 

@@ -23,10 +23,16 @@ ask for, each count being a whole search (all 16 counts of ``--gpus-range 1:3276
 took 10 s on two shared cores)."""
 
 
-def check_objective(objective: str) -> None:
-    """Reject an unknown objective with the list of known ones."""
+def check_objective(objective: str, deadline_days: float | None = None, budget_usd: float | None = None) -> None:
+    """Reject an unknown objective with the list of known ones, and a deadline or budget given to the throughput
+    objective, which ranks by step time alone and would ignore them (STYLE.md rule 11: warn of no effect)."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} must be one of {', '.join(OBJECTIVES)}")
+    given = [name for name, value in (("--deadline-days", deadline_days), ("--budget-usd", budget_usd))
+             if value is not None]
+    if objective == "throughput" and given:
+        raise ConfigError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --objective cost or time (the throughput objective ranks "
+                          "by step time alone); add --objective cost|time or leave them out")
 
 
 def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine) -> list[Relaxation]:

@@ -99,6 +99,12 @@ class Checked:
     syncs: tuple[SyncMethod, ...]
     """Synchronization methods to try, allreduce first."""
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the search assumed for every plan alike (the model's sequence length where ``--seq-len`` leaves it
+        and the model does not state it), said once beside the plans rather than in each."""
+        return self.model.seq_len_notes(self.request.seq_len)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ThroughputPlans:

@@ -198,6 +198,13 @@ class ModelSpec:
             raise ConfigError(f"local_attention.num_layers={self.local_attention.num_layers} must be <= "
                               f"num_layers={self.num_layers}")
 
+    def seq_len_notes(self, seq_len: int) -> tuple[str, ...]:
+        """What a job at ``seq_len`` assumed of its sequence length: where the model's own comes from, when the job
+        takes it (``seq_len`` 0) and the source does not state it outright (:attr:`seq_len_basis`); else nothing."""
+        if seq_len or not self.seq_len_basis:
+            return ()
+        return (f"sequence length {self.seq_len:,} {self.seq_len_basis} (--seq-len sets another)",)
+
     # --- shapes ---------------------------------------------------------------------------
     @property
     def qk_head_dim(self) -> int:

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from plait.errors import ConfigError
+from plait.errors import MissingExtra
 
 
 def resnet50() -> Any:
     """ResNet-50 for ImageNet (module docstring)."""
     try:
         from transformers import ResNetConfig, ResNetForImageClassification
-    except ImportError:
-        raise ConfigError("resnet50 needs Hugging Face transformers: pip install 'plait[traced]'") from None
+    except ImportError as exc:
+        raise MissingExtra("resnet50", "traced", (exc.name or "transformers").split(".")[0]) from None
     return ResNetForImageClassification(ResNetConfig(num_labels=1000))
 
 
@@ -40,8 +40,8 @@ def bert_large() -> Any:
     try:
         import torch
         from transformers import BertConfig, BertForPreTraining
-    except ImportError:
-        raise ConfigError("bert_large needs Hugging Face transformers: pip install 'plait[traced]'") from None
+    except ImportError as exc:
+        raise MissingExtra("bert_large", "traced", (exc.name or "transformers").split(".")[0]) from None
 
     class UnmaskedBert(torch.nn.Module):
         def __init__(self) -> None:

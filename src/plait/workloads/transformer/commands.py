@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from plait.engine.engine import Engine
 from plait.errors import check_export_folder
@@ -46,11 +47,12 @@ def _show_throughput(plans: ThroughputPlans, console: Console, as_json: bool, fo
     """The ranked plans (or the relaxations where none fits), the export, and exit code 1 where none fits."""
     result, best, fixes = plans.result, plans.best, plans.fixes
     if as_json:
-        print_json(search_json(result, best, fixes))
+        print_json({**search_json(result, best, fixes), "warnings": list(plans.checked.notes)})
     else:
         print_search(console, result, plans.checked.request.top)
         if not best:
             print_relaxations(console, result, fixes)
+        _print_notes(console, plans.checked.notes)
     if plans.checked.request.export and best:
         written = _export(plans.checked, best[0].plan, force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
@@ -69,12 +71,20 @@ def _show_counts(plans: CountPlans, console: Console, as_json: bool, force: bool
             "pareto_gpus": [p.gpus for p in front],
             "choice": {"gpus": choice.gpus, "plan": choice.estimate.plan.to_dict(), "days": choice.days,
                        "dollars": choice.dollars},
+            "warnings": list(plans.checked.notes),
         })
     else:
         print_points(console, points, front, choice, request.tokens)
+        _print_notes(console, plans.checked.notes)
     if request.export:
         written = _export(plans.checked, choice.estimate.plan, force)
         console.print(f"exported {', '.join(str(p) for p in written)}")
+
+
+def _print_notes(console: Console, notes: tuple[str, ...]) -> None:
+    """What the search assumed for every plan, once, as ``plait estimate`` says its warnings."""
+    for note in notes:
+        console.print(f"[yellow]warning[/]: {escape(note)}")
 
 
 def _check_export(folder: Path | None, model: str, engine: Engine, force: bool) -> None:
