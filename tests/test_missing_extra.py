@@ -1,11 +1,13 @@
 """A missing optional extra is named with the install line that fits how plait was installed: ``pip install -e
-".[extra]"`` in a clone (an editable install, PEP 610's ``dir_info.editable``, or a source tree on PYTHONPATH),
-``pip install 'plait[extra]'`` for an install from PyPI or a wheel."""
+".[extra]"`` in a clone (an editable install or a source tree on PYTHONPATH: the package under the repository's
+pyproject.toml), ``pip install 'plait[extra]'`` for an install from PyPI or a wheel (in site-packages)."""
 
 from __future__ import annotations
 
-import json
-from importlib import metadata
+import importlib.util
+import shutil
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -13,41 +15,30 @@ from plait import errors
 from plait.errors import ConfigError, MissingExtra, from_clone, require_extra
 
 
-class FakeDistribution:
-    """A distribution whose ``direct_url.json`` holds ``text`` (None: the file is absent, as for a PyPI wheel)."""
-
-    def __init__(self, text: str | None) -> None:
-        self.text = text
-
-    def read_text(self, name: str) -> str | None:
-        assert name == "direct_url.json"
-        return self.text
-
-
-def installed(monkeypatch: pytest.MonkeyPatch, text: str | None) -> None:
-    monkeypatch.setattr(metadata, "distribution", lambda name: FakeDistribution(text))
+def _errors_module_at(folder: Path) -> ModuleType:
+    """plait's errors module loaded from a copy at ``folder/plait/errors.py`` (where an install would put it)."""
+    path = folder / "plait" / "errors.py"
+    path.parent.mkdir(parents=True)
+    shutil.copy(errors.__file__, path)
+    spec = importlib.util.spec_from_file_location("copied_errors", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.mark.parametrize("text, clone", [
-    (json.dumps({"url": "file:///home/me/plait", "dir_info": {"editable": True}}), True),  # pip install -e .
-    (json.dumps({"url": "file:///home/me/plait", "dir_info": {}}), False),  # pip install . (a copy)
-    (json.dumps({"url": "https://example.org/plait-0.1.0-py3-none-any.whl",
-                 "archive_info": {"hashes": {}}}), False),  # pip install URL
-    (None, False),  # from PyPI: no direct_url.json
-    ("not json", False),
-])
-def test_an_editable_install_is_a_clone_and_others_are_not(text: str | None, clone: bool,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    installed(monkeypatch, text)
-    assert from_clone() is clone
+def test_this_checkout_is_a_clone() -> None:
+    assert from_clone() is True  # src/plait under the repository's pyproject.toml
 
 
-def test_a_source_tree_that_is_not_installed_is_a_clone(monkeypatch: pytest.MonkeyPatch) -> None:
-    def missing(name: str) -> None:
-        raise metadata.PackageNotFoundError(name)
+def test_a_copy_in_site_packages_is_not_a_clone(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    assert _errors_module_at(site).from_clone() is False
 
-    monkeypatch.setattr(metadata, "distribution", missing)
-    assert from_clone() is True
+
+def test_a_source_tree_of_another_project_is_not_a_clone(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    assert _errors_module_at(tmp_path / "src").from_clone() is False
 
 
 @pytest.mark.parametrize("clone, run_line, recsys_line", [

@@ -32,21 +32,11 @@ line needs after ``pip install`` of the extra (TorchRec is installed without its
 
 
 def from_clone() -> bool:
-    """Whether plait runs from a clone: installed editable (``pip install -e .``: the distribution's
-    ``direct_url.json`` has ``dir_info.editable``, PEP 610) or not installed at all (a source tree on PYTHONPATH).
-    False for an install from PyPI, a wheel or a non-editable path."""
-    import json
-    from importlib import metadata
-
-    try:
-        text = metadata.distribution("plait").read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return True
-    try:
-        dir_info = json.loads(text or "{}").get("dir_info", {})
-    except (ValueError, AttributeError):  # a direct_url.json that is not a JSON object: not ours to judge
-        return False
-    return isinstance(dir_info, dict) and dir_info.get("editable") is True
+    """Whether plait runs from a clone of its repository (installed editable, ``pip install -e .``, or a source tree
+    on PYTHONPATH): the package sits in ``src/plait`` under the repository's ``pyproject.toml``. An install from
+    PyPI, a wheel or a non-editable path puts it in ``site-packages``, with no project file above it."""
+    project = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    return project.is_file() and 'name = "plait"' in project.read_text(encoding="utf-8")
 
 
 def install_line(extra: str) -> str:
