@@ -80,9 +80,9 @@ def test_a_pipeline_past_the_simulation_bound_is_refused_or_timed_by_the_closed_
     closed forms and says so (the simulation would hold a schedule entry per pass: gigabytes, minutes)."""
     (tmp_path / "plan.toml").write_text("[plan]\npp = 2\nglobal_batch = 1073741824\n")
     code, _, err = cli(["simulate", "--plan", str(tmp_path / "plan.toml")])
-    assert code == 2 and "2,147,483,648 chunk passes a step" in err and "at most 100,000" in err, err
+    assert code == 2 and "2,147,483,648 chunk passes a step" in err and "at most 1,000,000" in err, err
     code, out, _ = cli(["estimate", "--plan", str(tmp_path / "plan.toml"), "--simulate", "--json"])
-    assert code == 0 and "its 2,147,483,648 chunk passes exceed the event simulation's 100,000" in out
+    assert code == 0 and "its 2,147,483,648 chunk passes exceed the event simulation's 1,000,000" in out
 
 
 def test_a_search_span_names_its_bound_in_help() -> None:

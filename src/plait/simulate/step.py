@@ -9,11 +9,11 @@ from plait.plan.plan import Plan
 from plait.simulate.costs import pipeline_costs
 from plait.simulate.pipeline import Timeline, simulate_pipeline
 
-MAX_PASSES = 100_000
-"""Most chunk passes (stages x micro-batches x virtual stages) one step's event simulation takes: about 0.2 s at
-the ~2 us a pass the kernel takes without recording (Llama 3 8B, pp4 vpp2, 32,768 micro-batches: 131,072 passes in
-0.25 s on one core); a bound on the work one estimate may ask for, far above published layouts (Llama 3.1 405B's
-pp16 vpp8 at 256 micro-batches is 32,768). Above it the closed forms time the pipeline."""
+MAX_PASSES = 1_000_000
+"""Most chunk passes (stages x micro-batches x virtual stages) one step's event simulation takes: about 2 s at the
+~2 us a pass the kernel takes without recording (Llama 3 8B, pp4 vpp2, 32,768 micro-batches: 131,072 passes in
+0.25 s on one core); a bound on the work one estimate may ask for, above published layouts (the development set's
+largest, tp8 pp35 vpp3 at 1,120 micro-batches, is 117,600). Above it the closed forms time the pipeline."""
 
 
 def chunk_passes(plan: Plan) -> int:
