@@ -38,7 +38,6 @@ from plait.cli.options import (
     TokensOption,
     TpOption,
     VppOption,
-    layout_plan,
 )
 from plait.cli.output import print_json
 from plait.cli.render import print_estimate
@@ -46,7 +45,7 @@ from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.hardware.mixed_catalog import mixed_cluster
-from plait.plan.defaults import GLOBAL_BATCH
+from plait.plan.defaults import GLOBAL_BATCH, layout_plan
 from plait.predict.goodput import goodput
 from plait.terminal import rich_console
 from plait.workloads import Workload, load, refuse_engine, refuse_foreign_options

@@ -1,6 +1,6 @@
-"""The job options estimate, plan, simulate and report share, defined once, and building a Plan and a Job from
-them (:func:`plait.plan.defaults.layout_plan`). Each alias below is one option's name, type and help; a command lists the ones it takes and keeps its own
-default (``--gpus`` is 8 for a transformer, 1 for a DiT's simulation)."""
+"""The job options estimate, plan, simulate and report share, defined once (the plan they describe:
+:func:`plait.plan.defaults.layout_plan`). Each alias below is one option's name, type and help; a command lists the
+ones it takes and keeps its own default (``--gpus`` is 8 for a transformer, 1 for a DiT's simulation)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ import typer
 from plait.cli.numbers import MAX_TOKENS, quantity
 from plait.engine.catalog import DEFAULT_ENGINE
 from plait.hardware.catalog import DEFAULT_CLUSTER
-from plait.plan.defaults import GPUS, layout_plan, plan_from_options
+from plait.plan.defaults import GPUS
 from plait.workload.catalog import DEFAULT_MODEL
 
-__all__ = ["DEFAULT_CLUSTER", "DEFAULT_GPUS", "DEFAULT_MODEL", "ENGINE_HELP", "ENGINE_WORDS", "layout_plan",
-           "plan_from_options"]
+__all__ = ["DEFAULT_CLUSTER", "DEFAULT_GPUS", "DEFAULT_MODEL", "ENGINE_HELP", "ENGINE_WORDS"]
 
 DEFAULT_GPUS = GPUS
 ENGINE_WORDS = ("Engine that runs the plan: name[@version][[key=value]] (see `plait engines`); plait plan searches "
