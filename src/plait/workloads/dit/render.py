@@ -20,7 +20,8 @@ def print_dit(console: Console, result: DitPrediction) -> None:
     est, job = result.estimate, result.job
     console.print(f"{result.spec.name} on {result.plan.gpus} x {result.cluster.accelerator.name} "
                   f"({result.cluster.name}): {_label(result)}")
-    console.print(f"{job.batch} image(s) of {job.resolution} px ({job.image_tokens(result.spec):,} tokens), "
+    size = f"{job.resolution}x{job.pixels_high}" + (f"x{job.frames}f" if job.frames > 1 else "")
+    console.print(f"{job.batch} output(s) of {size} px ({job.image_tokens(result.spec):,} tokens), "
                   f"{job.steps} steps{', classifier-free guidance' if job.cfg else ''}")
     table = titled_table("one denoising step per GPU")
     table.add_column("part")
@@ -29,8 +30,12 @@ def print_dit(console: Console, result: DitPrediction) -> None:
     table.add_row("communication left exposed", f"{1e3 * est.comm_s:.3f}")
     table.add_row("step", f"{1e3 * est.step_s:.3f}")
     console.print(table)
-    console.print(f"latency {est.latency_s:.3f} s for the batch ({job.batch / est.latency_s:.2f} images/s; the "
-                  f"text encoder and VAE decoder not included); memory {est.memory_bytes / GIB:.2f} GiB per GPU "
+    e2e = result.end_to_end
+    console.print(f"denoising {est.latency_s:.3f} s on the device for the batch; end to end {e2e.total_s:.3f} s "
+                  f"({job.batch / e2e.total_s:.2f} outputs/s): text encoders {e2e.text_encode_s:.3f} s, steps with "
+                  f"the host's launches ({1e3 * e2e.host_step_s:.1f} ms a step, "
+                  f"{'torch.compile' if job.compiled else 'eager'}) {e2e.denoise_s:.3f} s, VAE decode "
+                  f"{e2e.vae_decode_s:.3f} s; memory {est.memory_bytes / GIB:.2f} GiB per GPU "
                   f"(weights {est.weight_bytes / GIB:.2f}, stale K/V {est.buffer_bytes / GIB:.2f})")
 
 
