@@ -13,7 +13,8 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   ``ring_flash_attn_forward`` and ``update_out_and_lse``, feifeibear/long-context-attention, yunchang/ring/): ``r``
   partial attentions, ``r - 1`` batched send/receive launches, a cast of the output to fp32 and back, and after
   each partial but the first a merge of nine pointwise kernels on the fp32 output (eager; compiled: one fused
-  kernel), which in eager also read and write that fp32 output about ten times (``RING_MERGE_BYTES``).
+  kernel), which in eager also read and write that fp32 output about ten times (``RING_MERGE_BYTES``). Tensor
+  parallelism adds its two all-reduces per block, DistriFusion its all-gather per layer.
   The host time is added to the device's: assumed, because the published tables show it: the eager-minus-compiled
   gap of xDiT's FLUX.1 table is about the same on 1, 2 and 4 H100s (2.41, 1.70, 2.61 s), which a host stream hidden
   under the device's work would not give.
@@ -90,6 +91,10 @@ def step_kernels(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
         comm += 4 * (1 if job.compiled else 3)
     if plan.ring > 1:
         comm += plan.ring + (plan.ring - 1) * (2 if job.compiled else 10) + 2
+    if plan.tp > 1:  # Megatron's two all-reduces per block
+        comm += 2
+    if plan.distrifusion > 1:  # one asynchronous all-gather of K and V per layer
+        comm += 1
     return pieces * (blocks / plan.pipefusion + layers * comm)
 
 

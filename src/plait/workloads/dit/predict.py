@@ -91,7 +91,8 @@ def _divisors(n: int) -> list[int]:
 
 def search_dit(spec: DitSpec, job: DitJob, hardware: Cluster, gpus: int, memory_margin: float = 0.05
                ) -> tuple[list[DitPrediction], list[tuple[DitPlan, str]]]:
-    """Plans that fit, lowest latency first, and the refused with why."""
+    """Plans that fit, lowest latency end to end first (:mod:`plait.workloads.dit.pipeline`), and the refused with
+    why."""
     limit = (1.0 - memory_margin) * hardware.accelerator.memory_bytes
     ranked, refused = [], []
     for plan in candidate_plans(gpus, job.cfg, job.image_tokens(spec)):
@@ -105,5 +106,5 @@ def search_dit(spec: DitSpec, job: DitJob, hardware: Cluster, gpus: int, memory_
         else:
             ranked.append(DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan, estimate=est,
                                         end_to_end=end_to_end(spec, job, plan, hardware, est)))
-    ranked.sort(key=lambda r: (r.estimate.latency_s, r.estimate.memory_bytes))
+    ranked.sort(key=lambda r: (r.end_to_end.total_s, r.estimate.memory_bytes))
     return ranked, refused

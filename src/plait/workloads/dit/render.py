@@ -41,17 +41,17 @@ def print_dit(console: Console, result: DitPrediction) -> None:
 
 def print_dit_search(console: Console, ranked: list[DitPrediction], refused: list[tuple[DitPlan, str]],
                      top: int = 10) -> None:
-    table = titled_table(f"plans, lowest latency first ({len(ranked)} fit)")
-    for col in ("plan", "latency s", "step ms", "exposed comm ms", "GiB"):
+    table = titled_table(f"plans, lowest latency end to end first ({len(ranked)} fit)")
+    for col in ("plan", "end to end s", "denoising s", "step ms", "exposed comm ms", "GiB"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r in ranked[:top]:
         est = r.estimate
-        table.add_row(_label(r), f"{est.latency_s:.3f}", f"{1e3 * est.step_s:.3f}", f"{1e3 * est.comm_s:.3f}",
-                      f"{est.memory_bytes / GIB:.2f}")
+        table.add_row(_label(r), f"{r.end_to_end.total_s:.3f}", f"{est.latency_s:.3f}", f"{1e3 * est.step_s:.3f}",
+                      f"{1e3 * est.comm_s:.3f}", f"{est.memory_bytes / GIB:.2f}")
     console.print(table)
     if len(ranked) > 1:
-        best, second = ranked[0].estimate, ranked[1].estimate
-        console.print(f"winner {_label(ranked[0])}: {second.latency_s / best.latency_s - 1:.1%} faster than "
+        best, second = ranked[0].end_to_end, ranked[1].end_to_end
+        console.print(f"winner {_label(ranked[0])}: {second.total_s / best.total_s - 1:.1%} faster than "
                       f"{_label(ranked[1])}")
     reasons = Counter(why.split(":")[0] if "GiB" in why else why for _, why in refused)
     for why, count in reasons.most_common():
