@@ -100,10 +100,14 @@ def test_linear_attention_grows_linearly_and_softmax_attention_quadratically() -
 
 def test_eager_kernels_per_step_are_the_model_files_count() -> None:
     """FLUX.1 on one GPU, eager: 19 double-stream blocks of 96 kernels and 38 single-stream blocks of 50 (counted
-    from diffusers' forward, examples/flux-1-dev-1024px.toml); compiled: two per GEMM or attention call."""
+    from diffusers' forward, examples/flux-1-dev-1024px.toml); compiled: two per GEMM or attention call, a
+    double-stream block's 14 GEMMs (Q, K, V, output and two MLP per stream, two modulations) and a single-stream
+    block's 6 (modulation, proj_mlp, Q, K, V, proj_out), each with its attention. Ulysses adds four all-to-alls per
+    layer, each between two layout copies in eager."""
     spec, job = _model("flux-1-dev-1024px")
     assert step_kernels(spec, job, DitPlan()) == 19 * 96 + 38 * 50
-    assert step_kernels(spec, replace(job, compiled=True), DitPlan()) == 19 * 2 * 11 + 38 * 2 * 5
+    assert step_kernels(spec, replace(job, compiled=True), DitPlan()) == 19 * 2 * 15 + 38 * 2 * 7
+    assert step_kernels(spec, job, DitPlan(ulysses=2)) == 19 * 96 + 38 * 50 + 57 * 4 * 3
 
 
 def test_compile_is_never_slower_and_launches_fewer_kernels() -> None:

@@ -42,14 +42,14 @@ from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_dec
 from plait.workloads.dit.cost import DitEstimate, DitPlan
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
 
-GEMMS_PER_BLOCK = {"dit": 5, "pixart": 7, "mmdit": 10, "joint": 6, "linear": 9}
-"""GEMM (library) calls of one block: the attention's QKV and output and the MLP's two, plus: dit its modulation;
-pixart its cross-attention's Q, K-V and output; mmdit (double-stream) two streams of four and two modulations; joint
-(CogVideoX) two modulations; linear (Sana) the cross-attention's three and the Mix-FFN's two pointwise convolutions in
-place of an MLP, and its depthwise one."""
-GEMMS_PER_SINGLE = 4
-"""An mmdit single-stream block: the fused QKV-and-MLP input, the output, its modulation, and the MLP's activation
-input (diffusers FluxSingleTransformerBlock: proj_mlp, to_q/k/v, proj_out, norm.linear; Q, K, V counted as one)."""
+GEMMS_PER_BLOCK = {"dit": 7, "pixart": 10, "mmdit": 14, "joint": 8, "linear": 11}
+"""GEMM (library) calls of one block in diffusers' forward code: Q, K and V projections, the attention's output and the
+MLP's two, plus: dit its modulation; pixart its cross-attention's Q, K, V and output; mmdit (double-stream) those six
+on each stream (Q, K, V, output and the MLP's two) and two modulations; joint (CogVideoX) two modulations; linear
+(Sana) the cross-attention's four and the Mix-FFN's three convolutions in place of an MLP."""
+GEMMS_PER_SINGLE = 6
+"""An mmdit single-stream block (diffusers FluxSingleTransformerBlock): its modulation, proj_mlp, to_q, to_k, to_v and
+proj_out."""
 
 RING_MERGE_BYTES = 38
 """Bytes per output element one eager merge of two partial attentions moves (yunchang ``_update_out_and_lse``): the
@@ -124,7 +124,7 @@ def pointwise_step_s(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster
     else:
         tokens_kernels = spec.layers * blocks * seq
     tokens_kernels += spec.single_layers * max(0, spec.eager_kernels_single - 2 * (GEMMS_PER_SINGLE + 1)) * seq
-    share = plan.ulysses * plan.ring * plan.distrifusion * plan.pipefusion
+    share = plan.ulysses * plan.ring * plan.distrifusion * plan.pipefusion  # tokens split; layers split by stage
     moved = 2 * tokens_kernels / share * spec.hidden * ACT_BYTES * job.passes / plan.cfg  # read and write
     if plan.ring > 1:  # the merges of the partial attentions' fp32 outputs
         elements = seq / (plan.ulysses * plan.ring) * spec.hidden / plan.tp * job.passes / plan.cfg
