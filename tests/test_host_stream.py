@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from plait.cost.estimate import Estimate
-from plait.cost.host import dense_layer_kernels, exposed_host_s, layer_host_s, moe_forward_s
+from plait.cost.host import (
+    dense_layer_kernels,
+    exposed_host_s,
+    layer_host_s,
+    moe_forward_s,
+    step_stall_s,
+    sync_s,
+)
 from plait.cost.setup import Setup
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -80,7 +87,7 @@ def test_a_host_bound_step_takes_the_hosts_time() -> None:
     """With a host far slower than the device, every pass takes its host time: the step grows by the host's time
     per launch times the kernels of a micro-batch, and its breakdown shows it as ``host``."""
     fast, slow = _step("megatron-core", 0.0), _step("megatron-core", 5000.0)
-    assert fast.time.host_s == 0.0
+    assert fast.time.host_s == pytest.approx(26e-6)  # only the step's gradient-norm read-back
     assert slow.time.host_s > 0.0
     layers = get_model("gpt3-125m").num_layers
     setup = Setup(model=get_model("gpt3-125m"), cluster=_cluster(5000.0),
@@ -105,11 +112,24 @@ def test_an_moe_layer_with_a_sync_waits_for_its_experts_launches() -> None:
     setup = Setup(model=model, cluster=_cluster(10.0),
                   plan=Plan(dp_replicate=8, ep=8, global_batch=8).with_seq_len(4096),
                   framework=get_engine("megatron-core").framework)
-    assert moe_forward_s(setup, 1.0, 0.1) == 1.0  # device-bound: the device's time
+    round_trip = sync_s(setup)
+    assert round_trip == pytest.approx(26e-6)  # efficiency.toml's host_sync_us
+    assert moe_forward_s(setup, 1.0, 0.1) == pytest.approx(1.0 + round_trip)  # device-bound: the device's time
     host_bound = moe_forward_s(setup, 1e-6, 1e-6)
-    assert host_bound > 1e-6
+    assert host_bound > 1e-6 + round_trip
     unsynced = replace(setup, framework=replace(setup.framework, moe_host_sync=False))
     assert moe_forward_s(unsynced, 1e-6, 1e-6) == 1e-6  # joined with the pass instead
+
+
+def test_a_step_pays_one_round_trip_per_sync_its_engine_makes() -> None:
+    """Megatron-Core reads the gradient norm back once per step; torchtitan reads nothing back every step."""
+    cluster = _cluster(10.0)
+    assert step_stall_s(cluster, get_engine("megatron-core").framework) == pytest.approx(26e-6)
+    assert step_stall_s(cluster, get_engine("torchtitan").framework) == 0.0
+    plan = Plan(dp_replicate=8, global_batch=8)
+    model = get_model("gpt3-125m")
+    core = estimate(model, cluster, plan, engine=get_engine("megatron-core"))
+    assert core.time.host_s >= 26e-6
 
 
 def test_single_node_small_model_runs() -> None:

@@ -123,7 +123,8 @@ def moe_forward_s(setup: Setup, device_s: float, attention_device_s: float) -> f
     token_dispatcher.py @0d8e0714 L870-909), so the device's queue is empty when the host resumes, and the experts'
     launches that follow and the next layer's attention, queued before the next sync, run one after the other: with
     the host-bound experts before the attention, the queue ends at ``max(device, host of the experts + max(host,
-    device) of the attention)`` (the queue rule of the module docstring). ``device_s``: the layer's forward device
+    device) of the attention)`` (the queue rule of the module docstring), after the host's round trip at the sync
+    (:func:`sync_s`). ``device_s``: the layer's forward device
     time; ``attention_device_s``: its attention block's. Without the sync the layer is joined with the others of
     its pass (:func:`exposed_host_s`)."""
     if not setup.framework.moe_host_sync or setup.model.moe is None:
@@ -131,7 +132,21 @@ def moe_forward_s(setup: Setup, device_s: float, attention_device_s: float) -> f
     launch_s = setup.cluster.accelerator.efficiency.host_launch_us.value * 1e-6
     experts_s = moe_kernels(setup)[0] * launch_s
     attention_s = (1.0 if setup.framework.cuda_graph_layers else dense_layer_kernels(setup, True)) * launch_s
-    return max(device_s, experts_s + max(attention_s, attention_device_s))
+    return max(device_s, experts_s + max(attention_s, attention_device_s)) + sync_s(setup)
+
+
+def sync_s(setup_or_cluster: Any) -> float:
+    """Seconds the device idles at one synchronization: the host's round trip (``host_sync_us``)."""
+    cluster = getattr(setup_or_cluster, "cluster", setup_or_cluster)
+    return float(cluster.accelerator.efficiency.host_sync_us.value) * 1e-6
+
+
+def step_stall_s(cluster: Any, framework: Any) -> float:
+    """Seconds a step loses to the synchronizations outside MoE layers (:attr:`EngineFacts.step_syncs`): one round
+    trip each; the host, which ran ahead until then, issues the optimizer's kernels and the next step's first layer
+    while the device starts on them (their issue time is hidden unless the pass is host-bound,
+    :func:`exposed_host_s`)."""
+    return framework.step_syncs * sync_s(cluster)
 
 
 def exposed_host_s(device_s: Any, host_s: Any, xp: Any) -> Any:

@@ -141,6 +141,12 @@ class EngineFacts:
     """The same in its backward: per call and expert a main_grad lookup (L285), a wgrad buffer (L387-390), the dummy
     wgrad ``handle_custom_ddp_from_mcore`` allocates (L442-472) and Megatron DDP's backward hook of the expert's
     weight (distributed_data_parallel.py L357-366, one hook per parameter)."""
+    step_syncs: int = 0
+    """Times per step the host waits on the device outside MoE layers, each costing the device one host round trip
+    (``host_sync_us``) before the host issues again: Megatron-Core's gradient clipping reads the global norm back
+    (``total_norm.item()``, megatron/core/optimizer/clip_grads.py ``get_grad_norm_fp32``), 1; 0 where nothing is
+    read back every step (torchtitan's ``clip_grad_norm_`` returns a tensor and its loss is logged every
+    ``log_freq`` steps)."""
     cuda_graph_layers: bool = False
     """Every transformer layer's forward and backward are captured in CUDA graphs and replayed with one graph launch
     each (Megatron-Core ``--enable-cuda-graph``/``cuda_graph_scope``, torch.compile ``mode="reduce-overhead"``), so
