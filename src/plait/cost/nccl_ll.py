@@ -19,6 +19,7 @@ Figures of NVIDIA/nccl src/graph/tuning.cc @b6475625 (NCCL 2.19-era), ring algor
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the link's type only: plait.cost.collectives calls this module
@@ -37,11 +38,18 @@ def ll_s(kind: str, full_bytes: float, link: GroupLink) -> float:
     """Seconds of collective ``kind`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of a ``full_bytes`` buffer
     over ``link`` by NCCL's ring LL protocol (module docstring); infinite across sites (a wide-area group runs its
     own hierarchical schedule, :func:`plait.cost.collectives.all_reduce_s`)."""
-    g = link.size
-    if g <= 1 or full_bytes <= 0:
+    if link.size <= 1 or full_bytes <= 0:
         return 0.0
+    latency_s, bytes_per_s = _ll_terms(kind, link)
+    return latency_s + full_bytes / bytes_per_s
+
+
+@functools.cache
+def _ll_terms(kind: str, link: GroupLink) -> tuple[float, float]:
+    """(latency, seconds per buffer byte as a rate) of :func:`ll_s` for one group and collective, computed once."""
+    g = link.size
     if link.sites > 1 or not link.paths:
-        return float("inf")
+        return float("inf"), float("inf")
     nodes = max(1, -(-g // link.members_per_domain))
     all_reduce = kind == "all_reduce"
     steps = 2 * (g - 1) if all_reduce else g - 1
@@ -54,4 +62,4 @@ def ll_s(kind: str, full_bytes: float, link: GroupLink) -> float:
     share = 1 / 4 if all_reduce or nodes > 1 else 1 / 3
     cap = MAX_BUS_GB_PER_S.get(nodes, MAX_BUS_MANY_NODES_GB_PER_S) * 1e9
     bus = min(cap, share * link.bus_bytes_per_s(LARGE_MESSAGE_BYTES, kind))
-    return latency_us * 1e-6 + steps / g * full_bytes / bus
+    return latency_us * 1e-6, bus * g / steps
