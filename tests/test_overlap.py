@@ -52,8 +52,11 @@ def test_backward_post_puts_every_backward_gather_in_line() -> None:
     assert gather > 0
     in_line = MODEL.num_layers * gather  # with BACKWARD_PRE these were hidden behind compute
     assert post.time.fsdp_comm_s >= in_line
-    assert post.step_time_s - pre.step_time_s == pytest.approx(
-        post.time.fsdp_comm_s - pre.time.fsdp_comm_s, rel=1e-9)
+    # the device's step grows by the gathers put in line; the host's launches, joined to the device pass by pass,
+    # show less of themselves behind a longer device pass (plait/cost/host.py)
+    device = lambda e: e.step_time_s - e.time.host_s  # noqa: E731
+    assert device(post) - device(pre) == pytest.approx(post.time.fsdp_comm_s - pre.time.fsdp_comm_s, rel=1e-9)
+    assert post.time.host_s <= pre.time.host_s
     assert not np.isclose(post.step_time_s, pre.step_time_s)
 
 
