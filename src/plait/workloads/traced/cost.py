@@ -31,6 +31,7 @@ from dataclasses import replace
 from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
+from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
@@ -131,9 +132,10 @@ def split_stages(costs: list[float], stages: int) -> list[list[int]]:
 
 
 def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine,
-                    interval: IntervalOf) -> Estimate:
+                    interval: IntervalOf, loader: Loader | None = None) -> Estimate:
     """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``, its step-time
-    interval by ``interval``."""
+    interval by ``interval``; with a ``loader``, the step waits for the slower of the device and the input pipeline
+    (:mod:`plait.cost.input_pipeline`)."""
     check_traced_plan(work, plan)
     plan = replace(plan, seq_len=1)  # one example is the unit of throughput
     cols, acc = PlanColumns.one(plan), cluster.accelerator
@@ -173,6 +175,9 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
                          pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
                          optimizer_s=float(optimizer_step_s(cluster, cols, params, grad_bytes)))
+    if loader is not None:  # each GPU's loader prepares its share of the global batch per step
+        host = loader_step_s(loader, plan.global_batch / dp, host_cores_per_used_gpu(cluster, plan.num_gpus))
+        time = replace(time, input_wait_s=input_wait_s(time.total_s, host))
     memory = _memory(work, cluster, plan, cols, stages, _fullest_stage(work, plan, cols, stages), grad_bytes, extra)
     flops = work.flops_per_example() * plan.global_batch
     refwd = sum(u.flops(1, False) for u, r in zip(work.units, recomputed) if r) * plan.global_batch

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from plait.cost.input_pipeline import Loader, get_loader
 from plait.engine.catalog import get_engine
 from plait.errors import require_extra
 from plait.hardware.catalog import get_cluster
@@ -39,6 +40,16 @@ PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
 FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
+LOADER_NOTES = (("synthetic data", "synthetic"), ("data_backend=pytorch", "framework_jpeg"),
+                ("default --data-backend is dali-cpu", "dali_cpu"), ("TFRecords", "framework_jpeg"),
+                ("real data", "framework_jpeg"))
+"""Phrases of a ResNet-50 row's notes -> its loader, first match wins (``plait/validate/data/classic_dp.md`` says,
+per source, which loader its benchmark command ran): synthetic tensors, PyTorch's DataLoader on real JPEGs
+(DeepLearningExamples' configs.yml), DALI's CPU backend (the 2019 README's default ``--data-backend``), TensorFlow
+decoding TFRecords or JPEGs on host cores."""
+LOADER_WORKERS = {"A100-SXM4-80GB": 16, "V100-SXM2-16GB": 8, "V100-SXM2-32GB": 8}
+"""Loader workers per GPU of DeepLearningExamples' PyTorch ResNet-50 runs by system (configs.yml@7bdfc81,
+``platform``: DGXA100 16, DGX1V 8); other runs use every core (tf.data, DALI threads)."""
 
 
 def accumulation_steps(notes: str) -> int | None:
@@ -52,6 +63,17 @@ def accumulation_steps(notes: str) -> int | None:
 COLUMNS = ("source_id", "model", "gpu", "gpus", "precision", "batch_per_gpu", "measured_value", "measured_unit",
            "notes")
 """The columns a row's prediction reads (``plait/validate/data/classic_dp.md`` describes them all)."""
+
+
+def row_loader(row: Record) -> Loader:
+    """The input pipeline of one row: pre-tokenized shards for BERT, the loader its notes name for ResNet-50
+    (:data:`LOADER_NOTES`; none named: the framework's JPEG loader, assumed)."""
+    if row["model"].startswith("BERT"):
+        return get_loader("pretokenized")
+    notes = row["notes"].lower()
+    kind = next((k for phrase, k in LOADER_NOTES if phrase.lower() in notes), "framework_jpeg")
+    workers = LOADER_WORKERS.get(row["gpu"]) if "data_backend=pytorch" in notes else None
+    return get_loader(kind, workers)
 
 
 def predict_row(row: Record) -> ClassicResult:
@@ -78,8 +100,7 @@ def predict_row(row: Record) -> ClassicResult:
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
-                          plan, get_engine(),
-                          step_interval_s)
+                          plan, get_engine(), step_interval_s, row_loader(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
