@@ -31,7 +31,8 @@ from dataclasses import replace
 from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
+from plait.cost.host_stream import host_issue_s, stream_waits_s
+from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, loader_step_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
@@ -175,9 +176,13 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
                          pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
                          optimizer_s=float(optimizer_step_s(cluster, cols, params, grad_bytes)))
+    kernels = sum(len(work.units[i].kernels) + (len(work.units[i].kernels) if recomputed[i] else 0) for i in group)
+    host = host_issue_s(m * kernels, acc.efficiency.host_launch_us.value * 1e-6)  # optimizer: a few fused kernels
+    loading = 0.0
     if loader is not None:  # each GPU's loader prepares its share of the global batch per step
-        host = loader_step_s(loader, plan.global_batch / dp, host_cores_per_used_gpu(cluster, plan.num_gpus))
-        time = replace(time, input_wait_s=input_wait_s(time.total_s, host))
+        loading = loader_step_s(loader, plan.global_batch / dp, host_cores_per_used_gpu(cluster, plan.num_gpus))
+    host_wait, input_wait = stream_waits_s(time.total_s, host, loading)
+    time = replace(time, host_wait_s=host_wait, input_wait_s=input_wait)
     memory = _memory(work, cluster, plan, cols, stages, _fullest_stage(work, plan, cols, stages), grad_bytes, extra)
     flops = work.flops_per_example() * plan.global_batch
     refwd = sum(u.flops(1, False) for u, r in zip(work.units, recomputed) if r) * plan.global_batch
