@@ -5,9 +5,11 @@ source, commit and caveat in ``plait/validate/data/classic_dp.md``), each traced
 
 A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps its notes state (BERT; ResNet-50
 takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for ResNet-50, LAMB (Adam's state) for
-BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). The error is
-on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot predict
-say why: GPUs without a preset system, BERT tables that state no accumulation steps.
+BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). Each row's
+input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
+that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`).
+The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
+predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
 FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
+BINNED_PHASE2 = {"DLE_PYT_BERT_2111": (2565.0, 1483.0)}
+"""Sources whose phase-2 (sequence 512) runs pad each mini-batch only to its longest sequence, in bins of 64 tokens
+(NVIDIA LDDL sequence binning: DeepLearningExamples@a9e2c1d5, the commit that added the pytorch:21.11 tables, made
+``phase2_bin_size=64`` the default of ``scripts/run_pretraining.sh``; README changelog 'Binned pretraining for phase2
+with LDDL using a bin size of 64') -> (seconds unbinned, seconds at bin size 64) of NVIDIA's own measurement of that
+phase-2 pre-training on 32 DGX A100 nodes of Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance
+vs. Bin Size on BERT Phase 2 Pretraining', bar labels). Such a run's mean padded length is 512 over that speedup
+(assumed: work linear in length; attention's quadratic part makes the true length slightly longer)."""
 LOADER_NOTES = (("synthetic data", "synthetic"), ("data_backend=pytorch", "framework_jpeg"),
                 ("default --data-backend is dali-cpu", "dali_cpu"), ("TFRecords", "framework_jpeg"),
                 ("real data", "framework_jpeg"))
@@ -96,6 +106,9 @@ def predict_row(row: Record) -> ClassicResult:
     if steps is None:
         return result("the source states no accumulation steps")
     factory, shape = MODELS[row["model"]]
+    if shape == (512,) and row["source_id"] in BINNED_PHASE2:  # the mean padded length (BINNED_PHASE2)
+        unbinned_s, binned_s = BINNED_PHASE2[row["source_id"]]
+        shape = (round(512 * binned_s / unbinned_s),)
     batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
