@@ -41,3 +41,13 @@ def test_dgx2h_and_dgx1_bert_rows_take_the_loss_tables_steps(gpu: str, nodes: in
              and r.count("nodes") == nodes and r["model"].endswith(str(seq)) and r["precision"] == precision]
     assert len(found) == 1
     assert accumulation_steps(found[0]["notes"]) == steps
+
+
+def test_each_row_carries_its_convolution_layout() -> None:
+    from plait.workloads.traced.validate import row_channels_last
+
+    layouts = {(r["source_id"], r["precision"]): row_channels_last(r) for r in _rows() if "ResNet" in r["model"]}
+    assert layouts[("DLE_PYT_RN50_2103", "amp")]  # configs.yml@7bdfc81: memory_format nhwc
+    assert not layouts[("DLE_PYT_RN50_2103", "tf32")]  # PyTorch's default NCHW
+    assert not layouts[("DLE_PYT_RN50_1910", "amp")]  # pytorch-19.10 predates torch.channels_last
+    assert layouts[("DLE_TF_RN50_2006", "amp")] and not layouts[("DLE_TF_RN50_2006", "tf32")]  # TF layout assignment

@@ -70,7 +70,7 @@ def accumulation_steps(notes: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-COLUMNS = ("source_id", "model", "gpu", "gpus", "precision", "batch_per_gpu", "measured_value", "measured_unit",
+COLUMNS = ("source_id", "model", "framework", "gpu", "gpus", "precision", "batch_per_gpu", "measured_value", "measured_unit",
            "notes")
 """The columns a row's prediction reads (``plait/validate/data/classic_dp.md`` describes them all)."""
 
@@ -84,6 +84,17 @@ def row_loader(row: Record) -> Loader:
     kind = next((k for phrase, k in LOADER_NOTES if phrase.lower() in notes), "framework_jpeg")
     workers = LOADER_WORKERS.get(row["gpu"]) if "data_backend=pytorch" in notes else None
     return get_loader(kind, workers)
+
+
+def row_channels_last(row: Record) -> bool:
+    """Whether a row's convolutions ran on channels-last (NHWC) tensors: DeepLearningExamples' PyTorch configs say
+    so (``memory_format: nhwc``, configs.yml@7bdfc81, mixed precision only); TensorFlow assigns NHWC to 16-bit
+    convolutions on tensor-core GPUs and NCHW to fp32 ones, TF32 included (its layout assignment for compute
+    capability 7.0: 'To use Tensor Cores for f16 data type, input must be in NHWC data format', 'cuDNN prefers NCHW
+    data format for spatial convolutions' in f32); PyTorch's default is NCHW."""
+    if "memory_format nhwc" in row["notes"]:
+        return True
+    return row["framework"].startswith("TensorFlow") and row["precision"] == "amp"
 
 
 def predict_row(row: Record) -> ClassicResult:
@@ -113,7 +124,8 @@ def predict_row(row: Record) -> ClassicResult:
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
-                          plan, get_engine(), step_interval_s, row_loader(row))
+                          plan, get_engine(), step_interval_s, row_loader(row),
+                          row_channels_last(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
