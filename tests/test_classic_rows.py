@@ -26,6 +26,7 @@ def test_each_row_carries_the_loader_its_source_ran() -> None:
     assert seen[("DLE_PYT_RN50_1910", "V100-SXM3-32GB", False)].kind == "dali_cpu"  # the 2019 README's default
     assert seen[("TF_BENCH_2017", "K80", True)].kind == "synthetic"  # 'Training synthetic data' tables
     assert seen[("TF_BENCH_2017", "P100", False)].kind == "framework_jpeg"  # 'Training real data'
+    assert seen[("DLE_MX_RN50", "V100-SXM2-16GB", False)].kind == "dali_gpu"  # the MXNet runner's default backend
     assert all(v.kind == "pretokenized" for k, v in seen.items() if "BERT" in k[0])
 
 
@@ -51,3 +52,4 @@ def test_each_row_carries_its_convolution_layout() -> None:
     assert not layouts[("DLE_PYT_RN50_2103", "tf32")]  # PyTorch's default NCHW
     assert not layouts[("DLE_PYT_RN50_1910", "amp")]  # pytorch-19.10 predates torch.channels_last
     assert layouts[("DLE_TF_RN50_2006", "amp")] and not layouts[("DLE_TF_RN50_2006", "tf32")]  # TF layout assignment
+    assert layouts[("DLE_MX_RN50", "amp")] and not layouts[("DLE_MX_RN50", "tf32")]  # the runner's float16 flags

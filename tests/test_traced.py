@@ -217,7 +217,7 @@ def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
     pytest.importorskip("transformers")
     summary = _cli_json(["validate", "--classic", str(dataset_path("classic")), "--json"])
     rows = summary["results"]
-    assert summary["rows_in_file"] == len(rows) == 90
+    assert summary["rows_in_file"] == len(rows) == 114
     for row in rows:
         assert (row["error_pct"] is None) == bool(row["not_predicted"])
         assert "\n" not in row["not_predicted"]
@@ -225,10 +225,10 @@ def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
     assert all(r["error_pct"] is not None for r in amp)
     full = [r for r in rows if re.search(r" (fp32|tf32) ", r["run"]) and r["error_pct"] is not None]
     assert {r["run"].split()[-4] for r in full} >= {"K80", "P100", "A100-SXM4-80GB"}
-    assert len(amp) + len(full) == summary["rows"] == 88
+    assert len(amp) + len(full) == summary["rows"] == 112
     assert {r["not_predicted"] for r in rows} == {"", "the source states no batch per GPU"}
     assert set(summary["per_source"]) == {"DLE_PYT_RN50_2103", "DLE_PYT_RN50_1910", "DLE_TF_RN50_2006",
-                                          "DLE_PYT_BERT_2111", "DLE_PYT_BERT_1907", "TF_BENCH_2017"}
+                                          "DLE_MX_RN50", "DLE_PYT_BERT_2111", "DLE_PYT_BERT_1907", "TF_BENCH_2017"}
 
 
 def test_the_traced_search_ranks_fitting_plans_and_counts_the_rest() -> None:

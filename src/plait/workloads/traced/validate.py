@@ -50,13 +50,14 @@ with LDDL using a bin size of 64') -> (seconds unbinned, seconds at bin size 64)
 phase-2 pre-training on 32 DGX A100 nodes of Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance
 vs. Bin Size on BERT Phase 2 Pretraining', bar labels). Such a run's mean padded length is 512 over that speedup
 (assumed: work linear in length; attention's quadratic part makes the true length slightly longer)."""
-LOADER_NOTES = (("synthetic data", "synthetic"), ("data_backend=pytorch", "framework_jpeg"),
+LOADER_NOTES = (("synthetic data", "synthetic"), ("data backend default is dali-gpu", "dali_gpu"),
+                ("data_backend=pytorch", "framework_jpeg"),
                 ("default --data-backend is dali-cpu", "dali_cpu"), ("TFRecords", "framework_jpeg"),
                 ("real data", "framework_jpeg"))
 """Phrases of a ResNet-50 row's notes -> its loader, first match wins (``plait/validate/data/classic_dp.md`` says,
 per source, which loader its benchmark command ran): synthetic tensors, PyTorch's DataLoader on real JPEGs
-(DeepLearningExamples' configs.yml), DALI's CPU backend (the 2019 README's default ``--data-backend``), TensorFlow
-decoding TFRecords or JPEGs on host cores."""
+(DeepLearningExamples' configs.yml), DALI's GPU backend (the MXNet runner's default), DALI's CPU backend (the 2019
+README's default ``--data-backend``), TensorFlow decoding TFRecords or JPEGs on host cores."""
 LOADER_WORKERS = {"A100-SXM4-80GB": 16, "V100-SXM2-16GB": 8, "V100-SXM2-32GB": 8}
 """Loader workers per GPU of DeepLearningExamples' PyTorch ResNet-50 runs by system (configs.yml@7bdfc81,
 ``platform``: DGXA100 16, DGX1V 8); other runs use every core (tf.data, DALI threads)."""
@@ -88,11 +89,12 @@ def row_loader(row: Record) -> Loader:
 
 def row_channels_last(row: Record) -> bool:
     """Whether a row's convolutions ran on channels-last (NHWC) tensors: DeepLearningExamples' PyTorch configs say
-    so (``memory_format: nhwc``, configs.yml@7bdfc81, mixed precision only); TensorFlow assigns NHWC to 16-bit
+    so (``memory_format: nhwc``, configs.yml@7bdfc81, mixed precision only), as its MXNet runner's flags do
+    (``--conv-layout NHWC`` for float16); TensorFlow assigns NHWC to 16-bit
     convolutions on tensor-core GPUs and NCHW to fp32 ones, TF32 included (its layout assignment for compute
     capability 7.0: 'To use Tensor Cores for f16 data type, input must be in NHWC data format', 'cuDNN prefers NCHW
     data format for spatial convolutions' in f32); PyTorch's default is NCHW."""
-    if "memory_format nhwc" in row["notes"]:
+    if "memory_format nhwc" in row["notes"] or "--conv-layout NHWC" in row["notes"]:
         return True
     return row["framework"].startswith("TensorFlow") and row["precision"] == "amp"
 
