@@ -111,3 +111,10 @@ def test_fp32_on_gpus_without_matrix_units_runs_at_their_gemm_fraction() -> None
     fraction = p100.efficiency.matmul_bf16.at(4096)
     assert matmul_flops_per_s(p100, "fp32", 4096) == pytest.approx(10.6e12 * fraction)
     assert matmul_flops_per_s(p100, "fp32", 4096) < p100.peak_flops("fp32")
+
+
+def test_matrix_units_are_read_from_the_datasheet_peaks() -> None:
+    # Kepler and Pascal: 16-bit runs on the fp32 cores (K80 1x, P100 SXM2 2.0x, P100 PCIe 18.7/9.3 = 2.01x)
+    assert [n for n in ("k80", "p100", "p100-pcie") if get_accelerator(n).has_matrix_units] == []
+    # Volta and Turing (8x), and every part whose datasheet lists bf16 or TF32 (L20's fp16 is 2x its fp32)
+    assert all(get_accelerator(n).has_matrix_units for n in ("v100", "t4", "l20", "a100-80gb", "mi250x"))
