@@ -1,4 +1,4 @@
-"""The input pipeline (plait.cost.input_pipeline), the host stream (plait.cost.host_stream) and fp32 GEMMs on GPUs without matrix units: hand-computable
+"""The input pipeline (plait.cost.input_pipeline) and fp32 GEMMs on GPUs without matrix units: hand-computable
 cases, the loader-bound step of a traced estimate, and the packaged loader and host-core figures."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from dataclasses import replace
 import pytest
 
 from plait.cost.compute import matmul_flops_per_s
-from plait.cost.host_stream import host_issue_s, stream_waits_s
-from plait.cost.input_pipeline import Loader, get_loader, host_cores_per_used_gpu, loader_step_s
+from plait.cost.input_pipeline import Loader, get_loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_accelerator, get_cluster
 from plait.hardware.figure import Figure
@@ -27,16 +26,9 @@ def test_loader_time_is_samples_times_cost_over_workers() -> None:
     assert loader_step_s(_loader(0.004, workers=5), 256, 16.0) == pytest.approx(0.2048)
 
 
-def test_the_step_waits_only_for_the_slowest_stream() -> None:
-    # slow host loader: the device (0.10 s) waits 0.15 s for data
-    assert stream_waits_s(device_s=0.10, host_s=0.02, loader_s=0.25) == pytest.approx((0.0, 0.15))
-    # fast loader: prefetching hides it
-    assert stream_waits_s(device_s=0.30, host_s=0.02, loader_s=0.25) == (0.0, 0.0)
-    # 2,000 kernels at 50 us = 0.1 s of issuing against 0.04 s of device work: the host sets the step
-    host = host_issue_s(2000, 50e-6)
-    assert host == pytest.approx(0.1)
-    waits = stream_waits_s(device_s=0.04, host_s=host, loader_s=0.12)
-    assert waits == pytest.approx((0.06, 0.02)) and 0.04 + sum(waits) == pytest.approx(0.12)
+def test_the_step_waits_only_for_the_slower_stream() -> None:
+    assert input_wait_s(step_s=0.10, loader_s=0.25) == pytest.approx(0.15)  # slow host loader: it sets the step
+    assert input_wait_s(step_s=0.30, loader_s=0.25) == 0.0  # fast loader: prefetching hides it
 
 
 def test_dali_gpu_and_pretokenized_text_put_no_work_on_the_host() -> None:
@@ -78,24 +70,6 @@ def test_a_slow_host_makes_the_traced_step_the_loaders() -> None:
     assert host_bound.time.total_s == pytest.approx(0.64)
     gpu = estimate_traced(work, cluster, plan, get_engine(), step_interval_s, get_loader("dali_gpu"))
     assert gpu.time.total_s == pytest.approx(bare.time.total_s)  # DALI on the GPU moves decode off the host
-
-
-def test_a_slow_host_thread_makes_a_small_traced_step_the_hosts() -> None:
-    pytest.importorskip("transformers")
-    from plait.engine.catalog import get_engine
-    from plait.plan.plan import Plan
-    from plait.predict.intervals import step_interval_s
-    from plait.workloads.traced.cost import estimate_traced
-    from plait.workloads.traced.tracing import trace
-
-    work, cluster = trace("plait.workload.zoo:resnet50"), get_cluster("dgx1-v100")
-    plan = Plan(dp_replicate=1, sharding="none", micro_batch=1, global_batch=4, precision="fp16", optimizer="sgd")
-    acc = cluster.accelerator
-    slow = replace(acc, efficiency=replace(acc.efficiency, host_launch_us=Figure(value=1000.0, source="assumed: test")))
-    est = estimate_traced(work, replace(cluster, accelerator=slow), plan, get_engine(), step_interval_s)
-    kernels = sum(len(unit.kernels) for unit in work.units)
-    assert est.time.total_s == pytest.approx(4 * kernels * 1e-3)  # 4 micro-batches of 1 ms per kernel issued
-    assert est.time.host_wait_s > 0.9 * est.time.total_s
 
 
 def test_packaged_presets_state_their_host_cores_with_a_source() -> None:

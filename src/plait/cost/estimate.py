@@ -75,6 +75,9 @@ class TimeBreakdown:
     """Exposed context-parallel (ring attention) transfers."""
     ep_comm_s: float = 0.0
     """Expert-parallel all-to-alls."""
+    host_s: float = 0.0
+    """Time the device waits for the host to issue kernels (:mod:`plait.cost.host`): a pass whose host is slower
+    than its device work."""
     pp_p2p_s: float = 0.0
     """Pipeline point-to-point activation transfers."""
     pp_bubble_s: float = 0.0
@@ -85,9 +88,6 @@ class TimeBreakdown:
     """Exposed data-parallel gradient reduction and parameter all-gather (once per step)."""
     optimizer_s: float = 0.0
     """Optimizer step (and host transfers when offloaded)."""
-    host_wait_s: float = 0.0
-    """Device time waiting for the host to issue kernels: the host stream's step beyond the device's
-    (:mod:`plait.cost.host_stream`)."""
     input_wait_s: float = 0.0
     """Device time waiting for the input pipeline: the loader's step beyond the device's
     (:mod:`plait.cost.input_pipeline`)."""

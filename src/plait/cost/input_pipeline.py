@@ -4,8 +4,8 @@ A training loop with a prefetching loader (PyTorch ``DataLoader`` workers, ``tf.
 streams that meet once per micro-batch: the loader prepares batch ``i + 1`` while the device computes batch ``i``,
 so a step lasts as long as the slower of the two (the producer-consumer bound of a pipelined loop; Mohan et al.,
 "Analyzing and Mitigating Data Stalls in DNN Training", VLDB 2021, Sec. 2: a "prep stall" is the device time spent
-waiting for pre-processed data; :func:`plait.cost.host_stream.stream_waits_s` joins it with the device and the
-kernel-issuing host thread). The loader's time per step is
+waiting for pre-processed data). The device's step here already holds the kernel-issuing host thread's waits
+(:mod:`plait.cost.host`); the loader runs on other cores. The loader's time per step is
 
     samples per GPU x host seconds per sample / parallel host workers,
 
@@ -72,3 +72,9 @@ def loader_step_s(loader: Loader, samples_per_gpu: float, host_cores: float) -> 
         return 0.0
     workers = host_cores if loader.workers_per_gpu is None else min(host_cores, float(loader.workers_per_gpu))
     return samples_per_gpu * loader.host_s_per_sample.value / max(workers, 1e-9)
+
+
+def input_wait_s(step_s: float, loader_s: float) -> float:
+    """Seconds a step of ``step_s`` (device and kernel-issuing host) waits for a loader that needs ``loader_s``: the
+    step lasts ``max(step, loader)`` (module docstring)."""
+    return max(0.0, loader_s - step_s)
