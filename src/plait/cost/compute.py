@@ -15,8 +15,8 @@ figures from ``efficiency.toml`` (public microbenchmarks), never fitted to runs.
 from __future__ import annotations
 
 from plait.cost.flops import Gemm
-from plait.engine.facts import AttentionKernel
 from plait.cost.setup import Setup
+from plait.engine.facts import AttentionKernel
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.catalog import kernel_curve
 
@@ -24,7 +24,8 @@ from plait.hardware.catalog import kernel_curve
 def matmul_flops_per_s(acc: Accelerator, dtype: str, size: float) -> float:
     """Sustained FLOP/s of GEMMs in ``dtype`` whose square-equivalent edge is ``size`` (tf32 at the bf16 curve's
     fraction of the TF32 peak: assumed, no public TF32 GEMM sweep of the packaged GPUs is kept; fp32 as
-    :class:`_Roofline` reads it)."""
+    :class:`_Roofline` reads it: on a GPU without matrix units the 16-bit curve is the fp32 cores' own, so it scales
+    the fp32 peak)."""
     if dtype == "fp32":
         roofline = _Roofline(acc, "fp32")
         rate = roofline.peak_flops * roofline.curve.at(size)
@@ -71,7 +72,7 @@ class _Roofline:
         self.cap: float | None = None
         if dtype == "fp32":  # no transposed-layout curve in fp32: the square one serves both
             self.peak_flops, self.curve = fp32_flops_per_s(acc), eff.matmul_fp32 or eff.matmul_bf16
-            if eff.matmul_fp32 is None:  # bf16's curve bounds the rate, not its shape scaled to the fp32 peak
+            if eff.matmul_fp32 is None and acc.has_matrix_units:  # bf16's curve bounds the rate, not its shape
                 self.cap, self.peak_flops = self.peak_flops, acc.peak_flops("bf16")
             return
         self.peak_flops = acc.peak_flops(dtype)
@@ -81,7 +82,9 @@ class _Roofline:
     def time_s(self, m: float, n: float, k: float, count: int = 1) -> float:
         """Seconds of ``count`` ``m x k`` by ``k x n`` products. Without a measured fp32 curve an fp32 product runs
         at the fp32 peak or at the rate the bf16 product of its shape reaches, whichever is lower (assumed: a shape
-        that keeps bf16 tensor cores from their peak, by launch, tail or memory, holds fp32 to no better)."""
+        that keeps bf16 tensor cores from their peak, by launch, tail or memory, holds fp32 to no better); on a GPU
+        without matrix units (:attr:`~plait.hardware.accelerator.Accelerator.has_matrix_units`) 16-bit and fp32
+        GEMMs share the same cores and kernels' tiling, so the 16-bit curve's fraction applies to the fp32 peak."""
         moved = (self.in_bytes * (m * k + k * n) + self.out_bytes * m * n) * count
         size = 3.0 / (1.0 / m + 1.0 / n + 1.0 / k)  # square edge of equal arithmetic intensity
         flops = 2.0 * m * n * k * count

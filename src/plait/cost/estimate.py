@@ -88,6 +88,9 @@ class TimeBreakdown:
     """Exposed data-parallel gradient reduction and parameter all-gather (once per step)."""
     optimizer_s: float = 0.0
     """Optimizer step (and host transfers when offloaded)."""
+    input_wait_s: float = 0.0
+    """Device time waiting for the input pipeline: the loader's step beyond the device's
+    (:mod:`plait.cost.input_pipeline`)."""
 
     @property
     def total_s(self) -> float:

@@ -131,6 +131,18 @@ class Accelerator:
         """HBM bandwidth in bytes/s."""
         return self.memory_bandwidth_gb_per_s * GB
 
+    @property
+    def has_matrix_units(self) -> bool:
+        """Whether 16-bit GEMMs run on matrix units (tensor cores, matrix cores) apart from the fp32 vector units: the
+        datasheet lists bf16 or TF32 (Ampere, Ada, Hopper, Blackwell, CDNA 2 and later), or its 16-bit peak is well
+        above twice the fp32 one (Volta and Turing: 8x). Without them (Kepler, Pascal) 16-bit arithmetic runs on the
+        fp32 cores, at most two half2 operations per fp32 one (Pascal whitepaper: 21.2 and 10.6 TFLOPS on P100 SXM2),
+        so one GEMM curve describes both."""
+        peaks = self.peak_tflops
+        if "bf16" in peaks or "tf32" in peaks or "fp32" not in peaks:
+            return True
+        return peaks.get("fp16", 0.0) > 2.5 * peaks["fp32"]
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype`` (fp16 and bf16 stand in for each other; raises if absent)."""
         key = dtype

@@ -55,6 +55,11 @@ def kernel_curve(name: str) -> Curve:
     return build(Curve, tables[name], f"kernels.toml:{name}")
 
 
+def loader_table() -> dict[str, Any]:
+    """The input-pipeline figures of ``loaders.toml`` (read by :mod:`plait.cost.input_pipeline`)."""
+    return _data("loaders.toml")
+
+
 def reliability_table() -> dict[str, Any]:
     """The failure, storage and restart figures of ``reliability.toml`` (read by :mod:`plait.predict.goodput`)."""
     return _data("reliability.toml")

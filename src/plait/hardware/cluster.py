@@ -146,6 +146,11 @@ class Cluster:
     scales ``accelerator``'s FLOP/s peaks to it (:mod:`plait.hardware.power`)."""
     power_limit_source: str = ""
     """Where the power limit comes from."""
+    host_cores_per_gpu: float | None = None
+    """Physical host CPU cores per GPU: the node's cores over its GPUs (``None``: not stated; an input pipeline
+    that decodes on the host needs it, :mod:`plait.cost.input_pipeline`)."""
+    host_cores_source: str = ""
+    """Where the host core count comes from."""
     storage_bandwidth_gb_per_s_per_gpu: float | None = None
     """Sustained write (and read) bandwidth of the checkpoint store per GPU, GB/s: the file system's aggregate
     over the GPUs it serves (``None``: plait's default in ``reliability.toml``)."""
@@ -168,6 +173,8 @@ class Cluster:
         if self.tiers[0].wide_area:
             raise ConfigError(f"{self.name}: tier {self.tiers[0].name} joins sites (wide_area) but is innermost; "
                               "a site needs a tier of its own inside it")
+        if self.host_cores_per_gpu is not None and self.host_cores_per_gpu <= 0:
+            raise ConfigError(f"{self.name}: host_cores_per_gpu={self.host_cores_per_gpu} must be > 0")
         if self.price_per_gpu_hour_usd < 0:
             raise ConfigError(f"{self.name}: price_per_gpu_hour_usd={self.price_per_gpu_hour_usd} must be >= 0")
 

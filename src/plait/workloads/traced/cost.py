@@ -33,6 +33,7 @@ from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
 from plait.cost.host import exposed_host_s
+from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
@@ -80,22 +81,43 @@ def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
                           f"sharding='none' (got sharding={plan.sharding!r})")
 
 
-def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int) -> float:
-    """Roofline seconds of one traced operator on ``batch`` examples (module docstring)."""
+CONVOLUTIONS = ("convolution", "convolution_backward")
+"""The traced (aten) operators that run as cuDNN convolutions."""
+
+
+def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int,
+             nchw_tensor_cores: bool = False) -> float:
+    """Roofline seconds of one traced operator on ``batch`` examples (module docstring); with ``nchw_tensor_cores``
+    a convolution also transposes its activations (:func:`layout_transpose_s`)."""
     moved, flops = kernel.bytes(batch), kernel.flops(batch)
     launch = acc.efficiency.kernel_launch_us.value * 1e-6
     memory = moved / memory_bytes_per_s(acc)
     if not flops:
         return max(memory, launch)
     edge = 3.0 * flops / (2.0 * max(moved / element_bytes, 1.0))
-    return max(flops / matmul_flops_per_s(acc, gemm_dtype, edge), memory, launch)
+    seconds = max(flops / matmul_flops_per_s(acc, gemm_dtype, edge), memory, launch)
+    if nchw_tensor_cores and kernel.name in CONVOLUTIONS:
+        seconds += layout_transpose_s(moved - kernel.fixed_bytes, acc)
+    return seconds
 
 
-def unit_seconds(unit: Unit, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int) -> tuple[float, float]:
+def layout_transpose_s(activation_bytes: float, acc: Accelerator) -> float:
+    """Seconds of the layout transposes around a tensor-core convolution on channels-first (NCHW) tensors: tensor
+    cores take channels-last (NHWC) data, so cuDNN transposes each activation the convolution reads to NHWC and its
+    result back, a read and a write of every activation byte in a separate memory-bound kernel (MosaicML Composer,
+    'Channels Last' method card, after NVIDIA's diagram: 'the NCHW tensor must be transposed to NHWC before the
+    convolution and transposed back to NCHW after'; TensorFlow's layout assignment for compute capability 7.0,
+    tensorflow/compiler/mlir/tensorflow/tests/layout_optimization_layout_assignment_gpu_cc_70.mlir: 'To use Tensor
+    Cores for f16 data type, input must be in NHWC data format')."""
+    return 2.0 * activation_bytes / memory_bytes_per_s(acc)
+
+
+def unit_seconds(unit: Unit, batch: float, acc: Accelerator, gemm_dtype: str, element_bytes: int,
+                 nchw_tensor_cores: bool = False) -> tuple[float, float]:
     """(forward, backward) seconds of one unit on ``batch`` examples."""
     fwd = bwd = 0.0
     for kernel in unit.kernels:
-        seconds = kernel_s(kernel, batch, acc, gemm_dtype, element_bytes)
+        seconds = kernel_s(kernel, batch, acc, gemm_dtype, element_bytes, nchw_tensor_cores)
         if kernel.backward:
             bwd += seconds
         else:
@@ -141,9 +163,12 @@ def split_stages(costs: list[float], stages: int) -> list[list[int]]:
 
 
 def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine,
-                    interval: IntervalOf) -> Estimate:
+                    interval: IntervalOf, loader: Loader | None = None, channels_last: bool = False) -> Estimate:
     """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``, its step-time
-    interval by ``interval``."""
+    interval by ``interval``; with a ``loader``, the step waits for the slower of the device and the input pipeline
+    (:mod:`plait.cost.input_pipeline`). ``channels_last``: convolutions' activations are stored NHWC (PyTorch's
+    ``torch.channels_last``); PyTorch's default is NCHW, whose tensor-core convolutions transpose
+    (:func:`layout_transpose_s`)."""
     check_traced_plan(work, plan)
     plan = replace(plan, seq_len=1)  # one example is the unit of throughput
     cols, acc = PlanColumns.one(plan), cluster.accelerator
@@ -154,7 +179,8 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     element = ELEMENT_BYTES.get(work.dtype, 2)
     b, m, dp = plan.micro_batch, plan.num_micro_batches, plan.dp
     grad_bytes = 2.0 if plan.grad_reduce_dtype == "bf16" else 4.0
-    seconds = [unit_seconds(u, b, acc, gemm_dtype, element) for u in work.units]
+    transposes = not channels_last and gemm_dtype != "fp32" and acc.has_matrix_units
+    seconds = [unit_seconds(u, b, acc, gemm_dtype, element, transposes) for u in work.units]
     stages = split_stages([f + w for f, w in seconds], plan.pp)
     recomputed = [plan.recompute == "full" and 0 < i < len(work.units) - 1 for i in range(len(work.units))]
 
@@ -193,6 +219,9 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
                          host_s=m * passes[slow][3],
                          pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
                          optimizer_s=float(optimizer_step_s(cluster, cols, params, grad_bytes)))
+    if loader is not None:  # each GPU's loader prepares its share of the global batch per step
+        loading = loader_step_s(loader, plan.global_batch / dp, host_cores_per_used_gpu(cluster, plan.num_gpus))
+        time = replace(time, input_wait_s=input_wait_s(time.total_s, loading))
     memory = _memory(work, cluster, plan, cols, stages, _fullest_stage(work, plan, cols, stages), grad_bytes, extra)
     flops = work.flops_per_example() * plan.global_batch
     refwd = sum(u.flops(1, False) for u, r in zip(work.units, recomputed) if r) * plan.global_batch

@@ -5,9 +5,11 @@ source, commit and caveat in ``plait/validate/data/classic_dp.md``), each traced
 
 A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps its notes state (BERT; ResNet-50
 takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for ResNet-50, LAMB (Adam's state) for
-BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). The error is
-on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot predict
-say why: GPUs without a preset system, BERT tables that state no accumulation steps.
+BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). Each row's
+input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
+that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`).
+The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
+predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from plait.cost.input_pipeline import Loader, get_loader
 from plait.engine.catalog import get_engine
 from plait.errors import require_extra
 from plait.hardware.catalog import get_cluster
@@ -39,6 +42,25 @@ PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
 FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
+BINNED_PHASE2 = {"DLE_PYT_BERT_2111": (2565.0, 1483.0)}
+"""Sources whose phase-2 (sequence 512) runs pad each mini-batch only to its longest sequence, in bins of 64 tokens
+(NVIDIA LDDL sequence binning: DeepLearningExamples@a9e2c1d5, the commit that added the pytorch:21.11 tables, made
+``phase2_bin_size=64`` the default of ``scripts/run_pretraining.sh``; README changelog 'Binned pretraining for phase2
+with LDDL using a bin size of 64') -> (seconds unbinned, seconds at bin size 64) of NVIDIA's own measurement of that
+phase-2 pre-training on 32 DGX A100 nodes of Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance
+vs. Bin Size on BERT Phase 2 Pretraining', bar labels). Such a run's mean padded length is 512 over that speedup
+(assumed: work linear in length; attention's quadratic part makes the true length slightly longer)."""
+LOADER_NOTES = (("synthetic data", "synthetic"), ("data backend default is dali-gpu", "dali_gpu"),
+                ("data_backend=pytorch", "framework_jpeg"),
+                ("default --data-backend is dali-cpu", "dali_cpu"), ("TFRecords", "framework_jpeg"),
+                ("real data", "framework_jpeg"))
+"""Phrases of a ResNet-50 row's notes -> its loader, first match wins (``plait/validate/data/classic_dp.md`` says,
+per source, which loader its benchmark command ran): synthetic tensors, PyTorch's DataLoader on real JPEGs
+(DeepLearningExamples' configs.yml), DALI's GPU backend (the MXNet runner's default), DALI's CPU backend (the 2019
+README's default ``--data-backend``), TensorFlow decoding TFRecords or JPEGs on host cores."""
+LOADER_WORKERS = {"A100-SXM4-80GB": 16, "V100-SXM2-16GB": 8, "V100-SXM2-32GB": 8}
+"""Loader workers per GPU of DeepLearningExamples' PyTorch ResNet-50 runs by system (configs.yml@7bdfc81,
+``platform``: DGXA100 16, DGX1V 8); other runs use every core (tf.data, DALI threads)."""
 
 
 def accumulation_steps(notes: str) -> int | None:
@@ -49,9 +71,32 @@ def accumulation_steps(notes: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-COLUMNS = ("source_id", "model", "gpu", "gpus", "precision", "batch_per_gpu", "measured_value", "measured_unit",
+COLUMNS = ("source_id", "model", "framework", "gpu", "gpus", "precision", "batch_per_gpu", "measured_value", "measured_unit",
            "notes")
 """The columns a row's prediction reads (``plait/validate/data/classic_dp.md`` describes them all)."""
+
+
+def row_loader(row: Record) -> Loader:
+    """The input pipeline of one row: pre-tokenized shards for BERT, the loader its notes name for ResNet-50
+    (:data:`LOADER_NOTES`; none named: the framework's JPEG loader, assumed)."""
+    if row["model"].startswith("BERT"):
+        return get_loader("pretokenized")
+    notes = row["notes"].lower()
+    kind = next((k for phrase, k in LOADER_NOTES if phrase.lower() in notes), "framework_jpeg")
+    workers = LOADER_WORKERS.get(row["gpu"]) if "data_backend=pytorch" in notes else None
+    return get_loader(kind, workers)
+
+
+def row_channels_last(row: Record) -> bool:
+    """Whether a row's convolutions ran on channels-last (NHWC) tensors: DeepLearningExamples' PyTorch configs say
+    so (``memory_format: nhwc``, configs.yml@7bdfc81, mixed precision only), as its MXNet runner's flags do
+    (``--conv-layout NHWC`` for float16); TensorFlow assigns NHWC to 16-bit
+    convolutions on tensor-core GPUs and NCHW to fp32 ones, TF32 included (its layout assignment for compute
+    capability 7.0: 'To use Tensor Cores for f16 data type, input must be in NHWC data format', 'cuDNN prefers NCHW
+    data format for spatial convolutions' in f32); PyTorch's default is NCHW."""
+    if "memory_format nhwc" in row["notes"] or "--conv-layout NHWC" in row["notes"]:
+        return True
+    return row["framework"].startswith("TensorFlow") and row["precision"] == "amp"
 
 
 def predict_row(row: Record) -> ClassicResult:
@@ -74,12 +119,15 @@ def predict_row(row: Record) -> ClassicResult:
     if steps is None:
         return result("the source states no accumulation steps")
     factory, shape = MODELS[row["model"]]
+    if shape == (512,) and row["source_id"] in BINNED_PHASE2:  # the mean padded length (BINNED_PHASE2)
+        unbinned_s, binned_s = BINNED_PHASE2[row["source_id"]]
+        shape = (round(512 * binned_s / unbinned_s),)
     batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
-                          plan, get_engine(),
-                          step_interval_s)
+                          plan, get_engine(), step_interval_s, row_loader(row),
+                          row_channels_last(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 

@@ -1,0 +1,56 @@
+"""Images per second one CPU core decodes and augments as PyTorch's ImageNet loader does (PIL decode,
+RandomResizedCrop to 224, horizontal flip, uint8 array): the host cost per sample of a framework JPEG loader
+(``plait/hardware/data/loaders.toml``).
+
+The test image is a synthetic 500x375 photo-like picture (smooth gradients plus texture noise) saved at JPEG
+quality 90: ImageNet's training JPEGs average ~110 KB at about 400x350 to 500x375 pixels. Usage:
+``python benchmarks/jpeg_loader_rate.py`` (prints images/s on one core and the file size).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import time
+
+import numpy as np
+from PIL import Image
+
+
+def test_image(width: int = 500, height: int = 375, seed: int = 0) -> bytes:
+    """A photo-like JPEG: low-frequency colour fields plus mild texture, quality 90."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width] / max(width, height)
+    fields = [np.sin(6.28 * (a * x + b * y) + c) for a, b, c in rng.uniform(0.5, 3.0, (3, 3))]
+    pixels = np.stack(fields, -1) * 90 + 128 + rng.normal(0, 12, (height, width, 3))
+    out = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def augment(data: bytes, rng: random.Random) -> np.ndarray:
+    """torchvision's RandomResizedCrop(224) (scale 0.08-1, ratio 3/4-4/3) and RandomHorizontalFlip on a PIL decode."""
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    w, h = image.size
+    area = w * h * rng.uniform(0.08, 1.0)
+    ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+    cw, ch = min(w, int(round((area * ratio) ** 0.5))), min(h, int(round((area / ratio) ** 0.5)))
+    left, top = rng.randint(0, w - cw), rng.randint(0, h - ch)
+    image = image.resize((224, 224), Image.BILINEAR, box=(left, top, left + cw, top + ch))
+    if rng.random() < 0.5:
+        image = image.transpose(Image.FLIP_LEFT_RIGHT)
+    return np.asarray(image)
+
+
+def main(seconds: float = 5.0) -> None:
+    data, rng = test_image(), random.Random(0)
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        augment(data, rng)
+        done += 1
+    rate = done / (time.perf_counter() - start)
+    print(f"{rate:.0f} images/s on one core ({len(data) / 1e3:.0f} KB JPEG, 500x375, PIL {Image.__version__})")
+
+
+if __name__ == "__main__":
+    main()

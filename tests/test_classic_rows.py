@@ -1,0 +1,55 @@
+"""How ``plait validate classic`` reads its rows: each row's loader from what its source ran, and the accumulation
+steps of the DGX-2H/DGX-1 BERT rows, checked against the published tables (plait/validate/data/classic_dp.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from plait.validate.datasets import dataset_path
+from plait.validate.records import read_records
+from plait.workloads.traced.validate import COLUMNS, accumulation_steps, row_loader
+
+
+def _rows() -> list:
+    return read_records(dataset_path("classic"), "--classic file", COLUMNS)
+
+
+def test_each_row_carries_the_loader_its_source_ran() -> None:
+    seen = {}
+    for row in _rows():
+        loader = row_loader(row)
+        seen.setdefault((row["source_id"], row["gpu"], "synthetic" in row["notes"].lower()), loader)
+    # DeepLearningExamples configs.yml@7bdfc81: data_backend pytorch; 16 workers per GPU on DGXA100, 8 on DGX1V
+    assert seen[("DLE_PYT_RN50_2103", "A100-SXM4-80GB", False)].kind == "framework_jpeg"
+    assert seen[("DLE_PYT_RN50_2103", "A100-SXM4-80GB", False)].workers_per_gpu == 16
+    assert seen[("DLE_PYT_RN50_2103", "V100-SXM2-16GB", False)].workers_per_gpu == 8
+    assert seen[("DLE_PYT_RN50_1910", "V100-SXM3-32GB", False)].kind == "dali_cpu"  # the 2019 README's default
+    assert seen[("TF_BENCH_2017", "K80", True)].kind == "synthetic"  # 'Training synthetic data' tables
+    assert seen[("TF_BENCH_2017", "P100", False)].kind == "framework_jpeg"  # 'Training real data'
+    assert seen[("DLE_MX_RN50", "V100-SXM2-16GB", False)].kind == "dali_gpu"  # the MXNet runner's default backend
+    assert all(v.kind == "pretokenized" for k, v in seen.items() if "BERT" in k[0])
+
+
+@pytest.mark.parametrize(("gpu", "nodes", "seq", "precision", "steps"), [
+    # README @78ec680 'Pre-training loss results' (pytorch:19.07): accumulation steps (phase 1; phase 2)
+    ("V100-SXM3-32GB-H", 1, 128, "amp", 64), ("V100-SXM3-32GB-H", 1, 512, "amp", 256),
+    ("V100-SXM3-32GB-H", 16, 512, "amp", 16), ("V100-SXM3-32GB-H", 64, 128, "fp32", 2),
+    ("V100-SXM3-32GB-H", 64, 512, "fp32", 8), ("V100-SXM2-16GB", 1, 128, "amp", 512),
+    ("V100-SXM2-16GB", 16, 512, "amp", 64)])
+def test_dgx2h_and_dgx1_bert_rows_take_the_loss_tables_steps(gpu: str, nodes: int, seq: int, precision: str,
+                                                              steps: int) -> None:
+    found = [r for r in _rows() if r["source_id"] == "DLE_PYT_BERT_1907" and r["gpu"] == gpu
+             and r.count("nodes") == nodes and r["model"].endswith(str(seq)) and r["precision"] == precision]
+    assert len(found) == 1
+    assert accumulation_steps(found[0]["notes"]) == steps
+
+
+def test_each_row_carries_its_convolution_layout() -> None:
+    from plait.workloads.traced.validate import row_channels_last
+
+    layouts = {(r["source_id"], r["precision"]): row_channels_last(r) for r in _rows() if "ResNet" in r["model"]}
+    assert layouts[("DLE_PYT_RN50_2103", "amp")]  # configs.yml@7bdfc81: memory_format nhwc
+    assert not layouts[("DLE_PYT_RN50_2103", "tf32")]  # PyTorch's default NCHW
+    assert not layouts[("DLE_PYT_RN50_1910", "amp")]  # pytorch-19.10 predates torch.channels_last
+    assert layouts[("DLE_TF_RN50_2006", "amp")] and not layouts[("DLE_TF_RN50_2006", "tf32")]  # TF layout assignment
+    assert layouts[("DLE_MX_RN50", "amp")] and not layouts[("DLE_MX_RN50", "tf32")]  # the runner's float16 flags
