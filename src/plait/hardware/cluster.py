@@ -151,6 +151,10 @@ class Cluster:
     over the GPUs it serves (``None``: plait's default in ``reliability.toml``)."""
     storage_source: str = ""
     """Where the storage bandwidth comes from."""
+    host_cores_per_node: int = 0
+    """Physical host CPU cores per node (0: not stated); a host-CPU sampler's or loader's workers share them."""
+    host_cores_source: str = ""
+    """Where the core count comes from."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
     link_cache: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -168,6 +172,9 @@ class Cluster:
         if self.tiers[0].wide_area:
             raise ConfigError(f"{self.name}: tier {self.tiers[0].name} joins sites (wide_area) but is innermost; "
                               "a site needs a tier of its own inside it")
+        if self.host_cores_per_node < 0 or (self.host_cores_per_node and not self.host_cores_source):
+            raise ConfigError(f"{self.name}: host_cores_per_node={self.host_cores_per_node} must be >= 0 and carry a "
+                              "host_cores_source")
         if self.price_per_gpu_hour_usd < 0:
             raise ConfigError(f"{self.name}: price_per_gpu_hour_usd={self.price_per_gpu_hour_usd} must be >= 0")
 
