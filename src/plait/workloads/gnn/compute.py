@@ -4,6 +4,10 @@ Which nodes and edges each layer computes depends on the library:
 
 - ``pyg``: PyG's layers run on the whole sampled subgraph at every layer (every node, every sampled edge), as
   ``NeighborLoader`` batches are used without trimming (PyG's ``trim_to_layer`` is opt-in);
+- ``pyg_sampler``: PyG's older ``NeighborSampler`` (torch_geometric/loader/neighbor_sampler.py, PyG <= 2.0's loader
+  of SALIENT's and GNNLab's PyG scripts) returns one bipartite ``adjs`` entry per layer, each hop drawing for every
+  node reached so far (``adj_t.sample_adj(n_id, size)``), and the model computes layer ``k`` on ``x[:size[1]]``: the
+  nodes and edges of DGL's message-flow graphs below, with PyG's gather-scatter kernels;
 - ``dgl``: DGL's message-flow graphs: the layer ``k``-th from the input computes only the nodes within ``L - k``
   hops of the seeds, over the edges sampled for them (DGL's ``to_block``: Wang et al., arXiv 1909.01315, Sec. 3.3);
 - full-graph training: every node and every (directed) edge at every layer.
@@ -67,8 +71,8 @@ from plait.hardware.accelerator import Accelerator
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.sampling import SampledBatch
 
-GnnLibrary = Literal["pyg", "dgl"]
-LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl")
+GnnLibrary = Literal["pyg", "dgl", "pyg_sampler"]
+LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl", "pyg_sampler")
 ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8

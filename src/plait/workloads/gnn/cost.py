@@ -50,10 +50,10 @@ from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import (
-    LIBRARIES,
     INDEX_BYTES,
-    GnnLibrary,
+    LIBRARIES,
     GnnEstimate,
+    GnnLibrary,
     activation_bytes,
     layer_sizes,
     state_bytes,
@@ -102,7 +102,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     classes = degree_classes(_part(g, world, cut)) if local else classes or degree_classes(g)
     parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
-                           redraw=library == "dgl")
+                           redraw=library != "pyg")
     sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
     batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
     sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
