@@ -8,6 +8,10 @@ Which nodes and edges each layer computes depends on the library:
   of SALIENT's and GNNLab's PyG scripts) returns one bipartite ``adjs`` entry per layer, each hop drawing for every
   node reached so far (``adj_t.sample_adj(n_id, size)``), and the model computes layer ``k`` on ``x[:size[1]]``: the
   nodes and edges of DGL's message-flow graphs below, with PyG's gather-scatter kernels;
+- ``spmm``: one fused sparse-dense product of the adjacency and the layer's inputs, as torch_sparse's
+  ``SparseTensor.matmul(x, reduce="mean")`` and DGL's ``update_all(copy_src, mean)`` on the raw inputs do (the DGL
+  0.5 benchmark's own SAGEConv modules, PyG's and DGL's alike: dglai/dgl-0.5-benchmark
+  end_to_end/full_graph/node_classification/main_{dgl,pyg}_*_sage.py); the nodes and edges as DGL's;
 - ``dgl``: DGL's message-flow graphs: the layer ``k``-th from the input computes only the nodes within ``L - k``
   hops of the seeds, over the edges sampled for them (DGL's ``to_block``: Wang et al., arXiv 1909.01315, Sec. 3.3);
 - full-graph training: every node and every (directed) edge at every layer.
@@ -71,8 +75,8 @@ from plait.hardware.accelerator import Accelerator
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.sampling import SampledBatch
 
-GnnLibrary = Literal["pyg", "dgl", "pyg_sampler"]
-LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl", "pyg_sampler")
+GnnLibrary = Literal["pyg", "dgl", "pyg_sampler", "spmm"]
+LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl", "pyg_sampler", "spmm")
 ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8
@@ -168,7 +172,7 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
                        heads: int = 1) -> tuple[float, float]:
     """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
     softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
-    if library == "dgl":  # one fused sparse-dense product each way
+    if library in ("dgl", "spmm"):  # one fused sparse-dense product each way
         return (m + n) * width + softmax, (m + n) * width + softmax
     if kind == "gcn":  # gcn_norm's self loops: each message scaled by its edge weight, then summed
         m += n
