@@ -44,6 +44,10 @@ values read plus written at the HBM's streaming rate:
   (PyG ``utils.softmax``: a scatter-max, a subtraction, an exponent, a scatter-sum and a division over ``h`` values
   per edge) ``8h (m + n)`` values each way. These are the graph transformer's sparse attention (000-08: attention
   restricted to the graph's edges);
+- GINConv (Xu et al., ICLR 2019, Eq. 4.1; PyG ``GINConv`` with a two-layer MLP, PyG's ``GIN`` model) sums the
+  gathered inputs (``index_select`` ``2m``, a zeroed output ``n``, ``scatter_add`` ``2m``), adds ``(1 + eps) x``
+  (``3n``), and runs its MLP ``a -> b -> b``: the inner bias and ReLU ``4nb`` (backward ``3nb``), and it keeps the
+  inner map's output and ReLU (``2nb``) for the backward pass;
 - the layer's output: SAGEConv adds its two maps' outputs (``3nb``), TransformerConv its skip map's (``3nb``), GCNConv
   and GATConv a bias (``2nb``); an attention model's last layer averages its heads (``n (w + b)``); a ReLU after every
   layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``); backward, the bias gradient's sum over the
@@ -101,11 +105,18 @@ class GnnEstimate:
     steps_per_epoch: int
     correction_s: float = 0.0
     """LLCG: the server's correction steps, per local step."""
+    host_s: float = 0.0
+    """The host's dispatch of the step's layers, loss and optimizer (:mod:`plait.workloads.gnn.dispatch`)."""
+
+    @property
+    def device_s(self) -> float:
+        return (self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
+                + self.correction_s)
 
     @property
     def step_s(self) -> float:
-        return (self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
-                + self.correction_s)
+        """The longer of the device's work and the host's dispatch of it."""
+        return max(self.device_s, self.host_s)
 
     @property
     def epoch_s(self) -> float:
@@ -142,28 +153,33 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
     for layer, ((a, b), w, (n, m)) in enumerate(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes,
                                                    strict=True)):
         first, hidden = layer == 0, layer < model.layers - 1  # the input features need no gradient; ReLU after hidden
-        gemms = sum(roof.time_s(n, c, a) + roof.time_s(a, c, n) + (0.0 if first else roof.time_s(n, a, c))
-                    for c in _map_widths(model.kind, b, w))
+        gemms = sum(roof.time_s(n, c, i) + roof.time_s(i, c, n) + (0.0 if first and i == a else roof.time_s(n, i, c))
+                    for i, c in _map_shapes(model.kind, a, b, w))
         width, transform_first = _aggregated_width(model.kind, library, a, b, w)
         fwd, bwd = aggregation_values(library, model.kind, n, m, width, model.heads)
         if first and not transform_first:  # an aggregation of the raw features takes no gradient
             bwd = 0.0
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
+        if model.kind == "gin":  # the MLP's inner bias and ReLU (2nb + 2nb; backward 3nb)
+            fwd, bwd = fwd + 4 * n * b, bwd + 3 * n * b
         fwd += n * (w + b) if w != b else 0.0  # an attention model's last heads averaged
         bwd += n * b + (3 * n * b if hidden else 0.0) + (0.0 if first else 3 * (model.maps - 1) * n * a)
         out.append(gemms + (fwd + bwd) * FEATURE_BYTES / hbm)
     return out
 
 
-def _map_widths(kind: str, b: int, w: int) -> tuple[int, ...]:
-    """Output widths of a layer's linear maps (:attr:`plait.workloads.gnn.model.GnnModel.maps`)."""
-    return {"sage": (b, b), "gcn": (b,), "gat": (w,), "transformer": (w, w, w, b)}[kind]
+def _map_shapes(kind: str, a: int, b: int, w: int) -> tuple[tuple[int, int], ...]:
+    """(input, output) widths of a layer's linear maps (:attr:`plait.workloads.gnn.model.GnnModel.maps`)."""
+    return {"sage": ((a, b), (a, b)), "gcn": ((a, b),), "gat": ((a, w),), "transformer": ((a, w),) * 3 + ((a, b),),
+            "gin": ((a, b), (b, b))}[kind]
 
 
 def _aggregated_width(kind: str, library: GnnLibrary, a: int, b: int, w: int) -> tuple[int, bool]:
     """The width of the rows a layer aggregates, and whether they are its maps' outputs (module docstring)."""
     if kind in ("gat", "transformer"):
         return w, True
+    if kind == "gin":  # GINConv sums the inputs and runs its MLP after (PyG and DGL alike)
+        return a, False
     transform_first = a > b if library == "dgl" else kind == "gcn"
     return (b if transform_first else a), transform_first
 
@@ -174,6 +190,8 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
     softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
     if library in ("dgl", "spmm"):  # one fused sparse-dense product each way
         return (m + n) * width + softmax, (m + n) * width + softmax
+    if kind == "gin":  # the sum of the gathered neighbours, then (1 + eps) x + the sum (3n)
+        return (4 * m + 4 * n) * width, (4 * m + 4 * n) * width
     if kind == "gcn":  # gcn_norm's self loops: each message scaled by its edge weight, then summed
         m += n
         return (6 * m + n) * width, (6 * m + n) * width
@@ -193,7 +211,7 @@ def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int
     for (a, b), w, (n, m) in layers:
         kept += n * (2 * a + b)
         kept += {"sage": 0.0, "gcn": (m + n) * b, "gat": (m + n) * (w + model.heads),
-                 "transformer": m * (3 * w + model.heads)}[model.kind]
+                 "transformer": m * (3 * w + model.heads), "gin": 2 * n * b}[model.kind]
     return kept * FEATURE_BYTES
 
 

@@ -33,7 +33,9 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
   into one matrix (read and written in HBM);
 - **compute**: :mod:`plait.workloads.gnn.compute` (which nodes each layer computes depends on the library: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
-  writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate.
+  writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate;
+- the step is the longer of these (the device's) and the host's dispatch of its operations
+  (:mod:`plait.workloads.gnn.dispatch`).
 
 Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the features it holds
 (its part and the cache, all of them, or none), the batch's features, the activations and the optimizer state
@@ -60,6 +62,7 @@ from plait.workloads.gnn.compute import (
     step_compute_s,
     structure_bytes,
 )
+from plait.workloads.gnn.dispatch import host_step_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
 from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
@@ -132,7 +135,8 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
                        compute_s=step_compute_s(spec, sizes, acc, library), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
-                       steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s)
+                       steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s,
+                       host_s=host_step_s(spec.model, library, acc))
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

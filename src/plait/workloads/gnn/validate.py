@@ -32,7 +32,7 @@ SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100", "A10G-24GB": "aws
 rows on g5.8xlarge instances (1 GPU each, as its README names them), Quiver's on one RTX 3090."""
 SHARED_NODE_SYSTEMS = {"A10G-24GB": "aws-g5-24xlarge"}
 """The same for rows with several GPUs per node: SALIENT's g5.24xlarge instances (2 GPUs used per instance)."""
-KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat"}
+KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat", "GIN": "gin"}
 ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
 
@@ -93,7 +93,7 @@ def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
         return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
     host = loaders()[loader]
     est = estimate_gnn(spec, cluster, gpus, batch, "replicated", library=host.library)
-    trainer_s = est.compute_s + est.all_reduce_s + est.optimizer_s + est.fetch_s
+    trainer_s = max(est.compute_s + est.all_reduce_s + est.optimizer_s + est.fetch_s, est.host_s)
     workers = usable_workers(row.count("workers"), cluster, -(-gpus // nodes))
     step = host_step(est.batch, host, per_core_rate(host, known), workers, cluster,  # type: ignore[arg-type]
                      spec.graph.features, row.count("feature_bytes", high=8), trainer_s)
