@@ -32,6 +32,8 @@ SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100", "A10G-24GB": "aws
 rows on g5.8xlarge instances (1 GPU each, as its README names them), Quiver's on one RTX 3090."""
 SHARED_NODE_SYSTEMS = {"A10G-24GB": "aws-g5-24xlarge"}
 """The same for rows with several GPUs per node: SALIENT's g5.24xlarge instances (2 GPUs used per instance)."""
+SOURCE_SYSTEMS = {"GNNLAB_T4": "gnnlab-v100x8"}
+"""Sources that state their machine: GNNLab's README names its 8-GPU V100 server and its host CPUs."""
 KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat", "GIN": "gin"}
 ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
@@ -43,7 +45,7 @@ def graphs() -> dict[str, GraphStats]:
     for name, g in data.items():
         mean = 2 * g["edges"] / g["nodes"]
         out[name] = GraphStats(nodes=g["nodes"], edges=g["edges"], features=g["features"], classes=g["classes"],
-                               train_nodes=g["train_nodes"], degree_exponent=ASSUMED_EXPONENT,
+                               train_nodes=g["train_nodes"], degree_exponent=g.get("degree_exponent", ASSUMED_EXPONENT),
                                max_degree=min(g["nodes"] - 1, round(100 * mean)))
     return out
 
@@ -68,7 +70,8 @@ def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
     if row["model"] not in KINDS:
         return result(f"{row['model']} layers are not modelled ({', '.join(KINDS)} are)")
     gpus, nodes = row.count("gpus"), row.count("nodes")
-    system = (SHARED_NODE_SYSTEMS if gpus > nodes and row["gpu"] in SHARED_NODE_SYSTEMS else SYSTEMS).get(row["gpu"])
+    system = SOURCE_SYSTEMS.get(row["source_id"]) or (
+        SHARED_NODE_SYSTEMS if gpus > nodes and row["gpu"] in SHARED_NODE_SYSTEMS else SYSTEMS).get(row["gpu"])
     if system is None:
         return result(f"no preset system of {row['gpu']} GPUs")
     if row["dataset"] not in known:
