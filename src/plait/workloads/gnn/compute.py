@@ -54,6 +54,11 @@ values read plus written at the HBM's streaming rate:
   rows (``nb``) and, below the first layer, the input gradient's paths summed, one per linear map after the first
   (``3na`` each).
 
+PyG's gather-scatter values stream at the rate of PyTorch's own gather and scatter kernels over random rows,
+``torch_gather_relative`` of the HBM's (TorchRec's planner: plain PyTorch embedding lookups at half the rate of
+FBGEMM's fused kernel; ``plait/hardware/data/kernels.toml``); DGL's and torch_sparse's fused products stream at the
+HBM's rate.
+
 The rows' width is where each library aggregates:
 PyG's SAGEConv aggregates the inputs (``a``) and its GCNConv the transformed outputs (``b``); DGL's SAGEConv and
 GraphConv transform first whenever that narrows the messages (``min(a, b)``: dgl/nn/pytorch/conv/sageconv.py
@@ -76,6 +81,7 @@ from typing import Literal
 
 from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
 from plait.hardware.accelerator import Accelerator
+from plait.hardware.catalog import kernel_curve
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.sampling import SampledBatch
 
@@ -148,6 +154,7 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
     """Forward and backward time of each layer, input side first: its GEMMs on the fp32 roofline and the values its
     aggregation and elementwise kernels stream through memory (module docstring)."""
     roof, hbm = fp32_gemm_s(acc), memory_bytes_per_s(acc)
+    gather = kernel_curve("torch_gather_relative").value
     model = spec.model
     out = []
     for layer, ((a, b), w, (n, m)) in enumerate(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes,
@@ -159,6 +166,8 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
         fwd, bwd = aggregation_values(library, model.kind, n, m, width, model.heads)
         if first and not transform_first:  # an aggregation of the raw features takes no gradient
             bwd = 0.0
+        if library in ("pyg", "pyg_sampler"):  # PyTorch's gather and scatter kernels at their rate over random rows
+            fwd, bwd = fwd / gather, bwd / gather
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
         if model.kind == "gin":  # the MLP's inner bias and ReLU (2nb + 2nb; backward 3nb)
             fwd, bwd = fwd + 4 * n * b, bwd + 3 * n * b
