@@ -3,12 +3,12 @@ SALIENT, SALIENT++ and Quiver (``plait/validate/data/gnn_epochs.csv``; sources a
 each costed by :mod:`plait.workloads.gnn.cost` on the preset of its GPU with the graph's statistics
 (``plait/workloads/gnn/data/graphs.toml``).
 
-A row's job: its dataset, model (GraphSAGE, GCN or GAT: its heads, and the hidden width per head), layers, hidden
-width and fanouts; full-graph rows as
-``full_graph`` on one GPU, DGL's GPU-sampling rows as ``host_features`` with DGL's message-flow graphs (features in
-host memory, read over PCIe). The error is on the epoch time (predicted over measured, minus one). Rows plait cannot
-predict say why: sampling on the host CPU (its rate is no hardware figure plait has), GIN layers, GPUs without a
-preset.
+A row's job: its dataset, model (GraphSAGE, GCN, GAT with its heads and hidden width per head, or GIN), layers,
+hidden width, fanouts and its loader (the ``loader``, ``workers``, ``features_on`` and ``feature_bytes`` columns):
+full-graph rows on one GPU; GPU-sampling rows with every part of the step in turn (features in host memory read over
+PCIe, or on the GPU); host-CPU loaders as :mod:`plait.workloads.gnn.host` composes them with the trainer. The error
+is on the epoch time (predicted over measured, minus one). Rows plait cannot predict say why (SALIENT++'s
+partitioned features).
 """
 
 from __future__ import annotations
