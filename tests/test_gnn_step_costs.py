@@ -41,3 +41,20 @@ def test_gin_parameters_are_its_mlps() -> None:
     graph = GraphStats(nodes=10, edges=10, features=16, classes=4, train_nodes=10, degree_exponent=2.5, max_degree=5)
     model = GnnModel(kind="gin", layers=2, hidden=32, fanouts=(1, 1))
     assert model.params(graph) == (16 * 32 + 32 + 32 * 32 + 32) + (32 * 4 + 4 + 4 * 4 + 4)
+
+
+@pytest.mark.parametrize("library, slower", [("pyg", True), ("pyg_sampler", True), ("dgl", False), ("spmm", False)])
+def test_pytorchs_gather_rate_slows_pyg_on_a_described_gpu_only(library: str, slower: bool) -> None:
+    """PyG's gather-scatter runs at TorchRec's rate for plain PyTorch lookups (half the HBM's) on a datasheet GPU;
+    fused products (DGL, torch_sparse) and an accelerator plait calibrate measured keep their streaming rate."""
+    from dataclasses import replace
+
+    from plait.workloads.gnn.compute import layer_compute_s, layer_sizes
+
+    acc = get_cluster("dgx1-v100").accelerator
+    measured = replace(acc, source="measured by plait calibrate on 2026-12-06")
+    spec = GnnSpec(name="c", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=64, fanouts=(1, 1)))
+    sizes = layer_sizes(spec, None, library)  # type: ignore[arg-type]
+    described = sum(layer_compute_s(spec, sizes, acc, library))  # type: ignore[arg-type]
+    calibrated = sum(layer_compute_s(spec, sizes, measured, library))  # type: ignore[arg-type]
+    assert (described > calibrated) if slower else described == pytest.approx(calibrated)

@@ -56,8 +56,8 @@ values read plus written at the HBM's streaming rate:
 
 PyG's gather-scatter values stream at the rate of PyTorch's own gather and scatter kernels over random rows,
 ``torch_gather_relative`` of the HBM's (TorchRec's planner: plain PyTorch embedding lookups at half the rate of
-FBGEMM's fused kernel; ``plait/hardware/data/kernels.toml``); DGL's and torch_sparse's fused products stream at the
-HBM's rate.
+FBGEMM's fused kernel; ``plait/hardware/data/kernels.toml``) on a described GPU; on an accelerator ``plait
+calibrate`` measured, at its measured rate. DGL's and torch_sparse's fused products stream at the HBM's rate.
 
 The rows' width is where each library aggregates:
 PyG's SAGEConv aggregates the inputs (``a``) and its GCNConv the transformed outputs (``b``); DGL's SAGEConv and
@@ -91,6 +91,9 @@ ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8
 """int64 node ids, as PyG and plait's sampler keep them."""
+CALIBRATED = "measured by plait calibrate"
+"""How a measured accelerator's source begins: its memory figure was timed on the host's own memory-bound operations,
+so PyTorch's gather rate relative to a datasheet's streaming rate does not apply to it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +157,7 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
     """Forward and backward time of each layer, input side first: its GEMMs on the fp32 roofline and the values its
     aggregation and elementwise kernels stream through memory (module docstring)."""
     roof, hbm = fp32_gemm_s(acc), memory_bytes_per_s(acc)
-    gather = kernel_curve("torch_gather_relative").value
+    gather = 1.0 if acc.source.startswith(CALIBRATED) else kernel_curve("torch_gather_relative").value
     model = spec.model
     out = []
     for layer, ((a, b), w, (n, m)) in enumerate(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes,
