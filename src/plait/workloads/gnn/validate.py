@@ -21,8 +21,9 @@ from pathlib import Path
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
-from plait.validate.records import Record, read_records
+from plait.validate.records import Record, positive, read_records
 from plait.workloads.gnn.cost import estimate_gnn
+from plait.workloads.gnn.factored import factored_epoch
 from plait.workloads.gnn.host import host_step, loaders, per_core_rate, usable_workers
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
 
@@ -51,7 +52,8 @@ def graphs() -> dict[str, GraphStats]:
 
 
 COLUMNS = ("source_id", "system", "dataset", "model", "layers", "hidden", "fanouts", "batch_per_gpu", "gpu", "gpus",
-           "nodes", "measured_epoch_s", "loader", "workers", "features_on", "feature_bytes")
+           "nodes", "measured_epoch_s", "loader", "workers", "features_on", "feature_bytes", "sampler_gpus",
+           "cache_fraction")
 """The columns a row's prediction reads (``heads`` may follow; ``plait/validate/data/gnn_epochs.md`` describes them all)."""
 MAX_LAYERS = 1000
 """Deepest GNN a row may describe: the 1,000 layers of RevGNN (Li et al., "Training Graph Neural Networks with 1000
@@ -65,7 +67,7 @@ def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
     loader = row["loader"]
     if loader.startswith("salient++"):
         return result("SALIENT++'s partitioned features fetched from other machines are not modelled")
-    if loader not in ("full-graph", "gpu") and loader not in loaders():
+    if loader not in ("full-graph", "gpu", "gnnlab-factored") and loader not in loaders():
         return result(f"loader {loader!r} is not modelled ({', '.join(loaders())} are)")
     if row["model"] not in KINDS:
         return result(f"{row['model']} layers are not modelled ({', '.join(KINDS)} are)")
@@ -90,6 +92,11 @@ def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
         est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
         return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
     batch = row.count("batch_per_gpu")
+    if loader == "gnnlab-factored":  # sampler and trainer GPUs apart (factored.py)
+        fgnn = factored_epoch(spec, cluster, row.count("sampler_gpus", high=gpus), batch,
+                              positive(row["cache_fraction"], "cache_fraction", row.where, False, 1.0) or 0.0,
+                              row.count("feature_bytes", high=8))
+        return ClassicResult(row["source_id"], label, measured, 1.0 / fgnn.epoch_s)
     on_gpu = row["features_on"] == "gpu"
     if loader == "gpu":  # sampled on the GPU in the training loop: every part in turn
         est = estimate_gnn(spec, cluster, gpus, batch, "replicated" if on_gpu else "host_features", library="dgl")
