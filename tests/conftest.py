@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +14,11 @@ from plait.hardware.catalog import cluster_from_mapping
 from plait.hardware.cluster import Cluster
 
 SOURCE = "assumed: round numbers for hand-computed tests"
+
+# The CLI's rendering tests read output the way a pipe gets it: pytest-xdist's workers set COLUMNS=80 and
+# LINES=24 (a terminal's size), which plait honours as the reader's width (plait/terminal.py).
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
 
 
 def toy_cluster_mapping(nvlink_gb_per_s: float = 100.0, network_gb_per_s: float = 10.0) -> dict:

@@ -86,7 +86,7 @@ def test_bad_dit_files_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape("heads=16 must divide hidden=1000")):
         read_dit(path)
     path.write_text('[dit]\nhidden = 1024\nlayers = 2\nheads = 16\n[job]\nresolution = 1000\n')
-    with pytest.raises(ConfigError, match=re.escape("resolution=1000 must be a multiple of vae_downsample x patch = 16")):
+    with pytest.raises(ConfigError, match=re.escape("resolution=1000 must be a positive multiple of vae_downsample x patch = 16")):
         read_dit(path)
 
 
@@ -94,14 +94,14 @@ def test_plait_plan_picks_the_lowest_latency_that_fits() -> None:
     code, out, _ = _cli(["plan", "--model", str(DIT), "--gpus", "8", "--json"])
     assert code == 0
     result = json.loads(out)
-    latencies = [r["latency_s"] for r in result["ranked"]]
+    latencies = [r["end_to_end_s"] for r in result["ranked"]]
     assert latencies == sorted(latencies) and len(latencies) > 10
     assert all(r["gpus"] == 8 for r in result["ranked"])
     assert all(r["memory_bytes"] <= 0.95 * H100.accelerator.memory_bytes for r in result["ranked"])
     code, out, _ = _cli(["estimate", "--model", str(DIT), "--gpus", "8", "--parallel", "cfg=2,ulysses=4", "--json"])
     single = json.loads(out)
     assert single["plan"]["cfg"] == 2 and single["plan"]["ulysses"] == 4
-    assert single["latency_s"] >= latencies[0]  # the search finds this plan or a faster one
+    assert single["end_to_end_s"] >= latencies[0]  # the search finds this plan or a faster one
 
 
 @pytest.mark.parametrize("argv, rule", [
@@ -115,18 +115,18 @@ def test_bad_dit_options_are_one_line(argv: list[str], rule: str) -> None:
 
 
 def test_the_published_flux_latencies_are_predicted_with_their_errors() -> None:
-    """xDiT's FLUX.1-dev table on H100 (plait/validate/data/dit_latency.csv): every row of a described model, a preset GPU
-    and a stated resolution is predicted. plait costs the denoising loop on fused kernels, so the torch.compile
-    rows are the comparable ones: their latency error stays under 40% on average (29% today, all under-predicted:
-    the text encoders, VAE decoder and host time are not modelled); the others carry eager overheads besides."""
+    """xDiT's FLUX.1-dev table on H100 (plait/validate/data/dit_latency.csv), end to end (text encoders, denoising
+    with the host's launches, VAE decode): the torch.compile rows within 15% on average; the eager rows carry
+    per-kernel overheads (eager ring attention most) that the launch count does not all explain, within 30%."""
     from plait.validate.classic import mape
     from plait.workloads.dit.validate import validate_dit
 
     results = validate_dit(dataset_path("dit"))
-    predicted = [r for r in results if r.error_pct is not None]
-    assert len(predicted) == 12 and all(r.source == "XDIT_DOC_FLUX_H100" for r in predicted)
-    compiled = [r for r in predicted if "compile=yes" in r.label]
-    assert len(compiled) == 6 and mape(compiled) < 40.0
+    flux = [r for r in results if r.source == "XDIT_DOC_FLUX_H100"]
+    assert len(flux) == 12 and all(r.error_pct is not None for r in flux)
+    compiled = [r for r in flux if "compile=yes" in r.label]
+    assert len(compiled) == 6 and mape(compiled) < 15.0
+    assert mape([r for r in flux if "compile=no" in r.label]) < 30.0
     assert all(r.why_not for r in results if r.error_pct is None)
 
 

@@ -32,8 +32,8 @@ CUDA = torch.cuda.is_available()
 GPUS = torch.cuda.device_count() if CUDA else 0
 
 
-def write_plan(path: Path, body: str) -> Path:
-    path.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\nglobal_batch = 8\nmicro_batch = 2\n{body}\n')
+def write_plan(path: Path, body: str, global_batch: int = 8) -> Path:
+    path.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\nglobal_batch = {global_batch}\nmicro_batch = 2\n{body}\n')
     return path
 
 
@@ -122,13 +122,14 @@ def test_float8_converts_every_linear_but_the_output_projection() -> None:
 @pytest.mark.skipif(CUDA, reason="the CPU fp8 path")
 @pytest.mark.parametrize(("nproc", "body"), [(1, ""), (2, "tp = 2\nsp = true")])
 def test_fp8_trains_on_this_cpu(nproc: int, body: str, tmp_path: Path) -> None:
-    """torchao's Float8Linear forward and backward run here (torch._scaled_mm on CPU): the loss falls."""
+    """torchao's Float8Linear forward and backward run here (torch._scaled_mm on CPU): the loss falls. One
+    micro-batch a step: this CPU's ``_scaled_mm`` is a reference loop (~0.05 s for a 128x64x128 GEMM)."""
     from plait.run.float8 import cpu_scaled_mm_works
 
     pytest.importorskip("torchao")
     if not cpu_scaled_mm_works():
         pytest.skip("this PyTorch's CPU has no torch._scaled_mm")
-    plan = write_plan(tmp_path / "plan.toml", f'precision = "fp8"\n{body}')
+    plan = write_plan(tmp_path / "plan.toml", f'precision = "fp8"\n{body}', global_batch=2)
     got = worker(nproc, plan, tmp_path / "m.jsonl", "--steps", "4")
     assert len(got) == 4 and all(math.isfinite(x) for x in got) and got[-1] < got[0]
 

@@ -21,7 +21,7 @@ SHARED_CSV = Path(__file__).parents[2] / "shared" / "data" / "training_runs" / "
 # guards today's 28.2% (docs/status.md), so that a change that makes them worse fails here.
 MAPE_BOUND_PCT = 10.0
 SOURCE_BOUND_PCT = 15.0
-MOE_BOUND_PCT = 35.0
+MOE_BOUND_PCT = 30.0  # 26.2% now (plait.cost.host); the target is 15%
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,8 @@ KINDS = {
     "dlrm-small.toml": "dlrm", "dlrm-tiny.toml": "dlrm",
     "gnn-tiny.toml": "gnn", "graphsage-ogbn-products.toml": "gnn",
     "dit-tiny.toml": "dit", "dit-xl-2-1024px.toml": "dit", "flux-1-dev-1024px.toml": "dit",
-    "pixart-alpha-1024px.toml": "dit",
+    "pixart-alpha-1024px.toml": "dit", "sana-1600m-4k.toml": "dit", "hunyuanvideo-720p.toml": "dit",
+    "consisid-480p.toml": "dit", "mochi-1-480p.toml": "dit",
     "small-model.toml": "transformer", "tiny-model.toml": "transformer", "tiny-moe.toml": "transformer",
     "llama3-70b-pp.toml": "transformer", "llama3-8b-fsdp.toml": "transformer", "tiny-plan.toml": "transformer",
     "cpu-node.toml": "transformer", "mixed-gpu-cpu.toml": "transformer", "my-cluster.yaml": "transformer",
@@ -139,8 +140,10 @@ def test_the_readers_defaults_are_the_descriptions_own() -> None:
 
     dit = {f.name: f.default for f in dataclasses.fields(DitSpec) if f.default is not dataclasses.MISSING}
     assert dit == {"kind": "dit", "mlp_ratio": 4.0, "patch": 2, "latent_channels": 4, "vae_downsample": 8,
-                   "text_tokens": 0, "single_layers": 0, "hf_model": ""}
-    assert DitJob() == DitJob(resolution=1024, steps=50, batch=1, cfg=True)
+                   "text_tokens": 0, "single_layers": 0, "hf_model": "", "glu": False, "vae_temporal": 1,
+                   "text_encoders": (), "vae": "", "eager_kernels": 0, "eager_kernels_single": 0}
+    assert DitJob() == DitJob(resolution=1024, steps=50, batch=1, cfg=True, height=0, frames=1, compiled=False,
+                              cache_skip=0.0)
     assert {f.name for f in dataclasses.fields(GraphStats) if f.default is not dataclasses.MISSING} == {
         "degree_exponent"}
     assert {f.name for f in dataclasses.fields(GnnModel) if f.default is not dataclasses.MISSING} == {"kind", "heads"}

@@ -22,11 +22,12 @@ from plait.workloads import kinds
 
 
 def validate_command(
-    dataset: Annotated[str | None, typer.Argument(help=f"A shipped dataset: {', '.join(DATASETS)} (the runs, memory, "
-                                                       "classic, DiT and GNN files below; no option needed).",
+    dataset: Annotated[str | None, typer.Argument(help=f"A shipped dataset: {', '.join(DATASETS)} (the runs, the "
+                                                       "single-node small-model runs, memory, classic, DiT and GNN "
+                                                       "files below; no option needed).",
                                                   show_default=False)] = None,
-    runs: Annotated[Path | None, typer.Option(help="CSV of measured step times, or dev (the shipped public runs; "
-                                                   "schema: plait/validate/data/README.md).")] = None,
+    runs: Annotated[Path | None, typer.Option(help="CSV of measured step times, or dev or small (the shipped public "
+                                                   "runs; schema: plait/validate/data/README.md).")] = None,
     memory: Annotated[Path | None, typer.Option(help="CSV of measured peak memory per GPU, or memory (the shipped "
                                                      "memory_runs.csv; schema: plait/validate/data/README.md).")] = None,
     classic: Annotated[Path | None, typer.Option(help="CSV of measured data-parallel throughputs of traced models, or "
@@ -41,7 +42,7 @@ def validate_command(
 ) -> None:
     """Predict every run with a measured step time (--runs), peak memory (--memory), data-parallel throughput of
     a traced model (--classic), DiT inference latency (--dit) or GNN epoch time (--gnn); print errors and MAPE
-    overall and per source. `plait validate dev` (memory, classic, dit, gnn) runs the shipped public runs."""
+    overall and per source. `plait validate dev` (small, memory, classic, dit, gnn) runs the shipped public runs."""
     if dataset is not None:
         if any(x is not None for x in (runs, memory, classic, dit, gnn)):
             raise ConfigError(f"dataset {dataset!r} and a CSV option: give one of them")

@@ -18,7 +18,7 @@ import numpy as np
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
-from plait.engine.facts import EngineFacts
+from plait.cost.host import step_stall_s
 from plait.cost.inner import Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
@@ -27,6 +27,7 @@ from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.cost.sync import method_costs
+from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
@@ -38,7 +39,7 @@ from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
 T = TypeVar("T")
-TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "pp_bubble", "fsdp_comm",
+TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm",
               "dp_comm", "optimizer")
 
 
@@ -322,6 +323,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
                                      _buckets(cols, sync.params, inner.grad_bytes, n_dense + n_moe,
                                               prepared.framework))
     time["optimizer"] = sync.optimizer_s
+    time["host"] = time["host"] + step_stall_s(cluster, prepared.framework)  # the step's own syncs
     kept = _gradient_steps(cols)  # PALSGD: only these steps compute; its pulls and outer steps are in `exposed`
     if kept is not None:
         time = {k: v * kept for k, v in time.items()}

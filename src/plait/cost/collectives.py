@@ -4,7 +4,8 @@ Cost model: the alpha-beta model of Thakur, Rabenseifner & Gropp 2005 ("Optimiza
 of collective communication operations in MPICH", Sec. 2): ring all-gather and
 reduce-scatter move ``(g-1)/g`` of the full buffer per rank in ``g-1`` steps; ring
 all-reduce is one of each (``2(g-1)/g``, ``2(g-1)`` steps); a tree all-reduce needs
-``2 log2 g`` steps (NCCL's double binary tree), and NCCL picks the faster.
+``2 log2 g`` steps (NCCL's double binary tree), and NCCL picks the faster. Small buffers go faster by NCCL's
+low-latency protocol (:mod:`plait.cost.nccl_ll`), which each collective takes where it is the faster.
 
 Bandwidth of a group spread over tiers: NCCL builds one ring per NIC/channel, so a
 group with ``m`` members inside each scale-up domain drives ``m`` NICs in parallel and
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from plait.cost.nccl_ll import ll_s
 from plait.hardware.cluster import Cluster, NetworkTier
 
 
@@ -85,7 +87,8 @@ def all_reduce_s(num_bytes: float, link: GroupLink) -> float:
     if link.sites > 1:
         return _across_sites_s(num_bytes, link)
     steps = min(2 * (g - 1), 2 * math.ceil(math.log2(g)))
-    return steps * link.latency_s + 2 * (g - 1) / g * num_bytes / link.bus_bytes_per_s(num_bytes)
+    measured = steps * link.latency_s + 2 * (g - 1) / g * num_bytes / link.bus_bytes_per_s(num_bytes)
+    return min(measured, ll_s("all_reduce", num_bytes, link))  # NCCL takes its faster protocol
 
 
 def _across_sites_s(num_bytes: float, link: GroupLink) -> float:
@@ -124,7 +127,8 @@ def _ring_s(full_bytes: float, link: GroupLink, kind: str) -> float:
     g = link.size
     if g <= 1 or full_bytes <= 0:
         return 0.0
-    return (g - 1) * link.latency_s + (g - 1) / g * full_bytes / link.bus_bytes_per_s(full_bytes, kind)
+    measured = (g - 1) * link.latency_s + (g - 1) / g * full_bytes / link.bus_bytes_per_s(full_bytes, kind)
+    return min(measured, ll_s(kind, full_bytes, link))  # NCCL takes its faster protocol
 
 
 def all_to_all_s(send_bytes: float, link: GroupLink) -> float:

@@ -75,6 +75,9 @@ class TimeBreakdown:
     """Exposed context-parallel (ring attention) transfers."""
     ep_comm_s: float = 0.0
     """Expert-parallel all-to-alls."""
+    host_s: float = 0.0
+    """Time the device waits for the host to issue kernels (:mod:`plait.cost.host`): a pass whose host is slower
+    than its device work."""
     pp_p2p_s: float = 0.0
     """Pipeline point-to-point activation transfers."""
     pp_bubble_s: float = 0.0

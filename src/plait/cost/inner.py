@@ -17,10 +17,11 @@ import numpy as np
 from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
-from plait.engine.facts import EngineFacts
+from plait.cost.host import layer_host_s
 from plait.cost.layer import edge_tp_s, layer_cost
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
+from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
@@ -53,6 +54,11 @@ class LayerKind:
     """Expert-parallel dispatch and combine of the forward."""
     ep_bwd_s: Value
     """Expert-parallel dispatch and combine of the backward."""
+    host_fwd_s: Value
+    """Host time to issue the forward's kernels that the pass joins with its device work (:func:`plait.cost.host.
+    layer_host_s`; 0 for an MoE layer that syncs in its forward, joined inside ``fwd_s``)."""
+    host_bwd_s: Value
+    """Host time to issue the backward's kernels (recomputation included)."""
     activation_bytes: Value
     """Stored activations without recomputation."""
     selective_activation_bytes: Value
@@ -121,10 +127,14 @@ def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
         return _ABSENT
     cost = layer_cost(setup, moe_layer)
     dense, expert = layer_split(setup, moe_layer)
+    host_fwd, host_bwd = layer_host_s(setup, moe_layer)
+    if moe_layer and setup.framework.moe_host_sync:  # joined inside the layer's forward (plait.cost.host)
+        host_fwd = 0.0
     return LayerKind(
         fwd_s=cost.fwd_compute_s, bwd_s=cost.bwd_compute_s, recompute_s=cost.recompute_s,
         tp_fwd_s=cost.tp_fwd_s, tp_bwd_s=cost.tp_bwd_s, cp_fwd_s=cost.cp_fwd_s, cp_bwd_s=cost.cp_bwd_s,
-        ep_fwd_s=cost.ep_fwd_s, ep_bwd_s=cost.ep_bwd_s, activation_bytes=act.layer_bytes(setup, moe_layer),
+        ep_fwd_s=cost.ep_fwd_s, ep_bwd_s=cost.ep_bwd_s, host_fwd_s=host_fwd, host_bwd_s=host_bwd,
+        activation_bytes=act.layer_bytes(setup, moe_layer),
         selective_activation_bytes=act.layer_bytes_selective(setup, moe_layer), num_params=dense,
         num_expert_params=expert, num_tensors=float(model.layer_tensor_count(moe_layer)))
 

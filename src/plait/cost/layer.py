@@ -28,6 +28,7 @@ from plait.cost import op_sac
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, layer_gemms
+from plait.cost.host import moe_forward_s
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
@@ -238,33 +239,6 @@ def _ep_pass_s(setup: Setup) -> float:
     return 2 * coll.all_to_all_s(send, link)
 
 
-def fp8_quantize_kernels(setup: Setup) -> int:
-    """Kernels that quantize one tensor to fp8 in Transformer Engine 2.9: MXFP8 (Blackwell, the accelerators with
-    an fp4 peak) one, ``nvte_quantize_v2``; per-tensor current scaling (Hopper) three, amax, scale and cast
-    (csrc/quantizer.cpp L497-536 and L1091-1103; docs/research/moe_costs.md section 6); none in bf16. Assumed:
-    Megatron-Bridge's fp8 recipes are MXFP8 on Blackwell and current scaling before it, as its MoE runs name them."""
-    if setup.gemm_dtype != "fp8":
-        return 0
-    return 1 if "fp4" in setup.cluster.accelerator.peak_tflops else 3
-
-
-def moe_host_s(setup: Setup) -> tuple[float, float]:
-    """Host time to launch one MoE layer's kernels for one micro-batch, forward and backward, where the framework
-    syncs in every MoE layer (:attr:`plait.engine.facts.EngineFacts.moe_host_sync`; 0 elsewhere): half the fixed
-    kernels each way, and per local expert ``1/3`` of its GEMMs forward and ``2/3`` backward plus half its
-    quantized tensors each way, at the host's time per launch (``host_launch_us``)."""
-    framework, model, plan = setup.framework, setup.model, setup.plan
-    if not framework.moe_host_sync or model.moe is None:
-        return 0.0, 0.0
-    experts = model.moe.num_experts // plan.ep
-    quantize = framework.moe_quantized_per_expert * fp8_quantize_kernels(setup) / 2
-    gemms = framework.moe_launches_per_expert
-    launch_s = setup.cluster.accelerator.efficiency.host_launch_us.value * 1e-6
-    fixed = framework.moe_launches_fixed / 2
-    return ((fixed + experts * (gemms / 3 + quantize)) * launch_s,
-            (fixed + experts * (2 * gemms / 3 + quantize)) * launch_s)
-
-
 def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     """Cost of one layer (compute and the collectives inside it)."""
     plan, acc = setup.plan, setup.cluster.accelerator
@@ -276,15 +250,9 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     merge_fwd, merge_bwd = (elementwise_time_s(b, acc) for b in cp_merge_bytes(setup))
     fwd = gemm_fwd + core_fwd + elem_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
-    if moe_layer:  # a host that cannot run ahead of the device: the longer of the two
-        host_fwd, host_bwd = moe_host_s(setup)
-        # The forward's sync sits after the router, before the dispatch (token_dispatcher.py @0d8e0714 L870-909):
-        # the device's queue is empty when the host resumes, so the experts' launches that follow and the next
-        # layer's attention, queued before the next sync, run one after the other. A queue that a sync empties
-        # finishes at max over kernels j of (launch time of j + device time from j on): with the host-bound
-        # experts before the device-bound attention, max(device, host + attention's device time).
-        attention_fwd = gemms_fwd_bwd_s(attention_gemms(setup), setup)[0] + core_fwd if host_fwd else 0.0
-        fwd, bwd = max(fwd, host_fwd + attention_fwd), max(bwd, host_bwd)
+    if moe_layer:  # a host that syncs in the layer's forward cannot run ahead of it (plait.cost.host)
+        attention_fwd = gemms_fwd_bwd_s(attention_gemms(setup), setup)[0] + core_fwd
+        fwd = moe_forward_s(setup, fwd, attention_fwd)
     chunk_fwd = chunk_bwd = 0.0
     if plan.tp_comm_overlap and plan.tp > 1:  # decomposed GEMMs: tp chunks of 1/tp of the tokens each
         chunked = [Gemm(max(g.m // plan.tp, 1), g.n, g.k, g.count * plan.tp) for g in gemms]

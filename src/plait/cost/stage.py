@@ -20,14 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plait.engine.facts import EngineFacts
+from plait.cost.host import exposed_host_s
 from plait.cost.inner import Inner
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
+from plait.engine.facts import EngineFacts
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
-COMPONENTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm")
+COMPONENTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "host")
 Columns = dict[str, np.ndarray]
 
 
@@ -69,6 +70,7 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     fwd = dict.fromkeys(COMPONENTS, 0.0)
     bwd = dict.fromkeys(COMPONENTS, 0.0)
     first_gather = cols.zeros()
+    host_fwd = host_bwd = 0.0
     for kind, shard, count, rc_kind in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe)):
         rc_count = xp.where(full, rc_kind, count)
         rc_share = xp.where(count > 0, rc_count / xp.maximum(count, 1), 0.0)
@@ -90,6 +92,8 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
                     + shard.copy_out_s * (1.0 + regathers)
                     + shard.copy_in_s)
         first_gather = xp.where((first_gather == 0) & (count > 0), gather, first_gather)
+        host_fwd = host_fwd + count * kind.host_fwd_s
+        host_bwd = host_bwd + count * kind.host_bwd_s
         fwd["compute"] = fwd["compute"] + count * kind.fwd_s
         bwd["compute"] = bwd["compute"] + count * kind.bwd_s
         bwd["recompute"] = bwd["recompute"] + rc_count * kind.recompute_s
@@ -105,5 +109,7 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     bwd["compute"] = bwd["compute"] + first * inner.embedding_bwd_s + last * inner.head_bwd_s
     fwd["tp_comm"] = fwd["tp_comm"] + first * inner.embedding_tp_fwd_s + last * inner.head_tp_fwd_s
     bwd["tp_comm"] = bwd["tp_comm"] + first * inner.embedding_tp_bwd_s + last * inner.head_tp_bwd_s
+    fwd["host"] = exposed_host_s(sum(fwd.values()), host_fwd, xp)  # the two streams joined once per pass
+    bwd["host"] = exposed_host_s(sum(bwd.values()), host_bwd, xp)
     size, column = len(cols), xp.column
     return {k: column(v, size) for k, v in fwd.items()}, {k: column(v, size) for k, v in bwd.items()}

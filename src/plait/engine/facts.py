@@ -119,7 +119,7 @@ class EngineFacts:
     dropless all-to-all dispatcher copies the counts to the host and calls ``d2h_event.synchronize()`` to size the
     all-to-all, megatron/core/transformer/moe/token_dispatcher.py @0d8e0714 L870-909; docs/research/moe_costs.md
     section 1), so the host cannot launch ahead across MoE layers: such a layer takes the longer of its device time
-    and the time its host needs to launch its kernels (:func:`plait.cost.layer.moe_host_s`)."""
+    and the time its host needs to launch its kernels (:func:`plait.cost.host.moe_forward_s`)."""
     moe_launches_fixed: int = 0
     """Kernels one MoE layer launches per micro-batch besides its experts', forward and backward together: router,
     count all-gather, permute, all-to-alls, activation, unpermute and their backward (about 50-70 in Megatron-Core
@@ -129,9 +129,30 @@ class EngineFacts:
     GroupedLinear launches one cuBLAS GEMM per expert, common/gemm/cublaslt_gemm.cu L924-977)."""
     moe_quantized_per_expert: int = 0
     """Tensors quantized per local expert and micro-batch in an fp8 run, each by the fp8 recipe's kernels
-    (:func:`plait.cost.layer.fp8_quantize_kernels`): the two expert GEMMs' inputs forward and their output
+    (:func:`plait.cost.host.fp8_quantize_kernels`): the two expert GEMMs' inputs forward and their output
     gradients backward (TE GroupedLinear ``split_quantize``, a loop over experts, csrc/extensions/cast.cpp
     L496-597)."""
+    moe_host_ops_fwd_per_expert: int = 0
+    """Python-level host operations per local expert in one MoE layer's forward beyond its kernels, each costed as one
+    launch: Transformer Engine 2.9's GroupedLinear, for each of its two calls (fc1, fc2), looks up each expert's weight
+    workspace (module/grouped_linear.py L137-145) and allocates two output tensors per GEMM ("torch.empty() (2x
+    num_gemms calls)", TE issue #1499, maintainer; docs/research/moe_costs.md section 2)."""
+    moe_host_ops_bwd_per_expert: int = 0
+    """The same in its backward: per call and expert a main_grad lookup (L285), a wgrad buffer (L387-390), the dummy
+    wgrad ``handle_custom_ddp_from_mcore`` allocates (L442-472) and Megatron DDP's backward hook of the expert's
+    weight (distributed_data_parallel.py L357-366, one hook per parameter)."""
+    step_syncs: int = 0
+    """Times per step the host waits on the device outside MoE layers, each costing the device one host round trip
+    (``host_sync_us``) before the host issues again: Megatron-Core's gradient clipping reads the global norm back
+    (``total_norm.item()``, megatron/core/optimizer/clip_grads.py ``get_grad_norm_fp32``), 1; 0 where nothing is
+    read back every step (torchtitan's ``clip_grad_norm_`` returns a tensor and its loss is logged every
+    ``log_freq`` steps)."""
+    cuda_graph_layers: bool = False
+    """Every transformer layer's forward and backward are captured in CUDA graphs and replayed with one graph launch
+    each (Megatron-Core ``--enable-cuda-graph``/``cuda_graph_scope``, torch.compile ``mode="reduce-overhead"``), so
+    the host issues one launch per layer and pass instead of one per kernel (:func:`plait.cost.host.layer_host_s`);
+    a dropless MoE layer's experts stay outside the graph. False: every kernel is launched from the host (the
+    engines' defaults)."""
     ddp_bucket_mb: float = 0.0
     """Cap of a gradient bucket of the replica all-reduce (unsharded plans), MB (2**20 bytes): a model whose
     gradients fill fewer buckets than it has layers overlaps that many reductions with the backward pass

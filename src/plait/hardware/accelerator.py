@@ -56,6 +56,9 @@ class Efficiency:
     host_launch_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Host (CPU) time to issue one kernel from a PyTorch program, microseconds: what a layer whose host cannot run
     ahead of the device (:attr:`plait.engine.facts.EngineFacts.moe_host_sync`) waits for per kernel."""
+    host_sync_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """Round trip of a host that waits on the device (a device-to-host copy and ``synchronize``), microseconds: what
+    the device idles at each synchronization before the host issues its next kernel (:mod:`plait.cost.host`)."""
     comm_overlap: Figure
     """Share of a collective's overlap with compute that stays hidden (1: free; 0: serialised); the rest is
     the compute slowdown that SM and HBM contention cause (:mod:`plait.cost.overlap`)."""

@@ -97,7 +97,7 @@ def refine_pipeline(est: Estimate, timeline: Timeline) -> Estimate:
     by a few percent; ``estimate(simulate=True)``, ``plait simulate`` and the planner's top plans
     take the simulated time this way."""
     t = est.time
-    busy = t.compute_s + t.recompute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.fsdp_comm_s
+    busy = t.compute_s + t.recompute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.fsdp_comm_s + t.host_s
     pipeline = max(max(timeline.pipeline_end_s), busy)
     p2p = min(t.pp_p2p_s, pipeline - busy)
     tail = timeline.step_time_s - max(timeline.pipeline_end_s)

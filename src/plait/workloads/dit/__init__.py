@@ -30,5 +30,5 @@ KIND = WorkloadKind(name="dit", label="DiT", runtime="xDiT", recognises=is_dit_f
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
                     validation=Validation(option="dit", read=lazy("plait.workloads.dit.validate:validate_dit"),
                                           title="DiT inference: latency",
-                                          error="latency: predicted over measured, minus one (text encoder and VAE "
-                                                "decoder not predicted)"))
+                                          error="latency end to end (text encoders, denoising with the host's launches, VAE "
+                                                "decode): predicted over measured, minus one"))

@@ -29,8 +29,9 @@ DistriFusion patches:
 
 Compute: each block's GEMMs (QKV, output, MLP; per stream for MMDiT) at the device's GEMM curve, attention at its
 FlashAttention curve over the keys each query attends to (the curve is FlashAttention-2's forward and backward
-together; the forward alone runs at least as fast: Dao, arXiv 2307.08691, Fig. 5-6, so this errs slow). Not
-included: the text encoder, the VAE decoder and the scheduler's arithmetic (per image, not per step).
+together; the forward alone runs at least as fast: Dao, arXiv 2307.08691, Fig. 5-6, so this errs slow). This is the
+device's denoising loop; the text encoders, the VAE decoder and the host's launches are added by
+:mod:`plait.workloads.dit.pipeline` (the scheduler's arithmetic is left out: a few elementwise kernels per step).
 
 Memory: weights (``/ (p t)``), stale K, V buffers (pipefusion: its layers; distrifusion: every layer), and one
 block's transient activations, ``(4 + r)`` tensors of ``tokens x H`` per pass on the GPU.
@@ -40,13 +41,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plait.cost.compute import attention_flops_per_s, gemm_time_s
-from plait.workloads.dit.offload import offloaded_step_s
+from plait.cost.compute import attention_flops_per_s, gemm_time_s, memory_bytes_per_s
 from plait.cost.flops import Gemm
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workloads.dit.model import ACT_BYTES, DitJob, DitSpec
+from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
+from plait.workloads.dit.offload import offloaded_step_s
 
 DISTRIFUSION_WARMUP = 4
 """Synchronous steps before DistriFusion switches to stale activations (its default: Li et al., CVPR 2024, Sec. 5.1:
@@ -155,7 +156,7 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     acc, b = cluster.accelerator, ACT_BYTES
     passes = job.passes / plan.cfg
     image = job.image_tokens(spec)
-    seq = image + (spec.text_tokens if spec.kind == "mmdit" else 0)  # the sequence attention runs over
+    seq = image + (spec.text_tokens if spec.kind in JOINED else 0)  # the sequence attention runs over
     share = plan.ulysses * plan.ring * plan.distrifusion  # ways the sequence is split
     tokens = seq / share  # this GPU's tokens (of each pass), every stage's patches together
     layers = spec.attention_layers / plan.pipefusion
@@ -163,10 +164,15 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     pieces = plan.patches if plan.pipefusion > 1 else 1  # PipeFusion runs each block once per patch
     compute = layers * passes * pieces * _block_s(spec, tokens / pieces, plan.tp, acc)
     keys = seq
-    attn_flops = 4.0 * tokens * keys * spec.hidden / plan.tp
-    if spec.kind == "pixart":
-        attn_flops += 4.0 * tokens * spec.text_tokens * spec.hidden / plan.tp
-    attention = layers * passes * attn_flops / attention_flops_per_s(acc, keys)
+    if spec.kind == "linear":
+        attention = layers * passes * _linear_attention_s(spec, tokens, plan.tp, acc)
+        attn_flops = 4.0 * tokens * spec.text_tokens * spec.hidden / plan.tp  # cross-attention to the text
+        attention += layers * passes * attn_flops / attention_flops_per_s(acc, spec.text_tokens)
+    else:
+        attn_flops = 4.0 * tokens * keys * spec.hidden / plan.tp
+        if spec.kind == "pixart":
+            attn_flops += 4.0 * tokens * spec.text_tokens * spec.hidden / plan.tp
+        attention = layers * passes * attn_flops / attention_flops_per_s(acc, keys)
     compute += attention
     comm = 0.0
     hidden_part = spec.hidden / plan.tp
@@ -217,8 +223,24 @@ def _block_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: igno
     curve's lower efficiency."""
     h, m = spec.hidden, max(1, round(tokens))
     mlp = round(spec.mlp_ratio * h)
-    gemms = [Gemm(m, 3 * h // tp, h), Gemm(m, h, h // tp), Gemm(m, mlp // tp, h), Gemm(m, h, mlp // tp)]
-    if spec.kind == "pixart":
+    up = (spec.mlp_factor - 1) * mlp  # a gated MLP's input projection is doubled
+    gemms = [Gemm(m, 3 * h // tp, h), Gemm(m, h, h // tp), Gemm(m, up // tp, h), Gemm(m, h, mlp // tp)]
+    if spec.kind in ("pixart", "linear"):
         gemms += [Gemm(m, h // tp, h), Gemm(m, h, h // tp)]  # cross-attention's Q and output on the image tokens
         gemms.append(Gemm(spec.text_tokens, 2 * h // tp, h))  # its K and V on the text tokens
-    return sum(gemm_time_s(g, acc, "bf16") for g in gemms)
+    depthwise = 0.0
+    if spec.kind == "linear":  # Mix-FFN's 3x3 depthwise convolution reads and writes its 2 r H wide input
+        depthwise = 2 * m * up / tp * ACT_BYTES / memory_bytes_per_s(acc)
+    return sum(gemm_time_s(g, acc, "bf16") for g in gemms) + depthwise
+
+
+def _linear_attention_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: ignore[no-untyped-def]
+    """One pass of ReLU linear attention on ``tokens`` queries (Katharopoulos et al., ICML 2020, Eq. 5-6; Sana,
+    Xie et al., arXiv 2410.10629, Sec. 2.2): per head ``K^T V`` and ``Q (K^T V)``, ``4 tokens d`` FLOPs per head of
+    width ``d``, ``4 tokens H`` in all, on head-sized (``d x d``) products that stream their operands: costed at the
+    memory bandwidth, Q, K and V read in bf16, cast to fp32 and read again, the output written in fp32 and cast
+    back (diffusers' SanaLinearAttnProcessor2_0 computes in float32): ten tensor passes of ``tokens x H``."""
+    elements = tokens * spec.hidden / tp
+    flops_s = 4.0 * elements * (spec.hidden // spec.heads) / acc.peak_flops("fp32")
+    bytes_s = elements * (3 * ACT_BYTES + 3 * 4 + 3 * 4 + 4 + 4 + ACT_BYTES) / memory_bytes_per_s(acc)
+    return max(flops_s, bytes_s)

@@ -10,6 +10,19 @@ Three block families, parameters per block from their papers' definitions (``H``
   their own attention projections ``4 H^2``, MLP ``2 r H^2`` and modulation ``6 H^2``, attending jointly over image
   and text tokens; ``single_layers`` more single-stream blocks (Flux.1: one ``Linear(H, 3H + rH)`` for QKV and the
   MLP's input, one ``Linear(H + rH, H)``, modulation ``3 H^2``: ``(7 + 2r) H^2``) over the joined sequence.
+- ``joint`` (CogVideoX's expert transformer: Yang et al., arXiv 2408.06072, Sec. 2.2; ConsisID builds on it): text
+  and video tokens concatenated into one sequence through one set of weights (attention ``4 H^2``, MLP ``2 r H^2``),
+  full 3-D attention over frames x patches and the text.
+- ``linear`` (Sana: Xie et al., arXiv 2410.10629, Sec. 2.2): ReLU linear self-attention ``4 H^2`` (its cost linear in
+  the tokens), cross-attention to the text ``4 H^2`` (``Q`` and output on the image tokens), a Mix-FFN (GLU input
+  projection ``2 r H^2``, 3x3 depthwise convolution, output ``r H^2``).
+
+``glu``: the MLP's input projection is doubled and gated (SwiGLU, Mochi; GLUMBConv, Sana): ``3 r H^2`` for the MLP.
+
+Video: ``frames`` of ``resolution x height`` pixels; a causal video VAE keeps the first frame and folds every
+``vae_temporal`` after it into one latent frame, ``1 + (frames - 1) // vae_temporal`` latent frames (HunyuanVideo,
+CogVideoX and Mochi VAEs: diffusers' ``AutoencoderKLHunyuanVideo``, ``AutoencoderKLCogVideoX``,
+``AutoencoderKLMochi``), each of ``(resolution / vae_downsample / patch) x (height / vae_downsample / patch)`` tokens.
 
 The image: ``resolution`` pixels a side, a VAE that downsamples by ``vae_downsample`` into ``latent_channels``,
 patches of ``patch`` latent pixels a side: ``(resolution / vae_downsample / patch)^2`` tokens.
@@ -26,13 +39,23 @@ A TOML file describes it (``examples/dit-xl-2-1024px.toml``)::
     patch = 2
     latent_channels = 4
     vae_downsample = 8
-    text_tokens = 0         # cross- or joint-attention text tokens (pixart, mmdit)
+    text_tokens = 0         # cross- or joint-attention text tokens (pixart, mmdit, joint, linear)
     single_layers = 0       # mmdit: single-stream blocks after the double-stream ones
+    glu = false             # gated MLP input projection
+    vae_temporal = 1        # video: frames per latent frame after the first
+    text_encoders = []      # names in plait/workloads/dit/data/components.toml
+    vae = ""                # a name in the same file
+    eager_kernels = 0       # kernels one block launches in eager PyTorch (host time; 0: not modelled)
+    eager_kernels_single = 0
     [job]
-    resolution = 1024
+    resolution = 1024       # width in pixels
+    height = 0              # 0: square
+    frames = 1              # video frames
     steps = 50
     batch = 1
     cfg = true              # classifier-free guidance: a conditional and an unconditional pass per step
+    compiled = false        # torch.compile
+    cache_skip = 0.0        # step caching: fraction of steps that skip all blocks but the first
 """
 
 from __future__ import annotations
@@ -45,9 +68,12 @@ from typing import Any, Literal
 from plait.errors import ConfigError
 from plait.schema import build, check_keys, table, value
 from plait.workload.files import read_toml
+from plait.workloads.dit.components import check_components
 
-DitKind = Literal["dit", "pixart", "mmdit"]
-KINDS: tuple[DitKind, ...] = ("dit", "pixart", "mmdit")
+DitKind = Literal["dit", "pixart", "mmdit", "joint", "linear"]
+KINDS: tuple[DitKind, ...] = ("dit", "pixart", "mmdit", "joint", "linear")
+JOINED: tuple[DitKind, ...] = ("mmdit", "joint")
+"""Kinds whose attention runs over the image and text tokens joined."""
 ACT_BYTES = 2
 """fp16/bf16 weights and activations, as xDiT and diffusers run these models."""
 
@@ -80,14 +106,32 @@ class DitSpec:
     """mmdit: single-stream blocks after the double-stream ones."""
     hf_model: str = ""
     """The Hugging Face id of the published weights (what an engine loads); empty for a shape only."""
+    glu: bool = False
+    """The MLP's input projection is doubled and gated (module docstring)."""
+    vae_temporal: int = 1
+    """Video frames per latent frame after the first (1: an image model)."""
+    text_encoders: tuple[str, ...] = ()
+    """The pipeline's text encoders, names in ``plait/workloads/dit/data/components.toml``; run once per prompt."""
+    vae: str = ""
+    """The pipeline's VAE, a name in ``plait/workloads/dit/data/components.toml``; its decoder runs once."""
+    eager_kernels: int = 0
+    """CUDA kernels one block (mmdit: one double-stream block) launches per pass in eager PyTorch, counted from the
+    implementation's forward code (the model file says which); 0: host time not modelled."""
+    eager_kernels_single: int = 0
+    """mmdit: the same for one single-stream block."""
 
     def token_params(self) -> float:
         """Parameters every token passes through (linear maps applied per token), all blocks."""
         h2, r = self.hidden**2, self.mlp_ratio
         if self.kind == "dit":
             return self.layers * (4 + 2 * r) * h2
+        m = self.mlp_factor
         if self.kind == "pixart":
             return self.layers * (4 + 2 + 2 * r) * h2  # cross-attention's Q and O act on image tokens
+        if self.kind == "linear":
+            return self.layers * (4 + 2 + m * r) * h2
+        if self.kind == "joint":
+            return self.layers * (4 + m * r) * h2
         return self.layers * (4 + 2 * r) * h2 + self.single_layers * (4 + 2 * r) * h2
 
     def params(self) -> float:
@@ -95,9 +139,19 @@ class DitSpec:
         h2, r = self.hidden**2, self.mlp_ratio
         if self.kind == "dit":
             return self.layers * (4 + 2 * r + 6) * h2
+        m = self.mlp_factor
         if self.kind == "pixart":
             return self.layers * (8 + 2 * r) * h2
-        return self.layers * 2 * (4 + 2 * r + 6) * h2 + self.single_layers * (7 + 2 * r) * h2
+        if self.kind == "linear":
+            return self.layers * (8 + m * r) * h2
+        if self.kind == "joint":
+            return self.layers * (4 + m * r) * h2
+        return self.layers * 2 * (4 + m * r + 6) * h2 + self.single_layers * (7 + 2 * r) * h2
+
+    @property
+    def mlp_factor(self) -> int:
+        """The MLP's weights in units of ``r H^2``: 2, or 3 with a gated (GLU) input projection."""
+        return 3 if self.glu else 2
 
     @property
     def attention_layers(self) -> int:
@@ -116,10 +170,26 @@ class DitJob:
     """Images generated at once."""
     cfg: bool = True
     """Classifier-free guidance: a conditional and an unconditional pass per step."""
+    height: int = 0
+    """Image pixels down a side when it differs from ``resolution`` (the width); 0: square."""
+    frames: int = 1
+    """Video frames (1: an image)."""
+    compiled: bool = False
+    """The denoiser runs under ``torch.compile`` (fused pointwise kernels, fewer launches); False: eager PyTorch."""
+    cache_skip: float = 0.0
+    """Step caching (first-block cache / TeaCache): the fraction of steps whose blocks after the first are skipped
+    (:mod:`plait.workloads.dit.pipeline`); 0: every step runs every block."""
+
+    @property
+    def pixels_high(self) -> int:
+        return self.height or self.resolution
+
+    def latent_frames(self, spec: DitSpec) -> int:
+        return 1 + (self.frames - 1) // spec.vae_temporal
 
     def image_tokens(self, spec: DitSpec) -> int:
-        side = self.resolution // spec.vae_downsample // spec.patch
-        return side * side
+        side = spec.vae_downsample * spec.patch
+        return self.latent_frames(spec) * (self.resolution // side) * (self.pixels_high // side)
 
     @property
     def passes(self) -> int:
@@ -146,6 +216,7 @@ def read_dit(path: Path) -> tuple[DitSpec, DitJob]:
     spec = build(DitSpec, {"name": name, **blocks}, f"{where}: [dit]")
     job = build(DitJob, table(data.get("job", {}), f"{where}: [job]"), f"{where}: [job]")
     check_dit(spec, job, where)
+    check_components(spec.text_encoders, spec.vae, where)
     return spec, job
 
 
@@ -164,8 +235,15 @@ def check_dit(spec: DitSpec, job: DitJob, where: str) -> None:
         raise ConfigError(f"{where}: text_tokens={spec.text_tokens}: a class-conditioned dit attends to no text")
     if spec.kind != "dit" and spec.text_tokens < 1:
         raise ConfigError(f"{where}: a {spec.kind} model needs text_tokens >= 1")
-    if job.resolution % (spec.vae_downsample * spec.patch):
-        raise ConfigError(f"{where}: resolution={job.resolution} must be a multiple of vae_downsample x patch = "
-                          f"{spec.vae_downsample * spec.patch}")
-    if job.steps < 1 or job.batch < 1:
-        raise ConfigError(f"{where}: steps={job.steps} and batch={job.batch} must be >= 1")
+    for name in ("resolution", "pixels_high"):
+        if getattr(job, name) % (spec.vae_downsample * spec.patch) or getattr(job, name) < 1:
+            raise ConfigError(f"{where}: {name.replace('pixels_high', 'height')}={getattr(job, name)} must be a "
+                              f"positive multiple of vae_downsample x patch = {spec.vae_downsample * spec.patch}")
+    if job.steps < 1 or job.batch < 1 or job.frames < 1 or spec.vae_temporal < 1:
+        raise ConfigError(f"{where}: steps={job.steps}, batch={job.batch}, frames={job.frames} and "
+                          f"vae_temporal={spec.vae_temporal} must be >= 1")
+    if not 0.0 <= job.cache_skip < 1.0:
+        raise ConfigError(f"{where}: cache_skip={job.cache_skip} must be in [0, 1)")
+    if min(spec.eager_kernels, spec.eager_kernels_single) < 0:
+        raise ConfigError(f"{where}: eager_kernels={spec.eager_kernels} and eager_kernels_single="
+                          f"{spec.eager_kernels_single} must be >= 0")

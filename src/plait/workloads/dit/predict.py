@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from plait.workloads.dit.cost import DitEstimate, DitPlan, estimate_dit
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
+from plait.workloads.dit.cost import DitEstimate, DitPlan, estimate_dit
 from plait.workloads.dit.model import DitJob, DitSpec
+from plait.workloads.dit.pipeline import EndToEnd, end_to_end
 
 KEYS = tuple(f.name for f in fields(DitPlan))
 
@@ -40,6 +41,7 @@ class DitPrediction:
     cluster: Cluster
     plan: DitPlan
     estimate: DitEstimate
+    end_to_end: EndToEnd
 
     def to_dict(self) -> dict[str, Any]:
         est = self.estimate
@@ -49,13 +51,17 @@ class DitPrediction:
                 "cfg": self.job.cfg, "image_tokens": self.job.image_tokens(self.spec),
                 "step_time_s": est.step_s, "compute_s": est.compute_s, "exposed_comm_s": est.comm_s,
                 "latency_s": est.latency_s, "images_per_s": self.job.batch / est.latency_s,
-                "memory_bytes": est.memory_bytes, "weight_bytes": est.weight_bytes, "buffer_bytes": est.buffer_bytes}
+                "memory_bytes": est.memory_bytes, "weight_bytes": est.weight_bytes, "buffer_bytes": est.buffer_bytes,
+                "frames": self.job.frames, "compiled": self.job.compiled, "cache_skip": self.job.cache_skip,
+                "text_encode_s": self.end_to_end.text_encode_s, "host_step_s": self.end_to_end.host_step_s,
+                "vae_decode_s": self.end_to_end.vae_decode_s, "end_to_end_s": self.end_to_end.total_s}
 
 
 def predict_dit(spec: DitSpec, job: DitJob, hardware: Cluster, plan: DitPlan) -> DitPrediction:
     """The job under ``plan`` (:func:`plait.workloads.dit.cost.estimate_dit`)."""
-    return DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan,
-                         estimate=estimate_dit(spec, job, plan, hardware))
+    est = estimate_dit(spec, job, plan, hardware)
+    return DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan, estimate=est,
+                         end_to_end=end_to_end(spec, job, plan, hardware, est))
 
 
 def candidate_plans(gpus: int, cfg: bool, tokens: int) -> list[DitPlan]:
@@ -85,7 +91,8 @@ def _divisors(n: int) -> list[int]:
 
 def search_dit(spec: DitSpec, job: DitJob, hardware: Cluster, gpus: int, memory_margin: float = 0.05
                ) -> tuple[list[DitPrediction], list[tuple[DitPlan, str]]]:
-    """Plans that fit, lowest latency first, and the refused with why."""
+    """Plans that fit, lowest latency end to end first (:mod:`plait.workloads.dit.pipeline`), and the refused with
+    why."""
     limit = (1.0 - memory_margin) * hardware.accelerator.memory_bytes
     ranked, refused = [], []
     for plan in candidate_plans(gpus, job.cfg, job.image_tokens(spec)):
@@ -97,6 +104,7 @@ def search_dit(spec: DitSpec, job: DitJob, hardware: Cluster, gpus: int, memory_
         if est.memory_bytes > limit:
             refused.append((plan, f"needs {est.memory_bytes / GIB:.1f} GiB of {limit / GIB:.1f} GiB usable"))
         else:
-            ranked.append(DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan, estimate=est))
-    ranked.sort(key=lambda r: (r.estimate.latency_s, r.estimate.memory_bytes))
+            ranked.append(DitPrediction(spec=spec, job=job, cluster=hardware, plan=plan, estimate=est,
+                                        end_to_end=end_to_end(spec, job, plan, hardware, est)))
+    ranked.sort(key=lambda r: (r.end_to_end.total_s, r.estimate.memory_bytes))
     return ranked, refused

@@ -1,30 +1,39 @@
 """Predicted vs measured latency of parallel diffusion-transformer inference: public tables of xDiT and
 ParaAttention (``plait/validate/data/dit_latency.csv``; every source, commit and caveat in ``plait/validate/data/dit_latency.md``),
-each costed by :mod:`plait.workloads.dit.cost` with the shipped model file its model names, on the preset of its GPU.
+each costed with the shipped model file its model names, on the preset (or shipped one-node cluster file) of its GPU.
 
-The error is on the latency (predicted over measured, minus one). The measured figures time the whole pipeline
-call (text encoder and VAE decoder included, which plait leaves out); rows run with and without torch.compile, which
-plait does not tell apart, so the two are reported side by side. Rows plait cannot predict say why: video and
-linear-attention models it does not describe, GPUs without a preset, rows that state no resolution.
+The error is on the latency end to end (predicted over measured, minus one): the measured figures time the whole
+pipeline call, so the prediction is :mod:`plait.workloads.dit.pipeline`'s: text encoders, the denoising loop with
+the host's launches (eager, or torch.compile where the row's notes say ``compile=yes``; ``compile=unknown`` rows
+ran the examples' default, eager), and the VAE decode. Rows plait cannot predict say why: a GPU without a
+description, or a row that states no resolution.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from plait.hardware.catalog import get_cluster
+from plait.hardware.catalog import get_cluster, load_cluster_file
+from plait.hardware.cluster import Cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.datasets import dataset_path
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
 from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import check_dit, read_dit
+from plait.workloads.dit.pipeline import end_to_end
 
-MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml"}
+MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml", "Sana_1600M_4Kpx_BF16_diffusers": "sana-1600m-4k.toml",
+          "ConsisID (preview)": "consisid-480p.toml", "HunyuanVideo (T2V)": "hunyuanvideo-720p.toml",
+          "Mochi-1-preview": "mochi-1-480p.toml"}
 """Model names of the CSV -> the model file shipped beside the CSV in ``plait/validate/data/models`` (package data,
-the same file as ``examples/``; its job's resolution and steps are the row's)."""
-SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-a100-ib"}
-"""GPU names of the CSV -> a preset of that GPU (the rows run inside one NVLink node)."""
+the same file as ``examples/``; its job's resolution, frames and steps are the row's; a row that states no steps
+takes the file's, the implementation's default that the file cites)."""
+SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-a100-ib", "H20": "hgx-h20.toml",
+           "L40": "l40-pcie.toml"}
+"""GPU names of the CSV -> a preset of that GPU, or a one-node cluster file in ``plait/validate/data/clusters`` (the
+rows run inside one node)."""
 
 
 COLUMNS = ("source_id", "model", "resolution", "steps", "batch", "gpu", "gpus", "parallel", "measured_latency_s",
@@ -36,27 +45,33 @@ def _degree(row: Record, key: str) -> int:
     return row.count(key, default=1)
 
 
+def _cluster(name: str) -> Cluster:
+    if name.endswith(".toml"):
+        return load_cluster_file(dataset_path("dit").parent / "clusters" / name)
+    return get_cluster(name)
+
+
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
-    from dataclasses import replace
-
-
     compiled = row["notes"].split(";")[0].strip()
     label = f"{row['model']} {row['resolution'] or '?'} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"
     measured = 1.0 / row.number("measured_latency_s")  # latencies as rates: the error is on the latency
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     if row["model"] not in MODELS:
-        return result(f"model {row['model']!r} is not described (video and linear-attention DiTs are not modelled)")
+        return result(f"model {row['model']!r} is not described")
     if row["gpu"] not in SYSTEMS:
         return result(f"no preset system of {row['gpu']} GPUs")
     if not row["resolution"]:
         return result("the source states no resolution")
     spec, job = read_dit(dataset_path("dit").parent / "models" / MODELS[row["model"]])
-    sides = row.counts("resolution", "x")
-    if len(sides) != 2 or sides[0] != sides[1]:
-        return result(f"resolution {row['resolution']}: plait's DiT jobs are square (WIDTHxHEIGHT, the two equal)")
-    width = sides[0]
-    job = replace(job, resolution=width, steps=row.count("steps"), batch=row.count("batch", default=1))
+    sides = row["resolution"].lower().removesuffix("f").split("x")
+    if len(sides) not in (2, 3) or not all(side.isdigit() for side in sides):
+        return result(f"resolution {row['resolution']}: must read WIDTHxHEIGHT or WIDTHxHEIGHTxFRAMESf")
+    width, height = int(sides[0]), int(sides[1])
+    frames = int(sides[2]) if len(sides) == 3 else 1
+    steps = row.count("steps") if row.get("steps") else job.steps
+    job = replace(job, resolution=width, height=0 if height == width else height, frames=frames, steps=steps,
+                  batch=row.count("batch", default=1), compiled=compiled == "compile=yes")
     check_dit(spec, job, row.where)
     plan = DitPlan(cfg=_degree(row, "cfg"), ulysses=_degree(row, "ulysses"), ring=_degree(row, "ring"),
                    pipefusion=_degree(row, "pipefusion"), tp=_degree(row, "tp"))
@@ -64,8 +79,9 @@ def predict_row(row: Record) -> ClassicResult:
         plan = replace(plan, patches=_degree(row, "patches") if row.get("patches") else plan.pipefusion)
     if plan.gpus != row.count("gpus"):
         return result(f"the degrees multiply to {plan.gpus}, not the row's {row['gpus']} GPUs")
-    est = estimate_dit(spec, job, plan, get_cluster(SYSTEMS[row["gpu"]]))
-    return ClassicResult(row["source_id"], label, measured, 1.0 / est.latency_s)
+    cluster = _cluster(SYSTEMS[row["gpu"]])
+    est = estimate_dit(spec, job, plan, cluster)
+    return ClassicResult(row["source_id"], label, measured, 1.0 / end_to_end(spec, job, plan, cluster, est).total_s)
 
 
 def validate_dit(path: Path, progress: Progress | None = None) -> list[ClassicResult]:

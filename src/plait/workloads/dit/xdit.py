@@ -5,8 +5,8 @@ degrees of CFG, PipeFusion (with its patches), Ulysses, ring and tensor parallel
 
 from __future__ import annotations
 
-from plait.workloads.dit.cost import DitPlan
 from plait.errors import ConfigError
+from plait.workloads.dit.cost import DitPlan
 from plait.workloads.dit.model import DitJob, DitSpec
 
 
@@ -15,7 +15,7 @@ def xdit_arguments(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str) -
     if plan.distrifusion > 1:
         raise ConfigError(f"distrifusion={plan.distrifusion}: xDiT has no DistriFusion; run it with distrifuser "
                           "(mit-han-lab/distrifuser, DistriConfig(parallelism='patch'))")
-    args = ["--model", model_path, "--height", str(job.resolution), "--width", str(job.resolution),
+    args = ["--model", model_path, "--height", str(job.pixels_high), "--width", str(job.resolution),
             "--num_inference_steps", str(job.steps), "--pipefusion_parallel_degree", str(plan.pipefusion),
             "--ulysses_degree", str(plan.ulysses), "--ring_degree", str(plan.ring),
             "--tensor_parallel_degree", str(plan.tp)]
@@ -25,6 +25,10 @@ def xdit_arguments(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str) -
         args.append("--use_cfg_parallel")
     if spec.text_tokens:
         args += ["--max_sequence_length", str(spec.text_tokens)]
+    if job.frames > 1:
+        args += ["--num_frames", str(job.frames)]
+    if job.compiled:
+        args.append("--use_torch_compile")
     return args
 
 

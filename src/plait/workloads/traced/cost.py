@@ -6,7 +6,8 @@ The same physics as the transformer path, read from the trace instead of closed 
   operator with FLOPs runs at the accelerator's GEMM curve at the square edge of its arithmetic intensity (an
   ``M x N x K`` product moves ``M K + K N + M N`` elements for ``2 M N K`` FLOPs, so the edge of the square GEMM
   of equal intensity is ``3 F / (2 elements)``: :mod:`plait.cost.compute`), the others at the sustained memory
-  bandwidth, none shorter than a kernel launch.
+  bandwidth, none shorter than a kernel launch. Each operator is also one launch on the host stream (eager
+  PyTorch), and a pass takes the longer of its device work and its host's launches (:mod:`plait.cost.host`).
 - **Pipeline.** Units are cut into ``pp`` contiguous stages (the stem with the first, the head and loss with the
   last) minimising the slowest stage's forward and backward (the linear-partition dynamic programme); 1F1B or
   GPipe time and in-flight micro-batches as :mod:`plait.cost.pipeline`; each micro-batch sends the cut unit's
@@ -31,6 +32,7 @@ from dataclasses import replace
 from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
+from plait.cost.host import exposed_host_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
@@ -41,6 +43,7 @@ from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import averaging_replicas, convergence
+from plait.plan.ops import SCALAR
 from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import GIB
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
@@ -100,6 +103,13 @@ def unit_seconds(unit: Unit, batch: float, acc: Accelerator, gemm_dtype: str, el
     return fwd, bwd
 
 
+def unit_launches(unit: Unit) -> tuple[int, int]:
+    """(forward, backward) operators of one unit, each one kernel the host issues (eager PyTorch: one launch per
+    traced operator)."""
+    backward = sum(1 for kernel in unit.kernels if kernel.backward)
+    return len(unit.kernels) - backward, backward
+
+
 def split_stages(costs: list[float], stages: int) -> list[list[int]]:
     """Unit indices of ``stages`` contiguous stages minimising the largest stage cost (the first and last units,
     ``pre`` and ``post``, ride with the first and last stages); the linear-partition dynamic programme."""
@@ -148,16 +158,25 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     stages = split_stages([f + w for f, w in seconds], plan.pp)
     recomputed = [plan.recompute == "full" and 0 < i < len(work.units) - 1 for i in range(len(work.units))]
 
-    def stage_pass(group: list[int]) -> tuple[float, float, float]:
+    launch_s = acc.efficiency.host_launch_us.value * 1e-6
+
+    def stage_pass(group: list[int]) -> tuple[float, float, float, float]:
+        """(forward, backward, recomputation, the host's wait) of one micro-batch on a stage: every traced operator
+        is one launch of the host stream, joined with the device once per pass (:mod:`plait.cost.host`)."""
         fwd = sum(seconds[i][0] for i in group)
         bwd = sum(seconds[i][1] for i in group)
-        return fwd, bwd, sum(seconds[i][0] for i in group if recomputed[i])
+        redo = sum(seconds[i][0] for i in group if recomputed[i])
+        launches = [unit_launches(work.units[i]) for i in group]
+        host_fwd = launch_s * sum(f for f, _ in launches)
+        host_bwd = launch_s * (sum(b for _, b in launches) + sum(f for (f, _), i in zip(launches, group) if recomputed[i]))
+        waits = exposed_host_s(fwd, host_fwd, SCALAR) + exposed_host_s(bwd + redo, host_bwd, SCALAR)
+        return fwd, bwd, redo, waits
 
     passes = [stage_pass(g) for g in stages]
-    totals = [f + w + r for f, w, r in passes]
+    totals = [f + w + r + h for f, w, r, h in passes]
     slow = max(range(len(stages)), key=lambda s: totals[s])
     mean = sum(totals) / len(totals)
-    mean_bwd = sum(w + r for _, w, r in passes) / len(passes)
+    mean_bwd = sum(w + r for _, w, r, _ in passes) / len(passes)
     busy, bubble = pipeline_time_s(cols, totals[slow], mean, mean_bwd, mean_bwd / 2)
     group = stages[slow]
     params = {"dense": float(sum(work.units[i].num_params for i in group)), "expert": 0.0, "norms": 0.0}
@@ -171,6 +190,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         sent = max(work.units[g[-1]].output_bytes_per_example * b for g in stages[:-1])
         p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp, sent))
     time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
+                         host_s=m * passes[slow][3],
                          pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
                          optimizer_s=float(optimizer_step_s(cluster, cols, params, grad_bytes)))
     memory = _memory(work, cluster, plan, cols, stages, _fullest_stage(work, plan, cols, stages), grad_bytes, extra)

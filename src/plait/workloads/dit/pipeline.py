@@ -1,0 +1,132 @@
+"""One generation end to end: the text encoders, the denoising loop on its GPUs (:mod:`plait.workloads.dit.cost`) with
+the host's time per step, and the VAE decoder. What a user waits for from prompt to pixels.
+
+- **What does not parallelise.** The text encoders run once (both prompts with classifier-free guidance) and the VAE
+  decoder once per output, each on one GPU (:mod:`plait.workloads.dit.components`): more GPUs shorten only the
+  denoising loop, so these set the floor of the latency (Amdahl, AFIPS 1967).
+- **The host.** Every kernel of a step is launched from Python: ``host_launch_us`` per kernel (the accelerator's
+  efficiency figure, with its source). Eager PyTorch launches what the block's forward code calls (``eager_kernels``
+  per block, counted in the model file); ``torch.compile`` fuses each run of pointwise operations into one Triton
+  kernel and leaves GEMMs and attention as library calls (Ansel et al., PyTorch 2, ASPLOS 2024, Sec. 4.3), so a
+  compiled block launches two kernels per GEMM or attention call. Ulysses adds four all-to-alls per layer (Q, K, V,
+  output), each with a layout copy before and after (xDiT's yunchang ``all_to_all_4D``). Ring attention (yunchang
+  ``ring_flash_attn_forward`` and ``update_out_and_lse``, feifeibear/long-context-attention, yunchang/ring/): ``r``
+  partial attentions, ``r - 1`` batched send/receive launches, a cast of the output to fp32 and back, and after
+  each partial but the first a merge of nine pointwise kernels on the fp32 output (eager; compiled: one fused
+  kernel), which in eager also read and write that fp32 output about ten times (``RING_MERGE_BYTES``). Tensor
+  parallelism adds its two all-reduces per block, DistriFusion its all-gather per layer.
+  The host time is added to the device's: assumed, because the published tables show it: the eager-minus-compiled
+  gap of xDiT's FLUX.1 table is about the same on 1, 2 and 4 H100s (2.41, 1.70, 2.61 s), which a host stream hidden
+  under the device's work would not give.
+- **Eager pointwise kernels on the device.** :mod:`plait.workloads.dit.cost` costs a block's GEMMs and attention, as
+  a compiled run spends its time (its fused pointwise kernels left out). Eager PyTorch runs every other kernel of the
+  block on its own, each reading and writing one activation of the block's width over this GPU's tokens at the memory
+  bandwidth (the roofline of a streaming kernel: Williams et al., CACM 2009): ``eager_kernels - 2 (GEMMs + 1)``
+  more kernels than a compiled block, whose fused kernels number one per GEMM or attention call. In an mmdit
+  double-stream block half of them act on the image stream and half on the text's.
+- **Step caching** (first-block cache: ParaAttention, README 'First Block Cache'; TeaCache: Liu et al., arXiv
+  2411.19108, Sec. 3): each step runs the first block, compares its output residual with the previous step's, and on
+  a hit reuses the cached residual of the remaining blocks. ``cache_skip`` is the fraction of steps that hit, which
+  depends on the prompt and the threshold: the user states it. Quality: the output is no longer the uncached model's;
+  TeaCache and ParaAttention report the trade (VBench/LPIPS and visual comparisons) per threshold, and a threshold
+  that skips more steps changes the image more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.cost.compute import memory_bytes_per_s
+from plait.hardware.cluster import Cluster
+from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decode_s, vae_decoder
+from plait.workloads.dit.cost import DitEstimate, DitPlan
+from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
+
+GEMMS_PER_BLOCK = {"dit": 7, "pixart": 10, "mmdit": 14, "joint": 8, "linear": 11}
+"""GEMM (library) calls of one block in diffusers' forward code: Q, K and V projections, the attention's output and the
+MLP's two, plus: dit its modulation; pixart its cross-attention's Q, K, V and output; mmdit (double-stream) those six
+on each stream (Q, K, V, output and the MLP's two) and two modulations; joint (CogVideoX) two modulations; linear
+(Sana) the cross-attention's four and the Mix-FFN's three convolutions in place of an MLP."""
+GEMMS_PER_SINGLE = 6
+"""An mmdit single-stream block (diffusers FluxSingleTransformerBlock): its modulation, proj_mlp, to_q, to_k, to_v and
+proj_out."""
+
+RING_MERGE_BYTES = 38
+"""Bytes per output element one eager merge of two partial attentions moves (yunchang ``_update_out_and_lse``): the
+new partial read in bf16 and written in fp32 (6), ``out - block_out`` (12), the product with the sigmoid of the
+log-sum-exp difference (8) and ``out - ...`` (12); the log-sum-exp arithmetic is per row, not per element."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndToEnd:
+    """A generation from prompt to pixels (module docstring)."""
+
+    text_encode_s: float
+    """All text encoders, once, on one GPU."""
+    host_step_s: float
+    """The host's kernel launches in one step, added to the device's step."""
+    pointwise_step_s: float
+    """Eager only: the device's unfused pointwise kernels in one step, which a compiled run fuses away."""
+    denoise_s: float
+    """All steps: the device's (the estimate's latency) and the host's, less the cached steps' skipped blocks."""
+    vae_decode_s: float
+    """The VAE decoder, once per output, on one GPU."""
+
+    @property
+    def total_s(self) -> float:
+        return self.text_encode_s + self.denoise_s + self.vae_decode_s
+
+
+def step_kernels(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
+    """Kernels one GPU launches per denoising step (module docstring)."""
+    pieces = plan.patches if plan.pipefusion > 1 else 1
+    if job.compiled:
+        blocks = spec.layers * 2 * (GEMMS_PER_BLOCK[spec.kind] + 1)
+        blocks += spec.single_layers * 2 * (GEMMS_PER_SINGLE + 1)
+    else:
+        blocks = spec.layers * spec.eager_kernels + spec.single_layers * spec.eager_kernels_single
+    layers = spec.attention_layers / plan.pipefusion
+    comm = 0.0
+    if plan.ulysses > 1:
+        comm += 4 * (1 if job.compiled else 3)
+    if plan.ring > 1:
+        comm += plan.ring + (plan.ring - 1) * (2 if job.compiled else 10) + 2
+    if plan.tp > 1:  # Megatron's two all-reduces per block
+        comm += 2
+    if plan.distrifusion > 1:  # one asynchronous all-gather of K and V per layer
+        comm += 1
+    return pieces * (blocks / plan.pipefusion + layers * comm)
+
+
+def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, estimate: DitEstimate) -> EndToEnd:
+    """The generation of ``job`` under ``plan``, given its denoising ``estimate`` (module docstring)."""
+    acc = cluster.accelerator
+    prompts = job.batch * (2 if job.cfg else 1)
+    text = sum(text_encoder_s(enc, min(spec.text_tokens or enc.max_tokens, enc.max_tokens), prompts, acc)
+               for enc in map(text_encoder, spec.text_encoders))
+    host = step_kernels(spec, job, plan) * acc.efficiency.host_launch_us.value * 1e-6
+    pointwise = 0.0 if job.compiled else pointwise_step_s(spec, job, plan, cluster)
+    kept = 1.0 - job.cache_skip * (spec.attention_layers - 1) / spec.attention_layers
+    denoise = kept * (estimate.latency_s + job.steps * (host + pointwise))
+    vae = job.batch * vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames, acc) \
+        if spec.vae else 0.0
+    return EndToEnd(text_encode_s=text, host_step_s=host, pointwise_step_s=pointwise, denoise_s=denoise,
+                    vae_decode_s=vae)
+
+
+def pointwise_step_s(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) -> float:
+    """The device time of one step's eager pointwise kernels beyond a compiled block's (module docstring)."""
+    image = job.image_tokens(spec)
+    seq = image + (spec.text_tokens if spec.kind in JOINED else 0)
+    blocks = max(0, spec.eager_kernels - 2 * (GEMMS_PER_BLOCK[spec.kind] + 1))
+    if spec.kind == "mmdit":  # a double-stream block: half its kernels on each stream's own tokens
+        tokens_kernels = spec.layers * blocks / 2 * (image + spec.text_tokens)
+    else:
+        tokens_kernels = spec.layers * blocks * seq
+    tokens_kernels += spec.single_layers * max(0, spec.eager_kernels_single - 2 * (GEMMS_PER_SINGLE + 1)) * seq
+    share = plan.ulysses * plan.ring * plan.distrifusion * plan.pipefusion  # tokens split; layers split by stage
+    moved = 2 * tokens_kernels / share * spec.hidden * ACT_BYTES * job.passes / plan.cfg  # read and write
+    if plan.ring > 1:  # the merges of the partial attentions' fp32 outputs
+        elements = seq / (plan.ulysses * plan.ring) * spec.hidden / plan.tp * job.passes / plan.cfg
+        moved += spec.attention_layers / plan.pipefusion * (plan.ring - 1) * RING_MERGE_BYTES * elements
+    return moved / memory_bytes_per_s(cluster.accelerator)
