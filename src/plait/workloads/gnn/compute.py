@@ -79,7 +79,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
+from plait.cost.host import exposed_host_s
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.catalog import kernel_curve
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
@@ -124,8 +127,9 @@ class GnnEstimate:
 
     @property
     def step_s(self) -> float:
-        """The longer of the device's work and the host's dispatch of it."""
-        return max(self.device_s, self.host_s)
+        """The device's work and whatever of the host's dispatch it does not hide (the queue rule of
+        :mod:`plait.cost.host`: the longer of the two)."""
+        return self.device_s + float(exposed_host_s(self.device_s, self.host_s, np))
 
     @property
     def epoch_s(self) -> float:

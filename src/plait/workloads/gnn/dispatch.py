@@ -1,6 +1,7 @@
 """The host's side of one eager GNN training step: the operations PyTorch dispatches (each a kernel launch) for the
 layers, the loss and the optimizer. The device runs them as the host issues them, so a step takes the longer of the
-two streams (the step ends in a synchronization: ``loss.item()`` or the loader's next batch).
+two streams (:func:`plait.cost.host.exposed_host_s`, the queue rule every workload's step shares; the step ends in a
+synchronization: ``loss.item()`` or the loader's next batch).
 
 Counted in the code each engine runs (forward and backward, each operation one kernel):
 
