@@ -89,7 +89,7 @@ GRAPH = "[graph]\nnodes = 10\nedges = 20\nfeatures = 4\nclasses = 2\n"
 @pytest.mark.parametrize("text, rule", [
     ('[graph]\nnodes = 10\nedges = 20\nfeatures = 4\nclasses = 2\n[model]\nlayers = 2\nhidden = 8\nfanouts = [5]\n',
      "fanouts=[5] must give one fanout >= 1 per layer (2)"),
-    (GRAPH + '[model]\nkind = "gin"\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "[model].kind='gin' must be one of sage, gcn, gat, transformer"),
+    (GRAPH + '[model]\nkind = "gine"\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "[model].kind='gine' must be one of sage, gcn, gat, transformer, gin"),
     (GRAPH + '[model]\nkind = "gat"\nheads = 3\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "heads=3 must be >= 1 and divide hidden=8"),
     (GRAPH + '[model]\nkind = "sage"\nheads = 2\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "heads=2 needs an attention kind"),
     (GRAPH + 'train_nodes = 11\n[model]\nlayers = 1\nhidden = 8\nfanouts = [5]\n', "train_nodes=11 must be at most nodes=10"),
@@ -167,16 +167,16 @@ def test_bad_gnn_options_are_one_line(argv: list[str], rule: str) -> None:
 
 
 def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> None:
-    """src/plait/validate/data/gnn_epochs.csv: full-graph GraphSAGE and GAT on one V100 (DGL 0.5 benchmark) and DGL's
-    GPU-sampling multi-GPU rows (GNNLab) are predicted; host-CPU sampling, GIN and GPUs without a preset say why. The
-    epoch-time MAPE is 76% today (errors both ways: cache reuse on real graphs and per-kernel overheads are not
-    modelled); the bound guards against it getting worse."""
+    """src/plait/validate/data/gnn_epochs.csv: full-graph rows, GPU sampling (GNNLab's and Quiver's DGL rows),
+    host-CPU loaders (PyG's NeighborSampler, SALIENT, DGL's CPU sampler), GNNLab's factored runs and GIN are
+    predicted; SALIENT++'s partitioned features say why. The epoch-time MAPE is 55% today, mostly too fast (the sparse kernels' achieved
+    bandwidth and per-epoch fixed costs are not modelled); the bound guards against it getting worse."""
     from plait.validate.classic import mape
     from plait.workloads.gnn.validate import validate_gnn
 
     results = validate_gnn(dataset_path("gnn"))
     predicted = [r for r in results if r.error_pct is not None]
-    assert len(predicted) == 12 and mape(predicted) < 80.0
+    assert len(predicted) == 38 and mape(predicted) < 58.0
     assert all(r.why_not for r in results if r.error_pct is None)
 
 

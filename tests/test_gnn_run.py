@@ -22,8 +22,8 @@ def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Pa
                                                                     heads: int) -> None:
     pytest.importorskip("torch_geometric")
     from plait.run.config import read_config
-    from plait.workloads.gnn.worker import train
     from plait.workloads.gnn.config import GnnConfig
+    from plait.workloads.gnn.worker import train
 
     argv = ["--kind", kind, "--heads", str(heads), "--cache", str(cache), "--features", str(FEATURES), "--steps",
             str(STEPS)]
@@ -40,12 +40,12 @@ def test_two_ranks_train_as_one_process_and_fetch_the_counted_bytes(tmp_path: Pa
             assert measured["bytes_sent"][rank][step] == rank_fetch_bytes(asked, rank, FEATURES)
 
 
-@pytest.mark.parametrize("kind, heads", [("sage", 1), ("gcn", 1), ("gat", 4), ("transformer", 4)])
+@pytest.mark.parametrize("kind, heads", [("sage", 1), ("gcn", 1), ("gat", 4), ("transformer", 4), ("gin", 1)])
 def test_the_cost_models_parameters_are_the_runtimes(kind: str, heads: int) -> None:
     """The parameter count the cost model charges gradients and Adam for equals PyG's modules' count, 3 layers."""
     pytest.importorskip("torch_geometric")
-    from plait.workloads.gnn.worker import build_model
     from plait.workloads.gnn.model import GnnModel, GraphStats
+    from plait.workloads.gnn.worker import build_model
 
     graph = GraphStats(nodes=10, edges=10, features=16, classes=4, train_nodes=10, degree_exponent=2.5, max_degree=5)
     model = GnnModel(kind=kind, layers=3, hidden=32, fanouts=(1, 1, 1), heads=heads)  # type: ignore[arg-type]
@@ -89,8 +89,8 @@ def test_training_inside_the_parts_runs_as_one_process(tmp_path: Path, strategy:
     steps, two averaging rounds included; the losses move."""
     pytest.importorskip("torch_geometric")
     from plait.run.config import read_config
-    from plait.workloads.gnn.local_worker import train
     from plait.workloads.gnn.config import GnnLocalConfig
+    from plait.workloads.gnn.local_worker import train
 
     argv = ["--strategy", strategy, "--steps", "5", "--local-steps", "2", "--features", str(FEATURES)]
     out = tmp_path / "run.json"
@@ -107,8 +107,8 @@ def test_llcg_corrections_change_the_model_partition_local_would_train() -> None
     the losses part after the first averaging round."""
     pytest.importorskip("torch_geometric")
     from plait.run.config import read_config
-    from plait.workloads.gnn.local_worker import train
     from plait.workloads.gnn.config import GnnLocalConfig
+    from plait.workloads.gnn.local_worker import train
 
     argv = ["--steps", "4", "--local-steps", "2", "--out", "unused"]
     runs = {s: train(read_config(GnnLocalConfig, ["--strategy", s, *argv]), reference=2)["losses"]
@@ -145,10 +145,10 @@ def test_bulks_over_a_partitioned_adjacency_train_as_one_process_and_send_the_co
     rank sends for sampling equal :func:`plait.workloads.gnn.cost.rank_sampling_bytes` of the rows each part's
     batches draw."""
     pytest.importorskip("torch_geometric")
-    from plait.workloads.gnn.sampler import rank_sampling_bytes
     from plait.run.config import read_config
-    from plait.workloads.gnn.worker import train
     from plait.workloads.gnn.config import GnnConfig
+    from plait.workloads.gnn.sampler import rank_sampling_bytes
+    from plait.workloads.gnn.worker import train
 
     steps, bulk = 4, 2
     argv = ["--features", str(FEATURES), "--steps", str(steps), "--fanouts", "5", "3", "4"]
@@ -178,11 +178,11 @@ def test_gnnpipe_on_two_ranks_runs_as_one_process_and_sends_each_boundary_both_w
     bytes the cost model counts (:func:`plait.workloads.gnn.pipe.boundary_bytes`): rank 0 the embeddings forward, rank 1
     their gradients back."""
     pytest.importorskip("torch_geometric")
-    from plait.workloads.gnn.pipe import boundary_bytes
     from plait.run.config import read_config
-    from plait.workloads.gnn.pipe_worker import train
     from plait.workloads.gnn.config import GnnPipeConfig
     from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
+    from plait.workloads.gnn.pipe import boundary_bytes
+    from plait.workloads.gnn.pipe_worker import train
 
     argv = ["--chunks", "3", "--steps", "3"]
     out = tmp_path / "run.json"
@@ -207,9 +207,9 @@ def test_gnnpipe_with_one_chunk_is_plain_full_graph_training() -> None:
     import torch.nn.functional as fn
 
     from plait.run.config import read_config
-    from plait.workloads.gnn.pipe_worker import build_layers, train
     from plait.run.graph import generate
     from plait.workloads.gnn.config import GnnPipeConfig
+    from plait.workloads.gnn.pipe_worker import build_layers, train
 
     args = read_config(GnnPipeConfig, ["--chunks", "1", "--steps", "3", "--out", "unused"])
     piped = train(args, reference=2)["losses"]

@@ -49,8 +49,8 @@ def test_unknown_loader_and_missing_cores_are_one_line_errors() -> None:
         get_loader("pil")
     with pytest.raises(ConfigError, match="workers_per_gpu=0"):
         _loader(0.001, workers=0)
-    bare = replace(get_cluster("dgx1-v100"), host_cores_per_gpu=None)
-    with pytest.raises(ConfigError, match="host_cores_per_gpu"):
+    bare = replace(get_cluster("dgx1-v100"), host_cores_per_node=0)
+    with pytest.raises(ConfigError, match="host_cores_per_node"):
         host_cores_per_used_gpu(bare, 8)
 
 

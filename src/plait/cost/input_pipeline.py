@@ -12,7 +12,7 @@ waiting for pre-processed data). The device's step here already holds the kernel
 where the workers are the host cores a GPU's share of its node gives it, at most the loader processes the job
 starts (a GPU alone on an 8-GPU node has the whole node's cores). Per-sample host costs, by loader kind, are the
 figures of ``plait/hardware/data/loaders.toml``, each with its source; the host cores per GPU are the cluster
-description's (:attr:`plait.hardware.cluster.Cluster.host_cores_per_gpu`).
+description's (:attr:`plait.hardware.cluster.Cluster.host_cores_per_node`).
 """
 
 from __future__ import annotations

@@ -146,21 +146,26 @@ class Cluster:
     scales ``accelerator``'s FLOP/s peaks to it (:mod:`plait.hardware.power`)."""
     power_limit_source: str = ""
     """Where the power limit comes from."""
-    host_cores_per_gpu: float | None = None
-    """Physical host CPU cores per GPU: the node's cores over its GPUs (``None``: not stated; an input pipeline
-    that decodes on the host needs it, :mod:`plait.cost.input_pipeline`)."""
-    host_cores_source: str = ""
-    """Where the host core count comes from."""
     storage_bandwidth_gb_per_s_per_gpu: float | None = None
     """Sustained write (and read) bandwidth of the checkpoint store per GPU, GB/s: the file system's aggregate
     over the GPUs it serves (``None``: plait's default in ``reliability.toml``)."""
     storage_source: str = ""
     """Where the storage bandwidth comes from."""
+    host_cores_per_node: int = 0
+    """Physical host CPU cores per node (0: not stated); a host-CPU sampler's or loader's workers share them."""
+    host_cores_source: str = ""
+    """Where the core count comes from."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
     link_cache: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Network views of process groups by (size, stride), derived from the tiers alone and kept on first use
     (:func:`plait.cost.collectives.group_link`); not part of the description."""
+
+    @property
+    def host_cores_per_gpu(self) -> float | None:
+        """Physical host CPU cores per GPU: the node's cores over its GPUs (``None``: not stated; an input pipeline
+        that decodes on the host needs it, :mod:`plait.cost.input_pipeline`)."""
+        return self.host_cores_per_node / self.gpus_per_node if self.host_cores_per_node else None
 
     def __post_init__(self) -> None:
         if self.gpus_per_node <= 0 or self.scale_up_domain_gpus <= 0:
@@ -173,8 +178,9 @@ class Cluster:
         if self.tiers[0].wide_area:
             raise ConfigError(f"{self.name}: tier {self.tiers[0].name} joins sites (wide_area) but is innermost; "
                               "a site needs a tier of its own inside it")
-        if self.host_cores_per_gpu is not None and self.host_cores_per_gpu <= 0:
-            raise ConfigError(f"{self.name}: host_cores_per_gpu={self.host_cores_per_gpu} must be > 0")
+        if self.host_cores_per_node < 0 or (self.host_cores_per_node and not self.host_cores_source):
+            raise ConfigError(f"{self.name}: host_cores_per_node={self.host_cores_per_node} must be >= 0 and carry a "
+                              "host_cores_source")
         if self.price_per_gpu_hour_usd < 0:
             raise ConfigError(f"{self.name}: price_per_gpu_hour_usd={self.price_per_gpu_hour_usd} must be >= 0")
 

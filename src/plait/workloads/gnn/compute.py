@@ -4,6 +4,14 @@ Which nodes and edges each layer computes depends on the library:
 
 - ``pyg``: PyG's layers run on the whole sampled subgraph at every layer (every node, every sampled edge), as
   ``NeighborLoader`` batches are used without trimming (PyG's ``trim_to_layer`` is opt-in);
+- ``pyg_sampler``: PyG's older ``NeighborSampler`` (torch_geometric/loader/neighbor_sampler.py, PyG <= 2.0's loader
+  of SALIENT's and GNNLab's PyG scripts) returns one bipartite ``adjs`` entry per layer, each hop drawing for every
+  node reached so far (``adj_t.sample_adj(n_id, size)``), and the model computes layer ``k`` on ``x[:size[1]]``: the
+  nodes and edges of DGL's message-flow graphs below, with PyG's gather-scatter kernels;
+- ``spmm``: one fused sparse-dense product of the adjacency and the layer's inputs, as torch_sparse's
+  ``SparseTensor.matmul(x, reduce="mean")`` and DGL's ``update_all(copy_src, mean)`` on the raw inputs do (the DGL
+  0.5 benchmark's own SAGEConv modules, PyG's and DGL's alike: dglai/dgl-0.5-benchmark
+  end_to_end/full_graph/node_classification/main_{dgl,pyg}_*_sage.py); the nodes and edges as DGL's;
 - ``dgl``: DGL's message-flow graphs: the layer ``k``-th from the input computes only the nodes within ``L - k``
   hops of the seeds, over the edges sampled for them (DGL's ``to_block``: Wang et al., arXiv 1909.01315, Sec. 3.3);
 - full-graph training: every node and every (directed) edge at every layer.
@@ -36,11 +44,20 @@ values read plus written at the HBM's streaming rate:
   (PyG ``utils.softmax``: a scatter-max, a subtraction, an exponent, a scatter-sum and a division over ``h`` values
   per edge) ``8h (m + n)`` values each way. These are the graph transformer's sparse attention (000-08: attention
   restricted to the graph's edges);
+- GINConv (Xu et al., ICLR 2019, Eq. 4.1; PyG ``GINConv`` with a two-layer MLP, PyG's ``GIN`` model) sums the
+  gathered inputs (``index_select`` ``2m``, a zeroed output ``n``, ``scatter_add`` ``2m``), adds ``(1 + eps) x``
+  (``3n``), and runs its MLP ``a -> b -> b``: the inner bias and ReLU ``4nb`` (backward ``3nb``), and it keeps the
+  inner map's output and ReLU (``2nb``) for the backward pass;
 - the layer's output: SAGEConv adds its two maps' outputs (``3nb``), TransformerConv its skip map's (``3nb``), GCNConv
   and GATConv a bias (``2nb``); an attention model's last layer averages its heads (``n (w + b)``); a ReLU after every
   layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``); backward, the bias gradient's sum over the
   rows (``nb``) and, below the first layer, the input gradient's paths summed, one per linear map after the first
   (``3na`` each).
+
+PyG's gather-scatter values stream at the rate of PyTorch's own gather and scatter kernels over random rows,
+``torch_gather_relative`` of the HBM's (TorchRec's planner: plain PyTorch embedding lookups at half the rate of
+FBGEMM's fused kernel; ``plait/hardware/data/kernels.toml``) on a described GPU; on an accelerator ``plait
+calibrate`` measured, at its measured rate. DGL's and torch_sparse's fused products stream at the HBM's rate.
 
 The rows' width is where each library aggregates:
 PyG's SAGEConv aggregates the inputs (``a``) and its GCNConv the transformed outputs (``b``); DGL's SAGEConv and
@@ -62,17 +79,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
+from plait.cost.host import exposed_host_s
 from plait.hardware.accelerator import Accelerator
+from plait.hardware.catalog import kernel_curve
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.sampling import SampledBatch
 
-GnnLibrary = Literal["pyg", "dgl"]
-LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl")
+GnnLibrary = Literal["pyg", "dgl", "pyg_sampler", "spmm"]
+LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl", "pyg_sampler", "spmm")
 ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8
 """int64 node ids, as PyG and plait's sampler keep them."""
+CALIBRATED = "measured by plait calibrate"
+"""How a measured accelerator's source begins: its memory figure was timed on the host's own memory-bound operations,
+so PyTorch's gather rate relative to a datasheet's streaming rate does not apply to it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,11 +117,19 @@ class GnnEstimate:
     steps_per_epoch: int
     correction_s: float = 0.0
     """LLCG: the server's correction steps, per local step."""
+    host_s: float = 0.0
+    """The host's dispatch of the step's layers, loss and optimizer (:mod:`plait.workloads.gnn.dispatch`)."""
+
+    @property
+    def device_s(self) -> float:
+        return (self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
+                + self.correction_s)
 
     @property
     def step_s(self) -> float:
-        return (self.sampling_s + self.fetch_s + self.compute_s + self.all_reduce_s + self.optimizer_s
-                + self.correction_s)
+        """The device's work and whatever of the host's dispatch it does not hide (the queue rule of
+        :mod:`plait.cost.host`: the longer of the two)."""
+        return self.device_s + float(exposed_host_s(self.device_s, self.host_s, np))
 
     @property
     def epoch_s(self) -> float:
@@ -129,33 +161,41 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
     """Forward and backward time of each layer, input side first: its GEMMs on the fp32 roofline and the values its
     aggregation and elementwise kernels stream through memory (module docstring)."""
     roof, hbm = fp32_gemm_s(acc), memory_bytes_per_s(acc)
+    gather = 1.0 if acc.source.startswith(CALIBRATED) else kernel_curve("torch_gather_relative").value
     model = spec.model
     out = []
     for layer, ((a, b), w, (n, m)) in enumerate(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes,
                                                    strict=True)):
         first, hidden = layer == 0, layer < model.layers - 1  # the input features need no gradient; ReLU after hidden
-        gemms = sum(roof.time_s(n, c, a) + roof.time_s(a, c, n) + (0.0 if first else roof.time_s(n, a, c))
-                    for c in _map_widths(model.kind, b, w))
+        gemms = sum(roof.time_s(n, c, i) + roof.time_s(i, c, n) + (0.0 if first and i == a else roof.time_s(n, i, c))
+                    for i, c in _map_shapes(model.kind, a, b, w))
         width, transform_first = _aggregated_width(model.kind, library, a, b, w)
         fwd, bwd = aggregation_values(library, model.kind, n, m, width, model.heads)
         if first and not transform_first:  # an aggregation of the raw features takes no gradient
             bwd = 0.0
+        if library in ("pyg", "pyg_sampler"):  # PyTorch's gather and scatter kernels at their rate over random rows
+            fwd, bwd = fwd / gather, bwd / gather
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
+        if model.kind == "gin":  # the MLP's inner bias and ReLU (2nb + 2nb; backward 3nb)
+            fwd, bwd = fwd + 4 * n * b, bwd + 3 * n * b
         fwd += n * (w + b) if w != b else 0.0  # an attention model's last heads averaged
         bwd += n * b + (3 * n * b if hidden else 0.0) + (0.0 if first else 3 * (model.maps - 1) * n * a)
         out.append(gemms + (fwd + bwd) * FEATURE_BYTES / hbm)
     return out
 
 
-def _map_widths(kind: str, b: int, w: int) -> tuple[int, ...]:
-    """Output widths of a layer's linear maps (:attr:`plait.workloads.gnn.model.GnnModel.maps`)."""
-    return {"sage": (b, b), "gcn": (b,), "gat": (w,), "transformer": (w, w, w, b)}[kind]
+def _map_shapes(kind: str, a: int, b: int, w: int) -> tuple[tuple[int, int], ...]:
+    """(input, output) widths of a layer's linear maps (:attr:`plait.workloads.gnn.model.GnnModel.maps`)."""
+    return {"sage": ((a, b), (a, b)), "gcn": ((a, b),), "gat": ((a, w),), "transformer": ((a, w),) * 3 + ((a, b),),
+            "gin": ((a, b), (b, b))}[kind]
 
 
 def _aggregated_width(kind: str, library: GnnLibrary, a: int, b: int, w: int) -> tuple[int, bool]:
     """The width of the rows a layer aggregates, and whether they are its maps' outputs (module docstring)."""
     if kind in ("gat", "transformer"):
         return w, True
+    if kind == "gin":  # GINConv sums the inputs and runs its MLP after (PyG and DGL alike)
+        return a, False
     transform_first = a > b if library == "dgl" else kind == "gcn"
     return (b if transform_first else a), transform_first
 
@@ -164,8 +204,10 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
                        heads: int = 1) -> tuple[float, float]:
     """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
     softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
-    if library == "dgl":  # one fused sparse-dense product each way
+    if library in ("dgl", "spmm"):  # one fused sparse-dense product each way
         return (m + n) * width + softmax, (m + n) * width + softmax
+    if kind == "gin":  # the sum of the gathered neighbours, then (1 + eps) x + the sum (3n)
+        return (4 * m + 4 * n) * width, (4 * m + 4 * n) * width
     if kind == "gcn":  # gcn_norm's self loops: each message scaled by its edge weight, then summed
         m += n
         return (6 * m + n) * width, (6 * m + n) * width
@@ -185,7 +227,7 @@ def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int
     for (a, b), w, (n, m) in layers:
         kept += n * (2 * a + b)
         kept += {"sage": 0.0, "gcn": (m + n) * b, "gat": (m + n) * (w + model.heads),
-                 "transformer": m * (3 * w + model.heads)}[model.kind]
+                 "transformer": m * (3 * w + model.heads), "gin": 2 * n * b}[model.kind]
     return kept * FEATURE_BYTES
 
 

@@ -9,7 +9,8 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
   highest-degree nodes holds them (:mod:`plait.workloads.gnn.sampling`).
 - ``host_features``: the features stay in host memory; each GPU's batch rows are gathered there (read and written
   at the host memory bandwidth of the GPU's share of its node) and copied over its PCIe link, as DGL's and PyG's
-  loaders do with features that do not fit on the GPUs;
+  loaders do with features that do not fit on the GPUs; with a cache, each GPU holds the highest-degree nodes'
+  features and fetches only the misses (PaGraph: Lin et al., SoCC 2020);
 - ``replicated``: every GPU holds every feature (no fetch; the memory check decides);
 - ``full_graph``: one step per epoch over the whole graph (every node and edge at every layer: the DGL benchmark's
   full-graph setting); on several GPUs, GNNPipe's layer pipeline (:mod:`plait.workloads.gnn.pipe`);
@@ -33,7 +34,9 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
   into one matrix (read and written in HBM);
 - **compute**: :mod:`plait.workloads.gnn.compute` (which nodes each layer computes depends on the library: PyG or DGL);
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
-  writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate.
+  writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate;
+- the step is the longer of these (the device's) and the host's dispatch of its operations
+  (:mod:`plait.workloads.gnn.dispatch`).
 
 Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the features it holds
 (its part and the cache, all of them, or none), the batch's features, the activations and the optimizer state
@@ -50,16 +53,17 @@ from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import (
-    LIBRARIES,
     INDEX_BYTES,
-    GnnLibrary,
+    LIBRARIES,
     GnnEstimate,
+    GnnLibrary,
     activation_bytes,
     layer_sizes,
     state_bytes,
     step_compute_s,
     structure_bytes,
 )
+from plait.workloads.gnn.dispatch import host_step_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
 from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
@@ -100,9 +104,10 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     structure = structure_bytes(g)
     local = strategy in ("partition_local", "llcg")
     classes = degree_classes(_part(g, world, cut)) if local else classes or degree_classes(g)
-    parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy == "sampled_dp" else 0.0)
+    parts, cache = (1, 0.0) if local else (world, cache_fraction if strategy in ("sampled_dp", "host_features")
+                                           else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
-                           redraw=library == "dgl")
+                           redraw=library != "pyg")
     sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
     batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
     sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
@@ -114,11 +119,11 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
                   sampled.remote_misses * g.features * FEATURE_BYTES)  # counts, ids, features: one after another
         fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
         fetch_s += 2 * rounds[2] / hbm  # the rows a rank serves, gathered from its part (as many as it asks for)
-    elif strategy == "host_features":  # gathered in host memory (read and written), then copied over PCIe
-        sent = batch_feature_bytes
+    elif strategy == "host_features":  # the cache's misses gathered in host memory (read, written), copied over PCIe
+        sent = batch_feature_bytes * (1.0 - sampled.cache_hit_rate)
         fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
     held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
-            "host_features": 0.0, "partition_local": g.feature_table_bytes / world,
+            "host_features": g.feature_table_bytes * cache, "partition_local": g.feature_table_bytes / world,
             "llcg": g.feature_table_bytes / world}[strategy]
     sizes = layer_sizes(spec, sampled, library)
     memory = (structure / world if local or sampler.partitioned else structure) + held + batch_feature_bytes
@@ -132,7 +137,8 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
                        compute_s=step_compute_s(spec, sizes, acc, library), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
-                       steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s)
+                       steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s,
+                       host_s=host_step_s(spec.model, library, acc))
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

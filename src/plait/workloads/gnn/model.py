@@ -13,7 +13,7 @@ A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::
     degree_exponent = 2.1       # degrees follow a discrete power law p(d) ~ d^-a on [d_min, max_degree]
     max_degree = 20000
     [model]
-    kind = "sage"               # sage | gcn | gat | transformer
+    kind = "sage"               # sage | gcn | gat | transformer | gin
     heads = 1                   # attention heads (gat, transformer); must divide hidden
     layers = 3
     hidden = 256
@@ -32,8 +32,8 @@ from plait.errors import ConfigError
 from plait.schema import build, check_keys, table, value
 from plait.workload.files import read_toml
 
-GnnKind = Literal["sage", "gcn", "gat", "transformer"]
-KINDS: tuple[GnnKind, ...] = ("sage", "gcn", "gat", "transformer")
+GnnKind = Literal["sage", "gcn", "gat", "transformer", "gin"]
+KINDS: tuple[GnnKind, ...] = ("sage", "gcn", "gat", "transformer", "gin")
 ATTENTION_KINDS: tuple[GnnKind, ...] = ("gat", "transformer")
 FEATURE_BYTES = 4
 """Input features and activations in fp32 (PyG's default dtype, which plait's runtime trains in)."""
@@ -101,18 +101,20 @@ class GnnModel:
     @property
     def maps(self) -> int:
         """Linear maps of the input per layer: SAGEConv's neighbour and root maps; GCNConv's and GATConv's one;
-        TransformerConv's query, key, value and skip."""
-        return {"sage": 2, "gcn": 1, "gat": 1, "transformer": 4}[self.kind]
+        TransformerConv's query, key, value and skip; GINConv's two-layer MLP (the second map reads the first's
+        output)."""
+        return {"sage": 2, "gcn": 1, "gat": 1, "transformer": 4, "gin": 2}[self.kind]
 
     def params(self, graph: GraphStats) -> int:
         """Weights and biases (PyG's layers): SAGEConv two maps, one bias (``root_weight=True``); GCNConv one map
         and a bias (Kipf & Welling, ICLR 2017, Eq. 2); GATConv one map without bias, the source and target attention
         vectors (``2 h c``) and a bias of the output (Velickovic et al., ICLR 2018, Eq. 1-3); TransformerConv four
-        maps with biases, the skip one to the output width (Shi et al., IJCAI 2021, Eq. 3-5)."""
+        maps with biases, the skip one to the output width (Shi et al., IJCAI 2021, Eq. 3-5); GINConv's MLP of two maps
+        with biases, ``a -> b -> b`` (Xu et al., ICLR 2019, Eq. 4.1; PyG ``GIN``)."""
         total = 0
         for (a, b), w in zip(self.widths(graph), self.mapped_widths(graph), strict=True):
             total += {"sage": 2 * a * b + b, "gcn": a * b + b, "gat": a * w + 2 * w + b,
-                      "transformer": 3 * (a * w + w) + a * b + b}[self.kind]
+                      "transformer": 3 * (a * w + w) + a * b + b, "gin": a * b + b * b + 2 * b}[self.kind]
         return total
 
 

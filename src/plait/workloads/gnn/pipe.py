@@ -22,14 +22,15 @@ from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import (
-    GnnLibrary,
     GnnEstimate,
+    GnnLibrary,
     activation_bytes,
     layer_compute_s,
     layer_sizes,
     state_bytes,
     structure_bytes,
 )
+from plait.workloads.gnn.dispatch import host_step_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
 
 CHUNKS_PER_STAGE = 4
@@ -68,7 +69,7 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, library: GnnLibrary)
         memory = max(memory, held)
     return GnnEstimate(strategy="full_graph", batch=None, sampling_s=0.0, fetch_s=exposed, compute_s=compute,
                        all_reduce_s=0.0, optimizer_s=optimizer, fetch_bytes=sent, memory_bytes=memory,
-                       steps_per_epoch=1)
+                       steps_per_epoch=1, host_s=host_step_s(spec.model, library, acc))
 
 
 def boundary_bytes(spec: GnnSpec, stages: list[tuple[int, int]]) -> list[float]:

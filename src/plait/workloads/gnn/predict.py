@@ -48,12 +48,13 @@ class GnnPrediction:
             "time_breakdown_s": {"sampling": est.sampling_s, "feature_fetch": est.fetch_s, "compute": est.compute_s,
                                  "gradient_all_reduce": est.all_reduce_s, "optimizer": est.optimizer_s,
                                  "server_correction": est.correction_s},
+            "host_dispatch_s": est.host_s,
             "fetch_bytes_per_rank": est.fetch_bytes, "memory_bytes": est.memory_bytes, "fits": self.fits,
         }
         if sampled is not None:
             out.update({"batch_nodes": sampled.nodes, "batch_nodes_per_hop": list(sampled.new_nodes),
                         "sampled_edges": sampled.sampled_edges, "remote_nodes": sum(sampled.remote_nodes),
-                        "fetched_nodes": sampled.remote_misses})
+                        "fetched_nodes": sampled.remote_misses, "cache_hit_rate": sampled.cache_hit_rate})
         return out
 
 

@@ -85,15 +85,25 @@ class SampledBatch:
     remote_misses: float
     """Remote nodes whose features are not in the cache: what the rank fetches."""
     scanned: tuple[float, ...]
+    """Neighbour slots the drawing nodes hold at each hop (the sum of their degrees): what a sampler that orders
+    every node's neighbours before drawing (plait's CPU sampler, :mod:`plait.run.sampler`) passes over."""
     remote_scanned: tuple[float, ...]
     """Of ``scanned``, the slots of drawing nodes held by another rank's part (what a partitioned adjacency's other
     owners serve)."""
-    """Neighbour slots the drawing nodes hold at each hop (the sum of their degrees): what a sampler that orders
-    every node's neighbours before drawing (plait's CPU sampler, :mod:`plait.run.sampler`) passes over."""
+    cached_nodes: float = 0.0
+    """Of all the batch's nodes, those whose features the degree-ordered cache holds (own part or not)."""
 
     @property
     def nodes(self) -> float:
         return sum(self.new_nodes)
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Share of the batch's feature reads the degree-ordered cache serves: the batch reaches a node of degree
+        ``d`` with a probability that grows with ``d`` (module docstring), so a cache of the highest degrees serves
+        more than its share of the nodes (PaGraph: Lin et al., SoCC 2020, Sec. 4; GNNLab: Yang et al., EuroSys 2022,
+        Sec. 5, whose pre-sampling ranks nodes by their measured visits instead)."""
+        return self.cached_nodes / self.nodes if self.nodes else 0.0
 
     def within(self, hops: int) -> float:
         """Nodes at most ``hops`` hops from the seeds."""
@@ -128,8 +138,9 @@ def sample_batch(classes: DegreeClasses, fanouts: tuple[int, ...], seeds: float,
         q = after
         hops.append(fresh)
         edges.append(sum(out))
-    uncached = 1.0 - _cached(n_d, cache_fraction * total)
-    return SampledBatch(new_nodes=tuple(float(h[0].sum() + h[1].sum()) for h in hops), edges=tuple(edges),
+    cached = _cached(n_d, cache_fraction * total)
+    uncached = 1.0 - cached
+    return SampledBatch(cached_nodes=sum(float(((h[0] + h[1]) * cached).sum()) for h in hops),new_nodes=tuple(float(h[0].sum() + h[1].sum()) for h in hops), edges=tuple(edges),
                         remote_nodes=tuple(float(h[1].sum()) for h in hops),
                         remote_misses=sum(float((h[1] * uncached).sum()) for h in hops), scanned=tuple(scanned),
                         remote_scanned=tuple(remote_scanned))

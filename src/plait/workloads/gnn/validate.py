@@ -3,30 +3,39 @@ SALIENT, SALIENT++ and Quiver (``plait/validate/data/gnn_epochs.csv``; sources a
 each costed by :mod:`plait.workloads.gnn.cost` on the preset of its GPU with the graph's statistics
 (``plait/workloads/gnn/data/graphs.toml``).
 
-A row's job: its dataset, model (GraphSAGE, GCN or GAT: its heads, and the hidden width per head), layers, hidden
-width and fanouts; full-graph rows as
-``full_graph`` on one GPU, DGL's GPU-sampling rows as ``host_features`` with DGL's message-flow graphs (features in
-host memory, read over PCIe). The error is on the epoch time (predicted over measured, minus one). Rows plait cannot
-predict say why: sampling on the host CPU (its rate is no hardware figure plait has), GIN layers, GPUs without a
-preset.
+A row's job: its dataset, model (GraphSAGE, GCN, GAT with its heads and hidden width per head, or GIN), layers,
+hidden width, fanouts and its loader (the ``loader``, ``workers``, ``features_on`` and ``feature_bytes`` columns):
+full-graph rows on one GPU; GPU-sampling rows with every part of the step in turn (features in host memory read over
+PCIe, or on the GPU); host-CPU loaders as :mod:`plait.workloads.gnn.host` composes them with the trainer. The error
+is on the epoch time (predicted over measured, minus one). Rows plait cannot predict say why (SALIENT++'s
+partitioned features).
 """
 
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
-from plait.validate.records import Record, read_records
+from plait.validate.records import Record, positive, read_records
 from plait.workloads.gnn.cost import estimate_gnn
+from plait.workloads.gnn.factored import factored_epoch
+from plait.workloads.gnn.host import host_step, loaders, per_core_rate, usable_workers
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
 
-SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100"}
-"""GPU names of the CSV -> a preset of that GPU (the rows run on one node)."""
-KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat"}
+SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100", "A10G-24GB": "aws-g5-8xlarge",
+           "RTX3090-24GB": "rtx3090-workstation"}
+"""GPU names of the CSV -> a preset of that GPU and its host: the V100 rows run on one 8-GPU node, SALIENT++'s A10G
+rows on g5.8xlarge instances (1 GPU each, as its README names them), Quiver's on one RTX 3090."""
+SHARED_NODE_SYSTEMS = {"A10G-24GB": "aws-g5-24xlarge"}
+"""The same for rows with several GPUs per node: SALIENT's g5.24xlarge instances (2 GPUs used per instance)."""
+SOURCE_SYSTEMS = {"GNNLAB_T4": "gnnlab-v100x8"}
+"""Sources that state their machine: GNNLab's README names its 8-GPU V100 server and its host CPUs."""
+KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat", "GIN": "gin"}
 ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
 
@@ -37,13 +46,14 @@ def graphs() -> dict[str, GraphStats]:
     for name, g in data.items():
         mean = 2 * g["edges"] / g["nodes"]
         out[name] = GraphStats(nodes=g["nodes"], edges=g["edges"], features=g["features"], classes=g["classes"],
-                               train_nodes=g["train_nodes"], degree_exponent=ASSUMED_EXPONENT,
+                               train_nodes=g["train_nodes"], degree_exponent=g.get("degree_exponent", ASSUMED_EXPONENT),
                                max_degree=min(g["nodes"] - 1, round(100 * mean)))
     return out
 
 
 COLUMNS = ("source_id", "system", "dataset", "model", "layers", "hidden", "fanouts", "batch_per_gpu", "gpu", "gpus",
-           "measured_epoch_s")
+           "nodes", "measured_epoch_s", "loader", "workers", "features_on", "feature_bytes", "sampler_gpus",
+           "cache_fraction")
 """The columns a row's prediction reads (``heads`` may follow; ``plait/validate/data/gnn_epochs.md`` describes them all)."""
 MAX_LAYERS = 1000
 """Deepest GNN a row may describe: the 1,000 layers of RevGNN (Li et al., "Training Graph Neural Networks with 1000
@@ -54,29 +64,52 @@ def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
     label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
     measured = 1.0 / row.number("measured_epoch_s")  # epoch times as rates: the error is on the epoch time
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
-    full = row["fanouts"] == "full-graph"
-    gpu_sampling = "GPU sampling" in row["system"]
-    if not full and not gpu_sampling:
-        return result("sampling on the host CPU is not modelled (no hardware figure for its rate)")
+    loader = row["loader"]
+    if loader.startswith("salient++"):
+        return result("SALIENT++'s partitioned features fetched from other machines are not modelled")
+    if loader not in ("full-graph", "gpu", "gnnlab-factored") and loader not in loaders():
+        return result(f"loader {loader!r} is not modelled ({', '.join(loaders())} are)")
     if row["model"] not in KINDS:
         return result(f"{row['model']} layers are not modelled ({', '.join(KINDS)} are)")
-    if row["gpu"] not in SYSTEMS:
+    gpus, nodes = row.count("gpus"), row.count("nodes")
+    system = SOURCE_SYSTEMS.get(row["source_id"]) or (
+        SHARED_NODE_SYSTEMS if gpus > nodes and row["gpu"] in SHARED_NODE_SYSTEMS else SYSTEMS).get(row["gpu"])
+    if system is None:
         return result(f"no preset system of {row['gpu']} GPUs")
     if row["dataset"] not in known:
         return result(f"no statistics of {row['dataset']}")
-    layers, gpus, heads = row.count("layers", high=MAX_LAYERS), row.count("gpus"), row.count("heads", default=1)
+    layers, heads = row.count("layers", high=MAX_LAYERS), row.count("heads", default=1)
+    full = loader == "full-graph"
     fanouts = (1,) * layers if full else row.counts("fanouts", "-")
     spec = GnnSpec(name=row["dataset"], graph=known[row["dataset"]],
                    model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=row.count("hidden") * heads,  # type: ignore[arg-type]
                                   fanouts=fanouts, heads=heads))
     check_gnn(spec, row.where)
-    cluster = get_cluster(SYSTEMS[row["gpu"]])
+    cluster = get_cluster(system)
     library = "dgl" if row["system"].startswith("DGL") else "pyg"
-    if full:
+    if full:  # the DGL 0.5 benchmark's own SAGEConv modules aggregate the inputs in one fused product (compute.py)
+        library = "spmm" if spec.model.kind == "sage" else library
         est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
-    else:
-        est = estimate_gnn(spec, cluster, gpus, row.count("batch_per_gpu"), "host_features", library=library)  # type: ignore[arg-type]
-    return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+        return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+    batch = row.count("batch_per_gpu")
+    if loader == "gnnlab-factored":  # sampler and trainer GPUs apart (factored.py)
+        fgnn = factored_epoch(spec, cluster, row.count("sampler_gpus", high=gpus), batch,
+                              positive(row["cache_fraction"], "cache_fraction", row.where, False, 1.0) or 0.0,
+                              row.count("feature_bytes", high=8))
+        return ClassicResult(row["source_id"], label, measured, 1.0 / fgnn.epoch_s)
+    on_gpu = row["features_on"] == "gpu"
+    if loader == "gpu":  # sampled on the GPU in the training loop: every part in turn
+        est = estimate_gnn(spec, cluster, gpus, batch, "replicated" if on_gpu else "host_features", library="dgl")
+        return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+    host = loaders()[loader]
+    est = estimate_gnn(spec, cluster, gpus, batch, "replicated", library=host.library)
+    trainer_s = max(est.compute_s + est.all_reduce_s + est.optimizer_s + est.fetch_s, est.host_s)
+    workers = usable_workers(row.count("workers"), cluster, -(-gpus // nodes))
+    step = host_step(est.batch, host, per_core_rate(host, known), workers, cluster,  # type: ignore[arg-type]
+                     spec.graph.features, row.count("feature_bytes", high=8), trainer_s)
+    if on_gpu:
+        step = replace(step, slicing_s=0.0, transfer_s=0.0)
+    return ClassicResult(row["source_id"], label, measured, 1.0 / step.epoch_s(est.steps_per_epoch))
 
 
 def validate_gnn(path: Path, progress: Progress | None = None) -> list[ClassicResult]:

@@ -26,20 +26,22 @@ import torch.distributed as dist
 import torch.nn.functional as fn
 
 from plait.run.bulk_sampler import adjacency, partitioned_rows, replicated_rows, sample_bulk
+from plait.run.config import read_config
 from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
-from plait.run.config import read_config
 from plait.run.graph import Graph, generate
 from plait.run.sampler import Batch, batch_generator, draw_seeds, sample
 from plait.workloads.gnn.config import GnnConfig
 
 
 def build_model(kind: str, features: int, hidden: int, classes: int, layers: int, heads: int = 1) -> torch.nn.Module:
-    """PyG's GraphSAGE, GCN or GAT, or a stack of TransformerConv layers (the graph transformer of
+    """PyG's GraphSAGE, GCN, GAT or GIN, or a stack of TransformerConv layers (the graph transformer of
     :class:`GraphTransformer`); mean aggregation, ReLU between layers, no dropout, seeded identically everywhere."""
-    from torch_geometric.nn.models import GAT, GCN, GraphSAGE
+    from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
     torch.manual_seed(0)
+    if kind == "gin":
+        return GIN(features, hidden, layers, classes)
     if kind == "transformer":
         return GraphTransformer(features, hidden, classes, layers, heads)
     if kind == "gat":

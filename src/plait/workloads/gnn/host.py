@@ -1,0 +1,149 @@
+"""The host side of a GNN training step: neighbour sampling by a loader's worker processes or threads on host CPU
+cores, the slicing of the batch's features in host memory, their copy to the GPU, and how these run beside the
+trainer (the loaders of ``data/loaders.toml``).
+
+- **sampling**: ``e`` sampled edges per batch (:class:`plait.workloads.gnn.sampling.SampledBatch`) at ``r`` edges
+  per second per worker, ``w`` workers each on a core of its own: a batch every ``e / (r w)`` seconds. ``w`` is the
+  loader's workers, at most the node's host cores over the GPUs training on it (:attr:`Cluster.host_cores_per_node`).
+  ``r`` is derived from a published measurement (:func:`per_core_rate`);
+- **slicing**: the batch's feature rows gathered from the feature table (read and written at the host memory
+  bandwidth of the GPU's share of its node), in the training loop (``trainer``) or by the workers (``workers``);
+- **transfer**: the sliced rows copied over the GPU's PCIe link, in the loop (``serial``) or on a side stream while the
+  previous batch trains (``pipelined``).
+
+The loader's workers run ahead of the training loop (torch ``DataLoader`` workers keep ``prefetch_factor`` batches
+each in flight: torch/utils/data/dataloader.py; SALIENT's threads fill a queue), so the step is the slower of the
+workers and the loop; what the loop does itself adds to its device work:
+``step = max(sampling [+ slicing], trainer [+ slicing] [+ transfer], [transfer])``. An epoch starts with no batch
+ready (torch's ``DataLoader`` starts its workers at each epoch's ``iter``; ``persistent_workers`` is off by
+default): the workers deliver in waves, one batch each per worker-batch time, and the loop waits for the first
+(:meth:`HostStep.epoch_s`); with fewer steps than workers, the epoch is one worker's batch and the loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
+from plait.workloads.gnn.compute import GnnLibrary
+from plait.workloads.gnn.model import GraphStats
+from plait.workloads.gnn.sampling import SampledBatch, degree_classes, sample_batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reference:
+    """A published epoch time of a loader-bound run, from which the per-core rate follows."""
+
+    dataset: str
+    fanouts: tuple[int, ...]
+    batch: int
+    workers: int
+    epoch_s: float
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostLoader:
+    """A host-CPU loader (module docstring)."""
+
+    name: str
+    label: str
+    library: GnnLibrary
+    """Whose sampler: its batches' hops (DGL's and PyG's NeighborSampler draw for every node reached so far)."""
+    slicing: Literal["trainer", "workers"]
+    transfer: Literal["serial", "pipelined"]
+    source: str
+    reference: Reference
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostStep:
+    """One step of a loader beside its trainer, in seconds."""
+
+    sampling_s: float
+    """One batch, per worker pool (the batch time of one worker over the workers)."""
+    slicing_s: float
+    transfer_s: float
+    trainer_s: float
+    """The trainer's own step (device work, gradient all-reduce, optimizer)."""
+    loader: HostLoader
+
+    workers: int
+    """Workers sampling at once, each a batch of its own."""
+
+    @property
+    def batch_s(self) -> float:
+        """One worker's time for one batch: its share of the sampling, and of the slicing where workers slice."""
+        return self.workers * (self.sampling_s + (self.slicing_s if self.loader.slicing == "workers" else 0.0))
+
+    @property
+    def loop_s(self) -> float:
+        """The training loop's time per step: the trainer, and the slicing and the copy where the loop does them."""
+        loop = self.trainer_s + (self.slicing_s if self.loader.slicing == "trainer" else 0.0)
+        return loop + self.transfer_s if self.loader.transfer == "serial" else max(loop, self.transfer_s)
+
+    @property
+    def step_s(self) -> float:
+        """The slower of the workers and the training loop, in steady state (module docstring)."""
+        return max(self.batch_s / self.workers, self.loop_s)
+
+    def epoch_s(self, steps: int) -> float:
+        """``steps`` steps from an empty pipeline: the workers deliver their batches in waves of ``workers``, one
+        wave per :attr:`batch_s`, and the loop cannot start before the first wave (a pipeline's fill)."""
+        waves = -(-steps // self.workers)
+        return max(waves * self.batch_s + self.loop_s, self.batch_s + steps * self.loop_s)
+
+
+@functools.cache
+def loaders() -> dict[str, HostLoader]:
+    """The loaders of ``data/loaders.toml``."""
+    data = tomllib.loads(resources.files("plait.workloads.gnn").joinpath("data/loaders.toml").read_text())
+    out = {}
+    for name, raw in data.items():
+        ref = raw["reference"]
+        out[name] = HostLoader(name=name, label=raw["label"], library=raw["library"], slicing=raw["slicing"],
+                               transfer=raw["transfer"], source=raw["source"],
+                               reference=Reference(dataset=ref["dataset"], fanouts=tuple(ref["fanouts"]),
+                                                   batch=ref["batch"], workers=ref["workers"],
+                                                   epoch_s=ref["epoch_s"], source=ref["source"]))
+    return out
+
+
+def per_core_rate(loader: HostLoader, graphs: dict[str, GraphStats]) -> float:
+    """Sampled edges per second per worker: the reference run's expected sampled edges per epoch (its batches on its
+    dataset, drawn as the loader's library draws them) over its epoch time and workers (a lower bound: the epoch also
+    holds the training)."""
+    ref = loader.reference
+    if ref.dataset not in graphs:
+        raise ConfigError(f"loader {loader.name}: reference dataset {ref.dataset!r} has no statistics")
+    g = graphs[ref.dataset]
+    batch = sample_batch(degree_classes(g), ref.fanouts, ref.batch, 1, 0.0, redraw=loader.library != "pyg")
+    steps = -(-g.train_nodes // ref.batch)
+    return batch.sampled_edges * steps / (ref.epoch_s * ref.workers)
+
+
+def usable_workers(workers: int, cluster: Cluster, gpus_on_node: int) -> int:
+    """The loader's workers, at most the node's cores over the GPUs training on it (all when the cores are not
+    stated)."""
+    if workers < 1 or gpus_on_node < 1:
+        raise ConfigError(f"workers={workers} and gpus_on_node={gpus_on_node} must be >= 1")
+    cores = cluster.host_cores_per_node
+    return workers if cores == 0 else max(1, min(workers, cores // gpus_on_node))
+
+
+def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: int, cluster: Cluster,
+              features: int, feature_bytes: int, trainer_s: float) -> HostStep:
+    """The step of ``loader``'s ``workers`` (already bounded by the cores) feeding a trainer whose own step is
+    ``trainer_s`` (module docstring); features of ``feature_bytes`` bytes each, ``features`` per node."""
+    rows_bytes = sampled.nodes * features * feature_bytes
+    slicing_s = 2 * rows_bytes / cluster.host_memory_bytes_per_s_per_gpu
+    if loader.slicing == "workers":
+        slicing_s /= workers
+    transfer_s = rows_bytes / (cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9)
+    return HostStep(sampling_s=sampled.sampled_edges / (rate * workers), slicing_s=slicing_s,
+                    transfer_s=transfer_s, trainer_s=trainer_s, loader=loader, workers=workers)

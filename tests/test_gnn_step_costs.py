@@ -1,0 +1,60 @@
+"""Per-step costs of GNN training beyond the layers' device work: the host's dispatch of eager operations
+(plait.workloads.gnn.dispatch) and GIN layers (plait.workloads.gnn.compute)."""
+
+from __future__ import annotations
+
+import pytest
+
+from plait.hardware.catalog import get_cluster
+from plait.workloads.gnn.cost import estimate_gnn
+from plait.workloads.gnn.dispatch import host_step_s, step_ops
+from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats
+
+CORA = GraphStats(nodes=2708, edges=5278, features=1433, classes=7, train_nodes=140, degree_exponent=2.5,
+                  max_degree=168)
+"""Cora as PyG's Planetoid loads it: 2,708 nodes, 10,556 directed edges, 1,433 features, 7 classes, 140 training
+nodes (https://pytorch-geometric.readthedocs.io/en/latest/generated/torch_geometric.datasets.Planetoid.html)."""
+
+
+def test_a_step_dispatches_its_layers_loss_and_optimizer() -> None:
+    """Hand-counted: 2 PyG SAGE layers (26 each), the loss (5), Adam and zero_grad over 6 tensors (9 each) = 111;
+    fused layers 18 each = 95."""
+    model = GnnModel(kind="sage", layers=2, hidden=16, fanouts=(1, 1))
+    assert step_ops(model, "pyg") == 2 * 26 + 5 + 9 * 6
+    assert step_ops(model, "spmm") == 2 * 18 + 5 + 9 * 6
+
+
+def test_a_tiny_graphs_step_is_set_by_the_host() -> None:
+    """The DGL 0.5 benchmark (dglai/dgl-0.5-benchmark README, V100) trains 2-layer GraphSAGE on Cora in 3.9 ms (DGL)
+    and 2.6 ms (PyG) an epoch: far above its microseconds of device work, so the host's dispatch sets the step;
+    plait's dispatch floor (10 us an operation) lies below both, as a floor must."""
+    spec = GnnSpec(name="cora", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=16, fanouts=(1, 1)))
+    est = estimate_gnn(spec, get_cluster("dgx1-v100"), 1, 1, "full_graph", library="spmm")
+    assert est.host_s > est.device_s
+    assert est.epoch_s == pytest.approx(host_step_s(spec.model, "spmm", get_cluster("dgx1-v100").accelerator))
+    assert est.epoch_s < 2.6e-3
+
+
+def test_gin_parameters_are_its_mlps() -> None:
+    """Hand-counted: layers 16 -> 32 -> 4, each an MLP a -> b -> b with biases: (16*32 + 32 + 32*32 + 32) +
+    (32*4 + 4 + 4*4 + 4)."""
+    graph = GraphStats(nodes=10, edges=10, features=16, classes=4, train_nodes=10, degree_exponent=2.5, max_degree=5)
+    model = GnnModel(kind="gin", layers=2, hidden=32, fanouts=(1, 1))
+    assert model.params(graph) == (16 * 32 + 32 + 32 * 32 + 32) + (32 * 4 + 4 + 4 * 4 + 4)
+
+
+@pytest.mark.parametrize("library, slower", [("pyg", True), ("pyg_sampler", True), ("dgl", False), ("spmm", False)])
+def test_pytorchs_gather_rate_slows_pyg_on_a_described_gpu_only(library: str, slower: bool) -> None:
+    """PyG's gather-scatter runs at TorchRec's rate for plain PyTorch lookups (half the HBM's) on a datasheet GPU;
+    fused products (DGL, torch_sparse) and an accelerator plait calibrate measured keep their streaming rate."""
+    from dataclasses import replace
+
+    from plait.workloads.gnn.compute import layer_compute_s, layer_sizes
+
+    acc = get_cluster("dgx1-v100").accelerator
+    measured = replace(acc, source="measured by plait calibrate on 2026-12-06")
+    spec = GnnSpec(name="c", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=64, fanouts=(1, 1)))
+    sizes = layer_sizes(spec, None, library)  # type: ignore[arg-type]
+    described = sum(layer_compute_s(spec, sizes, acc, library))  # type: ignore[arg-type]
+    calibrated = sum(layer_compute_s(spec, sizes, measured, library))  # type: ignore[arg-type]
+    assert (described > calibrated) if slower else described == pytest.approx(calibrated)
