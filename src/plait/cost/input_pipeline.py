@@ -60,10 +60,9 @@ def get_loader(kind: str, workers_per_gpu: int | None = None) -> Loader:
 def host_cores_per_used_gpu(cluster: Cluster, num_gpus: int) -> float:
     """Host cores each of ``num_gpus`` GPUs has: its node's cores over the node's GPUs the job uses (a job smaller than
     a node leaves the other GPUs' cores to it)."""
-    if cluster.host_cores_per_gpu is None:
-        raise ConfigError(f"cluster {cluster.name} states no host_cores_per_gpu; an input pipeline needs it")
-    used_on_node = min(num_gpus, cluster.gpus_per_node)
-    return cluster.host_cores_per_gpu * cluster.gpus_per_node / used_on_node
+    if not cluster.host_cores_per_node:
+        raise ConfigError(f"cluster {cluster.name} states no host_cores_per_node; an input pipeline needs it")
+    return cluster.host_cores_per_node / min(num_gpus, cluster.gpus_per_node)
 
 
 def loader_step_s(loader: Loader, samples_per_gpu: float, host_cores: float) -> float:
