@@ -3,7 +3,8 @@
 Tables are placed one at a time, the costliest first (most lookup bytes per step), each where the step that
 :func:`plait.workloads.dlrm.cost.estimate_dlrm` predicts for the tables placed so far is shortest — ties to the lower
 peak memory — among the placements that fit: table-wise on each rank, column-wise over the least-loaded 2 or 4
-ranks, row-wise over the group, table-row-wise on each node, data-parallel. Minimising the slowest rank table by
+ranks, row-wise over the group, table-row-wise on each node, data-parallel (tables whose shards would not be a multiple
+of 4 columns only data-parallel: :func:`plait.workloads.dlrm.cost.fused_width_ok`). Minimising the slowest rank table by
 table favours spreading every table, even where that adds work (narrow column shards, row-wise reduce-scatters),
 so a second pass chooses each table's placement by the work it adds over all ranks instead, on the least-loaded
 ranks (longest-processing-time first, Graham 1969); the plan whose step is shorter wins. The second pass is the
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.workloads.dlrm.cost import DlrmEstimate, Placement, estimate_dlrm
+from plait.workloads.dlrm.cost import DlrmEstimate, Placement, estimate_dlrm, fused_width_ok
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.dlrm.model import DlrmSpec, Table
@@ -36,7 +37,10 @@ def options(table: Table, group: int, node: int, loaded: list[int]) -> list[Plac
     if 1 < node < group:
         out += [Placement(table.name, "table_row_wise", tuple(range(n * node, (n + 1) * node)))
                 for n in range(group // node)]
-    return out
+    if group == 1 and not fused_width_ok("table_wise", table.dim):
+        out.append(Placement(table.name, "data_parallel", (0,)))
+    return [o for o in out if fused_width_ok(o.sharding, table.dim // len(o.ranks) if o.sharding == "column_wise"
+                                             else table.dim)]
 
 
 def plan_tables(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int | None = None,
