@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.workloads.dlrm.cost import DlrmEstimate, Placement, estimate_dlrm, fused_width_ok
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.workloads.dlrm.cost import DlrmEstimate, Placement, estimate_dlrm, fused_width_ok
 from plait.workloads.dlrm.model import DlrmSpec, Table
 
 

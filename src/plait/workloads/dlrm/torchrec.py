@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plait.workloads.dlrm.cost import Placement, fused_width_ok
 from plait.errors import ConfigError
+from plait.workloads.dlrm.cost import Placement, fused_width_ok
 from plait.workloads.dlrm.model import DlrmSpec
 
 FUSED = "fused"
