@@ -153,6 +153,9 @@ def check_dlrm(spec: DlrmSpec, where: str) -> None:
     """Refuse what no DLRM (or Wide & Deep) can be."""
     if not spec.deep_tables:
         raise ConfigError(f"{where}: a recommendation model needs at least one deep table")
+    if spec.architecture == "wide_deep" and (spec.interaction != "cat" or len(spec.deep_tables) == len(spec.tables)):
+        raise ConfigError(f"{where}: architecture \"wide_deep\" takes interaction \"cat\" (the deep part "
+                          f"concatenates) and at least one part=\"wide\" table, got interaction={spec.interaction!r}")
     if not spec.top_mlp or (not spec.bottom_mlp and spec.interaction == "dot"):
         raise ConfigError(f"{where}: top_mlp must list at least one width, and bottom_mlp too with interaction "
                           "\"dot\" (only \"cat\" takes the dense features as they are)")
@@ -169,8 +172,5 @@ def check_dlrm(spec: DlrmSpec, where: str) -> None:
         if t.part == "deep" and spec.interaction == "dot" and t.dim != spec.dense_width:
             raise ConfigError(f"{where}: table {t.name} dim={t.dim} must equal the bottom MLP's output "
                               f"{spec.dense_width} with interaction \"dot\" (dot products; \"cat\" takes any width)")
-    if spec.architecture == "wide_deep" and (spec.interaction != "cat" or len(spec.deep_tables) == len(spec.tables)):
-        raise ConfigError(f"{where}: architecture \"wide_deep\" takes interaction \"cat\" (the deep part "
-                          f"concatenates) and at least one part=\"wide\" table, got interaction={spec.interaction!r}")
     if spec.top_mlp[-1] != 1:
         raise ConfigError(f"{where}: top_mlp must end in 1 (the click logit), got {spec.top_mlp[-1]}")
