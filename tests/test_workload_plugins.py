@@ -122,7 +122,7 @@ DLRM = 'dense_features = 13\nbottom_mlp = [4]\ntop_mlp = [1]\n[[tables]]\nname =
     (DLRM + "poolin = 1.0\n", "tables[0]: unknown key 'poolin'"),
     ("extra = 1\n" + DLRM, "unknown key 'extra'"),
     (DLRM.replace("rows = 10", "rows = 1.5"), "tables[0].rows=1.5 must be an integer"),
-    (DLRM.replace("bottom_mlp = [4]", "bottom_mlp = []"), "bottom_mlp and top_mlp must each list at least one width"),
+    (DLRM.replace("bottom_mlp = [4]", "bottom_mlp = []"), "and bottom_mlp too with interaction \"dot\""),
 ])
 def test_the_workload_readers_are_strict(tmp_path: Path, text: str, rule: str) -> None:
     """Unknown keys, wrong types and missing keys are one-line errors naming the key (plait.schema)."""
