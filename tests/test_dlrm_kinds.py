@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plait.errors import ConfigError
 from plait.workloads.dlrm.cost import Placement, rank_loads
@@ -74,6 +77,41 @@ def test_mixed_widths_and_multi_hot_bytes_by_hand() -> None:
     assert (r1.index_out, r0.index_out, r0.header_bytes) == (48 + 8, 16 + 8, 24)
     assert r0.lookup_bytes == 12 * 680 + 2 * 4 * 16
     assert r1.lookup_bytes == pytest.approx(4 * 680 + 2 * 4 * 48)  # 32/12 x 12 in floating point
+
+
+@settings(max_examples=40, deadline=None)
+@given(dims=st.lists(st.sampled_from([4, 8, 12, 16, 64]), min_size=1, max_size=5), group=st.integers(2, 4),
+       batch=st.integers(1, 8), hot=st.integers(2, 6), data=st.data())
+def test_multi_hot_moves_more_ids_but_no_more_pooled_bytes(dims: list[int], group: int, batch: int, hot: int,
+                                                             data: st.DataObject) -> None:
+    """Any tables of mixed widths under any sharding type: raising one table's ids per sample from 1 to ``hot``
+    leaves the pooled all-to-all bytes as they were (rows are pooled before they travel), multiplies the ids each
+    rank sends of it by ``hot`` (lengths unchanged), and adds lookups; mean pooling moves what sum does; what the
+    ranks send of pooled rows, they receive."""
+    tables = tuple(Table(f"t{i}", rows=100, dim=d) for i, d in enumerate(dims))
+    spec = DlrmSpec("p", 4, (8,), (4, 1), tables, interaction="cat")
+    kinds = st.sampled_from(["table_wise", "row_wise", "column_wise", "data_parallel"])
+    placed = []
+    for t in tables:
+        kind = data.draw(kinds)
+        if kind == "column_wise" and t.dim % 8:  # two shards of a multiple of 4 columns, or by rows
+            kind = "row_wise"
+        ranks = {"table_wise": (data.draw(st.integers(0, group - 1)),), "column_wise": (0, 1)}.get(kind, tuple(range(group)))
+        placed.append(Placement(t.name, kind, ranks))
+    one = rank_loads(spec, placed, group, 1, batch, group)
+    multi = replace(spec, tables=(replace(tables[0], pooling=float(hot)), *tables[1:]))
+    many = rank_loads(multi, placed, group, 1, batch, group)
+    averaged = replace(spec, tables=tuple(replace(t, pooling_mode="mean") for t in multi.tables))
+    assert rank_loads(averaged, placed, group, 1, batch, group) == many
+    assert sum(x.pooled_out for x in one) == pytest.approx(sum(x.pooled_in for x in one))
+    alone = [rank_loads(replace(x, tables=x.tables[:1]), placed[:1], group, 1, batch, group) for x in (spec, multi)]
+    lengths = {"table_wise": group - 1, "column_wise": 2 * group - 2, "row_wise": group * (group - 1),
+               "data_parallel": 0}[placed[0].sharding] * batch * 4  # int32 lengths sent of the first table
+    ids = [sum(x.index_out for x in loads) - lengths for loads in alone]
+    assert ids[1] == pytest.approx(hot * ids[0])
+    for a, b in zip(one, many, strict=True):
+        assert (a.pooled_out, a.pooled_in) == (pytest.approx(b.pooled_out), pytest.approx(b.pooled_in))
+        assert b.lookup_bytes >= a.lookup_bytes
 
 
 @pytest.mark.parametrize("edit, rule", [
