@@ -172,13 +172,18 @@ def test_the_planner_places_wide_tables_data_parallel_and_torchrec_agrees() -> N
         assert placed["w0"] == placed["w1"] == "data_parallel"
 
 
-def test_plait_plan_and_estimate_take_a_cat_dlrm() -> None:
+def test_plait_plans_a_cat_dlrm_that_torchrec_runs_exactly() -> None:
+    """plait plan on the cat DLRM, TorchRec's planner beside: its mean-pooled tables t0 and t3 stay off rows (t1 and
+    t2 are multi-hot: :func:`plait.workloads.dlrm.cost.rows_ok`), so the run takes the plan as it is."""
     pytest.importorskip("torchrec")
     code, out, err = cli(["plan", "--model", str(CAT), "--gpus", "2", "--global-batch", "8", "--json"])
     assert code == 0, err
     got = json.loads(out)
     assert got["torchrec_unavailable"] is None
-    assert sorted(p["table"] for p in got["plait"]["placements"]) == ["t0", "t1", "t2", "t3"]
+    placed = {p["table"]: p["sharding"] for p in got["plait"]["placements"]}
+    assert sorted(placed) == ["t0", "t1", "t2", "t3"] and "row_wise" not in placed["t0"] + placed["t3"]
+    code, _, err = cli(["run", "--model", str(CAT), "--gpus", "2", "--global-batch", "8", "--dry-run"])
+    assert code == 0, err
 
 
 def test_a_row_wise_mean_table_beside_multi_hot_tables_is_refused_before_the_run() -> None:

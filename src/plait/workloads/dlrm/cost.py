@@ -133,6 +133,15 @@ def check_placement(table: Table, place: Placement, group: int, node: int) -> No
                           f"{FUSED_COLUMNS} wide (FBGEMM's fused kernel); place it data_parallel")
 
 
+def rows_ok(spec: DlrmSpec, table: Table) -> bool:
+    """Whether ``table`` may be sharded by rows (row-wise, table-row-wise) whatever the others' placements: TorchRec
+    mean-pools such a table by summing its shards and dividing after the reduce-scatter, and its divisor keeps the
+    ids per sample of every feature not sharded by rows, so those tables' outputs are divided too (embeddingbag.py
+    ``_create_mean_pooling_divisor`` @1.8.0; a run gave losses 1e-3 off one process): a mean-pooled table is kept off
+    rows unless every other table has one id per sample."""
+    return table.pooling_mode != "mean" or all(t.pooling == 1 for t in spec.tables if t.name != table.name)
+
+
 def fused_width_ok(sharding: str, width: int) -> bool:
     """Whether a shard of ``width`` columns can be placed so: every sharding type but data-parallel runs FBGEMM's
     table-batched kernel with the fused optimizer, which takes rows of a multiple of 4 elements (TorchRec asserts it

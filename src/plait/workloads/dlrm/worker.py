@@ -77,7 +77,7 @@ def check_runnable(spec: DlrmSpec, placements: list[Placement], batch: int) -> N
     by_rows = {p.table for p in placements if p.sharding in ("row_wise", "table_row_wise")}
     means = [t.name for t in spec.tables if t.name in by_rows and t.pooling_mode == "mean"]
     multi = [t.name for t in spec.tables if t.name not in by_rows and t.pooling > 1]
-    if means and multi:  # measured by tests/test_dlrm_kinds.py (the refusal) and its losses off by 1e-3 without it
+    if means and multi:  # TorchRec would divide the multi-hot ones too (plait.workloads.dlrm.cost.rows_ok)
         raise ConfigError(f"table {means[0]} pooling_mode=mean sharded by rows beside multi-hot table {multi[0]} not "
                           "sharded by rows: TorchRec divides every such table's pooled output by its ids too (its mean "
                           "callback, embeddingbag.py _create_mean_pooling_divisor @1.8.0); place them otherwise")
