@@ -18,7 +18,7 @@ A TOML file describes it (``examples/dlrm-small.toml``)::
 
     name = "..."
     dense_features = 13
-    bottom_mlp = [512, 256, 64]      # widths; the last equals every table's dimension
+    bottom_mlp = [512, 256, 64]      # widths; under dot the last equals every table's dimension
     top_mlp = [512, 256, 1]
     [[tables]]
     name = "t0"
@@ -85,7 +85,7 @@ class DlrmSpec:
     dense_features: int
     """Dense input features."""
     bottom_mlp: tuple[int, ...]
-    """The bottom MLP's widths; the last equals every table's dimension."""
+    """The bottom MLP's widths; under ``dot`` the last equals every deep table's dimension; ``cat`` may list none."""
     top_mlp: tuple[int, ...]
     """The top MLP's widths; the last is 1 (the click logit)."""
     tables: tuple[Table, ...]
