@@ -20,7 +20,7 @@ from tests.inprocess import cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 KINDS = {
-    "dlrm-small.toml": "dlrm", "dlrm-tiny.toml": "dlrm",
+    "dlrm-small.toml": "dlrm", "dlrm-tiny.toml": "dlrm", "dlrm-cat.toml": "dlrm", "wide-deep-tiny.toml": "dlrm",
     "gnn-tiny.toml": "gnn", "graphsage-ogbn-products.toml": "gnn",
     "dit-tiny.toml": "dit", "dit-xl-2-1024px.toml": "dit", "flux-1-dev-1024px.toml": "dit",
     "pixart-alpha-1024px.toml": "dit", "sana-1600m-4k.toml": "dit", "hunyuanvideo-720p.toml": "dit",
@@ -122,7 +122,7 @@ DLRM = 'dense_features = 13\nbottom_mlp = [4]\ntop_mlp = [1]\n[[tables]]\nname =
     (DLRM + "poolin = 1.0\n", "tables[0]: unknown key 'poolin'"),
     ("extra = 1\n" + DLRM, "unknown key 'extra'"),
     (DLRM.replace("rows = 10", "rows = 1.5"), "tables[0].rows=1.5 must be an integer"),
-    (DLRM.replace("bottom_mlp = [4]", "bottom_mlp = []"), "bottom_mlp and top_mlp must each list at least one width"),
+    (DLRM.replace("bottom_mlp = [4]", "bottom_mlp = []"), "and bottom_mlp too with interaction \"dot\""),
 ])
 def test_the_workload_readers_are_strict(tmp_path: Path, text: str, rule: str) -> None:
     """Unknown keys, wrong types and missing keys are one-line errors naming the key (plait.schema)."""

@@ -58,6 +58,8 @@ LENGTH_BYTES = 4
 HEADER_BYTES = 3 * 8
 """The split sizes each rank sends each peer before an input all-to-all (module docstring)."""
 OUTPUT_BYTES = 4
+FUSED_COLUMNS = 4
+"""A fused shard's width must be a multiple of this (:func:`fused_width_ok`)."""
 """fp32 pooled embeddings and their gradients (module docstring)."""
 STATE_BYTES = 4
 """Row-wise AdaGrad: one fp32 accumulator per row (FBGEMM's EXACT_ROWWISE_ADAGRAD)."""
@@ -125,6 +127,28 @@ def check_placement(table: Table, place: Placement, group: int, node: int) -> No
         raise ConfigError(f"table {table.name}: table_row_wise takes the {node} ranks of one node, got {place.ranks}")
     if place.sharding == "data_parallel" and len(place.ranks) != group:
         raise ConfigError(f"table {table.name}: data_parallel holds the table on all {group} ranks")
+    width = table.dim // len(place.ranks) if place.sharding == "column_wise" else table.dim
+    if not fused_width_ok(place.sharding, width):
+        raise ConfigError(f"table {table.name}: {place.sharding} shards of {width} columns must be a multiple of "
+                          f"{FUSED_COLUMNS} wide (FBGEMM's fused kernel); place it data_parallel")
+
+
+def rows_ok(spec: DlrmSpec, table: Table) -> bool:
+    """Whether ``table`` may be sharded by rows (row-wise, table-row-wise) whatever the others' placements: TorchRec
+    mean-pools such a table by summing its shards and dividing after the reduce-scatter, and its divisor keeps the
+    ids per sample of every feature not sharded by rows, so those tables' outputs are divided too (embeddingbag.py
+    ``_create_mean_pooling_divisor`` @1.8.0; a run gave losses 1e-3 off one process): a mean-pooled table is kept off
+    rows unless every other table has one id per sample."""
+    return table.pooling_mode != "mean" or all(t.pooling == 1 for t in spec.tables if t.name != table.name)
+
+
+def fused_width_ok(sharding: str, width: int) -> bool:
+    """Whether a shard of ``width`` columns can be placed so: every sharding type but data-parallel runs FBGEMM's
+    table-batched kernel with the fused optimizer, which takes rows of a multiple of 4 elements (TorchRec asserts it
+    in ``BatchedFusedEmbeddingBag.__init__``, ``_assert_local_cols_divisible_by_4``,
+    torchrec/distributed/batched_embedding_kernel.py @1.8.0; fbgemm_gpu ``construct_split_state`` likewise);
+    data-parallel tables take TorchRec's dense kernel, any width (a Wide & Deep model's 1-wide tables)."""
+    return sharding == "data_parallel" or width % FUSED_COLUMNS == 0
 
 
 def rank_loads(spec: DlrmSpec, placements: list[Placement], group: int, replicas: int, batch: int,

@@ -3,7 +3,9 @@
 Tables are placed one at a time, the costliest first (most lookup bytes per step), each where the step that
 :func:`plait.workloads.dlrm.cost.estimate_dlrm` predicts for the tables placed so far is shortest — ties to the lower
 peak memory — among the placements that fit: table-wise on each rank, column-wise over the least-loaded 2 or 4
-ranks, row-wise over the group, table-row-wise on each node, data-parallel. Minimising the slowest rank table by
+ranks, row-wise over the group, table-row-wise on each node, data-parallel (tables whose shards would not be a multiple
+of 4 columns only data-parallel: :func:`plait.workloads.dlrm.cost.fused_width_ok`; a mean-pooled table beside
+multi-hot ones not by rows: :func:`plait.workloads.dlrm.cost.rows_ok`). Minimising the slowest rank table by
 table favours spreading every table, even where that adds work (narrow column shards, row-wise reduce-scatters),
 so a second pass chooses each table's placement by the work it adds over all ranks instead, on the least-loaded
 ranks (longest-processing-time first, Graham 1969); the plan whose step is shorter wins. The second pass is the
@@ -18,14 +20,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.workloads.dlrm.cost import DlrmEstimate, Placement, estimate_dlrm
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.workloads.dlrm.cost import DlrmEstimate, Placement, estimate_dlrm, fused_width_ok, rows_ok
 from plait.workloads.dlrm.model import DlrmSpec, Table
 
 
-def options(table: Table, group: int, node: int, loaded: list[int]) -> list[Placement]:
-    """The placements tried for ``table`` (module docstring); ``loaded``: group ranks, least loaded first."""
+def options(table: Table, group: int, node: int, loaded: list[int], by_rows: bool = True) -> list[Placement]:
+    """The placements tried for ``table`` (module docstring); ``loaded``: group ranks, least loaded first;
+    ``by_rows``: whether row-wise and table-row-wise are among them
+    (:func:`plait.workloads.dlrm.cost.rows_ok`)."""
     out = [Placement(table.name, "table_wise", (r,)) for r in range(group)]
     for k in (2, 4):
         if k < group and table.dim % k == 0:
@@ -36,7 +40,10 @@ def options(table: Table, group: int, node: int, loaded: list[int]) -> list[Plac
     if 1 < node < group:
         out += [Placement(table.name, "table_row_wise", tuple(range(n * node, (n + 1) * node)))
                 for n in range(group // node)]
-    return out
+    if group == 1 and not fused_width_ok("table_wise", table.dim):
+        out.append(Placement(table.name, "data_parallel", (0,)))
+    return [o for o in out if fused_width_ok(o.sharding, table.dim // len(o.ranks) if o.sharding == "column_wise"
+                                             else table.dim) and (by_rows or "row_wise" not in o.sharding)]
 
 
 def plan_tables(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int | None = None,
@@ -76,7 +83,7 @@ def _improve(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: in
         loaded = sorted(range(group), key=lambda r: (current.rank_time_s[r], r))
         best = None
         for i, place in enumerate(placed):
-            for option in options(tables[place.table], group, node, loaded):
+            for option in options(tables[place.table], group, node, loaded, rows_ok(spec, tables[place.table])):
                 if option == place:
                     continue
                 trial = [*placed[:i], option, *placed[i + 1:]]
@@ -105,7 +112,7 @@ def _greedy(spec: DlrmSpec, cluster: Cluster, world: int, batch: int, group: int
         if so_far is not None:  # column-wise shards (and, by work, table-wise ones) go to the least-loaded ranks
             loaded.sort(key=lambda r: (so_far.rank_time_s[r], r))
             before = sum(so_far.rank_time_s)
-        tried = options(table, group, node, loaded)
+        tried = options(table, group, node, loaded, rows_ok(spec, table))
         if least_work:
             tried = [o for o in tried if o.sharding != "table_wise" or o.ranks == (loaded[0],)]
         best = None

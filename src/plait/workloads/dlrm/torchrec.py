@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plait.workloads.dlrm.cost import Placement
 from plait.errors import ConfigError
+from plait.workloads.dlrm.cost import Placement, fused_width_ok
 from plait.workloads.dlrm.model import DlrmSpec
 
 FUSED = "fused"
@@ -26,14 +26,17 @@ kernel for the sharder (``sharding_plan.table_row_wise`` has no kernel argument)
 
 
 def embedding_bags(spec: DlrmSpec, device: str = "meta") -> Any:
-    """TorchRec's ``EmbeddingBagCollection`` of the tables (one feature each, pooled by sum)."""
+    """TorchRec's ``EmbeddingBagCollection`` of the tables (one feature each, ``{table}_ids``, pooled by the table's
+    ``pooling_mode``), every width its own (``EmbeddingBagConfig.embedding_dim`` per table)."""
     import torch
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
-    from torchrec.modules.embedding_configs import DataType
+    from torchrec.modules.embedding_configs import DataType, PoolingType
 
     types = {"fp32": DataType.FP32, "fp16": DataType.FP16}
+    modes = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
     tables = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
-                                 feature_names=[f"{t.name}_ids"], data_type=types[t.dtype]) for t in spec.tables]
+                                 feature_names=[f"{t.name}_ids"], data_type=types[t.dtype],
+                                 pooling=modes[t.pooling_mode]) for t in spec.tables]
     return EmbeddingBagCollection(tables=tables, device=torch.device(device))
 
 
@@ -74,7 +77,9 @@ def torchrec_placements(spec: DlrmSpec, world: int, local_world: int, batch: int
 
     logging.getLogger("torchrec").setLevel(logging.ERROR)
     topology = Topology(world_size=world, compute_device="cuda", local_world_size=local_world, hbm_cap=int(hbm_bytes))
-    constraints = {t.name: ParameterConstraints(pooling_factors=[t.pooling]) for t in spec.tables}
+    constraints = {t.name: ParameterConstraints(  # TorchRec's runtime takes narrow tables data-parallel only
+        pooling_factors=[t.pooling], sharding_types=None if fused_width_ok("table_wise", t.dim) else ["data_parallel"])
+        for t in spec.tables}
     planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints)
     plan = planner.plan(embedding_bags(spec), [EmbeddingBagCollectionSharder()])
     placements = []

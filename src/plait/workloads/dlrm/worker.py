@@ -3,15 +3,16 @@
 counted.
 
 Each rank builds TorchRec's own DLRM (``torchrec.models.dlrm.DLRMTrain``: sparse arch, dense arch, interaction,
-over arch; binary cross-entropy on the click logit) on the meta device, shards it with
+over arch; binary cross-entropy on the click logit; a ``cat`` DLRM or Wide & Deep from the same parts:
+:mod:`plait.workloads.dlrm.arch`) on the meta device, shards it with
 :func:`plait.workloads.dlrm.torchrec.sharding_plan` and copies in the weights of a full model built from the same seed, so
 that a single process (``--reference``) starts from the same point. Embedding tables are updated by FBGEMM's fused
 optimizer in the backward pass; the dense part by the same optimizer through DDP. TorchRec divides each embedding
 gradient by the world size on its way back (``torchrec.distributed.comm_ops.GRADIENT_DIVISION``, on by default) and
 DDP averages the dense ones, so a step equals one of a single process on the global batch.
 
-Synthetic batches (no downloads): every sample carries ``pooling`` ids of each table (a whole number is required:
-the counted bytes then equal the prediction exactly), drawn uniformly; for a table sharded by rows, each rank's ids
+Synthetic batches (no downloads): every sample carries ``pooling`` ids of each table (multi-hot when above 1; a
+whole number is required: the counted bytes then equal the prediction exactly), drawn uniformly; for a table sharded by rows, each rank's ids
 fall in turn into each shard's rows (``i``-th id in the ``i mod k``-th of ``k`` blocks), the uniform spread the cost
 model assumes (:mod:`plait.workloads.dlrm.cost`), met exactly when a rank's ids of the table are a multiple of ``k``.
 
@@ -41,6 +42,7 @@ from plait.errors import ConfigError
 from plait.run.config import read_config
 from plait.run.gloo_job import run_job
 from plait.run.workload_configs import DlrmConfig
+from plait.workloads.dlrm.arch import ConcatRecModel
 from plait.workloads.dlrm.cost import Placement
 from plait.workloads.dlrm.model import DlrmSpec, read_dlrm
 from plait.workloads.dlrm.predict import parse_placements
@@ -53,10 +55,12 @@ KINDS = ("pooled_forward", "pooled_backward", "inputs", "headers")
 
 
 def build(spec: DlrmSpec, device: str) -> Any:
-    """TorchRec's DLRM of ``spec`` (module docstring) on ``device``."""
+    """TorchRec's DLRM of ``spec`` (module docstring) on ``device``; a ``cat`` DLRM or Wide & Deep from TorchRec's
+    parts (:mod:`plait.workloads.dlrm.arch`)."""
     from torchrec.models.dlrm import DLRM, DLRMTrain
 
-
+    if spec.interaction == "cat":
+        return DLRMTrain(ConcatRecModel(spec, embedding_bags(spec, device), torch.device(device)))  # type: ignore[arg-type]
     dlrm = DLRM(embedding_bags(spec, device), spec.dense_features, list(spec.bottom_mlp), list(spec.top_mlp),
                 dense_device=torch.device(device))
     return DLRMTrain(dlrm)
@@ -70,6 +74,13 @@ def check_runnable(spec: DlrmSpec, placements: list[Placement], batch: int) -> N
                               "(synthetic batches give every sample the same count)")
     if batch < 1:
         raise ConfigError(f"batch={batch} samples per rank must be >= 1")
+    by_rows = {p.table for p in placements if p.sharding in ("row_wise", "table_row_wise")}
+    means = [t.name for t in spec.tables if t.name in by_rows and t.pooling_mode == "mean"]
+    multi = [t.name for t in spec.tables if t.name not in by_rows and t.pooling > 1]
+    if means and multi:  # TorchRec would divide the multi-hot ones too (plait.workloads.dlrm.cost.rows_ok)
+        raise ConfigError(f"table {means[0]} pooling_mode=mean sharded by rows beside multi-hot table {multi[0]} not "
+                          "sharded by rows: TorchRec divides every such table's pooled output by its ids too (its mean "
+                          "callback, embeddingbag.py _create_mean_pooling_divisor @1.8.0); place them otherwise")
 
 
 def synthetic_batch(spec: DlrmSpec, placements: list[Placement], batch: int, seed: int) -> Any:
