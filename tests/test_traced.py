@@ -263,3 +263,17 @@ def test_commands_without_traced_workloads_refuse_a_factory_by_name(tmp_path: Pa
     assert err.getvalue().count("\n") == 1
     assert "'plait.workload.zoo:resnet50' is a module factory" in err.getvalue()
     assert "plait run does not run traced workloads yet" in err.getvalue()
+
+
+def test_the_zoo_imports_transformers_without_third_party_noise() -> None:
+    """A fresh process: ``transformers`` imports torchao where it is installed, whose CUDA kernels fail to load on
+    a CPU build and whose enums make torch warn; none of that reaches the user's screen, the estimate does."""
+    pytest.importorskip("transformers")
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "plait", "estimate", "--model", "plait.workload.zoo:resnet50",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and json.loads(done.stdout)["step_time_s"] > 0, done.stderr
+    assert done.stderr == ""

@@ -11,15 +11,39 @@ built by the field's libraries, each with the input one example takes.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 from plait.errors import MissingExtra
 
 
+IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+"""Loggers that warn while ``transformers`` imports, about nothing plait uses: torchao (which ``transformers``
+imports for its quantizers wherever it is installed) failing to load its CUDA kernels on a CPU build, and torch's
+pytree deprecation notes on torchao's enums."""
+
+
+@contextlib.contextmanager
+def _quiet_transformers_import() -> Iterator[None]:
+    """Keep :data:`IMPORT_NOISE`'s warnings off the user's screen while ``transformers`` loads (errors still show)."""
+    loggers = [logging.getLogger(name) for name in IMPORT_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def resnet50() -> Any:
     """ResNet-50 for ImageNet (module docstring)."""
     try:
-        from transformers import ResNetConfig, ResNetForImageClassification
+        with _quiet_transformers_import():
+            from transformers import ResNetConfig, ResNetForImageClassification
     except ImportError as exc:
         raise MissingExtra("resnet50", "traced", (exc.name or "transformers").split(".")[0]) from None
     return ResNetForImageClassification(ResNetConfig(num_labels=1000))
