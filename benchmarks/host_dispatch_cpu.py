@@ -1,6 +1,6 @@
 """Does the host stream hold on a CPU? ``plait run`` of the tiny model where dispatch dominates, against predictions.
 
-Run: python benchmarks/host_dispatch_cpu.py [--cluster calibrated.toml] [--steps 12] [--micro-batch 1]
+Run: python benchmarks/host_dispatch_cpu.py [--cluster calibrated.toml | --quick] [--steps 12] [--micro-batch 1]
 1. ``plait calibrate`` measures this machine (or ``--cluster`` names a description it wrote); among its figures
    ``host_launch_us``, the host's time to issue one kernel, and ``asynchronous_launch = false`` (a CPU runs each op
    inside its call, so a pass takes its device work plus its dispatch: :func:`plait.cost.host.exposed_host_s`).
@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from plait.cost.host import BACKWARD_KERNELS_PER_FORWARD, dense_layer_kernels
+from plait.cost.setup import Setup
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import load_cluster_file
 from plait.hardware.cluster import Cluster
@@ -44,9 +46,31 @@ def with_figures(cluster: Cluster, why: str, **values: float) -> Cluster:
     return replace(cluster, accelerator=replace(acc, efficiency=eff))
 
 
+def profiled_ops_per_layer(micro_batch: int) -> float:
+    """Top-level ATen ops (views and transposes too: each is a host call) one layer of plait's runtime model issues
+    forward and backward, profiled on the tiny model with 2 and 6 layers (the slope: embedding and head cancel)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from plait.run.model import build_model
+    from plait.run.train import cross_entropy
+
+    counts = []
+    for layers in (2, 6):
+        spec = replace(resolve_model(str(MODEL)), num_layers=layers)
+        model = build_model(spec, spec.seq_len, 0)
+        x = torch.randint(0, spec.vocab_size, (micro_batch, spec.seq_len))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            cross_entropy(model(x), x).backward()
+        counts.append(sum(1 for e in prof.events() if e.name.startswith("aten::")
+                          and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))))
+    return (counts[1] - counts[0]) / 4
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", type=Path, help="a description plait calibrate wrote (default: calibrate now)")
+    parser.add_argument("--quick", action="store_true", help="calibrate --quick (a shorter gap to the run)")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--micro-batch", type=int, default=1)
     args = parser.parse_args()
@@ -54,8 +78,8 @@ def main() -> None:
     cluster_file = args.cluster
     if cluster_file is None:
         cluster_file = tmp / "calibrated.toml"
-        subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(cluster_file)], check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-m", "plait", "calibrate", "--output", str(cluster_file),
+                        *(["--quick"] if args.quick else [])], check=True, capture_output=True)
     plan_file, metrics = tmp / "plan.toml", tmp / "metrics.jsonl"
     plan_file.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\ndp_replicate = 2\nmicro_batch = {args.micro_batch}\n'
                          f"global_batch = {8 * args.micro_batch}\n")
@@ -75,6 +99,11 @@ def main() -> None:
                                                    host_layer_fwd_us=0.0, host_layer_bwd_us=0.0)}
     print(f"tiny model, 2 DDP ranks, micro-batch {args.micro_batch}, {args.steps} steps: measured {measured:.4f} s "
           f"(steps after the first: {', '.join(f'{s:.3f}' for s in steps[1:])})")
+    ops = profiled_ops_per_layer(args.micro_batch)
+    counted = dense_layer_kernels(Setup(model=model, cluster=cluster, plan=plan.with_seq_len(model.seq_len),
+                                        framework=get_engine("plait").framework))
+    print(f"per layer: {ops:.0f} top-level ATen ops profiled (forward and backward), "
+          f"{counted * (1 + BACKWARD_KERNELS_PER_FORWARD):.0f} kernels counted by the host stream")
     print(f"{'prediction':24s} {'predicted s':>12s} {'host s':>8s} {'measured/predicted':>19s}")
     for name, described in cases.items():
         est = estimate(model, described, plan, engine=get_engine("plait"))
