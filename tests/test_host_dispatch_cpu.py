@@ -111,3 +111,23 @@ def test_calibrate_keeps_only_the_dispatch_the_kernel_count_does_not_explain() -
     got = host_figures(layers, cluster)
     assert got["host_layer_fwd_us"] == pytest.approx(230.0)
     assert got["host_layer_bwd_us"] == pytest.approx(560.0)
+
+
+def test_an_moe_layer_that_syncs_adds_its_launches_on_a_synchronous_device() -> None:
+    """A device-bound MoE layer that syncs after its router (Megatron-Core) takes its device time behind a launch
+    queue; without one the experts' and the attention block's launches add to it, whatever the device time."""
+    from plait.cost.host import dense_layer_kernels, moe_forward_s, moe_kernels, sync_s
+    from plait.cost.setup import Setup
+    from plait.workload.catalog import get_model
+
+    def setup(asynchronous: bool) -> Setup:
+        model = get_model("deepseek-v3")
+        return Setup(model=model, cluster=_described(10.0, asynchronous),
+                     plan=Plan(dp_replicate=8, ep=8, global_batch=8).with_seq_len(4096),
+                     framework=get_engine("megatron-core").framework)
+
+    queued, synchronous = setup(True), setup(False)
+    launches = moe_kernels(synchronous)[0] + dense_layer_kernels(synchronous, True)
+    assert launches > 0
+    assert moe_forward_s(queued, 1.0, 0.1) == pytest.approx(1.0 + sync_s(queued))
+    assert moe_forward_s(synchronous, 1.0, 0.1) == pytest.approx(1.0 + launches * 10e-6 + sync_s(synchronous))
