@@ -139,6 +139,9 @@ def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> N
     eff = cluster.accelerator.efficiency
     for host in (eff.host_fsdp_layer_fwd_us, eff.host_fsdp_layer_bwd_us, eff.host_tp_layer_fwd_us, eff.host_tp_layer_bwd_us):
         assert host.source.startswith("measured by plait calibrate") and host.value >= 0
+    # the host's time per kernel, and a CPU's ops run in their calls (no launch queue: the streams add)
+    assert eff.host_launch_us.source.startswith("measured by plait calibrate") and eff.host_launch_us.value > 0
+    assert cluster.accelerator.asynchronous_launch is False
     est = estimate(resolve_model(str(ROOT / "examples" / "small-model.toml")), cluster,
                    Plan(dp_shard=2, sharding="zero3", global_batch=16, micro_batch=4), engine=get_engine())
     assert est.step_time_s > 0 and est.time.fsdp_comm_s > 0

@@ -186,9 +186,9 @@ def _memo(model: ModelSpec, prepared: Prepared, what: str, stage: Any, compute: 
 
 def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> tuple[Columns, Columns]:
     """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`)."""
-    overlap = cluster.accelerator.efficiency.comm_overlap.value
+    overlap, asynchronous = cluster.accelerator.efficiency.comm_overlap.value, cluster.accelerator.asynchronous_launch
     return _memo(model, prepared, "pass", stage, lambda: stage_time(
-        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap))
+        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap, asynchronous))
 
 
 def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> StageSync:

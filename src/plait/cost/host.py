@@ -7,7 +7,9 @@ synchronizations a queue of ``n`` kernels issued at host times ``h_1 <= ... <= h
 finishes at ``max_j (h_j + d_j + ... + d_n)``: no sooner than the host's issue time, no sooner than the device's
 work (the longer of the two when either dominates). This module counts the host's work and joins the two streams;
 every transformer pass uses it (:func:`plait.cost.stage.stage_time` per micro-batch pass, :func:`moe_forward_s`
-for a layer that synchronizes inside).
+for a layer that synchronizes inside). A device without a launch queue (a CPU: the host runs each op inside its
+call, :attr:`plait.hardware.accelerator.Accelerator.asynchronous_launch`) has no second stream to overlap: there
+every op's issue adds to its compute, and a pass takes their sum.
 
 Host time per issued kernel is the accelerator's ``host_launch_us`` (efficiency.toml: the CPU-side launch time of
 a kernel issued from a PyTorch program, 5-20 us in Meta's HolisticTraceAnalysis docs; 2.75x that on Grace hosts,
@@ -132,6 +134,8 @@ def moe_forward_s(setup: Setup, device_s: float, attention_device_s: float) -> f
     launch_s = setup.cluster.accelerator.efficiency.host_launch_us.value * 1e-6
     experts_s = moe_kernels(setup)[0] * launch_s
     attention_s = (1.0 if setup.framework.cuda_graph_layers else dense_layer_kernels(setup, True)) * launch_s
+    if not setup.cluster.accelerator.asynchronous_launch:  # no queue: every launch adds (exposed_host_s)
+        return device_s + experts_s + attention_s + sync_s(setup)
     return max(device_s, experts_s + max(attention_s, attention_device_s)) + sync_s(setup)
 
 
@@ -149,8 +153,12 @@ def step_stall_s(cluster: Any, framework: Any) -> float:
     return framework.step_syncs * sync_s(cluster)
 
 
-def exposed_host_s(device_s: Any, host_s: Any, xp: Any) -> Any:
-    """Seconds a pass waits for its host beyond its device work: ``max(0, host - device)`` (the queue rule of the
-    module docstring, with the host ahead at the pass's start: a pass starts after the previous one's kernels are
-    issued, so only a host slower than the device over the whole pass shows)."""
+def exposed_host_s(device_s: Any, host_s: Any, xp: Any, asynchronous: bool = True) -> Any:
+    """Seconds a pass waits for its host beyond its device work. With an asynchronous launch queue (a GPU):
+    ``max(0, host - device)`` (the queue rule of the module docstring, with the host ahead at the pass's start: a
+    pass starts after the previous one's kernels are issued, so only a host slower than the device over the whole
+    pass shows). Without one (a CPU device, :attr:`plait.hardware.accelerator.Accelerator.asynchronous_launch`) the
+    host runs each op before it issues the next, so every op's dispatch adds to its compute: all of ``host``."""
+    if not asynchronous:
+        return host_s
     return xp.maximum(host_s - device_s, 0.0)

@@ -60,9 +60,10 @@ class ShardTimes:
 
 
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
-               stage: np.ndarray, framework: EngineFacts, overlap: float = 1.0) -> tuple[Columns, Columns]:
+               stage: np.ndarray, framework: EngineFacts, overlap: float = 1.0,
+               asynchronous: bool = True) -> tuple[Columns, Columns]:
     """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
-    ``overlap`` is the accelerator's ``comm_overlap`` figure."""
+    ``overlap`` is the accelerator's ``comm_overlap`` figure, ``asynchronous`` its ``asynchronous_launch``."""
     xp = cols.xp
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
@@ -109,7 +110,7 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     bwd["compute"] = bwd["compute"] + first * inner.embedding_bwd_s + last * inner.head_bwd_s
     fwd["tp_comm"] = fwd["tp_comm"] + first * inner.embedding_tp_fwd_s + last * inner.head_tp_fwd_s
     bwd["tp_comm"] = bwd["tp_comm"] + first * inner.embedding_tp_bwd_s + last * inner.head_tp_bwd_s
-    fwd["host"] = exposed_host_s(sum(fwd.values()), host_fwd, xp)  # the two streams joined once per pass
-    bwd["host"] = exposed_host_s(sum(bwd.values()), host_bwd, xp)
+    fwd["host"] = exposed_host_s(sum(fwd.values()), host_fwd, xp, asynchronous)  # the streams joined once per pass
+    bwd["host"] = exposed_host_s(sum(bwd.values()), host_bwd, xp, asynchronous)
     size, column = len(cols), xp.column
     return {k: column(v, size) for k, v in fwd.items()}, {k: column(v, size) for k, v in bwd.items()}

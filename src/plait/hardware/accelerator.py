@@ -23,6 +23,10 @@ HIDDEN_HOST = ("assumed 0: on a GPU the host issues a layer's kernels ahead of t
                "wrapper overheads (FSDP2 hooks, DTensor dispatch) hide behind device work except for tiny layers; a "
                "CPU runs them in line, and plait calibrate measures them there (plait/run/overheads.py)")
 
+ASYNCHRONOUS_LAUNCH = ("PyTorch docs, CUDA semantics, 'Asynchronous execution' (https://pytorch.org/docs/stable/notes/"
+                       "cuda.html#asynchronous-execution): 'GPU operations are asynchronous', enqueued to the device and "
+                       "run later, so the host runs ahead of the device until a synchronization")
+
 GPU_SAMPLER = ("not measured: a GPU samples neighbours as DGL's and GNNLab's GPU samplers do, costed by the 32-byte "
                "sectors each draw reads (plait.workloads.gnn.cost); plait calibrate measures plait's CPU sampler on a "
                "CPU")
@@ -109,6 +113,12 @@ class Accelerator:
     """Datasheet URL(s)."""
     efficiency: Efficiency
     """Achievable fractions of the peaks above."""
+    asynchronous_launch: bool = True
+    """Whether the host enqueues work that the device runs later (a GPU's launch queue: the host stream and the device
+    stream overlap, a pass takes the longer of the two) or runs each op itself before issuing the next (a CPU device:
+    a pass takes their sum). :func:`plait.cost.host.exposed_host_s` joins the two streams by it."""
+    asynchronous_launch_source: str = ASYNCHRONOUS_LAUNCH
+    """Where :attr:`asynchronous_launch` comes from."""
     note: str = ""
     """Caveats (sparse peaks halved, GB vs GiB, ...)."""
     extra: dict[str, str] = field(default_factory=dict)
@@ -118,6 +128,8 @@ class Accelerator:
         for name in ("memory_gib", "memory_bandwidth_gb_per_s", "scale_up_bandwidth_gb_per_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{self.name}: {name}={getattr(self, name)} must be > 0")
+        if not self.asynchronous_launch_source.strip():
+            raise ConfigError(f"{self.name}: asynchronous_launch needs a source (asynchronous_launch_source)")
         if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
             raise ConfigError(f"{self.name}: peak_tflops needs a bf16 or fp16 entry")
 

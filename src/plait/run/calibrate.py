@@ -4,7 +4,8 @@ Measured: matmul throughput by size (fp32 and bf16 — fp32 again where this CPU
 ``plait run`` then trains in fp32: :mod:`plait.run.precision` — and bf16 with the first operand transposed, as a
 weight gradient is), HBM/DRAM copy bandwidth and the
 fraction of it a layer's memory-bound ops reach, attention (SDPA forward+backward)
-throughput by sequence length, the launch floor of a tiny kernel, a rank's memory
+throughput by sequence length, the launch floor of a tiny kernel, the host's dispatch time per kernel of a
+training step (``host_launch_us``; a CPU is also described as running ops synchronously), a rank's memory
 footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
 the backend in use (gloo on CPU, NCCL on GPU), each of all-reduce, all-gather and reduce-scatter
 (gloo's reduce-scatter is far slower than its all-reduce). Each figure's source reads "measured by plait calibrate on <date>".
@@ -37,6 +38,11 @@ from plait.run.train import resident_bytes
 from plait.units import GB
 
 ROUNDS = 5
+SYNCHRONOUS_CPU = ("PyTorch docs, CUDA semantics, 'Asynchronous execution' (https://pytorch.org/docs/stable/notes/cuda.html"
+                   "#asynchronous-execution): it is GPU operations that are enqueued and run later; TensorFlow's "
+                   "SyncDevice docs say the same of TensorFlow ('Only GPU ops are asynchronous', https://www.tensorflow"
+                   ".org/api_docs/python/tf/raw_ops/SyncDevice). A CPU op runs inside its call: the host issues the "
+                   "next op once this one has run")
 # Single-tensor collectives: the names PyTorch 2.13 prefers, the older ones before (same (output, input) order).
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -137,6 +143,15 @@ def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = Fal
     return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
 
 
+def with_host_stream(accelerator: dict[str, Any], device: str, dispatch_us: float, source: str) -> dict[str, Any]:
+    """``accelerator`` (a description's table) with its host stream (:mod:`plait.cost.host`): ``host_launch_us``,
+    the measured host time per kernel (:func:`plait.run.calibrate_compute.dispatch_us`), and, on a CPU, that ops
+    run synchronously (:data:`SYNCHRONOUS_CPU`)."""
+    efficiency = {**accelerator["efficiency"], "host_launch_us": {"value": round(dispatch_us, 3), "source": source}}
+    queue = {"asynchronous_launch": False, "asynchronous_launch_source": SYNCHRONOUS_CPU} if device == "cpu" else {}
+    return {**accelerator, **queue, "efficiency": efficiency}
+
+
 def describe_machine(ranks: int, tmp: Path, threads: int = 1,
                      say: Callable[[str], None] = lambda stage: None, quick: bool = False) -> dict[str, Any]:
     """Measure and return a cluster table (accelerator inline) for ``ranks`` local ranks; ``say`` hears each
@@ -189,6 +204,7 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
         },
     }
+    accelerator = with_host_stream(accelerator, device, measured["dispatch_us"], source)
     loop_ns, matrix_ns = measured["sampling_ns"]
     if loop_ns > 0:
         accelerator["efficiency"]["sampling_ns_per_slot"] = fig(round(loop_ns, 2))

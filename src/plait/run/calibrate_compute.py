@@ -19,6 +19,7 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from plait.cost.host import BACKWARD_KERNELS_PER_FORWARD
 from plait.cost.layer import eager_rmsnorm_bytes_per_element
 from plait.run.bulk_sampler import adjacency, replicated_rows, sample_bulk
 from plait.run.graph import generate
@@ -174,6 +175,31 @@ def launch_floor_us(device: str) -> float:
     return _timeit(lambda: x.add_(1.0)) * 1e6
 
 
+DISPATCH_CHAIN_OPS = 100
+"""Forward ops of the chain :func:`dispatch_us` times (any length long enough that the backward call's own fixed
+cost is small next to the chain's)."""
+
+
+def dispatch_us(device: str, repeats: int = 7) -> float:
+    """Host microseconds to issue one kernel of a training step from eager PyTorch: a chain of
+    :data:`DISPATCH_CHAIN_OPS` one-element multiplies by leaves that require gradients, forward then backward,
+    timed whole (the median of ``repeats`` rounds) and divided by its kernels, one per op forward and two backward
+    (the input's and the weight's gradient: :data:`plait.cost.host.BACKWARD_KERNELS_PER_FORWARD`, as the host
+    stream counts a layer's). On one-element operands the arithmetic is negligible: what is timed is the Python
+    call, the dispatcher, autograd's bookkeeping and the autograd engine, per kernel."""
+    weights = [torch.ones(1, device=device, requires_grad=True) for _ in range(DISPATCH_CHAIN_OPS)]
+    start = torch.ones(1, device=device, requires_grad=True)
+
+    def chain() -> None:
+        h = start
+        for w in weights:
+            h = h * w
+        h.backward()
+
+    kernels = DISPATCH_CHAIN_OPS * (1 + BACKWARD_KERNELS_PER_FORWARD)
+    return _timeit(chain, min_time_s=0.05, repeats=repeats) / kernels * 1e6
+
+
 SAMPLER_GRAPH = {"nodes": 50_000, "edges": 500_000, "exponent": 2.2}
 """The generated graph plait's sampler is timed on (a power-law graph of mean degree 20; any such graph serves:
 the figure is per neighbour slot scanned)."""
@@ -244,7 +270,8 @@ def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list
     barrier.wait()
     queue.put(("figures", rank, {"fp32": fp32, "bf16": bf16, "wgrad": wgrad, "attention": attention,
                                  "memory_bw": memory_bw, "memory_fraction": memory_fraction,
-                                 "launch_us": launch_floor_us(device), "sampling_ns": sampling_ns}))
+                                 "launch_us": launch_floor_us(device), "dispatch_us": dispatch_us(device),
+                                 "sampling_ns": sampling_ns}))
 
 
 def compute_figures(ranks: int, threads: int, sizes: list[int], seqs: list[int], half: torch.dtype,

@@ -8,8 +8,10 @@ and hides behind it for all but tiny layers; on a CPU the device is the host, so
 every layer. It is measured, never assumed: a tiny model (so that arithmetic is negligible)
 is timed with 2 and 10 layers, plain and wrapped, on the ranks of ``plait calibrate``; the
 per-layer slope (over layers, so embedding and head costs cancel) of the plain model less the
-layer's modelled kernels is the eager dispatch time; the wrapped models' slopes less the plain one and
-less what the cost model already charges for the wrapper's collectives are the wrapper overheads.
+layer's modelled kernels and less the host stream's charge for issuing them (the kernels the cost model counts,
+at the ``host_launch_us`` calibrate measures) is the dispatch time the per-kernel count does not explain; the
+wrapped models' slopes less the plain one and less what the cost model already charges for the wrapper's
+collectives are the wrapper overheads.
 """
 
 from __future__ import annotations
@@ -92,18 +94,28 @@ def measure_layers(repeats: int = 25) -> dict[str, tuple[float, float]]:
 
 
 def host_figures(layers: dict[str, tuple[float, float]], cluster: Cluster) -> dict[str, float]:
-    """Microseconds per layer and pass of eager dispatch beyond the layer's modelled kernels, and that FSDP2
-    and TP add beyond what the cost model already charges for their collectives (and FSDP2's copies), on
-    ``cluster`` (the calibrated description, before host figures), with the runtime's own engine facts (engine
-    ``plait``)."""
+    """Microseconds per layer and pass of eager dispatch beyond the layer's modelled kernels and, on a synchronous
+    device, the host stream's charge for issuing them (:func:`plait.cost.host.layer_host_s` at the measured
+    ``host_launch_us``), and that FSDP2 and TP add beyond what the cost model already charges for their collectives
+    (and FSDP2's copies, and the host stream's charge for the kernels they add), on ``cluster`` (the calibrated
+    description, before host figures), with the runtime's own engine facts (engine ``plait``)."""
     spec = tiny_spec(LAYERS[0])
     jobs = {name: Job.build(spec, cluster, plan, get_engine("plait")) for name, plan in PLANS.items()}
     charged = {name: layer_columns(job.model, job.cluster, job.plan, job.framework) for name, job in jobs.items()}
     shard = charged["fsdp"][1]  # a forward gathers; a backward gathers again and reduce-scatters
     fsdp_fwd = shard.gather_s + shard.copy_out_s
     fsdp_bwd = fsdp_fwd + shard.reduce_s + shard.copy_in_s
-    tp_fwd, tp_bwd = charged["tp"][0].tp_fwd_s, charged["tp"][0].tp_bwd_s
-    kernels_f, kernels_b = charged["plain"][0].fwd_s, charged["plain"][0].bwd_s
+    # The host stream's charge for issuing each layer's kernels: on a synchronous device all of it, layer by layer
+    # (plait.cost.host.exposed_host_s); behind a launch queue it is joined per pass, not per layer, and the layers
+    # measured here (a CPU's) have none.
+    queued = cluster.accelerator.asynchronous_launch
+    issue = {name: (0.0, 0.0) if queued else (kind.host_fwd_s, kind.host_bwd_s) for name, (kind, _) in charged.items()}
+    fsdp_fwd += issue["fsdp"][0] - issue["plain"][0]
+    fsdp_bwd += issue["fsdp"][1] - issue["plain"][1]
+    tp_fwd = charged["tp"][0].tp_fwd_s + issue["tp"][0] - issue["plain"][0]
+    tp_bwd = charged["tp"][0].tp_bwd_s + issue["tp"][1] - issue["plain"][1]
+    kernels_f, kernels_b = (charged["plain"][0].fwd_s + issue["plain"][0],
+                            charged["plain"][0].bwd_s + issue["plain"][1])
     (plain_f, plain_b), (fsdp_f, fsdp_b), (tp_f, tp_b) = layers["plain"], layers["fsdp"], layers["tp"]
     us = lambda seconds: round(max(0.0, seconds) * 1e6, 2)  # noqa: E731
     return {"host_layer_fwd_us": us(plain_f - kernels_f), "host_layer_bwd_us": us(plain_b - kernels_b),

@@ -195,7 +195,8 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         launches = [unit_launches(work.units[i]) for i in group]
         host_fwd = launch_s * sum(f for f, _ in launches)
         host_bwd = launch_s * (sum(b for _, b in launches) + sum(f for (f, _), i in zip(launches, group) if recomputed[i]))
-        waits = exposed_host_s(fwd, host_fwd, SCALAR) + exposed_host_s(bwd + redo, host_bwd, SCALAR)
+        queued = acc.asynchronous_launch
+        waits = exposed_host_s(fwd, host_fwd, SCALAR, queued) + exposed_host_s(bwd + redo, host_bwd, SCALAR, queued)
         return fwd, bwd, redo, waits
 
     passes = [stage_pass(g) for g in stages]
