@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
         "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01 --steps 4",  # 200 steps: minutes
     "plait validate dev": "",
     "plait validate memory": "",
+    "plait validate small": "",
     "plait estimate --model plait.workload.zoo:resnet50 --cluster dgx-a100-ib --gpus 64 --global-batch 2048":
         "SKIP: tests/test_traced.py (resnet_estimates) runs it as written, with --json",
     "plait plan --model my_pkg.models:build --input-shape 3,224,224 --gpus 16 --global-batch 4096":
