@@ -104,7 +104,7 @@ def supervise(command: list[str], env: dict[str, str], folder: Path, max_restart
                     shown.clear()  # the next attempt's errors are news
         code, said = watch.ending(child.wait())
         if code == 0:
-            log_path.unlink()
+            log_path.unlink(missing_ok=True)  # another run in this folder may have ended first and removed it
         elif said is not None:
             sys.stderr.write(f"plait: error: {said}; the ranks' full output: {log_path}\n")
         else:
