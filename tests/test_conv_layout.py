@@ -36,3 +36,6 @@ def test_nchw_costs_more_only_where_tensor_cores_run_the_convolutions(precision:
         assert 1.1 < nchw.time.total_s / nhwc.time.total_s < 1.6
     else:
         assert nchw.time.total_s == pytest.approx(nhwc.time.total_s)
+    said = [w for w in nchw.warnings if "NCHW" in w]  # the user is told which layout was assumed where it counts
+    assert len(said) == int(transposes) and not [w for w in nhwc.warnings if "NCHW" in w]
+    assert any("no data loader costed" in w for w in nchw.warnings)

@@ -227,6 +227,11 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     flops = work.flops_per_example() * plan.global_batch
     refwd = sum(u.flops(1, False) for u, r in zip(work.units, recomputed) if r) * plan.global_batch
     warnings = ["plait run does not run traced workloads yet (estimate only)"]
+    if loader is None:
+        warnings.append("assumed: the input is ready on the device each step (no data loader costed)")
+    if transposes and any(k.name in CONVOLUTIONS for u in work.units for k in u.kernels):
+        warnings.append("assumed: activations in PyTorch's default NCHW layout, so tensor-core convolutions pay "
+                        "their layout transposes (a channels_last model does not)")
     if cluster.site_gpus is not None and plan.num_gpus > cluster.site_gpus:
         warnings.append("bytes leaving sites are not counted for traced workloads yet")
     return Estimate(
