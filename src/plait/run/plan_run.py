@@ -116,6 +116,8 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
         return RunOutcome(exit_code=0)
     hardware = resolve_cluster(config.cluster or job.cluster or "dgx-h100-ib")
     predicted, mixed = _predict(config, model, the_plan, hardware)
+    for note in machine_notes(the_plan, on_gpu=local_slots() is not None):
+        say(note)
     if config.metrics is not None and config.metrics.exists() and not config.dry_run:
         say(f"plait: appending this run's steps to {config.metrics} (it holds earlier rows)")
     code, rows = _launch(config, gpus, request.max_restarts)
@@ -142,6 +144,22 @@ def _check_options(request: PlanRun, model: ModelSpec, plan: Plan) -> None:
                           "checkpoint: pass --checkpoint-dir and --checkpoint-every with it")
     if config.on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"--on-nonfinite={config.on_nonfinite!r} must be stop or skip")
+
+
+def machine_notes(plan: Plan, *, on_gpu: bool) -> list[str]:
+    """One line each for what ``plan`` does not do on this machine: offload moves nothing on CPU ranks, whose
+    parameters and optimizer state already live in host memory; in-network aggregation is emulated on
+    point-to-point sends (:mod:`plait.run.servers`), on any device."""
+    notes = []
+    if not on_gpu and (plan.offload_optimizer or plan.offload_params):
+        moved = " and ".join(n for n, on in (("parameters", plan.offload_params),
+                                               ("optimizer state", plan.offload_optimizer)) if on)
+        notes.append(f"plait: note: offloading the {moved} moves nothing between host and device on CPU ranks (their "
+                     "memory is the host's); the run checks the offload path's numerics, not its transfers")
+    if plan.dp_sync.in_network:
+        notes.append(f"plait: note: dp_sync={plan.dp_sync.spec} is emulated: group rank 0 sums as the switch, each "
+                     "rank sending the cost model's bytes; no switch hardware aggregates")
+    return notes
 
 
 def _precision(config: WorkerConfig, precision: str, nodes: int, say: Say) -> WorkerConfig:
