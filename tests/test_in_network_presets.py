@@ -64,3 +64,13 @@ def test_the_planner_chooses_the_switch_where_it_is_faster(preset: str, chosen: 
     if chosen:  # faster than the all-reduce at the very same layout
         ring = estimate(model, cluster, replace(best.plan, dp_sync=ALLREDUCE), engine=get_engine("plait"))
         assert best.step_time_s < ring.step_time_s
+
+
+def test_sharp_across_nodes_beats_the_ring_over_infiniband() -> None:
+    """Across DGX H100 nodes each NIC carries its node's shard once each way, where the ring sends ~2x the buffer
+    over it (SHARP halves the bytes on the wire: Graham et al. ISC 2020); the NVLink reduce-scatter and all-gather
+    stream beside it (NCCL's CollNet), so the switch is faster, but by less than the halved NIC bytes alone."""
+    h100, elements = get_cluster("dgx-h100-ib"), 2**28
+    ring = all_reduce_s(4 * elements, group_link(h100, 64, 1))
+    switch = _switch_s(h100, SWITCH, elements, 64, 1)
+    assert switch < ring < 2 * switch

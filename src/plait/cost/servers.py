@@ -27,7 +27,9 @@ others: the share of them outside its scale-up domain crosses its NIC, the rest 
 at the tier's line rate times the payload fraction, capped by the switch's slot window (SwitchML Sec. 3.4); a
 group wider than one scale-up domain first reduce-scatters inside each domain, aggregates its shard in the switch
 and all-gathers inside again (NCCL's CollNet; Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)",
-COMHPC 2016, Sec. 3). GPUDirect RDMA's PCIe hop is taken as no slower than the NIC. Sufficient factors go to every peer at once, each
+COMHPC 2016, Sec. 3), the three streams pipelined in chunks, so the slower of the domain's and the switch's sets
+the time and their latencies add (NCCL's tuning model charges CollNet one bandwidth and the sum of the intra- and
+inter-node latencies: src/graph/tuning.cc, ncclTopoTuneModel). GPUDirect RDMA's PCIe hop is taken as no slower than the NIC. Sufficient factors go to every peer at once, each
 rank sending and receiving ``(N - 1)`` copies of its factors over the same spread as the servers' phases, before
 them; each rank then rebuilds every factored gradient with one GEMM over all replicas' factors
 (:func:`plait.plan.factors.rebuild_flops`, at the fp32 peak) and holds all replicas' factors while it does.
@@ -195,10 +197,10 @@ def _switch_s(cluster: Cluster, sync: SwitchAggregation, elements: int, replicas
     inside = link.members_per_domain if link.tier > 0 else 1
     payload = switch_bytes(sync, elements) / inside
     rate = min(tier.line_bytes_per_s * tier.aggregation.payload_fraction, tier.aggregation.window_bytes_per_s)
-    time = tier.aggregation.round_trip_us * 1e-6 + payload / rate
-    if inside > 1:  # reduce-scatter and all-gather inside each domain, ring on tier 0
+    latency, streamed = tier.aggregation.round_trip_us * 1e-6, payload / rate
+    if inside > 1:  # reduce-scatter and all-gather inside each domain, ring on tier 0, pipelined with the switch
         domain = group_link(cluster, inside, stride)
         full = GRAD_BYTES * elements
-        time += 2 * ((inside - 1) * domain.latency_s
-                     + (inside - 1) / inside * full / domain.bus_bytes_per_s(full, "reduce_scatter"))
-    return time
+        latency += 2 * (inside - 1) * domain.latency_s
+        streamed = max(streamed, 2 * (inside - 1) / inside * full / domain.bus_bytes_per_s(full, "reduce_scatter"))
+    return latency + streamed
