@@ -105,6 +105,10 @@ RULES: tuple[Rule, ...] = (
     Rule("context-parallel-split", lambda c, m, k: (c["cp"] > 1) & (_seq(c, m) % (2 * c["cp"]) != 0),
          lambda p, m, k: (f"seq_len={p.seq_len or m.seq_len} must be divisible by 2*cp={2 * p.cp} "
                           "(load-balanced causal split)")),
+    Rule("ulysses-divides-heads",
+         lambda c, m, k: (c["cp"] > 1) & c.is_("cp_attention", "ulysses") & ((m.num_heads // c["tp"]) % c["cp"] != 0),
+         lambda p, m, k: (f"cp_attention='ulysses' splits the heads of a tp rank over the cp ranks: cp={p.cp} must "
+                          f"divide num_heads/tp={m.num_heads}/{p.tp}={m.num_heads // p.tp}")),
     Rule("expert-parallel-needs-moe", lambda c, m, k: (c["ep"] > 1) & (m.moe is None),
          lambda p, m, k: f"ep={p.ep} needs a mixture-of-experts model ({m.name} is dense)"),
     Rule("ep-divides-experts",

@@ -175,6 +175,8 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
         rows = slice(*rank_rows(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
         inputs, targets = inputs[rows].to(device), targets[rows].to(device)
+        if plan.cp > 1:  # context parallelism shards them in place: they must own their storage
+            inputs, targets = inputs.clone(), targets.clone()
         profiling = args.trace_dir is not None and step == args.steps - 1
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
