@@ -188,3 +188,19 @@ def mean_over_cp(value: float, mesh: Mesh) -> float:
     tensor = torch.tensor([value], dtype=torch.float64, device=mesh.mesh.device_type)
     dist.all_reduce(tensor, group=mesh.sub("cp").get_group())
     return float(tensor.item()) / mesh.plan.cp
+
+
+def average_over_cp(params: Sequence[torch.Tensor], mesh: Mesh) -> None:
+    """Under a ``dp_sync`` method, average the gradients over the cp ranks of this replica (one flat all-reduce),
+    which hold one model copy between them, before the method runs across replicas over the dp group
+    (:attr:`plait.run.mesh.Mesh.replicas`). With the all-reduce, DDP/FSDP reduce over dp x cp at once instead."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if mesh.plan.cp == 1 or mesh.plan.dp_sync.is_allreduce or not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=mesh.sub("cp").get_group())
+    flat.div_(mesh.plan.cp)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()

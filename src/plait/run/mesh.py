@@ -57,6 +57,9 @@ class Mesh:
         hierarchical across sites. Built once, on first use, by every rank (group creation is collective)."""
         from plait.run.parallel import replica_group  # plait.run.parallel builds on this module
 
+        if self.plan.cp > 1 and not self.plan.dp_sync.is_allreduce:  # the method runs across replicas only: the
+            # cp ranks of one replica average their gradients first (plait.run.context.average_over_cp)
+            return build_reducer(self.mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group(), self.site_gpus)
         return build_reducer(replica_group(self), self.site_gpus)
 
     @cached_property

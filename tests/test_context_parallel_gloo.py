@@ -1,0 +1,145 @@
+"""Context parallelism on gloo ranks: plait's ring and all-to-all (Ulysses) attention on torch.distributed.
+
+Each layout trains examples/tiny-model.toml (4 layers, 4 heads of 16, seq 64) in fp32 for 4 steps and must give the
+one-process losses within 1e-5; the bytes each rank sends its cp peers in attention, counted as they leave, must be
+the cost model's (:func:`plait.cost.context_parallel.cp_sent_bytes`) times layers and micro-batches. With a
+``dp_sync`` method the cp ranks of a replica average their gradients, then the method runs across replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from plait.cost.context_parallel import cp_sent_bytes
+from plait.cost.setup import Setup
+from plait.cost.sync import payload_bytes
+from plait.engine.catalog import get_engine
+from plait.errors import ConfigError
+from plait.plan.plan import Plan
+from plait.plan.rules import first_violation
+from plait.sync import parse
+from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
+from plait.hardware.catalog import cluster_from_mapping
+from tests.conftest import toy_cluster_mapping
+from tests.ranks import run_ranks
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).parents[1]
+MODEL = ROOT / "examples" / "tiny-model.toml"
+STEPS = 4
+BODY = 'global_batch = 8\nmicro_batch = 2\nprecision = "fp32"\n'
+
+
+def toy_cluster():  # type: ignore[no-untyped-def]
+    return cluster_from_mapping(toy_cluster_mapping(), "toy")
+
+
+def run(nproc: int, body: str, folder: Path, name: str) -> list[dict]:
+    plan, metrics = folder / f"{name}.toml", folder / f"{name}.jsonl"
+    plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{BODY}{body}\n')
+    done = run_ranks(nproc, ["-m", "plait.run.worker", "--plan", str(plan), "--steps", str(STEPS),
+                             "--metrics", str(metrics)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def losses(rows: list[dict]) -> list[float]:
+    return [row["loss"] for row in rows]
+
+
+# --- plan rules and the cost model's bytes, by hand ------------------------------------------------------
+
+def test_ulysses_needs_cp_to_divide_the_heads_of_a_tp_rank() -> None:
+    spec = resolve_model(str(MODEL))  # 4 heads
+    assert first_violation(Plan(cp=2, cp_attention="ulysses", seq_len=64), spec, toy_cluster()) is None
+    name, why = first_violation(Plan(cp=4, tp=2, cp_attention="ulysses", seq_len=64), spec, toy_cluster())
+    assert name == "ulysses-divides-heads" and "cp=4 must divide num_heads/tp=4/2=2" in why
+    with pytest.raises(ConfigError, match="cp_attention='zigzag' must be one of ring, ulysses"):
+        Plan(cp_attention="zigzag")  # type: ignore[arg-type]
+
+
+def test_dp_sync_with_cp_runs_unsharded_only() -> None:
+    spec = resolve_model(str(MODEL))
+    ok = Plan(cp=2, dp_replicate=2, dp_sync="local_sgd:every=2", seq_len=64, global_batch=8)
+    assert first_violation(ok, spec, toy_cluster()) is None
+    name, why = first_violation(replace(ok, dp_replicate=1, dp_shard=2, sharding="zero2"), spec, toy_cluster())
+    assert name == "dp-sync-no-context-parallel" and "needs sharding='none' (got 'zero2')" in why
+
+
+def test_cp_bytes_by_hand() -> None:
+    """One rank's K and V for 2 sequences of 4096/2 tokens, 8 KV heads of 128 + 128, bf16: 2 * 2048 * 8 * 256 * 2
+    bytes. The ring sends it once forward and twice backward (K/V again, then their gradients); the all-gather
+    sends it once each way and the fp32 gradients cp times; Ulysses moves half of Q (32 heads), K, V and the
+    output (32 heads) each way."""
+    model = replace(resolve_model("llama3-8b"), num_layers=1)
+    plan = Plan(cp=2, micro_batch=2, global_batch=2, seq_len=4096)
+    facts = get_engine("megatron-core").framework  # no K/V repeat: 8 KV heads
+    block = 2 * 2048 * 8 * 256 * 2
+    ring = Setup(model=model, cluster=toy_cluster(), plan=plan, framework=replace(facts, cp_kv_exchange="ring"))
+    assert cp_sent_bytes(ring) == (block, 2 * block)
+    gather = replace(ring, framework=replace(facts, cp_kv_exchange="allgather"))
+    assert cp_sent_bytes(gather) == (block, block + 2 * 2 * block)
+    ulysses = replace(ring, plan=replace(plan, cp_attention="ulysses"))
+    half = 2 * 2048 * (32 * 128 + 8 * 256 + 32 * 128) * 2 / 2
+    assert cp_sent_bytes(ulysses) == (half, half)
+
+
+# --- training on gloo ranks ------------------------------------------------------------------------------
+
+def _predicted_cp_bytes(body: str) -> int:
+    """The cost model's CP bytes of one step: per layer and micro-batch, forward and backward, times 4 layers and
+    8 / 2 / dp micro-batches. On CPU ranks the ring is plait's point-to-point one (the ``ring`` exchange); plait's
+    engine otherwise states PyTorch's all-gather, its CUDA path."""
+    plan = Plan(**{k: v.strip('"') if '"' in v else int(v) for k, v in
+                   (line.split(" = ") for line in (BODY + body).strip().splitlines())})
+    spec = resolve_model(str(MODEL))
+    facts = replace(get_engine("plait").framework, cp_kv_exchange="ring")
+    setup = Setup(model=spec, cluster=toy_cluster(), plan=plan.with_seq_len(spec.seq_len), framework=facts)
+    fwd, bwd = cp_sent_bytes(setup)
+    return int((fwd + bwd) * spec.num_layers * plan.num_micro_batches)
+
+
+@pytest.mark.slow
+def test_cp_layouts_match_one_process_and_send_the_predicted_bytes(tmp_path: Path) -> None:
+    reference = losses(run(1, "", tmp_path, "one"))
+    for nproc, name, body in ((2, "ring", "cp = 2"), (2, "ulysses", 'cp = 2\ncp_attention = "ulysses"'),
+                              (4, "dp2xcp2", "cp = 2\ndp_replicate = 2")):
+        rows = run(nproc, body, tmp_path, name)
+        assert losses(rows) == pytest.approx(reference, rel=1e-5), name
+        assert rows[-1]["loss"] < rows[0]["loss"]
+        assert [row["cp_bytes"] for row in rows] == [_predicted_cp_bytes(body)] * STEPS, name
+
+
+@pytest.mark.slow
+def test_cp_composes_with_dp_sync_methods(tmp_path: Path) -> None:
+    """dp_replicate=2 x cp=2: each replica is the one-rank replica split over the sequence, so local SGD after every
+    step trains as it does over 2 unsplit replicas, and top-k keeping every entry as DDP's all-reduce (lossless);
+    top-k at 10% (lossy) trains; the bytes counted on the replica group are the method's for the whole model
+    (cp does not split the parameters)."""
+    local, lossless, lossy = "local_sgd:every=1", "topk:ratio=1", "topk:ratio=0.1"
+    for spec, reference_body in ((local, f'dp_sync = "{local}"'), (lossless, "")):
+        reference = losses(run(2, f"dp_replicate = 2\n{reference_body}", tmp_path, f"whole-{spec[:5]}"))
+        rows = run(4, f'cp = 2\ndp_replicate = 2\ndp_sync = "{spec}"', tmp_path, f"cp-{spec[:5]}")
+        assert losses(rows) == pytest.approx(reference, rel=1e-5), spec
+    rows = run(4, f'cp = 2\ndp_replicate = 2\ndp_sync = "{lossy}"', tmp_path, "cp-lossy")
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    named = parameter_shapes(resolve_model(str(MODEL)))
+    assert [row["sync_bytes"] for row in rows] == [payload_bytes(parse(lossy), named, s) for s in range(STEPS)]
+
+
+@pytest.mark.slow
+def test_plait_run_trains_cp_on_cpu_ranks(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{BODY}cp = 2\n')
+    out = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", "2"],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "step 2" in out.stderr + out.stdout
