@@ -21,12 +21,12 @@ from plait.cost.setup import Setup
 from plait.cost.sync import payload_bytes
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
+from plait.hardware.catalog import cluster_from_mapping
 from plait.plan.plan import Plan
 from plait.plan.rules import first_violation
 from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
-from plait.hardware.catalog import cluster_from_mapping
 from tests.conftest import toy_cluster_mapping
 from tests.ranks import run_ranks
 
@@ -111,7 +111,7 @@ def _predicted_cp_bytes(body: str) -> int:
 def test_cp_layouts_match_one_process_and_send_the_predicted_bytes(tmp_path: Path) -> None:
     reference = losses(run(1, "", tmp_path, "one"))
     for nproc, name, body in ((2, "ring", "cp = 2"), (2, "ulysses", 'cp = 2\ncp_attention = "ulysses"'),
-                              (4, "dp2xcp2", "cp = 2\ndp_replicate = 2")):
+                              (2, "cp2-zero3", 'cp = 2\nsharding = "zero3"'), (4, "dp2xcp2", "cp = 2\ndp_replicate = 2")):
         rows = run(nproc, body, tmp_path, name)
         assert losses(rows) == pytest.approx(reference, rel=1e-5), name
         assert rows[-1]["loss"] < rows[0]["loss"]
