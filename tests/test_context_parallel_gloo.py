@@ -107,12 +107,12 @@ def test_cp_ranks_of_a_replica_all_reduce_fp32_gradients_under_a_method() -> Non
 
 def _predicted_cp_bytes(body: str) -> int:
     """The cost model's CP bytes of one step: per layer and micro-batch, forward and backward, times 4 layers and
-    8 / 2 / dp micro-batches. On CPU ranks the ring is plait's point-to-point one (the ``ring`` exchange); plait's
-    engine otherwise states PyTorch's all-gather, its CUDA path."""
+    8 / 2 / dp micro-batches, for plait's engine as ``plait run`` prices a CPU run (its own point-to-point ring;
+    PyTorch's all-gather is the CUDA path)."""
     plan = Plan(**{k: v.strip('"') if '"' in v else int(v) for k, v in
                    (line.split(" = ") for line in (BODY + body).strip().splitlines())})
     spec = resolve_model(str(MODEL))
-    facts = replace(get_engine("plait").framework, cp_kv_exchange="ring")
+    facts = get_engine("plait[cp_exchange=ring]").framework
     setup = Setup(model=spec, cluster=toy_cluster(), plan=plan.with_seq_len(spec.seq_len), framework=facts)
     fwd, bwd = cp_sent_bytes(setup)
     return int((fwd + bwd) * spec.num_layers * plan.num_micro_batches)
