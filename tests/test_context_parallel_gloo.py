@@ -103,6 +103,23 @@ def test_cp_ranks_of_a_replica_all_reduce_fp32_gradients_under_a_method() -> Non
     assert got == pytest.approx([0.0, 0.04, 0.06], rel=1e-12)
 
 
+def test_ulysses_attends_over_the_whole_sequence_with_fewer_heads() -> None:
+    """Under Ulysses a rank attends over all 4096 positions for half the heads: the same FLOPs at the same sequence
+    length as one rank holding half the batch without CP, so the same attention-core time (the ring's blocks are
+    cp-sized instead)."""
+    from plait.cost.layer import _attention_core_s
+
+    from plait.hardware.catalog import get_cluster
+
+    model, facts = resolve_model("llama3-8b"), get_engine("megatron-core").framework
+    plan = Plan(cp=2, cp_attention="ulysses", micro_batch=2, global_batch=2, seq_len=4096)
+    ulysses = Setup(model=model, cluster=get_cluster("dgx-h100-ib"), plan=plan, framework=facts)  # FA2 curve
+    half_batch = replace(ulysses, plan=Plan(micro_batch=1, global_batch=1, seq_len=4096))
+    ring = replace(ulysses, plan=replace(plan, cp_attention="ring"))
+    assert _attention_core_s(ulysses) == pytest.approx(_attention_core_s(half_batch), rel=1e-12)
+    assert _attention_core_s(ring)[0] > 1.05 * _attention_core_s(ulysses)[0]  # 2048-token blocks run slower
+
+
 # --- training on gloo ranks ------------------------------------------------------------------------------
 
 def _predicted_cp_bytes(body: str) -> int:
