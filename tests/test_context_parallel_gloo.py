@@ -108,7 +108,6 @@ def test_ulysses_attends_over_the_whole_sequence_with_fewer_heads() -> None:
     length as one rank holding half the batch without CP, so the same attention-core time (the ring's blocks are
     cp-sized instead)."""
     from plait.cost.layer import _attention_core_s
-
     from plait.hardware.catalog import get_cluster
 
     model, facts = resolve_model("llama3-8b"), get_engine("megatron-core").framework
