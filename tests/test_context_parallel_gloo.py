@@ -121,7 +121,7 @@ def test_ulysses_attends_over_the_whole_sequence_with_fewer_heads() -> None:
 
 # --- training on gloo ranks ------------------------------------------------------------------------------
 
-def _predicted_cp_bytes(body: str) -> int:
+def _predicted_cp_bytes(body: str, forwards: int = 1, backwards: int = 1) -> int:
     """The cost model's CP bytes of one step: per layer and micro-batch, forward and backward, times 4 layers and
     8 / 2 / dp micro-batches, for plait's engine as ``plait run`` prices a CPU run (its own point-to-point ring;
     PyTorch's all-gather is the CUDA path)."""
@@ -131,7 +131,7 @@ def _predicted_cp_bytes(body: str) -> int:
     facts = get_engine("plait[cp_exchange=ring]").framework
     setup = Setup(model=spec, cluster=toy_cluster(), plan=plan.with_seq_len(spec.seq_len), framework=facts)
     fwd, bwd = cp_sent_bytes(setup)
-    return int((fwd + bwd) * spec.num_layers * plan.num_micro_batches)
+    return int((forwards * fwd + backwards * bwd) * spec.num_layers * plan.num_micro_batches)
 
 
 @pytest.mark.slow
@@ -143,6 +143,13 @@ def test_cp_layouts_match_one_process_and_send_the_predicted_bytes(tmp_path: Pat
         assert losses(rows) == pytest.approx(reference, rel=1e-5), name
         assert rows[-1]["loss"] < rows[0]["loss"]
         assert [row["cp_bytes"] for row in rows] == [_predicted_cp_bytes(body)] * STEPS, name
+    # full recompute runs each layer's forward, its K/V exchange included, again before its backward (the cost
+    # model's recompute_s holds cp_fwd_s); selective recompute leaves the CP attention alone (it stores no scores)
+    for recompute, passes in (("full", (2, 1)), ("selective", (1, 1))):
+        body = f'cp = 2\nrecompute = "{recompute}"'
+        rows = run(2, body, tmp_path, f"cp2-{recompute}")
+        assert losses(rows) == pytest.approx(reference, rel=1e-5), recompute
+        assert [row["cp_bytes"] for row in rows] == [_predicted_cp_bytes(body, *passes)] * STEPS, recompute
 
 
 @pytest.mark.slow

@@ -83,7 +83,8 @@ class Attention(nn.Module):
         k_BSHE = k_BSKE.repeat_interleave(self.repeats, dim=2)
         v_BSHE = v_BSKE.repeat_interleave(self.repeats, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q_BSHE, k_BSHE, v_BSHE))
-        if self.recompute_core and self.training:
+        if self.recompute_core and self.training and self.context_core is None:  # plait's CP attention saves
+            # only q, k, v, the output and its log-sum-exp (no score matrix): recomputing it would only re-send
             o_BHSE = checkpoint(self._core, q, k, v, use_reentrant=False)  # selective: Korthikanti et al. 2022
         else:
             o_BHSE = self._core(q, k, v)
