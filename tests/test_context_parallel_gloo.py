@@ -62,6 +62,9 @@ def test_ulysses_needs_cp_to_divide_the_heads_of_a_tp_rank() -> None:
     assert first_violation(Plan(cp=2, cp_attention="ulysses", seq_len=64), spec, toy_cluster()) is None
     name, why = first_violation(Plan(cp=4, tp=2, cp_attention="ulysses", seq_len=64), spec, toy_cluster())
     assert name == "ulysses-divides-heads" and "cp=4 must divide num_heads/tp=4/2=2" in why
+    odd = replace(spec, seq_len=66)  # 33 positions per rank: Ulysses' slices, not the ring's 4 chunks
+    assert first_violation(Plan(cp=2, cp_attention="ulysses", seq_len=66), odd, toy_cluster()) is None
+    assert "divisible by 2*cp=4" in first_violation(Plan(cp=2, seq_len=66), odd, toy_cluster())[1]
     with pytest.raises(ConfigError, match="cp_attention='zigzag' must be one of ring, ulysses"):
         Plan(cp_attention="zigzag")  # type: ignore[arg-type]
 
