@@ -37,6 +37,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.run.mesh import Mesh
+from plait.run.model import Attention
 
 ROPE_BUFFERS = ("rope_cos", "rope_sin")  # plait/run/model.py Transformer buffers, [S, E/2]
 # PyTorch SDPA's flash kernel takes head_dim <= 256, a multiple of 8 (sdp_utils.cpp check_head_dim_size_flash)
@@ -112,17 +113,14 @@ def _primitives_context(parts: Sequence[nn.Module], mesh: Mesh, inputs_BS: torch
                         targets_BS: torch.Tensor) -> Iterator[None]:
     """Shard the sequence over the cp ranks in place and make every attention layer's core the ring or the
     all-to-all over the cp group; the rope tables and the cores are restored afterwards."""
-    from plait.run.model import Attention  # plait.run.model imports nothing of this module; torch-heavy
-
     buffers, seq_dims = cp_buffers(parts, inputs_BS, targets_BS)
     rows = positions(mesh.plan, mesh.coordinate("cp"))
     rope = [(b, b.clone()) for b in buffers[2:]]
     for buffer, dim in zip(buffers, seq_dims):
         _keep_in_place(buffer, dim, rows)
-    exchange = cp_exchange(mesh)
     layers = [m for part in parts for m in part.modules() if isinstance(m, Attention)]
     for layer in layers:
-        layer.context_core = exchange.attention
+        layer.context_core = mesh.cp_attention.attention
     try:
         yield
     finally:
@@ -133,26 +131,11 @@ def _primitives_context(parts: Sequence[nn.Module], mesh: Mesh, inputs_BS: torch
             buffer.copy_(whole)
 
 
-def cp_exchange(mesh: Mesh):  # type: ignore[no-untyped-def]
-    """This rank's :class:`~plait.run.ring_attention.Ring` or :class:`~plait.run.ulysses.Ulysses` over the cp
-    group, built once per mesh (its byte count runs on: :func:`cp_sent_bytes`)."""
-    from plait.run.ring_attention import Ring
-    from plait.run.ulysses import Ulysses
-
-    if id(mesh) not in _EXCHANGES:
-        group = mesh.sub("cp").get_group()
-        _EXCHANGES[id(mesh)] = Ulysses(group) if mesh.plan.cp_attention == "ulysses" else Ring(group)
-    return _EXCHANGES[id(mesh)]
-
-
-_EXCHANGES: dict[int, object] = {}
-"""The cp exchange of each mesh in this process (a rank has one mesh)."""
-
-
 def cp_sent_bytes(mesh: Mesh) -> int | None:
     """Bytes this rank has sent its cp peers in attention so far (plait's own CP attention; ``None`` otherwise)."""
-    exchange = _EXCHANGES.get(id(mesh))
-    return None if exchange is None else exchange.sent_bytes  # type: ignore[attr-defined]
+    if mesh.plan.cp == 1 or uses_pytorch(mesh.plan, mesh.mesh.device_type):
+        return None
+    return mesh.cp_attention.sent_bytes
 
 
 @contextlib.contextmanager
