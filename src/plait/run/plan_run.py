@@ -163,7 +163,8 @@ def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Clust
 
     slots = local_slots()
     # off CUDA, plait's runtime runs its own point-to-point ring (plait.run.context.uses_pytorch)
-    engine = get_engine("plait[cp_exchange=ring]" if plan.cp > 1 and slots is None else "plait")
+    own_ring = plan.cp > 1 and plan.cp_attention == "ring" and slots is None
+    engine = get_engine("plait[cp_exchange=ring]" if own_ring else "plait")
     job = Job.build(model, hardware, plan, engine)  # the plan's own rules, then the runtime's
     check_runnable(job.plan, model, on_gpu=slots is not None)
     if slots is not None and plan.num_gpus > slots:
