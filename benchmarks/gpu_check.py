@@ -8,8 +8,8 @@ of :data:`CASES` through ``python -m torch.distributed.run --standalone`` and ``
 the measured median step time (after the first step) and peak memory of rank 0 (its metrics JSONL) next to
 plait's prediction for the same plan on the ``dgx-h100-ib`` preset carrying the ``h200`` accelerator, as
 ``plait run`` predicts (``estimate(..., engine=get_engine("plait"))``, plait/run/plan_run.py). Plans that need two
-GPUs (cp=2, tp=2 with async TP) print SKIP with the reason on a one-GPU machine; with two or more GPUs they
-run, and a fp32 loss-parity check of context parallelism (tiny model, cp=1 against cp=2) runs too. Every case
+GPUs (cp=2 with PyTorch's ring and with plait's Ulysses all-to-all on NCCL, tp=2 with async TP) print SKIP with
+the reason on a one-GPU machine; with two or more GPUs they run, and a fp32 loss-parity check of context parallelism (tiny model, cp=1 against cp=2) runs too. Every case
 is guarded: a failure prints its error line and the next case runs; a total time budget skips what is left.
 
 torchao (for the fp8 case) is not in the GPU image: carry a wheel (the device README's recipe), e.g. here
@@ -81,6 +81,7 @@ CASES: tuple[Case, ...] = (
     Case(name="bf16", nproc=1, plan=""),
     Case(name="fp8-torchao", nproc=1, plan='precision = "fp8"', needs="torchao"),
     Case(name="cp2", nproc=2, plan='cp = 2\nsharding = "zero3"'),
+    Case(name="cp2-ulysses", nproc=2, plan='cp = 2\ncp_attention = "ulysses"\nsharding = "zero3"'),
     Case(name="tp2-sp", nproc=2, plan="tp = 2\nsp = true"),
     Case(name="tp2-sp-async-tp", nproc=2, plan="tp = 2\nsp = true\ntp_comm_overlap = true"),
 )

@@ -78,11 +78,11 @@ def test_checkpoint_resume_continues_with_the_same_losses(tmp_path: Path) -> Non
 
 
 def test_plan_this_machine_cannot_run_fails_before_training(tmp_path: Path) -> None:
-    plan = write_plan(tmp_path / "plan.toml", "cp = 2")
+    plan = write_plan(tmp_path / "plan.toml", "tp = 2\nsp = true\ntp_comm_overlap = true")
     out = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(plan)], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 2
-    assert "context_parallel runs on CUDA only" in out.stderr and "Traceback" not in out.stderr
+    assert "async TP" in out.stderr and "Traceback" not in out.stderr
     assert "step 1" not in out.stderr + out.stdout
 
 

@@ -1,8 +1,9 @@
-"""The GPU-only plan options: context parallelism, fp8 (torchao) and async TP.
+"""The GPU-only plan options: PyTorch's context parallelism (plait's own runs on CPU ranks), fp8 (torchao) and
+async TP.
 
 On this CPU: the refusals (one ``plait: error:`` line, exit 2, before any rank starts), fp8 training for
 real (PyTorch 2.13's CPU runs ``torch._scaled_mm``), the objects each module builds (Float8Linear where
-torchtitan's filter allows, the sequence shards and rope rows ``context_parallel`` leaves each cp rank, the
+torchtitan's filter allows, the sequence shards and rope rows each cp rank keeps, the
 dp x cp gradient groups, compiled blocks that match eager under TP+SP), and benchmarks/gpu_check.py's plan
 list. The CUDA tests run the real thing where GPUs are visible.
 """
@@ -48,7 +49,6 @@ def worker(nproc: int, plan: Path, metrics: Path, *extra: str) -> list[float]:
 @pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="the refusals are this CPU's")
 @pytest.mark.parametrize(("body", "fragment"), [
-    ("cp = 2", "cp=2 is not supported by plait@0.1 on CPU: PyTorch's context_parallel runs on CUDA only"),
     ("tp = 2\nsp = true\ntp_comm_overlap = true", "tp_comm_overlap=true is not supported by plait@0.1 on CPU: async TP"),
 ])
 def test_plait_run_refuses_gpu_only_options_in_one_line(body: str, fragment: str, tmp_path: Path) -> None:
@@ -159,8 +159,9 @@ def _ranks(rank: int, port: int, out: str) -> None:
     with context.train_context([model], mesh, inputs, targets):
         result["inputs"] = inputs.tolist()
         result["rope_rows_match"] = bool(torch.equal(model.rope_cos, cos[inputs[0]]))
-        sdpa = torch.nn.functional.scaled_dot_product_attention
-        result["sdpa_patched"] = sdpa.__name__ != "scaled_dot_product_attention"  # context_parallel's wrapper
+        # on this gloo mesh, plait's own ring replaces every attention core (context_parallel is the CUDA path)
+        result["core_patched"] = all(b.attention.context_core is not None for b in model.layers.values())
+    result["core_restored"] = all(b.attention.context_core is None for b in model.layers.values())
     result["rope_restored"] = bool(torch.equal(model.rope_cos, cos))
     result["targets_shape"] = list(targets.shape)
     result["fsdp_mesh"] = [context.fsdp_mesh(mesh).size(), list(context.fsdp_mesh(mesh).mesh_dim_names or ())]
@@ -210,7 +211,7 @@ def test_context_parallel_shards_sequence_and_rope_head_tail(two_ranks: list[dic
         positions = list(range(rank * k, (rank + 1) * k)) + list(range(seq - (rank + 1) * k, seq - rank * k))
         assert got["buffer_dims"] == [1, 1, 0, 0]  # inputs, targets, rope_cos, rope_sin
         assert got["inputs"] == [positions, [seq + p for p in positions]]
-        assert got["rope_rows_match"] and got["sdpa_patched"]
+        assert got["rope_rows_match"] and got["core_patched"] and got["core_restored"]
         assert got["rope_restored"] and got["targets_shape"] == [2, seq // 2]  # batch stays sharded
 
 

@@ -48,6 +48,8 @@ PpOption = Annotated[int, typer.Option("--pp", help="Pipeline stages.")]
 VppOption = Annotated[int, typer.Option("--vpp", help="Virtual stages per pipeline rank (interleaved).")]
 ScheduleOption = Annotated[str, typer.Option("--schedule", help="gpipe | 1f1b | interleaved | zb-h1.")]
 CpOption = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
+CpAttentionOption = Annotated[str, typer.Option(
+    "--cp-attention", help="ring | ulysses: K/V blocks passed around the cp ranks, or all-to-alls of the heads.")]
 EpOption = Annotated[int, typer.Option("--ep", help="Expert-parallel degree (MoE).")]
 DpReplicateOption = Annotated[int | None, typer.Option(
     "--dp-replicate", help="Data-parallel replicas (HSDP); the rest of dp shards. [default: 1, or dp with "

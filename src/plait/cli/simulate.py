@@ -10,6 +10,7 @@ import typer
 from plait.cli.options import (
     DEFAULT_GPUS,
     ClusterOption,
+    CpAttentionOption,
     CpOption,
     DpReplicateOption,
     DpSyncOption,
@@ -70,6 +71,7 @@ def simulate_command(
     vpp: VppOption = 1,
     schedule: ScheduleOption = "1f1b",
     cp: CpOption = 1,
+    cp_attention: CpAttentionOption = "ring",
     ep: EpOption = 1,
     dp_replicate: DpReplicateOption = None,
     sharding: ShardingOption = None,
@@ -141,6 +143,7 @@ def report_command(
     vpp: VppOption = 1,
     schedule: ScheduleOption = "1f1b",
     cp: CpOption = 1,
+    cp_attention: CpAttentionOption = "ring",
     ep: EpOption = 1,
     dp_replicate: DpReplicateOption = None,
     sharding: ShardingOption = None,

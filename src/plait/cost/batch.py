@@ -34,7 +34,7 @@ from plait.plan.ops import SCALAR
 from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.plan.plan import Plan
 from plait.sync import SyncMethod
-from plait.units import MIB, S_PER_US
+from plait.units import DTYPE_BYTES, MIB, S_PER_US
 from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
@@ -226,7 +226,7 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
                    params: dict[str, Any], backward: Any, stage: Any) -> tuple[Any, Any, Any]:
     """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
     reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (on one rank of the
-    slowest ``stage``; cp = ep = 1, :mod:`plait.plan.rules`; for HSDP rows of infrequent methods the shard groups'
+    slowest ``stage``; ep = 1, :mod:`plait.plan.rules`; with cp, the cp ranks' gradient all-reduce added; for HSDP rows of infrequent methods the shard groups'
     reduction stays)."""
     xp, codes = cols.xp, cols["dp_sync"]
     exposed, extra = cols.zeros(), cols.zeros()
@@ -239,9 +239,18 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
             shown = partial_exposed_s(over, backward, sync.every, xp)
         elif not sync.infrequent:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
             reduce = xp.where(mask, over, reduce)
+        reduce = xp.where(mask, reduce + cp_gradient_reduce_s(cluster, cols, params), reduce)
         exposed = xp.where(mask, shown, exposed)
         extra = xp.where(mask, memory, extra)
     return reduce, exposed, extra
+
+
+def cp_gradient_reduce_s(cluster: Cluster, cols: PlanColumns, params: dict[str, Any]) -> Any:
+    """Under a ``dp_sync`` method the cp ranks of one replica, which hold one model copy between them, all-reduce
+    their fp32 gradients every step before the method runs across replicas (plait/run/context.py
+    ``average_over_cp``); 0 without context parallelism."""
+    held = (params["dense"] + params["expert"]) * DTYPE_BYTES["fp32"]
+    return collective_s(cluster, "all_reduce", cols["cp"], cols["tp"], held)
 
 
 def _rows_costs(model: ModelSpec, cluster: Cluster, sync: SyncMethod, cols: PlanColumns, mask: Any,

@@ -1,4 +1,5 @@
-"""Context parallelism inside one layer: the K/V exchange and the bookkeeping around the attention blocks.
+"""Context parallelism inside one layer: the K/V exchange (or Ulysses' all-to-alls) and the bookkeeping around
+the attention blocks.
 
 Ring (Liu et al. 2023, "Ring Attention", Sec. 3; Megatron-LM/Transformer Engine): K/V blocks pass around the ring
 behind the attention core. All-gather, as PyTorch's ``context_parallel`` runs it
@@ -14,6 +15,42 @@ from plait.cost.setup import Setup
 from plait.plan.ops import SCALAR
 
 
+def cp_sent_bytes(setup: Setup) -> tuple[float, float]:
+    """Bytes one rank sends its cp peers in one layer's attention for one micro-batch, forward and backward.
+
+    With ``block`` one rank's K and V (``tokens * kv_heads * (qk + v head dims)`` activation elements):
+
+    - ring (point-to-point, Liu et al. 2023, Sec. 3; plait/run/ring_attention.py): ``cp - 1`` block passes forward;
+      backward ``cp - 1`` passes of K/V again and ``cp - 1`` of their gradients, summed as they travel;
+    - all-gather (PyTorch ``context_parallel``): a ring all-gather of the blocks, ``cp - 1`` blocks, in each pass;
+      backward also ``cp`` ring passes of the fp32 K/V gradients (``_templated_ring_attention_backward``);
+    - Ulysses (Jacobs et al. 2023, Sec. 3.1; plait/run/ulysses.py): all-to-alls of Q, K, V and the output, each
+      rank keeping ``1 / cp`` of each, forward and (their gradients) backward.
+    """
+    plan, model = setup.plan, setup.model
+    c = plan.cp
+    if c == 1:
+        return 0.0, 0.0
+    kv = setup.attention_kv_heads * (model.qk_head_dim + model.v_head_dim)
+    block = setup.act_bytes * setup.tokens * kv
+    if plan.cp_attention == "ulysses":
+        heads = model.num_heads // plan.tp
+        moved = setup.act_bytes * setup.tokens * (heads * (model.qk_head_dim + model.v_head_dim) + kv) * (c - 1) / c
+        return moved, moved
+    if setup.framework.cp_kv_exchange == "allgather":
+        return (c - 1) * block, (c - 1) * block + c * 4 / setup.act_bytes * block
+    return (c - 1) * block, 2 * (c - 1) * block
+
+
+def _ulysses_s(setup: Setup, link: coll.GroupLink) -> float:
+    """One pass's four all-to-alls (Q, K, V, output), each in the critical path (Jacobs et al. 2023, Sec. 3.1)."""
+    model, tokens, act = setup.model, setup.tokens, setup.act_bytes
+    heads = setup.model.num_heads // setup.plan.tp
+    query, out = act * tokens * heads * model.qk_head_dim, act * tokens * heads * model.v_head_dim
+    key, value = (act * tokens * setup.attention_kv_heads * d for d in (model.qk_head_dim, model.v_head_dim))
+    return sum(coll.all_to_all_s(b, link) for b in (query, key, value, out))
+
+
 def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[float, float]:
     """Exposed forward and backward K/V exchange of one layer under context parallelism.
 
@@ -23,11 +60,15 @@ def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[f
     gathered once, issued before the rank's own (first of ``cp``) attention block and awaited after it, in the
     forward and again in the backward; the backward then passes the fp32 K/V gradients one ring step per block
     (``all_to_all`` permute), each awaited after the next block's compute and the last after the loop.
+    Ulysses: four all-to-alls per pass, none hidden (attention needs their results).
     """
     plan, model = setup.plan, setup.model
     if plan.cp == 1:
         return 0.0, 0.0
     link = coll.group_link(setup.cluster, plan.cp, plan.tp)
+    if plan.cp_attention == "ulysses":
+        exposed = _ulysses_s(setup, link)
+        return exposed, exposed
     kv = setup.attention_kv_heads
     block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
     overlap = setup.comm_overlap
@@ -81,7 +122,7 @@ def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
     """
     plan, model = setup.plan, setup.model
     c = plan.cp
-    if c == 1 or setup.framework.cp_kv_exchange != "allgather":
+    if c == 1 or setup.framework.cp_kv_exchange != "allgather" or plan.cp_attention == "ulysses":
         return 0.0, 0.0
     heads, kv_heads = model.num_heads // plan.tp, setup.attention_kv_heads
     out = setup.tokens * heads * model.v_head_dim

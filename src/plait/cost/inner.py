@@ -27,7 +27,7 @@ from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
-INNER_FIELDS = ("tp", "sp", "cp", "ep", "micro_batch", "seq_len", "precision", "recompute", "grad_reduce_dtype",
+INNER_FIELDS = ("tp", "sp", "cp", "cp_attention", "ep", "micro_batch", "seq_len", "precision", "recompute", "grad_reduce_dtype",
                 "tp_comm_overlap")
 
 

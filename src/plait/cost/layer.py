@@ -159,8 +159,10 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     flops = attention_core_flops(setup)
     acc = setup.cluster.accelerator
     dtype = setup.gemm_dtype if setup.gemm_dtype in FULL_PRECISIONS else "bf16"  # fp8 runs attend in bf16
-    if setup.attention_kernel != "unfused":  # ring attention works on cp-sized blocks
-        per_s = attention_flops_per_s(acc, setup.local_seq, setup.attention_kernel, dtype)
+    if setup.attention_kernel != "unfused":  # ring attention works on cp-sized blocks, Ulysses on the whole sequence
+        # of cp times fewer heads (Jacobs et al. 2023, Sec. 3.1)
+        seq = setup.seq_len if setup.plan.cp_attention == "ulysses" else setup.local_seq
+        per_s = attention_flops_per_s(acc, seq, setup.attention_kernel, dtype)
         return flops / per_s, FLASH_BWD_FLOPS_RATIO * flops / per_s
     model, plan = setup.model, setup.plan
     heads = plan.micro_batch * model.num_heads // plan.tp

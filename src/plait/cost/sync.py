@@ -104,11 +104,12 @@ def method_costs(model: ModelSpec | None, cluster: Cluster, sync: SyncMethod, co
                  params: dict[str, Any], stage: Any = 0, busy: Any = 0.0,
                  named: list[tuple[str, Shape]] | None = None) -> tuple[Any, Any, Any]:
     """(seconds that overlap the backward pass like DDP's buckets, seconds on the critical path, extra bytes of
-    memory per GPU) of ``sync`` on each row of ``cols`` (:mod:`plait.plan.rules`: cp = ep = 1), per step in steady
+    memory per GPU) of ``sync`` on each row of ``cols`` (:mod:`plait.plan.rules`: ep = 1), per step in steady
     state, for one rank of the slowest stage ``stage``. ``params``: the parameters that rank holds
     (:func:`plait.cost.memory.stage_params`; TP shards, norms replicated), which local SGD and DiLoCo average with
     the same rank of every other replica; the per-step methods send its local gradient tensors
-    (:func:`_rank_shape_groups`), over the replicas ``tp`` ranks apart. ``busy``: the step's compute, which
+    (:func:`_rank_shape_groups`), over the replicas ``tp * cp`` ranks apart (the cp ranks of a replica average
+    their gradients first: :func:`plait.cost.batch.cp_gradient_reduce_s`). ``busy``: the step's compute, which
     Pipe-SGD's all-reduce runs behind (Li et al. 2018, Sec. 3; contention per byte moved,
     :func:`plait.cost.overlap.engaged_s`). Each method's formula, with what it overlaps (assumed from the runtime)
     and its sources, is in its family's module (:meth:`plait.sync.base.SyncMethod.step_costs`). ``named``: the rank's
@@ -139,7 +140,7 @@ class Prices:
 
     @property
     def stride(self) -> Any:
-        return self.cols["tp"]
+        return self.cols["tp"] * self.cols["cp"]  # the same (tp, cp) piece of every replica: plait.plan.plan order
 
     @property
     def split(self) -> Any:
@@ -178,9 +179,9 @@ class Prices:
     def averaging_group(self) -> tuple[Any, Any, Any]:
         cols, xp = self.cols, self.cols.xp
         whole = cols.is_("sharding", "none")
-        shard = xp.where(whole, 1, cols["dp_shard"])  # cp = ep = 1 (plait.plan.rules)
+        shard = xp.where(whole, 1, cols["dp_shard"])  # ep = 1; cp > 1 only unsharded (plait.plan.rules)
         group, local = xp.where(whole, cols.dp, cols["dp_replicate"]), self.held_bytes / shard
-        return group, shard * cols["tp"], local  # replicas tp*shard apart
+        return group, shard * cols["tp"] * cols["cp"], local  # replicas tp*cp*shard apart
 
     def per_rank_tensors(self, costs: Any) -> Costs:
         return self._spread(lambda held: costs([shape for _, shape in held]))

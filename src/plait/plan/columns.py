@@ -16,12 +16,13 @@ from typing import Any, get_args
 import numpy as np
 
 from plait.plan.ops import ARRAY, SCALAR, Ops
-from plait.plan.plan import GradDtype, Optimizer, Plan, Precision, Recompute, Schedule, Sharding
+from plait.plan.plan import CpAttention, GradDtype, Optimizer, Plan, Precision, Recompute, Schedule, Sharding
 from plait.sync import ALLREDUCE, SyncMethod
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
+    "cp_attention": get_args(CpAttention),
 }
 BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
 TEXTS = ("dp_sync",)

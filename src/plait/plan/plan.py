@@ -24,6 +24,7 @@ FULL_PRECISIONS = ("fp32", "tf32")
 """Precisions that store weights, gradients and activations in fp32: no 16-bit compute copy, no master copy."""
 GradDtype = Literal["fp32", "bf16"]
 Optimizer = Literal["adamw", "sgd"]
+CpAttention = Literal["ring", "ulysses"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +42,12 @@ class Plan:
     vpp: int = 1
     """Virtual stages (model chunks) per pipeline rank; > 1 only with ``interleaved``."""
     cp: int = 1
-    """Context-parallel degree (sequence split across ranks, ring attention)."""
+    """Context-parallel degree (sequence split across ranks)."""
+    cp_attention: CpAttention = "ring"
+    """How attention spans the cp ranks: ``ring`` passes K/V blocks around them (Liu et al. 2023; head-tail load
+    balanced, exchanged as the engine's ``cp_kv_exchange`` says); ``ulysses`` all-to-alls Q, K, V from a split of the
+    sequence to a split of the heads and the output back (DeepSpeed-Ulysses, Jacobs et al. 2023): cp divides the
+    heads of a TP rank."""
     ep: int = 1
     """Expert-parallel degree (MoE only); divides ``dp * cp``."""
     dp_replicate: int = 1
@@ -133,7 +139,7 @@ class Plan:
         if self.pp > 1:
             parts.append(f"pp{self.pp}({self.schedule}{f' x{self.vpp}' if self.vpp > 1 else ''})")
         if self.cp > 1:
-            parts.append(f"cp{self.cp}")
+            parts.append(f"cp{self.cp}{'(ulysses)' if self.cp_attention == 'ulysses' else ''}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         dp = f"dp{self.dp}" if self.dp_replicate == 1 or self.dp_shard == 1 else f"dp{self.dp_replicate}x{self.dp_shard}"
@@ -165,4 +171,5 @@ _INTS = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_l
 _CHOICES = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
+    "cp_attention": get_args(CpAttention),
 }

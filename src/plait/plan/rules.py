@@ -65,12 +65,14 @@ def _hybrid_servers(c: PlanColumns) -> Any:
 
 
 def _sync_split_message(p: Plan) -> str:
-    """Why a dp_sync method is refused beside context or expert parallelism, naming the degree that is set."""
-    held = [f"cp={p.cp} ranks each hold part of every sequence"] if p.cp > 1 else []
-    held += [f"ep={p.ep} ranks each hold different experts"] if p.ep > 1 else []
-    return (f"dp_sync={_sync_method(p)!r} synchronizes data-parallel replicas only, but {' and '.join(held)} and "
-            "reduce their gradients with the all-reduce (plait's runtime cannot run a method over them yet): "
-            "needs cp = ep = 1")
+    """Why a dp_sync method is refused beside expert parallelism, or beside sharded context parallelism."""
+    if p.ep > 1:
+        return (f"dp_sync={_sync_method(p)!r} synchronizes data-parallel replicas only, but ep={p.ep} ranks each hold "
+                "different experts and reduce their gradients with the all-reduce (plait's runtime cannot run a "
+                "method over them yet): needs ep = 1")
+    return (f"dp_sync={_sync_method(p)!r} with cp={p.cp} runs on unsharded replicas (the cp ranks of a replica "
+            f"average their gradients, then the method runs across replicas): needs sharding='none' "
+            f"(got {p.sharding!r})")
 
 
 RULES: tuple[Rule, ...] = (
@@ -102,9 +104,17 @@ RULES: tuple[Rule, ...] = (
     Rule("batch-divides", lambda c, m, k: c["global_batch"] % (c["micro_batch"] * c.dp) != 0,
          lambda p, m, k: (f"global_batch={p.global_batch} must be divisible by micro_batch*dp="
                           f"{p.micro_batch}*{p.dp}={p.micro_batch * p.dp}")),
-    Rule("context-parallel-split", lambda c, m, k: (c["cp"] > 1) & (_seq(c, m) % (2 * c["cp"]) != 0),
-         lambda p, m, k: (f"seq_len={p.seq_len or m.seq_len} must be divisible by 2*cp={2 * p.cp} "
+    Rule("context-parallel-split",  # the ring's head-tail chunks; Ulysses' contiguous slices
+         lambda c, m, k: (c["cp"] > 1) & (_seq(c, m) % c.xp.where(c.is_("cp_attention", "ulysses"), c["cp"],
+                                                                  2 * c["cp"]) != 0),
+         lambda p, m, k: (f"seq_len={p.seq_len or m.seq_len} must be divisible by cp={p.cp} (Ulysses' sequence "
+                          "slices)" if p.cp_attention == "ulysses" else
+                          f"seq_len={p.seq_len or m.seq_len} must be divisible by 2*cp={2 * p.cp} "
                           "(load-balanced causal split)")),
+    Rule("ulysses-divides-heads",
+         lambda c, m, k: (c["cp"] > 1) & c.is_("cp_attention", "ulysses") & ((m.num_heads // c["tp"]) % c["cp"] != 0),
+         lambda p, m, k: (f"cp_attention='ulysses' splits the heads of a tp rank over the cp ranks: cp={p.cp} must "
+                          f"divide num_heads/tp={m.num_heads}/{p.tp}={m.num_heads // p.tp}")),
     Rule("expert-parallel-needs-moe", lambda c, m, k: (c["ep"] > 1) & (m.moe is None),
          lambda p, m, k: f"ep={p.ep} needs a mixture-of-experts model ({m.name} is dense)"),
     Rule("ep-divides-experts",
@@ -124,7 +134,7 @@ RULES: tuple[Rule, ...] = (
     Rule("dp-sync-modelled", lambda c, m, k: _sync_unmodelled(c),
          lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
     Rule("dp-sync-no-context-parallel",
-         lambda c, m, k: (c["dp_sync"] != 0) & ((c["cp"] > 1) | (c["ep"] > 1)),
+         lambda c, m, k: (c["dp_sync"] != 0) & (((c["cp"] > 1) & c.xp.not_(c.is_("sharding", "none"))) | (c["ep"] > 1)),
          lambda p, m, k: _sync_split_message(p)),
     Rule("dp-sync-whole-gradients",
          lambda c, m, k: c.sync_rows(lambda s: s.whole_gradients) & c.xp.not_(c.is_("sharding", "none")),

@@ -1,4 +1,8 @@
-"""Context parallelism (``plan.cp > 1``) through PyTorch's ``context_parallel``.
+"""Context parallelism (``plan.cp > 1``): PyTorch's ``context_parallel`` on CUDA, plait's own elsewhere.
+
+plait's own (on any backend, gloo included, and for ``cp_attention = "ulysses"`` on CUDA too): the sequence is
+sharded in place (:func:`positions`) and every attention layer's core becomes the ring of
+:mod:`plait.run.ring_attention` or the all-to-all of :mod:`plait.run.ulysses` over the cp group. PyTorch's, below:
 
 Legend of shape suffixes: B batch, S sequence, E/2 half the head dim (rope tables).
 
@@ -33,6 +37,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.run.mesh import Mesh
+from plait.run.model import Attention
 
 ROPE_BUFFERS = ("rope_cos", "rope_sin")  # plait/run/model.py Transformer buffers, [S, E/2]
 # PyTorch SDPA's flash kernel takes head_dim <= 256, a multiple of 8 (sdp_utils.cpp check_head_dim_size_flash)
@@ -41,7 +46,7 @@ ROPE_BUFFERS = ("rope_cos", "rope_sin")  # plait/run/model.py Transformer buffer
 def check_context_parallel(plan: Plan, on_gpu: bool) -> None:
     """Refuse a cp plan when this GPU has none of the SDPA kernels ``context_parallel`` implements (the static
     limits — CUDA only, head dims, learned positions, DDP with tp/pp — are in the capability table)."""
-    if plan.cp == 1 or not on_gpu:
+    if plan.cp == 1 or not on_gpu or plan.cp_attention != "ring":
         return
     backends = torch.backends.cuda
     if not (backends.flash_sdp_enabled() or backends.mem_efficient_sdp_enabled() or backends.cudnn_sdp_enabled()):
@@ -79,14 +84,73 @@ def cp_buffers(parts: Sequence[nn.Module], inputs_BS: torch.Tensor,
     return buffers, seq_dims
 
 
+def uses_pytorch(plan: Plan, device: str) -> bool:
+    """Whether the step runs PyTorch's ``context_parallel`` (CUDA ring attention, the all-gather K/V exchange):
+    on CUDA for ``cp_attention = "ring"``; elsewhere, and for Ulysses, plait's attention on torch.distributed
+    primitives (:mod:`plait.run.ring_attention`, :mod:`plait.run.ulysses`)."""
+    return plan.cp > 1 and device == "cuda" and plan.cp_attention == "ring"
+
+
+def positions(plan: Plan, cp_rank: int) -> torch.Tensor:
+    """The sequence positions cp rank ``cp_rank`` holds, in order: chunks ``r`` and ``2 cp - 1 - r`` of ``2 cp``
+    for the ring (PyTorch's ``_HeadTailLoadBalancer``), the ``r``-th contiguous slice for Ulysses."""
+    seq, cp = plan.seq_len, plan.cp
+    if plan.cp_attention == "ulysses":
+        return torch.arange(cp_rank * seq // cp, (cp_rank + 1) * seq // cp)
+    chunk = seq // (2 * cp)
+    head, tail = cp_rank * chunk, (2 * cp - 1 - cp_rank) * chunk
+    return torch.cat([torch.arange(head, head + chunk), torch.arange(tail, tail + chunk)])
+
+
+def _keep_in_place(buffer: torch.Tensor, dim: int, rows: torch.Tensor) -> None:
+    kept = buffer.index_select(dim, rows.to(buffer.device))
+    buffer.resize_(kept.shape)
+    buffer.copy_(kept)
+
+
+@contextlib.contextmanager
+def _primitives_context(parts: Sequence[nn.Module], mesh: Mesh, inputs_BS: torch.Tensor,
+                        targets_BS: torch.Tensor) -> Iterator[None]:
+    """Shard the sequence over the cp ranks in place and make every attention layer's core the ring or the
+    all-to-all over the cp group; the rope tables and the cores are restored afterwards."""
+    buffers, seq_dims = cp_buffers(parts, inputs_BS, targets_BS)
+    rows = positions(mesh.plan, mesh.coordinate("cp"))
+    rope = [(b, b.clone()) for b in buffers[2:]]
+    for buffer, dim in zip(buffers, seq_dims):
+        _keep_in_place(buffer, dim, rows)
+    layers = [m for part in parts for m in part.modules() if isinstance(m, Attention)]
+    for layer in layers:
+        layer.context_core = mesh.cp_attention.attention
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.context_core = None
+        for buffer, whole in rope:
+            buffer.resize_(whole.shape)
+            buffer.copy_(whole)
+
+
+def cp_sent_bytes(mesh: Mesh) -> int | None:
+    """Bytes this rank has sent its cp peers in attention so far (plait's own CP attention; ``None`` otherwise)."""
+    if mesh.plan.cp == 1 or uses_pytorch(mesh.plan, mesh.mesh.device_type):
+        return None
+    return mesh.cp_attention.sent_bytes
+
+
 @contextlib.contextmanager
 def train_context(parts: Sequence[nn.Module], mesh: Mesh, inputs_BS: torch.Tensor,
                   targets_BS: torch.Tensor) -> Iterator[None]:
-    """The forward and backward of one step run inside this: ``context_parallel`` over the cp axis with
-    the all-gather K/V exchange (nothing when cp = 1). Inputs and targets stay sharded afterwards; the
-    rope tables are restored."""
+    """The forward and backward of one step run inside this (nothing when cp = 1): on CUDA with the ring,
+    ``context_parallel`` over the cp axis with the all-gather K/V exchange; otherwise plait's ring or all-to-all
+    attention on torch.distributed primitives. Inputs and targets stay sharded afterwards; the rope tables are
+    restored."""
     if mesh.plan.cp == 1:
         yield
+        return
+    if not uses_pytorch(mesh.plan, mesh.mesh.device_type):
+        with _primitives_context(parts, mesh, inputs_BS, targets_BS):
+            yield
         return
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import set_rotate_method
@@ -107,3 +171,19 @@ def mean_over_cp(value: float, mesh: Mesh) -> float:
     tensor = torch.tensor([value], dtype=torch.float64, device=mesh.mesh.device_type)
     dist.all_reduce(tensor, group=mesh.sub("cp").get_group())
     return float(tensor.item()) / mesh.plan.cp
+
+
+def average_over_cp(params: Sequence[torch.Tensor], mesh: Mesh) -> None:
+    """Under a ``dp_sync`` method, average the gradients over the cp ranks of this replica (one flat all-reduce),
+    which hold one model copy between them, before the method runs across replicas over the dp group
+    (:attr:`plait.run.mesh.Mesh.replicas`). With the all-reduce, DDP/FSDP reduce over dp x cp at once instead."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if mesh.plan.cp == 1 or mesh.plan.dp_sync.is_allreduce or not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=mesh.sub("cp").get_group())
+    flat.div_(mesh.plan.cp)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()

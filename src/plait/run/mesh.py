@@ -15,7 +15,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
+from plait.run.ring_attention import Ring
 from plait.run.sites import Reducer, build_reducer
+from plait.run.ulysses import Ulysses
 
 AXES = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
@@ -57,7 +59,18 @@ class Mesh:
         hierarchical across sites. Built once, on first use, by every rank (group creation is collective)."""
         from plait.run.parallel import replica_group  # plait.run.parallel builds on this module
 
+        if self.plan.cp > 1 and not self.plan.dp_sync.is_allreduce:  # the method runs across replicas only: the
+            # cp ranks of one replica average their gradients first (plait.run.context.average_over_cp)
+            return build_reducer(self.mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group(), self.site_gpus)
         return build_reducer(replica_group(self), self.site_gpus)
+
+    @cached_property
+    def cp_attention(self) -> Ring | Ulysses:
+        """plait's own context-parallel attention over this rank's cp group (:mod:`plait.run.context`), with the
+        bytes it has sent: the ring or the all-to-all, as the plan's ``cp_attention`` says. Built once, on first
+        use."""
+        group = self.sub("cp").get_group()
+        return Ulysses(group) if self.plan.cp_attention == "ulysses" else Ring(group)
 
     @cached_property
     def expert(self) -> DeviceMesh:

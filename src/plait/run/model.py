@@ -14,6 +14,8 @@ reference runs line up).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -57,6 +59,9 @@ class Attention(nn.Module):
         self.rope = spec.position == "rope"
         self.repeats = spec.num_heads // spec.num_kv_heads
         self.recompute_core = False
+        self.context_core: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        """Context parallelism on torch.distributed primitives (:func:`plait.run.context.train_context`): the
+        causal attention of this rank's queries over every cp rank's keys, set for the step."""
         bias = spec.attention_bias
         self.wq = nn.Linear(spec.hidden_size, spec.num_heads * spec.head_dim, bias=bias)
         self.wk = nn.Linear(spec.hidden_size, spec.num_kv_heads * spec.head_dim, bias=bias)
@@ -64,6 +69,8 @@ class Attention(nn.Module):
         self.wo = nn.Linear(spec.num_heads * spec.head_dim, spec.hidden_size, bias=bias)
 
     def _core(self, q_BHSE: torch.Tensor, k_BHSE: torch.Tensor, v_BHSE: torch.Tensor) -> torch.Tensor:
+        if self.context_core is not None:
+            return self.context_core(q_BHSE, k_BHSE, v_BHSE)
         return F.scaled_dot_product_attention(q_BHSE, k_BHSE, v_BHSE, is_causal=True)
 
     def forward(self, x_BSD: torch.Tensor, cos_SE: torch.Tensor, sin_SE: torch.Tensor) -> torch.Tensor:
@@ -76,7 +83,8 @@ class Attention(nn.Module):
         k_BSHE = k_BSKE.repeat_interleave(self.repeats, dim=2)
         v_BSHE = v_BSKE.repeat_interleave(self.repeats, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q_BSHE, k_BSHE, v_BSHE))
-        if self.recompute_core and self.training:
+        if self.recompute_core and self.training and self.context_core is None:  # plait's CP attention saves
+            # only q, k, v, the output and its log-sum-exp (no score matrix): recomputing it would only re-send
             o_BHSE = checkpoint(self._core, q, k, v, use_reentrant=False)  # selective: Korthikanti et al. 2022
         else:
             o_BHSE = self._core(q, k, v)

@@ -179,8 +179,11 @@ def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Clust
     """The plan's rules, then the runtime's, this node's room, and plait's estimate (even, and uneven per rank)."""
     from plait.run.support import check_runnable
 
-    job = Job.build(model, hardware, plan, get_engine("plait"))  # the plan's own rules, then the runtime's
     slots = local_slots()
+    # off CUDA, plait's runtime runs its own point-to-point ring (plait.run.context.uses_pytorch)
+    own_ring = plan.cp > 1 and plan.cp_attention == "ring" and slots is None
+    engine = get_engine("plait[cp_exchange=ring]" if own_ring else "plait")
+    job = Job.build(model, hardware, plan, engine)  # the plan's own rules, then the runtime's
     check_runnable(job.plan, model, on_gpu=slots is not None)
     if slots is not None and plan.num_gpus > slots:
         raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but this node has {slots}; pass --nodes to get the "

@@ -184,6 +184,9 @@ class StepMetrics:
     sync_bytes: int | None = None
     """Payload bytes this rank handed to its replica group's collectives in the step (plans with a ``dp_sync``
     other than the all-reduce: :func:`plait.run.counting.counted_bytes`); absent otherwise."""
+    cp_bytes: int | None = None
+    """Bytes this rank sent its cp peers in attention in the step (plait's own context parallelism,
+    :func:`plait.run.context.cp_sent_bytes`); absent otherwise."""
     started_s: float | None = None
     """When the step began, on this process's monotonic clock (``time.perf_counter``): the differences between
     consecutive rows are the period the job steps at, which also holds what ``step_time_s`` leaves out (waiting
@@ -192,7 +195,7 @@ class StepMetrics:
     def to_json(self) -> str:
         """Strict JSON: a non-finite figure is ``null``."""
         return strict_json.dumps({k: v for k, v in self.__dict__.items()
-                                  if k not in ("sync_bytes", "started_s") or v is not None})
+                                  if k not in ("sync_bytes", "cp_bytes", "started_s") or v is not None})
 
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:

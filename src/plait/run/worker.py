@@ -21,14 +21,14 @@ from plait.errors import ConfigError
 from plait.plan.io import read_plan_file
 from plait.run import checkpoint, data
 from plait.run.config import read_config
-from plait.run.context import mean_over_cp, train_context
+from plait.run.context import average_over_cp, cp_sent_bytes, mean_over_cp, train_context
 from plait.run.counting import counted_bytes
 from plait.run.lifecycle import die_with_parent, exit_without_teardown
 from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
 from plait.run.moe import expert_parameters, reduce_expert_gradients
 from plait.run.optim import build_optimizer
-from plait.run.parallel import parallelize, replica_group
+from plait.run.parallel import parallelize
 from plait.run.pipeline import build_schedule, local_stages, stage_layers
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import named_site_gpus
@@ -175,16 +175,21 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
         rows = slice(*rank_rows(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
         inputs, targets = inputs[rows].to(device), targets[rows].to(device)
+        if plan.cp > 1:  # context parallelism shards them in place: they must own their storage
+            inputs, targets = inputs.clone(), targets.clone()
         profiling = args.trace_dir is not None and step == args.steps - 1
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
             os._exit(5)  # test hook: one rank dies in the first attempt
+        cp_before = cp_sent_bytes(mesh)
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
                                     weight=loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp),
                                     uneven_batch=bool(uneven.batch_split))
         elapsed = timed() - start
+        cp_after = cp_sent_bytes(mesh)
+        cp_bytes = None if cp_after is None else cp_after - (cp_before or 0)
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
@@ -192,7 +197,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         if reporter:
             tokens = plan.global_batch * plan.seq_len
             write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),
-                                                    sent[0] if sent else None, start))
+                                                    sent[0] if sent else None, cp_bytes, start))
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
@@ -207,7 +212,7 @@ def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[in
     plans with a ``dp_sync`` method; yields an empty list for the others (DDP's reducer reduces in C++)."""
     if plan.dp_sync.is_allreduce or plan.dp == 1:
         return contextlib.nullcontext([])
-    return counted_bytes(replica_group(mesh))
+    return counted_bytes(mesh.replicas.group)
 
 
 def _profiler(device: str):  # type: ignore[no-untyped-def]
@@ -238,6 +243,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
         loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device, loss_fn, weight, uneven_batch)
     reduce_partial_gradients(params)
+    average_over_cp(params, mesh)  # a dp_sync method with cp > 1: the replica's cp ranks agree first
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
     reduce_expert_gradients(experts, mesh)
     if not plan.dp_sync.is_allreduce:  # TP/PP replicas: compressed gradients reduced here, not by DDP
