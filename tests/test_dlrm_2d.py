@@ -17,7 +17,7 @@ from tests.ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "dlrm-tiny.toml"
-PLACEMENTS = "t0=row_wise,t1=column_wise@0+1,t2=table_wise@0,t3=table_wise@1"
+PLACEMENTS = "t0=row_wise,t1=column_wise@0+1,t2=table_wise@0,t3=data_parallel"
 WORLD, GROUP, BATCH, STEPS = 4, 2, 2, 3
 
 
@@ -30,8 +30,8 @@ def test_replicas_average_every_held_row_and_its_state() -> None:
 
 
 def test_dmp_collection_trains_as_one_process_would_and_sends_the_predicted_bytes(tmp_path: Path) -> None:
-    """Row-wise, column-wise and table-wise tables in groups of 2; the single process is plain PyTorch SGD on the
-    unsharded model and the global batch of all 4 ranks."""
+    """Row-wise, column-wise, table-wise and data-parallel tables in groups of 2; the single process is plain
+    PyTorch SGD on the unsharded model and the global batch of all 4 ranks."""
     pytest.importorskip("torchrec")
     out = tmp_path / "run.json"
     done = run_ranks(WORLD, ["-m", "plait.workloads.dlrm.worker", "--model", str(MODEL), "--placements", PLACEMENTS,
