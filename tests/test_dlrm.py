@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.workloads.dlrm.cost import Placement, estimate_dlrm, rank_loads
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.workloads.dlrm.search import plan_tables
+from plait.workloads.dlrm.cost import Placement, estimate_dlrm, rank_loads
 from plait.workloads.dlrm.model import DlrmSpec, Table, read_dlrm
+from plait.workloads.dlrm.search import plan_tables
 from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]

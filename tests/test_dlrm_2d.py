@@ -13,6 +13,7 @@ from plait.workloads.dlrm.cost import Placement, rank_loads
 from plait.workloads.dlrm.model import DlrmSpec, Table, read_dlrm
 from plait.workloads.dlrm.predict import parse_placements
 from plait.workloads.dlrm.worker import train
+from tests.inprocess import cli
 from tests.ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,3 +51,26 @@ def test_dmp_collection_trains_as_one_process_would_and_sends_the_predicted_byte
         assert counted == {"pooled_forward": load.pooled_out, "pooled_backward": load.pooled_in,
                            "inputs": load.index_out, "headers": load.header_bytes,
                            "replica_sync": load.replica_weight_bytes}  # SGD: no optimizer state to average
+
+
+def test_plan_searches_every_group_size_and_agrees_with_estimate() -> None:
+    """``plait plan`` costs the divisors of 16 as sparse group sizes; each step equals ``plait estimate
+    --sparse-group``'s for that size, and the winner is the fastest (groups of 2 for this tiny model: its tables
+    are small enough that averaging them across 8 replicas costs less than an all-to-all over 16 ranks)."""
+    args = ["--model", str(MODEL), "--gpus", "16", "--global-batch", "65536", "--json"]
+    code, out, err = cli(["plan", *args])
+    assert code == 0, err
+    planned = json.loads(out)
+    steps = {o["group"]: o["step_time_s"] for o in planned["sparse_groups"]}
+    assert sorted(steps) == [1, 2, 4, 8, 16]
+    for group, step in steps.items():
+        code, out, err = cli(["estimate", *args, "--sparse-group", str(group)])
+        assert code == 0, err
+        assert json.loads(out)["step_time_s"] == pytest.approx(step, rel=1e-12)
+    assert planned["plait"]["group"] == min(steps, key=steps.__getitem__) == 2
+
+
+def test_run_refuses_a_group_that_does_not_divide_the_ranks() -> None:
+    code, _, err = cli(["run", "--model", str(MODEL), "--gpus", "4", "--global-batch", "8", "--sparse-group", "3",
+                        "--dry-run"])
+    assert code == 2 and "group=3 must divide gpus=4" in err
