@@ -55,8 +55,7 @@ def test_dmp_collection_trains_as_one_process_would_and_sends_the_predicted_byte
 
 def test_plan_searches_every_group_size_and_agrees_with_estimate() -> None:
     """``plait plan`` costs the divisors of 16 as sparse group sizes; each step equals ``plait estimate
-    --sparse-group``'s for that size, and the winner is the fastest (groups of 2 for this tiny model: its tables
-    are small enough that averaging them across 8 replicas costs less than an all-to-all over 16 ranks)."""
+    --sparse-group``'s for that size, and the winner is the fastest."""
     args = ["--model", str(MODEL), "--gpus", "16", "--global-batch", "65536", "--json"]
     code, out, err = cli(["plan", *args])
     assert code == 0, err
@@ -67,7 +66,7 @@ def test_plan_searches_every_group_size_and_agrees_with_estimate() -> None:
         code, out, err = cli(["estimate", *args, "--sparse-group", str(group)])
         assert code == 0, err
         assert json.loads(out)["step_time_s"] == pytest.approx(step, rel=1e-12)
-    assert planned["plait"]["group"] == min(steps, key=steps.__getitem__) == 2
+    assert planned["plait"]["group"] == min(steps, key=steps.__getitem__)
 
 
 def test_run_refuses_a_group_that_does_not_divide_the_ranks() -> None:
