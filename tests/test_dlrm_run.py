@@ -36,4 +36,4 @@ def test_torchrec_trains_plaits_placement_as_one_process_would_and_sends_the_pre
     assert len(set(measured["losses"])) == STEPS  # the model moves
     for counted, load in zip(measured["bytes"], rank_loads(spec, placements, 2, 1, BATCH, 2), strict=True):
         assert counted == {"pooled_forward": load.pooled_out, "pooled_backward": load.pooled_in,
-                           "inputs": load.index_out, "headers": load.header_bytes, "replica_sync": 0}
+                           "inputs": load.index_out, "headers": load.header_bytes}

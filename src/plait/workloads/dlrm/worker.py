@@ -19,8 +19,9 @@ model assumes (:mod:`plait.workloads.dlrm.cost`), met exactly when a rank's ids 
 Counting: while a step runs, the torch.distributed collectives TorchRec calls (``all_to_all_single``,
 ``reduce_scatter_tensor``, ``all_gather_into_tensor``) are wrapped to add the bytes this rank sends to its peers, by
 kind: pooled embeddings in the forward pass and their gradients in the backward (floating point), ids and lengths
-(integer, with split sizes), and the split-size headers (integer, equal splits). DDP's all-reduce of the dense
-gradients runs in C++ and is not counted.
+(integer, with split sizes), and the split-size headers (integer, equal splits); with 2D sparse groups
+(``--sparse-group``, :mod:`plait.workloads.dlrm.two_d`), also the bytes each rank all-reduces across the replicas
+when the step ends. DDP's all-reduce of the dense gradients runs in C++ and is not counted.
 
 Rank 0 writes a JSON file (:func:`plait.run.gloo_job.run_job`): each step's global loss (the mean of the ranks'
 losses) and wall time, and each rank's counted bytes of the first step.
@@ -255,7 +256,7 @@ def train(spec: DlrmSpec, placements: list[Placement], batch: int, steps: int, o
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
-        counted.append(dict(counts))
+        counted.append({k: v for k, v in counts.items() if group < world or k != "replica_sync"})  # 2D only
     every = [None] * world
     dist.all_gather_object(every, counted[0])
     return {"losses": losses, "step_times_s": times, "bytes": every}
