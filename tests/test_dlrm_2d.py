@@ -69,7 +69,9 @@ def test_plan_searches_every_group_size_and_agrees_with_estimate() -> None:
     assert planned["plait"]["group"] == min(steps, key=steps.__getitem__)
 
 
-def test_run_refuses_a_group_that_does_not_divide_the_ranks() -> None:
+def test_run_refuses_a_group_that_does_not_divide_the_ranks_or_a_plan_without_tables() -> None:
     code, _, err = cli(["run", "--model", str(MODEL), "--gpus", "4", "--global-batch", "8", "--sparse-group", "3",
                         "--dry-run"])
     assert code == 2 and "group=3 must divide gpus=4" in err
+    code, _, err = cli(["run", "--plan", str(ROOT / "examples" / "tiny-plan.toml"), "--sparse-group", "2", "--dry-run"])
+    assert code == 2 and "--sparse-group=2: places a DLRM's tables" in err

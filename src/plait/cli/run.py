@@ -110,6 +110,8 @@ def run_command(
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
+    if sparse_group is not None:
+        raise ConfigError(f"--sparse-group={sparse_group}: places a DLRM's tables; pass --model with a DLRM TOML")
     config = WorkerConfig(plan=plan, steps=steps, keep=keep, on_nonfinite=on_nonfinite,  # type: ignore[arg-type]
                           slowdown=uneven.slowdown, batch_split=uneven.batch_split, stage_layers=uneven.stage_layers,
                           cluster=cluster, checkpoint_dir=checkpoint_dir, checkpoint_at=checkpoint_at,
