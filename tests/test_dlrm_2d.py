@@ -53,11 +53,12 @@ def test_dmp_collection_trains_as_one_process_would_and_sends_the_predicted_byte
                            "replica_sync": load.replica_weight_bytes}  # SGD: no optimizer state to average
 
 
-def test_plan_searches_every_group_size_and_agrees_with_estimate() -> None:
+def test_plan_searches_every_group_size_and_agrees_with_estimate(tmp_path: Path) -> None:
     """``plait plan`` costs the divisors of 16 as sparse group sizes; each step equals ``plait estimate
-    --sparse-group``'s for that size, and the winner is the fastest."""
+    --sparse-group``'s for that size, and the winner is the fastest; its export holds the run command."""
+    pytest.importorskip("torchrec")
     args = ["--model", str(MODEL), "--gpus", "16", "--global-batch", "65536", "--json"]
-    code, out, err = cli(["plan", *args])
+    code, out, err = cli(["plan", *args, "--export", str(tmp_path)])
     assert code == 0, err
     planned = json.loads(out)
     steps = {o["group"]: o["step_time_s"] for o in planned["sparse_groups"]}
@@ -66,7 +67,10 @@ def test_plan_searches_every_group_size_and_agrees_with_estimate() -> None:
         code, out, err = cli(["estimate", *args, "--sparse-group", str(group)])
         assert code == 0, err
         assert json.loads(out)["step_time_s"] == pytest.approx(step, rel=1e-12)
-    assert planned["plait"]["group"] == min(steps, key=steps.__getitem__)
+    winner = planned["plait"]["group"]
+    assert winner == min(steps, key=steps.__getitem__)
+    command = (tmp_path / "run_command.txt").read_text()
+    assert f"--sparse-group {winner} " in command if winner < 16 else "--sparse-group" not in command
 
 
 def test_run_refuses_a_group_that_does_not_divide_the_ranks_or_a_plan_without_tables() -> None:

@@ -20,7 +20,7 @@ from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, place
 from plait.workloads.dlrm.render import print_dlrm
 from plait.workloads.dlrm.torchrec import plan_json, sharding_plan, torchrec_placements
 
-EXPORTS = ("torchrec_plan.json", "placements.txt")
+EXPORTS = ("torchrec_plan.json", "placements.txt", "run_command.txt")
 
 
 def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, memory_margin: float, export: Path | None,
@@ -28,7 +28,8 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
     """plait's placement within the best 2D sparse group size (:mod:`plait.workloads.dlrm.groups`) with its
     per-rank balance; TorchRec's ``EmbeddingShardingPlanner`` on the same tables and
     topology, costed by the same model, with its own estimate beside; ``export``: plait's plan as TorchRec's
-    ``ShardingPlan`` (JSON) and as ``--placements`` text."""
+    ``ShardingPlan`` (JSON, for one group's ranks), as ``--placements`` text and as the ``plait run`` command with
+    its ``--sparse-group``."""
     if export is not None:  # TorchRec's ShardingPlan is built by TorchRec: refused before the search if absent
         require_extra("recsys", "plait plan --export of a DLRM")
         check_export_folder(export, EXPORTS, force)
@@ -43,6 +44,7 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
         plan = sharding_plan(ours.spec, ours.placements, ours.group, min(ours.cluster.gpus_per_node, ours.group))
         (export / "torchrec_plan.json").write_text(json.dumps(plan_json(plan), indent=1) + "\n")
         (export / "placements.txt").write_text(placements_text(ours.placements) + "\n")
+        (export / "run_command.txt").write_text(_run_command(workload, ours) + "\n")
     if as_json:
         print_json({"plait": ours.to_dict(), "sparse_groups": [o.to_dict() for o in ranked],
                     "torchrec": theirs.to_dict() if theirs else None,
@@ -51,9 +53,7 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
     console = rich_console()
     _print_groups(console, ranked)
     print_dlrm(console, ours)
-    group = f" --sparse-group {ours.group}" if ours.group < gpus else ""
-    console.print(f"run it: plait run --model {workload.source} --gpus {gpus} --global-batch {global_batch}{group} "
-                  f"--placements {placements_text(ours.placements)}")
+    console.print(f"run it: {_run_command(workload, ours)}")
     if theirs is None:
         console.print(f"TorchRec's planner not run: {why_not}")
         return
@@ -70,6 +70,13 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
                   "step its model predicts")
     if export is not None:
         console.print(f"wrote {', '.join(str(export / n) for n in EXPORTS)}")
+
+
+def _run_command(workload: Workload, ours: DlrmPrediction) -> str:
+    """The ``plait run`` command that trains ``ours`` (its group size and placements)."""
+    group = f" --sparse-group {ours.group}" if ours.group < ours.world else ""
+    return (f"plait run --model {workload.source} --gpus {ours.world} --global-batch {ours.batch * ours.world}{group} "
+            f"--placements {placements_text(ours.placements)}")
 
 
 def _print_groups(console: Console, ranked: list[GroupOption]) -> None:
