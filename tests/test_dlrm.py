@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.workloads.dlrm.cost import Placement, estimate_dlrm, rank_loads
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.workloads.dlrm.search import plan_tables
+from plait.workloads.dlrm.cost import Placement, estimate_dlrm, rank_loads
 from plait.workloads.dlrm.model import DlrmSpec, Table, read_dlrm
+from plait.workloads.dlrm.search import plan_tables
 from tests.inprocess import cli as _cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +45,12 @@ def test_row_wise_bytes_by_hand() -> None:
         assert (load.table_bytes, load.state_bytes) == (800, 200)
 
 
-def test_two_dimensional_replicas_reduce_the_touched_rows() -> None:
-    """2D sparse parallelism (000-09): 4 ranks in 2 groups of 2; each table-wise owner all-reduces the rows its
-    group touched, at most 2 x 3 samples x 2 ids = 12 of the 100 rows (12 x 16 B)."""
-    (owner, _) = rank_loads(ONE, [Placement("t", "table_wise", (0,))], group=2, replicas=2, batch=3, node=2)
-    assert owner.replica_reduce_bytes == 12 * 16
+def test_two_dimensional_replicas_average_the_held_table() -> None:
+    """2D sparse parallelism (000-09) as TorchRec's DMPCollection syncs it: 4 ranks in 2 groups of 2; the
+    table-wise owner all-reduces its whole table (100 rows x 16 B) and the rows' 4-byte AdaGrad states, the other
+    rank nothing."""
+    owner, other = rank_loads(ONE, [Placement("t", "table_wise", (0,))], group=2, replicas=2, batch=3, node=2)
+    assert (owner.replica_reduce_bytes, other.replica_reduce_bytes) == (100 * 16 + 100 * 4, 0)
 
 
 @pytest.mark.parametrize("placement, rule", [

@@ -59,6 +59,9 @@ def run_command(
     global_batch: Annotated[int, count("With a DLRM: samples per step.")] = 8,
     placements: Annotated[str | None, typer.Option(help="With a DLRM: each table's sharding, e.g. t0=row_wise,"
                                                         "t1=table_wise@1 (default: plait's planner).")] = None,
+    sparse_group: Annotated[int | None, typer.Option(help="With a DLRM: ranks that share the tables (2D sparse "
+                                                          "parallelism on TorchRec's DMPCollection: gpus / this many "
+                                                          "replicas, averaged after each step). [default: all]")] = None,
     optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "
                                                 "backward; the dense part takes SGD or AdaGrad).")] = "sgd",
     parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: ulysses=N or distrifusion=N.")] = None,
@@ -107,6 +110,8 @@ def run_command(
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
+    if sparse_group is not None:
+        raise ConfigError(f"--sparse-group={sparse_group}: places a DLRM's tables; pass --model with a DLRM TOML")
     config = WorkerConfig(plan=plan, steps=steps, keep=keep, on_nonfinite=on_nonfinite,  # type: ignore[arg-type]
                           slowdown=uneven.slowdown, batch_split=uneven.batch_split, stage_layers=uneven.stage_layers,
                           cluster=cluster, checkpoint_dir=checkpoint_dir, checkpoint_at=checkpoint_at,

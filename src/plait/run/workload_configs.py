@@ -61,6 +61,8 @@ class DlrmConfig:
     """sgd | rowwise_adagrad"""
     reference: int = 0
     """train one process on the global batch of this many ranks instead"""
+    sparse_group: int = 0
+    """ranks that share the tables (0: all; fewer: 2D sparse parallelism, TorchRec's DMPCollection)"""
     out: Path
     """JSON file rank 0 writes"""
 

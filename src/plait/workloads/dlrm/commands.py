@@ -48,5 +48,5 @@ def run(workload: Workload, options: Options) -> None:
         raise ConfigError(f"--optimizer={options['optimizer']!r} must be sgd or rowwise_adagrad")
     check_torchrec()
     predicted = predict(workload, options["cluster"] or "dgx-a100-ib", options["gpus"], options["global_batch"],
-                        placements=options["placements"])
+                        options["sparse_group"], options["placements"])
     run_dlrm(str(workload.source), predicted, options["steps"], options["optimizer"], options["dry_run"])

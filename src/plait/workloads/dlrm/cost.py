@@ -31,8 +31,12 @@ replicas of the tables. A rank serves ``B`` samples; its group serves ``G = B g`
   ``B`` lengths.
 - **data_parallel**: every rank holds the table, looks up its own ``B p`` ids and all-reduces the whole table's
   gradient over the group (TorchRec's data-parallel sharding: DDP over the table); no input moves.
-- Across the ``W / g`` replicas of 2D sparse parallelism, each table's touched rows' gradients are
-  all-reduced: ``min(R, G p) d e`` (000-09, Sec. 3.2).
+- Across the ``W / g`` replicas of 2D sparse parallelism, each rank's fused shards (every sharding type but
+  data-parallel) are averaged after every step, weights and optimizer states: every held row, ``d e + 4`` bytes a
+  row (row-wise AdaGrad's one fp32 state), all-reduced over the replicas. That is TorchRec's ``DMPCollection.sync``
+  (``allreduce_coalesced`` with ``ReduceOp.AVG`` on its replica group, torchrec/distributed/model_parallel.py
+  @1.8.0), the implementation of 000-09 (Zhang et al., arXiv 2508.03854) that ``plait run`` trains
+  (:mod:`plait.workloads.dlrm.two_d`); the optimizer fused into the backward pass leaves no gradient to reduce.
 
 The dense part (bottom and top MLPs, the interaction) is data-parallel over all ``W`` ranks: its GEMMs at the
 accelerator's GEMM curve and one fp32 all-reduce of its gradients. A step is the busiest rank's lookups, its
@@ -95,11 +99,18 @@ class RankLoad:
     """Split sizes sent to the peers (as many received)."""
     dense_reduce_bytes: float = 0.0
     """Gradients of data-parallel tables, all-reduced over every rank."""
-    replica_reduce_bytes: float = 0.0
-    """Touched rows' gradients all-reduced across the 2D replicas."""
+    replica_weight_bytes: float = 0.0
+    """Held fused shards' weights all-reduced across the 2D replicas after each step."""
+    replica_state_bytes: float = 0.0
+    """Their row-wise AdaGrad states, all-reduced likewise."""
     table_bytes: float = 0.0
     state_bytes: float = 0.0
     tables: list[str] = field(default_factory=list)
+
+    @property
+    def replica_reduce_bytes(self) -> float:
+        """Bytes all-reduced across the 2D replicas after each step (module docstring)."""
+        return self.replica_weight_bytes + self.replica_state_bytes
 
     @property
     def a2a_bytes(self) -> float:
@@ -194,14 +205,24 @@ def rank_loads(spec: DlrmSpec, placements: list[Placement], group: int, replicas
                 _lookup(loads[r], batch * p, batch, t.dim, e)
                 _hold(loads[r], t.rows, t.dim, e, t.name)
                 loads[r].dense_reduce_bytes += t.rows * t.dim * 4.0  # the whole table's gradient, fp32
-        if replicas > 1 and place.sharding != "data_parallel":  # 2D: the touched rows across the replicas
-            touched = min(t.rows, g_samples * p) * t.dim * e
+        if replicas > 1 and place.sharding != "data_parallel":  # 2D: each held shard across the replicas
+            rows, width = _shard_shape(t, place)
             for r in owners:
-                loads[r].replica_reduce_bytes += touched / len(owners)
+                loads[r].replica_weight_bytes += rows * width * e
+                loads[r].replica_state_bytes += rows * STATE_BYTES
     moved = {p.sharding for p in placements} - {"data_parallel"}  # one input all-to-all per sharding type
     for load in loads:
         load.header_bytes = len(moved) * (group - 1) * HEADER_BYTES
     return loads
+
+
+def _shard_shape(table: Table, place: Placement) -> tuple[float, int]:
+    """Rows and columns of each of ``place``'s shards of ``table``."""
+    if place.sharding == "column_wise":
+        return table.rows, table.dim // len(place.ranks)
+    if place.sharding in ("row_wise", "table_row_wise"):
+        return table.rows / len(place.ranks), table.dim
+    return table.rows, table.dim
 
 
 def block_penalty(dim: int) -> float:
@@ -251,7 +272,9 @@ def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster,
     """Per-rank time and memory of one step of ``batch`` samples per rank on ``world`` ranks of ``cluster``, tables
     placed within groups of ``group`` ranks (default: all; module docstring). A rank's time is its lookups, its
     all-to-all bytes over the group's tier (each collective waits for its busiest rank: the step takes the
-    largest), and its all-reduces."""
+    largest), and its all-reduces. Groups are strided as TorchRec's ``DMPCollection`` lays them out by default
+    (group ``j``: ranks ``j, j + W/g, ...``), so that each shard's replicas are neighbouring ranks, inside a node
+    where they fit (its ``use_inter_host_allreduce=False``, model_parallel.py @1.8.0)."""
     group = group or world
     if group <= 0 or world % group:
         raise ConfigError(f"group={group} must divide world={world} (2D sparse parallelism: replicated groups)")
@@ -267,9 +290,9 @@ def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster,
     pooled = 4 * batch * sum(t.dim * OUTPUT_BYTES for t in spec.tables)  # outputs and gradients, both ways
     every_rank = DENSE_STATE_BYTES * spec.mlp_params() + pooled
     for load in loads:
-        a2a = float(collective_s(cluster, "all_to_all", group, 1, load.a2a_bytes * spread))
+        a2a = float(collective_s(cluster, "all_to_all", group, world // group, load.a2a_bytes * spread))
         reduce = float(collective_s(cluster, "all_reduce", world, 1, load.dense_reduce_bytes))
-        reduce += float(collective_s(cluster, "all_reduce", world // group, group, load.replica_reduce_bytes))
+        reduce += float(collective_s(cluster, "all_reduce", world // group, 1, load.replica_reduce_bytes))
         parts.append((load.lookup_bytes / hbm, a2a, reduce))
         times.append(sum(parts[-1]))
         memories.append(load.table_bytes + load.state_bytes + every_rank)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from plait.workloads.dlrm.cost import DlrmEstimate, Placement, RankLoad, estimate_dlrm, rank_loads
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workloads.dlrm.search import plan_tables
+from plait.workloads.dlrm.cost import DlrmEstimate, Placement, RankLoad, estimate_dlrm, rank_loads
 from plait.workloads.dlrm.model import DlrmSpec
+from plait.workloads.dlrm.search import plan_tables
 
 
 def parse_placements(text: str, spec: DlrmSpec, group: int) -> list[Placement]:

@@ -36,11 +36,12 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
     check_cpu_machine(gpus, predicted.estimate.max_memory_bytes)
     console = rich_console()
     text = placements_text(predicted.placements)
-    console.print(f"placements ({predicted.chosen_by}): {text}")
+    console.print(f"placements ({predicted.chosen_by}): {text}" + (
+        f"; sparse groups of {predicted.group} ranks (TorchRec's DMPCollection)" if predicted.group < gpus else ""))
     if dry_run:
         return
-    config = DlrmConfig(model=Path(model), placements=text, batch=predicted.batch, steps=steps,
-                        optimizer=optimizer, out=Path("unused"))  # type: ignore[arg-type]
+    config = DlrmConfig(model=Path(model), placements=text, batch=predicted.batch, steps=steps,  # type: ignore[arg-type]
+                        optimizer=optimizer, sparse_group=predicted.group, out=Path("unused"))
     measured = run_worker(WORKER, gpus, config)
     table = titled_table(f"{predicted.spec.name} on {gpus} ranks, {predicted.batch} samples per rank")
     for col in ("", "measured", "predicted"):
@@ -49,9 +50,17 @@ def run_dlrm(model: str, predicted: DlrmPrediction, steps: int, optimizer: str, 
     table.add_row("step time ms (median after step 1)", f"{1e3 * statistics.median(steady):.3f}",
                   f"{1e3 * predicted.estimate.step_s:.3f}")
     table.add_row("loss first / last", f"{measured['losses'][0]:.4f} / {measured['losses'][-1]:.4f}", "")
-    for r, (counted, load) in enumerate(zip(measured["bytes"], predicted.loads, strict=True)):
+    step = gpus // predicted.group  # DMPCollection's strided groups: rank k is rank k // step of its group
+    for r, counted in enumerate(measured["bytes"]):
+        load = predicted.loads[r // step]
+        sync = load.replica_weight_bytes + (load.replica_state_bytes if optimizer == "rowwise_adagrad" else 0)
         table.add_row(f"rank {r} embedding bytes sent (pooled fwd + bwd + inputs + headers)",
-                      f"{sum(counted.values()):,}",
+                      f"{sum(v for k, v in counted.items() if k != 'replica_sync'):,}",
                       f"{load.pooled_out + load.pooled_in + load.index_out + load.header_bytes:,.0f}")
+        if step > 1:
+            table.add_row(f"rank {r} bytes all-reduced across the {step} replicas", f"{counted['replica_sync']:,}",
+                          f"{sync:,.0f}")
     console.print(table)
+    if step > 1 and optimizer != "rowwise_adagrad":
+        console.print(f"note: {optimizer} keeps no optimizer state: the replicas average the weights only")
     console.print(f"note: predicted for {predicted.cluster.name}, not this machine's ranks; bytes are counted per step")

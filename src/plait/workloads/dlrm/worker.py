@@ -19,8 +19,9 @@ model assumes (:mod:`plait.workloads.dlrm.cost`), met exactly when a rank's ids 
 Counting: while a step runs, the torch.distributed collectives TorchRec calls (``all_to_all_single``,
 ``reduce_scatter_tensor``, ``all_gather_into_tensor``) are wrapped to add the bytes this rank sends to its peers, by
 kind: pooled embeddings in the forward pass and their gradients in the backward (floating point), ids and lengths
-(integer, with split sizes), and the split-size headers (integer, equal splits). DDP's all-reduce of the dense
-gradients runs in C++ and is not counted.
+(integer, with split sizes), and the split-size headers (integer, equal splits); with 2D sparse groups
+(``--sparse-group``, :mod:`plait.workloads.dlrm.two_d`), also the bytes each rank all-reduces across the replicas
+when the step ends. DDP's all-reduce of the dense gradients runs in C++ and is not counted.
 
 Rank 0 writes a JSON file (:func:`plait.run.gloo_job.run_job`): each step's global loss (the mean of the ranks'
 losses) and wall time, and each rank's counted bytes of the first step.
@@ -47,11 +48,12 @@ from plait.workloads.dlrm.cost import Placement
 from plait.workloads.dlrm.model import DlrmSpec, read_dlrm
 from plait.workloads.dlrm.predict import parse_placements
 from plait.workloads.dlrm.torchrec import embedding_bags, sharding_plan
+from plait.workloads.dlrm.two_d import collection, counted_sync, group_rank
 
 SPARSE_PATH = "model.sparse_arch.embedding_bag_collection"
 """The embedding collection's path in ``DLRMTrain``: the key of the sharding plan."""
 LEARNING_RATE = 0.05
-KINDS = ("pooled_forward", "pooled_backward", "inputs", "headers")
+KINDS = ("pooled_forward", "pooled_backward", "inputs", "headers", "replica_sync")
 
 
 def build(spec: DlrmSpec, device: str) -> Any:
@@ -126,7 +128,8 @@ def seed_of(step: int, rank: int) -> int:
 
 @contextlib.contextmanager
 def counting(world: int, rank: int) -> Iterator[dict[str, int]]:
-    """Bytes this rank sends to its peers by kind (module docstring), while the block runs."""
+    """Bytes this rank sends to its peers by kind (module docstring), while the block runs; ``world`` and ``rank``:
+    the size of the group the embedding collectives span and this rank's index in it."""
     counts = dict.fromkeys(KINDS, 0)
     originals = {name: getattr(dist, name) for name in ("all_to_all_single", "reduce_scatter_tensor",
                                                          "all_gather_into_tensor")}
@@ -161,27 +164,41 @@ def counting(world: int, rank: int) -> Iterator[dict[str, int]]:
             setattr(dist, name, fn)
 
 
-def _sharded(spec: DlrmSpec, placements: list[Placement], full: Any, fused: dict[str, Any]) -> Any:
-    """The DMP-sharded model holding ``full``'s weights."""
+def _sharded(spec: DlrmSpec, placements: list[Placement], full: Any, fused: dict[str, Any], group: int) -> Any:
+    """The model sharded within groups of ``group`` ranks, holding ``full``'s weights: by TorchRec's
+    ``DistributedModelParallel`` over all ranks, or by its ``DMPCollection`` (:mod:`plait.workloads.dlrm.two_d`)."""
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
-
     world = dist.get_world_size()
-    plan = sharding_plan(spec, placements, world, world, device_type="cpu", path=SPARSE_PATH)
-    model = DistributedModelParallel(build(spec, "meta"), device=torch.device("cpu"), plan=plan,
-                                     sharders=[EmbeddingBagCollectionSharder(fused_params=fused)])
+    plan = sharding_plan(spec, placements, group, group, device_type="cpu", path=SPARSE_PATH)
+    sharders = [EmbeddingBagCollectionSharder(fused_params=fused)]
+    if group < world:
+        model = collection(build(spec, "meta"), plan, group, sharders)
+    else:
+        model = DistributedModelParallel(build(spec, "meta"), device=torch.device("cpu"), plan=plan, sharders=sharders)
     weights = full.state_dict()
     with torch.no_grad():
         for key, value in model.state_dict().items():
-            if hasattr(value, "local_shards"):  # ShardedTensor: copy each local shard's slice of the table
-                for shard in value.local_shards():
-                    rows, cols = shard.metadata.shard_offsets
-                    h, w = shard.metadata.shard_sizes
-                    shard.tensor.copy_(weights[key][rows:rows + h, cols:cols + w])
-            else:
+            shards = _local_shards(value)
+            if shards is None:
                 value.copy_(weights[key])
+            for shard, (rows, cols) in shards or []:  # each local shard's slice of the table
+                shard.copy_(weights[key][rows:rows + shard.shape[0], cols:cols + shard.shape[1]])
     return model
+
+
+def _local_shards(value: Any) -> list[tuple[torch.Tensor, tuple[int, int]]] | None:
+    """A sharded table's local shards with their (row, column) offsets: a ``ShardedTensor`` (TorchRec's
+    ``DistributedModelParallel``) or a ``DTensor`` over TorchRec's ``LocalShardsWrapper`` (its ``DMPCollection``);
+    ``None`` for a plain tensor."""
+    if hasattr(value, "local_shards"):
+        return [(s.tensor, tuple(s.metadata.shard_offsets)) for s in value.local_shards()]  # type: ignore[misc]
+    local = value.to_local() if hasattr(value, "to_local") else None
+    if local is not None and hasattr(local, "local_shards"):
+        shards = local.local_shards()  # a rank without shards has none, but one empty chunk's offsets
+        return [(t, tuple(o)) for t, o in zip(shards, local.local_offsets()[:len(shards)], strict=True)]  # type: ignore[misc]
+    return None
 
 
 def _fused(optimizer: str) -> dict[str, Any]:
@@ -198,9 +215,10 @@ def _dense_optimizer(optimizer: str, params: list[torch.Tensor]) -> torch.optim.
 
 
 def train(spec: DlrmSpec, placements: list[Placement], batch: int, steps: int, optimizer: str,
-          reference_ranks: int = 0) -> dict[str, Any]:
-    """Train ``steps`` steps (module docstring); ``reference_ranks``: instead, one process on the global batch of
-    that many ranks, plain PyTorch (no sharding, no TorchRec optimizer)."""
+          reference_ranks: int = 0, group: int = 0) -> dict[str, Any]:
+    """Train ``steps`` steps (module docstring); ``group``: ranks that share the tables (0: all; fewer: 2D sparse
+    parallelism, the replicas synced after each step); ``reference_ranks``: instead, one process on the global
+    batch of that many ranks, plain PyTorch (no sharding, no TorchRec optimizer)."""
     torch.manual_seed(0)
     full = build(spec, "cpu")
     losses, times, counted = [], [], []
@@ -220,21 +238,25 @@ def train(spec: DlrmSpec, placements: list[Placement], batch: int, steps: int, o
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = _sharded(spec, placements, full, _fused(optimizer))
+    group = group or world
+    model = _sharded(spec, placements, full, _fused(optimizer), group)
     dense = _dense_optimizer(optimizer, [p for _, p in in_backward_optimizer_filter(model.named_parameters())])
     for step in range(steps):
         data = synthetic_batch(spec, placements, batch, seed_of(step, rank))
         began = time.perf_counter()
-        with counting(world, rank) as counts:
+        with counting(group, group_rank(rank, world, group)) as counts:
             loss, _ = model(data)
             dense.zero_grad()
             loss.backward()
             dense.step()
+            if group < world:  # the replicas' tables averaged after every step (two_d module docstring)
+                counted_sync(model, counts)
+                model.sync()
         times.append(time.perf_counter() - began)
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
-        counted.append(dict(counts))
+        counted.append({k: v for k, v in counts.items() if group < world or k != "replica_sync"})  # 2D only
     every = [None] * world
     dist.all_gather_object(every, counted[0])
     return {"losses": losses, "step_times_s": times, "bytes": every}
@@ -245,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     spec = read_dlrm(args.model)
 
     def work() -> dict[str, Any]:
-        placements = parse_placements(args.placements, spec, args.reference or dist.get_world_size())
+        placements = parse_placements(args.placements, spec, args.sparse_group or args.reference
+                                      or dist.get_world_size())
         check_runnable(spec, placements, args.batch)
-        return train(spec, placements, args.batch, args.steps, args.optimizer, args.reference)
+        return train(spec, placements, args.batch, args.steps, args.optimizer, args.reference, args.sparse_group)
 
     return run_job(args.out, bool(args.reference), work)
 
