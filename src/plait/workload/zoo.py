@@ -18,7 +18,6 @@ from typing import Any
 
 from plait.errors import MissingExtra
 
-
 IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 """Loggers that warn while ``transformers`` imports, about nothing plait uses: torchao (which ``transformers``
 imports for its quantizers wherever it is installed) failing to load its CUDA kernels on a CPU build, and torch's
