@@ -114,28 +114,20 @@ def test_multi_hot_moves_more_ids_but_no_more_pooled_bytes(dims: list[int], grou
         assert b.lookup_bytes >= a.lookup_bytes
 
 
-@pytest.mark.parametrize("edit, rule", [
-    (lambda s: s.replace('interaction = "cat"\n', ""), 'dim=4 must equal the bottom MLP\'s output 8 with interaction "dot"'),
-    (lambda s: s.replace('interaction = "cat"', 'interaction = "sideways"'), "interaction='sideways' must be one of dot, cat"),
-    (lambda s: s.replace('pooling_mode = "mean"', 'pooling_mode = "max"', 1), "pooling_mode='max' must be one of sum, mean"),
-    (lambda s: s.replace('name = "t1"', 'name = "t1"\npart = "wide"'), 'part="wide" needs architecture="wide_deep" and dim=1'),
-], ids=["dot-mixed", "interaction", "pooling-mode", "wide-in-dlrm"])
-def test_bad_cat_files_are_one_line(tmp_path: Path, edit, rule: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("good, edit, rule", [
+    (CAT, lambda s: s.replace('interaction = "cat"\n', ""), 'dim=4 must equal the bottom MLP\'s output 8 with interaction "dot"'),
+    (CAT, lambda s: s.replace('interaction = "cat"', 'interaction = "sideways"'), "interaction='sideways' must be one of dot, cat"),
+    (CAT, lambda s: s.replace('pooling_mode = "mean"', 'pooling_mode = "max"', 1), "pooling_mode='max' must be one of sum, mean"),
+    (CAT, lambda s: s.replace('name = "t1"', 'name = "t1"\npart = "wide"'), 'part="wide" needs architecture="wide_deep" and dim=1'),
+    (WIDE, lambda s: s.replace('interaction = "cat"', 'interaction = "dot"'), 'architecture "wide_deep" takes interaction "cat"'),
+    (WIDE, lambda s: s.replace('part = "wide"\n', ""), 'at least one part="wide" table'),
+    (WIDE, lambda s: s.replace("dim = 1\npooling = 2.0", "dim = 2\npooling = 2.0"), 'needs architecture="wide_deep" and dim=1'),
+    (WIDE, lambda s: s.replace("bottom_mlp = []", 'bottom_mlp = []\ninteraction_op = "cat"'), "unknown key 'interaction_op'"),
+], ids=["dot-mixed", "interaction", "pooling-mode", "wide-in-dlrm", "dot", "no-wide", "wide-dim", "unknown-key"])
+def test_bad_recommendation_files_are_one_line(tmp_path: Path, good: Path, edit, rule: str) -> None:  # type: ignore[no-untyped-def]
+    """A broken edit of a good cat or Wide & Deep file: exit 2, one line naming the rule."""
     model = tmp_path / "bad.toml"
-    model.write_text(edit(CAT.read_text()))
-    code, _, err = cli(["estimate", "--model", str(model), "--gpus", "2", "--global-batch", "8"])
-    assert code == 2 and rule in err and len(err.strip().splitlines()) == 1, err
-
-
-@pytest.mark.parametrize("edit, rule", [
-    (lambda s: s.replace('interaction = "cat"', 'interaction = "dot"'), 'architecture "wide_deep" takes interaction "cat"'),
-    (lambda s: s.replace('part = "wide"\n', ""), 'at least one part="wide" table'),
-    (lambda s: s.replace("dim = 1\npooling = 2.0", "dim = 2\npooling = 2.0"), 'needs architecture="wide_deep" and dim=1'),
-    (lambda s: s.replace("bottom_mlp = []", 'bottom_mlp = []\ninteraction_op = "cat"'), "unknown key 'interaction_op'"),
-], ids=["dot", "no-wide", "wide-dim", "unknown-key"])
-def test_bad_wide_deep_files_are_one_line(tmp_path: Path, edit, rule: str) -> None:  # type: ignore[no-untyped-def]
-    model = tmp_path / "bad.toml"
-    model.write_text(edit(WIDE.read_text()))
+    model.write_text(edit(good.read_text()))
     code, _, err = cli(["estimate", "--model", str(model), "--gpus", "2", "--global-batch", "8"])
     assert code == 2 and rule in err and len(err.strip().splitlines()) == 1, err
 
