@@ -92,3 +92,38 @@ def test_matrix_units_are_read_from_the_datasheet_peaks() -> None:
     assert [n for n in ("k80", "p100", "p100-pcie") if get_accelerator(n).has_matrix_units] == []
     # Volta and Turing (8x), and every part whose datasheet lists bf16 or TF32 (L20's fp16 is 2x its fp32)
     assert all(get_accelerator(n).has_matrix_units for n in ("v100", "t4", "l20", "a100-80gb", "mi250x"))
+
+
+def test_the_command_line_costs_a_loader_and_a_layout_for_a_traced_module() -> None:
+    """``--loader KIND:workers=N`` and ``--channels-last`` reach the estimate: ResNet-50 in fp16 on a DGX-1's V100s,
+    256 images per GPU a step through 2 JPEG workers per GPU take 256 x 2.1 ms / 2 = 0.269 s of host time (the
+    packaged per-image figure), which the step then waits for; without them the estimate says what it assumed."""
+    pytest.importorskip("transformers")
+    import json
+
+    from tests.inprocess import cli
+
+    base = ["estimate", "--model", "plait.workload.zoo:resnet50", "--cluster", "dgx1-v100", "--gpus", "8",
+            "--global-batch", "2048", "--precision", "fp16", "--json"]
+    code, out, err = cli(base)
+    assert code == 0, err
+    plain = json.loads(out)
+    assert any("no data loader costed" in w for w in plain["warnings"])
+    code, out, err = cli([*base, "--loader", "framework_jpeg:workers=2", "--channels-last"])
+    assert code == 0, err
+    fed = json.loads(out)
+    assert fed["step_time_s"] == pytest.approx(256 * get_loader("framework_jpeg").host_s_per_sample.value / 2)
+    assert not [w for w in fed["warnings"] if "no data loader" in w or "NCHW" in w]
+
+
+@pytest.mark.parametrize(("argv", "rule"), [
+    (["--model", "llama3-8b", "--loader", "dali_gpu"], "--loader and --channels-last describe a traced module"),
+    (["--model", "llama3-8b", "--channels-last"], "--loader and --channels-last describe a traced module"),
+    (["--model", "plait.workload.zoo:resnet50", "--loader", "jpeg"], "loader='jpeg' is not one of framework_jpeg"),
+    (["--model", "plait.workload.zoo:resnet50", "--loader", "dali_cpu:workers=0"], "the only option is workers=N"),
+])
+def test_loader_options_are_refused_in_one_line(argv: list[str], rule: str) -> None:
+    from tests.inprocess import cli
+
+    code, _, err = cli(["estimate", *argv])
+    assert code == 2 and rule in err and len(err.strip().splitlines()) == 1, err

@@ -9,6 +9,7 @@ import typer
 
 from plait.cli.options import (
     DEFAULT_GPUS,
+    ChannelsLastOption,
     ClusterOption,
     CpAttentionOption,
     CpOption,
@@ -22,6 +23,7 @@ from plait.cli.options import (
     InputDtypeOption,
     InputShapeOption,
     JsonOption,
+    LoaderOption,
     MicroBatchOption,
     ModelOption,
     OffloadOptimizerOption,
@@ -82,6 +84,8 @@ def estimate_command(
     as_json: JsonOption = False,
     input_shape: InputShapeOption = None,
     input_dtype: InputDtypeOption = None,
+    loader: LoaderOption = None,
+    channels_last: ChannelsLastOption = False,
     placements: Annotated[str | None, typer.Option(help="With a DLRM TOML: each table's sharding, e.g. t0=row_wise,t1=table_wise@3,t2=column_wise@0+1 (table_wise, column_wise, row_wise, table_row_wise, data_parallel). [default: plait's planner]")] = None,
     sparse_group: Annotated[int | None, typer.Option(help="With a DLRM TOML: ranks that share the tables (2D sparse parallelism: gpus / this many replicas). [default: all]")] = None,
     gnn_strategy: GnnStrategyOption = "sampled_dp",

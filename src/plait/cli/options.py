@@ -90,4 +90,11 @@ InputShapeOption = Annotated[str | None, typer.Option(
 InputDtypeOption = Annotated[str | None, typer.Option(
     "--input-dtype", help="With --model MODULE:FACTORY: float32 | bfloat16 | float16 | int64. [default: the "
                           "factory's, else float32]")]
+LoaderOption = Annotated[str | None, typer.Option(
+    "--loader", help="With --model MODULE:FACTORY: the input pipeline, KIND[:workers=N] (framework_jpeg | dali_cpu "
+                     "| dali_gpu | pretokenized | synthetic; N loader workers per GPU); the step waits for the slower "
+                     "of loader and device. [default: none costed, the input ready on the device]")]
+ChannelsLastOption = Annotated[bool, typer.Option(
+    "--channels-last", help="With --model MODULE:FACTORY: convolutions' activations stored NHWC "
+                            "(torch.channels_last), so tensor cores run them without layout transposes.")]
 

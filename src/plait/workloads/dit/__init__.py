@@ -26,7 +26,7 @@ def _given(options: Options) -> str | None:
 
 
 KIND = WorkloadKind(name="dit", label="DiT", runtime="xDiT", recognises=is_dit_file, read=lambda name: read_dit(Path(str(name))),
-                    options_given=_given, refuses=("dlrm",), estimate=lazy(f"{COMMANDS}:estimate"),
+                    options_given=_given, refuses=("dlrm", "traced"), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
                     validation=Validation(option="dit", read=lazy("plait.workloads.dit.validate:validate_dit"),
                                           title="DiT inference: latency",

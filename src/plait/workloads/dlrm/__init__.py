@@ -25,5 +25,5 @@ def _given(options: Options) -> str | None:
 
 
 KIND = WorkloadKind(name="dlrm", label="DLRM", recognises=is_dlrm_file, read=lambda name: read_dlrm(Path(str(name))),
-                    options_given=_given, estimate=lazy(f"{COMMANDS}:estimate"), plan=lazy(f"{COMMANDS}:plan"),
+                    options_given=_given, refuses=("traced",), estimate=lazy(f"{COMMANDS}:estimate"), plan=lazy(f"{COMMANDS}:plan"),
                     run=lazy(f"{COMMANDS}:run"), runtime="TorchRec")

@@ -30,7 +30,7 @@ def _given(options: Options) -> str | None:
 
 
 KIND = WorkloadKind(name="gnn", label="GNN", runtime="PyG or DGL (--gnn-library)", recognises=is_gnn_file, read=lambda name: read_gnn(Path(str(name))),
-                    options_given=_given, refuses=("dlrm",), estimate=lazy(f"{COMMANDS}:estimate"),
+                    options_given=_given, refuses=("dlrm", "traced"), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
                     validation=Validation(option="gnn", read=lazy("plait.workloads.gnn.validate:validate_gnn"),
                                           title="GNN training: epoch-time",

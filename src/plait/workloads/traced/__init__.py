@@ -6,7 +6,7 @@ costed (:mod:`.cost`, :mod:`.predict`) and searched (:mod:`.search`), its measur
 from __future__ import annotations
 
 from plait.workload.catalog import is_traced_name
-from plait.workloads import Validation, WorkloadKind, lazy
+from plait.workloads import Options, Validation, WorkloadKind, lazy
 
 COMMANDS = "plait.workloads.traced.commands"
 VALIDATE = "plait.workloads.traced.validate"
@@ -17,8 +17,14 @@ def _is_traced(name: str | None) -> bool:
     return name is not None and is_traced_name(name)
 
 
+def _given(options: Options) -> str | None:
+    if options.get("loader") or options.get("channels_last"):
+        return "--loader and --channels-last describe a traced module's input and layout: pass --model MODULE:FACTORY"
+    return None
+
+
 KIND = WorkloadKind(name="traced", label="traced module", recognises=_is_traced, read=lambda name: name,
-                    refuses=("dlrm", "dit", "gnn"), price=lazy(f"{COMMANDS}:price"), plan=lazy(f"{COMMANDS}:plan"),
+                    options_given=_given, refuses=("dlrm", "dit", "gnn"), price=lazy(f"{COMMANDS}:price"), plan=lazy(f"{COMMANDS}:plan"),
                     # a traced module trains under torch.distributed's DDP, FSDP2 and pipelining, which plait's
                     # runtime is (plait engines), not under Megatron-Core's transformer layers
                     engine="plait",

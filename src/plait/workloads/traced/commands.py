@@ -17,7 +17,7 @@ from plait.sync import ALLREDUCE, parse
 from plait.terminal import rich_console, titled_table
 from plait.units import GIB
 from plait.workloads import Options, Workload
-from plait.workloads.traced.predict import parse_shape, predict_traced
+from plait.workloads.traced.predict import parse_loader, parse_shape, predict_traced
 from plait.workloads.traced.search import search_traced
 from plait.workloads.traced.tracing import storage_dtype, trace
 
@@ -36,7 +36,8 @@ def price(workload: Workload, options: Options) -> Estimate:
     work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"],
                  storage_dtype(options["precision"]))
     return predict_traced(work, resolve_cluster(options["cluster"] or DEFAULT_CLUSTER), plan,
-                          get_engine(options["engine"] or workload.kind.engine or DEFAULT_ENGINE))
+                          get_engine(options["engine"] or workload.kind.engine or DEFAULT_ENGINE),
+                          parse_loader(options["loader"]), options["channels_last"])
 
 
 def plan(workload: Workload, options: Options) -> None:

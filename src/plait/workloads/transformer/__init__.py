@@ -19,5 +19,5 @@ def _read(name: str | None) -> ModelSpec:
 
 
 KIND = WorkloadKind(name="transformer", label="transformer", recognises=lambda name: True, read=_read,
-                    refuses=("dlrm", "dit", "gnn"), price=lazy(f"{ESTIMATE}:price"), job=lazy(f"{ESTIMATE}:job"), plan=lazy(f"{COMMANDS}:plan"),
+                    refuses=("dlrm", "dit", "gnn", "traced"), price=lazy(f"{ESTIMATE}:price"), job=lazy(f"{ESTIMATE}:job"), plan=lazy(f"{COMMANDS}:plan"),
                     mixed=True)
