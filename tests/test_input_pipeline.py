@@ -117,13 +117,31 @@ def test_the_command_line_costs_a_loader_and_a_layout_for_a_traced_module() -> N
 
 
 @pytest.mark.parametrize(("argv", "rule"), [
-    (["--model", "llama3-8b", "--loader", "dali_gpu"], "--loader and --channels-last describe a traced module"),
-    (["--model", "llama3-8b", "--channels-last"], "--loader and --channels-last describe a traced module"),
-    (["--model", "plait.workload.zoo:resnet50", "--loader", "jpeg"], "loader='jpeg' is not one of framework_jpeg"),
-    (["--model", "plait.workload.zoo:resnet50", "--loader", "dali_cpu:workers=0"], "the only option is workers=N"),
+    (["estimate", "--model", "llama3-8b", "--loader", "dali_gpu"], "--loader and --channels-last describe a traced"),
+    (["estimate", "--model", "llama3-8b", "--channels-last"], "--loader and --channels-last describe a traced module"),
+    (["plan", "--model", "llama3-8b", "--loader", "dali_gpu"], "--loader and --channels-last describe a traced module"),
+    (["plan", "--cluster", "h100-b200-ib", "--channels-last"], "--loader and --channels-last describe a traced"),
+    (["estimate", "--model", "plait.workload.zoo:resnet50", "--loader", "jpeg"], "loader='jpeg' is not one of"),
+    (["plan", "--model", "plait.workload.zoo:resnet50", "--loader", "dali_cpu:workers=0"], "the only option is workers"),
 ])
 def test_loader_options_are_refused_in_one_line(argv: list[str], rule: str) -> None:
     from tests.inprocess import cli
 
-    code, _, err = cli(["estimate", *argv])
+    code, _, err = cli(argv)
     assert code == 2 and rule in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_planner_ranks_traced_plans_fed_by_the_loader() -> None:
+    """``plait plan --loader``: every plan of the search waits for the same loader, so the best one's step is the
+    loader's time where the loader is the slower stream (the command-line test above, searched)."""
+    pytest.importorskip("transformers")
+    import json
+
+    from tests.inprocess import cli
+
+    code, out, err = cli(["plan", "--model", "plait.workload.zoo:resnet50", "--cluster", "dgx1-v100", "--gpus", "8",
+                          "--global-batch", "2048", "--precision", "fp16", "--loader", "framework_jpeg:workers=2",
+                          "--top", "1", "--json"])
+    assert code == 0, err
+    best = json.loads(out)["top"][0]
+    assert best["step_time_s"] == pytest.approx(256 * get_loader("framework_jpeg").host_s_per_sample.value / 2)

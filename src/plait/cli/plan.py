@@ -14,6 +14,7 @@ from plait.cli.options import (
     DEFAULT_GPUS,
     DEFAULT_MODEL,
     ENGINE_WORDS,
+    ChannelsLastOption,
     ClusterOption,
     ForceOption,
     GpusOption,
@@ -21,6 +22,7 @@ from plait.cli.options import (
     InputDtypeOption,
     InputShapeOption,
     JsonOption,
+    LoaderOption,
     ModelOption,
     SeqLenOption,
     TokensOption,
@@ -31,7 +33,7 @@ from plait.errors import ConfigError
 from plait.hardware.mixed_catalog import mixed_cluster
 from plait.search.planner import check_objective
 from plait.search.planner import parse_batches as _batches
-from plait.workloads import entry, load, refuse_engine
+from plait.workloads import entry, load, refuse_engine, refuse_foreign_options
 
 
 def plan_command(
@@ -65,6 +67,8 @@ def plan_command(
     as_json: JsonOption = False,
     input_shape: InputShapeOption = None,
     input_dtype: InputDtypeOption = None,
+    loader: LoaderOption = None,
+    channels_last: ChannelsLastOption = False,
 ) -> None:
     """Search every parallel layout and memory knob; rank plans and explain the winner.
 
@@ -73,6 +77,8 @@ def plan_command(
     model, cluster = model or DEFAULT_MODEL, cluster or DEFAULT_CLUSTER
     options = dict(locals())
     check_objective(objective, deadline_days, budget_usd)
+    workload = load(model)
+    refuse_foreign_options(workload.kind, options)
     mixed = mixed_cluster(cluster)
     if mixed is not None:
         if objective != "throughput" or gpus_range or export or "," in global_batch or ":" in global_batch:
@@ -80,6 +86,5 @@ def plan_command(
                               "(no --objective cost/time, --gpus-range, --export, or several batches)")
         mixed_plan(model, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json)
         return
-    workload = load(model)
     refuse_engine(workload.kind, engine)
     entry(workload, "plan")(workload, options)

@@ -56,7 +56,7 @@ def plan(workload: Workload, options: Options) -> None:
     result = search_traced(work, resolve_cluster(options["cluster"]), gpus, batches[0], syncs,
                            get_engine(options["engine"] or workload.kind.engine or DEFAULT_ENGINE),
                            options["memory_margin"],
-                           options["precision"] or "bf16")
+                           options["precision"] or "bf16", parse_loader(options["loader"]), options["channels_last"])
     if options["as_json"]:
         print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,
                     "feasible": len(result.ranked), "infeasible_by_reason": dict(result.reasons),

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from plait.cost.estimate import Estimate
+from plait.cost.input_pipeline import Loader
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -58,13 +59,15 @@ def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs
 
 
 def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batch: int, dp_syncs: tuple[SyncMethod, ...],
-                  engine: Engine, memory_margin: float = 0.05, precision: str = "bf16") -> TracedSearch:
-    """Estimate every candidate; rank those that fit (module docstring)."""
+                  engine: Engine, memory_margin: float = 0.05, precision: str = "bf16", loader: Loader | None = None,
+                  channels_last: bool = False) -> TracedSearch:
+    """Estimate every candidate, each fed by ``loader`` with its convolutions channels-last or not
+    (:func:`plait.workloads.traced.cost.estimate_traced`); rank those that fit (module docstring)."""
     out = TracedSearch()
     for plan in candidate_plans(work, gpus, global_batch, dp_syncs, precision):
         out.candidates += 1
         try:
-            est = estimate_traced(work, cluster, plan, engine, step_interval_s)
+            est = estimate_traced(work, cluster, plan, engine, step_interval_s, loader, channels_last)
         except ConfigError as refused:
             out.reasons[str(refused)] += 1
             continue
