@@ -35,6 +35,20 @@ def test_a_tiny_graphs_step_is_set_by_the_host() -> None:
     assert est.epoch_s < 2.6e-3
 
 
+def test_without_a_launch_queue_the_hosts_dispatch_adds_to_the_device_work() -> None:
+    """The same Cora step on a device that runs each op as the host issues it (a CPU,
+    ``asynchronous_launch = false``): device work plus every operation's dispatch, not the longer of the two."""
+    from dataclasses import replace
+
+    spec = GnnSpec(name="cora", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=16, fanouts=(1, 1)))
+    queued = get_cluster("dgx1-v100")
+    inline = replace(queued, accelerator=replace(queued.accelerator, asynchronous_launch=False,
+                                                 asynchronous_launch_source="assumed: a test's synchronous device"))
+    est = estimate_gnn(spec, inline, 1, 1, "full_graph", library="spmm")
+    assert est.step_s == pytest.approx(est.device_s + host_step_s(spec.model, "spmm", queued.accelerator))
+    assert est.step_s > estimate_gnn(spec, queued, 1, 1, "full_graph", library="spmm").step_s
+
+
 def test_gin_parameters_are_its_mlps() -> None:
     """Hand-counted: layers 16 -> 32 -> 4, each an MLP a -> b -> b with biases: (16*32 + 32 + 32*32 + 32) +
     (32*4 + 4 + 4*4 + 4)."""

@@ -119,6 +119,9 @@ class GnnEstimate:
     """LLCG: the server's correction steps, per local step."""
     host_s: float = 0.0
     """The host's dispatch of the step's layers, loss and optimizer (:mod:`plait.workloads.gnn.dispatch`)."""
+    asynchronous_launch: bool = True
+    """Whether the device queues the host's launches (the accelerator's
+    :attr:`plait.hardware.accelerator.Accelerator.asynchronous_launch`)."""
 
     @property
     def device_s(self) -> float:
@@ -128,8 +131,8 @@ class GnnEstimate:
     @property
     def step_s(self) -> float:
         """The device's work and whatever of the host's dispatch it does not hide (the queue rule of
-        :mod:`plait.cost.host`: the longer of the two)."""
-        return self.device_s + float(exposed_host_s(self.device_s, self.host_s, np))
+        :mod:`plait.cost.host`: the longer of the two behind a launch queue, their sum without one)."""
+        return self.device_s + float(exposed_host_s(self.device_s, self.host_s, np, self.asynchronous_launch))
 
     @property
     def epoch_s(self) -> float:

@@ -138,7 +138,8 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
                        compute_s=step_compute_s(spec, sizes, acc, library), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
                        steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s,
-                       host_s=host_step_s(spec.model, library, acc))
+                       host_s=host_step_s(spec.model, library, acc),
+                       asynchronous_launch=acc.asynchronous_launch)
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

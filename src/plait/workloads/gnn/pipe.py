@@ -69,7 +69,8 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, library: GnnLibrary)
         memory = max(memory, held)
     return GnnEstimate(strategy="full_graph", batch=None, sampling_s=0.0, fetch_s=exposed, compute_s=compute,
                        all_reduce_s=0.0, optimizer_s=optimizer, fetch_bytes=sent, memory_bytes=memory,
-                       steps_per_epoch=1, host_s=host_step_s(spec.model, library, acc))
+                       steps_per_epoch=1, host_s=host_step_s(spec.model, library, acc),
+                       asynchronous_launch=acc.asynchronous_launch)
 
 
 def boundary_bytes(spec: GnnSpec, stages: list[tuple[int, int]]) -> list[float]:
