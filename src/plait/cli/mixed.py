@@ -3,16 +3,20 @@ the shares, call :mod:`plait.predict.mixed` / :mod:`plait.search.mixed`, and pri
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from plait.cli.output import print_json
 from plait.cli.render_mixed import print_mixed_estimate, print_mixed_search
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
-from plait.hardware.mixed import MixedCluster
+from plait.export.artifact import write_artifacts
+from plait.export.mixed import mixed_artifacts
+from plait.hardware.mixed import MixedCluster, sliced
 from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout, mixed_to_dict
 from plait.progress import LazyProgress
-from plait.search.mixed import plan_mixed
+from plait.search.mixed import ENGINE, plan_mixed
 from plait.search.mixed_split import balance_data, balance_pipeline
 from plait.terminal import rich_console
 from plait.workload.catalog import DEFAULT_MODEL, resolve_model
@@ -89,20 +93,34 @@ def print_mixed(est: MixedEstimate, as_json: bool, train_tokens: float) -> None:
         print_mixed_estimate(rich_console(), est, train_tokens)
 
 
-def mixed_plan(model_name: str, cluster: MixedCluster, global_batch: int, engine: str | None, top: int,
-               memory_margin: float, as_json: bool) -> None:
-    """``plait plan`` on a mixed cluster: the ranked mixed plans against the best single group."""
+def mixed_plan(model_name: str, cluster_name: str, cluster: MixedCluster, global_batch: int, engine: str | None,
+               top: int, memory_margin: float, as_json: bool, gpus: int | None = None, export: Path | None = None,
+               force: bool = False) -> None:
+    """``plait plan`` on a mixed cluster (``gpus`` of its devices: all by default): the ranked mixed plans against
+    the best single group; ``export``: the best mixed plan as plan.toml there."""
     model = resolve_model(model_name)
+    cluster = sliced(cluster, gpus or cluster.num_gpus)
     with LazyProgress("planning over device groups", quiet=as_json, unit="steps") as bar:
-        result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or DEFAULT_ENGINE),
+        result = plan_mixed(model, cluster, global_batch, engine=get_engine(engine or ENGINE),
                             memory_margin=memory_margin, progress=bar)
+    written = []
+    if export is not None and (engine or ENGINE) != ENGINE:
+        raise ConfigError(f"--export with --engine {engine}: a mixed plan runs on plait's runtime (--engine {ENGINE})")
+    if export is not None:
+        if not result.plans:
+            raise ConfigError(f"--export {export}: no mixed plan fits {cluster.name} at global batch {global_batch}")
+        written = write_artifacts(export, mixed_artifacts(result.plans[0].plan, model_name, cluster_name, export),
+                                  overwrite=force)
     if as_json:
         best = result.best_baseline
         print_json({"plans": [mixed_to_dict(e) for e in result.plans[:top]],
                     "even": mixed_to_dict(result.even) if result.even else None,
                     "baselines": {g: e.to_dict() | {"usd_per_million_tokens": e.cost_usd(1e6)}
                                   for g, e in result.baselines.items()},
-                    "best_baseline": best[0] if best else None})
+                    "best_baseline": best[0] if best else None, "exported": [str(p) for p in written]})
     else:
-        print_mixed_search(rich_console(), result, top)
+        console = rich_console()
+        print_mixed_search(console, result, top)
+        for path in written:
+            console.print(f"wrote {path} (the best mixed plan; run it with `plait run --plan {path}`)")
 

@@ -17,7 +17,6 @@ from plait.cli.options import (
     ChannelsLastOption,
     ClusterOption,
     ForceOption,
-    GpusOption,
     GpusRangeOption,
     InputDtypeOption,
     InputShapeOption,
@@ -41,7 +40,9 @@ def plan_command(
     cluster: ClusterOption = None,
     engine: Annotated[str | None, typer.Option("--engine", help=f"{ENGINE_WORDS} [default: {DEFAULT_ENGINE}, or "
                                                                 f"{SITES_ENGINE} on a cluster that spans sites]")] = None,
-    gpus: GpusOption = DEFAULT_GPUS,
+    gpus: Annotated[int | None, typer.Option("--gpus", help=f"GPUs; dp = gpus / (tp*pp*cp). [default: {DEFAULT_GPUS}; "
+                                                            "on a mixed cluster, all its devices (fewer: each group "
+                                                            "its share)]")] = None,
     gpus_range: GpusRangeOption = None,
     global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "128",
     seq_len: SeqLenOption = 0,
@@ -75,16 +76,19 @@ def plan_command(
     --model MODULE:FACTORY traces any PyTorch module and searches data and pipeline parallelism, ZeRO stages,
     micro-batches, recomputation and the --dp-sync methods (global batch in examples)."""
     model, cluster = model or DEFAULT_MODEL, cluster or DEFAULT_CLUSTER
+    mixed_gpus, gpus = gpus, DEFAULT_GPUS if gpus is None else gpus
     options = dict(locals())
+    del options["mixed_gpus"]
     check_objective(objective, deadline_days, budget_usd)
     workload = load(model)
     refuse_foreign_options(workload.kind, options)
     mixed = mixed_cluster(cluster)
     if mixed is not None:
-        if objective != "throughput" or gpus_range or export or "," in global_batch or ":" in global_batch:
-            raise ConfigError("a mixed cluster is planned for throughput at one global batch over all its devices "
-                              "(no --objective cost/time, --gpus-range, --export, or several batches)")
-        mixed_plan(model, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json)
+        if objective != "throughput" or gpus_range or "," in global_batch or ":" in global_batch:
+            raise ConfigError("a mixed cluster is planned for throughput at one global batch (no --objective "
+                              "cost/time, --gpus-range, or several batches)")
+        mixed_plan(model, cluster, mixed, _batches(global_batch)[0], engine, top, memory_margin, as_json,
+                   mixed_gpus, export, force)
         return
     refuse_engine(workload.kind, engine)
     entry(workload, "plan")(workload, options)

@@ -79,11 +79,16 @@ def run_command(
                                                          "split's).")] = None,
     stage_layers: Annotated[str | None, typer.Option(help="Per pipeline stage: layers it holds, summing to the "
                                                           "model's, e.g. 3,1.")] = None,
+    local_steps: Annotated[str | None, typer.Option(help="With dp_sync local_sgd, per data-parallel rank: local steps "
+                                                         "per averaging round, e.g. 16,4 (--steps: the plan's period's "
+                                                         "steps, whole rounds).")] = None,
 ) -> None:
     """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory.
 
     --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel);
     --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process.
+    A mixed plan file (`plait plan --cluster <mixed> --gpus N --export DIR`) runs its shares, each device group's
+    ranks slowed to the group's predicted speed.
 
     The ranks' full output goes to plait-run.log in the run's folder (--checkpoint-dir, else the --metrics file's
     folder, else the current one), replaced by the next run there and removed when the run succeeds.
@@ -92,7 +97,7 @@ def run_command(
     2 bad input, refused in one line; 3 a step's gradient norm was not finite (--on-nonfinite stop);
     128+N a signal N stopped plait or its launcher torchrun (130 Ctrl-C, 137 SIGKILL, 143 SIGTERM)."""
     options = dict(locals())
-    uneven = parse_uneven(slowdown, batch_split, stage_layers)
+    uneven = parse_uneven(slowdown, batch_split, stage_layers, local_steps)
     uneven_args = uneven_argv(uneven)  # the worker's options; empty for an even run
     if uneven_args and (model is not None or engine != "plait"):
         raise ConfigError(f"{' '.join(uneven_args)}: runs a --plan on plait's runtime (--engine plait) only")
@@ -114,6 +119,7 @@ def run_command(
         raise ConfigError(f"--sparse-group={sparse_group}: places a DLRM's tables; pass --model with a DLRM TOML")
     config = WorkerConfig(plan=plan, steps=steps, keep=keep, on_nonfinite=on_nonfinite,  # type: ignore[arg-type]
                           slowdown=uneven.slowdown, batch_split=uneven.batch_split, stage_layers=uneven.stage_layers,
+                          local_steps=uneven.local_steps,
                           cluster=cluster, checkpoint_dir=checkpoint_dir, checkpoint_at=checkpoint_at,
                           checkpoint_every=checkpoint_every, trace_dir=trace_dir, resume=resume, reshard=reshard,
                           full_precision=full_precision, dry_run=dry_run, async_save=async_save, metrics=metrics)
@@ -137,12 +143,15 @@ def render_run(report: RunReport, console: Console) -> None:
     periodic = report.plan.dp_sync.infrequent
     summary = statistics.fmean(steady) if periodic else statistics.median(steady)
     table.add_row(f"step time s ({'mean' if periodic else 'median'} after step 1)", f"{summary:.4f}",
-                  f"{(report.mixed or predicted).step_time_s:.4f}")
+                  f"{report.predicted_step_s:.4f}")
     table.add_row("peak memory", format_bytes(max(r["peak_memory_bytes"] for r in rows)),
                   format_bytes(predicted.memory.total_bytes))
     losses = [r["loss"] for r in rows if r["loss"] is not None]  # PALSGD's pseudo-synchronization steps: null
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)
+    if report.planned is not None:
+        console.print(f"note: on {report.planned.cluster_name} plait predicts {report.planned.step_time_s:.4f} s a "
+                      f"step ({report.planned.tokens_per_s:,.0f} tokens/s); the table is this machine's emulation")
     if report.mixed is not None:
         console.print(f"note: step time predicted by plait.predict.mixed, each rank a device group of one ("
                       f"{report.mixed.plan.describe()}); memory for the even plan")

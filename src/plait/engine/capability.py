@@ -102,6 +102,8 @@ _FEATURES: tuple[Feature, ...] = (
     Feature("zb_micro_batches", lambda p, m: f"schedule='zb-h1' with {p.num_micro_batches} micro-batches on pp={p.pp}",
             lambda c, m: c.is_("schedule", "zb-h1") & (c["pp"] > 1)
             & (c.num_micro_batches % c.xp.maximum(1, c.num_micro_batches // c.xp.maximum(c["pp"], 1)) != 0)),
+    Feature("pp_fewer_micro_batches", lambda p, m: f"schedule='1f1b' with {p.num_micro_batches} micro-batches on pp={p.pp}",
+            lambda c, m: c.is_("schedule", "1f1b") & (c["pp"] > 1) & (c.num_micro_batches < c["pp"])),
     Feature("kv_head_replication", lambda p, m: f"tp={p.tp} with num_kv_heads={m.num_kv_heads}",
             lambda c, m: (m.num_kv_heads % c["tp"] != 0) & (m.mla is None)),
     Feature("mla", lambda p, m: f"multi-head latent attention ({m.name})", _model(lambda m: m.mla is not None)),

@@ -134,3 +134,31 @@ def slowed(cluster: Cluster, factor: float) -> Cluster:
                   peak_tflops={k: v / factor for k, v in acc.peak_tflops.items()},
                   memory_bandwidth_gb_per_s=acc.memory_bandwidth_gb_per_s / factor)
     return replace(cluster, name=f"{cluster.name} (x{factor:g} slower)", accelerator=acc)
+
+
+def sliced(cluster: MixedCluster, num_gpus: int) -> MixedCluster:
+    """``num_gpus`` devices of ``cluster``: each group its share in proportion to its size (largest remainder, at
+    least one device each), from its first node; a group cut below one node keeps that node's part of it (its inner
+    tiers clipped to the devices taken, the join beyond). The whole cluster for ``num_gpus = cluster.num_gpus``.
+    What ``plait plan --cluster <mixed> --gpus N`` plans over and ``plait run`` of its plan file runs on."""
+    groups = cluster.groups
+    if num_gpus == cluster.num_gpus:
+        return cluster
+    if not len(groups) <= num_gpus < cluster.num_gpus:
+        raise ConfigError(f"--gpus={num_gpus} must be at least one device per group ({len(groups)}) and at most "
+                          f"{cluster.name}'s {cluster.num_gpus}")
+    ideal = [num_gpus * g.num_gpus / cluster.num_gpus for g in groups]
+    counts = [max(1, int(x)) for x in ideal]
+    for i in sorted(range(len(groups)), key=lambda i: counts[i] - ideal[i]):
+        if sum(counts) < num_gpus:
+            counts[i] += 1
+    while sum(counts) > num_gpus:  # the at-least-one floor took too many: trim the largest
+        counts[counts.index(max(counts))] -= 1
+    out = []
+    for group, n in zip(groups, counts, strict=True):
+        own = group.cluster
+        if n % own.gpus_per_node:
+            own = replace(own, gpus_per_node=min(own.gpus_per_node, n),
+                          scale_up_domain_gpus=min(own.scale_up_domain_gpus, n))
+        out.append(replace(group, cluster=own, num_gpus=n))
+    return replace(cluster, name=f"{num_gpus} devices of {cluster.name}", groups=tuple(out))

@@ -16,6 +16,19 @@ to the plan file's folder.
     sharding = "zero3"
     micro_batch = 1
     global_batch = 128
+
+A plan over a mixed cluster (``cluster`` names one, ``gpus`` the devices it takes: :func:`plait.hardware.mixed.
+sliced`) adds how its work is shared among the device groups (:class:`plait.plan.mixed.MixedPlan`), in rank order:
+
+    [mixed]
+    split = "data"               # or "pipeline"
+    [[mixed.shares]]
+    group = "a100"
+    num_gpus = 1
+    batch = 4                    # data: sequences per step; pipeline: layers = [3]
+    local_steps = 4              # data with dp_sync local_sgd: local steps per averaging round
+
+Only ``plait run`` takes such a file (:func:`read_plan_parts`).
 """
 
 from __future__ import annotations
@@ -28,8 +41,9 @@ from typing import Any
 
 from plait.errors import ConfigError, parsing, read_user_file, refuse_overwrite
 from plait.plan.defaults import complete_plan
+from plait.plan.mixed import SPLITS, GroupShare, MixedPlan
 from plait.plan.plan import Plan
-from plait.schema import build
+from plait.schema import build, table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,16 +77,26 @@ def job_path_for(value: str, folder: Path) -> str:
 
 
 def read_plan_file(path: Path) -> tuple[JobSpec, Plan]:
-    """Parse a plan file."""
+    """Parse a plan file of one device kind (a mixed plan file is refused: only ``plait run`` takes it)."""
+    job, plan, mixed = read_plan_parts(path)
+    if mixed is not None:
+        raise ConfigError(f"{path}: [mixed] shares the plan over device groups; `plait run --plan {path}` runs it "
+                          "(this command takes a plan of one device kind)")
+    return job, plan
+
+
+def read_plan_parts(path: Path) -> tuple[JobSpec, Plan, MixedPlan | None]:
+    """Parse a plan file, and its ``[mixed]`` table where it has one."""
     text = read_user_file(path, "plan file")
     try:
         with parsing(path, "plan file"):
             raw: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"plan file {str(path)!r} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(raw) - {"job", "plan"})
+    unknown = sorted(set(raw) - {"job", "plan", "mixed"})
     if unknown:
-        raise ConfigError(f"{path}: unknown table {unknown[0]!r} (a plan file has [job] and [plan])")
+        raise ConfigError(f"{path}: unknown table {unknown[0]!r} (a plan file has [job], [plan] and, over a mixed "
+                          "cluster, [mixed])")
     if "plan" not in raw:
         raise ConfigError(f"{path}: missing [plan] table")
     if not isinstance(raw["plan"], dict) or not isinstance(raw.get("job", {}), dict):
@@ -81,16 +105,37 @@ def read_plan_file(path: Path) -> tuple[JobSpec, Plan]:
     beside = {k: str(path.parent / v) for k in ("model", "cluster")
               if _names_file(v := getattr(job, k)) and not Path(v).is_absolute()}
     job = replace(job, **beside)  # paths in a plan file are relative to its folder
-    return job, complete_plan(raw["plan"], job.gpus or None, f"{path}:[plan]")
+    plan = complete_plan(raw["plan"], job.gpus or None, f"{path}:[plan]")
+    mixed = _mixed(raw["mixed"], plan, f"{path}:[mixed]") if "mixed" in raw else None
+    return job, plan, mixed
+
+
+def _mixed(raw: Any, plan: Plan, where: str) -> MixedPlan:
+    """The ``[mixed]`` table: ``split`` and ``shares`` (:class:`GroupShare` tables)."""
+    if not isinstance(raw, dict) or set(raw) != {"split", "shares"} or not isinstance(raw["shares"], list):
+        raise ConfigError(f"{where}: must hold split and a list of [[mixed.shares]] tables")
+    if raw["split"] not in SPLITS:
+        raise ConfigError(f"{where}: split={raw['split']!r} must be one of {', '.join(SPLITS)}")
+    shares = tuple(build(GroupShare, table(s, f"{where}.shares[{i}]"), f"{where}.shares[{i}]")
+                   for i, s in enumerate(raw["shares"]))
+    return MixedPlan(plan=plan, split=raw["split"], shares=shares)
+
+
+def mixed_table(mixed: MixedPlan) -> dict[str, Any]:
+    """``mixed``'s shares as the ``[mixed]`` table states them (fields at their defaults left out)."""
+    default = GroupShare(group="", num_gpus=0)
+    shares = [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(s).items()
+               if k in ("group", "num_gpus") or v != getattr(default, k)} for s in mixed.shares]
+    return {"split": mixed.split, "shares": shares}
 
 
 ALWAYS_WRITTEN = ("dp_replicate", "dp_shard", "sharding", "sp", "global_batch")
 """Plan fields a plan file states whatever their value: the ones :func:`complete_plan` would otherwise derive."""
 
 
-def plan_to_toml(plan: Plan, job: JobSpec | None = None) -> str:
+def plan_to_toml(plan: Plan, job: JobSpec | None = None, mixed: MixedPlan | None = None) -> str:
     """Render a plan file: the layout (:data:`ALWAYS_WRITTEN`) and every other field that differs from its
-    default, in declaration order; reading it back gives ``plan`` exactly."""
+    default, in declaration order, and ``mixed``'s shares; reading it back gives ``plan`` (and ``mixed``) exactly."""
     import tomli_w
 
     defaults = Plan()
@@ -100,6 +145,8 @@ def plan_to_toml(plan: Plan, job: JobSpec | None = None) -> str:
     values, default_values = plan.to_dict(), defaults.to_dict()
     body["plan"] = {f.name: values[f.name] for f in fields(Plan)
                     if f.name in ALWAYS_WRITTEN or values[f.name] != default_values[f.name]}
+    if mixed is not None:
+        body["mixed"] = mixed_table(mixed)
     return tomli_w.dumps(body)
 
 

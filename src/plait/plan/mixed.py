@@ -67,6 +67,42 @@ class MixedPlan:
         return f"{self.plan.describe()} | {self.split}: " + ", ".join(one(s) for s in self.shares)
 
 
+UNEVEN_BATCH_AXES = ("pp", "tp", "cp", "ep")
+"""Axes a run with unequal batches per data-parallel replica refuses: plait's runtime slices each replica's rows
+by its data-parallel rank alone and weights its loss (:mod:`plait.run.uneven`); its parity is tested on
+``dp_replicate`` and ``dp_shard`` (tests/test_uneven_run.py), not with model-parallel ranks inside a replica."""
+
+
+def uneven_batch_refusal(plan: Plan) -> str | None:
+    """Why ``plan``'s runtime cannot give its replicas unequal batches (``None``: it can)."""
+    for axis in UNEVEN_BATCH_AXES:
+        if getattr(plan, axis) > 1:
+            return (f"unequal batches per replica with {axis}={getattr(plan, axis)}: run with data parallelism alone "
+                    "(dp_replicate, dp_shard)")
+    if not (plan.dp_sync.is_allreduce or plan.dp_sync.group_local_steps):
+        return f"unequal batches per replica with dp_sync={plan.dp_sync.spec!r}: run with the all-reduce or local SGD"
+    return None
+
+
+def replica_batches(mixed: MixedPlan) -> tuple[int, ...]:
+    """A data split's sequences per step of each data-parallel replica, in rank order."""
+    out: list[int] = []
+    for s in mixed.shares:
+        replicas = s.num_gpus // mixed.plan.model_parallel
+        out += [s.batch // replicas] * replicas
+    return tuple(out)
+
+
+def run_refusal(mixed: MixedPlan) -> str | None:
+    """Why ``plait run`` cannot execute ``mixed`` from its plan file (``None``: it can): a data split whose replicas
+    take unequal batches needs :func:`uneven_batch_refusal`'s layouts; a pipeline split's uneven stages and a data
+    split's per-group local steps run with any layout :func:`check_mixed_plan` accepts. The mixed planner ranks
+    only plans this accepts."""
+    if mixed.split == "data" and len(set(replica_batches(mixed))) > 1:
+        return uneven_batch_refusal(mixed.plan)
+    return None
+
+
 def even_shares(layout: Plan, shares: tuple[GroupShare, ...] | list[GroupShare]) -> tuple[GroupShare, ...]:
     """``shares`` with the batches an even data split gives them: each group as near its replicas' share of the
     global batch as whole micro-batches on each of its replicas allow (the largest-remainder method, groups that

@@ -16,16 +16,18 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.job import Job
-from plait.plan.io import read_plan_file
+from plait.plan.io import JobSpec, read_plan_parts
+from plait.plan.mixed import MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
 from plait.predict.mixed import MixedEstimate
 from plait.run.config import write_config
 from plait.run.launch import local_slots, multinode_command, run_local
+from plait.run.mixed_run import MixedRun, resolve_mixed_run
 from plait.run.precision import cpu_fallback_note
 from plait.run.preflight import check_checkpointing, check_machine
 from plait.run.torchtitan import launch_torchtitan
-from plait.run.uneven import Uneven, check_uneven
+from plait.run.uneven import Uneven, check_rounds, check_uneven
 from plait.run.uneven_prediction import predict_uneven
 from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
@@ -73,6 +75,16 @@ class RunReport:
     """Whether the ranks ran on this node's GPUs (else on its CPU cores)."""
     rows: tuple[dict[str, Any], ...]
     """The metrics file's rows, one per step (:class:`plait.run.train.StepMetrics`)."""
+    planned: MixedEstimate | None = None
+    """A mixed plan file's prediction on the devices it names (not this machine's); ``None`` for other plans."""
+
+    @property
+    def predicted_step_s(self) -> float:
+        """The predicted step of the rank that reports (data-parallel rank 0): the even plan's, or the uneven
+        run's; with per-rank local steps, its round over its own local steps (it logs each of them)."""
+        if self.mixed is None:
+            return self.predicted.step_time_s
+        return self.mixed.step_time_s / self.mixed.plan.shares[0].local_steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,12 +105,16 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
     """Check ``request`` before any process starts (the plan's rules, the runtime's, checkpointing, this machine),
     then start its ranks here, or torchtitan, or say the multi-node line; a user mistake is a ConfigError."""
     config = request.config
-    job, the_plan = read_plan_file(config.plan)
+    job, the_plan, mixed = read_plan_parts(config.plan)
     model = resolve_model(job.model)
     the_plan = the_plan.with_seq_len(model.seq_len)  # filled once: every check below and the launchers read it
-    check_uneven(config.uneven, the_plan, model.num_layers)
     if request.engine not in ("plait", "torchtitan"):
         raise ConfigError(f"engine={request.engine!r} must be plait or torchtitan (the engines plait run can launch)")
+    mixed_run = None
+    if mixed is not None:
+        mixed_run, config = _mixed(config, request, job, replace(mixed, plan=the_plan), model)
+    check_uneven(config.uneven, the_plan, model.num_layers)
+    check_rounds(config.steps, the_plan, config.uneven, checkpointing=config.checkpoint_dir is not None)
     if request.engine == "torchtitan":
         if request.nodes != 1:
             raise ConfigError(f"--nodes={request.nodes}: plait run launches torchtitan on this node only")
@@ -114,8 +130,13 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
         # the line leaves --metrics out: the file it names is on this node
         say(multinode_command(replace(config, metrics=None), request.nodes, gpus // request.nodes))
         return RunOutcome(exit_code=0)
-    hardware = resolve_cluster(config.cluster or job.cluster or "dgx-h100-ib")
-    predicted, mixed = _predict(config, model, the_plan, hardware)
+    if config.cluster or mixed_run is None:
+        hardware = resolve_cluster(config.cluster or job.cluster or "dgx-h100-ib")
+    else:  # the ranks at this machine's speed stand for the fastest group, the others slowed from it
+        hardware = mixed_run.cluster.group(min(mixed_run.factors, key=mixed_run.factors.__getitem__)).cluster
+    predicted, uneven_estimate = _predict(config, model, the_plan, hardware)
+    if mixed_run is not None:
+        say(mixed_run.note())
     for note in machine_notes(the_plan, on_gpu=local_slots() is not None):
         say(note)
     if config.metrics is not None and config.metrics.exists() and not config.dry_run:
@@ -123,10 +144,26 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
     code, rows = _launch(config, gpus, request.max_restarts)
     if code != 0 or config.dry_run or not rows:
         return RunOutcome(exit_code=code)
-    report = RunReport(model=model, plan=the_plan, hardware=hardware, predicted=predicted, mixed=mixed,
+    report = RunReport(model=model, plan=the_plan, hardware=hardware, predicted=predicted, mixed=uneven_estimate,
                        uneven=config.uneven != Uneven(), on_gpu=local_slots() is not None,
-                       rows=rows)
+                       rows=rows, planned=mixed_run.estimate if mixed_run else None)
     return RunOutcome(exit_code=0, report=report)
+
+
+def _mixed(config: WorkerConfig, request: PlanRun, job: JobSpec, mixed: MixedPlan,
+           model: ModelSpec) -> tuple[MixedRun, WorkerConfig]:
+    """A mixed plan file: its run (:mod:`plait.run.mixed_run`) and the ranks' options that carry its shares."""
+    given = [flag for flag, on in (("--slowdown", config.slowdown), ("--batch-split", config.batch_split),
+                                   ("--stage-layers", config.stage_layers)) if on]
+    if given:
+        raise ConfigError(f"{given[0]}: {config.plan} is a mixed plan, whose shares set the uneven options")
+    if request.engine != "plait" or request.nodes != 1:
+        raise ConfigError(f"{config.plan}: a mixed plan runs on plait's runtime on this node (its groups emulated by "
+                          "slowed ranks); leave --engine and --nodes out")
+    run = resolve_mixed_run(job, mixed, model, get_engine("plait"))
+    u = run.uneven
+    return run, replace(config, slowdown=u.slowdown, batch_split=u.batch_split, stage_layers=u.stage_layers,
+                        local_steps=u.local_steps)
 
 
 def _check_options(request: PlanRun, model: ModelSpec, plan: Plan) -> None:

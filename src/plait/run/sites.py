@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from plait.hardware.catalog import resolve_cluster
+from plait.hardware.mixed_catalog import mixed_cluster
 
 
 class Reducer:
@@ -83,8 +84,9 @@ class SiteReducer(Reducer):
 
 
 def named_site_gpus(cluster: str) -> int | None:
-    """GPUs of one site of ``cluster``, a preset or file (``None``: no cluster named, or one site)."""
-    if not cluster:
+    """GPUs of one site of ``cluster``, a preset or file (``None``: no cluster named, or one site; a mixed cluster's
+    groups share one fabric, its join)."""
+    if not cluster or mixed_cluster(cluster) is not None:
         return None
 
     return resolve_cluster(cluster).site_gpus

@@ -1,13 +1,16 @@
 """Uneven work on ranks of unequal speed: the options, their checks and the loss weight (torch-free).
 
-Three options of ``plait run`` and its worker:
+Four options of ``plait run``'s worker (``plait run`` takes the first three, and all four from a mixed plan file,
+:mod:`plait.run.mixed_run`):
 
 - ``--slowdown 1,3``: rank r emulates a device ``f_r`` times slower at compute (:mod:`plait.run.slowdown`);
 - ``--batch-split 12,4``: sequences per step of each data-parallel rank, in proportion to speed as Poplar
   assigns per-GPU batch sizes under DDP and ZeRO (Zhang et al. 2023, "Poplar: Efficient Scaling of
   Distributed DNN Training on Heterogeneous GPU Clusters", Sec. 4);
 - ``--stage-layers 3,1``: layers of each pipeline stage, the fast rank taking more, as Metis, AMP and FlashFlex
-  partition layers over heterogeneous stages (:func:`plait.run.pipeline.stage_layers`).
+  partition layers over heterogeneous stages (:func:`plait.run.pipeline.stage_layers`);
+- ``--local-steps 16,4``: with ``local_sgd``, each data-parallel rank's local steps per averaging round, the fast
+  rank taking more (000-17, "Biased Local SGD for Efficient Deep Learning on Heterogeneous Systems").
 
 Each entry list is one comma-separated string on the command line, parsed and checked here once, before any
 rank starts (``plait run``) and again in each rank (the worker), with the same messages.
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from plait.errors import ConfigError
+from plait.plan.mixed import uneven_batch_refusal
 from plait.plan.plan import Plan
 
 Number = TypeVar("Number", int, float)
@@ -45,6 +49,9 @@ class Uneven:
     """Per data-parallel rank (``Mesh.dp_rank`` order): sequences per optimizer step."""
     stage_layers: tuple[int, ...] = ()
     """Per pipeline stage: transformer layers it holds."""
+    local_steps: tuple[int, ...] = ()
+    """Per data-parallel rank, with ``dp_sync = local_sgd``: local steps between averagings (each rank averages
+    after its own ``local_steps``, all ranks in the same rounds: per-group local SGD, 000-17)."""
 
 
 def parse_list(text: str | None, flag: str, kind: type[Number]) -> tuple[Number, ...]:
@@ -57,11 +64,13 @@ def parse_list(text: str | None, flag: str, kind: type[Number]) -> tuple[Number,
         raise ConfigError(f"{flag}={text!r} must be comma-separated {kind.__name__}s, e.g. {flag} 12,4") from None
 
 
-def parse_uneven(slowdown: str | None, batch_split: str | None, stage_layers: str | None) -> Uneven:
-    """The three command-line strings as one :class:`Uneven`."""
+def parse_uneven(slowdown: str | None, batch_split: str | None, stage_layers: str | None,
+                 local_steps: str | None = None) -> Uneven:
+    """The command-line strings as one :class:`Uneven`."""
     return Uneven(slowdown=parse_list(slowdown, "--slowdown", float),
                   batch_split=parse_list(batch_split, "--batch-split", int),
-                  stage_layers=parse_list(stage_layers, "--stage-layers", int))
+                  stage_layers=parse_list(stage_layers, "--stage-layers", int),
+                  local_steps=parse_list(local_steps, "--local-steps", int))
 
 
 def check_uneven(uneven: Uneven, plan: Plan, num_layers: int) -> None:
@@ -72,6 +81,8 @@ def check_uneven(uneven: Uneven, plan: Plan, num_layers: int) -> None:
         _check_batch_split(uneven.batch_split, plan)
     if uneven.stage_layers:
         _check_stage_layers(uneven.stage_layers, plan, num_layers)
+    if uneven.local_steps:
+        _check_local_steps(uneven.local_steps, plan)
 
 
 def _check_slowdown(factors: tuple[float, ...], plan: Plan) -> None:
@@ -96,12 +107,9 @@ def _check_batch_split(split: tuple[int, ...], plan: Plan) -> None:
     if any(b < plan.micro_batch or b % plan.micro_batch for b in split):
         raise ConfigError(f"--batch-split {text}: each entry must be a positive multiple of "
                           f"micro_batch={plan.micro_batch}")
-    for axis in ("pp", "tp", "cp", "ep"):
-        if getattr(plan, axis) > 1:
-            raise ConfigError(f"--batch-split with {axis}={getattr(plan, axis)}: runs with data parallelism "
-                              "alone (dp_replicate, dp_shard)")
-    if not plan.dp_sync.is_allreduce:
-        raise ConfigError(f"--batch-split with dp_sync={plan.dp_sync.spec!r}: runs with the every-step all-reduce only")
+    refusal = uneven_batch_refusal(plan)
+    if refusal:
+        raise ConfigError(f"--batch-split {text}: {refusal}")
 
 
 def _check_stage_layers(layers: tuple[int, ...], plan: Plan, num_layers: int) -> None:
@@ -116,6 +124,37 @@ def _check_stage_layers(layers: tuple[int, ...], plan: Plan, num_layers: int) ->
                           f"num_layers={num_layers}")
     if min(layers) < 1:
         raise ConfigError(f"--stage-layers {text}: each stage must hold at least one layer")
+
+
+def _check_local_steps(steps: tuple[int, ...], plan: Plan) -> None:
+    text = ",".join(map(str, steps))
+    if not plan.dp_sync.group_local_steps:
+        raise ConfigError(f"--local-steps {text}: takes dp_sync local_sgd (got {plan.dp_sync.spec!r})")
+    if len(steps) != plan.dp:
+        raise ConfigError(f"--local-steps {text}: one entry per data-parallel rank, dp={plan.dp}")
+    if min(steps) < 1:
+        raise ConfigError(f"--local-steps {text}: each entry must be >= 1")
+
+
+def rank_steps(steps: int, every: int, local_steps: tuple[int, ...], dp_rank: int) -> int:
+    """Optimizer steps data-parallel rank ``dp_rank`` runs when a run of ``steps`` steps at the plan's period
+    ``every`` gives each rank its own ``local_steps``: the same number of averaging rounds, ``steps / every``, on
+    every rank (``steps`` whole rounds: :func:`check_rounds`); ``steps`` without per-rank local steps."""
+    if not local_steps:
+        return steps
+    return steps // every * local_steps[dp_rank]
+
+
+def check_rounds(steps: int, plan: Plan, uneven: Uneven, *, checkpointing: bool = False) -> None:
+    """With per-rank local steps the ranks run whole averaging rounds (each averages once a round, so their
+    collectives pair up): ``steps`` must be a multiple of the plan's period; and no checkpoints (a save is one
+    collective at one step number, which ranks that step apart do not share)."""
+    if uneven.local_steps and checkpointing:
+        raise ConfigError("--local-steps: ranks that take their own local steps are not checkpointed (a save is "
+                          "one collective at one step number); leave --checkpoint-dir out")
+    if uneven.local_steps and (steps < plan.dp_sync.every or steps % plan.dp_sync.every):
+        raise ConfigError(f"--steps={steps}: with per-rank local steps the ranks run whole averaging rounds: a "
+                          f"multiple of the plan's period every={plan.dp_sync.every}")
 
 
 def layer_counts(num_layers: int, num_stages: int, counts: tuple[int, ...] = ()) -> tuple[int, ...]:
@@ -138,10 +177,11 @@ def rank_rows(split: tuple[int, ...], dp_rank: int, global_batch: int, dp: int) 
     return start, start + split[dp_rank]
 
 
-def loss_weight(split: tuple[int, ...], dp_rank: int, global_batch: int, dp: int) -> float:
+def loss_weight(split: tuple[int, ...], dp_rank: int, global_batch: int, dp: int, averaged: bool = True) -> float:
     """``dp * b_r / G``: the factor on rank r's local mean loss that makes the dp-averaged gradient the global
-    batch's (module docstring); 1 without a split."""
-    if not split:
+    batch's (module docstring); 1 without a split, or where gradients are not ``averaged`` over the replicas
+    (local SGD: each replica steps on its own mean loss)."""
+    if not split or not averaged:
         return 1.0
     return dp * split[dp_rank] / global_batch
 
@@ -150,7 +190,7 @@ def argv(uneven: Uneven) -> list[str]:
     """The worker's command-line options for ``uneven`` (what ``plait run`` passes through)."""
     out: list[str] = []
     for flag, values in (("--slowdown", uneven.slowdown), ("--batch-split", uneven.batch_split),
-                         ("--stage-layers", uneven.stage_layers)):
+                         ("--stage-layers", uneven.stage_layers), ("--local-steps", uneven.local_steps)):
         if values:
             out += [flag, ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)]
     return out

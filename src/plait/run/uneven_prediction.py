@@ -35,7 +35,9 @@ def mixed_plan(plan: Plan, uneven: Uneven, num_layers: int) -> MixedPlan | None:
     where every rank is a stage (vpp=1); ``None`` for layouts with ranks that are neither."""
     if plan.num_gpus == plan.dp:
         rows = [rank_rows(uneven.batch_split, r, plan.global_batch, plan.dp) for r in range(plan.dp)]
-        shares = tuple(GroupShare(group=f"rank{r}", num_gpus=1, batch=hi - lo) for r, (lo, hi) in enumerate(rows))
+        steps = uneven.local_steps or (1,) * plan.dp  # 1: the plan's own period (estimate_mixed)
+        shares = tuple(GroupShare(group=f"rank{r}", num_gpus=1, batch=hi - lo, local_steps=steps[r])
+                       for r, (lo, hi) in enumerate(rows))
         return MixedPlan(plan=plan, split="data", shares=shares)
     if plan.num_gpus == plan.pp and plan.vpp == 1:
         layers = layer_counts(num_layers, plan.pp, uneven.stage_layers)

@@ -12,13 +12,14 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from plait.errors import ConfigError
-from plait.plan.io import read_plan_file
+from plait.plan.io import read_plan_parts
 from plait.run import checkpoint, data
 from plait.run.config import read_config
 from plait.run.context import average_over_cp, cp_sent_bytes, mean_over_cp, train_context
@@ -52,7 +53,7 @@ from plait.run.train import (
     timed,
     write_metrics,
 )
-from plait.run.uneven import Uneven, check_uneven, loss_weight, rank_rows
+from plait.run.uneven import Uneven, check_rounds, check_uneven, loss_weight, rank_rows, rank_steps
 from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent(os.getppid())  # a rank never outlives torchrun (plait.run.lifecycle)
     args = read_config(WorkerConfig, argv, prog="plait.run.worker", description=__doc__)
     checkpoint.check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
-    job, plan = read_plan_file(args.plan)
+    job, plan, _ = read_plan_parts(args.plan)  # a mixed plan file's shares arrive as the uneven options
     spec = resolve_model(job.model)
     plan = plan.with_seq_len(spec.seq_len)
     device = device_type()
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"vocab_size={spec.vocab_size} must be >= {data.VOCAB_SIZE} (byte tokens)")
     uneven = args.uneven
     check_uneven(uneven, plan, spec.num_layers)
+    check_rounds(args.steps, plan, uneven, checkpointing=args.checkpoint_dir is not None)
     # On CUDA, NCCL for device tensors and gloo for the few host scalars (loss and norm logging), as torchtitan does.
     dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo", **_attempt_store())
     try:
@@ -125,13 +127,17 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     mesh = build_mesh(plan, named_site_gpus(args.cluster or job.cluster))
     parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision, uneven.stage_layers)
     container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
-    config = TrainConfig(steps=args.steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
+    steps = rank_steps(args.steps, plan.dp_sync.every, uneven.local_steps, mesh.dp_rank)  # its own learning-rate schedule
+    config = TrainConfig(steps=steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
     params = [p for part in parts for p in part.parameters()]
     optimizer, scheduler = build_optimizer(params, mesh, config)
+    sync = plan.dp_sync
+    if uneven.local_steps:  # per-group local SGD: this rank averages after its own local steps
+        sync = replace(sync, every=uneven.local_steps[mesh.dp_rank])
     if not plan.dp_sync.is_allreduce and plan.dp > 1:  # local SGD averages in the optimizer step
         from plait.run.sync import wrap_optimizer
 
-        optimizer = wrap_optimizer(optimizer, plan.dp_sync, mesh.replicas, modules=tuple(parts),
+        optimizer = wrap_optimizer(optimizer, sync, mesh.replicas, modules=tuple(parts),
                                    whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
                                    split=plan.tp > 1 or plan.pp > 1)
     loss_fn = cross_entropy
@@ -144,7 +150,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
             print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {mesh.mesh}, "
                   f"stages per rank {stage_ids}")
         return 0
-    identity = checkpoint.RunIdentity(plan=plan.to_dict(), model=spec.name, steps=args.steps, seed=args.seed)
+    identity = checkpoint.RunIdentity(plan=plan.to_dict(), model=spec.name, steps=steps, seed=args.seed)
     saver = checkpoint.Saver(args.checkpoint_dir, identity, args.keep, background=args.async_save) \
         if args.checkpoint_dir is not None else None
     start_step = 0
@@ -170,14 +176,15 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         schedule = build_schedule(stages, plan, loss_fn, plan.num_micro_batches)
     reporter = (mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0
                 and mesh.coordinate("cp") == 0)
-    for step in range(start_step, args.steps):
+    weight = loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp, plan.dp_sync.is_allreduce)
+    for step in range(start_step, steps):
         start = timed()
         inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
         rows = slice(*rank_rows(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
         inputs, targets = inputs[rows].to(device), targets[rows].to(device)
         if plan.cp > 1:  # context parallelism shards them in place: they must own their storage
             inputs, targets = inputs.clone(), targets.clone()
-        profiling = args.trace_dir is not None and step == args.steps - 1
+        profiling = args.trace_dir is not None and step == steps - 1
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
             os._exit(5)  # test hook: one rank dies in the first attempt
@@ -185,7 +192,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
-                                    weight=loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp),
+                                    weight=weight,
                                     uneven_batch=bool(uneven.batch_split))
         elapsed = timed() - start
         cp_after = cp_sent_bytes(mesh)
@@ -193,7 +200,8 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
-        loss = mean_over_cp(mean_over_dp(loss, mesh), mesh) if mesh.is_last_stage_rank else loss
+        if mesh.is_last_stage_rank:  # per-rank local steps: ranks step apart, each logs its own replica's loss
+            loss = mean_over_cp(loss if uneven.local_steps else mean_over_dp(loss, mesh), mesh)
         if reporter:
             tokens = plan.global_batch * plan.seq_len
             write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),

@@ -32,6 +32,9 @@ class WorkerConfig:
     """per data-parallel rank, sequences per step, e.g. 12,4"""
     stage_layers: tuple[int, ...] = field(default=(), metadata={"form": COMMA})
     """per pipeline stage, layers it holds, e.g. 3,1"""
+    local_steps: tuple[int, ...] = field(default=(), metadata={"form": COMMA})
+    """per data-parallel rank with dp_sync local_sgd, local steps per averaging round, e.g. 16,4 (--steps counts
+    the plan's period's steps, whole rounds)"""
     cluster: str | None = None
     """cluster preset or file (default: the plan's [job] cluster); where it spans sites, the replicas all-reduce
     hierarchically (plait.run.sites)"""
@@ -63,4 +66,5 @@ class WorkerConfig:
     @property
     def uneven(self) -> Uneven:
         """What the run does unevenly (empty: the even run)."""
-        return Uneven(slowdown=self.slowdown, batch_split=self.batch_split, stage_layers=self.stage_layers)
+        return Uneven(slowdown=self.slowdown, batch_split=self.batch_split, stage_layers=self.stage_layers,
+                      local_steps=self.local_steps)

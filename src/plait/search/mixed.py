@@ -10,7 +10,8 @@ layout the work split that balances the groups:
 - ``pipeline``: a group's stages hold layers in proportion to its devices' speed per layer (AMP, Li et al.
   2022; FlashFlex, Yan et al. 2024), then one layer at a time from the slowest stage while the step shortens.
 Every candidate is costed by :func:`plait.predict.mixed.estimate_mixed`; one that does not fit some group's
-memory is dropped.
+memory is dropped, and so is one that ``plait run`` could not execute from its plan file
+(:func:`plait.plan.mixed.run_refusal`: a layout whose replicas cannot take unequal batches keeps the even split).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 from plait.cost.estimate import Estimate
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
-from plait.plan.mixed import GroupShare, MixedPlan, even_shares
+from plait.plan.mixed import GroupShare, MixedPlan, even_shares, run_refusal, uneven_batch_refusal
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate
 from plait.search.mixed_local import local_sgd_plans
@@ -30,6 +31,9 @@ from plait.search.runner import Progress, run_search
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
 
+ENGINE = "plait"
+"""The engine a mixed plan is planned for by default: plait's runtime is the one that runs a plan over device
+groups (``plait run`` of a mixed plan file, :mod:`plait.run.mixed_run`)."""
 LAYOUTS = 4
 """Best homogeneous layouts taken from each group's view as candidates (more rarely changes the winner and
 costs a search each)."""
@@ -80,12 +84,13 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
         even = _even(model, cluster, layout, engine)
         candidates = [balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin)]
         if even is not None:
-            candidates.append(balance_data(model, cluster, even, engine, MOVES, memory_margin))
+            candidates.append(even if uneven_batch_refusal(layout) else
+                              balance_data(model, cluster, even, engine, MOVES, memory_margin))
             if fits_with(even, memory_margin):
                 evens.append(even)
                 if local_sgd:
                     candidates += local_sgd_plans(model, cluster, even, engine)
-        plans += [c for c in candidates if c is not None and fits_with(c, memory_margin)]
+        plans += [c for c in candidates if c is not None and fits_with(c, memory_margin) and not run_refusal(c.plan)]
     plans.sort(key=lambda e: -e.target_tokens_per_s)
     evens.sort(key=lambda e: -e.target_tokens_per_s)
     baselines = _baselines(model, cluster, global_batch, engine, memory_margin,
