@@ -61,11 +61,10 @@ def assert_same_run(got: tuple[list[dict[str, float]], dict[str, torch.Tensor]],
 @pytest.mark.parametrize("body", ["dp_replicate = 2", 'dp_shard = 2\nsharding = "zero2"',
                                   'dp_shard = 2\nsharding = "zero3"'])
 def test_uneven_batch_split_equals_the_even_run(body: str, tmp_path: Path) -> None:
-    """Poplar's speed-proportional split (12 sequences on the fast rank, 4 on the rank 3 times slower; FSDP2
-    without a slowdown, which it refuses) against the same plan's even split (8 + 8)."""
+    """Poplar's speed-proportional split (12 sequences on the fast rank, 4 on the rank 3 times slower) against the
+    same plan's even split (8 + 8)."""
     even = train(tmp_path, "even", body)
-    slowed = ["--slowdown", "1,3"] if "replicate" in body else []
-    assert_same_run(train(tmp_path, "uneven", body, "--batch-split", "12,4", *slowed), even)
+    assert_same_run(train(tmp_path, "uneven", body, "--batch-split", "12,4", "--slowdown", "1,3"), even)
 
 
 @pytest.mark.slow
@@ -110,6 +109,58 @@ def test_slowdown_hooks_cut_every_stretch_of_compute() -> None:
     assert clock.slept_s == pytest.approx(2 / 3 * wall_s, rel=0.15)  # 2x the compute: 2/3 of the wall time
 
 
+@pytest.mark.parametrize("zero3", [False, True])
+def test_slowdown_cuts_an_fsdp2_model_at_its_blocks(zero3: bool, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One gloo rank, FSDP2 per block and at the root (ZeRO-2 and ZeRO-3), factor 3, each FSDP2 all-gather and
+    reduce-scatter made 20 ms longer (a slow network): the sleep is twice the compute, 2/3 of the wall time outside
+    the collectives, not of the collectives too (FSDP2 runs the sharded parameters' post-accumulate-grad hooks after
+    its reduce-scatter, so hooks there would stretch it)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group_module
+
+    from plait.run.model import build_model
+    from plait.run.slowdown import slow_down
+    from plait.run.train import cross_entropy
+    from plait.workload.catalog import resolve_model
+
+    delays_s: list[float] = []
+
+    def slow(collective):  # type: ignore[no-untyped-def]
+        def delayed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            start = time.perf_counter()
+            time.sleep(0.02)
+            out = collective(*args, **kwargs)
+            delays_s.append(time.perf_counter() - start)
+            return out
+        return delayed
+
+    for name in ("foreach_all_gather", "foreach_reduce"):
+        monkeypatch.setattr(group_module, name, slow(getattr(group_module, name)))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        model = build_model(resolve_model(str(MODEL)), 64, 0)
+        for block in model.layers.values():
+            fully_shard(block, mesh=mesh, reshard_after_forward=zero3)
+        fully_shard(model, mesh=mesh, reshard_after_forward=zero3)
+        optimizer = torch.optim.AdamW(model.parameters())
+        clock, loss_fn = slow_down([model], True, optimizer, cross_entropy, 3.0)
+        x = torch.randint(0, 256, (4, 64))
+        loss_fn(model(x), x).backward()  # the first pass: FSDP2's lazy initialisation
+        optimizer.step()
+        before_s, start, delays_s[:] = clock.slept_s, time.perf_counter(), []
+        loss_fn(model(x), x).backward()
+        optimizer.step()
+        wall_s = time.perf_counter() - start
+    finally:
+        dist.destroy_process_group()
+    assert len(delays_s) >= len(model.layers) + 1  # each block's and the root's gradients reduced (ZeRO-3: gathered too)
+    assert clock.slept_s - before_s == pytest.approx(2 / 3 * (wall_s - sum(delays_s)), rel=0.15)
+
+
 def test_clock_sleeps_factor_minus_one_times_the_stretch() -> None:
     from plait.run.slowdown import Clock
 
@@ -151,7 +202,11 @@ REFUSED = [
     ("dp_replicate = 2", ["--slowdown", "3"], "one factor per rank, 2 ranks"),
     ("dp_replicate = 2", ["--slowdown", "1,0.5"], "each factor must be finite and >= 1"),
     ("dp_replicate = 2", ["--slowdown", "1,inf"], "each factor must be finite and >= 1"),
-    ('dp_shard = 2\nsharding = "zero3"', ["--slowdown", "1,3"], "--slowdown with dp_shard=2"),
+    ('tp = 2\ndp_replicate = 2', ["--slowdown", "1,3,1,3"], "--slowdown with tp=2"),
+    ("dp_replicate = 2", ["--local-steps", "8,4"], "takes dp_sync local_sgd"),
+    ('dp_replicate = 2\ndp_sync = "local_sgd:every=4"', ["--local-steps", "8"], "one entry per data-parallel rank"),
+    ('dp_replicate = 2\ndp_sync = "local_sgd:every=4"', ["--local-steps", "8,4", "--steps", "6"],
+     "whole averaging rounds: a multiple of the plan's period every=4"),
     ('pp = 2\nschedule = "1f1b"', ["--stage-layers", "2,1"], "must sum to the model's num_layers=4"),
     ('pp = 2\nschedule = "1f1b"', ["--stage-layers", "4,0"], "at least one layer"),
     ("dp_replicate = 2", ["--stage-layers", "3,1"], "no pipeline (pp=1)"),
@@ -194,9 +249,9 @@ def test_the_checks_in_one_call() -> None:
 
 def test_plait_runs_prediction_shares_one_rank_per_group() -> None:
     """The uneven run as estimate_mixed sees it (plait.run.uneven_prediction): a share per rank, the run's split."""
-    from plait.run.uneven_prediction import mixed_plan, predict_uneven
     from plait.hardware.catalog import resolve_cluster
     from plait.plan.plan import Plan
+    from plait.run.uneven_prediction import mixed_plan, predict_uneven
     from plait.workload.catalog import resolve_model
 
     ddp, pp = Plan(dp_replicate=2, global_batch=16, micro_batch=4), Plan(pp=2, global_batch=16, micro_batch=4)

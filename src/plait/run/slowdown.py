@@ -29,8 +29,16 @@ pipeline sends run at this machine's speed on every rank), and the little work o
 of each stretch is this rank's speed at the time: ranks that share cores or memory bandwidth compute faster while
 the others sleep or wait, so a slowed rank's stretches, often timed while its peers wait for it, can be shorter
 than the rates ``plait calibrate`` measures with every rank computing at once (benchmarks/uneven_vs_predict.py).
-Runs with plain DDP and pipelines only (:func:`plait.run.uneven.check_uneven`): under FSDP2, TP or CP the forward
-and backward hold collectives, which these stretches would slow too.
+Under FSDP2 (ZeRO-2/3, ``dp_shard``) the forward and backward hold collectives (each block's parameter all-gather
+and gradient reduce-scatter), and FSDP2 runs the sharded parameters' post-accumulate-grad hooks after its reduce-scatter; so a sharded model's
+parameters are not hooked, and it is cut at its sharded blocks instead (:func:`_hook_fsdp_blocks`): a block's forward
+stretch starts after FSDP2's pre-forward hook (the all-gather) and the stretch before it ends ahead of that hook
+(``prepend``), and in the backward a block's stretch runs from the gradient at its output (after FSDP2's
+pre-backward all-gather, registered first) to the gradient at its input (before the autograd node FSDP2 put there,
+whose backward reduce-scatters). Not cut out: ZeRO-3's re-gather of the last block's parameters, which falls in the
+output head's backward stretch, and the embedding's backward (after the first block's reduce-scatter), which runs
+unslowed. TP, CP and EP are refused (:func:`plait.run.uneven.check_uneven`): their collectives sit inside each
+block.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from plait.run.local import is_dtensor
 from plait.run.train import timed
 
 
@@ -83,6 +92,7 @@ def slow_down(parts: list[nn.Module], last_stage: bool, optimizer: torch.optim.O
     for index, part in enumerate(parts):
         inner = part.module if isinstance(part, nn.parallel.DistributedDataParallel) else part
         _hook_module(inner, clock, ends_in_loss=last_stage and index == len(parts) - 1)
+        _hook_fsdp_blocks(inner, clock)
     optimizer.register_step_pre_hook(lambda *_: clock.start())
     optimizer.register_step_post_hook(lambda *_: clock.tick())
 
@@ -112,5 +122,48 @@ def _hook_module(module: nn.Module, clock: Clock, ends_in_loss: bool) -> None:
     module.register_forward_pre_hook(before)
     module.register_forward_hook(after)
     for param in module.parameters():
-        if param.requires_grad:
+        if param.requires_grad and not is_dtensor(param):  # FSDP2 calls these after its reduce-scatter
             param.register_post_accumulate_grad_hook(lambda _: clock.tick())
+
+
+def _hook_fsdp_blocks(module: nn.Module, clock: Clock) -> None:
+    """Cut the stretches of a model sharded by FSDP2 at its sharded blocks, so that their all-gathers and
+    reduce-scatters fall between stretches (module docstring); nothing for a model FSDP2 does not shard."""
+    if not any(is_dtensor(p) for p in module.parameters()):
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    waiting = [False]  # in the backward, between a block's input gradient and the next block's output gradient
+
+    def cut(*_: object) -> None:
+        clock.tick()
+
+    def input_grad(_: torch.Tensor) -> None:
+        clock.tick()
+        waiting[0] = True  # FSDP2's reduce-scatter, then the next block's gather: not compute
+
+    def output_grad(_: torch.Tensor) -> None:
+        if not waiting[0]:  # the output head's backward (and, under ZeRO-3, this block's re-gather) ends here
+            clock.tick()
+        waiting[0] = False
+        clock.start()
+
+    def before(_: nn.Module, args: tuple[object, ...]) -> None:
+        clock.start()  # after FSDP2's pre-forward: its all-gather is done
+        waiting[0] = False
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.requires_grad:  # FSDP2's post-backward node sits before it
+            first.register_hook(input_grad)
+
+    def after(_: nn.Module, __: tuple[object, ...], output: object) -> None:
+        clock.start()
+        if isinstance(output, torch.Tensor) and output.requires_grad:  # after FSDP2's pre-backward (the gather)
+            output.register_hook(output_grad)
+
+    for block in module.modules():
+        if block is module or not isinstance(block, FSDPModule):
+            continue
+        block.register_forward_pre_hook(cut, prepend=True)  # the compute before it ends before the gather
+        block.register_forward_pre_hook(before)
+        block.register_forward_hook(cut, prepend=True)  # before FSDP2's post-forward (the reshard)
+        block.register_forward_hook(after)

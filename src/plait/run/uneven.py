@@ -91,10 +91,10 @@ def _check_slowdown(factors: tuple[float, ...], plan: Plan) -> None:
         raise ConfigError(f"--slowdown {text}: one factor per rank, {plan.num_gpus} ranks")
     if any(not 1.0 <= f < math.inf for f in factors):
         raise ConfigError(f"--slowdown {text}: each factor must be finite and >= 1 (a rank can only be made slower)")
-    for axis in ("dp_shard", "tp", "cp", "ep"):
+    for axis in ("tp", "cp", "ep"):
         if getattr(plan, axis) > 1:
-            raise ConfigError(f"--slowdown with {axis}={getattr(plan, axis)}: runs with dp_replicate and pp only "
-                              "(collectives inside the forward and backward would be slowed with the compute)")
+            raise ConfigError(f"--slowdown with {axis}={getattr(plan, axis)}: runs with dp_replicate, dp_shard and pp "
+                              "only (collectives inside each block would be slowed with the compute)")
 
 
 def _check_batch_split(split: tuple[int, ...], plan: Plan) -> None:
