@@ -5,7 +5,10 @@ Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
 2. examples/small-model.toml trains on 2 gloo ranks, rank 1 made 3 times slower at compute (``--slowdown 1,3``,
    :mod:`plait.run.slowdown`), in four layouts: DDP with the even batch split (8 + 8) and with the
    speed-proportional one (12 + 4, Poplar's allocation), and a 2-stage 1F1B pipeline with even layers (2 + 2) and
-   with the fast rank's stage holding more (3 + 1). Measured: the median step time after the first step.
+   with the fast rank's stage holding more (3 + 1); ZeRO-2 and ZeRO-3 with the speed-proportional split (FSDP2
+   slowed block by block, :mod:`plait.run.slowdown`); and local SGD every 4 steps with per-rank local steps in
+   proportion to speed (12 + 4 a round, 000-17). Measured: the median step time after the first step (local
+   steps: the mean step of rank 0, which reports, over the rounds after the first).
 3. Predicted: :func:`plait.predict.mixed.estimate_mixed` on a mixed cluster of two groups of one rank each, rank
    0 the calibrated description and rank 1 :func:`plait.hardware.mixed.slowed` of it by 3 (what the sleep
    emulates), joined by the calibrated collective tier — what ``plait run`` prints for the same options
@@ -28,7 +31,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from plait.run.uneven_prediction import predict_uneven
 from plait.hardware.catalog import load_cluster_file
 from plait.hardware.cluster import Cluster
 from plait.plan.io import read_plan_file
@@ -36,11 +38,12 @@ from plait.predict.mixed import MixedEstimate
 from plait.run.precision import cpu_runs_natively
 from plait.run.uneven import Uneven, parse_list
 from plait.run.uneven import argv as uneven_argv
+from plait.run.uneven_prediction import predict_uneven
 from plait.workload.catalog import resolve_model
 
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "small-model.toml"
-STEPS = 10
+STEPS = 12  # a multiple of the local-SGD period (4): whole rounds
 SLOWDOWN = 3.0
 BATCH = "global_batch = 16\nmicro_batch = 4"
 FULL_PRECISION = [] if cpu_runs_natively("bf16") else ["--full-precision"]
@@ -63,6 +66,10 @@ CASES = (
     Case("ddp 12+4", f"dp_replicate = 2\n{BATCH}", Uneven(slowdown=SLOW, batch_split=(12, 4))),
     Case("pp 2+2", f'pp = 2\nschedule = "1f1b"\n{BATCH}', Uneven(slowdown=SLOW)),
     Case("pp 3+1", f'pp = 2\nschedule = "1f1b"\n{BATCH}', Uneven(slowdown=SLOW, stage_layers=(3, 1))),
+    Case("zero2 12+4", f'dp_shard = 2\nsharding = "zero2"\n{BATCH}', Uneven(slowdown=SLOW, batch_split=(12, 4))),
+    Case("zero3 12+4", f'dp_shard = 2\nsharding = "zero3"\n{BATCH}', Uneven(slowdown=SLOW, batch_split=(12, 4))),
+    Case("local 12+4", f'dp_replicate = 2\ndp_sync = "local_sgd:every=4"\n{BATCH}',
+         Uneven(slowdown=SLOW, local_steps=(12, 4))),
 )
 
 
@@ -74,6 +81,8 @@ def measure(case: Case, tmp: Path) -> float:
                     "plait.run.worker", "--plan", str(plan_file), "--steps", str(STEPS), "--metrics", str(metrics),
                     *uneven_argv(case.uneven), *FULL_PRECISION], check=True, capture_output=True)
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    if case.uneven.local_steps:  # rank 0's steps: one round is local_steps[0] of them, the first one averaging
+        return statistics.fmean(r["step_time_s"] for r in rows[case.uneven.local_steps[0]:])
     return statistics.median(r["step_time_s"] for r in rows[1:])
 
 
@@ -104,10 +113,10 @@ def main() -> None:
     for case in CASES:
         measured[case.name] = measure(case, tmp)
         est = predict(case, calibrated, tmp)
-        predicted[case.name] = est.step_time_s
+        predicted[case.name] = est.step_time_s / est.plan.shares[0].local_steps  # rank 0's mean step
         busy = " / ".join(f"{g.busy_s:.4f}" for g in est.groups)
-        print(f"{case.name:10s} {measured[case.name]:11.4f} {est.step_time_s:12.4f} "
-              f"{100 * (est.step_time_s / measured[case.name] - 1):+6.1f}%   {busy}")
+        print(f"{case.name:10s} {measured[case.name]:11.4f} {predicted[case.name]:12.4f} "
+              f"{100 * (predicted[case.name] / measured[case.name] - 1):+6.1f}%   {busy}")
     for even, uneven in (("ddp 8+8", "ddp 12+4"), ("pp 2+2", "pp 3+1")):
         print(f"speed-up of {uneven} over {even}: measured {measured[even] / measured[uneven]:.2f}x, "
               f"predicted {predicted[even] / predicted[uneven]:.2f}x")

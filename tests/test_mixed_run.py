@@ -141,3 +141,18 @@ def test_per_rank_local_steps_average_in_the_same_rounds(tmp_path: Path) -> None
     assert len(rows) == 16
     sent = [r["step"] for r in rows if r["sync_bytes"]]
     assert sent == [1, 9]
+
+
+def test_a_layout_whose_ranks_cannot_be_slowed_runs_its_shares_at_one_speed() -> None:
+    """tp=2 stages over A100 and H100: the sleep would stretch the tensor-parallel collectives, so the run keeps
+    the shares (3 + 1 layers) without a slowdown and its one line says why."""
+    from plait.run.mixed_run import resolve_mixed_run
+
+    model = resolve_model(str(ROOT / "examples" / "small-model.toml"))
+    plan = Plan(tp=2, pp=2, micro_batch=2, global_batch=16, seq_len=model.seq_len)
+    run = resolve_mixed_run(JobSpec(cluster="v100-a100-ib"), MixedPlan(plan=plan, split="pipeline", shares=(
+        GroupShare(group="v100", num_gpus=2, layers=(1,)), GroupShare(group="a100", num_gpus=2, layers=(3,)))),
+        model, get_engine("plait"))
+    assert run.factors["v100"] > 1.0 == run.factors["a100"]
+    assert run.uneven == Uneven(stage_layers=(1, 3)) and "tp=2" in (run.unslowed or "")
+    assert "at one speed" in run.note() and "tp=2" in run.note()

@@ -9,7 +9,8 @@ order (a share's ranks are consecutive, :mod:`plait.plan.mixed`):
   period, as :func:`plait.predict.mixed.estimate_mixed` costs it);
 - each group's devices as ranks slowed to their predicted relative speed (``slowdown``): the ranks of one machine
   emulate the groups, the fastest group at this machine's speed and every other group ``f`` times slower, ``f``
-  the ratio of the two devices' predicted compute time for the same work (:func:`device_factors`).
+  the ratio of the two devices' predicted compute time for the same work (:func:`device_factors`); a layout whose
+  ranks cannot be slowed (tp, cp or ep: collectives inside each block) runs its shares at one speed, and says so.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from plait.plan.io import JobSpec
 from plait.plan.mixed import MixedPlan, replica_batches, run_refusal
 from plait.predict.estimate import predict
 from plait.predict.mixed import MixedEstimate, estimate_mixed
-from plait.run.uneven import Uneven
+from plait.run.uneven import Uneven, slowdown_refusal
 from plait.workload.model import ModelSpec
 
 
@@ -43,9 +44,15 @@ class MixedRun:
     """Each group's predicted compute time over the fastest group's, for the same work (>= 1)."""
     uneven: Uneven
     """What every rank of the run does unevenly."""
+    unslowed: str | None = None
+    """Why the groups' ranks run at one speed (:func:`plait.run.uneven.slowdown_refusal`); ``None``: slowed."""
 
     def note(self) -> str:
-        """One line: which ranks emulate which group, and how much slower."""
+        """One line: which ranks emulate which group, and how much slower (or why they are not slowed)."""
+        if self.unslowed:
+            return (f"plait: running the shares of {self.cluster.name} on this machine's ranks at one speed, not "
+                    f"slowed to each group's (--slowdown with {self.unslowed}): the run checks the shares, not the "
+                    "groups' speeds")
         at, parts = 0, []
         for share in self.mixed.shares:
             ranks = f"rank {at}" if share.num_gpus == 1 else f"ranks {at}-{at + share.num_gpus - 1}"
@@ -68,8 +75,10 @@ def resolve_mixed_run(job: JobSpec, mixed: MixedPlan, model: ModelSpec, engine: 
         raise ConfigError(f"{mixed.describe()}: {refusal}")
     estimate = estimate_mixed(model, cluster, mixed, engine=engine)
     factors = device_factors(model, cluster, mixed, engine)
-    return MixedRun(cluster=cluster, mixed=mixed, estimate=estimate, factors=factors,
-                    uneven=uneven_of(estimate.plan, factors))
+    unslowed = slowdown_refusal(mixed.plan)
+    uneven = uneven_of(estimate.plan, {g: 1.0 for g in factors} if unslowed else factors)
+    return MixedRun(cluster=cluster, mixed=mixed, estimate=estimate, factors=factors, uneven=uneven,
+                    unslowed=unslowed if max(factors.values()) > 1.0 else None)
 
 
 def device_factors(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> dict[str, float]:

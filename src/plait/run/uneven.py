@@ -91,10 +91,18 @@ def _check_slowdown(factors: tuple[float, ...], plan: Plan) -> None:
         raise ConfigError(f"--slowdown {text}: one factor per rank, {plan.num_gpus} ranks")
     if any(not 1.0 <= f < math.inf for f in factors):
         raise ConfigError(f"--slowdown {text}: each factor must be finite and >= 1 (a rank can only be made slower)")
+    refusal = slowdown_refusal(plan)
+    if refusal:
+        raise ConfigError(f"--slowdown with {refusal}")
+
+
+def slowdown_refusal(plan: Plan) -> str | None:
+    """Why ranks of ``plan`` cannot be slowed (``None``: they can)."""
     for axis in ("tp", "cp", "ep"):
         if getattr(plan, axis) > 1:
-            raise ConfigError(f"--slowdown with {axis}={getattr(plan, axis)}: runs with dp_replicate, dp_shard and pp "
-                              "only (collectives inside each block would be slowed with the compute)")
+            return (f"{axis}={getattr(plan, axis)}: runs with dp_replicate, dp_shard and pp only (collectives inside "
+                    "each block would be slowed with the compute)")
+    return None
 
 
 def _check_batch_split(split: tuple[int, ...], plan: Plan) -> None:
