@@ -140,7 +140,8 @@ def test_plait_runs_own_table_reads_whole_through_a_pipe(monkeypatch: pytest.Mon
     plan = SimpleNamespace(describe=lambda: "tp=2 pp=2 dp=2 zero1 micro=1 recompute=none", num_gpus=8,
                            dp_sync=SimpleNamespace(infrequent=False))
     report = SimpleNamespace(
-        model=SimpleNamespace(name=name), plan=plan, mixed=None, uneven=False, on_gpu=True,
+        model=SimpleNamespace(name=name), plan=plan, mixed=None, planned=None, predicted_step_s=0.5, uneven=False,
+        on_gpu=True,
         hardware=SimpleNamespace(name="dgx-h100-ib", source="datasheet"),
         predicted=SimpleNamespace(step_time_s=0.5, memory=SimpleNamespace(total_bytes=2**30)),
         rows=[{"step_time_s": t, "peak_memory_bytes": 2**30, "loss": 1.0} for t in (1.0, 0.5, 0.5)])

@@ -126,7 +126,7 @@ def test_plan_export_then_run_on_a_mixed_preset(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_per_rank_local_steps_average_in_the_same_rounds(tmp_path: Path) -> None:
-    """local_sgd every 4, rank 0 taking 8 local steps a round and rank 1 4, over 8 steps (2 rounds): rank 0
+    """local_sgd every 4, rank 0 taking 8 local steps a round and rank 1 (3x slower) 4, over 8 steps (2 rounds): rank 0
     trains 16 steps and sends its parameters exactly at the first step of each round (PeriodicModelAverager
     averages after steps 0, H, 2H, ...), so both ranks' collectives pair up and the run ends."""
     from tests.ranks import run_ranks
@@ -135,7 +135,7 @@ def test_per_rank_local_steps_average_in_the_same_rounds(tmp_path: Path) -> None
     plan.write_text(f'[job]\nmodel = "{TINY}"\n[plan]\ndp_replicate = 2\nglobal_batch = 16\nmicro_batch = 4\n'
                     'dp_sync = "local_sgd:every=4"\n')
     out = run_ranks(2, ["-m", "plait.run.worker", "--plan", str(plan), "--full-precision", "--steps", "8",
-                        "--metrics", str(metrics), "--local-steps", "8,4"], timeout=240)
+                        "--metrics", str(metrics), "--local-steps", "8,4", "--slowdown", "1,3"], timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert len(rows) == 16

@@ -131,6 +131,9 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     config = TrainConfig(steps=steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
     params = [p for part in parts for p in part.parameters()]
     optimizer, scheduler = build_optimizer(params, mesh, config)
+    loss_fn = cross_entropy
+    if uneven.slowdown and uneven.slowdown[dist.get_rank()] > 1:  # the inner optimizer: its step is compute
+        _, loss_fn = slow_down(parts, mesh.is_last_stage_rank, optimizer, cross_entropy, uneven.slowdown[dist.get_rank()])
     sync = plan.dp_sync
     if uneven.local_steps:  # per-group local SGD: this rank averages after its own local steps
         sync = replace(sync, every=uneven.local_steps[mesh.dp_rank])
@@ -140,9 +143,6 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         optimizer = wrap_optimizer(optimizer, sync, mesh.replicas, modules=tuple(parts),
                                    whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
                                    split=plan.tp > 1 or plan.pp > 1)
-    loss_fn = cross_entropy
-    if uneven.slowdown and uneven.slowdown[dist.get_rank()] > 1:
-        _, loss_fn = slow_down(parts, mesh.is_last_stage_rank, optimizer, cross_entropy, uneven.slowdown[dist.get_rank()])
     if args.checkpoint_dir is not None:
         checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
     if args.dry_run:
