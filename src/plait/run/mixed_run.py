@@ -15,7 +15,7 @@ order (a share's ranks are consecutive, :mod:`plait.plan.mixed`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
@@ -107,7 +107,3 @@ def uneven_of(mixed: MixedPlan, factors: dict[str, float]) -> Uneven:
     return Uneven(slowdown=slowdown, batch_split=batches if len(set(batches)) > 1 else (),
                   local_steps=local if mixed.plan.dp_sync.group_local_steps and len(set(local)) > 1 else ())
 
-
-def with_seq_len(mixed: MixedPlan, seq_len: int) -> MixedPlan:
-    """``mixed`` with its layout's sequence length filled where it leaves it 0."""
-    return replace(mixed, plan=mixed.plan.with_seq_len(seq_len))

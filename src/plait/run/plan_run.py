@@ -154,7 +154,8 @@ def _mixed(config: WorkerConfig, request: PlanRun, job: JobSpec, mixed: MixedPla
            model: ModelSpec) -> tuple[MixedRun, WorkerConfig]:
     """A mixed plan file: its run (:mod:`plait.run.mixed_run`) and the ranks' options that carry its shares."""
     given = [flag for flag, on in (("--slowdown", config.slowdown), ("--batch-split", config.batch_split),
-                                   ("--stage-layers", config.stage_layers)) if on]
+                                   ("--stage-layers", config.stage_layers), ("--local-steps", config.local_steps))
+             if on]
     if given:
         raise ConfigError(f"{given[0]}: {config.plan} is a mixed plan, whose shares set the uneven options")
     if request.engine != "plait" or request.nodes != 1:
