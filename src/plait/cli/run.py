@@ -150,8 +150,9 @@ def render_run(report: RunReport, console: Console) -> None:
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
     console.print(table)
     if report.planned is not None:
+        unit = "averaging round" if report.planned.plan.plan.dp_sync.group_local_steps else "step"
         console.print(f"note: on {report.planned.cluster_name} plait predicts {report.planned.step_time_s:.4f} s a "
-                      f"step ({report.planned.tokens_per_s:,.0f} tokens/s); the table is this machine's emulation")
+                      f"{unit} ({report.planned.tokens_per_s:,.0f} tokens/s); the table is this machine's emulation")
     if report.mixed is not None:
         console.print(f"note: step time predicted by plait.predict.mixed, each rank a device group of one ("
                       f"{report.mixed.plan.describe()}); memory for the even plan")
