@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from plait.run.config import APPEND, POSITIONAL
+from plait.run.config import APPEND, COMMA, POSITIONAL
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +110,9 @@ class AsyncConfig:
     """forward under bf16 autocast (CPU), as plait run's bf16"""
     slow: tuple[str, ...] = field(default=(), metadata={"form": APPEND})
     """RANK:SECONDS slept by that worker every iteration"""
+    slowdown: tuple[float, ...] = field(default=(), metadata={"form": COMMA})
+    """per worker, times slower at compute, e.g. 1,3: after its forward and backward a worker sleeps (factor - 1)
+    times what they took (plait run --slowdown)"""
 
     @property
     def slow_s(self) -> dict[int, float]:

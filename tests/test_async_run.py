@@ -1,0 +1,102 @@
+"""Asynchronous plans end to end: their steps multipliers at any replica count (the asynchronous-SGD bound scaling
+the measured two-replica figures), `plait run` starting their server ranks and training, and the planner keeping
+them."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plait.cost.sync import payload_bytes
+from plait.errors import ConfigError
+from plait.plan.async_convergence import replica_scale, staleness_factor
+from plait.plan.convergence import convergence, table
+from plait.sync import parse
+from plait.workload.catalog import resolve_model
+from plait.workload.tensors import parameter_shapes
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "examples" / "tiny-model.toml"
+PLANS = {"async_ps": "async_ps:staleness=4", "easgd": "easgd:alpha=0.45,every=2"}
+
+
+def test_the_step_bound_by_hand() -> None:
+    """Lian et al. 2015's constant-step condition u + 2 T^2 u^2 <= 1: at T = 0 the synchronous step (u = 1, one
+    replica); at N = 2, T = 1, u = 1/2 per update, twice the updates: the same per sample; N = 4, T = 3:
+    u = 2 / (1 + sqrt(73)); the limit sqrt(2)."""
+    assert staleness_factor(1, 0) == 1.0
+    assert staleness_factor(2, 1) == 1.0
+    assert staleness_factor(4, 3) == pytest.approx((1 + math.sqrt(73)) / 8)
+    u = 2 / (1 + math.sqrt(73))
+    assert u + 2 * 9 * u * u == pytest.approx(1.0)
+    assert staleness_factor(10**6, 10**6 - 1) == pytest.approx(math.sqrt(2), rel=1e-5)
+    with pytest.raises(ValueError, match="replicas=0"):
+        staleness_factor(0, 0)
+
+
+@pytest.mark.parametrize("replicas", [3, 4, 8, 64, 4096])
+def test_async_ps_multipliers_grow_with_replicas_within_the_bound(replicas: int) -> None:
+    """Known at every replica count: above the measured two-replica figures' mean, below sqrt(2) times it, and
+    growing with the replicas; the measured figure itself is kept at two."""
+    measured = [e.figure.multiplier for spec, entries in table().items() if spec.startswith("async_ps")
+                for e in entries]
+    anchor = sum(measured) / len(measured)  # type: ignore[arg-type]
+    figure = convergence(parse("async_ps:staleness=8"), replicas)
+    assert figure.known and figure.basis == "derived" and "Lian" in figure.source
+    assert anchor < figure.factor < math.sqrt(2) * anchor
+    assert figure.factor < convergence(parse("async_ps:staleness=8"), 2 * replicas).factor
+    assert convergence(parse("async_ps:staleness=100"), 2).basis == "measured"
+
+
+def test_easgd_scales_at_the_measured_elastic_rate_only() -> None:
+    """EASGD at p replicas scales its two-replica figure where p alpha matches (Zhang et al.'s beta = 0.9); the
+    same alpha at more replicas, whose centre would overshoot every worker, has no figure and says which alpha."""
+    at_four = convergence(parse("easgd:alpha=0.225,every=4"), 4)
+    assert at_four.known and at_four.factor == pytest.approx(1.491 * replica_scale(4))
+    too_strong = convergence(parse("easgd:alpha=0.45,every=4"), 4)
+    assert not too_strong.known and "alpha=0.225" in too_strong.source
+    assert not convergence(parse("easgd:alpha=0.225,every=7"), 4).known
+
+
+def _plan(tmp_path: Path, spec: str) -> Path:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\ndp_replicate = 2\nglobal_batch = 8\nmicro_batch = 4\n'
+                    f'dp_sync = "{spec}"\n')
+    return plan
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", PLANS)
+def test_plait_run_starts_the_server_ranks_and_trains(tmp_path: Path, method: str) -> None:
+    """`plait run --plan` of an async_ps and an EASGD plan starts 2 workers and the server rank, trains 4 steps
+    with finite losses, and worker 0 sends the cost model's bytes in every step."""
+    pytest.importorskip("torch")
+    spec, metrics = PLANS[method], tmp_path / "m.jsonl"
+    done = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(_plan(tmp_path, spec)), "--steps", "4",
+                           "--metrics", str(metrics)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 workers and 1 server rank" in done.stdout
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(math.isfinite(r["loss"]) and r["step_time_s"] > 0 for r in rows)
+    named = parameter_shapes(resolve_model(str(MODEL)))
+    assert [r["sync_bytes"] for r in rows] == [payload_bytes(parse(spec), named, step) for step in range(4)]
+
+
+def test_a_dry_run_says_the_launch_and_other_nodes_are_refused(tmp_path: Path) -> None:
+    """The dry run names the asynchronous runtime on workers plus server ranks; several nodes are refused in one
+    line before anything starts."""
+    from plait.run.plan_run import PlanRun, run_plan
+    from plait.run.worker_config import WorkerConfig
+
+    said: list[str] = []
+    plan = _plan(tmp_path, "async_ps:staleness=4,servers=2")
+    outcome = run_plan(PlanRun(config=WorkerConfig(plan=plan, dry_run=True)), said.append)
+    assert outcome.exit_code == 0 and "--nproc-per-node=4" in said[-1] and "plait.run.async_train" in said[-1]
+    with pytest.raises(ConfigError, match="--nodes=2"):
+        run_plan(PlanRun(config=WorkerConfig(plan=plan), nodes=2), said.append)
