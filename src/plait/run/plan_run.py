@@ -167,6 +167,9 @@ def machine_notes(plan: Plan, *, on_gpu: bool) -> list[str]:
                                                ("optimizer state", plan.offload_optimizer)) if on)
         notes.append(f"plait: note: offloading the {moved} moves nothing between host and device on CPU ranks (their "
                      "memory is the host's); the run checks the offload path's numerics, not its transfers")
+    if plan.dp_sync.server_ranks and on_gpu:
+        notes.append(f"plait: note: dp_sync={plan.dp_sync.spec} trains its workers and server ranks on CPU ranks "
+                     "(plait.run.async_train, gloo point-to-point), not on this node's GPUs")
     if plan.dp_sync.in_network:
         notes.append(f"plait: note: dp_sync={plan.dp_sync.spec} is emulated: group rank 0 sums as the switch, each "
                      "rank sending the cost model's bytes; no switch hardware aggregates")
