@@ -100,3 +100,89 @@ def test_a_dry_run_says_the_launch_and_other_nodes_are_refused(tmp_path: Path) -
     assert outcome.exit_code == 0 and "--nproc-per-node=4" in said[-1] and "plait.run.async_train" in said[-1]
     with pytest.raises(ConfigError, match="--nodes=2"):
         run_plan(PlanRun(config=WorkerConfig(plan=plan), nodes=2), said.append)
+
+
+def _mixed_estimate(cluster, spec: str, gpus: tuple[int, int]):  # type: ignore[no-untyped-def]
+    from plait.engine.catalog import get_engine
+    from plait.plan.mixed import GroupShare, MixedPlan
+    from plait.plan.plan import Plan
+    from plait.predict.mixed import estimate_mixed
+    from plait.workload.catalog import get_model
+
+    model, n = get_model("gpt3-125m"), sum(gpus)
+    plan = Plan(dp_replicate=n, micro_batch=2, global_batch=2 * n, seq_len=model.seq_len, dp_sync=spec)
+    shares = tuple(GroupShare(group=g.name, num_gpus=k, batch=2 * k) for g, k in zip(cluster.groups, gpus,
+                                                                                      strict=True))
+    return estimate_mixed(model, cluster, MixedPlan(plan=plan, split="data", shares=shares), engine=get_engine()), plan
+
+
+def test_two_groups_of_one_kind_step_as_the_homogeneous_asynchronous_plan() -> None:
+    """A mixed cluster of one device type on its own fabric: the asynchronous step is the homogeneous estimate's."""
+    from dataclasses import replace
+
+    from plait.engine.catalog import get_engine
+    from plait.hardware.catalog import get_cluster
+    from plait.hardware.mixed import DeviceGroup, MixedCluster
+    from plait.predict.estimate import estimate
+    from plait.workload.catalog import get_model
+
+    c = get_cluster("dgx-h100-ib")
+    two = MixedCluster(name="two", groups=(DeviceGroup(name="x", cluster=c, num_gpus=8),
+                                           DeviceGroup(name="y", cluster=c, num_gpus=8)),
+                       join=replace(c.tiers[-1], span_gpus=16), source="test")
+    est, plan = _mixed_estimate(two, "async_ps:staleness=1048576,servers=4", (8, 8))
+    ref = estimate(get_model("gpt3-125m"), c, plan, engine=get_engine())
+    assert est.step_time_s == pytest.approx(ref.step_time_s, rel=1e-12)
+    assert est.steps_multiplier == ref.steps_multiplier and est.steps_multiplier_known
+
+
+def test_asynchronous_workers_wait_for_nobody_on_a_mixed_cluster() -> None:
+    """A100 + H100 at equal batches: the synchronous step is the A100 group's; asynchronous workers each step at
+    their own group's pace, so a step of all replicas' iterations lands between the two groups' own (the harmonic
+    mean of equal halves), with no idle time."""
+    from plait.hardware.mixed_catalog import get_mixed_cluster
+
+    cluster = get_mixed_cluster("a100-h100-ib")
+    est, _ = _mixed_estimate(cluster, "async_ps:staleness=1048576,servers=128", (64, 64))
+    a100, h100 = (g.busy_s for g in est.groups)
+    assert h100 < est.step_time_s < a100
+    assert est.step_time_s == pytest.approx(2 / (1 / a100 + 1 / h100), rel=1e-12)
+    assert all(g.idle_s == 0.0 for g in est.groups)
+
+
+@pytest.mark.slow
+def test_the_planners_rank_asynchronous_plans() -> None:
+    """plait plan keeps asynchronous plans (a known multiplier at 16 replicas) on plait's engine, and the mixed
+    planner ranks asynchronous splits on a mixed preset beside the synchronous ones."""
+    from tests.inprocess import cli
+
+    code, out, err = cli(["plan", "--model", "gpt3-125m", "--cluster", "dgx-a100-ib", "--gpus", "16", "--engine",
+                          "plait", "--top", "5000", "--json"])
+    assert code == 0, err
+    homo = json.loads(out)
+    found = [p for p in homo["top"] if p["plan"]["dp_sync"].startswith("async_ps")]
+    assert found and all(p["steps_multiplier"] > 1.244 for p in found)
+    code, out, err = cli(["plan", "--model", "gpt3-1.3b", "--cluster", "a100-h100-ib", "--top", "200", "--json"])
+    assert code == 0, err
+    mixed = json.loads(out)
+    ranked = [p for p in mixed["plans"] if p["plan"]["dp_sync"].startswith(("async_ps", "easgd"))]
+    assert ranked and all(p["steps_multiplier_known"] for p in ranked)
+
+
+@pytest.mark.slow
+def test_cpu_workers_join_gpus_asynchronously_where_a_synchronous_step_waits_for_them() -> None:
+    """Eight H100 and this machine's two CPU ranks (examples/mixed-gpu-cpu.toml): every synchronous mixed split
+    steps at the CPUs' pace, so the best mixed plan is asynchronous (Hogbatch, 001-20: the H100s wait for nobody),
+    ahead of every synchronous mixed plan even after its steps multiplier; the H100s alone still beat it."""
+    from plait.engine.catalog import get_engine
+    from plait.hardware.mixed_catalog import resolve_any_cluster
+    from plait.search.mixed import plan_mixed
+    from plait.workload.catalog import get_model
+
+    cluster = resolve_any_cluster(str(ROOT / "examples" / "mixed-gpu-cpu.toml"))
+    result = plan_mixed(get_model("gpt3-125m"), cluster, 80, local_sgd=False, engine=get_engine())  # type: ignore[arg-type]
+    best = result.plans[0]
+    synchronous = [e for e in result.plans if not e.plan.plan.dp_sync.asynchronous]
+    assert best.plan.plan.dp_sync.asynchronous and best.steps_multiplier > 1.5
+    assert synchronous and best.target_tokens_per_s > 10 * synchronous[0].target_tokens_per_s
+    assert result.best_baseline is not None and result.best_baseline[1].target_tokens_per_s > best.target_tokens_per_s

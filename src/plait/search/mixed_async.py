@@ -7,7 +7,7 @@ and is ranked by all-reduce-equivalent throughput with its steps multiplier at t
 
 - ``async_ps:staleness=MAX``: the bound never holds a fast worker (a finite bound ``B`` lets the fastest run only
   ``B`` iterations ahead, so over a long run every worker would step at the slowest's rate, Ho et al. 2013);
-  servers 1, 2, 4, ... up to the replicas, as many as each keeps the servers from being the bottleneck;
+  servers 1, 2, 4, ... and one per replica, as many as each keeps the servers from being the bottleneck;
 - ``easgd:alpha=0.9/p,every=4``: the elastic rate of plait's measured EASGD figure (Zhang et al. 2015, Sec. 5).
 """
 
@@ -30,7 +30,7 @@ EASGD_BETA, EASGD_EVERY = 0.9, 4
 
 def methods(replicas: int) -> list[SyncMethod]:
     """The asynchronous methods tried over ``replicas`` workers."""
-    servers = [1 << i for i in range(replicas.bit_length()) if 1 << i <= replicas]
+    servers = sorted({1 << i for i in range(replicas.bit_length())} | {replicas})
     return [*(AsyncPS(staleness=UNBOUNDED, servers=s) for s in servers),
             EASGD(alpha=EASGD_BETA / replicas, every=EASGD_EVERY)]
 
