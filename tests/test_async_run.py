@@ -22,7 +22,8 @@ from plait.workload.tensors import parameter_shapes
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "tiny-model.toml"
-PLANS = {"async_ps": "async_ps:staleness=4", "easgd": "easgd:alpha=0.45,every=2"}
+PLANS = {"async_ps": "async_ps:staleness=4", "easgd": "easgd:alpha=0.45,every=2",
+         "cpu_servers": "param_server:servers=2,host=cpu"}
 
 
 def test_the_step_bound_by_hand() -> None:
@@ -73,14 +74,15 @@ def _plan(tmp_path: Path, spec: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("method", PLANS)
 def test_plait_run_starts_the_server_ranks_and_trains(tmp_path: Path, method: str) -> None:
-    """`plait run --plan` of an async_ps and an EASGD plan starts 2 workers and the server rank, trains 4 steps
-    with finite losses, and worker 0 sends the cost model's bytes in every step."""
+    """`plait run --plan` of an async_ps and an EASGD plan (and of parameter servers on CPU server ranks) starts 2
+    workers and the server ranks, trains 4 steps with finite losses, and worker 0 sends the cost model's bytes in
+    every step."""
     pytest.importorskip("torch")
     spec, metrics = PLANS[method], tmp_path / "m.jsonl"
     done = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(_plan(tmp_path, spec)), "--steps", "4",
                            "--metrics", str(metrics)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 workers and 1 server rank" in done.stdout
+    assert f"2 workers and {parse(spec).server_ranks} server rank" in done.stdout
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(math.isfinite(r["loss"]) and r["step_time_s"] > 0 for r in rows)
