@@ -52,6 +52,7 @@ def test_async_ps_multipliers_grow_with_replicas_within_the_bound(replicas: int)
     assert anchor < figure.factor < math.sqrt(2) * anchor
     assert figure.factor < convergence(parse("async_ps:staleness=8"), 2 * replicas).factor
     assert convergence(parse("async_ps:staleness=100"), 2).basis == "measured"
+    assert convergence(parse("async_ps:staleness=100"), 1).factor == 1.0  # one worker: sequential SGD
 
 
 def test_easgd_scales_at_the_measured_elastic_rate_only() -> None:

@@ -70,6 +70,8 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     whose setting had at least as many (more replicas drifting apart converge worse: Charles et al. 2025,
     arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021)."""
     spec = method.spec
+    if method.asynchronous and replicas <= 1:
+        return Convergence(1.0, "one worker: every update is fresh, sequential SGD (staleness 0)", "definition")
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
