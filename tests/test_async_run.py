@@ -101,6 +101,8 @@ def test_a_dry_run_says_the_launch_and_other_nodes_are_refused(tmp_path: Path) -
     plan = _plan(tmp_path, "async_ps:staleness=4,servers=2")
     outcome = run_plan(PlanRun(config=WorkerConfig(plan=plan, dry_run=True)), said.append)
     assert outcome.exit_code == 0 and "--nproc-per-node=4" in said[-1] and "plait.run.async_train" in said[-1]
+    slowed = run_plan(PlanRun(config=WorkerConfig(plan=plan, dry_run=True, slowdown=(1.0, 3.0))), said.append)
+    assert slowed.exit_code == 0 and said[-1].endswith("--slowdown 1,3")
     with pytest.raises(ConfigError, match="--nodes=2"):
         run_plan(PlanRun(config=WorkerConfig(plan=plan), nodes=2), said.append)
 
@@ -142,7 +144,8 @@ def test_two_groups_of_one_kind_step_as_the_homogeneous_asynchronous_plan() -> N
 def test_asynchronous_workers_wait_for_nobody_on_a_mixed_cluster() -> None:
     """A100 + H100 at equal batches: the synchronous step is the A100 group's; asynchronous workers each step at
     their own group's pace, so a step of all replicas' iterations lands between the two groups' own (the harmonic
-    mean of equal halves), with no idle time."""
+    mean of equal halves), with no idle time; a staleness bound holds the H100s to the A100s' pace over a long
+    run."""
     from plait.hardware.mixed_catalog import get_mixed_cluster
 
     cluster = get_mixed_cluster("a100-h100-ib")
@@ -151,6 +154,8 @@ def test_asynchronous_workers_wait_for_nobody_on_a_mixed_cluster() -> None:
     assert h100 < est.step_time_s < a100
     assert est.step_time_s == pytest.approx(2 / (1 / a100 + 1 / h100), rel=1e-12)
     assert all(g.idle_s == 0.0 for g in est.groups)
+    bounded, _ = _mixed_estimate(cluster, "async_ps:staleness=4,servers=128", (64, 64))
+    assert bounded.step_time_s == pytest.approx(max(g.busy_s for g in bounded.groups), rel=1e-12)  # held: Ho et al.
 
 
 @pytest.mark.slow

@@ -185,12 +185,15 @@ def _asynchronous(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, eng
     ``s_g`` seconds (a step of ``dp`` iterations of equal workers); the workers' update rate adds up,
     ``X = sum_g n_g / s_g``, which is exact where no server is the bottleneck and the servers' own bound where each
     group's step is (``s_g = dp D``) — the closed network of :mod:`plait.cost.async_sgd` with unequal think times
-    (Lazowska et al. 1984, Sec. 5.2). A step (``dp`` iterations, the global batch) takes ``dp / X``. The steps
+    (Lazowska et al. 1984, Sec. 5.2); a staleness bound short of no bound holds the fast workers, so over a long
+    run every worker steps at the slowest's pace (Ho et al. 2013). A step (``dp`` iterations) takes ``dp / X``. The steps
     multiplier is the method's at ``dp`` replicas, whatever their speeds (:mod:`plait.plan.async_convergence`)."""
     ests = [group_estimate(model, cluster, mixed, s, engine) for s in mixed.shares]
     plan = mixed.plan
     workers = [s.num_gpus // plan.model_parallel for s in mixed.shares]
     rate = sum(n / e.step_time_s for n, e in zip(workers, ests, strict=True))
+    if plan.dp_sync.holds_fast_workers:  # a staleness bound: in the long run every worker at the slowest's pace
+        rate = plan.dp / max(e.step_time_s for e in ests)
     step = plan.dp / rate
     groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
                              num_gpus=s.num_gpus, work=f"b{s.batch} async", busy_s=e.step_time_s, idle_s=0.0,

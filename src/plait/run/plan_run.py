@@ -204,8 +204,7 @@ def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Clust
                           "torchrun command")
     predicted = predict(job)
     mixed = None
-    if config.uneven != Uneven() and not plan.dp_sync.server_ranks:  # each rank a group of one, slowed as the run
-        # slows it (an asynchronous run's slowed workers wait for nobody: predicted as its even plan)
+    if config.uneven != Uneven():  # each rank a group of one, slowed as the run slows it
         mixed = predict_uneven(model, hardware, plan, config.uneven)
     check_machine(plan.num_gpus, slots, predicted)
     return predicted, mixed

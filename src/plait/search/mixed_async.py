@@ -20,10 +20,9 @@ from plait.hardware.mixed import MixedCluster
 from plait.predict.mixed import MixedEstimate
 from plait.search.mixed_split import try_mixed
 from plait.sync import EASGD, AsyncPS, SyncMethod
+from plait.sync.asynchronous import LARGEST_BOUND
 from plait.workload.model import ModelSpec
 
-UNBOUNDED = 2**20
-"""The largest staleness bound a spec takes: never reached in a run."""
 EASGD_BETA, EASGD_EVERY = 0.9, 4
 """EASGD's elastic rate per round and period, as in plait's measured figure (``data/convergence.toml``)."""
 
@@ -31,7 +30,7 @@ EASGD_BETA, EASGD_EVERY = 0.9, 4
 def methods(replicas: int) -> list[SyncMethod]:
     """The asynchronous methods tried over ``replicas`` workers."""
     servers = sorted({1 << i for i in range(replicas.bit_length())} | {replicas})
-    return [*(AsyncPS(staleness=UNBOUNDED, servers=s) for s in servers),
+    return [*(AsyncPS(staleness=LARGEST_BOUND, servers=s) for s in servers),
             EASGD(alpha=EASGD_BETA / replicas, every=EASGD_EVERY)]
 
 
