@@ -23,7 +23,7 @@ worst case over the run.
 The staleness. ``T`` is taken as the concurrency ``N - 1``: each update is stale by the other workers' updates in
 flight. With unequal workers the largest delay grows without bound, but asynchronous SGD with a stepsize set by the
 number of workers converges at a rate that depends on that number, not on the delays (Mishchenko, Bach, Even &
-Woodworth, NeurIPS 2022, "Asynchronous SGD Beats Minibatch SGD Under Arbitrary Delays", abstract and Sec. 3), so
+Woodworth, NeurIPS 2022, "Asynchronous SGD Beats Minibatch SGD Under Arbitrary Delays", abstract), so
 a mixed-speed cluster's workers count as ``N - 1``. A staleness bound ``B`` of Stale Synchronous Parallel (Ho et
 al., NeurIPS 2013) holds the fastest workers back; it does not make an update fresher than its round's others.
 
