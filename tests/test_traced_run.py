@@ -1,6 +1,7 @@
 """A traced module's plans run: ``plait plan --model MODULE:FACTORY --export`` writes a plan file that ``plait run
---plan`` trains on gloo ranks (:mod:`plait.workloads.traced.run`), and every data-parallel layout the traced
-planner ranks equals one process training the same global batch (:mod:`plait.workloads.traced.worker`)."""
+--plan`` trains on gloo ranks (:mod:`plait.workloads.traced.run`), and every layout the traced planner ranks (data
+parallelism, ZeRO stages, recomputation, pipeline stages and their combinations) equals one process training the
+same global batch (:mod:`plait.workloads.traced.worker`)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,15 @@ def _worker(tmp_path: Path, name: str, ranks: int, *extra: str) -> dict[str, obj
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", [
     ("ddp", 2, "adamw", ("--dp-replicate", "2")),
-    ("zero1", 2, "adamw", ("--dp-shard", "2", "--sharding", "zero1")),
     ("zero1", 2, "sgd", ("--dp-shard", "2", "--sharding", "zero1")),
     ("zero2-recompute", 2, "adamw", ("--dp-shard", "2", "--sharding", "zero2", "--recompute-units", "-1")),
     ("zero3", 2, "sgd", ("--dp-shard", "2", "--sharding", "zero3", "--recompute-units", "2")),
     ("hsdp", 4, "adamw", ("--dp-replicate", "2", "--dp-shard", "2", "--sharding", "zero3")),
+    ("pp", 2, "adamw", ("--pp", "2", "--stage-starts", "3")),
+    ("pp-gpipe-recompute", 2, "sgd", ("--pp", "2", "--stage-starts", "2", "--schedule", "gpipe",
+                                      "--recompute-units", "-1")),
+    ("pp-ddp", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-replicate", "2")),
+    ("pp-zero3", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-shard", "2", "--sharding", "zero3")),
 ], ids=lambda layout: f"{layout[0]}-{layout[2]}")
 def test_each_layout_equals_one_process(tmp_path: Path, layout: tuple[str, int, str, tuple[str, ...]]) -> None:
     name, ranks, optimizer, extra = layout
@@ -55,6 +60,18 @@ def test_each_layout_equals_one_process(tmp_path: Path, layout: tuple[str, int, 
     # the weights moved: the comparison is not of two untrained models
     untrained = _worker(tmp_path, "untrained", 1, "--optimizer", optimizer, "--steps", "0")
     assert abs(run["parameter_sum"] - untrained["parameter_sum"]) > 1e-3  # type: ignore[operator]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["bf16", "local_sgd:every=2"])
+def test_synchronization_methods_train_whole_replicas(tmp_path: Path, method: str) -> None:
+    """The traced planner's ``--dp-sync`` plans (unsharded replicas) run on the transformer runtime's pieces: the
+    first step's loss is the untrained model's, and training lowers it (the objective is the output's mean)."""
+    reference = _worker(tmp_path, "reference", 1)
+    run = _worker(tmp_path, method.split(":")[0], 2, "--dp-replicate", "2", "--dp-sync", method)
+    losses = [x for x in run["losses"] if x == x]  # type: ignore[union-attr]
+    assert losses[0] == pytest.approx(reference["losses"][0], rel=1e-6)  # type: ignore[index]
+    assert losses[-1] < losses[0]
 
 
 def test_export_writes_a_runnable_plan_file(tmp_path: Path) -> None:
@@ -71,9 +88,8 @@ def test_export_writes_a_runnable_plan_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("plan", "option", "message"), [
-    ("pp = 2\nmicro_batch = 2\nglobal_batch = 8\n", [], "pp=2: plait run trains a traced module data-parallel only"),
-    ("dp_replicate = 2\nmicro_batch = 2\nglobal_batch = 8\ndp_sync = 'local_sgd:every=4'\n", [],
-     "dp_sync=local_sgd:every=4: plait run trains a traced module with the all-reduce only"),
+    ("pp = 2\ndp_replicate = 2\nmicro_batch = 2\nglobal_batch = 8\ndp_sync = 'local_sgd:every=4'\n", [],
+     "dp_sync=local_sgd:every=4 with pp=2: plait run synchronizes a traced module's pipeline replicas"),
     ("dp_replicate = 2\nmicro_batch = 2\nglobal_batch = 8\n", ["--checkpoint-every", "2"], "--checkpoint-every:"),
 ])
 def test_what_the_runtime_cannot_run_is_refused_in_one_line(tmp_path: Path, plan: str, option: list[str],

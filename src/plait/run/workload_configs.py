@@ -135,12 +135,20 @@ class TracedConfig:
     """what the dp_shard ranks shard: zero1 optimizer, zero2 + gradients, zero3 + weights"""
     recompute_units: int = 0
     """repeated units whose activations are recomputed in the backward (-1: all)"""
+    pp: int = 1
+    """pipeline stages"""
+    stage_starts: tuple[int, ...] = field(default=(), metadata={"form": COMMA})
+    """with pp > 1: the index of the traced unit each stage after the first begins at, e.g. 3"""
+    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    """pipeline schedule"""
     micro_batch: int = 1
     """examples per micro-batch per rank"""
     global_batch: int = 1
     """examples per optimizer step over the job"""
     optimizer: Literal["adamw", "sgd"] = "adamw"
     """AdamW, or SGD with momentum"""
+    dp_sync: str = "allreduce"
+    """how unsharded replicas synchronize, METHOD[:key=value,...] (plait.sync)"""
     bf16: bool = False
     """forward under bf16 autocast"""
     steps: int = 4

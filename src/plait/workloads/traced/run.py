@@ -2,9 +2,9 @@
 MODULE:FACTORY --export`` writes it): the plan's data parallelism, ZeRO stage and recomputation trained on this
 machine's ranks by :mod:`plait.workloads.traced.worker`, printed beside plait's estimate of the same plan.
 
-What the worker runs (DDP, ZeRO-1, FSDP2's ZeRO-2/3 and HSDP, full recomputation of the repeated units) covers the
-traced planner's plans but two: pipeline stages and ``dp_sync`` methods other than the all-reduce, refused before a
-rank starts with the reason.
+What the worker runs (DDP, ZeRO-1, FSDP2's ZeRO-2/3 and HSDP, full recomputation of the repeated units, pipeline
+stages cut where the cost model cut them under GPipe or 1F1B, ``dp_sync`` methods over whole replicas) covers the
+traced planner's plans; a method with server ranks, or one over pipeline replicas, is refused before a rank starts.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from plait.run.workload_configs import TracedConfig
 from plait.terminal import rich_console, titled_table
 from plait.units import format_bytes
 from plait.workloads import Options, Workload
-from plait.workloads.traced.cost import check_traced_plan
+from plait.workloads.traced.cost import check_traced_plan, plan_stages
 from plait.workloads.traced.predict import predict_traced
 from plait.workloads.traced.tracing import storage_dtype, trace
 
@@ -38,12 +38,12 @@ restarts, traces, metrics file and uneven emulation)."""
 
 def runtime_refusal(plan: Plan) -> str | None:
     """Why the worker cannot run ``plan`` (module docstring), or ``None``."""
-    if plan.pp > 1:
-        return (f"pp={plan.pp}: plait run trains a traced module data-parallel only (its pipeline stages are "
-                "planned and costed, not run); use pp=1")
-    if not plan.dp_sync.is_allreduce:
-        return (f"dp_sync={plan.dp_sync.spec}: plait run trains a traced module with the all-reduce only; "
-                "use dp_sync='allreduce'")
+    if plan.dp_sync.server_ranks:
+        return (f"dp_sync={plan.dp_sync.spec}: its server ranks are started for the transformer runtime only "
+                "(plait run --plan of a catalog model)")
+    if not plan.dp_sync.is_allreduce and plan.pp > 1:
+        return (f"dp_sync={plan.dp_sync.spec} with pp={plan.pp}: plait run synchronizes a traced module's pipeline "
+                "replicas with the all-reduce only")
     if plan.offload_optimizer or plan.offload_params:
         return "offloading is not costed for traced workloads; use offload_params = offload_optimizer = false"
     return None
@@ -77,9 +77,11 @@ def run_traced_plan(workload: Workload, options: Options) -> None:
         console.print(f"plait: {note}")
     config = TracedConfig(factory=job.model, input_shape=work.example_shape, input_dtype=work.input_dtype,  # type: ignore[arg-type]
                           dp_replicate=plan.dp_replicate, dp_shard=plan.dp_shard, sharding=plan.sharding,
-                          recompute_units=(plan.recompute_layers if plan.recompute == "full" else 0),
+                          recompute_units=-1 if plan.recompute == "full" else 0,  # every unit, as the cost model recomputes
+                          pp=plan.pp, stage_starts=tuple(group[0] for group in plan_stages(work, cluster, plan)[1:]),
+                          schedule="gpipe" if plan.schedule == "gpipe" else "1f1b",
                           micro_batch=plan.micro_batch, global_batch=plan.global_batch,
-                          optimizer=plan.optimizer, bf16=bf16, steps=options.get("steps", 10), out=Path("unused"))
+                          optimizer=plan.optimizer, dp_sync=plan.dp_sync.spec, bf16=bf16, steps=options.get("steps", 10), out=Path("unused"))
     console.print(f"{work.name}: {plan.describe()} on {ranks} CPU ranks (gloo), {config.steps} steps")
     if options.get("dry_run"):
         return
