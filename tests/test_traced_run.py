@@ -102,13 +102,12 @@ def test_what_the_runtime_cannot_run_is_refused_in_one_line(tmp_path: Path, plan
 
 
 @pytest.mark.slow
-def test_plait_run_trains_the_exported_plan(tmp_path: Path) -> None:
-    plan = tmp_path / "plan.toml"
-    plan.write_text(f'[job]\nmodel = "{FACTORY}"\ninput_shape = [3, 16, 16]\n\n[plan]\ndp_shard = 2\n'
-                    'sharding = "zero3"\nmicro_batch = 2\nglobal_batch = 8\nprecision = "fp32"\n')
+def test_plait_run_trains_the_example_plan(tmp_path: Path) -> None:
+    """README's command: the shipped traced plan file, trained by ``plait run`` (torchrun, 2 ranks), measured beside
+    its prediction."""
+    plan = Path(__file__).parents[1] / "examples" / "small-cnn-plan.toml"
     done = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", "3"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "step time s (median after step 1)" in done.stdout and "final loss" in done.stdout
-
