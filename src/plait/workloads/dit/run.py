@@ -1,9 +1,11 @@
 """``plait run --model DIT.toml``: the DiT worker on this machine's CPU ranks (gloo), next to a single-process
 reference and the cost model's bytes.
 
-The TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT by Ulysses or DistriFusion;
-printed: the latent's difference from one process and each rank's bytes against :mod:`plait.workloads.dit.cost`'s count.
-Only models small enough for this machine run (the memory check uses plait's estimate).
+The TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT under the plan's CFG parallel,
+Ulysses, ring (USP when both), tensor parallel, DistriFusion or PipeFusion degrees; printed: the latent's
+difference from one process (exact methods: rounding only; stale ones: the staleness) and each rank's bytes against
+:func:`plait.workloads.dit.sent_bytes.rank_sent_bytes`. Only models small enough for this machine run (the memory
+check uses plait's estimate).
 """
 
 from __future__ import annotations
@@ -17,30 +19,53 @@ from plait.run.preflight import check_cpu_machine
 from plait.run.workload_configs import DitConfig
 from plait.terminal import rich_console
 from plait.workloads import Workload
-from plait.workloads.dit.cost import stale_kv_gathers, stale_kv_sent_bytes, ulysses_sent_bytes
+from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitPlan, check_plan
 from plait.workloads.dit.predict import parse_dit_plan
+from plait.workloads.dit.sent_bytes import rank_sent_bytes
 
 DIT_WORKER = "plait.workloads.dit.worker"
+GUIDANCE_SCALE = 4.0
+"""Classifier-free guidance scale when the job guides (facebookresearch/DiT sample.py: ``--cfg-scale`` default
+4.0); any scale exercises the same passes and bytes."""
+PIPEFUSION_WARMUP = 1
+"""PipeFusion's synchronous steps first (xDiT's ``--warmup_steps`` default 1, xfuser/config/args.py)."""
+FP32 = 4
+
+
+def runnable_plan(plan: DitPlan) -> DitPlan:
+    """``plan`` if the CPU runtime runs it; else one line saying why (what only xDiT on GPUs runs)."""
+    if plan.offload:
+        raise ConfigError(f"--parallel {plan.label()}: offload streams weights over a GPU's PCIe link; on CPU "
+                          "ranks nothing moves (run the plan without offload=1)")
+    if plan.pipefusion > 1 and plan.gpus != plan.cfg * plan.pipefusion:
+        raise ConfigError(f"--parallel {plan.label()}: PipeFusion runs with CFG parallel alone on CPU ranks; "
+                          "with Ulysses, ring or TP inside its stages export it for xDiT (plait plan --export)")
+    return plan
 
 
 def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) -> None:
     spec, job = workload.description
-    plan = parse_dit_plan(parallel or f"ulysses={gpus}")
-    sp = "ulysses" if plan.ulysses > 1 else "distrifusion" if plan.distrifusion > 1 else None
-    if sp is None or plan.gpus != max(plan.ulysses, plan.distrifusion) or plan.offload or spec.kind != "dit":
-        raise ConfigError(f"--parallel {plan.label()}: plait run denoises a plain DiT with Ulysses or DistriFusion "
-                          "alone on CPU ranks; export the rest for xDiT (plait plan --export)")
+    plan = runnable_plan(parse_dit_plan(parallel or f"ulysses={gpus}"))
+    if spec.kind != "dit":
+        raise ConfigError(f"{spec.name}: kind={spec.kind!r}: plait run denoises a plain class-conditioned DiT on CPU "
+                          "ranks; export the plan for xDiT (plait plan --export)")
+    check_plan(spec, job, plan)
     ranks = plan.gpus
+    if ranks < 2:
+        raise ConfigError(f"--parallel {plan.label()}: plait run needs at least 2 ranks")
     require_extra("run", "plait run of a DiT")
     check_cpu_machine(ranks, 4 * spec.params() * 3)  # fp32 weights, activations and the reference's copy
     side = job.resolution // spec.vae_downsample // spec.patch
-    warmup = 4 if sp == "distrifusion" else 1
-    config = DitConfig(sp=sp, hidden=spec.hidden, heads=spec.heads, layers=spec.layers, side=side, patch=spec.patch,
-                       channels=spec.latent_channels, batch=job.batch, steps=job.steps, warmup=min(warmup, job.steps),
-                       out=Path("unused"))
+    warmup = DISTRIFUSION_WARMUP if plan.distrifusion > 1 else PIPEFUSION_WARMUP
+    config = DitConfig(cfg=plan.cfg, pipefusion=plan.pipefusion, patches=plan.patches, distrifusion=plan.distrifusion,
+                       ring=plan.ring, ulysses=plan.ulysses, tp=plan.tp, guidance=GUIDANCE_SCALE if job.cfg else 0.0,
+                       hidden=spec.hidden, heads=spec.heads, layers=spec.layers, side=side, patch=spec.patch,
+                       channels=spec.latent_channels, batch=job.batch, steps=job.steps,
+                       warmup=min(warmup, job.steps), out=Path("unused"))
+    stale = f", {max(0, job.steps - warmup)} of them stale" if plan.stale else ""
     console = rich_console()
-    console.print(f"{spec.name}: {job.batch} image(s), {side * side} tokens, {job.steps} steps, {plan.label()} on "
-                  f"{ranks} gloo ranks (fp32)")
+    console.print(f"{spec.name}: {job.batch} image(s), {side * side} tokens, {job.steps} steps{stale}, "
+                  f"{plan.label()} on {ranks} gloo ranks (fp32)")
     if dry_run:
         return
     import torch
@@ -49,14 +74,12 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
     from plait.workloads.dit.worker import run
 
     single = torch.tensor(run(replace(config, ranks=1))["latent"])
-    tokens = side * side // ranks
-    if sp == "ulysses":
-        predicted = job.steps * spec.layers * ulysses_sent_bytes(tokens, spec.hidden, 4, job.batch, ranks)
-    else:
-        predicted = spec.layers * stale_kv_gathers(job.steps, min(warmup, job.steps)) * stale_kv_sent_bytes(
-            tokens, spec.hidden, 4, job.batch, ranks)
+    predicted = rank_sent_bytes(plan, image_tokens=side * side, hidden=spec.hidden,
+                                patch_values=spec.patch**2 * spec.latent_channels, layers=spec.layers,
+                                batch=job.batch, steps=job.steps, warmup=config.warmup, guided=job.cfg,
+                                element_bytes=FP32)
     latent = torch.tensor(measured["latent"])
     console.print(f"latent vs one process: max |difference| {float((latent - single).abs().max()):.3g}, relative L2 "
                   f"{float((latent - single).norm() / single.norm()):.3g}")
-    for rank, sent in enumerate(measured["bytes_sent"]):
-        console.print(f"rank {rank}: sent {sent:,} bytes, predicted {predicted:,.0f}")
+    for rank, (sent, expected) in enumerate(zip(measured["bytes_sent"], predicted)):
+        console.print(f"rank {rank}: sent {sent:,} bytes, predicted {expected:,.0f}")
