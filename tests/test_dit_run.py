@@ -74,6 +74,26 @@ def test_usp_ulysses_inside_ring_across_four_ranks_is_exact(tmp_path: Path, refe
     assert result["bytes_sent"] == [STEPS * LAYERS * 4 * 16_384] * 4 == _predicted("ulysses=2,ring=2", 1)
 
 
+def test_layer_offload_streams_each_layer_once_a_step_with_two_resident(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
+    """Emulated (host and device share this machine's memory): the latent is exact and the bytes copied in are the
+    cost model's stream, every block's matrices once a step (by hand: 2 layers x (3 + 1 + 4 + 4 + 6) x 64^2
+    parameters x 4 bytes x 4 steps), with never more than two layers' weights in place."""
+    import torch
+
+    from plait.workloads.dit.model import read_dit
+    from plait.workloads.dit.offload import streamed_bytes_per_step
+
+    spec, _ = read_dit(Path(__file__).resolve().parents[1] / "examples" / "dit-tiny.toml")
+    assert (spec.hidden, spec.layers, spec.mlp_ratio) == (HIDDEN, LAYERS, 4.0)
+
+    result = _run(tmp_path, "offload", 2, "--ulysses", "2", "--offload", "1")
+    torch.testing.assert_close(torch.tensor(result["latent"]), reference, atol=1e-5, rtol=0)
+    assert result["bytes_sent"] == _predicted("ulysses=2", 1)
+    by_hand = LAYERS * 18 * HIDDEN**2 * FP32 * STEPS
+    assert result["streamed_bytes"] == [by_hand] * 2 == [STEPS * streamed_bytes_per_step(spec.params(), FP32, 1)] * 2
+    assert result["peak_loaded_layers"] == [2, 2]
+
+
 @pytest.mark.parametrize("method", ["distrifusion", "pipefusion"])
 def test_stale_methods_stay_within_the_bound_and_send_the_predicted_bytes(tmp_path: Path, reference,  # type: ignore[no-untyped-def]
                                                                           method: str) -> None:
@@ -116,7 +136,7 @@ def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_predicti
         assert "2 of them stale" in text and difference > 1e-4
 
 
-@pytest.mark.parametrize("parallel, rule", [("ulysses=2,offload=1", "nothing moves"),
+@pytest.mark.parametrize("parallel, rule", [("tp=2,offload=1", "adaLN modulation whole"),
                                             ("pipefusion=2,ring=2", "PipeFusion runs with CFG parallel alone")])
 def test_plait_run_refuses_what_only_gpus_run_by_name(parallel: str, rule: str) -> None:
     """Refused before launch in one line naming the plan and the reason."""
@@ -126,7 +146,8 @@ def test_plait_run_refuses_what_only_gpus_run_by_name(parallel: str, rule: str) 
     assert code == 2 and f"--parallel {parse_dit_plan(parallel).label()}: " in err and rule in err
 
 
-@pytest.mark.parametrize("parallel", ["cfg=2", "ring=2", "tp=2", "pipefusion=2", "ulysses=2", "distrifusion=2"])
+@pytest.mark.parametrize("parallel", ["cfg=2", "ring=2", "tp=2", "pipefusion=2", "ulysses=2", "distrifusion=2",
+                                      "cfg=2,offload=1"])
 def test_plait_run_accepts_every_two_rank_plan_of_the_example(parallel: str) -> None:
     from tests.inprocess import cli
 

@@ -31,6 +31,8 @@ class DitConfig:
     """tensor parallel degree"""
     guidance: float = 0.0
     """classifier-free guidance scale (0: one unguided pass)"""
+    offload: int = 0
+    """1: the blocks' weights streamed in layer by layer from a host copy (emulated)"""
     ranks: int = 0
     """1: the single-process reference"""
     hidden: int = 64

@@ -47,7 +47,7 @@ from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
-from plait.workloads.dit.offload import offloaded_step_s
+from plait.workloads.dit.offload import offloaded_step_s, streamed_bytes_per_step
 from plait.workloads.dit.sent_bytes import (
     cfg_sent_bytes,
     pipefusion_sent_bytes,
@@ -192,7 +192,7 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     if plan.pipefusion > 1:  # a patch's updated latent must come back round the p stages before its next step
         step += max(0.0, plan.pipefusion * patch_transfer - (plan.patches - plan.pipefusion) * compute / plan.patches)
     synchronous = compute + comm + overlap_comm
-    weights = resident = spec.params() * b / (plan.pipefusion * plan.tp)
+    weights = resident = streamed_bytes_per_step(spec.params(), b, plan.pipefusion * plan.tp)
     if plan.offload:
         step = offloaded_step_s(compute, step - compute, weights, cluster)
         resident = 2 * weights / layers  # the layer computing and the one arriving

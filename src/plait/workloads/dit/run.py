@@ -2,7 +2,8 @@
 reference and the cost model's bytes.
 
 The TOML's blocks (hidden, heads, layers) denoise its job's image with a small DiT under the plan's CFG parallel,
-Ulysses, ring (USP when both), tensor parallel, DistriFusion or PipeFusion degrees; printed: the latent's
+Ulysses, ring (USP when both), tensor parallel, DistriFusion or PipeFusion degrees, and layer-wise offload
+emulated (the host-to-device copies counted; on a CPU nothing crosses a link); printed: the latent's
 difference from one process (exact methods: rounding only; stale ones: the staleness) and each rank's bytes against
 :func:`plait.workloads.dit.sent_bytes.rank_sent_bytes`. Only models small enough for this machine run (the memory
 check uses plait's estimate).
@@ -20,6 +21,7 @@ from plait.run.workload_configs import DitConfig
 from plait.terminal import rich_console
 from plait.workloads import Workload
 from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitPlan, check_plan
+from plait.workloads.dit.offload import streamed_bytes_per_step
 from plait.workloads.dit.predict import parse_dit_plan
 from plait.workloads.dit.sent_bytes import rank_sent_bytes
 
@@ -34,9 +36,10 @@ FP32 = 4
 
 def runnable_plan(plan: DitPlan) -> DitPlan:
     """``plan`` if the CPU runtime runs it; else one line saying why (what only xDiT on GPUs runs)."""
-    if plan.offload:
-        raise ConfigError(f"--parallel {plan.label()}: offload streams weights over a GPU's PCIe link; on CPU "
-                          "ranks nothing moves (run the plan without offload=1)")
+    if plan.offload and plan.tp > 1:
+        raise ConfigError(f"--parallel {plan.label()}: offload with tp: plait's TP keeps each block's adaLN "
+                          "modulation whole on every rank, so the weights it would stream are not the cost model's "
+                          "1 / tp share (run offload=1 without tp)")
     if plan.pipefusion > 1 and plan.gpus != plan.cfg * plan.pipefusion:
         raise ConfigError(f"--parallel {plan.label()}: PipeFusion runs with CFG parallel alone on CPU ranks; "
                           "with Ulysses, ring or TP inside its stages export it for xDiT (plait plan --export)")
@@ -59,6 +62,7 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
     warmup = DISTRIFUSION_WARMUP if plan.distrifusion > 1 else PIPEFUSION_WARMUP
     config = DitConfig(cfg=plan.cfg, pipefusion=plan.pipefusion, patches=plan.patches, distrifusion=plan.distrifusion,
                        ring=plan.ring, ulysses=plan.ulysses, tp=plan.tp, guidance=GUIDANCE_SCALE if job.cfg else 0.0,
+                       offload=plan.offload,
                        hidden=spec.hidden, heads=spec.heads, layers=spec.layers, side=side, patch=spec.patch,
                        channels=spec.latent_channels, batch=job.batch, steps=job.steps,
                        warmup=min(warmup, job.steps), out=Path("unused"))
@@ -83,3 +87,8 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
                   f"{float((latent - single).norm() / single.norm()):.3g}")
     for rank, (sent, expected) in enumerate(zip(measured["bytes_sent"], predicted)):
         console.print(f"rank {rank}: sent {sent:,} bytes, predicted {expected:,.0f}")
+    if plan.offload:
+        stream = job.steps * streamed_bytes_per_step(spec.params(), FP32, plan.pipefusion * plan.tp)
+        for rank, (streamed, peak) in enumerate(zip(measured["streamed_bytes"], measured["peak_loaded_layers"])):
+            console.print(f"rank {rank}: streamed {streamed:,} bytes of weights in (emulated: nothing crosses a link "
+                          f"on this machine), predicted {stream:,.0f}; at most {peak} layers resident")

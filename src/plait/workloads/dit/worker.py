@@ -10,7 +10,9 @@ rank counting the bytes it sends:
 - ``distrifusion``: patches attending with the others' stale K, V (:mod:`plait.workloads.dit.stale_kv`), exact
   during the first ``--warmup`` steps;
 - ``pipefusion``: layers in stages, the image in ``--patches`` patches (:mod:`plait.workloads.dit.pipefusion`),
-  exact during the first ``--warmup`` steps.
+  exact during the first ``--warmup`` steps;
+- ``--offload 1`` (with the exact methods but TP): the blocks' weights streamed in layer by layer from a host copy
+  (:mod:`plait.workloads.dit.layer_offload`, emulated: the bytes and the two resident layers are what is checked).
 
 ``--ranks 1`` is the single-process reference. Rank 0 writes the whole denoised latent and each rank's counted
 bytes (and, with ``--check``, each stale attention's error beside its bound).
@@ -32,6 +34,7 @@ from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
 from plait.run.ring_attention import Ring
 from plait.run.workload_configs import DitConfig
+from plait.workloads.dit.layer_offload import LayerOffload
 from plait.workloads.dit.pipefusion import Stage, pipefusion_denoise
 from plait.workloads.dit.sp_attention import ring_attention, ulysses_attention
 from plait.workloads.dit.stale_kv import StaleKV
@@ -55,6 +58,7 @@ def run(args: DitConfig) -> dict[str, object]:
     counter, ring = Counted(), Ring(mesh.get_group("ring")) if args.ring > 1 else None
     cfg_group = mesh.get_group("cfg") if args.cfg > 1 else None
     errors: list[tuple[float, float]] = []
+    offload = None
     if args.pipefusion > 1:
         pp_ranks = [int(r) for r in mesh["pipefusion"].mesh.tolist()]
         stage = Stage(pp_ranks, cfg_group, mesh.get_local_rank("cfg"), args.guidance, args.check)
@@ -78,11 +82,20 @@ def run(args: DitConfig) -> dict[str, object]:
             if args.ulysses > 1:
                 attend = ulysses_attention(counter, mesh.get_group("ulysses"), attend)
         v = _cfg_velocity(model, labels_B, mine, attend, args.guidance, cfg_group, counter)
+        offload = LayerOffload(model.blocks, runs=args.steps) if args.offload else None  # one forward a step
         out = denoise(v, noise_BTP[:, mine], args.steps, stale.on_step if stale else None)
+        if offload is not None:
+            offload.close()
         errors = stale.errors if stale else []
         if (args.cfg > 1 and mesh.get_local_rank("cfg")) or (args.tp > 1 and mesh.get_local_rank("tp")):
             shard = -1  # a copy another rank reports
-    return _collect(out, shard, counter.sent + (ring.sent_bytes if ring else 0), errors, args.check)
+    result = _collect(out, shard, counter.sent + (ring.sent_bytes if ring else 0), errors, args.check)
+    if offload is not None:
+        streamed: list[object] = [None] * dist.get_world_size()
+        dist.all_gather_object(streamed, (offload.streamed_bytes, offload.peak_loaded))
+        result["streamed_bytes"] = [s[0] for s in streamed]  # type: ignore[index]
+        result["peak_loaded_layers"] = [s[1] for s in streamed]  # type: ignore[index]
+    return result
 
 
 def _cfg_velocity(model: TinyDiT, y_B: torch.Tensor, positions: slice, attend: Attend, guidance: float,
