@@ -74,6 +74,21 @@ def test_usp_ulysses_inside_ring_across_four_ranks_is_exact(tmp_path: Path, refe
     assert result["bytes_sent"] == [STEPS * LAYERS * 4 * 16_384] * 4 == _predicted("ulysses=2,ring=2", 1)
 
 
+def test_pipefusion_with_ulysses_inside_its_stages_on_four_ranks(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
+    """xDiT's PipeFusion x Ulysses: exact while synchronous, and its stale steps equal PipeFusion's alone (Ulysses
+    changes no number, only where the heads are computed)."""
+    import torch
+
+    flags = ["--pipefusion", "2", "--ulysses", "2", "--patches", "2"]
+    warm = _run(tmp_path, "warm", 4, *flags, "--warmup", str(STEPS))
+    torch.testing.assert_close(torch.tensor(warm["latent"]), reference, atol=1e-5, rtol=0)
+    assert warm["bytes_sent"] == _predicted("pipefusion=2,ulysses=2,patches=2", STEPS)
+    stale = _run(tmp_path, "stale", 4, *flags, "--warmup", "1")
+    alone = _run(tmp_path, "alone", 2, "--pipefusion", "2", "--patches", "2", "--warmup", "1")
+    torch.testing.assert_close(torch.tensor(stale["latent"]), torch.tensor(alone["latent"]), atol=1e-5, rtol=0)
+    assert float((torch.tensor(stale["latent"]) - reference).abs().max()) > 1e-3
+
+
 def test_layer_offload_streams_each_layer_once_a_step_with_two_resident(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
     """Emulated (host and device share this machine's memory): the latent is exact and the bytes copied in are the
     cost model's stream, every block's matrices once a step (by hand: 2 layers x (3 + 1 + 4 + 4 + 6) x 64^2
@@ -137,7 +152,7 @@ def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_predicti
 
 
 @pytest.mark.parametrize("parallel, rule", [("tp=2,offload=1", "adaLN modulation whole"),
-                                            ("pipefusion=2,ring=2", "PipeFusion runs with CFG parallel alone")])
+                                            ("pipefusion=2,ring=2", "PipeFusion runs with CFG parallel and Ulysses")])
 def test_plait_run_refuses_what_only_gpus_run_by_name(parallel: str, rule: str) -> None:
     """Refused before launch in one line naming the plan and the reason."""
     from tests.inprocess import cli

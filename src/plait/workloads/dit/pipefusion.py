@@ -5,7 +5,10 @@ patch writes its fresh K, V into it and attends over all of it, so patches not y
 one step stale (displaced patch parallelism). The first ``warmup`` steps send the whole image as one patch
 (exact; xDiT's synchronous warm-up, ``--warmup_steps``). The last stage applies guidance and the Euler step and
 sends each updated patch latent back to the first stage, except in the last step. With CFG parallel (a ``cfg``
-group of 2) each pipeline runs one pass and the last stages all-gather their velocities.
+group of 2) each pipeline runs one pass and the last stages all-gather their velocities. With Ulysses (a group of
+``u``, xDiT's PipeFusion x USP hybrid) each patch's tokens are split over the group, rank ``j`` holding the ``j``-th
+``1 / u`` of every patch (in the warm-up too, so a rank's latent tokens never change hands), and an all-to-all
+turns them into the whole patch for ``N / u`` heads, which attend over a buffer of those heads.
 
 With ``check``, each stale attention is compared, at the end of its step, with attention over the step's final
 K, V buffer, and :func:`plait.workloads.dit.stale_kv.stale_attention_bound` recorded beside it.
@@ -22,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from plait.run.counted import Counted
+from plait.workloads.dit.sp_attention import ulysses_attention
 from plait.workloads.dit.stale_kv import stale_attention_bound
 from plait.workloads.dit.tiny_model import TinyDiT, guide, local_attention, step_size, timestep
 
@@ -35,6 +39,7 @@ class Stage:
     cfg_rank: int
     guidance: float
     check: bool = False
+    ulysses_group: dist.ProcessGroup | None = None
     errors: list[tuple[float, float]] = field(default_factory=list)
 
     @property
@@ -53,6 +58,8 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
     per_stage = len(model.blocks) // p
     layers = range(s * per_stage, (s + 1) * per_stage)
     tokens = x_BTP.shape[1]
+    u = dist.get_world_size(stage.ulysses_group) if stage.ulysses_group is not None else 1
+    j = dist.get_rank(stage.ulysses_group) if stage.ulysses_group is not None else 0
     batched = stage.guidance and stage.cfg_group is None  # both passes in one batch on this pipeline
     null_B = torch.full_like(y_B, model.null_class)
     labels = torch.cat([y_B, null_B]) if batched else y_B if stage.cfg_rank == 0 else null_B
@@ -65,21 +72,24 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
             previous, pieces = (1 if i - 1 < warmup else patches), (1 if i < warmup else patches)
             used: list[tuple[int, torch.Tensor, torch.Tensor]] = []
             for m in range(pieces):
-                where = slice(m * tokens // pieces, (m + 1) * tokens // pieces)
+                where = owned(m, pieces, patches, tokens, u, j)
                 if s == 0:
                     if i > 0 and p > 1 and (m == 0 or pieces == previous):  # in the partition it was sent in
-                        back = where if pieces == previous else slice(0, tokens)
+                        back = where if pieces == previous else owned(0, 1, patches, tokens, u, j)
                         got = torch.empty_like(x_BTP[:, back])
                         dist.recv(got, stage.ranks[-1])
                         x_BTP[:, back] = got
                     x_bSP = torch.cat([x_BTP[:, where]] * 2) if batched else x_BTP[:, where]
-                    h_bSH = model.tokens(x_bSP, where)
+                    h_bSH = model.tokens(x_bSP, where)  # type: ignore[arg-type]
                 else:
-                    h_bSH = torch.empty(labels.shape[0], where.stop - where.start, model.pos_SH.shape[1])
+                    h_bSH = torch.empty(labels.shape[0], len(where), model.pos_SH.shape[1])
                     dist.recv(h_bSH, stage.ranks[s - 1])
+                group = torch.cat([owned(m, pieces, patches, tokens, u, r) for r in range(u)])  # after the all-to-all
                 for layer in layers:
-                    h_bSH = model.blocks[layer](h_bSH, c_bH, layer, _buffered(buffers, layer, where, tokens, used,
-                                                                               stage.check and i >= warmup))
+                    attend = _buffered(buffers, layer, group, tokens, used, stage.check and i >= warmup)
+                    if stage.ulysses_group is not None:
+                        attend = ulysses_attention(counter, stage.ulysses_group, attend)
+                    h_bSH = model.blocks[layer](h_bSH, c_bH, layer, attend)
                 if not stage.last:
                     pending.append(counter.isend(h_bSH, stage.ranks[s + 1]))
                     continue
@@ -93,7 +103,15 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
     return x_BTP if stage.last else None
 
 
-def _buffered(buffers: dict[int, torch.Tensor], layer: int, where: slice, tokens: int,
+def owned(m: int, pieces: int, patches: int, tokens: int, u: int, j: int) -> torch.Tensor:
+    """Token positions of piece ``m`` of ``pieces`` (1: the whole image, else the ``patches``) that Ulysses rank
+    ``j`` of ``u`` holds: the ``j``-th ``1 / u`` of each patch in the piece."""
+    per_piece, share = patches // pieces, tokens // patches // u
+    starts = [(m * per_piece + k) * tokens // patches + j * share for k in range(per_piece)]
+    return torch.cat([torch.arange(a, a + share) for a in starts])
+
+
+def _buffered(buffers: dict[int, torch.Tensor], layer: int, where: torch.Tensor, tokens: int,
               used: list[tuple[int, torch.Tensor, torch.Tensor]], check: bool):  # type: ignore[no-untyped-def]
     """Attention of a patch's queries over the layer's buffer, its own K, V written in fresh first."""
     def attend(_: int, q_bSND: torch.Tensor, k_bSND: torch.Tensor, v_bSND: torch.Tensor) -> torch.Tensor:

@@ -67,17 +67,19 @@ def rank_sent_bytes(plan: DitPlan, *, image_tokens: int, hidden: int, patch_valu
     distrifusion x ring x ulysses x tp`` (tp innermost; plait's gloo runtime, :mod:`plait.workloads.dit.worker`).
     ``guided``: classifier-free guidance on (both passes batched on a GPU unless ``cfg`` = 2)."""
     passes = batch * (2 if guided and plan.cfg == 1 else 1)
-    cfg = cfg_sent_bytes(image_tokens, patch_values, element_bytes, batch, plan.cfg) if plan.cfg > 1 else 0.0
-    if plan.pipefusion > 1:
-        stages = [steps * pipefusion_sent_bytes(image_tokens, hidden, element_bytes, passes)] * (plan.pipefusion - 1)
-        stages.append((steps - 1) * pipefusion_return_bytes(image_tokens, patch_values, element_bytes, batch)
+    tokens = image_tokens / (plan.distrifusion * plan.ring * plan.ulysses)
+    cfg = cfg_sent_bytes(tokens, patch_values, element_bytes, batch, plan.cfg) if plan.cfg > 1 else 0.0
+    if plan.pipefusion > 1:  # Ulysses inside each stage, over its layers
+        uly = steps * layers / plan.pipefusion * ulysses_sent_bytes(tokens, hidden, element_bytes, passes,
+                                                                   plan.ulysses)
+        stages = [uly + steps * pipefusion_sent_bytes(tokens, hidden, element_bytes, passes)] * (plan.pipefusion - 1)
+        stages.append(uly + (steps - 1) * pipefusion_return_bytes(tokens, patch_values, element_bytes, batch)
                       + steps * cfg)
         return [stages[g // (plan.gpus // plan.cfg // plan.pipefusion) % plan.pipefusion] for g in range(plan.gpus)]
-    tokens = image_tokens / (plan.distrifusion * plan.ring * plan.ulysses)
     part = hidden / plan.tp
     per_layer = sum(fn(tokens, width, element_bytes, passes, degree) for fn, width, degree in (
         (ulysses_sent_bytes, part, plan.ulysses), (ring_sent_bytes, part, plan.ring), (tp_sent_bytes, hidden, plan.tp)))
-    total = steps * layers * per_layer + steps * cfg * tokens / image_tokens
+    total = steps * layers * per_layer + steps * cfg
     if plan.distrifusion > 1:
         total += layers * stale_kv_gathers(steps, warmup) * stale_kv_sent_bytes(tokens, hidden, element_bytes, passes,
                                                                                 plan.distrifusion)

@@ -35,7 +35,7 @@ from plait.run.gloo_job import run_job
 from plait.run.ring_attention import Ring
 from plait.run.workload_configs import DitConfig
 from plait.workloads.dit.layer_offload import LayerOffload
-from plait.workloads.dit.pipefusion import Stage, pipefusion_denoise
+from plait.workloads.dit.pipefusion import Stage, owned, pipefusion_denoise
 from plait.workloads.dit.sp_attention import ring_attention, ulysses_attention
 from plait.workloads.dit.stale_kv import StaleKV
 from plait.workloads.dit.tensor_parallel import TpBlock
@@ -61,14 +61,21 @@ def run(args: DitConfig) -> dict[str, object]:
     offload = None
     if args.pipefusion > 1:
         pp_ranks = [int(r) for r in mesh["pipefusion"].mesh.tolist()]
-        stage = Stage(pp_ranks, cfg_group, mesh.get_local_rank("cfg"), args.guidance, args.check)
+        stage = Stage(pp_ranks, cfg_group, mesh.get_local_rank("cfg"), args.guidance, args.check,
+                      mesh.get_group("ulysses") if args.ulysses > 1 else None)
         out = pipefusion_denoise(model, noise_BTP, labels_B, args.steps, args.warmup, args.patches, stage, counter)
-        shard, errors = (0 if out is not None and stage.cfg_rank == 0 else -1), stage.errors
+        errors = stage.errors
+        held = owned(0, 1, args.patches, tokens, args.ulysses, mesh.get_local_rank("ulysses"))
+        if out is not None and stage.cfg_rank == 0:
+            out = out[:, held]
+        else:
+            held, out = None, None
     else:
         share = args.distrifusion * args.ring * args.ulysses
         shard = (mesh.get_local_rank("distrifusion") * args.ring + mesh.get_local_rank("ring")) * args.ulysses \
             + mesh.get_local_rank("ulysses")
         mine = slice(shard * tokens // share, (shard + 1) * tokens // share)
+        held = torch.arange(tokens)[mine]
         if args.tp > 1:
             tp_group = mesh.get_group("tp")
             model.blocks = nn.ModuleList(TpBlock(block, mesh.get_local_rank("tp"), args.tp,
@@ -88,8 +95,8 @@ def run(args: DitConfig) -> dict[str, object]:
             offload.close()
         errors = stale.errors if stale else []
         if (args.cfg > 1 and mesh.get_local_rank("cfg")) or (args.tp > 1 and mesh.get_local_rank("tp")):
-            shard = -1  # a copy another rank reports
-    result = _collect(out, shard, counter.sent + (ring.sent_bytes if ring else 0), errors, args.check)
+            held = None  # a copy another rank reports
+    result = _collect(out, held, tokens, counter.sent + (ring.sent_bytes if ring else 0), errors, args.check)
     if offload is not None:
         streamed: list[object] = [None] * dist.get_world_size()
         dist.all_gather_object(streamed, (offload.streamed_bytes, offload.peak_loaded))
@@ -113,17 +120,24 @@ def _cfg_velocity(model: TinyDiT, y_B: torch.Tensor, positions: slice, attend: A
     return v
 
 
-def _collect(out: torch.Tensor | None, shard: int, sent: int, errors: list[tuple[float, float]],
-             check: bool) -> dict[str, object]:
-    """The latent from the ranks that hold a shard of it (``shard`` >= 0, in token order), every rank's bytes."""
+def _collect(out: torch.Tensor | None, held: torch.Tensor | None, tokens: int, sent: int,
+             errors: list[tuple[float, float]], check: bool) -> dict[str, object]:
+    """The latent from the ranks that report the tokens they hold (``held``: positions, None: a copy), every
+    rank's bytes."""
     world = dist.get_world_size()
     parts: list[object] = [None] * world
-    dist.all_gather_object(parts, (shard, out.tolist() if out is not None and shard >= 0 else None, sent, errors))
-    shards = sorted((s, x) for s, x, _, _ in parts if s >= 0)  # type: ignore[misc]
-    latent = torch.cat([torch.tensor(x) for _, x in shards], dim=1)
-    result: dict[str, object] = {"latent": latent.tolist(), "bytes_sent": [p[2] for p in parts]}  # type: ignore[index]
+    mine = (held.tolist(), out.tolist()) if held is not None and out is not None else None
+    dist.all_gather_object(parts, (mine, sent, errors))
+    pieces = [p[0] for p in parts if p[0] is not None]  # type: ignore[index]
+    latent = torch.empty(len(pieces[0][1]), tokens, len(pieces[0][1][0][0]))
+    covered = torch.zeros(tokens, dtype=torch.bool)
+    for positions, values in pieces:
+        latent[:, positions] = torch.tensor(values)
+        covered[positions] = True
+    assert bool(covered.all()), "every token's latent is reported"
+    result: dict[str, object] = {"latent": latent.tolist(), "bytes_sent": [p[1] for p in parts]}  # type: ignore[index]
     if check:
-        result["attention_errors"] = [p[3] for p in parts]  # type: ignore[index]
+        result["attention_errors"] = [p[2] for p in parts]  # type: ignore[index]
     return result
 
 
