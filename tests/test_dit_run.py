@@ -74,19 +74,28 @@ def test_usp_ulysses_inside_ring_across_four_ranks_is_exact(tmp_path: Path, refe
     assert result["bytes_sent"] == [STEPS * LAYERS * 4 * 16_384] * 4 == _predicted("ulysses=2,ring=2", 1)
 
 
-def test_pipefusion_with_ulysses_inside_its_stages_on_four_ranks(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
-    """xDiT's PipeFusion x Ulysses: exact while synchronous, and its stale steps equal PipeFusion's alone (Ulysses
-    changes no number, only where the heads are computed)."""
+@pytest.mark.parametrize("inside", ["ulysses", "ring"])
+def test_pipefusion_with_sequence_parallelism_inside_its_stages_on_four_ranks(tmp_path: Path, reference,  # type: ignore[no-untyped-def]
+                                                                              inside: str) -> None:
+    """xDiT's PipeFusion x USP: exact while synchronous, and its stale steps equal PipeFusion's alone (the
+    sequence split changes no number, only where the heads and tokens are computed). A stale step rings each
+    patch's whole K, V buffer (xDiT's ring attention over its cache): ``patches`` times a synchronous step's ring
+    bytes."""
     import torch
 
-    flags = ["--pipefusion", "2", "--ulysses", "2", "--patches", "2"]
+    flags = ["--pipefusion", "2", f"--{inside}", "2", "--patches", "2"]
     warm = _run(tmp_path, "warm", 4, *flags, "--warmup", str(STEPS))
     torch.testing.assert_close(torch.tensor(warm["latent"]), reference, atol=1e-5, rtol=0)
-    assert warm["bytes_sent"] == _predicted("pipefusion=2,ulysses=2,patches=2", STEPS)
+    assert warm["bytes_sent"] == _predicted(f"pipefusion=2,{inside}=2,patches=2", STEPS)
     stale = _run(tmp_path, "stale", 4, *flags, "--warmup", "1")
+    assert stale["bytes_sent"] == _predicted(f"pipefusion=2,{inside}=2,patches=2", 1)
     alone = _run(tmp_path, "alone", 2, "--pipefusion", "2", "--patches", "2", "--warmup", "1")
     torch.testing.assert_close(torch.tensor(stale["latent"]), torch.tensor(alone["latent"]), atol=1e-5, rtol=0)
     assert float((torch.tensor(stale["latent"]) - reference).abs().max()) > 1e-3
+    if inside == "ring":  # by hand: 3 stale steps ring 2 patches' buffers where a synchronous step rings one
+        ring_per_pass = 2 * 32 * HIDDEN * 4 * FP32  # the stage's 1 layer: K and V of the rank's 32 tokens of the
+        # whole image, 64 wide, 4 passes, 4 bytes; 1 hop
+        assert stale["bytes_sent"][0] - warm["bytes_sent"][0] == 3 * (2 - 1) * ring_per_pass
 
 
 def test_layer_offload_streams_each_layer_once_a_step_with_two_resident(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
@@ -152,7 +161,7 @@ def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_predicti
 
 
 @pytest.mark.parametrize("parallel, rule", [("tp=2,offload=1", "adaLN modulation whole"),
-                                            ("pipefusion=2,ring=2", "PipeFusion runs with CFG parallel and Ulysses")])
+                                            ("pipefusion=2,tp=2", "neither xDiT's nor plait's")])
 def test_plait_run_refuses_what_only_gpus_run_by_name(parallel: str, rule: str) -> None:
     """Refused before launch in one line naming the plan and the reason."""
     from tests.inprocess import cli

@@ -10,7 +10,8 @@ DistriFusion patches:
   Sec. 3.1: ``4 S H / u`` elements sent per GPU and layer). ``u`` must divide the heads.
 - **ring** (``r``): each GPU keeps ``S / r`` queries and passes its K, V block around the ring, ``r - 1`` sends per
   layer overlapped with the blockwise attention (Ring Attention: Liu et al., arXiv 2310.01889, Sec. 3); with Ulysses
-  the two nest (USP: Fang & Zhao, arXiv 2405.07719, Sec. 3: Ulysses inside, ring across).
+  the two nest (USP: Fang & Zhao, arXiv 2405.07719, Sec. 3: Ulysses inside, ring across). Inside PipeFusion each
+  patch rings the whole K, V buffer (xDiT's ``xdit_ring_flash_attn_forward`` rings its cache): ``M`` passes a step.
 - **tp** (``t``): Megatron's split of every block (Shoeybi et al., arXiv 1909.08053, Sec. 3): two all-reduces of the
   block's ``S H`` activations per block.
 - **pipefusion** (``p``, ``M`` patches): the layers in ``p`` stages, the image in ``M`` patches streamed through
@@ -170,7 +171,7 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
                                             sent * plan.ulysses / (plan.ulysses - 1)))
     if plan.ring > 1:
         block = ring_sent_bytes(tokens, hidden_part, b, passes, plan.ring) / (plan.ring - 1)
-        ring = (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
+        ring = pieces * (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
         comm += layers * max(0.0, ring - attention / layers)
     if plan.tp > 1:  # all_reduce_s takes the reduced tensor and sends 2 (t - 1) / t of it: tp_sent_bytes
         comm += layers * 2 * float(collective_s(cluster, "all_reduce", plan.tp, 1, tokens * spec.hidden * b * passes))

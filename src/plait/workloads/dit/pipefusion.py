@@ -8,7 +8,11 @@ sends each updated patch latent back to the first stage, except in the last step
 group of 2) each pipeline runs one pass and the last stages all-gather their velocities. With Ulysses (a group of
 ``u``, xDiT's PipeFusion x USP hybrid) each patch's tokens are split over the group, rank ``j`` holding the ``j``-th
 ``1 / u`` of every patch (in the warm-up too, so a rank's latent tokens never change hands), and an all-to-all
-turns them into the whole patch for ``N / u`` heads, which attend over a buffer of those heads.
+turns them into the whole patch for ``N / u`` heads, which attend over a buffer of those heads. With ring
+attention across (a group of ``r``; USP: Ulysses inside, ring across) each ring rank keeps the buffer of its
+``1 / r`` of every patch and, for each patch, sends that whole buffer round the ring (xDiT's
+``xdit_ring_flash_attn_forward`` updates the layer's K, V cache and rings it), so a stale step sends ``M`` times
+the ring bytes of a synchronous one.
 
 With ``check``, each stale attention is compared, at the end of its step, with attention over the step's final
 K, V buffer, and :func:`plait.workloads.dit.stale_kv.stale_attention_bound` recorded beside it.
@@ -25,7 +29,8 @@ import torch
 import torch.distributed as dist
 
 from plait.run.counted import Counted
-from plait.workloads.dit.sp_attention import ulysses_attention
+from plait.run.ring_attention import Ring
+from plait.workloads.dit.sp_attention import ring_attention, ulysses_attention
 from plait.workloads.dit.stale_kv import stale_attention_bound
 from plait.workloads.dit.tiny_model import TinyDiT, guide, local_attention, step_size, timestep
 
@@ -40,6 +45,7 @@ class Stage:
     guidance: float
     check: bool = False
     ulysses_group: dist.ProcessGroup | None = None
+    ring: Ring | None = None
     errors: list[tuple[float, float]] = field(default_factory=list)
 
     @property
@@ -59,7 +65,10 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
     layers = range(s * per_stage, (s + 1) * per_stage)
     tokens = x_BTP.shape[1]
     u = dist.get_world_size(stage.ulysses_group) if stage.ulysses_group is not None else 1
-    j = dist.get_rank(stage.ulysses_group) if stage.ulysses_group is not None else 0
+    r = stage.ring.size if stage.ring is not None else 1
+    ring_index = stage.ring.rank if stage.ring is not None else 0
+    j = ring_index * u + (dist.get_rank(stage.ulysses_group) if stage.ulysses_group is not None else 0)
+    ring_block = torch.cat([owned(0, 1, patches, tokens, u * r, ring_index * u + k) for k in range(u)])
     batched = stage.guidance and stage.cfg_group is None  # both passes in one batch on this pipeline
     null_B = torch.full_like(y_B, model.null_class)
     labels = torch.cat([y_B, null_B]) if batched else y_B if stage.cfg_rank == 0 else null_B
@@ -72,10 +81,10 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
             previous, pieces = (1 if i - 1 < warmup else patches), (1 if i < warmup else patches)
             used: list[tuple[int, torch.Tensor, torch.Tensor]] = []
             for m in range(pieces):
-                where = owned(m, pieces, patches, tokens, u, j)
+                where = owned(m, pieces, patches, tokens, u * r, j)
                 if s == 0:
                     if i > 0 and p > 1 and (m == 0 or pieces == previous):  # in the partition it was sent in
-                        back = where if pieces == previous else owned(0, 1, patches, tokens, u, j)
+                        back = where if pieces == previous else owned(0, 1, patches, tokens, u * r, j)
                         got = torch.empty_like(x_BTP[:, back])
                         dist.recv(got, stage.ranks[-1])
                         x_BTP[:, back] = got
@@ -84,9 +93,10 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
                 else:
                     h_bSH = torch.empty(labels.shape[0], len(where), model.pos_SH.shape[1])
                     dist.recv(h_bSH, stage.ranks[s - 1])
-                group = torch.cat([owned(m, pieces, patches, tokens, u, r) for r in range(u)])  # after the all-to-all
-                for layer in layers:
-                    attend = _buffered(buffers, layer, group, tokens, used, stage.check and i >= warmup)
+                group = torch.cat([owned(m, pieces, patches, tokens, u * r, ring_index * u + k) for k in range(u)])
+                for layer in layers:  # group: this rank's positions after the all-to-all
+                    attend = _buffered(buffers, layer, group, tokens, used, stage.check and i >= warmup,
+                                       stage.ring, ring_block)
                     if stage.ulysses_group is not None:
                         attend = ulysses_attention(counter, stage.ulysses_group, attend)
                     h_bSH = model.blocks[layer](h_bSH, c_bH, layer, attend)
@@ -104,21 +114,26 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
 
 
 def owned(m: int, pieces: int, patches: int, tokens: int, u: int, j: int) -> torch.Tensor:
-    """Token positions of piece ``m`` of ``pieces`` (1: the whole image, else the ``patches``) that Ulysses rank
-    ``j`` of ``u`` holds: the ``j``-th ``1 / u`` of each patch in the piece."""
+    """Token positions of piece ``m`` of ``pieces`` (1: the whole image, else the ``patches``) that rank ``j`` of a
+    sequence-parallel group of ``u`` holds: the ``j``-th ``1 / u`` of each patch in the piece."""
     per_piece, share = patches // pieces, tokens // patches // u
     starts = [(m * per_piece + k) * tokens // patches + j * share for k in range(per_piece)]
     return torch.cat([torch.arange(a, a + share) for a in starts])
 
 
 def _buffered(buffers: dict[int, torch.Tensor], layer: int, where: torch.Tensor, tokens: int,
-              used: list[tuple[int, torch.Tensor, torch.Tensor]], check: bool):  # type: ignore[no-untyped-def]
-    """Attention of a patch's queries over the layer's buffer, its own K, V written in fresh first."""
+              used: list[tuple[int, torch.Tensor, torch.Tensor]], check: bool, ring: Ring | None,
+              ring_block: torch.Tensor):  # type: ignore[no-untyped-def]
+    """Attention of a patch's queries over the layer's buffer, its own K, V written in fresh first; with a ring,
+    over every ring rank's buffer (its positions ``ring_block``), passed round."""
     def attend(_: int, q_bSND: torch.Tensor, k_bSND: torch.Tensor, v_bSND: torch.Tensor) -> torch.Tensor:
         if layer not in buffers:
             buffers[layer] = torch.zeros(2, q_bSND.shape[0], tokens, *q_bSND.shape[2:])
         kv = buffers[layer]
         kv[0, :, where], kv[1, :, where] = k_bSND, v_bSND
+        if ring is not None:
+            mine = kv[:, :, ring_block]
+            return ring_attention(ring)(layer, q_bSND, mine[0], mine[1])
         if check:
             used.append((layer, q_bSND.clone(), kv.clone()))
         return local_attention(layer, q_bSND, kv[0], kv[1])

@@ -40,9 +40,9 @@ def runnable_plan(plan: DitPlan) -> DitPlan:
         raise ConfigError(f"--parallel {plan.label()}: offload with tp: plait's TP keeps each block's adaLN "
                           "modulation whole on every rank, so the weights it would stream are not the cost model's "
                           "1 / tp share (run offload=1 without tp)")
-    if plan.pipefusion > 1 and plan.gpus != plan.cfg * plan.pipefusion * plan.ulysses:
-        raise ConfigError(f"--parallel {plan.label()}: PipeFusion runs with CFG parallel and Ulysses on CPU ranks; "
-                          "with ring or TP inside its stages export it for xDiT (plait plan --export)")
+    if plan.pipefusion > 1 and plan.tp > 1:
+        raise ConfigError(f"--parallel {plan.label()}: PipeFusion with TP inside its stages is neither xDiT's nor "
+                          "plait's runtime's")
     return plan
 
 

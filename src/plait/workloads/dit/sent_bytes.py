@@ -69,9 +69,11 @@ def rank_sent_bytes(plan: DitPlan, *, image_tokens: int, hidden: int, patch_valu
     passes = batch * (2 if guided and plan.cfg == 1 else 1)
     tokens = image_tokens / (plan.distrifusion * plan.ring * plan.ulysses)
     cfg = cfg_sent_bytes(tokens, patch_values, element_bytes, batch, plan.cfg) if plan.cfg > 1 else 0.0
-    if plan.pipefusion > 1:  # Ulysses inside each stage, over its layers
-        uly = steps * layers / plan.pipefusion * ulysses_sent_bytes(tokens, hidden, element_bytes, passes,
-                                                                   plan.ulysses)
+    if plan.pipefusion > 1:  # Ulysses and ring inside each stage, over its layers; the ring once per patch
+        passes_of_ring = min(warmup, steps) + (steps - min(warmup, steps)) * plan.patches
+        uly = layers / plan.pipefusion * (
+            steps * ulysses_sent_bytes(tokens, hidden, element_bytes, passes, plan.ulysses)
+            + passes_of_ring * ring_sent_bytes(tokens, hidden, element_bytes, passes, plan.ring))
         stages = [uly + steps * pipefusion_sent_bytes(tokens, hidden, element_bytes, passes)] * (plan.pipefusion - 1)
         stages.append(uly + (steps - 1) * pipefusion_return_bytes(tokens, patch_values, element_bytes, batch)
                       + steps * cfg)

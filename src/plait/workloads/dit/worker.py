@@ -62,10 +62,11 @@ def run(args: DitConfig) -> dict[str, object]:
     if args.pipefusion > 1:
         pp_ranks = [int(r) for r in mesh["pipefusion"].mesh.tolist()]
         stage = Stage(pp_ranks, cfg_group, mesh.get_local_rank("cfg"), args.guidance, args.check,
-                      mesh.get_group("ulysses") if args.ulysses > 1 else None)
+                      mesh.get_group("ulysses") if args.ulysses > 1 else None, ring)
         out = pipefusion_denoise(model, noise_BTP, labels_B, args.steps, args.warmup, args.patches, stage, counter)
         errors = stage.errors
-        held = owned(0, 1, args.patches, tokens, args.ulysses, mesh.get_local_rank("ulysses"))
+        held = owned(0, 1, args.patches, tokens, args.ring * args.ulysses,
+                     mesh.get_local_rank("ring") * args.ulysses + mesh.get_local_rank("ulysses"))
         if out is not None and stage.cfg_rank == 0:
             out = out[:, held]
         else:
