@@ -98,10 +98,13 @@ def test_pipefusion_with_sequence_parallelism_inside_its_stages_on_four_ranks(tm
         assert stale["bytes_sent"][0] - warm["bytes_sent"][0] == 3 * (2 - 1) * ring_per_pass
 
 
-def test_layer_offload_streams_each_layer_once_a_step_with_two_resident(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("parallel", ["ulysses=2", "tp=2"])
+def test_layer_offload_streams_each_layer_once_a_step_with_two_resident(tmp_path: Path, reference,  # type: ignore[no-untyped-def]
+                                                                         parallel: str) -> None:
     """Emulated (host and device share this machine's memory): the latent is exact and the bytes copied in are the
     cost model's stream, every block's matrices once a step (by hand: 2 layers x (3 + 1 + 4 + 4 + 6) x 64^2
-    parameters x 4 bytes x 4 steps), with never more than two layers' weights in place."""
+    parameters x 4 bytes x 4 steps; half of them each under tp=2, the adaLN modulation split too), with never
+    more than two layers' weights in place."""
     import torch
 
     from plait.workloads.dit.model import read_dit
@@ -110,11 +113,14 @@ def test_layer_offload_streams_each_layer_once_a_step_with_two_resident(tmp_path
     spec, _ = read_dit(Path(__file__).resolve().parents[1] / "examples" / "dit-tiny.toml")
     assert (spec.hidden, spec.layers, spec.mlp_ratio) == (HIDDEN, LAYERS, 4.0)
 
-    result = _run(tmp_path, "offload", 2, "--ulysses", "2", "--offload", "1")
+    key, degree = parallel.split("=")
+    result = _run(tmp_path, "offload", 2, f"--{key}", degree, "--offload", "1")
     torch.testing.assert_close(torch.tensor(result["latent"]), reference, atol=1e-5, rtol=0)
-    assert result["bytes_sent"] == _predicted("ulysses=2", 1)
-    by_hand = LAYERS * 18 * HIDDEN**2 * FP32 * STEPS
-    assert result["streamed_bytes"] == [by_hand] * 2 == [STEPS * streamed_bytes_per_step(spec.params(), FP32, 1)] * 2
+    assert result["bytes_sent"] == _predicted(parallel, 1)
+    shards = 2 if key == "tp" else 1
+    by_hand = LAYERS * 18 * HIDDEN**2 * FP32 * STEPS // shards
+    assert result["streamed_bytes"] == [by_hand] * 2 == [STEPS * streamed_bytes_per_step(spec.params(), FP32,
+                                                                                          shards)] * 2
     assert result["peak_loaded_layers"] == [2, 2]
 
 
@@ -160,8 +166,7 @@ def test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_predicti
         assert "2 of them stale" in text and difference > 1e-4
 
 
-@pytest.mark.parametrize("parallel, rule", [("tp=2,offload=1", "adaLN modulation whole"),
-                                            ("pipefusion=2,tp=2", "neither xDiT's nor plait's")])
+@pytest.mark.parametrize("parallel, rule", [("pipefusion=2,tp=2", "neither xDiT's nor plait's")])
 def test_plait_run_refuses_what_only_gpus_run_by_name(parallel: str, rule: str) -> None:
     """Refused before launch in one line naming the plan and the reason."""
     from tests.inprocess import cli
@@ -171,7 +176,7 @@ def test_plait_run_refuses_what_only_gpus_run_by_name(parallel: str, rule: str) 
 
 
 @pytest.mark.parametrize("parallel", ["cfg=2", "ring=2", "tp=2", "pipefusion=2", "ulysses=2", "distrifusion=2",
-                                      "cfg=2,offload=1"])
+                                      "cfg=2,offload=1", "tp=2,offload=1"])
 def test_plait_run_accepts_every_two_rank_plan_of_the_example(parallel: str) -> None:
     from tests.inprocess import cli
 

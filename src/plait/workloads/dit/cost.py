@@ -13,7 +13,7 @@ DistriFusion patches:
   the two nest (USP: Fang & Zhao, arXiv 2405.07719, Sec. 3: Ulysses inside, ring across). Inside PipeFusion each
   patch rings the whole K, V buffer (xDiT's ``xdit_ring_flash_attn_forward`` rings its cache): ``M`` passes a step.
 - **tp** (``t``): Megatron's split of every block (Shoeybi et al., arXiv 1909.08053, Sec. 3): two all-reduces of the
-  block's ``S H`` activations per block.
+  block's ``S H`` activations per block, and one all-gather of the column-split adaLN modulation (``6 H`` a pass).
 - **pipefusion** (``p``, ``M`` patches): the layers in ``p`` stages, the image in ``M`` patches streamed through
   them; each stage attends with the fresh K, V of its patch and one-step-stale K, V of the others, so a step needs no
   bubble once the pipeline is full (PipeFusion: Wang et al., arXiv 2405.14430, Sec. 4): per patch and boundary one
@@ -175,6 +175,7 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
         comm += layers * max(0.0, ring - attention / layers)
     if plan.tp > 1:  # all_reduce_s takes the reduced tensor and sends 2 (t - 1) / t of it: tp_sent_bytes
         comm += layers * 2 * float(collective_s(cluster, "all_reduce", plan.tp, 1, tokens * spec.hidden * b * passes))
+        comm += layers * float(collective_s(cluster, "all_gather", plan.tp, 1, 6 * spec.hidden * b * passes))
     if plan.cfg > 1:  # the gathered whole: each pass's velocity of the tokens this GPU predicts
         predicted_tokens = image / (plan.ulysses * plan.ring * plan.distrifusion)
         latent = cfg_sent_bytes(predicted_tokens, spec.patch**2 * spec.latent_channels, b, job.batch, plan.cfg)

@@ -36,10 +36,6 @@ FP32 = 4
 
 def runnable_plan(plan: DitPlan) -> DitPlan:
     """``plan`` if the CPU runtime runs it; else one line saying why (what only xDiT on GPUs runs)."""
-    if plan.offload and plan.tp > 1:
-        raise ConfigError(f"--parallel {plan.label()}: offload with tp: plait's TP keeps each block's adaLN "
-                          "modulation whole on every rank, so the weights it would stream are not the cost model's "
-                          "1 / tp share (run offload=1 without tp)")
     if plan.pipefusion > 1 and plan.tp > 1:
         raise ConfigError(f"--parallel {plan.label()}: PipeFusion with TP inside its stages is neither xDiT's nor "
                           "plait's runtime's")

@@ -27,8 +27,9 @@ def ring_sent_bytes(tokens: float, hidden: float, element_bytes: int, passes: fl
 def tp_sent_bytes(tokens: float, hidden: float, element_bytes: int, passes: float, degree: int) -> float:
     """Per layer under Megatron tensor parallelism: two all-reduces of the block's ``tokens x H`` output
     (attention and MLP; Shoeybi et al., arXiv 1909.08053, Sec. 3), each sending ``2 (t - 1) / t`` of it in the
-    bandwidth-optimal ring (Patarasuk & Yuan, JPDC 2009). ``hidden``: the whole width ``H``."""
-    return 2 * 2 * tokens * hidden * element_bytes * passes * (degree - 1) / degree
+    bandwidth-optimal ring (Patarasuk & Yuan, JPDC 2009), and the all-gather of the column-split adaLN
+    modulation, ``6 H`` numbers a pass of which ``(t - 1) / t`` leave. ``hidden``: the whole width ``H``."""
+    return (2 * 2 * tokens + 6) * hidden * element_bytes * passes * (degree - 1) / degree
 
 
 def cfg_sent_bytes(tokens: float, patch_values: int, element_bytes: int, batch: int, degree: int) -> float:

@@ -1,7 +1,9 @@
 """Megatron tensor parallelism of a DiT block (Shoeybi et al., arXiv 1909.08053, Sec. 3, Fig. 3): Q, K, V and
 the MLP's first layer split by columns (heads, hidden units), the attention output and the MLP's second layer by
-rows, each followed by an all-reduce of the block's ``S x H`` output; the adaLN modulation (a small ``H x 6H``
-map of the conditioning) is kept whole on every rank. Cut from the single-process block's own weights, so the
+rows, each followed by an all-reduce of the block's ``S x H`` output. The adaLN modulation (``H x 6H``, a third of
+a DiT block's weights) is split by columns too, each rank computing ``1 / t`` of each of its six vectors, which
+one all-gather of the per-image conditioning (``6 H`` numbers an image, not per token) makes whole, so every
+weight is sharded ``1 / t`` as the cost model counts. Cut from the single-process block's own weights, so the
 split model computes the same function.
 
 Tensor legend: ``B`` images, ``S`` tokens, ``H`` hidden, ``n`` heads of this rank, ``D`` head width.
@@ -18,6 +20,9 @@ from torch import nn
 from plait.workloads.dit.tiny_model import Attend, Block
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
+"""Sums a tensor over the tensor-parallel group."""
+Gather = Callable[[torch.Tensor], torch.Tensor]
+"""Every rank's tensor of the tensor-parallel group, stacked in rank order on a new first dimension."""
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
@@ -30,9 +35,9 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
 
 
 class TpBlock(nn.Module):
-    """Rank ``rank`` of ``world``'s share of ``block``; ``reduce`` sums a tensor over the tensor-parallel group."""
+    """Rank ``rank`` of ``world``'s share of ``block``."""
 
-    def __init__(self, block: Block, rank: int, world: int, reduce: Reduce) -> None:
+    def __init__(self, block: Block, rank: int, world: int, reduce: Reduce, gather: Gather) -> None:
         super().__init__()
         hidden = block.proj.weight.shape[0]
         heads, d = block.heads, hidden // block.heads
@@ -48,10 +53,15 @@ class TpBlock(nn.Module):
         self.fc1 = _linear(block.fc1.weight[units], block.fc1.bias[units])
         self.fc2 = _linear(block.fc2.weight[:, units], None)
         self.fc2_bias = block.fc2.bias.detach().clone()
-        self.norm1, self.norm2, self.modulation = block.norm1, block.norm2, block.modulation
+        part = slice(rank * hidden // world, (rank + 1) * hidden // world)
+        self.modulation = _linear(block.modulation.weight.view(6, hidden, hidden)[:, part].reshape(-1, hidden),
+                                  block.modulation.bias.view(6, hidden)[:, part].reshape(-1))
+        self.norm1, self.norm2, self.gather = block.norm1, block.norm2, gather
 
     def forward(self, x_BSH: torch.Tensor, c_BH: torch.Tensor, layer: int, attend: Attend) -> torch.Tensor:
-        shift1, scale1, gate1, shift2, scale2, gate2 = self.modulation(fn.silu(c_BH)).unsqueeze(1).chunk(6, dim=-1)
+        mine_B6h = self.modulation(fn.silu(c_BH)).view(c_BH.shape[0], 6, -1)
+        whole_B6H = self.gather(mine_B6h.contiguous()).permute(1, 2, 0, 3).flatten(2)  # ranks' parts side by side
+        shift1, scale1, gate1, shift2, scale2, gate2 = whole_B6H.unsqueeze(1).unbind(dim=2)
         h_BSH = self.norm1(x_BSH) * (1 + scale1) + shift1
         b, s, _ = h_BSH.shape
         q, k, v = self.qkv(h_BSH).view(b, s, 3, self.heads, -1).unbind(dim=2)

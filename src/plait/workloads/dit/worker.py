@@ -80,7 +80,8 @@ def run(args: DitConfig) -> dict[str, object]:
         if args.tp > 1:
             tp_group = mesh.get_group("tp")
             model.blocks = nn.ModuleList(TpBlock(block, mesh.get_local_rank("tp"), args.tp,
-                                                 lambda x: counter.all_reduce(x, tp_group)) for block in model.blocks)
+                                                 lambda x: counter.all_reduce(x, tp_group),
+                                                 lambda x: _gather(counter, x, tp_group)) for block in model.blocks)
         stale = None
         if args.distrifusion > 1:
             stale = StaleKV(counter, args.layers, args.steps, args.warmup, args.check, mesh.get_group("distrifusion"))
@@ -104,6 +105,12 @@ def run(args: DitConfig) -> dict[str, object]:
         result["streamed_bytes"] = [s[0] for s in streamed]  # type: ignore[index]
         result["peak_loaded_layers"] = [s[1] for s in streamed]  # type: ignore[index]
     return result
+
+
+def _gather(counter: Counted, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    whole = torch.empty(dist.get_world_size(group), *x.shape)
+    counter.all_gather(whole.view(-1, *x.shape[1:]), x, group=group)
+    return whole
 
 
 def _cfg_velocity(model: TinyDiT, y_B: torch.Tensor, positions: slice, attend: Attend, guidance: float,
