@@ -183,3 +183,25 @@ def test_plait_run_accepts_every_two_rank_plan_of_the_example(parallel: str) -> 
     code, out, err = cli(["run", "--model", "examples/dit-tiny.toml", "--parallel", parallel, "--dry-run"])
     assert code == 0, err
     assert f"{parse_dit_plan(parallel).label()} on 2 gloo ranks" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_every_plan_the_planner_can_rank_for_the_example_runs(gpus: int) -> None:
+    """No third outcome: each candidate the DiT search enumerates and the model takes is accepted by
+    ``plait run`` (the 2- and 4-rank ones run in the tests above)."""
+    from plait.errors import ConfigError
+    from plait.workloads import load
+    from plait.workloads.dit.cost import check_plan
+    from plait.workloads.dit.predict import candidate_plans
+    from plait.workloads.dit.run import runnable_plan
+
+    spec, job = load(str(Path(__file__).resolve().parents[1] / "examples" / "dit-tiny.toml")).description
+    taken = 0
+    for plan in candidate_plans(gpus, job.cfg, job.image_tokens(spec)):
+        try:
+            check_plan(spec, job, plan)
+        except ConfigError:
+            continue
+        assert runnable_plan(plan) is plan
+        taken += 1
+    assert taken >= 10
