@@ -56,6 +56,22 @@ class Stage:
     def last(self) -> bool:
         return self.index == len(self.ranks) - 1
 
+    @property
+    def ulysses(self) -> tuple[int, int]:
+        """This rank's place in its Ulysses group and the group's size."""
+        group = self.ulysses_group
+        return (dist.get_rank(group), dist.get_world_size(group)) if group is not None else (0, 1)
+
+    def held(self, m: int, pieces: int, patches: int, tokens: int, ulysses_rank: int | None = None) -> torch.Tensor:
+        """Positions of piece ``m`` this rank (or Ulysses rank ``ulysses_rank`` of its group) holds."""
+        j, u = self.ulysses
+        ring_rank, r = (self.ring.rank, self.ring.size) if self.ring is not None else (0, 1)
+        return owned(m, pieces, patches, tokens, u * r, ring_rank * u + (j if ulysses_rank is None else ulysses_rank))
+
+    def gathered(self, m: int, pieces: int, patches: int, tokens: int) -> torch.Tensor:
+        """Positions of piece ``m`` this rank attends for after Ulysses' all-to-all: its group's, in rank order."""
+        return torch.cat([self.held(m, pieces, patches, tokens, k) for k in range(self.ulysses[1])])
+
 
 def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, steps: int, warmup: int,
                        patches: int, stage: Stage, counter: Counted) -> torch.Tensor | None:
@@ -64,11 +80,7 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
     per_stage = len(model.blocks) // p
     layers = range(s * per_stage, (s + 1) * per_stage)
     tokens = x_BTP.shape[1]
-    u = dist.get_world_size(stage.ulysses_group) if stage.ulysses_group is not None else 1
-    r = stage.ring.size if stage.ring is not None else 1
-    ring_index = stage.ring.rank if stage.ring is not None else 0
-    j = ring_index * u + (dist.get_rank(stage.ulysses_group) if stage.ulysses_group is not None else 0)
-    ring_block = torch.cat([owned(0, 1, patches, tokens, u * r, ring_index * u + k) for k in range(u)])
+    ring_block = stage.gathered(0, 1, patches, tokens)  # this ring rank's K, V positions, every patch
     batched = stage.guidance and stage.cfg_group is None  # both passes in one batch on this pipeline
     null_B = torch.full_like(y_B, model.null_class)
     labels = torch.cat([y_B, null_B]) if batched else y_B if stage.cfg_rank == 0 else null_B
@@ -81,19 +93,17 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
             previous, pieces = (1 if i - 1 < warmup else patches), (1 if i < warmup else patches)
             used: list[tuple[int, torch.Tensor, torch.Tensor]] = []
             for m in range(pieces):
-                where = owned(m, pieces, patches, tokens, u * r, j)
+                where = stage.held(m, pieces, patches, tokens)
                 if s == 0:
                     if i > 0 and p > 1 and (m == 0 or pieces == previous):  # in the partition it was sent in
-                        back = where if pieces == previous else owned(0, 1, patches, tokens, u * r, j)
-                        got = torch.empty_like(x_BTP[:, back])
-                        dist.recv(got, stage.ranks[-1])
-                        x_BTP[:, back] = got
+                        _receive_latent(x_BTP, where if pieces == previous else stage.held(0, 1, patches, tokens),
+                                        stage.ranks[-1])
                     x_bSP = torch.cat([x_BTP[:, where]] * 2) if batched else x_BTP[:, where]
                     h_bSH = model.tokens(x_bSP, where)  # type: ignore[arg-type]
                 else:
                     h_bSH = torch.empty(labels.shape[0], len(where), model.pos_SH.shape[1])
                     dist.recv(h_bSH, stage.ranks[s - 1])
-                group = torch.cat([owned(m, pieces, patches, tokens, u * r, ring_index * u + k) for k in range(u)])
+                group = stage.gathered(m, pieces, patches, tokens)
                 for layer in layers:  # group: this rank's positions after the all-to-all
                     attend = _buffered(buffers, layer, group, tokens, used, stage.check and i >= warmup,
                                        stage.ring, ring_block)
@@ -111,6 +121,12 @@ def pipefusion_denoise(model: TinyDiT, x_BTP: torch.Tensor, y_B: torch.Tensor, s
     for work in pending:
         work.wait()
     return x_BTP if stage.last else None
+
+
+def _receive_latent(x_BTP: torch.Tensor, where: torch.Tensor, last: int) -> None:
+    got = torch.empty_like(x_BTP[:, where])
+    dist.recv(got, last)
+    x_BTP[:, where] = got
 
 
 def owned(m: int, pieces: int, patches: int, tokens: int, u: int, j: int) -> torch.Tensor:

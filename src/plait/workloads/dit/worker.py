@@ -35,7 +35,7 @@ from plait.run.gloo_job import run_job
 from plait.run.ring_attention import Ring
 from plait.run.workload_configs import DitConfig
 from plait.workloads.dit.layer_offload import LayerOffload
-from plait.workloads.dit.pipefusion import Stage, owned, pipefusion_denoise
+from plait.workloads.dit.pipefusion import Stage, pipefusion_denoise
 from plait.workloads.dit.sp_attention import ring_attention, ulysses_attention
 from plait.workloads.dit.stale_kv import StaleKV
 from plait.workloads.dit.tensor_parallel import TpBlock
@@ -65,8 +65,7 @@ def run(args: DitConfig) -> dict[str, object]:
                       mesh.get_group("ulysses") if args.ulysses > 1 else None, ring)
         out = pipefusion_denoise(model, noise_BTP, labels_B, args.steps, args.warmup, args.patches, stage, counter)
         errors = stage.errors
-        held = owned(0, 1, args.patches, tokens, args.ring * args.ulysses,
-                     mesh.get_local_rank("ring") * args.ulysses + mesh.get_local_rank("ulysses"))
+        held = stage.held(0, 1, args.patches, tokens)
         if out is not None and stage.cfg_rank == 0:
             out = out[:, held]
         else:
