@@ -61,7 +61,7 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
                        offload=plan.offload,
                        hidden=spec.hidden, heads=spec.heads, layers=spec.layers, side=side, patch=spec.patch,
                        channels=spec.latent_channels, batch=job.batch, steps=job.steps,
-                       warmup=min(warmup, job.steps), out=Path("unused"))
+                       warmup=min(warmup, job.steps), check=plan.stale, out=Path("unused"))
     stale = f", {max(0, job.steps - warmup)} of them stale" if plan.stale else ""
     console = rich_console()
     console.print(f"{spec.name}: {job.batch} image(s), {side * side} tokens, {job.steps} steps{stale}, "
@@ -81,6 +81,13 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
     latent = torch.tensor(measured["latent"])
     console.print(f"latent vs one process: max |difference| {float((latent - single).abs().max()):.3g}, relative L2 "
                   f"{float((latent - single).norm() / single.norm()):.3g}")
+    checked = [pair for rank in measured.get("attention_errors", []) for pair in rank]
+    if checked:
+        worst = max(error / bound for error, bound in checked if bound > 0)
+        held = "each within" if all(error <= bound for error, bound in checked) else "NOT all within"
+        console.print(f"{len(checked)} stale attentions checked against attention over fresh K, V: {held} its derived "
+                      f"bound (stale_attention_bound; largest error {max(e for e, _ in checked):.3g}, "
+                      f"{worst:.2f} of its bound)")
     for rank, (sent, expected) in enumerate(zip(measured["bytes_sent"], predicted)):
         console.print(f"rank {rank}: sent {sent:,} bytes, predicted {expected:,.0f}")
     if plan.offload:
