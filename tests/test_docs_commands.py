@@ -77,6 +77,11 @@ COMMANDS: dict[str, str] = {
     "plait run --model examples/dit-tiny.toml --parallel ulysses=2":
         "SKIP: tests/test_dit_run.py::test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction runs it "
         "as written",
+    "plait run --model examples/dit-tiny.toml --parallel distrifusion=2":
+        "SKIP: tests/test_dit_run.py::test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction runs it "
+        "as written",
+    "plait plan --model examples/pixart-alpha-1024px.toml --gpus 8 --export out/":
+        "plait plan --model examples/pixart-alpha-1024px.toml --gpus 8 --export {tmp}/out/",
     "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",

@@ -13,10 +13,26 @@ from plait.run.config import APPEND, COMMA, POSITIONAL
 
 @dataclass(frozen=True, kw_only=True)
 class DitConfig:
-    """A small DiT denoised by Ulysses or DistriFusion (:mod:`plait.workloads.dit.worker`)."""
+    """A small DiT denoised in parallel (:mod:`plait.workloads.dit.worker`): the degrees multiply to the ranks."""
 
-    sp: Literal["ulysses", "distrifusion"] = "ulysses"
-    """sequence parallelism"""
+    cfg: int = 1
+    """CFG parallel degree (2: the guided pair on two ranks; needs --guidance)"""
+    pipefusion: int = 1
+    """PipeFusion stages"""
+    patches: int = 2
+    """PipeFusion patches per image"""
+    distrifusion: int = 1
+    """DistriFusion patches (stale K, V)"""
+    ring: int = 1
+    """ring attention degree"""
+    ulysses: int = 1
+    """Ulysses degree"""
+    tp: int = 1
+    """tensor parallel degree"""
+    guidance: float = 0.0
+    """classifier-free guidance scale (0: one unguided pass)"""
+    offload: int = 0
+    """1: the blocks' weights streamed in layer by layer from a host copy (emulated)"""
     ranks: int = 0
     """1: the single-process reference"""
     hidden: int = 64
@@ -36,9 +52,9 @@ class DitConfig:
     steps: int = 4
     """denoising steps"""
     warmup: int = 1
-    """distrifusion: synchronous steps first"""
+    """distrifusion, pipefusion: synchronous steps first"""
     check: bool = False
-    """distrifusion: compare each stale attention with the exact"""
+    """distrifusion, pipefusion: compare each stale attention with the exact"""
     seed: int = 0
     """seed of the weights and the noise"""
     out: Path
