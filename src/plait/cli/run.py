@@ -65,10 +65,11 @@ def run_command(
                                                           "replicas, averaged after each step). [default: all]")] = None,
     optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "
                                                 "backward; the dense part takes SGD or AdaGrad).")] = "sgd",
-    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: ulysses=N or distrifusion=N.")] = None,
-    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp | replicated | partition_local | "
-                                                   "llcg | full_graph (GNNPipe, one layer per rank) run on CPU "
-                                                   "ranks; host_features is costed only.")] = "sampled_dp",
+    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: its plan as plait plan labels it, e.g. "
+                                                      "cfg=2,ulysses=2 or pipefusion=2,patches=4.")] = None,
+    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp | replicated | host_features "
+                                                   "(on CPU ranks as replicated) | partition_local | llcg | "
+                                                   "full_graph (GNNPipe, one layer per rank), on CPU ranks.")] = "sampled_dp",
     gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML and sampled_dp: loop | matrix[:bulk=K]"
                                                   "[,adjacency=replicated|partitioned].")] = "loop",
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: nodes whose features every rank "
