@@ -84,6 +84,8 @@ class TimeBreakdown:
     """Pipeline fill and drain."""
     fsdp_comm_s: float = 0.0
     """Exposed ZeRO-3/FSDP parameter gathers and gradient reduce-scatters, and parameter streaming from host."""
+    swap_s: float = 0.0
+    """Exposed activation swapping to and from host memory (:mod:`plait.cost.swap`)."""
     dp_comm_s: float = 0.0
     """Exposed data-parallel gradient reduction and parameter all-gather (once per step)."""
     optimizer_s: float = 0.0

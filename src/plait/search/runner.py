@@ -161,6 +161,7 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
     refused = len(order) + 1  # the cost model's refusals (plait.search.parts.costed), after memory, as they came
     result.reasons = Counter(dict(sorted(done.reasons.items(), key=lambda item: order.get(item[0], refused))))
     result.costed = done.costed
+    result.num_candidates += done.twins  # the swapping twins made where memory binds (plait.search.parts.swap_twins)
     result.feasible = [(batch.cols, batch, rows) for batch, rows in done.chunks]
     result.elapsed_s = time.perf_counter() - start
     return result
@@ -171,3 +172,4 @@ def _merge(into: Part, part: Part) -> None:
     into.reasons.update(part.reasons)
     into.costed += part.costed
     into.chunks += part.chunks
+    into.twins += part.twins
