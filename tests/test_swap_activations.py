@@ -99,6 +99,18 @@ def test_collectives_leaving_the_node_slow_the_copies() -> None:
     assert _estimate("llama3-8b", nodes).time.swap_s > _estimate("llama3-8b", one_node).time.swap_s > 0
 
 
+def test_swapped_activations_must_fit_in_host_memory() -> None:
+    """llama3-70b at mb2 x 8k tokens: 80 layers' activations leave 2 layers on the device but exceed the 256 GiB of
+    host memory per GPU of a DGX A100 (clusters.toml): the plan does not fit, though its device memory does."""
+    plan = Plan(dp_shard=64, sharding="zero3", micro_batch=2, global_batch=128, seq_len=8192, swap_activations=True)
+    memory = _estimate("llama3-70b", plan, "dgx-a100-ib").memory
+    assert memory.total_bytes <= memory.capacity_bytes
+    assert memory.host_activations_bytes > memory.host_capacity_bytes == 256 * 2**30
+    assert not memory.fits
+    smaller = _estimate("llama3-70b", replace(plan, micro_batch=1, global_batch=64), "dgx-a100-ib").memory
+    assert smaller.fits and smaller.host_activations_bytes == pytest.approx(memory.host_activations_bytes / 2, rel=1e-9)
+
+
 def test_on_a_cpu_device_swapping_changes_nothing() -> None:
     """A CPU device (ops run as issued, as ``plait calibrate`` describes a CPU) is the host: nothing to swap."""
     h100 = get_cluster(H100)

@@ -347,7 +347,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2],
                                                                   prepared.framework)
     use_last = last["total"] > first["total"]
-    memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
+    memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight", "host_activations")}
     memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
     memory["total"] = memory["total"] + extra_bytes
     return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),

@@ -19,7 +19,10 @@ swaps with computation, with a one-layer lookahead). Copy engines take no SMs, s
 moves under 2% of HBM bandwidth).
 
 Host link: the accelerator's ``pcie_bandwidth_gb_per_s`` per direction, the figure ZeRO offload's transfers use
-(``plait.cost.batch._fsdp_layer_s``, :func:`plait.cost.dataparallel.optimizer_step_s`).
+(``plait.cost.batch._fsdp_layer_s``, :func:`plait.cost.dataparallel.optimizer_step_s`), or the GPU's share of host
+DRAM bandwidth (``host_memory_bandwidth_gb_per_s_per_gpu``) where that is lower: every GPU of a node swaps at once.
+The swapped bytes stay in the GPU's share of host memory (``host_memory_gib_per_gpu``): a plan whose swapped
+activations exceed it does not fit (:attr:`plait.cost.estimate.MemoryBreakdown.fits`).
 
 Contention with collectives (assumed, after ChunkFlow, arXiv 2605.11335, whose host prefetches and collectives
 share PCIe, and the DGX H100 User Guide, Table 6: one ConnectX-7 per GPU, GPU and NIC behind one PCIe switch,
@@ -74,7 +77,7 @@ def swap_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     (:func:`plait.cost.memory.shard_groups`)."""
     xp, acc = cols.xp, cluster.accelerator
     on = cols["swap_activations"] & (not device_is_host(acc))
-    link = acc.pcie_bandwidth_gb_per_s * GB
+    link = min(acc.pcie_bandwidth_gb_per_s * GB, cluster.host_memory_bytes_per_s_per_gpu)  # lands in host DRAM
     share = min(1.0, nic_bytes_per_s(cluster) / link)  # link seconds per second the NIC streams
     node = cluster.gpus_per_node
     fsdp_leaves = cols["tp"] * dense_group > node  # the shard group (stride tp) spans nodes

@@ -31,6 +31,7 @@ from plait.search.rules import MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
+HOST_MEMORY_REASON = "swapped activations do not fit in the GPU's share of host memory"
 CHUNK = 65536
 """Candidates costed in one batch."""
 KEPT_MISSES = 16
@@ -147,8 +148,10 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
     for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons):
         fits = batch.memory["total"] <= limit
+        host = fits & (batch.memory["host_activations"] > cluster.host_memory_bytes_per_gpu)
         part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
-        part.chunks.append(_keep(batch, fits))
+        part.reasons[HOST_MEMORY_REASON] += int(host.sum())
+        part.chunks.append(_keep(batch, fits & ~host))
     part.costed += len(survivors)
 
 
