@@ -27,11 +27,10 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.search.enumerate import enumerate_space, layout_sizes, layouts
-from plait.search.rules import MEMORY_CODE, prune, reason_table
+from plait.search.rules import ENGINE_CODE, HOST_MEMORY_REASON, MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
-HOST_MEMORY_REASON = "swapped activations do not fit in the GPU's share of host memory"
 CHUNK = 65536
 """Candidates costed in one batch."""
 KEPT_MISSES = 16
@@ -96,7 +95,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     names = reason_table() + engine_reasons(engine)
     verdict = prune(cols, model, cluster, space)
     refused = unsupported_index(cols, model, engine)
-    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
+    verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
     codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
     part.num_candidates += len(cols)
@@ -139,7 +138,7 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     names = reason_table() + engine_reasons(engine)
     verdict = prune(cols, model, cluster, space)
     refused = unsupported_index(cols, model, engine)
-    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
+    verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
     codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
     part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
     survivors = np.flatnonzero(verdict < 0)
@@ -150,7 +149,8 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
         fits = batch.memory["total"] <= limit
         host = fits & (batch.memory["host_activations"] > cluster.host_memory_bytes_per_gpu)
         part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
-        part.reasons[HOST_MEMORY_REASON] += int(host.sum())
+        if host.any():
+            part.reasons[HOST_MEMORY_REASON] += int(host.sum())
         part.chunks.append(_keep(batch, fits & ~host))
     part.costed += len(survivors)
 
