@@ -168,7 +168,7 @@ def test_the_planner_swaps_where_activations_do_not_fit() -> None:
 def test_engines_without_activation_offload_refuse_it(engine: str, fragment: str) -> None:
     plan = Plan(dp_shard=8, sharding="zero3", global_batch=64, swap_activations=True)
     refusal = first_unsupported(plan, get_model("llama3-8b"), get_engine(engine))
-    assert refusal is not None and refusal.startswith(fragment.split(" is ")[0]) and engine in refusal
+    assert refusal is not None and refusal.startswith(fragment), refusal
 
 
 def test_megatron_core_exports_cpu_offloading_and_refuses_it_with_pipelines() -> None:
