@@ -26,6 +26,7 @@ from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
+from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.cost.sync import method_costs
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
@@ -39,7 +40,7 @@ from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
 T = TypeVar("T")
-TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm",
+TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm", "swap",
               "dp_comm", "optimizer")
 
 
@@ -58,6 +59,8 @@ class Prepared:
     """The cost facts these were computed under."""
     memo: dict[tuple[str, int, int, bool, bool], Any] = field(default_factory=dict, compare=False)
     """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`), kept as they are costed."""
+    swap: tuple[SwapTimes, SwapTimes] | None = None
+    """(dense, MoE) per-layer activation swaps (:mod:`plait.cost.swap`); ``None`` when no row swaps."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,9 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: En
     inner = inner_columns(model, cluster, cols, framework)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
-    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework)
+    swapping = cols["swap_activations"] if cols.xp.scalar else cols["swap_activations"].any()
+    swap = swap_layer_s(cluster, cols, inner, fsdp, shard_groups(cols)[0]) if swapping else None
+    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework, swap=swap)
 
 
 def _memo(model: ModelSpec, prepared: Prepared, what: str, stage: Any, compute: Callable[[], T]) -> T:
@@ -188,7 +193,8 @@ def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`)."""
     overlap, asynchronous = cluster.accelerator.efficiency.comm_overlap.value, cluster.accelerator.asynchronous_launch
     return _memo(model, prepared, "pass", stage, lambda: stage_time(
-        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap, asynchronous))
+        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap, asynchronous,
+        prepared.swap))
 
 
 def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> StageSync:
@@ -341,7 +347,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2],
                                                                   prepared.framework)
     use_last = last["total"] > first["total"]
-    memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
+    memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight", "host_activations")}
     memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
     memory["total"] = memory["total"] + extra_bytes
     return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),

@@ -25,6 +25,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         stage=int(at(result.memory_stage)),
         capacity_bytes=cluster.accelerator.memory_bytes,
         inflight_micro_batches=float(at(mem["inflight"])),
+        host_activations_bytes=float(at(mem["host_activations"])), host_capacity_bytes=cluster.host_memory_bytes_per_gpu,
         **{f"{k}_bytes": float(at(mem[k])) for k in MEMORY_ITEMS},
     )
     time = TimeBreakdown(**{f"{k}_s": float(at(result.time[k])) for k in TIME_ITEMS})

@@ -24,7 +24,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
     "cp_attention": get_args(CpAttention),
 }
-BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
+BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "swap_activations", "overlap_grad_reduce",
+         "tp_comm_overlap")
 TEXTS = ("dp_sync",)
 """Open-ended fields (the synchronization method), stored as indices into :attr:`PlanColumns.methods`."""
 FIELDS = tuple(f.name for f in fields(Plan))

@@ -80,6 +80,10 @@ class Plan:
     """Keep optimizer state (and master weights) in host memory; the step runs on the CPU."""
     offload_params: bool = False
     """Keep sharded weights in host memory and stream them in per layer (ZeRO-Infinity style)."""
+    swap_activations: bool = False
+    """Move the activations saved for the backward to host memory during the forward and bring them back, one
+    layer ahead, for the backward (LMS, Le et al. 2018, arXiv 1811.12174; PyTorch's saved-tensor hooks): the device
+    keeps the layer in flight and the prefetched one; the copies cross the host link (:mod:`plait.cost.swap`)."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with the last backward pass."""
     tp_comm_overlap: bool = False
@@ -154,6 +158,8 @@ class Plan:
             parts.append("offload-opt")
         if self.offload_params:
             parts.append("offload-params")
+        if self.swap_activations:
+            parts.append("swap-act")
         if not self.dp_sync.is_allreduce:
             parts.append(f"sync={self.dp_sync.spec}")
         return " ".join(parts)

@@ -126,6 +126,10 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: f"dp_shard={p.dp_shard} needs sharding zero1/zero2/zero3 (sharding='none')"),
     Rule("offload-params-needs-zero3", lambda c, m, k: c["offload_params"] & c.xp.not_(c.is_("sharding", "zero3")),
          lambda p, m, k: f"offload_params needs sharding='zero3' (got {p.sharding!r})"),
+    Rule("swap-activations-without-recompute",  # both trade time for activation memory; together not modelled
+         lambda c, m, k: c["swap_activations"] & c.xp.not_(c.is_("recompute", "none")),
+         lambda p, m, k: f"swap_activations needs recompute='none' (got {p.recompute!r}): swapping replaces "
+                         "recomputation (Megatron-Core refuses cpu_offloading with recompute too)"),
     Rule("precision-supported",
          lambda c, m, k: ((c.is_("precision", "fp8") & ("fp8" not in k.accelerator.peak_tflops))
                           | (c.is_("precision", "tf32") & ("tf32" not in k.accelerator.peak_tflops))),

@@ -27,7 +27,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.search.enumerate import enumerate_space, layout_sizes, layouts
-from plait.search.rules import MEMORY_CODE, prune, reason_table
+from plait.search.rules import ENGINE_CODE, HOST_MEMORY_REASON, MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
@@ -53,6 +53,8 @@ class Part:
     reasons: Counter[str]
     costed: int
     chunks: list[Chunk]
+    twins: int = 0
+    """Candidates made during the search: the swapping twins of plans that do not fit (:func:`swap_twins`)."""
 
 
 def split(model: ModelSpec, space: SearchSpace, pieces: int) -> list[SearchSpace]:
@@ -93,7 +95,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     names = reason_table() + engine_reasons(engine)
     verdict = prune(cols, model, cluster, space)
     refused = unsupported_index(cols, model, engine)
-    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
+    verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
     codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
     part.num_candidates += len(cols)
@@ -107,10 +109,50 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
             fits = batch.memory["total"] <= limit
             part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
             part.chunks.append(_keep(batch, fits))
+            twins = swap_twins(batch.cols, fits) if space.swap_activations else None
+            if twins is not None:  # each verdicted and costed once, as a candidate of its own
+                part.twins += len(twins)
+                search_cols(model, cluster, space, engine, twins, part)
         part.costed += len(chunk)
         if progress:
             progress(pruned + part.costed)
     return part
+
+
+def swap_twins(cols: PlanColumns, fits: np.ndarray) -> PlanColumns | None:
+    """The rows of a costed chunk that do not fit with every activation on the device (``recompute='none'``, not
+    swapping), with ``swap_activations`` on (``None``: no such row). Swapping only trades time for activation
+    memory (:mod:`plait.cost.swap`), so a plan that fits without it cannot gain from it (dominance): the space
+    tries it only where memory binds, and the search stays as large as before where it does not."""
+    rows = np.flatnonzero(~fits & cols.is_("recompute", "none") & ~cols["swap_activations"])
+    if not len(rows):
+        return None
+    twins = cols.take(rows)
+    return PlanColumns({**twins.data, "swap_activations": np.ones(len(rows), dtype=bool)}, methods=twins.methods)
+
+
+def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, cols: PlanColumns,
+                part: Part) -> None:
+    """Verdict and cost the candidates ``cols`` (made during the search) into ``part``, as :func:`search_part` does
+    the enumerated ones."""
+    names = reason_table() + engine_reasons(engine)
+    verdict = prune(cols, model, cluster, space)
+    refused = unsupported_index(cols, model, engine)
+    verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
+    codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
+    part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
+    survivors = np.flatnonzero(verdict < 0)
+    if not len(survivors):
+        return
+    limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
+    for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons):
+        fits = batch.memory["total"] <= limit
+        host = fits & (batch.memory["host_activations"] > cluster.host_memory_bytes_per_gpu)
+        part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
+        if host.any():
+            part.reasons[HOST_MEMORY_REASON] += int(host.sum())
+        part.chunks.append(_keep(batch, fits & ~host))
+    part.costed += len(survivors)
 
 
 def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,

@@ -26,7 +26,7 @@ from plait.predict.estimate import assemble
 from plait.predict.intervals import bounds, spread
 from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
-from plait.search.rules import MEMORY_REASON, reason_table
+from plait.search.rules import HOST_MEMORY_REASON, MEMORY_REASON, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
@@ -158,9 +158,11 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
         result.interrupted = True
     order = {name: i for i, name in enumerate(reason_table() + engine_reasons(engine))}  # verdict codes; memory last
     order[MEMORY_REASON] = len(order)
-    refused = len(order) + 1  # the cost model's refusals (plait.search.parts.costed), after memory, as they came
+    order[HOST_MEMORY_REASON] = len(order) + 1
+    refused = len(order) + 2  # the cost model's refusals (plait.search.parts.costed), after memory, as they came
     result.reasons = Counter(dict(sorted(done.reasons.items(), key=lambda item: order.get(item[0], refused))))
     result.costed = done.costed
+    result.num_candidates += done.twins  # the swapping twins made where memory binds (plait.search.parts.swap_twins)
     result.feasible = [(batch.cols, batch, rows) for batch, rows in done.chunks]
     result.elapsed_s = time.perf_counter() - start
     return result
@@ -171,3 +173,4 @@ def _merge(into: Part, part: Part) -> None:
     into.reasons.update(part.reasons)
     into.costed += part.costed
     into.chunks += part.chunks
+    into.twins += part.twins

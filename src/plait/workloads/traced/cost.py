@@ -70,6 +70,8 @@ def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
     blocks = len(work.units) - 2
     if plan.pp > max(1, blocks):
         raise ConfigError(f"pp={plan.pp} must be at most the {blocks} {work.unit_class} units a pipeline can cut")
+    if plan.swap_activations:
+        raise ConfigError("swap_activations is not costed for traced workloads yet; use swap_activations = false")
     if plan.offload_params or plan.offload_optimizer:
         raise ConfigError("offloading is not costed for traced workloads yet; use offload_params = "
                           "offload_optimizer = false")
