@@ -24,6 +24,7 @@ from plait.cost.setup import Setup
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.keys import distinct_rows
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
@@ -187,6 +188,6 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     if len(cols) == 1:  # one plan (plait estimate): nothing to deduplicate
         first, inverse = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     else:
-        _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+        first, inverse = distinct_rows(*columns)
     rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
     return _stack(rows, inverse.reshape(-1))
