@@ -143,6 +143,14 @@ class PlanColumns:
                 data[name] = np.full(length, value, dtype=bool if name in BOOLS else np.int64)
         return cls(data, methods=methods)
 
+    @classmethod
+    def concat(cls, parts: list[PlanColumns]) -> PlanColumns:
+        """The rows of ``parts`` (array columns over one table of methods), one after another."""
+        assert parts and all(p.single is None and p.methods == parts[0].methods for p in parts)
+        if len(parts) == 1:
+            return parts[0]
+        return cls({k: np.concatenate([p.data[k] for p in parts]) for k in parts[0].data}, methods=parts[0].methods)
+
     def take(self, index: np.ndarray) -> PlanColumns:
         """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""
         if self.single is not None:

@@ -26,7 +26,7 @@ from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.search.enumerate import enumerate_space, layout_sizes, layouts
+from plait.search.enumerate import enumerate_blocks, layout_sizes, layouts
 from plait.search.rules import MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
@@ -89,20 +89,25 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
                 progress: Callable[[int], None] | None = None, part: Part | None = None) -> Part:
     """Enumerate, prune and cost one piece (``progress``: called with the candidates verdicted so far; ``part``:
     filled as chunks are costed, so that an interrupted search keeps what it has)."""
-    cols = enumerate_space(model, space)
     names = reason_table() + engine_reasons(engine)
-    verdict = prune(cols, model, cluster, space)
-    refused = unsupported_index(cols, model, engine)
-    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
-    codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
-    part.num_candidates += len(cols)
-    part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
-    survivors = np.flatnonzero(verdict < 0)
+    kept, enumerated = [], 0
+    for block in enumerate_blocks(model, space):  # pruned block by block; only the survivors are kept
+        verdict = prune(block, model, cluster, space)
+        refused = unsupported_index(block, model, engine)
+        verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
+        codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
+        part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
+        kept.append(block.take(np.flatnonzero(verdict < 0)))
+        enumerated += len(block)
+    part.num_candidates += enumerated
+    if not kept:
+        return part
+    cols = PlanColumns.concat(kept)
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
-    pruned = len(cols) - len(survivors)
-    for begin in range(0, len(survivors), CHUNK):
-        chunk = cols.take(survivors[begin:begin + CHUNK])
+    pruned = enumerated - len(cols)
+    for begin in range(0, len(cols), CHUNK):
+        chunk = cols.take(np.arange(begin, min(begin + CHUNK, len(cols))))
         for batch in costed(model, cluster, chunk, engine.framework, part.reasons):
             fits = batch.memory["total"] <= limit
             part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
