@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+LARGE = str(Path(__file__).resolve().parent / "clusters" / "dgx-h100-ib-131k.toml")
 CASES: tuple[tuple[str, ...], ...] = (
     ("--model", "llama3.1-405b", "--gpus", "16384", "--global-batch", "2048"),
     ("--model", "llama3.1-405b", "--gpus", "1024", "--global-batch", "2048"),
@@ -27,6 +28,8 @@ CASES: tuple[tuple[str, ...], ...] = (
     ("--model", "llama2-7b", "--cluster", "h100-2x64-two-regions", "--gpus", "128", "--global-batch", "256"),
     ("--model", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--top", "3"),
     ("--model", "llama3.1-70b", "--objective", "cost", "--gpus-range", "256:2048", "--global-batch", "1024"),
+    ("--model", "llama3.1-405b", "--cluster", LARGE, "--gpus", "131072", "--global-batch", "2048"),
+    ("--model", "llama3.1-405b", "--gpus", "64", "--global-batch", "256"),
 )
 QUICK = 3
 """Cases ``--quick`` runs (the first ones)."""

@@ -39,18 +39,34 @@ def step_lower_bound_s(c: PipelineCosts) -> float:
     Outside ZB-H1 (whose ranks end on a W), a rank's last operation is the backward of its last micro-batch through
     its first chunk (:mod:`plait.simulate.schedules`; interleaved: ``m`` a multiple of ``p``), whose gradient rank
     ``r - 1`` then takes through its own first chunk: rank ``r - 1`` ends no earlier than rank ``r``'s end plus
-    ``p2p + backward_(r-1)``. A rank's step ends no earlier than its pipeline end plus its optimizer step (the
-    data-parallel tail starts at or after the pipeline end); the step is the slowest rank's end. For uniform
-    stages under 1F1B this is the simulated step, ``(m + p - 1)(f + b)`` plus the hops and the optimizer
+    ``p2p + backward_(r-1)``. After the pipeline each rank runs the data-parallel tail as the simulation does
+    (``_data_parallel``): outside ZB-H1 its gradient reduction ends no earlier than ``reduce`` after its last
+    backward starts and ``reduce / buckets`` after it ends (all of it after the end, without overlap), then the
+    exposed parameter gather and the optimizer step. The step is the slowest rank's end. Every step is monotone in
+    the times before it, so bounds on those give a bound on the step. For uniform stages under 1F1B without a
+    data-parallel tail this is the simulated step, ``(m + p - 1)(f + b)`` plus the hops and the optimizer
     (Narayanan et al. 2021, Sec. 2.2.1)."""
     start, ends = 0.0, []
     for r in range(c.p):
         ends.append(start + c.m * c.v * (c.forward_s[r] + c.backward_s[r]))
         start += c.forward_s[r] + c.p2p_s
-    if c.schedule != "zb-h1" and (c.schedule != "interleaved" or c.v == 1 or c.m % c.p == 0):
+    ends_on_backward = c.schedule != "zb-h1" and (c.schedule != "interleaved" or c.v == 1 or c.m % c.p == 0)
+    if ends_on_backward:
         for r in range(c.p - 1, 0, -1):
             ends[r - 1] = max(ends[r - 1], ends[r] + c.p2p_s + c.backward_s[r - 1])
-    return max(end + opt for end, opt in zip(ends, c.optimizer_s, strict=True)) * (1.0 - ROUNDING)
+    bound = 0.0
+    for r, end in enumerate(ends):
+        finish, reduce = end, c.grad_reduce_s[r]
+        if ends_on_backward and reduce > 0:
+            if c.overlap_grad_reduce:
+                finish = max(end, end - c.backward_s[r] + reduce, end + reduce / max(c.buckets[r], 1))
+            else:
+                finish = end + reduce
+        gather = c.param_gather_s[r]
+        if gather > 0:
+            finish += gather if not c.overlap_grad_reduce else max(0.0, gather - c.forward_s[r])
+        bound = max(bound, finish + c.optimizer_s[r])
+    return bound * (1.0 - ROUNDING)
 
 
 def refine(model: ModelSpec, cluster: Cluster, engine: Engine, rows: Iterable[tuple[BatchResult, int]],
