@@ -50,3 +50,29 @@ def test_verdicts_equal_the_whole_space_pruned_at_once() -> None:
     assert part.reasons == expected
     assert part.costed == int((verdict < 0).sum()) and part.num_candidates == len(cols)
     assert memory + sum(len(rows) for _, rows in part.chunks) == part.costed  # each costed row fits or does not
+
+
+@pytest.mark.parametrize(("model", "gpus", "batch"), [("llama3-70b", 64, 256), ("llama3-8b", 16, 64)])
+def test_memory_screen_keeps_what_timing_every_row_keeps(model: str, gpus: int, batch: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows that cannot fit are not timed (search.parts.screened); the kept rows, their figures to the last bit and
+    the verdict counts are those of timing every costed row."""
+    import plait.search.parts as parts
+
+    spec, engine = get_model(model), get_engine()
+    space = default_space(spec, CLUSTER, gpus, (batch,), dp_syncs=(ALLREDUCE, *searched_specs()), param_servers=True)
+    screened = search_part(spec, CLUSTER, space, engine)
+    monkeypatch.setattr(parts, "screened", lambda *args: None)
+    timed = search_part(spec, CLUSTER, space, engine)
+    assert screened.reasons == timed.reasons and screened.costed == timed.costed
+    assert len(screened.chunks) == len(timed.chunks)
+    misses = 0
+    for (a, rows_a), (b, rows_b) in zip(screened.chunks, timed.chunks, strict=True):
+        assert np.array_equal(rows_a, rows_b)
+        for name in FIELDS:
+            assert np.array_equal(a.cols[name], b.cols[name]), name
+        for table_a, table_b in ((a.time, b.time), (a.memory, b.memory)):
+            assert table_a.keys() == table_b.keys()
+            assert all(np.array_equal(table_a[k], table_b[k]) for k in table_a)
+        misses += len(a.cols) - len(rows_a)
+    assert misses > 0 and screened.reasons[reason_table()[MEMORY_CODE]] > misses, "the case should screen rows out"
