@@ -52,13 +52,17 @@ def test_verdicts_equal_the_whole_space_pruned_at_once() -> None:
     assert memory + sum(len(rows) for _, rows in part.chunks) == part.costed  # each costed row fits or does not
 
 
-@pytest.mark.parametrize(("model", "gpus", "batch"), [("llama3-70b", 64, 256), ("llama3-8b", 16, 64)])
-def test_memory_screen_keeps_what_timing_every_row_keeps(model: str, gpus: int, batch: int,
+@pytest.mark.parametrize(("model", "gpus", "batch", "chunk"), [("llama3-70b", 64, 256, 65536),
+                                                                ("llama3-8b", 16, 64, 65536),
+                                                                ("llama3-70b", 64, 256, 3000)])
+def test_memory_screen_keeps_what_timing_every_row_keeps(model: str, gpus: int, batch: int, chunk: int,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows that cannot fit are not timed (search.parts.screened); the kept rows, their figures to the last bit and
-    the verdict counts are those of timing every costed row."""
+    """Rows that cannot fit are not timed (search.parts.screened), and later chunks reuse the per-layer quantities
+    of earlier ones; the kept rows, their figures to the last bit and the verdict counts are those of timing every
+    costed row of every chunk from scratch."""
     import plait.search.parts as parts
 
+    monkeypatch.setattr(parts, "CHUNK", chunk)
     spec, engine = get_model(model), get_engine()
     space = default_space(spec, CLUSTER, gpus, (batch,), dp_syncs=(ALLREDUCE, *searched_specs()), param_servers=True)
     screened = search_part(spec, CLUSTER, space, engine)
@@ -76,3 +80,4 @@ def test_memory_screen_keeps_what_timing_every_row_keeps(model: str, gpus: int, 
             assert all(np.array_equal(table_a[k], table_b[k]) for k in table_a)
         misses += len(a.cols) - len(rows_a)
     assert misses > 0 and screened.reasons[reason_table()[MEMORY_CODE]] > misses, "the case should screen rows out"
+    assert chunk > screened.costed or len(screened.chunks) > 1

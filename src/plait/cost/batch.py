@@ -176,15 +176,17 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fram
     return np.array(values)[inverse.reshape(-1)]
 
 
-def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> Prepared:
-    """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
+def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+            known: dict[tuple[int, ...], Inner] | None = None) -> Prepared:
+    """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time (``known``: see
+    :func:`plait.cost.inner.inner_columns`)."""
     if cols.single is not None:
         cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
     else:
         data = dict(cols.data)
         data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
         cols = PlanColumns(data, methods=cols.methods)
-    inner = inner_columns(model, cluster, cols, framework)
+    inner = inner_columns(model, cluster, cols, framework, known)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
     return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework)

@@ -178,8 +178,11 @@ def _stack(rows: list[Inner], inverse: np.ndarray) -> Inner:
     return Inner(dense=kinds[0], moe=kinds[1], **_columns(rows, _INNER_FIELDS, inverse))
 
 
-def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> Inner:
-    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan."""
+def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+                  known: dict[tuple[int, ...], Inner] | None = None) -> Inner:
+    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan.
+    ``known``: the combinations costed already for this model, cluster and framework (a search's earlier chunks),
+    filled with the new ones."""
     if cols.single is not None:
         return _row(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
@@ -189,5 +192,11 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
         first, inverse = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     else:
         first, inverse = distinct_rows(*columns)
-    rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
+    known = {} if known is None else known
+    rows = []
+    for i in first.tolist():
+        key = tuple(int(c[i]) for c in columns)
+        if key not in known:
+            known[key] = _row(Setup(model=model, cluster=cluster, plan=cols.plan(i), framework=framework))
+        rows.append(known[key])
     return _stack(rows, inverse.reshape(-1))

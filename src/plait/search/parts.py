@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from plait.cost.batch import BatchResult, evaluate_batch, peak_memory, prepare
+from plait.cost.inner import Inner
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -106,9 +107,10 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     cols = PlanColumns.concat(kept)
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
     pruned = enumerated - len(cols)
+    known: dict[tuple[int, ...], Inner] = {}  # per-layer quantities costed in earlier chunks
     for begin in range(0, len(cols), CHUNK):
         chunk = cols.take(np.arange(begin, min(begin + CHUNK, len(cols))))
-        screen = screened(model, cluster, chunk, engine.framework, limit)
+        screen = screened(model, cluster, chunk, engine.framework, limit, known)
         if screen is not None:  # the plans that cannot fit and cannot be kept as near misses are not timed
             batch, over = screen
             fits = batch.memory["total"] <= limit
@@ -125,8 +127,8 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     return part
 
 
-def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-             limit: float) -> tuple[BatchResult, int] | None:
+def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
+             known: dict[tuple[int, ...], Inner] | None = None) -> tuple[BatchResult, int] | None:
     """``cols`` costed with their memory first: (the batch of the rows that may fit or be kept as a near miss, the
     number of other rows, which do not fit), or ``None`` where the cost model refuses a row (then :func:`costed`
     finds it). Most costed candidates do not fit (61% for 405B on 16,384 GPUs), and their step times are never
@@ -134,9 +136,10 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
     memory is its stages' peak (:func:`plait.cost.batch.peak_memory`); other methods add their buffers, so those
     rows are all timed. Timing the rows that may fit plus the all-reduce rows that are the nearest misses keeps
     what :func:`_keep` keeps, with the same figures (every figure is a function of its own row): a row left out
-    has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order."""
+    has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order. ``known``: the per-layer
+    quantities of the search's earlier chunks (:func:`plait.cost.inner.inner_columns`), each combination costed once."""
     try:
-        prepared = prepare(model, cluster, cols, framework)
+        prepared = prepare(model, cluster, cols, framework, known)
         peak = peak_memory(model, cluster, prepared)[0]["total"]
         maybe = (peak <= limit) | (prepared.cols["dp_sync"] != 0)
         over = np.flatnonzero(~maybe)
