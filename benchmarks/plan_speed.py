@@ -79,8 +79,14 @@ def main() -> None:
     parser.add_argument("--global-batch", type=int, default=2048, help="sequences per step (Llama 3: 2,048 x 8k)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per GPU count (medians are printed)")
     args = parser.parse_args()
+    try:
+        counts = [int(g) for g in args.gpus.split(",")]
+    except ValueError:
+        parser.error(f"--gpus {args.gpus!r} must be comma-separated GPU counts, e.g. 1024,16384")
+    if min(counts) < 1 or args.repeat < 1 or (args.workers is not None and args.workers < 1):
+        parser.error("--gpus counts, --repeat and --workers must be >= 1")
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    for gpus in (int(g) for g in args.gpus.split(",")):
+    for gpus in counts:
         runs = [one_run(gpus, args.global_batch, args.workers) for _ in range(args.repeat)]
         result = runs[-1][0]
         search_wall, search_cpu, refine_wall, refine_cpu = (statistics.median(r[i] for r in runs) for i in range(1, 5))
