@@ -78,6 +78,9 @@ def main() -> None:
     parser.add_argument("--this", type=Path, default=Path(__file__).resolve().parents[1], help="this source tree")
     parser.add_argument("--quick", action="store_true", help=f"only the first {QUICK} cases")
     args = parser.parse_args()
+    for tree in (args.base, args.this):
+        if not (tree / "src" / "plait").is_dir():
+            parser.error(f"{str(tree)!r} is not a plait source tree (no src/plait)")
     differ = 0
     for case in CASES[:QUICK] if args.quick else CASES:
         base, this = plan_json(args.base, case), plan_json(args.this, case)
