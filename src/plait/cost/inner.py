@@ -24,6 +24,7 @@ from plait.cost.setup import Setup
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.keys import distinct_rows
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
@@ -177,8 +178,11 @@ def _stack(rows: list[Inner], inverse: np.ndarray) -> Inner:
     return Inner(dense=kinds[0], moe=kinds[1], **_columns(rows, _INNER_FIELDS, inverse))
 
 
-def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> Inner:
-    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan."""
+def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+                  known: dict[tuple[int, ...], Inner] | None = None) -> Inner:
+    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan.
+    ``known``: the combinations costed already for this model, cluster and framework (a search's earlier chunks),
+    filled with the new ones."""
     if cols.single is not None:
         return _row(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
@@ -187,6 +191,12 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     if len(cols) == 1:  # one plan (plait estimate): nothing to deduplicate
         first, inverse = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     else:
-        _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
-    rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
+        first, inverse = distinct_rows(*columns)
+    known = {} if known is None else known
+    rows = []
+    for i in first.tolist():
+        key = tuple(int(c[i]) for c in columns)
+        if key not in known:
+            known[key] = _row(Setup(model=model, cluster=cluster, plan=cols.plan(i), framework=framework))
+        rows.append(known[key])
     return _stack(rows, inverse.reshape(-1))

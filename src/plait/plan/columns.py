@@ -86,20 +86,19 @@ class PlanColumns:
         return self.data[field] == _CODES[(field, value)]
 
     def sync_rows(self, question: Callable[[SyncMethod], bool]) -> Any:
-        """Mask of rows whose synchronization method answers ``question`` with yes (asked once per method)."""
+        """Mask of rows whose synchronization method answers ``question`` with yes (asked once per method, then
+        looked up per row)."""
         if self.xp.scalar:  # one plan: one lookup
             return question(self.methods[self.data["dp_sync"]])
-        codes = [i for i, method in enumerate(self.methods) if question(method)]
-        return self.xp.any_of([self.data["dp_sync"] == i for i in codes]) if codes else self.full(False)
+        return np.array([bool(question(method)) for method in self.methods])[self.data["dp_sync"]]
 
     def sync_values(self, value: Callable[[SyncMethod], Any], fill: Any) -> Any:
-        """Per row, ``value(method)`` of the row's method (asked once per method; ``fill``: the column's type)."""
+        """Per row, ``value(method)`` of the row's method (asked once per method, then looked up per row; ``fill``:
+        the column's type)."""
         if self.xp.scalar:
             return value(self.methods[self.data["dp_sync"]])
-        out = self.full(fill)
-        for i, method in enumerate(self.methods):
-            out = self.xp.where(self.data["dp_sync"] == i, value(method), out)
-        return out
+        table = np.array([value(method) for method in self.methods])
+        return table.astype(np.result_type(np.asarray(fill).dtype, table.dtype))[self.data["dp_sync"]]
 
     @classmethod
     def from_plans(cls, plans: list[Plan]) -> PlanColumns:
@@ -144,6 +143,14 @@ class PlanColumns:
                 value = code(name, value) if name in CHOICES else methods.index(value) if name in TEXTS else value
                 data[name] = np.full(length, value, dtype=bool if name in BOOLS else np.int64)
         return cls(data, methods=methods)
+
+    @classmethod
+    def concat(cls, parts: list[PlanColumns]) -> PlanColumns:
+        """The rows of ``parts`` (array columns over one table of methods), one after another."""
+        assert parts and all(p.single is None and p.methods == parts[0].methods for p in parts)
+        if len(parts) == 1:
+            return parts[0]
+        return cls({k: np.concatenate([p.data[k] for p in parts]) for k in parts[0].data}, methods=parts[0].methods)
 
     def take(self, index: np.ndarray) -> PlanColumns:
         """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from plait.plan.async_convergence import derived_multiplier
+from plait.plan.keys import distinct_rows
 from plait.sync import SyncMethod, parse
 
 
@@ -126,11 +127,15 @@ def matching_multiplier(method: list[float], reference: list[float], window: int
 def row_figures(cols: Any) -> tuple[np.ndarray, np.ndarray]:
     """(steps multiplier, whether a figure exists) per row of plan columns ``cols`` (all-reduce rows: 1, known)."""
     codes = cols["dp_sync"]
-    replicas = np.where(cols.is_("sharding", "none"), cols.dp, cols["dp_replicate"])
     factor, known = np.ones(len(codes)), np.ones(len(codes), dtype=bool)
-    for code, count in {(int(c), int(r)) for c, r in zip(codes[codes != 0], replicas[codes != 0])}:
-        figure, rows = convergence(cols.methods[code], count), (codes == code) & (replicas == count)
-        factor[rows], known[rows] = figure.factor, figure.known
+    rows = np.flatnonzero(codes != 0)
+    if len(rows):  # one figure per distinct (method, replicas) of the other methods' rows
+        codes, sharded = codes[rows], ~cols.is_("sharding", "none")[rows]
+        replicas = np.where(sharded, cols["dp_replicate"][rows], cols["dp_replicate"][rows] * cols["dp_shard"][rows])
+        first, inverse = distinct_rows(codes, replicas)
+        figures = [convergence(cols.methods[int(codes[i])], int(replicas[i])) for i in first]
+        factor[rows] = np.array([f.factor for f in figures])[inverse]
+        known[rows] = np.array([f.known for f in figures], dtype=bool)[inverse]
     return factor, known
 
 
