@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from plait.cost import collectives as coll
 from plait.cost import op_sac
-from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
+from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s, gemms_fwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, layer_gemms
 from plait.cost.host import moe_forward_s
@@ -252,8 +252,8 @@ def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
     merge_fwd, merge_bwd = (elementwise_time_s(b, acc) for b in cp_merge_bytes(setup))
     fwd = gemm_fwd + core_fwd + elem_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
-    if moe_layer:  # a host that syncs in the layer's forward cannot run ahead of it (plait.cost.host)
-        attention_fwd = gemms_fwd_bwd_s(attention_gemms(setup), setup)[0] + core_fwd
+    if moe_layer and setup.framework.moe_host_sync:  # a host that syncs in the layer's forward cannot run ahead of it
+        attention_fwd = gemms_fwd_s(attention_gemms(setup), setup) + core_fwd  # (plait.cost.host)
         fwd = moe_forward_s(setup, fwd, attention_fwd)
     chunk_fwd = chunk_bwd = 0.0
     if plan.tp_comm_overlap and plan.tp > 1:  # decomposed GEMMs: tp chunks of 1/tp of the tokens each
