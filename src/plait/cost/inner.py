@@ -117,14 +117,14 @@ class Inner:
         return self.dense, self.moe
 
 
-_ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
+ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
 """The kind a model does not have (a frozen value, shared)."""
 
 
 def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
     model = setup.model
     if moe_layer and not model.moe:
-        return _ABSENT
+        return ABSENT
     cost = layer_cost(setup, moe_layer)
     dense, expert = layer_split(setup, moe_layer)
     host_fwd, host_bwd = layer_host_s(setup, moe_layer)
