@@ -20,7 +20,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A package folder of one TOML file, where bytecode (and so the parsed copy) may be written."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "t.toml").write_text('[a]\nx = 1.25\nname = "one"\nlist = [1, 2, 3]\n')
-    monkeypatch.setattr(packaged.resources, "files", lambda package: tmp_path)
+    monkeypatch.setattr(packaged, "_locate", lambda package, parts: tmp_path.joinpath(*parts))
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     return tmp_path / "data"
 

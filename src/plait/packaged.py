@@ -2,18 +2,18 @@
 
 Parsing the catalogs (accelerators, efficiency curves, clusters, models, engines: ~350 kB of TOML) is most of what
 ``plait estimate`` does after its imports. The parsed tables of a file are written once with :mod:`marshal` to the
-``__pycache__`` folder beside it, named by a hash of the file's bytes, and read back from there by later processes:
-an edited file has another hash and is parsed afresh, and a folder that cannot be written (a read-only install,
+``__pycache__`` folder beside it, named by the file's length and CRC-32, and read back from there by later
+processes: an edited file has another name and is parsed afresh, and a folder that cannot be written (a read-only install,
 ``PYTHONDONTWRITEBYTECODE``) only means the file is parsed every time. Users' own files are always parsed.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib
 import marshal
 import sys
 import tomllib
-from importlib import resources
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from typing import Any
 def packaged_toml(package: str, *parts: str) -> dict[str, Any]:
     """The tables of the packaged file ``parts`` under ``package`` (``packaged_toml("plait.hardware", "data",
     "clusters.toml")``), from the parsed copy where one matches the file's bytes."""
-    resource = resources.files(package).joinpath(*parts)
+    resource = _locate(package, parts)
     data = resource.read_bytes()
     cached = _cache_path(resource, data)
     if cached is not None:
@@ -35,11 +35,22 @@ def packaged_toml(package: str, *parts: str) -> dict[str, Any]:
     return tables
 
 
+def _locate(package: str, parts: tuple[str, ...]) -> Any:
+    """The packaged file: a path beside the package's ``__init__`` (the package is imported: its module asks), or,
+    where the package is not a folder on disk (a zip), importlib.resources' handle, which reads either."""
+    path = Path(importlib.import_module(package).__file__ or "").parent.joinpath(*parts)
+    if path.is_file():
+        return path
+    from importlib import resources  # loaded only here: importing it costs a short command ~10 ms
+
+    return resources.files(package).joinpath(*parts)
+
+
 def _cache_path(resource: Any, data: bytes) -> Path | None:
     """Where the parsed copy of ``resource`` with these bytes lives (``None``: not a file on disk)."""
     if not isinstance(resource, Path):  # inside a zip: nothing is written beside it
         return None
-    digest = hashlib.blake2b(data, digest_size=12).hexdigest()
+    digest = f"{len(data):x}-{zlib.crc32(data):08x}"  # zlib is loaded already; hashlib's OpenSSL costs ~10 ms
     return resource.parent / "__pycache__" / f"{resource.name}.{digest}.marshal"
 
 
