@@ -108,13 +108,14 @@ def fp32_gemm_s(acc: Accelerator) -> _Roofline:
     return roofline_of(acc, "fp32")
 
 
-def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup) -> tuple[float, float]:
+def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup, start: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """Forward and backward time of ``gemms``: backward is the input-gradient GEMM
     (``m x n`` by ``n x k``) plus the weight-gradient GEMM (``k x m`` by ``m x n``, at the accelerator's
-    weight-gradient curve where it has one)."""
+    weight-gradient curve where it has one). ``start``: the sums of GEMMs timed before these, which the sums go on
+    from (the same additions, in the same order, as timing all the GEMMs at once)."""
     acc = setup.cluster.accelerator
     roofline, wgrad = roofline_of(acc, setup.gemm_dtype), roofline_of(acc, setup.gemm_dtype, weight_gradient=True)
-    fwd = bwd = 0.0
+    fwd, bwd = start
     for g in gemms:
         fwd += roofline.time_s(g.m, g.n, g.k, g.count)
         bwd += roofline.time_s(g.m, g.k, g.n, g.count)
