@@ -86,6 +86,7 @@ TRAINED_BY: dict[str, tuple[str, str]] = {
     "offload_params": ("test_runtime_optim.py", '"offload-params-zero3"'),
     "learned_positions_sp": ("test_runtime_positions.py", "def test_learned_positions_with_tp2_sp_match_single_process"),
     "dp_sync": ("test_sync.py", "def test_plait_run_trains_a_dp_sync_plan"),
+    "dp_sync_server_ranks": ("test_async_run.py", "def test_plait_run_starts_the_server_ranks_and_trains"),
 }
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from plait.cli.numbers import count
 from plait.errors import ConfigError
+from plait.plan.io import read_plan_file
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
 from plait.run.uneven import argv as uneven_argv
@@ -110,6 +111,13 @@ def run_command(
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
+    planned = load(read_plan_file(plan)[0].model or None)
+    if planned.kind.run_plan is not None:  # a kind whose plans its own worker runs (a traced module's)
+        try:
+            planned.kind.run_plan(planned, options)
+        except RanksFailed as exc:
+            raise typer.Exit(exc.code) from None
+        return
     if sparse_group is not None:
         raise ConfigError(f"--sparse-group={sparse_group}: places a DLRM's tables; pass --model with a DLRM TOML")
     config = WorkerConfig(plan=plan, steps=steps, keep=keep, on_nonfinite=on_nonfinite,  # type: ignore[arg-type]

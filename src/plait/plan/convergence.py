@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from plait.packaged import packaged_toml
+from plait.plan.async_convergence import derived_multiplier
 from plait.sync import SyncMethod, parse
 
 
@@ -28,7 +29,8 @@ class Convergence:
     source: str
     """The paper figure or the ``plait converge`` command behind it."""
     basis: str = "unknown"
-    """``definition``, ``cited`` or ``measured``."""
+    """``definition``, ``cited``, ``measured`` or ``derived`` (a bound scaling a measured figure:
+    :mod:`plait.plan.async_convergence`)."""
 
     @property
     def known(self) -> bool:
@@ -67,11 +69,23 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     whose setting had at least as many (more replicas drifting apart converge worse: Charles et al. 2025,
     arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021)."""
     spec = method.spec
+    if method.asynchronous and replicas <= 1:
+        return Convergence(1.0, "one worker: every update is fresh, sequential SGD (staleness 0)", "definition")
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
+    if method.asynchronous:  # scaled from the measured two-replica figures by the asynchronous-SGD bound
+        multiplier, source = derived_multiplier(method, replicas, _measured())
+        return Convergence(multiplier, source, "derived" if multiplier is not None else "unknown")
     return Convergence(None, f"no figure for {spec} with {replicas} replicas (measure one: plait converge "
                              f"--dp-sync {spec} --ranks {replicas})")
+
+
+@cache
+def _measured() -> dict[str, list[tuple[float, int | None, str]]]:
+    """Spec -> (multiplier, replicas, source) of the table's measured figures."""
+    return {spec: [(e.figure.factor, e.replicas, e.figure.source) for e in entries if e.figure.basis == "measured"]
+            for spec, entries in table().items() if not entries[0].any_parameters}
 
 
 def averaging_replicas(dp: int, dp_replicate: int, sharding: str) -> int:

@@ -150,9 +150,9 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
                           f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
     Rule("dp-sync-server-ranks-whole-replicas",
-         lambda c, m, k: c.sync_rows(lambda s: s.server_ranks > 0) & ((c["tp"] > 1) | (c["pp"] > 1)),
+         lambda c, m, k: c.sync_rows(lambda s: s.server_ranks > 0) & ((c["tp"] > 1) | (c["pp"] > 1) | (c["cp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r} exchanges whole replicas with its server ranks and needs "
-                          f"tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
+                          f"tp = pp = cp = 1 (got tp={p.tp}, pp={p.pp}, cp={p.cp})")),
     Rule("dp-sync-hybrid-whole-layers",
          lambda c, m, k: _hybrid_servers(c)
          & (c.sync_rows(lambda s: s.server_ranks > 0) | (c["tp"] > 1) | (c["pp"] > 1)),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from plait.run.config import APPEND, POSITIONAL
+from plait.run.config import APPEND, COMMA, POSITIONAL
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,8 +110,57 @@ class AsyncConfig:
     """forward under bf16 autocast (CPU), as plait run's bf16"""
     slow: tuple[str, ...] = field(default=(), metadata={"form": APPEND})
     """RANK:SECONDS slept by that worker every iteration"""
+    slowdown: tuple[float, ...] = field(default=(), metadata={"form": COMMA})
+    """per worker, times slower at compute, e.g. 1,3: after its forward and backward a worker sleeps (factor - 1)
+    times what they took (plait run --slowdown)"""
 
     @property
     def slow_s(self) -> dict[int, float]:
         """Seconds slept per iteration, by worker rank."""
         return {int(rank): float(seconds) for rank, seconds in (s.split(":") for s in self.slow)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TracedConfig:
+    """A traced module's data-parallel plan trained on torch.distributed (:mod:`plait.workloads.traced.worker`)."""
+
+    factory: str
+    """module:attr of the model's factory"""
+    input_shape: tuple[int, ...] = field(metadata={"form": COMMA})
+    """one example's input shape, e.g. 3,32,32"""
+    input_dtype: Literal["float32", "bfloat16", "float16", "int64"] = "float32"
+    """the input's dtype"""
+    dp_replicate: int = 1
+    """replicas that hold whole copies (DDP, or HSDP's replicate axis)"""
+    dp_shard: int = 1
+    """ranks that shard the model's state among themselves"""
+    sharding: Literal["none", "zero1", "zero2", "zero3"] = "none"
+    """what the dp_shard ranks shard: zero1 optimizer, zero2 + gradients, zero3 + weights"""
+    recompute_units: int = 0
+    """repeated units whose activations are recomputed in the backward (-1: all)"""
+    pp: int = 1
+    """pipeline stages"""
+    stage_starts: tuple[int, ...] = field(default=(), metadata={"form": COMMA})
+    """with pp > 1: the index of the traced unit each stage after the first begins at, e.g. 3"""
+    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    """pipeline schedule"""
+    micro_batch: int = 1
+    """examples per micro-batch per rank"""
+    global_batch: int = 1
+    """examples per optimizer step over the job"""
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    """AdamW, or SGD with momentum"""
+    dp_sync: str = "allreduce"
+    """how unsharded replicas synchronize, METHOD[:key=value,...] (plait.sync)"""
+    bf16: bool = False
+    """forward under bf16 autocast"""
+    steps: int = 4
+    """optimizer steps"""
+    lr: float = 1e-3
+    """learning rate"""
+    seed: int = 0
+    """seed of the weights and the data"""
+    reference: bool = False
+    """train in this one process, the global batch in micro-batches of the same size"""
+    out: Path
+    """JSON file rank 0 writes"""

@@ -68,7 +68,6 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         return model_from_mapping(raw, str(path))
 
     if is_traced_name(name_or_path):  # the commands that take a traced module handle it before they get here
-        raise ConfigError(f"model {name_or_path!r} is a module factory: plait estimate and plait plan trace it; "
-                          "this command takes catalog models and model files (plait run does not run traced "
-                          "workloads yet)")
+        raise ConfigError(f"model {name_or_path!r} is a module factory: plait estimate and plait plan trace it "
+                          "and plait run trains its plan file; this command takes catalog models and model files")
     return get_model(name_or_path)
