@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from plait.engine.facts import EngineFacts
 from plait.cost.inner import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
 from plait.cost.stage import recomputed_layers
+from plait.engine.facts import EngineFacts
 from plait.hardware.accelerator import Accelerator
 from plait.plan.columns import PlanColumns, per_plan
 from plait.units import GIB
