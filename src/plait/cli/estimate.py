@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from plait.cli.cluster_choice import mixed_or_none
 from plait.cli.options import (
     DEFAULT_GPUS,
     ChannelsLastOption,
@@ -47,12 +48,13 @@ from plait.cli.output import print_json
 from plait.cli.render import print_estimate
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
-from plait.hardware.mixed import MixedCluster
-from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.defaults import GLOBAL_BATCH, layout_plan
 from plait.predict.goodput import goodput
 from plait.terminal import rich_console
 from plait.workloads import Workload, load, refuse_engine, refuse_foreign_options
+
+if TYPE_CHECKING:
+    from plait.hardware.mixed import MixedCluster
 
 
 def estimate_command(
@@ -111,7 +113,7 @@ def estimate_command(
     if workload.kind.estimate is not None:  # the kind prices and prints its own job
         workload.kind.estimate(workload, options)
         return
-    mixed = mixed_cluster(cluster)
+    mixed = mixed_or_none(cluster)
     if mixed is None and (split != "data" or shares or local_steps):
         raise ConfigError("--split, --shares and --local-steps share a plan among a mixed cluster's groups: pass "
                           "--cluster with a mixed preset (see `plait clusters`)")

@@ -19,7 +19,7 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.host import step_stall_s
-from plait.cost.inner import Inner, LayerKind, inner_columns
+from plait.cost.inner import ABSENT, Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
@@ -143,6 +143,9 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     memory_bw = memory_bytes_per_s(cluster.accelerator)
     out = []
     for kind in inner.kinds:
+        if kind is ABSENT:  # a kind the model lacks (one plan): nothing to gather, reduce or hook
+            out.append(ShardTimes(gather_s=0.0, reduce_s=0.0, host_fwd_s=0.0, host_bwd_s=0.0))
+            continue
         params = kind.num_params + kind.num_expert_params * dense_group / expert_group
         pieces = kind.num_tensors if framework.shard_unit == "module" else 1.0
         gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],

@@ -101,11 +101,15 @@ class TimeBreakdown:
     @property
     def total_s(self) -> float:
         """The step time."""
-        return sum(getattr(self, f.name) for f in fields(self))
+        return sum(getattr(self, name) for name, _ in _TIME_FIELDS)
 
     def items(self) -> list[tuple[str, float]]:
         """(name, seconds) of each component."""
-        return [(f.name.removesuffix("_s"), getattr(self, f.name)) for f in fields(self)]
+        return [(short, getattr(self, name)) for name, short in _TIME_FIELDS]
+
+
+_TIME_FIELDS = tuple((f.name, f.name.removesuffix("_s")) for f in fields(TimeBreakdown))
+"""(field, name without ``_s``) of every component, in declaration order (``fields()`` builds its tuple per call)."""
 
 
 IntervalOf = Callable[[TimeBreakdown, bool], tuple[float, float]]

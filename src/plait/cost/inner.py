@@ -18,7 +18,7 @@ from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.host import layer_host_s
-from plait.cost.layer import edge_tp_s, layer_cost
+from plait.cost.layer import AttentionPart, attention_part, edge_tp_s, layer_cost
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.engine.facts import EngineFacts
@@ -118,15 +118,15 @@ class Inner:
         return self.dense, self.moe
 
 
-_ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
+ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
 """The kind a model does not have (a frozen value, shared)."""
 
 
-def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
+def _kind(setup: Setup, moe_layer: bool, attention: AttentionPart) -> LayerKind:
     model = setup.model
     if moe_layer and not model.moe:
-        return _ABSENT
-    cost = layer_cost(setup, moe_layer)
+        return ABSENT
+    cost = layer_cost(setup, moe_layer, attention)
     dense, expert = layer_split(setup, moe_layer)
     host_fwd, host_bwd = layer_host_s(setup, moe_layer)
     if moe_layer and setup.framework.moe_host_sync:  # joined inside the layer's forward (plait.cost.host)
@@ -149,7 +149,7 @@ def _row(setup: Setup) -> Inner:
     loss_s = elementwise_time_s(logits * (e + 4 + 4) + 4 * r * stream, acc)  # bf16 logits, fp32 softmax, final norm
     first_tp_fwd, first_tp_bwd, last_tp_fwd, last_tp_bwd = edge_tp_s(setup)
     return Inner(
-        dense=_kind(setup, False), moe=_kind(setup, True),
+        dense=_kind(setup, False, attention := attention_part(setup)), moe=_kind(setup, True, attention),
         layer_input_bytes=act.layer_input_bytes(setup), first_stage_bytes=act.first_stage_extra_bytes(setup),
         last_stage_bytes=act.last_stage_extra_bytes(setup),
         embedding_fwd_s=elementwise_time_s(2 * r * stream, acc),  # the lookup writes the hidden states

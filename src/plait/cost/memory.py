@@ -23,7 +23,7 @@ from plait.cost.stage import recomputed_layers
 from plait.cost.swap import device_is_host, resident_activation_bytes
 from plait.engine.facts import EngineFacts
 from plait.hardware.accelerator import Accelerator
-from plait.plan.columns import PlanColumns
+from plait.plan.columns import PlanColumns, per_plan
 from plait.units import GIB
 from plait.workload.model import ModelSpec
 
@@ -33,11 +33,13 @@ MEMORY_ITEMS = ("weights", "gradients", "optimizer", "activations", "comm_buffer
 Columns = dict[str, np.ndarray]
 
 
+@per_plan
 def full_precision(cols: PlanColumns) -> np.ndarray:
     """Mask of plans whose weights are fp32 themselves (precision fp32 or tf32)."""
     return cols.is_("precision", "fp32") | cols.is_("precision", "tf32")
 
 
+@per_plan
 def param_bytes(cols: PlanColumns) -> np.ndarray:
     """Bytes per weight of the compute copy: :data:`PARAM_BYTES` under mixed precision, 4 under fp32 and tf32 (the
     fp32 weights are the ones the GEMMs read; TF32 rounds operands inside the tensor core, NVIDIA Ampere
@@ -45,6 +47,7 @@ def param_bytes(cols: PlanColumns) -> np.ndarray:
     return cols.xp.where(full_precision(cols), 4, PARAM_BYTES)
 
 
+@per_plan
 def optimizer_bytes_per_param(cols: PlanColumns) -> np.ndarray:
     """fp32 master copy (if kept, and only beside 16-bit weights: fp32 and tf32 plans update the weights
     themselves) plus optimizer moments: AdamW two, SGD-momentum one."""
@@ -53,6 +56,7 @@ def optimizer_bytes_per_param(cols: PlanColumns) -> np.ndarray:
     return xp.where(cols.is_("optimizer", "adamw"), 8, 4) + xp.where(master, 4, 0)
 
 
+@per_plan
 def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) sharding-group sizes of ZeRO/FSDP (1 when nothing is sharded)."""
     xp = cols.xp

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plait.cost.host import exposed_host_s
-from plait.cost.inner import Inner
+from plait.cost.inner import ABSENT, Inner
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.swap import SwapTimes, exposed_swap_s
@@ -76,6 +76,8 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     host_fwd = host_bwd = 0.0
     swaps = (None, None) if swap is None else swap
     for kind, shard, count, rc_kind, swapped in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe), swaps):
+        if kind is ABSENT:  # a kind the model lacks (one plan): no layers, every figure 0, so it adds exactly nothing
+            continue
         rc_count = xp.where(full, rc_kind, count)
         rc_share = xp.where(count > 0, rc_count / xp.maximum(count, 1), 0.0)
         gather, reduce = shard.gather_s, shard.reduce_s

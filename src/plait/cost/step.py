@@ -38,7 +38,8 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         hardware_flops_per_step=model_flops * float(at(result.recompute_factor)),
         peak_flops_per_gpu=mfu_peak_flops(cluster.accelerator, plan.precision),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
-        state_bytes=model.total_params() * float(param_bytes(one := PlanColumns.one(plan))
+        state_bytes=model.total_params() * float(param_bytes(one := result.cols if result.cols.single is not None
+                                                             else PlanColumns.one(plan))
                                                  + optimizer_bytes_per_param(one)),
         storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
         # counted under the default engine facts, as plait always has: with the engine's own (the batch's) a

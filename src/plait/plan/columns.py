@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import numpy as np
 
@@ -29,8 +29,10 @@ BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "swap_ac
 TEXTS = ("dp_sync",)
 """Open-ended fields (the synchronization method), stored as indices into :attr:`PlanColumns.methods`."""
 FIELDS = tuple(f.name for f in fields(Plan))
+_FIELD_SET = frozenset(FIELDS)
 
 
+T = TypeVar("T")
 _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
 
 
@@ -47,6 +49,21 @@ def code(field: str, value: str) -> int:
     return found
 
 
+def per_plan(derive: Callable[[PlanColumns], T]) -> Callable[[PlanColumns], T]:
+    """``derive(cols)`` kept on the columns of a single plan, which one estimate asks for it many times (a derived
+    value of the plan alone, immutable); derived afresh for array columns."""
+    def kept(cols: PlanColumns) -> T:
+        if cols.single is None:
+            return derive(cols)
+        memo = cols.memo
+        if derive not in memo:
+            memo[derive] = derive(cols)
+        return memo[derive]  # type: ignore[no-any-return]
+
+    kept.__name__, kept.__qualname__, kept.__doc__ = derive.__name__, derive.__qualname__, derive.__doc__
+    return kept
+
+
 @dataclass(frozen=True)
 class PlanColumns:
     """Plan fields as equal-length arrays (int64 for counts and codes, bool for flags), or, for the one plan
@@ -59,7 +76,7 @@ class PlanColumns:
     """The synchronization methods the ``dp_sync`` column indexes (:func:`method_table`: the all-reduce is 0)."""
 
     def __post_init__(self) -> None:
-        assert set(self.data) == set(FIELDS), "columns must cover every Plan field"
+        assert self.data.keys() == _FIELD_SET, "columns must cover every Plan field"
         if self.single is None:
             assert len({len(v) for v in self.data.values()}) == 1, "columns must have equal length"
         object.__setattr__(self, "xp", SCALAR if self.single is not None else ARRAY)
@@ -69,6 +86,8 @@ class PlanColumns:
 
     xp: Ops = field(init=False, repr=False, compare=False)
     """The operations for these columns: numpy (arrays) or plain Python (one plan)."""
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """A single plan's derived values (:func:`per_plan`), kept as they are first asked for."""
 
     def zeros(self) -> Any:
         """0.0 per row, as a new column."""

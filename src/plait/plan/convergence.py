@@ -9,14 +9,13 @@ figure has no multiplier: estimates say so, and the planner's default search lea
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
+from plait.packaged import packaged_toml
 from plait.plan.async_convergence import derived_multiplier
 from plait.plan.keys import distinct_rows
 from plait.sync import SyncMethod, parse
@@ -57,7 +56,7 @@ class _Entry:
 @cache
 def table() -> dict[str, list[_Entry]]:
     """Canonical spec -> its figures in ``data/convergence.toml`` order."""
-    raw = tomllib.loads(resources.files("plait.plan").joinpath("data/convergence.toml").read_text(encoding="utf-8"))
+    raw = packaged_toml("plait.plan", "data", "convergence.toml")
     out: dict[str, list[_Entry]] = {}
     for entry in raw["entry"]:
         figure = Convergence(float(entry["multiplier"]), entry["source"], entry["basis"])

@@ -135,7 +135,13 @@ class Plan:
 
     def with_seq_len(self, default_seq_len: int) -> Plan:
         """The plan with ``seq_len`` filled from the model when it is 0."""
-        return self if self.seq_len else replace(self, seq_len=default_seq_len)
+        if self.seq_len:
+            return self
+        if isinstance(default_seq_len, bool) or not isinstance(default_seq_len, int) or not 0 < default_seq_len <= LIMIT:
+            return replace(self, seq_len=default_seq_len)  # checked by __post_init__, which names the rule
+        filled = object.__new__(Plan)  # every other field was checked when this plan was built: copied as it is
+        filled.__dict__.update(self.__dict__, seq_len=default_seq_len)
+        return filled
 
     def describe(self) -> str:
         """A compact one-line layout, e.g. ``tp8 pp4(interleaved x3) dp32 zero1 mb1 gb1536``."""

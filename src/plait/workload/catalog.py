@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError, did_you_mean, parsing, read_user_file
+from plait.packaged import packaged_toml
 from plait.schema import build
 from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
@@ -19,8 +19,7 @@ DEFAULT_MODEL = "llama3-8b"
 
 @functools.cache
 def _tables() -> dict[str, dict[str, Any]]:
-    text = resources.files("plait.workload").joinpath("data").joinpath("models.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return packaged_toml("plait.workload", "data", "models.toml")
 
 
 def model_names() -> list[str]:
