@@ -4,7 +4,8 @@ Run: git worktree add /tmp/base <commit>; python benchmarks/compare_speed.py --b
 
 Times the cases of ``benchmarks/estimate_speed.py`` in separate processes, this checkout and the base one
 alternating (A B A B ...), so a slow spell of a shared machine falls on both; prints each case's median
-milliseconds per estimate over the rounds for both and the ratio now/base (below 1: faster now).
+milliseconds per estimate over the rounds for both, of the thread's CPU time (``time.thread_time``) and of wall-clock
+time, the ratio now/base of each (below 1: faster now) and the machine's load average (``os.getloadavg``).
 """
 
 from __future__ import annotations
@@ -39,17 +40,18 @@ for model, cluster, plan in CASES:
     m, c = get_model(model), get_cluster(cluster)
     for _ in range(20):
         estimate(m, c, plan, **ENGINE)
-    samples = []
+    cpu, wall = [], []
     for _ in range(100):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         estimate(m, c, plan, **ENGINE)
-        samples.append(time.perf_counter() - start)
-    out.append(statistics.median(samples) * 1e3)
+        cpu.append(time.thread_time() - start_cpu)
+        wall.append(time.perf_counter() - start)
+    out.append([statistics.median(cpu) * 1e3, statistics.median(wall) * 1e3])
 print(json.dumps(out))
 """
 
 
-def _run(tree: Path, cases: str) -> list[float]:
+def _run(tree: Path, cases: str) -> list[list[float]]:
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
     done = subprocess.run([sys.executable, "-c", PROBE, cases], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
@@ -77,19 +79,24 @@ def main() -> None:
     from estimate_speed import CASES
 
     cases = _cases_json()
-    now: list[list[float]] = []
-    base: list[list[float]] = []
+    load_before = os.getloadavg()
+    now: list[list[list[float]]] = []
+    base: list[list[list[float]]] = []
     for _ in range(args.rounds):
         now.append(_run(ROOT, cases))
         base.append(_run(args.base, cases))
-    print(f"{'case':45s} {'base ms':>9s} {'now ms':>9s} {'now/base':>9s}")
+    print(f"{'case':45s} {'base CPU':>9s} {'now CPU':>8s} {'now/base':>8s} {'base wall':>9s} {'now wall':>8s} "
+          f"{'now/base':>8s}")
     ratios = []
     for i, (model, _, plan) in enumerate(CASES):
-        b, n = statistics.median(r[i] for r in base), statistics.median(r[i] for r in now)
+        (b, n), (bw, nw) = ([statistics.median(r[i][k] for r in runs) for runs in (base, now)] for k in (0, 1))
         ratios.append(n / b)
-        print(f"{(model + ' / ' + plan.describe())[:45]:45s} {b:9.3f} {n:9.3f} {n / b:9.3f}")
-    print(f"worst ratio now/base {max(ratios):.3f}; median {statistics.median(ratios):.3f} "
-          f"({args.rounds} alternating rounds of 100 estimates per case)")
+        print(f"{(model + ' / ' + plan.describe())[:45]:45s} {b:9.3f} {n:8.3f} {n / b:8.3f} {bw:9.3f} {nw:8.3f} "
+              f"{nw / bw:8.3f}")
+    print(f"worst CPU ratio now/base {max(ratios):.3f}; median {statistics.median(ratios):.3f} "
+          f"({args.rounds} alternating rounds of 100 estimates per case; ms per estimate); load average "
+          f"(1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
+          f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

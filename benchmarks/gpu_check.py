@@ -79,6 +79,7 @@ class Case:
 COMMON = "global_batch = 8\nmicro_batch = 4"
 CASES: tuple[Case, ...] = (
     Case(name="bf16", nproc=1, plan=""),
+    Case(name="bf16-swap", nproc=1, plan="swap_activations = true"),  # saved activations to pinned host memory
     Case(name="fp8-torchao", nproc=1, plan='precision = "fp8"', needs="torchao"),
     Case(name="cp2", nproc=2, plan='cp = 2\nsharding = "zero3"'),
     Case(name="cp2-ulysses", nproc=2, plan='cp = 2\ncp_attention = "ulysses"\nsharding = "zero3"'),

@@ -7,8 +7,9 @@ a checkout the script prints one line saying so and exits 0.
 
 For each plan of :data:`CASES` it times ``--repeats`` single-plan evaluations of each tool, in alternating
 blocks of ``--block`` (plait x block, Calculon x block, plait x block, ...) so that machine drift hits both, and
-prints evaluations per second (one over the median evaluation), the ratio plait / Calculon and both predicted
-step times; it ends with the worst ratio. A block is a user's sequence of evaluations of one tool (a sweep over
+prints evaluations per second of CPU time (one over the median evaluation's ``time.thread_time``: what the
+evaluation itself costs, less exposed to a shared machine's other work), the ratio plait / Calculon of those and of
+wall-clock rates, and both predicted step times; it ends with the worst CPU ratio and the machine's load average. A block is a user's sequence of evaluations of one tool (a sweep over
 plans, a validation run): each tool is timed warm, as it runs such a sequence. ``--block 1`` interleaves single
 calls, where each tool also pays the cache refill after the other ran — which weighs more on the faster one.
 A ``*`` marks plans whose pipeline plait times by its event simulation (``estimate``'s small-pipeline rule).
@@ -197,17 +198,22 @@ class CalculonSide:
 
 
 def time_alternating(first: Callable[[], float], second: Callable[[], float],
-                     repeats: int, block: int = 1) -> tuple[list[float], list[float]]:
-    """Seconds of each of ``repeats`` calls of ``first`` and ``second``, in turn ``block`` calls at a time
-    (A..A B..B A..A ...)."""
-    samples: tuple[list[float], list[float]] = ([], [])
+                     repeats: int, block: int = 1) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(CPU, wall) seconds of each of ``repeats`` calls of ``first`` and ``second``, in turn ``block`` calls at a
+    time (A..A B..B A..A ...); CPU time is the thread's (``time.thread_time``)."""
+    samples: tuple[list[tuple[float, float]], list[tuple[float, float]]] = ([], [])
     for _ in range(max(1, repeats // block)):
         for fn, out in zip((first, second), samples, strict=True):
             for _ in range(block):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.thread_time()
                 fn()
-                out.append(time.perf_counter() - start)
+                out.append((time.thread_time() - start_cpu, time.perf_counter() - start))
     return samples
+
+
+def _rate(samples: list[tuple[float, float]], which: int) -> float:
+    """Evaluations per second: one over the median of CPU (``which`` 0) or wall (1) seconds."""
+    return 1 / statistics.median(s[which] for s in samples)
 
 
 def calculon_root(given: str | None) -> Path | None:
@@ -233,22 +239,25 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:
         print(f"Calculon at {root} does not import ({error}): pip install numpy pandas psutil")
         return 1
-    print(f"{'plan (GPUs)':33s} {'plait eval/s':>12s} {'Calculon eval/s':>15s} {'ratio':>6s} "
-          f"{'plait step s':>12s} {'Calculon step s':>15s}")
+    load_before = os.getloadavg()
+    print(f"{'plan (GPUs)':33s} {'plait CPU eval/s':>16s} {'Calculon CPU eval/s':>19s} {'ratio':>6s} "
+          f"{'wall ratio':>10s} {'plait step s':>12s} {'Calculon step s':>15s}")
     ratios = []
     for case in CASES:
         ours, theirs = plait_evaluator(case), side.evaluator(case)
         ours_s, theirs_s = ours(), theirs()  # warm-up, and the predictions
         a, b = time_alternating(ours, theirs, args.repeats, args.block)
-        rate_a, rate_b = 1 / statistics.median(a), 1 / statistics.median(b)
+        rate_a, rate_b = _rate(a, 0), _rate(b, 0)
         ratios.append((rate_a / rate_b, case.name))
         label = f"{case.name} ({case.plan.num_gpus}){' *' if wants_simulation(case.plan) else ''}"
-        print(f"{label:33s} {rate_a:12.1f} {rate_b:15.1f} {rate_a / rate_b:6.2f} "
+        print(f"{label:33s} {rate_a:16.1f} {rate_b:19.1f} {rate_a / rate_b:6.2f} {_rate(a, 1) / _rate(b, 1):10.2f} "
               f"{ours_s:12.2f} {theirs_s:15.2f}")
     worst, name = min(ratios)
     print(f"* plait times this pipeline by its event simulation (pp x micro-batches x vpp <= {SIMULATED_PASSES})")
-    print(f"worst ratio plait/Calculon {worst:.2f} ({name}); {args.repeats} evaluations each in alternating "
-          f"blocks of {args.block}, rate = 1 / median")
+    print(f"worst CPU ratio plait/Calculon {worst:.2f} ({name}); {args.repeats} evaluations each in alternating "
+          f"blocks of {args.block}, rate = 1 / median; load average (1, 5, 15 min) "
+          f"{'/'.join(f'{x:.2f}' for x in load_before)} before, {'/'.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"after, on {os.cpu_count()} CPUs")
     return 0
 
 

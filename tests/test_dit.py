@@ -130,32 +130,6 @@ def test_the_published_flux_latencies_are_predicted_with_their_errors() -> None:
     assert all(r.why_not for r in results if r.error_pct is None)
 
 
-def test_the_fastest_plan_xdit_runs_is_exported_as_its_launch_line(tmp_path: Path) -> None:
-    """xDiT's own argument names (xfuser/config/args.py): the exported degrees are the plan's, and an existing
-    export is not overwritten."""
-    flux = ROOT / "examples" / "flux-1-dev-1024px.toml"
-    code, out, _ = _cli(["plan", "--model", str(flux), "--gpus", "4", "--export", str(tmp_path), "--json"])
-    assert code == 0
-    plan = json.loads((tmp_path / "dit_plan.json").read_text())["plan"]
-    line = (tmp_path / "xdit_launch.txt").read_text().split()
-    assert line[:2] == ["torchrun", "--nproc_per_node=4"] and "black-forest-labs/FLUX.1-dev" in line
-    for key, flag in (("ulysses", "--ulysses_degree"), ("ring", "--ring_degree"), ("tp", "--tensor_parallel_degree"),
-                      ("pipefusion", "--pipefusion_parallel_degree")):
-        assert line[line.index(flag) + 1] == str(plan[key])
-    assert ("--use_cfg_parallel" in line) == (plan["cfg"] == 2)
-    assert plan["distrifusion"] == 1 and json.loads(out)["exported"]
-    code, _, err = _cli(["plan", "--model", str(flux), "--gpus", "4", "--export", str(tmp_path)])
-    assert code != 0 and "already exists" in err
-
-
-def test_a_distrifusion_plan_is_not_an_xdit_plan() -> None:
-    from plait.workloads.dit.xdit import xdit_arguments
-
-    spec, job = read_dit(DIT)
-    with pytest.raises(ConfigError, match="xDiT has no DistriFusion"):
-        xdit_arguments(spec, job, DitPlan(distrifusion=2), "m")
-
-
 @pytest.mark.parametrize("plan", [DitPlan(pipefusion=4, patches=4), DitPlan(cfg=2, pipefusion=4, patches=8),
                                   DitPlan(pipefusion=2, patches=8), DitPlan(distrifusion=4), DitPlan(ulysses=4)])
 def test_the_simulated_generation_agrees_with_the_closed_form(plan: DitPlan) -> None:

@@ -189,6 +189,6 @@ def test_a_video_plan_exports_frames_and_compile_to_xdit() -> None:
     from plait.workloads.dit.xdit import xdit_arguments
 
     spec, job = _model("hunyuanvideo-720p")
-    args = xdit_arguments(spec, replace(job, compiled=True), DitPlan(ulysses=8), "hunyuanvideo-community/HunyuanVideo")
+    args = xdit_arguments(spec, replace(job, compiled=True), DitPlan(ulysses=8))
     assert args[args.index("--height") + 1] == "720" and args[args.index("--width") + 1] == "1280"
     assert args[args.index("--num_frames") + 1] == "129" and "--use_torch_compile" in args

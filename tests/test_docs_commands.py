@@ -46,6 +46,10 @@ COMMANDS: dict[str, str] = {
         "SKIP: tests/test_traced.py (resnet_estimates) runs it as written, with --json",
     "plait plan --model my_pkg.models:build --input-shape 3,224,224 --gpus 16 --global-batch 4096":
         "plait plan --model plait.workload.zoo:resnet50 --input-shape 3,224,224 --gpus 16 --global-batch 4096",
+    "plait plan --model plait.workload.zoo:small_cnn --gpus 2 --global-batch 16 --export cnn/":
+        "plait plan --model plait.workload.zoo:small_cnn --gpus 2 --global-batch 16 --export {tmp}/cnn/",
+    "plait run --plan examples/small-cnn-plan.toml --steps 5":
+        "SKIP: tests/test_traced_run.py::test_plait_run_trains_the_example_plan runs it (3 steps)",
     "plait validate classic":
         "SKIP: tests/test_traced.py::test_classic_data_parallel_rows_are_predicted_or_say_why runs it, with --json",
     "plait estimate --model examples/dlrm-small.toml --gpus 16 --global-batch 65536": "",
@@ -73,6 +77,11 @@ COMMANDS: dict[str, str] = {
     "plait run --model examples/dit-tiny.toml --parallel ulysses=2":
         "SKIP: tests/test_dit_run.py::test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction runs it "
         "as written",
+    "plait run --model examples/dit-tiny.toml --parallel distrifusion=2":
+        "SKIP: tests/test_dit_run.py::test_plait_run_denoises_a_dit_file_and_prints_its_bytes_against_the_prediction runs it "
+        "as written",
+    "plait plan --model examples/pixart-alpha-1024px.toml --gpus 8 --export out/":
+        "plait plan --model examples/pixart-alpha-1024px.toml --gpus 8 --export {tmp}/out/",
     "plait plan --model llama3-70b --gpus 64 --global-batch 512 --rank-by p90": "",
     f"plait plan {LLAMA70} --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out/",
     f"plait plan {LLAMA70} --engine torchtitan": "",

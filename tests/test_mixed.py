@@ -226,7 +226,7 @@ def test_cpu_workers_in_a_synchronous_step_set_its_pace() -> None:
 
     mixed, model = resolve_any_cluster("examples/mixed-gpu-cpu.toml"), get_model("gpt3-125m")
     assert isinstance(mixed, MixedCluster)
-    result = plan_mixed(model, mixed, 80, local_sgd=False, engine=ENGINE)
+    result = plan_mixed(model, mixed, 80, local_sgd=False, asynchronous=False, engine=ENGINE)
     best = result.plans[0]
     cpu = next(s for s in best.plan.shares if s.group == "cpu")
     assert cpu.batch == 2 * best.plan.plan.micro_batch  # one micro-batch per CPU rank: the least a rank can run

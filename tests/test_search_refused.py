@@ -61,10 +61,10 @@ def test_a_search_counts_what_the_cost_model_refuses() -> None:
     model = get_model("llama3-8b")
     real = parts.evaluate_batch
 
-    def refuse_cp2(model, cluster, cols, framework):  # type: ignore[no-untyped-def]
+    def refuse_cp2(model, cluster, cols, framework, **given):  # type: ignore[no-untyped-def]
         if (np.asarray(cols["cp"]) == 2).any():
             raise ConfigError("cp=2 refused by this test")
-        return real(model, cluster, cols, framework)
+        return real(model, cluster, cols, framework, **given)
 
     with mock.patch.object(parts, "evaluate_batch", refuse_cp2):
         result = run_search(model, H100, default_space(model, H100, 16, (64,)), workers=1, engine=get_engine())

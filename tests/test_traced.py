@@ -248,7 +248,7 @@ def test_the_traced_search_ranks_fitting_plans_and_counts_the_rest() -> None:
 
 
 def test_commands_without_traced_workloads_refuse_a_factory_by_name(tmp_path: Path) -> None:
-    """plait run (and every command that takes catalog models only) refuses a MODULE:FACTORY before launch, in one
+    """Every command that takes catalog models only (plait simulate of a plan file) refuses a MODULE:FACTORY in one
     line naming it."""
     import contextlib
     import io
@@ -259,10 +259,10 @@ def test_commands_without_traced_workloads_refuse_a_factory_by_name(tmp_path: Pa
     plan.write_text('[job]\nmodel = "plait.workload.zoo:resnet50"\n[plan]\ndp_replicate = 2\nglobal_batch = 4\n')
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        assert run_cli(["run", "--plan", str(plan), "--dry-run"]) == 2
+        assert run_cli(["simulate", "--plan", str(plan)]) == 2
     assert err.getvalue().count("\n") == 1
     assert "'plait.workload.zoo:resnet50' is a module factory" in err.getvalue()
-    assert "plait run does not run traced workloads yet" in err.getvalue()
+    assert "plait run trains its plan file" in err.getvalue()
 
 
 def test_the_zoo_imports_transformers_without_third_party_noise() -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from plait.cli.cluster_choice import mixed_or_none
 from plait.cli.options import (
     DEFAULT_GPUS,
     ChannelsLastOption,
@@ -38,6 +39,7 @@ from plait.cli.options import (
     SeqLenOption,
     ShardingOption,
     SpOption,
+    SwapActivationsOption,
     TokensOption,
     TpOption,
     VppOption,
@@ -46,12 +48,13 @@ from plait.cli.output import print_json
 from plait.cli.render import print_estimate
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
-from plait.hardware.mixed import MixedCluster
-from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.defaults import GLOBAL_BATCH, layout_plan
 from plait.predict.goodput import goodput
 from plait.terminal import rich_console
 from plait.workloads import Workload, load, refuse_engine, refuse_foreign_options
+
+if TYPE_CHECKING:
+    from plait.hardware.mixed import MixedCluster
 
 
 def estimate_command(
@@ -78,6 +81,7 @@ def estimate_command(
     precision: PrecisionOption = "bf16",
     offload_optimizer: OffloadOptimizerOption = False,
     offload_params: OffloadParamsOption = False,
+    swap_activations: SwapActivationsOption = False,
     dp_sync: DpSyncOption = None,
     train_tokens: TokensOption = 1e12,
     simulate: Annotated[bool | None, typer.Option("--simulate/--closed-form", help="Time the pipeline by the event simulation or by the closed forms (within 2%). [default: simulate pipelines of <= 192 chunk passes]")] = None,
@@ -109,7 +113,7 @@ def estimate_command(
     if workload.kind.estimate is not None:  # the kind prices and prints its own job
         workload.kind.estimate(workload, options)
         return
-    mixed = mixed_cluster(cluster)
+    mixed = mixed_or_none(cluster)
     if mixed is None and (split != "data" or shares or local_steps):
         raise ConfigError("--split, --shares and --local-steps share a plan among a mixed cluster's groups: pass "
                           "--cluster with a mixed preset (see `plait clusters`)")

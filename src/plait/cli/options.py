@@ -69,6 +69,9 @@ OffloadOptimizerOption = Annotated[bool, typer.Option(
     "--offload-optimizer/--no-offload-optimizer", help="Optimizer state in host memory.")]
 OffloadParamsOption = Annotated[bool, typer.Option(
     "--offload-params/--no-offload-params", help="Parameters in host memory (zero3).")]
+SwapActivationsOption = Annotated[bool, typer.Option(
+    "--swap-activations/--no-swap-activations",
+    help="Saved activations to host memory in the forward, back for the backward (recompute none).")]
 DpSyncOption = Annotated[str | None, typer.Option(
     "--dp-sync", help="Data-parallel synchronization METHOD[:key=value,...]: allreduce, bf16, fp16, powersgd:rank=R, "
                       "topk:ratio=F, quantize:bits=8|4|1, pipe_sgd, local_sgd:every=H, diloco:every=H, "

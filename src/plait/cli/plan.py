@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from plait.cli.cluster_choice import mixed_or_none
 from plait.cli.mixed import mixed_plan
 from plait.cli.numbers import MAX_WORKERS, count, quantity
 from plait.cli.options import (
@@ -29,7 +30,6 @@ from plait.cli.options import (
 from plait.engine.catalog import DEFAULT_ENGINE
 from plait.engine.choice import SITES_ENGINE
 from plait.errors import ConfigError
-from plait.hardware.mixed_catalog import mixed_cluster
 from plait.search.planner import check_objective
 from plait.search.planner import parse_batches as _batches
 from plait.workloads import entry, load, refuse_engine, refuse_foreign_options
@@ -82,7 +82,7 @@ def plan_command(
     check_objective(objective, deadline_days, budget_usd)
     workload = load(model)
     refuse_foreign_options(workload.kind, options)
-    mixed = mixed_cluster(cluster)
+    mixed = mixed_or_none(cluster)
     if mixed is not None:
         if objective != "throughput" or gpus_range or "," in global_batch or ":" in global_batch:
             raise ConfigError("a mixed cluster is planned for throughput at one global batch (no --objective "

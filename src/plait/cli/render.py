@@ -52,8 +52,13 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
         mem_table.add_row(name, f"{value / GIB:.2f}")
     mem_table.add_row("[bold]total[/]", f"[bold]{mem.total_bytes / GIB:.2f}[/]")
     mem_table.add_row("capacity", f"{mem.capacity_bytes / GIB:.2f}")
+    if mem.host_activations_bytes:
+        mem_table.add_row("swapped to host", f"{mem.host_activations_bytes / GIB:.2f}")
     console.print(mem_table)
-    if mem.fits:
+    if mem.host_activations_bytes > mem.host_capacity_bytes:
+        console.print(f"[bold red]does not fit[/]: swapped activations need {mem.host_activations_bytes / GIB:.1f} GiB "
+                      f"of host memory, the GPU's share is {mem.host_capacity_bytes / GIB:.1f} GiB")
+    elif mem.fits:
         console.print(f"fits: {mem.headroom_bytes / GIB:.1f} GiB headroom")
     else:
         console.print(f"[bold red]does not fit[/]: needs {mem.total_bytes / GIB:.1f} GiB, the GPU has "

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from plait.cli.numbers import count
 from plait.errors import ConfigError
+from plait.plan.io import read_plan_file
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
 from plait.run.uneven import argv as uneven_argv
@@ -64,10 +65,11 @@ def run_command(
                                                           "replicas, averaged after each step). [default: all]")] = None,
     optimizer: Annotated[str, typer.Option(help="With a DLRM: sgd | rowwise_adagrad (fused into the embedding "
                                                 "backward; the dense part takes SGD or AdaGrad).")] = "sgd",
-    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: ulysses=N or distrifusion=N.")] = None,
-    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp | replicated | partition_local | "
-                                                   "llcg | full_graph (GNNPipe, one layer per rank) run on CPU "
-                                                   "ranks; host_features is costed only.")] = "sampled_dp",
+    parallel: Annotated[str | None, typer.Option(help="With a DiT TOML: its plan as plait plan labels it, e.g. "
+                                                      "cfg=2,ulysses=2 or pipefusion=2,patches=4.")] = None,
+    gnn_strategy: Annotated[str, typer.Option(help="With a GNN TOML: sampled_dp | replicated | host_features "
+                                                   "(on CPU ranks as replicated) | partition_local | llcg | "
+                                                   "full_graph (GNNPipe, one layer per rank), on CPU ranks.")] = "sampled_dp",
     gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML and sampled_dp: loop | matrix[:bulk=K]"
                                                   "[,adjacency=replicated|partitioned].")] = "loop",
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: nodes whose features every rank "
@@ -115,6 +117,13 @@ def run_command(
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
+    planned = load(read_plan_file(plan)[0].model or None)
+    if planned.kind.run_plan is not None:  # a kind whose plans its own worker runs (a traced module's)
+        try:
+            planned.kind.run_plan(planned, options)
+        except RanksFailed as exc:
+            raise typer.Exit(exc.code) from None
+        return
     if sparse_group is not None:
         raise ConfigError(f"--sparse-group={sparse_group}: places a DLRM's tables; pass --model with a DLRM TOML")
     config = WorkerConfig(plan=plan, steps=steps, keep=keep, on_nonfinite=on_nonfinite,  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ from plait.cli.options import (
     SeqLenOption,
     ShardingOption,
     SpOption,
+    SwapActivationsOption,
     TokensOption,
     TpOption,
     VppOption,
@@ -86,6 +87,7 @@ def simulate_command(
     precision: PrecisionOption = "bf16",
     offload_optimizer: OffloadOptimizerOption = False,
     offload_params: OffloadParamsOption = False,
+    swap_activations: SwapActivationsOption = False,
     dp_sync: DpSyncOption = None,
     parallel: ParallelOption = None,
     gnn_strategy: GnnStrategyOption = "sampled_dp",
@@ -156,6 +158,7 @@ def report_command(
     precision: PrecisionOption = "bf16",
     offload_optimizer: OffloadOptimizerOption = False,
     offload_params: OffloadParamsOption = False,
+    swap_activations: SwapActivationsOption = False,
     dp_sync: DpSyncOption = None,
 ) -> None:
     """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front (of a plan

@@ -10,7 +10,7 @@ breakdown sums to the step time. The single-plan estimator is a batch of one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -19,13 +19,14 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import model_flops_per_token
 from plait.cost.host import step_stall_s
-from plait.cost.inner import Inner, LayerKind, inner_columns
+from plait.cost.inner import ABSENT, Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
+from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.cost.sync import method_costs
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
@@ -39,7 +40,7 @@ from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
 T = TypeVar("T")
-TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm",
+TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm", "swap",
               "dp_comm", "optimizer")
 
 
@@ -58,6 +59,26 @@ class Prepared:
     """The cost facts these were computed under."""
     memo: dict[tuple[str, int, int, bool, bool], Any] = field(default_factory=dict, compare=False)
     """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`), kept as they are costed."""
+    swap: tuple[SwapTimes, SwapTimes] | None = None
+    """(dense, MoE) per-layer activation swaps (:mod:`plait.cost.swap`); ``None`` when no row swaps."""
+
+    def take(self, index: np.ndarray) -> Prepared:
+        """Rows ``index`` of a batch's shared quantities (each per-row column taken; the same values as preparing
+        those rows alone, since every quantity is a function of its own row)."""
+        assert not self.cols.xp.scalar, "one plan has no rows to take"
+        return Prepared(cols=self.cols.take(index), inner=_rows(self.inner, index), fsdp=_rows(self.fsdp, index),
+                        p2p_s=_rows(self.p2p_s, index), framework=self.framework)
+
+
+def _rows(value: Any, index: np.ndarray) -> Any:
+    """Rows ``index`` of every per-row column in ``value`` (an array, a dataclass or tuple of them, or a number)."""
+    if isinstance(value, np.ndarray) and value.ndim:
+        return value[index]
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: _rows(getattr(value, f.name), index) for f in fields(value) if f.init})
+    if isinstance(value, tuple):
+        return tuple(_rows(v, index) for v in value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,9 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     memory_bw = memory_bytes_per_s(cluster.accelerator)
     out = []
     for kind in inner.kinds:
+        if kind is ABSENT:  # a kind the model lacks (one plan): nothing to gather, reduce or hook
+            out.append(ShardTimes(gather_s=0.0, reduce_s=0.0, host_fwd_s=0.0, host_bwd_s=0.0))
+            continue
         params = kind.num_params + kind.num_expert_params * dense_group / expert_group
         pieces = kind.num_tensors if framework.shard_unit == "module" else 1.0
         gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],
@@ -158,18 +182,22 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fram
     return np.array(values)[inverse.reshape(-1)]
 
 
-def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> Prepared:
-    """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time."""
+def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+            known: dict[tuple[int, ...], Inner] | None = None) -> Prepared:
+    """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time (``known``: see
+    :func:`plait.cost.inner.inner_columns`)."""
     if cols.single is not None:
         cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
     else:
         data = dict(cols.data)
         data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
         cols = PlanColumns(data, methods=cols.methods)
-    inner = inner_columns(model, cluster, cols, framework)
+    inner = inner_columns(model, cluster, cols, framework, known)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
-    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework)
+    swapping = cols["swap_activations"] if cols.xp.scalar else cols["swap_activations"].any()
+    swap = swap_layer_s(cluster, cols, inner, fsdp, shard_groups(cols)[0]) if swapping else None
+    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework, swap=swap)
 
 
 def _memo(model: ModelSpec, prepared: Prepared, what: str, stage: Any, compute: Callable[[], T]) -> T:
@@ -188,7 +216,8 @@ def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`)."""
     overlap, asynchronous = cluster.accelerator.efficiency.comm_overlap.value, cluster.accelerator.asynchronous_launch
     return _memo(model, prepared, "pass", stage, lambda: stage_time(
-        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap, asynchronous))
+        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap, asynchronous,
+        prepared.swap))
 
 
 def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> StageSync:
@@ -291,10 +320,25 @@ def _gradient_steps(cols: PlanColumns) -> Any:
     return kept
 
 
-def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> BatchResult:
+def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple[Columns, Any]:
+    """(memory breakdown of the more loaded of the first and last stages, that stage: 0 or pp - 1) per row, before
+    a synchronization method's own buffers (:func:`evaluate_batch` adds those)."""
+    cols, inner, framework = prepared.cols, prepared.inner, prepared.framework
+    xp, pp = cols.xp, cols["pp"]
+    first = stage_memory(model, cluster.accelerator, cols, inner, 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64),
+                         framework)
+    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework)
+    use_last = last["total"] > first["total"]
+    keys = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
+    return {k: xp.where(use_last, last[k], first[k]) for k in keys}, xp.where(use_last, pp - 1, 0)
+
+
+def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+                   prepared: Prepared | None = None) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
-    (:meth:`PlanColumns.one`) every result is a float."""
-    prepared = prepare(model, cluster, cols, framework)
+    (:meth:`PlanColumns.one`) every result is a float. ``prepared``: :func:`prepare` of these rows, when the caller
+    has it (a search screening rows by memory first, :mod:`plait.search.parts`)."""
+    prepared = prepared if prepared is not None else prepare(model, cluster, cols, framework)
     cols, inner, p2p = prepared.cols, prepared.inner, prepared.p2p_s
     xp, pp = cols.xp, cols["pp"]
     stages = [0 if xp.scalar else np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
@@ -337,14 +381,10 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     if kept is not None:
         time = {k: v * kept for k, v in time.items()}
     time["dp_comm"] = time["dp_comm"] + exposed
-    first = stage_memory(model, cluster.accelerator, cols, inner, stages[0], prepared.framework)
-    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, stages[2],
-                                                                  prepared.framework)
-    use_last = last["total"] > first["total"]
-    memory = {k: xp.where(use_last, last[k], first[k]) for k in (*MEMORY_ITEMS, "total", "inflight")}
+    memory, memory_stage = peak_memory(model, cluster, prepared)
     memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
     memory["total"] = memory["total"] + extra_bytes
-    return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=xp.where(use_last, stages[2], 0),
+    return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=memory_stage,
                        model_flops_per_token=_flops_per_token(model, cluster, cols, prepared.framework)
                        * (1.0 if kept is None else kept),
                        recompute_factor=_recompute_factor(model, cols))

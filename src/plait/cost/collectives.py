@@ -17,7 +17,7 @@ are laid out with a rank stride (tp innermost), which decides the members per do
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from plait.cost.nccl_ll import ll_s
 from plait.hardware.cluster import Cluster, NetworkTier
@@ -39,6 +39,8 @@ class GroupLink:
     """Per tier crossed: (group members per domain of the tier below, the tier)."""
     sites: int = 1
     """Sites the group spans when its outermost tier joins sites (``wide_area``), else 1."""
+    ll_cache: dict[str, tuple[float, float]] = field(default_factory=dict, repr=False, compare=False)
+    """:mod:`plait.cost.nccl_ll`'s terms by collective, computed on first use (derived from the fields above)."""
 
     def bus_bytes_per_s(self, message_bytes: float, kind: str = "all_reduce") -> float:
         """Achievable bus bandwidth of collective ``kind`` on a ``message_bytes`` buffer (slowest tier crossed)."""

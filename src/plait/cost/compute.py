@@ -27,7 +27,7 @@ def matmul_flops_per_s(acc: Accelerator, dtype: str, size: float) -> float:
     :class:`_Roofline` reads it: on a GPU without matrix units the 16-bit curve is the fp32 cores' own, so it scales
     the fp32 peak)."""
     if dtype == "fp32":
-        roofline = _Roofline(acc, "fp32")
+        roofline = roofline_of(acc, "fp32")
         rate = roofline.peak_flops * roofline.curve.at(size)
         return rate if roofline.cap is None else min(rate, roofline.cap)
     eff = acc.efficiency.matmul_fp8 if dtype == "fp8" else acc.efficiency.matmul_bf16
@@ -57,7 +57,17 @@ def mfu_peak_flops(acc: Accelerator, precision: str) -> float:
 
 def gemm_time_s(gemm: Gemm, acc: Accelerator, dtype: str) -> float:
     """Roofline time of ``gemm.count`` GEMMs; operands in ``dtype``, output in bf16 (fp32 for fp32 GEMMs)."""
-    return _Roofline(acc, dtype).time_s(gemm.m, gemm.n, gemm.k, gemm.count)
+    return roofline_of(acc, dtype).time_s(gemm.m, gemm.n, gemm.k, gemm.count)
+
+
+def roofline_of(acc: Accelerator, dtype: str, weight_gradient: bool = False) -> _Roofline:
+    """The roofline of ``dtype`` GEMMs on ``acc`` (:class:`_Roofline`), built once per accelerator and kept on it
+    (:attr:`~plait.hardware.accelerator.Accelerator.roofline_cache`): it reads the device's figures alone."""
+    key = (dtype, weight_gradient)
+    found = acc.roofline_cache.get(key)
+    if found is None:
+        found = acc.roofline_cache[key] = _Roofline(acc, dtype, weight_gradient)
+    return found  # type: ignore[no-any-return]
 
 
 class _Roofline:
@@ -95,21 +105,30 @@ class _Roofline:
 
 def fp32_gemm_s(acc: Accelerator) -> _Roofline:
     """The roofline of fp32 GEMMs on ``acc`` (:meth:`_Roofline.time_s` gives a product's seconds)."""
-    return _Roofline(acc, "fp32")
+    return roofline_of(acc, "fp32")
 
 
-def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup) -> tuple[float, float]:
+def gemms_fwd_bwd_s(gemms: list[Gemm], setup: Setup, start: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """Forward and backward time of ``gemms``: backward is the input-gradient GEMM
     (``m x n`` by ``n x k``) plus the weight-gradient GEMM (``k x m`` by ``m x n``, at the accelerator's
-    weight-gradient curve where it has one)."""
+    weight-gradient curve where it has one). ``start``: the sums of GEMMs timed before these, which the sums go on
+    from (the same additions, in the same order, as timing all the GEMMs at once)."""
     acc = setup.cluster.accelerator
-    roofline, wgrad = _Roofline(acc, setup.gemm_dtype), _Roofline(acc, setup.gemm_dtype, weight_gradient=True)
-    fwd = bwd = 0.0
+    roofline, wgrad = roofline_of(acc, setup.gemm_dtype), roofline_of(acc, setup.gemm_dtype, weight_gradient=True)
+    fwd, bwd = start
     for g in gemms:
         fwd += roofline.time_s(g.m, g.n, g.k, g.count)
         bwd += roofline.time_s(g.m, g.k, g.n, g.count)
         bwd += wgrad.time_s(g.k, g.n, g.m, g.count)
     return fwd, bwd
+
+
+def gemms_fwd_s(gemms: list[Gemm], setup: Setup) -> float:
+    """The forward time of ``gemms`` alone (the first of :func:`gemms_fwd_bwd_s`, summed in the same order)."""
+    roofline, fwd = roofline_of(setup.cluster.accelerator, setup.gemm_dtype), 0.0
+    for g in gemms:
+        fwd += roofline.time_s(g.m, g.n, g.k, g.count)
+    return fwd
 
 
 def elementwise_time_s(num_bytes: float, acc: Accelerator) -> float:

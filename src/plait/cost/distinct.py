@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from plait.plan.columns import PlanColumns
+from plait.plan.keys import distinct_rows
 
 
 def per_distinct(cols: PlanColumns, one: Callable[..., tuple[float, float]], *columns: Any) -> tuple[Any, Any]:
@@ -16,8 +17,7 @@ def per_distinct(cols: PlanColumns, one: Callable[..., tuple[float, float]], *co
     plan, ``one``'s own two numbers."""
     if cols.xp.scalar:
         return one(*columns)
-    keys = np.stack(np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in columns)), axis=1)
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    each = np.array([one(*row) for row in distinct])
-    inverse = inverse.reshape(-1)
+    values = np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in columns))
+    first, inverse = distinct_rows(*values)
+    each = np.array([one(*row) for row in np.stack([v[first] for v in values], axis=1)])
     return each[inverse, 0], each[inverse, 1]

@@ -38,6 +38,10 @@ class MemoryBreakdown:
     """Device memory of the GPU."""
     inflight_micro_batches: float
     """Micro-batches whose activations are held at the peak."""
+    host_activations_bytes: float = 0.0
+    """Activations swapped out to host memory at the peak (``swap_activations``; not part of the total)."""
+    host_capacity_bytes: float = float("inf")
+    """Host memory per GPU (the cluster's ``host_memory_gib_per_gpu``)."""
 
     @property
     def total_bytes(self) -> float:
@@ -47,8 +51,8 @@ class MemoryBreakdown:
 
     @property
     def fits(self) -> bool:
-        """Whether the total fits in device memory."""
-        return self.total_bytes <= self.capacity_bytes
+        """Whether the total fits in device memory (and swapped activations in the GPU's share of host memory)."""
+        return self.total_bytes <= self.capacity_bytes and self.host_activations_bytes <= self.host_capacity_bytes
 
     @property
     def headroom_bytes(self) -> float:
@@ -84,6 +88,8 @@ class TimeBreakdown:
     """Pipeline fill and drain."""
     fsdp_comm_s: float = 0.0
     """Exposed ZeRO-3/FSDP parameter gathers and gradient reduce-scatters, and parameter streaming from host."""
+    swap_s: float = 0.0
+    """Exposed activation swapping to and from host memory (:mod:`plait.cost.swap`)."""
     dp_comm_s: float = 0.0
     """Exposed data-parallel gradient reduction and parameter all-gather (once per step)."""
     optimizer_s: float = 0.0
@@ -95,11 +101,15 @@ class TimeBreakdown:
     @property
     def total_s(self) -> float:
         """The step time."""
-        return sum(getattr(self, f.name) for f in fields(self))
+        return sum(getattr(self, name) for name, _ in _TIME_FIELDS)
 
     def items(self) -> list[tuple[str, float]]:
         """(name, seconds) of each component."""
-        return [(f.name.removesuffix("_s"), getattr(self, f.name)) for f in fields(self)]
+        return [(short, getattr(self, name)) for name, short in _TIME_FIELDS]
+
+
+_TIME_FIELDS = tuple((f.name, f.name.removesuffix("_s")) for f in fields(TimeBreakdown))
+"""(field, name without ``_s``) of every component, in declaration order (``fields()`` builds its tuple per call)."""
 
 
 IntervalOf = Callable[[TimeBreakdown, bool], tuple[float, float]]

@@ -76,10 +76,14 @@ def moe_gemms(setup: Setup) -> list[Gemm]:
     return gemms
 
 
+def mlp_block_gemms(setup: Setup, moe_layer: bool) -> list[Gemm]:
+    """Forward GEMMs of one layer's MLP (or MoE) block on one rank."""
+    return moe_gemms(setup) if moe_layer else mlp_gemms(setup, setup.tokens, setup.model.ffn_hidden_size)
+
+
 def layer_gemms(setup: Setup, moe_layer: bool) -> list[Gemm]:
     """All forward GEMMs of one layer on one rank."""
-    mlp = moe_gemms(setup) if moe_layer else mlp_gemms(setup, setup.tokens, setup.model.ffn_hidden_size)
-    return attention_gemms(setup) + mlp
+    return attention_gemms(setup) + mlp_block_gemms(setup, moe_layer)
 
 
 def head_gemm(setup: Setup) -> Gemm:

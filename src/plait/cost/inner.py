@@ -18,12 +18,13 @@ from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.host import layer_host_s
-from plait.cost.layer import edge_tp_s, layer_cost
+from plait.cost.layer import AttentionPart, attention_part, edge_tp_s, layer_cost
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.keys import distinct_rows
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
@@ -117,15 +118,15 @@ class Inner:
         return self.dense, self.moe
 
 
-_ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
+ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
 """The kind a model does not have (a frozen value, shared)."""
 
 
-def _kind(setup: Setup, moe_layer: bool) -> LayerKind:
+def _kind(setup: Setup, moe_layer: bool, attention: AttentionPart) -> LayerKind:
     model = setup.model
     if moe_layer and not model.moe:
-        return _ABSENT
-    cost = layer_cost(setup, moe_layer)
+        return ABSENT
+    cost = layer_cost(setup, moe_layer, attention)
     dense, expert = layer_split(setup, moe_layer)
     host_fwd, host_bwd = layer_host_s(setup, moe_layer)
     if moe_layer and setup.framework.moe_host_sync:  # joined inside the layer's forward (plait.cost.host)
@@ -148,7 +149,7 @@ def _row(setup: Setup) -> Inner:
     loss_s = elementwise_time_s(logits * (e + 4 + 4) + 4 * r * stream, acc)  # bf16 logits, fp32 softmax, final norm
     first_tp_fwd, first_tp_bwd, last_tp_fwd, last_tp_bwd = edge_tp_s(setup)
     return Inner(
-        dense=_kind(setup, False), moe=_kind(setup, True),
+        dense=_kind(setup, False, attention := attention_part(setup)), moe=_kind(setup, True, attention),
         layer_input_bytes=act.layer_input_bytes(setup), first_stage_bytes=act.first_stage_extra_bytes(setup),
         last_stage_bytes=act.last_stage_extra_bytes(setup),
         embedding_fwd_s=elementwise_time_s(2 * r * stream, acc),  # the lookup writes the hidden states
@@ -177,8 +178,11 @@ def _stack(rows: list[Inner], inverse: np.ndarray) -> Inner:
     return Inner(dense=kinds[0], moe=kinds[1], **_columns(rows, _INNER_FIELDS, inverse))
 
 
-def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> Inner:
-    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan."""
+def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+                  known: dict[tuple[int, ...], Inner] | None = None) -> Inner:
+    """Inner quantities for every row of ``cols`` (rows must have ``seq_len`` filled); floats for one plan.
+    ``known``: the combinations costed already for this model, cluster and framework (a search's earlier chunks),
+    filled with the new ones."""
     if cols.single is not None:
         return _row(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
@@ -187,6 +191,12 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     if len(cols) == 1:  # one plan (plait estimate): nothing to deduplicate
         first, inverse = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     else:
-        _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
-    rows = [_row(Setup(model=model, cluster=cluster, plan=cols.plan(int(i)), framework=framework)) for i in first]
+        first, inverse = distinct_rows(*columns)
+    known = {} if known is None else known
+    rows = []
+    for i in first.tolist():
+        key = tuple(int(c[i]) for c in columns)
+        if key not in known:
+            known[key] = _row(Setup(model=model, cluster=cluster, plan=cols.plan(i), framework=framework))
+        rows.append(known[key])
     return _stack(rows, inverse.reshape(-1))

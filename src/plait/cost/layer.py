@@ -27,7 +27,7 @@ from plait.cost import collectives as coll
 from plait.cost import op_sac
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
-from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, layer_gemms
+from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, mlp_block_gemms
 from plait.cost.host import moe_forward_s
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
@@ -176,7 +176,7 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     return fwd + fwd_mem, 2 * fwd + 2 * fwd_mem
 
 
-def _tp_pass_s(setup: Setup, gemm_s: float, chunking_s: float) -> float:
+def _tp_pass_s(setup: Setup, gemm_s: float, chunking_s: float, comm_s: float | None = None) -> float:
     """Exposed TP/SP communication of one pass (two collectives on the hidden states).
 
     With ``tp_comm_overlap`` the collectives are decomposed with the GEMMs they feed or follow (Wang et al. 2023,
@@ -189,16 +189,22 @@ def _tp_pass_s(setup: Setup, gemm_s: float, chunking_s: float) -> float:
     plan = setup.plan
     if plan.tp == 1:
         return 0.0
+    comm = _tp_comm_s(setup) if comm_s is None else comm_s
+    if not plan.tp_comm_overlap:
+        return comm
+    hideable = gemm_s * (plan.tp - 1) / plan.tp
+    return float(hidden_remainder(comm, hideable, setup.comm_overlap, SCALAR)) + chunking_s
+
+
+def _tp_comm_s(setup: Setup) -> float:
+    """The two collectives of one pass on the hidden states, before any overlap (the same in both passes)."""
+    plan = setup.plan
     link = coll.group_link(setup.cluster, plan.tp, 1)
     hidden = setup.tokens * setup.model.hidden_size
     gathered, reduced = setup.residual_bytes * hidden, setup.act_bytes * hidden  # norm outputs; GEMM partial sums
     one = (coll.all_gather_s(gathered, link) + coll.reduce_scatter_s(reduced, link) if plan.sp
            else coll.all_reduce_s(reduced, link))
-    comm = 2 * one
-    if not plan.tp_comm_overlap:
-        return comm
-    hideable = gemm_s * (plan.tp - 1) / plan.tp
-    return float(hidden_remainder(comm, hideable, setup.comm_overlap, SCALAR)) + chunking_s
+    return 2 * one
 
 
 def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:
@@ -241,30 +247,59 @@ def _ep_pass_s(setup: Setup) -> float:
     return 2 * coll.all_to_all_s(send, link)
 
 
-def layer_cost(setup: Setup, moe_layer: bool) -> LayerCost:
-    """Cost of one layer (compute and the collectives inside it)."""
-    plan, acc = setup.plan, setup.cluster.accelerator
-    gemms = layer_gemms(setup, moe_layer)
+@dataclass(frozen=True)
+class AttentionPart:
+    """What a dense and an MoE layer of one plan share: the attention block's GEMMs and their summed times, the
+    attention core, the TP collectives of a pass and the CP exchange (computed once per plan, :func:`attention_part`)."""
+
+    gemms: list[Gemm]
+    gemm_fwd_s: float
+    gemm_bwd_s: float
+    core_fwd_s: float
+    core_bwd_s: float
+    tp_comm_s: float
+    cp_fwd_s: float
+    cp_bwd_s: float
+
+
+def attention_part(setup: Setup) -> AttentionPart:
+    """The attention block's share of a layer's cost (:class:`AttentionPart`)."""
+    gemms = attention_gemms(setup)
     gemm_fwd, gemm_bwd = gemms_fwd_bwd_s(gemms, setup)
     core_fwd, core_bwd = _attention_core_s(setup)
+    cp_fwd, cp_bwd = cp_exchange_s(setup, core_fwd, core_bwd)
+    return AttentionPart(gemms, gemm_fwd, gemm_bwd, core_fwd, core_bwd,
+                         _tp_comm_s(setup) if setup.plan.tp > 1 else 0.0, cp_fwd, cp_bwd)
+
+
+def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = None) -> LayerCost:
+    """Cost of one layer (compute and the collectives inside it); ``attention``: :func:`attention_part` of
+    ``setup``, when the caller has it."""
+    plan, acc = setup.plan, setup.cluster.accelerator
+    attention = attention or attention_part(setup)
+    mlp = mlp_block_gemms(setup, moe_layer)
+    gemms = attention.gemms + mlp
+    gemm_fwd, gemm_bwd = gemms_fwd_bwd_s(mlp, setup, start=(attention.gemm_fwd_s, attention.gemm_bwd_s))
+    core_fwd, core_bwd = attention.core_fwd_s, attention.core_bwd_s
     elem_fwd = elementwise_time_s(_elementwise_bytes_fwd(setup, gemms, moe_layer), acc)
     eff = acc.efficiency  # eager per-op dispatch, measured by plait calibrate on CPUs; 0 on GPUs (HIDDEN_HOST)
     merge_fwd, merge_bwd = (elementwise_time_s(b, acc) for b in cp_merge_bytes(setup))
     fwd = gemm_fwd + core_fwd + elem_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
-    if moe_layer:  # a host that syncs in the layer's forward cannot run ahead of it (plait.cost.host)
-        attention_fwd = gemms_fwd_bwd_s(attention_gemms(setup), setup)[0] + core_fwd
+    if moe_layer and setup.framework.moe_host_sync:  # a host that syncs in the layer's forward cannot run ahead of it
+        attention_fwd = attention.gemm_fwd_s + core_fwd  # (plait.cost.host)
         fwd = moe_forward_s(setup, fwd, attention_fwd)
     chunk_fwd = chunk_bwd = 0.0
     if plan.tp_comm_overlap and plan.tp > 1:  # decomposed GEMMs: tp chunks of 1/tp of the tokens each
         chunked = [Gemm(max(g.m // plan.tp, 1), g.n, g.k, g.count * plan.tp) for g in gemms]
         split_fwd, split_bwd = gemms_fwd_bwd_s(chunked, setup)
         chunk_fwd, chunk_bwd = max(0.0, split_fwd - gemm_fwd), max(0.0, split_bwd - gemm_bwd)
-    tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd, chunk_fwd), _tp_pass_s(setup, gemm_bwd, chunk_bwd)
+    comm = attention.tp_comm_s  # the same collectives forward and backward
+    tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd, chunk_fwd, comm), _tp_pass_s(setup, gemm_bwd, chunk_bwd, comm)
     if plan.tp > 1:  # wrapper host time (DTensor dispatch), measured by plait calibrate; 0 on GPUs
         tp_fwd += eff.host_tp_layer_fwd_us.value * 1e-6
         tp_bwd += eff.host_tp_layer_bwd_us.value * 1e-6
-    cp_fwd, cp_bwd = cp_exchange_s(setup, core_fwd, core_bwd)
+    cp_fwd, cp_bwd = attention.cp_fwd_s, attention.cp_bwd_s
     ep = _ep_pass_s(setup) if moe_layer else 0.0
     if plan.recompute == "full":
         recompute = fwd + tp_fwd + cp_fwd + ep

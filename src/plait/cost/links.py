@@ -13,6 +13,7 @@ import numpy as np
 
 from plait.cost import collectives as coll
 from plait.hardware.cluster import Cluster
+from plait.plan.keys import distinct_rows
 
 Collective = Callable[[float, coll.GroupLink], float]
 
@@ -42,15 +43,14 @@ def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarr
     active = (size > 1) & (num_bytes > 0)
     if not active.any():
         return out
-    keys = np.stack([size[active].astype(np.float64), stride[active].astype(np.float64), num_bytes[active]], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    size, stride, num_bytes = size[active], stride[active], num_bytes[active]
+    first, inverse = distinct_rows(size, stride, num_bytes)
     fn = KINDS[kind]
     links: dict[tuple[int, int], coll.GroupLink] = {}
-    values = np.empty(len(unique))
-    for i, (g, s, b) in enumerate(unique):
-        key = (int(g), int(s))
-        if key not in links:
-            links[key] = coll.group_link(cluster, *key)
-        values[i] = fn(float(b), links[key])
-    out[active] = values[inverse.reshape(-1)]
+    values = np.empty(len(first))
+    for i, (g, s, b) in enumerate(zip(size[first].tolist(), stride[first].tolist(), num_bytes[first].tolist())):
+        if (g, s) not in links:
+            links[(g, s)] = coll.group_link(cluster, g, s)
+        values[i] = fn(b, links[(g, s)])
+    out[active] = values[inverse]
     return out

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from plait.engine.facts import EngineFacts
 from plait.cost.inner import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
 from plait.cost.stage import recomputed_layers
+from plait.cost.swap import device_is_host, resident_activation_bytes
+from plait.engine.facts import EngineFacts
 from plait.hardware.accelerator import Accelerator
-from plait.plan.columns import PlanColumns
+from plait.plan.columns import PlanColumns, per_plan
 from plait.units import GIB
 from plait.workload.model import ModelSpec
 
@@ -32,11 +33,13 @@ MEMORY_ITEMS = ("weights", "gradients", "optimizer", "activations", "comm_buffer
 Columns = dict[str, np.ndarray]
 
 
+@per_plan
 def full_precision(cols: PlanColumns) -> np.ndarray:
     """Mask of plans whose weights are fp32 themselves (precision fp32 or tf32)."""
     return cols.is_("precision", "fp32") | cols.is_("precision", "tf32")
 
 
+@per_plan
 def param_bytes(cols: PlanColumns) -> np.ndarray:
     """Bytes per weight of the compute copy: :data:`PARAM_BYTES` under mixed precision, 4 under fp32 and tf32 (the
     fp32 weights are the ones the GEMMs read; TF32 rounds operands inside the tensor core, NVIDIA Ampere
@@ -44,6 +47,7 @@ def param_bytes(cols: PlanColumns) -> np.ndarray:
     return cols.xp.where(full_precision(cols), 4, PARAM_BYTES)
 
 
+@per_plan
 def optimizer_bytes_per_param(cols: PlanColumns) -> np.ndarray:
     """fp32 master copy (if kept, and only beside 16-bit weights: fp32 and tf32 plans update the weights
     themselves) plus optimizer moments: AdamW two, SGD-momentum one."""
@@ -52,6 +56,7 @@ def optimizer_bytes_per_param(cols: PlanColumns) -> np.ndarray:
     return xp.where(cols.is_("optimizer", "adamw"), 8, 4) + xp.where(master, 4, 0)
 
 
+@per_plan
 def shard_groups(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) sharding-group sizes of ZeRO/FSDP (1 when nothing is sharded)."""
     xp = cols.xp
@@ -78,7 +83,9 @@ def stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.nd
             "layers": layers}
 
 
-def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray,
+                      swapping: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device bytes, micro-batches in flight, bytes swapped out to host memory at the peak)."""
     xp = cols.xp
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
@@ -99,12 +106,18 @@ def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: 
     inflight = inflight_micro_batches(cols, stage)
     total = inflight * (per_mb + (stage == 0) * inner.first_stage_bytes) + working
     total = total + (stage == cols["pp"] - 1) * inner.last_stage_bytes
-    return total, inflight
+    host = cols.zeros()
+    if swapping:  # the layer in flight and the prefetched one stay; the head and loss as without (plait.cost.swap)
+        kept = resident_activation_bytes(inner, n_dense, n_moe, xp) + (stage == cols["pp"] - 1) * inner.last_stage_bytes
+        host = xp.where(cols["swap_activations"], total - kept, 0.0)
+        total = xp.where(cols["swap_activations"], kept, total)
+    return total, inflight, host
 
 
 def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Inner, stage: np.ndarray,
                  framework: EngineFacts) -> Columns:
-    """Bytes per component on one GPU of ``stage``, plus ``total`` and ``inflight``."""
+    """Bytes per component on one GPU of ``stage``, plus ``total``, ``inflight`` and ``host_activations`` (what
+    activation swapping holds in host memory for this GPU, :mod:`plait.cost.swap`)."""
     xp, params = cols.xp, stage_params(model, cols, inner, stage)
     weight_bytes = param_bytes(cols)
     dense_group, expert_group = shard_groups(cols)
@@ -124,7 +137,8 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
                                  inner.grad_bytes * total_params, 0.0)
     buffers = xp.where((zero3 & (dense_group > 1)) | cols["offload_params"],
                        params["largest"] * (2 * weight_bytes + inner.grad_bytes), 0.0)
-    activations, inflight = _activation_bytes(model, cols, inner, stage)
+    swapping = not device_is_host(acc) and bool(cols["swap_activations"] if xp.scalar else cols["swap_activations"].any())
+    activations, inflight, host = _activation_bytes(model, cols, inner, stage, swapping)
     eff = acc.efficiency
     out = {
         "weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations,
@@ -134,4 +148,5 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
     out = {k: xp.column(v, len(cols)) for k, v in out.items()}
     out["total"] = xp.total(out[k] for k in MEMORY_ITEMS)
     out["inflight"] = inflight
+    out["host_activations"] = xp.column(host, len(cols))
     return out

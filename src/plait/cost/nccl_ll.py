@@ -19,7 +19,6 @@ Figures of NVIDIA/nccl src/graph/tuning.cc @b6475625 (NCCL 2.19-era), ring algor
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the link's type only: plait.cost.collectives calls this module
@@ -40,11 +39,13 @@ def ll_s(kind: str, full_bytes: float, link: GroupLink) -> float:
     own hierarchical schedule, :func:`plait.cost.collectives.all_reduce_s`)."""
     if link.size <= 1 or full_bytes <= 0:
         return 0.0
-    latency_s, bytes_per_s = _ll_terms(kind, link)
+    terms = link.ll_cache.get(kind)
+    if terms is None:  # kept on the link (itself kept per cluster and group): hashing it would cost more than this
+        terms = link.ll_cache[kind] = _ll_terms(kind, link)
+    latency_s, bytes_per_s = terms
     return latency_s + full_bytes / bytes_per_s
 
 
-@functools.cache
 def _ll_terms(kind: str, link: GroupLink) -> tuple[float, float]:
     """(latency, seconds per buffer byte as a rate) of :func:`ll_s` for one group and collective, computed once."""
     g = link.size

@@ -23,7 +23,7 @@ nor recomputed (the output projection's is: the residual sum after attention fee
 
 from __future__ import annotations
 
-from plait.cost.compute import gemms_fwd_bwd_s
+from plait.cost.compute import gemms_fwd_s
 from plait.cost.flops import Gemm, attention_gemms, moe_gemms
 from plait.cost.setup import Setup
 
@@ -111,6 +111,6 @@ def recompute_s(setup: Setup, moe_layer: bool, pointwise_s: float, core_s: float
             ep_s = 0.0
     else:
         again, ep_s = [g for _, g in named], 0.0
-    gemm_s = gemms_fwd_bwd_s(again, setup)[0] if again else 0.0
+    gemm_s = gemms_fwd_s(again, setup) if again else 0.0
     attention_s = 0.0 if saves_attention(setup) else core_s + cp_s
     return gemm_s + pointwise_s + attention_s + tp_s / 2 + ep_s

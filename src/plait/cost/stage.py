@@ -21,14 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from plait.cost.host import exposed_host_s
-from plait.cost.inner import Inner
+from plait.cost.inner import ABSENT, Inner
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
+from plait.cost.swap import SwapTimes, exposed_swap_s
 from plait.engine.facts import EngineFacts
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
-COMPONENTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "host")
+COMPONENTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "swap", "host")
 Columns = dict[str, np.ndarray]
 
 
@@ -61,9 +62,10 @@ class ShardTimes:
 
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
                stage: np.ndarray, framework: EngineFacts, overlap: float = 1.0,
-               asynchronous: bool = True) -> tuple[Columns, Columns]:
+               asynchronous: bool = True, swap: tuple[SwapTimes, SwapTimes] | None = None) -> tuple[Columns, Columns]:
     """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
-    ``overlap`` is the accelerator's ``comm_overlap`` figure, ``asynchronous`` its ``asynchronous_launch``."""
+    ``overlap`` is the accelerator's ``comm_overlap`` figure, ``asynchronous`` its ``asynchronous_launch``;
+    ``swap``: the (dense, MoE) activation swaps of :mod:`plait.cost.swap` (``None``: no row swaps)."""
     xp = cols.xp
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
@@ -72,7 +74,10 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     bwd = dict.fromkeys(COMPONENTS, 0.0)
     first_gather = cols.zeros()
     host_fwd = host_bwd = 0.0
-    for kind, shard, count, rc_kind in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe)):
+    swaps = (None, None) if swap is None else swap
+    for kind, shard, count, rc_kind, swapped in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe), swaps):
+        if kind is ABSENT:  # a kind the model lacks (one plan): no layers, every figure 0, so it adds exactly nothing
+            continue
         rc_count = xp.where(full, rc_kind, count)
         rc_share = xp.where(count > 0, rc_count / xp.maximum(count, 1), 0.0)
         gather, reduce = shard.gather_s, shard.reduce_s
@@ -104,6 +109,10 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
             bwd[key] = bwd[key] + count * b_s
         fwd["fsdp_comm"] = fwd["fsdp_comm"] + count * fsdp_fwd
         bwd["fsdp_comm"] = bwd["fsdp_comm"] + count * fsdp_bwd
+        if swapped is not None:  # each layer's copies behind its neighbour's work (plait.cost.swap)
+            out_s, in_s = exposed_swap_s(swapped, kind.fwd_s + kind.tp_fwd_s, kind.bwd_s + kind.tp_bwd_s, xp)
+            fwd["swap"] = fwd["swap"] + count * out_s
+            bwd["swap"] = bwd["swap"] + count * in_s
     fwd["fsdp_comm"] = fwd["fsdp_comm"] + first_gather
     first, last = stage == 0, stage == cols["pp"] - 1
     fwd["compute"] = fwd["compute"] + first * inner.embedding_fwd_s + last * inner.head_fwd_s

@@ -25,6 +25,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         stage=int(at(result.memory_stage)),
         capacity_bytes=cluster.accelerator.memory_bytes,
         inflight_micro_batches=float(at(mem["inflight"])),
+        host_activations_bytes=float(at(mem["host_activations"])), host_capacity_bytes=cluster.host_memory_bytes_per_gpu,
         **{f"{k}_bytes": float(at(mem[k])) for k in MEMORY_ITEMS},
     )
     time = TimeBreakdown(**{f"{k}_s": float(at(result.time[k])) for k in TIME_ITEMS})
@@ -37,7 +38,8 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         hardware_flops_per_step=model_flops * float(at(result.recompute_factor)),
         peak_flops_per_gpu=mfu_peak_flops(cluster.accelerator, plan.precision),
         price_per_gpu_hour_usd=cluster.price_per_gpu_hour_usd,
-        state_bytes=model.total_params() * float(param_bytes(one := PlanColumns.one(plan))
+        state_bytes=model.total_params() * float(param_bytes(one := result.cols if result.cols.single is not None
+                                                             else PlanColumns.one(plan))
                                                  + optimizer_bytes_per_param(one)),
         storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
         # counted under the default engine facts, as plait always has: with the engine's own (the batch's) a

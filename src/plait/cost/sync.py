@@ -30,6 +30,7 @@ from plait.cost.params import stage_layer_counts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.keys import distinct_rows
 from plait.plan.partial import step_elements
 from plait.sync import MODELLED, Gossip, ParamServer, SwitchAggregation, SyncMethod
 from plait.sync.asynchronous import Asynchronous
@@ -94,10 +95,10 @@ def _rank_shape_groups(model: ModelSpec, cols: PlanColumns,
     first, last = stage == 0, stage == pp - 1
     if xp.scalar:
         return [(True, rank_shapes(model, int(cols["tp"]), 0, int(layers), bool(first), bool(last)))]
-    keys = np.stack(np.broadcast_arrays(cols["tp"], layers, first, last), axis=1).astype(np.int64)
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    return [(inverse.reshape(-1) == i, rank_shapes(model, int(tp), 0, int(n), bool(f), bool(lt)))
-            for i, (tp, n, f, lt) in enumerate(distinct)]
+    keys = [k.astype(np.int64) for k in np.broadcast_arrays(cols["tp"], layers, first, last)]
+    index, inverse = distinct_rows(*keys)
+    tp, n, f, lt = ([int(x) for x in k[index]] for k in keys)
+    return [(inverse == i, rank_shapes(model, tp[i], 0, n[i], bool(f[i]), bool(lt[i]))) for i in range(len(index))]
 
 
 def method_costs(model: ModelSpec | None, cluster: Cluster, sync: SyncMethod, cols: PlanColumns,

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from dataclasses import fields, replace
-from importlib import resources
 from typing import Any
 
 from plait.engine.capability import FEATURES, MACHINES
 from plait.engine.engine import Engine
 from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError, did_you_mean
+from plait.packaged import packaged_toml
 from plait.schema import build
 
 DEFAULT_ENGINE = "megatron-core"
@@ -29,8 +28,7 @@ _SCALARS = {f.name for f in fields(Engine)} - {"name", "framework", "sources", "
 
 @functools.cache
 def _tables() -> dict[str, dict[str, Any]]:
-    text = resources.files("plait.engine").joinpath("data").joinpath("engines.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return packaged_toml("plait.engine", "data", "engines.toml")
 
 
 def engine_names() -> list[str]:

@@ -10,7 +10,7 @@ Neither is ever fitted to a training run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from plait.errors import ConfigError
 from plait.hardware.figure import Curve, Figure
@@ -123,6 +123,9 @@ class Accelerator:
     """Caveats (sparse peaks halved, GB vs GiB, ...)."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
+    roofline_cache: dict[tuple[str, bool], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """GEMM rooflines by (dtype, weight gradient), derived from the figures above alone and kept on first use
+    (:func:`plait.cost.compute.roofline_of`); not part of the description."""
 
     def __post_init__(self) -> None:
         for name in ("memory_gib", "memory_bandwidth_gb_per_s", "scale_up_bandwidth_gb_per_s"):

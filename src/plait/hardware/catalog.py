@@ -11,7 +11,6 @@ import functools
 import tomllib
 from collections.abc import Mapping
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
 from plait.hardware.power import power_capped
+from plait.packaged import packaged_toml
 from plait.schema import build
 
 DEFAULT_CLUSTER = "dgx-h100-ib"
@@ -27,8 +27,7 @@ DEFAULT_CLUSTER = "dgx-h100-ib"
 
 
 def _data(name: str) -> dict[str, Any]:
-    text = resources.files("plait.hardware").joinpath("data").joinpath(name).read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return packaged_toml("plait.hardware", "data", name)
 
 
 @functools.cache

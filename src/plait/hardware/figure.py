@@ -77,6 +77,10 @@ class Curve:
             return fractions[-1]
         logs: tuple[float, ...] = self._logs  # type: ignore[attr-defined]
         x = math.log(size)
-        i = min(max(bisect.bisect_right(logs, x), 1), len(logs) - 1)
+        i = bisect.bisect_right(logs, x)  # within [1, len - 1] but where rounding puts x on an end
+        if i < 1:
+            i = 1
+        elif i >= len(logs):
+            i = len(logs) - 1
         w = (x - logs[i - 1]) / (logs[i] - logs[i - 1])
         return fractions[i - 1] + w * (fractions[i] - fractions[i - 1])

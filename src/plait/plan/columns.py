@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import numpy as np
 
@@ -24,12 +24,15 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
     "cp_attention": get_args(CpAttention),
 }
-BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "overlap_grad_reduce", "tp_comm_overlap")
+BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "swap_activations", "overlap_grad_reduce",
+         "tp_comm_overlap")
 TEXTS = ("dp_sync",)
 """Open-ended fields (the synchronization method), stored as indices into :attr:`PlanColumns.methods`."""
 FIELDS = tuple(f.name for f in fields(Plan))
+_FIELD_SET = frozenset(FIELDS)
 
 
+T = TypeVar("T")
 _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
 
 
@@ -46,6 +49,21 @@ def code(field: str, value: str) -> int:
     return found
 
 
+def per_plan(derive: Callable[[PlanColumns], T]) -> Callable[[PlanColumns], T]:
+    """``derive(cols)`` kept on the columns of a single plan, which one estimate asks for it many times (a derived
+    value of the plan alone, immutable); derived afresh for array columns."""
+    def kept(cols: PlanColumns) -> T:
+        if cols.single is None:
+            return derive(cols)
+        memo = cols.memo
+        if derive not in memo:
+            memo[derive] = derive(cols)
+        return memo[derive]  # type: ignore[no-any-return]
+
+    kept.__name__, kept.__qualname__, kept.__doc__ = derive.__name__, derive.__qualname__, derive.__doc__
+    return kept
+
+
 @dataclass(frozen=True)
 class PlanColumns:
     """Plan fields as equal-length arrays (int64 for counts and codes, bool for flags), or, for the one plan
@@ -58,7 +76,7 @@ class PlanColumns:
     """The synchronization methods the ``dp_sync`` column indexes (:func:`method_table`: the all-reduce is 0)."""
 
     def __post_init__(self) -> None:
-        assert set(self.data) == set(FIELDS), "columns must cover every Plan field"
+        assert self.data.keys() == _FIELD_SET, "columns must cover every Plan field"
         if self.single is None:
             assert len({len(v) for v in self.data.values()}) == 1, "columns must have equal length"
         object.__setattr__(self, "xp", SCALAR if self.single is not None else ARRAY)
@@ -68,6 +86,8 @@ class PlanColumns:
 
     xp: Ops = field(init=False, repr=False, compare=False)
     """The operations for these columns: numpy (arrays) or plain Python (one plan)."""
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """A single plan's derived values (:func:`per_plan`), kept as they are first asked for."""
 
     def zeros(self) -> Any:
         """0.0 per row, as a new column."""
@@ -85,20 +105,19 @@ class PlanColumns:
         return self.data[field] == _CODES[(field, value)]
 
     def sync_rows(self, question: Callable[[SyncMethod], bool]) -> Any:
-        """Mask of rows whose synchronization method answers ``question`` with yes (asked once per method)."""
+        """Mask of rows whose synchronization method answers ``question`` with yes (asked once per method, then
+        looked up per row)."""
         if self.xp.scalar:  # one plan: one lookup
             return question(self.methods[self.data["dp_sync"]])
-        codes = [i for i, method in enumerate(self.methods) if question(method)]
-        return self.xp.any_of([self.data["dp_sync"] == i for i in codes]) if codes else self.full(False)
+        return np.array([bool(question(method)) for method in self.methods])[self.data["dp_sync"]]
 
     def sync_values(self, value: Callable[[SyncMethod], Any], fill: Any) -> Any:
-        """Per row, ``value(method)`` of the row's method (asked once per method; ``fill``: the column's type)."""
+        """Per row, ``value(method)`` of the row's method (asked once per method, then looked up per row; ``fill``:
+        the column's type)."""
         if self.xp.scalar:
             return value(self.methods[self.data["dp_sync"]])
-        out = self.full(fill)
-        for i, method in enumerate(self.methods):
-            out = self.xp.where(self.data["dp_sync"] == i, value(method), out)
-        return out
+        table = np.array([value(method) for method in self.methods])
+        return table.astype(np.result_type(np.asarray(fill).dtype, table.dtype))[self.data["dp_sync"]]
 
     @classmethod
     def from_plans(cls, plans: list[Plan]) -> PlanColumns:
@@ -143,6 +162,14 @@ class PlanColumns:
                 value = code(name, value) if name in CHOICES else methods.index(value) if name in TEXTS else value
                 data[name] = np.full(length, value, dtype=bool if name in BOOLS else np.int64)
         return cls(data, methods=methods)
+
+    @classmethod
+    def concat(cls, parts: list[PlanColumns]) -> PlanColumns:
+        """The rows of ``parts`` (array columns over one table of methods), one after another."""
+        assert parts and all(p.single is None and p.methods == parts[0].methods for p in parts)
+        if len(parts) == 1:
+            return parts[0]
+        return cls({k: np.concatenate([p.data[k] for p in parts]) for k in parts[0].data}, methods=parts[0].methods)
 
     def take(self, index: np.ndarray) -> PlanColumns:
         """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""

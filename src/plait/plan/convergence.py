@@ -9,14 +9,15 @@ figure has no multiplier: estimates say so, and the planner's default search lea
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
+from plait.packaged import packaged_toml
+from plait.plan.async_convergence import derived_multiplier
+from plait.plan.keys import distinct_rows
 from plait.sync import SyncMethod, parse
 
 
@@ -29,7 +30,8 @@ class Convergence:
     source: str
     """The paper figure or the ``plait converge`` command behind it."""
     basis: str = "unknown"
-    """``definition``, ``cited`` or ``measured``."""
+    """``definition``, ``cited``, ``measured`` or ``derived`` (a bound scaling a measured figure:
+    :mod:`plait.plan.async_convergence`)."""
 
     @property
     def known(self) -> bool:
@@ -54,7 +56,7 @@ class _Entry:
 @cache
 def table() -> dict[str, list[_Entry]]:
     """Canonical spec -> its figures in ``data/convergence.toml`` order."""
-    raw = tomllib.loads(resources.files("plait.plan").joinpath("data/convergence.toml").read_text(encoding="utf-8"))
+    raw = packaged_toml("plait.plan", "data", "convergence.toml")
     out: dict[str, list[_Entry]] = {}
     for entry in raw["entry"]:
         figure = Convergence(float(entry["multiplier"]), entry["source"], entry["basis"])
@@ -68,11 +70,23 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     whose setting had at least as many (more replicas drifting apart converge worse: Charles et al. 2025,
     arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021)."""
     spec = method.spec
+    if method.asynchronous and replicas <= 1:
+        return Convergence(1.0, "one worker: every update is fresh, sequential SGD (staleness 0)", "definition")
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
+    if method.asynchronous:  # scaled from the measured two-replica figures by the asynchronous-SGD bound
+        multiplier, source = derived_multiplier(method, replicas, _measured())
+        return Convergence(multiplier, source, "derived" if multiplier is not None else "unknown")
     return Convergence(None, f"no figure for {spec} with {replicas} replicas (measure one: plait converge "
                              f"--dp-sync {spec} --ranks {replicas})")
+
+
+@cache
+def _measured() -> dict[str, list[tuple[float, int | None, str]]]:
+    """Spec -> (multiplier, replicas, source) of the table's measured figures."""
+    return {spec: [(e.figure.factor, e.replicas, e.figure.source) for e in entries if e.figure.basis == "measured"]
+            for spec, entries in table().items() if not entries[0].any_parameters}
 
 
 def averaging_replicas(dp: int, dp_replicate: int, sharding: str) -> int:
@@ -112,11 +126,15 @@ def matching_multiplier(method: list[float], reference: list[float], window: int
 def row_figures(cols: Any) -> tuple[np.ndarray, np.ndarray]:
     """(steps multiplier, whether a figure exists) per row of plan columns ``cols`` (all-reduce rows: 1, known)."""
     codes = cols["dp_sync"]
-    replicas = np.where(cols.is_("sharding", "none"), cols.dp, cols["dp_replicate"])
     factor, known = np.ones(len(codes)), np.ones(len(codes), dtype=bool)
-    for code, count in {(int(c), int(r)) for c, r in zip(codes[codes != 0], replicas[codes != 0])}:
-        figure, rows = convergence(cols.methods[code], count), (codes == code) & (replicas == count)
-        factor[rows], known[rows] = figure.factor, figure.known
+    rows = np.flatnonzero(codes != 0)
+    if len(rows):  # one figure per distinct (method, replicas) of the other methods' rows
+        codes, sharded = codes[rows], ~cols.is_("sharding", "none")[rows]
+        replicas = np.where(sharded, cols["dp_replicate"][rows], cols["dp_replicate"][rows] * cols["dp_shard"][rows])
+        first, inverse = distinct_rows(codes, replicas)
+        figures = [convergence(cols.methods[int(codes[i])], int(replicas[i])) for i in first]
+        factor[rows] = np.array([f.factor for f in figures])[inverse]
+        known[rows] = np.array([f.known for f in figures], dtype=bool)[inverse]
     return factor, known
 
 

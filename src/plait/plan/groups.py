@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from plait.plan.columns import PlanColumns
+from plait.plan.columns import PlanColumns, per_plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +55,7 @@ def rank_groups(cols: PlanColumns) -> dict[str, Group]:
     }
 
 
+@per_plan
 def expert_dp_group(cols: PlanColumns) -> Group:
     """The ranks holding the same experts (the expert-gradient reduction): ``dp * cp / ep`` ranks ``tp * ep`` apart,
     as in Megatron-Core's expert rank generator (order tp-cp-ep-dp-pp with cp folded into dp); the cost model's hot

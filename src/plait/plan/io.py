@@ -58,6 +58,10 @@ class JobSpec:
     """GPU count the plan must occupy (0: not checked)."""
     engine: str = ""
     """Engine that runs the plan, ``name[@version][[options]]`` (empty: given on the command line, else the default)."""
+    input_shape: tuple[int, ...] = ()
+    """A traced model's (``module:factory``) one example's input shape (empty: the factory's ``example_shape``)."""
+    input_dtype: str = ""
+    """A traced model's input dtype (empty: the factory's ``input_dtype``, else float32)."""
 
 
 FILE_SUFFIXES = (".json", ".toml", ".yaml", ".yml")

@@ -80,6 +80,10 @@ class Plan:
     """Keep optimizer state (and master weights) in host memory; the step runs on the CPU."""
     offload_params: bool = False
     """Keep sharded weights in host memory and stream them in per layer (ZeRO-Infinity style)."""
+    swap_activations: bool = False
+    """Move the activations saved for the backward to host memory during the forward and bring them back, one
+    layer ahead, for the backward (LMS, Le et al. 2018, arXiv 1811.12174; PyTorch's saved-tensor hooks): the device
+    keeps the layer in flight and the prefetched one; the copies cross the host link (:mod:`plait.cost.swap`)."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with the last backward pass."""
     tp_comm_overlap: bool = False
@@ -131,7 +135,13 @@ class Plan:
 
     def with_seq_len(self, default_seq_len: int) -> Plan:
         """The plan with ``seq_len`` filled from the model when it is 0."""
-        return self if self.seq_len else replace(self, seq_len=default_seq_len)
+        if self.seq_len:
+            return self
+        if isinstance(default_seq_len, bool) or not isinstance(default_seq_len, int) or not 0 < default_seq_len <= LIMIT:
+            return replace(self, seq_len=default_seq_len)  # checked by __post_init__, which names the rule
+        filled = object.__new__(Plan)  # every other field was checked when this plan was built: copied as it is
+        filled.__dict__.update(self.__dict__, seq_len=default_seq_len)
+        return filled
 
     def describe(self) -> str:
         """A compact one-line layout, e.g. ``tp8 pp4(interleaved x3) dp32 zero1 mb1 gb1536``."""
@@ -154,6 +164,8 @@ class Plan:
             parts.append("offload-opt")
         if self.offload_params:
             parts.append("offload-params")
+        if self.swap_activations:
+            parts.append("swap-act")
         if not self.dp_sync.is_allreduce:
             parts.append(f"sync={self.dp_sync.spec}")
         return " ".join(parts)

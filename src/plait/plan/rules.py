@@ -126,6 +126,10 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: f"dp_shard={p.dp_shard} needs sharding zero1/zero2/zero3 (sharding='none')"),
     Rule("offload-params-needs-zero3", lambda c, m, k: c["offload_params"] & c.xp.not_(c.is_("sharding", "zero3")),
          lambda p, m, k: f"offload_params needs sharding='zero3' (got {p.sharding!r})"),
+    Rule("swap-activations-without-recompute",  # both trade time for activation memory; together not modelled
+         lambda c, m, k: c["swap_activations"] & c.xp.not_(c.is_("recompute", "none")),
+         lambda p, m, k: f"swap_activations needs recompute='none' (got {p.recompute!r}): swapping replaces "
+                         "recomputation (Megatron-Core refuses cpu_offloading with recompute too)"),
     Rule("precision-supported",
          lambda c, m, k: ((c.is_("precision", "fp8") & ("fp8" not in k.accelerator.peak_tflops))
                           | (c.is_("precision", "tf32") & ("tf32" not in k.accelerator.peak_tflops))),
@@ -150,9 +154,9 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
                           f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
     Rule("dp-sync-server-ranks-whole-replicas",
-         lambda c, m, k: c.sync_rows(lambda s: s.server_ranks > 0) & ((c["tp"] > 1) | (c["pp"] > 1)),
+         lambda c, m, k: c.sync_rows(lambda s: s.server_ranks > 0) & ((c["tp"] > 1) | (c["pp"] > 1) | (c["cp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r} exchanges whole replicas with its server ranks and needs "
-                          f"tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
+                          f"tp = pp = cp = 1 (got tp={p.tp}, pp={p.pp}, cp={p.cp})")),
     Rule("dp-sync-hybrid-whole-layers",
          lambda c, m, k: _hybrid_servers(c)
          & (c.sync_rows(lambda s: s.server_ranks > 0) | (c["tp"] > 1) | (c["pp"] > 1)),

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import functools
 import math
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from plait.cost.estimate import TimeBreakdown
+from plait.packaged import packaged_toml
 
 NOMINAL = 0.8
 """Nominal coverage of the interval (p10 to p90)."""
@@ -108,7 +107,6 @@ def loso_coverage(rows: list[tuple[str, float, float]]) -> tuple[float, dict[str
 @functools.cache
 def shipped() -> Calibration:
     """The calibration plait ships (``data/intervals.toml``)."""
-    text = resources.files("plait.predict").joinpath("data").joinpath("intervals.toml").read_text(encoding="utf-8")
-    raw = tomllib.loads(text)
+    raw = packaged_toml("plait.predict", "data", "intervals.toml")
     return Calibration(lower=float(raw["lower"]), upper=float(raw["upper"]), rows=int(raw["rows"]),
                        source=str(raw["source"]))

@@ -10,7 +10,8 @@ slower fabric as the real job's do.
   kind with its local batch (same reduction, its own compute) — and a faster group idles for the difference
   (Poplar, Zhang et al. 2023, Sec. 3: a heterogeneous step waits for its slowest worker). With ``local_sgd`` a
   group takes its own number of local steps per averaging round (000-17), so a round lasts the largest of
-  ``local_steps x`` step time and carries every group's ``local_steps x batch`` sequences.
+  ``local_steps x`` step time and carries every group's ``local_steps x batch`` sequences. An asynchronous
+  method (``async_ps``, ``easgd``) waits for nobody: the workers' rates add up (:func:`_asynchronous`).
 - ``pipeline`` split: each stage's forward, backward, data-parallel reduction and optimizer come from its
   group's view with its own layer count, and the per-rank schedule is simulated by the same event sweep as
   homogeneous pipelines (:func:`plait.simulate.pipeline.simulate_pipeline`): the slowest stage sets the
@@ -140,8 +141,9 @@ def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *,
         every = sync.every
         mixed = replace(mixed, shares=tuple(s if s.local_steps > 1 else replace(s, local_steps=every)
                                             for s in mixed.shares))
-    return (_data(model, cluster, mixed, engine) if mixed.split == "data"
-            else _pipeline(model, cluster, mixed, engine))
+    if mixed.split == "data":
+        return (_asynchronous if sync.asynchronous else _data)(model, cluster, mixed, engine)
+    return _pipeline(model, cluster, mixed, engine)
 
 
 def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, share: GroupShare,
@@ -174,6 +176,37 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Eng
         peak_flops=sum(e.peak_flops_per_gpu * s.num_gpus for s, e in zip(mixed.shares, ests, strict=True)),
         price_per_hour_usd=_price(cluster, mixed), steps_multiplier=max(e.steps_multiplier for e in ests),
         steps_multiplier_known=all(e.convergence.known for e in ests))
+
+
+def _asynchronous(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
+    """An asynchronous method's data split: nobody waits, so every worker iterates at its own group's pace.
+
+    A group's estimate (every replica of its kind, :mod:`plait.cost.async_sgd`) gives its worker's iteration,
+    ``s_g`` seconds (a step of ``dp`` iterations of equal workers); the workers' update rate adds up,
+    ``X = sum_g n_g / s_g``, which is exact where no server is the bottleneck and the servers' own bound where each
+    group's step is (``s_g = dp D``) — the closed network of :mod:`plait.cost.async_sgd` with unequal think times
+    (Lazowska et al. 1984, Sec. 5.2); a staleness bound short of no bound holds the fast workers, so over a long
+    run every worker steps at the slowest's pace (Ho et al. 2013). A step (``dp`` iterations) takes ``dp / X``. The steps
+    multiplier is the method's at ``dp`` replicas, whatever their speeds (:mod:`plait.plan.async_convergence`)."""
+    ests = [group_estimate(model, cluster, mixed, s, engine) for s in mixed.shares]
+    plan = mixed.plan
+    workers = [s.num_gpus // plan.model_parallel for s in mixed.shares]
+    rate = sum(n / e.step_time_s for n, e in zip(workers, ests, strict=True))
+    if plan.dp_sync.holds_fast_workers:  # a staleness bound: in the long run every worker at the slowest's pace
+        rate = plan.dp / max(e.step_time_s for e in ests)
+    step = plan.dp / rate
+    groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
+                             num_gpus=s.num_gpus, work=f"b{s.batch} async", busy_s=e.step_time_s, idle_s=0.0,
+                             memory_bytes=e.memory.total_bytes, capacity_bytes=e.memory.capacity_bytes)
+                   for s, e in zip(mixed.shares, ests, strict=True))
+    slowest = max(ests, key=lambda e: e.step_time_s)
+    return MixedEstimate(
+        model_name=model.name, cluster_name=cluster.name, plan=mixed, step_time_s=step,
+        tokens_per_step=plan.global_batch * plan.seq_len, groups=groups, time=slowest.time,
+        model_flops_per_token=slowest.model_flops_per_step / slowest.tokens_per_step,
+        peak_flops=sum(e.peak_flops_per_gpu * s.num_gpus for s, e in zip(mixed.shares, ests, strict=True)),
+        price_per_hour_usd=_price(cluster, mixed), steps_multiplier=slowest.steps_multiplier,
+        steps_multiplier_known=slowest.convergence.known)
 
 
 def _price(cluster: MixedCluster, mixed: MixedPlan) -> float:

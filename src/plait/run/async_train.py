@@ -21,7 +21,8 @@ Each message carries :data:`plait.cost.servers.HEADER_ELEMENTS` fp32 values afte
 0 writes, per method given and per worker, each iteration's loss and wall time and the bytes it sent; per server, every update's worker,
 staleness and time; and the loss of the final model (the servers' parameters, or worker 0's for the synchronous
 methods) on a held-out batch; and each iteration's compute (forward, backward and the slowdown, before the
-exchange: what :func:`plait.events.async_sgd.simulate_async` takes as a worker's speed).
+exchange: what :func:`plait.events.async_sgd.simulate_async` takes as a worker's speed), and its peak memory.
+``plait run --plan`` starts it for an asynchronous plan (:mod:`plait.run.async_plan`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from plait.run.replica_grads import reduce_gradients
 from plait.run.sends import Sends
 from plait.run.sites import Reducer
 from plait.run.sync import attach
-from plait.run.train import cross_entropy
+from plait.run.train import cross_entropy, peak_memory_bytes
 from plait.run.workload_configs import AsyncConfig
 from plait.sync import SyncMethod, parse
 from plait.workload.catalog import resolve_model
@@ -145,7 +146,8 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):  # as plait run trains bf16
                 loss = cross_entropy(module(inputs), targets)
             loss.backward()
-            time.sleep(slow.get(rank, 0.0))  # the artificial slowdown of a slower worker
+            factor = args.slowdown[rank] if args.slowdown else 1.0  # a slower device: (factor - 1) x the passes
+            time.sleep(slow.get(rank, 0.0) + (factor - 1.0) * (time.perf_counter() - computing))
             computed.append(time.perf_counter() - computing)
             sync.worker_step(_Worker(optimizer, params, sizes, workers, versions), step)
             optimizer.zero_grad()
@@ -157,7 +159,8 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
         stop = torch.zeros(sizes[j] + HEADER_ELEMENTS)
         stop[-2] = STOP
         Sends.isend(stop, workers + j, None, PUSH).wait()
-    return {"losses": losses, "times": times, "bytes": sent, "compute_s": computed}
+    return {"losses": losses, "times": times, "bytes": sent, "compute_s": computed,
+            "peak_memory_bytes": peak_memory_bytes()}
 
 
 class _Worker:

@@ -21,6 +21,8 @@ from plait.plan.mixed import MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
 from plait.predict.mixed import MixedEstimate
+from plait.run.async_plan import MODULE as ASYNC_MODULE
+from plait.run.async_plan import async_config, check_async, launch_line, run_async_plan
 from plait.run.config import write_config
 from plait.run.launch import local_slots, multinode_command, run_local
 from plait.run.mixed_run import MixedRun, resolve_mixed_run
@@ -121,6 +123,8 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
         return RunOutcome(exit_code=launch_torchtitan(job.model, model, the_plan, config.steps, request.out,
                                                       config.dry_run, say))
     _check_options(request, model, the_plan)
+    if the_plan.dp_sync.server_ranks:
+        check_async(config, the_plan, request.nodes)
     config = _precision(config, the_plan.precision, request.nodes, say)
     gpus = the_plan.num_gpus
     if request.nodes > 1:
@@ -141,7 +145,14 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
         say(note)
     if config.metrics is not None and config.metrics.exists() and not config.dry_run:
         say(f"plait: appending this run's steps to {config.metrics} (it holds earlier rows)")
-    code, rows = _launch(config, gpus, request.max_restarts)
+    if the_plan.dp_sync.server_ranks:  # workers and server ranks through the asynchronous runtime
+        say(f"plait: {gpus} workers and {the_plan.dp_sync.server_ranks} server rank(s) ({ASYNC_MODULE})")
+        if config.dry_run:
+            say(launch_line(async_config(config, job.model, the_plan, Path("run.json")), the_plan))
+            return RunOutcome(exit_code=0)
+        code, rows = run_async_plan(config, job.model, the_plan, predicted.tokens_per_step)
+    else:
+        code, rows = _launch(config, gpus, request.max_restarts)
     if code != 0 or config.dry_run or not rows:
         return RunOutcome(exit_code=code)
     report = RunReport(model=model, plan=the_plan, hardware=hardware, predicted=predicted, mixed=uneven_estimate,
@@ -194,6 +205,9 @@ def machine_notes(plan: Plan, *, on_gpu: bool) -> list[str]:
                                                ("optimizer state", plan.offload_optimizer)) if on)
         notes.append(f"plait: note: offloading the {moved} moves nothing between host and device on CPU ranks (their "
                      "memory is the host's); the run checks the offload path's numerics, not its transfers")
+    if plan.dp_sync.server_ranks and on_gpu:
+        notes.append(f"plait: note: dp_sync={plan.dp_sync.spec} trains its workers and server ranks on CPU ranks "
+                     "(plait.run.async_train, gloo point-to-point), not on this node's GPUs")
     if plan.dp_sync.in_network:
         notes.append(f"plait: note: dp_sync={plan.dp_sync.spec} is emulated: group rank 0 sums as the switch, each "
                      "rank sending the cost model's bytes; no switch hardware aggregates")

@@ -113,6 +113,21 @@ def ring_forward(ring: Ring, q: torch.Tensor, k: torch.Tensor,
     return out, lse
 
 
+def ring_forward_full(ring: Ring, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Without a mask (a diffusion transformer's attention): every query sees every rank's block, in any order;
+    fp32 output ``[B, H, S, E]`` and log-sum-exp ``[B, H, S, 1]``. Each rank sends ``cp - 1`` K/V blocks."""
+    kv = torch.cat([k, v], dim=-1)
+    out, lse = block_forward(q, k, v, causal=False)
+    for i in range(1, ring.size):
+        kv, works = ring.start_pass(kv)
+        for work in works:
+            work.wait()
+        k_i, v_i = kv.split([k.shape[-1], v.shape[-1]], dim=-1)
+        _merge(out, lse, *block_forward(q, k_i, v_i, causal=False))
+    return out, lse
+
+
 def ring_backward(ring: Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) in the inputs' dtypes; the K/V gradients travel in K's dtype (module docstring)."""

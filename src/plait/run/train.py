@@ -191,11 +191,16 @@ class StepMetrics:
     """When the step began, on this process's monotonic clock (``time.perf_counter``): the differences between
     consecutive rows are the period the job steps at, which also holds what ``step_time_s`` leaves out (waiting
     for the other ranks in the loss's reduction after the step, logging)."""
+    swap_bytes: int | None = None
+    """Bytes of saved activations the reporting rank's hooks packed in the step (``swap_activations``,
+    :class:`plait.run.swap.ActivationSwap`); absent otherwise."""
+    swap_layer_bytes: int | None = None
+    """Of those, the bytes packed inside transformer blocks."""
 
     def to_json(self) -> str:
         """Strict JSON: a non-finite figure is ``null``."""
-        return strict_json.dumps({k: v for k, v in self.__dict__.items()
-                                  if k not in ("sync_bytes", "cp_bytes", "started_s") or v is not None})
+        optional = ("sync_bytes", "cp_bytes", "started_s", "swap_bytes", "swap_layer_bytes")
+        return strict_json.dumps({k: v for k, v in self.__dict__.items() if k not in optional or v is not None})
 
 
 def autocast(plan: Plan, full_precision: bool, device: str) -> contextlib.AbstractContextManager[None]:

@@ -6,7 +6,7 @@ positions (``cp S``), E head dim, W cp ranks.
 Each cp rank holds a contiguous slice of the sequence. One all-to-all each turns the sequence split of Q, K and V
 into a split of the heads, attention runs causally over the whole sequence for ``H / cp`` heads, and one more turns
 the output back (DeepSpeed-Ulysses: Jacobs et al. 2023, arXiv:2309.14509, Sec. 3.1); the backward runs the inverse
-all-to-alls on the gradients. As in plait's DiT runtime (:func:`plait.workloads.dit.worker.ulysses_attention`),
+all-to-alls on the gradients. As in plait's DiT runtime (:func:`plait.workloads.dit.sp_attention.ulysses_attention`),
 but over the cp group and with autograd. Each rank sends ``(cp - 1) / cp`` of each of the four tensors per pass:
 :func:`plait.cost.context_parallel.cp_sent_bytes` for ``cp_attention = "ulysses"``.
 """

@@ -35,6 +35,7 @@ from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import named_site_gpus
 from plait.run.slowdown import slow_down
 from plait.run.support import check_runnable
+from plait.run.swap import NOTHING_MOVES, ActivationSwap
 from plait.run.train import (
     FAIL_HOOK,
     NAN_HOOK,
@@ -177,6 +178,9 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     reporter = (mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0
                 and mesh.coordinate("cp") == 0)
     weight = loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp, plan.dp_sync.is_allreduce)
+    swap = ActivationSwap(parts, device) if plan.swap_activations else None
+    if swap is not None and not swap.moves and dist.get_rank() == 0:
+        print(f"plait: {NOTHING_MOVES}", file=sys.stderr)
     for step in range(start_step, steps):
         start = timed()
         inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
@@ -192,8 +196,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
-                                    weight=weight,
-                                    uneven_batch=bool(uneven.batch_split))
+                                    weight=weight, uneven_batch=bool(uneven.batch_split), swap=swap)
         elapsed = timed() - start
         cp_after = cp_sent_bytes(mesh)
         cp_bytes = None if cp_after is None else cp_after - (cp_before or 0)
@@ -205,7 +208,9 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         if reporter:
             tokens = plan.global_batch * plan.seq_len
             write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),
-                                                    sent[0] if sent else None, cp_bytes, start))
+                                                    sent[0] if sent else None, cp_bytes, start,
+                                                    None if swap is None else swap.packed_bytes,
+                                                    None if swap is None else swap.layer_bytes))
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
@@ -234,13 +239,15 @@ def _profiler(device: str):  # type: ignore[no-untyped-def]
 def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, config: TrainConfig,  # type: ignore[no-untyped-def]
                inputs, targets, full_precision: bool, device: str, step: int, *,
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
-               weight: float = 1.0, uneven_batch: bool = False) -> tuple[float, float]:
+               weight: float = 1.0, uneven_batch: bool = False,
+               swap: ActivationSwap | None = None) -> tuple[float, float]:
     """Optimizer step ``step`` (0-based): forward and backward of every micro-batch, clipping, the optimizer,
     schedule. Returns (mean loss this rank saw, global gradient norm before clipping). A non-finite norm stops
     the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were. A PALSGD pseudo-synchronization
     step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
     metrics). Under an uneven batch split (``uneven_batch``) ``weight`` is the factor on this rank's loss
-    (:func:`plait.run.uneven.loss_weight`) and FSDP2 gathers and reduces once per step (:func:`gather_once`)."""
+    (:func:`plait.run.uneven.loss_weight`) and FSDP2 gathers and reduces once per step (:func:`gather_once`).
+    ``swap``: the saved-tensor hooks of ``swap_activations`` (:mod:`plait.run.swap`), counting this step's bytes."""
     if plan.dp_sync.pseudo_steps:  # PALSGD: only these plans import the synchronization methods
         from plait.run.sync import skips_gradient
 
@@ -248,7 +255,10 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
             optimizer.step()
             scheduler.step()
             return float("nan"), float("nan")
-    with train_context(parts, mesh, inputs, targets):  # cp > 1: context_parallel shards the sequence
+    if swap is not None:
+        swap.reset()
+    swapping = swap if swap is not None else contextlib.nullcontext()
+    with train_context(parts, mesh, inputs, targets), swapping:  # cp > 1: context_parallel shards the sequence
         loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device, loss_fn, weight, uneven_batch)
     reduce_partial_gradients(params)
     average_over_cp(params, mesh)  # a dp_sync method with cp > 1: the replica's cp ranks agree first

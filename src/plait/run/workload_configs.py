@@ -8,15 +8,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from plait.run.config import APPEND, POSITIONAL
+from plait.run.config import APPEND, COMMA, POSITIONAL
 
 
 @dataclass(frozen=True, kw_only=True)
 class DitConfig:
-    """A small DiT denoised by Ulysses or DistriFusion (:mod:`plait.workloads.dit.worker`)."""
+    """A small DiT denoised in parallel (:mod:`plait.workloads.dit.worker`): the degrees multiply to the ranks."""
 
-    sp: Literal["ulysses", "distrifusion"] = "ulysses"
-    """sequence parallelism"""
+    cfg: int = 1
+    """CFG parallel degree (2: the guided pair on two ranks; needs --guidance)"""
+    pipefusion: int = 1
+    """PipeFusion stages"""
+    patches: int = 2
+    """PipeFusion patches per image"""
+    distrifusion: int = 1
+    """DistriFusion patches (stale K, V)"""
+    ring: int = 1
+    """ring attention degree"""
+    ulysses: int = 1
+    """Ulysses degree"""
+    tp: int = 1
+    """tensor parallel degree"""
+    guidance: float = 0.0
+    """classifier-free guidance scale (0: one unguided pass)"""
+    offload: int = 0
+    """1: the blocks' weights streamed in layer by layer from a host copy (emulated)"""
     ranks: int = 0
     """1: the single-process reference"""
     hidden: int = 64
@@ -36,9 +52,9 @@ class DitConfig:
     steps: int = 4
     """denoising steps"""
     warmup: int = 1
-    """distrifusion: synchronous steps first"""
+    """distrifusion, pipefusion: synchronous steps first"""
     check: bool = False
-    """distrifusion: compare each stale attention with the exact"""
+    """distrifusion, pipefusion: compare each stale attention with the exact"""
     seed: int = 0
     """seed of the weights and the noise"""
     out: Path
@@ -110,8 +126,57 @@ class AsyncConfig:
     """forward under bf16 autocast (CPU), as plait run's bf16"""
     slow: tuple[str, ...] = field(default=(), metadata={"form": APPEND})
     """RANK:SECONDS slept by that worker every iteration"""
+    slowdown: tuple[float, ...] = field(default=(), metadata={"form": COMMA})
+    """per worker, times slower at compute, e.g. 1,3: after its forward and backward a worker sleeps (factor - 1)
+    times what they took (plait run --slowdown)"""
 
     @property
     def slow_s(self) -> dict[int, float]:
         """Seconds slept per iteration, by worker rank."""
         return {int(rank): float(seconds) for rank, seconds in (s.split(":") for s in self.slow)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TracedConfig:
+    """A traced module's data-parallel plan trained on torch.distributed (:mod:`plait.workloads.traced.worker`)."""
+
+    factory: str
+    """module:attr of the model's factory"""
+    input_shape: tuple[int, ...] = field(metadata={"form": COMMA})
+    """one example's input shape, e.g. 3,32,32"""
+    input_dtype: Literal["float32", "bfloat16", "float16", "int64"] = "float32"
+    """the input's dtype"""
+    dp_replicate: int = 1
+    """replicas that hold whole copies (DDP, or HSDP's replicate axis)"""
+    dp_shard: int = 1
+    """ranks that shard the model's state among themselves"""
+    sharding: Literal["none", "zero1", "zero2", "zero3"] = "none"
+    """what the dp_shard ranks shard: zero1 optimizer, zero2 + gradients, zero3 + weights"""
+    recompute_units: int = 0
+    """repeated units whose activations are recomputed in the backward (-1: all)"""
+    pp: int = 1
+    """pipeline stages"""
+    stage_starts: tuple[int, ...] = field(default=(), metadata={"form": COMMA})
+    """with pp > 1: the index of the traced unit each stage after the first begins at, e.g. 3"""
+    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    """pipeline schedule"""
+    micro_batch: int = 1
+    """examples per micro-batch per rank"""
+    global_batch: int = 1
+    """examples per optimizer step over the job"""
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    """AdamW, or SGD with momentum"""
+    dp_sync: str = "allreduce"
+    """how unsharded replicas synchronize, METHOD[:key=value,...] (plait.sync)"""
+    bf16: bool = False
+    """forward under bf16 autocast"""
+    steps: int = 4
+    """optimizer steps"""
+    lr: float = 1e-3
+    """learning rate"""
+    seed: int = 0
+    """seed of the weights and the data"""
+    reference: bool = False
+    """train in this one process, the global batch in micro-batches of the same size"""
+    out: Path
+    """JSON file rank 0 writes"""

@@ -25,6 +25,7 @@ from plait.hardware.mixed import MixedCluster, group_view
 from plait.plan.mixed import GroupShare, MixedPlan, even_shares, run_refusal, uneven_batch_refusal
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate
+from plait.search.mixed_async import async_plans
 from plait.search.mixed_local import local_sgd_plans
 from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, try_mixed
 from plait.search.runner import Progress, run_search
@@ -59,9 +60,11 @@ class MixedSearch:
 
 
 def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, engine: Engine,
-               memory_margin: float = 0.05, local_sgd: bool = True, progress: Progress | None = None) -> MixedSearch:
+               memory_margin: float = 0.05, local_sgd: bool = True, asynchronous: bool = True,
+               progress: Progress | None = None) -> MixedSearch:
     """Mixed plans of ``model`` over every device of ``cluster`` at ``global_batch`` sequences, and baselines;
-    ``local_sgd``: also each even split with per-group local steps (:mod:`plait.search.mixed_local`), ranked by
+    ``local_sgd``: also each even split with per-group local steps (:mod:`plait.search.mixed_local`);
+    ``asynchronous``: also each even split on asynchronous workers (:mod:`plait.search.mixed_async`); ranked by
     all-reduce-equivalent throughput (tokens/s over the measured steps multiplier). ``progress`` hears (steps done,
     steps): a search per group's view, a balancing per layout found (:data:`LAYOUTS` per group until they are
     known), a search per group's baseline."""
@@ -90,6 +93,8 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
                 evens.append(even)
                 if local_sgd:
                     candidates += local_sgd_plans(model, cluster, even, engine)
+                if asynchronous:
+                    candidates += async_plans(model, cluster, even, engine)
         plans += [c for c in candidates if c is not None and fits_with(c, memory_margin) and not run_refusal(c.plan)]
     plans.sort(key=lambda e: -e.target_tokens_per_s)
     evens.sort(key=lambda e: -e.target_tokens_per_s)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from plait.cost.batch import BatchResult, evaluate_batch
+from plait.cost.batch import BatchResult, evaluate_batch, peak_memory, prepare
+from plait.cost.inner import Inner
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -26,8 +27,8 @@ from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.search.enumerate import enumerate_space, layout_sizes, layouts
-from plait.search.rules import MEMORY_CODE, prune, reason_table
+from plait.search.enumerate import enumerate_blocks, layout_sizes, layouts
+from plait.search.rules import ENGINE_CODE, HOST_MEMORY_REASON, MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
@@ -53,6 +54,8 @@ class Part:
     reasons: Counter[str]
     costed: int
     chunks: list[Chunk]
+    twins: int = 0
+    """Candidates made during the search: the swapping twins of plans that do not fit (:func:`swap_twins`)."""
 
 
 def split(model: ModelSpec, space: SearchSpace, pieces: int) -> list[SearchSpace]:
@@ -89,28 +92,115 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
                 progress: Callable[[int], None] | None = None, part: Part | None = None) -> Part:
     """Enumerate, prune and cost one piece (``progress``: called with the candidates verdicted so far; ``part``:
     filled as chunks are costed, so that an interrupted search keeps what it has)."""
-    cols = enumerate_space(model, space)
     names = reason_table() + engine_reasons(engine)
-    verdict = prune(cols, model, cluster, space)
-    refused = unsupported_index(cols, model, engine)
-    verdict = np.where((verdict < 0) & (refused >= 0), MEMORY_CODE + 1 + refused, verdict)
-    codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
-    part.num_candidates += len(cols)
-    part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
-    survivors = np.flatnonzero(verdict < 0)
+    kept, enumerated = [], 0
+    for block in enumerate_blocks(model, space):  # pruned block by block; only the survivors are kept
+        verdict = prune(block, model, cluster, space)
+        refused = unsupported_index(block, model, engine)
+        verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
+        codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
+        part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
+        kept.append(block.take(np.flatnonzero(verdict < 0)))
+        enumerated += len(block)
+    part.num_candidates += enumerated
+    if not kept:
+        return part
+    cols = PlanColumns.concat(kept)
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
-    pruned = len(cols) - len(survivors)
-    for begin in range(0, len(survivors), CHUNK):
-        chunk = cols.take(survivors[begin:begin + CHUNK])
-        for batch in costed(model, cluster, chunk, engine.framework, part.reasons):
-            fits = batch.memory["total"] <= limit
-            part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
-            part.chunks.append(_keep(batch, fits))
+    pruned = enumerated - len(cols)
+    known: dict[tuple[int, ...], Inner] = {}  # per-layer quantities costed in earlier chunks
+    for begin in range(0, len(cols), CHUNK):
+        chunk = cols.take(np.arange(begin, min(begin + CHUNK, len(cols))))
+        screen = screened(model, cluster, chunk, engine.framework, limit, known)
+        if screen is not None:  # the plans that cannot fit and cannot be kept as near misses are not timed
+            batch, rows, over = screen
+            part.reasons[names[MEMORY_CODE]] += len(over)
+            _collect(part, batch, limit, names, cluster)
+            timed_misses = np.flatnonzero(batch.memory["total"] > limit)
+            order = np.argsort(np.concatenate([rows[timed_misses], over]), kind="stable")  # the chunk's order
+            misses = [PlanColumns.concat([batch.cols.take(timed_misses), chunk.take(over)]).take(order)]
+        else:
+            batches = costed(model, cluster, chunk, engine.framework, part.reasons)
+            for batch in batches:
+                _collect(part, batch, limit, names, cluster)
+            misses = [b.cols.take(np.flatnonzero(b.memory["total"] > limit)) for b in batches]
+        if space.swap_activations:  # each twin verdicted and costed once, as a candidate of its own
+            missed = PlanColumns.concat(misses)
+            twins = swap_twins(missed, np.zeros(len(missed), dtype=bool))
+            if twins is not None:
+                part.twins += len(twins)
+                search_cols(model, cluster, space, engine, twins, part)
         part.costed += len(chunk)
         if progress:
             progress(pruned + part.costed)
     return part
+
+
+def _collect(part: Part, batch: BatchResult, limit: float, names: list[str], cluster: Cluster) -> None:
+    """A costed batch into ``part``: its rows that fit in device and (for swapped activations) host memory, and its
+    nearest misses; the misses counted under their reasons."""
+    fits = batch.memory["total"] <= limit
+    host = fits & (batch.memory["host_activations"] > cluster.host_memory_bytes_per_gpu)
+    part.reasons[names[MEMORY_CODE]] += int((~fits).sum())
+    if host.any():
+        part.reasons[HOST_MEMORY_REASON] += int(host.sum())
+    part.chunks.append(_keep(batch, fits & ~host))
+
+
+def swap_twins(cols: PlanColumns, fits: np.ndarray) -> PlanColumns | None:
+    """The rows of a costed chunk that do not fit with every activation on the device (``recompute='none'``, not
+    swapping), with ``swap_activations`` on (``None``: no such row). Swapping only trades time for activation
+    memory (:mod:`plait.cost.swap`), so a plan that fits without it cannot gain from it (dominance): the space
+    tries it only where memory binds, and the search stays as large as before where it does not."""
+    rows = np.flatnonzero(~fits & cols.is_("recompute", "none") & ~cols["swap_activations"])
+    if not len(rows):
+        return None
+    twins = cols.take(rows)
+    return PlanColumns({**twins.data, "swap_activations": np.ones(len(rows), dtype=bool)}, methods=twins.methods)
+
+
+def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, cols: PlanColumns,
+                part: Part) -> None:
+    """Verdict and cost the candidates ``cols`` (made during the search) into ``part``, as :func:`search_part` does
+    the enumerated ones."""
+    names = reason_table() + engine_reasons(engine)
+    verdict = prune(cols, model, cluster, space)
+    refused = unsupported_index(cols, model, engine)
+    verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
+    codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
+    part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
+    survivors = np.flatnonzero(verdict < 0)
+    if not len(survivors):
+        return
+    limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
+    for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons):
+        _collect(part, batch, limit, names, cluster)
+    part.costed += len(survivors)
+
+
+def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
+             known: dict[tuple[int, ...], Inner] | None = None) -> tuple[BatchResult, np.ndarray, np.ndarray] | None:
+    """``cols`` costed with their memory first: (the batch of the rows that may fit or be kept as a near miss, their
+    indices in ``cols``, the indices of the other rows, which do not fit), or ``None`` where the cost model refuses a row (then :func:`costed`
+    finds it). Most costed candidates do not fit (61% for 405B on 16,384 GPUs), and their step times are never
+    read: :func:`_keep` keeps the fitting rows and the :data:`KEPT_MISSES` nearest misses. An all-reduce row's
+    memory is its stages' peak (:func:`plait.cost.batch.peak_memory`); other methods add their buffers, so those
+    rows are all timed. Timing the rows that may fit plus the all-reduce rows that are the nearest misses keeps
+    what :func:`_keep` keeps, with the same figures (every figure is a function of its own row): a row left out
+    has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order. ``known``: the per-layer
+    quantities of the search's earlier chunks (:func:`plait.cost.inner.inner_columns`), each combination costed once."""
+    try:
+        prepared = prepare(model, cluster, cols, framework, known)
+        peak = peak_memory(model, cluster, prepared)[0]["total"]
+        maybe = (peak <= limit) | (prepared.cols["dp_sync"] != 0)
+        over = np.flatnonzero(~maybe)
+        nearest = over[np.argsort(peak[over], kind="stable")[:KEPT_MISSES]]
+        rows = np.sort(np.concatenate([np.flatnonzero(maybe), nearest]))
+        batch = evaluate_batch(model, cluster, cols.take(rows), framework, prepared=prepared.take(rows))
+    except ConfigError:
+        return None
+    return batch, rows, np.setdiff1d(over, nearest)
 
 
 def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,

@@ -50,11 +50,12 @@ SEARCH_RULES: tuple[PruneRule, ...] = (
 )
 
 MEMORY_REASON = "does not fit in GPU memory (with the safety margin)"
+HOST_MEMORY_REASON = "swapped activations do not fit in the GPU's share of host memory"
 
 
 def reason_table() -> list[str]:
-    """Reason text per verdict code: plan rules, then search rules, then memory."""
-    return [r.name for r in PLAN_RULES] + [r.reason for r in SEARCH_RULES] + [MEMORY_REASON]
+    """Reason text per verdict code: plan rules, then search rules, then device and host memory."""
+    return [r.name for r in PLAN_RULES] + [r.reason for r in SEARCH_RULES] + [MEMORY_REASON, HOST_MEMORY_REASON]
 
 
 def prune(cols: PlanColumns, model: ModelSpec, cluster: Cluster, space: SearchSpace) -> np.ndarray:
@@ -68,3 +69,5 @@ def prune(cols: PlanColumns, model: ModelSpec, cluster: Cluster, space: SearchSp
 
 
 MEMORY_CODE = len(PLAN_RULES) + len(SEARCH_RULES)
+ENGINE_CODE = MEMORY_CODE + 2
+"""The first verdict code of the engine's refusals (after the two memory reasons)."""

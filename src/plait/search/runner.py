@@ -26,7 +26,8 @@ from plait.predict.estimate import assemble
 from plait.predict.intervals import bounds, spread
 from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
-from plait.search.rules import MEMORY_REASON, reason_table
+from plait.search.refine import refine
+from plait.search.rules import HOST_MEMORY_REASON, MEMORY_REASON, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
@@ -94,10 +95,11 @@ class SearchResult:
     def top(self, k: int) -> list[Estimate]:
         """The ``k`` fastest feasible plans as estimates: ranked by the closed forms, the best
         ``REFINE x k`` assembled with every pipeline re-timed by the simulation (:func:`plait.predict.estimate.assemble`
-        with ``simulate=True``: only these few, where the closed forms' drift could reorder the ranking)."""
-        out = []
-        for _, chunk, row in self.ranking()[:REFINE * k]:
-            out.append(self._estimate(self.feasible[chunk][1], row, simulate=True))
+        with ``simulate=True``: only these few, where the closed forms' drift could reorder the ranking), of which
+        those that cannot be among the ``k`` are not simulated (:mod:`plait.search.refine`)."""
+        rows = [(self.feasible[chunk][1], row) for _, chunk, row in self.ranking()[:REFINE * k]]
+        # the bound that skips simulations is on throughput: ranked by the 90% bound, every plan is simulated
+        out = refine(self.model, self.cluster, self.engine, rows, k if self.rank_by == "p50" else len(rows))
         if self.rank_by == "p90":  # tokens/s at the 90% bound, over the steps multiplier
             return sorted(out, key=lambda e: e.step_time_interval_s[1] * e.steps_multiplier / e.tokens_per_step)[:k]
         return sorted(out, key=lambda e: -e.target_tokens_per_s)[:k]
@@ -158,9 +160,13 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
         result.interrupted = True
     order = {name: i for i, name in enumerate(reason_table() + engine_reasons(engine))}  # verdict codes; memory last
     order[MEMORY_REASON] = len(order)
-    refused = len(order) + 1  # the cost model's refusals (plait.search.parts.costed), after memory, as they came
+    order[HOST_MEMORY_REASON] = len(order) + 1
+    refused = len(order) + 2  # the cost model's refusals (plait.search.parts.costed), after memory, as they came
     result.reasons = Counter(dict(sorted(done.reasons.items(), key=lambda item: order.get(item[0], refused))))
     result.costed = done.costed
+    result.num_candidates += done.twins  # the swapping twins made where memory binds (plait.search.parts.swap_twins)
+    if progress and not result.interrupted:  # the twins, made during the search, join the space's count at its end
+        progress(result.num_candidates, result.num_candidates)
     result.feasible = [(batch.cols, batch, rows) for batch, rows in done.chunks]
     result.elapsed_s = time.perf_counter() - start
     return result
@@ -171,3 +177,4 @@ def _merge(into: Part, part: Part) -> None:
     into.reasons.update(part.reasons)
     into.costed += part.costed
     into.chunks += part.chunks
+    into.twins += part.twins

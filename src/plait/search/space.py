@@ -78,6 +78,10 @@ class SearchSpace:
     ring's per-step latency dominates), alone and with Poseidon's hybrid (fewer bytes where a replica's tokens
     per step are few against its linear layers' widths, for one GEMM per factored layer)."""
 
+    swap_activations: bool = False
+    """Whether candidates that do not fit with every activation on the device (``recompute='none'``) also try
+    swapping activations to host memory (:func:`plait.search.parts.swap_twins`: only where memory binds)."""
+
     methods: tuple[SyncMethod, ...] = field(init=False, repr=False, compare=False)
     """Every method the space tries, the all-reduce first: the table its plan columns' ``dp_sync`` codes index
     (:attr:`plait.plan.columns.PlanColumns.methods`), carried by the space into each search worker."""
@@ -145,5 +149,5 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
         precisions=precisions, grad_reduce_dtypes=grad_reduce_dtypes, memory_margin=memory_margin,
         allow_tp_across_nodes=allow_tp_across_nodes, dp_syncs=dp_syncs,
         syncs_with_model_parallel=cluster.site_gpus is not None and gpus > cluster.site_gpus,
-        param_servers=param_servers,
+        param_servers=param_servers, swap_activations=True,
     )

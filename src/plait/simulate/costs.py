@@ -27,14 +27,17 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
         prepared = prepare(model, cluster, job.columns, framework)
     p2p, v = prepared.p2p_s, plan.vpp
     kept = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered))  # one reduction after the last backward
-    per_rank = []
-    for stage in range(plan.pp):  # stage_pass and stage_sync cost each distinct stage once
+    per_rank, distinct = [], {}
+    for stage in range(plan.pp):  # each distinct stage (its layer counts and ends: stage_pass's key) costed once
         dense, moe = stage_layer_counts(model, plan.pp, stage, SCALAR)
-        fwd, bwd = stage_pass(model, cluster, prepared, stage)
-        sync = stage_sync(model, cluster, prepared, stage)
-        per_rank.append((SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
-                         bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward GEMM work (Qi et al. 2023)
-                         sync.reduce_s, sync.gather_s, 1 if kept else dense + moe, sync.optimizer_s))
+        key = (dense, moe, stage == 0, stage == plan.pp - 1)
+        if key not in distinct:
+            fwd, bwd = stage_pass(model, cluster, prepared, stage)
+            sync = stage_sync(model, cluster, prepared, stage)
+            distinct[key] = (SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
+                             bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward's (Qi et al. 2023)
+                             sync.reduce_s, sync.gather_s, 1 if kept else dense + moe, sync.optimizer_s)
+        per_rank.append(distinct[key])
     forward, backward, weight, reduce, gather, buckets, optimizer = (list(x) for x in zip(*per_rank, strict=True))
     return PipelineCosts(
         p=plan.pp, m=plan.num_micro_batches, v=v, schedule=plan.schedule if plan.pp > 1 else "1f1b",

@@ -112,16 +112,76 @@ def _steps(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Step, ...], ..
     return tuple(out)
 
 
+@lru_cache(maxsize=256)
+def _bare_steps(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int, int, int], ...], ...]:
+    """:func:`_steps` without the micro-batch and chunk, which only the recorded spans name."""
+    return tuple(tuple(step[:4] for step in steps) for steps in _steps(schedule, p, m, v))
+
+
 def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
     """Run the schedule (``record``: keep every span, not only the end times)."""
     timeline, p = Timeline(record=record), c.p
-    ranks = _steps(c.schedule, p, c.m, c.v)
     zero_bubble, hops = c.schedule == "zb-h1", (0.0, c.p2p_s)
+    durations = [(c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0),
+                  c.weight_grad_s[r]) for r in range(p)]  # with a W of its own, B is the input-gradient part only
+    if record:
+        free, last_backward = _sweep_recorded(c, durations, hops, timeline)
+    else:
+        free, last_backward = _sweep(c, durations, hops)
+    for r in range(p):
+        timeline.pipeline_end_s.append(free[r])
+        timeline.step_time_s = max(timeline.step_time_s, _data_parallel(timeline, c, r, last_backward[r], free[r]))
+    return timeline
+
+
+def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]],
+           hops: tuple[float, float]) -> tuple[list[float], list[tuple[float, float]]]:
+    """Every rank's end and (start, end) of its last backward: :func:`_sweep_recorded`'s arithmetic, in its order,
+    without the spans (what an estimate needs, at a fraction of the cost)."""
+    p = c.p
+    ranks = _bare_steps(c.schedule, p, c.m, c.v)
     arrival_s = [-1.0] * (2 * c.m * p * c.v)  # -1: not yet known
     position, free = [0] * p, [0.0] * p
     last_backward = [(0.0, 0.0)] * p
-    durations = [(c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0),
-                  c.weight_grad_s[r]) for r in range(p)]  # with a W of its own, B is the input-gradient part only
+    left = sum(len(steps) for steps in ranks)
+    while left:
+        progressed = False
+        for r in range(p):
+            steps, i, now, took = ranks[r], position[r], free[r], durations[r]
+            n, start = len(steps), i
+            backward_begin = backward_end = -1.0
+            while i < n:
+                kind, wait, fill, hop = steps[i]
+                begin = now
+                if wait >= 0:
+                    arrival = arrival_s[wait]
+                    if arrival < 0:
+                        break
+                    if arrival > now:
+                        begin = arrival
+                now = begin + took[kind]
+                if fill >= 0:
+                    arrival_s[fill] = now + hops[hop]
+                if kind:
+                    backward_begin, backward_end = begin, now
+                i += 1
+            if i > start:
+                progressed, left = True, left - (i - start)
+                position[r], free[r] = i, now
+                if backward_end >= 0:
+                    last_backward[r] = (backward_begin, backward_end)
+        assert progressed, f"schedule {c.schedule} deadlocks (p={p}, m={c.m}, v={c.v})"
+    return free, last_backward
+
+
+def _sweep_recorded(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: tuple[float, float],
+                    timeline: Timeline) -> tuple[list[float], list[tuple[float, float]]]:
+    """Sweep the ranks in dependency order (module docstring), recording every compute span on ``timeline``."""
+    p = c.p
+    ranks = _steps(c.schedule, p, c.m, c.v)
+    arrival_s = [-1.0] * (2 * c.m * p * c.v)  # -1: not yet known
+    position, free = [0] * p, [0.0] * p
+    last_backward = [(0.0, 0.0)] * p
     left = sum(len(steps) for steps in ranks)
     while left:
         progressed = False
@@ -141,17 +201,13 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
                     arrival_s[fill] = now + hops[hop]
                 if kind:
                     last_backward[r] = (begin, now)
-                if record:
-                    timeline.add(r, "compute", _KINDS[kind], begin, now, micro, chunk)
+                timeline.add(r, "compute", _KINDS[kind], begin, now, micro, chunk)
                 i += 1
             if i > position[r]:
                 progressed, left = True, left - (i - position[r])
                 position[r], free[r] = i, now
         assert progressed, f"schedule {c.schedule} deadlocks (p={p}, m={c.m}, v={c.v})"
-    for r in range(p):
-        timeline.pipeline_end_s.append(free[r])
-        timeline.step_time_s = max(timeline.step_time_s, _data_parallel(timeline, c, r, last_backward[r], free[r]))
-    return timeline
+    return free, last_backward
 
 
 def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: tuple[float, float],

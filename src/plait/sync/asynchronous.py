@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 ADAMW_PASSES = 7
 """fp32 streams of one AdamW step per element: read gradient, parameter and both moments, write three."""
+LARGEST_BOUND = 2**20
+"""The largest staleness bound a spec takes: no run lasts long enough for it to hold a worker, so it is costed as
+no bound (:mod:`plait.predict.mixed`)."""
 ELASTIC_PASSES = 3
 """fp32 streams of the centre's elastic update per element: read both copies, write the centre."""
 
@@ -54,7 +57,7 @@ class AsyncPS(Asynchronous):
     server_passes: ClassVar[int] = ADAMW_PASSES
     servers_hold_model: ClassVar[bool] = True
 
-    staleness: int = number(None, 0, 2**20, True)
+    staleness: int = number(None, 0, LARGEST_BOUND, True)
     """Steps a worker may run ahead of the slowest (0: synchronous)."""
     servers: int = number(1, 1, 2**20, True)
     """Server ranks, each holding a shard of the parameters."""
@@ -70,6 +73,12 @@ class AsyncPS(Asynchronous):
     @property
     def lockstep(self) -> bool:
         return self.staleness == 0
+
+    @property
+    def holds_fast_workers(self) -> bool:
+        """Whether, over a long run, the bound makes every worker step at the slowest's pace (any bound short of
+        :data:`LARGEST_BOUND`: the fastest stays at most ``staleness`` iterations ahead, Ho et al. 2013)."""
+        return self.staleness < LARGEST_BOUND
 
     def worker_step(self, worker: WorkerHooks, step: int) -> None:
         worker.push_gradient()

@@ -168,6 +168,12 @@ class SyncMethod:
         return None
 
     @property
+    def holds_fast_workers(self) -> bool:
+        """Whether a staleness bound makes unequal asynchronous workers step at the slowest's pace over a long run
+        (:mod:`plait.predict.mixed`)."""
+        return False
+
+    @property
     def elastic_force(self) -> float:
         """How far a worker's pushed parameters and its centre move toward each other (0: no elastic pushes)."""
         return 0.0

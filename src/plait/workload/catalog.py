@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError, did_you_mean, parsing, read_user_file
+from plait.packaged import packaged_toml
 from plait.schema import build
 from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
@@ -19,8 +19,7 @@ DEFAULT_MODEL = "llama3-8b"
 
 @functools.cache
 def _tables() -> dict[str, dict[str, Any]]:
-    text = resources.files("plait.workload").joinpath("data").joinpath("models.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return packaged_toml("plait.workload", "data", "models.toml")
 
 
 def model_names() -> list[str]:
@@ -69,7 +68,6 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         return model_from_mapping(raw, str(path))
 
     if is_traced_name(name_or_path):  # the commands that take a traced module handle it before they get here
-        raise ConfigError(f"model {name_or_path!r} is a module factory: plait estimate and plait plan trace it; "
-                          "this command takes catalog models and model files (plait run does not run traced "
-                          "workloads yet)")
+        raise ConfigError(f"model {name_or_path!r} is a module factory: plait estimate and plait plan trace it "
+                          "and plait run trains its plan file; this command takes catalog models and model files")
     return get_model(name_or_path)

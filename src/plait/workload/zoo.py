@@ -7,6 +7,11 @@ built by the field's libraries, each with the input one example takes.
   microsoft/resnet-50's (transformers docs, "ResNetConfig"); torchvision's ``resnet50`` (``--model
   torchvision:resnet50``) is the same network where torchvision imports (its wheels on PyPI need the torch they
   were built with). Needs ``pip install 'plait[traced]'``.
+- ``small_cnn``: a small residual convolutional network for 32 x 32 RGB images (a CIFAR-size input), small enough
+  for ``plait run`` to train on CPU ranks in seconds (``plait plan --model plait.workload.zoo:small_cnn --export``).
+  Plain PyTorch (``plait[run]``). Its blocks normalise with ``GroupNorm`` (Wu & He, ECCV 2018), which, unlike
+  ``BatchNorm``, computes on each example alone: data-parallel training over any split of the batch equals one
+  process's.
 """
 
 from __future__ import annotations
@@ -84,3 +89,33 @@ def bert_large() -> Any:
 
 bert_large.example_shape = (128,)  # type: ignore[attr-defined]
 bert_large.input_dtype = "int64"  # type: ignore[attr-defined]
+
+
+def small_cnn() -> Any:
+    """A small residual CNN for 32 x 32 images (module docstring): a 3x3 stem to 32 channels, four residual blocks
+    (two 3x3 convolutions with GroupNorm and ReLU each, He et al., CVPR 2016, Fig. 2), global average pooling and a
+    10-way linear head."""
+    try:
+        from torch import nn
+    except ImportError as exc:
+        raise MissingExtra("small_cnn", "run", "torch") from exc
+
+    class ResidualBlock(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+            self.norm1 = nn.GroupNorm(4, width)
+            self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+            self.norm2 = nn.GroupNorm(4, width)
+
+        def forward(self, x: Any) -> Any:
+            y = self.norm1(self.conv1(x)).relu()
+            return (x + self.norm2(self.conv2(y))).relu()
+
+    width = 32
+    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), *(ResidualBlock(width) for _ in range(4)),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10))
+
+
+small_cnn.example_shape = (3, 32, 32)  # type: ignore[attr-defined]
+small_cnn.input_dtype = "float32"  # type: ignore[attr-defined]

@@ -78,6 +78,9 @@ class WorkloadKind:
     """``plait simulate --model``'s entry; ``None``: the core simulates a plan file's step."""
     run: Entry | None = None
     """``plait run --model``'s entry; ``None``: the kind runs from a plan file (or not at all)."""
+    run_plan: Entry | None = None
+    """``plait run --plan``'s entry for a plan file whose ``[job]`` model is of this kind (the options' ``plan``
+    names it); ``None``: the core's runtime runs it (:func:`plait.run.plan_run.run_plan`)."""
     validation: Validation | None = None
     """``plait validate``'s reader of this kind's measured runs."""
     engine: str | None = None

@@ -9,14 +9,13 @@ from pathlib import Path
 
 from plait.workload.files import toml_describes
 from plait.workloads import Options, Validation, WorkloadKind, lazy
-from plait.workloads.dit.model import is_dit_data, read_dit
 
 COMMANDS = "plait.workloads.dit.commands"
 
 
 def is_dit_file(name: str | None) -> bool:
     """``name`` is a TOML file that describes a DiT (it has ``[dit]``)."""
-    return toml_describes(name, is_dit_data)
+    return toml_describes(name, lazy("plait.workloads.dit.model:is_dit_data"))
 
 
 def _given(options: Options) -> str | None:
@@ -25,7 +24,7 @@ def _given(options: Options) -> str | None:
     return None
 
 
-KIND = WorkloadKind(name="dit", label="DiT", runtime="xDiT", recognises=is_dit_file, read=lambda name: read_dit(Path(str(name))),
+KIND = WorkloadKind(name="dit", label="DiT", runtime="xDiT", recognises=is_dit_file, read=lambda name: lazy("plait.workloads.dit.model:read_dit")(Path(str(name))),
                     options_given=_given, refuses=("dlrm", "traced"), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
                     validation=Validation(option="dit", read=lazy("plait.workloads.dit.validate:validate_dit"),

@@ -55,5 +55,5 @@ def simulate(workload: Workload, options: Options) -> None:
 
 
 def run(workload: Workload, options: Options) -> None:
-    """Ulysses or DistriFusion on CPU ranks beside one process (:func:`plait.workloads.dit.run.run_dit`)."""
+    """The plan on CPU ranks beside one process (:func:`plait.workloads.dit.run.run_dit`)."""
     run_dit(workload, options["parallel"], options["gpus"], options["dry_run"])

@@ -10,9 +10,10 @@ DistriFusion patches:
   Sec. 3.1: ``4 S H / u`` elements sent per GPU and layer). ``u`` must divide the heads.
 - **ring** (``r``): each GPU keeps ``S / r`` queries and passes its K, V block around the ring, ``r - 1`` sends per
   layer overlapped with the blockwise attention (Ring Attention: Liu et al., arXiv 2310.01889, Sec. 3); with Ulysses
-  the two nest (USP: Fang & Zhao, arXiv 2405.07719, Sec. 3: Ulysses inside, ring across).
+  the two nest (USP: Fang & Zhao, arXiv 2405.07719, Sec. 3: Ulysses inside, ring across). Inside PipeFusion each
+  patch rings the whole K, V buffer (xDiT's ``xdit_ring_flash_attn_forward`` rings its cache): ``M`` passes a step.
 - **tp** (``t``): Megatron's split of every block (Shoeybi et al., arXiv 1909.08053, Sec. 3): two all-reduces of the
-  block's ``S H`` activations per block.
+  block's ``S H`` activations per block, and one all-gather of the column-split adaLN modulation (``6 H`` a pass).
 - **pipefusion** (``p``, ``M`` patches): the layers in ``p`` stages, the image in ``M`` patches streamed through
   them; each stage attends with the fresh K, V of its patch and one-step-stale K, V of the others, so a step needs no
   bubble once the pipeline is full (PipeFusion: Wang et al., arXiv 2405.14430, Sec. 4): per patch and boundary one
@@ -47,7 +48,14 @@ from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
-from plait.workloads.dit.offload import offloaded_step_s
+from plait.workloads.dit.offload import offloaded_step_s, streamed_bytes_per_step
+from plait.workloads.dit.sent_bytes import (
+    cfg_sent_bytes,
+    pipefusion_sent_bytes,
+    ring_sent_bytes,
+    stale_kv_sent_bytes,
+    ulysses_sent_bytes,
+)
 
 DISTRIFUSION_WARMUP = 4
 """Synchronous steps before DistriFusion switches to stale activations (its default: Li et al., CVPR 2024, Sec. 5.1:
@@ -108,24 +116,6 @@ class DitEstimate:
     buffer_bytes: float
 
 
-def ulysses_sent_bytes(tokens: float, hidden: float, element_bytes: int, passes: float, degree: int) -> float:
-    """Bytes one GPU sends its peers per layer under Ulysses: Q, K, V and the output, ``tokens x hidden`` each, of
-    which ``(u - 1) / u`` leave (DeepSpeed-Ulysses, Sec. 3.1)."""
-    return 4 * tokens * hidden * element_bytes * passes * (degree - 1) / degree
-
-
-def stale_kv_sent_bytes(tokens: float, hidden: float, element_bytes: int, passes: float, degree: int) -> float:
-    """Bytes one GPU sends its peers per layer and gather under DistriFusion: its fresh K and V, ``tokens x hidden``
-    each, to each of the ``n - 1`` others."""
-    return 2 * tokens * hidden * element_bytes * passes * (degree - 1)
-
-
-def stale_kv_gathers(steps: int, warmup: int) -> int:
-    """All-gathers per layer over a generation: one per step, none after the last when it runs stale (nothing
-    follows to use it); a synchronous warm-up step's gather serves the next step too."""
-    return steps if warmup >= steps else steps - 1
-
-
 def check_plan(spec: DitSpec, job: DitJob, plan: DitPlan) -> None:
     """Refuse a plan the model or job cannot take (one line naming the value and the rule)."""
     if min(plan.cfg, plan.pipefusion, plan.ulysses, plan.ring, plan.tp, plan.distrifusion, plan.patches) < 1:
@@ -160,7 +150,6 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     share = plan.ulysses * plan.ring * plan.distrifusion  # ways the sequence is split
     tokens = seq / share  # this GPU's tokens (of each pass), every stage's patches together
     layers = spec.attention_layers / plan.pipefusion
-    heads_share = plan.tp * plan.ulysses
     pieces = plan.patches if plan.pipefusion > 1 else 1  # PipeFusion runs each block once per patch
     compute = layers * passes * pieces * _block_s(spec, tokens / pieces, plan.tp, acc)
     keys = seq
@@ -181,17 +170,20 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
         comm += layers * float(collective_s(cluster, "all_to_all", plan.ulysses, 1,
                                             sent * plan.ulysses / (plan.ulysses - 1)))
     if plan.ring > 1:
-        block = 2 * tokens * (spec.hidden / heads_share) * b * passes
-        ring = (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
+        block = ring_sent_bytes(tokens, hidden_part, b, passes, plan.ring) / (plan.ring - 1)
+        ring = pieces * (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
         comm += layers * max(0.0, ring - attention / layers)
-    if plan.tp > 1:
+    if plan.tp > 1:  # all_reduce_s takes the reduced tensor and sends 2 (t - 1) / t of it: tp_sent_bytes
         comm += layers * 2 * float(collective_s(cluster, "all_reduce", plan.tp, 1, tokens * spec.hidden * b * passes))
-    if plan.cfg > 1:
-        latent = image * spec.patch**2 * spec.latent_channels * b * job.passes
-        comm += float(collective_s(cluster, "all_gather", plan.cfg, plan.gpus // plan.cfg, latent))
+        comm += layers * float(collective_s(cluster, "all_gather", plan.tp, 1, 6 * spec.hidden * b * passes))
+    if plan.cfg > 1:  # the gathered whole: each pass's velocity of the tokens this GPU predicts
+        predicted_tokens = image / (plan.ulysses * plan.ring * plan.distrifusion)
+        latent = cfg_sent_bytes(predicted_tokens, spec.patch**2 * spec.latent_channels, b, job.batch, plan.cfg)
+        comm += float(collective_s(cluster, "all_gather", plan.cfg, plan.gpus // plan.cfg,
+                                   latent * plan.cfg / (plan.cfg - 1)))
     overlap_comm = patch_transfer = 0.0
     if plan.pipefusion > 1:
-        per_patch = tokens / plan.patches * spec.hidden * b * passes
+        per_patch = pipefusion_sent_bytes(tokens, spec.hidden, b, passes) / plan.patches
         patch_transfer = float(collective_s(cluster, "p2p", plan.pipefusion, share, per_patch))
         overlap_comm += plan.patches * patch_transfer
     if plan.distrifusion > 1:  # all_gather_s takes the gathered whole: every GPU's share
@@ -202,7 +194,7 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     if plan.pipefusion > 1:  # a patch's updated latent must come back round the p stages before its next step
         step += max(0.0, plan.pipefusion * patch_transfer - (plan.patches - plan.pipefusion) * compute / plan.patches)
     synchronous = compute + comm + overlap_comm
-    weights = resident = spec.params() * b / (plan.pipefusion * plan.tp)
+    weights = resident = streamed_bytes_per_step(spec.params(), b, plan.pipefusion * plan.tp)
     if plan.offload:
         step = offloaded_step_s(compute, step - compute, weights, cluster)
         resident = 2 * weights / layers  # the layer computing and the one arriving

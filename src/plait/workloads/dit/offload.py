@@ -20,6 +20,12 @@ def pcie_carries_collectives(cluster: Cluster) -> bool:
     return link.startswith(("none", "pcie"))
 
 
+def streamed_bytes_per_step(params: float, element_bytes: int, shards: int) -> float:
+    """Weights streamed in per step (each layer's once): this GPU's ``1 / shards`` of the blocks' parameters
+    (``shards``: PipeFusion stages x tensor-parallel degree)."""
+    return params * element_bytes / shards
+
+
 def offloaded_step_s(compute_s: float, comm_s: float, weight_bytes: float, cluster: Cluster) -> float:
     """One step with every layer's weights streamed in over PCIe (module docstring); ``comm_s``: the step's
     communication left exposed without offload."""

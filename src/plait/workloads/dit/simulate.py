@@ -12,9 +12,9 @@ The simulated latency of a PipeFusion plan is a check of the closed form's fill 
 
 from __future__ import annotations
 
-from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitEstimate, DitPlan
 from plait.events.kernel import Kernel
 from plait.simulate.pipeline import Timeline
+from plait.workloads.dit.cost import DISTRIFUSION_WARMUP, DitEstimate, DitPlan
 from plait.workloads.dit.model import DitJob
 
 

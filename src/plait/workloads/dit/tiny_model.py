@@ -22,6 +22,8 @@ from torch import nn
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``(layer, q_BSND, k_BSND, v_BSND) -> out_BSND``: attention over the whole image's tokens."""
+Velocity = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(x_BSP, t_B) -> v_BSP``: the velocity a denoising step follows (guidance already applied)."""
 
 
 def local_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -70,7 +72,8 @@ class TinyDiT(nn.Module):
         self.embed = nn.Linear(patch_values, hidden)
         self.pos_SH = nn.Parameter(torch.randn(tokens, hidden) * 0.02)
         self.t_mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
-        self.label = nn.Embedding(classes, hidden)
+        self.null_class = classes  # the dropped label's row (DiT's LabelEmbedder keeps one for guidance)
+        self.label = nn.Embedding(classes + 1, hidden)
         self.blocks = nn.ModuleList(Block(hidden, heads, mlp_ratio) for _ in range(layers))
         self.final_mod = nn.Linear(hidden, 2 * hidden)
         self.norm = nn.LayerNorm(hidden, elementwise_affine=False, eps=1e-6)
@@ -82,23 +85,62 @@ class TinyDiT(nn.Module):
 
     def forward(self, x_BSP: torch.Tensor, t_B: torch.Tensor, y_B: torch.Tensor, positions: slice,
                 attend: Attend = local_attention) -> torch.Tensor:
-        c_BH = self.t_mlp(timestep_embedding(t_B, self.pos_SH.shape[1])) + self.label(y_B)
-        x_BSH = self.embed(x_BSP) + self.pos_SH[positions]
+        c_BH = self.condition(t_B, y_B)
+        x_BSH = self.tokens(x_BSP, positions)
         for layer, block in enumerate(self.blocks):
             x_BSH = block(x_BSH, c_BH, layer, attend)
+        return self.out(x_BSH, c_BH)
+
+    def condition(self, t_B: torch.Tensor, y_B: torch.Tensor) -> torch.Tensor:
+        """The timestep's and class's embedding every block is modulated by."""
+        return self.t_mlp(timestep_embedding(t_B, self.pos_SH.shape[1])) + self.label(y_B)
+
+    def tokens(self, x_BSP: torch.Tensor, positions: slice) -> torch.Tensor:
+        """Patches to hidden tokens at their positions in the whole image."""
+        return self.embed(x_BSP) + self.pos_SH[positions]
+
+    def out(self, x_BSH: torch.Tensor, c_BH: torch.Tensor) -> torch.Tensor:
+        """The final modulated norm and the linear head back to patch values."""
         shift, scale = self.final_mod(fn.silu(c_BH)).unsqueeze(1).chunk(2, dim=-1)
         return self.head(self.norm(x_BSH) * (1 + scale) + shift)
 
 
-def denoise(model: TinyDiT, x_BSP: torch.Tensor, y_B: torch.Tensor, steps: int, positions: slice,
-            attend: Attend = local_attention, on_step: Callable[[int], None] | None = None) -> torch.Tensor:
+def guide(v_cond: torch.Tensor, v_uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    """Classifier-free guidance: ``v_u + s (v_c - v_u)`` (Ho & Salimans, arXiv 2207.12598, Eq. 6 with
+    ``s = 1 + w``)."""
+    return v_uncond + scale * (v_cond - v_uncond)
+
+
+def velocity(model: TinyDiT, y_B: torch.Tensor, positions: slice, attend: Attend = local_attention,
+             guidance: float = 0.0) -> Velocity:
+    """The model's velocity; with ``guidance`` > 0 the conditional and unconditional passes in one batch (as
+    diffusers' pipelines run them) and guided."""
+    def v(x_BSP: torch.Tensor, t_B: torch.Tensor) -> torch.Tensor:
+        if not guidance:
+            return model(x_BSP, t_B, y_B, positions, attend)  # type: ignore[no-any-return]
+        null_B = torch.full_like(y_B, model.null_class)
+        both = model(torch.cat([x_BSP, x_BSP]), torch.cat([t_B, t_B]), torch.cat([y_B, null_B]), positions, attend)
+        return guide(*both.chunk(2), guidance)
+    return v
+
+
+def denoise(v: Velocity, x_BSP: torch.Tensor, steps: int,
+            on_step: Callable[[int], None] | None = None) -> torch.Tensor:
     """Euler steps of a rectified flow from noise (t = 1) to data (t = 0), the model predicting the velocity
     (Liu et al., ICLR 2023, Sec. 2; SD3 and Flux sample so)."""
-    ts = torch.linspace(1.0, 0.0, steps + 1)
     with torch.no_grad():
         for i in range(steps):
             if on_step is not None:
                 on_step(i)
-            t_B = torch.full((x_BSP.shape[0],), float(ts[i]) * 1000.0)
-            x_BSP = x_BSP + (ts[i + 1] - ts[i]) * model(x_BSP, t_B, y_B, positions, attend)
+            x_BSP = x_BSP + step_size(steps, i) * v(x_BSP, timestep(steps, i, x_BSP.shape[0]))
     return x_BSP
+
+
+def timestep(steps: int, i: int, batch: int) -> torch.Tensor:
+    """Step ``i``'s time for every image, t in [0, 1000]."""
+    return torch.full((batch,), float(torch.linspace(1.0, 0.0, steps + 1)[i]) * 1000.0)
+
+
+def step_size(steps: int, i: int) -> float:
+    ts = torch.linspace(1.0, 0.0, steps + 1)
+    return float(ts[i + 1] - ts[i])

@@ -1,24 +1,103 @@
-"""A DiT plan as xDiT's command-line arguments (xDiT's ``xFuserArgs``, xfuser/config/args.py): the
-degrees of CFG, PipeFusion (with its patches), Ulysses, ring and tensor parallelism, the image and the steps, for
-``torchrun --nproc_per_node N <xDiT example script> ...``. DistriFusion is not one of xDiT's methods (it is
-``distrifuser``'s): such a plan is refused in one line."""
+"""A DiT plan as xDiT's launch line (xdit-project/xDiT, xfuser 0.7.0): the degrees of CFG, PipeFusion (with its
+patches), Ulysses and ring, the image and the steps, for each catalog model xDiT runs.
+
+xDiT starts a model one of two ways: models of its unified runner by ``xdit --model NAME ...`` (xfuser/cli.py:
+torchrun with as many processes as the degrees multiply to; arguments ``xFuserArgs.add_runner_args``), the
+others by one of its example scripts, ``torchrun --nproc_per_node=N examples/SCRIPT --model HF_ID ...``
+(``xFuserArgs.add_cli_args``, from a checkout of xDiT). Each model supports some methods only; a plan using another
+is not one xDiT runs. DistriFusion is not one of xDiT's methods (it is ``distrifuser``'s), xDiT implements tensor
+parallelism for none of these models, and its CPU offload (diffusers' sequential offload) does not prefetch as
+plait's layer-wise offload is costed.
+"""
 
 from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Literal
 
 from plait.errors import ConfigError
 from plait.workloads.dit.cost import DitPlan
 from plait.workloads.dit.model import DitJob, DitSpec
 
+Method = Literal["cfg", "pipefusion", "ulysses", "ring"]
+PROMPT = "brown dog laying on the ground with a metal bowl in front of him."
+"""The prompt of xDiT's examples/run.sh (any prompt launches the same work)."""
 
-def xdit_arguments(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str) -> list[str]:
-    """xDiT's arguments for ``plan`` (``model_path``: the Hugging Face id or folder xDiT loads)."""
+
+@dataclass(frozen=True, kw_only=True)
+class XditModel:
+    """How xDiT launches one catalog model and which of its methods that launch supports."""
+
+    name: str
+    """``--model``: the runner's registered name, or the Hugging Face id the script loads."""
+    script: str
+    """The example script; empty: the unified runner (``xdit``)."""
+    methods: frozenset[Method]
+    source: str
+
+
+XDIT_MODELS: dict[str, XditModel] = {
+    "black-forest-labs/FLUX.1-dev": XditModel(
+        name="black-forest-labs/FLUX.1-dev", script="", methods=frozenset({"pipefusion", "ulysses", "ring"}),
+        source="xfuser/model_executor/models/runner_models/flux.py (xfuser 0.7.0): @register_model, "
+               "ModelCapabilities(ulysses_degree, ring_degree, pipefusion_parallel_degree)"),
+    "hunyuanvideo-community/HunyuanVideo": XditModel(
+        name="tencent/HunyuanVideo", script="", methods=frozenset({"ulysses", "ring"}),
+        source="xfuser/model_executor/models/runner_models/hunyuan.py (xfuser 0.7.0): @register_model"
+               "('tencent/HunyuanVideo'), ModelCapabilities(ulysses_degree, ring_degree)"),
+    "PixArt-alpha/PixArt-XL-2-1024-MS": XditModel(
+        name="PixArt-alpha/PixArt-XL-2-1024-MS", script="examples/pixartalpha_example.py",
+        methods=frozenset({"cfg", "pipefusion", "ulysses", "ring"}),
+        source="examples/pixartalpha_example.py and examples/run.sh (xfuser 0.7.0): xFuserPixArtAlphaPipeline"),
+    "Efficient-Large-Model/Sana_1600M_4Kpx_BF16_diffusers": XditModel(
+        name="Efficient-Large-Model/Sana_1600M_4Kpx_BF16_diffusers", script="examples/sana_example.py",
+        methods=frozenset({"cfg", "pipefusion", "ulysses", "ring"}),
+        source="examples/sana_example.py (xfuser 0.7.0); docs/performance/sana.md lists PipeFusion, Ulysses, "
+               "Ring and CFG"),
+    "BestWishYsh/ConsisID-preview": XditModel(
+        name="BestWishYsh/ConsisID-preview", script="examples/consisid_example.py",
+        methods=frozenset({"cfg", "ulysses", "ring"}),
+        source="examples/consisid_example.py (xfuser 0.7.0): 'This script does not support PipeFusion.'"),
+}
+"""Keyed by the catalog model's ``hf_model``. Mochi (genmo/mochi-1-preview) has neither a runner model nor an
+example script in xfuser 0.7.0."""
+
+
+def xdit_model(spec: DitSpec) -> XditModel:
+    """How xDiT launches ``spec``; one line naming the model when it does not."""
+    model = XDIT_MODELS.get(spec.hf_model)
+    if model is None:
+        what = f"hf_model={spec.hf_model!r}" if spec.hf_model else "no hf_model"
+        raise ConfigError(f"{spec.name} ({what}): xDiT (xfuser 0.7.0) has no runner model or example script for it; "
+                          f"it runs {', '.join(sorted(XDIT_MODELS))}")
+    return model
+
+
+def unsupported(spec: DitSpec, plan: DitPlan) -> str:
+    """Why xDiT does not run ``plan`` for ``spec`` ('' when it does)."""
+    model = xdit_model(spec)
     if plan.distrifusion > 1:
-        raise ConfigError(f"distrifusion={plan.distrifusion}: xDiT has no DistriFusion; run it with distrifuser "
-                          "(mit-han-lab/distrifuser, DistriConfig(parallelism='patch'))")
-    args = ["--model", model_path, "--height", str(job.pixels_high), "--width", str(job.resolution),
+        return "DistriFusion is distrifuser's (mit-han-lab/distrifuser), not xDiT's"
+    if plan.tp > 1:
+        return "xDiT has no tensor parallelism for this model"
+    if plan.offload:
+        return "xDiT's CPU offload is diffusers' sequential offload, not layer-wise prefetch"
+    used = {m for m, degree in (("cfg", plan.cfg), ("pipefusion", plan.pipefusion), ("ulysses", plan.ulysses),
+                                ("ring", plan.ring)) if degree > 1}
+    missing = sorted(used - model.methods)
+    return f"{model.name} in xDiT supports no {', '.join(missing)}" if missing else ""
+
+
+def xdit_arguments(spec: DitSpec, job: DitJob, plan: DitPlan) -> list[str]:
+    """xDiT's arguments for ``plan`` (after the launcher)."""
+    why = unsupported(spec, plan)
+    if why:
+        raise ConfigError(f"{plan.label()}: {why}")
+    model = xdit_model(spec)
+    args = ["--model", model.name, "--height", str(job.pixels_high), "--width", str(job.resolution),
             "--num_inference_steps", str(job.steps), "--pipefusion_parallel_degree", str(plan.pipefusion),
-            "--ulysses_degree", str(plan.ulysses), "--ring_degree", str(plan.ring),
-            "--tensor_parallel_degree", str(plan.tp)]
+            "--ulysses_degree", str(plan.ulysses), "--ring_degree", str(plan.ring)]
     if plan.pipefusion > 1:
         args += ["--num_pipeline_patch", str(plan.patches)]
     if plan.cfg > 1:
@@ -29,10 +108,11 @@ def xdit_arguments(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str) -
         args += ["--num_frames", str(job.frames)]
     if job.compiled:
         args.append("--use_torch_compile")
-    return args
+    return [*args, "--prompt", PROMPT]
 
 
-def torchrun_line(spec: DitSpec, job: DitJob, plan: DitPlan, model_path: str, script: str) -> str:
+def launch_line(spec: DitSpec, job: DitJob, plan: DitPlan) -> str:
     """The whole launch line for ``plan.gpus`` processes on one node."""
-    return " ".join(["torchrun", f"--nproc_per_node={plan.gpus}", script,
-                     *xdit_arguments(spec, job, plan, model_path)])
+    model, args = xdit_model(spec), xdit_arguments(spec, job, plan)
+    launcher = ["xdit"] if not model.script else ["torchrun", f"--nproc_per_node={plan.gpus}", model.script]
+    return shlex.join([*launcher, *args])

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from plait.workload.files import toml_describes
 from plait.workloads import Options, WorkloadKind, lazy
-from plait.workloads.dlrm.model import read_dlrm
 
 COMMANDS = "plait.workloads.dlrm.commands"
 
@@ -24,6 +23,6 @@ def _given(options: Options) -> str | None:
     return None
 
 
-KIND = WorkloadKind(name="dlrm", label="DLRM", recognises=is_dlrm_file, read=lambda name: read_dlrm(Path(str(name))),
+KIND = WorkloadKind(name="dlrm", label="DLRM", recognises=is_dlrm_file, read=lambda name: lazy("plait.workloads.dlrm.model:read_dlrm")(Path(str(name))),
                     options_given=_given, refuses=("traced",), estimate=lazy(f"{COMMANDS}:estimate"), plan=lazy(f"{COMMANDS}:plan"),
                     run=lazy(f"{COMMANDS}:run"), runtime="TorchRec")

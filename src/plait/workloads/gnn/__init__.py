@@ -8,7 +8,6 @@ from pathlib import Path
 
 from plait.workload.files import toml_describes
 from plait.workloads import Options, Validation, WorkloadKind, lazy
-from plait.workloads.gnn.model import is_gnn_data, read_gnn
 
 COMMANDS = "plait.workloads.gnn.commands"
 
@@ -19,7 +18,7 @@ OPTIONS = {"gnn_strategy": "sampled_dp", "gnn_library": "pyg", "edge_cut": None,
 
 def is_gnn_file(name: str | None) -> bool:
     """``name`` is a TOML file that describes a GNN (it has ``[graph]`` and ``[model]``)."""
-    return toml_describes(name, is_gnn_data)
+    return toml_describes(name, lazy("plait.workloads.gnn.model:is_gnn_data"))
 
 
 def _given(options: Options) -> str | None:
@@ -29,7 +28,7 @@ def _given(options: Options) -> str | None:
     return None
 
 
-KIND = WorkloadKind(name="gnn", label="GNN", runtime="PyG or DGL (--gnn-library)", recognises=is_gnn_file, read=lambda name: read_gnn(Path(str(name))),
+KIND = WorkloadKind(name="gnn", label="GNN", runtime="PyG or DGL (--gnn-library)", recognises=is_gnn_file, read=lambda name: lazy("plait.workloads.gnn.model:read_gnn")(Path(str(name))),
                     options_given=_given, refuses=("dlrm", "traced"), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), simulate=lazy(f"{COMMANDS}:simulate"), run=lazy(f"{COMMANDS}:run"),
                     validation=Validation(option="gnn", read=lazy("plait.workloads.gnn.validate:validate_gnn"),

@@ -208,7 +208,11 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
     """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
     softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
     if library in ("dgl", "spmm"):  # one fused sparse-dense product each way
-        return (m + n) * width + softmax, (m + n) * width + softmax
+        # an attention layer's edge weights take a gradient too: DGL's GSpMM backward of u_mul_e_sum runs an SDDMM
+        # 'dot' of each edge's source row and destination gradient row (2m rows read, m x heads written;
+        # dmlc/dgl python/dgl/backend/pytorch/sparse.py, GSpMM.backward, `gsddmm(gidx, 'dot', X, dZ)`)
+        weights = 2 * m * width + m * heads if kind in ("gat", "transformer") else 0.0
+        return (m + n) * width + softmax, (m + n) * width + softmax + weights
     if kind == "gin":  # the sum of the gathered neighbours, then (1 + eps) x + the sum (3n)
         return (4 * m + 4 * n) * width, (4 * m + 4 * n) * width
     if kind == "gcn":  # gcn_norm's self loops: each message scaled by its edge weight, then summed

@@ -37,14 +37,12 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     (nothing is launched on ``dry_run``)."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"--gnn-strategy {strategy}: must be one of {', '.join(STRATEGIES)}")
-    if strategy in COSTED_ONLY:
-        raise ConfigError(f"--gnn-strategy {strategy}: {COSTED_ONLY[strategy]}")
     if not 0.0 <= cache <= 1.0:
         raise ConfigError(f"--cache-fraction={cache} must lie in [0, 1]")
     chosen = parse_sampler(sampler)
     if chosen.kind != "loop" and strategy in LOCAL_WORKERS:
         raise ConfigError(f"--gnn-sampler {sampler}: {strategy} samples inside each part with the loop sampler")
-    if strategy == "replicated":  # every rank holds every feature: a cache of all of them
+    if strategy in ("replicated", "host_features"):  # every rank reads every feature where it is: a cache of all
         cache = 1.0
     if strategy == "full_graph" and chosen.kind != "loop":
         raise ConfigError(f"--gnn-sampler {sampler}: full_graph samples nothing")
@@ -63,6 +61,8 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
                   f"{batch} seeds per rank, {steps} steps, {strategy}"
                   + (f", {chosen.label()} sampler" if chosen.kind != "loop" else ""))
+    if strategy == "host_features":
+        console.print(f"plait: note: {HOST_FEATURES_NOTE}")
     if dry_run:
         return
     if strategy in LOCAL_WORKERS:
@@ -105,11 +105,10 @@ def gnn_worker_config(spec: Any, batch: int, steps: int, cache: float) -> GnnCon
                      batch=batch, steps=steps, cache=cache, out=Path("unused"))
 
 
-COSTED_ONLY = {
-    "host_features": "on CPU ranks the host's memory is the ranks' own, so there is no PCIe read to run; "
-                     "run replicated (every feature on every rank) or sampled_dp",
-}
-"""GNN strategies plait run does not run on CPU ranks, and why."""
+HOST_FEATURES_NOTE = ("host_features reads each batch's features from host memory over PCIe; on CPU ranks the "
+                      "host's memory is the ranks' own, so the run gathers them from every rank's copy (as "
+                      "replicated) and no link carries them")
+"""What ``plait run`` says of a host_features plan on CPU ranks (offload's rule: the path runs, nothing moves)."""
 LOCAL_WORKERS = ("partition_local", "llcg")
 
 

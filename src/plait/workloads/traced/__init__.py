@@ -1,6 +1,7 @@
 """The traced kind: ``--model MODULE:FACTORY`` names any PyTorch module's factory, traced on the meta device
 (:mod:`.tracing`, into the description of :mod:`.model`) with the input shape the options give, its layout plans
-costed (:mod:`.cost`, :mod:`.predict`) and searched (:mod:`.search`), its measured data-parallel throughputs read by
+costed (:mod:`.cost`, :mod:`.predict`), searched (:mod:`.search`) and run from a plan file (:mod:`.run`,
+:mod:`.worker`), its measured data-parallel throughputs read by
 ``plait validate --classic`` (:mod:`.validate`)."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def _given(options: Options) -> str | None:
 
 KIND = WorkloadKind(name="traced", label="traced module", recognises=_is_traced, read=lambda name: name,
                     options_given=_given, refuses=("dlrm", "dit", "gnn"), price=lazy(f"{COMMANDS}:price"), plan=lazy(f"{COMMANDS}:plan"),
+                    run_plan=lazy("plait.workloads.traced.run:run_traced_plan"),
                     # a traced module trains under torch.distributed's DDP, FSDP2 and pipelining, which plait's
                     # runtime is (plait engines), not under Megatron-Core's transformer layers
                     engine="plait",

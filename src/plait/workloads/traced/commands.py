@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 
@@ -10,6 +12,8 @@ from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.plan.defaults import LAYOUT_OPTIONS, plan_from_options
+from plait.plan.io import JobSpec, job_path_for, write_plan_file
+from plait.plan.plan import Plan
 from plait.search.explain import runner_up_gives_up, why_winner
 from plait.search.planner import parse_batches
 from plait.strict_json import print_json
@@ -43,9 +47,8 @@ def price(workload: Workload, options: Options) -> Estimate:
 def plan(workload: Workload, options: Options) -> None:
     """``plait plan``: data and pipeline parallelism, ZeRO stages, micro-batches, recomputation and the
     ``--dp-sync`` methods searched for throughput (:func:`plait.workloads.traced.search.search_traced`)."""
-    if options["objective"] != "throughput" or options["export"] is not None or options["gpus_range"]:
-        raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus, without "
-                          "--export (plait run does not run traced workloads yet)")
+    if options["objective"] != "throughput" or options["gpus_range"]:
+        raise ConfigError("a traced model (--model MODULE:FACTORY) is planned for throughput on --gpus")
     batches = parse_batches(options["global_batch"])
     if len(batches) != 1:
         raise ConfigError(f"--global-batch {options['global_batch']!r}: a traced model is planned at one global batch")
@@ -67,6 +70,27 @@ def plan(workload: Workload, options: Options) -> None:
         print_traced_search(rich_console(), work.name, gpus, result, top)
     if not result.ranked:
         raise typer.Exit(1)
+    if options["export"] is not None:
+        written = export_traced(work, result.ranked[0].plan, options["cluster"] or DEFAULT_CLUSTER, options["export"],
+                                options["force"])
+        if not options["as_json"]:
+            rich_console().print(f"exported the winner to {written} (plait run --plan {written})")
+
+
+def export_traced(work, plan: Plan, cluster: str, folder: Path, force: bool) -> Path:  # type: ignore[no-untyped-def]
+    """The winner as ``folder/plan.toml`` for ``plait run --plan`` (engine plait: :mod:`.run`), naming the factory,
+    its input and the cluster it was planned for; refused in one line where plait's runtime cannot run it."""
+    from plait.workloads.traced.run import runtime_refusal
+
+    refusal = runtime_refusal(plan)
+    if refusal:
+        raise ConfigError(f"cannot export: {refusal}")
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = JobSpec(model=work.name, cluster=job_path_for(cluster, folder), gpus=plan.num_gpus, engine="plait",
+                   input_shape=work.example_shape, input_dtype=work.input_dtype)
+    path = folder / "plan.toml"
+    write_plan_file(path, plan, spec, overwrite=force)
+    return path
 
 
 def print_traced_search(console: Console, name: str, gpus: int, result, top: int) -> None:  # type: ignore[no-untyped-def]

@@ -70,6 +70,8 @@ def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
     blocks = len(work.units) - 2
     if plan.pp > max(1, blocks):
         raise ConfigError(f"pp={plan.pp} must be at most the {blocks} {work.unit_class} units a pipeline can cut")
+    if plan.swap_activations:
+        raise ConfigError("swap_activations is not costed for traced workloads yet; use swap_activations = false")
     if plan.offload_params or plan.offload_optimizer:
         raise ConfigError("offloading is not costed for traced workloads yet; use offload_params = "
                           "offload_optimizer = false")
@@ -162,6 +164,29 @@ def split_stages(costs: list[float], stages: int) -> list[list[int]]:
     return groups
 
 
+def units_seconds(work: TracedWorkload, acc: Accelerator, plan: Plan, gemm_dtype: str,
+                  channels_last: bool) -> list[tuple[float, float]]:
+    """Forward and backward seconds of each unit on one micro-batch of ``plan`` (:func:`unit_seconds`)."""
+    element, transposes = ELEMENT_BYTES.get(work.dtype, 2), _transposes(acc, gemm_dtype, channels_last)
+    return [unit_seconds(u, plan.micro_batch, acc, gemm_dtype, element, transposes) for u in work.units]
+
+
+def _transposes(acc: Accelerator, gemm_dtype: str, channels_last: bool) -> bool:
+    """Whether convolutions pay layout transposes (:func:`layout_transpose_s`)."""
+    return not channels_last and gemm_dtype != "fp32" and acc.has_matrix_units
+
+
+def gemm_dtype_of(plan: Plan) -> str:
+    """The dtype ``plan``'s GEMMs run in (bf16 for bf16 and fp16-less plans)."""
+    return plan.precision if plan.precision in ("fp8", "fp16", *FULL_PRECISIONS) else "bf16"
+
+
+def plan_stages(work: TracedWorkload, cluster: Cluster, plan: Plan, channels_last: bool = False) -> list[list[int]]:
+    """The units of each of ``plan``'s pipeline stages, as :func:`estimate_traced` cuts them on ``cluster``."""
+    seconds = units_seconds(work, cluster.accelerator, plan, gemm_dtype_of(plan), channels_last)
+    return split_stages([f + w for f, w in seconds], plan.pp)
+
+
 def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine,
                     interval: IntervalOf, loader: Loader | None = None, channels_last: bool = False) -> Estimate:
     """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``, its step-time
@@ -172,15 +197,13 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     check_traced_plan(work, plan)
     plan = replace(plan, seq_len=1)  # one example is the unit of throughput
     cols, acc = PlanColumns.one(plan), cluster.accelerator
-    gemm_dtype = plan.precision if plan.precision in ("fp8", "fp16", *FULL_PRECISIONS) else "bf16"
+    gemm_dtype = gemm_dtype_of(plan)
     if plan.precision in FULL_PRECISIONS and work.dtype != "float32":
         raise ConfigError(f"precision={plan.precision} stores weights and activations in fp32: trace the model in "
                           f"float32 (it was traced in {work.dtype})")
-    element = ELEMENT_BYTES.get(work.dtype, 2)
     b, m, dp = plan.micro_batch, plan.num_micro_batches, plan.dp
     grad_bytes = 2.0 if plan.grad_reduce_dtype == "bf16" else 4.0
-    transposes = not channels_last and gemm_dtype != "fp32" and acc.has_matrix_units
-    seconds = [unit_seconds(u, b, acc, gemm_dtype, element, transposes) for u in work.units]
+    seconds = units_seconds(work, acc, plan, gemm_dtype, channels_last)
     stages = split_stages([f + w for f, w in seconds], plan.pp)
     recomputed = [plan.recompute == "full" and 0 < i < len(work.units) - 1 for i in range(len(work.units))]
 
@@ -226,10 +249,11 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     memory = _memory(work, cluster, plan, cols, stages, _fullest_stage(work, plan, cols, stages), grad_bytes, extra)
     flops = work.flops_per_example() * plan.global_batch
     refwd = sum(u.flops(1, False) for u, r in zip(work.units, recomputed) if r) * plan.global_batch
-    warnings = ["plait run does not run traced workloads yet (estimate only)"]
+    warnings = []
     if loader is None:
         warnings.append("assumed: the input is ready on the device each step (no data loader costed)")
-    if transposes and any(k.name in CONVOLUTIONS for u in work.units for k in u.kernels):
+    if _transposes(acc, gemm_dtype, channels_last) and any(k.name in CONVOLUTIONS for u in work.units
+                                                           for k in u.kernels):
         warnings.append("assumed: activations in PyTorch's default NCHW layout, so tensor-core convolutions pay "
                         "their layout transposes (a channels_last model does not)")
     if cluster.site_gpus is not None and plan.num_gpus > cluster.site_gpus:

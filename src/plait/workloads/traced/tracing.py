@@ -139,14 +139,14 @@ def _children(module: Any, prefix: str) -> list[str]:
     return out
 
 
-def _first_tensor(value: Any) -> Any:
+def first_tensor(value: Any) -> Any:
     import torch
 
     if isinstance(value, torch.Tensor):
         return value
     items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (tuple, list)) else ()
     for item in items:
-        found = _first_tensor(item)
+        found = first_tensor(item)
         if found is not None:
             return found
     return None
@@ -250,7 +250,7 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
     try:
         with tracker, GpuKernels(), Recorder():
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = _first_tensor(model(example))
+                out = first_tensor(model(example))
                 if out is None:
                     raise ConfigError("the model's output holds no tensor to train on")
                 loss = out.float().mean()

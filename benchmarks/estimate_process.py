@@ -1,0 +1,62 @@
+"""How long ``plait estimate`` takes as a whole process (target: <= 0.3 s), optionally beside another tree.
+
+Run: python benchmarks/estimate_process.py [--base OTHER_CHECKOUT] [--runs 9]
+
+Runs ``python -m plait estimate`` (the default model and cluster) ``--runs`` times with this checkout's ``src`` first
+on ``PYTHONPATH``, alternating with ``--base``'s when given, after one untimed run each so that bytecode and the
+parsed catalogs are cached (``PYTHONDONTWRITEBYTECODE`` is cleared for these processes: it would keep both from
+being written). Prints per tree the median CPU time (user + system of the child process) and wall time, and the
+machine's load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(tree / "src")}
+
+
+def _once(tree: Path) -> tuple[float, float]:
+    """(CPU, wall) seconds of one ``plait estimate`` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "plait", "estimate"], env=_env(tree), capture_output=True, check=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, help="another checkout, timed alternately (its src/ is used)")
+    parser.add_argument("--runs", type=int, default=9)
+    args = parser.parse_args()
+    trees = [ROOT] + ([args.base.resolve()] if args.base else [])
+    for tree in trees:  # caches written
+        _once(tree)
+    load_before = os.getloadavg()
+    samples: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in trees}
+    for _ in range(args.runs):
+        for tree in trees:
+            samples[tree].append(_once(tree))
+    for tree, runs in samples.items():
+        print(f"{str(tree):40s} CPU median {statistics.median(c for c, _ in runs):.3f} s, wall median "
+              f"{statistics.median(w for _, w in runs):.3f} s ({args.runs} runs)")
+    print(f"load average (1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
+          f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""A transformer estimate imports only what it uses: no other workload kind, no mixed-cluster code, no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.workloads.dlrm.", "plait.cli.mixed",
+             "plait.predict.mixed", "plait.hardware.mixed", "plait.hardware.mixed_catalog")
+"""Modules (and their submodules) a transformer's ``plait estimate`` has no use for. Of the other workload kinds only
+the registry's descriptors load (``plait.workloads.gnn`` itself: how a file is recognised and which options are the
+kind's, which the transformer kind refuses), never their models, costs or searches (a trailing dot: submodules)."""
+
+PROBE = """
+import json, sys
+from plait.cli.main import run_cli
+code = run_cli(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def _modules_after(argv: list[str]) -> tuple[int, list[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120, check=True)
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    return last["code"], last["modules"]
+
+
+@pytest.mark.parametrize("argv", [["estimate"], ["estimate", "--cluster", "dgx-a100-ib", "--model", "llama3-70b",
+                                                 "--gpus", "64", "--tp", "8", "--pp", "2", "--json"]])
+def test_transformer_estimate_imports_no_other_kind(argv: list[str]) -> None:
+    code, modules = _modules_after(argv)
+    assert code == 0
+    loaded = [m for m in modules if any(m.startswith(f) if f.endswith(".") else m == f or m.startswith(f + ".")
+                                        for f in FORBIDDEN)]
+    assert loaded == [], f"plait {' '.join(argv)} imported {loaded}"
+    assert "plait.predict.estimate" in modules  # the probe did run an estimate
+
+
+def test_mixed_preset_still_recognised() -> None:
+    """The catalog check that keeps the mixed modules off a plain estimate still routes a mixed preset to them."""
+    from plait.cli.cluster_choice import mixed_or_none
+    from plait.hardware.catalog import cluster_names
+    from plait.hardware.mixed_catalog import mixed_cluster_names
+
+    assert not set(cluster_names()) & set(mixed_cluster_names())  # a preset name is never a mixed preset's
+    assert mixed_or_none(None) is None and mixed_or_none(cluster_names()[0]) is None
+    mixed = mixed_or_none(mixed_cluster_names()[0])
+    assert mixed is not None and len(mixed.groups) > 1
