@@ -11,7 +11,7 @@ from rich.console import Console
 
 from plait.cli.numbers import count
 from plait.errors import ConfigError
-from plait.plan.io import read_plan_file
+from plait.plan.io import read_plan_parts
 from plait.run.launch import RanksFailed
 from plait.run.plan_run import PlanRun, RunReport, run_plan
 from plait.run.uneven import argv as uneven_argv
@@ -117,7 +117,7 @@ def run_command(
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
-    planned = load(read_plan_file(plan)[0].model or None)
+    planned = load(read_plan_parts(plan)[0].model or None)  # a mixed plan file too (plait.run.mixed_run)
     if planned.kind.run_plan is not None:  # a kind whose plans its own worker runs (a traced module's)
         try:
             planned.kind.run_plan(planned, options)
