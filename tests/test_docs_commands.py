@@ -96,7 +96,11 @@ COMMANDS: dict[str, str] = {
     "plait run --plan examples/tiny-plan.toml --cluster calibrated.toml --steps 20":
         "plait run --plan examples/tiny-plan.toml --cluster dgx-h100-ib --steps 5",  # calibrated.toml: see above; 5 steps keep it short
     "plait run --plan plan.toml --dry-run": "plait run --plan examples/tiny-plan.toml --dry-run",
-    "plait run --plan examples/tiny-plan.toml --batch-split 6,2 --steps 3": "",
+    "plait run --plan examples/tiny-plan.toml --batch-split 6,2 --slowdown 1,3 --steps 3": "",
+    "plait plan --cluster a100-h100-ib --gpus 2 --model examples/tiny-model.toml --global-batch 16 --export mixed":
+        "plait plan --cluster a100-h100-ib --gpus 2 --model examples/tiny-model.toml --global-batch 16 --export {tmp}/mixed",
+    "plait run --plan examples/mixed-plan.toml --steps 4":
+        "SKIP: tests/test_mixed_run.py exports a mixed plan and runs it (2 ranks, slowed)",
     "plait run --plan plan.toml --nodes 2": "plait run --plan examples/tiny-plan.toml --nodes 2",
     "plait run --plan plan.toml --engine torchtitan": "plait run --plan {tmp}/titan.toml --engine torchtitan --dry-run",
     "plait simulate --plan examples/llama3-70b-pp.toml --trace step.json --png step.png":
