@@ -15,28 +15,18 @@ from plait.search.runner import REFINE, run_search
 from plait.search.space import default_space
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.workload.catalog import get_model
-
-
-def _costs(rng: np.random.Generator, schedule: str, p: int, m: int, v: int, spread: float) -> PipelineCosts:
-    forward = (rng.uniform(1 - spread, 1 + spread, p) / v).tolist()
-    backward = [f * rng.uniform(1.5, 3.0) for f in forward]
-    return PipelineCosts(p=p, m=m, v=v, schedule=schedule, forward_s=forward, backward_s=backward,
-                         weight_grad_s=[b * rng.uniform(0.2, 0.5) for b in backward], p2p_s=float(rng.uniform(0, 0.2)),
-                         grad_reduce_s=rng.uniform(0, 2, p).tolist(), param_gather_s=rng.uniform(0, 1, p).tolist(),
-                         buckets=rng.integers(1, 9, p).tolist(), overlap_grad_reduce=bool(rng.integers(2)),
-                         optimizer_s=rng.uniform(0, 0.1, p).tolist())
-
+from tests.pipeline_costs import LAYOUTS as OTHER_LAYOUTS
+from tests.pipeline_costs import random_costs
 
 LAYOUTS = [("1f1b", p, m, 1) for p, m in ((1, 4), (2, 2), (2, 64), (4, 3), (8, 8), (8, 32), (16, 16), (16, 4))]
-LAYOUTS += [("gpipe", 4, 8, 1), ("gpipe", 2, 3, 1), ("zb-h1", 4, 8, 1), ("zb-h1", 4, 2, 1), ("zb-h1", 8, 16, 1)]
-LAYOUTS += [("interleaved", p, m, v) for p, m, v in ((2, 4, 2), (4, 8, 2), (4, 12, 3), (8, 16, 4), (16, 32, 4))]
+LAYOUTS += OTHER_LAYOUTS
 
 
 @pytest.mark.parametrize(("schedule", "p", "m", "v"), LAYOUTS)
 def test_bound_never_exceeds_the_simulation(schedule: str, p: int, m: int, v: int) -> None:
     rng = np.random.default_rng(p * 1000 + m * 10 + v)
     for spread in (0.0, 0.1, 0.5):
-        costs = _costs(rng, schedule, p, m, v, spread)
+        costs = random_costs(rng, schedule, p, m, v, spread)
         assert step_lower_bound_s(costs) <= simulate_pipeline(costs, record=False).step_time_s
 
 
