@@ -231,7 +231,8 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     group = stages[slow]
     params = {"dense": float(sum(work.units[i].num_params for i in group)), "expert": 0.0, "norms": 0.0}
     named = [p for i in group for p in work.units[i].params]
-    fsdp = m * _fsdp_exposed_s(cluster, plan, work, group, seconds, grad_bytes)
+    fsdp = m * (_fsdp_exposed_s(cluster, plan, work, group, seconds, grad_bytes)
+                + _fsdp_hooks_s(cluster, plan, work, group, recomputed))
     last_backward = passes[slow][1] + passes[slow][2]
     dp_comm, extra = _dp_comm_s(cluster, plan, cols, work, group, seconds, params, named, grad_bytes,
                                 last_backward, passes[slow][0], busy)
@@ -276,6 +277,20 @@ def _fullest_stage(work: TracedWorkload, plan: Plan, cols: PlanColumns, stages: 
         saved = sum(work.units[i].saved_bytes(plan.micro_batch) for i in stages[s])
         return float(inflight_micro_batches(cols, s)) * saved
     return max(range(len(stages)), key=held)
+
+
+def _fsdp_hooks_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int], recomputed: list[bool]) -> float:
+    """FSDP2's host work per micro-batch on a stage, in line with its compute: the hooks around each wrapped
+    module's forward and backward, the stage's root included (the repeated units and the root are what
+    ``fully_shard`` wraps: :mod:`plait.workloads.traced.worker`), at the accelerator's ``host_fsdp_layer_fwd_us`` and
+    ``host_fsdp_layer_bwd_us`` per module, as :func:`plait.cost.batch` charges a transformer layer; a recomputed unit
+    runs its forward hooks again."""
+    if plan.sharding not in ("zero2", "zero3") or plan.dp <= 1:
+        return 0.0
+    eff = cluster.accelerator.efficiency
+    units = [i for i in group if 0 < i < len(work.units) - 1]
+    forward_s, backward_s = eff.host_fsdp_layer_fwd_us.value * 1e-6, eff.host_fsdp_layer_bwd_us.value * 1e-6
+    return (len(units) + 1) * (forward_s + backward_s) + sum(recomputed[i] for i in units) * forward_s
 
 
 def _fsdp_exposed_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int],
