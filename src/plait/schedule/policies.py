@@ -36,7 +36,7 @@ class Fifo:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Start queued jobs in order until one does not fit."""
-        for st in list(sim.queued.values()):
+        for st in sim.queued_in_order():
             place = sim.pool.packed(st.job.gpus)
             if place is None:
                 return
@@ -147,7 +147,7 @@ class Consolidate:
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """In queue order: a consolidated placement if free; after the delay, any; a job that fits nowhere blocks."""
         waits, unplaceable = [], set()  # sizes with no consolidated place on the pool as it is now
-        for st in list(sim.queued.values()):
+        for st in sim.queued_in_order():
             if st.job.gpus > sim.pool.free_gpus:
                 break
             place = None if st.job.gpus in unplaceable else sim.pool.consolidated(st.job.gpus)

@@ -12,7 +12,8 @@ result, bit for bit.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import numpy as np
@@ -104,6 +105,19 @@ class Simulator:
         st.waiting_since_s = now_s
         self.columns.write(st)
         self._enqueue(st)
+
+    def queued_in_order(self) -> Iterator[JobState]:
+        """The waiting jobs in queue order, read a few at a time (a queue may hold tens of thousands of jobs and a
+        pass stop at its head); the pass may start the job it was just given, and change the queue no other way."""
+        kept, size = 0, 16
+        while True:
+            batch = list(itertools.islice(self.queued.values(), kept, kept + size))
+            if not batch:
+                return
+            for st in batch:
+                yield st
+                kept += st.index in self.queued  # still waiting: ahead of the rest of the batch
+            size *= 2
 
     def running_indices(self) -> np.ndarray:
         """Trace positions of the running jobs, in the order they started."""
