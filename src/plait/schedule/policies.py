@@ -54,26 +54,35 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position): the running
     jobs ``idx`` (:meth:`Simulator.running_indices`) with their ``running_rank`` are merged with the head of the
     ranked queue (:attr:`Simulator.ranked`), the head doubling until the walk runs out of GPUs inside it, so a pass
-    costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue."""
+    costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue. The running jobs ranked
+    before every waiting job are kept without a sort: they fit together (they run now), so the walk takes each of
+    them whatever follows; only the others are merged with the queue's head."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
         return
     cols, head = sim.columns, QUEUE_HEAD
+    first_rank, first_arrival, first_index = sim.ranked[0]
+    arrival = cols.arrival_s[idx]
+    ahead = (running_rank < first_rank) | ((running_rank == first_rank) & (
+        (arrival < first_arrival) | ((arrival == first_arrival) & (idx < first_index))))
+    late = np.flatnonzero(~ahead)  # positions in ``idx`` of the running jobs ranked after the queue's first
+    budget = sim.pool.capacity_gpus - int(cols.asked_gpus[idx[ahead]].sum())
+    late_index, late_arrival, late_rank = idx[late], arrival[late], running_rank[late]
     while True:
-        queued = np.array(sim.ranked[:head], dtype=np.float64).reshape(-1, 3)
-        index = np.concatenate([idx, queued[:, 2].astype(np.int64)])
-        order = np.lexsort((index, np.concatenate([cols.arrival_s[idx], queued[:, 1]]),
-                            np.concatenate([running_rank, queued[:, 0]])))
-        taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], sim.pool.capacity_gpus)
-        in_head = np.flatnonzero(order >= len(idx))
+        queued = sim.ranked_head(head)
+        index = np.concatenate([late_index, queued[:, 2].astype(np.int64)])
+        order = np.lexsort((index, np.concatenate([late_arrival, queued[:, 1]]),
+                            np.concatenate([late_rank, queued[:, 0]])))
+        taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], budget)
+        in_head = np.flatnonzero(order >= len(late))
         # Exact once the GPUs ran out no later than the head's last waiting job: past it, jobs beyond the head
         # would interleave with the running ones.
         if head >= len(sim.ranked) or (left == 0 and walked <= in_head[-1] + 1):
             break
         head *= 2
     picked = order[taken]  # positions in ``index``, in rank order
-    was_running = picked < len(idx)
-    stays = np.zeros(len(idx), dtype=bool)
-    stays[picked[was_running]] = True
+    was_running = picked < len(late)
+    stays = ahead.copy()
+    stays[late[picked[was_running]]] = True
     for i in idx[~stays].tolist():  # in the order they started, as the running jobs are kept
         sim.stop(sim.states[i], now_s)
     for i in index[picked[~was_running]].tolist():
@@ -121,17 +130,26 @@ class Las:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Lowest queue first, FIFO within one; wake when a running job crosses its next threshold."""
-        thresholds = np.array(self.thresholds_gpu_s, dtype=np.float64)
+        thresholds = np.sort(np.array(self.thresholds_gpu_s, dtype=np.float64))
         idx = sim.running_indices()
         attained = sim.columns.attained(idx, now_s)
         if sim.ranked:
-            preemptive_pass(sim, now_s, idx, np.sum(attained[:, None] >= thresholds[None, :], axis=1).astype(float))
+            preemptive_pass(sim, now_s, idx, self._levels(attained, thresholds).astype(float))
             idx = sim.running_indices()
             attained = sim.columns.attained(idx, now_s)
-        job, level = np.nonzero(thresholds[None, :] > attained[:, None])
-        if len(job):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
-            crossings = now_s + (thresholds[level] - attained[job]) / sim.columns.gpus[idx][job]
+        level = self._levels(attained, thresholds)  # the next threshold's index, where one is left
+        below = np.flatnonzero(level < len(thresholds))
+        if len(below):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
+            crossings = now_s + (thresholds[level[below]] - attained[below]) / sim.columns.gpus[idx[below]]
             sim.wake(float(crossings.min()) + 1e-6)
+
+    @staticmethod
+    def _levels(attained: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+        """Per job, the thresholds (ascending) its ``attained`` service has reached: its queue."""
+        level = np.zeros(len(attained), dtype=np.int64)
+        for threshold in thresholds.tolist():
+            level += attained >= threshold
+        return level
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,7 +64,15 @@ class Simulator:
         self.ranked: list[tuple[float, float, int]] = []
         """Waiting jobs' keys in ascending order, kept with each join and leave when the policy has a
         ``queued_key`` (SRTF, LAS): a pass reads the queue in order instead of sorting it."""
+        self._ranked_rows = np.empty((64, 3))
+        """:attr:`ranked` as rows of floats, kept beside it (:meth:`ranked_head`)."""
         self._queued_key: QueuedKey | None = getattr(policy, "queued_key", None)
+        self._started = np.empty(64, dtype=np.int64)
+        """Trace positions of the jobs started, in order, -1 where one has since released its GPUs (compacted when
+        read): :meth:`running_indices` without a pass over the ``running`` dict."""
+        self._num_started, self._holes = 0, 0
+        self._slot = np.zeros(len(jobs), dtype=np.int64)
+        """Per job: its place in ``_started`` while it runs."""
         self._segments: list[Segment] = []
         self._opened: dict[int, float] = {}
         self._passes: set[float] = set()
@@ -91,6 +99,12 @@ class Simulator:
         st.sizes.append(place.gpus)
         self._dequeue(st)
         self.running[st.index] = st
+        if self._num_started == len(self._started):
+            self._compact()
+            if self._num_started == len(self._started):
+                self._started = np.concatenate([self._started, np.empty_like(self._started)])
+        self._started[self._num_started], self._slot[st.index] = st.index, self._num_started
+        self._num_started += 1
         self._opened[st.index] = now_s
         self.columns.write(st)
         version = st.version
@@ -105,6 +119,11 @@ class Simulator:
         st.waiting_since_s = now_s
         self.columns.write(st)
         self._enqueue(st)
+
+    def ranked_head(self, count: int) -> np.ndarray:
+        """The first ``count`` keys of :attr:`ranked` as a (jobs, 3) array of floats (a view: read it before the
+        queue changes)."""
+        return self._ranked_rows[: min(count, len(self.ranked))]
 
     def queued_in_order(self) -> Iterator[JobState]:
         """The waiting jobs in queue order, read a few at a time (a queue may hold tens of thousands of jobs and a
@@ -121,7 +140,16 @@ class Simulator:
 
     def running_indices(self) -> np.ndarray:
         """Trace positions of the running jobs, in the order they started."""
-        return np.fromiter(self.running, dtype=np.int64, count=len(self.running))
+        self._compact()
+        return self._started[: self._num_started].copy()
+
+    def _compact(self) -> None:
+        if self._holes:
+            live = self._started[: self._num_started]
+            live = live[live >= 0]
+            self._num_started, self._holes = len(live), 0
+            self._started[: len(live)] = live
+            self._slot[live] = np.arange(len(live))
 
     def wake(self, at_s: float) -> None:
         """Ask for a policy pass at ``at_s``."""
@@ -134,7 +162,12 @@ class Simulator:
         self.queued[st.index] = st
         if self._queued_key is not None:
             st.queued_key = self._queued_key(self, st)
-            bisect.insort(self.ranked, st.queued_key)
+            at, n = bisect.bisect_right(self.ranked, st.queued_key), len(self.ranked)
+            self.ranked.insert(at, st.queued_key)
+            if n == len(self._ranked_rows):
+                self._ranked_rows = np.concatenate([self._ranked_rows, np.empty_like(self._ranked_rows)])
+            self._ranked_rows[at + 1: n + 1] = self._ranked_rows[at:n]  # numpy copies overlapping slices safely
+            self._ranked_rows[at] = st.queued_key
 
     def _dequeue(self, st: JobState) -> None:
         del self.queued[st.index]
@@ -142,6 +175,7 @@ class Simulator:
             at = bisect.bisect_left(self.ranked, st.queued_key)
             assert self.ranked[at] == st.queued_key, "a waiting job's key is in the ranked queue"
             del self.ranked[at]
+            self._ranked_rows[at: len(self.ranked)] = self._ranked_rows[at + 1: len(self.ranked) + 1]
             st.queued_key = None
 
     def _release(self, st: JobState, now_s: float) -> None:
@@ -151,6 +185,8 @@ class Simulator:
             self._segments.append(Segment(job_id=st.job.job_id, node=node, gpus=gpus, start_s=start, end_s=now_s))
         self.pool.give(st.place)
         del self.running[st.index]
+        self._started[self._slot[st.index]] = -1
+        self._holes += 1
         st.place, st.speed, st.version, st.gpus = None, None, st.version + 1, 0
 
     def _complete(self, st: JobState, version: int) -> None:
