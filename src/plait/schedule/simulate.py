@@ -21,6 +21,7 @@ import numpy as np
 from plait.errors import ConfigError
 from plait.events.kernel import Kernel
 from plait.schedule.columns import Columns
+from plait.schedule.ordered import OrderedIndices
 from plait.schedule.pool import Placement, Pool
 from plait.schedule.result import JobResult, ScheduleResult, Segment
 from plait.schedule.speed import Speed, SpeedModel
@@ -67,12 +68,10 @@ class Simulator:
         self._ranked_rows = np.empty((64, 3))
         """:attr:`ranked` as rows of floats, kept beside it (:meth:`ranked_head`)."""
         self._queued_key: QueuedKey | None = getattr(policy, "queued_key", None)
-        self._started = np.empty(64, dtype=np.int64)
-        """Trace positions of the jobs started, in order, -1 where one has since released its GPUs (compacted when
-        read): :meth:`running_indices` without a pass over the ``running`` dict."""
-        self._num_started, self._holes = 0, 0
-        self._slot = np.zeros(len(jobs), dtype=np.int64)
-        """Per job: its place in ``_started`` while it runs."""
+        self._running_order = OrderedIndices(len(jobs))
+        """:attr:`running`'s keys as an array (:meth:`running_indices`)."""
+        self._active_order = OrderedIndices(len(jobs))
+        """:attr:`active`'s keys as an array (:meth:`active_indices`)."""
         self._segments: list[Segment] = []
         self._opened: dict[int, float] = {}
         self._passes: set[float] = set()
@@ -99,12 +98,7 @@ class Simulator:
         st.sizes.append(place.gpus)
         self._dequeue(st)
         self.running[st.index] = st
-        if self._num_started == len(self._started):
-            self._compact()
-            if self._num_started == len(self._started):
-                self._started = np.concatenate([self._started, np.empty_like(self._started)])
-        self._started[self._num_started], self._slot[st.index] = st.index, self._num_started
-        self._num_started += 1
+        self._running_order.append(st.index)
         self._opened[st.index] = now_s
         self.columns.write(st)
         version = st.version
@@ -140,16 +134,11 @@ class Simulator:
 
     def running_indices(self) -> np.ndarray:
         """Trace positions of the running jobs, in the order they started."""
-        self._compact()
-        return self._started[: self._num_started].copy()
+        return self._running_order.array()
 
-    def _compact(self) -> None:
-        if self._holes:
-            live = self._started[: self._num_started]
-            live = live[live >= 0]
-            self._num_started, self._holes = len(live), 0
-            self._started[: len(live)] = live
-            self._slot[live] = np.arange(len(live))
+    def active_indices(self) -> np.ndarray:
+        """Trace positions of the jobs arrived and not done, in order of arrival."""
+        return self._active_order.array()
 
     def wake(self, at_s: float) -> None:
         """Ask for a policy pass at ``at_s``."""
@@ -185,8 +174,7 @@ class Simulator:
             self._segments.append(Segment(job_id=st.job.job_id, node=node, gpus=gpus, start_s=start, end_s=now_s))
         self.pool.give(st.place)
         del self.running[st.index]
-        self._started[self._slot[st.index]] = -1
-        self._holes += 1
+        self._running_order.remove(st.index)
         st.place, st.speed, st.version, st.gpus = None, None, st.version + 1, 0
 
     def _complete(self, st: JobState, version: int) -> None:
@@ -197,6 +185,7 @@ class Simulator:
         self._release(st, now)
         st.status, st.finish_s, st.remaining_tokens = "done", now, 0.0
         del self.active[st.index]
+        self._active_order.remove(st.index)
         self.columns.write(st)
         self.wake(now)
 
@@ -211,6 +200,7 @@ class Simulator:
         st.waiting_since_s, st.since_s = now, now
         self.columns.write(st)
         self.active[st.index] = st
+        self._active_order.append(st.index)
         self._enqueue(st)
         self.wake(now)
 
