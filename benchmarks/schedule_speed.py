@@ -49,7 +49,7 @@ def main() -> None:
     print(f"{'jobs':>6} {'GPUs':>6} {'policy':<12} {'wall s':>7} {'CPU s':>7} {'searches':>8} {'mean JCT h':>10} "
           f"{'mean queue h':>12} {'util':>6} {'util arr':>8}")
     for name in args.policy or POLICY_NAMES:
-        before, search_s, load = speed.searches, speed.search_s, _load()
+        before, search_s, search_cpu_s, load = speed.searches, speed.search_s, speed.search_cpu_s, _load()
         start, cpu = time.perf_counter(), time.process_time()
         result = simulate(jobs, Pool(cluster, args.gpus), speed, make_policy(name))
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -57,7 +57,8 @@ def main() -> None:
         print(f"{args.jobs:>6} {args.gpus:>6} {name:<12} {wall:>7.1f} {cpu:>7.1f} {speed.searches - before:>8} "
               f"{float(s['mean_jct_s']) / 3600:>10.2f} {float(s['mean_queue_s']) / 3600:>12.2f} "
               f"{float(s['utilization']):>6.3f} {float(s['utilization_arrivals']):>8.3f}"
-              f"   (planner {speed.search_s - search_s:.1f} s wall; before: {load}; after: {_load()})", flush=True)
+              f"   (planner {speed.search_s - search_s:.1f} s wall, {speed.search_cpu_s - search_cpu_s:.1f} s CPU; "
+              f"before: {load}; after: {_load()})", flush=True)
 
 
 if __name__ == "__main__":

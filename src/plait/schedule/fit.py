@@ -13,7 +13,7 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
     goes on among them."""
     taken, at, ahead = [], 0, np.arange(len(gpus))
     while budget > 0 and len(ahead):
-        held = np.cumsum(gpus[ahead])
+        held = np.cumsum(gpus if len(ahead) == len(gpus) else gpus[ahead])
         run = int(np.searchsorted(held, budget, side="right"))
         if run:
             taken.append(ahead[:run])

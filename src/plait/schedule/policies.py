@@ -47,7 +47,8 @@ QUEUE_HEAD = 64
 """Waiting jobs a preemptive pass first merges with the running ones (it doubles the head while it must)."""
 
 
-def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
+def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
+                    running_rank: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """Run the jobs first in rank order that fit the cluster's GPUs together; stop the running jobs outside that
     set, then start the chosen ones on the fewest nodes free (a chosen job the fragments cannot hold waits).
 
@@ -56,9 +57,11 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     ranked queue (:attr:`Simulator.ranked`), the head doubling until the walk runs out of GPUs inside it, so a pass
     costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue. The running jobs ranked
     before every waiting job are kept without a sort: they fit together (they run now), so the walk takes each of
-    them whatever follows; only the others are merged with the queue's head."""
+    them whatever follows; only the others are merged with the queue's head.
+
+    Returns which of ``idx`` still run, and the jobs started (trace positions)."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
-        return
+        return np.ones(len(idx), dtype=bool), []
     cols, head = sim.columns, QUEUE_HEAD
     first_rank, first_arrival, first_index = sim.ranked[0]
     arrival = cols.arrival_s[idx]
@@ -85,11 +88,14 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     stays[late[picked[was_running]]] = True
     for i in idx[~stays].tolist():  # in the order they started, as the running jobs are kept
         sim.stop(sim.states[i], now_s)
+    started = []
     for i in index[picked[~was_running]].tolist():
         st = sim.states[i]
         place = sim.pool.packed(st.job.gpus)
         if place is not None:
             sim.start(st, place, now_s)
+            started.append(i)
+    return stays, started
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,11 +139,14 @@ class Las:
         thresholds = np.sort(np.array(self.thresholds_gpu_s, dtype=np.float64))
         idx = sim.running_indices()
         attained = sim.columns.attained(idx, now_s)
+        level = self._levels(attained, thresholds)  # also the next threshold's index, where one is left
         if sim.ranked:
-            preemptive_pass(sim, now_s, idx, self._levels(attained, thresholds).astype(float))
-            idx = sim.running_indices()
-            attained = sim.columns.attained(idx, now_s)
-        level = self._levels(attained, thresholds)  # the next threshold's index, where one is left
+            stays, started = preemptive_pass(sim, now_s, idx, level.astype(float))
+            if not stays.all() or started:  # the jobs running now: those kept (their service as read) and started
+                new = np.array(started, dtype=np.int64)
+                new_attained = sim.columns.attained(new, now_s)
+                idx, attained = np.concatenate([idx[stays], new]), np.concatenate([attained[stays], new_attained])
+                level = np.concatenate([level[stays], self._levels(new_attained, thresholds)])
         below = np.flatnonzero(level < len(thresholds))
         if len(below):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
             crossings = now_s + (thresholds[level[below]] - attained[below]) / sim.columns.gpus[idx[below]]
