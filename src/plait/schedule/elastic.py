@@ -82,7 +82,7 @@ class Elastic:
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
         jobs, sizes = self.allocate(sim, sim.active_indices())
-        size_of = np.zeros(len(sim.states), dtype=np.int64)
+        size_of = self.table.allocated  # zero outside ``jobs``: set here, cleared at the end of the pass
         size_of[jobs] = sizes
         running = sim.running_indices()
         moved = running[size_of[running] != sim.columns.gpus[running]]  # only these can stop, in running order
@@ -99,3 +99,4 @@ class Elastic:
                 if place is not None:
                     sim.start(st, place, now_s)
                     break
+        size_of[jobs] = 0

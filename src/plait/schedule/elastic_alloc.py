@@ -34,6 +34,8 @@ class ChainTable:
     """Steps along the chain from the smallest size (the chain stops at the first size that does not gain)."""
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per job: its position among the jobs of the allocation being computed, -1 outside it."""
+    allocated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per job: the GPUs the allocation being applied gives it, 0 outside it (``Elastic.schedule``'s)."""
     step_key: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """Recorded steps' heap keys (minus the gain per added GPU, raised to the predecessor's where that is worse),
     ascending; ties by :attr:`step_packed`."""
@@ -52,6 +54,7 @@ class ChainTable:
             self.smallest = np.concatenate([self.smallest, np.zeros(more, dtype=np.int64)])
             self.count = np.concatenate([self.count, np.zeros(more, dtype=np.int64)])
             self.row = np.concatenate([self.row, np.full(more, -1, dtype=np.int64)])
+            self.allocated = np.concatenate([self.allocated, np.zeros(more, dtype=np.int64)])
 
     def set(self, index: int, smallest: int, steps: dict[int, tuple[float, int]]) -> None:
         """Record job ``index``: its smallest size and its steps by size (``Elastic.steps``)."""

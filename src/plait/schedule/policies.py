@@ -69,19 +69,19 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
         (arrival < first_arrival) | ((arrival == first_arrival) & (idx < first_index))))
     late = np.flatnonzero(~ahead)  # positions in ``idx`` of the running jobs ranked after the queue's first
     budget = sim.pool.capacity_gpus - int(cols.asked_gpus[idx[ahead]].sum())
-    late_index, late_arrival, late_rank = idx[late], arrival[late], running_rank[late]
+    late_index, late_rank = idx[late], running_rank[late]
     while True:
         queued = sim.ranked_head(head)
         index = np.concatenate([late_index, queued[:, 2].astype(np.int64)])
-        order = np.lexsort((index, np.concatenate([late_arrival, queued[:, 1]]),
-                            np.concatenate([late_rank, queued[:, 0]])))
+        order = _rank_order(np.concatenate([late_rank, queued[:, 0]]), cols.arrival_rank[index])
         taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], budget)
         in_head = np.flatnonzero(order >= len(late))
         # Exact once the GPUs ran out no later than the head's last waiting job: past it, jobs beyond the head
         # would interleave with the running ones.
         if head >= len(sim.ranked) or (left == 0 and walked <= in_head[-1] + 1):
             break
-        head *= 2
+        # GPUs left over after the whole head: the walk most likely goes on to the queue's end, so take it all.
+        head = len(sim.ranked) if left else 2 * head
     picked = order[taken]  # positions in ``index``, in rank order
     was_running = picked < len(late)
     stays = ahead.copy()
@@ -96,6 +96,16 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
             sim.start(st, place, now_s)
             started.append(i)
     return stays, started
+
+
+def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray) -> np.ndarray:
+    """Positions sorted by (``rank``, ``arrival_rank``), the latter unique: one sort by rank where no two ranks tie
+    (as SRTF's times left rarely do), else both keys."""
+    order = np.argsort(rank)
+    ranked = rank[order]
+    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
+        return np.lexsort((arrival_rank, rank))
+    return order
 
 
 @dataclass(frozen=True, kw_only=True)
