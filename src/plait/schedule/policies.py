@@ -52,7 +52,8 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
     """Run the jobs first in rank order that fit the cluster's GPUs together; stop the running jobs outside that
     set, then start the chosen ones on the fewest nodes free (a chosen job the fragments cannot hold waits).
 
-    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position): the running
+    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position; integer
+    ``running_rank``: small whole numbers, as LAS's queues, sorted as one packed key): the running
     jobs ``idx`` (:meth:`Simulator.running_indices`) with their ``running_rank`` are merged with the head of the
     ranked queue (:attr:`Simulator.ranked`), the head doubling until the walk runs out of GPUs inside it, so a pass
     costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue. The running jobs ranked
@@ -73,7 +74,8 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
     while True:
         queued = sim.ranked_head(head)
         index = np.concatenate([late_index, queued[:, 2].astype(np.int64)])
-        order = _rank_order(np.concatenate([late_rank, queued[:, 0]]), cols.arrival_rank[index])
+        order = _rank_order(np.concatenate([late_rank, queued[:, 0]]), cols.arrival_rank[index],
+                            len(cols.arrival_rank) if running_rank.dtype.kind == "i" else 0)
         taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], budget)
         in_head = np.flatnonzero(order >= len(late))
         # Exact once the GPUs ran out no later than the head's last waiting job: past it, jobs beyond the head
@@ -98,9 +100,12 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
     return stays, started
 
 
-def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray) -> np.ndarray:
-    """Positions sorted by (``rank``, ``arrival_rank``), the latter unique: one sort by rank where no two ranks tie
-    (as SRTF's times left rarely do), else both keys."""
+def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray, num_jobs: int) -> np.ndarray:
+    """Positions sorted by (``rank``, ``arrival_rank``), the latter unique and below ``num_jobs``: where ``num_jobs``
+    is given the ranks are small whole numbers (LAS's queues) and both pack into one exact key; else one sort by rank
+    where no two ranks tie (as SRTF's times left rarely do), else both keys."""
+    if num_jobs:
+        return np.argsort(rank * num_jobs + arrival_rank)  # whole numbers below 2^53: exact, and unique
     order = np.argsort(rank)
     ranked = rank[order]
     if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
@@ -151,7 +156,7 @@ class Las:
         attained = sim.columns.attained(idx, now_s)
         level = self._levels(attained, thresholds)  # also the next threshold's index, where one is left
         if sim.ranked:
-            stays, started = preemptive_pass(sim, now_s, idx, level.astype(float))
+            stays, started = preemptive_pass(sim, now_s, idx, level)
             if not stays.all() or started:  # the jobs running now: those kept (their service as read) and started
                 new = np.array(started, dtype=np.int64)
                 new_attained = sim.columns.attained(new, now_s)
