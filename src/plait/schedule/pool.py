@@ -11,8 +11,7 @@ holding fewer GPUs of a block than the span sees that tier's span shrunk to what
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,11 +25,11 @@ class Placement:
 
     nodes: tuple[tuple[int, int], ...]
     """(node index, GPUs held there), by node index."""
+    gpus: int = field(init=False, compare=False, repr=False)
+    """GPUs held in all (summed once: every start, stop and pass reads it)."""
 
-    @cached_property
-    def gpus(self) -> int:
-        """GPUs held in all."""
-        return sum(n for _, n in self.nodes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(n for _, n in self.nodes))
 
     @property
     def num_nodes(self) -> int:
