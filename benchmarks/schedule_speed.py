@@ -1,6 +1,6 @@
 """How fast plait schedule simulates: a Helios-shaped trace (default 10,000 jobs on 4,096 GPUs of dgx-h100-ib),
 each policy; ``--jobs 100000 --gpus 16384`` is a Philly-scale trace (the public Philly trace holds 117,325 jobs,
-msr-fiddle/philly-traces README; here Helios-shaped, at the same offered load).
+msr-fiddle/philly-traces README; this one Helios-shaped, at the same offered load of 1.5).
 
 The trace offers 1.5x the cluster's GPUs over its arrival window (``synthetic_trace(load=1.5)``), so the queue builds
 and every policy has work to do at every event (an idle cluster would time only the event loop). Prints jobs, GPUs,
