@@ -45,6 +45,8 @@ class ChainTable:
     """Recorded steps' added GPUs, in the same order."""
     num_steps: int = 0
     """Recorded steps held (the arrays above have room for more)."""
+    kept_steps: int = 0
+    """Steps held after the last :meth:`forget`."""
 
     def grow_to(self, jobs: int) -> None:
         """Room for job indices below ``jobs``."""
@@ -83,17 +85,17 @@ class ChainTable:
         self.num_steps = n + 1
 
     def forget(self, active: np.ndarray) -> None:
-        """Drop the steps of jobs outside ``active`` (indices) once they are most of those held: they no longer
-        change an allocation (it filters steps by its jobs), they only cost the filter."""
+        """Drop the steps of jobs outside ``active`` (indices) once those held have doubled since the last drop:
+        they no longer change an allocation (it filters steps by its jobs), they only cost the filter."""
         n = self.num_steps
-        if n <= 256 or n <= 2 * int(self.count[active].sum()):
+        if n <= 2 * self.kept_steps + 256:  # not worth a pass over them yet
             return
         alive = np.zeros(len(self.smallest), dtype=bool)
         alive[active] = True
         keep = np.flatnonzero(alive[self.step_packed[:n] >> JOB_SHIFT])
         for column in (self.step_key, self.step_packed, self.step_add):
             column[: len(keep)] = column[keep]
-        self.num_steps = len(keep)
+        self.num_steps = self.kept_steps = len(keep)
 
 
 def allocate(table: ChainTable, order: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,5 +1,5 @@
 """Job indices in the order they joined a set, as an array a pass reads without walking a dict: appended on
-joining, blanked on leaving, compacted when read (each index is written and moved a bounded number of times per
+joining, blanked on leaving, compacted once mostly blank (each index is written and moved a bounded number of times per
 joining, so upkeep is amortised constant and a read costs the set's size in numpy, not in Python)."""
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ class OrderedIndices:
 
     def array(self) -> np.ndarray:
         """The indices in joining order (a copy)."""
-        self._compact()
-        return self._order[: self._used].copy()
+        if 2 * self._holes > self._used:
+            self._compact()
+        order = self._order[: self._used]
+        return order[order >= 0] if self._holes else order.copy()
 
     def _compact(self) -> None:
         if self._holes:
