@@ -195,3 +195,26 @@ def test_elastic_array_allocation_makes_the_heap_greedys_choices(data: st.DataOb
         table.set(i, smallest[i], steps[i])
     jobs, sizes = allocate(table, np.arange(num_jobs, dtype=np.int64), capacity)
     assert dict(zip(jobs.tolist(), sizes.tolist(), strict=True)) == _greedy(smallest, steps, capacity)
+
+
+@settings(max_examples=300, deadline=None)
+@given(gpus=st.lists(st.sampled_from([1, 1, 2, 3, 4, 8, 16]), max_size=40), budget=st.integers(0, 64))
+def test_greedy_fit_takes_each_job_that_fits_the_gpus_left_in_turn(gpus: list[int], budget: int) -> None:
+    """The array first fit against the walk it states, one job at a time: taken positions, where the walk ended
+    (after the job that used the last GPU, else at the end) and the GPUs left."""
+    import numpy as np
+
+    from plait.schedule.fit import greedy_fit
+
+    taken, walked, left = [], len(gpus), budget
+    for at, n in enumerate(gpus):
+        if left == 0:
+            walked = at
+            break
+        if n <= left:
+            taken.append(at)
+            left -= n
+    else:
+        walked = len(gpus) if left else (taken[-1] + 1 if taken else 0)
+    got, got_walked, got_left = greedy_fit(np.array(gpus, dtype=np.int64), budget)
+    assert (got.tolist(), got_walked, got_left) == (taken, walked, left)

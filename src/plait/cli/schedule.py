@@ -67,7 +67,7 @@ def _table(results: list[ScheduleResult]) -> Table:
 def schedule_command(
     trace: Annotated[Path | None, typer.Option(help="Trace CSV: job_id,arrival_s,model,gpus,tokens[,deadline_s].")] = None,
     synthetic: Annotated[str | None, typer.Option(help="Draw a trace instead: philly | helios | pai.")] = None,
-    jobs: Annotated[int, count("With --synthetic: jobs to draw (at most 5,000: a bound on the work one command "
+    jobs: Annotated[int, count(f"With --synthetic: jobs to draw (at most {MAX_JOBS:,}: a bound on the work one command "
                                "may ask for).", high=MAX_JOBS)] = 300,
     seed: Annotated[int, count("With --synthetic: random seed.", low=0, high=MAX_SEED)] = 0,
     load: Annotated[float, quantity("With --synthetic: offered load over the arrival window (GPU-seconds held inside "

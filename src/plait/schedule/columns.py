@@ -21,6 +21,9 @@ class Columns:
         n = len(states)
         self.arrival_s = np.array([st.job.arrival_s for st in states], dtype=np.float64)
         """Submission times."""
+        self.arrival_rank = np.empty(n, dtype=np.int64)
+        """Each job's place in the order of (arrival, trace position): the policies' tie-break as one key."""
+        self.arrival_rank[np.lexsort((np.arange(n), self.arrival_s))] = np.arange(n)
         self.asked_gpus = np.array([st.job.gpus for st in states], dtype=np.int64)
         """GPUs each job asks for."""
         self.asked_tokens_per_s = np.ones(n)

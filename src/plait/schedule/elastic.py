@@ -81,8 +81,8 @@ class Elastic:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
-        jobs, sizes = self.allocate(sim, np.fromiter(sim.active, dtype=np.int64, count=len(sim.active)))
-        size_of = np.zeros(len(sim.states), dtype=np.int64)
+        jobs, sizes = self.allocate(sim, sim.active_indices())
+        size_of = self.table.allocated  # zero outside ``jobs``: set here, cleared at the end of the pass
         size_of[jobs] = sizes
         running = sim.running_indices()
         moved = running[size_of[running] != sim.columns.gpus[running]]  # only these can stop, in running order
@@ -90,8 +90,8 @@ class Elastic:
             st, size = sim.running[index], int(size_of[index])
             if size < st.gpus or (size > st.gpus and self._worth_growing(sim, st, size, now_s)):
                 sim.stop(st, now_s)
-        queued = np.fromiter(sim.queued, dtype=np.int64, count=len(sim.queued))
-        waiting = [sim.states[i] for i in jobs[np.isin(jobs, queued)].tolist()]  # one allocated nothing stays
+        # Allocated jobs holding no GPUs wait (one allocated nothing stays waiting).
+        waiting = [sim.states[i] for i in jobs[sim.columns.gpus[jobs] == 0].tolist()]
         for st in sorted(waiting, key=lambda s: (-int(size_of[s.index]), s.job.arrival_s, s.index)):
             sizes = [s for s in self.options(sim, st) if s <= size_of[st.index]]
             for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits
@@ -99,3 +99,4 @@ class Elastic:
                 if place is not None:
                     sim.start(st, place, now_s)
                     break
+        size_of[jobs] = 0

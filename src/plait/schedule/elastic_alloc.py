@@ -6,7 +6,9 @@ Why it is the same: a job's next step enters the heap only once its previous ste
 beats its predecessor's is popped right after it. Sorting every step once by (the running worst key along its
 job's chain, job index, next size) therefore gives the heap's pop order, ties included; walking that order, a step
 that does not fit the GPUs left is dropped with every later step of its job (the heap never pushes them), and free
-GPUs only shrink. ``tests/test_schedule_properties.py`` checks this against the heap on random jobs.
+GPUs only shrink. ``tests/test_schedule_properties.py`` checks this against the heap on random jobs. A job's steps
+and keys are fixed once it is seen, so the table keeps every seen job's steps in that order as it records them (a
+pass then filters them to the jobs given GPUs instead of sorting them again).
 """
 
 from __future__ import annotations
@@ -17,24 +19,34 @@ import numpy as np
 
 from plait.schedule.fit import greedy_fit
 
-STEPS = 4
-"""Most growth steps one job has: sizes from a quarter of its request to four times it (Elastic.options)."""
+JOB_SHIFT = 32
+"""A step's (job, next size) packed as ``job << JOB_SHIFT | next size``: sizes stay below 2^32 GPUs."""
 
 
 @dataclass
 class ChainTable:
-    """Per job index: its smallest size, and its growth steps (next size, added GPUs, heap key) along its chain."""
+    """Per job index: its smallest size, and its growth steps (next size, added GPUs, heap key) along its chain;
+    and every recorded job's steps in heap order (key, job, next size)."""
 
     smallest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Smallest size (0: not yet known)."""
     count: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Steps along the chain from the smallest size (the chain stops at the first size that does not gain)."""
-    nxt: np.ndarray = field(default_factory=lambda: np.zeros((0, STEPS), dtype=np.int64))
-    """Size after each step."""
-    add: np.ndarray = field(default_factory=lambda: np.zeros((0, STEPS), dtype=np.int64))
-    """GPUs each step adds."""
-    key: np.ndarray = field(default_factory=lambda: np.zeros((0, STEPS)))
-    """Each step's heap key: minus its gain per added GPU, raised to its predecessor's where that is worse."""
+    row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per job: its position among the jobs of the allocation being computed, -1 outside it."""
+    allocated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per job: the GPUs the allocation being applied gives it, 0 outside it (``Elastic.schedule``'s)."""
+    step_key: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Recorded steps' heap keys (minus the gain per added GPU, raised to the predecessor's where that is worse),
+    ascending; ties by :attr:`step_packed`."""
+    step_packed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Recorded steps' ``job << JOB_SHIFT | next size``, in the same order."""
+    step_add: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Recorded steps' added GPUs, in the same order."""
+    num_steps: int = 0
+    """Recorded steps held (the arrays above have room for more)."""
+    kept_steps: int = 0
+    """Steps held after the last :meth:`forget`."""
 
     def grow_to(self, jobs: int) -> None:
         """Room for job indices below ``jobs``."""
@@ -43,9 +55,8 @@ class ChainTable:
             more = jobs - have
             self.smallest = np.concatenate([self.smallest, np.zeros(more, dtype=np.int64)])
             self.count = np.concatenate([self.count, np.zeros(more, dtype=np.int64)])
-            self.nxt = np.concatenate([self.nxt, np.zeros((more, STEPS), dtype=np.int64)])
-            self.add = np.concatenate([self.add, np.zeros((more, STEPS), dtype=np.int64)])
-            self.key = np.concatenate([self.key, np.full((more, STEPS), np.inf)])
+            self.row = np.concatenate([self.row, np.full(more, -1, dtype=np.int64)])
+            self.allocated = np.concatenate([self.allocated, np.zeros(more, dtype=np.int64)])
 
     def set(self, index: int, smallest: int, steps: dict[int, tuple[float, int]]) -> None:
         """Record job ``index``: its smallest size and its steps by size (``Elastic.steps``)."""
@@ -54,9 +65,37 @@ class ChainTable:
         while size in steps:
             key, after = steps[size]
             worst = max(worst, key)
-            self.nxt[index, k], self.add[index, k], self.key[index, k] = after, after - size, worst
+            self._insert(worst, index << JOB_SHIFT | after, after - size)
             size, k = after, k + 1
         self.count[index] = k
+
+    def _insert(self, key: float, packed: int, add: int) -> None:
+        n = self.num_steps
+        if n == len(self.step_key):
+            grow = max(64, n)
+            self.step_key = np.concatenate([self.step_key, np.zeros(grow)])
+            self.step_packed = np.concatenate([self.step_packed, np.zeros(grow, dtype=np.int64)])
+            self.step_add = np.concatenate([self.step_add, np.zeros(grow, dtype=np.int64)])
+        keys = self.step_key[:n]
+        low, high = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
+        at = int(low + np.searchsorted(self.step_packed[low:high], packed))
+        for column, value in ((self.step_key, key), (self.step_packed, packed), (self.step_add, add)):
+            column[at + 1: n + 1] = column[at:n]  # numpy copies overlapping slices safely
+            column[at] = value
+        self.num_steps = n + 1
+
+    def forget(self, active: np.ndarray) -> None:
+        """Drop the steps of jobs outside ``active`` (indices) once those held have doubled since the last drop:
+        they no longer change an allocation (it filters steps by its jobs), they only cost the filter."""
+        n = self.num_steps
+        if n <= 2 * self.kept_steps + 256:  # not worth a pass over them yet
+            return
+        alive = np.zeros(len(self.smallest), dtype=bool)
+        alive[active] = True
+        keep = np.flatnonzero(alive[self.step_packed[:n] >> JOB_SHIFT])
+        for column in (self.step_key, self.step_packed, self.step_add):
+            column[: len(keep)] = column[keep]
+        self.num_steps = self.kept_steps = len(keep)
 
 
 def allocate(table: ChainTable, order: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,13 +105,14 @@ def allocate(table: ChainTable, order: np.ndarray, capacity: int) -> tuple[np.nd
     jobs = order[taken]
     size = table.smallest[jobs].copy()
     if free > 0 and len(jobs):
-        counts = table.count[jobs]
-        row = np.repeat(np.arange(len(jobs)), counts)
-        step = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
-        job = jobs[row]
-        nxt, add, key = table.nxt[job, step], table.add[job, step], table.key[job, step]
-        by = np.lexsort((nxt, job, key))
-        _walk(row[by], nxt[by], add[by], size, free)
+        table.forget(order)
+        n = table.num_steps
+        table.row[jobs] = np.arange(len(jobs))
+        packed = table.step_packed[:n]
+        row = table.row[packed >> JOB_SHIFT]
+        mine = np.flatnonzero(row >= 0)  # the steps of jobs given GPUs, still in heap order
+        table.row[jobs] = -1
+        _walk(row[mine], packed[mine] & ((1 << JOB_SHIFT) - 1), table.step_add[:n][mine], size, free)
     return jobs, size
 
 

@@ -8,17 +8,18 @@ import numpy as np
 
 def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
     """Walk ``gpus`` in order, taking each that fits the GPUs left: (positions taken, positions walked, GPUs left).
-    Runs of jobs that fit together are taken by one cumulative sum, a job too large is skipped to the next that
-    fits."""
-    taken, at = [], 0
-    while budget > 0 and at < len(gpus):
-        held = np.cumsum(gpus[at:])
+    Runs of jobs that fit together are taken by one cumulative sum; at a job too large, the jobs still ahead are
+    narrowed to those that fit the GPUs left (the GPUs left only shrink, so no other will fit later), and the walk
+    goes on among them."""
+    taken, at, ahead = [], 0, np.arange(len(gpus))
+    while budget > 0 and len(ahead):
+        held = np.cumsum(gpus if len(ahead) == len(gpus) else gpus[ahead])
         run = int(np.searchsorted(held, budget, side="right"))
         if run:
-            taken.append(np.arange(at, at + run))
+            taken.append(ahead[:run])
             budget -= int(held[run - 1])
-            at += run
+            at, ahead = int(ahead[run - 1]) + 1, ahead[run:]
             continue
-        fits = np.flatnonzero(gpus[at:] <= budget)
-        at = at + int(fits[0]) if len(fits) else len(gpus)
-    return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), at, budget
+        ahead = ahead[gpus[ahead] <= budget]
+    walked = at if budget == 0 else len(gpus)
+    return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), walked, budget

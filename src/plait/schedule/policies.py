@@ -36,7 +36,7 @@ class Fifo:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Start queued jobs in order until one does not fit."""
-        for st in list(sim.queued.values()):
+        for st in sim.queued_in_order():
             place = sim.pool.packed(st.job.gpus)
             if place is None:
                 return
@@ -47,40 +47,70 @@ QUEUE_HEAD = 64
 """Waiting jobs a preemptive pass first merges with the running ones (it doubles the head while it must)."""
 
 
-def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
+def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
+                    running_rank: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """Run the jobs first in rank order that fit the cluster's GPUs together; stop the running jobs outside that
     set, then start the chosen ones on the fewest nodes free (a chosen job the fragments cannot hold waits).
 
-    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position): the running
+    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position; integer
+    ``running_rank``: small whole numbers, as LAS's queues, sorted as one packed key): the running
     jobs ``idx`` (:meth:`Simulator.running_indices`) with their ``running_rank`` are merged with the head of the
     ranked queue (:attr:`Simulator.ranked`), the head doubling until the walk runs out of GPUs inside it, so a pass
-    costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue."""
+    costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue. The running jobs ranked
+    before every waiting job are kept without a sort: they fit together (they run now), so the walk takes each of
+    them whatever follows; only the others are merged with the queue's head.
+
+    Returns which of ``idx`` still run, and the jobs started (trace positions)."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
-        return
+        return np.ones(len(idx), dtype=bool), []
     cols, head = sim.columns, QUEUE_HEAD
+    first_rank, first_arrival, first_index = sim.ranked[0]
+    arrival = cols.arrival_s[idx]
+    ahead = (running_rank < first_rank) | ((running_rank == first_rank) & (
+        (arrival < first_arrival) | ((arrival == first_arrival) & (idx < first_index))))
+    late = np.flatnonzero(~ahead)  # positions in ``idx`` of the running jobs ranked after the queue's first
+    budget = sim.pool.capacity_gpus - int(cols.asked_gpus[idx[ahead]].sum())
+    late_index, late_rank = idx[late], running_rank[late]
     while True:
-        queued = np.array(sim.ranked[:head], dtype=np.float64).reshape(-1, 3)
-        index = np.concatenate([idx, queued[:, 2].astype(np.int64)])
-        order = np.lexsort((index, np.concatenate([cols.arrival_s[idx], queued[:, 1]]),
-                            np.concatenate([running_rank, queued[:, 0]])))
-        taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], sim.pool.capacity_gpus)
-        in_head = np.flatnonzero(order >= len(idx))
+        queued = sim.ranked_head(head)
+        index = np.concatenate([late_index, queued[:, 2].astype(np.int64)])
+        order = _rank_order(np.concatenate([late_rank, queued[:, 0]]), cols.arrival_rank[index],
+                            len(cols.arrival_rank) if running_rank.dtype.kind == "i" else 0)
+        taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], budget)
+        in_head = np.flatnonzero(order >= len(late))
         # Exact once the GPUs ran out no later than the head's last waiting job: past it, jobs beyond the head
         # would interleave with the running ones.
         if head >= len(sim.ranked) or (left == 0 and walked <= in_head[-1] + 1):
             break
-        head *= 2
+        # GPUs left over after the whole head: the walk most likely goes on to the queue's end, so take it all.
+        head = len(sim.ranked) if left else 2 * head
     picked = order[taken]  # positions in ``index``, in rank order
-    was_running = picked < len(idx)
-    stays = np.zeros(len(idx), dtype=bool)
-    stays[picked[was_running]] = True
+    was_running = picked < len(late)
+    stays = ahead.copy()
+    stays[late[picked[was_running]]] = True
     for i in idx[~stays].tolist():  # in the order they started, as the running jobs are kept
         sim.stop(sim.states[i], now_s)
+    started = []
     for i in index[picked[~was_running]].tolist():
         st = sim.states[i]
         place = sim.pool.packed(st.job.gpus)
         if place is not None:
             sim.start(st, place, now_s)
+            started.append(i)
+    return stays, started
+
+
+def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray, num_jobs: int) -> np.ndarray:
+    """Positions sorted by (``rank``, ``arrival_rank``), the latter unique and below ``num_jobs``: where ``num_jobs``
+    is given the ranks are small whole numbers (LAS's queues) and both pack into one exact key; else one sort by rank
+    where no two ranks tie (as SRTF's times left rarely do), else both keys."""
+    if num_jobs:
+        return np.argsort(rank * num_jobs + arrival_rank)  # whole numbers below 2^53: exact, and unique
+    order = np.argsort(rank)
+    ranked = rank[order]
+    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
+        return np.lexsort((arrival_rank, rank))
+    return order
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,17 +151,29 @@ class Las:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Lowest queue first, FIFO within one; wake when a running job crosses its next threshold."""
-        thresholds = np.array(self.thresholds_gpu_s, dtype=np.float64)
+        thresholds = np.sort(np.array(self.thresholds_gpu_s, dtype=np.float64))
         idx = sim.running_indices()
         attained = sim.columns.attained(idx, now_s)
+        level = self._levels(attained, thresholds)  # also the next threshold's index, where one is left
         if sim.ranked:
-            preemptive_pass(sim, now_s, idx, np.sum(attained[:, None] >= thresholds[None, :], axis=1).astype(float))
-            idx = sim.running_indices()
-            attained = sim.columns.attained(idx, now_s)
-        job, level = np.nonzero(thresholds[None, :] > attained[:, None])
-        if len(job):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
-            crossings = now_s + (thresholds[level] - attained[job]) / sim.columns.gpus[idx][job]
+            stays, started = preemptive_pass(sim, now_s, idx, level)
+            if not stays.all() or started:  # the jobs running now: those kept (their service as read) and started
+                new = np.array(started, dtype=np.int64)
+                new_attained = sim.columns.attained(new, now_s)
+                idx, attained = np.concatenate([idx[stays], new]), np.concatenate([attained[stays], new_attained])
+                level = np.concatenate([level[stays], self._levels(new_attained, thresholds)])
+        below = np.flatnonzero(level < len(thresholds))
+        if len(below):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
+            crossings = now_s + (thresholds[level[below]] - attained[below]) / sim.columns.gpus[idx[below]]
             sim.wake(float(crossings.min()) + 1e-6)
+
+    @staticmethod
+    def _levels(attained: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+        """Per job, the thresholds (ascending) its ``attained`` service has reached: its queue."""
+        level = np.zeros(len(attained), dtype=np.int64)
+        for threshold in thresholds.tolist():
+            level += attained >= threshold
+        return level
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +189,7 @@ class Consolidate:
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """In queue order: a consolidated placement if free; after the delay, any; a job that fits nowhere blocks."""
         waits, unplaceable = [], set()  # sizes with no consolidated place on the pool as it is now
-        for st in list(sim.queued.values()):
+        for st in sim.queued_in_order():
             if st.job.gpus > sim.pool.free_gpus:
                 break
             place = None if st.job.gpus in unplaceable else sim.pool.consolidated(st.job.gpus)

@@ -11,7 +11,7 @@ holding fewer GPUs of a block than the span sees that tier's span shrunk to what
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,11 +25,11 @@ class Placement:
 
     nodes: tuple[tuple[int, int], ...]
     """(node index, GPUs held there), by node index."""
+    gpus: int = field(init=False, compare=False, repr=False)
+    """GPUs held in all (summed once: every start, stop and pass reads it)."""
 
-    @property
-    def gpus(self) -> int:
-        """GPUs held in all."""
-        return sum(n for _, n in self.nodes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(n for _, n in self.nodes))
 
     @property
     def num_nodes(self) -> int:
@@ -67,6 +67,12 @@ class Pool:
         """Fewest of ``candidates`` (node indices) holding ``gpus`` free GPUs: fullest-free first, the remainder on
         the node it fits best (least free left over), so that small jobs fill holes instead of whole nodes."""
         free = self.free[candidates]
+        # The loop below's first turn, without its sort: the tightest node that holds them all, the lowest
+        # index among equally tight ones (the stable sort keeps index order among equal free counts).
+        tight = np.where(free >= gpus, free, self.gpus_per_node + 1)
+        at = int(np.argmin(tight))
+        if tight[at] <= self.gpus_per_node:
+            return Placement(nodes=((int(candidates[at]), gpus),))
         if free.sum() < gpus:
             return None
         order = candidates[np.argsort(-free, kind="stable")]

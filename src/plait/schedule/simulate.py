@@ -12,7 +12,8 @@ result, bit for bit.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from plait.errors import ConfigError
 from plait.events.kernel import Kernel
 from plait.schedule.columns import Columns
+from plait.schedule.ordered import OrderedIndices
 from plait.schedule.pool import Placement, Pool
 from plait.schedule.result import JobResult, ScheduleResult, Segment
 from plait.schedule.speed import Speed, SpeedModel
@@ -63,7 +65,13 @@ class Simulator:
         self.ranked: list[tuple[float, float, int]] = []
         """Waiting jobs' keys in ascending order, kept with each join and leave when the policy has a
         ``queued_key`` (SRTF, LAS): a pass reads the queue in order instead of sorting it."""
+        self._ranked_rows = np.empty((64, 3))
+        """:attr:`ranked` as rows of floats, kept beside it (:meth:`ranked_head`)."""
         self._queued_key: QueuedKey | None = getattr(policy, "queued_key", None)
+        self._running_order = OrderedIndices(len(jobs))
+        """:attr:`running`'s keys as an array (:meth:`running_indices`)."""
+        self._active_order = OrderedIndices(len(jobs))
+        """:attr:`active`'s keys as an array (:meth:`active_indices`)."""
         self._segments: list[Segment] = []
         self._opened: dict[int, float] = {}
         self._passes: set[float] = set()
@@ -90,6 +98,7 @@ class Simulator:
         st.sizes.append(place.gpus)
         self._dequeue(st)
         self.running[st.index] = st
+        self._running_order.append(st.index)
         self._opened[st.index] = now_s
         self.columns.write(st)
         version = st.version
@@ -105,9 +114,31 @@ class Simulator:
         self.columns.write(st)
         self._enqueue(st)
 
+    def ranked_head(self, count: int) -> np.ndarray:
+        """The first ``count`` keys of :attr:`ranked` as a (jobs, 3) array of floats (a view: read it before the
+        queue changes)."""
+        return self._ranked_rows[: min(count, len(self.ranked))]
+
+    def queued_in_order(self) -> Iterator[JobState]:
+        """The waiting jobs in queue order, read a few at a time (a queue may hold tens of thousands of jobs and a
+        pass stop at its head); the pass may start the job it was just given, and change the queue no other way."""
+        kept, size = 0, 16
+        while True:
+            batch = list(itertools.islice(self.queued.values(), kept, kept + size))
+            if not batch:
+                return
+            for st in batch:
+                yield st
+                kept += st.index in self.queued  # still waiting: ahead of the rest of the batch
+            size *= 2
+
     def running_indices(self) -> np.ndarray:
         """Trace positions of the running jobs, in the order they started."""
-        return np.fromiter(self.running, dtype=np.int64, count=len(self.running))
+        return self._running_order.array()
+
+    def active_indices(self) -> np.ndarray:
+        """Trace positions of the jobs arrived and not done, in order of arrival."""
+        return self._active_order.array()
 
     def wake(self, at_s: float) -> None:
         """Ask for a policy pass at ``at_s``."""
@@ -120,7 +151,12 @@ class Simulator:
         self.queued[st.index] = st
         if self._queued_key is not None:
             st.queued_key = self._queued_key(self, st)
-            bisect.insort(self.ranked, st.queued_key)
+            at, n = bisect.bisect_right(self.ranked, st.queued_key), len(self.ranked)
+            self.ranked.insert(at, st.queued_key)
+            if n == len(self._ranked_rows):
+                self._ranked_rows = np.concatenate([self._ranked_rows, np.empty_like(self._ranked_rows)])
+            self._ranked_rows[at + 1: n + 1] = self._ranked_rows[at:n]  # numpy copies overlapping slices safely
+            self._ranked_rows[at] = st.queued_key
 
     def _dequeue(self, st: JobState) -> None:
         del self.queued[st.index]
@@ -128,6 +164,7 @@ class Simulator:
             at = bisect.bisect_left(self.ranked, st.queued_key)
             assert self.ranked[at] == st.queued_key, "a waiting job's key is in the ranked queue"
             del self.ranked[at]
+            self._ranked_rows[at: len(self.ranked)] = self._ranked_rows[at + 1: len(self.ranked) + 1]
             st.queued_key = None
 
     def _release(self, st: JobState, now_s: float) -> None:
@@ -137,6 +174,7 @@ class Simulator:
             self._segments.append(Segment(job_id=st.job.job_id, node=node, gpus=gpus, start_s=start, end_s=now_s))
         self.pool.give(st.place)
         del self.running[st.index]
+        self._running_order.remove(st.index)
         st.place, st.speed, st.version, st.gpus = None, None, st.version + 1, 0
 
     def _complete(self, st: JobState, version: int) -> None:
@@ -147,6 +185,7 @@ class Simulator:
         self._release(st, now)
         st.status, st.finish_s, st.remaining_tokens = "done", now, 0.0
         del self.active[st.index]
+        self._active_order.remove(st.index)
         self.columns.write(st)
         self.wake(now)
 
@@ -161,6 +200,7 @@ class Simulator:
         st.waiting_since_s, st.since_s = now, now
         self.columns.write(st)
         self.active[st.index] = st
+        self._active_order.append(st.index)
         self._enqueue(st)
         self.wake(now)
 

@@ -73,6 +73,8 @@ class SpeedModel:
         """Planner searches run so far."""
         self.search_s = 0.0
         """Wall seconds spent in them."""
+        self.search_cpu_s = 0.0
+        """CPU seconds of this process spent in them (a loaded machine's preemption does not count)."""
         self._memo: dict[tuple[str, int, tuple[int, ...]], Speed | None] = {}
         figures = reliability()
         self._storage = cluster.storage_bytes_per_s_per_gpu or figures.storage_bytes_per_s_per_gpu
@@ -97,7 +99,7 @@ class SpeedModel:
         return self._memo[key]
 
     def _search(self, model: str, gpus: int, spans: tuple[int, ...]) -> Speed | None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         spec, cluster = get_model(model), self._seen_as(spans)
         space = replace(default_space(spec, cluster, gpus, (self.global_batch,), precisions=("bf16",)),
                         schedules=("1f1b",), offload=((False, False),), cp=(1,),
@@ -105,6 +107,7 @@ class SpeedModel:
         best = run_search(spec, cluster, space, engine=self.engine, workers=1).top(1)
         self.searches += 1
         self.search_s += time.perf_counter() - start
+        self.search_cpu_s += time.process_time() - cpu
         if not best:
             return None
         est = best[0]

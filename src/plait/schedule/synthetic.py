@@ -117,10 +117,11 @@ def window_s(sizes: np.ndarray, durations_s: np.ndarray, at: np.ndarray, target_
     return at * high
 
 
-MAX_JOBS = 5000
-"""Most jobs one synthetic trace draws: a bound on the work one ``plait schedule`` may ask for (3,000 jobs took
-1.9-2.6 s under one policy and 7.2 s under all five, ``plait schedule --synthetic pai --jobs 3000 --policy all``,
-on two shared CPU cores; 100 million never finished); the shipped traces hold 300."""
+MAX_JOBS = 100_000
+"""Most jobs one synthetic trace draws: a bound on the work one ``plait schedule`` may ask for, a Philly-scale trace
+(the public Philly trace holds 117,325 jobs submitted 2017-08-07 to 2017-12-22, msr-fiddle/philly-traces README).
+Each policy's time for it on 16,384 GPUs: ``python benchmarks/schedule_speed.py --jobs 100000 --gpus 16384``
+(figures in docs/schedule.md: 10-170 CPU seconds by policy on two shared cores)."""
 MAX_SEED = 2**32 - 1
 """Largest seed: the 32-bit seeds every common generator takes (numpy's takes any non-negative integer)."""
 
