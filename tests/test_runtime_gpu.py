@@ -253,7 +253,8 @@ def test_gpu_check_plans_are_well_formed(tmp_path: Path, monkeypatch: pytest.Mon
         check_runnable(plan.with_seq_len(spec.seq_len), spec, on_gpu=True)  # an H200 refuses none of them
         step_s, memory_gib = check.predict(path)
         assert 0 < step_s < 10 and 0 < memory_gib < 141
-    assert check.skip_reason(check.CASES[2], gpus=1).startswith("needs 2 GPUs")
+    two = next(c for c in check.CASES if c.nproc == 2)
+    assert check.skip_reason(two, gpus=1).startswith("needs 2 GPUs")
 
 
 @pytest.mark.slow

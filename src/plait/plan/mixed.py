@@ -14,12 +14,14 @@ order, so a share's ranks are consecutive (tp fastest, pp slowest: :mod:`plait.p
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from plait.errors import ConfigError
-from plait.hardware.mixed import MixedCluster
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
+
+if TYPE_CHECKING:  # a plan file's reader imports this module; a plain estimate never loads mixed clusters
+    from plait.hardware.mixed import MixedCluster
 
 Split = Literal["data", "pipeline"]
 SPLITS: tuple[Split, ...] = ("data", "pipeline")
