@@ -100,16 +100,8 @@ def parallelize(model: nn.Module, config: TracedConfig, units: list[str], mesh: 
     if dp > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        group = mesh["replicate", "shard"]._flatten().get_group()
-        model = DistributedDataParallel(model, process_group=group)
-    if dp > 1 and config.sharding == "zero1" and config.dp_shard > 1:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.SGD
-        extra = {"momentum": 0.9} if config.optimizer == "sgd" else {}
-        return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_class,
-                                              process_group=mesh["shard"].get_group(), lr=config.lr, **extra)
-    return model, make_optimizer(model.parameters(), config)
+        model = DistributedDataParallel(model, process_group=_replicas(mesh).get_group())
+    return model, _replica_optimizer(model, config, mesh)
 
 
 def _synchronized(model: nn.Module, config: TracedConfig) -> tuple[nn.Module, Any]:
@@ -136,11 +128,22 @@ def pipeline_stage(model: nn.Module, config: TracedConfig, units: list[str], mes
     return pipe, mesh["pp"].get_local_rank()
 
 
-def make_optimizer(params: Any, config: TracedConfig) -> torch.optim.Optimizer:
-    """AdamW, or SGD with momentum 0.9, at the run's learning rate."""
+def _optimizer_class(config: TracedConfig) -> tuple[type[torch.optim.Optimizer], dict[str, float]]:
+    """AdamW, or SGD with momentum 0.9, and its arguments at the run's learning rate."""
     if config.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=config.lr, momentum=0.9)
-    return torch.optim.AdamW(params, lr=config.lr)
+        return torch.optim.SGD, {"lr": config.lr, "momentum": 0.9}
+    return torch.optim.AdamW, {"lr": config.lr}
+
+
+def make_optimizer(params: Any, config: TracedConfig) -> torch.optim.Optimizer:
+    """The run's optimizer over ``params`` (:func:`_optimizer_class`)."""
+    optimizer_class, arguments = _optimizer_class(config)
+    return optimizer_class(params, **arguments)
+
+
+def _replicas(mesh: Any) -> Any:
+    """The data-parallel ranks of this rank's stage: the mesh's replicate and shard axes as one."""
+    return mesh["replicate", "shard"]._flatten()
 
 
 def no_sync(model: nn.Module, last: bool) -> contextlib.AbstractContextManager[None]:
@@ -165,7 +168,7 @@ def train(config: TracedConfig) -> dict[str, Any]:
         recompute(model, units, config.recompute_units)
     dp = config.dp_replicate * config.dp_shard if distributed else 1
     mesh = _mesh(config) if distributed else None
-    dp_rank = mesh["replicate", "shard"]._flatten().get_local_rank() if mesh is not None else 0
+    dp_rank = _replicas(mesh).get_local_rank() if mesh is not None else 0
     rows = config.global_batch // dp
     if pipelined:
         schedule, stage_module, optimizer, last = _pipeline(model, config, units, mesh, bound)
@@ -258,21 +261,20 @@ def _pipeline(model: nn.Module, config: TracedConfig, units: list[str], mesh: An
 
 
 def _replica_optimizer(module: nn.Module, config: TracedConfig, mesh: Any) -> Any:
-    """The optimizer of a pipeline stage whose data-parallel ranks hold whole copies: ZeRO-1's or a plain one,
-    stepping after :func:`average_gradients`."""
-    if config.sharding == "zero1" and config.dp_shard > 1:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
+    """The optimizer of a model (or a pipeline stage's part) whose data-parallel ranks hold whole copies: ZeRO-1's
+    over the ``dp_shard`` ranks, or a plain one."""
+    if config.sharding != "zero1" or config.dp_shard <= 1:
+        return make_optimizer(module.parameters(), config)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.SGD
-        extra = {"momentum": 0.9} if config.optimizer == "sgd" else {}
-        return ZeroRedundancyOptimizer(module.parameters(), optimizer_class=optimizer_class,
-                                       process_group=mesh["shard"].get_group(), lr=config.lr, **extra)
-    return make_optimizer(module.parameters(), config)
+    optimizer_class, arguments = _optimizer_class(config)
+    return ZeroRedundancyOptimizer(module.parameters(), optimizer_class=optimizer_class,
+                                   process_group=mesh["shard"].get_group(), **arguments)
 
 
 def average_gradients(module: nn.Module, mesh: Any) -> None:
     """Each gradient averaged over the stage's data-parallel ranks (what DDP's buckets do, after the backward)."""
-    group = mesh["replicate", "shard"]._flatten().get_group()
+    group = _replicas(mesh).get_group()
     for param in module.parameters():
         if param.grad is not None:
             dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=group)
