@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -110,19 +110,13 @@ def run_command(
         if plan is not None or workload.kind.run is None:
             raise ConfigError(f"--model {model!r}: plait run takes a {labels_with('run')} TOML as --model, "
                               "anything else as --plan")
-        try:
-            workload.kind.run(workload, options)
-        except RanksFailed as exc:  # the workers failed: the run's exit code (plait.run.narration)
-            raise typer.Exit(exc.code) from None
+        _run_kind(workload.kind.run, workload, options)
         return
     if plan is None:
         raise ConfigError("plait run needs --plan (a plan TOML), or --model with a DLRM TOML")
     planned = load(read_plan_parts(plan)[0].model or None)  # a mixed plan file too (plait.run.mixed_run)
     if planned.kind.run_plan is not None:  # a kind whose plans its own worker runs (a traced module's)
-        try:
-            planned.kind.run_plan(planned, options)
-        except RanksFailed as exc:
-            raise typer.Exit(exc.code) from None
+        _run_kind(planned.kind.run_plan, planned, options)
         return
     if sparse_group is not None:
         raise ConfigError(f"--sparse-group={sparse_group}: places a DLRM's tables; pass --model with a DLRM TOML")
@@ -139,6 +133,14 @@ def run_command(
         raise typer.Exit(outcome.exit_code)
     if outcome.report is not None:
         render_run(outcome.report, console)
+
+
+def _run_kind(entry: Any, workload: Any, options: dict[str, Any]) -> None:
+    """A workload kind's own run entry; its workers' failure is the run's exit code (plait.run.narration)."""
+    try:
+        entry(workload, options)
+    except RanksFailed as exc:
+        raise typer.Exit(exc.code) from None
 
 
 def render_run(report: RunReport, console: Console) -> None:
