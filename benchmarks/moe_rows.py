@@ -12,7 +12,8 @@ layers per stage`` of them):
   and the host time per operation it charges (``host_launch_us``: 10 us on x86 hosts, 27.5 us on Grace).
 
 ``pred - device`` is what the host stream adds to a layer pass; ``meas - device`` is what the measurement leaves
-for it (and for anything else plait misses). Nothing here is fitted: it reads the rows and the current model.
+for it (and for anything else plait misses); ``dev+host`` is the two streams run one after the other, the most a
+host can add if nothing overlaps. Nothing here is fitted: it reads the rows and the current model.
 
 Run: ``python benchmarks/moe_rows.py`` (about a second; ``--runs`` for another runs file).
 """
@@ -93,10 +94,11 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=DEV, help="runs CSV (default: the dev set)")
     args = parser.parse_args()
     print(f"{'row':44s} {'mb':>3s} {'passes':>6s} {'meas':>7s} {'pred':>7s} {'device':>7s} {'host':>6s} "
-          f"{'us/op':>5s} {'err':>7s}   (ms per layer pass)")
+          f"{'dev+host':>8s} {'us/op':>5s} {'err':>7s}   (ms per layer pass)")
     for p in layer_passes(read_runs(args.runs)):
         print(f"{p.row_id:44s} {p.micro_batch:3d} {p.passes:6d} {p.measured_ms:7.2f} {p.predicted_ms:7.2f} "
-              f"{p.device_ms:7.2f} {p.host_ms:6.2f} {p.launch_us:5.1f} {p.error_pct:+6.1f}%")
+              f"{p.device_ms:7.2f} {p.host_ms:6.2f} {p.device_ms + p.host_ms:8.2f} {p.launch_us:5.1f} "
+              f"{p.error_pct:+6.1f}%")
 
 
 if __name__ == "__main__":
