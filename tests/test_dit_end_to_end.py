@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from plait.cost.compute import gemm_time_s
+from plait.cost.flops import Gemm
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_accelerator, get_cluster
 from plait.validate.datasets import dataset_path
@@ -90,8 +92,27 @@ def test_text_encoder_shapes_match_their_published_sizes(name: str, vocab: int, 
     ("consisid-480p", 5e9, 0.05),          # CogVideoX-5B (Yang et al., arXiv 2408.06072), ConsisID's base
 ])
 def test_video_and_linear_dits_match_their_published_sizes(example: str, published: float, rel: float) -> None:
+    """The blocks against the published size (ConsisID: its CogVideoX-5B blocks, its face cross-attentions apart)."""
     spec, _ = _model(example)
-    assert spec.params() == pytest.approx(published, rel=rel)
+    assert spec.params() - spec.side_attention_params() == pytest.approx(published, rel=rel)
+
+
+def test_consisid_face_cross_attention_is_counted_by_hand() -> None:
+    """ConsisID: a face cross-attention after blocks 0, 2, ..., 40 of 42 (21 calls), each Q (3072 -> 2048) and output
+    (2048 -> 3072) projections on the video tokens and K, V (2048 -> 2 x 2048) on the face tokens: 21 x (2 x 3072 x
+    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 60; compiled, two per GEMM
+    call (five) beside the blocks' two per GEMM call and attention (8 + 1); and it adds exactly its two GEMMs per
+    call and pass to the device's step."""
+    spec, job = _model("consisid-480p")
+    assert spec.side_attention_calls == 21
+    assert spec.side_attention_params() == 21 * (2 * 3072 * 2048 + 2 * 2048**2)
+    assert step_kernels(spec, job, DitPlan()) == 42 * 60 + 21 * 15
+    assert step_kernels(spec, replace(job, compiled=True), DitPlan()) == 42 * 2 * 9 + 21 * 2 * 5
+    without = replace(spec, side_attention_every=0, side_attention_width=0)
+    acc, tokens = H100.accelerator, job.image_tokens(spec)
+    two_gemms = gemm_time_s(Gemm(tokens, 2048, 3072), acc, "bf16") + gemm_time_s(Gemm(tokens, 3072, 2048), acc, "bf16")
+    with_s, without_s = (estimate_dit(s, job, DitPlan(), H100).step_s for s in (spec, without))
+    assert with_s - without_s == pytest.approx(21 * job.passes * two_gemms, rel=1e-9)
 
 
 def test_video_tokens_are_latent_frames_times_patches() -> None:
@@ -205,3 +226,12 @@ def test_a_video_plan_exports_frames_and_compile_to_xdit() -> None:
     args = xdit_arguments(spec, replace(job, compiled=True), DitPlan(ulysses=8))
     assert args[args.index("--height") + 1] == "720" and args[args.index("--width") + 1] == "1280"
     assert args[args.index("--num_frames") + 1] == "129" and "--use_torch_compile" in args
+
+
+@pytest.mark.parametrize("keys", ["side_attention_every = 2", "side_attention_width = -1"])
+def test_a_side_attention_needs_both_keys(tmp_path: Path, keys: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text((ROOT / "examples" / "flux-1-dev-1024px.toml").read_text().replace(
+        "eager_kernels = 96", f"eager_kernels = 96\n{keys}"))
+    with pytest.raises(ConfigError, match="must both be 0 or both be >= 1"):
+        read_dit(path)
