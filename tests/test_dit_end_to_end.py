@@ -235,3 +235,29 @@ def test_a_side_attention_needs_both_keys(tmp_path: Path, keys: str) -> None:
         "eager_kernels = 96", f"eager_kernels = 96\n{keys}"))
     with pytest.raises(ConfigError, match="must both be 0 or both be >= 1"):
         read_dit(path)
+
+
+def test_plait_run_refuses_a_side_attention_it_does_not_build(tmp_path: Path) -> None:
+    """plait run's CPU DiT has no side cross-attention: a file with one is refused in one line, not run without."""
+    from tests.inprocess import cli
+
+    path = tmp_path / "side.toml"
+    path.write_text((ROOT / "examples" / "dit-tiny.toml").read_text().replace(
+        "vae_downsample = 8", "vae_downsample = 8\nside_attention_every = 1\nside_attention_width = 32"))
+    code, _, err = cli(["run", "--model", str(path), "--parallel", "cfg=2", "--dry-run"])
+    assert code == 2 and "has no side cross-attention" in err and "\n" not in err.strip()
+
+
+def test_a_tensor_parallel_side_attention_all_reduces_its_output() -> None:
+    """ConsisID on tp=2: each of the 21 face cross-attentions splits its inner width over the two GPUs and
+    all-reduces its output over the video tokens (Megatron's row-parallel output; Shoeybi et al., arXiv 1909.08053,
+    Sec. 3): the step grows by exactly those two half-width GEMMs and that all-reduce per call and pass."""
+    from plait.cost.links import collective_s
+
+    spec, job = _model("consisid-480p")
+    without = replace(spec, side_attention_every=0, side_attention_width=0)
+    plan, acc, tokens = DitPlan(tp=2), H100.accelerator, job.image_tokens(spec)
+    half = gemm_time_s(Gemm(tokens, 1024, 3072), acc, "bf16") + gemm_time_s(Gemm(tokens, 3072, 1024), acc, "bf16")
+    reduce = float(collective_s(H100, "all_reduce", 2, 1, tokens * 3072 * 2 * job.passes))
+    with_s, without_s = (estimate_dit(s, job, plan, H100).step_s for s in (spec, without))
+    assert with_s - without_s == pytest.approx(21 * (job.passes * half + reduce), rel=1e-9)
