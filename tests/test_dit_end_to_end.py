@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from plait.cost.compute import gemm_time_s
+from plait.cost.flops import Gemm
 from plait.errors import ConfigError
-from plait.hardware.catalog import get_cluster
+from plait.hardware.catalog import get_accelerator, get_cluster
 from plait.validate.datasets import dataset_path
 from plait.workloads.dit.components import (
     VaeDecoder,
     text_encoder,
     vae_decode_flops_and_bytes,
+    vae_decode_s,
     vae_decoder,
 )
 from plait.workloads.dit.cost import DitPlan, estimate_dit
@@ -54,6 +57,18 @@ def test_a_video_decoder_grows_the_frames_back() -> None:
     assert gemms[-1].m == 49 * 720 * 480 and gemms[-1].n == 3 and gemms[-1].k == 27 * 128
 
 
+@pytest.mark.parametrize("side, published_s", [(1024, 0.0976), (2048, 0.4372)])
+def test_a_flux_vae_decode_matches_a_published_measurement(side: int, published_s: float) -> None:
+    """FLUX.2's VAE decoder (diffusers AutoencoderKLFlux2 defaults, huggingface/diffusers@58eb52c0
+    models/autoencoders/autoencoder_kl_flux2.py: diffusers' Decoder of block_out_channels (128, 256, 512, 512),
+    layers_per_block 2 and a mid attention, as FLUX.1's, from 32 latent channels) on one H200: 97.6 ms at 1024^2 and
+    437.2 ms at 2048^2, the default lossless decode timed by its component harness (sgl-project/sglang PR #33451,
+    'FLUX.2 VAE decoder fast path', description table). Within 15%."""
+    vae = replace(vae_decoder("flux"), latent_channels=32)
+    predicted = vae_decode_s(vae, side, side, 1, get_accelerator("h200"))
+    assert predicted == pytest.approx(published_s, rel=0.15)
+
+
 @pytest.mark.parametrize("name, vocab, published, rel", [
     ("t5-xxl", 32128, 4.76e9, 0.02),          # T5 v1.1 XXL encoder (Raffel et al.; FLUX.1's 4.7B text encoder)
     ("clip-l", 49408, 123e6, 0.02),           # CLIP ViT-L/14 text transformer (Radford et al., 2021: 123M)
@@ -77,8 +92,27 @@ def test_text_encoder_shapes_match_their_published_sizes(name: str, vocab: int, 
     ("consisid-480p", 5e9, 0.05),          # CogVideoX-5B (Yang et al., arXiv 2408.06072), ConsisID's base
 ])
 def test_video_and_linear_dits_match_their_published_sizes(example: str, published: float, rel: float) -> None:
+    """The blocks against the published size (ConsisID: its CogVideoX-5B blocks, its face cross-attentions apart)."""
     spec, _ = _model(example)
-    assert spec.params() == pytest.approx(published, rel=rel)
+    assert spec.params() - spec.side_attention_params() == pytest.approx(published, rel=rel)
+
+
+def test_consisid_face_cross_attention_is_counted_by_hand() -> None:
+    """ConsisID: a face cross-attention after blocks 0, 2, ..., 40 of 42 (21 calls), each Q (3072 -> 2048) and output
+    (2048 -> 3072) projections on the video tokens and K, V (2048 -> 2 x 2048) on the face tokens: 21 x (2 x 3072 x
+    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 60; compiled, two per GEMM
+    call (five) beside the blocks' two per GEMM call and attention (8 + 1); and it adds exactly its two GEMMs per
+    call and pass to the device's step."""
+    spec, job = _model("consisid-480p")
+    assert spec.side_attention_calls == 21
+    assert spec.side_attention_params() == 21 * (2 * 3072 * 2048 + 2 * 2048**2)
+    assert step_kernels(spec, job, DitPlan()) == 42 * 60 + 21 * 15
+    assert step_kernels(spec, replace(job, compiled=True), DitPlan()) == 42 * 2 * 9 + 21 * 2 * 5
+    without = replace(spec, side_attention_every=0, side_attention_width=0)
+    acc, tokens = H100.accelerator, job.image_tokens(spec)
+    two_gemms = gemm_time_s(Gemm(tokens, 2048, 3072), acc, "bf16") + gemm_time_s(Gemm(tokens, 3072, 2048), acc, "bf16")
+    with_s, without_s = (estimate_dit(s, job, DitPlan(), H100).step_s for s in (spec, without))
+    assert with_s - without_s == pytest.approx(21 * job.passes * two_gemms, rel=1e-9)
 
 
 def test_video_tokens_are_latent_frames_times_patches() -> None:
@@ -192,3 +226,38 @@ def test_a_video_plan_exports_frames_and_compile_to_xdit() -> None:
     args = xdit_arguments(spec, replace(job, compiled=True), DitPlan(ulysses=8))
     assert args[args.index("--height") + 1] == "720" and args[args.index("--width") + 1] == "1280"
     assert args[args.index("--num_frames") + 1] == "129" and "--use_torch_compile" in args
+
+
+@pytest.mark.parametrize("keys", ["side_attention_every = 2", "side_attention_width = -1"])
+def test_a_side_attention_needs_both_keys(tmp_path: Path, keys: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text((ROOT / "examples" / "flux-1-dev-1024px.toml").read_text().replace(
+        "eager_kernels = 96", f"eager_kernels = 96\n{keys}"))
+    with pytest.raises(ConfigError, match="must both be 0 or both be >= 1"):
+        read_dit(path)
+
+
+def test_plait_run_refuses_a_side_attention_it_does_not_build(tmp_path: Path) -> None:
+    """plait run's CPU DiT has no side cross-attention: a file with one is refused in one line, not run without."""
+    from tests.inprocess import cli
+
+    path = tmp_path / "side.toml"
+    path.write_text((ROOT / "examples" / "dit-tiny.toml").read_text().replace(
+        "vae_downsample = 8", "vae_downsample = 8\nside_attention_every = 1\nside_attention_width = 32"))
+    code, _, err = cli(["run", "--model", str(path), "--parallel", "cfg=2", "--dry-run"])
+    assert code == 2 and "has no side cross-attention" in err and "\n" not in err.strip()
+
+
+def test_a_tensor_parallel_side_attention_all_reduces_its_output() -> None:
+    """ConsisID on tp=2: each of the 21 face cross-attentions splits its inner width over the two GPUs and
+    all-reduces its output over the video tokens (Megatron's row-parallel output; Shoeybi et al., arXiv 1909.08053,
+    Sec. 3): the step grows by exactly those two half-width GEMMs and that all-reduce per call and pass."""
+    from plait.cost.links import collective_s
+
+    spec, job = _model("consisid-480p")
+    without = replace(spec, side_attention_every=0, side_attention_width=0)
+    plan, acc, tokens = DitPlan(tp=2), H100.accelerator, job.image_tokens(spec)
+    half = gemm_time_s(Gemm(tokens, 1024, 3072), acc, "bf16") + gemm_time_s(Gemm(tokens, 3072, 1024), acc, "bf16")
+    reduce = float(collective_s(H100, "all_reduce", 2, 1, tokens * 3072 * 2 * job.passes))
+    with_s, without_s = (estimate_dit(s, job, plan, H100).step_s for s in (spec, without))
+    assert with_s - without_s == pytest.approx(21 * (job.passes * half + reduce), rel=1e-9)

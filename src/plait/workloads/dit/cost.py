@@ -163,6 +163,9 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
             attn_flops += 4.0 * tokens * spec.text_tokens * spec.hidden / plan.tp
         attention = layers * passes * attn_flops / attention_flops_per_s(acc, keys)
     compute += attention
+    if spec.side_attention_calls:  # on this GPU's image (video) tokens only; its keys are a few conditioning tokens
+        calls = spec.side_attention_calls / plan.pipefusion
+        compute += calls * passes * pieces * _side_attention_s(spec, image / share / pieces, plan.tp, acc)
     comm = 0.0
     hidden_part = spec.hidden / plan.tp
     if plan.ulysses > 1:  # all_to_all_s takes the bytes spread over the group, its own share included
@@ -176,6 +179,10 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
     if plan.tp > 1:  # all_reduce_s takes the reduced tensor and sends 2 (t - 1) / t of it: tp_sent_bytes
         comm += layers * 2 * float(collective_s(cluster, "all_reduce", plan.tp, 1, tokens * spec.hidden * b * passes))
         comm += layers * float(collective_s(cluster, "all_gather", plan.tp, 1, 6 * spec.hidden * b * passes))
+        if spec.side_attention_calls:  # its row-split output projection all-reduces the image tokens' output
+            side_out = image / share * spec.hidden * b * passes
+            comm += spec.side_attention_calls / plan.pipefusion * float(
+                collective_s(cluster, "all_reduce", plan.tp, 1, side_out))
     if plan.cfg > 1:  # the gathered whole: each pass's velocity of the tokens this GPU predicts
         predicted_tokens = image / (plan.ulysses * plan.ring * plan.distrifusion)
         latent = cfg_sent_bytes(predicted_tokens, spec.patch**2 * spec.latent_channels, b, job.batch, plan.cfg)
@@ -224,6 +231,16 @@ def _block_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: igno
     if spec.kind == "linear":  # Mix-FFN's 3x3 depthwise convolution reads and writes its 2 r H wide input
         depthwise = 2 * m * up / tp * ACT_BYTES / memory_bytes_per_s(acc)
     return sum(gemm_time_s(g, acc, "bf16") for g in gemms) + depthwise
+
+
+def _side_attention_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: ignore[no-untyped-def]
+    """One pass of one side cross-attention (:attr:`DitSpec.side_attention_every`) on ``tokens`` image tokens: its Q
+    and output projections, ``H -> w`` and ``w -> H`` (diffusers ``PerceiverCrossAttention.to_q``, ``to_out``);
+    ``tp`` splits ``w`` as Megatron splits attention heads (its output's all-reduce is in the step's TP
+    communication). Its K, V projection and its attention over the 32
+    conditioning tokens (ConsisID's ``LFE_num_querie``) are left out: under 1% of these two GEMMs."""
+    m, w = max(1, round(tokens)), spec.side_attention_width // tp
+    return gemm_time_s(Gemm(m, w, spec.hidden), acc, "bf16") + gemm_time_s(Gemm(m, spec.hidden, w), acc, "bf16")
 
 
 def _linear_attention_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: ignore[no-untyped-def]

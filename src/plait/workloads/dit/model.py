@@ -47,6 +47,8 @@ A TOML file describes it (``examples/dit-xl-2-1024px.toml``)::
     vae = ""                # a name in the same file
     eager_kernels = 0       # kernels one block launches in eager PyTorch (host time; 0: not modelled)
     eager_kernels_single = 0
+    side_attention_every = 0  # a cross-attention to conditioning tokens after every this many blocks (ConsisID: 2)
+    side_attention_width = 0  # its inner width
     [job]
     resolution = 1024       # width in pixels
     height = 0              # 0: square
@@ -119,6 +121,13 @@ class DitSpec:
     implementation's forward code (the model file says which); 0: host time not modelled."""
     eager_kernels_single: int = 0
     """mmdit: the same for one single-stream block."""
+    side_attention_every: int = 0
+    """A cross-attention from the image (video) tokens to a few conditioning tokens, added to the residual after
+    every this many blocks (ConsisID's face cross-attention: diffusers ``ConsisIDTransformer3DModel``,
+    ``perceiver_cross_attention`` after block ``i`` when ``i % cross_attn_interval == 0``); 0: none."""
+    side_attention_width: int = 0
+    """Its inner width (heads x head width): Q from and output back to ``hidden``, K and V from the conditioning
+    tokens (ConsisID: 16 x 128 = 2048, K and V from 2048-wide face tokens)."""
 
     def token_params(self) -> float:
         """Parameters every token passes through (linear maps applied per token), all blocks."""
@@ -135,7 +144,11 @@ class DitSpec:
         return self.layers * (4 + 2 * r) * h2 + self.single_layers * (4 + 2 * r) * h2
 
     def params(self) -> float:
-        """All blocks' parameters (module docstring; embedders and the final layer are left out, < 1%)."""
+        """All blocks' parameters and the side cross-attentions' (module docstring; embedders and the final layer are
+        left out, < 1%)."""
+        return self._block_params() + self.side_attention_params()
+
+    def _block_params(self) -> float:
         h2, r = self.hidden**2, self.mlp_ratio
         if self.kind == "dit":
             return self.layers * (4 + 2 * r + 6) * h2
@@ -147,6 +160,18 @@ class DitSpec:
         if self.kind == "joint":
             return self.layers * (4 + m * r) * h2
         return self.layers * 2 * (4 + m * r + 6) * h2 + self.single_layers * (7 + 2 * r) * h2
+
+    @property
+    def side_attention_calls(self) -> int:
+        """Side cross-attentions per pass: blocks ``0, every, 2 every, ...`` (diffusers sets ``num_layers //
+        cross_attn_interval`` of them)."""
+        return self.layers // self.side_attention_every if self.side_attention_every else 0
+
+    def side_attention_params(self) -> float:
+        """Q and output projections (``2 H w``) and the K, V projection of ``w``-wide conditioning tokens
+        (``2 w^2``, diffusers ``PerceiverCrossAttention.to_kv``), per call, all calls."""
+        w = self.side_attention_width
+        return self.side_attention_calls * (2 * self.hidden * w + 2 * w * w)
 
     @property
     def mlp_factor(self) -> int:
@@ -244,6 +269,10 @@ def check_dit(spec: DitSpec, job: DitJob, where: str) -> None:
                           f"vae_temporal={spec.vae_temporal} must be >= 1")
     if not 0.0 <= job.cache_skip < 1.0:
         raise ConfigError(f"{where}: cache_skip={job.cache_skip} must be in [0, 1)")
+    if spec.side_attention_every < 0 or spec.side_attention_width < 0 or (
+            spec.side_attention_every > 0) != (spec.side_attention_width > 0):
+        raise ConfigError(f"{where}: side_attention_every={spec.side_attention_every} and side_attention_width="
+                          f"{spec.side_attention_width} must both be 0 or both be >= 1")
     if min(spec.eager_kernels, spec.eager_kernels_single) < 0:
         raise ConfigError(f"{where}: eager_kernels={spec.eager_kernels} and eager_kernels_single="
                           f"{spec.eager_kernels_single} must be >= 0")

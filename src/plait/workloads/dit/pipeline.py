@@ -14,7 +14,8 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   partial attentions, ``r - 1`` batched send/receive launches, a cast of the output to fp32 and back, and after
   each partial but the first a merge of nine pointwise kernels on the fp32 output (eager; compiled: one fused
   kernel), which in eager also read and write that fp32 output about ten times (``RING_MERGE_BYTES``). Tensor
-  parallelism adds its two all-reduces per block, DistriFusion its all-gather per layer.
+  parallelism adds its two all-reduces per block, DistriFusion its all-gather per layer. A side cross-attention
+  (ConsisID's face cross-attention after every second block) adds its own kernels (``SIDE_ATTENTION_*``).
   The host time is added to the device's: assumed, because the published tables show it: the eager-minus-compiled
   gap of xDiT's FLUX.1 table is about the same on 1, 2 and 4 H100s (2.41, 1.70, 2.61 s), which a host stream hidden
   under the device's work would not give.
@@ -51,6 +52,15 @@ GEMMS_PER_SINGLE = 6
 """An mmdit single-stream block (diffusers FluxSingleTransformerBlock): its modulation, proj_mlp, to_q, to_k, to_v and
 proj_out."""
 
+SIDE_ATTENTION_EAGER_KERNELS = 15
+"""Kernels of one side cross-attention in eager PyTorch, counted from diffusers' ``PerceiverCrossAttention.forward``
+and the ConsisID block loop (huggingface/diffusers@58eb52c0, models/transformers/consisid_transformer_3d.py; views
+not counted): two LayerNorms, Q and K-V projections, two scalings, a matmul, a cast up, a softmax, a cast down, a
+matmul, the head-merging copy, the output projection, the scaling by ``local_face_scale`` and the residual add."""
+SIDE_ATTENTION_GEMMS = 5
+"""Its GEMM calls (Q, K-V, two matmuls, output), each two kernels when compiled; the other
+``SIDE_ATTENTION_EAGER_KERNELS - 2 x 5`` act on the image tokens' activations (costed at the hidden width)."""
+
 RING_MERGE_BYTES = 38
 """Bytes per output element one eager merge of two partial attentions moves (yunchang ``_update_out_and_lse``): the
 new partial read in bf16 and written in fp32 (6), ``out - block_out`` (12), the product with the sigmoid of the
@@ -83,8 +93,10 @@ def step_kernels(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
     if job.compiled:
         blocks = spec.layers * 2 * (GEMMS_PER_BLOCK[spec.kind] + 1)
         blocks += spec.single_layers * 2 * (GEMMS_PER_SINGLE + 1)
+        blocks += spec.side_attention_calls * 2 * SIDE_ATTENTION_GEMMS
     else:
         blocks = spec.layers * spec.eager_kernels + spec.single_layers * spec.eager_kernels_single
+        blocks += spec.side_attention_calls * SIDE_ATTENTION_EAGER_KERNELS
     layers = spec.attention_layers / plan.pipefusion
     comm = 0.0
     if plan.ulysses > 1:
@@ -124,6 +136,7 @@ def pointwise_step_s(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster
     else:
         tokens_kernels = spec.layers * blocks * seq
     tokens_kernels += spec.single_layers * max(0, spec.eager_kernels_single - 2 * (GEMMS_PER_SINGLE + 1)) * seq
+    tokens_kernels += spec.side_attention_calls * (SIDE_ATTENTION_EAGER_KERNELS - 2 * SIDE_ATTENTION_GEMMS) * image
     share = plan.ulysses * plan.ring * plan.distrifusion * plan.pipefusion  # tokens split; layers split by stage
     moved = 2 * tokens_kernels / share * spec.hidden * ACT_BYTES * job.passes / plan.cfg  # read and write
     if plan.ring > 1:  # the merges of the partial attentions' fp32 outputs

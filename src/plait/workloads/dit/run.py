@@ -48,6 +48,9 @@ def run_dit(workload: Workload, parallel: str | None, gpus: int, dry_run: bool) 
     if spec.kind != "dit":
         raise ConfigError(f"{spec.name}: kind={spec.kind!r}: plait run denoises a plain class-conditioned DiT on CPU "
                           "ranks; export the plan for xDiT (plait plan --export)")
+    if spec.side_attention_calls:
+        raise ConfigError(f"{spec.name}: side_attention_every={spec.side_attention_every}: plait run's DiT has no "
+                          "side cross-attention; remove it to run the blocks alone")
     check_plan(spec, job, plan)
     ranks = plan.gpus
     if ranks < 2:
