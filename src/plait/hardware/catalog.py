@@ -19,6 +19,7 @@ from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
 from plait.hardware.power import power_capped
+from plait.hardware.power_states import default_power
 from plait.packaged import packaged_toml
 from plait.schema import build
 
@@ -124,6 +125,8 @@ def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
         problems.append(exc)
     if problems:
         raise all_problems(problems)
+    if cluster.power is None:  # from the datasheet rating, before the power limit scales the accelerator
+        cluster = replace(cluster, power=default_power(cluster.accelerator.tdp_w, cluster.power_limit_w))
     return cluster if cluster.power_limit_w is None else with_accelerator(cluster, cluster.accelerator)
 
 
