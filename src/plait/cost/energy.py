@@ -16,8 +16,11 @@ compute are drawn at the busy power of the compute they hide behind. The power f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal
+
+import numpy as np
 
 if TYPE_CHECKING:
     from plait.cost.estimate import TimeBreakdown
@@ -86,3 +89,13 @@ def step_energy(time: TimeBreakdown, num_gpus: int, power: PowerStates) -> StepE
     return StepEnergy(busy_s=seconds["busy"], communicating_s=seconds["communicating"], idle_s=seconds["idle"],
                       gpu_j=num_gpus * per_gpu, host_j=num_gpus * power.host_w_per_gpu.value * step_s,
                       network_j=num_gpus * power.network_w_per_gpu.value * step_s, pue=power.pue.value)
+
+
+def step_energy_batch(time: Mapping[str, np.ndarray], num_gpus: int, power: PowerStates) -> np.ndarray:
+    """Total (data-centre) joules of one step of each candidate of a batch (:func:`step_energy` over arrays;
+    ``time``: :attr:`plait.cost.batch.BatchResult.time`, components without their ``_s``)."""
+    watts = {"busy": power.busy_w.value, "communicating": power.communicating_w.value, "idle": power.idle_w.value}
+    share_w = power.host_w_per_gpu.value + power.network_w_per_gpu.value
+    per_gpu = sum((watts[state] + share_w) * time[key] for name, state in STATE_OF.items()
+                  if (key := name.removesuffix("_s")) in time)  # a batch has no input_wait: its loader is not costed
+    return num_gpus * power.pue.value * np.asarray(per_gpu, dtype=float)
