@@ -125,9 +125,10 @@ def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
         problems.append(exc)
     if problems:
         raise all_problems(problems)
-    if cluster.power is None:  # from the datasheet rating, before the power limit scales the accelerator
-        cluster = replace(cluster, power=default_power(cluster.accelerator.tdp_w, cluster.power_limit_w))
-    return cluster if cluster.power_limit_w is None else with_accelerator(cluster, cluster.accelerator)
+    rated_w = cluster.accelerator.tdp_w  # the datasheet's, before the power limit replaces it
+    if cluster.power_limit_w is not None:
+        cluster = with_accelerator(cluster, cluster.accelerator)
+    return cluster if cluster.power is not None else replace(cluster, power=default_power(rated_w, cluster.power_limit_w))
 
 
 def with_accelerator(cluster: Cluster, accelerator: Accelerator) -> Cluster:
