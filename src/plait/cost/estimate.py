@@ -310,6 +310,9 @@ class Estimate:
             "gossip_spectral_gap": self.gossip_spectral_gap,
             "energy_per_step": None if self.energy_per_step is None else self.energy_per_step.to_dict(),
             "energy_per_token_j": self.joules_per_token,
+            "power": None if self.power is None else {f.name: {"value": getattr(self.power, f.name).value,
+                                                               "source": getattr(self.power, f.name).source}
+                                                      for f in fields(self.power)},
             "warnings": self.warnings,
         }
         if train_tokens:

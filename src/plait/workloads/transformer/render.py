@@ -71,12 +71,18 @@ def print_points(console: Console, points: list[Point], front: list[Point], choi
         mark = "*" if p.gpus in on_front else ""
         style = "bold" if p is choice else None
         table.add_row(str(p.gpus), p.estimate.plan.describe(), f"{p.estimate.tokens_per_s:,.0f}", f"{p.days:.1f}",
-                      f"{p.dollars:,.0f}", "-" if p.energy_j is None else f"{p.energy_j / 3.6e9:,.4g}", mark,
+                      f"{p.dollars:,.0f}", "-" if p.energy_j is None else _mwh(p.energy_j), mark,
                       style=style)
     console.print(table)
     console.print(f"[bold]choice[/]: {choice.gpus} GPUs, {choice.estimate.plan.describe()}: {choice.days:.1f} days, "
                   f"${choice.dollars:,.0f}"
-                  + ("" if choice.energy_j is None else f", {choice.energy_j / 3.6e9:,.4g} MWh"))
+                  + ("" if choice.energy_j is None else f", {_mwh(choice.energy_j)} MWh"))
+
+
+def _mwh(joules: float) -> str:
+    """Megawatt-hours, four significant digits below 1,000, whole ones above (no exponent)."""
+    mwh = joules / 3.6e9
+    return f"{mwh:,.0f}" if mwh >= 1000 else f"{mwh:.4g}"
 
 
 
