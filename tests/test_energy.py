@@ -8,6 +8,8 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plait.cost.energy import STATE_OF, step_energy, step_energy_batch
 from plait.cost.estimate import TimeBreakdown
@@ -55,6 +57,23 @@ def test_one_more_second_in_a_state_costs_its_power(component: str, state_w: flo
     more = step_energy(TimeBreakdown(**{"compute_s": 2.0, component: (2.0 if component == "compute_s" else 0.0) + 1.0}),
                        4, TOY).total_j
     assert more - base == pytest.approx((state_w + 350.0) * 4 * 1.1)
+
+
+SECONDS = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(busy=SECONDS, comm=SECONDS, idle=SECONDS, gpus=st.integers(min_value=1, max_value=4096))
+def test_energy_lies_between_the_idle_and_the_busy_draw_and_scales_with_gpus(busy: float, comm: float, idle: float,
+                                                                         gpus: int) -> None:
+    # every state draws between the idle and the busy power, so the step's energy lies between the whole step at
+    # either; twice the GPUs in the same states draw twice the energy
+    time = TimeBreakdown(compute_s=busy, dp_comm_s=comm, pp_bubble_s=idle)
+    energy = step_energy(time, gpus, TOY).total_j
+    step = busy + comm + idle
+    low, high = (gpus * 1.1 * (w + 350.0) * step for w in (100.0, 700.0))
+    assert low * (1 - 1e-12) <= energy <= high * (1 + 1e-12)
+    assert step_energy(time, 2 * gpus, TOY).total_j == pytest.approx(2 * energy)
 
 
 def test_batch_equals_single() -> None:
@@ -162,3 +181,17 @@ def test_cli_reports_energy_and_plans_for_it() -> None:
     data = json.loads(out)
     energies = [p["energy_j"] for p in data["points"]]
     assert data["choice"]["energy_j"] == min(energies)
+
+
+def test_ranking_by_energy_finds_no_more_joules_than_the_fastest_plan() -> None:
+    from plait.search.runner import run_search
+    from plait.search.space import default_space
+
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
+    space = default_space(model, cluster, 16, (32,), precisions=("bf16",))
+    fastest = run_search(model, cluster, space, engine=get_engine()).top(1)[0]
+    frugal = run_search(model, cluster, space, engine=get_engine(), rank_by="energy").top(3)
+    per_token = [e.energy_j(1.0) for e in frugal]
+    assert per_token == sorted(per_token)  # type: ignore[type-var]
+    assert per_token[0] <= fastest.energy_j(1.0)  # type: ignore[operator]
+    assert frugal[0].tokens_per_s <= fastest.tokens_per_s
