@@ -88,6 +88,10 @@ COMMANDS: dict[str, str] = {
     "plait plan --model llama3-70b --objective cost --gpus-range 1024:8192 --tokens 15e12 --deadline-days 60 "
     "--global-batch 2048": "",
     "plait plan --model llama3-70b --cluster dgx-h100-ib --gpus 64 --global-batch 512": "",
+    "plait estimate --model llama3-8b --gpus 8": "",
+    "plait plan --model llama3-70b --objective energy --gpus-range 1024:2048 --tokens 15e12 --global-batch 2048": "",
+    "plait estimate --model llama3.1-405b --cluster h100-roce-400 --gpus 16384 --tp 8 --pp 16 --schedule interleaved "
+    "--vpp 7 --sp --sharding zero1 --recompute selective --global-batch 2048 --tokens 15.6e12": "",
     "plait plan ... --json": f"plait plan {LLAMA70} --json",
     "plait plan ... --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out2/",
     "plait plan ... --engine torchtitan --export out/": f"plait plan {LLAMA70} --engine torchtitan --export {{tmp}}/out3/",

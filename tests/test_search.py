@@ -173,8 +173,8 @@ def test_parameter_servers_are_tried_alone_and_hybrid_where_replicas_hold_whole_
 
 
 @pytest.mark.parametrize("limits, named", [
-    (["--deadline-days", "60"], "--deadline-days applies to --objective cost or time"),
-    (["--budget-usd", "1e6"], "--budget-usd applies to --objective cost or time"),
+    (["--deadline-days", "60"], "--deadline-days applies to --objective cost, time or energy"),
+    (["--budget-usd", "1e6"], "--budget-usd applies to --objective cost, time or energy"),
     (["--deadline-days", "60", "--budget-usd", "1e6"], "--deadline-days and --budget-usd apply to --objective cost"),
 ])
 def test_a_limit_the_throughput_objective_would_ignore_is_refused(limits: list[str], named: str) -> None:

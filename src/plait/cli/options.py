@@ -34,7 +34,7 @@ PlanFileOption = Annotated[Path | None, typer.Option(
     "--plan", help="Plan TOML file (tables job and plan); replaces the layout options.")]
 GpusOption = Annotated[int, typer.Option("--gpus", help="GPUs; dp = gpus / (tp*pp*cp).")]
 GpusRangeOption = Annotated[str | None, typer.Option(
-    "--gpus-range", help="LOW:HIGH GPU counts to compare (time and dollars per count, the Pareto front): the powers "
+    "--gpus-range", help="LOW:HIGH GPU counts to compare (time, dollars and energy per count, the Pareto front): the powers "
                          "of two between, at most 8.")]
 TokensOption = Annotated[float, quantity("Tokens to train, for the time and cost figures.", "--tokens",
                                          "--train-tokens", low=1, high=MAX_TOKENS, low_open=False)]

@@ -46,7 +46,7 @@ def plan_command(
     gpus_range: GpusRangeOption = None,
     global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "128",
     seq_len: SeqLenOption = 0,
-    objective: Annotated[str, typer.Option(help="throughput | cost | time.")] = "throughput",
+    objective: Annotated[str, typer.Option(help="throughput | cost | time | energy (the least data-centre energy to train --tokens; with --gpus-range).")] = "throughput",
     tokens: TokensOption = 1e12,
     deadline_days: Annotated[float | None, quantity("Limit on days to train.")] = None,
     budget_usd: Annotated[float | None, quantity("Limit on dollars to train.")] = None,

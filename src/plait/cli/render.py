@@ -84,6 +84,7 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
                   + (f"(${est.cost_usd(train_tokens) - egress:,.0f} " if egress else "")
                   + f"at ${est.price_per_gpu_hour_usd:.2f}/GPU-hour"
                   + (f" + ${egress:,.0f} of egress at ${est.egress_usd_per_gb:g}/GB)" if egress else ""))
+    _print_energy(console, est, train_tokens)
     if est.egress_bytes_per_step:
         console.print(f"between sites: {est.egress_bytes_per_step / 1e9:.3g} GB leave a site per step")
     failures = goodput(est)
@@ -92,9 +93,28 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
                   f"{failures.checkpoint_bytes_per_gpu / GIB:.2f} GiB/GPU takes {failures.checkpoint_s:.3g} s, "
                   f"best every {_figure(failures.interval_s / 60)} min (Daly 2006); goodput "
                   f"{100 * failures.goodput:.1f}%: {_duration(failures.time_to_train_s(est.time_to_train_s(train_tokens)))}, "
-                  f"${est.cost_usd(train_tokens) / failures.goodput:,.0f}")
+                  f"${est.cost_usd(train_tokens) / failures.goodput:,.0f}"
+                  + (f", {_figure(train_j / failures.goodput / 3.6e9)} MWh" if (train_j := est.energy_j(train_tokens))
+                     else ""))
     for warning in est.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
+
+
+def _print_energy(console: Console, est: Estimate, train_tokens: float) -> None:
+    """Energy per step and token, to train, and the power figures behind them (plait.cost.energy)."""
+    energy, power, train_j = est.energy_per_step, est.power, est.energy_j(train_tokens)
+    if energy is None or power is None or train_j is None:
+        console.print("energy: not predicted (the cluster's power is unknown)")
+        return
+    per_token = energy.total_j / est.tokens_per_step
+    console.print(f"energy: {_figure(energy.total_j / 1e3)} kJ/step, {per_token:.4g} J/{est.sample_unit.removesuffix('s')} "
+                  f"(GPUs {100 * energy.gpu_j / energy.it_j:.0f}%, hosts {100 * energy.host_j / energy.it_j:.0f}%, "
+                  f"network {100 * energy.network_j / energy.it_j:.0f}% of IT, x PUE {energy.pue:g}); to train: "
+                  f"{_figure(train_j / 3.6e9)} MWh; average {_figure(energy.total_j / est.step_time_s / 1e3)} kW")
+    console.print(f"  power per GPU: {power.busy_w.value:g} W busy {energy.busy_s:.3g} s, {power.communicating_w.value:g} W "
+                  f"communicating {energy.communicating_s:.3g} s, {power.idle_w.value:g} W idle {energy.idle_s:.3g} s "
+                  f"of the step; host {power.host_w_per_gpu.value:g} W, network {power.network_w_per_gpu.value:g} W "
+                  "(each with its source in --json 'power'; docs/energy.md)")
 
 
 def _count(value: float) -> str:

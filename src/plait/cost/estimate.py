@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
+from typing import TYPE_CHECKING
 
+from plait.cost.energy import StepEnergy, step_energy
 from plait.plan.convergence import Convergence, averaging_replicas, convergence
 from plait.plan.gossip import spectral_gap
 from plait.plan.plan import Plan
 from plait.sync import AllReduce
+
+if TYPE_CHECKING:
+    from plait.hardware.power_states import PowerStates
 
 ALLREDUCE = convergence(AllReduce())
 
@@ -169,6 +174,8 @@ class Estimate:
     sample_unit: str = "tokens"
     """What ``tokens_per_step`` counts: tokens of a language model, or ``samples`` (examples) of a traced workload
     (:mod:`plait.workloads.traced.cost`)."""
+    power: PowerStates | None = field(default=None, repr=False)
+    """Watts per device state of the cluster's GPUs, hosts and network and its PUE (``None``: unknown, no energy)."""
     flop_convention: str = ("PaLM (6N + 12*L*H*Q*T per token), non-causal attention, vs the dense peak of the plan's "
                             "matmul precision")
     """How ``model_flops_per_step`` is counted."""
@@ -178,6 +185,23 @@ class Estimate:
         """(p10, p90) of the step time: the nominal 80% conformal interval of ``time``, computed when first asked
         (the planner ranks most estimates without it)."""
         return self.interval_of(self.time, self.moe_model)
+
+    @cached_property
+    def energy_per_step(self) -> StepEnergy | None:
+        """Joules of one step of the whole job by device state (:func:`plait.cost.energy.step_energy`; ``None``:
+        the cluster's power is unknown), computed when first asked (the planner ranks most estimates without it)."""
+        return None if self.power is None else step_energy(self.time, self.num_gpus, self.power)
+
+    @property
+    def joules_per_token(self) -> float | None:
+        """Data-centre energy per trained token (per sample of a traced workload), J."""
+        energy = self.energy_per_step
+        return None if energy is None else energy.total_j / self.tokens_per_step
+
+    def energy_j(self, tokens: float) -> float | None:
+        """Data-centre energy to train to ``tokens`` tokens' target: steps x multiplier x energy per step, J."""
+        energy = self.energy_per_step
+        return None if energy is None else tokens / self.tokens_per_step * self.steps_multiplier * energy.total_j
 
     @property
     def step_time_s(self) -> float:
@@ -284,6 +308,11 @@ class Estimate:
             "steps_multiplier_basis": self.convergence.basis,
             "steps_multiplier_source": self.convergence.source,
             "gossip_spectral_gap": self.gossip_spectral_gap,
+            "energy_per_step": None if self.energy_per_step is None else self.energy_per_step.to_dict(),
+            "energy_per_token_j": self.joules_per_token,
+            "power": None if self.power is None else {f.name: {"value": getattr(self.power, f.name).value,
+                                                               "source": getattr(self.power, f.name).source}
+                                                      for f in fields(self.power)},
             "warnings": self.warnings,
         }
         if train_tokens:
@@ -294,5 +323,6 @@ class Estimate:
                 "cost_usd": self.cost_usd(train_tokens),
                 "price_per_gpu_hour_usd": self.price_per_gpu_hour_usd,
                 "egress_usd": self.egress_usd(train_tokens),
+                "energy_j": self.energy_j(train_tokens),
             }
         return out

@@ -48,5 +48,5 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         egress_usd_per_gb=wide.egress_usd_per_gb if (wide := cluster.wide_area_tier) else 0.0,
         convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
         num_params=float(model.total_params()), num_active_params=float(model.active_params()),
-        warnings=rules.warnings(plan, model, cluster), moe_model=model.moe is not None,
+        warnings=rules.warnings(plan, model, cluster), moe_model=model.moe is not None, power=cluster.power,
     )

@@ -19,6 +19,7 @@ from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
 from plait.hardware.power import power_capped
+from plait.hardware.power_states import default_power
 from plait.packaged import packaged_toml
 from plait.schema import build
 
@@ -124,7 +125,10 @@ def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
         problems.append(exc)
     if problems:
         raise all_problems(problems)
-    return cluster if cluster.power_limit_w is None else with_accelerator(cluster, cluster.accelerator)
+    rated_w = cluster.accelerator.tdp_w  # the datasheet's, before the power limit replaces it
+    if cluster.power_limit_w is not None:
+        cluster = with_accelerator(cluster, cluster.accelerator)
+    return cluster if cluster.power is not None else replace(cluster, power=default_power(rated_w, cluster.power_limit_w))
 
 
 def with_accelerator(cluster: Cluster, accelerator: Accelerator) -> Cluster:

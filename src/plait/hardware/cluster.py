@@ -16,6 +16,7 @@ from typing import Any
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.figure import Curve
+from plait.hardware.power_states import PowerStates
 from plait.units import GB, GIB
 
 
@@ -155,6 +156,10 @@ class Cluster:
     """Physical host CPU cores per node (0: not stated); a host-CPU sampler's or loader's workers share them."""
     host_cores_source: str = ""
     """Where the core count comes from."""
+    power: PowerStates | None = None
+    """Watts per GPU by device state, host, network and PUE (``None``: unknown, no energy is predicted); the
+    catalog derives it from the accelerator's rated power where a cluster file gives none
+    (:func:`plait.hardware.power_states.default_power`)."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
     link_cache: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)

@@ -13,7 +13,7 @@ from plait.search.runner import Progress, SearchResult, run_search
 from plait.search.space import SearchSpace, default_space
 from plait.workload.model import ModelSpec
 
-OBJECTIVES = ("throughput", "cost", "time")
+OBJECTIVES = ("throughput", "cost", "time", "energy")
 MAX_BATCHES = 32
 """Most global batches one search tries (``--global-batch`` as a list; a LOW:HIGH range holds at most 32 powers of
 two): a bound on the work one command may ask for (each multiplies the space; 200 listed batches took 18 s)."""
@@ -31,8 +31,9 @@ def check_objective(objective: str, deadline_days: float | None = None, budget_u
     given = [name for name, value in (("--deadline-days", deadline_days), ("--budget-usd", budget_usd))
              if value is not None]
     if objective == "throughput" and given:
-        raise ConfigError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --objective cost or time (the throughput objective ranks "
-                          "by step time alone); add --objective cost|time or leave them out")
+        raise ConfigError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --objective cost, time or "
+                          "energy (the throughput objective ranks by step time alone); add --objective cost|time|energy "
+                          "or leave them out")
 
 
 def relaxations(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine) -> list[Relaxation]:
@@ -65,13 +66,15 @@ def search_gpu_counts(model: ModelSpec, cluster: Cluster, counts: list[int], glo
                       tokens: float, *, engine: Engine, seq_len: int = 0, memory_margin: float = 0.05,
                       allow_tp_across_nodes: bool = False, precisions: tuple[str, ...] | None = None,
                       progress: Progress | None = None, workers: int | None = None,
-                      dp_syncs: tuple[str, ...] = ("allreduce",)) -> list[Point]:
-    """The best plan at each GPU count, priced for ``tokens`` (``workers``: see :func:`run_search`)."""
+                      dp_syncs: tuple[str, ...] = ("allreduce",), rank_by: str = "p50") -> list[Point]:
+    """The best plan at each GPU count, priced for ``tokens`` (``workers``: see :func:`run_search`; ``rank_by``
+    ``energy``: each count's least-energy plan, else its fastest)."""
     points = []
     for gpus in counts:
         space = default_space(model, cluster, gpus, global_batches, seq_len=seq_len, memory_margin=memory_margin,
                               allow_tp_across_nodes=allow_tp_across_nodes, precisions=precisions, dp_syncs=dp_syncs)
-        result: SearchResult = run_search(model, cluster, space, progress=progress, engine=engine, workers=workers)
+        result: SearchResult = run_search(model, cluster, space, progress=progress, engine=engine, workers=workers,
+                                          rank_by=rank_by)
         best = result.top(1)
         if best:
             points.append(price(best[0], tokens))

@@ -49,15 +49,15 @@ class PlanRequest:
     gpus: int
     """GPUs (objective throughput)."""
     gpus_range: str | None
-    """LOW:HIGH GPU counts to compare (objectives cost, time)."""
+    """LOW:HIGH GPU counts to compare (objectives cost, time, energy)."""
     global_batch: str
     """Sequences per step: N, N,M,... or LOW:HIGH."""
     seq_len: int
     """Tokens per sequence (0: the model's)."""
     objective: str
-    """throughput | cost | time."""
+    """throughput | cost | time | energy."""
     tokens: float
-    """Tokens to train (objectives cost, time)."""
+    """Tokens to train (objectives cost, time, energy)."""
     deadline_days: float | None
     """Limit on days to train."""
     budget_usd: float | None
@@ -177,7 +177,7 @@ def search_throughput(checked: Checked, progress: Progress) -> ThroughputPlans:
     """Objective throughput: every candidate for ``--gpus``; where none fits, the relaxations that would."""
     request, model_spec, cluster_spec = checked.request, checked.model, checked.cluster
     if request.gpus_range:
-        raise ConfigError("--gpus-range needs objective cost or time; objective throughput takes --gpus")
+        raise ConfigError("--gpus-range needs objective cost, time or energy; objective throughput takes --gpus")
     gpus = request.gpus
     space = default_space(model_spec, cluster_spec, gpus, checked.batches, seq_len=request.seq_len,
                           memory_margin=request.memory_margin, allow_tp_across_nodes=request.allow_tp_across_nodes,
@@ -194,7 +194,8 @@ def search_throughput(checked: Checked, progress: Progress) -> ThroughputPlans:
 
 
 def search_counts(checked: Checked, progress: Progress) -> CountPlans:
-    """Objectives cost and time: the best plan at each GPU count of ``--gpus-range``, priced for ``--tokens``."""
+    """Objectives cost, time and energy: the best plan at each GPU count of ``--gpus-range`` (the least-energy one
+    for energy), priced for ``--tokens``."""
     request = checked.request
     if request.gpus_range is None:
         raise ConfigError(f"objective {request.objective} needs --gpus-range LOW:HIGH (e.g. 64:1024)")
@@ -204,7 +205,8 @@ def search_counts(checked: Checked, progress: Progress) -> CountPlans:
                                    seq_len=request.seq_len, memory_margin=request.memory_margin,
                                    allow_tp_across_nodes=request.allow_tp_across_nodes,
                                    precisions=checked.precisions, progress=bar, engine=checked.engine,
-                                   workers=request.workers, dp_syncs=checked.syncs)
+                                   workers=request.workers, dp_syncs=checked.syncs,
+                                   rank_by="energy" if request.objective == "energy" else "p50")
     choice = choose(points, request.objective, request.deadline_days, request.budget_usd)
     return CountPlans(checked=checked, points=points, front=pareto_front(points), choice=choice)
 

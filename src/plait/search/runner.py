@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plait.cost.batch import BatchResult
+from plait.cost.energy import step_energy_batch
 from plait.cost.estimate import Estimate
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.engine import Engine
@@ -34,6 +35,9 @@ from plait.workload.model import ModelSpec
 Progress = Callable[[int, int], None]
 REFINE = 4
 RANK_BY = ("p50", "p90")
+"""What ``--rank-by`` ranks the plans of one GPU count by."""
+RANKINGS = (*RANK_BY, "energy")
+"""What a search can rank by: ``RANK_BY``, or ``energy`` (tokens per joule, the objective energy's)."""
 
 
 @dataclass
@@ -57,11 +61,15 @@ class SearchResult:
     interrupted: bool = False
     rank_by: str = "p50"
     """``p50``: rank by the predicted step time; ``p90``: by its 90% bound (:mod:`plait.predict.intervals`), the plan
-    that is fast even if the prediction is wrong as the development runs show it can be."""
+    that is fast even if the prediction is wrong as the development runs show it can be; ``energy``: by the joules of
+    a step (:func:`plait.cost.energy.step_energy_batch`), the plan that trains on the least energy."""
     _ranking: list[tuple[float, int, int]] | None = None
 
     def _steps(self, result: BatchResult, rows: np.ndarray) -> np.ndarray:
-        """The step times ranked by, of ``rows`` of ``result``."""
+        """What a step costs in the ranking, of ``rows`` of ``result``: its time, or its joules (``energy``)."""
+        if self.rank_by == "energy":
+            assert self.cluster.power is not None, "checked by run_search"
+            return step_energy_batch({k: v[rows] for k, v in result.time.items()}, self.space.gpus, self.cluster.power)
         step = result.step_time_s[rows]
         if self.rank_by == "p50":
             return step
@@ -79,7 +87,7 @@ class SearchResult:
         return self.num_candidates / self.elapsed_s if self.elapsed_s else float("inf")
 
     def ranking(self) -> list[tuple[float, int, int]]:
-        """(tokens/s over the steps multiplier, chunk, row) of every feasible candidate, best first."""
+        """(tokens/s, or tokens/J ranked by energy, over the steps multiplier, chunk, row) of every feasible candidate, best first."""
         if self._ranking is None:
             ranked = []
             for chunk, (cols, result, rows) in enumerate(self.feasible):
@@ -99,9 +107,12 @@ class SearchResult:
         those that cannot be among the ``k`` are not simulated (:mod:`plait.search.refine`)."""
         rows = [(self.feasible[chunk][1], row) for _, chunk, row in self.ranking()[:REFINE * k]]
         # the bound that skips simulations is on throughput: ranked by the 90% bound, every plan is simulated
+        # and so is not a bound on energy
         out = refine(self.model, self.cluster, self.engine, rows, k if self.rank_by == "p50" else len(rows))
         if self.rank_by == "p90":  # tokens/s at the 90% bound, over the steps multiplier
             return sorted(out, key=lambda e: e.step_time_interval_s[1] * e.steps_multiplier / e.tokens_per_step)[:k]
+        if self.rank_by == "energy":  # joules per all-reduce-equivalent token
+            return sorted(out, key=lambda e: (e.energy_j(1.0) or 0.0, -e.target_tokens_per_s))[:k]
         return sorted(out, key=lambda e: -e.target_tokens_per_s)[:k]
 
     def nearest_misses(self, k: int) -> list[Estimate]:
@@ -137,8 +148,11 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
         workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1
     if workers < 1:
         raise ConfigError(f"workers={workers} must be >= 1")
-    if rank_by not in RANK_BY:
-        raise ConfigError(f"rank_by={rank_by!r} must be one of {', '.join(RANK_BY)}")
+    if rank_by not in RANKINGS:
+        raise ConfigError(f"rank_by={rank_by!r} must be one of {', '.join(RANKINGS)}")
+    if rank_by == "energy" and cluster.power is None:
+        raise ConfigError(f"cluster {cluster.name} states no power figures (a 'power' table or an accelerator tdp_w), "
+                          "so plans cannot be ranked by energy")
     result = SearchResult(model=model, cluster=cluster, space=space, num_candidates=total, engine=engine,
                           rank_by=rank_by)
     done = Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])

@@ -268,7 +268,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         storage_bytes_per_s_per_gpu=cluster.storage_bytes_per_s_per_gpu,
         convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
         num_params=float(work.total_params()), num_active_params=float(work.total_params()),
-        warnings=warnings, sample_unit="samples", flop_convention=FLOP_CONVENTION)
+        warnings=warnings, sample_unit="samples", flop_convention=FLOP_CONVENTION, power=cluster.power)
 
 
 def _fullest_stage(work: TracedWorkload, plan: Plan, cols: PlanColumns, stages: list[list[int]]) -> int:

@@ -67,10 +67,10 @@ def _show_counts(plans: CountPlans, console: Console, as_json: bool, force: bool
         print_json({
             "objective": request.objective, "engine": plans.checked.engine.spec, "tokens": request.tokens,
             "points": [{"gpus": p.gpus, "layout": p.estimate.plan.describe(), "days": p.days, "dollars": p.dollars,
-                        "tokens_per_s": p.estimate.tokens_per_s} for p in points],
+                        "energy_j": p.energy_j, "tokens_per_s": p.estimate.tokens_per_s} for p in points],
             "pareto_gpus": [p.gpus for p in front],
             "choice": {"gpus": choice.gpus, "plan": choice.estimate.plan.to_dict(), "days": choice.days,
-                       "dollars": choice.dollars},
+                       "dollars": choice.dollars, "energy_j": choice.energy_j},
             "warnings": list(plans.checked.notes),
         })
     else:

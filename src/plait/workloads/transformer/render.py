@@ -62,19 +62,27 @@ def print_relaxations(console: Console, result: SearchResult, relaxations: list[
 
 def print_points(console: Console, points: list[Point], front: list[Point], choice: Point, tokens: float) -> None:
     """Best plan per GPU count, the Pareto front and the choice."""
-    table = titled_table(f"training {tokens:.3g} tokens: best plan per GPU count (days and cost with failures, "
+    table = titled_table(f"training {tokens:.3g} tokens: best plan per GPU count (days, cost and energy with failures, "
                          "checkpoints and restarts: plait.predict.goodput)")
-    for col in ("GPUs", "layout", "tokens/s", "days", "cost $", "Pareto"):
+    for col in ("GPUs", "layout", "tokens/s", "days", "cost $", "MWh", "Pareto"):
         table.add_column(col, justify="left" if col == "layout" else "right")
     on_front = {p.gpus for p in front}
     for p in points:
         mark = "*" if p.gpus in on_front else ""
         style = "bold" if p is choice else None
         table.add_row(str(p.gpus), p.estimate.plan.describe(), f"{p.estimate.tokens_per_s:,.0f}", f"{p.days:.1f}",
-                      f"{p.dollars:,.0f}", mark, style=style)
+                      f"{p.dollars:,.0f}", "-" if p.energy_j is None else _mwh(p.energy_j), mark,
+                      style=style)
     console.print(table)
     console.print(f"[bold]choice[/]: {choice.gpus} GPUs, {choice.estimate.plan.describe()}: {choice.days:.1f} days, "
-                  f"${choice.dollars:,.0f}")
+                  f"${choice.dollars:,.0f}"
+                  + ("" if choice.energy_j is None else f", {_mwh(choice.energy_j)} MWh"))
+
+
+def _mwh(joules: float) -> str:
+    """Megawatt-hours, four significant digits below 1,000, whole ones above (no exponent)."""
+    mwh = joules / 3.6e9
+    return f"{mwh:,.0f}" if mwh >= 1000 else f"{mwh:.4g}"
 
 
 
