@@ -1,4 +1,5 @@
-"""Context parallelism on gloo ranks: plait's ring and all-to-all (Ulysses) attention on torch.distributed.
+"""Context parallelism on gloo ranks: plait's ring, all-to-all (Ulysses) and fused all-gather (LSS) attention on
+torch.distributed.
 
 Each layout trains examples/tiny-model.toml (4 layers, 4 heads of 16, seq 64) in fp32 for 4 steps and must give the
 one-process losses within 1e-5; the bytes each rank sends its cp peers in attention, counted as they leave, must be
@@ -65,7 +66,7 @@ def test_ulysses_needs_cp_to_divide_the_heads_of_a_tp_rank() -> None:
     odd = replace(spec, seq_len=66)  # 33 positions per rank: Ulysses' slices, not the ring's 4 chunks
     assert first_violation(Plan(cp=2, cp_attention="ulysses", seq_len=66), odd, toy_cluster()) is None
     assert "divisible by 2*cp=4" in first_violation(Plan(cp=2, seq_len=66), odd, toy_cluster())[1]
-    with pytest.raises(ConfigError, match="cp_attention='zigzag' must be one of ring, ulysses"):
+    with pytest.raises(ConfigError, match="cp_attention='zigzag' must be one of ring, ulysses, lss"):
         Plan(cp_attention="zigzag")  # type: ignore[arg-type]
 
 
@@ -93,6 +94,30 @@ def test_cp_bytes_by_hand() -> None:
     ulysses = replace(ring, plan=replace(plan, cp_attention="ulysses"))
     half = 2 * 2048 * (32 * 128 + 8 * 256 + 32 * 128) * 2 / 2
     assert cp_sent_bytes(ulysses) == (half, half)
+    lss = replace(ring, plan=replace(plan, cp_attention="lss"))  # one all-gather forward, one reduce-scatter back
+    assert cp_sent_bytes(lss) == (block, block)
+    four = replace(lss, plan=replace(plan, cp=4, cp_attention="lss"))  # 1024 tokens a rank, 3 blocks each way
+    assert cp_sent_bytes(four) == (3 * block / 2, 3 * block / 2)
+
+
+def test_lss_keeps_the_gathered_kv_and_pays_one_latency_per_pass() -> None:
+    """LSS saves the other ranks' K/V for the backward: on llama3-8b (8 KV heads of 128 + 128), cp=4, 4096 tokens,
+    bf16, 3 blocks of 1 * 1024 * 8 * 256 * 2 bytes more than the ring per layer. Its exchange is one all-gather
+    and one reduce-scatter of the 4 blocks (cp ranks on the toy cluster's NVLink), whatever the attention time."""
+    from plait.cost import collectives as coll
+    from plait.cost.activations import attention_block_bytes
+    from plait.cost.context_parallel import cp_exchange_s
+
+    model = resolve_model("llama3-8b")
+    plan = Plan(cp=4, micro_batch=1, global_batch=1, seq_len=4096)
+    facts = get_engine("megatron-core").framework
+    ring = Setup(model=model, cluster=toy_cluster(), plan=plan, framework=facts)
+    lss = replace(ring, plan=replace(plan, cp_attention="lss"))
+    block = 1024 * 8 * 256 * 2
+    assert attention_block_bytes(lss)[0] - attention_block_bytes(ring)[0] == 3 * block
+    link = coll.group_link(toy_cluster(), 4, 1)
+    expected = (coll.all_gather_s(4 * block, link), coll.reduce_scatter_s(4 * block, link))
+    assert cp_exchange_s(lss, 1.0, 2.0) == cp_exchange_s(lss, 0.0, 0.0) == expected
 
 
 def test_cp_ranks_of_a_replica_all_reduce_fp32_gradients_under_a_method() -> None:
@@ -141,6 +166,7 @@ def _predicted_cp_bytes(body: str, forwards: int = 1, backwards: int = 1) -> int
 def test_cp_layouts_match_one_process_and_send_the_predicted_bytes(tmp_path: Path) -> None:
     reference = losses(run(1, "", tmp_path, "one"))
     for nproc, name, body in ((2, "ring", "cp = 2"), (2, "ulysses", 'cp = 2\ncp_attention = "ulysses"'),
+                              (4, "lss", 'cp = 4\ncp_attention = "lss"'),
                               (2, "cp2-zero3", 'cp = 2\nsharding = "zero3"'), (4, "dp2xcp2", "cp = 2\ndp_replicate = 2"),
                               (4, "tp2xcp2-ulysses", 'cp = 2\ntp = 2\ncp_attention = "ulysses"\nsharding = "zero3"'),
                               (4, "pp2xcp2", 'cp = 2\npp = 2\nsharding = "zero3"')):

@@ -1,8 +1,9 @@
 """Context parallelism (``plan.cp > 1``): PyTorch's ``context_parallel`` on CUDA, plait's own elsewhere.
 
-plait's own (on any backend, gloo included, and for ``cp_attention = "ulysses"`` on CUDA too): the sequence is
-sharded in place (:func:`positions`) and every attention layer's core becomes the ring of
-:mod:`plait.run.ring_attention` or the all-to-all of :mod:`plait.run.ulysses` over the cp group. PyTorch's, below:
+plait's own (on any backend, gloo included, and for ``cp_attention = "ulysses"`` or ``"lss"`` on CUDA too): the
+sequence is sharded in place (:func:`positions`) and every attention layer's core becomes the ring of
+:mod:`plait.run.ring_attention`, the all-to-all of :mod:`plait.run.ulysses` or the fused K/V all-gather of
+:mod:`plait.run.lss` over the cp group. PyTorch's, below:
 
 Legend of shape suffixes: B batch, S sequence, E/2 half the head dim (rope tables).
 
@@ -38,6 +39,7 @@ from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.run.mesh import Mesh
 from plait.run.model import Attention
+from plait.run.ring_attention import head_tail
 
 ROPE_BUFFERS = ("rope_cos", "rope_sin")  # plait/run/model.py Transformer buffers, [S, E/2]
 # PyTorch SDPA's flash kernel takes head_dim <= 256, a multiple of 8 (sdp_utils.cpp check_head_dim_size_flash)
@@ -93,13 +95,11 @@ def uses_pytorch(plan: Plan, device: str) -> bool:
 
 def positions(plan: Plan, cp_rank: int) -> torch.Tensor:
     """The sequence positions cp rank ``cp_rank`` holds, in order: chunks ``r`` and ``2 cp - 1 - r`` of ``2 cp``
-    for the ring (PyTorch's ``_HeadTailLoadBalancer``), the ``r``-th contiguous slice for Ulysses."""
+    for the ring and LSS (PyTorch's ``_HeadTailLoadBalancer``), the ``r``-th contiguous slice for Ulysses."""
     seq, cp = plan.seq_len, plan.cp
     if plan.cp_attention == "ulysses":
         return torch.arange(cp_rank * seq // cp, (cp_rank + 1) * seq // cp)
-    chunk = seq // (2 * cp)
-    head, tail = cp_rank * chunk, (2 * cp - 1 - cp_rank) * chunk
-    return torch.cat([torch.arange(head, head + chunk), torch.arange(tail, tail + chunk)])
+    return head_tail(seq, cp, cp_rank)
 
 
 def _keep_in_place(buffer: torch.Tensor, dim: int, rows: torch.Tensor) -> None:
