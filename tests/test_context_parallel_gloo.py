@@ -212,3 +212,22 @@ def test_plait_run_trains_cp_on_cpu_ranks(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "step 2" in out.stderr + out.stdout
+
+
+def test_the_planner_tries_every_flavour_an_engine_runs() -> None:
+    """plait runs ring, Ulysses and LSS: each layout with cp > 1 is enumerated with each, cp = 1 once. Megatron-Core
+    refuses Ulysses and LSS (the capability table), so its space keeps the ring alone."""
+    from plait.hardware.catalog import get_cluster
+    from plait.search.enumerate import enumerate_space
+    from plait.search.space import default_space, for_engine
+
+    model = resolve_model("llama3-8b")
+    space = replace(default_space(model, get_cluster("dgx-h100-ib"), 16, (16,), seq_len=65536), tp=(1,), pp=(1,))
+    assert for_engine(space, get_engine("megatron-core")).cp_attentions == ("ring",)
+    searched = for_engine(space, get_engine("plait"))
+    assert searched.cp_attentions == ("ring", "ulysses", "lss")
+    cols = enumerate_space(model, searched)
+    ring = enumerate_space(model, replace(searched, cp_attentions=("ring",)))
+    per_cp = {c: int((ring["cp"] == c).sum()) for c in space.cp}
+    for c, rows in per_cp.items():
+        assert int((cols["cp"] == c).sum()) == rows * (1 if c == 1 else 3), c
