@@ -74,7 +74,7 @@ TRAINED_BY: dict[str, tuple[str, str]] = {
     "schedule=zb-h1": ("test_runtime_zb.py", "def test_zb_h1_pp2_matches_single_process"),
     "cp": ("test_context_parallel_gloo.py", '"cp2-zero3"'),
     "cp_attention=ulysses": ("test_context_parallel_gloo.py", '(2, "ulysses"'),
-    "cp_attention=lss": ("test_context_parallel_gloo.py", '(4, "lss"'),
+    "cp_attention=lss": ("test_context_parallel_gloo.py", '(2, "lss"'),
     "ep": ("test_runtime_moe.py", '"ep2-ddp"'), "moe": ("test_runtime_moe.py", '"ep2-ddp"'),
     "sharding=zero1": ("test_runtime.py", '"zero1"'), "sharding=zero2": ("test_runtime.py", '"fsdp-zero2"'),
     "sharding=zero3": ("test_runtime.py", '"fsdp-zero3"'), "hsdp": ("test_runtime.py", '"hsdp"'),

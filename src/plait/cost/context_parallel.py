@@ -6,12 +6,14 @@ behind the attention core. All-gather, as PyTorch's ``context_parallel`` runs it
 (torch/distributed/tensor/experimental/_attention.py, read op by op): one K/V all-gather per pass, fp32 gradient
 ring passes, and fp32 merges of the partial outputs and gradients.
 
-LSS (Wang et al. 2023, "Ultra-Long Sequence Distributed Transformer", arXiv:2311.02382, Sec. 3, Fig. 1(v)): each
-rank computes the self-attention of its own segment's queries ("partial self-attention"); the keys and values
+LSS (Wang et al. 2023, "Ultra-Long Sequence Distributed Transformer", arXiv:2311.02382, abstract and Fig. 1(v)):
+each rank computes the self-attention of its own segment's queries ("partial self-attention"); the keys and values
 of all segments reach it in one fused communication, and no partial attention is ever aggregated: the output of
 a segment stays on its rank. Gradients are averaged over the sequence- and data-parallel ranks in one step
 ("double gradient averaging"), which is what plait's data parallelism over dp x cp already does for every
-flavour (:mod:`plait.run.context`).
+flavour (:mod:`plait.run.context`). The paper's text beyond its abstract and figure caption was not at hand: the
+exchange below (K and V side by side in one ring all-gather, its adjoint reduce-scatter backward) is plait's reading
+of "fused communication", and its bytes and memory are derived from it, not taken from the paper's equations.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def cp_sent_bytes(setup: Setup) -> tuple[float, float]:
       backward also ``cp`` ring passes of the fp32 K/V gradients (``_templated_ring_attention_backward``);
     - Ulysses (Jacobs et al. 2023, Sec. 3.1; plait/run/ulysses.py): all-to-alls of Q, K, V and the output, each
       rank keeping ``1 / cp`` of each, forward and (their gradients) backward;
-    - LSS (Wang et al. 2023, Sec. 3; plait/run/lss.py): one fused all-gather of the K/V blocks forward, ``cp - 1``
+    - LSS (Wang et al. 2023; plait/run/lss.py): one fused all-gather of the K/V blocks forward, ``cp - 1``
       blocks sent in a ring all-gather (Patarasuk & Yuan 2009), and its adjoint backward, one reduce-scatter of
       the gathered K/V gradients, ``cp - 1`` blocks again; K/V are kept gathered, not sent again.
     """
@@ -75,7 +77,7 @@ def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[f
     Ulysses: four all-to-alls per pass, none hidden (attention needs their results). LSS: one all-gather of all
     ranks' K/V forward (attention needs it) and one reduce-scatter of their gradients backward (the K/V projections'
     backward needs it), neither hidden; each is one collective for K and V together, so its latency is paid once
-    (the fused communication of Wang et al. 2023, Sec. 3).
+    (the fused communication of Wang et al. 2023).
     """
     plan, model = setup.plan, setup.model
     if plan.cp == 1:
@@ -152,7 +154,7 @@ def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
 
 def lss_gathered_kv_bytes(setup: Setup) -> float:
     """Activation bytes LSS keeps beyond the ring per layer and micro-batch: the other ``cp - 1`` ranks' K and V,
-    gathered in the forward and saved by the attention kernel for the backward (Wang et al. 2023, Sec. 3: each
+    gathered in the forward and saved by the attention kernel for the backward (Wang et al. 2023, Fig. 1(v): each
     rank's partial self-attention reads the keys and values of every segment); 0 for the other flavours."""
     plan, model = setup.plan, setup.model
     if plan.cp == 1 or plan.cp_attention != "lss":

@@ -3,9 +3,9 @@
 Legend of shape suffixes: B batch, H heads, S this rank's positions, T all positions (``cp S``), E head dim,
 F K and V side by side (``2 E``), W cp ranks.
 
-LSS Transformer (Wang et al. 2023, "Ultra-Long Sequence Distributed Transformer", arXiv:2311.02382, Sec. 3,
-Fig. 1(v)): each rank holds a segment of the sequence and computes the self-attention of its own queries over the
-keys and values of every segment. The keys and values travel in one fused communication: K and V side by side in
+LSS Transformer (Wang et al. 2023, "Ultra-Long Sequence Distributed Transformer", arXiv:2311.02382, abstract
+and Fig. 1(v)): each rank holds a segment of the sequence and computes the self-attention of its own queries over
+the keys and values of every segment. The keys and values travel in one fused communication: K and V side by side in
 one all-gather, not one collective each; the backward is its adjoint, one reduce-scatter of the gathered K/V
 gradients, each rank receiving the sum for its own segment. The output of a segment stays on its rank (no partial
 attention is aggregated), and the parameter gradients are averaged over the sequence- and data-parallel ranks in
