@@ -118,6 +118,13 @@ def test_lss_keeps_the_gathered_kv_and_pays_one_latency_per_pass() -> None:
     link = coll.group_link(toy_cluster(), 4, 1)
     expected = (coll.all_gather_s(4 * block, link), coll.reduce_scatter_s(4 * block, link))
     assert cp_exchange_s(lss, 1.0, 2.0) == cp_exchange_s(lss, 0.0, 0.0) == expected
+    # plait's runtime copies K/V out to the 32 query heads before attention; LSS sends and keeps one copy of each
+    # of the 8: a quarter of the ring's block per peer, and at cp=2 two 8-head blocks kept instead of one 32-head
+    plait = replace(lss, plan=replace(plan, cp=2, cp_attention="lss"), framework=get_engine("plait").framework)
+    plait_ring = replace(plait, plan=replace(plan, cp=2))
+    assert cp_sent_bytes(plait) == (block * 2, block * 2)  # 2048 tokens of 8 heads
+    assert cp_sent_bytes(plait_ring)[0] == 4 * cp_sent_bytes(plait)[0]
+    assert attention_block_bytes(plait)[0] - attention_block_bytes(plait_ring)[0] == 2 * 2048 * (2 * 8 - 32) * 256
 
 
 def test_cp_ranks_of_a_replica_all_reduce_fp32_gradients_under_a_method() -> None:

@@ -37,7 +37,8 @@ def cp_sent_bytes(setup: Setup) -> tuple[float, float]:
       rank keeping ``1 / cp`` of each, forward and (their gradients) backward;
     - LSS (Wang et al. 2023; plait/run/lss.py): one fused all-gather of the K/V blocks forward, ``cp - 1``
       blocks sent in a ring all-gather (Patarasuk & Yuan 2009), and its adjoint backward, one reduce-scatter of
-      the gathered K/V gradients, ``cp - 1`` blocks again; K/V are kept gathered, not sent again.
+      the gathered K/V gradients, ``cp - 1`` blocks again; K/V are kept gathered, not sent again. Its block is
+      one copy of each K/V head (:func:`lss_block_bytes`), even where the engine copies K/V out to the query heads.
     """
     plan, model = setup.plan, setup.model
     c = plan.cp
@@ -50,7 +51,8 @@ def cp_sent_bytes(setup: Setup) -> tuple[float, float]:
         moved = setup.act_bytes * setup.tokens * (heads * (model.qk_head_dim + model.v_head_dim) + kv) * (c - 1) / c
         return moved, moved
     if plan.cp_attention == "lss":
-        return (c - 1) * block, (c - 1) * block
+        own = lss_block_bytes(setup)
+        return (c - 1) * own, (c - 1) * own
     if setup.framework.cp_kv_exchange == "allgather":
         return (c - 1) * block, (c - 1) * block + c * 4 / setup.act_bytes * block
     return (c - 1) * block, 2 * (c - 1) * block
@@ -86,10 +88,10 @@ def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[f
     if plan.cp_attention == "ulysses":
         exposed = _ulysses_s(setup, link)
         return exposed, exposed
-    kv = setup.attention_kv_heads
     if plan.cp_attention == "lss":
-        gathered = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim) * plan.cp
+        gathered = lss_block_bytes(setup) * plan.cp
         return coll.all_gather_s(gathered, link), coll.reduce_scatter_s(gathered, link)
+    kv = setup.attention_kv_heads
     block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
     overlap = setup.comm_overlap
     if setup.framework.cp_kv_exchange == "allgather":
@@ -152,12 +154,22 @@ def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
     return max(first[0], last[0]), max(first[1], last[1])
 
 
+def lss_block_bytes(setup: Setup) -> float:
+    """One rank's K and V as LSS sends them: the model's own K/V heads on a tp rank, one copy each, whether or not
+    the engine copies them out to the query heads before attention (plait/run/lss.py)."""
+    model = setup.model
+    return float(setup.act_bytes * setup.tokens * setup.kv_heads_per_rank * (model.qk_head_dim + model.v_head_dim))
+
+
 def lss_gathered_kv_bytes(setup: Setup) -> float:
-    """Activation bytes LSS keeps beyond the ring per layer and micro-batch: the other ``cp - 1`` ranks' K and V,
-    gathered in the forward and saved by the attention kernel for the backward (Wang et al. 2023, Fig. 1(v): each
-    rank's partial self-attention reads the keys and values of every segment); 0 for the other flavours."""
+    """Activation bytes LSS keeps beyond the ring per layer and micro-batch (0 for the other flavours): the
+    attention kernel saves every rank's K/V, gathered in the forward (Wang et al. 2023, Fig. 1(v): each rank's
+    partial self-attention reads the keys and values of every segment), instead of the rank's own K/V in the heads
+    the kernel reads (:attr:`plait.cost.setup.Setup.attention_kv_heads`, counted in
+    :func:`plait.cost.activations.attention_block_bytes`). With K/V copied out to many query heads and a small cp
+    this is negative: LSS keeps one copy of each head."""
     plan, model = setup.plan, setup.model
     if plan.cp == 1 or plan.cp_attention != "lss":
         return 0.0
-    kv = setup.attention_kv_heads * (model.qk_head_dim + model.v_head_dim)
-    return float(setup.act_bytes * setup.tokens * kv * (plan.cp - 1))
+    local = setup.act_bytes * setup.tokens * setup.attention_kv_heads * (model.qk_head_dim + model.v_head_dim)
+    return plan.cp * lss_block_bytes(setup) - local

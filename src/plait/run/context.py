@@ -28,6 +28,7 @@ therefore reduces over dp_shard and cp flattened into one axis, as torchtitan's 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -37,6 +38,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
+from plait.run.lss import Lss
 from plait.run.mesh import Mesh
 from plait.run.model import Attention
 from plait.run.ring_attention import head_tail
@@ -119,8 +121,10 @@ def _primitives_context(parts: Sequence[nn.Module], mesh: Mesh, inputs_BS: torch
     for buffer, dim in zip(buffers, seq_dims):
         _keep_in_place(buffer, dim, rows)
     layers = [m for part in parts for m in part.modules() if isinstance(m, Attention)]
-    for layer in layers:
-        layer.context_core = mesh.cp_attention.attention
+    core = mesh.cp_attention
+    for layer in layers:  # LSS sends one copy of each K/V head (plait.run.lss); the ring and Ulysses all copies
+        layer.context_core = functools.partial(core.attention, repeats=layer.repeats) if isinstance(core, Lss) \
+            else core.attention
     try:
         yield
     finally:

@@ -1,7 +1,7 @@
 """LSS segment-parallel causal self-attention on ``torch.distributed`` (any backend, gloo included).
 
-Legend of shape suffixes: B batch, H heads, S this rank's positions, T all positions (``cp S``), E head dim,
-F K and V side by side (``2 E``), W cp ranks.
+Legend of shape suffixes: B batch, H heads, K K/V heads (``H / repeats``), S this rank's positions, T all
+positions (``cp S``), E head dim, F K and V side by side (``2 E``), W cp ranks.
 
 LSS Transformer (Wang et al. 2023, "Ultra-Long Sequence Distributed Transformer", arXiv:2311.02382, abstract
 and Fig. 1(v)): each rank holds a segment of the sequence and computes the self-attention of its own queries over
@@ -13,7 +13,8 @@ one step by plait's data parallelism over dp x cp (:mod:`plait.run.context`: the
 
 plait keeps the ring's head-tail segments (:func:`plait.run.context.positions`: chunks ``r`` and ``2 cp - 1 - r``)
 so every rank does the same causal work; the paper's segments are contiguous, which leaves the last rank about
-``2 - 1 / cp`` times the mean causal work. Each rank sends ``cp - 1`` K/V blocks each way:
+``2 - 1 / cp`` times the mean causal work. K/V travel with their own heads, not copied out to the query heads
+(grouped-query attention). Each rank sends ``cp - 1`` K/V blocks each way:
 :func:`plait.cost.context_parallel.cp_sent_bytes` for ``cp_attention = "lss"``.
 """
 
@@ -53,16 +54,23 @@ class Lss:
         dist.all_to_all_single(got, send, group=self.group)
         return got.sum(0)
 
-    def attention(self, q_BHSE: torch.Tensor, k_BHSE: torch.Tensor, v_BHSE: torch.Tensor) -> torch.Tensor:
-        """Causal attention of this rank's queries over the keys of every segment, gathered in one exchange."""
+    def attention(self, q_BHSE: torch.Tensor, k_BHSE: torch.Tensor, v_BHSE: torch.Tensor,
+                  repeats: int = 1) -> torch.Tensor:
+        """Causal attention of this rank's queries over the keys of every segment, gathered in one exchange.
+
+        ``repeats``: how many query heads share one K/V head (the model hands K/V copied out to every query head,
+        ``repeat_interleave``): only one copy of each travels and is kept, and SDPA shares it among its query heads
+        (``enable_gqa``). Exact: the gradients of the copies are summed into the one sent back."""
         e = k_BHSE.shape[-1]
-        kv_WBHSF = _FusedGather.apply(torch.cat([k_BHSE, v_BHSE], dim=-1), self)
-        w, b, h, s, f = kv_WBHSF.shape
-        kv_BHTF = kv_WBHSF.permute(1, 2, 0, 3, 4).reshape(b, h, w * s, f)  # keys in rank order, not position order
+        kv_BKSF = torch.cat([k_BHSE[:, ::repeats], v_BHSE[:, ::repeats]], dim=-1)  # K = H / repeats heads
+        kv_WBKSF = _FusedGather.apply(kv_BKSF, self)
+        w, b, kv_heads, s, f = kv_WBKSF.shape
+        kv_BKTF = kv_WBKSF.permute(1, 2, 0, 3, 4).reshape(b, kv_heads, w * s, f)  # keys in rank order
         keys_T = self.positions_WS.reshape(-1).to(q_BHSE.device)
         queries_S = self.positions_WS[self.rank].to(q_BHSE.device)
         visible_ST = keys_T[None, :] <= queries_S[:, None]  # causal on the positions, whatever their order
-        return F.scaled_dot_product_attention(q_BHSE, kv_BHTF[..., :e], kv_BHTF[..., e:], attn_mask=visible_ST)
+        return F.scaled_dot_product_attention(q_BHSE, kv_BKTF[..., :e], kv_BKTF[..., e:], attn_mask=visible_ST,
+                                              enable_gqa=repeats > 1)
 
 
 class _FusedGather(torch.autograd.Function):
