@@ -1,4 +1,5 @@
-"""Context parallelism on gloo ranks: plait's ring and all-to-all (Ulysses) attention on torch.distributed.
+"""Context parallelism on gloo ranks: plait's ring, all-to-all (Ulysses) and fused all-gather (LSS) attention on
+torch.distributed.
 
 Each layout trains examples/tiny-model.toml (4 layers, 4 heads of 16, seq 64) in fp32 for 4 steps and must give the
 one-process losses within 1e-5; the bytes each rank sends its cp peers in attention, counted as they leave, must be
@@ -65,7 +66,7 @@ def test_ulysses_needs_cp_to_divide_the_heads_of_a_tp_rank() -> None:
     odd = replace(spec, seq_len=66)  # 33 positions per rank: Ulysses' slices, not the ring's 4 chunks
     assert first_violation(Plan(cp=2, cp_attention="ulysses", seq_len=66), odd, toy_cluster()) is None
     assert "divisible by 2*cp=4" in first_violation(Plan(cp=2, seq_len=66), odd, toy_cluster())[1]
-    with pytest.raises(ConfigError, match="cp_attention='zigzag' must be one of ring, ulysses"):
+    with pytest.raises(ConfigError, match="cp_attention='zigzag' must be one of ring, ulysses, lss"):
         Plan(cp_attention="zigzag")  # type: ignore[arg-type]
 
 
@@ -93,6 +94,37 @@ def test_cp_bytes_by_hand() -> None:
     ulysses = replace(ring, plan=replace(plan, cp_attention="ulysses"))
     half = 2 * 2048 * (32 * 128 + 8 * 256 + 32 * 128) * 2 / 2
     assert cp_sent_bytes(ulysses) == (half, half)
+    lss = replace(ring, plan=replace(plan, cp_attention="lss"))  # one all-gather forward, one reduce-scatter back
+    assert cp_sent_bytes(lss) == (block, block)
+    four = replace(lss, plan=replace(plan, cp=4, cp_attention="lss"))  # 1024 tokens a rank, 3 blocks each way
+    assert cp_sent_bytes(four) == (3 * block / 2, 3 * block / 2)
+
+
+def test_lss_keeps_the_gathered_kv_and_pays_one_latency_per_pass() -> None:
+    """LSS saves the other ranks' K/V for the backward: on llama3-8b (8 KV heads of 128 + 128), cp=4, 4096 tokens,
+    bf16, 3 blocks of 1 * 1024 * 8 * 256 * 2 bytes more than the ring per layer. Its exchange is one all-gather
+    and one reduce-scatter of the 4 blocks (cp ranks on the toy cluster's NVLink), whatever the attention time."""
+    from plait.cost import collectives as coll
+    from plait.cost.activations import attention_block_bytes
+    from plait.cost.context_parallel import cp_exchange_s
+
+    model = resolve_model("llama3-8b")
+    plan = Plan(cp=4, micro_batch=1, global_batch=1, seq_len=4096)
+    facts = get_engine("megatron-core").framework
+    ring = Setup(model=model, cluster=toy_cluster(), plan=plan, framework=facts)
+    lss = replace(ring, plan=replace(plan, cp_attention="lss"))
+    block = 1024 * 8 * 256 * 2
+    assert attention_block_bytes(lss)[0] - attention_block_bytes(ring)[0] == 3 * block
+    link = coll.group_link(toy_cluster(), 4, 1)
+    expected = (coll.all_gather_s(4 * block, link), coll.reduce_scatter_s(4 * block, link))
+    assert cp_exchange_s(lss, 1.0, 2.0) == cp_exchange_s(lss, 0.0, 0.0) == expected
+    # plait's runtime copies K/V out to the 32 query heads before attention; LSS sends and keeps one copy of each
+    # of the 8: a quarter of the ring's block per peer, and at cp=2 two 8-head blocks kept instead of one 32-head
+    plait = replace(lss, plan=replace(plan, cp=2, cp_attention="lss"), framework=get_engine("plait").framework)
+    plait_ring = replace(plait, plan=replace(plan, cp=2))
+    assert cp_sent_bytes(plait) == (block * 2, block * 2)  # 2048 tokens of 8 heads
+    assert cp_sent_bytes(plait_ring)[0] == 4 * cp_sent_bytes(plait)[0]
+    assert attention_block_bytes(plait)[0] - attention_block_bytes(plait_ring)[0] == 2 * 2048 * (2 * 8 - 32) * 256
 
 
 def test_cp_ranks_of_a_replica_all_reduce_fp32_gradients_under_a_method() -> None:
@@ -141,6 +173,7 @@ def _predicted_cp_bytes(body: str, forwards: int = 1, backwards: int = 1) -> int
 def test_cp_layouts_match_one_process_and_send_the_predicted_bytes(tmp_path: Path) -> None:
     reference = losses(run(1, "", tmp_path, "one"))
     for nproc, name, body in ((2, "ring", "cp = 2"), (2, "ulysses", 'cp = 2\ncp_attention = "ulysses"'),
+                              (2, "lss", 'cp = 2\ncp_attention = "lss"'),
                               (2, "cp2-zero3", 'cp = 2\nsharding = "zero3"'), (4, "dp2xcp2", "cp = 2\ndp_replicate = 2"),
                               (4, "tp2xcp2-ulysses", 'cp = 2\ntp = 2\ncp_attention = "ulysses"\nsharding = "zero3"'),
                               (4, "pp2xcp2", 'cp = 2\npp = 2\nsharding = "zero3"')):
@@ -186,3 +219,22 @@ def test_plait_run_trains_cp_on_cpu_ranks(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "step 2" in out.stderr + out.stdout
+
+
+def test_the_planner_tries_every_flavour_an_engine_runs() -> None:
+    """plait runs ring, Ulysses and LSS: each layout with cp > 1 is enumerated with each, cp = 1 once. Megatron-Core
+    refuses Ulysses and LSS (the capability table), so its space keeps the ring alone."""
+    from plait.hardware.catalog import get_cluster
+    from plait.search.enumerate import enumerate_space
+    from plait.search.space import default_space, for_engine
+
+    model = resolve_model("llama3-8b")
+    space = replace(default_space(model, get_cluster("dgx-h100-ib"), 16, (16,), seq_len=65536), tp=(1,), pp=(1,))
+    assert for_engine(space, get_engine("megatron-core")).cp_attentions == ("ring",)
+    searched = for_engine(space, get_engine("plait"))
+    assert searched.cp_attentions == ("ring", "ulysses", "lss")
+    cols = enumerate_space(model, searched)
+    ring = enumerate_space(model, replace(searched, cp_attentions=("ring",)))
+    per_cp = {c: int((ring["cp"] == c).sum()) for c in space.cp}
+    for c, rows in per_cp.items():
+        assert int((cols["cp"] == c).sum()) == rows * (1 if c == 1 else 3), c

@@ -49,7 +49,8 @@ VppOption = Annotated[int, typer.Option("--vpp", help="Virtual stages per pipeli
 ScheduleOption = Annotated[str, typer.Option("--schedule", help="gpipe | 1f1b | interleaved | zb-h1.")]
 CpOption = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
 CpAttentionOption = Annotated[str, typer.Option(
-    "--cp-attention", help="ring | ulysses: K/V blocks passed around the cp ranks, or all-to-alls of the heads.")]
+    "--cp-attention", help="ring | ulysses | lss: K/V blocks passed around the cp ranks, all-to-alls of the heads, "
+                           "or one fused K/V all-gather (LSS Transformer).")]
 EpOption = Annotated[int, typer.Option("--ep", help="Expert-parallel degree (MoE).")]
 DpReplicateOption = Annotated[int | None, typer.Option(
     "--dp-replicate", help="Data-parallel replicas (HSDP); the rest of dp shards. [default: 1, or dp with "

@@ -15,12 +15,14 @@ output, which the multiply saves beside ``b`` (``silu`` saves its input, ``mul``
 ``tools/autograd/derivatives.yaml``; measured by tracing, :mod:`plait.workloads.traced.tracing`); the MLP
 width is ``ffn_hidden_size`` rather than ``4h``; dropout masks exist only when the model uses dropout; a flash-attention kernel
 stores no score matrix, only its output and the fp32 log-sum-exp per query and head
-(Dao 2023, FlashAttention-2, Sec. 3.1); context parallelism divides the sequence.
+(Dao 2023, FlashAttention-2, Sec. 3.1); context parallelism divides the sequence, and LSS keeps every
+rank's K/V, gathered (:func:`plait.cost.context_parallel.lss_gathered_kv_bytes`).
 """
 
 from __future__ import annotations
 
 from plait.cost import op_sac
+from plait.cost.context_parallel import lss_gathered_kv_bytes
 from plait.cost.op_sac import LSE_BYTES
 from plait.cost.setup import Setup
 
@@ -48,6 +50,7 @@ def attention_block_bytes(setup: Setup) -> tuple[float, float]:
     kept += e * tokens * (heads * model.qk_head_dim + kv * model.qk_head_dim + kv * model.v_head_dim)
     kept += g * tokens * heads * model.v_head_dim  # output-projection input
     kept += mask * rep  # dropout mask after the output projection
+    kept += lss_gathered_kv_bytes(setup)  # LSS: the whole sequence's K/V, saved for the backward
     if setup.attention_kernel != "unfused":
         core = LSE_BYTES * tokens * heads
     else:

@@ -5,6 +5,15 @@ Ring (Liu et al. 2023, "Ring Attention", Sec. 3; Megatron-LM/Transformer Engine)
 behind the attention core. All-gather, as PyTorch's ``context_parallel`` runs it
 (torch/distributed/tensor/experimental/_attention.py, read op by op): one K/V all-gather per pass, fp32 gradient
 ring passes, and fp32 merges of the partial outputs and gradients.
+
+LSS (Wang et al. 2023, "Ultra-Long Sequence Distributed Transformer", arXiv:2311.02382, abstract and Fig. 1(v)):
+each rank computes the self-attention of its own segment's queries ("partial self-attention"); the keys and values
+of all segments reach it in one fused communication, and no partial attention is ever aggregated: the output of
+a segment stays on its rank. Gradients are averaged over the sequence- and data-parallel ranks in one step
+("double gradient averaging"), which is what plait's data parallelism over dp x cp already does for every
+flavour (:mod:`plait.run.context`). The paper's text beyond its abstract and figure caption was not at hand: the
+exchange below (K and V side by side in one ring all-gather, its adjoint reduce-scatter backward) is plait's reading
+of "fused communication", and its bytes and memory are derived from it, not taken from the paper's equations.
 """
 
 from __future__ import annotations
@@ -25,7 +34,11 @@ def cp_sent_bytes(setup: Setup) -> tuple[float, float]:
     - all-gather (PyTorch ``context_parallel``): a ring all-gather of the blocks, ``cp - 1`` blocks, in each pass;
       backward also ``cp`` ring passes of the fp32 K/V gradients (``_templated_ring_attention_backward``);
     - Ulysses (Jacobs et al. 2023, Sec. 3.1; plait/run/ulysses.py): all-to-alls of Q, K, V and the output, each
-      rank keeping ``1 / cp`` of each, forward and (their gradients) backward.
+      rank keeping ``1 / cp`` of each, forward and (their gradients) backward;
+    - LSS (Wang et al. 2023; plait/run/lss.py): one fused all-gather of the K/V blocks forward, ``cp - 1``
+      blocks sent in a ring all-gather (Patarasuk & Yuan 2009), and its adjoint backward, one reduce-scatter of
+      the gathered K/V gradients, ``cp - 1`` blocks again; K/V are kept gathered, not sent again. Its block is
+      one copy of each K/V head (:func:`lss_block_bytes`), even where the engine copies K/V out to the query heads.
     """
     plan, model = setup.plan, setup.model
     c = plan.cp
@@ -37,6 +50,9 @@ def cp_sent_bytes(setup: Setup) -> tuple[float, float]:
         heads = model.num_heads // plan.tp
         moved = setup.act_bytes * setup.tokens * (heads * (model.qk_head_dim + model.v_head_dim) + kv) * (c - 1) / c
         return moved, moved
+    if plan.cp_attention == "lss":
+        own = lss_block_bytes(setup)
+        return (c - 1) * own, (c - 1) * own
     if setup.framework.cp_kv_exchange == "allgather":
         return (c - 1) * block, (c - 1) * block + c * 4 / setup.act_bytes * block
     return (c - 1) * block, 2 * (c - 1) * block
@@ -60,7 +76,10 @@ def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[f
     gathered once, issued before the rank's own (first of ``cp``) attention block and awaited after it, in the
     forward and again in the backward; the backward then passes the fp32 K/V gradients one ring step per block
     (``all_to_all`` permute), each awaited after the next block's compute and the last after the loop.
-    Ulysses: four all-to-alls per pass, none hidden (attention needs their results).
+    Ulysses: four all-to-alls per pass, none hidden (attention needs their results). LSS: one all-gather of all
+    ranks' K/V forward (attention needs it) and one reduce-scatter of their gradients backward (the K/V projections'
+    backward needs it), neither hidden; each is one collective for K and V together, so its latency is paid once
+    (the fused communication of Wang et al. 2023).
     """
     plan, model = setup.plan, setup.model
     if plan.cp == 1:
@@ -69,6 +88,9 @@ def cp_exchange_s(setup: Setup, core_fwd_s: float, core_bwd_s: float) -> tuple[f
     if plan.cp_attention == "ulysses":
         exposed = _ulysses_s(setup, link)
         return exposed, exposed
+    if plan.cp_attention == "lss":
+        gathered = lss_block_bytes(setup) * plan.cp
+        return coll.all_gather_s(gathered, link), coll.reduce_scatter_s(gathered, link)
     kv = setup.attention_kv_heads
     block = setup.act_bytes * setup.tokens * kv * (model.qk_head_dim + model.v_head_dim)
     overlap = setup.comm_overlap
@@ -122,7 +144,7 @@ def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
     """
     plan, model = setup.plan, setup.model
     c = plan.cp
-    if c == 1 or setup.framework.cp_kv_exchange != "allgather" or plan.cp_attention == "ulysses":
+    if c == 1 or setup.framework.cp_kv_exchange != "allgather" or plan.cp_attention != "ring":
         return 0.0, 0.0
     heads, kv_heads = model.num_heads // plan.tp, setup.attention_kv_heads
     out = setup.tokens * heads * model.v_head_dim
@@ -130,3 +152,24 @@ def cp_merge_bytes(setup: Setup) -> tuple[float, float]:
     kv = setup.tokens * kv_heads * (model.qk_head_dim + model.v_head_dim)
     first, last = _rank_merge_bytes(c, 0, out, query, kv), _rank_merge_bytes(c, c - 1, out, query, kv)
     return max(first[0], last[0]), max(first[1], last[1])
+
+
+def lss_block_bytes(setup: Setup) -> float:
+    """One rank's K and V as LSS sends them: the model's own K/V heads on a tp rank, one copy each, whether or not
+    the engine copies them out to the query heads before attention (plait/run/lss.py)."""
+    model = setup.model
+    return float(setup.act_bytes * setup.tokens * setup.kv_heads_per_rank * (model.qk_head_dim + model.v_head_dim))
+
+
+def lss_gathered_kv_bytes(setup: Setup) -> float:
+    """Activation bytes LSS keeps beyond the ring per layer and micro-batch (0 for the other flavours): the
+    attention kernel saves every rank's K/V, gathered in the forward (Wang et al. 2023, Fig. 1(v): each rank's
+    partial self-attention reads the keys and values of every segment), instead of the rank's own K/V in the heads
+    the kernel reads (:attr:`plait.cost.setup.Setup.attention_kv_heads`, counted in
+    :func:`plait.cost.activations.attention_block_bytes`). With K/V copied out to many query heads and a small cp
+    this is negative: LSS keeps one copy of each head."""
+    plan, model = setup.plan, setup.model
+    if plan.cp == 1 or plan.cp_attention != "lss":
+        return 0.0
+    local = setup.act_bytes * setup.tokens * setup.attention_kv_heads * (model.qk_head_dim + model.v_head_dim)
+    return plan.cp * lss_block_bytes(setup) - local

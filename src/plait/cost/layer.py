@@ -160,7 +160,8 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     acc = setup.cluster.accelerator
     dtype = setup.gemm_dtype if setup.gemm_dtype in FULL_PRECISIONS else "bf16"  # fp8 runs attend in bf16
     if setup.attention_kernel != "unfused":  # ring attention works on cp-sized blocks, Ulysses on the whole sequence
-        # of cp times fewer heads (Jacobs et al. 2023, Sec. 3.1)
+        # of cp times fewer heads (Jacobs et al. 2023, Sec. 3.1); LSS on the rank's S/cp queries over all keys, taken
+        # at the queries' length (they set the kernel's parallelism), as the ring
         seq = setup.seq_len if setup.plan.cp_attention == "ulysses" else setup.local_seq
         per_s = attention_flops_per_s(acc, seq, setup.attention_kernel, dtype)
         return flops / per_s, FLASH_BWD_FLOPS_RATIO * flops / per_s

@@ -24,7 +24,7 @@ FULL_PRECISIONS = ("fp32", "tf32")
 """Precisions that store weights, gradients and activations in fp32: no 16-bit compute copy, no master copy."""
 GradDtype = Literal["fp32", "bf16"]
 Optimizer = Literal["adamw", "sgd"]
-CpAttention = Literal["ring", "ulysses"]
+CpAttention = Literal["ring", "ulysses", "lss"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +47,10 @@ class Plan:
     """How attention spans the cp ranks: ``ring`` passes K/V blocks around them (Liu et al. 2023; head-tail load
     balanced, exchanged as the engine's ``cp_kv_exchange`` says); ``ulysses`` all-to-alls Q, K, V from a split of the
     sequence to a split of the heads and the output back (DeepSpeed-Ulysses, Jacobs et al. 2023): cp divides the
-    heads of a TP rank."""
+    heads of a TP rank; ``lss`` gathers every rank's K and V in one fused all-gather and each rank attends its own
+    queries over the whole sequence, the gradients of the gathered K/V reduce-scattered back in one collective
+    (LSS Transformer, Wang et al. 2023, arXiv:2311.02382: segment-parallel attention with fused communication;
+    head-tail load balanced as the ring)."""
     ep: int = 1
     """Expert-parallel degree (MoE only); divides ``dp * cp``."""
     dp_replicate: int = 1
@@ -149,7 +152,7 @@ class Plan:
         if self.pp > 1:
             parts.append(f"pp{self.pp}({self.schedule}{f' x{self.vpp}' if self.vpp > 1 else ''})")
         if self.cp > 1:
-            parts.append(f"cp{self.cp}{'(ulysses)' if self.cp_attention == 'ulysses' else ''}")
+            parts.append(f"cp{self.cp}{'' if self.cp_attention == 'ring' else f'({self.cp_attention})'}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         dp = f"dp{self.dp}" if self.dp_replicate == 1 or self.dp_shard == 1 else f"dp{self.dp_replicate}x{self.dp_shard}"

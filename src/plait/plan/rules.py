@@ -104,7 +104,7 @@ RULES: tuple[Rule, ...] = (
     Rule("batch-divides", lambda c, m, k: c["global_batch"] % (c["micro_batch"] * c.dp) != 0,
          lambda p, m, k: (f"global_batch={p.global_batch} must be divisible by micro_batch*dp="
                           f"{p.micro_batch}*{p.dp}={p.micro_batch * p.dp}")),
-    Rule("context-parallel-split",  # the ring's head-tail chunks; Ulysses' contiguous slices
+    Rule("context-parallel-split",  # the ring's (and LSS') head-tail chunks; Ulysses' contiguous slices
          lambda c, m, k: (c["cp"] > 1) & (_seq(c, m) % c.xp.where(c.is_("cp_attention", "ulysses"), c["cp"],
                                                                   2 * c["cp"]) != 0),
          lambda p, m, k: (f"seq_len={p.seq_len or m.seq_len} must be divisible by cp={p.cp} (Ulysses' sequence "

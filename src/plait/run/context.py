@@ -1,8 +1,9 @@
 """Context parallelism (``plan.cp > 1``): PyTorch's ``context_parallel`` on CUDA, plait's own elsewhere.
 
-plait's own (on any backend, gloo included, and for ``cp_attention = "ulysses"`` on CUDA too): the sequence is
-sharded in place (:func:`positions`) and every attention layer's core becomes the ring of
-:mod:`plait.run.ring_attention` or the all-to-all of :mod:`plait.run.ulysses` over the cp group. PyTorch's, below:
+plait's own (on any backend, gloo included, and for ``cp_attention = "ulysses"`` or ``"lss"`` on CUDA too): the
+sequence is sharded in place (:func:`positions`) and every attention layer's core becomes the ring of
+:mod:`plait.run.ring_attention`, the all-to-all of :mod:`plait.run.ulysses` or the fused K/V all-gather of
+:mod:`plait.run.lss` over the cp group. PyTorch's, below:
 
 Legend of shape suffixes: B batch, S sequence, E/2 half the head dim (rope tables).
 
@@ -27,6 +28,7 @@ therefore reduces over dp_shard and cp flattened into one axis, as torchtitan's 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -36,8 +38,10 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
+from plait.run.lss import Lss
 from plait.run.mesh import Mesh
 from plait.run.model import Attention
+from plait.run.ring_attention import head_tail
 
 ROPE_BUFFERS = ("rope_cos", "rope_sin")  # plait/run/model.py Transformer buffers, [S, E/2]
 # PyTorch SDPA's flash kernel takes head_dim <= 256, a multiple of 8 (sdp_utils.cpp check_head_dim_size_flash)
@@ -93,13 +97,11 @@ def uses_pytorch(plan: Plan, device: str) -> bool:
 
 def positions(plan: Plan, cp_rank: int) -> torch.Tensor:
     """The sequence positions cp rank ``cp_rank`` holds, in order: chunks ``r`` and ``2 cp - 1 - r`` of ``2 cp``
-    for the ring (PyTorch's ``_HeadTailLoadBalancer``), the ``r``-th contiguous slice for Ulysses."""
+    for the ring and LSS (PyTorch's ``_HeadTailLoadBalancer``), the ``r``-th contiguous slice for Ulysses."""
     seq, cp = plan.seq_len, plan.cp
     if plan.cp_attention == "ulysses":
         return torch.arange(cp_rank * seq // cp, (cp_rank + 1) * seq // cp)
-    chunk = seq // (2 * cp)
-    head, tail = cp_rank * chunk, (2 * cp - 1 - cp_rank) * chunk
-    return torch.cat([torch.arange(head, head + chunk), torch.arange(tail, tail + chunk)])
+    return head_tail(seq, cp, cp_rank)
 
 
 def _keep_in_place(buffer: torch.Tensor, dim: int, rows: torch.Tensor) -> None:
@@ -119,8 +121,10 @@ def _primitives_context(parts: Sequence[nn.Module], mesh: Mesh, inputs_BS: torch
     for buffer, dim in zip(buffers, seq_dims):
         _keep_in_place(buffer, dim, rows)
     layers = [m for part in parts for m in part.modules() if isinstance(m, Attention)]
-    for layer in layers:
-        layer.context_core = mesh.cp_attention.attention
+    core = mesh.cp_attention
+    for layer in layers:  # LSS sends one copy of each K/V head (plait.run.lss); the ring and Ulysses all copies
+        layer.context_core = functools.partial(core.attention, repeats=layer.repeats) if isinstance(core, Lss) \
+            else core.attention
     try:
         yield
     finally:

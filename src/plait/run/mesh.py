@@ -15,7 +15,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
-from plait.run.ring_attention import Ring
+from plait.run.lss import Lss
+from plait.run.ring_attention import Ring, head_tail
 from plait.run.sites import Reducer, build_reducer
 from plait.run.ulysses import Ulysses
 
@@ -65,11 +66,13 @@ class Mesh:
         return build_reducer(replica_group(self), self.site_gpus)
 
     @cached_property
-    def cp_attention(self) -> Ring | Ulysses:
+    def cp_attention(self) -> Ring | Ulysses | Lss:
         """plait's own context-parallel attention over this rank's cp group (:mod:`plait.run.context`), with the
-        bytes it has sent: the ring or the all-to-all, as the plan's ``cp_attention`` says. Built once, on first
-        use."""
+        bytes it has sent: the ring, the all-to-all or LSS' fused all-gather, as the plan's ``cp_attention`` says.
+        Built once, on first use."""
         group = self.sub("cp").get_group()
+        if self.plan.cp_attention == "lss":
+            return Lss(group, torch.stack([head_tail(self.plan.seq_len, self.plan.cp, r) for r in range(self.plan.cp)]))
         return Ulysses(group) if self.plan.cp_attention == "ulysses" else Ring(group)
 
     @cached_property

@@ -29,6 +29,13 @@ import torch
 import torch.distributed as dist
 
 
+def head_tail(seq_len: int, cp: int, cp_rank: int) -> torch.Tensor:
+    """The positions cp rank ``cp_rank`` holds, in order: chunks ``r`` and ``2 cp - 1 - r`` of ``2 cp``."""
+    chunk = seq_len // (2 * cp)
+    head, tail = cp_rank * chunk, (2 * cp - 1 - cp_rank) * chunk
+    return torch.cat([torch.arange(head, head + chunk), torch.arange(tail, tail + chunk)])
+
+
 class Ring:
     """One cp group's ring: neighbours and the bytes this rank has sent to them."""
 

@@ -97,6 +97,7 @@ def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: 
     dp = space.gpus // (tp * pp * cp)
     return [
         {"tp": np.array([tp]), "pp": np.array([pp]), "cp": np.array([cp])},
+        {"cp_attention": np.array([code("cp_attention", a) for a in (space.cp_attentions if cp > 1 else ("ring",))])},
         {"ep": np.array(space.ep)},
         {"global_batch": np.array(space.global_batches)},
         {"micro_batch": np.array(space.micro_batches)},

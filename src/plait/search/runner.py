@@ -29,7 +29,7 @@ from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
 from plait.search.refine import refine
 from plait.search.rules import HOST_MEMORY_REASON, MEMORY_REASON, reason_table
-from plait.search.space import SearchSpace
+from plait.search.space import SearchSpace, for_engine
 from plait.workload.model import ModelSpec
 
 Progress = Callable[[int, int], None]
@@ -143,6 +143,7 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
     default: every core for spaces of at least :data:`~plait.search.parts.POOL_MIN_CANDIDATES`, else this process);
     ``progress`` is called with (candidates given a verdict, candidates in the space)."""
     start = time.perf_counter()
+    space = for_engine(space, engine)
     total = sum(layout_sizes(model, space))
     if workers is None:
         workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1

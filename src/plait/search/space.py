@@ -9,11 +9,14 @@ infeasible-with-reason (:mod:`plait.search.rules`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import get_args
 
+from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import method_table
+from plait.plan.plan import CpAttention
 from plait.sync import ALLREDUCE, ParamServer, SyncMethod, parse
 from plait.workload.model import ModelSpec
 
@@ -38,6 +41,8 @@ class SearchSpace:
     """Context-parallel degrees."""
     ep: tuple[int, ...]
     """Expert-parallel degrees (1 for dense models)."""
+    cp_attentions: tuple[str, ...]
+    """How attention spans the cp ranks (``Plan.cp_attention``), tried where cp > 1."""
     micro_batches: tuple[int, ...]
     """Micro-batch sizes."""
     schedules: tuple[str, ...]
@@ -106,6 +111,14 @@ class SearchSpace:
         return tuple(spec for dp in dps if dp > 1 for spec in server_specs(dp, whole_layers=True))
 
 
+def for_engine(space: SearchSpace, engine: Engine) -> SearchSpace:
+    """``space`` without the cp attention flavours ``engine`` refuses outright (its capability table's
+    ``cp_attention=...`` entries): enumerated, every such candidate would only be refused, and at 405B on 16,384
+    GPUs they would be 60% of the space."""
+    kept = tuple(a for a in space.cp_attentions if f"cp_attention={a}" not in engine.unsupported) or ("ring",)
+    return space if kept == space.cp_attentions else replace(space, cp_attentions=kept)
+
+
 def server_specs(dp: int, whole_layers: bool) -> tuple[SyncMethod, ...]:
     """The parameter-server specs :attr:`SearchSpace.param_servers` tries on a layout of ``dp`` replicas: a balanced
     server on each, and, where the replicas hold whole layers (tp = pp = 1), the same with hybrid communication."""
@@ -141,6 +154,7 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
         precisions = ("bf16", "fp8") if "fp8" in cluster.accelerator.peak_tflops else ("bf16",)
     return SearchSpace(
         gpus=gpus, global_batches=global_batches, seq_len=seq, tp=tps, pp=pps, cp=cps, ep=eps,
+        cp_attentions=get_args(CpAttention),
         micro_batches=_powers_of_two(max_micro_batch), schedules=("1f1b", "interleaved", "zb-h1", "gpipe"),
         vpp=(2, 3, 4, 6, 8), shardings=("none", "zero1", "zero2", "zero3"),
         hsdp_shard_sizes=tuple(s for s in (cluster.scale_up_domain_gpus, 64, 512) if s < gpus),
