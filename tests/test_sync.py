@@ -201,6 +201,33 @@ def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
                                    dp_sync="dreamddp:every=8"), engine=get_engine())
 
 
+def test_crossbow_prices_each_extra_learner_as_a_replica_and_its_passes() -> None:
+    """A second learner per rank adds a replica's bf16 weights (2 B), fp32 gradients (4 B) and Adam state with fp32
+    master weights (12 B) per parameter (plait.cost.memory's convention) and, on the critical path, one more
+    optimizer step and 11 streaming fp32 passes over the parameters at the memory bandwidth (scale its gradient, the
+    difference to the central model, the pull, the sum: plait.run.crossbow); the all-reduce of one model per rank
+    stays. Refused where its learners are not whole replicas or do not divide the micro-batch."""
+    from plait.cost.compute import memory_bytes_per_s
+    from plait.engine.catalog import get_engine
+    from plait.hardware.catalog import get_cluster
+    from plait.plan.plan import Plan
+    from plait.predict.estimate import estimate
+
+    model, cluster = get_model("gpt3-1.3b"), get_cluster("dgx-h100-ib")
+    one, two = (estimate(model, cluster, Plan(dp_replicate=8, global_batch=64, micro_batch=4,
+                                              dp_sync=f"crossbow:learners={k}"), engine=get_engine()) for k in (1, 2))
+    n = model.total_params()
+    assert two.memory.total_bytes - one.memory.total_bytes == pytest.approx(n * (2 + 4 + 12), rel=1e-12)
+    passes_s = 11 * 4 * n / memory_bytes_per_s(cluster.accelerator)
+    assert two.step_time_s - one.step_time_s == pytest.approx(one.time.optimizer_s + passes_s, rel=1e-9)
+    for plan, rule in ((Plan(dp_replicate=2, dp_shard=4, sharding="zero2", global_batch=64, micro_batch=4,
+                             dp_sync="crossbow:learners=2"), "needs tp = pp = cp = 1 and sharding='none'"),
+                       (Plan(dp_replicate=8, global_batch=48, micro_batch=3, dp_sync="crossbow:learners=2"),
+                        "learners=2 must divide micro_batch=3")):
+        with pytest.raises(ConfigError, match=re.escape(rule)):
+            estimate(model, cluster, plan, engine=get_engine())
+
+
 @pytest.mark.slow
 def test_plait_run_trains_a_dp_sync_plan(tmp_path: Path) -> None:
     """`plait run` executes a plan's dp_sync (PowerSGD over DDP here) and the plan file carries it."""
