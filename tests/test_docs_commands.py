@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
         "plait plan --model plait.workload.zoo:resnet50 --input-shape 3,224,224 --gpus 16 --global-batch 4096",
     "plait plan --model plait.workload.zoo:small_cnn --gpus 2 --global-batch 16 --export cnn/":
         "plait plan --model plait.workload.zoo:small_cnn --gpus 2 --global-batch 16 --export {tmp}/cnn/",
+    "plait run --plan examples/crossbow-plan.toml --steps 4": "",
     "plait run --plan examples/small-cnn-plan.toml --steps 5":
         "SKIP: tests/test_traced_run.py::test_plait_run_trains_the_example_plan runs it (3 steps)",
     "plait validate classic":

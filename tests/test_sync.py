@@ -30,7 +30,7 @@ CASES = ["allreduce@sgd", f"{FULL_RANK}@sgd", "powersgd:rank=2@sgd", "bf16@adamw
          "quantize:bits=1@adamw", "diloco:every=1,outer_lr=1,outer_momentum=0@sgd", "diloco:every=3@adamw",
          "pipe_sgd@adamw", "dreamddp:every=3@adamw", "dreamddp:every=40@sgd",
          "palsgd:every=3,p=0,outer_lr=0.7@adamw", "palsgd:every=3,p=0.3@adamw", "palsgd:every=3,warmup=10@adamw",
-         "palsgd:every=3,p=0.3,warmup=4@adamw"]
+         "palsgd:every=3,p=0.3,warmup=4@adamw", "crossbow:learners=2@sgd", "crossbow:learners=2,alpha=0.3@adamw"]
 
 
 def test_specs_are_parsed_to_a_canonical_form_and_refused_in_one_line() -> None:
@@ -100,13 +100,64 @@ def test_exact_methods_train_as_plain_data_parallelism(trained, case: str, refer
     ("quantize:bits=4@adamw", "allreduce@adamw"), ("quantize:bits=1@adamw", "allreduce@adamw"),
     ("diloco:every=3@adamw", "allreduce@adamw"), ("pipe_sgd@adamw", "allreduce@adamw"),
     ("dreamddp:every=3@adamw", "allreduce@adamw"), ("palsgd:every=3,p=0.3@adamw", "diloco:every=3@adamw"),
-    ("palsgd:every=3,p=0.3,warmup=4@adamw", "palsgd:every=3,p=0.3@adamw")])
+    ("palsgd:every=3,p=0.3,warmup=4@adamw", "palsgd:every=3,p=0.3@adamw"),
+    ("crossbow:learners=2,alpha=0.3@adamw", "allreduce@adamw")])
 def test_lossy_methods_still_train(trained, case: str, reference: str) -> None:  # type: ignore[no-untyped-def]
     """Finite, falling losses; they differ from the all-reduce's (a lossy method that did not would send nothing
     less). How many more steps they need is the method's convergence multiplier, not asserted here."""
     losses, plain = trained[case]["losses"], trained[reference]["losses"]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
     assert losses != plain
+
+
+def test_crossbow_is_synchronous_model_averaging_of_every_learner(trained) -> None:  # type: ignore[no-untyped-def]
+    """2 ranks of 2 learners each (crossbow:learners=2: alpha 1/4, central momentum 0.9) equal the paper's update
+    written out here for 4 learners in one process (Koliousis et al. 2019, Algorithm 1): each learner takes a
+    quarter of the global batch, ``c_j = alpha (w_j - z)``, ``w_j <- w_j - lr grad_j - c_j``,
+    ``z <- z + sum_j c_j + momentum (z - z_prev)``; the loss is the learners' mean. The first 4 steps (the
+    momentum acts from the second)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ranks run (two threads on the shared 2-core host: 30x the CPU time)
+    try:
+        assert trained["crossbow:learners=2@sgd"]["losses"][:4] == pytest.approx(_sma_reference(torch), rel=1e-5)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _sma_reference(torch) -> list[float]:  # type: ignore[no-untyped-def]
+    """The learners' mean loss in the first 4 steps of the 4-learner reference (the test above)."""
+    import copy
+
+    from plait.run.data import global_batch
+    from plait.run.model import build_model
+    from plait.run.train import cross_entropy
+
+    spec = resolve_model(str(MODEL))
+    n, alpha, momentum, lr = 4, 0.25, 0.9, 0.05  # lr: plait.run.converge's SGD
+    first = build_model(spec, spec.seq_len, seed=0)
+    learners = [first, *(copy.deepcopy(first) for _ in range(n - 1))]
+    central = [p.detach().clone() for p in learners[0].parameters()]
+    moved = [torch.zeros_like(z) for z in central]
+    losses = []
+    for step in range(4):
+        inputs, targets = global_batch(step, 8, spec.seq_len)
+        step_losses, corrections = [], []
+        for j, learner in enumerate(learners):  # rank j // 2 holds learners j = 2 r, 2 r + 1, in batch order
+            rows = slice(2 * j, 2 * j + 2)
+            loss = cross_entropy(learner(inputs[rows]), targets[rows])
+            grads = torch.autograd.grad(loss, list(learner.parameters()))
+            step_losses.append(loss.item())
+            with torch.no_grad():
+                c = [alpha * (w - z) for w, z in zip(learner.parameters(), central)]
+                for w, g, cj in zip(learner.parameters(), grads, c):
+                    w -= lr * g + cj
+            corrections.append(c)
+        for i in range(len(central)):
+            moved[i] = sum(c[i] for c in corrections) + momentum * moved[i]
+            central[i] = central[i] + moved[i]
+        losses.append(sum(step_losses) / n)
+    return losses
 
 
 def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
@@ -148,6 +199,33 @@ def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
     with pytest.raises(ConfigError, match="dreamddp.*needs sharding='none'"):
         estimate(model, fast, Plan(dp_replicate=2, dp_shard=8, sharding="zero3", global_batch=64,
                                    dp_sync="dreamddp:every=8"), engine=get_engine())
+
+
+def test_crossbow_prices_each_extra_learner_as_a_replica_and_its_passes() -> None:
+    """A second learner per rank adds a replica's bf16 weights (2 B), fp32 gradients (4 B) and Adam state with fp32
+    master weights (12 B) per parameter (plait.cost.memory's convention) and, on the critical path, one more
+    optimizer step and 11 streaming fp32 passes over the parameters at the memory bandwidth (scale its gradient, the
+    difference to the central model, the pull, the sum: plait.run.crossbow); the all-reduce of one model per rank
+    stays. Refused where its learners are not whole replicas or do not divide the micro-batch."""
+    from plait.cost.compute import memory_bytes_per_s
+    from plait.engine.catalog import get_engine
+    from plait.hardware.catalog import get_cluster
+    from plait.plan.plan import Plan
+    from plait.predict.estimate import estimate
+
+    model, cluster = get_model("gpt3-1.3b"), get_cluster("dgx-h100-ib")
+    one, two = (estimate(model, cluster, Plan(dp_replicate=8, global_batch=64, micro_batch=4,
+                                              dp_sync=f"crossbow:learners={k}"), engine=get_engine()) for k in (1, 2))
+    n = model.total_params()
+    assert two.memory.total_bytes - one.memory.total_bytes == pytest.approx(n * (2 + 4 + 12), rel=1e-12)
+    passes_s = 11 * 4 * n / memory_bytes_per_s(cluster.accelerator)
+    assert two.step_time_s - one.step_time_s == pytest.approx(one.time.optimizer_s + passes_s, rel=1e-9)
+    for plan, rule in ((Plan(dp_replicate=2, dp_shard=4, sharding="zero2", global_batch=64, micro_batch=4,
+                             dp_sync="crossbow:learners=2"), "needs tp = pp = cp = 1 and sharding='none'"),
+                       (Plan(dp_replicate=8, global_batch=48, micro_batch=3, dp_sync="crossbow:learners=2"),
+                        "learners=2 must divide micro_batch=3")):
+        with pytest.raises(ConfigError, match=re.escape(rule)):
+            estimate(model, cluster, plan, engine=get_engine())
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from plait.workload.catalog import get_model
 EXAMPLES = ["allreduce", "bf16", "fp16", "powersgd:rank=4", "topk:ratio=0.01", "quantize:bits=4", "local_sgd:every=8",
             "diloco:every=500", "palsgd:every=4,warmup=3", "dreamddp:every=3", "pipe_sgd", "param_server:host=cpu",
             "switch_aggregation:bits=16", "gossip:topology=random,peers=3", "async_ps:staleness=2",
-            "easgd:alpha=0.5,every=3"]
+            "easgd:alpha=0.5,every=3", "crossbow:learners=2,alpha=0.25"]
 
 
 def test_every_method_reads_back_its_own_spec_and_compares_by_value() -> None:
@@ -40,7 +40,8 @@ def test_traits_are_the_documented_groups() -> None:
         return {t.partition(":")[0] for t in EXAMPLES if getattr(parse(t), trait)}
 
     assert named("compressed") == {"bf16", "fp16", "powersgd", "topk", "quantize"}
-    assert named("infrequent") == {"local_sgd", "diloco", "palsgd", "dreamddp", "gossip"}
+    assert named("infrequent") == {"local_sgd", "diloco", "palsgd", "dreamddp", "gossip", "crossbow"}
+    assert named("whole_learners") == {"crossbow"}
     assert named("asynchronous") == {"async_ps", "easgd"}
     assert named("aggregating") == {"param_server", "switch_aggregation"}
     assert named("whole_gradients") == {"bf16", "fp16", "powersgd", "topk", "quantize", "pipe_sgd", "param_server",

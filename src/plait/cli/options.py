@@ -78,7 +78,7 @@ DpSyncOption = Annotated[str | None, typer.Option(
                       "topk:ratio=F, quantize:bits=8|4|1, pipe_sgd, local_sgd:every=H, diloco:every=H, "
                       "palsgd:every=H, dreamddp:every=H (with TP and PP too; not with CP); param_server:servers=S, "
                       "switch_aggregation:bits=32|16, gossip:topology=ring|torus|exponential|random|complete, "
-                      "async_ps:staleness=B, easgd:alpha=A,every=H. [default: allreduce]")]
+                      "async_ps:staleness=B, easgd:alpha=A,every=H, crossbow:learners=K. [default: allreduce]")]
 
 # workload kinds' own options that more than one command takes
 ParallelOption = Annotated[str | None, typer.Option(

@@ -24,7 +24,9 @@ import numpy as np
 
 from plait.cost import async_sgd, gossip, servers
 from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
+from plait.cost.dataparallel import optimizer_step_s
 from plait.cost.links import collective_s
+from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.overlap import engaged_s, hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.errors import ConfigError
@@ -176,6 +178,15 @@ class Prices:
         engaged = self.xp.minimum(reduce_s, engaged_s(ring, self.cluster.tiers[0].bandwidth_bytes_per_s(payload_bytes)))
         overlap = self.cluster.accelerator.efficiency.comm_overlap.value
         return hidden_remainder(reduce_s, self.busy, overlap, self.xp, engaged)
+
+    @property
+    def optimizer_step_s(self) -> Any:
+        return optimizer_step_s(self.cluster, self.cols, self.params, self.cols.full(float(GRAD_BYTES)))
+
+    @property
+    def replica_state_bytes(self) -> Any:
+        per_param = param_bytes(self.cols) + GRAD_BYTES + optimizer_bytes_per_param(self.cols)
+        return (self.params["dense"] + self.params["expert"]) * per_param
 
     def averaging_group(self) -> tuple[Any, Any, Any]:
         cols, xp = self.cols, self.cols.xp

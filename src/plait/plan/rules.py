@@ -157,6 +157,16 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: c.sync_rows(lambda s: s.server_ranks > 0) & ((c["tp"] > 1) | (c["pp"] > 1) | (c["cp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r} exchanges whole replicas with its server ranks and needs "
                           f"tp = pp = cp = 1 (got tp={p.tp}, pp={p.pp}, cp={p.cp})")),
+    Rule("dp-sync-learners-whole-replicas",
+         lambda c, m, k: c.sync_rows(lambda s: s.whole_learners)
+         & ((c["tp"] > 1) | (c["pp"] > 1) | (c["cp"] > 1) | c.xp.not_(c.is_("sharding", "none"))),
+         lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r} trains whole model replicas as learners inside each rank and "
+                          f"needs tp = pp = cp = 1 and sharding='none' (got tp={p.tp}, pp={p.pp}, cp={p.cp}, "
+                          f"sharding={p.sharding!r})")),
+    Rule("dp-sync-learners-split-micro-batch",
+         lambda c, m, k: c["micro_batch"] % c.sync_values(lambda s: s.learners, 1) != 0,
+         lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r}: learners={p.dp_sync.learners} must divide "
+                          f"micro_batch={p.micro_batch} (each learner takes an equal share of it)")),
     Rule("dp-sync-hybrid-whole-layers",
          lambda c, m, k: _hybrid_servers(c)
          & (c.sync_rows(lambda s: s.server_ranks > 0) | (c["tp"] > 1) | (c["pp"] > 1)),

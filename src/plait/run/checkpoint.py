@@ -56,7 +56,7 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
         raise ConfigError("checkpointing zero1 (ZeroRedundancyOptimizer) is not supported by DCP; "
                           "use zero2/zero3 (FSDP2) or sharding none to checkpoint")
     periodic = {"PostLocalSGDOptimizer": "local_sgd", "ShardAverage": "local_sgd", "DiLoCo": "diloco",
-                "PALSGD": "palsgd", "DreamDDP": "dreamddp"}
+                "PALSGD": "palsgd", "DreamDDP": "dreamddp", "Crossbow": "crossbow"}
     if type(optimizer).__name__ in periodic:
         method = periodic[type(optimizer).__name__]
         raise ConfigError(f"checkpointing dp_sync={method!r} is not supported yet (its step count and outer state "

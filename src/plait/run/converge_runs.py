@@ -34,6 +34,10 @@ def measure_multipliers(dp_sync: list[str], steps: int, model: str, ranks: int, 
     compare; ``say`` (``None``: quiet) hears what starts."""
     specs = [parse(s).spec for s in dp_sync]
     window = _check(steps, ranks, batch, optimizer, window)
+    for method in (parse(s) for s in specs):
+        if (batch // ranks) % method.learners:  # Crossbow: each learner an equal share of the rank's rows
+            raise ConfigError(f"dp_sync={method.stated!r}: learners={method.learners} must divide the "
+                              f"{batch // ranks} sequences of each rank (batch={batch} over ranks={ranks})")
     resolve_model(model)  # a bad model fails here, in one line, not in every rank
     curves = _curves(specs, steps, model, ranks, batch, optimizer, say)
     reference = curves[f"allreduce@{optimizer}"]["losses"]

@@ -22,6 +22,8 @@
 - over tensor-parallel or pipeline-stage replicas, which DDP does not take, the compressing methods run the same
   hooks on each rank's local gradients (:mod:`plait.run.replica_grads`), and the others as above on each rank's
   shards;
+- ``crossbow``: no DDP; :class:`plait.run.crossbow.Learners` holds the rank's learners and
+  :class:`plait.run.crossbow.Crossbow` averages them with every rank's (synchronous model averaging);
 - ``pipe_sgd``: no DDP; :class:`PipeSGD` starts each step's all-reduce and applies the previous step's (Li et al.
   2018, pipeline width 2): no library has it.
 
@@ -60,6 +62,10 @@ def wrap_model(model: nn.Module, sync: SyncMethod, replicas: Reducer | None = No
     synchronizes (local SGD and the other parameter-averaging methods, Pipe-SGD) or where the replicas are
     ``split`` by TP or PP, which DDP does not take (:class:`plait.run.replica_grads.LocalGradients` reduces)."""
     replicas = replicas or Reducer()
+    if sync.whole_learners and not split:  # Crossbow: K learners in this rank (plait.run.crossbow)
+        from plait.run.crossbow import Learners
+
+        return Learners(model, sync.learners)
     if split or sync.infrequent or sync.pipelined or sync.aggregating:
         return model
     if sync.one_bucket:
@@ -145,6 +151,15 @@ class _Optimizers:
     def pipe_sgd(self, method: methods.PipeSGD) -> torch.optim.Optimizer:
         return PipeSGD(self.optimizer, self.replicas)
 
+    def crossbow(self, method: methods.Crossbow) -> torch.optim.Optimizer:
+        from plait.run.crossbow import Crossbow, Learners
+
+        learners = [m for m in self.modules if isinstance(m, Learners)]
+        if len(learners) != 1:
+            raise ConfigError(f"dp_sync={method.spec!r} needs the model wrapped in its learners (plait.run.sync."
+                              "wrap_model), whole in one part")
+        return Crossbow(self.optimizer, method, learners[0], self.replicas)
+
     def local_sgd(self, method: methods.LocalSGD) -> torch.optim.Optimizer:
         optimizer, replicas = self.optimizer, self.replicas
         if isinstance(replicas, SiteReducer) or any(is_dtensor(p) for g in optimizer.param_groups
@@ -161,8 +176,9 @@ def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: SyncMethod,
            replicas: Reducer | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """:func:`wrap_model` and :func:`wrap_optimizer` over the ``replicas`` (``None``: the default process group,
     flat), for the whole ``model`` (whose parameters ``whole`` lists), one backward pass per step."""
-    return (wrap_model(model, sync, replicas),
-            wrap_optimizer(optimizer, sync, replicas, modules=(model,), whole=whole))
+    module = wrap_model(model, sync, replicas)  # the learners, for Crossbow; the model itself for the others
+    return module, wrap_optimizer(optimizer, sync, replicas, modules=(module if sync.whole_learners else model,),
+                                  whole=whole)
 
 
 def _averaged(tensors: list[torch.Tensor], replicas: Reducer) -> list[torch.Tensor]:

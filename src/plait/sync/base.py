@@ -92,6 +92,9 @@ class SyncMethod:
     group_local_steps: ClassVar[bool] = False
     """In a mixed-hardware data split, each group may take its own local steps between averagings
     (:mod:`plait.predict.mixed`)."""
+    whole_learners: ClassVar[bool] = False
+    """Trains :attr:`learners` whole model replicas inside each rank, each on its share of the micro-batch
+    (:mod:`plait.run.crossbow`)."""
     servers_hold_model: ClassVar[bool] = False
     """The server ranks step the parameters, so the trained model is their pieces (:mod:`plait.run.async_train`)."""
 
@@ -122,6 +125,10 @@ class SyncMethod:
     every = 1
     """Steps between synchronizations: 1 for per-step methods, the periodic methods' own ``every`` field (left
     unannotated here so that it is no dataclass field and takes no place in a subclass's field order)."""
+
+    learners = 1
+    """Learners (model replicas) each data-parallel rank trains: 1 but for Crossbow's own ``learners`` field (left
+    unannotated, as :attr:`every`)."""
 
     @property
     def server_ranks(self) -> int:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from plait.sync.allreduce import PipeSGD
     from plait.sync.asynchronous import Asynchronous
     from plait.sync.base import SyncMethod
+    from plait.sync.crossbow import Crossbow
     from plait.sync.gossip import Gossip
     from plait.sync.half import HalfPrecision
     from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
@@ -146,6 +147,16 @@ class Pricing(Protocol):
         """Exposed seconds of an all-reduce run behind the next step's compute (:mod:`plait.cost.overlap`)."""
         ...
 
+    @property
+    def optimizer_step_s(self) -> Any:
+        """Seconds of one replica's optimizer step on one rank (:func:`plait.cost.dataparallel.optimizer_step_s`)."""
+        ...
+
+    @property
+    def replica_state_bytes(self) -> Any:
+        """Bytes of one replica's weights, fp32 gradients and optimizer state on one rank (unsharded)."""
+        ...
+
     def averaging_group(self) -> tuple[Any, Any, Any]:
         """(replicas, ranks between them, bytes each averages) of a parameter average over whole replicas (with
         sharding, HSDP's ``dp_replicate`` groups, each averaging its shard)."""
@@ -198,6 +209,7 @@ class OptimizerHooks(Protocol[T_co]):
     def palsgd(self, method: PALSGD) -> T_co: ...
     def pipe_sgd(self, method: PipeSGD) -> T_co: ...
     def local_sgd(self, method: LocalSGD) -> T_co: ...
+    def crossbow(self, method: Crossbow) -> T_co: ...
 
 
 class WorkerHooks(Protocol):

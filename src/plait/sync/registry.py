@@ -10,6 +10,7 @@ from plait.errors import ConfigError
 from plait.sync.allreduce import AllReduce, PipeSGD
 from plait.sync.asynchronous import EASGD, AsyncPS
 from plait.sync.base import Choice, MethodError, Number, SyncMethod
+from plait.sync.crossbow import Crossbow
 from plait.sync.gossip import Gossip
 from plait.sync.half import Bf16, Fp16
 from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
@@ -19,7 +20,7 @@ from plait.sync.sparse import Quantize, TopK
 
 METHODS: dict[str, type[SyncMethod]] = {cls.name: cls for cls in (
     AllReduce, Bf16, Fp16, PowerSGD, TopK, Quantize, LocalSGD, DiLoCo, PALSGD, DreamDDP, PipeSGD, ParamServer,
-    SwitchAggregation, Gossip, AsyncPS, EASGD)}
+    SwitchAggregation, Gossip, AsyncPS, EASGD, Crossbow)}
 """Every method by its name, in the order error messages list them."""
 MODELLED = tuple(METHODS)
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""

@@ -81,6 +81,11 @@ def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
     if plan.dp_sync.whole_gradients and plan.sharding != "none":
         raise ConfigError(f"dp_sync={plan.dp_sync.name!r} reduces each replica's whole gradient and needs "
                           f"sharding='none' (got sharding={plan.sharding!r})")
+    learners = plan.dp_sync.learners
+    if plan.dp_sync.whole_learners and (plan.sharding != "none" or plan.pp > 1 or plan.micro_batch % learners):
+        raise ConfigError(f"dp_sync={plan.dp_sync.stated!r} trains whole model replicas as learners inside each rank: "
+                          f"it needs pp = 1, sharding='none' and learners={learners} dividing "
+                          f"micro_batch={plan.micro_batch} (got pp={plan.pp}, sharding={plan.sharding!r})")
 
 
 CONVOLUTIONS = ("convolution", "convolution_backward")

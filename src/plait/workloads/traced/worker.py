@@ -114,9 +114,11 @@ def _synchronized(model: nn.Module, config: TracedConfig) -> tuple[nn.Module, An
     sync = parse(config.dp_sync)
     whole = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
     accumulations = config.global_batch // dist.get_world_size() // config.micro_batch
-    optimizer = wrap_optimizer(make_optimizer(model.parameters(), config), sync, modules=(model,), whole=whole,
+    module = wrap_model(model, sync)  # Crossbow: the rank's learners, whose parameters all step
+    optimizer = wrap_optimizer(make_optimizer(module.parameters(), config), sync,
+                               modules=(module if sync.whole_learners else model,), whole=whole,
                                accumulations=accumulations)
-    return wrap_model(model, sync), optimizer
+    return module, optimizer
 
 
 def pipeline_stage(model: nn.Module, config: TracedConfig, units: list[str], mesh: Any, example: torch.Tensor) -> Any:
