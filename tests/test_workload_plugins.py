@@ -28,7 +28,7 @@ KINDS = {
     "small-model.toml": "transformer", "tiny-model.toml": "transformer", "tiny-moe.toml": "transformer",
     "llama3-70b-pp.toml": "transformer", "llama3-8b-fsdp.toml": "transformer", "tiny-plan.toml": "transformer",
     "cpu-node.toml": "transformer", "mixed-gpu-cpu.toml": "transformer", "my-cluster.yaml": "transformer",
-    "small-cnn-plan.toml": "transformer", "mixed-plan.toml": "transformer",
+    "small-cnn-plan.toml": "transformer", "mixed-plan.toml": "transformer", "crossbow-plan.toml": "transformer",
 }
 """Each shipped example and the kind that recognises it (plan, cluster and model TOMLs are the core's)."""
 
