@@ -140,15 +140,15 @@ class GnnEstimate:
 
 
 def structure_bytes(g: GraphStats) -> float:
-    """The graph's CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids."""
-    return (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
+    """The graph's CSR: ``N + 1`` int64 offsets and an int64 neighbour id per stored edge (``2E`` undirected)."""
+    return (g.nodes + 1 + g.stored_edges) * INDEX_BYTES
 
 
 def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, library: GnnLibrary) -> list[tuple[float, float]]:
     """(output nodes, edges) of each layer, input side first; ``sampled=None``: the whole graph."""
     layers = spec.model.layers
     if sampled is None:
-        return [(float(spec.graph.nodes), 2.0 * spec.graph.edges)] * layers
+        return [(float(spec.graph.nodes), float(spec.graph.stored_edges))] * layers
     if library == "pyg":
         return [(sampled.nodes, sampled.sampled_edges)] * layers
     return [(sampled.within(layers - k), sampled.edges[layers - k]) for k in range(1, layers + 1)]
