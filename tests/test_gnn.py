@@ -92,6 +92,15 @@ def test_gnnlabs_citation_graph_keeps_its_raw_direction() -> None:
     assert sizes[0] < sizes[1]
 
 
+def test_plait_run_refuses_a_directed_graph_in_one_line(tmp_path: Path) -> None:
+    """The runtime generates undirected graphs; a directed one (out_degree_exponent) is for estimates only."""
+    text = (Path(__file__).parent.parent / "examples" / "gnn-tiny.toml").read_text()
+    model = tmp_path / "directed.toml"
+    model.write_text(text.replace("max_degree = 400", "max_degree = 400\nout_degree_exponent = 4.0"))
+    code, _, err = _cli(["run", "--model", str(model), "--gpus", "2", "--global-batch", "64", "--steps", "1"])
+    assert code == 2 and "plait run generates undirected graphs" in err and "Traceback" not in err
+
+
 def test_a_bad_out_degree_exponent_is_refused_in_one_line() -> None:
     graph = dataclasses.replace(read_gnn(PRODUCTS).graph, out_degree_exponent=0.5)
     spec = GnnSpec(name="p", graph=graph, model=read_gnn(PRODUCTS).model)

@@ -12,6 +12,7 @@ A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::
     train_nodes = 196615
     degree_exponent = 2.1       # degrees follow a discrete power law p(d) ~ d^-a on [d_min, max_degree]
     max_degree = 20000
+    # out_degree_exponent = 4.0 # a directed graph sampled by in-edges (estimates only); 0 or absent: undirected
     [model]
     kind = "sage"               # sage | gcn | gat | transformer | gin
     heads = 1                   # attention heads (gat, transformer); must divide hidden
