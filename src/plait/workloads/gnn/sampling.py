@@ -23,7 +23,8 @@ out-degrees, by which nodes are reached; the in-degrees, by which they draw, fol
 independent of the out-degree, so every reached node draws the in-degree law's mean ``E[min(f_l, d_in)]``.
 
 Degrees follow a shifted discrete power law ``p(d) ~ (d + s)^-a`` on ``1..max_degree`` (a Pareto II / Lomax form:
-Newman, Contemp. Phys. 2005, Sec. 2), ``s`` solved so that the mean is ``2E / N``.
+Newman, Contemp. Phys. 2005, Sec. 2), ``s`` solved so that the mean is ``2E / N`` (``E / N`` for a directed
+graph's in- and out-degrees).
 
 Where the nodes live: the graph is cut into ``P`` equal parts, a fraction ``c`` of each node's edges leaving its
 part (random assignment of nodes to parts cuts ``c = (P - 1) / P``). The seeds are uniform over the rank's own part;

@@ -6,7 +6,9 @@ each costed by :mod:`plait.workloads.gnn.cost` on the preset of its GPU with the
 A row's job: its dataset, model (GraphSAGE, GCN, GAT with its heads and hidden width per head, or GIN), layers,
 hidden width, fanouts and its loader (the ``loader``, ``workers``, ``features_on`` and ``feature_bytes`` columns):
 full-graph rows on one GPU; GPU-sampling rows with every part of the step in turn (features in host memory read over
-PCIe, or on the GPU); host-CPU loaders as :mod:`plait.workloads.gnn.host` composes them with the trainer. The error
+PCIe, or on the GPU); host-CPU loaders as :mod:`plait.workloads.gnn.host` composes them with the trainer. Each row's
+graph is stored as its system stores it (:data:`RAW_DIRECTION_SOURCES`: GNNLab keeps ogbn-papers100M's citations
+directed). The error
 is on the epoch time (predicted over measured, minus one). Rows plait cannot predict say why (SALIENT++'s
 partitioned features).
 """
