@@ -42,15 +42,16 @@ ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
 
 
-RAW_DIRECTION_SOURCES = {"GNNLAB_T4": "https://github.com/SJTU-IPADS/gnnlab/blob/2d0dd92ce4e2efec3d47212ce73358cd03f8d3d8/"
-                                        "datagen/papers100M.py (convert_data: the CSC of the raw edges, no inverse edges; "
-                                        "meta NUM_EDGE 1,615,685,872), while datagen/products.py doubles products' edges"}
+RAW_DIRECTION_SOURCES = {
+    "GNNLAB_T4": "https://github.com/SJTU-IPADS/gnnlab/blob/2d0dd92ce4e2efec3d47212ce73358cd03f8d3d8/"
+                 "datagen/papers100M.py (convert_data: the CSC of the raw edges, no inverse edges; meta NUM_EDGE "
+                 "1,615,685,872), while datagen/products.py doubles products' edges"}
 """Sources whose systems sample a directed graph (``raw_out_degree_exponent`` in graphs.toml) in its raw direction,
 each node its in-edges, instead of the symmetrized graph (SALIENT's ``driver/dataset.py``: ``to_symmetric``)."""
 
 
 def graphs(directed: bool = False) -> dict[str, GraphStats]:
-    """The datasets of graphs.toml, symmetrized; ``directed``: those with raw directed edges kept in their direction."""
+    """The datasets of graphs.toml, symmetrized; ``directed``: those with raw directed edges in their direction."""
     data = tomllib.loads(resources.files("plait.workloads.gnn").joinpath("data/graphs.toml").read_text())
     out = {}
     for name, g in data.items():
@@ -72,7 +73,8 @@ MAX_LAYERS = 1000
 Layers", ICML 2021), the deepest published; a bound on the work one row asks for (a layer is costed at a time)."""
 
 
-def predict_row(row: Record, known: dict[str, GraphStats], raw: dict[str, GraphStats] | None = None) -> ClassicResult:
+def predict_row(row: Record, known: dict[str, GraphStats],
+                raw: dict[str, GraphStats] | None = None) -> ClassicResult:
     """One row's prediction; ``raw``: the graphs in their raw direction, for :data:`RAW_DIRECTION_SOURCES`."""
     label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
     measured = 1.0 / row.number("measured_epoch_s")  # epoch times as rates: the error is on the epoch time
