@@ -43,7 +43,16 @@ values read plus written at the HBM's streaming rate:
   (``2m``), scales it (``3m``) and scatter-adds it (``2m``, and ``n`` zeroed): ``14m + n`` rows; the edge softmax
   (PyG ``utils.softmax``: a scatter-max, a subtraction, an exponent, a scatter-sum and a division over ``h`` values
   per edge) ``8h (m + n)`` values each way. These are the graph transformer's sparse attention (000-08: attention
-  restricted to the graph's edges);
+  restricted to the graph's edges). DGL's GATConv (dmlc/dgl python/dgl/nn/pytorch/conv/gatconv.py; its edge
+  softmax and the gradients of its sparse operations in python/dgl/backend/pytorch/sparse.py) runs edge-wise kernels
+  over ``h`` values per edge: the logits' sum (``u_add_v``, ``3h``), the leaky ReLU (``2h``), the edge softmax (a
+  max, a subtraction with the exponent after it, a sum and a division: ``10h``), then the message product
+  (``u_mul_e`` sum: ``w + h`` per edge, ``w`` per output node): ``(m + n) w + 16hm + 2hn`` values; backward the
+  product's two gradients (``w + h`` and ``2w + h``), the softmax's (``out * grad``, a sum, a product and a
+  subtraction: ``10h``), the leaky ReLU's (``3h``) and the logits' two sums (``2h``): ``(m + n) w + 2mw + 17hm +
+  3hn``. Each of the 12 kernels that walk the edges (6 each way: the four sparse ones of the softmax with the
+  logits' SDDMM and the product's SpMM forward; the product's SpMM and SDDMM, the softmax's SpMM and SDDMM and the
+  logits' two SpMMs backward) reads two ids per edge, of :data:`DGL_INDEX_BYTES` each;
 - GINConv (Xu et al., ICLR 2019, Eq. 4.1; PyG ``GINConv`` with a two-layer MLP, PyG's ``GIN`` model) sums the
   gathered inputs (``index_select`` ``2m``, a zeroed output ``n``, ``scatter_add`` ``2m``), adds ``(1 + eps) x``
   (``3n``), and runs its MLP ``a -> b -> b``: the inner bias and ReLU ``4nb`` (backward ``3nb``), and it keeps the
@@ -94,6 +103,11 @@ ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8
 """int64 node ids, as PyG and plait's sampler keep them."""
+DGL_INDEX_BYTES = 4
+"""int32 ids: DGL's examples and the DGL 0.5 benchmark convert their graphs and blocks with ``.int()``
+(dglai/dgl-0.5-benchmark main_dgl_reddit_gat.py ``g = g.int().to(device)``)."""
+DGL_GAT_EDGE_KERNELS = 6
+"""Kernels of DGL's GATConv that walk the edges, each way (module docstring)."""
 CALIBRATED = "measured by plait calibrate"
 """How a measured accelerator's source begins: its memory figure was timed on the host's own memory-bound operations,
 so PyTorch's gather rate relative to a datasheet's streaming rate does not apply to it."""
@@ -140,15 +154,15 @@ class GnnEstimate:
 
 
 def structure_bytes(g: GraphStats) -> float:
-    """The graph's CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids."""
-    return (g.nodes + 1 + 2 * g.edges) * INDEX_BYTES
+    """The graph's CSR: ``N + 1`` int64 offsets and an int64 neighbour id per stored edge (``2E`` undirected)."""
+    return (g.nodes + 1 + g.stored_edges) * INDEX_BYTES
 
 
 def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, library: GnnLibrary) -> list[tuple[float, float]]:
     """(output nodes, edges) of each layer, input side first; ``sampled=None``: the whole graph."""
     layers = spec.model.layers
     if sampled is None:
-        return [(float(spec.graph.nodes), 2.0 * spec.graph.edges)] * layers
+        return [(float(spec.graph.nodes), float(spec.graph.stored_edges))] * layers
     if library == "pyg":
         return [(sampled.nodes, sampled.sampled_edges)] * layers
     return [(sampled.within(layers - k), sampled.edges[layers - k]) for k in range(1, layers + 1)]
@@ -207,6 +221,10 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
                        heads: int = 1) -> tuple[float, float]:
     """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
     softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
+    if library == "dgl" and kind == "gat":  # DGL's GATConv kernel by kernel, two ids per edge per edge-wise kernel
+        ids = DGL_GAT_EDGE_KERNELS * 2 * DGL_INDEX_BYTES / FEATURE_BYTES * m
+        return ((m + n) * width + 16 * heads * m + 2 * heads * n + ids,
+                (m + n) * width + 2 * m * width + 17 * heads * m + 3 * heads * n + ids)
     if library in ("dgl", "spmm"):  # one fused sparse-dense product each way
         # an attention layer's edge weights take a gradient too: DGL's GSpMM backward of u_mul_e_sum runs an SDDMM
         # 'dot' of each edge's source row and destination gradient row (2m rows read, m x heads written;

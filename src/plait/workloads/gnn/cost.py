@@ -164,4 +164,4 @@ def _part(g: GraphStats, world: int, cut: float) -> GraphStats:
     nodes = max(1, g.nodes // world)
     edges = max(nodes // 2 + 1, round(g.edges * (1.0 - cut) / world))
     return replace(g, nodes=nodes, edges=edges, train_nodes=max(1, g.train_nodes // world),
-                   max_degree=max(g.max_degree, -(-2 * edges // nodes)))
+                   max_degree=max(g.max_degree, -(-(edges if g.directed else 2 * edges) // nodes)))

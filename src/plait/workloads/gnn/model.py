@@ -12,6 +12,7 @@ A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::
     train_nodes = 196615
     degree_exponent = 2.1       # degrees follow a discrete power law p(d) ~ d^-a on [d_min, max_degree]
     max_degree = 20000
+    # out_degree_exponent = 4.0 # a directed graph sampled by in-edges (estimates only); 0 or absent: undirected
     [model]
     kind = "sage"               # sage | gcn | gat | transformer | gin
     heads = 1                   # attention heads (gat, transformer); must divide hidden
@@ -58,10 +59,25 @@ class GraphStats:
     mean degree is ``2 edges / nodes``)."""
     max_degree: int
     """The largest degree (a file's default: ``nodes - 1``)."""
+    out_degree_exponent: float = 0.0
+    """0: the graph is undirected (each edge stored both ways). Above 1: the edges are stored in one direction only and
+    each node samples its in-edges (a citation graph kept as the CSC of its raw edges, without inverse edges: GNNLab's
+    ``datagen/papers100M.py``); ``degree_exponent`` is then the in-degree's and this the out-degree's, the exponent of
+    the law a drawn in-edge's source follows (:mod:`plait.workloads.gnn.sampling`)."""
+
+    @property
+    def directed(self) -> bool:
+        return self.out_degree_exponent > 0.0
+
+    @property
+    def stored_edges(self) -> int:
+        """Edges as the adjacency stores them: each undirected edge twice, each directed edge once."""
+        return self.edges if self.directed else 2 * self.edges
 
     @property
     def mean_degree(self) -> float:
-        return 2.0 * self.edges / self.nodes
+        """Mean degree (undirected), or mean in-degree (= mean out-degree) of a directed graph."""
+        return self.stored_edges / self.nodes
 
     @property
     def feature_table_bytes(self) -> int:
@@ -160,9 +176,11 @@ def check_gnn(spec: GnnSpec, where: str) -> None:
         raise ConfigError(f"{where}: train_nodes={g.train_nodes} must be at most nodes={g.nodes}")
     if not (math.isfinite(g.degree_exponent) and g.degree_exponent > 1.0):
         raise ConfigError(f"{where}: degree_exponent={g.degree_exponent} must be > 1 (a power law with a mean)")
+    if g.out_degree_exponent != 0.0 and not (math.isfinite(g.out_degree_exponent) and g.out_degree_exponent > 1.0):
+        raise ConfigError(f"{where}: out_degree_exponent={g.out_degree_exponent} must be 0 (undirected) or > 1")
     if not 1.0 <= g.mean_degree <= g.max_degree:
-        raise ConfigError(f"{where}: the mean degree 2 edges / nodes = {g.mean_degree:.2f} must lie in "
-                          f"[1, max_degree={g.max_degree}]")
+        raise ConfigError(f"{where}: the mean degree {g.stored_edges} stored edges / nodes = {g.mean_degree:.2f} must "
+                          f"lie in [1, max_degree={g.max_degree}]")
     if m.kind not in KINDS:
         raise ConfigError(f"{where}: model kind={m.kind!r} must be one of {', '.join(KINDS)}")
     if m.layers < 1 or m.hidden < 1:

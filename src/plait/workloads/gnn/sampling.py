@@ -16,8 +16,15 @@ that a node is in the batch after hop ``l``:
 Draws are assumed independent of each other and of where they start (no clustering: real graphs, whose
 neighbourhoods overlap, give fewer distinct nodes than this model).
 
+A directed graph stored in one direction (:attr:`plait.workloads.gnn.model.GraphStats.out_degree_exponent`): a node
+draws ``min(f_l, d_in)`` of its ``d_in`` in-edges, and a drawn in-edge lands on its source, a node of out-degree
+``d_out`` with probability ``d_out / E`` (``E`` edges, each with one source end). The classes are then the
+out-degrees, by which nodes are reached; the in-degrees, by which they draw, follow their own law, assumed
+independent of the out-degree, so every reached node draws the in-degree law's mean ``E[min(f_l, d_in)]``.
+
 Degrees follow a shifted discrete power law ``p(d) ~ (d + s)^-a`` on ``1..max_degree`` (a Pareto II / Lomax form:
-Newman, Contemp. Phys. 2005, Sec. 2), ``s`` solved so that the mean is ``2E / N``.
+Newman, Contemp. Phys. 2005, Sec. 2), ``s`` solved so that the mean is ``2E / N`` (``E / N`` for a directed
+graph's in- and out-degrees).
 
 Where the nodes live: the graph is cut into ``P`` equal parts, a fraction ``c`` of each node's edges leaving its
 part (random assignment of nodes to parts cuts ``c = (P - 1) / P``). The seeds are uniform over the rank's own part;
@@ -42,17 +49,51 @@ class DegreeClasses:
     """Degrees ``1..max_degree`` and the expected number of nodes of each."""
 
     degrees: np.ndarray
+    """Each class's degree: a node's degree, or a directed graph's out-degree (by which a draw lands on it)."""
     nodes: np.ndarray
     edges: int
+    """Undirected edges (two ends each), or a directed graph's edges (one source each)."""
+    in_degrees: np.ndarray | None = None
+    """A directed graph's in-degrees (by which nodes draw); ``None``: undirected."""
+    in_nodes: np.ndarray | None = None
+    """Nodes of each in-degree (``in_degrees``)."""
+
+    @property
+    def landing_ends(self) -> float:
+        """Edge ends a draw lands on uniformly: ``2E`` undirected, ``E`` sources directed."""
+        return float(self.edges if self.in_degrees is not None else 2 * self.edges)
+
+    def draws(self, drawing: np.ndarray, fanout: int) -> float:
+        """Neighbours the nodes ``drawing`` (per class) draw at a fanout of ``fanout`` (module docstring)."""
+        if self.in_degrees is None or self.in_nodes is None:
+            return float((drawing * np.minimum(fanout, self.degrees)).sum())
+        mean = float((self.in_nodes * np.minimum(fanout, self.in_degrees)).sum() / self.in_nodes.sum())
+        return float(drawing.sum()) * mean
+
+    def slots(self, drawing: np.ndarray) -> float:
+        """Neighbour slots (in-edges, directed) the nodes ``drawing`` hold."""
+        if self.in_degrees is None or self.in_nodes is None:
+            return float((drawing * self.degrees).sum())
+        return float(drawing.sum()) * float((self.in_nodes * self.in_degrees).sum() / self.in_nodes.sum())
 
 
 def degree_classes(graph: GraphStats) -> DegreeClasses:
-    """The shifted power law of the module docstring, its shift found by bisection on the mean."""
+    """The shifted power law of the module docstring, its shift found by bisection on the mean; a directed graph's
+    out-degree classes with its in-degree law beside them."""
+    d, nodes = _power_law(graph, graph.out_degree_exponent if graph.directed else graph.degree_exponent)
+    if not graph.directed:
+        return DegreeClasses(degrees=d, nodes=nodes, edges=graph.edges)
+    d_in, n_in = _power_law(graph, graph.degree_exponent)
+    return DegreeClasses(degrees=d, nodes=nodes, edges=graph.edges, in_degrees=d_in, in_nodes=n_in)
+
+
+def _power_law(graph: GraphStats, exponent: float) -> tuple[np.ndarray, np.ndarray]:
+    """Degrees ``1..max_degree`` and their expected nodes under the shifted law of mean ``graph.mean_degree``."""
     d = np.arange(1, graph.max_degree + 1, dtype=np.float64)
     target = graph.mean_degree
 
     def mean(shift: float) -> float:
-        w = (d + shift) ** -graph.degree_exponent
+        w = (d + shift) ** -exponent
         return float((d * w).sum() / w.sum())
 
     lo, hi = -1.0 + 1e-9, 1.0
@@ -61,8 +102,8 @@ def degree_classes(graph: GraphStats) -> DegreeClasses:
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if mean(mid) < target else (lo, mid)
-    w = (d + 0.5 * (lo + hi)) ** -graph.degree_exponent
-    return DegreeClasses(degrees=d, nodes=graph.nodes * w / w.sum(), edges=graph.edges)
+    w = (d + 0.5 * (lo + hi)) ** -exponent
+    return d, graph.nodes * w / w.sum()
 
 
 def measured_classes(degree_counts: list[int] | np.ndarray) -> DegreeClasses:
@@ -128,11 +169,11 @@ def sample_batch(classes: DegreeClasses, fanouts: tuple[int, ...], seeds: float,
     hops, edges, scanned, remote_scanned = [fresh], [], [], []
     for fanout in fanouts:
         drawing = [n_d * share[k] * q[k] for k in (0, 1)] if redraw else fresh
-        out = [float((f * np.minimum(fanout, d)).sum()) for f in drawing]
-        scanned.append(sum(float((f * d).sum()) for f in drawing))
-        remote_scanned.append(float((drawing[1] * d).sum()))
+        out = [classes.draws(f, fanout) for f in drawing]
+        scanned.append(sum(classes.slots(f) for f in drawing))
+        remote_scanned.append(classes.slots(drawing[1]))
         landing = (out[0] * (1.0 - edge_cut) + out[1] * back, out[0] * edge_cut + out[1] * (1.0 - back))
-        after = [1.0 - (1.0 - q[k]) * np.exp(-landing[k] * d / (2.0 * classes.edges * share[k])) if share[k] else q[k]
+        after = [1.0 - (1.0 - q[k]) * np.exp(-landing[k] * d / (classes.landing_ends * share[k])) if share[k] else q[k]
                  for k in (0, 1)]
         fresh = [n_d * share[k] * (after[k] - q[k]) for k in (0, 1)]
         q = after

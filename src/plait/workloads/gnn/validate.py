@@ -6,7 +6,9 @@ each costed by :mod:`plait.workloads.gnn.cost` on the preset of its GPU with the
 A row's job: its dataset, model (GraphSAGE, GCN, GAT with its heads and hidden width per head, or GIN), layers,
 hidden width, fanouts and its loader (the ``loader``, ``workers``, ``features_on`` and ``feature_bytes`` columns):
 full-graph rows on one GPU; GPU-sampling rows with every part of the step in turn (features in host memory read over
-PCIe, or on the GPU); host-CPU loaders as :mod:`plait.workloads.gnn.host` composes them with the trainer. The error
+PCIe, or on the GPU); host-CPU loaders as :mod:`plait.workloads.gnn.host` composes them with the trainer. Each row's
+graph is stored as its system stores it (:data:`RAW_DIRECTION_SOURCES`: GNNLab keeps ogbn-papers100M's citations
+directed). The error
 is on the epoch time (predicted over measured, minus one). Rows plait cannot predict say why (SALIENT++'s
 partitioned features).
 """
@@ -40,14 +42,25 @@ ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
 
 
-def graphs() -> dict[str, GraphStats]:
+RAW_DIRECTION_SOURCES = {
+    "GNNLAB_T4": "https://github.com/SJTU-IPADS/gnnlab/blob/2d0dd92ce4e2efec3d47212ce73358cd03f8d3d8/"
+                 "datagen/papers100M.py (convert_data: the CSC of the raw edges, no inverse edges; meta NUM_EDGE "
+                 "1,615,685,872), while datagen/products.py doubles products' edges"}
+"""Sources whose systems sample a directed graph (``raw_out_degree_exponent`` in graphs.toml) in its raw direction,
+each node its in-edges, instead of the symmetrized graph (SALIENT's ``driver/dataset.py``: ``to_symmetric``)."""
+
+
+def graphs(directed: bool = False) -> dict[str, GraphStats]:
+    """The datasets of graphs.toml, symmetrized; ``directed``: those with raw directed edges in their direction."""
     data = tomllib.loads(resources.files("plait.workloads.gnn").joinpath("data/graphs.toml").read_text())
     out = {}
     for name, g in data.items():
-        mean = 2 * g["edges"] / g["nodes"]
+        raw = directed and "raw_out_degree_exponent" in g
+        mean = (1 if raw else 2) * g["edges"] / g["nodes"]
         out[name] = GraphStats(nodes=g["nodes"], edges=g["edges"], features=g["features"], classes=g["classes"],
                                train_nodes=g["train_nodes"], degree_exponent=g.get("degree_exponent", ASSUMED_EXPONENT),
-                               max_degree=min(g["nodes"] - 1, round(100 * mean)))
+                               max_degree=min(g["nodes"] - 1, round(100 * mean)),
+                               out_degree_exponent=g["raw_out_degree_exponent"] if raw else 0.0)
     return out
 
 
@@ -60,7 +73,9 @@ MAX_LAYERS = 1000
 Layers", ICML 2021), the deepest published; a bound on the work one row asks for (a layer is costed at a time)."""
 
 
-def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
+def predict_row(row: Record, known: dict[str, GraphStats],
+                raw: dict[str, GraphStats] | None = None) -> ClassicResult:
+    """One row's prediction; ``raw``: the graphs in their raw direction, for :data:`RAW_DIRECTION_SOURCES`."""
     label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
     measured = 1.0 / row.number("measured_epoch_s")  # epoch times as rates: the error is on the epoch time
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
@@ -81,7 +96,8 @@ def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
     layers, heads = row.count("layers", high=MAX_LAYERS), row.count("heads", default=1)
     full = loader == "full-graph"
     fanouts = (1,) * layers if full else row.counts("fanouts", "-")
-    spec = GnnSpec(name=row["dataset"], graph=known[row["dataset"]],
+    graphs_used = raw if raw is not None and row["source_id"] in RAW_DIRECTION_SOURCES else known
+    spec = GnnSpec(name=row["dataset"], graph=graphs_used[row["dataset"]],
                    model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=row.count("hidden") * heads,  # type: ignore[arg-type]
                                   fanouts=fanouts, heads=heads))
     check_gnn(spec, row.where)
@@ -114,5 +130,5 @@ def predict_row(row: Record, known: dict[str, GraphStats]) -> ClassicResult:
 
 def validate_gnn(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/gnn_epochs.csv``)."""
-    known = graphs()
-    return each(read_records(path, "--gnn file", COLUMNS), lambda row: predict_row(row, known), progress)
+    known, raw = graphs(), graphs(directed=True)
+    return each(read_records(path, "--gnn file", COLUMNS), lambda row: predict_row(row, known, raw), progress)
