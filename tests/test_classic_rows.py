@@ -53,3 +53,41 @@ def test_each_row_carries_its_convolution_layout() -> None:
     assert not layouts[("DLE_PYT_RN50_1910", "amp")]  # pytorch-19.10 predates torch.channels_last
     assert layouts[("DLE_TF_RN50_2006", "amp")] and not layouts[("DLE_TF_RN50_2006", "tf32")]  # TF layout assignment
     assert layouts[("DLE_MX_RN50", "amp")] and not layouts[("DLE_MX_RN50", "tf32")]  # the runner's float16 flags
+
+
+def test_bert_rows_trace_attention_as_their_source_ran_it() -> None:
+    from plait.workloads.traced.validate import row_model
+
+    factories = {(r["source_id"], r["model"][-6:]): row_model(r) for r in _rows() if r["model"].startswith("BERT")}
+    # modeling.py @6fe463f: eager op-by-op attention; @a9e2c1d5: the same code scripted for NVFuser
+    assert factories[("DLE_PYT_BERT_1907", "seq128")] == ("plait.workload.zoo:bert_large_unfused", (128,))
+    assert factories[("DLE_PYT_BERT_2111", "seq128")] == ("plait.workload.zoo:bert_large_fused_softmax", (128,))
+    assert factories[("DLE_PYT_BERT_2111", "seq512")][1] == (296,)  # 512 x 1483 / 2565, LDDL binning
+
+
+def test_unfused_attention_moves_its_score_matrices() -> None:
+    """One layer's forward, per example, against the fused (flash) kernel: unfused (modeling.py @6fe463f,
+    ``BertSelfAttention.forward``) it copies queries, keys, values and context for two batched GEMMs and runs the
+    scale, the mask, the softmax and the dropout as kernels of their own;
+    fused for NVFuser the chain is one softmax. The softmax reads and writes one example's 16 heads of 128 x 128
+    bf16 scores: 2 x 16 x 128^2 x 2 = 1,048,576 bytes. Two-layer copies of the factories (the same code); every
+    layer's backward stays with its layer (the module tracker needs every output's gradient)."""
+    pytest.importorskip("transformers")
+    from collections import Counter
+
+    from plait.workload.zoo import _bert_large
+    from plait.workloads.traced.tracing import trace_factory
+
+    def forward_ops(attention: str) -> Counter:
+        work = trace_factory(lambda: _bert_large(attention, num_layers=2), attention, (128,), "int64")
+        assert not any(k.backward for k in work.units[0].kernels if k.name == "bmm")
+        assert len(work.units[1].kernels) == len(work.units[2].kernels)
+        softmax = [k.bytes_per_example for k in work.units[1].kernels if k.name == "_softmax"]
+        assert softmax in ([], [2 * 16 * 128**2 * 2])
+        return Counter(k.name for k in work.units[1].kernels if not k.backward)
+
+    flash = forward_ops("sdpa")
+    assert forward_ops("eager") - flash == Counter(clone=4, bmm=2, div=1, add=1, _softmax=1, native_dropout=1)
+    fused = forward_ops("fused_softmax")
+    assert fused - flash == Counter(clone=4, bmm=2, _softmax=1)
+    assert flash - fused == Counter(_scaled_dot_product_flash_attention=1)

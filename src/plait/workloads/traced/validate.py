@@ -7,7 +7,8 @@ A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps
 takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for ResNet-50, LAMB (Adam's state) for
 BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). Each row's
 input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
-that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`).
+that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`);
+BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`).
 The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
 predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
@@ -42,6 +43,17 @@ PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
 FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
+UNFUSED_ATTENTION = {"DLE_PYT_BERT_1907": "plait.workload.zoo:bert_large_unfused",
+                     "DLE_PYT_BERT_2111": "plait.workload.zoo:bert_large_fused_softmax"}
+"""Sources whose BERT ran attention without a fused attention kernel -> the factory that traces it as it ran.
+DeepLearningExamples' PyTorch BERT (``BertSelfAttention.forward``, PyTorch/LanguageModeling/BERT/modeling.py)
+multiplies queries and keys into the ``batch x heads x length x length`` scores, divides them by the square root of
+the head size, adds the padding mask, takes the softmax and the dropout, and multiplies by the values, at 6fe463f
+(2019-09, the commit that added the pytorch:19.07 tables) and at a9e2c1d5 (2022-03, the pytorch:21.11 tables)
+alike. pytorch:19.07 runs it eagerly, each step its own kernel (only the bias-GeLU is ``torch.jit.script``-ed,
+``bias_gelu``); pytorch:21.11 scripts the model for NVFuser (run_pretraining.py @a9e2c1d5, lines 56-60 and
+408-409), which fuses the chain between the two batched GEMMs (:func:`plait.workload.zoo.bert_large_fused_softmax`).
+Neither has a kernel that keeps the scores on chip, which :func:`plait.workload.zoo.bert_large` traces."""
 BINNED_PHASE2 = {"DLE_PYT_BERT_2111": (2565.0, 1483.0)}
 """Sources whose phase-2 (sequence 512) runs pad each mini-batch only to its longest sequence, in bins of 64 tokens
 (NVIDIA LDDL sequence binning: DeepLearningExamples@a9e2c1d5, the commit that added the pytorch:21.11 tables, made
@@ -99,6 +111,19 @@ def row_channels_last(row: Record) -> bool:
     return row["framework"].startswith("TensorFlow") and row["precision"] == "amp"
 
 
+def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
+    """The factory that traces a row's model and one example's input shape (``None``: the factory's): BERT as its
+    source ran attention (:data:`UNFUSED_ATTENTION`), binned phase-2 runs at their mean padded length
+    (:data:`BINNED_PHASE2`)."""
+    factory, shape = MODELS[row["model"]]
+    if row["model"].startswith("BERT"):
+        factory = UNFUSED_ATTENTION.get(row["source_id"], factory)
+    if shape == (512,) and row["source_id"] in BINNED_PHASE2:
+        unbinned_s, binned_s = BINNED_PHASE2[row["source_id"]]
+        shape = (round(512 * binned_s / unbinned_s),)
+    return factory, shape
+
+
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
     gpus, measured = row.count("gpus"), row.number("measured_value")
@@ -118,10 +143,7 @@ def predict_row(row: Record) -> ClassicResult:
     steps = accumulation_steps(row["notes"]) if bert else 1
     if steps is None:
         return result("the source states no accumulation steps")
-    factory, shape = MODELS[row["model"]]
-    if shape == (512,) and row["source_id"] in BINNED_PHASE2:  # the mean padded length (BINNED_PHASE2)
-        unbinned_s, binned_s = BINNED_PHASE2[row["source_id"]]
-        shape = (round(512 * binned_s / unbinned_s),)
+    factory, shape = row_model(row)
     batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
