@@ -91,3 +91,26 @@ def test_unfused_attention_moves_its_score_matrices() -> None:
     fused = forward_ops("fused_softmax")
     assert fused - flash == Counter(clone=4, bmm=2, _softmax=1)
     assert flash - fused == Counter(_scaled_dot_product_flash_attention=1)
+
+
+def test_an_optimizer_issued_after_a_sync_waits_for_its_launches() -> None:
+    from plait.cost.host import EagerOptimizer, eager_optimizer_s
+    from plait.hardware.catalog import get_cluster
+
+    cluster = get_cluster("dgx1-v100")
+    eff = cluster.accelerator.efficiency
+    launch_s, sync = eff.host_launch_us.value * 1e-6, eff.host_sync_us.value * 1e-6
+    sgd = EagerOptimizer(launches_per_tensor=4, launches_per_matrix=1, source="test")
+    shapes = [(4, 4), (4,), (2, 3, 3, 3)]  # two weights decayed, one bias: 4 + 1 + 4 + 4 + 1 = 14 launches
+    assert eager_optimizer_s(sgd, shapes, 0.0, cluster) == pytest.approx(sync + 14 * launch_s)
+    assert eager_optimizer_s(sgd, shapes, 1.0, cluster) == pytest.approx(sync + 1.0)  # the device is the longer
+
+
+def test_only_mixed_precision_pytorch_resnet_rows_issue_their_optimizer_after_a_sync() -> None:
+    from plait.workloads.traced.validate import row_optimizer
+
+    issued = {(r["source_id"], r["precision"]): row_optimizer(r) is not None for r in _rows() if "ResNet" in r["model"]}
+    # training.py@7bdfc81 get_train_step: scaler.step reads found_inf; FP32/TF32 runs have no loss scaler
+    assert issued[("DLE_PYT_RN50_2103", "amp")] and issued[("DLE_PYT_RN50_1910", "amp")]
+    assert not issued[("DLE_PYT_RN50_2103", "tf32")] and not issued[("DLE_PYT_RN50_2103", "fp32")]
+    assert not any(v for (source, _), v in issued.items() if not source.startswith("DLE_PYT_RN50"))

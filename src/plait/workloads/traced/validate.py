@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from plait.cost.host import EagerOptimizer
 from plait.cost.input_pipeline import Loader, get_loader
 from plait.engine.catalog import get_engine
 from plait.errors import require_extra
@@ -43,6 +44,20 @@ PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
 FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
+SGD_AFTER_LOSS_SCALE_CHECK = EagerOptimizer(
+    launches_per_tensor=4, launches_per_matrix=1,
+    source="torch.optim.SGD with momentum, PyTorch 1.3-1.9 (torch/optim/sgd.py, torch/optim/_functional.py sgd): "
+           "per parameter tensor the momentum buffer's mul_ and add_ and the parameter's add_, a weight-decay add "
+           "for the weights (DeepLearningExamples' optimizers.py get_sgd_optimizer: no decay on batch norm), and "
+           "zero_grad's zero_ per gradient (set_to_none=False before PyTorch 2.0); issued after the loss scaler "
+           "reads its overflow flag on the host (torch.cuda.amp GradScaler.step: found_inf .item(); apex amp "
+           "scale_loss: update_scale)")
+"""The optimizer step of DeepLearningExamples' PyTorch ResNet-50 in mixed precision (training.py
+``get_train_step``: ``scaler.step(optimizer)``, ``optimizer.zero_grad()``, @7bdfc81 for pytorch-21.03; apex
+``amp.scale_loss`` then ``optimizer.step()`` @f0ef8493 for pytorch-19.10): the host issues it tensor by tensor
+while the device waits on the overflow check. Full-precision runs have no loss scaler: their step is issued
+behind the backward pass."""
+EAGER_OPTIMIZER_SOURCES = ("DLE_PYT_RN50_2103", "DLE_PYT_RN50_1910")
 UNFUSED_ATTENTION = {"DLE_PYT_BERT_1907": "plait.workload.zoo:bert_large_unfused",
                      "DLE_PYT_BERT_2111": "plait.workload.zoo:bert_large_fused_softmax"}
 """Sources whose BERT ran attention without a fused attention kernel -> the factory that traces it as it ran.
@@ -111,6 +126,14 @@ def row_channels_last(row: Record) -> bool:
     return row["framework"].startswith("TensorFlow") and row["precision"] == "amp"
 
 
+def row_optimizer(row: Record) -> EagerOptimizer | None:
+    """How a row's optimizer step is issued: tensor by tensor after a synchronization in the mixed-precision runs
+    of :data:`EAGER_OPTIMIZER_SOURCES` (:data:`SGD_AFTER_LOSS_SCALE_CHECK`), otherwise queued behind the device."""
+    if row["source_id"] in EAGER_OPTIMIZER_SOURCES and row["precision"] == "amp":
+        return SGD_AFTER_LOSS_SCALE_CHECK
+    return None
+
+
 def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
     """The factory that traces a row's model and one example's input shape (``None``: the factory's): BERT as its
     source ran attention (:data:`UNFUSED_ATTENTION`), binned phase-2 runs at their mean padded length
@@ -149,7 +172,7 @@ def predict_row(row: Record) -> ClassicResult:
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
                           plan, get_engine(), step_interval_s, row_loader(row),
-                          row_channels_last(row))
+                          row_channels_last(row), row_optimizer(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
