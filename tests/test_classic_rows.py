@@ -67,11 +67,13 @@ def test_bert_rows_trace_attention_as_their_source_ran_it() -> None:
 
 def test_unfused_attention_moves_its_score_matrices() -> None:
     """One layer's forward, per example, against the fused (flash) kernel: unfused (modeling.py @6fe463f,
-    ``BertSelfAttention.forward``) it copies queries, keys, values and context for two batched GEMMs and runs the
-    scale, the mask, the softmax and the dropout as kernels of their own;
-    fused for NVFuser the chain is one softmax. The softmax reads and writes one example's 16 heads of 128 x 128
-    bf16 scores: 2 x 16 x 128^2 x 2 = 1,048,576 bytes. Two-layer copies of the factories (the same code); every
-    layer's backward stays with its layer (the module tracker needs every output's gradient)."""
+    ``BertSelfAttention.forward``, in PyTorch 1.2) it copies queries, keys, values and context for two batched GEMMs
+    and runs the scale, the mask, the softmax and the dropout as kernels of their own, and its five linear layers
+    on 3-D activations (all but the GeLU's, whose bias is fused) add their bias after the product, a read and a
+    write of 128 x 1024 bf16 values (524,288 bytes); fused for NVFuser the chain is one softmax, the bias in the
+    GEMM. The softmax reads and writes one example's 16 heads of 128 x 128 bf16 scores: 2 x 16 x 128^2 x 2 =
+    1,048,576 bytes. Two-layer copies of the factories (the same code); every layer's backward stays with its layer
+    (the module tracker needs every output's gradient)."""
     pytest.importorskip("transformers")
     from collections import Counter
 
@@ -82,12 +84,15 @@ def test_unfused_attention_moves_its_score_matrices() -> None:
         work = trace_factory(lambda: _bert_large(attention, num_layers=2), attention, (128,), "int64")
         assert not any(k.backward for k in work.units[0].kernels if k.name == "bmm")
         assert len(work.units[1].kernels) == len(work.units[2].kernels)
-        softmax = [k.bytes_per_example for k in work.units[1].kernels if k.name == "_softmax"]
-        assert softmax in ([], [2 * 16 * 128**2 * 2])
-        return Counter(k.name for k in work.units[1].kernels if not k.backward)
+        layer = work.units[1].kernels
+        assert [k.bytes_per_example for k in layer if k.name == "_softmax"] in ([], [2 * 16 * 128**2 * 2])
+        assert {k.bytes_per_example for k in layer if k.name == "add_"} <= {2 * 128 * 1024 * 2}
+        return Counter(k.name for k in layer if not k.backward)
 
     flash = forward_ops("sdpa")
-    assert forward_ops("eager") - flash == Counter(clone=4, bmm=2, div=1, add=1, _softmax=1, native_dropout=1)
+    unfused = forward_ops("eager")
+    assert unfused - flash == Counter(mm=5, add_=5, clone=4, bmm=2, div=1, add=1, _softmax=1, native_dropout=1)
+    assert flash - unfused == Counter(addmm=5, _scaled_dot_product_flash_attention=1)
     fused = forward_ops("fused_softmax")
     assert fused - flash == Counter(clone=4, bmm=2, _softmax=1)
     assert flash - fused == Counter(_scaled_dot_product_flash_attention=1)

@@ -69,8 +69,9 @@ def bert_large() -> Any:
 
 
 def _bert_large(attention: Literal["sdpa", "eager", "fused_softmax"], num_layers: int = 24) -> Any:
-    """:func:`bert_large` with ``transformers``' attention implementation ``attention``; "eager" attention takes
-    ``BertModel.forward``'s additive padding mask, all tokens kept; "fused_softmax" is :func:`_fused_softmax`'s.
+    """:func:`bert_large` with ``transformers``' attention implementation ``attention``; "eager" (the 2019 model of
+    :func:`bert_large_unfused`) takes ``BertModel.forward``'s additive padding mask, all tokens kept, and adds the
+    linear layers' biases after their products; "fused_softmax" is :func:`_fused_softmax`'s.
     ``num_layers`` below 24 builds a shallower copy (for tests)."""
     try:
         import torch
@@ -89,6 +90,12 @@ def _bert_large(attention: Literal["sdpa", "eager", "fused_softmax"], num_layers
                 wrap = _context_only if attention == "eager" else _fused_softmax
                 for layer in self.model.bert.encoder.layer:
                     layer.attention.self.__class__ = wrap(type(layer.attention.self))
+            if attention == "eager":  # PyTorch 1.2's F.linear on the 3-D activations, GeLU's bias fused
+                for layer in self.model.bert.encoder.layer:
+                    for linear in (layer.attention.self.query, layer.attention.self.key, layer.attention.self.value,
+                                   layer.attention.output.dense, layer.output.dense):
+                        linear.__class__ = _bias_after_matmul()
+                self.model.cls.predictions.decoder.__class__ = _bias_after_matmul()
 
         def forward(self, input_ids: Any) -> Any:
             bert = self.model.bert
@@ -101,6 +108,22 @@ def _bert_large(attention: Literal["sdpa", "eager", "fused_softmax"], num_layers
             return scores.float().mean() + next_sentence.float().mean()
 
     return UnmaskedBert()
+
+
+def _bias_after_matmul() -> Any:
+    """``torch.nn.Linear`` as PyTorch 1.2's ``F.linear`` ran it on inputs of more than two dimensions
+    (torch/nn/functional.py ``linear`` @v1.2.0: ``output = input.matmul(weight.t())``, then ``output += bias``): the
+    product, then the bias added in a pass of its own over the output."""
+    import torch
+
+    class BiasAfterMatmul(torch.nn.Linear):
+        def forward(self, x: Any) -> Any:
+            out = x.matmul(self.weight.t())
+            if self.bias is not None:
+                out += self.bias
+            return out
+
+    return BiasAfterMatmul
 
 
 def _context_only(attention_class: Any) -> Any:
@@ -145,7 +168,10 @@ def bert_large_unfused() -> Any:
     a9e2c1d5 (2022-03) alike): the score matrix of every head materialised by a batched GEMM, divided by the square
     root of the head size, the additive padding mask added, softmax, dropout, and a second batched GEMM with the
     values, each its own kernel over ``batch x heads x length x length`` elements (``transformers``' "eager"
-    attention is the same code, inherited from the same Google/Hugging Face port)."""
+    attention is the same code, inherited from the same Google/Hugging Face port). Its linear layers on the 3-D
+    activations add their bias after the product, as PyTorch 1.2 ran them (:func:`_bias_after_matmul`; the
+    feed-forward GeLU's bias is fused in ``bias_gelu``, the masked-LM decoder's added by ``+ self.bias``,
+    ``BertLMPredictionHead.forward`` @6fe463f)."""
     return _bert_large("eager")
 
 
