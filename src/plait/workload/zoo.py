@@ -7,6 +7,9 @@ built by the field's libraries, each with the input one example takes.
   microsoft/resnet-50's (transformers docs, "ResNetConfig"); torchvision's ``resnet50`` (``--model
   torchvision:resnet50``) is the same network where torchvision imports (its wheels on PyPI need the torch they
   were built with). Needs ``pip install 'plait[traced]'``.
+- ``bert_large``: BERT-large pre-training with flash attention; ``bert_large_unfused`` and
+  ``bert_large_fused_softmax`` as NVIDIA DeepLearningExamples ran it in 2019 (eager, op by op) and 2021 (NVFuser),
+  with the attention scores in memory. Needs ``pip install 'plait[traced]'``.
 - ``small_cnn``: a small residual convolutional network for 32 x 32 RGB images (a CIFAR-size input), small enough
   for ``plait run`` to train on CPU ranks in seconds (``plait plan --model plait.workload.zoo:small_cnn --export``).
   Plain PyTorch (``plait[run]``). Its blocks normalise with ``GroupNorm`` (Wu & He, ECCV 2018), which, unlike
