@@ -111,11 +111,12 @@ def test_an_optimizer_issued_after_a_sync_waits_for_its_launches() -> None:
     assert eager_optimizer_s(sgd, shapes, 1.0, cluster) == pytest.approx(sync + 1.0)  # the device is the longer
 
 
-def test_only_mixed_precision_pytorch_resnet_rows_issue_their_optimizer_after_a_sync() -> None:
+def test_only_gradscaler_resnet_rows_issue_their_optimizer_after_a_sync() -> None:
     from plait.workloads.traced.validate import row_optimizer
 
     issued = {(r["source_id"], r["precision"]): row_optimizer(r) is not None for r in _rows() if "ResNet" in r["model"]}
-    # training.py@7bdfc81 get_train_step: scaler.step reads found_inf; FP32/TF32 runs have no loss scaler
-    assert issued[("DLE_PYT_RN50_2103", "amp")] and issued[("DLE_PYT_RN50_1910", "amp")]
+    # training.py@7bdfc81 get_train_step: scaler.step reads found_inf; FP32/TF32 runs have no loss scaler;
+    # pytorch-19.10's apex amp ran a static loss scale (README @f0ef8493), which reads nothing back
+    assert issued[("DLE_PYT_RN50_2103", "amp")] and not issued[("DLE_PYT_RN50_1910", "amp")]
     assert not issued[("DLE_PYT_RN50_2103", "tf32")] and not issued[("DLE_PYT_RN50_2103", "fp32")]
-    assert not any(v for (source, _), v in issued.items() if not source.startswith("DLE_PYT_RN50"))
+    assert not any(v for (source, _), v in issued.items() if source != "DLE_PYT_RN50_2103")

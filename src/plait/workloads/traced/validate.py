@@ -46,18 +46,18 @@ FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
 SGD_AFTER_LOSS_SCALE_CHECK = EagerOptimizer(
     launches_per_tensor=4, launches_per_matrix=1,
-    source="torch.optim.SGD with momentum, PyTorch 1.3-1.9 (torch/optim/sgd.py, torch/optim/_functional.py sgd): "
-           "per parameter tensor the momentum buffer's mul_ and add_ and the parameter's add_, a weight-decay add "
-           "for the weights (DeepLearningExamples' optimizers.py get_sgd_optimizer: no decay on batch norm), and "
-           "zero_grad's zero_ per gradient (set_to_none=False before PyTorch 2.0); issued after the loss scaler "
-           "reads its overflow flag on the host (torch.cuda.amp GradScaler.step: found_inf .item(); apex amp "
-           "scale_loss: update_scale)")
-"""The optimizer step of DeepLearningExamples' PyTorch ResNet-50 in mixed precision (training.py
-``get_train_step``: ``scaler.step(optimizer)``, ``optimizer.zero_grad()``, @7bdfc81 for pytorch-21.03; apex
-``amp.scale_loss`` then ``optimizer.step()`` @f0ef8493 for pytorch-19.10): the host issues it tensor by tensor
-while the device waits on the overflow check. Full-precision runs have no loss scaler: their step is issued
-behind the backward pass."""
-EAGER_OPTIMIZER_SOURCES = ("DLE_PYT_RN50_2103", "DLE_PYT_RN50_1910")
+    source="torch.optim.SGD with momentum, PyTorch 1.8-1.9 (torch/optim/_functional.py sgd): per parameter "
+           "tensor the momentum buffer's mul_ and add_ and the parameter's add_, a weight-decay add for the "
+           "weights (DeepLearningExamples' optimizers.py get_sgd_optimizer: no decay on batch norm), and "
+           "zero_grad's zero_ per gradient (set_to_none=False before PyTorch 2.0); issued after "
+           "torch.cuda.amp.GradScaler.step reads found_inf on the host (.item() in _maybe_opt_step)")
+"""The optimizer step of DeepLearningExamples' PyTorch ResNet-50 in mixed precision on pytorch-21.03 (training.py
+``get_train_step`` @7bdfc81: ``scaler.step(optimizer)``, ``scaler.update()``, ``optimizer.zero_grad()``; main.py
+builds a ``GradScaler`` for every AMP run): the host issues it tensor by tensor while the device waits on the
+overflow check. Full-precision runs have no loss scaler, and pytorch-19.10's apex amp with a static loss scale
+(``--static-loss-scale 256``, README @f0ef8493; apex ``LossScaler.update_scale`` reads the overflow flag only
+when dynamic) reads nothing back: their steps queue behind the backward pass."""
+EAGER_OPTIMIZER_SOURCES = ("DLE_PYT_RN50_2103",)
 UNFUSED_ATTENTION = {"DLE_PYT_BERT_1907": "plait.workload.zoo:bert_large_unfused",
                      "DLE_PYT_BERT_2111": "plait.workload.zoo:bert_large_fused_softmax"}
 """Sources whose BERT ran attention without a fused attention kernel -> the factory that traces it as it ran.
