@@ -53,3 +53,70 @@ def test_each_row_carries_its_convolution_layout() -> None:
     assert not layouts[("DLE_PYT_RN50_1910", "amp")]  # pytorch-19.10 predates torch.channels_last
     assert layouts[("DLE_TF_RN50_2006", "amp")] and not layouts[("DLE_TF_RN50_2006", "tf32")]  # TF layout assignment
     assert layouts[("DLE_MX_RN50", "amp")] and not layouts[("DLE_MX_RN50", "tf32")]  # the runner's float16 flags
+
+
+def test_bert_rows_trace_attention_as_their_source_ran_it() -> None:
+    from plait.workloads.traced.validate import row_model
+
+    factories = {(r["source_id"], r["model"][-6:]): row_model(r) for r in _rows() if r["model"].startswith("BERT")}
+    # modeling.py @6fe463f: eager op-by-op attention; @a9e2c1d5: the same code scripted for NVFuser
+    assert factories[("DLE_PYT_BERT_1907", "seq128")] == ("plait.workload.zoo:bert_large_unfused", (128,))
+    assert factories[("DLE_PYT_BERT_2111", "seq128")] == ("plait.workload.zoo:bert_large_fused_softmax", (128,))
+    assert factories[("DLE_PYT_BERT_2111", "seq512")][1] == (296,)  # 512 x 1483 / 2565, LDDL binning
+
+
+def test_unfused_attention_moves_its_score_matrices() -> None:
+    """One layer's forward, per example, against the fused (flash) kernel: unfused (modeling.py @6fe463f,
+    ``BertSelfAttention.forward``, in PyTorch 1.2) it copies queries, keys, values and context for two batched GEMMs
+    and runs the scale, the mask, the softmax and the dropout as kernels of their own, and its five linear layers
+    on 3-D activations (all but the GeLU's, whose bias is fused) add their bias after the product, a read and a
+    write of 128 x 1024 bf16 values (524,288 bytes); fused for NVFuser the chain is one softmax, the bias in the
+    GEMM. The softmax reads and writes one example's 16 heads of 128 x 128 bf16 scores: 2 x 16 x 128^2 x 2 =
+    1,048,576 bytes. Two-layer copies of the factories (the same code); every layer's backward stays with its layer
+    (the module tracker needs every output's gradient)."""
+    pytest.importorskip("transformers")
+    from collections import Counter
+
+    from plait.workload.zoo import _bert_large
+    from plait.workloads.traced.tracing import trace_factory
+
+    def forward_ops(attention: str) -> Counter:
+        work = trace_factory(lambda: _bert_large(attention, num_layers=2), attention, (128,), "int64")
+        assert not any(k.backward for k in work.units[0].kernels if k.name == "bmm")
+        assert len(work.units[1].kernels) == len(work.units[2].kernels)
+        layer = work.units[1].kernels
+        assert [k.bytes_per_example for k in layer if k.name == "_softmax"] in ([], [2 * 16 * 128**2 * 2])
+        assert {k.bytes_per_example for k in layer if k.name == "add_"} <= {2 * 128 * 1024 * 2}
+        return Counter(k.name for k in layer if not k.backward)
+
+    flash = forward_ops("sdpa")
+    unfused = forward_ops("eager")
+    assert unfused - flash == Counter(mm=5, add_=5, clone=4, bmm=2, div=1, add=1, _softmax=1, native_dropout=1)
+    assert flash - unfused == Counter(addmm=5, _scaled_dot_product_flash_attention=1)
+    fused = forward_ops("fused_softmax")
+    assert fused - flash == Counter(clone=4, bmm=2, _softmax=1)
+    assert flash - fused == Counter(_scaled_dot_product_flash_attention=1)
+
+
+def test_an_optimizer_issued_after_a_sync_waits_for_its_launches() -> None:
+    from plait.cost.host import EagerOptimizer, eager_optimizer_s
+    from plait.hardware.catalog import get_cluster
+
+    cluster = get_cluster("dgx1-v100")
+    eff = cluster.accelerator.efficiency
+    launch_s, sync = eff.host_launch_us.value * 1e-6, eff.host_sync_us.value * 1e-6
+    sgd = EagerOptimizer(launches_per_tensor=4, launches_per_matrix=1, source="test")
+    shapes = [(4, 4), (4,), (2, 3, 3, 3)]  # two weights decayed, one bias: 4 + 1 + 4 + 4 + 1 = 14 launches
+    assert eager_optimizer_s(sgd, shapes, 0.0, cluster) == pytest.approx(sync + 14 * launch_s)
+    assert eager_optimizer_s(sgd, shapes, 1.0, cluster) == pytest.approx(sync + 1.0)  # the device is the longer
+
+
+def test_only_gradscaler_resnet_rows_issue_their_optimizer_after_a_sync() -> None:
+    from plait.workloads.traced.validate import row_optimizer
+
+    issued = {(r["source_id"], r["precision"]): row_optimizer(r) is not None for r in _rows() if "ResNet" in r["model"]}
+    # training.py@7bdfc81 get_train_step: scaler.step reads found_inf; FP32/TF32 runs have no loss scaler;
+    # pytorch-19.10's apex amp ran a static loss scale (README @f0ef8493), which reads nothing back
+    assert issued[("DLE_PYT_RN50_2103", "amp")] and not issued[("DLE_PYT_RN50_1910", "amp")]
+    assert not issued[("DLE_PYT_RN50_2103", "tf32")] and not issued[("DLE_PYT_RN50_2103", "fp32")]
+    assert not any(v for (source, _), v in issued.items() if source != "DLE_PYT_RN50_2103")

@@ -208,6 +208,24 @@ def test_a_module_that_reads_tensor_values_is_refused_in_one_line() -> None:
     assert "\n" not in str(caught.value)
 
 
+def test_dropout_is_traced_as_the_fused_kernel_a_gpu_runs() -> None:
+    """``dropout`` in training is one CUDA kernel (``native_dropout``: reads the input, writes the output and a
+    boolean mask) and one backward (reads the gradient and the mask, writes the input gradient), not the meta
+    device's Bernoulli draw, scaling and product: per example of 8 float32 features, 8 x (4 + 4 + 1) = 72 bytes
+    each way. At p = 0 it runs nothing."""
+
+    def built(p: float) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(p), torch.nn.Linear(8, 8))
+
+    work = trace_factory(lambda: built(0.1), "dropout", (8,), "float32", "float32")
+    kernels = [k for u in work.units for k in u.kernels]
+    dropout = {k.name: k.bytes_per_example for k in kernels if "dropout" in k.name}
+    assert dropout == {"native_dropout": 72.0, "native_dropout_backward": 72.0}
+    assert not any(k.name in ("bernoulli_", "div_") for k in kernels)
+    unused = trace_factory(lambda: built(0.0), "no dropout", (8,), "float32", "float32")
+    assert not any("dropout" in k.name or k.name == "bernoulli_" for u in unused.units for k in u.kernels)
+
+
 @pytest.mark.slow
 def test_classic_data_parallel_rows_are_predicted_or_say_why() -> None:
     """plait validate --classic on the public ResNet-50 and BERT-large rows (plait/validate/data/classic_dp.md): every

@@ -21,6 +21,7 @@ launched by one ``cudaGraphLaunch`` call, its kernels need no per-kernel CPU lau
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from plait.cost.setup import Setup
@@ -162,3 +163,27 @@ def exposed_host_s(device_s: Any, host_s: Any, xp: Any, asynchronous: bool = Tru
     if not asynchronous:
         return host_s
     return xp.maximum(host_s - device_s, 0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EagerOptimizer:
+    """An optimizer step the host issues tensor by tensor right after a synchronization (a loss scaler's overflow
+    flag read back before the step), so the device waits for every launch: PyTorch's for-loop optimizers."""
+
+    launches_per_tensor: int
+    """Kernels issued per parameter tensor (its update, its optimizer state's updates, zeroing its gradient)."""
+    launches_per_matrix: int
+    """Further kernels per parameter tensor of two or more dimensions (weight decay applied to weights only)."""
+    source: str
+    """Where the counts come from (the optimizer's code and the training loop's synchronization)."""
+
+
+def eager_optimizer_s(optimizer: EagerOptimizer, shapes: list[tuple[int, ...]], device_s: float,
+                      cluster: Any) -> float:
+    """Seconds of an :class:`EagerOptimizer` step over tensors of ``shapes``: the host's round trip at the
+    synchronization (:func:`sync_s`), then the longer of the host's launches at ``host_launch_us`` and the device's
+    ``device_s`` (the queue rule of the module docstring, with the queue empty at the start)."""
+    launches = sum(optimizer.launches_per_tensor + (optimizer.launches_per_matrix if len(s) >= 2 else 0)
+                   for s in shapes)
+    launch_s = float(cluster.accelerator.efficiency.host_launch_us.value) * 1e-6
+    return sync_s(cluster) + max(device_s, launches * launch_s)

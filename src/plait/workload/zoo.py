@@ -7,6 +7,9 @@ built by the field's libraries, each with the input one example takes.
   microsoft/resnet-50's (transformers docs, "ResNetConfig"); torchvision's ``resnet50`` (``--model
   torchvision:resnet50``) is the same network where torchvision imports (its wheels on PyPI need the torch they
   were built with). Needs ``pip install 'plait[traced]'``.
+- ``bert_large``: BERT-large pre-training with flash attention; ``bert_large_unfused`` and
+  ``bert_large_fused_softmax`` as NVIDIA DeepLearningExamples ran it in 2019 (eager, op by op) and 2021 (NVFuser),
+  with the attention scores in memory. Needs ``pip install 'plait[traced]'``.
 - ``small_cnn``: a small residual convolutional network for 32 x 32 RGB images (a CIFAR-size input), small enough
   for ``plait run`` to train on CPU ranks in seconds (``plait plan --model plait.workload.zoo:small_cnn --export``).
   Plain PyTorch (``plait[run]``). Its blocks normalise with ``GroupNorm`` (Wu & He, ECCV 2018), which, unlike
@@ -19,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from plait.errors import MissingExtra
 
@@ -65,6 +68,14 @@ def bert_large() -> Any:
     kernel, as GPUs run it) over unpadded sequences: the wrapper calls the embeddings, the encoder without a mask
     and the heads, the steps of ``BertModel.forward`` save its mask preparation, which reads the mask's values
     (no meta tensor holds them). One example is a sequence of 128 tokens (``--input-shape 512`` for phase 2)."""
+    return _bert_large("sdpa")
+
+
+def _bert_large(attention: Literal["sdpa", "eager", "fused_softmax"], num_layers: int = 24) -> Any:
+    """:func:`bert_large` with ``transformers``' attention implementation ``attention``; "eager" (the 2019 model of
+    :func:`bert_large_unfused`) takes ``BertModel.forward``'s additive padding mask, all tokens kept, and adds the
+    linear layers' biases after their products; "fused_softmax" is :func:`_fused_softmax`'s.
+    ``num_layers`` below 24 builds a shallower copy (for tests)."""
     try:
         import torch
         from transformers import BertConfig, BertForPreTraining
@@ -74,21 +85,115 @@ def bert_large() -> Any:
     class UnmaskedBert(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            config = BertConfig(vocab_size=30528, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                                intermediate_size=4096, max_position_embeddings=512, attn_implementation="sdpa")
+            config = BertConfig(vocab_size=30528, hidden_size=1024, num_hidden_layers=num_layers,
+                                num_attention_heads=16, intermediate_size=4096, max_position_embeddings=512,
+                                attn_implementation="sdpa" if attention == "sdpa" else "eager")
             self.model = BertForPreTraining(config)
+            if attention != "sdpa":
+                wrap = _context_only if attention == "eager" else _fused_softmax
+                for layer in self.model.bert.encoder.layer:
+                    layer.attention.self.__class__ = wrap(type(layer.attention.self))
+            if attention == "eager":  # PyTorch 1.2's F.linear on the 3-D activations, GeLU's bias fused
+                for layer in self.model.bert.encoder.layer:
+                    for linear in (layer.attention.self.query, layer.attention.self.key, layer.attention.self.value,
+                                   layer.attention.output.dense, layer.output.dense):
+                        linear.__class__ = _bias_after_matmul()
+                self.model.cls.predictions.decoder.__class__ = _bias_after_matmul()
 
         def forward(self, input_ids: Any) -> Any:
             bert = self.model.bert
-            hidden = bert.encoder(bert.embeddings(input_ids=input_ids), return_dict=False)[0]
+            mask = None
+            if attention == "eager":  # [batch, 1, 1, length], zero: no token masked
+                mask = torch.zeros((input_ids.shape[0], 1, 1, input_ids.shape[1]), device=input_ids.device,
+                                   dtype=bert.embeddings.word_embeddings.weight.dtype)
+            hidden = bert.encoder(bert.embeddings(input_ids=input_ids), attention_mask=mask, return_dict=False)[0]
             scores, next_sentence = self.model.cls(hidden, bert.pooler(hidden))
             return scores.float().mean() + next_sentence.float().mean()
 
     return UnmaskedBert()
 
 
+def _bias_after_matmul() -> Any:
+    """``torch.nn.Linear`` as PyTorch 1.2's ``F.linear`` ran it on inputs of more than two dimensions
+    (torch/nn/functional.py ``linear`` @v1.2.0: ``output = input.matmul(weight.t())``, then ``output += bias``): the
+    product, then the bias added in a pass of its own over the output."""
+    import torch
+
+    class BiasAfterMatmul(torch.nn.Linear):
+        def forward(self, x: Any) -> Any:
+            out = x.matmul(self.weight.t())
+            if self.bias is not None:
+                out += self.bias
+            return out
+
+    return BiasAfterMatmul
+
+
+def _context_only(attention_class: Any) -> Any:
+    """``attention_class`` returning its context alone: ``transformers``' eager BERT attention also returns its
+    probabilities, which nothing reads, and an output whose gradient never arrives confuses the module tracker's
+    backward attribution (:mod:`plait.workloads.traced.tracing`)."""
+
+    class ContextOnly(attention_class):  # type: ignore[misc, valid-type]
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return super().forward(*args, **kwargs)[0], None
+
+    return ContextOnly
+
+
+def _fused_softmax(attention_class: Any) -> Any:
+    """``attention_class`` as a fusing compiler runs the unfused attention of :func:`bert_large_unfused`: the two
+    batched GEMMs keep their materialised ``length x length`` scores, and the scale, the mask, the softmax and the
+    dropout between them are one kernel forward and one backward, traced as a softmax alone."""
+    import torch
+
+    class FusedSoftmax(attention_class):  # type: ignore[misc, valid-type]
+        def forward(self, hidden: Any, *args: Any, **kwargs: Any) -> Any:
+            batch, length, _ = hidden.shape
+
+            def heads(x: Any) -> Any:
+                return x.view(batch, length, self.num_attention_heads, self.attention_head_size).transpose(1, 2)
+
+            query, key, value = heads(self.query(hidden)), heads(self.key(hidden)), heads(self.value(hidden))
+            probabilities = torch.softmax(torch.matmul(query, key.transpose(-1, -2)), dim=-1)
+            return torch.matmul(probabilities, value).transpose(1, 2).reshape(batch, length, -1), None
+
+    return FusedSoftmax
+
+
 bert_large.example_shape = (128,)  # type: ignore[attr-defined]
 bert_large.input_dtype = "int64"  # type: ignore[attr-defined]
+
+
+def bert_large_unfused() -> Any:
+    """:func:`bert_large` with attention as NVIDIA DeepLearningExamples' PyTorch BERT ran it before fused attention
+    kernels (``BertSelfAttention.forward`` in PyTorch/LanguageModeling/BERT/modeling.py, at 6fe463f (2019-09) and
+    a9e2c1d5 (2022-03) alike): the score matrix of every head materialised by a batched GEMM, divided by the square
+    root of the head size, the additive padding mask added, softmax, dropout, and a second batched GEMM with the
+    values, each its own kernel over ``batch x heads x length x length`` elements (``transformers``' "eager"
+    attention is the same code, inherited from the same Google/Hugging Face port). Its linear layers on the 3-D
+    activations add their bias after the product, as PyTorch 1.2 ran them (:func:`_bias_after_matmul`; the
+    feed-forward GeLU's bias is fused in ``bias_gelu``, the masked-LM decoder's added by ``+ self.bias``,
+    ``BertLMPredictionHead.forward`` @6fe463f)."""
+    return _bert_large("eager")
+
+
+bert_large_unfused.example_shape = (128,)  # type: ignore[attr-defined]
+bert_large_unfused.input_dtype = "int64"  # type: ignore[attr-defined]
+
+
+def bert_large_fused_softmax() -> Any:
+    """:func:`bert_large_unfused` as a fusing compiler runs it (:func:`_fused_softmax`): DeepLearningExamples' PyTorch
+    BERT of pytorch:21.11 scripts that model (``torch.jit.script``) with NVFuser on
+    (PyTorch/LanguageModeling/BERT/run_pretraining.py @a9e2c1d5, lines 56-60 and 408-409); NVFuser's parser
+    registers softmax and its backward as normalizations that fuse with their pointwise neighbours
+    (torch/csrc/jit/codegen/cuda/parser.cpp, pytorch/pytorch@004700b4; assumed: that container fused the scale,
+    mask, softmax and dropout chain so)."""
+    return _bert_large("fused_softmax")
+
+
+bert_large_fused_softmax.example_shape = (128,)  # type: ignore[attr-defined]
+bert_large_fused_softmax.input_dtype = "int64"  # type: ignore[attr-defined]
 
 
 def small_cnn() -> Any:

@@ -32,7 +32,7 @@ from dataclasses import replace
 from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.cost.host import exposed_host_s
+from plait.cost.host import EagerOptimizer, eager_optimizer_s, exposed_host_s
 from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
@@ -193,12 +193,14 @@ def plan_stages(work: TracedWorkload, cluster: Cluster, plan: Plan, channels_las
 
 
 def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine,
-                    interval: IntervalOf, loader: Loader | None = None, channels_last: bool = False) -> Estimate:
+                    interval: IntervalOf, loader: Loader | None = None, channels_last: bool = False,
+                    eager_optimizer: EagerOptimizer | None = None) -> Estimate:
     """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``, its step-time
     interval by ``interval``; with a ``loader``, the step waits for the slower of the device and the input pipeline
     (:mod:`plait.cost.input_pipeline`). ``channels_last``: convolutions' activations are stored NHWC (PyTorch's
     ``torch.channels_last``); PyTorch's default is NCHW, whose tensor-core convolutions transpose
-    (:func:`layout_transpose_s`)."""
+    (:func:`layout_transpose_s`). ``eager_optimizer``: the host issues the optimizer step tensor by tensor after a
+    synchronization (:func:`plait.cost.host.eager_optimizer_s`)."""
     check_traced_plan(work, plan)
     plan = replace(plan, seq_len=1)  # one example is the unit of throughput
     cols, acc = PlanColumns.one(plan), cluster.accelerator
@@ -245,10 +247,13 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     if plan.pp > 1:  # the largest cut's activation, forward and back, per micro-batch
         sent = max(work.units[g[-1]].output_bytes_per_example * b for g in stages[:-1])
         p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp, sent))
+    optimizer_s = float(optimizer_step_s(cluster, cols, params, grad_bytes))
+    if eager_optimizer is not None:
+        optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster)
     time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
                          host_s=m * passes[slow][3],
                          pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
-                         optimizer_s=float(optimizer_step_s(cluster, cols, params, grad_bytes)))
+                         optimizer_s=optimizer_s)
     if loader is not None:  # each GPU's loader prepares its share of the global batch per step
         loading = loader_step_s(loader, plan.global_batch / dp, host_cores_per_used_gpu(cluster, plan.num_gpus))
         time = replace(time, input_wait_s=input_wait_s(time.total_s, loading))

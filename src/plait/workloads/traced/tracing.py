@@ -203,11 +203,15 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
             return out
 
     class GpuKernels(torch.overrides.TorchFunctionMode):
-        """Two functions as a GPU runs them, where the meta device runs PyTorch's reference decomposition:
+        """Three functions as a GPU runs them, where the meta device runs PyTorch's reference decomposition:
         ``scaled_dot_product_attention`` is FlashAttention-2 on CUDA (``_scaled_dot_product_flash_attention``,
-        which saves its output and the log-sum-exp per query; the math path saves the whole score matrix), and
-        ``rms_norm`` is one fused kernel (``_fused_rms_norm``, whose backward ``_fused_rms_norm_backward`` reads the
-        input and the fp32 reciprocal RMS per row; the decomposition saves fp32 copies). Attention with a mask or
+        which saves its output and the log-sum-exp per query; the math path saves the whole score matrix);
+        ``dropout`` in training is one fused kernel (``native_dropout``, which writes the output and a boolean
+        mask, its backward ``native_dropout_backward`` reading the gradient and the mask: ATen's ``dropout`` takes
+        it for CUDA tensors, ``is_fused_kernel_acceptable`` in aten/src/ATen/native/Dropout.cpp, where other
+        devices draw a Bernoulli tensor, scale it and multiply); and ``rms_norm`` is one fused kernel
+        (``_fused_rms_norm``, whose backward ``_fused_rms_norm_backward`` reads the input and the fp32 reciprocal
+        RMS per row; the decomposition saves fp32 copies). Attention with a mask or
         grouped heads (``enable_gqa``) keeps PyTorch's own choice."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -216,6 +220,10 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
                 flash = _flash_call(args, kwargs)
                 if flash is not None:
                     return flash
+            if func is torch.nn.functional.dropout:
+                fused = _fused_dropout(args, kwargs)
+                if fused is not None:
+                    return fused
             if func is torch.nn.functional.rms_norm:
                 names = ("input", "normalized_shape", "weight", "eps")
                 given = {**dict(zip(names, args)), **kwargs}
@@ -286,6 +294,18 @@ def _fused_rms_norm() -> Any:
             return dx, dw, None
 
     return FusedRMSNorm
+
+
+def _fused_dropout(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The output of ``dropout`` as CUDA runs it in training (``native_dropout``), or ``None`` where ATen runs no
+    kernel or another one (not training, ``p`` of 0 or 1, in place)."""
+    import torch
+
+    names = ("input", "p", "training", "inplace")
+    given = {"p": 0.5, "training": True, "inplace": False, **dict(zip(names, args)), **kwargs}
+    if not given["training"] or given["inplace"] or not 0.0 < float(given["p"]) < 1.0:
+        return None
+    return torch.native_dropout(given["input"], float(given["p"]), True)[0]
 
 
 def _flash_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

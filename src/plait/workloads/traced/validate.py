@@ -7,7 +7,8 @@ A row's plan: ``batch_per_gpu`` examples per micro-batch, the accumulation steps
 takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for ResNet-50, LAMB (Adam's state) for
 BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). Each row's
 input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
-that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`).
+that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`);
+BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`).
 The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
 predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from plait.cost.host import EagerOptimizer
 from plait.cost.input_pipeline import Loader, get_loader
 from plait.engine.catalog import get_engine
 from plait.errors import require_extra
@@ -42,6 +44,31 @@ PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
 FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
+SGD_AFTER_LOSS_SCALE_CHECK = EagerOptimizer(
+    launches_per_tensor=4, launches_per_matrix=1,
+    source="torch.optim.SGD with momentum, PyTorch 1.8-1.9 (torch/optim/_functional.py sgd): per parameter "
+           "tensor the momentum buffer's mul_ and add_ and the parameter's add_, a weight-decay add for the "
+           "weights (DeepLearningExamples' optimizers.py get_sgd_optimizer: no decay on batch norm), and "
+           "zero_grad's zero_ per gradient (set_to_none=False before PyTorch 2.0); issued after "
+           "torch.cuda.amp.GradScaler.step reads found_inf on the host (.item() in _maybe_opt_step)")
+"""The optimizer step of DeepLearningExamples' PyTorch ResNet-50 in mixed precision on pytorch-21.03 (training.py
+``get_train_step`` @7bdfc81: ``scaler.step(optimizer)``, ``scaler.update()``, ``optimizer.zero_grad()``; main.py
+builds a ``GradScaler`` for every AMP run): the host issues it tensor by tensor while the device waits on the
+overflow check. Full-precision runs have no loss scaler, and pytorch-19.10's apex amp with a static loss scale
+(``--static-loss-scale 256``, README @f0ef8493; apex ``LossScaler.update_scale`` reads the overflow flag only
+when dynamic) reads nothing back: their steps queue behind the backward pass."""
+EAGER_OPTIMIZER_SOURCES = ("DLE_PYT_RN50_2103",)
+UNFUSED_ATTENTION = {"DLE_PYT_BERT_1907": "plait.workload.zoo:bert_large_unfused",
+                     "DLE_PYT_BERT_2111": "plait.workload.zoo:bert_large_fused_softmax"}
+"""Sources whose BERT ran attention without a fused attention kernel -> the factory that traces it as it ran.
+DeepLearningExamples' PyTorch BERT (``BertSelfAttention.forward``, PyTorch/LanguageModeling/BERT/modeling.py)
+multiplies queries and keys into the ``batch x heads x length x length`` scores, divides them by the square root of
+the head size, adds the padding mask, takes the softmax and the dropout, and multiplies by the values, at 6fe463f
+(2019-09, the commit that added the pytorch:19.07 tables) and at a9e2c1d5 (2022-03, the pytorch:21.11 tables)
+alike. pytorch:19.07 runs it eagerly, each step its own kernel (only the bias-GeLU is ``torch.jit.script``-ed,
+``bias_gelu``); pytorch:21.11 scripts the model for NVFuser (run_pretraining.py @a9e2c1d5, lines 56-60 and
+408-409), which fuses the chain between the two batched GEMMs (:func:`plait.workload.zoo.bert_large_fused_softmax`).
+Neither has a kernel that keeps the scores on chip, which :func:`plait.workload.zoo.bert_large` traces."""
 BINNED_PHASE2 = {"DLE_PYT_BERT_2111": (2565.0, 1483.0)}
 """Sources whose phase-2 (sequence 512) runs pad each mini-batch only to its longest sequence, in bins of 64 tokens
 (NVIDIA LDDL sequence binning: DeepLearningExamples@a9e2c1d5, the commit that added the pytorch:21.11 tables, made
@@ -99,6 +126,27 @@ def row_channels_last(row: Record) -> bool:
     return row["framework"].startswith("TensorFlow") and row["precision"] == "amp"
 
 
+def row_optimizer(row: Record) -> EagerOptimizer | None:
+    """How a row's optimizer step is issued: tensor by tensor after a synchronization in the mixed-precision runs
+    of :data:`EAGER_OPTIMIZER_SOURCES` (:data:`SGD_AFTER_LOSS_SCALE_CHECK`), otherwise queued behind the device."""
+    if row["source_id"] in EAGER_OPTIMIZER_SOURCES and row["precision"] == "amp":
+        return SGD_AFTER_LOSS_SCALE_CHECK
+    return None
+
+
+def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
+    """The factory that traces a row's model and one example's input shape (``None``: the factory's): BERT as its
+    source ran attention (:data:`UNFUSED_ATTENTION`), binned phase-2 runs at their mean padded length
+    (:data:`BINNED_PHASE2`)."""
+    factory, shape = MODELS[row["model"]]
+    if row["model"].startswith("BERT"):
+        factory = UNFUSED_ATTENTION.get(row["source_id"], factory)
+    if shape == (512,) and row["source_id"] in BINNED_PHASE2:
+        unbinned_s, binned_s = BINNED_PHASE2[row["source_id"]]
+        shape = (round(512 * binned_s / unbinned_s),)
+    return factory, shape
+
+
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
     gpus, measured = row.count("gpus"), row.number("measured_value")
@@ -118,16 +166,13 @@ def predict_row(row: Record) -> ClassicResult:
     steps = accumulation_steps(row["notes"]) if bert else 1
     if steps is None:
         return result("the source states no accumulation steps")
-    factory, shape = MODELS[row["model"]]
-    if shape == (512,) and row["source_id"] in BINNED_PHASE2:  # the mean padded length (BINNED_PHASE2)
-        unbinned_s, binned_s = BINNED_PHASE2[row["source_id"]]
-        shape = (round(512 * binned_s / unbinned_s),)
+    factory, shape = row_model(row)
     batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
                           plan, get_engine(), step_interval_s, row_loader(row),
-                          row_channels_last(row))
+                          row_channels_last(row), row_optimizer(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
