@@ -70,6 +70,18 @@ def test_ulysses_needs_cp_to_divide_the_heads_of_a_tp_rank() -> None:
         Plan(cp_attention="zigzag")  # type: ignore[arg-type]
 
 
+def test_a_cp_flavour_without_cp_is_warned_about() -> None:
+    """cp_attention picks how attention spans the cp ranks: with cp = 1 there are none, so ulysses or lss change
+    nothing and say so (STYLE.md rule 11); the default ring, or any flavour with cp = 2, says nothing."""
+    from plait.plan.rules import warnings
+
+    spec, cluster = resolve_model(str(MODEL)), toy_cluster()
+    for flavour in ("ulysses", "lss"):
+        assert f"cp_attention={flavour} has no effect with cp=1" in warnings(Plan(cp_attention=flavour), spec, cluster)
+        assert not [w for w in warnings(Plan(cp=2, cp_attention=flavour), spec, cluster) if "cp_attention" in w]
+    assert not [w for w in warnings(Plan(), spec, cluster) if "cp_attention" in w]
+
+
 def test_dp_sync_with_cp_runs_unsharded_only() -> None:
     spec = resolve_model(str(MODEL))
     ok = Plan(cp=2, dp_replicate=2, dp_sync="local_sgd:every=2", seq_len=64, global_batch=8)

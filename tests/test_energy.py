@@ -145,8 +145,21 @@ pue = { value = PUE, source = "assumed: test" }
     assert energy.total_j == pytest.approx(by_hand)
     assert est.energy_j(3 * est.tokens_per_step) == pytest.approx(3 * by_hand)
     path.write_text(text.replace("PUE", "0.9"))
-    with pytest.raises(ConfigError, match="pue=0.9 must be >= 1"):
+    with pytest.raises(ConfigError, match=r"pue=0.9 must be in \[1, 5\]"):
         load_cluster_file(path)
+
+
+@pytest.mark.parametrize("field, value, rule", [
+    ("pue", 1e30, r"power.pue=1e\+30 must be in \[1, 5\]"), ("pue", float("nan"), r"power.pue=nan must be in"),
+    ("busy_w", 1e30, r"power.busy_w=1e\+30 must be in \[0, 10,000\] watts"),
+    ("idle_w", -1.0, r"power.idle_w=-1.0 must be in \[0, 10,000\] watts"),
+    ("host_w_per_gpu", float("nan"), "power.host_w_per_gpu=nan must be in")])
+def test_power_figures_out_of_bounds_are_refused(field: str, value: float, rule: str) -> None:
+    # a PUE of 1e30 or a GPU drawing 1e30 W is a typing mistake, and NaN compares false with every bound
+    given = dict(busy=700.0, comm=350.0, idle=100.0, host=300.0, net=50.0, pue=1.1)
+    given[{"pue": "pue", "busy_w": "busy", "idle_w": "idle", "host_w_per_gpu": "host"}[field]] = value
+    with pytest.raises(ConfigError, match=rule):
+        _states(**given)
 
 
 def _point(gpus: int, days: float, dollars: float, energy_j: float) -> Point:

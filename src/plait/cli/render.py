@@ -102,11 +102,11 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
 
 def _print_energy(console: Console, est: Estimate, train_tokens: float) -> None:
     """Energy per step and token, to train, and the power figures behind them (plait.cost.energy)."""
-    energy, power, train_j = est.energy_per_step, est.power, est.energy_j(train_tokens)
-    if energy is None or power is None or train_j is None:
+    energy, power, per_token = est.energy_per_step, est.power, est.joules_per_token
+    train_j = est.energy_j(train_tokens)
+    if energy is None or power is None or train_j is None or per_token is None:
         console.print("energy: not predicted (the cluster's power is unknown)")
         return
-    per_token = energy.total_j / est.tokens_per_step
     console.print(f"energy: {_figure(energy.total_j / 1e3)} kJ/step, {per_token:.4g} J/{est.sample_unit.removesuffix('s')} "
                   f"(GPUs {100 * energy.gpu_j / energy.it_j:.0f}%, hosts {100 * energy.host_j / energy.it_j:.0f}%, "
                   f"network {100 * energy.network_j / energy.it_j:.0f}% of IT, x PUE {energy.pue:g}); to train: "

@@ -18,6 +18,16 @@ from plait.hardware.figure import Figure
 from plait.packaged import packaged_toml
 from plait.schema import build
 
+MAX_WATTS = 10_000.0
+"""Most watts a stated figure may give one GPU's share in one state: a bound on typing mistakes, not physics
+(assumed: ten times the rating of the hungriest board in ``accelerators.toml``, B300 at 1,400 W, with room for a
+whole node's host share)."""
+MAX_PUE = 5.0
+"""Largest power usage effectiveness a cluster may state: a bound on typing mistakes, not physics (assumed: twice the
+industry average of about 2.5 the Uptime Institute once gave, http://www.datacenterknowledge.com/archives/2011/05/10/
+uptime-institute-the-average-pue-is-1-8/; its 2023 survey averages 1.58,
+https://intelligence.uptimeinstitute.com/resource/large-data-centers-are-mostly-more-efficient-analysis-confirms)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class PowerStates:
@@ -40,10 +50,10 @@ class PowerStates:
         for f in fields(self):
             value = getattr(self, f.name).value
             if f.name == "pue":
-                if value < 1.0:
-                    raise ConfigError(f"power.pue={value} must be >= 1 (facility power over IT power)")
-            elif value < 0:
-                raise ConfigError(f"power.{f.name}={value} must be >= 0 watts")
+                if not 1.0 <= value <= MAX_PUE:
+                    raise ConfigError(f"power.pue={value} must be in [1, {MAX_PUE:g}] (facility power over IT power)")
+            elif not 0.0 <= value <= MAX_WATTS:
+                raise ConfigError(f"power.{f.name}={value} must be in [0, {MAX_WATTS:,.0f}] watts")
 
 
 @functools.cache

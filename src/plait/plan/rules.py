@@ -248,6 +248,8 @@ def warnings(plan: Plan, model: ModelSpec, cluster: Cluster) -> list[str]:
         out.append("sp has no effect with tp=1")
     if plan.pp == 1 and (plan.schedule != "1f1b" or plan.vpp > 1):
         out.append(f"schedule={plan.schedule} has no effect with pp=1")
+    if plan.cp == 1 and plan.cp_attention != "ring":
+        out.append(f"cp_attention={plan.cp_attention} has no effect with cp=1")
     if plan.sharding != "none" and plan.dp_shard == 1:
         out.append(f"sharding={plan.sharding} has no effect with dp_shard=1")
     if plan.recompute != "full" and plan.recompute_layers >= 0:

@@ -90,8 +90,8 @@ def cp_buffers(parts: Sequence[nn.Module], inputs_BS: torch.Tensor,
 
 def uses_pytorch(plan: Plan, device: str) -> bool:
     """Whether the step runs PyTorch's ``context_parallel`` (CUDA ring attention, the all-gather K/V exchange):
-    on CUDA for ``cp_attention = "ring"``; elsewhere, and for Ulysses, plait's attention on torch.distributed
-    primitives (:mod:`plait.run.ring_attention`, :mod:`plait.run.ulysses`)."""
+    on CUDA for ``cp_attention = "ring"``; elsewhere, and for Ulysses and LSS, plait's attention on torch.distributed
+    primitives (:mod:`plait.run.ring_attention`, :mod:`plait.run.ulysses`, :mod:`plait.run.lss`)."""
     return plan.cp > 1 and device == "cuda" and plan.cp_attention == "ring"
 
 
