@@ -92,6 +92,9 @@ class SyncMethod:
     group_local_steps: ClassVar[bool] = False
     """In a mixed-hardware data split, each group may take its own local steps between averagings
     (:mod:`plait.predict.mixed`)."""
+    site_aware: ClassVar[bool] = False
+    """Sends different bytes over each tier of a group that spans sites (:mod:`plait.sync.site_topk`): its bytes per
+    tier are :meth:`site_payload_bytes`."""
     servers_hold_model: ClassVar[bool] = False
     """The server ranks step the parameters, so the trained model is their pieces (:mod:`plait.run.async_train`)."""
 
@@ -181,6 +184,10 @@ class SyncMethod:
     def graph(self) -> tuple[Topology, int] | None:
         """(topology, peers) of the neighbours each replica averages with (``None``: no gossip)."""
         return None
+
+    def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
+        """(bytes inside a site, bytes across sites) one rank hands to collectives, for a :attr:`site_aware` method."""
+        raise NotImplementedError(f"{self.name} sends the same bytes on every tier")
 
     def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
         """Bytes one replica hands to its collectives in step ``step`` (``None``: the steady-state mean) for a
