@@ -75,6 +75,13 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
+    proxy = method.convergence_proxy
+    if proxy is not None:
+        figure = convergence(proxy, replicas)
+        if figure.known:
+            return Convergence(figure.multiplier, f"{proxy.spec}'s figure, taken for {spec} "
+                                                  f"(plait.sync.{type(method).__name__}.convergence_proxy): "
+                                                  f"{figure.source}", figure.basis)
     if method.asynchronous:  # scaled from the measured two-replica figures by the asynchronous-SGD bound
         multiplier, source = derived_multiplier(method, replicas, _measured())
         return Convergence(multiplier, source, "derived" if multiplier is not None else "unknown")

@@ -185,6 +185,12 @@ class SyncMethod:
         """(topology, peers) of the neighbours each replica averages with (``None``: no gossip)."""
         return None
 
+    @property
+    def convergence_proxy(self) -> SyncMethod | None:
+        """A method whose steps multiplier this one takes where the table has none of its own
+        (:func:`plait.plan.convergence.convergence`); ``None``: none."""
+        return None
+
     def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
         """(bytes inside a site, bytes across sites) one rank hands to collectives, for a :attr:`site_aware` method."""
         raise NotImplementedError(f"{self.name} sends the same bytes on every tier")

@@ -24,7 +24,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from plait.sync.allreduce import AllReduce
 from plait.sync.base import GRAD_BYTES, SyncMethod, elements_of, number
+from plait.sync.sparse import TopK
 
 if TYPE_CHECKING:
     from plait.sync.hooks import Costs, GradientHooks, Pricing, R
@@ -42,6 +44,13 @@ class SiteTopK(SyncMethod):
 
     ratio: float = number(None, 1e-9, 1.0, False)
     """The fraction of each site-summed shard's elements sent across sites."""
+
+    @property
+    def convergence_proxy(self) -> SyncMethod:
+        """The all-reduce at ratio 1 (every element sent: the same sum); else ``topk`` at the same ratio, the
+        compressor of the cross-site step (assumed: top-k of site-summed shards, ``S`` compressions in place of
+        ``S m``, needs no more steps than top-k of every replica's gradient)."""
+        return AllReduce() if self.ratio >= 1.0 else TopK(ratio=self.ratio)
 
     def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
         """(bytes handed to collectives inside the site, bytes handed to the cross-site all-gathers) by one rank whose
