@@ -151,7 +151,8 @@ numerical choice like ``grad_reduce_dtype`` (fp32 unless the user asks)."""
 
 
 def searched_specs() -> tuple[SyncMethod, ...]:
-    """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL`."""
+    """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL` and the
+    per-tier methods (tried where sites are joined, at their tier's ratio: :mod:`plait.search.adaptive`)."""
     return tuple(parse(spec) for spec, entries in table().items()
-                 if parse(spec).name not in NUMERICAL and any(e.figure.known and not e.any_parameters
+                 if parse(spec).name not in NUMERICAL and not parse(spec).site_aware and any(e.figure.known and not e.any_parameters
                                                               for e in entries))

@@ -48,8 +48,9 @@ class SiteTopK(SyncMethod):
     @property
     def convergence_proxy(self) -> SyncMethod:
         """The all-reduce at ratio 1 (every element sent: the same sum); else ``topk`` at the same ratio, the
-        compressor of the cross-site step (assumed: top-k of site-summed shards, ``S`` compressions in place of
-        ``S m``, needs no more steps than top-k of every replica's gradient)."""
+        compressor of the cross-site step, where the table has no figure of this method's own (assumed: top-k of
+        site-summed shards needs about as many steps as top-k of every replica's gradient; at 0.01 on 4 ranks in 2
+        sites of 2, measured 2.58 against topk's 2.49 on the same ranks: within a 300-step measurement's +-8%)."""
         return AllReduce() if self.ratio >= 1.0 else TopK(ratio=self.ratio)
 
     def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
