@@ -184,3 +184,21 @@ def test_site_topk_sends_its_top_k_across_sites_and_costs_the_same_in_a_batch() 
         for name in batch.time:
             assert batch.time[name][i] == single.time[name], name
         assert batch.memory["total"][i] == single.memory["total"]
+
+
+def test_site_topk_cross_site_seconds_are_two_ring_all_gathers_on_the_wide_area_link() -> None:
+    """Toy two sites (no latency, efficiency 1): between two ratios only the cross-site step changes, and it is two
+    ring all-gathers (values, indices) over the 2 sites of ``4 k`` bytes a rank: ``2 x (1/2) x 2 x 4 k / B_wan``
+    (Patarasuk & Yuan 2009), with ``k = ceil(F shard)`` and the shard ``E / 64``."""
+    import math
+
+    from plait.cost.site_sync import site_topk_costs
+    from plait.plan.columns import PlanColumns
+    from plait.sync import SiteTopK
+
+    cluster = cluster_from_mapping(two_sites(), "two-sites")
+    elements, cols = 64 * 10**6, PlanColumns.one(Plan(dp_replicate=128, global_batch=128))
+    shard = elements // 64
+    sparse, half = (site_topk_costs(cluster, SiteTopK(ratio=r), cols, elements, 1e12)[1] for r in (0.01, 0.5))
+    kept = math.ceil(0.5 * shard) - math.ceil(0.01 * shard)
+    assert half - sparse == pytest.approx(8 * kept / (WAN_GB_PER_S * 1e9), rel=1e-12)
