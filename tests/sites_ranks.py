@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from plait.run.sites import Reducer, SiteReducer, build_reducer
+from tests.site_topk_ranks import site_topk_found
 
 
 def _inputs(rank: int, numel: int) -> torch.Tensor:
@@ -38,6 +39,7 @@ def main() -> int:
     found["uneven"] = type(build_reducer(dist.group.WORLD, site_gpus=3)).__name__  # 3 + 1: flat
     found["one_site"] = type(build_reducer(dist.group.WORLD, site_gpus=4)).__name__
     found["none"] = type(build_reducer(dist.group.WORLD, site_gpus=None)).__name__ == Reducer.__name__  # type: ignore[arg-type]
+    found["site_topk"] = site_topk_found(rank)
     print(json.dumps({"rank": rank, **found}))
     dist.barrier()
     dist.destroy_process_group()

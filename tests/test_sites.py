@@ -116,9 +116,13 @@ def test_across_two_regions_the_planner_picks_a_low_communication_method_and_on_
     assert two["engine"].startswith("plait") and winner["plan"]["dp_sync"] != "allreduce"
     assert winner["steps_multiplier"] is not None and winner["steps_multiplier_source"]
     assert winner["egress_bytes_per_step"] > 0
+    # per-tier compression at FusionLLM's ratio is searched there, against uniform top-k, DiLoCo and the all-reduce
+    verdict = two["per_tier"]
+    assert verdict.count("site_topk:ratio=0.01") == 1 and verdict.count("topk:ratio=0.01") == 2 and "diloco" in verdict
     for engine in ("megatron-core", "plait"):
         one = _plan_json("--model", "llama3-8b", "--cluster", "dgx-h100-ib", "--gpus", "128", "--engine", engine)
         assert one["top"][0]["plan"]["dp_sync"] == "allreduce", engine
+        assert one["per_tier"] is None  # one fabric: nothing to compress per tier
 
 
 def test_an_all_reduce_across_sites_is_hierarchical() -> None:
@@ -131,3 +135,70 @@ def test_an_all_reduce_across_sites_is_hierarchical() -> None:
     link, buffer = group_link(cluster, 128, 1), 1e9
     assert link.sites == 2 and group_link(cluster, 64, 1).sites == 1
     assert all_reduce_s(buffer, link) == pytest.approx(2 * 63 / 64 * buffer / 80e9 + buffer / 64 / (WAN_GB_PER_S * 1e9))
+
+
+def test_site_topk_ratio_is_fusionllms_bandwidth_rule_rounded_up_to_a_measured_ratio() -> None:
+    """The wide-area tier's per-GPU bandwidth over the site fabric's (two regions: 0.1953 of 50 GB/s per GPU, the
+    preset's figures); none on one fabric; the planner's ratio is the least one at or above it with a multiplier."""
+    from plait.cost.site_sync import adaptive_ratio
+    from plait.plan.convergence import convergence
+    from plait.search.adaptive import adaptive_specs
+    from plait.sync import SiteTopK
+
+    regions = get_cluster("h100-2x64-two-regions")
+    assert adaptive_ratio(regions) == pytest.approx(0.1953 / 50.0)
+    assert adaptive_ratio(get_cluster("dgx-h100-ib")) is None and adaptive_specs(get_cluster("dgx-h100-ib")) == ()
+    assert adaptive_specs(regions) == (SiteTopK(ratio=0.01),)  # 0.0039 -> the table's topk:ratio=0.01
+    assert adaptive_specs(regions, known_ratios=(0.001, 0.002)) == (SiteTopK(ratio=1.0),)  # none at or above: exact
+    assert convergence(SiteTopK(ratio=0.01), 64).basis == "measured"  # its own plait converge figure, 2 sites of 2
+    assert convergence(SiteTopK(ratio=1.0), 64).basis == "definition"  # every element sent: the all-reduce's
+    assert convergence(SiteTopK(ratio=0.02), 64).source.startswith("no figure")  # nor topk's at 0.02
+
+
+def test_site_topk_sends_its_top_k_across_sites_and_costs_the_same_in_a_batch() -> None:
+    """128 whole replicas in two sites of 64: each of the 64 positions all-gathers ``8 ceil(F shard)`` bytes round a
+    ring of the 2 sites (each site sends its piece out once), exact inside a site: ``16 F E`` bytes leave per
+    replica group against the all-reduce's ``2 (S-1) 4 E = 8 E``, 50 times fewer at F = 0.01. A batch of plans
+    (one site, two sites, TP across them) prices each as one plan does, to the bit."""
+    import math
+
+    from plait.cost.batch import evaluate_batch
+    from plait.plan.columns import PlanColumns
+    from plait.workload.tensors import rank_shapes
+
+    cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
+    elements = sum(math.prod(s) for _, s in rank_shapes(model, 1, 0, model.num_layers, True, True))
+    shard = -(-elements // 64)
+    got = estimate(model, cluster, Plan(dp_replicate=128, global_batch=128, dp_sync="site_topk:ratio=0.01"),
+                   engine=get_engine())
+    assert got.egress_bytes_per_step == 64 * 2 * 1 * 8 * math.ceil(0.01 * shard)
+    dense = estimate(model, cluster, Plan(dp_replicate=128, global_batch=128), engine=get_engine())
+    assert got.egress_bytes_per_step == pytest.approx(dense.egress_bytes_per_step / 50, rel=1e-4)
+    plans = [Plan(dp_replicate=64, global_batch=128, dp_sync="site_topk:ratio=0.01"),
+             Plan(dp_replicate=128, global_batch=128, dp_sync="site_topk:ratio=0.01"),
+             Plan(tp=2, dp_replicate=64, global_batch=128, dp_sync="site_topk:ratio=0.01")]
+    framework = get_engine().framework
+    batch = evaluate_batch(model, cluster, PlanColumns.from_plans(plans), framework)
+    for i, plan in enumerate(plans):
+        single = evaluate_batch(model, cluster, PlanColumns.one(plan), framework)
+        for name in batch.time:
+            assert batch.time[name][i] == single.time[name], name
+        assert batch.memory["total"][i] == single.memory["total"]
+
+
+def test_site_topk_cross_site_seconds_are_two_ring_all_gathers_on_the_wide_area_link() -> None:
+    """Toy two sites (no latency, efficiency 1): between two ratios only the cross-site step changes, and it is two
+    ring all-gathers (values, indices) over the 2 sites of ``4 k`` bytes a rank: ``2 x (1/2) x 2 x 4 k / B_wan``
+    (Patarasuk & Yuan 2009), with ``k = ceil(F shard)`` and the shard ``E / 64``."""
+    import math
+
+    from plait.cost.site_sync import site_topk_costs
+    from plait.plan.columns import PlanColumns
+    from plait.sync import SiteTopK
+
+    cluster = cluster_from_mapping(two_sites(), "two-sites")
+    elements, cols = 64 * 10**6, PlanColumns.one(Plan(dp_replicate=128, global_batch=128))
+    shard = elements // 64
+    sparse, half = (site_topk_costs(cluster, SiteTopK(ratio=r), cols, elements, 1e12)[1] for r in (0.01, 0.5))
+    kept = math.ceil(0.5 * shard) - math.ceil(0.01 * shard)
+    assert half - sparse == pytest.approx(8 * kept / (WAN_GB_PER_S * 1e9), rel=1e-12)

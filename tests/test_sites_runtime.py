@@ -25,6 +25,9 @@ STEPS = 4
 EXACT = ["allreduce@sgd", "local_sgd:every=2@sgd", "diloco:every=2@adamw", "pipe_sgd@adamw", "dreamddp:every=2@adamw"]
 """Every way a method reaches the reducer: DDP's hook, the flat-buffer average (local SGD; PALSGD's is the same
 ``_averaged``), DiLoCo's outer all-reduce, and the asynchronous ones (Pipe-SGD's step, DreamDDP's per-parameter)."""
+PER_TIER = ["site_topk:ratio=1@sgd"]
+"""Compressed across sites only, at a ratio that keeps every element: the flat all-reduce's losses, its own bytes
+per tier."""
 ROUNDED = ["bf16@adamw"]
 """Summed in 16 bits in another order than the flat ring's: equal within the format's rounding only (fp16 takes the
 same hook)."""
@@ -40,11 +43,17 @@ def two_sites_of_two(path: Path) -> Path:
     return path
 
 
-def test_the_hierarchical_all_reduce_sums_exactly_in_the_groups_of_each_site() -> None:
+@pytest.fixture(scope="module")
+def site_ranks() -> list[dict]:  # type: ignore[type-arg]
+    """What each of 4 gloo ranks laid out as sites found (tests/sites_ranks.py), in rank order."""
     pytest.importorskip("torch")
-    done = run_ranks(4, ["-m", "tests.sites_ranks"], cwd=str(ROOT))
+    done = run_ranks(4, ["-m", "tests.sites_ranks"], cwd=str(ROOT), env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = sorted((json.loads(line) for line in done.stdout.splitlines()), key=lambda r: r["rank"])
+    return sorted((json.loads(line) for line in done.stdout.splitlines()), key=lambda r: r["rank"])
+
+
+def test_the_hierarchical_all_reduce_sums_exactly_in_the_groups_of_each_site(site_ranks) -> None:  # type: ignore[no-untyped-def]
+    ranks = site_ranks
     assert [r["world"] for r in ranks] == [["SiteReducer", [0, 1], [0, 2]], ["SiteReducer", [0, 1], [1, 3]],
                                            ["SiteReducer", [2, 3], [0, 2]], ["SiteReducer", [2, 3], [1, 3]]]
     for r in ranks:
@@ -62,7 +71,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dic
     for name, extra in (("flat", []), ("sites", ["--cluster", str(cluster)])):
         out = folder / f"{name}.json"
         done = run_ranks(4, ["-m", "plait.run.converge", "--out", str(out), "--model", str(MODEL), "--steps",
-                             str(STEPS), *extra, *EXACT, *ROUNDED], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                             str(STEPS), *extra, *EXACT, *ROUNDED, *PER_TIER], env={**os.environ, "OMP_NUM_THREADS": "1"},
                          cwd=str(folder))
         assert done.returncode == 0, done.stderr[-3000:]
         results[name] = json.loads(out.read_text())
@@ -79,3 +88,34 @@ def test_methods_train_across_sites_as_over_the_flat_ring_and_send_the_predicted
     named = parameter_shapes(resolve_model(str(MODEL)))
     sync = parse(case.rpartition("@")[0])
     assert sites["bytes"] == flat["bytes"] == [payload_bytes(sync, named, step) for step in range(STEPS)]
+
+
+def test_site_topk_is_exact_inside_sites_compresses_across_them_and_sends_the_predicted_bytes_per_tier(site_ranks) -> None:  # type: ignore[no-untyped-def]
+    """``site_topk`` on 4 gloo ranks as two sites of 2 (ratios 1 and 0.25) and as four sites of 1 (0.25), through
+    DDP's hook: at ratio 1 every step's mean gradient is DDP's own all-reduce's within 1e-5; at 0.25 it differs;
+    each step's bytes on the site's group and on the cross-site group are the cost model's per tier
+    (:meth:`plait.sync.SiteTopK.site_payload_bytes`, a 58-parameter model: inside ``4 (58 + 29)`` bytes, across
+    ``8 ceil(F 29)``; one per site: ``8 ceil(F 58)``)."""
+    for r in (ranks["site_topk"] for ranks in site_ranks):
+        for members, sites, ratio in ((2, 2, "1"), (2, 2, "0.25"), (1, 4, "0.25")):
+            got = r[f"{members}:{ratio}"]
+            predicted = parse(f"site_topk:ratio={ratio}").site_payload_bytes(58, members, sites)
+            assert got["counted"] == [list(predicted)] * len(r["reference"])
+            close = all(g == pytest.approx(ref, rel=1e-5, abs=1e-6) for g, ref in zip(got["grads"], r["reference"]))
+            assert close == (ratio == "1"), (members, ratio)
+        assert parse("site_topk:ratio=1").site_payload_bytes(58, 2, 2) == (4.0 * (58 + 29), 8.0 * 29)
+        assert parse("site_topk:ratio=0.25").site_payload_bytes(58, 1, 4) == (0.0, 8.0 * 15)
+
+
+@pytest.mark.slow
+def test_site_topk_at_ratio_1_trains_as_the_all_reduce_across_sites(trained) -> None:  # type: ignore[no-untyped-def]
+    """``plait.run.converge`` with the two-site cluster: the losses of the flat all-reduce within 1e-5, every step's
+    bytes the cost model's inside plus across (one site: the all-reduce's buffer)."""
+    flat, sites = trained["flat"][PER_TIER[0]], trained["sites"][PER_TIER[0]]
+    reference = trained["flat"]["allreduce@sgd"]
+    assert sites["losses"] == pytest.approx(reference["losses"], rel=1e-5)
+    assert flat["losses"] == pytest.approx(reference["losses"], rel=1e-5)
+    elements = sum(math.prod(s) for _, s in parameter_shapes(resolve_model(str(MODEL))))
+    sync = parse(PER_TIER[0].rpartition("@")[0])
+    assert flat["bytes"] == [4 * elements] * STEPS
+    assert sites["bytes"] == [sum(sync.site_payload_bytes(elements, 2, 2))] * STEPS

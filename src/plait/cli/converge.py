@@ -26,6 +26,8 @@ def converge_command(
     optimizer: Annotated[str, typer.Option(help="sgd or adamw (the inner optimizer of local SGD and DiLoCo).")]
     = "adamw",
     window: Annotated[int, typer.Option(help="Steps averaged to compare losses (0: a tenth of --steps).")] = 0,
+    cluster: Annotated[str, typer.Option(help="Cluster preset or file whose sites the ranks lie on (the "
+                                               "all-reduce then hierarchical; default: one site).")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Train the reference model on the shipped corpus under each method and under the all-reduce, from the same
@@ -33,7 +35,8 @@ def converge_command(
     require_extra("run", "plait converge")
     try:
         with LazyProgress("converge", quiet=as_json) as bar:
-            measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, bar.stage)
+            measured = measure_multipliers(dp_sync, steps, model, ranks, batch, optimizer, window, bar.stage,
+                                            cluster)
     except RanksFailed as exc:
         raise typer.Exit(exc.code) from None
     rows, window = measured.rows, measured.window

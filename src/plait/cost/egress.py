@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
-from plait.engine.facts import EngineFacts
 from plait.cost.memory import param_bytes
 from plait.cost.params import stage_layer_counts
 from plait.cost.servers import factored_tensors, server_loads, server_sent_bytes
 from plait.cost.sync import GRAD_BYTES, payload_bytes
+from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.factors import factor_elements
@@ -89,6 +89,12 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framew
         layers = [int(stage_layer_counts(model, plan.pp, s, SCALAR)[0]) for s in range(plan.pp)]
         sent = sum(payload_bytes(sync, rank_shapes(model, tp, 0, n, s == 0, s == plan.pp - 1))
                    for s, n in enumerate(layers)) / plan.pp  # each stage's ranks send their own tensors
+        if sync.site_aware:  # each of m positions all-gathers its own pieces round a ring of S sites
+            sites = sites_spanned(cluster, replicas, tp)
+            members = replicas // sites
+            across = sum(sync.site_payload_bytes(sum(math.prod(sh) for _, sh in rank_shapes(
+                model, tp, 0, n, s == 0, s == plan.pp - 1)), members, sites)[1] for s, n in enumerate(layers)) / plan.pp
+            return out + (world / replicas) * members * sites * (sites - 1) * across
         if sync.collective == "all_gather":  # all-gathered: (g-1)/g of g ranks' pieces
             return out + _ring(cluster, replicas, tp, (replicas - 1) * sent, world)
         return out + _reduced(cluster, replicas, tp, sent, world)

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from plait.cost import async_sgd, gossip, servers
+from plait.cost import async_sgd, gossip, servers, site_sync
 from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import optimizer_step_s
 from plait.cost.links import collective_s
@@ -34,7 +34,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.keys import distinct_rows
 from plait.plan.partial import step_elements
-from plait.sync import MODELLED, Gossip, ParamServer, SwitchAggregation, SyncMethod
+from plait.sync import MODELLED, Gossip, ParamServer, SiteTopK, SwitchAggregation, SyncMethod
 from plait.sync.asynchronous import Asynchronous
 from plait.sync.base import GRAD_BYTES as GRAD_BYTES  # fp32 gradients and parameters; plait.cost.egress
 from plait.sync.hooks import Costs
@@ -197,6 +197,10 @@ class Prices:
 
     def per_rank_tensors(self, costs: Any) -> Costs:
         return self._spread(lambda held: costs([shape for _, shape in held]))
+
+    def site_costs(self, method: SiteTopK) -> Costs:
+        return self._spread(lambda held: site_sync.site_topk_costs(
+            self.cluster, method, self.cols, sum(math.prod(s) for _, s in held), self.memory_bytes_per_s))
 
     def server_costs(self, method: ParamServer) -> Costs:
         return self._spread(lambda held: servers.server_costs(self.cluster, method, self.cols, held))

@@ -75,6 +75,13 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
+    proxy = method.convergence_proxy
+    if proxy is not None:
+        figure = convergence(proxy, replicas)
+        if figure.known:
+            return Convergence(figure.multiplier, f"{proxy.spec}'s figure, taken for {spec} "
+                                                  f"(plait.sync.{type(method).__name__}.convergence_proxy): "
+                                                  f"{figure.source}", figure.basis)
     if method.asynchronous:  # scaled from the measured two-replica figures by the asynchronous-SGD bound
         multiplier, source = derived_multiplier(method, replicas, _measured())
         return Convergence(multiplier, source, "derived" if multiplier is not None else "unknown")
@@ -144,7 +151,8 @@ numerical choice like ``grad_reduce_dtype`` (fp32 unless the user asks)."""
 
 
 def searched_specs() -> tuple[SyncMethod, ...]:
-    """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL`."""
+    """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL` and the
+    per-tier methods (tried where sites are joined, at their tier's ratio: :mod:`plait.search.adaptive`)."""
     return tuple(parse(spec) for spec, entries in table().items()
-                 if parse(spec).name not in NUMERICAL and any(e.figure.known and not e.any_parameters
+                 if parse(spec).name not in NUMERICAL and not parse(spec).site_aware and any(e.figure.known and not e.any_parameters
                                                               for e in entries))

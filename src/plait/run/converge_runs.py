@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
 from plait.plan.convergence import matching_multiplier
 from plait.run.launch import run_worker
 from plait.run.workload_configs import AsyncConfig, ConvergeConfig
@@ -29,9 +30,10 @@ class Multipliers:
 
 
 def measure_multipliers(dp_sync: list[str], steps: int, model: str, ranks: int, batch: int, optimizer: str,
-                        window: int, say: Callable[[str], None] | None) -> Multipliers:
+                        window: int, say: Callable[[str], None] | None, cluster: str = "") -> Multipliers:
     """Check the options, run every method and the all-reduce from the same weights on the same batches, and
-    compare; ``say`` (``None``: quiet) hears what starts."""
+    compare; ``say`` (``None``: quiet) hears what starts. ``cluster``: a cluster preset or file whose sites the
+    ranks are laid out on (``""``: one site)."""
     specs = [parse(s).spec for s in dp_sync]
     window = _check(steps, ranks, batch, optimizer, window)
     for method in (parse(s) for s in specs):
@@ -39,7 +41,9 @@ def measure_multipliers(dp_sync: list[str], steps: int, model: str, ranks: int, 
             raise ConfigError(f"dp_sync={method.stated!r}: learners={method.learners} must divide the "
                               f"{batch // ranks} sequences of each rank (batch={batch} over ranks={ranks})")
     resolve_model(model)  # a bad model fails here, in one line, not in every rank
-    curves = _curves(specs, steps, model, ranks, batch, optimizer, say)
+    if cluster:
+        resolve_cluster(cluster)  # a bad cluster fails here, in one line
+    curves = _curves(specs, steps, model, ranks, batch, optimizer, say, cluster)
     reference = curves[f"allreduce@{optimizer}"]["losses"]
     rows = []
     for spec in specs:
@@ -72,13 +76,14 @@ def _check(steps: int, ranks: int, batch: int, optimizer: str, window: int) -> i
 
 
 def _curves(specs: list[str], steps: int, model: str, ranks: int, batch: int, optimizer: str,
-            say: Callable[[str], None] | None) -> dict[str, dict[str, list[float]]]:
+            say: Callable[[str], None] | None, cluster: str = "") -> dict[str, dict[str, list[float]]]:
     """Loss and bytes per step of every case ``METHOD@OPTIMIZER``, the all-reduce's included."""
     waiting = [s for s in specs if not parse(s).server_ranks]  # the others: workers and server ranks
     cases = [f"{s}@{optimizer}" for s in dict.fromkeys(["allreduce", *waiting])]
     if say is not None:
         say(f"{len(cases)} runs of {steps} steps on {ranks} ranks")
-    config = ConvergeConfig(out=Path("unused"), model=model, steps=steps, batch=batch, cases=tuple(cases))
+    config = ConvergeConfig(out=Path("unused"), model=model, steps=steps, batch=batch, cluster=cluster,
+                            cases=tuple(cases))
     curves = run_worker("plait.run.converge", ranks, config)  # a failure names its rank and log
     for spec in (s for s in specs if s not in waiting):  # workers and server ranks: plait.run.async_train
         curves[f"{spec}@{optimizer}"] = _asynchronous_curve(spec, model, steps, ranks, batch, optimizer, say)

@@ -36,6 +36,11 @@ class Reducer:
         self.group = group
 
     @property
+    def groups(self) -> tuple[dist.ProcessGroup | None, ...]:
+        """Every process group the replicas' synchronization may call collectives on."""
+        return (self.group,)
+
+    @property
     def size(self) -> int:
         """Ranks in the replica group."""
         return dist.get_world_size(self.group)
@@ -54,6 +59,11 @@ class SiteReducer(Reducer):
         super().__init__(group)
         self.inside, self.across = inside, across
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plait-sites")
+
+    @property
+    def groups(self) -> tuple[dist.ProcessGroup | None, ...]:
+        """The replica group and its site groups (a method that compresses per tier calls collectives on them)."""
+        return (self.group, self.inside, self.across)
 
     def all_reduce(self, flat: torch.Tensor) -> torch.futures.Future[list[torch.Tensor]]:
         done: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()

@@ -225,7 +225,7 @@ def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[in
     plans with a ``dp_sync`` method; yields an empty list for the others (DDP's reducer reduces in C++)."""
     if plan.dp_sync.is_allreduce or plan.dp == 1:
         return contextlib.nullcontext([])
-    return counted_bytes(mesh.replicas.group)
+    return counted_bytes(*mesh.replicas.groups)  # type: ignore[arg-type]
 
 
 def _profiler(device: str):  # type: ignore[no-untyped-def]

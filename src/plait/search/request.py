@@ -17,6 +17,7 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.plan.convergence import searched_specs
 from plait.plan.plan import LIMIT, Precision
+from plait.search.adaptive import adaptive_specs
 from plait.search.explain import Relaxation
 from plait.search.pareto import Point, choose, pareto_front
 from plait.search.planner import gpu_counts, parse_batches, parse_gpu_range, relaxations, search_gpu_counts
@@ -157,7 +158,8 @@ def check_request(request: PlanRequest, check_export: CheckExport) -> Checked:
     for name in precisions or ():
         if name not in get_args(Precision):
             raise ConfigError(f"--precision {precision!r}: {name!r} must be one of {', '.join(get_args(Precision))}")
-    syncs = tuple(dict.fromkeys([ALLREDUCE, *((parse(s) for s in dp_sync) if dp_sync else searched_specs())]))
+    searched = (*searched_specs(), *adaptive_specs(cluster_spec))  # per-tier compression where sites are joined
+    syncs = tuple(dict.fromkeys([ALLREDUCE, *((parse(s) for s in dp_sync) if dp_sync else searched)]))
     if len(syncs) > MAX_SYNCS:
         raise ConfigError(f"--dp-sync names {len(syncs) - 1} methods besides allreduce; one search tries at most "
                           f"{MAX_SYNCS - 1} (each multiplies the space)")

@@ -115,6 +115,15 @@ class SearchResult:
             return sorted(out, key=lambda e: (e.energy_j(1.0) or 0.0, -e.target_tokens_per_s))[:k]
         return sorted(out, key=lambda e: -e.target_tokens_per_s)[:k]
 
+    def best_per_method(self) -> dict[str, Estimate]:
+        """The best ranked plan of each ``dp_sync`` method name tried, as closed-form estimates (best first)."""
+        found: dict[str, tuple[BatchResult, int]] = {}
+        for _, chunk, row in self.ranking():
+            result = self.feasible[chunk][1]
+            name = self.space.methods[int(result.cols["dp_sync"][row])].name
+            found.setdefault(name, (result, row))
+        return {name: self._estimate(result, row, simulate=False) for name, (result, row) in found.items()}
+
     def nearest_misses(self, k: int) -> list[Estimate]:
         """Costed plans that did not fit, smallest memory overflow first (for 'what would make it fit')."""
         assert k <= KEPT_MISSES, f"a search keeps the {KEPT_MISSES} nearest misses of each chunk"

@@ -1,7 +1,8 @@
 """How data-parallel replicas synchronize: one module per method family, parsed once from ``METHOD[:key=value,...]``.
 
 ``allreduce`` is the dense gradient all-reduce every step. The others compress what each step sends
-(:mod:`~plait.sync.half`, :mod:`~plait.sync.powersgd`, :mod:`~plait.sync.sparse`), send less often
+(:mod:`~plait.sync.half`, :mod:`~plait.sync.powersgd`, :mod:`~plait.sync.sparse`; per tier across sites:
+:mod:`~plait.sync.site_topk`), send less often
 (:mod:`~plait.sync.periodic`, :mod:`~plait.sync.gossip`), run the all-reduce behind the next step
 (:mod:`~plait.sync.allreduce`), train several learners per rank (:mod:`~plait.sync.crossbow`), aggregate
 elsewhere (:mod:`~plait.sync.servers`) or do not wait
@@ -21,8 +22,9 @@ from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
 from plait.sync.powersgd import PowerSGD
 from plait.sync.registry import ALLREDUCE, METHODS, MODELLED, parse
 from plait.sync.servers import ParamServer, SwitchAggregation
+from plait.sync.site_topk import SiteTopK
 from plait.sync.sparse import Gathered, Quantize, TopK
 
 __all__ = ["ALLREDUCE", "EASGD", "METHODS", "MODELLED", "PALSGD", "AllReduce", "AsyncPS", "Bf16", "Crossbow", "DiLoCo",
            "DreamDDP", "Fp16", "Gathered", "Gossip", "HalfPrecision", "LocalSGD", "ParamServer", "PipeSGD",
-           "PowerSGD", "Quantize", "SwitchAggregation", "SyncMethod", "TopK", "parse"]
+           "PowerSGD", "Quantize", "SiteTopK", "SwitchAggregation", "SyncMethod", "TopK", "parse"]

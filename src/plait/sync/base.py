@@ -95,6 +95,9 @@ class SyncMethod:
     whole_learners: ClassVar[bool] = False
     """Trains :attr:`learners` whole model replicas inside each rank, each on its share of the micro-batch
     (:mod:`plait.run.crossbow`)."""
+    site_aware: ClassVar[bool] = False
+    """Sends different bytes over each tier of a group that spans sites (:mod:`plait.sync.site_topk`): its bytes per
+    tier are :meth:`site_payload_bytes`."""
     servers_hold_model: ClassVar[bool] = False
     """The server ranks step the parameters, so the trained model is their pieces (:mod:`plait.run.async_train`)."""
 
@@ -188,6 +191,16 @@ class SyncMethod:
     def graph(self) -> tuple[Topology, int] | None:
         """(topology, peers) of the neighbours each replica averages with (``None``: no gossip)."""
         return None
+
+    @property
+    def convergence_proxy(self) -> SyncMethod | None:
+        """A method whose steps multiplier this one takes where the table has none of its own
+        (:func:`plait.plan.convergence.convergence`); ``None``: none."""
+        return None
+
+    def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
+        """(bytes inside a site, bytes across sites) one rank hands to collectives, for a :attr:`site_aware` method."""
+        raise NotImplementedError(f"{self.name} sends the same bytes on every tier")
 
     def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
         """Bytes one replica hands to its collectives in step ``step`` (``None``: the steady-state mean) for a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from plait.search.adaptive import site_verdict
 from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why_winner
 from plait.search.pareto import Point
 from plait.search.runner import SearchResult
@@ -42,6 +43,9 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     console.print(f"[bold]why #1[/]: {why_winner(best[0])}")
     if len(best) > 1:
         console.print(f"[bold]runner-up[/]: {runner_up_gives_up(best[0], best[1])}")
+    verdict = site_verdict(result)
+    if verdict:
+        console.print(f"[bold]per tier[/]: {verdict}")
 
 
 def print_relaxations(console: Console, result: SearchResult, relaxations: list[Relaxation]) -> None:
@@ -97,6 +101,7 @@ def search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-un
         "top": [{**e.to_dict(), "bottleneck": max(e.time.items(), key=lambda i: i[1])[0]} for e in best],
         "why": why_winner(best[0]) if best else None,
         "runner_up": runner_up_gives_up(best[0], best[1]) if len(best) > 1 else None,
+        "per_tier": site_verdict(result) if best else None,
         "relaxations": [{"change": r.change, "works": r.best is not None,
                          "best": r.best.plan.describe() if r.best else None} for r in fixes],
     }
