@@ -114,7 +114,7 @@ def test_cp_bytes_by_hand() -> None:
 
 def test_lss_keeps_the_gathered_kv_and_pays_one_latency_per_pass() -> None:
     """LSS saves the other ranks' K/V for the backward: on llama3-8b (8 KV heads of 128 + 128), cp=4, 4096 tokens,
-    bf16, 3 blocks of 1 * 1024 * 8 * 256 * 2 bytes more than the ring per layer. Its exchange is one all-gather
+    bf16, 3 blocks of 1 * 1024 * 8 * 256 * 2 bytes more than the ring per layer, and its mask as a bf16 bias. Its exchange is one all-gather
     and one reduce-scatter of the 4 blocks (cp ranks on the toy cluster's NVLink), whatever the attention time."""
     from plait.cost import collectives as coll
     from plait.cost.activations import attention_block_bytes
@@ -127,6 +127,8 @@ def test_lss_keeps_the_gathered_kv_and_pays_one_latency_per_pass() -> None:
     lss = replace(ring, plan=replace(plan, cp_attention="lss"))
     block = 1024 * 8 * 256 * 2
     assert attention_block_bytes(lss)[0] - attention_block_bytes(ring)[0] == 3 * block
+    # and its [1024, 4096] visibility mask, a bf16 bias the kernel keeps, in the core selective recompute drops
+    assert attention_block_bytes(lss)[1] - attention_block_bytes(ring)[1] == 1024 * 4096 * 2
     link = coll.group_link(toy_cluster(), 4, 1)
     expected = (coll.all_gather_s(4 * block, link), coll.reduce_scatter_s(4 * block, link))
     assert cp_exchange_s(lss, 1.0, 2.0) == cp_exchange_s(lss, 0.0, 0.0) == expected

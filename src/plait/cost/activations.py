@@ -16,13 +16,14 @@ output, which the multiply saves beside ``b`` (``silu`` saves its input, ``mul``
 width is ``ffn_hidden_size`` rather than ``4h``; dropout masks exist only when the model uses dropout; a flash-attention kernel
 stores no score matrix, only its output and the fp32 log-sum-exp per query and head
 (Dao 2023, FlashAttention-2, Sec. 3.1); context parallelism divides the sequence, and LSS keeps every
-rank's K/V, gathered (:func:`plait.cost.context_parallel.lss_gathered_kv_bytes`).
+rank's K/V, gathered (:func:`plait.cost.context_parallel.lss_gathered_kv_bytes`), and the visibility mask it
+hands the kernel (:func:`plait.cost.context_parallel.lss_mask_bytes`).
 """
 
 from __future__ import annotations
 
 from plait.cost import op_sac
-from plait.cost.context_parallel import lss_gathered_kv_bytes
+from plait.cost.context_parallel import lss_gathered_kv_bytes, lss_mask_bytes
 from plait.cost.op_sac import LSE_BYTES
 from plait.cost.setup import Setup
 
@@ -56,6 +57,7 @@ def attention_block_bytes(setup: Setup) -> tuple[float, float]:
     else:
         scores = tokens * heads * setup.seq_len  # local queries x all keys
         core = scores * (e + (mask + e if model.dropout else 0.0))  # softmax out (+ dropout mask and output)
+    core += lss_mask_bytes(setup)  # LSS: its visibility mask, a bias the kernel keeps (recomputed with the core)
     return kept, core
 
 

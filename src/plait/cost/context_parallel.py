@@ -173,3 +173,16 @@ def lss_gathered_kv_bytes(setup: Setup) -> float:
         return 0.0
     local = setup.act_bytes * setup.tokens * setup.attention_kv_heads * (model.qk_head_dim + model.v_head_dim)
     return plan.cp * lss_block_bytes(setup) - local
+
+
+def lss_mask_bytes(setup: Setup) -> float:
+    """The attention mask LSS hands the kernel, per layer and micro-batch (0 for the other flavours): plait's LSS
+    (:meth:`plait.run.lss.Lss.attention`) passes SDPA a boolean ``[S, T]`` visibility mask over its head-tail
+    segments, which ATen turns into an additive bias in the query's dtype (``convert_boolean_attn_mask``,
+    aten/src/ATen/native/transformers/attention.cpp) that the fused kernels keep for their backward
+    (``_efficient_attention_forward`` and the CPU flash kernel take it as an input of the backward): ``S = T / cp``
+    local queries by ``T`` keys, shared by the micro-batch's sequences and heads (broadcast)."""
+    plan = setup.plan
+    if plan.cp == 1 or plan.cp_attention != "lss":
+        return 0.0
+    return float(setup.act_bytes * (setup.seq_len // plan.cp) * setup.seq_len)
