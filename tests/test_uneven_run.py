@@ -112,10 +112,12 @@ def test_slowdown_hooks_cut_every_stretch_of_compute() -> None:
 @pytest.mark.parametrize("zero3", [False, True])
 def test_slowdown_cuts_an_fsdp2_model_at_its_blocks(zero3: bool, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """One gloo rank, FSDP2 per block and at the root (ZeRO-2 and ZeRO-3), factor 3, each FSDP2 all-gather and
-    reduce-scatter made 20 ms longer (a slow network): the sleep is twice the compute, 2/3 of the wall time outside
-    the collectives, not of the collectives too (FSDP2 runs the sharded parameters' post-accumulate-grad hooks after
-    its reduce-scatter, so hooks there would stretch it)."""
+    """One gloo rank, FSDP2 per block and at the root (ZeRO-2 and ZeRO-3), factor 3, each FSDP2 all-gather,
+    reduce-scatter, pre-forward and pre-backward made 20 ms longer (a slow network, or a peer not there yet): the sleep is twice the compute, 2/3
+    of the wall time outside the collectives, not of the collectives too (FSDP2 runs the sharded parameters'
+    post-accumulate-grad hooks after its reduce-scatter, so hooks there would stretch it), and no collective lies
+    inside a stretch the clock stretches (ZeRO-3's re-gathers in the backward run in FSDP2's pre-backward hook on a
+    block's output, before the hook that ends the head's stretch unless that one runs first)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -127,6 +129,8 @@ def test_slowdown_cuts_an_fsdp2_model_at_its_blocks(zero3: bool, tmp_path: Path,
     from plait.workload.catalog import resolve_model
 
     delays_s: list[float] = []
+    spans: list[tuple[float, float]] = []  # each delayed collective's (start, end)
+    stretches: list[tuple[float, float]] = []  # each stretch the clock ended: (its start, the tick)
 
     def slow(collective):  # type: ignore[no-untyped-def]
         def delayed(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -134,11 +138,27 @@ def test_slowdown_cuts_an_fsdp2_model_at_its_blocks(zero3: bool, tmp_path: Path,
             time.sleep(0.02)
             out = collective(*args, **kwargs)
             delays_s.append(time.perf_counter() - start)
+            spans.append((start, start + delays_s[-1]))
             return out
         return delayed
 
+    def recorded(tick):  # type: ignore[no-untyped-def]
+        def ticked(self):  # type: ignore[no-untyped-def]
+            stretches.append((self._start_s, time.perf_counter()))
+            tick(self)
+        return ticked
+
     for name in ("foreach_all_gather", "foreach_reduce"):
         monkeypatch.setattr(group_module, name, slow(getattr(group_module, name)))
+    # One rank gathers nothing (its shard is the whole parameter), so FSDP2's pre-forward and pre-backward hooks,
+    # where a rank gathers and waits for its peers, are delayed themselves.
+    from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+    for name in ("_pre_forward", "_pre_backward"):
+        monkeypatch.setattr(FSDPState, name, slow(getattr(FSDPState, name)))
+    from plait.run.slowdown import Clock
+
+    monkeypatch.setattr(Clock, "tick", recorded(Clock.tick))
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
@@ -151,14 +171,16 @@ def test_slowdown_cuts_an_fsdp2_model_at_its_blocks(zero3: bool, tmp_path: Path,
         x = torch.randint(0, 256, (4, 64))
         loss_fn(model(x), x).backward()  # the first pass: FSDP2's lazy initialisation
         optimizer.step()
-        before_s, start, delays_s[:] = clock.slept_s, time.perf_counter(), []
+        before_s, start, delays_s[:], spans[:], stretches[:] = clock.slept_s, time.perf_counter(), [], [], []
         loss_fn(model(x), x).backward()
         optimizer.step()
         wall_s = time.perf_counter() - start
     finally:
         dist.destroy_process_group()
-    assert len(delays_s) >= len(model.layers) + 1  # each block's and the root's gradients reduced (ZeRO-3: gathered too)
+    assert len(delays_s) >= 3 * (len(model.layers) + 1)  # each block's and the root's: reduced, before forward and backward
     assert clock.slept_s - before_s == pytest.approx(2 / 3 * (wall_s - sum(delays_s)), rel=0.15)
+    inside = [(a, b) for a, b in spans for s, t in stretches if s < a and b < t]
+    assert not inside, f"{len(inside)} of {len(spans)} collectives inside a stretch"
 
 
 def test_clock_sleeps_factor_minus_one_times_the_stretch() -> None:

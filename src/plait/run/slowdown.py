@@ -35,9 +35,11 @@ parameters are not hooked, and it is cut at its sharded blocks instead (:func:`_
 stretch starts after FSDP2's pre-forward hook (the all-gather) and the stretch before it ends ahead of that hook
 (``prepend``), and in the backward a block's stretch runs from the gradient at its output (after FSDP2's
 pre-backward all-gather, registered first) to the gradient at its input (before the autograd node FSDP2 put there,
-whose backward reduce-scatters). Not cut out: ZeRO-3's re-gather of the last block's parameters, which falls in the
-output head's backward stretch, and the embedding's backward (after the first block's reduce-scatter), which runs
-unslowed. TP, CP and EP are refused (:func:`plait.run.uneven.check_uneven`): their collectives sit inside each
+whose backward reduce-scatters). The stretch before a block's backward gather (the loss's and the output head's
+backward) ends in a hook registered on the block's (and the root's) output ahead of FSDP2's pre-backward hook, so
+ZeRO-3's re-gathers are outside it: a rank that waits there for a peer still running its other micro-batches (an
+uneven split, :func:`plait.run.train.gather_once`) must not sleep twice that wait. Not cut out: the embedding's
+backward (after the first block's reduce-scatter), which runs unslowed. TP, CP and EP are refused (:func:`plait.run.uneven.check_uneven`): their collectives sit inside each
 block.
 """
 
@@ -92,7 +94,7 @@ def slow_down(parts: list[nn.Module], last_stage: bool, optimizer: torch.optim.O
     for index, part in enumerate(parts):
         inner = part.module if isinstance(part, nn.parallel.DistributedDataParallel) else part
         _hook_module(inner, clock, ends_in_loss=last_stage and index == len(parts) - 1)
-        _hook_fsdp_blocks(inner, clock)
+        _hook_fsdp_blocks(inner, clock, ends_in_loss=last_stage and index == len(parts) - 1)
     optimizer.register_step_pre_hook(lambda *_: clock.start())
     optimizer.register_step_post_hook(lambda *_: clock.tick())
 
@@ -126,9 +128,11 @@ def _hook_module(module: nn.Module, clock: Clock, ends_in_loss: bool) -> None:
             param.register_post_accumulate_grad_hook(lambda _: clock.tick())
 
 
-def _hook_fsdp_blocks(module: nn.Module, clock: Clock) -> None:
-    """Cut the stretches of a model sharded by FSDP2 at its sharded blocks, so that their all-gathers and
-    reduce-scatters fall between stretches (module docstring); nothing for a model FSDP2 does not shard."""
+def _hook_fsdp_blocks(module: nn.Module, clock: Clock, ends_in_loss: bool) -> None:
+    """Cut the stretches of a model sharded by FSDP2 at its sharded blocks (and, where ``module`` ends in the
+    loss, at its root), so that their all-gathers and reduce-scatters fall between stretches (module docstring);
+    nothing for a model FSDP2 does not shard. A pipeline stage's root is left alone: its output gradient arrives
+    from the next stage after a wait, which ends no compute."""
     if not any(is_dtensor(p) for p in module.parameters()):
         return
     from torch.distributed.fsdp import FSDPModule
@@ -142,11 +146,13 @@ def _hook_fsdp_blocks(module: nn.Module, clock: Clock) -> None:
         clock.tick()
         waiting[0] = True  # FSDP2's reduce-scatter, then the next block's gather: not compute
 
-    def output_grad(_: torch.Tensor) -> None:
-        if not waiting[0]:  # the output head's backward (and, under ZeRO-3, this block's re-gather) ends here
+    def output_grad_before_gather(_: torch.Tensor) -> None:
+        if not waiting[0]:  # the loss's or the output head's backward ends here
             clock.tick()
         waiting[0] = False
-        clock.start()
+
+    def output_grad(_: torch.Tensor) -> None:
+        clock.start()  # after FSDP2's pre-backward: this block's (re-)gather and its prefetch of the next are done
 
     def before(_: nn.Module, args: tuple[object, ...]) -> None:
         clock.start()  # after FSDP2's pre-forward: its all-gather is done
@@ -155,15 +161,31 @@ def _hook_fsdp_blocks(module: nn.Module, clock: Clock) -> None:
         if isinstance(first, torch.Tensor) and first.requires_grad:  # FSDP2's post-backward node sits before it
             first.register_hook(input_grad)
 
+    def ahead_of_fsdp(_: nn.Module, __: tuple[object, ...], output: object) -> None:
+        # Registered before FSDP2's pre-backward hook on the same tensor (its post-forward registers it), so in the
+        # backward it runs first: the compute before the gather ends here, not after the gather's wait.
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(output_grad_before_gather)
+
     def after(_: nn.Module, __: tuple[object, ...], output: object) -> None:
         clock.start()
         if isinstance(output, torch.Tensor) and output.requires_grad:  # after FSDP2's pre-backward (the gather)
             output.register_hook(output_grad)
 
     for block in module.modules():
-        if block is module or not isinstance(block, FSDPModule):
+        if not isinstance(block, FSDPModule) or (block is module and not ends_in_loss):
             continue
-        block.register_forward_pre_hook(cut, prepend=True)  # the compute before it ends before the gather
-        block.register_forward_pre_hook(before)
-        block.register_forward_hook(cut, prepend=True)  # before FSDP2's post-forward (the reshard)
-        block.register_forward_hook(after)
+        if block is not module:  # the root's forward gather precedes _hook_module's start already
+            block.register_forward_pre_hook(cut, prepend=True)  # the compute before it ends before the gather
+            block.register_forward_pre_hook(before)
+            block.register_forward_hook(cut, prepend=True)  # before FSDP2's post-forward (the reshard)
+        block.register_forward_hook(ahead_of_fsdp, prepend=True)
+        block.register_forward_hook(after if block is not module else _late(output_grad))
+
+
+def _late(hook: Callable[[torch.Tensor], None]) -> Callable[[nn.Module, tuple[object, ...], object], None]:
+    """A forward hook that registers ``hook`` on the module's output gradient, after FSDP2's pre-backward."""
+    def register(_: nn.Module, __: tuple[object, ...], output: object) -> None:
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(hook)
+    return register
