@@ -10,7 +10,10 @@ slower fabric as the real job's do.
   kind with its local batch (same reduction, its own compute) — and a faster group idles for the difference
   (Poplar, Zhang et al. 2023, Sec. 3: a heterogeneous step waits for its slowest worker). With ``local_sgd`` a
   group takes its own number of local steps per averaging round (000-17), so a round lasts the largest of
-  ``local_steps x`` step time and carries every group's ``local_steps x batch`` sequences. An asynchronous
+  ``local_steps x`` step time and carries every group's ``local_steps x batch`` sequences. Under FSDP2, groups that
+  run different numbers of micro-batches are coupled block by block by the all-gathers of the first forward and the
+  reduce-scatters of the last backward, so the step is at least :func:`plait.predict.coupled.coupled_step_s` of
+  them (:func:`_coupled_s`). An asynchronous
   method (``async_ps``, ``easgd``) waits for nobody: the workers' rates add up (:func:`_asynchronous`).
 - ``pipeline`` split: each stage's forward, backward, data-parallel reduction and optimizer come from its
   group's view with its own layer count, and the per-rank schedule is simulated by the same event sweep as
@@ -28,6 +31,7 @@ from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
 from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan
 from plait.plan.plan import Plan
+from plait.predict.coupled import coupled_step_s
 from plait.predict.estimate import predict
 from plait.simulate.costs import pipeline_costs, stage_memories
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
@@ -149,26 +153,32 @@ def estimate_mixed(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, *,
 def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, share: GroupShare,
                    engine: Engine) -> Estimate:
     """``share``'s step as the homogeneous estimator predicts it: every replica of its kind, with its batch."""
+    return predict(group_job(model, cluster, mixed, share, engine))
+
+
+def group_job(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, share: GroupShare, engine: Engine) -> Job:
+    """``share``'s job: the layout on its group's view, every replica with its local batch."""
     plan = mixed.plan
     local = share.batch // (share.num_gpus // plan.model_parallel)
     plan = replace(plan, global_batch=local * plan.dp)
     if plan.dp_sync.group_local_steps:  # each group averages after its own local steps
         plan = replace(plan, dp_sync=replace(plan.dp_sync, every=share.local_steps))
     view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
-    return predict(Job.build(model, view, plan, engine))
+    return Job.build(model, view, plan, engine)
 
 
 def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
-    ests = [group_estimate(model, cluster, mixed, s, engine) for s in mixed.shares]
+    jobs = [group_job(model, cluster, mixed, s, engine) for s in mixed.shares]
+    ests = [predict(job) for job in jobs]
     rounds = [s.local_steps * e.step_time_s for s, e in zip(mixed.shares, ests, strict=True)]
-    step = max(rounds)
+    step = max(max(rounds), _coupled_s(model, jobs, ests))
     groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
                              num_gpus=s.num_gpus, work=f"b{s.batch}" + (f" x{s.local_steps}" if s.local_steps > 1 else ""),
                              busy_s=r, idle_s=step - r, memory_bytes=e.memory.total_bytes,
                              capacity_bytes=e.memory.capacity_bytes)
                    for s, e, r in zip(mixed.shares, ests, rounds, strict=True))
     seq = mixed.plan.seq_len
-    slowest = ests[rounds.index(step)]
+    slowest = ests[rounds.index(max(rounds))]
     return MixedEstimate(
         model_name=model.name, cluster_name=cluster.name, plan=mixed, step_time_s=step,
         tokens_per_step=sum(s.local_steps * s.batch for s in mixed.shares) * seq, groups=groups, time=slowest.time,
@@ -176,6 +186,20 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Eng
         peak_flops=sum(e.peak_flops_per_gpu * s.num_gpus for s, e in zip(mixed.shares, ests, strict=True)),
         price_per_hour_usd=_price(cluster, mixed), steps_multiplier=max(e.steps_multiplier for e in ests),
         steps_multiplier_known=all(e.convergence.known for e in ests))
+
+
+def _coupled_s(model: ModelSpec, jobs: list[Job], ests: list[Estimate]) -> float:
+    """The step of FSDP2 groups that run different numbers of micro-batches, coupled at their per-block collectives
+    (:mod:`plait.predict.coupled`); 0 where no such coupling holds (no FSDP2 across the groups, replicas that
+    average apart, or equal micro-batch counts, whose step is the slowest group's)."""
+    plan = jobs[0].plan
+    counts = [job.plan.num_micro_batches for job in jobs]
+    if not plan.fsdp_managed or plan.dp_sync.infrequent or plan.pp > 1 or len(set(counts)) == 1:
+        return 0.0
+    costs = [pipeline_costs(job) for job in jobs]  # pp = 1: the whole model is the one stage
+    forward, backward = [c.forward_s[0] for c in costs], [c.backward_s[0] for c in costs]
+    rest = [max(e.step_time_s - m * (f + b), 0.0) for e, m, f, b in zip(ests, counts, forward, backward, strict=True)]
+    return coupled_step_s(forward, backward, counts, rest, model.num_layers)
 
 
 def _asynchronous(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
