@@ -11,9 +11,9 @@ slower fabric as the real job's do.
   (Poplar, Zhang et al. 2023, Sec. 3: a heterogeneous step waits for its slowest worker). With ``local_sgd`` a
   group takes its own number of local steps per averaging round (000-17), so a round lasts the largest of
   ``local_steps x`` step time and carries every group's ``local_steps x batch`` sequences. Under FSDP2, groups that
-  run different numbers of micro-batches are coupled block by block by the all-gathers of the first forward and the
-  reduce-scatters of the last backward, so the step is at least :func:`plait.predict.coupled.coupled_step_s` of
-  them (:func:`_coupled_s`). An asynchronous
+  run different numbers of micro-batches on hosts that block in each collective (CPU ranks) are coupled block by
+  block by the all-gathers of the first forward and the reduce-scatters of the last backward, so the step is at
+  least :func:`plait.predict.coupled.coupled_step_s` of them (:func:`_coupled_s`). An asynchronous
   method (``async_ps``, ``easgd``) waits for nobody: the workers' rates add up (:func:`_asynchronous`).
 - ``pipeline`` split: each stage's forward, backward, data-parallel reduction and optimizer come from its
   group's view with its own layer count, and the per-rank schedule is simulated by the same event sweep as
@@ -190,11 +190,15 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Eng
 
 def _coupled_s(model: ModelSpec, jobs: list[Job], ests: list[Estimate]) -> float:
     """The step of FSDP2 groups that run different numbers of micro-batches, coupled at their per-block collectives
-    (:mod:`plait.predict.coupled`); 0 where no such coupling holds (no FSDP2 across the groups, replicas that
-    average apart, or equal micro-batch counts, whose step is the slowest group's)."""
+    (:mod:`plait.predict.coupled`), where a group's host blocks in each collective (a device without an asynchronous
+    launch queue: CPU ranks on gloo); 0 where no such coupling holds (no FSDP2 across the groups, replicas that
+    average apart, equal micro-batch counts, whose step is the slowest group's, or only devices whose hosts enqueue
+    collectives on streams and run ahead: there FSDP2 issues the gathers ahead of the compute, a looser coupling
+    not modelled)."""
     plan = jobs[0].plan
     counts = [job.plan.num_micro_batches for job in jobs]
-    if not plan.fsdp_managed or plan.dp_sync.infrequent or plan.pp > 1 or len(set(counts)) == 1:
+    blocking = any(not job.cluster.accelerator.asynchronous_launch for job in jobs)
+    if not plan.fsdp_managed or plan.dp_sync.infrequent or plan.pp > 1 or len(set(counts)) == 1 or not blocking:
         return 0.0
     costs = [pipeline_costs(job) for job in jobs]  # pp = 1: the whole model is the one stage
     forward, backward = [c.forward_s[0] for c in costs], [c.backward_s[0] for c in costs]
