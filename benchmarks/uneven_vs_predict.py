@@ -13,17 +13,19 @@ Run: python benchmarks/uneven_vs_predict.py [--cluster calibrated.toml]
    0 the calibrated description and rank 1 :func:`plait.hardware.mixed.slowed` of it by 3 (what the sleep
    emulates), joined by the calibrated collective tier — what ``plait run`` prints for the same options
    (:func:`plait.run.uneven_prediction.predict_uneven`). Target: |error| <= 20% for each layout.
-Printed: each layout's measured and predicted step time and error, the predicted busy time of each group, and the
-speed-up of the uneven split over the even one, measured and predicted. The first row, ``ddp x1``, is the control:
-DDP on equal ranks, whose error is the calibration's alone (benchmarks/run_vs_predict.py's ``ddp``); on a machine
-other jobs load, the calibration (both ranks computing at once) and a slowed run (rank 1 asleep two thirds of the
-time) see different shares of the cores, and every row moves with it.
+Printed: each layout's measured and predicted step time and error, its error over the control's, the predicted busy
+time of each group, the load average and the CPU time the run's processes took; and the speed-up of the uneven split
+over the even one, measured and predicted. The first row, ``ddp x1``, is the control: DDP on equal ranks, whose
+error is the calibration's alone (benchmarks/run_vs_predict.py's ``ddp``); on a machine other jobs load, the
+calibration (both ranks computing at once) and the runs see different shares of the cores, and every row moves with
+it: ``vs control`` (``(1 + error) / (1 + control's error) - 1``) divides that common factor out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -73,17 +75,21 @@ CASES = (
 )
 
 
-def measure(case: Case, tmp: Path) -> float:
-    """Median step time after the first step of ``case`` on 2 ranks (torchrun), rank 1 slowed."""
+def measure(case: Case, tmp: Path) -> tuple[float, float]:
+    """Median step time after the first step of ``case`` on 2 ranks (torchrun), rank 1 slowed; and the CPU seconds
+    the run's processes took (user + system)."""
     plan_file, metrics = tmp / f"{case.name.replace(' ', '-')}.toml", tmp / f"{case.name.replace(' ', '-')}.jsonl"
     plan_file.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\n{case.body}\n')
+    before = os.times()
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
                     "plait.run.worker", "--plan", str(plan_file), "--steps", str(STEPS), "--metrics", str(metrics),
                     *uneven_argv(case.uneven), *FULL_PRECISION], check=True, capture_output=True)
+    after = os.times()
+    cpu_s = after.children_user + after.children_system - before.children_user - before.children_system
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     if case.uneven.local_steps:  # rank 0's steps: one round is local_steps[0] of them, the first one averaging
-        return statistics.fmean(r["step_time_s"] for r in rows[case.uneven.local_steps[0]:])
-    return statistics.median(r["step_time_s"] for r in rows[1:])
+        return statistics.fmean(r["step_time_s"] for r in rows[case.uneven.local_steps[0]:]), cpu_s
+    return statistics.median(r["step_time_s"] for r in rows[1:]), cpu_s
 
 
 def predict(case: Case, cluster: Cluster, tmp: Path) -> MixedEstimate:
@@ -108,15 +114,18 @@ def main() -> None:
     print(f"{calibrated.name}, rank 1 x{SLOWDOWN:g} slower but in ddp x1; {STEPS} steps, median after the first; {'fp32' if FULL_PRECISION else 'bf16'}; "
           f"calibrated matmul peak fp32 {peaks['fp32']:.3f} / bf16 {peaks['bf16']:.3f} TFLOP/s, collective latency "
           f"{calibrated.tiers[0].latency_us:.0f} us")
-    print(f"{'layout':10s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}   predicted busy s (rank 0 / 1)")
+    print(f"{'layout':10s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'vs control':>10s}   "
+          "predicted busy s (rank 0 / 1)   load   CPU s")
     measured, predicted = {}, {}
     for case in CASES:
-        measured[case.name] = measure(case, tmp)
+        measured[case.name], cpu_s = measure(case, tmp)
         est = predict(case, calibrated, tmp)
         predicted[case.name] = est.step_time_s / est.plan.shares[0].local_steps  # rank 0's mean step
         busy = " / ".join(f"{g.busy_s:.4f}" for g in est.groups)
-        print(f"{case.name:10s} {measured[case.name]:11.4f} {predicted[case.name]:12.4f} "
-              f"{100 * (predicted[case.name] / measured[case.name] - 1):+6.1f}%   {busy}")
+        ratio = predicted[case.name] / measured[case.name]
+        control = ratio / (predicted["ddp x1"] / measured["ddp x1"])
+        print(f"{case.name:10s} {measured[case.name]:11.4f} {predicted[case.name]:12.4f} {100 * (ratio - 1):+6.1f}% "
+              f"{100 * (control - 1):+9.1f}%   {busy:29s} {os.getloadavg()[0]:5.1f} {cpu_s:7.1f}")
     for even, uneven in (("ddp 8+8", "ddp 12+4"), ("pp 2+2", "pp 3+1")):
         print(f"speed-up of {uneven} over {even}: measured {measured[even] / measured[uneven]:.2f}x, "
               f"predicted {predicted[even] / predicted[uneven]:.2f}x")
