@@ -168,6 +168,9 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
         source += " (bf16 figures in fp32: plait run trains bf16 plans in fp32 on this CPU)"
     seqs = [128, 256, 512, 1024] if device == "cpu" else [512, 1024, 2048, 4096, 8192, 16384]  # GPU: as FA2 Fig. 4
     measured = compute_figures(ranks, threads, sizes, seqs, half, say)
+    if measured["core_share"] < 0.9:  # wall-clock figures of a loaded machine: say so wherever they are used
+        source += (f" (ranks got {measured['core_share']:.2f} of a core while timed: other processes were running, "
+                   "and the compute figures are that much slower than this machine alone)")
     fp32, bf16, wgrad, attention = measured["fp32"], measured["bf16"], measured["wgrad"], measured["attention"]
     memory_bw, memory_fraction = measured["memory_bw"], measured["memory_fraction"]
     messages = [2**12, 2**18, 2**24] if quick else [2**12, 2**16, 2**20, 2**22, 2**24, 2**26]

@@ -46,6 +46,22 @@ def _timeit(fn, min_time_s: float = 0.2, repeats: int = 3) -> float:  # type: ig
     return statistics.median(rounds)
 
 
+def core_share(device: str, seconds: float = 0.5, n: int = 256) -> float:
+    """The fraction of a core this thread gets while it multiplies ``n x n`` matrices for ``seconds``: its CPU time
+    (``time.thread_time``) over the wall time. 1 on a core nothing else wants; below, other processes ran there, and
+    every wall-clock figure timed beside it is that much slower than the machine would be alone (on this 2-core host
+    under load 14-25, 2026-12-06, wall-clock fp32 matmul rates of two ranks at once moved 8.7x between three runs,
+    CPU-time rates within 10% per size: ``python benchmarks/calibration_clocks.py``). 1.0 on a GPU, whose host thread
+    waits on the device."""
+    if device != "cpu":
+        return 1.0
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - wall < seconds:
+        torch.mm(a, b)
+    return min(1.0, (time.thread_time() - cpu) / (time.perf_counter() - wall))
+
+
 def matmul_curve(dtype: torch.dtype, sizes: list[int], device: str, transposed: bool = False,
                  pool_bytes: int = 0, sync: Callable[[], None] = lambda: None) -> list[float]:
     """TFLOP/s of square ``n x n`` matmuls; ``transposed``: ``a.t() @ b``, the layout of a weight gradient.
@@ -259,6 +275,8 @@ def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list
     bf16 = (matmul_curve(half, sizes, device, pool_bytes=pool_bytes, sync=barrier.wait) if half is torch.bfloat16
             else fp32)
     wgrad = matmul_curve(half, sizes, device, transposed=True, pool_bytes=pool_bytes, sync=barrier.wait)
+    barrier.wait()
+    share = core_share(device)  # every rank at once, as the figures were timed
     stage("attention throughput")
     attention = attention_curve(half, seqs, device, pool_bytes=pool_bytes, sync=barrier.wait)
     stage("memory bandwidth")
@@ -269,6 +287,7 @@ def _compute_rank(rank: int, barrier: Any, queue: Any, threads: int, sizes: list
     sampling_ns = sampling_ns_per_slot(device, sync=barrier.wait)
     barrier.wait()
     queue.put(("figures", rank, {"fp32": fp32, "bf16": bf16, "wgrad": wgrad, "attention": attention,
+                                 "core_share": share,
                                  "memory_bw": memory_bw, "memory_fraction": memory_fraction,
                                  "launch_us": launch_floor_us(device), "dispatch_us": dispatch_us(device),
                                  "sampling_ns": sampling_ns}))
