@@ -21,8 +21,10 @@ def test_a_fast_rank_with_three_micro_batches_and_a_slow_one_with_one_by_hand() 
     # First forward at rank 1's pace: 3. Rank 0 then runs alone 2 x (1 + 2) = 6 and starts its last backward at 9;
     # rank 1 starts its backward at 3. The first block of the last backward ends at max(9 + 2/4, 3 + 6/4) = 9.5,
     # the other three at rank 1's pace, 3 x 6/4 = 4.5: 14, then the longer remainder 0.5.
-    assert coupled_step_s((1.0, 3.0), (2.0, 6.0), (3, 1), (0.5, 0.2), 4) == pytest.approx(14.5)
-    # Uncoupled, each rank's own work would be 3 x 3 = 9 and 1 x 9 = 9: the coupling costs 5 more.
+    assert coupled_step_s((1.0, 3.0), (2.0, 6.0), (3, 1), (0.5, 0.2), 4, regathered=False) == pytest.approx(14.5)
+    # Uncoupled, each rank's own work would be 3 x 3 = 9 and 1 x 9 = 9: the coupling costs 5 more. ZeRO-3 re-gathers
+    # before the last backward, so rank 1 computes none of it before rank 0 arrives at 9: 9 + 6 + 0.5.
+    assert coupled_step_s((1.0, 3.0), (2.0, 6.0), (3, 1), (0.5, 0.2), 4, regathered=True) == pytest.approx(15.5)
 
 
 @given(st.floats(0.01, 10), st.floats(0.01, 10), st.integers(1, 16), st.floats(0, 1), st.integers(1, 8),
@@ -30,8 +32,9 @@ def test_a_fast_rank_with_three_micro_batches_and_a_slow_one_with_one_by_hand() 
 @settings(max_examples=100, deadline=None)
 def test_equal_groups_take_the_uncoupled_step(f: float, b: float, m: int, rest: float, groups: int,
                                               blocks: int) -> None:
-    step = coupled_step_s((f,) * groups, (b,) * groups, (m,) * groups, (rest,) * groups, blocks)
-    assert step == pytest.approx(m * (f + b) + rest, rel=1e-12)
+    for regathered in (False, True):
+        step = coupled_step_s((f,) * groups, (b,) * groups, (m,) * groups, (rest,) * groups, blocks, regathered)
+        assert step == pytest.approx(m * (f + b) + rest, rel=1e-12)
 
 
 def test_an_uneven_zero2_split_is_predicted_coupled() -> None:

@@ -203,7 +203,7 @@ def _coupled_s(model: ModelSpec, jobs: list[Job], ests: list[Estimate]) -> float
     costs = [pipeline_costs(job) for job in jobs]  # pp = 1: the whole model is the one stage
     forward, backward = [c.forward_s[0] for c in costs], [c.backward_s[0] for c in costs]
     rest = [max(e.step_time_s - m * (f + b), 0.0) for e, m, f, b in zip(ests, counts, forward, backward, strict=True)]
-    return coupled_step_s(forward, backward, counts, rest, model.num_layers)
+    return coupled_step_s(forward, backward, counts, rest, model.num_layers, regathered=plan.sharding == "zero3")
 
 
 def _asynchronous(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
