@@ -4,9 +4,8 @@
   behind it, as Philly's scheduler did, Jeon et al. ATC 2019 Sec. 2); placed on the fewest nodes free now.
 - :class:`Srtf`: shortest remaining time first, preemptive, by the predicted time left at the requested size
   (Schrage 1968's SRPT rule; with GPUs, as Tiresias' "SRTF" baseline, Gu et al. NSDI 2019 Sec. 6).
-- :class:`Las`: Tiresias' discretized two-dimensional least attained service (Gu et al. NSDI 2019 Sec. 4.2):
-  attained service is GPUs x time; jobs sit in queues by thresholds of it and run lowest queue first, FIFO within a
-  queue, preempting. Tiresias' starvation guard (promotion after long waits) is not modelled.
+- :class:`Las`: Tiresias' discretized two-dimensional least attained service (Gu et al. NSDI 2019 Sec. 4.2),
+  :mod:`plait.schedule.las`.
 - :class:`Consolidate`: network-aware placement with delay scheduling (the 001-13 scheduler, arXiv 2401.16492;
   delay scheduling, Zaharia et al. EuroSys 2010): a job waits up to :attr:`Consolidate.delay_s` for a placement on
   the fewest nodes inside one block of the network, letting jobs behind it go ahead, then takes any placement.
@@ -23,6 +22,7 @@ import numpy as np
 from plait.errors import ConfigError
 from plait.schedule.elastic import Elastic
 from plait.schedule.fit import greedy_fit
+from plait.schedule.las import Las
 from plait.schedule.simulate import Policy, Simulator
 from plait.schedule.state import JobState
 
@@ -129,51 +129,6 @@ class Srtf:
         if sim.ranked:
             idx = sim.running_indices()
             preemptive_pass(sim, now_s, idx, sim.columns.remaining(idx, now_s) / sim.columns.asked_tokens_per_s[idx])
-
-
-@dataclass(frozen=True, kw_only=True)
-class Las:
-    """Tiresias' discretized 2D-LAS."""
-
-    thresholds_gpu_s: tuple[float, ...] = (3_600.0, 36_000.0)
-    """Attained service (GPU-seconds) at which a job moves down a queue (assumed: one and ten GPU-hours; Tiresias
-    tunes them per cluster and finds two queues enough, Gu et al. NSDI 2019 Sec. 6)."""
-    name: str = "las"
-    """Policy name."""
-
-    def queue(self, attained_gpu_s: float) -> int:
-        """The queue a job with ``attained_gpu_s`` of service sits in (0 first)."""
-        return sum(1 for t in self.thresholds_gpu_s if attained_gpu_s >= t)
-
-    def queued_key(self, sim: Simulator, st: JobState) -> tuple[float, float, int]:
-        """A waiting job's rank: its queue (its service is fixed while it waits), then arrival."""
-        return self.queue(st.attained_gpu_s), st.job.arrival_s, st.index
-
-    def schedule(self, sim: Simulator, now_s: float) -> None:
-        """Lowest queue first, FIFO within one; wake when a running job crosses its next threshold."""
-        thresholds = np.sort(np.array(self.thresholds_gpu_s, dtype=np.float64))
-        idx = sim.running_indices()
-        attained = sim.columns.attained(idx, now_s)
-        level = self._levels(attained, thresholds)  # also the next threshold's index, where one is left
-        if sim.ranked:
-            stays, started = preemptive_pass(sim, now_s, idx, level)
-            if not stays.all() or started:  # the jobs running now: those kept (their service as read) and started
-                new = np.array(started, dtype=np.int64)
-                new_attained = sim.columns.attained(new, now_s)
-                idx, attained = np.concatenate([idx[stays], new]), np.concatenate([attained[stays], new_attained])
-                level = np.concatenate([level[stays], self._levels(new_attained, thresholds)])
-        below = np.flatnonzero(level < len(thresholds))
-        if len(below):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
-            crossings = now_s + (thresholds[level[below]] - attained[below]) / sim.columns.gpus[idx[below]]
-            sim.wake(float(crossings.min()) + 1e-6)
-
-    @staticmethod
-    def _levels(attained: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-        """Per job, the thresholds (ascending) its ``attained`` service has reached: its queue."""
-        level = np.zeros(len(attained), dtype=np.int64)
-        for threshold in thresholds.tolist():
-            level += attained >= threshold
-        return level
 
 
 @dataclass(frozen=True, kw_only=True)
