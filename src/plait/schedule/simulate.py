@@ -33,7 +33,9 @@ COMPLETE, ARRIVE, PASS = 0, 1, 2
 
 
 class Policy(Protocol):
-    """A scheduling policy: one pass over the queue and the running jobs, by the simulator's primitives."""
+    """A scheduling policy: one pass over the queue and the running jobs, by the simulator's primitives. Optional
+    hooks, read once: ``queued_key`` (the simulator keeps the queue ranked by it, :attr:`Simulator.ranked`),
+    ``joined_queue`` and ``completed`` (a policy keeping its own index of the jobs hears their changes)."""
 
     name: str
 
