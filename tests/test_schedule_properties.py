@@ -218,3 +218,27 @@ def test_greedy_fit_takes_each_job_that_fits_the_gpus_left_in_turn(gpus: list[in
         walked = len(gpus) if left else (taken[-1] + 1 if taken else 0)
     got, got_walked, got_left = greedy_fit(np.array(gpus, dtype=np.int64), budget)
     assert (got.tolist(), got_walked, got_left) == (taken, walked, left)
+
+
+@settings(max_examples=150, deadline=None)
+@given(gpus=st.lists(st.sampled_from([0, 0, 0, 1, 1, 2, 3, 4, 8, 16]), min_size=1, max_size=40),
+       budget=st.integers(0, 64), start=st.integers(0, 45))
+def test_rank_tree_answers_its_queries_as_a_walk_over_the_positions(gpus: list[int], budget: int, start: int) -> None:
+    """The segment tree LAS's pass reads (plait.schedule.rank_tree), against a plain walk over the same positions
+    (0: no job): the first position where the running sum passes the budget, the first job at or after a position
+    that fits the budget, the GPUs before a position; after clearing a position as well."""
+    from plait.schedule.rank_tree import RankTree
+
+    tree = RankTree(len(gpus))
+    for at, n in enumerate(gpus):
+        tree.set(at, n)
+    for _ in range(2):
+        sums = [sum(gpus[:at + 1]) for at in range(len(gpus))]
+        over = next((at for at, s in enumerate(sums) if s > budget), tree.size)
+        begin = start % tree.size
+        fits = next((at for at in range(begin, len(gpus)) if 0 < gpus[at] <= budget), -1)
+        assert tree.first_over(budget) == over
+        assert tree.first_fitting(begin, budget) == fits
+        assert [tree.prefix(at) for at in range(len(gpus))] == [s - n for s, n in zip(sums, gpus, strict=True)]
+        gpus[start % len(gpus)] = 0
+        tree.set(start % len(gpus), 0)

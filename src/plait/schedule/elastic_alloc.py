@@ -6,9 +6,11 @@ Why it is the same: a job's next step enters the heap only once its previous ste
 beats its predecessor's is popped right after it. Sorting every step once by (the running worst key along its
 job's chain, job index, next size) therefore gives the heap's pop order, ties included; walking that order, a step
 that does not fit the GPUs left is dropped with every later step of its job (the heap never pushes them), and free
-GPUs only shrink. ``tests/test_schedule_properties.py`` checks this against the heap on random jobs. A job's steps
-and keys are fixed once it is seen, so the table keeps every seen job's steps in that order as it records them (a
-pass then filters them to the jobs given GPUs instead of sorting them again).
+GPUs only shrink; since a chain's sizes at least double at each step, each step adds more GPUs than the one before
+it, so the steps after a dropped one cannot fit either, and the walk is a plain first fit
+(:func:`plait.schedule.fit.greedy_fit`). ``tests/test_schedule_properties.py`` checks this against the heap on
+random jobs. A job's steps and keys are fixed once it is seen, so the table keeps every seen job's steps in that
+order as it records them (a pass then filters them to the jobs given GPUs instead of sorting them again).
 """
 
 from __future__ import annotations
@@ -61,10 +63,11 @@ class ChainTable:
     def set(self, index: int, smallest: int, steps: dict[int, tuple[float, int]]) -> None:
         """Record job ``index``: its smallest size and its steps by size (``Elastic.steps``)."""
         self.smallest[index] = smallest
-        size, k, worst = smallest, 0, -np.inf
+        size, k, worst, add = smallest, 0, -np.inf, 0
         while size in steps:
             key, after = steps[size]
-            worst = max(worst, key)
+            assert after - size > add, "each step along a chain adds more GPUs than the one before"
+            worst, add = max(worst, key), after - size
             self._insert(worst, index << JOB_SHIFT | after, after - size)
             size, k = after, k + 1
         self.count[index] = k
@@ -112,30 +115,11 @@ def allocate(table: ChainTable, order: np.ndarray, capacity: int) -> tuple[np.nd
         row = table.row[packed >> JOB_SHIFT]
         mine = np.flatnonzero(row >= 0)  # the steps of jobs given GPUs, still in heap order
         table.row[jobs] = -1
-        _walk(row[mine], packed[mine] & ((1 << JOB_SHIFT) - 1), table.step_add[:n][mine], size, free)
+        # A step that does not fit ends its job's chain in the heap greedy; here the later steps of that chain add
+        # more GPUs still (:meth:`ChainTable.set`) while the GPUs left only shrink, so a plain first fit skips them.
+        taken, _, _ = greedy_fit(table.step_add[:n][mine], free)
+        steps = mine[taken]
+        np.maximum.at(size, row[steps], packed[steps] & ((1 << JOB_SHIFT) - 1))  # a job's largest taken size
     return jobs, size
 
 
-def _walk(row: np.ndarray, nxt: np.ndarray, add: np.ndarray, size: np.ndarray, free: int) -> None:
-    """Take the sorted steps in turn while each fits (``size[row]`` becomes ``nxt``); a step that does not fit ends
-    its job's chain. Each round first ends every chain at its first step larger than the GPUs left (free only
-    shrinks, so it will not fit when its turn comes), then takes the run of steps that fit one after another."""
-    ahead = np.arange(len(row))
-    while free > 0 and len(ahead):
-        big = add[ahead] > free
-        if big.any():
-            end = np.full(len(size), len(row))
-            np.minimum.at(end, row[ahead[big]], ahead[big])
-            ahead = ahead[ahead < end[row[ahead]]]
-            if not len(ahead):
-                break
-        total = np.cumsum(add[ahead])
-        over = int(np.searchsorted(total, free, side="right"))
-        done = ahead[:over]
-        np.maximum.at(size, row[done], nxt[done])  # a job's steps only grow it: its largest taken size is its size
-        free -= int(total[over - 1]) if over else 0
-        if over == len(ahead):
-            break
-        stop = ahead[over]  # does not fit what is left: its job's chain ends here
-        rest = ahead[over + 1:]
-        ahead = rest[row[rest] != row[stop]]

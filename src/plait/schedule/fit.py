@@ -1,5 +1,6 @@
-"""First fit of jobs into the GPUs left, in order: the walk SRTF, LAS (:mod:`plait.schedule.policies`) and the
-elastic policy's smallest sizes (:mod:`plait.schedule.elastic_alloc`) share."""
+"""First fit of jobs into the GPUs left, in order: the walk SRTF (:mod:`plait.schedule.policies`) and the elastic
+policy's smallest sizes and growth steps (:mod:`plait.schedule.elastic_alloc`) share (LAS walks the same way over a
+tree, :mod:`plait.schedule.las`)."""
 
 from __future__ import annotations
 

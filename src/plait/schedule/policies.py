@@ -4,9 +4,8 @@
   behind it, as Philly's scheduler did, Jeon et al. ATC 2019 Sec. 2); placed on the fewest nodes free now.
 - :class:`Srtf`: shortest remaining time first, preemptive, by the predicted time left at the requested size
   (Schrage 1968's SRPT rule; with GPUs, as Tiresias' "SRTF" baseline, Gu et al. NSDI 2019 Sec. 6).
-- :class:`Las`: Tiresias' discretized two-dimensional least attained service (Gu et al. NSDI 2019 Sec. 4.2):
-  attained service is GPUs x time; jobs sit in queues by thresholds of it and run lowest queue first, FIFO within a
-  queue, preempting. Tiresias' starvation guard (promotion after long waits) is not modelled.
+- :class:`Las`: Tiresias' discretized two-dimensional least attained service (Gu et al. NSDI 2019 Sec. 4.2),
+  :mod:`plait.schedule.las`.
 - :class:`Consolidate`: network-aware placement with delay scheduling (the 001-13 scheduler, arXiv 2401.16492;
   delay scheduling, Zaharia et al. EuroSys 2010): a job waits up to :attr:`Consolidate.delay_s` for a placement on
   the fewest nodes inside one block of the network, letting jobs behind it go ahead, then takes any placement.
@@ -21,8 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from plait.errors import ConfigError
+from plait.schedule.columns import Columns
 from plait.schedule.elastic import Elastic
 from plait.schedule.fit import greedy_fit
+from plait.schedule.las import Las
 from plait.schedule.simulate import Policy, Simulator
 from plait.schedule.state import JobState
 
@@ -47,65 +48,71 @@ QUEUE_HEAD = 64
 """Waiting jobs a preemptive pass first merges with the running ones (it doubles the head while it must)."""
 
 
-def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray,
-                    running_rank: np.ndarray) -> tuple[np.ndarray, list[int]]:
+def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
     """Run the jobs first in rank order that fit the cluster's GPUs together; stop the running jobs outside that
-    set, then start the chosen ones on the fewest nodes free (a chosen job the fragments cannot hold waits).
+    set, then start the chosen ones on the fewest nodes free (the running jobs hold the GPUs they asked for, so the
+    chosen ones fit the GPUs free once the others stop).
 
-    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position; integer
-    ``running_rank``: small whole numbers, as LAS's queues, sorted as one packed key): the running
+    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position): the running
     jobs ``idx`` (:meth:`Simulator.running_indices`) with their ``running_rank`` are merged with the head of the
-    ranked queue (:attr:`Simulator.ranked`), the head doubling until the walk runs out of GPUs inside it, so a pass
-    costs the running jobs and the few waiting jobs that can win GPUs, not the whole queue. The running jobs ranked
-    before every waiting job are kept without a sort: they fit together (they run now), so the walk takes each of
-    them whatever follows; only the others are merged with the queue's head.
-
-    Returns which of ``idx`` still run, and the jobs started (trace positions)."""
+    ranked queue (:attr:`Simulator.ranked`), so a pass costs the running jobs and the few waiting jobs that can win
+    GPUs, not the whole queue. The running jobs ranked before every waiting job are kept without a sort: they fit
+    together (they run now), so the walk takes each of them whatever follows. Of the others, only those ranked
+    before the head's last job are merged with it: if the walk runs out of GPUs there, the rest stop; if not, the
+    head becomes the whole queue, and the running jobs ranked after all of it are walked last, sorted only when
+    they do not all fit what is left."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
-        return np.ones(len(idx), dtype=bool), []
+        return
     cols, head = sim.columns, QUEUE_HEAD
-    first_rank, first_arrival, first_index = sim.ranked[0]
-    arrival = cols.arrival_s[idx]
-    ahead = (running_rank < first_rank) | ((running_rank == first_rank) & (
-        (arrival < first_arrival) | ((arrival == first_arrival) & (idx < first_index))))
-    late = np.flatnonzero(~ahead)  # positions in ``idx`` of the running jobs ranked after the queue's first
-    budget = sim.pool.capacity_gpus - int(cols.asked_gpus[idx[ahead]].sum())
+    late = np.flatnonzero(_after(sim.ranked[0], running_rank, idx, cols))  # positions in ``idx``
     late_index, late_rank = idx[late], running_rank[late]
+    budget = sim.pool.free_gpus + int(cols.asked_gpus[late_index].sum())  # the GPUs not held by the jobs ahead
     while True:
+        whole = head >= len(sim.ranked)
         queued = sim.ranked_head(head)
-        index = np.concatenate([late_index, queued[:, 2].astype(np.int64)])
-        order = _rank_order(np.concatenate([late_rank, queued[:, 0]]), cols.arrival_rank[index],
-                            len(cols.arrival_rank) if running_rank.dtype.kind == "i" else 0)
-        taken, walked, left = greedy_fit(cols.asked_gpus[index[order]], budget)
-        in_head = np.flatnonzero(order >= len(late))
-        # Exact once the GPUs ran out no later than the head's last waiting job: past it, jobs beyond the head
-        # would interleave with the running ones.
-        if head >= len(sim.ranked) or (left == 0 and walked <= in_head[-1] + 1):
+        tail = _after(sim.ranked[len(queued) - 1], late_rank, late_index, cols)
+        inside = np.flatnonzero(~tail)  # positions in ``late`` ranked before the head's last job
+        index = np.concatenate([late_index[inside], queued[:, 2].astype(np.int64)])
+        order = _rank_order(np.concatenate([late_rank[inside], queued[:, 0]]), cols.arrival_rank[index])
+        taken, _, left = greedy_fit(cols.asked_gpus[index[order]], budget)
+        if left == 0 or whole:
             break
-        # GPUs left over after the whole head: the walk most likely goes on to the queue's end, so take it all.
-        head = len(sim.ranked) if left else 2 * head
+        head = len(sim.ranked)  # GPUs left over after the head: the walk most likely goes on to the queue's end
     picked = order[taken]  # positions in ``index``, in rank order
-    was_running = picked < len(late)
-    stays = ahead.copy()
-    stays[late[picked[was_running]]] = True
-    for i in idx[~stays].tolist():  # in the order they started, as the running jobs are kept
+    from_late = picked < len(inside)
+    keep = np.zeros(len(late), dtype=bool)
+    keep[inside[picked[from_late]]] = True
+    rest = np.flatnonzero(tail)
+    if left and len(rest):  # the running jobs ranked after every waiting job, walked last
+        gpus = cols.asked_gpus[late_index[rest]]
+        if int(gpus.sum()) <= left:
+            keep[rest] = True
+        else:
+            order = _rank_order(late_rank[rest], cols.arrival_rank[late_index[rest]])
+            keep[rest[order[greedy_fit(gpus[order], left)[0]]]] = True
+    for i in idx[late[~keep]].tolist():  # in the order they started, as the running jobs are kept
         sim.stop(sim.states[i], now_s)
-    started = []
-    for i in index[picked[~was_running]].tolist():
+    for i in index[picked[~from_late]].tolist():
         st = sim.states[i]
         place = sim.pool.packed(st.job.gpus)
-        if place is not None:
-            sim.start(st, place, now_s)
-            started.append(i)
-    return stays, started
+        assert place is not None, "a chosen job fits the GPUs the stopped and unchosen jobs leave"
+        sim.start(st, place, now_s)
 
 
-def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray, num_jobs: int) -> np.ndarray:
-    """Positions sorted by (``rank``, ``arrival_rank``), the latter unique and below ``num_jobs``: where ``num_jobs``
-    is given the ranks are small whole numbers (LAS's queues) and both pack into one exact key; else one sort by rank
-    where no two ranks tie (as SRTF's times left rarely do), else both keys."""
-    if num_jobs:
-        return np.argsort(rank * num_jobs + arrival_rank)  # whole numbers below 2^53: exact, and unique
+def _after(key: tuple[float, float, int], rank: np.ndarray, idx: np.ndarray, cols: Columns) -> np.ndarray:
+    """Which running jobs ``idx`` with ``rank`` are ranked after the waiting job's ``key`` (rank, arrival, trace
+    position); arrivals are read only where ranks tie."""
+    after = rank > key[0]
+    tie = rank == key[0]
+    if tie.any():
+        arrival = cols.arrival_s[idx]
+        after |= tie & ((arrival > key[1]) | ((arrival == key[1]) & (idx > key[2])))
+    return after
+
+
+def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray) -> np.ndarray:
+    """Positions sorted by (``rank``, ``arrival_rank``), the latter unique: one sort by rank where no two ranks tie
+    (as SRTF's times left rarely do), else both keys."""
     order = np.argsort(rank)
     ranked = rank[order]
     if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
@@ -129,51 +136,6 @@ class Srtf:
         if sim.ranked:
             idx = sim.running_indices()
             preemptive_pass(sim, now_s, idx, sim.columns.remaining(idx, now_s) / sim.columns.asked_tokens_per_s[idx])
-
-
-@dataclass(frozen=True, kw_only=True)
-class Las:
-    """Tiresias' discretized 2D-LAS."""
-
-    thresholds_gpu_s: tuple[float, ...] = (3_600.0, 36_000.0)
-    """Attained service (GPU-seconds) at which a job moves down a queue (assumed: one and ten GPU-hours; Tiresias
-    tunes them per cluster and finds two queues enough, Gu et al. NSDI 2019 Sec. 6)."""
-    name: str = "las"
-    """Policy name."""
-
-    def queue(self, attained_gpu_s: float) -> int:
-        """The queue a job with ``attained_gpu_s`` of service sits in (0 first)."""
-        return sum(1 for t in self.thresholds_gpu_s if attained_gpu_s >= t)
-
-    def queued_key(self, sim: Simulator, st: JobState) -> tuple[float, float, int]:
-        """A waiting job's rank: its queue (its service is fixed while it waits), then arrival."""
-        return self.queue(st.attained_gpu_s), st.job.arrival_s, st.index
-
-    def schedule(self, sim: Simulator, now_s: float) -> None:
-        """Lowest queue first, FIFO within one; wake when a running job crosses its next threshold."""
-        thresholds = np.sort(np.array(self.thresholds_gpu_s, dtype=np.float64))
-        idx = sim.running_indices()
-        attained = sim.columns.attained(idx, now_s)
-        level = self._levels(attained, thresholds)  # also the next threshold's index, where one is left
-        if sim.ranked:
-            stays, started = preemptive_pass(sim, now_s, idx, level)
-            if not stays.all() or started:  # the jobs running now: those kept (their service as read) and started
-                new = np.array(started, dtype=np.int64)
-                new_attained = sim.columns.attained(new, now_s)
-                idx, attained = np.concatenate([idx[stays], new]), np.concatenate([attained[stays], new_attained])
-                level = np.concatenate([level[stays], self._levels(new_attained, thresholds)])
-        below = np.flatnonzero(level < len(thresholds))
-        if len(below):  # a microsecond past the crossing, so that rounding cannot leave the job just short of it
-            crossings = now_s + (thresholds[level[below]] - attained[below]) / sim.columns.gpus[idx[below]]
-            sim.wake(float(crossings.min()) + 1e-6)
-
-    @staticmethod
-    def _levels(attained: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-        """Per job, the thresholds (ascending) its ``attained`` service has reached: its queue."""
-        level = np.zeros(len(attained), dtype=np.int64)
-        for threshold in thresholds.tolist():
-            level += attained >= threshold
-        return level
 
 
 @dataclass(frozen=True, kw_only=True)

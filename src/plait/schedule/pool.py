@@ -56,6 +56,7 @@ class Pool:
         self.num_nodes = gpus // per_node
         self.free = np.full(self.num_nodes, per_node, dtype=np.int64)
         self.free_gpus = gpus
+        self._native_spans = tuple(t.span_gpus for t in cluster.tiers)
         self.tier_nodes = tuple(max(1, t.span_gpus // per_node) for t in cluster.tiers)
         """Nodes in one block of each tier (1 where a tier is no wider than a node)."""
 
@@ -63,19 +64,21 @@ class Pool:
         """Fewest nodes ``gpus`` GPUs can sit on."""
         return -(-gpus // self.gpus_per_node)
 
-    def _pick(self, gpus: int, candidates: np.ndarray) -> Placement | None:
-        """Fewest of ``candidates`` (node indices) holding ``gpus`` free GPUs: fullest-free first, the remainder on
-        the node it fits best (least free left over), so that small jobs fill holes instead of whole nodes."""
-        free = self.free[candidates]
+    def _pick(self, gpus: int, candidates: np.ndarray | None) -> Placement | None:
+        """Fewest of ``candidates`` (node indices; ``None``: every node) holding ``gpus`` free GPUs: fullest-free
+        first, the remainder on the node it fits best (least free left over), so that small jobs fill holes instead
+        of whole nodes."""
+        free = self.free if candidates is None else self.free[candidates]
         # The loop below's first turn, without its sort: the tightest node that holds them all, the lowest
         # index among equally tight ones (the stable sort keeps index order among equal free counts).
         tight = np.where(free >= gpus, free, self.gpus_per_node + 1)
         at = int(np.argmin(tight))
         if tight[at] <= self.gpus_per_node:
-            return Placement(nodes=((int(candidates[at]), gpus),))
+            return Placement(nodes=((at if candidates is None else int(candidates[at]), gpus),))
         if free.sum() < gpus:
             return None
-        order = candidates[np.argsort(-free, kind="stable")]
+        order = np.argsort(-free, kind="stable")
+        order = order if candidates is None else candidates[order]
         taken, left = [], gpus
         while left > 0:
             fits = order[self.free[order] >= left]
@@ -93,7 +96,7 @@ class Pool:
         """``gpus`` GPUs on the fewest nodes free now, wherever they are (``None``: fewer are free)."""
         if gpus > self.free_gpus:
             return None
-        return self._pick(gpus, np.arange(self.num_nodes))
+        return self._pick(gpus, None)
 
     def consolidated(self, gpus: int) -> Placement | None:
         """``gpus`` GPUs on the fewest nodes possible (:meth:`min_nodes`) inside one block of the innermost tier
@@ -134,6 +137,8 @@ class Pool:
         the job holds in one of them, rounded down to a power of two (plait's groups are aligned powers of two);
         the outermost tier keeps its span."""
         tiers = self.cluster.tiers
+        if len(place.nodes) == 1:  # one node lies in one block of every tier: each keeps its span
+            return self.native_spans()
         out = []
         for tier, nodes_per_block in zip(tiers[:-1], self.tier_nodes[:-1], strict=True):
             held: dict[int, int] = {}
@@ -144,4 +149,4 @@ class Pool:
 
     def native_spans(self) -> tuple[int, ...]:
         """The tiers' own spans (a consolidated job's view)."""
-        return tuple(t.span_gpus for t in self.cluster.tiers)
+        return self._native_spans

@@ -33,7 +33,9 @@ COMPLETE, ARRIVE, PASS = 0, 1, 2
 
 
 class Policy(Protocol):
-    """A scheduling policy: one pass over the queue and the running jobs, by the simulator's primitives."""
+    """A scheduling policy: one pass over the queue and the running jobs, by the simulator's primitives. Optional
+    hooks, read once: ``queued_key`` (the simulator keeps the queue ranked by it, :attr:`Simulator.ranked`),
+    ``joined_queue`` and ``completed`` (a policy keeping its own index of the jobs hears their changes)."""
 
     name: str
 
@@ -43,6 +45,8 @@ class Policy(Protocol):
 
 QueuedKey = Callable[["Simulator", JobState], tuple[float, float, int]]
 """A policy's rank of a waiting job: fixed while it waits, its trace index last (so keys are unique)."""
+Observer = Callable[["Simulator", JobState], None]
+"""A policy's hook told of one job's change."""
 
 
 class Simulator:
@@ -68,6 +72,10 @@ class Simulator:
         self._ranked_rows = np.empty((64, 3))
         """:attr:`ranked` as rows of floats, kept beside it (:meth:`ranked_head`)."""
         self._queued_key: QueuedKey | None = getattr(policy, "queued_key", None)
+        self._joined_queue: Observer | None = getattr(policy, "joined_queue", None)
+        """A policy that keeps its own index of the jobs (LAS) hears each join of the queue (arrival or stop)..."""
+        self._completed: Observer | None = getattr(policy, "completed", None)
+        """... and each completion (starts and stops are its own)."""
         self._running_order = OrderedIndices(len(jobs))
         """:attr:`running`'s keys as an array (:meth:`running_indices`)."""
         self._active_order = OrderedIndices(len(jobs))
@@ -149,6 +157,8 @@ class Simulator:
     # --- events -----------------------------------------------------------------------------------------------------
     def _enqueue(self, st: JobState) -> None:
         self.queued[st.index] = st
+        if self._joined_queue is not None:
+            self._joined_queue(self, st)
         if self._queued_key is not None:
             st.queued_key = self._queued_key(self, st)
             at, n = bisect.bisect_right(self.ranked, st.queued_key), len(self.ranked)
@@ -187,6 +197,8 @@ class Simulator:
         del self.active[st.index]
         self._active_order.remove(st.index)
         self.columns.write(st)
+        if self._completed is not None:
+            self._completed(self, st)
         self.wake(now)
 
     def _arrive(self, st: JobState) -> None:

@@ -76,6 +76,7 @@ class SpeedModel:
         self.search_cpu_s = 0.0
         """CPU seconds of this process spent in them (a loaded machine's preemption does not count)."""
         self._memo: dict[tuple[str, int, tuple[int, ...]], Speed | None] = {}
+        self._native_spans = tuple(t.span_gpus for t in cluster.tiers)
         figures = reliability()
         self._storage = cluster.storage_bytes_per_s_per_gpu or figures.storage_bytes_per_s_per_gpu
         self._relaunch_s = figures.relaunch_s
@@ -92,10 +93,9 @@ class SpeedModel:
     def at(self, model: str, gpus: int, spans: tuple[int, ...] | None = None) -> Speed | None:
         """The best plan of ``model`` on ``gpus`` GPUs whose tiers span ``spans`` (default: the cluster's own, a
         consolidated placement); ``None`` when no plan fits."""
-        spans = spans or tuple(t.span_gpus for t in self.cluster.tiers)
-        key = (model, gpus, spans)
+        key = (model, gpus, spans or self._native_spans)
         if key not in self._memo:
-            self._memo[key] = self._search(model, gpus, spans)
+            self._memo[key] = self._search(model, gpus, key[2])
         return self._memo[key]
 
     def _search(self, model: str, gpus: int, spans: tuple[int, ...]) -> Speed | None:
