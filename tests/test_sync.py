@@ -160,6 +160,35 @@ def _sma_reference(torch) -> list[float]:  # type: ignore[no-untyped-def]
     return losses
 
 
+def test_crossbow_clips_each_learner_by_its_own_norm() -> None:
+    """Two learners of ``y = w . x`` (w = 0, loss the mean of y), one sample each: learner 0's own gradient is
+    x_0 = (3, 4), norm 5, clipped at 1 to (0.6, 0.8); learner 1's, x_1 = (0.3, 0.4), norm 0.5, stays. SGD at lr 1
+    then moves them to -(0.6, 0.8) and -(0.3, 0.4) (the pull is 0: both start at the central model). One norm over
+    both (sqrt(25 + 0.25) = 5.02 at their own scale, 2.51 at the 1/2 the backward leaves) would clip learner 1
+    too. The clip returns the larger learner's own norm, 5."""
+    torch = pytest.importorskip("torch")
+    from plait.run.crossbow import Crossbow, Learners
+
+    class OneRank:  # the replicas: this rank alone, whose sum is its own
+        size = 1
+
+        def all_reduce(self, flat):  # type: ignore[no-untyped-def]
+            done = torch.futures.Future()  # type: ignore[var-annotated]
+            done.set_result([flat])
+            return done
+
+    model = torch.nn.Linear(2, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    learners = Learners(model, 2)
+    optimizer = Crossbow(torch.optim.SGD(model.parameters(), lr=1.0), parse("crossbow:learners=2"), learners,
+                         OneRank())  # type: ignore[arg-type]
+    learners(torch.tensor([[3.0, 4.0], [0.3, 0.4]])).mean().backward()
+    assert optimizer.clip(1.0) == pytest.approx(5.0)
+    optimizer.step()
+    moved = [r.weight.detach().flatten().tolist() for r in learners.replicas]
+    assert moved[0] == pytest.approx([-0.6, -0.8], abs=1e-6) and moved[1] == pytest.approx([-0.3, -0.4], abs=1e-6)
+
+
 def test_estimate_prices_each_method_and_refuses_what_it_cannot_run() -> None:
     """On one DGX H100 node's NVLink the all-reduce hides behind the backward and wins; on 100 Gbit/s Ethernet
     PowerSGD and local SGD send less and win. Methods where they cannot run are refused in one line."""

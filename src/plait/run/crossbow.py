@@ -10,7 +10,8 @@ algorithm, its sources and its costs; no library has it: the authors' artifact i
   by ``-c_j = -alpha (w_j - z)``; after it the ranks sum their learners' corrections in one fp32 all-reduce of one
   model per rank, and every rank moves its copy of the central model by that sum plus ``momentum`` times its last
   move. The correction is applied before the inner step: for SGD the same as the paper's simultaneous update;
-  AdamW's decoupled weight decay then also decays it.
+  AdamW's decoupled weight decay then also decays it. Gradient clipping (:meth:`Crossbow.clip`) clips each learner
+  by its own norm, as K independent learners would be.
 """
 
 from __future__ import annotations
@@ -65,6 +66,22 @@ class Crossbow(Wrapped):
         self.total = torch.zeros_like(self.central)
         self.z = [piece.view_as(p) for piece, p in zip(self.central.split(sizes), first)]
         self.sums = [piece.view_as(p) for piece, p in zip(self.total.split(sizes), first)]
+
+    @torch.no_grad()
+    def clip(self, max_norm: float) -> float:
+        """Clip each learner's gradient by its own 2-norm at ``max_norm``, as the learner alone would
+        (``torch.nn.utils.clip_grad_norm_``; each learner takes its own optimizer step on its small batch,
+        Koliousis et al., VLDB 2019, Algorithm 1). Before :meth:`step` a learner's gradient is ``1/K`` of its own
+        batch mean, so its own norm is ``K`` times this one's, and its clipping factor scales both alike. Returns
+        the largest learner's norm (non-finite when any is)."""
+        k, norms = len(self.params), []
+        for params in self.params:
+            held = [p for p in params if p.grad is not None]
+            if held:
+                norm = torch.nn.utils.get_total_norm([p.grad for p in held]).float() * k  # the learner's own
+                torch.nn.utils.clip_grads_with_norm_(held, max_norm, norm)
+                norms.append(norm)
+        return float(torch.stack(norms).max()) if norms else 0.0
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]

@@ -242,7 +242,8 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
                weight: float = 1.0, uneven_batch: bool = False,
                swap: ActivationSwap | None = None) -> tuple[float, float]:
     """Optimizer step ``step`` (0-based): forward and backward of every micro-batch, clipping, the optimizer,
-    schedule. Returns (mean loss this rank saw, global gradient norm before clipping). A non-finite norm stops
+    schedule. Returns (mean loss this rank saw, global gradient norm before clipping; Crossbow: its largest
+    learner's own norm, each learner clipped by its own). A non-finite norm stops
     the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were. A PALSGD pseudo-synchronization
     step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
     metrics). Under an uneven batch split (``uneven_batch``) ``weight`` is the factor on this rank's loss
@@ -270,7 +271,10 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
         for p in params:
             if p.grad is not None:
                 p.grad.fill_(float("nan"))
-    norm = clip_gradients(params, config.max_grad_norm, mesh, experts)  # the same global norm on every rank
+    if plan.dp_sync.whole_learners and plan.dp > 1:  # Crossbow: each learner by its own norm, as alone
+        norm = optimizer.clip(config.max_grad_norm)
+    else:
+        norm = clip_gradients(params, config.max_grad_norm, mesh, experts)  # the same global norm on every rank
     if not math.isfinite(norm) and config.on_nonfinite == "stop":
         raise NonFiniteStep(f"step {step + 1}: the gradient norm is {norm}; the run stops "
                             "(--on-nonfinite skip skips such steps)")
