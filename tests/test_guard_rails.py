@@ -23,10 +23,10 @@ def _plan(tmp_path: Path, body: str, model: str = str(MODEL), global_batch: int 
     return path
 
 
-def _run(plan: Path, *extra: str, nan_at: int | None = None) -> subprocess.CompletedProcess[str]:
+def _run(plan: Path, *extra: str, nan_at: int | str | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if nan_at is not None:
-        env["PLAIT_TEST_NAN_AT_STEP"] = str(nan_at)
+        env["PLAIT_TEST_NAN_AT_STEP"] = str(nan_at)  # STEP, or STEP@RANK for that rank only
     return subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--cluster", "dgx-h100-ib",
                            *extra], capture_output=True, text=True, timeout=600, env=env)
 
@@ -44,9 +44,11 @@ def test_a_non_finite_step_stops_the_run_with_exit_code_3_and_its_log_in_the_run
 
 @pytest.mark.slow
 def test_a_non_finite_step_can_be_skipped(tmp_path: Path) -> None:
+    """Under local SGD each replica clips by its own norm: rank 1's step 3 alone is non-finite, and both replicas
+    skip it (rank 0 writes the metrics), so their averaging steps stay paired and the run ends."""
     metrics = tmp_path / "m.jsonl"
-    out = _run(_plan(tmp_path, "dp_replicate = 2"), "--steps", "5", "--metrics", str(metrics),
-               "--on-nonfinite", "skip", nan_at=3)
+    out = _run(_plan(tmp_path, 'dp_replicate = 2\ndp_sync = "local_sgd:every=2"'), "--steps", "5", "--metrics",
+               str(metrics), "--on-nonfinite", "skip", nan_at="3@1")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]  # strict JSON: null, not NaN
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and rows[2]["grad_norm"] is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import resource
 import sys
 import time
@@ -44,7 +45,23 @@ class TrainConfig:
 
 
 NAN_HOOK = "PLAIT_TEST_NAN_AT_STEP"
-"""Test hook: every rank's gradients become NaN at this (1-based) step."""
+"""Test hook: every rank's gradients become NaN at this (1-based) step; ``STEP@RANK``: that rank's only."""
+
+
+def nan_hook_fires(step: int) -> bool:
+    """Whether :data:`NAN_HOOK` poisons this rank's gradients at optimizer step ``step`` (0-based)."""
+    at, _, rank = os.environ.get(NAN_HOOK, "").partition("@")
+    return at == str(step + 1) and (not rank or rank == str(dist.get_rank()))
+
+
+def agreed_norm(norm: float, group: dist.ProcessGroup, device: str) -> float:
+    """``norm``, or NaN on every rank of ``group`` where any rank's is not finite. Under a method that averages
+    parameters rather than gradients (local SGD, DiLoCo, gossip, Crossbow) each replica clips by its own norm, so
+    one replica's step can be non-finite alone; skipping it there only would leave that rank's optimizer, and the
+    collectives inside its ``step``, one behind its peers' (a hang): the replicas skip together."""
+    flag = torch.tensor([0.0 if math.isfinite(norm) else 1.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return norm if flag.item() == 0.0 else float("nan")
 FAIL_HOOK = "PLAIT_TEST_FAIL_AT_STEP"
 """Test hook: rank 1 exits at the start of this (1-based) step in the first attempt (before any restart)."""
 

@@ -29,7 +29,7 @@ from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
 from plait.run.moe import expert_parameters, reduce_expert_gradients
 from plait.run.optim import build_optimizer
-from plait.run.parallel import parallelize
+from plait.run.parallel import parallelize, replica_group
 from plait.run.pipeline import build_schedule, local_stages, stage_layers
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import named_site_gpus
@@ -38,16 +38,17 @@ from plait.run.support import check_runnable
 from plait.run.swap import NOTHING_MOVES, ActivationSwap
 from plait.run.train import (
     FAIL_HOOK,
-    NAN_HOOK,
     NonFiniteStep,
     StepMetrics,
     TrainConfig,
+    agreed_norm,
     autocast,
     clip_gradients,
     cross_entropy,
     gather_once,
     mean_over_dp,
     micro_batches,
+    nan_hook_fires,
     peak_memory_bytes,
     reduce_partial_gradients,
     sync_context,
@@ -267,7 +268,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     reduce_expert_gradients(experts, mesh)
     if not plan.dp_sync.is_allreduce:  # TP/PP replicas: compressed gradients reduced here, not by DDP
         reduce_gradients(optimizer)
-    if os.environ.get(NAN_HOOK) == str(step + 1):
+    if nan_hook_fires(step):
         for p in params:
             if p.grad is not None:
                 p.grad.fill_(float("nan"))
@@ -275,6 +276,8 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
         norm = optimizer.clip(config.max_grad_norm)
     else:
         norm = clip_gradients(params, config.max_grad_norm, mesh, experts)  # the same global norm on every rank
+    if config.on_nonfinite == "skip" and plan.dp > 1 and plan.dp_sync.infrequent:  # each replica's own norm
+        norm = agreed_norm(norm, replica_group(mesh), device)
     if not math.isfinite(norm) and config.on_nonfinite == "stop":
         raise NonFiniteStep(f"step {step + 1}: the gradient norm is {norm}; the run stops "
                             "(--on-nonfinite skip skips such steps)")
