@@ -3,8 +3,11 @@
 torchrun imports torch (about 2 s here) before it starts the ranks, which import it again; a test that only needs
 N ranks joined by ``env://`` (every layout and numerics test) skips that first import by setting the variables
 torchrun would set (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
-``MASTER_PORT``; torch.distributed's env:// rendezvous, rank 0 hosting the store) and starting the N processes
-itself. When one rank fails the others are stopped (they would wait for it in a collective). Tests of what
+``MASTER_PORT``; torch.distributed's env:// rendezvous) and starting the N processes itself. The test process
+hosts the rendezvous store, as torchrun's agent does (``TORCHELASTIC_USE_AGENT_STORE``), on a port it holds from
+bind to exit: a port found free and handed to rank 0 to bind later can be taken in between by another test's
+ranks (two pytest-xdist workers spawn at once), whose ranks then join this job's store and pair with its ranks in
+mismatched collectives (a hang). When one rank fails the others are stopped (they would wait for it in a collective). Tests of what
 torchrun itself does (restarts, signals, ``plait run``) still go through it.
 
 Each rank is forked from one server process that imported torch and its distributed packages once for the
@@ -22,7 +25,6 @@ import atexit
 import multiprocessing
 import os
 import runpy
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,19 +32,16 @@ import time
 from typing import Any
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_ranks(nproc: int, args: list[str], timeout: float = 600, env: dict[str, str] | None = None,
               cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     """``python *args`` as ``nproc`` ranks; returns the first failing rank's exit code (0 when all succeed) with
     every rank's standard output and error, rank by rank."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, nproc, is_master=True, wait_for_workers=False)  # held until the ranks end
     base = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(nproc),
-                LOCAL_WORLD_SIZE=str(nproc))
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True",
+                WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc))
     logs = [(tempfile.NamedTemporaryFile("w+"), tempfile.NamedTemporaryFile("w+")) for _ in range(nproc)]
     envs = [{**base, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(nproc)]
     forked = base["OMP_NUM_THREADS"] == "1" and os.environ.get("PLAIT_TEST_SUBPROCESS_RANKS") != "1"
