@@ -50,6 +50,13 @@ def _first_nonpositive(p: Plan) -> str:
     return f"{name}={getattr(p, name)} must be > 0"
 
 
+def require_positive(p: Plan) -> None:
+    """Refuse ``p`` where a degree or batch is not positive (the rule the checks below apply to every plan), for a
+    layout that enters without them (a mixed plan's shared layout, :func:`plait.predict.mixed.mixed_layout`)."""
+    if any(getattr(p, n) <= 0 for n in _POSITIVE):
+        raise ConfigError(_first_nonpositive(p))
+
+
 def _sync_unmodelled(c: PlanColumns) -> Any:
     """Rows whose ``dp_sync`` method has no cost model yet (:data:`plait.sync.MODELLED`)."""
     return c.sync_rows(lambda s: s.name not in MODELLED)

@@ -31,6 +31,7 @@ from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
 from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan
 from plait.plan.plan import Plan
+from plait.plan.rules import require_positive
 from plait.predict.coupled import coupled_step_s
 from plait.predict.estimate import predict
 from plait.simulate.costs import pipeline_costs, stage_memories
@@ -132,6 +133,7 @@ def mixed_layout(model: ModelSpec, layout: Plan) -> Plan:
     leaves it 0: once, where a mixed plan enters (the command line's layout options, a run's uneven split), as
     :meth:`plait.job.Job.build` does for a plan, so :func:`estimate_mixed` and a balancing's many estimates of one
     layout take it filled. The mixed planner's layouts come from searches, whose plans carry their space's length."""
+    require_positive(layout)
     return layout.with_seq_len(model.seq_len)
 
 
