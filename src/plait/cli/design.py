@@ -87,8 +87,11 @@ def _print(console: Console, request: DesignRequest, points: list[DesignPoint], 
     console.print(f"{HYPOTHETICAL} hardware: variations of {request.base.name}; {request.model.name} on "
                   f"{request.gpus} GPUs, {request.tokens:.3g} tokens. Prices of varied points are assumed "
                   "(design.toml's price shares, --price-share); only the base point is a catalog cluster.")
+    console.print(f"base price ${request.base.price_per_gpu_hour_usd:.2f}/GPU-hour: {request.base.price_source}")
+    console.print("price shares (each scales linearly with its parameter): " + ", ".join(
+        f"{name} {share:g}" for name, share in request.shares.items()))
     table = titled_table("Best plan per hardware point")
-    for column in ("hardware", "$/GPU-h", "step s", "plan", "days", "$M to train"):
+    for column in ("hardware", "$/GPU-h", "step s", "plan", "days", "$ to train"):
         table.add_column(column, justify="left" if column in ("hardware", "plan") else "right")
     for p in points:
         label = f"{HYPOTHETICAL}: {p.variation.label}" if p.hypothetical else "base (catalog)"
@@ -96,15 +99,15 @@ def _print(console: Console, request: DesignRequest, points: list[DesignPoint], 
             table.add_row(label, f"{p.cluster.price_per_gpu_hour_usd:.2f}", "-", f"nothing fits: {p.infeasible}",
                           "-", "-")
             continue
-        table.add_row(label, f"{p.cluster.price_per_gpu_hour_usd:.2f}", f"{p.best.estimate.step_time_s:.3f}",
-                      p.best.estimate.plan.describe(), f"{p.best.days:.1f}", f"{p.best.dollars / 1e6:.2f}")
+        table.add_row(label, f"{p.cluster.price_per_gpu_hour_usd:.2f}", f"{p.best.estimate.step_time_s:.4g}",
+                      p.best.estimate.plan.describe(), f"{p.best.days:.1f}", f"{p.best.dollars:,.0f}")
     console.print(table)
     within = f" within {deadline_days:g} days" if deadline_days is not None else ""
     if choice is None or choice.best is None:
         console.print(f"no hardware point trains the tokens{within}")
         return
     tag = f"{HYPOTHETICAL}: {choice.variation.label}" if choice.hypothetical else "the base cluster"
-    console.print(f"cheapest{within}: {tag}, {choice.best.days:.1f} days, ${choice.best.dollars / 1e6:.2f}M")
+    console.print(f"cheapest{within}: {tag}, {choice.best.days:.1f} days, ${choice.best.dollars:,.0f}")
     if not sens:
         return
     table = titled_table(f"Sensitivity at {tag} ({HYPOTHETICAL} +10% each; most step time per price first)")
@@ -129,7 +132,10 @@ def _point_json(p: DesignPoint) -> dict[str, Any]:
 
 def _json(points: list[DesignPoint], choice: DesignPoint | None, sens: list[Sensitivity], shares: dict[str, float],
           deadline_days: float | None) -> dict[str, Any]:
-    return {"hypothetical_hardware": True, "price_shares": shares, "deadline_days": deadline_days,
+    sources = {name: fig.source for name, fig in default_price_shares().items()}
+    return {"hypothetical_hardware": True, "price_shares": shares,
+            "price_share_sources": {name: sources.get(name, "given with --price-share") for name in shares},
+            "deadline_days": deadline_days,
             "points": [_point_json(p) for p in points],
             "cheapest": None if choice is None else _point_json(choice),
             "sensitivity": [{"parameter": s.parameter, "step": s.step, "step_time_change": s.step_time_change,
