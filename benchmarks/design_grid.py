@@ -35,7 +35,7 @@ def main() -> None:
     axes = args.vary or ["peak=0.8,1,1.25,1.5,2", "hbm_bw=0.8,1,1.25,1.5,2"]
     base = get_cluster(args.cluster)
     request = DesignRequest(model=get_model(args.model), base=base, engine=get_engine("megatron-core"),
-                            gpus=args.gpus, global_batches=(args.global_batch,), tokens=args.tokens,
+                            gpus=(args.gpus,), global_batches=(args.global_batch,), tokens=args.tokens,
                             shares={k: f.value for k, f in default_price_shares().items()})
     variations = grid([parse_values(a) for a in axes])
     load_before = os.getloadavg()[0]

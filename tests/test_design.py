@@ -63,7 +63,7 @@ def test_domain_wider_than_the_next_tier_is_refused() -> None:
 
 def test_design_search_on_a_small_model() -> None:
     base = get_cluster("dgx-h100-ib")
-    request = DesignRequest(model=resolve_model("gpt3-1.3b"), base=base, engine=get_engine("megatron-core"), gpus=8,
+    request = DesignRequest(model=resolve_model("gpt3-1.3b"), base=base, engine=get_engine("megatron-core"), gpus=(8,),
                             global_batches=(64,), tokens=1e9, shares={"peak": 0.35, "hbm_bw": 0.15})
     points = search_grid(request, grid([("peak", (1.0, 2.0))]))
     assert [p.hypothetical for p in points] == [False, True]
@@ -117,6 +117,9 @@ def test_design_cli_labels_every_varied_point(capsys: pytest.CaptureFixture[str]
     out = json.loads(capsys.readouterr().out)
     assert out["hypothetical_hardware"] is True
     assert [(p["hardware"], p["hypothetical"]) for p in out["points"]] == [("base", False), ("hbm_bw x2", True)]
+    assert [p["gpus"] for p in out["points"]] == [8, 8]
     assert HYPOTHETICAL in out["points"][1]["cluster"]
     assert run_cli(["design", "--vary", "hbm=2"]) == 2
     assert run_cli(["design", "--price-share", "peak=-1"]) == 2
+    assert run_cli(["design", "--gpus", "8,x"]) == 2
+    assert run_cli(["design", "--gpus", str(10**9)]) == 2  # more than the cluster holds

@@ -34,7 +34,7 @@ def design_command(
     model: ModelOption = None,
     cluster: ClusterOption = None,
     engine: Annotated[str | None, typer.Option(help="Engine plans are ranked for. [default: as plait plan]")] = None,
-    gpus: Annotated[int, count("GPUs of every hardware point.")] = 1024,
+    gpus: Annotated[str, typer.Option(help="GPU counts to try at every hardware point: N or N,M,...")] = "1024",
     global_batch: Annotated[str, typer.Option(help="Sequences per step: N, N,M,... or LOW:HIGH.")] = "512",
     seq_len: Annotated[int, count("Tokens per sequence (0: the model's).", low=0)] = 0,
     tokens: TokensOption = 15e12,
@@ -56,7 +56,7 @@ def design_command(
     shares = {name: fig.value for name, fig in default_price_shares().items()}
     shares.update(_shares(price_share or []))
     request = DesignRequest(model=resolve_model(model or DEFAULT_MODEL), base=base,
-                            engine=choose_engine(engine, base), gpus=gpus, global_batches=parse_batches(global_batch),
+                            engine=choose_engine(engine, base), gpus=_counts(gpus), global_batches=parse_batches(global_batch),
                             tokens=tokens, shares=shares, seq_len=seq_len)
     points = search_grid(request, grid([parse_values(v) for v in vary or []]))
     choice = cheapest(points, deadline_days)
@@ -65,6 +65,16 @@ def design_command(
         print_json(_json(points, choice, sens, shares, deadline_days))
         return
     _print(rich_console(), request, points, choice, sens, deadline_days)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(dict.fromkeys(int(x) for x in text.split(",")))
+    except ValueError:
+        raise ConfigError(f"--gpus {text!r} must be N or N,M,...") from None
+    if not counts or min(counts) < 1:
+        raise ConfigError(f"--gpus {text!r} must name positive GPU counts")
+    return counts
 
 
 def _shares(texts: list[str]) -> dict[str, float]:
@@ -85,28 +95,29 @@ def _shares(texts: list[str]) -> dict[str, float]:
 def _print(console: Console, request: DesignRequest, points: list[DesignPoint], choice: DesignPoint | None,
            sens: list[Sensitivity], deadline_days: float | None) -> None:
     console.print(f"{HYPOTHETICAL} hardware: variations of {request.base.name}; {request.model.name} on "
-                  f"{request.gpus} GPUs, {request.tokens:.3g} tokens. Prices of varied points are assumed "
+                  f"{', '.join(map(str, request.gpus))} GPUs, {request.tokens:.3g} tokens. Prices of varied points are assumed "
                   "(design.toml's price shares, --price-share); only the base point is a catalog cluster.")
     console.print(f"base price ${request.base.price_per_gpu_hour_usd:.2f}/GPU-hour: {request.base.price_source}")
     console.print("price shares (each scales linearly with its parameter): " + ", ".join(
         f"{name} {share:g}" for name, share in request.shares.items()))
     table = titled_table("Best plan per hardware point")
-    for column in ("hardware", "$/GPU-h", "step s", "plan", "days", "$ to train"):
+    for column in ("hardware", "GPUs", "$/GPU-h", "step s", "plan", "days", "$ to train"):
         table.add_column(column, justify="left" if column in ("hardware", "plan") else "right")
     for p in points:
         label = f"{HYPOTHETICAL}: {p.variation.label}" if p.hypothetical else "base (catalog)"
         if p.best is None:
-            table.add_row(label, f"{p.cluster.price_per_gpu_hour_usd:.2f}", "-", f"nothing fits: {p.infeasible}",
+            table.add_row(label, str(p.gpus), f"{p.cluster.price_per_gpu_hour_usd:.2f}", "-", f"nothing fits: {p.infeasible}",
                           "-", "-")
             continue
-        table.add_row(label, f"{p.cluster.price_per_gpu_hour_usd:.2f}", f"{p.best.estimate.step_time_s:.4g}",
+        table.add_row(label, str(p.gpus), f"{p.cluster.price_per_gpu_hour_usd:.2f}", f"{p.best.estimate.step_time_s:.4g}",
                       p.best.estimate.plan.describe(), f"{p.best.days:.1f}", f"{p.best.dollars:,.0f}")
     console.print(table)
     within = f" within {deadline_days:g} days" if deadline_days is not None else ""
     if choice is None or choice.best is None:
         console.print(f"no hardware point trains the tokens{within}")
         return
-    tag = f"{HYPOTHETICAL}: {choice.variation.label}" if choice.hypothetical else "the base cluster"
+    tag = (f"{HYPOTHETICAL}: {choice.variation.label}" if choice.hypothetical else "the base cluster") + \
+        f" on {choice.gpus} GPUs"
     console.print(f"cheapest{within}: {tag}, {choice.best.days:.1f} days, ${choice.best.dollars:,.0f}")
     if not sens:
         return
@@ -120,7 +131,7 @@ def _print(console: Console, request: DesignRequest, points: list[DesignPoint], 
 
 
 def _point_json(p: DesignPoint) -> dict[str, Any]:
-    out: dict[str, Any] = {"hardware": p.variation.label, "hypothetical": p.hypothetical,
+    out: dict[str, Any] = {"hardware": p.variation.label, "hypothetical": p.hypothetical, "gpus": p.gpus,
                            "factors": dict(p.variation.factors), "cluster": p.cluster.name,
                            "price_per_gpu_hour_usd": p.cluster.price_per_gpu_hour_usd,
                            "price_source": p.cluster.price_source}

@@ -48,8 +48,8 @@ class DesignRequest:
     """The cluster the variations start from (its figures carry their sources)."""
     engine: Engine
     """The engine plans are ranked for."""
-    gpus: int
-    """GPUs of every point."""
+    gpus: tuple[int, ...]
+    """GPU counts tried at every hardware point."""
     global_batches: tuple[int, ...]
     """Sequences per step to try."""
     tokens: float
@@ -68,6 +68,8 @@ class DesignPoint:
     """How the point differs from the base."""
     cluster: Cluster
     """The (hypothetical) cluster."""
+    gpus: int
+    """GPUs of the point."""
     best: Point | None
     """The best plan priced for the tokens, failures included (:func:`plait.search.pareto.price`)."""
     infeasible: str = ""
@@ -132,21 +134,29 @@ def grid(axes: list[tuple[str, tuple[float, ...]]]) -> list[Variation]:
     return points or [Variation(factors=())]
 
 
-def best_on(request: DesignRequest, variation: Variation) -> DesignPoint:
-    """The best plan on the varied cluster, priced for the request's tokens."""
+def best_on(request: DesignRequest, variation: Variation, gpus: int) -> DesignPoint:
+    """The best plan on ``gpus`` GPUs of the varied cluster, priced for the request's tokens."""
     cluster = vary(request.base, variation, request.shares)
-    space = default_space(request.model, cluster, request.gpus, request.global_batches, seq_len=request.seq_len)
+    space = default_space(request.model, cluster, gpus, request.global_batches, seq_len=request.seq_len)
     result = run_search(request.model, cluster, space, engine=request.engine, workers=1)
     best = result.top(1)
     if not best:
-        reason = result.reasons.most_common(1)[0][0] if result.reasons else "no candidate"
-        return DesignPoint(variation=variation, cluster=cluster, best=None, infeasible=reason)
-    return DesignPoint(variation=variation, cluster=cluster, best=price(best[0], request.tokens))
+        reason = result.reasons.most_common(1)[0][0] if result.reasons else "no layout of these GPUs"
+        return DesignPoint(variation=variation, cluster=cluster, gpus=gpus, best=None, infeasible=reason)
+    return DesignPoint(variation=variation, cluster=cluster, gpus=gpus, best=price(best[0], request.tokens))
 
 
 def search_grid(request: DesignRequest, variations: list[Variation]) -> list[DesignPoint]:
-    """The best plan on every point."""
-    return [best_on(request, v) for v in variations]
+    """The best plan on every hardware point at every GPU count."""
+    total = len(variations) * len(request.gpus)
+    if total > MAX_POINTS:
+        raise ConfigError(f"{len(variations)} hardware points x {len(request.gpus)} GPU counts = {total} searches; "
+                          f"one design search costs at most {MAX_POINTS}")
+    for gpus in request.gpus:
+        if not 1 <= gpus <= request.base.max_gpus:
+            raise ConfigError(f"--gpus {gpus} must be between 1 and the {request.base.max_gpus} GPUs of "
+                              f"{request.base.name}")
+    return [best_on(request, v, g) for v in variations for g in request.gpus]
 
 
 def cheapest(points: list[DesignPoint], deadline_days: float | None) -> DesignPoint | None:
@@ -170,7 +180,7 @@ def sensitivities(request: DesignRequest, at: DesignPoint,
         if name == "scale_up_gpus":  # the next domain must stay inside the next tier
             scale_up_size(request.base.scale_up_domain_gpus, factors[name])
         try:
-            point = best_on(request, Variation(factors=tuple(factors.items())))
+            point = best_on(request, Variation(factors=tuple(factors.items())), at.gpus)
         except ConfigError:
             continue  # a step the base cannot take (a domain wider than its next tier)
         if point.best is None:
