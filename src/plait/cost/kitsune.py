@@ -3,8 +3,9 @@
 Kitsune (Davies, Crago, Sankaralingam and Keckler, "Kitsune: Enabling Dataflow Execution on GPUs", arXiv 2502.18403,
 https://arxiv.org/abs/2502.18403) adds inter-CTA ring queues and a heterogeneity-aware grid scheduler to a GPU so
 that several operators run at once, each on part of the SMs, passing tiles through on-chip queues instead of HBM; it
-reports 1.1-2.4x faster training and 16-42% less off-chip traffic across its 5 applications (abstract). No GPU sold
-today has these primitives: this is a **what-if**, never part of plait's prediction.
+reports 1.1-2.4x faster training and 16-42% less off-chip traffic across DLRM, MeshGraphNets, NeRF, GraphCast and
+Llama 3 8B (abstract; Table 1), simulated on an A100-class GPU. No GPU sold today has its scheduler change: this is
+a **what-if**, never part of plait's prediction.
 
 The cost model times a layer's pass as the sum of its operators' rooflines (:mod:`plait.cost.layer`: each GEMM the
 slower of its FLOPs at the sustained rate and its bytes at HBM bandwidth, then the attention core, then the

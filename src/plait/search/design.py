@@ -1,14 +1,17 @@
 """Hardware design search: the best plan on each of a grid of hypothetical clusters, and where a dollar helps most.
 
 DeepFlow/CrossFlow (Ardalani, Pal and Gupta, "DeepFlow: A Cross-Stack Pathfinding Framework for Distributed AI
-Systems", arXiv 2211.03309, https://arxiv.org/abs/2211.03309) goes from technology and hardware parameters to the
-best parallel strategy and searches the hardware by gradient descent: its ``GD_search.py``
-(https://github.com/nanocad-lab/DeepFlow, ``do_GDSearch``) raises each parameter by ``alpha = 1.1`` in turn, times
-the step, and takes ``(t - t') / ((alpha - 1) x p)`` as the gradient. plait does the same over its own parameters
-(:data:`plait.hardware.variation.PARAMETERS`), with one difference that matters: at every point the planner picks the
-best plan anew (DeepFlow fixes the parallelism per search), so a parameter's sensitivity includes the change of plan
-it allows. The search itself is a grid or list of points, each costed by the planner (:func:`run_search`), not a
-descent: a 5 x 5 grid is 25 searches.
+Systems", arXiv 2211.03309, https://arxiv.org/abs/2211.03309; ACM TODAES 29(2), 2024) goes from technology and
+hardware parameters to the best parallel strategy. Its search (https://github.com/nanocad-lab/DeepFlow: ``main.py
+arch_search`` -> ``outerloop_sweep``, ``GD_search.py`` ``do_GDSearch``) sweeps batch sizes and parallelism
+strategies (dp, kp, lp and their placement on wafers) and, for each, descends over the split of a fixed chip's area,
+power and perimeter budgets among cores, DRAM, caches, registers and links from 100 random starts: each fraction
+raised by ``alpha = 1.1`` in turn, the gradient ``(t - t') / ((alpha - 1) x p)``, the fractions renormalised to
+sum to one. plait keeps the +10% finite difference and changes three things: it varies a catalog system's
+datasheet figures (:data:`plait.hardware.variation.PARAMETERS`; plait has no area or power technology model), the
+planner picks the best plan at every point (so a sensitivity includes the change of plan it allows), and a price
+stands in for the fixed budget: each step's gain is set against the price it adds. The search is a grid or list
+of points, each costed by the planner (:func:`run_search`), not a descent: a 5 x 5 grid is 25 searches.
 
 Every point is hypothetical (:mod:`plait.hardware.variation`) but the base point, and is labelled so.
 """
