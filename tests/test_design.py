@@ -18,7 +18,16 @@ from plait.hardware.variation import HYPOTHETICAL, Variation, price_factor, vary
 from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
-from plait.search.design import DesignRequest, cheapest, grid, parse_values, search_grid, sensitivities
+from plait.search.design import (
+    DesignRequest,
+    Sensitivity,
+    cheapest,
+    grid,
+    parse_values,
+    rank,
+    search_grid,
+    sensitivities,
+)
 from plait.workload.catalog import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +85,16 @@ def test_design_search_on_a_small_model() -> None:
     assert {s.parameter for s in sens} == {"peak", "power"}
     power = next(s for s in sens if s.parameter == "power")
     assert power.step_time_change == 0.0 and power.price_change == 0.0  # power changes energy, not time or price
+    assert power.energy_change is not None and power.energy_change > 0
+
+
+def test_sensitivities_rank_step_time_per_price() -> None:
+    def sens(name: str, time: float, price: float) -> Sensitivity:
+        return Sensitivity(parameter=name, step=1.1, step_time_change=time, price_change=price, cost_change=0.0,
+                           energy_change=None, plan_changed=False)
+
+    rows = [sens("dear", -0.05, 0.05), sens("none", 0.0, 0.0), sens("cheap", -0.02, 0.01), sens("free", -0.01, 0.0)]
+    assert [s.parameter for s in sorted(rows, key=rank)] == ["free", "cheap", "dear", "none"]  # 1/0, 2, 1, no gain
 
 
 def test_fused_region_by_hand() -> None:

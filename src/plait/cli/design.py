@@ -101,16 +101,17 @@ def _print(console: Console, request: DesignRequest, points: list[DesignPoint], 
     console.print("price shares (each scales linearly with its parameter): " + ", ".join(
         f"{name} {share:g}" for name, share in request.shares.items()))
     table = titled_table("Best plan per hardware point")
-    for column in ("hardware", "GPUs", "$/GPU-h", "step s", "plan", "days", "$ to train"):
+    for column in ("hardware", "GPUs", "$/GPU-h", "step s", "plan", "days", "$ to train", "MWh"):
         table.add_column(column, justify="left" if column in ("hardware", "plan") else "right")
     for p in points:
         label = f"{HYPOTHETICAL}: {p.variation.label}" if p.hypothetical else "base (catalog)"
         if p.best is None:
             table.add_row(label, str(p.gpus), f"{p.cluster.price_per_gpu_hour_usd:.2f}", "-", f"nothing fits: {p.infeasible}",
-                          "-", "-")
+                          "-", "-", "-")
             continue
         table.add_row(label, str(p.gpus), f"{p.cluster.price_per_gpu_hour_usd:.2f}", f"{p.best.estimate.step_time_s:.4g}",
-                      p.best.estimate.plan.describe(), f"{p.best.days:.1f}", f"{p.best.dollars:,.0f}")
+                      p.best.estimate.plan.describe(), f"{p.best.days:.1f}", f"{p.best.dollars:,.0f}",
+                      "-" if p.best.energy_j is None else f"{p.best.energy_j / 3.6e9:,.0f}")
     console.print(table)
     within = f" within {deadline_days:g} days" if deadline_days is not None else ""
     if choice is None or choice.best is None:
@@ -122,11 +123,12 @@ def _print(console: Console, request: DesignRequest, points: list[DesignPoint], 
     if not sens:
         return
     table = titled_table(f"Sensitivity at {tag} ({HYPOTHETICAL} +10% each; most step time per price first)")
-    for column in ("parameter", "step", "step time", "elasticity", "price", "$ to train", "new plan"):
+    for column in ("parameter", "step", "step time", "elasticity", "price", "$ to train", "energy", "new plan"):
         table.add_column(column, justify="left" if column == "parameter" else "right")
     for s in sens:
         table.add_row(s.parameter, f"x{s.step:g}", f"{s.step_time_change:+.2%}", f"{s.elasticity:+.2f}",
-                      f"{s.price_change:+.2%}", f"{s.cost_change:+.2%}", "yes" if s.plan_changed else "no")
+                      f"{s.price_change:+.2%}", f"{s.cost_change:+.2%}",
+                      "-" if s.energy_change is None else f"{s.energy_change:+.2%}", "yes" if s.plan_changed else "no")
     console.print(table)
 
 
@@ -138,7 +140,8 @@ def _point_json(p: DesignPoint) -> dict[str, Any]:
     if p.best is None:
         return {**out, "feasible": False, "reason": p.infeasible}
     return {**out, "feasible": True, "step_time_s": p.best.estimate.step_time_s,
-            "plan": p.best.estimate.plan.describe(), "days": p.best.days, "dollars": p.best.dollars}
+            "plan": p.best.estimate.plan.describe(), "days": p.best.days, "dollars": p.best.dollars,
+            "energy_j": p.best.energy_j}
 
 
 def _json(points: list[DesignPoint], choice: DesignPoint | None, sens: list[Sensitivity], shares: dict[str, float],
@@ -151,4 +154,5 @@ def _json(points: list[DesignPoint], choice: DesignPoint | None, sens: list[Sens
             "cheapest": None if choice is None else _point_json(choice),
             "sensitivity": [{"parameter": s.parameter, "step": s.step, "step_time_change": s.step_time_change,
                              "elasticity": s.elasticity, "price_change": s.price_change,
-                             "cost_change": s.cost_change, "plan_changed": s.plan_changed} for s in sens]}
+                             "cost_change": s.cost_change, "energy_change": s.energy_change,
+                             "plan_changed": s.plan_changed} for s in sens]}

@@ -97,6 +97,8 @@ class Sensitivity:
     """Relative change of the price per GPU-hour (the assumed shares)."""
     cost_change: float
     """Relative change of the dollars to train."""
+    energy_change: float | None
+    """Relative change of the energy to train (``None``: the cluster's power is unknown)."""
     plan_changed: bool
     """Whether the best plan is another layout than the base's."""
 
@@ -194,11 +196,12 @@ def sensitivities(request: DesignRequest, at: DesignPoint,
             step_time_change=new.estimate.step_time_s / base.estimate.step_time_s - 1.0,
             price_change=point.cluster.price_per_gpu_hour_usd / at.cluster.price_per_gpu_hour_usd - 1.0,
             cost_change=new.dollars / base.dollars - 1.0,
+            energy_change=None if new.energy_j is None or not base.energy_j else new.energy_j / base.energy_j - 1.0,
             plan_changed=_layout(new) != _layout(base)))
-    return sorted(out, key=_rank)
+    return sorted(out, key=rank)
 
 
-def _rank(s: Sensitivity) -> float:
+def rank(s: Sensitivity) -> float:
     """Most step time per unit of price first; a gain at no price before all, no gain at no price after gains."""
     if s.time_per_price is None:
         return -math.inf if s.step_time_change < 0 else 0.0
