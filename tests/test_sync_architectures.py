@@ -38,7 +38,7 @@ def test_specs_take_named_choices_and_refuse_in_one_line() -> None:
     assert parse("param_server").spec == "param_server:servers=1,placement=balanced,host=ranks,hybrid=false"
     spec = parse("param_server:placement=layerwise,servers=4")
     assert spec.placement == "layerwise" and spec.spec.startswith("param_server:servers=4,placement=lay")
-    assert parse("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3"
+    assert parse("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3,delay=0"
     assert parse("switch_aggregation").spec == "switch_aggregation:bits=32"
     for bad, rule in (("gossip:topology=star", "must be one of ring, torus"),
                       ("gossip:topology=ring,peers=2", "peers applies to topology=exponential|random"),

@@ -17,8 +17,9 @@ import numpy as np
 
 from plait.packaged import packaged_toml
 from plait.plan.async_convergence import derived_multiplier
+from plait.plan.gossip_convergence import derived_multiplier as gossip_multiplier
 from plait.plan.keys import distinct_rows
-from plait.sync import SyncMethod, parse
+from plait.sync import Gossip, SyncMethod, parse
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Convergence:
     """The paper figure or the ``plait converge`` command behind it."""
     basis: str = "unknown"
     """``definition``, ``cited``, ``measured`` or ``derived`` (a bound scaling a measured figure:
-    :mod:`plait.plan.async_convergence`)."""
+    :mod:`plait.plan.async_convergence`, :mod:`plait.plan.gossip_convergence`)."""
 
     @property
     def known(self) -> bool:
@@ -75,6 +76,10 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
+    if isinstance(method, Gossip):  # scaled from the measured four-replica figure by the consensus rates
+        multiplier, source = gossip_multiplier(method, replicas, _measured())
+        if multiplier is not None:
+            return Convergence(multiplier, source, "derived")
     proxy = method.convergence_proxy
     if proxy is not None:
         figure = convergence(proxy, replicas)

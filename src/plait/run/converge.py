@@ -65,9 +65,11 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
         sent.append(count[0])
-    pending = getattr(optimizer, "pending", None)  # Pipe-SGD's last all-reduce, still in flight
+    pending = getattr(optimizer, "pending", None)  # Pipe-SGD's last all-reduce or gossip's last exchange, in flight
     if isinstance(pending, tuple):
         pending[1].wait()
+    elif pending is not None:
+        pending.wait()
     by_rank: list[list[int]] = [[] for _ in range(world)]
     dist.all_gather_object(by_rank, sent)  # the point-to-point methods send different bytes from different ranks
     return {"losses": losses, "bytes": sent, "bytes_by_rank": by_rank}
