@@ -109,17 +109,18 @@ def test_multipliers_beyond_four_replicas_scale_by_the_consensus_rates() -> None
 
 @pytest.mark.slow
 def test_delay_by_one_runs_as_its_recursion_and_sends_the_predicted_bytes(tmp_path: Path) -> None:
-    """Two gloo ranks, 4 steps of the tiny model. Over the complete graph (weights 1/2) with delay 1 and SGD, each
-    replica follows x_{k+1, i} = mean_j x_{k, j} - lr g_i(x_{k, i}), computed here in one process (within 1e-5);
-    every rank of both delayed cases sends the cost model's bytes every step."""
+    """Two gloo ranks, 3 steps of the tiny model. Over the complete graph (weights 1/2) with delay 1 and SGD, each
+    replica follows x_{k+1, i} = mean_j x_{k, j} - lr g_i(x_{k, i}), computed here in one process (within 1e-5),
+    and every rank sends the cost model's bytes every step (the random ring with delay on 4 ranks:
+    tests/test_sync_architectures.py)."""
     torch = pytest.importorskip("torch")
     from plait.run.converge import LEARNING_RATES
     from plait.run.data import global_batch, rank_slice
     from plait.run.model import build_model
     from plait.run.train import cross_entropy
 
-    ranks, steps, batch = 2, 4, 8
-    cases = ["gossip:topology=complete,delay=1@sgd", "gossip:topology=random_ring,delay=1@adamw"]
+    ranks, steps, batch = 2, 3, 8
+    cases = ["gossip:topology=complete,delay=1@sgd"]
     out = tmp_path / "runs.json"
     done = run_ranks(ranks, ["-m", "plait.run.converge", "--out", str(out), "--model", str(MODEL), "--steps",
                              str(steps), "--batch", str(batch), *cases],

@@ -31,7 +31,7 @@ RANKS, STEPS = 4, 4
 CASES = ["allreduce@adamw", "param_server:servers=2,placement=layerwise@adamw", "param_server:servers=4@sgd",
          "allreduce@sgd", "switch_aggregation@adamw", "switch_aggregation:bits=16@adamw", "gossip:topology=ring@adamw",
          "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw", "gossip:topology=complete@sgd",
-         "local_sgd:every=1@sgd"]
+         "gossip:topology=random_ring,delay=1@adamw", "local_sgd:every=1@sgd"]
 
 
 def test_specs_take_named_choices_and_refuse_in_one_line() -> None:
@@ -171,7 +171,8 @@ def test_exact_architectures_train_as_their_reference(trained, case: str, refere
 
 
 @pytest.mark.parametrize("case", ["switch_aggregation:bits=16@adamw", "gossip:topology=ring@adamw",
-                                  "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw"])
+                                  "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw",
+                                  "gossip:topology=random_ring,delay=1@adamw"])
 def test_inexact_architectures_still_train(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     losses = trained[case]["losses"]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
