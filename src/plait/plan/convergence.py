@@ -19,7 +19,7 @@ from plait.packaged import packaged_toml
 from plait.plan.async_convergence import derived_multiplier
 from plait.plan.gossip_convergence import derived_multiplier as gossip_multiplier
 from plait.plan.keys import distinct_rows
-from plait.sync import Gossip, SyncMethod, parse
+from plait.sync import SyncMethod, parse
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
-    if isinstance(method, Gossip):  # scaled from the measured four-replica figure by the consensus rates
+    if method.graph() is not None:  # gossip: scaled from the measured four-replica figure by the consensus rates
         multiplier, source = gossip_multiplier(method, replicas, _measured())
         if multiplier is not None:
             return Convergence(multiplier, source, "derived")

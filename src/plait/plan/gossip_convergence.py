@@ -30,19 +30,22 @@ and its multiplier near the measured one.
 from __future__ import annotations
 
 from plait.plan.gossip import consensus_rate
-from plait.sync import Gossip, parse
+from plait.sync import SyncMethod, parse
 
 ANCHOR_REPLICAS = 4
 """Replicas of plait's measured gossip figures (``plait converge --ranks 4``)."""
 
 
-def rate_scale(method: Gossip, replicas: int) -> float:
-    """``p(4) / p(n)``: how much the extra steps grow from the anchor to ``replicas`` replicas."""
-    topology, peers = method.graph()
+def rate_scale(method: SyncMethod, replicas: int) -> float:
+    """``p(4) / p(n)``: how much the extra steps grow from the anchor to ``replicas`` replicas (``method``: one
+    whose :meth:`~plait.sync.SyncMethod.graph` is set, gossip)."""
+    graph = method.graph()
+    assert graph is not None, f"{method.spec} has no gossip graph"
+    topology, peers = graph
     return consensus_rate(topology, ANCHOR_REPLICAS, peers) / consensus_rate(topology, replicas, peers)
 
 
-def derived_multiplier(method: Gossip, replicas: int,
+def derived_multiplier(method: SyncMethod, replicas: int,
                        measured: dict[str, list[tuple[float, int | None, str]]]) -> tuple[float | None, str]:
     """(steps multiplier, source) of ``method`` at ``replicas`` replicas from its own measured four-replica figure
     (``None``: none measured). ``measured``: spec -> (multiplier, replicas, source) of the table's measured figures."""
@@ -54,6 +57,12 @@ def derived_multiplier(method: Gossip, replicas: int,
     anchor, scale = found[0], rate_scale(method, replicas)
     return 1.0 + (anchor - 1.0) * scale, (
         f"1 + ({anchor:.4g} - 1) x {scale:.4g}: the measured {ANCHOR_REPLICAS}-replica multiplier's extra steps "
-        f"scaled by the consensus rates p({ANCHOR_REPLICAS}) / p({replicas}) of topology={method.topology} "
+        f"scaled by the consensus rates p({ANCHOR_REPLICAS}) / p({replicas}) of topology={rate_topology(method)} "
         "(Koloskova et al. ICML 2020, Theorem 2: the steps beyond the all-reduce's grow as 1/p; a bound's ratio, "
         "plait.plan.gossip_convergence)")
+
+
+def rate_topology(method: SyncMethod) -> str:
+    """The topology whose consensus rate scales ``method``'s multiplier."""
+    graph = method.graph()
+    return graph[0] if graph is not None else "none"
