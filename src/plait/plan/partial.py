@@ -38,6 +38,12 @@ def _backprop_key(unit: str) -> tuple[int, int]:
     return (1, -int(unit.split(".")[1]))
 
 
+def units_in_backprop_order(named: list[tuple[str, Shape]]) -> list[str]:
+    """The units of ``named`` in the order the backward pass finishes them: the head, the last block .. the first,
+    the embeddings."""
+    return sorted({unit_of(name) for name, _ in named}, key=_backprop_key)
+
+
 def schedule(named: list[tuple[str, Shape]], every: int) -> dict[str, int]:
     """Step of the period (0 .. ``every`` - 1) at which each unit of ``named`` (the whole model's parameters, as
     :func:`plait.workload.tensors.parameter_shapes` lists them) is averaged."""
