@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 
 from plait.cost.gossip import gossip_costs
+from plait.cost.partial_times import profiled_steps
 from plait.cost.sync import payload_bytes
-from plait.hardware.catalog import cluster_from_mapping
+from plait.hardware.catalog import cluster_from_mapping, resolve_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import convergence
 from plait.plan.gossip import consensus_rate, mixing_matrix, sources, spectral_gap
+from plait.plan.partial import schedule, unit_of
 from plait.plan.plan import Plan
 from plait.sync import parse
 from plait.workload.catalog import resolve_model
@@ -29,6 +31,7 @@ from tests.ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "tiny-model.toml"
+CLUSTER = "dgx-h100-ib"
 
 
 def _ring_w(order: tuple[int, ...]) -> np.ndarray:
@@ -112,7 +115,8 @@ def test_delay_by_one_runs_as_its_recursion_and_sends_the_predicted_bytes(tmp_pa
     """Two gloo ranks, 3 steps of the tiny model. Over the complete graph (weights 1/2) with delay 1 and SGD, each
     replica follows x_{k+1, i} = mean_j x_{k, j} - lr g_i(x_{k, i}), computed here in one process (within 1e-5),
     and every rank sends the cost model's bytes every step (the random ring with delay on 4 ranks:
-    tests/test_sync_architectures.py)."""
+    tests/test_sync_architectures.py). In the same run, DreamDDP's profiled schedule (H = 3, times of the
+    dgx-h100-ib preset) all-reduces at each step exactly the units the cost model assigns to it."""
     torch = pytest.importorskip("torch")
     from plait.run.converge import LEARNING_RATES
     from plait.run.data import global_batch, rank_slice
@@ -120,10 +124,10 @@ def test_delay_by_one_runs_as_its_recursion_and_sends_the_predicted_bytes(tmp_pa
     from plait.run.train import cross_entropy
 
     ranks, steps, batch = 2, 3, 8
-    cases = ["gossip:topology=complete,delay=1@sgd"]
+    cases = ["gossip:topology=complete,delay=1@sgd", "dreamddp:every=3,schedule=profiled@adamw"]
     out = tmp_path / "runs.json"
     done = run_ranks(ranks, ["-m", "plait.run.converge", "--out", str(out), "--model", str(MODEL), "--steps",
-                             str(steps), "--batch", str(batch), *cases],
+                             str(steps), "--batch", str(batch), "--cluster", CLUSTER, *cases],
                      env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     runs = json.loads(out.read_text())
@@ -149,7 +153,12 @@ def test_delay_by_one_runs_as_its_recursion_and_sends_the_predicted_bytes(tmp_pa
     assert runs[cases[0]]["losses"] == pytest.approx(losses, rel=1e-5)
 
     named = parameter_shapes(spec)
-    for case in cases:
-        sync = parse(case.rpartition("@")[0])
-        expected = [[payload_bytes(sync, named, step, rank, ranks) for step in range(steps)] for rank in range(ranks)]
-        assert runs[case]["bytes_by_rank"] == expected
+    sync = parse(cases[0].rpartition("@")[0])
+    expected = [[payload_bytes(sync, named, step, rank, ranks) for step in range(steps)] for rank in range(ranks)]
+    assert runs[cases[0]]["bytes_by_rank"] == expected
+
+    # DreamDDP's profiled schedule: the runtime averages the units the cost model assigns to each step
+    at, _ = profiled_steps(named, resolve_cluster(CLUSTER), ranks, 1, batch // ranks * spec.seq_len, steps)
+    assert sorted(set(at.values())) == [0, 1, 2] and at != schedule(named, steps)  # not the parameter-count cut
+    unit_bytes = [4 * sum(math.prod(shape) for name, shape in named if at[unit_of(name)] == k) for k in range(steps)]
+    assert runs[cases[1]]["bytes_by_rank"] == [unit_bytes] * ranks

@@ -16,10 +16,14 @@ plait computes the profile instead of measuring it:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from plait.cost.compute import matmul_flops_per_s
+from plait.cost.distinct import per_distinct
 from plait.cost.links import collective_s
 from plait.hardware.cluster import Cluster
+from plait.plan.columns import PlanColumns
 from plait.plan.partial import unit_of, units_in_backprop_order
 from plait.plan.partial_profiled import exposed_run_s, profiled_schedule
 from plait.workload.tensors import Shape
@@ -68,3 +72,42 @@ def schedule_exposed_s(named: list[tuple[str, Shape]], steps: dict[str, int], cl
             assert run == list(range(run[0], run[-1] + 1)), "a step's units must be contiguous in backprop order"
             total += exposed_run_s(backward, comm, run[0], run[-1] + 1)
     return total / every
+
+
+def profiled_exposed_s(named: list[tuple[str, Shape]], cluster: Cluster, cols: PlanColumns, reduce: Any,
+                       backward: Any, every: int) -> Any:
+    """Mean exposed seconds per step of the profiled schedule, per row of ``cols``: the units assigned from the
+    times of :func:`unit_times` (the row's replicas ``dp``, ranks ``tp x cp`` apart, a micro-batch of
+    ``micro_batch x seq_len`` tokens), their exposure then taken at the row's own totals, ``reduce`` (a whole
+    period's all-reduce) and ``backward`` (the last micro-batch's), shared as :func:`unit_times` shares them."""
+    def one(replicas: float, stride: float, tokens: float, total_reduce: float, total_backward: float) -> tuple[
+            float, float]:
+        steps, _ = profiled_steps(named, cluster, int(replicas), int(stride), int(tokens), every)
+        units, unit_backward, unit_comm = unit_times(named, cluster, int(replicas), int(stride), int(tokens))
+        scale_b = total_backward / max(sum(unit_backward), 1e-300)
+        scale_c = total_reduce / max(sum(unit_comm), 1e-300)
+        backward_s, comm_s = [b * scale_b for b in unit_backward], [c * scale_c for c in unit_comm]
+        total = 0.0
+        for step in range(every):
+            run = [k for k, u in enumerate(units) if steps[u] == step]
+            total += exposed_run_s(backward_s, comm_s, run[0], run[-1] + 1) if run else 0.0
+        return total / every, 0.0
+
+    tokens = cols["micro_batch"] * cols["seq_len"]
+    return per_distinct(cols, one, cols.dp, cols["tp"] * cols["cp"], tokens, reduce, backward)[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitProfile:
+    """What the profiled schedule's times depend on besides the model and the replicas (the runtime's view)."""
+
+    cluster: Cluster
+    """The cluster the replicas run on (its GEMM rate and tiers)."""
+    stride: int
+    """Global ranks between two replicas' same piece (``tp x cp``)."""
+    tokens: int
+    """Tokens of one micro-batch of one replica."""
+
+    def steps(self, named: list[tuple[str, Shape]], replicas: int, every: int) -> dict[str, int]:
+        """The step of the period at which each unit is averaged (:func:`profiled_steps`)."""
+        return profiled_steps(named, self.cluster, replicas, self.stride, self.tokens, every)[0]

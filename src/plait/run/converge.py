@@ -16,6 +16,9 @@ import sys
 import torch
 import torch.distributed as dist
 
+from plait.cost.partial_times import UnitProfile
+from plait.hardware.catalog import resolve_cluster
+from plait.hardware.mixed_catalog import mixed_cluster
 from plait.run.config import read_config
 from plait.run.counting import counted_bytes
 from plait.run.data import global_batch, rank_slice
@@ -34,8 +37,10 @@ LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
 """Inner learning rates (assumed: what trains the tiny reference model steadily in tens of steps)."""
 
 
-def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer) -> dict[str, list[float]]:
-    """Losses (mean over ranks) and bytes sent, per step, of one case over the ``replicas`` (every rank)."""
+def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer,
+          cluster: str = "") -> dict[str, list[float]]:
+    """Losses (mean over ranks) and bytes sent, per step, of one case over the ``replicas`` (every rank); the
+    ``cluster`` named gives DreamDDP's profiled schedule its times (:mod:`plait.cost.partial_times`)."""
     spec_text, _, optimizer_name = case.rpartition("@")
     if optimizer_name not in LEARNING_RATES:
         raise ValueError(f"case {case!r}: optimizer must be one of {', '.join(LEARNING_RATES)}")
@@ -45,7 +50,9 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
     lr = LEARNING_RATES[optimizer_name]
     optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer_name == "sgd"
                  else torch.optim.AdamW(model.parameters(), lr=lr))
-    module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec), replicas)
+    profile = UnitProfile(cluster=resolve_cluster(cluster), stride=1, tokens=batch // world * spec.seq_len) \
+        if cluster and mixed_cluster(cluster) is None else None
+    module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec), replicas, profile)
     losses, sent = [], []
     for step in range(steps):
         inputs, targets = global_batch(step, batch, spec.seq_len)
@@ -68,7 +75,7 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
     pending = getattr(optimizer, "pending", None)  # Pipe-SGD's last all-reduce or gossip's last exchange, in flight
     if isinstance(pending, tuple):
         pending[1].wait()
-    elif pending is not None:
+    elif hasattr(pending, "wait"):  # gossip's delay-by-one exchange (DreamDDP's list is empty after a step)
         pending.wait()
     by_rank: list[list[int]] = [[] for _ in range(world)]
     dist.all_gather_object(by_rank, sent)  # the point-to-point methods send different bytes from different ranks
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     replicas = build_reducer(dist.group.WORLD, named_site_gpus(args.cluster))  # type: ignore[arg-type]
-    results = {case: train(case, args.model, args.steps, args.batch, replicas) for case in args.cases}
+    results = {case: train(case, args.model, args.steps, args.batch, replicas, args.cluster) for case in args.cases}
     if dist.get_rank() == 0:
         args.out.write_text(json.dumps(results))
     dist.barrier()
