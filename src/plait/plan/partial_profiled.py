@@ -32,20 +32,32 @@ def exposed_run_s(backward_s: Sequence[float], comm_s: Sequence[float], start: i
     return max(0.0, clock - (ready[-1] if ready else 0.0)) if end > start else 0.0
 
 
+def _runs_table(backward_s: Sequence[float], comm_s: Sequence[float]) -> list[list[float]]:
+    """``table[start][end]``: :func:`exposed_run_s` of every run, each start's ends in one pass (``O(L^2)``)."""
+    ready = list(itertools.accumulate(backward_s))
+    end_of_pass, units = (ready[-1] if ready else 0.0), len(comm_s)
+    table = [[0.0] * (units + 1) for _ in range(units + 1)]
+    for start in range(units):
+        clock = 0.0
+        for k in range(start, units):
+            clock = max(clock, ready[k]) + comm_s[k]
+            table[start][k + 1] = max(0.0, clock - end_of_pass)
+    return table
+
+
 def profiled_schedule(backward_s: Sequence[float], comm_s: Sequence[float], every: int) -> tuple[list[int], float]:
     """(step of the period, 0 .. ``every`` - 1, at which each unit is averaged; total exposed seconds over the
     period) of the least exposed schedule (module docstring). Units in backpropagation order."""
     if len(backward_s) != len(comm_s) or every < 1:
         raise ValueError(f"{len(backward_s)} backward times, {len(comm_s)} all-reduce times, every={every}")
-    units = len(comm_s)
+    units, table = len(comm_s), _runs_table(backward_s, comm_s)
 
     @cache
     def best(start: int, left: int) -> tuple[float, int]:
         """(least exposed seconds for units ``start ..`` over ``left`` steps, end of this step's run)."""
         if left == 1 or start == units:
-            return exposed_run_s(backward_s, comm_s, start, units), units
-        options = [(exposed_run_s(backward_s, comm_s, start, end) + best(end, left - 1)[0], -end)
-                   for end in range(start, units + 1)]
+            return table[start][units], units
+        options = [(table[start][end] + best(end, left - 1)[0], -end) for end in range(start, units + 1)]
         cost, end = min(options)
         return cost, -end
 
