@@ -19,10 +19,11 @@ from plait.cost.partial_times import profiled_steps
 from plait.cost.sync import payload_bytes
 from plait.hardware.catalog import cluster_from_mapping, resolve_cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.convergence import convergence
+from plait.plan.convergence import convergence, searched_specs
 from plait.plan.gossip import consensus_rate, mixing_matrix, sources, spectral_gap
 from plait.plan.partial import schedule, unit_of
 from plait.plan.plan import Plan
+from plait.search.request import MAX_SYNCS
 from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
@@ -106,8 +107,11 @@ def test_multipliers_beyond_four_replicas_scale_by_the_consensus_rates() -> None
     assert at_16.factor == pytest.approx(1 + (measured.factor - 1) * p(4) / p(16), rel=1e-9)
     assert consensus_rate("ring", 16, 1) == pytest.approx(p(16), rel=1e-9)
     randomized = parse("gossip:topology=random_ring")
-    if convergence(randomized, 4).known:  # its own measured figure
-        assert convergence(randomized, 64).factor < convergence(ring, 64).factor / 10
+    assert convergence(randomized, 4).basis == "measured"
+    assert convergence(randomized, 64).factor < convergence(ring, 64).factor / 10
+    grid = {method.spec for method in searched_specs()}  # the variants only when --dp-sync names them
+    assert randomized.spec in grid and parse("gossip:topology=ring,delay=1").spec not in grid
+    assert len(grid) < MAX_SYNCS - 1
 
 
 @pytest.mark.slow
