@@ -70,3 +70,27 @@ def test_the_profiled_cut_exposes_no_more_than_the_parameter_count_cut() -> None
         steps, exposed = profiled_steps(named, cluster, 64, 1, 2048, every)
         assert exposed == pytest.approx(schedule_exposed_s(named, steps, cluster, 64, 1, 2048, every), rel=1e-12)
         assert exposed <= schedule_exposed_s(named, schedule(named, every), cluster, 64, 1, 2048, every) + 1e-15
+
+
+def test_a_batch_of_plans_prices_the_new_schedules_as_each_plan_alone() -> None:
+    """DreamDDP's profiled rows and gossip's delay-by-one rows (whose exposure depends on the row's compute) cost
+    the same in a mixed batch as alone."""
+    from plait.cost.batch import evaluate_batch
+    from plait.engine.catalog import get_engine
+    from plait.hardware.catalog import get_cluster
+    from plait.plan.columns import PlanColumns
+    from plait.plan.plan import Plan
+    from plait.workload.catalog import get_model
+
+    model, cluster, framework = get_model("gpt3-125m"), get_cluster("dgx1-v100"), get_engine().framework
+    plans = [Plan(dp_replicate=dp, tp=tp, micro_batch=mb, global_batch=64, sharding="none", dp_sync=sync)
+             for dp, tp in ((8, 1), (16, 2)) for mb in (1, 2)
+             for sync in ("allreduce", "dreamddp:every=4", "dreamddp:every=4,schedule=profiled",
+                          "gossip:topology=ring,delay=1", "gossip:topology=random_ring")]
+    batch = evaluate_batch(model, cluster, PlanColumns.from_plans(plans), framework)
+    for i, plan in enumerate(plans):
+        single = evaluate_batch(model, cluster, PlanColumns.one(plan), framework)
+        for name in ("dp_comm", "compute"):
+            assert batch.time[name][i] == pytest.approx(single.time[name], rel=1e-12, abs=1e-15), (plan.dp_sync, name)
+    profiled = [batch.time["dp_comm"][i] for i, p in enumerate(plans) if "profiled" in p.dp_sync.spec]
+    assert all(x > 0 for x in profiled)
