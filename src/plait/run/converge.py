@@ -17,8 +17,6 @@ import torch
 import torch.distributed as dist
 
 from plait.cost.partial_times import UnitProfile
-from plait.hardware.catalog import resolve_cluster
-from plait.hardware.mixed_catalog import mixed_cluster
 from plait.run.config import read_config
 from plait.run.counting import counted_bytes
 from plait.run.data import global_batch, rank_slice
@@ -50,8 +48,7 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer,
     lr = LEARNING_RATES[optimizer_name]
     optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer_name == "sgd"
                  else torch.optim.AdamW(model.parameters(), lr=lr))
-    profile = UnitProfile(cluster=resolve_cluster(cluster), stride=1, tokens=batch // world * spec.seq_len) \
-        if cluster and mixed_cluster(cluster) is None else None
+    profile = UnitProfile.named(cluster, stride=1, tokens=batch // world * spec.seq_len)
     module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec), replicas, profile)
     losses, sent = [], []
     for step in range(steps):
