@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "plait estimate --model llama3-70b --cluster dgx-h100-ib --gpus 64 --tp 8 --pp 2 --sharding zero1 --recompute "
     "selective --global-batch 512": "",
     "plait estimate --plan examples/llama3-8b-fsdp.toml --json": "",
+    "plait estimate --plan examples/llama3-70b-chunks.toml": "",
     "plait estimate --model path/to/config.json ...": "plait estimate --model {tmp}/config.json",
     "plait estimate --cluster examples/my-cluster.yaml --gpus 64": "",
     "plait models": "", "plait clusters": "", "plait engines": "",
