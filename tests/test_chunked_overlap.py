@@ -110,9 +110,11 @@ def test_chunked_primitives_on_two_gloo_ranks_equal_one_process_with_the_predict
     from tests.ranks import run_ranks
 
     tokens, hidden, top_k, batch, chunks = 64, 64, 2, 8, 4
+    spec = load(str(ROOT / "examples" / "dlrm-tiny.toml")).description
+    shapes = ",".join(f"{t.rows}x{t.dim}x{int(t.pooling)}" for t in spec.tables)
     out = run_ranks(2, ["-m", "plait.run.chunked_check", "--chunks", str(chunks), "--tokens", str(tokens),
                         "--hidden", str(hidden), "--top-k", str(top_k), "--batch", str(batch),
-                        "--dlrm", str(ROOT / "examples" / "dlrm-tiny.toml")], timeout=300)
+                        "--tables", shapes], timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     ranks = {r["rank"]: r for r in (json.loads(line[8:]) for line in out.stdout.splitlines()
                                     if line.startswith("CHUNKED "))}
@@ -121,7 +123,6 @@ def test_chunked_primitives_on_two_gloo_ranks_equal_one_process_with_the_predict
     fp32 = dict(cluster=get_cluster(H100), framework=get_engine().framework)
     gathered, reduced = tp_block_bytes(Setup(model=tiny, plan=Plan(tp=2, sp=True, seq_len=tokens, precision="fp32"), **fp32))
     send = ep_send_bytes(Setup(model=moe, plan=Plan(ep=2, dp_replicate=2, seq_len=tokens, precision="fp32"), **fp32))
-    spec = load(str(ROOT / "examples" / "dlrm-tiny.toml")).description
     placed = [Placement(t.name, "table_wise", (i % 2,)) for i, t in enumerate(spec.tables)]
     pooled = [load_.pooled_out for load_ in rank_loads(spec, placed, 2, 1, batch, 2)]
     predicted = {"all_gather_matmul": ("buffer_bytes", lambda r: gathered),

@@ -4,7 +4,7 @@ with the collectives' messages and bytes; one JSON line per rank on standard out
 
 Start it as ``torchrun --nproc-per-node 2 -m plait.run.chunked_check --chunks 4`` (or ``tests/ranks.py``). Shapes:
 ``--tokens`` rows of the group and ``--hidden`` columns (a transformer layer's hidden states), ``--top-k`` rows
-per token through the experts, ``--batch`` samples per rank through a DLRM's tables (``--dlrm``, placed table-wise:
+per token through the experts, ``--batch`` samples per rank through a DLRM's tables (``--tables``, placed table-wise:
 rank ``r`` holds tables ``r, r + g, ...``). Legend: ``M`` rows of the group, ``m`` of one rank, ``K``/``N`` inner and
 output columns, ``g`` ranks, ``B`` samples per rank.
 """
@@ -15,6 +15,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -69,23 +70,29 @@ def _experts(g: int, r: int, tokens: int, top_k: int, hidden: int, chunks: int) 
     return {"expert_all_to_all": _measure(lambda s, c: expert_all_to_all(x_all[r], w_gKN[r], c, s), want, chunks)}
 
 
-def _dlrm(g: int, r: int, batch: int, chunks: int, dlrm: str) -> dict[str, object]:
-    """The DLRM's tables placed table-wise, rank ``r`` holding tables ``r, r + g, ...``; ids of all ``g * batch``
-    samples seeded alike on every rank."""
-    from plait.workloads import load
-
-    tables = load(dlrm).description.tables
+def _dlrm(g: int, r: int, batch: int, chunks: int, shapes: str) -> dict[str, object]:
+    """Tables of ``shapes`` (``ROWSxDIMxPOOLING,...``) placed table-wise, rank ``r`` holding tables ``r, r + g,
+    ...``; ids of all ``g * batch`` samples seeded alike on every rank."""
+    tables = [_Table(*(int(v) for v in shape.split("x"))) for shape in shapes.split(",")]
     gen = torch.Generator().manual_seed(2)
     bags = [nn.EmbeddingBag(t.rows, t.dim, mode="sum") for t in tables]
     for bag in bags:
         with torch.no_grad():
             bag.weight.copy_(torch.randn(bag.weight.shape, generator=gen))
-    ids = [torch.randint(0, t.rows, (g * batch, int(t.pooling)), generator=gen) for t in tables]
+    ids = [torch.randint(0, t.rows, (g * batch, t.pooling), generator=gen) for t in tables]
     mine = range(r, len(tables), g)
     want = torch.stack([torch.cat([bags[t](ids[t][r * batch:(r + 1) * batch]) for t in range(q, len(tables), g)], 1)
                         for q in range(g)])
     run = (lambda s, c: lookup_all_to_all([bags[t] for t in mine], [ids[t] for t in mine], c, s))
     return {"lookup_all_to_all": _measure(run, want, chunks)}
+
+
+@dataclass(frozen=True)
+class _Table:
+    rows: int
+    dim: int
+    pooling: int
+    """Ids per sample (a whole number: every sample carries that many)."""
 
 
 def _measure(run: Run, want: torch.Tensor, chunks: int) -> dict[str, object]:
@@ -110,14 +117,15 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--dlrm", default="examples/dlrm-tiny.toml")
+    parser.add_argument("--tables", default="64x8x1,32x8x2,16x8x3,40x8x2",
+                        help="ROWSxDIMxPOOLING per table (default: examples/dlrm-tiny.toml's)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     g, r = dist.get_world_size(), dist.get_rank()
     result: dict[str, object] = {"rank": r, "chunks": args.chunks}
     result.update(_tp(g, r, args.tokens, args.hidden, args.chunks))
     result.update(_experts(g, r, args.tokens, args.top_k, args.hidden, args.chunks))
-    result.update(_dlrm(g, r, args.batch, args.chunks, args.dlrm))
+    result.update(_dlrm(g, r, args.batch, args.chunks, args.tables))
     print("CHUNKED " + json.dumps(result), flush=True)
     dist.destroy_process_group()
 
