@@ -6,7 +6,7 @@ the other.
 Prints, per round, each job's compute and synchronization medians alone, the paired period measured and predicted,
 the bound that sets it, measured/predicted, the gain measured and predicted, and whether each job's paired losses
 equal its solo losses; then the median ratio over the rounds, the load average and the process's CPU time. Run:
-``python benchmarks/crossover_pair.py [--rounds 5] [--steps 30] [--link-bytes-per-s 6e8]`` (0: loopback gloo only,
+``python benchmarks/crossover_pair.py [--rounds 5] [--steps 30] [--link-bytes-per-s 2e8]`` (0: loopback gloo only,
 whose all-reduce computes on the same cores as the other job).
 """
 
@@ -27,7 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--link-bytes-per-s", type=float, default=6e8)
+    parser.add_argument("--link-bytes-per-s", type=float, default=2e8)
     args = parser.parse_args()
     load_before = os.getloadavg()
     cpu, wall = time.process_time(), time.perf_counter()

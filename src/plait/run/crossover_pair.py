@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,10 +45,15 @@ class TinyJob:
     """One job's model, optimizer, process group and the gradients of its last compute."""
 
     name: str
+    """``a`` or ``b`` (its seeds: :data:`SEEDS`)."""
     model: nn.Module
+    """Its MLP, the same on every rank."""
     optimizer: torch.optim.Optimizer
+    """Plain SGD over the model."""
     width: int
+    """The MLP's width (D)."""
     batch: int
+    """Rows per rank per step (B)."""
     link: Link
     """Where its all-reduce runs."""
     grads: torch.Tensor | None = None
@@ -59,10 +65,11 @@ class Link:
     emulated link: its ring all-reduce bytes (``2 (n - 1) / n`` times the gradients' bytes per rank, Patarasuk &
     Yuan 2009) over ``bytes_per_s``, slept (0: none, loopback only). The sleep stands for the seconds a GPU job's
     NICs move its gradients while the GPU idles; gloo's own loopback all-reduce instead copies and sums on the same
-    CPU cores the other job computes on."""
+    CPU cores the other job computes on. The two jobs' links share ``wire``: their wire times take turns, as two
+    jobs' synchronizations over the same NICs do."""
 
-    def __init__(self, group: dist.ProcessGroup, bytes_per_s: float) -> None:
-        self.group, self.bytes_per_s = group, bytes_per_s
+    def __init__(self, group: dist.ProcessGroup, bytes_per_s: float, wire: threading.Lock) -> None:
+        self.group, self.bytes_per_s, self.wire = group, bytes_per_s, wire
         self.pool = ThreadPoolExecutor(max_workers=1)
 
     def wire_s(self, grads: torch.Tensor) -> float:
@@ -78,7 +85,8 @@ class Link:
 
     def _reduce(self, grads: torch.Tensor) -> None:
         dist.all_reduce(grads, group=self.group)
-        time.sleep(self.wire_s(grads))
+        with self.wire:  # taken after the collective: no rank holds it while it waits for the other rank
+            time.sleep(self.wire_s(grads))
 
 
 def make_job(name: str, width: int, depth: int, batch: int, link: Link) -> TinyJob:
@@ -174,7 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    links = {name: Link(dist.new_group(backend="gloo"), args.link_bytes_per_s) for name in ("a", "b")}
+    wire = threading.Lock()
+    links = {name: Link(dist.new_group(backend="gloo"), args.link_bytes_per_s, wire) for name in ("a", "b")}
     widths = {"a": args.width_a, "b": args.width_b}
     rounds = []
     for _ in range(args.rounds):
