@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -151,6 +152,32 @@ def test_the_holder_leaving_first_passes_the_gpus_to_its_partner() -> None:
     assert c.first_start_s == pytest.approx(a.finish_s)  # C shares B's GPUs as soon as B is alone
     assert [(p.host_id, p.guest_id) for p in result.pairs or ()] == [("a", "b"), ("b", "c")]
     assert c.finish_s is not None and b.finish_s is not None and c.finish_s < b.finish_s
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), num_jobs=st.integers(2, 30), gap_s=st.sampled_from([30.0, 300.0]))
+def test_every_job_finishes_once_no_gpu_is_held_twice_and_none_beats_its_solo_run(seed: int, num_jobs: int,
+                                                                                  gap_s: float) -> None:
+    rng, jobs = random.Random(seed), []
+    for i in range(num_jobs):
+        gpus = (4, 8, 8, 16)[int(rng.random() * 4)]
+        model = sorted(TOY)[int(rng.random() * len(TOY))]
+        jobs.append(TraceJob(job_id=f"j{i:02d}", arrival_s=round(i * gap_s * rng.random() * 2, 3), model=model,
+                             gpus=gpus, tokens=1000.0 * gpus * 60 * 10 ** (rng.random() * 2)))
+    trace = tuple(sorted(jobs, key=lambda j: (j.arrival_s, j.job_id)))
+    result = run(trace, "crossover", gpus=16)
+    assert all(j.status == "done" for j in result.jobs)
+    for job, res in zip(trace, result.jobs, strict=True):
+        assert res.first_start_s is not None and res.first_start_s >= job.arrival_s
+        assert res.jct_s >= job.tokens / (1000.0 * job.gpus) * (1 - 1e-9)  # alone at 1,000 tokens/s per GPU
+    edges = sorted([(s.start_s, s.gpus) for s in result.segments] + [(s.end_s, -s.gpus) for s in result.segments])
+    held = 0
+    for _, gpus in edges:
+        held += gpus
+        assert held <= 16
+    for pair in result.pairs or ():
+        assert pair.gain >= Crossover().min_gain and pair.host_slowdown >= 1 and pair.guest_slowdown >= 1
+    assert run(trace, "crossover", gpus=16) == result
 
 
 def test_speeds_without_phases_pair_nothing() -> None:
