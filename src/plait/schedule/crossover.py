@@ -44,6 +44,8 @@ class SharingSimulator(Simulator):
         self.hosts: dict[int, dict[HostKey, dict[int, None]]] = {}
         """GPUs -> key -> the running unpaired jobs of that size and key, in the order they became so."""
         self._keys: dict[int, HostKey] = {}
+        self._pair_memo: dict[tuple[str, int, HostKey], tuple[PairCost, Speed] | None] = {}
+        """(guest model, GPUs, host key) -> :meth:`pair_of`'s answer (a pass may ask it for every key)."""
 
     # --- the running unpaired jobs, by size and key ---------------------------------------------------------------
     def _add_host(self, st: JobState) -> None:
@@ -98,8 +100,15 @@ class SharingSimulator(Simulator):
         return self.speed_at(st, st.place.gpus, st.place)
 
     def pair_of(self, guest: JobState, host: JobState) -> tuple[PairCost, Speed] | None:
-        """The pair's cost and the guest's solo speed on the host's placement (``None``: a phase split is unknown
-        or the guest has no plan there)."""
+        """The pair's cost and the guest's solo speed on unpaired running ``host``'s placement (``None``: a phase
+        split is unknown or the guest has no plan there), memoised by the guest's model and the host's size and key."""
+        assert host.place is not None
+        memo = (guest.job.model, host.place.gpus, self._keys[host.index])
+        if memo not in self._pair_memo:
+            self._pair_memo[memo] = self._pair(guest, host)
+        return self._pair_memo[memo]
+
+    def _pair(self, guest: JobState, host: JobState) -> tuple[PairCost, Speed] | None:
         assert host.place is not None
         solo_host, solo_guest = self.solo_speed(host), self.speed_at(guest, host.place.gpus, host.place)
         if solo_host is None or solo_guest is None or solo_host.split is None or solo_guest.split is None:
