@@ -26,7 +26,8 @@ from plait.schedule.trace import TraceJob
 GIB = 2.0**30
 
 
-def split(c: float, s: float, peak_gib: float = 10.0, resident_gib: float = 5.0, capacity_gib: float = 80.0) -> StepSplit:
+def split(c: float, s: float, peak_gib: float = 10.0, resident_gib: float = 5.0,
+          capacity_gib: float = 80.0) -> StepSplit:
     return StepSplit(compute_s=c, sync_s=s, peak_bytes=peak_gib * GIB, resident_bytes=resident_gib * GIB,
                      capacity_bytes=capacity_gib * GIB)
 
@@ -203,8 +204,8 @@ def test_two_jobs_alternating_on_two_ranks_train_exactly_as_alone(tmp_path: Path
     from tests.ranks import run_ranks
 
     out = tmp_path / "pair.json"
-    done = run_ranks(2, ["-m", "plait.run.crossover_pair", "--out", str(out), "--steps", "4", "--warmup", "1", "--rounds", "1",
-                         "--link-bytes-per-s", "6e8"], timeout=120)
+    done = run_ranks(2, ["-m", "plait.run.crossover_pair", "--out", str(out), "--steps", "4", "--warmup", "1",
+                         "--rounds", "1", "--link-bytes-per-s", "6e8"], timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     (rd,) = result["rounds"]

@@ -5,11 +5,12 @@ Luo et al., arXiv 2103.07974; the predicted period: :func:`plait.cost.crossover.
 Each job is an MLP of its own width with its own process group over the same ranks (two communicators, as two
 Horovod jobs on the same GPUs have), its own data and plain SGD. A step is: the optimizer applies the previous
 step's all-reduced gradients, forward and backward on the rank's batch (the same every step): the *compute* phase;
-then the all-reduce of the flat gradients: the *synchronization* phase. Alone, the all-reduce is waited for at once, and the two phases are
-timed apart (medians over the timed steps). Paired, job A launches its all-reduce asynchronously and job B computes
-while it runs, then B launches its own and A computes its next step, and so on: the measured period is the wall
-time of one step of each. Each job's losses paired equal its losses alone (the same operations on the same values,
-only their timing moves; checked within 1e-5 by the test).
+then the all-reduce of the flat gradients: the *synchronization* phase. Alone, the all-reduce is waited for at once,
+and the two phases are timed apart (medians over the timed steps). Paired, job A launches its all-reduce
+asynchronously and job B computes while it runs, then B launches its own and A computes its next step, and so on:
+the measured period is the wall time of one step of each. Each job's losses paired equal its losses alone (the same
+operations on the same values, only their timing moves; checked within 1e-5 by the test). Each all-reduce may be
+followed by the wire time of an emulated link (:class:`Link`, ``--link-bytes-per-s``).
 
 Rounds alternate solo A, solo B and the pair, so a loaded machine's slow spell lands on each. Rank 0 writes one JSON
 object: per round each job's compute and synchronization medians and the pair's period, the predicted period from
