@@ -140,7 +140,9 @@ def schedule_command(
                   f"{speed.searches} planner searches ({speed.search_s:.1f} s)")
     console.print(_table(results))
     for result in results:
-        if result.pairs is not None:
+        if result.pairs:
             console.print(_pairs_table(result))
+        elif result.pairs is not None:
+            console.print(f"{result.policy}: no pair formed (none that fits each GPU and gains enough)")
     for path in [p for p in (write_trace, trace_out) if p is not None] + written:
         console.print(f"wrote {path}")
