@@ -148,9 +148,10 @@ class ScheduleResult:
         if self.pairs is None:
             return {}
         pairs = self.pairs
-        mean = (lambda xs: float(np.mean(xs)) if pairs else 0.0)
-        return {"pairs": len(pairs), "mean_pair_gain": mean([p.gain for p in pairs]),
-                "mean_pair_slowdown": mean([s for p in pairs for s in (p.host_slowdown, p.guest_slowdown)])}
+        gains = [p.gain for p in pairs]
+        slowdowns = [s for p in pairs for s in (p.host_slowdown, p.guest_slowdown)]
+        return {"pairs": len(pairs), "mean_pair_gain": float(np.mean(gains)) if pairs else 0.0,
+                "mean_pair_slowdown": float(np.mean(slowdowns)) if pairs else 0.0}
 
     def utilization_over_time(self) -> tuple[np.ndarray, np.ndarray]:
         """(times, GPUs held from each time to the next): the step function of the cluster's use."""
