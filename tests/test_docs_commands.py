@@ -115,6 +115,7 @@ COMMANDS: dict[str, str] = {
         "plait run --plan examples/tiny-plan.toml --steps 3 --trace-dir {tmp}/traces/",
     "plait schedule --trace examples/traces/pai-like.csv --cluster dgx-h100-ib --policy srtf": "",
     "plait schedule --trace examples/traces/pai-like.csv --cluster a100-omnipath --policy all": "",
+    "plait schedule --synthetic helios --jobs 2000 --gpus 1024 --cluster dgx-h100-ib --policy crossover": "",
     "plait report --plan examples/llama3-70b-pp.toml --out report.html --gpus-range 32:256":
         "plait report --plan examples/llama3-70b-pp.toml --out {tmp}/report.html --gpus-range 32:256",
     "plait design --model llama3-8b --gpus 64 --global-batch 256 --tokens 1e12 --vary peak=1,1.5 --vary hbm_gib=1,1.5 "
