@@ -1,6 +1,6 @@
 """The GLM kind's entries for ``plait estimate``, ``plait plan`` and ``plait run``: the options checked, the job
-priced and planned (:mod:`.predict`), the result printed. The batch is the TOML's ``batch`` (``--global-batch``
-does not apply to a GLM)."""
+priced and planned (:mod:`.predict`), the result printed. The batch is the TOML's ``batch``: a ``--global-batch``
+given is warned about (it has no effect)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,36 @@ from rich.console import Console
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
+from plait.plan.defaults import GLOBAL_BATCH
 from plait.strict_json import print_json
 from plait.terminal import rich_console, titled_table
 from plait.workloads import Options, Workload
 from plait.workloads.glm.predict import GlmPlan, plan_glm
 
+PLAN_GLOBAL_BATCH = "128"
+"""``plait plan``'s default ``--global-batch`` (text: it takes lists and ranges)."""
+
 
 def _plan(workload: Workload, options: Options) -> GlmPlan:
     return plan_glm(workload.description, resolve_cluster(options["cluster"] or DEFAULT_CLUSTER), options["gpus"])
+
+
+def _warnings(options: Options, default: object) -> list[str]:
+    """Options given that have no effect on a GLM (STYLE.md rule 11: warn)."""
+    if options.get("global_batch", default) != default:
+        return [f"--global-batch {options['global_batch']} has no effect on a GLM: its batch is the TOML's [glm].batch"]
+    return []
+
+
+def _output(options: Options, doc: dict[str, object], shown: GlmPlan, top: int, default: object) -> None:
+    notes = _warnings(options, default)
+    if options["as_json"]:
+        print_json({**doc, "warnings": notes})
+        return
+    console = rich_console()
+    _print(console, shown, top)
+    for note in notes:
+        console.print(f"warning: {note}", markup=False)
 
 
 def _print(console: Console, plan: GlmPlan, top: int) -> None:
@@ -30,18 +52,15 @@ def _print(console: Console, plan: GlmPlan, top: int) -> None:
                       f"{cost.comm_s * 1e6:.1f}", f"{cost.backward_s * 1e6:.1f}", f"{cost.sent_bytes:,.0f}",
                       f"{cost.epoch_s:.3g}", f"{cost.memory_bytes / 2**30:.2f}")
     console.print(table)
-    console.print(f"chosen: {plan.reason}")
+    console.print(f"chosen: {plan.reason}", markup=False)
 
 
 def estimate(workload: Workload, options: Options) -> None:
     """Each method's fastest pipeline depth, and the choice."""
     plan = _plan(workload, options)
-    if options["as_json"]:
-        print_json(plan.to_dict())
-    else:
-        best = plan.per_method()
-        _print(rich_console(), GlmPlan(spec=plan.spec, cluster=plan.cluster, ranked=tuple(best),
-                                       refused=plan.refused, reason=plan.reason), len(best))
+    best = plan.per_method()
+    shown = GlmPlan(spec=plan.spec, cluster=plan.cluster, ranked=tuple(best), refused=plan.refused, reason=plan.reason)
+    _output(options, plan.to_dict(), shown, len(best), GLOBAL_BATCH)
 
 
 def plan(workload: Workload, options: Options) -> None:
@@ -49,13 +68,9 @@ def plan(workload: Workload, options: Options) -> None:
     if options["objective"] != "throughput" or options["gpus_range"] or options["export"] is not None:
         raise ConfigError("a GLM (--model with [glm]) is planned for throughput on --gpus, without --export")
     found = _plan(workload, options)
-    if options["as_json"]:
-        doc = found.to_dict()
-        doc["ranked"] = [{"method": c.method, "micro_batches": c.micro_batches, "step_s": c.step_s}
-                         for c in found.ranked]
-        print_json(doc)
-    else:
-        _print(rich_console(), found, options.get("top") or 10)
+    doc = {**found.to_dict(), "ranked": [{"method": c.method, "micro_batches": c.micro_batches, "step_s": c.step_s}
+                                         for c in found.ranked]}
+    _output(options, doc, found, options.get("top") or 10, PLAN_GLOBAL_BATCH)
 
 
 def run(workload: Workload, options: Options) -> None:

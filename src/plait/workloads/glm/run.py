@@ -24,7 +24,7 @@ from plait.terminal import rich_console, titled_table
 from plait.workloads.glm.config import GlmRunConfig
 from plait.workloads.glm.cost import glm_cost
 from plait.workloads.glm.model import GlmSpec
-from plait.workloads.glm.scd import RULES, scd_in_one_process
+from plait.workloads.glm.scd import RULES, optimum, scd_in_one_process
 from plait.workloads.glm.sgd import make_data, sgd_reference
 
 WORKER = "plait.workloads.glm.worker"
@@ -45,7 +45,8 @@ class GlmRunResult:
     predicted_sent: dict[str, float]
     """Per SGD method, the cost model's bytes per rank and step."""
     scd: dict[str, dict[str, Any]]
-    """Per aggregation rule: objective after each epoch on the ranks, in one process, and sequential SCD's."""
+    """Per aggregation rule: objective after each epoch on the ranks, in one process, and sequential SCD's, and the
+    least objective (``optimum``)."""
 
 
 def run_config(spec: GlmSpec, gpus: int, steps: int) -> GlmRunConfig:
@@ -75,12 +76,13 @@ def compare(spec: GlmSpec, cfg: GlmRunConfig, gpus: int, measured: dict[str, Any
     scd: dict[str, dict[str, Any]] = {}
     if measured["scd"]:
         x_ND, y_N = make_data(cfg)
+        best = optimum(x_ND, y_N, cfg.l2)
         sequential = scd_in_one_process(x_ND, y_N, cfg.l2, cfg.scd_block, "add", 1, cfg.scd_epochs, cfg.seed)
         for rule in RULES:
             scd[rule] = {"ranks": measured["scd"][rule]["objective"], "sequential": sequential,
                          "one_process": scd_in_one_process(x_ND, y_N, cfg.l2, cfg.scd_block, rule, gpus,
                                                            cfg.scd_epochs, cfg.seed),
-                         "sent_per_epoch": measured["scd"][rule]["sent_per_epoch"]}
+                         "sent_per_epoch": measured["scd"][rule]["sent_per_epoch"], "optimum": best}
     return GlmRunResult(max_weight_error=errors, sent_per_step=sent, predicted_sent=predicted, scd=scd)
 
 
@@ -108,6 +110,7 @@ def _print(spec: GlmSpec, gpus: int, steps: int, result: GlmRunResult) -> None:
                       f"{result.predicted_sent[method]:,.0f}")
     console.print(table)
     for rule, found in result.scd.items():
-        console.print(f"SCD by feature, {rule}: objective after {len(found['ranks'])} epochs {found['ranks'][-1]:.6g} "
-                      f"(one process {found['one_process'][-1]:.6g}, sequential {found['sequential'][-1]:.6g}); "
-                      f"{found['sent_per_epoch']:,} B/epoch sent")
+        gap = [f - found["optimum"] for f in (found["ranks"][-1], found["one_process"][-1], found["sequential"][-1])]
+        console.print(f"SCD by feature, {rule}: objective - optimum after {len(found['ranks'])} epochs {gap[0]:.4g} "
+                      f"(one process {gap[1]:.4g}, sequential SCD {gap[2]:.4g}); {found['sent_per_epoch']:,} B/epoch "
+                      "sent")

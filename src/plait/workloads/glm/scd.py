@@ -40,6 +40,15 @@ def objective(x_ND: torch.Tensor, y_N: torch.Tensor, w_D: torch.Tensor, l2: floa
     return float(r_N @ r_N / (2 * len(y_N)) + l2 / 2 * w_D @ w_D)
 
 
+def optimum(x_ND: torch.Tensor, y_N: torch.Tensor, l2: float) -> float:
+    """The least ``F(w)``: ``w* = (X^T X / N + l2 I)^-1 X^T y / N`` (the normal equations of ridge regression), in
+    fp64."""
+    x, y = x_ND.double(), y_N.double()
+    n = len(y)
+    w = torch.linalg.solve(x.T @ x / n + l2 * torch.eye(x.shape[1], dtype=x.dtype), x.T @ y / n)
+    return objective(x, y, w, l2)
+
+
 def local_epoch(x_NC: torch.Tensor, r_N: torch.Tensor, w_C: torch.Tensor, l2: float, block: int,
                 order: torch.Tensor) -> torch.Tensor:
     """One worker's epoch over its columns in ``order``, ``block`` at a time from one residual; its proposed

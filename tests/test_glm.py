@@ -1,0 +1,150 @@
+"""The GLM kind: its strict reader, its cost model on hand-computed cases and invariants, its planner's choice,
+its losses' slopes against autograd, coordinate descent's aggregation rule, and (slow) a run on 2 gloo ranks equal
+to one process with the predicted bytes."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
+from plait.workloads import load
+from plait.workloads.glm.cost import METHODS, glm_cost
+from plait.workloads.glm.model import GlmSpec
+from plait.workloads.glm.predict import plan_glm
+from plait.workloads.glm.scd import local_epoch, objective, optimum, order_of, step_size
+from plait.workloads.glm.sgd import loss_and_slope
+from tests.inprocess import cli
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+H100 = resolve_cluster("dgx-h100-ib")
+DENSE = GlmSpec(name="dense", loss="logistic", samples=1_000_000, features=65_536, batch=1024)
+
+
+def test_the_reader_is_strict_and_the_examples_read(tmp_path: Path) -> None:
+    spec = load(str(EXAMPLES / "glm-criteo-sparse.toml")).description
+    assert (spec.loss, spec.sparse, spec.nonzeros_per_sample) == ("logistic", True, pytest.approx(39.0))
+    path = tmp_path / "g.toml"
+    for text, rule in [('[glm]\nloss = "squared"\nsamples = 10\nfeatures = 4\nbatch = 2\nbatchh = 1\n',
+                        "[glm]: unknown key 'batchh'"),
+                       ('[glm]\nloss = "probit"\nsamples = 10\nfeatures = 4\nbatch = 2\n',
+                        "[glm].loss='probit' must be one of squared, logistic, hinge"),
+                       ('[glm]\nloss = "hinge"\nsamples = 10\nfeatures = 4\nbatch = 20\n',
+                        "batch=20 must be at most samples=10"),
+                       ('[glm]\nloss = "hinge"\nsamples = 10\nfeatures = 4\nbatch = 2\ndensity = 0.0\n',
+                        "density=0.0 must lie in (0, 1]")]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(rule)):
+            load(str(path)).description
+
+
+def test_a_dense_step_by_hand() -> None:
+    """8 ranks, 1024 x 65,536 fp32 batch: each pass streams its share at 0.89 of 3.35 TB/s (the H100's figures)."""
+    rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory.value
+    fp = glm_cost(DENSE, H100, 8, "feature_partitioned")
+    forward = 1024 * 8192 * 4 + 8192 * 4 + 1024 * 4  # the batch's columns, the weight slice, z
+    assert fp.forward_s == pytest.approx(forward / rate)
+    assert fp.sent_bytes == 2 * 7 / 8 * 1024 * 4  # ring all-reduce of B floats
+    dp = glm_cost(DENSE, H100, 8, "data_parallel")
+    assert dp.sent_bytes == 2 * 7 / 8 * 65_536 * 4  # the model all-reduce
+    assert dp.forward_s == pytest.approx((128 * 65_536 * 4 + 65_536 * 4 + 128 * 4) / rate)
+    assert glm_cost(DENSE, H100, 8, "switch_aggregated").sent_bytes == 1024 * 4  # sent once to the switch
+
+
+def test_switch_latency_on_sharp_by_hand() -> None:
+    """16 ranks over two DGX H100: 2.83 us SHARP round trip plus a tree's 2 log2 8 = 6 NVLink steps of 3 us each
+    way inside each node; 64 B take 64 / (50 GB/s x 0.95) more."""
+    cost = glm_cost(replace(DENSE, batch=16), H100, 16, "switch_aggregated")
+    assert cost.comm_s == pytest.approx(2.83e-6 + 6 * 3e-6 + 64 / (50e9 * 0.95))
+    refused = glm_cost(DENSE, resolve_cluster("dgx-a100-ib"), 16, "switch_aggregated")
+    assert "whose switches do not aggregate" in refused.why_not
+
+
+@pytest.mark.parametrize("m", [2, 4, 16])
+def test_the_pipeline_lies_between_its_busiest_resource_and_no_overlap(m: int) -> None:
+    for method in METHODS[1:]:
+        cost = glm_cost(DENSE, H100, 16, method, m)
+        device = cost.forward_s + cost.backward_s
+        assert max(device, cost.comm_s) + cost.update_s <= cost.step_s * (1 + 1e-12)
+        assert cost.step_s <= device + cost.comm_s + cost.update_s + 1e-15
+
+
+def test_the_planner_splits_the_larger_dimension() -> None:
+    """Many features and a small batch: the B-float all-reduce wins; few features and a large batch: the model
+    all-reduce wins; data that fits no single device is refused with its reason."""
+    wide = plan_glm(replace(DENSE, batch=16), H100, 8)
+    assert wide.best.method != "data_parallel" and "beats" in wide.reason
+    tall = plan_glm(replace(DENSE, features=64, batch=65_536), H100, 8)
+    assert tall.best.method == "data_parallel"
+    with pytest.raises(ConfigError, match=r"no way to train dense on 1 ranks.*244\.1 GiB of data and model exceed"):
+        plan_glm(DENSE, H100, 1)  # 10^6 x 65,536 fp32 = 244.1 GiB; an eighth fits one H100
+    assert plan_glm(DENSE, H100, 8).best.memory_bytes < 40 * 2**30
+
+
+def test_estimate_and_plan_through_the_cli() -> None:
+    code, out, err = cli(["plan", "--model", str(EXAMPLES / "glm-criteo-sparse.toml"), "--gpus", "16", "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["best"]["method"] == "switch_aggregated" and doc["ranked"][0]["step_s"] == doc["best"]["step_s"]
+    code, out, err = cli(["estimate", "--model", str(EXAMPLES / "glm-criteo-sparse.toml"), "--gpus", "8"])
+    assert code == 0 and "chosen:" in out, err
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic", "hinge"])
+def test_each_losss_slope_is_its_derivative(loss: str) -> None:
+    z = torch.tensor([-2.0, -0.3, 0.4, 0.99, 3.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([1.0, -1.0, 1.0, 1.0, -1.0], dtype=torch.float64)
+    value, slope = loss_and_slope(z, y, loss)
+    (grad,) = torch.autograd.grad(value.sum(), z)
+    assert torch.allclose(slope, grad)
+
+
+def _ridge(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(64, 16, generator=gen, dtype=torch.float64)
+    return x, x @ torch.randn(16, generator=gen, dtype=torch.float64)
+
+
+def test_coordinate_descent_reaches_the_normal_equations_optimum() -> None:
+    x, y = _ridge()
+    w, r = torch.zeros(16, dtype=torch.float64), -y.clone()
+    for epoch in range(60):
+        d = local_epoch(x, r, w, 0.01, 1, order_of(16, 0, 0, epoch))
+        w, r = w + d, r + x @ d
+    assert objective(x, y, w, 0.01) == pytest.approx(optimum(x, y, 0.01), rel=1e-9, abs=1e-12)
+
+
+def test_the_optimal_step_minimises_the_objective_along_the_summed_update() -> None:
+    """Two feature-split workers' proposals: gamma* is the least objective on a fine grid of steps."""
+    x, y = _ridge(1)
+    w, r = torch.zeros(16, dtype=torch.float64), -y.clone()
+    parts = [slice(0, 8), slice(8, 16)]
+    d = torch.cat([local_epoch(x[:, s], r, w[s], 0.01, 4, order_of(8, 0, k, 0)) for k, s in enumerate(parts)])
+    u = x @ d
+    gamma = step_size("optimal", 2, r, u, float(w @ d), float(d @ d), 0.01)
+    grid = [objective(x, y, w + g * d, 0.01) for g in torch.linspace(0, 1.5, 301).tolist()]
+    assert objective(x, y, w + gamma * d, 0.01) <= min(grid) + 1e-12
+
+
+@pytest.mark.slow
+def test_plait_run_equals_one_process_with_the_predicted_bytes() -> None:
+    """2 gloo ranks (examples/glm-tiny.toml, 10 steps): data-parallel and feature-partitioned SGD within 1e-5 of
+    one process, every step's bytes = the cost model's; coordinate descent on the ranks = its one-process emulation,
+    the optimal rule no worse than adding or averaging."""
+    from plait.workloads.glm.run import run_glm
+
+    result = run_glm(load(str(EXAMPLES / "glm-tiny.toml")).description, 2, 10, False)
+    assert result is not None
+    for method, error in result.max_weight_error.items():
+        assert error <= 1e-5, method
+        assert set(result.sent_per_step[method]) == {result.predicted_sent[method]}, method
+    final = {rule: found["ranks"][-1] for rule, found in result.scd.items()}
+    for found in result.scd.values():
+        assert found["ranks"] == pytest.approx(found["one_process"], rel=1e-5)
+    assert final["optimal"] <= min(final["add"], final["average"])
