@@ -138,6 +138,8 @@ def glm_cost(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, micro_
         why = f"one rank's {resident / GIB:.1f} GiB of data and model exceed its {capacity / GIB:.1f} GiB"
     if b % ranks and not split:
         why = why or f"batch {b} does not split evenly over {ranks} ranks"
+    if d < ranks and split:
+        why = why or f"{d} features leave ranks without a feature"
     return GlmCost(method=method, ranks=ranks, micro_batches=m, forward_s=m * f, comm_s=m * c, backward_s=m * b_s,
                    update_s=update, step_s=step, epoch_s=math.ceil(spec.samples / b) * step,
                    read_bytes=m * (fwd + bwd) + upd, sent_bytes=sent, memory_bytes=resident, why_not=why)
