@@ -1,12 +1,16 @@
 """A GLM's SGD step on ``P`` ranks: memory-bound passes over the batch's features and one all-reduce.
 
 A GLM step does two multiply-adds per stored feature value (``z = X w`` forward, ``g = X^T l'(z)`` backward), so
-on a GPU it is bound by the bytes it reads, not by its arithmetic: each pass takes the bytes it streams over the
+on a GPU it is bound by the bytes it reads, not by its arithmetic: each kernel takes the bytes it streams over the
 HBM bandwidth a streaming kernel reaches (the accelerator's ``memory`` efficiency), and never less than one
-kernel's floor (``kernel_launch_us``). Per pass it reads the batch's stored features (dense values, or CSR values
-and indices) and the weights they touch (a dense row reads ``w`` once; a sparse one gathers one weight per stored
-value, and the backward scatters one gradient value per stored value); the update reads ``w`` and ``g`` and writes
-``w``. Three ways to split the work (P4SGD, Huang et al., arXiv 2305.05885; Parnell et al., arXiv 1702.07005:
+kernel's floor (``kernel_launch_us``). The kernels are those of the GPU baselines P4SGD's authors published
+(github.com/RC4ML/GLMBaseline, ``GPUBaseline/MoedlParalism/src/communicator.cu`` and ``.../DataParalism/...``):
+per step the gradient is reset, then per (micro-)batch a dot-product GEMM, the all-reduce (feature-partitioned:
+the dots, before the next kernel), a "statistics" kernel (the loss slope ``l'(z)``), a gradient GEMM accumulating
+into ``g``, and (data-parallel: after the gradient's all-reduce) the update. Forward and backward read the batch's
+stored features (dense values, or CSR values and indices) and the weights they touch (a dense row reads ``w``
+once; a sparse one gathers one weight per stored value, and the backward adds one gradient value per stored
+value); the update reads ``w`` and ``g`` and writes ``w``. Three ways to split the work (P4SGD, Huang et al., arXiv 2305.05885; Parnell et al., arXiv 1702.07005:
 split by example or by feature):
 
 - ``data_parallel``: each rank takes ``B / P`` examples with all ``D`` features and holds the whole model; the
@@ -27,8 +31,9 @@ batch (P4SGD's forward-communication-backward pipeline): micro-batch ``i``'s all
 forward and ``i - 1``'s backward do. P4SGD's FPGA has a forward and a backward engine of its own; on a GPU both
 passes stream from the same HBM, so one pipeline slot holds a forward and a backward on the device beside an
 all-reduce on the network: a step takes ``f + c + b + (m - 1) max(f + b, c)`` (fill, drain and ``m - 1`` slots),
-``f``, ``c``, ``b`` being one micro-batch's times; the update follows the last backward. The data-parallel step has
-one gradient, whole only after the backward: nothing overlaps.
+``f``, ``c``, ``b`` (slope and backward) being one micro-batch's times, between the reset and the update. The
+baselines above take the whole batch as one micro-batch on one stream (``m = 1`` here). The data-parallel step
+has one gradient, whole only after the backward: nothing overlaps.
 """
 
 from __future__ import annotations
@@ -62,9 +67,9 @@ class GlmCost:
     comm_s: float
     """The all-reduces (all micro-batches, as if alone)."""
     backward_s: float
-    """The backward passes (all micro-batches, as if alone)."""
+    """The loss slopes and backward passes (all micro-batches, as if alone)."""
     update_s: float
-    """The weight update."""
+    """The gradient's reset and the weight update."""
     step_s: float
     """One step, with the pipeline's overlap."""
     epoch_s: float
@@ -86,13 +91,17 @@ def _pass_s(cluster: Cluster, num_bytes: float) -> float:
     return max(accelerator.efficiency.kernel_launch_us.value * 1e-6, num_bytes / rate)
 
 
-def _pass_bytes(spec: GlmSpec, rows: float, cols: float) -> tuple[float, float, float]:
-    """HBM bytes of one forward pass, one backward pass and the update over ``rows`` examples and ``cols`` features
-    (module docstring)."""
+def _kernel_bytes(spec: GlmSpec, rows: float, cols: float) -> tuple[float, float, float, float, float]:
+    """HBM bytes of the kernels over ``rows`` examples and ``cols`` features, in the order the GPU baselines of
+    P4SGD's authors issue them (module docstring): the gradient's reset, the forward dot products, the loss slope,
+    the backward (accumulated into the gradient: read and written) and the update."""
+    vb = spec.value_bytes
     features = rows * spec.row_bytes(cols)
-    touched = rows * cols * spec.density * spec.value_bytes if spec.sparse else cols * spec.value_bytes
-    per_row = rows * spec.value_bytes  # z written forward; l'(z) read backward
-    return features + touched + per_row, features + touched + per_row, 3 * cols * spec.value_bytes
+    weights = rows * cols * spec.density * vb if spec.sparse else cols * vb  # gathered (sparse) or read once
+    forward = features + weights + rows * vb  # z written
+    slope = 3 * rows * vb  # z and y read, l'(z) written
+    backward = features + rows * vb + 2 * weights  # l'(z) read; g read and written where the rows touch it
+    return cols * vb, forward, slope, backward, 3 * cols * vb
 
 
 def switch_s(cluster: Cluster, ranks: int, num_bytes: float) -> tuple[float, str]:
@@ -117,8 +126,10 @@ def glm_cost(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, micro_
     split = method != "data_parallel"
     rows, cols = (b, d / ranks) if split else (b / ranks, d)
     m = micro_batches if split else 1
-    fwd, bwd, upd = _pass_bytes(spec, rows / m, cols)
-    f, b_s, update = _pass_s(cluster, fwd), _pass_s(cluster, bwd), _pass_s(cluster, upd)
+    reset, fwd, slope, bwd, upd = _kernel_bytes(spec, rows / m, cols)
+    f = _pass_s(cluster, fwd)
+    b_s = _pass_s(cluster, slope) + _pass_s(cluster, bwd)
+    update = _pass_s(cluster, reset) + _pass_s(cluster, upd)
     ring = 2 * (ranks - 1) / ranks
     why = ""
     if method == "data_parallel":
@@ -142,7 +153,7 @@ def glm_cost(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, micro_
         why = why or f"{d} features leave ranks without a feature"
     return GlmCost(method=method, ranks=ranks, micro_batches=m, forward_s=m * f, comm_s=m * c, backward_s=m * b_s,
                    update_s=update, step_s=step, epoch_s=math.ceil(spec.samples / b) * step,
-                   read_bytes=m * (fwd + bwd) + upd, sent_bytes=sent, memory_bytes=resident, why_not=why)
+                   read_bytes=m * (fwd + slope + bwd) + reset + upd, sent_bytes=sent, memory_bytes=resident, why_not=why)
 
 
 def _resident_bytes(spec: GlmSpec, ranks: int, split: bool) -> float:
