@@ -1,8 +1,8 @@
 """``plait run --model GLM.toml``: the GLM worker (:mod:`.worker`) on this machine's CPU ranks (gloo), beside one
 process and the cost model's bytes.
 
-The data set the TOML describes is generated (:func:`.sgd.make_data`) and trained by data-parallel and by
-feature-partitioned SGD on the ranks; printed: the largest difference of the final weights from one process's SGD
+The data set the TOML describes is generated (:func:`.sgd.make_data`) and trained by data-parallel,
+feature-partitioned and switch-aggregated SGD (the switch emulated on rank 0) on the ranks; printed: the largest difference of the final weights from one process's SGD
 (the maths is exact: within :data:`TOLERANCE`), and the bytes each rank sent per step against
 :func:`plait.workloads.glm.cost.glm_cost`'s. With the squared loss, coordinate descent split by feature runs too,
 under each aggregation rule of :mod:`.scd`: its objective after the epochs beside sequential SCD's (convergence,
@@ -22,7 +22,7 @@ from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
 from plait.terminal import rich_console, titled_table
 from plait.workloads.glm.config import GlmRunConfig
-from plait.workloads.glm.cost import glm_cost
+from plait.workloads.glm.cost import METHODS, glm_cost
 from plait.workloads.glm.model import GlmSpec
 from plait.workloads.glm.scd import RULES, optimum, scd_in_one_process
 from plait.workloads.glm.sgd import make_data, sgd_reference
@@ -40,10 +40,11 @@ class GlmRunResult:
 
     max_weight_error: dict[str, float]
     """Per SGD method, the largest |w_ranks - w_one_process|."""
-    sent_per_step: dict[str, list[int]]
-    """Per SGD method, the bytes rank 0 sent each step."""
-    predicted_sent: dict[str, float]
-    """Per SGD method, the cost model's bytes per rank and step."""
+    sent_per_step: dict[str, list[list[int]]]
+    """Per SGD method and rank, the bytes the rank sent each step."""
+    predicted_sent: dict[str, list[float]]
+    """Per SGD method and rank, the cost model's bytes per step (switch-aggregated: rank 0 emulates the switch and
+    sends the sum to each other rank)."""
     scd: dict[str, dict[str, Any]]
     """Per aggregation rule: objective after each epoch on the ranks, in one process, and sequential SCD's, and the
     least objective (``optimum``)."""
@@ -69,10 +70,12 @@ def compare(spec: GlmSpec, cfg: GlmRunConfig, gpus: int, measured: dict[str, Any
     _, w_ref = sgd_reference(cfg)
     cluster = resolve_cluster(DEFAULT_CLUSTER)  # bytes do not depend on the cluster
     errors, sent, predicted = {}, {}, {}
-    for method in ("data_parallel", "feature_partitioned"):
+    for method in METHODS:
         errors[method] = float((torch.tensor(measured[method]["w"]) - w_ref).abs().max())
         sent[method] = measured[method]["sent_per_step"]
-        predicted[method] = glm_cost(spec, cluster, gpus, method).sent_bytes  # type: ignore[arg-type]
+        each = glm_cost(spec, cluster, gpus, method).sent_bytes
+        emulating = (gpus - 1) * each if method == "switch_aggregated" else each  # rank 0 multicasts the sum
+        predicted[method] = [emulating] + [each] * (gpus - 1)
     scd: dict[str, dict[str, Any]] = {}
     if measured["scd"]:
         x_ND, y_N = make_data(cfg)
@@ -102,12 +105,12 @@ def run_glm(spec: GlmSpec, gpus: int, steps: int, dry_run: bool) -> GlmRunResult
 def _print(spec: GlmSpec, gpus: int, steps: int, result: GlmRunResult) -> None:
     console = rich_console()
     table = titled_table(f"{spec.name} on {gpus} gloo ranks, {steps} SGD steps: ranks vs one process")
-    for column in ("method", "max |w - w_1|", "bytes/step sent", "predicted"):
+    for column in ("method", "max |w - w_1|", "bytes/step sent by rank", "predicted"):
         table.add_column(column, justify="left" if column == "method" else "right")
     for method, error in result.max_weight_error.items():
-        counts = sorted(set(result.sent_per_step[method]))
-        table.add_row(method, f"{error:.2e}", ",".join(f"{c:,}" for c in counts),
-                      f"{result.predicted_sent[method]:,.0f}")
+        counts = [",".join(f"{c:,}" for c in sorted(set(steps))) for steps in result.sent_per_step[method]]
+        table.add_row(method, f"{error:.2e}", " / ".join(counts),
+                      " / ".join(f"{p:,.0f}" for p in result.predicted_sent[method]))
     console.print(table)
     for rule, found in result.scd.items():
         gap = [f - found["optimum"] for f in (found["ranks"][-1], found["one_process"][-1], found["sequential"][-1])]

@@ -1,10 +1,10 @@
-"""The GLM worker on torch.distributed (gloo): data-parallel SGD, feature-partitioned SGD and feature-split
-coordinate descent on this rank's part of a generated data set (:mod:`.sgd`, :mod:`.scd`), every all-reduce
+"""The GLM worker on torch.distributed (gloo): data-parallel, feature-partitioned and switch-aggregated SGD (the
+switch emulated on rank 0) and feature-split coordinate descent on this rank's part of a generated data set (:mod:`.sgd`, :mod:`.scd`), every all-reduce
 counted (:class:`plait.run.counted.Counted`: the ranks' bytes to their peers, a reduce-scatter and an all-gather as
 the ring all-reduce sends them).
 
 Rank 0 writes: per method the batch losses of each step (summed over ranks), the final weights (gathered after the
-run, not counted) and the bytes this rank sent per step; for coordinate descent the objective after each epoch
+run, not counted) and the bytes each rank sent per step; for coordinate descent the objective after each epoch
 under each aggregation rule.
 
 Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.workloads.glm.worker --out run.json``.
@@ -14,6 +14,7 @@ Tensor legend: ``N`` examples, ``D`` features, ``B`` batch rows, ``C`` this rank
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from plait.run.config import read_config
 from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
 from plait.workloads.glm.config import GlmRunConfig
+from plait.workloads.glm.cost import METHODS
 from plait.workloads.glm.scd import RULES, objective, order_of, scd_epoch
 from plait.workloads.glm.sgd import batch_rows, data_parallel_step, feature_step, make_data
 
@@ -39,21 +41,47 @@ def _sum(value: float) -> float:
     return float(t)
 
 
+def switch_sum(counted: Counted) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The sum over the ranks as an aggregating switch gives it, the switch emulated on rank 0: every other rank
+    sends its tensor once and receives the sum once (:mod:`plait.workloads.glm.cost`; as
+    :func:`plait.cost.servers.switch_sent_bytes` counts an emulated switch). Summed in rank order."""
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if rank != 0:
+            counted.isend(x.contiguous(), 0).wait()
+            total = torch.empty_like(x)
+            dist.recv(total, 0)
+            return total
+        parts = [x] + [torch.empty_like(x) for _ in range(world - 1)]
+        for peer in range(1, world):
+            dist.recv(parts[peer], peer)
+        total = torch.stack(parts).sum(dim=0)
+        for work in [counted.isend(total, peer) for peer in range(1, world)]:
+            work.wait()
+        return total
+
+    return reduce
+
+
 def _sgd(cfg: GlmRunConfig, method: str) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     x_ND, y_N = make_data(cfg)
     cols = slice(rank * cfg.features // world, (rank + 1) * cfg.features // world)
     w = torch.zeros(cfg.features if method == "data_parallel" else cols.stop - cols.start)
     counted, losses, sent = Counted(), [], []
+    reduce = switch_sum(counted) if method == "switch_aggregated" else counted.all_reduce
     for step in range(cfg.steps):
         rows, before = batch_rows(cfg, step), counted.sent
         if method == "data_parallel":
-            local = data_parallel_step(x_ND[rows], y_N[rows], w, cfg, rank, world, counted.all_reduce)
+            local = data_parallel_step(x_ND[rows], y_N[rows], w, cfg, rank, world, reduce)
             losses.append(_sum(local) / cfg.batch)
         else:
-            losses.append(feature_step(x_ND[rows, cols], y_N[rows], w, cfg, counted.all_reduce) / cfg.batch)
+            losses.append(feature_step(x_ND[rows, cols], y_N[rows], w, cfg, reduce) / cfg.batch)
         sent.append(counted.sent - before)
-    return {"losses": losses, "w": w.tolist() if method == "data_parallel" else _gather(w), "sent_per_step": sent}
+    by_rank: list[Any] = [None] * world
+    dist.all_gather_object(by_rank, sent)
+    return {"losses": losses, "w": w.tolist() if method == "data_parallel" else _gather(w), "sent_per_step": by_rank}
 
 
 def _scd(cfg: GlmRunConfig) -> dict[str, Any]:
@@ -75,7 +103,7 @@ def _scd(cfg: GlmRunConfig) -> dict[str, Any]:
 def train(cfg: GlmRunConfig) -> dict[str, Any]:
     """Every method on this rank (module docstring)."""
     torch.manual_seed(cfg.seed)
-    result = {method: _sgd(cfg, method) for method in ("data_parallel", "feature_partitioned")}
+    result = {method: _sgd(cfg, method) for method in METHODS}
     result["scd"] = _scd(cfg) if cfg.loss == "squared" and cfg.scd_epochs else {}
     return result
 
