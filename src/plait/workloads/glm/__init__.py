@@ -18,7 +18,7 @@ def is_glm_file(name: str | None) -> bool:
     return toml_describes(name, lazy("plait.workloads.glm.model:is_glm_data"))
 
 
-KIND = WorkloadKind(name="glm", label="GLM", runtime="plait's GLM workers", recognises=is_glm_file,
+KIND = WorkloadKind(name="glm", label="GLM", runtime="plait's own GLM worker", recognises=is_glm_file,
                     read=lambda name: lazy("plait.workloads.glm.model:read_glm")(Path(str(name))),
                     refuses=("dlrm", "gnn", "traced"), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), run=lazy(f"{COMMANDS}:run"))
