@@ -4,9 +4,10 @@ process and the cost model's bytes.
 The data set the TOML describes is generated (:func:`.sgd.make_data`) and trained by data-parallel,
 feature-partitioned and switch-aggregated SGD (the switch emulated on rank 0) on the ranks; printed: the largest difference of the final weights from one process's SGD
 (the maths is exact: within :data:`TOLERANCE`), and the bytes each rank sent per step against
-:func:`plait.workloads.glm.cost.glm_cost`'s. With the squared loss, coordinate descent split by feature runs too,
-under each aggregation rule of :mod:`.scd`: its objective after the epochs beside sequential SCD's (convergence,
-not exactness) and beside the same workers emulated in one process (exact).
+:func:`plait.workloads.glm.cost.glm_cost`'s. With the squared loss, coordinate descent split by feature (:mod:`.scd`)
+and by example (:mod:`.scd_dual`) runs too, under each aggregation rule: its distance from the optimum after the
+epochs beside one sequential worker's (convergence, not exactness) and beside the same workers emulated in one
+process (exact).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from plait.workloads.glm.config import GlmRunConfig
 from plait.workloads.glm.cost import METHODS, glm_cost
 from plait.workloads.glm.model import GlmSpec
 from plait.workloads.glm.scd import RULES, optimum, scd_in_one_process
+from plait.workloads.glm.scd_dual import sdca_in_one_process
 from plait.workloads.glm.sgd import make_data, sgd_reference
 
 WORKER = "plait.workloads.glm.worker"
@@ -46,8 +48,8 @@ class GlmRunResult:
     """Per SGD method and rank, the cost model's bytes per step (switch-aggregated: rank 0 emulates the switch and
     sends the sum to each other rank)."""
     scd: dict[str, dict[str, Any]]
-    """Per aggregation rule: objective after each epoch on the ranks, in one process, and sequential SCD's, and the
-    least objective (``optimum``)."""
+    """Per split (``by_feature``, ``by_example``) and aggregation rule: the distance from the optimum after each
+    epoch on the ranks, in one process, and of one sequential worker (:func:`_coordinate_descent`)."""
 
 
 def run_config(spec: GlmSpec, gpus: int, steps: int) -> GlmRunConfig:
@@ -57,6 +59,9 @@ def run_config(spec: GlmSpec, gpus: int, steps: int) -> GlmRunConfig:
     for name in ("batch", "features"):
         if getattr(spec, name) % gpus:
             raise ConfigError(f"[glm].{name}={getattr(spec, name)} must divide by --gpus={gpus} for plait run")
+    if spec.loss == "squared" and (spec.l2 <= 0 or spec.samples % gpus):
+        raise ConfigError(f"[glm].l2={spec.l2} must be > 0 and samples={spec.samples} divide by --gpus={gpus} for "
+                          "plait run's coordinate descent (the squared loss)")
     if spec.samples * spec.features > MAX_ENTRIES:
         raise ConfigError(f"[glm] samples x features = {spec.samples * spec.features:,} must be at most "
                           f"{MAX_ENTRIES:,} for plait run (it generates the data set in memory)")
@@ -76,17 +81,32 @@ def compare(spec: GlmSpec, cfg: GlmRunConfig, gpus: int, measured: dict[str, Any
         each = glm_cost(spec, cluster, gpus, method).sent_bytes
         emulating = (gpus - 1) * each if method == "switch_aggregated" else each  # rank 0 multicasts the sum
         predicted[method] = [emulating] + [each] * (gpus - 1)
-    scd: dict[str, dict[str, Any]] = {}
-    if measured["scd"]:
-        x_ND, y_N = make_data(cfg)
-        best = optimum(x_ND, y_N, cfg.l2)
-        sequential = scd_in_one_process(x_ND, y_N, cfg.l2, cfg.scd_block, "add", 1, cfg.scd_epochs, cfg.seed)
-        for rule in RULES:
-            scd[rule] = {"ranks": measured["scd"][rule]["objective"], "sequential": sequential,
-                         "one_process": scd_in_one_process(x_ND, y_N, cfg.l2, cfg.scd_block, rule, gpus,
-                                                           cfg.scd_epochs, cfg.seed),
-                         "sent_per_epoch": measured["scd"][rule]["sent_per_epoch"], "optimum": best}
+    scd = _coordinate_descent(cfg, gpus, measured["scd"]) if measured["scd"] else {}
     return GlmRunResult(max_weight_error=errors, sent_per_step=sent, predicted_sent=predicted, scd=scd)
+
+
+def _coordinate_descent(cfg: GlmRunConfig, gpus: int, measured: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per split and rule: how far from the optimum the ranks, their one-process emulation and one sequential worker
+    are after each epoch (by feature: the primal above it; by example: the dual below it, what the dual's line
+    search maximises), and the bytes a rank sent per epoch."""
+    x_ND, y_N = make_data(cfg)
+    best = optimum(x_ND, y_N, cfg.l2)
+    args = (x_ND, y_N, cfg.l2, cfg.scd_block)
+    found: dict[str, dict[str, Any]] = {}
+    for split in ("by_feature", "by_example"):
+        if split == "by_feature":
+            def emulate(rule: str, workers: int) -> list[float]:
+                return [f - best for f in scd_in_one_process(*args, rule, workers, cfg.scd_epochs, cfg.seed)]
+            key = "objective"
+        else:
+            def emulate(rule: str, workers: int) -> list[float]:
+                return [best - d for d in sdca_in_one_process(*args, rule, workers, cfg.scd_epochs, cfg.seed)[1]]
+            key = "dual"
+        sequential = emulate("add", 1)
+        found[split] = {rule: {"ranks": [abs(f - best) for f in measured[split][rule][key]],
+                               "one_process": emulate(rule, gpus), "sequential": sequential,
+                               "sent_per_epoch": measured[split][rule]["sent_per_epoch"]} for rule in RULES}
+    return found
 
 
 def run_glm(spec: GlmSpec, gpus: int, steps: int, dry_run: bool) -> GlmRunResult | None:
@@ -112,8 +132,8 @@ def _print(spec: GlmSpec, gpus: int, steps: int, result: GlmRunResult) -> None:
         table.add_row(method, f"{error:.2e}", " / ".join(counts),
                       " / ".join(f"{p:,.0f}" for p in result.predicted_sent[method]))
     console.print(table)
-    for rule, found in result.scd.items():
-        gap = [f - found["optimum"] for f in (found["ranks"][-1], found["one_process"][-1], found["sequential"][-1])]
-        console.print(f"SCD by feature, {rule}: objective - optimum after {len(found['ranks'])} epochs {gap[0]:.4g} "
-                      f"(one process {gap[1]:.4g}, sequential SCD {gap[2]:.4g}); {found['sent_per_epoch']:,} B/epoch "
-                      "sent")
+    for split, rules in result.scd.items():
+        for rule, found in rules.items():
+            console.print(f"SCD {split.replace('_', ' ')}, {rule}: {len(found['ranks'])} epochs "
+                          f"{found['ranks'][-1]:.4g} from the optimum (one process {found['one_process'][-1]:.4g}, "
+                          f"one worker {found['sequential'][-1]:.4g}); {found['sent_per_epoch']:,} B/epoch sent")

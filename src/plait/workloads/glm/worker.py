@@ -5,7 +5,7 @@ the ring all-reduce sends them).
 
 Rank 0 writes: per method the batch losses of each step (summed over ranks), the final weights (gathered after the
 run, not counted) and the bytes each rank sent per step; for coordinate descent the objective after each epoch
-under each aggregation rule.
+under each aggregation rule, split by feature and by example (the dual's objective too).
 
 Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.workloads.glm.worker --out run.json``.
 
@@ -25,7 +25,8 @@ from plait.run.counted import Counted
 from plait.run.gloo_job import run_job
 from plait.workloads.glm.config import GlmRunConfig
 from plait.workloads.glm.cost import METHODS
-from plait.workloads.glm.scd import RULES, objective, order_of, scd_epoch
+from plait.workloads.glm.scd import RULES, Rule, objective, order_of, scd_epoch
+from plait.workloads.glm.scd_dual import dual_objective, sdca_epoch
 from plait.workloads.glm.sgd import batch_rows, data_parallel_step, feature_step, make_data
 
 
@@ -84,20 +85,36 @@ def _sgd(cfg: GlmRunConfig, method: str) -> dict[str, Any]:
     return {"losses": losses, "w": w.tolist() if method == "data_parallel" else _gather(w), "sent_per_step": by_rank}
 
 
-def _scd(cfg: GlmRunConfig) -> dict[str, Any]:
+def _by_feature(cfg: GlmRunConfig, rule: Rule, x_ND: torch.Tensor, y_N: torch.Tensor) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
-    x_ND, y_N = make_data(cfg)
     width = cfg.features // world
     cols = slice(rank * width, (rank + 1) * width)
-    found: dict[str, Any] = {}
-    for rule in RULES:
-        w_C, r_N, counted, curve = torch.zeros(width), -y_N.clone(), Counted(), []
-        for epoch in range(cfg.scd_epochs):
-            scd_epoch(x_ND[:, cols], y_N, w_C, r_N, cfg.l2, cfg.scd_block, rule, world,
-                      order_of(width, cfg.seed, rank, epoch), counted.all_reduce)
-            curve.append(objective(x_ND, y_N, torch.tensor(_gather(w_C)), cfg.l2))
-        found[rule] = {"objective": curve, "sent_per_epoch": counted.sent // max(cfg.scd_epochs, 1)}
-    return found
+    w_C, r_N, counted, curve = torch.zeros(width), -y_N.clone(), Counted(), []
+    for epoch in range(cfg.scd_epochs):
+        scd_epoch(x_ND[:, cols], y_N, w_C, r_N, cfg.l2, cfg.scd_block, rule, world,
+                  order_of(width, cfg.seed, rank, epoch), counted.all_reduce)
+        curve.append(objective(x_ND, y_N, torch.tensor(_gather(w_C)), cfg.l2))
+    return {"objective": curve, "sent_per_epoch": counted.sent // cfg.scd_epochs}
+
+
+def _by_example(cfg: GlmRunConfig, rule: Rule, x_ND: torch.Tensor, y_N: torch.Tensor) -> dict[str, Any]:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rows = cfg.samples // world
+    mine = slice(rank * rows, (rank + 1) * rows)
+    alpha_n, w_D, counted, curve, dual = torch.zeros(rows), torch.zeros(cfg.features), Counted(), [], []
+    for epoch in range(cfg.scd_epochs):
+        sdca_epoch(x_ND[mine], y_N[mine], alpha_n, w_D, cfg.l2, cfg.samples, cfg.scd_block, rule, world,
+                   order_of(rows, cfg.seed, rank, epoch), counted.all_reduce)
+        curve.append(objective(x_ND, y_N, w_D, cfg.l2))
+        dual.append(dual_objective(x_ND, y_N, torch.tensor(_gather(alpha_n)), cfg.l2))
+    return {"objective": curve, "dual": dual, "sent_per_epoch": counted.sent // cfg.scd_epochs}
+
+
+def _scd(cfg: GlmRunConfig) -> dict[str, Any]:
+    """Coordinate descent split by feature (:mod:`.scd`) and by example (:mod:`.scd_dual`) under each rule."""
+    x_ND, y_N = make_data(cfg)
+    return {split: {rule: run(cfg, rule, x_ND, y_N) for rule in RULES}
+            for split, run in (("by_feature", _by_feature), ("by_example", _by_example))}
 
 
 def train(cfg: GlmRunConfig) -> dict[str, Any]:
