@@ -1,7 +1,7 @@
 """The GLM kind: a generalized linear model's TOML (it has a ``[glm]`` table), read by :func:`.model.read_glm`;
 its splits over ranks (data-parallel, feature-partitioned, switch-aggregated) costed (:mod:`.cost`) and planned
 (:mod:`.predict`), trained on CPU ranks by ``plait run`` (:mod:`.worker`) beside one process, with stochastic
-coordinate descent's aggregation rule (:mod:`.scd`)."""
+coordinate descent's aggregation rules split by feature (:mod:`.scd`) and by example (:mod:`.scd_dual`)."""
 
 from __future__ import annotations
 

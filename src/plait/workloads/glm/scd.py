@@ -14,7 +14,7 @@ as read from that description (the paper's equations were not read here), is the
 update, which for the squared loss is closed:
 ``gamma* = -(r . u / N + l2 w . d) / (u . u / N + l2 d . d)``; beside it CoCoA's two rules (Jaggi et al., NeurIPS
 2014: averaging, ``gamma = 1 / K``; Ma et al., ICML 2015: adding, ``gamma = 1``). One worker with ``gamma = 1`` is
-sequential SCD. Only split by feature and the squared loss are implemented.
+sequential SCD. The squared loss only; split by example: :mod:`.scd_dual`.
 
 Tensor legend: ``N`` examples, ``C`` a worker's columns, ``D`` all columns.
 """
