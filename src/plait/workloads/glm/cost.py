@@ -10,8 +10,8 @@ the dots, before the next kernel), a "statistics" kernel (the loss slope ``l'(z)
 into ``g``, and (data-parallel: after the gradient's all-reduce) the update. Forward and backward read the batch's
 stored features (dense values, or CSR values and indices) and the weights they touch (a dense row reads ``w``
 once; a sparse one gathers one weight per stored value, and the backward adds one gradient value per stored
-value); the update reads ``w`` and ``g`` and writes ``w``. Three ways to split the work (P4SGD, Huang et al., arXiv 2305.05885; Parnell et al., arXiv 1702.07005:
-split by example or by feature):
+value); the update reads ``w`` and ``g`` and writes ``w``. Three ways to split the work (P4SGD, Huang et al.,
+arXiv 2305.05885; Parnell et al., arXiv 1702.07005: split by example or by feature):
 
 - ``data_parallel``: each rank takes ``B / P`` examples with all ``D`` features and holds the whole model; the
   ranks all-reduce the ``D``-float gradient (the model all-reduce) after the backward, before the update.
@@ -153,7 +153,8 @@ def glm_cost(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, micro_
         why = why or f"{d} features leave ranks without a feature"
     return GlmCost(method=method, ranks=ranks, micro_batches=m, forward_s=m * f, comm_s=m * c, backward_s=m * b_s,
                    update_s=update, step_s=step, epoch_s=math.ceil(spec.samples / b) * step,
-                   read_bytes=m * (fwd + slope + bwd) + reset + upd, sent_bytes=sent, memory_bytes=resident, why_not=why)
+                   read_bytes=m * (fwd + slope + bwd) + reset + upd, sent_bytes=sent, memory_bytes=resident,
+                   why_not=why)
 
 
 def _resident_bytes(spec: GlmSpec, ranks: int, split: bool) -> float:

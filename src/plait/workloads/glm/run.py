@@ -2,12 +2,12 @@
 process and the cost model's bytes.
 
 The data set the TOML describes is generated (:func:`.sgd.make_data`) and trained by data-parallel,
-feature-partitioned and switch-aggregated SGD (the switch emulated on rank 0) on the ranks; printed: the largest difference of the final weights from one process's SGD
-(the maths is exact: within :data:`TOLERANCE`), and the bytes each rank sent per step against
-:func:`plait.workloads.glm.cost.glm_cost`'s. With the squared loss, coordinate descent split by feature (:mod:`.scd`)
-and by example (:mod:`.scd_dual`) runs too, under each aggregation rule: its distance from the optimum after the
-epochs beside one sequential worker's (convergence, not exactness) and beside the same workers emulated in one
-process (exact).
+feature-partitioned and switch-aggregated SGD (the switch emulated on rank 0) on the ranks; printed: the largest
+difference of the final weights from one process's SGD (the maths is exact: within :data:`TOLERANCE`), and the
+bytes each rank sent per step against :func:`plait.workloads.glm.cost.glm_cost`'s. With the squared loss,
+coordinate descent split by feature (:mod:`.scd`) and by example (:mod:`.scd_dual`) runs too, under each
+aggregation rule: its distance from the optimum after the epochs beside one sequential worker's (convergence, not
+exactness) and beside the same workers emulated in one process (exact).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _print(spec: GlmSpec, gpus: int, steps: int, result: GlmRunResult) -> None:
         table.add_column(column, justify="left" if column == "method" else "right")
     for method, error in result.max_weight_error.items():
         counts = [",".join(f"{c:,}" for c in sorted(set(steps))) for steps in result.sent_per_step[method]]
-        table.add_row(method, f"{error:.2e}", " / ".join(counts),
+        table.add_row(method, f"{error:.2e}" + ("" if error <= TOLERANCE else " (not exact)"), " / ".join(counts),
                       " / ".join(f"{p:,.0f}" for p in result.predicted_sent[method]))
     console.print(table)
     for split, rules in result.scd.items():

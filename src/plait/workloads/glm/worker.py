@@ -1,7 +1,8 @@
 """The GLM worker on torch.distributed (gloo): data-parallel, feature-partitioned and switch-aggregated SGD (the
-switch emulated on rank 0) and feature-split coordinate descent on this rank's part of a generated data set (:mod:`.sgd`, :mod:`.scd`), every all-reduce
-counted (:class:`plait.run.counted.Counted`: the ranks' bytes to their peers, a reduce-scatter and an all-gather as
-the ring all-reduce sends them).
+switch emulated on rank 0) and coordinate descent split by feature and by example on this rank's part of a
+generated data set (:mod:`.sgd`, :mod:`.scd`, :mod:`.scd_dual`), every all-reduce counted
+(:class:`plait.run.counted.Counted`: the ranks' bytes to their peers, a reduce-scatter and an all-gather as the ring
+all-reduce sends them).
 
 Rank 0 writes: per method the batch losses of each step (summed over ranks), the final weights (gathered after the
 run, not counted) and the bytes each rank sent per step; for coordinate descent the objective after each epoch
