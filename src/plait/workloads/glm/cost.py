@@ -34,6 +34,11 @@ all-reduce on the network: a step takes ``f + c + b + (m - 1) max(f + b, c)`` (f
 ``f``, ``c``, ``b`` (slope and backward) being one micro-batch's times, between the reset and the update. The
 baselines above take the whole batch as one micro-batch on one stream (``m = 1`` here). The data-parallel step
 has one gradient, whole only after the backward: nothing overlaps.
+
+The host issues each kernel and collective (an all-reduce is one NCCL launch, in the switches too: NVLink SHARP and
+InfiniBand SHARP are NCCL's NVLS and CollNet algorithms) at the accelerator's ``host_launch_us``; as plait's core joins its two streams
+(:func:`plait.cost.host.exposed_host_s`), a GPU's launch queue hides the host behind the device unless it is slower
+(the step takes the larger), while a CPU runs each op inside its call, so there every launch adds to the step.
 """
 
 from __future__ import annotations
@@ -42,7 +47,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from plait.cost.collectives import all_reduce_s, group_link
+from plait.cost.host import exposed_host_s
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
 from plait.workloads.glm.model import GlmSpec
@@ -70,6 +78,10 @@ class GlmCost:
     """The loss slopes and backward passes (all micro-batches, as if alone)."""
     update_s: float
     """The gradient's reset and the weight update."""
+    host_s: float
+    """The host's time to issue the step's kernels and collectives (module docstring)."""
+    device_s: float
+    """One step of the device and the network alone, with the pipeline's overlap."""
     step_s: float
     """One step, with the pipeline's overlap."""
     epoch_s: float
@@ -143,6 +155,10 @@ def glm_cost(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, micro_
         sent = b * vb if ranks > 1 else 0.0
     if split:
         step = f + c + b_s + (m - 1) * max(f + b_s, c) + update
+    launches = 2 + m * (3 + (ranks > 1 and split)) + (ranks > 1 and not split)
+    host = launches * cluster.accelerator.efficiency.host_launch_us.value * 1e-6
+    device = step
+    step += float(exposed_host_s(device, host, np, cluster.accelerator.asynchronous_launch))
     resident = _resident_bytes(spec, ranks, split)
     capacity = cluster.accelerator.memory_bytes - cluster.accelerator.efficiency.runtime_reserved_gib.value * GIB
     if not why and resident > capacity:
@@ -152,7 +168,7 @@ def glm_cost(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, micro_
     if d < ranks and split:
         why = why or f"{d} features leave ranks without a feature"
     return GlmCost(method=method, ranks=ranks, micro_batches=m, forward_s=m * f, comm_s=m * c, backward_s=m * b_s,
-                   update_s=update, step_s=step, epoch_s=math.ceil(spec.samples / b) * step,
+                   update_s=update, host_s=host, device_s=device, step_s=step, epoch_s=math.ceil(spec.samples / b) * step,
                    read_bytes=m * (fwd + slope + bwd) + reset + upd, sent_bytes=sent, memory_bytes=resident,
                    why_not=why)
 

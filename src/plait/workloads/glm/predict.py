@@ -36,7 +36,7 @@ class GlmPlan:
     cluster: str
     """The cluster's name."""
     ranked: tuple[GlmCost, ...]
-    """Feasible candidates, fastest first."""
+    """Feasible candidates, fastest first (a host-bound tie: the faster device and network first)."""
     refused: dict[str, int]
     """Refused candidates, counted by reason."""
     reason: str
@@ -63,6 +63,8 @@ class GlmPlan:
 
 
 def _dominant(cost: GlmCost) -> str:
+    if cost.host_s >= cost.device_s:
+        return f"host-bound: issuing {cost.host_s * 1e6:.1f} us, device and network {cost.device_s * 1e6:.1f} us"
     terms = {"forward": cost.forward_s, "all-reduce": cost.comm_s, "backward": cost.backward_s,
              "update": cost.update_s}
     name = max(terms, key=lambda k: terms[k])
@@ -86,7 +88,7 @@ def explain(best: GlmCost, others: list[GlmCost], refused: dict[str, int]) -> st
 def plan_glm(spec: GlmSpec, cluster: Cluster, ranks: int) -> GlmPlan:
     """Rank every candidate on ``ranks`` ranks (module docstring)."""
     found = candidates(spec, cluster, ranks)
-    ranked = tuple(sorted((c for c in found if not c.why_not), key=lambda c: (c.step_s, c.micro_batches)))
+    ranked = tuple(sorted((c for c in found if not c.why_not), key=lambda c: (c.step_s, c.device_s, c.micro_batches)))
     refused = dict(Counter(f"{c.method}: {c.why_not}" for c in found if c.why_not))
     if not ranked:
         raise ConfigError(f"no way to train {spec.name} on {ranks} ranks of {cluster.name}: "
