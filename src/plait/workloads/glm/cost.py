@@ -35,10 +35,11 @@ all-reduce on the network: a step takes ``f + c + b + (m - 1) max(f + b, c)`` (f
 baselines above take the whole batch as one micro-batch on one stream (``m = 1`` here). The data-parallel step
 has one gradient, whole only after the backward: nothing overlaps.
 
-The host issues each kernel and collective (an all-reduce is one NCCL launch, in the switches too: NVLink SHARP and
-InfiniBand SHARP are NCCL's NVLS and CollNet algorithms) at the accelerator's ``host_launch_us``; as plait's core joins its two streams
-(:func:`plait.cost.host.exposed_host_s`), a GPU's launch queue hides the host behind the device unless it is slower
-(the step takes the larger), while a CPU runs each op inside its call, so there every launch adds to the step.
+The host issues each kernel and collective (an all-reduce is one NCCL launch, in the switches too: NVLink SHARP
+and InfiniBand SHARP are NCCL's NVLS and CollNet algorithms) at the accelerator's ``host_launch_us``; as plait's
+core joins its two streams (:func:`plait.cost.host.exposed_host_s`), a GPU's launch queue hides the host behind the
+device unless it is slower (the step takes the larger), while a CPU runs each op inside its call, so there every
+launch adds to the step.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def glm_cost(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, micro_
     if d < ranks and split:
         why = why or f"{d} features leave ranks without a feature"
     return GlmCost(method=method, ranks=ranks, micro_batches=m, forward_s=m * f, comm_s=m * c, backward_s=m * b_s,
-                   update_s=update, host_s=host, device_s=device, step_s=step, epoch_s=math.ceil(spec.samples / b) * step,
+                   update_s=update, host_s=host, device_s=device, step_s=step,
+                   epoch_s=math.ceil(spec.samples / b) * step,
                    read_bytes=m * (fwd + slope + bwd) + reset + upd, sent_bytes=sent, memory_bytes=resident,
                    why_not=why)
 
