@@ -28,9 +28,11 @@ arXiv 2305.05885; Parnell et al., arXiv 1702.07005: split by example or by featu
 
 Both feature-partitioned methods pipeline forward, communication and backward over ``m`` micro-batches of the
 batch (P4SGD's forward-communication-backward pipeline): micro-batch ``i``'s all-reduce runs while ``i + 1``'s
-forward and ``i - 1``'s backward do. P4SGD's FPGA has a forward and a backward engine of its own; on a GPU both
-passes stream from the same HBM, so one pipeline slot holds a forward and a backward on the device beside an
-all-reduce on the network: a step takes ``f + c + b + (m - 1) max(f + b, c)`` (fill, drain and ``m - 1`` slots),
+forward and ``i - 1``'s backward do. P4SGD's FPGA has a forward and a backward engine of its own (separate
+modules in its authors' RTL, github.com/RC4ML/P4FPGA ``hw/rtl/new/sgd_dot_product_async.sv`` and
+``sgd_gradient.sv``); on a GPU both passes stream from the same HBM, so one pipeline slot holds a forward and a
+backward on the device beside an all-reduce on the network: a step takes ``f + c + b + (m - 1) max(f + b, c)``
+(derived here: a two-resource pipeline's fill, drain and ``m - 1`` steady slots),
 ``f``, ``c``, ``b`` (slope and backward) being one micro-batch's times, between the reset and the update. The
 baselines above take the whole batch as one micro-batch on one stream (``m = 1`` here). The data-parallel step
 has one gradient, whole only after the backward: nothing overlaps.
