@@ -20,6 +20,7 @@ from plait.workloads.glm.predict import plan_glm
 from plait.workloads.glm.scd import local_epoch, objective, optimum, order_of, step_size
 from plait.workloads.glm.scd_dual import dual_local_epoch, dual_objective, dual_step_size
 from plait.workloads.glm.sgd import loss_and_slope
+from tests.inprocess import cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 H100 = resolve_cluster("dgx-h100-ib")
@@ -93,6 +94,13 @@ def test_the_switch_wins_where_the_ranks_meet_on_sharp() -> None:
     two_nodes = plan_glm(spec, H100, 16).to_dict()
     assert two_nodes["best"]["method"] == "switch_aggregated" and two_nodes["reason"].startswith("switch_aggregated")
     assert plan_glm(spec, H100, 8).best.method == "feature_partitioned"
+
+
+def test_the_documented_commands_run_in_process() -> None:
+    """docs/glm.md's estimate and plan, as written (in this process: no interpreter start)."""
+    for command in ("estimate", "plan"):
+        code, out, err = cli([command, "--model", "examples/glm-criteo-sparse.toml", "--gpus", "16"])
+        assert code == 0 and "chosen: switch_aggregated" in out, err
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic", "hinge"])
