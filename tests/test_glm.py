@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
@@ -75,6 +77,22 @@ def test_the_pipeline_lies_between_its_busiest_resource_and_no_overlap(m: int) -
         assert cost.step_s <= device + cost.comm_s + cost.update_s + cost.host_s + 1e-15
 
 
+@settings(max_examples=40, deadline=None)
+@given(batch=st.sampled_from([16, 256, 4096]), features=st.sampled_from([1024, 65_536, 1_000_000]),
+       density=st.sampled_from([1.0, 0.01, 4e-5]), ranks=st.sampled_from([2, 8, 16, 64]))
+def test_what_each_split_sends_and_reads(batch: int, features: int, density: float, ranks: int) -> None:
+    """The model all-reduce carries D floats whatever the batch, the feature splits B floats whatever D; doubling
+    the ranks never raises a rank's HBM bytes; the step is at least the host's issuing and the device's work."""
+    spec = GlmSpec(name="p", loss="hinge", samples=10**7, features=features, batch=batch, density=density)
+    for method in METHODS:
+        cost = glm_cost(spec, H100, ranks, method)
+        assert cost.sent_bytes == {"data_parallel": 2 * (ranks - 1) / ranks * features * 4,
+                                   "feature_partitioned": 2 * (ranks - 1) / ranks * batch * 4,
+                                   "switch_aggregated": batch * 4}[method]
+        assert glm_cost(spec, H100, 2 * ranks, method).read_bytes <= cost.read_bytes * (1 + 1e-12)
+        assert cost.step_s >= max(cost.host_s, cost.device_s) * (1 - 1e-12)
+
+
 def test_the_planner_splits_the_larger_dimension() -> None:
     """Many features and a small batch: the B-float all-reduce wins; few features and a large batch: the model
     all-reduce wins; data that fits no single device is refused with its reason."""
@@ -97,10 +115,14 @@ def test_the_switch_wins_where_the_ranks_meet_on_sharp() -> None:
 
 
 def test_the_documented_commands_run_in_process() -> None:
-    """docs/glm.md's estimate and plan, as written (in this process: no interpreter start)."""
+    """docs/glm.md's estimate and plan, as written (in this process: no interpreter start); a --global-batch, which
+    a GLM's TOML sets, is warned about."""
     for command in ("estimate", "plan"):
         code, out, err = cli([command, "--model", "examples/glm-criteo-sparse.toml", "--gpus", "16"])
-        assert code == 0 and "chosen: switch_aggregated" in out, err
+        assert code == 0 and "chosen: switch_aggregated" in out and "warning" not in out, err
+    code, out, _ = cli(["run", "--model", "examples/glm-tiny.toml", "--gpus", "2", "--global-batch", "32",
+                        "--dry-run"])
+    assert code == 0 and "--global-batch 32 has no effect on a GLM" in out
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic", "hinge"])

@@ -16,6 +16,8 @@ from plait.workloads.glm.predict import GlmPlan, plan_glm
 
 PLAN_GLOBAL_BATCH = "128"
 """``plait plan``'s default ``--global-batch`` (text: it takes lists and ranges)."""
+RUN_GLOBAL_BATCH = 8
+"""``plait run``'s default ``--global-batch``."""
 
 
 def _plan(workload: Workload, options: Options) -> GlmPlan:
@@ -75,6 +77,8 @@ def plan(workload: Workload, options: Options) -> None:
 
 def run(workload: Workload, options: Options) -> None:
     """Data-parallel and feature-partitioned SGD and coordinate descent on CPU ranks (:mod:`.run`)."""
-    from plait.workloads.glm.run import run_glm
+    from plait.workloads.glm.run import run_glm  # torch: only plait run needs it
 
+    for note in _warnings(options, RUN_GLOBAL_BATCH):
+        rich_console().print(f"warning: {note}", markup=False)
     run_glm(workload.description, options["gpus"], options["steps"], options["dry_run"])
