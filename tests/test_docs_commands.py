@@ -133,11 +133,31 @@ COMMANDS: dict[str, str] = {
 }
 
 
+SHELL_FENCES = ("", "bash", "sh", "console")
+
+
+def shell_blocks(text: str) -> list[str]:
+    """The bodies of a Markdown file's shell code blocks, fences paired in order (a ```text block's closing fence is
+    not taken for the opening of the next block)."""
+    blocks, body, language = [], [], None
+    for line in text.splitlines(keepends=True):
+        fence = line.strip()
+        if language is None and fence.startswith("```"):
+            language, body = fence[3:].strip(), []
+        elif language is not None and fence == "```":
+            if language in SHELL_FENCES:
+                blocks.append("".join(body))
+            language = None
+        elif language is not None:
+            body.append(line)
+    return blocks
+
+
 def documented() -> set[str]:
     """Every ``plait`` command in a shell block of the docs, continuation lines joined, comments dropped."""
     found = set()
     for path in DOCS:
-        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
+        for block in shell_blocks(path.read_text(encoding="utf-8")):
             for line in block.replace("\\\n", " ").splitlines():
                 line = re.sub(r"\s+#.*$", "", line.strip())
                 if line.startswith(("plait ", "python3 -m venv")):
@@ -188,7 +208,7 @@ def readme_commands() -> list[str]:
     """The ``plait`` commands of README.md's shell blocks, in order (as :func:`documented` collects them)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     found = []
-    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+    for block in shell_blocks(text):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line.strip())
             if line.startswith("plait "):
