@@ -24,9 +24,9 @@ from typing import Any
 from plait.cost.collectives import group_link
 from plait.cost.distinct import per_distinct
 from plait.cost.servers import GRAD_BYTES, HEADER_ELEMENTS
-from plait.events.async_sgd import simulate_async
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.events.async_sgd import simulate_async
 from plait.sync.asynchronous import Asynchronous
 
 
