@@ -23,7 +23,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.io import plan_to_toml, read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.per_stage import _program
+from plait.search.per_stage import _program, improve
 from plait.workload.catalog import resolve_model
 from tests.inprocess import cli
 
@@ -130,3 +130,22 @@ def test_a_bad_plan_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     path.write_text('[job]\nmodel = "llama3-70b"\n[plan]\ntp = 8\npp = 2\nstage_layers = [40, 39]\n')
     code, out, err = cli(["estimate", "--plan", str(path)])
     assert code == 2 and "sums to 79" in err and "Traceback" not in err
+
+
+def test_planner_recomputes_only_where_memory_binds() -> None:
+    """llama2-13b, 4k sequences, on 16 A100-40GB under Megatron-LM 2022: the pipeline tp2 pp2 zero2 does not fit
+    without recomputation (1F1B's first stage holds 2 micro-batches); the dynamic program keeps selective
+    recomputation on the first stage alone and moves a layer off it, which fits and is faster than selective
+    recomputation on both stages."""
+    model, cluster, engine = resolve_model("llama2-13b"), get_cluster("dgx-a100-40gb"), get_engine("megatron-lm@2022")
+    plan = Plan(tp=2, sp=True, pp=2, dp_shard=4, sharding="zero2", recompute="selective", micro_batch=1,
+                global_batch=256, seq_len=4096, offload_optimizer=True)
+    limit = cluster.accelerator.memory_bytes * 0.95
+    none = estimate(model, cluster, replace(plan, recompute="none"), engine=engine, simulate=False)
+    assert none.memory.total_bytes > limit and none.memory.stage == 0
+    wins = improve(model, cluster, engine, [estimate(model, cluster, plan, engine=engine)], 0.05)
+    assert len(wins) == 1
+    staged = wins[0].better.plan
+    assert staged.stage_recompute[0] in ("selective", "full") and staged.stage_recompute[1] == "none"
+    assert staged.stage_layers and staged.stage_layers[0] < staged.stage_layers[1]
+    assert wins[0].better.memory.total_bytes <= limit and wins[0].gain > 0

@@ -57,17 +57,25 @@ def stage_views(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Engin
     """Every stage of ``plan`` (its sequence length filled) as a :class:`StageView`; stages of equal mode and layer
     count share one."""
     layers = stage_layer_list(plan, model.num_layers)
+    modes = plan.stage_recompute or (plan.recompute,) * plan.pp
     known: dict[tuple[int, str], StageView] = {}
     views = []
     for stage in range(plan.pp):
-        uniform = plan.for_stage(stage)
-        key = (layers[stage], uniform.recompute)
+        key = (layers[stage], modes[stage])
         if key not in known:
-            model_s = replace(model, num_layers=layers[stage] * plan.pp) if plan.stage_layers else model
-            known[key] = StageView(model=model_s, layers=layers[stage],
-                                   prepared=prepare(model_s, cluster, PlanColumns.one(uniform), framework))
+            known[key] = stage_view(model, cluster, plan.for_stage(stage), layers[stage], framework,
+                                    resized=bool(plan.stage_layers))
         views.append(known[key])
     return views
+
+
+def stage_view(model: ModelSpec, cluster: Cluster, uniform: Plan, layers: int, framework: EngineFacts, *,
+               resized: bool) -> StageView:
+    """A stage of ``layers`` layers of the uniform plan ``uniform``: on a model of ``layers * pp`` layers where
+    ``resized``, else on ``model`` itself (whose even split gives the stage its ``layers``)."""
+    model_s = replace(model, num_layers=layers * uniform.pp) if resized else model
+    return StageView(model=model_s, layers=layers,
+                     prepared=prepare(model_s, cluster, PlanColumns.one(uniform), framework))
 
 
 def evaluate_per_stage(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> BatchResult:

@@ -27,7 +27,7 @@ import numpy as np
 from plait.cost.batch import stage_pass
 from plait.cost.estimate import Estimate
 from plait.cost.memory import stage_memory
-from plait.cost.per_stage import stage_views
+from plait.cost.per_stage import StageView, stage_view
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -68,7 +68,8 @@ class StageWin:
 
 def pipelines(result: SearchResult, top: list[Estimate], k: int = PIPELINES) -> list[Estimate]:
     """``top`` and, beyond it, the best-ranked eligible pipelines until ``k`` of them are in hand (the first
-    :data:`SCANNED` ranked plans looked at), as the planner estimates its top plans (simulated)."""
+    :data:`SCANNED` ranked plans looked at; those beyond ``top`` by the closed forms: :func:`improve` times them
+    as ``top`` is timed where a per-stage plan beats them)."""
     out, found = list(top), sum(_eligible(e.plan) for e in top)
     listed = {e.plan for e in top}
     for _, chunk, row in result.ranking()[:SCANNED]:
@@ -82,7 +83,7 @@ def pipelines(result: SearchResult, top: list[Estimate], k: int = PIPELINES) -> 
         if plan in listed:
             continue
         job = Job.checked(result.model, result.cluster, plan, result.engine)
-        out.append(assemble(job, batch, row, simulate=True))
+        out.append(assemble(job, batch, row, simulate=False))  # simulated only where a per-stage plan beats it
         found += 1
     return out
 
@@ -103,9 +104,14 @@ def improve(model: ModelSpec, cluster: Cluster, engine: Engine, top: list[Estima
             job = Job.build(model, cluster, found, engine)
         except ConfigError:
             continue
-        better = predict(job, simulate=simulate)
-        if better.memory.total_bytes <= limit and better.step_time_s < uniform.step_time_s:
-            wins.append(StageWin(uniform=uniform, better=better))
+        same = Job.build(model, cluster, plan, engine)
+        closed, base = predict(job, simulate=False), predict(same, simulate=False)  # the closed forms decide
+        if closed.memory.total_bytes > limit or closed.step_time_s >= base.step_time_s:
+            continue
+        if simulate:  # a winner and its uniform plan timed as the top plans are
+            closed, base = predict(job, simulate=True), predict(same, simulate=True)
+        if closed.step_time_s < base.step_time_s:
+            wins.append(StageWin(uniform=base, better=closed))
     return sorted(wins, key=lambda w: -w.better.target_tokens_per_s)
 
 
@@ -124,24 +130,18 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
     counts = list(range(max(1, even - LAYER_WINDOW), even + LAYER_WINDOW + 1)) if alike else [even]
     if not alike and num_layers % p:
         return None  # stages of unequal count whose layers differ by index: the even split stays
-    base = replace(plan, recompute_layers=-1)
     t = np.full((p, len(counts), len(MODES)), np.inf)
     fits = np.zeros((p, len(counts), len(MODES)), dtype=bool)
     for j, n in enumerate(counts):
         for k, mode in enumerate(MODES):
-            trial = replace(base, recompute=mode, stage_recompute=(mode,) * p,
-                            stage_layers=(n,) * p if alike else ())
-            views = stage_views(model, cluster, trial, engine.framework)
-            view = views[0]
-            ends = {0: None, p - 1: None, min(1, p - 1): None}
-            for stage in ends:
+            uniform = replace(plan, recompute=mode, recompute_layers=-1)
+            view = stage_view(model, cluster, uniform, n, engine.framework, resized=alike)
+            times = {}
+            for stage in {0, 1, p - 1}:  # the first, an interior one (interior stages are alike) and the last
                 fwd, bwd = stage_pass(view.model, cluster, view.prepared, stage)
-                ends[stage] = SCALAR.total(fwd.values()) + SCALAR.total(bwd.values())
-            for stage in range(p):
-                t[stage, j, k] = ends[stage if stage in (0, p - 1) else min(1, p - 1)]
-                memory = stage_memory(view.model, cluster.accelerator, view.prepared.cols, view.prepared.inner, stage,
-                                      view.prepared.framework)
-                fits[stage, j, k] = memory["total"] <= limit_bytes
+                times[stage] = SCALAR.total(fwd.values()) + SCALAR.total(bwd.values())
+            t[:, j, k] = [times[s if s in (0, p - 1) else 1] for s in range(p)]
+            fits[:, j, k] = _stage_totals(view, cluster, p) <= limit_bytes
     chosen = _program(t, fits, np.array(counts), num_layers, plan.num_micro_batches)
     if chosen is None:
         return None
@@ -150,6 +150,27 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
         return None  # the uniform plan (or a uniform mode the search already ranked)
     return replace(plan, recompute=modes[0], recompute_layers=-1, stage_recompute=modes,
                    stage_layers=layers if alike and layers != _even(num_layers, p) else ())
+
+
+def _stage_totals(view: StageView, cluster: Cluster, p: int) -> np.ndarray:
+    """Memory of every stage of ``view``'s uniform plan. Interior stages differ only in the micro-batches they hold
+    (:func:`plait.cost.pipeline.inflight_micro_batches`, non-increasing in the stage), and their memory is affine
+    in it (:func:`plait.cost.memory.stage_memory`): two interior stages give the rest."""
+    prepared = view.prepared
+
+    def memory(stage: int) -> tuple[float, float]:
+        out = stage_memory(view.model, cluster.accelerator, prepared.cols, prepared.inner, stage, prepared.framework)
+        return float(out["total"]), float(out["inflight"])
+
+    totals = np.empty(p)
+    totals[0], _ = memory(0)
+    totals[p - 1], _ = memory(p - 1)
+    if p > 2:
+        (low, held_low), (high, held_high) = memory(1), memory(p - 2)
+        held = np.minimum(p - np.arange(1, p - 1), prepared.cols.num_micro_batches).astype(float)
+        slope = (low - high) / (held_low - held_high) if held_low != held_high else 0.0
+        totals[1:p - 1] = high + (held - held_high) * slope
+    return totals
 
 
 def _even(num_layers: int, p: int) -> tuple[int, ...]:

@@ -63,7 +63,8 @@ def print_per_stage(console: Console, wins: list[StageWin], best: Estimate, cpu_
                       f"{win.better.memory.headroom_bytes / GIB:.1f} GiB)")
     lead = wins[0].better.target_tokens_per_s / best.target_tokens_per_s - 1.0
     verdict = "[bold green]beats #1[/]" if lead > 0 else "does not beat #1"
-    console.print(f"per stage: the fastest {verdict} ({100 * lead:+.1f}%); {cpu_s:.2f} s CPU")
+    console.print(f"per stage: the fastest {verdict} ({100 * lead:+.1f}%); {cpu_s:.2f} s CPU; plait's runtime runs "
+                  "it (plait run), the engines' exports do not state a mode per stage")
 
 
 def per_stage_json(wins: list[StageWin], best: list[Estimate], cpu_s: float) -> dict[str, object]:
