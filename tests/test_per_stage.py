@@ -108,7 +108,7 @@ def test_plan_fields_round_trip_through_the_plan_file(tmp_path: Path) -> None:
     ({"pp": 2, "stage_recompute": ("none",)}, "one per pipeline stage (pp=2)"),
     ({"pp": 2, "stage_recompute": ("none", "some")}, "'some' must be one of"),
     ({"pp": 2, "recompute": "none", "stage_recompute": ("full", "none")}, "must be the first stage's mode"),
-    ({"pp": 2, "stage_layers": (0, 80)}, "must be a positive integer"),
+    ({"pp": 2, "stage_layers": (0, 80)}, "must be an integer in 1.."),
 ])
 def test_bad_fields_are_refused_where_they_enter(fields: dict[str, object], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)")):

@@ -249,7 +249,7 @@ def _check_stage_fields(plan: Plan) -> None:
             raise ConfigError(f"stage_recompute entry {mode!r} must be one of {', '.join(_CHOICES['recompute'])}")
     for count in plan.stage_layers:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= LIMIT:
-            raise ConfigError(f"stage_layers entry {count!r} must be a positive integer")
+            raise ConfigError(f"stage_layers entry {count!r} must be an integer in 1..{LIMIT}")
     if plan.stage_recompute and plan.stage_recompute[0] != plan.recompute:
         raise ConfigError(f"recompute={plan.recompute!r} must be the first stage's mode "
                           f"(stage_recompute[0]={plan.stage_recompute[0]!r})")
