@@ -149,3 +149,14 @@ def test_planner_recomputes_only_where_memory_binds() -> None:
     assert staged.stage_recompute[0] in ("selective", "full") and staged.stage_recompute[1] == "none"
     assert staged.stage_layers and staged.stage_layers[0] < staged.stage_layers[1]
     assert wins[0].better.memory.total_bytes <= limit and wins[0].gain > 0
+
+
+def test_an_engine_export_refuses_a_per_stage_plan() -> None:
+    from plait.export.bundle import export_for
+
+    plan = replace(PLAN, recompute="full", stage_recompute=("full", "none", "none", "none"))
+    with pytest.raises(ConfigError, match="stage_recompute and stage_layers to megatron-core"):
+        export_for(Job.build(MODEL, CLUSTER, plan, get_engine("megatron-core")), "llama3-70b", "dgx-h100-ib")
+    plan = replace(plan, sharding="zero2")  # plait's runtime shards with FSDP2 under TP
+    written = export_for(Job.build(MODEL, CLUSTER, plan, get_engine("plait")), "llama3-70b", "dgx-h100-ib")
+    assert [a.filename for a in written] == ["plan.toml"] and "stage_recompute" in written[0].text
