@@ -160,3 +160,13 @@ def test_an_engine_export_refuses_a_per_stage_plan() -> None:
     plan = replace(plan, sharding="zero2")  # plait's runtime shards with FSDP2 under TP
     written = export_for(Job.build(MODEL, CLUSTER, plan, get_engine("plait")), "llama3-70b", "dgx-h100-ib")
     assert [a.filename for a in written] == ["plan.toml"] and "stage_recompute" in written[0].text
+
+
+def test_a_mixed_plan_file_refuses_per_stage_fields(tmp_path: Path) -> None:
+    from plait.plan.io import read_plan_parts
+
+    path = tmp_path / "mixed.toml"
+    path.write_text('[job]\nmodel = "llama3-70b"\n[plan]\npp = 2\nstage_layers = [40, 40]\n[mixed]\nsplit = "pipeline"\n'
+                    '[[mixed.shares]]\ngroup = "a100"\nnum_gpus = 1\nlayers = [40]\n')
+    with pytest.raises(ConfigError, match="a mixed plan takes no stage_recompute or stage_layers"):
+        read_plan_parts(path)
