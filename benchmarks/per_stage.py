@@ -53,8 +53,8 @@ def one_case(name: str, cluster_name: str, gpus: int, batch: int, seq_len: int, 
     runs = []
     for _ in range(repeat):
         result, search_wall, search_cpu = timed(lambda: run_search(model, cluster, space, workers=1, engine=engine))
-        top, top_wall, top_cpu = timed(lambda: result.top(5))
-        wins, wall, cpu = timed(lambda: improve(model, cluster, engine, pipelines(result, top), MARGIN))
+        top, top_wall, top_cpu = timed(lambda r=result: r.top(5))
+        wins, wall, cpu = timed(lambda r=result, t=top: improve(model, cluster, engine, pipelines(r, t), MARGIN))
         runs.append((search_wall, search_cpu, top_wall, top_cpu, wall, cpu))
     search_wall, search_cpu, top_wall, top_cpu, wall, cpu = (statistics.median(r[i] for r in runs) for i in range(6))
     print(f"{name} on {gpus:,} {cluster_name}, gb {batch}{f', seq {seq_len}' if seq_len else ''}, {engine_name}:")

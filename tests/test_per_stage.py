@@ -128,7 +128,7 @@ def test_rules_against_the_model(fields: dict[str, object], fragment: str) -> No
 def test_a_bad_plan_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     path.write_text('[job]\nmodel = "llama3-70b"\n[plan]\ntp = 8\npp = 2\nstage_layers = [40, 39]\n')
-    code, out, err = cli(["estimate", "--plan", str(path)])
+    code, _, err = cli(["estimate", "--plan", str(path)])
     assert code == 2 and "sums to 79" in err and "Traceback" not in err
 
 
