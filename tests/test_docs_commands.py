@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "plait estimate --model llama3-70b --cluster dgx-h100-ib --gpus 64 --tp 8 --pp 2 --sharding zero1 --recompute "
     "selective --global-batch 512": "",
     "plait estimate --plan examples/llama3-8b-fsdp.toml --json": "",
+    "plait estimate --plan examples/llama3-70b-chunks.toml": "",
     "plait estimate --model path/to/config.json ...": "plait estimate --model {tmp}/config.json",
     "plait estimate --cluster examples/my-cluster.yaml --gpus 64": "",
     "plait models": "", "plait clusters": "", "plait engines": "",
@@ -118,6 +119,12 @@ COMMANDS: dict[str, str] = {
     "plait schedule --trace examples/traces/pai-like.csv --cluster a100-omnipath --policy all": "",
     "plait report --plan examples/llama3-70b-pp.toml --out report.html --gpus-range 32:256":
         "plait report --plan examples/llama3-70b-pp.toml --out {tmp}/report.html --gpus-range 32:256",
+    "plait design --model llama3-8b --gpus 64 --global-batch 256 --tokens 1e12 --vary peak=1,1.5 --vary hbm_gib=1,1.5 "
+    "--deadline-days 30":  # 11 planner searches (~4 s of CPU): the same command on the tiny model
+        "plait design --model examples/tiny-model.toml --gpus 8 --global-batch 64 --tokens 1e9 --vary peak=1,1.5 "
+        "--vary hbm_gib=1,1.5 --deadline-days 30",
+    "plait estimate --model gpt3-1.3b --cluster dgx-a100-ib --gpus 8 --dp-replicate 8 --micro-batch 4 --global-batch 64 "
+    "--what-if kitsune": "",
 }
 
 

@@ -319,6 +319,7 @@ def test_estimate(files: Files, data: st.DataObject) -> None:
         "--precision": texts("bf16", "fp16", "fp8"), "--train-tokens": floats("1e12", "15e12", "1e3"),
         "--dp-sync": texts("allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "local_sgd:every=8",
                            "quantize:bits=1", "diloco:every=4", "powersgd:rank=x", "topk", "bf16:rank=2", "local_sgd:every=0"),
+        "--what-if": texts("kitsune", "kitsune", "nope"),
     }
     flags = ["--json", "--json", "--sp", "--no-sp", "--offload-optimizer", "--offload-params", "--simulate",
              "--closed-form", "--help"]
