@@ -26,6 +26,8 @@ HF_CONFIG = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 28
 
 # documented command -> what the test runs ({tmp}: the test's folder), or why it cannot run here
 COMMANDS: dict[str, str] = {
+    "plait plan --model llama2-13b --cluster dgx-a100-40gb --gpus 16 --global-batch 256 --seq-len 4096 --engine "
+    "megatron-lm@2022": "",
     "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/plait estimate": "SKIP: .ci/run and the "
     "closing notes run the README's first command from a fresh clone (an install does not belong in a test)",
     "plait estimate --model llama3-70b --cluster dgx-h100-ib --gpus 64 --tp 8 --pp 2 --sharding zero1 --recompute "

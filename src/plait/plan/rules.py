@@ -17,6 +17,7 @@ import numpy as np
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
+from plait.plan.per_stage import check_stages
 from plait.plan.plan import Plan
 from plait.sync import MODELLED
 from plait.workload.model import ModelSpec
@@ -243,6 +244,7 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | N
     found = first_violation(plan, model, cluster, cols)
     if found:
         raise ConfigError(found[1])
+    check_stages(plan, model)
     if num_gpus is not None and plan.num_gpus != num_gpus:
         raise ConfigError(
             f"pp*dp*cp*tp={plan.pp}*{plan.dp}*{plan.cp}*{plan.tp}={plan.num_gpus} must equal gpus={num_gpus}")

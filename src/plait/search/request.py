@@ -4,8 +4,9 @@ the caller's (search does not import export)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
@@ -20,6 +21,7 @@ from plait.plan.plan import LIMIT, Precision
 from plait.search.adaptive import adaptive_specs
 from plait.search.explain import Relaxation
 from plait.search.pareto import Point, choose, pareto_front
+from plait.search.per_stage import StageWin, improve, pipelines
 from plait.search.planner import gpu_counts, parse_batches, parse_gpu_range, relaxations, search_gpu_counts
 from plait.search.runner import RANK_BY, SearchResult, run_search
 from plait.search.space import default_space
@@ -119,6 +121,11 @@ class ThroughputPlans:
     """The ``top`` best estimates (empty: nothing fits)."""
     fixes: list[Relaxation]
     """Where nothing fits: the relaxations tried and what they give."""
+    per_stage: list[StageWin] = field(default_factory=list)
+    """Per-stage plans (recomputation and layers per pipeline stage) that beat one of ``best``, fastest first
+    (:func:`plait.search.per_stage.improve`)."""
+    per_stage_cpu_s: float = 0.0
+    """CPU seconds that per-stage search took."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,7 +199,10 @@ def search_throughput(checked: Checked, progress: Progress) -> ThroughputPlans:
                           f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
     best = result.top(request.top)
     fixes = relaxations(model_spec, cluster_spec, space, checked.engine) if not best else []
-    return ThroughputPlans(checked=checked, result=result, best=best, fixes=fixes)
+    started = time.process_time()
+    wins = improve(model_spec, cluster_spec, checked.engine, pipelines(result, best), request.memory_margin)  # per stage, on the top
+    return ThroughputPlans(checked=checked, result=result, best=best, fixes=fixes, per_stage=wins,
+                           per_stage_cpu_s=time.process_time() - started)
 
 
 def search_counts(checked: Checked, progress: Progress) -> CountPlans:
