@@ -98,3 +98,35 @@ def test_a_grid_layer_on_four_gloo_ranks_matches_one_process_with_the_predicted_
         assert result["forward"] == result["forward_predicted"]
         assert result["backward"] == result["backward_predicted"]
         assert result["forward"]["row/broadcast"] > 0 and result["backward"]["col/reduce"] > 0
+
+
+def test_a_grid_wins_where_a_large_tp_group_spans_a_slow_tier_and_loses_on_nvlink_at_small_tp() -> None:
+    """Per linear and rank a grid moves ``T k/(q d) + k n/q`` against 1-D's ``T k``: with 16 x 8k tokens per
+    micro-batch over 4 PCIe nodes joined by 50 Gb/s Ethernet (tp = 16), the activations it saves outweigh the
+    weight blocks it broadcasts; with tp = 4 inside an NVLink node the 1-D collectives are cheaper."""
+    engine = get_engine("megatron-core")
+    model, slow = get_model("llama3-8b"), get_cluster("aws-g5-24xlarge")
+    wide = Plan(tp=16, sp=True, micro_batch=16, global_batch=64)
+    times = [estimate(model, slow, replace(wide, tp_mode=m, tp_depth=d), engine=engine).time.tp_comm_s
+             for m, d in (("1d", 1), ("2d", 1), ("2.5d", 4))]
+    assert times[2] < times[1] < times[0]
+    small = Plan(tp=4, sp=True, micro_batch=4, global_batch=64)
+    fast = get_cluster("dgx-h100-ib")
+    assert (estimate(model, fast, small, engine=engine).step_time_s
+            < estimate(model, fast, replace(small, tp_mode="2d"), engine=engine).step_time_s)
+
+
+def test_the_planner_costs_grids_only_as_a_what_if_and_says_so() -> None:
+    from plait.search.runner import run_search
+    from plait.search.space import default_space
+    from plait.search.tp_grids import grid_verdict, what_if
+
+    model, cluster, engine = get_model("llama3-8b"), get_cluster("aws-g5-24xlarge"), get_engine("megatron-core")
+    space = default_space(model, cluster, 16, (16,), allow_tp_across_nodes=True)
+    plain = run_search(model, cluster, space, engine=engine, workers=1)
+    assert not plain.space.tp_grids and "not searched: megatron-core" in (grid_verdict(plain) or "")
+    searched = run_search(model, cluster, space, engine=what_if(engine), workers=1)
+    modes = {int(cols["tp_mode"][r]) for cols, _, rows in searched.feasible for r in rows}
+    assert len(modes) > 1 and searched.num_candidates > plain.num_candidates
+    verdict = grid_verdict(searched) or ""
+    assert "(what-if: megatron-core does not run grids)" in verdict and "s/step" in verdict

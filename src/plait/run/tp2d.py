@@ -77,7 +77,7 @@ def make_grid(q: int, d: int, base: int = 0) -> Grid:
                 groups["row"] = row
             if (zz, a) == (z, j):
                 groups["col"] = col
-    for a in range(q * q):
+    for a in range(q * q if d > 1 else 0):  # a 2-D grid has no depth group
         depth = dist.new_group([base + zz * q * q + a for zz in range(d)])
         if a == rest:
             groups["depth"] = depth

@@ -8,6 +8,7 @@ from plait.search.adaptive import site_verdict
 from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why_winner
 from plait.search.pareto import Point
 from plait.search.runner import SearchResult
+from plait.search.tp_grids import grid_verdict
 from plait.terminal import titled_table
 from plait.units import GIB
 
@@ -46,6 +47,9 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     verdict = site_verdict(result)
     if verdict:
         console.print(f"[bold]per tier[/]: {verdict}")
+    grids = grid_verdict(result)
+    if grids:
+        console.print(f"[bold]tp grids[/]: {grids}")
 
 
 def print_relaxations(console: Console, result: SearchResult, relaxations: list[Relaxation]) -> None:
@@ -102,6 +106,7 @@ def search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-un
         "why": why_winner(best[0]) if best else None,
         "runner_up": runner_up_gives_up(best[0], best[1]) if len(best) > 1 else None,
         "per_tier": site_verdict(result) if best else None,
+        "tp_grids": grid_verdict(result) if best else None,
         "relaxations": [{"change": r.change, "works": r.best is not None,
                          "best": r.best.plan.describe() if r.best else None} for r in fixes],
     }
