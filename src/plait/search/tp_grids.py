@@ -39,16 +39,17 @@ def grid_verdict(result: SearchResult) -> str | None:
         return (f"not searched: {result.engine.name} does not run 2-D/2.5-D tensor parallelism "
                 "(`plait plan --tp-grids` costs them as a what-if)")
     best: dict[bool, tuple[int, int]] = {}
-    same_tp: tuple[int, int] | None = None  # the best 1-D plan at the best grid's tp
+    flat_by_tp: dict[int, tuple[int, int]] = {}  # the best 1-D plan of each tp
     for _, chunk, row in result.ranking():
         cols = result.feasible[chunk][0]
-        grid = bool(cols["tp_mode"][row] != 0)
+        tp, grid = int(cols["tp"][row]), bool(cols["tp_mode"][row] != 0)
         best.setdefault(grid, (chunk, row))
-        if True in best and same_tp is None and not grid:
-            grid_cols, grid_row = result.feasible[best[True][0]][0], best[True][1]
-            same_tp = (chunk, row) if cols["tp"][row] == grid_cols["tp"][grid_row] else None
-        if len(best) == 2 and same_tp is not None:
+        if not grid:
+            flat_by_tp.setdefault(tp, (chunk, row))
+        grid_tp = int(result.feasible[best[True][0]][0]["tp"][best[True][1]]) if True in best else 0
+        if grid_tp in flat_by_tp:
             break
+    same_tp = flat_by_tp.get(grid_tp) if True in best else None
     what = f" (what-if: {result.engine.name} does not run grids)" if refused else ""
     if True not in best:
         return f"no grid plan is feasible (the reasons above){what}"
