@@ -35,8 +35,16 @@ def _grid(c: PlanColumns) -> Any:
     return c.xp.not_(c.is_("tp_mode", "1d"))
 
 
+def _none_grid(c: PlanColumns) -> bool:
+    """Whether no row is a grid (array columns; the rules below then skip their per-row work, a search's common
+    case)."""
+    return not c.xp.scalar and not bool(np.any(c["tp_mode"] != 0))
+
+
 def bad_shape(c: PlanColumns, m: ModelSpec) -> Any:
     """Rows whose ``tp``, ``tp_mode`` and ``tp_depth`` do not make a grid."""
+    if _none_grid(c):
+        return c["tp_depth"] != 1
     q, d = grid_side(c), _depth(c)
     flat = c.is_("tp_mode", "1d") & (c["tp_depth"] != 1)
     two = c.is_("tp_mode", "2d") & (c["tp_depth"] != 1)
@@ -58,6 +66,8 @@ def shape_message(p: Plan, m: ModelSpec) -> str:
 
 def bad_split(c: PlanColumns, m: ModelSpec) -> Any:
     """Grid rows whose ``q`` does not divide the heads or widths, or ``q*d`` the micro-batch."""
+    if _none_grid(c):
+        return c.full(False)
     q = c.xp.maximum(grid_side(c), 1)
     widths = (m.num_heads % q) | (m.num_kv_heads % q) | (m.hidden_size % q) | (m.ffn_hidden_size % q)
     return _grid(c) & ((widths != 0) | (c["micro_batch"] % (q * _depth(c)) != 0))
@@ -75,6 +85,8 @@ def split_message(p: Plan, m: ModelSpec) -> str:
 
 def bad_scope(c: PlanColumns, m: ModelSpec) -> Any:
     """Grid rows outside what plait costs and runs as a grid."""
+    if _none_grid(c):
+        return c.full(False)
     special = bool(m.moe or m.mla)
     return _grid(c) & (c.full(special) | (c["cp"] > 1) | (c["ep"] > 1) | c["tp_comm_overlap"])
 
