@@ -130,3 +130,13 @@ def test_the_planner_costs_grids_only_as_a_what_if_and_says_so() -> None:
     assert len(modes) > 1 and searched.num_candidates > plain.num_candidates
     verdict = grid_verdict(searched) or ""
     assert "(what-if: megatron-core does not run grids)" in verdict and "s/step" in verdict
+
+
+def test_a_grid_plan_file_round_trips(tmp_path: Path) -> None:
+    from plait.plan.io import plan_to_toml, read_plan_file
+
+    plan = Plan(tp=8, tp_mode="2.5d", tp_depth=2, sp=True, micro_batch=4, global_batch=64)
+    path = tmp_path / "plan.toml"
+    path.write_text(plan_to_toml(plan))
+    assert 'tp_mode = "2.5d"' in path.read_text() and read_plan_file(path)[1] == plan
+    assert plan.describe().startswith("tp8(2.5d x2) ")
