@@ -1,16 +1,16 @@
 """2-D (SUMMA) and 2.5-D (Tesseract) tensor parallelism of a dense transformer layer: bytes, time and memory.
 
-Layout (ColossalAI's ``colossalai/legacy/nn/layer/parallel_2d`` and ``parallel_2p5d``, read at the snapshot plait
-fetched; plait's runtime is :mod:`plait.run.tp2d`): the ``tp = q*q*d`` ranks of a tensor-parallel group form ``d``
+Layout (ColossalAI's ``colossalai/legacy/nn/layer/parallel_2d`` and ``parallel_2p5d``, read at commit
+4f9953be; plait's runtime is :mod:`plait.run.tp2d`): the ``tp = q*q*d`` ranks of a tensor-parallel group form ``d``
 grids of ``q x q`` (``d = 1`` for 2-D), ranks laid out column fastest, then row, then depth, so a *row* group is
 ``q`` consecutive ranks, a *column* group ``q`` ranks ``q`` apart and a *depth* group ``d`` ranks ``q*q`` apart.
 An activation ``X [T, k]`` of ``T`` tokens is split by sequences over the ``q*d`` (depth, row) pairs and by width
 over the columns: rank ``(z, i, j)`` holds ``X_ij [T/(q d), k/q]``. A weight ``W [k, n]`` is cut into ``q x q``
-blocks, ``W_ij [k/q, n/q]`` on rank ``(i, j)`` of every depth slice (Tesseract keeps the weights on each slice
-and splits the batch over them, arXiv 2105.14500 Sec. 3).
+blocks, ``W_ij [k/q, n/q]`` on rank ``(i, j)`` of every depth slice (ColossalAI's ``Linear2p5D`` creates its weight
+``[k/q, n/q]`` on every depth rank and broadcasts it over the depth group; the batch is split over the slices).
 
-SUMMA (van de Geijn & Watts 1997, "SUMMA: scalable universal matrix multiplication algorithm", Sec. 2; the
-Tesseract paper's Algorithm 1 is the same loop per depth slice): ``Y = X W`` runs ``q`` steps; at step ``l`` column
+SUMMA (van de Geijn & Watts 1997, "SUMMA: scalable universal matrix multiplication algorithm", Concurrency:
+Practice and Experience 9(4); ColossalAI's ``Matmul_AB_2D``/``Matmul_AB_2p5D`` run it per depth slice): ``Y = X W`` runs ``q`` steps; at step ``l`` column
 ``l`` broadcasts ``X_il`` along each row, row ``l`` broadcasts ``W_lj`` along each column, and every rank adds
 ``X_il W_lj``. The backward runs the two transposed products the same way (ColossalAI's ``Matmul_ABT_2D`` and
 ``Matmul_ATB_2D``): ``dX = dY W^T`` broadcasts ``W_lj`` along columns and *reduces* the partial ``dX_il`` along

@@ -1,6 +1,6 @@
 """Validity rules of 2-D and 2.5-D tensor-parallel grids (``Plan.tp_mode``; costed in :mod:`plait.cost.tp2d`).
 
-A 2-D grid is ``q x q`` ranks, a 2.5-D one ``d`` such grids (Tesseract, arXiv 2105.14500 Sec. 3): ``tp`` must be
+A 2-D grid is ``q x q`` ranks, a 2.5-D one ``d`` such grids (Tesseract, arXiv 2105.14500, as ColossalAI's ``parallel_2p5d`` lays it out): ``tp`` must be
 ``q*q`` or ``q*q*d`` with ``q >= 2`` (and ``d >= 2``). The grid splits attention heads and the hidden and MLP
 widths over its ``q`` columns and the micro-batch's sequences over its ``q*d`` rows and slices (ColossalAI's
 ``parallel_2d``/``parallel_2p5d`` layers split the batch dimension), so those must divide. plait costs and runs

@@ -91,7 +91,7 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
 
 def summa_ab(grid: Grid, x_TK: torch.Tensor, w_KN: torch.Tensor) -> torch.Tensor:
     """``Y = X W``: at step ``l`` column ``l`` broadcasts ``X_il`` along the row, row ``l`` ``W_lj`` along the
-    column (van de Geijn & Watts 1997, Sec. 2)."""
+    column (van de Geijn & Watts 1997)."""
     y_TN = x_TK.new_zeros(x_TK.shape[0], w_KN.shape[1])
     for step in range(grid.q):
         a, b = _copy(x_TK), _copy(w_KN)
