@@ -76,21 +76,35 @@ def group_links(setup: Setup) -> dict[str, coll.GroupLink]:
 
 @dataclass(frozen=True)
 class Traffic:
-    """Payload bytes one rank moves in one pass, per group and kind (``(group, kind) -> bytes``), and the number
-    of operations behind each (``(group, kind) -> ops``)."""
+    """Payload bytes one rank moves in one pass, per group and kind (``(group, kind) -> bytes``), the number of
+    operations behind each (``(group, kind) -> ops``), and every batch of equal operations as
+    ``(group, kind, ops, bytes each)`` (what the time is computed from: a collective's speed depends on its size)."""
 
     bytes_: dict[tuple[str, str], float]
     ops: dict[tuple[str, str], int]
+    parts: tuple[tuple[str, str, int, float], ...]
 
     def total(self, group: str | None = None) -> float:
         """Bytes over every group, or over one."""
         return sum(v for (g, _), v in self.bytes_.items() if group in (None, g))
 
 
-def _add(t: dict[tuple[str, str], float], n: dict[tuple[str, str], int], key: tuple[str, str], ops: int,
-         each: float) -> None:
-    t[key] = t.get(key, 0.0) + ops * each
-    n[key] = n.get(key, 0) + ops
+class _Tally:
+    """A :class:`Traffic` being added up."""
+
+    def __init__(self) -> None:
+        self.bytes_: dict[tuple[str, str], float] = {}
+        self.ops: dict[tuple[str, str], int] = {}
+        self.parts: list[tuple[str, str, int, float]] = []
+
+    def add(self, group: str, kind: str, ops: int, each: float) -> None:
+        key = (group, kind)
+        self.bytes_[key] = self.bytes_.get(key, 0.0) + ops * each
+        self.ops[key] = self.ops.get(key, 0) + ops
+        self.parts.append((group, kind, ops, each))
+
+    def done(self) -> Traffic:
+        return Traffic(self.bytes_, self.ops, tuple(self.parts))
 
 
 def base_setup(setup: Setup) -> Setup:
@@ -113,47 +127,45 @@ def norm_stats(model: ModelSpec) -> int:
 
 
 def pass_traffic(model: ModelSpec, plan: Plan, tokens: int, gemms: list[tuple[int, int]], act_bytes: int,
-                 weight_bytes: int, stat_bytes: int = 4) -> tuple[Traffic, Traffic]:
+                 weight_bytes: int, stat_bytes: int = 4, grad_bytes: int = 0) -> tuple[Traffic, Traffic]:
     """(forward, backward) :class:`Traffic` of one dense layer on one rank for a micro-batch of ``tokens`` tokens
     (before the split), ``gemms`` its linear layers as ``(k, n)``; the table in the module docstring, plus the
-    norms' statistics (``stat_bytes`` each) and weight gradients."""
+    norms' statistics (``stat_bytes`` each) and the sums of finished weight gradients (``grad_bytes`` each, the
+    gradient buffer's dtype; 0: ``weight_bytes``). A SUMMA step's partial ``dW`` is a GEMM output, in
+    ``weight_bytes``."""
+    grad_bytes = grad_bytes or weight_bytes
     q, d = grid(plan)
     rows = tokens // (q * d)
-    fwd_b: dict[tuple[str, str], float] = {}
-    fwd_n: dict[tuple[str, str], int] = {}
-    bwd_b: dict[tuple[str, str], float] = {}
-    bwd_n: dict[tuple[str, str], int] = {}
+    fwd, bwd = _Tally(), _Tally()
     for k, n in gemms:
         x_block, w_block = act_bytes * rows * (k // q), weight_bytes * (k // q) * (n // q)
-        _add(fwd_b, fwd_n, ("row", "broadcast"), q, x_block)
-        _add(fwd_b, fwd_n, ("col", "broadcast"), q, w_block)
-        _add(bwd_b, bwd_n, ("row", "broadcast"), q, x_block)
-        _add(bwd_b, bwd_n, ("row", "reduce"), q, x_block)
-        _add(bwd_b, bwd_n, ("col", "broadcast"), q, w_block)
-        _add(bwd_b, bwd_n, ("col", "reduce"), q, w_block)
+        fwd.add("row", "broadcast", q, x_block)
+        fwd.add("col", "broadcast", q, w_block)
+        bwd.add("row", "broadcast", q, x_block)
+        bwd.add("row", "reduce", q, x_block)
+        bwd.add("col", "broadcast", q, w_block)
+        bwd.add("col", "reduce", q, w_block)
         if d > 1:
-            _add(bwd_b, bwd_n, ("depth", "all_reduce"), 1, w_block)
+            bwd.add("depth", "all_reduce", 1, grad_bytes * (k // q) * (n // q))
     stats = stat_bytes * norm_stats(model) * rows
     norms = 2  # before attention and before the MLP
-    _add(fwd_b, fwd_n, ("row", "all_reduce"), norms, stats)
-    _add(bwd_b, bwd_n, ("row", "all_reduce"), norms, stats)
-    norm_weight = weight_bytes * model.norm_params() // q
-    _add(bwd_b, bwd_n, ("col", "all_reduce"), norms, norm_weight)
+    fwd.add("row", "all_reduce", norms, stats)
+    bwd.add("row", "all_reduce", norms, stats)
+    norm_weight = grad_bytes * model.norm_params() // q
+    bwd.add("col", "all_reduce", norms, norm_weight)
     if d > 1:
-        _add(bwd_b, bwd_n, ("depth", "all_reduce"), norms, norm_weight)
-    return Traffic(fwd_b, fwd_n), Traffic(bwd_b, bwd_n)
+        bwd.add("depth", "all_reduce", norms, norm_weight)
+    return fwd.done(), bwd.done()
 
 
 def traffic_s(traffic: Traffic, links: dict[str, coll.GroupLink]) -> float:
     """Seconds of one pass's collectives, one after another (SUMMA waits for each step's blocks)."""
     total = 0.0
-    for (group, kind), num_bytes in traffic.bytes_.items():
-        link, ops = links[group], traffic.ops[(group, kind)]
-        each = num_bytes / ops
+    for group, kind, ops, each in traffic.parts:
         if kind == "all_reduce":
-            total += ops * coll.all_reduce_s(each, link)
+            total += ops * coll.all_reduce_s(each, links[group])
         else:  # a pipelined ring broadcast or reduce: busBw = algBw (NCCL-tests doc/PERFORMANCE.md)
-            total += ops * _ring_pipeline_s(each, link, kind)
+            total += ops * _ring_pipeline_s(each, links[group], kind)
     return total
 
 
@@ -189,7 +201,8 @@ def grid_layer(setup: Setup) -> GridLayer:
     q, d = grid(plan)
     full = _full_gemms(setup)
     shapes = [(g.k, g.n) for g in full for _ in range(g.count)]
-    fwd, bwd = pass_traffic(model, plan, setup.tokens, shapes, setup.act_bytes, setup.act_bytes)
+    fwd, bwd = pass_traffic(model, plan, setup.tokens, shapes, setup.act_bytes, setup.act_bytes,
+                            grad_bytes=setup.grad_bytes)
     links = group_links(setup)
     summa = [Gemm(max(g.m // (q * d), 1), g.n // q, g.k // q, g.count * q) for g in full]
     summa_fwd, summa_bwd = gemms_fwd_bwd_s(summa, setup)
