@@ -34,6 +34,7 @@ GPT = "gpt3-1.3b"  # learned positions
 OPTIONS: dict[str, tuple[dict[str, object], str]] = {
     "tp": ({"tp": 2, "sp": True}, "dense"),
     "sp": ({"tp": 2, "sp": True}, "dense"),
+    "tp_grid": ({"tp": 4, "tp_mode": "2d"}, "dense"),
     "pp": ({"pp": 2}, "dense"),
     "schedule=1f1b": ({"pp": 2, "schedule": "1f1b"}, "dense"),
     "schedule=gpipe": ({"pp": 2, "schedule": "gpipe"}, "dense"),

@@ -99,6 +99,9 @@ COMMANDS: dict[str, str] = {
     "--global-batch 2048": "",
     "plait plan --model llama3-70b --cluster dgx-h100-ib --gpus 64 --global-batch 512": "",
     "plait estimate --model llama3-8b --gpus 8": "",
+    "plait estimate --plan examples/llama3-70b-tp2d.toml": "",
+    "plait plan --model llama3-8b --cluster aws-g5-24xlarge --gpus 16 --global-batch 16 --allow-tp-across-nodes "
+    "--tp-grids": "",
     "plait plan --model llama3-70b --objective energy --gpus-range 1024:2048 --tokens 15e12 --global-batch 2048": "",
     "plait estimate --model llama3.1-405b --cluster h100-roce-400 --gpus 16384 --tp 8 --pp 16 --schedule interleaved "
     "--vpp 7 --sp --sharding zero1 --recompute selective --global-batch 2048 --tokens 15.6e12": "",

@@ -53,6 +53,8 @@ _FEATURES: tuple[Feature, ...] = (
             lambda c, m: (c["cp"] > 1) & c.is_("cp_attention", "ulysses")),
     Feature("cp_attention=lss", lambda p, m: f"cp_attention='lss' (cp={p.cp})",
             lambda c, m: (c["cp"] > 1) & c.is_("cp_attention", "lss")),
+    Feature("tp_grid", lambda p, m: f"tp_mode={p.tp_mode!r} (a {p.tp_mode.upper()} tensor-parallel grid)",
+            lambda c, m: c.xp.not_(c.is_("tp_mode", "1d"))),
     Feature("sp", lambda p, m: "sp=true", lambda c, m: c["sp"] & (c["tp"] > 1)),
     *(_choice("schedule", s) for s in ("gpipe", "interleaved", "zb-h1")),
     Feature("schedule=1f1b", lambda p, m: "schedule='1f1b'", lambda c, m: c.is_("schedule", "1f1b") & (c["pp"] > 1)),
