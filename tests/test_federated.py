@@ -86,6 +86,26 @@ def test_the_round_waits_for_the_slowest_client_and_prices_its_energy(tmp_path: 
         round_cost(replace(spec, stragglers=replace(spec.stragglers, deadline_s=0.1)))
 
 
+def test_a_deadline_that_drops_clients_takes_the_multiplier_of_the_clients_that_finish(tmp_path: Path) -> None:
+    """Every client selected and half of them late: the round is ranked with the rounds measured at participation
+    0.1 (at most the 0.5 that finish), not at 1.0; no figure at or below 0.5: not ranked, with the reason."""
+    from plait.workloads.federated.plan import NO_MULTIPLIER, plan_federated
+
+    figures = "".join(f'[[rounds_to_loss]]\nmethod = "pflego"\nlocal_steps = 3\nparticipation = {p}\nrounds = {r}\n'
+                      f'target_loss = 0.3\n{FIG}\n' for p, r in ((0.1, 40), (1.0, 10)))
+    text = TINY.replace("value = 0.0", "value = 1.0").replace('participation = [0.1, 1.0]', 'participation = [1.0]')
+    spec = read_federated(tiny(tmp_path, text + figures))
+    median = round_cost(spec, participation=1.0).client_s
+    late = replace(spec, stragglers=replace(spec.stragglers, deadline_s=median), plan=replace(
+        spec.plan, methods=("pflego",), local_steps=(3,)))
+    (best,), = [plan_federated(late, "time").ranked]
+    assert best.rounds == 40 and best.cost.kept_fraction == pytest.approx(0.5) and best.cost.round_s == median
+    on_time = plan_federated(replace(late, stragglers=replace(spec.stragglers, deadline_s=0.0)), "time")
+    assert on_time.ranked[0].rounds == 10
+    none = plan_federated(replace(late, rounds_to_loss=spec.rounds_to_loss[1:]), "time")
+    assert none.ranked == () and none.infeasible == {NO_MULTIPLIER: 1}
+
+
 @pytest.mark.parametrize("old, new, rule", [
     ("participation = 0.1\n", "participation = 1.5\n", "participation=1.5 must be a fraction in (0, 1]"),
     ("batch = 4\n", "batch = 8\n", "batch=8 must be <= samples_per_client=4"),

@@ -9,7 +9,7 @@ from plait.strict_json import print_json
 from plait.terminal import rich_console
 from plait.workloads import Options, Workload
 from plait.workloads.federated.cost import round_cost
-from plait.workloads.federated.plan import Candidate, multiplier, plan_federated
+from plait.workloads.federated.plan import candidate, plan_federated
 from plait.workloads.federated.render import print_plan, print_round
 from plait.workloads.federated.run import run_federated
 
@@ -25,8 +25,7 @@ def estimate(workload: Workload, options: Options) -> None:
     _no_cluster(options)
     spec = workload.description
     cost = round_cost(spec)
-    found = multiplier(spec, cost.method, cost.local_steps, cost.participation)
-    cand = None if found is None else Candidate(cost=cost, rounds=found.rounds, source=found.source)
+    cand = candidate(spec, cost)
     if options["as_json"]:
         print_json({"model": spec.name} | (cand.to_dict() if cand else cost.to_dict()))
     else:

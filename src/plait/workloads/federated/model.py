@@ -228,9 +228,10 @@ def check_federated(spec: FederatedSpec, where: str) -> None:
     for name in ("uplink_bytes_per_s", "downlink_bytes_per_s"):
         if getattr(link, name).value <= 0:
             raise ConfigError(f"{where}: [client.link].{name}={getattr(link, name).value} must be > 0")
-    if link.latency_s.value < 0 or not 0 < spec.client.efficiency.value <= 1:
-        raise ConfigError(f"{where}: [client] latency_s={link.latency_s.value} must be >= 0 and efficiency="
-                          f"{spec.client.efficiency.value} in (0, 1]")
+    if link.latency_s.value < 0:
+        raise ConfigError(f"{where}: [client.link].latency_s={link.latency_s.value} must be >= 0")
+    if not 0 < spec.client.efficiency.value <= 1:
+        raise ConfigError(f"{where}: [client].efficiency={spec.client.efficiency.value} must be a fraction in (0, 1]")
     if not 2 <= spec.run.clients <= 7:
         raise ConfigError(f"{where}: [run].clients={spec.run.clients} must be 2-7 (one CPU rank each)")
     for r in spec.rounds_to_loss:

@@ -4,7 +4,8 @@ clients' energy) to the target loss.
 The space is declared in ``[plan]`` (methods x local steps x participation fractions). Each candidate is costed per
 round (:func:`plait.workloads.federated.cost.round_cost`) and needs a multiplier, the rounds it takes to the target
 loss (``[[rounds_to_loss]]``, measured by ``python -m plait.workloads.federated.converge``); time to loss = rounds x
-round time, energy to loss = rounds x the round's clients' energy. A candidate without a multiplier, or whose
+round time, energy to loss = rounds x the round's clients' energy. Where a deadline drops clients, the multiplier
+is the one measured at the participation that finishes, or below it (:func:`multiplier`). A candidate without a multiplier, or whose
 clients cannot meet the deadline, is infeasible with that reason (counted, never ranked).
 """
 
@@ -19,7 +20,8 @@ from plait.workloads.federated.cost import NoClientInTime, RoundCost, round_cost
 from plait.workloads.federated.model import FederatedSpec, RoundsToLoss
 
 Objective = Literal["time", "energy"]
-NO_MULTIPLIER = "no rounds-to-loss figure at this setting ([[rounds_to_loss]])"
+NO_MULTIPLIER = ("no rounds-to-loss figure at this setting ([[rounds_to_loss]]; with a deadline: at or below the "
+                 "participation that finishes)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,10 +70,25 @@ class FederatedPlan:
                 "ranked": [c.to_dict() for c in self.ranked], "infeasible": self.infeasible}
 
 
-def multiplier(spec: FederatedSpec, method: str, local_steps: int, participation: float) -> RoundsToLoss | None:
-    """The measured rounds-to-loss of exactly this setting, if any."""
-    return next((r for r in spec.rounds_to_loss if (r.method, r.local_steps) == (method, local_steps)
-                 and abs(r.participation - participation) < 1e-9), None)
+def multiplier(spec: FederatedSpec, cost: RoundCost) -> RoundsToLoss | None:
+    """The measured rounds-to-loss of the round's method and local steps at its participation; where a deadline
+    drops clients (``kept_fraction < 1``), at the largest measured participation not above the clients that finish
+    (``participation x kept_fraction``; assumed: fewer clients per round never take fewer rounds); ``None``: none."""
+    reach = cost.participation * cost.kept_fraction + 1e-9
+    found = [r for r in spec.rounds_to_loss if (r.method, r.local_steps) == (cost.method, cost.local_steps)
+             and (r.participation <= reach if cost.kept_fraction < 1 else abs(r.participation - reach) < 1e-6)]
+    return max(found, key=lambda r: r.participation, default=None)
+
+
+def candidate(spec: FederatedSpec, cost: RoundCost) -> Candidate | None:
+    """The round with its multiplier (:func:`multiplier`), if one is measured."""
+    found = multiplier(spec, cost)
+    if found is None:
+        return None
+    note = "" if found.participation == cost.participation else (
+        f" (taken at participation {found.participation:g}: the deadline leaves {cost.kept_fraction:.0%} of "
+        f"{cost.participation:g})")
+    return Candidate(cost=cost, rounds=found.rounds, source=found.source + note)
 
 
 def plan_federated(spec: FederatedSpec, objective: Objective) -> FederatedPlan:
@@ -87,11 +104,11 @@ def plan_federated(spec: FederatedSpec, objective: Objective) -> FederatedPlan:
             reason = f"no client finishes a round by deadline_s={spec.stragglers.deadline_s:g}"
             infeasible[reason] = infeasible.get(reason, 0) + 1
             continue
-        found = multiplier(spec, method, tau, p)
+        found = candidate(spec, cost)
         if found is None:
             infeasible[NO_MULTIPLIER] = infeasible.get(NO_MULTIPLIER, 0) + 1
             continue
-        ranked.append(Candidate(cost=cost, rounds=found.rounds, source=found.source))
+        ranked.append(found)
     ranked.sort(key=lambda c: c.time_to_loss_s if objective == "time" else c.energy_to_loss_j)
     return FederatedPlan(objective=objective, target_loss=next(iter(targets), None), ranked=tuple(ranked),
                          infeasible=infeasible)

@@ -32,8 +32,8 @@ def print_round(console: Console, spec: FederatedSpec, cost: RoundCost, found: C
         table.add_row(*row)
     console.print(table)
     if found is None:
-        console.print("no rounds-to-loss figure at this setting: time to loss unknown "
-                      "(python -m plait.workloads.federated.converge measures the toy's)")
+        console.print("no rounds-to-loss figure at this setting ([[rounds_to_loss]]): time to loss unknown "
+                      "(python -m plait.workloads.federated.converge measures the toy's)", markup=False)
 
 
 def print_plan(console: Console, spec: FederatedSpec, plan: FederatedPlan, top: int) -> None:
@@ -49,4 +49,4 @@ def print_plan(console: Console, spec: FederatedSpec, plan: FederatedPlan, top: 
                       f"{c.download_bytes + c.upload_bytes:,}")
     console.print(table)
     for reason, count in plan.infeasible.items():
-        console.print(f"not ranked: {count} ({reason})")
+        console.print(f"not ranked: {count} ({reason})", markup=False)
