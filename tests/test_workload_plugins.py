@@ -98,7 +98,7 @@ def test_the_toy_kinds_strict_reader_refuses_unknown_keys(toy: Path) -> None:
 
 def test_a_kind_without_a_run_entry_is_refused_by_plait_run(toy: Path) -> None:
     code, _, err = cli(["run", "--model", str(toy)])
-    assert code == 2 and "plait run takes a DLRM, GNN, DiT or federated TOML as --model" in err
+    assert code == 2 and "plait run takes a DLRM, GNN, DiT or federated job TOML as --model" in err
 
 
 def test_shipped_kinds_stay_registered() -> None:

@@ -17,8 +17,8 @@ def is_federated_file(name: str | None) -> bool:
     return toml_describes(name, lambda data: "federated" in data)
 
 
-KIND = WorkloadKind(name="federated", label="federated", recognises=is_federated_file,
+KIND = WorkloadKind(name="federated", label="federated job", recognises=is_federated_file,
                     read=lambda name: lazy("plait.workloads.federated.model:read_federated")(Path(str(name))),
                     refuses=("dlrm", "gnn", "traced"), estimate=lazy(f"{COMMANDS}:estimate"),
                     plan=lazy(f"{COMMANDS}:plan"), run=lazy(f"{COMMANDS}:run"),
-                    runtime="plait's federated toy on gloo ranks")
+                    runtime="its client device ([client])")

@@ -3,8 +3,8 @@
 Per sample of a linear map of ``a x b`` multiply-adds (MACs), the forward pass costs ``2ab`` FLOPs, the weight
 gradient ``2ab`` and the input gradient ``2ab`` (Kaplan et al., "Scaling Laws for Neural Language Models", arXiv
 2001.08361, Sec. 2.1: forward ``2N``, backward ``4N`` per parameter); the first layer's input gradient is not needed
-and not counted. Biases and ReLUs (``O(width)`` per sample) and the optimizer's update (``O(params)`` per step) are
-left out (assumed: under 1% of the matmuls for widths >= 32).
+and not counted. Biases and ReLUs (``O(width)`` per sample: ``1 / (2 x fan-in)`` of a layer's forward, under 2% at
+fan-ins >= 32) and the optimizer's update (``2`` FLOPs a value a step: ``1 / (3 x batch)`` of a step) are left out.
 
 - PFLEGO (arXiv 2202.09848, Sec. 3): ``tau - 1`` head steps (the head's forward and weight gradient: ``4 M_h``),
   then one joint step (the head's forward and both gradients, the body's backward: ``6 M_h + 2 M_b + 2 (M_b - M_1)``);
