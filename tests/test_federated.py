@@ -144,7 +144,8 @@ def test_pflegos_server_step_is_the_objectives_gradient_and_unbiased_over_select
     config = FederatedRunConfig(clients=3, local_steps=3, out=Path("unused"))
     data = [toy.client_data(config, i) for i in range(3)]
     body = toy.init_body(config)
-    results = [toy.pflego_client(body, toy.init_head(config, i), data[i], 3, config.head_lr) for i in range(3)]
+    results = [toy.pflego_client(body, toy.init_head(config, i), data[i], 3, config.head_lr, config.lr)
+               for i in range(3)]
     leaf = [(w.clone().requires_grad_(), b.clone().requires_grad_()) for w, b in body]
     objective = sum(toy.loss(leaf, at, x, y) for (_, _, at), (x, y) in zip(results, data)) / 3
     full = torch.cat([g.reshape(-1) for g in torch.autograd.grad(objective, [t for p in leaf for t in p])])

@@ -33,7 +33,7 @@ class FederatedRunConfig:
     lr: float = 0.1
     """step size of the shared weights"""
     head_lr: float = 0.1
-    """step size of PFLEGO's personal heads"""
+    """step size of PFLEGO's head steps before the joint step (the joint step's: lr x clients / selected)"""
     seed: int = 0
     """seed of the data, the weights and the selections"""
     reference: int = 0

@@ -6,10 +6,11 @@ gradient ``2ab`` and the input gradient ``2ab`` (Kaplan et al., "Scaling Laws fo
 and not counted. Biases and ReLUs (``O(width)`` per sample: ``1 / (2 x fan-in)`` of a layer's forward, under 2% at
 fan-ins >= 32) and the optimizer's update (``2`` FLOPs a value a step: ``1 / (3 x batch)`` of a step) are left out.
 
-- PFLEGO (arXiv 2202.09848, Sec. 3): ``tau - 1`` head steps (the head's forward and weight gradient: ``4 M_h``),
-  then one joint step (the head's forward and both gradients, the body's backward: ``6 M_h + 2 M_b + 2 (M_b - M_1)``);
-  the body's forward (``2 M_b``) once per round where the steps are full-batch (the body is fixed, its features are
-  reused), else once per step. It downloads the body's weights and uploads one gradient of them.
+- PFLEGO (arXiv 2202.09848, abstract; the authors' code, sotirisnik/PFLEGO ``main.py``): ``tau - 1`` head steps
+  (the head's forward and weight gradient: ``4 M_h``), then one joint step (the head's forward and both gradients,
+  the body's backward: ``6 M_h + 2 M_b + 2 (M_b - M_1)``); the body's forward (``2 M_b``) once per round where the
+  steps are full-batch (the body is fixed, its features are reused), else once per step. It downloads the body's
+  weights and uploads one gradient of them.
 - FedAvg (arXiv 1602.05629, Algorithm 1): ``tau`` SGD steps on the whole model; it downloads and uploads the whole
   model's weights.
 

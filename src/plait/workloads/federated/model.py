@@ -7,7 +7,7 @@ Two methods:
   Gradient Descent", arXiv 2202.09848): a selected client runs ``local_steps - 1`` full-batch gradient steps on its
   personal head only (the shared body fixed, so its features are computed once), then one joint step whose body
   gradient it sends; the server steps the body by the unbiased sum of those gradients: an exact SGD step over all
-  weights (abstract and Sec. 3).
+  weights (abstract; as the authors' code does it, sotirisnik/PFLEGO ``main.py``).
 - ``fedavg`` (McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS
   2017, arXiv 1602.05629, Algorithm 1): a selected client runs ``local_steps`` SGD steps on the whole model from the
   server's weights and sends its weights back; the server averages them, weighted by the clients' samples.
@@ -140,7 +140,7 @@ class RunSettings:
     lr: float = 0.1
     """Step size of the shared weights (PFLEGO's server step; FedAvg's local steps)."""
     head_lr: float = 0.1
-    """Step size of PFLEGO's personal heads."""
+    """Step size of PFLEGO's head steps before the joint step (the joint step takes ``lr x I / r``)."""
     target_loss: float = 0.5
     """The clients' objective whose first round is reported."""
     seed: int = 0

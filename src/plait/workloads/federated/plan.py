@@ -4,9 +4,9 @@ clients' energy) to the target loss.
 The space is declared in ``[plan]`` (methods x local steps x participation fractions). Each candidate is costed per
 round (:func:`plait.workloads.federated.cost.round_cost`) and needs a multiplier, the rounds it takes to the target
 loss (``[[rounds_to_loss]]``, measured by ``python -m plait.workloads.federated.converge``); time to loss = rounds x
-round time, energy to loss = rounds x the round's clients' energy. Where a deadline drops clients, the multiplier
-is the one measured at the participation that finishes, or below it (:func:`multiplier`). A candidate without a multiplier, or whose
-clients cannot meet the deadline, is infeasible with that reason (counted, never ranked).
+round time, energy to loss = rounds x the round's clients' energy. Where a deadline drops clients, the multiplier is
+the one measured at the participation that finishes, or below it (:func:`multiplier`). A candidate without a
+multiplier, or whose clients cannot meet the deadline, is infeasible with that reason (counted, never ranked).
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def compare(spec: FederatedSpec, ranks: dict[str, Any], single: dict[str, Any]) 
         got, ref = ranks[method], single[method]
         down, up = transfer_bytes(s, method, spec.federation.bytes_per_value)
         out[method] = {
-            "rounds_to_target": rounds_to(got["losses"], target), "rounds_to_target_1p": rounds_to(ref["losses"], target),
+            "rounds_to_target": rounds_to(got["losses"], target),
+            "rounds_to_target_1p": rounds_to(ref["losses"], target),
             "loss_diff": max(abs(a - b) for a, b in zip(got["losses"], ref["losses"], strict=True)),
             "download_bytes_per_round": [b / rounds for b in got["download_bytes"]], "predicted_download": down,
             "upload_bytes_per_round": [b / rounds for b in got["upload_bytes"]], "predicted_upload": up,

@@ -2,16 +2,19 @@
 FedAvg as pure functions a client and the server call; :func:`federate` runs the whole federation in one process (the
 reference the ranks of :mod:`.worker` must equal).
 
-- PFLEGO (arXiv 2202.09848, Sec. 3): a selected client takes ``tau - 1`` full-batch gradient steps on its head only
-  (the body's features computed once: the body is fixed), then one joint step: it updates its head and returns the
-  body's gradient; the server steps the body by ``(I / r) sum_{i in S} alpha_i grad_i`` (``alpha_i = N_i / N``): with
-  every client selected, the gradient of the clients' objective ``sum_i alpha_i l_i(theta, W_i)``; unbiased over the
-  uniform selection of ``r`` of the ``I`` clients otherwise.
+- PFLEGO (arXiv 2202.09848, abstract; the authors' code, sotirisnik/PFLEGO ``main.py``): a selected client takes
+  ``tau - 1`` full-batch gradient steps on its head only (the body's features computed once: the body is fixed), then
+  one joint step: it updates its head (by the server's step times ``I / r``) and returns the body's gradient; the
+  server steps the body by ``(I / r) sum_{i in S} alpha_i grad_i`` (``alpha_i = N_i / N``): with every client
+  selected, the gradient of the clients' objective ``sum_i alpha_i l_i(theta, W_i)``; unbiased over the uniform
+  selection of ``r`` of the ``I`` clients otherwise. (The authors' code normalizes ``alpha_i`` over the selected
+  clients and then scales by ``I / r``: the same direction, ``I / r`` times longer with equal ``N_i``.)
 - FedAvg (arXiv 1602.05629, Algorithm 1): a selected client takes ``tau`` full-batch gradient steps on the whole model
   from the server's weights and returns them; the server averages them weighted by ``n_k``.
 
 Data: client ``i`` holds samples of two of the ``C`` classes (``i mod C`` and ``i + 1 mod C``: label skew), each
-around its class mean (``2 / sqrt(F)`` x a standard normal: classes overlap at any width) plus the client's own shift of the inputs (feature skew).
+around its class mean (``2 / sqrt(F)`` x a standard normal: classes overlap at any width) plus the client's own
+shift of the inputs (feature skew).
 
 Tensor legend: ``N`` samples of a client, ``F`` inputs, ``H`` a hidden width, ``C`` classes, ``P`` body values.
 """
@@ -101,9 +104,11 @@ def _step(layers: Layers, grads: Layers, lr: float) -> Layers:
 
 
 def pflego_client(body: Layers, head: Layers, data: tuple[torch.Tensor, torch.Tensor], local_steps: int,
-                  head_lr: float) -> tuple[torch.Tensor, Layers, Layers]:
+                  head_lr: float, joint_lr: float) -> tuple[torch.Tensor, Layers, Layers]:
     """One selected client's PFLEGO round: (the body's gradient ``g_P``, its new head, the head its joint step
-    differentiated at)."""
+    differentiated at). The head steps take ``head_lr``; the joint step's head update ``joint_lr``, the server's step
+    scaled by ``I / r`` as the authors' code scales it (sotirisnik/PFLEGO ``main.py``: ``server_lr * num_clients /
+    C``), so that with the server's body step it is one SGD step over all the weights."""
     x_NF, y_N = data
     h_NH = features(body, x_NF).detach()  # the body is fixed for the head steps: its features once
     for _ in range(local_steps - 1):
@@ -112,7 +117,7 @@ def pflego_client(body: Layers, head: Layers, data: tuple[torch.Tensor, torch.Te
         head = _step(head, _grads(fn.cross_entropy(h_NH @ w.T + b, y_N), head), head_lr)
     at, body_leaf, head_leaf = head, _leaf(body), _leaf(head)
     grads = _grads(loss(body_leaf, head_leaf, x_NF, y_N), body_leaf + head_leaf)
-    return flat(grads[:len(body)]).detach(), _step(head, grads[len(body):], head_lr), at
+    return flat(grads[:len(body)]).detach(), _step(head, grads[len(body):], joint_lr), at
 
 
 def pflego_server(body: Layers, grads: list[torch.Tensor], clients: int, lr: float) -> tuple[Layers, torch.Tensor]:
@@ -175,7 +180,9 @@ def federate(config: FederatedRunConfig, method: str) -> Trace:
             trace.losses.append(float(objective(body, heads, data)))
         chosen = selected(config, r)
         if method == "pflego":
-            results = {i: pflego_client(body, heads[i], data[i], config.local_steps, config.head_lr) for i in chosen}
+            joint_lr = config.lr * config.clients / len(chosen)
+            results = {i: pflego_client(body, heads[i], data[i], config.local_steps, config.head_lr, joint_lr)
+                       for i in chosen}
             at = [results[i][2] if i in results else heads[i] for i in range(config.clients)]
             leaf = _leaf(body)
             trace.full.append(flat(_grads(objective(leaf, at, data), leaf)).tolist())

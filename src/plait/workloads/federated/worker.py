@@ -74,7 +74,8 @@ def _method(config: FederatedRunConfig, method: str) -> dict[str, Any]:
                 shared_P = toy.flat(toy.fedavg_server(model, got))
         elif me in chosen:
             if method == "pflego":
-                sent_P, head, _at = toy.pflego_client(model, head, data, config.local_steps, config.head_lr)
+                sent_P, head, _at = toy.pflego_client(model, head, data, config.local_steps, config.head_lr,
+                                                      config.lr * clients / len(chosen))
             else:
                 sent_P = toy.fedavg_client(model, data, config.local_steps, config.lr)
             dist.send(sent_P, 0)
