@@ -141,6 +141,8 @@ class RunSettings:
     """Step size of the shared weights (PFLEGO's server step; FedAvg's local steps)."""
     head_lr: float = 0.1
     """Step size of PFLEGO's head steps before the joint step (the joint step takes ``lr x I / r``)."""
+    participation: float = 1.0
+    """Fraction of the client ranks selected per round (PFLEGO's applied gradient equals the objective's only at 1)."""
     target_loss: float = 0.5
     """The clients' objective whose first round is reported."""
     seed: int = 0
@@ -213,7 +215,7 @@ def check_federated(spec: FederatedSpec, where: str) -> None:
         raise ConfigError(f"{where}: [model].body=[] must list at least one hidden width (the shared weights)")
     if f.batch > f.samples_per_client:
         raise ConfigError(f"{where}: [federated].batch={f.batch} must be <= samples_per_client={f.samples_per_client}")
-    for p in (f.participation, *spec.plan.participation):
+    for p in (f.participation, spec.run.participation, *spec.plan.participation):
         if not 0.0 < p <= 1.0:
             raise ConfigError(f"{where}: participation={p} must be a fraction in (0, 1]")
     for tau in spec.plan.local_steps:

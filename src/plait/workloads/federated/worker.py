@@ -81,8 +81,9 @@ def _method(config: FederatedRunConfig, method: str) -> dict[str, Any]:
             dist.send(sent_P, 0)
             up[me] += _size(sent_P)
     dist.all_reduce(up)
+    selected = [sum(c in toy.selected(config, r) for r in range(config.rounds)) for c in range(clients)]
     return {"losses": losses, "applied": applied, "download_bytes": down, "upload_bytes": up.tolist(),
-            "eval_bytes": eval_bytes, "rounds": config.rounds}
+            "eval_bytes": eval_bytes, "rounds": config.rounds, "selected_rounds": selected}
 
 
 def train(config: FederatedRunConfig) -> dict[str, Any]:
