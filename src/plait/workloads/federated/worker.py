@@ -63,15 +63,7 @@ def _method(config: FederatedRunConfig, method: str) -> dict[str, Any]:
         if r == config.rounds:
             break
         if rank == 0:
-            got = [torch.empty(body_values if method == "pflego" else shared_P.numel()) for _ in chosen]
-            for c, buffer_P in zip(chosen, got):
-                dist.recv(buffer_P, c + 1)
-            if method == "pflego":
-                new_body, step_P = toy.pflego_server(model, got, clients, config.lr)
-                applied.append(step_P.tolist())
-                shared_P = toy.flat(new_body)
-            else:
-                shared_P = toy.flat(toy.fedavg_server(model, got))
+            shared_P = _serve(config, method, chosen, model, body_values, applied)
         elif me in chosen:
             if method == "pflego":
                 sent_P, head, _at = toy.pflego_client(model, head, data, config.local_steps, config.head_lr,
@@ -84,6 +76,20 @@ def _method(config: FederatedRunConfig, method: str) -> dict[str, Any]:
     selected = [sum(c in toy.selected(config, r) for r in range(config.rounds)) for c in range(clients)]
     return {"losses": losses, "applied": applied, "download_bytes": down, "upload_bytes": up.tolist(),
             "eval_bytes": eval_bytes, "rounds": config.rounds, "selected_rounds": selected}
+
+
+def _serve(config: FederatedRunConfig, method: str, chosen: list[int], model: toy.Layers, body_values: int,
+           applied: list[list[float]]) -> torch.Tensor:
+    """The server's round: each selected client's body gradient (PFLEGO) or weights (FedAvg) received, the step
+    taken (PFLEGO's applied gradient appended to ``applied``); the new shared values."""
+    got = [torch.empty(body_values if method == "pflego" else toy.flat(model).numel()) for _ in chosen]
+    for c, buffer_P in zip(chosen, got):
+        dist.recv(buffer_P, c + 1)
+    if method == "fedavg":
+        return toy.flat(toy.fedavg_server(model, got))
+    new_body, step_P = toy.pflego_server(model, got, config.clients, config.lr)
+    applied.append(step_P.tolist())
+    return toy.flat(new_body)
 
 
 def train(config: FederatedRunConfig) -> dict[str, Any]:
