@@ -319,6 +319,7 @@ def test_estimate(files: Files, data: st.DataObject) -> None:
         "--precision": texts("bf16", "fp16", "fp8"), "--train-tokens": floats("1e12", "15e12", "1e3"),
         "--dp-sync": texts("allreduce", "bf16", "powersgd:rank=4", "topk:ratio=0.01", "local_sgd:every=8",
                            "quantize:bits=1", "diloco:every=4", "powersgd:rank=x", "topk", "bf16:rank=2", "local_sgd:every=0"),
+        "--what-if": texts("kitsune", "kitsune", "nope"),
     }
     flags = ["--json", "--json", "--sp", "--no-sp", "--offload-optimizer", "--offload-params", "--simulate",
              "--closed-form", "--help"]
@@ -433,7 +434,7 @@ def _trace_file(files: Files, data: st.DataObject) -> str:
 def test_schedule(files: Files, data: st.DataObject) -> None:
     options = {
         "--cluster": cluster_option(files, data), "--gpus": ints(8, 16, 64),
-        "--policy": texts("fifo", "srtf", "las", "consolidate", "elastic", "all"),
+        "--policy": texts("fifo", "srtf", "las", "consolidate", "elastic", "crossover", "all"),
         "--synthetic": texts("philly", "helios", "pai"), "--jobs": ints(1, 5, 20), "--seed": ints(0, 1),
         "--load": floats("1.5", "0.5"), "--trace-out": _plan_or_output(files, data, ".json"),
         "--write-trace": _plan_or_output(files, data, ".csv"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.workloads.dlrm.",
+FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.workloads.dlrm.", "plait.workloads.glm.",
              "plait.workloads.federated.", "plait.cli.mixed", "plait.predict.mixed", "plait.hardware.mixed",
              "plait.hardware.mixed_catalog")
 """Modules (and their submodules) a transformer's ``plait estimate`` has no use for. Of the other workload kinds only

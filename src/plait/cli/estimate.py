@@ -101,6 +101,7 @@ def estimate_command(
     split: Annotated[str, typer.Option(help="With a mixed cluster: data (replicas on every group, local batches by speed) | pipeline (stages on groups, layers by speed).")] = "data",
     shares: Annotated[str | None, typer.Option(help="With a mixed cluster: each group's share, GROUP=N,... (data: sequences per step; pipeline: layers per stage, e.g. a100=6+6,h100=10+10). [default: every group, balanced by speed]")] = None,
     local_steps: Annotated[str | None, typer.Option(help="With a mixed cluster and --dp-sync local_sgd: local steps per averaging round per group, GROUP=H,...")] = None,
+    what_if: Annotated[str | None, typer.Option(help="kitsune: also show the step as it would be if a layer's operators ran concurrently as a spatial pipeline (Kitsune, arXiv 2502.18403; hardware features no GPU has today), on a line of its own, never in the prediction.")] = None,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
 
@@ -110,6 +111,10 @@ def estimate_command(
     workload = load(model)
     refuse_foreign_options(workload.kind, options)
     refuse_engine(workload.kind, engine)
+    if what_if is not None:  # before any path that would not show it
+        from plait.workloads.transformer.what_if import check_what_if
+
+        check_what_if(what_if, workload, mixed_or_none(cluster) is not None)
     if workload.kind.estimate is not None:  # the kind prices and prints its own job
         workload.kind.estimate(workload, options)
         return
@@ -120,17 +125,25 @@ def estimate_command(
     if mixed is not None:
         _estimate_mixed(mixed, workload, options, as_json, train_tokens)
         return
+    if what_if is not None:
+        from plait.workloads.transformer.what_if import price_with_what_if, what_if_json, what_if_line
+
+        result, found = price_with_what_if(workload, options)
+        _show_estimate(result, as_json, train_tokens, {"what_if": what_if_json(found)})
+        if not as_json:
+            rich_console().print(what_if_line(found))
+        return
     _show_estimate(workload.kind.price(workload, options), as_json, train_tokens)
 
 
-def _show_estimate(result: Estimate, as_json: bool, train_tokens: float) -> None:
-    """The estimate as JSON (with its goodput under failures) or as tables."""
+def _show_estimate(result: Estimate, as_json: bool, train_tokens: float, extra: dict[str, Any] | None = None) -> None:
+    """The estimate as JSON (with its goodput under failures, and ``extra`` keys) or as tables."""
     if as_json:
         out = result.to_dict(train_tokens)
         failures = goodput(result)
         out["goodput"] = {**asdict(failures),
                           "days_with_failures": failures.time_to_train_s(result.time_to_train_s(train_tokens)) / 86400}
-        print_json(out)
+        print_json({**out, **(extra or {})})
     else:
         print_estimate(rich_console(), result, train_tokens)
 

@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("calibrate", "calibrate_command"), "validate": ("validate", "validate_command"),
     "models": ("catalogs", "models_command"), "clusters": ("catalogs", "clusters_command"),
     "engines": ("catalogs", "engines_command"), "converge": ("converge", "converge_command"),
-    "schedule": ("schedule", "schedule_command"),
+    "schedule": ("schedule", "schedule_command"), "design": ("design", "design_command"),
 }
 """Command name -> (module in plait.cli, function)."""
 

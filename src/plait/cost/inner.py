@@ -29,7 +29,7 @@ from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
 INNER_FIELDS = ("tp", "sp", "cp", "cp_attention", "ep", "micro_batch", "seq_len", "precision", "recompute", "grad_reduce_dtype",
-                "tp_comm_overlap")
+                "tp_comm_overlap", "overlap_chunks")
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ _FEATURES: tuple[Feature, ...] = (
     Feature("swap_activations_pp", lambda p, m: f"swap_activations=true with pp={p.pp}",
             lambda c, m: c["swap_activations"] & (c["pp"] > 1)),
     _flag("tp_comm_overlap"),
+    Feature("overlap_chunks", lambda p, m: f"overlap_chunks={p.overlap_chunks}", lambda c, m: c["overlap_chunks"] > 1),
     Feature("overlap_grad_reduce=false", lambda p, m: "overlap_grad_reduce=false", lambda c, m: c.xp.not_(c["overlap_grad_reduce"])),
     Feature("moe", lambda p, m: f"a mixture-of-experts model ({m.name})", _model(lambda m: m.moe is not None)),
     Feature("moe_tp", lambda p, m: f"tp={p.tp} with a mixture-of-experts model ({m.name})",

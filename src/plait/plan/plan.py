@@ -92,6 +92,11 @@ class Plan:
     tp_comm_overlap: bool = False
     """Overlap TP collectives with GEMMs (async TP / Transformer Engine userbuffers). Optimistic: the cost
     model hides TP traffic behind the layer's GEMMs without modelling the interference."""
+    overlap_chunks: int = 1
+    """Split each TP GEMM group and its all-gather / reduce-scatter (or all-reduce), and each MoE expert block and
+    its all-to-alls, into this many row chunks whose collectives run while the next chunk computes (fused
+    computation-collectives, Punniyamurthy et al., SC 2024; :mod:`plait.cost.chunked`); 1: no chunking, at most
+    :data:`MAX_OVERLAP_CHUNKS`. An alternative to ``tp_comm_overlap``, not combined with it."""
     dp_sync: SyncMethod = ALLREDUCE
     """How data-parallel replicas synchronize (:mod:`plait.sync`): the all-reduce every step, or a compressed,
     infrequent, aggregating or asynchronous method. Text ``METHOD[:key=value,...]`` given here is parsed."""
@@ -104,6 +109,11 @@ class Plan:
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
+        if not 1 <= self.overlap_chunks <= MAX_OVERLAP_CHUNKS:
+            raise ConfigError(f"overlap_chunks={self.overlap_chunks} must be in 1..{MAX_OVERLAP_CHUNKS}")
+        if self.overlap_chunks > 1 and self.tp_comm_overlap:
+            raise ConfigError(f"overlap_chunks={self.overlap_chunks} and tp_comm_overlap=true are two ways to overlap "
+                              "the same TP collectives: choose one")
         if isinstance(self.dp_sync, str):  # text entering: a plan file, an option, a test
             object.__setattr__(self, "dp_sync", parse(self.dp_sync))
         elif not isinstance(self.dp_sync, SyncMethod):
@@ -169,6 +179,8 @@ class Plan:
             parts.append("offload-params")
         if self.swap_activations:
             parts.append("swap-act")
+        if self.overlap_chunks > 1:
+            parts.append(f"chunks{self.overlap_chunks}")
         if not self.dp_sync.is_allreduce:
             parts.append(f"sync={self.dp_sync.spec}")
         return " ".join(parts)
@@ -178,11 +190,13 @@ class Plan:
         return {**asdict(self), "dp_sync": self.dp_sync.spec}
 
 
+MAX_OVERLAP_CHUNKS = 64
+"""Largest ``overlap_chunks`` (assumed: past 64 chunks each chunk's collective latency dominates any overlap)."""
 LIMIT = 2**31 - 1
 """Largest degree, batch or length a plan may state (the cost model's integer columns are 64-bit; products of a
 few of these must not overflow)."""
 _INTS = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_layers", "micro_batch",
-         "global_batch", "seq_len")
+         "global_batch", "seq_len", "overlap_chunks")
 _CHOICES = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),

@@ -261,6 +261,8 @@ def warnings(plan: Plan, model: ModelSpec, cluster: Cluster) -> list[str]:
         out.append(f"sharding={plan.sharding} has no effect with dp_shard=1")
     if plan.recompute != "full" and plan.recompute_layers >= 0:
         out.append("recompute_layers has no effect unless recompute='full'")
+    if plan.overlap_chunks > 1 and plan.tp == 1 and not (model.moe and plan.ep > 1):
+        out.append(f"overlap_chunks={plan.overlap_chunks} has no effect with tp=1 and no expert parallelism")
     if plan.tp > cluster.scale_up_domain_gpus:
         out.append(f"tp={plan.tp} crosses the scale-up domain ({cluster.scale_up_domain_gpus} GPUs): TP traffic goes over the network")
     return out

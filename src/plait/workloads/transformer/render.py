@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from plait.cost.estimate import Estimate
 from plait.search.adaptive import site_verdict
+from plait.search.chunks import chunk_verdict
 from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why_winner
 from plait.search.pareto import Point
 from plait.search.runner import SearchResult
@@ -46,6 +48,9 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     verdict = site_verdict(result)
     if verdict:
         console.print(f"[bold]per tier[/]: {verdict}")
+    chunked = chunk_verdict(result.model, result.cluster, result.engine, best[0])
+    if chunked:
+        console.print(f"[bold]chunked overlap[/]: {chunked.text()}")
 
 
 def print_relaxations(console: Console, result: SearchResult, relaxations: list[Relaxation]) -> None:
@@ -83,6 +88,11 @@ def print_points(console: Console, points: list[Point], front: list[Point], choi
                   + ("" if choice.energy_j is None else f", {_mwh(choice.energy_j)} MWh"))
 
 
+def _chunk_text(result: SearchResult, best: Estimate) -> str | None:
+    verdict = chunk_verdict(result.model, result.cluster, result.engine, best)
+    return verdict.text() if verdict else None
+
+
 def _mwh(joules: float) -> str:
     """Megawatt-hours, four significant digits below 1,000, whole ones above (no exponent)."""
     mwh = joules / 3.6e9
@@ -102,6 +112,7 @@ def search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-un
         "why": why_winner(best[0]) if best else None,
         "runner_up": runner_up_gives_up(best[0], best[1]) if len(best) > 1 else None,
         "per_tier": site_verdict(result) if best else None,
+        "chunked_overlap": _chunk_text(result, best[0]) if best else None,
         "relaxations": [{"change": r.change, "works": r.best is not None,
                          "best": r.best.plan.describe() if r.best else None} for r in fixes],
     }
