@@ -126,6 +126,11 @@ COMMANDS: dict[str, str] = {
         "plait run --plan examples/tiny-plan.toml --steps 3 --trace-dir {tmp}/traces/",
     "plait schedule --trace examples/traces/pai-like.csv --cluster dgx-h100-ib --policy srtf": "",
     "plait schedule --trace examples/traces/pai-like.csv --cluster a100-omnipath --policy all": "",
+    "plait estimate --model examples/federated-toy.toml": "",
+    "plait plan --model examples/federated-toy.toml": "",
+    "plait run --model examples/federated-toy.toml --steps 20":
+        "SKIP: tests/test_federated.py::test_both_methods_on_gloo_ranks_equal_one_process_with_the_predicted_bytes "
+        "runs its entry (run_federated) on 2 client ranks for 3 rounds",
     "plait schedule --synthetic helios --jobs 2000 --gpus 1024 --cluster dgx-h100-ib --policy crossover": "",
     "plait report --plan examples/llama3-70b-pp.toml --out report.html --gpus-range 32:256":
         "plait report --plan examples/llama3-70b-pp.toml --out {tmp}/report.html --gpus-range 32:256",
