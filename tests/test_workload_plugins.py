@@ -28,7 +28,7 @@ KINDS = {
     "glm-tiny.toml": "glm", "glm-criteo-sparse.toml": "glm", "glm-dense-svm.toml": "glm",
     "small-model.toml": "transformer", "tiny-model.toml": "transformer", "tiny-moe.toml": "transformer",
     "llama3-70b-pp.toml": "transformer", "llama3-8b-fsdp.toml": "transformer", "tiny-plan.toml": "transformer",
-    "llama3-70b-chunks.toml": "transformer",
+    "llama3-70b-chunks.toml": "transformer", "llama3-70b-tp2d.toml": "transformer", "per-stage-plan.toml": "transformer",
     "cpu-node.toml": "transformer", "mixed-gpu-cpu.toml": "transformer", "my-cluster.yaml": "transformer",
     "small-cnn-plan.toml": "transformer", "mixed-plan.toml": "transformer", "crossbow-plan.toml": "transformer",
     "federated-toy.toml": "federated",
