@@ -34,6 +34,7 @@ GPT = "gpt3-1.3b"  # learned positions
 OPTIONS: dict[str, tuple[dict[str, object], str]] = {
     "tp": ({"tp": 2, "sp": True}, "dense"),
     "sp": ({"tp": 2, "sp": True}, "dense"),
+    "tp_grid": ({"tp": 4, "tp_mode": "2d"}, "dense"),
     "pp": ({"pp": 2}, "dense"),
     "schedule=1f1b": ({"pp": 2, "schedule": "1f1b"}, "dense"),
     "schedule=gpipe": ({"pp": 2, "schedule": "gpipe"}, "dense"),
@@ -60,6 +61,7 @@ OPTIONS: dict[str, tuple[dict[str, object], str]] = {
     "offload_params_alone": ({"dp_shard": 2, "sharding": "zero3", "offload_params": True}, "dense"),
     "swap_activations": ({"dp_replicate": 2, "swap_activations": True}, "dense"),
     "tp_comm_overlap": ({"tp": 2, "sp": True, "tp_comm_overlap": True}, "dense"),
+    "overlap_chunks": ({"tp": 2, "sp": True, "overlap_chunks": 2}, "dense"),
     "learned_positions_sp": ({"tp": 2, "sp": True}, "gpt"),
     "dp_sync": ({"dp_replicate": 2, "dp_sync": "powersgd:rank=2"}, "dense"),
     "dp_sync_server_ranks": ({"dp_replicate": 2, "dp_sync": "async_ps:staleness=2"}, "dense"),

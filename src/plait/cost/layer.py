@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from plait.cost import collectives as coll
 from plait.cost import op_sac
+from plait.cost.chunked import ep_chunked_s, tp_chunked_s
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, mlp_block_gemms
@@ -296,12 +297,17 @@ def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = 
         split_fwd, split_bwd = gemms_fwd_bwd_s(chunked, setup)
         chunk_fwd, chunk_bwd = max(0.0, split_fwd - gemm_fwd), max(0.0, split_bwd - gemm_bwd)
     comm = attention.tp_comm_s  # the same collectives forward and backward
-    tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd, chunk_fwd, comm), _tp_pass_s(setup, gemm_bwd, chunk_bwd, comm)
+    if plan.overlap_chunks > 1 and plan.tp > 1:  # chunked collectives beside chunked GEMMs (plait.cost.chunked)
+        tp_fwd, tp_bwd = tp_chunked_s(setup, attention.gemms, None if moe_layer else mlp)
+    else:
+        tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd, chunk_fwd, comm), _tp_pass_s(setup, gemm_bwd, chunk_bwd, comm)
     if plan.tp > 1:  # wrapper host time (DTensor dispatch), measured by plait calibrate; 0 on GPUs
         tp_fwd += eff.host_tp_layer_fwd_us.value * 1e-6
         tp_bwd += eff.host_tp_layer_bwd_us.value * 1e-6
     cp_fwd, cp_bwd = attention.cp_fwd_s, attention.cp_bwd_s
-    ep = _ep_pass_s(setup) if moe_layer else 0.0
+    ep = ep_bwd = _ep_pass_s(setup) if moe_layer else 0.0
+    if moe_layer and ep and plan.overlap_chunks > 1:
+        ep, ep_bwd = ep_chunked_s(setup, mlp[1:3])  # moe_gemms: router, then the routed experts' two
     if plan.recompute == "full":
         recompute = fwd + tp_fwd + cp_fwd + ep
     elif plan.recompute == "selective" and setup.framework.selective_policy == "every_other_mm":
@@ -310,5 +316,5 @@ def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = 
         recompute = core_fwd
     else:
         recompute = 0.0
-    return LayerCost(fwd, bwd, recompute, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep, ep)
+    return LayerCost(fwd, bwd, recompute, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep, ep_bwd)
 

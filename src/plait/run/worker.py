@@ -69,13 +69,14 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
         model = build_model(spec, seq_len, seed).to(device_type())  # on CUDA: parameters and rope buffers
         return [parallelize(model, mesh, plan, full_precision=full_precision)], [0]
     num_stages = plan.pp * plan.vpp
-    layers = stage_layers(spec.num_layers, num_stages, layer_counts)
+    layers = stage_layers(spec.num_layers, num_stages, layer_counts or plan.stage_layers)
     indices = local_stages(mesh, plan)
     parts = []
     for stage in indices:
         model = build_model(spec, seq_len, seed, keep_layers=layers[stage], first=stage == 0,
                             last=stage == num_stages - 1).to(device_type())
-        parts.append(parallelize(model, mesh, plan, full_precision=full_precision))
+        own = plan.for_stage(stage) if plan.per_stage else plan  # the stage's own recomputation (Plan.stage_recompute)
+        parts.append(parallelize(model, mesh, own, full_precision=full_precision))
     return parts, indices
 
 

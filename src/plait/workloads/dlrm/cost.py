@@ -88,6 +88,9 @@ class RankLoad:
     """One rank's share of a step (bytes)."""
 
     lookup_bytes: float = 0.0
+    lookup_fwd_bytes: float = 0.0
+    """The forward's share of ``lookup_bytes``: each id's row read, each pooled output written (the backward: the
+    rest, :mod:`plait.workloads.dlrm.fused`)."""
     pooled_out: float = 0.0
     """Pooled embeddings (or partial sums) this rank sends in the forward all-to-all; it receives as many
     gradients in the backward one."""
@@ -241,6 +244,7 @@ def block_penalty(dim: int) -> float:
 
 def _lookup(load: RankLoad, ids: float, samples: float, dim: int, e: int) -> None:
     load.lookup_bytes += ids * (3 * dim * e * block_penalty(dim) + 2 * STATE_BYTES) + 2 * samples * dim * OUTPUT_BYTES
+    load.lookup_fwd_bytes += ids * dim * e * block_penalty(dim) + samples * dim * OUTPUT_BYTES
 
 
 def _hold(load: RankLoad, rows: float, dim: int, e: int, name: str) -> None:

@@ -14,6 +14,7 @@ from plait.strict_json import print_json
 from plait.terminal import rich_console, titled_table
 from plait.units import GIB
 from plait.workloads import Workload
+from plait.workloads.dlrm.fused import best_chunks
 from plait.workloads.dlrm.groups import GroupOption, explain, search_groups
 from plait.workloads.dlrm.model import DlrmSpec
 from plait.workloads.dlrm.predict import DlrmPrediction, parse_placements, placements_text, predict_dlrm
@@ -46,13 +47,14 @@ def plan_dlrm(workload: Workload, cluster: str, gpus: int, global_batch: int, me
         (export / "placements.txt").write_text(placements_text(ours.placements) + "\n")
         (export / "run_command.txt").write_text(_run_command(workload, ours) + "\n")
     if as_json:
-        print_json({"plait": ours.to_dict(), "sparse_groups": [o.to_dict() for o in ranked],
+        print_json({"plait": ours.to_dict(), "fused_lookups": best_chunks(ours).text(), "sparse_groups": [o.to_dict() for o in ranked],
                     "torchrec": theirs.to_dict() if theirs else None,
                     "torchrec_own_estimate_per_rank": their_estimate, "torchrec_unavailable": why_not})
         return
     console = rich_console()
     _print_groups(console, ranked)
     print_dlrm(console, ours)
+    console.print(f"[bold]fused lookups[/]: {best_chunks(ours).text()}")
     console.print(f"run it: {_run_command(workload, ours)}")
     if theirs is None:
         console.print(f"TorchRec's planner not run: {why_not}")
