@@ -6,9 +6,10 @@ Stich, ICML 2020, "A Unified Theory of Decentralized SGD with Changing Topology 
 :func:`plait.plan.gossip.consensus_rate`) reaches an ``epsilon``-stationary point of a smooth non-convex objective
 in (Theorem 2)
 
-    O( sigma^2 / (n epsilon^2) + (zeta sqrt(tau) + sigma sqrt(p)) sqrt(tau) / (p epsilon^{3/2}) + tau / (p epsilon) )
+    O( sigma^2 / (n epsilon^2) + (zeta tau + sigma sqrt(p tau)) / (p epsilon^{3/2}) + tau / (p epsilon) )
 
-iterations (times ``L (f(x_0) - f*)``; ``tau = 1`` for a mixing every step). The first term is mini-batch SGD's over
+iterations (the non-convex case; constants and the factor ``L (f(x_0) - f*)`` left out; ``tau = 1`` for a mixing
+every step). The first term is mini-batch SGD's over
 ``n`` replicas, which the all-reduce also pays; every term beyond it, the steps decentralized SGD needs beyond the
 all-reduce's, carries ``1 / p`` (the ``sigma`` part of the middle term ``1 / sqrt(p)``, which grows more slowly:
 ``1 / p`` is the bound's worst case). Lian et al. (NeurIPS 2017, Theorem 1 and Corollary 2) give the same picture
