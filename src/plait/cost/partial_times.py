@@ -22,9 +22,7 @@ from typing import Any
 from plait.cost.compute import matmul_flops_per_s
 from plait.cost.distinct import per_distinct
 from plait.cost.links import collective_s
-from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
-from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.partial import unit_of, units_in_backprop_order
 from plait.plan.partial_profiled import exposed_run_s, profiled_schedule
@@ -109,14 +107,6 @@ class UnitProfile:
     """Global ranks between two replicas' same piece (``tp x cp``)."""
     tokens: int
     """Tokens of one micro-batch of one replica."""
-
-    @classmethod
-    def named(cls, cluster: str, stride: int, tokens: int) -> UnitProfile | None:
-        """The profile on the cluster preset or file ``cluster`` (``None``: none named, or a mixed cluster, whose
-        groups differ)."""
-        if not cluster or mixed_cluster(cluster) is not None:
-            return None
-        return cls(cluster=resolve_cluster(cluster), stride=stride, tokens=tokens)
 
     def steps(self, named: list[tuple[str, Shape]], replicas: int, every: int) -> dict[str, int]:
         """The step of the period at which each unit is averaged (:func:`profiled_steps`)."""

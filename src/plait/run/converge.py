@@ -16,7 +16,6 @@ import sys
 import torch
 import torch.distributed as dist
 
-from plait.cost.partial_times import UnitProfile
 from plait.run.config import read_config
 from plait.run.counting import counted_bytes
 from plait.run.data import global_batch, rank_slice
@@ -24,7 +23,7 @@ from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import Reducer, build_reducer, named_site_gpus
-from plait.run.sync import attach, skips_gradient
+from plait.run.sync import attach, named_profile, skips_gradient
 from plait.run.train import cross_entropy
 from plait.run.workload_configs import ConvergeConfig
 from plait.sync import parse
@@ -48,7 +47,7 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer,
     lr = LEARNING_RATES[optimizer_name]
     optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer_name == "sgd"
                  else torch.optim.AdamW(model.parameters(), lr=lr))
-    profile = UnitProfile.named(cluster, stride=1, tokens=batch // world * spec.seq_len)
+    profile = named_profile(cluster, stride=1, tokens=batch // world * spec.seq_len)
     module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec), replicas, profile)
     losses, sent = [], []
     for step in range(steps):

@@ -44,6 +44,8 @@ from torch.nn.parallel import DistributedDataParallel
 from plait import sync as methods
 from plait.cost.partial_times import UnitProfile
 from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
+from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.partial import schedule, unit_of
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
@@ -90,6 +92,14 @@ def mean_hook(replicas, bucket):  # type: ignore[no-untyped-def]
     buffer = bucket.buffer()
     buffer.div_(replicas.size)
     return replicas.all_reduce(buffer).then(lambda done: done.value()[0])
+
+
+def named_profile(cluster: str, stride: int, tokens: int) -> UnitProfile | None:
+    """DreamDDP's profile on the cluster preset or file ``cluster`` (``None``: none named, or a mixed cluster, whose
+    groups differ): :class:`plait.cost.partial_times.UnitProfile`."""
+    if not cluster or mixed_cluster(cluster) is not None:
+        return None
+    return UnitProfile(cluster=resolve_cluster(cluster), stride=stride, tokens=tokens)
 
 
 def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: SyncMethod, replicas: Reducer | None = None,

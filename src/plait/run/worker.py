@@ -141,10 +141,9 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     if uneven.local_steps:  # per-group local SGD: this rank averages after its own local steps
         sync = replace(sync, every=uneven.local_steps[mesh.dp_rank])
     if not plan.dp_sync.is_allreduce and plan.dp > 1:  # local SGD averages in the optimizer step
-        from plait.cost.partial_times import UnitProfile
-        from plait.run.sync import wrap_optimizer
+        from plait.run.sync import named_profile, wrap_optimizer
 
-        profile = UnitProfile.named(args.cluster or job.cluster, stride=plan.tp * plan.cp,
+        profile = named_profile(args.cluster or job.cluster, stride=plan.tp * plan.cp,
                                     tokens=plan.micro_batch * plan.seq_len) \
             if getattr(sync, "schedule", "") == "profiled" else None  # DreamDDP's profiled schedule
         optimizer = wrap_optimizer(optimizer, sync, mesh.replicas, modules=tuple(parts),
