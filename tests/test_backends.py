@@ -47,6 +47,14 @@ def test_mpi_all_reduce_is_alpha_beta_by_hand_without_nccls_ll_protocol() -> Non
     assert coll.all_reduce_s(small, coll.group_link(nccl, 8, 1)) < 6 * 10e-6
 
 
+def test_gloo_inside_a_node_is_capped_by_its_host_rate_by_hand(toy_cluster: Cluster) -> None:
+    view = backend_facts("gloo").scale_up
+    assert view is not None and view.latency_us is not None and view.bus_cap_gb_per_s is not None
+    gloo = with_backend(toy_cluster, "gloo")
+    expected = 6 * view.latency_us.value * 1e-6 + 2 * 7 / 8 * GB / (view.bus_cap_gb_per_s.value * GB)
+    assert coll.all_reduce_s(GB, coll.group_link(gloo, 8, 1)) == pytest.approx(expected)
+
+
 def test_gloo_is_slower_than_nccl_on_a_gpu_cluster_at_every_size(toy_cluster: Cluster) -> None:
     gloo = with_backend(toy_cluster, "gloo")
     for size in (4096.0, 2**20, 1 * GB):

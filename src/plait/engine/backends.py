@@ -37,6 +37,9 @@ class TierView:
     """Per-step latency, microseconds (``None``: ``latency_factor`` times the tier's)."""
     latency_factor: Figure | None = None
     """Per-step latency as a multiple of the tier's NCCL figure (``None``: ``latency_us``)."""
+    bus_cap_gb_per_s: Figure | None = None
+    """Most bus bandwidth per GPU the library reaches on the tier whatever its links, GB/s, where the host sets the
+    rate (a TCP stream copied by one core); ``None``: no cap beyond ``bandwidth``."""
 
     def __post_init__(self) -> None:
         if (self.latency_us is None) == (self.latency_factor is None):
@@ -95,14 +98,15 @@ def _tier(tier: NetworkTier, view: TierView | None) -> NetworkTier:
     """``tier`` with ``view``'s latency and its bandwidth fraction multiplied into each of the tier's curves."""
     if view is None:
         return tier
-    scaled = {key: _product(curve, view.bandwidth) for key in ("efficiency", "all_gather_efficiency",
-                                                                "reduce_scatter_efficiency")
+    cap = 1.5 if view.bus_cap_gb_per_s is None else view.bus_cap_gb_per_s.value / tier.bandwidth_gb_per_s_per_gpu
+    scaled = {key: _product(curve, view.bandwidth, cap) for key in ("efficiency", "all_gather_efficiency",
+                                                                     "reduce_scatter_efficiency")
               if (curve := getattr(tier, key)) is not None}
     return replace(tier, latency_us=view.latency(tier.latency_us), **scaled)
 
 
-def _product(curve: Curve, fraction: Curve) -> Curve:
-    """The pointwise product of two curves, sampled at the union of their sizes."""
+def _product(curve: Curve, fraction: Curve, cap: float) -> Curve:
+    """The pointwise product of two curves, at most ``cap``, sampled at the union of their sizes."""
     sizes = sorted(set(curve.sizes) | set(fraction.sizes))
-    return Curve(sizes=tuple(sizes), fractions=tuple(curve.at(s) * fraction.at(s) for s in sizes),
+    return Curve(sizes=tuple(sizes), fractions=tuple(min(cap, curve.at(s) * fraction.at(s)) for s in sizes),
                  source=f"{curve.source}; times {fraction.source}")
