@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from plait.errors import ConfigError, did_you_mean
-from plait.hardware.cluster import Cluster, NetworkTier
+from plait.hardware.cluster import Cluster, CollectiveBackend, NetworkTier
 from plait.hardware.figure import Curve, Figure
 from plait.packaged import packaged_toml
 from plait.schema import build
 
-Backend = Literal["nccl", "mpi", "gloo", "grpc"]
-BACKENDS: tuple[str, ...] = get_args(Backend)
+BACKENDS: tuple[str, ...] = get_args(CollectiveBackend)
 
 
 @dataclass(frozen=True, kw_only=True)
