@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
 import pytest
 from conftest import toy_cluster_mapping
 
+from plait.cli.main import run_cli
 from plait.cost import collectives as coll
 from plait.engine.backends import BACKENDS, backend_facts, with_backend
 from plait.errors import ConfigError
@@ -85,3 +90,32 @@ def test_mpi_allreduce_runs_on_two_ranks() -> None:
     times = mpi_allreduce_times(2, [4096, 1 << 20], rounds=1, timeout_s=60)
     assert len(times) == 2 and all(t > 0 for t in times)
     assert times[1] > times[0]  # 256x the bytes
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_estimate_backend_json_sets_the_step_beside_the_clusters_own() -> None:
+    layout = ["estimate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100-ib", "--gpus", "16", "--sharding", "none",
+              "--global-batch", "512", "--json"]
+    code, out, _ = _cli([*layout, "--backend", "gloo"])
+    assert code == 0
+    found = json.loads(out)
+    own_code, own_out, _ = _cli(layout)
+    assert own_code == 0
+    assert found["backend"]["own_step_time_s"] == json.loads(own_out)["step_time_s"]  # the default is untouched
+    assert found["step_time_s"] == found["backend"]["step_time_s"] > found["backend"]["own_step_time_s"]
+    assert "[gloo collectives]" in found["cluster"]
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["estimate", "--backend", "ucx"], "must be one of nccl, mpi, gloo, grpc"),
+    (["estimate", "--model", "examples/dlrm-small.toml", "--gpus", "16", "--backend", "mpi"], "only a transformer"),
+])
+def test_estimate_refuses_a_backend_it_cannot_apply(argv: list[str], fragment: str) -> None:
+    code, _, err = _cli(argv)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
