@@ -108,6 +108,10 @@ COMMANDS: dict[str, str] = {
     "plait plan ... --json": f"plait plan {LLAMA70} --json",
     "plait plan ... --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out2/",
     "plait plan ... --engine torchtitan --export out/": f"plait plan {LLAMA70} --engine torchtitan --export {{tmp}}/out3/",
+    "plait estimate --model gpt3-1.3b --cluster dgx-a100-ib --gpus 16 --sharding none --global-batch 512 --backend "
+    "gloo": "",
+    "plait calibrate --backends": "SKIP: 40-90 s of 2-rank gloo and MPI sweeps; tests/test_backends.py times MPI's "
+    "all-reduce on 2 ranks (slow, skipped without mpi4py) and checks the fit",
     "plait calibrate --output calibrated.toml": "SKIP: takes about 80 s on this machine; tests/test_runtime.py "
     "runs it with --quick (test_calibrate_writes_a_description_the_estimator_reads)",
     "plait run --plan examples/tiny-plan.toml --cluster calibrated.toml --steps 20":
