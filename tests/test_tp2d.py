@@ -203,3 +203,25 @@ def test_a_grid_plan_file_round_trips(tmp_path: Path) -> None:
     path.write_text(plan_to_toml(plan))
     assert 'tp_mode = "2.5d"' in path.read_text() and read_plan_file(path)[1] == plan
     assert plan.describe().startswith("tp8(2.5d x2) ")
+
+
+def test_plait_runs_a_grid_alone_and_its_planner_searches_grids_without_the_what_if() -> None:
+    """Engine plait trains a grid as the whole job (:mod:`plait.run.tp2d_train`): data parallelism or sharding
+    beside it is refused naming both; its search holds grid rows without ``--tp-grids``, and says no what-if."""
+    from plait.engine.capability import first_unsupported
+    from plait.search.runner import run_search
+    from plait.search.space import default_space
+    from plait.search.tp_grids import grid_verdict
+
+    engine, tiny = get_engine("plait"), resolve_model(str(ROOT / "examples" / "tiny-model.toml"))
+    alone = Plan(tp=4, tp_mode="2d", micro_batch=2, global_batch=8, seq_len=64)
+    assert first_unsupported(alone, tiny, engine) is None
+    beside = first_unsupported(replace(alone, dp_shard=2, sharding="zero3", global_batch=16), tiny, engine) or ""
+    assert beside.startswith("tp_mode='2d' with dp=2, sharding='zero3' is not supported by plait")
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
+    result = run_search(model, cluster, default_space(model, cluster, 16, (16,), allow_tp_across_nodes=True),
+                        engine=engine, workers=1)
+    grids = [cols.plan(r) for cols, _, rows in result.feasible for r in rows if cols["tp_mode"][r] != 0]
+    assert grids and all(p.dp == 1 and p.pp == 1 and p.precision != "fp8" for p in grids)
+    verdict = grid_verdict(result) or ""
+    assert "the best grid is" in verdict and "what-if" not in verdict

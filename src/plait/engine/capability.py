@@ -53,15 +53,16 @@ def _grid_company(p: Plan) -> str:
     found += [f"{k}={getattr(p, k)!r}" for k, off in (("sharding", "none"), ("recompute", "none"))
               if getattr(p, k) != off]
     found += [f"{k}=true" for k in ("offload_optimizer", "offload_params", "swap_activations") if getattr(p, k)]
+    found += ["precision='fp8'"] if p.precision == "fp8" else []
     return ", ".join(found)
 
 
 def _grid_company_mask(c: PlanColumns) -> np.ndarray:
     """Rows whose grid shares the job with data, context or pipeline parallelism, sharding, recomputation,
-    offload or activation swapping."""
+    offload, activation swapping or fp8 (the grid's SUMMA matmuls are plain ``@`` under autocast)."""
     return ((c.dp * c["cp"] > 1) | (c["pp"] > 1) | c.xp.not_(c.is_("sharding", "none"))
             | c.xp.not_(c.is_("recompute", "none")) | c["offload_optimizer"] | c["offload_params"]
-            | c["swap_activations"])
+            | c["swap_activations"] | c.is_("precision", "fp8"))
 
 
 _FEATURES: tuple[Feature, ...] = (
