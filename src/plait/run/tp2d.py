@@ -12,7 +12,8 @@ The layer: RMSNorm, fused q/k/v projection (its output columns ordered so that c
 ``j`` of q, k and v), causal attention over the rank's sequences and heads, output projection, RMSNorm, gated
 MLP (gate and up interleaved per column the same way), residual adds, and rotary embedding of q and k when given
 the tables (a rank holds whole sequences, so positions are the one-process model's). Legend: ``T`` tokens of the
-rank's sequences, ``K``/``N`` a linear's local input and output widths, ``B`` sequences, ``S`` sequence length, ``H`` local heads, ``E`` head dim.
+rank's sequences, ``K``/``N`` a linear's local input and output widths, ``B`` sequences, ``S`` sequence length,
+``H`` local heads, ``E`` head dim.
 """
 
 from __future__ import annotations
