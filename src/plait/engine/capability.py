@@ -57,6 +57,13 @@ def _grid_company(p: Plan) -> str:
     return ", ".join(found)
 
 
+def _grid_layer_misfit(m: ModelSpec) -> str:
+    """What of ``m`` a grid's layer (gated MLP, RMSNorm, rotary, no biases: plait/run/tp2d.py) does not build."""
+    found = [f"{k}={getattr(m, k)!r}" for k, want in (("mlp", "gated"), ("norm", "rmsnorm"), ("position", "rope"))
+             if getattr(m, k) != want]
+    return ", ".join(found + (["linear biases"] if m.attention_bias or m.mlp_bias else []))
+
+
 def _grid_company_mask(c: PlanColumns) -> np.ndarray:
     """Rows whose grid shares the job with data, context or pipeline parallelism, sharding, recomputation,
     offload, activation swapping or fp8 (the grid's SUMMA matmuls are plain ``@`` under autocast)."""
@@ -73,6 +80,8 @@ _FEATURES: tuple[Feature, ...] = (
             lambda c, m: (c["cp"] > 1) & c.is_("cp_attention", "lss")),
     Feature("tp_grid", lambda p, m: f"tp_mode={p.tp_mode!r} (a {p.tp_mode.upper()} tensor-parallel grid)",
             lambda c, m: c.xp.not_(c.is_("tp_mode", "1d"))),
+    Feature("tp_grid_model", lambda p, m: f"tp_mode={p.tp_mode!r} with {m.name}'s {_grid_layer_misfit(m)}",
+            lambda c, m: c.xp.not_(c.is_("tp_mode", "1d")) & bool(_grid_layer_misfit(m))),
     Feature("tp_grid_with", lambda p, m: f"tp_mode={p.tp_mode!r} with {_grid_company(p)}",
             lambda c, m: c.xp.not_(c.is_("tp_mode", "1d")) & _grid_company_mask(c)),
     Feature("sp", lambda p, m: "sp=true", lambda c, m: c["sp"] & (c["tp"] > 1)),

@@ -62,7 +62,6 @@ def check_grid_options(args: WorkerConfig) -> None:
 
 def run_grid(args: WorkerConfig, plan, spec, device: str) -> int:  # type: ignore[no-untyped-def]
     """Train ``spec`` on the plan's grid for ``args.steps`` steps; rank 0 reports (metrics with ``grid_bytes``)."""
-    check_grid_options(args)
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     q, d = grid_of(plan)

@@ -36,7 +36,7 @@ from plait.run.sites import named_site_gpus
 from plait.run.slowdown import slow_down
 from plait.run.support import check_runnable
 from plait.run.swap import NOTHING_MOVES, ActivationSwap
-from plait.run.tp2d_train import run_grid
+from plait.run.tp2d_train import check_grid_options, run_grid
 from plait.run.train import (
     FAIL_HOOK,
     NonFiniteStep,
@@ -108,6 +108,8 @@ def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
     uneven = args.uneven
     check_uneven(uneven, plan, spec.num_layers)
     check_rounds(args.steps, plan, uneven, checkpointing=args.checkpoint_dir is not None)
+    if plan.tp_mode != "1d":
+        check_grid_options(args)
     return job, plan, spec, device, uneven
 
 
