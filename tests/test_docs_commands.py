@@ -100,6 +100,10 @@ COMMANDS: dict[str, str] = {
     "plait plan --model llama3-70b --cluster dgx-h100-ib --gpus 64 --global-batch 512": "",
     "plait estimate --model llama3-8b --gpus 8": "",
     "plait estimate --plan examples/llama3-70b-tp2d.toml": "",
+    "plait run --plan examples/tiny-tp2d.toml --steps 4":
+        "SKIP: tests/test_tp2d.py trains this grid on 4 gloo ranks against one process (its one spawning test)",
+    "plait plan --model llama3-8b --cluster dgx-h100-ib --gpus 16 --global-batch 16 --allow-tp-across-nodes "
+    "--engine plait": "",
     "plait plan --model llama3-8b --cluster aws-g5-24xlarge --gpus 16 --global-batch 16 --allow-tp-across-nodes "
     "--tp-grids": "",
     "plait plan --model llama3-70b --objective energy --gpus-range 1024:2048 --tokens 15e12 --global-batch 2048": "",

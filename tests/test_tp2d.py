@@ -82,15 +82,62 @@ def test_grid_weights_and_traffic_in_an_estimate() -> None:
     assert grid.time.tp_comm_s != flat.time.tp_comm_s != deep.time.tp_comm_s
 
 
+GRID_PLAN = (f'[job]\nmodel = "{ROOT / "examples" / "tiny-model.toml"}"\n'
+             '[plan]\nglobal_batch = 8\nmicro_batch = 2\nprecision = "fp32"\ntp = 4\ntp_mode = "2d"\n')
+STEPS = 3
+
+
+def _one_process_losses(steps: int) -> list[float]:
+    """The tiny model trained in this process without any parallelism: plain AdamW over the global batch's
+    micro-batches, torch's own clipping (the reference the grid run must equal)."""
+    import torch
+
+    from plait.run import data
+    from plait.run.model import build_model
+    from plait.run.optim import optimizer_recipe
+    from plait.run.train import TrainConfig, lr_lambda
+    from plait.run.worker_config import SEED, WorkerConfig
+
+    spec = resolve_model(str(ROOT / "examples" / "tiny-model.toml"))
+    model = build_model(spec, spec.seq_len, SEED)
+    config = TrainConfig(steps=steps, lr=WorkerConfig(plan=Path("x")).lr, seed=SEED)
+    optimizer_class, kwargs = optimizer_recipe("adamw", config)
+    optimizer = optimizer_class(model.parameters(), **kwargs)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
+    losses = []
+    for step in range(steps):
+        inputs, targets = data.global_batch(step, 8, spec.seq_len)
+        total = 0.0
+        for x, y in zip(inputs.split(2), targets.split(2)):
+            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()) / 4
+            loss.backward()
+            total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        losses.append(total)
+    return losses
+
+
 @pytest.mark.slow
-def test_a_grid_layer_on_four_gloo_ranks_matches_one_process_with_the_predicted_bytes(tmp_path: Path) -> None:
-    """A 2 x 2 grid (4 ranks): one transformer layer's forward and backward (SUMMA linears, split RMSNorms,
+def test_a_grid_layer_and_a_grid_plan_on_four_gloo_ranks_match_one_process_with_the_predicted_bytes(
+        tmp_path: Path) -> None:
+    """A 2 x 2 grid (4 ranks). One transformer layer's forward and backward (SUMMA linears, split RMSNorms,
     attention over local heads and sequences) equal the one-process layer within 1e-5, and every rank's bytes per
-    group and collective equal :func:`plait.cost.tp2d.pass_traffic`'s."""
+    group and collective equal :func:`plait.cost.tp2d.pass_traffic`'s. Then the same ranks train the tiny model
+    on the grid as ``plait run`` does: its losses equal one process's within 1e-5, the layers' bytes per step
+    equal the cost model's (:func:`plait.cost.tp2d.grid_layer` per layer and micro-batch), the embedding's,
+    final norm's and head's the hand count below."""
     pytest.importorskip("torch")
+    from plait.cost.setup import Setup
+    from plait.cost.tp2d import grid_layer
     from tests.ranks import run_ranks
 
-    done = run_ranks(4, ["-m", "plait.run.tp2d_check", "--out", str(tmp_path)], timeout=300)
+    plan_file, metrics = tmp_path / "grid.toml", tmp_path / "metrics.jsonl"
+    plan_file.write_text(GRID_PLAN)
+    done = run_ranks(4, ["-m", "plait.run.tp2d_check", "--out", str(tmp_path), "--plan", str(plan_file),
+                         "--steps", str(STEPS), "--metrics", str(metrics)], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     for rank in range(4):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
@@ -98,6 +145,22 @@ def test_a_grid_layer_on_four_gloo_ranks_matches_one_process_with_the_predicted_
         assert result["forward"] == result["forward_predicted"]
         assert result["backward"] == result["backward_predicted"]
         assert result["forward"]["row/broadcast"] > 0 and result["backward"]["col/reduce"] > 0
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert max(abs(r["loss"] - ref) for r, ref in zip(rows, _one_process_losses(STEPS), strict=True)) <= 1e-5
+    spec = resolve_model(str(ROOT / "examples" / "tiny-model.toml"))
+    plan = Plan(tp=4, tp_mode="2d", micro_batch=2, global_batch=8, precision="fp32", seq_len=spec.seq_len)
+    layer = grid_layer(Setup(model=spec, cluster=get_cluster("dgx-h100-ib"), plan=plan,
+                             framework=get_engine("plait").framework))
+    per_step = {f"layers/{g}/{k}": 0 for g, k in [*layer.fwd.bytes_, *layer.bwd.bytes_]}
+    for traffic in (layer.fwd, layer.bwd):
+        for (g, k), v in traffic.bytes_.items():
+            per_step[f"layers/{g}/{k}"] += int(v) * spec.num_layers * plan.num_micro_batches
+    tokens, vocab, width = 64, spec.vocab_size, spec.hidden_size // 2  # a row's 1 sequence of 64 per micro-batch
+    edges = {"edges/row/all_reduce": 4 * plan.num_micro_batches * (2 * tokens + tokens * vocab),  # norm fwd+bwd, logits
+             "edges/col/all_reduce": 4 * (vocab * width + width + width * vocab),  # embedding, norm, head grads
+             "edges/grid/all_reduce": 4}  # the squared gradient norm
+    for row in rows:
+        assert row["grid_bytes"] == {**per_step, **edges}
 
 
 def test_a_grid_wins_where_a_large_tp_group_spans_a_slow_tier_and_loses_on_nvlink_at_small_tp() -> None:
@@ -140,3 +203,25 @@ def test_a_grid_plan_file_round_trips(tmp_path: Path) -> None:
     path.write_text(plan_to_toml(plan))
     assert 'tp_mode = "2.5d"' in path.read_text() and read_plan_file(path)[1] == plan
     assert plan.describe().startswith("tp8(2.5d x2) ")
+
+
+def test_plait_runs_a_grid_alone_and_its_planner_searches_grids_without_the_what_if() -> None:
+    """Engine plait trains a grid as the whole job (:mod:`plait.run.tp2d_train`): data parallelism or sharding
+    beside it is refused naming both; its search holds grid rows without ``--tp-grids``, and says no what-if."""
+    from plait.engine.capability import first_unsupported
+    from plait.search.runner import run_search
+    from plait.search.space import default_space
+    from plait.search.tp_grids import grid_verdict
+
+    engine, tiny = get_engine("plait"), resolve_model(str(ROOT / "examples" / "tiny-model.toml"))
+    alone = Plan(tp=4, tp_mode="2d", micro_batch=2, global_batch=8, seq_len=64)
+    assert first_unsupported(alone, tiny, engine) is None
+    beside = first_unsupported(replace(alone, dp_shard=2, sharding="zero3", global_batch=16), tiny, engine) or ""
+    assert beside.startswith("tp_mode='2d' with dp=2, sharding='zero3' is not supported by plait")
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
+    result = run_search(model, cluster, default_space(model, cluster, 16, (16,), allow_tp_across_nodes=True),
+                        engine=engine, workers=1)
+    grids = [cols.plan(r) for cols, _, rows in result.feasible for r in rows if cols["tp_mode"][r] != 0]
+    assert grids and all(p.dp == 1 and p.pp == 1 and p.precision != "fp8" for p in grids)
+    verdict = grid_verdict(result) or ""
+    assert "the best grid is" in verdict and "what-if" not in verdict

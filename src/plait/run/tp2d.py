@@ -10,9 +10,10 @@ Each step waits for its blocks (ColossalAI prefetches the next step's; the bytes
 
 The layer: RMSNorm, fused q/k/v projection (its output columns ordered so that column ``j`` holds heads slice
 ``j`` of q, k and v), causal attention over the rank's sequences and heads, output projection, RMSNorm, gated
-MLP (gate and up interleaved per column the same way), residual adds; no rotary embedding (position handling
-is not what the grid changes). Legend: ``T`` tokens of the rank's sequences, ``K``/``N`` a linear's local input
-and output widths, ``B`` sequences, ``S`` sequence length, ``H`` local heads, ``E`` head dim.
+MLP (gate and up interleaved per column the same way), residual adds, and rotary embedding of q and k when given
+the tables (a rank holds whole sequences, so positions are the one-process model's). Legend: ``T`` tokens of the
+rank's sequences, ``K``/``N`` a linear's local input and output widths, ``B`` sequences, ``S`` sequence length,
+``H`` local heads, ``E`` head dim.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+from plait.run.model import apply_rope
 
 
 @dataclass
@@ -184,24 +187,28 @@ class LayerShape:
     ffn: int
 
 
-def layer_forward(grid: Grid, shape: LayerShape, seqs: int, x_TK: torch.Tensor,
-                  params: dict[str, torch.Tensor]) -> torch.Tensor:
+def layer_forward(grid: Grid, shape: LayerShape, seqs: int, x_TK: torch.Tensor, params: dict[str, torch.Tensor],
+                  rope: tuple[torch.Tensor, torch.Tensor] | None = None, eps: float = 1e-6) -> torch.Tensor:
     """One layer on the grid: ``x_TK`` is this rank's ``[seqs * S, hidden/q]`` block; ``params`` its blocks
-    (:func:`grid_blocks`)."""
+    (:func:`grid_blocks`); ``rope``: the ``(cos, sin)`` tables of :func:`plait.run.model.rope_tables`, applied
+    to the rank's heads at their positions as the one-process model does (a rank holds whole sequences)."""
     q, e = grid.q, shape.head_dim
     heads, kv = shape.heads // q, shape.kv_heads // q
-    qkv = linear(grid, rms_norm(grid, x_TK, params["norm1"], shape.hidden), params["wqkv"])
+    qkv = linear(grid, rms_norm(grid, x_TK, params["norm1"], shape.hidden, eps), params["wqkv"])
     q_, k_, v_ = qkv.split([heads * e, kv * e, kv * e], dim=-1)
 
-    def split(t: torch.Tensor, n: int) -> torch.Tensor:  # [T, n*E] -> [B, n, S, E]
-        return t.reshape(seqs, -1, n, e).transpose(1, 2)
+    def split(t: torch.Tensor, n: int, rotate: bool) -> torch.Tensor:  # [T, n*E] -> [B, n, S, E]
+        t_BSNE = t.reshape(seqs, -1, n, e)
+        if rotate and rope is not None:
+            t_BSNE = apply_rope(t_BSNE, *rope)
+        return t_BSNE.transpose(1, 2)
 
-    q_BHSE, k_BHSE, v_BHSE = split(q_, heads), split(k_, kv), split(v_, kv)
+    q_BHSE, k_BHSE, v_BHSE = split(q_, heads, True), split(k_, kv, True), split(v_, kv, False)
     k_BHSE, v_BHSE = (t.repeat_interleave(heads // kv, dim=1) for t in (k_BHSE, v_BHSE))
     attn_BHSE = F.scaled_dot_product_attention(q_BHSE, k_BHSE, v_BHSE, is_causal=True)
     attn_TK = attn_BHSE.transpose(1, 2).reshape(x_TK.shape[0], heads * e)
     h_TK = x_TK + linear(grid, attn_TK, params["wo"])
-    gate, up = linear(grid, rms_norm(grid, h_TK, params["norm2"], shape.hidden), params["wup"]).chunk(2, dim=-1)
+    gate, up = linear(grid, rms_norm(grid, h_TK, params["norm2"], shape.hidden, eps), params["wup"]).chunk(2, dim=-1)
     return h_TK + linear(grid, F.silu(gate) * up, params["wdown"])
 
 

@@ -5,7 +5,9 @@ Run as ``q*q*d`` ranks (``torchrun --nproc-per-node 4 -m plait.run.tp2d_check`` 
 8 ranks for 2.5-D). Each rank builds the same seeded weights and batch, runs the grid layer's forward and
 backward on its blocks and the reference's on the whole, and writes one JSON line (``--out``, else prints it):
 the largest difference of its output and gradients (input, every weight block) from the reference's blocks, and
-its counted and predicted bytes per ``(group, kind)`` for the forward and for the backward.
+its counted and predicted bytes per ``(group, kind)`` for the forward and for the backward. With ``--plan`` (a
+grid plan file) the same ranks then train it as ``plait run`` does (:func:`plait.run.worker.run_job`), in the same
+process group: one start of the ranks for both checks.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import torch.distributed as dist
 from plait.cost.tp2d import pass_traffic
 from plait.plan.plan import Plan
 from plait.run.tp2d import LayerShape, grid_blocks, layer_forward, make_grid, reduce_weight_grads, reference_forward
+from plait.run.worker import prepare, run_job
+from plait.run.worker_config import WorkerConfig
 from plait.workload.model import ModelSpec
 
 SHAPE = LayerShape(hidden=16, heads=4, kv_heads=2, head_dim=4, ffn=32)
@@ -47,6 +51,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=1, help="grids stacked (2.5-D when > 1)")
     parser.add_argument("--out", type=Path, default=None, help="folder for one JSON file per rank")
+    parser.add_argument("--plan", type=Path, default=None, help="then train this grid plan as plait run does")
+    parser.add_argument("--steps", type=int, default=4, help="optimizer steps of --plan")
+    parser.add_argument("--metrics", type=Path, default=None, help="--plan's metrics (JSON lines, rank 0)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     world, d = dist.get_world_size(), args.depth
@@ -96,6 +103,9 @@ def main() -> None:
         (args.out / f"rank{dist.get_rank()}.json").write_text(line)
     else:
         print(line)
+    if args.plan is not None:  # the worker's path (plait.run.worker.main) in this process group
+        config = WorkerConfig(plan=args.plan, steps=args.steps, metrics=args.metrics)
+        run_job(config, *prepare(config))
     dist.destroy_process_group()
 
 

@@ -4,7 +4,8 @@ A grid (:mod:`plait.cost.tp2d`) moves ``T k/(q d) + k n/q`` bytes per linear lay
 ``T k`` whatever ``tp`` is: it wins where the TP group's traffic is what binds (a group spanning a slow tier, or a
 large group on any tier) and loses where the weight blocks it broadcasts outweigh the activations it saves
 (small micro-batches, fast tiers). A 2.5-D grid keeps ``d`` copies of each weight block, so it loses where memory
-binds. No engine plait exports to runs grids; ``plait plan --tp-grids`` costs them anyway, as a what-if.
+binds. Engine ``plait`` runs a grid as the whole job (:mod:`plait.run.tp2d_train`), so its searches hold grids; the
+engines plait exports to do not, and ``plait plan --tp-grids`` costs them there anyway, as a what-if.
 """
 
 from __future__ import annotations
