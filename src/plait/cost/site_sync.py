@@ -1,22 +1,26 @@
-"""Per-tier compression across sites (:mod:`plait.sync.site_topk`): the ratio FusionLLM's rule picks and the cost.
+"""Per-tier compression across sites (:mod:`plait.sync.site_topk`, :mod:`plait.sync.site_quantize`): the ratio and
+width FusionLLM's rule picks and the cost.
 
 **The ratio** (:func:`adaptive_ratio`). FusionLLM's AdaTopK (Tang et al. 2024, arXiv 2410.12707, abstract and the
 AdaTopK section) compresses only on the slowest links, with a top-k ratio set by the link's bandwidth relative to
 the fast links, so that the slow link carries its share in about the time the fast ones carry theirs. Read here
 as ``F = min(1, B_slow / B_fast)`` per GPU: ``B_slow`` the wide-area tier's bandwidth per GPU, ``B_fast`` that of the
 tier below it (the site's own fabric), each from the cluster description with its source. The exact equation
-could not be read from the copy of the paper available here (only its abstract): this reading of the rule is
-assumed. It needs no time budget: the two tiers' bandwidths set it.
+could not be read from the copy of the paper available here (https://arxiv.org/html/2410.12707v1: its abstract
+only, "an AdaTopK compressor to adaptively compress intermediate activations and gradients at the slowest
+communication links"): this reading of the rule is assumed. It needs no time budget: the two tiers' bandwidths set it.
 
 **The width** (:func:`adaptive_bits`) of ``site_quantize`` (:mod:`plait.sync.site_quantize`) by the same rule:
 the cross-site bytes per element cut by the same factor, ``b >= 32 F``, rounded up to a width plait packs.
 
-**The cost** (:func:`site_costs`; ``site_quantize``: codes and scale in place of values and indices), per step, all exposed (``plait run`` keeps one bucket, so it follows the
+**The cost** (:func:`site_costs`), per step, all exposed (``plait run`` keeps one bucket, so it follows the
 backward): inside a site of ``m`` replicas, a reduce-scatter and an all-gather of the fp32 buffer on the site's
-tiers; across ``S`` sites, two all-gathers (values, indices) of ``4 k`` bytes per rank among the members at one
+tiers; across ``S`` sites, one ring all-gather per piece the method sends (``site_topk``: values and indices of
+``4 k`` bytes each; ``site_quantize``: codes and the scale, or the fp32 shard at 32 bits) among the members at one
 position (``m * stride`` ranks apart: the wide-area tier); the compressor's streaming passes over the shard
-(:data:`plait.sync.sparse.TOPK_PASSES`). Memory: the error-feedback residual (the whole buffer, for the runtime
-keeps it per parameter) and the shard's dense sum. On rows whose replicas lie in one site: the plain all-reduce.
+(:data:`plait.sync.sparse.TOPK_PASSES`, :meth:`plait.sync.SiteQuantize.cross_site_passes`). Memory: the
+error-feedback residual (the whole buffer, for the runtime keeps it per parameter) and the shard's dense sum. On
+rows whose replicas lie in one site: the plain all-reduce.
 """
 
 from __future__ import annotations

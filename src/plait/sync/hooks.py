@@ -169,7 +169,7 @@ class Pricing(Protocol):
         ...
 
     def site_costs(self, method: SiteTopK | SiteQuantize) -> Costs:
-        """The costs of per-tier compression across sites (:func:`plait.cost.site_sync.site_topk_costs`)."""
+        """The costs of per-tier compression across sites (:func:`plait.cost.site_sync.site_costs`)."""
         ...
 
     def server_costs(self, method: ParamServer) -> Costs:
