@@ -1,5 +1,5 @@
-"""Part of one rank of tests/test_sites_runtime.py (run from tests/sites_ranks.py): ``site_topk``'s communication
-hook (:func:`plait.run.replica_grads.comm_hook`, as DDP and :class:`~plait.run.replica_grads.LocalGradients` call it)
+"""Part of one rank of tests/test_sites_runtime.py (run from tests/sites_ranks.py): ``site_topk``'s and
+``site_quantize``'s communication hook (:func:`plait.run.replica_grads.comm_hook`, as DDP and :class:`~plait.run.replica_grads.LocalGradients` call it)
 on 4 gloo ranks laid out as two sites of 2 and as four sites of 1, against the mean gradient that one all-reduce over
 every rank gives, with the bytes each tier's group was handed counted separately. (DDP's own path: the ``trained``
 fixture's ``site_topk`` case; constructing DDP here would add seconds of waiting to the spawn.)"""
@@ -51,11 +51,13 @@ def _all_reduced(bucket: LocalBucket) -> torch.Tensor:
 def site_topk_found(rank: int) -> dict[str, object]:
     """Each case's per-step mean gradients and per-tier bytes, and the all-reduce's ``reference`` gradients."""
     found: dict[str, object] = {"reference": _grads(rank, _all_reduced, ())[0]}
-    for site_gpus, ratios in ((2, ("1", "0.25")), (1, ("0.25",))):
+    for site_gpus, specs in ((2, ("site_topk:ratio=1", "site_topk:ratio=0.25", "site_quantize:bits=32",
+                                  "site_quantize:bits=4")),
+                             (1, ("site_topk:ratio=0.25", "site_quantize:bits=8"))):
         replicas = build_reducer(dist.group.WORLD, site_gpus)  # type: ignore[arg-type]
         assert isinstance(replicas, SiteReducer)
-        for ratio in ratios:
-            state, hook = comm_hook(parse(f"site_topk:ratio={ratio}"), replicas)
+        for spec in specs:
+            state, hook = comm_hook(parse(spec), replicas)
             grads, counted = _grads(rank, lambda b: hook(state, b).wait(), (replicas.inside, replicas.across))
-            found[f"{site_gpus}:{ratio}"] = {"grads": grads, "counted": counted}
+            found[f"{site_gpus}:{spec}"] = {"grads": grads, "counted": counted}
     return found

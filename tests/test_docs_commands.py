@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "plait estimate --cluster examples/my-cluster.yaml --gpus 64": "",
     "plait models": "", "plait clusters": "", "plait engines": "",
     "plait plan --model llama3-8b --cluster h100-2x64-two-regions --gpus 128": "",
+    "plait plan --cluster examples/mixed-two-sites.toml --model gpt3-1.3b --global-batch 128": "",
     "plait estimate --cluster a100-h100-ib --global-batch 512": "",
     "plait plan --cluster h100-b200-ib --global-batch 512": "",
     "plait converge --dp-sync local_sgd:every=16 --dp-sync topk:ratio=0.01":

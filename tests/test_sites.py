@@ -148,8 +148,8 @@ def test_site_topk_ratio_is_fusionllms_bandwidth_rule_rounded_up_to_a_measured_r
     regions = get_cluster("h100-2x64-two-regions")
     assert adaptive_ratio(regions) == pytest.approx(0.1953 / 50.0)
     assert adaptive_ratio(get_cluster("dgx-h100-ib")) is None and adaptive_specs(get_cluster("dgx-h100-ib")) == ()
-    assert adaptive_specs(regions) == (SiteTopK(ratio=0.01),)  # 0.0039 -> the table's topk:ratio=0.01
-    assert adaptive_specs(regions, known_ratios=(0.001, 0.002)) == (SiteTopK(ratio=1.0),)  # none at or above: exact
+    assert adaptive_specs(regions)[0] == SiteTopK(ratio=0.01)  # 0.0039 -> the table's topk:ratio=0.01
+    assert adaptive_specs(regions, known_ratios=(0.001, 0.002))[0] == SiteTopK(ratio=1.0)  # none at or above: exact
     assert convergence(SiteTopK(ratio=0.01), 64).basis == "measured"  # its own plait converge figure, 2 sites of 2
     assert convergence(SiteTopK(ratio=1.0), 64).basis == "definition"  # every element sent: the all-reduce's
     assert convergence(SiteTopK(ratio=0.02), 64).source.startswith("no figure")  # nor topk's at 0.02
@@ -202,3 +202,82 @@ def test_site_topk_cross_site_seconds_are_two_ring_all_gathers_on_the_wide_area_
     sparse, half = (site_topk_costs(cluster, SiteTopK(ratio=r), cols, elements, 1e12)[1] for r in (0.01, 0.5))
     kept = math.ceil(0.5 * shard) - math.ceil(0.01 * shard)
     assert half - sparse == pytest.approx(8 * kept / (WAN_GB_PER_S * 1e9), rel=1e-12)
+
+
+def test_site_quantize_sends_codes_across_sites_and_32_bits_send_what_the_all_reduce_sends() -> None:
+    """128 whole replicas in two sites of 64: each of the 64 positions all-gathers ``ceil(b shard / 8) + 4`` bytes
+    (codes and the fp32 scale) round a ring of the 2 sites; at 32 bits the fp32 shard, so ``2 x 64 x 4 E / 64 = 8 E``
+    bytes leave, the hierarchical all-reduce's ``2 (S-1) 4 E`` (Jia et al. 2018). Between 4 and 8 bits only the
+    ring all-gather of the codes grows: ``(1/2) x 2 x extra / B_wan`` (Patarasuk & Yuan 2009)."""
+    import math
+
+    from plait.cost.site_sync import site_costs
+    from plait.plan.columns import PlanColumns
+    from plait.sync import SiteQuantize
+    from plait.workload.tensors import rank_shapes
+
+    cluster, model = cluster_from_mapping(two_sites(), "two-sites"), get_model("gpt3-1.3b")
+    elements = sum(math.prod(s) for _, s in rank_shapes(model, 1, 0, model.num_layers, True, True))
+    shard = -(-elements // 64)
+    plan = {"dp_replicate": 128, "global_batch": 128}
+    four = estimate(model, cluster, Plan(**plan, dp_sync="site_quantize:bits=4"), engine=get_engine())
+    assert four.egress_bytes_per_step == 64 * 2 * (math.ceil(4 * shard / 8) + 4)
+    exact = estimate(model, cluster, Plan(**plan, dp_sync="site_quantize:bits=32"), engine=get_engine())
+    dense = estimate(model, cluster, Plan(**plan), engine=get_engine())
+    assert exact.egress_bytes_per_step == 64 * 2 * 4 * shard
+    assert exact.egress_bytes_per_step == pytest.approx(dense.egress_bytes_per_step, rel=1e-6)  # padding only
+    assert four.time.dp_comm_s < exact.time.dp_comm_s
+    toy, cols = 64 * 10**6, PlanColumns.one(Plan(**plan))
+    low, high = (site_costs(cluster, SiteQuantize(bits=b), cols, toy, 1e12)[1] for b in (4, 8))
+    assert high - low == pytest.approx((toy // 64) * (8 - 4) / 8 / (WAN_GB_PER_S * 1e9), rel=1e-12)
+
+
+def test_the_cross_site_width_is_the_fewest_bits_that_keep_pace_with_the_site_fabric() -> None:
+    """``b >= 32 F`` rounded up to a width plait packs (1, 4, 8, 32): two regions (F = 0.0039) -> 1 bit; the planner
+    tries each width from there to 8 with a multiplier, beside ``site_topk`` at the table's 0.01."""
+    from plait.cost.site_sync import adaptive_bits, bits_for
+    from plait.search.adaptive import adaptive_specs
+    from plait.sync import SiteQuantize, SiteTopK
+
+    assert [bits_for(f) for f in (1.0, 0.25, 0.2, 0.1, 0.03, 0.0039)] == [32, 8, 8, 4, 1, 1]
+    regions = get_cluster("h100-2x64-two-regions")
+    assert adaptive_bits(regions) == 1 and adaptive_bits(get_cluster("dgx-h100-ib")) is None
+    assert adaptive_specs(regions) == (SiteTopK(ratio=0.01), SiteQuantize(bits=1), SiteQuantize(bits=4),
+                                       SiteQuantize(bits=8))
+    with pytest.raises(ConfigError, match="bits must be one of 1, 4, 8, 32"):
+        Plan(dp_replicate=2, global_batch=2, dp_sync="site_quantize:bits=16")
+
+
+def test_a_mixed_cluster_joined_by_a_slower_tier_is_planned_with_per_tier_compression() -> None:
+    """The shipped mixed presets join their groups at the slower group's own NIC rate: nothing to compress per tier.
+    examples/mixed-two-sites.toml joins 64 A100 (25 GB/s per GPU of HDR) and 64 H100 by 0.1953 GB/s per GPU: the
+    join's ratio is 0.1953 / 25 (the slower fabric); priced as two sites, compressing only the join beats compressing
+    every tier on the same 128 whole replicas, and the verdict weighs both against DiLoCo and the all-reduce. plait run
+    refuses such a mixed plan (its groups run as one fabric)."""
+    from dataclasses import replace
+
+    from plait.hardware.mixed_catalog import get_mixed_cluster, mixed_cluster
+    from plait.plan.mixed import GroupShare, MixedPlan, even_shares, run_refusal
+    from plait.predict.mixed_sites import join_ratio
+    from plait.search.mixed_split import try_mixed
+    from plait.search.mixed_tier import per_tier_mixed
+
+    assert all(join_ratio(get_mixed_cluster(s)) is None for s in ("a100-h100-ib", "h100-b200-ib", "v100-a100-ib"))
+    cluster, model, engine = mixed_cluster("examples/mixed-two-sites.toml"), get_model("gpt3-1.3b"), get_engine("plait")
+    assert join_ratio(cluster) == pytest.approx(0.1953 / 25.0)
+
+    def mixed(spec: str) -> MixedPlan:
+        plan = Plan(dp_replicate=128, global_batch=128, dp_sync=spec, seq_len=model.seq_len)
+        return MixedPlan(plan=plan, split="data", shares=even_shares(plan, [
+            GroupShare(group=g.name, num_gpus=g.num_gpus) for g in cluster.groups]))
+
+    steps = {s: try_mixed(model, cluster, mixed(s), engine).step_time_s  # type: ignore[union-attr]
+             for s in ("allreduce", "site_topk:ratio=0.01", "topk:ratio=0.01", "site_quantize:bits=8",
+                       "quantize:bits=8")}
+    assert steps["site_topk:ratio=0.01"] < steps["topk:ratio=0.01"] and steps["site_quantize:bits=8"] < steps[
+        "quantize:bits=8"] and steps["site_topk:ratio=0.01"] < steps["allreduce"]
+    even = try_mixed(model, cluster, mixed("allreduce"), engine)
+    verdict = per_tier_mixed(model, cluster, [even], engine, 0.05)  # type: ignore[list-item]
+    assert verdict is not None and "site_quantize:bits=8" in verdict and "diloco" in verdict and " wins" in verdict
+    assert "quantize:bits=" in verdict.replace("site_quantize:", "") and "allreduce" in verdict  # uniform
+    assert "one fabric" in run_refusal(replace(mixed("site_topk:ratio=0.01")))  # type: ignore[operator]

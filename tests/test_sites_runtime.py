@@ -25,9 +25,9 @@ STEPS = 4
 EXACT = ["allreduce@sgd", "local_sgd:every=2@sgd", "diloco:every=2@adamw", "pipe_sgd@adamw", "dreamddp:every=2@adamw"]
 """Every way a method reaches the reducer: DDP's hook, the flat-buffer average (local SGD; PALSGD's is the same
 ``_averaged``), DiLoCo's outer all-reduce, and the asynchronous ones (Pipe-SGD's step, DreamDDP's per-parameter)."""
-PER_TIER = ["site_topk:ratio=1@sgd"]
-"""Compressed across sites only, at a ratio that keeps every element: the flat all-reduce's losses, its own bytes
-per tier."""
+PER_TIER = ["site_topk:ratio=1@sgd", "site_quantize:bits=32@sgd"]
+"""Compressed across sites only, at a ratio (a width) that keeps every element: the flat all-reduce's losses, its own
+bytes per tier."""
 ROUNDED = ["bf16@adamw"]
 """Summed in 16 bits in another order than the flat ring's: equal within the format's rounding only (fp16 takes the
 same hook)."""
@@ -92,30 +92,39 @@ def test_methods_train_across_sites_as_over_the_flat_ring_and_send_the_predicted
 
 def test_site_topk_is_exact_inside_sites_compresses_across_them_and_sends_the_predicted_bytes_per_tier(site_ranks) -> None:  # type: ignore[no-untyped-def]
     """``site_topk`` on 4 gloo ranks as two sites of 2 (ratios 1 and 0.25) and as four sites of 1 (0.25), through
-    DDP's hook: at ratio 1 every step's mean gradient is DDP's own all-reduce's within 1e-5; at 0.25 it differs;
+    DDP's hook, and ``site_quantize`` likewise (32 and 4 bits; 8 bits on four sites of 1): at ratio 1 and at 32 bits
+    every step's mean gradient is DDP's own all-reduce's within 1e-5; compressed it differs;
     each step's bytes on the site's group and on the cross-site group are the cost model's per tier
     (:meth:`plait.sync.SiteTopK.site_payload_bytes`, a 58-parameter model: inside ``4 (58 + 29)`` bytes, across
     ``8 ceil(F 29)``; one per site: ``8 ceil(F 58)``)."""
     for r in (ranks["site_topk"] for ranks in site_ranks):
-        for members, sites, ratio in ((2, 2, "1"), (2, 2, "0.25"), (1, 4, "0.25")):
-            got = r[f"{members}:{ratio}"]
-            predicted = parse(f"site_topk:ratio={ratio}").site_payload_bytes(58, members, sites)
-            assert got["counted"] == [list(predicted)] * len(r["reference"])
+        for members, sites, spec in ((2, 2, "site_topk:ratio=1"), (2, 2, "site_topk:ratio=0.25"),
+                                     (1, 4, "site_topk:ratio=0.25"), (2, 2, "site_quantize:bits=32"),
+                                     (2, 2, "site_quantize:bits=4"), (1, 4, "site_quantize:bits=8")):
+            got = r[f"{members}:{spec}"]
+            predicted = parse(spec).site_payload_bytes(58, members, sites)
+            assert got["counted"] == [list(predicted)] * len(r["reference"]), spec
             close = all(g == pytest.approx(ref, rel=1e-5, abs=1e-6) for g, ref in zip(got["grads"], r["reference"]))
-            assert close == (ratio == "1"), (members, ratio)
+            assert close == spec.endswith(("ratio=1", "bits=32")), (members, spec)
         assert parse("site_topk:ratio=1").site_payload_bytes(58, 2, 2) == (4.0 * (58 + 29), 8.0 * 29)
         assert parse("site_topk:ratio=0.25").site_payload_bytes(58, 1, 4) == (0.0, 8.0 * 15)
+        # site_quantize: codes of ceil(b shard / 8) bytes and a 4-byte scale across; the fp32 shard at 32 bits
+        assert parse("site_quantize:bits=4").site_payload_bytes(58, 2, 2) == (4.0 * (58 + 29), 15.0 + 4.0)
+        assert parse("site_quantize:bits=8").site_payload_bytes(58, 1, 4) == (0.0, 58.0 + 4.0)
+        assert parse("site_quantize:bits=32").site_payload_bytes(58, 2, 2) == (4.0 * (58 + 29), 4.0 * 29)
 
 
 @pytest.mark.slow
-def test_site_topk_at_ratio_1_trains_as_the_all_reduce_across_sites(trained) -> None:  # type: ignore[no-untyped-def]
-    """``plait.run.converge`` with the two-site cluster: the losses of the flat all-reduce within 1e-5, every step's
-    bytes the cost model's inside plus across (one site: the all-reduce's buffer)."""
-    flat, sites = trained["flat"][PER_TIER[0]], trained["sites"][PER_TIER[0]]
+@pytest.mark.parametrize("case", PER_TIER)
+def test_site_topk_at_ratio_1_trains_as_the_all_reduce_across_sites(trained, case: str) -> None:  # type: ignore[no-untyped-def]
+    """``plait.run.converge`` with the two-site cluster, ``site_topk`` at ratio 1 and ``site_quantize`` at 32 bits:
+    the losses of the flat all-reduce within 1e-5, every step's bytes the cost model's inside plus across (one site:
+    the all-reduce's buffer)."""
+    flat, sites = trained["flat"][case], trained["sites"][case]
     reference = trained["flat"]["allreduce@sgd"]
     assert sites["losses"] == pytest.approx(reference["losses"], rel=1e-5)
     assert flat["losses"] == pytest.approx(reference["losses"], rel=1e-5)
     elements = sum(math.prod(s) for _, s in parameter_shapes(resolve_model(str(MODEL))))
-    sync = parse(PER_TIER[0].rpartition("@")[0])
+    sync = parse(case.rpartition("@")[0])
     assert flat["bytes"] == [4 * elements] * STEPS
     assert sites["bytes"] == [sum(sync.site_payload_bytes(elements, 2, 2))] * STEPS

@@ -19,7 +19,7 @@ from plait.search.space import default_space
 from plait.sync import ALLREDUCE, METHODS, LocalSGD, ParamServer, PowerSGD, SyncMethod, parse
 from plait.workload.catalog import get_model
 
-EXAMPLES = ["allreduce", "bf16", "fp16", "powersgd:rank=4", "topk:ratio=0.01", "site_topk:ratio=0.01", "quantize:bits=4",
+EXAMPLES = ["allreduce", "bf16", "fp16", "powersgd:rank=4", "topk:ratio=0.01", "site_topk:ratio=0.01", "site_quantize:bits=4", "quantize:bits=4",
             "local_sgd:every=8",
             "diloco:every=500", "palsgd:every=4,warmup=3", "dreamddp:every=3", "pipe_sgd", "param_server:host=cpu",
             "switch_aggregation:bits=16", "gossip:topology=random,peers=3", "async_ps:staleness=2",
@@ -40,22 +40,22 @@ def test_traits_are_the_documented_groups() -> None:
     def named(trait: str) -> set[str]:
         return {t.partition(":")[0] for t in EXAMPLES if getattr(parse(t), trait)}
 
-    assert named("compressed") == {"bf16", "fp16", "powersgd", "topk", "site_topk", "quantize"}
+    assert named("compressed") == {"bf16", "fp16", "powersgd", "topk", "site_topk", "site_quantize", "quantize"}
     assert named("infrequent") == {"local_sgd", "diloco", "palsgd", "dreamddp", "gossip", "crossbow"}
     assert named("whole_learners") == {"crossbow"}
     assert named("asynchronous") == {"async_ps", "easgd"}
     assert named("aggregating") == {"param_server", "switch_aggregation"}
-    assert named("whole_gradients") == {"bf16", "fp16", "powersgd", "topk", "site_topk", "quantize", "pipe_sgd",
+    assert named("whole_gradients") == {"bf16", "fp16", "powersgd", "topk", "site_topk", "site_quantize", "quantize", "pipe_sgd",
                                         "param_server", "switch_aggregation", "async_ps", "easgd"}
     assert {t.partition(":")[0]: parse(t).server_ranks for t in EXAMPLES if parse(t).server_ranks} == {
         "param_server": 1, "async_ps": 1, "easgd": 1}
     assert named("partial_averaging") == {"dreamddp"} and named("in_network") == {"switch_aggregation"}
-    assert named("group_local_steps") == {"local_sgd"} and named("one_bucket") == {"powersgd", "site_topk"}
+    assert named("group_local_steps") == {"local_sgd"} and named("one_bucket") == {"powersgd", "site_topk", "site_quantize"}
     assert named("servers_hold_model") == {"async_ps"} and named("point_to_point") == {
         "param_server", "switch_aggregation", "gossip", "async_ps", "easgd"}
     assert {t.partition(":")[0] for t in EXAMPLES if parse(t).collective == "all_gather"} == {"topk", "quantize"}
     assert [parse(t).graph() for t in EXAMPLES if parse(t).graph()] == [("random", 3)]
-    assert named("site_aware") == {"site_topk"}
+    assert named("site_aware") == {"site_topk", "site_quantize"}
 
 
 def test_parameter_server_rules_read_the_methods_own_answers() -> None:

@@ -117,7 +117,8 @@ def mixed_plan(model_name: str, cluster_name: str, cluster: MixedCluster, global
                     "even": mixed_to_dict(result.even) if result.even else None,
                     "baselines": {g: e.to_dict() | {"usd_per_million_tokens": e.cost_usd(1e6)}
                                   for g, e in result.baselines.items()},
-                    "best_baseline": best[0] if best else None, "exported": [str(p) for p in written]})
+                    "best_baseline": best[0] if best else None, "per_tier": result.per_tier,
+                    "exported": [str(p) for p in written]})
     else:
         console = rich_console()
         print_mixed_search(console, result, top)

@@ -53,6 +53,8 @@ def print_mixed_search(console: Console, result: MixedSearch, top: int) -> None:
         table.add_row(f"{name} alone: {e.plan.describe()}", str(e.num_gpus), f"{e.tokens_per_s:,.0f}",
                       f"{e.steps_multiplier:.3g}", f"{e.cost_usd(1e6):.4f}", f"{100 * e.mfu:.1f}%")
     console.print(table)
+    if result.per_tier:
+        console.print(f"[bold]per tier[/]: {result.per_tier}")
     best, base = (result.plans[0] if result.plans else None), result.best_baseline
     if best is None:
         console.print("no mixed plan fits every group's memory")

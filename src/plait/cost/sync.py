@@ -34,7 +34,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.keys import distinct_rows
 from plait.plan.partial import step_elements
-from plait.sync import MODELLED, Gossip, ParamServer, SiteTopK, SwitchAggregation, SyncMethod
+from plait.sync import MODELLED, Gossip, ParamServer, SiteQuantize, SiteTopK, SwitchAggregation, SyncMethod
 from plait.sync.asynchronous import Asynchronous
 from plait.sync.base import GRAD_BYTES as GRAD_BYTES  # fp32 gradients and parameters; plait.cost.egress
 from plait.sync.hooks import Costs
@@ -198,8 +198,8 @@ class Prices:
     def per_rank_tensors(self, costs: Any) -> Costs:
         return self._spread(lambda held: costs([shape for _, shape in held]))
 
-    def site_costs(self, method: SiteTopK) -> Costs:
-        return self._spread(lambda held: site_sync.site_topk_costs(
+    def site_costs(self, method: SiteTopK | SiteQuantize) -> Costs:
+        return self._spread(lambda held: site_sync.site_costs(
             self.cluster, method, self.cols, sum(math.prod(s) for _, s in held), self.memory_bytes_per_s))
 
     def server_costs(self, method: ParamServer) -> Costs:

@@ -102,6 +102,9 @@ def run_refusal(mixed: MixedPlan) -> str | None:
     only plans this accepts."""
     if mixed.split == "data" and len(set(replica_batches(mixed))) > 1:
         return uneven_batch_refusal(mixed.plan)
+    if mixed.plan.dp_sync.site_aware:
+        return (f"dp_sync={mixed.plan.dp_sync.spec}: plait run lays a mixed plan's groups out as one fabric, not as "
+                "sites (per-tier compression across groups is costed, not run)")
     return None
 
 

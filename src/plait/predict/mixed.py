@@ -34,6 +34,7 @@ from plait.plan.plan import Plan
 from plait.plan.rules import require_positive
 from plait.predict.coupled import coupled_step_s
 from plait.predict.estimate import predict
+from plait.predict.mixed_sites import join_ratio, site_view
 from plait.simulate.costs import pipeline_costs, stage_memories
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.workload.model import ModelSpec
@@ -166,6 +167,8 @@ def group_job(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, share: 
     if plan.dp_sync.group_local_steps:  # each group averages after its own local steps
         plan = replace(plan, dp_sync=replace(plan.dp_sync, every=share.local_steps))
     view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
+    if plan.dp_sync.site_aware and join_ratio(cluster) is not None:  # the groups as sites joined by a slower tier
+        view = site_view(cluster, cluster.group(share.group), mixed.num_gpus)
     return Job.build(model, view, plan, engine)
 
 

@@ -22,6 +22,7 @@ from plait.errors import ConfigError
 from plait.run.compress import Quantize, TopK, error_feedback_hook
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.site_compress import site_topk_state
+from plait.run.site_quantize import site_quantize_state
 from plait.run.sites import Reducer, SiteReducer
 from plait.run.wrapped import Wrapped
 from plait.sync import METHODS, SyncMethod
@@ -70,6 +71,9 @@ class _Hooks:
 
     def site_topk(self, method: methods.SiteTopK) -> tuple[Any, Callable[..., Any]]:
         return site_topk_state(method.ratio, self.replicas)  # type: ignore[return-value]
+
+    def site_quantize(self, method: methods.SiteQuantize) -> tuple[Any, Callable[..., Any]]:
+        return site_quantize_state(method.bits, self.replicas)  # type: ignore[return-value]
 
     def powersgd(self, method: methods.PowerSGD) -> tuple[Any, Callable[..., Any]]:
         state = powerSGD_hook.PowerSGDState(

@@ -32,6 +32,20 @@ class SiteTopK:
         flat = torch.cat(pieces) if pieces else torch.zeros(0)
         return torch.nn.functional.pad(flat, (0, padded - flat.numel()))
 
+    def exchange(self, mine: torch.Tensor, across: dist.ProcessGroup) -> torch.Tensor:
+        """The sites' sum of what each sends for ``mine`` (its shard plus residual): the ``k`` largest magnitudes,
+        fp32 values and int32 indices, all-gathered over ``across``; what was sent is cleared from ``mine``."""
+        size = mine.numel()
+        chosen = torch.topk(mine.abs(), math.ceil(self.ratio * size), sorted=False).indices
+        sites = dist.get_world_size(across)
+        values = torch.empty(sites * chosen.numel(), dtype=mine.dtype)
+        indices = torch.empty(sites * chosen.numel(), dtype=torch.int32)
+        dist.all_gather_into_tensor(values, mine[chosen].contiguous(), group=across)
+        dist.all_gather_into_tensor(indices, chosen.to(torch.int32), group=across)
+        total = torch.zeros(size, dtype=mine.dtype).index_add_(0, indices.to(torch.int64), values)
+        mine[chosen] = 0.0
+        return total
+
     def keep(self, bucket, flat: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
         """Store ``flat`` (as :meth:`shard_residual` lays it out) back as each parameter's residual."""
         offset = 0
@@ -41,8 +55,9 @@ class SiteTopK:
 
 
 def site_topk_hook(state, bucket):  # type: ignore[no-untyped-def]
-    """The bucket's mean over every replica: reduce-scatter inside the site, top-k (values fp32, indices int32) of
-    the site's shard plus its residual all-gathered across sites, all-gather inside the site. (Unannotated: DDP
+    """The bucket's mean over every replica: reduce-scatter inside the site, the site's shard plus its residual
+    sent across sites by ``state.exchange`` (top-k here; :class:`plait.run.site_quantize.SiteQuantize`'s codes),
+    all-gather inside the site. (Unannotated: DDP
     checks a hook's annotations against the classes themselves.)"""
     buffer = bucket.buffer()
     inside, across = state.replicas.inside, state.replicas.across
@@ -60,14 +75,7 @@ def site_topk_hook(state, bucket):  # type: ignore[no-untyped-def]
     residual = state.shard_residual(bucket, padded)
     mine = residual[position * size:(position + 1) * size]
     mine += shard
-    chosen = torch.topk(mine.abs(), math.ceil(state.ratio * size), sorted=False).indices
-    sites = dist.get_world_size(across)
-    values = torch.empty(sites * chosen.numel(), dtype=mine.dtype)
-    indices = torch.empty(sites * chosen.numel(), dtype=torch.int32)
-    dist.all_gather_into_tensor(values, mine[chosen].contiguous(), group=across)
-    dist.all_gather_into_tensor(indices, chosen.to(torch.int32), group=across)
-    total = torch.zeros(size, dtype=mine.dtype).index_add_(0, indices.to(torch.int64), values)
-    mine[chosen] = 0.0
+    total = state.exchange(mine, across)
     state.keep(bucket, residual)
     if members > 1:
         dist.all_gather_into_tensor(flat, total, group=inside)

@@ -28,6 +28,7 @@ from plait.predict.mixed import MixedEstimate
 from plait.search.mixed_async import async_plans
 from plait.search.mixed_local import local_sgd_plans
 from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, try_mixed
+from plait.search.mixed_tier import per_tier_mixed
 from plait.search.runner import Progress, run_search
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
@@ -52,6 +53,9 @@ class MixedSearch:
     """The best layout with every replica on the same local batch (what a homogeneous planner would run)."""
     baselines: dict[str, Estimate]
     """Best plan on each group alone, by group name (absent: nothing fits it)."""
+    per_tier: str | None = None
+    """Whether compressing only a slower join between the groups wins, and why (:mod:`plait.search.mixed_tier`);
+    ``None`` where the join is no slower than the groups' fabrics."""
 
     @property
     def best_baseline(self) -> tuple[str, Estimate] | None:
@@ -100,8 +104,9 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
     evens.sort(key=lambda e: -e.target_tokens_per_s)
     baselines = _baselines(model, cluster, global_batch, engine, memory_margin,
                            lambda i: report(groups + len(layouts) + i, total))
+    per_tier = per_tier_mixed(model, cluster, evens, engine, memory_margin)
     report(total, total)
-    return MixedSearch(plans=plans, even=evens[0] if evens else None, baselines=baselines)
+    return MixedSearch(plans=plans, even=evens[0] if evens else None, baselines=baselines, per_tier=per_tier)
 
 
 def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engine: Engine,

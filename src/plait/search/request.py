@@ -30,9 +30,10 @@ from plait.sync import ALLREDUCE, SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
 
-MAX_SYNCS = 32
-"""Most synchronization methods one search tries, allreduce included: the 25 with a steps multiplier in plait's
-table (what a search tries by default) and a few more; a bound on the work one command may ask for."""
+MAX_SYNCS = 40
+"""Most synchronization methods one search tries, allreduce included: those with a steps multiplier in plait's
+table (what a search tries by default, about 30), the per-tier methods where sites are joined (up to 4) and a few
+more; a bound on the work one command may ask for."""
 Progress = Callable[[str], Any]
 """A progress callback ``(done, total)`` for a search, made from its label (``None``: silent)."""
 CheckExport = Callable[[Engine], None]

@@ -22,9 +22,10 @@ from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
 from plait.sync.powersgd import PowerSGD
 from plait.sync.registry import ALLREDUCE, METHODS, MODELLED, parse
 from plait.sync.servers import ParamServer, SwitchAggregation
+from plait.sync.site_quantize import SiteQuantize
 from plait.sync.site_topk import SiteTopK
 from plait.sync.sparse import Gathered, Quantize, TopK
 
 __all__ = ["ALLREDUCE", "EASGD", "METHODS", "MODELLED", "PALSGD", "AllReduce", "AsyncPS", "Bf16", "Crossbow", "DiLoCo",
            "DreamDDP", "Fp16", "Gathered", "Gossip", "HalfPrecision", "LocalSGD", "ParamServer", "PipeSGD",
-           "PowerSGD", "Quantize", "SiteTopK", "SwitchAggregation", "SyncMethod", "TopK", "parse"]
+           "PowerSGD", "Quantize", "SiteQuantize", "SiteTopK", "SwitchAggregation", "SyncMethod", "TopK", "parse"]

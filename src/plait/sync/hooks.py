@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
     from plait.sync.powersgd import PowerSGD
     from plait.sync.servers import ParamServer, SwitchAggregation
+    from plait.sync.site_quantize import SiteQuantize
     from plait.sync.site_topk import SiteTopK
     from plait.sync.sparse import Quantize, TopK
     from plait.workload.tensors import Shape
@@ -167,8 +168,8 @@ class Pricing(Protocol):
         """``costs`` of the gradient tensors one rank of the priced stage holds, per row."""
         ...
 
-    def site_costs(self, method: SiteTopK) -> Costs:
-        """The costs of per-tier compression across sites (:func:`plait.cost.site_sync.site_topk_costs`)."""
+    def site_costs(self, method: SiteTopK | SiteQuantize) -> Costs:
+        """The costs of per-tier compression across sites (:func:`plait.cost.site_sync.site_costs`)."""
         ...
 
     def server_costs(self, method: ParamServer) -> Costs:
@@ -199,6 +200,7 @@ class GradientHooks(Protocol[T_co]):
     def topk(self, method: TopK) -> T_co: ...
     def quantize(self, method: Quantize) -> T_co: ...
     def site_topk(self, method: SiteTopK) -> T_co: ...
+    def site_quantize(self, method: SiteQuantize) -> T_co: ...
     def powersgd(self, method: PowerSGD) -> T_co: ...
     def uncompressed(self, method: SyncMethod) -> NoReturn: ...
 

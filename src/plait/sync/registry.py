@@ -16,11 +16,12 @@ from plait.sync.half import Bf16, Fp16
 from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
 from plait.sync.powersgd import PowerSGD
 from plait.sync.servers import ParamServer, SwitchAggregation
+from plait.sync.site_quantize import SiteQuantize
 from plait.sync.site_topk import SiteTopK
 from plait.sync.sparse import Quantize, TopK
 
 METHODS: dict[str, type[SyncMethod]] = {cls.name: cls for cls in (
-    AllReduce, Bf16, Fp16, PowerSGD, TopK, Quantize, SiteTopK, LocalSGD, DiLoCo, PALSGD, DreamDDP, PipeSGD,
+    AllReduce, Bf16, Fp16, PowerSGD, TopK, Quantize, SiteTopK, SiteQuantize, LocalSGD, DiLoCo, PALSGD, DreamDDP, PipeSGD,
     ParamServer, SwitchAggregation, Gossip, AsyncPS, EASGD, Crossbow)}
 """Every method by its name, in the order error messages list them."""
 MODELLED = tuple(METHODS)
