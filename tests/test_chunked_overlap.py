@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.chunked import ep_send_bytes, pipelined_s, tp_block_bytes, tp_chunked_s
+from plait.cost.chunked import ep_send_bytes, pipelined_s, tp_block_bytes, tp_chunked_s, tp_step_bytes
 from plait.cost.flops import mlp_block_gemms
 from plait.cost.layer import attention_part
 from plait.cost.setup import Setup
@@ -18,6 +18,7 @@ from plait.engine.capability import first_unsupported
 from plait.engine.catalog import engine_names, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
+from plait.plan.io import read_plan_parts
 from plait.plan.plan import Plan
 from plait.plan.rules import warnings
 from plait.predict.estimate import estimate
@@ -29,6 +30,7 @@ from plait.workloads.dlrm.fused import best_chunks, fused_estimate
 from plait.workloads.dlrm.predict import parse_placements, predict_dlrm
 
 ROOT = Path(__file__).parents[1]
+TINY, PLAN = ROOT / "examples" / "tiny-model.toml", ROOT / "examples" / "tiny-tp2-chunks.toml"
 H100 = "dgx-h100-ib"
 TP8 = Plan(tp=8, sp=True, pp=4, dp_shard=2, sharding="zero1", micro_batch=1, global_batch=64)
 
@@ -76,11 +78,17 @@ def test_the_knob_is_validated_where_it_enters_and_warned_where_it_does_nothing(
         model, cluster, plain, engine=get_engine()).step_time_s
 
 
-def test_every_engine_names_its_reason_and_the_planner_says_what_chunking_would_give() -> None:
+def test_every_engine_but_plait_names_its_reason_and_the_planner_says_what_chunking_would_give() -> None:
     model, cluster = get_model("llama3-70b"), get_cluster(H100)
     for name in engine_names():
         refusal = first_unsupported(replace(TP8, overlap_chunks=2), model, get_engine(name))
+        if name == "plait":  # it runs them (plait.run.chunked_tp); zero1 with tp is its only objection here
+            assert refusal is not None and "overlap_chunks" not in refusal and "zero1" in refusal
+            continue
         assert refusal is not None and "overlap_chunks=2" in refusal, name
+    plait, moe = get_engine("plait"), get_model("mixtral-8x7b")
+    assert "overlap_chunks=2 with a mixture-of-experts" in (first_unsupported(
+        Plan(tp=2, sp=True, dp_shard=4, sharding="zero3", global_batch=64, overlap_chunks=2), moe, plait) or "")
     engine = get_engine()
     verdict = chunk_verdict(model, cluster, engine, estimate(model, cluster, TP8, engine=engine))
     assert verdict is not None and verdict.chunks > 1 and verdict.gain > 0
@@ -114,7 +122,7 @@ def test_chunked_primitives_on_two_gloo_ranks_equal_one_process_with_the_predict
     shapes = ",".join(f"{t.rows}x{t.dim}x{int(t.pooling)}" for t in spec.tables)
     out = run_ranks(2, ["-m", "plait.run.chunked_check", "--chunks", str(chunks), "--tokens", str(tokens),
                         "--hidden", str(hidden), "--top-k", str(top_k), "--batch", str(batch),
-                        "--tables", shapes], timeout=300)
+                        "--tables", shapes, "--plan", str(PLAN), "--steps", "3"], timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     ranks = {r["rank"]: r for r in (json.loads(line[8:]) for line in out.stdout.splitlines()
                                     if line.startswith("CHUNKED "))}
@@ -136,3 +144,23 @@ def test_chunked_primitives_on_two_gloo_ranks_equal_one_process_with_the_predict
             assert whole["max_diff"] < 1e-5 and chunked["max_diff"] < 1e-5, (name, rank)
             assert chunked["messages"] == chunks * whole["messages"], (name, rank)
             assert chunked[field] == whole[field] == want(rank), (name, rank, field)
+    _check_plait_run_chunks_tp_blocks(ranks)
+
+
+def _check_plait_run_chunks_tp_blocks(ranks: dict[int, dict]) -> None:  # type: ignore[type-arg]
+    """def test_plait_run_chunks_tp_blocks: examples/tiny-tp2-chunks.toml (tp=2 with sequence parallelism, 4 chunks)
+    trained by the runtime with its blocks chunked has the losses of the same plan with DTensor's whole collectives
+    (within 1e-5), 4x their messages, and bytes = the cost model's: per layer, micro-batch and pass, each block's
+    all-gather and reduce-scatter (Korthikanti et al. 2022, Sec. 4.2.2), each sized by tp_block_bytes."""
+    model, (_, plan, _) = resolve_model(str(TINY)), read_plan_parts(PLAN)
+    plan = replace(plan.with_seq_len(model.seq_len), precision="fp32")  # the check trains in fp32
+    setup = Setup(model=model, cluster=get_cluster(H100), plan=plan, framework=get_engine("plait").framework)
+    gathered, reduced = tp_block_bytes(setup)
+    collectives = 2 * 2 * model.num_layers * plan.num_micro_batches  # 2 blocks x (forward + backward)
+    for rank, result in ranks.items():
+        run = result["plan"]
+        assert run["chunked"] == pytest.approx(run["whole"], rel=1e-5, abs=1e-5), rank
+        assert run["chunked"][-1] < run["chunked"][0]  # it trains
+        assert run["messages"] == [2 * collectives * plan.overlap_chunks] * 3, rank  # an all-gather and a reduce-scatter each
+        assert run["buffer_bytes"] == [collectives * (gathered + reduced)] * 3, rank
+        assert run["buffer_bytes"][0] == tp_step_bytes(setup, model.num_layers)  # what plait run prints

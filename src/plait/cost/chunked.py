@@ -104,6 +104,17 @@ def tp_block_bytes(setup: Setup) -> tuple[float, float]:
     return setup.residual_bytes * hidden, setup.act_bytes * hidden
 
 
+def tp_step_bytes(setup: Setup, layers: int) -> float:
+    """Buffer bytes of one rank's TP collectives in a step through ``layers`` dense layers: per layer, micro-batch
+    and pass (forward, then backward mirrored), each of the two blocks' all-gather and reduce-scatter with sequence
+    parallelism, or its one all-reduce without (Korthikanti et al. 2022, Sec. 4.2.2; sized by
+    :func:`tp_block_bytes`). Chunking splits each into ``c`` messages and keeps the bytes; full recomputation
+    would add its forward's again (not counted here)."""
+    gathered, reduced = tp_block_bytes(setup)
+    per_block = gathered + reduced if setup.plan.sp else reduced
+    return 2 * 2 * layers * setup.plan.num_micro_batches * per_block
+
+
 def ep_send_bytes(setup: Setup) -> float:
     """Bytes one rank sends in one dispatch (or combine) all-to-all of an MoE layer (as
     :func:`plait.cost.layer._ep_pass_s` sizes it)."""

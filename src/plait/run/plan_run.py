@@ -29,7 +29,7 @@ from plait.run.mixed_run import MixedRun, resolve_mixed_run
 from plait.run.precision import cpu_fallback_note
 from plait.run.preflight import check_checkpointing, check_machine
 from plait.run.torchtitan import launch_torchtitan
-from plait.run.uneven import Uneven, check_rounds, check_uneven
+from plait.run.uneven import Uneven, check_rounds, check_uneven, layer_counts
 from plait.run.uneven_prediction import predict_uneven
 from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
@@ -79,6 +79,25 @@ class RunReport:
     """The metrics file's rows, one per step (:class:`plait.run.train.StepMetrics`)."""
     planned: MixedEstimate | None = None
     """A mixed plan file's prediction on the devices it names (not this machine's); ``None`` for other plans."""
+    full_precision: bool = False
+    """Whether the ranks trained in fp32 whatever the plan's precision (``--full-precision`` or the CPU fallback)."""
+
+    @property
+    def predicted_tp_chunk_bytes(self) -> float | None:
+        """The cost model's bytes of the reporting rank's chunked TP collectives per step (``overlap_chunks`` > 1
+        with tp > 1; else ``None``): the layers of the last pipeline rank's stages, at the precision the ranks
+        trained in."""
+        plan = self.plan
+        if plan.overlap_chunks == 1 or plan.tp == 1:
+            return None
+        from plait.cost.chunked import tp_step_bytes
+        from plait.cost.setup import Setup
+
+        counts = layer_counts(self.model.num_layers, plan.pp * plan.vpp)
+        layers = sum(counts[plan.pp - 1::plan.pp])  # the reporting rank holds stages pp - 1, 2 pp - 1, ...
+        ran = replace(plan, precision="fp32") if self.full_precision else plan
+        setup = Setup(model=self.model, cluster=self.hardware, plan=ran, framework=get_engine("plait").framework)
+        return tp_step_bytes(setup, layers)
 
     @property
     def predicted_step_s(self) -> float:
@@ -157,7 +176,8 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
         return RunOutcome(exit_code=code)
     report = RunReport(model=model, plan=the_plan, hardware=hardware, predicted=predicted, mixed=uneven_estimate,
                        uneven=config.uneven != Uneven(), on_gpu=local_slots() is not None,
-                       rows=rows, planned=mixed_run.estimate if mixed_run else None)
+                       rows=rows, planned=mixed_run.estimate if mixed_run else None,
+                       full_precision=config.full_precision)
     return RunOutcome(exit_code=0, report=report)
 
 
