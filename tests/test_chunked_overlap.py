@@ -22,7 +22,7 @@ from plait.plan.io import read_plan_parts
 from plait.plan.plan import Plan
 from plait.plan.rules import warnings
 from plait.predict.estimate import estimate
-from plait.search.chunks import chunk_verdict
+from plait.search.chunks import chunk_verdict, with_best_chunks
 from plait.workload.catalog import get_model, resolve_model
 from plait.workloads import load
 from plait.workloads.dlrm.cost import Placement, rank_loads
@@ -164,3 +164,29 @@ def _check_plait_run_chunks_tp_blocks(ranks: dict[int, dict]) -> None:  # type: 
         assert run["messages"] == [2 * collectives * plan.overlap_chunks] * 3, rank  # an all-gather and a reduce-scatter each
         assert run["buffer_bytes"] == [collectives * (gathered + reduced)] * 3, rank
         assert run["buffer_bytes"][0] == tp_step_bytes(setup, model.num_layers)  # what plait run prints
+
+
+def test_the_planner_searches_chunks_for_plait_as_chunking_every_feasible_plan_would() -> None:
+    """For an engine that runs chunked collectives, the ranked plans equal those of giving every feasible plan its
+    fastest chunk count and ranking them all (only the plans that can rank are estimated again); an engine that
+    cannot keeps its plans unchunked."""
+    from plait.search.refine import refine
+    from plait.search.runner import run_search
+    from plait.search.space import default_space
+
+    model, cluster, plait = get_model("llama3-8b"), get_cluster(H100), get_engine("plait")
+    space = replace(default_space(model, cluster, 8, (32,), seq_len=2048, precisions=("bf16",)), pp=(1, 2), cp=(1,),
+                    micro_batches=(1, 2, 4), swap_activations=False, offload=((False, False),))
+    result = run_search(model, cluster, space, engine=plait, workers=1)
+    top = result.top(5)
+    rows = [(result.feasible[chunk][1], row) for _, chunk, row in result.ranking()]
+    every = sorted(with_best_chunks(refine(model, cluster, plait, rows, len(rows)), model, cluster, plait),
+                   key=lambda e: -e.target_tokens_per_s)[:5]
+    assert [e.plan for e in top] == [e.plan for e in every]
+    assert [e.step_time_s for e in top] == [e.step_time_s for e in every]
+    assert any(e.plan.overlap_chunks > 1 for e in top)  # a tp2 plan that chunking lifts into the five
+    other = run_search(model, cluster, space, engine=get_engine(), workers=1).top(5)
+    assert all(e.plan.overlap_chunks == 1 for e in other)
+    chunked = next(e for e in top if e.plan.overlap_chunks > 1)
+    verdict = chunk_verdict(model, cluster, plait, chunked)
+    assert verdict is not None and verdict.applied and "applied" in verdict.text()
