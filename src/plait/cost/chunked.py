@@ -104,15 +104,15 @@ def tp_block_bytes(setup: Setup) -> tuple[float, float]:
     return setup.residual_bytes * hidden, setup.act_bytes * hidden
 
 
-def tp_step_bytes(setup: Setup, layers: int) -> float:
+def tp_step_bytes(setup: Setup, layers: int, recomputed: int = 0) -> float:
     """Buffer bytes of one rank's TP collectives in a step through ``layers`` dense layers: per layer, micro-batch
     and pass (forward, then backward mirrored), each of the two blocks' all-gather and reduce-scatter with sequence
     parallelism, or its one all-reduce without (Korthikanti et al. 2022, Sec. 4.2.2; sized by
-    :func:`tp_block_bytes`). Chunking splits each into ``c`` messages and keeps the bytes; full recomputation
-    would add its forward's again (not counted here)."""
+    :func:`tp_block_bytes`); the ``recomputed`` of them (full recomputation) run their forward twice. Chunking
+    splits each collective into ``c`` messages and keeps the bytes."""
     gathered, reduced = tp_block_bytes(setup)
     per_block = gathered + reduced if setup.plan.sp else reduced
-    return 2 * 2 * layers * setup.plan.num_micro_batches * per_block
+    return 2 * (2 * layers + recomputed) * setup.plan.num_micro_batches * per_block
 
 
 def ep_send_bytes(setup: Setup) -> float:

@@ -94,10 +94,12 @@ class RunReport:
         from plait.cost.setup import Setup
 
         counts = layer_counts(self.model.num_layers, plan.pp * plan.vpp)
-        layers = sum(counts[plan.pp - 1::plan.pp])  # the reporting rank holds stages pp - 1, 2 pp - 1, ...
+        mine = counts[plan.pp - 1::plan.pp]  # the reporting rank holds stages pp - 1, 2 pp - 1, ...
+        full = plan.recompute == "full"  # the first recompute_layers of each stage (all: -1), as apply_recompute
+        recomputed = sum(n if plan.recompute_layers < 0 else min(n, plan.recompute_layers) for n in mine) if full else 0
         ran = replace(plan, precision="fp32") if self.full_precision else plan
         setup = Setup(model=self.model, cluster=self.hardware, plan=ran, framework=get_engine("plait").framework)
-        return tp_step_bytes(setup, layers)
+        return tp_step_bytes(setup, sum(mine), recomputed)
 
     @property
     def predicted_step_s(self) -> float:
