@@ -115,7 +115,7 @@ def test_every_feature_an_engine_can_refuse_is_either_an_option_here_or_a_combin
               "zb_micro_batches", "pp_fewer_micro_batches", "kv_head_replication", "moe_tp", "moe_cp", "ep_zero1", "ep_beyond_dp",
               "tp_comm_overlap_without_sp", "tp_comm_overlap_cp", "tp_comm_overlap_selective", "cp_learned_positions",
               "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "master_weights=false", "overlap_grad_reduce=false",
-              "overlap_chunks_moe", "overlap_chunks_cp", "overlap_chunks_fp8"}
+              "overlap_chunks_cp", "overlap_chunks_fp8"}
     assert set(FEATURES) == singles | combos
 
 

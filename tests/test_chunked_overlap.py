@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.cost.chunked import ep_send_bytes, pipelined_s, tp_block_bytes, tp_chunked_s, tp_step_bytes
+from plait.cost.chunked import chunked_step_bytes, ep_send_bytes, pipelined_s, tp_block_bytes, tp_chunked_s
 from plait.cost.flops import mlp_block_gemms
 from plait.cost.layer import attention_part
 from plait.cost.setup import Setup
@@ -30,7 +30,9 @@ from plait.workloads.dlrm.fused import best_chunks, fused_estimate
 from plait.workloads.dlrm.predict import parse_placements, predict_dlrm
 
 ROOT = Path(__file__).parents[1]
+TINY_MOE = ROOT / "examples" / "tiny-moe.toml"
 TINY, PLAN = ROOT / "examples" / "tiny-model.toml", ROOT / "examples" / "tiny-tp2-chunks.toml"
+MOE_PLAN = ROOT / "examples" / "tiny-moe-ep2-chunks.toml"
 H100 = "dgx-h100-ib"
 TP8 = Plan(tp=8, sp=True, pp=4, dp_shard=2, sharding="zero1", micro_batch=1, global_batch=64)
 
@@ -86,9 +88,8 @@ def test_every_engine_but_plait_names_its_reason_and_the_planner_says_what_chunk
             assert refusal is not None and "overlap_chunks" not in refusal and "zero1" in refusal
             continue
         assert refusal is not None and "overlap_chunks=2" in refusal, name
-    plait, moe = get_engine("plait"), get_model("mixtral-8x7b")
-    assert "overlap_chunks=2 with a mixture-of-experts" in (first_unsupported(
-        Plan(tp=2, sp=True, dp_shard=4, sharding="zero3", global_batch=64, overlap_chunks=2), moe, plait) or "")
+    plait, fp8 = get_engine("plait"), replace(TP8, sharding="zero3", precision="fp8", overlap_chunks=2)
+    assert "overlap_chunks=2 with tp=8 and precision='fp8'" in (first_unsupported(fp8, model, plait) or "")
     engine = get_engine()
     verdict = chunk_verdict(model, cluster, engine, estimate(model, cluster, TP8, engine=engine))
     assert verdict is not None and verdict.chunks > 1 and verdict.gain > 0
@@ -122,7 +123,8 @@ def test_chunked_primitives_on_two_gloo_ranks_equal_one_process_with_the_predict
     shapes = ",".join(f"{t.rows}x{t.dim}x{int(t.pooling)}" for t in spec.tables)
     out = run_ranks(2, ["-m", "plait.run.chunked_check", "--chunks", str(chunks), "--tokens", str(tokens),
                         "--hidden", str(hidden), "--top-k", str(top_k), "--batch", str(batch),
-                        "--tables", shapes, "--plan", str(PLAN), "--steps", "3"], timeout=300)
+                        "--tables", shapes, "--plan", str(PLAN), "--plan", str(MOE_PLAN), "--steps", "3"],
+                    timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     ranks = {r["rank"]: r for r in (json.loads(line[8:]) for line in out.stdout.splitlines()
                                     if line.startswith("CHUNKED "))}
@@ -145,6 +147,7 @@ def test_chunked_primitives_on_two_gloo_ranks_equal_one_process_with_the_predict
             assert chunked["messages"] == chunks * whole["messages"], (name, rank)
             assert chunked[field] == whole[field] == want(rank), (name, rank, field)
     _check_plait_run_chunks_tp_blocks(ranks)
+    _check_plait_run_chunks_expert_all_to_alls(ranks)
 
 
 def _check_plait_run_chunks_tp_blocks(ranks: dict[int, dict]) -> None:  # type: ignore[type-arg]
@@ -158,12 +161,12 @@ def _check_plait_run_chunks_tp_blocks(ranks: dict[int, dict]) -> None:  # type: 
     gathered, reduced = tp_block_bytes(setup)
     collectives = 2 * 2 * model.num_layers * plan.num_micro_batches  # 2 blocks x (forward + backward)
     for rank, result in ranks.items():
-        run = result["plan"]
+        run = result[PLAN.name]
         assert run["chunked"] == pytest.approx(run["whole"], rel=1e-5, abs=1e-5), rank
         assert run["chunked"][-1] < run["chunked"][0]  # it trains
         assert run["messages"] == [2 * collectives * plan.overlap_chunks] * 3, rank  # an all-gather and a reduce-scatter each
         assert run["buffer_bytes"] == [collectives * (gathered + reduced)] * 3, rank
-        assert run["buffer_bytes"][0] == tp_step_bytes(setup, model.num_layers)  # what plait run prints
+        assert run["buffer_bytes"][0] == chunked_step_bytes(setup, [(False, False)] * model.num_layers)  # plait run's
 
 
 def test_the_planner_searches_chunks_for_plait_as_chunking_every_feasible_plan_would() -> None:
@@ -190,3 +193,21 @@ def test_the_planner_searches_chunks_for_plait_as_chunking_every_feasible_plan_w
     chunked = next(e for e in top if e.plan.overlap_chunks > 1)
     verdict = chunk_verdict(model, cluster, plait, chunked)
     assert verdict is not None and verdict.applied and "applied" in verdict.text()
+
+
+def _check_plait_run_chunks_expert_all_to_alls(ranks: dict[int, dict]) -> None:  # type: ignore[type-arg]
+    """examples/tiny-moe-ep2-chunks.toml (ep=2 over 2 replicas, 4 chunks): the chunked dispatch and combine give
+    the losses of the whole ones within 1e-5 with 4x their messages; a rank's bytes follow its routing (it sends
+    back what its experts received), so the two ranks' sum is compared: 2 x the cost model's balanced bytes per rank
+    (per MoE layer, micro-batch and pass a dispatch and a combine of tokens x top_k rows)."""
+    model, (_, plan, _) = resolve_model(str(TINY_MOE)), read_plan_parts(MOE_PLAN)
+    plan = replace(plan.with_seq_len(model.seq_len), precision="fp32")
+    setup = Setup(model=model, cluster=get_cluster(H100), plan=plan, framework=get_engine("plait").framework)
+    moe_layers = sum(model.is_moe_layer(i) for i in range(model.num_layers))
+    per_rank = 2 * 2 * moe_layers * plan.num_micro_batches * ep_send_bytes(setup)
+    assert chunked_step_bytes(setup, [(model.is_moe_layer(i), False) for i in range(model.num_layers)]) == per_rank
+    runs = [result[MOE_PLAN.name] for result in ranks.values()]
+    for run in runs:
+        assert run["chunked"] == pytest.approx(run["whole"], rel=1e-5, abs=1e-5)
+        assert run["messages"] == [4 * moe_layers * plan.num_micro_batches * plan.overlap_chunks] * 3
+    assert [sum(b) for b in zip(*(run["buffer_bytes"] for run in runs))] == [2 * per_rank] * 3

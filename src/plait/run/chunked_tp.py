@@ -40,6 +40,7 @@ from torch.utils.checkpoint import checkpoint
 from plait.plan.plan import Plan
 from plait.run.chunked import Sent, all_gather_matmuls, matmul_all_reduce, matmul_reduce_scatter
 from plait.run.model import Attention, Block, FeedForward, apply_rope
+from plait.run.moe import MoeFeedForward
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,8 +218,11 @@ def apply_chunked_tp(block: Block, tp_mesh: Any, plan: Plan, sent: Sent) -> None
 
 
 def sent_bytes(parts: Sequence[nn.Module]) -> tuple[int, int] | None:
-    """(messages, buffer bytes) the chunked blocks of ``parts`` have issued so far (``None``: no chunked block)."""
+    """(messages, buffer bytes) the chunked collectives of ``parts`` have issued so far, TP blocks' and experts'
+    all-to-alls (``None``: nothing runs chunked)."""
     ledgers = {id(m.tp.sent): m.tp.sent for part in parts for m in part.modules() if isinstance(m, ChunkedAttention)}
+    ledgers.update({id(m.chunked[1]): m.chunked[1] for part in parts for m in part.modules()
+                    if isinstance(m, MoeFeedForward) and m.chunked is not None})
     if not ledgers:
         return None
     return sum(s.messages for s in ledgers.values()), sum(s.buffer_bytes for s in ledgers.values())

@@ -83,23 +83,25 @@ class RunReport:
     """Whether the ranks trained in fp32 whatever the plan's precision (``--full-precision`` or the CPU fallback)."""
 
     @property
-    def predicted_tp_chunk_bytes(self) -> float | None:
-        """The cost model's bytes of the reporting rank's chunked TP collectives per step (``overlap_chunks`` > 1
-        with tp > 1; else ``None``): the layers of the last pipeline rank's stages, at the precision the ranks
-        trained in."""
-        plan = self.plan
-        if plan.overlap_chunks == 1 or plan.tp == 1:
+    def predicted_chunked_bytes(self) -> float | None:
+        """The cost model's bytes of the reporting rank's chunked collectives per step (``overlap_chunks`` > 1; else
+        ``None``): the layers of the last pipeline rank's stages, at the precision the ranks trained in."""
+        plan, model = self.plan, self.model
+        if plan.overlap_chunks == 1:
             return None
-        from plait.cost.chunked import tp_step_bytes
+        from plait.cost.chunked import chunked_step_bytes
         from plait.cost.setup import Setup
 
-        counts = layer_counts(self.model.num_layers, plan.pp * plan.vpp)
-        mine = counts[plan.pp - 1::plan.pp]  # the reporting rank holds stages pp - 1, 2 pp - 1, ...
-        full = plan.recompute == "full"  # the first recompute_layers of each stage (all: -1), as apply_recompute
-        recomputed = sum(n if plan.recompute_layers < 0 else min(n, plan.recompute_layers) for n in mine) if full else 0
+        counts = layer_counts(model.num_layers, plan.pp * plan.vpp)
+        layers = []
+        for stage in range(plan.pp - 1, plan.pp * plan.vpp, plan.pp):  # the reporting rank's stages
+            first = sum(counts[:stage])
+            for i in range(counts[stage]):  # full recomputation: the first recompute_layers of a stage (-1: all)
+                again = plan.recompute == "full" and (plan.recompute_layers < 0 or i < plan.recompute_layers)
+                layers.append((model.is_moe_layer(first + i), again))
         ran = replace(plan, precision="fp32") if self.full_precision else plan
-        setup = Setup(model=self.model, cluster=self.hardware, plan=ran, framework=get_engine("plait").framework)
-        return tp_step_bytes(setup, sum(mine), recomputed)
+        setup = Setup(model=model, cluster=self.hardware, plan=ran, framework=get_engine("plait").framework)
+        return chunked_step_bytes(setup, layers)
 
     @property
     def predicted_step_s(self) -> float:

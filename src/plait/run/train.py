@@ -213,16 +213,16 @@ class StepMetrics:
     :class:`plait.run.swap.ActivationSwap`); absent otherwise."""
     swap_layer_bytes: int | None = None
     """Of those, the bytes packed inside transformer blocks."""
-    tp_chunk_bytes: int | None = None
+    chunked_bytes: int | None = None
     """Bytes of the buffers of the collectives the reporting rank's chunked TP blocks issued in the step
     (``overlap_chunks`` > 1, :mod:`plait.run.chunked_tp`); absent otherwise."""
-    tp_chunk_messages: int | None = None
+    chunked_messages: int | None = None
     """How many collectives those were (``overlap_chunks`` per unchunked one)."""
 
     def to_json(self) -> str:
         """Strict JSON: a non-finite figure is ``null``."""
-        optional = ("sync_bytes", "cp_bytes", "started_s", "swap_bytes", "swap_layer_bytes", "tp_chunk_bytes",
-                    "tp_chunk_messages")
+        optional = ("sync_bytes", "cp_bytes", "started_s", "swap_bytes", "swap_layer_bytes", "chunked_bytes",
+                    "chunked_messages")
         return strict_json.dumps({k: v for k, v in self.__dict__.items() if k not in optional or v is not None})
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from plait.cost.chunked import ep_pass_s
 from plait.cost.compute import gemms_fwd_bwd_s
@@ -99,18 +100,18 @@ def runs_chunks(engine: Engine) -> bool:
     return "overlap_chunks" not in engine.unsupported
 
 
-def hidden_at_most(tp_comm_s: float, comm_overlap: float) -> float:
-    """Seconds chunking can hide of ``tp_comm_s``: :func:`plait.cost.chunked.pipelined_s` of ``c`` chunks of a
+def hidden_at_most(comm_s: Any, comm_overlap: float) -> Any:
+    """Seconds chunking can hide of a plan's TP and EP collectives ``comm_s`` (per row of an array too): :func:`plait.cost.chunked.pipelined_s` of ``c`` chunks of a
     collective ``C`` and its GEMMs ``G`` is ``(C + G) / c + (c - 1) / c (max + (1 - o) min)`` even without the
     chunks' latencies and smaller GEMMs, more than ``max + (1 - o) min``, so it saves less than
     ``o min(C, G) <= o C`` against ``C + G`` (``o``: the accelerator's ``comm_overlap``)."""
-    return comm_overlap * tp_comm_s
+    return comm_overlap * comm_s
 
 
 def chunk_bound_tokens_per_s(est: Estimate, comm_overlap: float) -> float:
     """The most tokens per second ``est``'s plan can reach at any chunk count (:func:`hidden_at_most`)."""
     return est.target_tokens_per_s * est.step_time_s / max(
-        est.step_time_s - hidden_at_most(est.time.tp_comm_s, comm_overlap), 1e-12)
+        est.step_time_s - hidden_at_most(est.time.tp_comm_s + est.time.ep_comm_s, comm_overlap), 1e-12)
 
 
 def search_chunks(pool: list[Estimate], k: int, model: ModelSpec, cluster: Cluster, engine: Engine,
@@ -142,13 +143,15 @@ def _kth(estimates: list[Estimate], k: int) -> float:
 
 def with_best_chunks(estimates: list[Estimate], model: ModelSpec, cluster: Cluster, engine: Engine) -> list[Estimate]:
     """Each of ``estimates`` at its fastest ``overlap_chunks`` of 1 and :data:`CHUNKS` where ``engine`` runs chunked
-    collectives for its plan (tensor parallelism, no async TP; the capability table); the others as they are.
+    collectives for its plan (tensor or expert parallelism, no async TP; the capability table); the others as
+    they are.
     The chunk counts are compared by the closed forms (chunking changes each layer's time alike in every pipeline
     stage); the fastest is then estimated as the planner's top plans are (pipelines re-timed by the simulation)."""
     out = []
     for est in estimates:
         plan = est.plan
-        runs = (plan.tp > 1 and plan.overlap_chunks == 1 and not plan.tp_comm_overlap
+        runs = ((plan.tp > 1 or model.moe is not None and plan.ep > 1) and plan.overlap_chunks == 1
+                and not plan.tp_comm_overlap
                 and first_unsupported(replace(plan, overlap_chunks=2), model, engine) is None)
         if not runs:
             out.append(est)

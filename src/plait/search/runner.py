@@ -122,15 +122,16 @@ class SearchResult:
 
     def _chunk_candidates(self, kth_tokens_per_s: float,
                           kept: set[Plan]) -> list[tuple[float, Callable[[], Estimate]]]:
-        """Feasible TP plans not in ``kept`` that hiding all their TP collectives would lift past
+        """Feasible TP or EP plans not in ``kept`` that hiding their TP and EP collectives would lift past
         ``kth_tokens_per_s`` (the closed forms): that bound, highest first, and a function assembling each as
         :meth:`top` assembles its plans."""
         found, overlap = [], self.cluster.accelerator.efficiency.comm_overlap.value
         for cols, result, rows in self.feasible:
             tokens = cols["global_batch"][rows] * cols["seq_len"][rows]
-            hidden = hidden_at_most(result.time["tp_comm"][rows], overlap)
+            hidden = hidden_at_most(result.time["tp_comm"][rows] + result.time["ep_comm"][rows], overlap)
             bound = tokens / np.maximum(result.step_time_s[rows] - hidden, 1e-12)
-            hits = np.flatnonzero((bound > kth_tokens_per_s) & (cols["tp"][rows] > 1))
+            chunkable = (cols["tp"][rows] > 1) | ((cols["ep"][rows] > 1) & (self.model.moe is not None))
+            hits = np.flatnonzero((bound > kth_tokens_per_s) & chunkable)
             if not len(hits):
                 continue
             twins = cols.take(rows[hits])  # as chunked: the engine's refusals of the combination (fp8, cp, MoE)
