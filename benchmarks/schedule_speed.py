@@ -54,10 +54,12 @@ def main() -> None:
         result = simulate(jobs, Pool(cluster, args.gpus), speed, make_policy(name))
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         s = result.summary()
+        pairs = f" ({s['pairs']} pairs, mean gain {float(s['mean_pair_gain']):.3f})" if "pairs" in s else ""
         print(f"{args.jobs:>6} {args.gpus:>6} {name:<12} {wall:>7.1f} {cpu:>7.1f} {speed.searches - before:>8} "
               f"{float(s['mean_jct_s']) / 3600:>10.2f} {float(s['mean_queue_s']) / 3600:>12.2f} "
               f"{float(s['utilization']):>6.3f} {float(s['utilization_arrivals']):>8.3f}"
-              f"   (planner {speed.search_s - search_s:.1f} s wall, {speed.search_cpu_s - search_cpu_s:.1f} s CPU; "
+              f"{pairs}   (planner {speed.search_s - search_s:.1f} s wall, "
+              f"{speed.search_cpu_s - search_cpu_s:.1f} s CPU; "
               f"before: {load}; after: {_load()})", flush=True)
 
 

@@ -26,6 +26,8 @@ HF_CONFIG = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 28
 
 # documented command -> what the test runs ({tmp}: the test's folder), or why it cannot run here
 COMMANDS: dict[str, str] = {
+    "plait plan --model llama2-13b --cluster dgx-a100-40gb --gpus 16 --global-batch 256 --seq-len 4096 --engine "
+    "megatron-lm@2022": "",
     "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/plait estimate": "SKIP: .ci/run and the "
     "closing notes run the README's first command from a fresh clone (an install does not belong in a test)",
     "plait estimate --model llama3-70b --cluster dgx-h100-ib --gpus 64 --tp 8 --pp 2 --sharding zero1 --recompute "
@@ -58,6 +60,12 @@ COMMANDS: dict[str, str] = {
     "plait estimate --model examples/dlrm-small.toml --gpus 16 --global-batch 65536": "",
     "plait plan --model examples/dlrm-small.toml --gpus 16 --global-batch 65536 --export out/":
         "plait plan --model examples/dlrm-small.toml --gpus 16 --global-batch 65536 --export {tmp}/out4/",
+    "plait estimate --model examples/glm-criteo-sparse.toml --gpus 16":
+        "SKIP: tests/test_glm.py::test_the_documented_commands_run_in_process runs it as written, in process",
+    "plait plan --model examples/glm-criteo-sparse.toml --gpus 16":
+        "SKIP: tests/test_glm.py::test_the_documented_commands_run_in_process runs it as written, in process",
+    "plait run --model examples/glm-tiny.toml --gpus 2 --steps 10":
+        "SKIP: tests/test_glm.py::test_plait_run_equals_one_process_with_the_predicted_bytes runs it (10 steps)",
     "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 5":
         "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 2",  # 2 steps keep it short
     "plait estimate --model examples/wide-deep-tiny.toml --gpus 2 --global-batch 8": "",
@@ -92,12 +100,23 @@ COMMANDS: dict[str, str] = {
     "--global-batch 2048": "",
     "plait plan --model llama3-70b --cluster dgx-h100-ib --gpus 64 --global-batch 512": "",
     "plait estimate --model llama3-8b --gpus 8": "",
+    "plait estimate --plan examples/llama3-70b-tp2d.toml": "",
+    "plait run --plan examples/tiny-tp2d.toml --steps 4":
+        "SKIP: tests/test_tp2d.py trains this grid on 4 gloo ranks against one process (its one spawning test)",
+    "plait plan --model llama3-8b --cluster dgx-h100-ib --gpus 16 --global-batch 16 --allow-tp-across-nodes "
+    "--engine plait": "",
+    "plait plan --model llama3-8b --cluster aws-g5-24xlarge --gpus 16 --global-batch 16 --allow-tp-across-nodes "
+    "--tp-grids": "",
     "plait plan --model llama3-70b --objective energy --gpus-range 1024:2048 --tokens 15e12 --global-batch 2048": "",
     "plait estimate --model llama3.1-405b --cluster h100-roce-400 --gpus 16384 --tp 8 --pp 16 --schedule interleaved "
     "--vpp 7 --sp --sharding zero1 --recompute selective --global-batch 2048 --tokens 15.6e12": "",
     "plait plan ... --json": f"plait plan {LLAMA70} --json",
     "plait plan ... --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out2/",
     "plait plan ... --engine torchtitan --export out/": f"plait plan {LLAMA70} --engine torchtitan --export {{tmp}}/out3/",
+    "plait estimate --model gpt3-1.3b --cluster dgx-a100-ib --gpus 16 --sharding none --global-batch 512 --backend "
+    "gloo": "",
+    "plait calibrate --backends": "SKIP: 40-90 s of 2-rank gloo and MPI sweeps; tests/test_backends.py times MPI's "
+    "all-reduce on 2 ranks (slow, skipped without mpi4py) and checks the fit",
     "plait calibrate --output calibrated.toml": "SKIP: takes about 80 s on this machine; tests/test_runtime.py "
     "runs it with --quick (test_calibrate_writes_a_description_the_estimator_reads)",
     "plait run --plan examples/tiny-plan.toml --cluster calibrated.toml --steps 20":
@@ -118,6 +137,12 @@ COMMANDS: dict[str, str] = {
         "plait run --plan examples/tiny-plan.toml --steps 3 --trace-dir {tmp}/traces/",
     "plait schedule --trace examples/traces/pai-like.csv --cluster dgx-h100-ib --policy srtf": "",
     "plait schedule --trace examples/traces/pai-like.csv --cluster a100-omnipath --policy all": "",
+    "plait estimate --model examples/federated-toy.toml": "",
+    "plait plan --model examples/federated-toy.toml": "",
+    "plait run --model examples/federated-toy.toml --steps 20":
+        "SKIP: tests/test_federated.py::test_both_methods_on_gloo_ranks_equal_one_process_with_the_predicted_bytes "
+        "runs its entry (run_federated) on 2 client ranks for 3 rounds",
+    "plait schedule --synthetic helios --jobs 2000 --gpus 1024 --cluster dgx-h100-ib --policy crossover": "",
     "plait report --plan examples/llama3-70b-pp.toml --out report.html --gpus-range 32:256":
         "plait report --plan examples/llama3-70b-pp.toml --out {tmp}/report.html --gpus-range 32:256",
     "plait design --model llama3-8b --gpus 64 --global-batch 256 --tokens 1e12 --vary peak=1,1.5 --vary hbm_gib=1,1.5 "
@@ -129,11 +154,31 @@ COMMANDS: dict[str, str] = {
 }
 
 
+SHELL_FENCES = ("", "bash", "sh", "console")
+
+
+def shell_blocks(text: str) -> list[str]:
+    """The bodies of a Markdown file's shell code blocks, fences paired in order (a ```text block's closing fence is
+    not taken for the opening of the next block)."""
+    blocks, body, language = [], [], None
+    for line in text.splitlines(keepends=True):
+        fence = line.strip()
+        if language is None and fence.startswith("```"):
+            language, body = fence[3:].strip(), []
+        elif language is not None and fence == "```":
+            if language in SHELL_FENCES:
+                blocks.append("".join(body))
+            language = None
+        elif language is not None:
+            body.append(line)
+    return blocks
+
+
 def documented() -> set[str]:
     """Every ``plait`` command in a shell block of the docs, continuation lines joined, comments dropped."""
     found = set()
     for path in DOCS:
-        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
+        for block in shell_blocks(path.read_text(encoding="utf-8")):
             for line in block.replace("\\\n", " ").splitlines():
                 line = re.sub(r"\s+#.*$", "", line.strip())
                 if line.startswith(("plait ", "python3 -m venv")):
@@ -184,7 +229,7 @@ def readme_commands() -> list[str]:
     """The ``plait`` commands of README.md's shell blocks, in order (as :func:`documented` collects them)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     found = []
-    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+    for block in shell_blocks(text):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line.strip())
             if line.startswith("plait "):

@@ -434,7 +434,7 @@ def _trace_file(files: Files, data: st.DataObject) -> str:
 def test_schedule(files: Files, data: st.DataObject) -> None:
     options = {
         "--cluster": cluster_option(files, data), "--gpus": ints(8, 16, 64),
-        "--policy": texts("fifo", "srtf", "las", "consolidate", "elastic", "all"),
+        "--policy": texts("fifo", "srtf", "las", "consolidate", "elastic", "crossover", "all"),
         "--synthetic": texts("philly", "helios", "pai"), "--jobs": ints(1, 5, 20), "--seed": ints(0, 1),
         "--load": floats("1.5", "0.5"), "--trace-out": _plan_or_output(files, data, ".json"),
         "--write-trace": _plan_or_output(files, data, ".csv"),

@@ -36,6 +36,9 @@ CASES = {
     "recompute-partial": (2, 'dp_shard = 2\nsharding = "zero3"\nrecompute = "full"\nrecompute_layers = 2'),
     "recompute-selective": (2, 'dp_replicate = 2\nrecompute = "selective"'),
     "hsdp": (4, 'dp_replicate = 2\ndp_shard = 2\nsharding = "zero3"'),
+    # per-stage: the first stage holds 3 layers and recomputes them, the second 1 and keeps its activations
+    "pp2-per-stage": (2, 'pp = 2\nschedule = "1f1b"\nrecompute = "full"\nstage_recompute = ["full", "none"]\n'
+                         'stage_layers = [3, 1]'),
 }
 
 

@@ -95,7 +95,7 @@ RECORDED = {  # (GPUs, mean gap s) -> policy -> (mean JCT s, makespan s, preempt
 
 
 @pytest.mark.parametrize("queue_head", [1, policies.QUEUE_HEAD])
-@pytest.mark.parametrize("name", POLICY_NAMES)
+@pytest.mark.parametrize("name", list(RECORDED[16, 1500.0]))  # crossover is checked by tests/test_crossover.py
 @pytest.mark.parametrize(("gpus", "gap_s"), list(RECORDED))
 def test_every_policy_gives_the_results_recorded_before_the_speed_work(name: str, gpus: int, gap_s: float,
                                                                       queue_head: int,

@@ -64,6 +64,22 @@ def _table(results: list[ScheduleResult]) -> Table:
     return table
 
 
+def _pairs_table(result: ScheduleResult, shown: int = 10) -> Table:
+    """The first ``shown`` pairs a sharing policy made, with the cost model's predicted period and slowdowns."""
+    pairs = result.pairs or ()
+    table = titled_table(f"{result.policy}: {len(pairs)} pairs sharing GPUs (predicted)", box=box.SIMPLE_HEAD,
+                         pad_edge=False, collapse_padding=True)
+    for col in ("host", "guest", "GPUs", "c/s host", "c/s guest", "period", "slowdown", "gain", "bound"):
+        table.add_column(col, justify="left" if col in ("host", "guest", "bound") else "right", no_wrap=True)
+    for p in pairs[:shown]:
+        table.add_row(p.host_id, p.guest_id, str(p.gpus), f"{p.host_compute_s:.2f}/{p.host_sync_s:.2f}",
+                      f"{p.guest_compute_s:.2f}/{p.guest_sync_s:.2f}", f"{p.period_s:.2f}",
+                      f"{p.host_slowdown:.2f}/{p.guest_slowdown:.2f}", f"{p.gain:.3f}", p.bound)
+    table.caption = (f"seconds per step; slowdown host/guest; first {min(shown, len(pairs))} of {len(pairs)} "
+                     "(all in --json)")
+    return table
+
+
 def schedule_command(
     trace: Annotated[Path | None, typer.Option(help="Trace CSV: job_id,arrival_s,model,gpus,tokens[,deadline_s].")] = None,
     synthetic: Annotated[str | None, typer.Option(help="Draw a trace instead: philly | helios | pai.")] = None,
@@ -113,13 +129,20 @@ def schedule_command(
         from plait.schedule.plots import write_plots
 
         written = write_plots(results, plot_dir)
+    paired = {r.policy: [p.as_dict() for p in r.pairs] for r in results if r.pairs is not None}
     if as_json:
         print_json({"trace": name, "jobs": len(trace_jobs), "cluster": spec.name, "gpus": size,
-                    "planner_searches": speed.searches, "policies": [r.summary() for r in results]})
+                    "planner_searches": speed.searches, "policies": [r.summary() for r in results],
+                    **({"pairs": paired} if paired else {})})
         return
     console = rich_console()
     console.print(f"{name}: {len(trace_jobs)} jobs on {size} GPUs of {spec.name}; speeds from "
                   f"{speed.searches} planner searches ({speed.search_s:.1f} s)")
     console.print(_table(results))
+    for result in results:
+        if result.pairs:
+            console.print(_pairs_table(result))
+        elif result.pairs is not None:
+            console.print(f"{result.policy}: no pair formed (none that fits each GPU and gains enough)")
     for path in [p for p in (write_trace, trace_out) if p is not None] + written:
         console.print(f"wrote {path}")

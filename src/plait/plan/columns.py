@@ -16,19 +16,32 @@ from typing import Any, TypeVar, get_args
 import numpy as np
 
 from plait.plan.ops import ARRAY, SCALAR, Ops
-from plait.plan.plan import CpAttention, GradDtype, Optimizer, Plan, Precision, Recompute, Schedule, Sharding
+from plait.plan.plan import (
+    PER_STAGE_FIELDS,
+    CpAttention,
+    GradDtype,
+    Optimizer,
+    Plan,
+    Precision,
+    Recompute,
+    Schedule,
+    Sharding,
+    TpMode,
+)
 from plait.sync import ALLREDUCE, SyncMethod
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
-    "cp_attention": get_args(CpAttention),
+    "cp_attention": get_args(CpAttention), "tp_mode": get_args(TpMode),
 }
 BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "swap_activations", "overlap_grad_reduce",
          "tp_comm_overlap")
 TEXTS = ("dp_sync",)
 """Open-ended fields (the synchronization method), stored as indices into :attr:`PlanColumns.methods`."""
-FIELDS = tuple(f.name for f in fields(Plan))
+FIELDS = tuple(f.name for f in fields(Plan) if f.name not in PER_STAGE_FIELDS)
+"""Plan fields held as columns: every one but the per-stage tuples (a plan with those is costed stage by stage,
+:mod:`plait.cost.per_stage`; its columns, :meth:`PlanColumns.one`, are those of its stage-0 uniform form)."""
 _FIELD_SET = frozenset(FIELDS)
 
 

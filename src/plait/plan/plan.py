@@ -25,6 +25,7 @@ FULL_PRECISIONS = ("fp32", "tf32")
 GradDtype = Literal["fp32", "bf16"]
 Optimizer = Literal["adamw", "sgd"]
 CpAttention = Literal["ring", "ulysses", "lss"]
+TpMode = Literal["1d", "2d", "2.5d"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,14 @@ class Plan:
 
     tp: int = 1
     """Tensor-parallel degree (Megatron-style column/row sharding)."""
+    tp_mode: TpMode = "1d"
+    """How the ``tp`` ranks split a layer's matrices: ``1d`` is Megatron's column/row sharding; ``2d`` a ``q x q``
+    grid (``tp = q*q``) running SUMMA (van de Geijn & Watts 1997) on every linear layer, activations split by batch
+    over the grid's rows and by hidden over its columns; ``2.5d`` stacks ``tp_depth`` such grids (``tp = q*q*d``),
+    the batch split over them and the weights kept on each (Tesseract, Wang et al. 2021, arXiv 2105.14500).
+    Costed in :mod:`plait.cost.tp2d`."""
+    tp_depth: int = 1
+    """Depth ``d`` of a ``2.5d`` grid (>= 2); 1 otherwise."""
     sp: bool = False
     """Sequence parallelism: shard norm/dropout activations over the TP group (Korthikanti et al. 2022)."""
     pp: int = 1
@@ -100,6 +109,15 @@ class Plan:
     dp_sync: SyncMethod = ALLREDUCE
     """How data-parallel replicas synchronize (:mod:`plait.sync`): the all-reduce every step, or a compressed,
     infrequent, aggregating or asynchronous method. Text ``METHOD[:key=value,...]`` given here is parsed."""
+    stage_recompute: tuple[Recompute, ...] = ()
+    """Per pipeline stage, its recomputation mode (empty: ``recompute`` on every stage). Under 1F1B stage ``i`` holds
+    ``pp - i`` micro-batches' activations, so the first stages may recompute where the last need not (Galvatron,
+    Miao et al., VLDB 2023, arXiv 2211.13878: a strategy per layer under a memory budget); when given, ``recompute``
+    is the first stage's mode. :mod:`plait.cost.per_stage` costs it."""
+    stage_layers: tuple[int, ...] = ()
+    """Per pipeline stage, the transformer layers it holds, summing to the model's (empty: as even as possible, the
+    first stages taking the remainder): an uneven split gives a stage that recomputes fewer layers (Alpa, Zheng et
+    al., OSDI 2022, arXiv 2201.12023: stages balanced by dynamic programming)."""
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -114,6 +132,7 @@ class Plan:
         if self.overlap_chunks > 1 and self.tp_comm_overlap:
             raise ConfigError(f"overlap_chunks={self.overlap_chunks} and tp_comm_overlap=true are two ways to overlap "
                               "the same TP collectives: choose one")
+        _check_stage_fields(self)
         if isinstance(self.dp_sync, str):  # text entering: a plan file, an option, a test
             object.__setattr__(self, "dp_sync", parse(self.dp_sync))
         elif not isinstance(self.dp_sync, SyncMethod):
@@ -156,9 +175,25 @@ class Plan:
         filled.__dict__.update(self.__dict__, seq_len=default_seq_len)
         return filled
 
+    @property
+    def per_stage(self) -> bool:
+        """Whether stages differ in recomputation or layer count (:attr:`stage_recompute`, :attr:`stage_layers`)."""
+        return bool(self.stage_recompute or self.stage_layers)
+
+    def uniform(self) -> Plan:
+        """The plan with the per-stage fields cleared (every stage as ``recompute`` says, layers split evenly)."""
+        return replace(self, stage_recompute=(), stage_layers=()) if self.per_stage else self
+
+    def for_stage(self, stage: int) -> Plan:
+        """The uniform plan stage ``stage`` runs as: its own recomputation mode (its layers are the caller's)."""
+        mode = self.stage_recompute[stage] if self.stage_recompute else self.recompute
+        layers = self.recompute_layers if mode == "full" else -1
+        return replace(self, recompute=mode, recompute_layers=layers, stage_recompute=(), stage_layers=())
+
     def describe(self) -> str:
         """A compact one-line layout, e.g. ``tp8 pp4(interleaved x3) dp32 zero1 mb1 gb1536``."""
-        parts = [f"tp{self.tp}{'+sp' if self.sp and self.tp > 1 else ''}"]
+        grid = {"1d": "", "2d": "(2d)", "2.5d": f"(2.5d x{self.tp_depth})"}[self.tp_mode]
+        parts = [f"tp{self.tp}{grid}{'+sp' if self.sp and self.tp > 1 and self.tp_mode == '1d' else ''}"]
         if self.pp > 1:
             parts.append(f"pp{self.pp}({self.schedule}{f' x{self.vpp}' if self.vpp > 1 else ''})")
         if self.cp > 1:
@@ -183,11 +218,24 @@ class Plan:
             parts.append(f"chunks{self.overlap_chunks}")
         if not self.dp_sync.is_allreduce:
             parts.append(f"sync={self.dp_sync.spec}")
+        if self.per_stage:
+            modes = self.stage_recompute or (self.recompute,) * self.pp
+            layers = self.stage_layers or ("",) * self.pp
+            entries = [f"{n}{_MODE_LETTER[r]}" for n, r in zip(layers, modes)]
+            runs: list[list[Any]] = []
+            for entry in entries:  # equal neighbours once, with their count: stages[1n,62x2n,1n]
+                if runs and runs[-1][0] == entry:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([entry, 1])
+            parts.append("stages[" + ",".join(e if k == 1 else f"{k}x{e}" for e, k in runs) + "]")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field by name, as plain values (the synchronization method as its canonical spec text)."""
-        return {**asdict(self), "dp_sync": self.dp_sync.spec}
+        """Every field by name, as plain values (the synchronization method as its canonical spec text, the per-stage
+        tuples as lists)."""
+        return {**asdict(self), "dp_sync": self.dp_sync.spec, "stage_recompute": list(self.stage_recompute),
+                "stage_layers": list(self.stage_layers)}
 
 
 MAX_OVERLAP_CHUNKS = 64
@@ -195,10 +243,37 @@ MAX_OVERLAP_CHUNKS = 64
 LIMIT = 2**31 - 1
 """Largest degree, batch or length a plan may state (the cost model's integer columns are 64-bit; products of a
 few of these must not overflow)."""
-_INTS = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_layers", "micro_batch",
+_INTS = ("tp", "tp_depth", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_layers", "micro_batch",
          "global_batch", "seq_len", "overlap_chunks")
 _CHOICES = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
-    "cp_attention": get_args(CpAttention),
+    "cp_attention": get_args(CpAttention), "tp_mode": get_args(TpMode),
 }
+PER_STAGE_FIELDS = ("stage_recompute", "stage_layers")
+"""Plan fields that hold one value per pipeline stage (not plan columns: a plan that has them is costed one stage
+at a time, :mod:`plait.cost.per_stage`)."""
+_MODE_LETTER = {"none": "n", "selective": "s", "full": "f"}
+"""How :meth:`Plan.describe` writes a stage's recomputation: ``stages[20f,20s,19n]``."""
+
+
+def _check_stage_fields(plan: Plan) -> None:
+    """The per-stage tuples where they enter: one entry per stage, known modes, positive layer counts."""
+    for name in PER_STAGE_FIELDS:
+        value = getattr(plan, name)
+        if isinstance(value, list):  # a list entering from a file or a test: kept as the tuple the field types
+            value = tuple(value)
+            object.__setattr__(plan, name, value)
+        if not isinstance(value, tuple):
+            raise ConfigError(f"{name}={value!r} must be a list with one entry per pipeline stage")
+        if value and len(value) != plan.pp:
+            raise ConfigError(f"{name} has {len(value)} entries; it must have one per pipeline stage (pp={plan.pp})")
+    for mode in plan.stage_recompute:
+        if mode not in _CHOICES["recompute"]:
+            raise ConfigError(f"stage_recompute entry {mode!r} must be one of {', '.join(_CHOICES['recompute'])}")
+    for count in plan.stage_layers:
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= LIMIT:
+            raise ConfigError(f"stage_layers entry {count!r} must be an integer in 1..{LIMIT}")
+    if plan.stage_recompute and plan.stage_recompute[0] != plan.recompute:
+        raise ConfigError(f"recompute={plan.recompute!r} must be the first stage's mode "
+                          f"(stage_recompute[0]={plan.stage_recompute[0]!r})")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from plait.cost.batch import BatchResult, evaluate_batch
 from plait.cost.estimate import Estimate
+from plait.cost.per_stage import evaluate_per_stage
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import first_unsupported
 from plait.engine.engine import Engine
@@ -45,7 +46,10 @@ def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None
     (:data:`SIMULATED_PASSES`). The closed forms agree with the simulation within 1% on 31 of 36 dev
     layouts and within 2% on all; the small-pipeline rule simulates 4 of those 5
     (docs/simulator.md). A plan the engine cannot run is still estimated, with a warning naming the option."""
-    result = evaluate_batch(job.model, job.cluster, job.columns, job.framework)
+    if job.plan.per_stage:  # stages that differ: costed one at a time (plait.cost.per_stage)
+        result = evaluate_per_stage(job.model, job.cluster, job.columns, job.framework)
+    else:
+        result = evaluate_batch(job.model, job.cluster, job.columns, job.framework)
     return assemble(job, result, 0, simulate=simulate, timeline=timeline)
 
 
@@ -67,6 +71,9 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
     if refusal:
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
     said = ((job.engine.resolved,) if job.engine.resolved else ()) + job.notes + job.model.unmodelled
+    if job.plan.per_stage and job.engine.name != "plait":  # no engine's configuration states a mode per stage
+        said += (f"stage_recompute and stage_layers run on plait's runtime (plait run); {job.engine.name}'s "
+                 "configuration does not state them per stage (estimated as if it could)",)
     if said:
         est = replace(est, warnings=[*est.warnings, *said])
     if not wants_simulation(job.plan, simulate):

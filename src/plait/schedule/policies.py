@@ -11,6 +11,7 @@
   the fewest nodes inside one block of the network, letting jobs behind it go ahead, then takes any placement.
   The 001-13 auto-tuner of the delay is not modelled.
 - Elastic resizing (Pollux, Sia): :mod:`plait.schedule.elastic`.
+- Crossover sharing (CrossoverScheduler, arXiv 2103.07974): :mod:`plait.schedule.crossover`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from plait.errors import ConfigError
 from plait.schedule.columns import Columns
+from plait.schedule.crossover import Crossover
 from plait.schedule.elastic import Elastic
 from plait.schedule.fit import greedy_fit
 from plait.schedule.las import Las
@@ -168,13 +170,14 @@ class Consolidate:
             sim.wake(max(now_s, min(waits)))
 
 
-POLICY_NAMES = ("fifo", "srtf", "las", "consolidate", "elastic")
+POLICY_NAMES = ("fifo", "srtf", "las", "consolidate", "elastic", "crossover")
 """Every policy ``plait schedule --policy`` takes (``all`` runs each)."""
 
 
 def make_policy(name: str) -> Policy:
     """The policy called ``name`` with its documented settings."""
-    table = {"fifo": Fifo, "srtf": Srtf, "las": Las, "consolidate": Consolidate, "elastic": Elastic}
+    table = {"fifo": Fifo, "srtf": Srtf, "las": Las, "consolidate": Consolidate, "elastic": Elastic,
+             "crossover": Crossover}
     if name not in table:
         raise ConfigError(f"--policy={name!r} must be one of {', '.join(POLICY_NAMES)} or all")
     return table[name]()

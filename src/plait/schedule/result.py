@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from plait.schedule.pairing import Pairing
+
 
 @dataclass(frozen=True, kw_only=True)
 class Segment:
@@ -80,7 +82,9 @@ class ScheduleResult:
     jobs: tuple[JobResult, ...]
     """Every job of the trace, in trace order."""
     segments: tuple[Segment, ...]
-    """Every allocation, per node."""
+    """Every allocation, per node (of GPUs a job shares with another, the job holding them: see ``pairs``)."""
+    pairs: tuple[Pairing, ...] | None = None
+    """Jobs paired on the same GPUs, in the order paired (``None``: the policy never shares GPUs)."""
 
     @property
     def done(self) -> tuple[JobResult, ...]:
@@ -137,7 +141,17 @@ class ScheduleResult:
                 "makespan_s": self.makespan_s, "utilization": self.utilization,
                 "utilization_arrivals": self.utilization_arrivals,
                 "preemptions": sum(j.preemptions for j in self.jobs),
-                "deadlines_missed": sum(1 for met in deadlines if not met)}
+                "deadlines_missed": sum(1 for met in deadlines if not met), **self._pair_summary()}
+
+    def _pair_summary(self) -> dict[str, float | int]:
+        """Pairs formed and their mean predicted figures, for a policy that shares GPUs (else nothing)."""
+        if self.pairs is None:
+            return {}
+        pairs = self.pairs
+        gains = [p.gain for p in pairs]
+        slowdowns = [s for p in pairs for s in (p.host_slowdown, p.guest_slowdown)]
+        return {"pairs": len(pairs), "mean_pair_gain": float(np.mean(gains)) if pairs else 0.0,
+                "mean_pair_slowdown": float(np.mean(slowdowns)) if pairs else 0.0}
 
     def utilization_over_time(self) -> tuple[np.ndarray, np.ndarray]:
         """(times, GPUs held from each time to the next): the step function of the cluster's use."""

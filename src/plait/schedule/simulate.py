@@ -252,5 +252,5 @@ def _result(st: JobState) -> JobResult:
 def simulate(jobs: tuple[TraceJob, ...], pool: Pool, speed: SpeedModel, policy: Policy,
              progress: Callable[[int, int], None] | None = None) -> ScheduleResult:
     """Run ``policy`` over ``jobs`` on ``pool`` (a fresh pool: it is consumed); ``progress``: see
-    :meth:`Simulator.run`."""
-    return Simulator(jobs, pool, speed, policy).run(progress)
+    :meth:`Simulator.run`. A policy whose jobs share GPUs names its own simulator (``simulator``, a subclass)."""
+    return getattr(policy, "simulator", Simulator)(jobs, pool, speed, policy).run(progress)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from plait.cost.crossover import StepSplit, step_split
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
@@ -50,6 +51,9 @@ class Speed:
     """Checkpoint-store bandwidth per GPU (the cluster's, else ``reliability.toml``'s)."""
     relaunch_s: float
     """Seconds to reschedule and re-initialise a job (``reliability.toml``, assumed there)."""
+    split: StepSplit | None = None
+    """Its step's compute and exposed-synchronization phases and memory (:mod:`plait.cost.crossover`; ``None``:
+    unknown, and the crossover policy never pairs the job)."""
 
     @property
     def restart_s(self) -> float:
@@ -112,4 +116,4 @@ class SpeedModel:
             return None
         est = best[0]
         return Speed(tokens_per_s=est.tokens_per_s, state_bytes=est.state_bytes, gpus=gpus, plan=est.plan,
-                     storage_bytes_per_s_per_gpu=self._storage, relaunch_s=self._relaunch_s)
+                     storage_bytes_per_s_per_gpu=self._storage, relaunch_s=self._relaunch_s, split=step_split(est))

@@ -4,8 +4,9 @@ the caller's (search does not import export)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
@@ -20,9 +21,11 @@ from plait.plan.plan import LIMIT, Precision
 from plait.search.adaptive import adaptive_specs
 from plait.search.explain import Relaxation
 from plait.search.pareto import Point, choose, pareto_front
+from plait.search.per_stage import StageWin, improve, pipelines
 from plait.search.planner import gpu_counts, parse_batches, parse_gpu_range, relaxations, search_gpu_counts
 from plait.search.runner import RANK_BY, SearchResult, run_search
 from plait.search.space import default_space
+from plait.search.tp_grids import what_if
 from plait.sync import ALLREDUCE, SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
@@ -79,6 +82,8 @@ class PlanRequest:
     """Processes that search pieces of the space."""
     rank_by: str
     """p50 or p90."""
+    tp_grids: bool = False
+    """Cost and rank 2-D/2.5-D tensor-parallel grids though the engine does not run them (a what-if)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +124,11 @@ class ThroughputPlans:
     """The ``top`` best estimates (empty: nothing fits)."""
     fixes: list[Relaxation]
     """Where nothing fits: the relaxations tried and what they give."""
+    per_stage: list[StageWin] = field(default_factory=list)
+    """Per-stage plans (recomputation and layers per pipeline stage) that beat one of ``best``, fastest first
+    (:func:`plait.search.per_stage.improve`)."""
+    per_stage_cpu_s: float = 0.0
+    """CPU seconds that per-stage search took."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,15 +194,19 @@ def search_throughput(checked: Checked, progress: Progress) -> ThroughputPlans:
     space = default_space(model_spec, cluster_spec, gpus, checked.batches, seq_len=request.seq_len,
                           memory_margin=request.memory_margin, allow_tp_across_nodes=request.allow_tp_across_nodes,
                           precisions=checked.precisions, dp_syncs=checked.syncs, param_servers=not request.dp_sync)
+    engine = what_if(checked.engine) if request.tp_grids else checked.engine
     with progress("searching plans") as bar:
-        result = run_search(model_spec, cluster_spec, space, progress=bar, engine=checked.engine,
+        result = run_search(model_spec, cluster_spec, space, progress=bar, engine=engine,
                             workers=request.workers, rank_by=request.rank_by)
     if result.num_candidates == 0:
         raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "
                           f"nearest: gpus={max(8, 2 ** (gpus.bit_length()))}")
     best = result.top(request.top)
     fixes = relaxations(model_spec, cluster_spec, space, checked.engine) if not best else []
-    return ThroughputPlans(checked=checked, result=result, best=best, fixes=fixes)
+    started = time.process_time()
+    wins = improve(model_spec, cluster_spec, checked.engine, pipelines(result, best), request.memory_margin)  # per stage, on the top
+    return ThroughputPlans(checked=checked, result=result, best=best, fixes=fixes, per_stage=wins,
+                           per_stage_cpu_s=time.process_time() - started)
 
 
 def search_counts(checked: Checked, progress: Progress) -> CountPlans:

@@ -13,6 +13,7 @@ from plait.cost.batch import Prepared, prepare, stage_pass, stage_sync
 from plait.cost.dataparallel import kept_gathered
 from plait.cost.memory import stage_memory
 from plait.cost.params import stage_layer_counts
+from plait.cost.per_stage import stage_views
 from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
@@ -25,15 +26,17 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
     model, cluster, plan, framework = job.model, job.cluster, job.plan, job.framework
     if prepared is None or prepared.framework is not framework or prepared.cols.single != plan:
         prepared = prepare(model, cluster, job.columns, framework)
+    views = stage_views(model, cluster, plan, framework) if plan.per_stage else None  # plait.cost.per_stage
     p2p, v = prepared.p2p_s, plan.vpp
     kept = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered))  # one reduction after the last backward
     per_rank, distinct = [], {}
     for stage in range(plan.pp):  # each distinct stage (its layer counts and ends: stage_pass's key) costed once
-        dense, moe = stage_layer_counts(model, plan.pp, stage, SCALAR)
-        key = (dense, moe, stage == 0, stage == plan.pp - 1)
+        model_s, prepared_s = (model, prepared) if views is None else (views[stage].model, views[stage].prepared)
+        dense, moe = stage_layer_counts(model_s, plan.pp, stage, SCALAR)
+        key = (dense, moe, stage == 0, stage == plan.pp - 1, id(prepared_s))
         if key not in distinct:
-            fwd, bwd = stage_pass(model, cluster, prepared, stage)
-            sync = stage_sync(model, cluster, prepared, stage)
+            fwd, bwd = stage_pass(model_s, cluster, prepared_s, stage)
+            sync = stage_sync(model_s, cluster, prepared_s, stage)
             distinct[key] = (SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
                              bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward's (Qi et al. 2023)
                              sync.reduce_s, sync.gather_s, 1 if kept else dense + moe, sync.optimizer_s)
@@ -49,6 +52,11 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
 def stage_memories(job: Job) -> list[dict[str, float]]:
     """Memory breakdown of every pipeline stage of ``job`` (for the per-stage picture)."""
     plan = job.plan
+    if plan.per_stage:  # each stage as the uniform plan that costs it (plait.cost.per_stage)
+        views = stage_views(job.model, job.cluster, plan, job.framework)
+        return [{k: float(v) for k, v in stage_memory(view.model, job.cluster.accelerator, view.prepared.cols,
+                                                      view.prepared.inner, s, view.prepared.framework).items()}
+                for s, view in enumerate(views)]
     stages = np.arange(plan.pp)
     cols = PlanColumns.from_plans([plan]).take(np.zeros(plan.pp, dtype=np.int64))
     prepared = prepare(job.model, job.cluster, cols, job.framework)

@@ -19,7 +19,14 @@ from plait.search.request import Checked, CountPlans, PlanRequest, ThroughputPla
 from plait.strict_json import print_json
 from plait.terminal import rich_console
 from plait.workloads import Options, Workload
-from plait.workloads.transformer.render import print_points, print_relaxations, print_search, search_json
+from plait.workloads.transformer.render import (
+    per_stage_json,
+    print_per_stage,
+    print_points,
+    print_relaxations,
+    print_search,
+    search_json,
+)
 
 
 def plan(workload: Workload, options: Options) -> None:
@@ -33,7 +40,7 @@ def plan(workload: Workload, options: Options) -> None:
                           memory_margin=options["memory_margin"],
                           allow_tp_across_nodes=options["allow_tp_across_nodes"], precision=options["precision"],
                           dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export,
-                          workers=options["workers"], rank_by=options["rank_by"])
+                          workers=options["workers"], rank_by=options["rank_by"], tp_grids=options["tp_grids"])
     console = rich_console(stderr=as_json)
     plans = plan_search(request, lambda label: LazyProgress(label, quiet=as_json),
                         lambda engine: _check_export(export, model, engine, force))
@@ -47,9 +54,12 @@ def _show_throughput(plans: ThroughputPlans, console: Console, as_json: bool, fo
     """The ranked plans (or the relaxations where none fits), the export, and exit code 1 where none fits."""
     result, best, fixes = plans.result, plans.best, plans.fixes
     if as_json:
-        print_json({**search_json(result, best, fixes), "warnings": list(plans.checked.notes)})
+        print_json({**search_json(result, best, fixes), "per_stage": per_stage_json(plans.per_stage, best, plans.per_stage_cpu_s),
+                    "warnings": list(plans.checked.notes)})
     else:
         print_search(console, result, plans.checked.request.top)
+        if best:
+            print_per_stage(console, plans.per_stage, best[0], plans.per_stage_cpu_s)
         if not best:
             print_relaxations(console, result, fixes)
         _print_notes(console, plans.checked.notes)

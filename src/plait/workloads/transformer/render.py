@@ -9,7 +9,9 @@ from plait.search.adaptive import site_verdict
 from plait.search.chunks import chunk_verdict
 from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why_winner
 from plait.search.pareto import Point
+from plait.search.per_stage import StageWin
 from plait.search.runner import SearchResult
+from plait.search.tp_grids import grid_verdict
 from plait.terminal import titled_table
 from plait.units import GIB
 
@@ -51,6 +53,38 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     chunked = chunk_verdict(result.model, result.cluster, result.engine, best[0])
     if chunked:
         console.print(f"[bold]chunked overlap[/]: {chunked.text()}")
+
+    grids = grid_verdict(result)
+    if grids:
+        console.print(f"[bold]tp grids[/]: {grids}")
+
+
+def print_per_stage(console: Console, wins: list[StageWin], best: Estimate, cpu_s: float) -> None:
+    """The per-stage plans that beat a uniform pipeline (:mod:`plait.search.per_stage`), with their gain, and
+    whether the fastest beats the search's #1."""
+    if not wins:
+        console.print(f"[bold]per stage[/]: no per-stage recomputation or layer split beats its uniform pipeline "
+                      f"({cpu_s:.2f} s CPU)")
+        return
+    for win in wins:
+        console.print(f"[bold]per stage[/]: {win.better.plan.describe()} {win.better.tokens_per_s:,.0f} tokens/s vs "
+                      f"{win.uniform.tokens_per_s:,.0f} uniform ({100 * win.gain:+.1f}%; headroom "
+                      f"{win.better.memory.headroom_bytes / GIB:.1f} GiB)")
+    lead = wins[0].better.target_tokens_per_s / best.target_tokens_per_s - 1.0
+    verdict = "[bold green]beats #1[/]" if lead > 0 else "does not beat #1"
+    console.print(f"per stage: the fastest {verdict} ({100 * lead:+.1f}%); {cpu_s:.2f} s CPU; plait's runtime runs "
+                  "it (plait run), the engines' exports do not state a mode per stage")
+
+
+def per_stage_json(wins: list[StageWin], best: list[Estimate], cpu_s: float) -> dict[str, object]:
+    """``plait plan --json``'s ``per_stage``: each per-stage plan that wins, the uniform one it beats, the gain, and
+    whether the fastest beats the search's #1."""
+    beats = bool(wins and best and wins[0].better.target_tokens_per_s > best[0].target_tokens_per_s)
+    return {"cpu_s": cpu_s, "beats_top": beats, "wins": [{"plan": w.better.plan.to_dict(), "layout": w.better.plan.describe(),
+                                      "step_time_s": w.better.step_time_s, "uniform_layout": w.uniform.plan.describe(),
+                                      "uniform_step_time_s": w.uniform.step_time_s, "gain": w.gain,
+                                      "tokens_per_s": w.better.tokens_per_s,
+                                      "memory_total_bytes": w.better.memory.total_bytes} for w in wins]}
 
 
 def print_relaxations(console: Console, result: SearchResult, relaxations: list[Relaxation]) -> None:
@@ -113,6 +147,7 @@ def search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-un
         "runner_up": runner_up_gives_up(best[0], best[1]) if len(best) > 1 else None,
         "per_tier": site_verdict(result) if best else None,
         "chunked_overlap": _chunk_text(result, best[0]) if best else None,
+        "tp_grids": grid_verdict(result) if best else None,
         "relaxations": [{"change": r.change, "works": r.best is not None,
                          "best": r.best.plan.describe() if r.best else None} for r in fixes],
     }

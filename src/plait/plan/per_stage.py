@@ -1,0 +1,48 @@
+"""The rules a per-stage plan (:attr:`Plan.stage_recompute`, :attr:`Plan.stage_layers`) meets beside the uniform
+plan rules (:mod:`plait.plan.rules`), checked once where a job is built.
+
+A per-stage plan is costed stage by stage (:mod:`plait.cost.per_stage`): each stage as the uniform plan of its own
+mode over a model whose even split gives it its layer count. That holds where every layer is alike (no MoE or
+local-attention layers placed by index), with one model chunk per rank, under the all-reduce (the only
+synchronization the per-stage step assembles).
+"""
+
+from __future__ import annotations
+
+from plait.errors import ConfigError
+from plait.plan.plan import Plan
+from plait.workload.model import ModelSpec
+
+
+def check_stages(plan: Plan, model: ModelSpec) -> None:
+    """Raise :class:`ConfigError` naming the first rule a per-stage plan breaks (nothing for a uniform plan)."""
+    if not plan.per_stage:
+        return
+    if plan.pp < 2:
+        raise ConfigError(f"stage_recompute and stage_layers need pipeline stages (pp={plan.pp} must be >= 2)")
+    if plan.vpp != 1:
+        raise ConfigError(f"stage_recompute and stage_layers take one model chunk per rank (vpp={plan.vpp} must be 1)")
+    if not plan.dp_sync.is_allreduce:
+        raise ConfigError(f"stage_recompute and stage_layers are costed under the all-reduce "
+                          f"(dp_sync={plan.dp_sync.spec!r} must be allreduce)")
+    if plan.stage_layers:
+        if model.moe is not None or model.local_attention is not None:
+            raise ConfigError(f"stage_layers needs layers that are all alike; {model.name} places MoE or "
+                              "local-attention layers by index (leave stage_layers out)")
+        if sum(plan.stage_layers) != model.num_layers:
+            raise ConfigError(f"stage_layers={list(plan.stage_layers)} sums to {sum(plan.stage_layers)}; it must sum "
+                              f"to the model's {model.num_layers} layers")
+    layers = stage_layer_list(plan, model.num_layers)
+    modes = plan.stage_recompute or (plan.recompute,) * plan.pp
+    for stage, (mode, count) in enumerate(zip(modes, layers)):
+        if mode == "full" and plan.recompute_layers > count:
+            raise ConfigError(f"recompute_layers={plan.recompute_layers} must be <= the {count} layers of stage {stage}")
+
+
+def stage_layer_list(plan: Plan, num_layers: int) -> tuple[int, ...]:
+    """Layers of every stage: :attr:`Plan.stage_layers`, or the even split (the first stages taking the remainder,
+    :func:`plait.cost.params.stage_layer_counts`)."""
+    if plan.stage_layers:
+        return plan.stage_layers
+    base, extra = divmod(num_layers, plan.pp)
+    return tuple(base + (stage < extra) for stage in range(plan.pp))
