@@ -17,7 +17,8 @@ Punniyamurthy et al., SC 2024; chunked as Wang et al., ASPLOS 2023):
 The weights stay DTensors sharded as ``ColwiseParallel``/``RowwiseParallel`` shard them (``Shard(0)``/``Shard(1)``,
 a row-parallel bias ``Replicate``), so clipping, FSDP2 and checkpoints see the same parameters as DTensor's TP;
 the blocks compute on their local shards (``to_local``). Norms run on sequence shards under DTensor's
-``SequenceParallel``. Only dense blocks are chunked (MoE plans are refused: ``data/engines.toml``).
+``SequenceParallel``. Only dense blocks run here: an MoE block chunks its expert all-to-alls instead
+(:mod:`plait.run.chunked_moe`), and plait refuses MoE with tp > 1 (``data/engines.toml``).
 
 Rows: a block's hidden states ``[B, S, D]`` enter the primitives as ``S x B`` rows (sequence-major), so the rows of
 a sequence shard are one contiguous rank-major block, as Megatron-LM's ``[s, b, h]`` layout keeps them. Legend:
@@ -196,7 +197,7 @@ def apply_chunked_tp(block: Block, tp_mesh: Any, plan: Plan, sent: Sent) -> None
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
     attention, mlp = block.attention, block.feed_forward
-    assert type(attention) is Attention and type(mlp) is FeedForward, "dense blocks only (MoE plans are refused)"
+    assert type(attention) is Attention and type(mlp) is FeedForward, "dense blocks only (MoE with tp > 1 is refused)"
 
     def shard(linear: nn.Linear | None, weight: Any, bias: Any) -> None:
         if linear is None:
