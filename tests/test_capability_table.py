@@ -91,6 +91,7 @@ TRAINED_BY: dict[str, tuple[str, str]] = {
     "offload_optimizer": ("test_runtime_optim.py", '"offload-optimizer-ddp"'),
     "offload_params": ("test_runtime_optim.py", '"offload-params-zero3"'),
     "swap_activations": ("test_swap_activations.py", "def test_swap_matches_no_swap_on_two_gloo_ranks"),
+    "overlap_chunks": ("test_chunked_overlap.py", "def test_plait_run_chunks_tp_blocks"),
     "learned_positions_sp": ("test_runtime_positions.py", "def test_learned_positions_with_tp2_sp_match_single_process"),
     "dp_sync": ("test_sync.py", "def test_plait_run_trains_a_dp_sync_plan"),
     "dp_sync_server_ranks": ("test_async_run.py", "def test_plait_run_starts_the_server_ranks_and_trains"),
@@ -115,7 +116,8 @@ def test_every_feature_an_engine_can_refuse_is_either_an_option_here_or_a_combin
     combos = {"mla", "alibi", "local_attention", "attention_sinks", "router_bias", "offload_optimizer_alone", "zero1_replicated", "zero1_tp", "ddp_with_tp_or_pp", "offload_optimizer_zero1",
               "zb_micro_batches", "pp_fewer_micro_batches", "kv_head_replication", "moe_tp", "moe_cp", "ep_zero1", "ep_beyond_dp",
               "tp_comm_overlap_without_sp", "tp_comm_overlap_cp", "tp_comm_overlap_selective", "cp_learned_positions",
-              "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "tp_grid_with", "tp_grid_model", "master_weights=false", "overlap_grad_reduce=false"}
+              "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "tp_grid_with", "tp_grid_model", "master_weights=false", "overlap_grad_reduce=false",
+              "overlap_chunks_cp", "overlap_chunks_fp8", "overlap_chunks_grid"}
     assert set(FEATURES) == singles | combos
 
 

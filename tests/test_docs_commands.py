@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "selective --global-batch 512": "",
     "plait estimate --plan examples/llama3-8b-fsdp.toml --json": "",
     "plait estimate --plan examples/llama3-70b-chunks.toml": "",
+    "plait plan --model llama3-70b --gpus 64 --global-batch 64 --precision bf16 --seq-len 2048 --engine plait": "",
     "plait estimate --model path/to/config.json ...": "plait estimate --model {tmp}/config.json",
     "plait estimate --cluster examples/my-cluster.yaml --gpus 64": "",
     "plait models": "", "plait clusters": "", "plait engines": "",
@@ -122,6 +123,8 @@ COMMANDS: dict[str, str] = {
     "plait run --plan examples/tiny-plan.toml --cluster calibrated.toml --steps 20":
         "plait run --plan examples/tiny-plan.toml --cluster dgx-h100-ib --steps 5",  # calibrated.toml: see above; 5 steps keep it short
     "plait run --plan plan.toml --dry-run": "plait run --plan examples/tiny-plan.toml --dry-run",
+    "plait run --plan examples/tiny-tp2-chunks.toml --steps 3": "SKIP: about 40 s of 2 ranks here; "
+    "tests/test_chunked_overlap.py trains this plan whole and chunked in the ranks it already starts",
     "plait run --plan examples/tiny-plan.toml --batch-split 6,2 --slowdown 1,3 --steps 3": "",
     "plait plan --cluster a100-h100-ib --gpus 2 --model examples/tiny-model.toml --global-batch 16 --export mixed":
         "plait plan --cluster a100-h100-ib --gpus 2 --model examples/tiny-model.toml --global-batch 16 --export {tmp}/mixed",

@@ -160,6 +160,11 @@ def render_run(report: RunReport, console: Console) -> None:
                   format_bytes(predicted.memory.total_bytes))
     losses = [r["loss"] for r in rows if r["loss"] is not None]  # PALSGD's pseudo-synchronization steps: null
     table.add_row("final loss", f"{losses[-1]:.4f}" if losses else "-", "")
+    chunked = report.predicted_chunked_bytes
+    if chunked is not None and "chunked_bytes" in rows[-1]:  # overlap_chunks: counted on the rank = the cost model's
+        balanced = " (balanced routing)" if report.model.moe is not None else ""
+        table.add_row(f"chunked collectives' bytes/step{balanced} ({rows[-1]['chunked_messages']} messages)",
+                      f"{rows[-1]['chunked_bytes']:,}", f"{chunked:,.0f}")
     console.print(table)
     if report.planned is not None:
         unit = "averaging round" if report.planned.plan.plan.dp_sync.group_local_steps else "step"

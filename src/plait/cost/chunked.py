@@ -104,6 +104,20 @@ def tp_block_bytes(setup: Setup) -> tuple[float, float]:
     return setup.residual_bytes * hidden, setup.act_bytes * hidden
 
 
+def chunked_step_bytes(setup: Setup, layers: Sequence[tuple[bool, bool]]) -> float:
+    """Buffer bytes of one rank's chunked collectives in a step through ``layers``, each ``(moe, recomputed)``:
+    per layer, micro-batch and pass (forward, then backward mirrored), a dense layer's two blocks' TP all-gather
+    and reduce-scatter with sequence parallelism, or one all-reduce each without (Korthikanti et al. 2022,
+    Sec. 4.2.2; sized by :func:`tp_block_bytes`), where tp > 1; an MoE layer's dispatch and combine all-to-alls
+    (:func:`ep_send_bytes` each: routing balanced over the EP ranks), where ep > 1. A recomputed layer (full
+    recomputation) runs its forward twice. Chunking splits each collective into ``c`` messages, the same bytes."""
+    plan = setup.plan
+    gathered, reduced = tp_block_bytes(setup)
+    dense = 2 * (gathered + reduced if plan.sp else reduced) if plan.tp > 1 else 0.0
+    moe = 2 * ep_send_bytes(setup) if setup.model.moe is not None and plan.ep > 1 else 0.0
+    return plan.num_micro_batches * sum((moe if is_moe else dense) * (3 if again else 2) for is_moe, again in layers)
+
+
 def ep_send_bytes(setup: Setup) -> float:
     """Bytes one rank sends in one dispatch (or combine) all-to-all of an MoE layer (as
     :func:`plait.cost.layer._ep_pass_s` sizes it)."""

@@ -7,7 +7,8 @@ the next slice computes while it runs. Every primitive returns what its unchunke
 independent, so only the order of the work changes) and records each collective it issues in a :class:`Sent`:
 chunking multiplies the messages by ``chunks`` and leaves the bytes as they were.
 
-- :func:`all_gather_matmul`: sequence-parallel all-gather of the rows, then the column-parallel GEMM.
+- :func:`all_gather_matmul`: sequence-parallel all-gather of the rows, then the column-parallel GEMM
+  (:func:`all_gather_matmuls`: one gather feeding several GEMMs).
 - :func:`matmul_reduce_scatter`: the row-parallel GEMM's partial sums reduce-scattered over the rows.
 - :func:`matmul_all_reduce`: the row-parallel GEMM's partial sums all-reduced (the paper's GEMV+AllReduce).
 - :func:`expert_all_to_all`: dispatch all-to-all, the rank's expert GEMM, combine all-to-all (GEMM+All-to-All).
@@ -16,6 +17,9 @@ chunking multiplies the messages by ``chunks`` and leaves the bytes as they were
 Written with ``torch.distributed`` primitives rather than PyTorch's fused symmetric-memory ops
 (``_fused_all_gather_matmul``), which need CUDA; these run on gloo. Shapes: ``M`` rows (tokens or samples) of the
 whole group, ``m = M / g`` of one rank, ``K`` inner, ``N`` output columns, ``g`` ranks, ``B`` samples of one rank.
+
+The TP primitives take the tensor-parallel ``group`` (default: every rank); :mod:`plait.run.chunked_tp` runs them
+inside the transformer blocks, each forward primitive's backward being another of them.
 """
 
 from __future__ import annotations
@@ -53,17 +57,27 @@ def _bounds(rows: int, chunks: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def all_gather_matmul(x_mK: torch.Tensor, w_KN: torch.Tensor, chunks: int, sent: Sent) -> torch.Tensor:
+def all_gather_matmul(x_mK: torch.Tensor, w_KN: torch.Tensor, chunks: int, sent: Sent,
+                      group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """``all_gather(x) @ w`` (rank-major rows, ``M x N``) with chunk ``i + 1`` gathered while chunk ``i`` multiplies."""
-    g, m = dist.get_world_size(), x_mK.shape[0]
-    out_MN = x_mK.new_empty(g * m, w_KN.shape[1])
+    return all_gather_matmuls(x_mK, [w_KN], chunks, sent, group)[0][0]
+
+
+def all_gather_matmuls(x_mK: torch.Tensor, ws_KN: list[torch.Tensor], chunks: int, sent: Sent,
+                       group: dist.ProcessGroup | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """``all_gather(x) @ w`` for each of ``ws_KN`` (one gather feeds them all, as q/k/v or gate/up share a block's
+    input), chunk ``i + 1`` gathered while chunk ``i`` multiplies; also returns the gathered rows (``M x K``, in
+    ``x``'s dtype: a weight gradient needs them). Each chunk is cast to the weights' dtype before its GEMMs."""
+    g, m = dist.get_world_size(group), x_mK.shape[0]
+    outs_MN = [x_mK.new_empty(g * m, w.shape[1], dtype=w.dtype) for w in ws_KN]
+    x_MK = x_mK.new_empty(g * m, x_mK.shape[1])
     parts = _bounds(m, chunks)
 
     def start(i: int) -> tuple[torch.Tensor, dist.Work]:
         lo, hi = parts[i]
         buf = x_mK.new_empty(g * (hi - lo), x_mK.shape[1])
         sent.add("all_gather", buf)
-        return buf, dist.all_gather_into_tensor(buf, x_mK[lo:hi].contiguous(), async_op=True)
+        return buf, dist.all_gather_into_tensor(buf, x_mK[lo:hi].contiguous(), group=group, async_op=True)
 
     pending = start(0)
     for i, (lo, hi) in enumerate(parts):
@@ -71,37 +85,40 @@ def all_gather_matmul(x_mK: torch.Tensor, w_KN: torch.Tensor, chunks: int, sent:
         if i + 1 < len(parts):
             pending = start(i + 1)
         work.wait()
-        y = (buf @ w_KN).view(g, hi - lo, -1)
-        out_MN.view(g, m, -1)[:, lo:hi] = y
-    return out_MN
+        x_MK.view(g, m, -1)[:, lo:hi] = buf.view(g, hi - lo, -1)
+        for w_KN, out_MN in zip(ws_KN, outs_MN):
+            out_MN.view(g, m, -1)[:, lo:hi] = (buf.to(w_KN.dtype) @ w_KN).view(g, hi - lo, -1)
+    return outs_MN, x_MK
 
 
-def matmul_reduce_scatter(x_MK: torch.Tensor, w_KN: torch.Tensor, chunks: int, sent: Sent) -> torch.Tensor:
+def matmul_reduce_scatter(x_MK: torch.Tensor, w_KN: torch.Tensor, chunks: int, sent: Sent,
+                          group: dist.ProcessGroup | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
     """This rank's rows of ``reduce_scatter(x @ w)`` (``m x N``), chunk ``i``'s reduce-scatter running while chunk
-    ``i + 1`` multiplies."""
-    g = dist.get_world_size()
+    ``i + 1`` multiplies; ``dtype``: the partial sums are cast to it before they are reduced (default ``x``'s)."""
+    g = dist.get_world_size(group)
     m = x_MK.shape[0] // g
-    out_mN = x_MK.new_empty(m, w_KN.shape[1])
+    out_mN = x_MK.new_empty(m, w_KN.shape[1], dtype=dtype or x_MK.dtype)
     works = []
     for lo, hi in _bounds(m, chunks):  # chunk: rows lo..hi of every rank's block, rank-major
-        y = (x_MK.view(g, m, -1)[:, lo:hi].reshape(g * (hi - lo), -1) @ w_KN).contiguous()
+        y = (x_MK.view(g, m, -1)[:, lo:hi].reshape(g * (hi - lo), -1) @ w_KN).to(out_mN.dtype).contiguous()
         piece = out_mN.new_empty(hi - lo, w_KN.shape[1])
         sent.add("reduce_scatter", y)
-        works.append((dist.reduce_scatter_tensor(piece, y, async_op=True), piece, lo, hi))
+        works.append((dist.reduce_scatter_tensor(piece, y, group=group, async_op=True), piece, lo, hi))
     for work, piece, lo, hi in works:
         work.wait()
         out_mN[lo:hi] = piece
     return out_mN
 
 
-def matmul_all_reduce(x_MK: torch.Tensor, w_KN: torch.Tensor, chunks: int, sent: Sent) -> torch.Tensor:
+def matmul_all_reduce(x_MK: torch.Tensor, w_KN: torch.Tensor, chunks: int, sent: Sent,
+                      group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """``all_reduce(x @ w)`` (``M x N``), each chunk's all-reduce running while the next chunk multiplies."""
     out_MN = x_MK.new_empty(x_MK.shape[0], w_KN.shape[1])
     works = []
     for lo, hi in _bounds(x_MK.shape[0], chunks):
         torch.matmul(x_MK[lo:hi], w_KN, out=out_MN[lo:hi])
         sent.add("all_reduce", out_MN[lo:hi])
-        works.append(dist.all_reduce(out_MN[lo:hi], async_op=True))
+        works.append(dist.all_reduce(out_MN[lo:hi], group=group, async_op=True))
     for work in works:
         work.wait()
     return out_MN

@@ -5,7 +5,8 @@ with the collectives' messages and bytes; one JSON line per rank on standard out
 Start it as ``torchrun --nproc-per-node 2 -m plait.run.chunked_check --chunks 4`` (or ``tests/ranks.py``). Shapes:
 ``--tokens`` rows of the group and ``--hidden`` columns (a transformer layer's hidden states), ``--top-k`` rows
 per token through the experts, ``--batch`` samples per rank through a DLRM's tables (``--tables``, placed table-wise:
-rank ``r`` holds tables ``r, r + g, ...``). Legend: ``M`` rows of the group, ``m`` of one rank, ``K``/``N`` inner and
+rank ``r`` holds tables ``r, r + g, ...``); with ``--plan``, that plan trained whole and chunked inside the model
+(:mod:`plait.run.chunked_tp_check`). Legend: ``M`` rows of the group, ``m`` of one rank, ``K``/``N`` inner and
 output columns, ``g`` ranks, ``B`` samples per rank.
 """
 
@@ -16,6 +17,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -29,6 +31,7 @@ from plait.run.chunked import (
     matmul_all_reduce,
     matmul_reduce_scatter,
 )
+from plait.run.chunked_tp_check import train_both
 
 Run = Callable[[Sent, int], torch.Tensor]
 """A primitive bound to its operands: (the rank's ledger, chunks) -> its result."""
@@ -119,6 +122,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--tables", default="64x8x1,32x8x2,16x8x3,40x8x2",
                         help="ROWSxDIMxPOOLING per table (default: examples/dlrm-tiny.toml's)")
+    parser.add_argument("--plan", type=Path, action="append", default=[],
+                        help="also train this plan whole and in --chunks chunks (plait.run.chunked_tp_check); "
+                             "repeatable")
+    parser.add_argument("--steps", type=int, default=3, help="optimizer steps of --plan")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     g, r = dist.get_world_size(), dist.get_rank()
@@ -126,6 +133,9 @@ def main() -> None:
     result.update(_tp(g, r, args.tokens, args.hidden, args.chunks))
     result.update(_experts(g, r, args.tokens, args.top_k, args.hidden, args.chunks))
     result.update(_dlrm(g, r, args.batch, args.chunks, args.tables))
+    for plan in args.plan:
+        cpu = time.process_time()
+        result[plan.name] = {**train_both(plan, args.chunks, args.steps), "cpu_s": time.process_time() - cpu}
     print("CHUNKED " + json.dumps(result), flush=True)
     dist.destroy_process_group()
 

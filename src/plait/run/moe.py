@@ -32,6 +32,7 @@ gradients are reduced.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from plait.plan.plan import Plan
+from plait.run.chunked import Sent
+from plait.run.chunked_moe import expert_parallel
 from plait.run.mesh import Mesh
 from plait.run.model import FeedForward
 from plait.workload.model import ModelSpec
@@ -88,6 +91,9 @@ class MoeFeedForward(nn.Module):
             self.shared_experts = FeedForward(replace(spec, ffn_hidden_size=width))
         self.ep_group: dist.ProcessGroup | None = None
         self.ep = 1
+        self.chunked: tuple[int, Any] | None = None
+        """``overlap_chunks`` and the rank's ledger (:class:`plait.run.chunked.Sent`): the all-to-alls run chunked
+        (:mod:`plait.run.chunked_moe`); ``None``: whole."""
 
     def keep_experts(self, ep_rank: int, ep: int, group: dist.ProcessGroup) -> None:
         """Keep experts ``ep_rank*E/ep .. (ep_rank+1)*E/ep - 1`` and route through ``group``."""
@@ -108,6 +114,8 @@ class MoeFeedForward(nn.Module):
         routed_ND = x_TD[token_N]
         if self.ep_group is None:
             y_ND = self.experts(routed_ND, counts_E.tolist())
+        elif self.chunked is not None:
+            y_ND = expert_parallel(self, routed_ND, counts_E, *self.chunked)
         else:
             y_ND = self._expert_parallel(routed_ND, counts_E)
         weighted_ND = (y_ND.float() * gate_TK.flatten()[order_N, None]).to(y_ND.dtype)
@@ -145,9 +153,12 @@ def apply_ep(model: nn.Module, mesh: Mesh) -> None:
     if mesh.plan.ep == 1:
         return
     ep_rank, group = mesh.expert.get_local_rank("ep"), mesh.expert["ep"].get_group()
+    sent = Sent()  # overlap_chunks > 1: the ledger of the chunked all-to-alls
     for module in model.modules():
         if isinstance(module, MoeFeedForward):
             module.keep_experts(ep_rank, mesh.plan.ep, group)
+            if mesh.plan.overlap_chunks > 1:
+                module.chunked = (mesh.plan.overlap_chunks, sent)
 
 
 def expert_parameters(modules: list[nn.Module], plan: Plan) -> list[torch.Tensor]:

@@ -5,7 +5,8 @@ with ``ZeroRedundancyOptimizer``, ZeRO-1).
 
 The TP plan is Megatron's (Shoeybi et al. 2019): q/k/v and MLP-up column-wise, output and
 MLP-down row-wise; with sequence parallelism the norms run on sequence shards and the
-row-wise outputs reduce-scatter over the sequence (Korthikanti et al. 2022).
+row-wise outputs reduce-scatter over the sequence (Korthikanti et al. 2022). With ``overlap_chunks`` > 1 the
+blocks' collectives run chunked beside their GEMMs instead (:mod:`plait.run.chunked_tp`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 
 from plait.plan.plan import Plan
 from plait.run import async_tp, context, float8
+from plait.run.chunked import Sent
+from plait.run.chunked_tp import apply_chunked_tp
 from plait.run.mesh import Mesh
 from plait.run.model import Transformer
 from plait.run.moe import apply_ep, ignore_experts_in_ddp, shard_experts
@@ -56,7 +59,11 @@ def apply_tp(model: Transformer, mesh: Mesh, plan: Plan) -> None:
         top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate(), use_local_output=True)
     if top:
         parallelize_module(model, tp_mesh, top)  # type: ignore[arg-type]
+    sent = Sent()  # the ledger of the chunked blocks' collectives (overlap_chunks > 1)
     for block in model.layers.values():
+        if plan.overlap_chunks > 1:  # the block's collectives chunked beside its GEMMs
+            apply_chunked_tp(block, tp_mesh, plan, sent)  # type: ignore[arg-type]
+            continue
         layer_plan: dict[str, object] = {
             "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
             "attention.wo": RowwiseParallel(output_layouts=seq),

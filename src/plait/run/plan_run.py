@@ -29,7 +29,7 @@ from plait.run.mixed_run import MixedRun, resolve_mixed_run
 from plait.run.precision import cpu_fallback_note
 from plait.run.preflight import check_checkpointing, check_machine
 from plait.run.torchtitan import launch_torchtitan
-from plait.run.uneven import Uneven, check_rounds, check_uneven
+from plait.run.uneven import Uneven, check_rounds, check_uneven, layer_counts
 from plait.run.uneven_prediction import predict_uneven
 from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
@@ -79,6 +79,29 @@ class RunReport:
     """The metrics file's rows, one per step (:class:`plait.run.train.StepMetrics`)."""
     planned: MixedEstimate | None = None
     """A mixed plan file's prediction on the devices it names (not this machine's); ``None`` for other plans."""
+    full_precision: bool = False
+    """Whether the ranks trained in fp32 whatever the plan's precision (``--full-precision`` or the CPU fallback)."""
+
+    @property
+    def predicted_chunked_bytes(self) -> float | None:
+        """The cost model's bytes of the reporting rank's chunked collectives per step (``overlap_chunks`` > 1; else
+        ``None``): the layers of the last pipeline rank's stages, at the precision the ranks trained in."""
+        plan, model = self.plan, self.model
+        if plan.overlap_chunks == 1:
+            return None
+        from plait.cost.chunked import chunked_step_bytes
+        from plait.cost.setup import Setup
+
+        counts = layer_counts(model.num_layers, plan.pp * plan.vpp)
+        layers = []
+        for stage in range(plan.pp - 1, plan.pp * plan.vpp, plan.pp):  # the reporting rank's stages
+            first = sum(counts[:stage])
+            for i in range(counts[stage]):  # full recomputation: the first recompute_layers of a stage (-1: all)
+                again = plan.recompute == "full" and (plan.recompute_layers < 0 or i < plan.recompute_layers)
+                layers.append((model.is_moe_layer(first + i), again))
+        ran = replace(plan, precision="fp32") if self.full_precision else plan
+        setup = Setup(model=model, cluster=self.hardware, plan=ran, framework=get_engine("plait").framework)
+        return chunked_step_bytes(setup, layers)
 
     @property
     def predicted_step_s(self) -> float:
@@ -157,7 +180,8 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
         return RunOutcome(exit_code=code)
     report = RunReport(model=model, plan=the_plan, hardware=hardware, predicted=predicted, mixed=uneven_estimate,
                        uneven=config.uneven != Uneven(), on_gpu=local_slots() is not None,
-                       rows=rows, planned=mixed_run.estimate if mixed_run else None)
+                       rows=rows, planned=mixed_run.estimate if mixed_run else None,
+                       full_precision=config.full_precision)
     return RunOutcome(exit_code=0, report=report)
 
 

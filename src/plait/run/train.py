@@ -213,13 +213,20 @@ class StepMetrics:
     :class:`plait.run.swap.ActivationSwap`); absent otherwise."""
     swap_layer_bytes: int | None = None
     """Of those, the bytes packed inside transformer blocks."""
+    chunked_bytes: int | None = None
+    """Bytes of the buffers of the collectives the reporting rank's chunked TP blocks and expert all-to-alls issued
+    in the step (``overlap_chunks`` > 1, :mod:`plait.run.chunked_tp`, :mod:`plait.run.chunked_moe`); absent
+    otherwise."""
+    chunked_messages: int | None = None
+    """How many collectives those were (``overlap_chunks`` per unchunked one)."""
     grid_bytes: dict[str, int] | None = None
     """A tensor-parallel grid's payload bytes of the step on the reporting rank, per ``part/group/kind``
     (:mod:`plait.run.tp2d_train`); absent otherwise."""
 
     def to_json(self) -> str:
         """Strict JSON: a non-finite figure is ``null``."""
-        optional = ("sync_bytes", "cp_bytes", "started_s", "swap_bytes", "swap_layer_bytes", "grid_bytes")
+        optional = ("sync_bytes", "cp_bytes", "started_s", "swap_bytes", "swap_layer_bytes", "chunked_bytes",
+                    "chunked_messages", "grid_bytes")
         return strict_json.dumps({k: v for k, v in self.__dict__.items() if k not in optional or v is not None})
 
 

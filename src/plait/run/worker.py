@@ -21,6 +21,7 @@ from torch import nn
 from plait.errors import ConfigError
 from plait.plan.io import read_plan_parts
 from plait.run import checkpoint, data
+from plait.run.chunked_tp import sent_bytes
 from plait.run.config import read_config
 from plait.run.context import average_over_cp, cp_sent_bytes, mean_over_cp, train_context
 from plait.run.counting import counted_bytes
@@ -213,7 +214,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         profiler = _profiler(device) if profiling else contextlib.nullcontext()
         if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
             os._exit(5)  # test hook: one rank dies in the first attempt
-        cp_before = cp_sent_bytes(mesh)
+        cp_before, tp_before = cp_sent_bytes(mesh), sent_bytes(parts)
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
@@ -221,6 +222,8 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         elapsed = timed() - start
         cp_after = cp_sent_bytes(mesh)
         cp_bytes = None if cp_after is None else cp_after - (cp_before or 0)
+        tp_after = sent_bytes(parts)  # overlap_chunks > 1: the chunked blocks' collectives in the step
+        tp_sent = tp_after and tp_before and (tp_after[0] - tp_before[0], tp_after[1] - tp_before[1])
         if profiling:
             args.trace_dir.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
@@ -231,7 +234,8 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
             write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),
                                                     sent[0] if sent else None, cp_bytes, start,
                                                     None if swap is None else swap.packed_bytes,
-                                                    None if swap is None else swap.layer_bytes))
+                                                    None if swap is None else swap.layer_bytes,
+                                                    tp_sent and tp_sent[1], tp_sent and tp_sent[0]))
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):

@@ -6,12 +6,17 @@ fastest: a search over one knob for the plan the layout search chose. It wins wh
 GEMMs beside them take comparable time; where the collectives are small against the GEMMs there is little to
 hide, and where they dwarf the GEMMs chunking hides only the GEMMs' time while each chunk pays the collective's
 latency again. The verdict names the figures and, where the engine cannot run chunked collectives, its reason
-(the plan is then kept unchunked; the engines' capability table says which can).
+(the plan is then kept unchunked; the engines' capability table says which can: plait's own runtime,
+:mod:`plait.run.chunked_tp`). Where the engine can, the planner searches the knob: :func:`with_best_chunks` gives
+each of the plans it shows its fastest chunk count before they are ranked again, since chunking changes only
+exposed communication, and so cannot change which plans fit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from plait.cost.chunked import ep_pass_s
 from plait.cost.compute import gemms_fwd_bwd_s
@@ -45,6 +50,8 @@ class ChunkVerdict:
     """The forward GEMMs of one layer beside them."""
     refused: str | None
     """Why the engine cannot run chunked collectives (``None``: it can)."""
+    applied: bool = False
+    """Whether the plan already has :attr:`chunks` (the planner searched it for an engine that runs it)."""
 
     @property
     def gain(self) -> float:
@@ -58,8 +65,11 @@ class ChunkVerdict:
             why = ("too little to hide" if self.comm_s < 0.1 * self.gemm_s
                    else "each chunk pays the collective's latency and a smaller GEMM's efficiency for more than it hides")
             return f"overlap_chunks does not pay for this plan ({ratio}: {why})"
-        line = (f"overlap_chunks={self.chunks} would cut the step {100 * self.gain:.1f}% "
+        verb = "cuts" if self.applied else "would cut"
+        line = (f"overlap_chunks={self.chunks} {verb} the step {100 * self.gain:.1f}% "
                 f"({self.base_step_s:.4g} -> {self.step_s:.4g} s; {ratio})")
+        if self.applied:
+            return line + "; applied (the planner searched it)"
         return line + (f"; not applied: {self.refused}" if self.refused else "; set overlap_chunks in the plan file")
 
 
@@ -78,8 +88,78 @@ def chunk_verdict(model: ModelSpec, cluster: Cluster, engine: Engine, best: Esti
     else:  # dispatch and combine beside the routed experts' GEMMs (moe_gemms: router first)
         comm_s = ep_pass_s(setup)
         gemm_s = gemms_fwd_bwd_s(mlp_block_gemms(setup, True)[1:3], setup)[0]
-    steps = {c: estimate(model, cluster, replace(plan, overlap_chunks=c), engine=engine).step_time_s
-             for c in (1, *CHUNKS)}  # closed forms (small pipelines simulated), all five alike
+    steps = {c: estimate(model, cluster, replace(plan, overlap_chunks=c), engine=engine, simulate=True).step_time_s
+             for c in (1, *CHUNKS)}  # as the planner's top plans are timed (pipelines simulated), all five alike
     chunks = min(steps, key=lambda c: (steps[c], c))
     refused = first_unsupported(replace(plan, overlap_chunks=max(chunks, 2)), model, engine)
-    return ChunkVerdict(chunks, steps[chunks], steps[1], comm_s, gemm_s, refused)
+    return ChunkVerdict(chunks, steps[chunks], steps[1], comm_s, gemm_s, refused, chunks > 1 and plan.overlap_chunks == chunks)
+
+
+def runs_chunks(engine: Engine) -> bool:
+    """Whether ``engine`` runs ``overlap_chunks`` at all (plait's runtime refuses only some combinations)."""
+    return "overlap_chunks" not in engine.unsupported
+
+
+def hidden_at_most(comm_s: Any, comm_overlap: float) -> Any:
+    """Seconds chunking can hide of a plan's TP and EP collectives ``comm_s`` (per row of an array too): :func:`plait.cost.chunked.pipelined_s` of ``c`` chunks of a
+    collective ``C`` and its GEMMs ``G`` is ``(C + G) / c + (c - 1) / c (max + (1 - o) min)`` even without the
+    chunks' latencies and smaller GEMMs, more than ``max + (1 - o) min``, so it saves less than
+    ``o min(C, G) <= o C`` against ``C + G`` (``o``: the accelerator's ``comm_overlap``)."""
+    return comm_overlap * comm_s
+
+
+def chunk_bound_tokens_per_s(est: Estimate, comm_overlap: float) -> float:
+    """The most tokens per second ``est``'s plan can reach at any chunk count (:func:`hidden_at_most`)."""
+    return est.target_tokens_per_s * est.step_time_s / max(
+        est.step_time_s - hidden_at_most(est.time.tp_comm_s + est.time.ep_comm_s, comm_overlap), 1e-12)
+
+
+def search_chunks(pool: list[Estimate], k: int, model: ModelSpec, cluster: Cluster, engine: Engine,
+                  beyond: Callable[[float], list[tuple[float, Callable[[], Estimate]]]]) -> list[Estimate]:
+    """``pool`` (best first) with each plan that could still be among the ``k`` fastest at its fastest chunk count
+    (:func:`with_best_chunks`), then the plans ``beyond`` the pool whose bound on the closed forms (their tokens
+    per second with every TP collective hidden, highest first, each with a function assembling its estimate)
+    passes the ``k``-th best so far: the same ``k`` plans as chunking every feasible plan, with only those that
+    can matter estimated again."""
+    done: list[Estimate] = []
+    overlap = cluster.accelerator.efficiency.comm_overlap.value
+    for est in pool:
+        kth = _kth(done, k)
+        done += with_best_chunks([est], model, cluster, engine) if chunk_bound_tokens_per_s(est, overlap) > kth else [est]
+    for bound, assemble in beyond(_kth(done, k)):
+        if bound <= _kth(done, k):
+            break
+        est = assemble()
+        if chunk_bound_tokens_per_s(est, overlap) > _kth(done, k):
+            done += with_best_chunks([est], model, cluster, engine)
+    return done
+
+
+def _kth(estimates: list[Estimate], k: int) -> float:
+    """The ``k``-th best tokens per second of ``estimates`` (0 when there are fewer)."""
+    speeds = sorted((e.target_tokens_per_s for e in estimates), reverse=True)
+    return speeds[k - 1] if len(speeds) >= k else 0.0
+
+
+def with_best_chunks(estimates: list[Estimate], model: ModelSpec, cluster: Cluster, engine: Engine) -> list[Estimate]:
+    """Each of ``estimates`` at its fastest ``overlap_chunks`` of 1 and :data:`CHUNKS` where ``engine`` runs chunked
+    collectives for its plan (tensor or expert parallelism, no async TP; the capability table); the others as
+    they are.
+    The chunk counts are compared by the closed forms (chunking changes each layer's time alike in every pipeline
+    stage); the fastest is then estimated as the planner's top plans are (pipelines re-timed by the simulation)."""
+    out = []
+    for est in estimates:
+        plan = est.plan
+        runs = ((plan.tp > 1 or model.moe is not None and plan.ep > 1) and plan.overlap_chunks == 1
+                and not plan.tp_comm_overlap
+                and first_unsupported(replace(plan, overlap_chunks=2), model, engine) is None)
+        if not runs:
+            out.append(est)
+            continue
+        closed = {c: estimate(model, cluster, replace(plan, overlap_chunks=c), engine=engine, simulate=False)
+                  for c in CHUNKS}
+        best = min(closed, key=lambda c: (closed[c].step_time_s, c))
+        chunked = closed[best] if plan.pp == 1 else estimate(model, cluster, replace(plan, overlap_chunks=best),
+                                                             engine=engine, simulate=True)
+        out.append(chunked if chunked.step_time_s < est.step_time_s else est)
+    return out

@@ -17,14 +17,17 @@ from plait.cost.batch import BatchResult
 from plait.cost.energy import step_energy_batch
 from plait.cost.estimate import Estimate
 from plait.engine.capability import reasons as engine_reasons
+from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.convergence import row_figures
+from plait.plan.plan import Plan
 from plait.predict.estimate import assemble
 from plait.predict.intervals import bounds, spread
+from plait.search.chunks import hidden_at_most, runs_chunks, search_chunks
 from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
 from plait.search.refine import refine
@@ -104,16 +107,50 @@ class SearchResult:
         """The ``k`` fastest feasible plans as estimates: ranked by the closed forms, the best
         ``REFINE x k`` assembled with every pipeline re-timed by the simulation (:func:`plait.predict.estimate.assemble`
         with ``simulate=True``: only these few, where the closed forms' drift could reorder the ranking), of which
-        those that cannot be among the ``k`` are not simulated (:mod:`plait.search.refine`)."""
+        those that cannot be among the ``k`` are not simulated (:mod:`plait.search.refine`). Where the engine runs
+        chunked collectives, each of the ``k`` then takes its fastest ``overlap_chunks``
+        (:func:`plait.search.chunks.with_best_chunks`) and they are ranked again."""
         rows = [(self.feasible[chunk][1], row) for _, chunk, row in self.ranking()[:REFINE * k]]
         # the bound that skips simulations is on throughput: ranked by the 90% bound, every plan is simulated
         # and so is not a bound on energy
         out = refine(self.model, self.cluster, self.engine, rows, k if self.rank_by == "p50" else len(rows))
+        if runs_chunks(self.engine):  # overlap_chunks searched over the plans that can still rank
+            kept = {e.plan for e in out}  # (refine leaves out pool plans that cannot rank unchunked)
+            out = search_chunks(self._ordered(out), k, self.model, self.cluster, self.engine,
+                                lambda kth: self._chunk_candidates(kth, kept))
+        return self._ordered(out)[:k]
+
+    def _chunk_candidates(self, kth_tokens_per_s: float,
+                          kept: set[Plan]) -> list[tuple[float, Callable[[], Estimate]]]:
+        """Feasible TP or EP plans not in ``kept`` that hiding their TP and EP collectives would lift past
+        ``kth_tokens_per_s`` (the closed forms): that bound, highest first, and a function assembling each as
+        :meth:`top` assembles its plans."""
+        found, overlap = [], self.cluster.accelerator.efficiency.comm_overlap.value
+        for cols, result, rows in self.feasible:
+            tokens = cols["global_batch"][rows] * cols["seq_len"][rows]
+            hidden = hidden_at_most(result.time["tp_comm"][rows] + result.time["ep_comm"][rows], overlap)
+            bound = tokens / np.maximum(result.step_time_s[rows] - hidden, 1e-12)
+            chunkable = (cols["tp"][rows] > 1) | ((cols["ep"][rows] > 1) & (self.model.moe is not None))
+            hits = np.flatnonzero((bound > kth_tokens_per_s) & chunkable)
+            if not len(hits):
+                continue
+            twins = cols.take(rows[hits])  # as chunked: the engine's refusals of the combination (fp8, cp, MoE)
+            twins = PlanColumns({**twins.data, "overlap_chunks": np.full(len(hits), 2, dtype=twins["overlap_chunks"].dtype)},
+                                methods=twins.methods)
+            runnable = unsupported_index(twins, self.model, self.engine) < 0
+            found += [(float(b), result, int(r)) for b, r in zip(bound[hits][runnable], rows[hits][runnable])
+                      if result.cols.plan(int(r)) not in kept]
+        found.sort(key=lambda f: -f[0])
+        return [(b, lambda result=result, row=row: refine(self.model, self.cluster, self.engine,
+                                                          [(result, row)], 1)[0]) for b, result, row in found]
+
+    def _ordered(self, out: list[Estimate]) -> list[Estimate]:
+        """``out`` best first by :attr:`rank_by`."""
         if self.rank_by == "p90":  # tokens/s at the 90% bound, over the steps multiplier
-            return sorted(out, key=lambda e: e.step_time_interval_s[1] * e.steps_multiplier / e.tokens_per_step)[:k]
+            return sorted(out, key=lambda e: e.step_time_interval_s[1] * e.steps_multiplier / e.tokens_per_step)
         if self.rank_by == "energy":  # joules per all-reduce-equivalent token
-            return sorted(out, key=lambda e: (e.energy_j(1.0) or 0.0, -e.target_tokens_per_s))[:k]
-        return sorted(out, key=lambda e: -e.target_tokens_per_s)[:k]
+            return sorted(out, key=lambda e: (e.energy_j(1.0) or 0.0, -e.target_tokens_per_s))
+        return sorted(out, key=lambda e: -e.target_tokens_per_s)
 
     def best_per_method(self) -> dict[str, Estimate]:
         """The best ranked plan of each ``dp_sync`` method name tried, as closed-form estimates (best first)."""
