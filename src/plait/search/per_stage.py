@@ -1,21 +1,28 @@
-"""Per-stage recomputation and layer counts for the planner's top pipeline plans, by dynamic programming.
+"""Per-stage recomputation, sharding and layer counts for the planner's top pipeline plans, by dynamic programming.
 
 After the uniform search, each of the top plans that pipelines with 1F1B is re-split: every stage ``s`` takes
-``n_s`` layers (within :data:`LAYER_WINDOW` of the even split, summing to the model's) and its own recomputation
-mode ``r_s`` (none, selective, full), each stage within the memory limit. The step to minimise is 1F1B's closed form
-``m * max_s t_s + (p - 1) * mean_s t_s`` (Narayanan et al. 2021, Sec. 2.2.2; :func:`plait.cost.pipeline.
-pipeline_time_s`), ``t_s`` the stage's forward and backward per micro-batch. As in Alpa's inter-operator pass
-(Zheng et al., OSDI 2022, arXiv 2201.12023, Sec. 5.2: enumerate the slowest stage's time, then a dynamic program
-over stages minimises the sum under it) every candidate bound ``T`` (each distinct ``t``) is tried, and for each a
-dynamic program over stages and layers used so far keeps the least summed time of stages whose ``t <= T`` and whose
-memory fits (Galvatron, Miao et al., VLDB 2023, arXiv 2211.13878, Sec. 4: a DP over layers under a memory budget).
+``n_s`` layers (within :data:`LAYER_WINDOW` of the even split, summing to the model's), its own recomputation
+mode ``r_s`` (none, selective, full) and, where the plan has ``dp_shard`` ranks, its own ZeRO stage ``z_s``
+(:data:`SHARDINGS` that meet the plan rules and the engine), each stage within the memory limit. The step to
+minimise is 1F1B's closed form ``m * max_s t_s + (p - 1) * mean_s t_s`` (Narayanan et al. 2021, Sec. 2.2.2;
+:func:`plait.cost.pipeline.pipeline_time_s`), ``t_s`` the stage's forward and backward per micro-batch, plus the
+longest stage tail ``max_s u_s`` (exposed gradient sync and optimizer step after the last backward; each stage
+reduces over its own group). As in Alpa's inter-operator pass (Zheng et al., OSDI 2022, arXiv 2201.12023,
+Sec. 5.2: enumerate the slowest stage's time, then a dynamic program over stages minimises the sum under it) every
+candidate bound ``U`` (each choice's tail) and, under it, every bound ``T`` (each distinct ``t``) is tried, and for
+each a dynamic program over stages and layers used so far keeps the least summed time of stages whose ``t <= T``,
+whose tail ``<= U`` and whose memory fits (Galvatron, Miao et al., VLDB 2023, arXiv 2211.13878, Sec. 4: a DP over
+layers under a memory budget). A choice's tail is taken at the even layer count, the longest of its first,
+interior and last stage (assumed: a few layers more or less move a stage's gradient bytes by a few percent; the
+winner is costed exactly afterwards).
 
 ``t`` and memory come from the cost model itself (:mod:`plait.cost.per_stage`): ``t`` for the first, an interior
-and the last stage at each (layers, mode) pair, memory for every stage (1F1B's stage ``s`` holds ``p - s``
-micro-batches). Complexity per plan: ``3 W R`` stage passes and ``p W R`` stage memories (``W`` layer counts,
-``R = 3`` modes), then ``O(|T| p W L)`` for the programs (``|T| <= 3 W R``, ``L`` layers), vectorized over ``L``.
-The winner is then estimated as any plan is (:func:`plait.predict.estimate.assemble`, simulated where the top
-plans are) and kept only where it beats the uniform plan it came from.
+and the last stage at each (layers, mode, sharding), memory for every stage (1F1B's stage ``s`` holds ``p - s``
+micro-batches). Complexity per plan: ``3 W C`` stage passes and ``p W C`` stage memories (``W`` layer counts,
+``C = 3 Z`` choices of ``R = 3`` modes by ``Z <= 3`` shardings), then ``O(|U| |T| p W L)`` for the programs
+(``|U| <= C``, ``|T| <= 3 W C``, ``L`` layers), vectorized over ``L``; both bounds stop once the busy term alone
+costs more than the best found. The winner is then estimated as any plan is (:func:`plait.predict.estimate.
+assemble`, simulated where the top plans are) and kept only where it beats the uniform plan it came from.
 """
 
 from __future__ import annotations
@@ -94,15 +101,16 @@ def pipelines(result: SearchResult, top: list[Estimate], k: int = PIPELINES) -> 
 
 
 def improve(model: ModelSpec, cluster: Cluster, engine: Engine, top: list[Estimate], memory_margin: float,
-            simulate: bool = True) -> list[StageWin]:
-    """The per-stage plans that beat each of ``top`` (uniform estimates) where one does, fastest first."""
+            simulate: bool = True, vary_sharding: bool = True) -> list[StageWin]:
+    """The per-stage plans that beat each of ``top`` (uniform estimates) where one does, fastest first
+    (``vary_sharding``: stages may shard differently, else each keeps its plan's sharding)."""
     limit = cluster.accelerator.memory_bytes * (1.0 - memory_margin)
     wins = []
     for uniform in top:
         plan = uniform.plan
         if not _eligible(plan):
             continue
-        found = best_split(model, cluster, engine, plan, limit)
+        found = best_split(model, cluster, engine, plan, limit, vary_sharding)
         if found is None:
             continue
         try:
@@ -126,7 +134,8 @@ def _eligible(plan: Plan) -> bool:
             and not plan.per_stage)
 
 
-def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, limit_bytes: float) -> Plan | None:
+def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, limit_bytes: float,
+               vary_sharding: bool = True) -> Plan | None:
     """The per-stage plan the dynamic program finds for ``plan`` (``None``: the uniform split is the best, or
     nothing fits)."""
     p, num_layers = plan.pp, model.num_layers
@@ -135,7 +144,8 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
     counts = list(range(max(1, even - LAYER_WINDOW), even + LAYER_WINDOW + 1)) if alike else [even]
     if not alike and num_layers % p:
         return None  # stages of unequal count whose layers differ by index: the even split stays
-    choices = [(mode, z) for z in stage_shardings(model, cluster, engine, plan) for mode in MODES]
+    shardings = stage_shardings(model, cluster, engine, plan) if vary_sharding else (plan.sharding,)
+    choices = [(mode, z) for z in shardings for mode in MODES]  # ties go to the first: the least sharding
     t = np.full((p, len(counts), len(choices)), np.inf)
     fits = np.zeros((p, len(counts), len(choices)), dtype=bool)
     tail = np.zeros(len(choices))  # the longest exposed sync + optimizer step of a stage of each choice
