@@ -160,11 +160,16 @@ def reasons(engine: Engine, machine: str | None = None) -> list[str]:
 def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str | None = None,
                       cols: PlanColumns | None = None) -> str | None:
     """One line naming the first option ``engine`` cannot run, the engine and why; ``None`` when it can run all
-    (``cols``: the plan as columns, when the caller has them)."""
+    (``cols``: the plan as columns, when the caller has them). A stage sharded its own way
+    (:attr:`Plan.stage_sharding`) runs as its own uniform plan (:meth:`Plan.for_stage`) and is checked as one."""
     if not engine.unsupported and not engine.machines.get(machine or "", {}):
         return None
     index = int(unsupported_index(cols if cols is not None else PlanColumns.one(plan), model, engine, machine))
     if index < 0:
+        for stage in range(1, len(plan.stage_sharding)):
+            if plan.stage_sharding[stage] != plan.sharding and (
+                    refusal := first_unsupported(plan.for_stage(stage), model, engine, machine)):
+                return f"stage {stage}: {refusal}"
         return None
     feature, why = _listed(engine, machine)[index]
     where = f" on {machine.upper() if machine == 'cpu' else 'CUDA'}" if machine and feature.name in engine.machines.get(
