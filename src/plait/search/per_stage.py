@@ -145,7 +145,7 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
     if not alike and num_layers % p:
         return None  # stages of unequal count whose layers differ by index: the even split stays
     shardings = stage_shardings(model, cluster, engine, plan) if vary_sharding else (plan.sharding,)
-    choices = [(mode, z) for z in shardings for mode in MODES]  # ties go to the first: the least sharding
+    choices = [(mode, z) for z in shardings for mode in MODES]  # ties go to the first: the plan's own sharding
     t = np.full((p, len(counts), len(choices)), np.inf)
     fits = np.zeros((p, len(counts), len(choices)), dtype=bool)
     tail = np.zeros(len(choices))  # the longest exposed sync + optimizer step of a stage of each choice
@@ -177,15 +177,16 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
 
 
 def stage_shardings(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan) -> tuple[str, ...]:
-    """The ZeRO stages a stage of ``plan`` may take: with ``dp_shard`` ranks, each of zero1..3 whose uniform plan
-    meets the plan rules and runs on ``engine``; else the plan's own."""
+    """The ZeRO stages a stage of ``plan`` may take, the plan's own first (ties go to it: no stage changes its
+    sharding for nothing): with ``dp_shard`` ranks, each of zero1..3 whose uniform plan meets the plan rules and
+    runs on ``engine``."""
+    out = [plan.sharding]
     if plan.dp_shard == 1:
-        return (plan.sharding,)
-    out = []
+        return tuple(out)
     for sharding in SHARDINGS:
         uniform = replace(plan, sharding=sharding)
-        if sharding == plan.sharding or (first_violation(uniform, model, cluster) is None
-                                         and first_unsupported(uniform, model, engine) is None):
+        if sharding != plan.sharding and first_violation(uniform, model, cluster) is None \
+                and first_unsupported(uniform, model, engine) is None:
             out.append(sharding)
     return tuple(out)
 
