@@ -90,7 +90,7 @@ def one_case(name: str, cluster_name: str, gpus: int, batch: int, seq_len: int, 
     else:
         print("  every stage sharded alike: none beats its uniform pipeline")
     with_it = max(best.target_tokens_per_s, win.better.target_tokens_per_s)
-    without = max(best.target_tokens_per_s, *(w.better.target_tokens_per_s for w in alike[:1]))
+    without = max([best.target_tokens_per_s, *(w.better.target_tokens_per_s for w in alike[:1])])
     print(f"  the best plan with the sharding choice vs without it (uniform or per-stage): "
           f"{100 * (with_it / without - 1):+.1f}%")
 
