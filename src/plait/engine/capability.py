@@ -90,9 +90,9 @@ _FEATURES: tuple[Feature, ...] = (
     Feature("ep_zero1", lambda p, m: f"ep={p.ep} with sharding='zero1'", lambda c, m: (c["ep"] > 1) & c.is_("sharding", "zero1")),
     Feature("ep_beyond_dp", lambda p, m: f"ep={p.ep} not dividing dp={p.dp}", lambda c, m: (c["ep"] > 1) & (c.dp % c["ep"] != 0)),
     Feature("zero1_tp", lambda p, m: f"sharding='zero1' with tp={p.tp}", lambda c, m: c.is_("sharding", "zero1") & (c["tp"] > 1)),
-    Feature("ddp_with_tp_or_pp", lambda p, m: f"sharding={p.sharding!r} (DDP) over dp*cp={p.dp * p.cp} with tp={p.tp}, pp={p.pp}",
+    Feature("ddp_with_tp", lambda p, m: f"sharding={p.sharding!r} (DDP) over dp*cp={p.dp * p.cp} with tp={p.tp}",
             lambda c, m: (c.is_("sharding", "none") | c.is_("sharding", "zero1")) & (c.dp * c["cp"] > 1)
-            & ((c["tp"] > 1) | (c["pp"] > 1)) & (c["dp_sync"] == 0)),  # the other methods train without DDP
+            & (c["tp"] > 1) & (c["dp_sync"] == 0)),  # the other methods train without DDP
     Feature("tp_comm_overlap_without_sp", lambda p, m: f"tp_comm_overlap=true with tp={p.tp}, sp={str(p.sp).lower()}",
             lambda c, m: c["tp_comm_overlap"] & c.xp.not_(c["sp"] & (c["tp"] > 1))),
     Feature("tp_comm_overlap_cp", lambda p, m: f"tp_comm_overlap=true with cp={p.cp}",
