@@ -14,17 +14,20 @@ from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
+FIELDS = "stage_recompute, stage_layers and stage_sharding"
+"""How a refusal names the per-stage fields."""
+
 
 def check_stages(plan: Plan, model: ModelSpec) -> None:
     """Raise :class:`ConfigError` naming the first rule a per-stage plan breaks (nothing for a uniform plan)."""
     if not plan.per_stage:
         return
     if plan.pp < 2:
-        raise ConfigError(f"stage_recompute and stage_layers need pipeline stages (pp={plan.pp} must be >= 2)")
+        raise ConfigError(f"{FIELDS} need pipeline stages (pp={plan.pp} must be >= 2)")
     if plan.vpp != 1:
-        raise ConfigError(f"stage_recompute and stage_layers take one model chunk per rank (vpp={plan.vpp} must be 1)")
+        raise ConfigError(f"{FIELDS} take one model chunk per rank (vpp={plan.vpp} must be 1)")
     if not plan.dp_sync.is_allreduce:
-        raise ConfigError(f"stage_recompute and stage_layers are costed under the all-reduce "
+        raise ConfigError(f"{FIELDS} are costed under the all-reduce "
                           f"(dp_sync={plan.dp_sync.spec!r} must be allreduce)")
     if plan.stage_sharding and plan.dp_shard == 1:
         raise ConfigError(f"stage_sharding shards over each stage's dp_shard ranks (dp_shard={plan.dp_shard} must be "
