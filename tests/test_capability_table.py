@@ -34,6 +34,7 @@ GPT = "gpt3-1.3b"  # learned positions
 OPTIONS: dict[str, tuple[dict[str, object], str]] = {
     "tp": ({"tp": 2, "sp": True}, "dense"),
     "sp": ({"tp": 2, "sp": True}, "dense"),
+    "tp_grid": ({"tp": 4, "tp_mode": "2d"}, "dense"),
     "pp": ({"pp": 2}, "dense"),
     "schedule=1f1b": ({"pp": 2, "schedule": "1f1b"}, "dense"),
     "schedule=gpipe": ({"pp": 2, "schedule": "gpipe"}, "dense"),
@@ -69,6 +70,7 @@ OPTIONS: dict[str, tuple[dict[str, object], str]] = {
 # plait's runtime on a CPU: option -> (test file, a marker in it naming the case that trains that option).
 TRAINED_BY: dict[str, tuple[str, str]] = {
     "tp": ("test_runtime.py", '"tp2-sp"'), "sp": ("test_runtime.py", '"tp2-sp"'),
+    "tp_grid": ("test_tp2d.py", "def test_a_grid_layer_and_a_grid_plan_on_four_gloo_ranks"),
     "pp": ("test_runtime.py", '"pp2-1f1b"'), "schedule=1f1b": ("test_runtime.py", '"pp2-1f1b"'),
     "schedule=gpipe": ("test_runtime.py", '"pp2-gpipe"'),
     "schedule=interleaved": ("test_runtime.py", '"pp2-interleaved"'),
@@ -113,7 +115,7 @@ def test_every_feature_an_engine_can_refuse_is_either_an_option_here_or_a_combin
     combos = {"mla", "alibi", "local_attention", "attention_sinks", "router_bias", "offload_optimizer_alone", "zero1_replicated", "zero1_tp", "ddp_with_tp", "offload_optimizer_zero1",
               "zb_micro_batches", "pp_fewer_micro_batches", "kv_head_replication", "moe_tp", "moe_cp", "ep_zero1", "ep_beyond_dp",
               "tp_comm_overlap_without_sp", "tp_comm_overlap_cp", "tp_comm_overlap_selective", "cp_learned_positions",
-              "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "master_weights=false", "overlap_grad_reduce=false"}
+              "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "tp_grid_with", "tp_grid_model", "master_weights=false", "overlap_grad_reduce=false"}
     assert set(FEATURES) == singles | combos
 
 

@@ -99,12 +99,23 @@ COMMANDS: dict[str, str] = {
     "--global-batch 2048": "",
     "plait plan --model llama3-70b --cluster dgx-h100-ib --gpus 64 --global-batch 512": "",
     "plait estimate --model llama3-8b --gpus 8": "",
+    "plait estimate --plan examples/llama3-70b-tp2d.toml": "",
+    "plait run --plan examples/tiny-tp2d.toml --steps 4":
+        "SKIP: tests/test_tp2d.py trains this grid on 4 gloo ranks against one process (its one spawning test)",
+    "plait plan --model llama3-8b --cluster dgx-h100-ib --gpus 16 --global-batch 16 --allow-tp-across-nodes "
+    "--engine plait": "",
+    "plait plan --model llama3-8b --cluster aws-g5-24xlarge --gpus 16 --global-batch 16 --allow-tp-across-nodes "
+    "--tp-grids": "",
     "plait plan --model llama3-70b --objective energy --gpus-range 1024:2048 --tokens 15e12 --global-batch 2048": "",
     "plait estimate --model llama3.1-405b --cluster h100-roce-400 --gpus 16384 --tp 8 --pp 16 --schedule interleaved "
     "--vpp 7 --sp --sharding zero1 --recompute selective --global-batch 2048 --tokens 15.6e12": "",
     "plait plan ... --json": f"plait plan {LLAMA70} --json",
     "plait plan ... --export out/": f"plait plan {LLAMA70} --export {{tmp}}/out2/",
     "plait plan ... --engine torchtitan --export out/": f"plait plan {LLAMA70} --engine torchtitan --export {{tmp}}/out3/",
+    "plait estimate --model gpt3-1.3b --cluster dgx-a100-ib --gpus 16 --sharding none --global-batch 512 --backend "
+    "gloo": "",
+    "plait calibrate --backends": "SKIP: 40-90 s of 2-rank gloo and MPI sweeps; tests/test_backends.py times MPI's "
+    "all-reduce on 2 ranks (slow, skipped without mpi4py) and checks the fit",
     "plait calibrate --output calibrated.toml": "SKIP: takes about 80 s on this machine; tests/test_runtime.py "
     "runs it with --quick (test_calibrate_writes_a_description_the_estimator_reads)",
     "plait run --plan examples/tiny-plan.toml --cluster calibrated.toml --steps 20":
@@ -123,6 +134,11 @@ COMMANDS: dict[str, str] = {
         "plait run --plan examples/tiny-plan.toml --steps 3 --trace-dir {tmp}/traces/",
     "plait schedule --trace examples/traces/pai-like.csv --cluster dgx-h100-ib --policy srtf": "",
     "plait schedule --trace examples/traces/pai-like.csv --cluster a100-omnipath --policy all": "",
+    "plait estimate --model examples/federated-toy.toml": "",
+    "plait plan --model examples/federated-toy.toml": "",
+    "plait run --model examples/federated-toy.toml --steps 20":
+        "SKIP: tests/test_federated.py::test_both_methods_on_gloo_ranks_equal_one_process_with_the_predicted_bytes "
+        "runs its entry (run_federated) on 2 client ranks for 3 rounds",
     "plait schedule --synthetic helios --jobs 2000 --gpus 1024 --cluster dgx-h100-ib --policy crossover": "",
     "plait report --plan examples/llama3-70b-pp.toml --out report.html --gpus-range 32:256":
         "plait report --plan examples/llama3-70b-pp.toml --out {tmp}/report.html --gpus-range 32:256",

@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.workloads.dlrm.", "plait.workloads.glm.",
-             "plait.cli.mixed", "plait.predict.mixed", "plait.hardware.mixed", "plait.hardware.mixed_catalog")
+             "plait.workloads.federated.", "plait.cli.mixed", "plait.predict.mixed", "plait.hardware.mixed",
+             "plait.hardware.mixed_catalog")
 """Modules (and their submodules) a transformer's ``plait estimate`` has no use for. Of the other workload kinds only
 the registry's descriptors load (``plait.workloads.gnn`` itself: how a file is recognised and which options are the
 kind's, which the transformer kind refuses), never their models, costs or searches (a trailing dot: submodules)."""

@@ -31,14 +31,14 @@ RANKS, STEPS = 4, 4
 CASES = ["allreduce@adamw", "param_server:servers=2,placement=layerwise@adamw", "param_server:servers=4@sgd",
          "allreduce@sgd", "switch_aggregation@adamw", "switch_aggregation:bits=16@adamw", "gossip:topology=ring@adamw",
          "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw", "gossip:topology=complete@sgd",
-         "local_sgd:every=1@sgd"]
+         "gossip:topology=random_ring,delay=1@adamw", "local_sgd:every=1@sgd"]
 
 
 def test_specs_take_named_choices_and_refuse_in_one_line() -> None:
     assert parse("param_server").spec == "param_server:servers=1,placement=balanced,host=ranks,hybrid=false"
     spec = parse("param_server:placement=layerwise,servers=4")
     assert spec.placement == "layerwise" and spec.spec.startswith("param_server:servers=4,placement=lay")
-    assert parse("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3"
+    assert parse("gossip:topology=random,peers=3").spec == "gossip:topology=random,peers=3,delay=0"
     assert parse("switch_aggregation").spec == "switch_aggregation:bits=32"
     for bad, rule in (("gossip:topology=star", "must be one of ring, torus"),
                       ("gossip:topology=ring,peers=2", "peers applies to topology=exponential|random"),
@@ -171,7 +171,8 @@ def test_exact_architectures_train_as_their_reference(trained, case: str, refere
 
 
 @pytest.mark.parametrize("case", ["switch_aggregation:bits=16@adamw", "gossip:topology=ring@adamw",
-                                  "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw"])
+                                  "gossip:topology=exponential@adamw", "gossip:topology=random,peers=2@adamw",
+                                  "gossip:topology=random_ring,delay=1@adamw"])
 def test_inexact_architectures_still_train(trained, case: str) -> None:  # type: ignore[no-untyped-def]
     losses = trained[case]["losses"]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]

@@ -28,9 +28,10 @@ KINDS = {
     "glm-tiny.toml": "glm", "glm-criteo-sparse.toml": "glm", "glm-dense-svm.toml": "glm",
     "small-model.toml": "transformer", "tiny-model.toml": "transformer", "tiny-moe.toml": "transformer",
     "llama3-70b-pp.toml": "transformer", "llama3-8b-fsdp.toml": "transformer", "tiny-plan.toml": "transformer",
-    "llama3-70b-chunks.toml": "transformer",
+    "llama3-70b-chunks.toml": "transformer", "llama3-70b-tp2d.toml": "transformer", "per-stage-plan.toml": "transformer",
     "cpu-node.toml": "transformer", "mixed-gpu-cpu.toml": "transformer", "my-cluster.yaml": "transformer",
     "small-cnn-plan.toml": "transformer", "mixed-plan.toml": "transformer", "crossbow-plan.toml": "transformer",
+    "federated-toy.toml": "federated",
 }
 """Each shipped example and the kind that recognises it (plan, cluster and model TOMLs are the core's)."""
 
@@ -99,7 +100,7 @@ def test_the_toy_kinds_strict_reader_refuses_unknown_keys(toy: Path) -> None:
 
 def test_a_kind_without_a_run_entry_is_refused_by_plait_run(toy: Path) -> None:
     code, _, err = cli(["run", "--model", str(toy)])
-    assert code == 2 and "plait run takes a DLRM, GNN, DiT or GLM TOML as --model" in err
+    assert code == 2 and "plait run takes a DLRM, GNN, DiT, federated job or GLM TOML as --model" in err
 
 
 def test_shipped_kinds_stay_registered() -> None:

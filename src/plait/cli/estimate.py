@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from plait.cli.backend import backend_json, backend_line, check_backend
 from plait.cli.cluster_choice import mixed_or_none
 from plait.cli.options import (
     DEFAULT_GPUS,
@@ -101,6 +102,7 @@ def estimate_command(
     split: Annotated[str, typer.Option(help="With a mixed cluster: data (replicas on every group, local batches by speed) | pipeline (stages on groups, layers by speed).")] = "data",
     shares: Annotated[str | None, typer.Option(help="With a mixed cluster: each group's share, GROUP=N,... (data: sequences per step; pipeline: layers per stage, e.g. a100=6+6,h100=10+10). [default: every group, balanced by speed]")] = None,
     local_steps: Annotated[str | None, typer.Option(help="With a mixed cluster and --dp-sync local_sgd: local steps per averaging round per group, GROUP=H,...")] = None,
+    backend: Annotated[str | None, typer.Option(help="Collective library the job's process groups run on: nccl | mpi | gloo | grpc (figures and sources: src/plait/engine/data/backends.toml); also prints the step on the cluster's own. [default: the engine's, else the cluster's own]")] = None,
     what_if: Annotated[str | None, typer.Option(help="kitsune: also show the step as it would be if a layer's operators ran concurrently as a spatial pipeline (Kitsune, arXiv 2502.18403; hardware features no GPU has today), on a line of its own, never in the prediction.")] = None,
 ) -> None:
     """Predict memory per GPU and step time of a plan, with breakdowns, MFU, time and cost to train.
@@ -115,6 +117,8 @@ def estimate_command(
         from plait.workloads.transformer.what_if import check_what_if
 
         check_what_if(what_if, workload, mixed_or_none(cluster) is not None)
+    if backend is not None:
+        check_backend(backend, workload.kind.estimate is None and mixed_or_none(cluster) is None)
     if workload.kind.estimate is not None:  # the kind prices and prints its own job
         workload.kind.estimate(workload, options)
         return
@@ -133,7 +137,14 @@ def estimate_command(
         if not as_json:
             rich_console().print(what_if_line(found))
         return
-    _show_estimate(workload.kind.price(workload, options), as_json, train_tokens)
+    result = workload.kind.price(workload, options)
+    if backend is None:
+        _show_estimate(result, as_json, train_tokens)
+        return
+    own = workload.kind.price(workload, {**options, "backend": None})
+    _show_estimate(result, as_json, train_tokens, {"backend": backend_json(backend, result, own)})
+    if not as_json:
+        rich_console().print(backend_line(backend, result, own))
 
 
 def _show_estimate(result: Estimate, as_json: bool, train_tokens: float, extra: dict[str, Any] | None = None) -> None:

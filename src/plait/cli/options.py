@@ -77,7 +77,7 @@ DpSyncOption = Annotated[str | None, typer.Option(
     "--dp-sync", help="Data-parallel synchronization METHOD[:key=value,...]: allreduce, bf16, fp16, powersgd:rank=R, "
                       "topk:ratio=F, quantize:bits=8|4|1, pipe_sgd, local_sgd:every=H, diloco:every=H, "
                       "palsgd:every=H, dreamddp:every=H (with TP and PP too; not with CP); param_server:servers=S, "
-                      "switch_aggregation:bits=32|16, gossip:topology=ring|torus|exponential|random|complete, "
+                      "switch_aggregation:bits=32|16, gossip:topology=ring|torus|exponential|random|complete|random_ring[,delay=1], "
                       "async_ps:staleness=B, easgd:alpha=A,every=H, crossbow:learners=K. [default: allreduce]")]
 
 # workload kinds' own options that more than one command takes

@@ -53,6 +53,8 @@ def plan_command(
     top: Annotated[int, count("Plans to list.")] = 5,
     memory_margin: Annotated[float, typer.Option(help="Fraction of GPU memory kept free.")] = 0.05,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let tp and ep leave the scale-up domain.")] = False,
+    tp_grids: Annotated[bool, typer.Option(help="Cost and rank 2-D/2.5-D tensor-parallel grids (SUMMA, Tesseract) too, "
+                                                "though no engine runs them yet: a what-if.")] = False,
     precision: Annotated[str | None, typer.Option(help="Matmul precisions to try, e.g. bf16 or bf16,fp8.")] = None,
     dp_sync: Annotated[list[str] | None, typer.Option(help="A data-parallel synchronization method to try besides "
                                                            "allreduce, METHOD[:key=value,...]; repeat for more. "

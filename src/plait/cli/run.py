@@ -24,7 +24,7 @@ from plait.workloads import labels_with, load
 
 def run_command(
     plan: Annotated[Path | None, typer.Option(help="Plan TOML ([job] model and [plan]).")] = None,
-    steps: Annotated[int, count("Optimizer steps.")] = 10,
+    steps: Annotated[int, count("Optimizer steps (a federated job TOML: rounds).")] = 10,
     cluster: Annotated[str | None, typer.Option(help="Hardware description for the prediction "
                                                      "(preset, file, or the output of `plait calibrate`).")] = None,
     metrics: Annotated[Path | None, typer.Option(help="JSON-lines file for per-step metrics, one line per step, "
@@ -88,7 +88,8 @@ def run_command(
     """Run a plan on PyTorch's distributed engine; print measured vs predicted step time and memory.
 
     --model DLRM.toml trains a recommendation model's table placement on TorchRec (DistributedModelParallel);
-    --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process.
+    --model GNN.toml or DIT.toml runs plait's GNN or DiT workers on CPU ranks next to one process; --model
+    FEDERATED.toml runs PFLEGO and FedAvg with a server rank and client ranks.
     A mixed plan file (`plait plan --cluster <mixed> --gpus N --export DIR`) runs its shares, each device group's
     ranks slowed to the group's predicted speed.
 

@@ -23,6 +23,7 @@ from plait.cost.inner import ABSENT, Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
 from plait.cost.params import stage_layer_counts
+from plait.cost.partial_times import profiled_exposed_s
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
@@ -37,6 +38,7 @@ from plait.plan.plan import Plan
 from plait.sync import SyncMethod
 from plait.units import DTYPE_BYTES, MIB, S_PER_US
 from plait.workload.model import ModelSpec
+from plait.workload.tensors import parameter_shapes
 
 Columns = dict[str, np.ndarray]
 T = TypeVar("T")
@@ -264,6 +266,8 @@ def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce
         over, shown, memory = _rows_costs(model, cluster, sync, cols, mask, params, stage, busy)
         if sync.pipelined:  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
             reduce = xp.where(mask, 0.0, reduce)
+        elif sync.partial_averaging and getattr(sync, "schedule", "even") == "profiled":  # DreamDDP's search (plait.cost.partial_times)
+            shown = profiled_exposed_s(parameter_shapes(model), cluster, cols, over, backward, sync.every)
         elif sync.partial_averaging:  # each step's share behind the last backward (plait.plan.partial)
             shown = partial_exposed_s(over, backward, sync.every, xp)
         elif not sync.infrequent:  # local SGD and DiLoCo keep ZeRO's in-replica reduction

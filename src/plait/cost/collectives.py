@@ -39,6 +39,8 @@ class GroupLink:
     """Per tier crossed: (group members per domain of the tier below, the tier)."""
     sites: int = 1
     """Sites the group spans when its outermost tier joins sites (``wide_area``), else 1."""
+    nccl_protocols: bool = True
+    """The group's collectives run on NCCL, which may take its low-latency protocol (:mod:`plait.cost.nccl_ll`)."""
     ll_cache: dict[str, tuple[float, float]] = field(default_factory=dict, repr=False, compare=False)
     """:mod:`plait.cost.nccl_ll`'s terms by collective, computed on first use (derived from the fields above)."""
 
@@ -77,7 +79,7 @@ def _group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
         paths.append((below, cluster.tiers[index]))
     sites = -(-size // paths[-1][0]) if cluster.tiers[outer].wide_area else 1
     return GroupLink(size, cluster.tiers[outer].latency_s, outer, members_within(cluster.tiers[0].span_gpus),
-                     tuple(paths), sites)
+                     tuple(paths), sites, cluster.collective_backend == "nccl")
 
 
 def all_reduce_s(num_bytes: float, link: GroupLink) -> float:

@@ -9,6 +9,12 @@ for the busiest rank or site
 (the exchange follows the optimizer step, nothing overlaps it: plait's runtime, :mod:`plait.run.gossip`). Mixing
 streams the parameters :data:`MIX_PASSES` times and three more per received copy, at the sustained memory
 bandwidth.
+
+With ``delay=1`` (delay-by-one, Zhang, Cui et al., arXiv 2002.01119) the exchange a step starts runs beside the
+next step's forward and backward, so only what outlasts them is exposed: ``max(0, comm - compute)`` per step, as
+for Pipe-SGD's all-reduce behind the next step (Li et al. NeurIPS 2018, Sec. 3: the step takes the larger of the
+two); the mixing stays on the critical path, and a replica holds one more copy (the parameters it sent, which the
+mix needs a step later).
 """
 
 from __future__ import annotations
@@ -78,9 +84,10 @@ def _loads(topology: str, peers: int, replicas: int, stride: int, spans: tuple[i
 
 
 def gossip_costs(cluster: Cluster, sync: Gossip, cols: PlanColumns, replicas: Any, stride: Any,
-                 params: Any) -> tuple[Any, Any, Any]:
+                 params: Any, busy: Any = 0.0) -> tuple[Any, Any, Any]:
     """(0, exposed seconds, extra bytes of memory) per row of ``cols``: the exchange and mix after each step among
-    ``replicas`` ranks ``stride`` apart, each holding ``params`` elements (per row)."""
+    ``replicas`` ranks ``stride`` apart, each holding ``params`` elements (per row); with ``delay=1`` the exchange
+    hides behind ``busy``, the step's compute (module docstring)."""
     topology, peers = topology_of(sync)
     memory_bw = memory_bytes_per_s(cluster.accelerator)
 
@@ -89,14 +96,24 @@ def gossip_costs(cluster: Cluster, sync: Gossip, cols: PlanColumns, replicas: An
     site = cluster.site_gpus or 1
 
     def one(replicas: int, stride: int, elements: float) -> tuple[float, float]:
+        """(exchange seconds, mix seconds) of one row."""
         if replicas <= 1:
             return 0.0, 0.0
         loads, received = _loads(topology, peers, replicas, stride, spans, wide)
         copy = PARAM_BYTES * elements
         times = [copies * copy / (tier.bandwidth_bytes_per_s(copy) * (site if tier.wide_area else 1))
                  + (tier.latency_s if copies else 0.0) for copies, tier in zip(loads, cluster.tiers)]
-        mix = (MIX_PASSES + 3 * received) * copy / memory_bw
-        return max(times) + mix, received * copy
+        return max(times), (MIX_PASSES + 3 * received) * copy / memory_bw
 
-    return (cols.zeros(), *per_distinct(cols, lambda n, t, e: one(int(n), int(t), float(e)), replicas, stride,
-                                        params))
+    def held(replicas: int, stride: int, elements: float) -> tuple[float, float]:
+        """(bytes of the received copies, and of the sent one kept a step under ``delay=1``) of one row."""
+        if replicas <= 1:
+            return 0.0, 0.0
+        _, received = _loads(topology, peers, replicas, stride, spans, wide)
+        return received * PARAM_BYTES * elements, sync.delay * PARAM_BYTES * elements
+
+    xp = cols.xp
+    exchange, mix = per_distinct(cols, lambda n, t, e: one(int(n), int(t), float(e)), replicas, stride, params)
+    received, kept = per_distinct(cols, lambda n, t, e: held(int(n), int(t), float(e)), replicas, stride, params)
+    exposed = xp.maximum(exchange - busy, 0.0) if sync.delay else exchange
+    return cols.zeros(), exposed + mix, received + kept

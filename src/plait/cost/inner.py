@@ -10,11 +10,12 @@ broadcast to every candidate that has it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
 from plait.cost import activations as act
+from plait.cost import tp2d
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.host import layer_host_s
@@ -28,8 +29,8 @@ from plait.plan.keys import distinct_rows
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
-INNER_FIELDS = ("tp", "sp", "cp", "cp_attention", "ep", "micro_batch", "seq_len", "precision", "recompute", "grad_reduce_dtype",
-                "tp_comm_overlap", "overlap_chunks")
+INNER_FIELDS = ("tp", "tp_mode", "tp_depth", "sp", "cp", "cp_attention", "ep", "micro_batch", "seq_len", "precision",
+                "recompute", "grad_reduce_dtype", "tp_comm_overlap", "overlap_chunks")
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,8 @@ def _kind(setup: Setup, moe_layer: bool, attention: AttentionPart) -> LayerKind:
 
 def _row(setup: Setup) -> Inner:
     """Every inner quantity of one combination, as floats."""
+    if setup.plan.tp_mode != "1d":  # a 2-D/2.5-D grid: 1-D+SP's split of the layer, its own collectives
+        return _grid_row(setup)
     model, plan, acc = setup.model, setup.plan, setup.cluster.accelerator
     e, r, stream = setup.act_bytes, setup.residual_bytes, setup.tokens * model.hidden_size
     head_fwd, head_bwd = gemms_fwd_bwd_s([head_gemm(setup)], setup)
@@ -160,6 +163,23 @@ def _row(setup: Setup) -> Inner:
         p2p_bytes=r * stream / plan.tp,  # the residual stream; scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)
         num_vocab_params=model.vocab_size * model.hidden_size / plan.tp, grad_bytes=float(setup.grad_bytes),
         weight_cache_bytes=setup.framework.fp8_weight_cache_bytes if setup.gemm_dtype == "fp8" else 0.0)
+
+
+def _grid_row(setup: Setup) -> Inner:
+    """The inner quantities of a plan whose TP group is a grid (:mod:`plait.cost.tp2d`): those of Megatron 1-D with
+    sequence parallelism (same FLOPs, activations and matrices per rank), its per-layer TP collectives replaced by
+    the grid's, its GEMM times by SUMMA's smaller GEMMs and its layer parameters by the grid's blocks (the
+    embedding and output layer stay 1-D over the ``tp`` ranks)."""
+    base = _row(tp2d.base_setup(setup))
+    terms = tp2d.grid_layer(setup)
+    dense = base.dense
+    recompute = dense.recompute_s
+    if setup.plan.recompute == "full":  # the recomputed forward runs the grid's forward
+        recompute += terms.gemm_extra_fwd_s + terms.comm_fwd_s - dense.tp_fwd_s
+    grid_dense = replace(
+        dense, fwd_s=dense.fwd_s + terms.gemm_extra_fwd_s, bwd_s=dense.bwd_s + terms.gemm_extra_bwd_s,
+        recompute_s=recompute, tp_fwd_s=terms.comm_fwd_s, tp_bwd_s=terms.comm_bwd_s, num_params=terms.num_params)
+    return replace(base, dense=grid_dense)
 
 
 _KIND_FIELDS = tuple(f.name for f in fields(LayerKind))

@@ -35,7 +35,7 @@ LARGE_MESSAGE_BYTES = 1e12
 
 def ll_s(kind: str, full_bytes: float, link: GroupLink) -> float:
     """Seconds of collective ``kind`` (``all_reduce``, ``all_gather``, ``reduce_scatter``) of a ``full_bytes`` buffer
-    over ``link`` by NCCL's ring LL protocol (module docstring); infinite across sites (a wide-area group runs its
+    over ``link`` by NCCL's ring LL protocol (module docstring); infinite on another back-end and across sites (a wide-area group runs its
     own hierarchical schedule, :func:`plait.cost.collectives.all_reduce_s`)."""
     if link.size <= 1 or full_bytes <= 0:
         return 0.0
@@ -49,7 +49,7 @@ def ll_s(kind: str, full_bytes: float, link: GroupLink) -> float:
 def _ll_terms(kind: str, link: GroupLink) -> tuple[float, float]:
     """(latency, seconds per buffer byte as a rate) of :func:`ll_s` for one group and collective, computed once."""
     g = link.size
-    if link.sites > 1 or not link.paths:
+    if link.sites > 1 or not link.paths or not link.nccl_protocols:  # LL is NCCL's: other libraries lack it
         return float("inf"), float("inf")
     nodes = max(1, -(-g // link.members_per_domain))
     all_reduce = kind == "all_reduce"

@@ -220,7 +220,7 @@ class Prices:
 
     def gossip_costs(self, method: Gossip) -> Costs:
         group, stride, local = self.averaging_group()  # neighbours exchange copies instead (plait.cost.gossip)
-        return gossip.gossip_costs(self.cluster, method, self.cols, group, stride, local / GRAD_BYTES)
+        return gossip.gossip_costs(self.cluster, method, self.cols, group, stride, local / GRAD_BYTES, self.busy)
 
     def async_costs(self, method: Asynchronous) -> Costs:
         """Closed-network bounds (:mod:`plait.cost.async_sgd`)."""

@@ -47,12 +47,43 @@ def _flag(field: str) -> Feature:
     return Feature(field, lambda p, m: f"{field}=true", lambda c, m: c[field])
 
 
+def _grid_company(p: Plan) -> str:
+    """The options beside a tensor-parallel grid that :func:`_grid_company_mask` finds."""
+    found = [f"{k}={getattr(p, k)}" for k in ("dp", "cp", "pp") if getattr(p, k) > 1]
+    found += [f"{k}={getattr(p, k)!r}" for k, off in (("sharding", "none"), ("recompute", "none"))
+              if getattr(p, k) != off]
+    found += [f"{k}=true" for k in ("offload_optimizer", "offload_params", "swap_activations") if getattr(p, k)]
+    found += ["precision='fp8'"] if p.precision == "fp8" else []
+    return ", ".join(found)
+
+
+def _grid_layer_misfit(m: ModelSpec) -> str:
+    """What of ``m`` a grid's layer (gated MLP, RMSNorm, rotary, no biases: plait/run/tp2d.py) does not build."""
+    found = [f"{k}={getattr(m, k)!r}" for k, want in (("mlp", "gated"), ("norm", "rmsnorm"), ("position", "rope"))
+             if getattr(m, k) != want]
+    return ", ".join(found + (["linear biases"] if m.attention_bias or m.mlp_bias else []))
+
+
+def _grid_company_mask(c: PlanColumns) -> np.ndarray:
+    """Rows whose grid shares the job with data, context or pipeline parallelism, sharding, recomputation,
+    offload, activation swapping or fp8 (the grid's SUMMA matmuls are plain ``@`` under autocast)."""
+    return ((c.dp * c["cp"] > 1) | (c["pp"] > 1) | c.xp.not_(c.is_("sharding", "none"))
+            | c.xp.not_(c.is_("recompute", "none")) | c["offload_optimizer"] | c["offload_params"]
+            | c["swap_activations"] | c.is_("precision", "fp8"))
+
+
 _FEATURES: tuple[Feature, ...] = (
     _degree("tp"), _degree("pp"), _degree("cp"), _degree("ep"),
     Feature("cp_attention=ulysses", lambda p, m: f"cp_attention='ulysses' (cp={p.cp})",
             lambda c, m: (c["cp"] > 1) & c.is_("cp_attention", "ulysses")),
     Feature("cp_attention=lss", lambda p, m: f"cp_attention='lss' (cp={p.cp})",
             lambda c, m: (c["cp"] > 1) & c.is_("cp_attention", "lss")),
+    Feature("tp_grid", lambda p, m: f"tp_mode={p.tp_mode!r} (a {p.tp_mode.upper()} tensor-parallel grid)",
+            lambda c, m: c.xp.not_(c.is_("tp_mode", "1d"))),
+    Feature("tp_grid_model", lambda p, m: f"tp_mode={p.tp_mode!r} with {m.name}'s {_grid_layer_misfit(m)}",
+            lambda c, m: c.xp.not_(c.is_("tp_mode", "1d")) & bool(_grid_layer_misfit(m))),
+    Feature("tp_grid_with", lambda p, m: f"tp_mode={p.tp_mode!r} with {_grid_company(p)}",
+            lambda c, m: c.xp.not_(c.is_("tp_mode", "1d")) & _grid_company_mask(c)),
     Feature("sp", lambda p, m: "sp=true", lambda c, m: c["sp"] & (c["tp"] > 1)),
     *(_choice("schedule", s) for s in ("gpipe", "interleaved", "zb-h1")),
     Feature("schedule=1f1b", lambda p, m: "schedule='1f1b'", lambda c, m: c.is_("schedule", "1f1b") & (c["pp"] > 1)),
@@ -111,7 +142,8 @@ _FEATURES: tuple[Feature, ...] = (
     Feature("pp_fewer_micro_batches", lambda p, m: f"schedule='1f1b' with {p.num_micro_batches} micro-batches on pp={p.pp}",
             lambda c, m: c.is_("schedule", "1f1b") & (c["pp"] > 1) & (c.num_micro_batches < c["pp"])),
     Feature("kv_head_replication", lambda p, m: f"tp={p.tp} with num_kv_heads={m.num_kv_heads}",
-            lambda c, m: (m.num_kv_heads % c["tp"] != 0) & (m.mla is None)),
+            lambda c, m: (m.num_kv_heads % c["tp"] != 0) & (m.mla is None) & c.is_("tp_mode", "1d")),  # a grid
+    # splits heads by its side q (plait.plan.tp2d_rules.bad_split)
     Feature("mla", lambda p, m: f"multi-head latent attention ({m.name})", _model(lambda m: m.mla is not None)),
     Feature("alibi", lambda p, m: f"ALiBi positions ({m.name})", _model(lambda m: m.position == "alibi")),
     Feature("local_attention", lambda p, m: f"sliding-window or chunked attention ({m.name})",

@@ -17,6 +17,7 @@ BackwardPrefetch = Literal["pre", "post"]
 TpLoss = Literal["vocab_parallel", "gathered"]
 Pointwise = Literal["fused", "eager"]
 SelectivePolicy = Literal["attention_core", "every_other_mm"]
+BackendChoice = Literal["", "nccl", "mpi", "gloo", "grpc"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +158,10 @@ class EngineFacts:
     """Cap of a gradient bucket of the replica all-reduce (unsharded plans), MB (2**20 bytes): a model whose
     gradients fill fewer buckets than it has layers overlaps that many reductions with the backward pass
     (PyTorch DDP ``bucket_cap_mb``); 0: one reduction per layer (buckets at least a layer's gradients)."""
+    collective_backend: BackendChoice = ""
+    """The collective library the engine's process groups run on (``nccl``, ``mpi``, ``gloo``, ``grpc``:
+    :mod:`plait.engine.backends`); empty: the cluster's own (NCCL on a GPU cluster's nccl-tests figures, gloo on a
+    calibrated CPU), which changes nothing."""
 
 
 DEFAULT = EngineFacts()

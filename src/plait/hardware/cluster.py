@@ -11,13 +11,16 @@ reach (nccl-tests "busbw"), with its provenance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.figure import Curve
 from plait.hardware.power_states import PowerStates
 from plait.units import GB, GIB
+
+CollectiveBackend = Literal["nccl", "mpi", "gloo", "grpc"]
+"""Collective libraries plait prices (:mod:`plait.engine.backends`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,11 +163,16 @@ class Cluster:
     """Watts per GPU by device state, host, network and PUE (``None``: unknown, no energy is predicted); the
     catalog derives it from the accelerator's rated power where a cluster file gives none
     (:func:`plait.hardware.power_states.default_power`)."""
+    collective_backend: CollectiveBackend = "nccl"
+    """The collective library the tiers' figures describe and the job's collectives run on (``nccl``: nccl-tests
+    figures, NCCL's LL protocol for small buffers); another back-end's view of an NCCL-measured cluster is derived by
+    :func:`plait.engine.backends.with_backend`."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
-    link_cache: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    link_cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Network views of process groups by (size, stride), derived from the tiers alone and kept on first use
-    (:func:`plait.cost.collectives.group_link`); not part of the description."""
+    (:func:`plait.cost.collectives.group_link`), and other back-ends' views of this cluster by ``("backend", name)``
+    (:func:`plait.engine.backends.with_backend`); not part of the description."""
 
     @property
     def host_cores_per_gpu(self) -> float | None:

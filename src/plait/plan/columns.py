@@ -26,13 +26,14 @@ from plait.plan.plan import (
     Recompute,
     Schedule,
     Sharding,
+    TpMode,
 )
 from plait.sync import ALLREDUCE, SyncMethod
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
-    "cp_attention": get_args(CpAttention),
+    "cp_attention": get_args(CpAttention), "tp_mode": get_args(TpMode),
 }
 BOOLS = ("sp", "master_weights", "offload_optimizer", "offload_params", "swap_activations", "overlap_grad_reduce",
          "tp_comm_overlap")

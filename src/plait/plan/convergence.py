@@ -17,6 +17,7 @@ import numpy as np
 
 from plait.packaged import packaged_toml
 from plait.plan.async_convergence import derived_multiplier
+from plait.plan.gossip_convergence import derived_multiplier as gossip_multiplier
 from plait.plan.keys import distinct_rows
 from plait.sync import SyncMethod, parse
 
@@ -31,7 +32,7 @@ class Convergence:
     """The paper figure or the ``plait converge`` command behind it."""
     basis: str = "unknown"
     """``definition``, ``cited``, ``measured`` or ``derived`` (a bound scaling a measured figure:
-    :mod:`plait.plan.async_convergence`)."""
+    :mod:`plait.plan.async_convergence`, :mod:`plait.plan.gossip_convergence`)."""
 
     @property
     def known(self) -> bool:
@@ -51,6 +52,9 @@ class _Entry:
     """The largest number of averaging replicas the figure holds for (``None``: any)."""
     any_parameters: bool = False
     """The figure holds for every spec of its method (an exact method whatever its parameters)."""
+    searched: bool = True
+    """The planner's default grid tries the spec (``searched = false``: a variant it tries only when asked by
+    ``--dp-sync``, keeping the grid within :data:`plait.search.request.MAX_SYNCS`)."""
 
 
 @cache
@@ -61,7 +65,8 @@ def table() -> dict[str, list[_Entry]]:
     for entry in raw["entry"]:
         figure = Convergence(float(entry["multiplier"]), entry["source"], entry["basis"])
         key = entry["spec"] if entry.get("any_parameters") else parse(entry["spec"]).spec
-        out.setdefault(key, []).append(_Entry(figure, entry.get("replicas"), bool(entry.get("any_parameters"))))
+        out.setdefault(key, []).append(_Entry(figure, entry.get("replicas"), bool(entry.get("any_parameters")),
+                                              bool(entry.get("searched", True))))
     return out
 
 
@@ -75,6 +80,10 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     for entry in (*table().get(spec, ()), *table().get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
+    if method.graph() is not None:  # gossip: scaled from the measured four-replica figure by the consensus rates
+        multiplier, source = gossip_multiplier(method, replicas, _measured())
+        if multiplier is not None:
+            return Convergence(multiplier, source, "derived")
     proxy = method.convergence_proxy
     if proxy is not None:
         figure = convergence(proxy, replicas)
@@ -151,8 +160,8 @@ numerical choice like ``grad_reduce_dtype`` (fp32 unless the user asks)."""
 
 
 def searched_specs() -> tuple[SyncMethod, ...]:
-    """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL` and the
-    per-tier methods (tried where sites are joined, at their tier's ratio: :mod:`plait.search.adaptive`)."""
+    """The planner's default grid of ``dp_sync`` methods: every spec with a figure, less :data:`NUMERICAL`, the
+    entries marked ``searched = false`` and the per-tier methods (tried where sites are joined, at their tier's ratio: :mod:`plait.search.adaptive`)."""
     return tuple(parse(spec) for spec, entries in table().items()
                  if parse(spec).name not in NUMERICAL and not parse(spec).site_aware and any(e.figure.known and not e.any_parameters
-                                                              for e in entries))
+                                                              and e.searched for e in entries))

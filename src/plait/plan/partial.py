@@ -6,8 +6,9 @@ a layer's all-reduce is launched from its gradient hook during the backward pass
 the layers below; the optimizer step waits for the step's all-reduces. The artifact assigns layers to steps by a
 depth-first search over profiled per-layer backward and all-reduce times.
 
-plait assigns them without profiling, so that the cost model and the runtime agree on every step's bytes from
-the model alone: the units (the output head with the final norm, each block, the embeddings) in backpropagation
+``schedule=profiled`` runs that search on the cost model's per-unit times (:mod:`plait.plan.partial_profiled`,
+:mod:`plait.cost.partial_times`). The default, ``schedule=even``, assigns them without times, so that the cost
+model and the runtime agree on every step's bytes from the model alone: the units (the output head with the final norm, each block, the embeddings) in backpropagation
 order are cut into H contiguous runs of about equal parameter count, each unit going to the step its midpoint
 falls in. Like the artifact's schedules, a run may be empty when H exceeds the number of units.
 """
@@ -36,6 +37,12 @@ def _backprop_key(unit: str) -> tuple[int, int]:
     if unit == EMBEDDINGS:
         return (2, 0)
     return (1, -int(unit.split(".")[1]))
+
+
+def units_in_backprop_order(named: list[tuple[str, Shape]]) -> list[str]:
+    """The units of ``named`` in the order the backward pass finishes them: the head, the last block .. the first,
+    the embeddings."""
+    return sorted({unit_of(name) for name, _ in named}, key=_backprop_key)
 
 
 def schedule(named: list[tuple[str, Shape]], every: int) -> dict[str, int]:

@@ -25,6 +25,7 @@ FULL_PRECISIONS = ("fp32", "tf32")
 GradDtype = Literal["fp32", "bf16"]
 Optimizer = Literal["adamw", "sgd"]
 CpAttention = Literal["ring", "ulysses", "lss"]
+TpMode = Literal["1d", "2d", "2.5d"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,14 @@ class Plan:
 
     tp: int = 1
     """Tensor-parallel degree (Megatron-style column/row sharding)."""
+    tp_mode: TpMode = "1d"
+    """How the ``tp`` ranks split a layer's matrices: ``1d`` is Megatron's column/row sharding; ``2d`` a ``q x q``
+    grid (``tp = q*q``) running SUMMA (van de Geijn & Watts 1997) on every linear layer, activations split by batch
+    over the grid's rows and by hidden over its columns; ``2.5d`` stacks ``tp_depth`` such grids (``tp = q*q*d``),
+    the batch split over them and the weights kept on each (Tesseract, Wang et al. 2021, arXiv 2105.14500).
+    Costed in :mod:`plait.cost.tp2d`."""
+    tp_depth: int = 1
+    """Depth ``d`` of a ``2.5d`` grid (>= 2); 1 otherwise."""
     sp: bool = False
     """Sequence parallelism: shard norm/dropout activations over the TP group (Korthikanti et al. 2022)."""
     pp: int = 1
@@ -192,7 +201,8 @@ class Plan:
 
     def describe(self) -> str:
         """A compact one-line layout, e.g. ``tp8 pp4(interleaved x3) dp32 zero1 mb1 gb1536``."""
-        parts = [f"tp{self.tp}{'+sp' if self.sp and self.tp > 1 else ''}"]
+        grid = {"1d": "", "2d": "(2d)", "2.5d": f"(2.5d x{self.tp_depth})"}[self.tp_mode]
+        parts = [f"tp{self.tp}{grid}{'+sp' if self.sp and self.tp > 1 and self.tp_mode == '1d' else ''}"]
         if self.pp > 1:
             parts.append(f"pp{self.pp}({self.schedule}{f' x{self.vpp}' if self.vpp > 1 else ''})")
         if self.cp > 1:
@@ -243,12 +253,12 @@ MAX_OVERLAP_CHUNKS = 64
 LIMIT = 2**31 - 1
 """Largest degree, batch or length a plan may state (the cost model's integer columns are 64-bit; products of a
 few of these must not overflow)."""
-_INTS = ("tp", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_layers", "micro_batch",
+_INTS = ("tp", "tp_depth", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_layers", "micro_batch",
          "global_batch", "seq_len", "overlap_chunks")
 _CHOICES = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
-    "cp_attention": get_args(CpAttention),
+    "cp_attention": get_args(CpAttention), "tp_mode": get_args(TpMode),
 }
 PER_STAGE_FIELDS = ("stage_recompute", "stage_layers", "stage_sharding")
 """Plan fields that hold one value per pipeline stage (not plan columns: a plan that has them is costed one stage

@@ -16,6 +16,7 @@ import numpy as np
 
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.plan import tp2d_rules as grid
 from plait.plan.columns import PlanColumns
 from plait.plan.per_stage import check_stages
 from plait.plan.plan import Plan
@@ -88,6 +89,9 @@ RULES: tuple[Rule, ...] = (
          lambda c, m, k: c.xp.any_of([c[n] <= 0 for n in _POSITIVE] + [c["seq_len"] < 0]),
          lambda p, m, k: _first_nonpositive(p) if any(getattr(p, n) <= 0 for n in _POSITIVE)
          else f"seq_len={p.seq_len} must be > 0"),
+    Rule("tp-grid-shape", lambda c, m, k: grid.bad_shape(c, m), lambda p, m, k: grid.shape_message(p, m)),
+    Rule("tp-grid-split", lambda c, m, k: grid.bad_split(c, m), lambda p, m, k: grid.split_message(p, m)),
+    Rule("tp-grid-scope", lambda c, m, k: grid.bad_scope(c, m), lambda p, m, k: grid.scope_message(p, m)),
     Rule("tp-divides-heads", lambda c, m, k: m.num_heads % c["tp"] != 0,
          lambda p, m, k: f"tp={p.tp} must divide num_heads={m.num_heads}"),
     Rule("tp-fits-kv-heads",

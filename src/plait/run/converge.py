@@ -23,7 +23,7 @@ from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import Reducer, build_reducer, named_site_gpus
-from plait.run.sync import attach, skips_gradient
+from plait.run.sync import attach, named_profile, skips_gradient
 from plait.run.train import cross_entropy
 from plait.run.workload_configs import ConvergeConfig
 from plait.sync import parse
@@ -34,8 +34,10 @@ LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
 """Inner learning rates (assumed: what trains the tiny reference model steadily in tens of steps)."""
 
 
-def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer) -> dict[str, list[float]]:
-    """Losses (mean over ranks) and bytes sent, per step, of one case over the ``replicas`` (every rank)."""
+def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer,
+          cluster: str = "") -> dict[str, list[float]]:
+    """Losses (mean over ranks) and bytes sent, per step, of one case over the ``replicas`` (every rank); the
+    ``cluster`` named gives DreamDDP's profiled schedule its times (:mod:`plait.cost.partial_times`)."""
     spec_text, _, optimizer_name = case.rpartition("@")
     if optimizer_name not in LEARNING_RATES:
         raise ValueError(f"case {case!r}: optimizer must be one of {', '.join(LEARNING_RATES)}")
@@ -45,7 +47,8 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
     lr = LEARNING_RATES[optimizer_name]
     optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer_name == "sgd"
                  else torch.optim.AdamW(model.parameters(), lr=lr))
-    module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec), replicas)
+    profile = named_profile(cluster, stride=1, tokens=batch // world * spec.seq_len)
+    module, optimizer = attach(model, optimizer, sync, parameter_shapes(spec), replicas, profile)
     losses, sent = [], []
     for step in range(steps):
         inputs, targets = global_batch(step, batch, spec.seq_len)
@@ -65,9 +68,11 @@ def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer)
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
         sent.append(count[0])
-    pending = getattr(optimizer, "pending", None)  # Pipe-SGD's last all-reduce, still in flight
+    pending = getattr(optimizer, "pending", None)  # Pipe-SGD's last all-reduce or gossip's last exchange, in flight
     if isinstance(pending, tuple):
         pending[1].wait()
+    elif hasattr(pending, "wait"):  # gossip's delay-by-one exchange (DreamDDP's list is empty after a step)
+        pending.wait()
     by_rank: list[list[int]] = [[] for _ in range(world)]
     dist.all_gather_object(by_rank, sent)  # the point-to-point methods send different bytes from different ranks
     return {"losses": losses, "bytes": sent, "bytes_by_rank": by_rank}
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     replicas = build_reducer(dist.group.WORLD, named_site_gpus(args.cluster))  # type: ignore[arg-type]
-    results = {case: train(case, args.model, args.steps, args.batch, replicas) for case in args.cases}
+    results = {case: train(case, args.model, args.steps, args.batch, replicas, args.cluster) for case in args.cases}
     if dist.get_rank() == 0:
         args.out.write_text(json.dumps(results))
     dist.barrier()

@@ -42,7 +42,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from plait import sync as methods
+from plait.cost.partial_times import UnitProfile
 from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
+from plait.hardware.mixed_catalog import mixed_cluster
 from plait.plan.partial import schedule, unit_of
 from plait.run.local import is_dtensor, local_tensor
 from plait.run.replica_grads import LocalGradients, comm_hook, shard_gradients_like_parameters
@@ -91,9 +94,18 @@ def mean_hook(replicas, bucket):  # type: ignore[no-untyped-def]
     return replicas.all_reduce(buffer).then(lambda done: done.value()[0])
 
 
+def named_profile(cluster: str, stride: int, tokens: int) -> UnitProfile | None:
+    """DreamDDP's profile on the cluster preset or file ``cluster`` (``None``: none named, or a mixed cluster, whose
+    groups differ): :class:`plait.cost.partial_times.UnitProfile`."""
+    if not cluster or mixed_cluster(cluster) is not None:
+        return None
+    return UnitProfile(cluster=resolve_cluster(cluster), stride=stride, tokens=tokens)
+
+
 def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: SyncMethod, replicas: Reducer | None = None,
                    modules: tuple[nn.Module, ...] = (), whole: list[tuple[str, Shape]] | None = None,
-                   accumulations: int = 1, split: bool = False) -> torch.optim.Optimizer:
+                   accumulations: int = 1, split: bool = False,
+                   profile: UnitProfile | None = None) -> torch.optim.Optimizer:
     """The optimizer to step: for local SGD, one that averages the parameters every H steps; for DiLoCo, the
     outer loop around ``optimizer`` (:class:`DiLoCo`); for DreamDDP, :class:`DreamDDP` over the parameters of
     ``modules`` (this rank's parts of the model whose parameters ``whole`` lists; ``accumulations`` backward
@@ -105,7 +117,7 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, sync: SyncMethod, replicas:
     if sync.server_ranks:  # servers beyond the workers: not this process group's ranks
         raise ConfigError(f"dp_sync={sync.spec!r} runs its servers on ranks beyond the workers: "
                           "python -m plait.run.async_train starts them")
-    return sync.wrap_optimizer(_Optimizers(optimizer, replicas, modules, whole, accumulations))
+    return sync.wrap_optimizer(_Optimizers(optimizer, replicas, modules, whole, accumulations, profile))
 
 
 class _Optimizers:
@@ -113,9 +125,10 @@ class _Optimizers:
     its hook, so no branch here names a method)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, replicas: Reducer, modules: tuple[nn.Module, ...],
-                 whole: list[tuple[str, Shape]] | None, accumulations: int) -> None:
+                 whole: list[tuple[str, Shape]] | None, accumulations: int,
+                 profile: UnitProfile | None = None) -> None:
         self.optimizer, self.replicas, self.modules = optimizer, replicas, modules
-        self.whole, self.accumulations = whole, accumulations
+        self.whole, self.accumulations, self.profile = whole, accumulations, profile
 
     def plain(self, method: SyncMethod) -> torch.optim.Optimizer:
         """The optimizer itself: DDP (or :mod:`plait.run.replica_grads`) reduces the gradients."""
@@ -139,7 +152,14 @@ class _Optimizers:
     def dreamddp(self, method: methods.DreamDDP) -> torch.optim.Optimizer:
         if self.whole is None:
             raise ConfigError("dp_sync='dreamddp' needs the model's parameter list to schedule its layers")
-        return DreamDDP(self.optimizer, method.every, self.modules, self.whole, self.replicas, self.accumulations)
+        if method.schedule == "profiled":
+            if self.profile is None:
+                raise ConfigError(f"dp_sync={method.spec!r} assigns its layers from the cost model's times on a "
+                                  "cluster: name one (--cluster)")
+            steps = self.profile.steps(self.whole, self.replicas.size, method.every)
+        else:
+            steps = schedule(self.whole, method.every)
+        return DreamDDP(self.optimizer, method.every, self.modules, steps, self.replicas, self.accumulations)
 
     def diloco(self, method: methods.DiLoCo) -> torch.optim.Optimizer:
         return DiLoCo(self.optimizer, method.every, method.outer_lr, method.outer_momentum, self.replicas)
@@ -173,12 +193,13 @@ class _Optimizers:
 
 
 def attach(model: nn.Module, optimizer: torch.optim.Optimizer, sync: SyncMethod, whole: list[tuple[str, Shape]],
-           replicas: Reducer | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
+           replicas: Reducer | None = None,
+           profile: UnitProfile | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """:func:`wrap_model` and :func:`wrap_optimizer` over the ``replicas`` (``None``: the default process group,
     flat), for the whole ``model`` (whose parameters ``whole`` lists), one backward pass per step."""
     module = wrap_model(model, sync, replicas)  # the learners, for Crossbow; the model itself for the others
     return module, wrap_optimizer(optimizer, sync, replicas, modules=(module if sync.whole_learners else model,),
-                                  whole=whole)
+                                  whole=whole, profile=profile)
 
 
 def _averaged(tensors: list[torch.Tensor], replicas: Reducer) -> list[torch.Tensor]:
@@ -241,18 +262,17 @@ class PipeSGD(Wrapped):
 
 class DreamDDP(Wrapped):
     """DreamDDP's partial local SGD (Tang et al., arXiv 2502.11058): at step ``t`` the parameters of the units that
-    :func:`plait.plan.partial.schedule` gives step ``t mod every`` are averaged over ``replicas``, in place, each by an
+    ``steps`` (:func:`plait.plan.partial.schedule` or the profiled one) give step ``t mod every`` are averaged over ``replicas``, in place, each by an
     asynchronous sum all-reduce (gloo has no average) that its gradient hook launches once the parameter's last
     gradient of the step has accumulated; :meth:`step` waits for them, divides, then steps ``inner`` — as the
     artifact does: the average of the replicas' pre-step values, then each replica's own update. No extra memory."""
 
     def __init__(self, inner: torch.optim.Optimizer, every: int, modules: tuple[nn.Module, ...],
-                 whole: list[tuple[str, Shape]], replicas: Reducer, accumulations: int = 1) -> None:
+                 steps: dict[str, int], replicas: Reducer, accumulations: int = 1) -> None:
         super().__init__(inner)
         self.every, self.replicas, self.steps = every, replicas, 0
         self.accumulations = accumulations
         self.pending: list[tuple[torch.Tensor, torch.futures.Future[list[torch.Tensor]]]] = []
-        steps = schedule(whole, every)
         self.seen: dict[int, int] = {}
         for module in modules:
             for name, p in module.named_parameters():

@@ -213,10 +213,13 @@ class StepMetrics:
     :class:`plait.run.swap.ActivationSwap`); absent otherwise."""
     swap_layer_bytes: int | None = None
     """Of those, the bytes packed inside transformer blocks."""
+    grid_bytes: dict[str, int] | None = None
+    """A tensor-parallel grid's payload bytes of the step on the reporting rank, per ``part/group/kind``
+    (:mod:`plait.run.tp2d_train`); absent otherwise."""
 
     def to_json(self) -> str:
         """Strict JSON: a non-finite figure is ``null``."""
-        optional = ("sync_bytes", "cp_bytes", "started_s", "swap_bytes", "swap_layer_bytes")
+        optional = ("sync_bytes", "cp_bytes", "started_s", "swap_bytes", "swap_layer_bytes", "grid_bytes")
         return strict_json.dumps({k: v for k, v in self.__dict__.items() if k not in optional or v is not None})
 
 

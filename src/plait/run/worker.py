@@ -36,6 +36,7 @@ from plait.run.sites import named_site_gpus
 from plait.run.slowdown import slow_down
 from plait.run.support import check_runnable
 from plait.run.swap import NOTHING_MOVES, ActivationSwap
+from plait.run.tp2d_train import check_grid_options, run_grid
 from plait.run.train import (
     FAIL_HOOK,
     NonFiniteStep,
@@ -83,6 +84,19 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
 def main(argv: list[str] | None = None) -> int:
     die_with_parent(os.getppid())  # a rank never outlives torchrun (plait.run.lifecycle)
     args = read_config(WorkerConfig, argv, prog="plait.run.worker", description=__doc__)
+    job, plan, spec, device, uneven = prepare(args)
+    # On CUDA, NCCL for device tensors and gloo for the few host scalars (loss and norm logging), as torchtitan does.
+    dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo", **_attempt_store())
+    try:
+        code = run_job(args, job, plan, spec, device, uneven)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return code
+
+
+def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
+    """The job, plan, model, device and uneven options of ``args``, checked before any process group exists."""
     checkpoint.check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
     job, plan, _ = read_plan_parts(args.plan)  # a mixed plan file's shares arrive as the uneven options
     spec = resolve_model(job.model)
@@ -94,14 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     uneven = args.uneven
     check_uneven(uneven, plan, spec.num_layers)
     check_rounds(args.steps, plan, uneven, checkpointing=args.checkpoint_dir is not None)
-    # On CUDA, NCCL for device tensors and gloo for the few host scalars (loss and norm logging), as torchtitan does.
-    dist.init_process_group("cuda:nccl,cpu:gloo" if device == "cuda" else "gloo", **_attempt_store())
-    try:
-        code = _run(args, job, plan, spec, device, uneven)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    return code
+    if plan.tp_mode != "1d":
+        check_grid_options(args)
+    return job, plan, spec, device, uneven
+
+
+def run_job(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ignore[no-untyped-def]
+    """Train in the initialised process group."""
+    if plan.tp_mode != "1d":  # a 2-D/2.5-D tensor-parallel grid: its own loop
+        return run_grid(args, plan, spec, device)
+    return _run(args, job, plan, spec, device, uneven)
 
 
 def _restart_count() -> int:
@@ -143,11 +159,14 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     if uneven.local_steps:  # per-group local SGD: this rank averages after its own local steps
         sync = replace(sync, every=uneven.local_steps[mesh.dp_rank])
     if not plan.dp_sync.is_allreduce and plan.dp > 1:  # local SGD averages in the optimizer step
-        from plait.run.sync import wrap_optimizer
+        from plait.run.sync import named_profile, wrap_optimizer
 
+        profile = named_profile(args.cluster or job.cluster, stride=plan.tp * plan.cp,
+                                    tokens=plan.micro_batch * plan.seq_len) \
+            if getattr(sync, "schedule", "") == "profiled" else None  # DreamDDP's profiled schedule
         optimizer = wrap_optimizer(optimizer, sync, mesh.replicas, modules=tuple(parts),
                                    whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
-                                   split=plan.tp > 1 or plan.pp > 1)
+                                   split=plan.tp > 1 or plan.pp > 1, profile=profile)
     if args.checkpoint_dir is not None:
         checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
     if args.dry_run:

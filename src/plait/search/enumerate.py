@@ -8,6 +8,7 @@ enumeration costs a few array operations per layout.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -60,6 +61,18 @@ def _recompute(space: SearchSpace, layers_per_stage: int) -> Options:
     return _options(list(unique.values()))
 
 
+def _tp_modes(space: SearchSpace, tp: int) -> Options:
+    """1-D with each sequence-parallel setting, and every grid of ``space.tp_grids`` that ``tp`` makes (``tp =
+    q*q*d``, ``q >= 2``; a grid splits its activations as sequence parallelism does, so ``sp`` is on)."""
+    rows: list[dict[str, int | bool]] = [{"tp_mode": code("tp_mode", "1d"), "tp_depth": 1, "sp": sp}
+                                         for sp in (space.sequence_parallel if tp > 1 else (False,))]
+    for mode, depth in space.tp_grids:
+        q = math.isqrt(tp // depth) if tp % depth == 0 else 0
+        if q >= 2 and q * q * depth == tp:
+            rows.append({"tp_mode": code("tp_mode", mode), "tp_depth": depth, "sp": True})
+    return _options(rows)
+
+
 def _offload(space: SearchSpace, shardings: Options) -> Options:
     """Offload options crossed with sharding options (parameter offload only where zero3)."""
     zero3 = shardings["sharding"] == code("sharding", "zero3")
@@ -104,7 +117,7 @@ def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: 
         _schedules(space, pp),
         _offload(space, _shardings(space, dp)),
         _recompute(space, -(-model.num_layers // pp)),
-        {"sp": np.array(space.sequence_parallel if tp > 1 else (False,))},
+        _tp_modes(space, tp),
         {"precision": np.array([code("precision", p) for p in space.precisions])},
         {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
         {"dp_sync": np.array([space.methods.index(s) for s in _dp_syncs(model, space, tp, pp, cp)])},

@@ -25,6 +25,7 @@ from plait.search.per_stage import StageWin, improve, pipelines
 from plait.search.planner import gpu_counts, parse_batches, parse_gpu_range, relaxations, search_gpu_counts
 from plait.search.runner import RANK_BY, SearchResult, run_search
 from plait.search.space import default_space
+from plait.search.tp_grids import what_if
 from plait.sync import ALLREDUCE, SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.model import ModelSpec
@@ -81,6 +82,8 @@ class PlanRequest:
     """Processes that search pieces of the space."""
     rank_by: str
     """p50 or p90."""
+    tp_grids: bool = False
+    """Cost and rank 2-D/2.5-D tensor-parallel grids though the engine does not run them (a what-if)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,8 +194,9 @@ def search_throughput(checked: Checked, progress: Progress) -> ThroughputPlans:
     space = default_space(model_spec, cluster_spec, gpus, checked.batches, seq_len=request.seq_len,
                           memory_margin=request.memory_margin, allow_tp_across_nodes=request.allow_tp_across_nodes,
                           precisions=checked.precisions, dp_syncs=checked.syncs, param_servers=not request.dp_sync)
+    engine = what_if(checked.engine) if request.tp_grids else checked.engine
     with progress("searching plans") as bar:
-        result = run_search(model_spec, cluster_spec, space, progress=bar, engine=checked.engine,
+        result = run_search(model_spec, cluster_spec, space, progress=bar, engine=engine,
                             workers=request.workers, rank_by=request.rank_by)
     if result.num_candidates == 0:
         raise ConfigError(f"gpus={gpus} has no tp*pp*cp factorisation within the model and cluster; "

@@ -86,6 +86,9 @@ class SearchSpace:
     swap_activations: bool = False
     """Whether candidates that do not fit with every activation on the device (``recompute='none'``) also try
     swapping activations to host memory (:func:`plait.search.parts.swap_twins`: only where memory binds)."""
+    tp_grids: tuple[tuple[str, int], ...] = ()
+    """2-D/2.5-D tensor-parallel grids tried beside 1-D where ``tp`` makes one, as ``(tp_mode, tp_depth)``
+    (:mod:`plait.cost.tp2d`)."""
 
     methods: tuple[SyncMethod, ...] = field(init=False, repr=False, compare=False)
     """Every method the space tries, the all-reduce first: the table its plan columns' ``dp_sync`` codes index
@@ -112,11 +115,14 @@ class SearchSpace:
 
 
 def for_engine(space: SearchSpace, engine: Engine) -> SearchSpace:
-    """``space`` without the cp attention flavours ``engine`` refuses outright (its capability table's
-    ``cp_attention=...`` entries): enumerated, every such candidate would only be refused, and at 405B on 16,384
-    GPUs they would be 60% of the space."""
+    """``space`` without the cp attention flavours and tensor-parallel grids ``engine`` refuses outright (its
+    capability table's ``cp_attention=...`` and ``tp_grid`` entries): enumerated, every such candidate would only be
+    refused, and at 405B on 16,384 GPUs the flavours would be 60% of the space."""
     kept = tuple(a for a in space.cp_attentions if f"cp_attention={a}" not in engine.unsupported) or ("ring",)
-    return space if kept == space.cp_attentions else replace(space, cp_attentions=kept)
+    grids = () if "tp_grid" in engine.unsupported else space.tp_grids
+    if kept == space.cp_attentions and grids == space.tp_grids:
+        return space
+    return replace(space, cp_attentions=kept, tp_grids=grids)
 
 
 def server_specs(dp: int, whole_layers: bool) -> tuple[SyncMethod, ...]:
@@ -163,5 +169,10 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
         precisions=precisions, grad_reduce_dtypes=grad_reduce_dtypes, memory_margin=memory_margin,
         allow_tp_across_nodes=allow_tp_across_nodes, dp_syncs=dp_syncs,
         syncs_with_model_parallel=cluster.site_gpus is not None and gpus > cluster.site_gpus,
-        param_servers=param_servers, swap_activations=True,
+        param_servers=param_servers, swap_activations=True, tp_grids=TP_GRIDS,
     )
+
+
+TP_GRIDS = (("2d", 1), ("2.5d", 2), ("2.5d", 4))
+"""Grids the default space tries: a ``q x q`` grid, and 2 or 4 of them stacked (Tesseract's depths; with ``tp``
+at most the scale-up domain's or the heads' 64, deeper stacks leave ``q = 1``)."""

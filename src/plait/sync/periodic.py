@@ -25,9 +25,10 @@ at the sustained memory bandwidth; DreamDDP's whole period of in-place averaging
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from plait.sync.base import FP32_PASS_BYTES, GRAD_BYTES, SyncMethod, elements_of, number
+from plait.errors import ConfigError
+from plait.sync.base import FP32_PASS_BYTES, GRAD_BYTES, SyncMethod, choice, elements_of, number
 
 if TYPE_CHECKING:
     from plait.sync.hooks import Costs, OptimizerHooks, Pricing, R, Tally
@@ -171,11 +172,17 @@ class DreamDDP(SyncMethod):
 
     every: int = number(None, 1, STEPS, True)
     """Steps in a period: each unit is averaged at one of them."""
+    schedule: Literal["even", "profiled"] = choice("even", ("even", "profiled"))
+    """``even``: runs of about equal parameter count (:mod:`plait.plan.partial`); ``profiled``: the least exposed
+    all-reduce time under the cost model's per-unit times (:mod:`plait.cost.partial_times`, the paper's search)."""
 
     def sent_bytes(self, tally: Tally) -> float:
         """Each unit's parameters once per period, at its step (:mod:`plait.plan.partial`)."""
         if tally.step is None:
             return elements_of(tally.shapes) * GRAD_BYTES / self.every
+        if self.schedule == "profiled":
+            raise ConfigError(f"dp_sync={self.spec!r}: a step's bytes depend on the cluster's times; "
+                              "plait.cost.partial_times.profiled_steps gives its units")
         return tally.scheduled_elements(self.every) * GRAD_BYTES
 
     def step_costs(self, price: Pricing) -> Costs:

@@ -8,8 +8,8 @@ catalog, a ``config.json`` or a model TOML) recognises every name and comes last
 plug-in, or a test's toy kind) is tried before it.
 
 Shipped kinds: :mod:`plait.workloads.dlrm`, :mod:`plait.workloads.gnn`, :mod:`plait.workloads.dit`,
-:mod:`plait.workloads.glm`,
-:mod:`plait.workloads.traced`, :mod:`plait.workloads.transformer`.
+:mod:`plait.workloads.federated`, :mod:`plait.workloads.glm`, :mod:`plait.workloads.traced`,
+:mod:`plait.workloads.transformer`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ Options = Mapping[str, Any]
 Entry = Callable[["Workload", Options], None]
 """A kind's entry for one command: prices (or runs) the workload under the options and prints the result."""
 
-SHIPPED = ("dlrm", "gnn", "dit", "glm", "traced", "transformer")
+SHIPPED = ("dlrm", "gnn", "dit", "federated", "glm", "traced", "transformer")
 """The kinds plait ships, in the order they are tried (the transformer kind recognises every name: last)."""
 
 

@@ -40,7 +40,7 @@ def plan(workload: Workload, options: Options) -> None:
                           memory_margin=options["memory_margin"],
                           allow_tp_across_nodes=options["allow_tp_across_nodes"], precision=options["precision"],
                           dp_sync=tuple(dp_sync) if dp_sync is not None else None, export=export,
-                          workers=options["workers"], rank_by=options["rank_by"])
+                          workers=options["workers"], rank_by=options["rank_by"], tp_grids=options["tp_grids"])
     console = rich_console(stderr=as_json)
     plans = plan_search(request, lambda label: LazyProgress(label, quiet=as_json),
                         lambda engine: _check_export(export, model, engine, force))

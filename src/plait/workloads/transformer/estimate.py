@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from plait.cost.estimate import Estimate
+from plait.engine.backends import with_backend
 from plait.engine.catalog import DEFAULT_ENGINE, get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
@@ -19,9 +20,10 @@ from plait.workloads import Options, Workload
 
 
 def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, plan: Plan | None,
-                engine: str | None = None) -> Job:
+                engine: str | None = None, backend: str | None = None) -> Job:
     """The job from the options, or from ``plan_file`` (model/cluster/engine options take precedence), built and
-    checked once (:meth:`plait.job.Job.build`; against the GPU count the plan file states, if it does)."""
+    checked once (:meth:`plait.job.Job.build`; against the GPU count the plan file states, if it does); its cluster
+    seen through ``backend``, else the engine's collective back-end (:func:`plait.engine.backends.with_backend`)."""
     gpus = None
     if plan_file is not None or plan is None:
         if plan_file is None:
@@ -31,14 +33,16 @@ def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, 
         cluster = cluster or spec.cluster or None
         engine = engine or spec.engine or None
         gpus = spec.gpus or None
-    return Job.build(resolve_model(model or DEFAULT_MODEL), resolve_cluster(cluster or DEFAULT_CLUSTER), plan,
-                     get_engine(engine or DEFAULT_ENGINE), num_gpus=gpus)
+    built = get_engine(engine or DEFAULT_ENGINE)
+    where = with_backend(resolve_cluster(cluster or DEFAULT_CLUSTER), backend or built.framework.collective_backend)
+    return Job.build(resolve_model(model or DEFAULT_MODEL), where, plan, built, num_gpus=gpus)
 
 
 def job(workload: Workload, options: Options) -> Job:
     """The job of the layout options (one sequence per micro-batch unless asked otherwise) or of the plan file."""
     plan = layout_plan(options) if options["plan_file"] is None else None
-    return resolve_job(workload.source, options["cluster"], options["plan_file"], plan, options["engine"])
+    return resolve_job(workload.source, options["cluster"], options["plan_file"], plan, options["engine"],
+                       options.get("backend"))
 
 
 def price(workload: Workload, options: Options) -> Estimate:

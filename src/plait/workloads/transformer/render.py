@@ -12,6 +12,7 @@ from plait.search.explain import Relaxation, bottleneck, runner_up_gives_up, why
 from plait.search.pareto import Point
 from plait.search.per_stage import StageWin
 from plait.search.runner import SearchResult
+from plait.search.tp_grids import grid_verdict
 from plait.terminal import titled_table
 from plait.units import GIB
 
@@ -53,6 +54,10 @@ def print_search(console: Console, result: SearchResult, top: int) -> None:
     chunked = chunk_verdict(result.model, result.cluster, result.engine, best[0])
     if chunked:
         console.print(f"[bold]chunked overlap[/]: {chunked.text()}")
+
+    grids = grid_verdict(result)
+    if grids:
+        console.print(f"[bold]tp grids[/]: {grids}")
 
 
 def print_per_stage(console: Console, wins: list[StageWin], best: Estimate, cpu_s: float) -> None:
@@ -144,6 +149,7 @@ def search_json(result, best, fixes) -> dict[str, object]:  # type: ignore[no-un
         "runner_up": runner_up_gives_up(best[0], best[1]) if len(best) > 1 else None,
         "per_tier": site_verdict(result) if best else None,
         "chunked_overlap": _chunk_text(result, best[0]) if best else None,
+        "tp_grids": grid_verdict(result) if best else None,
         "relaxations": [{"change": r.change, "works": r.best is not None,
                          "best": r.best.plan.describe() if r.best else None} for r in fixes],
     }
