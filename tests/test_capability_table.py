@@ -113,7 +113,7 @@ def _plan(fields: dict[str, object]) -> Plan:
 def test_every_feature_an_engine_can_refuse_is_either_an_option_here_or_a_combination() -> None:
     """The table below covers each single option; the remaining features are combinations or model traits."""
     singles = set(OPTIONS)
-    combos = {"mla", "alibi", "local_attention", "attention_sinks", "router_bias", "offload_optimizer_alone", "zero1_replicated", "zero1_tp", "ddp_with_tp_or_pp", "offload_optimizer_zero1",
+    combos = {"mla", "alibi", "local_attention", "attention_sinks", "router_bias", "offload_optimizer_alone", "zero1_replicated", "zero1_tp", "ddp_with_tp", "offload_optimizer_zero1",
               "zb_micro_batches", "pp_fewer_micro_batches", "kv_head_replication", "moe_tp", "moe_cp", "ep_zero1", "ep_beyond_dp",
               "tp_comm_overlap_without_sp", "tp_comm_overlap_cp", "tp_comm_overlap_selective", "cp_learned_positions",
               "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "tp_grid_with", "tp_grid_model", "master_weights=false", "overlap_grad_reduce=false",

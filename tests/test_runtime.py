@@ -39,6 +39,9 @@ CASES = {
     # per-stage: the first stage holds 3 layers and recomputes them, the second 1 and keeps its activations
     "pp2-per-stage": (2, 'pp = 2\nschedule = "1f1b"\nrecompute = "full"\nstage_recompute = ["full", "none"]\n'
                          'stage_layers = [3, 1]'),
+    # per-stage sharding: the first stage's dp_shard ranks shard with FSDP2 (ZeRO-3), the second's keep DDP replicas
+    # and shard only the optimizer (ZeRO-1)
+    "pp2xdp2-stage-sharding": (4, 'pp = 2\ndp_shard = 2\nsharding = "zero3"\nstage_sharding = ["zero3", "zero1"]'),
 }
 
 

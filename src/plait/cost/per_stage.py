@@ -1,15 +1,16 @@
-"""A plan whose pipeline stages differ in recomputation and layer count, costed one stage at a time.
+"""A plan whose pipeline stages differ in recomputation, layer count and sharding, costed one stage at a time.
 
-Each stage ``s`` is costed as the uniform plan it runs (:meth:`Plan.for_stage`: its own recomputation mode) on a
-model whose even split gives it its own layer count (``stage_layers[s] * pp`` layers: every layer of such a model is
-alike, :mod:`plait.plan.per_stage`), through the same stage functions the uniform estimate uses
+Each stage ``s`` is costed as the uniform plan it runs (:meth:`Plan.for_stage`: its own recomputation mode and
+ZeRO stage) on a model whose even split gives it its own layer count (``stage_layers[s] * pp`` layers: every layer
+of such a model is alike, :mod:`plait.plan.per_stage`), through the same stage functions the uniform estimate uses
 (:func:`plait.cost.batch.stage_pass`, :func:`plait.cost.memory.stage_memory`). Stage ``s`` keeps its own index, so
 1F1B's ``pp - s`` micro-batches in flight (Narayanan et al. 2021, Sec. 2.2.1) and the embedding and head on the
 ends stay where they are. The step is assembled as :func:`plait.cost.batch.evaluate_batch` assembles a uniform
 one, over every stage rather than the first, middle and last: ``m`` times the slowest stage's forward and backward
 plus the bubble of ``(p - 1)`` mean stage times (the 1F1B closed form, Narayanan et al. 2021, Sec. 2.2.2, in
 :func:`plait.cost.pipeline.pipeline_time_s`), the point-to-point hops, and the slowest stage's exposed gradient
-reduction and optimizer step; the memory is the most loaded of all stages.
+reduction and optimizer step (where stages shard differently, the longest of every stage's: each reduces over
+its own data-parallel group); the memory is the most loaded of all stages.
 """
 
 from __future__ import annotations
@@ -58,10 +59,11 @@ def stage_views(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Engin
     count share one."""
     layers = stage_layer_list(plan, model.num_layers)
     modes = plan.stage_recompute or (plan.recompute,) * plan.pp
-    known: dict[tuple[int, str], StageView] = {}
+    shardings = plan.stage_sharding or (plan.sharding,) * plan.pp
+    known: dict[tuple[int, str, str], StageView] = {}
     views = []
     for stage in range(plan.pp):
-        key = (layers[stage], modes[stage])
+        key = (layers[stage], modes[stage], shardings[stage])
         if key not in known:
             known[key] = stage_view(model, cluster, plan.for_stage(stage), layers[stage], framework,
                                     resized=bool(plan.stage_layers))
@@ -100,12 +102,12 @@ def evaluate_per_stage(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fr
     zero_bubble = plan.schedule == "zb-h1"
     hops = 2 * (pp - 1) + 2 * min(max(m - 2, 0), pp - 1) if zero_bubble else 2 * m  # as evaluate_batch counts them
     time["pp_p2p"] = hops * views[0].prepared.p2p_s
-    view = views[slow]
-    sync = stage_sync(view.model, cluster, view.prepared, slow)
-    last_op = b_slow["compute"] / 2 if zero_bubble else total[slow] - fwd[slow]
-    buckets = _buckets(view.prepared.cols, sync.params, view.prepared.inner.grad_bytes, view.layers, framework)
-    time["dp_comm"] = exposed_sync_s(view.prepared.cols, sync.reduce_s, sync.gather_s, last_op, fwd[slow], buckets)
-    time["optimizer"] = sync.optimizer_s
+    # Each stage reduces over its own data-parallel group and steps its own optimizer after its last backward; where
+    # stages shard alike the slowest stage's tail stands for all (as evaluate_batch assembles it), where they shard
+    # differently the longest tail ends the step.
+    tails = [stage_tail(cluster, views[s], s, passes[s], fwd[s], total[s], zero_bubble, framework)
+             for s in (range(pp) if len(set(plan.stage_sharding)) > 1 else (slow,))]
+    time["dp_comm"], time["optimizer"] = max(tails, key=sum)
     time["host"] = time["host"] + step_stall_s(cluster, framework)
     memories = [stage_memory(v.model, cluster.accelerator, v.prepared.cols, v.prepared.inner, s, framework)
                 for s, v in enumerate(views)]
@@ -115,3 +117,14 @@ def evaluate_per_stage(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fr
     return BatchResult(cols=cols, prepared=views[0].prepared, time=time, memory=memory, memory_stage=peak,
                        model_flops_per_token=_flops_per_token(model, cluster, cols, framework),
                        recompute_factor=hardware)
+
+
+def stage_tail(cluster: Cluster, view: StageView, stage: int, passes: tuple[dict, dict], fwd_s: float, total_s: float,
+          zero_bubble: bool, framework: EngineFacts) -> tuple[float, float]:
+    """Stage ``stage``'s exposed gradient synchronization and optimizer step after its last backward, as
+    :func:`plait.cost.batch.evaluate_batch` costs the slowest stage's."""
+    sync = stage_sync(view.model, cluster, view.prepared, stage)
+    last_op = passes[1]["compute"] / 2 if zero_bubble else total_s - fwd_s
+    buckets = _buckets(view.prepared.cols, sync.params, view.prepared.inner.grad_bytes, view.layers, framework)
+    exposed = exposed_sync_s(view.prepared.cols, sync.reduce_s, sync.gather_s, last_op, fwd_s, buckets)
+    return exposed, sync.optimizer_s

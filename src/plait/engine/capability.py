@@ -127,9 +127,9 @@ _FEATURES: tuple[Feature, ...] = (
     Feature("ep_zero1", lambda p, m: f"ep={p.ep} with sharding='zero1'", lambda c, m: (c["ep"] > 1) & c.is_("sharding", "zero1")),
     Feature("ep_beyond_dp", lambda p, m: f"ep={p.ep} not dividing dp={p.dp}", lambda c, m: (c["ep"] > 1) & (c.dp % c["ep"] != 0)),
     Feature("zero1_tp", lambda p, m: f"sharding='zero1' with tp={p.tp}", lambda c, m: c.is_("sharding", "zero1") & (c["tp"] > 1)),
-    Feature("ddp_with_tp_or_pp", lambda p, m: f"sharding={p.sharding!r} (DDP) over dp*cp={p.dp * p.cp} with tp={p.tp}, pp={p.pp}",
+    Feature("ddp_with_tp", lambda p, m: f"sharding={p.sharding!r} (DDP) over dp*cp={p.dp * p.cp} with tp={p.tp}",
             lambda c, m: (c.is_("sharding", "none") | c.is_("sharding", "zero1")) & (c.dp * c["cp"] > 1)
-            & ((c["tp"] > 1) | (c["pp"] > 1)) & (c["dp_sync"] == 0)),  # the other methods train without DDP
+            & (c["tp"] > 1) & (c["dp_sync"] == 0)),  # the other methods train without DDP
     Feature("tp_comm_overlap_without_sp", lambda p, m: f"tp_comm_overlap=true with tp={p.tp}, sp={str(p.sp).lower()}",
             lambda c, m: c["tp_comm_overlap"] & c.xp.not_(c["sp"] & (c["tp"] > 1))),
     Feature("tp_comm_overlap_cp", lambda p, m: f"tp_comm_overlap=true with cp={p.cp}",
@@ -198,11 +198,16 @@ def reasons(engine: Engine, machine: str | None = None) -> list[str]:
 def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str | None = None,
                       cols: PlanColumns | None = None) -> str | None:
     """One line naming the first option ``engine`` cannot run, the engine and why; ``None`` when it can run all
-    (``cols``: the plan as columns, when the caller has them)."""
+    (``cols``: the plan as columns, when the caller has them). A stage sharded its own way
+    (:attr:`Plan.stage_sharding`) runs as its own uniform plan (:meth:`Plan.for_stage`) and is checked as one."""
     if not engine.unsupported and not engine.machines.get(machine or "", {}):
         return None
     index = int(unsupported_index(cols if cols is not None else PlanColumns.one(plan), model, engine, machine))
     if index < 0:
+        for stage in range(1, len(plan.stage_sharding)):
+            if plan.stage_sharding[stage] != plan.sharding and (
+                    refusal := first_unsupported(plan.for_stage(stage), model, engine, machine)):
+                return f"stage {stage}: {refusal}"
         return None
     feature, why = _listed(engine, machine)[index]
     where = f" on {machine.upper() if machine == 'cpu' else 'CUDA'}" if machine and feature.name in engine.machines.get(

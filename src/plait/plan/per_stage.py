@@ -1,5 +1,6 @@
-"""The rules a per-stage plan (:attr:`Plan.stage_recompute`, :attr:`Plan.stage_layers`) meets beside the uniform
-plan rules (:mod:`plait.plan.rules`), checked once where a job is built.
+"""The rules a per-stage plan (:attr:`Plan.stage_recompute`, :attr:`Plan.stage_layers`, :attr:`Plan.stage_sharding`)
+meets beside the uniform plan rules (:mod:`plait.plan.rules`, which also check each stage's own sharding), checked
+once where a job is built.
 
 A per-stage plan is costed stage by stage (:mod:`plait.cost.per_stage`): each stage as the uniform plan of its own
 mode over a model whose even split gives it its layer count. That holds where every layer is alike (no MoE or
@@ -13,18 +14,24 @@ from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
+FIELDS = "stage_recompute, stage_layers and stage_sharding"
+"""How a refusal names the per-stage fields."""
+
 
 def check_stages(plan: Plan, model: ModelSpec) -> None:
     """Raise :class:`ConfigError` naming the first rule a per-stage plan breaks (nothing for a uniform plan)."""
     if not plan.per_stage:
         return
     if plan.pp < 2:
-        raise ConfigError(f"stage_recompute and stage_layers need pipeline stages (pp={plan.pp} must be >= 2)")
+        raise ConfigError(f"{FIELDS} need pipeline stages (pp={plan.pp} must be >= 2)")
     if plan.vpp != 1:
-        raise ConfigError(f"stage_recompute and stage_layers take one model chunk per rank (vpp={plan.vpp} must be 1)")
+        raise ConfigError(f"{FIELDS} take one model chunk per rank (vpp={plan.vpp} must be 1)")
     if not plan.dp_sync.is_allreduce:
-        raise ConfigError(f"stage_recompute and stage_layers are costed under the all-reduce "
+        raise ConfigError(f"{FIELDS} are costed under the all-reduce "
                           f"(dp_sync={plan.dp_sync.spec!r} must be allreduce)")
+    if plan.stage_sharding and plan.dp_shard == 1:
+        raise ConfigError(f"stage_sharding shards over each stage's dp_shard ranks (dp_shard={plan.dp_shard} must be "
+                          ">= 2)")
     if plan.stage_layers:
         if model.moe is not None or model.local_attention is not None:
             raise ConfigError(f"stage_layers needs layers that are all alike; {model.name} places MoE or "

@@ -118,6 +118,11 @@ class Plan:
     """Per pipeline stage, the transformer layers it holds, summing to the model's (empty: as even as possible, the
     first stages taking the remainder): an uneven split gives a stage that recomputes fewer layers (Alpa, Zheng et
     al., OSDI 2022, arXiv 2201.12023: stages balanced by dynamic programming)."""
+    stage_sharding: tuple[Sharding, ...] = ()
+    """Per pipeline stage, what its ``dp_shard`` ranks shard (empty: ``sharding`` on every stage). Each stage has its
+    own data-parallel group, so a stage that holds more in-flight activations may shard its states further (ZeRO,
+    Rajbhandari et al., SC 2020, Sec. 5: stages 1-3 trade memory for communication); when given, ``sharding`` is the
+    first stage's. :mod:`plait.cost.per_stage` costs it."""
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -177,18 +182,22 @@ class Plan:
 
     @property
     def per_stage(self) -> bool:
-        """Whether stages differ in recomputation or layer count (:attr:`stage_recompute`, :attr:`stage_layers`)."""
-        return bool(self.stage_recompute or self.stage_layers)
+        """Whether stages differ in recomputation, layer count or sharding (:attr:`stage_recompute`,
+        :attr:`stage_layers`, :attr:`stage_sharding`)."""
+        return bool(self.stage_recompute or self.stage_layers or self.stage_sharding)
 
     def uniform(self) -> Plan:
         """The plan with the per-stage fields cleared (every stage as ``recompute`` says, layers split evenly)."""
-        return replace(self, stage_recompute=(), stage_layers=()) if self.per_stage else self
+        return replace(self, stage_recompute=(), stage_layers=(), stage_sharding=()) if self.per_stage else self
 
     def for_stage(self, stage: int) -> Plan:
-        """The uniform plan stage ``stage`` runs as: its own recomputation mode (its layers are the caller's)."""
+        """The uniform plan stage ``stage`` runs as: its own recomputation mode and sharding (its layers are the
+        caller's)."""
         mode = self.stage_recompute[stage] if self.stage_recompute else self.recompute
         layers = self.recompute_layers if mode == "full" else -1
-        return replace(self, recompute=mode, recompute_layers=layers, stage_recompute=(), stage_layers=())
+        sharding = self.stage_sharding[stage] if self.stage_sharding else self.sharding
+        return replace(self, recompute=mode, recompute_layers=layers, sharding=sharding, stage_recompute=(),
+                       stage_layers=(), stage_sharding=())
 
     def describe(self) -> str:
         """A compact one-line layout, e.g. ``tp8 pp4(interleaved x3) dp32 zero1 mb1 gb1536``."""
@@ -221,7 +230,8 @@ class Plan:
         if self.per_stage:
             modes = self.stage_recompute or (self.recompute,) * self.pp
             layers = self.stage_layers or ("",) * self.pp
-            entries = [f"{n}{_MODE_LETTER[r]}" for n, r in zip(layers, modes)]
+            shards = [_SHARD_MARK[z] for z in self.stage_sharding] if self.stage_sharding else [""] * self.pp
+            entries = [f"{n}{_MODE_LETTER[r]}{z}" for n, r, z in zip(layers, modes, shards)]
             runs: list[list[Any]] = []
             for entry in entries:  # equal neighbours once, with their count: stages[1n,62x2n,1n]
                 if runs and runs[-1][0] == entry:
@@ -235,7 +245,7 @@ class Plan:
         """Every field by name, as plain values (the synchronization method as its canonical spec text, the per-stage
         tuples as lists)."""
         return {**asdict(self), "dp_sync": self.dp_sync.spec, "stage_recompute": list(self.stage_recompute),
-                "stage_layers": list(self.stage_layers)}
+                "stage_layers": list(self.stage_layers), "stage_sharding": list(self.stage_sharding)}
 
 
 MAX_OVERLAP_CHUNKS = 64
@@ -250,11 +260,13 @@ _CHOICES = {
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
     "cp_attention": get_args(CpAttention), "tp_mode": get_args(TpMode),
 }
-PER_STAGE_FIELDS = ("stage_recompute", "stage_layers")
+PER_STAGE_FIELDS = ("stage_recompute", "stage_layers", "stage_sharding")
 """Plan fields that hold one value per pipeline stage (not plan columns: a plan that has them is costed one stage
 at a time, :mod:`plait.cost.per_stage`)."""
 _MODE_LETTER = {"none": "n", "selective": "s", "full": "f"}
 """How :meth:`Plan.describe` writes a stage's recomputation: ``stages[20f,20s,19n]``."""
+_SHARD_MARK = {"none": "/z0", "zero1": "/z1", "zero2": "/z2", "zero3": "/z3"}
+"""How :meth:`Plan.describe` writes a stage's own sharding: ``stages[20f/z3,2x20n/z1]``."""
 
 
 def _check_stage_fields(plan: Plan) -> None:
@@ -274,6 +286,12 @@ def _check_stage_fields(plan: Plan) -> None:
     for count in plan.stage_layers:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= LIMIT:
             raise ConfigError(f"stage_layers entry {count!r} must be an integer in 1..{LIMIT}")
+    for sharding in plan.stage_sharding:
+        if sharding not in _CHOICES["sharding"]:
+            raise ConfigError(f"stage_sharding entry {sharding!r} must be one of {', '.join(_CHOICES['sharding'])}")
+    if plan.stage_sharding and plan.stage_sharding[0] != plan.sharding:
+        raise ConfigError(f"sharding={plan.sharding!r} must be the first stage's (stage_sharding[0]="
+                          f"{plan.stage_sharding[0]!r})")
     if plan.stage_recompute and plan.stage_recompute[0] != plan.recompute:
         raise ConfigError(f"recompute={plan.recompute!r} must be the first stage's mode "
                           f"(stage_recompute[0]={plan.stage_recompute[0]!r})")

@@ -249,6 +249,10 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | N
     if found:
         raise ConfigError(found[1])
     check_stages(plan, model)
+    for stage in range(1, len(plan.stage_sharding)):  # a stage sharded its own way meets the uniform rules as it runs
+        if plan.stage_sharding[stage] != plan.sharding and (found := first_violation(plan.for_stage(stage), model,
+                                                                                      cluster)):
+            raise ConfigError(f"stage {stage} (stage_sharding={plan.stage_sharding[stage]!r}): {found[1]}")
     if num_gpus is not None and plan.num_gpus != num_gpus:
         raise ConfigError(
             f"pp*dp*cp*tp={plan.pp}*{plan.dp}*{plan.cp}*{plan.tp}={plan.num_gpus} must equal gpus={num_gpus}")

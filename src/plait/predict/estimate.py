@@ -72,8 +72,8 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
         est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
     said = ((job.engine.resolved,) if job.engine.resolved else ()) + job.notes + job.model.unmodelled
     if job.plan.per_stage and job.engine.name != "plait":  # no engine's configuration states a mode per stage
-        said += (f"stage_recompute and stage_layers run on plait's runtime (plait run); {job.engine.name}'s "
-                 "configuration does not state them per stage (estimated as if it could)",)
+        said += ("stage_recompute, stage_layers and stage_sharding run on plait's runtime (plait run); "
+                 f"{job.engine.name}'s configuration does not state them per stage (estimated as if it could)",)
     if said:
         est = replace(est, warnings=[*est.warnings, *said])
     if not wants_simulation(job.plan, simulate):

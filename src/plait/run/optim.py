@@ -24,6 +24,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from plait.plan.plan import Optimizer as OptimizerName
+from plait.plan.plan import Plan
 from plait.run.local import local_tensor
 from plait.run.mesh import Mesh
 from plait.run.train import TrainConfig, lr_lambda
@@ -112,11 +113,11 @@ class HostOffloadOptimizer(torch.optim.Optimizer):
         self.inner.load_state_dict(state_dict)
 
 
-def build_optimizer(params: list[torch.Tensor], mesh: Mesh,
-                    config: TrainConfig) -> tuple[torch.optim.Optimizer, LambdaLR]:
+def build_optimizer(params: list[torch.Tensor], mesh: Mesh, config: TrainConfig,
+                    plan: Plan | None = None) -> tuple[torch.optim.Optimizer, LambdaLR]:
     """The plan's optimizer over ``params`` (host-offloaded, ZeRO-1-sharded or plain) and its
-    warm-up/cosine schedule."""
-    plan = mesh.plan
+    warm-up/cosine schedule; ``plan``: this rank's stage as it runs (:meth:`Plan.for_stage`), else the mesh's."""
+    plan = plan if plan is not None else mesh.plan
     optimizer_class, kwargs = optimizer_recipe(plan.optimizer, config)
     optimizer: torch.optim.Optimizer
     if plan.offload_optimizer and not plan.offload_params:

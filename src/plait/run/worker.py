@@ -77,7 +77,7 @@ def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision:
     for stage in indices:
         model = build_model(spec, seq_len, seed, keep_layers=layers[stage], first=stage == 0,
                             last=stage == num_stages - 1).to(device_type())
-        own = plan.for_stage(stage) if plan.per_stage else plan  # the stage's own recomputation (Plan.stage_recompute)
+        own = plan.for_stage(stage) if plan.per_stage else plan  # the stage's own recomputation and sharding
         parts.append(parallelize(model, mesh, own, full_precision=full_precision))
     return parts, indices
 
@@ -150,7 +150,9 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     steps = rank_steps(args.steps, plan.dp_sync.every, uneven.local_steps, mesh.dp_rank)  # its own learning-rate schedule
     config = TrainConfig(steps=steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
     params = [p for part in parts for p in part.parameters()]
-    optimizer, scheduler = build_optimizer(params, mesh, config)
+    # one stage per rank where stages differ (plait.plan.per_stage): its own sharding shards its optimizer (ZeRO-1)
+    own = plan.for_stage(stage_ids[0]) if plan.per_stage else plan
+    optimizer, scheduler = build_optimizer(params, mesh, config, own)
     loss_fn = cross_entropy
     if uneven.slowdown and uneven.slowdown[dist.get_rank()] > 1:  # the inner optimizer: its step is compute
         _, loss_fn = slow_down(parts, mesh.is_last_stage_rank, optimizer, cross_entropy, uneven.slowdown[dist.get_rank()])
@@ -318,7 +320,8 @@ def _step(parts, schedule, mesh: Mesh, plan, inputs, targets, full_precision: bo
     last stage)."""
     if schedule is not None:
         losses: list[torch.Tensor] = []
-        with autocast(plan, full_precision, device):
+        own = plan.for_stage(mesh.coordinate("pp")) if plan.per_stage else plan  # FSDP2 casts where it shards
+        with autocast(own, full_precision, device):
             if mesh.is_first_stage_rank:
                 schedule.step(inputs, target=targets if mesh.is_last_stage_rank else None, losses=losses)
             elif mesh.is_last_stage_rank:

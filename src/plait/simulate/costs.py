@@ -28,7 +28,6 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
         prepared = prepare(model, cluster, job.columns, framework)
     views = stage_views(model, cluster, plan, framework) if plan.per_stage else None  # plait.cost.per_stage
     p2p, v = prepared.p2p_s, plan.vpp
-    kept = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered))  # one reduction after the last backward
     per_rank, distinct = [], {}
     for stage in range(plan.pp):  # each distinct stage (its layer counts and ends: stage_pass's key) costed once
         model_s, prepared_s = (model, prepared) if views is None else (views[stage].model, views[stage].prepared)
@@ -37,6 +36,8 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
         if key not in distinct:
             fwd, bwd = stage_pass(model_s, cluster, prepared_s, stage)
             sync = stage_sync(model_s, cluster, prepared_s, stage)
+            # one reduction after the last backward where the stage keeps its parameters gathered (its own sharding)
+            kept = bool(kept_gathered(prepared_s.cols, framework.pipeline_keeps_gathered))
             distinct[key] = (SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
                              bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward's (Qi et al. 2023)
                              sync.reduce_s, sync.gather_s, 1 if kept else dense + moe, sync.optimizer_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from plait.cost.estimate import Estimate
 from plait.search.adaptive import site_verdict
@@ -67,7 +68,8 @@ def print_per_stage(console: Console, wins: list[StageWin], best: Estimate, cpu_
                       f"({cpu_s:.2f} s CPU)")
         return
     for win in wins:
-        console.print(f"[bold]per stage[/]: {win.better.plan.describe()} {win.better.tokens_per_s:,.0f} tokens/s vs "
+        layout = escape(win.better.plan.describe())  # stages[19s,21n]: text, not markup
+        console.print(f"[bold]per stage[/]: {layout} {win.better.tokens_per_s:,.0f} tokens/s vs "
                       f"{win.uniform.tokens_per_s:,.0f} uniform ({100 * win.gain:+.1f}%; headroom "
                       f"{win.better.memory.headroom_bytes / GIB:.1f} GiB)")
     lead = wins[0].better.target_tokens_per_s / best.target_tokens_per_s - 1.0
