@@ -15,6 +15,8 @@ built by the field's libraries, each with the input one example takes.
   Plain PyTorch (``plait[run]``). Its blocks normalise with ``GroupNorm`` (Wu & He, ECCV 2018), which, unlike
   ``BatchNorm``, computes on each example alone: data-parallel training over any split of the batch equals one
   process's.
+- ``small_mlp``: a small residual MLP of 64 features whose blocks are linear pairs (column- then row-parallel), so
+  its traced plans may take tensor parallelism; plain PyTorch (``plait[run]``), trained on CPU ranks in seconds.
 """
 
 from __future__ import annotations
@@ -224,3 +226,31 @@ def small_cnn() -> Any:
 
 small_cnn.example_shape = (3, 32, 32)  # type: ignore[attr-defined]
 small_cnn.input_dtype = "float32"  # type: ignore[attr-defined]
+
+
+def small_mlp() -> Any:
+    """A small residual MLP over 64 features (module docstring): a linear stem to 32, four blocks of a 32 -> 128
+    linear, GELU and a 128 -> 32 linear added to the block's input (the transformer's MLP block, Vaswani et al.
+    2017, Sec. 3.3, without attention), and a 10-way linear head. Each block's two linears are a Megatron pair
+    (column- then row-parallel: Shoeybi et al. 2019, Sec. 3), so its plans may take tensor parallelism."""
+    try:
+        from torch import nn
+    except ImportError as exc:
+        raise MissingExtra("small_mlp", "run", "torch") from exc
+
+    class MlpBlock(nn.Module):
+        def __init__(self, width: int, hidden: int) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(width, hidden)
+            self.act = nn.GELU()
+            self.fc2 = nn.Linear(hidden, width)
+
+        def forward(self, x: Any) -> Any:
+            return x + self.fc2(self.act(self.fc1(x)))
+
+    width = 32
+    return nn.Sequential(nn.Linear(64, width), *(MlpBlock(width, 4 * width) for _ in range(4)), nn.Linear(width, 10))
+
+
+small_mlp.example_shape = (64,)  # type: ignore[attr-defined]
+small_mlp.input_dtype = "float32"  # type: ignore[attr-defined]

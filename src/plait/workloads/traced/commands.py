@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -37,6 +38,7 @@ def price(workload: Workload, options: Options) -> Estimate:
         raise ConfigError("a traced model (--model MODULE:FACTORY) takes layout options, not --plan")
     plan = plan_from_options(gpus=gpus, micro_batch=micro_batch,
                              **{**{k: options[k] for k in LAYOUT_OPTIONS}, "sharding": options["sharding"] or "none"})
+    plan = replace(plan, sp=False)  # sequence parallelism splits a transformer's norms; a traced pair has none
     work = trace(str(workload.source), parse_shape(options["input_shape"]), options["input_dtype"],
                  storage_dtype(options["precision"]))
     return predict_traced(work, resolve_cluster(options["cluster"] or DEFAULT_CLUSTER), plan,
@@ -63,6 +65,7 @@ def plan(workload: Workload, options: Options) -> None:
     if options["as_json"]:
         print_json({"model": work.name, "gpus": gpus, "candidates": result.candidates,
                     "feasible": len(result.ranked), "infeasible_by_reason": dict(result.reasons),
+                    "tensor_parallelism": result.tp_note,
                     "top": [e.to_dict() for e in result.ranked[:top]],
                     "why": why_winner(result.ranked[0]) if result.ranked else None,
                     "runner_up": runner_up_gives_up(*result.ranked[:2]) if len(result.ranked) > 1 else None})
@@ -107,6 +110,8 @@ def print_traced_search(console: Console, name: str, gpus: int, result, top: int
     console.print(table)
     for reason, count in result.reasons.most_common():
         console.print(f"not ranked ({count}): {reason}")
+    if result.tp_note:
+        console.print(result.tp_note)
     if best:
         console.print(f"why #1: {why_winner(best[0])}")
     if len(best) > 1:

@@ -19,6 +19,8 @@ The same physics as the transformer path, read from the trace instead of closed 
   step, ZeRO-3 gathers each unit's parameters before its forward and its backward and reduce-scatters its gradients
   after it, one unit ahead (Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 3.3); other ``dp_sync`` methods are costed
   on the traced parameter tensors by :func:`plait.cost.sync.method_costs`.
+- **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone so far): their GEMMs, weights and
+  state split, two all-reduces per pair and micro-batch (:mod:`plait.workloads.traced.tensor_parallel`).
 - **Memory.** Model states as :mod:`plait.cost.memory` (ZeRO, Rajbhandari et al. 2020); activations are the
   units' saved bytes times the micro-batches in flight; full recomputation keeps each recomputed unit's input and
   one unit's activations while it is recomputed.
@@ -48,6 +50,7 @@ from plait.plan.ops import SCALAR
 from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import GIB
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
+from plait.workloads.traced.tensor_parallel import check_tp, params_per_rank, split_unit, tp_comm_s
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DDP_BUCKET_MB = 25.0
@@ -58,7 +61,8 @@ FLOP_CONVENTION = ("traced: PyTorch FlopCounterMode formulas for every forward a
 
 def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
     """One-line refusals of what a traced workload cannot be planned with (yet)."""
-    for name, value in (("tp", plan.tp), ("cp", plan.cp), ("ep", plan.ep), ("vpp", plan.vpp)):
+    check_tp(work, plan)
+    for name, value in (("cp", plan.cp), ("ep", plan.ep), ("vpp", plan.vpp)):
         if value != 1:
             raise ConfigError(f"{name}={value}: a traced workload ({work.name}) runs data and pipeline parallelism "
                               f"only ({name} needs the layer structure a closed-form model describes); use {name}=1")
@@ -173,7 +177,8 @@ def units_seconds(work: TracedWorkload, acc: Accelerator, plan: Plan, gemm_dtype
                   channels_last: bool) -> list[tuple[float, float]]:
     """Forward and backward seconds of each unit on one micro-batch of ``plan`` (:func:`unit_seconds`)."""
     element, transposes = ELEMENT_BYTES.get(work.dtype, 2), _transposes(acc, gemm_dtype, channels_last)
-    return [unit_seconds(u, plan.micro_batch, acc, gemm_dtype, element, transposes) for u in work.units]
+    return [unit_seconds(split_unit(u, plan.tp), plan.micro_batch, acc, gemm_dtype, element, transposes)
+            for u in work.units]
 
 
 def _transposes(acc: Accelerator, gemm_dtype: str, channels_last: bool) -> bool:
@@ -236,7 +241,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     mean_bwd = sum(w + r for _, w, r, _ in passes) / len(passes)
     busy, bubble = pipeline_time_s(cols, totals[slow], mean, mean_bwd, mean_bwd / 2)
     group = stages[slow]
-    params = {"dense": float(sum(work.units[i].num_params for i in group)), "expert": 0.0, "norms": 0.0}
+    params = {"dense": params_per_rank(work, group, plan.tp), "expert": 0.0, "norms": 0.0}
     named = [p for i in group for p in work.units[i].params]
     fsdp = m * (_fsdp_exposed_s(cluster, plan, work, group, seconds, grad_bytes)
                 + _fsdp_hooks_s(cluster, plan, work, group, recomputed))
@@ -252,7 +257,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster)
     time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
                          host_s=m * passes[slow][3],
-                         pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
+                         tp_comm_s=m * tp_comm_s(cluster, work, plan, group, recomputed), pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
                          optimizer_s=optimizer_s)
     if loader is not None:  # each GPU's loader prepares its share of the global batch per step
         loading = loader_step_s(loader, plan.global_batch / dp, host_cores_per_used_gpu(cluster, plan.num_gpus))
@@ -370,7 +375,7 @@ def _memory(work: TracedWorkload, cluster: Cluster, plan: Plan, cols: PlanColumn
             stage: int, grad_bytes: float, extra: float) -> MemoryBreakdown:
     """Bytes on one GPU of ``stage`` (module docstring)."""
     acc, group = cluster.accelerator, stages[stage]
-    count = float(sum(work.units[i].num_params for i in group))
+    count = params_per_rank(work, group, plan.tp)
     shard = plan.dp_shard if plan.sharding != "none" else 1
     weights = float(param_bytes(cols)) * (count / shard if plan.sharding == "zero3" else count)
     grads = grad_bytes * (count / shard if plan.sharding in ("zero2", "zero3") else count)

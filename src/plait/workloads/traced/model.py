@@ -33,6 +33,9 @@ class Kernel:
     fixed_bytes: float
     bytes_per_example: float
     backward: bool
+    tp_split: bool = False
+    """The operator runs inside a Linear of a tensor-parallel pair (:class:`LinearPair`): with ``tp`` ranks each
+    runs ``1/tp`` of its FLOPs and bytes."""
 
     def flops(self, batch: float) -> float:
         return self.flops_per_example * batch
@@ -65,6 +68,28 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class LinearPair:
+    """Two ``nn.Linear`` of a repeated unit, the first's output feeding the second through elementwise operators
+    only: Megatron's MLP split, the first column-parallel, the second row-parallel (Shoeybi et al. 2019, Sec. 3,
+    Fig. 3a), found by :mod:`plait.workloads.traced.pairs`."""
+
+    unit: int
+    """The index of the unit (in :attr:`TracedWorkload.units`) that holds both."""
+    first: str
+    """Module path of the column-parallel Linear."""
+    second: str
+    """Module path of the row-parallel Linear."""
+    hidden: int
+    """The split dimension: the first's ``out_features``, the second's ``in_features``."""
+    split_params: int
+    """Parameters each of ``tp`` ranks holds ``1/tp`` of: both weights and the first's bias (the second's bias is
+    added once, after the all-reduce, so every rank holds it whole)."""
+    output_bytes_per_example: float
+    """Bytes of the second Linear's output per example: what the forward all-reduce sums (and, as the input's
+    gradient, the backward's)."""
+
+
+@dataclass(frozen=True)
 class TracedWorkload:
     """A model measured by tracing (module docstring)."""
 
@@ -81,6 +106,10 @@ class TracedWorkload:
     """Parameter names in the order their gradients complete in the backward pass."""
     unit_class: str
     """The module class the repeated units are instances of."""
+    pairs: tuple[LinearPair, ...] = ()
+    """The tensor-parallel Linear pairs of the repeated units (none: tensor parallelism does not apply)."""
+    no_pairs_reason: str = ""
+    """Why :attr:`pairs` is empty, in words."""
 
     @property
     def named_params(self) -> list[tuple[str, Shape]]:

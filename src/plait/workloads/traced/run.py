@@ -3,7 +3,8 @@ MODULE:FACTORY --export`` writes it): the plan's data parallelism, ZeRO stage an
 machine's ranks by :mod:`plait.workloads.traced.worker`, printed beside plait's estimate of the same plan.
 
 What the worker runs (DDP, ZeRO-1, FSDP2's ZeRO-2/3 and HSDP, full recomputation of the repeated units, pipeline
-stages cut where the cost model cut them under GPipe or 1F1B, ``dp_sync`` methods over whole replicas) covers the
+stages cut where the cost model cut them under GPipe or 1F1B, ``dp_sync`` methods over whole replicas, tensor
+parallelism of the units' Linear pairs alone) covers the
 traced planner's plans; a method with server ranks, or one over pipeline replicas, is refused before a rank starts.
 """
 
@@ -76,7 +77,7 @@ def run_traced_plan(workload: Workload, options: Options) -> None:
     if note:
         console.print(f"plait: {note}")
     config = TracedConfig(factory=job.model, input_shape=work.example_shape, input_dtype=work.input_dtype,  # type: ignore[arg-type]
-                          dp_replicate=plan.dp_replicate, dp_shard=plan.dp_shard, sharding=plan.sharding,
+                          dp_replicate=plan.dp_replicate, dp_shard=plan.dp_shard, sharding=plan.sharding, tp=plan.tp,
                           recompute_units=-1 if plan.recompute == "full" else 0,  # every unit, as the cost model recomputes
                           pp=plan.pp, stage_starts=tuple(group[0] for group in plan_stages(work, cluster, plan)[1:]),
                           schedule="gpipe" if plan.schedule == "gpipe" else "1f1b",

@@ -3,7 +3,8 @@
 Every candidate of the space is estimated by :func:`plait.workloads.traced.cost.estimate_traced` (about a millisecond
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
-for. Plans that do not fit in memory (with the margin) or that the rules refuse are counted by reason; the rest
+for; and tensor parallelism over every GPU where the repeated units hold Linear pairs whose split dimension it
+divides (:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit in memory (with the margin) or that the rules refuse are counted by reason; the rest
 are ranked by step time over the method's steps multiplier, as the transformer search ranks them.
 """
 
@@ -22,6 +23,7 @@ from plait.predict.intervals import step_interval_s
 from plait.sync import SyncMethod
 from plait.workloads.traced.cost import estimate_traced
 from plait.workloads.traced.model import TracedWorkload
+from plait.workloads.traced.tensor_parallel import tp_possible
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3")
 RECOMPUTE = ("none", "full")
@@ -34,6 +36,8 @@ class TracedSearch:
     ranked: list[Estimate] = field(default_factory=list)
     reasons: Counter[str] = field(default_factory=Counter)
     candidates: int = 0
+    tp_note: str = ""
+    """Whether tensor parallelism was searched, and why not where it was not."""
 
 
 def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs: tuple[SyncMethod, ...],
@@ -55,7 +59,24 @@ def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs
                                           dp_shard=1 if sharding == "none" else dp, sharding=sharding,
                                           micro_batch=mb, global_batch=global_batch, recompute=recompute,
                                           precision=precision, dp_sync=sync, optimizer="adamw"))
+    for tp in tp_possible(work, gpus):  # tp alone: one replica of every GPU
+        micro = [m for m in (2**i for i in range(global_batch.bit_length())) if global_batch % m == 0]
+        plans += [Plan(tp=tp, sp=False, micro_batch=mb, global_batch=global_batch, recompute=recompute,
+                       precision=precision, optimizer="adamw") for mb in micro for recompute in RECOMPUTE]
     return plans
+
+
+def tp_note(work: TracedWorkload, gpus: int) -> str:
+    """One line: the tensor-parallel degrees searched, or why none."""
+    if tp_possible(work, gpus):
+        return (f"tensor parallelism: tp={gpus} searched over {len(work.pairs)} Linear pair(s) "
+                f"(split dimensions {sorted({p.hidden for p in work.pairs})})")
+    if not work.pairs:
+        return f"tensor parallelism not searched: {work.no_pairs_reason}"
+    if gpus == 1:
+        return "tensor parallelism not searched: one GPU"
+    return (f"tensor parallelism not searched: tp={gpus} (it runs alone, over every GPU) does not divide the "
+            f"split dimensions {sorted({p.hidden for p in work.pairs})}")
 
 
 def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batch: int, dp_syncs: tuple[SyncMethod, ...],
@@ -63,7 +84,7 @@ def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batc
                   channels_last: bool = False) -> TracedSearch:
     """Estimate every candidate, each fed by ``loader`` with its convolutions channels-last or not
     (:func:`plait.workloads.traced.cost.estimate_traced`); rank those that fit (module docstring)."""
-    out = TracedSearch()
+    out = TracedSearch(tp_note=tp_note(work, gpus))
     for plan in candidate_plans(work, gpus, global_batch, dp_syncs, precision):
         out.candidates += 1
         try:

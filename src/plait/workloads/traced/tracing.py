@@ -21,11 +21,13 @@ import functools
 import importlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from plait.errors import ConfigError, require_extra
 from plait.plan.plan import FULL_PRECISIONS
-from plait.workloads.traced.model import Kernel, Shape, TracedWorkload, Unit
+from plait.workloads.traced.model import Kernel, LinearPair, Shape, TracedWorkload, Unit
+from plait.workloads.traced.pairs import find_pairs
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
 CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
@@ -89,14 +91,21 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
     units, unit_class = choose_units(model)
     owners = _owners(model, units, len(units) + 2)
     named = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+    pairs, no_pairs = find_pairs(model, units)
+    split = [path for _, first, second, _, _ in pairs for path in (first, second)]
     try:
-        one, two = (_run(model, units, shape, input_dtype, dtype, batch) for batch in BATCHES)
+        one, two = (_run(model, units, shape, input_dtype, dtype, batch, split) for batch in BATCHES)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as error:
         first = (str(error).strip().splitlines() or [""])[0]
         raise ConfigError(f"--model {name!r}: its forward or backward failed on the meta device with input shape "
                           f"{shape} ({type(error).__name__}: {first}); code that reads tensor values cannot be "
                           "traced") from None
-    return _combine(name, shape, input_dtype, dtype, unit_class, units, one, two, owners, named)
+    work = _combine(name, shape, input_dtype, dtype, unit_class, units, one, two, owners, named)
+    (b1, b2) = BATCHES
+    linear_pairs = tuple(LinearPair(unit=i, first=a, second=b, hidden=h, split_params=n,
+                                    output_bytes_per_example=(two.pair_outputs[b] - one.pair_outputs[b]) / (b2 - b1))
+                         for i, a, b, h, n in pairs)
+    return replace(work, pairs=linear_pairs, no_pairs_reason=no_pairs)
 
 
 def choose_units(model: Any) -> tuple[list[str], str]:
@@ -157,13 +166,15 @@ class _Record:
     whether a parameter, bytes), output bytes per unit and the gradient order."""
 
     def __init__(self, count: int) -> None:
-        self.kernels: list[tuple[int, str, float, float, bool]] = []
+        self.kernels: list[tuple[int, str, float, float, bool, bool]] = []  # ..., backward, in a pair
         self.saved: list[tuple[int, bool, float]] = []
         self.outputs = [0.0] * count
         self.grad_order: list[str] = []
+        self.pair_outputs: dict[str, float] = {}
 
 
-def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: str, batch: int) -> _Record:
+def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: str, batch: int,
+         split: tuple[str, ...] | list[str] = ()) -> _Record:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
@@ -176,6 +187,7 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
     seen = {"fwd": False, "bwd": False}
     tracker = ModuleTracker()
     params = {id(p) for p in model.parameters()}
+    split_paths = {f"{root}.{path}" for path in split}  # the Linears of tensor-parallel pairs, as the tracker names them
 
     def current() -> int:
         inside = [unit_of[p] for p in tracker.parents if p in unit_of]
@@ -199,7 +211,8 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
             free = func.is_view or packet.__name__ in FREE
             moved = 0.0 if free else nbytes((args, kwargs)) + nbytes(out)
             if flops or moved:
-                record.kernels.append((current(), packet.__name__, flops, moved, tracker.is_bw))
+                record.kernels.append((current(), packet.__name__, flops, moved, tracker.is_bw,
+                                       bool(split_paths & set(tracker.parents))))
             return out
 
     class GpuKernels(torch.overrides.TorchFunctionMode):
@@ -249,6 +262,9 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
     if units:  # what pre hands the first unit
         hooks.append(modules[units[0]].register_forward_pre_hook(
             lambda m, a: record.outputs.__setitem__(0, nbytes(a))))
+    for path in split:  # a pair's output: the second Linear's (every other path is a first's)
+        hooks.append(modules[path].register_forward_hook(
+            lambda m, a, out, path=path: record.pair_outputs.__setitem__(path, nbytes(out))))
     names = {id(p): n for n, p in model.named_parameters()}
     for p in model.parameters():
         hooks.append(p.register_post_accumulate_grad_hook(lambda p: record.grad_order.append(names[id(p)])))
@@ -353,9 +369,9 @@ def _combine(name: str, shape: Shape, input_dtype: str, dtype: str, unit_class: 
         return max(0.0, q1 - per * b1), per
 
     kernels: list[list[Kernel]] = [[] for _ in range(count)]
-    for (unit, op, f1, m1, backward), (_, _, f2, m2, _) in zip(one.kernels, two.kernels):
+    for (unit, op, f1, m1, backward, in_pair), (_, _, f2, m2, _, _) in zip(one.kernels, two.kernels):
         fixed, per = split(m1, m2)
-        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward))
+        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward, in_pair))
     saved = [[0.0, 0.0] for _ in range(count)]  # at b1, at b2
     for column, record in enumerate((one, two)):
         for unit, is_param, size in record.saved:

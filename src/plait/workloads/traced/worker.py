@@ -19,7 +19,10 @@ the run's seed on every rank; its repeated units are the ones the trace cut it i
 - ``pp > 1``: the module cut before the units ``stage_starts`` names (the cut the cost model's partition chose,
   :func:`plait.workloads.traced.cost.split_stages`) by ``torch.distributed.pipelining``'s tracer (``pipeline`` with
   ``SplitPoint.BEGINNING``), each stage on its own ranks under PyTorch's GPipe or 1F1B schedule (gradients averaged
-  over the micro-batches: ``scale_grads``), its data parallelism as above over the stage's data-parallel ranks.
+  over the micro-batches: ``scale_grads``), its data parallelism as above over the stage's data-parallel ranks;
+- ``tp > 1`` (alone): the units' Linear pairs (:mod:`plait.workloads.traced.pairs`) split by
+  ``torch.distributed.tensor.parallel.parallelize_module``, the first ``ColwiseParallel``, the second
+  ``RowwiseParallel`` (Megatron's MLP split, Shoeybi et al. 2019, Sec. 3); every rank runs the whole batch.
 
 Each step draws the job's global batch from a generator seeded by the run's seed and the step (normal values for
 floating inputs; for integer inputs, ids below the smallest embedding table's size), each rank takes its rows and
@@ -169,10 +172,16 @@ def train(config: TracedConfig) -> dict[str, Any]:
     if config.recompute_units and not pipelined:  # a pipeline's stages wrap theirs once cut (_pipeline)
         recompute(model, units, config.recompute_units)
     dp = config.dp_replicate * config.dp_shard if distributed else 1
-    mesh = _mesh(config) if distributed else None
+    tensor_parallel = distributed and config.tp > 1
+    mesh = _mesh(config) if distributed and not tensor_parallel else None
     dp_rank = _replicas(mesh).get_local_rank() if mesh is not None else 0
     rows = config.global_batch // dp
-    if pipelined:
+    if tensor_parallel:
+        if dp > 1 or config.pp > 1:
+            raise ValueError(f"tp={config.tp} runs alone (dp = pp = 1), not with dp={dp} and pp={config.pp}")
+        model = split_pairs(model, units, config.tp)
+        optimizer = make_optimizer(model.parameters(), config)
+    elif pipelined:
         schedule, stage_module, optimizer, last = _pipeline(model, config, units, mesh, bound)
     else:
         model, optimizer = parallelize(model, config, units, mesh) if distributed else (
@@ -197,7 +206,7 @@ def train(config: TracedConfig) -> dict[str, Any]:
             total = _step(model, batch.split(config.micro_batch), autocast)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if distributed:
+        if distributed and not tensor_parallel:  # TP ranks hold the same (all-reduced) loss already
             dist.all_reduce(total)  # each replica's (last stage's) mean, summed: / dp below
         times.append(time.perf_counter() - start)
         losses.append(float(total) / dp)
@@ -209,6 +218,23 @@ def train(config: TracedConfig) -> dict[str, Any]:
     world = dist.get_world_size() if distributed else 1
     return {"losses": losses, "step_times_s": times, "peak_memory_bytes": resident_bytes(),
             "parameter_sum": float(checksum), "ranks": world}
+
+
+def split_pairs(model: nn.Module, units: list[str], tp: int) -> nn.Module:
+    """``model`` with each Linear pair of its units split over ``tp`` ranks (module docstring)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from plait.workloads.traced.pairs import find_pairs
+
+    pairs, why = find_pairs(model, units)
+    if not pairs:
+        raise ValueError(f"tp={tp}: {why}")
+    mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+    styles: dict[str, Any] = {}
+    for _, first, second, _, _ in pairs:
+        styles[first], styles[second] = ColwiseParallel(), RowwiseParallel()
+    return parallelize_module(model, mesh, styles)  # type: ignore[no-any-return]
 
 
 def _skips_gradient(config: TracedConfig, optimizer: Any) -> bool:
@@ -305,7 +331,7 @@ def _pipeline_step(schedule: Any, mesh: Any, batch: torch.Tensor, last: bool, au
 
 
 def _full_parameters(model: nn.Module) -> list[torch.Tensor]:
-    """Every parameter whole (FSDP2's shards gathered)."""
+    """Every parameter whole (FSDP2's shards and tensor-parallel splits gathered)."""
     return [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
 
 

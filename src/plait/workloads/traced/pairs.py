@@ -1,0 +1,91 @@
+"""Megatron-style Linear pairs of a traced module's repeated units: where tensor parallelism applies.
+
+A pair is an ``nn.Linear`` whose output feeds a second ``nn.Linear`` through elementwise operators only (an
+activation, dropout): the first split by columns (its output features), the second by rows (its input features),
+so the elementwise operators run on each rank's slice and one all-reduce of the second's output per forward (and
+one of the first's input gradient per backward) joins them (Shoeybi et al. 2019, "Megatron-LM", Sec. 3, Fig. 3a).
+
+The data flow is read with ``torch.fx.symbolic_trace`` of each repeated unit, not from the module hierarchy and
+the order modules run: registration or call order cannot tell ``fc2(gelu(fc1(x)))`` from ``fc2(norm(x + fc1(x)))``
+(a residual or a normalisation between the two breaks the split), the graph's edges can. A unit whose forward
+does not trace symbolically (control flow on values) has no pairs, and the reason says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ELEMENTWISE_MODULES = frozenset({"ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Dropout", "Identity", "Mish", "ReLU6",
+                                 "LeakyReLU", "ELU", "Hardswish", "Hardtanh"})
+"""One-input, one-output modules that act on each element alone (so on each rank's slice of the hidden features)."""
+ELEMENTWISE_FUNCTIONS = frozenset({"relu", "gelu", "silu", "tanh", "sigmoid", "dropout", "mish", "relu6",
+                                   "leaky_relu", "elu", "hardswish"})
+"""The same as ``torch``/``torch.nn.functional`` functions or tensor methods, by name."""
+
+
+def find_pairs(model: Any, units: list[str]) -> tuple[list[tuple[int, str, str, int, int]], str]:
+    """``(unit index (1-based, as the trace numbers units), first path, second path, hidden, split parameters)``
+    for every pair in ``units`` of ``model`` (module docstring), and why there are none where there are none."""
+    from torch import fx, nn
+
+    found: list[tuple[int, str, str, int, int]] = []
+    untraced = []
+    for index, path in enumerate(units, start=1):
+        unit = model.get_submodule(path)
+        try:
+            graph = fx.symbolic_trace(unit).graph
+        except Exception:  # noqa: BLE001 - any Python in a forward may refuse symbolic tracing
+            untraced.append(path)
+            continue
+        modules = dict(unit.named_modules())
+        used: set[str] = set()
+        for node in graph.nodes:
+            if not _is_linear(node, modules, nn) or node.target in used:
+                continue
+            second = _follow(node, modules, nn)
+            if second is None:
+                continue
+            a, b = modules[node.target], modules[second.target]
+            if a.out_features != b.in_features:
+                continue
+            used.update((node.target, second.target))
+            split = a.weight.numel() + (a.bias.numel() if a.bias is not None else 0) + b.weight.numel()
+            found.append((index, f"{path}.{node.target}", f"{path}.{second.target}", a.out_features, split))
+    if found:
+        return found, ""
+    if not units:
+        return [], "the model has no repeated units to look for Linear pairs in"
+    if untraced and len(untraced) == len(units):
+        return [], f"its units ({untraced[0]}, ...) do not trace with torch.fx, so no Linear pair can be read"
+    return [], "no Linear in its units feeds a second Linear through elementwise operators only"
+
+
+def _is_linear(node: Any, modules: dict[str, Any], nn: Any) -> bool:
+    return node.op == "call_module" and isinstance(modules.get(node.target), nn.Linear)
+
+
+def _follow(node: Any, modules: dict[str, Any], nn: Any) -> Any:
+    """The Linear that ``node``'s output reaches through a chain of single-use elementwise operators, or None."""
+    current = node
+    while len(current.users) == 1:
+        (user,) = current.users
+        if _is_linear(user, modules, nn):
+            return user if user.args and user.args[0] is current else None
+        if not _elementwise(user, current, modules):
+            return None
+        current = user
+    return None
+
+
+def _elementwise(node: Any, source: Any, modules: dict[str, Any]) -> bool:
+    """``node`` applies an elementwise operator to ``source`` alone."""
+    if not node.args or node.args[0] is not source:
+        return False
+    if any(hasattr(a, "op") for a in (*node.args[1:], *node.kwargs.values())):
+        return False  # a second tensor operand (a residual, a gate from elsewhere)
+    if node.op == "call_module":
+        return type(modules.get(node.target)).__name__ in ELEMENTWISE_MODULES
+    if node.op in ("call_function", "call_method"):
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        return name in ELEMENTWISE_FUNCTIONS
+    return False
