@@ -22,6 +22,8 @@ pytest.importorskip("torch")
 FACTORY = "plait.workload.zoo:small_cnn"
 BASE = ["-m", "plait.workloads.traced.worker", "--factory", FACTORY, "--input-shape", "3,16,16", "--global-batch", "8",
         "--micro-batch", "2", "--steps", "3"]
+MLP = ("--factory", "plait.workload.zoo:small_mlp", "--input-shape", "64")
+"""The zoo model whose units hold Linear pairs (tensor parallelism), in place of the CNN."""
 
 
 def _worker(tmp_path: Path, name: str, ranks: int, *extra: str) -> dict[str, object]:
@@ -49,16 +51,18 @@ def _worker(tmp_path: Path, name: str, ranks: int, *extra: str) -> dict[str, obj
                                       "--recompute-units", "-1")),
     ("pp-ddp", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-replicate", "2")),
     ("pp-zero3", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-shard", "2", "--sharding", "zero3")),
+    ("tp", 2, "adamw", (*MLP, "--tp", "2")),  # ColwiseParallel / RowwiseParallel on small_mlp's Linear pairs
 ], ids=lambda layout: f"{layout[0]}-{layout[2]}")
 def test_each_layout_equals_one_process(tmp_path: Path, layout: tuple[str, int, str, tuple[str, ...]]) -> None:
     name, ranks, optimizer, extra = layout
-    reference = _worker(tmp_path, "reference", 1, "--optimizer", optimizer)
+    model = MLP if extra[:len(MLP)] == MLP else ()
+    reference = _worker(tmp_path, "reference", 1, "--optimizer", optimizer, *model)
     run = _worker(tmp_path, name, ranks, "--optimizer", optimizer, *extra)
     assert run["ranks"] == ranks
     assert run["losses"] == pytest.approx(reference["losses"], rel=1e-5, abs=1e-6)
     assert run["parameter_sum"] == pytest.approx(reference["parameter_sum"], rel=1e-5)
     # the weights moved: the comparison is not of two untrained models
-    untrained = _worker(tmp_path, "untrained", 1, "--optimizer", optimizer, "--steps", "0")
+    untrained = _worker(tmp_path, "untrained", 1, "--optimizer", optimizer, *model, "--steps", "0")
     assert abs(run["parameter_sum"] - untrained["parameter_sum"]) > 1e-3  # type: ignore[operator]
 
 
