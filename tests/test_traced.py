@@ -166,7 +166,7 @@ def test_full_sharding_at_small_micro_batches_gathers_more() -> None:
     small, whole = (estimate_traced(work, cluster, Plan(dp_shard=64, sharding="zero3", global_batch=2048,
                                                         micro_batch=mb), engine, step_interval_s) for mb in (1, 32))
     assert small.time.fsdp_comm_s > whole.time.fsdp_comm_s > 0
-    with pytest.raises(ConfigError, match="tp=2: a traced workload"):
+    with pytest.raises(ConfigError, match="tp=2: plait.workload.zoo:resnet50 has no Linear pair to split"):
         estimate_traced(work, cluster, Plan(tp=2, dp_replicate=32, global_batch=2048, micro_batch=32), engine,
                         step_interval_s)
 

@@ -114,3 +114,19 @@ def test_the_planner_searches_tp_where_pairs_exist_and_says_why_not(mlp) -> None
     assert "does not divide" in search_traced(mlp, cluster, 3, 63, (ALLREDUCE,), engine).tp_note
     cnn = trace("plait.workload.zoo:small_cnn", (3, 16, 16), None, "bfloat16")
     assert "not searched: no Linear" in search_traced(cnn, cluster, 2, 8, (ALLREDUCE,), engine).tp_note
+
+
+def test_plait_plan_of_the_mlp_says_tp_was_searched() -> None:
+    """The status page's command, in process: the line naming the searched degree, and the JSON key."""
+    from tests.inprocess import cli
+
+    code, out, err = cli(["plan", "--model", MLP, "--gpus", "2", "--global-batch", "64"])
+    assert code == 0, err
+    assert "tensor parallelism: tp=2 searched over 4 Linear pair(s)" in out
+    code, out, err = cli(["plan", "--model", MLP, "--gpus", "2", "--global-batch", "64", "--json", "--top", "200"])
+    assert code == 0, err
+    import json
+
+    found = json.loads(out)
+    assert found["tensor_parallelism"].startswith("tensor parallelism: tp=2 searched")
+    assert any(plan["plan"]["tp"] == 2 for plan in found["top"])
