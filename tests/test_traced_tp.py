@@ -97,6 +97,7 @@ def test_each_rank_runs_half_of_the_pairs_gemms(mlp) -> None:  # type: ignore[no
 @pytest.mark.parametrize(("factory", "tp", "knobs", "message"), [
     (MLP, 3, {}, "tp=3 must divide the split dimension 128 of the Linear pair 1.fc1 -> 1.fc2"),
     (MLP, 2, {"dp_replicate": 2}, "tensor parallelism is costed and run alone so far"),
+    (MLP, 2, {"overlap_chunks": 2}, "split one way"),
     ("plait.workload.zoo:small_cnn", 2, {}, "has no Linear pair to split"),
 ])
 def test_tp_the_pairs_do_not_allow_is_refused_in_one_line(factory: str, tp: int, knobs: dict[str, int],

@@ -41,6 +41,9 @@ def check_tp(work: TracedWorkload, plan: Plan) -> None:
         if pair.hidden % plan.tp:
             raise ConfigError(f"tp={plan.tp} must divide the split dimension {pair.hidden} of the Linear pair "
                               f"{pair.first} -> {pair.second}")
+    if plan.tp_mode != "1d" or plan.overlap_chunks > 1 or plan.tp_comm_overlap:
+        raise ConfigError(f"tp={plan.tp}: a traced module's Linear pairs split one way (tp_mode='1d') with their "
+                          "all-reduces whole (overlap_chunks = 1, tp_comm_overlap = false)")
     if plan.dp > 1 or plan.pp > 1:
         raise ConfigError(f"tp={plan.tp} with dp={plan.dp} and pp={plan.pp}: a traced module's tensor parallelism "
                           "is costed and run alone so far (dp = pp = 1)")
