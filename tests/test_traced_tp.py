@@ -31,9 +31,12 @@ class _Block(nn.Module):
     def __init__(self, kind: str) -> None:
         super().__init__()
         self.kind, self.fc1, self.fc2, self.norm = kind, nn.Linear(8, 16), nn.Linear(16, 8), nn.LayerNorm(16)
+        self.fc3 = nn.Linear(8, 16)
 
     def forward(self, x):  # type: ignore[no-untyped-def]
         h = self.fc1(x)
+        if self.kind == "swiglu":
+            return self.fc2(torch.nn.functional.silu(h) * self.fc3(x))  # fc3: a gate, split like fc1
         if self.kind == "relu":
             h = torch.relu(h).relu()  # a function and a method: both elementwise
         elif self.kind == "norm":
@@ -43,13 +46,15 @@ class _Block(nn.Module):
         return self.fc2(h)
 
 
-@pytest.mark.parametrize(("kind", "pairs"), [("relu", 1), ("norm", 0), ("residual", 0)])
+@pytest.mark.parametrize(("kind", "pairs"), [("relu", 1), ("swiglu", 1), ("norm", 0), ("residual", 0)])
 def test_pairs_follow_the_data_flow_not_the_module_order(kind: str, pairs: int) -> None:
     model = nn.Sequential(_Block(kind), _Block(kind))
     found, why = find_pairs(model, ["0", "1"])
     assert len(found) == 2 * pairs
-    if pairs:
-        assert found[0] == (1, "0.fc1", "0.fc2", 16, 8 * 16 + 16 + 16 * 8)
+    if kind == "relu":
+        assert found[0] == (1, "0.fc1", "0.fc2", 16, 8 * 16 + 16 + 16 * 8, ())
+    elif kind == "swiglu":
+        assert found[0] == (1, "0.fc1", "0.fc2", 16, 2 * (8 * 16 + 16) + 16 * 8, ("0.fc3",))
     else:
         assert "elementwise" in why
 

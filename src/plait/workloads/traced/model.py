@@ -82,9 +82,11 @@ class LinearPair:
     hidden: int
     """The split dimension: the first's ``out_features``, the second's ``in_features``."""
     split_params: int
-    """Parameters each of ``tp`` ranks holds ``1/tp`` of: both weights and the first's bias (the second's bias is
-    added once, after the all-reduce, so every rank holds it whole)."""
-    output_bytes_per_example: float
+    """Parameters each of ``tp`` ranks holds ``1/tp`` of: the weights and the first's (and gates') biases (the
+    second's bias is added once, after the all-reduce, so every rank holds it whole)."""
+    gates: tuple[str, ...] = ()
+    """Module paths of Linears split by columns like the first, whose outputs multiply the first's (a SwiGLU gate)."""
+    output_bytes_per_example: float = 0.0
     """Bytes of the second Linear's output per example: what the forward all-reduce sums (and, as the input's
     gradient, the backward's)."""
 

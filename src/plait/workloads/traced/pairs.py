@@ -4,6 +4,9 @@ A pair is an ``nn.Linear`` whose output feeds a second ``nn.Linear`` through ele
 activation, dropout): the first split by columns (its output features), the second by rows (its input features),
 so the elementwise operators run on each rank's slice and one all-reduce of the second's output per forward (and
 one of the first's input gradient per backward) joins them (Shoeybi et al. 2019, "Megatron-LM", Sec. 3, Fig. 3a).
+A gated MLP (SwiGLU, ``w2(silu(w1(x)) * w3(x))``: Shazeer 2020) is a pair with a *gate*: a third Linear of the
+same input whose output multiplies the chain elementwise, split by columns like the first (as Megatron-Core's
+``linear_fc1`` holds both halves).
 
 The data flow is read with ``torch.fx.symbolic_trace`` of each repeated unit, not from the module hierarchy and
 the order modules run: registration or call order cannot tell ``fc2(gelu(fc1(x)))`` from ``fc2(norm(x + fc1(x)))``
@@ -23,12 +26,16 @@ ELEMENTWISE_FUNCTIONS = frozenset({"relu", "gelu", "silu", "tanh", "sigmoid", "d
 """The same as ``torch``/``torch.nn.functional`` functions or tensor methods, by name."""
 
 
-def find_pairs(model: Any, units: list[str]) -> tuple[list[tuple[int, str, str, int, int]], str]:
-    """``(unit index (1-based, as the trace numbers units), first path, second path, hidden, split parameters)``
-    for every pair in ``units`` of ``model`` (module docstring), and why there are none where there are none."""
+Found = tuple[int, str, str, int, int, tuple[str, ...]]
+"""(unit index (1-based, as the trace numbers units), first path, second path, hidden, split parameters, gates)"""
+
+
+def find_pairs(model: Any, units: list[str]) -> tuple[list[Found], str]:
+    """Every pair in ``units`` of ``model`` (module docstring; :data:`Found`), and why there are none where there
+    are none."""
     from torch import fx, nn
 
-    found: list[tuple[int, str, str, int, int]] = []
+    found: list[Found] = []
     untraced = []
     for index, path in enumerate(units, start=1):
         unit = model.get_submodule(path)
@@ -42,15 +49,19 @@ def find_pairs(model: Any, units: list[str]) -> tuple[list[tuple[int, str, str, 
         for node in graph.nodes:
             if not _is_linear(node, modules, nn) or node.target in used:
                 continue
-            second = _follow(node, modules, nn)
-            if second is None:
+            followed = _follow(node, modules, nn)
+            if followed is None:
                 continue
+            second, gates = followed
             a, b = modules[node.target], modules[second.target]
-            if a.out_features != b.in_features:
+            columns = [a, *(modules[g.target] for g in gates)]
+            if any(c.out_features != b.in_features for c in columns):
                 continue
-            used.update((node.target, second.target))
-            split = a.weight.numel() + (a.bias.numel() if a.bias is not None else 0) + b.weight.numel()
-            found.append((index, f"{path}.{node.target}", f"{path}.{second.target}", a.out_features, split))
+            used.update((node.target, second.target, *(g.target for g in gates)))
+            split = b.weight.numel() + sum(c.weight.numel() + (c.bias.numel() if c.bias is not None else 0)
+                                           for c in columns)
+            found.append((index, f"{path}.{node.target}", f"{path}.{second.target}", a.out_features, split,
+                          tuple(f"{path}.{g.target}" for g in gates)))
     if found:
         return found, ""
     if not units:
@@ -64,17 +75,36 @@ def _is_linear(node: Any, modules: dict[str, Any], nn: Any) -> bool:
     return node.op == "call_module" and isinstance(modules.get(node.target), nn.Linear)
 
 
-def _follow(node: Any, modules: dict[str, Any], nn: Any) -> Any:
-    """The Linear that ``node``'s output reaches through a chain of single-use elementwise operators, or None."""
-    current = node
+def _follow(node: Any, modules: dict[str, Any], nn: Any) -> tuple[Any, list[Any]] | None:
+    """The Linear that ``node``'s output reaches through a chain of single-use elementwise operators (and the
+    gates it is multiplied by on the way), or None."""
+    current, gates = node, []
     while len(current.users) == 1:
         (user,) = current.users
         if _is_linear(user, modules, nn):
-            return user if user.args and user.args[0] is current else None
-        if not _elementwise(user, current, modules):
+            return (user, gates) if user.args and user.args[0] is current else None
+        gate = _gate(user, current, node, modules, nn)
+        if gate is not None:
+            gates.append(gate)
+        elif not _elementwise(user, current, modules):
             return None
         current = user
     return None
+
+
+def _gate(node: Any, source: Any, first: Any, modules: dict[str, Any], nn: Any) -> Any:
+    """The Linear ``node`` multiplies ``source`` by, where it reads the first Linear's input and feeds only this
+    product (a SwiGLU gate: module docstring); else None."""
+    import operator
+
+    import torch
+
+    if node.op != "call_function" or node.target not in (operator.mul, torch.mul) or len(node.args) != 2:
+        return None
+    other = node.args[1] if node.args[0] is source else node.args[0] if node.args[1] is source else None
+    if other is None or not hasattr(other, "op") or not _is_linear(other, modules, nn) or len(other.users) != 1:
+        return None
+    return other if other.args and first.args and other.args[0] is first.args[0] else None
 
 
 def _elementwise(node: Any, source: Any, modules: dict[str, Any]) -> bool:

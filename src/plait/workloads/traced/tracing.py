@@ -92,7 +92,7 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
     owners = _owners(model, units, len(units) + 2)
     named = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
     pairs, no_pairs = find_pairs(model, units)
-    split = [path for _, first, second, _, _ in pairs for path in (first, second)]
+    split = [path for _, first, second, _, _, gates in pairs for path in (first, second, *gates)]
     try:
         one, two = (_run(model, units, shape, input_dtype, dtype, batch, split) for batch in BATCHES)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as error:
@@ -102,9 +102,9 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
                           "traced") from None
     work = _combine(name, shape, input_dtype, dtype, unit_class, units, one, two, owners, named)
     (b1, b2) = BATCHES
-    linear_pairs = tuple(LinearPair(unit=i, first=a, second=b, hidden=h, split_params=n,
+    linear_pairs = tuple(LinearPair(unit=i, first=a, second=b, hidden=h, split_params=n, gates=g,
                                     output_bytes_per_example=(two.pair_outputs[b] - one.pair_outputs[b]) / (b2 - b1))
-                         for i, a, b, h, n in pairs)
+                         for i, a, b, h, n, g in pairs)
     return replace(work, pairs=linear_pairs, no_pairs_reason=no_pairs)
 
 

@@ -232,8 +232,9 @@ def split_pairs(model: nn.Module, units: list[str], tp: int) -> nn.Module:
         raise ValueError(f"tp={tp}: {why}")
     mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
     styles: dict[str, Any] = {}
-    for _, first, second, _, _ in pairs:
+    for _, first, second, _, _, gates in pairs:
         styles[first], styles[second] = ColwiseParallel(), RowwiseParallel()
+        styles.update({gate: ColwiseParallel() for gate in gates})
     return parallelize_module(model, mesh, styles)  # type: ignore[no-any-return]
 
 
