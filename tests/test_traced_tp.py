@@ -136,3 +136,15 @@ def test_plait_plan_of_the_mlp_says_tp_was_searched() -> None:
     found = json.loads(out)
     assert found["tensor_parallelism"].startswith("tensor parallelism: tp=2 searched")
     assert any(plan["plan"]["tp"] == 2 for plan in found["top"])
+
+
+def test_the_example_tp_plan_starts_two_ranks() -> None:
+    """``examples/small-mlp-tp2-plan.toml`` (tp = 2 alone) is accepted by ``plait run`` (dry run: no ranks)."""
+    from pathlib import Path
+
+    from tests.inprocess import cli
+
+    plan = Path(__file__).resolve().parents[1] / "examples" / "small-mlp-tp2-plan.toml"
+    code, out, err = cli(["run", "--plan", str(plan), "--dry-run"])
+    assert code == 0, err
+    assert "tp2 dp1 mb2 gb8" in out and "on 2 CPU ranks (gloo)" in out
