@@ -64,8 +64,9 @@ def check_traced_plan(work: TracedWorkload, plan: Plan) -> None:
     check_tp(work, plan)
     for name, value in (("cp", plan.cp), ("ep", plan.ep), ("vpp", plan.vpp)):
         if value != 1:
-            raise ConfigError(f"{name}={value}: a traced workload ({work.name}) runs data and pipeline parallelism "
-                              f"only ({name} needs the layer structure a closed-form model describes); use {name}=1")
+            raise ConfigError(f"{name}={value}: a traced workload ({work.name}) runs data, pipeline and Linear-pair "
+                              f"tensor parallelism only ({name} needs the layer structure a closed-form model "
+                              f"describes); use {name}=1")
     if plan.recompute == "selective":
         raise ConfigError("recompute='selective' needs an attention core to drop; a traced workload takes "
                           "'none' or 'full'")
@@ -257,7 +258,8 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster)
     time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
                          host_s=m * passes[slow][3],
-                         tp_comm_s=m * tp_comm_s(cluster, work, plan, group, recomputed), pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
+                         tp_comm_s=m * tp_comm_s(cluster, work, plan, group, recomputed),
+                         pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
                          optimizer_s=optimizer_s)
     if loader is not None:  # each GPU's loader prepares its share of the global batch per step
         loading = loader_step_s(loader, plan.global_batch / dp, host_cores_per_used_gpu(cluster, plan.num_gpus))

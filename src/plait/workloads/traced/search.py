@@ -4,8 +4,8 @@ Every candidate of the space is estimated by :func:`plait.workloads.traced.cost.
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
 for; and tensor parallelism over every GPU where the repeated units hold Linear pairs whose split dimension it
-divides (:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit in memory (with the margin) or that the rules refuse are counted by reason; the rest
-are ranked by step time over the method's steps multiplier, as the transformer search ranks them.
+divides (:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit
+in memory (with the margin) or that the rules refuse are counted by reason; the rest are ranked by step time over the method's steps multiplier, as the transformer search ranks them.
 """
 
 from __future__ import annotations

@@ -187,7 +187,7 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
     seen = {"fwd": False, "bwd": False}
     tracker = ModuleTracker()
     params = {id(p) for p in model.parameters()}
-    split_paths = {f"{root}.{path}" for path in split}  # the Linears of tensor-parallel pairs, as the tracker names them
+    split_paths = {f"{root}.{path}" for path in split}  # tensor-parallel pairs' Linears, named as the tracker names
 
     def current() -> int:
         inside = [unit_of[p] for p in tracker.parents if p in unit_of]
