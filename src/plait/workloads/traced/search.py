@@ -5,7 +5,8 @@ each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeR
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
 for; and tensor parallelism over every GPU where the repeated units hold Linear pairs whose split dimension it
 divides (:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit
-in memory (with the margin) or that the rules refuse are counted by reason; the rest are ranked by step time over the method's steps multiplier, as the transformer search ranks them.
+in memory (with the margin) or that the rules refuse are counted by reason; the rest are ranked by step time
+over the method's steps multiplier, as the transformer search ranks them.
 """
 
 from __future__ import annotations
