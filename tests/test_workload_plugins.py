@@ -32,7 +32,7 @@ KINDS = {
     "cpu-node.toml": "transformer", "mixed-gpu-cpu.toml": "transformer", "my-cluster.yaml": "transformer",
     "small-cnn-plan.toml": "transformer", "mixed-plan.toml": "transformer", "crossbow-plan.toml": "transformer",
     "federated-toy.toml": "federated",
-    "async-ps-plan.toml": "transformer", "easgd-plan.toml": "transformer",
+    "async-ps-plan.toml": "transformer", "easgd-plan.toml": "transformer", "tiny-tp2d.toml": "transformer",
 }
 """Each shipped example and the kind that recognises it (plan, cluster and model TOMLs are the core's)."""
 
