@@ -6,8 +6,8 @@ weight gradient is), HBM/DRAM copy bandwidth and the
 fraction of it a layer's memory-bound ops reach, attention (SDPA forward+backward)
 throughput by sequence length, the launch floor of a tiny kernel, the host's dispatch time per kernel of a
 training step (``host_launch_us``; a CPU is also described as running ops synchronously), a rank's memory
-footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
-the backend in use (gloo on CPU, NCCL on GPU), each of all-reduce, all-gather and reduce-scatter
+footprint after start-up, the physical cores its processes may share, and all-reduce bus bandwidth by message
+size between ranks of the backend in use (gloo on CPU, NCCL on GPU), each of all-reduce, all-gather and reduce-scatter
 (gloo's reduce-scatter is far slower than its all-reduce). Each figure's source reads "measured by plait calibrate on <date>".
 The peak of a dtype is the best throughput measured; curves are fractions of it. The compute figures are
 timed in :mod:`plait.run.calibrate_compute`.
@@ -31,6 +31,7 @@ import torch.multiprocessing as mp
 
 from plait.hardware.catalog import cluster_from_mapping
 from plait.run.calibrate_compute import compute_figures
+from plait.run.host_cores import host_cores
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.overheads import host_figures, measure_layers
 from plait.run.precision import cpu_runs_natively
@@ -224,6 +225,9 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
         "price_per_gpu_hour_usd": 0.0, "price_source": "not applicable: a local machine",
         "host_memory_gib_per_gpu": round(memory_gib, 2), "host_memory_bandwidth_gb_per_s_per_gpu": round(memory_bw, 2),
         "host_memory_bandwidth_source": source, "source": source,
+        "host_cores_per_node": host_cores(),
+        "host_cores_source": f"measured by plait calibrate on {datetime.date.today().isoformat()} (physical cores "
+                             "this process may run on: os.sched_getaffinity, one per core id of /proc/cpuinfo)",
     }
     layers_file = tmp / "allreduce.txt.layers"
     if layers_file.exists():  # CPU: wrapper host time runs in line with every layer
