@@ -34,6 +34,9 @@ def test_a_glm_on_no_ranks_or_more_than_the_cluster_has_is_refused(ranks: int) -
     ("value = 0.5,", "value = 1e300,", "sigma=1e+300 must be in 0..10"),  # exp(sigma z) overflowed
     ("value = 0.5,", "value = nan,", "sigma"),
     ("clients = 100", f"clients = {2**70}", "clients=1180591620717411303424 must be <= 1e+09"),  # m/(m+1) == 1.0
+    ("head_lr = 0.1", "head_lr = -1", r"\[run\].head_lr=-1.0 must be a finite step size > 0"),
+    ("\nlr = 0.1", "\nlr = inf", r"\[run\].lr=inf must be a finite number"),
+    ("participation = 1.0          #", "participation = 0          #", "participation=0.0 must be a fraction"),
 ])
 def test_a_federation_past_what_its_straggler_model_computes_is_refused(tmp_path: Path, old: str, new: str,
                                                                         fragment: str) -> None:

@@ -18,6 +18,7 @@ A TOML file with a ``[federated]`` table describes it (``examples/federated-toy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -245,6 +246,12 @@ def check_federated(spec: FederatedSpec, where: str) -> None:
         raise ConfigError(f"{where}: [client].efficiency={spec.client.efficiency.value} must be a fraction in (0, 1]")
     if not 2 <= spec.run.clients <= 7:
         raise ConfigError(f"{where}: [run].clients={spec.run.clients} must be 2-7 (one CPU rank each)")
+    for name in ("lr", "head_lr"):
+        step = getattr(spec.run, name)
+        if not 0 < step < math.inf:
+            raise ConfigError(f"{where}: [run].{name}={step} must be a finite step size > 0")
+    if not math.isfinite(spec.run.target_loss):
+        raise ConfigError(f"{where}: [run].target_loss={spec.run.target_loss} must be finite")
     for r in spec.rounds_to_loss:
         if r.rounds <= 0 or not 0 < r.participation <= 1 or r.local_steps <= 0:
             raise ConfigError(f"{where}: rounds_to_loss of {r.method} needs rounds and local_steps >= 1 and "
