@@ -322,6 +322,33 @@ def listed_cases(folder: Path) -> list[Case]:
         ["estimate", "--train-tokens", "-1"], ["estimate", "--train-tokens", "nan"],
         ["estimate", "--train-tokens", "inf"], ["plan", "--tokens", "nan"], ["plan", "--tokens", "-1"],
         ["plan", "--objective", "cost", "--gpus-range", "1:32768", "--tokens", "1e-300", "--deadline-days", "1e-300"],
+    )] + new_surface_cases(folder)
+
+
+def new_surface_cases(folder: Path) -> list[Case]:
+    """The newer options, plan fields and workload files with the values a review listed (each refused at once)."""
+    plans = {"grid-not-square": 'tp = 12\ntp_mode = "2d"\nmicro_batch = 4\n', "chunks-0": "tp = 8\noverlap_chunks = 0\n",
+             "chunks-1000": "tp = 8\noverlap_chunks = 1000\n", "grid-chunks": 'tp = 16\ntp_mode = "2d"\nmicro_batch = 4\n'
+             "overlap_chunks = 4\n", "stage-length": 'pp = 2\nrecompute = "full"\nstage_recompute = ["full"]\n'}
+    argvs = []
+    for name, body in plans.items():
+        (folder / f"{name}.toml").write_text('[job]\nmodel = "llama3-70b"\ngpus = 48\n[plan]\n' + body)
+        argvs.append(["estimate", "--plan", str(folder / f"{name}.toml"), "--json"])
+    federated = (EXAMPLES / "federated-toy.toml").read_text()
+    for name, old, new in (("sigma", "value = 0.5,", "value = 1e300,"), ("clients", "clients = 100", f"clients = {BIG}"),
+                           ("participation", "participation = 0.1 ", "participation = 0 ")):
+        (folder / f"federated-{name}.toml").write_text(federated.replace(old, new, 1))
+        argvs.append(["estimate", "--model", str(folder / f"federated-{name}.toml"), "--json"])
+    glm = (EXAMPLES / "glm-tiny.toml").read_text()
+    (folder / "glm-density.toml").write_text(glm.replace("features = 64", "features = 64\ndensity = 2"))
+    wide = ",".join(f"{1 + i / 1000:g}" for i in range(200))
+    return [Case("new surface", tuple(argv)) for argv in (
+        *argvs, ["estimate", "--model", str(folder / "glm-density.toml"), "--json"],
+        ["estimate", "--model", str(EXAMPLES / "glm-tiny.toml"), "--gpus", "0", "--json"],
+        ["estimate", "--backend", "foo", "--json"], ["design", "--vary", "peak=-1", "--json"],
+        ["design", "--price-share", "x=2", "--json"], ["design", "--gpus", "0", "--json"],
+        ["design", *(a for name in ("peak", "hbm_bw", "scale_out_bw", "power") for a in ("--vary", f"{name}={wide}")),
+         "--json"],
     )]
 
 

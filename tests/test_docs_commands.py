@@ -65,6 +65,12 @@ COMMANDS: dict[str, str] = {
         "SKIP: tests/test_glm.py::test_the_documented_commands_run_in_process runs it as written, in process",
     "plait plan --model examples/glm-criteo-sparse.toml --gpus 16":
         "SKIP: tests/test_glm.py::test_the_documented_commands_run_in_process runs it as written, in process",
+    "plait run --model examples/glm-tiny.toml --gpus 2 --steps 200 --cluster calibrated.toml":
+        "SKIP: calibrated.toml is plait calibrate's output (see above); tests/test_glm.py::"
+        "test_plait_run_equals_one_process_with_the_predicted_bytes runs the entry with --cluster's prediction",
+    "plait run --model examples/federated-toy.toml --steps 20 --cluster calibrated.toml":
+        "SKIP: calibrated.toml is plait calibrate's output (see above); tests/test_federated.py::"
+        "test_both_methods_on_gloo_ranks_equal_one_process_with_the_predicted_bytes runs the entry (run_federated)",
     "plait run --model examples/glm-tiny.toml --gpus 2 --steps 10":
         "SKIP: tests/test_glm.py::test_plait_run_equals_one_process_with_the_predicted_bytes runs it (10 steps)",
     "plait run --model examples/dlrm-tiny.toml --gpus 2 --global-batch 8 --steps 5":

@@ -173,3 +173,4 @@ def test_both_methods_on_gloo_ranks_equal_one_process_with_the_predicted_bytes(t
         assert r["upload_bytes_per_round"] == [r["predicted_upload"]] * 2
     assert result["pflego"]["exact_gradient_diff"] < 1e-6 and result["pflego"]["applied_diff"] < 1e-6
     assert result["pflego"]["predicted_upload"] < result["fedavg"]["predicted_upload"]  # no head on the link
+    assert all(result[m]["round_s"] > 0 and result[m]["client_cpu_s"] > 0 for m in ("pflego", "fedavg"))

@@ -39,7 +39,7 @@ def _sweep(cases: list[Case]) -> None:
            if o.outcome in FAILURES]
     assert not bad, "\n".join(bad)
     commands = {o.case.command for o in outcomes}
-    assert commands == {"estimate", "plan", "simulate", "report", "schedule", "run", "validate"}, commands
+    assert commands == {"estimate", "plan", "simulate", "report", "schedule", "run", "validate", "design"}, commands
     validated = {o.case.argv[1] for o in outcomes if o.case.family == "validator CSV"}
     assert validated == {f"--{v}" for v in VALIDATORS}, validated
 

@@ -181,6 +181,15 @@ def test_dual_coordinate_ascent_reaches_the_optimum_from_below() -> None:
     assert dual_objective(x, y, alpha + gamma * d, l2) >= max(grid) - 1e-12
 
 
+def test_operators_counted_are_those_that_launch() -> None:
+    """A transpose is a view (no launch); a product and a ReLU are one launch each (plait.run.op_count, which the
+    CPU prediction of plait run's steps reads)."""
+    from plait.run.op_count import launches
+
+    a, b = torch.ones(3, 2), torch.ones(3, 4)
+    assert launches(lambda: (a.t() @ b).relu()) == 2
+
+
 @pytest.mark.slow
 def test_plait_run_equals_one_process_with_the_predicted_bytes() -> None:
     """2 gloo ranks (examples/glm-tiny.toml, 10 steps): data-parallel, feature-partitioned and switch-aggregated
@@ -189,8 +198,10 @@ def test_plait_run_equals_one_process_with_the_predicted_bytes() -> None:
     or averaging."""
     from plait.workloads.glm.run import TOLERANCE, run_glm
 
-    result = run_glm(load(str(EXAMPLES / "glm-tiny.toml")).description, 2, 10, False)
+    result = run_glm(load(str(EXAMPLES / "glm-tiny.toml")).description, 2, 10, False, str(EXAMPLES / "cpu-node.toml"))
     assert result is not None
+    assert set(result.step_s) == set(result.step_cpu_s) == set(result.predicted_step_s) == set(METHODS)
+    assert all(t > 0 for t in (*result.step_s.values(), *result.predicted_step_s.values()))
     for method, error in result.max_weight_error.items():
         assert error <= TOLERANCE == 1e-5, method
         for steps, predicted in zip(result.sent_per_step[method], result.predicted_sent[method], strict=True):

@@ -138,6 +138,7 @@ def test_calibrate_writes_a_description_the_estimator_reads(tmp_path: Path) -> N
     assert "measuring" not in done.stderr  # the stages' progress is for a terminal
     cluster = load_cluster_file(out)
     tier = cluster.tiers[0]
+    assert cluster.collective_backend == "gloo"  # the library timed: no NCCL protocol on its collectives
     assert tier.all_gather_efficiency is not None and tier.reduce_scatter_efficiency is not None
     for curve in (tier.efficiency, tier.all_gather_efficiency, tier.reduce_scatter_efficiency):
         assert curve.source.startswith("measured by plait calibrate") and all(0 < f <= 1 for f in curve.fractions)

@@ -14,7 +14,8 @@ slowest each iteration: simulated.
 
 Servers are processes on the cluster's nodes (assumed: each gets one GPU's share of the NIC of the tier the
 workers meet on, and of the node's host memory bandwidth, where it steps AdamW over its piece: read the gradient,
-parameters and two moments, write three, 4 bytes each).
+parameters and two moments, write three, 4 bytes each). Where the workers are CPU ranks, the servers share their
+node's cores: :mod:`plait.cost.host_share` stretches every CPU activity by the processor-sharing factor.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Any
 
 from plait.cost.collectives import group_link
 from plait.cost.distinct import per_distinct
+from plait.cost.host_share import sharing_factor
 from plait.cost.servers import GRAD_BYTES, HEADER_ELEMENTS
+from plait.events.async_sgd import simulate_async
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.events.async_sgd import simulate_async
 from plait.sync.asynchronous import Asynchronous
 
 
@@ -69,7 +71,10 @@ def async_costs(cluster: Cluster, sync: Asynchronous, cols: PlanColumns, element
         if replicas <= 1:
             return 0.0, 0.0
         transfer, apply = message_s(cluster, sync, replicas, stride, held)
-        return step_s(sync, replicas, compute, transfer, apply) - compute, 2.0 * GRAD_BYTES * held
+        alone = step_s(sync, replicas, compute, transfer, apply)
+        cycle = sync.every * compute + 2 * transfer + apply
+        shared = sharing_factor(cluster, replicas, sync.server_ranks, cycle, sync.every * compute, transfer, apply)
+        return alone * shared - compute, 2.0 * GRAD_BYTES * held
 
     return (cols.zeros(), *per_distinct(cols, lambda n, t, e, b: one(int(n), int(t), float(e), float(b)), cols.dp,
                                         cols["tp"], elements, busy))

@@ -79,7 +79,15 @@ def _group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
         paths.append((below, cluster.tiers[index]))
     sites = -(-size // paths[-1][0]) if cluster.tiers[outer].wide_area else 1
     return GroupLink(size, cluster.tiers[outer].latency_s, outer, members_within(cluster.tiers[0].span_gpus),
-                     tuple(paths), sites, cluster.collective_backend == "nccl")
+                     tuple(paths), sites, _nccl(cluster))
+
+
+def _nccl(cluster: Cluster) -> bool:
+    """The cluster's collectives run on NCCL: its back-end says so and its ranks are GPUs. CPU ranks (an accelerator
+    without a launch queue, as ``plait calibrate`` describes a CPU) collect by gloo whatever the description's
+    back-end, and gloo has no LL protocol (its all-reduces are ring, chunked ring, halving-doubling and BCube
+    algorithms: facebookincubator/gloo, ``gloo/allreduce_*.h``)."""
+    return cluster.collective_backend == "nccl" and cluster.accelerator.asynchronous_launch
 
 
 def all_reduce_s(num_bytes: float, link: GroupLink) -> float:

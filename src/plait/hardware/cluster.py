@@ -166,7 +166,9 @@ class Cluster:
     collective_backend: CollectiveBackend = "nccl"
     """The collective library the tiers' figures describe and the job's collectives run on (``nccl``: nccl-tests
     figures, NCCL's LL protocol for small buffers); another back-end's view of an NCCL-measured cluster is derived by
-    :func:`plait.engine.backends.with_backend`."""
+    :func:`plait.engine.backends.with_backend`. On a cluster that names another library (``plait calibrate`` on a
+    CPU writes ``gloo``) the tiers are that library's measured figures and take precedence: its collectives cost the
+    tiers' alpha-beta as is, with no LL protocol and no ``backends.toml`` figures applied on top."""
     extra: dict[str, str] = field(default_factory=dict)
     """Other provenance text no computation reads."""
     link_cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, repr=False, compare=False)

@@ -47,8 +47,9 @@ class Variation:
         for name, factor in self.factors:
             if name not in PARAMETERS:
                 raise ConfigError(f"hardware parameter {name!r} must be one of {', '.join(PARAMETERS)}")
-            if not 0.0 < factor <= 1000.0:
-                raise ConfigError(f"{name} factor {factor:g} must be in (0, 1000]")
+            if not 1e-3 <= factor <= 1000.0:
+                raise ConfigError(f"{name} factor {factor:g} must be in [0.001, 1000] (a thousandth to a thousand "
+                                  "times the base figure)")
         if len(set(names)) != len(names):
             raise ConfigError(f"hardware parameters {names} name one more than once")
 

@@ -4,7 +4,8 @@ A 2-D grid is ``q x q`` ranks, a 2.5-D one ``d`` such grids (Tesseract, arXiv 21
 ``q*q`` or ``q*q*d`` with ``q >= 2`` (and ``d >= 2``). The grid splits attention heads and the hidden and MLP
 widths over its ``q`` columns and the micro-batch's sequences over its ``q*d`` rows and slices (ColossalAI's
 ``parallel_2d``/``parallel_2p5d`` layers split the batch dimension), so those must divide. plait costs and runs
-grids for dense layers with standard attention and without context or expert parallelism.
+grids for dense layers with standard attention and without context or expert parallelism or overlapped
+(``tp_comm_overlap``, ``overlap_chunks``) collectives.
 """
 
 from __future__ import annotations
@@ -88,10 +89,12 @@ def bad_scope(c: PlanColumns, m: ModelSpec) -> Any:
     if _none_grid(c):
         return c.full(False)
     special = bool(m.moe or m.mla)
-    return _grid(c) & (c.full(special) | (c["cp"] > 1) | (c["ep"] > 1) | c["tp_comm_overlap"])
+    overlapped = c["tp_comm_overlap"] | (c["overlap_chunks"] > 1)  # the grid's collectives are costed unoverlapped
+    return _grid(c) & (c.full(special) | (c["cp"] > 1) | (c["ep"] > 1) | overlapped)
 
 
 def scope_message(p: Plan, m: ModelSpec) -> str:
     what = ("a mixture-of-experts model" if m.moe else "multi-head latent attention" if m.mla
-            else f"cp={p.cp}" if p.cp > 1 else f"ep={p.ep}" if p.ep > 1 else "tp_comm_overlap=true")
+            else f"cp={p.cp}" if p.cp > 1 else f"ep={p.ep}" if p.ep > 1
+            else f"overlap_chunks={p.overlap_chunks}" if p.overlap_chunks > 1 else "tp_comm_overlap=true")
     return f"tp_mode={p.tp_mode!r} is costed for dense layers with standard attention only, not with {what}"

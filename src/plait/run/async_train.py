@@ -19,8 +19,8 @@ message comes first (``torch.distributed.recv`` from any source):
 
 Each message carries :data:`plait.cost.servers.HEADER_ELEMENTS` fp32 values after the piece (kind and version). Rank
 0 writes, per method given and per worker, each iteration's loss and wall time and the bytes it sent; per server, every update's worker,
-staleness and time; and the loss of the final model (the servers' parameters, or worker 0's for the synchronous
-methods) on a held-out batch; and each iteration's compute (forward, backward and the slowdown, before the
+staleness and time; each worker's and server's CPU seconds in its loop (``cpu_s``); and the loss of the final model
+(the servers' parameters, or worker 0's for the synchronous methods) on a held-out batch; and each iteration's compute (forward, backward and the slowdown, before the
 exchange: what :func:`plait.events.async_sgd.simulate_async` takes as a worker's speed), and its peak memory.
 ``plait run --plan`` starts it for an asynchronous plan (:mod:`plait.run.async_plan`).
 """
@@ -85,7 +85,7 @@ def serve(sync: SyncMethod, model: torch.nn.Module, workers: int, index: int, op
     bound = sync.staleness_bound
     alpha = sync.elastic_force  # EASGD's pushes only
     pending: list[dist.Work] = []
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     while active:
         worker = dist.recv(buffer, tag=PUSH)
         kind, stamp = float(buffer[-2]), int(buffer[-1])
@@ -119,7 +119,7 @@ def serve(sync: SyncMethod, model: torch.nn.Module, workers: int, index: int, op
                     pending.append(Sends.isend(reply, w, None, REPLY))
     for work in pending:
         work.wait()
-    return {"updates": updates, "piece": piece.detach().tolist()}
+    return {"updates": updates, "piece": piece.detach().tolist(), "cpu_s": time.process_time() - cpu}
 
 
 def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.ProcessGroup,
@@ -135,7 +135,7 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
     versions = [0] * servers
     losses, times, sent, computed = [], [], [], []  # type: list[float], list[float], list[int], list[float]
     slow = args.slow_s
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     step = 0
     waits = not sync.asynchronous  # workers that wait for each other stop together
     while _continues(step, began, args, group if waits else None):
@@ -160,7 +160,7 @@ def work(sync: SyncMethod, model: torch.nn.Module, workers: int, group: dist.Pro
         stop[-2] = STOP
         Sends.isend(stop, workers + j, None, PUSH).wait()
     return {"losses": losses, "times": times, "bytes": sent, "compute_s": computed,
-            "peak_memory_bytes": peak_memory_bytes()}
+            "peak_memory_bytes": peak_memory_bytes(), "cpu_s": time.process_time() - cpu}
 
 
 class _Worker:
@@ -257,8 +257,9 @@ def run_case(text: str, workers: int, group: dist.ProcessGroup, args: AsyncConfi
     pieces = served and sync.servers_hold_model
     final = (torch.tensor([x for s in served for x in s["piece"]]) if pieces  # type: ignore[index]
              else _flat([p.detach() for p in model.parameters()]))
-    return {"workers": [g["worker"] for g in gathered[:workers]], "servers": [
-        {"updates": s["updates"]} for s in served], "held_out_loss": held_out_loss(model, final, args)}  # type: ignore[index]
+    servers_out = [{"updates": s["updates"], "cpu_s": s["cpu_s"]} for s in served]  # type: ignore[index]
+    return {"workers": [g["worker"] for g in gathered[:workers]], "servers": servers_out,
+            "held_out_loss": held_out_loss(model, final, args)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,9 +6,12 @@ weight gradient is), HBM/DRAM copy bandwidth and the
 fraction of it a layer's memory-bound ops reach, attention (SDPA forward+backward)
 throughput by sequence length, the launch floor of a tiny kernel, the host's dispatch time per kernel of a
 training step (``host_launch_us``; a CPU is also described as running ops synchronously), a rank's memory
-footprint after start-up, and all-reduce bus bandwidth by message size between ranks of
-the backend in use (gloo on CPU, NCCL on GPU), each of all-reduce, all-gather and reduce-scatter
-(gloo's reduce-scatter is far slower than its all-reduce). Each figure's source reads "measured by plait calibrate on <date>".
+footprint after start-up, the physical cores its processes may share, and all-reduce bus bandwidth by message
+size between ranks of the backend in use (gloo on CPU, NCCL on GPU), each of all-reduce, all-gather and reduce-scatter
+(gloo's reduce-scatter is far slower than its all-reduce), each size's bus bandwidth over the time left after the
+latency steps the cost model charges (:func:`bus_bandwidths`); the description names the library the collectives
+were timed on (``collective_backend``: gloo on a CPU, NCCL on a GPU), so that a CPU cluster's small collectives cost
+the measured alpha-beta, not NCCL's LL protocol. Each figure's source reads "measured by plait calibrate on <date>".
 The peak of a dtype is the best throughput measured; curves are fractions of it. The compute figures are
 timed in :mod:`plait.run.calibrate_compute`.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import socket
 import statistics
@@ -31,6 +35,7 @@ import torch.multiprocessing as mp
 
 from plait.hardware.catalog import cluster_from_mapping
 from plait.run.calibrate_compute import compute_figures
+from plait.run.host_cores import host_cores
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.overheads import host_figures, measure_layers
 from plait.run.precision import cpu_runs_natively
@@ -48,13 +53,19 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
+def sweep_backend() -> str:
+    """The torch.distributed back-end the sweep times collectives on, and so the library the written tiers describe
+    (``collective_backend``): NCCL on GPUs, gloo on CPUs."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
 def collective_sweep(rank: int, world: int, port: int, sizes: list[int], out_path: str,
                        measure_layers_too: bool, rounds_per_size: int = ROUNDS, max_iterations: int = 50) -> None:
     """One rank of the collective sweep; ``MASTER_ADDR`` (default this host) may name another host, so that a
     sweep between two machines or network namespaces measures the link between them."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = sweep_backend()
     if backend == "nccl":
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
@@ -143,6 +154,26 @@ def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = Fal
     return {kind: [float(x) for x in line.split()] for kind, line in zip(("all_reduce", "all_gather", "reduce_scatter"), lines)}
 
 
+def bus_bandwidths(ranks: int, messages: list[int], times: dict[str, list[float]],
+                   latency_us: float) -> tuple[float, dict[str, list[float]]]:
+    """(line rate, bus bandwidth per collective and size), GB/s, of the measured seconds ``times`` between ``ranks``.
+
+    The line rate is the best nccl-tests bus bandwidth measured (bus bytes over the whole time). The cost model
+    charges a collective its per-step latency and then its bus bytes at the curve's bandwidth (the alpha-beta model
+    of Thakur, Rabenseifner & Gropp 2005, Sec. 2; :mod:`plait.cost.collectives`), so each size's bandwidth is taken
+    over the time left after the latency steps it charges: alpha + bytes / bandwidth then gives back the measured
+    time rather than counting the latency twice. A size measured no slower than its latency steps has no time left
+    to read a bandwidth from, and gets the line rate."""
+    g = ranks
+    factor = {"all_reduce": 2 * (g - 1) / g, "all_gather": (g - 1) / g, "reduce_scatter": (g - 1) / g}  # nccl-tests
+    steps = {"all_reduce": min(2 * (g - 1), 2 * math.ceil(math.log2(g))), "all_gather": g - 1,  # as charged by
+             "reduce_scatter": g - 1}  # plait.cost.collectives: all_reduce_s (ring or tree), _ring_s
+    line = max(factor[k] * m / t / GB for k in times for m, t in zip(messages, times[k]))
+    left = {k: [t - steps[k] * latency_us * 1e-6 for t in times[k]] for k in times}
+    busbw = {k: [factor[k] * m / s / GB if s > 0 else line for m, s in zip(messages, left[k])] for k in times}
+    return line, busbw
+
+
 def with_host_stream(accelerator: dict[str, Any], device: str, dispatch_us: float, source: str) -> dict[str, Any]:
     """``accelerator`` (a description's table) with its host stream (:mod:`plait.cost.host`): ``host_launch_us``,
     the measured host time per kernel (:func:`plait.run.calibrate_compute.dispatch_us`), and, on a CPU, that ops
@@ -179,12 +210,9 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
         source += " (--quick: 1 round per collective size)"
     say(f"collectives between {ranks} ranks, and per-layer host time")
     times = collective_times(ranks, messages, tmp, layers=True, rounds=rounds)
-    factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
-              "reduce_scatter": (ranks - 1) / ranks}  # bus bytes per buffer byte (nccl-tests busbw)
-    busbw = {k: [factor[k] * m / t / GB for m, t in zip(messages, times[k])] for k in times}
-    line = max(max(v) for v in busbw.values())
     say("collective latency")
     latency_us = collective_times(ranks, [8 * ranks], tmp, rounds=rounds)["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
+    line, busbw = bus_bandwidths(ranks, messages, times, latency_us)
     overlap = float((tmp / "allreduce.txt.overlap").read_text())
     baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
     memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"
@@ -215,6 +243,9 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     table = {
         "name": f"this machine ({name}, {ranks} ranks)", "accelerator": accelerator, "gpus_per_node": ranks,
         "scale_up_domain_gpus": ranks,
+        # The tiers are this library's own figures: a cluster that names gloo takes no NCCL protocol and no other
+        # back-end's view (plait.engine.backends), so the measured alpha-beta is used as is.
+        "collective_backend": sweep_backend(),
         "tiers": [{"name": "local", "span_gpus": 1024, "bandwidth_gb_per_s_per_gpu": round(line, 3),
                    "latency_us": round(latency_us, 3),
                    "efficiency": curve(messages, busbw["all_reduce"], line),
@@ -224,6 +255,9 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
         "price_per_gpu_hour_usd": 0.0, "price_source": "not applicable: a local machine",
         "host_memory_gib_per_gpu": round(memory_gib, 2), "host_memory_bandwidth_gb_per_s_per_gpu": round(memory_bw, 2),
         "host_memory_bandwidth_source": source, "source": source,
+        "host_cores_per_node": host_cores(),
+        "host_cores_source": f"measured by plait calibrate on {datetime.date.today().isoformat()} (physical cores "
+                             "this process may run on: os.sched_getaffinity, one per core id of /proc/cpuinfo)",
     }
     layers_file = tmp / "allreduce.txt.layers"
     if layers_file.exists():  # CPU: wrapper host time runs in line with every layer

@@ -77,7 +77,7 @@ def chunk_verdict(model: ModelSpec, cluster: Cluster, engine: Engine, best: Esti
     """The verdict for ``best`` (``None`` where no layer has a TP or EP collective to chunk)."""
     plan = best.plan
     moe_ep = model.moe is not None and plan.ep > 1
-    if plan.tp == 1 and not moe_ep or plan.tp_comm_overlap:
+    if plan.tp == 1 and not moe_ep or plan.tp_comm_overlap or plan.tp_mode != "1d":  # a grid is not chunked
         return None
     setup = Setup(model=model, cluster=cluster, plan=plan, framework=engine.framework)
     if plan.tp > 1:  # both blocks' collectives of one pass beside the layer's forward GEMMs

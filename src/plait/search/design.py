@@ -133,9 +133,10 @@ def grid(axes: list[tuple[str, tuple[float, ...]]]) -> list[Variation]:
     names = [n for n, _ in axes]
     if len(set(names)) != len(names):
         raise ConfigError(f"--vary names {names}: each parameter once")
+    count = math.prod(len(v) for _, v in axes)  # counted before any point is built: a grid may be astronomical
+    if count > MAX_POINTS:
+        raise ConfigError(f"--vary gives {count} hardware points; one design search costs at most {MAX_POINTS}")
     points = [Variation(factors=tuple(zip(names, combo))) for combo in itertools.product(*(v for _, v in axes))]
-    if len(points) > MAX_POINTS:
-        raise ConfigError(f"--vary gives {len(points)} hardware points; one design search costs at most {MAX_POINTS}")
     return points or [Variation(factors=())]
 
 

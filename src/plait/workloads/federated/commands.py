@@ -48,4 +48,4 @@ def plan(workload: Workload, options: Options) -> None:
 
 def run(workload: Workload, options: Options) -> None:
     """PFLEGO and FedAvg on gloo ranks beside one process (``--steps``: rounds)."""
-    run_federated(workload.description, options["steps"], options["dry_run"])
+    run_federated(workload.description, options["steps"], options["dry_run"], options.get("cluster"))

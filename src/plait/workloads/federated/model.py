@@ -18,6 +18,7 @@ A TOML file with a ``[federated]`` table describes it (``examples/federated-toy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -176,6 +177,13 @@ def is_federated_data(data: dict[str, object]) -> bool:
     return "federated" in data
 
 
+MAX_CLIENTS = 10**9
+"""Most clients a federation may name (assumed: cross-device federations reach hundreds of millions of phones;
+past 1e9 the straggler quantile ``m / (m + 1)`` of :func:`plait.workloads.federated.cost.slowest_factor` rounds to 1
+in a float)."""
+MAX_SIGMA = 10.0
+"""Largest straggler spread (assumed: sigma 10 puts the 90th-percentile client 3.6e5 x the median's time, far past
+any measured fleet; the slowest-of-``m`` factor ``exp(sigma z)`` then stays finite for every ``m`` allowed)."""
 SECTIONS = ("name", "federated", "model", "client", "stragglers", "plan", "rounds_to_loss", "run")
 
 
@@ -223,9 +231,11 @@ def check_federated(spec: FederatedSpec, where: str) -> None:
             raise ConfigError(f"{where}: [plan].local_steps has {tau}: must be >= 1")
     if not spec.plan.local_steps or not spec.plan.participation or not spec.plan.methods:
         raise ConfigError(f"{where}: [plan] needs at least one local_steps, participation and method")
-    if spec.stragglers.sigma.value < 0 or spec.stragglers.deadline_s < 0:
-        raise ConfigError(f"{where}: [stragglers] sigma={spec.stragglers.sigma.value} and "
-                          f"deadline_s={spec.stragglers.deadline_s} must be >= 0")
+    if f.clients > MAX_CLIENTS:
+        raise ConfigError(f"{where}: [federated].clients={f.clients} must be <= {MAX_CLIENTS:.0e}")
+    if not 0 <= spec.stragglers.sigma.value <= MAX_SIGMA or spec.stragglers.deadline_s < 0:
+        raise ConfigError(f"{where}: [stragglers] sigma={spec.stragglers.sigma.value} must be in 0..{MAX_SIGMA:g} "
+                          f"and deadline_s={spec.stragglers.deadline_s} >= 0")
     link = spec.client.link
     for name in ("uplink_bytes_per_s", "downlink_bytes_per_s"):
         if getattr(link, name).value <= 0:
@@ -236,6 +246,12 @@ def check_federated(spec: FederatedSpec, where: str) -> None:
         raise ConfigError(f"{where}: [client].efficiency={spec.client.efficiency.value} must be a fraction in (0, 1]")
     if not 2 <= spec.run.clients <= 7:
         raise ConfigError(f"{where}: [run].clients={spec.run.clients} must be 2-7 (one CPU rank each)")
+    for name in ("lr", "head_lr"):
+        step = getattr(spec.run, name)
+        if not 0 < step < math.inf:
+            raise ConfigError(f"{where}: [run].{name}={step} must be a finite step size > 0")
+    if not math.isfinite(spec.run.target_loss):
+        raise ConfigError(f"{where}: [run].target_loss={spec.run.target_loss} must be finite")
     for r in spec.rounds_to_loss:
         if r.rounds <= 0 or not 0 < r.participation <= 1 or r.local_steps <= 0:
             raise ConfigError(f"{where}: rounds_to_loss of {r.method} needs rounds and local_steps >= 1 and "

@@ -7,6 +7,9 @@ one process, the largest loss difference between them, the bytes each client rec
 the server applied and the gradient of the clients' whole objective at the round's weights (autograd over every
 client's loss in one graph): PFLEGO's exact-SGD property, zero up to float rounding with every client selected
 (``[run].participation = 1``; with fewer, the step is the objective's gradient only in expectation, not shown).
+With ``--cluster`` (``plait calibrate``'s description of this machine), each method's round, measured by the server
+(the median after the warm-up, :func:`plait.run.steady.steady_s`, and its CPU seconds) beside the round predicted on
+those ranks and their loopback (:func:`.loopback.loopback_round`).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError
+from plait.hardware.catalog import resolve_cluster
 from plait.run.launch import run_worker
 from plait.run.preflight import check_cpu_machine
+from plait.run.steady import WARMUP_STEPS, steady_s
 from plait.terminal import rich_console, titled_table
 from plait.workloads.federated.config import FederatedRunConfig
 from plait.workloads.federated.cost import shapes, transfer_bytes
-from plait.workloads.federated.model import METHODS, FederatedSpec
+from plait.workloads.federated.loopback import loopback_round
+from plait.workloads.federated.model import METHODS, FederatedSpec, Method
 
 WORKER = "plait.workloads.federated.worker"
 
@@ -81,8 +87,42 @@ def _largest(got: list[list[float]], ref: list[list[float]]) -> float | None:
     return max((abs(a - b) for g, f in zip(got, ref, strict=True) for a, b in zip(g, f, strict=True)), default=None)
 
 
-def run_federated(spec: FederatedSpec, rounds: int, dry_run: bool) -> dict[str, dict[str, Any]] | None:
-    """Both methods on ``[run].clients + 1`` CPU ranks beside one process; the comparison (``None`` on a dry run)."""
+def client_launches(config: FederatedRunConfig, method: Method) -> int:
+    """Operators client 0 dispatches in one round of ``method`` from the initial weights
+    (:func:`plait.run.op_count.launches`)."""
+    from plait.run.op_count import launches  # torch: only where the ranks ran
+    from plait.workloads.federated import toy
+
+    body, data = toy.init_body(config), toy.client_data(config, 0)
+    if method == "pflego":
+        return launches(lambda: toy.pflego_client(body, toy.init_head(config, 0), data, config.local_steps,
+                                                  config.head_lr, config.lr))
+    return launches(lambda: toy.fedavg_client(body + toy.init_head(config, -1), data, config.local_steps, config.lr))
+
+
+def round_times(spec: FederatedSpec, config: FederatedRunConfig, ranks: dict[str, Any],
+                cluster: str | None) -> dict[str, dict[str, float]]:
+    """Per method: the server's round, measured (wall and CPU seconds, :func:`steady_s`), and, on ``cluster``,
+    predicted (:func:`loopback_round`)."""
+    hardware = resolve_cluster(cluster) if cluster else None
+    out = {}
+    for method in METHODS:
+        got = ranks[method]
+        out[method] = {"round_s": steady_s([got["round_s"]]), "round_cpu_s": steady_s([got["round_cpu_s"]])}
+        if all(len(c) == config.rounds for c in got["client_cpu_s"]):  # every client in every round
+            out[method]["client_cpu_s"] = steady_s(got["client_cpu_s"])
+        if hardware is not None:
+            predicted = loopback_round(spec, hardware, method, config.clients, config.participation,
+                                       client_launches(config, method))
+            out[method] |= {"predicted_s": predicted.round_s, "compute_s": predicted.compute_s,
+                            "transfer_s": predicted.transfer_s}
+    return out
+
+
+def run_federated(spec: FederatedSpec, rounds: int, dry_run: bool,
+                  cluster: str | None = None) -> dict[str, dict[str, Any]] | None:
+    """Both methods on ``[run].clients + 1`` CPU ranks beside one process; the comparison (``None`` on a dry run),
+    the rounds predicted on ``cluster`` where given."""
     config = run_config(spec, rounds)
     check_cpu_machine(config.clients + 1, 64 * 1024 * 1024)  # assumed: a toy MLP's rank needs well under 64 MiB
     console = rich_console()
@@ -106,7 +146,32 @@ def run_federated(spec: FederatedSpec, rounds: int, dry_run: bool) -> dict[str, 
                       _bytes(r["upload_bytes_per_round"], r["predicted_upload"]),
                       _diff(r["applied_diff"]), _diff(r["exact_gradient_diff"]))
     console.print(table)
+    times = round_times(spec, config, ranks, cluster)
+    _print_times(console, times, cluster)
+    for method, found in times.items():
+        result[method] |= found
     return result
+
+
+def _print_times(console: Any, times: dict[str, dict[str, float]], cluster: str | None) -> None:
+    table = titled_table(f"round time: the server's, median after {WARMUP_STEPS} warm-up rounds (CPU: the server's "
+                         "thread's, and the slowest client's, each selected every round)")
+    columns = ["method", "measured ms", "server CPU ms", "client CPU ms"]
+    columns += ["predicted ms", "compute ms", "transfers ms", "predicted / measured"] if cluster else []
+    for col in columns:
+        table.add_column(col, justify="right")
+    for method, t in times.items():
+        client = f"{t['client_cpu_s'] * 1e3:.2f}" if "client_cpu_s" in t else "-"
+        row = [method, f"{t['round_s'] * 1e3:.2f}", f"{t['round_cpu_s'] * 1e3:.2f}", client]
+        if cluster:
+            row += [f"{t['predicted_s'] * 1e3:.2f}", f"{t['compute_s'] * 1e3:.2f}", f"{t['transfer_s'] * 1e3:.2f}",
+                    f"{t['predicted_s'] / t['round_s']:.2f}"]
+        table.add_row(*row)
+    console.print(table)
+    note = (f"predicted on {cluster}: the client ranks' CPU and the loopback's gloo figures, not the TOML's [client] "
+            "and WAN link" if cluster else "no prediction: --cluster calibrated.toml (`plait calibrate`) predicts "
+            "this machine's rounds")
+    console.print(f"note: {note}", markup=False)
 
 
 def _rounds(found: int | None, rounds: int) -> str:

@@ -4,8 +4,11 @@ weights (PFLEGO: the body; FedAvg: the whole model), each selected client return
 weights (FedAvg), point to point; the bytes each side sends are counted where they are sent.
 
 To measure the clients' objective every round, the server also sends the body to the clients it did not select and
-every rank joins one all-reduce of the clients' losses: evaluation traffic, counted apart (``eval_bytes``), which
-a deployed federation would not send.
+every rank joins one all-reduce of the clients' losses at the round's start weights, after the round's uploads:
+evaluation traffic, counted apart (``eval_bytes``), which a deployed federation would not send. The server times
+each round's protocol (``round_s``, ``round_cpu_s``: ``time.perf_counter`` and ``time.thread_time``): from its
+first send to its step on the last upload, the evaluation's all-reduce outside; each client its CPU seconds of each
+round it was selected in (``client_cpu_s``: receive, compute and upload).
 
 Run: ``python -m torch.distributed.run --nproc-per-node 4 -m plait.workloads.federated.worker --out run.json``
 (``--reference 1``: the same federation in one process, :func:`plait.workloads.federated.toy.federate`).
@@ -15,6 +18,7 @@ Tensor legend: ``P`` values sent (body, or body and head), ``I`` clients.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -43,8 +47,11 @@ def _method(config: FederatedRunConfig, method: str) -> dict[str, Any]:
     down = [0] * clients  # server: protocol bytes sent each client
     up, eval_bytes = torch.zeros(clients, dtype=torch.int64), 0  # clients: protocol bytes each sent
     losses, applied = [], []
+    round_s, round_cpu_s = [], []  # the server's: its wall and CPU seconds of each round's protocol
+    client_cpu_s: list[float] = []  # a client's: its CPU seconds of each round it was selected in
     for r in range(config.rounds + 1):
         chosen = toy.selected(config, r) if r < config.rounds else []
+        start, cpu = time.perf_counter(), time.thread_time()
         if rank == 0:
             for c in range(clients):
                 dist.send(shared_P, c + 1)
@@ -53,18 +60,12 @@ def _method(config: FederatedRunConfig, method: str) -> dict[str, Any]:
         else:
             dist.recv(shared_P, 0)
         model = toy.unflat(shared_P, template if method == "fedavg" else template[:-1])
-        loss_I = torch.zeros(clients, dtype=torch.float64)
-        if rank:
-            with torch.no_grad():
-                loss_I[me] = float(toy.loss(model[:-1], model[-1:], *data) if method == "fedavg"
-                                   else toy.loss(model, head, *data))
-        dist.all_reduce(loss_I)
-        losses.append(float(loss_I.mean()))
-        if r == config.rounds:
-            break
-        if rank == 0:
+        at_start = head  # the round's objective is evaluated at its start, after the protocol's messages
+        if r < config.rounds and rank == 0:
             shared_P = _serve(config, method, chosen, model, body_values, applied)
-        elif me in chosen:
+            round_s.append(time.perf_counter() - start)
+            round_cpu_s.append(time.thread_time() - cpu)
+        elif r < config.rounds and me in chosen:
             if method == "pflego":
                 sent_P, head, _at = toy.pflego_client(model, head, data, config.local_steps, config.head_lr,
                                                       config.lr * clients / len(chosen))
@@ -72,10 +73,21 @@ def _method(config: FederatedRunConfig, method: str) -> dict[str, Any]:
                 sent_P = toy.fedavg_client(model, data, config.local_steps, config.lr)
             dist.send(sent_P, 0)
             up[me] += _size(sent_P)
+            client_cpu_s.append(time.thread_time() - cpu)
+        loss_I = torch.zeros(clients, dtype=torch.float64)
+        if rank:
+            with torch.no_grad():
+                loss_I[me] = float(toy.loss(model[:-1], model[-1:], *data) if method == "fedavg"
+                                   else toy.loss(model, at_start, *data))
+        dist.all_reduce(loss_I)
+        losses.append(float(loss_I.mean()))
     dist.all_reduce(up)
+    clients_cpu: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(clients_cpu, client_cpu_s)
     selected = [sum(c in toy.selected(config, r) for r in range(config.rounds)) for c in range(clients)]
     return {"losses": losses, "applied": applied, "download_bytes": down, "upload_bytes": up.tolist(),
-            "eval_bytes": eval_bytes, "rounds": config.rounds, "selected_rounds": selected}
+            "eval_bytes": eval_bytes, "rounds": config.rounds, "selected_rounds": selected, "round_s": round_s,
+            "round_cpu_s": round_cpu_s, "client_cpu_s": clients_cpu[1:]}
 
 
 def _serve(config: FederatedRunConfig, method: str, chosen: list[int], model: toy.Layers, body_values: int,

@@ -81,4 +81,4 @@ def run(workload: Workload, options: Options) -> None:
 
     for note in _warnings(options, RUN_GLOBAL_BATCH):
         rich_console().print(f"warning: {note}", markup=False)
-    run_glm(workload.description, options["gpus"], options["steps"], options["dry_run"])
+    run_glm(workload.description, options["gpus"], options["steps"], options["dry_run"], options.get("cluster"))

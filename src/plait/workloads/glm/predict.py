@@ -22,6 +22,8 @@ MAX_MICRO_BATCHES = 64
 
 def candidates(spec: GlmSpec, cluster: Cluster, ranks: int) -> list[GlmCost]:
     """Every method at every searched pipeline depth, on ``ranks`` ranks."""
+    if not 1 <= ranks <= cluster.max_gpus:
+        raise ConfigError(f"--gpus {ranks} must be between 1 and the {cluster.max_gpus} GPUs of {cluster.name}")
     depths = [m for m in (2 ** k for k in range(7)) if m <= MAX_MICRO_BATCHES and spec.batch % m == 0]
     return [glm_cost(spec, cluster, ranks, method, m) for method in METHODS
             for m in (depths if method != "data_parallel" else [1])]

@@ -7,7 +7,9 @@ difference of the final weights from one process's SGD (the maths is exact: with
 bytes each rank sent per step against :func:`plait.workloads.glm.cost.glm_cost`'s. With the squared loss,
 coordinate descent split by feature (:mod:`.scd`) and by example (:mod:`.scd_dual`) runs too, under each
 aggregation rule: its distance from the optimum after the epochs beside one sequential worker's (convergence, not
-exactness) and beside the same workers emulated in one process (exact).
+exactness) and beside the same workers emulated in one process (exact). Each SGD method's step time, measured (the
+slowest rank's, median after the warm-up: :func:`plait.run.steady.steady_s`) beside its prediction on ``--cluster``
+(:func:`.run_cost.run_step_s`; ``plait calibrate`` describes this machine).
 """
 
 from __future__ import annotations
@@ -19,15 +21,19 @@ import torch
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
+from plait.hardware.cluster import Cluster
 from plait.run.launch import run_worker
+from plait.run.op_count import launches
 from plait.run.preflight import check_cpu_machine
+from plait.run.steady import WARMUP_STEPS, steady_s
 from plait.terminal import rich_console, titled_table
 from plait.workloads.glm.config import GlmRunConfig
 from plait.workloads.glm.cost import METHODS, glm_cost
 from plait.workloads.glm.model import GlmSpec
+from plait.workloads.glm.run_cost import run_step_s
 from plait.workloads.glm.scd import RULES, optimum, scd_in_one_process
 from plait.workloads.glm.scd_dual import sdca_in_one_process
-from plait.workloads.glm.sgd import make_data, sgd_reference
+from plait.workloads.glm.sgd import batch_rows, data_parallel_step, feature_step, make_data, sgd_reference
 
 WORKER = "plait.workloads.glm.worker"
 TOLERANCE = 1e-5
@@ -47,6 +53,14 @@ class GlmRunResult:
     predicted_sent: dict[str, list[float]]
     """Per SGD method and rank, the cost model's bytes per step (switch-aggregated: rank 0 emulates the switch and
     sends the sum to each other rank)."""
+    step_s: dict[str, float]
+    """Per SGD method, the measured step: the slowest rank's, median after the warm-up (:func:`steady_s`)."""
+    step_cpu_s: dict[str, float]
+    """Per SGD method, the CPU seconds of the step likewise (the rank's thread; below ``step_s`` where it waited)."""
+    predicted_step_s: dict[str, float]
+    """Per SGD method, the step predicted on :attr:`cluster` (:func:`.run_cost.run_step_s`)."""
+    cluster: str
+    """The cluster the steps are predicted on."""
     scd: dict[str, dict[str, Any]]
     """Per split (``by_feature``, ``by_example``) and aggregation rule: the distance from the optimum after each
     epoch on the ranks, in one process, and of one sequential worker (:func:`_coordinate_descent`)."""
@@ -70,19 +84,36 @@ def run_config(spec: GlmSpec, gpus: int, steps: int) -> GlmRunConfig:
                         scd_epochs=5 if spec.loss == "squared" else 0, out=None)  # type: ignore[arg-type]
 
 
-def compare(spec: GlmSpec, cfg: GlmRunConfig, gpus: int, measured: dict[str, Any]) -> GlmRunResult:
-    """The ranks' results against one process and the cost model."""
+def compare(spec: GlmSpec, cfg: GlmRunConfig, gpus: int, measured: dict[str, Any], cluster: Cluster) -> GlmRunResult:
+    """The ranks' results against one process and the cost model (steps predicted on ``cluster``)."""
     _, w_ref = sgd_reference(cfg)
-    cluster = resolve_cluster(DEFAULT_CLUSTER)  # bytes do not depend on the cluster
-    errors, sent, predicted = {}, {}, {}
+    errors, sent, predicted, step, cpu = {}, {}, {}, {}, {}
     for method in METHODS:
         errors[method] = float((torch.tensor(measured[method]["w"]) - w_ref).abs().max())
         sent[method] = measured[method]["sent_per_step"]
-        each = glm_cost(spec, cluster, gpus, method).sent_bytes
+        each = glm_cost(spec, cluster, gpus, method).sent_bytes  # bytes do not depend on the cluster
         emulating = (gpus - 1) * each if method == "switch_aggregated" else each  # rank 0 multicasts the sum
         predicted[method] = [emulating] + [each] * (gpus - 1)
+        step[method] = steady_s(measured[method]["step_s"])
+        cpu[method] = steady_s(measured[method]["step_cpu_s"])
     scd = _coordinate_descent(cfg, gpus, measured["scd"]) if measured["scd"] else {}
-    return GlmRunResult(max_weight_error=errors, sent_per_step=sent, predicted_sent=predicted, scd=scd)
+    return GlmRunResult(max_weight_error=errors, sent_per_step=sent, predicted_sent=predicted, step_s=step,
+                        step_cpu_s=cpu, predicted_step_s={m: run_step_s(spec, cluster, gpus, m, step_launches(cfg, m,
+                                                                                                              gpus))
+                                                          for m in METHODS},
+                        cluster=cluster.name, scd=scd)
+
+
+def step_launches(cfg: GlmRunConfig, method: str, world: int) -> int:
+    """Operators rank 0 of the worker issues in one SGD step of ``method`` (:func:`plait.run.op_count.launches`;
+    the all-reduce is costed apart)."""
+    x_ND, y_N = make_data(cfg)
+    rows, cols = batch_rows(cfg, 0), slice(0, cfg.features // world)
+    if method == "data_parallel":
+        w_D = torch.zeros(cfg.features)
+        return launches(lambda: data_parallel_step(x_ND[rows], y_N[rows], w_D, cfg, 0, world, lambda t: t))
+    w_C = torch.zeros(cols.stop)
+    return launches(lambda: feature_step(x_ND[rows, cols], y_N[rows], w_C, cfg, lambda t: t))
 
 
 def _coordinate_descent(cfg: GlmRunConfig, gpus: int, measured: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -109,20 +140,36 @@ def _coordinate_descent(cfg: GlmRunConfig, gpus: int, measured: dict[str, Any]) 
     return found
 
 
-def run_glm(spec: GlmSpec, gpus: int, steps: int, dry_run: bool) -> GlmRunResult | None:
-    """Train ``spec`` on ``gpus`` CPU ranks beside one process and print the comparison (nothing runs on
-    ``dry_run``)."""
+def run_glm(spec: GlmSpec, gpus: int, steps: int, dry_run: bool, cluster: str | None = None) -> GlmRunResult | None:
+    """Train ``spec`` on ``gpus`` CPU ranks beside one process and print the comparison, the steps predicted on
+    ``cluster`` (a preset or file; default :data:`DEFAULT_CLUSTER`); nothing runs on ``dry_run``."""
     cfg = run_config(spec, gpus, steps)
+    hardware = resolve_cluster(cluster or DEFAULT_CLUSTER)
     check_cpu_machine(gpus, 4.0 * spec.samples * spec.features * 2)  # the data set and its copy per rank
     if dry_run:
         rich_console().print(f"dry run: {spec.name} on {gpus} gloo ranks, {steps} SGD steps per method")
         return None
-    result = compare(spec, cfg, gpus, run_worker(WORKER, gpus, cfg))
-    _print(spec, gpus, steps, result)
+    result = compare(spec, cfg, gpus, run_worker(WORKER, gpus, cfg), hardware)
+    _print(spec, gpus, steps, result, hardware.source)
     return result
 
 
-def _print(spec: GlmSpec, gpus: int, steps: int, result: GlmRunResult) -> None:
+def _print_steps(console: Any, result: GlmRunResult, source: str) -> None:
+    table = titled_table(f"step time, the slowest rank's median after {WARMUP_STEPS} warm-up steps (CPU: its "
+                         "thread's CPU seconds)")
+    for column in ("method", "measured us", "CPU us", "predicted us", "predicted / measured"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for method, measured in result.step_s.items():
+        predicted = result.predicted_step_s[method]
+        table.add_row(method, f"{measured * 1e6:.1f}", f"{result.step_cpu_s[method] * 1e6:.1f}",
+                      f"{predicted * 1e6:.1f}", f"{predicted / measured:.2f}")
+    console.print(table)
+    if not source.startswith("measured by plait calibrate"):
+        console.print(f"note: predicted for {result.cluster}, not this CPU; `plait calibrate` measures this machine "
+                      "for --cluster calibrated.toml", markup=False)
+
+
+def _print(spec: GlmSpec, gpus: int, steps: int, result: GlmRunResult, hardware_source: str) -> None:
     console = rich_console()
     table = titled_table(f"{spec.name} on {gpus} gloo ranks, {steps} SGD steps: ranks vs one process")
     for column in ("method", "max |w - w_1|", "bytes/step sent by rank", "predicted"):
@@ -132,6 +179,7 @@ def _print(spec: GlmSpec, gpus: int, steps: int, result: GlmRunResult) -> None:
         table.add_row(method, f"{error:.2e}" + ("" if error <= TOLERANCE else " (not exact)"), " / ".join(counts),
                       " / ".join(f"{p:,.0f}" for p in result.predicted_sent[method]))
     console.print(table)
+    _print_steps(console, result, hardware_source)
     for split, rules in result.scd.items():
         for rule, found in rules.items():
             console.print(f"SCD {split.replace('_', ' ')}, {rule}: {len(found['ranks'])} epochs "

@@ -5,7 +5,9 @@ generated data set (:mod:`.sgd`, :mod:`.scd`, :mod:`.scd_dual`), every all-reduc
 all-reduce sends them).
 
 Rank 0 writes: per method the batch losses of each step (summed over ranks), the final weights (gathered after the
-run, not counted) and the bytes each rank sent per step; for coordinate descent the objective after each epoch
+run, not counted), the bytes each rank sent per step and each rank's wall and CPU seconds (``time.perf_counter``,
+``time.thread_time``) of each step's training (the batch's rows taken, the step with its all-reduce; not the
+all-reduce of the loss for the log); for coordinate descent the objective after each epoch
 under each aggregation rule, split by feature and by example (the dual's objective too).
 
 Run: ``python -m torch.distributed.run --nproc-per-node 2 -m plait.workloads.glm.worker --out run.json``.
@@ -15,6 +17,7 @@ Tensor legend: ``N`` examples, ``D`` features, ``B`` batch rows, ``C`` this rank
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,19 +74,24 @@ def _sgd(cfg: GlmRunConfig, method: str) -> dict[str, Any]:
     x_ND, y_N = make_data(cfg)
     cols = slice(rank * cfg.features // world, (rank + 1) * cfg.features // world)
     w = torch.zeros(cfg.features if method == "data_parallel" else cols.stop - cols.start)
-    counted, losses, sent = Counted(), [], []
+    counted, losses, sent, times = Counted(), [], [], []
     reduce = switch_sum(counted) if method == "switch_aggregated" else counted.all_reduce
     for step in range(cfg.steps):
         rows, before = batch_rows(cfg, step), counted.sent
+        start, cpu = time.perf_counter(), time.thread_time()
         if method == "data_parallel":
             local = data_parallel_step(x_ND[rows], y_N[rows], w, cfg, rank, world, reduce)
+            times.append((time.perf_counter() - start, time.thread_time() - cpu))
             losses.append(_sum(local) / cfg.batch)
         else:
             losses.append(feature_step(x_ND[rows, cols], y_N[rows], w, cfg, reduce) / cfg.batch)
+            times.append((time.perf_counter() - start, time.thread_time() - cpu))
         sent.append(counted.sent - before)
     by_rank: list[Any] = [None] * world
-    dist.all_gather_object(by_rank, sent)
-    return {"losses": losses, "w": w.tolist() if method == "data_parallel" else _gather(w), "sent_per_step": by_rank}
+    dist.all_gather_object(by_rank, (sent, times))
+    return {"losses": losses, "w": w.tolist() if method == "data_parallel" else _gather(w),
+            "sent_per_step": [s for s, _ in by_rank], "step_s": [[t[0] for t in ts] for _, ts in by_rank],
+            "step_cpu_s": [[t[1] for t in ts] for _, ts in by_rank]}
 
 
 def _by_feature(cfg: GlmRunConfig, rule: Rule, x_ND: torch.Tensor, y_N: torch.Tensor) -> dict[str, Any]:
