@@ -29,6 +29,7 @@ import numpy as np
 
 from plait.schedule.elastic_alloc import ChainTable, allocate
 from plait.schedule.simulate import Simulator
+from plait.schedule.speed import Speed
 from plait.schedule.state import JobState
 
 
@@ -43,6 +44,8 @@ class Elastic:
     speedups: dict[int, dict[int, float]] = field(default_factory=dict, compare=False, repr=False)
     """Per job index: its sizes and consolidated speed there over its speed at the requested size (filled on first
     use; one policy object serves one simulation)."""
+    speeds: dict[int, dict[int, Speed]] = field(default_factory=dict, compare=False, repr=False)
+    """Per job index: its plan's speed at each of its sizes, consolidated (filled with :attr:`speedups`)."""
     steps: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict, compare=False, repr=False)
     """Per job index: from each size, (minus its gain per added GPU, the next size), where the next size gains."""
     table: ChainTable = field(default_factory=ChainTable, compare=False, repr=False)
@@ -58,6 +61,7 @@ class Elastic:
             assert base is not None, "a job that fits nowhere is rejected on arrival"
             speeds = {s: sim.speed_at(st, s) for s in sorted(sizes)}
             self.speedups[st.index] = {s: v.tokens_per_s / base.tokens_per_s for s, v in speeds.items() if v is not None}
+            self.speeds[st.index] = {s: v for s, v in speeds.items() if v is not None}
             options = self.speedups[st.index]
             self.steps[st.index] = {now: (-(options[nxt] - options[now]) / (nxt - now), nxt)
                                     for now, nxt in itertools.pairwise(options) if options[nxt] > options[now]}
@@ -73,11 +77,23 @@ class Elastic:
             table.set(index, next(iter(self.options(sim, sim.states[index]))), self.steps[index])
         return allocate(table, order, sim.pool.capacity_gpus)
 
-    def _worth_growing(self, sim: Simulator, st: JobState, size: int, now_s: float) -> bool:
-        new = sim.speed_at(st, size)
-        assert new is not None and st.speed is not None
-        left = st.remaining(now_s)
-        return left / new.tokens_per_s + new.restart_s < left / st.speed.tokens_per_s
+    def _stopping(self, sim: Simulator, moved: np.ndarray, size_of: np.ndarray, now_s: float) -> np.ndarray:
+        """Of the running jobs ``moved`` (allocated a size other than theirs), those to stop, in their order: every
+        one to shrink, and every one to grow where the time its work left saves at the new size exceeds the
+        restart. One job's stop changes no other's answer, so all are asked at once, over columns that hold the same
+        floats as its state (:class:`plait.schedule.columns.Columns`): the same answers as asking each in turn."""
+        cols = sim.columns
+        grow = size_of[moved] > cols.gpus[moved]
+        growing = moved[grow]
+        if not len(growing):
+            return moved
+        new = [self.speeds[index][int(size_of[index])] for index in growing.tolist()]
+        left = cols.remaining(growing, now_s)
+        worth = (left / np.array([n.tokens_per_s for n in new]) + np.array([n.restart_s for n in new])
+                 < left / cols.tokens_per_s[growing])
+        stop = ~grow
+        stop[grow] = worth
+        return moved[stop]
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
@@ -86,10 +102,8 @@ class Elastic:
         size_of[jobs] = sizes
         running = sim.running_indices()
         moved = running[size_of[running] != sim.columns.gpus[running]]  # only these can stop, in running order
-        for index in moved.tolist():
-            st, size = sim.running[index], int(size_of[index])
-            if size < st.gpus or (size > st.gpus and self._worth_growing(sim, st, size, now_s)):
-                sim.stop(st, now_s)
+        for index in self._stopping(sim, moved, size_of, now_s).tolist():
+            sim.stop(sim.running[index], now_s)
         # Allocated jobs holding no GPUs wait (one allocated nothing stays waiting).
         waiting = [sim.states[i] for i in jobs[sim.columns.gpus[jobs] == 0].tolist()]
         for st in sorted(waiting, key=lambda s: (-int(size_of[s.index]), s.job.arrival_s, s.index)):

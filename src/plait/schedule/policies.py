@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from plait.schedule.elastic import Elastic
 from plait.schedule.fit import greedy_fit
 from plait.schedule.las import Las
 from plait.schedule.simulate import Policy, Simulator
+from plait.schedule.srtf_ranks import RankBounds
 from plait.schedule.state import JobState
 
 
@@ -128,16 +129,20 @@ class Srtf:
 
     name: str = "srtf"
     """Policy name."""
+    bounds: RankBounds = field(default_factory=RankBounds, compare=False, repr=False)
+    """Upper bounds of the running jobs' ranks (:mod:`plait.schedule.srtf_ranks`; one policy object serves one
+    simulation)."""
 
     def queued_key(self, sim: Simulator, st: JobState) -> tuple[float, float, int]:
         """A waiting job's rank: its time left (fixed while it waits), then arrival."""
         return sim.remaining_s(st, st.since_s), st.job.arrival_s, st.index
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
-        """Keep the jobs with the least time left running."""
+        """Keep the jobs with the least time left running (the running jobs ranked before every waiting one are
+        kept without their ranks read: :mod:`plait.schedule.srtf_ranks`)."""
         if sim.ranked:
-            idx = sim.running_indices()
-            preemptive_pass(sim, now_s, idx, sim.columns.remaining(idx, now_s) / sim.columns.asked_tokens_per_s[idx])
+            idx, rank = self.bounds.serve(sim).may_trail(sim, now_s, sim.running_indices(), sim.ranked[0][0])
+            preemptive_pass(sim, now_s, idx, rank)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ holding fewer GPUs of a block than the span sees that tier's span shrunk to what
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,10 @@ class Pool:
         self.num_nodes = gpus // per_node
         self.free = np.full(self.num_nodes, per_node, dtype=np.int64)
         self.free_gpus = gpus
+        self._by_free: list[list[int]] = [[] for _ in range(per_node)] + [list(range(self.num_nodes))]
+        """Per free count ``f``: a heap of node indices, each node pushed whenever its free GPUs become ``f`` and
+        read only while it still has ``f`` (entries left behind are dropped when they reach the top), so that the
+        tightest node holding a job (:meth:`_tightest`) costs a few heap reads instead of a pass over every node."""
         self._native_spans = tuple(t.span_gpus for t in cluster.tiers)
         self.tier_nodes = tuple(max(1, t.span_gpus // per_node) for t in cluster.tiers)
         """Nodes in one block of each tier (1 where a tier is no wider than a node)."""
@@ -71,10 +76,15 @@ class Pool:
         free = self.free if candidates is None else self.free[candidates]
         # The loop below's first turn, without its sort: the tightest node that holds them all, the lowest
         # index among equally tight ones (the stable sort keeps index order among equal free counts).
-        tight = np.where(free >= gpus, free, self.gpus_per_node + 1)
-        at = int(np.argmin(tight))
-        if tight[at] <= self.gpus_per_node:
-            return Placement(nodes=((at if candidates is None else int(candidates[at]), gpus),))
+        if candidates is None:
+            at = self._tightest(gpus)
+            if at >= 0:
+                return Placement(nodes=((at, gpus),))
+        else:
+            tight = np.where(free >= gpus, free, self.gpus_per_node + 1)
+            at = int(np.argmin(tight))
+            if tight[at] <= self.gpus_per_node:
+                return Placement(nodes=((int(candidates[at]), gpus),))
         if free.sum() < gpus:
             return None
         order = np.argsort(-free, kind="stable")
@@ -91,6 +101,18 @@ class Pool:
             left -= int(self.free[node])
             order = order[1:]
         return Placement(nodes=tuple(sorted(taken)))
+
+    def _tightest(self, gpus: int) -> int:
+        """The node with the fewest free GPUs that still holds ``gpus``, the lowest index among equally tight ones
+        (-1: none), as ``argmin`` over every node's free count (those short of ``gpus`` left out) finds it."""
+        free, by_free = self.free, self._by_free
+        for count in range(max(gpus, 1), self.gpus_per_node + 1):
+            heap = by_free[count]
+            while heap and free[heap[0]] != count:
+                heapq.heappop(heap)
+            if heap:
+                return heap[0]
+        return -1
 
     def packed(self, gpus: int) -> Placement | None:
         """``gpus`` GPUs on the fewest nodes free now, wherever they are (``None``: fewer are free)."""
@@ -123,6 +145,9 @@ class Pool:
         for node, n in place.nodes:
             assert self.free[node] >= n, "a placement takes GPUs that are not free"
             self.free[node] -= n
+            left = int(self.free[node])
+            if left:
+                heapq.heappush(self._by_free[left], node)
         self.free_gpus -= place.gpus
 
     def give(self, place: Placement) -> None:
@@ -130,6 +155,7 @@ class Pool:
         for node, n in place.nodes:
             self.free[node] += n
             assert self.free[node] <= self.gpus_per_node, "a placement returns more GPUs than a node has"
+            heapq.heappush(self._by_free[int(self.free[node])], node)
         self.free_gpus += place.gpus
 
     def spans(self, place: Placement) -> tuple[int, ...]:
