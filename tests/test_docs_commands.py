@@ -6,8 +6,6 @@ every command the docs show, so a new one in the docs needs an entry here."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -204,36 +202,22 @@ def test_the_table_names_every_documented_command() -> None:
 RUNNABLE = [c for c, how in COMMANDS.items() if not how.startswith("SKIP")]
 
 
-def starts_ranks(argv: list[str]) -> bool:
-    """Whether a command line starts processes of its own (torchrun and its ranks): those run as a process here,
-    the rest in this process (:func:`plait.cli.main.run_cli`, the console script's own code path), which spares each
-    an interpreter start and plait's imports (~0.35 s of CPU each, ~80 commands). ``run --dry-run`` and ``run
-    --nodes 2`` only print the torchrun command."""
-    return argv[1] in ("converge", "calibrate") or (argv[1] == "run" and "--dry-run" not in argv
-                                                     and "--nodes" not in argv)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("command", RUNNABLE)
 def test_documented_command_runs(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process (:func:`tests.inprocess.cli`, the console script's own code path), which spares each command
+    an interpreter start and plait's imports (~0.35 s of CPU each, ~80 commands; ``plait run`` still starts torchrun
+    and its ranks as processes). An exception escaping the command fails the test with its traceback."""
+    from tests.inprocess import cli
+
     if " run " in f" {command} ":
         pytest.importorskip("torch")
     (tmp_path / "config.json").write_text(json.dumps(HF_CONFIG))
     (tmp_path / "titan.toml").write_text(TITAN_PLAN)
     argv = shlex.split((COMMANDS[command] or command).format(tmp=tmp_path))
     assert argv[0] == "plait"
-    if starts_ranks(argv):
-        out = subprocess.run([sys.executable, "-m", "plait", *argv[1:]], cwd=ROOT, capture_output=True, text=True,
-                             timeout=600)
-        code, stderr = out.returncode, out.stderr
-    else:  # an exception escaping run_cli fails the test with its traceback, as a traceback on stderr would
-        from plait.cli.main import run_cli
-
-        monkeypatch.chdir(ROOT)
-        stdout, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
-            code = run_cli(argv[1:])
-        stderr = err.getvalue()
+    monkeypatch.chdir(ROOT)
+    code, _, stderr = cli(argv[1:])
     assert code == 0, f"{command}\n{stderr[-2000:]}"
     assert "Traceback" not in stderr
 
