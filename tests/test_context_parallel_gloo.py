@@ -1,7 +1,7 @@
 """Context parallelism on gloo ranks: plait's ring, all-to-all (Ulysses) and fused all-gather (LSS) attention on
 torch.distributed.
 
-Each layout trains examples/tiny-model.toml (4 layers, 4 heads of 16, seq 64) in fp32 for 4 steps and must give the
+Each layout trains examples/tiny-model.toml (4 layers, 4 heads of 16, seq 64) in fp32 for 3 steps and must give the
 one-process losses within 1e-5; the bytes each rank sends its cp peers in attention, counted as they leave, must be
 the cost model's (:func:`plait.cost.context_parallel.cp_sent_bytes`) times layers and micro-batches. With a
 ``dp_sync`` method the cp ranks of a replica average their gradients, then the method runs across replicas.
@@ -35,7 +35,7 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).parents[1]
 MODEL = ROOT / "examples" / "tiny-model.toml"
-STEPS = 4
+STEPS = 3  # the third loss follows an AdamW update whose moments hold two gradients: magnitudes, not signs
 BODY = 'global_batch = 8\nmicro_batch = 2\nprecision = "fp32"\n'
 
 
