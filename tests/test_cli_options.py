@@ -141,7 +141,7 @@ def test_plait_runs_own_table_reads_whole_through_a_pipe(monkeypatch: pytest.Mon
                            dp_sync=SimpleNamespace(infrequent=False))
     report = SimpleNamespace(
         model=SimpleNamespace(name=name), plan=plan, mixed=None, planned=None, predicted_step_s=0.5, uneven=False,
-        on_gpu=True,
+        on_gpu=True, predicted_chunked_bytes=None,
         hardware=SimpleNamespace(name="dgx-h100-ib", source="datasheet"),
         predicted=SimpleNamespace(step_time_s=0.5, memory=SimpleNamespace(total_bytes=2**30)),
         rows=[{"step_time_s": t, "peak_memory_bytes": 2**30, "loss": 1.0} for t in (1.0, 0.5, 0.5)])

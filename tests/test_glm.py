@@ -182,9 +182,9 @@ def test_dual_coordinate_ascent_reaches_the_optimum_from_below() -> None:
 
 
 def test_operators_counted_are_those_that_launch() -> None:
-    """A transpose is a view (no launch); a product and a ReLU are one launch each (plait.run.op_count, which the
+    """A transpose is a view (no launch); a product and a ReLU are one launch each (plait.workloads.op_count, which the
     CPU prediction of plait run's steps reads)."""
-    from plait.run.op_count import launches
+    from plait.workloads.op_count import launches
 
     a, b = torch.ones(3, 2), torch.ones(3, 4)
     assert launches(lambda: (a.t() @ b).relu()) == 2

@@ -72,8 +72,8 @@ def test_the_estimate_stretches_by_the_factor_on_a_shared_cpu_node() -> None:
     busy, alone = cycle(two, 4)
     assert alone == pytest.approx(busy + 2 * transfer + apply, rel=0.01)
     assert cycle(two, 2)[1] == pytest.approx(busy + 4 * transfer + 2 * apply, rel=0.01)
-    assert cycle(two, 0) == (busy, alone)
-    assert cycle("async_ps:staleness=4", 2) == cycle("async_ps:staleness=4", 3)
+    assert cycle(two, 0) == pytest.approx((busy, alone), rel=1e-12)
+    assert cycle("async_ps:staleness=4", 2) == pytest.approx(cycle("async_ps:staleness=4", 3), rel=1e-12)
 
 
 def test_calibrate_counts_physical_cores_once() -> None:

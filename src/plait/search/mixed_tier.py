@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from plait.engine.engine import Engine
+from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.plan.convergence import convergence, table
 from plait.plan.mixed import even_shares
@@ -77,7 +78,10 @@ def per_tier_mixed(model: ModelSpec, cluster: MixedCluster, evens: list[MixedEst
             for method in compared_methods(ratio):
                 layout = one_replica_per_group(whole, len(cluster.groups)) if method.name == "diloco" else whole
                 mixed = replace(even.plan, plan=replace(layout, dp_sync=method))
-                mixed = replace(mixed, shares=even_shares(mixed.plan, mixed.shares))
+                try:
+                    mixed = replace(mixed, shares=even_shares(mixed.plan, mixed.shares))
+                except ConfigError:  # DiLoCo's one replica per group cannot split the batch into whole micro-batches
+                    continue
                 est = try_mixed(model, cluster, mixed, engine)
                 if est is not None and fits_with(est, memory_margin) and est.steps_multiplier_known:
                     keep(est)

@@ -6,7 +6,7 @@ its link.
 - Client compute: :func:`.cost.client_flops` at the calibrated fp32 peak times its fp32 matmul curve at the body's
   largest product (its square edge ``3 / (1/N + 1/a + 1/b)``, as :mod:`plait.cost.compute`'s roofline reads the
   curve), plus the client's host stream: the operators one client's round dispatches (eager autograd: counted by
-  :func:`plait.run.op_count.launches` on the toy's round) at ``host_launch_us`` each, added on a CPU, which runs
+  :func:`plait.workloads.op_count.launches` on the toy's round) at ``host_launch_us`` each, added on a CPU, which runs
   each op inside its call (:func:`plait.cost.host.exposed_host_s`).
 - Clients share the machine: ``m`` clients computing at once on ``D`` calibrated ranks' cores each progress at
   ``min(1, D / m)`` of a core (processor sharing, Kleinrock, "Time-shared systems: a theoretical analysis", JACM

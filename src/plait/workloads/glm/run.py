@@ -23,7 +23,7 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.run.launch import run_worker
-from plait.run.op_count import launches
+from plait.workloads.op_count import launches
 from plait.run.preflight import check_cpu_machine
 from plait.run.steady import WARMUP_STEPS, steady_s
 from plait.terminal import rich_console, titled_table
@@ -105,7 +105,7 @@ def compare(spec: GlmSpec, cfg: GlmRunConfig, gpus: int, measured: dict[str, Any
 
 
 def step_launches(cfg: GlmRunConfig, method: str, world: int) -> int:
-    """Operators rank 0 of the worker issues in one SGD step of ``method`` (:func:`plait.run.op_count.launches`;
+    """Operators rank 0 of the worker issues in one SGD step of ``method`` (:func:`plait.workloads.op_count.launches`;
     the all-reduce is costed apart)."""
     x_ND, y_N = make_data(cfg)
     rows, cols = batch_rows(cfg, 0), slice(0, cfg.features // world)

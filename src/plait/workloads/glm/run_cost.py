@@ -7,8 +7,8 @@ The worker runs every method unpipelined (one micro-batch), so data-parallel and
 :func:`.cost.glm_cost`'s at ``m = 1``: its memory-bound passes and its all-reduce, unchanged. Its host stream
 issues the worker's own operators instead of the GPU baselines' fused kernels: eager PyTorch's ``mv``, the loss's
 elementwise ops one by one, the update's scale, add and subtract (about 15 a step, counted by
-:func:`plait.run.op_count.launches` on the worker's step) at ``host_launch_us`` each, joined with the device stream
-as plait's core joins them (:func:`plait.cost.host.exposed_host_s`: a CPU runs each op inside its call, so every
+:func:`plait.workloads.op_count.launches` on the worker's step) at ``host_launch_us`` each, joined with the device
+stream as plait's core joins them (:func:`plait.cost.host.exposed_host_s`: a CPU runs each op inside its call, so every
 launch adds). The worker's switch is emulated on rank 0 (:func:`.worker.
 switch_sum`): its partial sums travel as point-to-point messages, not through an aggregating switch, so that
 method's all-reduce is replaced by :func:`emulated_switch_s`.
