@@ -14,6 +14,7 @@ exposed communication, and so cannot change which plans fit.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -122,23 +123,43 @@ def search_chunks(pool: list[Estimate], k: int, model: ModelSpec, cluster: Clust
     passes the ``k``-th best so far: the same ``k`` plans as chunking every feasible plan, with only those that
     can matter estimated again."""
     done: list[Estimate] = []
+    fastest = _KFastest(k)
     overlap = cluster.accelerator.efficiency.comm_overlap.value
+
+    def keep(ests: list[Estimate]) -> None:
+        done.extend(ests)
+        for e in ests:
+            fastest.add(e.target_tokens_per_s)
+
     for est in pool:
-        kth = _kth(done, k)
-        done += with_best_chunks([est], model, cluster, engine) if chunk_bound_tokens_per_s(est, overlap) > kth else [est]
-    for bound, assemble in beyond(_kth(done, k)):
-        if bound <= _kth(done, k):
+        keep(with_best_chunks([est], model, cluster, engine) if chunk_bound_tokens_per_s(est, overlap) > fastest.kth
+             else [est])
+    for bound, assemble in beyond(fastest.kth):
+        if bound <= fastest.kth:
             break
         est = assemble()
-        if chunk_bound_tokens_per_s(est, overlap) > _kth(done, k):
-            done += with_best_chunks([est], model, cluster, engine)
+        if chunk_bound_tokens_per_s(est, overlap) > fastest.kth:
+            keep(with_best_chunks([est], model, cluster, engine))
     return done
 
 
-def _kth(estimates: list[Estimate], k: int) -> float:
-    """The ``k``-th best tokens per second of ``estimates`` (0 when there are fewer)."""
-    speeds = sorted((e.target_tokens_per_s for e in estimates), reverse=True)
-    return speeds[k - 1] if len(speeds) >= k else 0.0
+class _KFastest:
+    """The ``k`` highest tokens per second seen so far, in a min-heap: :attr:`kth` is the ``k``-th best (0 while
+    fewer than ``k`` were seen), kept in O(log k) a plan instead of sorting every plan seen at each one."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.heap: list[float] = []
+
+    def add(self, speed: float) -> None:
+        if len(self.heap) < self.k:
+            heapq.heappush(self.heap, speed)
+        elif speed > self.heap[0]:
+            heapq.heapreplace(self.heap, speed)
+
+    @property
+    def kth(self) -> float:
+        return self.heap[0] if len(self.heap) >= self.k else 0.0
 
 
 def with_best_chunks(estimates: list[Estimate], model: ModelSpec, cluster: Cluster, engine: Engine) -> list[Estimate]:

@@ -79,10 +79,12 @@ class StageWin:
 
 
 def pipelines(result: SearchResult, top: list[Estimate], k: int = PIPELINES) -> list[Estimate]:
-    """``top`` and, beyond it, the best-ranked eligible pipelines until ``k`` of them are in hand (the first
-    :data:`SCANNED` ranked plans looked at; those beyond ``top`` by the closed forms: :func:`improve` times them
-    as ``top`` is timed where a per-stage plan beats them)."""
-    out, found = list(top), sum(_eligible(e.plan) for e in top)
+    """The first ``k`` eligible pipelines of ``top`` and, beyond it, the best-ranked eligible pipelines until ``k``
+    of them are in hand (the first :data:`SCANNED` ranked plans looked at; those beyond ``top`` by the closed
+    forms: :func:`improve` times them as ``top`` is timed where a per-stage plan beats them). ``k`` bounds the pass
+    however many plans ``--top`` lists."""
+    out = [e for e in top if _eligible(e.plan)][:k]
+    found = len(out)
     listed = {e.plan for e in top}
     for _, chunk, row in result.ranking()[:SCANNED]:
         if found >= k:
