@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from plait.sync.allreduce import AllReduce
-from plait.sync.base import GRAD_BYTES, SyncMethod, elements_of, number
-from plait.sync.site_topk import site_tier_bytes
+from plait.sync.base import GRAD_BYTES, SyncMethod, number
+from plait.sync.site_topk import PerTierMethod
 from plait.sync.sparse import QUANTIZE_BITS, QUANTIZE_PASSES, Quantize
 
 if TYPE_CHECKING:
-    from plait.sync.hooks import Costs, GradientHooks, Pricing, R
-    from plait.workload.tensors import Shape
+    from plait.sync.hooks import GradientHooks, R
 
 SITE_QUANTIZE_BITS = (*QUANTIZE_BITS, 32)
 """The widths of the cross-site step: those ``quantize`` packs, and 32 (the fp32 shard, uncompressed)."""
@@ -38,13 +37,10 @@ the copy into the buffer (1)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class SiteQuantize(SyncMethod):
+class SiteQuantize(PerTierMethod):
     """``site_quantize:bits=B``: exact inside each site, each site's shard quantized to B bits across sites."""
 
     name: ClassVar[str] = "site_quantize"
-    compressed: ClassVar[bool] = True
-    one_bucket: ClassVar[bool] = True
-    site_aware: ClassVar[bool] = True
 
     bits: int = number(None, 1, 32, True)
     """Bits per element sent across sites: one of :data:`SITE_QUANTIZE_BITS`."""
@@ -72,17 +68,6 @@ class SiteQuantize(SyncMethod):
         """Streaming passes over the shard: ``quantize``'s (:data:`plait.sync.sparse.QUANTIZE_PASSES`) plus two per
         site's codes dequantized and added; at 32 bits :data:`FP32_PASSES` plus one per site."""
         return FP32_PASSES + sites if self.bits == 32 else QUANTIZE_PASSES + 2 * sites
-
-    def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
-        """(inside, across) bytes of one rank (:func:`plait.sync.site_topk.site_tier_bytes`)."""
-        return site_tier_bytes(self, elements, members, sites)
-
-    def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
-        """On one site (what a replica count alone says): the all-reduce's buffer."""
-        return float(elements_of(shapes) * GRAD_BYTES)
-
-    def step_costs(self, price: Pricing) -> Costs:
-        return price.site_costs(self)
 
     def comm_hook(self, hooks: GradientHooks[R]) -> R:
         return hooks.site_quantize(self)

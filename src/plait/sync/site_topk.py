@@ -34,13 +34,40 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SiteTopK(SyncMethod):
-    """``site_topk:ratio=F``: exact inside each site, the largest fraction F of each shard across sites."""
+class PerTierMethod(SyncMethod):
+    """Exact inside each site, a method's own pieces across sites: what ``site_topk`` and ``site_quantize`` share
+    (their bytes per tier by :func:`site_tier_bytes`, their step priced by ``Pricing.site_costs``)."""
 
-    name: ClassVar[str] = "site_topk"
     compressed: ClassVar[bool] = True
     one_bucket: ClassVar[bool] = True
     site_aware: ClassVar[bool] = True
+
+    def cross_site_pieces(self, shard: int) -> tuple[float, ...]:
+        """Bytes one rank hands to each cross-site all-gather for its ``shard`` elements."""
+        raise NotImplementedError
+
+    def cross_site_passes(self, sites: int) -> int:
+        """Streaming passes over the shard across sites."""
+        raise NotImplementedError
+
+    def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
+        """(bytes handed to collectives inside the site, bytes handed to the cross-site all-gathers) by one rank whose
+        gradient buffer has ``elements`` fp32 values, in a replica group of ``sites`` sites of ``members`` each."""
+        return site_tier_bytes(self, elements, members, sites)
+
+    def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
+        """On one site (what a replica count alone says): the all-reduce's buffer."""
+        return float(elements_of(shapes) * GRAD_BYTES)
+
+    def step_costs(self, price: Pricing) -> Costs:
+        return price.site_costs(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SiteTopK(PerTierMethod):
+    """``site_topk:ratio=F``: exact inside each site, the largest fraction F of each shard across sites."""
+
+    name: ClassVar[str] = "site_topk"
 
     ratio: float = number(None, 1e-9, 1.0, False)
     """The fraction of each site-summed shard's elements sent across sites."""
@@ -62,18 +89,6 @@ class SiteTopK(SyncMethod):
     def cross_site_passes(self, sites: int) -> int:
         """Streaming passes over the shard (:data:`plait.sync.sparse.TOPK_PASSES`)."""
         return TOPK_PASSES
-
-    def site_payload_bytes(self, elements: int, members: int, sites: int) -> tuple[float, float]:
-        """(bytes handed to collectives inside the site, bytes handed to the cross-site all-gathers) by one rank whose
-        gradient buffer has ``elements`` fp32 values, in a replica group of ``sites`` sites of ``members`` each."""
-        return site_tier_bytes(self, elements, members, sites)
-
-    def step_payload_bytes(self, shapes: list[Shape], step: int | None) -> float:
-        """On one site (what a replica count alone says): the all-reduce's buffer."""
-        return float(elements_of(shapes) * GRAD_BYTES)
-
-    def step_costs(self, price: Pricing) -> Costs:
-        return price.site_costs(self)
 
     def comm_hook(self, hooks: GradientHooks[R]) -> R:
         return hooks.site_topk(self)
