@@ -172,7 +172,7 @@ def main() -> int:
     from plait.plan.io import read_plan_file
     from plait.sync import parse
     from plait.predict.estimate import estimate
-    from plait.run.sync import pseudo_steps
+    from plait.run.outer_loop import pseudo_steps
     from plait.workload.catalog import resolve_model
     from plait.workload.tensors import parameter_shapes
 

@@ -89,7 +89,7 @@ def drawn_palsgd(spec: str, steps: int) -> str:
     import dataclasses
     import itertools
 
-    from plait.run.sync import pseudo_steps
+    from plait.run.outer_loop import pseudo_steps
     from plait.sync import parse
 
     sync = parse(spec)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import json
 import math
@@ -119,16 +120,19 @@ HOSTILE_VALUES: list[Any] = [math.nan, math.inf, -math.inf, -1, 0, 2**70, -(2**7
                              1e308, "nan", 0.5, 3, "zero3", [], {"value": math.nan, "source": "x"}]
 
 
+@functools.cache  # one strategy per value list: hypothesis validates a new strategy object at each draw
 def ints(*good: int) -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from([str(g) for g in good]), st.integers(-4, 300).map(str),
                      st.sampled_from(HOSTILE_NUMBERS))
 
 
+@functools.cache
 def floats(*good: str) -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(list(good)), st.floats(allow_nan=True, allow_infinity=True).map(repr),
                      st.sampled_from(HOSTILE_NUMBERS))
 
 
+@functools.cache
 def texts(*good: str) -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(list(good)), st.sampled_from(HOSTILE_TEXT), st.text(max_size=10))
 
@@ -261,6 +265,11 @@ def path_of(files: Files, data: st.DataObject, *kinds: str) -> str:
     return data.draw(st.sampled_from(files.fixed))
 
 
+@functools.cache
+def _subsets(items: tuple[str, ...], most: int) -> st.SearchStrategy[list[str]]:
+    return st.lists(st.sampled_from(items), unique=True, max_size=most)
+
+
 def command_line(data: st.DataObject, command: str, options: dict[str, Any], flags: list[str],
                  required: dict[str, Any] | None = None, most: int = 7) -> list[str]:
     """``command`` with a random subset of ``options`` (name -> strategy of its value or callable drawing one) and
@@ -269,11 +278,11 @@ def command_line(data: st.DataObject, command: str, options: dict[str, Any], fla
     for name, value in (required or {}).items():
         if data.draw(st.integers(0, 19)):
             argv += [name, value() if callable(value) else data.draw(value)]
-    names = data.draw(st.lists(st.sampled_from(sorted(options)), unique=True, max_size=most)) if options else []
+    names = data.draw(_subsets(tuple(sorted(options)), most)) if options else []
     for name in names:
         value = options[name]
         argv += [name, value() if callable(value) else data.draw(value)]
-    argv += data.draw(st.lists(st.sampled_from(flags), unique=True, max_size=3))
+    argv += data.draw(_subsets(tuple(flags), 3))
     if not data.draw(st.integers(0, 49)):
         argv.insert(data.draw(st.integers(1, len(argv))), data.draw(texts("--bogus", "extra", "--gpus")))
     return argv

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.errors import ConfigError
-from plait.schema import build, table
 from plait.run.uneven import parse_list
+from plait.schema import build, table
 
 Config = TypeVar("Config")
 

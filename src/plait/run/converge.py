@@ -21,9 +21,10 @@ from plait.run.counting import counted_bytes
 from plait.run.data import global_batch, rank_slice
 from plait.run.lifecycle import exit_without_teardown
 from plait.run.model import build_model
+from plait.run.outer_loop import skips_gradient
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import Reducer, build_reducer, named_site_gpus
-from plait.run.sync import attach, named_profile, skips_gradient
+from plait.run.sync import attach, named_profile
 from plait.run.train import cross_entropy
 from plait.run.workload_configs import ConvergeConfig
 from plait.sync import parse

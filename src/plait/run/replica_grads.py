@@ -159,7 +159,7 @@ class LocalGradients(Wrapped):
 
 def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
     """After a step's backward passes, before clipping: the optimizer's own ``reduce`` where it has one
-    (:meth:`LocalGradients.reduce`; :meth:`plait.run.sync.PALSGD.reduce` in its warm-up); else nothing: DDP or
+    (:meth:`LocalGradients.reduce`; :meth:`plait.run.outer_loop.PALSGD.reduce` in its warm-up); else nothing: DDP or
     the optimizer's step synchronizes."""
     reduce = getattr(optimizer, "reduce", None)
     if callable(reduce):

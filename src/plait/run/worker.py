@@ -272,12 +272,12 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     schedule. Returns (mean loss this rank saw, global gradient norm before clipping; Crossbow: its largest
     learner's own norm, each learner clipped by its own). A non-finite norm stops
     the run or, with ``on_nonfinite = "skip"``, leaves the weights as they were. A PALSGD pseudo-synchronization
-    step (:class:`plait.run.sync.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
+    step (:class:`plait.run.outer_loop.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
     metrics). Under an uneven batch split (``uneven_batch``) ``weight`` is the factor on this rank's loss
     (:func:`plait.run.uneven.loss_weight`) and FSDP2 gathers and reduces once per step (:func:`gather_once`).
     ``swap``: the saved-tensor hooks of ``swap_activations`` (:mod:`plait.run.swap`), counting this step's bytes."""
     if plan.dp_sync.pseudo_steps:  # PALSGD: only these plans import the synchronization methods
-        from plait.run.sync import skips_gradient
+        from plait.run.outer_loop import skips_gradient
 
         if skips_gradient(optimizer):
             optimizer.step()

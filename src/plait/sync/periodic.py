@@ -3,13 +3,13 @@
 - ``local_sgd:every=H``: no gradient traffic; every H steps one all-reduce of every parameter (PyTorch
   ``PeriodicModelAverager``): per step, the parameters' bytes over H;
 - ``diloco:every=H,...``: no gradient traffic; after every H inner steps one fp32 all-reduce of the
-  pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.sync.DiLoCo`),
+  pseudo-gradient, one value per parameter (Douillard et al. 2023, Algorithm 1; :class:`plait.run.outer_loop.DiLoCo`),
   inner AdamW, outer Nesterov;
 - ``palsgd:every=H,...,warmup=W``: PALSGD (Naganuma et al., arXiv 2504.18454): in the first W steps every gradient
   (an fp32 all-reduce), and at the W-th the parameters too; then DiLoCo's, every H steps (gradient and
   pseudo-synchronization steps alike, the warm-up counted: the authors' ``global_step``); each step is, with
   probability p, a pseudo-synchronization step that sends nothing, the replica pulled toward the last outer model
-  (:class:`plait.run.sync.PALSGD`);
+  (:class:`plait.run.outer_loop.PALSGD`);
 - ``dreamddp:every=H``: DreamDDP's partial local SGD (Tang et al., arXiv 2502.11058): no gradient traffic; each
   step one in-place all-reduce of the parameters of the units :mod:`plait.plan.partial` schedules at that step,
   every parameter once per period, overlapping the backward pass (:class:`plait.run.sync.DreamDDP`).
@@ -37,11 +37,11 @@ if TYPE_CHECKING:
 STEPS = 2**31 - 1
 """Largest period or step count a spec may state."""
 DILOCO_PASSES = 14
-"""Streaming passes over the fp32 parameters in one outer step of :class:`plait.run.sync.DiLoCo`: the delta
+"""Streaming passes over the fp32 parameters in one outer step of :class:`plait.run.outer_loop.DiLoCo`: the delta
 ``outer - local`` (read 2, write 1), its flat copy (2), the mean (2), SGD with Nesterov momentum (read gradient,
 momentum and parameter, write momentum and parameter: 5) and the copy back (2)."""
 PULL_PASSES = 5
-"""Streaming passes over the fp32 parameters in a PALSGD pseudo-synchronization step of :class:`plait.run.sync.
+"""Streaming passes over the fp32 parameters in a PALSGD pseudo-synchronization step of :class:`plait.run.outer_loop.
 PALSGD`: the difference to the outer copy (read 2, write 1) and the scaled subtraction (read 1, write 1)."""
 DILOCO_BUFFERS = 4
 """fp32 copies per parameter while DiLoCo synchronizes: the outer parameters, their momentum, the deltas and

@@ -241,7 +241,7 @@ def split_pairs(model: nn.Module, units: list[str], tp: int) -> nn.Module:
 def _skips_gradient(config: TracedConfig, optimizer: Any) -> bool:
     if config.dp_sync == "allreduce" or config.reference:
         return False
-    from plait.run.sync import skips_gradient
+    from plait.run.outer_loop import skips_gradient
 
     return skips_gradient(optimizer)
 
