@@ -16,6 +16,7 @@ from plait.workloads.federated.loopback import loopback_round
 from plait.workloads.federated.model import read_federated
 from plait.workloads.glm.model import GlmSpec
 from plait.workloads.glm.run_cost import emulated_switch_s, run_step_s
+from tests.federated_toy import tiny_federation
 
 SRC = "assumed: a test"
 
@@ -79,32 +80,7 @@ def test_gloo_collectives_take_no_nccl_ll_protocol() -> None:
     assert all_reduce_s(32, group_link(cpu_cluster(1000.0, asynchronous=True), 2, 1)) < 20e-6
 
 
-FEDERATED = """
-[federated]
-method = "pflego"
-clients = 10
-participation = 1.0
-local_steps = 3
-samples_per_client = 4
-batch = 4
-[model]
-inputs = 2
-body = [3]
-classes = 2
-[client]
-accelerator = "t4"
-dtype = "fp32"
-efficiency = { value = 0.5, source = "assumed: a test" }
-[client.link]
-uplink_bytes_per_s = { value = 100.0, source = "assumed: a test" }
-downlink_bytes_per_s = { value = 200.0, source = "assumed: a test" }
-latency_s = { value = 0.01, source = "assumed: a test" }
-[stragglers]
-sigma = { value = 0.5, source = "assumed: a test" }
-[plan]
-local_steps = [3]
-participation = [1.0]
-"""
+FEDERATED = tiny_federation(1.0, 0.5, "[3]", "[1.0]")
 
 
 def test_a_loopback_round_reads_the_calibrated_cpu_and_gloo_not_the_clients_link(tmp_path: Any) -> None:

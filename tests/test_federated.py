@@ -15,38 +15,11 @@ import pytest
 from plait.errors import ConfigError
 from plait.workloads.federated.cost import NoClientInTime, client_flops, round_cost, shapes, transfer_bytes
 from plait.workloads.federated.model import read_federated
+from tests.federated_toy import FIG, tiny_federation
 from tests.inprocess import cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "federated-toy.toml"
-FIG = 'source = "assumed: a test"'
-TINY = f"""
-[federated]
-method = "pflego"
-clients = 10
-participation = 0.1
-local_steps = 3
-samples_per_client = 4
-batch = 4
-[model]
-inputs = 2
-body = [3]
-classes = 2
-[client]
-accelerator = "t4"
-dtype = "fp32"
-efficiency = {{ value = 0.5, {FIG} }}
-[client.link]
-uplink_bytes_per_s = {{ value = 100.0, {FIG} }}
-downlink_bytes_per_s = {{ value = 200.0, {FIG} }}
-latency_s = {{ value = 0.01, {FIG} }}
-[stragglers]
-sigma = {{ value = 0.0, {FIG} }}
-[plan]
-local_steps = [1, 3]
-participation = [0.1, 1.0]
-[run]
-clients = 2
-"""
+TINY = tiny_federation(0.1, 0.0, "[1, 3]", "[0.1, 1.0]", run="clients = 2")
 
 
 def tiny(tmp_path: Path, text: str = TINY) -> Path:
