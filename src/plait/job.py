@@ -7,7 +7,7 @@ sequence length or re-checks the plan. The engine's cost facts are :attr:`Job.fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from plait.engine.engine import Engine
@@ -33,7 +33,8 @@ class Job:
     """The software that runs it."""
     notes: tuple[str, ...] = ()
     """What building the job assumed: the model's sequence length where the plan left it and the model says where it
-    comes from (estimates carry it as a warning, with the model's fields not modelled)."""
+    comes from, and a 16-bit precision the device does not have taken as the one it has (estimates carry them as
+    warnings, with the model's fields not modelled)."""
 
     def __post_init__(self) -> None:
         assert self.plan.seq_len > 0, "a Job's plan has its sequence length resolved (Job.build)"
@@ -46,6 +47,11 @@ class Job:
         the first broken rule."""
         notes = model.seq_len_notes(plan.seq_len)
         plan = plan.with_seq_len(model.seq_len)
+        runs_as = cluster.accelerator.arithmetic(plan.precision)
+        if runs_as != plan.precision:
+            notes += (f"precision {plan.precision} runs as {runs_as} on {cluster.accelerator.name} (its datasheet "
+                      f"lists no {plan.precision} arithmetic)",)
+            plan = replace(plan, precision=runs_as)
         columns = PlanColumns.one(plan)
         check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)  # before the Job: it holds checked plans
         job = cls(model=model, cluster=cluster, plan=plan, engine=engine, notes=notes)

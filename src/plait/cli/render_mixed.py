@@ -14,7 +14,9 @@ def print_mixed_estimate(console: Console, est: MixedEstimate, train_tokens: flo
     """The layout, every group's (or stage's) busy and idle time and memory, and the totals."""
     console.print(f"[bold]{est.model_name}[/bold] on {est.cluster_name}")
     console.print(f"layout: {est.plan.describe()}")
-    devices = dict.fromkeys(f"{g.group} = {g.accelerator}" for g in est.groups)
+    devices = dict.fromkeys(f"{g.group} = {g.accelerator}" + (f" (in {g.precision}: no {est.plan.plan.precision})"
+                                                             if g.precision != est.plan.plan.precision else "")
+                            for g in est.groups)
     console.print("devices: " + "; ".join(devices))
     table = titled_table(f"{'groups' if est.plan.split == 'data' else 'stages'}: who waits for whom")
     for col in ("group", "GPUs", "work", "busy s", "idle s", "memory GiB", "of GiB", "fits"):

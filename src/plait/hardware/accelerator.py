@@ -158,6 +158,17 @@ class Accelerator:
             return True
         return peaks.get("fp16", 0.0) > 2.5 * peaks["fp32"]
 
+    def arithmetic(self, dtype: str) -> str:
+        """The precision a plan's ``dtype`` matmuls run in here: bf16 and fp16 stand in for each other where the
+        datasheet lists only one of them (Volta, Turing, Pascal and Kepler have no bf16 arithmetic: NVIDIA's V100,
+        T4, P100 and K80 datasheets list fp16 and fp32 only; an AMP run there is fp16 with loss scaling); any other
+        ``dtype`` as it is."""
+        if dtype in ("bf16", "fp16") and dtype not in self.peak_tflops:
+            other = "fp16" if dtype == "bf16" else "bf16"
+            if other in self.peak_tflops:
+                return other
+        return dtype
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype`` (fp16 and bf16 stand in for each other; raises if absent)."""
         key = dtype

@@ -60,6 +60,9 @@ class GroupTime:
     """Peak bytes on one of its devices."""
     capacity_bytes: float
     """Device memory of one of its devices."""
+    precision: str
+    """The precision its matmuls run in: the plan's, or the 16-bit type its device has
+    (:meth:`plait.hardware.accelerator.Accelerator.arithmetic`)."""
 
     @property
     def fits(self) -> bool:
@@ -180,7 +183,7 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Eng
     groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
                              num_gpus=s.num_gpus, work=f"b{s.batch}" + (f" x{s.local_steps}" if s.local_steps > 1 else ""),
                              busy_s=r, idle_s=step - r, memory_bytes=e.memory.total_bytes,
-                             capacity_bytes=e.memory.capacity_bytes)
+                             capacity_bytes=e.memory.capacity_bytes, precision=e.plan.precision)
                    for s, e, r in zip(mixed.shares, ests, rounds, strict=True))
     seq = mixed.plan.seq_len
     slowest = ests[rounds.index(max(rounds))]
@@ -230,7 +233,8 @@ def _asynchronous(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, eng
     step = plan.dp / rate
     groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
                              num_gpus=s.num_gpus, work=f"b{s.batch} async", busy_s=e.step_time_s, idle_s=0.0,
-                             memory_bytes=e.memory.total_bytes, capacity_bytes=e.memory.capacity_bytes)
+                             memory_bytes=e.memory.total_bytes, capacity_bytes=e.memory.capacity_bytes,
+                             precision=e.plan.precision)
                    for s, e in zip(mixed.shares, ests, strict=True))
     slowest = max(ests, key=lambda e: e.step_time_s)
     return MixedEstimate(
@@ -265,7 +269,7 @@ def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine:
     busy = [c.m * (c.forward_s[r] + c.backward_s[r]) + c.optimizer_s[r] for r in range(c.p)]
     groups = tuple(GroupTime(group=share.group, accelerator=acc.name, num_gpus=share.num_gpus // len(share.layers),
                              work=f"{layers} layers", busy_s=busy[r], idle_s=step - busy[r], memory_bytes=mem,
-                             capacity_bytes=acc.memory_bytes)
+                             capacity_bytes=acc.memory_bytes, precision=acc.arithmetic(plan.precision))
                    for r, (share, layers, mem, acc) in enumerate(members))
     slow = max(range(c.p), key=lambda r: busy[r])
     compute = c.m * (c.forward_s[slow] + c.backward_s[slow])

@@ -157,7 +157,8 @@ def default_space(model: ModelSpec, cluster: Cluster, gpus: int, global_batches:
     cps = tuple(c for c in _powers_of_two(min(16, gpus)) if seq % (2 * c) == 0 or c == 1)
     eps = (1,) if not model.moe else tuple(e for e in _powers_of_two(min(model.moe.num_experts, gpus)))
     if precisions is None:
-        precisions = ("bf16", "fp8") if "fp8" in cluster.accelerator.peak_tflops else ("bf16",)
+        half = cluster.accelerator.arithmetic("bf16")  # fp16 where the device has no bf16 (V100, T4)
+        precisions = (half, "fp8") if "fp8" in cluster.accelerator.peak_tflops else (half,)
     return SearchSpace(
         gpus=gpus, global_batches=global_batches, seq_len=seq, tp=tps, pp=pps, cp=cps, ep=eps,
         cp_attentions=get_args(CpAttention),
