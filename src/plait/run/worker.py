@@ -26,6 +26,7 @@ from plait.run.config import read_config
 from plait.run.context import average_over_cp, cp_sent_bytes, mean_over_cp, train_context
 from plait.run.counting import counted_bytes
 from plait.run.lifecycle import die_with_parent, exit_without_teardown
+from plait.run.loss_scale import LossScale, loss_scale_for
 from plait.run.mesh import Mesh, build_mesh, device_type
 from plait.run.model import build_model
 from plait.run.moe import expert_parameters, reduce_expert_gradients
@@ -156,6 +157,9 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     loss_fn = cross_entropy
     if uneven.slowdown and uneven.slowdown[dist.get_rank()] > 1:  # the inner optimizer: its step is compute
         _, loss_fn = slow_down(parts, mesh.is_last_stage_rank, optimizer, cross_entropy, uneven.slowdown[dist.get_rank()])
+    scaling = loss_scale_for(own.precision, args.full_precision)  # fp16: dynamic loss scaling
+    if scaling is not None:
+        loss_fn = scaling.wrap(loss_fn)
     sync = plan.dp_sync
     if uneven.local_steps:  # per-group local SGD: this rank averages after its own local steps
         sync = replace(sync, every=uneven.local_steps[mesh.dp_rank])
@@ -220,7 +224,8 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
-                                    weight=weight, uneven_batch=bool(uneven.batch_split), swap=swap)
+                                    weight=weight, uneven_batch=bool(uneven.batch_split), swap=swap,
+                                    scaling=scaling)
         elapsed = timed() - start
         cp_after = cp_sent_bytes(mesh)
         cp_bytes = None if cp_after is None else cp_after - (cp_before or 0)
@@ -267,7 +272,7 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
                inputs, targets, full_precision: bool, device: str, step: int, *,
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
                weight: float = 1.0, uneven_batch: bool = False,
-               swap: ActivationSwap | None = None) -> tuple[float, float]:
+               swap: ActivationSwap | None = None, scaling: LossScale | None = None) -> tuple[float, float]:
     """Optimizer step ``step`` (0-based): forward and backward of every micro-batch, clipping, the optimizer,
     schedule. Returns (mean loss this rank saw, global gradient norm before clipping; Crossbow: its largest
     learner's own norm, each learner clipped by its own). A non-finite norm stops
@@ -275,7 +280,10 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     step (:class:`plait.run.outer_loop.PALSGD`) runs no forward or backward pass: its loss and norm are NaN (null in the
     metrics). Under an uneven batch split (``uneven_batch``) ``weight`` is the factor on this rank's loss
     (:func:`plait.run.uneven.loss_weight`) and FSDP2 gathers and reduces once per step (:func:`gather_once`).
-    ``swap``: the saved-tensor hooks of ``swap_activations`` (:mod:`plait.run.swap`), counting this step's bytes."""
+    ``swap``: the saved-tensor hooks of ``swap_activations`` (:mod:`plait.run.swap`), counting this step's bytes.
+    ``scaling``: fp16's dynamic loss scale, whose ``loss_fn`` is already scaled (:mod:`plait.run.loss_scale`): the
+    gradients are unscaled before clipping, and an overflowed step is skipped and the scale halved, whatever
+    ``on_nonfinite`` says (an overflow is how the scale learns its ceiling)."""
     if plan.dp_sync.pseudo_steps:  # PALSGD: only these plans import the synchronization methods
         from plait.run.outer_loop import skips_gradient
 
@@ -288,6 +296,8 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
     swapping = swap if swap is not None else contextlib.nullcontext()
     with train_context(parts, mesh, inputs, targets), swapping:  # cp > 1: context_parallel shards the sequence
         loss = _step(parts, schedule, mesh, plan, inputs, targets, full_precision, device, loss_fn, weight, uneven_batch)
+    if scaling is not None:
+        loss /= scaling.scale
     reduce_partial_gradients(params)
     average_over_cp(params, mesh)  # a dp_sync method with cp > 1: the replica's cp ranks agree first
     experts = expert_parameters(parts, plan)  # MoE with ep > 1: not replicated over dp
@@ -298,13 +308,17 @@ def train_step(parts, schedule, mesh: Mesh, plan, params, optimizer, scheduler, 
         for p in params:
             if p.grad is not None:
                 p.grad.fill_(float("nan"))
+    if scaling is not None:
+        scaling.unscale(params)
     if plan.dp_sync.whole_learners and plan.dp > 1:  # Crossbow: each learner by its own norm, as alone
         norm = optimizer.clip(config.max_grad_norm)
     else:
         norm = clip_gradients(params, config.max_grad_norm, mesh, experts)  # the same global norm on every rank
+    if scaling is not None:
+        scaling.update(math.isfinite(norm))
     if config.on_nonfinite == "skip" and plan.dp > 1 and plan.dp_sync.infrequent:  # each replica's own norm
         norm = agreed_norm(norm, replica_group(mesh), device)
-    if not math.isfinite(norm) and config.on_nonfinite == "stop":
+    if not math.isfinite(norm) and config.on_nonfinite == "stop" and scaling is None:
         raise NonFiniteStep(f"step {step + 1}: the gradient norm is {norm}; the run stops "
                             "(--on-nonfinite skip skips such steps)")
     if math.isfinite(norm):
