@@ -1,0 +1,89 @@
+"""The host's framework time per eager op of a DiT block: diffusers' FLUX.1 blocks run eagerly on tiny CPU tensors.
+
+Run: python benchmarks/dit_eager_host.py [--tokens 1] [--dtype bfloat16]   (needs ``pip install diffusers==0.31.0``,
+the release current when xDiT's FLUX.1 table was measured; torch from plait's environment)
+
+What an eager PyTorch step costs the host beyond the CUDA launch call itself (``host_launch_us``): the Python of
+diffusers' forward code (module calls, the attention processor, the rotary embedding) and PyTorch's dispatch of every
+op (argument parsing, dispatcher, TensorIterator, output allocation). On tiny CPU tensors the kernels are a few
+elements, so the CPU time of a block's forward is that framework time (plus the tiny kernels, which makes it err
+high by about a bare op's, ``x + 1``, printed beside it). The double- and single-stream blocks are FLUX.1-dev's
+classes at 2 heads of 32 (the Python path does not depend on the width), one thread, under ``torch.no_grad`` as
+the pipelines run them. Printed: the ops each block dispatches (views not counted; they launch no kernel), its CPU
+time (``time.thread_time``, best of 5 x 200 calls, and wall time) and the CPU time per op, which
+``plait.workloads.dit.eager`` uses as ``EAGER_DISPATCH_US``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the ATen ops that run a kernel (views do not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.num_ops += 0 if func.is_view else 1
+        return func(*args, **(kwargs or {}))
+
+
+def _cpu_us(call: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Best of 5 of the mean CPU and wall microseconds of ``call`` over ``repeats`` calls."""
+    for _ in range(20):
+        call()
+    runs = []
+    for _ in range(5):
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        for _ in range(repeats):
+            call()
+        runs.append(((time.thread_time() - cpu0) / repeats * 1e6, (time.perf_counter() - wall0) / repeats * 1e6))
+    return min(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=1, help="image tokens (and text tokens) per block call")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    args = parser.parse_args()
+    from diffusers.models.embeddings import FluxPosEmbed
+    from diffusers.models.transformers.transformer_flux import FluxSingleTransformerBlock, FluxTransformerBlock
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    dtype, heads, head_dim = getattr(torch, args.dtype), 2, 32
+    dim, n = heads * head_dim, args.tokens
+    double = FluxTransformerBlock(dim=dim, num_attention_heads=heads, attention_head_dim=head_dim).to(dtype).eval()
+    single = FluxSingleTransformerBlock(dim=dim, num_attention_heads=heads, attention_head_dim=head_dim)
+    single = single.to(dtype).eval()
+    rotary = FluxPosEmbed(theta=10000, axes_dim=[8, 12, 12])(torch.zeros(2 * n, 3))
+    image, text = torch.randn(1, n, dim, dtype=dtype), torch.randn(1, n, dim, dtype=dtype)
+    temb, joined = torch.randn(1, dim, dtype=dtype), torch.randn(1, 2 * n, dim, dtype=dtype)
+    calls = {"double-stream block": lambda: double(hidden_states=image, encoder_hidden_states=text, temb=temb,
+                                                   image_rotary_emb=rotary),
+             "single-stream block": lambda: single(hidden_states=joined, temb=temb, image_rotary_emb=rotary)}
+    total_us = total_ops = 0.0
+    with torch.no_grad():
+        for name, call in calls.items():
+            with _CountOps() as count:
+                call()
+            cpu_us, wall_us = _cpu_us(call, 200)
+            total_us, total_ops = total_us + cpu_us, total_ops + count.num_ops
+            print(f"{name}: {count.num_ops} ops, {cpu_us:.0f} us CPU ({wall_us:.0f} us wall), "
+                  f"{cpu_us / count.num_ops:.1f} us CPU per op")
+        bare_us, _ = _cpu_us(lambda: image + 1, 5000)
+    print(f"both blocks: {total_us / total_ops:.1f} us CPU per op; a bare x + 1: {bare_us:.1f} us CPU")
+    print(f"torch {torch.__version__}, {args.dtype}, {n} tokens, load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
