@@ -6,7 +6,8 @@ The error is on the latency end to end (predicted over measured, minus one): the
 pipeline call, so the prediction is :mod:`plait.workloads.dit.pipeline`'s: text encoders, the denoising loop with
 the host's launches (eager, or torch.compile where the row's notes say ``compile=yes``; ``compile=unknown`` rows
 ran the examples' default, eager), and the VAE decode. Rows plait cannot predict say why: a GPU without a
-description, or a row that states no resolution.
+description, or a row that states no resolution where its example passes none to a pipeline whose default is not
+read here (`DEFAULT_RESOLUTIONS`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-
 rows run inside one node)."""
 
 
+DEFAULT_RESOLUTIONS = {"FLUX.1-dev": "1024x1024"}
+"""Model names of the CSV -> the resolution its pipeline generates when the call passes none, for rows that state
+no resolution whose example passes none: diffusers' FluxPipeline ``height = height or self.default_sample_size *
+self.vae_scale_factor`` with ``default_sample_size = 64`` and ``vae_scale_factor = 2 ** len(block_out_channels)``
+= 16 for FLUX.1's four-level VAE (diffusers 0.31.0, pipelines/flux/pipeline_flux.py lines 197-204 and 633-634):
+1024 x 1024. Not for Mochi: ParaAttention's example passes ``num_frames=84``, which the model file's job does not
+take, and tiles its VAE decode."""
+
 COLUMNS = ("source_id", "model", "resolution", "steps", "batch", "gpu", "gpus", "parallel", "measured_latency_s",
            "notes")
 """The columns a row's prediction reads (the parallel degrees may follow; ``plait/validate/data/dit_latency.md``)."""
@@ -54,19 +63,22 @@ def _cluster(name: str) -> Cluster:
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
     compiled = row["notes"].split(";")[0].strip()
-    label = f"{row['model']} {row['resolution'] or '?'} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"
+    shown = row["resolution"] or (f"{DEFAULT_RESOLUTIONS[row['model']]} (pipeline default)"
+                                  if row["model"] in DEFAULT_RESOLUTIONS else "?")
+    label = f"{row['model']} {shown} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"
     measured = 1.0 / row.number("measured_latency_s")  # latencies as rates: the error is on the latency
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     if row["model"] not in MODELS:
         return result(f"model {row['model']!r} is not described")
     if row["gpu"] not in SYSTEMS:
         return result(f"no preset system of {row['gpu']} GPUs")
-    if not row["resolution"]:
-        return result("the source states no resolution")
     spec, job = read_dit(dataset_path("dit").parent / "models" / MODELS[row["model"]])
-    sides = row["resolution"].lower().removesuffix("f").split("x")
+    resolution = row["resolution"] or DEFAULT_RESOLUTIONS.get(row["model"], "")
+    if not resolution:
+        return result("the source states no resolution")
+    sides = resolution.lower().removesuffix("f").split("x")
     if len(sides) not in (2, 3) or not all(side.isdigit() for side in sides):
-        return result(f"resolution {row['resolution']}: must read WIDTHxHEIGHT or WIDTHxHEIGHTxFRAMESf")
+        return result(f"resolution {resolution}: must read WIDTHxHEIGHT or WIDTHxHEIGHTxFRAMESf")
     width, height = int(sides[0]), int(sides[1])
     frames = int(sides[2]) if len(sides) == 3 else 1
     steps = row.count("steps") if row.get("steps") else job.steps
