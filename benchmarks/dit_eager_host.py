@@ -1,7 +1,8 @@
 """The host's framework time per eager op of a DiT block: diffusers' FLUX.1 blocks run eagerly on tiny CPU tensors.
 
 Run: python benchmarks/dit_eager_host.py [--tokens 1] [--dtype bfloat16]   (needs ``pip install diffusers==0.31.0``,
-the release current when xDiT's FLUX.1 table was measured; torch from plait's environment)
+the release current when xDiT's FLUX.1 table was measured; torch from plait's environment; with diffusers 0.32.0,
+which has Sana's block, it also counts the ops of Sana's and CogVideoX's (ConsisID's) blocks)
 
 What an eager PyTorch step costs the host beyond the CUDA launch call itself (``host_launch_us``): the Python of
 diffusers' forward code (module calls, the attention processor, the rotary embedding) and PyTorch's dispatch of every
@@ -11,7 +12,9 @@ high by about a bare op's, ``x + 1``, printed beside it). The double- and single
 classes at 2 heads of 32 (the Python path does not depend on the width), one thread, under ``torch.no_grad`` as
 the pipelines run them. Printed: the ops each block dispatches (views not counted; they launch no kernel), its CPU
 time (``time.thread_time``, best of 5 x 200 calls, and wall time) and the CPU time per op, which
-``plait.workloads.dit.eager`` uses as ``EAGER_DISPATCH_US``.
+``plait.workloads.dit.eager`` uses as ``EAGER_DISPATCH_US``; then the ops of Sana's and CogVideoX's blocks where the
+installed diffusers has them (counts only: their CPU time includes CPU convolutions and masked attention, which a
+GPU runs as kernels).
 """
 
 from __future__ import annotations
@@ -50,6 +53,32 @@ def _cpu_us(call: Callable[[], object], repeats: int) -> tuple[float, float]:
     return min(runs)
 
 
+def _count_other_blocks(dtype: torch.dtype) -> None:
+    """Ops of Sana's block (4 x 4 latent pixels, 8 text tokens with a mask) and CogVideoX's (16 video and 8 text
+    tokens, rotary on the video's), at width 64, where the installed diffusers has them."""
+    try:
+        from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXBlock
+        from diffusers.models.transformers.sana_transformer import SanaTransformerBlock
+    except ImportError:
+        print("Sana and CogVideoX blocks: not in this diffusers (0.32.0 has them)")
+        return
+    dim, side = 64, 4
+    video, text = torch.randn(1, side * side, dim, dtype=dtype), torch.randn(1, 8, dim, dtype=dtype)
+    sana = SanaTransformerBlock(dim=dim, num_attention_heads=2, attention_head_dim=32, num_cross_attention_heads=2,
+                                cross_attention_head_dim=32, cross_attention_dim=dim).to(dtype).eval()
+    cog = CogVideoXBlock(dim=dim, num_attention_heads=1, attention_head_dim=64, time_embed_dim=dim).to(dtype).eval()
+    rotary = (torch.randn(side * side, 64), torch.randn(side * side, 64))
+    modulation, temb = torch.randn(1, 6 * dim, dtype=dtype), torch.randn(1, dim, dtype=dtype)
+    mask = torch.zeros(1, 1, 8, dtype=dtype)
+    calls = {"Sana block": lambda: sana(video, encoder_hidden_states=text, encoder_attention_mask=mask,
+                                        timestep=modulation, height=side, width=side),
+             "CogVideoX block": lambda: cog(video, text, temb, image_rotary_emb=rotary)}
+    for name, call in calls.items():
+        with _CountOps() as count:
+            call()
+        print(f"{name}: {count.num_ops} ops")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1, help="image tokens (and text tokens) per block call")
@@ -81,7 +110,8 @@ def main() -> None:
             print(f"{name}: {count.num_ops} ops, {cpu_us:.0f} us CPU ({wall_us:.0f} us wall), "
                   f"{cpu_us / count.num_ops:.1f} us CPU per op")
         bare_us, _ = _cpu_us(lambda: image + 1, 5000)
-    print(f"both blocks: {total_us / total_ops:.1f} us CPU per op; a bare x + 1: {bare_us:.1f} us CPU")
+        print(f"both blocks: {total_us / total_ops:.1f} us CPU per op; a bare x + 1: {bare_us:.1f} us CPU")
+        _count_other_blocks(dtype)
     print(f"torch {torch.__version__}, {args.dtype}, {n} tokens, load average {os.getloadavg()[0]:.1f}")
 
 

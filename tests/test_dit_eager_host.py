@@ -28,9 +28,12 @@ def test_an_eager_kernel_costs_its_dispatch_and_launch_a_compiled_one_its_launch
         assert host_s == pytest.approx(step_kernels(spec, run, plan) * per_kernel_us * 1e-6)
 
 
-def test_the_model_files_eager_counts_match_diffusers_dispatched_ops() -> None:
-    """benchmarks/dit_eager_host.py counts the non-view ATen ops diffusers 0.31.0's FLUX.1 blocks dispatch: 96 in a
-    double-stream block, 48 in a single-stream one; the model file's counts (read from the source) within 5%."""
-    spec, _ = read_dit(dataset_path("dit").parent / "models" / "flux-1-dev-1024px.toml")
-    assert spec.eager_kernels == pytest.approx(96, rel=0.05)
-    assert spec.eager_kernels_single == pytest.approx(48, rel=0.05)
+@pytest.mark.parametrize(("model", "key", "dispatched"), [
+    ("flux-1-dev-1024px", "eager_kernels", 96), ("flux-1-dev-1024px", "eager_kernels_single", 48),
+    ("sana-1600m-4k", "eager_kernels", 46), ("consisid-480p", "eager_kernels", 61)])
+def test_the_model_files_eager_counts_match_diffusers_dispatched_ops(model: str, key: str, dispatched: int) -> None:
+    """benchmarks/dit_eager_host.py counts the non-view ATen ops diffusers' blocks dispatch (0.31.0 and 0.32.0 alike
+    for FLUX.1; 0.32.0 for Sana's block and CogVideoX's, ConsisID's block without its face cross-attention): the model
+    files' counts, read from the source by hand, within 5%."""
+    spec, _ = read_dit(dataset_path("dit").parent / "models" / f"{model}.toml")
+    assert getattr(spec, key) == pytest.approx(dispatched, rel=0.05)
