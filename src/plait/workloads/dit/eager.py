@@ -17,6 +17,6 @@ EAGER_DISPATCH_US = Figure(
            "bf16, one thread, this repository's 2-core Xeon host at load average 6.7-10.9): the CPU time of FLUX.1's "
            "double- and single-stream blocks' eager forward on one-token tensors over the 144 ops they dispatch, "
            "12.6-17.6 us per op in 7 runs, median 13.3 (CPU time grows with the load); it includes the "
-           "one-element CPU kernels (a bare x + 1 is 2.5 us) and not a GPU op's allocator and stream guards; the host CPU of the measured GPUs is not "
-           "stated by their sources")
+           "one-element CPU kernels (a bare x + 1 is 2.5 us) and not a GPU op's allocator and stream guards; "
+           "the host CPU of the measured GPUs is not stated by their sources")
 """Host time per eager op before its launch call (module docstring)."""

@@ -6,11 +6,12 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   denoising loop, so these set the floor of the latency (Amdahl, AFIPS 1967).
 - **The host.** Every kernel of a step is launched from Python: ``host_launch_us`` per kernel (the accelerator's
   efficiency figure, with its source), and in eager PyTorch the framework's time before each launch,
-  ``EAGER_DISPATCH_US`` (:mod:`plait.workloads.dit.eager`). Eager PyTorch launches what the block's forward code calls (``eager_kernels``
-  per block, counted in the model file); ``torch.compile`` fuses each run of pointwise operations into one Triton
-  kernel and leaves GEMMs and attention as library calls (Ansel et al., PyTorch 2, ASPLOS 2024, Sec. 4.3), so a
-  compiled block launches two kernels per GEMM or attention call. Ulysses adds four all-to-alls per layer (Q, K, V,
-  output), each with a layout copy before and after (xDiT's yunchang ``all_to_all_4D``). Ring attention (yunchang
+  ``EAGER_DISPATCH_US`` (:mod:`plait.workloads.dit.eager`). Eager PyTorch launches what the block's forward code
+  calls (``eager_kernels`` per block, counted in the model file); ``torch.compile`` fuses each run of pointwise
+  operations into one Triton kernel and leaves GEMMs and attention as library calls (Ansel et al., PyTorch 2,
+  ASPLOS 2024, Sec. 4.3), so a compiled block launches two kernels per GEMM or attention call. Ulysses adds four
+  all-to-alls per layer (Q, K, V, output), each with a layout copy before and after (xDiT's yunchang
+  ``all_to_all_4D``). Ring attention (yunchang
   ``ring_flash_attn_forward`` and ``update_out_and_lse``, feifeibear/long-context-attention, yunchang/ring/): ``r``
   partial attentions, ``r - 1`` batched send/receive launches, a cast of the output to fp32 and back, and after
   each partial but the first a merge of nine pointwise kernels on the fp32 output (eager; compiled: one fused

@@ -7,7 +7,7 @@ pipeline call, so the prediction is :mod:`plait.workloads.dit.pipeline`'s: text 
 the host's launches (eager, or torch.compile where the row's notes say ``compile=yes``; ``compile=unknown`` rows
 ran the examples' default, eager), and the VAE decode. Rows plait cannot predict say why: a GPU without a
 description, or a row that states no resolution where its example passes none to a pipeline whose default is not
-read here (`PIPELINE_DEFAULTS`).
+read here (``PIPELINE_DEFAULTS``).
 """
 
 from __future__ import annotations
