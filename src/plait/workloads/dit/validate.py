@@ -6,7 +6,8 @@ The error is on the latency end to end (predicted over measured, minus one): the
 pipeline call, so the prediction is :mod:`plait.workloads.dit.pipeline`'s: text encoders, the denoising loop with
 the host's launches (eager, or torch.compile where the row's notes say ``compile=yes``; ``compile=unknown`` rows
 ran the examples' default, eager), and the VAE decode. Rows plait cannot predict say why: a GPU without a
-description, or a row that states no resolution.
+description, or a row that states no resolution where its example passes none to a pipeline whose default is not
+read here (``PIPELINE_DEFAULTS``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-
 rows run inside one node)."""
 
 
+PIPELINE_DEFAULTS = {("PARAATTN_README_A100", "FLUX.1-dev"): ("1024x1024", 0),
+                     ("PARAATTN_README_A100", "Mochi-1-preview"): ("848x480x84f", 28)}
+"""(source, model) -> the resolution (and steps, 0: the row's) a row that states none ran at, where its example
+passes none and the pipeline's default is read:
+
+- FLUX.1 in ParaAttention's README example (cf7ec43): no height or width; diffusers' FluxPipeline ``height = height
+  or self.default_sample_size * self.vae_scale_factor`` with ``default_sample_size = 64`` and ``vae_scale_factor =
+  2 ** len(block_out_channels)`` = 16 for FLUX.1's four-level VAE (diffusers 0.31.0, pipelines/flux/pipeline_flux.py
+  lines 197-204 and 633-634): 1024 x 1024.
+- Mochi 1 there: ``pipe(prompt, num_frames=84)``, so 84 frames and MochiPipeline's defaults otherwise, as they
+  stood when the table was published (2024-11-14; no release had Mochi before diffusers 0.32.0 of December):
+  ``default_height = 480``, ``default_width = 848`` and ``num_inference_steps: int = 28`` in
+  pipelines/mochi/pipeline_mochi.py as added (huggingface/diffusers@3f329a426a, 2024-11-05, lines 209-210 and 481);
+  64 steps came with @128b96f369 (2024-12-17, 'Fix Mochi Quality Issues')."""
+
 COLUMNS = ("source_id", "model", "resolution", "steps", "batch", "gpu", "gpus", "parallel", "measured_latency_s",
            "notes")
 """The columns a row's prediction reads (the parallel degrees may follow; ``plait/validate/data/dit_latency.md``)."""
@@ -54,22 +70,25 @@ def _cluster(name: str) -> Cluster:
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
     compiled = row["notes"].split(";")[0].strip()
-    label = f"{row['model']} {row['resolution'] or '?'} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"
+    default, default_steps = PIPELINE_DEFAULTS.get((row["source_id"], row["model"]), ("", 0))
+    shown = row["resolution"] or (f"{default} (pipeline default)" if default else "?")
+    label = f"{row['model']} {shown} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"
     measured = 1.0 / row.number("measured_latency_s")  # latencies as rates: the error is on the latency
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     if row["model"] not in MODELS:
         return result(f"model {row['model']!r} is not described")
     if row["gpu"] not in SYSTEMS:
         return result(f"no preset system of {row['gpu']} GPUs")
-    if not row["resolution"]:
-        return result("the source states no resolution")
     spec, job = read_dit(dataset_path("dit").parent / "models" / MODELS[row["model"]])
-    sides = row["resolution"].lower().removesuffix("f").split("x")
+    resolution = row["resolution"] or default
+    if not resolution:
+        return result("the source states no resolution")
+    sides = resolution.lower().removesuffix("f").split("x")
     if len(sides) not in (2, 3) or not all(side.isdigit() for side in sides):
-        return result(f"resolution {row['resolution']}: must read WIDTHxHEIGHT or WIDTHxHEIGHTxFRAMESf")
+        return result(f"resolution {resolution}: must read WIDTHxHEIGHT or WIDTHxHEIGHTxFRAMESf")
     width, height = int(sides[0]), int(sides[1])
     frames = int(sides[2]) if len(sides) == 3 else 1
-    steps = row.count("steps") if row.get("steps") else job.steps
+    steps = row.count("steps") if row.get("steps") else default_steps or job.steps
     job = replace(job, resolution=width, height=0 if height == width else height, frames=frames, steps=steps,
                   batch=row.count("batch", default=1), compiled=compiled == "compile=yes")
     check_dit(spec, job, row.where)
