@@ -9,6 +9,10 @@ from pageable memory (``feat[ids].to(device)``, DGL's and GNNLab's ``load_subten
   and PyTorch's CPU allocator does not cache it, so writing it faults every page in: timed as ``src.clone()`` minus
   the copy into a touched buffer, over the pages written.
 
+Beside them, for reference (not used by the cost model): the per-element CPU time of gathering random rows into a
+fresh tensor by advanced indexing (``feat[ids]``: PyTorch's element-wise ``index`` kernel) and by ``index_select``
+(a ``memcpy`` per row), ``--rows`` rows of 100 fp32 values, 303,000 ids (an ogbn-products batch's size).
+
 CPU time (``time.process_time``, one torch thread) is reported beside wall time, with the load average: on a shared
 machine the wall time holds other processes' turns. Prints the medians of ``--repeats`` runs.
 
@@ -42,6 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256, help="bytes copied per call, in MiB (above 32 MiB)")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--rows", type=int, default=2_449_029, help="rows of the gathered table (ogbn-products')")
     args = parser.parse_args()
     torch.set_num_threads(1)
     nbytes = args.mib * 2**20
@@ -57,6 +62,13 @@ def main() -> None:
     print(f"copy into a fresh tensor:   CPU {fresh_cpu * 1e3:.1f} ms (wall {fresh_wall * 1e3:.1f})")
     print(f"first touch: {(fresh_cpu - copy_cpu) / pages * 1e6:.3f} us of CPU time per 4 KiB page "
           f"(wall {(fresh_wall - copy_wall) / pages * 1e6:.3f})")
+    table = torch.ones(args.rows, 100)
+    ids = torch.randint(0, args.rows, (303_000,))
+    elements = ids.numel() * 100
+    for name, gather in (("feat[ids]", lambda: table[ids]), ("index_select", lambda: table.index_select(0, ids))):
+        cpu, wall = timed(gather, args.repeats)
+        print(f"{name:>13} into a fresh tensor: {cpu / elements * 1e9:.2f} ns of CPU time an element "
+              f"(wall {wall / elements * 1e9:.2f})")
 
 
 if __name__ == "__main__":
