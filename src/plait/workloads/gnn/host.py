@@ -9,7 +9,9 @@ trainer (the loaders of ``data/loaders.toml``).
 - **slicing**: the batch's feature rows gathered from the feature table (read and written at the host memory
   bandwidth of the GPU's share of its node), in the training loop (``trainer``) or by the workers (``workers``);
 - **transfer**: the sliced rows copied over the GPU's PCIe link, in the loop (``serial``) or on a side stream while the
-  previous batch trains (``pipelined``).
+  previous batch trains (``pipelined``);
+- a loop that slices into a new tensor and copies it from pageable memory (``copy_from = "pageable"``) also faults
+  the new tensor's pages in and stages the copy through one core (:mod:`plait.workloads.gnn.staging`).
 
 The loader's workers run ahead of the training loop (torch ``DataLoader`` workers keep ``prefetch_factor`` batches
 each in flight: torch/utils/data/dataloader.py; SALIENT's threads fill a queue), so the step is the slower of the
@@ -33,6 +35,7 @@ from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import GnnLibrary
 from plait.workloads.gnn.model import GraphStats
 from plait.workloads.gnn.sampling import SampledBatch, degree_classes, sample_batch
+from plait.workloads.gnn.staging import first_touch_s, staged_copy_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +62,9 @@ class HostLoader:
     transfer: Literal["serial", "pipelined"]
     source: str
     reference: Reference
+    copy_from: Literal["pinned", "pageable"] = "pinned"
+    """Where the loop copies the sliced rows from: a fresh pageable tensor (:mod:`plait.workloads.gnn.staging`) or
+    pinned memory."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,8 +112,11 @@ def loaders() -> dict[str, HostLoader]:
     out = {}
     for name, raw in data.items():
         ref = raw["reference"]
+        if raw.get("copy_from", "pinned") not in ("pinned", "pageable"):
+            raise ConfigError(f"loader {name}: copy_from={raw['copy_from']!r} must be pinned or pageable")
         out[name] = HostLoader(name=name, label=raw["label"], library=raw["library"], slicing=raw["slicing"],
                                transfer=raw["transfer"], source=raw["source"],
+                               copy_from=raw.get("copy_from", "pinned"),
                                reference=Reference(dataset=ref["dataset"], fanouts=tuple(ref["fanouts"]),
                                                    batch=ref["batch"], workers=ref["workers"],
                                                    epoch_s=ref["epoch_s"], source=ref["source"]))
@@ -137,13 +146,17 @@ def usable_workers(workers: int, cluster: Cluster, gpus_on_node: int) -> int:
 
 
 def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: int, cluster: Cluster,
-              features: int, feature_bytes: int, trainer_s: float) -> HostStep:
+              features: int, feature_bytes: int, trainer_s: float, loop_threads: int = 1) -> HostStep:
     """The step of ``loader``'s ``workers`` (already bounded by the cores) feeding a trainer whose own step is
-    ``trainer_s`` (module docstring); features of ``feature_bytes`` bytes each, ``features`` per node."""
+    ``trainer_s`` (module docstring); features of ``feature_bytes`` bytes each, ``features`` per node; a pageable
+    copy's new tensor faulted in from ``loop_threads`` threads."""
     rows_bytes = sampled.nodes * features * feature_bytes
     slicing_s = 2 * rows_bytes / cluster.host_memory_bytes_per_s_per_gpu
     if loader.slicing == "workers":
         slicing_s /= workers
     transfer_s = rows_bytes / (cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9)
+    if loader.copy_from == "pageable":
+        slicing_s += first_touch_s(rows_bytes, loop_threads) / (workers if loader.slicing == "workers" else 1)
+        transfer_s = staged_copy_s(rows_bytes, cluster)
     return HostStep(sampling_s=sampled.sampled_edges / (rate * workers), slicing_s=slicing_s,
                     transfer_s=transfer_s, trainer_s=trainer_s, loader=loader, workers=workers)

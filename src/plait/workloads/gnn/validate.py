@@ -26,8 +26,10 @@ from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.factored import factored_epoch
+from plait.workloads.gnn.gpu_loop import dgl_gpu_hop_s
 from plait.workloads.gnn.host import host_step, loaders, per_core_rate, usable_workers
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
+from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100", "A10G-24GB": "aws-g5-8xlarge",
            "RTX3090-24GB": "rtx3090-workstation"}
@@ -114,15 +116,21 @@ def predict_row(row: Record, known: dict[str, GraphStats],
                               row.count("feature_bytes", high=8))
         return ClassicResult(row["source_id"], label, measured, 1.0 / fgnn.epoch_s)
     on_gpu = row["features_on"] == "gpu"
+    per_node = -(-gpus // nodes)
     if loader == "gpu":  # sampled on the GPU in the training loop: every part in turn
         est = estimate_gnn(spec, cluster, gpus, batch, "replicated" if on_gpu else "host_features", library="dgl")
-        return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+        if not on_gpu:  # DGL's loop: feat[ids] (a new tensor) .to(device) from pageable memory (staging.py)
+            est = replace(est, fetch_s=est.fetch_s + pageable_extra_s(est.fetch_bytes, cluster,
+                                                                      loop_threads(cluster, per_node)))
+        hops_s = len(fanouts) * dgl_gpu_hop_s(known)  # DGL's host work per sampled hop (gpu_loop.py)
+        return ClassicResult(row["source_id"], label, measured, 1.0 / (est.epoch_s + est.steps_per_epoch * hops_s))
     host = loaders()[loader]
     est = estimate_gnn(spec, cluster, gpus, batch, "replicated", library=host.library)
     trainer_s = max(est.compute_s + est.all_reduce_s + est.optimizer_s + est.fetch_s, est.host_s)
-    workers = usable_workers(row.count("workers"), cluster, -(-gpus // nodes))
+    workers = usable_workers(row.count("workers"), cluster, per_node)
     step = host_step(est.batch, host, per_core_rate(host, known), workers, cluster,  # type: ignore[arg-type]
-                     spec.graph.features, row.count("feature_bytes", high=8), trainer_s)
+                     spec.graph.features, row.count("feature_bytes", high=8), trainer_s,
+                     loop_threads(cluster, per_node, workers))
     if on_gpu:
         step = replace(step, slicing_s=0.0, transfer_s=0.0)
     return ClassicResult(row["source_id"], label, measured, 1.0 / step.epoch_s(est.steps_per_epoch))

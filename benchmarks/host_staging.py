@@ -1,0 +1,75 @@
+"""The two host costs of a training loop that slices a batch's features into a new tensor and copies it to a GPU
+from pageable memory (``feat[ids].to(device)``, DGL's and GNNLab's ``load_subtensor``), on one core of this host:
+
+- **one core's memcpy rate**: the CUDA driver stages a pageable copy through a pinned buffer with the calling
+  thread (CUDA Runtime API, "API synchronization behavior"), so the copy runs no faster than one core copies
+  memory: timed as ``out.copy_(src)`` into a buffer already touched;
+- **first touch of a fresh tensor, per 4 KiB page**: a tensor of more than glibc's largest mmap threshold (32 MiB on
+  64-bit) is a fresh mapping at each allocation (``man mallopt``: ``M_MMAP_THRESHOLD``, ``DEFAULT_MMAP_THRESHOLD_MAX``),
+  and PyTorch's CPU allocator does not cache it, so writing it faults every page in: timed as ``src.clone()`` minus
+  the copy into a touched buffer, over the pages written.
+
+Beside them, for reference (not used by the cost model): the per-element CPU time of gathering random rows into a
+fresh tensor by advanced indexing (``feat[ids]``: PyTorch's element-wise ``index`` kernel) and by ``index_select``
+(a ``memcpy`` per row), ``--rows`` rows of 100 fp32 values, 303,000 ids (an ogbn-products batch's size).
+
+CPU time (``time.process_time``, one torch thread) is reported beside wall time, with the load average: on a shared
+machine the wall time holds other processes' turns. Prints the medians of ``--repeats`` runs.
+
+    python benchmarks/host_staging.py [--mib 256] [--repeats 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+PAGE_BYTES = 4096
+
+
+def timed(f, repeats: int) -> tuple[float, float]:
+    """Median CPU and wall seconds of ``repeats`` calls."""
+    cpu, wall = [], []
+    for _ in range(repeats):
+        c0, w0 = time.process_time(), time.perf_counter()
+        f()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=256, help="bytes copied per call, in MiB (above 32 MiB)")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--rows", type=int, default=2_449_029, help="rows of the gathered table (ogbn-products')")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    nbytes = args.mib * 2**20
+    src = torch.ones(nbytes // 4)
+    out = torch.empty_like(src)
+    out.copy_(src)  # touched once: later copies into it fault nothing
+    copy_cpu, copy_wall = timed(lambda: out.copy_(src), args.repeats)
+    fresh_cpu, fresh_wall = timed(lambda: src.clone(), args.repeats)
+    pages = nbytes / PAGE_BYTES
+    print(f"load average {os.getloadavg()[0]:.1f}; {args.mib} MiB per call, medians of {args.repeats}, one thread")
+    print(f"copy into a touched buffer: CPU {copy_cpu * 1e3:.1f} ms (wall {copy_wall * 1e3:.1f}): "
+          f"{nbytes / copy_cpu / 1e9:.2f} GB/s of CPU time")
+    print(f"copy into a fresh tensor:   CPU {fresh_cpu * 1e3:.1f} ms (wall {fresh_wall * 1e3:.1f})")
+    print(f"first touch: {(fresh_cpu - copy_cpu) / pages * 1e6:.3f} us of CPU time per 4 KiB page "
+          f"(wall {(fresh_wall - copy_wall) / pages * 1e6:.3f})")
+    table = torch.ones(args.rows, 100)
+    ids = torch.randint(0, args.rows, (303_000,))
+    elements = ids.numel() * 100
+    for name, gather in (("feat[ids]", lambda: table[ids]), ("index_select", lambda: table.index_select(0, ids))):
+        cpu, wall = timed(gather, args.repeats)
+        print(f"{name:>13} into a fresh tensor: {cpu / elements * 1e9:.2f} ns of CPU time an element "
+              f"(wall {wall / elements * 1e9:.2f})")
+
+
+if __name__ == "__main__":
+    main()

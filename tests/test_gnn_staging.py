@@ -1,0 +1,90 @@
+"""A batch sliced into a new host tensor and copied from pageable memory (plait.workloads.gnn.staging): its first
+touch and the driver's staged copy, in DGL's loops (the dgl-cpu loader, GPU sampling with host features)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from plait.errors import ConfigError
+from plait.hardware.catalog import get_cluster
+from plait.workloads.gnn.host import host_step, loaders
+from plait.workloads.gnn.sampling import SampledBatch
+from plait.workloads.gnn.staging import (
+    MMAP_THRESHOLD_MAX_BYTES,
+    figures,
+    first_touch_s,
+    loop_threads,
+    pageable_extra_s,
+    staged_copy_s,
+)
+
+
+def test_every_staging_figure_names_its_source() -> None:
+    assert figures() and all(f.source.startswith("measured by python benchmarks/host_staging.py") and f.value > 0
+                             for f in figures().values())
+
+
+def test_first_touch_faults_each_page_of_a_fresh_mapping_over_the_threads() -> None:
+    """Hand-computed: 64 MiB are 16,384 pages of 4 KiB, each one fault; 4 threads share them; a tensor below glibc's
+    mmap threshold reuses the heap and faults nothing."""
+    fault = figures()["first_touch_s_per_page"].value
+    assert first_touch_s(64 * 2**20) == pytest.approx(16384 * fault)
+    assert first_touch_s(64 * 2**20, threads=4) == pytest.approx(4096 * fault)
+    assert first_touch_s(MMAP_THRESHOLD_MAX_BYTES) == 0.0
+    with pytest.raises(ConfigError, match="threads=0"):
+        first_touch_s(1e9, threads=0)
+
+
+def test_a_staged_copy_runs_at_the_slower_of_one_core_and_the_link() -> None:
+    """The RTX 3090's PCIe 4.0 x16 link (32 GB/s) outruns one core's memcpy, which then sets the copy's pace; a
+    pageable copy is never faster than a pinned one over the same link."""
+    box = get_cluster("rtx3090-workstation")
+    core = figures()["core_copy_bytes_per_s"].value
+    assert core < 32e9
+    assert staged_copy_s(1e9, box) == pytest.approx(1e9 / core)
+    slow_link = replace(box, accelerator=replace(box.accelerator, pcie_bandwidth_gb_per_s=core / 2e9))
+    assert staged_copy_s(1e9, slow_link) == pytest.approx(2e9 / core)
+    for cluster in (box, slow_link, get_cluster("gnnlab-v100x8")):
+        assert pageable_extra_s(1e8, cluster, 1) > 0.0
+
+
+def test_the_loop_gathers_on_its_gpus_share_of_the_cores_less_the_workers() -> None:
+    """GNNLab's machine: 48 cores over 8 GPUs leave 6 to each loop, 1 once 5 workers sample beside it; a host whose
+    cores are not stated: the loop's own thread."""
+    gnnlab = get_cluster("gnnlab-v100x8")
+    assert loop_threads(gnnlab, 8) == 6 and loop_threads(gnnlab, 8, workers=5) == 1
+    assert loop_threads(gnnlab, 8, workers=40) == 1
+    assert loop_threads(get_cluster("rtx3090-workstation"), 1, workers=4) == 1
+
+
+def test_dgls_loop_pays_the_pageable_path_and_a_pinned_loader_does_not() -> None:
+    """The same 300k-node batch of 100 fp32 features (120 MB) on one RTX 3090: DGL's loop (copy_from = pageable)
+    adds the fresh tensor's faults to its slicing and copies at one core's rate; the same loader copying from pinned
+    memory keeps the link's rate."""
+    box = get_cluster("rtx3090-workstation")
+    batch = SampledBatch(new_nodes=(1e3, 299e3), edges=(3e5,), remote_nodes=(0.0, 0.0), remote_misses=0.0,
+                         scanned=(3e5,), remote_scanned=(0.0,))
+    dgl = loaders()["dgl-cpu"]
+    assert dgl.copy_from == "pageable"
+    pageable = host_step(batch, dgl, 1e6, 4, box, 100, 4, 0.01)
+    pinned = host_step(batch, replace(dgl, copy_from="pinned"), 1e6, 4, box, 100, 4, 0.01)
+    rows = 300e3 * 100 * 4
+    assert pageable.slicing_s == pytest.approx(pinned.slicing_s + first_touch_s(rows))
+    assert pageable.transfer_s == pytest.approx(staged_copy_s(rows, box))
+    assert pinned.transfer_s == pytest.approx(rows / 32e9)
+    assert pageable.loop_s > pinned.loop_s
+
+
+def test_dgls_gpu_loop_adds_host_work_per_hop_below_the_measured_step() -> None:
+    """DGL PR #2716's GPU-sampled ogbn-products epoch (1.69 s, 197 steps of 1,000 seeds, 3 hops) holds plait's
+    prediction of the run and the host's per-hop work: that work is positive and below the measured step's share
+    per hop; a reference dataset without statistics is refused in one line."""
+    from plait.workloads.gnn.gpu_loop import dgl_gpu_hop_s
+    from plait.workloads.gnn.validate import graphs
+
+    hop = dgl_gpu_hop_s(graphs())
+    assert 0.0 < hop < 1.69 / 197 / 3
+    with pytest.raises(ConfigError, match="ogbn-products"):
+        dgl_gpu_hop_s({})
