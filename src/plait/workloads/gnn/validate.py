@@ -26,7 +26,6 @@ from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.factored import factored_epoch
-from plait.workloads.gnn.gpu_loop import dgl_gpu_hop_s
 from plait.workloads.gnn.host import host_step, loaders, per_core_rate, usable_workers
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
 from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
@@ -122,8 +121,7 @@ def predict_row(row: Record, known: dict[str, GraphStats],
         if not on_gpu:  # DGL's loop: feat[ids] (a new tensor) .to(device) from pageable memory (staging.py)
             est = replace(est, fetch_s=est.fetch_s + pageable_extra_s(est.fetch_bytes, cluster,
                                                                       loop_threads(cluster, per_node)))
-        hops_s = len(fanouts) * dgl_gpu_hop_s(known)  # DGL's host work per sampled hop (gpu_loop.py)
-        return ClassicResult(row["source_id"], label, measured, 1.0 / (est.epoch_s + est.steps_per_epoch * hops_s))
+        return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
     host = loaders()[loader]
     est = estimate_gnn(spec, cluster, gpus, batch, "replicated", library=host.library)
     trainer_s = max(est.compute_s + est.all_reduce_s + est.optimizer_s + est.fetch_s, est.host_s)
