@@ -4,7 +4,10 @@ NCCL picks, per call, the (algorithm, protocol) its cost model says is fastest: 
 (src/graph/tuning.cc, ``ncclTopoGetAlgoTime``). For small buffers that is the ring with the LL protocol, whose
 8-byte flag-carrying stores cut the per-step latency to well under a microsecond on NVLink at a quarter of the
 bus bandwidth. :mod:`plait.cost.collectives` costs a collective by its tier's measured bus bandwidth plus a per-step
-latency; this module gives the LL alternative, and the collective takes the faster of the two, as NCCL does.
+latency; this module gives the LL alternative, and the collective takes the faster of the two, as NCCL does. The
+measured curves are net of that per-step latency (:mod:`plait.hardware.net_curves`); this module reads only their
+plateau, where the latency is a vanishing share. Where a curve has a point of its own run, that point is NCCL's
+choice already, and this model can come out below it (it does for 8 A100 at 1 MB, the dgx-a100-ib curve's first point).
 
 Figures of NVIDIA/nccl src/graph/tuning.cc @b6475625 (NCCL 2.19-era), ring algorithm, LL protocol:
 

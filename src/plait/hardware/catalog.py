@@ -18,6 +18,7 @@ from plait.errors import ConfigError, all_problems, did_you_mean, parsing, read_
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
+from plait.hardware.net_curves import net_of_latency
 from plait.hardware.power import power_capped
 from plait.hardware.power_states import default_power
 from plait.packaged import packaged_toml
@@ -125,6 +126,8 @@ def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:
         problems.append(exc)
     if problems:
         raise all_problems(problems)
+    if any(tier.curve_ranks for tier in cluster.tiers):  # nccl-tests curves hold the latency the cost model adds
+        cluster = replace(cluster, tiers=tuple(net_of_latency(tier) for tier in cluster.tiers))
     rated_w = cluster.accelerator.tdp_w  # the datasheet's, before the power limit replaces it
     if cluster.power_limit_w is not None:
         cluster = with_accelerator(cluster, cluster.accelerator)

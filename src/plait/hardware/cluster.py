@@ -85,12 +85,19 @@ class NetworkTier:
     """Where the egress price comes from."""
     aggregation: InNetworkAggregation | None = None
     """The tier's switches sum in the network (``None``: they only forward)."""
+    curve_ranks: int = 0
+    """Ranks of the nccl-tests run the sized curves were read from, whose busbw is bus bytes over the whole time,
+    latency included: the loader nets the latency steps out (:mod:`plait.hardware.net_curves`) and sets this to 0.
+    0: the curves are already net of latency (``plait calibrate`` writes them so) or one constant plateau."""
 
     def __post_init__(self) -> None:
         if self.aggregation is not None and self.wide_area:
             raise ConfigError(f"tier {self.name}: aggregation needs switches of one site, not a wide-area link")
         if self.span_gpus <= 0 or self.bandwidth_gb_per_s_per_gpu <= 0 or self.latency_us < 0:
             raise ConfigError(f"tier {self.name}: span_gpus, bandwidth must be > 0 and latency >= 0")
+        if self.curve_ranks < 0 or self.curve_ranks == 1:
+            raise ConfigError(f"tier {self.name}: curve_ranks={self.curve_ranks} must be 0 (curves net of latency) "
+                              "or the ranks (>= 2) of the nccl-tests run the curves were read from")
         if self.egress_usd_per_gb < 0:
             raise ConfigError(f"tier {self.name}: egress_usd_per_gb={self.egress_usd_per_gb} must be >= 0")
         if self.egress_usd_per_gb > 0 and not self.wide_area:

@@ -14,6 +14,7 @@ from plait.errors import ConfigError, parsing, read_user_file
 from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster, NetworkTier
 from plait.hardware.mixed import DeviceGroup, MixedCluster
+from plait.hardware.net_curves import net_of_latency
 from plait.schema import build
 
 _KEYS = {"name", "groups", "join", "source", "note"}
@@ -45,7 +46,8 @@ def mixed_from_mapping(raw: Mapping[str, Any], where: str, base: Path | None = N
     if not isinstance(join, Mapping):
         raise ConfigError(f"{where}: join must be a network tier table (name, span_gpus, bandwidth_gb_per_s_per_gpu, "
                           "latency_us, efficiency, source)")
-    return MixedCluster(name=str(raw.get("name", where)), groups=groups, join=build(NetworkTier, join, f"{where}.join"),
+    join_tier = net_of_latency(build(NetworkTier, join, f"{where}.join"))
+    return MixedCluster(name=str(raw.get("name", where)), groups=groups, join=join_tier,
                         source=str(raw.get("source", "")), note=str(raw.get("note", "")))
 
 

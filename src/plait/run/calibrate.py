@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import socket
 import statistics
@@ -34,6 +33,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from plait.hardware.catalog import cluster_from_mapping
+from plait.hardware.net_curves import bus_factor, latency_steps
 from plait.run.calibrate_compute import compute_figures
 from plait.run.host_cores import host_cores
 from plait.run.lifecycle import exit_without_teardown
@@ -164,10 +164,8 @@ def bus_bandwidths(ranks: int, messages: list[int], times: dict[str, list[float]
     over the time left after the latency steps it charges: alpha + bytes / bandwidth then gives back the measured
     time rather than counting the latency twice. A size measured no slower than its latency steps has no time left
     to read a bandwidth from, and gets the line rate."""
-    g = ranks
-    factor = {"all_reduce": 2 * (g - 1) / g, "all_gather": (g - 1) / g, "reduce_scatter": (g - 1) / g}  # nccl-tests
-    steps = {"all_reduce": min(2 * (g - 1), 2 * math.ceil(math.log2(g))), "all_gather": g - 1,  # as charged by
-             "reduce_scatter": g - 1}  # plait.cost.collectives: all_reduce_s (ring or tree), _ring_s
+    factor = {k: bus_factor(k, ranks) for k in times}  # nccl-tests
+    steps = {k: latency_steps(k, ranks) for k in times}  # as plait.cost.collectives charges them
     line = max(factor[k] * m / t / GB for k in times for m, t in zip(messages, times[k]))
     left = {k: [t - steps[k] * latency_us * 1e-6 for t in times[k]] for k in times}
     busbw = {k: [factor[k] * m / s / GB if s > 0 else line for m, s in zip(messages, left[k])] for k in times}
