@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from plait.cost.batch import TIME_ITEMS, BatchResult
 from plait.cost.compute import mfu_peak_flops
 from plait.cost.egress import egress_bytes_per_step
@@ -16,9 +18,11 @@ from plait.workload.model import ModelSpec
 
 
 def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult, row: int, engine: str,
-                        interval: IntervalOf) -> Estimate:
+                        interval: IntervalOf, *, retime: Callable[[TimeBreakdown], TimeBreakdown] | None = None,
+                        notes: Sequence[str] = ()) -> Estimate:
     """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate of ``engine`` (its spec), its step-time
-    interval by ``interval``."""
+    interval by ``interval``; ``retime``: what the caller does to the row's time breakdown (the predict layer's
+    simulated pipeline), ``notes``: warnings after the plan's own (the Estimate is built once, with both)."""
     plan, mem = result.cols.plan(row), result.memory
     at = (lambda value: value) if result.cols.single is not None else (lambda value: value[row])
     memory = MemoryBreakdown(
@@ -29,6 +33,8 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         **{f"{k}_bytes": float(at(mem[k])) for k in MEMORY_ITEMS},
     )
     time = TimeBreakdown(**{f"{k}_s": float(at(result.time[k])) for k in TIME_ITEMS})
+    if retime is not None:
+        time = retime(time)
     tokens = plan.global_batch * plan.seq_len
     model_flops = float(at(result.model_flops_per_token)) * tokens
     return Estimate(
@@ -48,5 +54,5 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
         egress_usd_per_gb=wide.egress_usd_per_gb if (wide := cluster.wide_area_tier) else 0.0,
         convergence=convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)),
         num_params=float(model.total_params()), num_active_params=float(model.active_params()),
-        warnings=rules.warnings(plan, model, cluster), moe_model=model.moe is not None, power=cluster.power,
+        warnings=[*rules.warnings(plan, model, cluster), *notes], moe_model=model.moe is not None, power=cluster.power,
     )
