@@ -113,12 +113,15 @@ def _steps(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Step, ...], ..
 
 
 @lru_cache(maxsize=256)
-def _sweep_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
+def _sweep_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, int, bool], ...]:
     """Every operation of every rank in the order the sweep takes them (module docstring): (rank, 3 x rank + kind
-    index, input slot or -1, output slot or -1, hop?, kind index). Which operation waits on which input is fixed by the schedule,
-    not by the durations, so this order is too: replayed in one pass (:func:`_sweep`), it gives each operation the
-    same start and end, to the bit, as sweeping the ranks again."""
+    index, input slot, output slot, hop?, whether it is the rank's last). Which operation waits on which input is
+    fixed by the schedule, not by the durations, so this order is too: replayed in one pass (:func:`_sweep`), it
+    gives each operation the same start and end, to the bit, as sweeping the ranks again. An operation without an
+    input reads slot ``2 m p v + 1``, which stays 0 (no later than any start); one without an output writes slot
+    ``2 m p v``, which nothing reads. Every rank's last operation is a backward (or W), checked here."""
     ranks = _steps(schedule, p, m, v)
+    nothing, never = 2 * m * p * v, 2 * m * p * v + 1
     filled = [False] * (2 * m * p * v)
     position, flat = [0] * p, []
     left = sum(len(steps) for steps in ranks)
@@ -132,7 +135,9 @@ def _sweep_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int,
                     break
                 if fill >= 0:
                     filled[fill] = True
-                flat.append((r, 3 * r + kind, wait, fill, hop, kind))
+                last = i == len(steps) - 1
+                assert kind or not last, f"{schedule}: rank {r} ends on a forward"
+                flat.append((r, 3 * r + kind, wait if wait >= 0 else never, fill if fill >= 0 else nothing, hop, last))
                 i += 1
             if i > position[r]:
                 progressed, left = True, left - (i - position[r])
@@ -163,21 +168,19 @@ def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]],
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
-    arrival_s = [0.0] * (2 * c.m * p * c.v)
+    arrival_s = [0.0] * (2 * c.m * p * c.v + 2)
     free = [0.0] * p
-    backward_begin, backward_end = [0.0] * p, [0.0] * p
-    for r, duration, wait, fill, hop, kind in _sweep_order(c.schedule, p, c.m, c.v):
+    last_begin = [0.0] * p
+    for r, duration, wait, fill, hop, last in _sweep_order(c.schedule, p, c.m, c.v):
         begin = free[r]
-        if wait >= 0:
-            arrival = arrival_s[wait]
-            if arrival > begin:
-                begin = arrival
+        arrival = arrival_s[wait]
+        if arrival > begin:
+            begin = arrival
         now = free[r] = begin + took[duration]
-        if fill >= 0:
-            arrival_s[fill] = now + hops[hop]
-        if kind:  # a backward (or W): the last one so far on its rank
-            backward_begin[r], backward_end[r] = begin, now
-    return free, list(zip(backward_begin, backward_end, strict=True))
+        arrival_s[fill] = now + hops[hop]
+        if last:  # the rank's last backward (or W)
+            last_begin[r] = begin
+    return free, list(zip(last_begin, free, strict=True))
 
 
 def _sweep_recorded(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: tuple[float, float],
