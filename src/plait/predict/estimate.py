@@ -33,9 +33,9 @@ SIMULATED_PASSES = 192
 """Pipelines with at most this many chunk passes (pp x micro-batches x vpp) are timed by the event
 simulation in :func:`estimate`: the small pipelines, where fill and drain weigh most and the closed forms
 drift furthest (up to 1.3% on the dev layouts it covers). Chosen when a simulation cost ~1 ms plus 9 us a
-pass; the sweep now costs ~0.1 ms plus ~0.3-0.5 us a pass (0.25 ms for 405B PP8 with 8 micro-batches, 0.84 ms
-for 1,536 passes; docs/simulator.md), so the bound could grow, but it is kept: moving it changes validated
-predictions, which must stay as they are."""
+pass; a simulated step now costs 0.29 ms for 405B PP8 with 8 micro-batches and 0.57 ms for 1,536 passes
+(docs/simulator.md), so the bound could grow, but it is kept: moving it changes validated predictions, which must
+stay as they are."""
 
 
 def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None = None) -> Estimate:
