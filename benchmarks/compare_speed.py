@@ -5,7 +5,9 @@ Run: git worktree add /tmp/base <commit>; python benchmarks/compare_speed.py --b
 Times the cases of ``benchmarks/estimate_speed.py`` in separate processes, this checkout and the base one
 alternating (A B A B ...), so a slow spell of a shared machine falls on both; prints each case's median
 milliseconds per estimate over the rounds for both, of the thread's CPU time (``time.thread_time``) and of wall-clock
-time, the ratio now/base of each (below 1: faster now) and the machine's load average (``os.getloadavg``).
+time, the ratio now/base of each (below 1: faster now), whether the two trees' estimates are the same to the bit (the
+repr of the time and memory breakdowns, the interval and the warnings) and the machine's load average
+(``os.getloadavg``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ for model, cluster, plan in CASES:
         estimate(m, c, plan, **ENGINE)
         cpu.append(time.thread_time() - start_cpu)
         wall.append(time.perf_counter() - start)
-    out.append([statistics.median(cpu) * 1e3, statistics.median(wall) * 1e3])
+    est = estimate(m, c, plan, **ENGINE)
+    interval = getattr(est, "step_time_interval_s", None)
+    out.append([statistics.median(cpu) * 1e3, statistics.median(wall) * 1e3,
+                repr((est.time, est.memory, interval, est.warnings))])
 print(json.dumps(out))
 """
 
@@ -88,11 +93,13 @@ def main() -> None:
     print(f"{'case':45s} {'base CPU':>9s} {'now CPU':>8s} {'now/base':>8s} {'base wall':>9s} {'now wall':>8s} "
           f"{'now/base':>8s}")
     ratios = []
+    same = all(n[i][2] == b[i][2] for n, b in zip(now, base, strict=True) for i in range(len(CASES)))
     for i, (model, _, plan) in enumerate(CASES):
         (b, n), (bw, nw) = ([statistics.median(r[i][k] for r in runs) for runs in (base, now)] for k in (0, 1))
         ratios.append(n / b)
         print(f"{(model + ' / ' + plan.describe())[:45]:45s} {b:9.3f} {n:8.3f} {n / b:8.3f} {bw:9.3f} {nw:8.3f} "
               f"{nw / bw:8.3f}")
+    print(f"estimates the same to the bit in both trees: {'yes' if same else 'NO'}")
     print(f"worst CPU ratio now/base {max(ratios):.3f}; median {statistics.median(ratios):.3f} "
           f"({args.rounds} alternating rounds of 100 estimates per case; ms per estimate); load average "
           f"(1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "

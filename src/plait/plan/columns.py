@@ -225,7 +225,15 @@ class PlanColumns:
 
     @property
     def num_micro_batches(self) -> np.ndarray:
-        """Micro-batches per step per pipeline."""
+        """Micro-batches per step per pipeline (of a single plan, kept: one estimate asks for it several times)."""
+        if self.single is not None:
+            found = self.memo.get("num_micro_batches")
+            if found is None:
+                found = self.memo["num_micro_batches"] = self._num_micro_batches()
+            return found  # type: ignore[no-any-return]
+        return self._num_micro_batches()
+
+    def _num_micro_batches(self) -> np.ndarray:
         maximum = self.xp.maximum
         per_replica = self.data["global_batch"] // maximum(self.dp, 1)
         return maximum(per_replica // maximum(self.data["micro_batch"], 1), 1)

@@ -9,10 +9,11 @@ the event simulation where the closed forms drift (:func:`refine_pipeline`).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from plait.cost.batch import BatchResult, evaluate_batch
-from plait.cost.estimate import Estimate
+from plait.cost.estimate import Estimate, TimeBreakdown
 from plait.cost.per_stage import evaluate_per_stage
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import first_unsupported
@@ -32,9 +33,9 @@ SIMULATED_PASSES = 192
 """Pipelines with at most this many chunk passes (pp x micro-batches x vpp) are timed by the event
 simulation in :func:`estimate`: the small pipelines, where fill and drain weigh most and the closed forms
 drift furthest (up to 1.3% on the dev layouts it covers). Chosen when a simulation cost ~1 ms plus 9 us a
-pass; the sweep now costs ~0.1 ms plus ~0.3-0.5 us a pass (0.25 ms for 405B PP8 with 8 micro-batches, 0.84 ms
-for 1,536 passes; docs/simulator.md), so the bound could grow, but it is kept: moving it changes validated
-predictions, which must stay as they are."""
+pass; a simulated step now costs 0.29 ms for 405B PP8 with 8 micro-batches and 0.57 ms for 1,536 passes
+(docs/simulator.md), so the bound could grow, but it is kept: moving it changes validated predictions, which must
+stay as they are."""
 
 
 def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None = None) -> Estimate:
@@ -66,25 +67,25 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
     (``simulate``: ``None`` the small-pipeline rule, as ``plait estimate`` and ``plait validate`` take it; ``True``
     every pipeline, as the planner's top plans and ``plait report`` take it; ``timeline``: the step already
     simulated, when the caller has it)."""
-    est = estimate_from_batch(job.model, job.cluster, result, row, job.engine.spec, step_interval_s)
+    notes = []
     refusal = first_unsupported(job.plan, job.model, job.engine, cols=job.columns)
     if refusal:
-        est = replace(est, warnings=[*est.warnings, f"{refusal} (estimated as if it could)"])
-    said = ((job.engine.resolved,) if job.engine.resolved else ()) + job.notes + job.model.unmodelled
+        notes.append(f"{refusal} (estimated as if it could)")
+    notes += ((job.engine.resolved,) if job.engine.resolved else ()) + job.notes + job.model.unmodelled
     if job.plan.per_stage and job.engine.name != "plait":  # no engine's configuration states a mode per stage
-        said += ("stage_recompute, stage_layers and stage_sharding run on plait's runtime (plait run); "
-                 f"{job.engine.name}'s configuration does not state them per stage (estimated as if it could)",)
-    if said:
-        est = replace(est, warnings=[*est.warnings, *said])
+        notes.append("stage_recompute, stage_layers and stage_sharding run on plait's runtime (plait run); "
+                     f"{job.engine.name}'s configuration does not state them per stage (estimated as if it could)")
+    retime = None
     if not wants_simulation(job.plan, simulate):
         if simulate is True and job.plan.pp > 1:  # asked for, past the simulation's bound
-            why = (f"pipeline timed by the closed forms: its {chunk_passes(job.plan):,} chunk passes exceed the event "
-                   f"simulation's {MAX_PASSES:,}")
-            est = replace(est, warnings=[*est.warnings, why])
-        return est
-    if timeline is None:
-        timeline = simulate_step(job, record=False, prepared=result.prepared)
-    return refine_pipeline(est, timeline)
+            notes.append(f"pipeline timed by the closed forms: its {chunk_passes(job.plan):,} chunk passes exceed the "
+                         f"event simulation's {MAX_PASSES:,}")
+    else:
+        if timeline is None:
+            timeline = simulate_step(job, record=False, prepared=result.prepared)
+        retime = partial(refined_time, timeline=timeline)
+    return estimate_from_batch(job.model, job.cluster, result, row, job.engine.spec, step_interval_s, retime=retime,
+                               notes=notes)
 
 
 def wants_simulation(plan: Plan, simulate: bool | None = None) -> bool:
@@ -97,18 +98,22 @@ def wants_simulation(plan: Plan, simulate: bool | None = None) -> bool:
 
 def refine_pipeline(est: Estimate, timeline: Timeline) -> Estimate:
     """Replace the closed-form pipeline and data-parallel tail by the event simulation of the step (``timeline``,
-    of ``est.plan``).
+    of ``est.plan``; :func:`refined_time`)."""
+    return replace(est, time=refined_time(est.time, timeline))  # its interval follows the re-timed breakdown
+
+
+def refined_time(t: TimeBreakdown, timeline: Timeline) -> TimeBreakdown:
+    """The closed-form breakdown ``t`` with its pipeline and data-parallel tail taken from the event simulation of
+    the step (``timeline``).
 
     The closed forms (:mod:`plait.cost.pipeline`) agree with the simulation within about 1% on
     uniform stages; with uneven stages, few micro-batches or many virtual stages they can drift
     by a few percent; ``estimate(simulate=True)``, ``plait simulate`` and the planner's top plans
     take the simulated time this way."""
-    t = est.time
     busy = t.compute_s + t.recompute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.fsdp_comm_s + t.host_s
     pipeline = max(max(timeline.pipeline_end_s), busy)
     p2p = min(t.pp_p2p_s, pipeline - busy)
     tail = timeline.step_time_s - max(timeline.pipeline_end_s)
     scale = tail / (t.dp_comm_s + t.optimizer_s) if t.dp_comm_s + t.optimizer_s > 0 else 0.0
-    time = replace(t, pp_p2p_s=p2p, pp_bubble_s=pipeline - busy - p2p,
+    return replace(t, pp_p2p_s=p2p, pp_bubble_s=pipeline - busy - p2p,
                    dp_comm_s=t.dp_comm_s * scale, optimizer_s=t.optimizer_s * scale if scale else tail)
-    return replace(est, time=time)  # its interval follows the re-timed breakdown (Estimate.step_time_interval_s)

@@ -54,7 +54,8 @@ def spread(time_s: dict[str, Any], moe: bool) -> Any:
     components in seconds, :class:`plait.cost.estimate.TimeBreakdown` names without ``_s``, floats or columns)."""
     total = sum(time_s.values())
     compute = time_s["compute"] + time_s["recompute"]
-    return 1.0 + (total - compute) / np.maximum(total, 1e-30) + (1.0 if moe else 0.0)
+    floor = np.maximum(total, 1e-30) if isinstance(total, np.ndarray) else max(total, 1e-30)  # one plan: a float
+    return 1.0 + (total - compute) / floor + (1.0 if moe else 0.0)
 
 
 def bounds(step_s: Any, width: Any, calibration: Calibration | None = None) -> tuple[Any, Any]:
@@ -66,7 +67,8 @@ def bounds(step_s: Any, width: Any, calibration: Calibration | None = None) -> t
 def step_interval_s(time: TimeBreakdown, moe: bool) -> tuple[float, float]:
     """(p10, p90) of a step whose breakdown is ``time`` (``moe``: a mixture-of-experts model), by the shipped
     calibration: what every :class:`plait.cost.estimate.Estimate` carries as ``step_time_interval_s``."""
-    low, high = bounds(time.total_s, spread(dict(time.items()), moe))
+    parts = dict(time.items())
+    low, high = bounds(sum(parts.values()), spread(parts, moe))  # the sum is time.total_s, added in the same order
     return float(low), float(high)
 
 

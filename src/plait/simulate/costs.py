@@ -24,11 +24,14 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
     """Durations of every rank of one pipeline of ``job`` (``prepared``: the plan's shared quantities, when the
     estimate has them already, :attr:`plait.cost.batch.BatchResult.prepared`)."""
     model, cluster, plan, framework = job.model, job.cluster, job.plan, job.framework
-    if prepared is None or prepared.framework is not framework or prepared.cols.single != plan:
+    if prepared is None or prepared.framework is not framework or (prepared.cols.single is not plan
+                                                                   and prepared.cols.single != plan):
         prepared = prepare(model, cluster, job.columns, framework)
     views = stage_views(model, cluster, plan, framework) if plan.per_stage else None  # plait.cost.per_stage
     p2p, v = prepared.p2p_s, plan.vpp
     per_rank, distinct = [], {}
+    # one reduction after the last backward where the stage keeps its parameters gathered (its own sharding)
+    kept_uniform = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered)) if views is None else False
     for stage in range(plan.pp):  # each distinct stage (its layer counts and ends: stage_pass's key) costed once
         model_s, prepared_s = (model, prepared) if views is None else (views[stage].model, views[stage].prepared)
         dense, moe = stage_layer_counts(model_s, plan.pp, stage, SCALAR)
@@ -36,8 +39,8 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
         if key not in distinct:
             fwd, bwd = stage_pass(model_s, cluster, prepared_s, stage)
             sync = stage_sync(model_s, cluster, prepared_s, stage)
-            # one reduction after the last backward where the stage keeps its parameters gathered (its own sharding)
-            kept = bool(kept_gathered(prepared_s.cols, framework.pipeline_keeps_gathered))
+            kept = kept_uniform if views is None else bool(kept_gathered(prepared_s.cols,
+                                                                         framework.pipeline_keeps_gathered))
             distinct[key] = (SCALAR.total(fwd.values()) / v, SCALAR.total(bwd.values()) / v,
                              bwd["compute"] / (2 * v),  # weight-gradient GEMMs: half of the backward's (Qi et al. 2023)
                              sync.reduce_s, sync.gather_s, 1 if kept else dense + moe, sync.optimizer_s)

@@ -113,9 +113,37 @@ def _steps(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Step, ...], ..
 
 
 @lru_cache(maxsize=256)
-def _bare_steps(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int, int, int], ...], ...]:
-    """:func:`_steps` without the micro-batch and chunk, which only the recorded spans name."""
-    return tuple(tuple(step[:4] for step in steps) for steps in _steps(schedule, p, m, v))
+def _sweep_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, int, bool], ...]:
+    """Every operation of every rank in the order the sweep takes them (module docstring): (rank, 3 x rank + kind
+    index, input slot, output slot, hop?, whether it is the rank's last). Which operation waits on which input is
+    fixed by the schedule, not by the durations, so this order is too: replayed in one pass (:func:`_sweep`), it
+    gives each operation the same start and end, to the bit, as sweeping the ranks again. An operation without an
+    input reads slot ``2 m p v + 1``, which stays 0 (no later than any start); one without an output writes slot
+    ``2 m p v``, which nothing reads. Every rank's last operation is a backward (or W), checked here."""
+    ranks = _steps(schedule, p, m, v)
+    nothing, never = 2 * m * p * v, 2 * m * p * v + 1
+    filled = [False] * (2 * m * p * v)
+    position, flat = [0] * p, []
+    left = sum(len(steps) for steps in ranks)
+    while left:
+        progressed = False
+        for r in range(p):
+            steps, i = ranks[r], position[r]
+            while i < len(steps):
+                kind, wait, fill, hop = steps[i][:4]
+                if wait >= 0 and not filled[wait]:
+                    break
+                if fill >= 0:
+                    filled[fill] = True
+                last = i == len(steps) - 1
+                assert kind or not last, f"{schedule}: rank {r} ends on a forward"
+                flat.append((r, 3 * r + kind, wait if wait >= 0 else never, fill if fill >= 0 else nothing, hop, last))
+                i += 1
+            if i > position[r]:
+                progressed, left = True, left - (i - position[r])
+                position[r] = i
+        assert progressed, f"schedule {schedule} deadlocks (p={p}, m={m}, v={v})"
+    return tuple(flat)
 
 
 def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
@@ -136,42 +164,23 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
 
 def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]],
            hops: tuple[float, float]) -> tuple[list[float], list[tuple[float, float]]]:
-    """Every rank's end and (start, end) of its last backward: :func:`_sweep_recorded`'s arithmetic, in its order,
-    without the spans (what an estimate needs, at a fraction of the cost)."""
+    """Every rank's end and (start, end) of its last backward: :func:`_sweep_recorded`'s arithmetic, in its order
+    (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
-    ranks = _bare_steps(c.schedule, p, c.m, c.v)
-    arrival_s = [-1.0] * (2 * c.m * p * c.v)  # -1: not yet known
-    position, free = [0] * p, [0.0] * p
-    last_backward = [(0.0, 0.0)] * p
-    left = sum(len(steps) for steps in ranks)
-    while left:
-        progressed = False
-        for r in range(p):
-            steps, i, now, took = ranks[r], position[r], free[r], durations[r]
-            n, start = len(steps), i
-            backward_begin = backward_end = -1.0
-            while i < n:
-                kind, wait, fill, hop = steps[i]
-                begin = now
-                if wait >= 0:
-                    arrival = arrival_s[wait]
-                    if arrival < 0:
-                        break
-                    if arrival > now:
-                        begin = arrival
-                now = begin + took[kind]
-                if fill >= 0:
-                    arrival_s[fill] = now + hops[hop]
-                if kind:
-                    backward_begin, backward_end = begin, now
-                i += 1
-            if i > start:
-                progressed, left = True, left - (i - start)
-                position[r], free[r] = i, now
-                if backward_end >= 0:
-                    last_backward[r] = (backward_begin, backward_end)
-        assert progressed, f"schedule {c.schedule} deadlocks (p={p}, m={c.m}, v={c.v})"
-    return free, last_backward
+    took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
+    arrival_s = [0.0] * (2 * c.m * p * c.v + 2)
+    free = [0.0] * p
+    last_begin = [0.0] * p
+    for r, duration, wait, fill, hop, last in _sweep_order(c.schedule, p, c.m, c.v):
+        begin = free[r]
+        arrival = arrival_s[wait]
+        if arrival > begin:
+            begin = arrival
+        now = free[r] = begin + took[duration]
+        arrival_s[fill] = now + hops[hop]
+        if last:  # the rank's last backward (or W)
+            last_begin[r] = begin
+    return free, list(zip(last_begin, free, strict=True))
 
 
 def _sweep_recorded(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: tuple[float, float],
