@@ -26,7 +26,7 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.servers import GRAD_BYTES
 from plait.cost.swap import device_is_host
 from plait.hardware.cluster import Cluster
-from plait.sync.asynchronous import ADAMW_PASSES, Asynchronous, AsyncPS
+from plait.sync.asynchronous import ADAMW_PASSES, Asynchronous
 
 ADAMW_OPS_PER_TENSOR = 10
 """ATen operators of ``torch.optim.AdamW``'s for-loop step per tensor (the default on CPU tensors: foreach kernels
@@ -77,7 +77,8 @@ def worker_exchange(sync: Asynchronous, tensors: int) -> HostWork:
     - applied per tensor: ``view_as`` and ``copy_`` (async_ps, 2 passes) or ``to`` and ``sub_`` (EASGD, 3 passes).
 
     async_ps: ``4 T + 10 S + 3`` ops, 8 passes; EASGD: ``6 T + 8 S + 3`` ops, 9 passes."""
-    servers, replace = sync.server_ranks, isinstance(sync, AsyncPS)  # async_ps takes the new parameters
+    # async_ps's servers hold the model: its workers take the new parameters; EASGD's subtract the elastic pull
+    servers, replace = sync.server_ranks, sync.servers_hold_model
     flatten = (2 if replace else 3) * tensors + 1
     replies = (4 if replace else 2) * servers
     ops = flatten + (2 + TENSOR_OPS) * servers + replies + 2 + (2 if replace else 3) * tensors
@@ -88,7 +89,7 @@ def worker_optimizer(sync: Asynchronous, tensors: int) -> HostWork:
     """A worker's own optimizer step per iteration beyond what the step's optimizer term charges (the fused ideal's
     streams, :data:`ADAMW_PASSES`): EASGD's workers step AdamW (:meth:`plait.sync.asynchronous.EASGD.worker_step`),
     its ops and the passes of the for-loop beyond the ideal's; async_ps's workers step none (their servers do)."""
-    if isinstance(sync, AsyncPS):
+    if sync.servers_hold_model:  # async_ps: the servers step the optimizer
         return HostWork(ops=0, passes=0.0)
     return HostWork(ops=ADAMW_OPS_PER_TENSOR * tensors + ADAMW_OPS_PER_STEP, passes=ADAMW_EAGER_PASSES - ADAMW_PASSES)
 
@@ -102,7 +103,7 @@ def server_update(sync: Asynchronous) -> HostWork:
       (``detach``, the version's ``torch.tensor``, ``cat``: 6 ops, 2 passes): 24 ops, 24 passes;
     - EASGD: the slice, ``-`` (3 passes), ``alpha *`` (2), ``+=`` (3), the reply's ``torch.tensor`` and ``cat``
       (2): 13 ops, 10 passes."""
-    if isinstance(sync, AsyncPS):
+    if sync.servers_hold_model:  # async_ps: a gradient to step; EASGD: the elastic move
         return HostWork(ops=HEADER_OPS + 2 + ADAMW_OPS_PER_TENSOR + ADAMW_OPS_PER_STEP + 1 + TENSOR_OPS + 1,
                         passes=2 + ADAMW_EAGER_PASSES + 2)
     return HostWork(ops=HEADER_OPS + 4 + TENSOR_OPS + 1, passes=3 + 2 + 3 + 2)
