@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from plait.cost.async_host import worker_own_s
 from plait.cost.async_sgd import message_s
 from plait.cost.host_share import node_processes, server_cpu_s, sharing_factor
 from plait.engine.catalog import get_engine
@@ -58,8 +59,9 @@ def test_gpu_workers_leave_the_servers_their_idle_cores() -> None:
 
 def test_the_estimate_stretches_by_the_factor_on_a_shared_cpu_node() -> None:
     """The example plan on the CPU node with async_ps through 2 servers (4 processes): with 4 cores a worker's
-    cycle is its compute, two messages and the update of one piece; with 2 cores they serve 2 (b + 2t) +
-    2 x 2 (t + a) CPU-seconds a cycle, so the cycle is b + 4t + 2a. One server on 2 cores: the cycle alone."""
+    cycle is its compute b, its own exchange work w, two messages and the update of one piece; with 2 cores they
+    serve 2 (b + w + 2t) + 2 x 2 (t + a) CPU-seconds a cycle, so the cycle is b + w + 4t + 2a. One server on 2
+    cores: the cycle alone."""
     model = resolve_model(str(ROOT / "examples" / "tiny-model.toml"))
 
     def cycle(spec: str, cores: int) -> tuple[float, float]:  # (compute, compute and exchange)
@@ -69,9 +71,10 @@ def test_the_estimate_stretches_by_the_factor_on_a_shared_cpu_node() -> None:
 
     two = "async_ps:staleness=4,servers=2"
     transfer, apply = message_s(_cpu_node(2), parse(two), 2, 1, 180_800)
+    own = worker_own_s(_cpu_node(2), parse(two), 180_800, 39)  # the tiny model's 39 tensors
     busy, alone = cycle(two, 4)
-    assert alone == pytest.approx(busy + 2 * transfer + apply, rel=0.01)
-    assert cycle(two, 2)[1] == pytest.approx(busy + 4 * transfer + 2 * apply, rel=0.01)
+    assert alone == pytest.approx(busy + own + 2 * transfer + apply, rel=0.01)
+    assert cycle(two, 2)[1] == pytest.approx(busy + own + 4 * transfer + 2 * apply, rel=0.01)
     assert cycle(two, 0) == pytest.approx((busy, alone), rel=1e-12)
     assert cycle("async_ps:staleness=4", 2) == pytest.approx(cycle("async_ps:staleness=4", 3), rel=1e-12)
 

@@ -15,13 +15,17 @@ slowest each iteration: simulated.
 Servers are processes on the cluster's nodes (assumed: each gets one GPU's share of the NIC of the tier the
 workers meet on, and of the node's host memory bandwidth, where it steps AdamW over its piece: read the gradient,
 parameters and two moments, write three, 4 bytes each). Where the workers are CPU ranks, the servers share their
-node's cores: :mod:`plait.cost.host_share` stretches every CPU activity by the processor-sharing factor.
+node's cores: :mod:`plait.cost.host_share` stretches every CPU activity by the processor-sharing factor, and the
+host work plait's runtime does beyond the synchronous step is counted from its code (:mod:`plait.cost.async_host`):
+a worker's own per exchange (flattening, messages, copying the reply back, EASGD's eager optimizer) joins its
+cycle, and a server's update is its code's operators and passes instead of the fused ideal.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from plait.cost.async_host import server_apply_s, worker_own_s
 from plait.cost.collectives import group_link
 from plait.cost.distinct import per_distinct
 from plait.cost.host_share import sharing_factor
@@ -43,37 +47,42 @@ def worker_bytes(sync: Asynchronous, elements: int, step: int | None = None) -> 
 
 
 def message_s(cluster: Cluster, sync: Asynchronous, replicas: int, stride: int, elements: float) -> tuple[float, float]:
-    """(one push or pull, one apply) seconds at one server, for a worker holding ``elements`` parameters."""
+    """(one push or pull, one apply) seconds at one server, for a worker holding ``elements`` parameters; on a host
+    device the apply is the runtime's counted work (:func:`plait.cost.async_host.server_apply_s`)."""
     servers = sync.server_ranks
     tier = cluster.tiers[group_link(cluster, replicas, stride).tier]
     message = GRAD_BYTES * (elements / servers + HEADER_ELEMENTS)
     transfer = tier.latency_s + message / tier.bandwidth_bytes_per_s(message, "all_gather")
-    apply = sync.server_passes * GRAD_BYTES * elements / servers / cluster.host_memory_bytes_per_s_per_gpu
-    return transfer, apply
+    counted = server_apply_s(cluster, sync, elements / servers)
+    ideal = sync.server_passes * GRAD_BYTES * elements / servers / cluster.host_memory_bytes_per_s_per_gpu
+    return transfer, ideal if counted is None else counted
 
 
-def step_s(sync: Asynchronous, replicas: int, busy: float, transfer: float, apply: float) -> float:
-    """Seconds per step (``replicas`` worker iterations) of ``sync`` (module docstring)."""
+def step_s(sync: Asynchronous, replicas: int, busy: float, transfer: float, apply: float, own: float = 0.0) -> float:
+    """Seconds per step (``replicas`` worker iterations) of ``sync`` (module docstring); ``own``: a worker's own
+    host work per exchange beyond ``busy`` per iteration (:func:`plait.cost.async_host.worker_own_s`)."""
     every = sync.every  # EASGD's period; 1 for the others
     if sync.lockstep:
-        run = simulate_async([busy] * replicas, transfer, transfer, apply, 0, 4 * replicas)
+        run = simulate_async([busy + own] * replicas, transfer, transfer, apply, 0, 4 * replicas)
         return replicas / run.updates_per_s
-    cycle = every * busy + 2 * transfer + apply
+    cycle = every * busy + own + 2 * transfer + apply
     rate = min(replicas / cycle, 1.0 / max(transfer, apply))  # exchanges per second
     return replicas / (rate * every)
 
 
 def async_costs(cluster: Cluster, sync: Asynchronous, cols: PlanColumns, elements: Any,
-                busy: Any) -> tuple[Any, Any, Any]:
+                busy: Any, tensors: int = 0) -> tuple[Any, Any, Any]:
     """(0, seconds added to each step, extra bytes of memory per GPU) per row: the flat send and receive buffers
-    of a worker's parameters."""
+    of a worker's parameters, held in ``tensors`` tensors."""
     def one(replicas: int, stride: int, held: float, compute: float) -> tuple[float, float]:
         if replicas <= 1:
             return 0.0, 0.0
         transfer, apply = message_s(cluster, sync, replicas, stride, held)
-        alone = step_s(sync, replicas, compute, transfer, apply)
-        cycle = sync.every * compute + 2 * transfer + apply
-        shared = sharing_factor(cluster, replicas, sync.server_ranks, cycle, sync.every * compute, transfer, apply)
+        own = worker_own_s(cluster, sync, held, tensors)
+        alone = step_s(sync, replicas, compute, transfer, apply, own)
+        worker = sync.every * compute + own
+        cycle = worker + 2 * transfer + apply
+        shared = sharing_factor(cluster, replicas, sync.server_ranks, cycle, worker, transfer, apply)
         return alone * shared - compute, 2.0 * GRAD_BYTES * held
 
     return (cols.zeros(), *per_distinct(cols, lambda n, t, e, b: one(int(n), int(t), float(e), float(b)), cols.dp,

@@ -9,7 +9,7 @@ method's server ranks (:mod:`plait.cost.async_sgd`) run on the same node's cores
   (:mod:`plait.run.calibrate`: an all-gather of ``m`` bytes between two ranks moves ``m / 2`` each way per rank in
   the time the bus bandwidth gives ``m``), so one core sends or receives a message in half the time the
   bandwidth and latency give it; on loopback there is no wire, the latency being the per-message host overhead;
-- the server's update: ``server_passes`` fp32 streams over its piece at the host memory bandwidth.
+- the server's update: the operators and fp32 passes its code runs over its piece (:mod:`plait.cost.async_host`).
 
 When the node's processes outnumber its cores (``host_cores_per_node``), the cores are processor-shared
 (Kleinrock, "Queueing Systems, Vol. 2", 1976, Sec. 4.4: every runnable process gets an equal share of the

@@ -223,9 +223,11 @@ class Prices:
         return gossip.gossip_costs(self.cluster, method, self.cols, group, stride, local / GRAD_BYTES, self.busy)
 
     def async_costs(self, method: Asynchronous) -> Costs:
-        """Closed-network bounds (:mod:`plait.cost.async_sgd`)."""
-        return async_sgd.async_costs(self.cluster, method, self.cols, self.params["dense"] + self.params["expert"],
-                                     self.busy)
+        """Closed-network bounds (:mod:`plait.cost.async_sgd`), with the rank's tensor count (the runtime's
+        per-tensor host work, :mod:`plait.cost.async_host`)."""
+        elements = self.params["dense"] + self.params["expert"]
+        return self._spread(lambda held: async_sgd.async_costs(self.cluster, method, self.cols, elements, self.busy,
+                                                               len(held)))
 
     def unmodelled(self, method: SyncMethod) -> NoReturn:
         raise ConfigError(f"dp_sync={method.spec!r}: not modelled yet (modelled: {', '.join(MODELLED)})")
