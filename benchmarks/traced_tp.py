@@ -1,11 +1,11 @@
-"""Tensor parallelism of a traced module's Linear pairs, alone and beside data parallelism (tp x dp), against the
-data-parallel and pipeline plans, on 8 H100 (dgx-h100-ib):
+"""Tensor parallelism of a traced module's Linear pairs, alone and beside data parallelism and pipeline stages
+(tp x pp x dp, unsharded replicas), against the data-parallel and pipeline plans, on 8 H100 (dgx-h100-ib):
 
 1. plait's reference Llama 3 8B module (SwiGLU MLPs: one gated pair per layer) traced at 2,048 tokens, 64 sequences
-   per step: the planner's ranks of tp alone and of tp x dp beside the best plan.
+   per step: the planner's best two plans of each tp family beside the best plan.
 2. A stack of 24 pre-norm MLP blocks (4,096 -> 16,384 -> 4,096, GELU, residual: a transformer without attention, so
    every GEMM but the stem and head is in a pair) on 2,048 tokens, at 4 and at 8 sequences per step: the best plan
-   of each kind (dp/pp only, tp alone, tp x dp).
+   of each family (dp/pp only, tp alone, tp x dp, tp x pp, tp x pp x dp).
 
 Run: python benchmarks/traced_tp.py
 Prints each trace's and search's CPU and wall time and the load, the planner's line on tensor parallelism, and
@@ -49,7 +49,12 @@ def wide_mlp() -> Any:
 
 
 def kind(est: Estimate) -> str:
-    return "tp x dp" if est.plan.tp > 1 and est.plan.dp > 1 else "tp alone" if est.plan.tp > 1 else "dp/pp"
+    """The plan's family: dp/pp (no tp), tp alone, or tp beside pipeline stages and/or replicas."""
+    plan = est.plan
+    if plan.tp == 1:
+        return "dp/pp"
+    beside = [name for name, degree in (("pp", plan.pp), ("dp", plan.dp)) if degree > 1]
+    return " x ".join(["tp", *beside]) if beside else "tp alone"
 
 
 def show(rank: int, est: Estimate) -> None:
@@ -75,11 +80,11 @@ def main() -> None:
     found = timed("llama3-8b", work, GPUS, BATCH)
     print(" ", found.tp_note)
     print(f"  not ranked: {dict(found.reasons)}")
-    shown = {"tp alone": 0, "tp x dp": 0}
+    shown: dict[str, int] = {}
     for rank, est in enumerate(found.ranked, 1):
-        if rank == 1 or (est.plan.tp > 1 and shown[kind(est)] < 3):
+        if rank == 1 or (est.plan.tp > 1 and shown.get(kind(est), 0) < 2):
             show(rank, est)
-            shown[kind(est)] = shown.get(kind(est), 0) + (est.plan.tp > 1)
+            shown[kind(est)] = shown.get(kind(est), 0) + 1
     cpu = time.process_time()
     wide = trace_factory(wide_mlp, "wide-mlp", (SEQ, WIDTH), "float32")
     print(f"wide-mlp: {len(wide.pairs)} pairs, {wide.total_params() / 1e9:.2f} B parameters; "

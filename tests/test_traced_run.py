@@ -51,7 +51,9 @@ def _worker(tmp_path: Path, name: str, ranks: int, *extra: str) -> dict[str, obj
                                       "--recompute-units", "-1")),
     ("pp-ddp", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-replicate", "2")),
     ("pp-zero3", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-shard", "2", "--sharding", "zero3")),
-    ("tp", 2, "adamw", (*MLP, "--tp", "2")),  # ColwiseParallel / RowwiseParallel on small_mlp's Linear pairs
+    # ColwiseParallel / RowwiseParallel on small_mlp's Linear pairs, in each of 2 pipeline stages (tp alone and
+    # beside DDP: test_tp2_by_dp2_equals_one_process_and_hands_the_predicted_bytes)
+    ("tp-pp", 4, "adamw", (*MLP, "--tp", "2", "--pp", "2", "--stage-starts", "3")),
 ], ids=lambda layout: f"{layout[0]}-{layout[2]}")
 def test_each_layout_equals_one_process(tmp_path: Path, layout: tuple[str, int, str, tuple[str, ...]]) -> None:
     name, ranks, optimizer, extra = layout

@@ -102,7 +102,7 @@ def test_each_rank_runs_half_of_the_pairs_gemms(mlp) -> None:  # type: ignore[no
 
 @pytest.mark.parametrize(("factory", "tp", "knobs", "message"), [
     (MLP, 3, {}, "tp=3 must divide the split dimension 128 of the Linear pair 1.fc1 -> 1.fc2"),
-    (MLP, 2, {"dp_shard": 2, "sharding": "zero3"}, "runs beside DDP's all-reduce of unsharded replicas only"),
+    (MLP, 2, {"dp_shard": 2, "sharding": "zero3"}, "runs beside the all-reduce of unsharded replicas only"),
     (MLP, 2, {"overlap_chunks": 2}, "split one way"),
     ("plait.workload.zoo:small_cnn", 2, {}, "has no Linear pair to split"),
 ])
@@ -173,8 +173,23 @@ def test_tp_by_dp_reduces_each_ranks_shard_over_ranks_tp_apart() -> None:
     assert across > float(collective_s(cluster, "all_reduce", 2, 1, 4.0 * shard))  # NVLink would be faster
 
 
-def test_the_planner_searches_tp_by_dp(mlp) -> None:  # type: ignore[no-untyped-def]
-    """On 4 GPUs both degrees that divide 128 and 4 are searched, tp = 2 beside 2 DDP replicas."""
+def test_tp_by_pp_sends_each_stages_output_to_the_rank_tp_x_dp_apart() -> None:
+    """tp8 x pp2 on two 8-GPU nodes: the stages are 8 ranks apart (one per node), so each micro-batch's cut
+    activation, 32 fp32 features per example, crosses InfiniBand forward and its gradient back."""
+    from plait.cost.links import collective_s
+    from plait.predict.intervals import step_interval_s
+
+    work, cluster = trace(MLP, None, None, "float32"), get_cluster("dgx-h100-ib")
+    plan = Plan(tp=8, sp=False, pp=2, micro_batch=4, global_batch=16, precision="fp32", optimizer="adamw")
+    est = estimate_traced(work, cluster, plan, get_engine("plait"), step_interval_s)
+    once = float(collective_s(cluster, "p2p", 2, 8, 32 * 4 * 4.0))
+    assert est.time.pp_p2p_s == pytest.approx(2 * 4 * once)  # 4 micro-batches, there and back
+    assert once > float(collective_s(cluster, "p2p", 2, 1, 32 * 4 * 4.0))
+
+
+def test_the_planner_searches_tp_by_pp_by_dp(mlp) -> None:  # type: ignore[no-untyped-def]
+    """On 4 GPUs both degrees that divide 128 and 4 are searched, tp = 2 beside 2 DDP replicas or 2 stages."""
     found = search_traced(mlp, get_cluster("dgx-h100-ib"), 4, 64, (ALLREDUCE,), get_engine("plait"))
     assert "tp=2,4 searched over 4 Linear pair(s)" in found.tp_note
-    assert {(e.plan.tp, e.plan.dp) for e in found.ranked if e.plan.tp > 1} == {(2, 2), (4, 1)}
+    assert {(e.plan.tp, e.plan.pp, e.plan.dp) for e in found.ranked if e.plan.tp > 1} == {(2, 1, 2), (2, 2, 1),
+                                                                                           (4, 1, 1)}

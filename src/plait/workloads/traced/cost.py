@@ -14,9 +14,9 @@ The same physics as the transformer path, read from the trace instead of closed 
   output forward and its gradient back.
 - **Data parallelism.** DDP's buckets, ZeRO's collectives and FSDP2's hooks, or the ``dp_sync`` method's cost, as
   :mod:`plait.workloads.traced.dataparallel` times them.
-- **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone or beside data parallelism: ``tp x dp``
-  with DDP over the ranks holding the same shard): their GEMMs, weights and state split, two all-reduces per pair
-  and micro-batch (:mod:`plait.workloads.traced.tensor_parallel`).
+- **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone or beside data parallelism and pipeline
+  stages, the replicas unsharded): their GEMMs, weights and state split, two all-reduces per pair and micro-batch
+  (:mod:`plait.workloads.traced.tensor_parallel`).
 - **Memory.** Model states as :mod:`plait.cost.memory` (ZeRO, Rajbhandari et al. 2020); activations are the
   units' saved bytes times the micro-batches in flight; full recomputation keeps each recomputed unit's input and
   one unit's activations while it is recomputed.
@@ -245,7 +245,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     p2p = 0.0
     if plan.pp > 1:  # the largest cut's activation, forward and back, per micro-batch
         sent = max(work.units[g[-1]].output_bytes_per_example * b for g in stages[:-1])
-        p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp, sent))
+        p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp * plan.tp, sent))  # stages tp x dp apart
     optimizer_s = float(optimizer_step_s(cluster, cols, params, grad_bytes))
     if eager_optimizer is not None:
         optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster)

@@ -4,8 +4,8 @@ Every candidate of the space is estimated by :func:`plait.workloads.traced.cost.
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
 for; and tensor parallelism where the repeated units hold Linear pairs: every ``tp`` dividing the GPUs and the pairs'
-split dimensions, the other GPUs DDP replicas (``tp x dp``; :mod:`plait.workloads.traced.tensor_parallel`;
-otherwise the search says why not). Plans that do not fit
+split dimensions, the other GPUs pipeline stages and unsharded replicas (``tp x pp x dp``;
+:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit
 in memory (with the margin) or that the rules refuse are counted by reason; the rest are ranked by step time
 over the method's steps multiplier, as the transformer search ranks them.
 """
@@ -61,15 +61,16 @@ def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs
                                           dp_shard=1 if sharding == "none" else dp, sharding=sharding,
                                           micro_batch=mb, global_batch=global_batch, recompute=recompute,
                                           precision=precision, dp_sync=sync, optimizer="adamw"))
-    for tp in tp_possible(work, gpus):  # tp x dp: DDP over the TP groups (dp = 1: tp alone)
-        dp = gpus // tp
-        if global_batch % dp:
-            continue
-        per_replica = global_batch // dp
-        micro = [m for m in (2**i for i in range(per_replica.bit_length())) if per_replica % m == 0]
-        plans += [Plan(tp=tp, sp=False, dp_replicate=dp, micro_batch=mb, global_batch=global_batch,
-                       recompute=recompute, precision=precision, optimizer="adamw")
-                  for mb in micro for recompute in RECOMPUTE]
+    for tp in tp_possible(work, gpus):  # tp x pp x dp, unsharded replicas (dp = pp = 1: tp alone)
+        for pp in (p for p in range(1, min(gpus // tp, blocks) + 1) if gpus // tp % p == 0):
+            dp = gpus // tp // pp
+            if global_batch % dp:
+                continue
+            per_replica = global_batch // dp
+            micro = [m for m in (2**i for i in range(per_replica.bit_length())) if per_replica % m == 0]
+            plans += [Plan(tp=tp, sp=False, pp=pp, dp_replicate=dp, micro_batch=mb, global_batch=global_batch,
+                           recompute=recompute, precision=precision, optimizer="adamw")
+                      for mb in micro for recompute in RECOMPUTE]
     return plans
 
 
@@ -78,8 +79,8 @@ def tp_note(work: TracedWorkload, gpus: int) -> str:
     degrees = tp_possible(work, gpus)
     if degrees:
         return (f"tensor parallelism: tp={','.join(map(str, degrees))} searched over {len(work.pairs)} Linear "
-                f"pair(s) (split dimensions {sorted({p.hidden for p in work.pairs})}), dp = {gpus} GPUs / tp "
-                "DDP replicas beside")
+                f"pair(s) (split dimensions {sorted({p.hidden for p in work.pairs})}), pp x dp = {gpus} GPUs / tp "
+                "pipeline stages and DDP replicas beside")
     if not work.pairs:
         return f"tensor parallelism not searched: {work.no_pairs_reason}"
     if gpus == 1:

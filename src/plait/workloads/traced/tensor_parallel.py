@@ -17,9 +17,10 @@ a pair is split by columns and the second by rows, so
 Beside data parallelism (``tp x dp``, Narayanan et al., SC 2021, Sec. 2.3 and 3.3): the ``tp`` ranks of a TP group
 are adjacent and ``dp`` groups of them each train a replica on ``1/dp`` of the batch, DDP all-reducing each rank's
 gradients (its shard of the pairs' weights, the rest whole) over the ``dp`` ranks that hold the same shard, ``tp``
-ranks apart (:mod:`plait.workloads.traced.dataparallel`). So far the replicas are unsharded DDP with the all-reduce
-(``sharding = "none"``, ``dp_sync = "allreduce"``) and there is no pipeline (``pp = 1``): the runtime wraps the
-split module in DDP (:mod:`plait.workloads.traced.tp_runtime`), not FSDP2 or pipelining.
+ranks apart (:mod:`plait.workloads.traced.dataparallel`); beside pipeline stages (``pp``, ``tp x dp`` ranks apart)
+each stage's pairs split over its TP group. The replicas are unsharded with the all-reduce (``sharding = "none"``,
+``dp_sync = "allreduce"``): the runtime splits the module (or each pipeline stage) under DDP or the stage's
+gradient averaging (:mod:`plait.workloads.traced.tp_runtime`), not under FSDP2.
 """
 
 from __future__ import annotations
@@ -49,10 +50,10 @@ def check_tp(work: TracedWorkload, plan: Plan) -> None:
     if plan.tp_mode != "1d" or plan.overlap_chunks > 1 or plan.tp_comm_overlap:
         raise ConfigError(f"tp={plan.tp}: a traced module's Linear pairs split one way (tp_mode='1d') with their "
                           "all-reduces whole (overlap_chunks = 1, tp_comm_overlap = false)")
-    if plan.pp > 1 or (plan.dp > 1 and (plan.sharding != "none" or not plan.dp_sync.is_allreduce)):
-        raise ConfigError(f"tp={plan.tp} with pp={plan.pp}, sharding={plan.sharding!r} and "
-                          f"dp_sync={plan.dp_sync.spec}: a traced module's tensor parallelism runs beside DDP's "
-                          "all-reduce of unsharded replicas only (pp = 1, sharding = 'none', dp_sync = 'allreduce')")
+    if plan.dp > 1 and (plan.sharding != "none" or not plan.dp_sync.is_allreduce):
+        raise ConfigError(f"tp={plan.tp} with sharding={plan.sharding!r} and dp_sync={plan.dp_sync.spec}: a traced "
+                          "module's tensor parallelism runs beside the all-reduce of unsharded replicas only "
+                          "(sharding = 'none', dp_sync = 'allreduce')")
 
 
 def tp_possible(work: TracedWorkload, gpus: int) -> list[int]:

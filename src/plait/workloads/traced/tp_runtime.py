@@ -4,7 +4,8 @@
   ``tp`` apart (Megatron-LM's order, Narayanan et al., SC 2021, Sec. 3.3), as the cost model places them
   (:mod:`plait.workloads.traced.tensor_parallel`).
 - **Split.** Each pair (:mod:`plait.workloads.traced.pairs`) by ``parallelize_module``: the first Linear (and its
-  gates) ``ColwiseParallel``, the second ``RowwiseParallel`` (Shoeybi et al. 2019, Sec. 3, Fig. 3a).
+  gates) ``ColwiseParallel``, the second ``RowwiseParallel`` (Shoeybi et al. 2019, Sec. 3, Fig. 3a); a pipeline
+  stage's pairs likewise (:func:`split_stage_pairs`).
 - **Replicas.** With ``dp > 1``, PyTorch's TP + DDP composition: ``_pre_dp_module_transform`` turns the DTensor
   parameters into local ones for DDP's buckets (torch/distributed/tensor/parallel/ddp.py), then
   ``DistributedDataParallel`` over the ``dp`` group; its comm hook is DDP's own ``allreduce_hook``
@@ -69,20 +70,44 @@ def mesh_of(tp: int, dp: int) -> Any:
     return init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
 
 
-def split_pairs(model: nn.Module, units: list[str], tp_mesh: Any) -> nn.Module:
-    """``model`` with each Linear pair of its units split over ``tp_mesh`` (module docstring)."""
+def split_pairs(model: nn.Module, units: list[str], tp_mesh: Any, pairs: list[Any] | None = None) -> nn.Module:
+    """``model`` with each Linear pair of its units (``pairs``: :func:`plait.workloads.traced.pairs.find_pairs`'s,
+    found here when not given) split over ``tp_mesh`` (module docstring)."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     from plait.workloads.traced.pairs import find_pairs
 
-    pairs, why = find_pairs(model, units)
-    if not pairs:
-        raise ValueError(f"tp={tp_mesh.size()}: {why}")
+    if pairs is None:
+        pairs, why = find_pairs(model, units)
+        if not pairs:
+            raise ValueError(f"tp={tp_mesh.size()}: {why}")
     styles: dict[str, Any] = {}
     for _, first, second, _, _, gates in pairs:
         styles[first], styles[second] = ColwiseParallel(), RowwiseParallel()
         styles.update({gate: ColwiseParallel() for gate in gates})
     return parallelize_module(model, tp_mesh, styles)  # type: ignore[no-any-return]
+
+
+def split_stage_pairs(stage: nn.Module, model: nn.Module, units: list[str], tp_mesh: Any) -> nn.Module:
+    """A pipeline stage (``torch.distributed.pipelining``'s tracer) with the pairs of its ``units`` split over
+    ``tp_mesh``; the pairs are read from the whole ``model``'s units (the stage's are traced graphs). The tracer's
+    stage holds each Linear as an ``InterpreterModule`` running ``aten.linear`` on the same weight and bias, which
+    ``parallelize_module``'s styles refuse (they take ``nn.Linear``): each pair's Linears become ``nn.Linear`` over
+    those same parameters first, which computes the same."""
+    from plait.workloads.traced.pairs import find_pairs
+
+    pairs, why = find_pairs(model, units)
+    if not pairs:
+        raise ValueError(f"tp={tp_mesh.size()}: {why}")
+    for _, first, second, _, _, gates in pairs:
+        for path in (first, second, *gates):
+            parent_path, _, name = path.rpartition(".")
+            parent, traced = stage.get_submodule(parent_path), stage.get_submodule(path)
+            linear = nn.Linear(traced.weight.shape[1], traced.weight.shape[0], bias=traced.bias is not None,
+                               device="meta")
+            linear.weight, linear.bias = traced.weight, traced.bias
+            parent.register_module(name, linear)
+    return split_pairs(stage, units, tp_mesh, pairs)
 
 
 def replicate(model: nn.Module, dp_mesh: Any, counts: Counts) -> nn.Module:
