@@ -106,7 +106,7 @@ def test_ddp_buckets_expose_only_what_follows_the_backward() -> None:
     the first's after 2 s: the first bucket's all-reduce hides behind the second unit's backward, the last one is
     exposed whole (Li et al. 2020, Sec. 3.2.3)."""
     from plait.cost.links import collective_s
-    from plait.workloads.traced.cost import _ddp_buckets_s
+    from plait.workloads.traced.dataparallel import ddp_buckets_s
     from plait.workloads.traced.model import TracedWorkload, Unit
 
     elements = 10 * 2**20
@@ -117,7 +117,7 @@ def test_ddp_buckets_expose_only_what_follows_the_backward() -> None:
     one = float(collective_s(cluster, "all_reduce", 8, 1, 4.0 * elements))
     assert one < 1.0
     seconds = [(0.0, 0.0), (0.0, 1.0), (0.0, 1.0), (0.0, 0.0)]
-    assert _ddp_buckets_s(cluster, plan, work, [0, 1, 2, 3], seconds, 4.0) == pytest.approx(one)
+    assert ddp_buckets_s(cluster, plan, work, [0, 1, 2, 3], seconds, 4.0) == pytest.approx(one)
 
 
 def _cli_json(argv: list[str]) -> dict[str, object]:

@@ -51,7 +51,9 @@ def _worker(tmp_path: Path, name: str, ranks: int, *extra: str) -> dict[str, obj
                                       "--recompute-units", "-1")),
     ("pp-ddp", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-replicate", "2")),
     ("pp-zero3", 4, "adamw", ("--pp", "2", "--stage-starts", "3", "--dp-shard", "2", "--sharding", "zero3")),
-    ("tp", 2, "adamw", (*MLP, "--tp", "2")),  # ColwiseParallel / RowwiseParallel on small_mlp's Linear pairs
+    # ColwiseParallel / RowwiseParallel on small_mlp's Linear pairs, in each of 2 pipeline stages (tp alone and
+    # beside DDP: test_tp2_by_dp2_equals_one_process_and_hands_the_predicted_bytes)
+    ("tp-pp", 4, "adamw", (*MLP, "--tp", "2", "--pp", "2", "--stage-starts", "3")),
 ], ids=lambda layout: f"{layout[0]}-{layout[2]}")
 def test_each_layout_equals_one_process(tmp_path: Path, layout: tuple[str, int, str, tuple[str, ...]]) -> None:
     name, ranks, optimizer, extra = layout
@@ -64,6 +66,27 @@ def test_each_layout_equals_one_process(tmp_path: Path, layout: tuple[str, int, 
     # the weights moved: the comparison is not of two untrained models
     untrained = _worker(tmp_path, "untrained", 1, "--optimizer", optimizer, *model, "--steps", "0")
     assert abs(run["parameter_sum"] - untrained["parameter_sum"]) > 1e-3  # type: ignore[operator]
+
+
+@pytest.mark.slow
+def test_tp2_by_dp2_equals_one_process_and_hands_the_predicted_bytes(tmp_path: Path) -> None:
+    """small_mlp's pairs split over 2 adjacent ranks, 2 such groups under DDP (4 ranks): the same losses and weights
+    as one process, and each step rank 0 hands its TP all-reduces and DDP's buckets the bytes the cost model
+    predicts (:func:`plait.workloads.traced.cost.collective_bytes_per_step`)."""
+    from plait.plan.plan import Plan
+    from plait.workloads.traced.cost import collective_bytes_per_step
+    from plait.workloads.traced.tracing import trace
+
+    reference = _worker(tmp_path, "reference", 1, *MLP, "--steps", "2")  # 4 ranks on 2 cores: few steps
+    run = _worker(tmp_path, "tp2-dp2", 4, *MLP, "--tp", "2", "--dp-replicate", "2", "--steps", "2")
+    assert run["ranks"] == 4
+    assert run["losses"] == pytest.approx(reference["losses"], rel=1e-5, abs=1e-6)
+    assert run["parameter_sum"] == pytest.approx(reference["parameter_sum"], rel=1e-5)
+    untrained = _worker(tmp_path, "untrained", 1, *MLP, "--steps", "0")
+    assert abs(run["parameter_sum"] - untrained["parameter_sum"]) > 1e-3  # type: ignore[operator]
+    plan = Plan(tp=2, sp=False, dp_replicate=2, micro_batch=2, global_batch=8, precision="fp32")
+    tp_bytes, dp_bytes = collective_bytes_per_step(trace(MLP[1], (64,), None, "float32"), plan)
+    assert run["tp_bytes_per_step"] == [tp_bytes] * 2 and run["dp_bytes_per_step"] == [dp_bytes] * 2
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Tensor parallelism of a traced module's Linear pairs (:mod:`plait.workloads.traced.pairs`,
 :mod:`plait.workloads.traced.tensor_parallel`): which pairs are found, what tp costs and saves (hand-computed on
-``small_mlp``: four blocks of Linear(32, 128), GELU, Linear(128, 32)), what is refused, and what the planner
-searches. Parity with one process on 2 gloo ranks: ``tests/test_traced_run.py`` (case ``tp``)."""
+``small_mlp``: four blocks of Linear(32, 128), GELU, Linear(128, 32)), alone and beside DDP (``tp x dp``), what is
+refused, and what the planner searches. Parity with one process on 2 gloo ranks (tp) and 4 (tp2 x dp2), with the
+bytes counted: ``tests/test_traced_run.py``."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def test_each_rank_runs_half_of_the_pairs_gemms(mlp) -> None:  # type: ignore[no
 
 @pytest.mark.parametrize(("factory", "tp", "knobs", "message"), [
     (MLP, 3, {}, "tp=3 must divide the split dimension 128 of the Linear pair 1.fc1 -> 1.fc2"),
-    (MLP, 2, {"dp_replicate": 2}, "tensor parallelism is costed and run alone so far"),
+    (MLP, 2, {"dp_shard": 2, "sharding": "zero3"}, "runs beside the all-reduce of unsharded replicas only"),
     (MLP, 2, {"overlap_chunks": 2}, "split one way"),
     ("plait.workload.zoo:small_cnn", 2, {}, "has no Linear pair to split"),
 ])
@@ -117,7 +118,7 @@ def test_the_planner_searches_tp_where_pairs_exist_and_says_why_not(mlp) -> None
     found = search_traced(mlp, cluster, 2, 64, (ALLREDUCE,), engine)
     assert "tp=2 searched over 4 Linear pair(s)" in found.tp_note
     assert any(e.plan.tp == 2 for e in found.ranked)
-    assert "does not divide" in search_traced(mlp, cluster, 3, 63, (ALLREDUCE,), engine).tp_note
+    assert "no divisor of 3 GPUs above 1 divides" in search_traced(mlp, cluster, 3, 63, (ALLREDUCE,), engine).tp_note
     cnn = trace("plait.workload.zoo:small_cnn", (3, 16, 16), None, "bfloat16")
     assert "not searched: no Linear" in search_traced(cnn, cluster, 2, 8, (ALLREDUCE,), engine).tp_note
 
@@ -138,13 +139,57 @@ def test_plait_plan_of_the_mlp_says_tp_was_searched() -> None:
     assert any(plan["plan"]["tp"] == 2 for plan in found["top"])
 
 
-def test_the_example_tp_plan_starts_two_ranks() -> None:
-    """``examples/small-mlp-tp2-plan.toml`` (tp = 2 alone) is accepted by ``plait run`` (dry run: no ranks)."""
+@pytest.mark.parametrize(("name", "shown"), [("small-mlp-tp2-plan.toml", "tp2 dp1 mb2 gb8 bf16 on 2 CPU ranks"),
+                                             ("small-mlp-tp2-dp2-plan.toml", "tp2 dp2 mb2 gb8 fp32 on 4 CPU ranks")])
+def test_the_example_tp_plans_start_their_ranks(name: str, shown: str) -> None:
+    """``examples/small-mlp-tp2-plan.toml`` (tp = 2 alone) and ``small-mlp-tp2-dp2-plan.toml`` (beside 2 DDP
+    replicas) are accepted by ``plait run`` (dry run: no ranks)."""
     from pathlib import Path
 
     from tests.inprocess import cli
 
-    plan = Path(__file__).resolve().parents[1] / "examples" / "small-mlp-tp2-plan.toml"
+    plan = Path(__file__).resolve().parents[1] / "examples" / name
     code, out, err = cli(["run", "--plan", str(plan), "--dry-run"])
     assert code == 0, err
-    assert "tp2 dp1 mb2 gb8" in out and "on 2 CPU ranks (gloo)" in out
+    assert shown in out
+
+
+def test_tp_by_dp_reduces_each_ranks_shard_over_ranks_tp_apart() -> None:
+    """tp8 x dp2 on two 8-GPU nodes: each rank's DDP all-reduces its gradients, by hand the 35,818 parameters less
+    7/8 of the four pairs' 8,320 split ones: 35,818 - 4 x 8,320 x 7/8 = 6,698 fp32 values, over the 2 ranks 8 apart (one in each node: the
+    InfiniBand tier, not NVLink); one bucket (under 25 MB) ready as the stem's backward ends, so all of it exposed.
+    The pairs hand 2 all-reduces of 32 fp32 features per example each per micro-batch to the TP group."""
+    from plait.cost.links import collective_s
+    from plait.predict.intervals import step_interval_s
+    from plait.workloads.traced.cost import collective_bytes_per_step
+
+    work, cluster = trace(MLP, None, None, "float32"), get_cluster("dgx-h100-ib")
+    plan = Plan(tp=8, sp=False, dp_replicate=2, micro_batch=4, global_batch=16, precision="fp32", optimizer="adamw")
+    shard = 35_818 - 4 * 8_320 * 7 // 8
+    assert collective_bytes_per_step(work, plan) == (2 * 4 * 2 * 32 * 4 * 4, 4 * shard)  # 2 micro-batches
+    est = estimate_traced(work, cluster, plan, get_engine("plait"), step_interval_s)
+    across = float(collective_s(cluster, "all_reduce", 2, 8, 4.0 * shard))
+    assert est.time.dp_comm_s == pytest.approx(across)
+    assert across > float(collective_s(cluster, "all_reduce", 2, 1, 4.0 * shard))  # NVLink would be faster
+
+
+def test_tp_by_pp_sends_each_stages_output_to_the_rank_tp_x_dp_apart() -> None:
+    """tp8 x pp2 on two 8-GPU nodes: the stages are 8 ranks apart (one per node), so each micro-batch's cut
+    activation, 32 fp32 features per example, crosses InfiniBand forward and its gradient back."""
+    from plait.cost.links import collective_s
+    from plait.predict.intervals import step_interval_s
+
+    work, cluster = trace(MLP, None, None, "float32"), get_cluster("dgx-h100-ib")
+    plan = Plan(tp=8, sp=False, pp=2, micro_batch=4, global_batch=16, precision="fp32", optimizer="adamw")
+    est = estimate_traced(work, cluster, plan, get_engine("plait"), step_interval_s)
+    once = float(collective_s(cluster, "p2p", 2, 8, 32 * 4 * 4.0))
+    assert est.time.pp_p2p_s == pytest.approx(2 * 4 * once)  # 4 micro-batches, there and back
+    assert once > float(collective_s(cluster, "p2p", 2, 1, 32 * 4 * 4.0))
+
+
+def test_the_planner_searches_tp_by_pp_by_dp(mlp) -> None:  # type: ignore[no-untyped-def]
+    """On 4 GPUs both degrees that divide 128 and 4 are searched, tp = 2 beside 2 DDP replicas or 2 stages."""
+    found = search_traced(mlp, get_cluster("dgx-h100-ib"), 4, 64, (ALLREDUCE,), get_engine("plait"))
+    assert "tp=2,4 searched over 4 Linear pair(s)" in found.tp_note
+    assert {(e.plan.tp, e.plan.pp, e.plan.dp) for e in found.ranked if e.plan.tp > 1} == {(2, 1, 2), (2, 2, 1),
+                                                                                           (4, 1, 1)}

@@ -157,7 +157,7 @@ class TracedConfig:
     pp: int = 1
     """pipeline stages"""
     tp: int = 1
-    """tensor-parallel ranks over the units' Linear pairs (column- then row-parallel; alone: dp = pp = 1)"""
+    """tensor-parallel ranks over the units' Linear pairs (column- then row-parallel; with unsharded replicas)"""
     stage_starts: tuple[int, ...] = field(default=(), metadata={"form": COMMA})
     """with pp > 1: the index of the traced unit each stage after the first begins at, e.g. 3"""
     schedule: Literal["1f1b", "gpipe"] = "1f1b"

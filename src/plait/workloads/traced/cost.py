@@ -12,15 +12,11 @@ The same physics as the transformer path, read from the trace instead of closed 
   last) minimising the slowest stage's forward and backward (the linear-partition dynamic programme); 1F1B or
   GPipe time and in-flight micro-batches as :mod:`plait.cost.pipeline`; each micro-batch sends the cut unit's
   output forward and its gradient back.
-- **Data parallelism.** Unsharded replicas reduce gradients in DDP's buckets (``bucket_cap_mb``, 25 MB by
-  default) filled in the order the trace saw gradients complete; a bucket's all-reduce starts when its last
-  gradient is ready and after the previous bucket's, and what ends after the last micro-batch's backward is exposed
-  (Li et al., "PyTorch Distributed", VLDB 2020, Sec. 3.2.3 and 4.2). ZeRO-1/2 reduce-scatter and all-gather once per
-  step, ZeRO-3 gathers each unit's parameters before its forward and its backward and reduce-scatters its gradients
-  after it, one unit ahead (Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 3.3); other ``dp_sync`` methods are costed
-  on the traced parameter tensors by :func:`plait.cost.sync.method_costs`.
-- **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone so far): their GEMMs, weights and
-  state split, two all-reduces per pair and micro-batch (:mod:`plait.workloads.traced.tensor_parallel`).
+- **Data parallelism.** DDP's buckets, ZeRO's collectives and FSDP2's hooks, or the ``dp_sync`` method's cost, as
+  :mod:`plait.workloads.traced.dataparallel` times them.
+- **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone or beside data parallelism and pipeline
+  stages, the replicas unsharded): their GEMMs, weights and state split, two all-reduces per pair and micro-batch
+  (:mod:`plait.workloads.traced.tensor_parallel`).
 - **Memory.** Model states as :mod:`plait.cost.memory` (ZeRO, Rajbhandari et al. 2020); activations are the
   units' saved bytes times the micro-batches in flight; full recomputation keeps each recomputed unit's input and
   one unit's activations while it is recomputed.
@@ -28,18 +24,16 @@ The same physics as the transformer path, read from the trace instead of closed 
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
-from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, optimizer_step_s
+from plait.cost.dataparallel import optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
 from plait.cost.host import EagerOptimizer, eager_optimizer_s, exposed_host_s
 from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.pipeline import inflight_micro_batches, pipeline_time_s
-from plait.cost.sync import method_costs
 from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
@@ -49,12 +43,11 @@ from plait.plan.convergence import averaging_replicas, convergence
 from plait.plan.ops import SCALAR
 from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import GIB
+from plait.workloads.traced.dataparallel import ddp_bytes, dp_comm_s, fsdp_exposed_s, fsdp_hooks_s
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
-from plait.workloads.traced.tensor_parallel import check_tp, params_per_rank, split_unit, tp_comm_s
+from plait.workloads.traced.tensor_parallel import check_tp, pair_bytes, params_per_rank, split_unit, tp_comm_s
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-DDP_BUCKET_MB = 25.0
-"""PyTorch DDP's default ``bucket_cap_mb`` (torch/nn/parallel/distributed.py), where the engine states none."""
 FLOP_CONVENTION = ("traced: PyTorch FlopCounterMode formulas for every forward and backward operator (hardware FLOPs: "
                    "flash attention's backward counts its recomputed scores)")
 
@@ -244,15 +237,15 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     group = stages[slow]
     params = {"dense": params_per_rank(work, group, plan.tp), "expert": 0.0, "norms": 0.0}
     named = [p for i in group for p in work.units[i].params]
-    fsdp = m * (_fsdp_exposed_s(cluster, plan, work, group, seconds, grad_bytes)
-                + _fsdp_hooks_s(cluster, plan, work, group, recomputed))
+    fsdp = m * (fsdp_exposed_s(cluster, plan, work, group, seconds, grad_bytes)
+               + fsdp_hooks_s(cluster, plan, work, group, recomputed))
     last_backward = passes[slow][1] + passes[slow][2]
-    dp_comm, extra = _dp_comm_s(cluster, plan, cols, work, group, seconds, params, named, grad_bytes,
-                                last_backward, passes[slow][0], busy)
+    dp_comm, extra = dp_comm_s(cluster, plan, cols, work, group, seconds, params, named, grad_bytes,
+                               last_backward, passes[slow][0], busy)
     p2p = 0.0
     if plan.pp > 1:  # the largest cut's activation, forward and back, per micro-batch
         sent = max(work.units[g[-1]].output_bytes_per_example * b for g in stages[:-1])
-        p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp, sent))
+        p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp * plan.tp, sent))  # stages tp x dp apart
     optimizer_s = float(optimizer_step_s(cluster, cols, params, grad_bytes))
     if eager_optimizer is not None:
         optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster)
@@ -288,89 +281,26 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         warnings=warnings, sample_unit="samples", flop_convention=FLOP_CONVENTION, power=cluster.power)
 
 
+def collective_bytes_per_step(work: TracedWorkload, plan: Plan) -> tuple[float, float]:
+    """(TP, DP) bytes one rank hands to its collectives per step for an unsharded, unpipelined plan (``pp = 1``,
+    ``sharding = "none"``, the all-reduce): its pairs' all-reduces over the micro-batches
+    (:func:`plait.workloads.traced.tensor_parallel.pair_bytes`) and DDP's buckets of its gradients
+    (:func:`plait.workloads.traced.dataparallel.ddp_bytes`) -- what :mod:`plait.workloads.traced.tp_runtime`
+    counts."""
+    assert plan.pp == 1 and plan.sharding == "none" and plan.dp_sync.is_allreduce, plan.describe()
+    group = list(range(len(work.units)))
+    recomputed = [plan.recompute == "full" and 0 < i < len(work.units) - 1 for i in group]
+    grad_bytes = 2.0 if plan.grad_reduce_dtype == "bf16" else 4.0
+    return (plan.num_micro_batches * sum(pair_bytes(work, plan, group, recomputed)),
+            ddp_bytes(work, plan, group, grad_bytes))
+
+
 def _fullest_stage(work: TracedWorkload, plan: Plan, cols: PlanColumns, stages: list[list[int]]) -> int:
     """The stage whose activations in flight weigh most (1F1B holds ``pp - s`` micro-batches on stage ``s``)."""
     def held(s: int) -> float:
         saved = sum(work.units[i].saved_bytes(plan.micro_batch) for i in stages[s])
         return float(inflight_micro_batches(cols, s)) * saved
     return max(range(len(stages)), key=held)
-
-
-def _fsdp_hooks_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int], recomputed: list[bool]) -> float:
-    """FSDP2's host work per micro-batch on a stage, in line with its compute: the hooks around each wrapped
-    module's forward and backward, the stage's root included (the repeated units and the root are what
-    ``fully_shard`` wraps: :mod:`plait.workloads.traced.worker`), at the accelerator's ``host_fsdp_layer_fwd_us`` and
-    ``host_fsdp_layer_bwd_us`` per module, as :func:`plait.cost.batch` charges a transformer layer; a recomputed unit
-    runs its forward hooks again."""
-    if plan.sharding not in ("zero2", "zero3") or plan.dp <= 1:
-        return 0.0
-    eff = cluster.accelerator.efficiency
-    units = [i for i in group if 0 < i < len(work.units) - 1]
-    forward_s, backward_s = eff.host_fsdp_layer_fwd_us.value * 1e-6, eff.host_fsdp_layer_bwd_us.value * 1e-6
-    return (len(units) + 1) * (forward_s + backward_s) + sum(recomputed[i] for i in units) * forward_s
-
-
-def _fsdp_exposed_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int],
-                    seconds: list[tuple[float, float]], grad_bytes: float) -> float:
-    """ZeRO-3 seconds on the critical path per micro-batch: each unit's gather hidden behind the previous unit's
-    compute, its reduce-scatter behind the next (module docstring)."""
-    if plan.sharding != "zero3" or plan.dp_shard <= 1:
-        return 0.0
-    exposed = 0.0
-    for i in group:
-        count = work.units[i].num_params
-        gather = float(collective_s(cluster, "all_gather", plan.dp_shard, 1, float(param_bytes(PlanColumns.one(plan))) * count))
-        reduce = float(collective_s(cluster, "reduce_scatter", plan.dp_shard, 1, grad_bytes * count))
-        exposed += max(0.0, gather - seconds[i][0]) + max(0.0, gather + reduce - seconds[i][1])
-    return exposed
-
-
-def _dp_comm_s(cluster: Cluster, plan: Plan, cols: PlanColumns, work: TracedWorkload, group: list[int],
-               seconds: list[tuple[float, float]], params: dict[str, float], named: list[tuple[str, tuple[int, ...]]],
-               grad_bytes: float, last_backward: float, first_forward: float, busy: float) -> tuple[float, float]:
-    """(exposed data-parallel seconds per step, extra memory bytes of the synchronization method)."""
-    if plan.dp <= 1:
-        return 0.0, 0.0
-    reduce, gather = (float(x) for x in gradient_sync_s(cluster, cols, params, grad_bytes))
-    shown = extra = 0.0
-    if not plan.dp_sync.is_allreduce:
-        sync = plan.dp_sync
-        over, shown, extra = (float(x) for x in method_costs(None, cluster, sync, cols, params, 0, busy, named))
-        if sync.pipelined:
-            reduce = 0.0
-        elif not sync.infrequent:
-            reduce = over
-    elif plan.sharding == "none":
-        return _ddp_buckets_s(cluster, plan, work, group, seconds, grad_bytes), 0.0
-    exposed = float(exposed_sync_s(cols, reduce, gather, last_backward, first_forward, len(group)))
-    return exposed + shown, extra
-
-
-def _ddp_buckets_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int],
-                   seconds: list[tuple[float, float]], grad_bytes: float) -> float:
-    """Seconds DDP's bucketed all-reduce runs past the last backward (module docstring): gradients ready as their
-    unit's backward ends (units run backward last to first), buckets of ``bucket_cap_mb`` in the traced order."""
-    held = {name: (i, math.prod(shape)) for i in group for name, shape in work.units[i].params}
-    done, clock = {}, 0.0
-    for i in reversed(group):
-        clock += seconds[i][1]
-        done[i] = clock
-    cap = DDP_BUCKET_MB * 2**20
-    buckets: list[tuple[float, float]] = []  # (ready, bytes)
-    filled = ready = 0.0
-    for name in (n for n in work.grad_order if n in held):
-        unit, count = held[name]
-        filled += grad_bytes * count
-        ready = max(ready, done[unit])
-        if filled >= cap:
-            buckets.append((ready, filled))
-            filled = 0.0
-    if filled:
-        buckets.append((ready, filled))
-    end = 0.0
-    for ready_s, size in buckets:
-        end = max(end, ready_s) + float(collective_s(cluster, "all_reduce", plan.dp, 1, size))
-    return max(0.0, end - clock)
 
 
 def _memory(work: TracedWorkload, cluster: Cluster, plan: Plan, cols: PlanColumns, stages: list[list[int]],

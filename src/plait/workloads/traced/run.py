@@ -4,8 +4,9 @@ machine's ranks by :mod:`plait.workloads.traced.worker`, printed beside plait's 
 
 What the worker runs (DDP, ZeRO-1, FSDP2's ZeRO-2/3 and HSDP, full recomputation of the repeated units, pipeline
 stages cut where the cost model cut them under GPipe or 1F1B, ``dp_sync`` methods over whole replicas, tensor
-parallelism of the units' Linear pairs alone) covers the
-traced planner's plans; a method with server ranks, or one over pipeline replicas, is refused before a rank starts.
+parallelism of the units' Linear pairs alone, under DDP or in pipeline stages, without stages with each step's TP
+and DP bytes printed beside the cost model's) covers the traced planner's plans; a method with server ranks, or one
+over pipeline replicas, is refused before a rank starts.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from plait.run.workload_configs import TracedConfig
 from plait.terminal import rich_console, titled_table
 from plait.units import format_bytes
 from plait.workloads import Options, Workload
-from plait.workloads.traced.cost import check_traced_plan, plan_stages
+from plait.workloads.traced.cost import check_traced_plan, collective_bytes_per_step, plan_stages
 from plait.workloads.traced.predict import predict_traced
 from plait.workloads.traced.tracing import storage_dtype, trace
 
@@ -96,6 +97,12 @@ def run_traced_plan(workload: Workload, options: Options) -> None:
                   f"{predicted.step_time_s:.4f}")
     table.add_row("peak memory", format_bytes(measured["peak_memory_bytes"]),
                   format_bytes(predicted.memory.total_bytes))
+    if plan.tp > 1 and plan.pp == 1:  # what rank 0 handed to its TP and DDP collectives per step, and the model's
+        ran = work if bf16 == (work.dtype != "float32") else trace(
+            job.model, job.input_shape or None, job.input_dtype or None, "bfloat16" if bf16 else "float32")
+        for label, key, bytes_ in zip(("TP all-reduce bytes/step", "DP all-reduce bytes/step"),
+                                      ("tp_bytes_per_step", "dp_bytes_per_step"), collective_bytes_per_step(ran, plan)):
+            table.add_row(label, f"{statistics.median(measured[key]):,.0f}", f"{bytes_:,.0f}")
     table.add_row("final loss", f"{measured['losses'][-1]:.4f}", "")
     console.print(table)
     if not cluster.source.startswith("measured by plait calibrate"):

@@ -3,8 +3,9 @@
 Every candidate of the space is estimated by :func:`plait.workloads.traced.cost.estimate_traced` (about a millisecond
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
-for; and tensor parallelism over every GPU where the repeated units hold Linear pairs whose split dimension it
-divides (:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit
+for; and tensor parallelism where the repeated units hold Linear pairs: every ``tp`` dividing the GPUs and the pairs'
+split dimensions, the other GPUs pipeline stages and unsharded replicas (``tp x pp x dp``;
+:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit
 in memory (with the margin) or that the rules refuse are counted by reason; the rest are ranked by step time
 over the method's steps multiplier, as the transformer search ranks them.
 """
@@ -60,24 +61,32 @@ def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs
                                           dp_shard=1 if sharding == "none" else dp, sharding=sharding,
                                           micro_batch=mb, global_batch=global_batch, recompute=recompute,
                                           precision=precision, dp_sync=sync, optimizer="adamw"))
-    for tp in tp_possible(work, gpus):  # tp alone: one replica of every GPU
-        micro = [m for m in (2**i for i in range(global_batch.bit_length())) if global_batch % m == 0]
-        plans += [Plan(tp=tp, sp=False, micro_batch=mb, global_batch=global_batch, recompute=recompute,
-                       precision=precision, optimizer="adamw") for mb in micro for recompute in RECOMPUTE]
+    for tp in tp_possible(work, gpus):  # tp x pp x dp, unsharded replicas (dp = pp = 1: tp alone)
+        for pp in (p for p in range(1, min(gpus // tp, blocks) + 1) if gpus // tp % p == 0):
+            dp = gpus // tp // pp
+            if global_batch % dp:
+                continue
+            per_replica = global_batch // dp
+            micro = [m for m in (2**i for i in range(per_replica.bit_length())) if per_replica % m == 0]
+            plans += [Plan(tp=tp, sp=False, pp=pp, dp_replicate=dp, micro_batch=mb, global_batch=global_batch,
+                           recompute=recompute, precision=precision, optimizer="adamw")
+                      for mb in micro for recompute in RECOMPUTE]
     return plans
 
 
 def tp_note(work: TracedWorkload, gpus: int) -> str:
     """One line: the tensor-parallel degrees searched, or why none."""
-    if tp_possible(work, gpus):
-        return (f"tensor parallelism: tp={gpus} searched over {len(work.pairs)} Linear pair(s) "
-                f"(split dimensions {sorted({p.hidden for p in work.pairs})})")
+    degrees = tp_possible(work, gpus)
+    if degrees:
+        return (f"tensor parallelism: tp={','.join(map(str, degrees))} searched over {len(work.pairs)} Linear "
+                f"pair(s) (split dimensions {sorted({p.hidden for p in work.pairs})}), pp x dp = {gpus} GPUs / tp "
+                "pipeline stages and DDP replicas beside")
     if not work.pairs:
         return f"tensor parallelism not searched: {work.no_pairs_reason}"
     if gpus == 1:
         return "tensor parallelism not searched: one GPU"
-    return (f"tensor parallelism not searched: tp={gpus} (it runs alone, over every GPU) does not divide the "
-            f"split dimensions {sorted({p.hidden for p in work.pairs})}")
+    return (f"tensor parallelism not searched: no divisor of {gpus} GPUs above 1 divides the split dimensions "
+            f"{sorted({p.hidden for p in work.pairs})}")
 
 
 def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batch: int, dp_syncs: tuple[SyncMethod, ...],

@@ -14,13 +14,19 @@ a pair is split by columns and the second by rows, so
 - **memory**: both weights and the first's bias are ``1/tp`` per rank, with their gradients and optimizer state;
   saved activations are charged whole (the trace does not attribute saved tensors to modules: an upper bound).
 
-So far a traced plan takes ``tp`` alone (``dp = pp = 1``): the data-parallel and pipeline costs of
-:mod:`plait.workloads.traced.cost` assume their groups' ranks are adjacent, and the runtime composes
-``parallelize_module`` with neither DDP nor pipelining yet (:mod:`plait.workloads.traced.worker`).
+Beside data parallelism (``tp x dp``, Narayanan et al., SC 2021, Sec. 2.3 and 3.3): the ``tp`` ranks of a TP group
+are adjacent and ``dp`` groups of them each train a replica on ``1/dp`` of the batch, DDP all-reducing each rank's
+gradients (its shard of the pairs' weights, the rest whole) over the ``dp`` ranks that hold the same shard, ``tp``
+ranks apart (:mod:`plait.workloads.traced.dataparallel`); beside pipeline stages (``pp``, ``tp x dp`` ranks apart)
+each stage's pairs split over its TP group. The replicas are unsharded with the all-reduce (``sharding = "none"``,
+``dp_sync = "allreduce"``): the runtime splits the module (or each pipeline stage) under DDP or the stage's
+gradient averaging (:mod:`plait.workloads.traced.tp_runtime`), not under FSDP2.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from plait.cost.links import collective_s
@@ -32,7 +38,7 @@ from plait.workloads.traced.model import TracedWorkload, Unit
 
 def check_tp(work: TracedWorkload, plan: Plan) -> None:
     """One-line refusals of ``plan.tp`` on ``work`` (module docstring): pairs must exist, ``tp`` must divide every
-    pair's split dimension, and ``tp`` runs alone."""
+    pair's split dimension, and ``tp`` runs alone or beside DDP's replicas."""
     if plan.tp == 1:
         return
     if not work.pairs:
@@ -44,17 +50,18 @@ def check_tp(work: TracedWorkload, plan: Plan) -> None:
     if plan.tp_mode != "1d" or plan.overlap_chunks > 1 or plan.tp_comm_overlap:
         raise ConfigError(f"tp={plan.tp}: a traced module's Linear pairs split one way (tp_mode='1d') with their "
                           "all-reduces whole (overlap_chunks = 1, tp_comm_overlap = false)")
-    if plan.dp > 1 or plan.pp > 1:
-        raise ConfigError(f"tp={plan.tp} with dp={plan.dp} and pp={plan.pp}: a traced module's tensor parallelism "
-                          "is costed and run alone so far (dp = pp = 1)")
+    if plan.dp > 1 and (plan.sharding != "none" or not plan.dp_sync.is_allreduce):
+        raise ConfigError(f"tp={plan.tp} with sharding={plan.sharding!r} and dp_sync={plan.dp_sync.spec}: a traced "
+                          "module's tensor parallelism runs beside the all-reduce of unsharded replicas only "
+                          "(sharding = 'none', dp_sync = 'allreduce')")
 
 
 def tp_possible(work: TracedWorkload, gpus: int) -> list[int]:
-    """The ``tp`` degrees above 1 the planner tries on ``gpus`` GPUs: every GPU (tp runs alone), where that divides
-    every pair's split dimension."""
-    if gpus > 1 and work.pairs and all(p.hidden % gpus == 0 for p in work.pairs):
-        return [gpus]
-    return []
+    """The ``tp`` degrees above 1 the planner tries on ``gpus`` GPUs: the divisors of ``gpus`` that divide every
+    pair's split dimension (the rest of the GPUs are data-parallel replicas)."""
+    if not work.pairs:
+        return []
+    return [t for t in range(2, gpus + 1) if gpus % t == 0 and all(p.hidden % t == 0 for p in work.pairs)]
 
 
 def split_unit(unit: Unit, tp: int) -> Unit:
@@ -67,16 +74,38 @@ def split_unit(unit: Unit, tp: int) -> Unit:
     return replace(unit, kernels=kernels)
 
 
-def tp_comm_s(cluster: Cluster, work: TracedWorkload, plan: Plan, group: list[int], recomputed: list[bool]) -> float:
-    """Seconds of one micro-batch's pair all-reduces on a stage holding the units ``group`` (module docstring)."""
+def pair_bytes(work: TracedWorkload, plan: Plan, group: list[int], recomputed: list[bool]) -> list[float]:
+    """The bytes of each all-reduce one micro-batch's pairs on a stage holding the units ``group`` hand to the TP
+    group, in order (module docstring): each pair's output forward, its input's gradient backward, and the forward
+    again where its unit is recomputed."""
     if plan.tp == 1:
-        return 0.0
+        return []
     held = set(group)
-    total = 0.0
+    sizes: list[float] = []
     for pair in (p for p in work.pairs if p.unit in held):
-        once = float(collective_s(cluster, "all_reduce", plan.tp, 1, pair.output_bytes_per_example * plan.micro_batch))
-        total += (3 if recomputed[pair.unit] else 2) * once
-    return total
+        sizes += [pair.output_bytes_per_example * plan.micro_batch] * (3 if recomputed[pair.unit] else 2)
+    return sizes
+
+
+def tp_comm_s(cluster: Cluster, work: TracedWorkload, plan: Plan, group: list[int], recomputed: list[bool]) -> float:
+    """Seconds of one micro-batch's pair all-reduces on a stage holding the units ``group`` (:func:`pair_bytes`), on
+    adjacent ranks (stride 1)."""
+    return sum(float(collective_s(cluster, "all_reduce", plan.tp, 1, size))
+               for size in pair_bytes(work, plan, group, recomputed))
+
+
+def rank_elements(work: TracedWorkload, tp: int) -> Callable[[str, tuple[int, ...]], float]:
+    """Elements of the parameter ``(name, shape)`` one rank of a TP group holds: ``1/tp`` of the pairs' weights and
+    of the first's and the gates' biases (:attr:`plait.workloads.traced.model.LinearPair.split_params`), the rest
+    whole."""
+    split = {f"{path}.{kind}" for p in work.pairs for path in (p.first, *p.gates) for kind in ("weight", "bias")}
+    split |= {f"{p.second}.weight" for p in work.pairs}
+
+    def elements(name: str, shape: tuple[int, ...]) -> float:
+        count = math.prod(shape)
+        return count / tp if tp > 1 and name in split else float(count)
+
+    return elements
 
 
 def params_per_rank(work: TracedWorkload, group: list[int], tp: int) -> float:

@@ -20,9 +20,11 @@ the run's seed on every rank; its repeated units are the ones the trace cut it i
   :func:`plait.workloads.traced.cost.split_stages`) by ``torch.distributed.pipelining``'s tracer (``pipeline`` with
   ``SplitPoint.BEGINNING``), each stage on its own ranks under PyTorch's GPipe or 1F1B schedule (gradients averaged
   over the micro-batches: ``scale_grads``), its data parallelism as above over the stage's data-parallel ranks;
-- ``tp > 1`` (alone): the units' Linear pairs (:mod:`plait.workloads.traced.pairs`) split by
-  ``torch.distributed.tensor.parallel.parallelize_module``, the first ``ColwiseParallel``, the second
-  ``RowwiseParallel`` (Megatron's MLP split, Shoeybi et al. 2019, Sec. 3); every rank runs the whole batch.
+- ``tp > 1``: the units' Linear pairs split over adjacent ranks, alone or under DDP over ``dp`` such groups
+  (``tp x dp``, unsharded replicas with the all-reduce), every rank of a TP group running its replica's rows
+  (:mod:`plait.workloads.traced.tp_runtime`), with the bytes each step hands to the TP and DDP collectives; with
+  ``pp > 1`` each stage's pairs split over its TP group (unsharded replicas averaging their gradients after the
+  schedule, as above).
 
 Each step draws the job's global batch from a generator seeded by the run's seed and the step (normal values for
 floating inputs; for integer inputs, ids below the smallest embedding table's size), each rank takes its rows and
@@ -49,6 +51,7 @@ from plait.run.config import read_config
 from plait.run.gloo_job import run_job
 from plait.run.train import resident_bytes
 from plait.run.workload_configs import TracedConfig
+from plait.workloads.traced import tp_runtime
 from plait.workloads.traced.tracing import choose_units, first_tensor, load_factory
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int64": torch.int64}
@@ -172,14 +175,19 @@ def train(config: TracedConfig) -> dict[str, Any]:
     if config.recompute_units and not pipelined:  # a pipeline's stages wrap theirs once cut (_pipeline)
         recompute(model, units, config.recompute_units)
     dp = config.dp_replicate * config.dp_shard if distributed else 1
-    tensor_parallel = distributed and config.tp > 1
+    tensor_parallel = distributed and config.tp > 1 and not pipelined  # tp x pp: the stages split their pairs
     mesh = _mesh(config) if distributed and not tensor_parallel else None
     dp_rank = _replicas(mesh).get_local_rank() if mesh is not None else 0
     rows = config.global_batch // dp
+    counts, counted, whole = tp_runtime.Counts(), [], {name: p.numel() for name, p in model.named_parameters()}
     if tensor_parallel:
-        if dp > 1 or config.pp > 1:
-            raise ValueError(f"tp={config.tp} runs alone (dp = pp = 1), not with dp={dp} and pp={config.pp}")
-        model = split_pairs(model, units, config.tp)
+        if dp > 1 and (config.sharding != "none" or config.dp_sync != "allreduce"):
+            raise ValueError(f"tp={config.tp} runs beside unsharded replicas only (sharding = none, allreduce)")
+        tp_mesh = tp_runtime.mesh_of(config.tp, dp)
+        dp_rank = tp_mesh["dp"].get_local_rank()
+        model = tp_runtime.split_pairs(model, units, tp_mesh["tp"])
+        model = tp_runtime.replicate(model, tp_mesh["dp"], counts) if dp > 1 else model
+        named = tp_runtime.parameters_of(model)
         optimizer = make_optimizer(model.parameters(), config)
     elif pipelined:
         schedule, stage_module, optimizer, last = _pipeline(model, config, units, mesh, bound)
@@ -203,39 +211,27 @@ def train(config: TracedConfig) -> dict[str, Any]:
             if dp > 1 and config.sharding not in ("zero2", "zero3"):
                 average_gradients(stage_module, mesh)
         else:
-            total = _step(model, batch.split(config.micro_batch), autocast)
+            with tp_runtime.counting(counts) if tensor_parallel else contextlib.nullcontext():
+                total = _step(model, batch.split(config.micro_batch), autocast)
+            counted.append(counts.take())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if distributed and not tensor_parallel:  # TP ranks hold the same (all-reduced) loss already
+        if tensor_parallel and dp > 1:  # a TP group's ranks hold the same loss: sum the replicas'
+            dist.all_reduce(total, group=tp_mesh["dp"].get_group())
+        elif distributed and not tensor_parallel:
             dist.all_reduce(total)  # each replica's (last stage's) mean, summed: / dp below
         times.append(time.perf_counter() - start)
-        losses.append(float(total) / dp)
+        losses.append(float(total) / (dp * (config.tp if pipelined else 1)))  # every last-stage TP rank's, summed
     held = stage_module if pipelined else model
-    checksum = torch.tensor(math.fsum(float(p.detach().float().sum()) for p in _full_parameters(held)),
+    checksum = torch.tensor(tp_runtime.parameter_sum(named, whole, tp_mesh["tp"]) if tensor_parallel else
+                            math.fsum(float(p.detach().float().sum()) for p in _full_parameters(held)),
                             dtype=torch.float64)
     if pipelined:  # every stage's share, once per replica
         dist.all_reduce(checksum, group=mesh["pp"].get_group())
     world = dist.get_world_size() if distributed else 1
     return {"losses": losses, "step_times_s": times, "peak_memory_bytes": resident_bytes(),
-            "parameter_sum": float(checksum), "ranks": world}
-
-
-def split_pairs(model: nn.Module, units: list[str], tp: int) -> nn.Module:
-    """``model`` with each Linear pair of its units split over ``tp`` ranks (module docstring)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-    from plait.workloads.traced.pairs import find_pairs
-
-    pairs, why = find_pairs(model, units)
-    if not pairs:
-        raise ValueError(f"tp={tp}: {why}")
-    mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
-    styles: dict[str, Any] = {}
-    for _, first, second, _, _, gates in pairs:
-        styles[first], styles[second] = ColwiseParallel(), RowwiseParallel()
-        styles.update({gate: ColwiseParallel() for gate in gates})
-    return parallelize_module(model, mesh, styles)  # type: ignore[no-any-return]
+            "parameter_sum": float(checksum), "ranks": world,
+            "tp_bytes_per_step": [t for t, _ in counted], "dp_bytes_per_step": [d for _, d in counted]}
 
 
 def _skips_gradient(config: TracedConfig, optimizer: Any) -> bool:
@@ -247,11 +243,11 @@ def _skips_gradient(config: TracedConfig, optimizer: Any) -> bool:
 
 
 def _mesh(config: TracedConfig) -> Any:
-    """The ranks as (pp, replicate, shard)."""
+    """The ranks as (pp, replicate, shard, tp): a TP group's ranks adjacent, a stage's replicas ``tp`` apart."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh("cpu", (config.pp, config.dp_replicate, config.dp_shard),
-                            mesh_dim_names=("pp", "replicate", "shard"))
+    return init_device_mesh("cpu", (config.pp, config.dp_replicate, config.dp_shard, config.tp),
+                            mesh_dim_names=("pp", "replicate", "shard", "tp"))
 
 
 def _step(model: nn.Module, pieces: tuple[torch.Tensor, ...], autocast: Any) -> torch.Tensor:
@@ -274,6 +270,10 @@ def _pipeline(model: nn.Module, config: TracedConfig, units: list[str], mesh: An
     pipe, index = pipeline_stage(model, config, units, mesh, example)
     stage_module = pipe.get_stage_module(index)
     held = [u for u in units if _has(stage_module, u)]
+    if config.tp > 1:
+        if config.sharding != "none":
+            raise ValueError(f"tp={config.tp} with pp={config.pp} runs unsharded replicas only (sharding = none)")
+        stage_module = tp_runtime.split_stage_pairs(stage_module, model, held, mesh["tp"])
     if config.recompute_units:  # the tracer's stage calls each unit as a module: wrap it there
         recompute(stage_module, held, config.recompute_units)
     if config.sharding in ("zero2", "zero3"):
@@ -305,8 +305,9 @@ def average_gradients(module: nn.Module, mesh: Any) -> None:
     """Each gradient averaged over the stage's data-parallel ranks (what DDP's buckets do, after the backward)."""
     group = _replicas(mesh).get_group()
     for param in module.parameters():
-        if param.grad is not None:
-            dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=group)
+        if param.grad is not None:  # a split pair's DTensor gradient: its local shard, in place
+            grad = param.grad.to_local() if hasattr(param.grad, "to_local") else param.grad
+            dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=group)
 
 
 def _has(module: nn.Module, path: str) -> bool:
