@@ -27,7 +27,8 @@ from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.search.enumerate import enumerate_blocks, layout_sizes, layouts
+from plait.search.enumerate import layout_sizes, layouts
+from plait.search.factored import pruned
 from plait.search.rules import ENGINE_CODE, HOST_MEMORY_REASON, MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
@@ -94,21 +95,13 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     filled as chunks are costed, so that an interrupted search keeps what it has)."""
     names = reason_table() + engine_reasons(engine)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
-    kept, enumerated = [], 0
-    for block in enumerate_blocks(model, space):  # pruned block by block; only the survivors are kept
-        verdict = prune(block, model, cluster, space)
-        refused = unsupported_index(block, model, engine)
-        verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
-        codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
-        part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
-        kept.append(block.take(np.flatnonzero(verdict < 0)))
-        enumerated += len(block)
+    cols, found, enumerated = pruned(model, cluster, space, engine)  # only the survivors are built
+    part.reasons.update({names[c]: n for c, n in sorted(found.items())})
     part.num_candidates += enumerated
-    if not kept:
+    if not len(cols):
         return part
-    cols = PlanColumns.concat(kept)
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
-    pruned = enumerated - len(cols)
+    dropped = enumerated - len(cols)
     known: dict[tuple[int, ...], Inner] = {}  # per-layer quantities costed in earlier chunks
     for begin in range(0, len(cols), CHUNK):
         chunk = cols.take(np.arange(begin, min(begin + CHUNK, len(cols))))
@@ -133,7 +126,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
                 search_cols(model, cluster, space, engine, twins, part)
         part.costed += len(chunk)
         if progress:
-            progress(pruned + part.costed)
+            progress(dropped + part.costed)
     return part
 
 
