@@ -29,7 +29,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import FIELDS, PlanColumns
 from plait.plan.ops import ARRAY
 from plait.plan.rules import RULES as PLAN_RULES
-from plait.search.enumerate import _layout_options, layouts
+from plait.search.enumerate import layout_options, layouts
 from plait.search.rules import ENGINE_CODE, SEARCH_RULES
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
@@ -131,7 +131,7 @@ class _Space:
 
     @classmethod
     def of(cls, model: ModelSpec, space: SearchSpace) -> _Space:
-        options = [_layout_options(model, space, *layout) for layout in layouts(space)]
+        options = layout_options(model, space)
         sizes = np.array([[len(next(iter(o.values()))) for o in lists] for lists in options], dtype=np.int64)
         axis = {name: a for a, o in enumerate(options[0]) for name in o}
         assert all({n: a for a, o in enumerate(lists) for n in o} == axis for lists in options)
