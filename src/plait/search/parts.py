@@ -114,7 +114,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
             order = np.argsort(np.concatenate([rows[timed_misses], over]), kind="stable")  # the chunk's order
             misses = [PlanColumns.concat([batch.cols.take(timed_misses), chunk.take(over)]).take(order)]
         else:
-            batches = costed(model, cluster, chunk, engine.framework, part.reasons)
+            batches = costed(model, cluster, chunk, engine.framework, part.reasons, known)
             for batch in batches:
                 _collect(part, batch, limit, names, cluster)
             misses = [b.cols.take(np.flatnonzero(b.memory["total"] > limit)) for b in batches]
@@ -123,7 +123,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
             twins = swap_twins(missed, np.zeros(len(missed), dtype=bool))
             if twins is not None:
                 part.twins += len(twins)
-                search_cols(model, cluster, space, engine, twins, part)
+                search_cols(model, cluster, space, engine, twins, part, known)
         part.costed += len(chunk)
         if progress:
             progress(dropped + part.costed)
@@ -154,9 +154,9 @@ def swap_twins(cols: PlanColumns, fits: np.ndarray) -> PlanColumns | None:
 
 
 def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, cols: PlanColumns,
-                part: Part) -> None:
+                part: Part, known: dict[tuple[int, ...], Inner] | None = None) -> None:
     """Verdict and cost the candidates ``cols`` (made during the search) into ``part``, as :func:`search_part` does
-    the enumerated ones."""
+    the enumerated ones (``known``: the search's per-layer quantities so far, :func:`screened`)."""
     names = reason_table() + engine_reasons(engine)
     verdict = prune(cols, model, cluster, space)
     refused = unsupported_index(cols, model, engine)
@@ -167,7 +167,7 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     if not len(survivors):
         return
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
-    for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons):
+    for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons, known):
         _collect(part, batch, limit, names, cluster)
     part.costed += len(survivors)
 
@@ -197,7 +197,7 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
 
 
 def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-           refused: Counter[str]) -> list[BatchResult]:
+           refused: Counter[str], known: dict[tuple[int, ...], Inner] | None = None) -> list[BatchResult]:
     """``cols`` costed as one batch, or, where the cost model refuses the batch (a :class:`ConfigError` of one of
     its rows), as batches of its halves, halved again until each refused row stands alone and is dropped with its
     message counted in ``refused``.
@@ -206,17 +206,18 @@ def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Eng
     batch that failed: the happy path costs each chunk in one call, as before, and ``k`` refused rows of a chunk
     of ``n`` cost about ``2 k log2(n)`` smaller batches. Screening the rows first would need every rule the cost
     model may raise on restated as a vectorized pruning rule (:mod:`plait.search.rules`); the rules that can be
-    stated ahead are already there, so what reaches this is a defect or a limit the rules do not know yet."""
+    stated ahead are already there, so what reaches this is a defect or a limit the rules do not know yet.
+    ``known``: the search's per-layer quantities so far (:func:`screened`)."""
     try:
-        return [evaluate_batch(model, cluster, cols, framework)]
+        return [evaluate_batch(model, cluster, cols, framework, prepared=prepare(model, cluster, cols, framework, known))]
     except ConfigError as error:
         if len(cols) == 1:
             refused[str(error)] += 1
             return []
     rows = np.arange(len(cols))
     half = len(cols) // 2
-    return (costed(model, cluster, cols.take(rows[:half]), framework, refused)
-            + costed(model, cluster, cols.take(rows[half:]), framework, refused))
+    return (costed(model, cluster, cols.take(rows[:half]), framework, refused, known)
+            + costed(model, cluster, cols.take(rows[half:]), framework, refused, known))
 
 
 def available_cores() -> int:
