@@ -109,7 +109,8 @@ class _Lazy(PlanColumns):
 
 def checks(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine) -> list[tuple[int, Check]]:
     """(verdict code, mask of the rows breaking it) of every rule, in the order verdicts are given."""
-    out: list[tuple[int, Check]] = [(i, lambda c, r=rule: r.broken(c, model, cluster)) for i, rule in enumerate(PLAN_RULES)]
+    out: list[tuple[int, Check]] = [(i, lambda c, r=rule: r.broken(c, model, cluster))
+                                    for i, rule in enumerate(PLAN_RULES)]
     out += [(len(PLAN_RULES) + i, lambda c, r=rule: r.broken(c, model, cluster, space))
             for i, rule in enumerate(SEARCH_RULES)]
     out += [(ENGINE_CODE + i, lambda c, m=mask: m(c, model)) for i, mask in enumerate(unsupported_masks(engine))]

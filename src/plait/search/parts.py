@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from plait.cost.batch import BatchResult, evaluate_batch, peak_memory, prepare
-from plait.cost.inner import Inner
+from plait.cost.batch import BatchResult, Prepared, evaluate_batch, peak_memory, prepare
+from plait.cost.inner import Inner, inner_columns
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -184,16 +184,29 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
     has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order. ``known``: the per-layer
     quantities of the search's earlier chunks (:func:`plait.cost.inner.inner_columns`), each combination costed once."""
     try:
-        prepared = prepare(model, cluster, cols, framework, known)
-        peak = peak_memory(model, cluster, prepared)[0]["total"]
-        maybe = (peak <= limit) | (prepared.cols["dp_sync"] != 0)
+        peak = peak_memory(model, cluster, _memory_view(model, cluster, cols, framework, known))[0]["total"]
+        maybe = (peak <= limit) | (cols["dp_sync"] != 0)
         over = np.flatnonzero(~maybe)
         nearest = over[np.argsort(peak[over], kind="stable")[:KEPT_MISSES]]
         rows = np.sort(np.concatenate([np.flatnonzero(maybe), nearest]))
-        batch = evaluate_batch(model, cluster, cols.take(rows), framework, prepared=prepared.take(rows))
+        timed = cols.take(rows)  # prepared again from the kept combinations: FSDP and hop times for these rows only
+        batch = evaluate_batch(model, cluster, timed, framework,
+                               prepared=prepare(model, cluster, timed, framework, known))
     except ConfigError:
         return None
     return batch, rows, np.setdiff1d(over, nearest)
+
+
+def _memory_view(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+                 known: dict[tuple[int, ...], Inner] | None) -> Prepared:
+    """What :func:`plait.cost.batch.peak_memory` reads of :func:`plait.cost.batch.prepare`'s result: the columns
+    with the sequence filled and their per-layer quantities (the per-row FSDP, hop and swap times, which it does not
+    read, are left out: only the rows that may fit are timed)."""
+    data = dict(cols.data)
+    data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)  # as prepare fills it
+    filled = PlanColumns(data, methods=cols.methods)
+    inner = inner_columns(model, cluster, filled, framework, known)
+    return Prepared(cols=filled, inner=inner, fsdp=(), p2p_s=0.0, framework=framework)  # type: ignore[arg-type]
 
 
 def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
@@ -209,7 +222,8 @@ def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Eng
     stated ahead are already there, so what reaches this is a defect or a limit the rules do not know yet.
     ``known``: the search's per-layer quantities so far (:func:`screened`)."""
     try:
-        return [evaluate_batch(model, cluster, cols, framework, prepared=prepare(model, cluster, cols, framework, known))]
+        return [evaluate_batch(model, cluster, cols, framework,
+                               prepared=prepare(model, cluster, cols, framework, known))]
     except ConfigError as error:
         if len(cols) == 1:
             refused[str(error)] += 1

@@ -64,6 +64,12 @@ def parsed(text: str) -> SyncMethod:
     return parse(text)
 
 
+@cache
+def canonical(text: str) -> str:
+    """The canonical spec of ``text`` (:attr:`SyncMethod.spec`), kept per text."""
+    return parse(text).spec
+
+
 def _read(text: str, key: str, value: str, read: Number | Choice) -> Any:
     """The value of parameter ``key`` that ``value`` states, by its declaration ``read``."""
     if isinstance(read, Choice):
