@@ -3,13 +3,14 @@
 Per layout (tp, pp, cp, ep; dp fills the GPUs) the remaining knobs form a product of
 small option lists; each option may set several plan fields at once (``("interleaved",
 vpp)``, ``("zero3", dp_shard)``). The product is built with numpy index grids, so
-enumeration costs a few array operations per layout.
+enumeration costs a few array operations per layout. A search builds only the candidates that pass the pruning
+rules, checked on these lists before the product (:mod:`plait.search.factored`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -154,26 +155,6 @@ def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -
 def layout_sizes(model: ModelSpec, space: SearchSpace) -> list[int]:
     """Candidates of each layout of :func:`layouts`, without building them."""
     return [int(np.prod([len(next(iter(o.values()))) for o in lists])) for lists in layout_options(model, space)]
-
-
-BLOCK = 32768
-"""Candidates enumerated, pruned and kept or dropped together (:func:`enumerate_blocks`): small enough that a block's
-columns stay in the processor's cache while every pruning rule reads them, instead of the whole space's (a
-million rows of 31 columns, 250 MB) going through memory once per rule."""
-
-
-def enumerate_blocks(model: ModelSpec, space: SearchSpace, block: int = BLOCK) -> Iterator[PlanColumns]:
-    """The candidates of :func:`enumerate_space`, in its order, as consecutive runs of whole layouts of about
-    ``block`` rows (a layout larger than ``block`` alone)."""
-    options = layout_options(model, space)
-    sizes = [int(np.prod([len(next(iter(o.values()))) for o in lists])) for lists in options]
-    begin = 0
-    while begin < len(options):
-        end, rows = begin + 1, sizes[begin]
-        while end < len(options) and rows + sizes[end] <= block:
-            rows, end = rows + sizes[end], end + 1
-        yield _columns(space, options[begin:end], rows)
-        begin = end
 
 
 def _columns(space: SearchSpace, option_lists: list[list[Options]], rows: int) -> PlanColumns:
