@@ -3,7 +3,8 @@
 Run: python benchmarks/plan_same.py --base /path/to/other/tree [--this /path/to/this/tree] [--quick]
 Each tree's ``src`` goes on ``PYTHONPATH`` of its own ``python -m plait plan ... --json`` process; the JSON
 documents must be equal (every ranked plan and every predicted figure to the last bit), less the fields that
-measure the run itself (``elapsed_s``, ``candidates_per_s``). A speed change to the search must leave them equal.
+measure the run itself (``elapsed_s``, ``candidates_per_s``, the per-stage pass's ``cpu_s``). A speed change to
+the search must leave them equal.
 Exits 1 on any difference, naming the case and the first differing path.
 """
 
@@ -33,7 +34,8 @@ CASES: tuple[tuple[str, ...], ...] = (
 )
 QUICK = 3
 """Cases ``--quick`` runs (the first ones)."""
-TIMING = ("elapsed_s", "candidates_per_s")
+TIMING = ("elapsed_s", "candidates_per_s", "cpu_s")
+"""Fields that measure the run itself, left out wherever they are (``cpu_s``: the per-stage pass's CPU time)."""
 
 
 def plan_json(tree: Path, args: tuple[str, ...]) -> Any:
@@ -43,9 +45,15 @@ def plan_json(tree: Path, args: tuple[str, ...]) -> Any:
                          text=True, check=False)
     if out.returncode != 0:
         return {"exit": out.returncode, "stderr": out.stderr.strip().splitlines()[-1:]}
-    doc = json.loads(out.stdout)
-    for key in TIMING:
-        doc.pop(key, None)
+    return _untimed(json.loads(out.stdout))
+
+
+def _untimed(doc: Any) -> Any:
+    """``doc`` without its :data:`TIMING` fields, at any depth."""
+    if isinstance(doc, dict):
+        return {key: _untimed(value) for key, value in doc.items() if key not in TIMING}
+    if isinstance(doc, list):
+        return [_untimed(value) for value in doc]
     return doc
 
 

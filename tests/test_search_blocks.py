@@ -1,5 +1,5 @@
-"""Enumeration in blocks: the blocks, one after another, are the whole space's candidates in its order, and a search
-pruned block by block reaches the verdicts of pruning the whole space at once."""
+"""A search (which prunes before the cross product, plait.search.factored) reaches the verdicts of pruning the whole
+space at once, and its memory screen keeps what timing every row keeps."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
-from plait.plan.columns import FIELDS, PlanColumns
+from plait.plan.columns import FIELDS
 from plait.plan.convergence import searched_specs
-from plait.search.enumerate import enumerate_blocks, enumerate_space, layout_sizes
+from plait.search.enumerate import enumerate_space
 from plait.search.parts import search_part
 from plait.search.rules import ENGINE_CODE, MEMORY_CODE, prune, reason_table
 from plait.search.space import default_space
@@ -25,18 +25,6 @@ from plait.workload.catalog import get_model
 MODEL, CLUSTER = get_model("llama3-8b"), get_cluster("dgx-h100-ib")
 SPACE = replace(default_space(MODEL, CLUSTER, 64, (256,), dp_syncs=(ALLREDUCE, *searched_specs()), param_servers=True),
                 swap_activations=False)  # the enumerated space only: swapping twins are made during a search
-
-
-@pytest.mark.parametrize("block", [1, 5000, 10**9])
-def test_blocks_are_the_space_in_order(block: int) -> None:
-    whole = enumerate_space(MODEL, SPACE)
-    blocks = list(enumerate_blocks(MODEL, SPACE, block))
-    assert sum(len(b) for b in blocks) == len(whole) == sum(layout_sizes(MODEL, SPACE))
-    joined = PlanColumns.concat(blocks)
-    for name in FIELDS:
-        assert joined[name].dtype == whole[name].dtype and np.array_equal(joined[name], whole[name]), name
-    if block == 1:
-        assert len(blocks) == len(layout_sizes(MODEL, SPACE)), "a block never splits a layout"
 
 
 def test_verdicts_equal_the_whole_space_pruned_at_once() -> None:

@@ -177,6 +177,11 @@ def _listed(engine: Engine, machine: str | None) -> list[tuple[Feature, str]]:
     return [(FEATURES[name], why) for name, why in pairs]
 
 
+def unsupported_masks(engine: Engine, machine: str | None = None) -> list[Mask]:
+    """The masks of the options ``engine`` cannot run, in :func:`unsupported_index`'s order."""
+    return [feature.present for feature, _ in _listed(engine, machine)]
+
+
 def unsupported_index(cols: PlanColumns, model: ModelSpec, engine: Engine, machine: str | None = None) -> np.ndarray:
     """Per row the index into :func:`reasons` of the first option ``engine`` cannot run (-1: runnable); of a
     single plan (:meth:`PlanColumns.one`), an int."""

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import math
 
-from plait.sync import SyncMethod, parse
+from plait.sync import SyncMethod
+from plait.sync.registry import parsed
 
 ANCHOR_REPLICAS = 2
 """Replicas of plait's measured asynchronous figures (``plait converge --ranks 2``)."""
@@ -76,7 +77,7 @@ def anchors(method: SyncMethod, replicas: int, measured: dict[str, list[tuple[fl
     beta = method.elastic_force * replicas
     out = []
     for spec, figures in measured.items():
-        other = parse(spec)
+        other = parsed(spec)
         if other.name != method.name or other.every != method.every:
             continue
         if not math.isclose(other.elastic_force * ANCHOR_REPLICAS, beta, rel_tol=1e-9, abs_tol=1e-12):

@@ -31,7 +31,8 @@ and its multiplier near the measured one.
 from __future__ import annotations
 
 from plait.plan.gossip import consensus_rate
-from plait.sync import SyncMethod, parse
+from plait.sync import SyncMethod
+from plait.sync.registry import canonical
 
 ANCHOR_REPLICAS = 4
 """Replicas of plait's measured gossip figures (``plait converge --ranks 4``)."""
@@ -50,7 +51,8 @@ def derived_multiplier(method: SyncMethod, replicas: int,
                        measured: dict[str, list[tuple[float, int | None, str]]]) -> tuple[float | None, str]:
     """(steps multiplier, source) of ``method`` at ``replicas`` replicas from its own measured four-replica figure
     (``None``: none measured). ``measured``: spec -> (multiplier, replicas, source) of the table's measured figures."""
-    found = [m for spec, figures in measured.items() if parse(spec).spec == method.spec
+    own = method.spec
+    found = [m for spec, figures in measured.items() if canonical(spec) == own
              for m, n, _ in figures if n == ANCHOR_REPLICAS]
     if not found:
         return None, (f"no measured {ANCHOR_REPLICAS}-replica figure of {method.spec} to scale from "

@@ -3,13 +3,14 @@
 Per layout (tp, pp, cp, ep; dp fills the GPUs) the remaining knobs form a product of
 small option lists; each option may set several plan fields at once (``("interleaved",
 vpp)``, ``("zero3", dp_shard)``). The product is built with numpy index grids, so
-enumeration costs a few array operations per layout.
+enumeration costs a few array operations per layout. A search builds only the candidates that pass the pruning
+rules, checked on these lists before the product (:mod:`plait.search.factored`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -105,23 +106,38 @@ def layouts(space: SearchSpace) -> list[tuple[int, int, int]]:
     return [(tp, pp, cp) for tp in space.tp for pp in space.pp for cp in space.cp if space.gpus % (tp * pp * cp) == 0]
 
 
-def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> list[Options]:
-    """The option lists whose product is the candidates of one layout."""
+def _layout_options(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int,
+                    shared: dict[tuple[str, int], Options] | None = None) -> list[Options]:
+    """The option lists whose product is the candidates of one layout (``shared``: the lists that depend on one
+    degree only, kept across the layouts of one space)."""
     dp = space.gpus // (tp * pp * cp)
+    shared = {} if shared is None else shared
+
+    def once(what: str, degree: int, build: Callable[[], Options]) -> Options:
+        if (what, degree) not in shared:
+            shared[(what, degree)] = build()
+        return shared[(what, degree)]
+
     return [
         {"tp": np.array([tp]), "pp": np.array([pp]), "cp": np.array([cp])},
         {"cp_attention": np.array([code("cp_attention", a) for a in (space.cp_attentions if cp > 1 else ("ring",))])},
         {"ep": np.array(space.ep)},
         {"global_batch": np.array(space.global_batches)},
         {"micro_batch": np.array(space.micro_batches)},
-        _schedules(space, pp),
-        _offload(space, _shardings(space, dp)),
-        _recompute(space, -(-model.num_layers // pp)),
-        _tp_modes(space, tp),
+        once("schedule", pp, lambda: _schedules(space, pp)),
+        once("sharding", dp, lambda: _offload(space, _shardings(space, dp))),
+        once("recompute", pp, lambda: _recompute(space, -(-model.num_layers // pp))),
+        once("tp_mode", tp, lambda: _tp_modes(space, tp)),
         {"precision": np.array([code("precision", p) for p in space.precisions])},
         {"grad_reduce_dtype": np.array([code("grad_reduce_dtype", g) for g in space.grad_reduce_dtypes])},
         {"dp_sync": np.array([space.methods.index(s) for s in _dp_syncs(model, space, tp, pp, cp)])},
     ]
+
+
+def layout_options(model: ModelSpec, space: SearchSpace) -> list[list[Options]]:
+    """The option lists of every layout of :func:`layouts`."""
+    shared: dict[tuple[str, int], Options] = {}
+    return [_layout_options(model, space, *layout, shared) for layout in layouts(space)]
 
 
 def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -> tuple[SyncMethod, ...]:
@@ -138,28 +154,7 @@ def _dp_syncs(model: ModelSpec, space: SearchSpace, tp: int, pp: int, cp: int) -
 
 def layout_sizes(model: ModelSpec, space: SearchSpace) -> list[int]:
     """Candidates of each layout of :func:`layouts`, without building them."""
-    return [int(np.prod([len(next(iter(o.values()))) for o in _layout_options(model, space, *layout)]))
-            for layout in layouts(space)]
-
-
-BLOCK = 32768
-"""Candidates enumerated, pruned and kept or dropped together (:func:`enumerate_blocks`): small enough that a block's
-columns stay in the processor's cache while every pruning rule reads them, instead of the whole space's (a
-million rows of 31 columns, 250 MB) going through memory once per rule."""
-
-
-def enumerate_blocks(model: ModelSpec, space: SearchSpace, block: int = BLOCK) -> Iterator[PlanColumns]:
-    """The candidates of :func:`enumerate_space`, in its order, as consecutive runs of whole layouts of about
-    ``block`` rows (a layout larger than ``block`` alone)."""
-    options = [_layout_options(model, space, *layout) for layout in layouts(space)]
-    sizes = [int(np.prod([len(next(iter(o.values()))) for o in lists])) for lists in options]
-    begin = 0
-    while begin < len(options):
-        end, rows = begin + 1, sizes[begin]
-        while end < len(options) and rows + sizes[end] <= block:
-            rows, end = rows + sizes[end], end + 1
-        yield _columns(space, options[begin:end], rows)
-        begin = end
+    return [int(np.prod([len(next(iter(o.values()))) for o in lists])) for lists in layout_options(model, space)]
 
 
 def _columns(space: SearchSpace, option_lists: list[list[Options]], rows: int) -> PlanColumns:
@@ -175,7 +170,7 @@ def _columns(space: SearchSpace, option_lists: list[list[Options]], rows: int) -
 
 def enumerate_space(model: ModelSpec, space: SearchSpace) -> PlanColumns:
     """Every distinct candidate plan of ``space``."""
-    options = [_layout_options(model, space, *layout) for layout in layouts(space)]
+    options = layout_options(model, space)
     if not options:
         return PlanColumns.from_arrays({}, 0, space.methods)
     return _columns(space, options, sum(int(np.prod([len(next(iter(o.values()))) for o in lists]))

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from plait.cost.batch import BatchResult, evaluate_batch, peak_memory, prepare
-from plait.cost.inner import Inner
+from plait.cost.batch import BatchResult, Prepared, evaluate_batch, peak_memory, prepare
+from plait.cost.inner import Inner, inner_columns
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -27,7 +27,8 @@ from plait.engine.facts import EngineFacts
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.search.enumerate import enumerate_blocks, layout_sizes, layouts
+from plait.search.enumerate import layout_sizes, layouts
+from plait.search.factored import pruned
 from plait.search.rules import ENGINE_CODE, HOST_MEMORY_REASON, MEMORY_CODE, prune, reason_table
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
@@ -94,21 +95,13 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     filled as chunks are costed, so that an interrupted search keeps what it has)."""
     names = reason_table() + engine_reasons(engine)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
-    kept, enumerated = [], 0
-    for block in enumerate_blocks(model, space):  # pruned block by block; only the survivors are kept
-        verdict = prune(block, model, cluster, space)
-        refused = unsupported_index(block, model, engine)
-        verdict = np.where((verdict < 0) & (refused >= 0), ENGINE_CODE + refused, verdict)
-        codes, counts = np.unique(verdict[verdict >= 0], return_counts=True)
-        part.reasons.update({names[c]: int(n) for c, n in zip(codes, counts)})
-        kept.append(block.take(np.flatnonzero(verdict < 0)))
-        enumerated += len(block)
+    cols, found, enumerated = pruned(model, cluster, space, engine)  # only the survivors are built
+    part.reasons.update({names[c]: n for c, n in sorted(found.items())})
     part.num_candidates += enumerated
-    if not kept:
+    if not len(cols):
         return part
-    cols = PlanColumns.concat(kept)
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
-    pruned = enumerated - len(cols)
+    dropped = enumerated - len(cols)
     known: dict[tuple[int, ...], Inner] = {}  # per-layer quantities costed in earlier chunks
     for begin in range(0, len(cols), CHUNK):
         chunk = cols.take(np.arange(begin, min(begin + CHUNK, len(cols))))
@@ -121,7 +114,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
             order = np.argsort(np.concatenate([rows[timed_misses], over]), kind="stable")  # the chunk's order
             misses = [PlanColumns.concat([batch.cols.take(timed_misses), chunk.take(over)]).take(order)]
         else:
-            batches = costed(model, cluster, chunk, engine.framework, part.reasons)
+            batches = costed(model, cluster, chunk, engine.framework, part.reasons, known)
             for batch in batches:
                 _collect(part, batch, limit, names, cluster)
             misses = [b.cols.take(np.flatnonzero(b.memory["total"] > limit)) for b in batches]
@@ -130,10 +123,10 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
             twins = swap_twins(missed, np.zeros(len(missed), dtype=bool))
             if twins is not None:
                 part.twins += len(twins)
-                search_cols(model, cluster, space, engine, twins, part)
+                search_cols(model, cluster, space, engine, twins, part, known)
         part.costed += len(chunk)
         if progress:
-            progress(pruned + part.costed)
+            progress(dropped + part.costed)
     return part
 
 
@@ -161,9 +154,9 @@ def swap_twins(cols: PlanColumns, fits: np.ndarray) -> PlanColumns | None:
 
 
 def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, cols: PlanColumns,
-                part: Part) -> None:
+                part: Part, known: dict[tuple[int, ...], Inner] | None = None) -> None:
     """Verdict and cost the candidates ``cols`` (made during the search) into ``part``, as :func:`search_part` does
-    the enumerated ones."""
+    the enumerated ones (``known``: the search's per-layer quantities so far, :func:`screened`)."""
     names = reason_table() + engine_reasons(engine)
     verdict = prune(cols, model, cluster, space)
     refused = unsupported_index(cols, model, engine)
@@ -174,7 +167,7 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     if not len(survivors):
         return
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
-    for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons):
+    for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons, known):
         _collect(part, batch, limit, names, cluster)
     part.costed += len(survivors)
 
@@ -191,20 +184,33 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
     has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order. ``known``: the per-layer
     quantities of the search's earlier chunks (:func:`plait.cost.inner.inner_columns`), each combination costed once."""
     try:
-        prepared = prepare(model, cluster, cols, framework, known)
-        peak = peak_memory(model, cluster, prepared)[0]["total"]
-        maybe = (peak <= limit) | (prepared.cols["dp_sync"] != 0)
+        peak = peak_memory(model, cluster, _memory_view(model, cluster, cols, framework, known))[0]["total"]
+        maybe = (peak <= limit) | (cols["dp_sync"] != 0)
         over = np.flatnonzero(~maybe)
         nearest = over[np.argsort(peak[over], kind="stable")[:KEPT_MISSES]]
         rows = np.sort(np.concatenate([np.flatnonzero(maybe), nearest]))
-        batch = evaluate_batch(model, cluster, cols.take(rows), framework, prepared=prepared.take(rows))
+        timed = cols.take(rows)  # prepared again from the kept combinations: FSDP and hop times for these rows only
+        batch = evaluate_batch(model, cluster, timed, framework,
+                               prepared=prepare(model, cluster, timed, framework, known))
     except ConfigError:
         return None
     return batch, rows, np.setdiff1d(over, nearest)
 
 
+def _memory_view(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+                 known: dict[tuple[int, ...], Inner] | None) -> Prepared:
+    """What :func:`plait.cost.batch.peak_memory` reads of :func:`plait.cost.batch.prepare`'s result: the columns
+    with the sequence filled and their per-layer quantities (the per-row FSDP, hop and swap times, which it does not
+    read, are left out: only the rows that may fit are timed)."""
+    data = dict(cols.data)
+    data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)  # as prepare fills it
+    filled = PlanColumns(data, methods=cols.methods)
+    inner = inner_columns(model, cluster, filled, framework, known)
+    return Prepared(cols=filled, inner=inner, fsdp=(), p2p_s=0.0, framework=framework)  # type: ignore[arg-type]
+
+
 def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-           refused: Counter[str]) -> list[BatchResult]:
+           refused: Counter[str], known: dict[tuple[int, ...], Inner] | None = None) -> list[BatchResult]:
     """``cols`` costed as one batch, or, where the cost model refuses the batch (a :class:`ConfigError` of one of
     its rows), as batches of its halves, halved again until each refused row stands alone and is dropped with its
     message counted in ``refused``.
@@ -213,17 +219,19 @@ def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Eng
     batch that failed: the happy path costs each chunk in one call, as before, and ``k`` refused rows of a chunk
     of ``n`` cost about ``2 k log2(n)`` smaller batches. Screening the rows first would need every rule the cost
     model may raise on restated as a vectorized pruning rule (:mod:`plait.search.rules`); the rules that can be
-    stated ahead are already there, so what reaches this is a defect or a limit the rules do not know yet."""
+    stated ahead are already there, so what reaches this is a defect or a limit the rules do not know yet.
+    ``known``: the search's per-layer quantities so far (:func:`screened`)."""
     try:
-        return [evaluate_batch(model, cluster, cols, framework)]
+        return [evaluate_batch(model, cluster, cols, framework,
+                               prepared=prepare(model, cluster, cols, framework, known))]
     except ConfigError as error:
         if len(cols) == 1:
             refused[str(error)] += 1
             return []
     rows = np.arange(len(cols))
     half = len(cols) // 2
-    return (costed(model, cluster, cols.take(rows[:half]), framework, refused)
-            + costed(model, cluster, cols.take(rows[half:]), framework, refused))
+    return (costed(model, cluster, cols.take(rows[:half]), framework, refused, known)
+            + costed(model, cluster, cols.take(rows[half:]), framework, refused, known))
 
 
 def available_cores() -> int:

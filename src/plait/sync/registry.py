@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, fields
+from functools import cache
 from typing import Any
 
 from plait.errors import ConfigError
@@ -55,6 +56,18 @@ def parse(text: str) -> SyncMethod:
         return cls(**given)
     except MethodError as exc:  # a combination of parameters (each was checked above)
         raise ConfigError(f"dp_sync={text!r}: {exc.rule}") from None
+
+
+@cache
+def parsed(text: str) -> SyncMethod:
+    """:func:`parse`, kept per text (a method is immutable): for the tables the planner reads per candidate group."""
+    return parse(text)
+
+
+@cache
+def canonical(text: str) -> str:
+    """The canonical spec of ``text`` (:attr:`SyncMethod.spec`), kept per text."""
+    return parse(text).spec
 
 
 def _read(text: str, key: str, value: str, read: Number | Choice) -> Any:
