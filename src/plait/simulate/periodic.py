@@ -54,15 +54,14 @@ def _cut_after(ops: tuple[tuple[str, int, int], ...], backwards: int) -> int:
 @lru_cache(maxsize=64)
 def _producers(schedule: str, p: int, m: int, v: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per rank and operation, the rank and the index of the operation whose output it waits on (-1, -1: none)."""
-    steps = _steps(schedule, p, m, v)
-    producer = {step[2]: (r, i) for r, ranked in enumerate(steps) for i, step in enumerate(ranked) if step[2] >= 0}
-    return _arrays([[producer[step[1]] if step[1] >= 0 else (-1, -1) for step in ranked] for ranked in steps])
-
-
-def _arrays(found: list[list[tuple[int, int]]]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per rank, the ranks and the indices of ``found`` as two integer arrays."""
-    return ([np.array([q for q, _ in ranked], dtype=np.int64) for ranked in found],
-            [np.array([j for _, j in ranked], dtype=np.int64) for ranked in found])
+    steps = [np.array([step[1:3] for step in ranked], dtype=np.int64) for ranked in _steps(schedule, p, m, v)]
+    slots = 2 * m * p * v + 1
+    rank_of, index_of = np.full(slots, -1, dtype=np.int64), np.full(slots, -1, dtype=np.int64)
+    for r, table in enumerate(steps):
+        filled = np.flatnonzero(table[:, 1] >= 0)
+        rank_of[table[filled, 1]], index_of[table[filled, 1]] = r, filled
+    waits = [table[:, 0] for table in steps]  # -1 (none) reads the last slot, which nothing fills
+    return [rank_of[w] for w in waits], [index_of[w] for w in waits]
 
 
 def _closed(producers: tuple[list[np.ndarray], list[np.ndarray]], cut: list[int]) -> list[int]:
@@ -116,7 +115,7 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     if schedule not in PERIODIC or p < 2:
         return None
     c = _period(schedule, p, v)
-    m_short = m % c + c * -(-max((2 * (v + 1) * p + 3 * c * v) // v + 1 - m % c, 0) // c)
+    m_short = m % c + c * -(-max(((v + 1) * p + 2 * c * v) // v + 1 - m % c, 0) // c)  # the cuts fit (below)
     cuts = None
     while cuts is None and 2 * m_short <= m:
         b = m_short * v - (v + 1) * p - 2 * c * v  # the second cut a period before any rank's cool-down
