@@ -13,8 +13,9 @@ waits on, so the replay gives every time of the full sweep to the bit (each time
 plus the same duration, in whatever order the operations are taken). The structure this rests on (the short run's
 operations up to the second cut equal those of ``m_s + c`` micro-batches, which continue with the period shifted
 by ``c`` and end with the short run's rest shifted by ``c``) is checked on the orders of ``m_s`` and ``m_s + c``;
-``tests/test_simulate_periodic.py`` checks the replay against the full sweep, to the bit, over schedules and
-depths.
+that it holds for every further period is the schedules' regularity (each builds its steady state by one rule),
+which ``tests/test_simulate_periodic.py`` checks by replaying against the full sweep, to the bit, over schedules,
+depths and hundreds of added periods.
 """
 
 from __future__ import annotations
