@@ -19,9 +19,9 @@ them equal to the last bit), at a fraction of its cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-from plait.simulate.schedules import order
+from plait.simulate.periodic import periodic_sweep
+from plait.simulate.sweep_order import _steps, _sweep_order
 
 
 @dataclass(frozen=True)
@@ -81,69 +81,6 @@ class Timeline:
 
 
 _KINDS = ("F", "B", "W")
-_Step = tuple[int, int, int, int, int, int]  # (kind index, input slot or -1, output slot or -1, hop?, micro, chunk)
-
-
-@lru_cache(maxsize=256)
-def _steps(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Step, ...], ...]:
-    """Every rank's operations with the slots they wait on and fill: slot ``j * p * v + s`` holds when micro-batch
-    j's activation reaches global stage s, slot ``m * p * v`` further on when its gradient does (at the last stage:
-    its forward's end, no hop). A backward's own forward always runs earlier on its rank (checked here), so a
-    backward waits only for its gradient."""
-    stages = p * v
-    grads = m * stages
-    out = []
-    for rank in range(p):
-        done, steps = set(), []
-        for kind, micro, chunk in order(schedule, p, m, rank, v):
-            stage = rank + chunk * p
-            key = micro * stages + stage
-            if kind == "F":
-                done.add(key)
-                last = stage == stages - 1
-                steps.append((0, key if stage > 0 else -1, grads + key if last else key + 1, 0 if last else 1,
-                              micro, chunk))
-            elif kind == "B":
-                assert key in done, f"{schedule}: rank {rank} runs B{micro} of chunk {chunk} before its F"
-                steps.append((1, grads + key, grads + key - 1 if stage > 0 else -1, 1, micro, chunk))
-            else:
-                steps.append((2, -1, -1, 0, micro, chunk))
-        out.append(tuple(steps))
-    return tuple(out)
-
-
-@lru_cache(maxsize=256)
-def _sweep_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, int, bool], ...]:
-    """Every operation of every rank in the order the sweep takes them (module docstring): (rank, 3 x rank + kind
-    index, input slot, output slot, hop?, whether it is the rank's last). Which operation waits on which input is
-    fixed by the schedule, not by the durations, so this order is too: replayed in one pass (:func:`_sweep`), it
-    gives each operation the same start and end, to the bit, as sweeping the ranks again. An operation without an
-    input reads slot ``2 m p v + 1``, which stays 0 (no later than any start); one without an output writes slot
-    ``2 m p v``, which nothing reads. Every rank's last operation is a backward (or W), checked here."""
-    ranks = _steps(schedule, p, m, v)
-    nothing, never = 2 * m * p * v, 2 * m * p * v + 1
-    filled = [False] * (2 * m * p * v)
-    position, flat = [0] * p, []
-    left = sum(len(steps) for steps in ranks)
-    while left:
-        progressed = False
-        for r in range(p):
-            steps, i = ranks[r], position[r]
-            while i < len(steps):
-                kind, wait, fill, hop = steps[i][:4]
-                if wait >= 0 and not filled[wait]:
-                    break
-                if fill >= 0:
-                    filled[fill] = True
-                last = i == len(steps) - 1
-                assert kind or not last, f"{schedule}: rank {r} ends on a forward"
-                flat.append((r, 3 * r + kind, wait if wait >= 0 else never, fill if fill >= 0 else nothing, hop, last))
-                i += 1
-            if i > position[r]:
-                progressed, left = True, left - (i - position[r])
-                position[r] = i
-        assert progressed, f"schedule {schedule} deadlocks (p={p}, m={m}, v={v})"
-    return tuple(flat)
 
 
 def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
@@ -168,6 +105,9 @@ def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]],
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
+    periodic = periodic_sweep(c.schedule, p, c.m, c.v, took, hops)  # a deep pipeline: its order from a short one's
+    if periodic is not None:
+        return periodic[0], list(zip(periodic[1], periodic[0], strict=True))
     arrival_s = [0.0] * (2 * c.m * p * c.v + 2)
     free = [0.0] * p
     last_begin = [0.0] * p

@@ -1,0 +1,178 @@
+"""A deep pipeline's sweep order from a short one's: the schedule's steady state repeats, so its order does too.
+
+The sweep (:mod:`plait.simulate.pipeline`) replays one order of a step's operations in which every operation comes
+after those it waits on; the order is found once per schedule shape by sweeping the ranks (the expensive part for
+a deep pipeline: 1,024-2,048 micro-batches through 16-64 ranks take 0.1-0.5 s to order, 0.02-0.05 s to replay).
+1F1B, interleaved 1F1B and ZB-H1 repeat their steady-state operations every ``c`` micro-batches (``c = 1``;
+interleaved: ``c = p``, its groups of ``p`` micro-batches), so a step of ``m`` micro-batches is one of ``m_s = m - n c``
+with ``n`` more periods in its middle. Cut every rank after the same backward, once at ``b`` and once ``c``
+micro-batches later, each cut moved back until no operation before it waits on one after it (checked); the short
+run's order is then its operations before the first cut, the period between the cuts ``n + 1`` times (each ``c``
+micro-batches on) and its operations after the second cut (``n c`` on): every operation still comes after those it
+waits on, so the replay gives every time of the full sweep to the bit (each time is ``max`` of the same two times
+plus the same duration, in whatever order the operations are taken). The structure this rests on (the short run's
+operations up to the second cut equal those of ``m_s + c`` micro-batches, which continue with the period shifted
+by ``c`` and end with the short run's rest shifted by ``c``) is checked on the orders of ``m_s`` and ``m_s + c``;
+that it holds for every further period is the schedules' regularity (each builds its steady state by one rule),
+which ``tests/test_simulate_periodic.py`` checks by replaying against the full sweep, to the bit, over schedules,
+depths and hundreds of added periods.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from plait.simulate.schedules import order
+from plait.simulate.sweep_order import _steps, _sweep_order
+
+PERIODIC = ("1f1b", "interleaved", "zb-h1")
+"""Schedules whose steady state repeats (GPipe runs every forward before any backward: no repeating middle)."""
+_Entry = tuple[int, int, int, int, int, bool]  # the sweep order's: rank, 3 x rank + kind, input, output, hop?, last?
+
+
+def _period(schedule: str, p: int, v: int) -> int:
+    """Micro-batches after which the schedule's steady state repeats (interleaved: its groups of ``p``)."""
+    return p if schedule == "interleaved" and v > 1 else 1
+
+
+def _shifted(ops: tuple[tuple[str, int, int], ...], c: int) -> tuple[tuple[str, int, int], ...]:
+    return tuple((kind, micro + c, chunk) for kind, micro, chunk in ops)
+
+
+def _cut_after(ops: tuple[tuple[str, int, int], ...], backwards: int) -> int:
+    """Index just past the rank's ``backwards``-th backward (1-based) and the W that directly follows it, if any."""
+    seen = 0
+    for i, (kind, _, _) in enumerate(ops):
+        if kind == "B":
+            seen += 1
+            if seen == backwards:
+                return i + 2 if i + 1 < len(ops) and ops[i + 1][0] == "W" else i + 1
+    return len(ops)
+
+
+@lru_cache(maxsize=64)
+def _producers(schedule: str, p: int, m: int, v: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per rank and operation, the rank and the index of the operation whose output it waits on (-1, -1: none)."""
+    steps = [np.array([step[1:3] for step in ranked], dtype=np.int64) for ranked in _steps(schedule, p, m, v)]
+    slots = 2 * m * p * v + 1
+    rank_of, index_of = np.full(slots, -1, dtype=np.int64), np.full(slots, -1, dtype=np.int64)
+    for r, table in enumerate(steps):
+        filled = np.flatnonzero(table[:, 1] >= 0)
+        rank_of[table[filled, 1]], index_of[table[filled, 1]] = r, filled
+    waits = [table[:, 0] for table in steps]  # -1 (none) reads the last slot, which nothing fills
+    return [rank_of[w] for w in waits], [index_of[w] for w in waits]
+
+
+def _closed(producers: tuple[list[np.ndarray], list[np.ndarray]], cut: list[int]) -> list[int]:
+    """The largest cut at or before ``cut`` (per rank, the operations before it) that no operation before it waits
+    across: a rank's cut moves back to its first operation waiting on one past its producer's cut, until none does."""
+    ranks, indices = producers
+    cut, changed = list(cut), True
+    while changed:
+        changed = False
+        ends = np.array([*cut, 1 << 62], dtype=np.int64)  # index -1 (no producer): never past its cut
+        for r in range(len(cut)):
+            across = np.flatnonzero(indices[r][:cut[r]] >= ends[ranks[r][:cut[r]]])
+            if len(across):
+                cut[r], changed = int(across[0]), True
+    return cut
+
+
+@lru_cache(maxsize=256)
+def _cuts(schedule: str, p: int, m: int, v: int, b: int, period: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(first cut, second cut) per rank of ``m`` micro-batches, after backward ``b`` and ``period`` micro-batches
+    (``period x v`` chunk passes) later, or None where the structure the order rests on does not hold (module
+    docstring)."""
+    producers = _producers(schedule, p, m, v)
+    shorts = [order(schedule, p, m, r, v) for r in range(p)]
+    first = _closed(producers, [_cut_after(short, b) for short in shorts])
+    second = []
+    for r in range(p):
+        short, long = shorts[r], order(schedule, p, m + period, r, v)
+        x1 = first[r]
+        x2 = x1 + _cut_after(short, b + period * v) - _cut_after(short, b)  # one period of the rank's operations on
+        if not (0 < x1 < x2 < len(short)):
+            return None
+        ops = x2 - x1
+        if (long[:x2] != short[:x2] or long[x2 + ops:] != _shifted(short[x2:], period)
+                or long[x2:x2 + ops] != _shifted(long[x1:x2], period)):
+            return None
+        second.append(x2)
+    if _closed(producers, second) != second:
+        return None
+    return tuple(first), tuple(second)
+
+
+@lru_cache(maxsize=256)
+def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...], tuple[_Entry, ...],
+                                                             tuple[_Entry, ...], int, int, int] | None:
+    """(the short run's order before the first cut, between the cuts, after the second; periods ``n`` to add; a
+    period's shift of the input and output slots; slots needed) for ``m`` micro-batches, or None where the short
+    run would not be at most half of ``m`` or its cuts do not hold. Slots are renumbered so that a shift by whole
+    periods moves every one alike: activation ``k`` to ``2 k``, gradient ``k`` to ``2 k + 1``, and the slot nothing
+    reads (and the one nothing writes) to a region of its own, ``n`` periods long."""
+    if schedule not in PERIODIC or p < 2:
+        return None
+    c = _period(schedule, p, v)
+    m_short = m % c + c * -(-max(((v + 1) * p + 2 * c * v) // v + 1 - m % c, 0) // c)  # the cuts fit (below)
+    cuts = None
+    while cuts is None and 2 * m_short <= m:
+        b = m_short * v - (v + 1) * p - 2 * c * v  # the second cut a period before any rank's cool-down
+        cuts = _cuts(schedule, p, m_short, v, b, c) if b > 0 else None
+        m_short += c if cuts is None else 0
+    if cuts is None:
+        return None
+    first, second = cuts
+    stages, n = p * v, (m - m_short) // c
+    grads, shift = m_short * stages, 2 * c * stages
+    never = 2 * m * stages + 2
+    nothing = never + n * shift + 1
+    size = nothing + n * shift + 1
+
+    def slot(s: int, reading: bool) -> int:
+        if s >= 2 * grads:  # the short run's slot nothing writes (reading) or nothing reads
+            return never if reading else nothing
+        return 2 * s if s < grads else 2 * (s - grads) + 1
+
+    parts: tuple[list[_Entry], list[_Entry], list[_Entry]] = ([], [], [])
+    seen = [0] * p
+    for r, duration, wait, fill, hop, last in _sweep_order(schedule, p, m_short, v):
+        i = seen[r]
+        seen[r] += 1
+        part = 0 if i < first[r] else 1 if i < second[r] else 2
+        parts[part].append((r, duration, slot(wait, True), slot(fill, False), hop, last))
+    return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
+
+
+def periodic_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
+                   hops: tuple[float, float]) -> tuple[list[float], list[float]] | None:
+    """Every rank's end and the start of its last operation, as :func:`plait.simulate.pipeline._sweep` gives them
+    (to the bit), replaying the short run's order with its period repeated (module docstring); None where the
+    schedule or ``m`` does not allow it (the caller sweeps in full). ``took``: duration by ``3 x rank + kind``."""
+    composed = _composed(schedule, p, m, v)
+    if composed is None:
+        return None
+    before, period, after, n, shift, size = composed
+    arrival_s = [0.0] * size
+    free, last_begin = [0.0] * p, [0.0] * p
+    _replay(before, 0, took, hops, arrival_s, free, last_begin)
+    for j in range(n + 1):
+        _replay(period, j * shift, took, hops, arrival_s, free, last_begin)
+    _replay(after, n * shift, took, hops, arrival_s, free, last_begin)
+    return free, last_begin
+
+
+def _replay(entries: tuple[_Entry, ...], offset: int, took: list[float], hops: tuple[float, float],
+            arrival_s: list[float], free: list[float], last_begin: list[float]) -> None:
+    """:func:`plait.simulate.pipeline._sweep`'s arithmetic over ``entries``, their slots shifted by ``offset``."""
+    for r, duration, wait, fill, hop, last in entries:
+        begin = free[r]
+        arrival = arrival_s[wait + offset]
+        if arrival > begin:
+            begin = arrival
+        now = free[r] = begin + took[duration]
+        arrival_s[fill + offset] = now + hops[hop]
+        if last:
+            last_begin[r] = begin
