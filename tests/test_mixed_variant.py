@@ -108,9 +108,11 @@ def test_each_rank_runs_its_groups_variant() -> None:
     assert rank_layout(layout, mixed, 1) == layout
     assert replica_micro_batches(mixed) == (1, 4)
     check_uneven(Uneven(batch_split=(12, 4)), layout, 4, replica_micro_batches(mixed))  # 12 is whole mb1 steps
-    with pytest.raises(ConfigError, match=r"--batch-split 6,10: each entry must be a positive multiple of its "
-                                          r"rank's micro_batch=4"):
+    with pytest.raises(ConfigError, match=r"--batch-split 6,10: each entry must be a positive multiple of "
+                                          r"micro_batch=4"):
         check_uneven(Uneven(batch_split=(6, 10)), layout, 4)
+    with pytest.raises(ConfigError, match=r"--batch-split 3,13: .* multiple of its rank's micro-batch \(1,4\)"):
+        check_uneven(Uneven(batch_split=(3, 13)), layout, 4, (1, 4))
 
 
 @pytest.mark.slow

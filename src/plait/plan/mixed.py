@@ -84,14 +84,14 @@ class MixedPlan:
     def describe(self) -> str:
         """The layout and its shares, e.g. ``tp1 dp16 zero1 mb2 gb256 | a100 8 GPUs b64, h100 8 GPUs b192``."""
         def one(s: GroupShare) -> str:
-            what = (f"b{s.batch}" + (f" x{s.local_steps} local steps" if s.local_steps > 1 else "") + _variant(s)
+            what = (f"b{s.batch}" + (f" x{s.local_steps} local steps" if s.local_steps > 1 else "") + variant_label(s)
                     if self.split == "data" else "layers " + "+".join(map(str, s.layers)))
             return f"{s.group} {s.num_gpus} GPUs {what}"
 
         return f"{self.plan.describe()} | {self.split}: " + ", ".join(one(s) for s in self.shares)
 
 
-def _variant(share: GroupShare) -> str:
+def variant_label(share: GroupShare) -> str:
     """`` mb1 rc-full`` for a share with its own micro-batch and recomputation ('' for one that runs the layout's)."""
     return (f" mb{share.micro_batch}" if share.micro_batch else "") + (f" rc-{share.recompute}" if share.recompute
                                                                           else "")

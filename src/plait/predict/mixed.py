@@ -30,7 +30,7 @@ from plait.cost.estimate import Estimate, TimeBreakdown
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
-from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan, share_layout
+from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan, share_layout, variant_label
 from plait.plan.plan import Plan
 from plait.plan.rules import require_positive
 from plait.predict.coupled import coupled_step_s
@@ -183,7 +183,8 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Eng
     rounds = [s.local_steps * e.step_time_s for s, e in zip(mixed.shares, ests, strict=True)]
     step = max(max(rounds), _coupled_s(model, jobs, ests))
     groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
-                             num_gpus=s.num_gpus, work=f"b{s.batch}" + (f" x{s.local_steps}" if s.local_steps > 1 else ""),
+                             num_gpus=s.num_gpus,
+                             work=f"b{s.batch}" + (f" x{s.local_steps}" if s.local_steps > 1 else "") + variant_label(s),
                              busy_s=r, idle_s=step - r, memory_bytes=e.memory.total_bytes,
                              capacity_bytes=e.memory.capacity_bytes, precision=e.plan.precision)
                    for s, e, r in zip(mixed.shares, ests, rounds, strict=True))

@@ -115,9 +115,9 @@ def _check_batch_split(split: tuple[int, ...], plan: Plan, micro_batches: tuple[
         raise ConfigError(f"--batch-split {text}: entries sum to {sum(split)}, must sum to "
                           f"global_batch={plan.global_batch}")
     if any(b < mb or b % mb for b, mb in zip(split, micro_batches, strict=True)):
-        wanted = ",".join(map(str, micro_batches)) if len(set(micro_batches)) > 1 else str(plan.micro_batch)
-        raise ConfigError(f"--batch-split {text}: each entry must be a positive multiple of its rank's "
-                          f"micro_batch={wanted}")
+        wanted = (f"its rank's micro-batch ({','.join(map(str, micro_batches))})" if len(set(micro_batches)) > 1
+                  else f"micro_batch={micro_batches[0]}")
+        raise ConfigError(f"--batch-split {text}: each entry must be a positive multiple of {wanted}")
     refusal = uneven_batch_refusal(plan)
     if refusal:
         raise ConfigError(f"--batch-split {text}: {refusal}")
