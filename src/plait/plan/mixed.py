@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from plait.errors import ConfigError
-from plait.plan.plan import Plan
+from plait.plan.plan import Plan, Recompute
 from plait.workload.model import ModelSpec
 
 if TYPE_CHECKING:  # a plan file's reader imports this module; a plain estimate never loads mixed clusters
@@ -41,6 +41,28 @@ class GroupShare:
     """``pipeline`` split: layers of each pipeline stage on this group, in stage order."""
     local_steps: int = 1
     """``data`` split with ``local_sgd``: local steps the group takes per averaging round."""
+    micro_batch: int = 0
+    """``data`` split: the group's own micro-batch (0: the layout's). Gradient accumulation changes no numerics
+    beyond float rounding, so replicas of different micro-batches still all-reduce together."""
+    recompute: Recompute | Literal[""] = ""
+    """``data`` split: the group's own recomputation mode, all of its layers (empty: the layout's); recomputation
+    changes no numerics either (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost", Sec. 3)."""
+
+    @property
+    def varies(self) -> bool:
+        """Whether the group runs its own variant of the layout (:func:`share_layout`)."""
+        return bool(self.micro_batch or self.recompute)
+
+
+def share_layout(plan: Plan, share: GroupShare) -> Plan:
+    """The layout ``share``'s group runs: ``plan`` with the share's own micro-batch and recomputation mode where it
+    gives them (full recomputation of every layer)."""
+    if not share.varies:
+        return plan
+    if not share.recompute:
+        return replace(plan, micro_batch=share.micro_batch or plan.micro_batch)
+    return replace(plan, micro_batch=share.micro_batch or plan.micro_batch, recompute=share.recompute,
+                   recompute_layers=-1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,11 +84,17 @@ class MixedPlan:
     def describe(self) -> str:
         """The layout and its shares, e.g. ``tp1 dp16 zero1 mb2 gb256 | a100 8 GPUs b64, h100 8 GPUs b192``."""
         def one(s: GroupShare) -> str:
-            what = (f"b{s.batch}" + (f" x{s.local_steps} local steps" if s.local_steps > 1 else "")
+            what = (f"b{s.batch}" + (f" x{s.local_steps} local steps" if s.local_steps > 1 else "") + variant_label(s)
                     if self.split == "data" else "layers " + "+".join(map(str, s.layers)))
             return f"{s.group} {s.num_gpus} GPUs {what}"
 
         return f"{self.plan.describe()} | {self.split}: " + ", ".join(one(s) for s in self.shares)
+
+
+def variant_label(share: GroupShare) -> str:
+    """`` mb1 rc-full`` for a share with its own micro-batch and recomputation ('' for one that runs the layout's)."""
+    return (f" mb{share.micro_batch}" if share.micro_batch else "") + (f" rc-{share.recompute}" if share.recompute
+                                                                          else "")
 
 
 UNEVEN_BATCH_AXES = ("pp", "tp", "cp", "ep")
@@ -95,12 +123,39 @@ def replica_batches(mixed: MixedPlan) -> tuple[int, ...]:
     return tuple(out)
 
 
+def replica_micro_batches(mixed: MixedPlan | None) -> tuple[int, ...]:
+    """A data split's micro-batch of each data-parallel replica, in rank order, where some group runs its own
+    (:attr:`GroupShare.micro_batch`); empty otherwise (every replica takes the layout's)."""
+    if mixed is None or mixed.split != "data" or not any(s.micro_batch for s in mixed.shares):
+        return ()
+    return tuple(s.micro_batch or mixed.plan.micro_batch
+                 for s in mixed.shares for _ in range(s.num_gpus // mixed.plan.model_parallel))
+
+
+def rank_layout(plan: Plan, mixed: MixedPlan | None, rank: int) -> Plan:
+    """The layout global rank ``rank`` runs: ``plan`` with its group's own micro-batch and recomputation where a
+    data split's share gives them (:func:`share_layout`)."""
+    if mixed is None or mixed.split != "data":
+        return plan
+    return share_layout(plan, rank_share(mixed, rank))
+
+
+def rank_share(mixed: MixedPlan, rank: int) -> GroupShare:
+    """The share global rank ``rank`` runs (ranks fill the shares in order)."""
+    at = 0
+    for share in mixed.shares:
+        at += share.num_gpus
+        if rank < at:
+            return share
+    raise ConfigError(f"rank {rank} is outside the plan's {mixed.num_gpus} GPUs")
+
+
 def run_refusal(mixed: MixedPlan) -> str | None:
     """Why ``plait run`` cannot execute ``mixed`` from its plan file (``None``: it can): a data split whose replicas
-    take unequal batches needs :func:`uneven_batch_refusal`'s layouts; a pipeline split's uneven stages and a data
+    take unequal batches, or whose groups run their own micro-batch or recomputation, needs :func:`uneven_batch_refusal`'s layouts; a pipeline split's uneven stages and a data
     split's per-group local steps run with any layout :func:`check_mixed_plan` accepts. The mixed planner ranks
     only plans this accepts."""
-    if mixed.split == "data" and len(set(replica_batches(mixed))) > 1:
+    if mixed.split == "data" and (len(set(replica_batches(mixed))) > 1 or any(s.varies for s in mixed.shares)):
         return uneven_batch_refusal(mixed.plan)
     if mixed.plan.dp_sync.site_aware:
         return (f"dp_sync={mixed.plan.dp_sync.spec}: plait run lays a mixed plan's groups out as one fabric, not as "
@@ -179,9 +234,12 @@ def _check_data(mixed: MixedPlan, model: ModelSpec) -> None:
             raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be a multiple of tp*pp*cp="
                               f"{plan.model_parallel} (whole replicas)")
         replicas = s.num_gpus // plan.model_parallel
-        if s.batch <= 0 or s.batch % (replicas * plan.micro_batch):
+        micro = s.micro_batch or plan.micro_batch
+        if s.micro_batch < 0:
+            raise ConfigError(f"group {s.group}: micro_batch={s.micro_batch} must be > 0 (0: the layout's)")
+        if s.batch <= 0 or s.batch % (replicas * micro):
             raise ConfigError(f"group {s.group}: batch={s.batch} must be a positive multiple of replicas x "
-                              f"micro_batch = {replicas * plan.micro_batch}")
+                              f"micro_batch = {replicas * micro}")
         if s.layers:
             raise ConfigError(f"group {s.group}: layers={s.layers} belong to a pipeline split, not a data split")
     total = sum(s.batch for s in mixed.shares)
@@ -207,8 +265,9 @@ def _check_pipeline(mixed: MixedPlan, model: ModelSpec) -> None:
         if s.num_gpus != len(s.layers) * stage_gpus:
             raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be its {len(s.layers)} stages x "
                               f"tp*cp*dp={stage_gpus}")
-        if s.batch or s.local_steps != 1:
-            raise ConfigError(f"group {s.group}: batch and local_steps belong to a data split")
+        if s.batch or s.local_steps != 1 or s.varies:
+            raise ConfigError(f"group {s.group}: batch, local_steps, micro_batch and recompute belong to a data "
+                              "split")
         stages += len(s.layers)
     if stages != plan.pp:
         raise ConfigError(f"the shares hold {stages} stages but pp={plan.pp}")

@@ -7,7 +7,8 @@ slower fabric as the real job's do.
 - ``data`` split: a group's replicas run their local batch on the group's devices, and every replica joins the
   one gradient reduction of the step. The step ends when the slowest group's reduction ends, so the step time
   is the largest of the groups' own step times — each costed as if all ``dp`` replicas were of that group's
-  kind with its local batch (same reduction, its own compute) — and a faster group idles for the difference
+  kind with its local batch (same reduction, its own compute; its own micro-batch and recomputation where its share
+  gives them) — and a faster group idles for the difference
   (Poplar, Zhang et al. 2023, Sec. 3: a heterogeneous step waits for its slowest worker). With ``local_sgd`` a
   group takes its own number of local steps per averaging round (000-17), so a round lasts the largest of
   ``local_steps x`` step time and carries every group's ``local_steps x batch`` sequences. Under FSDP2, groups that
@@ -29,7 +30,7 @@ from plait.cost.estimate import Estimate, TimeBreakdown
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
-from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan
+from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan, share_layout, variant_label
 from plait.plan.plan import Plan
 from plait.plan.rules import require_positive
 from plait.predict.coupled import coupled_step_s
@@ -163,8 +164,9 @@ def group_estimate(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, sh
 
 
 def group_job(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, share: GroupShare, engine: Engine) -> Job:
-    """``share``'s job: the layout on its group's view, every replica with its local batch."""
-    plan = mixed.plan
+    """``share``'s job: the layout (its group's own micro-batch and recomputation where the share gives them:
+    :func:`plait.plan.mixed.share_layout`) on its group's view, every replica with its local batch."""
+    plan = share_layout(mixed.plan, share)
     local = share.batch // (share.num_gpus // plan.model_parallel)
     plan = replace(plan, global_batch=local * plan.dp)
     if plan.dp_sync.group_local_steps:  # each group averages after its own local steps
@@ -181,7 +183,8 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Eng
     rounds = [s.local_steps * e.step_time_s for s, e in zip(mixed.shares, ests, strict=True)]
     step = max(max(rounds), _coupled_s(model, jobs, ests))
     groups = tuple(GroupTime(group=s.group, accelerator=cluster.group(s.group).cluster.accelerator.name,
-                             num_gpus=s.num_gpus, work=f"b{s.batch}" + (f" x{s.local_steps}" if s.local_steps > 1 else ""),
+                             num_gpus=s.num_gpus,
+                             work=f"b{s.batch}" + (f" x{s.local_steps}" if s.local_steps > 1 else "") + variant_label(s),
                              busy_s=r, idle_s=step - r, memory_bytes=e.memory.total_bytes,
                              capacity_bytes=e.memory.capacity_bytes, precision=e.plan.precision)
                    for s, e, r in zip(mixed.shares, ests, rounds, strict=True))

@@ -17,7 +17,7 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.plan.io import JobSpec, read_plan_parts
-from plait.plan.mixed import MixedPlan
+from plait.plan.mixed import MixedPlan, replica_micro_batches
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
 from plait.predict.mixed import MixedEstimate
@@ -138,7 +138,7 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
     mixed_run = None
     if mixed is not None:
         mixed_run, config = _mixed(config, request, job, replace(mixed, plan=the_plan), model)
-    check_uneven(config.uneven, the_plan, model.num_layers)
+    check_uneven(config.uneven, the_plan, model.num_layers, replica_micro_batches(mixed))
     check_rounds(config.steps, the_plan, config.uneven, checkpointing=config.checkpoint_dir is not None)
     if request.engine == "torchtitan":
         if request.nodes != 1:
@@ -161,7 +161,7 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
         hardware = resolve_cluster(config.cluster or job.cluster or "dgx-h100-ib")
     else:  # the ranks at this machine's speed stand for the fastest group, the others slowed from it
         hardware = mixed_run.cluster.group(min(mixed_run.factors, key=mixed_run.factors.__getitem__)).cluster
-    predicted, uneven_estimate = _predict(config, model, the_plan, hardware)
+    predicted, uneven_estimate = _predict(config, model, the_plan, hardware, mixed_run and mixed_run.mixed)
     if mixed_run is not None:
         say(mixed_run.note())
     for note in machine_notes(the_plan, on_gpu=local_slots() is not None):
@@ -250,9 +250,10 @@ def _precision(config: WorkerConfig, precision: str, nodes: int, say: Say) -> Wo
     return replace(config, full_precision=True)
 
 
-def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Cluster) -> tuple[Estimate,
-                                                                                            MixedEstimate | None]:
-    """The plan's rules, then the runtime's, this node's room, and plait's estimate (even, and uneven per rank)."""
+def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Cluster,
+             groups: MixedPlan | None = None) -> tuple[Estimate, MixedEstimate | None]:
+    """The plan's rules, then the runtime's, this node's room, and plait's estimate (even, and uneven per rank;
+    ``groups``: a mixed plan file's shares, whose groups may run their own micro-batch and recomputation)."""
     from plait.run.support import check_runnable
 
     slots = local_slots()
@@ -266,8 +267,8 @@ def _predict(config: WorkerConfig, model: ModelSpec, plan: Plan, hardware: Clust
                           "torchrun command")
     predicted = predict(job)
     mixed = None
-    if config.uneven != Uneven():  # each rank a group of one, slowed as the run slows it
-        mixed = predict_uneven(model, hardware, plan, config.uneven)
+    if config.uneven != Uneven() or (groups and any(s.varies for s in groups.shares)):  # a group of one per rank
+        mixed = predict_uneven(model, hardware, plan, config.uneven, groups)
     check_machine(plan.num_gpus, slots, predicted)
     return predicted, mixed
 

@@ -73,12 +73,14 @@ def parse_uneven(slowdown: str | None, batch_split: str | None, stage_layers: st
                   local_steps=parse_list(local_steps, "--local-steps", int))
 
 
-def check_uneven(uneven: Uneven, plan: Plan, num_layers: int) -> None:
-    """Refuse, by name, what this runtime does not run unevenly; silent for a runnable request."""
+def check_uneven(uneven: Uneven, plan: Plan, num_layers: int, micro_batches: tuple[int, ...] = ()) -> None:
+    """Refuse, by name, what this runtime does not run unevenly; silent for a runnable request. ``micro_batches``:
+    each data-parallel rank's own micro-batch, where a mixed plan's groups run their own
+    (:func:`plait.plan.mixed.replica_micro_batches`; empty: the plan's on every rank)."""
     if uneven.slowdown:
         _check_slowdown(uneven.slowdown, plan)
     if uneven.batch_split:
-        _check_batch_split(uneven.batch_split, plan)
+        _check_batch_split(uneven.batch_split, plan, micro_batches or (plan.micro_batch,) * plan.dp)
     if uneven.stage_layers:
         _check_stage_layers(uneven.stage_layers, plan, num_layers)
     if uneven.local_steps:
@@ -105,16 +107,17 @@ def slowdown_refusal(plan: Plan) -> str | None:
     return None
 
 
-def _check_batch_split(split: tuple[int, ...], plan: Plan) -> None:
+def _check_batch_split(split: tuple[int, ...], plan: Plan, micro_batches: tuple[int, ...]) -> None:
     text = ",".join(map(str, split))
     if len(split) != plan.dp:
         raise ConfigError(f"--batch-split {text}: one entry per data-parallel rank, dp={plan.dp}")
     if sum(split) != plan.global_batch:
         raise ConfigError(f"--batch-split {text}: entries sum to {sum(split)}, must sum to "
                           f"global_batch={plan.global_batch}")
-    if any(b < plan.micro_batch or b % plan.micro_batch for b in split):
-        raise ConfigError(f"--batch-split {text}: each entry must be a positive multiple of "
-                          f"micro_batch={plan.micro_batch}")
+    if any(b < mb or b % mb for b, mb in zip(split, micro_batches, strict=True)):
+        wanted = (f"its rank's micro-batch ({','.join(map(str, micro_batches))})" if len(set(micro_batches)) > 1
+                  else f"micro_batch={micro_batches[0]}")
+        raise ConfigError(f"--batch-split {text}: each entry must be a positive multiple of {wanted}")
     refusal = uneven_batch_refusal(plan)
     if refusal:
         raise ConfigError(f"--batch-split {text}: {refusal}")

@@ -13,7 +13,7 @@ from dataclasses import replace
 from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.hardware.mixed import DeviceGroup, MixedCluster, slowed
-from plait.plan.mixed import GroupShare, MixedPlan
+from plait.plan.mixed import GroupShare, MixedPlan, rank_share
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout
 from plait.run.uneven import Uneven, layer_counts, rank_rows
@@ -30,13 +30,17 @@ def rank_cluster(cluster: Cluster, factors: tuple[float, ...]) -> MixedCluster:
                         source=f"{cluster.source}; ranks slowed {label} (plait.hardware.mixed.slowed)")
 
 
-def mixed_plan(plan: Plan, uneven: Uneven, num_layers: int) -> MixedPlan | None:
-    """The run as one share per rank: a data split where every rank is a data-parallel replica, a pipeline split
+def mixed_plan(plan: Plan, uneven: Uneven, num_layers: int, groups: MixedPlan | None = None) -> MixedPlan | None:
+    """The run as one share per rank: a data split where every rank is a data-parallel replica (with its group's
+    own micro-batch and recomputation where ``groups``, the plan file's data split, gives them), a pipeline split
     where every rank is a stage (vpp=1); ``None`` for layouts with ranks that are neither."""
     if plan.num_gpus == plan.dp:
         rows = [rank_rows(uneven.batch_split, r, plan.global_batch, plan.dp) for r in range(plan.dp)]
         steps = uneven.local_steps or (1,) * plan.dp  # 1: the plan's own period (estimate_mixed)
-        shares = tuple(GroupShare(group=f"rank{r}", num_gpus=1, batch=hi - lo, local_steps=steps[r])
+        own = [rank_share(groups, r) if groups and groups.split == "data" else GroupShare(group="", num_gpus=1)
+               for r in range(plan.dp)]
+        shares = tuple(GroupShare(group=f"rank{r}", num_gpus=1, batch=hi - lo, local_steps=steps[r],
+                                  micro_batch=own[r].micro_batch, recompute=own[r].recompute)
                        for r, (lo, hi) in enumerate(rows))
         return MixedPlan(plan=plan, split="data", shares=shares)
     if plan.num_gpus == plan.pp and plan.vpp == 1:
@@ -46,10 +50,12 @@ def mixed_plan(plan: Plan, uneven: Uneven, num_layers: int) -> MixedPlan | None:
     return None
 
 
-def predict_uneven(model: ModelSpec, cluster: Cluster, plan: Plan, uneven: Uneven) -> MixedEstimate | None:
+def predict_uneven(model: ModelSpec, cluster: Cluster, plan: Plan, uneven: Uneven,
+                   groups: MixedPlan | None = None) -> MixedEstimate | None:
     """``estimate_mixed`` of the run on ranks slowed by ``uneven.slowdown`` (1 where none is given); ``None``
-    where :func:`mixed_plan` cannot express the layout."""
-    mixed = mixed_plan(mixed_layout(model, plan), uneven, model.num_layers)
+    where :func:`mixed_plan` cannot express the layout. ``groups``: the plan file's mixed plan, whose data split may
+    give groups their own micro-batch and recomputation."""
+    mixed = mixed_plan(mixed_layout(model, plan), uneven, model.num_layers, groups)
     if mixed is None:
         return None
     factors = uneven.slowdown or (1.0,) * plan.num_gpus

@@ -20,6 +20,7 @@ from torch import nn
 
 from plait.errors import ConfigError
 from plait.plan.io import read_plan_parts
+from plait.plan.mixed import rank_layout, replica_micro_batches
 from plait.run import checkpoint, data
 from plait.run.chunked_tp import sent_bytes
 from plait.run.config import read_config
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
     """The job, plan, model, device and uneven options of ``args``, checked before any process group exists."""
     checkpoint.check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
-    job, plan, _ = read_plan_parts(args.plan)  # a mixed plan file's shares arrive as the uneven options
+    job, plan, mixed = read_plan_parts(args.plan)  # a mixed plan file's shares arrive as the uneven options
     spec = resolve_model(job.model)
     plan = plan.with_seq_len(spec.seq_len)
     device = device_type()
@@ -108,7 +109,7 @@ def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
     if spec.vocab_size < data.VOCAB_SIZE:
         raise ConfigError(f"vocab_size={spec.vocab_size} must be >= {data.VOCAB_SIZE} (byte tokens)")
     uneven = args.uneven
-    check_uneven(uneven, plan, spec.num_layers)
+    check_uneven(uneven, plan, spec.num_layers, replica_micro_batches(mixed))
     check_rounds(args.steps, plan, uneven, checkpointing=args.checkpoint_dir is not None)
     if plan.tp_mode != "1d":
         check_grid_options(args)
@@ -146,6 +147,10 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.manual_seed(args.seed)
     mesh = build_mesh(plan, named_site_gpus(args.cluster or job.cluster))
+    # a mixed data split whose groups run their own micro-batch and recomputation: this rank's (same gradients)
+    mixed = read_plan_parts(args.plan)[2]
+    plan = rank_layout(plan, mixed, dist.get_rank())
+    counts_differ = bool(uneven.batch_split or replica_micro_batches(mixed))  # FSDP2: gather and reduce once a step
     parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision, uneven.stage_layers)
     container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
     steps = rank_steps(args.steps, plan.dp_sync.every, uneven.local_steps, mesh.dp_rank)  # its own learning-rate schedule
@@ -224,7 +229,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
         with profiler as prof, _sync_counter(plan, mesh) as sent:
             loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
                                     inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
-                                    weight=weight, uneven_batch=bool(uneven.batch_split), swap=swap,
+                                    weight=weight, uneven_batch=counts_differ, swap=swap,
                                     scaling=scaling)
         elapsed = timed() - start
         cp_after = cp_sent_bytes(mesh)

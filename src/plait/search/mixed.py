@@ -9,7 +9,8 @@ layout the work split that balances the groups:
   from the slowest group while the step shortens;
 - ``pipeline``: a group's stages hold layers in proportion to its devices' speed per layer (AMP, Li et al.
   2022; FlashFlex, Yan et al. 2024), then one layer at a time from the slowest stage while the step shortens.
-Every candidate is costed by :func:`plait.predict.mixed.estimate_mixed`; one that does not fit some group's
+Each data split is also tried with every group's own micro-batch and recomputation, balanced again
+(:mod:`plait.search.mixed_variant`). Every candidate is costed by :func:`plait.predict.mixed.estimate_mixed`; one that does not fit some group's
 memory is dropped, and so is one that ``plait run`` could not execute from its plan file
 (:func:`plait.plan.mixed.run_refusal`: a layout whose replicas cannot take unequal batches keeps the even split).
 """
@@ -29,6 +30,7 @@ from plait.search.mixed_async import async_plans
 from plait.search.mixed_local import local_sgd_plans
 from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, try_mixed
 from plait.search.mixed_tier import per_tier_mixed
+from plait.search.mixed_variant import vary_groups
 from plait.search.runner import Progress, run_search
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
@@ -91,8 +93,10 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
         even = _even(model, cluster, layout, engine)
         candidates = [balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin)]
         if even is not None:
-            candidates.append(even if uneven_batch_refusal(layout) else
-                              balance_data(model, cluster, even, engine, MOVES, memory_margin))
+            balanced = even if uneven_batch_refusal(layout) else balance_data(model, cluster, even, engine, MOVES,
+                                                                               memory_margin)
+            candidates += [balanced, vary_groups(model, cluster, balanced, engine, 0, memory_margin),
+                           vary_groups(model, cluster, even, engine, MOVES, memory_margin)]
             if fits_with(even, memory_margin):
                 evens.append(even)
                 if local_sgd:
@@ -100,6 +104,7 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
                 if asynchronous:
                     candidates += async_plans(model, cluster, even, engine)
         plans += [c for c in candidates if c is not None and fits_with(c, memory_margin) and not run_refusal(c.plan)]
+    plans = list({p.plan.describe(): p for p in reversed(plans)}.values())[::-1]  # a variant equal to a layout
     plans.sort(key=lambda e: -e.target_tokens_per_s)
     evens.sort(key=lambda e: -e.target_tokens_per_s)
     baselines = _baselines(model, cluster, global_batch, engine, memory_margin,

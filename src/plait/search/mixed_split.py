@@ -39,44 +39,44 @@ def fits_with(e: MixedEstimate, memory_margin: float) -> bool:
 def balance_data(model: ModelSpec, cluster: MixedCluster, even: MixedEstimate, engine: Engine,
                  moves: int, memory_margin: float = 0.0) -> MixedEstimate | None:
     """Local batches in proportion to each group's sequences per second at the even split (Poplar), rounded to
-    whole micro-batches per replica, then micro-batches moved from the slowest group to the one with most idle
-    time (the fewest that keep whole micro-batches on every replica of both: their replica counts' least common
-    multiple) while the step shortens and every group keeps ``memory_margin`` free (the global batch
-    never changes)."""
+    whole micro-batches per replica (each group's own micro-batch where its share gives one), then micro-batches
+    moved from the slowest group to the one with most idle time (the fewest sequences that keep whole micro-batches
+    on every replica of both: the least common multiple of their replicas x micro-batch) while the step shortens
+    and every group keeps ``memory_margin`` free (the global batch never changes)."""
     mixed, plan = even.plan, even.plan.plan
     replicas = [s.num_gpus // plan.model_parallel for s in mixed.shares]
-    units = plan.global_batch // plan.micro_batch  # micro-batches over all replicas
+    units = [r * (s.micro_batch or plan.micro_batch) for s, r in zip(mixed.shares, replicas, strict=True)]
     speed = [s.batch / r / g.busy_s for s, r, g in zip(mixed.shares, replicas, even.groups, strict=True)]
-    per_replica = [max(1, round(units * v / sum(r * v for r, v in zip(replicas, speed, strict=True))))
-                   for v in speed]
-    best = _data(model, cluster, mixed, replicas, per_replica, engine)
+    total = sum(r * v for r, v in zip(replicas, speed, strict=True))
+    counts = [max(1, round(plan.global_batch * v / total * r / u))
+              for v, r, u in zip(speed, replicas, units, strict=True)]
+    best = _data(model, cluster, mixed, units, counts, engine)
     if best is None or not fits_with(best, memory_margin):
         best = even
     for _ in range(moves):
-        counts = [s.batch // (r * plan.micro_batch) for s, r in zip(best.plan.shares, replicas, strict=True)]
+        counts = [s.batch // u for s, u in zip(best.plan.shares, units, strict=True)]
         slow = max(range(len(counts)), key=lambda i: best.groups[i].busy_s)
         fast = max(range(len(counts)), key=lambda i: best.groups[i].idle_s / max(replicas[i], 1))
-        step = math.lcm(replicas[slow], replicas[fast])  # sequences moved: whole micro-batches on both sides
-        if slow == fast or counts[slow] <= step // replicas[slow]:
+        step = math.lcm(units[slow], units[fast])  # sequences moved: whole micro-batches on both sides
+        if slow == fast or counts[slow] <= step // units[slow]:
             break
-        counts[slow] -= step // replicas[slow]
-        counts[fast] += step // replicas[fast]
-        trial = _data(model, cluster, best.plan, replicas, counts, engine)
+        counts[slow] -= step // units[slow]
+        counts[fast] += step // units[fast]
+        trial = _data(model, cluster, best.plan, units, counts, engine)
         if trial is None or _per_token_s(trial) >= _per_token_s(best) or not fits_with(trial, memory_margin):
             break
         best = trial
     return best
 
 
-def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, replicas: list[int], per_replica: list[int],
+def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, units: list[int], counts: list[int],
           engine: Engine) -> MixedEstimate | None:
-    """``mixed`` with ``per_replica[i]`` micro-batches on each replica of share i; the global batch follows."""
-    mb = mixed.plan.micro_batch
-    shares = [replace(s, batch=r * k * mb) for s, r, k in zip(mixed.shares, replicas, per_replica, strict=True)]
-    plan = replace(mixed.plan, global_batch=sum(s.batch for s in shares))
-    if plan.global_batch != mixed.plan.global_batch:
+    """``mixed`` with ``counts[i]`` units of ``units[i]`` sequences (a micro-batch on each replica) on share i; the
+    global batch must not change."""
+    shares = [replace(s, batch=k * u) for s, u, k in zip(mixed.shares, units, counts, strict=True)]
+    if sum(s.batch for s in shares) != mixed.plan.global_batch:
         return None
-    return try_mixed(model, cluster, replace(mixed, plan=plan, shares=tuple(shares)), engine)
+    return try_mixed(model, cluster, replace(mixed, shares=tuple(shares)), engine)
 
 
 def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine,
