@@ -33,7 +33,7 @@ KINDS = {
     "small-cnn-plan.toml": "transformer", "mixed-plan.toml": "transformer", "crossbow-plan.toml": "transformer",
     "federated-toy.toml": "federated",
     "mixed-two-sites.toml": "transformer", "tiny-moe-ep2-chunks.toml": "transformer", "tiny-tp2-chunks.toml": "transformer",
-    "tiny-tp2d.toml": "transformer", "small-mlp-tp2-plan.toml": "transformer",
+    "tiny-tp2d.toml": "transformer", "small-mlp-tp2-plan.toml": "transformer", "small-mlp-tp2-dp2-plan.toml": "transformer",
     "async-ps-plan.toml": "transformer", "easgd-plan.toml": "transformer",
 }
 """Each shipped example and the kind that recognises it (plan, cluster and model TOMLs are the core's)."""
