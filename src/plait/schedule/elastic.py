@@ -110,7 +110,8 @@ class Elastic:
             sim.stop(sim.running[index], now_s)
         # Allocated jobs holding no GPUs wait (one allocated nothing stays waiting).
         starting = jobs[sim.columns.gpus[jobs] == 0]
-        waiting = [(-size, sim.states[i]) for i, size in zip(starting.tolist(), size_of[starting].tolist(), strict=True)]
+        waiting = [(-size, sim.states[i])
+                   for i, size in zip(starting.tolist(), size_of[starting].tolist(), strict=True)]
         for minus, st in sorted(waiting, key=lambda w: (w[0], w[1].job.arrival_s, w[1].index)):
             sizes = [s for s in self.options(sim, st) if s <= -minus]
             for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits

@@ -1,7 +1,7 @@
 """Job indices in the order they joined a set, as an array a pass reads without walking a dict: appended on
 joining, cut out on leaving (its place found by bisecting the joining tickets, which rise along the array, and the
-tail moved down by one: a memory move, ~1 us for thousands of jobs), so a read is one copy, not a filter over
-holes (a boolean filter costs ~40 times a copy)."""
+tail moved down by one: a memory move), so a read is one copy, not a filter over holes (on 5,500 int64, timeit,
+numpy 2.4, the 2-core dev host at load 5, 2026-12-06: a copy or a move ~1 us, a boolean filter ~40 us)."""
 
 from __future__ import annotations
 
