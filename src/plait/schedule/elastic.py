@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plait.schedule.elastic_alloc import ChainTable, allocate
+from plait.schedule.elastic_alloc import ChainTable, allocate_into
 from plait.schedule.simulate import Simulator
 from plait.schedule.speed import Speed
 from plait.schedule.state import JobState
@@ -67,15 +67,20 @@ class Elastic:
                                     for now, nxt in itertools.pairwise(options) if options[nxt] > options[now]}
         return self.speedups[st.index]
 
-    def allocate(self, sim: Simulator, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The jobs given GPUs and how many (the others wait), for the active job indices ``order`` in order of
-        arrival; computed over arrays (:func:`plait.schedule.elastic_alloc.allocate`, the same choices as the
-        greedy this class states)."""
+    def allocate(self, sim: Simulator, order: np.ndarray) -> np.ndarray:
+        """The jobs given GPUs (the others wait), for the active job indices ``order`` in order of arrival, their
+        sizes written to ``self.table.allocated``; computed over arrays
+        (:func:`plait.schedule.elastic_alloc.allocate_into`, the same choices as the greedy this class states)."""
         table = self.table
         table.grow_to(len(sim.states))
         for index in order[table.smallest[order] == 0].tolist():  # jobs seen for the first time
             table.set(index, next(iter(self.options(sim, sim.states[index]))), self.steps[index])
-        return allocate(table, order, sim.pool.capacity_gpus)
+        return allocate_into(table, order, sim.pool.capacity_gpus)
+
+    def completed(self, sim: Simulator, st: JobState) -> None:
+        """The simulator's word that ``st`` completed: its growth steps leave the allocation's table."""
+        if st.index < len(self.table.smallest) and self.table.smallest[st.index]:
+            self.table.remove(st.index)
 
     def _stopping(self, sim: Simulator, moved: np.ndarray, size_of: np.ndarray, now_s: float) -> np.ndarray:
         """Of the running jobs ``moved`` (allocated a size other than theirs), those to stop, in their order: every
@@ -97,17 +102,18 @@ class Elastic:
 
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
-        jobs, sizes = self.allocate(sim, sim.active_indices())
+        jobs = self.allocate(sim, sim.active_indices())
         size_of = self.table.allocated  # zero outside ``jobs``: set here, cleared at the end of the pass
-        size_of[jobs] = sizes
         running = sim.running_indices()
         moved = running[size_of[running] != sim.columns.gpus[running]]  # only these can stop, in running order
         for index in self._stopping(sim, moved, size_of, now_s).tolist():
             sim.stop(sim.running[index], now_s)
         # Allocated jobs holding no GPUs wait (one allocated nothing stays waiting).
-        waiting = [sim.states[i] for i in jobs[sim.columns.gpus[jobs] == 0].tolist()]
-        for st in sorted(waiting, key=lambda s: (-int(size_of[s.index]), s.job.arrival_s, s.index)):
-            sizes = [s for s in self.options(sim, st) if s <= size_of[st.index]]
+        starting = jobs[sim.columns.gpus[jobs] == 0]
+        waiting = [(-size, sim.states[i])
+                   for i, size in zip(starting.tolist(), size_of[starting].tolist(), strict=True)]
+        for minus, st in sorted(waiting, key=lambda w: (w[0], w[1].job.arrival_s, w[1].index)):
+            sizes = [s for s in self.options(sim, st) if s <= -minus]
             for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits
                 place = sim.pool.packed(size)
                 if place is not None:

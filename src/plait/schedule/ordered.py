@@ -1,6 +1,7 @@
 """Job indices in the order they joined a set, as an array a pass reads without walking a dict: appended on
-joining, blanked on leaving, compacted once mostly blank (each index is written and moved a bounded number of times per
-joining, so upkeep is amortised constant and a read costs the set's size in numpy, not in Python)."""
+joining, cut out on leaving (its place found by bisecting the joining tickets, which rise along the array, and the
+tail moved down by one: a memory move), so a read is one copy, not a filter over holes (on 5,500 int64, timeit,
+numpy 2.4, the 2-core dev host at load 5, 2026-12-06: a copy or a move ~1 us, a boolean filter ~40 us)."""
 
 from __future__ import annotations
 
@@ -12,36 +13,31 @@ class OrderedIndices:
 
     def __init__(self, size: int) -> None:
         self._order = np.empty(64, dtype=np.int64)
-        """Indices in joining order, -1 where one has left (until compacted)."""
-        self._used, self._holes = 0, 0
-        self._slot = np.zeros(size, dtype=np.int64)
-        """Per index: its place in ``_order`` while in the set."""
+        """Indices in joining order."""
+        self._ticket = np.empty(64, dtype=np.int64)
+        """Beside each: its joining ticket (ascending)."""
+        self._used, self._next = 0, 0
+        self._ticket_of = np.zeros(size, dtype=np.int64)
+        """Per index: its ticket while in the set."""
 
     def append(self, index: int) -> None:
         """``index`` joins, last."""
         if self._used == len(self._order):
-            self._compact()
-            if self._used == len(self._order):
-                self._order = np.concatenate([self._order, np.empty_like(self._order)])
-        self._order[self._used], self._slot[index] = index, self._used
-        self._used += 1
+            self._order = np.concatenate([self._order, np.empty_like(self._order)])
+            self._ticket = np.concatenate([self._ticket, np.empty_like(self._ticket)])
+        self._order[self._used], self._ticket[self._used] = index, self._next
+        self._ticket_of[index] = self._next
+        self._used, self._next = self._used + 1, self._next + 1
 
     def remove(self, index: int) -> None:
         """``index`` leaves."""
-        self._order[self._slot[index]] = -1
-        self._holes += 1
+        n = self._used
+        at = int(np.searchsorted(self._ticket[:n], self._ticket_of[index]))
+        assert self._order[at] == index, "only an index in the set leaves it"
+        for column in (self._order, self._ticket):
+            column[at: n - 1] = column[at + 1: n]  # numpy copies overlapping slices safely
+        self._used = n - 1
 
     def array(self) -> np.ndarray:
         """The indices in joining order (a copy)."""
-        if 2 * self._holes > self._used:
-            self._compact()
-        order = self._order[: self._used]
-        return order[order >= 0] if self._holes else order.copy()
-
-    def _compact(self) -> None:
-        if self._holes:
-            live = self._order[: self._used]
-            live = live[live >= 0]
-            self._used, self._holes = len(live), 0
-            self._order[: len(live)] = live
-            self._slot[live] = np.arange(len(live))
+        return self._order[: self._used].copy()
