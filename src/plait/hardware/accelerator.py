@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from plait.errors import ConfigError
+from plait.hardware.eager_dispatch import EAGER_DISPATCH_US
 from plait.hardware.figure import Curve, Figure
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -60,6 +61,10 @@ class Efficiency:
     host_launch_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Host (CPU) time to issue one kernel from a PyTorch program, microseconds: what a layer whose host cannot run
     ahead of the device (:attr:`plait.engine.facts.EngineFacts.moe_host_sync`) waits for per kernel."""
+    eager_dispatch_us: Figure = field(default_factory=lambda: EAGER_DISPATCH_US)
+    """Host (CPU) time an eager PyTorch op spends in the framework before its launch call, microseconds: paid per
+    kernel by the engines that run eager ops (:mod:`plait.hardware.eager_dispatch`, where the figure is measured);
+    0 where ``host_launch_us`` was timed over whole eager ops (``plait calibrate``)."""
     host_sync_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Round trip of a host that waits on the device (a device-to-host copy and ``synchronize``), microseconds: what
     the device idles at each synchronization before the host issues its next kernel (:mod:`plait.cost.host`)."""
