@@ -63,3 +63,21 @@ def test_gnn_ops_and_classic_pytorch_rows_use_the_same_per_op_cost() -> None:
     assert row_engine(_row("PyTorch (NGC pytorch-21.03, torch DDP)")).framework.eager_dispatch
     assert not row_engine(_row("MXNet (NGC mxnet-20.12-py3, Horovod)")).framework.eager_dispatch
     assert not row_engine(_row("TensorFlow 1.x (tf_cnn_benchmarks)")).framework.eager_dispatch
+
+
+def test_packaged_accelerators_take_the_measured_dispatch_and_descriptions_state_theirs() -> None:
+    """The packaged launch figure is the launch call alone (HolisticTraceAnalysis), so eager ops add the measured
+    13.3 us; a description's own ``host_launch_us`` is its whole per-op time (as plait calibrate times it) unless it
+    states its dispatch apart."""
+    from plait.hardware.catalog import cluster_from_mapping, get_accelerator
+    from tests.conftest import toy_cluster_mapping
+
+    def dispatch_us(**efficiency: dict[str, object]) -> float:
+        table = toy_cluster_mapping()
+        table["accelerator"]["efficiency"].update(efficiency)
+        return cluster_from_mapping(table, "toy").accelerator.efficiency.eager_dispatch_us.value
+
+    assert get_accelerator("a100-80gb").efficiency.eager_dispatch_us.value == 13.3
+    launch = {"value": 7.0, "source": "assumed: a test's host"}
+    assert dispatch_us(host_launch_us=launch) == 0.0
+    assert dispatch_us(host_launch_us=launch, eager_dispatch_us={"value": 2.0, "source": "assumed: a test"}) == 2.0

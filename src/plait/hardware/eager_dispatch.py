@@ -9,8 +9,9 @@ PyTorch's dispatch of the op (argument parsing, the dispatcher, TensorIterator, 
 figure. ``torch.compile``'s generated wrapper calls its kernels without either (Ansel et al., PyTorch 2, ASPLOS 2024,
 Sec. 4), and a CUDA graph replays its kernels with one launch (CUDA Programming Guide, "CUDA Graphs"), so neither
 pays it. Which engines run eager ops is an engine fact (:attr:`plait.engine.facts.EngineFacts.eager_dispatch`);
-the time is a host figure (:attr:`plait.hardware.accelerator.Efficiency.eager_dispatch_us`, this one by default;
-``plait calibrate`` times whole eager ops into ``host_launch_us`` and sets it to 0).
+the time is a host figure (:attr:`plait.hardware.accelerator.Efficiency.eager_dispatch_us`: this one on the packaged
+accelerators; 0 on a description that does not state it, whose ``host_launch_us`` is read as the whole per-op time,
+as ``plait calibrate`` times it).
 """
 
 from __future__ import annotations
