@@ -12,7 +12,7 @@ high by about a bare op's, ``x + 1``, printed beside it). The double- and single
 classes at 2 heads of 32 (the Python path does not depend on the width), one thread, under ``torch.no_grad`` as
 the pipelines run them. Printed: the ops each block dispatches (views not counted; they launch no kernel), its CPU
 time (``time.thread_time``, best of 5 x 200 calls, and wall time) and the CPU time per op, which
-``plait.workloads.dit.eager`` uses as ``EAGER_DISPATCH_US``; then the ops of Sana's and CogVideoX's blocks where the
+``plait.hardware.eager_dispatch`` holds as ``EAGER_DISPATCH_US``; then the ops of Sana's and CogVideoX's blocks where the
 installed diffusers has them (counts only: their CPU time includes CPU convolutions and masked attention, which a
 GPU runs as kernels).
 """

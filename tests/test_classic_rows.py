@@ -107,8 +107,10 @@ def test_an_optimizer_issued_after_a_sync_waits_for_its_launches() -> None:
     launch_s, sync = eff.host_launch_us.value * 1e-6, eff.host_sync_us.value * 1e-6
     sgd = EagerOptimizer(launches_per_tensor=4, launches_per_matrix=1, source="test")
     shapes = [(4, 4), (4,), (2, 3, 3, 3)]  # two weights decayed, one bias: 4 + 1 + 4 + 4 + 1 = 14 launches
-    assert eager_optimizer_s(sgd, shapes, 0.0, cluster) == pytest.approx(sync + 14 * launch_s)
-    assert eager_optimizer_s(sgd, shapes, 1.0, cluster) == pytest.approx(sync + 1.0)  # the device is the longer
+    assert eager_optimizer_s(sgd, shapes, 0.0, cluster, False) == pytest.approx(sync + 14 * launch_s)
+    assert eager_optimizer_s(sgd, shapes, 1.0, cluster, False) == pytest.approx(sync + 1.0)  # the device is longer
+    eager_s = launch_s + eff.eager_dispatch_us.value * 1e-6  # eager PyTorch dispatches each op before its launch
+    assert eager_optimizer_s(sgd, shapes, 0.0, cluster, True) == pytest.approx(sync + 14 * eager_s)
 
 
 def test_only_gradscaler_resnet_rows_issue_their_optimizer_after_a_sync() -> None:

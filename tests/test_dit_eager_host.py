@@ -1,5 +1,5 @@
 """The host's time per eager op of a DiT step: the launch call plus the framework's dispatch before it
-(:mod:`plait.workloads.dit.eager`), against a compiled step's launches alone."""
+(:mod:`plait.hardware.eager_dispatch`), against a compiled step's launches alone."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from plait.hardware.catalog import get_cluster
+from plait.hardware.eager_dispatch import EAGER_DISPATCH_US
 from plait.validate.datasets import dataset_path
 from plait.workloads.dit.cost import DitPlan, estimate_dit
-from plait.workloads.dit.eager import EAGER_DISPATCH_US
 from plait.workloads.dit.model import read_dit
 from plait.workloads.dit.pipeline import end_to_end, step_kernels
 

@@ -144,7 +144,8 @@ def test_single_node_small_model_runs() -> None:
 
 def test_a_traced_workload_of_tiny_operators_waits_for_its_host() -> None:
     """A traced model of 100 tiny forward and 200 backward operators per unit (each one launch): with a host at
-    10 us per launch, a micro-batch takes its host's 3 ms per unit, not its kernels' 5 us floors."""
+    10 us per launch, a micro-batch takes its host's 3 ms per unit, not its kernels' 5 us floors (compiled: the
+    launches alone); eager PyTorch dispatches each op first, 13.3 us more per op (plait.hardware.eager_dispatch)."""
     from plait.predict.intervals import step_interval_s
     from plait.workloads.traced.cost import estimate_traced, unit_launches
     from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
@@ -155,8 +156,11 @@ def test_a_traced_workload_of_tiny_operators_waits_for_its_host() -> None:
     work = TracedWorkload("toy", (1,), "float32", "float32", units, ("w",), "Toy")
     assert unit_launches(body) == (100, 200)
     plan = Plan(dp_replicate=1, global_batch=1, micro_batch=1, precision="fp32")
-    est = estimate_traced(work, _cluster(10.0), plan, get_engine("torchtitan"), step_interval_s)
+    compiled = get_engine("torchtitan[compile=true]")
+    est = estimate_traced(work, _cluster(10.0), plan, compiled, step_interval_s)
     assert est.time.compute_s + est.time.host_s == pytest.approx(300 * 10e-6)
     assert est.time.host_s > 0
-    fast = estimate_traced(work, _cluster(0.0), plan, get_engine("torchtitan"), step_interval_s)
+    eager = estimate_traced(work, _cluster(10.0), plan, get_engine("torchtitan"), step_interval_s)
+    assert eager.time.compute_s + eager.time.host_s == pytest.approx(300 * (10 + 13.3) * 1e-6)
+    fast = estimate_traced(work, _cluster(0.0), plan, compiled, step_interval_s)
     assert fast.time.host_s == 0.0 and fast.time.compute_s == pytest.approx(300 * 5e-6)  # kernel_launch_us floors

@@ -6,8 +6,8 @@ exchange, from :mod:`plait.run.async_train` (``T`` parameter tensors of a worker
 
 - **ops**: ATen operators the dispatcher runs at the top level (what PyTorch's profiler records without a parent
   op: a ``reshape`` or a ``.to`` that copies nothing counts, as do the four a ``torch.tensor`` of a list runs),
-  each at the accelerator's ``host_launch_us`` (``plait calibrate``: the host's time per dispatched op of a
-  training step, :func:`plait.run.calibrate_compute.dispatch_us`);
+  each at the host's time per eager op (:func:`plait.cost.host.issue_s`; ``plait calibrate`` times it whole into
+  ``host_launch_us``, :func:`plait.run.calibrate_compute.dispatch_us`);
 - **passes**: fp32 streams over the elements (each operand read and each result written once), at the
   calibrated streaming bandwidth (:func:`plait.cost.compute.memory_bytes_per_s`).
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.host import issue_s
 from plait.cost.servers import GRAD_BYTES
 from plait.cost.swap import device_is_host
 from plait.hardware.cluster import Cluster
@@ -59,7 +60,7 @@ class HostWork:
 
     def seconds(self, cluster: Cluster, elements: float) -> float:
         """This work over ``elements`` fp32 values on one host core of ``cluster``."""
-        launch_s = float(cluster.accelerator.efficiency.host_launch_us.value) * 1e-6
+        launch_s = issue_s(cluster.accelerator, eager=True)
         return self.ops * launch_s + self.passes * GRAD_BYTES * elements / memory_bytes_per_s(cluster.accelerator)
 
 

@@ -11,9 +11,11 @@ for a layer that synchronizes inside). A device without a launch queue (a CPU: t
 call, :attr:`plait.hardware.accelerator.Accelerator.asynchronous_launch`) has no second stream to overlap: there
 every op's issue adds to its compute, and a pass takes their sum.
 
-Host time per issued kernel is the accelerator's ``host_launch_us`` (efficiency.toml: the CPU-side launch time of
-a kernel issued from a PyTorch program, 5-20 us in Meta's HolisticTraceAnalysis docs; 2.75x that on Grace hosts,
-TransformerEngine #2053). Kernels per layer are counted from the model's structure and the engine's facts
+Host time per issued kernel is the accelerator's ``host_launch_us`` (efficiency.toml: the CPU-side launch call of
+a kernel, 5-20 us in Meta's HolisticTraceAnalysis docs; 2.75x that on Grace hosts, TransformerEngine #2053), plus,
+where the engine issues it from an eager PyTorch op (:attr:`plait.engine.facts.EngineFacts.eager_dispatch`), the
+framework's time before that call, ``eager_dispatch_us`` (:mod:`plait.hardware.eager_dispatch`): :func:`issue_s`,
+the one rule every workload's host stream uses. Kernels per layer are counted from the model's structure and the engine's facts
 (:func:`dense_layer_kernels`); a layer captured in a CUDA graph costs one graph launch per pass instead
 (:attr:`plait.engine.facts.EngineFacts.cuda_graph_layers`; CUDA Programming Guide, "CUDA Graphs": a graph is
 launched by one ``cudaGraphLaunch`` call, its kernels need no per-kernel CPU launch).
@@ -25,6 +27,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from plait.cost.setup import Setup
+
+
+def issue_s(accelerator: Any, eager: bool) -> float:
+    """Host seconds to issue one kernel: its launch call (``host_launch_us``), after the framework's dispatch of the
+    op (``eager_dispatch_us``) where ``eager`` PyTorch issues it (module docstring)."""
+    eff = accelerator.efficiency
+    return (float(eff.host_launch_us.value) + (float(eff.eager_dispatch_us.value) if eager else 0.0)) * 1e-6
+
+
+def _setup_issue_s(setup: Setup) -> float:
+    """:func:`issue_s` of a transformer pass: eager dispatch where the engine runs eager ops outside CUDA graphs."""
+    framework = setup.framework
+    return issue_s(setup.cluster.accelerator, framework.eager_dispatch and not framework.cuda_graph_layers)
+
 
 BACKWARD_KERNELS_PER_FORWARD = 2
 """Kernels of a pass's backward per forward kernel: a GEMM's backward is two GEMMs (input and weight gradient), an
@@ -106,7 +122,7 @@ def layer_host_s(setup: Setup, moe_layer: bool) -> tuple[float, float]:
     :func:`moe_kernels`). A layer captured in a CUDA graph issues one graph launch per pass, its MoE part excepted
     (dropless routing sizes its tensors on the host: not capturable, Megatron-Core transformer_config.py
     @0d8e0714 L1567-1573)."""
-    launch_s = setup.cluster.accelerator.efficiency.host_launch_us.value * 1e-6
+    launch_s = _setup_issue_s(setup)
     if setup.framework.cuda_graph_layers:
         fwd = bwd = 1.0
     else:
@@ -132,7 +148,7 @@ def moe_forward_s(setup: Setup, device_s: float, attention_device_s: float) -> f
     its pass (:func:`exposed_host_s`)."""
     if not setup.framework.moe_host_sync or setup.model.moe is None:
         return device_s
-    launch_s = setup.cluster.accelerator.efficiency.host_launch_us.value * 1e-6
+    launch_s = _setup_issue_s(setup)
     experts_s = moe_kernels(setup)[0] * launch_s
     attention_s = (1.0 if setup.framework.cuda_graph_layers else dense_layer_kernels(setup, True)) * launch_s
     if not setup.cluster.accelerator.asynchronous_launch:  # no queue: every launch adds (exposed_host_s)
@@ -179,11 +195,12 @@ class EagerOptimizer:
 
 
 def eager_optimizer_s(optimizer: EagerOptimizer, shapes: list[tuple[int, ...]], device_s: float,
-                      cluster: Any) -> float:
+                      cluster: Any, eager: bool) -> float:
     """Seconds of an :class:`EagerOptimizer` step over tensors of ``shapes``: the host's round trip at the
-    synchronization (:func:`sync_s`), then the longer of the host's launches at ``host_launch_us`` and the device's
-    ``device_s`` (the queue rule of the module docstring, with the queue empty at the start)."""
+    synchronization (:func:`sync_s`), then the longer of the host's launches (:func:`issue_s`, with ``eager``
+    dispatch where PyTorch issues them) and the device's ``device_s`` (the queue rule of the module docstring, with
+    the queue empty at the start)."""
     launches = sum(optimizer.launches_per_tensor + (optimizer.launches_per_matrix if len(s) >= 2 else 0)
                    for s in shapes)
-    launch_s = float(cluster.accelerator.efficiency.host_launch_us.value) * 1e-6
+    launch_s = issue_s(cluster.accelerator, eager)
     return sync_s(cluster) + max(device_s, launches * launch_s)

@@ -154,6 +154,12 @@ class EngineFacts:
     the host issues one launch per layer and pass instead of one per kernel (:func:`plait.cost.host.layer_host_s`);
     a dropless MoE layer's experts stay outside the graph. False: every kernel is launched from the host (the
     engines' defaults)."""
+    eager_dispatch: bool = False
+    """The engine issues its kernels from eager PyTorch ops, each paying the framework's time before its launch call
+    (the accelerator's ``eager_dispatch_us``, :mod:`plait.hardware.eager_dispatch`) on top of ``host_launch_us``:
+    torchtitan without ``compile``, llm-foundry (Composer) and ``plait run``. False where the engine's facts do not
+    say so: CUDA-graphed layers (:attr:`cuda_graph_layers`, which override it), ``torch.compile``'d blocks and XLA,
+    and the Megatron-family engines, whose per-op host time has not been measured (not charged)."""
     ddp_bucket_mb: float = 0.0
     """Cap of a gradient bucket of the replica all-reduce (unsharded plans), MB (2**20 bytes): a model whose
     gradients fill fewer buckets than it has layers overlaps that many reductions with the backward pass

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from plait.errors import ConfigError
+from plait.hardware.eager_dispatch import EAGER_DISPATCH_US
 from plait.hardware.figure import Curve, Figure
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -30,6 +31,15 @@ ASYNCHRONOUS_LAUNCH = ("PyTorch docs, CUDA semantics, 'Asynchronous execution' (
 GPU_SAMPLER = ("not measured: a GPU samples neighbours as DGL's and GNNLab's GPU samplers do, costed by the 32-byte "
                "sectors each draw reads (plait.workloads.gnn.cost); plait calibrate measures plait's CPU sampler on a "
                "CPU")
+
+
+def with_eager_dispatch(efficiency: dict[str, Any]) -> dict[str, Any]:
+    """A packaged ``efficiency`` table (efficiency.toml, whose ``host_launch_us`` is the launch call alone) with the
+    framework's dispatch per eager op: as stated, or the measured
+    :data:`plait.hardware.eager_dispatch.EAGER_DISPATCH_US` (eager ops run PyTorch's dispatcher before the call)."""
+    if "eager_dispatch_us" in efficiency or "host_launch_us" not in efficiency:
+        return efficiency
+    return {**efficiency, "eager_dispatch_us": {"value": EAGER_DISPATCH_US.value, "source": EAGER_DISPATCH_US.source}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +70,12 @@ class Efficiency:
     host_launch_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Host (CPU) time to issue one kernel from a PyTorch program, microseconds: what a layer whose host cannot run
     ahead of the device (:attr:`plait.engine.facts.EngineFacts.moe_host_sync`) waits for per kernel."""
+    eager_dispatch_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
+    """Host (CPU) time an eager PyTorch op spends in the framework before its launch call, microseconds: paid per
+    kernel by the engines that run eager ops. The packaged accelerators, whose ``host_launch_us`` is the launch call
+    alone, take the measured figure of :mod:`plait.hardware.eager_dispatch` (:func:`with_eager_dispatch`); a
+    description that does not state it has 0: its ``host_launch_us`` is read as the whole per-op host time, as
+    ``plait calibrate`` times it (which also writes this 0 with its reason)."""
     host_sync_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
     """Round trip of a host that waits on the device (a device-to-host copy and ``synchronize``), microseconds: what
     the device idles at each synchronization before the host issues its next kernel (:mod:`plait.cost.host`)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from plait.errors import ConfigError, all_problems, did_you_mean, parsing, read_user_file
-from plait.hardware.accelerator import Accelerator
+from plait.hardware.accelerator import Accelerator, with_eager_dispatch
 from plait.hardware.cluster import Cluster
 from plait.hardware.figure import Curve
 from plait.hardware.net_curves import net_of_latency
@@ -94,7 +94,7 @@ def get_accelerator(slug: str) -> Accelerator:
         raise ConfigError(f"unknown accelerator {slug!r}{did_you_mean(slug, tables)} (known: "
                           f"{', '.join(sorted(tables))})")
     eff = _efficiency_tables().get(slug)
-    return accelerator_from_mapping(tables[slug], f"accelerators.toml:{slug}", eff)
+    return accelerator_from_mapping(tables[slug], f"accelerators.toml:{slug}", eff and with_eager_dispatch(eff))
 
 
 def cluster_from_mapping(raw: Mapping[str, Any], where: str) -> Cluster:

@@ -126,7 +126,7 @@ def slowed(cluster: Cluster, factor: float) -> Cluster:
     def longer(figure: Figure) -> Figure:
         return Figure(value=figure.value * factor, source=f"{figure.source} {why}")
 
-    longer_fields = ("kernel_launch_us", "host_launch_us", "host_sync_us", "host_layer_fwd_us", "host_layer_bwd_us",
+    longer_fields = ("kernel_launch_us", "host_launch_us", "eager_dispatch_us", "host_sync_us", "host_layer_fwd_us", "host_layer_bwd_us",
                      "sampling_ns_per_slot", "matrix_sampling_ns_per_slot", "host_fsdp_layer_fwd_us",
                      "host_fsdp_layer_bwd_us", "host_tp_layer_fwd_us", "host_tp_layer_bwd_us")
     eff = replace(eff, **{name: longer(getattr(eff, name)) for name in longer_fields})

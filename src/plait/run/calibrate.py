@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from plait.hardware.catalog import cluster_from_mapping
+from plait.hardware.eager_dispatch import CALIBRATED_DISPATCH
 from plait.hardware.net_curves import bus_factor, latency_steps
 from plait.run.calibrate_compute import compute_figures
 from plait.run.host_cores import host_cores
@@ -174,9 +175,11 @@ def bus_bandwidths(ranks: int, messages: list[int], times: dict[str, list[float]
 
 def with_host_stream(accelerator: dict[str, Any], device: str, dispatch_us: float, source: str) -> dict[str, Any]:
     """``accelerator`` (a description's table) with its host stream (:mod:`plait.cost.host`): ``host_launch_us``,
-    the measured host time per kernel (:func:`plait.run.calibrate_compute.dispatch_us`), and, on a CPU, that ops
+    the measured host time per kernel (:func:`plait.run.calibrate_compute.dispatch_us`, whole eager ops: the
+    framework's dispatch included, so ``eager_dispatch_us`` is 0), and, on a CPU, that ops
     run synchronously (:data:`SYNCHRONOUS_CPU`)."""
-    efficiency = {**accelerator["efficiency"], "host_launch_us": {"value": round(dispatch_us, 3), "source": source}}
+    efficiency = {**accelerator["efficiency"], "host_launch_us": {"value": round(dispatch_us, 3), "source": source},
+                  "eager_dispatch_us": {"value": 0.0, "source": CALIBRATED_DISPATCH}}
     queue = {"asynchronous_launch": False, "asynchronous_launch_source": SYNCHRONOUS_CPU} if device == "cpu" else {}
     return {**accelerator, **queue, "efficiency": efficiency}
 

@@ -6,7 +6,7 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   denoising loop, so these set the floor of the latency (Amdahl, AFIPS 1967).
 - **The host.** Every kernel of a step is launched from Python: ``host_launch_us`` per kernel (the accelerator's
   efficiency figure, with its source), and in eager PyTorch the framework's time before each launch,
-  ``EAGER_DISPATCH_US`` (:mod:`plait.workloads.dit.eager`). Eager PyTorch launches what the block's forward code
+  ``eager_dispatch_us`` (:mod:`plait.hardware.eager_dispatch`; both :func:`plait.cost.host.issue_s`). Eager PyTorch launches what the block's forward code
   calls (``eager_kernels`` per block, counted in the model file); ``torch.compile`` fuses each run of pointwise
   operations into one Triton kernel and leaves GEMMs and attention as library calls (Ansel et al., PyTorch 2,
   ASPLOS 2024, Sec. 4.3), so a compiled block launches two kernels per GEMM or attention call. Ulysses adds four
@@ -40,10 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.host import issue_s
 from plait.hardware.cluster import Cluster
 from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decode_s, vae_decoder
 from plait.workloads.dit.cost import DitEstimate, DitPlan
-from plait.workloads.dit.eager import EAGER_DISPATCH_US
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
 
 GEMMS_PER_BLOCK = {"dit": 7, "pixart": 10, "mmdit": 14, "joint": 8, "linear": 11}
@@ -119,8 +119,7 @@ def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, esti
     prompts = job.batch * (2 if job.cfg else 1)
     text = sum(text_encoder_s(enc, min(spec.text_tokens or enc.max_tokens, enc.max_tokens), prompts, acc)
                for enc in map(text_encoder, spec.text_encoders))
-    dispatch_us = 0.0 if job.compiled else EAGER_DISPATCH_US.value
-    host = step_kernels(spec, job, plan) * (acc.efficiency.host_launch_us.value + dispatch_us) * 1e-6
+    host = step_kernels(spec, job, plan) * issue_s(acc, eager=not job.compiled)
     pointwise = 0.0 if job.compiled else pointwise_step_s(spec, job, plan, cluster)
     kept = 1.0 - job.cache_skip * (spec.attention_layers - 1) / spec.attention_layers
     denoise = kept * (estimate.latency_s + job.steps * (host + pointwise))

@@ -6,7 +6,7 @@ its link.
 - Client compute: :func:`.cost.client_flops` at the calibrated fp32 peak times its fp32 matmul curve at the body's
   largest product (its square edge ``3 / (1/N + 1/a + 1/b)``, as :mod:`plait.cost.compute`'s roofline reads the
   curve), plus the client's host stream: the operators one client's round dispatches (eager autograd: counted by
-  :func:`plait.workloads.op_count.launches` on the toy's round) at ``host_launch_us`` each, added on a CPU, which runs
+  :func:`plait.workloads.op_count.launches` on the toy's round) at :func:`plait.cost.host.issue_s` each, added on a CPU, which runs
   each op inside its call (:func:`plait.cost.host.exposed_host_s`).
 - Clients share the machine: ``m`` clients computing at once on ``D`` calibrated ranks' cores each progress at
   ``min(1, D / m)`` of a core (processor sharing, Kleinrock, "Time-shared systems: a theoretical analysis", JACM
@@ -25,7 +25,7 @@ import numpy as np
 
 from plait.cost.collectives import group_link
 from plait.cost.compute import fp32_flops_per_s
-from plait.cost.host import exposed_host_s
+from plait.cost.host import exposed_host_s, issue_s
 from plait.hardware.cluster import Cluster
 from plait.workloads.federated.cost import client_flops, participants, shapes, transfer_bytes
 from plait.workloads.federated.model import FederatedSpec, Method
@@ -58,7 +58,7 @@ def loopback_round(spec: FederatedSpec, cluster: Cluster, method: Method, client
     curve = acc.efficiency.matmul_fp32 or acc.efficiency.matmul_bf16
     rate = fp32_flops_per_s(acc) * curve.at(edge)
     device = client_flops(s, method, f.local_steps, f.batch, f.batch == f.samples_per_client) / rate
-    host = launches * acc.efficiency.host_launch_us.value * 1e-6
+    host = launches * issue_s(acc, eager=True)
     m = participants(clients, participation)
     shared = max(1.0, m / cluster.gpus_per_node)
     compute = (device + float(exposed_host_s(device, host, np, acc.asynchronous_launch))) * shared

@@ -7,7 +7,7 @@ The worker runs every method unpipelined (one micro-batch), so data-parallel and
 :func:`.cost.glm_cost`'s at ``m = 1``: its memory-bound passes and its all-reduce, unchanged. Its host stream
 issues the worker's own operators instead of the GPU baselines' fused kernels: eager PyTorch's ``mv``, the loss's
 elementwise ops one by one, the update's scale, add and subtract (about 15 a step, counted by
-:func:`plait.workloads.op_count.launches` on the worker's step) at ``host_launch_us`` each, joined with the device
+:func:`plait.workloads.op_count.launches` on the worker's step) at :func:`plait.cost.host.issue_s` each (eager ops), joined with the device
 stream as plait's core joins them (:func:`plait.cost.host.exposed_host_s`: a CPU runs each op inside its call, so every
 launch adds). The worker's switch is emulated on rank 0 (:func:`.worker.
 switch_sum`): its partial sums travel as point-to-point messages, not through an aggregating switch, so that
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from plait.cost.collectives import group_link
-from plait.cost.host import exposed_host_s
+from plait.cost.host import exposed_host_s, issue_s
 from plait.hardware.cluster import Cluster
 from plait.workloads.glm.cost import Method, glm_cost
 from plait.workloads.glm.model import GlmSpec
@@ -45,5 +45,5 @@ def run_step_s(spec: GlmSpec, cluster: Cluster, ranks: int, method: Method, laun
     else:
         device = glm_cost(spec, cluster, ranks, method).device_s
     accelerator = cluster.accelerator
-    host = launches * accelerator.efficiency.host_launch_us.value * 1e-6
+    host = launches * issue_s(accelerator, eager=True)
     return device + float(exposed_host_s(device, host, np, accelerator.asynchronous_launch))

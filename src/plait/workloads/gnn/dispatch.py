@@ -16,12 +16,14 @@ Counted in the code each engine runs (forward and backward, each operation one k
   ``add_``/``addcmul_``, ``sqrt``, ``div``, ``add_`` and ``addcdiv_``) and ``zero_grad``'s ``zero_`` per parameter
   tensor: :data:`ADAM_OPS_PER_TENSOR`.
 
-Each operation costs the accelerator's ``host_launch_us`` on the host (:mod:`plait.hardware.data.efficiency`). Other
+Each operation is an eager PyTorch op (PyG, DGL's PyTorch backend and torch_sparse all run eagerly), so it costs the
+host its launch call and the framework's dispatch before it (:func:`plait.cost.host.issue_s`). Other
 layer kinds are assumed to dispatch as SAGEConv does (not counted).
 """
 
 from __future__ import annotations
 
+from plait.cost.host import issue_s
 from plait.hardware.accelerator import Accelerator
 from plait.workloads.gnn.compute import GnnLibrary
 from plait.workloads.gnn.model import GnnModel
@@ -49,4 +51,4 @@ def step_ops(model: GnnModel, library: GnnLibrary) -> int:
 
 def host_step_s(model: GnnModel, library: GnnLibrary, acc: Accelerator) -> float:
     """Seconds the host takes to dispatch one step."""
-    return step_ops(model, library) * acc.efficiency.host_launch_us.value * 1e-6
+    return step_ops(model, library) * issue_s(acc, eager=True)

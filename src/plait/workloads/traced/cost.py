@@ -29,7 +29,7 @@ from dataclasses import replace
 from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.cost.host import EagerOptimizer, eager_optimizer_s, exposed_host_s
+from plait.cost.host import EagerOptimizer, eager_optimizer_s, exposed_host_s, issue_s
 from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
@@ -213,7 +213,8 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     stages = split_stages([f + w for f, w in seconds], plan.pp)
     recomputed = [plan.recompute == "full" and 0 < i < len(work.units) - 1 for i in range(len(work.units))]
 
-    launch_s = acc.efficiency.host_launch_us.value * 1e-6
+    eager = engine.framework.eager_dispatch and not engine.framework.cuda_graph_layers
+    launch_s = issue_s(acc, eager)
 
     def stage_pass(group: list[int]) -> tuple[float, float, float, float]:
         """(forward, backward, recomputation, the host's wait) of one micro-batch on a stage: every traced operator
@@ -248,7 +249,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
         p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp * plan.tp, sent))  # stages tp x dp apart
     optimizer_s = float(optimizer_step_s(cluster, cols, params, grad_bytes))
     if eager_optimizer is not None:
-        optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster)
+        optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster, eager)
     time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
                          host_s=m * passes[slow][3],
                          tp_comm_s=m * tp_comm_s(cluster, work, plan, group, recomputed),

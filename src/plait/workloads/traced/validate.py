@@ -16,11 +16,13 @@ predict say why: GPUs without a preset system, tables that state no batch or no 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from plait.cost.host import EagerOptimizer
 from plait.cost.input_pipeline import Loader, get_loader
 from plait.engine.catalog import get_engine
+from plait.engine.engine import Engine
 from plait.errors import require_extra
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
@@ -147,6 +149,15 @@ def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
     return factory, shape
 
 
+def row_engine(row: Record) -> Engine:
+    """The engine facts of a row: PyTorch rows issue every op from eager PyTorch and pay its dispatch
+    (:attr:`plait.engine.facts.EngineFacts.eager_dispatch`, :mod:`plait.hardware.eager_dispatch`); TensorFlow and
+    MXNet rows do not (their executors' per-op host time is not sourced: not charged)."""
+    engine = get_engine()
+    eager = row["framework"].startswith("PyTorch")
+    return replace(engine, framework=replace(engine.framework, eager_dispatch=eager))
+
+
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
     gpus, measured = row.count("gpus"), row.number("measured_value")
@@ -171,7 +182,7 @@ def predict_row(row: Record) -> ClassicResult:
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
     est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
-                          plan, get_engine(), step_interval_s, row_loader(row),
+                          plan, row_engine(row), step_interval_s, row_loader(row),
                           row_channels_last(row), row_optimizer(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
