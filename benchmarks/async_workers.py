@@ -27,8 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from plait.plan.convergence import convergence
 from plait.events.async_sgd import simulate_async
+from plait.plan.convergence import convergence
 from plait.sync import parse
 
 ROOT = Path(__file__).parents[1]

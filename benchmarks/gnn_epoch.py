@@ -28,14 +28,14 @@ from pathlib import Path
 
 import torch
 
-from plait.workloads.gnn.run import gnn_worker_config
-from plait.workloads.gnn.cost import estimate_gnn
-from plait.workloads.gnn.sampler import Sampler
-from plait.workloads.gnn.sampling import measured_classes
 from plait.hardware.catalog import load_cluster_file
 from plait.run.config import write_config
 from plait.run.graph import generate
+from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.model import KINDS, GnnModel, GnnSpec, GraphStats
+from plait.workloads.gnn.run import gnn_worker_config
+from plait.workloads.gnn.sampler import Sampler
+from plait.workloads.gnn.sampling import measured_classes
 
 WARMUP = 5
 

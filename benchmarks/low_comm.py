@@ -170,9 +170,9 @@ def main() -> int:
     from plait.engine.catalog import get_engine
     from plait.hardware.catalog import load_cluster_file
     from plait.plan.io import read_plan_file
-    from plait.sync import parse
     from plait.predict.estimate import estimate
     from plait.run.outer_loop import pseudo_steps
+    from plait.sync import parse
     from plait.workload.catalog import resolve_model
     from plait.workload.tensors import parameter_shapes
 

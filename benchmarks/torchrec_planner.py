@@ -35,10 +35,10 @@ def table_sets():  # type: ignore[no-untyped-def]
 def main() -> int:
     from collections import Counter
 
-    from plait.workloads.dlrm.cost import estimate_dlrm
-    from plait.workloads.dlrm.torchrec import torchrec_placements
     from plait.hardware.catalog import get_cluster
+    from plait.workloads.dlrm.cost import estimate_dlrm
     from plait.workloads.dlrm.search import plan_tables
+    from plait.workloads.dlrm.torchrec import torchrec_placements
 
     cluster = get_cluster("dgx-a100-ib")
     print(f"{'table set':12s} {'planner':9s} {'slowest rank ms':>15s} {'step ms':>8s} {'peak GiB':>9s} "

@@ -32,8 +32,8 @@ def test_flash_attention_runs_at_the_next_instantiated_head_dim(head_dim: int, k
     from dataclasses import replace
 
     from plait.cost.flops import attention_core_flops
-    from plait.engine.facts import EngineFacts
     from plait.cost.setup import Setup
+    from plait.engine.facts import EngineFacts
     from plait.hardware.catalog import get_cluster
     from plait.plan.plan import Plan
     from plait.workload.catalog import get_model
@@ -59,8 +59,8 @@ def test_the_weight_gradient_gemm_reads_its_own_curve_where_the_accelerator_has_
     from dataclasses import replace
 
     from plait.cost.compute import gemms_fwd_bwd_s
-    from plait.engine.facts import DEFAULT
     from plait.cost.setup import Setup
+    from plait.engine.facts import DEFAULT
     from plait.hardware.catalog import get_cluster
     from plait.hardware.figure import Curve
     from plait.plan.plan import Plan

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
-from plait.engine.facts import EngineFacts
 from plait.cost.setup import Setup
+from plait.engine.facts import EngineFacts
 from plait.hardware.catalog import cluster_from_mapping
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan

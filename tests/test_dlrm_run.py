@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from plait.workloads.dlrm.cost import rank_loads
+from plait.workloads.dlrm.model import read_dlrm
 from plait.workloads.dlrm.predict import parse_placements
 from plait.workloads.dlrm.worker import train
-from plait.workloads.dlrm.model import read_dlrm
 from tests.ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]

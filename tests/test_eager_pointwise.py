@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from plait.engine.facts import EngineFacts, Pointwise
 from plait.engine.catalog import get_engine
+from plait.engine.facts import EngineFacts, Pointwise
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate

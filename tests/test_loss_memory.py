@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from plait.cost import activations as act
-from plait.engine.facts import EngineFacts
 from plait.cost.setup import Setup
 from plait.engine.catalog import get_engine
+from plait.engine.facts import EngineFacts
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate

@@ -11,9 +11,9 @@ import pytest
 
 from plait.errors import ConfigError
 from plait.run.config import config_argv, read_config, write_config
+from plait.run.worker_config import WorkerConfig
 from plait.run.workload_configs import AsyncConfig, ConvergeConfig
 from plait.workloads.gnn.config import GnnConfig, GnnLocalConfig, GnnPipeConfig
-from plait.run.worker_config import WorkerConfig
 
 FULL = WorkerConfig(plan=Path("p.toml"), steps=7, keep=3, on_nonfinite="skip", slowdown=(1.0, 2.5), batch_split=(12, 4),
                     stage_layers=(3, 1), cluster="dgx-h100-ib", checkpoint_dir=Path("ckpt"), checkpoint_at=2,

@@ -90,8 +90,8 @@ def _largest(got: list[list[float]], ref: list[list[float]]) -> float | None:
 def client_launches(config: FederatedRunConfig, method: Method) -> int:
     """Operators client 0 dispatches in one round of ``method`` from the initial weights
     (:func:`plait.workloads.op_count.launches`)."""
-    from plait.workloads.op_count import launches  # torch: only where the ranks ran
     from plait.workloads.federated import toy
+    from plait.workloads.op_count import launches  # torch: only where the ranks ran
 
     body, data = toy.init_body(config), toy.client_data(config, 0)
     if method == "pflego":

@@ -23,7 +23,6 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.run.launch import run_worker
-from plait.workloads.op_count import launches
 from plait.run.preflight import check_cpu_machine
 from plait.run.steady import WARMUP_STEPS, steady_s
 from plait.terminal import rich_console, titled_table
@@ -34,6 +33,7 @@ from plait.workloads.glm.run_cost import run_step_s
 from plait.workloads.glm.scd import RULES, optimum, scd_in_one_process
 from plait.workloads.glm.scd_dual import sdca_in_one_process
 from plait.workloads.glm.sgd import batch_rows, data_parallel_step, feature_step, make_data, sgd_reference
+from plait.workloads.op_count import launches
 
 WORKER = "plait.workloads.glm.worker"
 TOLERANCE = 1e-5

@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as fn
 
-from plait.run.gloo_job import run_job
 from plait.run.config import read_config
+from plait.run.gloo_job import run_job
 from plait.run.graph import Graph, generate
 from plait.workloads.gnn.config import GnnPipeConfig
 
