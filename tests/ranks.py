@@ -74,8 +74,11 @@ def run_ranks(nproc: int, args: list[str], timeout: float = 600, env: dict[str, 
                                        "".join(e for _, e in texts))
 
 
+# torch._dynamo and torch.export: every rank that builds a model loads them (a weight's normal_ under the device
+# context goes through torch._refs, which imports torch._dynamo): 0.6-1.3 s of each rank's start, measured by
+# PYTHONPROFILEIMPORTTIME=1 on a rank of plait.run.worker; neither starts a thread when imported.
 PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.tensor",
-           "torch.distributed.tensor.parallel", "torch.distributed.checkpoint"]
+           "torch.distributed.tensor.parallel", "torch.distributed.checkpoint", "torch._dynamo", "torch.export"]
 _context: multiprocessing.context.ForkServerContext | None = None
 
 
