@@ -1,7 +1,8 @@
 """Checkpoints that cannot be lost: periodic saves published whole, verified before loading, never
 written over; a crash during a save keeps the previous checkpoint and a resumed run continues with the
 uninterrupted run's losses; a damaged checkpoint or another run's is refused with one line before a rank starts.
-2-rank gloo runs of the tiny model through ``plait run``, fp32 (``--full-precision``) so that losses compare."""
+2-rank gloo runs of the tiny model through ``plait run`` (the crashing ones start its worker ranks directly), fp32
+(``--full-precision``) so that losses compare."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.ranks import run_ranks
 
 pytest.importorskip("torch")
 
@@ -80,9 +83,13 @@ def test_a_crash_during_a_save_keeps_the_previous_checkpoint_and_resuming_contin
     folder = tmp_path / "ckpt"
     folder.mkdir()
     shutil.copytree(source / "step-00000003", folder / "step-00000003")
+    # the crashing runs start plait run's two ranks directly (forked, as tests/ranks.py does: seconds less than
+    # torchrun's launch); the resumed run goes through plait run
+    worker = ["-m", "plait.run.worker", "--plan", str(plan), "--steps", str(STEPS), "--full-precision", "--cluster",
+              "dgx-h100-ib", "--checkpoint-dir", str(folder), "--resume", "--checkpoint-at", "6"]
     for phase in ("written", "manifest"):  # the shards are on disk; the manifest too, not yet published
-        crashed = _run(plan, folder, None, "--resume", "--checkpoint-at", "6", crash=phase)
-        assert crashed.returncode != 0
+        crashed = run_ranks(2, worker, env={"PLAIT_TEST_CRASH_IN_SAVE": phase})
+        assert crashed.returncode == 3, crashed.stderr[-3000:]  # rank 0 left at the hook (plait.run.checkpoint)
         assert [p.name for p in folder.iterdir() if p.name.startswith("step-")] == ["step-00000003"]
         assert _problem(folder / "step-00000003") is None
     metrics = tmp_path / "resumed.jsonl"
@@ -168,8 +175,8 @@ def test_a_checkpoint_holds_what_the_pre_flight_check_predicts(saved) -> None:  
     """The bytes DCP wrote (every rank's shards; DDP's replicas once) against `plait run`'s predicted checkpoint
     size, fp32 weights plus AdamW's two moments. Measured here: +12% (2,434,926 vs 2,169,600 bytes), the
     serialization of ~100 small tensors of the tiny model, a share that vanishes for real models."""
-    from plait.run.checkpoint_room import checkpoint_bytes
     from plait.plan.io import read_plan_file
+    from plait.run.checkpoint_room import checkpoint_bytes
     from plait.workload.catalog import resolve_model
 
     plan_file, folder, _ = saved
