@@ -10,7 +10,8 @@ ranks (two pytest-xdist workers spawn at once), whose ranks then join this job's
 mismatched collectives (a hang). When one rank fails the others are stopped (they would wait for it in a collective). Tests of what
 torchrun itself does (restarts, signals, ``plait run``) still go through it.
 
-Each rank is forked from one server process that imported torch and its distributed packages once for the
+Each rank is forked from one server process that imported torch, its distributed packages, torch._dynamo and
+plait's runtime modules (:data:`PRELOAD`) once for the
 whole test session (multiprocessing's forkserver with preloaded modules): a rank starts in ~0.1 s instead of
 re-importing torch (~2 s, and 4 ranks share 2 cores here). The server imports and runs nothing else (no tensor
 work, no threads, OMP_NUM_THREADS=1 as every rank here), so a fork of it is the fresh interpreter a rank
@@ -74,11 +75,17 @@ def run_ranks(nproc: int, args: list[str], timeout: float = 600, env: dict[str, 
                                        "".join(e for _, e in texts))
 
 
+RUNTIME = ["plait.run.train", "plait.run.parallel", "plait.run.context", "plait.run.checkpoint", "plait.run.pipeline",
+           "plait.run.tp2d_train", "plait.run.worker_config", "plait.plan.io", "plait.workload.catalog"]
+"""What ``plait.run.worker`` imports (0.14 s of a rank's start), not the worker itself: ``python -m`` of a module
+already imported would run a second copy of it, with runpy's warning on the rank's standard error. Importing
+these runs no plait code beyond definitions and reads no environment variable."""
 # torch._dynamo and torch.export: every rank that builds a model loads them (a weight's normal_ under the device
 # context goes through torch._refs, which imports torch._dynamo): 0.6-1.3 s of each rank's start, measured by
 # PYTHONPROFILEIMPORTTIME=1 on a rank of plait.run.worker; neither starts a thread when imported.
 PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.tensor",
-           "torch.distributed.tensor.parallel", "torch.distributed.checkpoint", "torch._dynamo", "torch.export"]
+           "torch.distributed.tensor.parallel", "torch.distributed.checkpoint", "torch._dynamo", "torch.export",
+           *RUNTIME]
 _context: multiprocessing.context.ForkServerContext | None = None
 
 
