@@ -142,7 +142,10 @@ def test_another_runs_checkpoint_is_refused_unless_resharded(saved, tmp_path: Pa
     refused = _run(sharded, folder, None, "--resume")
     assert refused.returncode == 2 and "--reshard" in refused.stderr and "Traceback" not in refused.stderr
     metrics = tmp_path / "resharded.jsonl"
-    resharded = _run(sharded, folder, metrics, "--resume", "--reshard")
+    # plait run refused above, before a rank started; the resharded resume is its worker's, on 2 forked ranks
+    resharded = run_ranks(2, ["-m", "plait.run.worker", "--plan", str(sharded), "--steps", str(STEPS), "--full-precision",
+                              "--cluster", "dgx-h100-ib", "--checkpoint-dir", str(folder), "--metrics", str(metrics),
+                              "--resume", "--reshard"])
     assert resharded.returncode == 0, resharded.stderr[-3000:]
     assert _losses(metrics) == pytest.approx(full[6:], rel=1e-5)  # DDP's state continued under FSDP2
 
