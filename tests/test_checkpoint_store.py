@@ -105,7 +105,9 @@ def test_resume_says_which_checkpoint_and_step(saved, tmp_path: Path) -> None:  
     folder = tmp_path / "ckpt"
     shutil.copytree(source, folder)
     metrics = tmp_path / "resumed.jsonl"
-    out = _run(plan, folder, metrics, "--resume")
+    # plait.run.worker's 2 ranks forked directly (plait run shows the rank's line: the killed-rank test reads it there)
+    out = run_ranks(2, ["-m", "plait.run.worker", "--plan", str(plan), "--steps", str(STEPS), "--full-precision",
+                        "--cluster", "dgx-h100-ib", "--checkpoint-dir", str(folder), "--metrics", str(metrics), "--resume"])
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"plait: resumed from {folder / 'step-00000006'} at step 6 of 8" in out.stderr.splitlines()
     assert _losses(metrics) == full[6:]
