@@ -186,10 +186,9 @@ class Accelerator:
         return dtype
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak FLOP/s for ``dtype`` (fp16 and bf16 stand in for each other; raises if absent)."""
-        key = dtype
-        if key not in self.peak_tflops and dtype in ("bf16", "fp16"):
-            key = "fp16" if dtype == "bf16" else "bf16"
+        """Dense peak FLOP/s for ``dtype`` (fp16 and bf16 stand in for each other, :meth:`arithmetic`; raises if
+        absent)."""
+        key = self.arithmetic(dtype)
         if key not in self.peak_tflops:
             raise ConfigError(f"precision={dtype} is not supported by {self.name} (peaks known: {', '.join(self.peak_tflops)})")
         return self.peak_tflops[key] * 1e12
