@@ -1,5 +1,5 @@
 """One estimate: a batch of one plan through :func:`plait.cost.batch.evaluate_batch`, its pipeline re-timed by
-the event simulation where the closed forms drift (:func:`refine_pipeline`).
+the event simulation where the closed forms drift (:func:`refined_time`).
 
 :func:`assemble` is the one place an estimate is put together from a batch row, with the one refinement rule
 (:func:`wants_simulation`): ``plait estimate`` (:func:`predict`), the planner's top plans
@@ -42,7 +42,7 @@ def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None
     """Predict memory and step time of ``job`` (``timeline``: its step already simulated, see :func:`assemble`).
 
     Pipelines are timed by the closed forms of :mod:`plait.cost.pipeline` (about a millisecond),
-    or by the event simulation (:func:`refine_pipeline`) when ``simulate`` is true, or, when it is
+    or by the event simulation (:func:`refined_time`) when ``simulate`` is true, or, when it is
     ``None``, for pipelines small enough to simulate within the estimate budget
     (:data:`SIMULATED_PASSES`). The closed forms agree with the simulation within 1% on 31 of 36 dev
     layouts and within 2% on all; the small-pipeline rule simulates 4 of those 5
@@ -94,12 +94,6 @@ def wants_simulation(plan: Plan, simulate: bool | None = None) -> bool:
     if plan.pp == 1 or simulate is False or chunk_passes(plan) > MAX_PASSES:  # past the simulation's bound
         return False
     return simulate is True or chunk_passes(plan) <= SIMULATED_PASSES
-
-
-def refine_pipeline(est: Estimate, timeline: Timeline) -> Estimate:
-    """Replace the closed-form pipeline and data-parallel tail by the event simulation of the step (``timeline``,
-    of ``est.plan``; :func:`refined_time`)."""
-    return replace(est, time=refined_time(est.time, timeline))  # its interval follows the re-timed breakdown
 
 
 def refined_time(t: TimeBreakdown, timeline: Timeline) -> TimeBreakdown:
