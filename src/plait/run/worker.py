@@ -194,7 +194,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     resume = args.resume or bool(restart and saved is not None and checkpoint.published(saved))
     if resume:
         folder = checkpoint.choose_on_rank0(args.checkpoint_dir, identity, args.reshard)
-        start_step = checkpoint.load(folder, container, optimizer)
+        start_step = checkpoint.load(folder, container, optimizer, scaling)
         if dist.get_rank() == 0:  # plait.run.lifecycle shows this line on the terminal
             after = f" after restart {restart}" if restart else ""
             print(f"plait: resumed{after} from {folder} at step {start_step} of {args.steps}", file=sys.stderr)
@@ -251,7 +251,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
-            saver.save(container, optimizer, step + 1)  # type: ignore[union-attr]
+            saver.save(container, optimizer, step + 1, scaling)  # type: ignore[union-attr]
     if saver is not None:
         saver.wait()
     return 0
