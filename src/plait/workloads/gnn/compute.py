@@ -59,9 +59,10 @@ values read plus written at the HBM's streaming rate:
   inner map's output and ReLU (``2nb``) for the backward pass;
 - the layer's output: SAGEConv adds its two maps' outputs (``3nb``), TransformerConv its skip map's (``3nb``), GCNConv
   and GATConv a bias (``2nb``); an attention model's last layer averages its heads (``n (w + b)``); a ReLU after every
-  layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``); backward, the bias gradient's sum over the
-  rows (``nb``) and, below the first layer, the input gradient's paths summed, one per linear map after the first
-  (``3na`` each).
+  layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``) and, where the model has one
+  (:attr:`plait.workloads.gnn.model.GnnModel.dropout`), a dropout after that ReLU (``2.25 nb`` each way:
+  :data:`DROPOUT_VALUES`); backward, the bias gradient's sum over the rows (``nb``) and, below the first layer, the
+  input gradient's paths summed, one per linear map after the first (``3na`` each).
 
 PyG's gather-scatter values stream at the rate of PyTorch's own gather and scatter kernels over random rows,
 ``torch_gather_relative`` of the HBM's (TorchRec's planner: plain PyTorch embedding lookups at half the rate of
@@ -108,6 +109,13 @@ DGL_INDEX_BYTES = 4
 (dglai/dgl-0.5-benchmark main_dgl_reddit_gat.py ``g = g.int().to(device)``)."""
 DGL_GAT_EDGE_KERNELS = 6
 """Kernels of DGL's GATConv that walk the edges, each way (module docstring)."""
+MASK_BYTES = 1
+"""Bytes per element of dropout's keep mask: PyTorch's CUDA ``fused_dropout`` writes a ``uint8`` (1.8-1.10) or
+``bool`` mask (aten/src/ATen/native/cuda/Dropout.cu, ``fused_dropout_kernel``'s ``mask_t``)."""
+DROPOUT_VALUES = 2 + MASK_BYTES / FEATURE_BYTES
+"""fp32 values one dropout streams per element, each way: forward ``fused_dropout_kernel`` reads the input and writes
+the scaled output and the mask; backward ``masked_scale_kernel`` reads the gradient and the mask and writes the
+input's gradient (aten/src/ATen/native/cuda/Dropout.cu)."""
 CALIBRATED = "measured by plait calibrate"
 """How a measured accelerator's source begins: its memory figure was timed on the host's own memory-bound operations,
 so PyTorch's gather rate relative to a datasheet's streaming rate does not apply to it."""
@@ -193,6 +201,8 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
         if library in ("pyg", "pyg_sampler"):  # PyTorch's gather and scatter kernels at their rate over random rows
             fwd, bwd = fwd / gather, bwd / gather
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
+        if hidden and model.dropout:  # dropout after the activation, forward and backward
+            fwd, bwd = fwd + DROPOUT_VALUES * n * b, bwd + DROPOUT_VALUES * n * b
         if model.kind == "gin":  # the MLP's inner bias and ReLU (2nb + 2nb; backward 3nb)
             fwd, bwd = fwd + 4 * n * b, bwd + 3 * n * b
         fwd += n * (w + b) if w != b else 0.0  # an attention model's last heads averaged

@@ -39,6 +39,12 @@ SHARED_NODE_SYSTEMS = {"A10G-24GB": "aws-g5-24xlarge"}
 SOURCE_SYSTEMS = {"GNNLAB_T4": "gnnlab-v100x8"}
 """Sources that state their machine: GNNLab's README names its 8-GPU V100 server and its host CPUs."""
 KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat", "GIN": "gin"}
+HIDDEN_DROPOUT = {"GraphSAGE": True, "GCN": True, "GAT": True, "GIN": False}
+"""Whether the rows' scripts drop out every hidden layer's output (:attr:`GnnModel.dropout`): the DGL 0.5 benchmark's
+``main_{dgl,pyg}_*.py`` (``self.dropout(x)`` after the hidden layers' ReLU, or ``feat_drop`` on each layer's input),
+SALIENT's ``driver/models.py`` SAGE and GAT (``F.dropout`` after each hidden ``relu``), GNNLab's ``example/{dgl,pyg,
+samgraph}/multi_gpu/train_{gcn,graphsage}.py`` and Quiver's ``examples/dgl/ogbn_products_sage_quiver.py``
+(``self.dropout(h)`` after each hidden activation); SALIENT's GIN drops out only its output MLP's hidden layer."""
 ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
 
@@ -100,7 +106,7 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     graphs_used = raw if raw is not None and row["source_id"] in RAW_DIRECTION_SOURCES else known
     spec = GnnSpec(name=row["dataset"], graph=graphs_used[row["dataset"]],
                    model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=row.count("hidden") * heads,  # type: ignore[arg-type]
-                                  fanouts=fanouts, heads=heads))
+                                  fanouts=fanouts, heads=heads, dropout=HIDDEN_DROPOUT[row["model"]]))
     check_gnn(spec, row.where)
     cluster = get_cluster(system)
     library = "dgl" if row["system"].startswith("DGL") else "pyg"
