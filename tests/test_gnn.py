@@ -101,6 +101,15 @@ def test_plait_run_refuses_a_directed_graph_in_one_line(tmp_path: Path) -> None:
     assert code == 2 and "plait run generates undirected graphs" in err and "Traceback" not in err
 
 
+def test_plait_run_refuses_a_model_with_dropout_in_one_line(tmp_path: Path) -> None:
+    """The runtime's GNN layers have no dropout; a model file that asks for it is for estimates only."""
+    text = (Path(__file__).parent.parent / "examples" / "gnn-tiny.toml").read_text()
+    model = tmp_path / "dropout.toml"
+    model.write_text(text.replace("[model]", "[model]\ndropout = true"))
+    code, _, err = _cli(["run", "--model", str(model), "--gpus", "2", "--global-batch", "64", "--steps", "1"])
+    assert code == 2 and "dropout is for estimates only" in err and "Traceback" not in err
+
+
 def test_a_bad_out_degree_exponent_is_refused_in_one_line() -> None:
     graph = dataclasses.replace(read_gnn(PRODUCTS).graph, out_degree_exponent=0.5)
     spec = GnnSpec(name="p", graph=graph, model=read_gnn(PRODUCTS).model)
