@@ -109,3 +109,17 @@ def test_dropout_after_a_hidden_layer_streams_18_bytes_an_element_by_hand() -> N
                                    layer_compute_s(dropped, sizes, acc, "spmm"), strict=True)]
     assert extra[0] == pytest.approx(18 * 2708 * 64 / memory_bytes_per_s(acc))
     assert extra[1] == 0.0
+
+
+def test_a_hidden_layers_dropout_keeps_its_one_byte_mask_by_hand() -> None:
+    """Dropout's backward reads the mask its forward wrote (1 byte an element, Dropout.cu): a 2-layer model keeps
+    2,708 x 64 bytes more with dropout after its hidden layer, and nothing more for the last layer."""
+    from dataclasses import replace
+
+    from plait.workloads.gnn.compute import activation_bytes, layer_sizes
+
+    plain = GnnSpec(name="c", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=64, fanouts=(1, 1)))
+    dropped = replace(plain, model=replace(plain.model, dropout=True))
+    sizes = layer_sizes(plain, None, "spmm")
+    assert activation_bytes(dropped, sizes) - activation_bytes(plain, sizes) == 2708 * 64
+    assert activation_bytes(dropped, sizes, 1) == activation_bytes(plain, sizes, 1)

@@ -80,8 +80,8 @@ aggregation of the raw features not at all.
 
 Memory: each layer keeps its input, aggregation and output (``n (a + a + b)`` fp32 values) for the backward pass,
 and the per-edge values its products need: GCNConv's messages (``m' b``), GATConv's messages and attention
-(``m' (w + h)``), TransformerConv's gathered queries, keys and values and attention (``m (3w + h)``);
-the parameters with their gradients and Adam's two moments take 16 bytes each.
+(``m' (w + h)``), TransformerConv's gathered queries, keys and values and attention (``m (3w + h)``), a hidden
+layer's dropout its mask (``nb`` bytes); the parameters with their gradients and Adam's two moments take 16 bytes each.
 """
 
 from __future__ import annotations
@@ -257,13 +257,15 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
 def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int = 0, stop: int | None = None) -> float:
     """What layers ``first .. stop - 1`` (all by default) keep for the backward pass (module docstring)."""
     model = spec.model
-    layers = list(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes, strict=True))[first:stop]
-    kept = 0.0
-    for (a, b), w, (n, m) in layers:
+    layers = list(enumerate(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes,
+                                strict=True)))[first:stop]
+    kept, masks = 0.0, 0.0
+    for layer, ((a, b), w, (n, m)) in layers:
         kept += n * (2 * a + b)
         kept += {"sage": 0.0, "gcn": (m + n) * b, "gat": (m + n) * (w + model.heads),
                  "transformer": m * (3 * w + model.heads), "gin": 2 * n * b}[model.kind]
-    return kept * FEATURE_BYTES
+        masks += n * b if model.dropout and layer < model.layers - 1 else 0.0
+    return kept * FEATURE_BYTES + masks * MASK_BYTES
 
 
 def state_bytes(spec: GnnSpec) -> float:
