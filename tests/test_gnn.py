@@ -229,7 +229,7 @@ def test_bad_gnn_options_are_one_line(argv: list[str], rule: str) -> None:
 def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> None:
     """src/plait/validate/data/gnn_epochs.csv: full-graph rows, GPU sampling (GNNLab's and Quiver's DGL rows),
     host-CPU loaders (PyG's NeighborSampler, SALIENT, DGL's CPU sampler), GNNLab's factored runs and GIN are
-    predicted; SALIENT++'s partitioned features say why. The epoch-time MAPE is 39.3% today, mostly too fast (the
+    predicted; SALIENT++'s partitioned features say why. The epoch-time MAPE is 39.0% today, mostly too fast (the
     sparse kernels' achieved bandwidth and per-epoch fixed costs are not modelled); the bound guards against it
     getting worse."""
     from plait.validate.classic import mape
@@ -237,8 +237,19 @@ def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> No
 
     results = validate_gnn(dataset_path("gnn"))
     predicted = [r for r in results if r.error_pct is not None]
-    assert len(predicted) == 38 and mape(predicted) < 42.0
+    assert len(predicted) == 38 and mape(predicted) < 41.0
     assert all(r.why_not for r in results if r.error_pct is None)
+
+
+def test_a_bad_norm_cell_is_one_line(tmp_path: Path) -> None:
+    """The norm column is empty or 'batch'; anything else names the row, the value and the rule."""
+    from plait.workloads.gnn.validate import validate_gnn
+
+    lines = dataset_path("gnn").read_text().splitlines()
+    bad = tmp_path / "gnn.csv"
+    bad.write_text("\n".join([lines[0], lines[1].rsplit(",", 1)[0] + ",layer"]) + "\n")
+    with pytest.raises(ConfigError, match="norm='layer' must be empty or 'batch'"):
+        validate_gnn(bad)
 
 
 def test_gnnpipe_pipelines_the_layers_of_full_graph_training() -> None:

@@ -123,3 +123,22 @@ def test_a_hidden_layers_dropout_keeps_its_one_byte_mask_by_hand() -> None:
     sizes = layer_sizes(plain, None, "spmm")
     assert activation_bytes(dropped, sizes) - activation_bytes(plain, sizes) == 2708 * 64
     assert activation_bytes(dropped, sizes, 1) == activation_bytes(plain, sizes, 1)
+
+
+def test_batch_norm_before_a_hidden_layers_activation_streams_32_bytes_an_element_by_hand() -> None:
+    """PyTorch's CUDA BatchNorm1d on a 2-D input (Normalization.cu): forward reads the fp32 input for the statistics,
+    then reads it and writes the output (12 bytes); backward reads the input and the output's gradient for the sums,
+    then both again and writes the input's gradient (20 bytes): 32 bytes per element of the hidden output."""
+    from dataclasses import replace
+
+    from plait.cost.compute import memory_bytes_per_s
+    from plait.workloads.gnn.compute import layer_compute_s, layer_sizes
+
+    acc = get_cluster("dgx1-v100").accelerator
+    plain = GnnSpec(name="c", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=64, fanouts=(1, 1)))
+    normed = replace(plain, model=replace(plain.model, batch_norm=True))
+    sizes = layer_sizes(plain, None, "spmm")
+    extra = [b - a for a, b in zip(layer_compute_s(plain, sizes, acc, "spmm"),
+                                   layer_compute_s(normed, sizes, acc, "spmm"), strict=True)]
+    assert extra[0] == pytest.approx(32 * 2708 * 64 / memory_bytes_per_s(acc))
+    assert extra[1] == 0.0

@@ -155,4 +155,5 @@ def test_the_readers_defaults_are_the_descriptions_own() -> None:
     assert {f.name for f in dataclasses.fields(GraphStats) if f.default is not dataclasses.MISSING} == {
         "degree_exponent", "out_degree_exponent"}  # 0.0: an undirected graph
     assert {f.name for f in dataclasses.fields(GnnModel) if f.default is not dataclasses.MISSING} == {"kind", "heads",
-                                                                                                     "dropout"}
+                                                                                                     "dropout",
+                                                                                                     "batch_norm"}
