@@ -23,7 +23,8 @@ from plait.plan.columns import PlanColumns
 from plait.plan.io import plan_to_toml, read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.per_stage import _program, improve
+from plait.search.per_stage import improve
+from plait.search.stage_program import _program
 from plait.workload.catalog import resolve_model
 from tests.inprocess import cli
 

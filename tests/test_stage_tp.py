@@ -83,3 +83,16 @@ def test_a_boundary_carries_the_activation_over_the_narrower_stage() -> None:
     assert hops_s(replace(two, stage_tp=(4, 2))) == pytest.approx(narrow, rel=1e-12)
     assert hops_s(replace(two, tp=2, stage_tp=(2, 4))) == pytest.approx(narrow, rel=1e-12)
     assert hops_s(replace(two, stage_tp=(4, 4))) < 0.6 * narrow  # half the bytes a pair
+
+
+def test_the_search_moves_gpus_between_stages_within_the_scale_up_domain() -> None:
+    """Llama 3 70B (64 heads, 8 KV heads, FFN 28672) at tp=4 on 8-GPU nodes: degrees 2, 4, 8 (6 does not divide 64
+    heads); four stages keeping 16 GPUs a replica, each moving 8: one stage at 8, two at 2, one at 4, in order.
+    At tp=8 nothing wider fits the node, so no pattern; on 72-GPU NVLink racks 405B (128 heads) may take 16."""
+    from plait.search.stage_tp import degrees, tp_patterns
+
+    assert degrees(MODEL, CLUSTER, replace(PLAN, pp=4)) == (2, 4, 8)
+    assert tp_patterns(MODEL, CLUSTER, replace(PLAN, pp=4)) == [(2, 2, 4, 8), (2, 2, 8, 4), (2, 4, 2, 8), (2, 4, 8, 2)]
+    assert tp_patterns(MODEL, CLUSTER, replace(PLAN, tp=8, pp=4)) == []
+    big = Plan(tp=8, sp=True, pp=16, global_batch=64, seq_len=8192)
+    assert degrees(resolve_model("llama3.1-405b"), get_cluster("gb200-nvl72"), big) == (4, 8, 16)

@@ -30,6 +30,7 @@ from plait.cost.batch import (
 )
 from plait.cost.dataparallel import exposed_sync_s
 from plait.cost.host import step_stall_s
+from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, stage_memory
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.stage import COMPONENTS
@@ -103,7 +104,7 @@ def evaluate_per_stage(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fr
     time["pp_bubble"] = bubble
     zero_bubble = plan.schedule == "zb-h1"
     hops = 2 * (pp - 1) + 2 * min(max(m - 2, 0), pp - 1) if zero_bubble else 2 * m  # as evaluate_batch counts them
-    time["pp_p2p"] = hops * boundary_p2p_s(views)
+    time["pp_p2p"] = hops * boundary_p2p_s(cluster, views)
     # Each stage reduces over its own data-parallel group and steps its own optimizer after its last backward; where
     # stages shard alike the slowest stage's tail stands for all (as evaluate_batch assembles it), where they shard
     # differently the longest tail ends the step.
@@ -121,15 +122,25 @@ def evaluate_per_stage(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fr
                        recompute_factor=hardware)
 
 
-def boundary_p2p_s(views: list[StageView]) -> float:
+def boundary_p2p_s(cluster: Cluster, views: list[StageView]) -> float:
     """One hop between neighbouring stages: the slowest boundary's. Megatron's scatter/gather optimisation
     (Narayanan et al., SC 2021, Sec. 4.1) splits the activation over the TP ranks, each sending its slice over its
     own link, and all-gathers it over the receiving stage's scale-up links (not counted, as for a uniform plan,
     :func:`plait.cost.batch.prepare`). Between stages of TP degrees ``a`` and ``b`` the ``min(a, b)`` rank pairs of
-    the narrower stage each carry ``1/min(a, b)`` of it: the narrower stage's own hop (assumed: every boundary is
-    crossed by every micro-batch, so the slowest one paces the hops as the slowest stage paces the compute)."""
-    narrower = [min(a, b, key=lambda v: v.prepared.cols["tp"]) for a, b in zip(views, views[1:])]
-    return max(float(v.prepared.p2p_s) for v in narrower)
+    the narrower stage each carry ``1/min(a, b)`` of it, between ranks ``dp * cp * max(a, b)`` apart (a stage's
+    ranks are contiguous, :attr:`plait.plan.plan.Plan.stage_tp`; assumed: the pair farthest apart paces the hop,
+    as ``dp * cp * tp`` apart for a uniform plan). Every boundary is crossed by every micro-batch, so the slowest
+    one paces the hops as the slowest stage paces the compute (assumed)."""
+    hops = []
+    for a, b in zip(views, views[1:]):
+        ca, cb = a.prepared.cols, b.prepared.cols
+        narrower = a if ca["tp"] <= cb["tp"] else b
+        if ca["tp"] == cb["tp"]:
+            hops.append(float(narrower.prepared.p2p_s))  # the uniform plan's own hop
+            continue
+        stride = ca.dp * ca["cp"] * max(ca["tp"], cb["tp"])
+        hops.append(float(collective_s(cluster, "p2p", ca["pp"], stride, narrower.prepared.inner.p2p_bytes)))
+    return max(hops)
 
 
 def stage_tail(cluster: Cluster, view: StageView, stage: int, passes: tuple[dict, dict], fwd_s: float, total_s: float,

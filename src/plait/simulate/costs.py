@@ -28,7 +28,7 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
                                                                    and prepared.cols.single != plan):
         prepared = prepare(model, cluster, job.columns, framework)
     views = stage_views(model, cluster, plan, framework) if plan.per_stage else None  # plait.cost.per_stage
-    p2p, v = (prepared.p2p_s if views is None else boundary_p2p_s(views)), plan.vpp
+    p2p, v = (prepared.p2p_s if views is None else boundary_p2p_s(cluster, views)), plan.vpp
     per_rank, distinct = [], {}
     # one reduction after the last backward where the stage keeps its parameters gathered (its own sharding)
     kept_uniform = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered)) if views is None else False
