@@ -96,3 +96,18 @@ def test_the_search_moves_gpus_between_stages_within_the_scale_up_domain() -> No
     assert tp_patterns(MODEL, CLUSTER, replace(PLAN, tp=8, pp=4)) == []
     big = Plan(tp=8, sp=True, pp=16, global_batch=64, seq_len=8192)
     assert degrees(resolve_model("llama3.1-405b"), get_cluster("gb200-nvl72"), big) == (4, 8, 16)
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    ({"dp_shard": 2, "sharding": "zero3", "global_batch": 8}, "stage_tp=[2, 1] with dp=2: plait's stage-TP loop"),
+    ({"sp": True}, "stage_tp=[2, 1] with sp=true"),
+])
+def test_plait_run_refuses_what_its_stage_tp_loop_does_not_run(fields: dict[str, object], fragment: str) -> None:
+    pytest.importorskip("torch")
+    from plait.run.support import check_runnable
+
+    tiny = resolve_model(str(Path(__file__).parents[1] / "examples" / "tiny-model.toml"))
+    plan = Plan(**{"tp": 2, "pp": 2, "global_batch": 4, "stage_tp": (2, 1), **fields})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=fragment.replace("[", r"\[")):
+        check_runnable(plan, tiny, on_gpu=False)
+    check_runnable(replace(plan, stage_tp=(2, 2)), tiny, on_gpu=False)  # equal degrees: the uniform runtime's
