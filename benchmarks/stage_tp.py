@@ -3,7 +3,7 @@ recomputation and sharding split (plait.search.stage_program), on three model/cl
 
 Run: PYTHONPATH=src python benchmarks/stage_tp.py
 Per case: a uniform 1F1B pipeline, its best layer split (no TP change), and the best of the TP-degree patterns
-the planner tries (the imbalance gate lifted, so every pattern is costed), each as the closed-form step time
+the planner tries (the imbalance gate and the pruning lifted, so every pattern is costed), each as the closed-form step time
 (``plait estimate``'s, no simulation) and its gain over the uniform plan. A TP pattern that the search keeps must
 beat both; the last column says whether it does.
 """
@@ -40,7 +40,7 @@ def main() -> None:
 
         uniform = step_s(plan)
         split = best_split(model, cluster, engine, plan, limit) or plan
-        tried = [(step_s(p), p) for p in stage_tp.tp_splits(model, cluster, engine, plan, limit)]
+        tried = [(step_s(p), p) for p in stage_tp.tp_splits(model, cluster, engine, plan, limit, prune=False)]
         best_tp, tp_plan = min(tried, key=lambda x: x[0]) if tried else (float("inf"), plan)
         layer_s = step_s(split)
         print(f"{name} on {cluster_name} ({plan.num_gpus} GPUs), {plan.describe()}")

@@ -80,7 +80,7 @@ def improve(model: ModelSpec, cluster: Cluster, engine: Engine, top: list[Estima
             continue
         found = [best_split(model, cluster, engine, plan, limit, vary_sharding)]
         if vary_tp:  # a TP degree per stage (plait.search.stage_tp), where the uniform plan's stages are unbalanced
-            found += tp_splits(model, cluster, engine, plan, limit, vary_sharding)
+            found += tp_splits(model, cluster, engine, plan, limit)
         same = Job.build(model, cluster, plan, engine)
         base = predict(same, simulate=False)
         best: tuple[Job, Estimate] | None = None

@@ -136,23 +136,24 @@ def stage_shardings(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Pl
 
 
 def _sharded_program(t: np.ndarray, fits: np.ndarray, tail: np.ndarray, counts: np.ndarray, num_layers: int,
-                     m: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+                     m: int, ceiling: float = np.inf) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Layers and choice per stage minimising ``m max t + (p - 1) mean t + max tail``: as the program's slowest
     stage, the longest tail is enumerated (Alpa's bound, Sec. 5.2, over each choice's tail), the program run over
-    the choices within it, and the least sum kept."""
+    the choices within it, and the least sum kept (``None`` where none costs less than ``ceiling``)."""
     best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
     fastest = t[fits].min(initial=np.inf)
     for bound in np.unique(tail):
-        if best is not None and m * fastest + bound >= best[0]:
+        if m * fastest + bound >= (ceiling if best is None else best[0]):
             break  # every later bound costs more than the best found, even with the fastest stages
         within = tail <= bound
-        found = _program(t, fits & within, counts, num_layers, m, choices=len(tail))
+        limit = ceiling if best is None else min(best[0], ceiling)
+        found = _program(t, fits & within, counts, num_layers, m, choices=len(tail), ceiling=limit - tail.min())
         if found is None:
             continue
         layers, picks = found
         times = [t[s, counts.tolist().index(n), k] for s, (n, k) in enumerate(zip(layers, picks))]
         cost = m * max(times) + (t.shape[0] - 1) * sum(times) / t.shape[0] + max(tail[k] for k in picks)
-        if best is None or cost < best[0]:
+        if cost < ceiling and (best is None or cost < best[0]):
             best = (cost, layers, picks)
     return None if best is None else (best[1], best[2])
 
@@ -184,13 +185,14 @@ def _even(num_layers: int, p: int) -> tuple[int, ...]:
 
 
 def _program(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: int, m: int,
-             choices: int = 0) -> tuple[tuple[int, ...], tuple[Any, ...]] | None:
-    """Layers and mode per stage minimising ``m max t + (p - 1) mean t`` (module docstring), or ``None``; with
-    ``choices``, the index of each stage's choice along ``t``'s last axis rather than its mode."""
+             choices: int = 0, ceiling: float = np.inf) -> tuple[tuple[int, ...], tuple[Any, ...]] | None:
+    """Layers and mode per stage minimising ``m max t + (p - 1) mean t`` (module docstring), or ``None`` (also where
+    none costs less than ``ceiling``); with ``choices``, the index of each stage's choice along ``t``'s last axis
+    rather than its mode."""
     p = t.shape[0]
     best: tuple[float, tuple[int, ...], tuple[str, ...]] | None = None
     for bound in np.unique(t[fits]):
-        if best is not None and m * bound >= best[0]:
+        if m * bound >= (ceiling if best is None else best[0]):
             break  # every later bound costs more in its busy term alone
         allowed = fits & (t <= bound)
         cheapest = np.where(allowed, t, np.inf)
@@ -225,6 +227,6 @@ def _program(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: in
         times = [t[s, counts.tolist().index(n), r if choices else MODES.index(r)]
                  for s, (n, r) in enumerate(zip(layers, modes))]
         cost = m * max(times) + (p - 1) * sum(times) / p
-        if best is None or cost < best[0]:
+        if cost < ceiling and (best is None or cost < best[0]):
             best = (cost, tuple(layers), tuple(modes))
     return None if best is None else (best[1], best[2])

@@ -77,18 +77,32 @@ def tp_patterns(model: ModelSpec, cluster: Cluster, plan: Plan, k: int = PATTERN
     return sorted(found, key=lambda pat: (sum(abs(d - t) for d in pat), pat))[:k]
 
 
+def _even_times(t: np.ndarray, counts: list[int], num_layers: int, pick: int) -> list[float]:
+    """The uniform plan's stage times: ``t`` at choice ``pick`` and the even split."""
+    base, extra = divmod(num_layers, t.shape[0])
+    return [float(t[s, counts.index(base + (s < extra)), pick]) for s in range(t.shape[0])]
+
+
 def unbalanced(t: np.ndarray, counts: list[int], num_layers: int, pick: int) -> bool:
     """Whether the uniform plan's stages (``t`` at choice ``pick``, the even split) differ by more than
     :data:`IMBALANCE`."""
-    base, extra = divmod(num_layers, t.shape[0])
-    even = [t[s, counts.index(base + (s < extra)), pick] for s in range(t.shape[0])]
+    even = _even_times(t, counts, num_layers, pick)
     return max(even) > (1.0 + IMBALANCE) * sum(even) / len(even)
 
 
+def _uniform_cost(table: tuple[np.ndarray, np.ndarray, np.ndarray], counts: list[int], num_layers: int, pick: int,
+                  m: int) -> float:
+    """The program's objective of the uniform plan (``m max t + (p - 1) mean t + tail``): a pattern whose program
+    costs more is not kept (the programs stop there; assumed: the objective ranks plans as the estimate does, the
+    hops a pattern adds only widening its gap)."""
+    even = _even_times(table[0], counts, num_layers, pick)
+    return m * max(even) + (len(even) - 1) * sum(even) / len(even) + float(table[2][pick])
+
+
 def tp_splits(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, limit_bytes: float,
-              vary_sharding: bool = True) -> list[Plan]:
+              prune: bool = True) -> list[Plan]:
     """For each pattern (:func:`tp_patterns`), the per-stage plan the program finds, where ``plan``'s stages are
-    unbalanced; each still to be estimated."""
+    unbalanced; each still to be estimated (``prune``: only those whose objective beats the uniform plan's)."""
     p, num_layers = plan.pp, model.num_layers
     alike = model.moe is None and model.local_attention is None
     patterns = tp_patterns(model, cluster, plan)
@@ -116,12 +130,13 @@ def tp_splits(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, li
     pick = choices.index((plan.recompute, plan.sharding)) if (plan.recompute, plan.sharding) in choices else 0
     if not unbalanced(table(plan.tp)[0], counts, num_layers, pick):
         return []
+    ceiling = _uniform_cost(table(plan.tp), counts, num_layers, pick, plan.num_micro_batches) if prune else np.inf
     out = []
     for pattern in patterns:
         t = np.stack([table(d)[0][s] for s, d in enumerate(pattern)])
         fits = np.stack([table(d)[1][s] for s, d in enumerate(pattern)])
         tail = np.max([table(d)[2] for d in set(pattern)], axis=0)
-        chosen = _sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches)
+        chosen = _sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches, ceiling)
         if chosen is not None:
             split = split_plan(plan, chosen, choices, num_layers, alike)
             out.append(replace(split, tp=pattern[0], stage_tp=pattern))
