@@ -6,7 +6,8 @@ The same physics as the transformer path, read from the trace instead of closed 
   operator with FLOPs runs at the accelerator's GEMM curve at the square edge of its arithmetic intensity (an
   ``M x N x K`` product moves ``M K + K N + M N`` elements for ``2 M N K`` FLOPs, so the edge of the square GEMM
   of equal intensity is ``3 F / (2 elements)``: :mod:`plait.cost.compute`), the others at the sustained memory
-  bandwidth, none shorter than a kernel launch. Each operator is also one launch on the host stream (eager
+  bandwidth (a batch normalization's two sweeps over its activations each way: :mod:`.normalization`), none
+  shorter than a kernel launch. Each operator is also one launch on the host stream (eager
   PyTorch), and a pass takes the longer of its device work and its host's launches (:mod:`plait.cost.host`).
 - **Pipeline.** Units are cut into ``pp`` contiguous stages (the stem with the first, the head and loss with the
   last) minimising the slowest stage's forward and backward (the linear-partition dynamic programme); 1F1B or
@@ -45,6 +46,7 @@ from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import GIB
 from plait.workloads.traced.dataparallel import ddp_bytes, dp_comm_s, fsdp_exposed_s, fsdp_hooks_s
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
+from plait.workloads.traced.normalization import kernel_moved_bytes
 from plait.workloads.traced.tensor_parallel import check_tp, pair_bytes, params_per_rank, split_unit, tp_comm_s
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -94,7 +96,7 @@ def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, el
              nchw_tensor_cores: bool = False) -> float:
     """Roofline seconds of one traced operator on ``batch`` examples (module docstring); with ``nchw_tensor_cores``
     a convolution also transposes its activations (:func:`layout_transpose_s`)."""
-    moved, flops = kernel.bytes(batch), kernel.flops(batch)
+    moved, flops = kernel_moved_bytes(kernel, batch), kernel.flops(batch)
     launch = acc.efficiency.kernel_launch_us.value * 1e-6
     memory = moved / memory_bytes_per_s(acc)
     if not flops:
