@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from plait.cost.compute import gemm_time_s, matmul_flops_per_s
+from plait.cost.compute import attention_flops_per_s, gemm_time_s, matmul_flops_per_s
 from plait.cost.flops import Gemm
 from plait.hardware.catalog import get_accelerator
 
@@ -90,3 +90,13 @@ def test_b200_fp8_square_rate_past_4096_rises_as_the_measured_blackwell_sweep(ed
     expected_tflops = round(2765.0 / 4500 * gb200_tflops / 2834.6, 3) * 4500  # the file keeps three decimals
     assert matmul_flops_per_s(b200, "fp8", edge) / 1e12 == pytest.approx(expected_tflops)
     assert matmul_flops_per_s(b200, "fp8", edge) < 3432.5e12
+
+
+@pytest.mark.parametrize(("slug", "fwd_tflops", "bwd_tflops"), [("gb200", 1563.0, 1279.0), ("gb300", 1927.0, 1391.0)])
+def test_blackwell_attention_at_8192_is_cudnn_918_fwd_and_bwd_combined(slug: str, fwd_tflops: float,
+                                                                       bwd_tflops: float) -> None:
+    """cudnn-frontend's cuDNN 9.18.1 Llama 3.1 sweep (causal bf16, seq 8192): the backward does 2.5x the forward's
+    FLOPs, so the pair runs at 3.5 / (1/fwd + 2.5/bwd)."""
+    acc = get_accelerator(slug)
+    combined_tflops = 3.5 / (1 / fwd_tflops + 2.5 / bwd_tflops)
+    assert attention_flops_per_s(acc, 8192) / 1e12 == pytest.approx(combined_tflops, rel=2e-3)  # file: 3 decimals
