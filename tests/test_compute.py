@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from plait.cost.compute import gemm_time_s, matmul_flops_per_s
+from plait.cost.compute import attention_flops_per_s, gemm_time_s, matmul_flops_per_s
 from plait.cost.flops import Gemm
 from plait.hardware.catalog import get_accelerator
 
@@ -80,3 +80,23 @@ def test_the_weight_gradient_gemm_reads_its_own_curve_where_the_accelerator_has_
     one = g.flops / (ACC.peak_flops("bf16") * 0.8)
     assert plain == pytest.approx((one, 2 * one)) and same == plain
     assert slow == pytest.approx((one, one + 2 * one))
+
+
+@pytest.mark.parametrize(("edge", "gb200_tflops"), [(8192, 2876.6), (16384, 2906.9)])
+def test_b200_fp8_square_rate_past_4096_rises_as_the_measured_blackwell_sweep(edge: int, gb200_tflops: float) -> None:
+    """B200 FP8 at 4096^3: 2765.0 TFLOP/s (OpenXLA sm_100 table); past it the rise of Azure's ND GB200 v6 cuBLASLt
+    square sweep (2834.6 at 4096), never the MAMF best-shape maximum (3432.5)."""
+    b200 = get_accelerator("b200")
+    expected_tflops = round(2765.0 / 4500 * gb200_tflops / 2834.6, 3) * 4500  # the file keeps three decimals
+    assert matmul_flops_per_s(b200, "fp8", edge) / 1e12 == pytest.approx(expected_tflops)
+    assert matmul_flops_per_s(b200, "fp8", edge) < 3432.5e12
+
+
+@pytest.mark.parametrize(("slug", "fwd_tflops", "bwd_tflops"), [("gb200", 1563.0, 1279.0), ("gb300", 1927.0, 1391.0)])
+def test_blackwell_attention_at_8192_is_cudnn_918_fwd_and_bwd_combined(slug: str, fwd_tflops: float,
+                                                                       bwd_tflops: float) -> None:
+    """cudnn-frontend's cuDNN 9.18.1 Llama 3.1 sweep (causal bf16, seq 8192): the backward does 2.5x the forward's
+    FLOPs, so the pair runs at 3.5 / (1/fwd + 2.5/bwd)."""
+    acc = get_accelerator(slug)
+    combined_tflops = 3.5 / (1 / fwd_tflops + 2.5 / bwd_tflops)
+    assert attention_flops_per_s(acc, 8192) / 1e12 == pytest.approx(combined_tflops, rel=2e-3)  # file: 3 decimals

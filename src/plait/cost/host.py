@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from plait.cost.fp8_recipe import recipe
 from plait.cost.setup import Setup
 
 
@@ -49,13 +50,14 @@ Sec. 3.1)."""
 
 
 def fp8_quantize_kernels(setup: Setup) -> int:
-    """Kernels that quantize one tensor to fp8 in Transformer Engine 2.9: MXFP8 (Blackwell, the accelerators with
-    an fp4 peak) one, ``nvte_quantize_v2``; per-tensor current scaling (Hopper) three, amax, scale and cast
-    (csrc/quantizer.cpp L497-536 and L1091-1103; docs/research/moe_costs.md section 6); none in bf16. Assumed:
-    Megatron-Bridge's fp8 recipes are MXFP8 on Blackwell and current scaling before it, as its MoE runs name them."""
+    """Kernels that quantize one tensor to fp8 in Transformer Engine 2.9: MXFP8 one, ``nvte_quantize_v2``;
+    per-tensor current scaling three, amax, scale and cast (csrc/quantizer.cpp L497-536 and L1091-1103;
+    docs/research/moe_costs.md section 6); none in bf16. The recipe is the engine's where the run states it, else
+    (assumed) MXFP8 on Blackwell and current scaling before it, as Megatron-Bridge's MoE runs name them
+    (:func:`plait.cost.fp8_recipe.recipe`)."""
     if setup.gemm_dtype != "fp8":
         return 0
-    return 1 if "fp4" in setup.cluster.accelerator.peak_tflops else 3
+    return 1 if recipe(setup) == "mxfp8" else 3
 
 
 def _gemms_fwd(setup: Setup, moe_layer: bool) -> int:

@@ -13,7 +13,8 @@ Memory-bound bytes per layer (forward; backward moves about twice as much): two 
 and two residual adds over the residual stream, rotary embedding of q and k, the MLP
 activation (GELU reads 1 and writes 1 tensor, SwiGLU reads 2), dropout where the model
 uses it, and — for fp8 GEMMs — a bf16-to-fp8 cast of every GEMM input (read 2 bytes,
-write 1; Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4). Where the
+write 1; Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4), plus what the run's stated
+Transformer Engine recipe adds to it (:mod:`plait.cost.fp8_recipe`). Where the
 framework runs them in eager PyTorch, the extra traffic of its unfused ops
 (:func:`eager_extra_bytes_fwd`); where it copies grouped K/V heads out to every query head
 before attention, those copies.
@@ -29,6 +30,7 @@ from plait.cost.chunked import ep_chunked_s, tp_chunked_s
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, mlp_block_gemms
+from plait.cost.fp8_recipe import quantize_extra_bytes
 from plait.cost.host import moe_forward_s
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
@@ -286,8 +288,9 @@ def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = 
     elem_fwd = elementwise_time_s(_elementwise_bytes_fwd(setup, gemms, moe_layer), acc)
     eff = acc.efficiency  # eager per-op dispatch, measured by plait calibrate on CPUs; 0 on GPUs (HIDDEN_HOST)
     merge_fwd, merge_bwd = (elementwise_time_s(b, acc) for b in cp_merge_bytes(setup))
-    fwd = gemm_fwd + core_fwd + elem_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
-    bwd = gemm_bwd + core_bwd + 2 * elem_fwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
+    quant_fwd, quant_bwd = (elementwise_time_s(b, acc) for b in quantize_extra_bytes(setup, gemms))  # fp8 recipe
+    fwd = gemm_fwd + core_fwd + elem_fwd + quant_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
+    bwd = gemm_bwd + core_bwd + 2 * elem_fwd + quant_bwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
     if moe_layer and setup.framework.moe_host_sync:  # a host that syncs in the layer's forward cannot run ahead of it
         attention_fwd = attention.gemm_fwd_s + core_fwd  # (plait.cost.host)
         fwd = moe_forward_s(setup, fwd, attention_fwd)

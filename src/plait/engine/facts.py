@@ -18,6 +18,7 @@ TpLoss = Literal["vocab_parallel", "gathered"]
 Pointwise = Literal["fused", "eager"]
 SelectivePolicy = Literal["attention_core", "every_other_mm"]
 BackendChoice = Literal["", "nccl", "mpi", "gloo", "grpc"]
+Fp8Recipe = Literal["by_accelerator", "current", "mxfp8"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +30,11 @@ class EngineFacts:
     ``"flash1"``: a first-generation fused kernel (FlashAttention-1, Dao et al. 2022, and Triton ports of it), the
     same FLOPs and memory at the rate the ``flash1_relative`` curve (hardware/data/kernels.toml) gives; or ``"unfused"``: batched
     GEMMs + softmax that store the score matrix."""
+    fp8_recipe: Fp8Recipe = "by_accelerator"
+    """How Transformer Engine scales fp8 GEMM inputs (:mod:`plait.cost.fp8_recipe`): ``"current"``, per-tensor
+    current scaling (an amax pass before each cast); ``"mxfp8"``, MXFP8 blocks of 32 (Blackwell); or
+    ``"by_accelerator"``, not stated: one fused cast per input on the device, and the quantize kernels the
+    accelerator's usual recipe launches (MXFP8 where it has an fp4 peak, current scaling before it)."""
     shard_unit: ShardUnit = "layer"
     """ZeRO-3 gather granularity: one flat all-gather per transformer layer (FSDP wrapping, Zhao et al.
     2023) or one all-gather per parameter tensor from per-module hooks that re-gather for recomputation

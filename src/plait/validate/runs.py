@@ -22,6 +22,10 @@ REQUIRED_COLUMNS = (
 )
 
 
+_FP8_RECIPES = {"FP8-CS": "current", "FP8-MX": "mxfp8"}
+"""Megatron-Bridge's performance-summary precision names and the engine's ``fp8_recipe`` option of each."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunRow:
     """One measured configuration; ``None`` marks a value the source does not state."""
@@ -100,7 +104,8 @@ class RunRow:
     def run_engine(self) -> str:
         """The ``engine`` column with what the row's own notes say about the run: the software its sharding ran on
         where ``sharding_raw`` names another (``'ZeRO-3 (DeepSpeed), ...'``: Narayanan et al.'s ZeRO-3 baseline,
-        at the column's version), llm-foundry's FSDP mixed-precision mode (``FSDP mp mode DEFAULT``), and whether a
+        at the column's version), llm-foundry's FSDP mixed-precision mode (``FSDP mp mode DEFAULT``), a Megatron-Bridge
+        run's fp8 recipe (``precision_raw='FP8-CS'``: current scaling, ``'FP8-MX'``: MXFP8), and whether a
         torchtitan run compiled (the notes say ``compile``; unstated, torchtitan's own default: ``CompileConfig.
         enable = False``, torchtitan 0.3.0 torchtitan/config/configs.py)."""
         name, _, version = self.engine.split("[")[0].partition("@")
@@ -112,6 +117,9 @@ class RunRow:
             return f"{self.engine}[mixed_precision={mode}]"
         if name == "torchtitan" and "[" not in self.engine:  # unstated: torchtitan's default, CompileConfig.enable
             return f"{self.engine}[compile={'true' if 'compile' in self.notes.lower() else 'false'}]"  # = False
+        recipe = _FP8_RECIPES.get(self._quoted("precision_raw") or "")
+        if name == "megatron-bridge" and recipe and "[" not in self.engine:
+            return f"{self.engine}[fp8_recipe={recipe}]"
         return self.engine
 
     @property
