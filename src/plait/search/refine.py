@@ -8,6 +8,10 @@ them cost more than the search itself. Here each plan is first bounded from belo
 re-timed throughput is already below the ``k``-th best re-timed so far cannot be among the ``k`` and is left out.
 The plans kept, their order and their figures are those of simulating every one (a plan left out would have sorted
 below ``k`` others), so the answer is unchanged; only the simulations that could not matter are skipped.
+The simulations taken are cheap: a deep pipeline's steady state is extrapolated once it repeats
+(:mod:`plait.simulate.steady`: the figures equal a replay of every period up to rounding, ~1e-13 of the step), and
+pipelines alike in every operation's duration (plans that differ past the pipeline, e.g. in the optimizer's
+placement) are swept once.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.predict.estimate import assemble, wants_simulation
 from plait.simulate.costs import pipeline_costs
-from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
+from plait.simulate.pipeline import PipelineCosts, SweepKey, Swept, simulate_pipeline
 from plait.workload.model import ModelSpec
 
 ROUNDING = 1e-9
@@ -76,6 +80,7 @@ def refine(model: ModelSpec, cluster: Cluster, engine: Engine, rows: Iterable[tu
     does; plans past the simulation's bound or without a pipeline are taken as assembled. The caller ranks them and
     keeps ``k``: the same ``k`` as from every row re-timed (module docstring)."""
     out: list[Estimate] = []
+    swept: dict[SweepKey, Swept] = {}  # pipelines alike in every operation's duration: swept once
     for result, row in rows:
         job = Job.checked(model, cluster, result.cols.plan(row), engine)
         if not wants_simulation(job.plan, True):
@@ -88,5 +93,6 @@ def refine(model: ModelSpec, cluster: Cluster, engine: Engine, rows: Iterable[tu
             fastest = closed.tokens_per_step / (step_lower_bound_s(costs) + closed.time.input_wait_s)
             if fastest / closed.steps_multiplier < kth:
                 continue
-        out.append(assemble(job, result, row, simulate=True, timeline=simulate_pipeline(costs, record=False)))
+        timeline = simulate_pipeline(costs, record=False, extrapolate=True, swept=swept)
+        out.append(assemble(job, result, row, simulate=True, timeline=timeline))
     return out
