@@ -77,22 +77,25 @@ def refine(model: ModelSpec, cluster: Cluster, engine: Engine, rows: Iterable[tu
            k: int) -> list[Estimate]:
     """The estimates of ``rows`` (costed plans, best first by the closed forms) that can be among the ``k`` fastest
     once re-timed by the simulation, each re-timed as :func:`plait.predict.estimate.assemble` with ``simulate=True``
-    does; plans past the simulation's bound or without a pipeline are taken as assembled. The caller ranks them and
-    keeps ``k``: the same ``k`` as from every row re-timed (module docstring)."""
-    out: list[Estimate] = []
-    swept: dict[SweepKey, Swept] = {}  # pipelines alike in every operation's duration: swept once
-    for result, row in rows:
+    does, in the order of ``rows``; plans past the simulation's bound or without a pipeline are taken as assembled.
+    The pipelines are simulated highest bound first, so the ``k``-th best rises as early as it can and the first
+    bound below it ends the simulations. The caller ranks them and keeps ``k``: the same ``k`` as from every row
+    re-timed (module docstring)."""
+    done: list[tuple[int, Estimate]] = []  # (place in rows, estimate)
+    pending: list[tuple[float, int, Job, BatchResult, int, PipelineCosts]] = []
+    for place, (result, row) in enumerate(rows):
         job = Job.checked(model, cluster, result.cols.plan(row), engine)
         if not wants_simulation(job.plan, True):
-            out.append(assemble(job, result, row, simulate=True))
+            done.append((place, assemble(job, result, row, simulate=True)))
             continue
         costs = pipeline_costs(job, result.prepared)
-        if len(out) >= k:
-            kth = sorted((e.target_tokens_per_s for e in out), reverse=True)[k - 1]
-            closed = assemble(job, result, row, simulate=False)  # tokens, steps multiplier, input wait
-            fastest = closed.tokens_per_step / (step_lower_bound_s(costs) + closed.time.input_wait_s)
-            if fastest / closed.steps_multiplier < kth:
-                continue
+        closed = assemble(job, result, row, simulate=False)  # tokens, steps multiplier, input wait
+        fastest = closed.tokens_per_step / (step_lower_bound_s(costs) + closed.time.input_wait_s)
+        pending.append((fastest / closed.steps_multiplier, place, job, result, row, costs))
+    swept: dict[SweepKey, Swept] = {}  # pipelines alike in every operation's duration: swept once
+    for bound, place, job, result, row, costs in sorted(pending, key=lambda p: (-p[0], p[1])):
+        if len(done) >= k and bound < sorted((e.target_tokens_per_s for _, e in done), reverse=True)[k - 1]:
+            break  # this plan and every one after it (lower bounds) re-time below k others
         timeline = simulate_pipeline(costs, record=False, extrapolate=True, swept=swept)
-        out.append(assemble(job, result, row, simulate=True, timeline=timeline))
-    return out
+        done.append((place, assemble(job, result, row, simulate=True, timeline=timeline)))
+    return [e for _, e in sorted(done, key=lambda d: d[0])]
