@@ -1,10 +1,7 @@
 """The planner's refinement: the bound it skips simulations by never exceeds the simulation, and skipping leaves
-the ranked plans exactly, and their figures up to rounding (the steady state extrapolated), as simulating every
-candidate gives them."""
+the ranked plans and their figures exactly as simulating every candidate gives them."""
 
 from __future__ import annotations
-
-from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -57,8 +54,5 @@ def test_top_equals_every_candidate_simulated(model: str, gpus: int, batch: int,
     every = sorted(every, key=lambda e: -e.target_tokens_per_s)[:k]
     top = result.top(k)
     assert [e.plan for e in top] == [e.plan for e in every]
-    for a, b in zip(top, every, strict=True):  # the steady state extrapolated: equal up to rounding
-        step = b.time.total_s
-        for name, value in asdict(b.time).items():
-            assert getattr(a.time, name) == pytest.approx(value, abs=1e-12 * step), name
+    assert [e.time for e in top] == [e.time for e in every]  # to the last bit
     assert any(e.plan.pp > 1 for e in top), "the case should rank pipelines"
