@@ -3,7 +3,7 @@ extrapolate over the rest.
 
 :mod:`plait.simulate.periodic` replays a short run's order with its period (``c`` micro-batches) repeated ``n + 1``
 times; each replay still takes every operation of the step (a 16-stage, 2,048-micro-batch, 6-chunk pipeline:
-0.05-0.1 s). The sweep's arithmetic is max-plus linear (every time is the ``max`` of two earlier times plus a
+tens of milliseconds). The sweep's arithmetic is max-plus linear (every time is the ``max`` of two earlier times plus a
 duration), so one period maps the state it starts from (every rank's end and the outputs later periods read) to the
 next state, and shifting the whole state by ``t`` shifts every later time by ``t``. Once the state after period ``J``
 is the state after period ``J - s`` shifted by one time ``delta`` (a max-plus system's periodic regime, ``s`` its
@@ -31,7 +31,7 @@ SPREAD = 2.0 ** -40
 ~1e-12, above the sweep's rounding (a few ulps, 2^-52, a period) and far below any difference in the schedule."""
 CYCLES = 2
 """Periods per stage a repeat is looked for over: a max-plus system's state may repeat only after several periods
-(its cyclicity; 1F1B at 16 stages whose first stage is slower: 14 to 16 periods, ``tests/test_simulate_steady.py``);
+(its cyclicity above 1: a 16-stage 1F1B pipeline whose first stage is slower, ``tests/test_simulate_steady.py``);
 a state that repeats after more than ``CYCLES x p`` periods is replayed in full."""
 
 
