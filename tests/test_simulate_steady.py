@@ -93,3 +93,9 @@ def test_sweeps_alike_are_swept_once(monkeypatch: pytest.MonkeyPatch) -> None:
     second = simulate_pipeline(other, record=False, extrapolate=True, swept=swept)
     assert len(counted) == calls and len(swept) == 1
     assert second.step_time_s == pytest.approx(first.step_time_s + 1.0, rel=1e-12)
+
+
+def test_short_pipelines_and_gpipe_are_left_to_the_full_sweep() -> None:
+    took = [1.0, 2.0, 1.0] * 4
+    assert steady.steady_sweep("1f1b", 4, 12, 1, took, (0.0, 0.1)) is None  # too few micro-batches to repeat
+    assert steady.steady_sweep("gpipe", 4, 512, 1, took, (0.0, 0.1)) is None  # no repeating middle

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from plait.simulate.periodic import _composed, _replay
+from plait.simulate.periodic import _composed, _replay, periodic_sweep
 
 SPREAD = 2.0 ** -40
 """Largest relative spread (of the state's largest time) of the shifts of one state's elements taken as one shift:
@@ -69,10 +69,11 @@ def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
                  hops: tuple[float, float]) -> tuple[list[float], list[float]] | None:
     """Every rank's end and the start of its last operation, as :func:`plait.simulate.periodic.periodic_sweep`
     gives them up to rounding (module docstring); None where there is no composed order (the caller sweeps in
-    full). ``took``: duration by ``3 x rank + kind``."""
+    full), that function's answer where the period holds a rank's last operation. ``took``: duration by
+    ``3 x rank + kind``."""
     lags = _lags(schedule, p, m, v)
-    if lags is None:
-        return None
+    if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
+        return periodic_sweep(schedule, p, m, v, took, hops)
     before, period, after, n, shift, size = _composed(schedule, p, m, v)  # type: ignore[misc]
     state, cool = lags
     arrival_s = [0.0] * size
