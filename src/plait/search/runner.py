@@ -92,15 +92,19 @@ class SearchResult:
     def ranking(self) -> list[tuple[float, int, int]]:
         """(tokens/s, or tokens/J ranked by energy, over the steps multiplier, chunk, row) of every feasible candidate, best first."""
         if self._ranking is None:
-            ranked = []
+            figures, chunks, indices = [np.zeros(0)], [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
             for chunk, (cols, result, rows) in enumerate(self.feasible):
-                tokens = cols["global_batch"][rows] * cols["seq_len"][rows] if len(rows) else np.array([])
-                tps = tokens / self._steps(result, rows) if len(rows) else np.array([])
-                if len(rows) and cols["dp_sync"][rows].any():  # all-reduce-equivalent tokens (steps multipliers)
+                if not len(rows):
+                    continue
+                tps = cols["global_batch"][rows] * cols["seq_len"][rows] / self._steps(result, rows)
+                if cols["dp_sync"][rows].any():  # all-reduce-equivalent tokens (steps multipliers)
                     tps = tps / row_figures(cols.take(rows))[0]
-                ranked += [(float(t), chunk, int(r)) for t, r in zip(tps, rows)]
-            ranked.sort(key=lambda x: -x[0])
-            self._ranking = ranked
+                figures.append(np.asarray(tps, dtype=np.float64))
+                chunks.append(np.full(len(rows), chunk, dtype=np.int64))
+                indices.append(np.asarray(rows, dtype=np.int64))
+            tps, chunk_of, row_of = (np.concatenate(x) for x in (figures, chunks, indices))
+            order = np.argsort(-tps, kind="stable")  # ties keep the chunks' order, as a stable sort of the list
+            self._ranking = list(zip(tps[order].tolist(), chunk_of[order].tolist(), row_of[order].tolist()))
         return self._ranking
 
     def top(self, k: int) -> list[Estimate]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from plait.simulate.periodic import periodic_sweep
+from plait.simulate.steady import steady_sweep
 from plait.simulate.sweep_order import _steps, _sweep_order
 
 
@@ -81,10 +82,18 @@ class Timeline:
 
 
 _KINDS = ("F", "B", "W")
+Swept = tuple[list[float], list[tuple[float, float]]]
+"""Every rank's end of the pipeline and (start, end) of its last backward: what a sweep gives."""
+SweepKey = tuple[str, int, int, int, tuple[tuple[float, float, float], ...], tuple[float, float], bool]
+"""What a sweep depends on: schedule, stages, micro-batches, virtual stages, durations, hops, extrapolated."""
 
 
-def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
-    """Run the schedule (``record``: keep every span, not only the end times)."""
+def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool = False,
+                      swept: dict[SweepKey, Swept] | None = None) -> Timeline:
+    """Run the schedule (``record``: keep every span, not only the end times; ``extrapolate``, without ``record``:
+    a deep pipeline's steady state extrapolated once it repeats, :mod:`plait.simulate.steady`, the same times up to
+    rounding at a fraction of the cost; ``swept``, without ``record``: the sweeps done so far by their durations, to
+    take a pipeline alike in every operation's duration from, and to add this one's to)."""
     timeline, p = Timeline(record=record), c.p
     zero_bubble, hops = c.schedule == "zb-h1", (0.0, c.p2p_s)
     durations = [(c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0),
@@ -92,20 +101,27 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True) -> Timeline:
     if record:
         free, last_backward = _sweep_recorded(c, durations, hops, timeline)
     else:
-        free, last_backward = _sweep(c, durations, hops)
+        key = (c.schedule, p, c.m, c.v, tuple(durations), hops, extrapolate)
+        done = swept.get(key) if swept is not None else None
+        if done is None:
+            done = _sweep(c, durations, hops, extrapolate)
+            if swept is not None:
+                swept[key] = done
+        free, last_backward = done
     for r in range(p):
         timeline.pipeline_end_s.append(free[r])
         timeline.step_time_s = max(timeline.step_time_s, _data_parallel(timeline, c, r, last_backward[r], free[r]))
     return timeline
 
 
-def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]],
-           hops: tuple[float, float]) -> tuple[list[float], list[tuple[float, float]]]:
+def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: tuple[float, float],
+           extrapolate: bool = False) -> tuple[list[float], list[tuple[float, float]]]:
     """Every rank's end and (start, end) of its last backward: :func:`_sweep_recorded`'s arithmetic, in its order
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
-    periodic = periodic_sweep(c.schedule, p, c.m, c.v, took, hops)  # a deep pipeline: its order from a short one's
+    sweep = steady_sweep if extrapolate else periodic_sweep  # a deep pipeline: its order from a short one's
+    periodic = sweep(c.schedule, p, c.m, c.v, took, hops)
     if periodic is not None:
         return periodic[0], list(zip(periodic[1], periodic[0], strict=True))
     arrival_s = [0.0] * (2 * c.m * p * c.v + 2)

@@ -23,11 +23,12 @@ def chunk_passes(plan: Plan) -> int:
 
 def simulate_step(job: Job, *, record: bool = True, prepared: Prepared | None = None) -> Timeline:
     """Per-rank timeline of one optimizer step of ``job`` (all data-parallel replicas behave alike);
-    ``record=False`` keeps only the step and per-rank end times (what an estimate needs); ``prepared``: see
+    ``record=False`` keeps only the step and per-rank end times (what an estimate needs), a deep pipeline's steady
+    state extrapolated as the planner's refinement takes it (:mod:`plait.simulate.steady`); ``prepared``: see
     :func:`plait.simulate.costs.pipeline_costs`. A step of more than :data:`MAX_PASSES` chunk passes is refused."""
     passes = chunk_passes(job.plan)
     if passes > MAX_PASSES:
         raise ConfigError(f"{job.plan.describe()} runs {passes:,} chunk passes a step (pp x micro-batches x vpp); "
                           f"the event simulation takes at most {MAX_PASSES:,} (a smaller global batch, or the closed "
                           "forms: plait estimate --closed-form)")
-    return simulate_pipeline(pipeline_costs(job, prepared), record)
+    return simulate_pipeline(pipeline_costs(job, prepared), record, extrapolate=not record)

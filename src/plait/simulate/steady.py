@@ -1,0 +1,134 @@
+"""A deep pipeline's step from its steady state: replay periods until the state repeats shifted in time, then
+extrapolate over the rest.
+
+:mod:`plait.simulate.periodic` replays a short run's order with its period (``c`` micro-batches) repeated ``n + 1``
+times; each replay still takes every operation of the step (a 16-stage, 2,048-micro-batch, 6-chunk pipeline:
+tens of milliseconds). The sweep's arithmetic is max-plus linear (every time is the ``max`` of two earlier times plus a
+duration), so one period maps the state it starts from (every rank's end and the outputs later periods read) to the
+next state, and shifting the whole state by ``t`` shifts every later time by ``t``. Once the state after period ``J``
+is the state after period ``J - s`` shifted by one time ``delta`` (a max-plus system's periodic regime, ``s`` its
+cyclicity: Baccelli, Cohen, Olsder, Quadrat 1992, *Synchronization and Linearity*, Sec. 3.7; Heidergott, Olsder,
+van der Woude 2006, *Max Plus at Work*, Ch. 3), every later ``s`` periods repeat it ``delta`` on, so the state
+after period ``J + k s`` is the state after ``J`` plus ``k delta``; the sweep jumps to the last such period before
+the cool-down reads (``R`` periods before the end) and replays the rest and the cool-down from there as before.
+
+Rounding: the sweep adds in floating point, so the two states agree only up to its rounding; they are taken as
+shifted when every element's shift is within :data:`SPREAD` of the state's largest time of the others. A max-plus
+map is non-expansive in the max norm, so a state shifted by ``delta`` up to ``e`` keeps every later shift within
+``e`` of ``delta``: the times extrapolated over ``k`` repeats are within ``k e`` of a replay in exact arithmetic.
+Measured against the full replay: ~1e-13 of the step (``tests/test_simulate_steady.py``; the planner's figures,
+``benchmarks/plan_same.py``). A state that does not repeat within the periods checked is replayed in full.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from plait.simulate.periodic import _composed, _replay, periodic_sweep
+
+SPREAD = 2.0 ** -40
+"""Largest relative spread (of the state's largest time) of the shifts of one state's elements taken as one shift:
+~1e-12, above the sweep's rounding (a few ulps, 2^-52, a period) and far below any difference in the schedule."""
+CYCLES = 2
+"""Periods per stage a repeat is looked for over: a max-plus system's state may repeat only after several periods
+(its cyclicity above 1: a 16-stage 1F1B pipeline whose first stage is slower, ``tests/test_simulate_steady.py``);
+a state that repeats after more than ``CYCLES x p`` periods is replayed in full."""
+
+
+@lru_cache(maxsize=256)
+def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int], ...], int] | None:
+    """(the state: per output a later period reads, its slot and how many periods back from the latest it lies;
+    ``R``: one more than the most periods back the cool-down reads) of the composed order, or None where there is
+    no composed order or a rank's last operation lies in the period. A read whose slot no period writes reads
+    nothing written (0) or the warm-up's output, which the extrapolation leaves in place."""
+    composed = _composed(schedule, p, m, v)
+    if composed is None:
+        return None
+    _, period, after, _, shift, _ = composed
+    if any(entry[5] for entry in period):
+        return None
+    fills = {entry[3] for entry in period}
+    top = max(fills)
+
+    def back(wait: int) -> int:  # periods back the producer runs (0: the same period); -1: no period's output
+        for k in range(0, (top - wait) // shift + 1):
+            if wait + k * shift in fills:
+                return k
+        return -1
+
+    state = set()
+    for entry in period:  # read k periods back: after period j, the outputs of periods j + 1 - k .. j are state
+        k = back(entry[2])
+        state.update((entry[2] + k * shift, d) for d in range(k))
+    own = {entry[3] for entry in after}
+    cool = 1 + max((back(entry[2]) for entry in after if entry[2] not in own), default=0)
+    return tuple(sorted(state)), cool
+
+
+def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
+                 hops: tuple[float, float]) -> tuple[list[float], list[float]] | None:
+    """Every rank's end and the start of its last operation, as :func:`plait.simulate.periodic.periodic_sweep`
+    gives them up to rounding (module docstring); None where there is no composed order (the caller sweeps in
+    full), that function's answer where the period holds a rank's last operation. ``took``: duration by
+    ``3 x rank + kind``."""
+    lags = _lags(schedule, p, m, v)
+    if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
+        return periodic_sweep(schedule, p, m, v, took, hops)
+    before, period, after, n, shift, size = _composed(schedule, p, m, v)  # type: ignore[misc]
+    state, cool = lags
+    arrival_s = [0.0] * size
+    free, last_begin = [0.0] * p, [0.0] * p
+    _replay(before, 0, took, hops, arrival_s, free, last_begin)
+    deepest = max((d + 1 for _, d in state), default=1)
+    last, most = n - cool, CYCLES * p  # the last period to extrapolate to; the most periods a repeat may take
+    gap = max(1, most * p // len(period))  # periods between checks: a check costs at most the periods it follows
+    check = deepest + 1
+    ends: list[list[float]] = []  # every rank's end after each period
+    j = 0
+    while j <= n:
+        _replay(period, j * shift, took, hops, arrival_s, free, last_begin)
+        ends.append(free[:])
+        if j == check and j < last:
+            check += gap
+            found = _repeat(ends, arrival_s, state, j, shift, min(most, j - deepest))
+            if found is not None and (last - j) // found[0] > 0:
+                cycle, delta = found
+                to = j + (last - j) // cycle * cycle
+                _extrapolate(free, arrival_s, state, j, to, shift, (to - j) // cycle * delta)
+                j = to
+        j += 1
+    _replay(after, n * shift, took, hops, arrival_s, free, last_begin)
+    return free, last_begin
+
+
+def _state(free: list[float], arrival_s: list[float], state: tuple[tuple[int, int], ...], j: int,
+           shift: int) -> list[float]:
+    """The state after period ``j``: every rank's end and the outputs later periods read."""
+    return free + [arrival_s[f + (j - d) * shift] for f, d in state]
+
+
+def _repeat(ends: list[list[float]], arrival_s: list[float], state: tuple[tuple[int, int], ...], j: int,
+            shift: int, most: int) -> tuple[int, float] | None:
+    """(``s``, the shift) of the fewest periods ``s <= most`` after which the state after period ``j`` is the state
+    ``s`` periods earlier shifted by one time, up to :data:`SPREAD` of its largest time; None if none is."""
+    now = _state(ends[j], arrival_s, state, j, shift)
+    slack = SPREAD * max(now)
+    for cycle in range(1, most + 1):
+        earlier = ends[j - cycle]
+        shifts = [a - b for a, b in zip(ends[j], earlier, strict=True)]  # the ranks' ends first: cheap to reject
+        if max(shifts) - min(shifts) > slack:
+            continue
+        shifts = [a - b for a, b in zip(now, _state(earlier, arrival_s, state, j - cycle, shift), strict=True)]
+        low, high = min(shifts), max(shifts)
+        if high - low <= slack:
+            return cycle, (low + high) / 2
+    return None
+
+
+def _extrapolate(free: list[float], arrival_s: list[float], state: tuple[tuple[int, int], ...], j: int, to: int,
+                 shift: int, ahead: float) -> None:
+    """Set the state after period ``to`` to the state after ``j`` shifted by ``ahead``."""
+    for r in range(len(free)):
+        free[r] += ahead
+    for f, d in state:
+        arrival_s[f + (to - d) * shift] = arrival_s[f + (j - d) * shift] + ahead
