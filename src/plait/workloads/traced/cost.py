@@ -307,7 +307,7 @@ def collective_bytes_per_step(work: TracedWorkload, plan: Plan) -> tuple[float, 
 def _fullest_stage(work: TracedWorkload, plan: Plan, cols: PlanColumns, stages: list[list[int]]) -> int:
     """The stage whose activations in flight weigh most (1F1B holds ``pp - s`` micro-batches on stage ``s``)."""
     def held(s: int) -> float:
-        saved = sum(work.units[i].saved_bytes(plan.micro_batch) for i in stages[s])
+        saved = sum(work.units[i].saved_bytes(plan.micro_batch, plan.tp) for i in stages[s])
         return float(inflight_micro_batches(cols, s)) * saved
     return max(range(len(stages)), key=held)
 
@@ -329,8 +329,8 @@ def _memory(work: TracedWorkload, cluster: Cluster, plan: Plan, cols: PlanColumn
         if full and 0 < i < last:  # its input (the previous unit's output) stays
             kept += work.units[i - 1].output_bytes_per_example * b
         else:
-            kept += unit.saved_bytes(b)
-    working = max((work.units[i].saved_bytes(b) for i in group if full and 0 < i < last), default=0.0)
+            kept += unit.saved_bytes(b, plan.tp)
+    working = max((work.units[i].saved_bytes(b, plan.tp) for i in group if full and 0 < i < last), default=0.0)
     inflight = float(inflight_micro_batches(cols, stage))
     activations = inflight * kept + working
     largest = max(work.units[i].num_params for i in group)

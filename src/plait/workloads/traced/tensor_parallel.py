@@ -38,15 +38,16 @@ from plait.workloads.traced.model import TracedWorkload, Unit
 
 def check_tp(work: TracedWorkload, plan: Plan) -> None:
     """One-line refusals of ``plan.tp`` on ``work`` (module docstring): pairs must exist, ``tp`` must divide every
-    pair's split dimension, and ``tp`` runs alone or beside DDP's replicas."""
+    pair's split dimension and every attention's head counts, and ``tp`` runs alone or beside DDP's replicas."""
     if plan.tp == 1:
         return
     if not work.pairs:
         raise ConfigError(f"tp={plan.tp}: {work.name} has no Linear pair to split ({work.no_pairs_reason}); use tp=1")
     for pair in work.pairs:
-        if pair.hidden % plan.tp:
-            raise ConfigError(f"tp={plan.tp} must divide the split dimension {pair.hidden} of the Linear pair "
-                              f"{pair.first} -> {pair.second}")
+        if not pair.divides(plan.tp):
+            dims = (f"the head counts {'/'.join(map(str, pair.heads))} (q/k/v)" if pair.heads
+                    else f"the split dimension {pair.hidden}")
+            raise ConfigError(f"tp={plan.tp} must divide {dims} of the {pair.kind}")
     if plan.tp_mode != "1d" or plan.overlap_chunks > 1 or plan.tp_comm_overlap:
         raise ConfigError(f"tp={plan.tp}: a traced module's Linear pairs split one way (tp_mode='1d') with their "
                           "all-reduces whole (overlap_chunks = 1, tp_comm_overlap = false)")
@@ -58,10 +59,10 @@ def check_tp(work: TracedWorkload, plan: Plan) -> None:
 
 def tp_possible(work: TracedWorkload, gpus: int) -> list[int]:
     """The ``tp`` degrees above 1 the planner tries on ``gpus`` GPUs: the divisors of ``gpus`` that divide every
-    pair's split dimension (the rest of the GPUs are data-parallel replicas)."""
+    pair's split dimension and every attention's head counts (the rest of the GPUs are data-parallel replicas)."""
     if not work.pairs:
         return []
-    return [t for t in range(2, gpus + 1) if gpus % t == 0 and all(p.hidden % t == 0 for p in work.pairs)]
+    return [t for t in range(2, gpus + 1) if gpus % t == 0 and all(p.divides(t) for p in work.pairs)]
 
 
 def split_unit(unit: Unit, tp: int) -> Unit:
