@@ -288,7 +288,8 @@ def small_transformer() -> Any:
         def __init__(self, width: int) -> None:
             super().__init__()
             self.norm1, self.attention = nn.LayerNorm(width), Attention(width, 4, 2)
-            self.norm2, self.fc1, self.fc2 = nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+            self.norm2, self.fc1 = nn.LayerNorm(width), nn.Linear(width, 4 * width)
+            self.fc2 = nn.Linear(4 * width, width)
 
         def forward(self, x: Any) -> Any:
             x = x + self.attention(self.norm1(x))

@@ -26,6 +26,7 @@ A fused q/k/v projection (one Linear, its output split in three) or a view with 
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 from plait.workloads.traced.pairs import Found, find_pairs
@@ -36,6 +37,8 @@ REGION_OPS = frozenset({"view", "reshape", "transpose", "permute", "contiguous",
                         "dropout", "masked_fill", "scaled_dot_product_attention"})
 """Operators (functions, tensor methods, ``operator`` functions, by name) allowed between q, k, v and the output
 projection (module docstring)."""
+SPLITS = frozenset({"split", "chunk", "unbind", "tensor_split"})
+"""Operators that cut one tensor in parts: followed back (to name a fused q/k/v projection), never allowed."""
 METADATA = frozenset({"shape", "dtype", "device", "ndim", "size", "dim"})
 """Attributes and methods that read a tensor's metadata, not its values."""
 
@@ -51,7 +54,40 @@ def find_splits(model: Any, units: list[str]) -> tuple[list[Found], list[FoundAt
     pairs, why = find_pairs(model, units)
     attention, refused = find_attention(model, units)
     note = refused[0] if refused else ""
-    return pairs, attention, "" if pairs or attention else why + (f"; attention not split: {note}" if note else ""), note
+    why = "" if pairs or attention else why + (f"; attention not split: {note}" if note else "")
+    return pairs, attention, why, note
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitPaths:
+    """Module paths (as ``ModuleTracker`` names them: under the root's class name) tensor parallelism splits, and
+    what an operator or a saved tensor running under a set of them (``parents``) splits into ``tp``."""
+
+    rows: frozenset[str]
+    """Row-parallel Linears (a pair's second, an attention's output projection)."""
+    columns: frozenset[str]
+    """Column-parallel Linears (a pair's first and gates, an attention's q, k, v)."""
+    cores: frozenset[str]
+    """Modules running an attention's core (and no parameters but its Linears)."""
+
+    @staticmethod
+    def of(root: str, pairs: list[Found], attention: list[FoundAttention]) -> SplitPaths:
+        found = [*pairs, *(a[:6] for a in attention)]
+        return SplitPaths(rows=frozenset(f"{root}.{f[2]}" for f in found),
+                          columns=frozenset(f"{root}.{p}" for f in found for p in (f[1], *f[5])),
+                          cores=frozenset(f"{root}.{a[7]}" for a in attention if a[7]))
+
+    def kernel(self, parents: set[str]) -> int:
+        """0: an operator run whole on every TP rank; 1: in a split module (its GEMMs split); 2: in an attention's
+        core module outside its Linears (on the rank's heads: all of it split)."""
+        if parents & self.cores and not parents & (self.rows | self.columns):
+            return 2
+        return 1 if parents & (self.rows | self.columns | self.cores) else 0
+
+    def saved(self, parents: set[str]) -> bool:
+        """A tensor saved here is split: saved by a row-parallel Linear (its input: the split hidden features) or in
+        an attention's core module outside its column-parallel Linears (which save their whole input)."""
+        return bool(parents & self.rows) or bool(parents & self.cores and not parents & self.columns)
 
 
 def runtime_splits(model: Any, units: list[str]) -> tuple[list[Found], str]:
@@ -148,7 +184,7 @@ def _attention(out: Any, modules: dict[str, Any], nn: Any) -> tuple[list[Any], i
         seen.add(node)
         if node.op == "call_module" and isinstance(modules.get(node.target), nn.Linear):
             leaves.append(node)
-        elif node.op in ("call_function", "call_method") and _name(node) in REGION_OPS:
+        elif node.op in ("call_function", "call_method") and _name(node) in REGION_OPS | SPLITS:
             region.append(node)
             stack.extend(node.all_input_nodes)
         elif node.op in ("placeholder", "get_attr"):
@@ -185,14 +221,23 @@ def _attention(out: Any, modules: dict[str, Any], nn: Any) -> tuple[list[Any], i
     assert head_dim is not None
     if any(modules[n.target].out_features % head_dim for n in leaves):
         return f"the head size {head_dim} does not divide the q, k, v Linears' outputs"
-    order = _roles(core, leaves) if _name(core) == "scaled_dot_product_attention" else leaves
-    return order, head_dim, core
+    return _roles(core, data, leaves), head_dim, core
 
 
-def _roles(core: Any, leaves: list[Any]) -> list[Any]:
-    """q, k, v in the order the SDPA call takes them (its first three arguments, traced back to the Linears)."""
-    ordered = []
-    for arg in core.args[:3]:
+def _roles(core: Any, data: list[Any], leaves: list[Any]) -> list[Any]:
+    """q, k, v: traced back from the SDPA call's first three arguments, or from the scores' product (q, k) and the
+    product of the softmax with v; in the order found where neither reads them apart."""
+    if _name(core) == "scaled_dot_product_attention":
+        args = list(core.args[:3])
+    else:
+        products = [n for n in data if _name(n) == "matmul" and len(n.args) == 2]
+        scores = next((n for n in products if _depends(core, n)), None)
+        mixed = next((n for n in products if _depends(n, core)), None)
+        if scores is None or mixed is None:
+            return leaves
+        args = [*scores.args, mixed.args[1] if _depends(mixed.args[0], core) else mixed.args[0]]
+    ordered: list[Any] = []
+    for arg in args:
         ordered.extend(leaf for leaf in leaves if _depends(arg, leaf) and leaf not in ordered)
     return ordered if len(ordered) == 3 else leaves
 

@@ -35,7 +35,11 @@ class Kernel:
     backward: bool
     tp_split: bool = False
     """The operator runs inside a Linear of a tensor-parallel pair (:class:`LinearPair`) or inside the module
-    running a split attention's core: with ``tp`` ranks each runs ``1/tp`` of its FLOPs and bytes."""
+    running a split attention's core: with ``tp`` ranks each runs ``1/tp`` of its FLOPs and bytes (where it has
+    FLOPs, or :attr:`tp_split_all`)."""
+    tp_split_all: bool = False
+    """The operator runs in a split attention's core module outside its Linears (a rotary embedding, a copy of
+    the heads): it acts on each rank's heads alone, so its bytes are ``1/tp`` too, FLOPs or none."""
 
     def flops(self, batch: float) -> float:
         return self.flops_per_example * batch
@@ -106,7 +110,7 @@ class LinearPair:
     @property
     def kind(self) -> str:
         """How messages name it."""
-        return f"attention {self.first} -> {self.second}" if self.heads else f"Linear pair {self.first} -> {self.second}"
+        return f"{'attention' if self.heads else 'Linear pair'} {self.first} -> {self.second}"
 
     def divides(self, tp: int) -> bool:
         """``tp`` divides what the split divides: every head count of an attention, the hidden features of a pair."""

@@ -66,11 +66,13 @@ def tp_possible(work: TracedWorkload, gpus: int) -> list[int]:
 
 
 def split_unit(unit: Unit, tp: int) -> Unit:
-    """``unit`` as one of ``tp`` ranks runs it: its pairs' GEMMs (operators with FLOPs inside a pair) at ``1/tp``."""
+    """``unit`` as one of ``tp`` ranks runs it: its pairs' and attentions' GEMMs (operators with FLOPs inside a
+    pair's or an attention's modules) and the other operators of an attention's core (on its heads) at ``1/tp``."""
     if tp == 1 or not any(k.tp_split for k in unit.kernels):
         return unit
     kernels = tuple(replace(k, flops_per_example=k.flops_per_example / tp, fixed_bytes=k.fixed_bytes / tp,
-                            bytes_per_example=k.bytes_per_example / tp) if k.tp_split and k.flops_per_example else k
+                            bytes_per_example=k.bytes_per_example / tp)
+                    if k.tp_split and (k.flops_per_example or k.tp_split_all) else k
                     for k in unit.kernels)
     return replace(unit, kernels=kernels)
 

@@ -76,7 +76,7 @@ def split_pairs(model: nn.Module, units: list[str], tp_mesh: Any, pairs: list[An
     """``model`` with each Linear pair and attention of its units (``pairs``:
     :func:`plait.workloads.traced.attention.runtime_splits`'s, found here when not given) split over ``tp_mesh``
     (module docstring)."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
 
     from plait.workloads.traced.attention import runtime_splits
 
