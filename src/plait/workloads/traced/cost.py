@@ -17,9 +17,9 @@ The same physics as the transformer path, read from the trace instead of closed 
   (:mod:`.accumulation`), device work beside the passes.
 - **Data parallelism.** DDP's buckets, ZeRO's collectives and FSDP2's hooks, or the ``dp_sync`` method's cost, as
   :mod:`plait.workloads.traced.dataparallel` times them.
-- **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone or beside data parallelism and pipeline
-  stages, the replicas unsharded): their GEMMs, weights and state split, two all-reduces per pair and micro-batch
-  (:mod:`plait.workloads.traced.tensor_parallel`).
+- **Tensor parallelism** of the repeated units' Linear pairs and self-attentions (``tp``, alone or beside data
+  parallelism and pipeline stages, the replicas unsharded): their GEMMs, weights, state and some saved activations
+  split, two all-reduces per pair or attention and micro-batch (:mod:`plait.workloads.traced.tensor_parallel`).
 - **Memory.** Model states as :mod:`plait.cost.memory` (ZeRO, Rajbhandari et al. 2020); activations are the
   units' saved bytes times the micro-batches in flight; full recomputation keeps each recomputed unit's input and
   one unit's activations while it is recomputed.

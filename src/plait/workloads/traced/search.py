@@ -3,11 +3,11 @@
 Every candidate of the space is estimated by :func:`plait.workloads.traced.cost.estimate_traced` (about a millisecond
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
-for; and tensor parallelism where the repeated units hold Linear pairs: every ``tp`` dividing the GPUs and the pairs'
-split dimensions, the other GPUs pipeline stages and unsharded replicas (``tp x pp x dp``;
-:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit
-in memory (with the margin) or that the rules refuse are counted by reason; the rest are ranked by step time
-over the method's steps multiplier, as the transformer search ranks them.
+for; and tensor parallelism where the repeated units hold Linear pairs or self-attentions: every ``tp`` dividing the
+GPUs, the pairs' split dimensions and the attentions' head counts, the other GPUs pipeline stages and unsharded
+replicas (``tp x pp x dp``; :mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not).
+Plans that do not fit in memory (with the margin) or that the rules refuse are counted by reason; the rest are
+ranked by step time over the method's steps multiplier, as the transformer search ranks them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
-"""Tensor parallelism of a traced module's Linear pairs (:class:`plait.workloads.traced.model.LinearPair`): what it
-allows, what it costs, what it saves.
+"""Tensor parallelism of a traced module's Linear pairs and self-attentions
+(:class:`plait.workloads.traced.model.LinearPair`): what it allows, what it costs, what it saves.
 
 Megatron's MLP split (Shoeybi et al. 2019, "Megatron-LM", Sec. 3, Fig. 3a): with ``tp`` ranks the first Linear of
-a pair is split by columns and the second by rows, so
+a pair is split by columns and the second by rows; its self-attention split (Fig. 3b) is the same with q, k and v
+split by columns (by heads), the core on each rank's heads and the output projection by rows, so
 
 - **compute**: each rank runs ``1/tp`` of both Linears' GEMMs, forward and backward (the traced operators with
   FLOPs inside the pair's two modules; the elementwise operators between them, the bias gradients and everything
-  outside the pairs are charged whole on every rank: an upper bound where the activation runs on a slice);
+  outside the pairs are charged whole on every rank: an upper bound where the activation runs on a slice); of an
+  attention, also every operator of its core module outside its Linears (they act on the rank's heads);
 - **communication**: one all-reduce of the pair's output activation (``b x`` its bytes per example) in the forward
   (operator ``g``) and one of the same size in the backward (operator ``f``, the input's gradient), per pair and
   micro-batch, on the TP group's tier (the group's ranks are adjacent: stride 1); they sit between dependent GEMMs,
