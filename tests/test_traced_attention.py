@@ -32,7 +32,7 @@ class _Attention(nn.Module):
         super().__init__()
         self.kind = kind
         self.q, self.k, self.v, self.o = (nn.Linear(16, 16) for _ in range(4))
-        self.qkv = nn.Linear(16, 48)
+        self.qkv, self.drop = nn.Linear(16, 48), nn.Dropout(0.0)
 
     def forward(self, x, other):  # type: ignore[no-untyped-def]
         b, s = x.shape[:2]
@@ -45,7 +45,7 @@ class _Attention(nn.Module):
             q = self.q(x).view(b, s, heads, 4).transpose(1, 2)
             k, v = (w(source).view(b, s, heads, 4).transpose(1, 2) for w in (self.k, self.v))
         if self.kind == "matmul":  # the core written out: softmax(q k^T / sqrt(d)) v
-            o = torch.matmul(F.softmax(torch.matmul(q, k.transpose(-2, -1)) / 2.0, dim=-1), v)
+            o = torch.matmul(self.drop(F.softmax(torch.matmul(q, k.transpose(-2, -1)) / 2.0, dim=-1)), v)
         else:
             o = F.scaled_dot_product_attention(q, k, v)
         return self.o(o.transpose(1, 2).reshape(b, s, -1))
@@ -74,7 +74,7 @@ def test_attention_is_found_from_the_data_flow_or_refused_in_one_line(kind: str,
         # attention module, which holds no other parameters (the unused fused Linear aside: so "" for it)
         assert found[0][:6] == (1, "0.attention.q", "0.attention.o", 16, 3 * (16 * 16 + 16) + 16 * 16,
                                 ("0.attention.k", "0.attention.v"))
-        assert found[0][6] == (4, 4, 4) and len(found) == 2 and not refused
+        assert found[0][6:] == ((4, 4, 4), "") and len(found) == 2 and not refused
     else:
         assert not found and why in refused[0] and refused[0].startswith("0.attention.o: ")
 

@@ -14,12 +14,14 @@ depend on that input (rotary tables, a causal mask):
   last dimension (the scores' keys);
 - its other operators are views, transposes, slices, casts, ``repeat_interleave`` (grouped key/value heads,
   Ainslie et al. 2023), elementwise arithmetic (rotary embeddings, Su et al. 2021; the scale), ``masked_fill`` and
-  dropout (:data:`REGION_OPS`), and no tensor of it is used outside it;
+  dropout (:data:`REGION_OPS`, and elementwise modules such as ``nn.Dropout``), and no tensor of it is used outside
+  it;
 - each view or reshape has a ``-1`` (a rank holds ``heads / tp`` heads, so the head count must be inferred, as in
   ``view(b, s, -1, head_dim)``), and q, k and v are first viewed with the same last dimension (the head size).
 
 These operators are taken to act on each head alone, as attention written this way does (a side tensor with a
-heads dimension, or an operator that mixes heads, is not caught here: the split run then fails on its shapes).
+heads dimension, an operator that mixes heads, or a later view that fixes the head count is not caught here: the
+split run then fails on its shapes).
 A fused q/k/v projection (one Linear, its output split in three) or a view with a fixed head count is refused.
 """
 
@@ -29,7 +31,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from plait.workloads.traced.pairs import Found, find_pairs
+from plait.workloads.traced.pairs import ELEMENTWISE_MODULES, Found, find_pairs
 
 REGION_OPS = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "repeat_interleave", "expand",
                         "unsqueeze", "flatten", "unflatten", "stack", "cat", "getitem", "to", "float", "half",
@@ -184,7 +186,7 @@ def _attention(out: Any, modules: dict[str, Any], nn: Any) -> tuple[list[Any], i
         seen.add(node)
         if node.op == "call_module" and isinstance(modules.get(node.target), nn.Linear):
             leaves.append(node)
-        elif node.op in ("call_function", "call_method") and _name(node) in REGION_OPS | SPLITS:
+        elif _allowed(node, modules) or _name(node) in SPLITS:
             region.append(node)
             stack.extend(node.all_input_nodes)
         elif node.op in ("placeholder", "get_attr"):
@@ -204,7 +206,7 @@ def _attention(out: Any, modules: dict[str, Any], nn: Any) -> tuple[list[Any], i
         return "its q, k and v Linears do not read the same input (cross-attention is not split)"
     data = [n for n in region if _depends(n, source)]
     for node in data:
-        if _name(node) not in REGION_OPS or node.op not in ("call_function", "call_method"):
+        if not _allowed(node, modules):
             return f"{node.name} ({_name(node) or node.op}) between q, k, v and the output is not a per-head operator"
         if _name(node) == "softmax" and _dim(node) not in (-1, 3):
             return f"{node.name} takes the softmax over dimension {_dim(node)}, not the keys' (-1)"
@@ -240,6 +242,13 @@ def _roles(core: Any, data: list[Any], leaves: list[Any]) -> list[Any]:
     for arg in args:
         ordered.extend(leaf for leaf in leaves if _depends(arg, leaf) and leaf not in ordered)
     return ordered if len(ordered) == 3 else leaves
+
+
+def _allowed(node: Any, modules: dict[str, Any]) -> bool:
+    """``node`` is one of the region's operators (module docstring)."""
+    if node.op == "call_module":
+        return type(modules.get(node.target)).__name__ in ELEMENTWISE_MODULES
+    return node.op in ("call_function", "call_method") and _name(node) in REGION_OPS
 
 
 def _ints(node: Any) -> list[int]:
