@@ -1,8 +1,9 @@
-"""Tensor parallelism of a traced module's Linear pairs, alone and beside data parallelism and pipeline stages
-(tp x pp x dp, unsharded replicas), against the data-parallel and pipeline plans, on 8 H100 (dgx-h100-ib):
+"""Tensor parallelism of a traced module's Linear pairs and attentions, alone and beside data parallelism and pipeline
+stages (tp x pp x dp, unsharded replicas), against the data-parallel and pipeline plans, on 8 H100 (dgx-h100-ib):
 
-1. plait's reference Llama 3 8B module (SwiGLU MLPs: one gated pair per layer) traced at 2,048 tokens, 64 sequences
-   per step: the planner's best two plans of each tp family beside the best plan.
+1. plait's reference Llama 3 8B module (per layer a SwiGLU MLP, one gated pair, and a grouped-query attention split
+   by heads) traced at 2,048 tokens, 64 sequences per step: the planner's best two plans of each tp family beside
+   the best plan.
 2. A stack of 24 pre-norm MLP blocks (4,096 -> 16,384 -> 4,096, GELU, residual: a transformer without attention, so
    every GEMM but the stem and head is in a pair) on 2,048 tokens, at 4 and at 8 sequences per step: the best plan
    of each family (dp/pp only, tp alone, tp x dp, tp x pp, tp x pp x dp).
@@ -76,7 +77,9 @@ def main() -> None:
     cpu = time.process_time()
     spec = replace(get_model("llama3-8b"), seq_len=SEQ, tied_embeddings=False)
     work = trace_factory(lambda: Transformer(spec, SEQ), "llama3-8b", (SEQ,), "int64")
-    print(f"llama3-8b: {len(work.pairs)} pairs; trace {time.process_time() - cpu:.1f} s CPU")
+    heads = sum(1 for p in work.pairs if p.heads)
+    print(f"llama3-8b: {len(work.pairs) - heads} pairs, {heads} attentions; "
+          f"trace {time.process_time() - cpu:.1f} s CPU")
     found = timed("llama3-8b", work, GPUS, BATCH)
     print(" ", found.tp_note)
     print(f"  not ranked: {dict(found.reasons)}")

@@ -90,6 +90,27 @@ def test_tp2_by_dp2_equals_one_process_and_hands_the_predicted_bytes(tmp_path: P
 
 
 @pytest.mark.slow
+def test_tp2_split_attention_equals_one_process_and_hands_the_predicted_bytes(tmp_path: Path) -> None:
+    """small_transformer's attentions split by heads (q, k, v column-parallel, the output projection row-parallel)
+    and its MLP pairs, over 2 ranks: the same losses and weights as one process, and each step rank 0 hands its TP
+    all-reduces the bytes the cost model predicts (one forward and one backward per attention and pair)."""
+    from plait.plan.plan import Plan
+    from plait.workloads.traced.cost import collective_bytes_per_step
+    from plait.workloads.traced.tracing import trace
+
+    model = ("--factory", "plait.workload.zoo:small_transformer", "--input-shape", "8,32", "--global-batch", "4")
+    reference = _worker(tmp_path, "reference", 1, *model, "--steps", "2")
+    run = _worker(tmp_path, "tp2", 2, *model, "--tp", "2", "--steps", "2")
+    assert run["ranks"] == 2
+    assert run["losses"] == pytest.approx(reference["losses"], rel=1e-5, abs=1e-6)
+    assert run["parameter_sum"] == pytest.approx(reference["parameter_sum"], rel=1e-5)
+    assert abs(run["losses"][1] - run["losses"][0]) > 1e-3  # type: ignore[index]  # the first step moved the weights
+    plan = Plan(tp=2, sp=False, micro_batch=2, global_batch=4, precision="fp32")
+    tp_bytes, _ = collective_bytes_per_step(trace(model[1], (8, 32), None, "float32"), plan)
+    assert run["tp_bytes_per_step"] == [tp_bytes] * 2
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["bf16", "local_sgd:every=2"])
 def test_synchronization_methods_train_whole_replicas(tmp_path: Path, method: str) -> None:
     """The traced planner's ``--dp-sync`` plans (unsharded replicas) run on the transformer runtime's pieces: the

@@ -17,6 +17,8 @@ built by the field's libraries, each with the input one example takes.
   process's.
 - ``small_mlp``: a small residual MLP of 64 features whose blocks are linear pairs (column- then row-parallel), so
   its traced plans may take tensor parallelism; plain PyTorch (``plait[run]``), trained on CPU ranks in seconds.
+- ``small_transformer``: a small pre-norm transformer (grouped-query causal self-attention and a GELU MLP per block)
+  whose attentions split by heads and MLPs by pairs; plain PyTorch (``plait[run]``), trained on CPU ranks in seconds.
 """
 
 from __future__ import annotations
@@ -254,3 +256,48 @@ def small_mlp() -> Any:
 
 small_mlp.example_shape = (64,)  # type: ignore[attr-defined]
 small_mlp.input_dtype = "float32"  # type: ignore[attr-defined]
+
+
+def small_transformer() -> Any:
+    """A small pre-norm transformer over 8 positions of 32 features (module docstring): a linear stem, two blocks of
+    causal grouped-query self-attention (4 query heads and 2 key/value heads of 8: Vaswani et al. 2017, Sec. 3.2;
+    Ainslie et al. 2023) and a GELU MLP (32 -> 128 -> 32), each added to its input after a LayerNorm, and a 10-way
+    linear head. Each attention splits by heads and each MLP is a Linear pair (Shoeybi et al. 2019, Sec. 3)."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError as exc:
+        raise MissingExtra("small_transformer", "run", "torch") from exc
+
+    class Attention(nn.Module):
+        def __init__(self, width: int, heads: int, kv_heads: int) -> None:
+            super().__init__()
+            self.head_dim, self.repeats = width // heads, heads // kv_heads
+            self.wq = nn.Linear(width, width)
+            self.wk, self.wv = (nn.Linear(width, kv_heads * self.head_dim) for _ in range(2))
+            self.wo = nn.Linear(width, width)
+
+        def forward(self, x: Any) -> Any:
+            b, s = x.shape[:2]  # the head counts are inferred (-1): a tensor-parallel rank holds heads / tp
+            q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+            k, v = k.repeat_interleave(self.repeats, dim=1), v.repeat_interleave(self.repeats, dim=1)
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+    class Block(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.norm1, self.attention = nn.LayerNorm(width), Attention(width, 4, 2)
+            self.norm2, self.fc1 = nn.LayerNorm(width), nn.Linear(width, 4 * width)
+            self.fc2 = nn.Linear(4 * width, width)
+
+        def forward(self, x: Any) -> Any:
+            x = x + self.attention(self.norm1(x))
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm2(x))))
+
+    width = 32
+    return nn.Sequential(nn.Linear(width, width), *(Block(width) for _ in range(2)), nn.Linear(width, 10))
+
+
+small_transformer.example_shape = (8, 32)  # type: ignore[attr-defined]
+small_transformer.input_dtype = "float32"  # type: ignore[attr-defined]

@@ -17,9 +17,9 @@ The same physics as the transformer path, read from the trace instead of closed 
   (:mod:`.accumulation`), device work beside the passes.
 - **Data parallelism.** DDP's buckets, ZeRO's collectives and FSDP2's hooks, or the ``dp_sync`` method's cost, as
   :mod:`plait.workloads.traced.dataparallel` times them.
-- **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone or beside data parallelism and pipeline
-  stages, the replicas unsharded): their GEMMs, weights and state split, two all-reduces per pair and micro-batch
-  (:mod:`plait.workloads.traced.tensor_parallel`).
+- **Tensor parallelism** of the repeated units' Linear pairs and self-attentions (``tp``, alone or beside data
+  parallelism and pipeline stages, the replicas unsharded): their GEMMs, weights, state and some saved activations
+  split, two all-reduces per pair or attention and micro-batch (:mod:`plait.workloads.traced.tensor_parallel`).
 - **Memory.** Model states as :mod:`plait.cost.memory` (ZeRO, Rajbhandari et al. 2020); activations are the
   units' saved bytes times the micro-batches in flight; full recomputation keeps each recomputed unit's input and
   one unit's activations while it is recomputed.
@@ -307,7 +307,7 @@ def collective_bytes_per_step(work: TracedWorkload, plan: Plan) -> tuple[float, 
 def _fullest_stage(work: TracedWorkload, plan: Plan, cols: PlanColumns, stages: list[list[int]]) -> int:
     """The stage whose activations in flight weigh most (1F1B holds ``pp - s`` micro-batches on stage ``s``)."""
     def held(s: int) -> float:
-        saved = sum(work.units[i].saved_bytes(plan.micro_batch) for i in stages[s])
+        saved = sum(work.units[i].saved_bytes(plan.micro_batch, plan.tp) for i in stages[s])
         return float(inflight_micro_batches(cols, s)) * saved
     return max(range(len(stages)), key=held)
 
@@ -329,8 +329,8 @@ def _memory(work: TracedWorkload, cluster: Cluster, plan: Plan, cols: PlanColumn
         if full and 0 < i < last:  # its input (the previous unit's output) stays
             kept += work.units[i - 1].output_bytes_per_example * b
         else:
-            kept += unit.saved_bytes(b)
-    working = max((work.units[i].saved_bytes(b) for i in group if full and 0 < i < last), default=0.0)
+            kept += unit.saved_bytes(b, plan.tp)
+    working = max((work.units[i].saved_bytes(b, plan.tp) for i in group if full and 0 < i < last), default=0.0)
     inflight = float(inflight_micro_batches(cols, stage))
     activations = inflight * kept + working
     largest = max(work.units[i].num_params for i in group)

@@ -34,8 +34,12 @@ class Kernel:
     bytes_per_example: float
     backward: bool
     tp_split: bool = False
-    """The operator runs inside a Linear of a tensor-parallel pair (:class:`LinearPair`): with ``tp`` ranks each
-    runs ``1/tp`` of its FLOPs and bytes."""
+    """The operator runs inside a Linear of a tensor-parallel pair (:class:`LinearPair`) or inside the module
+    running a split attention's core: with ``tp`` ranks each runs ``1/tp`` of its FLOPs and bytes (where it has
+    FLOPs, or :attr:`tp_split_all`)."""
+    tp_split_all: bool = False
+    """The operator runs in a split attention's core module outside its Linears (a rotary embedding, a copy of
+    the heads): it acts on each rank's heads alone, so its bytes are ``1/tp`` too, FLOPs or none."""
 
     def flops(self, batch: float) -> float:
         return self.flops_per_example * batch
@@ -55,13 +59,19 @@ class Unit:
     """Saved-for-backward bytes that do not grow with the batch (cast copies of weights)."""
     saved_bytes_per_example: float
     output_bytes_per_example: float
+    split_saved_bytes_per_example: float = 0.0
+    """The part of :attr:`saved_bytes_per_example` a tensor-parallel rank holds ``1/tp`` of: what the row-parallel
+    Linears and a split attention's module (not its column-parallel Linears, which save their whole input) save."""
 
     @property
     def num_params(self) -> int:
         return sum(math.prod(s) for _, s in self.params)
 
-    def saved_bytes(self, batch: float) -> float:
-        return self.saved_fixed_bytes + self.saved_bytes_per_example * batch
+    def saved_bytes(self, batch: float, tp: int = 1) -> float:
+        """Saved-for-backward bytes at ``batch`` examples on one of ``tp`` ranks (:attr:`split_saved_bytes_per_example`
+        at ``1/tp``)."""
+        split = self.split_saved_bytes_per_example * (1.0 - 1.0 / tp)
+        return self.saved_fixed_bytes + (self.saved_bytes_per_example - split) * batch
 
     def flops(self, batch: float, backward: bool) -> float:
         return sum(k.flops(batch) for k in self.kernels if k.backward == backward)
@@ -71,7 +81,9 @@ class Unit:
 class LinearPair:
     """Two ``nn.Linear`` of a repeated unit, the first's output feeding the second through elementwise operators
     only: Megatron's MLP split, the first column-parallel, the second row-parallel (Shoeybi et al. 2019, Sec. 3,
-    Fig. 3a), found by :mod:`plait.workloads.traced.pairs`."""
+    Fig. 3a), found by :mod:`plait.workloads.traced.pairs`; or a self-attention split by heads, q (first) and k, v
+    (gates) column-parallel, the output projection (second) row-parallel (Fig. 3b), found by
+    :mod:`plait.workloads.traced.attention` (:attr:`heads` set)."""
 
     unit: int
     """The index of the unit (in :attr:`TracedWorkload.units`) that holds both."""
@@ -89,6 +101,24 @@ class LinearPair:
     output_bytes_per_example: float = 0.0
     """Bytes of the second Linear's output per example: what the forward all-reduce sums (and, as the input's
     gradient, the backward's)."""
+    heads: tuple[int, ...] = ()
+    """An attention's head counts of q, k and v (``tp`` must divide each); empty for an MLP pair."""
+    core: str = ""
+    """Module path of what runs an attention's core, its FLOPs split (empty: an MLP pair, or a module that holds
+    other parameters too, whose core is then charged whole on every rank: an upper bound)."""
+
+    @property
+    def kind(self) -> str:
+        """How messages name it."""
+        return f"{'attention' if self.heads else 'Linear pair'} {self.first} -> {self.second}"
+
+    def divides(self, tp: int) -> bool:
+        """``tp`` divides what the split divides: every head count of an attention, the hidden features of a pair."""
+        return all(h % tp == 0 for h in self.heads) if self.heads else self.hidden % tp == 0
+
+    def split_dims(self) -> tuple[int, ...]:
+        """What :meth:`divides` checks."""
+        return self.heads or (self.hidden,)
 
 
 @dataclass(frozen=True)
@@ -109,9 +139,13 @@ class TracedWorkload:
     unit_class: str
     """The module class the repeated units are instances of."""
     pairs: tuple[LinearPair, ...] = ()
-    """The tensor-parallel Linear pairs of the repeated units (none: tensor parallelism does not apply)."""
+    """The tensor-parallel Linear pairs and attentions of the repeated units (none: tensor parallelism does not
+    apply)."""
     no_pairs_reason: str = ""
     """Why :attr:`pairs` is empty, in words."""
+    attention_note: str = ""
+    """Why a unit's attention is not split by heads, in words (:mod:`plait.workloads.traced.attention`: the first
+    refusal; empty where none was refused)."""
 
     @property
     def named_params(self) -> list[tuple[str, Shape]]:

@@ -3,11 +3,11 @@
 Every candidate of the space is estimated by :func:`plait.workloads.traced.cost.estimate_traced` (about a millisecond
 each): pipeline stages ``pp`` (divisors of the GPUs up to the traced units), ZeRO stages, micro-batch sizes (powers
 of two dividing the replica's batch), activation recomputation (none, full) and each synchronization method asked
-for; and tensor parallelism where the repeated units hold Linear pairs: every ``tp`` dividing the GPUs and the pairs'
-split dimensions, the other GPUs pipeline stages and unsharded replicas (``tp x pp x dp``;
-:mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not). Plans that do not fit
-in memory (with the margin) or that the rules refuse are counted by reason; the rest are ranked by step time
-over the method's steps multiplier, as the transformer search ranks them.
+for; and tensor parallelism where the repeated units hold Linear pairs or self-attentions: every ``tp`` dividing the
+GPUs, the pairs' split dimensions and the attentions' head counts, the other GPUs pipeline stages and unsharded
+replicas (``tp x pp x dp``; :mod:`plait.workloads.traced.tensor_parallel`; otherwise the search says why not).
+Plans that do not fit in memory (with the margin) or that the rules refuse are counted by reason; the rest are
+ranked by step time over the method's steps multiplier, as the transformer search ranks them.
 """
 
 from __future__ import annotations
@@ -77,16 +77,20 @@ def candidate_plans(work: TracedWorkload, gpus: int, global_batch: int, dp_syncs
 def tp_note(work: TracedWorkload, gpus: int) -> str:
     """One line: the tensor-parallel degrees searched, or why none."""
     degrees = tp_possible(work, gpus)
+    pairs = [p for p in work.pairs if not p.heads]
+    attention = [p for p in work.pairs if p.heads]
+    dims = sorted({d for p in work.pairs for d in p.split_dims()})
+    held = (f"{len(pairs)} Linear pair(s)" if pairs else "") + (" and " if pairs and attention else "") + (
+        f"{len(attention)} attention(s) split by heads" if attention else "")
+    unsplit = f"; attention not split: {work.attention_note}" if work.attention_note and work.pairs else ""
     if degrees:
-        return (f"tensor parallelism: tp={','.join(map(str, degrees))} searched over {len(work.pairs)} Linear "
-                f"pair(s) (split dimensions {sorted({p.hidden for p in work.pairs})}), pp x dp = {gpus} GPUs / tp "
-                "pipeline stages and DDP replicas beside")
+        return (f"tensor parallelism: tp={','.join(map(str, degrees))} searched over {held} (split dimensions "
+                f"{dims}), pp x dp = {gpus} GPUs / tp pipeline stages and DDP replicas beside{unsplit}")
     if not work.pairs:
         return f"tensor parallelism not searched: {work.no_pairs_reason}"
     if gpus == 1:
-        return "tensor parallelism not searched: one GPU"
-    return (f"tensor parallelism not searched: no divisor of {gpus} GPUs above 1 divides the split dimensions "
-            f"{sorted({p.hidden for p in work.pairs})}")
+        return f"tensor parallelism not searched: one GPU{unsplit}"
+    return f"tensor parallelism not searched: no divisor of {gpus} GPUs above 1 divides the split dimensions {dims}"
 
 
 def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batch: int, dp_syncs: tuple[SyncMethod, ...],

@@ -1,12 +1,14 @@
-"""Tensor parallelism of a traced module's Linear pairs (:class:`plait.workloads.traced.model.LinearPair`): what it
-allows, what it costs, what it saves.
+"""Tensor parallelism of a traced module's Linear pairs and self-attentions
+(:class:`plait.workloads.traced.model.LinearPair`): what it allows, what it costs, what it saves.
 
 Megatron's MLP split (Shoeybi et al. 2019, "Megatron-LM", Sec. 3, Fig. 3a): with ``tp`` ranks the first Linear of
-a pair is split by columns and the second by rows, so
+a pair is split by columns and the second by rows; its self-attention split (Fig. 3b) is the same with q, k and v
+split by columns (by heads), the core on each rank's heads and the output projection by rows, so
 
 - **compute**: each rank runs ``1/tp`` of both Linears' GEMMs, forward and backward (the traced operators with
   FLOPs inside the pair's two modules; the elementwise operators between them, the bias gradients and everything
-  outside the pairs are charged whole on every rank: an upper bound where the activation runs on a slice);
+  outside the pairs are charged whole on every rank: an upper bound where the activation runs on a slice); of an
+  attention, also every operator of its core module outside its Linears (they act on the rank's heads);
 - **communication**: one all-reduce of the pair's output activation (``b x`` its bytes per example) in the forward
   (operator ``g``) and one of the same size in the backward (operator ``f``, the input's gradient), per pair and
   micro-batch, on the TP group's tier (the group's ranks are adjacent: stride 1); they sit between dependent GEMMs,
@@ -38,15 +40,16 @@ from plait.workloads.traced.model import TracedWorkload, Unit
 
 def check_tp(work: TracedWorkload, plan: Plan) -> None:
     """One-line refusals of ``plan.tp`` on ``work`` (module docstring): pairs must exist, ``tp`` must divide every
-    pair's split dimension, and ``tp`` runs alone or beside DDP's replicas."""
+    pair's split dimension and every attention's head counts, and ``tp`` runs alone or beside DDP's replicas."""
     if plan.tp == 1:
         return
     if not work.pairs:
         raise ConfigError(f"tp={plan.tp}: {work.name} has no Linear pair to split ({work.no_pairs_reason}); use tp=1")
     for pair in work.pairs:
-        if pair.hidden % plan.tp:
-            raise ConfigError(f"tp={plan.tp} must divide the split dimension {pair.hidden} of the Linear pair "
-                              f"{pair.first} -> {pair.second}")
+        if not pair.divides(plan.tp):
+            dims = (f"the head counts {'/'.join(map(str, pair.heads))} (q/k/v)" if pair.heads
+                    else f"the split dimension {pair.hidden}")
+            raise ConfigError(f"tp={plan.tp} must divide {dims} of the {pair.kind}")
     if plan.tp_mode != "1d" or plan.overlap_chunks > 1 or plan.tp_comm_overlap:
         raise ConfigError(f"tp={plan.tp}: a traced module's Linear pairs split one way (tp_mode='1d') with their "
                           "all-reduces whole (overlap_chunks = 1, tp_comm_overlap = false)")
@@ -58,18 +61,20 @@ def check_tp(work: TracedWorkload, plan: Plan) -> None:
 
 def tp_possible(work: TracedWorkload, gpus: int) -> list[int]:
     """The ``tp`` degrees above 1 the planner tries on ``gpus`` GPUs: the divisors of ``gpus`` that divide every
-    pair's split dimension (the rest of the GPUs are data-parallel replicas)."""
+    pair's split dimension and every attention's head counts (the rest of the GPUs are data-parallel replicas)."""
     if not work.pairs:
         return []
-    return [t for t in range(2, gpus + 1) if gpus % t == 0 and all(p.hidden % t == 0 for p in work.pairs)]
+    return [t for t in range(2, gpus + 1) if gpus % t == 0 and all(p.divides(t) for p in work.pairs)]
 
 
 def split_unit(unit: Unit, tp: int) -> Unit:
-    """``unit`` as one of ``tp`` ranks runs it: its pairs' GEMMs (operators with FLOPs inside a pair) at ``1/tp``."""
+    """``unit`` as one of ``tp`` ranks runs it: its pairs' and attentions' GEMMs (operators with FLOPs inside a
+    pair's or an attention's modules) and the other operators of an attention's core (on its heads) at ``1/tp``."""
     if tp == 1 or not any(k.tp_split for k in unit.kernels):
         return unit
     kernels = tuple(replace(k, flops_per_example=k.flops_per_example / tp, fixed_bytes=k.fixed_bytes / tp,
-                            bytes_per_example=k.bytes_per_example / tp) if k.tp_split and k.flops_per_example else k
+                            bytes_per_example=k.bytes_per_example / tp)
+                    if k.tp_split and (k.flops_per_example or k.tp_split_all) else k
                     for k in unit.kernels)
     return replace(unit, kernels=kernels)
 

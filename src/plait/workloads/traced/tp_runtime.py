@@ -4,8 +4,10 @@
   ``tp`` apart (Megatron-LM's order, Narayanan et al., SC 2021, Sec. 3.3), as the cost model places them
   (:mod:`plait.workloads.traced.tensor_parallel`).
 - **Split.** Each pair (:mod:`plait.workloads.traced.pairs`) by ``parallelize_module``: the first Linear (and its
-  gates) ``ColwiseParallel``, the second ``RowwiseParallel`` (Shoeybi et al. 2019, Sec. 3, Fig. 3a); a pipeline
-  stage's pairs likewise (:func:`split_stage_pairs`).
+  gates) ``ColwiseParallel``, the second ``RowwiseParallel`` (Shoeybi et al. 2019, Sec. 3, Fig. 3a); each
+  self-attention (:mod:`plait.workloads.traced.attention`) likewise, q, k and v ``ColwiseParallel`` (each rank's
+  contiguous block of heads), the output projection ``RowwiseParallel``, the core running unchanged on the local
+  heads (its views infer the head count: Fig. 3b); a pipeline stage's likewise (:func:`split_stage_pairs`).
 - **Replicas.** With ``dp > 1``, PyTorch's TP + DDP composition: ``_pre_dp_module_transform`` turns the DTensor
   parameters into local ones for DDP's buckets (torch/distributed/tensor/parallel/ddp.py), then
   ``DistributedDataParallel`` over the ``dp`` group; its comm hook is DDP's own ``allreduce_hook``
@@ -71,21 +73,49 @@ def mesh_of(tp: int, dp: int) -> Any:
 
 
 def split_pairs(model: nn.Module, units: list[str], tp_mesh: Any, pairs: list[Any] | None = None) -> nn.Module:
-    """``model`` with each Linear pair of its units (``pairs``: :func:`plait.workloads.traced.pairs.find_pairs`'s,
-    found here when not given) split over ``tp_mesh`` (module docstring)."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    """``model`` with each Linear pair and attention of its units (``pairs``:
+    :func:`plait.workloads.traced.attention.runtime_splits`'s, found here when not given) split over ``tp_mesh``
+    (module docstring)."""
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
 
-    from plait.workloads.traced.pairs import find_pairs
+    from plait.workloads.traced.attention import runtime_splits
 
     if pairs is None:
-        pairs, why = find_pairs(model, units)
+        pairs, why = runtime_splits(model, units)
         if not pairs:
             raise ValueError(f"tp={tp_mesh.size()}: {why}")
     styles: dict[str, Any] = {}
     for _, first, second, _, _, gates in pairs:
-        styles[first], styles[second] = ColwiseParallel(), RowwiseParallel()
-        styles.update({gate: ColwiseParallel() for gate in gates})
+        slot: list[Any] = []  # the group's shared input (_SharedInputColwise)
+        styles.update({path: _shared_input_colwise(slot, 1 + len(gates)) for path in (first, *gates)})
+        styles[second] = RowwiseParallel()
     return parallelize_module(model, tp_mesh, styles)  # type: ignore[no-any-return]
+
+
+def _shared_input_colwise(slot: list[Any], uses: int) -> Any:
+    """``ColwiseParallel`` for one of ``uses`` column-parallel Linears reading one input (q, k and v; a pair's first
+    and its gates): the first to read a tensor wraps it as a replicated DTensor and the others reuse that DTensor,
+    so their input gradients sum before the one all-reduce of ``DTensor.from_local``'s backward (Megatron's fused
+    qkv and ``linear_fc1`` all-reduce once: Shoeybi et al. 2019, Sec. 3, operator ``f``). Hand-written because
+    PyTorch's style wraps each Linear's input on its own, one backward all-reduce each (PyTorch 2.13). ``slot``
+    holds the tensor and its wrapper until the last of the ``uses`` has read it."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    class SharedInputColwise(ColwiseParallel):
+        def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
+            def prepare(layouts: Any, desired: Any, mod: nn.Module, inputs: Any, mesh: Any) -> Any:
+                if not slot or slot[0] is not inputs[0]:
+                    slot[:] = [inputs[0], ColwiseParallel._prepare_input_fn(layouts, desired, mod, inputs, mesh), 0]
+                slot[2] += 1
+                wrapped = slot[1]
+                if slot[2] == uses:
+                    slot.clear()
+                return wrapped
+
+            self._prepare_input_fn = prepare  # type: ignore[method-assign, assignment]  # read by _apply's partial
+            return super()._apply(module, device_mesh)  # type: ignore[no-any-return]
+
+    return SharedInputColwise()
 
 
 def split_stage_pairs(stage: nn.Module, model: nn.Module, units: list[str], tp_mesh: Any) -> nn.Module:
@@ -94,9 +124,9 @@ def split_stage_pairs(stage: nn.Module, model: nn.Module, units: list[str], tp_m
     stage holds each Linear as an ``InterpreterModule`` running ``aten.linear`` on the same weight and bias, which
     ``parallelize_module``'s styles refuse (they take ``nn.Linear``): each pair's Linears become ``nn.Linear`` over
     those same parameters first, which computes the same."""
-    from plait.workloads.traced.pairs import find_pairs
+    from plait.workloads.traced.attention import runtime_splits
 
-    pairs, why = find_pairs(model, units)
+    pairs, why = runtime_splits(model, units)
     if not pairs:
         raise ValueError(f"tp={tp_mesh.size()}: {why}")
     for _, first, second, _, _, gates in pairs:

@@ -26,8 +26,8 @@ from typing import Any
 
 from plait.errors import ConfigError, require_extra
 from plait.plan.plan import FULL_PRECISIONS
+from plait.workloads.traced.attention import SplitPaths, find_splits
 from plait.workloads.traced.model import Kernel, LinearPair, Shape, TracedWorkload, Unit
-from plait.workloads.traced.pairs import find_pairs
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
 CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
@@ -91,10 +91,10 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
     units, unit_class = choose_units(model)
     owners = _owners(model, units, len(units) + 2)
     named = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
-    pairs, no_pairs = find_pairs(model, units)
-    split = [path for _, first, second, _, _, gates in pairs for path in (first, second, *gates)]
+    pairs, attention, no_pairs, attention_note = find_splits(model, units)
+    splits = SplitPaths.of(type(model).__name__, pairs, attention)
     try:
-        one, two = (_run(model, units, shape, input_dtype, dtype, batch, split) for batch in BATCHES)
+        one, two = (_run(model, units, shape, input_dtype, dtype, batch, splits) for batch in BATCHES)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as error:
         first = (str(error).strip().splitlines() or [""])[0]
         raise ConfigError(f"--model {name!r}: its forward or backward failed on the meta device with input shape "
@@ -102,10 +102,12 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
                           "traced") from None
     work = _combine(name, shape, input_dtype, dtype, unit_class, units, one, two, owners, named)
     (b1, b2) = BATCHES
+    heads = {a[2]: (a[6], a[7]) for a in attention}
     linear_pairs = tuple(LinearPair(unit=i, first=a, second=b, hidden=h, split_params=n, gates=g,
-                                    output_bytes_per_example=(two.pair_outputs[b] - one.pair_outputs[b]) / (b2 - b1))
-                         for i, a, b, h, n, g in pairs)
-    return replace(work, pairs=linear_pairs, no_pairs_reason=no_pairs)
+                                    output_bytes_per_example=(two.pair_outputs[b] - one.pair_outputs[b]) / (b2 - b1),
+                                    heads=heads.get(b, ((), ""))[0], core=heads.get(b, ((), ""))[1])
+                         for i, a, b, h, n, g in [*pairs, *(a[:6] for a in attention)])
+    return replace(work, pairs=linear_pairs, no_pairs_reason=no_pairs, attention_note=attention_note)
 
 
 def choose_units(model: Any) -> tuple[list[str], str]:
@@ -166,15 +168,15 @@ class _Record:
     whether a parameter, bytes), output bytes per unit and the gradient order."""
 
     def __init__(self, count: int) -> None:
-        self.kernels: list[tuple[int, str, float, float, bool, bool]] = []  # ..., backward, in a pair
-        self.saved: list[tuple[int, bool, float]] = []
+        self.kernels: list[tuple[int, str, float, float, bool, int]] = []  # ..., backward, split (split_kernel)
+        self.saved: list[tuple[int, bool, float, bool]] = []  # ..., split over a TP group
         self.outputs = [0.0] * count
         self.grad_order: list[str] = []
         self.pair_outputs: dict[str, float] = {}
 
 
 def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: str, batch: int,
-         split: tuple[str, ...] | list[str] = ()) -> _Record:
+         splits: SplitPaths | None = None) -> _Record:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
@@ -187,7 +189,8 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
     seen = {"fwd": False, "bwd": False}
     tracker = ModuleTracker()
     params = {id(p) for p in model.parameters()}
-    split_paths = {f"{root}.{path}" for path in split}  # tensor-parallel pairs' Linears, named as the tracker names
+    splits = splits or SplitPaths(rows=frozenset(), columns=frozenset(), cores=frozenset())
+    rows = [path.partition(".")[2] for path in splits.rows]  # as the model names them
 
     def current() -> int:
         inside = [unit_of[p] for p in tracker.parents if p in unit_of]
@@ -212,7 +215,7 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
             moved = 0.0 if free else nbytes((args, kwargs)) + nbytes(out)
             if flops or moved:
                 record.kernels.append((current(), packet.__name__, flops, moved, tracker.is_bw,
-                                       bool(split_paths & set(tracker.parents))))
+                                       splits.kernel(set(tracker.parents))))
             return out
 
     class GpuKernels(torch.overrides.TorchFunctionMode):
@@ -252,7 +255,8 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
         if id(base) not in kept_ids:
             kept_ids.add(id(base))
             kept.append(base)
-            record.saved.append((current(), id(base) in params, float(base.numel() * base.element_size())))
+            record.saved.append((current(), id(base) in params, float(base.numel() * base.element_size()),
+                                 splits.saved(set(tracker.parents))))
         return tensor
 
     hooks = []
@@ -262,7 +266,7 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
     if units:  # what pre hands the first unit
         hooks.append(modules[units[0]].register_forward_pre_hook(
             lambda m, a: record.outputs.__setitem__(0, nbytes(a))))
-    for path in split:  # a pair's output: the second Linear's (every other path is a first's)
+    for path in rows:  # a pair's output: the second (row-parallel) Linear's
         hooks.append(modules[path].register_forward_hook(
             lambda m, a, out, path=path: record.pair_outputs.__setitem__(path, nbytes(out))))
     names = {id(p): n for n, p in model.named_parameters()}
@@ -369,19 +373,21 @@ def _combine(name: str, shape: Shape, input_dtype: str, dtype: str, unit_class: 
         return max(0.0, q1 - per * b1), per
 
     kernels: list[list[Kernel]] = [[] for _ in range(count)]
-    for (unit, op, f1, m1, backward, in_pair), (_, _, f2, m2, _, _) in zip(one.kernels, two.kernels):
+    for (unit, op, f1, m1, backward, in_split), (_, _, f2, m2, _, _) in zip(one.kernels, two.kernels):
         fixed, per = split(m1, m2)
-        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward, in_pair))
+        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward, in_split > 0, in_split == 2))
     saved = [[0.0, 0.0] for _ in range(count)]  # at b1, at b2
+    split_saved = [[0.0, 0.0] for _ in range(count)]  # the part split over a TP group
     for column, record in enumerate((one, two)):
-        for unit, is_param, size in record.saved:
+        for unit, is_param, size, is_split in record.saved:
             if not is_param:
                 saved[unit][column] += size
+                split_saved[unit][column] += size if is_split else 0.0
     params: list[list[tuple[str, Shape]]] = [[] for _ in range(count)]
     for pname, pshape in named:
         params[owners[pname]].append((pname, pshape))
     labels = ["pre", *units, "post"]
     built = tuple(Unit(labels[i], tuple(kernels[i]), tuple(params[i]), *split(*saved[i]),
-                       split(one.outputs[i], two.outputs[i])[1]) for i in range(count))
+                       split(one.outputs[i], two.outputs[i])[1], split(*split_saved[i])[1]) for i in range(count))
     return TracedWorkload(name=name, example_shape=shape, input_dtype=input_dtype, dtype=dtype, units=built,
                           grad_order=tuple(one.grad_order), unit_class=unit_class)

@@ -20,8 +20,8 @@ the run's seed on every rank; its repeated units are the ones the trace cut it i
   :func:`plait.workloads.traced.cost.split_stages`) by ``torch.distributed.pipelining``'s tracer (``pipeline`` with
   ``SplitPoint.BEGINNING``), each stage on its own ranks under PyTorch's GPipe or 1F1B schedule (gradients averaged
   over the micro-batches: ``scale_grads``), its data parallelism as above over the stage's data-parallel ranks;
-- ``tp > 1``: the units' Linear pairs split over adjacent ranks, alone or under DDP over ``dp`` such groups
-  (``tp x dp``, unsharded replicas with the all-reduce), every rank of a TP group running its replica's rows
+- ``tp > 1``: the units' Linear pairs and self-attentions split over adjacent ranks, alone or under DDP over ``dp``
+  such groups (``tp x dp``, unsharded replicas with the all-reduce), every rank of a TP group running its replica's rows
   (:mod:`plait.workloads.traced.tp_runtime`), with the bytes each step hands to the TP and DDP collectives; with
   ``pp > 1`` each stage's pairs split over its TP group (unsharded replicas averaging their gradients after the
   schedule, as above).
