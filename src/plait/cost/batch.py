@@ -60,7 +60,8 @@ class Prepared:
     framework: EngineFacts
     """The cost facts these were computed under."""
     memo: dict[tuple[str, int, int, bool, bool], Any] = field(default_factory=dict, compare=False)
-    """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`), kept as they are costed."""
+    """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`, its parameters), kept as they are
+    costed."""
     swap: tuple[SwapTimes, SwapTimes] | None = None
     """(dense, MoE) per-layer activation swaps (:mod:`plait.cost.swap`); ``None`` when no row swaps."""
 
@@ -226,12 +227,18 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     """Parameters, data-parallel traffic and optimizer step of ``stage``."""
     def compute() -> StageSync:
         cols, inner = prepared.cols, prepared.inner
-        params = stage_params(model, cols, inner, stage)
+        params = _stage_params(model, prepared, stage)
         reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
                                          prepared.framework.pipeline_keeps_gathered)
         return StageSync(params=params, reduce_s=reduce, gather_s=gather,
                          optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes))
     return _memo(model, prepared, "sync", stage, compute)
+
+
+def _stage_params(model: ModelSpec, prepared: Prepared, stage: Any) -> Columns:
+    """:func:`plait.cost.memory.stage_params` of ``stage``, kept per distinct stage of a single plan (its sync and
+    its memory read the same)."""
+    return _memo(model, prepared, "params", stage, lambda: stage_params(model, prepared.cols, prepared.inner, stage))
 
 
 def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> tuple[LayerKind, ShardTimes]:
@@ -329,9 +336,11 @@ def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple
     a synchronization method's own buffers (:func:`evaluate_batch` adds those)."""
     cols, inner, framework = prepared.cols, prepared.inner, prepared.framework
     xp, pp = cols.xp, cols["pp"]
-    first = stage_memory(model, cluster.accelerator, cols, inner, 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64),
-                         framework)
-    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework)
+    first_stage = 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64)
+    first = stage_memory(model, cluster.accelerator, cols, inner, first_stage, framework,
+                         _stage_params(model, prepared, first_stage))
+    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework,
+                                                            _stage_params(model, prepared, pp - 1))
     use_last = last["total"] > first["total"]
     keys = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
     return {k: xp.where(use_last, last[k], first[k]) for k in keys}, xp.where(use_last, pp - 1, 0)
