@@ -7,7 +7,6 @@ sequence length or re-checks the plan. The engine's cost facts are :attr:`Job.fr
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -77,20 +76,19 @@ class Job:
 
 
 _CHECKED_SIZE = 1024
-_checked: OrderedDict[tuple[object, ...], tuple[ModelSpec, Cluster]] = OrderedDict()
+_checked: dict[tuple[object, ...], tuple[ModelSpec, Cluster]] = {}
 
 
 def _check_once(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | None, columns: PlanColumns) -> None:
     """:func:`check_plan`, skipped for a plan that passed it with the same model, cluster and GPU count among the
-    latest :data:`_CHECKED_SIZE` (the rules are a function of these alone; a plan estimated again, as validation,
+    last :data:`_CHECKED_SIZE` checked (the rules are a function of these alone; a plan estimated again, as validation,
     reports and the planner's top plans do, is not re-checked). Keyed by the plan's value and the identity of the
     model and cluster, which the entry holds (frozen: the same object is the same value, its id not reused while
     the entry lives); a plan that breaks a rule is not kept, so it raises every time."""
     key = (id(model), id(cluster), num_gpus, plan)
-    if key in _checked:
-        _checked.move_to_end(key)
+    if _checked.get(key) is not None:
         return
     check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)
+    if len(_checked) >= _CHECKED_SIZE:
+        del _checked[next(iter(_checked))]  # the oldest
     _checked[key] = (model, cluster)
-    if len(_checked) > _CHECKED_SIZE:
-        _checked.popitem(last=False)

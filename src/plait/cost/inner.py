@@ -10,7 +10,6 @@ broadcast to every candidate that has it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -229,21 +228,20 @@ OUTER_FIELDS = frozenset({"pp", "vpp", "schedule", "dp_replicate", "dp_shard", "
 :attr:`Plan.fsdp_managed`, which the single-plan key holds)."""
 _KEYED = tuple(f.name for f in fields(Plan) if f.name not in OUTER_FIELDS)
 _SINGLE_SIZE = 256
-_singles: OrderedDict[tuple[object, ...], tuple[ModelSpec, Cluster, EngineFacts, Inner]] = OrderedDict()
+_singles: dict[tuple[object, ...], tuple[ModelSpec, Cluster, EngineFacts, Inner]] = {}
 
 
 def _single(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> Inner:
-    """:func:`_row` of one plan, kept for the latest :data:`_SINGLE_SIZE` combinations: estimates of plans that
+    """:func:`_row` of one plan, kept for the last :data:`_SINGLE_SIZE` combinations costed: estimates of plans that
     differ only in :data:`OUTER_FIELDS` (a planner's top plans, a validation's rows, an estimate repeated) share
     it. Keyed by every other plan field and by the identity of the model, cluster and cost facts, which the entry
     holds (frozen objects: the same object is the same value, and its id is not reused while the entry lives)."""
     key = (id(model), id(cluster), id(framework), plan.fsdp_managed, *[getattr(plan, f) for f in _KEYED])
     entry = _singles.get(key)
     if entry is not None:
-        _singles.move_to_end(key)
         return entry[3]
     inner = _row(Setup(model=model, cluster=cluster, plan=plan, framework=framework))
+    if len(_singles) >= _SINGLE_SIZE:
+        del _singles[next(iter(_singles))]  # the oldest
     _singles[key] = (model, cluster, framework, inner)
-    if len(_singles) > _SINGLE_SIZE:
-        _singles.popitem(last=False)
     return inner

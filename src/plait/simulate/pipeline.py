@@ -168,12 +168,12 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
     if reduce > 0:
         n = max(c.buckets[r], 1)
         if c.overlap_grad_reduce:
-            comm = begin
+            comm, span, share = begin, end - begin, reduce / n
             for k in range(n):  # bucket k is ready once the last backward has passed k+1 of n layers
-                ready_at = begin + (end - begin) * (k + 1) / n
-                comm = (comm if comm >= ready_at else ready_at) + reduce / n
+                ready_at = begin + span * (k + 1) / n
+                comm = (comm if comm >= ready_at else ready_at) + share
                 if timeline.record:
-                    timeline.add(r, "comm", "dp-reduce", comm - reduce / n, comm)
+                    timeline.add(r, "comm", "dp-reduce", comm - share, comm)
         else:
             timeline.add(r, "comm", "dp-reduce", end, end + reduce)
             comm = end + reduce
