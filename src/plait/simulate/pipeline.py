@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plait.simulate.periodic import periodic_sweep
+from plait.simulate.periodic import periodic_sweep, unrolled_order
 from plait.simulate.sweep_order import _steps, _sweep_order
 
 
@@ -105,13 +105,17 @@ def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]],
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
-    periodic = periodic_sweep(c.schedule, p, c.m, c.v, took, hops)  # a deep pipeline: its order from a short one's
-    if periodic is not None:
-        return periodic[0], list(zip(periodic[1], periodic[0], strict=True))
-    arrival_s = [0.0] * (2 * c.m * p * c.v + 2)
+    unrolled = unrolled_order(c.schedule, p, c.m, c.v)  # a small pipeline's short-run order, written out
+    if unrolled is None:
+        periodic = periodic_sweep(c.schedule, p, c.m, c.v, took, hops)  # a deep one's, its period replayed
+        if periodic is not None:
+            return periodic[0], list(zip(periodic[1], periodic[0], strict=True))
+    steps, slots = unrolled if unrolled is not None else (_sweep_order(c.schedule, p, c.m, c.v),
+                                                          2 * c.m * p * c.v + 2)
+    arrival_s = [0.0] * slots
     free = [0.0] * p
     last_begin = [0.0] * p
-    for r, duration, wait, fill, hop, last in _sweep_order(c.schedule, p, c.m, c.v):
+    for r, duration, wait, fill, hop, last in steps:
         begin = free[r]
         arrival = arrival_s[wait]
         if arrival > begin:
