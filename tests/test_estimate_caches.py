@@ -1,5 +1,5 @@
-"""What one estimate keeps for the next (the per-layer quantities by their inner fields, a checked plan, collective
-times by message) never changes an estimate: plans that differ only where the keys say nothing is read, estimated
+"""What one estimate keeps for the next (the per-layer quantities by their inner fields, a checked plan, the engine's
+verdict on it, collective times by message) never changes an estimate: plans that differ only where the keys say nothing is read, estimated
 one after another, equal each estimated with every cache emptied, to the bit."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import itertools
 import pytest
 
 from plait.cost import inner
+from plait.engine import capability
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
@@ -32,6 +33,7 @@ def _fingerprint(model_name: str, plan: Plan, engine: str) -> str:
 def _empty() -> None:
     inner._singles.clear()
     _checked.clear()
+    capability._refusals.clear()
     get_cluster("dgx-h100-ib").link_cache.pop("times", None)
 
 
