@@ -146,9 +146,10 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
         "comm_buffers": buffers, "runtime_reserved": cols.full(eff.runtime_reserved_gib.value * GIB),
         "fragmentation": eff.allocator_overhead.value * (activations + buffers),
     }
-    size, column = len(cols), xp.column
-    out = {k: column(v, size) for k, v in out.items()}
+    if not xp.scalar:  # one plan's are floats already
+        size, column = len(cols), xp.column
+        out, host = {k: column(v, size) for k, v in out.items()}, column(host, size)
     out["total"] = xp.total(out[k] for k in MEMORY_ITEMS)
     out["inflight"] = inflight
-    out["host_activations"] = column(host, size)
+    out["host_activations"] = host
     return out
