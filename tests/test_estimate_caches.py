@@ -1,6 +1,7 @@
-"""What one estimate keeps for the next (the per-layer quantities by their inner fields, a checked plan, the engine's
-verdict on it, collective times by message) never changes an estimate: plans that differ only where the keys say nothing is read, estimated
-one after another, equal each estimated with every cache emptied, to the bit."""
+"""What one estimate keeps for the next (the per-layer quantities by their inner fields, the per-layer FSDP times by
+theirs, a checked plan, the engine's verdict on it, collective times by message) never changes an estimate: plans
+that differ only where the keys say nothing is read, estimated one after another, equal each estimated with every
+cache emptied, to the bit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import itertools
 
 import pytest
 
-from plait.cost import inner
+from plait.cost import batch, inner
 from plait.engine import capability
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
@@ -18,11 +19,14 @@ from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 
-OUTER = [dict(dp_shard=8, sharding="zero3"), dict(pp=2, dp_shard=4, sharding="zero3"),
-         dict(pp=2, dp_replicate=4, sharding="none"), dict(pp=4, dp_shard=2, sharding="zero1", schedule="zb-h1"),
+OUTER = [dict(dp_shard=8, sharding="zero3"), dict(dp_shard=8, sharding="zero2"),
+         dict(pp=2, dp_shard=4, sharding="zero3"), dict(pp=2, dp_shard=4, sharding="zero1"),
+         dict(pp=2, dp_replicate=4, sharding="none"),
+         dict(pp=4, dp_shard=2, sharding="zero1", schedule="zb-h1"),
          dict(pp=4, vpp=2, schedule="interleaved", dp_replicate=2, sharding="zero2", global_batch=256),
-         dict(dp_replicate=2, dp_shard=4, sharding="zero3", global_batch=512)]
-"""Plans apart in the fields the per-layer quantities' key leaves out (and in whether FSDP wraps the model)."""
+         dict(dp_replicate=2, dp_shard=4, sharding="zero3", global_batch=512), dict(dp_shard=4, sharding="zero3")]
+"""Plans apart in the fields the per-layer quantities' key leaves out (and in whether FSDP wraps the model), pairs of
+them apart in one field the FSDP times read (the sharding, the shard group)."""
 
 
 def _fingerprint(model_name: str, plan: Plan, engine: str) -> str:
@@ -32,6 +36,7 @@ def _fingerprint(model_name: str, plan: Plan, engine: str) -> str:
 
 def _empty() -> None:
     inner._singles.clear()
+    batch._fsdp_kept.clear()
     _checked.clear()
     capability._refusals.clear()
     get_cluster("dgx-h100-ib").link_cache.pop("times", None)

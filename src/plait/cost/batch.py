@@ -165,6 +165,28 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     return out[0], out[1]
 
 
+FSDP_FIELDS = ("sharding", "dp_shard", "cp", "ep", "tp", "offload_params", "precision")
+"""The plan fields :func:`_fsdp_layer_s` reads, with ``pp > 1`` (:func:`shard_groups`, :func:`kept_gathered`,
+:func:`param_bytes` and its own)."""
+_fsdp_kept: dict[tuple[Any, ...], tuple[Inner, Cluster, EngineFacts, tuple[ShardTimes, ShardTimes]]] = {}
+
+
+def _fsdp_one(cluster: Cluster, cols: PlanColumns, inner: Inner,
+              framework: EngineFacts) -> tuple[ShardTimes, ShardTimes]:
+    """:func:`_fsdp_layer_s` of one plan, kept for the last 256 by its :data:`FSDP_FIELDS`, ``pp > 1`` and the
+    identity of its per-layer quantities (kept themselves, :func:`plait.cost.inner.inner_columns`), cluster and cost
+    facts, which the entry holds (frozen: the same object is the same value, its id not reused while it lives)."""
+    plan = cols.single
+    assert plan is not None, "one plan's columns"
+    key = (id(inner), id(cluster), id(framework), plan.pp > 1, *[getattr(plan, f) for f in FSDP_FIELDS])
+    found = _fsdp_kept.get(key)
+    if found is None:
+        if len(_fsdp_kept) >= 256:
+            del _fsdp_kept[next(iter(_fsdp_kept))]  # the oldest
+        found = _fsdp_kept[key] = (inner, cluster, framework, _fsdp_layer_s(cluster, cols, inner, framework))
+    return found[3]
+
+
 def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
     """HFU/MFU ratio: full recompute adds one forward (1/3 of model FLOPs) on recomputed layers."""
     xp, layers = cols.xp, -(-model.num_layers // cols["pp"])
@@ -192,7 +214,8 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: En
         data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
         cols = PlanColumns(data, methods=cols.methods)
     inner = inner_columns(model, cluster, cols, framework, known)
-    fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
+    fsdp = _fsdp_layer_s(cluster, cols, inner, framework) if cols.single is None else _fsdp_one(cluster, cols, inner,
+                                                                                                 framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
     swapping = cols["swap_activations"] if cols.xp.scalar else cols["swap_activations"].any()
     swap = swap_layer_s(cluster, cols, inner, fsdp, shard_groups(cols)[0]) if swapping else None
