@@ -4,7 +4,12 @@ the longest CLI command, argparse parsers, function-local plait imports and pack
 Run: python benchmarks/structure.py [ROOT]   (ROOT: a checkout, default this one; compare two by running it twice)
 """
 
-import ast, pathlib, re, subprocess, sys, collections
+import ast
+import collections
+import pathlib
+import subprocess
+import sys
+
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[1])
 src = root / "src/plait"
 def lines(p): return sum(1 for _ in p.open())

@@ -77,13 +77,14 @@ def test_planner_searches_only_what_the_engine_can_run() -> None:
 
 
 def test_rankings_of_two_engines_differ_exactly_where_their_facts_do() -> None:
-    """megatron-core and deepspeed@0.16 differ in one time fact (ZeRO-3 gathers per module, not per layer), in two
+    """megatron-core and deepspeed@0.16 differ in two time facts (ZeRO-3 gathers per module, not per layer, and
+    not the tensors under its persistence threshold), in two
     memory facts (the loss's bytes per logit, Transformer Engine's fp8 weight copies) and in their capability
     lists: plans both can run and that do not shard parameters take the same time to the last bit,
     zero3 plans cost differently, and the candidates each refuses are exactly those with its unsupported options."""
     a, b = get_engine("megatron-core"), get_engine("deepspeed")
     differ = [f.name for f in fields(EngineFacts) if getattr(a.framework, f.name) != getattr(b.framework, f.name)]
-    assert differ == ["shard_unit", "loss_bytes_per_logit", "fp8_weight_cache_bytes", "moe_host_sync", "moe_launches_fixed", "moe_launches_per_expert",
+    assert differ == ["shard_unit", "shard_persist_below", "loss_bytes_per_logit", "fp8_weight_cache_bytes", "moe_host_sync", "moe_launches_fixed", "moe_launches_per_expert",
                       "moe_quantized_per_expert", "moe_host_ops_fwd_per_expert", "moe_host_ops_bwd_per_expert"] and MODEL.moe is None  # MoE facts cost nothing on a dense model
     cols = enumerate_space(MODEL, default_space(MODEL, CLUSTER, 16, (64,)))
     cols = cols.take(np.arange(0, len(cols), 97))  # a spread sample of the space

@@ -89,3 +89,56 @@ def test_dgls_gatconv_traffic_kernel_by_kernel() -> None:
     assert aggregation_values("dgl", "gat", n, m, w, h) == pytest.approx((forward, backward))
     fused = aggregation_values("spmm", "gat", n, m, w, h)  # one fused product and a softmax of 8h: fewer passes
     assert fused[0] < forward and fused[1] < backward
+
+
+def test_dropout_after_a_hidden_layer_streams_18_bytes_an_element_by_hand() -> None:
+    """PyTorch's CUDA dropout (aten/src/ATen/native/cuda/Dropout.cu): forward reads the fp32 input (4 bytes) and
+    writes the output (4) and a 1-byte mask; backward reads the gradient (4) and the mask (1) and writes the input's
+    gradient (4): 18 bytes per element of the hidden layer's output (Cora's 2,708 nodes x 64), at the HBM's rate; the
+    last layer has none."""
+    from dataclasses import replace
+
+    from plait.cost.compute import memory_bytes_per_s
+    from plait.workloads.gnn.compute import layer_compute_s, layer_sizes
+
+    acc = get_cluster("dgx1-v100").accelerator
+    plain = GnnSpec(name="c", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=64, fanouts=(1, 1)))
+    dropped = replace(plain, model=replace(plain.model, dropout=True))
+    sizes = layer_sizes(plain, None, "spmm")
+    extra = [b - a for a, b in zip(layer_compute_s(plain, sizes, acc, "spmm"),
+                                   layer_compute_s(dropped, sizes, acc, "spmm"), strict=True)]
+    assert extra[0] == pytest.approx(18 * 2708 * 64 / memory_bytes_per_s(acc))
+    assert extra[1] == 0.0
+
+
+def test_a_hidden_layers_dropout_keeps_its_one_byte_mask_by_hand() -> None:
+    """Dropout's backward reads the mask its forward wrote (1 byte an element, Dropout.cu): a 2-layer model keeps
+    2,708 x 64 bytes more with dropout after its hidden layer, and nothing more for the last layer."""
+    from dataclasses import replace
+
+    from plait.workloads.gnn.compute import activation_bytes, layer_sizes
+
+    plain = GnnSpec(name="c", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=64, fanouts=(1, 1)))
+    dropped = replace(plain, model=replace(plain.model, dropout=True))
+    sizes = layer_sizes(plain, None, "spmm")
+    assert activation_bytes(dropped, sizes) - activation_bytes(plain, sizes) == 2708 * 64
+    assert activation_bytes(dropped, sizes, 1) == activation_bytes(plain, sizes, 1)
+
+
+def test_batch_norm_before_a_hidden_layers_activation_streams_32_bytes_an_element_by_hand() -> None:
+    """PyTorch's CUDA BatchNorm1d on a 2-D input (Normalization.cu): forward reads the fp32 input for the statistics,
+    then reads it and writes the output (12 bytes); backward reads the input and the output's gradient for the sums,
+    then both again and writes the input's gradient (20 bytes): 32 bytes per element of the hidden output."""
+    from dataclasses import replace
+
+    from plait.cost.compute import memory_bytes_per_s
+    from plait.workloads.gnn.compute import layer_compute_s, layer_sizes
+
+    acc = get_cluster("dgx1-v100").accelerator
+    plain = GnnSpec(name="c", graph=CORA, model=GnnModel(kind="sage", layers=2, hidden=64, fanouts=(1, 1)))
+    normed = replace(plain, model=replace(plain.model, batch_norm=True))
+    sizes = layer_sizes(plain, None, "spmm")
+    extra = [b - a for a, b in zip(layer_compute_s(plain, sizes, acc, "spmm"),
+                                   layer_compute_s(normed, sizes, acc, "spmm"), strict=True)]
+    assert extra[0] == pytest.approx(32 * 2708 * 64 / memory_bytes_per_s(acc))
+    assert extra[1] == 0.0

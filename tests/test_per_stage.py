@@ -23,7 +23,8 @@ from plait.plan.columns import PlanColumns
 from plait.plan.io import plan_to_toml, read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.per_stage import _program, improve
+from plait.search.per_stage import improve
+from plait.search.stage_program import _program
 from plait.workload.catalog import resolve_model
 from tests.inprocess import cli
 
@@ -155,7 +156,7 @@ def test_an_engine_export_refuses_a_per_stage_plan() -> None:
     from plait.export.bundle import export_for
 
     plan = replace(PLAN, recompute="full", stage_recompute=("full", "none", "none", "none"))
-    with pytest.raises(ConfigError, match="stage_layers and stage_sharding to megatron-core"):
+    with pytest.raises(ConfigError, match="stage_sharding and stage_tp to megatron-core"):
         export_for(Job.build(MODEL, CLUSTER, plan, get_engine("megatron-core")), "llama3-70b", "dgx-h100-ib")
     plan = replace(plan, sharding="zero2")  # plait's runtime shards with FSDP2 under TP
     written = export_for(Job.build(MODEL, CLUSTER, plan, get_engine("plait")), "llama3-70b", "dgx-h100-ib")
@@ -168,5 +169,5 @@ def test_a_mixed_plan_file_refuses_per_stage_fields(tmp_path: Path) -> None:
     path = tmp_path / "mixed.toml"
     path.write_text('[job]\nmodel = "llama3-70b"\n[plan]\npp = 2\nstage_layers = [40, 40]\n[mixed]\nsplit = "pipeline"\n'
                     '[[mixed.shares]]\ngroup = "a100"\nnum_gpus = 1\nlayers = [40]\n')
-    with pytest.raises(ConfigError, match="a mixed plan takes no stage_recompute, stage_layers or stage_sharding"):
+    with pytest.raises(ConfigError, match="a mixed plan takes no stage_recompute, stage_layers, stage_sharding or stage_tp"):
         read_plan_parts(path)

@@ -42,6 +42,8 @@ CASES = {
     # per-stage sharding: the first stage's dp_shard ranks shard with FSDP2 (ZeRO-3), the second's keep DDP replicas
     # and shard only the optimizer (ZeRO-1)
     "pp2xdp2-stage-sharding": (4, 'pp = 2\ndp_shard = 2\nsharding = "zero3"\nstage_sharding = ["zero3", "zero1"]'),
+    # per-stage TP degree: the first stage on a TP pair, the second on one rank (3 ranks; plait.run.stage_tp)
+    "pp2-stage-tp": (3, 'pp = 2\ntp = 2\nsp = false\nstage_tp = [2, 1]'),
 }
 
 

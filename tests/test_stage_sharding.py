@@ -23,7 +23,8 @@ from plait.plan.columns import PlanColumns
 from plait.plan.io import plan_to_toml, read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.search.per_stage import _sharded_program, improve
+from plait.search.per_stage import improve
+from plait.search.stage_program import _sharded_program
 from plait.simulate.costs import stage_memories
 from plait.workload.catalog import resolve_model
 

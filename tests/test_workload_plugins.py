@@ -154,4 +154,6 @@ def test_the_readers_defaults_are_the_descriptions_own() -> None:
                               cache_skip=0.0)
     assert {f.name for f in dataclasses.fields(GraphStats) if f.default is not dataclasses.MISSING} == {
         "degree_exponent", "out_degree_exponent"}  # 0.0: an undirected graph
-    assert {f.name for f in dataclasses.fields(GnnModel) if f.default is not dataclasses.MISSING} == {"kind", "heads"}
+    assert {f.name for f in dataclasses.fields(GnnModel) if f.default is not dataclasses.MISSING} == {"kind", "heads",
+                                                                                                     "dropout",
+                                                                                                     "batch_norm"}

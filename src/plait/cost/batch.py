@@ -26,6 +26,7 @@ from plait.cost.method_rows import dp_sync_costs, gradient_steps
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
+from plait.cost.shard_calls import module_calls
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
@@ -146,9 +147,7 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
             out.append(ShardTimes(gather_s=0.0, reduce_s=0.0, host_fwd_s=0.0, host_bwd_s=0.0))
             continue
         params = kind.num_params + kind.num_expert_params * dense_group / expert_group
-        pieces = kind.num_tensors if framework.shard_unit == "module" else 1.0
-        gather = pieces * collective_s(cluster, "all_gather", dense_group, cols["tp"],
-                                       xp.where(active, param_bytes(cols) * params / pieces, 0.0))
+        gather, reduce = module_calls(cluster, cols, kind, framework, active, inner.grad_bytes, params)
         shard = params / dense_group
         present = kind.num_params + kind.num_expert_params > 0
         copied = xp.where(active, params, 0.0) if framework.shard_copies else 0.0  # EngineFacts.shard_copies
@@ -156,9 +155,7 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
         copy_in = (param_bytes(cols) + inner.grad_bytes) * copied / memory_bw  # gradients read, the buffer written
         out.append(ShardTimes(
             gather_s=gather + xp.where(cols["offload_params"], param_bytes(cols) * shard / pcie, 0.0),
-            reduce_s=(collective_s(cluster, "reduce_scatter", dense_group, cols["tp"],
-                                   xp.where(active, inner.grad_bytes * params, 0.0))
-                      + xp.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0)),
+            reduce_s=reduce + xp.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0),
             host_fwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * S_PER_US, 0.0),
             host_bwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * S_PER_US, 0.0),
             copy_out_s=copy_out, copy_in_s=copy_in))

@@ -72,6 +72,10 @@ class LayerKind:
     """Routed-expert parameters on this rank."""
     num_tensors: Value
     """Parameter tensors of the layer as frameworks store them."""
+    num_persistent_tensors: Value = 0.0
+    """Those with fewer elements than the engine's ``shard_persist_below``: never partitioned, never gathered."""
+    num_persistent_params: Value = 0.0
+    """Their elements."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,8 @@ def _kind(setup: Setup, moe_layer: bool, attention: AttentionPart) -> LayerKind:
     cost = layer_cost(setup, moe_layer, attention)
     dense, expert = layer_split(setup, moe_layer)
     host_fwd, host_bwd = layer_host_s(setup, moe_layer)
+    below = setup.framework.shard_persist_below
+    persistent = [n for n in model.layer_vector_sizes(moe_layer) if n < below]
     if moe_layer and setup.framework.moe_host_sync:  # joined inside the layer's forward (plait.cost.host)
         host_fwd = 0.0
     return LayerKind(
@@ -139,7 +145,8 @@ def _kind(setup: Setup, moe_layer: bool, attention: AttentionPart) -> LayerKind:
         ep_fwd_s=cost.ep_fwd_s, ep_bwd_s=cost.ep_bwd_s, host_fwd_s=host_fwd, host_bwd_s=host_bwd,
         activation_bytes=act.layer_bytes(setup, moe_layer),
         selective_activation_bytes=act.layer_bytes_selective(setup, moe_layer), num_params=dense,
-        num_expert_params=expert, num_tensors=float(model.layer_tensor_count(moe_layer)))
+        num_expert_params=expert, num_tensors=float(model.layer_tensor_count(moe_layer)),
+        num_persistent_tensors=float(len(persistent)), num_persistent_params=float(sum(persistent)))
 
 
 def _row(setup: Setup) -> Inner:

@@ -1,7 +1,8 @@
-"""A plan whose pipeline stages differ in recomputation, layer count and sharding, costed one stage at a time.
+"""A plan whose pipeline stages differ in recomputation, layer count, sharding and TP degree, costed one stage at a
+time.
 
-Each stage ``s`` is costed as the uniform plan it runs (:meth:`Plan.for_stage`: its own recomputation mode and
-ZeRO stage) on a model whose even split gives it its own layer count (``stage_layers[s] * pp`` layers: every layer
+Each stage ``s`` is costed as the uniform plan it runs (:meth:`Plan.for_stage`: its own recomputation mode, ZeRO
+stage and TP degree) on a model whose even split gives it its own layer count (``stage_layers[s] * pp`` layers: every layer
 of such a model is alike, :mod:`plait.plan.per_stage`), through the same stage functions the uniform estimate uses
 (:func:`plait.cost.batch.stage_pass`, :func:`plait.cost.memory.stage_memory`). Stage ``s`` keeps its own index, so
 1F1B's ``pp - s`` micro-batches in flight (Narayanan et al. 2021, Sec. 2.2.1) and the embedding and head on the
@@ -29,6 +30,7 @@ from plait.cost.batch import (
 )
 from plait.cost.dataparallel import exposed_sync_s
 from plait.cost.host import step_stall_s
+from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, stage_memory
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.stage import COMPONENTS
@@ -60,10 +62,11 @@ def stage_views(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Engin
     layers = stage_layer_list(plan, model.num_layers)
     modes = plan.stage_recompute or (plan.recompute,) * plan.pp
     shardings = plan.stage_sharding or (plan.sharding,) * plan.pp
-    known: dict[tuple[int, str, str], StageView] = {}
+    degrees = plan.stage_tp or (plan.tp,) * plan.pp
+    known: dict[tuple[int, str, str, int], StageView] = {}
     views = []
     for stage in range(plan.pp):
-        key = (layers[stage], modes[stage], shardings[stage])
+        key = (layers[stage], modes[stage], shardings[stage], degrees[stage])
         if key not in known:
             known[key] = stage_view(model, cluster, plan.for_stage(stage), layers[stage], framework,
                                     resized=bool(plan.stage_layers))
@@ -101,7 +104,7 @@ def evaluate_per_stage(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fr
     time["pp_bubble"] = bubble
     zero_bubble = plan.schedule == "zb-h1"
     hops = 2 * (pp - 1) + 2 * min(max(m - 2, 0), pp - 1) if zero_bubble else 2 * m  # as evaluate_batch counts them
-    time["pp_p2p"] = hops * views[0].prepared.p2p_s
+    time["pp_p2p"] = hops * boundary_p2p_s(cluster, views)
     # Each stage reduces over its own data-parallel group and steps its own optimizer after its last backward; where
     # stages shard alike the slowest stage's tail stands for all (as evaluate_batch assembles it), where they shard
     # differently the longest tail ends the step.
@@ -117,6 +120,27 @@ def evaluate_per_stage(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fr
     return BatchResult(cols=cols, prepared=views[0].prepared, time=time, memory=memory, memory_stage=peak,
                        model_flops_per_token=_flops_per_token(model, cluster, cols, framework),
                        recompute_factor=hardware)
+
+
+def boundary_p2p_s(cluster: Cluster, views: list[StageView]) -> float:
+    """One hop between neighbouring stages: the slowest boundary's. Megatron's scatter/gather optimisation
+    (Narayanan et al., SC 2021, Sec. 4.1) splits the activation over the TP ranks, each sending its slice over its
+    own link, and all-gathers it over the receiving stage's scale-up links (not counted, as for a uniform plan,
+    :func:`plait.cost.batch.prepare`). Between stages of TP degrees ``a`` and ``b`` the ``min(a, b)`` rank pairs of
+    the narrower stage each carry ``1/min(a, b)`` of it, between ranks ``dp * cp * max(a, b)`` apart (a stage's
+    ranks are contiguous, :attr:`plait.plan.plan.Plan.stage_tp`; assumed: the pair farthest apart paces the hop,
+    as ``dp * cp * tp`` apart for a uniform plan). Every boundary is crossed by every micro-batch, so the slowest
+    one paces the hops as the slowest stage paces the compute (assumed)."""
+    hops = []
+    for a, b in zip(views, views[1:]):
+        ca, cb = a.prepared.cols, b.prepared.cols
+        narrower = a if ca["tp"] <= cb["tp"] else b
+        if ca["tp"] == cb["tp"]:
+            hops.append(float(narrower.prepared.p2p_s))  # the uniform plan's own hop
+            continue
+        stride = ca.dp * ca["cp"] * max(ca["tp"], cb["tp"])
+        hops.append(float(collective_s(cluster, "p2p", ca["pp"], stride, narrower.prepared.inner.p2p_bytes)))
+    return max(hops)
 
 
 def stage_tail(cluster: Cluster, view: StageView, stage: int, passes: tuple[dict, dict], fwd_s: float, total_s: float,

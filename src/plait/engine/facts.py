@@ -33,6 +33,18 @@ class EngineFacts:
     """ZeRO-3 gather granularity: one flat all-gather per transformer layer (FSDP wrapping, Zhao et al.
     2023) or one all-gather per parameter tensor from per-module hooks that re-gather for recomputation
     (DeepSpeed ZeRO-3 as of 2021, PR #1188)."""
+    shard_persist_below: int = 0
+    """Parameter tensors with fewer elements than this are never partitioned: every rank keeps them whole, so
+    per-module sharding gathers only the larger ones (DeepSpeed ``stage3_param_persistence_threshold``; ZeRO-3 of
+    2021 gathers them once per step, ``persistent_parameters`` in deepspeed/runtime/zero/stage3.py v0.3.15).
+    0: every tensor is sharded."""
+    shard_list_collectives: bool = False
+    """Per-module sharding gathers and reduce-scatters one parameter tensor per call through torch's list-form
+    collectives, which copy each of the group's ``g`` shards out of (all-gather) or into (reduce-scatter) a flat
+    buffer with its own ``copy_`` (DeepSpeed v0.3.15 ``_allgather_param`` and ``_reduce_scatter_gradient`` in
+    deepspeed/runtime/zero/partition_parameters.py; torch 1.7-1.8 ``ProcessGroupNCCL::allgather`` and
+    ``reduce_scatter`` in torch/lib/c10d/ProcessGroupNCCL.cpp): ``g`` copies per call
+    (:mod:`plait.cost.shard_calls`). False: flat buffers, one copy-free call per layer's gradients."""
     shard_copies: bool = False
     """ZeRO-3 copies on the compute stream (FSDP2, torch ``_fully_shard/_fsdp_collectives.py``): after each
     all-gather, ``foreach_all_gather_copy_out`` splits the gathered buffer into the per-parameter tensors

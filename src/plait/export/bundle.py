@@ -36,8 +36,8 @@ def export_for(job: Job, model_name: str, cluster_name: str, folder: Path | None
     if refusal:
         raise ConfigError(f"cannot export: {refusal}")
     if plan.per_stage and engine.export != "plan":  # no engine configuration states a recomputation mode per stage
-        raise ConfigError(f"cannot export: stage_recompute, stage_layers and stage_sharding to {engine.name}'s "
-                          "configuration (plait run runs the plan file)")
+        raise ConfigError("cannot export: stage_recompute, stage_layers, stage_sharding and stage_tp to "
+                          f"{engine.name}'s configuration (plait run runs the plan file)")
     model_at, cluster_at = ((job_path_for(model_name, folder), job_path_for(cluster_name, folder))
                             if folder is not None else (model_name, cluster_name))
     spec = JobSpec(model=model_at, cluster=cluster_at, gpus=plan.num_gpus, engine=engine.spec)

@@ -35,15 +35,23 @@ def latency_steps(kind: str, ranks: int) -> int:
     return ranks - 1
 
 
+def net_busbw(kind: str, ranks: int, size_bytes: float, seconds: float, latency_s: float) -> float | None:
+    """Bus bandwidth, bytes/s, of a ``size_bytes`` collective ``kind`` measured in ``seconds`` on ``ranks`` ranks,
+    taken over the time left after the latency steps the cost model charges; ``None`` where the measured time is no
+    longer than those steps (no time left to read a bandwidth from)."""
+    left_s = seconds - latency_steps(kind, ranks) * latency_s
+    return bus_factor(kind, ranks) * size_bytes / left_s if left_s > 0 else None
+
+
 def net_fraction(fraction: float, size_bytes: float, kind: str, ranks: int, latency_s: float,
                  line_bytes_per_s: float) -> float:
     """The busbw fraction ``fraction`` of line rate, measured on ``ranks`` ranks for a ``size_bytes`` buffer, taken
     over the time left after the latency steps. A size measured no slower than its latency steps has no time left
     to read a bandwidth from and gets the line rate (as ``plait calibrate``); none is netted past it."""
     bound = max(1.0, fraction)
-    bus_bytes = bus_factor(kind, ranks) * size_bytes
-    left_s = bus_bytes / (fraction * line_bytes_per_s) - latency_steps(kind, ranks) * latency_s
-    return bound if left_s <= 0 else min(bound, bus_bytes / left_s / line_bytes_per_s)
+    seconds = bus_factor(kind, ranks) * size_bytes / (fraction * line_bytes_per_s)  # the time the curve was read from
+    busbw = net_busbw(kind, ranks, size_bytes, seconds, latency_s)
+    return bound if busbw is None else min(bound, busbw / line_bytes_per_s)
 
 
 def _net_curve(curve: Curve, kind: str, tier: NetworkTier) -> Curve:

@@ -215,7 +215,9 @@ class PlanColumns:
 
     @property
     def num_gpus(self) -> np.ndarray:
-        """GPUs per plan."""
+        """GPUs per plan (of a single plan, its own count: stages may differ in TP degree, :attr:`Plan.stage_tp`)."""
+        if self.single is not None:
+            return self.single.num_gpus  # type: ignore[return-value]
         return self.data["pp"] * self.dp * self.data["cp"] * self.data["tp"]
 
     @property

@@ -1,6 +1,6 @@
-"""The rules a per-stage plan (:attr:`Plan.stage_recompute`, :attr:`Plan.stage_layers`, :attr:`Plan.stage_sharding`)
-meets beside the uniform plan rules (:mod:`plait.plan.rules`, which also check each stage's own sharding), checked
-once where a job is built.
+"""The rules a per-stage plan (:attr:`Plan.stage_recompute`, :attr:`Plan.stage_layers`, :attr:`Plan.stage_sharding`,
+:attr:`Plan.stage_tp`) meets beside the uniform plan rules (:mod:`plait.plan.rules`, which also check each stage's own
+sharding and TP degree), checked once where a job is built.
 
 A per-stage plan is costed stage by stage (:mod:`plait.cost.per_stage`): each stage as the uniform plan of its own
 mode over a model whose even split gives it its layer count. That holds where every layer is alike (no MoE or
@@ -14,7 +14,7 @@ from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
-FIELDS = "stage_recompute, stage_layers and stage_sharding"
+FIELDS = "stage_recompute, stage_layers, stage_sharding and stage_tp"
 """How a refusal names the per-stage fields."""
 
 
@@ -32,6 +32,9 @@ def check_stages(plan: Plan, model: ModelSpec) -> None:
     if plan.stage_sharding and plan.dp_shard == 1:
         raise ConfigError(f"stage_sharding shards over each stage's dp_shard ranks (dp_shard={plan.dp_shard} must be "
                           ">= 2)")
+    if plan.stage_tp and plan.tp_mode != "1d":
+        raise ConfigError(f"stage_tp={list(plan.stage_tp)} is costed for Megatron 1-D tensor parallelism "
+                          f"(tp_mode={plan.tp_mode!r} must be '1d')")
     if plan.stage_layers:
         if model.moe is not None or model.local_attention is not None:
             raise ConfigError(f"stage_layers needs layers that are all alike; {model.name} places MoE or "

@@ -123,6 +123,12 @@ class Plan:
     own data-parallel group, so a stage that holds more in-flight activations may shard its states further (ZeRO,
     Rajbhandari et al., SC 2020, Sec. 5: stages 1-3 trade memory for communication); when given, ``sharding`` is the
     first stage's. :mod:`plait.cost.per_stage` costs it."""
+    stage_tp: tuple[int, ...] = ()
+    """Per pipeline stage, its tensor-parallel degree (empty: ``tp`` on every stage). A stage may take more GPUs
+    than another (Alpa, Zheng et al., OSDI 2022, Sec. 5: each stage its own submesh; Galvatron and Aceso search a
+    TP degree per stage), so the job occupies ``dp * cp * sum(stage_tp)`` GPUs; when given, ``tp`` is the first
+    stage's. Each stage meets the uniform TP rules at its own degree (:func:`plait.plan.rules.check_plan`);
+    :mod:`plait.cost.per_stage` costs it."""
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -151,8 +157,9 @@ class Plan:
 
     @property
     def num_gpus(self) -> int:
-        """GPUs the plan occupies."""
-        return self.pp * self.dp * self.cp * self.tp
+        """GPUs the plan occupies: ``pp * dp * cp * tp``, or ``dp * cp * sum(stage_tp)`` where stages differ in
+        TP degree."""
+        return self.dp * self.cp * (sum(self.stage_tp) if self.stage_tp else self.pp * self.tp)
 
     @property
     def fsdp_managed(self) -> bool:
@@ -182,22 +189,24 @@ class Plan:
 
     @property
     def per_stage(self) -> bool:
-        """Whether stages differ in recomputation, layer count or sharding (:attr:`stage_recompute`,
-        :attr:`stage_layers`, :attr:`stage_sharding`)."""
-        return bool(self.stage_recompute or self.stage_layers or self.stage_sharding)
+        """Whether stages differ in recomputation, layer count, sharding or TP degree (:attr:`stage_recompute`,
+        :attr:`stage_layers`, :attr:`stage_sharding`, :attr:`stage_tp`)."""
+        return bool(self.stage_recompute or self.stage_layers or self.stage_sharding or self.stage_tp)
 
     def uniform(self) -> Plan:
         """The plan with the per-stage fields cleared (every stage as ``recompute`` says, layers split evenly)."""
-        return replace(self, stage_recompute=(), stage_layers=(), stage_sharding=()) if self.per_stage else self
+        return replace(self, stage_recompute=(), stage_layers=(), stage_sharding=(), stage_tp=()) if self.per_stage \
+            else self
 
     def for_stage(self, stage: int) -> Plan:
-        """The uniform plan stage ``stage`` runs as: its own recomputation mode and sharding (its layers are the
-        caller's)."""
+        """The uniform plan stage ``stage`` runs as: its own recomputation mode, sharding and TP degree (its layers
+        are the caller's)."""
         mode = self.stage_recompute[stage] if self.stage_recompute else self.recompute
         layers = self.recompute_layers if mode == "full" else -1
         sharding = self.stage_sharding[stage] if self.stage_sharding else self.sharding
-        return replace(self, recompute=mode, recompute_layers=layers, sharding=sharding, stage_recompute=(),
-                       stage_layers=(), stage_sharding=())
+        tp = self.stage_tp[stage] if self.stage_tp else self.tp
+        return replace(self, tp=tp, recompute=mode, recompute_layers=layers, sharding=sharding, stage_recompute=(),
+                       stage_layers=(), stage_sharding=(), stage_tp=())
 
     def describe(self) -> str:
         """A compact one-line layout, e.g. ``tp8 pp4(interleaved x3) dp32 zero1 mb1 gb1536``."""
@@ -231,7 +240,8 @@ class Plan:
             modes = self.stage_recompute or (self.recompute,) * self.pp
             layers = self.stage_layers or ("",) * self.pp
             shards = [_SHARD_MARK[z] for z in self.stage_sharding] if self.stage_sharding else [""] * self.pp
-            entries = [f"{n}{_MODE_LETTER[r]}{z}" for n, r, z in zip(layers, modes, shards)]
+            tps = [f"/tp{t}" for t in self.stage_tp] if self.stage_tp else [""] * self.pp
+            entries = [f"{n}{_MODE_LETTER[r]}{z}{t}" for n, r, z, t in zip(layers, modes, shards, tps)]
             runs: list[list[Any]] = []
             for entry in entries:  # equal neighbours once, with their count: stages[1n,62x2n,1n]
                 if runs and runs[-1][0] == entry:
@@ -245,7 +255,8 @@ class Plan:
         """Every field by name, as plain values (the synchronization method as its canonical spec text, the per-stage
         tuples as lists)."""
         return {**asdict(self), "dp_sync": self.dp_sync.spec, "stage_recompute": list(self.stage_recompute),
-                "stage_layers": list(self.stage_layers), "stage_sharding": list(self.stage_sharding)}
+                "stage_layers": list(self.stage_layers), "stage_sharding": list(self.stage_sharding),
+                "stage_tp": list(self.stage_tp)}
 
 
 MAX_OVERLAP_CHUNKS = 64
@@ -260,7 +271,7 @@ _CHOICES = {
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
     "cp_attention": get_args(CpAttention), "tp_mode": get_args(TpMode),
 }
-PER_STAGE_FIELDS = ("stage_recompute", "stage_layers", "stage_sharding")
+PER_STAGE_FIELDS = ("stage_recompute", "stage_layers", "stage_sharding", "stage_tp")
 """Plan fields that hold one value per pipeline stage (not plan columns: a plan that has them is costed one stage
 at a time, :mod:`plait.cost.per_stage`)."""
 _MODE_LETTER = {"none": "n", "selective": "s", "full": "f"}
@@ -270,7 +281,7 @@ _SHARD_MARK = {"none": "/z0", "zero1": "/z1", "zero2": "/z2", "zero3": "/z3"}
 
 
 def _check_stage_fields(plan: Plan) -> None:
-    """The per-stage tuples where they enter: one entry per stage, known modes, positive layer counts."""
+    """The per-stage tuples where they enter: one entry per stage, known modes, positive layer counts and degrees."""
     for name in PER_STAGE_FIELDS:
         value = getattr(plan, name)
         if isinstance(value, list):  # a list entering from a file or a test: kept as the tuple the field types
@@ -289,6 +300,11 @@ def _check_stage_fields(plan: Plan) -> None:
     for sharding in plan.stage_sharding:
         if sharding not in _CHOICES["sharding"]:
             raise ConfigError(f"stage_sharding entry {sharding!r} must be one of {', '.join(_CHOICES['sharding'])}")
+    for degree in plan.stage_tp:
+        if isinstance(degree, bool) or not isinstance(degree, int) or not 0 < degree <= LIMIT:
+            raise ConfigError(f"stage_tp entry {degree!r} must be an integer in 1..{LIMIT}")
+    if plan.stage_tp and plan.stage_tp[0] != plan.tp:
+        raise ConfigError(f"tp={plan.tp} must be the first stage's degree (stage_tp[0]={plan.stage_tp[0]})")
     if plan.stage_sharding and plan.stage_sharding[0] != plan.sharding:
         raise ConfigError(f"sharding={plan.sharding!r} must be the first stage's (stage_sharding[0]="
                           f"{plan.stage_sharding[0]!r})")

@@ -253,9 +253,20 @@ def check_plan(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | N
         if plan.stage_sharding[stage] != plan.sharding and (found := first_violation(plan.for_stage(stage), model,
                                                                                       cluster)):
             raise ConfigError(f"stage {stage} (stage_sharding={plan.stage_sharding[stage]!r}): {found[1]}")
+    for stage in range(1, len(plan.stage_tp)):  # a stage of its own TP degree meets the uniform rules at that degree
+        if plan.stage_tp[stage] != plan.tp and (found := stage_violation(plan.for_stage(stage), model, cluster)):
+            raise ConfigError(f"stage {stage} (stage_tp={plan.stage_tp[stage]}): {found}")
     if num_gpus is not None and plan.num_gpus != num_gpus:
-        raise ConfigError(
-            f"pp*dp*cp*tp={plan.pp}*{plan.dp}*{plan.cp}*{plan.tp}={plan.num_gpus} must equal gpus={num_gpus}")
+        product = f"dp*cp*sum(stage_tp)={plan.dp}*{plan.cp}*{sum(plan.stage_tp)}" if plan.stage_tp else \
+            f"pp*dp*cp*tp={plan.pp}*{plan.dp}*{plan.cp}*{plan.tp}"
+        raise ConfigError(f"{product}={plan.num_gpus} must equal gpus={num_gpus}")
+
+
+def stage_violation(stage: Plan, model: ModelSpec, cluster: Cluster) -> str | None:
+    """The first rule but the cluster's size (checked on the whole plan) that one stage's uniform plan breaks."""
+    cols = PlanColumns.one(stage)
+    return next((rule.message(stage, model, cluster) for rule in RULES
+                 if rule.name != "cluster-size" and rule.broken(cols, model, cluster)), None)
 
 
 def warnings(plan: Plan, model: ModelSpec, cluster: Cluster) -> list[str]:

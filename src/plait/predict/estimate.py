@@ -73,7 +73,7 @@ def assemble(job: Job, result: BatchResult, row: int, *, simulate: bool | None =
         notes.append(f"{refusal} (estimated as if it could)")
     notes += ((job.engine.resolved,) if job.engine.resolved else ()) + job.notes + job.model.unmodelled
     if job.plan.per_stage and job.engine.name != "plait":  # no engine's configuration states a mode per stage
-        notes.append("stage_recompute, stage_layers and stage_sharding run on plait's runtime (plait run); "
+        notes.append("stage_recompute, stage_layers, stage_sharding and stage_tp run on plait's runtime (plait run); "
                      f"{job.engine.name}'s configuration does not state them per stage (estimated as if it could)")
     retime = None
     if not wants_simulation(job.plan, simulate):

@@ -34,7 +34,7 @@ import torch.multiprocessing as mp
 
 from plait.hardware.catalog import cluster_from_mapping
 from plait.hardware.eager_dispatch import CALIBRATED_DISPATCH
-from plait.hardware.net_curves import bus_factor, latency_steps
+from plait.hardware.net_curves import bus_factor, net_busbw
 from plait.run.calibrate_compute import compute_figures
 from plait.run.host_cores import host_cores
 from plait.run.lifecycle import exit_without_teardown
@@ -165,12 +165,9 @@ def bus_bandwidths(ranks: int, messages: list[int], times: dict[str, list[float]
     over the time left after the latency steps it charges: alpha + bytes / bandwidth then gives back the measured
     time rather than counting the latency twice. A size measured no slower than its latency steps has no time left
     to read a bandwidth from, and gets the line rate."""
-    factor = {k: bus_factor(k, ranks) for k in times}  # nccl-tests
-    steps = {k: latency_steps(k, ranks) for k in times}  # as plait.cost.collectives charges them
-    line = max(factor[k] * m / t / GB for k in times for m, t in zip(messages, times[k]))
-    left = {k: [t - steps[k] * latency_us * 1e-6 for t in times[k]] for k in times}
-    busbw = {k: [factor[k] * m / s / GB if s > 0 else line for m, s in zip(messages, left[k])] for k in times}
-    return line, busbw
+    line = max(bus_factor(k, ranks) * m / t / GB for k in times for m, t in zip(messages, times[k]))  # nccl-tests
+    net = {k: [net_busbw(k, ranks, m, t, latency_us * 1e-6) for m, t in zip(messages, times[k])] for k in times}
+    return line, {k: [line if b is None else b / GB for b in net[k]] for k in times}
 
 
 def with_host_stream(accelerator: dict[str, Any], device: str, dispatch_us: float, source: str) -> dict[str, Any]:

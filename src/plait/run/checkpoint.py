@@ -10,7 +10,9 @@ checkpoint per saved step, ``step-<8 digits>/``:
 - ``manifest.json`` records the plan, the model, the step, the run's length (the learning-rate schedule
   depends on it), the seed (data and schedule are pure functions of step and seed), the library versions,
   and the size and SHA-256 of every file; it is verified before anything is loaded;
-- only the newest ``keep`` checkpoints stay.
+- only the newest ``keep`` checkpoints stay;
+- an fp16 run's dynamic loss scale is saved beside model and optimizer (``loss_scale``), so a resumed run scales
+  as the uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ import torch.distributed as dist
 from torch import nn
 
 from plait.errors import ConfigError
+from plait.run.loss_scale import LossScale
 from plait.run.optim import HostOffloadOptimizer
 
 MANIFEST = "manifest.json"
+LOSS_SCALE = "loss_scale"
+"""The state key of fp16's loss scale (:meth:`plait.run.loss_scale.LossScale.state`)."""
 CRASH_HOOK = "PLAIT_TEST_CRASH_IN_SAVE"
 """Test hook: rank 0 exits at this phase of a save (``written``: shards on disk, no manifest; ``manifest``:
 manifest written, not published)."""
@@ -130,8 +135,10 @@ class Saver:
         self.group = dist.new_group(backend="gloo") if background else None
         self.pending: tuple[Any, Path, Path, int] | None = None
 
-    def save(self, container: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Path:
-        """Write the state after ``step`` optimizer steps (published now, or by :meth:`wait` in the background)."""
+    def save(self, container: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+             scaling: LossScale | None = None) -> Path:
+        """Write the state after ``step`` optimizer steps (published now, or by :meth:`wait` in the background),
+        with fp16's loss scale where the run has one."""
         self.wait()
         check_optimizer(optimizer)
         final, partial = step_folder(self.root, step), self.root / f".step-{step:08d}.partial"
@@ -145,6 +152,8 @@ class Saver:
 
         state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
                  "step": torch.tensor(step)}
+        if scaling is not None:
+            state[LOSS_SCALE] = scaling.state()
         if self.group is None:
             dcp.save(state, checkpoint_id=str(partial))
             self._finish(partial, final, step)
@@ -229,8 +238,11 @@ def choose(root: Path, identity: RunIdentity, reshard: bool) -> Path:
     return newest
 
 
-def load(folder: Path, container: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Restore model and optimizer in place from a checkpoint :func:`choose` accepted; returns its step."""
+def load(folder: Path, container: nn.Module, optimizer: torch.optim.Optimizer,
+         scaling: LossScale | None = None) -> int:
+    """Restore model and optimizer in place from a checkpoint :func:`choose` accepted; returns its step. ``scaling``
+    takes back fp16's loss scale where the checkpoint holds one (one saved by a bf16 or fp32 run, resumed by
+    ``--reshard`` as fp16, holds none: the scale starts at its initial value)."""
     check_optimizer(optimizer)
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
@@ -242,7 +254,12 @@ def load(folder: Path, container: nn.Module, optimizer: torch.optim.Optimizer) -
 
     state = {"model": get_model_state_dict(container), "optim": get_optimizer_state_dict(container, optimizer),
              "step": torch.tensor(0)}
-    dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)))
+    reader = dcp.FileSystemReader(str(folder))
+    if scaling is not None and LOSS_SCALE in reader.read_metadata().state_dict_metadata:
+        state[LOSS_SCALE] = scaling.state()
+    dcp.load(state, storage_reader=reader)
     set_model_state_dict(container, state["model"])
     set_optimizer_state_dict(container, optimizer, state["optim"])
+    if LOSS_SCALE in state:
+        scaling.load_state(state[LOSS_SCALE])  # type: ignore[union-attr]
     return int(state["step"])

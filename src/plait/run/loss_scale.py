@@ -10,7 +10,8 @@ https://docs.pytorch.org/docs/stable/amp.html#torch.amp.GradScaler).
 Not ``GradScaler`` itself: its overflow check is per rank, so under FSDP2 each rank would judge its own gradient
 shard and ranks could disagree on skipping a step (torch's ``ShardedGradScaler`` all-reduces that flag, for FSDP1).
 Here the decision is plait's global gradient norm (:func:`plait.run.train.clip_gradients`), the same on every rank.
-bf16 keeps fp32's exponent range and needs no scaling. A resumed run starts again from the initial scale.
+bf16 keeps fp32's exponent range and needs no scaling. A checkpoint holds the scale and its count of finite steps
+(:meth:`LossScale.state`), so a resumed run goes on with the scale it had.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ class LossScale:
         grads = [local_tensor(p.grad) for p in params if p.grad is not None]
         if grads:
             torch._foreach_mul_(grads, 1.0 / self.scale)
+
+    def state(self) -> torch.Tensor:
+        """The scale and the finite steps since it last changed, as one tensor a checkpoint can hold."""
+        return torch.tensor([self.scale, float(self.finite_steps)], dtype=torch.float64)
+
+    def load_state(self, state: torch.Tensor) -> None:
+        """Take back what :meth:`state` gave (a resumed run)."""
+        self.scale, self.finite_steps = float(state[0]), int(state[1])
 
     def update(self, finite: bool) -> None:
         """After a step: halve the scale on an overflow, double it after ``growth_interval`` finite steps."""

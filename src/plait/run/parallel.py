@@ -27,6 +27,7 @@ from plait.run.model import Transformer
 from plait.run.moe import apply_ep, ignore_experts_in_ddp, shard_experts
 
 if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
 # FSDP2 and DTensor are imported where a plan uses them: a DDP or single-process rank never does, and the import
@@ -34,7 +35,13 @@ if TYPE_CHECKING:
 
 
 def apply_tp(model: Transformer, mesh: Mesh, plan: Plan) -> None:
-    """Megatron-style tensor parallelism (with sequence parallelism when ``plan.sp``)."""
+    """Megatron-style tensor parallelism (with sequence parallelism when ``plan.sp``) over the mesh's tp axis."""
+    apply_tp_on(model, mesh.sub("tp"), plan)
+
+
+def apply_tp_on(model: Transformer, tp_mesh: DeviceMesh, plan: Plan) -> None:
+    """Megatron-style tensor parallelism over ``tp_mesh`` (a stage's own ranks where stages differ in TP degree,
+    :mod:`plait.run.stage_tp`)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -44,7 +51,6 @@ def apply_tp(model: Transformer, mesh: Mesh, plan: Plan) -> None:
         parallelize_module,
     )
 
-    tp_mesh = mesh.sub("tp")
     seq = Shard(1) if plan.sp else Replicate()
     top: dict[str, object] = {}
     # Learned positions are added to the whole sequence, which enters the sequence-parallel region at the first

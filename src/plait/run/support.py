@@ -12,6 +12,7 @@ from plait.errors import ConfigError
 from plait.plan.plan import Plan
 from plait.run.context import check_context_parallel
 from plait.run.float8 import check_float8
+from plait.run.stage_tp import check_stage_tp
 from plait.workload.model import ModelSpec
 
 
@@ -22,3 +23,4 @@ def check_runnable(plan: Plan, model: ModelSpec, on_gpu: bool) -> None:
         raise ConfigError(refusal)
     check_context_parallel(plan, on_gpu)  # SDPA kernels enabled on this device
     check_float8(plan, on_gpu)  # sm89+, or a CPU build whose torch._scaled_mm runs
+    check_stage_tp(plan, model)  # stages of unequal TP degree: plait.run.stage_tp's scope

@@ -37,6 +37,7 @@ from plait.run.pipeline import build_schedule, local_stages, stage_layers
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import named_site_gpus
 from plait.run.slowdown import slow_down
+from plait.run.stage_tp import check_stage_tp_options, differs, run_stage_tp
 from plait.run.support import check_runnable
 from plait.run.swap import NOTHING_MOVES, ActivationSwap
 from plait.run.tp2d_train import check_grid_options, run_grid
@@ -113,6 +114,8 @@ def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
     check_rounds(args.steps, plan, uneven, checkpointing=args.checkpoint_dir is not None)
     if plan.tp_mode != "1d":
         check_grid_options(args)
+    if differs(plan):
+        check_stage_tp_options(args)
     return job, plan, spec, device, uneven
 
 
@@ -120,6 +123,8 @@ def run_job(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) ->
     """Train in the initialised process group."""
     if plan.tp_mode != "1d":  # a 2-D/2.5-D tensor-parallel grid: its own loop
         return run_grid(args, plan, spec, device)
+    if differs(plan):  # stages of unequal TP degree: their own loop
+        return run_stage_tp(args, plan, spec, device)
     return _run(args, job, plan, spec, device, uneven)
 
 
@@ -194,7 +199,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     resume = args.resume or bool(restart and saved is not None and checkpoint.published(saved))
     if resume:
         folder = checkpoint.choose_on_rank0(args.checkpoint_dir, identity, args.reshard)
-        start_step = checkpoint.load(folder, container, optimizer)
+        start_step = checkpoint.load(folder, container, optimizer, scaling)
         if dist.get_rank() == 0:  # plait.run.lifecycle shows this line on the terminal
             after = f" after restart {restart}" if restart else ""
             print(f"plait: resumed{after} from {folder} at step {start_step} of {args.steps}", file=sys.stderr)
@@ -251,7 +256,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
             print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
         every = args.checkpoint_every
         if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
-            saver.save(container, optimizer, step + 1)  # type: ignore[union-attr]
+            saver.save(container, optimizer, step + 1, scaling)  # type: ignore[union-attr]
     if saver is not None:
         saver.wait()
     return 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from plait.cost.estimate import Estimate
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
-from plait.plan.mixed import GroupShare, MixedPlan, even_shares, run_refusal, uneven_batch_refusal
+from plait.plan.mixed import UNEVEN_BATCH_AXES, GroupShare, MixedPlan, even_shares, run_refusal, uneven_batch_refusal
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate
 from plait.search.mixed_async import async_plans
@@ -81,7 +81,11 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
         report(i, 2 * groups + groups * LAYOUTS)
         view = group_view(cluster, group, n)
         space = default_space(model, view, n, (global_batch,), memory_margin=memory_margin)
-        for est in run_search(model, view, space, engine=engine, workers=1).top(LAYOUTS):
+        # and the best data-parallel-only layouts: the model-parallel winners keep an even split (a layout whose
+        # replicas cannot take unequal batches), which a balanced data split of another layout can beat
+        data_only = replace(space, **{axis: (1,) for axis in UNEVEN_BATCH_AXES})
+        found = [est for s in (space, data_only) for est in run_search(model, view, s, engine=engine, workers=1).top(LAYOUTS)]
+        for est in found:
             flat = replace(est.plan, schedule="1f1b", vpp=1)  # a pipeline split over groups takes one chunk per rank
             for layout in (est.plan, flat) if est.plan.vpp > 1 else (est.plan,):
                 if layout not in layouts:

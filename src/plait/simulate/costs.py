@@ -12,7 +12,7 @@ import numpy as np
 from plait.cost.batch import Prepared, prepare, stage_class, stage_pass, stage_sync
 from plait.cost.dataparallel import kept_gathered
 from plait.cost.memory import stage_memory
-from plait.cost.per_stage import stage_views
+from plait.cost.per_stage import boundary_p2p_s, stage_views
 from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
@@ -27,7 +27,7 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
                                                                    and prepared.cols.single != plan):
         prepared = prepare(model, cluster, job.columns, framework)
     views = stage_views(model, cluster, plan, framework) if plan.per_stage else None  # plait.cost.per_stage
-    p2p, v = prepared.p2p_s, plan.vpp
+    p2p, v = (prepared.p2p_s if views is None else boundary_p2p_s(cluster, views)), plan.vpp
     per_rank, distinct = [], {}
     # one reduction after the last backward where the stage keeps its parameters gathered (its own sharding)
     kept_uniform = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered)) if views is None else False

@@ -314,6 +314,27 @@ class ModelSpec:
             mlp = 1 + self.moe.num_experts * mlp + (mlp if self.moe.num_shared_experts else 0)
         return norms + attention + mlp
 
+    def layer_vector_sizes(self, moe_layer: bool) -> tuple[int, ...]:
+        """Elements of each one-dimensional parameter tensor of one layer (norm weights and biases, linear biases,
+        qk-norms), among the tensors :meth:`layer_tensor_count` counts; the rest are matrices."""
+        h, f = self.hidden_size, self.ffn_hidden_size
+        norms = (h,) * (4 if self.norm_bias else 2)
+        if self.mla:
+            attention = (self.mla.q_lora_rank,) * bool(self.mla.q_lora_rank) + (self.mla.kv_lora_rank,)
+        else:
+            q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            attention = (q_dim + 2 * kv_dim, h) * self.attention_bias + (self.head_dim,) * (2 * self.qk_norm)
+
+        def biases(width: int) -> tuple[int, ...]:
+            return ((2 * width if self.mlp == "gated" else width), h) if self.mlp_bias else ()
+
+        mlp = biases(f)
+        if moe_layer and self.moe:
+            m = self.moe
+            mlp = biases(m.expert_ffn_hidden_size) * m.num_experts
+            mlp += biases(m.shared_expert_ffn_hidden_size) if m.num_shared_experts else ()
+        return norms + attention + mlp
+
     def embedding_params(self) -> int:
         """Input embedding (and learned positions)."""
         pos = self.seq_len * self.hidden_size if self.position == "learned" else 0

@@ -59,9 +59,11 @@ values read plus written at the HBM's streaming rate:
   inner map's output and ReLU (``2nb``) for the backward pass;
 - the layer's output: SAGEConv adds its two maps' outputs (``3nb``), TransformerConv its skip map's (``3nb``), GCNConv
   and GATConv a bias (``2nb``); an attention model's last layer averages its heads (``n (w + b)``); a ReLU after every
-  layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``); backward, the bias gradient's sum over the
-  rows (``nb``) and, below the first layer, the input gradient's paths summed, one per linear map after the first
-  (``3na`` each).
+  layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``) and, where the model has them
+  (:class:`plait.workloads.gnn.model.GnnModel`), a dropout after that ReLU (``2.25 nb`` each way:
+  :data:`DROPOUT_VALUES`) and a batch normalization before it (``3nb`` forward, ``5nb`` backward:
+  :data:`BATCH_NORM_VALUES`); backward, the bias gradient's sum over the rows (``nb``) and, below the first layer,
+  the input gradient's paths summed, one per linear map after the first (``3na`` each).
 
 PyG's gather-scatter values stream at the rate of PyTorch's own gather and scatter kernels over random rows,
 ``torch_gather_relative`` of the HBM's (TorchRec's planner: plain PyTorch embedding lookups at half the rate of
@@ -79,8 +81,8 @@ aggregation of the raw features not at all.
 
 Memory: each layer keeps its input, aggregation and output (``n (a + a + b)`` fp32 values) for the backward pass,
 and the per-edge values its products need: GCNConv's messages (``m' b``), GATConv's messages and attention
-(``m' (w + h)``), TransformerConv's gathered queries, keys and values and attention (``m (3w + h)``);
-the parameters with their gradients and Adam's two moments take 16 bytes each.
+(``m' (w + h)``), TransformerConv's gathered queries, keys and values and attention (``m (3w + h)``), a hidden
+layer's dropout its mask (``nb`` bytes) and its batch normalization its output (``nb`` values); the parameters with their gradients and Adam's two moments take 16 bytes each.
 """
 
 from __future__ import annotations
@@ -108,6 +110,19 @@ DGL_INDEX_BYTES = 4
 (dglai/dgl-0.5-benchmark main_dgl_reddit_gat.py ``g = g.int().to(device)``)."""
 DGL_GAT_EDGE_KERNELS = 6
 """Kernels of DGL's GATConv that walk the edges, each way (module docstring)."""
+MASK_BYTES = 1
+"""Bytes per element of dropout's keep mask: PyTorch's CUDA ``fused_dropout`` writes a ``uint8`` (1.8-1.10) or
+``bool`` mask (aten/src/ATen/native/cuda/Dropout.cu, ``fused_dropout_kernel``'s ``mask_t``)."""
+DROPOUT_VALUES = 2 + MASK_BYTES / FEATURE_BYTES
+"""fp32 values one dropout streams per element, each way: forward ``fused_dropout_kernel`` reads the input and writes
+the scaled output and the mask; backward ``masked_scale_kernel`` reads the gradient and the mask and writes the
+input's gradient (aten/src/ATen/native/cuda/Dropout.cu)."""
+BATCH_NORM_VALUES = (3, 5)
+"""fp32 values a training-mode ``BatchNorm1d`` over an ``(n, b)`` input streams per element, forward and backward:
+PyTorch's CUDA kernels for a 2-D input (aten/src/ATen/native/cuda/Normalization.cu, the channels-last kernels it
+picks for ``ndimension() == 2``) read the input for the per-channel statistics, then read it and write the output;
+backward they read the input and the output's gradient for the per-channel sums, then read both again and write the
+input's gradient (the per-channel vectors are ``b`` values, negligible)."""
 CALIBRATED = "measured by plait calibrate"
 """How a measured accelerator's source begins: its memory figure was timed on the host's own memory-bound operations,
 so PyTorch's gather rate relative to a datasheet's streaming rate does not apply to it."""
@@ -193,6 +208,10 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
         if library in ("pyg", "pyg_sampler"):  # PyTorch's gather and scatter kernels at their rate over random rows
             fwd, bwd = fwd / gather, bwd / gather
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
+        if hidden and model.dropout:  # dropout after the activation, forward and backward
+            fwd, bwd = fwd + DROPOUT_VALUES * n * b, bwd + DROPOUT_VALUES * n * b
+        if hidden and model.batch_norm:  # batch normalization before the activation
+            fwd, bwd = fwd + BATCH_NORM_VALUES[0] * n * b, bwd + BATCH_NORM_VALUES[1] * n * b
         if model.kind == "gin":  # the MLP's inner bias and ReLU (2nb + 2nb; backward 3nb)
             fwd, bwd = fwd + 4 * n * b, bwd + 3 * n * b
         fwd += n * (w + b) if w != b else 0.0  # an attention model's last heads averaged
@@ -247,13 +266,17 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
 def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int = 0, stop: int | None = None) -> float:
     """What layers ``first .. stop - 1`` (all by default) keep for the backward pass (module docstring)."""
     model = spec.model
-    layers = list(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes, strict=True))[first:stop]
-    kept = 0.0
-    for (a, b), w, (n, m) in layers:
+    layers = list(enumerate(zip(model.widths(spec.graph), model.mapped_widths(spec.graph), sizes,
+                                strict=True)))[first:stop]
+    kept, masks = 0.0, 0.0
+    for layer, ((a, b), w, (n, m)) in layers:
         kept += n * (2 * a + b)
         kept += {"sage": 0.0, "gcn": (m + n) * b, "gat": (m + n) * (w + model.heads),
                  "transformer": m * (3 * w + model.heads), "gin": 2 * n * b}[model.kind]
-    return kept * FEATURE_BYTES
+        hidden = layer < model.layers - 1
+        masks += n * b if model.dropout and hidden else 0.0
+        kept += n * b if model.batch_norm and hidden else 0.0
+    return kept * FEATURE_BYTES + masks * MASK_BYTES
 
 
 def state_bytes(spec: GnnSpec) -> float:

@@ -102,6 +102,12 @@ class GnnModel:
     """Neighbours sampled per node at each hop, the seeds' hop first (PyG's ``num_neighbors``)."""
     heads: int = 1
     """Attention heads (gat, transformer); must divide ``hidden``."""
+    dropout: bool = False
+    """Whether dropout follows every hidden layer's activation (torch's ``F.dropout``/``nn.Dropout`` in training
+    mode: :data:`plait.workloads.gnn.compute.DROPOUT_VALUES`); plait's own runtime model has none."""
+    batch_norm: bool = False
+    """Whether a ``BatchNorm1d`` normalizes every hidden layer's output before its activation (training mode:
+    :data:`plait.workloads.gnn.compute.BATCH_NORM_VALUES`); plait's own runtime model has none."""
 
     def widths(self, graph: GraphStats) -> list[tuple[int, int]]:
         """(in, out) of each layer, input side first."""

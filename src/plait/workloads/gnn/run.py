@@ -52,6 +52,10 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
     if g.directed:
         raise ConfigError(f"out_degree_exponent={g.out_degree_exponent}: plait run generates undirected graphs; "
                           "a directed graph is for estimates only")
+    for option, on in (("dropout", m.dropout), ("batch_norm", m.batch_norm)):
+        if on:
+            raise ConfigError(f"[model].{option}=true: plait run's GNN layers have none; {option} is for "
+                              "estimates only")
     if gpus < 2 or global_batch % gpus:
         raise ConfigError(f"--gpus={gpus} must be >= 2 ranks and divide --global-batch={global_batch}")
     batch = global_batch // gpus

@@ -20,6 +20,7 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
+from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
@@ -39,6 +40,12 @@ SHARED_NODE_SYSTEMS = {"A10G-24GB": "aws-g5-24xlarge"}
 SOURCE_SYSTEMS = {"GNNLAB_T4": "gnnlab-v100x8"}
 """Sources that state their machine: GNNLab's README names its 8-GPU V100 server and its host CPUs."""
 KINDS = {"GraphSAGE": "sage", "GCN": "gcn", "GAT": "gat", "GIN": "gin"}
+HIDDEN_DROPOUT = {"GraphSAGE": True, "GCN": True, "GAT": True, "GIN": False}
+"""Whether the rows' scripts drop out every hidden layer's output (:attr:`GnnModel.dropout`): the DGL 0.5 benchmark's
+``main_{dgl,pyg}_*.py`` (``self.dropout(x)`` after the hidden layers' ReLU, or ``feat_drop`` on each layer's input),
+SALIENT's ``driver/models.py`` SAGE and GAT (``F.dropout`` after each hidden ``relu``), GNNLab's ``example/{dgl,pyg,
+samgraph}/multi_gpu/train_{gcn,graphsage}.py`` and Quiver's ``examples/dgl/ogbn_products_sage_quiver.py``
+(``self.dropout(h)`` after each hidden activation); SALIENT's GIN drops out only its output MLP's hidden layer."""
 ASSUMED_EXPONENT = 2.1
 """Assumed degree-law exponent where a dataset states none (graphs.toml)."""
 
@@ -68,7 +75,11 @@ def graphs(directed: bool = False) -> dict[str, GraphStats]:
 COLUMNS = ("source_id", "system", "dataset", "model", "layers", "hidden", "fanouts", "batch_per_gpu", "gpu", "gpus",
            "nodes", "measured_epoch_s", "loader", "workers", "features_on", "feature_bytes", "sampler_gpus",
            "cache_fraction")
-"""The columns a row's prediction reads (``heads`` may follow; ``plait/validate/data/gnn_epochs.md`` describes them all)."""
+"""The columns a row's prediction reads (``heads`` and ``norm`` may follow; ``plait/validate/data/gnn_epochs.md``
+describes them all)."""
+NORMS = {"": False, "batch": True}
+"""The ``norm`` column: empty, or ``batch`` where the row's script runs a ``BatchNorm1d`` on every hidden layer's
+output before its activation (:attr:`GnnModel.batch_norm`)."""
 MAX_LAYERS = 1000
 """Deepest GNN a row may describe: the 1,000 layers of RevGNN (Li et al., "Training Graph Neural Networks with 1000
 Layers", ICML 2021), the deepest published; a bound on the work one row asks for (a layer is costed at a time)."""
@@ -95,12 +106,15 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     if row["dataset"] not in known:
         return result(f"no statistics of {row['dataset']}")
     layers, heads = row.count("layers", high=MAX_LAYERS), row.count("heads", default=1)
+    if row.get("norm") not in NORMS:
+        raise ConfigError(f"{row.where}: column norm={row.get('norm')!r} must be empty or 'batch'")
     full = loader == "full-graph"
     fanouts = (1,) * layers if full else row.counts("fanouts", "-")
     graphs_used = raw if raw is not None and row["source_id"] in RAW_DIRECTION_SOURCES else known
     spec = GnnSpec(name=row["dataset"], graph=graphs_used[row["dataset"]],
                    model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=row.count("hidden") * heads,  # type: ignore[arg-type]
-                                  fanouts=fanouts, heads=heads))
+                                  fanouts=fanouts, heads=heads, dropout=HIDDEN_DROPOUT[row["model"]],
+                                  batch_norm=NORMS[row.get("norm")]))
     check_gnn(spec, row.where)
     cluster = get_cluster(system)
     library = "dgl" if row["system"].startswith("DGL") else "pyg"

@@ -6,12 +6,15 @@ The same physics as the transformer path, read from the trace instead of closed 
   operator with FLOPs runs at the accelerator's GEMM curve at the square edge of its arithmetic intensity (an
   ``M x N x K`` product moves ``M K + K N + M N`` elements for ``2 M N K`` FLOPs, so the edge of the square GEMM
   of equal intensity is ``3 F / (2 elements)``: :mod:`plait.cost.compute`), the others at the sustained memory
-  bandwidth, none shorter than a kernel launch. Each operator is also one launch on the host stream (eager
+  bandwidth (a batch normalization's two sweeps over its activations each way: :mod:`.normalization`), none
+  shorter than a kernel launch. Each operator is also one launch on the host stream (eager
   PyTorch), and a pass takes the longer of its device work and its host's launches (:mod:`plait.cost.host`).
 - **Pipeline.** Units are cut into ``pp`` contiguous stages (the stem with the first, the head and loss with the
   last) minimising the slowest stage's forward and backward (the linear-partition dynamic programme); 1F1B or
   GPipe time and in-flight micro-batches as :mod:`plait.cost.pipeline`; each micro-batch sends the cut unit's
   output forward and its gradient back.
+- **Gradient accumulation.** Each micro-batch after the first adds its gradients into those held
+  (:mod:`.accumulation`), device work beside the passes.
 - **Data parallelism.** DDP's buckets, ZeRO's collectives and FSDP2's hooks, or the ``dp_sync`` method's cost, as
   :mod:`plait.workloads.traced.dataparallel` times them.
 - **Tensor parallelism** of the repeated units' Linear pairs (``tp``, alone or beside data parallelism and pipeline
@@ -43,8 +46,10 @@ from plait.plan.convergence import averaging_replicas, convergence
 from plait.plan.ops import SCALAR
 from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import GIB
+from plait.workloads.traced.accumulation import accumulation_s
 from plait.workloads.traced.dataparallel import ddp_bytes, dp_comm_s, fsdp_exposed_s, fsdp_hooks_s
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
+from plait.workloads.traced.normalization import kernel_moved_bytes
 from plait.workloads.traced.tensor_parallel import check_tp, pair_bytes, params_per_rank, split_unit, tp_comm_s
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -94,7 +99,7 @@ def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, el
              nchw_tensor_cores: bool = False) -> float:
     """Roofline seconds of one traced operator on ``batch`` examples (module docstring); with ``nchw_tensor_cores``
     a convolution also transposes its activations (:func:`layout_transpose_s`)."""
-    moved, flops = kernel.bytes(batch), kernel.flops(batch)
+    moved, flops = kernel_moved_bytes(kernel, batch), kernel.flops(batch)
     launch = acc.efficiency.kernel_launch_us.value * 1e-6
     memory = moved / memory_bytes_per_s(acc)
     if not flops:
@@ -250,7 +255,10 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     optimizer_s = float(optimizer_step_s(cluster, cols, params, grad_bytes))
     if eager_optimizer is not None:
         optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster, eager)
-    time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]), recompute_s=m * passes[slow][2],
+    held = sum(params.values()) / (plan.dp_shard if plan.sharding in ("zero2", "zero3") else 1)  # gradients kept
+    accumulate = accumulation_s(held, grad_bytes, m, acc)
+    time = TimeBreakdown(compute_s=m * (passes[slow][0] + passes[slow][1]) + accumulate,
+                         recompute_s=m * passes[slow][2],
                          host_s=m * passes[slow][3],
                          tp_comm_s=m * tp_comm_s(cluster, work, plan, group, recomputed),
                          pp_p2p_s=p2p, pp_bubble_s=float(bubble), fsdp_comm_s=fsdp, dp_comm_s=dp_comm,
