@@ -1,14 +1,18 @@
 """How long one estimate takes (target: worst median <= 0.25 ms of CPU time on the 2-core CI machine).
 
-Run: python benchmarks/estimate_speed.py
+Run: python benchmarks/estimate_speed.py [--cold]
 Times several representative plans, each repeated, in one process, and prints per plan the median milliseconds
 per estimate of the thread's CPU time (``time.thread_time``: what the estimate itself costs, less exposed to a
 shared machine's other work) beside wall-clock time, the ratio of the CPU median to the budget, and the machine's
-load average before and after (``os.getloadavg``).
+load average before and after (``os.getloadavg``). Each plan is estimated again and again, so what one estimate
+keeps for the next (per-layer quantities and FSDP times by the fields they read, collective times, the rule and
+engine checks of a plan seen before) is found kept; ``--cold`` empties all of it before every estimate: a plan seen
+first, with nothing shared with earlier ones (a ``plait estimate`` process).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
@@ -33,7 +37,23 @@ CASES = [
 ]
 
 
+def empty_kept() -> None:
+    """Forget every value estimates keep for later ones (module-level tables, and each catalog cluster's collective
+    times)."""
+    from plait.cost import batch, flops, inner
+    from plait.engine import capability
+    from plait.job import _checked
+
+    for table in (inner._singles, batch._fsdp_kept, flops._KEPT, capability._refusals, _checked):
+        table.clear()
+    for _, cluster, _ in CASES:
+        get_cluster(cluster).link_cache.pop("times", None)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cold", action="store_true", help="empty what estimates keep before every estimate")
+    cold = parser.parse_args().cold
     models = {m: get_model(m) for m, _, _ in CASES}
     clusters = {c: get_cluster(c) for _, c, _ in CASES}
     load_before = os.getloadavg()
@@ -42,6 +62,8 @@ def main() -> None:
     for model, cluster, plan in CASES:
         cpu, wall = [], []
         for _ in range(200):
+            if cold:
+                empty_kept()
             start, start_cpu = time.perf_counter(), time.thread_time()
             _ = estimate(models[model], clusters[cluster], plan,
                          engine=get_engine()).step_time_interval_s  # with its p10/p90

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from plait.simulate.periodic import periodic_sweep
-from plait.simulate.pipeline import PipelineCosts, Timeline, _sweep_recorded, simulate_pipeline
+from plait.predict.estimate import SIMULATED_PASSES
+from plait.simulate.periodic import UNROLLED_OPS, periodic_sweep, unrolled_order
+from plait.simulate.pipeline import PipelineCosts, Timeline, _sweep, _sweep_recorded, simulate_pipeline
 
 CASES = [  # (schedule, p, v, m): m at least twice the short run's, so the repeat is used
     ("1f1b", 2, 1, 40), ("1f1b", 4, 1, 57), ("1f1b", 8, 1, 200), ("1f1b", 16, 1, 512),
@@ -42,6 +43,7 @@ def test_periodic_sweep_equals_the_dependency_sweep(schedule: str, p: int, v: in
     free, last = _sweep_recorded(c, durations, (0.0, c.p2p_s), Timeline(record=False))
     assert found[0] == free  # every rank's end, to the bit
     assert found[1] == [begin for begin, _ in last]
+    assert _sweep(c, durations, (0.0, c.p2p_s)) == (free, last)  # the order written out where small, else repeated
     recorded = simulate_pipeline(c, record=True)
     assert simulate_pipeline(c, record=False).step_time_s == recorded.step_time_s
 
@@ -50,3 +52,10 @@ def test_short_pipelines_and_gpipe_sweep_in_full() -> None:
     took = [1.0, 2.0, 1.0] * 4
     assert periodic_sweep("1f1b", 4, 12, 1, took, (0.0, 0.1)) is None  # too few micro-batches to repeat
     assert periodic_sweep("gpipe", 4, 512, 1, took, (0.0, 0.1)) is None  # no repeating middle
+
+
+def test_small_pipelines_replay_the_order_written_out() -> None:
+    assert unrolled_order("1f1b", 2, 40, 1) is not None  # 160 operations
+    assert unrolled_order("interleaved", 16, 256, 6) is None  # 49,152 operations > UNROLLED_OPS
+    assert unrolled_order("1f1b", 4, 12, 1) is None  # too few micro-batches to repeat: swept in full
+    assert UNROLLED_OPS >= 3 * SIMULATED_PASSES, "an estimate's simulated pipelines (F, B and W a pass) fit"

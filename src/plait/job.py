@@ -53,7 +53,7 @@ class Job:
                       f"lists no {plan.precision} arithmetic)",)
             plan = replace(plan, precision=runs_as)
         columns = PlanColumns.one(plan)
-        check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)  # before the Job: it holds checked plans
+        _check_once(plan, model, cluster, num_gpus, columns)  # before the Job: it holds checked plans
         job = cls(model=model, cluster=cluster, plan=plan, engine=engine, notes=notes)
         job.__dict__["columns"] = columns  # the cached property's value, already built for the check
         return job
@@ -73,3 +73,22 @@ class Job:
     def columns(self) -> PlanColumns:
         """The plan as columns of one row (the single-plan path of :mod:`plait.cost.batch`), built once."""
         return PlanColumns.one(self.plan)
+
+
+_CHECKED_SIZE = 1024
+_checked: dict[tuple[object, ...], tuple[ModelSpec, Cluster]] = {}
+
+
+def _check_once(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | None, columns: PlanColumns) -> None:
+    """:func:`check_plan`, skipped for a plan that passed it with the same model, cluster and GPU count among the
+    last :data:`_CHECKED_SIZE` checked (the rules are a function of these alone; a plan estimated again, as validation,
+    reports and the planner's top plans do, is not re-checked). Keyed by the plan's value and the identity of the
+    model and cluster, which the entry holds (frozen: the same object is the same value, its id not reused while
+    the entry lives); a plan that breaks a rule is not kept, so it raises every time."""
+    key = (id(model), id(cluster), num_gpus, plan)
+    if _checked.get(key) is not None:
+        return
+    check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)
+    if len(_checked) >= _CHECKED_SIZE:
+        del _checked[next(iter(_checked))]  # the oldest
+    _checked[key] = (model, cluster)

@@ -17,29 +17,25 @@ import numpy as np
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
-from plait.cost.flops import model_flops_per_token
+from plait.cost.flops import kept_flops_per_token, model_flops_per_token
 from plait.cost.host import step_stall_s
 from plait.cost.inner import ABSENT, Inner, LayerKind, inner_columns
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
+from plait.cost.method_rows import dp_sync_costs, gradient_steps
 from plait.cost.params import stage_layer_counts
-from plait.cost.partial_times import profiled_exposed_s
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
 from plait.cost.shard_calls import module_calls
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
-from plait.cost.sync import method_costs
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
-from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.plan.plan import Plan
-from plait.sync import SyncMethod
-from plait.units import DTYPE_BYTES, MIB, S_PER_US
+from plait.units import MIB, S_PER_US
 from plait.workload.model import ModelSpec
-from plait.workload.tensors import parameter_shapes
 
 Columns = dict[str, np.ndarray]
 T = TypeVar("T")
@@ -60,8 +56,9 @@ class Prepared:
     """One activation (or gradient) transfer between neighbouring stages."""
     framework: EngineFacts
     """The cost facts these were computed under."""
-    memo: dict[tuple[str, int, int, bool, bool], Any] = field(default_factory=dict, compare=False)
-    """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`), kept as they are costed."""
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False)
+    """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`, its parameters) and its stages'
+    :func:`stage_class`, kept as they are costed."""
     swap: tuple[SwapTimes, SwapTimes] | None = None
     """(dense, MoE) per-layer activation swaps (:mod:`plait.cost.swap`); ``None`` when no row swaps."""
 
@@ -165,6 +162,28 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
     return out[0], out[1]
 
 
+FSDP_FIELDS = ("sharding", "dp_shard", "cp", "ep", "tp", "offload_params", "precision")
+"""The plan fields :func:`_fsdp_layer_s` reads, with ``pp > 1`` (:func:`shard_groups`, :func:`kept_gathered`,
+:func:`param_bytes` and its own)."""
+_fsdp_kept: dict[tuple[Any, ...], tuple[Inner, Cluster, EngineFacts, tuple[ShardTimes, ShardTimes]]] = {}
+
+
+def _fsdp_one(cluster: Cluster, cols: PlanColumns, inner: Inner,
+              framework: EngineFacts) -> tuple[ShardTimes, ShardTimes]:
+    """:func:`_fsdp_layer_s` of one plan, kept for the last 256 by its :data:`FSDP_FIELDS`, ``pp > 1`` and the
+    identity of its per-layer quantities (kept themselves, :func:`plait.cost.inner.inner_columns`), cluster and cost
+    facts, which the entry holds (frozen: the same object is the same value, its id not reused while it lives)."""
+    plan = cols.single
+    assert plan is not None, "one plan's columns"
+    key = (id(inner), id(cluster), id(framework), plan.pp > 1, *[getattr(plan, f) for f in FSDP_FIELDS])
+    found = _fsdp_kept.get(key)
+    if found is None:
+        if len(_fsdp_kept) >= 256:
+            del _fsdp_kept[next(iter(_fsdp_kept))]  # the oldest
+        found = _fsdp_kept[key] = (inner, cluster, framework, _fsdp_layer_s(cluster, cols, inner, framework))
+    return found[3]
+
+
 def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
     """HFU/MFU ratio: full recompute adds one forward (1/3 of model FLOPs) on recomputed layers."""
     xp, layers = cols.xp, -(-model.num_layers // cols["pp"])
@@ -174,7 +193,7 @@ def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
 
 def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> np.ndarray:
     if cols.single is not None:
-        return model_flops_per_token(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
+        return kept_flops_per_token(model, cols.single.seq_len)  # type: ignore[return-value]
     seqs, inverse = np.unique(cols["seq_len"], return_inverse=True)
     values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=replace(cols.plan(0), seq_len=int(s)),
                                           framework=framework)) for s in seqs]
@@ -192,7 +211,8 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: En
         data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
         cols = PlanColumns(data, methods=cols.methods)
     inner = inner_columns(model, cluster, cols, framework, known)
-    fsdp = _fsdp_layer_s(cluster, cols, inner, framework)
+    fsdp = _fsdp_layer_s(cluster, cols, inner, framework) if cols.single is None else _fsdp_one(cluster, cols, inner,
+                                                                                                 framework)
     p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
     swapping = cols["swap_activations"] if cols.xp.scalar else cols["swap_activations"].any()
     swap = swap_layer_s(cluster, cols, inner, fsdp, shard_groups(cols)[0]) if swapping else None
@@ -204,11 +224,23 @@ def _memo(model: ModelSpec, prepared: Prepared, what: str, stage: Any, compute: 
     depend on it only through its (dense, MoE) layer counts and whether it holds the embedding or the head."""
     if not prepared.cols.xp.scalar:
         return compute()
-    pp = prepared.cols["pp"]
-    key = (what, *stage_layer_counts(model, pp, stage, SCALAR), stage == 0, stage == pp - 1)
-    if key not in prepared.memo:
-        prepared.memo[key] = compute()
-    return prepared.memo[key]  # type: ignore[no-any-return]
+    key = (what, stage_class(model, prepared, stage))
+    memo = prepared.memo
+    found = memo.get(key, memo)  # the memo itself: not costed yet
+    if found is memo:
+        found = memo[key] = compute()
+    return found  # type: ignore[no-any-return]
+
+
+def stage_class(model: ModelSpec, prepared: Prepared, stage: int) -> tuple[int, int, bool, bool]:
+    """What a single plan's ``stage`` costs depend on: its (dense, MoE) layer counts and whether it holds the
+    embedding or the head (kept per stage in ``prepared.memo``)."""
+    memo = prepared.memo
+    found = memo.get(stage)
+    if found is None:
+        pp = prepared.cols["pp"]
+        found = memo[stage] = (*stage_layer_counts(model, pp, stage, SCALAR), stage == 0, stage == pp - 1)
+    return found  # type: ignore[no-any-return]
 
 
 def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> tuple[Columns, Columns]:
@@ -223,12 +255,18 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     """Parameters, data-parallel traffic and optimizer step of ``stage``."""
     def compute() -> StageSync:
         cols, inner = prepared.cols, prepared.inner
-        params = stage_params(model, cols, inner, stage)
+        params = _stage_params(model, prepared, stage)
         reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
                                          prepared.framework.pipeline_keeps_gathered)
         return StageSync(params=params, reduce_s=reduce, gather_s=gather,
                          optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes))
     return _memo(model, prepared, "sync", stage, compute)
+
+
+def _stage_params(model: ModelSpec, prepared: Prepared, stage: Any) -> Columns:
+    """:func:`plait.cost.memory.stage_params` of ``stage``, kept per distinct stage of a single plan (its sync and
+    its memory read the same)."""
+    return _memo(model, prepared, "params", stage, lambda: stage_params(model, prepared.cols, prepared.inner, stage))
 
 
 def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> tuple[LayerKind, ShardTimes]:
@@ -250,85 +288,16 @@ def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, frame
     return xp.where(cols.is_("sharding", "none"), xp.minimum(layers, filled), layers)
 
 
-def _dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce: Any, busy: Any,
-                   params: dict[str, Any], backward: Any, stage: Any) -> tuple[Any, Any, Any]:
-    """(gradient reduction that overlaps the backward, exposed seconds, extra memory bytes) per row: the plain
-    reduction for ``allreduce`` rows, :func:`plait.cost.sync.method_costs` for the others (on one rank of the
-    slowest ``stage``; ep = 1, :mod:`plait.plan.rules`; with cp, the cp ranks' gradient all-reduce added; for HSDP rows of infrequent methods the shard groups'
-    reduction stays)."""
-    xp, codes = cols.xp, cols["dp_sync"]
-    exposed, extra = cols.zeros(), cols.zeros()
-    for code, sync in _methods(cols):
-        mask = codes == code
-        over, shown, memory = _rows_costs(model, cluster, sync, cols, mask, params, stage, busy)
-        if sync.pipelined:  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
-            reduce = xp.where(mask, 0.0, reduce)
-        elif sync.partial_averaging and getattr(sync, "schedule", "even") == "profiled":  # DreamDDP's search (plait.cost.partial_times)
-            shown = profiled_exposed_s(parameter_shapes(model), cluster, cols, over, backward, sync.every)
-        elif sync.partial_averaging:  # each step's share behind the last backward (plait.plan.partial)
-            shown = partial_exposed_s(over, backward, sync.every, xp)
-        elif not sync.infrequent:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
-            reduce = xp.where(mask, over, reduce)
-        reduce = xp.where(mask, reduce + cp_gradient_reduce_s(cluster, cols, params), reduce)
-        exposed = xp.where(mask, shown, exposed)
-        extra = xp.where(mask, memory, extra)
-    return reduce, exposed, extra
-
-
-def cp_gradient_reduce_s(cluster: Cluster, cols: PlanColumns, params: dict[str, Any]) -> Any:
-    """Under a ``dp_sync`` method the cp ranks of one replica, which hold one model copy between them, all-reduce
-    their fp32 gradients every step before the method runs across replicas (plait/run/context.py
-    ``average_over_cp``); 0 without context parallelism."""
-    held = (params["dense"] + params["expert"]) * DTYPE_BYTES["fp32"]
-    return collective_s(cluster, "all_reduce", cols["cp"], cols["tp"], held)
-
-
-def _rows_costs(model: ModelSpec, cluster: Cluster, sync: SyncMethod, cols: PlanColumns, mask: Any,
-                params: dict[str, Any], stage: Any, busy: Any) -> tuple[Any, Any, Any]:
-    """:func:`plait.cost.sync.method_costs` evaluated on the rows ``mask`` selects only (a batch holds many
-    methods, each costed per distinct message), spread back over every row (0 elsewhere)."""
-    if cols.xp.scalar:
-        return method_costs(model, cluster, sync, cols, params, stage, busy)
-    rows = np.flatnonzero(mask)
-    pick = lambda v: v[rows] if np.ndim(v) else v  # noqa: E731
-    costs = method_costs(model, cluster, sync, cols.take(rows), {k: pick(v) for k, v in params.items()},
-                         pick(stage), pick(busy))
-    spread = []
-    for values in costs:
-        full = np.zeros(len(cols))
-        full[rows] = values
-        spread.append(full)
-    return spread[0], spread[1], spread[2]
-
-
-def _methods(cols: PlanColumns) -> list[tuple[int, SyncMethod]]:
-    """(code, method) of every ``dp_sync`` other than the all-reduce among the rows of ``cols``."""
-    codes = cols["dp_sync"]
-    present = ([codes] if codes else []) if cols.xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
-    return [(code, cols.methods[code]) for code in present]
-
-
-def _gradient_steps(cols: PlanColumns) -> Any:
-    """The fraction of steps that run forward, backward and the optimizer, per row (``1 - p`` for PALSGD, whose
-    other steps are pseudo-synchronization steps: Naganuma et al., arXiv 2504.18454; the authors' trainer skips the
-    batch of such a step), or ``None`` when no row is PALSGD."""
-    skipping = [(code, sync) for code, sync in _methods(cols) if sync.pseudo_steps]
-    if not skipping:
-        return None
-    kept = cols.full(1.0)
-    for code, sync in skipping:
-        kept = cols.xp.where(cols["dp_sync"] == code, sync.gradient_step_fraction, kept)
-    return kept
-
-
 def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple[Columns, Any]:
     """(memory breakdown of the more loaded of the first and last stages, that stage: 0 or pp - 1) per row, before
     a synchronization method's own buffers (:func:`evaluate_batch` adds those)."""
     cols, inner, framework = prepared.cols, prepared.inner, prepared.framework
     xp, pp = cols.xp, cols["pp"]
-    first = stage_memory(model, cluster.accelerator, cols, inner, 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64),
-                         framework)
-    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework)
+    first_stage = 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64)
+    first = stage_memory(model, cluster.accelerator, cols, inner, first_stage, framework,
+                         _stage_params(model, prepared, first_stage))
+    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework,
+                                                            _stage_params(model, prepared, pp - 1))
     use_last = last["total"] > first["total"]
     keys = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
     return {k: xp.where(use_last, last[k], first[k]) for k in keys}, xp.where(use_last, pp - 1, 0)
@@ -371,14 +340,14 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     slow_bwd = pick([b["compute"] for _, b in passes])
     last_op = xp.where(cols.is_("schedule", "zb-h1") & (pp > 1), slow_bwd / 2,
                        pick([t - f for t, f in zip(total, fwd)])) / cols["vpp"]
-    reduce, exposed, extra_bytes = _dp_sync_costs(model, cluster, cols, sync.reduce_s, busy, sync.params, slow_bwd,
+    reduce, exposed, extra_bytes = dp_sync_costs(model, cluster, cols, sync.reduce_s, busy, sync.params, slow_bwd,
                                                 slow_stage)
     time["dp_comm"] = exposed_sync_s(cols, reduce, sync.gather_s, last_op, pick(fwd) / cols["vpp"],
                                      _buckets(cols, sync.params, inner.grad_bytes, n_dense + n_moe,
                                               prepared.framework))
     time["optimizer"] = sync.optimizer_s
     time["host"] = time["host"] + step_stall_s(cluster, prepared.framework)  # the step's own syncs
-    kept = _gradient_steps(cols)  # PALSGD: only these steps compute; its pulls and outer steps are in `exposed`
+    kept = gradient_steps(cols)  # PALSGD: only these steps compute; its pulls and outer steps are in `exposed`
     if kept is not None:
         time = {k: v * kept for k, v in time.items()}
     time["dp_comm"] = time["dp_comm"] + exposed

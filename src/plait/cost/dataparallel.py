@@ -23,13 +23,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes, shard_groups
 from plait.hardware.cluster import Cluster
-from plait.plan.columns import PlanColumns
+from plait.plan.columns import PlanColumns, per_plan
 from plait.plan.groups import expert_dp_group
 
 Columns = dict[str, np.ndarray]
@@ -49,13 +51,8 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     that stays gathered (:func:`kept_gathered`) gathers its parameters and reduce-scatters its gradients here, once
     per step, instead of per micro-batch and layer (:mod:`plait.cost.stage`)."""
     xp, tp = cols.xp, cols["tp"]
-    replicas = cols.dp * cols["cp"]
+    replicas, none, apart, whole, zero12 = _sync_rows(cols)
     dense_group, expert_group = shard_groups(cols)
-    none = cols.is_("sharding", "none")
-    # Replicas that average parameters every few steps instead (local SGD, DiLoCo: plait.cost.sync) all-reduce no
-    # gradients across replicas; with sharding, only the in-replica reduce-scatter stays.
-    apart = cols.sync_rows(lambda s: s.infrequent)
-    whole = none & xp.not_(apart)
     # The ep consecutive ranks of the dp x cp ranks of a stage hold different experts; the expert-data-parallel
     # group holds the same ones (plait.plan.groups, after Megatron-Core's expert rank generator).
     expert_dp = expert_dp_group(cols)
@@ -66,7 +63,6 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     sharded = params["dense"] / dense_group + params["expert"] / expert_group
     across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
                           xp.where(none | apart, 0.0, grad_bytes * sharded))
-    zero12 = cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2")
     once = zero12 | kept_gathered(cols, pipeline_keeps_gathered)
     dense, expert = xp.where(once, params["dense"], 0.0), xp.where(once, params["expert"], 0.0)
     # Experts are sharded over their own data-parallel group (Megatron-Core's expert-data-parallel group: the
@@ -76,6 +72,19 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     gather = (collective_s(cluster, "all_gather", dense_group, tp, param_bytes(cols) * dense)
               + collective_s(cluster, "all_gather", expert_group, expert_stride, param_bytes(cols) * expert))
     return plain + across + reduce, gather
+
+
+@per_plan
+def _sync_rows(cols: PlanColumns) -> tuple[Any, Any, Any, Any, Any]:
+    """(ranks replicating a shard, unsharded rows, rows that average apart, rows all-reducing whole gradients, ZeRO-1/2
+    rows) of :func:`gradient_sync_s`, which a single plan asks for once per distinct stage."""
+    xp = cols.xp
+    none = cols.is_("sharding", "none")
+    # Replicas that average parameters every few steps instead (local SGD, DiLoCo: plait.cost.sync) all-reduce no
+    # gradients across replicas; with sharding, only the in-replica reduce-scatter stays.
+    apart = cols.sync_rows(lambda s: s.infrequent)
+    return (cols.dp * cols["cp"], none, apart, none & xp.not_(apart),
+            cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2"))
 
 
 def exposed_sync_s(cols: PlanColumns, reduce: np.ndarray, gather: np.ndarray, last_backward_s: np.ndarray,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.setup import Setup
+from plait.workload.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,27 @@ def attention_core_flops(setup: Setup) -> float:
 
 def model_flops_per_token(model_setup: Setup) -> float:
     """PaLM-convention training FLOPs per token (forward + backward, no recompute)."""
-    model = model_setup.model
+    return _flops_per_token(model_setup.model, model_setup.seq_len)
+
+
+_KEPT: dict[tuple[int, int], tuple[ModelSpec, float]] = {}
+
+
+def kept_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """:func:`model_flops_per_token`, kept by (model, sequence length), all it reads (a single plan's estimate asks
+    for it each time); the entry holds the model, so its id is not reused while the entry lives (emptied past 256)."""
+    key = (id(model), seq_len)
+    found = _KEPT.get(key)
+    if found is None:
+        if len(_KEPT) >= 256:
+            _KEPT.clear()
+        found = _KEPT[key] = (model, _flops_per_token(model, seq_len))
+    return found[1]
+
+
+def _flops_per_token(model: ModelSpec, seq_len: int) -> float:
     dense = model.num_dense_layers * (model.attention_params() + model.mlp_params(model.ffn_hidden_size))
     moe = model.num_moe_layers * (model.attention_params() + model.moe_layer_active_mlp_params()) if model.moe else 0
     matmul_params = dense + moe + model.vocab_size * model.hidden_size
-    attention = 6.0 * model.num_layers * model_setup.seq_len * model.num_heads * (model.qk_head_dim + model.v_head_dim)
+    attention = 6.0 * model.num_layers * seq_len * model.num_heads * (model.qk_head_dim + model.v_head_dim)
     return 6.0 * matmul_params + attention

@@ -26,6 +26,7 @@ from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.keys import distinct_rows
+from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
 Value = float | np.ndarray
@@ -211,7 +212,7 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     ``known``: the combinations costed already for this model, cluster and framework (a search's earlier chunks),
     filled with the new ones."""
     if cols.single is not None:
-        return _row(Setup(model=model, cluster=cluster, plan=cols.single, framework=framework))
+        return _single(model, cluster, cols.single, framework)
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
     if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
         columns.append(cols.fsdp_managed.astype(np.int64))
@@ -227,3 +228,27 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
             known[key] = _row(Setup(model=model, cluster=cluster, plan=cols.plan(i), framework=framework))
         rows.append(known[key])
     return _stack(rows, inverse.reshape(-1))
+
+
+OUTER_FIELDS = frozenset({"pp", "vpp", "schedule", "dp_replicate", "dp_shard", "global_batch", "sharding"})
+"""Plan fields no inner quantity reads (the module docstring; sharding and the data-parallel degrees only through
+:attr:`Plan.fsdp_managed`, which the single-plan key holds)."""
+_KEYED = tuple(f.name for f in fields(Plan) if f.name not in OUTER_FIELDS)
+_SINGLE_SIZE = 256
+_singles: dict[tuple[object, ...], tuple[ModelSpec, Cluster, EngineFacts, Inner]] = {}
+
+
+def _single(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> Inner:
+    """:func:`_row` of one plan, kept for the last :data:`_SINGLE_SIZE` combinations costed: estimates of plans that
+    differ only in :data:`OUTER_FIELDS` (a planner's top plans, a validation's rows, an estimate repeated) share
+    it. Keyed by every other plan field and by the identity of the model, cluster and cost facts, which the entry
+    holds (frozen objects: the same object is the same value, and its id is not reused while the entry lives)."""
+    key = (id(model), id(cluster), id(framework), plan.fsdp_managed, *[getattr(plan, f) for f in _KEYED])
+    entry = _singles.get(key)
+    if entry is not None:
+        return entry[3]
+    inner = _row(Setup(model=model, cluster=cluster, plan=plan, framework=framework))
+    if len(_singles) >= _SINGLE_SIZE:
+        del _singles[next(iter(_singles))]  # the oldest
+    _singles[key] = (model, cluster, framework, inner)
+    return inner

@@ -31,7 +31,7 @@ def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarr
     """Seconds of collective ``kind`` for each row (0 where the group has one rank or no bytes); for plain numbers
     (one plan, :data:`plait.plan.ops.SCALAR`), a float."""
     if not isinstance(num_bytes, np.ndarray) and not isinstance(size, np.ndarray):  # one plan: one scalar call
-        return KINDS[kind](float(num_bytes), coll.group_link(cluster, size, stride)) if size > 1 and num_bytes > 0 else 0.0
+        return _one(cluster, kind, size, stride, num_bytes) if size > 1 and num_bytes > 0 else 0.0
     if np.size(num_bytes) == 1 and np.size(size) == 1 and np.size(stride) == 1:  # a batch of one
         g, s, b = int(np.ravel(size)[0]), int(np.ravel(stride)[0]), float(np.ravel(num_bytes)[0])
         value = KINDS[kind](b, coll.group_link(cluster, g, s)) if g > 1 and b > 0 else 0.0
@@ -54,3 +54,23 @@ def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarr
         values[i] = fn(b, links[(g, s)])
     out[active] = values[inverse]
     return out
+
+
+KEPT_TIMES = 4096
+"""Most single-plan collective times :func:`_one` keeps per cluster (emptied when full)."""
+
+
+def _one(cluster: Cluster, kind: str, size: int, stride: int, num_bytes: float) -> float:
+    """One collective's seconds, kept on the cluster by (kind, group, stride, bytes): a function of the cluster's
+    tiers alone, as its group views are (:func:`plait.cost.collectives.group_link`); estimates of plans of one model
+    send the same messages over the same groups again."""
+    times = cluster.link_cache.get("times")
+    if times is None:
+        times = cluster.link_cache["times"] = {}
+    key = (kind, size, stride, num_bytes)
+    found = times.get(key)
+    if found is None:
+        if len(times) >= KEPT_TIMES:
+            times.clear()
+        found = times[key] = KINDS[kind](float(num_bytes), coll.group_link(cluster, size, stride))
+    return found  # type: ignore[no-any-return]

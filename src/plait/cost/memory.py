@@ -115,10 +115,11 @@ def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: 
 
 
 def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Inner, stage: np.ndarray,
-                 framework: EngineFacts) -> Columns:
+                 framework: EngineFacts, params: Columns | None = None) -> Columns:
     """Bytes per component on one GPU of ``stage``, plus ``total``, ``inflight`` and ``host_activations`` (what
-    activation swapping holds in host memory for this GPU, :mod:`plait.cost.swap`)."""
-    xp, params = cols.xp, stage_params(model, cols, inner, stage)
+    activation swapping holds in host memory for this GPU, :mod:`plait.cost.swap`); ``params``: the stage's
+    :func:`stage_params`, when the caller has them."""
+    xp, params = cols.xp, stage_params(model, cols, inner, stage) if params is None else params
     weight_bytes = param_bytes(cols)
     dense_group, expert_group = shard_groups(cols)
     total_params = params["dense"] + params["expert"]
@@ -145,8 +146,10 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
         "comm_buffers": buffers, "runtime_reserved": cols.full(eff.runtime_reserved_gib.value * GIB),
         "fragmentation": eff.allocator_overhead.value * (activations + buffers),
     }
-    out = {k: xp.column(v, len(cols)) for k, v in out.items()}
+    if not xp.scalar:  # one plan's are floats already
+        size, column = len(cols), xp.column
+        out, host = {k: column(v, size) for k, v in out.items()}, column(host, size)
     out["total"] = xp.total(out[k] for k in MEMORY_ITEMS)
     out["inflight"] = inflight
-    out["host_activations"] = xp.column(host, len(cols))
+    out["host_activations"] = host
     return out

@@ -121,5 +121,7 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
     bwd["tp_comm"] = bwd["tp_comm"] + first * inner.embedding_tp_bwd_s + last * inner.head_tp_bwd_s
     fwd["host"] = exposed_host_s(sum(fwd.values()), host_fwd, xp, asynchronous)  # the streams joined once per pass
     bwd["host"] = exposed_host_s(sum(bwd.values()), host_bwd, xp, asynchronous)
+    if xp.scalar:  # floats already (a bool or int factor times a float, added to 0.0)
+        return fwd, bwd
     size, column = len(cols), xp.column
     return {k: column(v, size) for k, v in fwd.items()}, {k: column(v, size) for k, v in bwd.items()}

@@ -112,7 +112,7 @@ def method_costs(model: ModelSpec | None, cluster: Cluster, sync: SyncMethod, co
     (:func:`plait.cost.memory.stage_params`; TP shards, norms replicated), which local SGD and DiLoCo average with
     the same rank of every other replica; the per-step methods send its local gradient tensors
     (:func:`_rank_shape_groups`), over the replicas ``tp * cp`` ranks apart (the cp ranks of a replica average
-    their gradients first: :func:`plait.cost.batch.cp_gradient_reduce_s`). ``busy``: the step's compute, which
+    their gradients first: :func:`plait.cost.method_rows.cp_gradient_reduce_s`). ``busy``: the step's compute, which
     Pipe-SGD's all-reduce runs behind (Li et al. 2018, Sec. 3; contention per byte moved,
     :func:`plait.cost.overlap.engaged_s`). Each method's formula, with what it overlaps (assumed from the runtime)
     and its sources, is in its family's module (:meth:`plait.sync.base.SyncMethod.step_costs`). ``named``: the rank's

@@ -207,6 +207,26 @@ def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str
     (:attr:`Plan.stage_sharding`) runs as its own uniform plan (:meth:`Plan.for_stage`) and is checked as one."""
     if not engine.unsupported and not engine.machines.get(machine or "", {}):
         return None
+    if cols is not None and cols.single is not plan:  # columns of another form of the plan: as they say
+        return _first_unsupported(plan, model, engine, machine, cols)
+    key = (id(model), id(engine), machine, plan)
+    found = _refusals.get(key)
+    if found is None:
+        if len(_refusals) >= _REFUSALS_SIZE:
+            del _refusals[next(iter(_refusals))]  # the oldest
+        found = _refusals[key] = (model, engine, _first_unsupported(plan, model, engine, machine, cols))
+    return found[2]
+
+
+_REFUSALS_SIZE = 1024
+_refusals: dict[tuple[object, ...], tuple[ModelSpec, Engine, str | None]] = {}
+""":func:`first_unsupported` of the last plans asked about, by the plan's value and the identity of the model and
+engine, which the entry holds (frozen: the same object is the same value, its id not reused while the entry lives):
+a function of these alone, asked again for a plan estimated again."""
+
+
+def _first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str | None,
+                       cols: PlanColumns | None) -> str | None:
     index = int(unsupported_index(cols if cols is not None else PlanColumns.one(plan), model, engine, machine))
     if index < 0:
         for stage in range(1, len(plan.stage_sharding)):

@@ -181,7 +181,8 @@ class Cluster:
     link_cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Network views of process groups by (size, stride), derived from the tiers alone and kept on first use
     (:func:`plait.cost.collectives.group_link`), and other back-ends' views of this cluster by ``("backend", name)``
-    (:func:`plait.engine.backends.with_backend`); not part of the description."""
+    (:func:`plait.engine.backends.with_backend`), and single-plan collective times under ``"times"``
+    (:func:`plait.cost.links.collective_s`); not part of the description."""
 
     @property
     def host_cores_per_gpu(self) -> float | None:

@@ -10,7 +10,7 @@ figure has no multiplier: estimates say so, and the planner's default search lea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -70,10 +70,12 @@ def table() -> dict[str, list[_Entry]]:
     return out
 
 
+@lru_cache(maxsize=512)
 def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     """The figure for ``method`` with ``replicas`` averaging replicas: the first entry
     whose setting had at least as many (more replicas drifting apart converge worse: Charles et al. 2025,
-    arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021)."""
+    arXiv 2503.09799, Table 4, DiLoCo's loss grows with M at every model size; Ortiz et al. 2021). Kept per
+    (method, replicas): frozen values, and every estimate asks."""
     spec = method.spec
     if method.asynchronous and replicas <= 1:
         return Convergence(1.0, "one worker: every update is fresh, sequential SGD (staleness 0)", "definition")

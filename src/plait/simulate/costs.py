@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from plait.cost.batch import Prepared, prepare, stage_pass, stage_sync
+from plait.cost.batch import Prepared, prepare, stage_class, stage_pass, stage_sync
 from plait.cost.dataparallel import kept_gathered
 from plait.cost.memory import stage_memory
-from plait.cost.params import stage_layer_counts
 from plait.cost.per_stage import boundary_p2p_s, stage_views
 from plait.job import Job
 from plait.plan.columns import PlanColumns
@@ -34,9 +33,10 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
     kept_uniform = bool(kept_gathered(prepared.cols, framework.pipeline_keeps_gathered)) if views is None else False
     for stage in range(plan.pp):  # each distinct stage (its layer counts and ends: stage_pass's key) costed once
         model_s, prepared_s = (model, prepared) if views is None else (views[stage].model, views[stage].prepared)
-        dense, moe = stage_layer_counts(model_s, plan.pp, stage, SCALAR)
-        key = (dense, moe, stage == 0, stage == plan.pp - 1, id(prepared_s))
+        kind = stage_class(model_s, prepared_s, stage)
+        key = (kind, id(prepared_s))
         if key not in distinct:
+            dense, moe = kind[0], kind[1]
             fwd, bwd = stage_pass(model_s, cluster, prepared_s, stage)
             sync = stage_sync(model_s, cluster, prepared_s, stage)
             kept = kept_uniform if views is None else bool(kept_gathered(prepared_s.cols,

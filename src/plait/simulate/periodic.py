@@ -164,6 +164,29 @@ def periodic_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
     return free, last_begin
 
 
+UNROLLED_OPS = 4096
+"""Most operations of a step whose composed order is kept written out (:func:`unrolled_order`): the small pipelines an
+estimate simulates (at most 192 chunk passes, :data:`plait.predict.estimate.SIMULATED_PASSES`) fit, a deep one's
+need not be held."""
+
+
+@lru_cache(maxsize=256)
+def unrolled_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...], int] | None:
+    """(:func:`_composed`'s order with its period written out ``n + 1`` times and every slot shifted where
+    :func:`periodic_sweep` shifts it, the slots it needs): the same entries in the same order, so the same times to
+    the bit, replayed in one loop without a call per period; None where the order is not composed or has more than
+    :data:`UNROLLED_OPS` operations."""
+    composed = _composed(schedule, p, m, v)
+    if composed is None:
+        return None
+    before, period, after, n, shift, size = composed
+    if len(before) + (n + 1) * len(period) + len(after) > UNROLLED_OPS:
+        return None
+    parts = [(before, 0), *((period, j * shift) for j in range(n + 1)), (after, n * shift)]
+    return tuple((r, d, wait + offset, fill + offset, hop, last)
+                 for entries, offset in parts for r, d, wait, fill, hop, last in entries), size
+
+
 def _replay(entries: tuple[_Entry, ...], offset: int, took: list[float], hops: tuple[float, float],
             arrival_s: list[float], free: list[float], last_begin: list[float]) -> None:
     """:func:`plait.simulate.pipeline._sweep`'s arithmetic over ``entries``, their slots shifted by ``offset``."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plait.simulate.periodic import periodic_sweep
+from plait.simulate.periodic import periodic_sweep, unrolled_order
 from plait.simulate.steady import steady_sweep
 from plait.simulate.sweep_order import _steps, _sweep_order
 
@@ -120,14 +120,18 @@ def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: 
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
-    sweep = steady_sweep if extrapolate else periodic_sweep  # a deep pipeline: its order from a short one's
-    periodic = sweep(c.schedule, p, c.m, c.v, took, hops)
-    if periodic is not None:
-        return periodic[0], list(zip(periodic[1], periodic[0], strict=True))
-    arrival_s = [0.0] * (2 * c.m * p * c.v + 2)
+    unrolled = unrolled_order(c.schedule, p, c.m, c.v)  # a small pipeline's short-run order, written out
+    if unrolled is None:  # a deep one's: its period replayed, or its steady state extrapolated
+        sweep = steady_sweep if extrapolate else periodic_sweep
+        periodic = sweep(c.schedule, p, c.m, c.v, took, hops)
+        if periodic is not None:
+            return periodic[0], list(zip(periodic[1], periodic[0], strict=True))
+    steps, slots = unrolled if unrolled is not None else (_sweep_order(c.schedule, p, c.m, c.v),
+                                                          2 * c.m * p * c.v + 2)
+    arrival_s = [0.0] * slots
     free = [0.0] * p
     last_begin = [0.0] * p
-    for r, duration, wait, fill, hop, last in _sweep_order(c.schedule, p, c.m, c.v):
+    for r, duration, wait, fill, hop, last in steps:
         begin = free[r]
         arrival = arrival_s[wait]
         if arrival > begin:
@@ -184,12 +188,12 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
     if reduce > 0:
         n = max(c.buckets[r], 1)
         if c.overlap_grad_reduce:
-            comm = begin
+            comm, span, share = begin, end - begin, reduce / n
             for k in range(n):  # bucket k is ready once the last backward has passed k+1 of n layers
-                ready_at = begin + (end - begin) * (k + 1) / n
-                comm = (comm if comm >= ready_at else ready_at) + reduce / n
+                ready_at = begin + span * (k + 1) / n
+                comm = (comm if comm >= ready_at else ready_at) + share
                 if timeline.record:
-                    timeline.add(r, "comm", "dp-reduce", comm - reduce / n, comm)
+                    timeline.add(r, "comm", "dp-reduce", comm - share, comm)
         else:
             timeline.add(r, "comm", "dp-reduce", end, end + reduce)
             comm = end + reduce

@@ -19,6 +19,7 @@ after the up-projection (the compressed-KV trick only pays off at inference).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from plait.errors import ConfigError
@@ -351,18 +352,24 @@ class ModelSpec:
 
     def total_params(self) -> int:
         """All parameters."""
-        layers = self.num_dense_layers * self.layer_params(False)
-        if self.moe:
-            layers += self.num_moe_layers * self.layer_params(True)
-        return self.embedding_params() + layers + self.output_params()
+        return self._param_totals[0]
 
     def active_params(self) -> int:
         """Parameters touched per token (equals :meth:`total_params` for dense models)."""
+        return self._param_totals[1]
+
+    @cached_property
+    def _param_totals(self) -> tuple[int, int]:
+        """(all, active) parameters, counted once per model (a frozen value; every estimate asks for both)."""
+        layers = self.num_dense_layers * self.layer_params(False)
+        if self.moe:
+            layers += self.num_moe_layers * self.layer_params(True)
+        total = self.embedding_params() + layers + self.output_params()
         if not self.moe:
-            return self.total_params()
+            return total, total
         dense = self.num_dense_layers * self.layer_params(False)
         moe = self.num_moe_layers * (2 * self.norm_params() + self.attention_params() + self.moe_layer_active_mlp_params())
-        return self.embedding_params() + dense + moe + self.output_params()
+        return total, self.embedding_params() + dense + moe + self.output_params()
 
 
 MAX_SIZE = 2**31 - 1
