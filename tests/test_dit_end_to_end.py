@@ -185,6 +185,7 @@ def test_step_caching_skips_all_blocks_but_the_first_on_its_hits() -> None:
     ("cache_skip = 1.0", "cache_skip=1.0 must be in [0, 1)"),
     ("frames = 0", "frames=0"),
     ("height = 100", "height=100 must be a positive multiple of vae_downsample x patch = 16"),
+    ('output = "png"', "output='png' must be one of pil, tensor"),
 ])
 def test_bad_jobs_are_one_line(tmp_path: Path, text: str, rule: str) -> None:
     path = tmp_path / "bad.toml"

@@ -204,6 +204,9 @@ class DitJob:
     cache_skip: float = 0.0
     """Step caching (first-block cache / TeaCache): the fraction of steps whose blocks after the first are skipped
     (:mod:`plait.workloads.dit.pipeline`); 0: every step runs every block."""
+    output: Literal["pil", "tensor"] = "pil"
+    """What the pipeline call hands back: ``pil``, PIL images (diffusers' default ``output_type``), converted on the
+    host (:func:`plait.workloads.dit.pipeline.postprocess_s`); ``tensor``, the decoded tensor or array as it is."""
 
     @property
     def pixels_high(self) -> int:

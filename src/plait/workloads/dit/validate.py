@@ -52,6 +52,19 @@ passes none and the pipeline's default is read:
   pipelines/mochi/pipeline_mochi.py as added (huggingface/diffusers@3f329a426a, 2024-11-05, lines 209-210 and 481);
   64 steps came with @128b96f369 (2024-12-17, 'Fix Mochi Quality Issues')."""
 
+TENSOR_OUTPUT = {"XDIT_DOC_HUNYUANVIDEO", "MOCHI_XDIT_L40"}
+"""Sources whose timed call hands back the decoded tensor or array, not PIL images (``DitJob.output = "tensor"``):
+
+- HunyuanVideo's official ``hyvideo/inference.py`` (Tencent/HunyuanVideo@fa14b001, lines 647-670) times its
+  pipeline, which ends ``image = image.cpu().float()`` (``pipeline_hunyuan_video.py`` line 1092) whatever
+  ``output_type``;
+- mochi-xdit's ``demos/cli.py`` (xdit-project/mochi-xdit@5f27f34d, lines 110-116) gets a float32 numpy array from
+  genmo's pipeline.
+
+Every other source runs a diffusers pipeline at its default ``output_type="pil"`` (xDiT's examples pass
+``input_config.output_type``, whose default is ``"pil"``: xfuser/config/args.py; ParaAttention's README examples
+pass none)."""
+
 COLUMNS = ("source_id", "model", "resolution", "steps", "batch", "gpu", "gpus", "parallel", "measured_latency_s",
            "notes")
 """The columns a row's prediction reads (the parallel degrees may follow; ``plait/validate/data/dit_latency.md``)."""
@@ -90,7 +103,8 @@ def predict_row(row: Record) -> ClassicResult:
     frames = int(sides[2]) if len(sides) == 3 else 1
     steps = row.count("steps") if row.get("steps") else default_steps or job.steps
     job = replace(job, resolution=width, height=0 if height == width else height, frames=frames, steps=steps,
-                  batch=row.count("batch", default=1), compiled=compiled == "compile=yes")
+                  batch=row.count("batch", default=1), compiled=compiled == "compile=yes",
+                  output="tensor" if row["source_id"] in TENSOR_OUTPUT else "pil")
     check_dit(spec, job, row.where)
     plan = DitPlan(cfg=_degree(row, "cfg"), ulysses=_degree(row, "ulysses"), ring=_degree(row, "ring"),
                    pipefusion=_degree(row, "pipefusion"), tp=_degree(row, "tp"))
