@@ -47,9 +47,10 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.host import issue_s
 from plait.hardware.cluster import Cluster
 from plait.hardware.host_postprocess import POSTPROCESS_NS_PER_VALUE
-from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decode_s, vae_decoder
+from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decoder
 from plait.workloads.dit.cost import DitEstimate, DitPlan
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
+from plait.workloads.dit.vae_tiling import tiled_vae_decode_s
 
 GEMMS_PER_BLOCK = {"dit": 7, "pixart": 10, "mmdit": 14, "joint": 8, "linear": 11}
 """GEMM (library) calls of one block in diffusers' forward code: Q, K and V projections, the attention's output and the
@@ -88,7 +89,8 @@ class EndToEnd:
     denoise_s: float
     """All steps: the device's (the estimate's latency) and the host's, less the cached steps' skipped blocks."""
     vae_decode_s: float
-    """The VAE decoder, once per output, on one GPU."""
+    """The VAE decoder, once per output, on one GPU (in tiles where the job says so:
+    :mod:`plait.workloads.dit.vae_tiling`)."""
     postprocess_s: float = 0.0
     """The decoded pixels copied to the host and converted to PIL images (:func:`postprocess_s`)."""
 
@@ -130,7 +132,8 @@ def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, esti
     pointwise = 0.0 if job.compiled else pointwise_step_s(spec, job, plan, cluster)
     kept = 1.0 - job.cache_skip * (spec.attention_layers - 1) / spec.attention_layers
     denoise = kept * (estimate.latency_s + job.steps * (host + pointwise))
-    vae = job.batch * vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames, acc) \
+    vae = job.batch * tiled_vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames,
+                                         spec.vae_downsample, job.vae_tile_px, job.vae_tile_stride_px, acc) \
         if spec.vae else 0.0
     return EndToEnd(text_encode_s=text, host_step_s=host, pointwise_step_s=pointwise, denoise_s=denoise,
                     vae_decode_s=vae, postprocess_s=postprocess_s(spec, job, cluster))
