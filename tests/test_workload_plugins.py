@@ -151,7 +151,7 @@ def test_the_readers_defaults_are_the_descriptions_own() -> None:
                    "text_encoders": (), "vae": "", "eager_kernels": 0, "eager_kernels_single": 0,
                    "side_attention_every": 0, "side_attention_width": 0}
     assert DitJob() == DitJob(resolution=1024, steps=50, batch=1, cfg=True, height=0, frames=1, compiled=False,
-                              cache_skip=0.0)
+                              cache_skip=0.0, vae_tile_px=0, vae_tile_stride_px=0, output="pil")
     assert {f.name for f in dataclasses.fields(GraphStats) if f.default is not dataclasses.MISSING} == {
         "degree_exponent", "out_degree_exponent"}  # 0.0: an undirected graph
     assert {f.name for f in dataclasses.fields(GnnModel) if f.default is not dataclasses.MISSING} == {"kind", "heads",

@@ -204,6 +204,14 @@ class DitJob:
     cache_skip: float = 0.0
     """Step caching (first-block cache / TeaCache): the fraction of steps whose blocks after the first are skipped
     (:mod:`plait.workloads.dit.pipeline`); 0: every step runs every block."""
+    vae_tile_px: int = 0
+    """The VAE decodes in overlapping tiles of this many pixels a side (diffusers' ``enable_vae_tiling``:
+    ``tile_sample_min_height``/``_width``; :mod:`plait.workloads.dit.vae_tiling`); 0: the whole latent at once."""
+    vae_tile_stride_px: int = 0
+    """Pixels between the starts of neighbouring tiles (``tile_sample_stride_*``); ``<= vae_tile_px``."""
+    output: Literal["pil", "tensor"] = "pil"
+    """What the pipeline call hands back: ``pil``, PIL images (diffusers' default ``output_type``), converted on the
+    host (:func:`plait.workloads.dit.pipeline.postprocess_s`); ``tensor``, the decoded tensor or array as it is."""
 
     @property
     def pixels_high(self) -> int:
@@ -269,6 +277,11 @@ def check_dit(spec: DitSpec, job: DitJob, where: str) -> None:
                           f"vae_temporal={spec.vae_temporal} must be >= 1")
     if not 0.0 <= job.cache_skip < 1.0:
         raise ConfigError(f"{where}: cache_skip={job.cache_skip} must be in [0, 1)")
+    if job.vae_tile_px and not 0 < job.vae_tile_stride_px <= job.vae_tile_px or job.vae_tile_px < 0 or (
+            job.vae_tile_px % spec.vae_downsample or job.vae_tile_stride_px % spec.vae_downsample):
+        raise ConfigError(f"{where}: vae_tile_px={job.vae_tile_px} and vae_tile_stride_px={job.vae_tile_stride_px} "
+                          f"must be multiples of vae_downsample={spec.vae_downsample} with 0 < stride <= tile "
+                          "(or both 0: untiled)")
     if spec.side_attention_every < 0 or spec.side_attention_width < 0 or (
             spec.side_attention_every > 0) != (spec.side_attention_width > 0):
         raise ConfigError(f"{where}: side_attention_every={spec.side_attention_every} and side_attention_width="

@@ -27,6 +27,10 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   bandwidth (the roofline of a streaming kernel: Williams et al., CACM 2009): ``eager_kernels - 2 (GEMMs + 1)``
   more kernels than a compiled block, whose fused kernels number one per GEMM or attention call. In an mmdit
   double-stream block half of them act on the image stream and half on the text's.
+- **Pixels to PIL images.** diffusers' pipelines hand back PIL images by default (``output_type="pil"``): the decoded
+  image (each video frame) is copied to the host in the VAE's dtype and converted there on one CPU thread
+  (``VaeImageProcessor.postprocess``: :mod:`plait.hardware.host_postprocess`), once per output, inside the timed call:
+  a part no number of GPUs shortens. A job whose pipeline returns the tensor (``output = "tensor"``) skips it.
 - **Step caching** (first-block cache: ParaAttention, README 'First Block Cache'; TeaCache: Liu et al., arXiv
   2411.19108, Sec. 3): each step runs the first block, compares its output residual with the previous step's, and on
   a hit reuses the cached residual of the remaining blocks. ``cache_skip`` is the fraction of steps that hit, which
@@ -42,9 +46,11 @@ from dataclasses import dataclass
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.host import issue_s
 from plait.hardware.cluster import Cluster
-from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decode_s, vae_decoder
+from plait.hardware.host_postprocess import POSTPROCESS_NS_PER_VALUE
+from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decoder
 from plait.workloads.dit.cost import DitEstimate, DitPlan
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
+from plait.workloads.dit.vae_tiling import tiled_vae_decode_s
 
 GEMMS_PER_BLOCK = {"dit": 7, "pixart": 10, "mmdit": 14, "joint": 8, "linear": 11}
 """GEMM (library) calls of one block in diffusers' forward code: Q, K and V projections, the attention's output and the
@@ -83,11 +89,14 @@ class EndToEnd:
     denoise_s: float
     """All steps: the device's (the estimate's latency) and the host's, less the cached steps' skipped blocks."""
     vae_decode_s: float
-    """The VAE decoder, once per output, on one GPU."""
+    """The VAE decoder, once per output, on one GPU (in tiles where the job says so:
+    :mod:`plait.workloads.dit.vae_tiling`)."""
+    postprocess_s: float = 0.0
+    """The decoded pixels copied to the host and converted to PIL images (:func:`postprocess_s`)."""
 
     @property
     def total_s(self) -> float:
-        return self.text_encode_s + self.denoise_s + self.vae_decode_s
+        return self.text_encode_s + self.denoise_s + self.vae_decode_s + self.postprocess_s
 
 
 def step_kernels(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
@@ -123,10 +132,28 @@ def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, esti
     pointwise = 0.0 if job.compiled else pointwise_step_s(spec, job, plan, cluster)
     kept = 1.0 - job.cache_skip * (spec.attention_layers - 1) / spec.attention_layers
     denoise = kept * (estimate.latency_s + job.steps * (host + pointwise))
-    vae = job.batch * vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames, acc) \
+    vae = job.batch * tiled_vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames,
+                                         spec.vae_downsample, job.vae_tile_px, job.vae_tile_stride_px, acc) \
         if spec.vae else 0.0
     return EndToEnd(text_encode_s=text, host_step_s=host, pointwise_step_s=pointwise, denoise_s=denoise,
-                    vae_decode_s=vae)
+                    vae_decode_s=vae, postprocess_s=postprocess_s(spec, job, cluster))
+
+
+RGB_CHANNELS = 3
+"""Values per output pixel: the VAEs decode to RGB (``out_channels = 3``, the default of diffusers' ``AutoencoderKL``,
+``AutoencoderDC`` and the video autoencoders, which the checkpoints here keep)."""
+
+
+def postprocess_s(spec: DitSpec, job: DitJob, cluster: Cluster) -> float:
+    """The host's part of handing back PIL images (module docstring): the decoded output's ``3 x width x height x
+    frames x batch`` values copied over the host link in the VAE's dtype (``ACT_BYTES``), then converted on the host
+    at :data:`plait.hardware.host_postprocess.POSTPROCESS_NS_PER_VALUE` each. 0 for ``output = "tensor"`` or a
+    model without a VAE."""
+    if job.output != "pil" or not spec.vae:
+        return 0.0
+    values = RGB_CHANNELS * job.resolution * job.pixels_high * job.frames * job.batch
+    copy_s = values * ACT_BYTES / (cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9)
+    return copy_s + values * POSTPROCESS_NS_PER_VALUE.value * 1e-9
 
 
 def pointwise_step_s(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) -> float:

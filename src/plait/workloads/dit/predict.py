@@ -54,7 +54,8 @@ class DitPrediction:
                 "memory_bytes": est.memory_bytes, "weight_bytes": est.weight_bytes, "buffer_bytes": est.buffer_bytes,
                 "frames": self.job.frames, "compiled": self.job.compiled, "cache_skip": self.job.cache_skip,
                 "text_encode_s": self.end_to_end.text_encode_s, "host_step_s": self.end_to_end.host_step_s,
-                "vae_decode_s": self.end_to_end.vae_decode_s, "end_to_end_s": self.end_to_end.total_s}
+                "vae_decode_s": self.end_to_end.vae_decode_s, "postprocess_s": self.end_to_end.postprocess_s,
+                "end_to_end_s": self.end_to_end.total_s}
 
 
 def predict_dit(spec: DitSpec, job: DitJob, hardware: Cluster, plan: DitPlan) -> DitPrediction:

@@ -52,6 +52,31 @@ passes none and the pipeline's default is read:
   pipelines/mochi/pipeline_mochi.py as added (huggingface/diffusers@3f329a426a, 2024-11-05, lines 209-210 and 481);
   64 steps came with @128b96f369 (2024-12-17, 'Fix Mochi Quality Issues')."""
 
+VAE_TILING = {("PARAATTN_README_A100", "Mochi-1-preview"): (256, 192)}
+"""(source, model) -> (tile, stride) pixels of the tiled VAE decode its timed example turns on with diffusers'
+tiling (:mod:`plait.workloads.dit.vae_tiling`); every other row decodes whole:
+
+- ParaAttention's Mochi example calls ``pipe.enable_vae_tiling()`` (README @cf7ec43, line 129, the commit that
+  published the numbers), which keeps ``AutoencoderKLMochi``'s defaults, ``tile_sample_min_height = _width = 256``
+  and ``tile_sample_stride_height = _width = 192`` (diffusers@3f329a426a, autoencoder_kl_mochi.py lines 814-819).
+- Not here, with the reason: xDiT's Sana example tiles its DC-AE decode at 1024 px (stride 448) at the table's
+  commit, but that decode, ~4.5x the whole one, would exceed the whole measured latency of its 8-GPU rows
+  (``dit_latency.md``); HunyuanVideo's official script tiles with its own VAE in space and time
+  (``hyvideo/config.py`` ``vae_tiling``), a temporal tiling this module does not cost."""
+
+TENSOR_OUTPUT = {"XDIT_DOC_HUNYUANVIDEO", "MOCHI_XDIT_L40"}
+"""Sources whose timed call hands back the decoded tensor or array, not PIL images (``DitJob.output = "tensor"``):
+
+- HunyuanVideo's official ``hyvideo/inference.py`` (Tencent/HunyuanVideo@fa14b001, lines 647-670) times its
+  pipeline, which ends ``image = image.cpu().float()`` (``pipeline_hunyuan_video.py`` line 1092) whatever
+  ``output_type``;
+- mochi-xdit's ``demos/cli.py`` (xdit-project/mochi-xdit@5f27f34d, lines 110-116) gets a float32 numpy array from
+  genmo's pipeline.
+
+Every other source runs a diffusers pipeline at its default ``output_type="pil"`` (xDiT's examples pass
+``input_config.output_type``, whose default is ``"pil"``: xfuser/config/args.py; ParaAttention's README examples
+pass none)."""
+
 COLUMNS = ("source_id", "model", "resolution", "steps", "batch", "gpu", "gpus", "parallel", "measured_latency_s",
            "notes")
 """The columns a row's prediction reads (the parallel degrees may follow; ``plait/validate/data/dit_latency.md``)."""
@@ -90,7 +115,10 @@ def predict_row(row: Record) -> ClassicResult:
     frames = int(sides[2]) if len(sides) == 3 else 1
     steps = row.count("steps") if row.get("steps") else default_steps or job.steps
     job = replace(job, resolution=width, height=0 if height == width else height, frames=frames, steps=steps,
-                  batch=row.count("batch", default=1), compiled=compiled == "compile=yes")
+                  batch=row.count("batch", default=1), compiled=compiled == "compile=yes",
+                  output="tensor" if row["source_id"] in TENSOR_OUTPUT else "pil")
+    tile, stride = VAE_TILING.get((row["source_id"], row["model"]), (0, 0))
+    job = replace(job, vae_tile_px=tile, vae_tile_stride_px=stride)
     check_dit(spec, job, row.where)
     plan = DitPlan(cfg=_degree(row, "cfg"), ulysses=_degree(row, "ulysses"), ring=_degree(row, "ring"),
                    pipefusion=_degree(row, "pipefusion"), tp=_degree(row, "tp"))
