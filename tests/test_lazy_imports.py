@@ -15,12 +15,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.workloads.dlrm.", "plait.workloads.glm.",
              "plait.workloads.federated.", "plait.cli.mixed", "plait.predict.mixed", "plait.hardware.mixed",
              "plait.hardware.mixed_catalog", "plait.plan.mixed", "plait.plan.io", "plait.workload.hf_config",
-             "plait.cost.servers", "plait.cost.async_sgd", "plait.cost.gossip", "plait.cost.site_sync", "plait.events")
+             "plait.cost.servers", "plait.cost.async_sgd", "plait.cost.gossip", "plait.cost.site_sync", "plait.events",
+             *(f"plait.sync.{family}" for family in ("asynchronous", "crossbow", "gossip", "half", "periodic", "powersgd",
+                                                     "servers", "site_quantize", "site_topk", "sparse")))
 """Modules (and their submodules) a transformer's ``plait estimate`` has no use for. Of the other workload kinds only
 the registry's descriptors load (``plait.workloads.gnn`` itself: how a file is recognised and which options are the
 kind's, which the transformer kind refuses), never their models, costs or searches (a trailing dot: submodules).
 An all-reducing plan named by options needs neither the parameter-server, gossip, asynchronous or per-site costs
-(nor the event simulation of asynchronous SGD), nor the plan-file and Hugging Face config readers."""
+(nor the event simulation of asynchronous SGD) nor the other methods' classes, nor the plan-file and Hugging Face
+config readers."""
 TABLES_ONLY = ("rich",)
 """What only the tables need: ``--json`` prints without it."""
 

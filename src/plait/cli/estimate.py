@@ -45,7 +45,6 @@ from plait.cli.options import (
     TpOption,
     VppOption,
 )
-from plait.cli.output import print_json
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.plan.defaults import GLOBAL_BATCH, layout_plan
@@ -152,6 +151,8 @@ def estimate_command(
 def _show_estimate(result: Estimate, as_json: bool, train_tokens: float, extra: dict[str, Any] | None = None) -> None:
     """The estimate as JSON (with its goodput under failures, and ``extra`` keys) or as tables."""
     if as_json:
+        from plait.cli.output import print_json  # the JSON writer, as rich for tables: loaded for its format
+
         out = result.to_dict(train_tokens)
         failures = goodput(result)
         out["goodput"] = {**asdict(failures),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from plait.cost.batch import prepare, stage_sync
 from plait.cost.memory import param_bytes
@@ -29,10 +30,13 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.sync import Gossip, ParamServer, SyncMethod
-from plait.sync.asynchronous import Asynchronous
+from plait.sync import SyncMethod
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
+
+if TYPE_CHECKING:
+    from plait.sync import Gossip, ParamServer
+    from plait.sync.asynchronous import Asynchronous
 
 # Each point-to-point method's own module (plait.cost.servers, async_sgd with its event simulation, plait.plan.gossip
 # and factors) is imported in the :class:`_Crossing` hook that asks it: a plan that all-reduces never loads them.

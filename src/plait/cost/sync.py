@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -33,12 +33,15 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.keys import distinct_rows
 from plait.plan.partial import step_elements
-from plait.sync import MODELLED, Gossip, ParamServer, SiteQuantize, SiteTopK, SwitchAggregation, SyncMethod
-from plait.sync.asynchronous import Asynchronous
+from plait.sync import MODELLED, SyncMethod
 from plait.sync.base import GRAD_BYTES as GRAD_BYTES  # fp32 gradients and parameters; plait.cost.egress
 from plait.sync.hooks import Costs
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
+
+if TYPE_CHECKING:
+    from plait.sync import Gossip, ParamServer, SiteQuantize, SiteTopK, SwitchAggregation
+    from plait.sync.asynchronous import Asynchronous
 
 # The point-to-point and per-site methods' modules (plait.cost.servers, gossip, async_sgd with its event
 # simulation, site_sync) are imported in the hooks that price them: a plan that all-reduces never loads them.
