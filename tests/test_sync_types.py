@@ -28,6 +28,7 @@ EXAMPLES = ["allreduce", "bf16", "fp16", "powersgd:rank=4", "topk:ratio=0.01", "
 
 def test_every_method_reads_back_its_own_spec_and_compares_by_value() -> None:
     assert sorted(parse(text).name for text in EXAMPLES) == sorted(METHODS)
+    assert all(cls.name == name for name, cls in METHODS.items())  # the registry's table names each class's own
     for text in EXAMPLES:
         method = parse(text)
         again = parse(method.spec)

@@ -45,13 +45,10 @@ from plait.cli.options import (
     TpOption,
     VppOption,
 )
-from plait.cli.output import print_json
-from plait.cli.render import print_estimate
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.plan.defaults import GLOBAL_BATCH, layout_plan
 from plait.predict.goodput import goodput
-from plait.terminal import rich_console
 from plait.workloads import Workload, load, refuse_engine, refuse_foreign_options
 
 if TYPE_CHECKING:
@@ -135,6 +132,8 @@ def estimate_command(
         result, found = price_with_what_if(workload, options)
         _show_estimate(result, as_json, train_tokens, {"what_if": what_if_json(found)})
         if not as_json:
+            from plait.terminal import rich_console
+
             rich_console().print(what_if_line(found))
         return
     result = workload.kind.price(workload, options)
@@ -144,18 +143,25 @@ def estimate_command(
     own = workload.kind.price(workload, {**options, "backend": None})
     _show_estimate(result, as_json, train_tokens, {"backend": backend_json(backend, result, own)})
     if not as_json:
+        from plait.terminal import rich_console
+
         rich_console().print(backend_line(backend, result, own))
 
 
 def _show_estimate(result: Estimate, as_json: bool, train_tokens: float, extra: dict[str, Any] | None = None) -> None:
     """The estimate as JSON (with its goodput under failures, and ``extra`` keys) or as tables."""
     if as_json:
+        from plait.cli.output import print_json  # the JSON writer, as rich for tables: loaded for its format
+
         out = result.to_dict(train_tokens)
         failures = goodput(result)
         out["goodput"] = {**asdict(failures),
                           "days_with_failures": failures.time_to_train_s(result.time_to_train_s(train_tokens)) / 86400}
         print_json({**out, **(extra or {})})
-    else:
+    else:  # rich (tables) loads only here and where a line is printed: --json has no use for it
+        from plait.cli.render import print_estimate
+        from plait.terminal import rich_console
+
         print_estimate(rich_console(), result, train_tokens)
 
 

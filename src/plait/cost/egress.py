@@ -19,25 +19,27 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from plait.cost.async_sgd import worker_bytes
 from plait.cost.batch import prepare, stage_sync
 from plait.cost.memory import param_bytes
 from plait.cost.params import stage_layer_counts
-from plait.cost.servers import factored_tensors, server_loads, server_sent_bytes
 from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.factors import factor_elements
-from plait.plan.gossip import period as gossip_period
-from plait.plan.gossip import targets as gossip_targets
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.sync import Gossip, ParamServer, SyncMethod
-from plait.sync.asynchronous import Asynchronous
+from plait.sync import SyncMethod
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
+
+if TYPE_CHECKING:
+    from plait.sync import Gossip, ParamServer
+    from plait.sync.asynchronous import Asynchronous
+
+# Each point-to-point method's own module (plait.cost.servers, async_sgd with its event simulation, plait.plan.gossip
+# and factors) is imported in the :class:`_Crossing` hook that asks it: a plan that all-reduces never loads them.
 
 
 def sites_spanned(cluster: Cluster, size: int, stride: int) -> int:
@@ -146,6 +148,9 @@ class _Crossing:
         return sum(math.prod(s) for _, s in self.named)
 
     def gossip_bytes(self, method: Gossip) -> float:
+        from plait.plan.gossip import period as gossip_period
+        from plait.plan.gossip import targets as gossip_targets
+
         n, where = self.plan.dp, self.where
         topology, peers = method.topology, method.peers
         steps = gossip_period(topology, n, peers)
@@ -154,6 +159,9 @@ class _Crossing:
         return crossing * GRAD_BYTES * self.elements * self.plan.tp
 
     def server_bytes(self, method: ParamServer) -> float:
+        from plait.cost.servers import factored_tensors, server_loads, server_sent_bytes
+        from plait.plan.factors import factor_elements
+
         n, tp, where, named = self.plan.dp, self.plan.tp, self.where, self.named
         if method.on_cpus:  # server ranks taken to sit in the first site
             return tp * 2 * sum(w != 0 for w in where) * server_sent_bytes(method, named, 0, n)
@@ -166,5 +174,7 @@ class _Crossing:
         return total + tp * GRAD_BYTES * factors * sum(n - in_site[w] for w in where)
 
     def worker_bytes(self, method: Asynchronous) -> float:
+        from plait.cost.async_sgd import worker_bytes
+
         crossing = sum(w != 0 for w in self.where)  # server ranks taken to sit in the first site
         return self.plan.tp * 2 * crossing * worker_bytes(method, self.elements)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from plait.cost.energy import StepEnergy, step_energy
 from plait.plan.convergence import Convergence, averaging_replicas, convergence
-from plait.plan.gossip import spectral_gap
 from plait.plan.plan import Plan
 from plait.sync import AllReduce
 
@@ -247,6 +246,7 @@ class Estimate:
         graph = self.plan.dp_sync.graph()
         if graph is None:
             return None
+        from plait.plan.gossip import spectral_gap  # gossip only: with the random graphs' sampler
 
         replicas = averaging_replicas(self.plan.dp, self.plan.dp_replicate, self.plan.sharding)
         topology, peers = graph

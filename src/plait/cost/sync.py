@@ -18,11 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from plait.cost import async_sgd, gossip, servers, site_sync
 from plait.cost.compute import fp32_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import optimizer_step_s
 from plait.cost.links import collective_s
@@ -34,12 +33,18 @@ from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.keys import distinct_rows
 from plait.plan.partial import step_elements
-from plait.sync import MODELLED, Gossip, ParamServer, SiteQuantize, SiteTopK, SwitchAggregation, SyncMethod
-from plait.sync.asynchronous import Asynchronous
+from plait.sync import MODELLED, SyncMethod
 from plait.sync.base import GRAD_BYTES as GRAD_BYTES  # fp32 gradients and parameters; plait.cost.egress
 from plait.sync.hooks import Costs
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
+
+if TYPE_CHECKING:
+    from plait.sync import Gossip, ParamServer, SiteQuantize, SiteTopK, SwitchAggregation
+    from plait.sync.asynchronous import Asynchronous
+
+# The point-to-point and per-site methods' modules (plait.cost.servers, gossip, async_sgd with its event
+# simulation, site_sync) are imported in the hooks that price them: a plan that all-reduces never loads them.
 
 
 def payload_bytes(sync: SyncMethod, named: list[tuple[str, Shape]], step: int | None = None, rank: int = 0,
@@ -75,15 +80,23 @@ class _Tally:
         return step_elements(self.named, every, self.step)
 
     def server_bytes(self, method: ParamServer) -> float:
+        from plait.cost import servers
+
         return float(servers.server_sent_bytes(method, self.named, self.rank, self.replicas, self.tokens))
 
     def switch_bytes(self, method: SwitchAggregation) -> float:
+        from plait.cost import servers
+
         return float(servers.switch_sent_bytes(method, self.named, self.rank, self.replicas))
 
     def gossip_bytes(self, method: Gossip) -> float:
+        from plait.cost import gossip
+
         return gossip.sent_bytes(method, self.elements, self.rank, self.replicas, self.step)
 
     def worker_bytes(self, method: Asynchronous) -> float:
+        from plait.cost import async_sgd
+
         return async_sgd.worker_bytes(method, self.elements, self.step)
 
 
@@ -199,13 +212,19 @@ class Prices:
         return self._spread(lambda held: costs([shape for _, shape in held]))
 
     def site_costs(self, method: SiteTopK | SiteQuantize) -> Costs:
+        from plait.cost import site_sync
+
         return self._spread(lambda held: site_sync.site_costs(
             self.cluster, method, self.cols, sum(math.prod(s) for _, s in held), self.memory_bytes_per_s))
 
     def server_costs(self, method: ParamServer) -> Costs:
+        from plait.cost import servers
+
         return self._spread(lambda held: servers.server_costs(self.cluster, method, self.cols, held))
 
     def switch_costs(self, method: SwitchAggregation) -> Costs:
+        from plait.cost import servers
+
         return self._spread(lambda held: servers.switch_costs(self.cluster, method, self.cols, held))
 
     def _spread(self, costs: Any) -> Costs:
@@ -219,12 +238,16 @@ class Prices:
         return over, shown, extra
 
     def gossip_costs(self, method: Gossip) -> Costs:
+        from plait.cost import gossip
+
         group, stride, local = self.averaging_group()  # neighbours exchange copies instead (plait.cost.gossip)
         return gossip.gossip_costs(self.cluster, method, self.cols, group, stride, local / GRAD_BYTES, self.busy)
 
     def async_costs(self, method: Asynchronous) -> Costs:
         """Closed-network bounds (:mod:`plait.cost.async_sgd`), with the rank's tensor count (the runtime's
         per-tensor host work, :mod:`plait.cost.async_host`)."""
+        from plait.cost import async_sgd
+
         elements = self.params["dense"] + self.params["expert"]
         return self._spread(lambda held: async_sgd.async_costs(self.cluster, method, self.cols, elements, self.busy,
                                                                len(held)))

@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 
 from plait.packaged import packaged_toml
-from plait.plan.async_convergence import derived_multiplier
-from plait.plan.gossip_convergence import derived_multiplier as gossip_multiplier
 from plait.plan.keys import distinct_rows
 from plait.sync import SyncMethod, parse
 
@@ -60,9 +58,18 @@ class _Entry:
 @cache
 def table() -> dict[str, list[_Entry]]:
     """Canonical spec -> its figures in ``data/convergence.toml`` order."""
+    return _table_of(None)
+
+
+@cache
+def _table_of(name: str | None) -> dict[str, list[_Entry]]:
+    """:func:`table`'s entries of the method called ``name`` (``None``: every method), parsing only their specs: a
+    method's module loads when a spec names it (:mod:`plait.sync.registry`), and an all-reduce names no other."""
     raw = packaged_toml("plait.plan", "data", "convergence.toml")
     out: dict[str, list[_Entry]] = {}
     for entry in raw["entry"]:
+        if name is not None and entry["spec"].partition(":")[0].strip() != name:
+            continue
         figure = Convergence(float(entry["multiplier"]), entry["source"], entry["basis"])
         key = entry["spec"] if entry.get("any_parameters") else parse(entry["spec"]).spec
         out.setdefault(key, []).append(_Entry(figure, entry.get("replicas"), bool(entry.get("any_parameters")),
@@ -79,10 +86,12 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
     spec = method.spec
     if method.asynchronous and replicas <= 1:
         return Convergence(1.0, "one worker: every update is fresh, sequential SGD (staleness 0)", "definition")
-    for entry in (*table().get(spec, ()), *table().get(method.name, ())):
+    for entry in (*_table_of(method.name).get(spec, ()), *_table_of(method.name).get(method.name, ())):
         if entry.replicas is None or replicas <= entry.replicas:
             return entry.figure
     if method.graph() is not None:  # gossip: scaled from the measured four-replica figure by the consensus rates
+        from plait.plan.gossip_convergence import derived_multiplier as gossip_multiplier  # gossip only
+
         multiplier, source = gossip_multiplier(method, replicas, _measured())
         if multiplier is not None:
             return Convergence(multiplier, source, "derived")
@@ -94,6 +103,8 @@ def convergence(method: SyncMethod, replicas: int = 2) -> Convergence:
                                                   f"(plait.sync.{type(method).__name__}.convergence_proxy): "
                                                   f"{figure.source}", figure.basis)
     if method.asynchronous:  # scaled from the measured two-replica figures by the asynchronous-SGD bound
+        from plait.plan.async_convergence import derived_multiplier  # asynchronous methods only
+
         multiplier, source = derived_multiplier(method, replicas, _measured())
         return Convergence(multiplier, source, "derived" if multiplier is not None else "unknown")
     return Convergence(None, f"no figure for {spec} with {replicas} replicas (measure one: plait converge "

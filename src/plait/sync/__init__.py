@@ -12,19 +12,27 @@ A method is a frozen dataclass of its parameters (:class:`~plait.sync.base.SyncM
 equal and print the same.
 """
 
+import importlib
+from typing import Any
+
 from plait.sync.allreduce import AllReduce, PipeSGD
-from plait.sync.asynchronous import EASGD, AsyncPS
 from plait.sync.base import SyncMethod
-from plait.sync.crossbow import Crossbow
-from plait.sync.gossip import Gossip
-from plait.sync.half import Bf16, Fp16, HalfPrecision
-from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
-from plait.sync.powersgd import PowerSGD
-from plait.sync.registry import ALLREDUCE, METHODS, MODELLED, parse
-from plait.sync.servers import ParamServer, SwitchAggregation
-from plait.sync.site_quantize import SiteQuantize
-from plait.sync.site_topk import SiteTopK
-from plait.sync.sparse import Gathered, Quantize, TopK
+from plait.sync.registry import ALLREDUCE, MODELLED, parse
+
+_LAZY = {"EASGD": "asynchronous", "AsyncPS": "asynchronous", "Crossbow": "crossbow", "Gossip": "gossip",
+         "Bf16": "half", "Fp16": "half", "HalfPrecision": "half", "PALSGD": "periodic", "DiLoCo": "periodic",
+         "DreamDDP": "periodic", "LocalSGD": "periodic", "PowerSGD": "powersgd", "ParamServer": "servers",
+         "SwitchAggregation": "servers", "SiteQuantize": "site_quantize", "SiteTopK": "site_topk",
+         "Gathered": "sparse", "Quantize": "sparse", "TopK": "sparse", "METHODS": "registry"}
+"""The other families' names -> their module, imported where a name is first asked for (PEP 562): a plan that
+all-reduces loads none of them."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"plait.sync.{_LAZY[name]}"), name)
+
 
 __all__ = ["ALLREDUCE", "EASGD", "METHODS", "MODELLED", "PALSGD", "AllReduce", "AsyncPS", "Bf16", "Crossbow", "DiLoCo",
            "DreamDDP", "Fp16", "Gathered", "Gossip", "HalfPrecision", "LocalSGD", "ParamServer", "PipeSGD",

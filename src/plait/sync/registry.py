@@ -2,31 +2,44 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import MISSING, fields
 from functools import cache
 from typing import Any
 
 from plait.errors import ConfigError
-from plait.sync.allreduce import AllReduce, PipeSGD
-from plait.sync.asynchronous import EASGD, AsyncPS
+from plait.sync.allreduce import AllReduce
 from plait.sync.base import Choice, MethodError, Number, SyncMethod
-from plait.sync.crossbow import Crossbow
-from plait.sync.gossip import Gossip
-from plait.sync.half import Bf16, Fp16
-from plait.sync.periodic import PALSGD, DiLoCo, DreamDDP, LocalSGD
-from plait.sync.powersgd import PowerSGD
-from plait.sync.servers import ParamServer, SwitchAggregation
-from plait.sync.site_quantize import SiteQuantize
-from plait.sync.site_topk import SiteTopK
-from plait.sync.sparse import Quantize, TopK
 
-METHODS: dict[str, type[SyncMethod]] = {cls.name: cls for cls in (
-    AllReduce, Bf16, Fp16, PowerSGD, TopK, Quantize, SiteTopK, SiteQuantize, LocalSGD, DiLoCo, PALSGD, DreamDDP, PipeSGD,
-    ParamServer, SwitchAggregation, Gossip, AsyncPS, EASGD, Crossbow)}
-"""Every method by its name, in the order error messages list them."""
-MODELLED = tuple(METHODS)
+HOMES: dict[str, tuple[str, str]] = {
+    "allreduce": ("allreduce", "AllReduce"), "bf16": ("half", "Bf16"), "fp16": ("half", "Fp16"),
+    "powersgd": ("powersgd", "PowerSGD"), "topk": ("sparse", "TopK"), "quantize": ("sparse", "Quantize"),
+    "site_topk": ("site_topk", "SiteTopK"), "site_quantize": ("site_quantize", "SiteQuantize"),
+    "local_sgd": ("periodic", "LocalSGD"), "diloco": ("periodic", "DiLoCo"), "palsgd": ("periodic", "PALSGD"),
+    "dreamddp": ("periodic", "DreamDDP"), "pipe_sgd": ("allreduce", "PipeSGD"),
+    "param_server": ("servers", "ParamServer"), "switch_aggregation": ("servers", "SwitchAggregation"),
+    "gossip": ("gossip", "Gossip"), "async_ps": ("asynchronous", "AsyncPS"), "easgd": ("asynchronous", "EASGD"),
+    "crossbow": ("crossbow", "Crossbow")}
+"""Every method's name -> its module in :mod:`plait.sync` and its class, in the order error messages list them. A
+method's module loads when a spec names it (:func:`method_class`): a plan that all-reduces loads no other."""
+MODELLED = tuple(HOMES)
 """Methods the cost model (:mod:`plait.cost.sync`) and plait's runtime (:mod:`plait.run.sync`) cover so far."""
+
+
+def method_class(name: str) -> type[SyncMethod] | None:
+    """The class of the method called ``name`` (its module imported now), ``None`` for no method."""
+    home = HOMES.get(name)
+    return None if home is None else getattr(importlib.import_module(f"plait.sync.{home[0]}"), home[1])
+
+
+def __getattr__(name: str) -> Any:
+    """``METHODS``: every method by its name (each module imported on this first use)."""
+    if name == "METHODS":
+        return {method: method_class(method) for method in HOMES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 ALLREDUCE = AllReduce()
 """The dense gradient all-reduce every step: a plan's default."""
 
@@ -35,9 +48,9 @@ def parse(text: str) -> SyncMethod:
     """Parse ``METHOD[:key=value,...]``; one-line errors name the value and the rule."""
     name, _, rest = text.strip().partition(":")
     name = name.strip()
-    cls = METHODS.get(name)
+    cls = method_class(name)
     if cls is None:
-        raise ConfigError(f"dp_sync={text!r}: method {name!r} must be one of {', '.join(METHODS)}")
+        raise ConfigError(f"dp_sync={text!r}: method {name!r} must be one of {', '.join(HOMES)}")
     allowed = {f.name: f for f in fields(cls)}
     given: dict[str, Any] = {}
     for item in (p for p in rest.split(",") if p.strip()) if rest else ():

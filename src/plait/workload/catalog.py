@@ -10,7 +10,6 @@ from typing import Any
 from plait.errors import ConfigError, did_you_mean, parsing, read_user_file
 from plait.packaged import packaged_toml
 from plait.schema import build
-from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec
 
 DEFAULT_MODEL = "llama3-8b"
@@ -57,6 +56,8 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         return get_model(name_or_path)
     path = Path(name_or_path)
     if path.suffix == ".json":
+        from plait.workload.hf_config import load_hf_config  # a config file only: catalog models need no JSON
+
         return load_hf_config(path)
     if path.suffix == ".toml":
         text = read_user_file(path, "model file")

@@ -12,7 +12,6 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER, resolve_cluster
 from plait.job import Job
 from plait.plan.defaults import layout_plan
-from plait.plan.io import read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
 from plait.workload.catalog import DEFAULT_MODEL, resolve_model
@@ -28,6 +27,8 @@ def resolve_job(model: str | None, cluster: str | None, plan_file: Path | None, 
     if plan_file is not None or plan is None:
         if plan_file is None:
             raise ConfigError("give layout options or --plan FILE")
+        from plait.plan.io import read_plan_file  # with its mixed-plan reader: a plan file only
+
         spec, plan = read_plan_file(plan_file)
         model = model or spec.model or None
         cluster = cluster or spec.cluster or None
