@@ -12,7 +12,7 @@ from plait.hardware.catalog import get_cluster
 from plait.hardware.mixed import DeviceGroup, MixedCluster
 from plait.hardware.mixed_catalog import get_mixed_cluster
 from plait.plan.io import JobSpec, plan_to_toml, read_plan_parts
-from plait.plan.mixed import GroupShare, MixedPlan
+from plait.plan.mixed import GroupShare, MixedPlan, per_stage_plan
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.predict.mixed import estimate_mixed, mixed_layout
@@ -82,3 +82,21 @@ def test_a_mixed_plan_file_keeps_each_groups_degree(tmp_path) -> None:  # type: 
     path.write_text(plan_to_toml(LAYOUT, JobSpec(model="llama3-8b", cluster="a100-h100-ib", gpus=128), mixed))
     _, plan, read = read_plan_parts(path)
     assert plan.stage_tp == (4, 4, 2, 2, 2, 2) and read is not None and read.shares == SHARES
+
+
+def test_a_run_takes_the_shares_layers_in_the_plan_at_one_speed() -> None:
+    """V100 stage on a TP pair with 3 layers, A100 stage on one rank with 1: the runtime's stage-TP loop trains the
+    plan with stage_layers (3, 1) from the shares, no uneven options, unslowed (it has no --slowdown)."""
+    from pathlib import Path
+
+    from plait.run.mixed_run import resolve_mixed_run
+    from plait.run.uneven import Uneven
+    from plait.workload.catalog import resolve_model
+
+    model = resolve_model(str(Path(__file__).parents[1] / "examples" / "tiny-model.toml"))
+    plan = Plan(tp=2, pp=2, sp=False, micro_batch=2, global_batch=8, seq_len=model.seq_len, stage_tp=(2, 1))
+    mixed = MixedPlan(plan=plan, split="pipeline", shares=(GroupShare(group="v100", num_gpus=2, layers=(3,)),
+                                                           GroupShare(group="a100", num_gpus=1, layers=(1,))))
+    assert per_stage_plan(mixed) == replace(plan, stage_layers=(3, 1))
+    run = resolve_mixed_run(JobSpec(cluster="v100-a100-ib"), mixed, model, ENGINE)
+    assert run.uneven == Uneven() and "at one speed" in run.note()

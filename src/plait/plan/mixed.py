@@ -133,6 +133,15 @@ def replica_micro_batches(mixed: MixedPlan | None) -> tuple[int, ...]:
                  for s in mixed.shares for _ in range(s.num_gpus // mixed.plan.model_parallel))
 
 
+def per_stage_plan(mixed: MixedPlan) -> Plan:
+    """The plan a pipeline split whose groups take their own TP degree runs: its layout with each stage's layers
+    from the shares (:attr:`Plan.stage_layers`, what :mod:`plait.run.stage_tp` trains); any other mixed plan's
+    layout as it is (its shares arrive as the runtime's uneven options, :mod:`plait.run.mixed_run`)."""
+    if mixed.split != "pipeline" or not mixed.plan.stage_tp:
+        return mixed.plan
+    return replace(mixed.plan, stage_layers=tuple(n for s in mixed.shares for n in s.layers))
+
+
 def rank_layout(plan: Plan, mixed: MixedPlan | None, rank: int) -> Plan:
     """The layout global rank ``rank`` runs: ``plan`` with its group's own micro-batch and recomputation where a
     data split's share gives them (:func:`share_layout`)."""
@@ -228,7 +237,8 @@ def check_mixed_plan(mixed: MixedPlan, model: ModelSpec, cluster: MixedCluster) 
         if s.num_gpus <= 0 or s.local_steps < 1:
             raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be > 0 and local_steps="
                               f"{s.local_steps} >= 1")
-    if plan.stage_recompute or plan.stage_layers or plan.stage_sharding or (plan.stage_tp and mixed.split != "pipeline"):
+    if plan.stage_recompute or plan.stage_layers or plan.stage_sharding or (plan.stage_tp and
+                                                                           mixed.split != "pipeline"):
         raise ConfigError(f"a mixed plan takes stage_tp alone of the per-stage fields, with a pipeline split (its "
                           f"shares give each stage its layers; got {plan.describe()}, split={mixed.split})")
     if mixed.num_gpus != plan.num_gpus:
