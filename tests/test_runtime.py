@@ -44,6 +44,11 @@ CASES = {
     "pp2xdp2-stage-sharding": (4, 'pp = 2\ndp_shard = 2\nsharding = "zero3"\nstage_sharding = ["zero3", "zero1"]'),
     # per-stage TP degree: the first stage on a TP pair, the second on one rank (3 ranks; plait.run.stage_tp)
     "pp2-stage-tp": (3, 'pp = 2\ntp = 2\nsp = false\nstage_tp = [2, 1]'),
+    # a mixed plan's groups at their own TP degree: the first group's stage on a TP pair with 3 layers, the second's
+    # on one rank with 1 (the shares' layers reach plait.run.stage_tp through the plan)
+    "mixed-group-tp": (3, 'pp = 2\ntp = 2\nsp = false\nstage_tp = [2, 1]\n[mixed]\nsplit = "pipeline"\n'
+                          '[[mixed.shares]]\ngroup = "v100"\nnum_gpus = 2\nlayers = [3]\n'
+                          '[[mixed.shares]]\ngroup = "a100"\nnum_gpus = 1\nlayers = [1]'),
 }
 
 

@@ -111,3 +111,12 @@ def test_plait_run_refuses_what_its_stage_tp_loop_does_not_run(fields: dict[str,
     with pytest.raises(ConfigError, match=fragment.replace("[", r"\[")):
         check_runnable(plan, tiny, on_gpu=False)
     check_runnable(replace(plan, stage_tp=(2, 2)), tiny, on_gpu=False)  # equal degrees: the uniform runtime's
+
+
+def test_a_plan_files_gpus_fill_dp_over_the_stages_degrees() -> None:
+    """6 GPUs over stages of degrees 2 and 1: a replica takes 2 + 1 = 3, so dp = 2 (not 6 / (tp*pp) = 1.5)."""
+    from plait.plan.defaults import complete_plan
+
+    assert complete_plan({"pp": 2, "tp": 2, "stage_tp": [2, 1]}, 6, "x").dp == 2
+    with pytest.raises(ConfigError, match=r"gpus=4 must be divisible by sum\(stage_tp\)\*cp=3\*1=3"):
+        complete_plan({"pp": 2, "tp": 2, "stage_tp": [2, 1]}, 4, "x")

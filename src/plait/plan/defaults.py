@@ -40,12 +40,14 @@ def complete_plan(stated: Mapping[str, Any], gpus: int | None, where: str) -> Pl
     if gpus is not None and not {"dp_replicate", "dp_shard"} <= stated.keys():
         if gpus <= 0:
             raise ConfigError(f"gpus={gpus} must be > 0")
-        model_parallel = plan.tp * plan.pp * plan.cp
         if min(plan.tp, plan.pp, plan.cp) <= 0:
             raise ConfigError(f"tp={plan.tp}, pp={plan.pp} and cp={plan.cp} must be > 0")
+        # a replica's GPUs: tp*pp*cp, or sum(stage_tp)*cp where stages differ in TP degree (Plan.num_gpus)
+        model_parallel = (sum(plan.stage_tp) if plan.stage_tp else plan.tp * plan.pp) * plan.cp
         if gpus % model_parallel:
-            raise ConfigError(f"gpus={gpus} must be divisible by tp*pp*cp={plan.tp}*{plan.pp}*{plan.cp}"
-                              f"={model_parallel}")
+            grid = f"sum(stage_tp)*cp={sum(plan.stage_tp)}*{plan.cp}" if plan.stage_tp else \
+                f"tp*pp*cp={plan.tp}*{plan.pp}*{plan.cp}"
+            raise ConfigError(f"gpus={gpus} must be divisible by {grid}={model_parallel}")
         dp = gpus // model_parallel
         given = "dp_shard" if "dp_shard" in stated else "dp_replicate" if "dp_replicate" in stated else None
         if given is not None:

@@ -118,9 +118,9 @@ def _mixed(raw: Any, plan: Plan, where: str) -> MixedPlan:
     """The ``[mixed]`` table: ``split`` and ``shares`` (:class:`GroupShare` tables)."""
     if not isinstance(raw, dict) or set(raw) != {"split", "shares"} or not isinstance(raw["shares"], list):
         raise ConfigError(f"{where}: must hold split and a list of [[mixed.shares]] tables")
-    if plan.per_stage:  # a mixed plan's shares give its stages their layers, each group as the uniform plan says
-        raise ConfigError(f"{where}: a mixed plan takes no stage_recompute, stage_layers, stage_sharding or stage_tp "
-                          "in [plan] (its shares give each stage its layers)")
+    if plan.stage_recompute or plan.stage_layers or plan.stage_sharding:  # the shares give the stages their layers
+        raise ConfigError(f"{where}: a mixed plan takes no stage_recompute, stage_layers or stage_sharding in [plan] "
+                          "(its shares give each stage its layers; stage_tp gives each group's stages their TP degree)")
     if raw["split"] not in SPLITS:
         raise ConfigError(f"{where}: split={raw['split']!r} must be one of {', '.join(SPLITS)}")
     shares = tuple(build(GroupShare, table(s, f"{where}.shares[{i}]"), f"{where}.shares[{i}]")

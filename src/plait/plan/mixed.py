@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from plait.errors import ConfigError
+from plait.plan.per_stage import check_stages
 from plait.plan.plan import Plan, Recompute
 from plait.workload.model import ModelSpec
 
@@ -132,6 +133,15 @@ def replica_micro_batches(mixed: MixedPlan | None) -> tuple[int, ...]:
                  for s in mixed.shares for _ in range(s.num_gpus // mixed.plan.model_parallel))
 
 
+def per_stage_plan(mixed: MixedPlan) -> Plan:
+    """The plan a pipeline split whose groups take their own TP degree runs: its layout with each stage's layers
+    from the shares (:attr:`Plan.stage_layers`, what :mod:`plait.run.stage_tp` trains); any other mixed plan's
+    layout as it is (its shares arrive as the runtime's uneven options, :mod:`plait.run.mixed_run`)."""
+    if mixed.split != "pipeline" or not mixed.plan.stage_tp:
+        return mixed.plan
+    return replace(mixed.plan, stage_layers=tuple(n for s in mixed.shares for n in s.layers))
+
+
 def rank_layout(plan: Plan, mixed: MixedPlan | None, rank: int) -> Plan:
     """The layout global rank ``rank`` runs: ``plan`` with its group's own micro-batch and recomputation where a
     data split's share gives them (:func:`share_layout`)."""
@@ -205,6 +215,12 @@ def _exact_split(total: int, units: list[int], ideal: list[float]) -> list[int]:
     return batches
 
 
+def stage_degrees(plan: Plan) -> tuple[int, ...]:
+    """Every pipeline stage's TP degree: :attr:`Plan.stage_tp` (a pipeline split whose groups take their own degree,
+    the same on all of one group's stages), or ``tp`` on each."""
+    return plan.stage_tp or (plan.tp,) * plan.pp
+
+
 def check_mixed_plan(mixed: MixedPlan, model: ModelSpec, cluster: MixedCluster) -> None:
     """Raise :class:`ConfigError` naming the first broken rule of sharing ``mixed.plan`` over ``cluster``."""
     plan, shares = mixed.plan, mixed.shares
@@ -221,6 +237,10 @@ def check_mixed_plan(mixed: MixedPlan, model: ModelSpec, cluster: MixedCluster) 
         if s.num_gpus <= 0 or s.local_steps < 1:
             raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be > 0 and local_steps="
                               f"{s.local_steps} >= 1")
+    if plan.stage_recompute or plan.stage_layers or plan.stage_sharding or (plan.stage_tp and
+                                                                           mixed.split != "pipeline"):
+        raise ConfigError(f"a mixed plan takes stage_tp alone of the per-stage fields, with a pipeline split (its "
+                          f"shares give each stage its layers; got {plan.describe()}, split={mixed.split})")
     if mixed.num_gpus != plan.num_gpus:
         raise ConfigError(f"the shares use {mixed.num_gpus} GPUs but the layout {plan.describe()} needs "
                           f"{plan.num_gpus}")
@@ -257,20 +277,26 @@ def _check_pipeline(mixed: MixedPlan, model: ModelSpec) -> None:
         raise ConfigError(f"a pipeline split over device groups takes dense models; {model.name} has experts")
     if plan.vpp != 1:
         raise ConfigError(f"a pipeline split over device groups needs vpp=1 (got {plan.vpp})")
-    stage_gpus = plan.tp * plan.cp * plan.dp
-    stages = 0
+    stages = sum(len(s.layers) for s in mixed.shares)
+    if stages != plan.pp:
+        raise ConfigError(f"the shares hold {stages} stages but pp={plan.pp}")
+    if plan.stage_tp:
+        check_stages(plan, model)
+    at = 0
     for s in mixed.shares:
         if not s.layers or any(n <= 0 for n in s.layers):
             raise ConfigError(f"group {s.group}: layers={s.layers} must list one positive layer count per stage")
+        degrees = set(stage_degrees(plan)[at:at + len(s.layers)])
+        if len(degrees) > 1:
+            raise ConfigError(f"group {s.group}: its stages take one TP degree (stage_tp gives {sorted(degrees)})")
+        stage_gpus = degrees.pop() * plan.cp * plan.dp
         if s.num_gpus != len(s.layers) * stage_gpus:
             raise ConfigError(f"group {s.group}: num_gpus={s.num_gpus} must be its {len(s.layers)} stages x "
                               f"tp*cp*dp={stage_gpus}")
         if s.batch or s.local_steps != 1 or s.varies:
             raise ConfigError(f"group {s.group}: batch, local_steps, micro_batch and recompute belong to a data "
                               "split")
-        stages += len(s.layers)
-    if stages != plan.pp:
-        raise ConfigError(f"the shares hold {stages} stages but pp={plan.pp}")
+        at += len(s.layers)
     layers = sum(sum(s.layers) for s in mixed.shares)
     if layers != model.num_layers:
         raise ConfigError(f"the stages hold {layers} layers but {model.name} has {model.num_layers}")

@@ -19,7 +19,11 @@ slower fabric as the real job's do.
 - ``pipeline`` split: each stage's forward, backward, data-parallel reduction and optimizer come from its
   group's view with its own layer count, and the per-rank schedule is simulated by the same event sweep as
   homogeneous pipelines (:func:`plait.simulate.pipeline.simulate_pipeline`): the slowest stage sets the
-  steady-state rate and the fill and drain follow from every stage's time.
+  steady-state rate and the fill and drain follow from every stage's time. Where groups take their own TP degree
+  (:attr:`plait.plan.plan.Plan.stage_tp`, one per group), each stage is costed at its group's degree on its group's
+  view, and every boundary between stages of different degree as :func:`plait.cost.per_stage.boundary_p2p_s`
+  costs it (Megatron's scatter/gather, Narayanan et al. SC 2021 Sec. 4.1), on both sides' views, the slowest
+  hop pacing all (as for one device kind).
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from plait.cost.estimate import Estimate, TimeBreakdown
+from plait.cost.per_stage import boundary_p2p_s, stage_view
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
-from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan, share_layout, variant_label
+from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan, share_layout, stage_degrees, variant_label
 from plait.plan.plan import Plan
 from plait.plan.rules import require_positive
 from plait.predict.coupled import coupled_step_s
@@ -255,18 +260,25 @@ def _price(cluster: MixedCluster, mixed: MixedPlan) -> float:
 
 def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine: Engine) -> MixedEstimate:
     plan = mixed.plan
-    per_stage, members, stage = [], [], 0
+    per_stage, members, stage, hops = [], [], 0, []
+    wide = max(mixed.num_gpus, plan.dp * plan.cp * plan.pp * max(stage_degrees(plan)))  # spans each stage's costing
     for share in mixed.shares:
-        view = group_view(cluster, cluster.group(share.group), mixed.num_gpus)
         for layers in share.layers:
             variant = replace(model, num_layers=layers * plan.pp)  # stage `stage` of an even split holds `layers`
-            job = Job.build(variant, view, plan, engine)
+            own = plan.for_stage(stage) if plan.stage_tp else plan  # its group's TP degree (stage_degrees)
+            view = group_view(cluster, cluster.group(share.group), wide)
+            job = Job.build(variant, view, own, engine)
             costs = pipeline_costs(job)
             memory = stage_memories(job)[stage]
             per_stage.append((costs, stage))
             members.append((share, layers, memory["total"], view.accelerator))
+            if plan.stage_tp:
+                hops.append((view, stage_view(variant, view, own, layers, job.framework, resized=False)))
             stage += 1
     c = _mixed_costs([(costs, s) for costs, s in per_stage])
+    if hops:  # groups of their own TP degree: each boundary as plait.cost.per_stage costs it, on both sides' views
+        c = replace(c, p2p_s=max(boundary_p2p_s(view, [a, b]) for (va, a), (vb, b) in zip(hops, hops[1:])
+                                 for view in (va, vb)))
     timeline = simulate_pipeline(c, record=False)
     step = timeline.step_time_s
     busy = [c.m * (c.forward_s[r] + c.backward_s[r]) + c.optimizer_s[r] for r in range(c.p)]
@@ -278,9 +290,10 @@ def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine:
     compute = c.m * (c.forward_s[slow] + c.backward_s[slow])
     end = max(timeline.pipeline_end_s)
     time = TimeBreakdown(compute_s=compute, pp_bubble_s=max(end - compute, 0.0), dp_comm_s=max(step - end, 0.0))
-    first = group_view(cluster, cluster.group(mixed.shares[0].group), mixed.num_gpus)
+    uniform = plan.uniform()  # at the first group's TP degree
+    first = group_view(cluster, cluster.group(mixed.shares[0].group), wide)
     # the whole model on the first group: its stages were checked one by one above
-    reference = predict(Job.checked(model, first, plan, engine), simulate=False)
+    reference = predict(Job.checked(model, first, uniform, engine), simulate=False)
     peak = sum(acc.peak_flops(plan.precision) * share.num_gpus // len(share.layers)
                for share, _, _, acc in members)
     return MixedEstimate(

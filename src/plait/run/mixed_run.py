@@ -4,7 +4,9 @@ runtime's uneven options (torch-free).
 A :class:`plait.plan.mixed.MixedPlan` becomes one :class:`plait.run.uneven.Uneven`, ranks filling the shares in
 order (a share's ranks are consecutive, :mod:`plait.plan.mixed`):
 - a data split's batches as each data-parallel rank's sequences per step (``batch_split``, where they differ);
-- a pipeline split's layers as each stage's (``stage_layers``);
+- a pipeline split's layers as each stage's (``stage_layers``); where its groups take their own TP degree
+  (``stage_tp``), in the plan instead (:func:`plait.plan.mixed.per_stage_plan`), which :mod:`plait.run.stage_tp`
+  trains (``dp = cp = 1``; :func:`plait.run.stage_tp.check_stage_tp` refuses the rest before launch);
 - per-group local steps as each data-parallel rank's (``local_steps``; a group without its own takes the plan's
   period, as :func:`plait.predict.mixed.estimate_mixed` costs it);
 - each group's devices as ranks slowed to their predicted relative speed (``slowdown``): the ranks of one machine
@@ -75,7 +77,8 @@ def resolve_mixed_run(job: JobSpec, mixed: MixedPlan, model: ModelSpec, engine: 
         raise ConfigError(f"{mixed.describe()}: {refusal}")
     estimate = estimate_mixed(model, cluster, mixed, engine=engine)
     factors = device_factors(model, cluster, mixed, engine)
-    unslowed = slowdown_refusal(mixed.plan)
+    unslowed = slowdown_refusal(mixed.plan) or (f"stage_tp={list(mixed.plan.stage_tp)}: plait's stage-TP loop"
+                                                 if mixed.plan.stage_tp else None)
     uneven = uneven_of(estimate.plan, {g: 1.0 for g in factors} if unslowed else factors)
     return MixedRun(cluster=cluster, mixed=mixed, estimate=estimate, factors=factors, uneven=uneven,
                     unslowed=unslowed if max(factors.values()) > 1.0 else None)
@@ -100,6 +103,8 @@ def uneven_of(mixed: MixedPlan, factors: dict[str, float]) -> Uneven:
     :func:`plait.predict.mixed.estimate_mixed` returns its plan) with each group's ranks ``factors`` slower."""
     slowdown = tuple(factors[s.group] for s in mixed.shares for _ in range(s.num_gpus))
     slowdown = slowdown if max(slowdown) > 1.0 else ()
+    if mixed.split == "pipeline" and mixed.plan.stage_tp:  # the layers go in the plan (per_stage_plan)
+        return Uneven(slowdown=slowdown)
     if mixed.split == "pipeline":
         return Uneven(slowdown=slowdown, stage_layers=tuple(n for s in mixed.shares for n in s.layers))
     batches = replica_batches(mixed)

@@ -17,7 +17,7 @@ from plait.hardware.catalog import resolve_cluster
 from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.plan.io import JobSpec, read_plan_parts
-from plait.plan.mixed import MixedPlan, replica_micro_batches
+from plait.plan.mixed import MixedPlan, per_stage_plan, replica_micro_batches
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
 from plait.predict.mixed import MixedEstimate
@@ -138,6 +138,7 @@ def run_plan(request: PlanRun, say: Say) -> RunOutcome:
     mixed_run = None
     if mixed is not None:
         mixed_run, config = _mixed(config, request, job, replace(mixed, plan=the_plan), model)
+        the_plan = per_stage_plan(replace(mixed, plan=the_plan))  # groups at their own TP degree: layers in the plan
     check_uneven(config.uneven, the_plan, model.num_layers, replica_micro_batches(mixed))
     check_rounds(config.steps, the_plan, config.uneven, checkpointing=config.checkpoint_dir is not None)
     if request.engine == "torchtitan":

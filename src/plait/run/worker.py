@@ -20,7 +20,7 @@ from torch import nn
 
 from plait.errors import ConfigError
 from plait.plan.io import read_plan_parts
-from plait.plan.mixed import rank_layout, replica_micro_batches
+from plait.plan.mixed import per_stage_plan, rank_layout, replica_micro_batches
 from plait.run import checkpoint, data
 from plait.run.chunked_tp import sent_bytes
 from plait.run.config import read_config
@@ -105,6 +105,8 @@ def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
     job, plan, mixed = read_plan_parts(args.plan)  # a mixed plan file's shares arrive as the uneven options
     spec = resolve_model(job.model)
     plan = plan.with_seq_len(spec.seq_len)
+    if mixed is not None:  # groups at their own TP degree: each stage's layers from the shares, in the plan
+        plan = per_stage_plan(replace(mixed, plan=plan))
     device = device_type()
     check_runnable(plan, spec, on_gpu=device == "cuda")
     if spec.vocab_size < data.VOCAB_SIZE:

@@ -8,7 +8,8 @@ layout the work split that balances the groups:
   per-GPU batch sizes that equalise the workers' step times), then moved one micro-batch per replica at a time
   from the slowest group while the step shortens;
 - ``pipeline``: a group's stages hold layers in proportion to its devices' speed per layer (AMP, Li et al.
-  2022; FlashFlex, Yan et al. 2024), then one layer at a time from the slowest stage while the step shortens.
+  2022; FlashFlex, Yan et al. 2024), then one layer at a time from the slowest stage while the step shortens;
+  also with each group at its own TP degree (:mod:`plait.search.mixed_tp`).
 Each data split is also tried with every group's own micro-batch and recomputation, balanced again
 (:mod:`plait.search.mixed_variant`). Every candidate is costed by :func:`plait.predict.mixed.estimate_mixed`; one that does not fit some group's
 memory is dropped, and so is one that ``plait run`` could not execute from its plan file
@@ -30,6 +31,7 @@ from plait.search.mixed_async import async_plans
 from plait.search.mixed_local import local_sgd_plans
 from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, try_mixed
 from plait.search.mixed_tier import per_tier_mixed
+from plait.search.mixed_tp import group_degrees
 from plait.search.mixed_variant import vary_groups
 from plait.search.runner import Progress, run_search
 from plait.search.space import default_space
@@ -96,6 +98,8 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
         report(groups + i, total)
         even = _even(model, cluster, layout, engine)
         candidates = [balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin)]
+        candidates += [balance_pipeline(model, cluster, layout, engine, MOVES, memory_margin, degrees)
+                       for degrees in group_degrees(model, cluster, layout)]  # each group its own TP degree
         if even is not None:
             balanced = even if uneven_batch_refusal(layout) else balance_data(model, cluster, even, engine, MOVES,
                                                                                memory_margin)

@@ -80,15 +80,25 @@ def _data(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, units: list
 
 
 def balance_pipeline(model: ModelSpec, cluster: MixedCluster, layout: Plan, engine: Engine,
-                     moves: int, memory_margin: float = 0.0) -> MixedEstimate | None:
+                     moves: int, memory_margin: float = 0.0, degrees: tuple[int, ...] = ()) -> MixedEstimate | None:
     """Stages spread over groups in proportion to their devices, layers in proportion to each stage's speed
     per layer at the even split, then one layer at a time from the slowest stage to its faster neighbour while
-    the step shortens and every stage keeps ``memory_margin`` free."""
+    the step shortens and every stage keeps ``memory_margin`` free. ``degrees``: each group's own TP degree
+    (:mod:`plait.search.mixed_tp`; empty: the layout's on every group), a group of ``n`` GPUs then holding
+    ``n / (degree x dp x cp)`` stages, the layout's ``pp`` their sum."""
     if layout.pp < 2 or layout.vpp != 1 or model.moe is not None:
         return None
-    stage_gpus = layout.num_gpus // layout.pp
-    stages = [g.num_gpus // stage_gpus for g in cluster.groups]
-    if any(s * stage_gpus != g.num_gpus for s, g in zip(stages, cluster.groups, strict=True)) or sum(stages) != layout.pp:
+    width = layout.dp * layout.cp
+    degrees = degrees or (layout.tp,) * len(cluster.groups)
+    stages = [g.num_gpus // (d * width) for g, d in zip(cluster.groups, degrees, strict=True)]
+    if any(s * d * width != g.num_gpus for s, d, g in zip(stages, degrees, cluster.groups, strict=True)):
+        return None
+    if len(set(degrees)) > 1:
+        stage_tp = tuple(d for d, k in zip(degrees, stages, strict=True) for _ in range(k))
+        if len(stage_tp) < 2:
+            return None
+        layout = replace(layout, tp=stage_tp[0], pp=len(stage_tp), stage_tp=stage_tp)
+    if sum(stages) != layout.pp:
         return None
     layers = [sum(stage_layer_counts(model, layout.pp, stage, SCALAR)) for stage in range(layout.pp)]  # the even split
     even = _pipe(model, cluster, layout, stages, layers, engine)
@@ -121,7 +131,8 @@ def _pipe(model: ModelSpec, cluster: MixedCluster, layout: Plan, stages: list[in
     shares, at = [], 0
     for group, k in zip(cluster.groups, stages, strict=True):
         if k:
-            shares.append(GroupShare(group=group.name, num_gpus=k * layout.num_gpus // layout.pp,
+            degree = layout.stage_tp[at] if layout.stage_tp else layout.tp
+            shares.append(GroupShare(group=group.name, num_gpus=k * degree * layout.dp * layout.cp,
                                      layers=tuple(layers[at:at + k])))
         at += k
     return try_mixed(model, cluster, MixedPlan(plan=layout, split="pipeline", shares=tuple(shares)), engine)
