@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from plait.errors import ConfigError
-from plait.plan.per_stage import check_stages
+from plait.plan.per_stage import check_stages, stage_tp_refusal
 from plait.plan.plan import Plan, Recompute
 from plait.workload.model import ModelSpec
 
@@ -163,10 +163,13 @@ def rank_share(mixed: MixedPlan, rank: int) -> GroupShare:
 def run_refusal(mixed: MixedPlan) -> str | None:
     """Why ``plait run`` cannot execute ``mixed`` from its plan file (``None``: it can): a data split whose replicas
     take unequal batches, or whose groups run their own micro-batch or recomputation, needs :func:`uneven_batch_refusal`'s layouts; a pipeline split's uneven stages and a data
-    split's per-group local steps run with any layout :func:`check_mixed_plan` accepts. The mixed planner ranks
-    only plans this accepts."""
+    split's per-group local steps run with any layout :func:`check_mixed_plan` accepts, groups at their own TP degree
+    within the stage-TP loop's scope (:func:`plait.plan.per_stage.stage_tp_refusal`). The mixed planner ranks only
+    plans this accepts."""
     if mixed.split == "data" and (len(set(replica_batches(mixed))) > 1 or any(s.varies for s in mixed.shares)):
         return uneven_batch_refusal(mixed.plan)
+    if stage_tp_refusal(mixed.plan):  # groups at their own TP degree: the stage-TP loop's scope
+        return stage_tp_refusal(mixed.plan)
     if mixed.plan.dp_sync.site_aware:
         return (f"dp_sync={mixed.plan.dp_sync.spec}: plait run lays a mixed plan's groups out as one fabric, not as "
                 "sites (per-tier compression across groups is costed, not run)")

@@ -56,3 +56,25 @@ def stage_layer_list(plan: Plan, num_layers: int) -> tuple[int, ...]:
         return plan.stage_layers
     base, extra = divmod(num_layers, plan.pp)
     return tuple(base + (stage < extra) for stage in range(plan.pp))
+
+
+def stage_tp_differs(plan: Plan) -> bool:
+    """Whether ``plan``'s stages differ in TP degree (:mod:`plait.run.stage_tp` runs it)."""
+    return len(set(plan.stage_tp)) > 1
+
+
+def stage_tp_refusal(plan: Plan, model: ModelSpec | None = None) -> str | None:
+    """Why plait's stage-TP loop (:mod:`plait.run.stage_tp`) cannot run ``plan`` (``None``: it can, or the stages
+    share one degree); ``model``, where given, is checked for experts too."""
+    if not stage_tp_differs(plan):
+        return None
+    found = [f"{k}={getattr(plan, k)}" for k in ("dp", "cp", "vpp", "ep", "overlap_chunks") if getattr(plan, k) > 1]
+    found += [f"{k}=true" for k in ("sp", "tp_comm_overlap", "offload_optimizer", "offload_params", "swap_activations")
+              if getattr(plan, k)]
+    found += [f"schedule={plan.schedule!r}"] if plan.schedule not in ("gpipe", "1f1b") else []
+    found += [f"precision={plan.precision!r}"] if plan.precision == "fp8" else []
+    found += [f"a mixture-of-experts model ({model.name})"] if model is not None and model.moe is not None else []
+    if not found:
+        return None
+    return (f"stage_tp={list(plan.stage_tp)} with {found[0]}: plait's stage-TP loop (plait/run/stage_tp.py) runs "
+            "dp = cp = 1 without sp, one chunk per rank, dense models")

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.optim.lr_scheduler import LambdaLR
 
 from plait.errors import ConfigError
+from plait.plan.per_stage import stage_tp_refusal
 from plait.plan.plan import Plan
 from plait.run import data
 from plait.run.model import build_model
@@ -54,24 +55,11 @@ from plait.run.worker_config import WorkerConfig
 from plait.workload.model import ModelSpec
 
 
-def differs(plan: Plan) -> bool:
-    """Whether ``plan``'s stages differ in TP degree (this module runs it)."""
-    return len(set(plan.stage_tp)) > 1
-
-
 def check_stage_tp(plan: Plan, model: ModelSpec) -> None:
-    """Refuse what this loop does not implement, naming the option."""
-    if not differs(plan):
-        return
-    found = [f"{k}={getattr(plan, k)}" for k in ("dp", "cp", "vpp", "ep", "overlap_chunks") if getattr(plan, k) > 1]
-    found += [f"{k}=true" for k in ("sp", "tp_comm_overlap", "offload_optimizer", "offload_params", "swap_activations")
-              if getattr(plan, k)]
-    found += [f"schedule={plan.schedule!r}"] if plan.schedule not in ("gpipe", "1f1b") else []
-    found += [f"precision={plan.precision!r}"] if plan.precision == "fp8" else []
-    found += [f"a mixture-of-experts model ({model.name})"] if model.moe is not None else []
-    if found:
-        raise ConfigError(f"stage_tp={list(plan.stage_tp)} with {found[0]}: plait's stage-TP loop "
-                          "(plait/run/stage_tp.py) runs dp = cp = 1 without sp, one chunk per rank, dense models")
+    """Refuse what this loop does not implement, naming the option (:func:`plait.plan.per_stage.stage_tp_refusal`)."""
+    refusal = stage_tp_refusal(plan, model)
+    if refusal:
+        raise ConfigError(refusal)
 
 
 def check_stage_tp_options(args: WorkerConfig) -> None:

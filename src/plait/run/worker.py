@@ -21,6 +21,7 @@ from torch import nn
 from plait.errors import ConfigError
 from plait.plan.io import read_plan_parts
 from plait.plan.mixed import per_stage_plan, rank_layout, replica_micro_batches
+from plait.plan.per_stage import stage_tp_differs
 from plait.run import checkpoint, data
 from plait.run.chunked_tp import sent_bytes
 from plait.run.config import read_config
@@ -37,7 +38,7 @@ from plait.run.pipeline import build_schedule, local_stages, stage_layers
 from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import named_site_gpus
 from plait.run.slowdown import slow_down
-from plait.run.stage_tp import check_stage_tp_options, differs, run_stage_tp
+from plait.run.stage_tp import check_stage_tp_options, run_stage_tp
 from plait.run.support import check_runnable
 from plait.run.swap import NOTHING_MOVES, ActivationSwap
 from plait.run.tp2d_train import check_grid_options, run_grid
@@ -116,7 +117,7 @@ def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
     check_rounds(args.steps, plan, uneven, checkpointing=args.checkpoint_dir is not None)
     if plan.tp_mode != "1d":
         check_grid_options(args)
-    if differs(plan):
+    if stage_tp_differs(plan):
         check_stage_tp_options(args)
     return job, plan, spec, device, uneven
 
@@ -125,7 +126,7 @@ def run_job(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) ->
     """Train in the initialised process group."""
     if plan.tp_mode != "1d":  # a 2-D/2.5-D tensor-parallel grid: its own loop
         return run_grid(args, plan, spec, device)
-    if differs(plan):  # stages of unequal TP degree: their own loop
+    if stage_tp_differs(plan):  # stages of unequal TP degree: their own loop
         return run_stage_tp(args, plan, spec, device)
     return _run(args, job, plan, spec, device, uneven)
 
