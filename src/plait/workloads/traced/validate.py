@@ -31,6 +31,8 @@ from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
 from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.flat_reduce import APEX_POST_ACCUMULATION_FP16, FlatReduce
+from plait.workloads.traced.fusion import fuse_bn_relu
 from plait.workloads.traced.tracing import storage_dtype, trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
@@ -79,6 +81,14 @@ with LDDL using a bin size of 64') -> (seconds unbinned, seconds at bin size 64)
 phase-2 pre-training on 32 DGX A100 nodes of Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance
 vs. Bin Size on BERT Phase 2 Pretraining', bar labels). Such a run's mean padded length is 512 over that speedup
 (assumed: work linear in length; attention's quadratic part makes the true length slightly longer)."""
+POST_ACCUMULATION_SOURCES = ("DLE_PYT_BERT_1907",)
+"""Sources whose mixed-precision runs reduce gradients in one flat fp16 all-reduce after the last micro-batch,
+without DDP (:data:`plait.workloads.traced.flat_reduce.APEX_POST_ACCUMULATION_FP16`): both launchers at 6fe463f,
+``run.sub`` (multi-node, lines 62-69) and ``scripts/run_pretraining.sh`` (its defaults), pass
+``--fp16 --allreduce_post_accumulation --allreduce_post_accumulation_fp16``."""
+FUSE_BN_RELU, FUSE_BN_ADD_RELU = "--fuse-bn-relu 1", "--fuse-bn-add-relu 1"
+"""Flags of a row's notes (DeepLearningExamples' MXNet runner passes both for float16) under which its batch
+normalizations run fused with the ReLU, and the residual add and ReLU, after them (:mod:`.fusion`)."""
 LOADER_NOTES = (("synthetic data", "synthetic"), ("data backend default is dali-gpu", "dali_gpu"),
                 ("data_backend=pytorch", "framework_jpeg"),
                 ("default --data-backend is dali-cpu", "dali_cpu"), ("TFRecords", "framework_jpeg"),
@@ -136,6 +146,14 @@ def row_optimizer(row: Record) -> EagerOptimizer | None:
     return None
 
 
+def row_flat_reduce(row: Record) -> FlatReduce | None:
+    """How a row's replicas reduce gradients when not in DDP's overlapped buckets: the flat post-accumulation
+    all-reduce of :data:`POST_ACCUMULATION_SOURCES` in mixed precision (their fp32 runs: not stated, DDP kept)."""
+    if row["source_id"] in POST_ACCUMULATION_SOURCES and row["precision"] == "amp":
+        return APEX_POST_ACCUMULATION_FP16
+    return None
+
+
 def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
     """The factory that traces a row's model and one example's input shape (``None``: the factory's): BERT as its
     source ran attention (:data:`UNFUSED_ATTENTION`), binned phase-2 runs at their mean padded length
@@ -181,9 +199,12 @@ def predict_row(row: Record) -> ClassicResult:
     batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
-    est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
+    work = trace(factory, shape, dtype=storage_dtype(plan.precision))
+    if FUSE_BN_RELU in row["notes"]:
+        work = fuse_bn_relu(work, add_relu=FUSE_BN_ADD_RELU in row["notes"])
+    est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]),
                           plan, row_engine(row), step_interval_s, row_loader(row),
-                          row_channels_last(row), row_optimizer(row))
+                          row_channels_last(row), row_optimizer(row), row_flat_reduce(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
