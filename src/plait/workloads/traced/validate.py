@@ -8,7 +8,9 @@ takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for Re
 BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). Each row's
 input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
 that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`);
-BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`).
+BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`); MXNet's float16 runs fuse batch
+normalization with the ReLU and residual add after it (:data:`FUSE_BN_RELU`), and pytorch:19.07's mixed-precision
+BERT reduces in one flat all-reduce after the last micro-batch (:data:`POST_ACCUMULATION_SOURCES`).
 The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
 predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
