@@ -131,5 +131,5 @@ def test_mxnet_float16_rows_fuse_batch_norm_and_pytorch_1907_amp_rows_reduce_fla
     # the MXNet runner passes --fuse-bn-relu 1 --fuse-bn-add-relu 1 for float16 only (runner@729963dd)
     assert fused == {("DLE_MX_RN50", "amp")}
     flat = {(r["source_id"], r["precision"]) for r in _rows() if row_flat_reduce(r) is not None}
-    # run.sub and run_pretraining.sh @6fe463f pass --fp16 --allreduce_post_accumulation(_fp16)
-    assert flat == {("DLE_PYT_BERT_1907", "amp")}
+    # run.sub @6fe463f and @a9e2c1d5 pass --allreduce_post_accumulation; pytorch:19.07's fp32 path is not stated
+    assert flat == {("DLE_PYT_BERT_1907", "amp"), ("DLE_PYT_BERT_2111", "amp"), ("DLE_PYT_BERT_2111", "tf32")}

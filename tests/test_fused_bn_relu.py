@@ -11,7 +11,7 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
-from plait.workloads.traced.flat_reduce import APEX_POST_ACCUMULATION_FP16
+from plait.workloads.traced.flat_reduce import APEX_POST_ACCUMULATION_FP16, DDP_ONE_BUCKET_FP32
 from plait.workloads.traced.fusion import fuse_bn_relu
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
 from plait.workloads.traced.normalization import kernel_moved_bytes
@@ -68,3 +68,7 @@ def test_the_flat_reduce_copies_in_and_out_then_all_reduces_fp16() -> None:
     assert APEX_POST_ACCUMULATION_FP16.exposed_s(cluster, plan, params) == pytest.approx(copies_s + reduce_s)
     single = Plan(dp_replicate=1, sharding="none", micro_batch=4, global_batch=4, precision="fp16")
     assert APEX_POST_ACCUMULATION_FP16.exposed_s(cluster, single, params) == 0.0
+    # DDP's one fp32 bucket: the comm hook's div_ reads and writes 4 bytes, then 4 bytes are all-reduced
+    divide_s = 8.0 * params / memory_bytes_per_s(cluster.accelerator)
+    reduce_s = collective_s(cluster, "all_reduce", 8, 1, 4.0 * params)
+    assert DDP_ONE_BUCKET_FP32.exposed_s(cluster, plan, params) == pytest.approx(divide_s + reduce_s)

@@ -9,8 +9,8 @@ BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (
 input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
 that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`);
 BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`); MXNet's float16 runs fuse batch
-normalization with the ReLU and residual add after it (:data:`FUSE_BN_RELU`), and pytorch:19.07's mixed-precision
-BERT reduces in one flat all-reduce after the last micro-batch (:data:`POST_ACCUMULATION_SOURCES`).
+normalization with the ReLU and residual add after it (:data:`FUSE_BN_RELU`), and DeepLearningExamples' BERT runs
+reduce in one flat all-reduce after the last micro-batch (:data:`FLAT_REDUCE`).
 The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
 predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
@@ -33,7 +33,12 @@ from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
 from plait.workloads.traced.cost import estimate_traced
-from plait.workloads.traced.flat_reduce import APEX_POST_ACCUMULATION_FP16, FlatReduce
+from plait.workloads.traced.flat_reduce import (
+    APEX_POST_ACCUMULATION_FP16,
+    DDP_ONE_BUCKET_FP16,
+    DDP_ONE_BUCKET_FP32,
+    FlatReduce,
+)
 from plait.workloads.traced.fusion import fuse_bn_relu
 from plait.workloads.traced.tracing import storage_dtype, trace
 
@@ -83,11 +88,13 @@ with LDDL using a bin size of 64') -> (seconds unbinned, seconds at bin size 64)
 phase-2 pre-training on 32 DGX A100 nodes of Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance
 vs. Bin Size on BERT Phase 2 Pretraining', bar labels). Such a run's mean padded length is 512 over that speedup
 (assumed: work linear in length; attention's quadratic part makes the true length slightly longer)."""
-POST_ACCUMULATION_SOURCES = ("DLE_PYT_BERT_1907",)
-"""Sources whose mixed-precision runs reduce gradients in one flat fp16 all-reduce after the last micro-batch,
-without DDP (:data:`plait.workloads.traced.flat_reduce.APEX_POST_ACCUMULATION_FP16`): both launchers at 6fe463f,
-``run.sub`` (multi-node, lines 62-69) and ``scripts/run_pretraining.sh`` (its defaults), pass
-``--fp16 --allreduce_post_accumulation --allreduce_post_accumulation_fp16``."""
+FLAT_REDUCE = {("DLE_PYT_BERT_1907", "amp"): APEX_POST_ACCUMULATION_FP16,
+               ("DLE_PYT_BERT_2111", "amp"): DDP_ONE_BUCKET_FP16, ("DLE_PYT_BERT_2111", "tf32"): DDP_ONE_BUCKET_FP32}
+"""(source, precision) -> the one flat all-reduce after the last micro-batch its BERT runs reduce in
+(:mod:`plait.workloads.traced.flat_reduce`): the multi-node launcher ``run.sub`` passes ``--allreduce_post_accumulation``
+(lines 62-69 @6fe463f; 172-194 @a9e2c1d5) and, for fp16, ``--allreduce_post_accumulation_fp16``. pytorch:19.07's FP32
+runs are not listed: at 6fe463f that path reads ``_amp_state.loss_scalers``, which only ``amp.initialize`` (fp16)
+creates (fp32 became compatible in 793b92dc, 2020-03), so how they reduced is not stated; they keep DDP's buckets."""
 FUSE_BN_RELU, FUSE_BN_ADD_RELU = "--fuse-bn-relu 1", "--fuse-bn-add-relu 1"
 """Flags of a row's notes (DeepLearningExamples' MXNet runner passes both for float16) under which its batch
 normalizations run fused with the ReLU, and the residual add and ReLU, after them (:mod:`.fusion`)."""
@@ -149,11 +156,9 @@ def row_optimizer(row: Record) -> EagerOptimizer | None:
 
 
 def row_flat_reduce(row: Record) -> FlatReduce | None:
-    """How a row's replicas reduce gradients when not in DDP's overlapped buckets: the flat post-accumulation
-    all-reduce of :data:`POST_ACCUMULATION_SOURCES` in mixed precision (their fp32 runs: not stated, DDP kept)."""
-    if row["source_id"] in POST_ACCUMULATION_SOURCES and row["precision"] == "amp":
-        return APEX_POST_ACCUMULATION_FP16
-    return None
+    """The flat all-reduce after the last micro-batch a row's replicas reduce in (:data:`FLAT_REDUCE`), or ``None``:
+    DDP's buckets, overlapped with the backward."""
+    return FLAT_REDUCE.get((row["source_id"], row["precision"]))
 
 
 def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
