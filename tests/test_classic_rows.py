@@ -122,3 +122,14 @@ def test_only_gradscaler_resnet_rows_issue_their_optimizer_after_a_sync() -> Non
     assert issued[("DLE_PYT_RN50_2103", "amp")] and not issued[("DLE_PYT_RN50_1910", "amp")]
     assert not issued[("DLE_PYT_RN50_2103", "tf32")] and not issued[("DLE_PYT_RN50_2103", "fp32")]
     assert not any(v for (source, _), v in issued.items() if source != "DLE_PYT_RN50_2103")
+
+
+def test_mxnet_float16_rows_fuse_batch_norm_and_pytorch_1907_amp_rows_reduce_flat() -> None:
+    from plait.workloads.traced.validate import FUSE_BN_RELU, row_flat_reduce
+
+    fused = {(r["source_id"], r["precision"]) for r in _rows() if FUSE_BN_RELU in r["notes"]}
+    # the MXNet runner passes --fuse-bn-relu 1 --fuse-bn-add-relu 1 for float16 only (runner@729963dd)
+    assert fused == {("DLE_MX_RN50", "amp")}
+    flat = {(r["source_id"], r["precision"]) for r in _rows() if row_flat_reduce(r) is not None}
+    # run.sub @6fe463f and @a9e2c1d5 pass --allreduce_post_accumulation; pytorch:19.07's fp32 path is not stated
+    assert flat == {("DLE_PYT_BERT_1907", "amp"), ("DLE_PYT_BERT_2111", "amp"), ("DLE_PYT_BERT_2111", "tf32")}

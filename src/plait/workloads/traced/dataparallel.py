@@ -22,6 +22,7 @@ from plait.cost.sync import method_costs
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
+from plait.workloads.traced.flat_reduce import FlatReduce
 from plait.workloads.traced.model import TracedWorkload
 from plait.workloads.traced.tensor_parallel import rank_elements
 
@@ -60,10 +61,14 @@ def fsdp_exposed_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: li
 
 def dp_comm_s(cluster: Cluster, plan: Plan, cols: PlanColumns, work: TracedWorkload, group: list[int],
                seconds: list[tuple[float, float]], params: dict[str, float], named: list[tuple[str, tuple[int, ...]]],
-               grad_bytes: float, last_backward: float, first_forward: float, busy: float) -> tuple[float, float]:
-    """(exposed data-parallel seconds per step, extra memory bytes of the synchronization method)."""
+               grad_bytes: float, last_backward: float, first_forward: float, busy: float,
+               flat: FlatReduce | None = None) -> tuple[float, float]:
+    """(exposed data-parallel seconds per step, extra memory bytes of the synchronization method); ``flat``: the
+    replicas reduce in one flat all-reduce after the backward instead (:mod:`.flat_reduce`)."""
     if plan.dp <= 1:
         return 0.0, 0.0
+    if flat is not None:
+        return flat.exposed_s(cluster, plan, sum(params.values())), 0.0
     reduce, gather = (float(x) for x in gradient_sync_s(cluster, cols, params, grad_bytes))
     shown = extra = 0.0
     if not plan.dp_sync.is_allreduce:

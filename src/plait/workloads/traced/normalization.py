@@ -32,6 +32,8 @@ layer_norm_kernel.cu: the input-gradient kernel, then ``GammaBetaBackwardCUDAKer
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from plait.workloads.traced.model import Kernel
 
 SWEEPS: dict[str, tuple[int, int]] = {
@@ -49,3 +51,10 @@ def kernel_moved_bytes(kernel: Kernel, batch: float) -> float:
     activation-sized operands as many times as its sweeps read or write them (:data:`SWEEPS`)."""
     swept, traced = SWEEPS.get(kernel.name, (1, 1))
     return kernel.fixed_bytes + kernel.bytes_per_example * batch * swept / traced
+
+
+def with_extra_bytes(kernel: Kernel, extra_bytes_per_example: float) -> Kernel:
+    """``kernel`` moving ``extra_bytes_per_example`` more per example, once (a fused neighbour's operands): added
+    to its traced operands divided by its sweep ratio, which :func:`kernel_moved_bytes` multiplies back."""
+    swept, traced = SWEEPS.get(kernel.name, (1, 1))
+    return replace(kernel, bytes_per_example=kernel.bytes_per_example + extra_bytes_per_example * traced / swept)

@@ -8,7 +8,9 @@ takes one), one replica per GPU, unsharded, all-reduce; SGD with momentum for Re
 BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (traced in float32). Each row's
 input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
 that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`);
-BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`).
+BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`); MXNet's float16 runs fuse batch
+normalization with the ReLU and residual add after it (:data:`FUSE_BN_RELU`), and DeepLearningExamples' BERT runs
+reduce in one flat all-reduce after the last micro-batch (:data:`FLAT_REDUCE`).
 The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
 predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
@@ -31,6 +33,13 @@ from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
 from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.flat_reduce import (
+    APEX_POST_ACCUMULATION_FP16,
+    DDP_ONE_BUCKET_FP16,
+    DDP_ONE_BUCKET_FP32,
+    FlatReduce,
+)
+from plait.workloads.traced.fusion import fuse_bn_relu
 from plait.workloads.traced.tracing import storage_dtype, trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
@@ -79,6 +88,16 @@ with LDDL using a bin size of 64') -> (seconds unbinned, seconds at bin size 64)
 phase-2 pre-training on 32 DGX A100 nodes of Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance
 vs. Bin Size on BERT Phase 2 Pretraining', bar labels). Such a run's mean padded length is 512 over that speedup
 (assumed: work linear in length; attention's quadratic part makes the true length slightly longer)."""
+FLAT_REDUCE = {("DLE_PYT_BERT_1907", "amp"): APEX_POST_ACCUMULATION_FP16,
+               ("DLE_PYT_BERT_2111", "amp"): DDP_ONE_BUCKET_FP16, ("DLE_PYT_BERT_2111", "tf32"): DDP_ONE_BUCKET_FP32}
+"""(source, precision) -> the one flat all-reduce after the last micro-batch its BERT runs reduce in
+(:mod:`plait.workloads.traced.flat_reduce`): the multi-node launcher ``run.sub`` passes ``--allreduce_post_accumulation``
+(lines 62-69 @6fe463f; 172-194 @a9e2c1d5) and, for fp16, ``--allreduce_post_accumulation_fp16``. pytorch:19.07's FP32
+runs are not listed: at 6fe463f that path reads ``_amp_state.loss_scalers``, which only ``amp.initialize`` (fp16)
+creates (fp32 became compatible in 793b92dc, 2020-03), so how they reduced is not stated; they keep DDP's buckets."""
+FUSE_BN_RELU, FUSE_BN_ADD_RELU = "--fuse-bn-relu 1", "--fuse-bn-add-relu 1"
+"""Flags of a row's notes (DeepLearningExamples' MXNet runner passes both for float16) under which its batch
+normalizations run fused with the ReLU, and the residual add and ReLU, after them (:mod:`.fusion`)."""
 LOADER_NOTES = (("synthetic data", "synthetic"), ("data backend default is dali-gpu", "dali_gpu"),
                 ("data_backend=pytorch", "framework_jpeg"),
                 ("default --data-backend is dali-cpu", "dali_cpu"), ("TFRecords", "framework_jpeg"),
@@ -136,6 +155,12 @@ def row_optimizer(row: Record) -> EagerOptimizer | None:
     return None
 
 
+def row_flat_reduce(row: Record) -> FlatReduce | None:
+    """The flat all-reduce after the last micro-batch a row's replicas reduce in (:data:`FLAT_REDUCE`), or ``None``:
+    DDP's buckets, overlapped with the backward."""
+    return FLAT_REDUCE.get((row["source_id"], row["precision"]))
+
+
 def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
     """The factory that traces a row's model and one example's input shape (``None``: the factory's): BERT as its
     source ran attention (:data:`UNFUSED_ATTENTION`), binned phase-2 runs at their mean padded length
@@ -181,9 +206,12 @@ def predict_row(row: Record) -> ClassicResult:
     batch = row.count("batch_per_gpu")
     plan = Plan(dp_replicate=gpus, sharding="none", micro_batch=batch, global_batch=batch * steps * gpus,
                 precision=PRECISIONS[row["precision"]], optimizer="adamw" if bert else "sgd")
-    est = estimate_traced(trace(factory, shape, dtype=storage_dtype(plan.precision)), get_cluster(SYSTEMS[row["gpu"]]),
+    work = trace(factory, shape, dtype=storage_dtype(plan.precision))
+    if FUSE_BN_RELU in row["notes"]:
+        work = fuse_bn_relu(work, add_relu=FUSE_BN_ADD_RELU in row["notes"])
+    est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]),
                           plan, row_engine(row), step_interval_s, row_loader(row),
-                          row_channels_last(row), row_optimizer(row))
+                          row_channels_last(row), row_optimizer(row), row_flat_reduce(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
