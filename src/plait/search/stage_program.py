@@ -52,12 +52,15 @@ TIE = 1e-9
 LAYER_WINDOW = 3
 """Layers a stage may hold beyond or short of the even split (assumed: the memory a stage frees by recomputing
 pays for a few layers, not for many; a wider window widens the program linearly)."""
+BLOCK = 4
+"""Bounds of the first block each program solves at once, each next block twice as many (assumed: the busy term
+stops most programs within their first few dozen bounds; a block costs one vectorized pass however many it holds)."""
 
 
 def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, limit_bytes: float,
-               vary_sharding: bool = True) -> Plan | None:
+               vary_sharding: bool = True, kept: Kept | None = None) -> Plan | None:
     """The per-stage plan the dynamic program finds for ``plan`` (``None``: the uniform split is the best, or
-    nothing fits)."""
+    nothing fits; ``kept``: see :func:`stage_tables`)."""
     p, num_layers = plan.pp, model.num_layers
     even = num_layers // p
     alike = model.moe is None and model.local_attention is None
@@ -65,7 +68,7 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
     if not alike and num_layers % p:
         return None  # stages of unequal count whose layers differ by index: the even split stays
     choices = stage_choices(model, cluster, engine, plan, vary_sharding)
-    t, fits, tail = stage_tables(model, cluster, engine, plan, counts, choices, limit_bytes, alike)
+    t, fits, tail = stage_tables(model, cluster, engine, plan, counts, choices, limit_bytes, alike, kept)
     chosen = _sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches)
     if chosen is None:
         return None
@@ -81,13 +84,22 @@ def stage_choices(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan
     return [(mode, z) for z in shardings for mode in MODES]
 
 
+Kept = dict[Any, Any]
+"""What the per-stage pass costs once and reuses across the programs of one :func:`plait.search.per_stage.improve`
+(one model, cluster, engine and memory limit): each resized model by its layer total, kept so that
+:func:`plait.cost.inner.inner_columns` finds the per-layer values of plans alike in the fields it reads, and each
+stage cell (a uniform plan at a layer count) with its stage times, memories and tail."""
+
+
 def stage_tables(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, counts: list[int],
-                 choices: list[tuple[str, str]], limit_bytes: float,
-                 alike: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 choices: list[tuple[str, str]], limit_bytes: float, alike: bool,
+                 kept: Kept | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``t`` (stage, layer count, choice): a stage's forward and backward per micro-batch; whether it fits; and
     each choice's tail (its longest exposed sync and optimizer step, at the even count or, where ``counts`` lacks
-    it, their middle one), for stages of ``plan``'s TP degree."""
+    it, their middle one), for stages of ``plan``'s TP degree (``kept``: cells costed already, filled with the new
+    ones)."""
     p, even = plan.pp, model.num_layers // plan.pp
+    kept = {} if kept is None else kept
     tail_at = even if even in counts else counts[len(counts) // 2]  # the even count, or the middle of the window
     t = np.full((p, len(counts), len(choices)), np.inf)
     fits = np.zeros((p, len(counts), len(choices)), dtype=bool)
@@ -95,18 +107,44 @@ def stage_tables(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan,
     for j, n in enumerate(counts):
         for k, (mode, sharding) in enumerate(choices):
             uniform = replace(plan, recompute=mode, recompute_layers=-1, sharding=sharding)
-            view = stage_view(model, cluster, uniform, n, engine.framework, resized=alike)
-            times = {}
-            for stage in {0, 1, p - 1}:  # the first, an interior one (interior stages are alike) and the last
-                fwd, bwd = stage_pass(view.model, cluster, view.prepared, stage)
-                f_s = SCALAR.total(fwd.values())
-                times[stage] = f_s + SCALAR.total(bwd.values())
-                if n == tail_at:
-                    tail[k] = max(tail[k], sum(stage_tail(cluster, view, stage, (fwd, bwd), f_s, times[stage],
-                                                          False, engine.framework)))
-            t[:, j, k] = [times[s if s in (0, p - 1) else 1] for s in range(p)]
-            fits[:, j, k] = _stage_totals(view, cluster, p) <= limit_bytes
+            cell = kept.get((uniform, n))
+            if cell is None:
+                if alike and ("model", n * p) not in kept:
+                    kept["model", n * p] = replace(model, num_layers=n * p)
+                view = stage_view(kept["model", n * p] if alike else model, cluster, uniform, n, engine.framework,
+                                  resized=False)  # resized already where alike
+                cell = kept[uniform, n] = _Cell(view, cluster, engine, p)
+            t[:, j, k] = cell.times
+            fits[:, j, k] = cell.totals <= limit_bytes
+            if n == tail_at:
+                tail[k] = cell.tail()
     return t, fits, tail
+
+
+class _Cell:
+    """One stage cell of :func:`stage_tables`: a uniform plan's stage of some layer count, its time per micro-batch
+    at every stage (the first, an interior one, interior stages being alike, and the last), its memory at every
+    stage, and its tail where asked (the longest of those three stages')."""
+
+    def __init__(self, view: StageView, cluster: Cluster, engine: Engine, p: int) -> None:
+        self.view, self.cluster, self.framework = view, cluster, engine.framework
+        self.passes: dict[int, tuple[Any, Any, float, float]] = {}
+        for stage in {0, 1, p - 1}:
+            fwd, bwd = stage_pass(view.model, cluster, view.prepared, stage)
+            f_s = SCALAR.total(fwd.values())
+            self.passes[stage] = (fwd, bwd, f_s, f_s + SCALAR.total(bwd.values()))
+        self.times = [self.passes[s if s in (0, p - 1) else 1][3] for s in range(p)]
+        self.totals = _stage_totals(view, cluster, p)
+        self._tail: float | None = None
+
+    def tail(self) -> float:
+        """The longest exposed sync + optimizer step of the three stages costed (0 at least)."""
+        if self._tail is None:
+            self._tail = 0.0
+            for stage, (fwd, bwd, f_s, total_s) in self.passes.items():
+                self._tail = max(self._tail, sum(stage_tail(self.cluster, self.view, stage, (fwd, bwd), f_s, total_s,
+                                                            False, self.framework)))
+        return self._tail
 
 
 def split_plan(plan: Plan, chosen: tuple[tuple[int, ...], tuple[int, ...]], choices: list[tuple[str, str]],
@@ -188,45 +226,78 @@ def _program(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: in
              choices: int = 0, ceiling: float = np.inf) -> tuple[tuple[int, ...], tuple[Any, ...]] | None:
     """Layers and mode per stage minimising ``m max t + (p - 1) mean t`` (module docstring), or ``None`` (also where
     none costs less than ``ceiling``); with ``choices``, the index of each stage's choice along ``t``'s last axis
-    rather than its mode."""
+    rather than its mode. The bounds are tried in ascending order, a block of them per vectorized program
+    (:func:`_programs`), until the busy term alone costs more than the best found; a bound under which the layer
+    counts the stages may take cannot sum to the model's is skipped (its program finds nothing)."""
     p = t.shape[0]
-    best: tuple[float, tuple[int, ...], tuple[str, ...]] | None = None
-    for bound in np.unique(t[fits]):
-        if m * bound >= (ceiling if best is None else best[0]):
-            break  # every later bound costs more in its busy term alone
-        allowed = fits & (t <= bound)
-        cheapest = np.where(allowed, t, np.inf)
-        mode_of = cheapest.argmin(axis=2)  # per stage and layer count, the fastest mode that is allowed
-        # ties (sums equal to the float) go to the split nearest the even one: it moves no parameters between stages
-        stage_t = cheapest.min(axis=2) + TIE * t[fits].max() * np.abs(counts - num_layers / p)
-        total = np.full(num_layers + 1, np.inf)
-        total[0] = 0.0
-        picks = []
-        for s in range(p):
-            step = np.full(num_layers + 1, np.inf)
-            pick = np.full(num_layers + 1, -1)
-            for j, n in enumerate(counts):
-                if not np.isfinite(stage_t[s, j]) or n > num_layers:
-                    continue
-                moved = np.full(num_layers + 1, np.inf)
-                moved[n:] = total[:num_layers + 1 - n] + stage_t[s, j]
-                better = moved < step
-                step[better], pick[better] = moved[better], j
-            total = step
-            picks.append(pick)
-        if not np.isfinite(total[num_layers]):
-            continue
-        layers, modes, used = [], [], num_layers
-        for s in range(p - 1, -1, -1):
-            j = int(picks[s][used])
-            layers.append(int(counts[j]))
-            modes.append(int(mode_of[s, j]) if choices else MODES[int(mode_of[s, j])])
-            used -= int(counts[j])
-        layers.reverse()
-        modes.reverse()
-        times = [t[s, counts.tolist().index(n), r if choices else MODES.index(r)]
-                 for s, (n, r) in enumerate(zip(layers, modes))]
-        cost = m * max(times) + (p - 1) * sum(times) / p
-        if cost < ceiling and (best is None or cost < best[0]):
-            best = (cost, tuple(layers), tuple(modes))
+    bounds = np.unique(t[fits])
+    if bounds.size == 0:
+        return None
+    # ties (sums equal to the float) go to the split nearest the even one: it moves no parameters between stages
+    tie = TIE * t[fits].max() * np.abs(counts - num_layers / p)
+    bounds = bounds[_reachable(t, fits, counts, num_layers, bounds)]
+    best: tuple[float, tuple[int, ...], tuple[Any, ...]] | None = None
+    start, size = 0, BLOCK
+    while start < bounds.size:
+        block = bounds[start:start + size]
+        if m * block[0] >= (ceiling if best is None else best[0]):
+            break
+        for bound, found in zip(block, _programs(t, fits, counts, num_layers, block, tie)):
+            if m * bound >= (ceiling if best is None else best[0]):
+                return None if best is None else (best[1], best[2])  # every later bound costs more in its busy term
+            if found is None:
+                continue
+            layers, picked = found
+            times = [t[s, j, k] for s, (j, k) in enumerate(zip(layers, picked))]
+            cost = m * max(times) + (p - 1) * sum(times) / p
+            if cost < ceiling and (best is None or cost < best[0]):
+                best = (cost, tuple(int(counts[j]) for j in layers),
+                        tuple(int(k) if choices else MODES[int(k)] for k in picked))
+        start, size = start + size, 2 * size
     return None if best is None else (best[1], best[2])
+
+
+def _reachable(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: int, bounds: np.ndarray) -> np.ndarray:
+    """Per bound, whether the least and the most layers the stages may take under it (some choice within the bound
+    and fitting) bracket the model's: where not, no split sums to it."""
+    fastest = np.where(fits, t, np.inf).min(axis=2)  # (stage, count): the fastest fitting choice
+    allowed = fastest <= bounds[:, None, None]  # (bound, stage, count)
+    least = np.where(allowed, counts, num_layers + 1).min(axis=2).sum(axis=1)
+    most = np.where(allowed, counts, -1).max(axis=2)
+    return (least <= num_layers) & (most.min(axis=1) >= 0) & (most.sum(axis=1) >= num_layers)
+
+
+def _programs(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: int, bounds: np.ndarray,
+              tie: np.ndarray) -> list[tuple[list[int], list[int]] | None]:
+    """For each bound ``T`` of ``bounds``, the program over stages and layers used so far: the layer-count index and
+    choice per stage of least summed ``t`` (plus ``tie``) among stages whose ``t <= T`` and that fit (``None``: no
+    split of the model's layers), vectorized over bounds, a stage's layer counts that fit and layers used; ties go
+    to the first count."""
+    cheapest = np.where(fits & (t <= bounds[:, None, None, None]), t, np.inf)  # (bound, stage, count, choice)
+    mode_of = cheapest.argmin(axis=3)  # per bound, stage and layer count, the fastest choice that is allowed
+    stage_t = cheapest.min(axis=3) + tie
+    used = np.arange(num_layers + 1)
+    total = np.full((len(bounds), num_layers + 1), np.inf)
+    total[:, 0] = 0.0
+    steps = []
+    for s in range(t.shape[0]):
+        at = np.flatnonzero(fits[s].any(axis=1))  # the counts a stage may take (the others are never allowed)
+        before = used - counts[at, None]  # (count, used): layers used before a stage of that count
+        valid = before >= 0
+        moved = np.where(valid, total[:, np.where(valid, before, 0)] + stage_t[:, s, at, None], np.inf)
+        total = moved.min(axis=1)
+        steps.append((at, moved))
+    out: list[tuple[list[int], list[int]] | None] = []
+    for b in range(len(bounds)):
+        if not np.isfinite(total[b, num_layers]):
+            out.append(None)
+            continue
+        layers, picked, left = [], [], num_layers
+        for s in range(t.shape[0] - 1, -1, -1):
+            at, moved = steps[s]
+            j = int(at[moved[b, :, left].argmin()])
+            layers.append(j)
+            picked.append(int(mode_of[b, s, j]))
+            left -= int(counts[j])
+        out.append((layers[::-1], picked[::-1]))
+    return out
