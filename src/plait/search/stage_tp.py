@@ -26,10 +26,10 @@ from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.plan.rules import stage_violation
+from plait.search.stage_dp import sharded_program
 from plait.search.stage_program import (
     LAYER_WINDOW,
     Kept,
-    _sharded_program,
     split_plan,
     stage_choices,
     stage_tables,
@@ -138,7 +138,7 @@ def tp_splits(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, li
         t = np.stack([table(d)[0][s] for s, d in enumerate(pattern)])
         fits = np.stack([table(d)[1][s] for s, d in enumerate(pattern)])
         tail = np.max([table(d)[2] for d in set(pattern)], axis=0)
-        chosen = _sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches, ceiling)
+        chosen = sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches, ceiling)
         if chosen is not None:
             split = split_plan(plan, chosen, choices, num_layers, alike)
             out.append(replace(split, tp=pattern[0], stage_tp=pattern))
