@@ -98,22 +98,26 @@ def _programs(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: i
               tie: np.ndarray) -> list[tuple[list[int], list[int]] | None]:
     """For each bound ``T`` of ``bounds``, the program over stages and layers used so far: the layer-count index and
     choice per stage of least summed ``t`` (plus ``tie``) among stages whose ``t <= T`` and that fit (``None``: no
-    split of the model's layers), vectorized over bounds, a stage's layer counts that fit and layers used; ties go
-    to the first count."""
+    split of the model's layers), vectorized over bounds, a stage's layer counts that fit and the layers used that
+    can lie on a split; ties go to the first count. The bounds must be reachable (:func:`_reachable`)."""
     cheapest = np.where(fits & (t <= bounds[:, None, None, None]), t, np.inf)  # (bound, stage, count, choice)
     mode_of = cheapest.argmin(axis=3)  # per bound, stage and layer count, the fastest choice that is allowed
     stage_t = cheapest.min(axis=3) + tie
-    used = np.arange(num_layers + 1)
+    ats = [np.flatnonzero(fits[s].any(axis=1)) for s in range(t.shape[0])]  # the counts each stage may take
+    fewest, most = np.cumsum([counts[at].min() for at in ats]), np.cumsum([counts[at].max() for at in ats])
     total = np.full((len(bounds), num_layers + 1), np.inf)
     total[:, 0] = 0.0
     steps = []
-    for s in range(t.shape[0]):
-        at = np.flatnonzero(fits[s].any(axis=1))  # the counts a stage may take (the others are never allowed)
-        before = used - counts[at, None]  # (count, used): layers used before a stage of that count
+    for s, at in enumerate(ats):
+        # layers used after stage s: reachable from none and leaving the later stages a count they may take
+        low = max(fewest[s], num_layers - (most[-1] - most[s]))
+        high = min(most[s], num_layers - (fewest[-1] - fewest[s]))
+        before = np.arange(low, high + 1) - counts[at, None]  # (count, used): layers used before the stage
         valid = before >= 0
         moved = np.where(valid, total[:, np.where(valid, before, 0)] + stage_t[:, s, at, None], np.inf)
-        total = moved.min(axis=1)
-        steps.append((at, moved))
+        total = np.full((len(bounds), num_layers + 1), np.inf)
+        total[:, low:high + 1] = moved.min(axis=1)
+        steps.append((at, moved, low))
     out: list[tuple[list[int], list[int]] | None] = []
     for b in range(len(bounds)):
         if not np.isfinite(total[b, num_layers]):
@@ -121,8 +125,8 @@ def _programs(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: i
             continue
         layers, picked, left = [], [], num_layers
         for s in range(t.shape[0] - 1, -1, -1):
-            at, moved = steps[s]
-            j = int(at[moved[b, :, left].argmin()])
+            at, moved, low = steps[s]
+            j = int(at[moved[b, :, left - low].argmin()])
             layers.append(j)
             picked.append(int(mode_of[b, s, j]))
             left -= int(counts[j])
