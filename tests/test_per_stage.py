@@ -24,7 +24,7 @@ from plait.plan.io import plan_to_toml, read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.search.per_stage import improve
-from plait.search.stage_program import _program
+from plait.search.stage_dp import program
 from plait.workload.catalog import resolve_model
 from tests.inprocess import cli
 
@@ -84,7 +84,7 @@ def test_program_finds_the_brute_force_optimum(p: int, m: int, data: st.DataObje
         times = [t[s, j, k] for s, (j, k) in enumerate(picks)]
         cost = m * max(times) + (p - 1) * sum(times) / p
         best = cost if best is None else min(best, cost)
-    found = _program(t, fits, counts, num_layers, m)
+    found = program(t, fits, counts, num_layers, m)
     if best is None:
         assert found is None
         return

@@ -24,7 +24,7 @@ from plait.plan.io import plan_to_toml, read_plan_file
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.search.per_stage import improve
-from plait.search.stage_program import _sharded_program
+from plait.search.stage_dp import sharded_program
 from plait.simulate.costs import stage_memories
 from plait.workload.catalog import resolve_model
 
@@ -110,7 +110,7 @@ def test_program_finds_the_brute_force_optimum(p: int, m: int, data: st.DataObje
         for picks in itertools.product(range(choices), repeat=p):
             if all(fits[s, n - 1, k] for s, (n, k) in enumerate(zip(layers, picks))):
                 best = cost(layers, picks) if best is None else min(best, cost(layers, picks))
-    found = _sharded_program(t, fits, tail, counts, num_layers, m)
+    found = sharded_program(t, fits, tail, counts, num_layers, m)
     if best is None:
         assert found is None
         return

@@ -120,3 +120,20 @@ def test_a_plan_files_gpus_fill_dp_over_the_stages_degrees() -> None:
     assert complete_plan({"pp": 2, "tp": 2, "stage_tp": [2, 1]}, 6, "x").dp == 2
     with pytest.raises(ConfigError, match=r"gpus=4 must be divisible by sum\(stage_tp\)\*cp=3\*1=3"):
         complete_plan({"pp": 2, "tp": 2, "stage_tp": [2, 1]}, 4, "x")
+
+
+def test_stage_cells_kept_across_plans_cost_what_fresh_ones_do() -> None:
+    """The pass keeps each stage cell (a uniform plan at a layer count) for all its programs: tables built after
+    another plan's (at another TP degree and micro-batch), and again from the kept cells alone (the plan's own
+    sharding only, as the TP patterns ask), equal those built with nothing kept."""
+    import numpy as np
+
+    from plait.search.stage_program import stage_choices, stage_tables
+
+    limit = CLUSTER.accelerator.memory_bytes * 0.9
+    kept: dict[object, object] = {}
+    for plan, vary in ((PLAN, True), (replace(PLAN, tp=8, micro_batch=2), True), (PLAN, False)):
+        choices = stage_choices(MODEL, CLUSTER, ENGINE, plan, vary_sharding=vary)
+        args = (MODEL, CLUSTER, ENGINE, plan, [19, 20, 21], choices, limit, True)
+        for shared, fresh in zip(stage_tables(*args, kept), stage_tables(*args)):
+            assert np.array_equal(shared, fresh)

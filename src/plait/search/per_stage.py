@@ -19,7 +19,7 @@ from plait.job import Job
 from plait.plan.plan import Plan
 from plait.predict.estimate import assemble, predict
 from plait.search.runner import SearchResult
-from plait.search.stage_program import best_split
+from plait.search.stage_program import Kept, best_split
 from plait.search.stage_tp import tp_splits
 from plait.workload.model import ModelSpec
 
@@ -74,13 +74,14 @@ def improve(model: ModelSpec, cluster: Cluster, engine: Engine, top: list[Estima
     take their own TP degree, :mod:`plait.search.stage_tp`)."""
     limit = cluster.accelerator.memory_bytes * (1.0 - memory_margin)
     wins = []
+    kept: Kept = {}  # stage cells and resized models, costed once for the whole pass
     for uniform in top:
         plan = uniform.plan
         if not _eligible(plan):
             continue
-        found = [best_split(model, cluster, engine, plan, limit, vary_sharding)]
+        found = [best_split(model, cluster, engine, plan, limit, vary_sharding, kept)]
         if vary_tp:  # a TP degree per stage (plait.search.stage_tp), where the uniform plan's stages are unbalanced
-            found += tp_splits(model, cluster, engine, plan, limit)
+            found += tp_splits(model, cluster, engine, plan, limit, kept=kept)
         same = Job.build(model, cluster, plan, engine)
         base = predict(same, simulate=False)
         best: tuple[Job, Estimate] | None = None

@@ -19,10 +19,12 @@ winner is costed exactly afterwards).
 
 ``t`` and memory come from the cost model itself (:mod:`plait.cost.per_stage`): ``t`` for the first, an interior
 and the last stage at each (layers, mode, sharding), memory for every stage (1F1B's stage ``s`` holds ``p - s``
-micro-batches). Complexity per plan: ``3 W C`` stage passes and ``p W C`` stage memories (``W`` layer counts,
-``C = 3 Z`` choices of ``R = 3`` modes by ``Z <= 3`` shardings), then ``O(|U| |T| p W L)`` for the programs
-(``|U| <= C``, ``|T| <= 3 W C``, ``L`` layers), vectorized over ``L``; both bounds stop once the busy term alone
-costs more than the best found. The winner is then estimated as any plan is (:func:`plait.predict.estimate.
+micro-batches). Complexity per plan: ``3 W C`` stage passes and ``4 W C`` stage memories (``W`` layer counts,
+``C = 3 Z`` choices of ``R = 3`` modes by ``Z <= 3`` shardings; interior stages' memory is affine in what they hold),
+each stage cell costed once per pass (:data:`Kept`, shared with the TP patterns of :mod:`plait.search.stage_tp`),
+then ``O(|U| |T| p W L)`` for the programs of :mod:`plait.search.stage_dp` (``|U| <= C``, ``|T| <= 3 W C``, ``L``
+layers), vectorized over bounds, ``W`` and ``L``; both bounds stop once the busy term alone costs more than the
+best found. The winner is then estimated as any plan is (:func:`plait.predict.estimate.
 assemble`, simulated where the top plans are) and kept only where it beats the uniform plan it came from.
 """
 
@@ -42,22 +44,18 @@ from plait.hardware.cluster import Cluster
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.plan.rules import first_violation
+from plait.search.stage_dp import MODES, sharded_program
 from plait.workload.model import ModelSpec
 
-MODES = ("none", "selective", "full")
 SHARDINGS = ("zero1", "zero2", "zero3")
 """What a stage's ``dp_shard`` ranks may shard (``none`` is refused with dp_shard > 1, :mod:`plait.plan.rules`)."""
-TIE = 1e-9
-"""Relative weight of a stage's distance from the even split in the program's sum: it breaks ties only."""
 LAYER_WINDOW = 3
 """Layers a stage may hold beyond or short of the even split (assumed: the memory a stage frees by recomputing
 pays for a few layers, not for many; a wider window widens the program linearly)."""
-
-
 def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, limit_bytes: float,
-               vary_sharding: bool = True) -> Plan | None:
+               vary_sharding: bool = True, kept: Kept | None = None) -> Plan | None:
     """The per-stage plan the dynamic program finds for ``plan`` (``None``: the uniform split is the best, or
-    nothing fits)."""
+    nothing fits; ``kept``: see :func:`stage_tables`)."""
     p, num_layers = plan.pp, model.num_layers
     even = num_layers // p
     alike = model.moe is None and model.local_attention is None
@@ -65,8 +63,8 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
     if not alike and num_layers % p:
         return None  # stages of unequal count whose layers differ by index: the even split stays
     choices = stage_choices(model, cluster, engine, plan, vary_sharding)
-    t, fits, tail = stage_tables(model, cluster, engine, plan, counts, choices, limit_bytes, alike)
-    chosen = _sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches)
+    t, fits, tail = stage_tables(model, cluster, engine, plan, counts, choices, limit_bytes, alike, kept)
+    chosen = sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches)
     if chosen is None:
         return None
     if len(set(chosen[1])) == 1 and (not alike or chosen[0] == _even(num_layers, p)):
@@ -81,13 +79,22 @@ def stage_choices(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan
     return [(mode, z) for z in shardings for mode in MODES]
 
 
+Kept = dict[Any, Any]
+"""What the per-stage pass costs once and reuses across the programs of one :func:`plait.search.per_stage.improve`
+(one model, cluster, engine and memory limit): each resized model by its layer total, kept so that
+:func:`plait.cost.inner.inner_columns` finds the per-layer values of plans alike in the fields it reads, and each
+stage cell (a uniform plan at a layer count) with its stage times, memories and tail."""
+
+
 def stage_tables(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, counts: list[int],
-                 choices: list[tuple[str, str]], limit_bytes: float,
-                 alike: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 choices: list[tuple[str, str]], limit_bytes: float, alike: bool,
+                 kept: Kept | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``t`` (stage, layer count, choice): a stage's forward and backward per micro-batch; whether it fits; and
     each choice's tail (its longest exposed sync and optimizer step, at the even count or, where ``counts`` lacks
-    it, their middle one), for stages of ``plan``'s TP degree."""
+    it, their middle one), for stages of ``plan``'s TP degree (``kept``: cells costed already, filled with the new
+    ones)."""
     p, even = plan.pp, model.num_layers // plan.pp
+    kept = {} if kept is None else kept
     tail_at = even if even in counts else counts[len(counts) // 2]  # the even count, or the middle of the window
     t = np.full((p, len(counts), len(choices)), np.inf)
     fits = np.zeros((p, len(counts), len(choices)), dtype=bool)
@@ -95,18 +102,44 @@ def stage_tables(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan,
     for j, n in enumerate(counts):
         for k, (mode, sharding) in enumerate(choices):
             uniform = replace(plan, recompute=mode, recompute_layers=-1, sharding=sharding)
-            view = stage_view(model, cluster, uniform, n, engine.framework, resized=alike)
-            times = {}
-            for stage in {0, 1, p - 1}:  # the first, an interior one (interior stages are alike) and the last
-                fwd, bwd = stage_pass(view.model, cluster, view.prepared, stage)
-                f_s = SCALAR.total(fwd.values())
-                times[stage] = f_s + SCALAR.total(bwd.values())
-                if n == tail_at:
-                    tail[k] = max(tail[k], sum(stage_tail(cluster, view, stage, (fwd, bwd), f_s, times[stage],
-                                                          False, engine.framework)))
-            t[:, j, k] = [times[s if s in (0, p - 1) else 1] for s in range(p)]
-            fits[:, j, k] = _stage_totals(view, cluster, p) <= limit_bytes
+            cell = kept.get((uniform, n))
+            if cell is None:
+                if alike and ("model", n * p) not in kept:
+                    kept["model", n * p] = replace(model, num_layers=n * p)
+                view = stage_view(kept["model", n * p] if alike else model, cluster, uniform, n, engine.framework,
+                                  resized=False)  # resized already where alike
+                cell = kept[uniform, n] = _Cell(view, cluster, engine, p)
+            t[:, j, k] = cell.times
+            fits[:, j, k] = cell.totals <= limit_bytes
+            if n == tail_at:
+                tail[k] = cell.tail()
     return t, fits, tail
+
+
+class _Cell:
+    """One stage cell of :func:`stage_tables`: a uniform plan's stage of some layer count, its time per micro-batch
+    at every stage (the first, an interior one, interior stages being alike, and the last), its memory at every
+    stage, and its tail where asked (the longest of those three stages')."""
+
+    def __init__(self, view: StageView, cluster: Cluster, engine: Engine, p: int) -> None:
+        self.view, self.cluster, self.framework = view, cluster, engine.framework
+        self.passes: dict[int, tuple[Any, Any, float, float]] = {}
+        for stage in {0, 1, p - 1}:
+            fwd, bwd = stage_pass(view.model, cluster, view.prepared, stage)
+            f_s = SCALAR.total(fwd.values())
+            self.passes[stage] = (fwd, bwd, f_s, f_s + SCALAR.total(bwd.values()))
+        self.times = [self.passes[s if s in (0, p - 1) else 1][3] for s in range(p)]
+        self.totals = _stage_totals(view, cluster, p)
+        self._tail: float | None = None
+
+    def tail(self) -> float:
+        """The longest exposed sync + optimizer step of the three stages costed (0 at least)."""
+        if self._tail is None:
+            self._tail = 0.0
+            for stage, (fwd, bwd, f_s, total_s) in self.passes.items():
+                self._tail = max(self._tail, sum(stage_tail(self.cluster, self.view, stage, (fwd, bwd), f_s, total_s,
+                                                            False, self.framework)))
+        return self._tail
 
 
 def split_plan(plan: Plan, chosen: tuple[tuple[int, ...], tuple[int, ...]], choices: list[tuple[str, str]],
@@ -135,29 +168,6 @@ def stage_shardings(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Pl
     return tuple(out)
 
 
-def _sharded_program(t: np.ndarray, fits: np.ndarray, tail: np.ndarray, counts: np.ndarray, num_layers: int,
-                     m: int, ceiling: float = np.inf) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """Layers and choice per stage minimising ``m max t + (p - 1) mean t + max tail``: as the program's slowest
-    stage, the longest tail is enumerated (Alpa's bound, Sec. 5.2, over each choice's tail), the program run over
-    the choices within it, and the least sum kept (``None`` where none costs less than ``ceiling``)."""
-    best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
-    fastest = t[fits].min(initial=np.inf)
-    for bound in np.unique(tail):
-        if m * fastest + bound >= (ceiling if best is None else best[0]):
-            break  # every later bound costs more than the best found, even with the fastest stages
-        within = tail <= bound
-        limit = ceiling if best is None else min(best[0], ceiling)
-        found = _program(t, fits & within, counts, num_layers, m, choices=len(tail), ceiling=limit - tail.min())
-        if found is None:
-            continue
-        layers, picks = found
-        times = [t[s, counts.tolist().index(n), k] for s, (n, k) in enumerate(zip(layers, picks))]
-        cost = m * max(times) + (t.shape[0] - 1) * sum(times) / t.shape[0] + max(tail[k] for k in picks)
-        if cost < ceiling and (best is None or cost < best[0]):
-            best = (cost, layers, picks)
-    return None if best is None else (best[1], best[2])
-
-
 def _stage_totals(view: StageView, cluster: Cluster, p: int) -> np.ndarray:
     """Memory of every stage of ``view``'s uniform plan. Interior stages differ only in the micro-batches they hold
     (:func:`plait.cost.pipeline.inflight_micro_batches`, non-increasing in the stage), and their memory is affine
@@ -182,51 +192,3 @@ def _stage_totals(view: StageView, cluster: Cluster, p: int) -> np.ndarray:
 def _even(num_layers: int, p: int) -> tuple[int, ...]:
     base, extra = divmod(num_layers, p)
     return tuple(base + (s < extra) for s in range(p))
-
-
-def _program(t: np.ndarray, fits: np.ndarray, counts: np.ndarray, num_layers: int, m: int,
-             choices: int = 0, ceiling: float = np.inf) -> tuple[tuple[int, ...], tuple[Any, ...]] | None:
-    """Layers and mode per stage minimising ``m max t + (p - 1) mean t`` (module docstring), or ``None`` (also where
-    none costs less than ``ceiling``); with ``choices``, the index of each stage's choice along ``t``'s last axis
-    rather than its mode."""
-    p = t.shape[0]
-    best: tuple[float, tuple[int, ...], tuple[str, ...]] | None = None
-    for bound in np.unique(t[fits]):
-        if m * bound >= (ceiling if best is None else best[0]):
-            break  # every later bound costs more in its busy term alone
-        allowed = fits & (t <= bound)
-        cheapest = np.where(allowed, t, np.inf)
-        mode_of = cheapest.argmin(axis=2)  # per stage and layer count, the fastest mode that is allowed
-        # ties (sums equal to the float) go to the split nearest the even one: it moves no parameters between stages
-        stage_t = cheapest.min(axis=2) + TIE * t[fits].max() * np.abs(counts - num_layers / p)
-        total = np.full(num_layers + 1, np.inf)
-        total[0] = 0.0
-        picks = []
-        for s in range(p):
-            step = np.full(num_layers + 1, np.inf)
-            pick = np.full(num_layers + 1, -1)
-            for j, n in enumerate(counts):
-                if not np.isfinite(stage_t[s, j]) or n > num_layers:
-                    continue
-                moved = np.full(num_layers + 1, np.inf)
-                moved[n:] = total[:num_layers + 1 - n] + stage_t[s, j]
-                better = moved < step
-                step[better], pick[better] = moved[better], j
-            total = step
-            picks.append(pick)
-        if not np.isfinite(total[num_layers]):
-            continue
-        layers, modes, used = [], [], num_layers
-        for s in range(p - 1, -1, -1):
-            j = int(picks[s][used])
-            layers.append(int(counts[j]))
-            modes.append(int(mode_of[s, j]) if choices else MODES[int(mode_of[s, j])])
-            used -= int(counts[j])
-        layers.reverse()
-        modes.reverse()
-        times = [t[s, counts.tolist().index(n), r if choices else MODES.index(r)]
-                 for s, (n, r) in enumerate(zip(layers, modes))]
-        cost = m * max(times) + (p - 1) * sum(times) / p
-        if cost < ceiling and (best is None or cost < best[0]):
-            best = (cost, tuple(layers), tuple(modes))
-    return None if best is None else (best[1], best[2])

@@ -26,9 +26,10 @@ from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.plan.rules import stage_violation
+from plait.search.stage_dp import sharded_program
 from plait.search.stage_program import (
     LAYER_WINDOW,
-    _sharded_program,
+    Kept,
     split_plan,
     stage_choices,
     stage_tables,
@@ -100,9 +101,10 @@ def _uniform_cost(table: tuple[np.ndarray, np.ndarray, np.ndarray], counts: list
 
 
 def tp_splits(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, limit_bytes: float,
-              prune: bool = True) -> list[Plan]:
+              prune: bool = True, kept: Kept | None = None) -> list[Plan]:
     """For each pattern (:func:`tp_patterns`), the per-stage plan the program finds, where ``plan``'s stages are
-    unbalanced; each still to be estimated (``prune``: only those whose objective beats the uniform plan's)."""
+    unbalanced; each still to be estimated (``prune``: only those whose objective beats the uniform plan's;
+    ``kept``: stage cells costed already, :func:`plait.search.stage_program.stage_tables`)."""
     p, num_layers = plan.pp, model.num_layers
     alike = model.moe is None and model.local_attention is None
     patterns = tp_patterns(model, cluster, plan)
@@ -119,7 +121,7 @@ def tp_splits(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, li
     def table(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if d not in tables:  # costed at its own counts, none elsewhere
             t_d, fits_d, tail = stage_tables(model, cluster, engine, replace(plan, tp=d), near[d], choices,
-                                             limit_bytes, alike)
+                                             limit_bytes, alike, kept)
             at = [counts.index(n) for n in near[d]]
             t = np.full((p, len(counts), len(choices)), np.inf)
             fits = np.zeros(t.shape, dtype=bool)
@@ -136,7 +138,7 @@ def tp_splits(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, li
         t = np.stack([table(d)[0][s] for s, d in enumerate(pattern)])
         fits = np.stack([table(d)[1][s] for s, d in enumerate(pattern)])
         tail = np.max([table(d)[2] for d in set(pattern)], axis=0)
-        chosen = _sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches, ceiling)
+        chosen = sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches, ceiling)
         if chosen is not None:
             split = split_plan(plan, chosen, choices, num_layers, alike)
             out.append(replace(split, tp=pattern[0], stage_tp=pattern))
