@@ -23,6 +23,7 @@ from plait.cost.estimate import Estimate
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.job import Job
+from plait.plan.convergence import averaging_replicas, convergence
 from plait.predict.estimate import assemble, wants_simulation
 from plait.simulate.costs import pipeline_costs
 from plait.simulate.pipeline import PipelineCosts, SweepKey, Swept, simulate_pipeline
@@ -88,10 +89,12 @@ def refine(model: ModelSpec, cluster: Cluster, engine: Engine, rows: Iterable[tu
         if not wants_simulation(job.plan, True):
             done.append((place, assemble(job, result, row, simulate=True)))
             continue
-        costs = pipeline_costs(job, result.prepared)
-        closed = assemble(job, result, row, simulate=False)  # tokens, steps multiplier, input wait
-        fastest = closed.tokens_per_step / (step_lower_bound_s(costs) + closed.time.input_wait_s)
-        pending.append((fastest / closed.steps_multiplier, place, job, result, row, costs))
+        costs, plan = pipeline_costs(job, result.prepared), job.plan
+        # tokens and steps multiplier as assemble gives them (plait.cost.step.estimate_from_batch), without the
+        # rest of an estimate: a batch row has no input wait (its loader is not costed, plait.cost.batch)
+        multiplier = convergence(plan.dp_sync, averaging_replicas(plan.dp, plan.dp_replicate, plan.sharding)).factor
+        fastest = plan.global_batch * plan.seq_len / step_lower_bound_s(costs)
+        pending.append((fastest / multiplier, place, job, result, row, costs))
     swept: dict[SweepKey, Swept] = {}  # pipelines alike in every operation's duration: swept once
     for bound, place, job, result, row, costs in sorted(pending, key=lambda p: (-p[0], p[1])):
         if len(done) >= k and bound < sorted((e.target_tokens_per_s for _, e in done), reverse=True)[k - 1]:
