@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from plait.simulate.periodic import _composed, _replay, periodic_sweep
+from plait.simulate.periodic import _composed, _replay, _replay_plain, periodic_sweep
 
 SPREAD = 2.0 ** -40
 """Largest relative spread (of the state's largest time) of the shifts of one state's elements taken as one shift:
@@ -36,9 +36,11 @@ a state that repeats after more than ``CYCLES x p`` periods is replayed in full.
 
 
 @lru_cache(maxsize=256)
-def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int], ...], int] | None:
+def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int], ...], int,
+                                                          tuple[tuple[int, int, int, int, int], ...]] | None:
     """(the state: per output a later period reads, its slot and how many periods back from the latest it lies;
-    ``R``: one more than the most periods back the cool-down reads) of the composed order, or None where there is
+    ``R``: one more than the most periods back the cool-down reads; the period's entries less their last-operation
+    field, for :func:`plait.simulate.periodic._replay_plain`) of the composed order, or None where there is
     no composed order or a rank's last operation lies in the period. A read whose slot no period writes reads
     nothing written (0) or the warm-up's output, which the extrapolation leaves in place."""
     composed = _composed(schedule, p, m, v)
@@ -62,7 +64,7 @@ def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int],
         state.update((entry[2] + k * shift, d) for d in range(k))
     own = {entry[3] for entry in after}
     cool = 1 + max((back(entry[2]) for entry in after if entry[2] not in own), default=0)
-    return tuple(sorted(state)), cool
+    return tuple(sorted(state)), cool, tuple(entry[:5] for entry in period)
 
 
 def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
@@ -75,7 +77,7 @@ def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
     if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
         return periodic_sweep(schedule, p, m, v, took, hops)
     before, period, after, n, shift, size = _composed(schedule, p, m, v)  # type: ignore[misc]
-    state, cool = lags
+    state, cool, plain = lags
     arrival_s = [0.0] * size
     free, last_begin = [0.0] * p, [0.0] * p
     _replay(before, 0, took, hops, arrival_s, free, last_begin)
@@ -86,7 +88,7 @@ def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
     ends: list[list[float]] = []  # every rank's end after each period
     j = 0
     while j <= n:
-        _replay(period, j * shift, took, hops, arrival_s, free, last_begin)
+        _replay_plain(plain, j * shift, took, hops, arrival_s, free)  # no rank's last operation (_lags)
         ends.append(free[:])
         if j == check and j < last:
             check += gap
