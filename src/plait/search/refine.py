@@ -5,7 +5,10 @@ the event simulation (:func:`plait.predict.estimate.assemble` with ``simulate=Tr
 A simulation of a deep pipeline with many micro-batches takes ~0.1 s (98,304 chunk passes), so simulating all of
 them cost more than the search itself. Here each plan is first bounded from below without the sweep
 (:func:`step_lower_bound_s`, from the same per-rank durations the simulation takes); a plan whose best possible
-re-timed throughput is already below the ``k``-th best re-timed so far cannot be among the ``k`` and is left out.
+re-timed throughput is already below the ``k``-th best re-timed so far cannot be among the ``k`` and is left out;
+one still above it is first swept through its warm-up and first period (:func:`plait.simulate.pipeline.warmed`,
+where the extrapolated sweep starts anyway) and bounded again from there, which catches the warm-up idle time of an
+uneven first or last stage; one that stays is simulated on from that state.
 The plans kept, their order and their figures are those of simulating every one (a plan left out would have sorted
 below ``k`` others), so the answer is unchanged; only the simulations that could not matter are skipped.
 The simulations taken are cheap: a deep pipeline's steady state is extrapolated once it repeats
@@ -104,7 +107,7 @@ def refine(model: ModelSpec, cluster: Cluster, engine: Engine, rows: Iterable[tu
         kth = sorted((e.target_tokens_per_s for _, e in done), reverse=True)[k - 1] if len(done) >= k else None
         if kth is not None and bound < kth:
             break  # this plan and every one after it (lower bounds) re-time below k others
-        warm = warmed(costs) if kth is not None else None  # the sweep's start, which it goes on from
+        warm = warmed(costs, swept) if kth is not None else None  # the sweep's start, which it goes on from
         if warm is not None and scale / step_lower_bound_s(costs, warm[1]) < kth:  # type: ignore[operator]
             continue  # below k others by the finer bound (later plans may still rank: their bounds are coarser)
         timeline = simulate_pipeline(costs, record=False, extrapolate=True, swept=swept,

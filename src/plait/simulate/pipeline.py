@@ -95,14 +95,16 @@ def _durations(c: PipelineCosts) -> list[tuple[float, float, float]]:
             for r in range(c.p)]
 
 
-def warmed(c: PipelineCosts) -> tuple[WarmUp, list[float]] | None:
+def warmed(c: PipelineCosts, swept: dict[SweepKey, Swept] | None = None) -> tuple[WarmUp, list[float]] | None:
     """The start of the sweep :func:`simulate_pipeline` takes with ``extrapolate`` (:func:`plait.simulate.steady.
     warm_up`, to pass it as ``warm``) and a lower bound on every rank's end of the pipeline from it: its end so far
     (exact) plus the durations of its operations still to run, one after another on the rank. None where that
-    sweep has no such start (a pipeline small enough to replay written out, or without a steady state)."""
-    if unrolled_order(c.schedule, c.p, c.m, c.v) is not None:
-        return None
+    sweep has no such start (a pipeline small enough to replay written out, or without a steady state) or where
+    ``swept`` (:func:`simulate_pipeline`'s) holds its sweep already."""
     durations = _durations(c)
+    if (unrolled_order(c.schedule, c.p, c.m, c.v) is not None
+            or (swept is not None and (c.schedule, c.p, c.m, c.v, tuple(durations), (0.0, c.p2p_s), True) in swept)):
+        return None
     took = [d for ranked in durations for d in ranked]
     warm = warm_up(c.schedule, c.p, c.m, c.v, took, (0.0, c.p2p_s))
     if warm is None:
