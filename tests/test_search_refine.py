@@ -64,7 +64,7 @@ DEEP = [("interleaved", 8, 128, 4), ("interleaved", 4, 520, 2), ("1f1b", 8, 512,
 """Layouts deep enough that the sweep goes on from a warm-up (more operations than are kept written out)."""
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(layout=st.sampled_from(DEEP), seed=st.integers(0, 2**32 - 1), first=st.floats(0.5, 2.0),
        last=st.floats(0.5, 2.0), spread=st.floats(0.0, 0.3))
 def test_warm_up_bound_between_the_bound_and_the_simulation(layout: tuple[str, int, int, int], seed: int,
