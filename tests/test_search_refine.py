@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -13,7 +15,7 @@ from plait.predict.estimate import assemble
 from plait.search.refine import step_lower_bound_s
 from plait.search.runner import REFINE, run_search
 from plait.search.space import default_space
-from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
+from plait.simulate.pipeline import PipelineCosts, simulate_pipeline, warmed
 from plait.workload.catalog import get_model
 from tests.pipeline_costs import LAYOUTS as OTHER_LAYOUTS
 from tests.pipeline_costs import random_costs
@@ -56,3 +58,29 @@ def test_top_equals_every_candidate_simulated(model: str, gpus: int, batch: int,
     assert [e.plan for e in top] == [e.plan for e in every]
     assert [e.time for e in top] == [e.time for e in every]  # to the last bit
     assert any(e.plan.pp > 1 for e in top), "the case should rank pipelines"
+
+
+DEEP = [("interleaved", 8, 128, 4), ("interleaved", 4, 520, 2), ("1f1b", 8, 512, 1), ("zb-h1", 4, 512, 1)]
+"""Layouts deep enough that the sweep goes on from a warm-up (more operations than are kept written out)."""
+
+
+@settings(max_examples=20, deadline=None)
+@given(layout=st.sampled_from(DEEP), seed=st.integers(0, 2**32 - 1), first=st.floats(0.5, 2.0),
+       last=st.floats(0.5, 2.0), spread=st.floats(0.0, 0.3))
+def test_warm_up_bound_between_the_bound_and_the_simulation(layout: tuple[str, int, int, int], seed: int,
+                                                             first: float, last: float, spread: float) -> None:
+    """Uneven end stages (the embedding on the first, the output layer on the last): the bound from the swept
+    warm-up is at least the plain bound and at most the step of every period replayed; the extrapolated sweep
+    going on from the warm-up gives the same step as starting afresh, to the bit."""
+    schedule, p, m, v = layout
+    costs = random_costs(np.random.default_rng(seed), schedule, p, m, v, spread)
+    for r, scale in ((0, first), (p - 1, last)):
+        costs.forward_s[r] *= scale
+        costs.backward_s[r] *= scale
+        costs.weight_grad_s[r] *= scale
+    warm = warmed(costs)
+    assert warm is not None
+    replayed = simulate_pipeline(costs, record=False).step_time_s
+    assert step_lower_bound_s(costs) <= step_lower_bound_s(costs, warm[1]) <= replayed
+    fresh = simulate_pipeline(costs, record=False, extrapolate=True).step_time_s
+    assert simulate_pipeline(costs, record=False, extrapolate=True, warm=warm[0]).step_time_s == fresh

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from plait.simulate.periodic import periodic_sweep, unrolled_order
-from plait.simulate.steady import steady_sweep
+from plait.simulate.steady import WarmUp, steady_sweep, warm_up
 from plait.simulate.sweep_order import _steps, _sweep_order
 
 
@@ -88,23 +88,48 @@ SweepKey = tuple[str, int, int, int, tuple[tuple[float, float, float], ...], tup
 """What a sweep depends on: schedule, stages, micro-batches, virtual stages, durations, hops, extrapolated."""
 
 
+def _durations(c: PipelineCosts) -> list[tuple[float, float, float]]:
+    """(forward, backward, W) of each rank's operations: with a W of its own (ZB-H1), B is the input-gradient part."""
+    zero_bubble = c.schedule == "zb-h1"
+    return [(c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0), c.weight_grad_s[r])
+            for r in range(c.p)]
+
+
+def warmed(c: PipelineCosts, swept: dict[SweepKey, Swept] | None = None) -> tuple[WarmUp, list[float]] | None:
+    """The start of the sweep :func:`simulate_pipeline` takes with ``extrapolate`` (:func:`plait.simulate.steady.
+    warm_up`, to pass it as ``warm``) and a lower bound on every rank's end of the pipeline from it: its end so far
+    (exact) plus the durations of its operations still to run, one after another on the rank. None where that
+    sweep has no such start (a pipeline small enough to replay written out, or without a steady state) or where
+    ``swept`` (:func:`simulate_pipeline`'s) holds its sweep already."""
+    durations = _durations(c)
+    if (unrolled_order(c.schedule, c.p, c.m, c.v) is not None
+            or (swept is not None and (c.schedule, c.p, c.m, c.v, tuple(durations), (0.0, c.p2p_s), True) in swept)):
+        return None
+    took = [d for ranked in durations for d in ranked]
+    warm = warm_up(c.schedule, c.p, c.m, c.v, took, (0.0, c.p2p_s))
+    if warm is None:
+        return None
+    left = warm.left
+    return warm, [warm.free[r] + sum(left[3 * r + k] * took[3 * r + k] for k in range(3)) for r in range(c.p)]
+
+
 def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool = False,
-                      swept: dict[SweepKey, Swept] | None = None) -> Timeline:
+                      swept: dict[SweepKey, Swept] | None = None, warm: WarmUp | None = None) -> Timeline:
     """Run the schedule (``record``: keep every span, not only the end times; ``extrapolate``, without ``record``:
     a deep pipeline's steady state extrapolated once it repeats, :mod:`plait.simulate.steady`, the same times up to
     rounding at a fraction of the cost; ``swept``, without ``record``: the sweeps done so far by their durations, to
-    take a pipeline alike in every operation's duration from, and to add this one's to)."""
+    take a pipeline alike in every operation's duration from, and to add this one's to; ``warm``, with
+    ``extrapolate``: :func:`warmed`'s start of the sweep, taken over)."""
     timeline, p = Timeline(record=record), c.p
-    zero_bubble, hops = c.schedule == "zb-h1", (0.0, c.p2p_s)
-    durations = [(c.forward_s[r], c.backward_s[r] - (c.weight_grad_s[r] if zero_bubble else 0.0),
-                  c.weight_grad_s[r]) for r in range(p)]  # with a W of its own, B is the input-gradient part only
+    hops = (0.0, c.p2p_s)
+    durations = _durations(c)
     if record:
         free, last_backward = _sweep_recorded(c, durations, hops, timeline)
     else:
         key = (c.schedule, p, c.m, c.v, tuple(durations), hops, extrapolate)
         done = swept.get(key) if swept is not None else None
         if done is None:
-            done = _sweep(c, durations, hops, extrapolate)
+            done = _sweep(c, durations, hops, extrapolate, warm)
             if swept is not None:
                 swept[key] = done
         free, last_backward = done
@@ -115,15 +140,15 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool =
 
 
 def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: tuple[float, float],
-           extrapolate: bool = False) -> tuple[list[float], list[tuple[float, float]]]:
+           extrapolate: bool = False, warm: WarmUp | None = None) -> tuple[list[float], list[tuple[float, float]]]:
     """Every rank's end and (start, end) of its last backward: :func:`_sweep_recorded`'s arithmetic, in its order
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
     unrolled = unrolled_order(c.schedule, p, c.m, c.v)  # a small pipeline's short-run order, written out
     if unrolled is None:  # a deep one's: its period replayed, or its steady state extrapolated
-        sweep = steady_sweep if extrapolate else periodic_sweep
-        periodic = sweep(c.schedule, p, c.m, c.v, took, hops)
+        periodic = (steady_sweep(c.schedule, p, c.m, c.v, took, hops, warm) if extrapolate
+                    else periodic_sweep(c.schedule, p, c.m, c.v, took, hops))
         if periodic is not None:
             return periodic[0], list(zip(periodic[1], periodic[0], strict=True))
     steps, slots = unrolled if unrolled is not None else (_sweep_order(c.schedule, p, c.m, c.v),

@@ -22,9 +22,10 @@ Measured against the full replay: ~1e-13 of the step (``tests/test_simulate_stea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
-from plait.simulate.periodic import _composed, _replay, periodic_sweep
+from plait.simulate.periodic import _composed, _replay, _replay_plain, periodic_sweep
 
 SPREAD = 2.0 ** -40
 """Largest relative spread (of the state's largest time) of the shifts of one state's elements taken as one shift:
@@ -36,9 +37,11 @@ a state that repeats after more than ``CYCLES x p`` periods is replayed in full.
 
 
 @lru_cache(maxsize=256)
-def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int], ...], int] | None:
+def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int], ...], int,
+                                                          tuple[tuple[int, int, int, int, int], ...]] | None:
     """(the state: per output a later period reads, its slot and how many periods back from the latest it lies;
-    ``R``: one more than the most periods back the cool-down reads) of the composed order, or None where there is
+    ``R``: one more than the most periods back the cool-down reads; the period's entries less their last-operation
+    field, for :func:`plait.simulate.periodic._replay_plain`) of the composed order, or None where there is
     no composed order or a rank's last operation lies in the period. A read whose slot no period writes reads
     nothing written (0) or the warm-up's output, which the extrapolation leaves in place."""
     composed = _composed(schedule, p, m, v)
@@ -62,31 +65,73 @@ def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int],
         state.update((entry[2] + k * shift, d) for d in range(k))
     own = {entry[3] for entry in after}
     cool = 1 + max((back(entry[2]) for entry in after if entry[2] not in own), default=0)
-    return tuple(sorted(state)), cool
+    return tuple(sorted(state)), cool, tuple(entry[:5] for entry in period)
 
 
-def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
-                 hops: tuple[float, float]) -> tuple[list[float], list[float]] | None:
-    """Every rank's end and the start of its last operation, as :func:`plait.simulate.periodic.periodic_sweep`
-    gives them up to rounding (module docstring); None where there is no composed order (the caller sweeps in
-    full), that function's answer where the period holds a rank's last operation. ``took``: duration by
-    ``3 x rank + kind``."""
+@dataclass
+class WarmUp:
+    """The sweep's state after the composed order's operations before its first period and the first period
+    (:func:`warm_up`), which :func:`steady_sweep` goes on from (its lists are taken over there)."""
+
+    arrival_s: list[float]
+    free: list[float]
+    """Every rank's end so far: the end of its last operation run, exact (each operation runs after those it waits
+    on, :mod:`plait.simulate.periodic`)."""
+    last_begin: list[float]
+    ends: list[list[float]]
+    """Every rank's end after each period replayed (the first)."""
+    left: tuple[int, ...]
+    """Operations still to run after these, by duration index (``3 x rank + kind``)."""
+
+
+def warm_up(schedule: str, p: int, m: int, v: int, took: list[float], hops: tuple[float, float]) -> WarmUp | None:
+    """The operations before the first period and the first period replayed (the start of :func:`steady_sweep`,
+    which goes on from it: no repeat is looked for before the second period); None where :func:`steady_sweep`
+    takes no composed order with a steady state."""
     lags = _lags(schedule, p, m, v)
-    if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
-        return periodic_sweep(schedule, p, m, v, took, hops)
-    before, period, after, n, shift, size = _composed(schedule, p, m, v)  # type: ignore[misc]
-    state, cool = lags
+    if lags is None:
+        return None
+    before, _, _, _, _, size = _composed(schedule, p, m, v)  # type: ignore[misc]
     arrival_s = [0.0] * size
     free, last_begin = [0.0] * p, [0.0] * p
     _replay(before, 0, took, hops, arrival_s, free, last_begin)
+    _replay_plain(lags[2], 0, took, hops, arrival_s, free)  # period 0 (no rank's last operation: _lags)
+    return WarmUp(arrival_s, free, last_begin, [free[:]], _left(schedule, p, m, v))
+
+
+@lru_cache(maxsize=256)
+def _left(schedule: str, p: int, m: int, v: int) -> tuple[int, ...]:
+    """Operations of the composed order after its first period, by duration index: the period's ``n`` more times
+    and the part after it."""
+    _, period, after, n, _, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
+    left = [0] * (3 * p)
+    for entries, times in ((period, n), (after, 1)):
+        for entry in entries:
+            left[entry[1]] += times
+    return tuple(left)
+
+
+def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float], hops: tuple[float, float],
+                 warm: WarmUp | None = None) -> tuple[list[float], list[float]] | None:
+    """Every rank's end and the start of its last operation, as :func:`plait.simulate.periodic.periodic_sweep`
+    gives them up to rounding (module docstring); None where there is no composed order (the caller sweeps in
+    full), that function's answer where the period holds a rank's last operation. ``took``: duration by
+    ``3 x rank + kind``; ``warm``: :func:`warm_up` of the same arguments, when the caller has it (taken over)."""
+    lags = _lags(schedule, p, m, v)
+    if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
+        return periodic_sweep(schedule, p, m, v, took, hops)
+    _, period, after, n, shift, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
+    state, cool, plain = lags
+    warm = warm or warm_up(schedule, p, m, v, took, hops)
+    arrival_s, free, last_begin = warm.arrival_s, warm.free, warm.last_begin  # type: ignore[union-attr]
     deepest = max((d + 1 for _, d in state), default=1)
     last, most = n - cool, CYCLES * p  # the last period to extrapolate to; the most periods a repeat may take
     gap = max(1, most * p // len(period))  # periods between checks: a check costs at most the periods it follows
-    check = deepest + 1
-    ends: list[list[float]] = []  # every rank's end after each period
-    j = 0
+    check = deepest + 1  # >= 2: past the warm-up's one period
+    ends = warm.ends  # type: ignore[union-attr]  # every rank's end after each period
+    j = len(ends)
     while j <= n:
-        _replay(period, j * shift, took, hops, arrival_s, free, last_begin)
+        _replay_plain(plain, j * shift, took, hops, arrival_s, free)  # no rank's last operation (_lags)
         ends.append(free[:])
         if j == check and j < last:
             check += gap
