@@ -51,7 +51,7 @@ from plait.run.train import (
     timed,
     write_metrics,
 )
-from plait.run.worker_config import WorkerConfig
+from plait.run.worker_config import WorkerConfig, whole_loop_option
 from plait.workload.model import ModelSpec
 
 
@@ -64,14 +64,10 @@ def check_stage_tp(plan: Plan, model: ModelSpec) -> None:
 
 def check_stage_tp_options(args: WorkerConfig) -> None:
     """Refuse the ``plait run`` options this loop does not implement."""
-    options = [(args.checkpoint_dir is not None, "--checkpoint-dir"), (args.resume, "--resume"),
-               (args.trace_dir is not None, "--trace-dir"), (bool(args.slowdown), "--slowdown"),
-               (bool(args.batch_split), "--batch-split"), (bool(args.local_steps), "--local-steps"),
-               (bool(args.stage_layers), "--stage-layers")]
-    for given, option in options:
-        if given:
-            raise ConfigError(f"{option} with stage_tp: plait's stage-TP loop (plait/run/stage_tp.py) does not "
-                              "implement it (stage_layers goes in the plan)")
+    option = whole_loop_option(args)
+    if option:
+        raise ConfigError(f"{option} with stage_tp: plait's stage-TP loop (plait/run/stage_tp.py) does not "
+                          "implement it (stage_layers goes in the plan)")
 
 
 def stage_ranks(plan: Plan) -> list[list[int]]:

@@ -45,19 +45,15 @@ from plait.run.train import (
     timed,
     write_metrics,
 )
-from plait.run.worker_config import WorkerConfig
+from plait.run.worker_config import WorkerConfig, whole_loop_option
 
 
 def check_grid_options(args: WorkerConfig) -> None:
     """Refuse the ``plait run`` options the grid loop does not implement."""
-    options = [(args.checkpoint_dir is not None, "--checkpoint-dir"), (args.resume, "--resume"),
-               (args.trace_dir is not None, "--trace-dir"), (bool(args.slowdown), "--slowdown"),
-               (bool(args.batch_split), "--batch-split"), (bool(args.local_steps), "--local-steps"),
-               (bool(args.stage_layers), "--stage-layers")]
-    for given, option in options:
-        if given:
-            raise ConfigError(f"{option} with a tensor-parallel grid: plait's grid loop (plait/run/tp2d_train.py) "
-                              "does not implement it")
+    option = whole_loop_option(args)
+    if option:
+        raise ConfigError(f"{option} with a tensor-parallel grid: plait's grid loop (plait/run/tp2d_train.py) "
+                          "does not implement it")
 
 
 def run_grid(args: WorkerConfig, plan, spec, device: str) -> int:  # type: ignore[no-untyped-def]

@@ -68,3 +68,13 @@ class WorkerConfig:
         """What the run does unevenly (empty: the even run)."""
         return Uneven(slowdown=self.slowdown, batch_split=self.batch_split, stage_layers=self.stage_layers,
                       local_steps=self.local_steps)
+
+
+def whole_loop_option(args: WorkerConfig) -> str | None:
+    """The first ``plait run`` option given that a loop of its own (the TP grid's, the stage-TP one) does not
+    implement: checkpoints, traces, slowdowns and uneven splits belong to the worker's main loop."""
+    options = [(args.checkpoint_dir is not None, "--checkpoint-dir"), (args.resume, "--resume"),
+               (args.trace_dir is not None, "--trace-dir"), (bool(args.slowdown), "--slowdown"),
+               (bool(args.batch_split), "--batch-split"), (bool(args.local_steps), "--local-steps"),
+               (bool(args.stage_layers), "--stage-layers")]
+    return next((option for given, option in options if given), None)
