@@ -64,6 +64,8 @@ class Pool:
         self._native_spans = tuple(t.span_gpus for t in cluster.tiers)
         self.tier_nodes = tuple(max(1, t.span_gpus // per_node) for t in cluster.tiers)
         """Nodes in one block of each tier (1 where a tier is no wider than a node)."""
+        self._in_use_type = np.min_scalar_type(per_node)
+        """The smallest unsigned type holding a node's GPUs (:meth:`_pick` sorts by it)."""
         self._one_node: dict[tuple[int, int], Placement] = {}
         """One-node placements by (node, GPUs), built once: placements are immutable, and most jobs take one."""
         self._spans: dict[tuple[tuple[int, int], ...], tuple[int, ...]] = {}
@@ -91,19 +93,24 @@ class Pool:
                 return self._on_one_node(int(candidates[at]), gpus)
         if free.sum() < gpus:
             return None
-        order = (-free).argsort(kind="stable")
+        # Fullest-free first, index order among equal counts: a stable sort of the GPUs in use on each node as the
+        # smallest unsigned type (numpy sorts 8- and 16-bit keys by radix: ~30 us on 2,048 nodes against ~110 us for
+        # int64, timeit, numpy 2.4, the 2-core dev host at load 10, 2026-12-06).
+        in_use = (self.gpus_per_node - free).astype(self._in_use_type)
+        order = in_use.argsort(kind="stable")
+        in_order = free[order]  # free GPUs along ``order``: non-increasing
+        minus = -in_order  # ascending, to bisect
         order = order if candidates is None else candidates[order]
-        taken, left = [], gpus
+        taken, left, at = [], gpus, 0  # ``order[at:]``: the nodes not taken
         while left > 0:
-            fits = order[self.free[order] >= left]
-            if len(fits):  # the rest fits on one node: the tightest one
-                node = int(fits[self.free[fits].argmin()])
-                taken.append((node, left))
+            end = int(minus.searchsorted(-left, "right"))  # ``order[:end]``: the nodes that hold ``left``
+            if end > at:  # the rest fits on one node: the tightest, the first in order among equally tight ones
+                first = int(minus.searchsorted(minus[end - 1], "left"))
+                taken.append((int(order[max(first, at)]), left))
                 break
-            node = int(order[0])
-            taken.append((node, int(self.free[node])))
-            left -= int(self.free[node])
-            order = order[1:]
+            taken.append((int(order[at]), int(in_order[at])))
+            left -= int(in_order[at])
+            at += 1
         return Placement(nodes=tuple(sorted(taken)))
 
     def _on_one_node(self, node: int, gpus: int) -> Placement:
