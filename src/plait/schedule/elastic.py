@@ -129,10 +129,12 @@ class Elastic:
             sim.stop(sim.running[index], now_s)
         # Allocated jobs holding no GPUs wait (one allocated nothing stays waiting).
         starting = jobs[sim.columns.gpus[jobs] == 0]
-        waiting = [(-size, sim.states[i])
-                   for i, size in zip(starting.tolist(), size_of[starting].tolist(), strict=True)]
-        for minus, st in sorted(waiting, key=lambda w: (w[0], w[1].job.arrival_s, w[1].index)):
-            sizes = [s for s in self.options(sim, st) if s <= -minus]
+        sizes_of = size_of[starting]
+        # Largest allocation first, then by arrival and trace position (one key, ``arrival_rank``: unique).
+        order = np.lexsort((sim.columns.arrival_rank[starting], -sizes_of))
+        for index, allocated in zip(starting[order].tolist(), sizes_of[order].tolist(), strict=True):
+            st = sim.states[index]
+            sizes = [s for s in self.options(sim, st) if s <= allocated]
             for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits
                 place = sim.pool.packed(size)
                 if place is not None:
