@@ -38,7 +38,7 @@ class Columns:
         """``max(since_s, training_from_s)``: when it trains again."""
         self.tokens_per_s = np.zeros(n)
         """Speed now (0 unless running)."""
-        self.gpus = np.zeros(n)
+        self.gpus = np.zeros(n, dtype=np.int64)
         """GPUs held now (0 unless running)."""
 
     def write(self, st: JobState) -> None:

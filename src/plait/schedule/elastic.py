@@ -48,34 +48,53 @@ class Elastic:
     """Per job index: its plan's speed at each of its sizes, consolidated (filled with :attr:`speedups`)."""
     steps: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict, compare=False, repr=False)
     """Per job index: from each size, (minus its gain per added GPU, the next size), where the next size gains."""
+    shapes: dict[tuple[str, int], tuple[dict[int, float], dict[int, Speed], dict[int, tuple[float, int]]]] = field(
+        default_factory=dict, compare=False, repr=False)
+    """Per (model, requested GPUs): :attr:`speedups`, :attr:`speeds` and :attr:`steps` of every such job (they
+    depend on nothing else: the planner's answers are fixed per model and size), shared by those jobs."""
     table: ChainTable = field(default_factory=ChainTable, compare=False, repr=False)
     """Per job index: its smallest size and growth steps as arrays (:mod:`plait.schedule.elastic_alloc`)."""
 
     def options(self, sim: Simulator, st: JobState) -> dict[int, float]:
         """Sizes ``st`` may run at, smallest first, with their speedup over its requested size."""
-        if st.index not in self.speedups:
-            asked, top = st.job.gpus, sim.pool.capacity_gpus
-            sizes = {asked >> k for k in range(3) if asked >> k >= 1 and (asked >> k) << k == asked}
-            sizes |= {asked << k for k in range(1, self.max_scale.bit_length()) if asked << k <= min(top, asked * self.max_scale)}
-            base = sim.speed_at(st, asked)
-            assert base is not None, "a job that fits nowhere is rejected on arrival"
-            speeds = {s: sim.speed_at(st, s) for s in sorted(sizes)}
-            self.speedups[st.index] = {s: v.tokens_per_s / base.tokens_per_s for s, v in speeds.items() if v is not None}
-            self.speeds[st.index] = {s: v for s, v in speeds.items() if v is not None}
-            options = self.speedups[st.index]
-            self.steps[st.index] = {now: (-(options[nxt] - options[now]) / (nxt - now), nxt)
-                                    for now, nxt in itertools.pairwise(options) if options[nxt] > options[now]}
-        return self.speedups[st.index]
+        found = self.speedups.get(st.index)
+        if found is None:
+            shape = (st.job.model, st.job.gpus)
+            if shape not in self.shapes:
+                self.shapes[shape] = self._shape_options(sim, st)
+            found, self.speeds[st.index], self.steps[st.index] = self.shapes[shape]
+            self.speedups[st.index] = found
+        return found
+
+    def _shape_options(self, sim: Simulator, st: JobState) -> tuple[dict[int, float], dict[int, Speed],
+                                                                     dict[int, tuple[float, int]]]:
+        """:meth:`options`, the speeds and the growth steps of every job of ``st``'s model and requested size."""
+        asked, top = st.job.gpus, sim.pool.capacity_gpus
+        sizes = {asked >> k for k in range(3) if asked >> k >= 1 and (asked >> k) << k == asked}
+        sizes |= {asked << k for k in range(1, self.max_scale.bit_length()) if asked << k <= min(top, asked * self.max_scale)}
+        base = sim.speed_at(st, asked)
+        assert base is not None, "a job that fits nowhere is rejected on arrival"
+        speeds = {s: sim.speed_at(st, s) for s in sorted(sizes)}
+        options = {s: v.tokens_per_s / base.tokens_per_s for s, v in speeds.items() if v is not None}
+        steps = {now: (-(options[nxt] - options[now]) / (nxt - now), nxt)
+                 for now, nxt in itertools.pairwise(options) if options[nxt] > options[now]}
+        return options, {s: v for s, v in speeds.items() if v is not None}, steps
 
     def allocate(self, sim: Simulator, order: np.ndarray) -> np.ndarray:
-        """The jobs given GPUs (the others wait), for the active job indices ``order`` in order of arrival, their
-        sizes written to ``self.table.allocated``; computed over arrays
-        (:func:`plait.schedule.elastic_alloc.allocate_into`, the same choices as the greedy this class states)."""
+        """The jobs given GPUs (the others wait), for the active job indices ``order`` in order of arrival (each
+        recorded on arrival, :meth:`joined_queue`), their sizes written to ``self.table.allocated``; computed over
+        arrays (:func:`plait.schedule.elastic_alloc.allocate_into`, the same choices as the greedy this class
+        states)."""
+        return allocate_into(self.table, order, sim.pool.capacity_gpus)
+
+    def joined_queue(self, sim: Simulator, st: JobState) -> None:
+        """The simulator's word that ``st`` waits: on arrival, its smallest size and growth steps join the
+        allocation's table (where they sit depends only on their keys, so recording a job here or at the pass that
+        first sees it gives the same table, without a pass filtering every active job for new ones)."""
         table = self.table
         table.grow_to(len(sim.states))
-        for index in order[table.smallest[order] == 0].tolist():  # jobs seen for the first time
-            table.set(index, next(iter(self.options(sim, sim.states[index]))), self.steps[index])
-        return allocate_into(table, order, sim.pool.capacity_gpus)
+        if not table.smallest[st.index]:
+            table.set(st.index, next(iter(self.options(sim, st))), self.steps[st.index])
 
     def completed(self, sim: Simulator, st: JobState) -> None:
         """The simulator's word that ``st`` completed: its growth steps leave the allocation's table."""
@@ -110,10 +129,12 @@ class Elastic:
             sim.stop(sim.running[index], now_s)
         # Allocated jobs holding no GPUs wait (one allocated nothing stays waiting).
         starting = jobs[sim.columns.gpus[jobs] == 0]
-        waiting = [(-size, sim.states[i])
-                   for i, size in zip(starting.tolist(), size_of[starting].tolist(), strict=True)]
-        for minus, st in sorted(waiting, key=lambda w: (w[0], w[1].job.arrival_s, w[1].index)):
-            sizes = [s for s in self.options(sim, st) if s <= -minus]
+        sizes_of = size_of[starting]
+        # Largest allocation first, then by arrival and trace position (one key, ``arrival_rank``: unique).
+        order = np.lexsort((sim.columns.arrival_rank[starting], -sizes_of))
+        for index, allocated in zip(starting[order].tolist(), sizes_of[order].tolist(), strict=True):
+            st = sim.states[index]
+            sizes = [s for s in self.options(sim, st) if s <= allocated]
             for size in reversed(sizes):  # the fragments may not hold the allocated size: the largest that fits
                 place = sim.pool.packed(size)
                 if place is not None:

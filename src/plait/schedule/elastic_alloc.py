@@ -97,8 +97,8 @@ class ChainTable:
     def _position(self, key: float, packed: int) -> int:
         """Where a step of ``key`` and ``packed`` is or goes in the held order (key, then packing)."""
         keys = self.step_key[: self.num_steps]
-        low, high = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
-        return int(low + np.searchsorted(self.step_packed[low:high], packed))
+        low, high = keys.searchsorted(key, "left"), keys.searchsorted(key, "right")
+        return int(low + self.step_packed[low:high].searchsorted(packed))
 
     def _insert(self, key: float, packed: int, add: int) -> None:
         n = self.num_steps
@@ -148,7 +148,7 @@ def allocate_into(table: ChainTable, order: np.ndarray, capacity: int) -> np.nda
             taken, _, _ = summed_fit(table.step_add[:n], table.step_held[:n], free)
         else:
             table.given[jobs] = True
-            mine = np.flatnonzero(table.given[packed >> JOB_SHIFT])  # the steps of jobs given GPUs, in heap order
+            mine = table.given[packed >> JOB_SHIFT].nonzero()[0]  # the steps of jobs given GPUs, in heap order
             table.given[jobs] = False
             taken, _, _ = greedy_fit(table.step_add[:n][mine], free)
         steps = packed[taken if mine is None else mine[taken]]

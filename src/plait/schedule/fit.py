@@ -18,14 +18,14 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
     at, start, ahead = 0, 0, None  # ``ahead`` None: every position from ``start`` on, not yet narrowed
     while budget > 0:
         if ahead is None:
-            held = np.cumsum(gpus[start: start + budget])
+            held = gpus[start: start + budget].cumsum()
         elif len(ahead):
-            held = np.cumsum(gpus[ahead[:budget]])
+            held = gpus[ahead[:budget]].cumsum()
         else:
             break
         if not len(held):
             break
-        run = int(np.searchsorted(held, budget, side="right"))
+        run = int(held.searchsorted(budget, side="right"))
         if run:
             if ahead is None:
                 taken.append(np.arange(start, start + run))
@@ -35,7 +35,7 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
                 at, ahead = int(ahead[run - 1]) + 1, ahead[run:]
             budget -= int(held[run - 1])
         elif ahead is None:
-            ahead = start + np.flatnonzero(gpus[start:] <= budget)
+            ahead = start + (gpus[start:] <= budget).nonzero()[0]
         else:
             ahead = ahead[gpus[ahead] <= budget]
     walked = at if budget == 0 else len(gpus)
@@ -45,7 +45,7 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
 def summed_fit(gpus: np.ndarray, held: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
     """:func:`greedy_fit` given ``held``, the running sum of ``gpus`` kept by the caller: the first run is one
     bisection, and the walk goes on past the job that ends it as :func:`greedy_fit` does."""
-    run = int(np.searchsorted(held, budget, side="right"))
+    run = int(held.searchsorted(budget, side="right"))
     if not run:
         return greedy_fit(gpus, budget)
     left = budget - int(held[run - 1])

@@ -32,7 +32,7 @@ class OrderedIndices:
     def remove(self, index: int) -> None:
         """``index`` leaves."""
         n = self._used
-        at = int(np.searchsorted(self._ticket[:n], self._ticket_of[index]))
+        at = int(self._ticket[:n].searchsorted(self._ticket_of[index]))
         assert self._order[at] == index, "only an index in the set leaves it"
         for column in (self._order, self._ticket):
             column[at: n - 1] = column[at + 1: n]  # numpy copies overlapping slices safely

@@ -67,14 +67,14 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
         return
     cols, head = sim.columns, QUEUE_HEAD
-    late = np.flatnonzero(_after(sim.ranked[0], running_rank, idx, cols))  # positions in ``idx``
+    late = _after(sim.ranked[0], running_rank, idx, cols).nonzero()[0]  # positions in ``idx``
     late_index, late_rank = idx[late], running_rank[late]
     budget = sim.pool.free_gpus + int(cols.asked_gpus[late_index].sum())  # the GPUs not held by the jobs ahead
     while True:
         whole = head >= len(sim.ranked)
         queued = sim.ranked_head(head)
         tail = _after(sim.ranked[len(queued) - 1], late_rank, late_index, cols)
-        inside = np.flatnonzero(~tail)  # positions in ``late`` ranked before the head's last job
+        inside = (~tail).nonzero()[0]  # positions in ``late`` ranked before the head's last job
         index = np.concatenate([late_index[inside], queued[:, 2].astype(np.int64)])
         order = _rank_order(np.concatenate([late_rank[inside], queued[:, 0]]), cols.arrival_rank[index])
         taken, _, left = greedy_fit(cols.asked_gpus[index[order]], budget)
@@ -85,7 +85,7 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     from_late = picked < len(inside)
     keep = np.zeros(len(late), dtype=bool)
     keep[inside[picked[from_late]]] = True
-    rest = np.flatnonzero(tail)
+    rest = tail.nonzero()[0]
     if left and len(rest):  # the running jobs ranked after every waiting job, walked last
         gpus = cols.asked_gpus[late_index[rest]]
         if int(gpus.sum()) <= left:
@@ -116,7 +116,7 @@ def _after(key: tuple[float, float, int], rank: np.ndarray, idx: np.ndarray, col
 def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray) -> np.ndarray:
     """Positions sorted by (``rank``, ``arrival_rank``), the latter unique: one sort by rank where no two ranks tie
     (as SRTF's times left rarely do), else both keys."""
-    order = np.argsort(rank)
+    order = rank.argsort()
     ranked = rank[order]
     if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
         return np.lexsort((arrival_rank, rank))
