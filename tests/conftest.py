@@ -60,3 +60,18 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
     spec.loader.exec_module(module)
     return module
+
+
+def empty_kept(*clusters: Cluster) -> None:
+    """Empty what estimates keep for later ones (per-layer quantities, FSDP times, checked plans, the engine's
+    verdicts) and each cluster's group links and collective times: the next estimate computes everything afresh."""
+    from plait.cost import batch, inner
+    from plait.engine import capability
+    from plait.job import _checked
+
+    inner._singles.clear()
+    batch._fsdp_kept.clear()
+    _checked.clear()
+    capability._refusals.clear()
+    for cluster in clusters:
+        cluster.link_cache.clear()

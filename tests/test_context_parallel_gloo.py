@@ -144,7 +144,7 @@ def test_lss_keeps_the_gathered_kv_and_pays_one_latency_per_pass() -> None:
 def test_cp_ranks_of_a_replica_all_reduce_fp32_gradients_under_a_method() -> None:
     """1e9 parameters, fp32: a ring all-reduce moves 2 (g - 1) / g of 4e9 bytes over the toy cluster's 100 GB/s
     NVLink with no latency (Patarasuk & Yuan 2009): 0.04 s on 2 cp ranks, 0.06 s on 4, nothing without CP."""
-    from plait.cost.batch import cp_gradient_reduce_s
+    from plait.cost.method_rows import cp_gradient_reduce_s
     from plait.plan.columns import PlanColumns
 
     params = {"dense": 1e9, "expert": 0.0}

@@ -9,15 +9,13 @@ import itertools
 
 import pytest
 
-from plait.cost import batch, inner
-from plait.engine import capability
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.job import _checked
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
+from tests.conftest import empty_kept
 
 OUTER = [dict(dp_shard=8, sharding="zero3"), dict(dp_shard=8, sharding="zero2"),
          dict(pp=2, dp_shard=4, sharding="zero3"), dict(pp=2, dp_shard=4, sharding="zero1"),
@@ -35,11 +33,7 @@ def _fingerprint(model_name: str, plan: Plan, engine: str) -> str:
 
 
 def _empty() -> None:
-    inner._singles.clear()
-    batch._fsdp_kept.clear()
-    _checked.clear()
-    capability._refusals.clear()
-    get_cluster("dgx-h100-ib").link_cache.pop("times", None)
+    empty_kept(get_cluster("dgx-h100-ib"))
 
 
 @pytest.mark.parametrize(("model_name", "engine"), [("llama3-8b", "torchtitan"), ("llama3-8b", "plait"),
