@@ -52,9 +52,14 @@ class Columns:
         self.gpus[i] = st.gpus
 
     def remaining(self, idx: np.ndarray, now_s: float) -> np.ndarray:
-        """Tokens left at ``now_s`` of jobs ``idx`` (as :meth:`JobState.remaining`)."""
-        trained = self.tokens_per_s[idx] * np.maximum(0.0, now_s - self.trains_from_s[idx])
-        return np.maximum(0.0, self.remaining_tokens[idx] - trained)
+        """Tokens left at ``now_s`` of jobs ``idx``, an array of indices (as :meth:`JobState.remaining`; a new
+        array)."""
+        trained = np.subtract(now_s, self.trains_from_s[idx])  # the same operations in place (fewer arrays made)
+        np.maximum(0.0, trained, out=trained)
+        trained *= self.tokens_per_s[idx]
+        left = self.remaining_tokens[idx]
+        left -= trained
+        return np.maximum(0.0, left, out=left)
 
     def attained(self, idx: np.ndarray, now_s: float) -> np.ndarray:
         """GPU-seconds held up to ``now_s`` by jobs ``idx`` (as :meth:`JobState.attained`)."""

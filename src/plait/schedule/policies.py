@@ -76,7 +76,7 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
         tail = _after(sim.ranked[len(queued) - 1], late_rank, late_index, cols)
         inside = (~tail).nonzero()[0]  # positions in ``late`` ranked before the head's last job
         index = np.concatenate([late_index[inside], queued[:, 2].astype(np.int64)])
-        order = _rank_order(np.concatenate([late_rank[inside], queued[:, 0]]), cols.arrival_rank[index])
+        order = _rank_order(np.concatenate([late_rank[inside], queued[:, 0]]), index, cols)
         taken, _, left = greedy_fit(cols.asked_gpus[index[order]], budget)
         if left == 0 or whole:
             break
@@ -91,7 +91,7 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
         if int(gpus.sum()) <= left:
             keep[rest] = True
         else:
-            order = _rank_order(late_rank[rest], cols.arrival_rank[late_index[rest]])
+            order = _rank_order(late_rank[rest], late_index[rest], cols)
             keep[rest[order[greedy_fit(gpus[order], left)[0]]]] = True
     for i in idx[late[~keep]].tolist():  # in the order they started, as the running jobs are kept
         sim.stop(sim.states[i], now_s)
@@ -107,19 +107,19 @@ def _after(key: tuple[float, float, int], rank: np.ndarray, idx: np.ndarray, col
     position); arrivals are read only where ranks tie."""
     after = rank > key[0]
     tie = rank == key[0]
-    if tie.any():
+    if np.count_nonzero(tie):  # one C call: ``.any()`` first goes through numpy's Python wrapper
         arrival = cols.arrival_s[idx]
         after |= tie & ((arrival > key[1]) | ((arrival == key[1]) & (idx > key[2])))
     return after
 
 
-def _rank_order(rank: np.ndarray, arrival_rank: np.ndarray) -> np.ndarray:
-    """Positions sorted by (``rank``, ``arrival_rank``), the latter unique: one sort by rank where no two ranks tie
-    (as SRTF's times left rarely do), else both keys."""
+def _rank_order(rank: np.ndarray, index: np.ndarray, cols: Columns) -> np.ndarray:
+    """Positions sorted by (``rank``, arrival rank of the jobs ``index``), the latter unique: one sort by rank where
+    no two ranks tie (as SRTF's times left rarely do), else both keys (arrival ranks read only then)."""
     order = rank.argsort()
     ranked = rank[order]
-    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
-        return np.lexsort((arrival_rank, rank))
+    if len(ranked) > 1 and np.count_nonzero(ranked[1:] == ranked[:-1]):
+        return np.lexsort((cols.arrival_rank[index], rank))
     return order
 
 

@@ -70,7 +70,9 @@ class Simulator:
         """Waiting jobs' keys in ascending order, kept with each join and leave when the policy has a
         ``queued_key`` (SRTF, LAS): a pass reads the queue in order instead of sorting it."""
         self._ranked_rows = np.empty((64, 3))
-        """:attr:`ranked` as rows of floats, kept beside it (:meth:`ranked_head`)."""
+        """:attr:`ranked` as rows of floats, kept beside it in descending order (:meth:`ranked_head`): the jobs
+        that start leave near the queue's head, which is the array's end, so a leave moves the few rows after it
+        instead of the whole queue's."""
         self._queued_key: QueuedKey | None = getattr(policy, "queued_key", None)
         self._joined_queue: Observer | None = getattr(policy, "joined_queue", None)
         """A policy that keeps its own index of the jobs (LAS) hears each join of the queue (arrival or stop)..."""
@@ -125,7 +127,8 @@ class Simulator:
     def ranked_head(self, count: int) -> np.ndarray:
         """The first ``count`` keys of :attr:`ranked` as a (jobs, 3) array of floats (a view: read it before the
         queue changes)."""
-        return self._ranked_rows[: min(count, len(self.ranked))]
+        n = len(self.ranked)
+        return self._ranked_rows[n - min(count, n): n][::-1]
 
     def queued_in_order(self) -> Iterator[JobState]:
         """The waiting jobs in queue order, read a few at a time (a queue may hold tens of thousands of jobs and a
@@ -165,16 +168,19 @@ class Simulator:
             self.ranked.insert(at, st.queued_key)
             if n == len(self._ranked_rows):
                 self._ranked_rows = np.concatenate([self._ranked_rows, np.empty_like(self._ranked_rows)])
-            self._ranked_rows[at + 1: n + 1] = self._ranked_rows[at:n]  # numpy copies overlapping slices safely
-            self._ranked_rows[at] = st.queued_key
+            row = n - at  # its row, descending: the ``at`` keys below it move up one
+            self._ranked_rows[row + 1: n + 1] = self._ranked_rows[row:n]  # numpy copies overlapping slices safely
+            self._ranked_rows[row] = st.queued_key
 
     def _dequeue(self, st: JobState) -> None:
         del self.queued[st.index]
         if st.queued_key is not None:
             at = bisect.bisect_left(self.ranked, st.queued_key)
             assert self.ranked[at] == st.queued_key, "a waiting job's key is in the ranked queue"
+            n = len(self.ranked)
             del self.ranked[at]
-            self._ranked_rows[at: len(self.ranked)] = self._ranked_rows[at + 1: len(self.ranked) + 1]
+            row = n - 1 - at  # its row, descending: the ``at`` keys below it move down one
+            self._ranked_rows[row: n - 1] = self._ranked_rows[row + 1: n]
             st.queued_key = None
 
     def _release(self, st: JobState, now_s: float) -> None:

@@ -42,6 +42,8 @@ class RankBounds:
         """(the running jobs of ``idx`` whose rank at ``now_s`` may be ``first_rank`` or more, in ``idx``'s order;
         their ranks at ``now_s``); the others rank below ``first_rank``."""
         running = idx[self.bound[idx] >= first_rank]
-        rank = sim.columns.remaining(running, now_s) / sim.columns.asked_tokens_per_s[running]
+        rank = sim.columns.remaining(running, now_s)  # a new array: divided in place
+        rank /= sim.columns.asked_tokens_per_s[running]
         self.bound[running] = rank
         return running, rank
+
