@@ -168,8 +168,9 @@ def run_refusal(mixed: MixedPlan) -> str | None:
     plans this accepts."""
     if mixed.split == "data" and (len(set(replica_batches(mixed))) > 1 or any(s.varies for s in mixed.shares)):
         return uneven_batch_refusal(mixed.plan)
-    if stage_tp_refusal(mixed.plan):  # groups at their own TP degree: the stage-TP loop's scope
-        return stage_tp_refusal(mixed.plan)
+    refusal = stage_tp_refusal(mixed.plan)  # groups at their own TP degree: the stage-TP loop's scope
+    if refusal:
+        return refusal
     if mixed.plan.dp_sync.site_aware:
         return (f"dp_sync={mixed.plan.dp_sync.spec}: plait run lays a mixed plan's groups out as one fabric, not as "
                 "sites (per-tier compression across groups is costed, not run)")
