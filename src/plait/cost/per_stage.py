@@ -38,7 +38,7 @@ from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
-from plait.plan.per_stage import stage_layer_list
+from plait.plan.per_stage import stage_degrees, stage_layer_list
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
@@ -62,7 +62,7 @@ def stage_views(model: ModelSpec, cluster: Cluster, plan: Plan, framework: Engin
     layers = stage_layer_list(plan, model.num_layers)
     modes = plan.stage_recompute or (plan.recompute,) * plan.pp
     shardings = plan.stage_sharding or (plan.sharding,) * plan.pp
-    degrees = plan.stage_tp or (plan.tp,) * plan.pp
+    degrees = stage_degrees(plan)
     known: dict[tuple[int, str, str, int], StageView] = {}
     views = []
     for stage in range(plan.pp):

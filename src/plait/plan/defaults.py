@@ -42,8 +42,7 @@ def complete_plan(stated: Mapping[str, Any], gpus: int | None, where: str) -> Pl
             raise ConfigError(f"gpus={gpus} must be > 0")
         if min(plan.tp, plan.pp, plan.cp) <= 0:
             raise ConfigError(f"tp={plan.tp}, pp={plan.pp} and cp={plan.cp} must be > 0")
-        # a replica's GPUs: tp*pp*cp, or sum(stage_tp)*cp where stages differ in TP degree (Plan.num_gpus)
-        model_parallel = (sum(plan.stage_tp) if plan.stage_tp else plan.tp * plan.pp) * plan.cp
+        model_parallel = plan.model_parallel  # a replica's GPUs
         if gpus % model_parallel:
             grid = f"sum(stage_tp)*cp={sum(plan.stage_tp)}*{plan.cp}" if plan.stage_tp else \
                 f"tp*pp*cp={plan.tp}*{plan.pp}*{plan.cp}"

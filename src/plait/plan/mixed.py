@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from plait.errors import ConfigError
-from plait.plan.per_stage import check_stages, stage_tp_refusal
+from plait.plan.per_stage import check_stages, stage_degrees, stage_tp_refusal
 from plait.plan.plan import Plan, Recompute
 from plait.workload.model import ModelSpec
 
@@ -217,12 +217,6 @@ def _exact_split(total: int, units: list[int], ideal: list[float]) -> list[int]:
         k = next(k for k in counts if reach[g] >> (rest - k * units[g]) & 1)
         batches[g], rest = k * units[g], rest - k * units[g]
     return batches
-
-
-def stage_degrees(plan: Plan) -> tuple[int, ...]:
-    """Every pipeline stage's TP degree: :attr:`Plan.stage_tp` (a pipeline split whose groups take their own degree,
-    the same on all of one group's stages), or ``tp`` on each."""
-    return plan.stage_tp or (plan.tp,) * plan.pp
 
 
 def check_mixed_plan(mixed: MixedPlan, model: ModelSpec, cluster: MixedCluster) -> None:

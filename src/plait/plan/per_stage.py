@@ -58,6 +58,12 @@ def stage_layer_list(plan: Plan, num_layers: int) -> tuple[int, ...]:
     return tuple(base + (stage < extra) for stage in range(plan.pp))
 
 
+def stage_degrees(plan: Plan) -> tuple[int, ...]:
+    """Every pipeline stage's TP degree: :attr:`Plan.stage_tp` (a pipeline split whose groups take their own degree,
+    the same on all of one group's stages), or ``tp`` on each."""
+    return plan.stage_tp or (plan.tp,) * plan.pp
+
+
 def stage_tp_differs(plan: Plan) -> bool:
     """Whether ``plan``'s stages differ in TP degree (:mod:`plait.run.stage_tp` runs it)."""
     return len(set(plan.stage_tp)) > 1

@@ -159,7 +159,7 @@ class Plan:
     def num_gpus(self) -> int:
         """GPUs the plan occupies: ``pp * dp * cp * tp``, or ``dp * cp * sum(stage_tp)`` where stages differ in
         TP degree."""
-        return self.dp * self.cp * (sum(self.stage_tp) if self.stage_tp else self.pp * self.tp)
+        return self.dp * self.model_parallel
 
     @property
     def fsdp_managed(self) -> bool:
@@ -168,8 +168,9 @@ class Plan:
 
     @property
     def model_parallel(self) -> int:
-        """GPUs that hold one copy of the model (tp * pp * cp)."""
-        return self.tp * self.pp * self.cp
+        """GPUs that hold one copy of the model: ``tp * pp * cp``, or ``sum(stage_tp) * cp`` where stages differ in
+        TP degree."""
+        return self.cp * (sum(self.stage_tp) if self.stage_tp else self.pp * self.tp)
 
     @property
     def num_micro_batches(self) -> int:

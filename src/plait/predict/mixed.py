@@ -35,7 +35,8 @@ from plait.cost.per_stage import boundary_p2p_s, stage_view
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
-from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan, share_layout, stage_degrees, variant_label
+from plait.plan.mixed import GroupShare, MixedPlan, check_mixed_plan, share_layout, variant_label
+from plait.plan.per_stage import stage_degrees
 from plait.plan.plan import Plan
 from plait.plan.rules import require_positive
 from plait.predict.coupled import coupled_step_s
@@ -262,11 +263,11 @@ def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine:
     plan = mixed.plan
     per_stage, members, stage, hops = [], [], 0, []
     wide = max(mixed.num_gpus, plan.dp * plan.cp * plan.pp * max(stage_degrees(plan)))  # spans each stage's costing
-    for share in mixed.shares:
+    views = [group_view(cluster, cluster.group(share.group), wide) for share in mixed.shares]
+    for share, view in zip(mixed.shares, views, strict=True):
         for layers in share.layers:
             variant = replace(model, num_layers=layers * plan.pp)  # stage `stage` of an even split holds `layers`
             own = plan.for_stage(stage) if plan.stage_tp else plan  # its group's TP degree (stage_degrees)
-            view = group_view(cluster, cluster.group(share.group), wide)
             job = Job.build(variant, view, own, engine)
             costs = pipeline_costs(job)
             memory = stage_memories(job)[stage]
@@ -291,9 +292,8 @@ def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine:
     end = max(timeline.pipeline_end_s)
     time = TimeBreakdown(compute_s=compute, pp_bubble_s=max(end - compute, 0.0), dp_comm_s=max(step - end, 0.0))
     uniform = plan.uniform()  # at the first group's TP degree
-    first = group_view(cluster, cluster.group(mixed.shares[0].group), wide)
     # the whole model on the first group: its stages were checked one by one above
-    reference = predict(Job.checked(model, first, uniform, engine), simulate=False)
+    reference = predict(Job.checked(model, views[0], uniform, engine), simulate=False)
     peak = sum(acc.peak_flops(plan.precision) * share.num_gpus // len(share.layers)
                for share, _, _, acc in members)
     return MixedEstimate(

@@ -85,7 +85,8 @@ def hand_over(x: torch.Tensor | None, senders: list[int], receivers: list[int], 
     ``1/min`` piece, then the receivers broadcast the pieces over their ``group`` (Sec. 4.1's scatter/gather).
     Returns the tensor on a receiver, ``None`` elsewhere."""
     rank, k = dist.get_rank(), min(len(senders), len(receivers))
-    sizes = [len(p) for p in torch.arange(math.prod(shape)).tensor_split(k)]
+    base, extra = divmod(math.prod(shape), k)  # tensor_split's piece lengths: the first `extra` one longer
+    sizes = [base + (i < extra) for i in range(k)]
     if rank in senders[:k]:
         assert x is not None
         dist.send(x.detach().float().reshape(-1).tensor_split(k)[senders.index(rank)].contiguous(),
