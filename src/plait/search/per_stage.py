@@ -82,12 +82,13 @@ def improve(model: ModelSpec, cluster: Cluster, engine: Engine, top: list[Estima
         found = [best_split(model, cluster, engine, plan, limit, vary_sharding, kept)]
         if vary_tp:  # a TP degree per stage (plait.search.stage_tp), where the uniform plan's stages are unbalanced
             found += tp_splits(model, cluster, engine, plan, limit, kept=kept)
+        found = [c for c in found if c is not None]
+        if not found:  # the even split wins and no stage is unbalanced: nothing to cost against the uniform plan
+            continue
         same = Job.build(model, cluster, plan, engine)
         base = predict(same, simulate=False)
         best: tuple[Job, Estimate] | None = None
         for candidate in found:
-            if candidate is None:
-                continue
             try:
                 job = Job.build(model, cluster, candidate, engine)
             except ConfigError:

@@ -67,7 +67,7 @@ def best_split(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan, l
     chosen = sharded_program(t, fits, tail, np.array(counts), num_layers, plan.num_micro_batches)
     if chosen is None:
         return None
-    if len(set(chosen[1])) == 1 and (not alike or chosen[0] == _even(num_layers, p)):
+    if len(set(chosen[1])) == 1 and (not alike or chosen[0] == even_layers(num_layers, p)):
         return None  # the uniform plan (or a uniform mode and sharding the search already ranked)
     return split_plan(plan, chosen, choices, num_layers, alike)
 
@@ -150,7 +150,7 @@ def split_plan(plan: Plan, chosen: tuple[tuple[int, ...], tuple[int, ...]], choi
     shardings = tuple(choices[k][1] for k in picks)
     return replace(plan, recompute=modes[0], recompute_layers=-1, stage_recompute=modes, sharding=shardings[0],
                    stage_sharding=shardings if len(set(shardings)) > 1 else (),
-                   stage_layers=layers if alike and layers != _even(num_layers, plan.pp) else ())
+                   stage_layers=layers if alike and layers != even_layers(num_layers, plan.pp) else ())
 
 
 def stage_shardings(model: ModelSpec, cluster: Cluster, engine: Engine, plan: Plan) -> tuple[str, ...]:
@@ -189,6 +189,7 @@ def _stage_totals(view: StageView, cluster: Cluster, p: int) -> np.ndarray:
     return totals
 
 
-def _even(num_layers: int, p: int) -> tuple[int, ...]:
+def even_layers(num_layers: int, p: int) -> tuple[int, ...]:
+    """Layers of each of ``p`` stages in the even split, the first stages taking the remainder."""
     base, extra = divmod(num_layers, p)
     return tuple(base + (s < extra) for s in range(p))

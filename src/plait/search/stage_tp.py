@@ -30,6 +30,7 @@ from plait.search.stage_dp import sharded_program
 from plait.search.stage_program import (
     LAYER_WINDOW,
     Kept,
+    even_layers,
     split_plan,
     stage_choices,
     stage_tables,
@@ -80,8 +81,7 @@ def tp_patterns(model: ModelSpec, cluster: Cluster, plan: Plan, k: int = PATTERN
 
 def _even_times(t: np.ndarray, counts: list[int], num_layers: int, pick: int) -> list[float]:
     """The uniform plan's stage times: ``t`` at choice ``pick`` and the even split."""
-    base, extra = divmod(num_layers, t.shape[0])
-    return [float(t[s, counts.index(base + (s < extra)), pick]) for s in range(t.shape[0])]
+    return [float(t[s, counts.index(n), pick]) for s, n in enumerate(even_layers(num_layers, t.shape[0]))]
 
 
 def unbalanced(t: np.ndarray, counts: list[int], num_layers: int, pick: int) -> bool:

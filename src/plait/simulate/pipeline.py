@@ -103,7 +103,7 @@ def warmed(c: PipelineCosts, swept: dict[SweepKey, Swept] | None = None) -> tupl
     ``swept`` (:func:`simulate_pipeline`'s) holds its sweep already."""
     durations = _durations(c)
     if (unrolled_order(c.schedule, c.p, c.m, c.v) is not None
-            or (swept is not None and (c.schedule, c.p, c.m, c.v, tuple(durations), (0.0, c.p2p_s), True) in swept)):
+            or (swept is not None and _sweep_key(c, durations, True) in swept)):
         return None
     took = [d for ranked in durations for d in ranked]
     warm = warm_up(c.schedule, c.p, c.m, c.v, took, (0.0, c.p2p_s))
@@ -111,6 +111,11 @@ def warmed(c: PipelineCosts, swept: dict[SweepKey, Swept] | None = None) -> tupl
         return None
     left = warm.left
     return warm, [warm.free[r] + sum(left[3 * r + k] * took[3 * r + k] for k in range(3)) for r in range(c.p)]
+
+
+def _sweep_key(c: PipelineCosts, durations: list[tuple[float, float, float]], extrapolate: bool) -> SweepKey:
+    """What a sweep's result depends on: the schedule's shape, every operation's duration, the hops, extrapolation."""
+    return (c.schedule, c.p, c.m, c.v, tuple(durations), (0.0, c.p2p_s), extrapolate)
 
 
 def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool = False,
@@ -126,7 +131,7 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool =
     if record:
         free, last_backward = _sweep_recorded(c, durations, hops, timeline)
     else:
-        key = (c.schedule, p, c.m, c.v, tuple(durations), hops, extrapolate)
+        key = _sweep_key(c, durations, extrapolate)
         done = swept.get(key) if swept is not None else None
         if done is None:
             done = _sweep(c, durations, hops, extrapolate, warm)
