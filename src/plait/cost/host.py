@@ -37,10 +37,14 @@ def issue_s(accelerator: Any, eager: bool) -> float:
     return (float(eff.host_launch_us.value) + (float(eff.eager_dispatch_us.value) if eager else 0.0)) * 1e-6
 
 
+def eager_issue(framework: Any) -> bool:
+    """Whether an engine's ops pay the framework's dispatch: it runs eager ops, outside CUDA graphs."""
+    return bool(framework.eager_dispatch and not framework.cuda_graph_layers)
+
+
 def _setup_issue_s(setup: Setup) -> float:
     """:func:`issue_s` of a transformer pass: eager dispatch where the engine runs eager ops outside CUDA graphs."""
-    framework = setup.framework
-    return issue_s(setup.cluster.accelerator, framework.eager_dispatch and not framework.cuda_graph_layers)
+    return issue_s(setup.cluster.accelerator, eager_issue(setup.framework))
 
 
 BACKWARD_KERNELS_PER_FORWARD = 2

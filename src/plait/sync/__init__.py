@@ -17,15 +17,12 @@ from typing import Any
 
 from plait.sync.allreduce import AllReduce, PipeSGD
 from plait.sync.base import SyncMethod
-from plait.sync.registry import ALLREDUCE, MODELLED, parse
+from plait.sync.registry import ALLREDUCE, HOMES, MODELLED, parse
 
-_LAZY = {"EASGD": "asynchronous", "AsyncPS": "asynchronous", "Crossbow": "crossbow", "Gossip": "gossip",
-         "Bf16": "half", "Fp16": "half", "HalfPrecision": "half", "PALSGD": "periodic", "DiLoCo": "periodic",
-         "DreamDDP": "periodic", "LocalSGD": "periodic", "PowerSGD": "powersgd", "ParamServer": "servers",
-         "SwitchAggregation": "servers", "SiteQuantize": "site_quantize", "SiteTopK": "site_topk",
-         "Gathered": "sparse", "Quantize": "sparse", "TopK": "sparse", "METHODS": "registry"}
-"""The other families' names -> their module, imported where a name is first asked for (PEP 562): a plan that
-all-reduces loads none of them."""
+_LAZY = {cls: module for module, cls in HOMES.values()} | {"HalfPrecision": "half", "Gathered": "sparse",
+                                                            "METHODS": "registry"}
+"""Every method's class (:data:`plait.sync.registry.HOMES`) and the families' other names -> their module,
+imported where a name is first asked for (PEP 562): a plan that all-reduces loads none of them."""
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,7 @@ from dataclasses import replace
 from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
 from plait.cost.dataparallel import optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, MemoryBreakdown, TimeBreakdown
-from plait.cost.host import EagerOptimizer, eager_optimizer_s, exposed_host_s, issue_s
+from plait.cost.host import EagerOptimizer, eager_issue, eager_optimizer_s, exposed_host_s, issue_s
 from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
@@ -220,7 +220,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     stages = split_stages([f + w for f, w in seconds], plan.pp)
     recomputed = [plan.recompute == "full" and 0 < i < len(work.units) - 1 for i in range(len(work.units))]
 
-    eager = engine.framework.eager_dispatch and not engine.framework.cuda_graph_layers
+    eager = eager_issue(engine.framework)
     launch_s = issue_s(acc, eager)
 
     def stage_pass(group: list[int]) -> tuple[float, float, float, float]:

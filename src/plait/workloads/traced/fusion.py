@@ -23,15 +23,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from plait.workloads.traced.cost import ELEMENT_BYTES
 from plait.workloads.traced.model import Kernel, TracedWorkload
 from plait.workloads.traced.normalization import SWEEPS, with_extra_bytes
 
 RELU, RELU_BACKWARD, RESIDUAL_ADDS = ("relu", "relu_"), "threshold_backward", ("add", "add_")
 """Traced (aten) operators: the ReLU forward, its backward, and the residual add (in place or not)."""
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-"""Bytes per element of the traced dtypes (the bit mask is one bit per element)."""
-
-
 def _is_norm(kernel: Kernel) -> bool:
     return kernel.name in SWEEPS and "batch_norm" in kernel.name
 
