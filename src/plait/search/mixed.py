@@ -21,9 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from plait.cost.estimate import Estimate
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
+from plait.plan.columns import PlanColumns
 from plait.plan.mixed import UNEVEN_BATCH_AXES, GroupShare, MixedPlan, even_shares, run_refusal, uneven_batch_refusal
 from plait.plan.plan import Plan
 from plait.predict.mixed import MixedEstimate
@@ -33,7 +36,7 @@ from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, 
 from plait.search.mixed_tier import per_tier_mixed
 from plait.search.mixed_tp import group_degrees
 from plait.search.mixed_variant import vary_groups
-from plait.search.runner import Progress, run_search
+from plait.search.runner import Progress, SearchResult, run_search
 from plait.search.space import default_space
 from plait.workload.model import ModelSpec
 
@@ -83,11 +86,10 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
         report(i, 2 * groups + groups * LAYOUTS)
         view = group_view(cluster, group, n)
         space = default_space(model, view, n, (global_batch,), memory_margin=memory_margin)
-        # and the best data-parallel-only layouts: the model-parallel winners keep an even split (a layout whose
-        # replicas cannot take unequal batches), which a balanced data split of another layout can beat
-        data_only = replace(space, **{axis: (1,) for axis in UNEVEN_BATCH_AXES})
-        found = [est for s in (space, data_only) for est in run_search(model, view, s, engine=engine, workers=1).top(LAYOUTS)]
-        for est in found:
+        result = run_search(model, view, space, engine=engine, workers=1)
+        # and the best data-parallel-only layouts of the same search: the model-parallel winners keep an even split (a
+        # layout whose replicas cannot take unequal batches), which a balanced data split of another layout can beat
+        for est in result.top(LAYOUTS) + _data_only(result).top(LAYOUTS):
             flat = replace(est.plan, schedule="1f1b", vpp=1)  # a pipeline split over groups takes one chunk per rank
             for layout in (est.plan, flat) if est.plan.vpp > 1 else (est.plan,):
                 if layout not in layouts:
@@ -120,6 +122,14 @@ def plan_mixed(model: ModelSpec, cluster: MixedCluster, global_batch: int, *, en
     per_tier = per_tier_mixed(model, cluster, evens, engine, memory_margin)
     report(total, total)
     return MixedSearch(plans=plans, even=evens[0] if evens else None, baselines=baselines, per_tier=per_tier)
+
+
+def _data_only(result: SearchResult) -> SearchResult:
+    """``result`` with only its feasible plans of data parallelism alone (every :data:`UNEVEN_BATCH_AXES` at 1)."""
+    def kept(cols: PlanColumns, rows: np.ndarray) -> np.ndarray:
+        return rows[np.logical_and.reduce([cols[axis][rows] == 1 for axis in UNEVEN_BATCH_AXES])]
+    return replace(result, feasible=[(cols, batch, kept(cols, rows)) for cols, batch, rows in result.feasible],
+                   _ranking=None)
 
 
 def _baselines(model: ModelSpec, cluster: MixedCluster, global_batch: int, engine: Engine,
