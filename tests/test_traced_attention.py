@@ -18,6 +18,7 @@ nn, F = torch.nn, torch.nn.functional
 
 from plait.workloads.traced.attention import find_attention  # noqa: E402
 from plait.workloads.traced.cost import collective_bytes_per_step, estimate_traced  # noqa: E402
+from plait.workloads.traced.pairs import trace_units  # noqa: E402
 from plait.workloads.traced.search import search_traced  # noqa: E402
 from plait.workloads.traced.tensor_parallel import split_unit  # noqa: E402
 from plait.workloads.traced.tracing import trace  # noqa: E402
@@ -68,7 +69,7 @@ class _Block(nn.Module):
 ])
 def test_attention_is_found_from_the_data_flow_or_refused_in_one_line(kind: str, why: str) -> None:
     model = nn.Sequential(_Block(kind), _Block(kind))
-    found, refused = find_attention(model, ["0", "1"])
+    found, refused = find_attention(trace_units(model, ["0", "1"]))
     if not why:
         # q, k, v weights and biases and o's weight: 3 x (16 x 16 + 16) + 16 x 16; 4 heads each; the core in the
         # attention module, which holds no other parameters (the unused fused Linear aside: so "" for it)

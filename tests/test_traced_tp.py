@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from plait.workloads.traced.cost import estimate_traced  # noqa: E402
-from plait.workloads.traced.pairs import find_pairs  # noqa: E402
+from plait.workloads.traced.pairs import find_pairs, trace_units  # noqa: E402
 from plait.workloads.traced.search import search_traced  # noqa: E402
 from plait.workloads.traced.tensor_parallel import split_unit  # noqa: E402
 from plait.workloads.traced.tracing import trace  # noqa: E402
@@ -50,7 +50,7 @@ class _Block(nn.Module):
 @pytest.mark.parametrize(("kind", "pairs"), [("relu", 1), ("swiglu", 1), ("norm", 0), ("residual", 0)])
 def test_pairs_follow_the_data_flow_not_the_module_order(kind: str, pairs: int) -> None:
     model = nn.Sequential(_Block(kind), _Block(kind))
-    found, why = find_pairs(model, ["0", "1"])
+    found, why = find_pairs(trace_units(model, ["0", "1"]))
     assert len(found) == 2 * pairs
     if kind == "relu":
         assert found[0] == (1, "0.fc1", "0.fc2", 16, 8 * 16 + 16 + 16 * 8, ())

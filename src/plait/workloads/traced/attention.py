@@ -31,7 +31,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from plait.workloads.traced.pairs import ELEMENTWISE_MODULES, Found, find_pairs
+from plait.workloads.traced.pairs import ELEMENTWISE_MODULES, Found, TracedUnit, find_pairs, trace_units
 
 REGION_OPS = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "repeat_interleave", "expand",
                         "unsqueeze", "flatten", "unflatten", "stack", "cat", "getitem", "to", "float", "half",
@@ -53,8 +53,9 @@ def find_splits(model: Any, units: list[str]) -> tuple[list[Found], list[FoundAt
     """The Linear pairs (:func:`plait.workloads.traced.pairs.find_pairs`) and attentions (:func:`find_attention`)
     of ``units``; why there are neither, in words (empty where there are some); why an attention is not split (the
     first refusal; empty where none)."""
-    pairs, why = find_pairs(model, units)
-    attention, refused = find_attention(model, units)
+    traced = trace_units(model, units)
+    pairs, why = find_pairs(traced)
+    attention, refused = find_attention(traced)
     note = refused[0] if refused else ""
     why = "" if pairs or attention else why + (f"; attention not split: {note}" if note else "")
     return pairs, attention, why, note
@@ -99,18 +100,15 @@ def runtime_splits(model: Any, units: list[str]) -> tuple[list[Found], str]:
     return [*pairs, *(a[:6] for a in attention)], why
 
 
-def find_attention(model: Any, units: list[str]) -> tuple[list[FoundAttention], list[str]]:
-    """Every self-attention of ``units`` of ``model`` that splits by heads (module docstring), and a one-line reason
-    for each output projection fed by an attention core that does not."""
-    from torch import fx, nn
+def find_attention(traced: list[TracedUnit]) -> tuple[list[FoundAttention], list[str]]:
+    """Every self-attention of the traced units that splits by heads (module docstring), and a one-line reason for
+    each output projection fed by an attention core that does not (a unit that does not trace has none)."""
+    from torch import nn
 
     found: list[FoundAttention] = []
     refused: list[str] = []
-    for index, path in enumerate(units, start=1):
-        unit = model.get_submodule(path)
-        try:
-            graph = fx.symbolic_trace(unit).graph
-        except Exception:  # noqa: BLE001 - any Python in a forward may refuse symbolic tracing (pairs.py says so)
+    for index, path, unit, graph in traced:
+        if graph is None:
             continue
         modules = dict(unit.named_modules())
         for node in graph.nodes:

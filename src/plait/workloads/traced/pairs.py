@@ -30,19 +30,36 @@ Found = tuple[int, str, str, int, int, tuple[str, ...]]
 """(unit index (1-based, as the trace numbers units), first path, second path, hidden, split parameters, gates)"""
 
 
-def find_pairs(model: Any, units: list[str]) -> tuple[list[Found], str]:
-    """Every pair in ``units`` of ``model`` (module docstring; :data:`Found`), and why there are none where there
-    are none."""
-    from torch import fx, nn
+TracedUnit = tuple[int, str, Any, Any]
+"""(unit index (1-based), path, the unit module, its ``torch.fx`` graph, or ``None`` where its forward does not
+trace symbolically)"""
 
-    found: list[Found] = []
-    untraced = []
+
+def trace_units(model: Any, units: list[str]) -> list[TracedUnit]:
+    """Each of ``units`` of ``model`` traced once with ``torch.fx.symbolic_trace`` (read by :func:`find_pairs` and
+    :func:`plait.workloads.traced.attention.find_attention`)."""
+    from torch import fx
+
+    traced: list[TracedUnit] = []
     for index, path in enumerate(units, start=1):
         unit = model.get_submodule(path)
         try:
             graph = fx.symbolic_trace(unit).graph
         except Exception:  # noqa: BLE001 - any Python in a forward may refuse symbolic tracing
-            untraced.append(path)
+            graph = None
+        traced.append((index, path, unit, graph))
+    return traced
+
+
+def find_pairs(traced: list[TracedUnit]) -> tuple[list[Found], str]:
+    """Every pair in the traced units (module docstring; :data:`Found`), and why there are none where there are
+    none."""
+    from torch import nn
+
+    found: list[Found] = []
+    untraced = [path for _, path, _, graph in traced if graph is None]
+    for index, path, unit, graph in traced:
+        if graph is None:
             continue
         modules = dict(unit.named_modules())
         used: set[str] = set()
@@ -64,9 +81,9 @@ def find_pairs(model: Any, units: list[str]) -> tuple[list[Found], str]:
                           tuple(f"{path}.{g.target}" for g in gates)))
     if found:
         return found, ""
-    if not units:
+    if not traced:
         return [], "the model has no repeated units to look for Linear pairs in"
-    if untraced and len(untraced) == len(units):
+    if untraced and len(untraced) == len(traced):
         return [], f"its units ({untraced[0]}, ...) do not trace with torch.fx, so no Linear pair can be read"
     return [], "no Linear in its units feeds a second Linear through elementwise operators only"
 
