@@ -31,7 +31,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from plait.cost.estimate import Estimate, TimeBreakdown
-from plait.cost.per_stage import boundary_p2p_s, stage_view
+from plait.cost.batch import prepare
+from plait.cost.memory import stage_memory
+from plait.cost.per_stage import StageView, boundary_p2p_s
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster, group_view
 from plait.job import Job
@@ -42,7 +44,7 @@ from plait.plan.rules import require_positive
 from plait.predict.coupled import coupled_step_s
 from plait.predict.estimate import predict
 from plait.predict.mixed_sites import join_ratio, site_view
-from plait.simulate.costs import pipeline_costs, stage_memories
+from plait.simulate.costs import pipeline_costs
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from plait.workload.model import ModelSpec
 
@@ -268,13 +270,14 @@ def _pipeline(model: ModelSpec, cluster: MixedCluster, mixed: MixedPlan, engine:
         for layers in share.layers:
             variant = replace(model, num_layers=layers * plan.pp)  # stage `stage` of an even split holds `layers`
             own = plan.for_stage(stage) if plan.stage_tp else plan  # its group's TP degree (stage_degrees)
-            job = Job.build(variant, view, own, engine)
-            costs = pipeline_costs(job)
-            memory = stage_memories(job)[stage]
+            job = Job.build(variant, view, own, engine)  # uniform: a mixed plan takes no other per-stage field
+            prepared = prepare(variant, view, job.columns, job.framework)  # costs, memory and hand-off share it
+            costs = pipeline_costs(job, prepared)
+            memory = stage_memory(variant, view.accelerator, prepared.cols, prepared.inner, stage, job.framework)
             per_stage.append((costs, stage))
-            members.append((share, layers, memory["total"], view.accelerator))
+            members.append((share, layers, float(memory["total"]), view.accelerator))
             if plan.stage_tp:
-                hops.append((view, stage_view(variant, view, own, layers, job.framework, resized=False)))
+                hops.append((view, StageView(model=variant, prepared=prepared, layers=layers)))
             stage += 1
     c = _mixed_costs([(costs, s) for costs, s in per_stage])
     if hops:  # groups of their own TP degree: each boundary as plait.cost.per_stage costs it, on both sides' views
