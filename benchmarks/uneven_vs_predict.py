@@ -36,7 +36,7 @@ from pathlib import Path
 from plait.hardware.catalog import load_cluster_file
 from plait.hardware.cluster import Cluster
 from plait.plan.io import read_plan_file
-from plait.predict.mixed import MixedEstimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.run.precision import cpu_runs_natively
 from plait.run.uneven import Uneven, parse_list
 from plait.run.uneven import argv as uneven_argv

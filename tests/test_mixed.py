@@ -19,7 +19,8 @@ from plait.job import Job
 from plait.plan.mixed import GroupShare, MixedPlan
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
-from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout
+from plait.predict.mixed import estimate_mixed, mixed_layout
+from plait.predict.mixed_result import MixedEstimate
 from plait.simulate.costs import pipeline_costs
 from plait.workload.catalog import get_model
 from plait.workload.model import ModelSpec

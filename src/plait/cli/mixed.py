@@ -14,7 +14,8 @@ from plait.export.mixed import mixed_artifacts
 from plait.hardware.mixed import MixedCluster, sliced
 from plait.plan.mixed import SPLITS, GroupShare, MixedPlan, even_shares
 from plait.plan.plan import Plan
-from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout, mixed_to_dict
+from plait.predict.mixed import estimate_mixed, mixed_layout
+from plait.predict.mixed_result import MixedEstimate, mixed_to_dict
 from plait.progress import LazyProgress
 from plait.search.mixed import ENGINE, plan_mixed
 from plait.search.mixed_split import balance_data, balance_pipeline

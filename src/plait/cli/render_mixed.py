@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from plait.predict.mixed import MixedEstimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.search.mixed import MixedSearch
 from plait.terminal import titled_table
 from plait.units import GIB

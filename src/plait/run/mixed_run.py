@@ -27,7 +27,8 @@ from plait.job import Job
 from plait.plan.io import JobSpec
 from plait.plan.mixed import MixedPlan, replica_batches, run_refusal
 from plait.predict.estimate import predict
-from plait.predict.mixed import MixedEstimate, estimate_mixed
+from plait.predict.mixed import estimate_mixed
+from plait.predict.mixed_result import MixedEstimate
 from plait.run.uneven import Uneven, slowdown_refusal
 from plait.workload.model import ModelSpec
 

@@ -20,7 +20,7 @@ from plait.plan.io import JobSpec, read_plan_parts
 from plait.plan.mixed import MixedPlan, per_stage_plan, replica_micro_batches
 from plait.plan.plan import Plan
 from plait.predict.estimate import predict
-from plait.predict.mixed import MixedEstimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.run.async_plan import MODULE as ASYNC_MODULE
 from plait.run.async_plan import async_config, check_async, launch_line, run_async_plan
 from plait.run.config import write_config

@@ -15,7 +15,8 @@ from plait.hardware.cluster import Cluster
 from plait.hardware.mixed import DeviceGroup, MixedCluster, slowed
 from plait.plan.mixed import GroupShare, MixedPlan, rank_share
 from plait.plan.plan import Plan
-from plait.predict.mixed import MixedEstimate, estimate_mixed, mixed_layout
+from plait.predict.mixed import estimate_mixed, mixed_layout
+from plait.predict.mixed_result import MixedEstimate
 from plait.run.uneven import Uneven, layer_counts, rank_rows
 from plait.workload.model import ModelSpec
 

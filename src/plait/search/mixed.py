@@ -29,7 +29,7 @@ from plait.hardware.mixed import MixedCluster, group_view
 from plait.plan.columns import PlanColumns
 from plait.plan.mixed import UNEVEN_BATCH_AXES, GroupShare, MixedPlan, even_shares, run_refusal, uneven_batch_refusal
 from plait.plan.plan import Plan
-from plait.predict.mixed import MixedEstimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.search.mixed_async import async_plans
 from plait.search.mixed_local import local_sgd_plans
 from plait.search.mixed_split import balance_data, balance_pipeline, fits_with, try_mixed

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster
-from plait.predict.mixed import MixedEstimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.search.mixed_split import try_mixed
 from plait.sync import EASGD, AsyncPS, SyncMethod
 from plait.sync.asynchronous import LARGEST_BOUND

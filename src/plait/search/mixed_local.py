@@ -12,7 +12,7 @@ from plait.engine.engine import Engine
 from plait.hardware.mixed import MixedCluster
 from plait.plan.convergence import table
 from plait.plan.mixed import MixedPlan
-from plait.predict.mixed import MixedEstimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.search.mixed_split import try_mixed
 from plait.sync import LocalSGD, parse
 from plait.workload.model import ModelSpec

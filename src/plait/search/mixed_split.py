@@ -13,7 +13,8 @@ from plait.hardware.mixed import MixedCluster
 from plait.plan.mixed import GroupShare, MixedPlan
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.predict.mixed import MixedEstimate, estimate_mixed
+from plait.predict.mixed import estimate_mixed
+from plait.predict.mixed_result import MixedEstimate
 from plait.workload.model import ModelSpec
 
 

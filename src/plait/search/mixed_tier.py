@@ -20,7 +20,7 @@ from plait.hardware.mixed import MixedCluster
 from plait.plan.convergence import convergence, table
 from plait.plan.mixed import even_shares
 from plait.plan.plan import Plan
-from plait.predict.mixed import MixedEstimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.predict.mixed_sites import join_ratio
 from plait.search.adaptive import per_tier_verdict, specs_for
 from plait.search.mixed_split import fits_with, try_mixed

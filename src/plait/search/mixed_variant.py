@@ -25,7 +25,8 @@ from plait.errors import ConfigError
 from plait.hardware.mixed import MixedCluster
 from plait.plan.mixed import GroupShare, MixedPlan, share_layout, uneven_batch_refusal
 from plait.plan.plan import Plan, Recompute
-from plait.predict.mixed import MixedEstimate, group_estimate
+from plait.predict.mixed import group_estimate
+from plait.predict.mixed_result import MixedEstimate
 from plait.search.mixed_split import balance_data, try_mixed
 from plait.workload.model import ModelSpec
 
