@@ -13,11 +13,10 @@ that balances the stages), the :data:`CANDIDATES` that change fewest groups' deg
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 from plait.hardware.mixed import MixedCluster, group_view
 from plait.plan.plan import Plan
-from plait.plan.rules import stage_violation
+from plait.search.stage_tp import degree_fits
 from plait.workload.model import ModelSpec
 
 CANDIDATES = 3
@@ -37,8 +36,7 @@ def group_degrees(model: ModelSpec, cluster: MixedCluster, layout: Plan) -> list
     for group in cluster.groups:
         view = group_view(cluster, group, cluster.num_gpus)
         fit = [d for d in (t // 2 if t % 2 == 0 else 0, t, 2 * t)
-               if d >= 1 and d <= view.scale_up_domain_gpus and group.num_gpus % (d * width) == 0
-               and stage_violation(replace(layout, tp=d), model, view) is None]
+               if d >= 1 and group.num_gpus % (d * width) == 0 and degree_fits(model, view, layout, d)]
         options.append(fit)
     peaks = [g.cluster.accelerator.peak_flops("bf16") for g in cluster.groups]  # 16-bit (fp16 where no bf16)
     found = []

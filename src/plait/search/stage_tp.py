@@ -56,12 +56,16 @@ def degrees(model: ModelSpec, cluster: Cluster, plan: Plan) -> tuple[int, ...]:
     t = plan.tp
     out = [t]
     for twice in (t, 3 * t, 4 * t):  # twice the degree: t/2, 3t/2, 2t
-        if twice % 2 or twice // 2 > cluster.scale_up_domain_gpus:
-            continue
-        degree = twice // 2
-        if degree >= 1 and stage_violation(replace(plan, tp=degree), model, cluster) is None:
-            out.append(degree)
+        if twice % 2 == 0 and degree_fits(model, cluster, plan, twice // 2):
+            out.append(twice // 2)
     return tuple(sorted(set(out)))
+
+
+def degree_fits(model: ModelSpec, cluster: Cluster, plan: Plan, degree: int) -> bool:
+    """``plan``'s stages may run at TP ``degree`` on ``cluster``: at least 1, within its scale-up domain, and the
+    uniform rules hold at that degree (heads, KV heads, FFN)."""
+    return (1 <= degree <= cluster.scale_up_domain_gpus
+            and stage_violation(replace(plan, tp=degree), model, cluster) is None)
 
 
 def tp_patterns(model: ModelSpec, cluster: Cluster, plan: Plan, k: int = PATTERNS) -> list[tuple[int, ...]]:
