@@ -40,12 +40,9 @@ CASES = [
 def empty_kept() -> None:
     """Forget every value estimates keep for later ones (module-level tables, and each catalog cluster's collective
     times)."""
-    from plait.cost import batch, flops, inner
-    from plait.engine import capability
-    from plait.job import _checked
+    from plait.kept import empty_all
 
-    for table in (inner._singles, batch._fsdp_kept, flops._KEPT, capability._refusals, _checked):
-        table.clear()
+    empty_all()
     for _, cluster, _ in CASES:
         get_cluster(cluster).link_cache.pop("times", None)
 

@@ -65,13 +65,8 @@ def load_benchmark(name: str) -> ModuleType:
 def empty_kept(*clusters: Cluster) -> None:
     """Empty what estimates keep for later ones (per-layer quantities, FSDP times, checked plans, the engine's
     verdicts) and each cluster's group links and collective times: the next estimate computes everything afresh."""
-    from plait.cost import batch, inner
-    from plait.engine import capability
-    from plait.job import _checked
+    from plait.kept import empty_all
 
-    inner._singles.clear()
-    batch._fsdp_kept.clear()
-    _checked.clear()
-    capability._refusals.clear()
+    empty_all()
     for cluster in clusters:
         cluster.link_cache.clear()

@@ -13,6 +13,7 @@ from functools import cached_property
 from plait.engine.engine import Engine
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
+from plait.kept import MISSING, Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.plan.rules import check_plan
@@ -75,20 +76,17 @@ class Job:
         return PlanColumns.one(self.plan)
 
 
-_CHECKED_SIZE = 1024
-_checked: dict[tuple[object, ...], tuple[ModelSpec, Cluster]] = {}
+_CHECKED: Kept[bool] = Kept(1024)
 
 
 def _check_once(plan: Plan, model: ModelSpec, cluster: Cluster, num_gpus: int | None, columns: PlanColumns) -> None:
     """:func:`check_plan`, skipped for a plan that passed it with the same model, cluster and GPU count among the
-    last :data:`_CHECKED_SIZE` checked (the rules are a function of these alone; a plan estimated again, as validation,
+    last 1,024 checked (the rules are a function of these alone; a plan estimated again, as validation,
     reports and the planner's top plans do, is not re-checked). Keyed by the plan's value and the identity of the
     model and cluster, which the entry holds (frozen: the same object is the same value, its id not reused while
     the entry lives); a plan that breaks a rule is not kept, so it raises every time."""
     key = (id(model), id(cluster), num_gpus, plan)
-    if _checked.get(key) is not None:
+    if _CHECKED.find(key) is not MISSING:
         return
     check_plan(plan, model, cluster, num_gpus=num_gpus, cols=columns)
-    if len(_checked) >= _CHECKED_SIZE:
-        del _checked[next(iter(_checked))]  # the oldest
-    _checked[key] = (model, cluster)
+    _CHECKED.keep(key, (model, cluster), True)

@@ -31,6 +31,7 @@ from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
+from plait.kept import MISSING, Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
@@ -165,7 +166,7 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
 FSDP_FIELDS = ("sharding", "dp_shard", "cp", "ep", "tp", "offload_params", "precision")
 """The plan fields :func:`_fsdp_layer_s` reads, with ``pp > 1`` (:func:`shard_groups`, :func:`kept_gathered`,
 :func:`param_bytes` and its own)."""
-_fsdp_kept: dict[tuple[Any, ...], tuple[Inner, Cluster, EngineFacts, tuple[ShardTimes, ShardTimes]]] = {}
+_FSDP_KEPT: Kept[tuple[ShardTimes, ShardTimes]] = Kept(256)
 
 
 def _fsdp_one(cluster: Cluster, cols: PlanColumns, inner: Inner,
@@ -176,12 +177,10 @@ def _fsdp_one(cluster: Cluster, cols: PlanColumns, inner: Inner,
     plan = cols.single
     assert plan is not None, "one plan's columns"
     key = (id(inner), id(cluster), id(framework), plan.pp > 1, *[getattr(plan, f) for f in FSDP_FIELDS])
-    found = _fsdp_kept.get(key)
-    if found is None:
-        if len(_fsdp_kept) >= 256:
-            del _fsdp_kept[next(iter(_fsdp_kept))]  # the oldest
-        found = _fsdp_kept[key] = (inner, cluster, framework, _fsdp_layer_s(cluster, cols, inner, framework))
-    return found[3]
+    found = _FSDP_KEPT.find(key)
+    if found is MISSING:
+        found = _FSDP_KEPT.keep(key, (inner, cluster, framework), _fsdp_layer_s(cluster, cols, inner, framework))
+    return found  # type: ignore[return-value]
 
 
 def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:

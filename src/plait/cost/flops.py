@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.setup import Setup
+from plait.kept import MISSING, Kept
 from plait.workload.model import ModelSpec
 
 
@@ -129,19 +130,17 @@ def model_flops_per_token(model_setup: Setup) -> float:
     return _flops_per_token(model_setup.model, model_setup.seq_len)
 
 
-_KEPT: dict[tuple[int, int], tuple[ModelSpec, float]] = {}
+_KEPT: Kept[float] = Kept(256)
 
 
 def kept_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """:func:`model_flops_per_token`, kept by (model, sequence length), all it reads (a single plan's estimate asks
-    for it each time); the entry holds the model, so its id is not reused while the entry lives (emptied past 256)."""
+    for it each time); the entry holds the model (:class:`plait.kept.Kept`)."""
     key = (id(model), seq_len)
-    found = _KEPT.get(key)
-    if found is None:
-        if len(_KEPT) >= 256:
-            _KEPT.clear()
-        found = _KEPT[key] = (model, _flops_per_token(model, seq_len))
-    return found[1]
+    found = _KEPT.find(key)
+    if found is MISSING:
+        found = _KEPT.keep(key, (model,), _flops_per_token(model, seq_len))
+    return found  # type: ignore[return-value]
 
 
 def _flops_per_token(model: ModelSpec, seq_len: int) -> float:

@@ -24,6 +24,7 @@ from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
+from plait.kept import MISSING, Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.keys import distinct_rows
 from plait.plan.plan import Plan
@@ -234,21 +235,17 @@ OUTER_FIELDS = frozenset({"pp", "vpp", "schedule", "dp_replicate", "dp_shard", "
 """Plan fields no inner quantity reads (the module docstring; sharding and the data-parallel degrees only through
 :attr:`Plan.fsdp_managed`, which the single-plan key holds)."""
 _KEYED = tuple(f.name for f in fields(Plan) if f.name not in OUTER_FIELDS)
-_SINGLE_SIZE = 256
-_singles: dict[tuple[object, ...], tuple[ModelSpec, Cluster, EngineFacts, Inner]] = {}
+_SINGLES: Kept[Inner] = Kept(256)
 
 
 def _single(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> Inner:
-    """:func:`_row` of one plan, kept for the last :data:`_SINGLE_SIZE` combinations costed: estimates of plans that
+    """:func:`_row` of one plan, kept for the last 256 combinations costed: estimates of plans that
     differ only in :data:`OUTER_FIELDS` (a planner's top plans, a validation's rows, an estimate repeated) share
     it. Keyed by every other plan field and by the identity of the model, cluster and cost facts, which the entry
     holds (frozen objects: the same object is the same value, and its id is not reused while the entry lives)."""
     key = (id(model), id(cluster), id(framework), plan.fsdp_managed, *[getattr(plan, f) for f in _KEYED])
-    entry = _singles.get(key)
-    if entry is not None:
-        return entry[3]
-    inner = _row(Setup(model=model, cluster=cluster, plan=plan, framework=framework))
-    if len(_singles) >= _SINGLE_SIZE:
-        del _singles[next(iter(_singles))]  # the oldest
-    _singles[key] = (model, cluster, framework, inner)
-    return inner
+    found = _SINGLES.find(key)
+    if found is MISSING:
+        found = _SINGLES.keep(key, (model, cluster, framework),
+                              _row(Setup(model=model, cluster=cluster, plan=plan, framework=framework)))
+    return found  # type: ignore[return-value]

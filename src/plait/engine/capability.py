@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plait.engine.engine import Engine
+from plait.kept import MISSING, Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
@@ -210,19 +211,15 @@ def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str
     if cols is not None and cols.single is not plan:  # columns of another form of the plan: as they say
         return _first_unsupported(plan, model, engine, machine, cols)
     key = (id(model), id(engine), machine, plan)
-    found = _refusals.get(key)
-    if found is None:
-        if len(_refusals) >= _REFUSALS_SIZE:
-            del _refusals[next(iter(_refusals))]  # the oldest
-        found = _refusals[key] = (model, engine, _first_unsupported(plan, model, engine, machine, cols))
-    return found[2]
+    found = _REFUSALS.find(key)
+    if found is MISSING:
+        found = _REFUSALS.keep(key, (model, engine), _first_unsupported(plan, model, engine, machine, cols))
+    return found  # type: ignore[return-value]
 
 
-_REFUSALS_SIZE = 1024
-_refusals: dict[tuple[object, ...], tuple[ModelSpec, Engine, str | None]] = {}
+_REFUSALS: Kept[str | None] = Kept(1024)
 """:func:`first_unsupported` of the last plans asked about, by the plan's value and the identity of the model and
-engine, which the entry holds (frozen: the same object is the same value, its id not reused while the entry lives):
-a function of these alone, asked again for a plan estimated again."""
+engine (:class:`plait.kept.Kept`): a function of these alone, asked again for a plan estimated again."""
 
 
 def _first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str | None,
