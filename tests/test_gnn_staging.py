@@ -75,3 +75,20 @@ def test_dgls_loop_pays_the_pageable_path_and_a_pinned_loader_does_not() -> None
     assert pageable.transfer_s == pytest.approx(staged_copy_s(rows, box))
     assert pinned.transfer_s == pytest.approx(rows / 32e9)
     assert pageable.loop_s > pinned.loop_s
+
+
+@pytest.mark.parametrize("name, per_edge", [("pyg-neighborsampler", 24), ("salient", 16),
+                                            ("pyg-neighborsampler-pageable", 8)])
+def test_pygs_loops_copy_the_batchs_blocks_beside_its_rows(name: str, per_edge: int) -> None:
+    """One hop of 300k sampled edges drawn by 1,000 seeds, 100 fp32 features a node: PyG's NeighborSampler moves
+    each hop's adj_t (int64 rowptr, col, value = e_id) and e_id again (24 bytes an edge, 8 a seed); SALIENT's blocks
+    hold rowptr, col and e_id (16); GNNLab's return_e_id=False, rowptr and col (8). The copy crosses the RTX 3090's
+    32 GB/s link after the rows (their pinned or staged copy)."""
+    box = get_cluster("rtx3090-workstation")
+    batch = SampledBatch(new_nodes=(1e3, 299e3), edges=(3e5,), remote_nodes=(0.0, 0.0), remote_misses=0.0,
+                         scanned=(3e5,), remote_scanned=(0.0,))
+    loader = loaders()[name]
+    step = host_step(batch, loader, 1e6, 4, box, 100, 4, 0.01)
+    rows = 300e3 * 100 * 4
+    copy = staged_copy_s(rows, box) if loader.copy_from == "pageable" else rows / 32e9
+    assert step.transfer_s == pytest.approx(copy + (per_edge * 3e5 + 8 * 1e3) / 32e9)

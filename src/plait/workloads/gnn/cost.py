@@ -160,8 +160,10 @@ def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_
 
 
 def _part(g: GraphStats, world: int, cut: float) -> GraphStats:
-    """One rank's part as a graph of its own: ``N / W`` nodes and the ``(1 - c)`` of the edges that stay inside."""
+    """One rank's part as a graph of its own: ``N / W`` nodes and the ``(1 - c)`` of the edges that stay inside (a
+    measured histogram's degrees scaled by ``1 - c``, its nodes by ``1 / W``)."""
     nodes = max(1, g.nodes // world)
     edges = max(nodes // 2 + 1, round(g.edges * (1.0 - cut) / world))
-    return replace(g, nodes=nodes, edges=edges, train_nodes=max(1, g.train_nodes // world),
+    kept = tuple((d * (1.0 - cut), n / world) for d, n in g.degree_histogram)  # each node keeps 1 - c of its edges
+    return replace(g, nodes=nodes, edges=edges, train_nodes=max(1, g.train_nodes // world), degree_histogram=kept,
                    max_degree=max(g.max_degree, -(-(edges if g.directed else 2 * edges) // nodes)))

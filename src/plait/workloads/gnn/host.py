@@ -8,8 +8,8 @@ trainer (the loaders of ``data/loaders.toml``).
   ``r`` is derived from a published measurement (:func:`per_core_rate`);
 - **slicing**: the batch's feature rows gathered from the feature table (read and written at the host memory
   bandwidth of the GPU's share of its node), in the training loop (``trainer``) or by the workers (``workers``);
-- **transfer**: the sliced rows copied over the GPU's PCIe link, in the loop (``serial``) or on a side stream while the
-  previous batch trains (``pipelined``);
+- **transfer**: the sliced rows and the batch's blocks (their index tensors, :func:`index_bytes`) copied over the GPU's
+  PCIe link, in the loop (``serial``) or on a side stream while the previous batch trains (``pipelined``);
 - a loop that slices into a new tensor and copies it from pageable memory (``copy_from = "pageable"``) also faults
   the new tensor's pages in and stages the copy through one core (:mod:`plait.workloads.gnn.staging`).
 
@@ -65,6 +65,11 @@ class HostLoader:
     copy_from: Literal["pinned", "pageable"] = "pinned"
     """Where the loop copies the sliced rows from: a fresh pageable tensor (:mod:`plait.workloads.gnn.staging`) or
     pinned memory."""
+    index_bytes_per_edge: int
+    """Bytes of index tensors per sampled edge that the loop copies to the GPU beside the rows (the blocks' column ids
+    and edge ids, as the loader's code moves them; ``data/loaders.toml``)."""
+    index_bytes_per_target: int
+    """The same per node that draws at a hop (a CSR block's row pointer)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +122,8 @@ def loaders() -> dict[str, HostLoader]:
         out[name] = HostLoader(name=name, label=raw["label"], library=raw["library"], slicing=raw["slicing"],
                                transfer=raw["transfer"], source=raw["source"],
                                copy_from=raw.get("copy_from", "pinned"),
+                               index_bytes_per_edge=raw["index_bytes_per_edge"],
+                               index_bytes_per_target=raw["index_bytes_per_target"],
                                reference=Reference(dataset=ref["dataset"], fanouts=tuple(ref["fanouts"]),
                                                    batch=ref["batch"], workers=ref["workers"],
                                                    epoch_s=ref["epoch_s"], source=ref["source"]))
@@ -145,6 +152,17 @@ def usable_workers(workers: int, cluster: Cluster, gpus_on_node: int) -> int:
     return workers if cores == 0 else max(1, min(workers, cores // gpus_on_node))
 
 
+def index_bytes(sampled: SampledBatch, loader: HostLoader) -> float:
+    """Bytes of the batch's blocks the loop copies to the GPU: :attr:`HostLoader.index_bytes_per_edge` per sampled
+    edge and :attr:`HostLoader.index_bytes_per_target` per drawing node, every node reached so far at each hop for
+    DGL's and PyG's ``NeighborSampler`` (:func:`plait.workloads.gnn.sampling.sample_batch`'s ``redraw``), the nodes
+    the previous hop reached for PyG's ``NeighborLoader``."""
+    hops = range(len(sampled.edges))
+    targets = sum(sampled.new_nodes[h] for h in hops) if loader.library == "pyg" else sum(sampled.within(h)
+                                                                                          for h in hops)
+    return loader.index_bytes_per_edge * sampled.sampled_edges + loader.index_bytes_per_target * targets
+
+
 def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: int, cluster: Cluster,
               features: int, feature_bytes: int, trainer_s: float, loop_threads: int = 1) -> HostStep:
     """The step of ``loader``'s ``workers`` (already bounded by the cores) feeding a trainer whose own step is
@@ -154,9 +172,11 @@ def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: i
     slicing_s = 2 * rows_bytes / cluster.host_memory_bytes_per_s_per_gpu
     if loader.slicing == "workers":
         slicing_s /= workers
-    transfer_s = rows_bytes / (cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9)
+    link = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
+    transfer_s = rows_bytes / link
     if loader.copy_from == "pageable":
         slicing_s += first_touch_s(rows_bytes, loop_threads) / (workers if loader.slicing == "workers" else 1)
         transfer_s = staged_copy_s(rows_bytes, cluster)
+    transfer_s += index_bytes(sampled, loader) / link  # the blocks, pinned by the DataLoader or the sampler
     return HostStep(sampling_s=sampled.sampled_edges / (rate * workers), slicing_s=slicing_s,
                     transfer_s=transfer_s, trainer_s=trainer_s, loader=loader, workers=workers)

@@ -64,6 +64,10 @@ class GraphStats:
     each node samples its in-edges (a citation graph kept as the CSC of its raw edges, without inverse edges: GNNLab's
     ``datagen/papers100M.py``); ``degree_exponent`` is then the in-degree's and this the out-degree's, the exponent of
     the law a drawn in-edge's source follows (:mod:`plait.workloads.gnn.sampling`)."""
+    degree_histogram: tuple[tuple[float, float], ...] = ()
+    """A measured degree histogram of the undirected graph, ``(degree, nodes)`` classes in ascending degree, used in
+    place of the power law (``degree_exponent``, ``max_degree``); empty: the power law. Ignored for a directed graph,
+    whose in- and out-degree laws it does not give."""
 
     @property
     def directed(self) -> bool:

@@ -78,8 +78,12 @@ class DegreeClasses:
 
 
 def degree_classes(graph: GraphStats) -> DegreeClasses:
-    """The shifted power law of the module docstring, its shift found by bisection on the mean; a directed graph's
+    """The graph's measured histogram (:attr:`GraphStats.degree_histogram`) where it has one and is undirected; else
+    the shifted power law of the module docstring, its shift found by bisection on the mean; a directed graph's
     out-degree classes with its in-degree law beside them."""
+    if graph.degree_histogram and not graph.directed:
+        d, n = (np.array(column, dtype=np.float64) for column in zip(*graph.degree_histogram, strict=True))
+        return DegreeClasses(degrees=d, nodes=n, edges=graph.edges)
     d, nodes = _power_law(graph, graph.out_degree_exponent if graph.directed else graph.degree_exponent)
     if not graph.directed:
         return DegreeClasses(degrees=d, nodes=nodes, edges=graph.edges)

@@ -1,7 +1,8 @@
 """Predicted vs measured epoch times of GNN training: public tables of the DGL 0.5 benchmark, GNNLab,
 SALIENT, SALIENT++ and Quiver (``plait/validate/data/gnn_epochs.csv``; sources and caveats in ``plait/validate/data/gnn_epochs.md``),
 each costed by :mod:`plait.workloads.gnn.cost` on the preset of its GPU with the graph's statistics
-(``plait/workloads/gnn/data/graphs.toml``).
+(``plait/workloads/gnn/data/graphs.toml``) and, where measured, its degree histogram
+(``plait/workloads/gnn/data/degree_histograms.toml``).
 
 A row's job: its dataset, model (GraphSAGE, GCN, GAT with its heads and hidden width per head, or GIN), layers,
 hidden width, fanouts and its loader (the ``loader``, ``workers``, ``features_on`` and ``feature_bytes`` columns):
@@ -15,6 +16,7 @@ partitioned features).
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import replace
 from importlib import resources
@@ -58,17 +60,26 @@ RAW_DIRECTION_SOURCES = {
 each node its in-edges, instead of the symmetrized graph (SALIENT's ``driver/dataset.py``: ``to_symmetric``)."""
 
 
+def _data(name: str) -> dict:
+    return tomllib.loads(resources.files("plait.workloads.gnn").joinpath(f"data/{name}").read_text())
+
+
 def graphs(directed: bool = False) -> dict[str, GraphStats]:
-    """The datasets of graphs.toml, symmetrized; ``directed``: those with raw directed edges in their direction."""
-    data = tomllib.loads(resources.files("plait.workloads.gnn").joinpath("data/graphs.toml").read_text())
+    """The datasets of graphs.toml, symmetrized, with the measured degree histograms of degree_histograms.toml where
+    there is one; ``directed``: those with raw directed edges in their direction (the power laws: no histogram gives
+    in- and out-degrees apart)."""
+    measured = _data("degree_histograms.toml")
     out = {}
-    for name, g in data.items():
+    for name, g in _data("graphs.toml").items():
         raw = directed and "raw_out_degree_exponent" in g
         mean = (1 if raw else 2) * g["edges"] / g["nodes"]
+        hist = () if raw or name not in measured else tuple(zip(measured[name]["degrees"], measured[name]["nodes"],
+                                                                 strict=True))
         out[name] = GraphStats(nodes=g["nodes"], edges=g["edges"], features=g["features"], classes=g["classes"],
                                train_nodes=g["train_nodes"], degree_exponent=g.get("degree_exponent", ASSUMED_EXPONENT),
-                               max_degree=min(g["nodes"] - 1, round(100 * mean)),
-                               out_degree_exponent=g["raw_out_degree_exponent"] if raw else 0.0)
+                               max_degree=math.ceil(hist[-1][0]) if hist else min(g["nodes"] - 1, round(100 * mean)),
+                               out_degree_exponent=g["raw_out_degree_exponent"] if raw else 0.0,
+                               degree_histogram=hist)
     return out
 
 
