@@ -144,3 +144,11 @@ def test_tensorflow_and_mxnet_rows_reduce_with_horovod_and_pytorch_rows_do_not()
     assert fusion[("DLE_TF_RN50_2006", "NGC 20.06-tf1-py3")] is HOROVOD_0_20
     assert fusion[("DLE_MX_RN50", "NGC mxnet-22.10-py3")] is HOROVOD_0_21
     assert all(v is None for (source, _), v in fusion.items() if "PYT" in source or source == "TF_BENCH_2017")
+
+
+def test_bert_rows_step_lamb_pass_by_pass_and_resnet_rows_do_not() -> None:
+    from plait.workloads.traced.validate import row_optimizer_passes
+
+    passes = {(r["source_id"], r["precision"]): row_optimizer_passes(r) for r in _rows()}
+    assert all(v is not None for (source, _), v in passes.items() if "BERT" in source)
+    assert all(v is None for (source, _), v in passes.items() if "RN50" in source or source == "TF_BENCH_2017")
