@@ -133,3 +133,22 @@ def test_mxnet_float16_rows_fuse_batch_norm_and_pytorch_1907_amp_rows_reduce_fla
     flat = {(r["source_id"], r["precision"]) for r in _rows() if row_flat_reduce(r) is not None}
     # run.sub @6fe463f and @a9e2c1d5 pass --allreduce_post_accumulation; pytorch:19.07's fp32 path is not stated
     assert flat == {("DLE_PYT_BERT_1907", "amp"), ("DLE_PYT_BERT_2111", "amp"), ("DLE_PYT_BERT_2111", "tf32")}
+
+
+def test_tensorflow_and_mxnet_rows_reduce_with_horovod_and_pytorch_rows_do_not() -> None:
+    from plait.workloads.traced.tensor_fusion import HOROVOD_0_20, HOROVOD_0_21
+    from plait.workloads.traced.validate import row_fusion
+
+    fusion = {(r["source_id"], r["framework"].split(" (")[1].split(",")[0]): row_fusion(r) for r in _rows()}
+    # DeepLearningExamples' TF ConvNets runner and MXNet runner reduce with Horovod (runner.py, runner@729963dd)
+    assert fusion[("DLE_TF_RN50_2006", "NGC 20.06-tf1-py3")] is HOROVOD_0_20
+    assert fusion[("DLE_MX_RN50", "NGC mxnet-22.10-py3")] is HOROVOD_0_21
+    assert all(v is None for (source, _), v in fusion.items() if "PYT" in source or source == "TF_BENCH_2017")
+
+
+def test_bert_rows_step_lamb_pass_by_pass_and_resnet_rows_do_not() -> None:
+    from plait.workloads.traced.validate import row_optimizer_passes
+
+    passes = {(r["source_id"], r["precision"]): row_optimizer_passes(r) for r in _rows()}
+    assert all(v is not None for (source, _), v in passes.items() if "BERT" in source)
+    assert all(v is None for (source, _), v in passes.items() if "RN50" in source or source == "TF_BENCH_2017")

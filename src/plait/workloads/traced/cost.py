@@ -51,6 +51,8 @@ from plait.workloads.traced.dataparallel import ddp_bytes, dp_comm_s, fsdp_expos
 from plait.workloads.traced.flat_reduce import FlatReduce
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
 from plait.workloads.traced.normalization import kernel_moved_bytes
+from plait.workloads.traced.optimizer_passes import OptimizerPasses
+from plait.workloads.traced.tensor_fusion import TensorFusion
 from plait.workloads.traced.tensor_parallel import check_tp, pair_bytes, params_per_rank, split_unit, tp_comm_s
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -199,14 +201,17 @@ def plan_stages(work: TracedWorkload, cluster: Cluster, plan: Plan, channels_las
 
 def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: Engine,
                     interval: IntervalOf, loader: Loader | None = None, channels_last: bool = False,
-                    eager_optimizer: EagerOptimizer | None = None, flat_reduce: FlatReduce | None = None) -> Estimate:
+                    eager_optimizer: EagerOptimizer | None = None, flat_reduce: FlatReduce | None = None,
+                    fusion: TensorFusion | None = None, optimizer_passes: OptimizerPasses | None = None) -> Estimate:
     """The estimate of ``plan`` (data and pipeline parallelism) for the traced ``work`` on ``cluster``, its step-time
     interval by ``interval``; with a ``loader``, the step waits for the slower of the device and the input pipeline
     (:mod:`plait.cost.input_pipeline`). ``channels_last``: convolutions' activations are stored NHWC (PyTorch's
     ``torch.channels_last``); PyTorch's default is NCHW, whose tensor-core convolutions transpose
     (:func:`layout_transpose_s`). ``eager_optimizer``: the host issues the optimizer step tensor by tensor after a
     synchronization (:func:`plait.cost.host.eager_optimizer_s`). ``flat_reduce``: the replicas reduce their
-    gradients in one flat all-reduce after the last backward, not in DDP's buckets (:mod:`.flat_reduce`)."""
+    gradients in one flat all-reduce after the last backward, not in DDP's buckets (:mod:`.flat_reduce`);
+    ``fusion``: in Horovod's fused batches once per cycle (:mod:`.tensor_fusion`). ``optimizer_passes``: the
+    optimizer step's device time is its kernels' bytes (:mod:`.optimizer_passes`), not Adam's one pass."""
     check_traced_plan(work, plan)
     plan = replace(plan, seq_len=1)  # one example is the unit of throughput
     cols, acc = PlanColumns.one(plan), cluster.accelerator
@@ -249,12 +254,14 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
                + fsdp_hooks_s(cluster, plan, work, group, recomputed))
     last_backward = passes[slow][1] + passes[slow][2]
     dp_comm, extra = dp_comm_s(cluster, plan, cols, work, group, seconds, params, named, grad_bytes,
-                               last_backward, passes[slow][0], busy, flat_reduce)
+                               last_backward, passes[slow][0], busy, flat_reduce, fusion)
     p2p = 0.0
     if plan.pp > 1:  # the largest cut's activation, forward and back, per micro-batch
         sent = max(work.units[g[-1]].output_bytes_per_example * b for g in stages[:-1])
         p2p = 2 * m * float(collective_s(cluster, "p2p", plan.pp, dp * plan.tp, sent))  # stages tp x dp apart
     optimizer_s = float(optimizer_step_s(cluster, cols, params, grad_bytes))
+    if optimizer_passes is not None:
+        optimizer_s = optimizer_passes.step_s(cluster, sum(params.values()))
     if eager_optimizer is not None:
         optimizer_s = eager_optimizer_s(eager_optimizer, [shape for _, shape in named], optimizer_s, cluster, eager)
     held = sum(params.values()) / (plan.dp_shard if plan.sharding in ("zero2", "zero3") else 1)  # gradients kept

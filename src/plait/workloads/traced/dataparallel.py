@@ -7,6 +7,8 @@
   own shard of the pairs' weights (:func:`plait.workloads.traced.tensor_parallel.rank_elements`) over the ranks
   holding the same shard, ``tp`` ranks apart (the TP group's ranks are adjacent, as Megatron-LM orders them:
   Narayanan et al., SC 2021, Sec. 3.3).
+- **Horovod.** Gradients all-reduced in fused batches once per Horovod cycle (:mod:`.tensor_fusion`), in the
+  same completion order.
 - **ZeRO.** ZeRO-1/2 reduce-scatter and all-gather once per step; ZeRO-3 gathers each unit's parameters before its
   forward and its backward and reduce-scatters its gradients after it, one unit ahead (Zhao et al., "PyTorch FSDP",
   VLDB 2023, Sec. 3.3), and FSDP2's hooks run on the host around each wrapped module.
@@ -24,6 +26,7 @@ from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workloads.traced.flat_reduce import FlatReduce
 from plait.workloads.traced.model import TracedWorkload
+from plait.workloads.traced.tensor_fusion import TensorFusion
 from plait.workloads.traced.tensor_parallel import rank_elements
 
 DDP_BUCKET_MB = 25.0
@@ -62,13 +65,16 @@ def fsdp_exposed_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: li
 def dp_comm_s(cluster: Cluster, plan: Plan, cols: PlanColumns, work: TracedWorkload, group: list[int],
                seconds: list[tuple[float, float]], params: dict[str, float], named: list[tuple[str, tuple[int, ...]]],
                grad_bytes: float, last_backward: float, first_forward: float, busy: float,
-               flat: FlatReduce | None = None) -> tuple[float, float]:
+               flat: FlatReduce | None = None, fusion: TensorFusion | None = None) -> tuple[float, float]:
     """(exposed data-parallel seconds per step, extra memory bytes of the synchronization method); ``flat``: the
-    replicas reduce in one flat all-reduce after the backward instead (:mod:`.flat_reduce`)."""
+    replicas reduce in one flat all-reduce after the backward instead (:mod:`.flat_reduce`); ``fusion``: in
+    Horovod's fused batches, once per cycle (:mod:`.tensor_fusion`)."""
     if plan.dp <= 1:
         return 0.0, 0.0
     if flat is not None:
         return flat.exposed_s(cluster, plan, sum(params.values())), 0.0
+    if fusion is not None:
+        return fusion.exposed_s(cluster, plan, *gradients_ready(plan, work, group, seconds, grad_bytes)), 0.0
     reduce, gather = (float(x) for x in gradient_sync_s(cluster, cols, params, grad_bytes))
     shown = extra = 0.0
     if not plan.dp_sync.is_allreduce:
@@ -84,24 +90,36 @@ def dp_comm_s(cluster: Cluster, plan: Plan, cols: PlanColumns, work: TracedWorkl
     return exposed + shown, extra
 
 
-def ddp_buckets_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int],
-                   seconds: list[tuple[float, float]], grad_bytes: float) -> float:
-    """Seconds DDP's bucketed all-reduce runs past the last backward (module docstring): gradients ready as their
-    unit's backward ends (units run backward last to first), buckets of ``bucket_cap_mb`` in the traced order, each
-    rank's shard of the pairs' weights with ``tp > 1``."""
+def gradients_ready(plan: Plan, work: TracedWorkload, group: list[int], seconds: list[tuple[float, float]],
+                    grad_bytes: float) -> tuple[list[tuple[float, float]], float]:
+    """(seconds after the backward starts at which each gradient a rank reduces is ready, its bytes) in the order
+    the trace saw gradients complete, and the backward's end: a gradient is ready as its unit's backward ends
+    (units run backward last to first), a TP rank holding its shard of the pairs' weights with ``tp > 1``."""
     split = rank_elements(work, plan.tp)
     held = {name: (i, split(name, shape)) for i in group for name, shape in work.units[i].params}
     done, clock = {}, 0.0
     for i in reversed(group):
         clock += seconds[i][1]
         done[i] = clock
+    ready, latest = [], 0.0
+    for name in (n for n in work.grad_order if n in held):
+        unit, count = held[name]
+        latest = max(latest, done[unit])
+        ready.append((latest, grad_bytes * count))
+    return ready, clock
+
+
+def ddp_buckets_s(cluster: Cluster, plan: Plan, work: TracedWorkload, group: list[int],
+                   seconds: list[tuple[float, float]], grad_bytes: float) -> float:
+    """Seconds DDP's bucketed all-reduce runs past the last backward (module docstring): buckets of
+    ``bucket_cap_mb`` filled in the order gradients are ready (:func:`gradients_ready`)."""
+    ready_grads, clock = gradients_ready(plan, work, group, seconds, grad_bytes)
     cap = DDP_BUCKET_MB * 2**20
     buckets: list[tuple[float, float]] = []  # (ready, bytes)
     filled = ready = 0.0
-    for name in (n for n in work.grad_order if n in held):
-        unit, count = held[name]
-        filled += grad_bytes * count
-        ready = max(ready, done[unit])
+    for ready_s, size in ready_grads:
+        filled += size
+        ready = max(ready, ready_s)
         if filled >= cap:
             buckets.append((ready, filled))
             filled = 0.0

@@ -9,8 +9,9 @@ BERT; mixed precision as fp16, TF32 and FP32 runs as plans of those precisions (
 input pipeline is the loader its source ran (:func:`row_loader`), on the host cores of its preset; phase-2 BERT runs
 that padded mini-batches only to their longest sequence are traced at their mean padded length (:data:`BINNED_PHASE2`);
 BERT runs trace attention as their source ran it (:data:`UNFUSED_ATTENTION`); MXNet's float16 runs fuse batch
-normalization with the ReLU and residual add after it (:data:`FUSE_BN_RELU`), and DeepLearningExamples' BERT runs
-reduce in one flat all-reduce after the last micro-batch (:data:`FLAT_REDUCE`).
+normalization with the ReLU and residual add after it (:data:`FUSE_BN_RELU`), DeepLearningExamples' BERT runs
+reduce in one flat all-reduce after the last micro-batch (:data:`FLAT_REDUCE`) and step LAMB pass by pass
+(:data:`LAMB`), and its TensorFlow and MXNet runs reduce in Horovod's fused batches once per cycle (:data:`HOROVOD`).
 The error is on the step time (the global batch over the throughput), as ``plait validate --runs``. Rows plait cannot
 predict say why: GPUs without a preset system, tables that state no batch or no accumulation steps.
 """
@@ -40,6 +41,14 @@ from plait.workloads.traced.flat_reduce import (
     FlatReduce,
 )
 from plait.workloads.traced.fusion import fuse_bn_relu
+from plait.workloads.traced.optimizer_passes import (
+    BERT_LAMB_1907_AMP,
+    BERT_LAMB_1907_FP32,
+    BERT_LAMB_2111_AMP,
+    BERT_LAMB_2111_TF32,
+    OptimizerPasses,
+)
+from plait.workloads.traced.tensor_fusion import HOROVOD_0_20, HOROVOD_0_21, TensorFusion
 from plait.workloads.traced.tracing import storage_dtype, trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
@@ -95,6 +104,16 @@ FLAT_REDUCE = {("DLE_PYT_BERT_1907", "amp"): APEX_POST_ACCUMULATION_FP16,
 (lines 62-69 @6fe463f; 172-194 @a9e2c1d5) and, for fp16, ``--allreduce_post_accumulation_fp16``. pytorch:19.07's FP32
 runs are not listed: at 6fe463f that path reads ``_amp_state.loss_scalers``, which only ``amp.initialize`` (fp16)
 creates (fp32 became compatible in 793b92dc, 2020-03), so how they reduced is not stated; they keep DDP's buckets."""
+LAMB = {("DLE_PYT_BERT_1907", "amp"): BERT_LAMB_1907_AMP, ("DLE_PYT_BERT_1907", "fp32"): BERT_LAMB_1907_FP32,
+        ("DLE_PYT_BERT_2111", "amp"): BERT_LAMB_2111_AMP, ("DLE_PYT_BERT_2111", "tf32"): BERT_LAMB_2111_TF32}
+"""(source, precision) -> the LAMB step its BERT runs take, pass by pass (:mod:`.optimizer_passes`): BertLAMB of
+optimization.py in pytorch:19.07 (run_pretraining.py @6fe463f), FusedLAMBAMP of lamb_amp_opt in pytorch:21.11
+(run_pretraining.py @a9e2c1d5, line 418)."""
+HOROVOD = {"20.06-tf1": HOROVOD_0_20, "mxnet-20.12": HOROVOD_0_20, "mxnet-22.10": HOROVOD_0_21}
+"""Containers of the rows that reduce with Horovod (DeepLearningExamples' TensorFlow ConvNets runner and MXNet RN50
+``runner``, whose default ``--kv-store`` is ``horovod``) -> its Tensor Fusion defaults (:mod:`.tensor_fusion`). No
+release notes of NGC's MXNet 20.12 container were found: assumed Horovod 0.20 as NGC's 20.10 containers ship (0.21.0,
+with the 1 ms cycle, was released 2020-11-23)."""
 FUSE_BN_RELU, FUSE_BN_ADD_RELU = "--fuse-bn-relu 1", "--fuse-bn-add-relu 1"
 """Flags of a row's notes (DeepLearningExamples' MXNet runner passes both for float16) under which its batch
 normalizations run fused with the ReLU, and the residual add and ReLU, after them (:mod:`.fusion`)."""
@@ -161,6 +180,17 @@ def row_flat_reduce(row: Record) -> FlatReduce | None:
     return FLAT_REDUCE.get((row["source_id"], row["precision"]))
 
 
+def row_fusion(row: Record) -> TensorFusion | None:
+    """Horovod's Tensor Fusion settings of a row's container (:data:`HOROVOD`), or ``None``: it does not reduce with
+    Horovod."""
+    return next((fusion for container, fusion in HOROVOD.items() if container in row["framework"]), None)
+
+
+def row_optimizer_passes(row: Record) -> OptimizerPasses | None:
+    """The optimizer step of a row counted pass by pass (:data:`LAMB`), or ``None``: plait's one Adam/SGD pass."""
+    return LAMB.get((row["source_id"], row["precision"]))
+
+
 def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
     """The factory that traces a row's model and one example's input shape (``None``: the factory's): BERT as its
     source ran attention (:data:`UNFUSED_ATTENTION`), binned phase-2 runs at their mean padded length
@@ -211,7 +241,8 @@ def predict_row(row: Record) -> ClassicResult:
         work = fuse_bn_relu(work, add_relu=FUSE_BN_ADD_RELU in row["notes"])
     est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]),
                           plan, row_engine(row), step_interval_s, row_loader(row),
-                          row_channels_last(row), row_optimizer(row), row_flat_reduce(row))
+                          row_channels_last(row), row_optimizer(row), row_flat_reduce(row), row_fusion(row),
+                          row_optimizer_passes(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
