@@ -3,8 +3,8 @@
 Dynamic CMOS power is ``P = a C V^2 f`` (Weste & Harris, "CMOS VLSI Design", 4th ed., Sec. 5.1). Were all of a
 board's power dynamic and its supply voltage proportional to the clock, power would grow as ``f^3`` and a
 compute-bound load held to ``P_limit`` of its rated ``P_rated`` would sustain ``(P_limit / P_rated)^(1/3)`` of its
-throughput; a voltage held at its floor gives ``P ~ f`` and an exponent of 1. Static power (leakage, HBM, NVLink,
-fans' share: it does not fall with the SM clock) leaves less for the clock, so the measured loss sits between.
+throughput; a voltage held at its floor gives ``P ~ f`` and an exponent of 1. Static power (leakage, HBM, NVLink:
+it does not fall with the SM clock) leaves less of a limit to the clock, which raises the exponent above 1/3.
 
 plait takes the law as ``(P_limit / P_rated)^alpha`` with ``alpha`` measured, not assumed: the least-squares slope
 through the origin of log(throughput ratio) on log(power ratio) over ``power_cap.toml``'s pairs, NVIDIA's own
