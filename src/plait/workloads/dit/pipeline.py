@@ -49,6 +49,7 @@ from plait.hardware.cluster import Cluster
 from plait.hardware.host_postprocess import POSTPROCESS_NS_PER_VALUE
 from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decoder
 from plait.workloads.dit.cost import DitEstimate, DitPlan
+from plait.workloads.dit.eager_traffic import extra_step_bytes
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
 from plait.workloads.dit.vae_tiling import tiled_vae_decode_s
 
@@ -169,6 +170,7 @@ def pointwise_step_s(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster
     tokens_kernels += spec.side_attention_calls * (SIDE_ATTENTION_EAGER_KERNELS - 2 * SIDE_ATTENTION_GEMMS) * image
     share = plan.ulysses * plan.ring * plan.distrifusion * plan.pipefusion  # tokens split; layers split by stage
     moved = 2 * tokens_kernels / share * spec.hidden * ACT_BYTES * job.passes / plan.cfg  # read and write
+    moved += extra_step_bytes(spec, job, plan)  # fp32 rotary and the MLP's wide activation
     if plan.ring > 1:  # the merges of the partial attentions' fp32 outputs
         elements = seq / (plan.ulysses * plan.ring) * spec.hidden / plan.tp * job.passes / plan.cfg
         moved += spec.attention_layers / plan.pipefusion * (plan.ring - 1) * RING_MERGE_BYTES * elements
