@@ -26,7 +26,9 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   block on its own, each reading and writing one activation of the block's width over this GPU's tokens at the memory
   bandwidth (the roofline of a streaming kernel: Williams et al., CACM 2009): ``eager_kernels - 2 (GEMMs + 1)``
   more kernels than a compiled block, whose fused kernels number one per GEMM or attention call. In an mmdit
-  double-stream block half of them act on the image stream and half on the text's.
+  double-stream block half of them act on the image stream and half on the text's. Kernels that move more than
+  that (an fp32 rotary embedding, the MLP's activation on its inner width) add their extra bytes
+  (:mod:`plait.workloads.dit.eager_traffic`).
 - **Pixels to PIL images.** diffusers' pipelines hand back PIL images by default (``output_type="pil"``): the decoded
   image (each video frame) is copied to the host in the VAE's dtype and converted there on one CPU thread
   (``VaeImageProcessor.postprocess``: :mod:`plait.hardware.host_postprocess`), once per output, inside the timed call:
