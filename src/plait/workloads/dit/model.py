@@ -49,6 +49,7 @@ A TOML file describes it (``examples/dit-xl-2-1024px.toml``)::
     eager_kernels_single = 0
     side_attention_every = 0  # a cross-attention to conditioning tokens after every this many blocks (ConsisID: 2)
     side_attention_width = 0  # its inner width
+    rotary_fp32 = "none"    # image | all: tokens whose Q, K an eager fp32 rotary embedding rotates
     [job]
     resolution = 1024       # width in pixels
     height = 0              # 0: square
@@ -128,6 +129,10 @@ class DitSpec:
     side_attention_width: int = 0
     """Its inner width (heads x head width): Q from and output back to ``hidden``, K and V from the conditioning
     tokens (ConsisID: 16 x 128 = 2048, K and V from 2048-wide face tokens)."""
+    rotary_fp32: Literal["none", "image", "all"] = "none"
+    """The eager rotary embedding casts Q and K to fp32 (diffusers' ``apply_rotary_emb``) on the image (video)
+    tokens only (CogVideoX, ConsisID) or on all the attended tokens (FLUX.1); traffic in
+    :mod:`plait.workloads.dit.eager_traffic`."""
 
     def token_params(self) -> float:
         """Parameters every token passes through (linear maps applied per token), all blocks."""

@@ -26,7 +26,9 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   block on its own, each reading and writing one activation of the block's width over this GPU's tokens at the memory
   bandwidth (the roofline of a streaming kernel: Williams et al., CACM 2009): ``eager_kernels - 2 (GEMMs + 1)``
   more kernels than a compiled block, whose fused kernels number one per GEMM or attention call. In an mmdit
-  double-stream block half of them act on the image stream and half on the text's.
+  double-stream block half of them act on the image stream and half on the text's. Kernels that move more than
+  that (an fp32 rotary embedding, the MLP's activation on its inner width) add their extra bytes
+  (:mod:`plait.workloads.dit.eager_traffic`).
 - **Pixels to PIL images.** diffusers' pipelines hand back PIL images by default (``output_type="pil"``): the decoded
   image (each video frame) is copied to the host in the VAE's dtype and converted there on one CPU thread
   (``VaeImageProcessor.postprocess``: :mod:`plait.hardware.host_postprocess`), once per output, inside the timed call:
@@ -49,6 +51,7 @@ from plait.hardware.cluster import Cluster
 from plait.hardware.host_postprocess import POSTPROCESS_NS_PER_VALUE
 from plait.workloads.dit.components import text_encoder, text_encoder_s, vae_decoder
 from plait.workloads.dit.cost import DitEstimate, DitPlan
+from plait.workloads.dit.eager_traffic import extra_step_bytes
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
 from plait.workloads.dit.vae_tiling import tiled_vae_decode_s
 
@@ -169,6 +172,7 @@ def pointwise_step_s(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster
     tokens_kernels += spec.side_attention_calls * (SIDE_ATTENTION_EAGER_KERNELS - 2 * SIDE_ATTENTION_GEMMS) * image
     share = plan.ulysses * plan.ring * plan.distrifusion * plan.pipefusion  # tokens split; layers split by stage
     moved = 2 * tokens_kernels / share * spec.hidden * ACT_BYTES * job.passes / plan.cfg  # read and write
+    moved += extra_step_bytes(spec, job, plan)  # fp32 rotary and the MLP's wide activation
     if plan.ring > 1:  # the merges of the partial attentions' fp32 outputs
         elements = seq / (plan.ulysses * plan.ring) * spec.hidden / plan.tp * job.passes / plan.cfg
         moved += spec.attention_layers / plan.pipefusion * (plan.ring - 1) * RING_MERGE_BYTES * elements
