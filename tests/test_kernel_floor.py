@@ -1,0 +1,49 @@
+"""The MoE block's small kernels at their device floor (plait.cost.kernel_floor)."""
+
+from __future__ import annotations
+
+import pytest
+
+from plait.cost.kernel_floor import moe_floor_s
+from plait.cost.setup import Setup
+from plait.engine.catalog import get_engine
+from plait.hardware.catalog import get_cluster
+from plait.plan.plan import Plan
+from plait.workload.catalog import get_model
+
+
+def _setup(engine: str = "megatron-core", **plan: object) -> Setup:
+    """Qwen3-30B-A3B (128 experts, top-8) on one DGX H100, 4,096-token sequences."""
+    knobs = {"dp_replicate": 8, "ep": 8, "micro_batch": 1, "global_batch": 8, **plan}
+    return Setup(
+        model=get_model("qwen3-30b-a3b"),
+        cluster=get_cluster("dgx-h100-ib"),
+        plan=Plan(**knobs).with_seq_len(4096),
+        framework=get_engine(engine).framework,
+    )
+
+
+def test_the_fixed_kernels_that_move_no_tokens_cost_one_floor_each_by_hand() -> None:
+    """bf16, EP8 (16 local experts): Megatron-Core's 60 fixed MoE kernels, 30 per pass, less the five that move the
+    tokens (permute, regroup by local expert, activation, regroup back, un-permute), 25 kernels at the H100's
+    kernel floor each way. With one GPU per expert group (EP1, 128 local experts, no all-to-all) nothing is regrouped:
+    27 kernels. No fp8: no quantization kernels."""
+    setup = _setup()
+    floor_s = setup.cluster.accelerator.efficiency.kernel_launch_us.value * 1e-6
+    assert moe_floor_s(setup) == pytest.approx((25 * floor_s, 25 * floor_s))
+    assert moe_floor_s(_setup(ep=1)) == pytest.approx((27 * floor_s, 27 * floor_s))
+
+
+def test_per_expert_quantization_floors_fade_as_the_experts_tokens_grow() -> None:
+    """fp8 on Hopper (current scaling: three kernels per quantized tensor): at micro-batch 1 each local expert's
+    tensors are small enough that their kernels' floors exceed their bytes' time, so fp8 costs more than bf16; at a
+    micro-batch of 64 their bytes dominate and only the fixed kernels' floors remain."""
+    bf16 = moe_floor_s(_setup())
+    small = moe_floor_s(_setup(precision="fp8"))
+    large = moe_floor_s(_setup(precision="fp8", micro_batch=64, global_batch=512))
+    assert small[0] > bf16[0] and small[1] > bf16[1]
+    assert large == pytest.approx(bf16)
+
+
+def test_an_engine_without_counted_moe_kernels_adds_nothing() -> None:
+    assert moe_floor_s(_setup("torchtitan")) == (0.0, 0.0)
