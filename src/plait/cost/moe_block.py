@@ -1,8 +1,8 @@
-"""Device time of the small kernels of a dropless MoE block: each runs at least one kernel's minimum time.
+"""Device work of a Megatron-Core MoE block that :mod:`plait.cost.layer`'s GEMMs and bytes leave out.
 
-:mod:`plait.cost.layer` times a layer's memory-bound work by its bytes alone (:func:`plait.cost.compute.
-elementwise_time_s`), summed over the layer, and each GEMM by its roofline with a floor of one kernel per product
-(:meth:`plait.cost.compute._Roofline.time_s`). A kernel whose bytes are few still takes the accelerator's
+Small kernels. :mod:`plait.cost.layer` times a layer's memory-bound work by its bytes alone (:func:`plait.cost.
+compute.elementwise_time_s`), summed over the layer, and each GEMM by its roofline with a floor of one kernel per
+product (:meth:`plait.cost.compute._Roofline.time_s`). A kernel whose bytes are few still takes the accelerator's
 ``kernel_launch_us`` on the device (efficiency.toml: "minimum time of one GPU kernel", launch and tail; the same
 figure that floors the GEMMs), so a block of many small kernels runs longer than its bytes say (Williams, Waterman &
 Patterson 2009's roofline, per kernel: the larger of its memory time and its floor). A Megatron-Core MoE block is
@@ -26,7 +26,15 @@ such a block (docs/research/moe_costs.md section 2):
   :func:`plait.cost.fp8_recipe.extra_bytes_per_element`, as :mod:`plait.cost.layer` charges them) and its kernels'
   floors. The expert GEMMs are floored by their roofline already.
 
-What this adds is the floors beyond the bytes already charged, forward and backward, per micro-batch.
+fp8 padding copies. In an fp8 run Megatron-Core's ``TEGroupedMLP`` pads every local expert's rows to the fp8 GEMM's
+alignment (16 rows, 32 for MXFP8) by copying its input tokens into a padded buffer (``Fp8Padding``) and copies its
+output back (``Fp8Unpadding``; experts.py @0d8e0714 L880-887, L977-978). Transformer Engine skips the copy only when
+every expert's count is already aligned (TE 2.9 module/fp8_padding.py L121-122), which dropless routing does not
+give: Megatron-Bridge's benchmark routing draws each token's experts at random (``moe_router_force_load_balancing``,
+docs/research/moe_costs.md section 4), so the counts scatter around their mean. Each copy reads and writes every routed
+token's hidden state; the backward runs the mirror copies on the gradients (``fused_multi_row_unpadding`` and
+padding, fp8_padding.py L53-68). Where the dispatcher pads as it permutes (HybridEP) nothing is copied
+(:attr:`~plait.engine.facts.EngineFacts.moe_fp8_padding`).
 """
 
 from __future__ import annotations
@@ -86,3 +94,15 @@ def moe_floor_s(setup: Setup) -> tuple[float, float]:
             + _quantize_floor_s(setup, tokens * ups * width, floor_s, bytes_per_s)
         )
     return fwd, bwd
+
+
+def fp8_padding_bytes(setup: Setup) -> float:
+    """HBM bytes of one pass's fp8 padding copies (module docstring), the same forward and backward: two copies of
+    every routed token's hidden state, each read and written, ``4 x act_bytes x tokens x top_k x hidden``; 0 unless
+    the run is fp8 and its engine's experts pad (:attr:`~plait.engine.facts.EngineFacts.moe_fp8_padding`). The
+    probabilities padded beside the tokens (one value per routed token) and the padding rows themselves (under the
+    alignment per expert) are left out."""
+    moe = setup.model.moe
+    if moe is None or setup.gemm_dtype != "fp8" or not setup.framework.moe_fp8_padding:
+        return 0.0
+    return 4.0 * setup.act_bytes * setup.tokens * moe.top_k * setup.model.hidden_size

@@ -1,10 +1,10 @@
-"""The MoE block's small kernels at their device floor (plait.cost.kernel_floor)."""
+"""Device work of a Megatron-Core MoE block beyond its GEMMs and charged bytes (plait.cost.moe_block)."""
 
 from __future__ import annotations
 
 import pytest
 
-from plait.cost.kernel_floor import moe_floor_s
+from plait.cost.moe_block import fp8_padding_bytes, moe_floor_s
 from plait.cost.setup import Setup
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -47,3 +47,12 @@ def test_per_expert_quantization_floors_fade_as_the_experts_tokens_grow() -> Non
 
 def test_an_engine_without_counted_moe_kernels_adds_nothing() -> None:
     assert moe_floor_s(_setup("torchtitan")) == (0.0, 0.0)
+
+
+def test_fp8_experts_copy_every_routed_token_in_and_out_unless_the_dispatcher_pads() -> None:
+    """fp8 Qwen3-30B-A3B at micro-batch 1: 4,096 tokens x top-8 = 32,768 routed tokens of hidden 2,048 in bf16, two
+    copies (pad in, unpad out) each read and written: 4 x 2 x 32,768 x 2,048 bytes a pass. None in bf16, none where
+    HybridEP pads as it permutes."""
+    assert fp8_padding_bytes(_setup("megatron-bridge@25.11", precision="fp8")) == 4 * 2 * 32768 * 2048
+    assert fp8_padding_bytes(_setup("megatron-bridge@25.11")) == 0.0
+    assert fp8_padding_bytes(_setup("megatron-bridge@25.11[moe_dispatcher=hybridep]", precision="fp8")) == 0.0
