@@ -21,10 +21,10 @@ such a block (docs/research/moe_costs.md section 2):
 - Transformer Engine 2.9 quantizes each local expert's input and output gradient by its own kernels (``split_quantize``
   runs "Quantize kernels individually", a loop over experts, csrc/extensions/cast.cpp L145-148;
   :func:`plait.cost.host.fp8_quantize_kernels` per tensor, :attr:`~plait.engine.facts.EngineFacts.
-  moe_quantized_per_expert` tensors per expert): a tensor of ``tokens per expert x width`` elements takes the
-  larger of its cast bytes' time (:data:`CAST_BYTES_PER_ELEMENT` plus the recipe's extra,
-  :func:`plait.cost.fp8_recipe.extra_bytes_per_element`, as :mod:`plait.cost.layer` charges them) and its kernels'
-  floors. The expert GEMMs are floored by their roofline already.
+  moe_quantized_per_expert` tensors per expert): each of a tensor's kernels takes the larger of its share of the
+  cast bytes :mod:`plait.cost.layer` charges (:data:`CAST_BYTES_PER_ELEMENT` plus the recipe's extra,
+  :func:`plait.cost.fp8_recipe.extra_bytes_per_element`) and the floor; current scaling's scale kernel moves nothing
+  and runs at the floor whatever the tensor's size. The expert GEMMs are floored by their roofline already.
 
 fp8 padding copies. In an fp8 run Megatron-Core's ``TEGroupedMLP`` pads every local expert's rows to the fp8 GEMM's
 alignment (16 rows, 32 for MXFP8) by copying its input tokens into a padded buffer (``Fp8Padding``) and copies its
@@ -40,7 +40,7 @@ padding, fp8_padding.py L53-68). Where the dispatcher pads as it permutes (Hybri
 from __future__ import annotations
 
 from plait.cost.compute import memory_bytes_per_s
-from plait.cost.fp8_recipe import extra_bytes_per_element
+from plait.cost.fp8_recipe import AMAX_READ_BYTES, extra_bytes_per_element
 from plait.cost.host import fp8_quantize_kernels
 from plait.cost.setup import Setup
 
@@ -59,12 +59,20 @@ def streaming_kernels(setup: Setup) -> int:
 
 
 def _quantize_floor_s(setup: Setup, elements: float, floor_s: float, bytes_per_s: float) -> float:
-    """Seconds one per-expert quantization of ``elements`` runs beyond its bytes' time (0 when the bytes dominate)."""
+    """Seconds one per-expert quantization of ``elements`` runs beyond the bytes charged for it, kernel by kernel:
+    MXFP8's one kernel moves all of them; current scaling's amax kernel reads the tensor (its bytes charged where the
+    run states the recipe, :data:`plait.cost.fp8_recipe.AMAX_READ_BYTES`), its scale kernel computes one value and
+    moves nothing, and its cast moves the rest (TE 2.9 csrc/quantizer.cpp L497-536). Each kernel takes the larger
+    of its bytes' time and the floor."""
     kernels = fp8_quantize_kernels(setup)
     if not kernels:
         return 0.0
-    bytes_s = (CAST_BYTES_PER_ELEMENT + extra_bytes_per_element(setup)) * elements / bytes_per_s
-    return max(0.0, kernels * floor_s - bytes_s)
+    charged_s = (CAST_BYTES_PER_ELEMENT + extra_bytes_per_element(setup)) * elements / bytes_per_s
+    if kernels == 1:
+        return max(0.0, floor_s - charged_s)
+    amax_s = (AMAX_READ_BYTES if extra_bytes_per_element(setup) else 0) * elements / bytes_per_s
+    per_kernel = (amax_s, 0.0, charged_s - amax_s)  # amax, scale, cast
+    return sum(max(floor_s, t) for t in per_kernel) - charged_s
 
 
 def moe_floor_s(setup: Setup) -> tuple[float, float]:
