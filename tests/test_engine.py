@@ -85,7 +85,7 @@ def test_rankings_of_two_engines_differ_exactly_where_their_facts_do() -> None:
     a, b = get_engine("megatron-core"), get_engine("deepspeed")
     differ = [f.name for f in fields(EngineFacts) if getattr(a.framework, f.name) != getattr(b.framework, f.name)]
     assert differ == ["shard_unit", "shard_persist_below", "loss_bytes_per_logit", "fp8_weight_cache_bytes", "moe_host_sync", "moe_launches_fixed", "moe_launches_per_expert",
-                      "moe_quantized_per_expert", "moe_host_ops_fwd_per_expert", "moe_host_ops_bwd_per_expert"] and MODEL.moe is None  # MoE facts cost nothing on a dense model
+                      "moe_quantized_per_expert", "moe_fp8_padding", "moe_host_ops_fwd_per_expert", "moe_host_ops_bwd_per_expert"] and MODEL.moe is None  # MoE facts cost nothing on a dense model
     cols = enumerate_space(MODEL, default_space(MODEL, CLUSTER, 16, (64,)))
     cols = cols.take(np.arange(0, len(cols), 97))  # a spread sample of the space
     refused_a, refused_b = (unsupported_index(cols, MODEL, e) >= 0 for e in (a, b))

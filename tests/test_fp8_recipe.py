@@ -48,3 +48,6 @@ def test_megatron_bridge_rows_state_their_recipe_from_the_precision_they_quote()
     assert rows["mbridge2511_B200_LLAMA3_8B_8_FP8-CS"].run_engine == "megatron-bridge@25.11[fp8_recipe=current]"
     assert rows["mbridge2511_B200_Qwen3_30B_a3B_8_FP8-MX"].run_engine == "megatron-bridge@25.11[fp8_recipe=mxfp8]"
     assert rows["mbridge2511_B200_GPTOSS120B_64_BF16"].run_engine == "megatron-bridge@25.11"
+    # and the dispatcher its performance recipe sets (HybridEP on GB200/GB300, Megatron-Bridge v0.2.0 configs)
+    assert (rows["mbridge2511_GB200_Qwen3_30B_a3B_8_FP8-MX"].run_engine
+            == "megatron-bridge@25.11[moe_dispatcher=hybridep,fp8_recipe=mxfp8]")

@@ -32,6 +32,7 @@ from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, mlp_block_gemms
 from plait.cost.fp8_recipe import quantize_extra_bytes
 from plait.cost.host import moe_forward_s
+from plait.cost.moe_block import fp8_padding_bytes, moe_floor_s
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
@@ -291,6 +292,10 @@ def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = 
     quant_fwd, quant_bwd = (elementwise_time_s(b, acc) for b in quantize_extra_bytes(setup, gemms))  # fp8 recipe
     fwd = gemm_fwd + core_fwd + elem_fwd + quant_fwd + merge_fwd + eff.host_layer_fwd_us.value * 1e-6
     bwd = gemm_bwd + core_bwd + 2 * elem_fwd + quant_bwd + merge_bwd + eff.host_layer_bwd_us.value * 1e-6
+    if moe_layer:  # the MoE block's small kernels at their floor and its fp8 padding copies (plait.cost.moe_block)
+        floor_fwd, floor_bwd = moe_floor_s(setup)
+        padding = elementwise_time_s(fp8_padding_bytes(setup), acc)
+        fwd, bwd = fwd + floor_fwd + padding, bwd + floor_bwd + padding
     if moe_layer and setup.framework.moe_host_sync:  # a host that syncs in the layer's forward cannot run ahead of it
         attention_fwd = attention.gemm_fwd_s + core_fwd  # (plait.cost.host)
         fwd = moe_forward_s(setup, fwd, attention_fwd)

@@ -151,6 +151,12 @@ class EngineFacts:
     (:func:`plait.cost.host.fp8_quantize_kernels`): the two expert GEMMs' inputs forward and their output
     gradients backward (TE GroupedLinear ``split_quantize``, a loop over experts, csrc/extensions/cast.cpp
     L496-597)."""
+    moe_fp8_padding: bool = False
+    """In an fp8 run the experts copy their tokens into rows padded to the fp8 GEMM's alignment per local expert and
+    copy the output back (Megatron-Core ``TEGroupedMLP``, experts.py @0d8e0714 L880-887 and L977-978, through
+    Transformer Engine's ``Fp8Padding``/``Fp8Unpadding``, which skip the copy only when every expert's count is
+    already aligned, TE 2.9 module/fp8_padding.py L121-122): dropless routing leaves the counts unaligned. False where
+    the dispatcher pads while it permutes (HybridEP's ``pad_multiple``, token_dispatcher.py @0d8e0714 L1049-1062)."""
     moe_host_ops_fwd_per_expert: int = 0
     """Python-level host operations per local expert in one MoE layer's forward beyond its kernels, each costed as one
     launch: Transformer Engine 2.9's GroupedLinear, for each of its two calls (fc1, fc2), looks up each expert's weight

@@ -25,6 +25,13 @@ REQUIRED_COLUMNS = (
 _FP8_RECIPES = {"FP8-CS": "current", "FP8-MX": "mxfp8"}
 """Megatron-Bridge's performance-summary precision names and the engine's ``fp8_recipe`` option of each."""
 
+_MB_HYBRIDEP = {("Qwen3", "gb200"), ("Qwen3", "gb300"), ("DeepSeekV3", "gb200"), ("DeepSeekV3", "gb300")}
+"""(model family, GPU) whose Megatron-Bridge 25.11 performance recipe dispatches its experts' tokens with HybridEP
+(``moe_flex_dispatcher_backend="hybridep"``: v0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py
+L42-197, the GB300 and GB200 configs of Qwen3-235B-A22B and Qwen3-30B-A3B; configs/deepseek/workload_base_configs.py
+L27-60, DeepSeek-V3 on GB300 and GB200); the others keep the providers' ``alltoall`` dispatcher (and DeepEP for
+DeepSeek-V3 on H100). The performance summary names no dispatcher: its rows are those recipes' runs."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunRow:
@@ -105,7 +112,8 @@ class RunRow:
         """The ``engine`` column with what the row's own notes say about the run: the software its sharding ran on
         where ``sharding_raw`` names another (``'ZeRO-3 (DeepSpeed), ...'``: Narayanan et al.'s ZeRO-3 baseline,
         at the column's version), llm-foundry's FSDP mixed-precision mode (``FSDP mp mode DEFAULT``), a Megatron-Bridge
-        run's fp8 recipe (``precision_raw='FP8-CS'``: current scaling, ``'FP8-MX'``: MXFP8), and whether a
+        run's fp8 recipe (``precision_raw='FP8-CS'``: current scaling, ``'FP8-MX'``: MXFP8) and
+        MoE dispatcher (HybridEP where its performance recipe sets it, :data:`_MB_HYBRIDEP`), and whether a
         torchtitan run compiled (the notes say ``compile``; unstated, torchtitan's own default: ``CompileConfig.
         enable = False``, torchtitan 0.3.0 torchtitan/config/configs.py)."""
         name, _, version = self.engine.split("[")[0].partition("@")
@@ -117,9 +125,11 @@ class RunRow:
             return f"{self.engine}[mixed_precision={mode}]"
         if name == "torchtitan" and "[" not in self.engine:  # unstated: torchtitan's default, CompileConfig.enable
             return f"{self.engine}[compile={'true' if 'compile' in self.notes.lower() else 'false'}]"  # = False
-        recipe = _FP8_RECIPES.get(self._quoted("precision_raw") or "")
-        if name == "megatron-bridge" and recipe and "[" not in self.engine:
-            return f"{self.engine}[fp8_recipe={recipe}]"
+        if name == "megatron-bridge" and "[" not in self.engine:
+            recipe = _FP8_RECIPES.get(self._quoted("precision_raw") or "")
+            hybridep = (self.model.split("_")[0], self.gpu) in _MB_HYBRIDEP and version == "25.11"
+            options = [*(["moe_dispatcher=hybridep"] if hybridep else []), *([f"fp8_recipe={recipe}"] if recipe else [])]
+            return f"{self.engine}[{','.join(options)}]" if options else self.engine
         return self.engine
 
     @property
