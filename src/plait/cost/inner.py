@@ -20,6 +20,7 @@ from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.host import layer_host_s
 from plait.cost.layer import AttentionPart, attention_part, edge_tp_s, layer_cost
+from plait.cost.loss import loss_bytes_per_logit, metric_bytes_per_logit
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.engine.facts import EngineFacts
@@ -155,10 +156,11 @@ def _row(setup: Setup) -> Inner:
     if setup.plan.tp_mode != "1d":  # a 2-D/2.5-D grid: 1-D+SP's split of the layer, its own collectives
         return _grid_row(setup)
     model, plan, acc = setup.model, setup.plan, setup.cluster.accelerator
-    e, r, stream = setup.act_bytes, setup.residual_bytes, setup.tokens * model.hidden_size
+    r, stream = setup.residual_bytes, setup.tokens * model.hidden_size
     head_fwd, head_bwd = gemms_fwd_bwd_s([head_gemm(setup)], setup)
     logits = setup.tokens * model.vocab_size / plan.tp
-    loss_s = elementwise_time_s(logits * (e + 4 + 4) + 4 * r * stream, acc)  # bf16 logits, fp32 softmax, final norm
+    loss_s = elementwise_time_s(logits * loss_bytes_per_logit(setup) + 4 * r * stream, acc)  # and the final norm
+    metrics_s = elementwise_time_s(logits * metric_bytes_per_logit(setup), acc)  # after the micro-batch's backward
     first_tp_fwd, first_tp_bwd, last_tp_fwd, last_tp_bwd = edge_tp_s(setup)
     return Inner(
         dense=_kind(setup, False, attention := attention_part(setup)), moe=_kind(setup, True, attention),
@@ -166,7 +168,7 @@ def _row(setup: Setup) -> Inner:
         last_stage_bytes=act.last_stage_extra_bytes(setup),
         embedding_fwd_s=elementwise_time_s(2 * r * stream, acc),  # the lookup writes the hidden states
         embedding_bwd_s=elementwise_time_s(3 * r * stream, acc),  # and scatters their gradient back
-        head_fwd_s=head_fwd + loss_s, head_bwd_s=head_bwd + loss_s,
+        head_fwd_s=head_fwd + loss_s, head_bwd_s=head_bwd + loss_s + metrics_s,
         embedding_tp_fwd_s=first_tp_fwd, embedding_tp_bwd_s=first_tp_bwd, head_tp_fwd_s=last_tp_fwd,
         head_tp_bwd_s=last_tp_bwd,
         p2p_bytes=r * stream / plan.tp,  # the residual stream; scatter/gather optimisation (Narayanan et al. 2021, Sec. 4.1)

@@ -29,6 +29,7 @@ from plait.cost import op_sac
 from plait.cost.chunked import ep_chunked_s, tp_chunked_s
 from plait.cost.compute import attention_flops_per_s, elementwise_time_s, gemm_time_s, gemms_fwd_bwd_s
 from plait.cost.context_parallel import cp_exchange_s, cp_merge_bytes
+from plait.cost.early_stop import early_stop_saved_s
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, mlp_block_gemms
 from plait.cost.fp8_recipe import quantize_extra_bytes
 from plait.cost.host import moe_forward_s
@@ -317,7 +318,7 @@ def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = 
     if moe_layer and ep and plan.overlap_chunks > 1:
         ep, ep_bwd = ep_chunked_s(setup, mlp[1:3])  # moe_gemms: router, then the routed experts' two
     if plan.recompute == "full":
-        recompute = fwd + tp_fwd + cp_fwd + ep
+        recompute = fwd + tp_fwd + cp_fwd + ep - early_stop_saved_s(setup, mlp, moe_layer)
     elif plan.recompute == "selective" and setup.framework.selective_policy == "every_other_mm":
         recompute = op_sac.recompute_s(setup, moe_layer, elem_fwd, core_fwd, ep, tp_fwd, cp_fwd)
     elif plan.recompute == "selective":

@@ -118,6 +118,23 @@ class EngineFacts:
     et al. 2022, Sec. 4.2.2: Megatron's selective recomputation and plait's runtime), or ``"every_other_mm"``:
     per-op selective checkpointing of every block, which saves the attention kernel's outputs and every other
     matmul's and recomputes the rest (torchtitan's ``SelectiveAC``, :mod:`plait.cost.op_sac`)."""
+    fused_cross_entropy: bool = False
+    """The loss is one fused softmax cross-entropy kernel each way (flash-attn's ``xentropy``, llm-foundry's
+    ``fused_crossentropy``): ``2e`` bytes per logit forward and backward instead of an fp32 softmax's
+    (:mod:`plait.cost.loss`)."""
+    train_metric_passes: int = 0
+    """Cross-entropy passes over each micro-batch's full logits that the trainer runs outside autograd after the
+    micro-batch's backward, to update training metrics (Composer 0.13-0.17 calls ``_eval_train_metrics`` after every
+    micro-batch's backward and updates each of the model's training metrics; llm-foundry's MPT lists two,
+    ``LanguageCrossEntropy`` and ``LanguagePerplexity``, each a ``torch.nn.CrossEntropyLoss`` over the logits;
+    :mod:`plait.cost.loss`)."""
+    recompute_early_stop: bool = False
+    """Full recomputation runs through PyTorch's non-reentrant ``torch.utils.checkpoint``, which stops recomputing a
+    block once every tensor its backward saved is rebuilt (on by default since pytorch/pytorch PR #96866, 2023-03,
+    PyTorch 2.1; ``set_checkpoint_early_stop`` in torch/utils/checkpoint.py), so the ops after the block's last
+    saved tensor are not rerun (:mod:`plait.cost.early_stop`); otherwise the whole forward is recomputed (Megatron's
+    and DeepSpeed's checkpoint functions, reentrant ``torch.utils.checkpoint``). No packaged engine sets it yet,
+    though llm-foundry's 2023 runs, torchtitan and ``plait run`` all checkpoint this way (docs/validation.md)."""
     sac_saves_attention: bool = True
     """Under ``every_other_mm``, the attention kernel the engine calls is in the policy's save list. torchtitan
     0.3.0 lists the flash, efficient, cuDNN and math SDPA kernels; from 3b85aa31f (2025-06) to 2025-12 it ran
