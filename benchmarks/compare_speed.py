@@ -110,8 +110,8 @@ def main() -> None:
               f"{nw / bw:8.3f}")
     print(f"estimates the same to the bit in both trees: {'yes' if same else 'NO'}")
     print(f"worst CPU ratio now/base {max(ratios):.3f}; median {statistics.median(ratios):.3f} "
-          f"({args.rounds} alternating rounds of 100 {'cold ' if args.cold else ''}estimates per case; ms per estimate); load average "
-          f"(1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
+          f"({args.rounds} alternating rounds of 100 {'cold ' if args.cold else ''}estimates per case; ms per "
+          f"estimate); load average (1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
           f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
 
 

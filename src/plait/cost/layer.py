@@ -233,7 +233,8 @@ def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:
         return 0.0, 0.0, 0.0, 0.0
     stream = setup.residual_bytes * setup.tokens * setup.model.hidden_size
     if plan.sp:
-        scatter, gather = _tp_collective_s(setup, "reduce_scatter", stream), _tp_collective_s(setup, "all_gather", stream)
+        scatter = _tp_collective_s(setup, "reduce_scatter", stream)
+        gather = _tp_collective_s(setup, "all_gather", stream)
         first_fwd, first_bwd, last_fwd, last_bwd = scatter, gather, gather, scatter
     else:
         first_fwd, first_bwd = _tp_collective_s(setup, "all_reduce", stream), 0.0

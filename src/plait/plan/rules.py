@@ -36,7 +36,8 @@ class Rule:
     message: Message
     method_only: bool = False
     """Whether only a row with a synchronization method other than the all-reduce (``dp_sync`` code 0) can break it:
-    a single plan that all-reduces skips it (``tests/test_rules.py`` checks each such rule on all-reduce rows)."""
+    a single plan that all-reduces skips it (``tests/test_batch_equality.py`` checks each such rule holds on
+    all-reduce rows)."""
 
 
 def _seq(c: PlanColumns, m: ModelSpec) -> np.ndarray:
