@@ -82,11 +82,7 @@ class Curve:
             return self.fractions[-1]
         logs: tuple[float, ...] = self._logs  # type: ignore[attr-defined]
         x = math.log(size)
-        i = bisect.bisect_right(logs, x)  # within [1, len - 1] but where rounding puts x on an end
-        if i < 1:
-            i = 1
-        elif i >= len(logs):
-            i = len(logs) - 1
+        i = bisect.bisect_right(logs, x, 1, len(logs) - 1)  # in [1, len - 1], where rounding puts x on an end too
         log_start, log_span, start, span = self._segments[i]  # type: ignore[attr-defined]
         w = (x - log_start) / log_span
         return start + w * span  # type: ignore[no-any-return]

@@ -50,6 +50,8 @@ _FIELD_VALUES = attrgetter(*FIELDS)
 
 T = TypeVar("T")
 _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
+_FIELD_CODES = {field: {value: i for i, value in enumerate(values)} for field, values in CHOICES.items()}
+""":data:`_CODES` by field, then value (no pair to build and hash per lookup)."""
 
 
 def method_table(methods: Any) -> tuple[SyncMethod, ...]:
@@ -118,7 +120,7 @@ class PlanColumns:
 
     def is_(self, field: str, value: str) -> np.ndarray:
         """Mask of rows whose closed choice ``field`` equals ``value``."""
-        return self.data[field] == _CODES[(field, value)]
+        return self.data[field] == _FIELD_CODES[field][value]
 
     def sync_rows(self, question: Callable[[SyncMethod], bool]) -> Any:
         """Mask of rows whose synchronization method answers ``question`` with yes (asked once per method, then

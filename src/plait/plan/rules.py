@@ -211,6 +211,10 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+_ALLREDUCE_RULES = tuple((i, rule) for i, rule in enumerate(RULES) if not rule.method_only)
+"""(index, rule) of the rules a plan that all-reduces can break."""
+
+
 def _meeting_tier(p: Plan, k: Cluster) -> Any:
     """The outermost tier the plan's data-parallel replicas (``tp`` ranks apart) cross."""
     return k.tiers[k.tier_index(min(p.tp * (p.dp - 1) + 1, k.max_gpus))]
@@ -229,10 +233,9 @@ def _meets_on_aggregating_tier(c: PlanColumns, k: Cluster) -> Any:
 def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> np.ndarray:
     """Per row, the index of the first broken rule in ``RULES`` (-1 when valid); of a single plan, an int
     (its rules checked in order, so that later rules never see a zero degree)."""
-    if cols.single is not None:
-        plain = cols["dp_sync"] == 0  # the all-reduce: the method-only rules hold
-        return next((i for i, rule in enumerate(RULES) if not (plain and rule.method_only)
-                     and rule.broken(cols, model, cluster)), -1)  # type: ignore[return-value]
+    if cols.single is not None:  # the all-reduce: the method-only rules hold
+        rules = _ALLREDUCE_RULES if cols["dp_sync"] == 0 else enumerate(RULES)
+        return next((i for i, rule in rules if rule.broken(cols, model, cluster)), -1)  # type: ignore[return-value]
     first = np.full(len(cols), -1, dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):  # rows with a zero degree fail the first rule anyway
         for index, rule in enumerate(RULES):
