@@ -1,13 +1,14 @@
 """Speed of one estimate against an earlier version of plait, side by side in one run.
 
-Run: git worktree add /tmp/base <commit>; python benchmarks/compare_speed.py --base /tmp/base [--rounds 5]
+Run: git worktree add /tmp/base <commit>; python benchmarks/compare_speed.py --base /tmp/base [--rounds 5] [--cold]
 
 Times the cases of ``benchmarks/estimate_speed.py`` in separate processes, this checkout and the base one
 alternating (A B A B ...), so a slow spell of a shared machine falls on both; prints each case's median
 milliseconds per estimate over the rounds for both, of the thread's CPU time (``time.thread_time``) and of wall-clock
 time, the ratio now/base of each (below 1: faster now), whether the two trees' estimates are the same to the bit (the
 repr of the time and memory breakdowns, the interval and the warnings) and the machine's load average
-(``os.getloadavg``).
+(``os.getloadavg``). ``--cold`` empties what estimates keep before every timed estimate, with each tree's own
+``empty_kept`` of ``benchmarks/estimate_speed.py`` (a plan seen first, as ``estimate_speed.py --cold``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ PROBE = """
 import json, statistics, sys, time
 from plait.plan.plan import Plan
 CASES = [(m, c, Plan(**fields)) for m, c, fields in json.loads(sys.argv[1])]
+if sys.argv[2] == "cold":  # this tree's own list of what estimates keep
+    sys.path.insert(0, sys.argv[3])
+    from estimate_speed import empty_kept
+else:
+    def empty_kept(): pass
 import inspect
 try:
     from plait.predict.estimate import estimate
@@ -44,6 +50,7 @@ for model, cluster, plan in CASES:
         estimate(m, c, plan, **ENGINE)
     cpu, wall = [], []
     for _ in range(100):
+        empty_kept()
         start, start_cpu = time.perf_counter(), time.thread_time()
         estimate(m, c, plan, **ENGINE)
         cpu.append(time.thread_time() - start_cpu)
@@ -56,9 +63,10 @@ print(json.dumps(out))
 """
 
 
-def _run(tree: Path, cases: str) -> list[list[float]]:
+def _run(tree: Path, cases: str, cold: bool) -> list[list[float]]:
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-    done = subprocess.run([sys.executable, "-c", PROBE, cases], env=env, capture_output=True, text=True, check=True)
+    argv = [sys.executable, "-c", PROBE, cases, "cold" if cold else "warm", str(tree / "benchmarks")]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
 
@@ -79,6 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, required=True, help="checkout of the earlier version (its src/ is used)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cold", action="store_true", help="empty what estimates keep before every estimate")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from estimate_speed import CASES
@@ -88,8 +97,8 @@ def main() -> None:
     now: list[list[list[float]]] = []
     base: list[list[list[float]]] = []
     for _ in range(args.rounds):
-        now.append(_run(ROOT, cases))
-        base.append(_run(args.base, cases))
+        now.append(_run(ROOT, cases, args.cold))
+        base.append(_run(args.base, cases, args.cold))
     print(f"{'case':45s} {'base CPU':>9s} {'now CPU':>8s} {'now/base':>8s} {'base wall':>9s} {'now wall':>8s} "
           f"{'now/base':>8s}")
     ratios = []
@@ -101,8 +110,8 @@ def main() -> None:
               f"{nw / bw:8.3f}")
     print(f"estimates the same to the bit in both trees: {'yes' if same else 'NO'}")
     print(f"worst CPU ratio now/base {max(ratios):.3f}; median {statistics.median(ratios):.3f} "
-          f"({args.rounds} alternating rounds of 100 estimates per case; ms per estimate); load average "
-          f"(1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
+          f"({args.rounds} alternating rounds of 100 {'cold ' if args.cold else ''}estimates per case; ms per "
+          f"estimate); load average (1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
           f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
 
 

@@ -1,6 +1,6 @@
 """Where one estimate's time goes: the median CPU microseconds of each of its phases, per plan.
 
-Run: python benchmarks/estimate_phases.py [--repeats 300]
+Run: python benchmarks/estimate_phases.py [--repeats 300] [--cold]
 For the plans of ``benchmarks/estimate_speed.py`` and of ``benchmarks/vs_calculon.py`` (plait's side only), times
 each phase of ``plait.predict.estimate.estimate`` as it runs them, in order, by the thread's CPU time
 (``time.thread_time``): building the job (the plan rules), the per-layer quantities and per-layer FSDP times
@@ -8,7 +8,8 @@ each phase of ``plait.predict.estimate.estimate`` as it runs them, in order, by 
 capability check, the per-rank costs of the pipeline simulation and its sweep (plans ``estimate`` simulates), the
 Estimate's assembly and its interval. Prints the median of each over the repeats, their sum and the load average
 (``os.getloadavg``). The phases add up to about one estimate (``benchmarks/estimate_speed.py``), less the calls
-between them.
+between them. ``--cold`` empties what estimates keep before each one (``empty_kept`` of
+``benchmarks/estimate_speed.py``): a plan seen first.
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ from plait.workload.catalog import get_model
 PHASES = ("job", "layers", "stages", "engine", "pipeline", "sweep", "estimate", "interval")
 
 
-def _phases(model_name: str, cluster_name: str, plan: object, repeats: int) -> dict[str, float]:
-    """Median CPU microseconds of each phase of one estimate of ``plan``."""
+def _phases(model_name: str, cluster_name: str, plan: object, repeats: int, cold: bool) -> dict[str, float]:
+    """Median CPU microseconds of each phase of one estimate of ``plan`` (``cold``: with nothing kept)."""
+    from estimate_speed import empty_kept
+
     model, cluster, engine = get_model(model_name), get_cluster(cluster_name), get_engine()
     samples: dict[str, list[float]] = {name: [] for name in PHASES}
     clock = time.thread_time
     for _ in range(repeats):
+        if cold:
+            empty_kept()
+            cluster.link_cache.pop("times", None)
         t0 = clock()
         job = Job.build(model, cluster, plan, engine)  # type: ignore[arg-type]
         t1 = clock()
@@ -68,6 +74,7 @@ def _phases(model_name: str, cluster_name: str, plan: object, repeats: int) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=300)
+    parser.add_argument("--cold", action="store_true", help="empty what estimates keep before every estimate")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from estimate_speed import CASES
@@ -79,10 +86,10 @@ def main() -> None:
     load_before = os.getloadavg()
     print(f"{'plan':40s} " + " ".join(f"{name:>8s}" for name in PHASES) + f" {'sum':>8s}   (CPU us, medians)")
     for label, model, cluster, plan in cases:
-        medians = _phases(model, cluster, plan, args.repeats)
+        medians = _phases(model, cluster, plan, args.repeats, args.cold)
         print(f"{label[:40]:40s} " + " ".join(f"{medians[name]:8.1f}" for name in PHASES)
               + f" {sum(medians.values()):8.1f}")
-    print(f"{args.repeats} estimates per plan; load average (1, 5, 15 min) "
+    print(f"{args.repeats} {'cold ' if args.cold else ''}estimates per plan; load average (1, 5, 15 min) "
           f"{'/'.join(f'{x:.2f}' for x in load_before)} before, {'/'.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"after, on {os.cpu_count()} CPUs")
 

@@ -16,7 +16,7 @@ from plait.engine.catalog import engine_names, get_engine
 from plait.hardware.catalog import get_cluster
 from plait.plan.columns import CHOICES, PlanColumns
 from plait.plan.plan import Plan
-from plait.plan.rules import broken_rule_index
+from plait.plan.rules import RULES, broken_rule_index
 from plait.predict.estimate import estimate
 from plait.search.enumerate import enumerate_space
 from plait.search.rules import prune
@@ -120,6 +120,10 @@ def test_random_plans_rules_capabilities_and_costs_agree(slug: str, cluster: str
     plans = _random_plans(seed, 3000)
     cols = PlanColumns.from_plans(plans)
     broken = broken_rule_index(cols, model, hardware)
+    plain = cols["dp_sync"] == 0
+    assert plain.any() and not plain.all()
+    for rule in RULES:  # a rule a single all-reduce plan skips holds on every all-reduce row
+        assert not rule.method_only or not np.asarray(rule.broken(cols, model, hardware))[plain].any(), rule.name
     engines = [get_engine(name) for name in engine_names()]
     refused = {e.spec: unsupported_index(cols, model, e, "cpu") for e in engines}
     for i, plan in enumerate(plans[:600]):

@@ -86,18 +86,24 @@ def mlp_block_bytes(setup: Setup, moe_layer: bool) -> float:
 
 def layer_bytes(setup: Setup, moe_layer: bool) -> float:
     """Activations one layer stores for one micro-batch with no recomputation."""
-    kept, core = attention_block_bytes(setup)
-    return kept + core + mlp_block_bytes(setup, moe_layer)
+    return stored_bytes(setup, moe_layer)[0]
 
 
 def layer_bytes_selective(setup: Setup, moe_layer: bool) -> float:
     """Activations with the attention core recomputed (Korthikanti et al. 2022, Sec. 4.2.2), or what per-op
     selective checkpointing keeps where the engine's selective recomputation is that
     (:attr:`plait.engine.facts.EngineFacts.selective_policy`, :func:`plait.cost.op_sac.saved_bytes`)."""
+    return stored_bytes(setup, moe_layer)[1]
+
+
+def stored_bytes(setup: Setup, moe_layer: bool) -> tuple[float, float]:
+    """(:func:`layer_bytes`, :func:`layer_bytes_selective`) of one layer, their shared attention and MLP terms
+    computed once (one estimate asks for both)."""
+    kept, core = attention_block_bytes(setup)
+    mlp = mlp_block_bytes(setup, moe_layer)
     if setup.framework.selective_policy == "every_other_mm":
-        return op_sac.saved_bytes(setup, moe_layer, layer_input_bytes(setup))
-    kept, _ = attention_block_bytes(setup)
-    return kept + mlp_block_bytes(setup, moe_layer)
+        return kept + core + mlp, op_sac.saved_bytes(setup, moe_layer, layer_input_bytes(setup))
+    return kept + core + mlp, kept + mlp
 
 
 def layer_input_bytes(setup: Setup) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
@@ -166,6 +167,7 @@ def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
 FSDP_FIELDS = ("sharding", "dp_shard", "cp", "ep", "tp", "offload_params", "precision")
 """The plan fields :func:`_fsdp_layer_s` reads, with ``pp > 1`` (:func:`shard_groups`, :func:`kept_gathered`,
 :func:`param_bytes` and its own)."""
+_FSDP_VALUES = attrgetter(*FSDP_FIELDS)
 _FSDP_KEPT: Kept[tuple[ShardTimes, ShardTimes]] = Kept(256)
 
 
@@ -176,7 +178,7 @@ def _fsdp_one(cluster: Cluster, cols: PlanColumns, inner: Inner,
     facts, which the entry holds (frozen: the same object is the same value, its id not reused while it lives)."""
     plan = cols.single
     assert plan is not None, "one plan's columns"
-    key = (id(inner), id(cluster), id(framework), plan.pp > 1, *[getattr(plan, f) for f in FSDP_FIELDS])
+    key = (id(inner), id(cluster), id(framework), plan.pp > 1, *_FSDP_VALUES(plan))
     found = _FSDP_KEPT.find(key)
     if found is MISSING:
         found = _FSDP_KEPT.keep(key, (inner, cluster, framework), _fsdp_layer_s(cluster, cols, inner, framework))
@@ -298,8 +300,12 @@ def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple
     last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework,
                                                             _stage_params(model, prepared, pp - 1))
     use_last = last["total"] > first["total"]
-    keys = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
-    return {k: xp.where(use_last, last[k], first[k]) for k in keys}, xp.where(use_last, pp - 1, 0)
+    if xp.scalar:  # one plan: the one stage's breakdown
+        return {k: (last if use_last else first)[k] for k in _PEAK_KEYS}, (pp - 1 if use_last else 0)
+    return {k: xp.where(use_last, last[k], first[k]) for k in _PEAK_KEYS}, xp.where(use_last, pp - 1, 0)
+
+
+_PEAK_KEYS = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
 
 
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,

@@ -46,9 +46,10 @@ class GroupLink:
 
     def bus_bytes_per_s(self, message_bytes: float, kind: str = "all_reduce") -> float:
         """Achievable bus bandwidth of collective ``kind`` on a ``message_bytes`` buffer (slowest tier crossed)."""
-        if not self.paths:
-            return math.inf
-        return min(below * tier.bandwidth_bytes_per_s(message_bytes, kind) for below, tier in self.paths)
+        slowest = math.inf  # a loop, not min() over a generator: fewer calls on every collective costed
+        for below, tier in self.paths:
+            slowest = min(slowest, below * tier.bandwidth_bytes_per_s(message_bytes, kind))
+        return slowest
 
     def cross_bytes_per_s(self, message_bytes: float) -> float:
         """Per-GPU bandwidth of the outermost tier (what point-to-point and all-to-all traffic gets)."""

@@ -11,6 +11,7 @@ broadcast to every candidate that has it.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 import numpy as np
 
@@ -141,12 +142,12 @@ def _kind(setup: Setup, moe_layer: bool, attention: AttentionPart) -> LayerKind:
     persistent = [n for n in model.layer_vector_sizes(moe_layer) if n < below]
     if moe_layer and setup.framework.moe_host_sync:  # joined inside the layer's forward (plait.cost.host)
         host_fwd = 0.0
+    stored, selective = act.stored_bytes(setup, moe_layer)
     return LayerKind(
         fwd_s=cost.fwd_compute_s, bwd_s=cost.bwd_compute_s, recompute_s=cost.recompute_s,
         tp_fwd_s=cost.tp_fwd_s, tp_bwd_s=cost.tp_bwd_s, cp_fwd_s=cost.cp_fwd_s, cp_bwd_s=cost.cp_bwd_s,
         ep_fwd_s=cost.ep_fwd_s, ep_bwd_s=cost.ep_bwd_s, host_fwd_s=host_fwd, host_bwd_s=host_bwd,
-        activation_bytes=act.layer_bytes(setup, moe_layer),
-        selective_activation_bytes=act.layer_bytes_selective(setup, moe_layer), num_params=dense,
+        activation_bytes=stored, selective_activation_bytes=selective, num_params=dense,
         num_expert_params=expert, num_tensors=float(model.layer_tensor_count(moe_layer)),
         num_persistent_tensors=float(len(persistent)), num_persistent_params=float(sum(persistent)))
 
@@ -236,7 +237,8 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
 OUTER_FIELDS = frozenset({"pp", "vpp", "schedule", "dp_replicate", "dp_shard", "global_batch", "sharding"})
 """Plan fields no inner quantity reads (the module docstring; sharding and the data-parallel degrees only through
 :attr:`Plan.fsdp_managed`, which the single-plan key holds)."""
-_KEYED = tuple(f.name for f in fields(Plan) if f.name not in OUTER_FIELDS)
+_KEYED = attrgetter(*(f.name for f in fields(Plan) if f.name not in OUTER_FIELDS))
+"""A plan's values of every field but :data:`OUTER_FIELDS`, as a tuple."""
 _SINGLES: Kept[Inner] = Kept(256)
 
 
@@ -245,7 +247,7 @@ def _single(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFac
     differ only in :data:`OUTER_FIELDS` (a planner's top plans, a validation's rows, an estimate repeated) share
     it. Keyed by every other plan field and by the identity of the model, cluster and cost facts, which the entry
     holds (frozen objects: the same object is the same value, and its id is not reused while the entry lives)."""
-    key = (id(model), id(cluster), id(framework), plan.fsdp_managed, *[getattr(plan, f) for f in _KEYED])
+    key = (id(model), id(cluster), id(framework), plan.fsdp_managed, *_KEYED(plan))
     found = _SINGLES.find(key)
     if found is MISSING:
         found = _SINGLES.keep(key, (model, cluster, framework),

@@ -33,6 +33,7 @@ from plait.cost.early_stop import early_stop_saved_s
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, mlp_block_gemms
 from plait.cost.fp8_recipe import quantize_extra_bytes
 from plait.cost.host import moe_forward_s
+from plait.cost.links import collective_s
 from plait.cost.moe_block import fp8_padding_bytes, moe_floor_s
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
@@ -202,14 +203,18 @@ def _tp_pass_s(setup: Setup, gemm_s: float, chunking_s: float, comm_s: float | N
     return float(hidden_remainder(comm, hideable, setup.comm_overlap, SCALAR)) + chunking_s
 
 
+def _tp_collective_s(setup: Setup, kind: str, num_bytes: float) -> float:
+    """Collective ``kind`` of ``num_bytes`` over the TP group, kept on the cluster by message
+    (:func:`plait.cost.links.collective_s`): a layer's passes and the model's two ends send the same messages."""
+    return collective_s(setup.cluster, kind, setup.plan.tp, 1, num_bytes)  # type: ignore[no-any-return]
+
+
 def _tp_comm_s(setup: Setup) -> float:
     """The two collectives of one pass on the hidden states, before any overlap (the same in both passes)."""
-    plan = setup.plan
-    link = coll.group_link(setup.cluster, plan.tp, 1)
     hidden = setup.tokens * setup.model.hidden_size
     gathered, reduced = setup.residual_bytes * hidden, setup.act_bytes * hidden  # norm outputs; GEMM partial sums
-    one = (coll.all_gather_s(gathered, link) + coll.reduce_scatter_s(reduced, link) if plan.sp
-           else coll.all_reduce_s(reduced, link))
+    one = (_tp_collective_s(setup, "all_gather", gathered) + _tp_collective_s(setup, "reduce_scatter", reduced)
+           if setup.plan.sp else _tp_collective_s(setup, "all_reduce", reduced))
     return 2 * one
 
 
@@ -228,18 +233,18 @@ def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:
     plan = setup.plan
     if plan.tp == 1:
         return 0.0, 0.0, 0.0, 0.0
-    link = coll.group_link(setup.cluster, plan.tp, 1)
     stream = setup.residual_bytes * setup.tokens * setup.model.hidden_size
     if plan.sp:
-        first_fwd, first_bwd = coll.reduce_scatter_s(stream, link), coll.all_gather_s(stream, link)
-        last_fwd, last_bwd = coll.all_gather_s(stream, link), coll.reduce_scatter_s(stream, link)
+        scatter = _tp_collective_s(setup, "reduce_scatter", stream)
+        gather = _tp_collective_s(setup, "all_gather", stream)
+        first_fwd, first_bwd, last_fwd, last_bwd = scatter, gather, gather, scatter
     else:
-        first_fwd, first_bwd = coll.all_reduce_s(stream, link), 0.0
-        last_fwd, last_bwd = 0.0, coll.all_reduce_s(stream, link)
+        first_fwd, first_bwd = _tp_collective_s(setup, "all_reduce", stream), 0.0
+        last_fwd, last_bwd = 0.0, first_fwd
     if setup.framework.tp_loss == "gathered":
-        loss = coll.all_gather_s(setup.act_bytes * setup.tokens * setup.model.vocab_size, link)
+        loss = _tp_collective_s(setup, "all_gather", setup.act_bytes * setup.tokens * setup.model.vocab_size)
     else:
-        loss = 3 * coll.all_reduce_s(4 * setup.tokens, link)
+        loss = 3 * _tp_collective_s(setup, "all_reduce", 4 * setup.tokens)
     return first_fwd, first_bwd, last_fwd + loss, last_bwd
 
 

@@ -28,16 +28,19 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, result: BatchResult,
     """Row ``row`` of a :class:`~plait.cost.batch.BatchResult` as an Estimate of ``engine`` (its spec), its step-time
     interval by ``interval``; ``retime``: what the caller does to the row's time breakdown (the predict layer's
     simulated pipeline), ``notes``: warnings after the plan's own (the Estimate is built once, with both)."""
-    plan, mem = result.cols.plan(row), result.memory
-    at = (lambda value: value) if result.cols.single is not None else (lambda value: value[row])
+    plan, mem, times = result.cols.plan(row), result.memory, result.time
+    single = result.cols.single is not None  # a single plan's results are its numbers; a batch's, columns
+    at = (lambda value: value) if single else (lambda value: value[row])
     memory = MemoryBreakdown(
         stage=int(at(result.memory_stage)),
         capacity_bytes=cluster.accelerator.memory_bytes,
         inflight_micro_batches=float(at(mem["inflight"])),
         host_activations_bytes=float(at(mem["host_activations"])), host_capacity_bytes=cluster.host_memory_bytes_per_gpu,
-        **{name: float(at(mem[k])) for k, name in _MEMORY_FIELDS},
+        **({name: float(mem[k]) for k, name in _MEMORY_FIELDS} if single
+           else {name: float(mem[k][row]) for k, name in _MEMORY_FIELDS}),
     )
-    time = TimeBreakdown(**{name: float(at(result.time[k])) for k, name in _TIME_FIELDS})
+    time = TimeBreakdown(**({name: float(times[k]) for k, name in _TIME_FIELDS} if single
+                            else {name: float(times[k][row]) for k, name in _TIME_FIELDS}))
     if retime is not None:
         time = retime(time)
     tokens = plan.global_batch * plan.seq_len

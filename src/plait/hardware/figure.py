@@ -61,7 +61,12 @@ class Curve:
             raise ConfigError(f"curve sizes {self.sizes} must be positive and ascending")
         if not all(0.0 < f <= 1.5 for f in self.fractions):
             raise ConfigError(f"curve fractions {self.fractions} must lie in (0, 1.5]")
-        object.__setattr__(self, "_logs", tuple(math.log(x) for x in self.sizes))
+        logs = tuple(math.log(x) for x in self.sizes)
+        object.__setattr__(self, "_logs", logs)
+        # per segment i (between points i - 1 and i): its start and span in log(size) and in fraction, for at()
+        object.__setattr__(self, "_segments", (None, *(
+            (logs[i - 1], logs[i] - logs[i - 1], self.fractions[i - 1], self.fractions[i] - self.fractions[i - 1])
+            for i in range(1, len(logs)))))
 
     @property
     def peak(self) -> float:
@@ -70,17 +75,14 @@ class Curve:
 
     def at(self, size: float) -> float:
         """Fraction at ``size``."""
-        sizes, fractions = self.sizes, self.fractions
+        sizes = self.sizes
         if size <= sizes[0]:
-            return fractions[0]
+            return self.fractions[0]
         if size >= sizes[-1]:
-            return fractions[-1]
+            return self.fractions[-1]
         logs: tuple[float, ...] = self._logs  # type: ignore[attr-defined]
         x = math.log(size)
-        i = bisect.bisect_right(logs, x)  # within [1, len - 1] but where rounding puts x on an end
-        if i < 1:
-            i = 1
-        elif i >= len(logs):
-            i = len(logs) - 1
-        w = (x - logs[i - 1]) / (logs[i] - logs[i - 1])
-        return fractions[i - 1] + w * (fractions[i] - fractions[i - 1])
+        i = bisect.bisect_right(logs, x, 1, len(logs) - 1)  # in [1, len - 1], where rounding puts x on an end too
+        log_start, log_span, start, span = self._segments[i]  # type: ignore[attr-defined]
+        w = (x - log_start) / log_span
+        return start + w * span  # type: ignore[no-any-return]

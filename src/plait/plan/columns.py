@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any, TypeVar, get_args
 
 import numpy as np
@@ -43,10 +44,14 @@ FIELDS = tuple(f.name for f in fields(Plan) if f.name not in PER_STAGE_FIELDS)
 """Plan fields held as columns: every one but the per-stage tuples (a plan with those is costed stage by stage,
 :mod:`plait.cost.per_stage`; its columns, :meth:`PlanColumns.one`, are those of its stage-0 uniform form)."""
 _FIELD_SET = frozenset(FIELDS)
+_FIELD_VALUES = attrgetter(*FIELDS)
+"""A plan's values of :data:`FIELDS`, as a tuple in their order (one call)."""
 
 
 T = TypeVar("T")
 _CODES = {(field, value): i for field, values in CHOICES.items() for i, value in enumerate(values)}
+_FIELD_CODES = {field: {value: i for i, value in enumerate(values)} for field, values in CHOICES.items()}
+""":data:`_CODES` by field, then value (no pair to build and hash per lookup)."""
 
 
 def method_table(methods: Any) -> tuple[SyncMethod, ...]:
@@ -115,7 +120,7 @@ class PlanColumns:
 
     def is_(self, field: str, value: str) -> np.ndarray:
         """Mask of rows whose closed choice ``field`` equals ``value``."""
-        return self.data[field] == _CODES[(field, value)]
+        return self.data[field] == _FIELD_CODES[field][value]
 
     def sync_rows(self, question: Callable[[SyncMethod], bool]) -> Any:
         """Mask of rows whose synchronization method answers ``question`` with yes (asked once per method, then
@@ -153,9 +158,9 @@ class PlanColumns:
     @classmethod
     def one(cls, plan: Plan) -> PlanColumns:
         """The columns of one plan as its Python values (codes for closed choices): the single-plan path."""
-        data = {name: getattr(plan, name) for name in FIELDS}
-        for name in CHOICES:
-            data[name] = code(name, data[name])
+        data = dict(zip(FIELDS, _FIELD_VALUES(plan)))
+        for name in CHOICES:  # the plan checked its choices when it was built: each has a code
+            data[name] = _CODES[(name, data[name])]
         methods = (ALLREDUCE,) if plan.dp_sync.is_allreduce else (ALLREDUCE, plan.dp_sync)
         data["dp_sync"] = len(methods) - 1
         return cls(data, single=plan, methods=methods)

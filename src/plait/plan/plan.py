@@ -10,7 +10,8 @@ and torchtitan default order — which decides which network tier each group cro
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from operator import attrgetter
 from typing import Any, Literal, get_args
 
 from plait.errors import ConfigError
@@ -149,6 +150,22 @@ class Plan:
         elif not isinstance(self.dp_sync, SyncMethod):
             raise ConfigError(f"dp_sync={self.dp_sync!r} must be a string METHOD[:key=value,...]")
 
+    def __hash__(self) -> int:
+        """The hash of every compared field (as the dataclass's own), kept on the plan: one estimate looks its plan up
+        in several caches (the rules checked, the engine's refusals), each lookup and entry hashing it again, and a
+        plan's hash walks some forty fields and its synchronization method's. Not pickled (:meth:`__getstate__`:
+        strings hash differently in another process)."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = hash(_COMPARED(self))
+        return found  # type: ignore[no-any-return]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields, without the kept hash (:meth:`__hash__`)."""
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
     # --- derived sizes -------------------------------------------------------------------
     @property
     def dp(self) -> int:
@@ -186,6 +203,7 @@ class Plan:
             return replace(self, seq_len=default_seq_len)  # checked by __post_init__, which names the rule
         filled = object.__new__(Plan)  # every other field was checked when this plan was built: copied as it is
         filled.__dict__.update(self.__dict__, seq_len=default_seq_len)
+        filled.__dict__.pop("_hash", None)  # another plan's
         return filled
 
     @property
@@ -272,6 +290,8 @@ _CHOICES = {
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),
     "cp_attention": get_args(CpAttention), "tp_mode": get_args(TpMode),
 }
+_COMPARED = attrgetter(*(f.name for f in fields(Plan) if f.compare))
+"""A plan's compared fields as a tuple (what :meth:`Plan.__hash__` hashes)."""
 PER_STAGE_FIELDS = ("stage_recompute", "stage_layers", "stage_sharding", "stage_tp")
 """Plan fields that hold one value per pipeline stage (not plan columns: a plan that has them is costed one stage
 at a time, :mod:`plait.cost.per_stage`)."""

@@ -34,6 +34,10 @@ class Rule:
     name: str
     broken: Mask
     message: Message
+    method_only: bool = False
+    """Whether only a row with a synchronization method other than the all-reduce (``dp_sync`` code 0) can break it:
+    a single plan that all-reduces skips it (``tests/test_batch_equality.py`` checks each such rule holds on
+    all-reduce rows)."""
 
 
 def _seq(c: PlanColumns, m: ModelSpec) -> np.ndarray:
@@ -148,59 +152,67 @@ RULES: tuple[Rule, ...] = (
          lambda p, m, k: f"precision={p.precision} is not supported by {k.accelerator.name}"
                          + ("" if p.precision == "fp8" else " (its datasheet states no TF32 tensor rate; use fp32)")),
     Rule("dp-sync-modelled", lambda c, m, k: _sync_unmodelled(c),
-         lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})"),
+         lambda p, m, k: f"dp_sync method {_sync_method(p)!r} is not modelled yet (modelled: {', '.join(MODELLED)})",
+         method_only=True),
     Rule("dp-sync-no-context-parallel",
          lambda c, m, k: (c["dp_sync"] != 0) & (((c["cp"] > 1) & c.xp.not_(c.is_("sharding", "none"))) | (c["ep"] > 1)),
-         lambda p, m, k: _sync_split_message(p)),
+         lambda p, m, k: _sync_split_message(p), method_only=True),
     Rule("dp-sync-whole-gradients",
          lambda c, m, k: c.sync_rows(lambda s: s.whole_gradients) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} reduces each replica's whole gradient and needs "
-                          f"sharding='none' (got sharding={p.sharding!r})")),
+                          f"sharding='none' (got sharding={p.sharding!r})"), method_only=True),
     Rule("dp-sync-dreamddp-unsharded",
          lambda c, m, k: c.sync_rows(lambda s: s.partial_averaging) & c.xp.not_(c.is_("sharding", "none")),
          lambda p, m, k: (f"dp_sync='dreamddp' averages each layer's parameters from its gradient hook during the "
-                          f"backward pass and needs sharding='none' (got sharding={p.sharding!r}: FSDP owns them)")),
+                          f"backward pass and needs sharding='none' (got sharding={p.sharding!r}: FSDP owns them)"),
+         method_only=True),
     Rule("dp-sync-average-whole-replicas",
          lambda c, m, k: c.sync_rows(lambda s: s.infrequent) & c.xp.not_(c.is_("sharding", "none"))
          & (c["dp_replicate"] == 1),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} averages whole replicas, but sharding={p.sharding!r} over all "
-                          f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)")),
+                          f"{p.dp} data-parallel ranks leaves none: shard within replicas (dp_replicate > 1, HSDP)"),
+         method_only=True),
     Rule("dp-sync-server-ranks-whole-replicas",
          lambda c, m, k: c.sync_rows(lambda s: s.server_ranks > 0) & ((c["tp"] > 1) | (c["pp"] > 1) | (c["cp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r} exchanges whole replicas with its server ranks and needs "
-                          f"tp = pp = cp = 1 (got tp={p.tp}, pp={p.pp}, cp={p.cp})")),
+                          f"tp = pp = cp = 1 (got tp={p.tp}, pp={p.pp}, cp={p.cp})"), method_only=True),
     Rule("dp-sync-learners-whole-replicas",
          lambda c, m, k: c.sync_rows(lambda s: s.whole_learners)
          & ((c["tp"] > 1) | (c["pp"] > 1) | (c["cp"] > 1) | c.xp.not_(c.is_("sharding", "none"))),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r} trains whole model replicas as learners inside each rank and "
                           f"needs tp = pp = cp = 1 and sharding='none' (got tp={p.tp}, pp={p.pp}, cp={p.cp}, "
-                          f"sharding={p.sharding!r})")),
+                          f"sharding={p.sharding!r})"), method_only=True),
     Rule("dp-sync-learners-split-micro-batch",
          lambda c, m, k: c["micro_batch"] % c.sync_values(lambda s: s.learners, 1) != 0,
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r}: learners={p.dp_sync.learners} must divide "
-                          f"micro_batch={p.micro_batch} (each learner takes an equal share of it)")),
+                          f"micro_batch={p.micro_batch} (each learner takes an equal share of it)"), method_only=True),
     Rule("dp-sync-hybrid-whole-layers",
          lambda c, m, k: _hybrid_servers(c)
          & (c.sync_rows(lambda s: s.server_ranks > 0) | (c["tp"] > 1) | (c["pp"] > 1)),
          lambda p, m, k: (f"dp_sync={p.dp_sync.spec!r}: hybrid sends whole linear layers' factors between the replicas "
-                          f"and needs host=ranks and tp = pp = 1 (got tp={p.tp}, pp={p.pp})")),
+                          f"and needs host=ranks and tp = pp = 1 (got tp={p.tp}, pp={p.pp})"), method_only=True),
     Rule("dp-sync-servers-within-replicas",
          lambda c, m, k: c.sync_values(lambda s: s.replica_servers, 0) > c.dp,
          lambda p, m, k: (f"dp_sync param_server servers={p.dp_sync.servers} must be at most "
-                          f"the dp={p.dp} replicas that host them (host=ranks)")),
+                          f"the dp={p.dp} replicas that host them (host=ranks)"), method_only=True),
     Rule("dp-sync-switch-aggregates",
          lambda c, m, k: c.sync_rows(lambda s: s.in_network)
          & c.xp.not_(_meets_on_aggregating_tier(c, k)),
          lambda p, m, k: (f"dp_sync switch_aggregation needs switches that aggregate where the dp={p.dp} replicas "
                           f"meet, but tier {_meeting_tier(p, k).name!r} of cluster {k.name} does not (give the tier "
-                          "an 'aggregation' table)")),
+                          "an 'aggregation' table)"), method_only=True),
     Rule("dp-sync-dense-model",
          lambda c, m, k: (c["dp_sync"] != 0) & c.full(bool(m.moe or m.mla or m.qk_norm)),
          lambda p, m, k: (f"dp_sync={_sync_method(p)!r} is modelled for dense models with standard attention "
-                          f"({m.name} has {'experts' if m.moe else 'latent attention' if m.mla else 'qk-norm'})")),
+                          f"({m.name} has {'experts' if m.moe else 'latent attention' if m.mla else 'qk-norm'})"),
+         method_only=True),
     Rule("cluster-size", lambda c, m, k: c.num_gpus > k.max_gpus,
          lambda p, m, k: f"plan needs {p.num_gpus} GPUs but cluster {k.name} has {k.max_gpus}"),
 )
+
+
+_ALLREDUCE_RULES = tuple((i, rule) for i, rule in enumerate(RULES) if not rule.method_only)
+"""(index, rule) of the rules a plan that all-reduces can break."""
 
 
 def _meeting_tier(p: Plan, k: Cluster) -> Any:
@@ -221,8 +233,9 @@ def _meets_on_aggregating_tier(c: PlanColumns, k: Cluster) -> Any:
 def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> np.ndarray:
     """Per row, the index of the first broken rule in ``RULES`` (-1 when valid); of a single plan, an int
     (its rules checked in order, so that later rules never see a zero degree)."""
-    if cols.single is not None:
-        return next((i for i, rule in enumerate(RULES) if rule.broken(cols, model, cluster)), -1)  # type: ignore[return-value]
+    if cols.single is not None:  # the all-reduce: the method-only rules hold
+        rules = _ALLREDUCE_RULES if cols["dp_sync"] == 0 else enumerate(RULES)
+        return next((i for i, rule in rules if rule.broken(cols, model, cluster)), -1)  # type: ignore[return-value]
     first = np.full(len(cols), -1, dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):  # rows with a zero degree fail the first rule anyway
         for index, rule in enumerate(RULES):

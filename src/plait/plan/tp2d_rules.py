@@ -37,9 +37,11 @@ def _grid(c: PlanColumns) -> Any:
 
 
 def _none_grid(c: PlanColumns) -> bool:
-    """Whether no row is a grid (array columns; the rules below then skip their per-row work, a search's common
-    case)."""
-    return not c.xp.scalar and not bool(np.any(c["tp_mode"] != 0))
+    """Whether no row is a grid (the rules below then skip their per-row work: a search's common case, and a 1-D
+    single plan's)."""
+    if c.xp.scalar:
+        return bool(c["tp_mode"] == 0)
+    return not bool(np.any(c["tp_mode"] != 0))
 
 
 def bad_shape(c: PlanColumns, m: ModelSpec) -> Any:

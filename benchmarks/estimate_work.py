@@ -1,0 +1,77 @@
+"""How much Python one cold estimate runs: bytecodes executed and Python calls, per plan (a count, not a time).
+
+Run: python benchmarks/estimate_work.py [--base OTHER_CHECKOUT]
+For the plans of ``benchmarks/estimate_speed.py``, estimates each once, empties what estimates keep (its
+``empty_kept``: a plan seen first) and counts, under ``sys.settrace`` with opcode events, the bytecodes and the
+Python-level calls of one more estimate. The counts do not depend on the machine's load, so two trees can be
+compared on a shared machine where timings drift (``--base``: the same count in another checkout, run in its own
+process, and the ratio now/base). They leave out what runs in C (dict and tuple hashing, ``math``, a dataclass's
+attribute stores), so a time still needs ``benchmarks/compare_speed.py --cold``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from estimate_speed import CASES, empty_kept
+from plait.engine.catalog import get_engine
+from plait.hardware.catalog import get_cluster
+from plait.predict.estimate import estimate
+from plait.workload.catalog import get_model
+counts = [0, 0]
+def trace(frame, event, arg):
+    if event == "call":
+        counts[1] += 1
+        frame.f_trace_opcodes = True
+    elif event == "opcode":
+        counts[0] += 1
+    return trace
+out = []
+for model, cluster, plan in CASES:
+    m, c, engine = get_model(model), get_cluster(cluster), get_engine()
+    estimate(m, c, plan, engine=engine).step_time_interval_s
+    empty_kept()
+    counts[:] = [0, 0]
+    sys.settrace(trace)
+    estimate(m, c, plan, engine=engine).step_time_interval_s
+    sys.settrace(None)
+    out.append([model + " / " + plan.describe(), *counts])
+print(json.dumps(out))
+"""
+
+
+def _count(tree: Path) -> list[list]:  # type: ignore[type-arg]
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+    done = subprocess.run([sys.executable, "-c", PROBE, str(tree / "benchmarks")], env=env, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, help="another checkout to count the same way (its src/ is used)")
+    args = parser.parse_args()
+    now = _count(ROOT)
+    base = _count(args.base) if args.base else None
+    print(f"{'case':45s} {'bytecodes':>10s} {'calls':>7s}" + ("   now/base bytecodes, calls" if base else ""))
+    for i, (label, ops, calls) in enumerate(now):
+        ratio = f"   {ops / base[i][1]:.3f} {calls / base[i][2]:.3f}" if base else ""
+        print(f"{label[:45]:45s} {ops:10,d} {calls:7,d}{ratio}")
+    total = sum(r[1] for r in now), sum(r[2] for r in now)
+    ratio = ""
+    if base:
+        ratio = f"   {total[0] / sum(r[1] for r in base):.3f} {total[1] / sum(r[2] for r in base):.3f}"
+    print(f"{'all plans':45s} {total[0]:10,d} {total[1]:7,d}{ratio}  (one cold estimate each)")
+
+
+if __name__ == "__main__":
+    main()
