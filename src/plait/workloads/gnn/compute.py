@@ -120,8 +120,9 @@ DGL_GAT_RANDOM_READS = (6, 3)
 """``h``-wide reads per edge of DGL's GATConv kernels that do not follow the edges' stored order, forward and
 backward. DGL's SDDMM walks the COO in stored order and its SpMM the destination-major CSC, reading edge values
 through the CSC's edge ids (dmlc/dgl src/array/kernel.cc: ``SDDMM`` takes ``SelectFormat(0, COO_CODE)``, ``SpMM`` the
-CSC); with the edges stored source-major (assumed:
-``dgl.to_bidirected`` and the scipy COO files DGL's datasets load keep the source-sorted order) the random reads are:
+CSC); with the edges stored source-major (assumed: the
+scipy matrices DGL's datasets load are row-major; an edge list in no order would make the source side's reads random
+too, 7 and 5) the random reads are:
 forward ``u_add_v``'s ``er[v]``, the edge softmax's max and sum over the CSC (the logits by edge id) and its two
 ``e_op_v`` reads of them (python/dgl/backend/pytorch/sparse.py ``EdgeSoftmax``), and the message SpMM's attention by
 edge id; backward the softmax's sum over the CSC and its ``e_mul_v`` read, and the logits' gradient summed onto the
