@@ -249,7 +249,7 @@ def test_bad_gnn_options_are_one_line(argv: list[str], rule: str) -> None:
 def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> None:
     """src/plait/validate/data/gnn_epochs.csv: full-graph rows, GPU sampling (GNNLab's and Quiver's DGL rows),
     host-CPU loaders (PyG's NeighborSampler, SALIENT, DGL's CPU sampler), GNNLab's factored runs and GIN are
-    predicted; SALIENT++'s partitioned features say why. The epoch-time MAPE is 38.6% today, mostly too fast (the
+    predicted; SALIENT++'s partitioned features say why. The epoch-time MAPE is 38.0% today, mostly too fast (the
     sparse kernels' achieved bandwidth and per-epoch fixed costs are not modelled); the bound guards against it
     getting worse."""
     from plait.validate.classic import mape

@@ -74,18 +74,21 @@ def test_pytorchs_gather_rate_slows_pyg_on_a_described_gpu_only(library: str, sl
     assert (described > calibrated) if slower else described == pytest.approx(calibrated)
 
 
-def test_dgls_gatconv_traffic_kernel_by_kernel() -> None:
-    """Hand-counted per edge for 2 heads and messages 8 wide (10 nodes, 100 edges): forward u_add_v 3h, leaky ReLU
+@pytest.mark.parametrize(("h", "sector_waste"), [(2, 6), (8, 0)])
+def test_dgls_gatconv_traffic_kernel_by_kernel(h: int, sector_waste: int) -> None:
+    """Hand-counted per edge for ``h`` heads and messages 8 wide (10 nodes, 100 edges): forward u_add_v 3h, leaky ReLU
     2h, the softmax's max h, subtraction 3h, exponent 2h, sum h and division 3h, the message product w + h (and w
     per node written; the softmax's max and sum h per node each); backward the product's gradients w + h and 2w + h
     (w per node written), the softmax's out * grad 3h, sum h, product 3h and subtraction 3h, the leaky ReLU's 3h and
     the logits' two sums h each (h per node written by each and by the softmax's sum); 6 edge-walking kernels each
-    way reading two int32 ids per edge (2 fp32 values' worth)."""
+    way reading two int32 ids per edge (2 fp32 values' worth); 6 random h-wide reads per edge forward and 3 backward,
+    each a whole 32-byte sector (8 fp32 values: 6 more than 2 heads, none more than 8)."""
     from plait.workloads.gnn.compute import aggregation_values
 
-    n, m, w, h = 10, 100, 8, 2
+    n, m, w = 10, 100, 8
     forward = m * (3 * h + 2 * h + h + 3 * h + 2 * h + h + 3 * h + w + h) + n * (w + 2 * h) + m * 6 * 2
     backward = m * (w + h + 2 * w + h + 3 * h + h + 3 * h + 3 * h + 3 * h + 2 * h) + n * (w + 3 * h) + m * 6 * 2
+    forward, backward = forward + 6 * sector_waste * m, backward + 3 * sector_waste * m
     assert aggregation_values("dgl", "gat", n, m, w, h) == pytest.approx((forward, backward))
     fused = aggregation_values("spmm", "gat", n, m, w, h)  # one fused product and a softmax of 8h: fewer passes
     assert fused[0] < forward and fused[1] < backward
