@@ -18,6 +18,7 @@ import numpy as np
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import kept_flops_per_token, model_flops_per_token
+from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
 from plait.cost.inner import ABSENT, Inner, LayerKind, inner_columns
 from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
@@ -246,9 +247,16 @@ def stage_class(model: ModelSpec, prepared: Prepared, stage: int) -> tuple[int, 
 def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> tuple[Columns, Columns]:
     """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`)."""
     overlap, asynchronous = cluster.accelerator.efficiency.comm_overlap.value, cluster.accelerator.asynchronous_launch
-    return _memo(model, prepared, "pass", stage, lambda: stage_time(
-        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap, asynchronous,
-        prepared.swap))
+
+    def compute() -> tuple[Columns, Columns]:
+        fwd, bwd = stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap,
+                              asynchronous, prepared.swap)
+        if prepared.framework.grad_accumulate_pass:  # its own kernel after each backward (plait.cost.grad_accumulate)
+            params = _stage_params(model, prepared, stage)
+            bwd["compute"] = bwd["compute"] + accumulate_s(cluster, prepared.cols, params["dense"] + params["expert"],
+                                                           prepared.inner.grad_bytes)
+        return fwd, bwd
+    return _memo(model, prepared, "pass", stage, compute)
 
 
 def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> StageSync:

@@ -184,6 +184,10 @@ class EngineFacts:
     (Megatron-LM of 2021, megatron/p2p_communication.py ``_communicate``), so the interleaved schedule pays every
     chunk's hop as 1F1B does (:mod:`plait.cost.p2p`). False: the transfers of the interleaved schedule's steady state
     run beside its other chunks."""
+    grad_accumulate_pass: bool = False
+    """Each micro-batch's backward adds every weight gradient into the gradient buffer in a separate elementwise
+    kernel (Megatron-LM of 2021, :mod:`plait.cost.grad_accumulate`). False: fused into the weight-gradient GEMM
+    (Megatron's ``gradient_accumulation_fusion``) or, for other engines, not charged."""
     ddp_bucket_mb: float = 0.0
     """Cap of a gradient bucket of the replica all-reduce (unsharded plans), MB (2**20 bytes): a model whose
     gradients fill fewer buckets than it has layers overlaps that many reductions with the backward pass
