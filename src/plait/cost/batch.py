@@ -54,7 +54,7 @@ class Prepared:
     fsdp: tuple[ShardTimes, ShardTimes]
     """(dense, MoE) layer gather/reduce-scatter/hook seconds."""
     p2p_s: np.ndarray | float
-    """One activation (or gradient) transfer between neighbouring stages."""
+    """One activation (or gradient) transfer between neighbouring stages (:func:`plait.cost.p2p.hop_s`)."""
     framework: EngineFacts
     """The cost facts these were computed under."""
     memo: dict[Any, Any] = field(default_factory=dict, compare=False)
