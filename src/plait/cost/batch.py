@@ -19,11 +19,12 @@ import numpy as np
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import kept_flops_per_token, model_flops_per_token
+from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
 from plait.cost.inner import ABSENT, Inner, LayerKind, inner_columns
-from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
 from plait.cost.method_rows import dp_sync_costs, gradient_steps
+from plait.cost.p2p import critical_hops, hop_s
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
@@ -55,7 +56,7 @@ class Prepared:
     fsdp: tuple[ShardTimes, ShardTimes]
     """(dense, MoE) layer gather/reduce-scatter/hook seconds."""
     p2p_s: np.ndarray | float
-    """One activation (or gradient) transfer between neighbouring stages."""
+    """One activation (or gradient) transfer between neighbouring stages (:func:`plait.cost.p2p.hop_s`)."""
     framework: EngineFacts
     """The cost facts these were computed under."""
     memo: dict[Any, Any] = field(default_factory=dict, compare=False)
@@ -214,7 +215,7 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: En
     inner = inner_columns(model, cluster, cols, framework, known)
     fsdp = _fsdp_layer_s(cluster, cols, inner, framework) if cols.single is None else _fsdp_one(cluster, cols, inner,
                                                                                                  framework)
-    p2p = collective_s(cluster, "p2p", cols["pp"], cols["tp"] * cols["cp"] * cols.dp, inner.p2p_bytes)
+    p2p = hop_s(cluster, cols, inner.p2p_bytes, framework)
     swapping = cols["swap_activations"] if cols.xp.scalar else cols["swap_activations"].any()
     swap = swap_layer_s(cluster, cols, inner, fsdp, shard_groups(cols)[0]) if swapping else None
     return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework, swap=swap)
@@ -247,9 +248,16 @@ def stage_class(model: ModelSpec, prepared: Prepared, stage: int) -> tuple[int, 
 def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> tuple[Columns, Columns]:
     """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`)."""
     overlap, asynchronous = cluster.accelerator.efficiency.comm_overlap.value, cluster.accelerator.asynchronous_launch
-    return _memo(model, prepared, "pass", stage, lambda: stage_time(
-        model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap, asynchronous,
-        prepared.swap))
+
+    def compute() -> tuple[Columns, Columns]:
+        fwd, bwd = stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap,
+                              asynchronous, prepared.swap)
+        if prepared.framework.grad_accumulate_pass:  # its own kernel after each backward (plait.cost.grad_accumulate)
+            params = _stage_params(model, prepared, stage)
+            bwd["compute"] = bwd["compute"] + accumulate_s(cluster, prepared.cols, params["dense"] + params["expert"],
+                                                           prepared.inner.grad_bytes)
+        return fwd, bwd
+    return _memo(model, prepared, "pass", stage, compute)
 
 
 def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> StageSync:
@@ -331,14 +339,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     summed = abs(xp.total(time.values()) - busy) <= 1e-12 + 1e-9 * abs(busy)
     assert summed if xp.scalar else summed.all(), "the components must sum to the busy time"
     time["pp_bubble"] = bubble
-    # Transfers on the critical path, as the event simulation finds them: 1F1B-style schedules wait for
-    # each micro-batch's activation and gradient (2 m hops); the interleaved schedule hides steady-state
-    # transfers behind its other chunks and pays the fill and drain through every chunk boundary; ZB-H1's
-    # Ws hide them after the fill, leaving 2 (p - 1) + 2 clip(m - 2, 0, p - 1) (PyTorch's order, simulated).
-    zb_hops = 2 * (pp - 1) + 2 * xp.minimum(xp.maximum(m - 2, 0), pp - 1)
-    hops = xp.where(cols["vpp"] > 1, 2 * (pp * cols["vpp"] - 1),
-                    xp.where(cols.is_("schedule", "zb-h1"), zb_hops, 2 * m))
-    time["pp_p2p"] = xp.where(pp > 1, hops * p2p, 0.0)
+    time["pp_p2p"] = critical_hops(cols, prepared.framework) * p2p  # plait.cost.p2p
     slow_stage = xp.choose(slowest, stages)
     sync = stage_sync(model, cluster, prepared, slow_stage)
     n_dense, n_moe = stage_layer_counts(model, pp, slow_stage, xp)

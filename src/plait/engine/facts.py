@@ -201,6 +201,16 @@ class EngineFacts:
     torchtitan without ``compile``, llm-foundry (Composer) and ``plait run``. False where the engine's facts do not
     say so: CUDA-graphed layers (:attr:`cuda_graph_layers`, which override it), ``torch.compile``'d blocks and XLA,
     and the Megatron-family engines, whose per-op host time has not been measured (not charged)."""
+    p2p_blocking: bool = False
+    """Every pipeline transfer blocks the compute stream: the chunk's sends and receives are waited on, the device
+    synchronized and the received scatter/gather slice all-gathered over the TP group before the next chunk runs
+    (Megatron-LM of 2021, megatron/p2p_communication.py ``_communicate``), so the interleaved schedule pays every
+    chunk's hop as 1F1B does (:mod:`plait.cost.p2p`). False: the transfers of the interleaved schedule's steady state
+    run beside its other chunks."""
+    grad_accumulate_pass: bool = False
+    """Each micro-batch's backward adds every weight gradient into the gradient buffer in a separate elementwise
+    kernel (Megatron-LM of 2021, :mod:`plait.cost.grad_accumulate`). False: fused into the weight-gradient GEMM
+    (Megatron's ``gradient_accumulation_fusion``) or, for other engines, not charged."""
     ddp_bucket_mb: float = 0.0
     """Cap of a gradient bucket of the replica all-reduce (unsharded plans), MB (2**20 bytes): a model whose
     gradients fill fewer buckets than it has layers overlaps that many reductions with the backward pass

@@ -46,6 +46,8 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
                              sync.reduce_s, sync.gather_s, 1 if kept else dense + moe, sync.optimizer_s)
         per_rank.append(distinct[key])
     forward, backward, weight, reduce, gather, buckets, optimizer = (list(x) for x in zip(*per_rank, strict=True))
+    if framework.p2p_blocking and plan.pp > 1:  # each chunk's exchange holds its rank (plait.cost.p2p)
+        forward, backward, p2p = [f + float(p2p) for f in forward], [b + float(p2p) for b in backward], 0.0
     return PipelineCosts(
         p=plan.pp, m=plan.num_micro_batches, v=v, schedule=plan.schedule if plan.pp > 1 else "1f1b",
         forward_s=forward, backward_s=backward, weight_grad_s=weight, p2p_s=float(p2p), grad_reduce_s=reduce,

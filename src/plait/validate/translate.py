@@ -4,7 +4,8 @@ Knobs a row leaves unknown are filled by ONE rule for every row: enumerate the v
 the row allows and keep the feasible (memory-fitting) plan with the best predicted
 step time — the assumption that whoever ran it tuned the knob. Unknown: micro-batch
 (divisors of the per-replica batch), recompute (none/selective/full), sharding
-(none or zero1 over all data-parallel ranks: sources that use FSDP/ZeRO-3 say so), sequence parallelism (when
+(none or zero1 over all data-parallel ranks, where the engine has a sharded optimizer: sources that use FSDP/ZeRO-3
+say so), sequence parallelism (when
 ``tp > 1``), virtual stages (divisors of layers per stage, up to 8), the gradient buffer and reduction
 dtype (fp32 or bf16; no source states it), and tp/pp (powers
 of two up to the node for tp, divisors of the layers for pp, matching ``n_gpus/dp``).
@@ -117,7 +118,8 @@ def candidate_plans(row: RunRow, engine: Engine) -> Iterator[Plan]:
         per_replica = row.global_batch // dp
         mbs = [row.micro_batch] if row.micro_batch else _divisors(per_replica, 16)
         recomputes = [row.recompute] if row.recompute else ["none", "selective", "full"]
-        shardings = [row.sharding] if row.sharding else ["none", "zero1"]
+        shardings = [row.sharding] if row.sharding else [
+            s for s in ("none", "zero1") if f"sharding={s}" not in engine.unsupported]  # what the engine can run
         stated = row.sequence_parallel if row.sequence_parallel is not None else engine.sequence_parallel
         sps = [False] if tp == 1 else ([stated] if stated is not None else [False, True])
         if pp == 1:
