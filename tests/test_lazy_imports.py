@@ -1,5 +1,6 @@
 """A transformer estimate imports only what it uses: no other workload kind, no mixed-cluster code, no torch, no
-point-to-point synchronization costs, no plan-file reader, and with ``--json`` no rich."""
+point-to-point synchronization costs, no plan-file reader, without a pipeline no event simulator, and with ``--json``
+no rich."""
 
 from __future__ import annotations
 
@@ -16,14 +17,19 @@ FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.wor
              "plait.workloads.federated.", "plait.cli.mixed", "plait.predict.mixed", "plait.hardware.mixed",
              "plait.hardware.mixed_catalog", "plait.plan.mixed", "plait.plan.io", "plait.workload.hf_config",
              "plait.cost.servers", "plait.cost.async_sgd", "plait.cost.gossip", "plait.cost.site_sync", "plait.events",
+             "plait.cost.sync", "plait.sync.hooks", "plait.cost.partial_times", "plait.plan.partial", "plait.cost.tp2d",
+             "rich._emoji_codes",
              *(f"plait.sync.{family}" for family in ("asynchronous", "crossbow", "gossip", "half", "periodic", "powersgd",
                                                      "servers", "site_quantize", "site_topk", "sparse")))
 """Modules (and their submodules) a transformer's ``plait estimate`` has no use for. Of the other workload kinds only
 the registry's descriptors load (``plait.workloads.gnn`` itself: how a file is recognised and which options are the
 kind's, which the transformer kind refuses), never their models, costs or searches (a trailing dot: submodules).
 An all-reducing plan named by options needs neither the parameter-server, gossip, asynchronous or per-site costs
-(nor the event simulation of asynchronous SGD) nor the other methods' classes, nor the plan-file and Hugging Face
-config readers."""
+(nor the event simulation of asynchronous SGD), nor the other methods' classes or costs (``plait.cost.sync``, its
+hooks, partial averaging), nor the plan-file and Hugging Face config readers; a 1-D tensor-parallel plan no grid
+costs; rich prints plait's text without its emoji codes."""
+PIPELINE_ONLY = ("plait.simulate.costs", "plait.simulate.pipeline", "plait.cost.per_stage")
+"""What only a pipeline's event simulation (or stages costed one at a time) needs: a pp=1 estimate runs without."""
 TABLES_ONLY = ("rich",)
 """What only the tables need: ``--json`` prints without it."""
 
@@ -48,7 +54,7 @@ def _modules_after(argv: list[str]) -> tuple[int, list[str]]:
 def test_transformer_estimate_imports_no_other_kind(argv: list[str]) -> None:
     code, modules = _modules_after(argv)
     assert code == 0
-    forbidden = FORBIDDEN + (TABLES_ONLY if "--json" in argv else ())
+    forbidden = FORBIDDEN + (TABLES_ONLY if "--json" in argv else ()) + (() if "--pp" in argv else PIPELINE_ONLY)
     loaded = [m for m in modules if any(m.startswith(f) if f.endswith(".") else m == f or m.startswith(f + ".")
                                         for f in forbidden)]
     assert loaded == [], f"plait {' '.join(argv)} imported {loaded}"

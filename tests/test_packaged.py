@@ -44,6 +44,16 @@ def test_copy_written_once_and_followed_by_edits(data_dir: Path) -> None:
     assert len(list((data_dir / "__pycache__").glob("t.toml.*.marshal"))) == 1  # the earlier copy removed
 
 
+def test_a_copy_is_read_without_the_parser(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a file without its parsed copy loads the TOML parser (a catalog read from its copy does not)."""
+    first = packaged_toml("any", "data", "t.toml")
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # importing it now raises ImportError
+    assert packaged_toml("any", "data", "t.toml") == first
+    (data_dir / "t.toml").write_text("[a]\nx = 2.5\n")  # no copy of these bytes: the parser is asked for
+    with pytest.raises(ImportError):
+        packaged_toml("any", "data", "t.toml")
+
+
 def test_a_damaged_copy_is_parsed_past(data_dir: Path) -> None:
     packaged_toml("any", "data", "t.toml")
     (copy,) = (data_dir / "__pycache__").glob("t.toml.*.marshal")

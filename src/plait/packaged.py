@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import marshal
 import sys
-import tomllib
 import zlib
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ def packaged_toml(package: str, *parts: str) -> dict[str, Any]:
             return marshal.loads(cached.read_bytes())  # type: ignore[no-any-return]
         except (OSError, EOFError, ValueError, TypeError):  # absent, or not one of ours: parse
             pass
+    import tomllib  # a file without a parsed copy only: its parser (and regexes) load here
+
     tables = tomllib.loads(data.decode("utf-8"))
     if cached is not None and not sys.dont_write_bytecode:
         _write(cached, tables)

@@ -4,7 +4,8 @@ Rich lays text and tables out at the console's width: 80 columns where no stream
 cat`` under a script, a CI log), which breaks one-line facts over two lines; and it wraps a table's title at the
 table's own width, mid-phrase, however wide the screen. Here a console writing to a pipe lays tables out at
 :data:`PIPED_WIDTH` columns and never wraps a line of text (a reader's pager or editor does), and a title is one
-line above its table.
+line above its table. Rich's emoji codes are off (plait writes none; a model or file name such as ``a:b:`` is text),
+and where nothing is coloured (a pipe) its highlighting, which only colours numbers and strings, is not run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.highlighter import NullHighlighter
 from rich.table import Table
 from rich.text import Text
 
@@ -28,8 +30,13 @@ def rich_console(*, stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     isatty = getattr(stream, "isatty", None)
     if (isatty is not None and isatty()) or os.environ.get("COLUMNS", "").isdigit():
-        return Console(stderr=stderr)
-    return Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=True)
+        console = Console(stderr=stderr, emoji=False)
+    else:
+        console = Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=True, emoji=False)
+    if console.color_system is None:  # uncoloured: highlighting would only run its regexes (2% of an estimate's
+        # instructions: benchmarks/estimate_process.py --instructions)
+        console.highlighter = NullHighlighter()
+    return console
 
 
 def titled_table(title: str, **options: Any) -> Table:

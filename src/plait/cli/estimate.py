@@ -1,6 +1,7 @@
-"""``plait estimate``: memory and step time of one plan."""
+"""``plait estimate``: memory and step time of one plan.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: typer reads the options' annotations, and string annotations would
+be compiled and evaluated anew each time it does (twice per command), the options' types already being built."""
 
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any
@@ -165,7 +166,7 @@ def _show_estimate(result: Estimate, as_json: bool, train_tokens: float, extra: 
         print_estimate(rich_console(), result, train_tokens)
 
 
-def _estimate_mixed(cluster: MixedCluster, workload: Workload, options: dict[str, Any], as_json: bool,
+def _estimate_mixed(cluster: "MixedCluster", workload: Workload, options: dict[str, Any], as_json: bool,
                     train_tokens: float) -> None:
     """The mixed-cluster path of ``plait estimate``: the layout options over the shared groups' GPUs."""
     if options["plan_file"] is not None or not workload.kind.mixed:

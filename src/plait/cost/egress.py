@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 from plait.cost.batch import prepare, stage_sync
 from plait.cost.memory import param_bytes
 from plait.cost.params import stage_layer_counts
-from plait.cost.sync import GRAD_BYTES, payload_bytes
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.sync import SyncMethod
+from plait.sync.base import GRAD_BYTES
 from plait.workload.model import ModelSpec
 from plait.workload.tensors import Shape, rank_shapes
 
@@ -88,6 +88,8 @@ def egress_bytes_per_step(model: ModelSpec, cluster: Cluster, plan: Plan, framew
             if plan.sharding != "none":  # HSDP replicas average their shards
                 return out + _reduced(cluster, plan.dp_replicate, tp * plan.dp_shard, per_rank / plan.dp_shard, world)
             return out + _reduced(cluster, replicas, tp, per_rank, world)
+        from plait.cost.sync import payload_bytes  # the methods' costs: loaded for the rows that use one
+
         layers = [int(stage_layer_counts(model, plan.pp, s, SCALAR)[0]) for s in range(plan.pp)]
         sent = sum(payload_bytes(sync, rank_shapes(model, tp, 0, n, s == 0, s == plan.pp - 1))
                    for s, n in enumerate(layers)) / plan.pp  # each stage's ranks send their own tensors

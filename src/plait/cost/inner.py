@@ -16,7 +16,6 @@ from operator import attrgetter
 import numpy as np
 
 from plait.cost import activations as act
-from plait.cost import tp2d
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.host import layer_host_s
@@ -182,6 +181,8 @@ def _grid_row(setup: Setup) -> Inner:
     sequence parallelism (same FLOPs, activations and matrices per rank), its per-layer TP collectives replaced by
     the grid's, its GEMM times by SUMMA's smaller GEMMs and its layer parameters by the grid's blocks (the
     embedding and output layer stay 1-D over the ``tp`` ranks)."""
+    from plait.cost import tp2d  # grid plans only: a 1-D plan's estimate has no use for the module
+
     base = _row(tp2d.base_setup(setup))
     terms = tp2d.grid_layer(setup)
     dense = base.dense

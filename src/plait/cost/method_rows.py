@@ -8,11 +8,8 @@ from typing import Any
 import numpy as np
 
 from plait.cost.links import collective_s
-from plait.cost.partial_times import profiled_exposed_s
-from plait.cost.sync import method_costs
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.partial import exposed_s as partial_exposed_s
 from plait.sync import SyncMethod
 from plait.units import DTYPE_BYTES
 from plait.workload.model import ModelSpec
@@ -33,8 +30,12 @@ def dp_sync_costs(model: ModelSpec, cluster: Cluster, cols: PlanColumns, reduce:
         if sync.pipelined:  # Pipe-SGD: behind the next step's forward and backward (Li et al. 2018, Sec. 3)
             reduce = xp.where(mask, 0.0, reduce)
         elif sync.partial_averaging and getattr(sync, "schedule", "even") == "profiled":  # DreamDDP's search (plait.cost.partial_times)
+            from plait.cost.partial_times import profiled_exposed_s  # as method_costs: for these rows only
+
             shown = profiled_exposed_s(parameter_shapes(model), cluster, cols, over, backward, sync.every)
         elif sync.partial_averaging:  # each step's share behind the last backward (plait.plan.partial)
+            from plait.plan.partial import exposed_s as partial_exposed_s  # as method_costs
+
             shown = partial_exposed_s(over, backward, sync.every, xp)
         elif not sync.infrequent:  # local SGD and DiLoCo keep ZeRO's in-replica reduction
             reduce = xp.where(mask, over, reduce)
@@ -55,7 +56,10 @@ def cp_gradient_reduce_s(cluster: Cluster, cols: PlanColumns, params: dict[str, 
 def _rows_costs(model: ModelSpec, cluster: Cluster, sync: SyncMethod, cols: PlanColumns, mask: Any,
                 params: dict[str, Any], stage: Any, busy: Any) -> tuple[Any, Any, Any]:
     """:func:`plait.cost.sync.method_costs` evaluated on the rows ``mask`` selects only (a batch holds many
-    methods, each costed per distinct message), spread back over every row (0 elsewhere)."""
+    methods, each costed per distinct message), spread back over every row (0 elsewhere). The methods' costs load
+    here, with the first row that is not all-reduced: an all-reducing estimate never asks for them."""
+    from plait.cost.sync import method_costs
+
     if cols.xp.scalar:
         return method_costs(model, cluster, sync, cols, params, stage, busy)
     rows = np.flatnonzero(mask)

@@ -8,7 +8,6 @@ achievable fractions (each value with its source), ``clusters.toml`` the presets
 from __future__ import annotations
 
 import functools
-import tomllib
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -157,6 +156,8 @@ def load_cluster_file(path: Path) -> Cluster:
         raise ConfigError(f"cluster file {str(path)!r} must end in .toml, .yaml or .yml")
     text = read_user_file(path, "cluster file")
     if path.suffix == ".toml":
+        import tomllib  # a user's file only: the packaged catalogs are read through plait.packaged
+
         try:
             with parsing(path, "cluster file"):
                 raw = tomllib.loads(text)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from plait.cost.batch import BatchResult, evaluate_batch
 from plait.cost.estimate import Estimate, TimeBreakdown
-from plait.cost.per_stage import evaluate_per_stage
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import first_unsupported
 from plait.engine.engine import Engine
@@ -47,7 +46,9 @@ def predict(job: Job, *, simulate: bool | None = None, timeline: Timeline | None
     (:data:`SIMULATED_PASSES`). The closed forms agree with the simulation within 1% on 31 of 36 dev
     layouts and within 2% on all; the small-pipeline rule simulates 4 of those 5
     (docs/simulator.md). A plan the engine cannot run is still estimated, with a warning naming the option."""
-    if job.plan.per_stage:  # stages that differ: costed one at a time (plait.cost.per_stage)
+    if job.plan.per_stage:  # stages that differ: costed one at a time (plait.cost.per_stage, loaded for them only)
+        from plait.cost.per_stage import evaluate_per_stage
+
         result = evaluate_per_stage(job.model, job.cluster, job.columns, job.framework)
     else:
         result = evaluate_batch(job.model, job.cluster, job.columns, job.framework)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from plait.cost.batch import Prepared
+from typing import TYPE_CHECKING
+
 from plait.errors import ConfigError
-from plait.job import Job
 from plait.plan.plan import Plan
-from plait.simulate.costs import pipeline_costs
-from plait.simulate.pipeline import Timeline, simulate_pipeline
+
+if TYPE_CHECKING:
+    from plait.cost.batch import Prepared
+    from plait.job import Job
+    from plait.simulate.pipeline import Timeline
 
 MAX_PASSES = 1_000_000
 """Most chunk passes (stages x micro-batches x virtual stages) one step's event simulation takes: about 2 s at the
@@ -31,4 +34,9 @@ def simulate_step(job: Job, *, record: bool = True, prepared: Prepared | None = 
         raise ConfigError(f"{job.plan.describe()} runs {passes:,} chunk passes a step (pp x micro-batches x vpp); "
                           f"the event simulation takes at most {MAX_PASSES:,} (a smaller global batch, or the closed "
                           "forms: plait estimate --closed-form)")
+    # the simulator loads here, where a pipeline is simulated: an estimate without one (pp=1, or past the
+    # small-pipeline rule) asks this module only for chunk_passes
+    from plait.simulate.costs import pipeline_costs
+    from plait.simulate.pipeline import simulate_pipeline
+
     return simulate_pipeline(pipeline_costs(job, prepared), record, extrapolate=not record)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,8 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         return load_hf_config(path)
     if path.suffix == ".toml":
         text = read_user_file(path, "model file")
+        import tomllib  # a user's file only: the packaged catalog is read through plait.packaged
+
         try:
             with parsing(path, "model file"):
                 raw = tomllib.loads(text)
