@@ -249,15 +249,14 @@ def test_bad_gnn_options_are_one_line(argv: list[str], rule: str) -> None:
 def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> None:
     """src/plait/validate/data/gnn_epochs.csv: full-graph rows, GPU sampling (GNNLab's and Quiver's DGL rows),
     host-CPU loaders (PyG's NeighborSampler, SALIENT, DGL's CPU sampler), GNNLab's factored runs and GIN are
-    predicted; SALIENT++'s partitioned features say why. The epoch-time MAPE is 38.0% today, mostly too fast (the
-    sparse kernels' achieved bandwidth and per-epoch fixed costs are not modelled); the bound guards against it
-    getting worse."""
+    predicted; SALIENT++'s partitioned features say why. The bound guards the epoch-time MAPE (docs/status.md gives it and
+    what is not modelled) against getting worse."""
     from plait.validate.classic import mape
     from plait.workloads.gnn.validate import validate_gnn
 
     results = validate_gnn(dataset_path("gnn"))
     predicted = [r for r in results if r.error_pct is not None]
-    assert len(predicted) == 38 and mape(predicted) < 41.0
+    assert len(predicted) == 38 and mape(predicted) < 39.0
     assert all(r.why_not for r in results if r.error_pct is None)
 
 

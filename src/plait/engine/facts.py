@@ -133,8 +133,8 @@ class EngineFacts:
     block once every tensor its backward saved is rebuilt (on by default since pytorch/pytorch PR #96866, 2023-03,
     PyTorch 2.1; ``set_checkpoint_early_stop`` in torch/utils/checkpoint.py), so the ops after the block's last
     saved tensor are not rerun (:mod:`plait.cost.early_stop`); otherwise the whole forward is recomputed (Megatron's
-    and DeepSpeed's checkpoint functions, reentrant ``torch.utils.checkpoint``). No packaged engine sets it yet,
-    though llm-foundry's 2023 runs, torchtitan and ``plait run`` all checkpoint this way (docs/validation.md)."""
+    and DeepSpeed's checkpoint functions, reentrant ``torch.utils.checkpoint``). llm-foundry's 2023 runs, torchtitan and
+    ``plait run`` checkpoint this way (their sources in engines.toml)."""
     sac_saves_attention: bool = True
     """Under ``every_other_mm``, the attention kernel the engine calls is in the policy's save list. torchtitan
     0.3.0 lists the flash, efficient, cuDNN and math SDPA kernels; from 3b85aa31f (2025-06) to 2025-12 it ran
