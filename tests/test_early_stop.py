@@ -45,6 +45,7 @@ class _Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm_2(x))))
 
 
+@pytest.mark.slow  # its first non-reentrant checkpoint imports torch._dynamo (several seconds)
 def test_non_reentrant_checkpoint_does_not_rerun_the_last_gemm() -> None:
     """The backward of a checkpointed block runs its 8 gradient GEMMs (input and weight gradient of 4 projections)
     and recomputes 3 of the 4 forward GEMMs: the down projection, whose inputs are the last tensors saved, stops

@@ -16,8 +16,9 @@ LINE = "Llama 3 8B:cd: on 8 x GPUs, 12.8 s (a:b:)"
 def test_console_prints_text_as_given(
     force_color: str | None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "COLUMNS"):
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "COLUMNS", "COLORTERM"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")  # TERM=dumb (some CI shells) turns colour off even when forced
     if force_color:
         monkeypatch.setenv("FORCE_COLOR", force_color)
     rich_console().print(LINE)
