@@ -16,3 +16,11 @@ def test_the_oldest_goes_first_and_each_entry_holds_its_objects() -> None:
     assert table in TABLES
     empty_all()
     assert len(table) == 0 and table.find(("b",)) is MISSING
+
+
+def test_get_computes_once_per_key() -> None:
+    table: Kept[int] = Kept(4)
+    calls = []
+    for _ in range(3):
+        assert table.get(("k",), (), lambda: calls.append(1) or 7) == 7
+    assert calls == [1]

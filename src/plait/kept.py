@@ -9,6 +9,8 @@ id is not reused while its entry lives, and the same object is the same value (f
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
@@ -24,7 +26,7 @@ class Kept(Generic[V]):
         assert size > 0, "a table keeps at least one value"
         self._size = size
         self._entries: dict[tuple[object, ...], tuple[tuple[object, ...], V]] = {}
-        TABLES.append(self)
+        TABLES.add(self)
 
     def find(self, key: tuple[object, ...]) -> V | object:
         """The value kept under ``key``, or :data:`MISSING`."""
@@ -39,6 +41,11 @@ class Kept(Generic[V]):
         self._entries[key] = (held, value)
         return value
 
+    def get(self, key: tuple[object, ...], held: tuple[object, ...], compute: Callable[[], V]) -> V:
+        """The value kept under ``key``, else ``compute()`` kept under it (holding ``held``)."""
+        entry = self._entries.get(key)
+        return self.keep(key, held, compute()) if entry is None else entry[1]
+
     def clear(self) -> None:
         self._entries.clear()
 
@@ -46,8 +53,8 @@ class Kept(Generic[V]):
         return len(self._entries)
 
 
-TABLES: list[Kept[Any]] = []
-"""Every :class:`Kept` made (module-level tables, made once at import)."""
+TABLES: weakref.WeakSet[Kept[Any]] = weakref.WeakSet()
+"""Every :class:`Kept` alive (the module-level tables, made once at import, and any a test makes while it lives)."""
 
 
 def empty_all() -> None:

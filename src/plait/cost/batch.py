@@ -33,7 +33,7 @@ from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
-from plait.kept import MISSING, Kept
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
@@ -180,10 +180,7 @@ def _fsdp_one(cluster: Cluster, cols: PlanColumns, inner: Inner,
     plan = cols.single
     assert plan is not None, "one plan's columns"
     key = (id(inner), id(cluster), id(framework), plan.pp > 1, *_FSDP_VALUES(plan))
-    found = _FSDP_KEPT.find(key)
-    if found is MISSING:
-        found = _FSDP_KEPT.keep(key, (inner, cluster, framework), _fsdp_layer_s(cluster, cols, inner, framework))
-    return found  # type: ignore[return-value]
+    return _FSDP_KEPT.get(key, (inner, cluster, framework), lambda: _fsdp_layer_s(cluster, cols, inner, framework))
 
 
 def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:

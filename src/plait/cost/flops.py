@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.setup import Setup
-from plait.kept import MISSING, Kept
+from plait.kept import Kept
 from plait.workload.model import ModelSpec
 
 
@@ -137,10 +137,7 @@ def kept_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """:func:`model_flops_per_token`, kept by (model, sequence length), all it reads (a single plan's estimate asks
     for it each time); the entry holds the model (:class:`plait.kept.Kept`)."""
     key = (id(model), seq_len)
-    found = _KEPT.find(key)
-    if found is MISSING:
-        found = _KEPT.keep(key, (model,), _flops_per_token(model, seq_len))
-    return found  # type: ignore[return-value]
+    return _KEPT.get(key, (model,), lambda: _flops_per_token(model, seq_len))
 
 
 def _flops_per_token(model: ModelSpec, seq_len: int) -> float:

@@ -25,7 +25,7 @@ from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
-from plait.kept import MISSING, Kept
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.keys import distinct_rows
 from plait.plan.plan import Plan
@@ -249,8 +249,5 @@ def _single(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFac
     it. Keyed by every other plan field and by the identity of the model, cluster and cost facts, which the entry
     holds (frozen objects: the same object is the same value, and its id is not reused while the entry lives)."""
     key = (id(model), id(cluster), id(framework), plan.fsdp_managed, *_KEYED(plan))
-    found = _SINGLES.find(key)
-    if found is MISSING:
-        found = _SINGLES.keep(key, (model, cluster, framework),
-                              _row(Setup(model=model, cluster=cluster, plan=plan, framework=framework)))
-    return found  # type: ignore[return-value]
+    return _SINGLES.get(key, (model, cluster, framework),
+                        lambda: _row(Setup(model=model, cluster=cluster, plan=plan, framework=framework)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plait.engine.engine import Engine
-from plait.kept import MISSING, Kept
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
@@ -211,10 +211,7 @@ def first_unsupported(plan: Plan, model: ModelSpec, engine: Engine, machine: str
     if cols is not None and cols.single is not plan:  # columns of another form of the plan: as they say
         return _first_unsupported(plan, model, engine, machine, cols)
     key = (id(model), id(engine), machine, plan)
-    found = _REFUSALS.find(key)
-    if found is MISSING:
-        found = _REFUSALS.keep(key, (model, engine), _first_unsupported(plan, model, engine, machine, cols))
-    return found  # type: ignore[return-value]
+    return _REFUSALS.get(key, (model, engine), lambda: _first_unsupported(plan, model, engine, machine, cols))
 
 
 _REFUSALS: Kept[str | None] = Kept(1024)
