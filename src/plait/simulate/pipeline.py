@@ -19,9 +19,12 @@ them equal to the last bit), at a fraction of its cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, mul, truediv
 
 from plait.simulate.periodic import periodic_sweep, unrolled_order
 from plait.simulate.steady import WarmUp, steady_sweep, warm_up
+from plait.simulate.straight import written_out
 from plait.simulate.sweep_order import _steps, _sweep_order
 
 
@@ -131,11 +134,13 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool =
     if record:
         free, last_backward = _sweep_recorded(c, durations, hops, timeline)
     else:
-        key = _sweep_key(c, durations, extrapolate)
-        done = swept.get(key) if swept is not None else None
+        key, done = None, None
+        if swept is not None:  # the key only where a sweep may be found or kept
+            key = _sweep_key(c, durations, extrapolate)
+            done = swept.get(key)
         if done is None:
             done = _sweep(c, durations, hops, extrapolate, warm)
-            if swept is not None:
+            if swept is not None and key is not None:
                 swept[key] = done
         free, last_backward = done
     for r in range(p):
@@ -150,6 +155,9 @@ def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: 
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
+    straight = written_out(c.schedule, p, c.m, c.v)  # a small pipeline's order written out as Python, once swept often
+    if straight is not None:
+        return straight(took, hops[1])
     unrolled = unrolled_order(c.schedule, p, c.m, c.v)  # a small pipeline's short-run order, written out
     if unrolled is None:  # a deep one's: its period replayed, or its steady state extrapolated
         periodic = (steady_sweep(c.schedule, p, c.m, c.v, took, hops, warm) if extrapolate
@@ -218,12 +226,7 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
     if reduce > 0:
         n = max(c.buckets[r], 1)
         if c.overlap_grad_reduce:
-            comm, span, share = begin, end - begin, reduce / n
-            for k in range(n):  # bucket k is ready once the last backward has passed k+1 of n layers
-                ready_at = begin + span * (k + 1) / n
-                comm = (comm if comm >= ready_at else ready_at) + share
-                if timeline.record:
-                    timeline.add(r, "comm", "dp-reduce", comm - share, comm)
+            comm = _bucketed(timeline, r, begin, end, reduce, n)
         else:
             timeline.add(r, "comm", "dp-reduce", end, end + reduce)
             comm = end + reduce
@@ -234,3 +237,19 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
         finish += exposed
     timeline.add(r, "compute", "optimizer", finish, finish + c.optimizer_s[r])
     return finish + c.optimizer_s[r]
+
+
+def _bucketed(timeline: Timeline, r: int, begin: float, end: float, reduce: float, n: int) -> float:
+    """End of rank ``r``'s ``n`` gradient buckets of ``reduce / n`` each, bucket ``k`` ready once the last backward
+    (``begin`` to ``end``) has passed ``k`` of its ``n`` layers, each reduced after the one before it."""
+    comm, span, share = begin, end - begin, reduce / n
+    # begin + span * k / n for k = 1..n: the same float operations, run by operator's functions in C
+    readies = map(add, repeat(begin, n), map(truediv, map(mul, repeat(span, n), range(1, n + 1)), repeat(n, n)))
+    if not timeline.record:  # the loop below without its spans, in fewer interpreter steps
+        for ready_at in readies:
+            comm = (comm if comm >= ready_at else ready_at) + share
+        return comm
+    for ready_at in readies:
+        comm = (comm if comm >= ready_at else ready_at) + share
+        timeline.add(r, "comm", "dp-reduce", comm - share, comm)
+    return comm
