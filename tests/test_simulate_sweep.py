@@ -95,7 +95,7 @@ def test_sweep_equals_the_event_simulation(schedule: str, p: int, m: int, v: int
 def test_a_shape_swept_often_is_written_out_with_the_same_times() -> None:
     costs = random_costs(np.random.default_rng(7), "1f1b", 2, 6, 1)
     first = simulate_pipeline(costs, record=False)
-    for _ in range(STRAIGHT_AFTER + 2):  # past the loop's sweeps, onto the written-out order
-        again = simulate_pipeline(costs, record=False)
+    for _ in range(STRAIGHT_AFTER + 2):  # past the loop's sweeps, onto the written-out order (swept: none kept)
+        again = simulate_pipeline(costs, record=False, swept={})
         assert (again.step_time_s, again.pipeline_end_s) == (first.step_time_s, first.pipeline_end_s)
     assert written_out("1f1b", 2, 6, 1) is straight_sweep("1f1b", 2, 6, 1) is not None

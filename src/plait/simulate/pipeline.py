@@ -19,9 +19,8 @@ them equal to the last bit), at a fraction of its cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import add, mul, truediv
 
+from plait.kept import MISSING, Kept
 from plait.simulate.periodic import periodic_sweep, unrolled_order
 from plait.simulate.steady import WarmUp, steady_sweep, warm_up
 from plait.simulate.straight import written_out
@@ -127,7 +126,29 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool =
     a deep pipeline's steady state extrapolated once it repeats, :mod:`plait.simulate.steady`, the same times up to
     rounding at a fraction of the cost; ``swept``, without ``record``: the sweeps done so far by their durations, to
     take a pipeline alike in every operation's duration from, and to add this one's to; ``warm``, with
-    ``extrapolate``: :func:`warmed`'s start of the sweep, taken over)."""
+    ``extrapolate``: :func:`warmed`'s start of the sweep, taken over). Without ``record``, ``swept`` and ``warm``
+    (an estimate's), the end times are kept by every value of ``c`` they depend on (:data:`_ENDS`)."""
+    if record or swept is not None or warm is not None:
+        return _simulated(c, record, extrapolate, swept, warm)
+    key = (c.schedule, c.p, c.m, c.v, tuple(c.forward_s), tuple(c.backward_s), tuple(c.weight_grad_s), c.p2p_s,
+           tuple(c.grad_reduce_s), tuple(c.param_gather_s), tuple(c.buckets), c.overlap_grad_reduce,
+           tuple(c.optimizer_s), extrapolate)
+    found = _ENDS.find(key)
+    if found is MISSING:
+        timeline = _simulated(c, False, extrapolate, None, None)
+        found = _ENDS.keep(key, (), (timeline.step_time_s, tuple(timeline.pipeline_end_s)))
+    step_time_s, ends = found  # type: ignore[misc]
+    return Timeline(step_time_s=step_time_s, pipeline_end_s=list(ends), record=False)
+
+
+_ENDS: Kept[tuple[float, tuple[float, ...]]] = Kept(256)
+"""An estimate's simulated step time and every rank's end of the pipeline, by every value of the costs they depend
+on (a pure function of them): a plan estimated again (a validation's or a benchmark's repeats) is not swept again."""
+
+
+def _simulated(c: PipelineCosts, record: bool, extrapolate: bool, swept: dict[SweepKey, Swept] | None,
+               warm: WarmUp | None) -> Timeline:
+    """:func:`simulate_pipeline`, run."""
     timeline, p = Timeline(record=record), c.p
     hops = (0.0, c.p2p_s)
     durations = _durations(c)
@@ -243,13 +264,13 @@ def _bucketed(timeline: Timeline, r: int, begin: float, end: float, reduce: floa
     """End of rank ``r``'s ``n`` gradient buckets of ``reduce / n`` each, bucket ``k`` ready once the last backward
     (``begin`` to ``end``) has passed ``k`` of its ``n`` layers, each reduced after the one before it."""
     comm, span, share = begin, end - begin, reduce / n
-    # begin + span * k / n for k = 1..n: the same float operations, run by operator's functions in C
-    readies = map(add, repeat(begin, n), map(truediv, map(mul, repeat(span, n), range(1, n + 1)), repeat(n, n)))
     if not timeline.record:  # the loop below without its spans, in fewer interpreter steps
-        for ready_at in readies:
+        for k in range(1, n + 1):
+            ready_at = begin + span * k / n
             comm = (comm if comm >= ready_at else ready_at) + share
         return comm
-    for ready_at in readies:
+    for k in range(1, n + 1):
+        ready_at = begin + span * k / n
         comm = (comm if comm >= ready_at else ready_at) + share
         timeline.add(r, "comm", "dp-reduce", comm - share, comm)
     return comm

@@ -28,13 +28,13 @@ from plait.simulate.sweep_order import _sweep_order
 STRAIGHT_OPS = 1024
 """Most operations of an order written out (:func:`straight_sweep`): the small pipelines an estimate simulates
 (at most :data:`plait.predict.estimate.SIMULATED_PASSES` = 192 chunk passes, 2-3 operations each) fit; generating
-one costs ~1-3 ms once per schedule shape (measured by ``benchmarks/simulate_speed.py``-style timing), so a deep
-pipeline, seen rarely, keeps the loop."""
+costs 15-25 us an operation (4-10 ms for 256-576 operations, measured by timing :func:`straight_sweep` in one
+process at load 5-7 on 2 cores, 2026-12-07), so a deep pipeline's order, long and seen rarely, keeps the loop."""
 
 STRAIGHT_AFTER = 128
 """Sweeps of one schedule shape by the loop before it is written out (:func:`written_out`): generating costs as much
-as 110-170 of its loop sweeps (measured on 1F1B p=2 m=64, interleaved p=4 m=16 v=3 and ZB-H1 p=8 m=24 by timing
-:func:`straight_sweep` against ``_sweep``'s loop in one process), so a shape is written out once the loop has spent
+as 110-170 of its loop sweeps (1F1B p=2 m=64, interleaved p=4 m=16 v=3 and ZB-H1 p=8 m=24, measured by timing :func:`straight_sweep`
+against ``_sweep``'s loop in one process, same load and date), so a shape is written out once the loop has spent
 about that much on it (the ski-rental rule: never more than about twice the cheaper choice's cost), and a shape
 swept a few times (a planner's many layouts) never pays for it."""
 
