@@ -5,11 +5,8 @@ For the plans of ``benchmarks/estimate_speed.py``, estimates each once, empties 
 ``empty_kept``: a plan seen first) and counts, under ``sys.settrace`` with opcode events, the bytecodes and the
 Python-level calls of one more estimate. ``--warm N``: the plan estimated ``N`` times and the next estimate
 counted with everything kept (a plan estimated again, as ``benchmarks/estimate_speed.py`` and
-``benchmarks/vs_calculon.py`` time it: a small pipeline's sweep is written out only once its shape has been swept
-128 times, :mod:`plait.simulate.straight`); ``--calculon``: ``benchmarks/vs_calculon.py``'s plans too. The counts do not depend on the machine's load, so two trees can be
-compared on a shared machine where timings drift (``--base``: the same count in another checkout, run in its own
-process, and the ratio now/base). They leave out what runs in C (dict and tuple hashing, ``math``, a dataclass's
-attribute stores), so a time still needs ``benchmarks/compare_speed.py --cold``.
+``benchmarks/vs_calculon.py`` time it; a small pipeline's sweep is written out only once its shape has been swept
+128 times, :mod:`plait.simulate.straight`); ``--calculon``: ``benchmarks/vs_calculon.py``'s plans too.
 """
 
 from __future__ import annotations
@@ -81,7 +78,8 @@ def main() -> None:
     ratio = ""
     if base:
         ratio = f"   {total[0] / sum(r[1] for r in base):.3f} {total[1] / sum(r[2] for r in base):.3f}"
-    print(f"{'all plans':45s} {total[0]:10,d} {total[1]:7,d}{ratio}  (one {f'estimate after {args.warm}' if args.warm else 'cold estimate'} each)")
+    counted = f"estimate after {args.warm}" if args.warm else "cold estimate"
+    print(f"{'all plans':45s} {total[0]:10,d} {total[1]:7,d}{ratio}  (one {counted} each)")
 
 
 if __name__ == "__main__":

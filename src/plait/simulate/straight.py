@@ -33,10 +33,10 @@ process at load 5-7 on 2 cores, 2026-12-07), so a deep pipeline's order, long an
 
 STRAIGHT_AFTER = 128
 """Sweeps of one schedule shape by the loop before it is written out (:func:`written_out`): generating costs as much
-as 110-170 of its loop sweeps (1F1B p=2 m=64, interleaved p=4 m=16 v=3 and ZB-H1 p=8 m=24, measured by timing :func:`straight_sweep`
-against ``_sweep``'s loop in one process, same load and date), so a shape is written out once the loop has spent
-about that much on it (the ski-rental rule: never more than about twice the cheaper choice's cost), and a shape
-swept a few times (a planner's many layouts) never pays for it."""
+as 110-170 of its loop sweeps (1F1B p=2 m=64, interleaved p=4 m=16 v=3 and ZB-H1 p=8 m=24, measured by timing
+:func:`straight_sweep` against ``_sweep``'s loop in one process, same load and date), so a shape is written out
+once the loop has spent about that much on it (the ski-rental rule: never more than about twice the cheaper choice's
+cost), and a shape swept a few times (a planner's many layouts) never pays for it."""
 
 Sweep = Callable[[list[float], float], tuple[list[float], list[tuple[float, float]]]]
 """``(took, hop)`` -> every rank's end and the (start, end) of its last operation: ``took`` by ``3 x rank +
