@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from plait.events.kernel import Kernel
-from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
+from plait.simulate.pipeline import PipelineCosts, _durations, simulate_pipeline
 from plait.simulate.schedules import order
+from plait.simulate.straight import STRAIGHT_AFTER, straight_sweep, written_out
 from tests.pipeline_costs import LAYOUTS as OTHER_LAYOUTS
 from tests.pipeline_costs import random_costs
 
@@ -84,3 +85,17 @@ def test_sweep_equals_the_event_simulation(schedule: str, p: int, m: int, v: int
         assert timeline.pipeline_end_s == ends
         bare = simulate_pipeline(costs, record=False)  # the estimate's sweep, without spans: the same bits
         assert (bare.step_time_s, bare.pipeline_end_s) == (timeline.step_time_s, timeline.pipeline_end_s)
+        straight = straight_sweep(schedule, p, m, v)  # the order written out as Python: the same bits again
+        if straight is not None:
+            last = {s.rank: (s.start, s.end) for s in timeline.spans if s.kind in ("F", "B", "W")}
+            took = [d for ranked in _durations(costs) for d in ranked]
+            assert straight(took, costs.p2p_s) == (ends, [last[r] for r in range(p)])
+
+
+def test_a_shape_swept_often_is_written_out_with_the_same_times() -> None:
+    costs = random_costs(np.random.default_rng(7), "1f1b", 2, 6, 1)
+    first = simulate_pipeline(costs, record=False)
+    for _ in range(STRAIGHT_AFTER + 2):  # past the loop's sweeps, onto the written-out order (swept: none kept)
+        again = simulate_pipeline(costs, record=False, swept={})
+        assert (again.step_time_s, again.pipeline_end_s) == (first.step_time_s, first.pipeline_end_s)
+    assert written_out("1f1b", 2, 6, 1) is straight_sweep("1f1b", 2, 6, 1) is not None

@@ -14,14 +14,30 @@ from plait.cost.dataparallel import kept_gathered
 from plait.cost.memory import stage_memory
 from plait.cost.per_stage import boundary_p2p_s, stage_views
 from plait.job import Job
+from plait.kept import MISSING, Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.simulate.pipeline import PipelineCosts
 
+_COSTS: Kept[PipelineCosts] = Kept(256)
+
 
 def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
     """Durations of every rank of one pipeline of ``job`` (``prepared``: the plan's shared quantities, when the
-    estimate has them already, :attr:`plait.cost.batch.BatchResult.prepared`)."""
+    estimate has them already, :attr:`plait.cost.batch.BatchResult.prepared`). A function of the job's model,
+    cluster, engine facts and plan alone, kept by the plan's value and the others' identity (held by the entry, as
+    :func:`plait.job._check_once` keeps a checked plan) for the last 256 jobs: a plan estimated again does not cost
+    its stages again. The durations are shared: not to be changed (``dataclasses.replace`` makes another)."""
+    model, cluster, framework = job.model, job.cluster, job.framework
+    key = (id(model), id(cluster), id(framework), job.plan)
+    found = _COSTS.find(key)
+    if found is MISSING:
+        found = _COSTS.keep(key, (model, cluster, framework), _costed(job, prepared))
+    return found  # type: ignore[return-value]
+
+
+def _costed(job: Job, prepared: Prepared | None) -> PipelineCosts:
+    """:func:`pipeline_costs`, costed."""
     model, cluster, plan, framework = job.model, job.cluster, job.plan, job.framework
     if prepared is None or prepared.framework is not framework or (prepared.cols.single is not plan
                                                                    and prepared.cols.single != plan):

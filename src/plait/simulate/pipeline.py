@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from plait.kept import MISSING, Kept
 from plait.simulate.periodic import periodic_sweep, unrolled_order
 from plait.simulate.steady import WarmUp, steady_sweep, warm_up
+from plait.simulate.straight import written_out
 from plait.simulate.sweep_order import _steps, _sweep_order
 
 
@@ -124,18 +126,42 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool =
     a deep pipeline's steady state extrapolated once it repeats, :mod:`plait.simulate.steady`, the same times up to
     rounding at a fraction of the cost; ``swept``, without ``record``: the sweeps done so far by their durations, to
     take a pipeline alike in every operation's duration from, and to add this one's to; ``warm``, with
-    ``extrapolate``: :func:`warmed`'s start of the sweep, taken over)."""
+    ``extrapolate``: :func:`warmed`'s start of the sweep, taken over). Without ``record``, ``swept`` and ``warm``
+    (an estimate's), the end times are kept by every value of ``c`` they depend on (:data:`_ENDS`)."""
+    if record or swept is not None or warm is not None:
+        return _simulated(c, record, extrapolate, swept, warm)
+    key = (c.schedule, c.p, c.m, c.v, tuple(c.forward_s), tuple(c.backward_s), tuple(c.weight_grad_s), c.p2p_s,
+           tuple(c.grad_reduce_s), tuple(c.param_gather_s), tuple(c.buckets), c.overlap_grad_reduce,
+           tuple(c.optimizer_s), extrapolate)
+    found = _ENDS.find(key)
+    if found is MISSING:
+        timeline = _simulated(c, False, extrapolate, None, None)
+        found = _ENDS.keep(key, (), (timeline.step_time_s, tuple(timeline.pipeline_end_s)))
+    step_time_s, ends = found  # type: ignore[misc]
+    return Timeline(step_time_s=step_time_s, pipeline_end_s=list(ends), record=False)
+
+
+_ENDS: Kept[tuple[float, tuple[float, ...]]] = Kept(256)
+"""An estimate's simulated step time and every rank's end of the pipeline, by every value of the costs they depend
+on (a pure function of them): a plan estimated again (a validation's or a benchmark's repeats) is not swept again."""
+
+
+def _simulated(c: PipelineCosts, record: bool, extrapolate: bool, swept: dict[SweepKey, Swept] | None,
+               warm: WarmUp | None) -> Timeline:
+    """:func:`simulate_pipeline`, run."""
     timeline, p = Timeline(record=record), c.p
     hops = (0.0, c.p2p_s)
     durations = _durations(c)
     if record:
         free, last_backward = _sweep_recorded(c, durations, hops, timeline)
     else:
-        key = _sweep_key(c, durations, extrapolate)
-        done = swept.get(key) if swept is not None else None
+        key, done = None, None
+        if swept is not None:  # the key only where a sweep may be found or kept
+            key = _sweep_key(c, durations, extrapolate)
+            done = swept.get(key)
         if done is None:
             done = _sweep(c, durations, hops, extrapolate, warm)
-            if swept is not None:
+            if swept is not None and key is not None:
                 swept[key] = done
         free, last_backward = done
     for r in range(p):
@@ -150,6 +176,9 @@ def _sweep(c: PipelineCosts, durations: list[tuple[float, float, float]], hops: 
     (:func:`_sweep_order`), without the spans (what an estimate needs, at a fraction of the cost)."""
     p = c.p
     took = [d for ranked in durations for d in ranked]  # 3 x rank + kind
+    straight = written_out(c.schedule, p, c.m, c.v)  # a small pipeline's order written out as Python, once swept often
+    if straight is not None:
+        return straight(took, hops[1])
     unrolled = unrolled_order(c.schedule, p, c.m, c.v)  # a small pipeline's short-run order, written out
     if unrolled is None:  # a deep one's: its period replayed, or its steady state extrapolated
         periodic = (steady_sweep(c.schedule, p, c.m, c.v, took, hops, warm) if extrapolate
@@ -218,12 +247,7 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
     if reduce > 0:
         n = max(c.buckets[r], 1)
         if c.overlap_grad_reduce:
-            comm, span, share = begin, end - begin, reduce / n
-            for k in range(n):  # bucket k is ready once the last backward has passed k+1 of n layers
-                ready_at = begin + span * (k + 1) / n
-                comm = (comm if comm >= ready_at else ready_at) + share
-                if timeline.record:
-                    timeline.add(r, "comm", "dp-reduce", comm - share, comm)
+            comm = _bucketed(timeline, r, begin, end, reduce, n)
         else:
             timeline.add(r, "comm", "dp-reduce", end, end + reduce)
             comm = end + reduce
@@ -234,3 +258,19 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
         finish += exposed
     timeline.add(r, "compute", "optimizer", finish, finish + c.optimizer_s[r])
     return finish + c.optimizer_s[r]
+
+
+def _bucketed(timeline: Timeline, r: int, begin: float, end: float, reduce: float, n: int) -> float:
+    """End of rank ``r``'s ``n`` gradient buckets of ``reduce / n`` each, bucket ``k`` ready once the last backward
+    (``begin`` to ``end``) has passed ``k`` of its ``n`` layers, each reduced after the one before it."""
+    comm, span, share = begin, end - begin, reduce / n
+    if not timeline.record:  # the loop below without its spans, in fewer interpreter steps
+        for k in range(1, n + 1):
+            ready_at = begin + span * k / n
+            comm = (comm if comm >= ready_at else ready_at) + share
+        return comm
+    for k in range(1, n + 1):
+        ready_at = begin + span * k / n
+        comm = (comm if comm >= ready_at else ready_at) + share
+        timeline.add(r, "comm", "dp-reduce", comm - share, comm)
+    return comm
