@@ -14,7 +14,7 @@ from plait.cost.dataparallel import kept_gathered
 from plait.cost.memory import stage_memory
 from plait.cost.per_stage import boundary_p2p_s, stage_views
 from plait.job import Job
-from plait.kept import MISSING, Kept
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.simulate.pipeline import PipelineCosts
@@ -30,10 +30,7 @@ def pipeline_costs(job: Job, prepared: Prepared | None = None) -> PipelineCosts:
     its stages again. The durations are shared: not to be changed (``dataclasses.replace`` makes another)."""
     model, cluster, framework = job.model, job.cluster, job.framework
     key = (id(model), id(cluster), id(framework), job.plan)
-    found = _COSTS.find(key)
-    if found is MISSING:
-        found = _COSTS.keep(key, (model, cluster, framework), _costed(job, prepared))
-    return found  # type: ignore[return-value]
+    return _COSTS.get(key, (model, cluster, framework), lambda: _costed(job, prepared))
 
 
 def _costed(job: Job, prepared: Prepared | None) -> PipelineCosts:

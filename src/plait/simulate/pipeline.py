@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plait.kept import MISSING, Kept
+from plait.kept import Kept
 from plait.simulate.periodic import periodic_sweep, unrolled_order
 from plait.simulate.steady import WarmUp, steady_sweep, warm_up
 from plait.simulate.straight import written_out
@@ -133,11 +133,7 @@ def simulate_pipeline(c: PipelineCosts, record: bool = True, extrapolate: bool =
     key = (c.schedule, c.p, c.m, c.v, tuple(c.forward_s), tuple(c.backward_s), tuple(c.weight_grad_s), c.p2p_s,
            tuple(c.grad_reduce_s), tuple(c.param_gather_s), tuple(c.buckets), c.overlap_grad_reduce,
            tuple(c.optimizer_s), extrapolate)
-    found = _ENDS.find(key)
-    if found is MISSING:
-        timeline = _simulated(c, False, extrapolate, None, None)
-        found = _ENDS.keep(key, (), (timeline.step_time_s, tuple(timeline.pipeline_end_s)))
-    step_time_s, ends = found  # type: ignore[misc]
+    step_time_s, ends = _ENDS.get(key, (), lambda: _ends(_simulated(c, False, extrapolate, None, None)))
     return Timeline(step_time_s=step_time_s, pipeline_end_s=list(ends), record=False)
 
 
@@ -274,3 +270,8 @@ def _bucketed(timeline: Timeline, r: int, begin: float, end: float, reduce: floa
         comm = (comm if comm >= ready_at else ready_at) + share
         timeline.add(r, "comm", "dp-reduce", comm - share, comm)
     return comm
+
+
+def _ends(timeline: Timeline) -> tuple[float, tuple[float, ...]]:
+    """What :data:`_ENDS` keeps of an estimate's timeline: its step time and each pipeline's end."""
+    return timeline.step_time_s, tuple(timeline.pipeline_end_s)
