@@ -98,8 +98,8 @@ def test_early_stop_skips_the_down_projection_and_the_last_add(precision: str, s
 
 
 def test_the_torch_1_13_foundry_tables_recompute_the_whole_block() -> None:
-    """llm-foundry's A100 tables ran on torch 1.13.1, before early stop (engines.toml ``llm-foundry@2023-05``): its
-    facts recompute the whole forward; the torch 2.1 H100 table's (plain ``llm-foundry``) stop before the last GEMM."""
+    """llm-foundry's May-2023 tables ran on torch 1.13.1, before early stop (engines.toml ``llm-foundry@2023-05``):
+    its facts recompute the whole forward; the torch 2.1 rows' (plain ``llm-foundry``) stop before the last GEMM."""
     old = get_engine("llm-foundry@2023-05").framework.recompute_early_stop
     whole = layer_cost(_setup("bf16", old, "llm-foundry@2023-05"), False)
     assert whole.recompute_s == pytest.approx(whole.fwd_compute_s)
