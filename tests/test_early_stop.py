@@ -58,7 +58,7 @@ def test_non_reentrant_checkpoint_does_not_rerun_the_last_gemm() -> None:
     assert recomputed.count == 8 + 3
 
 
-def _setup(precision: str, early_stop: bool) -> Setup:
+def _setup(precision: str, early_stop: bool, engine: str = "llm-foundry") -> Setup:
     model = ModelSpec(
         name="toy",
         num_layers=1,
@@ -73,7 +73,7 @@ def _setup(precision: str, early_stop: bool) -> Setup:
         norm="layernorm",
         position="learned",
     )
-    framework = replace(get_engine("llm-foundry").framework, recompute_early_stop=early_stop)
+    framework = replace(get_engine(engine).framework, recompute_early_stop=early_stop)
     plan = Plan(recompute="full", precision=precision).with_seq_len(4096)  # type: ignore[arg-type]
     return Setup(
         model=model, cluster=cluster_from_mapping(toy_cluster_mapping(), "toy"), plan=plan, framework=framework
@@ -95,3 +95,12 @@ def test_early_stop_skips_the_down_projection_and_the_last_add(precision: str, s
     stopped = layer_cost(_setup(precision, True), False)
     assert whole.recompute_s == pytest.approx(whole.fwd_compute_s)
     assert whole.recompute_s - stopped.recompute_s == pytest.approx(saved_s)
+
+
+def test_the_torch_1_13_foundry_tables_recompute_the_whole_block() -> None:
+    """llm-foundry's May-2023 tables ran on torch 1.13.1, before early stop (engines.toml ``llm-foundry@2023-05``):
+    its facts recompute the whole forward; the torch 2.1 rows' (plain ``llm-foundry``) stop before the last GEMM."""
+    old = get_engine("llm-foundry@2023-05").framework.recompute_early_stop
+    whole = layer_cost(_setup("bf16", old, "llm-foundry@2023-05"), False)
+    assert whole.recompute_s == pytest.approx(whole.fwd_compute_s)
+    assert get_engine("llm-foundry").framework.recompute_early_stop

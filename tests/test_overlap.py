@@ -62,6 +62,7 @@ def test_backward_post_puts_every_backward_gather_in_line() -> None:
 
 @pytest.mark.parametrize(("spec", "grad"), [
     ("llm-foundry[mixed_precision=DEFAULT]", "fp32"), ("llm-foundry[mixed_precision=PURE]", "bf16"), ("llm-foundry", "fp32"),
+    ("llm-foundry@2023-05[mixed_precision=PURE]", "bf16"), ("llm-foundry@2023-05", "fp32"),
 ])
 def test_composer_mixed_precision_is_an_engine_option(spec: str, grad: str) -> None:
     """Composer's FSDP1 mixed-precision modes (docs/research/framework_facts.md, section 1) as engine options."""
@@ -81,8 +82,11 @@ def test_dev_rows_run_the_engine_their_notes_document() -> None:
     rows = read_runs(dataset_path("dev"))
     foundry = [r for r in rows if r.source == "llmfoundry"]
     assert foundry and all(
-        r.run_engine == f"llm-foundry[mixed_precision={re.search(r'FSDP mp mode ([A-Z]+)', r.notes)[1]}]"
+        r.run_engine.endswith(f"[mixed_precision={re.search(r'FSDP mp mode ([A-Z]+)', r.notes)[1]}]")
         for r in foundry)
+    # The May-2023 sweep (every A100-40GB row, the A100-80GB 70B rows) ran torch 1.13.1, the rest torch 2.1.
+    old = [r.gpu == "a100-40gb" or (r.gpu == "a100-80gb" and r.model == "MPT-70B") for r in foundry]
+    assert all(r.run_engine.startswith("llm-foundry@2023-05[" if o else "llm-foundry[") for r, o in zip(foundry, old))
     deepspeed = [r for r in rows if "ZeRO-3 (DeepSpeed)" in r.notes]
     assert deepspeed and all(r.engine == "megatron-lm@2021" and r.run_engine == "deepspeed@2021" for r in deepspeed)
     titan = [r for r in rows if r.engine == "torchtitan"]

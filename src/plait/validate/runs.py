@@ -25,6 +25,9 @@ REQUIRED_COLUMNS = (
 _FP8_RECIPES = {"FP8-CS": "current", "FP8-MX": "mxfp8"}
 """Megatron-Bridge's performance-summary precision names and the engine's ``fp8_recipe`` option of each."""
 
+_MAY_2023 = "llm-foundry@2023-05"
+"""The engine of llm-foundry's README rows from its May-2023 sweep (engines.toml gives the sources)."""
+
 _MB_HYBRIDEP = {("Qwen3", "gb200"), ("Qwen3", "gb300"), ("DeepSeekV3", "gb200"), ("DeepSeekV3", "gb300")}
 """(model family, GPU) whose Megatron-Bridge 25.11 performance recipe dispatches its experts' tokens with HybridEP
 (``moe_flex_dispatcher_backend="hybridep"``: v0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py
@@ -111,7 +114,8 @@ class RunRow:
     def run_engine(self) -> str:
         """The ``engine`` column with what the row's own notes say about the run: the software its sharding ran on
         where ``sharding_raw`` names another (``'ZeRO-3 (DeepSpeed), ...'``: Narayanan et al.'s ZeRO-3 baseline,
-        at the column's version), llm-foundry's FSDP mixed-precision mode (``FSDP mp mode DEFAULT``), a Megatron-Bridge
+        at the column's version), llm-foundry's FSDP mixed-precision mode (``FSDP mp mode DEFAULT``; ``PURE``: the
+        May-2023 sweep, :data:`_MAY_2023`), a Megatron-Bridge
         run's fp8 recipe (``precision_raw='FP8-CS'``: current scaling, ``'FP8-MX'``: MXFP8) and
         MoE dispatcher (HybridEP where its performance recipe sets it, :data:`_MB_HYBRIDEP`), and whether a
         torchtitan run compiled (the notes say ``compile``; unstated, torchtitan's own default: ``CompileConfig.
@@ -122,7 +126,10 @@ class RunRow:
             return f"deepspeed@{version}" if version else "deepspeed"
         mode = self.fsdp_mixed_precision
         if name == "llm-foundry" and mode and "[" not in self.engine:
-            return f"{self.engine}[mixed_precision={mode}]"
+            # PURE marks llm-foundry's May-2023 sweep (torch 1.13.1): its submit_benchmarks.py defaulted
+            # --fsdp_config_mixed_precision to PURE (@300cc5c5 L66-68), the later one never passes it (DEFAULT).
+            engine = _MAY_2023 if mode == "PURE" and not version else self.engine
+            return f"{engine}[mixed_precision={mode}]"
         if name == "torchtitan" and "[" not in self.engine:  # unstated: torchtitan's default, CompileConfig.enable
             return f"{self.engine}[compile={'true' if 'compile' in self.notes.lower() else 'false'}]"  # = False
         if name == "megatron-bridge" and "[" not in self.engine:
