@@ -19,7 +19,7 @@ SHARED_CSV = Path(__file__).parents[2] / "shared" / "data" / "training_runs" / "
 # Regression guards, each a little above today's figure (docs/status.md gives the figures and the targets: 8% on
 # the whole set, 12% for every source, 15% for the mixture-of-experts rows), so that a change that makes the
 # predictions worse fails here.
-MAPE_BOUND_PCT = 10.5  # dense rows
+MAPE_BOUND_PCT = 9.5  # dense rows
 SOURCE_BOUND_PCT = 15.0  # every source's dense rows
 MOE_BOUND_PCT = 26.0
 
