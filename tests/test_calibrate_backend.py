@@ -25,7 +25,8 @@ def _described(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any
     def collective_times(world: int, sizes: list[int], tmp: Path, layers: bool = False, rounds: int = 5):  # type: ignore[no-untyped-def]
         (tmp / "allreduce.txt.overlap").write_text("0.0")
         (tmp / "allreduce.txt.rss").write_text(str(2**28))
-        return {"all_reduce": [LATENCY_S]} if sizes == [8 * world] else TIMES
+        assert sizes[0] == 8 * world  # the latency's all-reduce is swept first, then the sizes
+        return {kind: [LATENCY_S, *seconds] for kind, seconds in TIMES.items()}
 
     figures = {"core_share": 1.0, "fp32": [0.1, 0.2, 0.2, 0.2], "bf16": [0.1, 0.2, 0.2, 0.2],
                "wgrad": [0.1, 0.2, 0.2, 0.2], "attention": [0.1, 0.1, 0.1, 0.1], "memory_bw": 10.0,

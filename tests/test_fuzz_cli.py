@@ -132,9 +132,16 @@ def floats(*good: str) -> st.SearchStrategy[str]:
                      st.sampled_from(HOSTILE_NUMBERS))
 
 
+ANY_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=10)
+"""``st.text(max_size=10)``'s strings, drawn alike: its default alphabet is what UTF-8 encodes, every code point but
+the surrogates (category Cs). Named by category, hypothesis reads Unicode's table instead of encoding all 1.1M code
+points once per process on a fresh checkout (4-9 s loaded, measured by timing both in a new process; the same
+500 derandomized examples came out of both)."""
+
+
 @functools.cache
 def texts(*good: str) -> st.SearchStrategy[str]:
-    return st.one_of(st.sampled_from(list(good)), st.sampled_from(HOSTILE_TEXT), st.text(max_size=10))
+    return st.one_of(st.sampled_from(list(good)), st.sampled_from(HOSTILE_TEXT), ANY_TEXT)
 
 
 def _mutate(tree: Any, rnd: random.Random) -> Any:

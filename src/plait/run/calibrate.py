@@ -206,10 +206,12 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     rounds = 1 if quick else ROUNDS
     if quick:
         source += " (--quick: 1 round per collective size)"
-    say(f"collectives between {ranks} ranks, and per-layer host time")
-    times = collective_times(ranks, messages, tmp, layers=True, rounds=rounds)
-    say("collective latency")
-    latency_us = collective_times(ranks, [8 * ranks], tmp, rounds=rounds)["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
+    say(f"collectives between {ranks} ranks, their latency, and per-layer host time")
+    # The latency's 8-bytes-per-rank all-reduce is the sweep's first size: the same timed loop in the ranks the sizes
+    # use, where a sweep of its own started two more processes (torch's import and gloo's start each time).
+    swept = collective_times(ranks, [8 * ranks, *messages], tmp, layers=True, rounds=rounds)
+    latency_us = swept["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
+    times = {kind: seconds[1:] for kind, seconds in swept.items()}
     line, busbw = bus_bandwidths(ranks, messages, times, latency_us)
     overlap = float((tmp / "allreduce.txt.overlap").read_text())
     baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model

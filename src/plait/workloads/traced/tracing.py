@@ -62,7 +62,7 @@ def storage_dtype(precision: str | None) -> str:
     return "float32" if precision in FULL_PRECISIONS else "bfloat16"
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)  # plait validate classic's rows need 10 (2 models x shapes x 2 dtypes); 8 traced 12
 def trace(name: str, example_shape: Shape | None = None, input_dtype: str | None = None,
           dtype: str = "bfloat16") -> TracedWorkload:
     """The workload of the module that factory ``name`` builds (module docstring); kept per arguments in this
