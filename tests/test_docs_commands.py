@@ -199,29 +199,6 @@ def test_the_table_names_every_documented_command() -> None:
     assert documented() == set(COMMANDS)
 
 
-RUNNABLE = [c for c, how in COMMANDS.items() if not how.startswith("SKIP")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("command", RUNNABLE)
-def test_documented_command_runs(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In this process (:func:`tests.inprocess.cli`, the console script's own code path), which spares each command
-    an interpreter start and plait's imports (~0.35 s of CPU each, ~80 commands; ``plait run`` still starts torchrun
-    and its ranks as processes). An exception escaping the command fails the test with its traceback."""
-    from tests.inprocess import cli
-
-    if " run " in f" {command} ":
-        pytest.importorskip("torch")
-    (tmp_path / "config.json").write_text(json.dumps(HF_CONFIG))
-    (tmp_path / "titan.toml").write_text(TITAN_PLAN)
-    argv = shlex.split((COMMANDS[command] or command).format(tmp=tmp_path))
-    assert argv[0] == "plait"
-    monkeypatch.chdir(ROOT)
-    code, _, stderr = cli(argv[1:])
-    assert code == 0, f"{command}\n{stderr[-2000:]}"
-    assert "Traceback" not in stderr
-
-
 # Base install only: README's first command installs plait's base dependencies, no optional extra. A subprocess whose
 # sys.meta_path refuses every module the extras bring (a sitecustomize on PYTHONPATH) stands in for that
 # environment, so that the test gives the same answer with or without PyTorch installed.
@@ -265,6 +242,8 @@ _NEEDS_EXTRA = ("plait run ", "plait converge", "plait calibrate", "zoo:", "my_p
                 "validate classic", "--export")
 BASE_ONLY = [pytest.param(c, marks=[] if any(k in c for k in _NEEDS_EXTRA) else [pytest.mark.slow])
              for c in dict.fromkeys(readme_commands())]
+BASE_SUCCEEDS = frozenset(c for c in readme_commands() if not any(k in c for k in _NEEDS_EXTRA))
+"""README commands that reach no optional extra: on the base install they must succeed (exit 0)."""
 
 
 @pytest.mark.parametrize("command", BASE_ONLY)
@@ -285,7 +264,33 @@ def test_readme_command_works_or_names_its_extra_on_the_base_install(command: st
     assert "Traceback" not in out.stderr + out.stdout, f"{command}\n{out.stderr[-2000:]}"
     if out.returncode == 0:
         return
+    assert command not in BASE_SUCCEEDS, f"{command}: exit {out.returncode}\n{out.stderr[-2000:]}"
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, f"{command}: exit {out.returncode}\n{out.stderr[-2000:]}"
     installs = [line for line in _extras_install_lines().values() if line in lines[0]]
     assert lines[0].startswith("plait: error: ") and " needs " in lines[0] and installs, f"{command}: {lines[0]}"
+
+
+RUNNABLE = [c for c, how in COMMANDS.items() if not how.startswith("SKIP") and c not in BASE_SUCCEEDS]
+"""Documented commands run here; a README command that needs no extra is run (and must succeed) by
+:func:`test_readme_command_works_or_names_its_extra_on_the_base_install`, the same command line in its own process."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", RUNNABLE)
+def test_documented_command_runs(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process (:func:`tests.inprocess.cli`, the console script's own code path), which spares each command
+    an interpreter start and plait's imports (~0.35 s of CPU each, ~80 commands; ``plait run`` still starts torchrun
+    and its ranks as processes). An exception escaping the command fails the test with its traceback."""
+    from tests.inprocess import cli
+
+    if " run " in f" {command} ":
+        pytest.importorskip("torch")
+    (tmp_path / "config.json").write_text(json.dumps(HF_CONFIG))
+    (tmp_path / "titan.toml").write_text(TITAN_PLAN)
+    argv = shlex.split((COMMANDS[command] or command).format(tmp=tmp_path))
+    assert argv[0] == "plait"
+    monkeypatch.chdir(ROOT)
+    code, _, stderr = cli(argv[1:])
+    assert code == 0, f"{command}\n{stderr[-2000:]}"
+    assert "Traceback" not in stderr
