@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from plait.errors import ConfigError
 from plait.validate.datasets import dataset_path
 from plait.validate.records import read_records
 from plait.workloads.traced.validate import COLUMNS, accumulation_steps, row_loader
@@ -45,9 +46,11 @@ def test_dgx2h_and_dgx1_bert_rows_take_the_loss_tables_steps(gpu: str, nodes: in
 
 
 def test_each_row_carries_its_convolution_layout() -> None:
+    from plait.workloads.traced.row_framework import parse_framework
     from plait.workloads.traced.validate import row_channels_last
 
-    layouts = {(r["source_id"], r["precision"]): row_channels_last(r) for r in _rows() if "ResNet" in r["model"]}
+    layouts = {(r["source_id"], r["precision"]): row_channels_last(r, parse_framework(r["framework"], r.where))
+               for r in _rows() if "ResNet" in r["model"]}
     assert layouts[("DLE_PYT_RN50_2103", "amp")]  # configs.yml@7bdfc81: memory_format nhwc
     assert not layouts[("DLE_PYT_RN50_2103", "tf32")]  # PyTorch's default NCHW
     assert not layouts[("DLE_PYT_RN50_1910", "amp")]  # pytorch-19.10 predates torch.channels_last
@@ -136,13 +139,15 @@ def test_mxnet_float16_rows_fuse_batch_norm_and_pytorch_1907_amp_rows_reduce_fla
 
 
 def test_tensorflow_and_mxnet_rows_reduce_with_horovod_and_pytorch_rows_do_not() -> None:
+    from plait.workloads.traced.row_framework import parse_framework
     from plait.workloads.traced.tensor_fusion import HOROVOD_0_20, HOROVOD_0_21
     from plait.workloads.traced.validate import row_fusion
 
-    fusion = {(r["source_id"], r["framework"].split(" (")[1].split(",")[0]): row_fusion(r) for r in _rows()}
+    frameworks = {r.where: (r["source_id"], parse_framework(r["framework"], r.where)) for r in _rows()}
+    fusion = {(source, framework.container): row_fusion(framework) for source, framework in frameworks.values()}
     # DeepLearningExamples' TF ConvNets runner and MXNet runner reduce with Horovod (runner.py, runner@729963dd)
-    assert fusion[("DLE_TF_RN50_2006", "NGC 20.06-tf1-py3")] is HOROVOD_0_20
-    assert fusion[("DLE_MX_RN50", "NGC mxnet-22.10-py3")] is HOROVOD_0_21
+    assert fusion[("DLE_TF_RN50_2006", "20.06-tf1-py3")] is HOROVOD_0_20
+    assert fusion[("DLE_MX_RN50", "mxnet-22.10-py3")] is HOROVOD_0_21
     assert all(v is None for (source, _), v in fusion.items() if "PYT" in source or source == "TF_BENCH_2017")
 
 
@@ -152,3 +157,17 @@ def test_bert_rows_step_lamb_pass_by_pass_and_resnet_rows_do_not() -> None:
     passes = {(r["source_id"], r["precision"]): row_optimizer_passes(r) for r in _rows()}
     assert all(v is not None for (source, _), v in passes.items() if "BERT" in source)
     assert all(v is None for (source, _), v in passes.items() if "RN50" in source or source == "TF_BENCH_2017")
+
+
+@pytest.mark.parametrize(("cell", "name", "container"), [
+    ("MXNet (NGC mxnet-20.12-py3, Horovod)", "MXNet", "mxnet-20.12-py3"),
+    ("PyTorch (NGC pytorch:19.07-py3, APEX)", "PyTorch", "pytorch:19.07-py3"),
+    ("TensorFlow 1.x (tf_cnn_benchmarks)", "TensorFlow", ""),  # no container named
+])
+def test_a_rows_framework_cell_is_parsed_into_its_framework_and_container(cell: str, name: str,
+                                                                          container: str) -> None:
+    from plait.workloads.traced.row_framework import RowFramework, parse_framework
+
+    assert parse_framework(cell, "row") == RowFramework(name=name, container=container)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="row: framework 'JAX"):
+        parse_framework("JAX (NGC 23.04)", "row")

@@ -268,20 +268,20 @@ def test_a_tensor_parallel_side_attention_all_reduces_its_output() -> None:
     assert with_s - without_s == pytest.approx(21 * (job.passes * half + reduce), rel=1e-9)
 
 
-@pytest.mark.parametrize("rotary, glu, kind, extra_bytes", [
+@pytest.mark.parametrize("rotary, mlp, kind, extra_bytes", [
     # 1 layer, H = 8, r = 4, 4 image tokens (32 px / 16 a side), 2 text tokens, one pass:
     # rotary on Q and K of the 4 video tokens, 22 B a value (46 moved by the six fp32 kernels, 24 charged):
     # 2 x 4 x 8 x 22 = 1408; the GELU on 4H over all 6 joined tokens: 6 x 2 x 3 x 8 x 2 B = 576
-    ("image", False, "joint", 1408 + 576),
-    ("all", False, "joint", 2 * 6 * 8 * 22 + 576),  # rotary on the 2 text tokens too
-    ("none", False, "joint", 576),
+    ("image", "plain", "joint", 1408 + 576),
+    ("all", "plain", "joint", 2 * 6 * 8 * 22 + 576),  # rotary on the 2 text tokens too
+    ("none", "plain", "joint", 576),
     # SwiGLU: the gate's SiLU (2 rH) and the product (3 rH) against two H-wide kernels: (5 x 4 - 4) H a token
-    ("none", True, "joint", 6 * 16 * 8 * 2),
+    ("none", "swiglu", "joint", 6 * 16 * 8 * 2),
     # Sana's GLUMBConv adds SiLU on the whole 2 rH (4 rH - 2 H), on its 4 image tokens only
-    ("none", True, "linear", 4 * (16 + 14) * 8 * 2),
+    ("none", "glumbconv", "linear", 4 * (16 + 14) * 8 * 2),
 ])
 def test_eager_pointwise_traffic_beyond_the_blocks_width_is_counted_by_hand(
-        rotary: str, glu: bool, kind: str, extra_bytes: float) -> None:
+        rotary: str, mlp: str, kind: str, extra_bytes: float) -> None:
     """Eager kernels that move more than one bf16 read and write of the block's width (diffusers' fp32
     ``apply_rotary_emb``, the MLP's activation on its inner width), on a toy block; Ulysses halves each GPU's share,
     a compiled run fuses them away."""
@@ -291,7 +291,7 @@ def test_eager_pointwise_traffic_beyond_the_blocks_width_is_counted_by_hand(
     from plait.workloads.dit.pipeline import pointwise_step_s
 
     spec = DitSpec(name="toy", kind=kind, hidden=8, layers=1, heads=1, mlp_ratio=4.0, patch=2, vae_downsample=8,
-                   text_tokens=2, glu=glu, rotary_fp32=rotary)  # type: ignore[arg-type]
+                   text_tokens=2, mlp=mlp, rotary_fp32=rotary)  # type: ignore[arg-type]
     job = DitJob(resolution=32, cfg=False, steps=1)
     assert extra_step_bytes(spec, job, DitPlan()) == extra_bytes
     assert extra_step_bytes(spec, job, DitPlan(ulysses=2)) == extra_bytes / 2

@@ -234,7 +234,7 @@ def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> 
     """Per row, the index of the first broken rule in ``RULES`` (-1 when valid); of a single plan, an int
     (its rules checked in order, so that later rules never see a zero degree)."""
     if cols.single is not None:  # the all-reduce: the method-only rules hold
-        rules = _ALLREDUCE_RULES if cols["dp_sync"] == 0 else enumerate(RULES)
+        rules = _ALLREDUCE_RULES if cols.single.dp_sync.is_allreduce else enumerate(RULES)
         return next((i for i, rule in rules if rule.broken(cols, model, cluster)), -1)  # type: ignore[return-value]
     first = np.full(len(cols), -1, dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):  # rows with a zero degree fail the first rule anyway

@@ -28,8 +28,10 @@ _FP8_RECIPES = {"FP8-CS": "current", "FP8-MX": "mxfp8"}
 _MAY_2023 = "llm-foundry@2023-05"
 """The engine of llm-foundry's README rows from its May-2023 sweep (engines.toml gives the sources)."""
 
-_MB_HYBRIDEP = {("Qwen3", "gb200"), ("Qwen3", "gb300"), ("DeepSeekV3", "gb200"), ("DeepSeekV3", "gb300")}
-"""(model family, GPU) whose Megatron-Bridge 25.11 performance recipe dispatches its experts' tokens with HybridEP
+_MB_HYBRIDEP = frozenset((model, gpu) for model in ("Qwen3_235B_a22B", "Qwen3_30B_a3B", "DeepSeekV3")
+                         for gpu in ("gb200", "gb300"))
+"""(model, GPU), as the performance summary names them (the ``model`` and ``gpu`` columns), whose Megatron-Bridge
+25.11 performance recipe dispatches its experts' tokens with HybridEP
 (``moe_flex_dispatcher_backend="hybridep"``: v0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py
 L42-197, the GB300 and GB200 configs of Qwen3-235B-A22B and Qwen3-30B-A3B; configs/deepseek/workload_base_configs.py
 L27-60, DeepSeek-V3 on GB300 and GB200); the others keep the providers' ``alltoall`` dispatcher (and DeepEP for
@@ -134,7 +136,7 @@ class RunRow:
             return f"{self.engine}[compile={'true' if 'compile' in self.notes.lower() else 'false'}]"  # = False
         if name == "megatron-bridge" and "[" not in self.engine:
             recipe = _FP8_RECIPES.get(self._quoted("precision_raw") or "")
-            hybridep = (self.model.split("_")[0], self.gpu) in _MB_HYBRIDEP and version == "25.11"
+            hybridep = (self.model, self.gpu) in _MB_HYBRIDEP and version == "25.11"
             options = [*(["moe_dispatcher=hybridep"] if hybridep else []), *([f"fp8_recipe={recipe}"] if recipe else [])]
             return f"{self.engine}[{','.join(options)}]" if options else self.engine
         return self.engine

@@ -228,7 +228,7 @@ def _block_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: igno
         gemms += [Gemm(m, h // tp, h), Gemm(m, h, h // tp)]  # cross-attention's Q and output on the image tokens
         gemms.append(Gemm(spec.text_tokens, 2 * h // tp, h))  # its K and V on the text tokens
     depthwise = 0.0
-    if spec.kind == "linear":  # Mix-FFN's 3x3 depthwise convolution reads and writes its 2 r H wide input
+    if spec.mlp == "glumbconv":  # Mix-FFN's 3x3 depthwise convolution reads and writes its 2 r H wide input
         depthwise = 2 * m * up / tp * ACT_BYTES / memory_bytes_per_s(acc)
     return sum(gemm_time_s(g, acc, "bf16") for g in gemms) + depthwise
 

@@ -17,11 +17,12 @@ kinds of kernel move more than that, read off the forward code the rows run:
   of the block's width. An mmdit single-stream block then joins the attention output and that activation
   (diffusers' ``FluxSingleTransformerBlock``: ``torch.cat([attn_output, mlp_hidden_states], dim=2)``; HunyuanVideo's
   ``MMSingleStreamBlock``: ``torch.cat((attn, self.mlp_act(mlp)), 2)``), a ``(1 + r) H``-wide copy: ``2 r H`` more.
-  A gated MLP (``glu``) runs its activation on the ``r H``-wide gate and multiplies it into the other half
-  (diffusers' ``SwiGLU``: ``hidden_states * self.activation(gate)``, Mochi 1's MLP in ``MochiTransformerBlock``):
-  ``2 r H`` values read and written by the activation, ``3 r H`` by the product, against the ``2 x 2 H`` of two
+  A gated MLP (``mlp`` ``swiglu`` or ``glumbconv``) runs its activation on the ``r H``-wide gate and multiplies it
+  into the other half (diffusers' ``SwiGLU``: ``hidden_states * self.activation(gate)``, Mochi 1's MLP in
+  ``MochiTransformerBlock``): ``2 r H`` values read and written by the activation, ``3 r H`` by the product, against
+  the ``2 x 2 H`` of two
   kernels of the block's width (Mochi's eager count is assumed FLUX.1's, which has one: the product's launch is
-  left out there, its traffic is not). Sana's GLUMBConv (``linear`` kind; diffusers ``GLUMBConv.forward``) also
+  left out there, its traffic is not). Sana's GLUMBConv (``mlp = "glumbconv"``; diffusers ``GLUMBConv.forward``) also
   runs SiLU on the whole ``2 r H``-wide output of its first 1x1 convolution before the depthwise one: ``4 r H``
   against ``2 H``.
 
@@ -64,8 +65,8 @@ def extra_step_bytes(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
     seq = image + (spec.text_tokens if spec.kind in JOINED else 0)
     mlp_tokens = spec.layers * (seq if spec.kind in JOINED else image) + spec.single_layers * seq
     r = spec.mlp_ratio
-    if spec.glu:  # the gate's activation and the product; GLUMBConv's SiLU on the whole first output
-        values = (5 * r - 4) + ((4 * r - 2) if spec.kind == "linear" else 0)
+    if spec.mlp != "plain":  # the gate's activation and the product; GLUMBConv's SiLU on the whole first output
+        values = (5 * r - 4) + ((4 * r - 2) if spec.mlp == "glumbconv" else 0)
     else:  # the activation on the r H-wide input
         values = 2 * (r - 1)
     mlp = mlp_tokens * values * width * ACT_BYTES

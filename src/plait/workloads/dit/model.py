@@ -17,7 +17,9 @@ Three block families, parameters per block from their papers' definitions (``H``
   the tokens), cross-attention to the text ``4 H^2`` (``Q`` and output on the image tokens), a Mix-FFN (GLU input
   projection ``2 r H^2``, 3x3 depthwise convolution, output ``r H^2``).
 
-``glu``: the MLP's input projection is doubled and gated (SwiGLU, Mochi; GLUMBConv, Sana): ``3 r H^2`` for the MLP.
+``mlp``: ``plain`` (``Linear(H, rH)``, activation, ``Linear(rH, H)``: ``2 r H^2``), or an input projection doubled
+and gated, ``3 r H^2`` for the MLP: ``swiglu`` (Mochi 1; diffusers ``FeedForward(activation_fn="swiglu")``) or
+``glumbconv`` (Sana's Mix-FFN, diffusers ``GLUMBConv``: 1x1 convolutions with a 3x3 depthwise one between).
 
 Video: ``frames`` of ``resolution x height`` pixels; a causal video VAE keeps the first frame and folds every
 ``vae_temporal`` after it into one latent frame, ``1 + (frames - 1) // vae_temporal`` latent frames (HunyuanVideo,
@@ -41,7 +43,7 @@ A TOML file describes it (``examples/dit-xl-2-1024px.toml``)::
     vae_downsample = 8
     text_tokens = 0         # cross- or joint-attention text tokens (pixart, mmdit, joint, linear)
     single_layers = 0       # mmdit: single-stream blocks after the double-stream ones
-    glu = false             # gated MLP input projection
+    mlp = "plain"           # plain | swiglu | glumbconv
     vae_temporal = 1        # video: frames per latent frame after the first
     text_encoders = []      # names in plait/workloads/dit/data/components.toml
     vae = ""                # a name in the same file
@@ -109,8 +111,8 @@ class DitSpec:
     """mmdit: single-stream blocks after the double-stream ones."""
     hf_model: str = ""
     """The Hugging Face id of the published weights (what an engine loads); empty for a shape only."""
-    glu: bool = False
-    """The MLP's input projection is doubled and gated (module docstring)."""
+    mlp: Literal["plain", "swiglu", "glumbconv"] = "plain"
+    """The MLP: plain, or with a doubled and gated input projection (module docstring)."""
     vae_temporal: int = 1
     """Video frames per latent frame after the first (1: an image model)."""
     text_encoders: tuple[str, ...] = ()
@@ -181,7 +183,7 @@ class DitSpec:
     @property
     def mlp_factor(self) -> int:
         """The MLP's weights in units of ``r H^2``: 2, or 3 with a gated (GLU) input projection."""
-        return 3 if self.glu else 2
+        return 2 if self.mlp == "plain" else 3
 
     @property
     def attention_layers(self) -> int:

@@ -57,7 +57,12 @@ class HostLoader:
     name: str
     label: str
     library: GnnLibrary
-    """Whose sampler: its batches' hops (DGL's and PyG's NeighborSampler draw for every node reached so far)."""
+    """Whose sampler (the library the trainer is estimated with in :mod:`plait.workloads.gnn.validate`)."""
+    hop_targets: Literal["reached", "new"]
+    """The nodes that draw at each hop, and so the targets of each hop's block: every node the batch has reached so
+    far (``reached``: DGL's ``MultiLayerNeighborSampler`` and PyG's ``NeighborSampler``,
+    :func:`plait.workloads.gnn.sampling.sample_batch`'s ``redraw``) or only the nodes the previous hop reached
+    (``new``: PyG's ``NeighborLoader``); ``data/loaders.toml`` cites each loader's code."""
     slicing: Literal["trainer", "workers"]
     transfer: Literal["serial", "pipelined"]
     source: str
@@ -119,8 +124,10 @@ def loaders() -> dict[str, HostLoader]:
         ref = raw["reference"]
         if raw.get("copy_from", "pinned") not in ("pinned", "pageable"):
             raise ConfigError(f"loader {name}: copy_from={raw['copy_from']!r} must be pinned or pageable")
-        out[name] = HostLoader(name=name, label=raw["label"], library=raw["library"], slicing=raw["slicing"],
-                               transfer=raw["transfer"], source=raw["source"],
+        if raw["hop_targets"] not in ("reached", "new"):
+            raise ConfigError(f"loader {name}: hop_targets={raw['hop_targets']!r} must be reached or new")
+        out[name] = HostLoader(name=name, label=raw["label"], library=raw["library"], hop_targets=raw["hop_targets"],
+                               slicing=raw["slicing"], transfer=raw["transfer"], source=raw["source"],
                                copy_from=raw.get("copy_from", "pinned"),
                                index_bytes_per_edge=raw["index_bytes_per_edge"],
                                index_bytes_per_target=raw["index_bytes_per_target"],
@@ -138,7 +145,7 @@ def per_core_rate(loader: HostLoader, graphs: dict[str, GraphStats]) -> float:
     if ref.dataset not in graphs:
         raise ConfigError(f"loader {loader.name}: reference dataset {ref.dataset!r} has no statistics")
     g = graphs[ref.dataset]
-    batch = sample_batch(degree_classes(g), ref.fanouts, ref.batch, 1, 0.0, redraw=loader.library != "pyg")
+    batch = sample_batch(degree_classes(g), ref.fanouts, ref.batch, 1, 0.0, redraw=loader.hop_targets == "reached")
     steps = -(-g.train_nodes // ref.batch)
     return batch.sampled_edges * steps / (ref.epoch_s * ref.workers)
 
@@ -154,12 +161,12 @@ def usable_workers(workers: int, cluster: Cluster, gpus_on_node: int) -> int:
 
 def index_bytes(sampled: SampledBatch, loader: HostLoader) -> float:
     """Bytes of the batch's blocks the loop copies to the GPU: :attr:`HostLoader.index_bytes_per_edge` per sampled
-    edge and :attr:`HostLoader.index_bytes_per_target` per drawing node, every node reached so far at each hop for
-    DGL's and PyG's ``NeighborSampler`` (:func:`plait.workloads.gnn.sampling.sample_batch`'s ``redraw``), the nodes
-    the previous hop reached for PyG's ``NeighborLoader``."""
+    edge and :attr:`HostLoader.index_bytes_per_target` per drawing node (:attr:`HostLoader.hop_targets`)."""
     hops = range(len(sampled.edges))
-    targets = sum(sampled.new_nodes[h] for h in hops) if loader.library == "pyg" else sum(sampled.within(h)
-                                                                                          for h in hops)
+    if loader.hop_targets == "new":
+        targets = sum(sampled.new_nodes[h] for h in hops)
+    else:
+        targets = sum(sampled.within(h) for h in hops)
     return loader.index_bytes_per_edge * sampled.sampled_edges + loader.index_bytes_per_target * targets
 
 

@@ -48,6 +48,7 @@ from plait.workloads.traced.optimizer_passes import (
     BERT_LAMB_2111_TF32,
     OptimizerPasses,
 )
+from plait.workloads.traced.row_framework import RowFramework, parse_framework
 from plait.workloads.traced.tensor_fusion import HOROVOD_0_20, HOROVOD_0_21, TensorFusion
 from plait.workloads.traced.tracing import storage_dtype, trace
 
@@ -109,7 +110,7 @@ LAMB = {("DLE_PYT_BERT_1907", "amp"): BERT_LAMB_1907_AMP, ("DLE_PYT_BERT_1907", 
 """(source, precision) -> the LAMB step its BERT runs take, pass by pass (:mod:`.optimizer_passes`): BertLAMB of
 optimization.py in pytorch:19.07 (run_pretraining.py @6fe463f), FusedLAMBAMP of lamb_amp_opt in pytorch:21.11
 (run_pretraining.py @a9e2c1d5, line 418)."""
-HOROVOD = {"20.06-tf1": HOROVOD_0_20, "mxnet-20.12": HOROVOD_0_20, "mxnet-22.10": HOROVOD_0_21}
+HOROVOD = {"20.06-tf1-py3": HOROVOD_0_20, "mxnet-20.12-py3": HOROVOD_0_20, "mxnet-22.10-py3": HOROVOD_0_21}
 """Containers of the rows that reduce with Horovod (DeepLearningExamples' TensorFlow ConvNets runner and MXNet RN50
 ``runner``, whose default ``--kv-store`` is ``horovod``) -> its Tensor Fusion defaults (:mod:`.tensor_fusion`). No
 release notes of NGC's MXNet 20.12 container were found: assumed Horovod 0.20 as NGC's 20.10 containers ship (0.21.0,
@@ -154,7 +155,7 @@ def row_loader(row: Record) -> Loader:
     return get_loader(kind, workers)
 
 
-def row_channels_last(row: Record) -> bool:
+def row_channels_last(row: Record, framework: RowFramework) -> bool:
     """Whether a row's convolutions ran on channels-last (NHWC) tensors: DeepLearningExamples' PyTorch configs say
     so (``memory_format: nhwc``, configs.yml@7bdfc81, mixed precision only), as its MXNet runner's flags do
     (``--conv-layout NHWC`` for float16); TensorFlow assigns NHWC to 16-bit
@@ -163,7 +164,7 @@ def row_channels_last(row: Record) -> bool:
     data format for spatial convolutions' in f32); PyTorch's default is NCHW."""
     if "memory_format nhwc" in row["notes"] or "--conv-layout NHWC" in row["notes"]:
         return True
-    return row["framework"].startswith("TensorFlow") and row["precision"] == "amp"
+    return framework.name == "TensorFlow" and row["precision"] == "amp"
 
 
 def row_optimizer(row: Record) -> EagerOptimizer | None:
@@ -180,10 +181,10 @@ def row_flat_reduce(row: Record) -> FlatReduce | None:
     return FLAT_REDUCE.get((row["source_id"], row["precision"]))
 
 
-def row_fusion(row: Record) -> TensorFusion | None:
+def row_fusion(framework: RowFramework) -> TensorFusion | None:
     """Horovod's Tensor Fusion settings of a row's container (:data:`HOROVOD`), or ``None``: it does not reduce with
     Horovod."""
-    return next((fusion for container, fusion in HOROVOD.items() if container in row["framework"]), None)
+    return HOROVOD.get(framework.container)
 
 
 def row_optimizer_passes(row: Record) -> OptimizerPasses | None:
@@ -204,12 +205,12 @@ def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
     return factory, shape
 
 
-def row_engine(row: Record) -> Engine:
+def row_engine(framework: RowFramework) -> Engine:
     """The engine facts of a row: PyTorch rows issue every op from eager PyTorch and pay its dispatch
     (:attr:`plait.engine.facts.EngineFacts.eager_dispatch`, :mod:`plait.hardware.eager_dispatch`); TensorFlow and
     MXNet rows do not (their executors' per-op host time is not sourced: not charged)."""
     engine = get_engine()
-    eager = row["framework"].startswith("PyTorch")
+    eager = framework.name == "PyTorch"
     return replace(engine, framework=replace(engine.framework, eager_dispatch=eager))
 
 
@@ -239,9 +240,11 @@ def predict_row(row: Record) -> ClassicResult:
     work = trace(factory, shape, dtype=storage_dtype(plan.precision))
     if FUSE_BN_RELU in row["notes"]:
         work = fuse_bn_relu(work, add_relu=FUSE_BN_ADD_RELU in row["notes"])
+    framework = parse_framework(row["framework"], row.where)
     est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]),
-                          plan, row_engine(row), step_interval_s, row_loader(row),
-                          row_channels_last(row), row_optimizer(row), row_flat_reduce(row), row_fusion(row),
+                          plan, row_engine(framework), step_interval_s, row_loader(row),
+                          row_channels_last(row, framework), row_optimizer(row), row_flat_reduce(row),
+                          row_fusion(framework),
                           row_optimizer_passes(row))
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
