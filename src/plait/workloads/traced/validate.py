@@ -33,7 +33,7 @@ from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.flat_reduce import (
     APEX_POST_ACCUMULATION_FP16,
     DDP_ONE_BUCKET_FP16,
@@ -239,10 +239,10 @@ def predict_row(row: Record) -> ClassicResult:
     work = trace(factory, shape, dtype=storage_dtype(plan.precision))
     if FUSE_BN_RELU in row["notes"]:
         work = fuse_bn_relu(work, add_relu=FUSE_BN_ADD_RELU in row["notes"])
-    est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]),
-                          plan, row_engine(row), step_interval_s, row_loader(row),
-                          row_channels_last(row), row_optimizer(row), row_flat_reduce(row), row_fusion(row),
-                          row_optimizer_passes(row))
+    facts = TracedRunFacts(loader=row_loader(row), channels_last=row_channels_last(row),
+                           eager_optimizer=row_optimizer(row), flat_reduce=row_flat_reduce(row), fusion=row_fusion(row),
+                           optimizer_passes=row_optimizer_passes(row))
+    est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]), plan, row_engine(row), step_interval_s, facts)
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 
