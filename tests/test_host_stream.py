@@ -148,8 +148,9 @@ def test_a_traced_workload_of_tiny_operators_waits_for_its_host() -> None:
     10 us per launch, a micro-batch takes its host's 3 ms per unit, not its kernels' 5 us floors (compiled: the
     launches alone); eager PyTorch dispatches each op first, 13.3 us more per op (plait.hardware.eager_dispatch)."""
     from plait.predict.intervals import step_interval_s
-    from plait.workloads.traced.cost import estimate_traced, unit_launches
+    from plait.workloads.traced.cost import estimate_traced
     from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
+    from plait.workloads.traced.timing import unit_launches
 
     tiny = [Kernel("add", 0.0, 0.0, 8.0, backward=False)] * 100 + [Kernel("add", 0.0, 0.0, 8.0, backward=True)] * 200
     body = Unit("block", tuple(tiny), (("w", (4,)),), 0, 0, 0)

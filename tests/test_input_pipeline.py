@@ -59,16 +59,16 @@ def test_a_slow_host_makes_the_traced_step_the_loaders() -> None:
     from plait.engine.catalog import get_engine
     from plait.plan.plan import Plan
     from plait.predict.intervals import step_interval_s
-    from plait.workloads.traced.cost import estimate_traced
+    from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
     from plait.workloads.traced.tracing import trace
 
     work, cluster = trace("plait.workload.zoo:resnet50"), get_cluster("dgx1-v100")
     plan = Plan(dp_replicate=8, sharding="none", micro_batch=64, global_batch=512, precision="fp16", optimizer="sgd")
     bare = estimate_traced(work, cluster, plan, get_engine(), step_interval_s)
     slow = _loader(0.05)  # 50 ms per image on 5 cores: 64 * 0.05 / 5 = 0.64 s, far above the device's step
-    host_bound = estimate_traced(work, cluster, plan, get_engine(), step_interval_s, slow)
+    host_bound = estimate_traced(work, cluster, plan, get_engine(), step_interval_s, TracedRunFacts(loader=slow))
     assert host_bound.time.total_s == pytest.approx(0.64)
-    gpu = estimate_traced(work, cluster, plan, get_engine(), step_interval_s, get_loader("dali_gpu"))
+    gpu = estimate_traced(work, cluster, plan, get_engine(), step_interval_s, TracedRunFacts(loader=get_loader("dali_gpu")))
     assert gpu.time.total_s == pytest.approx(bare.time.total_s)  # DALI on the GPU moves decode off the host
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.hardware.catalog import get_cluster
-from plait.workloads.traced.cost import kernel_s
 from plait.workloads.traced.model import Kernel
 from plait.workloads.traced.normalization import kernel_moved_bytes
+from plait.workloads.traced.timing import kernel_s
 
 
 def _kernel(name: str, per_example: float, backward: bool = False) -> Kernel:

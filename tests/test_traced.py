@@ -93,7 +93,7 @@ def test_a_factory_that_builds_no_module_is_refused() -> None:
 
 
 def test_pipeline_stages_balance_contiguous_units() -> None:
-    from plait.workloads.traced.cost import split_stages
+    from plait.workloads.traced.timing import split_stages
 
     # pre and post ride with the first and last stages: weights 1+5, 1, 1, 5+1
     assert split_stages([1, 5, 1, 1, 5, 1], 2) == [[0, 1, 2], [3, 4, 5]]

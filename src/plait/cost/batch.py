@@ -11,33 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
 
-from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
 from plait.cost.flops import kept_flops_per_token, model_flops_per_token
+from plait.cost.fsdp_layer import fsdp_layer_times
 from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
-from plait.cost.inner import ABSENT, Inner, LayerKind, inner_columns
-from plait.cost.memory import MEMORY_ITEMS, param_bytes, shard_groups, stage_memory, stage_params
+from plait.cost.inner import Inner, LayerKind, inner_columns
+from plait.cost.memory import MEMORY_ITEMS, shard_groups, stage_memory, stage_params
 from plait.cost.method_rows import dp_sync_costs, gradient_steps
 from plait.cost.p2p import critical_hops, hop_s
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
-from plait.cost.shard_calls import module_calls
 from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
-from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
-from plait.units import MIB, S_PER_US
+from plait.units import MIB
 from plait.workload.model import ModelSpec
 
 Columns = dict[str, np.ndarray]
@@ -126,63 +123,6 @@ class BatchResult:
                            recompute_factor=self.recompute_factor[index])
 
 
-def _fsdp_layer_s(cluster: Cluster, cols: PlanColumns, inner: Inner,
-                  framework: EngineFacts) -> tuple[ShardTimes, ShardTimes]:
-    """Per-layer parameter gather and gradient reduce-scatter seconds (0 unless zero3 or offloaded), and the
-    host time of FSDP2's per-layer hooks (zero2/zero3; measured by plait calibrate, 0 on GPUs).
-
-    Per-module sharding gathers each parameter tensor on its own (tensors taken as equal-sized). With parameters
-    offloaded, a gather first copies the rank's shard host-to-device over PCIe and then all-gathers it over the
-    network as without offload; a reduce-scatter is followed by the copy of the gradient shard back to the host
-    (FSDP2 ``CPUOffloadPolicy``: "sharded parameters ... copied host-to-device before all-gather", torch
-    fully_shard docs; ZeRO-Infinity, Rajbhandari et al. 2021, Sec. 5: the same gathers, fed from host memory)."""
-    xp = cols.xp
-    dense_group, expert_group = shard_groups(cols)
-    active = cols.is_("sharding", "zero3") & (dense_group > 1)  # gathered per micro-batch and layer
-    active = active & xp.not_(kept_gathered(cols, framework.pipeline_keeps_gathered))  # or once per step
-    wrapped = (cols.is_("sharding", "zero3") | cols.is_("sharding", "zero2")) & (dense_group > 1)  # FSDP2 units
-    eff = cluster.accelerator.efficiency
-    pcie = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
-    memory_bw = memory_bytes_per_s(cluster.accelerator)
-    out = []
-    for kind in inner.kinds:
-        if kind is ABSENT:  # a kind the model lacks (one plan): nothing to gather, reduce or hook
-            out.append(ShardTimes(gather_s=0.0, reduce_s=0.0, host_fwd_s=0.0, host_bwd_s=0.0))
-            continue
-        params = kind.num_params + kind.num_expert_params * dense_group / expert_group
-        gather, reduce = module_calls(cluster, cols, kind, framework, active, inner.grad_bytes, params)
-        shard = params / dense_group
-        present = kind.num_params + kind.num_expert_params > 0
-        copied = xp.where(active, params, 0.0) if framework.shard_copies else 0.0  # EngineFacts.shard_copies
-        copy_out = 2.0 * param_bytes(cols) * copied / memory_bw  # the gathered buffer read, the parameters written
-        copy_in = (param_bytes(cols) + inner.grad_bytes) * copied / memory_bw  # gradients read, the buffer written
-        out.append(ShardTimes(
-            gather_s=gather + xp.where(cols["offload_params"], param_bytes(cols) * shard / pcie, 0.0),
-            reduce_s=reduce + xp.where(cols["offload_params"], inner.grad_bytes * shard / pcie, 0.0),
-            host_fwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_fwd_us.value * S_PER_US, 0.0),
-            host_bwd_s=xp.where(wrapped & present, eff.host_fsdp_layer_bwd_us.value * S_PER_US, 0.0),
-            copy_out_s=copy_out, copy_in_s=copy_in))
-    return out[0], out[1]
-
-
-FSDP_FIELDS = ("sharding", "dp_shard", "cp", "ep", "tp", "offload_params", "precision")
-"""The plan fields :func:`_fsdp_layer_s` reads, with ``pp > 1`` (:func:`shard_groups`, :func:`kept_gathered`,
-:func:`param_bytes` and its own)."""
-_FSDP_VALUES = attrgetter(*FSDP_FIELDS)
-_FSDP_KEPT: Kept[tuple[ShardTimes, ShardTimes]] = Kept(256)
-
-
-def _fsdp_one(cluster: Cluster, cols: PlanColumns, inner: Inner,
-              framework: EngineFacts) -> tuple[ShardTimes, ShardTimes]:
-    """:func:`_fsdp_layer_s` of one plan, kept for the last 256 by its :data:`FSDP_FIELDS`, ``pp > 1`` and the
-    identity of its per-layer quantities (kept themselves, :func:`plait.cost.inner.inner_columns`), cluster and cost
-    facts, which the entry holds (frozen: the same object is the same value, its id not reused while it lives)."""
-    plan = cols.single
-    assert plan is not None, "one plan's columns"
-    key = (id(inner), id(cluster), id(framework), plan.pp > 1, *_FSDP_VALUES(plan))
-    return _FSDP_KEPT.get(key, (inner, cluster, framework), lambda: _fsdp_layer_s(cluster, cols, inner, framework))
-
-
 def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
     """HFU/MFU ratio: full recompute adds one forward (1/3 of model FLOPs) on recomputed layers."""
     xp, layers = cols.xp, -(-model.num_layers // cols["pp"])
@@ -210,8 +150,7 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: En
         data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
         cols = PlanColumns(data, methods=cols.methods)
     inner = inner_columns(model, cluster, cols, framework, known)
-    fsdp = _fsdp_layer_s(cluster, cols, inner, framework) if cols.single is None else _fsdp_one(cluster, cols, inner,
-                                                                                                 framework)
+    fsdp = fsdp_layer_times(cluster, cols, inner, framework)
     p2p = hop_s(cluster, cols, inner.p2p_bytes, framework)
     swapping = cols["swap_activations"] if cols.xp.scalar else cols["swap_activations"].any()
     swap = swap_layer_s(cluster, cols, inner, fsdp, shard_groups(cols)[0]) if swapping else None

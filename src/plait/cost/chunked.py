@@ -73,7 +73,7 @@ def tp_chunked_s(setup: Setup, attention_gemms: Sequence[Gemm], mlp_gemms: Seque
     of its last (Korthikanti et al. 2022, Sec. 4.2.2): all-gather -> QKV, proj -> reduce-scatter,
     all-gather -> up, down -> reduce-scatter; without it the last GEMM of each block is followed by an all-reduce
     (the paper's GEMV+AllReduce). The backward pass runs the same collectives mirrored beside its input- and
-    weight-gradient GEMMs (as :func:`plait.cost.layer._tp_comm_s` charges them both ways). ``mlp_gemms`` None:
+    weight-gradient GEMMs (as :func:`plait.cost.tp_comm.tp_comm_s` charges them both ways). ``mlp_gemms`` None:
     an MoE block, whose TP collectives stay whole (its experts chunk with their all-to-alls instead)."""
     plan = setup.plan
     link = coll.group_link(setup.cluster, plan.tp, 1)
@@ -99,7 +99,7 @@ def tp_chunked_s(setup: Setup, attention_gemms: Sequence[Gemm], mlp_gemms: Seque
 
 def tp_block_bytes(setup: Setup) -> tuple[float, float]:
     """Bytes of one block's TP collectives: the gathered norm output and the reduced GEMM partial sums (as
-    :func:`plait.cost.layer._tp_comm_s` sizes them; chunking splits them into ``c`` messages, the same bytes)."""
+    :func:`plait.cost.tp_comm.tp_comm_s` sizes them; chunking splits them into ``c`` messages, the same bytes)."""
     hidden = setup.tokens * setup.model.hidden_size
     return setup.residual_bytes * hidden, setup.act_bytes * hidden
 

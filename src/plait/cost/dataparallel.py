@@ -110,7 +110,7 @@ def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_
     local = xp.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
                      params["dense"] / dense_group + params["expert"] / expert_group)
     # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
-    # offloaded too, both already cross PCIe per layer (plait.cost.batch._fsdp_layer_s) and stay on the host.
+    # offloaded too, both already cross PCIe per layer (plait.cost.fsdp_layer.fsdp_layer_s) and stay on the host.
     transfer = xp.where(cols["offload_params"], 0.0,
                         local * (grad_bytes + param_bytes(cols)) / (acc.pcie_bandwidth_gb_per_s * 1e9))
     host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / cluster.host_memory_bytes_per_s_per_gpu

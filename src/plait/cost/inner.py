@@ -19,10 +19,11 @@ from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.host import layer_host_s
-from plait.cost.layer import AttentionPart, attention_part, edge_tp_s, layer_cost
+from plait.cost.layer import AttentionPart, attention_part, layer_cost
 from plait.cost.loss import loss_bytes_per_logit, metric_bytes_per_logit
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
+from plait.cost.tp_comm import edge_tp_s
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.kept import Kept

@@ -4,7 +4,8 @@ Compute goes through :mod:`plait.cost.compute` (GEMMs, flash or unfused attentio
 memory-bound ops); collectives through :mod:`plait.cost.collectives` on the tier each
 group crosses. Per layer and pass, Megatron tensor parallelism runs two all-reduces of
 the ``b s h`` hidden states — two all-gathers and two reduce-scatters with sequence
-parallelism, the same volume (Korthikanti et al. 2022, Sec. 4.2.2, Fig. 5). Context
+parallelism, the same volume (Korthikanti et al. 2022, Sec. 4.2.2, Fig. 5;
+:mod:`plait.cost.tp_comm`). Context
 parallelism's K/V exchange and bookkeeping are in :mod:`plait.cost.context_parallel`.
 Expert parallelism dispatches and combines tokens with one all-to-all each per pass
 (Lepikhin et al. 2020, GShard, Sec. 2.2).
@@ -33,12 +34,10 @@ from plait.cost.early_stop import early_stop_saved_s
 from plait.cost.flops import Gemm, attention_core_flops, attention_gemms, mlp_block_gemms
 from plait.cost.fp8_recipe import quantize_extra_bytes
 from plait.cost.host import moe_forward_s
-from plait.cost.links import collective_s
 from plait.cost.moe_block import fp8_padding_bytes, moe_floor_s
-from plait.cost.overlap import hidden_remainder
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
-from plait.plan.ops import SCALAR
+from plait.cost.tp_comm import tp_comm_s, tp_pass_s
 from plait.plan.plan import FULL_PRECISIONS
 
 FLASH_BWD_FLOPS_RATIO = 2.5  # FlashAttention-2, Sec. 3.2: backward runs 5 matmuls to the forward's 2
@@ -183,71 +182,6 @@ def _attention_core_s(setup: Setup) -> tuple[float, float]:
     return fwd + fwd_mem, 2 * fwd + 2 * fwd_mem
 
 
-def _tp_pass_s(setup: Setup, gemm_s: float, chunking_s: float, comm_s: float | None = None) -> float:
-    """Exposed TP/SP communication of one pass (two collectives on the hidden states).
-
-    With ``tp_comm_overlap`` the collectives are decomposed with the GEMMs they feed or follow (Wang et al. 2023,
-    "Overlap Communication with Dependent Computation via Decomposition in Large Deep Learning Models", ASPLOS,
-    Sec. 3; PyTorch's async TP, ``_fused_all_gather_matmul`` / ``_fused_matmul_reduce_scatter`` in
-    torch/distributed/_symmetric_memory): the GEMM runs as ``tp`` chunks of ``1/tp`` of the tokens, each chunk
-    overlapping the transfer of the next shard, so the chunk computed on the local shard hides nothing and what
-    the other ``tp - 1`` chunks cannot hide stays exposed, plus the contention of the overlap
-    (:func:`plait.cost.overlap.hidden_remainder`) and ``chunking_s``, the extra time of ``tp`` smaller GEMMs."""
-    plan = setup.plan
-    if plan.tp == 1:
-        return 0.0
-    comm = _tp_comm_s(setup) if comm_s is None else comm_s
-    if not plan.tp_comm_overlap:
-        return comm
-    hideable = gemm_s * (plan.tp - 1) / plan.tp
-    return float(hidden_remainder(comm, hideable, setup.comm_overlap, SCALAR)) + chunking_s
-
-
-def _tp_collective_s(setup: Setup, kind: str, num_bytes: float) -> float:
-    """Collective ``kind`` of ``num_bytes`` over the TP group, kept on the cluster by message
-    (:func:`plait.cost.links.collective_s`): a layer's passes and the model's two ends send the same messages."""
-    return collective_s(setup.cluster, kind, setup.plan.tp, 1, num_bytes)  # type: ignore[no-any-return]
-
-
-def _tp_comm_s(setup: Setup) -> float:
-    """The two collectives of one pass on the hidden states, before any overlap (the same in both passes)."""
-    hidden = setup.tokens * setup.model.hidden_size
-    gathered, reduced = setup.residual_bytes * hidden, setup.act_bytes * hidden  # norm outputs; GEMM partial sums
-    one = (_tp_collective_s(setup, "all_gather", gathered) + _tp_collective_s(setup, "reduce_scatter", reduced)
-           if setup.plan.sp else _tp_collective_s(setup, "all_reduce", reduced))
-    return 2 * one
-
-
-def edge_tp_s(setup: Setup) -> tuple[float, float, float, float]:
-    """TP collectives at the two ends of the model for one micro-batch: (first-stage forward, first-stage
-    backward, last-stage forward, last-stage backward).
-
-    The vocab-parallel embedding sums its partial lookups into the hidden states: a reduce-scatter into
-    the sequence-parallel stream (an all-reduce without SP) in the forward, and with SP an all-gather of
-    their gradient in the backward. The column-parallel output projection gathers the final norm's output
-    (SP) in the forward and reduce-scatters (all-reduces without SP) its input gradient in the backward;
-    these are the ``g``/``g-bar`` pairs of Korthikanti et al. 2022, Sec. 4.2.2, at the model's ends
-    (Megatron-LM VocabParallelEmbedding and the output ColumnParallelLinear). The loss then costs three
-    all-reduces of one fp32 value per token (vocab-parallel cross-entropy) or an all-gather of the logits
-    (:attr:`EngineFacts.tp_loss`)."""
-    plan = setup.plan
-    if plan.tp == 1:
-        return 0.0, 0.0, 0.0, 0.0
-    stream = setup.residual_bytes * setup.tokens * setup.model.hidden_size
-    if plan.sp:
-        scatter = _tp_collective_s(setup, "reduce_scatter", stream)
-        gather = _tp_collective_s(setup, "all_gather", stream)
-        first_fwd, first_bwd, last_fwd, last_bwd = scatter, gather, gather, scatter
-    else:
-        first_fwd, first_bwd = _tp_collective_s(setup, "all_reduce", stream), 0.0
-        last_fwd, last_bwd = 0.0, first_fwd
-    if setup.framework.tp_loss == "gathered":
-        loss = _tp_collective_s(setup, "all_gather", setup.act_bytes * setup.tokens * setup.model.vocab_size)
-    else:
-        loss = 3 * _tp_collective_s(setup, "all_reduce", 4 * setup.tokens)
-    return first_fwd, first_bwd, last_fwd + loss, last_bwd
-
-
 def _ep_pass_s(setup: Setup) -> float:
     """Dispatch plus combine all-to-all of one pass."""
     plan, model = setup.plan, setup.model
@@ -280,7 +214,7 @@ def attention_part(setup: Setup) -> AttentionPart:
     core_fwd, core_bwd = _attention_core_s(setup)
     cp_fwd, cp_bwd = cp_exchange_s(setup, core_fwd, core_bwd)
     return AttentionPart(gemms, gemm_fwd, gemm_bwd, core_fwd, core_bwd,
-                         _tp_comm_s(setup) if setup.plan.tp > 1 else 0.0, cp_fwd, cp_bwd)
+                         tp_comm_s(setup) if setup.plan.tp > 1 else 0.0, cp_fwd, cp_bwd)
 
 
 def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = None) -> LayerCost:
@@ -314,7 +248,7 @@ def layer_cost(setup: Setup, moe_layer: bool, attention: AttentionPart | None = 
     if plan.overlap_chunks > 1 and plan.tp > 1:  # chunked collectives beside chunked GEMMs (plait.cost.chunked)
         tp_fwd, tp_bwd = tp_chunked_s(setup, attention.gemms, None if moe_layer else mlp)
     else:
-        tp_fwd, tp_bwd = _tp_pass_s(setup, gemm_fwd, chunk_fwd, comm), _tp_pass_s(setup, gemm_bwd, chunk_bwd, comm)
+        tp_fwd, tp_bwd = tp_pass_s(setup, gemm_fwd, chunk_fwd, comm), tp_pass_s(setup, gemm_bwd, chunk_bwd, comm)
     if plan.tp > 1:  # wrapper host time (DTensor dispatch), measured by plait calibrate; 0 on GPUs
         tp_fwd += eff.host_tp_layer_fwd_us.value * 1e-6
         tp_bwd += eff.host_tp_layer_bwd_us.value * 1e-6

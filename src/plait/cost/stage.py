@@ -44,7 +44,7 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
 
 @dataclass(frozen=True)
 class ShardTimes:
-    """ZeRO-3/FSDP seconds per layer of one kind and per row (``plait.cost.batch._fsdp_layer_s``)."""
+    """ZeRO-3/FSDP seconds per layer of one kind and per row (``plait.cost.fsdp_layer.fsdp_layer_s``)."""
 
     gather_s: np.ndarray
     """Parameter all-gather (and its host-to-device copy when parameters are offloaded)."""

@@ -19,7 +19,7 @@ swaps with computation, with a one-layer lookahead). Copy engines take no SMs, s
 moves under 2% of HBM bandwidth).
 
 Host link: the accelerator's ``pcie_bandwidth_gb_per_s`` per direction, the figure ZeRO offload's transfers use
-(``plait.cost.batch._fsdp_layer_s``, :func:`plait.cost.dataparallel.optimizer_step_s`), or the GPU's share of host
+(``plait.cost.fsdp_layer.fsdp_layer_s``, :func:`plait.cost.dataparallel.optimizer_step_s`), or the GPU's share of host
 DRAM bandwidth (``host_memory_bandwidth_gb_per_s_per_gpu``) where that is lower: every GPU of a node swaps at once.
 The swapped bytes stay in the GPU's share of host memory (``host_memory_gib_per_gpu``): a plan whose swapped
 activations exceed it does not fit (:attr:`plait.cost.estimate.MemoryBreakdown.fits`).

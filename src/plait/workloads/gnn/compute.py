@@ -43,18 +43,8 @@ values read plus written at the HBM's streaming rate:
   (``2m``), scales it (``3m``) and scatter-adds it (``2m``, and ``n`` zeroed): ``14m + n`` rows; the edge softmax
   (PyG ``utils.softmax``: a scatter-max, a subtraction, an exponent, a scatter-sum and a division over ``h`` values
   per edge) ``8h (m + n)`` values each way. These are the graph transformer's sparse attention (000-08: attention
-  restricted to the graph's edges). DGL's GATConv (dmlc/dgl python/dgl/nn/pytorch/conv/gatconv.py; its edge
-  softmax and the gradients of its sparse operations in python/dgl/backend/pytorch/sparse.py) runs edge-wise kernels
-  over ``h`` values per edge: the logits' sum (``u_add_v``, ``3h``), the leaky ReLU (``2h``), the edge softmax (a
-  max, a subtraction with the exponent after it, a sum and a division: ``10h``), then the message product
-  (``u_mul_e`` sum: ``w + h`` per edge, ``w`` per output node): ``(m + n) w + 16hm + 2hn`` values; backward the
-  product's two gradients (``w + h`` and ``2w + h``), the softmax's (``out * grad``, a sum, a product and a
-  subtraction: ``10h``), the leaky ReLU's (``3h``) and the logits' two sums (``2h``): ``(m + n) w + 2mw + 17hm +
-  3hn``. Each of the 12 kernels that walk the edges (6 each way: the four sparse ones of the softmax with the
-  logits' SDDMM and the product's SpMM forward; the product's SpMM and SDDMM, the softmax's SpMM and SDDMM and the
-  logits' two SpMMs backward) reads two ids per edge, of :data:`DGL_INDEX_BYTES` each. The ``h``-wide reads that do
-  not follow the edges' stored order (:data:`DGL_GAT_RANDOM_READS`) each move whole 32-byte sectors
-  (:data:`SECTOR_BYTES`: 8 values for ``h < 8``, where a streaming count charges ``h``);
+  restricted to the graph's edges). DGL's GATConv runs edge-wise kernels kernel by kernel
+  (:mod:`plait.workloads.gnn.dgl_gat`);
 - GINConv (Xu et al., ICLR 2019, Eq. 4.1; PyG ``GINConv`` with a two-layer MLP, PyG's ``GIN`` model) sums the
   gathered inputs (``index_select`` ``2m``, a zeroed output ``n``, ``scatter_add`` ``2m``), adds ``(1 + eps) x``
   (``3n``), and runs its MLP ``a -> b -> b``: the inner bias and ReLU ``4nb`` (backward ``3nb``), and it keeps the
@@ -98,6 +88,7 @@ from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
 from plait.cost.host import exposed_host_s
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.catalog import kernel_curve
+from plait.workloads.gnn.dgl_gat import dgl_gat_values
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.sampling import SampledBatch
 
@@ -107,26 +98,6 @@ ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8
 """int64 node ids, as PyG and plait's sampler keep them."""
-DGL_INDEX_BYTES = 4
-"""int32 ids: DGL's examples and the DGL 0.5 benchmark convert their graphs and blocks with ``.int()``
-(dglai/dgl-0.5-benchmark main_dgl_reddit_gat.py ``g = g.int().to(device)``)."""
-DGL_GAT_EDGE_KERNELS = 6
-"""Kernels of DGL's GATConv that walk the edges, each way (module docstring)."""
-SECTOR_BYTES = 32
-"""The smallest global-memory transaction of NVIDIA GPUs: a warp's loads are served in 32-byte transactions (NVIDIA,
-*CUDA C++ Best Practices Guide*, "Coalesced Access to Global Memory", compute capability 6.0 and higher; CUPTI counts
-``l2_transactions`` in the same 32-byte units), so a random read narrower than 32 bytes still moves 32."""
-DGL_GAT_RANDOM_READS = (6, 3)
-"""``h``-wide reads per edge of DGL's GATConv kernels that do not follow the edges' stored order, forward and
-backward. DGL's SDDMM walks the COO in stored order and its SpMM the destination-major CSC, reading edge values
-through the CSC's edge ids (dmlc/dgl src/array/kernel.cc: ``SDDMM`` takes ``SelectFormat(0, COO_CODE)``, ``SpMM`` the
-CSC); with the edges stored source-major (assumed: the
-scipy matrices DGL's datasets load are row-major; an edge list in no order would make the source side's reads random
-too, 7 and 5) the random reads are:
-forward ``u_add_v``'s ``er[v]``, the edge softmax's max and sum over the CSC (the logits by edge id) and its two
-``e_op_v`` reads of them (python/dgl/backend/pytorch/sparse.py ``EdgeSoftmax``), and the message SpMM's attention by
-edge id; backward the softmax's sum over the CSC and its ``e_mul_v`` read, and the logits' gradient summed onto the
-destinations over the CSC."""
 MASK_BYTES = 1
 """Bytes per element of dropout's keep mask: PyTorch's CUDA ``fused_dropout`` writes a ``uint8`` (1.8-1.10) or
 ``bool`` mask (aten/src/ATen/native/cuda/Dropout.cu, ``fused_dropout_kernel``'s ``mask_t``)."""
@@ -257,12 +228,8 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
                        heads: int = 1) -> tuple[float, float]:
     """Values one layer's neighbour aggregation reads and writes, forward and backward (module docstring)."""
     softmax = 8 * heads * (m + n) if kind in ("gat", "transformer") else 0.0  # the edge softmax's passes
-    if library == "dgl" and kind == "gat":  # DGL's GATConv kernel by kernel, two ids per edge per edge-wise kernel
-        ids = DGL_GAT_EDGE_KERNELS * 2 * DGL_INDEX_BYTES / FEATURE_BYTES * m
-        waste = sector_values(heads) - heads  # what each random h-wide read moves beyond its h values
-        return ((m + n) * width + 16 * heads * m + 2 * heads * n + ids + DGL_GAT_RANDOM_READS[0] * waste * m,
-                (m + n) * width + 2 * m * width + 17 * heads * m + 3 * heads * n + ids
-                + DGL_GAT_RANDOM_READS[1] * waste * m)
+    if library == "dgl" and kind == "gat":  # DGL's GATConv kernel by kernel
+        return dgl_gat_values(n, m, width, heads)
     if library in ("dgl", "spmm"):  # one fused sparse-dense product each way
         # an attention layer's edge weights take a gradient too: DGL's GSpMM backward of u_mul_e_sum runs an SDDMM
         # 'dot' of each edge's source row and destination gradient row (2m rows read, m x heads written;
@@ -280,12 +247,6 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
     if kind == "transformer":  # queries and keys gathered per edge and multiplied, values gathered, scaled, summed
         return (14 * m + n) * width + softmax, (14 * m + n) * width + softmax
     return (4 * m + 3 * n) * width, (4 * m + 3 * n) * width
-
-
-def sector_values(values: float) -> float:
-    """fp32 values a random read of ``values`` contiguous fp32 values moves: whole :data:`SECTOR_BYTES` sectors."""
-    per_sector = SECTOR_BYTES // FEATURE_BYTES
-    return -(-values // per_sector) * per_sector
 
 
 def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int = 0, stop: int | None = None) -> float:

@@ -27,8 +27,9 @@ from typing import Literal
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workloads.gnn.compute import INDEX_BYTES, SECTOR_BYTES
+from plait.workloads.gnn.compute import INDEX_BYTES
 from plait.workloads.gnn.sampling import SampledBatch
+from plait.workloads.gnn.sectors import SECTOR_BYTES
 
 COUNT_BYTES = 8
 """The int64 count each rank sends each peer before the ids it asks for."""

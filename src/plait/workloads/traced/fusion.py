@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.workloads.traced.cost import ELEMENT_BYTES
 from plait.workloads.traced.model import Kernel, TracedWorkload
 from plait.workloads.traced.normalization import SWEEPS, with_extra_bytes
+from plait.workloads.traced.timing import ELEMENT_BYTES
 
 RELU, RELU_BACKWARD, RESIDUAL_ADDS = ("relu", "relu_"), "threshold_backward", ("add", "add_")
 """Traced (aten) operators: the ReLU forward, its backward, and the residual add (in place or not)."""

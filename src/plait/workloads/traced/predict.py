@@ -12,7 +12,7 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
-from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.model import Shape, TracedWorkload
 
 
@@ -49,5 +49,6 @@ def predict_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: E
     """The estimate of ``plan`` for the traced module ``work`` on ``cluster`` under ``engine`` (warned where the
     catalog resolved the engine's name), fed by ``loader`` (none: the input is ready on the device), its
     convolutions channels-last or not."""
-    est = estimate_traced(work, cluster, plan, engine, step_interval_s, loader, channels_last)
+    est = estimate_traced(work, cluster, plan, engine, step_interval_s,
+                          TracedRunFacts(loader=loader, channels_last=channels_last))
     return replace(est, warnings=[*est.warnings, engine.resolved]) if engine.resolved else est

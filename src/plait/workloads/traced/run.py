@@ -26,8 +26,9 @@ from plait.run.workload_configs import TracedConfig
 from plait.terminal import rich_console, titled_table
 from plait.units import format_bytes
 from plait.workloads import Options, Workload
-from plait.workloads.traced.cost import check_traced_plan, collective_bytes_per_step, plan_stages
+from plait.workloads.traced.cost import check_traced_plan, collective_bytes_per_step
 from plait.workloads.traced.predict import predict_traced
+from plait.workloads.traced.timing import plan_stages
 from plait.workloads.traced.tracing import storage_dtype, trace
 
 WORKER = "plait.workloads.traced.worker"

@@ -23,7 +23,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.sync import SyncMethod
-from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.model import TracedWorkload
 from plait.workloads.traced.tensor_parallel import tp_possible
 
@@ -99,10 +99,11 @@ def search_traced(work: TracedWorkload, cluster: Cluster, gpus: int, global_batc
     """Estimate every candidate, each fed by ``loader`` with its convolutions channels-last or not
     (:func:`plait.workloads.traced.cost.estimate_traced`); rank those that fit (module docstring)."""
     out = TracedSearch(tp_note=tp_note(work, gpus))
+    facts = TracedRunFacts(loader=loader, channels_last=channels_last)
     for plan in candidate_plans(work, gpus, global_batch, dp_syncs, precision):
         out.candidates += 1
         try:
-            est = estimate_traced(work, cluster, plan, engine, step_interval_s, loader, channels_last)
+            est = estimate_traced(work, cluster, plan, engine, step_interval_s, facts)
         except ConfigError as refused:
             out.reasons[str(refused)] += 1
             continue

@@ -33,7 +33,7 @@ from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.workloads.traced.cost import estimate_traced
+from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.flat_reduce import (
     APEX_POST_ACCUMULATION_FP16,
     DDP_ONE_BUCKET_FP16,
@@ -241,11 +241,10 @@ def predict_row(row: Record) -> ClassicResult:
     if FUSE_BN_RELU in row["notes"]:
         work = fuse_bn_relu(work, add_relu=FUSE_BN_ADD_RELU in row["notes"])
     framework = parse_framework(row["framework"], row.where)
-    est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]),
-                          plan, row_engine(framework), step_interval_s, row_loader(row),
-                          row_channels_last(row, framework), row_optimizer(row), row_flat_reduce(row),
-                          row_fusion(framework),
-                          row_optimizer_passes(row))
+    facts = TracedRunFacts(loader=row_loader(row), channels_last=row_channels_last(row, framework),
+                           eager_optimizer=row_optimizer(row), flat_reduce=row_flat_reduce(row),
+                           fusion=row_fusion(framework), optimizer_passes=row_optimizer_passes(row))
+    est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]), plan, row_engine(framework), step_interval_s, facts)
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 

@@ -17,7 +17,7 @@ the run's seed on every rank; its repeated units are the ones the trace cut it i
 - recomputation: ``checkpoint_wrapper`` around the first ``recompute_units`` units (all with -1; a pipeline stage's
   first of its own);
 - ``pp > 1``: the module cut before the units ``stage_starts`` names (the cut the cost model's partition chose,
-  :func:`plait.workloads.traced.cost.split_stages`) by ``torch.distributed.pipelining``'s tracer (``pipeline`` with
+  :func:`plait.workloads.traced.timing.split_stages`) by ``torch.distributed.pipelining``'s tracer (``pipeline`` with
   ``SplitPoint.BEGINNING``), each stage on its own ranks under PyTorch's GPipe or 1F1B schedule (gradients averaged
   over the micro-batches: ``scale_grads``), its data parallelism as above over the stage's data-parallel ranks;
 - ``tp > 1``: the units' Linear pairs and self-attentions split over adjacent ranks, alone or under DDP over ``dp``
