@@ -13,10 +13,10 @@ from plait.cost.setup import Setup
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
-from plait.validate.records import Record
 from plait.workload.catalog import get_model
 from plait.workloads.gnn.dispatch import host_step_s, step_ops
 from plait.workloads.gnn.model import GnnModel
+from plait.workloads.traced.row_framework import RowFramework, parse_framework
 from plait.workloads.traced.validate import row_engine
 
 
@@ -47,8 +47,8 @@ def test_a_graphed_eager_engine_pays_one_launch_and_no_dispatch() -> None:
     assert layer_host_s(graphed, moe_layer=False) == pytest.approx((10e-6, 10e-6))
 
 
-def _row(framework: str) -> Record:
-    return Record(cells={"framework": framework}, where="test")
+def _row(framework: str) -> RowFramework:
+    return parse_framework(framework, "test")
 
 
 def test_gnn_ops_and_classic_pytorch_rows_use_the_same_per_op_cost() -> None:
