@@ -23,9 +23,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from plait.validate import report
 from plait.validate.report import predict_row
 from plait.validate.runs import RunRow, read_runs
+from plait.validate.translate import row_cluster
 
 DEV = Path(__file__).parents[1] / "src" / "plait" / "validate" / "data" / "dev.csv"
 LONG_SEQ_TOKENS = 32768
@@ -66,12 +66,7 @@ def long_rows(rows: list[RunRow]) -> list[LongRow]:
     predict are left out)."""
     rows = [r for r in rows if r.step_time_s and (r.seq_len or 0) >= LONG_SEQ_TOKENS]
     plain = {r.id: predict_row(r) for r in rows}
-    original = report.row_cluster
-    report.row_cluster = lambda row: _slow_attention(original(row))
-    try:
-        slow = {r.id: predict_row(r) for r in rows}
-    finally:
-        report.row_cluster = original
+    slow = {r.id: predict_row(r, lambda row: _slow_attention(row_cluster(row))) for r in rows}
     out = []
     for row in rows:
         est, est_slow = plain[row.id].estimate, slow[row.id].estimate

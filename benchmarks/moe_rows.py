@@ -24,14 +24,13 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-import plait.validate.report as report
 from plait.cost.host import layer_host_s
 from plait.cost.setup import Setup
 from plait.engine.catalog import get_engine
 from plait.hardware.figure import Figure
 from plait.validate.report import predict_row
 from plait.validate.runs import read_runs
-from plait.validate.translate import row_model
+from plait.validate.translate import row_cluster, row_model
 
 DEV = Path(__file__).parents[1] / "src" / "plait" / "validate" / "data" / "dev.csv"
 NO_HOST = Figure(value=0.0, source="assumed: the host stream removed, for this comparison only")
@@ -66,12 +65,7 @@ def layer_passes(rows: list) -> list[LayerPass]:
     """The MoE rows of ``rows`` with a measured step time, per layer pass (rows plait cannot predict are left out)."""
     rows = [r for r in rows if r.moe_experts and r.step_time_s]
     with_host = {r.id: predict_row(r) for r in rows}
-    original = report.row_cluster
-    report.row_cluster = lambda row: _without_host(original(row))
-    try:
-        device_only = {r.id: predict_row(r) for r in rows}
-    finally:
-        report.row_cluster = original
+    device_only = {r.id: predict_row(r, lambda row: _without_host(row_cluster(row))) for r in rows}
     out = []
     for row in rows:
         res, dev = with_host[row.id], device_only[row.id]
@@ -80,7 +74,7 @@ def layer_passes(rows: list) -> list[LayerPass]:
         est, plan = res.estimate, res.estimate.plan
         passes = plan.global_batch // (plan.micro_batch * plan.dp) * -(-(row.layers or 0) // plan.pp)
         engine = get_engine(row.run_engine)
-        setup = Setup(model=row_model(row, engine), cluster=original(row), plan=plan, framework=engine.framework)
+        setup = Setup(model=row_model(row, engine), cluster=row_cluster(row), plan=plan, framework=engine.framework)
         host_fwd, host_bwd = layer_host_s(setup, moe_layer=True)
         ms = 1e3 / passes
         out.append(LayerPass(row.id, plan.micro_batch, passes, row.step_time_s * ms, est.step_time_s * ms,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any
@@ -13,6 +14,7 @@ from plait.cost.batch import evaluate_batch
 from plait.cost.estimate import Estimate
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
+from plait.hardware.cluster import Cluster
 from plait.job import Job
 from plait.plan.columns import PlanColumns
 from plait.plan.rules import broken_rule_index
@@ -44,14 +46,15 @@ class RowResult:
         return 100.0 * (self.estimate.step_time_s - self.row.step_time_s) / self.row.step_time_s
 
 
-def predict_row(row: RunRow) -> RowResult:
-    """Fill the row's unknown knobs by the best-predicted feasible rule and estimate it."""
+def predict_row(row: RunRow, cluster_of: Callable[[RunRow], Cluster] = row_cluster) -> RowResult:
+    """Fill the row's unknown knobs by the best-predicted feasible rule and estimate it (``cluster_of``: the cluster
+    a row runs on, the row's own unless a what-if says otherwise)."""
     if row.step_time_s is None:
         return RowResult(row=row, reason="no measured step time (source gives no convertible figure)")
-    return fill_row(row)
+    return fill_row(row, cluster_of)
 
 
-def fill_row(row: RunRow) -> RowResult:
+def fill_row(row: RunRow, cluster_of: Callable[[RunRow], Cluster] = row_cluster) -> RowResult:
     """:func:`predict_row` whatever the row measured (its step time or, :mod:`plait.validate.memory`, its memory):
     the best-predicted feasible plan consistent with the row, estimated."""
     missing = row.missing_shape()
@@ -59,7 +62,7 @@ def fill_row(row: RunRow) -> RowResult:
         return RowResult(row=row, reason=f"column {missing} is empty")
     try:
         engine = get_engine(row.run_engine)
-        model, cluster = row_model(row, engine), row_cluster(row)
+        model, cluster = row_model(row, engine), cluster_of(row)
         plans = list(candidate_plans(row, engine))
         if not plans:
             return RowResult(row=row, reason="no plan is consistent with the row's layout")
