@@ -26,8 +26,10 @@ from plait.plan.plan import Plan
 from plait.run import data
 from plait.run.mesh import build_mesh
 from plait.run.model import build_model
+from plait.run.optim import build_optimizer
+from plait.run.rank_setup import build_parts
 from plait.run.train import TrainConfig
-from plait.run.worker import build_optimizer, build_parts, train_step
+from plait.run.worker import train_step
 from plait.workload.catalog import resolve_model
 
 

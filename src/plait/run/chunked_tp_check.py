@@ -1,6 +1,6 @@
 """A plan trained by plait's runtime with its collectives whole and chunked, on the ranks already up (gloo, fp32).
 
-:func:`train_both` builds the plan's model twice through the runtime's own path (:func:`plait.run.worker.build_parts`,
+:func:`train_both` builds the plan's model twice through the runtime's own path (:func:`plait.run.rank_setup.build_parts`,
 :func:`plait.run.worker.train_step`): once with ``overlap_chunks = 1`` (DTensor's TP) and once with ``chunks``
 (:mod:`plait.run.chunked_tp`, :mod:`plait.run.chunked_moe`), each from the same seed over the same batches, and
 returns each step's loss (averaged over the replicas) and, for the chunked run, the messages and buffer bytes this
@@ -20,9 +20,10 @@ from plait.run import data
 from plait.run.chunked_tp import sent_bytes
 from plait.run.mesh import build_mesh
 from plait.run.optim import build_optimizer
+from plait.run.rank_setup import build_parts
 from plait.run.train import TrainConfig, mean_over_dp
 from plait.run.uneven import rank_rows
-from plait.run.worker import build_parts, train_step
+from plait.run.worker import train_step
 from plait.workload.catalog import resolve_model
 
 

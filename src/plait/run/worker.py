@@ -16,11 +16,10 @@ from dataclasses import replace
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from plait.errors import ConfigError
 from plait.plan.io import read_plan_parts
-from plait.plan.mixed import per_stage_plan, rank_layout, replica_micro_batches
+from plait.plan.mixed import per_stage_plan, replica_micro_batches
 from plait.plan.per_stage import stage_tp_differs
 from plait.run import checkpoint, data
 from plait.run.chunked_tp import sent_bytes
@@ -28,16 +27,13 @@ from plait.run.config import read_config
 from plait.run.context import average_over_cp, cp_sent_bytes, mean_over_cp, train_context
 from plait.run.counting import counted_bytes
 from plait.run.lifecycle import die_with_parent, exit_without_teardown
-from plait.run.loss_scale import LossScale, loss_scale_for
-from plait.run.mesh import Mesh, build_mesh, device_type
-from plait.run.model import build_model
+from plait.run.loss_scale import LossScale
+from plait.run.mesh import Mesh, device_type
 from plait.run.moe import expert_parameters, reduce_expert_gradients
-from plait.run.optim import build_optimizer
-from plait.run.parallel import parallelize, replica_group
-from plait.run.pipeline import build_schedule, local_stages, stage_layers
+from plait.run.parallel import replica_group
+from plait.run.pipeline import build_schedule
+from plait.run.rank_setup import Rank, set_up_rank
 from plait.run.replica_grads import reduce_gradients
-from plait.run.sites import named_site_gpus
-from plait.run.slowdown import slow_down
 from plait.run.stage_tp import check_stage_tp_options, run_stage_tp
 from plait.run.support import check_runnable
 from plait.run.swap import NOTHING_MOVES, ActivationSwap
@@ -61,29 +57,9 @@ from plait.run.train import (
     timed,
     write_metrics,
 )
-from plait.run.uneven import Uneven, check_rounds, check_uneven, loss_weight, rank_rows, rank_steps
+from plait.run.uneven import Uneven, check_rounds, check_uneven, loss_weight, rank_rows
 from plait.run.worker_config import WorkerConfig
 from plait.workload.catalog import resolve_model
-from plait.workload.tensors import parameter_shapes
-
-
-def build_parts(mesh: Mesh, spec, plan, seq_len: int, seed: int, full_precision: bool,  # type: ignore[no-untyped-def]
-                layer_counts: tuple[int, ...] = ()):
-    """This rank's model parts (one without pipelining), parallelised, and their stage indices; ``layer_counts``:
-    layers per stage (default: as even as possible)."""
-    if plan.pp == 1:
-        model = build_model(spec, seq_len, seed).to(device_type())  # on CUDA: parameters and rope buffers
-        return [parallelize(model, mesh, plan, full_precision=full_precision)], [0]
-    num_stages = plan.pp * plan.vpp
-    layers = stage_layers(spec.num_layers, num_stages, layer_counts or plan.stage_layers)
-    indices = local_stages(mesh, plan)
-    parts = []
-    for stage in indices:
-        model = build_model(spec, seq_len, seed, keep_layers=layers[stage], first=stage == 0,
-                            last=stage == num_stages - 1).to(device_type())
-        own = plan.for_stage(stage) if plan.per_stage else plan  # the stage's own recomputation and sharding
-        parts.append(parallelize(model, mesh, own, full_precision=full_precision))
-    return parts, indices
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,118 +127,103 @@ def _attempt_store() -> dict[str, object]:
 
 
 def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> int:  # type: ignore[no-untyped-def]
-    if device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    torch.manual_seed(args.seed)
-    mesh = build_mesh(plan, named_site_gpus(args.cluster or job.cluster))
-    # a mixed data split whose groups run their own micro-batch and recomputation: this rank's (same gradients)
-    mixed = read_plan_parts(args.plan)[2]
-    plan = rank_layout(plan, mixed, dist.get_rank())
-    counts_differ = bool(uneven.batch_split or replica_micro_batches(mixed))  # FSDP2: gather and reduce once a step
-    parts, stage_ids = build_parts(mesh, spec, plan, plan.seq_len, args.seed, args.full_precision, uneven.stage_layers)
-    container = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
-    steps = rank_steps(args.steps, plan.dp_sync.every, uneven.local_steps, mesh.dp_rank)  # its own learning-rate schedule
-    config = TrainConfig(steps=steps, lr=args.lr, seed=args.seed, on_nonfinite=args.on_nonfinite)
-    params = [p for part in parts for p in part.parameters()]
-    # one stage per rank where stages differ (plait.plan.per_stage): its own sharding shards its optimizer (ZeRO-1)
-    own = plan.for_stage(stage_ids[0]) if plan.per_stage else plan
-    optimizer, scheduler = build_optimizer(params, mesh, config, own)
-    loss_fn = cross_entropy
-    if uneven.slowdown and uneven.slowdown[dist.get_rank()] > 1:  # the inner optimizer: its step is compute
-        _, loss_fn = slow_down(parts, mesh.is_last_stage_rank, optimizer, cross_entropy, uneven.slowdown[dist.get_rank()])
-    scaling = loss_scale_for(own.precision, args.full_precision)  # fp16: dynamic loss scaling
-    if scaling is not None:
-        loss_fn = scaling.wrap(loss_fn)
-    sync = plan.dp_sync
-    if uneven.local_steps:  # per-group local SGD: this rank averages after its own local steps
-        sync = replace(sync, every=uneven.local_steps[mesh.dp_rank])
-    if not plan.dp_sync.is_allreduce and plan.dp > 1:  # local SGD averages in the optimizer step
-        from plait.run.sync import named_profile, wrap_optimizer
-
-        profile = named_profile(args.cluster or job.cluster, stride=plan.tp * plan.cp,
-                                    tokens=plan.micro_batch * plan.seq_len) \
-            if getattr(sync, "schedule", "") == "profiled" else None  # DreamDDP's profiled schedule
-        optimizer = wrap_optimizer(optimizer, sync, mesh.replicas, modules=tuple(parts),
-                                   whole=parameter_shapes(spec), accumulations=plan.num_micro_batches,
-                                   split=plan.tp > 1 or plan.pp > 1, profile=profile)
+    """Train this rank's part of ``plan`` for ``args.steps`` steps (or check it with ``--dry-run``)."""
+    rank = set_up_rank(args, job, plan, spec, device, uneven)
+    plan = rank.plan
     if args.checkpoint_dir is not None:
-        checkpoint.check_optimizer(optimizer)  # before the first step, not at the first save
+        checkpoint.check_optimizer(rank.optimizer)  # before the first step, not at the first save
     if args.dry_run:
         if dist.get_rank() == 0:
-            print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {mesh.mesh}, "
-                  f"stages per rank {stage_ids}")
+            print(f"dry run ok: {plan.describe()} on {dist.get_world_size()} ranks, mesh {rank.mesh.mesh}, "
+                  f"stages per rank {rank.stage_ids}")
         return 0
-    identity = checkpoint.RunIdentity(plan=plan.to_dict(), model=spec.name, steps=steps, seed=args.seed)
+    identity = checkpoint.RunIdentity(plan=plan.to_dict(), model=spec.name, steps=rank.steps, seed=args.seed)
     saver = checkpoint.Saver(args.checkpoint_dir, identity, args.keep, background=args.async_save) \
         if args.checkpoint_dir is not None else None
-    start_step = 0
-    restart = _restart_count()
-    # a restarted attempt continues from the newest valid checkpoint
-    saved = args.checkpoint_dir
-    resume = args.resume or bool(restart and saved is not None and checkpoint.published(saved))
-    if resume:
-        folder = checkpoint.choose_on_rank0(args.checkpoint_dir, identity, args.reshard)
-        start_step = checkpoint.load(folder, container, optimizer, scaling)
-        if dist.get_rank() == 0:  # plait.run.lifecycle shows this line on the terminal
-            after = f" after restart {restart}" if restart else ""
-            print(f"plait: resumed{after} from {folder} at step {start_step} of {args.steps}", file=sys.stderr)
-        for _ in range(start_step):
-            scheduler.step()
-    schedule = None
-    if plan.pp > 1:
-        from torch.distributed.pipelining import PipelineStage
-
-        num_stages = plan.pp * plan.vpp
-        stages = [PipelineStage(part, stage, num_stages, torch.device(device), group=mesh.sub("pp").get_group())
-                  for part, stage in zip(parts, stage_ids)]
-        schedule = build_schedule(stages, plan, loss_fn, plan.num_micro_batches)
-    reporter = (mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0
-                and mesh.coordinate("cp") == 0)
-    weight = loss_weight(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp, plan.dp_sync.is_allreduce)
-    swap = ActivationSwap(parts, device) if plan.swap_activations else None
+    start_step = _resume(args, identity, rank)
+    schedule = _pipeline_schedule(rank, device)
+    weight = loss_weight(uneven.batch_split, rank.mesh.dp_rank, plan.global_batch, plan.dp, plan.dp_sync.is_allreduce)
+    swap = ActivationSwap(rank.parts, device) if plan.swap_activations else None
     if swap is not None and not swap.moves and dist.get_rank() == 0:
         print(f"plait: {NOTHING_MOVES}", file=sys.stderr)
-    for step in range(start_step, steps):
-        start = timed()
-        inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
-        rows = slice(*rank_rows(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
-        inputs, targets = inputs[rows].to(device), targets[rows].to(device)
-        if plan.cp > 1:  # context parallelism shards them in place: they must own their storage
-            inputs, targets = inputs.clone(), targets.clone()
-        profiling = args.trace_dir is not None and step == steps - 1
-        profiler = _profiler(device) if profiling else contextlib.nullcontext()
-        if os.environ.get(FAIL_HOOK) == str(step + 1) and not restart and dist.get_rank() == 1:
-            os._exit(5)  # test hook: one rank dies in the first attempt
-        cp_before, tp_before = cp_sent_bytes(mesh), sent_bytes(parts)
-        with profiler as prof, _sync_counter(plan, mesh) as sent:
-            loss, norm = train_step(parts, schedule, mesh, plan, params, optimizer, scheduler, config,
-                                    inputs, targets, args.full_precision, device, step, loss_fn=loss_fn,
-                                    weight=weight, uneven_batch=counts_differ, swap=swap,
-                                    scaling=scaling)
-        elapsed = timed() - start
-        cp_after = cp_sent_bytes(mesh)
-        cp_bytes = None if cp_after is None else cp_after - (cp_before or 0)
-        tp_after = sent_bytes(parts)  # overlap_chunks > 1: the chunked blocks' collectives in the step
-        tp_sent = tp_after and tp_before and (tp_after[0] - tp_before[0], tp_after[1] - tp_before[1])
-        if profiling:
-            args.trace_dir.mkdir(parents=True, exist_ok=True)
-            prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
-        if mesh.is_last_stage_rank:  # per-rank local steps: ranks step apart, each logs its own replica's loss
-            loss = mean_over_cp(loss if uneven.local_steps else mean_over_dp(loss, mesh), mesh)
-        if reporter:
-            tokens = plan.global_batch * plan.seq_len
-            write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),
-                                                    sent[0] if sent else None, cp_bytes, start,
-                                                    None if swap is None else swap.packed_bytes,
-                                                    None if swap is None else swap.layer_bytes,
-                                                    tp_sent and tp_sent[1], tp_sent and tp_sent[0]))
-            print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
+    for step in range(start_step, rank.steps):
+        _one_step(args, rank, uneven, schedule, step, weight=weight, swap=swap, device=device)
         every = args.checkpoint_every
-        if args.checkpoint_dir is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
-            saver.save(container, optimizer, step + 1, scaling)  # type: ignore[union-attr]
+        if saver is not None and (args.checkpoint_at == step + 1 or every and (step + 1) % every == 0):
+            saver.save(rank.container, rank.optimizer, step + 1, rank.scaling)
     if saver is not None:
         saver.wait()
     return 0
+
+
+def _resume(args: WorkerConfig, identity: checkpoint.RunIdentity, rank: Rank) -> int:
+    """The step to start from: 0, or with ``--resume`` (or after a restart by torchrun, whose attempt continues
+    from the newest valid checkpoint) the saved one's, its weights, optimizer and schedule restored."""
+    restart = _restart_count()
+    saved = args.checkpoint_dir
+    if not (args.resume or bool(restart and saved is not None and checkpoint.published(saved))):
+        return 0
+    folder = checkpoint.choose_on_rank0(args.checkpoint_dir, identity, args.reshard)
+    start_step = checkpoint.load(folder, rank.container, rank.optimizer, rank.scaling)
+    if dist.get_rank() == 0:  # plait.run.lifecycle shows this line on the terminal
+        after = f" after restart {restart}" if restart else ""
+        print(f"plait: resumed{after} from {folder} at step {start_step} of {args.steps}", file=sys.stderr)
+    for _ in range(start_step):
+        rank.scheduler.step()
+    return start_step
+
+
+def _pipeline_schedule(rank: Rank, device: str):  # type: ignore[no-untyped-def]
+    """torch.distributed.pipelining's schedule over this rank's stages; None without pipelining."""
+    plan = rank.plan
+    if plan.pp == 1:
+        return None
+    from torch.distributed.pipelining import PipelineStage
+
+    num_stages = plan.pp * plan.vpp
+    stages = [PipelineStage(part, stage, num_stages, torch.device(device), group=rank.mesh.sub("pp").get_group())
+              for part, stage in zip(rank.parts, rank.stage_ids)]
+    return build_schedule(stages, plan, rank.loss_fn, plan.num_micro_batches)
+
+
+def _one_step(args: WorkerConfig, rank: Rank, uneven: Uneven, schedule, step: int, *,  # type: ignore[no-untyped-def]
+              weight: float, swap: ActivationSwap | None, device: str) -> None:
+    """Optimizer step ``step`` (0-based), timed, its bytes counted, its metrics written by the reporting rank."""
+    plan, mesh = rank.plan, rank.mesh
+    start = timed()
+    inputs, targets = data.global_batch(step, plan.global_batch, plan.seq_len)
+    rows = slice(*rank_rows(uneven.batch_split, mesh.dp_rank, plan.global_batch, plan.dp))
+    inputs, targets = inputs[rows].to(device), targets[rows].to(device)
+    if plan.cp > 1:  # context parallelism shards them in place: they must own their storage
+        inputs, targets = inputs.clone(), targets.clone()
+    profiling = args.trace_dir is not None and step == rank.steps - 1
+    profiler = _profiler(device) if profiling else contextlib.nullcontext()
+    if os.environ.get(FAIL_HOOK) == str(step + 1) and not _restart_count() and dist.get_rank() == 1:
+        os._exit(5)  # test hook: one rank dies in the first attempt
+    cp_before, tp_before = cp_sent_bytes(mesh), sent_bytes(rank.parts)
+    with profiler as prof, _sync_counter(plan, mesh) as sent:
+        loss, norm = train_step(rank.parts, schedule, mesh, plan, rank.params, rank.optimizer, rank.scheduler,
+                                rank.config, inputs, targets, args.full_precision, device, step,
+                                loss_fn=rank.loss_fn, weight=weight, uneven_batch=rank.counts_differ, swap=swap,
+                                scaling=rank.scaling)
+    elapsed = timed() - start
+    cp_after = cp_sent_bytes(mesh)
+    cp_bytes = None if cp_after is None else cp_after - (cp_before or 0)
+    tp_after = sent_bytes(rank.parts)  # overlap_chunks > 1: the chunked blocks' collectives in the step
+    tp_sent = tp_after and tp_before and (tp_after[0] - tp_before[0], tp_after[1] - tp_before[1])
+    if profiling:
+        args.trace_dir.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(args.trace_dir / f"rank{dist.get_rank()}.json"))
+    if mesh.is_last_stage_rank:  # per-rank local steps: ranks step apart, each logs its own replica's loss
+        loss = mean_over_cp(loss if uneven.local_steps else mean_over_dp(loss, mesh), mesh)
+    if mesh.is_last_stage_rank and mesh.dp_rank == 0 and mesh.coordinate("tp") == 0 and mesh.coordinate("cp") == 0:
+        tokens = plan.global_batch * plan.seq_len
+        write_metrics(args.metrics, StepMetrics(step + 1, loss, norm, elapsed, tokens / elapsed, peak_memory_bytes(),
+                                                sent[0] if sent else None, cp_bytes, start,
+                                                None if swap is None else swap.packed_bytes,
+                                                None if swap is None else swap.layer_bytes,
+                                                tp_sent and tp_sent[1], tp_sent and tp_sent[0]))
+        print(f"step {step + 1}: loss {loss:.6f} grad-norm {norm:.4f} {elapsed:.3f} s", file=sys.stderr)
 
 
 def _sync_counter(plan, mesh: Mesh) -> contextlib.AbstractContextManager[list[int]]:  # type: ignore[no-untyped-def]
