@@ -100,13 +100,13 @@ def test_video_and_linear_dits_match_their_published_sizes(example: str, publish
 def test_consisid_face_cross_attention_is_counted_by_hand() -> None:
     """ConsisID: a face cross-attention after blocks 0, 2, ..., 40 of 42 (21 calls), each Q (3072 -> 2048) and output
     (2048 -> 3072) projections on the video tokens and K, V (2048 -> 2 x 2048) on the face tokens: 21 x (2 x 3072 x
-    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 60; compiled, two per GEMM
+    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 62; compiled, two per GEMM
     call (five) beside the blocks' two per GEMM call and attention (8 + 1); and it adds exactly its two GEMMs per
     call and pass to the device's step."""
     spec, job = _model("consisid-480p")
     assert spec.side_attention_calls == 21
     assert spec.side_attention_params() == 21 * (2 * 3072 * 2048 + 2 * 2048**2)
-    assert step_kernels(spec, job, DitPlan()) == 42 * 60 + 21 * 15
+    assert step_kernels(spec, job, DitPlan()) == 42 * 62 + 21 * 15 + spec.step_extra_kernels
     assert step_kernels(spec, replace(job, compiled=True), DitPlan()) == 42 * 2 * 9 + 21 * 2 * 5
     without = replace(spec, side_attention_every=0, side_attention_width=0)
     acc, tokens = H100.accelerator, job.image_tokens(spec)
@@ -142,6 +142,18 @@ def test_eager_kernels_per_step_are_the_model_files_count() -> None:
     assert step_kernels(spec, job, DitPlan()) == 19 * 96 + 38 * 50
     assert step_kernels(spec, replace(job, compiled=True), DitPlan()) == 19 * 2 * 15 + 38 * 2 * 7
     assert step_kernels(spec, job, DitPlan(ulysses=2)) == 19 * 96 + 38 * 50 + 57 * 4 * 3
+
+
+@pytest.mark.parametrize("plan", [DitPlan(), DitPlan(cfg=2), DitPlan(ulysses=2, ring=3), DitPlan(tp=2)])
+def test_kernels_outside_the_blocks_run_once_a_step_on_every_gpu(plan: DitPlan) -> None:
+    """ConsisID's Local Facial Extractor, embeddings, pipeline loop and scheduler run once per step on every GPU
+    whatever the plan splits (xDiT's wrapper calls the extractor at every forward on each rank): the eager step
+    launches exactly 7 more kernels with 7 more of them, and a compiled step none more."""
+    spec, job = _model("consisid-480p")
+    more = replace(spec, step_extra_kernels=spec.step_extra_kernels + 7)
+    assert step_kernels(more, job, plan) - step_kernels(spec, job, plan) == 7
+    compiled = replace(job, compiled=True)
+    assert step_kernels(more, compiled, plan) == step_kernels(spec, compiled, plan)
 
 
 def test_compile_is_never_slower_and_launches_fewer_kernels() -> None:
@@ -233,12 +245,14 @@ def test_a_video_plan_exports_frames_and_compile_to_xdit() -> None:
     assert args[args.index("--num_frames") + 1] == "129" and "--use_torch_compile" in args
 
 
-@pytest.mark.parametrize("keys", ["side_attention_every = 2", "side_attention_width = -1"])
-def test_a_side_attention_needs_both_keys(tmp_path: Path, keys: str) -> None:
+@pytest.mark.parametrize("keys, rule", [("side_attention_every = 2", "must both be 0 or both be >= 1"),
+                                        ("side_attention_width = -1", "must both be 0 or both be >= 1"),
+                                        ("step_extra_kernels = -1", "step_extra_kernels=-1 must be >= 0")])
+def test_a_side_attention_needs_both_keys_and_counts_are_not_negative(tmp_path: Path, keys: str, rule: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text((ROOT / "examples" / "flux-1-dev-1024px.toml").read_text().replace(
         "eager_kernels = 96", f"eager_kernels = 96\n{keys}"))
-    with pytest.raises(ConfigError, match="must both be 0 or both be >= 1"):
+    with pytest.raises(ConfigError, match=rule):
         read_dit(path)
 
 

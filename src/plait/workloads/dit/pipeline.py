@@ -17,7 +17,10 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   each partial but the first a merge of nine pointwise kernels on the fp32 output (eager; compiled: one fused
   kernel), which in eager also read and write that fp32 output about ten times (``RING_MERGE_BYTES``). Tensor
   parallelism adds its two all-reduces per block, DistriFusion its all-gather per layer. A side cross-attention
-  (ConsisID's face cross-attention after every second block) adds its own kernels (``SIDE_ATTENTION_*``).
+  (ConsisID's face cross-attention after every second block) adds its own kernels (``SIDE_ATTENTION_*``). Outside
+  the blocks an eager step launches the pipeline's loop and scheduler, the embeddings and the final layer, and
+  modules that run once per forward on a few tokens (ConsisID's Local Facial Extractor): ``step_extra_kernels``,
+  counted in the model file, host time only (their tensors are a latent or a few tokens).
   The host time is added to the device's: assumed, because the published tables show it: the eager-minus-compiled
   gap of xDiT's FLUX.1 table is about the same on 1, 2 and 4 H100s (2.41, 1.70, 2.61 s), which a host stream hidden
   under the device's work would not give.
@@ -122,7 +125,8 @@ def step_kernels(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
         comm += 2
     if plan.distrifusion > 1:  # one asynchronous all-gather of K and V per layer
         comm += 1
-    return pieces * (blocks / plan.pipefusion + layers * comm)
+    extra = 0 if job.compiled else spec.step_extra_kernels  # once a step, on every GPU (module docstring)
+    return pieces * (blocks / plan.pipefusion + layers * comm) + extra
 
 
 def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, estimate: DitEstimate) -> EndToEnd:
