@@ -100,9 +100,9 @@ def test_video_and_linear_dits_match_their_published_sizes(example: str, publish
 def test_consisid_face_cross_attention_is_counted_by_hand() -> None:
     """ConsisID: a face cross-attention after blocks 0, 2, ..., 40 of 42 (21 calls), each Q (3072 -> 2048) and output
     (2048 -> 3072) projections on the video tokens and K, V (2048 -> 2 x 2048) on the face tokens: 21 x (2 x 3072 x
-    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 62; compiled, two per GEMM
-    call (five) beside the blocks' two per GEMM call and attention (8 + 1); and it adds exactly its two GEMMs per
-    call and pass to the device's step."""
+    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 62 and the step's kernels
+    outside the blocks; compiled, two per GEMM call (five) beside the blocks' two per GEMM call and attention (8 + 1);
+    and it adds exactly its two GEMMs per call and pass to the device's step."""
     spec, job = _model("consisid-480p")
     assert spec.side_attention_calls == 21
     assert spec.side_attention_params() == 21 * (2 * 3072 * 2048 + 2 * 2048**2)
