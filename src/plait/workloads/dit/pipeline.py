@@ -38,10 +38,10 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   a part no number of GPUs shortens. A job whose pipeline returns the tensor (``output = "tensor"``) skips it.
 - **Step caching** (first-block cache: ParaAttention, README 'First Block Cache'; TeaCache: Liu et al., arXiv
   2411.19108, Sec. 3): each step runs the first block, compares its output residual with the previous step's, and on
-  a hit reuses the cached residual of the remaining blocks. ``cache_skip`` is the fraction of steps that hit, which
-  depends on the prompt and the threshold: the user states it. Quality: the output is no longer the uncached model's;
-  TeaCache and ParaAttention report the trade (VBench/LPIPS and visual comparisons) per threshold, and a threshold
-  that skips more steps changes the image more.
+  a hit reuses the cached residual of the remaining blocks; the kernels outside the blocks run on every step.
+  ``cache_skip`` is the fraction of steps that hit, which depends on the prompt and the threshold: the user states
+  it. Quality: the output is no longer the uncached model's; TeaCache and ParaAttention report the trade
+  (VBench/LPIPS and visual comparisons) per threshold, and a threshold that skips more steps changes the image more.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, esti
     host = step_kernels(spec, job, plan) * issue_s(acc, eager=not job.compiled)
     pointwise = 0.0 if job.compiled else pointwise_step_s(spec, job, plan, cluster)
     kept = 1.0 - job.cache_skip * (spec.attention_layers - 1) / spec.attention_layers
-    denoise = kept * (estimate.latency_s + job.steps * (host + pointwise))
+    outside = (0 if job.compiled else spec.step_extra_kernels) * issue_s(acc, eager=True)  # runs on cache hits too
+    denoise = kept * (estimate.latency_s + job.steps * (host - outside + pointwise)) + job.steps * outside
     vae = job.batch * tiled_vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames,
                                          spec.vae_downsample, job.vae_tile_px, job.vae_tile_stride_px, acc) \
         if spec.vae else 0.0
