@@ -323,3 +323,21 @@ def test_eager_pointwise_traffic_beyond_the_blocks_width_is_counted_by_hand(
     eager_s = pointwise_step_s(spec, job, DitPlan(), H100)
     assert eager_s * memory_bytes_per_s(H100.accelerator) == pytest.approx(extra_bytes, rel=1e-12)  # no counted kernels
     assert _e2e(spec, replace(job, compiled=True), DitPlan()).pointwise_step_s == 0.0
+
+
+def test_batched_linear_attention_copies_k_and_q_in_fp32() -> None:
+    """A toy linear-attention block (1 layer, H = 8, 4 image tokens): with classifier-free guidance on one GPU both
+    passes run in one forward and torch.matmul copies fp32 K and Q before its batched products, 2 x (4 + 4) B a
+    value: 1 x 4 x 8 x 16 B a pass more than the two passes' own traffic. CFG-parallel (one pass a GPU) and Ulysses
+    (xDiT's explicit copies) do not add it."""
+    from plait.workloads.dit.eager_traffic import extra_step_bytes
+    from plait.workloads.dit.model import DitJob, DitSpec
+
+    spec = DitSpec(name="toy", kind="linear", hidden=8, layers=1, heads=1, mlp_ratio=4.0, patch=2, vae_downsample=8,
+                   text_tokens=2, mlp="glumbconv")
+    one_pass = DitJob(resolution=32, cfg=False, steps=1)
+    both = replace(one_pass, cfg=True)
+    per_pass = extra_step_bytes(spec, one_pass, DitPlan())
+    assert extra_step_bytes(spec, both, DitPlan()) == 2 * (per_pass + 4 * 8 * 16)
+    assert extra_step_bytes(spec, both, DitPlan(cfg=2)) == per_pass
+    assert extra_step_bytes(spec, both, DitPlan(ulysses=2)) == per_pass  # two passes on half the tokens
