@@ -100,13 +100,13 @@ def test_video_and_linear_dits_match_their_published_sizes(example: str, publish
 def test_consisid_face_cross_attention_is_counted_by_hand() -> None:
     """ConsisID: a face cross-attention after blocks 0, 2, ..., 40 of 42 (21 calls), each Q (3072 -> 2048) and output
     (2048 -> 3072) projections on the video tokens and K, V (2048 -> 2 x 2048) on the face tokens: 21 x (2 x 3072 x
-    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 60; compiled, two per GEMM
-    call (five) beside the blocks' two per GEMM call and attention (8 + 1); and it adds exactly its two GEMMs per
-    call and pass to the device's step."""
+    2048 + 2 x 2048^2) parameters; eager, each launches 15 kernels beside the 42 blocks' 62 and the step's kernels
+    outside the blocks; compiled, two per GEMM call (five) beside the blocks' two per GEMM call and attention (8 + 1);
+    and it adds exactly its two GEMMs per call and pass to the device's step."""
     spec, job = _model("consisid-480p")
     assert spec.side_attention_calls == 21
     assert spec.side_attention_params() == 21 * (2 * 3072 * 2048 + 2 * 2048**2)
-    assert step_kernels(spec, job, DitPlan()) == 42 * 60 + 21 * 15
+    assert step_kernels(spec, job, DitPlan()) == 42 * 62 + 21 * 15 + spec.step_extra_kernels
     assert step_kernels(spec, replace(job, compiled=True), DitPlan()) == 42 * 2 * 9 + 21 * 2 * 5
     without = replace(spec, side_attention_every=0, side_attention_width=0)
     acc, tokens = H100.accelerator, job.image_tokens(spec)
@@ -144,6 +144,18 @@ def test_eager_kernels_per_step_are_the_model_files_count() -> None:
     assert step_kernels(spec, job, DitPlan(ulysses=2)) == 19 * 96 + 38 * 50 + 57 * 4 * 3
 
 
+@pytest.mark.parametrize("plan", [DitPlan(), DitPlan(cfg=2), DitPlan(ulysses=2, ring=3), DitPlan(tp=2)])
+def test_kernels_outside_the_blocks_run_once_a_step_on_every_gpu(plan: DitPlan) -> None:
+    """ConsisID's Local Facial Extractor, embeddings, pipeline loop and scheduler run once per step on every GPU
+    whatever the plan splits (xDiT's wrapper calls the extractor at every forward on each rank): the eager step
+    launches exactly 7 more kernels with 7 more of them, and a compiled step none more."""
+    spec, job = _model("consisid-480p")
+    more = replace(spec, step_extra_kernels=spec.step_extra_kernels + 7)
+    assert step_kernels(more, job, plan) - step_kernels(spec, job, plan) == 7
+    compiled = replace(job, compiled=True)
+    assert step_kernels(more, compiled, plan) == step_kernels(spec, compiled, plan)
+
+
 def test_compile_is_never_slower_and_launches_fewer_kernels() -> None:
     """torch.compile removes launches and unfused pointwise traffic: end to end never slower at any Ulysses degree,
     and its host time per step is the smaller."""
@@ -179,6 +191,17 @@ def test_step_caching_skips_all_blocks_but_the_first_on_its_hits() -> None:
     layers = 19 + 38
     assert cached.denoise_s == pytest.approx(plain.denoise_s * (1 - 0.5 * (layers - 1) / layers))
     assert cached.vae_decode_s == plain.vae_decode_s and cached.text_encode_s == plain.text_encode_s
+
+
+def test_step_caching_keeps_the_kernels_outside_the_blocks() -> None:
+    """A cache hit skips blocks, not the pipeline's loop, scheduler or ConsisID's Local Facial Extractor: with half
+    the steps hitting, the loop keeps 1 - f (L - 1) / L of the blocks' time and all of the step's kernels outside
+    them, each at the eager host's 10 + 13.3 us."""
+    spec, job = _model("consisid-480p")
+    plain, cached = _e2e(spec, job, DitPlan()), _e2e(spec, replace(job, cache_skip=0.5), DitPlan())
+    outside_s = job.steps * spec.step_extra_kernels * 23.3e-6
+    kept = 1 - 0.5 * (42 - 1) / 42
+    assert cached.denoise_s == pytest.approx((plain.denoise_s - outside_s) * kept + outside_s)
 
 
 @pytest.mark.parametrize("text, rule", [
@@ -233,12 +256,14 @@ def test_a_video_plan_exports_frames_and_compile_to_xdit() -> None:
     assert args[args.index("--num_frames") + 1] == "129" and "--use_torch_compile" in args
 
 
-@pytest.mark.parametrize("keys", ["side_attention_every = 2", "side_attention_width = -1"])
-def test_a_side_attention_needs_both_keys(tmp_path: Path, keys: str) -> None:
+@pytest.mark.parametrize("keys, rule", [("side_attention_every = 2", "must both be 0 or both be >= 1"),
+                                        ("side_attention_width = -1", "must both be 0 or both be >= 1"),
+                                        ("step_extra_kernels = -1", "step_extra_kernels=-1 must be >= 0")])
+def test_a_side_attention_needs_both_keys_and_counts_are_not_negative(tmp_path: Path, keys: str, rule: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text((ROOT / "examples" / "flux-1-dev-1024px.toml").read_text().replace(
         "eager_kernels = 96", f"eager_kernels = 96\n{keys}"))
-    with pytest.raises(ConfigError, match="must both be 0 or both be >= 1"):
+    with pytest.raises(ConfigError, match=rule):
         read_dit(path)
 
 
@@ -298,3 +323,21 @@ def test_eager_pointwise_traffic_beyond_the_blocks_width_is_counted_by_hand(
     eager_s = pointwise_step_s(spec, job, DitPlan(), H100)
     assert eager_s * memory_bytes_per_s(H100.accelerator) == pytest.approx(extra_bytes, rel=1e-12)  # no counted kernels
     assert _e2e(spec, replace(job, compiled=True), DitPlan()).pointwise_step_s == 0.0
+
+
+def test_batched_linear_attention_copies_k_and_q_in_fp32() -> None:
+    """A toy linear-attention block (1 layer, H = 8, 4 image tokens): with classifier-free guidance on one GPU both
+    passes run in one forward and torch.matmul copies fp32 K and Q before its batched products, 2 x (4 + 4) B a
+    value: 1 x 4 x 8 x 16 B a pass more than the two passes' own traffic. CFG-parallel (one pass a GPU) and Ulysses
+    (xDiT's explicit copies) do not add it."""
+    from plait.workloads.dit.eager_traffic import extra_step_bytes
+    from plait.workloads.dit.model import DitJob, DitSpec
+
+    spec = DitSpec(name="toy", kind="linear", hidden=8, layers=1, heads=1, mlp_ratio=4.0, patch=2, vae_downsample=8,
+                   text_tokens=2, mlp="glumbconv")
+    one_pass = DitJob(resolution=32, cfg=False, steps=1)
+    both = replace(one_pass, cfg=True)
+    per_pass = extra_step_bytes(spec, one_pass, DitPlan())
+    assert extra_step_bytes(spec, both, DitPlan()) == 2 * (per_pass + 4 * 8 * 16)
+    assert extra_step_bytes(spec, both, DitPlan(cfg=2)) == per_pass
+    assert extra_step_bytes(spec, both, DitPlan(ulysses=2)) == per_pass  # two passes on half the tokens

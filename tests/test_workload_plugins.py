@@ -149,7 +149,7 @@ def test_the_readers_defaults_are_the_descriptions_own() -> None:
     assert dit == {"kind": "dit", "mlp_ratio": 4.0, "patch": 2, "latent_channels": 4, "vae_downsample": 8,
                    "text_tokens": 0, "single_layers": 0, "hf_model": "", "mlp": "plain", "vae_temporal": 1,
                    "text_encoders": (), "vae": "", "eager_kernels": 0, "eager_kernels_single": 0,
-                   "side_attention_every": 0, "side_attention_width": 0, "rotary_fp32": "none"}
+                   "step_extra_kernels": 0, "side_attention_every": 0, "side_attention_width": 0, "rotary_fp32": "none"}
     assert DitJob() == DitJob(resolution=1024, steps=50, batch=1, cfg=True, height=0, frames=1, compiled=False,
                               cache_skip=0.0, vae_tile_px=0, vae_tile_stride_px=0, output="pil")
     assert {f.name for f in dataclasses.fields(GraphStats) if f.default is not dataclasses.MISSING} == {

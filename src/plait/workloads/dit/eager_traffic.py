@@ -1,7 +1,7 @@
 """Device traffic of an eager block's pointwise kernels beyond one bf16 read and write of the block's width.
 
 :func:`plait.workloads.dit.pipeline.pointwise_step_s` charges every unfused kernel of an eager block one read and one
-write of a ``tokens x H`` bf16 activation (the roofline of a streaming kernel: Williams et al., CACM 2009). Two
+write of a ``tokens x H`` bf16 activation (the roofline of a streaming kernel: Williams et al., CACM 2009). Three
 kinds of kernel move more than that, read off the forward code the rows run:
 
 - **A rotary embedding in fp32.** diffusers' ``apply_rotary_emb`` (``models/embeddings.py``, ``use_real=True``,
@@ -25,6 +25,16 @@ kinds of kernel move more than that, read off the forward code the rows run:
   left out there, its traffic is not). Sana's GLUMBConv (``mlp = "glumbconv"``; diffusers ``GLUMBConv.forward``) also
   runs SiLU on the whole ``2 r H``-wide output of its first 1x1 convolution before the depthwise one: ``4 r H``
   against ``2 H``.
+- **Batched linear attention's layout copies.** Sana's linear attention without sequence parallelism (xDiT's
+  ``xFuserSanaLinearAttnProcessor2_0``, diffusers' ``SanaLinearAttnProcessor2_0``) multiplies ``key.transpose(-2,
+  -1) @ value`` and ``query @ scores`` on fp32 Q and K laid out ``(B, tokens, heads, d)`` and viewed ``(B, heads,
+  tokens, d)``. ``torch.matmul`` reshapes each operand's batch dimensions into one for ``bmm``
+  (``tensor1.expand(...).reshape({expand_batch_product, n, m1})``, ``_matmul_impl`` in PyTorch's
+  aten/src/ATen/native/LinearAlgebra.cpp): with one image per forward the size-1 batch merges into a view, with the
+  conditional and unconditional passes batched together ``(B, heads)`` cannot, and K and Q are copied in fp32 first,
+  4 B read and 4 B written a value each (:data:`LINEAR_BATCH_COPY_BYTES`; their two launches a block, under 1 ms a
+  step, are left out). xDiT's sequence-parallel path permutes and copies Q, K and V explicitly whatever the batch
+  (``xdit_sana_ring_flash_attn_forward``), within the block's counted kernels.
 
 Other kernels stay at one read and write of the block's width (an underestimate where a kernel upcasts, as the
 RMSNorms of Q and K do). Compiled runs fuse all of these (``pointwise_step_s`` is 0 there).
@@ -40,6 +50,9 @@ ROTARY_FP32_KERNEL_BYTES = (2 + 4, 4 + 4, 2 + 4, 4 + 4, 8 + 4, 4 + 2)
 docstring): ``x.float()``, ``* cos``, ``x_rotated.float()``, ``* sin``, the sum, ``.to(x.dtype)``."""
 ROTARY_FP32_EXTRA_BYTES = sum(ROTARY_FP32_KERNEL_BYTES) - 2 * ACT_BYTES * len(ROTARY_FP32_KERNEL_BYTES)
 """What those kernels move per value beyond the bf16 read and write each is already charged: 46 - 24 = 22 B."""
+LINEAR_BATCH_COPY_BYTES = 2 * (4 + 4)
+"""Bytes per value of the block's width a batched linear attention's two fp32 copies (K, then Q) move (module
+docstring)."""
 
 
 def rotated_tokens(spec: DitSpec, job: DitJob) -> int:
@@ -56,7 +69,8 @@ def extra_step_bytes(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
     """Bytes one GPU's eager pointwise kernels move in one step beyond one bf16 read and write of the block's width
     each (module docstring): the fp32 rotary embedding on Q and K of every attention layer, and the plain MLP's
     activation on its ``r H``-wide input in every block (mmdit double-stream blocks: one MLP per stream, each on its
-    own tokens; single-stream blocks one on the joined sequence, and their concatenation)."""
+    own tokens; single-stream blocks one on the joined sequence, and their concatenation), and a batched linear
+    attention's fp32 copies of K and Q."""
     share = plan.ulysses * plan.ring * plan.distrifusion * plan.pipefusion  # tokens split; layers split by stage
     passes = job.passes / plan.cfg
     width = spec.hidden / plan.tp
@@ -71,4 +85,7 @@ def extra_step_bytes(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
         values = 2 * (r - 1)
     mlp = mlp_tokens * values * width * ACT_BYTES
     mlp += spec.single_layers * seq * 2 * r * width * ACT_BYTES  # the single block's concatenation
-    return (rotary + mlp) / share * passes
+    copies = 0.0
+    if spec.kind == "linear" and passes > 1 and plan.ulysses * plan.ring == 1:  # passes batched in one forward
+        copies = spec.attention_layers * image * width * LINEAR_BATCH_COPY_BYTES
+    return (rotary + mlp + copies) / share * passes

@@ -49,6 +49,7 @@ A TOML file describes it (``examples/dit-xl-2-1024px.toml``)::
     vae = ""                # a name in the same file
     eager_kernels = 0       # kernels one block launches in eager PyTorch (host time; 0: not modelled)
     eager_kernels_single = 0
+    step_extra_kernels = 0  # eager kernels per step outside the blocks (pipeline, scheduler, embeddings, ...)
     side_attention_every = 0  # a cross-attention to conditioning tokens after every this many blocks (ConsisID: 2)
     side_attention_width = 0  # its inner width
     rotary_fp32 = "none"    # image | all: tokens whose Q, K an eager fp32 rotary embedding rotates
@@ -124,6 +125,11 @@ class DitSpec:
     implementation's forward code (the model file says which); 0: host time not modelled."""
     eager_kernels_single: int = 0
     """mmdit: the same for one single-stream block."""
+    step_extra_kernels: int = 0
+    """Kernels one eager denoising step launches outside the blocks and side attentions, whatever the plan: the
+    pipeline's loop and scheduler, the transformer's embeddings and final layer, and modules run once per forward on
+    a few tokens (ConsisID's Local Facial Extractor), counted from the code the model file names; 0: not counted.
+    Host time only (their tensors are a latent or a few tokens); not counted in compiled runs."""
     side_attention_every: int = 0
     """A cross-attention from the image (video) tokens to a few conditioning tokens, added to the residual after
     every this many blocks (ConsisID's face cross-attention: diffusers ``ConsisIDTransformer3DModel``,
@@ -293,6 +299,6 @@ def check_dit(spec: DitSpec, job: DitJob, where: str) -> None:
             spec.side_attention_every > 0) != (spec.side_attention_width > 0):
         raise ConfigError(f"{where}: side_attention_every={spec.side_attention_every} and side_attention_width="
                           f"{spec.side_attention_width} must both be 0 or both be >= 1")
-    if min(spec.eager_kernels, spec.eager_kernels_single) < 0:
-        raise ConfigError(f"{where}: eager_kernels={spec.eager_kernels} and eager_kernels_single="
-                          f"{spec.eager_kernels_single} must be >= 0")
+    if min(spec.eager_kernels, spec.eager_kernels_single, spec.step_extra_kernels) < 0:
+        raise ConfigError(f"{where}: eager_kernels={spec.eager_kernels}, eager_kernels_single="
+                          f"{spec.eager_kernels_single} and step_extra_kernels={spec.step_extra_kernels} must be >= 0")

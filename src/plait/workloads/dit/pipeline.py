@@ -17,7 +17,10 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   each partial but the first a merge of nine pointwise kernels on the fp32 output (eager; compiled: one fused
   kernel), which in eager also read and write that fp32 output about ten times (``RING_MERGE_BYTES``). Tensor
   parallelism adds its two all-reduces per block, DistriFusion its all-gather per layer. A side cross-attention
-  (ConsisID's face cross-attention after every second block) adds its own kernels (``SIDE_ATTENTION_*``).
+  (ConsisID's face cross-attention after every second block) adds its own kernels (``SIDE_ATTENTION_*``). Outside
+  the blocks an eager step launches the pipeline's loop and scheduler, the embeddings and the final layer, and
+  modules that run once per forward on a few tokens (ConsisID's Local Facial Extractor): ``step_extra_kernels``,
+  counted in the model file, host time only (their tensors are a latent or a few tokens).
   The host time is added to the device's: assumed, because the published tables show it: the eager-minus-compiled
   gap of xDiT's FLUX.1 table is about the same on 1, 2 and 4 H100s (2.41, 1.70, 2.61 s), which a host stream hidden
   under the device's work would not give.
@@ -35,10 +38,10 @@ the host's time per step, and the VAE decoder. What a user waits for from prompt
   a part no number of GPUs shortens. A job whose pipeline returns the tensor (``output = "tensor"``) skips it.
 - **Step caching** (first-block cache: ParaAttention, README 'First Block Cache'; TeaCache: Liu et al., arXiv
   2411.19108, Sec. 3): each step runs the first block, compares its output residual with the previous step's, and on
-  a hit reuses the cached residual of the remaining blocks. ``cache_skip`` is the fraction of steps that hit, which
-  depends on the prompt and the threshold: the user states it. Quality: the output is no longer the uncached model's;
-  TeaCache and ParaAttention report the trade (VBench/LPIPS and visual comparisons) per threshold, and a threshold
-  that skips more steps changes the image more.
+  a hit reuses the cached residual of the remaining blocks; the kernels outside the blocks run on every step.
+  ``cache_skip`` is the fraction of steps that hit, which depends on the prompt and the threshold: the user states
+  it. Quality: the output is no longer the uncached model's; TeaCache and ParaAttention report the trade
+  (VBench/LPIPS and visual comparisons) per threshold, and a threshold that skips more steps changes the image more.
 """
 
 from __future__ import annotations
@@ -122,7 +125,8 @@ def step_kernels(spec: DitSpec, job: DitJob, plan: DitPlan) -> float:
         comm += 2
     if plan.distrifusion > 1:  # one asynchronous all-gather of K and V per layer
         comm += 1
-    return pieces * (blocks / plan.pipefusion + layers * comm)
+    extra = 0 if job.compiled else spec.step_extra_kernels  # once a step, on every GPU (module docstring)
+    return pieces * (blocks / plan.pipefusion + layers * comm) + extra
 
 
 def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, estimate: DitEstimate) -> EndToEnd:
@@ -134,7 +138,8 @@ def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, esti
     host = step_kernels(spec, job, plan) * issue_s(acc, eager=not job.compiled)
     pointwise = 0.0 if job.compiled else pointwise_step_s(spec, job, plan, cluster)
     kept = 1.0 - job.cache_skip * (spec.attention_layers - 1) / spec.attention_layers
-    denoise = kept * (estimate.latency_s + job.steps * (host + pointwise))
+    outside = (0 if job.compiled else spec.step_extra_kernels) * issue_s(acc, eager=True)  # runs on cache hits too
+    denoise = kept * (estimate.latency_s + job.steps * (host - outside + pointwise)) + job.steps * outside
     vae = job.batch * tiled_vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames,
                                          spec.vae_downsample, job.vae_tile_px, job.vae_tile_stride_px, acc) \
         if spec.vae else 0.0
