@@ -204,7 +204,8 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
         reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
                                          prepared.framework.pipeline_keeps_gathered)
         return StageSync(params=params, reduce_s=reduce, gather_s=gather,
-                         optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes))
+                         optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes,
+                                                      prepared.framework.adamw_per_tensor_ops))
     return _memo(model, prepared, "sync", stage, compute)
 
 

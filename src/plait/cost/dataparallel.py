@@ -14,7 +14,8 @@
 - Optimizer: a memory-bound pass that reads the gradient and reads and writes master
   weights and moments, then writes the bf16 copy; offloaded, gradients go down and
   weights come back over PCIe and the CPU streams the same optimizer bytes through host
-  DRAM (ZeRO-Offload, Ren et al. 2021, Sec. 4; its optional delayed update is not assumed).
+  DRAM (ZeRO-Offload, Ren et al. 2021, Sec. 4; its optional delayed update is not assumed). An engine whose AdamW
+  is a per-tensor loop of eager ops streams that loop's bytes instead (:mod:`plait.cost.optimizer_loop`).
 - Sequence parallelism: the norm weights are replicated over TP but see only a slice of the
   sequence, so their gradients are partial sums; they are all-reduced over the TP group once per
   step, in one flat buffer, before the optimizer (Megatron-LM ``_allreduce_layernorm_grads`` in
@@ -30,6 +31,7 @@ import numpy as np
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes, shard_groups
+from plait.cost.optimizer_loop import COMPOSER_ADAMW_BYTES_PER_PARAM
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns, per_plan
 from plait.plan.groups import expert_dp_group
@@ -103,8 +105,12 @@ def exposed_sync_s(cols: PlanColumns, reduce: np.ndarray, gather: np.ndarray, la
     return xp.where(cols["overlap_grad_reduce"], overlapped, reduce + gather)
 
 
-def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray) -> np.ndarray:
-    """Seconds of the optimizer step on one rank, with the sequence-parallel norm-gradient all-reduce before it."""
+def optimizer_step_s(
+    cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: np.ndarray, adamw_per_tensor_ops: bool = False
+) -> np.ndarray:
+    """Seconds of the optimizer step on one rank, with the sequence-parallel norm-gradient all-reduce before it;
+    ``adamw_per_tensor_ops``: an AdamW plan's update on the GPU streams the bytes of Composer's per-tensor loop
+    (:mod:`plait.cost.optimizer_loop`) instead of the fused pass (:attr:`EngineFacts.adamw_per_tensor_ops`)."""
     xp, acc = cols.xp, cluster.accelerator
     dense_group, expert_group = shard_groups(cols)
     local = xp.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
@@ -115,7 +121,10 @@ def optimizer_step_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_
                         local * (grad_bytes + param_bytes(cols)) / (acc.pcie_bandwidth_gb_per_s * 1e9))
     host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / cluster.host_memory_bytes_per_s_per_gpu
     offloaded = transfer + host_update
-    on_gpu = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols) + param_bytes(cols)) / memory_bytes_per_s(acc)
+    streamed = grad_bytes + 2 * optimizer_bytes_per_param(cols) + param_bytes(cols)
+    if adamw_per_tensor_ops:
+        streamed = xp.where(cols.is_("optimizer", "adamw"), COMPOSER_ADAMW_BYTES_PER_PARAM, streamed)
+    on_gpu = local * streamed / memory_bytes_per_s(acc)
     sp_norms = xp.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)
     return xp.where(cols["offload_optimizer"], offloaded, on_gpu) + collective_s(cluster, "all_reduce", cols["tp"],
                                                                                  1, sp_norms)

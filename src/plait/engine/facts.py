@@ -183,6 +183,13 @@ class EngineFacts:
     """The same in its backward: per call and expert a main_grad lookup (L285), a wgrad buffer (L387-390), the dummy
     wgrad ``handle_custom_ddp_from_mcore`` allocates (L442-472) and Megatron DDP's backward hook of the expert's
     weight (distributed_data_parallel.py L357-366, one hook per parameter)."""
+    adamw_per_tensor_ops: bool = False
+    """AdamW updates each parameter tensor with separate eager elementwise ops (Composer's ``DecoupledAdamW``, the
+    optimizer of llm-foundry's benchmark configs), streaming the bytes :mod:`plait.cost.optimizer_loop` counts
+    instead of one fused pass. False: a fused or multi-tensor pass (:func:`plait.cost.dataparallel.optimizer_step_s`).
+    The loop's host time is not charged: eight ops per tensor and, in Composer 0.16 (its ``state['step']`` a device
+    tensor), one ``.item()`` read per tensor, each a host round trip; FSDP1 hands the optimizer one flat tensor per
+    wrapped block, so tens of round trips per step, milliseconds against steps of 0.85 s and more."""
     step_syncs: int = 0
     """Times per step the host waits on the device outside MoE layers, each costing the device one host round trip
     (``host_sync_us``) before the host issues again: Megatron-Core's gradient clipping reads the global norm back
