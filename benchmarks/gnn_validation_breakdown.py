@@ -35,12 +35,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=Path(plait.__file__).parent / "validate/data/gnn_epochs.csv")
     parser.add_argument("--rows", action="store_true", help="also print every predicted row's error")
+    parser.add_argument("--worst", type=int, default=0, metavar="N", help="also print the N rows of largest |error|")
     args = parser.parse_args()
     with args.csv.open(newline="") as f:
         rows = list(csv.DictReader(f))
     results = validate_gnn(args.csv)
     pairs = [(row, r.error_pct) for row, r in zip(rows, results, strict=True) if r.error_pct is not None]
     print(f"all: {summary([e for _, e in pairs])}")
+    print(f"without FGNN: {summary([e for row, e in pairs if row['loader'] != 'gnnlab-factored'])}")
     for name, key in GROUPS.items():
         print(f"by {name}:")
         groups: dict[str, list[float]] = {}
@@ -50,8 +52,16 @@ def main() -> None:
             print(f"  {value:24s} {summary(groups[value])}")
     if args.rows:
         for row, error in pairs:
-            print(f"{row['source_id']:17s} {row['loader']:20s} {row['dataset']:16s} {row['model']:9s} "
-                  f"x{row['gpus']:>2s} {error:+7.1f}%")
+            print(_line(row, error))
+    if args.worst:
+        print(f"worst {args.worst}:")
+        for row, error in sorted(pairs, key=lambda pair: -abs(pair[1]))[: args.worst]:
+            print(_line(row, error))
+
+
+def _line(row: dict[str, str], error: float) -> str:
+    return (f"{row['source_id']:17s} {row['loader']:20s} {row['dataset']:16s} {row['model']:9s} "
+            f"x{row['gpus']:>2s} {error:+7.1f}%")
 
 
 if __name__ == "__main__":

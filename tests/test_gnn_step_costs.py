@@ -141,3 +141,15 @@ def test_batch_norm_before_a_hidden_layers_activation_streams_32_bytes_an_elemen
     extra, rate = _added_layer_s(batch_norm=True)
     assert extra[0] == pytest.approx(32 * 2708 * 64 / rate)
     assert extra[1] == 0.0
+
+
+@pytest.mark.parametrize(("feature_bytes", "bytes_per_value"), [(2, 6), (4, 0)])
+def test_fp16_input_rows_are_cast_to_fp32_on_the_gpu_by_hand(feature_bytes: int, bytes_per_value: int) -> None:
+    """SALIENT's models open with ``x.to(torch.float)``: Cora's 2,708 x 1,433 fp16 rows are read (2 bytes) and written
+    as fp32 (4 bytes) once at the HBM's rate; fp32 rows are not cast."""
+    from plait.cost.compute import memory_bytes_per_s
+    from plait.workloads.gnn.compute import input_cast_s
+
+    acc = get_cluster("dgx1-v100").accelerator
+    cast_s = input_cast_s(2708, 1433, feature_bytes, acc)
+    assert cast_s == pytest.approx(bytes_per_value * 2708 * 1433 / memory_bytes_per_s(acc))

@@ -267,3 +267,12 @@ def activation_bytes(spec: GnnSpec, sizes: list[tuple[float, float]], first: int
 
 def state_bytes(spec: GnnSpec) -> float:
     return ADAM_STATE_BYTES * spec.model.params(spec.graph)
+
+
+def input_cast_s(nodes: float, features: int, feature_bytes: int, acc: Accelerator) -> float:
+    """Seconds a model takes to cast a batch's ``nodes x features`` input rows, stored at ``feature_bytes`` bytes a
+    value, to fp32 on the GPU (``x.to(torch.float)``, SALIENT's ``driver/models.py``: one elementwise kernel that reads
+    ``feature_bytes`` and writes 4 bytes a value, at the HBM's rate); none for rows already fp32."""
+    if feature_bytes >= FEATURE_BYTES:
+        return 0.0
+    return nodes * features * (feature_bytes + FEATURE_BYTES) / memory_bytes_per_s(acc)

@@ -27,6 +27,8 @@ from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
+from plait.hardware.cluster import Cluster
+from plait.workloads.gnn.compute import GnnEstimate, input_cast_s
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.factored import factored_epoch
 from plait.workloads.gnn.host import host_step, loaders, per_core_rate, usable_workers
@@ -147,16 +149,26 @@ def predict_row(row: Record, known: dict[str, GraphStats],
             est = replace(est, fetch_s=est.fetch_s + pageable_extra_s(est.fetch_bytes, cluster,
                                                                       loop_threads(cluster, per_node)))
         return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
-    host = loaders()[loader]
+    host, feature_bytes = loaders()[loader], row.count("feature_bytes", high=8)
     est = estimate_gnn(spec, cluster, gpus, batch, "replicated", library=host.library)
-    trainer_s = max(est.compute_s + est.all_reduce_s + est.optimizer_s + est.fetch_s, est.host_s)
+    trainer_s = max(est.compute_s + est.all_reduce_s + est.optimizer_s + _rows_on_gpu_s(est, spec, cluster, on_gpu,
+                                                                                      feature_bytes), est.host_s)
     workers = usable_workers(row.count("workers"), cluster, per_node)
     step = host_step(est.batch, host, per_core_rate(host, known), workers, cluster,  # type: ignore[arg-type]
-                     spec.graph.features, row.count("feature_bytes", high=8), trainer_s,
-                     loop_threads(cluster, per_node, workers))
+                     spec.graph.features, feature_bytes, trainer_s, loop_threads(cluster, per_node, workers))
     if on_gpu:
         step = replace(step, slicing_s=0.0, transfer_s=0.0)
     return ClassicResult(row["source_id"], label, measured, 1.0 / step.epoch_s(est.steps_per_epoch))
+
+
+def _rows_on_gpu_s(est: GnnEstimate, spec: GnnSpec, cluster: Cluster, on_gpu: bool, feature_bytes: int) -> float:
+    """What a host loader's trainer does on the GPU with the batch's input rows: gathers them from the table it holds
+    (``features_on = gpu``: ``nfeat[input_nodes]`` on the GPU, the estimate's ``fetch_s``), or, with rows the loop or
+    the loader sliced on the host (they arrive gathered), only casts rows stored below fp32 (SALIENT's fp16 rows:
+    ``x = x.to(torch.float)`` opens the SAGE, GAT and GIN ``forward`` of its ``driver/models.py``)."""
+    if on_gpu:
+        return est.fetch_s
+    return input_cast_s(est.batch.nodes, spec.graph.features, feature_bytes, cluster.accelerator)  # type: ignore[union-attr]
 
 
 def validate_gnn(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
