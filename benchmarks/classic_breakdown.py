@@ -2,9 +2,10 @@
 
 For every predicted row of ``plait/validate/data/classic_dp.csv`` this prints the step-time error (predicted over
 measured step time, minus one: negative means plait is faster than the run) grouped by source, framework, model,
-GPU, precision and GPU count -- rows, MAPE, signed mean and rows within 15% -- and, with ``--rows``, each row's
-predicted step and the share of it that is device compute, exposed host time, exposed data-parallel
-communication, optimizer step and input wait. Nothing here is fitted: it reads the rows and the current model.
+GPU, precision, GPU count and batch per GPU -- rows, MAPE, signed mean and rows within 15% --, the worst rows, and,
+with ``--rows``, each row's predicted step and the share of it that is device compute, exposed host time, exposed
+data-parallel communication, optimizer step and input wait. Nothing here is fitted: it reads the rows and the current
+model.
 
 Run: ``PYTHONPATH=src python benchmarks/classic_breakdown.py [--rows]`` (about a minute: every row is traced).
 """
@@ -19,7 +20,9 @@ from plait.validate.datasets import dataset_path
 from plait.validate.records import read_records
 from plait.workloads.traced import validate
 
-GROUPS = ("source_id", "framework", "model", "gpu", "precision", "gpus")
+GROUPS = ("source_id", "framework", "model", "gpu", "precision", "gpus", "batch_per_gpu")
+WORST = 10
+"""Rows listed by the largest absolute error (always printed)."""
 
 
 def stats(errors: list[float]) -> str:
@@ -55,6 +58,9 @@ def main() -> None:
         print(f"by {column}")
         for key in sorted(groups, key=lambda k: (len(k), k)):
             print(f"  {key[:34]:34s}", stats(groups[key]))
+    print(f"worst {WORST} rows")
+    for _, result, _ in sorted(done, key=lambda d: -abs(d[1].error_pct))[:WORST]:
+        print(f"  {result.source:18s} {result.label[:60]:60s} {result.error_pct:+6.1f}%")
     if args.rows:
         for _, result, time in done:
             total = time.total_s

@@ -64,7 +64,8 @@ def test_bert_rows_trace_attention_as_their_source_ran_it() -> None:
     factories = {(r["source_id"], r["model"][-6:]): row_model(r) for r in _rows() if r["model"].startswith("BERT")}
     # modeling.py @6fe463f: eager op-by-op attention; @a9e2c1d5: the same code scripted for NVFuser
     assert factories[("DLE_PYT_BERT_1907", "seq128")] == ("plait.workload.zoo:bert_large_unfused", (128,))
-    assert factories[("DLE_PYT_BERT_2111", "seq128")] == ("plait.workload.zoo:bert_large_fused_softmax", (128,))
+    dense = "plait.workload.zoo:bert_large_fused_softmax_dense_mlm"  # modeling.py @a9e2c1d5: masked tokens decoded
+    assert factories[("DLE_PYT_BERT_2111", "seq128")] == (dense, (128,))
     assert factories[("DLE_PYT_BERT_2111", "seq512")][1] == (296,)  # 512 x 1483 / 2565, LDDL binning
 
 
@@ -99,6 +100,23 @@ def test_unfused_attention_moves_its_score_matrices() -> None:
     fused = forward_ops("fused_softmax")
     assert fused - flash == Counter(clone=4, bmm=2, _softmax=1)
     assert flash - fused == Counter(_scaled_dot_product_flash_attention=1)
+
+
+def test_a_dense_masked_lm_head_decodes_the_masked_tokens_alone() -> None:
+    """pytorch:21.11's BERT gathers the masked positions before the masked-LM head (modeling.py @a9e2c1d5, lines
+    587-591): at 15% of 128 tokens that is 19 rows of the vocabulary decoder, whose forward product is
+    2 x 19 x 1024 x 30,528 FLOPs per example, not 2 x 128 x 1024 x 30,528 over every token; the gather is one
+    ``index_select``. A one-layer copy of the factory."""
+    pytest.importorskip("transformers")
+    from plait.workload.zoo import _bert_large
+    from plait.workloads.traced.tracing import trace_factory
+
+    work = trace_factory(lambda: _bert_large("fused_softmax", 1, 0.15), "bert", (128,), "int64")
+    forward = [k for u in work.units for k in u.kernels if not k.backward]
+    flops = [k.flops(1) for k in forward]
+    assert any(f == pytest.approx(2 * 19 * 1024 * 30528) for f in flops)
+    assert not any(f == pytest.approx(2 * 128 * 1024 * 30528) for f in flops)
+    assert "index_select" in [k.name for k in forward]
 
 
 def test_an_optimizer_issued_after_a_sync_waits_for_its_launches() -> None:

@@ -9,7 +9,8 @@ built by the field's libraries, each with the input one example takes.
   were built with). Needs ``pip install 'plait[traced]'``.
 - ``bert_large``: BERT-large pre-training with flash attention; ``bert_large_unfused`` and
   ``bert_large_fused_softmax`` as NVIDIA DeepLearningExamples ran it in 2019 (eager, op by op) and 2021 (NVFuser),
-  with the attention scores in memory. Needs ``pip install 'plait[traced]'``.
+  with the attention scores in memory; ``bert_large_fused_softmax_dense_mlm`` as its 2021 code ran by default, the
+  masked-LM head on the masked tokens alone. Needs ``pip install 'plait[traced]'``.
 - ``small_cnn``: a small residual convolutional network for 32 x 32 RGB images (a CIFAR-size input), small enough
   for ``plait run`` to train on CPU ranks in seconds (``plait plan --model plait.workload.zoo:small_cnn --export``).
   Plain PyTorch (``plait[run]``). Its blocks normalise with ``GroupNorm`` (Wu & He, ECCV 2018), which, unlike
@@ -75,10 +76,13 @@ def bert_large() -> Any:
     return _bert_large("sdpa")
 
 
-def _bert_large(attention: Literal["sdpa", "eager", "fused_softmax"], num_layers: int = 24) -> Any:
+def _bert_large(attention: Literal["sdpa", "eager", "fused_softmax"], num_layers: int = 24,
+                masked_fraction: float | None = None) -> Any:
     """:func:`bert_large` with ``transformers``' attention implementation ``attention``; "eager" (the 2019 model of
     :func:`bert_large_unfused`) takes ``BertModel.forward``'s additive padding mask, all tokens kept, and adds the
-    linear layers' biases after their products; "fused_softmax" is :func:`_fused_softmax`'s.
+    linear layers' biases after their products; "fused_softmax" is :func:`_fused_softmax`'s. With
+    ``masked_fraction`` the masked-LM head runs on that fraction of each sequence's tokens alone, gathered by an
+    ``index_select`` (:func:`bert_large_fused_softmax_dense_mlm`); without, on every token.
     ``num_layers`` below 24 builds a shallower copy (for tests)."""
     try:
         import torch
@@ -111,6 +115,12 @@ def _bert_large(attention: Literal["sdpa", "eager", "fused_softmax"], num_layers
                 mask = torch.zeros((input_ids.shape[0], 1, 1, input_ids.shape[1]), device=input_ids.device,
                                    dtype=bert.embeddings.word_embeddings.weight.dtype)
             hidden = bert.encoder(bert.embeddings(input_ids=input_ids), attention_mask=mask, return_dict=False)[0]
+            if masked_fraction is not None:  # which tokens are masked does not change the cost: the first ones
+                batch, length, width = hidden.shape
+                kept = torch.arange(batch * max(1, round(length * masked_fraction)), device=hidden.device)
+                dense = torch.index_select(hidden.reshape(-1, width), 0, kept)
+                return (self.model.cls.predictions(dense).float().mean()
+                        + self.model.cls.seq_relationship(bert.pooler(hidden)).float().mean())
             scores, next_sentence = self.model.cls(hidden, bert.pooler(hidden))
             return scores.float().mean() + next_sentence.float().mean()
 
@@ -198,6 +208,27 @@ def bert_large_fused_softmax() -> Any:
 
 bert_large_fused_softmax.example_shape = (128,)  # type: ignore[attr-defined]
 bert_large_fused_softmax.input_dtype = "int64"  # type: ignore[attr-defined]
+
+MASKED_FRACTION = 0.15
+"""Share of a pre-training sequence's tokens the masked-LM task predicts: BERT's 15% (Devlin et al., NAACL 2019,
+Sec. 3.1, 'Task #1: Masked LM'). DeepLearningExamples' pytorch:21.11 scripts mask statically when LDDL preprocesses
+the corpus (scripts/run_pretraining.sh @a9e2c1d5: the default ``masking=static`` passes ``--masking``), and LDDL
+predicts ``max(1, round(tokens x masked_lm_ratio))`` tokens per sequence, ``--masked-lm-ratio`` 0.15 by default
+(NVIDIA/LDDL@556d701f lddl/dask/bert/pretrain.py, ``create_masked_lm_predictions``): 19 of 128 tokens."""
+
+
+def bert_large_fused_softmax_dense_mlm() -> Any:
+    """:func:`bert_large_fused_softmax` with the masked-LM head on the masked tokens alone, as DeepLearningExamples'
+    pytorch:21.11 BERT runs it by default: ``BertPreTrainingHeads.forward`` gathers the positions whose label is
+    not -1 with ``torch.index_select`` before the head's transform and vocabulary decoder when
+    ``sequence_output_is_dense`` (PyTorch/LanguageModeling/BERT/modeling.py @a9e2c1d5, lines 587-591), which
+    run_pretraining.py sets unless ``--no_dense_sequence_output`` is passed (@a9e2c1d5, line 542); the 2019 code
+    (@6fe463f) decodes every token (:func:`bert_large_unfused`). The share kept is :data:`MASKED_FRACTION`."""
+    return _bert_large("fused_softmax", masked_fraction=MASKED_FRACTION)
+
+
+bert_large_fused_softmax_dense_mlm.example_shape = (128,)  # type: ignore[attr-defined]
+bert_large_fused_softmax_dense_mlm.input_dtype = "int64"  # type: ignore[attr-defined]
 
 
 def small_cnn() -> Any:

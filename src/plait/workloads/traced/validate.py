@@ -80,7 +80,7 @@ overflow check. Full-precision runs have no loss scaler, and pytorch-19.10's ape
 when dynamic) reads nothing back: their steps queue behind the backward pass."""
 EAGER_OPTIMIZER_SOURCES = ("DLE_PYT_RN50_2103",)
 UNFUSED_ATTENTION = {"DLE_PYT_BERT_1907": "plait.workload.zoo:bert_large_unfused",
-                     "DLE_PYT_BERT_2111": "plait.workload.zoo:bert_large_fused_softmax"}
+                     "DLE_PYT_BERT_2111": "plait.workload.zoo:bert_large_fused_softmax_dense_mlm"}
 """Sources whose BERT ran attention without a fused attention kernel -> the factory that traces it as it ran.
 DeepLearningExamples' PyTorch BERT (``BertSelfAttention.forward``, PyTorch/LanguageModeling/BERT/modeling.py)
 multiplies queries and keys into the ``batch x heads x length x length`` scores, divides them by the square root of
@@ -88,8 +88,10 @@ the head size, adds the padding mask, takes the softmax and the dropout, and mul
 (2019-09, the commit that added the pytorch:19.07 tables) and at a9e2c1d5 (2022-03, the pytorch:21.11 tables)
 alike. pytorch:19.07 runs it eagerly, each step its own kernel (only the bias-GeLU is ``torch.jit.script``-ed,
 ``bias_gelu``); pytorch:21.11 scripts the model for NVFuser (run_pretraining.py @a9e2c1d5, lines 56-60 and
-408-409), which fuses the chain between the two batched GEMMs (:func:`plait.workload.zoo.bert_large_fused_softmax`).
-Neither has a kernel that keeps the scores on chip, which :func:`plait.workload.zoo.bert_large` traces."""
+408-409), which fuses the chain between the two batched GEMMs (:func:`plait.workload.zoo.bert_large_fused_softmax`),
+and decodes the masked tokens alone (``sequence_output_is_dense``, the default at a9e2c1d5:
+:func:`plait.workload.zoo.bert_large_fused_softmax_dense_mlm`). Neither has a kernel that keeps the scores on chip,
+which :func:`plait.workload.zoo.bert_large` traces."""
 BINNED_PHASE2 = {"DLE_PYT_BERT_2111": (2565.0, 1483.0)}
 """Sources whose phase-2 (sequence 512) runs pad each mini-batch only to its longest sequence, in bins of 64 tokens
 (NVIDIA LDDL sequence binning: DeepLearningExamples@a9e2c1d5, the commit that added the pytorch:21.11 tables, made
