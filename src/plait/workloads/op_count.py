@@ -10,7 +10,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from plait.workloads.traced.tracing import FREE
+from plait.workloads.traced.recorder import FREE
 
 
 def launches(code: Callable[[], Any]) -> int:

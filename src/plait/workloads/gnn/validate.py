@@ -24,10 +24,10 @@ from pathlib import Path
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
+from plait.hardware.cluster import Cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
-from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import GnnEstimate, input_cast_s
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.factored import factored_epoch

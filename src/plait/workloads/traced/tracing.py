@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +28,7 @@ from plait.errors import ConfigError, require_extra
 from plait.plan.plan import FULL_PRECISIONS
 from plait.workloads.traced.attention import SplitPaths, find_splits
 from plait.workloads.traced.model import Kernel, LinearPair, Shape, TracedWorkload, Unit
+from plait.workloads.traced.recorder import Record, record_pass
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
 CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
@@ -36,9 +37,6 @@ COVERAGE_SHARE = 0.9
 model (:func:`choose_units`)."""
 BATCHES = (2, 3)
 """The two batch sizes traced (a batch of one lets some reshapes stay views that copy at every larger batch)."""
-FREE = frozenset({"empty", "empty_like", "empty_strided", "_unsafe_view", "lift_fresh", "detach", "alias",
-                  "new_empty", "new_empty_strided"})
-"""Operators that move no data (allocations without a fill, aliases that the schema does not mark as views)."""
 
 
 def load_factory(name: str) -> Callable[[], Any]:
@@ -94,7 +92,7 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
     pairs, attention, no_pairs, attention_note = find_splits(model, units)
     splits = SplitPaths.of(type(model).__name__, pairs, attention)
     try:
-        one, two = (_run(model, units, shape, input_dtype, dtype, batch, splits) for batch in BATCHES)
+        one, two = (record_pass(model, units, shape, input_dtype, dtype, batch, splits) for batch in BATCHES)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as error:
         first = (str(error).strip().splitlines() or [""])[0]
         raise ConfigError(f"--model {name!r}: its forward or backward failed on the meta device with input shape "
@@ -150,199 +148,6 @@ def _children(module: Any, prefix: str) -> list[str]:
     return out
 
 
-def first_tensor(value: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value
-    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (tuple, list)) else ()
-    for item in items:
-        found = first_tensor(item)
-        if found is not None:
-            return found
-    return None
-
-
-class _Record:
-    """What one pass at one batch size saw: kernels (unit, name, flops, bytes, backward), saved tensors (unit,
-    whether a parameter, bytes), output bytes per unit and the gradient order."""
-
-    def __init__(self, count: int) -> None:
-        self.kernels: list[tuple[int, str, float, float, bool, int]] = []  # ..., backward, split (split_kernel)
-        self.saved: list[tuple[int, bool, float, bool]] = []  # ..., split over a TP group
-        self.outputs = [0.0] * count
-        self.grad_order: list[str] = []
-        self.pair_outputs: dict[str, float] = {}
-
-
-def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: str, batch: int,
-         splits: SplitPaths | None = None) -> _Record:
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
-    from torch.utils.module_tracker import ModuleTracker
-
-    count = len(units) + 2  # pre, the units, post
-    record, root = _Record(count), type(model).__name__
-    unit_of = {f"{root}.{path}": i + 1 for i, path in enumerate(units)}
-    modules = dict(model.named_modules())
-    seen = {"fwd": False, "bwd": False}
-    tracker = ModuleTracker()
-    params = {id(p) for p in model.parameters()}
-    splits = splits or SplitPaths(rows=frozenset(), columns=frozenset(), cores=frozenset())
-    rows = [path.partition(".")[2] for path in splits.rows]  # as the model names them
-
-    def current() -> int:
-        inside = [unit_of[p] for p in tracker.parents if p in unit_of]
-        phase = "bwd" if tracker.is_bw else "fwd"
-        if inside:
-            seen[phase] = True
-            return inside[0]
-        late = seen[phase]
-        return (0 if not late else count - 1) if phase == "fwd" else (count - 1 if not late else 0)
-
-    def nbytes(values: Any) -> float:
-        flat, _ = torch.utils._pytree.tree_flatten(values)
-        return float(sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor)))
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            packet = func._overloadpacket
-            flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0.0
-            free = func.is_view or packet.__name__ in FREE
-            moved = 0.0 if free else nbytes((args, kwargs)) + nbytes(out)
-            if flops or moved:
-                record.kernels.append((current(), packet.__name__, flops, moved, tracker.is_bw,
-                                       splits.kernel(set(tracker.parents))))
-            return out
-
-    class GpuKernels(torch.overrides.TorchFunctionMode):
-        """Three functions as a GPU runs them, where the meta device runs PyTorch's reference decomposition:
-        ``scaled_dot_product_attention`` is FlashAttention-2 on CUDA (``_scaled_dot_product_flash_attention``,
-        which saves its output and the log-sum-exp per query; the math path saves the whole score matrix);
-        ``dropout`` in training is one fused kernel (``native_dropout``, which writes the output and a boolean
-        mask, its backward ``native_dropout_backward`` reading the gradient and the mask: ATen's ``dropout`` takes
-        it for CUDA tensors, ``is_fused_kernel_acceptable`` in aten/src/ATen/native/Dropout.cpp, where other
-        devices draw a Bernoulli tensor, scale it and multiply); and ``rms_norm`` is one fused kernel
-        (``_fused_rms_norm``, whose backward ``_fused_rms_norm_backward`` reads the input and the fp32 reciprocal
-        RMS per row; the decomposition saves fp32 copies). Attention with a mask or
-        grouped heads (``enable_gqa``) keeps PyTorch's own choice."""
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            kwargs = kwargs or {}
-            if func is torch.nn.functional.scaled_dot_product_attention:
-                flash = _flash_call(args, kwargs)
-                if flash is not None:
-                    return flash
-            if func is torch.nn.functional.dropout:
-                fused = _fused_dropout(args, kwargs)
-                if fused is not None:
-                    return fused
-            if func is torch.nn.functional.rms_norm:
-                names = ("input", "normalized_shape", "weight", "eps")
-                given = {**dict(zip(names, args)), **kwargs}
-                return _FusedRMSNorm.apply(given["input"], given.get("weight"), len(given["normalized_shape"]))
-            return func(*args, **kwargs)
-
-    _FusedRMSNorm = _fused_rms_norm()
-    kept: list[Any] = []
-    kept_ids: set[int] = set()
-
-    def pack(tensor: Any) -> Any:
-        base = tensor._base if tensor._base is not None else tensor
-        if id(base) not in kept_ids:
-            kept_ids.add(id(base))
-            kept.append(base)
-            record.saved.append((current(), id(base) in params, float(base.numel() * base.element_size()),
-                                 splits.saved(set(tracker.parents))))
-        return tensor
-
-    hooks = []
-    for i, path in enumerate(units):
-        hooks.append(modules[path].register_forward_hook(
-            lambda m, a, out, i=i: record.outputs.__setitem__(i + 1, nbytes(out))))
-    if units:  # what pre hands the first unit
-        hooks.append(modules[units[0]].register_forward_pre_hook(
-            lambda m, a: record.outputs.__setitem__(0, nbytes(a))))
-    for path in rows:  # a pair's output: the second (row-parallel) Linear's
-        hooks.append(modules[path].register_forward_hook(
-            lambda m, a, out, path=path: record.pair_outputs.__setitem__(path, nbytes(out))))
-    names = {id(p): n for n, p in model.named_parameters()}
-    for p in model.parameters():
-        hooks.append(p.register_post_accumulate_grad_hook(lambda p: record.grad_order.append(names[id(p)])))
-    example = torch.zeros((batch, *shape), dtype=getattr(torch, input_dtype), device="meta")
-    if example.is_floating_point():
-        example = example.to(getattr(torch, dtype))
-    try:
-        with tracker, GpuKernels(), Recorder():
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = first_tensor(model(example))
-                if out is None:
-                    raise ConfigError("the model's output holds no tensor to train on")
-                loss = out.float().mean()
-            loss.backward()
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for p in model.parameters():
-            p.grad = None  # the next pass starts without gradients to accumulate into
-    return record
-
-
-def _fused_rms_norm() -> Any:
-    import torch
-
-    class FusedRMSNorm(torch.autograd.Function):
-        """What the fused RMSNorm kernel saves and moves (:func:`_run`'s ``GpuKernels``): forward reads the input
-        and the weight and writes the output (one multiply stands for it on the meta device); backward reads the
-        output gradient, the input and the weight and writes the input and weight gradients."""
-
-        @staticmethod
-        def forward(ctx, x, weight, dims):  # type: ignore[no-untyped-def]
-            rstd = x.new_empty((*x.shape[: x.dim() - dims], *([1] * dims)), dtype=torch.float32)
-            ctx.save_for_backward(x, weight, rstd)
-            ctx.dims = dims
-            return torch.mul(x, weight) if weight is not None else x.clone()
-
-        @staticmethod
-        def backward(ctx, grad):  # type: ignore[no-untyped-def]
-            x, weight, _ = ctx.saved_tensors
-            dx = torch.mul(grad, weight) if weight is not None else grad.clone()
-            dw = torch.mul(grad, x).sum(dim=tuple(range(x.dim() - ctx.dims))) if weight is not None else None
-            return dx, dw, None
-
-    return FusedRMSNorm
-
-
-def _fused_dropout(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The output of ``dropout`` as CUDA runs it in training (``native_dropout``), or ``None`` where ATen runs no
-    kernel or another one (not training, ``p`` of 0 or 1, in place)."""
-    import torch
-
-    names = ("input", "p", "training", "inplace")
-    given = {"p": 0.5, "training": True, "inplace": False, **dict(zip(names, args)), **kwargs}
-    if not given["training"] or given["inplace"] or not 0.0 < float(given["p"]) < 1.0:
-        return None
-    return torch.native_dropout(given["input"], float(given["p"]), True)[0]
-
-
-def _flash_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """FlashAttention's output for an unmasked ``scaled_dot_product_attention`` call of equal head counts, or
-    ``None`` for calls it does not cover."""
-    import torch
-
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    given = {**dict(zip(names, args)), **kwargs}
-    q, k, v = given["query"], given["key"], given["value"]
-    if given.get("attn_mask") is not None or given.get("enable_gqa") or q.shape[-3] != k.shape[-3]:
-        return None
-    return torch.ops.aten._scaled_dot_product_flash_attention(
-        q, k, v, float(given.get("dropout_p", 0.0)), bool(given.get("is_causal", False)),
-        scale=given.get("scale"))[0]
-
-
 def _owners(model: Any, units: list[str], count: int) -> dict[str, int]:
     """The unit of each parameter: a unit's own by its path; others ``pre`` or ``post`` by where their module sits
     among the units in the module order (registration order: the order ``named_modules`` lists)."""
@@ -360,7 +165,7 @@ def _owners(model: Any, units: list[str], count: int) -> dict[str, int]:
 
 
 def _combine(name: str, shape: Shape, input_dtype: str, dtype: str, unit_class: str, units: list[str],
-             one: _Record, two: _Record, owners: dict[str, int], named: list[tuple[str, Shape]]) -> TracedWorkload:
+             one: Record, two: Record, owners: dict[str, int], named: list[tuple[str, Shape]]) -> TracedWorkload:
     """Fixed and per-example parts from the passes at the two batch sizes (operator by operator): a quantity
     ``q`` at batch ``b`` is ``fixed + per b``; ``owners``: each parameter's unit (:func:`_owners`)."""
     if [k[:2] + k[4:] for k in one.kernels] != [k[:2] + k[4:] for k in two.kernels]:

@@ -52,7 +52,8 @@ from plait.run.gloo_job import run_job
 from plait.run.train import resident_bytes
 from plait.run.workload_configs import TracedConfig
 from plait.workloads.traced import tp_runtime
-from plait.workloads.traced.tracing import choose_units, first_tensor, load_factory
+from plait.workloads.traced.recorder import first_tensor
+from plait.workloads.traced.tracing import choose_units, load_factory
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int64": torch.int64}
 
