@@ -93,4 +93,4 @@ def test_a_slower_reference_gives_a_slower_rate() -> None:
 def test_every_loader_cites_its_measurement() -> None:
     for loader in loaders().values():
         assert loader.source and loader.reference.source
-        assert loader.library in ("dgl", "pyg_sampler")
+        assert loader.library in ("dgl", "pyg_sampler", "pyg_sparse")

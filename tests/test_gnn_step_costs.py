@@ -57,7 +57,8 @@ def test_gin_parameters_are_its_mlps() -> None:
     assert model.params(graph) == (16 * 32 + 32 + 32 * 32 + 32) + (32 * 4 + 4 + 4 * 4 + 4)
 
 
-@pytest.mark.parametrize("library, slower", [("pyg", True), ("pyg_sampler", True), ("dgl", False), ("spmm", False)])
+@pytest.mark.parametrize("library, slower", [("pyg", True), ("pyg_sampler", True), ("dgl", False), ("spmm", False),
+                                             ("pyg_sparse", False)])
 def test_pytorchs_gather_rate_slows_pyg_on_a_described_gpu_only(library: str, slower: bool) -> None:
     """PyG's gather-scatter runs at TorchRec's rate for plain PyTorch lookups (half the HBM's) on a datasheet GPU;
     fused products (DGL, torch_sparse) and an accelerator plait calibrate measured keep their streaming rate."""
@@ -153,3 +154,32 @@ def test_fp16_input_rows_are_cast_to_fp32_on_the_gpu_by_hand(feature_bytes: int,
     acc = get_cluster("dgx1-v100").accelerator
     cast_s = input_cast_s(2708, 1433, feature_bytes, acc)
     assert cast_s == pytest.approx(bytes_per_value * 2708 * 1433 / memory_bytes_per_s(acc))
+
+
+@pytest.mark.parametrize("width, lanes", [(64, 1.0), (16, 0.5)])
+def test_a_torch_sparse_product_runs_at_the_published_row_split_rate(width: int, lanes: float) -> None:
+    """Yang, Buluc and Owens (Euro-Par 2018, merge-spmm result/Figure6_row.txt): matrices of 8-16 non-zeros a row
+    (median 12.85) multiply at a median 0.388 of the K40c's 288 GB/s, counted as (nnz + rows) x 64 fp32 values; on a
+    V100 (900 GB/s) 100k rows of 12.85 non-zeros then take (1.285M + 100k) x 64 x 4 B / (0.388 x 900 GB/s). A width
+    of 16 fills half of each warp's 32 column lanes."""
+    from plait.workloads.gnn.sparse_tensor import product_s
+
+    acc = get_cluster("dgx1-v100").accelerator
+    expected = (12.85e5 + 1e5) * width * 4 / (0.388 * 900e9 * lanes)
+    assert product_s(12.85e5, 1e5, width, acc) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind, fused", [("sage", True), ("gcn", True), ("gin", True), ("gat", False)])
+def test_pyg_on_a_sparse_tensor_fuses_all_but_attention(kind: str, fused: bool) -> None:
+    """PyG's SAGEConv, GCNConv and GINConv define message_and_aggregate (torch_sparse's matmul on a SparseTensor);
+    GATConv does not, so on a SparseTensor it gathers and scatters as on an edge_index: its layers and its host's
+    operations are PyG's NeighborSampler's."""
+    from plait.workloads.gnn.compute import layer_compute_s, layer_sizes
+
+    acc = get_cluster("dgx1-v100").accelerator
+    model = GnnModel(kind=kind, layers=2, hidden=64, fanouts=(1, 1), heads=2 if kind == "gat" else 1)  # type: ignore[arg-type]
+    spec = GnnSpec(name="c", graph=CORA, model=model)
+    sizes = layer_sizes(spec, None, "pyg_sparse")
+    same = layer_compute_s(spec, sizes, acc, "pyg_sparse") == layer_compute_s(spec, sizes, acc, "pyg_sampler")
+    assert same is not fused
+    assert step_ops(model, "pyg_sparse") == step_ops(model, "spmm" if fused else "pyg_sampler")

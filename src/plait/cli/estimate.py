@@ -92,7 +92,7 @@ def estimate_command(
     placements: Annotated[str | None, typer.Option(help="With a DLRM TOML: each table's sharding, e.g. t0=row_wise,t1=table_wise@3,t2=column_wise@0+1 (table_wise, column_wise, row_wise, table_row_wise, data_parallel). [default: plait's planner]")] = None,
     sparse_group: Annotated[int | None, typer.Option(help="With a DLRM TOML: ranks that share the tables (2D sparse parallelism: gpus / this many replicas). [default: all]")] = None,
     gnn_strategy: GnnStrategyOption = "sampled_dp",
-    gnn_library: Annotated[str, typer.Option(help="With a GNN TOML: pyg (layers on the whole sampled subgraph) | dgl (message-flow graphs; every node redraws each hop) | pyg_sampler (PyG's NeighborSampler: DGL's blocks, PyG's kernels) | spmm (fused products of the raw inputs).")] = "pyg",
+    gnn_library: Annotated[str, typer.Option(help="With a GNN TOML: pyg (layers on the whole sampled subgraph) | dgl (message-flow graphs; every node redraws each hop) | pyg_sampler (PyG's NeighborSampler: DGL's blocks, PyG's kernels) | pyg_sparse (the same over a torch_sparse SparseTensor: fused products for SAGE, GCN and GIN) | spmm (fused products of the raw inputs).")] = "pyg",
     edge_cut: Annotated[float | None, typer.Option(help="With a GNN TOML: fraction of edges crossing the gpus parts. [default: a random cut, (gpus-1)/gpus]")] = None,
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,
     gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML: loop (a batch at a time) | matrix[:bulk=K][,adjacency=replicated|partitioned] (matrix-based bulk sampling).")] = "loop",

@@ -8,6 +8,9 @@ Which nodes and edges each layer computes depends on the library:
   of SALIENT's and GNNLab's PyG scripts) returns one bipartite ``adjs`` entry per layer, each hop drawing for every
   node reached so far (``adj_t.sample_adj(n_id, size)``), and the model computes layer ``k`` on ``x[:size[1]]``: the
   nodes and edges of DGL's message-flow graphs below, with PyG's gather-scatter kernels;
+- ``pyg_sparse``: the same loader over a ``torch_sparse.SparseTensor`` graph (SALIENT's and GNNLab's PyG scripts):
+  SAGEConv, GCNConv and GINConv aggregate through torch_sparse's fused product at its measured rate
+  (:mod:`plait.workloads.gnn.sparse_tensor`), GATConv gathers and scatters as ``pyg_sampler``;
 - ``spmm``: one fused sparse-dense product of the adjacency and the layer's inputs, as torch_sparse's
   ``SparseTensor.matmul(x, reduce="mean")`` and DGL's ``update_all(copy_src, mean)`` on the raw inputs do (the DGL
   0.5 benchmark's own SAGEConv modules, PyG's and DGL's alike: dglai/dgl-0.5-benchmark
@@ -91,9 +94,10 @@ from plait.hardware.catalog import kernel_curve
 from plait.workloads.gnn.dgl_gat import dgl_gat_values
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.sampling import SampledBatch
+from plait.workloads.gnn.sparse_tensor import FUSED_KINDS, aggregation_s
 
-GnnLibrary = Literal["pyg", "dgl", "pyg_sampler", "spmm"]
-LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl", "pyg_sampler", "spmm")
+GnnLibrary = Literal["pyg", "dgl", "pyg_sampler", "pyg_sparse", "spmm"]
+LIBRARIES: tuple[GnnLibrary, ...] = ("pyg", "dgl", "pyg_sampler", "pyg_sparse", "spmm")
 ADAM_STATE_BYTES = 16
 """fp32 parameter, gradient and Adam's two moments."""
 INDEX_BYTES = 8
@@ -171,15 +175,18 @@ def layer_sizes(spec: GnnSpec, sampled: SampledBatch | None, library: GnnLibrary
     return [(sampled.within(layers - k), sampled.edges[layers - k]) for k in range(1, layers + 1)]
 
 
-def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator, library: GnnLibrary = "pyg") -> float:
+def step_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator, library: GnnLibrary = "pyg",
+                   first_sources: float | None = None) -> float:
     """Forward and backward time of every layer (module docstring)."""
-    return sum(layer_compute_s(spec, sizes, acc, library))
+    return sum(layer_compute_s(spec, sizes, acc, library, first_sources))
 
 
 def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accelerator,
-                    library: GnnLibrary = "pyg") -> list[float]:
+                    library: GnnLibrary = "pyg", first_sources: float | None = None) -> list[float]:
     """Forward and backward time of each layer, input side first: its GEMMs on the fp32 roofline and the values its
-    aggregation and elementwise kernels stream through memory (module docstring)."""
+    aggregation and elementwise kernels stream through memory (module docstring). ``first_sources``: the input
+    layer's source nodes (the batch's nodes; by default its outputs, as in full-graph training), whose count sets
+    the rows of a ``pyg_sparse`` layer's backward product (each later layer's are the previous layer's outputs)."""
     roof, hbm = fp32_gemm_s(acc), memory_bytes_per_s(acc)
     gather = 1.0 if acc.source.startswith(CALIBRATED) else kernel_curve("torch_gather_relative").value
     model = spec.model
@@ -190,11 +197,16 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
         gemms = sum(roof.time_s(n, c, i) + roof.time_s(i, c, n) + (0.0 if first and i == a else roof.time_s(n, i, c))
                     for i, c in _map_shapes(model.kind, a, b, w))
         width, transform_first = _aggregated_width(model.kind, library, a, b, w)
-        fwd, bwd = aggregation_values(library, model.kind, n, m, width, model.heads)
+        fused = library == "pyg_sparse" and model.kind in FUSED_KINDS  # torch_sparse's product, timed apart
+        sources = sizes[layer - 1][0] if layer else first_sources or n
+        product = aggregation_s(model.kind, n, m, sources, width, acc, not first or transform_first) if fused else ()
+        fwd, bwd = aggregation_values(library, model.kind, n, m, width, model.heads) if not fused else (0.0, 0.0)
+        if fused and model.kind == "gin":  # GINConv's (1 + eps) x + the product, each way
+            fwd, bwd = 3 * n * width, 3 * n * width
         if first and not transform_first:  # an aggregation of the raw features takes no gradient
             bwd = 0.0
-        if library in ("pyg", "pyg_sampler"):  # PyTorch's gather and scatter kernels at their rate over random rows
-            fwd, bwd = fwd / gather, bwd / gather
+        if library in ("pyg", "pyg_sampler", "pyg_sparse") and not fused:  # PyTorch's gather and scatter kernels
+            fwd, bwd = fwd / gather, bwd / gather  # at their rate over random rows
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
         if hidden and model.dropout:  # dropout after the activation, forward and backward
             fwd, bwd = fwd + DROPOUT_VALUES * n * b, bwd + DROPOUT_VALUES * n * b
@@ -204,7 +216,7 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
             fwd, bwd = fwd + 4 * n * b, bwd + 3 * n * b
         fwd += n * (w + b) if w != b else 0.0  # an attention model's last heads averaged
         bwd += n * b + (3 * n * b if hidden else 0.0) + (0.0 if first else 3 * (model.maps - 1) * n * a)
-        out.append(gemms + (fwd + bwd) * FEATURE_BYTES / hbm)
+        out.append(gemms + sum(product) + (fwd + bwd) * FEATURE_BYTES / hbm)
     return out
 
 

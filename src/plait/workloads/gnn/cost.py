@@ -135,7 +135,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
             server = estimate_gnn(spec, cluster, 1, batch, "replicated", library=library)
             correction_s = LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS
     return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
-                       compute_s=step_compute_s(spec, sizes, acc, library), all_reduce_s=all_reduce_s,
+                       compute_s=step_compute_s(spec, sizes, acc, library, sampled.nodes), all_reduce_s=all_reduce_s,
                        optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
                        steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s,
                        host_s=host_step_s(spec.model, library, acc),

@@ -27,6 +27,7 @@ from plait.cost.host import issue_s
 from plait.hardware.accelerator import Accelerator
 from plait.workloads.gnn.compute import GnnLibrary
 from plait.workloads.gnn.model import GnnModel
+from plait.workloads.gnn.sparse_tensor import FUSED_KINDS
 
 PYG_OPS_PER_LAYER = 26
 """Forward and backward operations of a PyG gather-scatter layer (module docstring)."""
@@ -44,7 +45,8 @@ two attention vectors and bias; TransformerConv's four weights and biases; GINCo
 
 def step_ops(model: GnnModel, library: GnnLibrary) -> int:
     """Operations one training step dispatches (module docstring)."""
-    per_layer = PYG_OPS_PER_LAYER if library in ("pyg", "pyg_sampler") else FUSED_OPS_PER_LAYER
+    gathers = library in ("pyg", "pyg_sampler") or (library == "pyg_sparse" and model.kind not in FUSED_KINDS)
+    per_layer = PYG_OPS_PER_LAYER if gathers else FUSED_OPS_PER_LAYER
     tensors = TENSORS_PER_LAYER[model.kind] * model.layers
     return model.layers * per_layer + LOSS_OPS + ADAM_OPS_PER_TENSOR * tensors
 

@@ -132,7 +132,7 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     cluster = get_cluster(system)
     library = "dgl" if row["system"].startswith("DGL") else "pyg"
     if full:  # the DGL 0.5 benchmark's own SAGEConv modules aggregate the inputs in one fused product (compute.py)
-        library = "spmm" if spec.model.kind == "sage" else library
+        library = ("pyg_sparse" if library == "pyg" else "spmm") if spec.model.kind == "sage" else library
         est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
         return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
     batch = row.count("batch_per_gpu")
