@@ -23,6 +23,8 @@ T = TypeVar("T")
 
 
 def _check_scalar(value: Any, expected: Any, where: str) -> Any:
+    """``value`` of the field at ``where`` as type ``expected`` (a number of integral value may stand for an int, an
+    int for a float); a one-line :class:`ConfigError` naming the value and the rule otherwise."""
     origin = get_origin(expected)
     if origin is Literal:
         choices = get_args(expected)
@@ -30,40 +32,10 @@ def _check_scalar(value: Any, expected: Any, where: str) -> Any:
             raise ConfigError(f"{where}={value!r} must be one of {', '.join(map(str, choices))}")
         return value
     if origin in (typing.Union, types.UnionType):
-        options = [a for a in get_args(expected) if a is not type(None)]
-        if value is None and len(options) < len(get_args(expected)):
-            return None
-        errors = []
-        for option in options:
-            try:
-                return _check_scalar(value, option, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0])
-    if expected is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}={value!r} must be true or false")
-        return value
-    if expected is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{where}={value!r} must be an integer")
-        return value
-    if expected is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}={value!r} must be a number")
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}={value!r} must be a finite number")
-        return float(value)
-    if expected is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}={value!r} must be a string")
-        return value
-    if expected is Path:
-        if not isinstance(value, (str, Path)):
-            raise ConfigError(f"{where}={value!r} must be a path (a string)")
-        return Path(value)
+        return _check_union(value, expected, where)
+    primitive = _PRIMITIVES.get(expected)
+    if primitive is not None:
+        return primitive(value, where)
     if getattr(expected, "FILES_HOLD_TEXT", False):  # a typed value its owner parses from its text
         if not isinstance(value, (str, expected)):
             raise ConfigError(f"{where}={value!r} must be a string")
@@ -88,6 +60,60 @@ def _check_scalar(value: Any, expected: Any, where: str) -> Any:
             for k, v in value.items()
         }
     raise TypeError(f"unsupported field type {expected!r} at {where}")  # our bug, not the user's
+
+
+def _check_union(value: Any, expected: Any, where: str) -> Any:
+    """``value`` as the first of the union's types it passes (``None`` where the union allows it); the first
+    type's error otherwise."""
+    options = [a for a in get_args(expected) if a is not type(None)]
+    if value is None and len(options) < len(get_args(expected)):
+        return None
+    errors = []
+    for option in options:
+        try:
+            return _check_scalar(value, option, where)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    raise ConfigError(errors[0])
+
+
+def _check_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}={value!r} must be true or false")
+    return value
+
+
+def _check_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}={value!r} must be an integer")
+    return value
+
+
+def _check_float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}={value!r} must be a number")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}={value!r} must be a finite number")
+    return float(value)
+
+
+def _check_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}={value!r} must be a string")
+    return value
+
+
+def _check_path(value: Any, where: str) -> Path:
+    if not isinstance(value, (str, Path)):
+        raise ConfigError(f"{where}={value!r} must be a path (a string)")
+    return Path(value)
+
+
+_PRIMITIVES: dict[Any, Any] = {bool: _check_bool, int: _check_int, float: _check_float, str: _check_str,
+                               Path: _check_path}
+"""The check of each plain field type."""
 
 
 def build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
