@@ -23,6 +23,7 @@ from plait.cost.stage import recomputed_layers
 from plait.cost.swap import device_is_host, resident_activation_bytes
 from plait.engine.facts import EngineFacts
 from plait.hardware.accelerator import Accelerator
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns, per_plan
 from plait.units import GIB
 from plait.workload.model import ModelSpec
@@ -82,6 +83,21 @@ def stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.nd
     return {"dense": dense, "expert": n_moe * inner.moe.num_expert_params, "largest": largest, "norms": norms,
             "layers": layers}
 
+
+
+_PARAMS: Kept[Columns] = Kept(256)
+
+
+def kept_stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: int,
+                      kind: tuple[int, int, bool, bool]) -> Columns:
+    """:func:`stage_params` of one plan's ``stage``, kept for the last 256 by ``kind`` (its (dense, MoE) layer counts
+    and whether it is the first and the last stage: what it reads of ``stage`` and ``pp`` but ``pp > 1``,
+    :func:`plait.cost.batch.stage_class`), ``pp > 1`` and the identity of the model and the per-layer quantities
+    (kept themselves), which the entry holds (frozen: the same object is the same value, its id not reused while it
+    lives). The dict is shared: read, never written."""
+    assert cols.single is not None, "one plan's columns"
+    key = (id(model), id(inner), cols["pp"] > 1, *kind)
+    return _PARAMS.get(key, (model, inner), lambda: stage_params(model, cols, inner, stage))
 
 def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray,
                       swapping: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
