@@ -15,13 +15,26 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
+from plait.cost.dataparallel import (
+    exposed_sync_s,
+    gradient_sync_s,
+    kept_gathered,
+    kept_sync_s,
+    optimizer_step_s,
+)
 from plait.cost.flops import kept_flops_per_token, model_flops_per_token
 from plait.cost.fsdp_layer import fsdp_layer_times
 from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
 from plait.cost.inner import Inner, LayerKind, inner_columns
-from plait.cost.memory import MEMORY_ITEMS, kept_stage_params, shard_groups, stage_memory, stage_params
+from plait.cost.memory import (
+    MEMORY_ITEMS,
+    kept_stage_memory,
+    kept_stage_params,
+    shard_groups,
+    stage_memory,
+    stage_params,
+)
 from plait.cost.method_rows import dp_sync_costs, gradient_steps
 from plait.cost.p2p import critical_hops, hop_s
 from plait.cost.params import stage_layer_counts
@@ -206,6 +219,10 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     def compute() -> StageSync:
         cols, inner = prepared.cols, prepared.inner
         params = _stage_params(model, prepared, stage)
+        if cols.xp.scalar:  # one plan: kept across estimates
+            reduce, gather, optimizer = kept_sync_s(cluster, cols, params, inner.grad_bytes,
+                                                    prepared.framework.pipeline_keeps_gathered)
+            return StageSync(params=params, reduce_s=reduce, gather_s=gather, optimizer_s=optimizer)
         reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
                                          prepared.framework.pipeline_keeps_gathered)
         return StageSync(params=params, reduce_s=reduce, gather_s=gather,
@@ -246,10 +263,11 @@ def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple
     cols, inner, framework = prepared.cols, prepared.inner, prepared.framework
     xp, pp = cols.xp, cols["pp"]
     first_stage = 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64)
-    first = stage_memory(model, cluster.accelerator, cols, inner, first_stage, framework,
-                         _stage_params(model, prepared, first_stage))
-    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework,
-                                                            _stage_params(model, prepared, pp - 1))
+    memory = kept_stage_memory if xp.scalar else stage_memory  # one plan: kept across estimates (read only)
+    first = memory(model, cluster.accelerator, cols, inner, first_stage, framework,
+                   _stage_params(model, prepared, first_stage))
+    last = first if xp.scalar and pp == 1 else memory(model, cluster.accelerator, cols, inner, pp - 1, framework,
+                                                      _stage_params(model, prepared, pp - 1))
     use_last = last["total"] > first["total"]
     if xp.scalar:  # one plan: the one stage's breakdown
         return {k: (last if use_last else first)[k] for k in _PEAK_KEYS}, (pp - 1 if use_last else 0)

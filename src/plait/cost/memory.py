@@ -14,6 +14,8 @@ one layer's activations are live again while it is recomputed.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from plait.cost.inner import Inner
@@ -169,3 +171,25 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
     out["inflight"] = inflight
     out["host_activations"] = host
     return out
+
+
+MEMORY_FIELDS = ("pp", "vpp", "schedule", "global_batch", "micro_batch", "dp_replicate", "dp_shard", "cp", "ep",
+                 "sharding", "precision", "optimizer", "master_weights", "offload_params", "offload_optimizer",
+                 "recompute", "recompute_layers", "swap_activations")
+"""The plan fields :func:`stage_memory` reads (its own, :func:`shard_groups`, :func:`param_bytes`,
+:func:`optimizer_bytes_per_param`, :func:`_activation_bytes` and
+:func:`plait.cost.pipeline.inflight_micro_batches` with the micro-batch count)."""
+_MEMORY_VALUES = attrgetter(*MEMORY_FIELDS)
+_MEMORY: Kept[Columns] = Kept(256)
+
+
+def kept_stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Inner, stage: int,
+                      framework: EngineFacts, params: Columns) -> Columns:
+    """:func:`stage_memory` of one plan's ``stage`` (``params``: its :func:`kept_stage_params`, a function of the
+    rest of the key), kept for the last 256 by ``stage``, the plan's :data:`MEMORY_FIELDS` and the identity of the
+    model, accelerator, per-layer quantities (kept themselves) and cost facts, which the entry holds (frozen: the same
+    object is the same value, its id not reused while it lives). The dict is shared: read, never written."""
+    assert cols.single is not None, "one plan's columns"
+    key = (id(model), id(acc), id(inner), id(framework), stage, _MEMORY_VALUES(cols.single))
+    return _MEMORY.get(key, (model, acc, inner, framework),
+                       lambda: stage_memory(model, acc, cols, inner, stage, framework, params))

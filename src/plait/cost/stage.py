@@ -17,6 +17,7 @@ gathers recomputed layers a third time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -131,6 +132,7 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
 STAGE_FIELDS = ("recompute", "recompute_layers")
 """The plan fields :func:`stage_time` reads but ``pp``, which enters only through the stage's layer counts and whether
 it holds the embedding or the head (``kind`` of :func:`kept_stage_time`)."""
+_STAGE_VALUES = attrgetter(*STAGE_FIELDS)
 _STAGES: Kept[tuple[Columns, Columns]] = Kept(256)
 
 
@@ -144,7 +146,6 @@ def kept_stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tup
     these: a planner's neighbours, a plan estimated again) and the cost facts, which the entry holds (frozen: the same
     object is the same value, its id not reused while it lives). The two dicts are shared: read, never written."""
     assert cols.single is not None, "one plan's columns"
-    key = (id(model), id(inner), id(fsdp), id(framework), overlap, asynchronous, *kind,
-           *(cols[name] for name in STAGE_FIELDS))
+    key = (id(model), id(inner), id(fsdp), id(framework), overlap, asynchronous, *kind, _STAGE_VALUES(cols.single))
     return _STAGES.get(key, (model, inner, fsdp, framework),
                        lambda: stage_time(model, cols, inner, fsdp, stage, framework, overlap, asynchronous))
