@@ -1,6 +1,7 @@
 """What one estimate keeps for the next (the per-layer quantities by their inner fields, the per-layer FSDP times by
-theirs, a checked plan, the engine's verdict on it, collective times by message, a pipeline's per-rank costs by its
-plan and its simulated end times by those costs) never changes an estimate: plans that differ only where the keys
+theirs, a stage's pass time, parameters, memory and data-parallel sync by theirs, a checked plan, the engine's verdict
+on it, collective times by message, a pipeline's per-rank costs by its plan and its simulated end times by those
+costs) never changes an estimate: plans that differ only where the keys
 say nothing is read, estimated one after another, equal each estimated with every cache emptied, to the bit."""
 
 from __future__ import annotations

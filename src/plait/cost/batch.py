@@ -15,19 +15,32 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from plait.cost.dataparallel import exposed_sync_s, gradient_sync_s, kept_gathered, optimizer_step_s
+from plait.cost.dataparallel import (
+    exposed_sync_s,
+    gradient_sync_s,
+    kept_gathered,
+    kept_sync_s,
+    optimizer_step_s,
+)
 from plait.cost.flops import kept_flops_per_token, model_flops_per_token
 from plait.cost.fsdp_layer import fsdp_layer_times
 from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
 from plait.cost.inner import Inner, LayerKind, inner_columns
-from plait.cost.memory import MEMORY_ITEMS, shard_groups, stage_memory, stage_params
+from plait.cost.memory import (
+    MEMORY_ITEMS,
+    kept_stage_memory,
+    kept_stage_params,
+    shard_groups,
+    stage_memory,
+    stage_params,
+)
 from plait.cost.method_rows import dp_sync_costs, gradient_steps
 from plait.cost.p2p import critical_hops, hop_s
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
 from plait.cost.setup import Setup
-from plait.cost.stage import COMPONENTS, ShardTimes, stage_time
+from plait.cost.stage import COMPONENTS, ShardTimes, kept_stage_time, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
@@ -186,12 +199,17 @@ def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     overlap, asynchronous = cluster.accelerator.efficiency.comm_overlap.value, cluster.accelerator.asynchronous_launch
 
     def compute() -> tuple[Columns, Columns]:
-        fwd, bwd = stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework, overlap,
-                              asynchronous, prepared.swap)
+        if prepared.cols.xp.scalar and prepared.swap is None:  # one plan: kept across estimates (read only)
+            fwd, bwd = kept_stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage,
+                                       stage_class(model, prepared, stage), prepared.framework, overlap, asynchronous)
+        else:
+            fwd, bwd = stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework,
+                                  overlap, asynchronous, prepared.swap)
         if prepared.framework.grad_accumulate_pass:  # its own kernel after each backward (plait.cost.grad_accumulate)
             params = _stage_params(model, prepared, stage)
-            bwd["compute"] = bwd["compute"] + accumulate_s(cluster, prepared.cols, params["dense"] + params["expert"],
-                                                           prepared.inner.grad_bytes)
+            bwd = {**bwd, "compute": bwd["compute"] + accumulate_s(cluster, prepared.cols,
+                                                                   params["dense"] + params["expert"],
+                                                                   prepared.inner.grad_bytes)}
         return fwd, bwd
     return _memo(model, prepared, "pass", stage, compute)
 
@@ -201,6 +219,10 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
     def compute() -> StageSync:
         cols, inner = prepared.cols, prepared.inner
         params = _stage_params(model, prepared, stage)
+        if cols.xp.scalar:  # one plan: kept across estimates
+            reduce, gather, optimizer = kept_sync_s(cluster, cols, params, inner.grad_bytes,
+                                                    prepared.framework.pipeline_keeps_gathered)
+            return StageSync(params=params, reduce_s=reduce, gather_s=gather, optimizer_s=optimizer)
         reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
                                          prepared.framework.pipeline_keeps_gathered)
         return StageSync(params=params, reduce_s=reduce, gather_s=gather,
@@ -210,9 +232,11 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
 
 
 def _stage_params(model: ModelSpec, prepared: Prepared, stage: Any) -> Columns:
-    """:func:`plait.cost.memory.stage_params` of ``stage``, kept per distinct stage of a single plan (its sync and
-    its memory read the same)."""
-    return _memo(model, prepared, "params", stage, lambda: stage_params(model, prepared.cols, prepared.inner, stage))
+    """:func:`plait.cost.memory.stage_params` of ``stage``; of a single plan, kept by what it reads
+    (:func:`plait.cost.memory.kept_stage_params`: its sync and its memory read the same)."""
+    if prepared.cols.xp.scalar:  # one plan: kept across estimates (read only)
+        return kept_stage_params(model, prepared.cols, prepared.inner, stage, stage_class(model, prepared, stage))
+    return stage_params(model, prepared.cols, prepared.inner, stage)
 
 
 def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> tuple[LayerKind, ShardTimes]:
@@ -240,10 +264,11 @@ def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple
     cols, inner, framework = prepared.cols, prepared.inner, prepared.framework
     xp, pp = cols.xp, cols["pp"]
     first_stage = 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64)
-    first = stage_memory(model, cluster.accelerator, cols, inner, first_stage, framework,
-                         _stage_params(model, prepared, first_stage))
-    last = first if xp.scalar and pp == 1 else stage_memory(model, cluster.accelerator, cols, inner, pp - 1, framework,
-                                                            _stage_params(model, prepared, pp - 1))
+    memory = kept_stage_memory if xp.scalar else stage_memory  # one plan: kept across estimates (read only)
+    first = memory(model, cluster.accelerator, cols, inner, first_stage, framework,
+                   _stage_params(model, prepared, first_stage))
+    last = first if xp.scalar and pp == 1 else memory(model, cluster.accelerator, cols, inner, pp - 1, framework,
+                                                      _stage_params(model, prepared, pp - 1))
     use_last = last["total"] > first["total"]
     if xp.scalar:  # one plan: the one stage's breakdown
         return {k: (last if use_last else first)[k] for k in _PEAK_KEYS}, (pp - 1 if use_last else 0)

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes, shard_groups
 from plait.cost.optimizer_loop import COMPOSER_ADAMW_BYTES_PER_PARAM
 from plait.hardware.cluster import Cluster
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns, per_plan
 from plait.plan.groups import expert_dp_group
 
@@ -128,3 +130,30 @@ def optimizer_step_s(
     sp_norms = xp.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)
     return xp.where(cols["offload_optimizer"], offloaded, on_gpu) + collective_s(cluster, "all_reduce", cols["tp"],
                                                                                  1, sp_norms)
+
+
+SYNC_FIELDS = ("tp", "sp", "pp", "cp", "ep", "dp_replicate", "dp_shard", "sharding", "precision", "optimizer",
+               "master_weights", "offload_params", "offload_optimizer")
+"""The plan fields :func:`gradient_sync_s` and :func:`optimizer_step_s` read but the synchronization method (theirs,
+:func:`shard_groups`, :func:`param_bytes`, :func:`optimizer_bytes_per_param`, :func:`kept_gathered` and
+:func:`plait.plan.groups.expert_dp_group`)."""
+_SYNC_VALUES = attrgetter(*SYNC_FIELDS)
+_SYNC: Kept[tuple[Any, Any, Any]] = Kept(256)
+
+
+def kept_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: float,
+                pipeline_keeps_gathered: bool) -> tuple[Any, Any, Any]:
+    """(gradient reduction, weight all-gather, optimizer step) seconds of one plan's stage (:func:`gradient_sync_s`,
+    :func:`optimizer_step_s`), kept for the last 256 by the plan's :data:`SYNC_FIELDS`, ``grad_bytes``,
+    ``pipeline_keeps_gathered`` and the identity of the cluster, the stage's parameters (kept themselves,
+    :func:`plait.cost.memory.kept_stage_params`) and the plan's synchronization method, which the entry holds (the
+    same object is the same value, its id not reused while it lives)."""
+    assert cols.single is not None, "one plan's columns"
+    method = cols.methods[cols["dp_sync"]]
+    key = (id(cluster), id(params), id(method), grad_bytes, pipeline_keeps_gathered, _SYNC_VALUES(cols.single))
+
+    def compute() -> tuple[Any, Any, Any]:
+        reduce, gather = gradient_sync_s(cluster, cols, params, grad_bytes, pipeline_keeps_gathered)
+        return reduce, gather, optimizer_step_s(cluster, cols, params, grad_bytes)
+
+    return _SYNC.get(key, (cluster, params, method), compute)

@@ -14,6 +14,8 @@ one layer's activations are live again while it is recomputed.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from plait.cost.inner import Inner
@@ -23,6 +25,7 @@ from plait.cost.stage import recomputed_layers
 from plait.cost.swap import device_is_host, resident_activation_bytes
 from plait.engine.facts import EngineFacts
 from plait.hardware.accelerator import Accelerator
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns, per_plan
 from plait.units import GIB
 from plait.workload.model import ModelSpec
@@ -82,6 +85,21 @@ def stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.nd
     return {"dense": dense, "expert": n_moe * inner.moe.num_expert_params, "largest": largest, "norms": norms,
             "layers": layers}
 
+
+
+_PARAMS: Kept[Columns] = Kept(256)
+
+
+def kept_stage_params(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: int,
+                      kind: tuple[int, int, bool, bool]) -> Columns:
+    """:func:`stage_params` of one plan's ``stage``, kept for the last 256 by ``kind`` (its (dense, MoE) layer counts
+    and whether it is the first and the last stage: what it reads of ``stage`` and ``pp`` but ``pp > 1``,
+    :func:`plait.cost.batch.stage_class`), ``pp > 1`` and the identity of the model and the per-layer quantities
+    (kept themselves), which the entry holds (frozen: the same object is the same value, its id not reused while it
+    lives). The dict is shared: read, never written."""
+    assert cols.single is not None, "one plan's columns"
+    key = (id(model), id(inner), cols["pp"] > 1, *kind)
+    return _PARAMS.get(key, (model, inner), lambda: stage_params(model, cols, inner, stage))
 
 def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: np.ndarray,
                       swapping: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,3 +171,25 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
     out["inflight"] = inflight
     out["host_activations"] = host
     return out
+
+
+MEMORY_FIELDS = ("pp", "vpp", "schedule", "global_batch", "micro_batch", "dp_replicate", "dp_shard", "cp", "ep",
+                 "sharding", "precision", "optimizer", "master_weights", "offload_params", "offload_optimizer",
+                 "recompute", "recompute_layers", "swap_activations")
+"""The plan fields :func:`stage_memory` reads (its own, :func:`shard_groups`, :func:`param_bytes`,
+:func:`optimizer_bytes_per_param`, :func:`_activation_bytes` and
+:func:`plait.cost.pipeline.inflight_micro_batches` with the micro-batch count)."""
+_MEMORY_VALUES = attrgetter(*MEMORY_FIELDS)
+_MEMORY: Kept[Columns] = Kept(256)
+
+
+def kept_stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: Inner, stage: int,
+                      framework: EngineFacts, params: Columns) -> Columns:
+    """:func:`stage_memory` of one plan's ``stage`` (``params``: its :func:`kept_stage_params`, a function of the
+    rest of the key), kept for the last 256 by ``stage``, the plan's :data:`MEMORY_FIELDS` and the identity of the
+    model, accelerator, per-layer quantities (kept themselves) and cost facts, which the entry holds (frozen: the same
+    object is the same value, its id not reused while it lives). The dict is shared: read, never written."""
+    assert cols.single is not None, "one plan's columns"
+    key = (id(model), id(acc), id(inner), id(framework), stage, _MEMORY_VALUES(cols.single))
+    return _MEMORY.get(key, (model, acc, inner, framework),
+                       lambda: stage_memory(model, acc, cols, inner, stage, framework, params))

@@ -17,6 +17,7 @@ gathers recomputed layers a third time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.swap import SwapTimes, exposed_swap_s
 from plait.engine.facts import EngineFacts
+from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
@@ -125,3 +127,25 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
         return fwd, bwd
     size, column = len(cols), xp.column
     return {k: column(v, size) for k, v in fwd.items()}, {k: column(v, size) for k, v in bwd.items()}
+
+
+STAGE_FIELDS = ("recompute", "recompute_layers")
+"""The plan fields :func:`stage_time` reads but ``pp``, which enters only through the stage's layer counts and whether
+it holds the embedding or the head (``kind`` of :func:`kept_stage_time`)."""
+_STAGE_VALUES = attrgetter(*STAGE_FIELDS)
+_STAGES: Kept[tuple[Columns, Columns]] = Kept(256)
+
+
+def kept_stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
+                    stage: int, kind: tuple[int, int, bool, bool], framework: EngineFacts, overlap: float,
+                    asynchronous: bool) -> tuple[Columns, Columns]:
+    """:func:`stage_time` of one plan's ``stage`` (no activation swapping), kept for the last 256 by ``kind`` (its
+    (dense, MoE) layer counts and whether it is the first and the last stage: what it reads of ``stage`` and ``pp``,
+    :func:`plait.cost.batch.stage_class`), the plan's :data:`STAGE_FIELDS`, ``overlap``, ``asynchronous`` and the
+    identity of the model, the per-layer quantities and FSDP times (kept themselves, so plans that share them share
+    these: a planner's neighbours, a plan estimated again) and the cost facts, which the entry holds (frozen: the same
+    object is the same value, its id not reused while it lives). The two dicts are shared: read, never written."""
+    assert cols.single is not None, "one plan's columns"
+    key = (id(model), id(inner), id(fsdp), id(framework), overlap, asynchronous, *kind, _STAGE_VALUES(cols.single))
+    return _STAGES.get(key, (model, inner, fsdp, framework),
+                       lambda: stage_time(model, cols, inner, fsdp, stage, framework, overlap, asynchronous))

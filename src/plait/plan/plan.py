@@ -150,6 +150,14 @@ class Plan:
         elif not isinstance(self.dp_sync, SyncMethod):
             raise ConfigError(f"dp_sync={self.dp_sync!r} must be a string METHOD[:key=value,...]")
 
+    def __eq__(self, other: object) -> bool:
+        """Every compared field equal (as the dataclass's own ``__eq__``, which compares the same tuples), in one
+        C-level tuple comparison: the dataclass's builds both tuples a field at a time (some 200 interpreter steps), and
+        a plan built again (a sweep's, :meth:`with_seq_len`'s) meets its equal in the caches of :meth:`__hash__`."""
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return _COMPARED(self) == _COMPARED(other)  # type: ignore[no-any-return]
+
     def __hash__(self) -> int:
         """The hash of every compared field (as the dataclass's own), kept on the plan: one estimate looks its plan up
         in several caches (the rules checked, the engine's refusals), each lookup and entry hashing it again, and a
