@@ -29,11 +29,14 @@ def test_a_host_half_as_fast_per_core_doubles_the_loaders_time() -> None:
         loader_step_s(loader, 256, 8.0, core_speed=0.0)
 
 
-@pytest.mark.parametrize(("host", "measured_on", "why"), [
-    (_cpu("a", 50.0), _cpu("b", None), "no public per-core score found for b"),
-    (_cpu("a", 50.0), _cpu("b", 100.0, "SPECrate2017_int_base per core"), "scores of different benchmarks"),
-    (None, _cpu("b", 100.0), "not named"),
-])
+@pytest.mark.parametrize(
+    ("host", "measured_on", "why"),
+    [
+        (_cpu("a", 50.0), _cpu("b", None), "no public per-core score found for b"),
+        (_cpu("a", 50.0), _cpu("b", 100.0, "SPECrate2017_int_base per core"), "scores of different benchmarks"),
+        (None, _cpu("b", 100.0), "not named"),
+    ],
+)
 def test_an_unknown_ratio_is_one_and_says_so(host: HostCpu | None, measured_on: HostCpu, why: str) -> None:
     speed = core_speed(host, measured_on)
     assert speed.value == 1.0 and speed.source.startswith("assumed") and why in speed.source

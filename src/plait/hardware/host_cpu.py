@@ -68,8 +68,12 @@ def get_host_cpu(slug: str) -> HostCpu:
     if raw is None:
         raise ConfigError(f"host CPU {slug!r} is not in host_cpus.toml ({', '.join(host_cpu_names())})")
     score = raw.get("per_core_score")
-    return HostCpu(slug=slug, name=str(raw["name"]), source=str(raw["source"]),
-                   per_core_score=None if score is None else CoreScore(**score))
+    return HostCpu(
+        slug=slug,
+        name=str(raw["name"]),
+        source=str(raw["source"]),
+        per_core_score=None if score is None else CoreScore(**score),
+    )
 
 
 def core_speed(host: HostCpu | None, measured_on: HostCpu | None) -> Figure:
@@ -83,8 +87,12 @@ def core_speed(host: HostCpu | None, measured_on: HostCpu | None) -> Figure:
     ours, theirs = host.per_core_score, measured_on.per_core_score
     if ours is None or theirs is None or ours.benchmark != theirs.benchmark:
         missing = [c.slug for c in (host, measured_on) if c.per_core_score is None]
-        why = f"no public per-core score found for {', '.join(missing)}" if missing else "scores of different benchmarks"
+        why = (
+            f"no public per-core score found for {', '.join(missing)}" if missing else "scores of different benchmarks"
+        )
         return Figure(value=1.0, source=f"assumed: 1.0 ({host.slug} vs {measured_on.slug}): {why}")
-    return Figure(value=ours.value / theirs.value,
-                  source=f"{ours.benchmark}: {host.slug} {ours.value:g} ({ours.source}) / {measured_on.slug} "
-                         f"{theirs.value:g} ({theirs.source})")
+    return Figure(
+        value=ours.value / theirs.value,
+        source=f"{ours.benchmark}: {host.slug} {ours.value:g} ({ours.source}) / {measured_on.slug} "
+        f"{theirs.value:g} ({theirs.source})",
+    )
