@@ -4,7 +4,11 @@ RandomResizedCrop to 224, horizontal flip, uint8 array): the host cost per sampl
 
 The test image is a synthetic 500x375 photo-like picture (smooth gradients plus texture noise) saved at JPEG
 quality 90: ImageNet's training JPEGs average ~110 KB at about 400x350 to 500x375 pixels. Usage:
-``python benchmarks/jpeg_loader_rate.py`` (prints images/s on one core and the file size).
+``python benchmarks/jpeg_loader_rate.py`` (prints images per wall-clock second and per CPU second of the one
+process, the file size, and the CPU it ran on as ``/proc/cpuinfo`` names it: a figure scales to another host by
+the two CPUs' per-core scores, ``plait/hardware/host_cpu.py``, so the CPU must be recorded with it). On a shared,
+loaded machine the CPU-second rate is the one to keep: a single-threaded decode's work per CPU second barely
+depends on how many other processes wait for the core.
 """
 
 from __future__ import annotations
@@ -42,14 +46,29 @@ def augment(data: bytes, rng: random.Random) -> np.ndarray:
     return np.asarray(image)
 
 
+def cpu_identity() -> str:
+    """The CPU as ``/proc/cpuinfo`` states it: model name, family, model, stepping and clock (a VM may hide the
+    model name; the family and model still tell the microarchitecture)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            first = info.read().split("\n\n")[0]
+    except OSError:
+        return "unknown CPU"
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
+    return ", ".join(f"{k}={fields.get(k, '?')}" for k in ("model name", "cpu family", "model", "stepping", "cpu MHz"))
+
+
 def main(seconds: float = 5.0) -> None:
     data, rng = test_image(), random.Random(0)
-    done, start = 0, time.perf_counter()
+    done, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         augment(data, rng)
         done += 1
-    rate = done / (time.perf_counter() - start)
-    print(f"{rate:.0f} images/s on one core ({len(data) / 1e3:.0f} KB JPEG, 500x375, PIL {Image.__version__})")
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    print(
+        f"{done / wall:.0f} images per wall-clock second, {done / cpu:.0f} per CPU second, on one core "
+        f"({len(data) / 1e3:.0f} KB JPEG, 500x375, PIL {Image.__version__}); CPU: {cpu_identity()}"
+    )
 
 
 if __name__ == "__main__":

@@ -166,6 +166,9 @@ class Cluster:
     """Physical host CPU cores per node (0: not stated); a host-CPU sampler's or loader's workers share them."""
     host_cores_source: str = ""
     """Where the core count comes from."""
+    host_cpu: str = ""
+    """The host processor model, a slug of ``plait/hardware/data/host_cpus.toml`` ("": not stated); a host cost
+    measured on another CPU scales by their per-core speeds (:mod:`plait.hardware.host_cpu`)."""
     power: PowerStates | None = None
     """Watts per GPU by device state, host, network and PUE (``None``: unknown, no energy is predicted); the
     catalog derives it from the accelerator's rated power where a cluster file gives none

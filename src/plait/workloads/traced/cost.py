@@ -25,7 +25,13 @@ from dataclasses import dataclass, replace
 from plait.cost.dataparallel import optimizer_step_s
 from plait.cost.estimate import Estimate, IntervalOf, TimeBreakdown
 from plait.cost.host import EagerOptimizer, eager_issue, eager_optimizer_s, exposed_host_s, issue_s
-from plait.cost.input_pipeline import Loader, host_cores_per_used_gpu, input_wait_s, loader_step_s
+from plait.cost.input_pipeline import (
+    Loader,
+    host_cores_per_used_gpu,
+    input_wait_s,
+    loader_core_speed,
+    loader_step_s,
+)
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes
 from plait.cost.pipeline import pipeline_time_s
@@ -241,7 +247,8 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     time, extra = _time(work, cluster, cut, engine, facts)
     if facts.loader is not None:  # each GPU's loader prepares its share of the global batch per step
         loading = loader_step_s(facts.loader, plan.global_batch / plan.dp,
-                                host_cores_per_used_gpu(cluster, plan.num_gpus))
+                                host_cores_per_used_gpu(cluster, plan.num_gpus),
+                                loader_core_speed(facts.loader, cluster).value)
         time = replace(time, input_wait_s=input_wait_s(time.total_s, loading))
     stage = fullest_stage(work, plan, cols, cut.stages)
     memory = stage_memory(work, cluster, plan, cols, cut.stages, stage, cut.grad_bytes, extra)
