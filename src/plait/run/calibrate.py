@@ -200,8 +200,6 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     if measured["core_share"] < 0.9:  # wall-clock figures of a loaded machine: say so wherever they are used
         source += (f" (ranks got {measured['core_share']:.2f} of a core while timed: other processes were running, "
                    "and the compute figures are that much slower than this machine alone)")
-    fp32, bf16, wgrad, attention = measured["fp32"], measured["bf16"], measured["wgrad"], measured["attention"]
-    memory_bw, memory_fraction = measured["memory_bw"], measured["memory_fraction"]
     messages = [2**12, 2**18, 2**24] if quick else [2**12, 2**16, 2**20, 2**22, 2**24, 2**26]
     rounds = 1 if quick else ROUNDS
     if quick:
@@ -213,24 +211,45 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     latency_us = swept["all_reduce"][0] / (2 * (ranks - 1)) * 1e6
     times = {kind: seconds[1:] for kind, seconds in swept.items()}
     line, busbw = bus_bandwidths(ranks, messages, times, latency_us)
+    accelerator = _accelerator_table(device, threads, ranks, tmp, sizes, seqs, measured, line, source)
+    table = _cluster_table(accelerator, ranks, messages, latency_us, line, busbw, source)
+    layers_file = tmp / "allreduce.txt.layers"
+    if layers_file.exists():  # CPU: wrapper host time runs in line with every layer
+        layers = {k: tuple(v) for k, v in json.loads(layers_file.read_text()).items()}
+        for key, value in host_figures(layers, cluster_from_mapping(table, "calibration")).items():
+            accelerator["efficiency"][key] = {"value": value, "source": source}
+    return table
+
+
+def _curve(xs: list[int], ys: list[float], peak: float, source: str) -> dict[str, Any]:
+    """A measured efficiency curve: each figure over ``peak``, kept within (1e-4, 1]."""
+    return {"sizes": xs, "fractions": [round(max(min(y / peak, 1.0), 1e-4), 4) for y in ys], "source": source}
+
+
+def _accelerator_table(device: str, threads: int, ranks: int, tmp: Path, sizes: list[int], seqs: list[int],
+                       measured: dict[str, Any], line: float, source: str) -> dict[str, Any]:
+    """The accelerator of the description: its compute curves, memory, launch and host figures as measured, and
+    the collectives' overlap and a rank's footprint the sweep's ranks wrote into ``tmp``."""
+    fp32, bf16, wgrad, attention = measured["fp32"], measured["bf16"], measured["wgrad"], measured["attention"]
+    memory_bw, memory_fraction = measured["memory_bw"], measured["memory_fraction"]
     overlap = float((tmp / "allreduce.txt.overlap").read_text())
     baseline_gib = float((tmp / "allreduce.txt.rss").read_text()) / 2**30  # a rank's footprint before any model
-    memory_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks if device == "cpu"
-                  else torch.cuda.get_device_properties(0).total_memory / 2**30)
-    name = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({threads} thread{'s' * (threads > 1)} per rank)"
-    curve = lambda xs, ys, peak: {"sizes": xs, "fractions": [round(max(min(y / peak, 1.0), 1e-4), 4) for y in ys],  # noqa: E731
-                                  "source": source}
+    name = (torch.cuda.get_device_name(0) if device == "cuda"
+            else f"CPU ({threads} thread{'s' * (threads > 1)} per rank)")
     fig = lambda v: {"value": v, "source": source}  # noqa: E731
     accelerator = {
-        "name": name, "memory_gib": round(memory_gib, 2), "memory_bandwidth_gb_per_s": round(memory_bw, 2),
+        "name": name, "memory_gib": round(_memory_gib(device, ranks), 2),
+        "memory_bandwidth_gb_per_s": round(memory_bw, 2),
         "peak_tflops": {"fp32": round(max(fp32), 5), "bf16": round(max(bf16), 5), "fp16": round(max(bf16), 5)},
         "scale_up_link": "shared memory" if device == "cpu" else "measured interconnect",
         "scale_up_bandwidth_gb_per_s": round(line, 3), "pcie_bandwidth_gb_per_s": round(memory_bw, 3),
         "tdp_w": 0.0, "source": source,
         "efficiency": {
-            "matmul_bf16": curve(sizes, bf16, max(bf16)), "matmul_fp8": curve(sizes, bf16, max(bf16)),
-            "matmul_bf16_wgrad": curve(sizes, wgrad, max(bf16)), "matmul_fp32": curve(sizes, fp32, max(fp32)),
-            "attention": curve(seqs, attention, max(bf16)), "memory": fig(round(memory_fraction, 4)),
+            "matmul_bf16": _curve(sizes, bf16, max(bf16), source),
+            "matmul_fp8": _curve(sizes, bf16, max(bf16), source),
+            "matmul_bf16_wgrad": _curve(sizes, wgrad, max(bf16), source),
+            "matmul_fp32": _curve(sizes, fp32, max(fp32), source),
+            "attention": _curve(seqs, attention, max(bf16), source), "memory": fig(round(memory_fraction, 4)),
             "kernel_launch_us": fig(round(measured["launch_us"], 3)), "comm_overlap": fig(round(overlap, 3)),
             "runtime_reserved_gib": fig(round(baseline_gib, 4)), "allocator_overhead": fig(0.0),
         },
@@ -240,28 +259,37 @@ def describe_machine(ranks: int, tmp: Path, threads: int = 1,
     if loop_ns > 0:
         accelerator["efficiency"]["sampling_ns_per_slot"] = fig(round(loop_ns, 2))
         accelerator["efficiency"]["matrix_sampling_ns_per_slot"] = fig(round(matrix_ns, 2))
-    table = {
-        "name": f"this machine ({name}, {ranks} ranks)", "accelerator": accelerator, "gpus_per_node": ranks,
-        "scale_up_domain_gpus": ranks,
+    return accelerator
+
+
+def _memory_gib(device: str, ranks: int) -> float:
+    """A rank's memory: the host's physical memory over the ranks on a CPU, the GPU's own on a GPU."""
+    if device == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / ranks
+    return torch.cuda.get_device_properties(0).total_memory / 2**30
+
+
+def _cluster_table(accelerator: dict[str, Any], ranks: int, messages: list[int], latency_us: float, line: float,
+                   busbw: dict[str, list[float]], source: str) -> dict[str, Any]:
+    """The cluster around ``accelerator``: one node of ``ranks``, its one tier as the collective sweep measured it."""
+    today = datetime.date.today().isoformat()
+    return {
+        "name": f"this machine ({accelerator['name']}, {ranks} ranks)", "accelerator": accelerator,
+        "gpus_per_node": ranks, "scale_up_domain_gpus": ranks,
         # The tiers are this library's own figures: a cluster that names gloo takes no NCCL protocol and no other
         # back-end's view (plait.engine.backends), so the measured alpha-beta is used as is.
         "collective_backend": sweep_backend(),
         "tiers": [{"name": "local", "span_gpus": 1024, "bandwidth_gb_per_s_per_gpu": round(line, 3),
                    "latency_us": round(latency_us, 3),
-                   "efficiency": curve(messages, busbw["all_reduce"], line),
-                   "all_gather_efficiency": curve(messages, busbw["all_gather"], line),
-                   "reduce_scatter_efficiency": curve(messages, busbw["reduce_scatter"], line),
+                   "efficiency": _curve(messages, busbw["all_reduce"], line, source),
+                   "all_gather_efficiency": _curve(messages, busbw["all_gather"], line, source),
+                   "reduce_scatter_efficiency": _curve(messages, busbw["reduce_scatter"], line, source),
                    "source": source + f" ({ranks} ranks)"}],
         "price_per_gpu_hour_usd": 0.0, "price_source": "not applicable: a local machine",
-        "host_memory_gib_per_gpu": round(memory_gib, 2), "host_memory_bandwidth_gb_per_s_per_gpu": round(memory_bw, 2),
+        "host_memory_gib_per_gpu": accelerator["memory_gib"],
+        "host_memory_bandwidth_gb_per_s_per_gpu": accelerator["memory_bandwidth_gb_per_s"],
         "host_memory_bandwidth_source": source, "source": source,
         "host_cores_per_node": host_cores(),
-        "host_cores_source": f"measured by plait calibrate on {datetime.date.today().isoformat()} (physical cores "
-                             "this process may run on: os.sched_getaffinity, one per core id of /proc/cpuinfo)",
+        "host_cores_source": f"measured by plait calibrate on {today} (physical cores this process may run on: "
+                             "os.sched_getaffinity, one per core id of /proc/cpuinfo)",
     }
-    layers_file = tmp / "allreduce.txt.layers"
-    if layers_file.exists():  # CPU: wrapper host time runs in line with every layer
-        layers = {k: tuple(v) for k, v in json.loads(layers_file.read_text()).items()}
-        for key, value in host_figures(layers, cluster_from_mapping(table, "calibration")).items():
-            accelerator["efficiency"][key] = fig(value)
-    return table
