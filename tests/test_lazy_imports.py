@@ -18,7 +18,7 @@ FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.wor
              "plait.hardware.mixed_catalog", "plait.plan.mixed", "plait.plan.io", "plait.workload.hf_config",
              "plait.cost.servers", "plait.cost.async_sgd", "plait.cost.gossip", "plait.cost.site_sync", "plait.events",
              "plait.cost.sync", "plait.sync.hooks", "plait.cost.partial_times", "plait.plan.partial", "plait.cost.tp2d",
-             "rich._emoji_codes",
+             "plait.engine.backend_views", "rich._emoji_codes",
              *(f"plait.sync.{family}" for family in ("asynchronous", "crossbow", "gossip", "half", "periodic", "powersgd",
                                                      "servers", "site_quantize", "site_topk", "sparse")))
 """Modules (and their submodules) a transformer's ``plait estimate`` has no use for. Of the other workload kinds only
@@ -27,7 +27,8 @@ kind's, which the transformer kind refuses), never their models, costs or search
 An all-reducing plan named by options needs neither the parameter-server, gossip, asynchronous or per-site costs
 (nor the event simulation of asynchronous SGD), nor the other methods' classes or costs (``plait.cost.sync``, its
 hooks, partial averaging), nor the plan-file and Hugging Face config readers; a 1-D tensor-parallel plan no grid
-costs; rich prints plait's text without its emoji codes."""
+costs; collectives on the cluster's own library no other library's figures (``plait.engine.backend_views``); rich
+prints plait's text without its emoji codes."""
 PIPELINE_ONLY = ("plait.simulate.costs", "plait.simulate.pipeline", "plait.cost.per_stage")
 """What only a pipeline's event simulation (or stages costed one at a time) needs: a pp=1 estimate runs without."""
 TABLES_ONLY = ("rich",)

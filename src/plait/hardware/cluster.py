@@ -11,7 +11,7 @@ reach (nccl-tests "busbw"), with its provenance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
@@ -21,6 +21,8 @@ from plait.units import GB, GIB
 
 CollectiveBackend = Literal["nccl", "mpi", "gloo", "grpc"]
 """Collective libraries plait prices (:mod:`plait.engine.backends`)."""
+COLLECTIVE_BACKENDS: tuple[str, ...] = get_args(CollectiveBackend)
+"""The names of :data:`CollectiveBackend`."""
 
 
 @dataclass(frozen=True, kw_only=True)
