@@ -72,3 +72,23 @@ def test_mixed_preset_still_recognised() -> None:
     assert mixed_or_none(None) is None and mixed_or_none(cluster_names()[0]) is None
     mixed = mixed_or_none(mixed_cluster_names()[0])
     assert mixed is not None and len(mixed.groups) > 1
+
+
+def test_catalog_classes_state_their_field_types_as_objects() -> None:
+    """The classes an estimate builds from its catalogs and options keep evaluated annotations: as strings (``from
+    __future__ import annotations``), dataclasses would match each against a pattern and :func:`plait.schema.build`
+    compile and evaluate each, in every process."""
+    from dataclasses import fields
+
+    from plait.engine.facts import EngineFacts
+    from plait.hardware.accelerator import Accelerator, Efficiency
+    from plait.hardware.cluster import Cluster, InNetworkAggregation, NetworkTier
+    from plait.hardware.figure import Curve, Figure
+    from plait.hardware.power_states import PowerStates
+    from plait.plan.plan import Plan
+    from plait.workload.model import LocalAttention, MlaSpec, ModelSpec, MoeSpec
+
+    classes = (EngineFacts, Accelerator, Efficiency, Cluster, InNetworkAggregation, NetworkTier, Curve, Figure,
+               PowerStates, Plan, LocalAttention, MlaSpec, ModelSpec, MoeSpec)
+    strings = [f"{cls.__name__}.{f.name}" for cls in classes for f in fields(cls) if isinstance(f.type, str)]
+    assert strings == []

@@ -8,7 +8,9 @@ give them; ``efficiency`` is the fraction of that line rate NCCL-style collectiv
 reach (nccl-tests "busbw"), with its provenance.
 """
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
