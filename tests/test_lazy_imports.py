@@ -18,7 +18,7 @@ FORBIDDEN = ("torch", "plait.workloads.gnn.", "plait.workloads.dit.", "plait.wor
              "plait.hardware.mixed_catalog", "plait.plan.mixed", "plait.plan.io", "plait.workload.hf_config",
              "plait.cost.servers", "plait.cost.async_sgd", "plait.cost.gossip", "plait.cost.site_sync", "plait.events",
              "plait.cost.sync", "plait.sync.hooks", "plait.cost.partial_times", "plait.plan.partial", "plait.cost.tp2d",
-             "rich._emoji_codes",
+             "plait.engine.backend_views", "rich._emoji_codes",
              *(f"plait.sync.{family}" for family in ("asynchronous", "crossbow", "gossip", "half", "periodic", "powersgd",
                                                      "servers", "site_quantize", "site_topk", "sparse")))
 """Modules (and their submodules) a transformer's ``plait estimate`` has no use for. Of the other workload kinds only
@@ -27,7 +27,8 @@ kind's, which the transformer kind refuses), never their models, costs or search
 An all-reducing plan named by options needs neither the parameter-server, gossip, asynchronous or per-site costs
 (nor the event simulation of asynchronous SGD), nor the other methods' classes or costs (``plait.cost.sync``, its
 hooks, partial averaging), nor the plan-file and Hugging Face config readers; a 1-D tensor-parallel plan no grid
-costs; rich prints plait's text without its emoji codes."""
+costs; collectives on the cluster's own library no other library's figures (``plait.engine.backend_views``); rich
+prints plait's text without its emoji codes."""
 PIPELINE_ONLY = ("plait.simulate.costs", "plait.simulate.pipeline", "plait.cost.per_stage")
 """What only a pipeline's event simulation (or stages costed one at a time) needs: a pp=1 estimate runs without."""
 TABLES_ONLY = ("rich",)
@@ -71,3 +72,23 @@ def test_mixed_preset_still_recognised() -> None:
     assert mixed_or_none(None) is None and mixed_or_none(cluster_names()[0]) is None
     mixed = mixed_or_none(mixed_cluster_names()[0])
     assert mixed is not None and len(mixed.groups) > 1
+
+
+def test_catalog_classes_state_their_field_types_as_objects() -> None:
+    """The classes an estimate builds from its catalogs and options keep evaluated annotations: as strings (``from
+    __future__ import annotations``), dataclasses would match each against a pattern and :func:`plait.schema.build`
+    compile and evaluate each, in every process."""
+    from dataclasses import fields
+
+    from plait.engine.facts import EngineFacts
+    from plait.hardware.accelerator import Accelerator, Efficiency
+    from plait.hardware.cluster import Cluster, InNetworkAggregation, NetworkTier
+    from plait.hardware.figure import Curve, Figure
+    from plait.hardware.power_states import PowerStates
+    from plait.plan.plan import Plan
+    from plait.workload.model import LocalAttention, MlaSpec, ModelSpec, MoeSpec
+
+    classes = (EngineFacts, Accelerator, Efficiency, Cluster, InNetworkAggregation, NetworkTier, Curve, Figure,
+               PowerStates, Plan, LocalAttention, MlaSpec, ModelSpec, MoeSpec)
+    strings = [f"{cls.__name__}.{f.name}" for cls in classes for f in fields(cls) if isinstance(f.type, str)]
+    assert strings == []

@@ -10,6 +10,7 @@ the planner's hot path only at load time, never per candidate).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -116,10 +117,17 @@ _PRIMITIVES: dict[Any, Any] = {bool: _check_bool, int: _check_int, float: _check
 """The check of each plain field type."""
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The field types of ``cls``, resolved once per class: ``typing.get_type_hints`` compiles and evaluates each
+    string annotation anew on every call, and a catalog builds the same small classes (a ``Figure``) many times."""
+    return typing.get_type_hints(cls)
+
+
 def build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
     """Build dataclass ``cls`` from ``raw``; ``where`` prefixes error messages (e.g. ``models.toml:llama3-8b``).
     Every unknown key, missing key and wrong value (nested tables included) is reported in one error."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(raw) - set(fields), key=str)
     problems: list[str | ConfigError] = [f"{where}: unknown key {key!r}" for key in unknown]

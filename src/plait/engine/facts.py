@@ -5,7 +5,9 @@ current PyTorch/Megatron practice; other values describe documented older or sim
 implementations (each engine's values, with their sources, are in :mod:`plait.engine`).
 """
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 from dataclasses import dataclass
 from typing import Literal

@@ -7,7 +7,9 @@ Two kinds of number live here and are kept apart on purpose:
 Neither is ever fitted to a training run.
 """
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 from dataclasses import dataclass, field
 from typing import Any, Literal

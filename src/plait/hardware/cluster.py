@@ -8,10 +8,12 @@ give them; ``efficiency`` is the fraction of that line rate NCCL-style collectiv
 reach (nccl-tests "busbw"), with its provenance.
 """
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
@@ -21,6 +23,8 @@ from plait.units import GB, GIB
 
 CollectiveBackend = Literal["nccl", "mpi", "gloo", "grpc"]
 """Collective libraries plait prices (:mod:`plait.engine.backends`)."""
+COLLECTIVE_BACKENDS: tuple[str, ...] = get_args(CollectiveBackend)
+"""The names of :data:`CollectiveBackend`."""
 
 
 @dataclass(frozen=True, kw_only=True)

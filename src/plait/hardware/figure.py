@@ -1,6 +1,8 @@
 """A number with its provenance (STYLE.md rule 7)."""
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 import bisect
 import math

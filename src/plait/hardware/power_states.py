@@ -7,7 +7,9 @@ table (:class:`PowerStates`), else the catalog derives one from the accelerator'
 (:func:`default_power`). :mod:`plait.cost.energy` turns these and a step's times into joules.
 """
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 import functools
 from dataclasses import dataclass, fields

@@ -8,7 +8,9 @@ tp fastest, then cp, then dp (shard, then replicate), then pp slowest — the Me
 and torchtitan default order — which decides which network tier each group crosses.
 """
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 from dataclasses import asdict, dataclass, fields, replace
 from operator import attrgetter
@@ -203,7 +205,7 @@ class Plan:
         per_replica = self.global_batch // self.dp
         return max(per_replica // self.micro_batch, 1)
 
-    def with_seq_len(self, default_seq_len: int) -> Plan:
+    def with_seq_len(self, default_seq_len: int) -> "Plan":
         """The plan with ``seq_len`` filled from the model when it is 0."""
         if self.seq_len:
             return self
@@ -220,12 +222,12 @@ class Plan:
         :attr:`stage_layers`, :attr:`stage_sharding`, :attr:`stage_tp`)."""
         return bool(self.stage_recompute or self.stage_layers or self.stage_sharding or self.stage_tp)
 
-    def uniform(self) -> Plan:
+    def uniform(self) -> "Plan":
         """The plan with the per-stage fields cleared (every stage as ``recompute`` says, layers split evenly)."""
         return replace(self, stage_recompute=(), stage_layers=(), stage_sharding=(), stage_tp=()) if self.per_stage \
             else self
 
-    def for_stage(self, stage: int) -> Plan:
+    def for_stage(self, stage: int) -> "Plan":
         """The uniform plan stage ``stage`` runs as: its own recomputation mode, sharding and TP degree (its layers
         are the caller's)."""
         mode = self.stage_recompute[stage] if self.stage_recompute else self.recompute

@@ -16,7 +16,9 @@ query/key head dim ``qk_nope_head_dim + qk_rope_head_dim`` and value head dim
 after the up-projection (the compressed-KV trick only pays off at inference).
 """
 
-from __future__ import annotations
+# Annotations are evaluated here, not kept as strings (no `from __future__ import annotations`): dataclasses and
+# plait.schema would otherwise parse and compile each field's type string when a process starts
+# (tests/test_lazy_imports.py).
 
 from dataclasses import dataclass, field
 from functools import cached_property
