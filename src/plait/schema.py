@@ -10,6 +10,7 @@ the planner's hot path only at load time, never per candidate).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -90,11 +91,19 @@ def _check_scalar(value: Any, expected: Any, where: str) -> Any:
     raise TypeError(f"unsupported field type {expected!r} at {where}")  # our bug, not the user's
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """``cls``'s resolved field types and its ``init`` fields, worked out once per class: resolving the string
+    annotations (``typing.get_type_hints``) compiles each one again at every call, the most of a build's time
+    (``plait estimate`` builds a catalog entry per model and accelerator it reads)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    return typing.get_type_hints(cls), fields
+
+
 def build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
     """Build dataclass ``cls`` from ``raw``; ``where`` prefixes error messages (e.g. ``models.toml:llama3-8b``).
     Every unknown key, missing key and wrong value (nested tables included) is reported in one error."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    hints, fields = _fields(cls)
     unknown = sorted(set(raw) - set(fields), key=str)
     problems: list[str | ConfigError] = [f"{where}: unknown key {key!r}" for key in unknown]
     if unknown:
