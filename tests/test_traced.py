@@ -26,11 +26,10 @@ from plait.run.model import Transformer
 from plait.workloads.traced.tracing import trace, trace_factory
 
 
-def _traced_catalog(name: str, seq: int, layers: int | None = None):  # type: ignore[no-untyped-def]
-    """The catalog model as plait's reference module builds it (its own output head: untied); ``layers``: that many
-    of its layers (the same shapes: a layer's closed forms do not depend on the depth)."""
-    spec = replace(get_model(name), seq_len=seq, tied_embeddings=False)
-    spec = replace(spec, num_layers=layers or spec.num_layers)
+def _traced_catalog(name: str, seq: int, layers: int):  # type: ignore[no-untyped-def]
+    """The catalog model as plait's reference module builds it (its own output head: untied), at ``layers`` of its
+    layers (the same shapes: a layer's closed forms do not depend on the depth)."""
+    spec = replace(get_model(name), seq_len=seq, tied_embeddings=False, num_layers=layers)
     return spec, trace_factory(lambda: Transformer(spec, seq), name, (seq,), "int64")
 
 
