@@ -274,10 +274,11 @@ def _nothing():  # type: ignore[no-untyped-def]
 
 
 def test_a_traced_workload_refuses_swapping_in_one_line() -> None:
+    """Any traced workload: the zoo's small CNN (a trace of ResNet-50 takes seconds and is not what is refused)."""
     pytest.importorskip("torch")
     from plait.workloads.traced.cost import check_traced_plan
     from plait.workloads.traced.tracing import trace
 
     with pytest.raises(ConfigError, match="swap_activations is not costed for traced workloads"):
-        check_traced_plan(trace("plait.workload.zoo:resnet50"), Plan(dp_replicate=8, global_batch=256,
-                                                                     swap_activations=True))
+        check_traced_plan(trace("plait.workload.zoo:small_cnn"), Plan(dp_replicate=8, global_batch=256,
+                                                                    swap_activations=True))

@@ -26,21 +26,24 @@ from plait.run.model import Transformer
 from plait.workloads.traced.tracing import trace, trace_factory
 
 
-def _traced_catalog(name: str, seq: int):  # type: ignore[no-untyped-def]
-    """The catalog model as plait's reference module builds it (its own output head: untied)."""
-    spec = replace(get_model(name), seq_len=seq, tied_embeddings=False)
+def _traced_catalog(name: str, seq: int, layers: int):  # type: ignore[no-untyped-def]
+    """The catalog model as plait's reference module builds it (its own output head: untied), at ``layers`` of its
+    layers (the same shapes: a layer's closed forms do not depend on the depth)."""
+    spec = replace(get_model(name), seq_len=seq, tied_embeddings=False, num_layers=layers)
     return spec, trace_factory(lambda: Transformer(spec, seq), name, (seq,), "int64")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, seq", [("llama3-8b", 8192), ("gpt3-175b", 2048)])
-def test_traced_catalog_transformer_agrees_with_the_closed_forms(name: str, seq: int) -> None:
+@pytest.mark.parametrize("name, seq, layers", [("llama3-8b", 8192, 8), ("gpt3-175b", 2048, 8)])
+def test_traced_catalog_transformer_agrees_with_the_closed_forms(name: str, seq: int, layers: int) -> None:
     """Parameters exact, FLOPs within 1%, each layer's saved activations within 5% of plait's closed forms for the
     engine that runs this module (plait's runtime: eager pointwise ops, K/V repeated before attention; bf16 as
     under FSDP2's mixed precision). The closed form counts model FLOPs (PaLM's 6N + 12LHQT per token: a backward
     of twice the forward); FlashAttention's backward also recomputes the scores, one S x S x d product per layer
-    more (2 S^2 d FLOPs), which the trace counts (PyTorch's formula for ``_flash_attention_backward``)."""
-    spec, traced = _traced_catalog(name, seq)
+    more (2 S^2 d FLOPs), which the trace counts (PyTorch's formula for ``_flash_attention_backward``). Each model
+    keeps 8 of its layers (32, 96), shapes unchanged: the trace's time grows with the depth while each layer's
+    closed forms do not depend on it, and the totals' 1% then weighs the embedding and the head more, not less."""
+    spec, traced = _traced_catalog(name, seq, layers)
     assert traced.total_params() == spec.total_params()
     assert traced.unit_class == "Block" and len(traced.units) == spec.num_layers + 2
     plan = Plan(global_batch=1, micro_batch=1, seq_len=seq, sharding="zero3")
@@ -54,7 +57,9 @@ def test_traced_catalog_transformer_agrees_with_the_closed_forms(name: str, seq:
 
 
 def test_gradients_complete_from_the_head_back_to_the_embedding() -> None:
-    spec, traced = _traced_catalog("llama3-8b", 256)
+    """Llama 3 8B's shapes at 4 of its 32 layers: the order from the head back to the embedding, through each layer
+    before the one below it, is the same at any depth of two or more."""
+    spec, traced = _traced_catalog("llama3-8b", 256, 4)
     order = traced.grad_order
     assert order[0] == "output.weight" and order[-1] == "tok_embeddings.weight"
     assert sorted(order) == sorted(name for name, _ in traced.named_params)
