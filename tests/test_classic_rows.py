@@ -189,3 +189,13 @@ def test_a_rows_framework_cell_is_parsed_into_its_framework_and_container(cell: 
     assert parse_framework(cell, "row") == RowFramework(name=name, container=container)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="row: framework 'JAX"):
         parse_framework("JAX (NGC 23.04)", "row")
+
+
+@pytest.mark.parametrize("record, fields", [("1,2", 2), ("1,2,3,4", 4)])
+def test_a_record_of_another_length_than_its_header_is_refused_with_both_counts(tmp_path, record, fields) -> None:
+    """A record one field short or long is named with its own field count and the header's (a short record once
+    read as long as its header: DictReader fills the missing fields with None)."""
+    path = tmp_path / "runs.csv"
+    path.write_text(f"a,b,c\n{record}\n")
+    with pytest.raises(ConfigError, match=f"runs.csv:2: the record has {fields} fields, the header 3"):
+        read_records(path, "--classic file", ("a",))

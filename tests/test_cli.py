@@ -207,6 +207,18 @@ def test_option_parser_errors_are_one_line() -> None:
         assert code == 2 and err.startswith("plait: error: ") and message in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, flag", [(["estimate", "--tp", "-1"], "--tp -1"),
+                                        (["estimate", "--global-batch", "64"], "--global-batch 64"),
+                                        (["simulate", "--gpus", "4"], "--gpus 4"),
+                                        (["report", "--recompute", "full"], "--recompute full")])
+def test_a_layout_option_beside_a_plan_file_is_refused(argv: list[str], flag: str) -> None:
+    """A plan file states its layout: a layout option beside --plan, which the command would ignore, is refused
+    in one line naming it (before: exit 0, the option silently dropped)."""
+    plan = str(Path(__file__).resolve().parents[1] / "examples" / "tiny-plan.toml")
+    code, _, err = _in_process(argv[0], "--plan", plan, *argv[1:])
+    assert code == 2 and err.startswith(f"plait: error: {flag}: the plan file") and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("argv", [["estimate", "--json"], ["models"], []])  # print, rich console, click's help
 @pytest.mark.parametrize("unbuffered", ["1", ""])  # a write fails at once, or the flush at exit does
 def test_a_reader_that_closes_the_pipe_early_ends_plait_quietly(argv: list[str], unbuffered: str) -> None:

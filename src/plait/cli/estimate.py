@@ -45,6 +45,7 @@ from plait.cli.options import (
     TokensOption,
     TpOption,
     VppOption,
+    refuse_layout_with_plan,
 )
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
@@ -108,6 +109,7 @@ def estimate_command(
     --model MODULE:FACTORY traces any PyTorch module the factory builds (on the meta device: no weights, no GPU);
     its plans take data and pipeline parallelism, and --micro-batch/--global-batch count examples."""
     options = dict(locals())
+    refuse_layout_with_plan(estimate_command, options)
     workload = load(model)
     refuse_foreign_options(workload.kind, options)
     refuse_engine(workload.kind, engine)

@@ -4,13 +4,16 @@ ones it takes and keeps its own default (``--gpus`` is 8 for a transformer, 1 fo
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from plait.cli.numbers import MAX_TOKENS, quantity
 from plait.engine.catalog import DEFAULT_ENGINE
+from plait.errors import ConfigError
 from plait.hardware.catalog import DEFAULT_CLUSTER
 from plait.plan.defaults import GPUS
 from plait.workload.catalog import DEFAULT_MODEL
@@ -102,3 +105,21 @@ ChannelsLastOption = Annotated[bool, typer.Option(
     "--channels-last", help="With --model MODULE:FACTORY: convolutions' activations stored NHWC "
                             "(torch.channels_last), so tensor cores run them without layout transposes.")]
 
+
+LAYOUT_OPTIONS = ("gpus", "tp", "pp", "vpp", "schedule", "cp", "cp_attention", "ep", "dp_replicate", "sharding", "sp",
+                  "recompute", "recompute_layers", "micro_batch", "global_batch", "seq_len", "precision",
+                  "offload_optimizer", "offload_params", "swap_activations", "dp_sync")
+"""The options that describe a layout, which a plan file (``--plan``) states itself."""
+
+
+def refuse_layout_with_plan(command: Callable[..., Any], options: dict[str, Any]) -> None:
+    """With ``--plan``, a layout option given away from ``command``'s default would be ignored: refused in one line
+    naming it (the plan file states the layout)."""
+    if options.get("plan_file") is None:
+        return
+    parameters = inspect.signature(command).parameters
+    for name in LAYOUT_OPTIONS:
+        if name in parameters and options[name] != parameters[name].default:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} {options[name]}: the plan file (--plan {options['plan_file']}) states the "
+                              f"layout; change it there, or drop --plan")

@@ -40,6 +40,7 @@ from plait.cli.options import (
     TokensOption,
     TpOption,
     VppOption,
+    refuse_layout_with_plan,
 )
 from plait.cli.output import print_json
 from plait.errors import ConfigError, check_suffix, refuse_overwrite
@@ -96,6 +97,7 @@ def simulate_command(
     layout options as plait estimate takes them; a DiT's whole generation (PipeFusion patch by patch) or a GNN step,
     phase by phase."""
     options = dict(locals())
+    refuse_layout_with_plan(simulate_command, options)
     check_suffix(png, ".png", "--png")
     workload = load(model)
     if workload.kind.simulate is not None:  # the kind simulates its own step
@@ -166,6 +168,7 @@ def report_command(
     from plait.report.html import render_report
 
     options = dict(locals())
+    refuse_layout_with_plan(report_command, options)
     bounds = parse_gpu_range(gpus_range) if gpus_range else None
     job = _job(options, "report")
     model_spec, cluster_spec, plan = job.model, job.cluster, job.plan

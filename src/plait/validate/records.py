@@ -89,8 +89,9 @@ def read_records(path: Path, what: str, required: tuple[str, ...]) -> list[Recor
         for raw in reader:
             where = f"{path.name}:{reader.line_num}"
             if None in raw or None in raw.values():  # DictReader's marks of a record longer or shorter than its header
-                raise ConfigError(f"{where}: the record has {len(raw) - (None in raw) + len(raw.get(None) or [])} "
-                                  f"fields, the header {len([k for k in raw if k is not None])}")
+                given = sum(v is not None for k, v in raw.items() if k is not None) + len(raw.get(None) or [])
+                raise ConfigError(f"{where}: the record has {given} fields, the header "
+                                  f"{len([k for k in raw if k is not None])}")
             records.append(Record(raw, where))  # type: ignore[arg-type]
         return records
     except csv.Error as exc:
