@@ -215,7 +215,7 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
             moved = 0.0 if free else nbytes((args, kwargs)) + nbytes(out)
             if flops or moved:
                 record.kernels.append((current(), packet.__name__, flops, moved, tracker.is_bw,
-                                       splits.kernel(set(tracker.parents))))
+                                       splits.kernel(set(tracker.parents)), winograd_shape(packet.__name__, args)))
             return out
 
     class GpuKernels(torch.overrides.TorchFunctionMode):
@@ -289,6 +289,21 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
         for p in model.parameters():
             p.grad = None  # the next pass starts without gradients to accumulate into
     return record
+
+
+def winograd_shape(op: str, args: tuple[Any, ...]) -> bool:
+    """Whether ATen's ``convolution`` (``input, weight, bias, stride, padding, dilation, transposed, ...,
+    groups``) or ``convolution_backward`` (``grad_output, input, weight, bias_sizes, stride, padding, dilation,
+    transposed, ..., groups``) is a 2-D 3x3, stride-1, undilated, ungrouped, untransposed convolution: the shape
+    cuDNN's Winograd algorithms take (cuDNN API reference, ``cudnnConvolutionFwdAlgo_t``:
+    ``CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD`` requires a 3x3 filter; Lavin & Gray 2016, Sec. 4, F(m x m, 3 x 3) at
+    unit stride)."""
+    at = {"convolution": 3, "convolution_backward": 4}.get(op)  # where the stride is
+    if at is None or len(args) < at + 6:
+        return False
+    weight, stride, dilation, transposed, groups = args[at - 2], args[at], args[at + 2], args[at + 3], args[at + 5]
+    return (tuple(weight.shape[2:]) == (3, 3) and all(x == 1 for x in (*stride, *dilation)) and not transposed
+            and groups == 1)
 
 
 def _fused_rms_norm() -> Any:
@@ -373,9 +388,9 @@ def _combine(name: str, shape: Shape, input_dtype: str, dtype: str, unit_class: 
         return max(0.0, q1 - per * b1), per
 
     kernels: list[list[Kernel]] = [[] for _ in range(count)]
-    for (unit, op, f1, m1, backward, in_split), (_, _, f2, m2, _, _) in zip(one.kernels, two.kernels):
+    for (unit, op, f1, m1, backward, in_split, wino), (_, _, f2, m2, *_) in zip(one.kernels, two.kernels):
         fixed, per = split(m1, m2)
-        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward, in_split > 0, in_split == 2))
+        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward, in_split > 0, in_split == 2, wino))
     saved = [[0.0, 0.0] for _ in range(count)]  # at b1, at b2
     split_saved = [[0.0, 0.0] for _ in range(count)]  # the part split over a TP group
     for column, record in enumerate((one, two)):
