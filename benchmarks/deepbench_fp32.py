@@ -9,7 +9,7 @@ a convolution's forward at its input, filter and output elements, its backward (
 one ``convolution_backward``) at twice the input and filter and once the output gradient. Each curve point is the
 median fraction of the fp32 peak (15.7 TFLOPS V100 SXM2, 10.6 P100 SXM2: NVIDIA datasheets) over a factor-of-two
 class of edge, classes with under 3 points left out; 3x3 stride-1 convolutions in direct-convolution FLOPs over
-4 times the peak (Winograd F(4x4, 3x3)'s multiplies, plait.workloads.traced.timing.WINOGRAD_F4X4_REDUCTION).
+4 times the peak (Winograd F(4x4, 3x3)'s multiplies, plait.workloads.traced.winograd.WINOGRAD_F4X4_REDUCTION).
 Rows without a backward wrt inputs (first layers) are left out of the convolution curves.
 
 Usage: python benchmarks/deepbench_fp32.py DeepBench_NV_V100.xlsx 15.7

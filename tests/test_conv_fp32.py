@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from plait.hardware.catalog import get_accelerator
-from plait.workloads.traced.timing import kernel_s, winograd_reduction
+from plait.workloads.traced.timing import kernel_s
+from plait.workloads.traced.winograd import winograd_reduction
 
 torch = pytest.importorskip("torch")
 

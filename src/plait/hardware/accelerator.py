@@ -64,7 +64,7 @@ class Efficiency:
     """Rate of cuDNN's fp32 3x3 stride-1 convolutions (Winograd where cuDNN finds it faster), each pass apart (the
     backward's data and filter gradients as ATen's one ``convolution_backward``), by the square edge of equal
     arithmetic intensity (:func:`plait.workloads.traced.timing.kernel_s`), in direct-convolution FLOPs over
-    :data:`plait.workloads.traced.timing.WINOGRAD_F4X4_REDUCTION` times the fp32 peak: the fraction of the peak
+    :data:`plait.workloads.traced.winograd.WINOGRAD_F4X4_REDUCTION` times the fp32 peak: the fraction of the peak
     the multiplies of F(4x4, 3x3) would run at (in direct FLOPs cuDNN's best exceeds the peak); ``None``: the fp32
     GEMM rate at that edge, as every other fp32 convolution."""
     attention: Curve

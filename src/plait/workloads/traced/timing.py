@@ -22,6 +22,7 @@ from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
 from plait.workloads.traced.normalization import kernel_moved_bytes
 from plait.workloads.traced.tensor_parallel import split_unit
+from plait.workloads.traced.winograd import WINOGRAD_F4X4_REDUCTION
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes of one element of each dtype a workload is traced in."""
@@ -45,18 +46,6 @@ def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, el
     if nchw_tensor_cores and kernel.name in CONVOLUTIONS:
         seconds += layout_transpose_s(moved - kernel.fixed_bytes, acc)
     return seconds
-
-
-def winograd_reduction(m: int, r: int) -> float:
-    """Multiplies of a direct 2-D convolution with an ``r x r`` filter over those of Winograd's minimal algorithm
-    F(m x m, r x r) for the same ``m x m`` outputs: ``m^2 r^2 / (m + r - 1)^2`` (Lavin & Gray 2016, "Fast
-    Algorithms for Convolutional Neural Networks", Sec. 4: F(m x m, r x r) uses ``(m + r - 1)^2`` multiplies)."""
-    return (m * r) ** 2 / (m + r - 1) ** 2
-
-
-WINOGRAD_F4X4_REDUCTION = winograd_reduction(4, 3)
-"""F(4x4, 3x3)'s multiply reduction (36 multiplies for 144: 4); the unit
-:attr:`~plait.hardware.accelerator.Efficiency.conv3x3_fp32` is read in."""
 
 
 def conv_fp32_flops_per_s(kernel: Kernel, acc: Accelerator, gemm_dtype: str, edge: float) -> float | None:

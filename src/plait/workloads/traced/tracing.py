@@ -28,6 +28,7 @@ from plait.errors import ConfigError, require_extra
 from plait.plan.plan import FULL_PRECISIONS
 from plait.workloads.traced.attention import SplitPaths, find_splits
 from plait.workloads.traced.model import Kernel, LinearPair, Shape, TracedWorkload, Unit
+from plait.workloads.traced.winograd import winograd_shape
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
 CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
@@ -289,21 +290,6 @@ def _run(model: Any, units: list[str], shape: Shape, input_dtype: str, dtype: st
         for p in model.parameters():
             p.grad = None  # the next pass starts without gradients to accumulate into
     return record
-
-
-def winograd_shape(op: str, args: tuple[Any, ...]) -> bool:
-    """Whether ATen's ``convolution`` (``input, weight, bias, stride, padding, dilation, transposed, ...,
-    groups``) or ``convolution_backward`` (``grad_output, input, weight, bias_sizes, stride, padding, dilation,
-    transposed, ..., groups``) is a 2-D 3x3, stride-1, undilated, ungrouped, untransposed convolution: the shape
-    cuDNN's Winograd algorithms take (cuDNN API reference, ``cudnnConvolutionFwdAlgo_t``:
-    ``CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD`` requires a 3x3 filter; Lavin & Gray 2016, Sec. 4, F(m x m, 3 x 3) at
-    unit stride)."""
-    at = {"convolution": 3, "convolution_backward": 4}.get(op)  # where the stride is
-    if at is None or len(args) < at + 6:
-        return False
-    weight, stride, dilation, transposed, groups = args[at - 2], args[at], args[at + 2], args[at + 3], args[at + 5]
-    return (tuple(weight.shape[2:]) == (3, 3) and all(x == 1 for x in (*stride, *dilation)) and not transposed
-            and groups == 1)
 
 
 def _fused_rms_norm() -> Any:
