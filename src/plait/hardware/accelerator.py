@@ -62,6 +62,13 @@ class Efficiency:
     """Fraction of the fp32 peak an fp32 GEMM sustains, by square edge (GNN layers train in fp32); ``None``:
     :attr:`matmul_bf16`'s shape at the fp32 peak (assumed for the packaged GPUs: no public fp32 GEMM curve of them
     was found). ``plait calibrate`` measures it."""
+    conv3x3_fp32: Curve | None = None
+    """Rate of cuDNN's fp32 3x3 stride-1 convolutions (Winograd where cuDNN finds it faster), each pass apart (the
+    backward's data and filter gradients as ATen's one ``convolution_backward``), by the square edge of equal
+    arithmetic intensity (:func:`plait.workloads.traced.timing.kernel_s`), in direct-convolution FLOPs over
+    :data:`plait.workloads.traced.winograd.WINOGRAD_F4X4_REDUCTION` times the fp32 peak: the fraction of the peak
+    the multiplies of F(4x4, 3x3) would run at (in direct FLOPs cuDNN's best exceeds the peak); ``None``: the fp32
+    GEMM rate at that edge, as every other fp32 convolution."""
     attention: Curve
     """Fraction of bf16 peak a fused (flash) attention kernel sustains, forward and backward together,
     by the key length each query attends over (longer rows amortise the per-block overheads)."""

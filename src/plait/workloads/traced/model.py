@@ -40,6 +40,9 @@ class Kernel:
     tp_split_all: bool = False
     """The operator runs in a split attention's core module outside its Linears (a rotary embedding, a copy of
     the heads): it acts on each rank's heads alone, so its bytes are ``1/tp`` too, FLOPs or none."""
+    winograd: bool = False
+    """A 3x3, stride-1, undilated, ungrouped convolution or its backward: the shape cuDNN's Winograd algorithms
+    take (:func:`plait.workloads.traced.winograd.winograd_shape`)."""
 
     def flops(self, batch: float) -> float:
         return self.flops_per_example * batch

@@ -11,6 +11,7 @@ from plait.errors import ConfigError
 from plait.workloads.traced.attention import SplitPaths
 from plait.workloads.traced.gpu_kernels import gpu_kernels_mode
 from plait.workloads.traced.model import Shape
+from plait.workloads.traced.winograd import winograd_shape
 
 FREE = frozenset({"empty", "empty_like", "empty_strided", "_unsafe_view", "lift_fresh", "detach", "alias",
                   "new_empty", "new_empty_strided"})
@@ -18,11 +19,11 @@ FREE = frozenset({"empty", "empty_like", "empty_strided", "_unsafe_view", "lift_
 
 
 class Record:
-    """What one pass at one batch size saw: kernels (unit, name, flops, bytes, backward), saved tensors (unit,
-    whether a parameter, bytes), output bytes per unit and the gradient order."""
+    """What one pass at one batch size saw: kernels (unit, name, flops, bytes, backward, TP split, Winograd shape),
+    saved tensors (unit, whether a parameter, bytes), output bytes per unit and the gradient order."""
 
     def __init__(self, count: int) -> None:
-        self.kernels: list[tuple[int, str, float, float, bool, int]] = []  # ..., backward, split (split_kernel)
+        self.kernels: list[tuple[int, str, float, float, bool, int, bool]] = []  # ..., backward, split, Winograd
         self.saved: list[tuple[int, bool, float, bool]] = []  # ..., split over a TP group
         self.outputs = [0.0] * count
         self.grad_order: list[str] = []
@@ -108,7 +109,8 @@ class _Pass:
         moved = 0.0 if free else _nbytes((args, kwargs)) + _nbytes(out)
         if flops or moved:
             self.record.kernels.append((self.current(), packet.__name__, flops, moved, self.tracker.is_bw,
-                                        self.splits.kernel(set(self.tracker.parents))))
+                                        self.splits.kernel(set(self.tracker.parents)),
+                                        winograd_shape(packet.__name__, args)))
 
     def pack(self, tensor: Any) -> Any:
         """Saved-tensor hook: counts each storage autograd keeps once (a view's base)."""

@@ -6,20 +6,23 @@ stages (:mod:`plait.workloads.traced.model`), as :func:`plait.workloads.traced.c
   ``M x N x K`` product moves ``M K + K N + M N`` elements for ``2 M N K`` FLOPs, so the edge of the square GEMM
   of equal intensity is ``3 F / (2 elements)``: :mod:`plait.cost.compute`), the others at the sustained memory
   bandwidth (a batch normalization's two sweeps over its activations each way: :mod:`.normalization`), none
-  shorter than a kernel launch. Each operator is also one launch on the host stream (eager PyTorch).
+  shorter than a kernel launch. Each operator is also one launch on the host stream (eager PyTorch). An fp32 3x3
+  stride-1 convolution runs at cuDNN's measured rate of that shape where the accelerator has one (Winograd's
+  algorithms do fewer multiplies than the direct FLOPs counted: :func:`conv_fp32_flops_per_s`).
 - **Pipeline.** Units are cut into ``pp`` contiguous stages (the stem with the first, the head and loss with the
   last) minimising the slowest stage's forward and backward (the linear-partition dynamic programme).
 """
 
 from __future__ import annotations
 
-from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
+from plait.cost.compute import fp32_flops_per_s, matmul_flops_per_s, memory_bytes_per_s
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.workloads.traced.model import Kernel, TracedWorkload, Unit
 from plait.workloads.traced.normalization import kernel_moved_bytes
 from plait.workloads.traced.tensor_parallel import split_unit
+from plait.workloads.traced.winograd import WINOGRAD_F4X4_REDUCTION
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes of one element of each dtype a workload is traced in."""
@@ -38,10 +41,23 @@ def kernel_s(kernel: Kernel, batch: float, acc: Accelerator, gemm_dtype: str, el
     if not flops:
         return max(memory, launch)
     edge = 3.0 * flops / (2.0 * max(moved / element_bytes, 1.0))
-    seconds = max(flops / matmul_flops_per_s(acc, gemm_dtype, edge), memory, launch)
+    rate = conv_fp32_flops_per_s(kernel, acc, gemm_dtype, edge) or matmul_flops_per_s(acc, gemm_dtype, edge)
+    seconds = max(flops / rate, memory, launch)
     if nchw_tensor_cores and kernel.name in CONVOLUTIONS:
         seconds += layout_transpose_s(moved - kernel.fixed_bytes, acc)
     return seconds
+
+
+def conv_fp32_flops_per_s(kernel: Kernel, acc: Accelerator, gemm_dtype: str, edge: float) -> float | None:
+    """FLOP/s of an fp32 3x3 stride-1 convolution (or its backward) at cuDNN's measured rate where the accelerator
+    has one (:attr:`~plait.hardware.accelerator.Efficiency.conv3x3_fp32`, in Winograd F(4x4, 3x3) multiplies):
+    fp32 runs no tensor cores, so cuDNN picks among implicit GEMM, FFT and Winograd by speed, and for this shape
+    Winograd does fewer multiplies than the direct FLOPs counted; ``None``: the GEMM rate applies (other
+    convolutions run as implicit GEMMs; 16-bit and TF32 ones run implicit GEMMs on tensor cores)."""
+    curve = acc.efficiency.conv3x3_fp32
+    if gemm_dtype != "fp32" or not kernel.winograd or kernel.name not in CONVOLUTIONS or curve is None:
+        return None
+    return fp32_flops_per_s(acc) * WINOGRAD_F4X4_REDUCTION * curve.at(edge)
 
 
 def layout_transpose_s(activation_bytes: float, acc: Accelerator) -> float:

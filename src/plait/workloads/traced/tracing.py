@@ -178,9 +178,9 @@ def _combine(name: str, shape: Shape, input_dtype: str, dtype: str, unit_class: 
         return max(0.0, q1 - per * b1), per
 
     kernels: list[list[Kernel]] = [[] for _ in range(count)]
-    for (unit, op, f1, m1, backward, in_split), (_, _, f2, m2, _, _) in zip(one.kernels, two.kernels):
+    for (unit, op, f1, m1, backward, in_split, wino), (_, _, f2, m2, *_) in zip(one.kernels, two.kernels):
         fixed, per = split(m1, m2)
-        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward, in_split > 0, in_split == 2))
+        kernels[unit].append(Kernel(op, split(f1, f2)[1], fixed, per, backward, in_split > 0, in_split == 2, wino))
     saved = [[0.0, 0.0] for _ in range(count)]  # at b1, at b2
     split_saved = [[0.0, 0.0] for _ in range(count)]  # the part split over a TP group
     for column, record in enumerate((one, two)):
