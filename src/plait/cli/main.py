@@ -153,7 +153,9 @@ def main() -> None:
     collections at exit then skip every module's objects (``gc.freeze``, 50M instructions of a ``plait estimate``,
     measured as above), whose memory the operating system takes back anyway; an object left in a reference cycle is
     not finalized, which Python never promises at exit
-    (https://docs.python.org/3/reference/datamodel.html#object.__del__)."""
+    (https://docs.python.org/3/reference/datamodel.html#object.__del__). Not where torch was imported: triton's
+    nanobind bindings, which torch loads, print a leak report for every object they still hold at exit
+    (https://nanobind.readthedocs.io/en/latest/refleaks.html)."""
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         code = run_cli(sys.argv[1:])
@@ -162,7 +164,8 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(BROKEN_PIPE_EXIT)
-    gc.freeze()
+    if "torch" not in sys.modules:  # torch's nanobind extensions (triton's) print leak warnings for frozen objects
+        gc.freeze()
     sys.exit(code)
 
 
