@@ -63,8 +63,8 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     the ranked queue (:attr:`Simulator.ranked`) by :func:`_walk`."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
         return
-    budget = sim.pool.free_gpus + int(sim.columns.asked_gpus[idx].sum())  # the GPUs not held by other jobs
-    keep, starts = _walk(sim, idx, running_rank, budget)
+    gpus = sim.columns.asked_gpus[idx]
+    keep, starts = _walk(sim, (running_rank, idx, gpus), sim.pool.free_gpus + int(gpus.sum()))
     for i in idx[~keep].tolist():  # in the order they started
         sim.stop(sim.states[i], now_s)
     for i in starts.tolist():
@@ -74,9 +74,9 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
         sim.start(st, place, now_s)
 
 
-def _walk(sim: Simulator, run_index: np.ndarray, run_rank: np.ndarray, budget: int) -> tuple[np.ndarray,
-                                                                                             np.ndarray]:
-    """First fit over ``budget`` GPUs of the running jobs ``run_index`` (ranks ``run_rank``) merged with the
+def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], budget: int) -> tuple[np.ndarray,
+                                                                                                    np.ndarray]:
+    """First fit over ``budget`` GPUs of the ``running`` jobs (ranks, trace positions, GPUs) merged with the
     ranked queue, in rank order: (which running jobs are taken, a mask; the waiting jobs taken, trace positions in
     rank order).
 
@@ -85,20 +85,25 @@ def _walk(sim: Simulator, run_index: np.ndarray, run_rank: np.ndarray, budget: i
     jobs not walked stop). Inside a chunk the running jobs are not sorted: each is given its gap between the
     chunk's waiting jobs (:func:`_gaps`), and the walk goes from event to event (:func:`_walk_chunk`)."""
     rows = sim.ranked_head(len(sim.ranked))  # the queue's keys in ascending order (a view, read before it changes)
-    keep = np.zeros(len(run_index), dtype=bool)
+    keep = np.zeros(len(running[0]), dtype=bool)
     starts: list[np.ndarray] = []
-    ahead = np.arange(len(run_index))  # positions in ``run_index`` not yet walked
+    ahead = None  # positions in ``running`` not yet walked (``None``: all)
     at, size = 0, QUEUE_HEAD  # ``rows[at:]``: the queue not yet walked
-    while budget and (len(ahead) or at < len(rows)):
+    while budget and (ahead is None or len(ahead) or at < len(rows)):
         chunk = rows[at: at + size]
         at, size = at + len(chunk), size * 4
-        gap = _gaps(chunk, run_rank[ahead], run_index[ahead], sim.columns)
+        these = running if ahead is None else tuple(column[ahead] for column in running)
+        gap = _gaps(chunk, these[0], these[1], sim.columns)
         final = at >= len(rows)
-        whole, budget, taken, started = _walk_chunk(sim, chunk, gap, ahead, (run_index, run_rank), budget, final)
-        keep[ahead[whole[gap]]] = True
-        keep[taken] = True
+        whole, budget, taken, started = _walk_chunk(sim, chunk, gap, these, budget, final)
+        kept = whole[gap]
+        kept[taken] = True
+        if ahead is None:
+            keep, ahead = kept, (gap == len(chunk)).nonzero()[0]
+        else:
+            keep[ahead[kept]] = True
+            ahead = ahead[gap == len(chunk)]  # ranked after the chunk's last waiting job
         starts.append(started)
-        ahead = ahead[gap == len(chunk)]  # ranked after the chunk's last waiting job
         if final:  # no queue left: they were the walk's last gap, walked with the chunk
             break
     return keep, (np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64))
@@ -118,23 +123,23 @@ def _gaps(chunk: np.ndarray, rank: np.ndarray, index: np.ndarray, cols: Columns)
     return gap
 
 
-def _walk_chunk(sim: Simulator, chunk: np.ndarray, gap: np.ndarray, ahead: np.ndarray,
-                running: tuple[np.ndarray, np.ndarray], budget: int, final: bool) -> tuple[np.ndarray, int,
-                                                                                         np.ndarray, np.ndarray]:
+def _walk_chunk(sim: Simulator, chunk: np.ndarray, gap: np.ndarray, running: tuple[np.ndarray, np.ndarray,
+                                                                                  np.ndarray], budget: int,
+                final: bool) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """First fit over the merged order gap 0, waiting job 0, gap 1, ..., waiting job k-1, gap k (gap k only when
-    ``final``: the chunk ends the queue) of the waiting jobs ``chunk`` and the running jobs ``ahead`` (positions in
-    ``running``: their trace positions and ranks) in their ``gap``: (per gap, whether all its running jobs are
-    taken; the GPUs left; the positions in ``running`` taken one by one; the waiting jobs taken, in rank order).
+    ``final``: the chunk ends the queue) of the waiting jobs ``chunk`` and the ``running`` jobs (ranks, trace
+    positions, GPUs) in their ``gap``: (per gap, whether all its running jobs are taken; the GPUs left; the
+    positions in ``running`` taken one by one; the waiting jobs taken, in rank order).
 
     A gap's running jobs all fit while the GPUs left hold their sum, in whatever order, so one running sum over the
     gaps (no sort) says how far the walk goes unchanged: to the first waiting job that fits once the gaps before
     it are taken, or to the first gap that does not fit whole, whichever comes first. The walk jumps there, takes
     that job or walks that gap's running jobs one by one in rank order (the only ones sorted), and goes on."""
-    (run_index, run_rank), asked, k = running, sim.columns.asked_gpus, len(chunk)
+    (rank, index, gpus), k = running, len(chunk)
     queued = chunk[:, 2].astype(np.int64)
     last = k + 1 if final else k  # gaps walked here
-    sums = np.bincount(gap, weights=asked[run_index[ahead]], minlength=k + 1)[:last].astype(np.int64).cumsum()
-    need = sums[:k] + asked[queued]  # GPUs through waiting job m, were it the first taken
+    sums = np.bincount(gap, weights=gpus, minlength=k + 1)[:last].astype(np.int64).cumsum()
+    need = sums[:k] + sim.columns.asked_gpus[queued]  # GPUs through waiting job m, were it the first taken
     whole = np.zeros(k + 1, dtype=bool)
     taken, started, split = [], [], []
     at, base = 0, 0  # gaps from ``at`` on not walked; ``base``: ``sums`` up to them (the GPUs left not counted)
@@ -153,10 +158,10 @@ def _walk_chunk(sim: Simulator, chunk: np.ndarray, gap: np.ndarray, ahead: np.nd
         budget = top - (int(sums[over - 1]) if over else 0)
         if over == last:
             break
-        members = ahead[(gap == over).nonzero()[0]]  # gap ``over``'s running jobs, in rank order
-        order = _rank_order(run_rank[members], run_index[members], sim.columns)
-        fit, _, budget = greedy_fit(asked[run_index[members[order]]], budget)
-        taken.append(members[order[fit]])
+        members = (gap == over).nonzero()[0]  # gap ``over``'s running jobs, in rank order
+        members = members[_rank_order(rank[members], index[members], sim.columns)]
+        fit, _, budget = greedy_fit(gpus[members], budget)
+        taken.append(members[fit])
         split.append(over)
         at, base = over, int(sums[over])
     whole[split] = False  # walked one by one
