@@ -48,7 +48,8 @@ class Fifo:
 
 
 QUEUE_HEAD = 64
-"""Waiting jobs a preemptive pass first merges with the running ones (it doubles the head while it must)."""
+"""Waiting jobs a preemptive pass first merges with the running ones (each later chunk of the queue is 4x the one
+before)."""
 
 
 def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
@@ -56,61 +57,116 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     set, then start the chosen ones on the fewest nodes free (the running jobs hold the GPUs they asked for, so the
     chosen ones fit the GPUs free once the others stop).
 
-    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position): the running
-    jobs ``idx`` (:meth:`Simulator.running_indices`) with their ``running_rank`` are merged with the head of the
-    ranked queue (:attr:`Simulator.ranked`), so a pass costs the running jobs and the few waiting jobs that can win
-    GPUs, not the whole queue. The running jobs ranked before every waiting job are kept without a sort: they fit
-    together (they run now), so the walk takes each of them whatever follows. Of the others, only those ranked
-    before the head's last job are merged with it: if the walk runs out of GPUs there, the rest stop; if not, the
-    head becomes the whole queue, and the running jobs ranked after all of it are walked last, sorted only when
-    they do not all fit what is left."""
+    A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position). The running
+    jobs ``idx`` (:meth:`Simulator.running_indices`) ranked before every waiting job are kept without a sort: they
+    fit together (they run now), so the walk takes each of them whatever follows. The others are walked merged with
+    the ranked queue (:attr:`Simulator.ranked`) by :func:`_walk`."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
         return
-    cols, head = sim.columns, QUEUE_HEAD
-    late = _after(sim.ranked[0], running_rank, idx, cols).nonzero()[0]  # positions in ``idx``
-    late_index, late_rank = idx[late], running_rank[late]
-    budget = sim.pool.free_gpus + int(cols.asked_gpus[late_index].sum())  # the GPUs not held by the jobs ahead
-    while True:
-        whole = head >= len(sim.ranked)
-        queued = sim.ranked_head(head)
-        tail = _after(sim.ranked[len(queued) - 1], late_rank, late_index, cols)
-        inside = (~tail).nonzero()[0]  # positions in ``late`` ranked before the head's last job
-        index = np.concatenate([late_index[inside], queued[:, 2].astype(np.int64)])
-        order = _rank_order(np.concatenate([late_rank[inside], queued[:, 0]]), index, cols)
-        taken, _, left = greedy_fit(cols.asked_gpus[index[order]], budget)
-        if left == 0 or whole:
-            break
-        head = len(sim.ranked)  # GPUs left over after the head: the walk most likely goes on to the queue's end
-    picked = order[taken]  # positions in ``index``, in rank order
-    from_late = picked < len(inside)
-    keep = np.zeros(len(late), dtype=bool)
-    keep[inside[picked[from_late]]] = True
-    rest = tail.nonzero()[0]
-    if left and len(rest):  # the running jobs ranked after every waiting job, walked last
-        gpus = cols.asked_gpus[late_index[rest]]
-        if int(gpus.sum()) <= left:
-            keep[rest] = True
-        else:
-            order = _rank_order(late_rank[rest], late_index[rest], cols)
-            keep[rest[order[greedy_fit(gpus[order], left)[0]]]] = True
-    for i in idx[late[~keep]].tolist():  # in the order they started, as the running jobs are kept
+    gpus = sim.columns.asked_gpus[idx]
+    keep, starts = _walk(sim, (running_rank, idx, gpus), sim.pool.free_gpus + int(gpus.sum()))
+    for i in idx[~keep].tolist():  # in the order they started
         sim.stop(sim.states[i], now_s)
-    for i in index[picked[~from_late]].tolist():
+    for i in starts.tolist():
         st = sim.states[i]
         place = sim.pool.packed(st.job.gpus)
         assert place is not None, "a chosen job fits the GPUs the stopped and unchosen jobs leave"
         sim.start(st, place, now_s)
 
 
-def _after(key: tuple[float, float, int], rank: np.ndarray, idx: np.ndarray, cols: Columns) -> np.ndarray:
-    """Which running jobs ``idx`` with ``rank`` are ranked after the waiting job's ``key`` (rank, arrival, trace
-    position); arrivals are read only where ranks tie."""
-    after = rank > key[0]
-    tie = rank == key[0]
-    if np.count_nonzero(tie):  # one C call: ``.any()`` first goes through numpy's Python wrapper
-        arrival = cols.arrival_s[idx]
-        after |= tie & ((arrival > key[1]) | ((arrival == key[1]) & (idx > key[2])))
-    return after
+def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], budget: int) -> tuple[np.ndarray,
+                                                                                                    np.ndarray]:
+    """First fit over ``budget`` GPUs of the ``running`` jobs (ranks, trace positions, GPUs) merged with the
+    ranked queue, in rank order: (which running jobs are taken, a mask; the waiting jobs taken, trace positions in
+    rank order).
+
+    The queue is read in chunks from its head (:data:`QUEUE_HEAD` jobs, then 4x as many each time); the running jobs
+    ranked after a chunk's last job wait for the next chunk, and the walk stops when no GPUs are left (the running
+    jobs not walked stop). Inside a chunk the running jobs are not sorted: each is given its gap between the
+    chunk's waiting jobs (:func:`_gaps`), and the walk goes from event to event (:func:`_walk_chunk`)."""
+    rows = sim.ranked_head(len(sim.ranked))  # the queue's keys in ascending order (a view, read before it changes)
+    keep = np.zeros(len(running[0]), dtype=bool)
+    starts: list[np.ndarray] = []
+    ahead = None  # positions in ``running`` not yet walked (``None``: all)
+    at, size = 0, QUEUE_HEAD  # ``rows[at:]``: the queue not yet walked
+    while budget and (ahead is None or len(ahead) or at < len(rows)):
+        chunk = rows[at: at + size]
+        at, size = at + len(chunk), size * 4
+        these = running if ahead is None else tuple(column[ahead] for column in running)
+        gap = _gaps(chunk, these[0], these[1], sim.columns)
+        final = at >= len(rows)
+        whole, budget, taken, started = _walk_chunk(sim, chunk, gap, these, budget, final)
+        kept = whole[gap]
+        kept[taken] = True
+        if ahead is None:
+            keep, ahead = kept, (gap == len(chunk)).nonzero()[0]
+        else:
+            keep[ahead[kept]] = True
+            ahead = ahead[gap == len(chunk)]  # ranked after the chunk's last waiting job
+        starts.append(started)
+        if final:  # no queue left: they were the walk's last gap, walked with the chunk
+            break
+    return keep, (np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64))
+
+
+def _gaps(chunk: np.ndarray, rank: np.ndarray, index: np.ndarray, cols: Columns) -> np.ndarray:
+    """Per running job (``rank``, trace positions ``index``): how many of the waiting jobs ``chunk`` (key rows,
+    ascending) rank before it, ties in rank broken by (arrival, trace position) as the queue's keys."""
+    ranks = chunk[:, 0]
+    gap = ranks.searchsorted(rank, "left")
+    tied = (ranks.searchsorted(rank, "right") > gap).nonzero()[0]
+    for t in tied.tolist():  # a waiting and a running job of equal rank: rare
+        i = int(index[t])
+        key = (float(rank[t]), float(cols.arrival_s[i]), i)
+        while gap[t] < len(chunk) and (chunk[gap[t], 0], chunk[gap[t], 1], int(chunk[gap[t], 2])) < key:
+            gap[t] += 1
+    return gap
+
+
+def _walk_chunk(sim: Simulator, chunk: np.ndarray, gap: np.ndarray, running: tuple[np.ndarray, np.ndarray,
+                                                                                  np.ndarray], budget: int,
+                final: bool) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """First fit over the merged order gap 0, waiting job 0, gap 1, ..., waiting job k-1, gap k (gap k only when
+    ``final``: the chunk ends the queue) of the waiting jobs ``chunk`` and the ``running`` jobs (ranks, trace
+    positions, GPUs) in their ``gap``: (per gap, whether all its running jobs are taken; the GPUs left; the
+    positions in ``running`` taken one by one; the waiting jobs taken, in rank order).
+
+    A gap's running jobs all fit while the GPUs left hold their sum, in whatever order, so one running sum over the
+    gaps (no sort) says how far the walk goes unchanged: to the first waiting job that fits once the gaps before
+    it are taken, or to the first gap that does not fit whole, whichever comes first. The walk jumps there, takes
+    that job or walks that gap's running jobs one by one in rank order (the only ones sorted), and goes on."""
+    (rank, index, gpus), k = running, len(chunk)
+    queued = chunk[:, 2].astype(np.int64)
+    last = k + 1 if final else k  # gaps walked here
+    sums = np.bincount(gap, weights=gpus, minlength=k + 1)[:last].astype(np.int64).cumsum()
+    need = sums[:k] + sim.columns.asked_gpus[queued]  # GPUs through waiting job m, were it the first taken
+    whole = np.zeros(k + 1, dtype=bool)
+    taken, started, split = [], [], []
+    at, base = 0, 0  # gaps from ``at`` on not walked; ``base``: ``sums`` up to them (the GPUs left not counted)
+    while budget and at < last:
+        top = budget + base
+        over = int(sums.searchsorted(top, "right"))  # the first gap that does not fit whole
+        fits = (need[at: min(over, k)] <= top).nonzero()[0]
+        if len(fits):  # a waiting job fits after the gaps before it
+            j = at + int(fits[0])
+            whole[at: j + 1] = True
+            budget, base = top - int(need[j]), int(sums[j])
+            started.append(int(queued[j]))
+            at = j + 1
+            continue
+        whole[at: over] = True
+        budget = top - (int(sums[over - 1]) if over else 0)
+        if over == last:
+            break
+        members = (gap == over).nonzero()[0]  # gap ``over``'s running jobs, in rank order
+        members = members[_rank_order(rank[members], index[members], sim.columns)]
+        fit, _, budget = greedy_fit(gpus[members], budget)
+        taken.append(members[fit])
+        split.append(over)
+        at, base = over, int(sums[over])
+    whole[split] = False  # walked one by one
+    return (whole, budget, np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64),
+            np.array(started, dtype=np.int64))
 
 
 def _rank_order(rank: np.ndarray, index: np.ndarray, cols: Columns) -> np.ndarray:

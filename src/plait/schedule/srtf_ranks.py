@@ -1,14 +1,15 @@
 """SRTF's ranks of the running jobs, recomputed only for the jobs that may rank after the best waiting one.
 
 A pass (:func:`plait.schedule.policies.preemptive_pass`) reads the running jobs' ranks (time left at the requested
-size, ``max(0, R - v * max(0, t - t0)) / a``) only to find those ranked after the first waiting job and to order
-them. A job's tokens left never grow: while it runs they fall with the pass time ``t``, in floats too (every
-operation in the rank is monotone under IEEE rounding), and a stop keeps them as they were at the stop (computed
-by the same operations, :class:`plait.schedule.columns.Columns`), which a restart starts from; its yardstick ``a``
-is fixed on arrival. So a rank computed at an earlier pass bounds the rank now from above, and a running job whose
-bound is below the first waiting job's rank ranks before it now: the pass keeps it whatever else it does, and its
-rank is not recomputed. The jobs a pass reads are those it would read with every rank recomputed, and the schedule
-is the same, bit for bit (``tests/test_srtf_ranks.py``, ``benchmarks/schedule_identical.py``).
+size, ``max(0, R - v * max(0, t - t0)) / a``) only to place them among the waiting jobs (those ranked before the
+first are kept) and to order a few. A job's tokens left never grow: while it runs they fall with the pass time
+``t``, in floats too (every operation in the rank is monotone under IEEE rounding), and a stop keeps them as they
+were at the stop (computed by the same operations, :class:`plait.schedule.columns.Columns`), which a restart starts
+from; its yardstick ``a`` is fixed on arrival. So a rank computed at an earlier pass bounds the rank now from above,
+and a running job whose bound is below the first waiting job's rank ranks before it now: the pass keeps it whatever
+else it does, and its rank is not recomputed. The jobs a pass reads are those it would read with every rank
+recomputed, and the schedule is the same, bit for bit (``tests/test_srtf_ranks.py``,
+``benchmarks/schedule_identical.py``).
 """
 
 from __future__ import annotations
