@@ -5,7 +5,9 @@ Run: python benchmarks/estimate_instructions.py [--base OTHER_CHECKOUT] [--round
 Runs, under ``valgrind --tool=cachegrind --cache-sim=no`` (address randomisation off, ``PYTHONHASHSEED=0``), a
 process that loads the models, clusters and engine of ``benchmarks/estimate_speed.py``'s plans, estimates each plan
 three times, then ``--rounds`` times estimates every plan with what estimates keep emptied first (its
-``empty_kept``: a plan seen first), and the same process without those rounds; the difference of their instruction
+``empty_kept``: a plan seen first), with the garbage collector off (a collection falls where allocation counts cross
+its thresholds, on another estimate in another tree: 0.5M instructions an estimate of difference for one plan
+alone), and the same process without those rounds; the difference of their instruction
 counts over the estimates is one cold estimate's, on average over the plans. Start-up varies by some 10M
 instructions between runs, so the rounds must be many (100 rounds of 5 plans: about 0.6% of the figure), but fewer
 than :data:`plait.simulate.straight.STRAIGHT_AFTER` (128): a simulated plan's sweep, swept that often, is written out
@@ -24,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
+import gc
 import sys
 sys.path.insert(0, sys.argv[1])
 from estimate_speed import CASES, empty_kept
@@ -33,6 +36,7 @@ from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 engine = get_engine()
 runs = [(get_model(m), get_cluster(c), p) for m, c, p in CASES]
+gc.disable()
 for m, c, p in runs:
     for _ in range(3):
         estimate(m, c, p, engine=engine).step_time_interval_s
