@@ -3,6 +3,8 @@ Background guide, Sec. 2)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from plait.cost.compute import attention_flops_per_s, gemm_time_s, matmul_flops_per_s
@@ -100,3 +102,17 @@ def test_blackwell_attention_at_8192_is_cudnn_918_fwd_and_bwd_combined(slug: str
     acc = get_accelerator(slug)
     combined_tflops = 3.5 / (1 / fwd_tflops + 2.5 / bwd_tflops)
     assert attention_flops_per_s(acc, 8192) / 1e12 == pytest.approx(combined_tflops, rel=2e-3)  # file: 3 decimals
+
+
+def test_a_curve_read_again_gives_what_a_fresh_curve_gives() -> None:
+    """A curve keeps its last interpolation (a GEMM's backward asks for its forward's size again): any order of
+    sizes, repeats among them, reads what a curve that never read before reads (hand-picked: 3 points, 2 segments)."""
+    from plait.hardware.figure import Curve
+
+    def fresh() -> Curve:
+        return Curve(source="assumed: test", sizes=(64.0, 512.0, 4096.0), fractions=(0.2, 0.5, 0.8))
+
+    curve = fresh()
+    for size in (100.0, 100.0, 512.0, 3000.0, 100.0, 3000.0, 3000.0, 10.0, 100.0, 1e6, 700.0):
+        assert curve.at(size) == fresh().at(size)
+    assert fresh().at(512.0) == 0.5 and fresh().at(100.0) == pytest.approx(0.2 + 0.3 * math.log(100 / 64) / math.log(8))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from functools import cached_property
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from plait.cost.energy import StepEnergy, step_energy
+from plait.cost.setup import cached_property
 from plait.plan.convergence import Convergence, averaging_replicas, convergence
 from plait.plan.plan import Plan
 from plait.sync import AllReduce

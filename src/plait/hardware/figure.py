@@ -69,6 +69,7 @@ class Curve:
         object.__setattr__(self, "_segments", (None, *(
             (logs[i - 1], logs[i] - logs[i - 1], self.fractions[i - 1], self.fractions[i] - self.fractions[i - 1])
             for i in range(1, len(logs)))))
+        object.__setattr__(self, "_last", [(math.nan, 0.0)])  # (size, fraction) of the last interpolation, for at()
 
     @property
     def peak(self) -> float:
@@ -82,9 +83,16 @@ class Curve:
             return self.fractions[0]
         if size >= sizes[-1]:
             return self.fractions[-1]
+        # A GEMM's backward products have its forward's square-equivalent edge (plait.cost.compute): the size just
+        # interpolated is asked for again at once. One (size, fraction) pair, replaced whole (safe across threads).
+        last_size, last = self._last[0]  # type: ignore[attr-defined]
+        if size == last_size:
+            return last  # type: ignore[no-any-return]
         logs: tuple[float, ...] = self._logs  # type: ignore[attr-defined]
         x = math.log(size)
         i = bisect.bisect_right(logs, x, 1, len(logs) - 1)  # in [1, len - 1], where rounding puts x on an end too
         log_start, log_span, start, span = self._segments[i]  # type: ignore[attr-defined]
         w = (x - log_start) / log_span
-        return start + w * span  # type: ignore[no-any-return]
+        value = start + w * span
+        self._last[0] = (size, value)  # type: ignore[attr-defined]
+        return value  # type: ignore[no-any-return]

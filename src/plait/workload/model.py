@@ -209,17 +209,17 @@ class ModelSpec:
         return (f"sequence length {self.seq_len:,} {self.seq_len_basis} (--seq-len sets another)",)
 
     # --- shapes ---------------------------------------------------------------------------
-    @property
+    @cached_property
     def qk_head_dim(self) -> int:
         """Per-head dim of queries and keys as the attention core sees them."""
         return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim if self.mla else self.head_dim
 
-    @property
+    @cached_property
     def v_head_dim(self) -> int:
         """Per-head dim of values as the attention core sees them."""
         return self.mla.v_head_dim if self.mla else self.head_dim
 
-    @property
+    @cached_property
     def num_moe_layers(self) -> int:
         """Layers whose MLP is a mixture of experts."""
         return self.moe_layers_between(0, self.num_layers)
@@ -246,12 +246,12 @@ class ModelSpec:
         n = local.num_layers
         return ((self.num_layers - n) * full + n * local.causal_pairs(seq_len)) / self.num_layers
 
-    @property
+    @cached_property
     def num_dense_layers(self) -> int:
         """Layers whose MLP is dense."""
         return self.num_layers - self.num_moe_layers
 
-    @property
+    @cached_property
     def norm_bias(self) -> bool:
         """LayerNorm carries a bias where the model uses biases at all (GPT-3, OPT, BLOOM); MPT-style no-bias models and RMSNorm do not."""
         return self.norm == "layernorm" and (self.attention_bias or self.mlp_bias)
@@ -263,6 +263,11 @@ class ModelSpec:
 
     def attention_params(self) -> int:
         """Parameters of one attention block (projections, biases, qk-norm)."""
+        return self._attention_params
+
+    @cached_property
+    def _attention_params(self) -> int:
+        """:meth:`attention_params`, counted once per model (a frozen value; an estimate asks for it per stage)."""
         h, a = self.hidden_size, self.num_heads
         if self.mla:
             m = self.mla

@@ -1,0 +1,94 @@
+"""Machine instructions of one cold estimate, counted by valgrind (load-free, unlike a time; closer to one than
+bytecodes, which weigh a C call and a tuple compare alike).
+
+Run: python benchmarks/estimate_instructions.py [--base OTHER_CHECKOUT] [--rounds 100]
+Runs, under ``valgrind --tool=cachegrind --cache-sim=no`` (address randomisation off, ``PYTHONHASHSEED=0``), a
+process that loads the models, clusters and engine of ``benchmarks/estimate_speed.py``'s plans, estimates each plan
+three times, then ``--rounds`` times estimates every plan with what estimates keep emptied first (its
+``empty_kept``: a plan seen first), with the garbage collector off (a collection falls where allocation counts cross
+its thresholds, on another estimate in another tree: 0.5M instructions an estimate of difference for one plan
+alone), and the same process without those rounds; the difference of their instruction
+counts over the estimates is one cold estimate's, on average over the plans. Start-up varies by some 10M
+instructions between runs, so the rounds must be many (100 rounds of 5 plans: about 0.6% of the figure), but fewer
+than :data:`plait.simulate.straight.STRAIGHT_AFTER` (128): a simulated plan's sweep, swept that often, is written out
+as Python once (a compile, then a cheaper sweep; not emptied by ``empty_kept``). Takes a few minutes a tree; needs
+``valgrind`` on the PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = """
+import gc
+import sys
+sys.path.insert(0, sys.argv[1])
+from estimate_speed import CASES, empty_kept
+from plait.engine.catalog import get_engine
+from plait.hardware.catalog import get_cluster
+from plait.predict.estimate import estimate
+from plait.workload.catalog import get_model
+engine = get_engine()
+runs = [(get_model(m), get_cluster(c), p) for m, c, p in CASES]
+gc.disable()
+for m, c, p in runs:
+    for _ in range(3):
+        estimate(m, c, p, engine=engine).step_time_interval_s
+for _ in range(int(sys.argv[2])):
+    for m, c, p in runs:
+        empty_kept()
+        estimate(m, c, p, engine=engine).step_time_interval_s
+print(len(runs))
+"""
+
+
+def _instructions(tree: Path, rounds: int) -> tuple[int, int]:
+    """(instructions of the whole process, plans per round) for ``rounds`` rounds of cold estimates in ``tree``."""
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONHASHSEED="0")
+    argv = [
+        "setarch",
+        os.uname().machine,
+        "-R",
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+        sys.executable,
+        "-c",
+        PROBE,
+        str(tree / "benchmarks"),
+        str(rounds),
+    ]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    assert found, done.stderr[-2000:]
+    return int(found.group(1).replace(",", "")), int(done.stdout.split()[-1])
+
+
+def per_estimate(tree: Path, rounds: int) -> float:
+    """Instructions of one cold estimate in ``tree``, the mean over the plans."""
+    (idle, _), (busy, plans) = _instructions(tree, 0), _instructions(tree, rounds)
+    return (busy - idle) / (rounds * plans)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, help="another checkout to count the same way (its src/ is used)")
+    parser.add_argument("--rounds", type=int, default=100)
+    args = parser.parse_args()
+    now = per_estimate(ROOT, args.rounds)
+    line = f"one cold estimate: {now / 1e6:.3f}M instructions (mean over the plans, {args.rounds} rounds)"
+    if args.base:
+        base = per_estimate(args.base, args.rounds)
+        line += f"; base {base / 1e6:.3f}M; now/base {now / base:.3f}"
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
