@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,8 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="another checkout to count the same way (its src/ is used)")
     parser.add_argument("--rounds", type=int, default=100)
     args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("setarch") is None:
+        sys.exit("needs valgrind and setarch on the PATH (Debian: apt-get install valgrind)")
     now = per_estimate(ROOT, args.rounds)
     line = f"one cold estimate: {now / 1e6:.3f}M instructions (mean over the plans, {args.rounds} rounds)"
     if args.base:

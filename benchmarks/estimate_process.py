@@ -17,6 +17,7 @@ import argparse
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,8 @@ def main() -> None:
     for tree in trees:  # caches written
         _once(tree, extra)
     if args.instructions:
+        if shutil.which("valgrind") is None:
+            sys.exit("--instructions needs valgrind on the PATH (Debian: apt-get install valgrind)")
         for tree in trees:
             print(f"{str(tree):40s} {_instructions(tree, extra):,} instructions")
         return
