@@ -23,9 +23,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from plait.hardware.cluster import Cluster
 from plait.validate.report import predict_row
 from plait.validate.runs import RunRow, read_runs
+from plait.validate.sensitivity import with_curve_scaled
 from plait.validate.translate import row_cluster
 
 DEV = Path(__file__).parents[1] / "src" / "plait" / "validate" / "data" / "dev.csv"
@@ -33,16 +33,7 @@ DEV = Path(__file__).parents[1] / "src" / "plait" / "validate" / "data" / "dev.c
 
 def _halved(curve_name: str):
     """A cluster function giving each row's cluster with its ``curve_name`` efficiency at half its fractions."""
-
-    def cluster_of(row: RunRow) -> Cluster:
-        cluster = row_cluster(row)
-        acc = cluster.accelerator
-        curve = getattr(acc.efficiency, curve_name)
-        half = dataclasses.replace(curve, value=curve.value / 2, fractions=tuple(f / 2 for f in curve.fractions))
-        eff = dataclasses.replace(acc.efficiency, **{curve_name: half})
-        return dataclasses.replace(cluster, accelerator=dataclasses.replace(acc, efficiency=eff))
-
-    return cluster_of
+    return lambda row: with_curve_scaled(row_cluster(row), curve_name, 0.5)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from plait.validate.report import predict_row
 from plait.validate.runs import RunRow, read_runs
+from plait.validate.sensitivity import with_curve_scaled
 from plait.validate.translate import row_cluster
 
 DEV = Path(__file__).parents[1] / "src" / "plait" / "validate" / "data" / "dev.csv"
@@ -34,11 +35,7 @@ LONG_SEQ_TOKENS = 32768
 
 def _slow_attention(cluster):
     """The cluster with its attention curve at half its fractions (the attention core twice as long)."""
-    acc = cluster.accelerator
-    curve = acc.efficiency.attention
-    half = dataclasses.replace(curve, value=curve.value / 2, fractions=tuple(f / 2 for f in curve.fractions))
-    eff = dataclasses.replace(acc.efficiency, attention=half)
-    return dataclasses.replace(cluster, accelerator=dataclasses.replace(acc, efficiency=eff))
+    return with_curve_scaled(cluster, "attention", 0.5)
 
 
 @dataclasses.dataclass(frozen=True)
