@@ -220,9 +220,7 @@ def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: An
         cols, inner = prepared.cols, prepared.inner
         params = _stage_params(model, prepared, stage)
         if cols.xp.scalar:  # one plan: kept across estimates
-            reduce, gather, optimizer = kept_sync_s(cluster, cols, params, inner.grad_bytes,
-                                                    prepared.framework.pipeline_keeps_gathered,
-                                                    prepared.framework.adamw_per_tensor_ops)
+            reduce, gather, optimizer = kept_sync_s(cluster, cols, params, inner.grad_bytes, prepared.framework)
             return StageSync(params=params, reduce_s=reduce, gather_s=gather, optimizer_s=optimizer)
         reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
                                          prepared.framework.pipeline_keeps_gathered)

@@ -33,6 +33,7 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.cost.memory import optimizer_bytes_per_param, param_bytes, shard_groups
 from plait.cost.optimizer_loop import COMPOSER_ADAMW_BYTES_PER_PARAM
+from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns, per_plan
@@ -142,19 +143,18 @@ _SYNC: Kept[tuple[Any, Any, Any]] = Kept(256)
 
 
 def kept_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_bytes: float,
-                pipeline_keeps_gathered: bool, adamw_per_tensor_ops: bool) -> tuple[Any, Any, Any]:
+                framework: EngineFacts) -> tuple[Any, Any, Any]:
     """(gradient reduction, weight all-gather, optimizer step) seconds of one plan's stage (:func:`gradient_sync_s`,
-    :func:`optimizer_step_s`), kept for the last 256 by the plan's :data:`SYNC_FIELDS`, ``grad_bytes``,
-    ``pipeline_keeps_gathered``, ``adamw_per_tensor_ops`` (the engine's facts) and the identity of the cluster, the stage's parameters (kept themselves,
-    :func:`plait.cost.memory.kept_stage_params`) and the plan's synchronization method, which the entry holds (the
-    same object is the same value, its id not reused while it lives)."""
+    :func:`optimizer_step_s`, with the engine's facts ``framework``), kept for the last 256 by the plan's
+    :data:`SYNC_FIELDS`, ``grad_bytes`` and the identity of the cluster, the stage's parameters (kept themselves,
+    :func:`plait.cost.memory.kept_stage_params`), the engine's facts and the plan's synchronization method, which the
+    entry holds (the same object is the same value, its id not reused while it lives)."""
     assert cols.single is not None, "one plan's columns"
     method = cols.methods[cols["dp_sync"]]
-    key = (id(cluster), id(params), id(method), grad_bytes, pipeline_keeps_gathered, adamw_per_tensor_ops,
-           _SYNC_VALUES(cols.single))
+    key = (id(cluster), id(params), id(framework), id(method), grad_bytes, _SYNC_VALUES(cols.single))
 
     def compute() -> tuple[Any, Any, Any]:
-        reduce, gather = gradient_sync_s(cluster, cols, params, grad_bytes, pipeline_keeps_gathered)
-        return reduce, gather, optimizer_step_s(cluster, cols, params, grad_bytes, adamw_per_tensor_ops)
+        reduce, gather = gradient_sync_s(cluster, cols, params, grad_bytes, framework.pipeline_keeps_gathered)
+        return reduce, gather, optimizer_step_s(cluster, cols, params, grad_bytes, framework.adamw_per_tensor_ops)
 
-    return _SYNC.get(key, (cluster, params, method), compute)
+    return _SYNC.get(key, (cluster, params, framework, method), compute)
