@@ -24,3 +24,12 @@ def test_get_computes_once_per_key() -> None:
     for _ in range(3):
         assert table.get(("k",), (), lambda: calls.append(1) or 7) == 7
     assert calls == [1]
+
+
+def test_a_table_of_catalog_listings_stays_through_empty_all() -> None:
+    """An engine's listing is derived from the engine alone (plait.engine.capability): emptying the per-estimate
+    tables leaves it."""
+    table: Kept[int] = Kept(2, per_estimate=False)
+    table.keep(("engine",), (), 5)
+    empty_all()
+    assert table not in TABLES and table.find(("engine",)) == 5

@@ -22,11 +22,14 @@ MISSING = object()
 class Kept(Generic[V]):
     """The last ``size`` values kept (the oldest out first), by key; each with the objects its key names by id."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, per_estimate: bool = True) -> None:
+        """``per_estimate``: the table keeps what estimates compute, and :func:`empty_all` empties it; ``False``: it
+        keeps what a catalog object derives from itself alone (an engine's listing), which stays."""
         assert size > 0, "a table keeps at least one value"
         self._size = size
         self._entries: dict[tuple[object, ...], tuple[tuple[object, ...], V]] = {}
-        TABLES.add(self)
+        if per_estimate:
+            TABLES.add(self)
 
     def find(self, key: tuple[object, ...]) -> V | object:
         """The value kept under ``key``, or :data:`MISSING`."""
@@ -54,7 +57,7 @@ class Kept(Generic[V]):
 
 
 TABLES: weakref.WeakSet[Kept[Any]] = weakref.WeakSet()
-"""Every :class:`Kept` alive (the module-level tables, made once at import, and any a test makes while it lives)."""
+"""Every per-estimate :class:`Kept` alive (the module-level tables, made once at import, and any a test makes while it lives)."""
 
 
 def empty_all() -> None:

@@ -172,23 +172,21 @@ MACHINES = ("cpu", "cuda")
 
 def _listed(engine: Engine, machine: str | None) -> tuple[tuple[Feature, str], ...]:
     """(feature, reason) the engine cannot run, engine-wide first, then on ``machine``: a function of the engine
-    alone, listed once per engine and machine (every estimate asks, :func:`first_unsupported`). Kept by the engine's
-    identity, which the entry holds (frozen: the same object is the same value, its id not reused while it lives)."""
-    key = (id(engine), machine)
-    found = _LISTS.get(key)
-    if found is None:
+    alone, listed once per engine and machine (every estimate asks, :func:`first_unsupported`)."""
+
+    def listing() -> tuple[tuple[Feature, str], ...]:
         pairs = list(engine.unsupported.items())
         if machine is not None:
             pairs += list(engine.machines.get(machine, {}).items())
-        if len(_LISTS) >= 256:  # engines built with options by tests or sweeps: start afresh
-            _LISTS.clear()
-        found = _LISTS[key] = (engine, tuple((FEATURES[name], why) for name, why in pairs))
-    return found[1]
+        return tuple((FEATURES[name], why) for name, why in pairs)
+
+    return _LISTS.get((id(engine), machine), (engine,), listing)
 
 
-_LISTS: dict[tuple[int, str | None], tuple[Engine, tuple[tuple[Feature, str], ...]]] = {}
-""":func:`_listed` by engine identity and machine, each with its engine (not emptied by :func:`plait.kept.empty_all`:
-a listing of the engine's own table, like a catalog object's derived figures, not an estimate's result)."""
+_LISTS: Kept[tuple[tuple[Feature, str], ...]] = Kept(256, per_estimate=False)
+""":func:`_listed` by engine identity and machine (engines built with options by tests or sweeps come and go; not
+emptied by :func:`plait.kept.empty_all`: a listing of the engine's own table, like a catalog object's derived
+figures, not an estimate's result)."""
 
 
 def unsupported_masks(engine: Engine, machine: str | None = None) -> list[Mask]:
