@@ -21,6 +21,7 @@ from typing import Any
 from plait.errors import ConfigError
 from plait.hardware.figure import Figure
 from plait.packaged import packaged_toml
+from plait.schema import build
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,13 +68,7 @@ def get_host_cpu(slug: str) -> HostCpu:
     raw = _table().get(slug)
     if raw is None:
         raise ConfigError(f"host CPU {slug!r} is not in host_cpus.toml ({', '.join(host_cpu_names())})")
-    score = raw.get("per_core_score")
-    return HostCpu(
-        slug=slug,
-        name=str(raw["name"]),
-        source=str(raw["source"]),
-        per_core_score=None if score is None else CoreScore(**score),
-    )
+    return build(HostCpu, {**raw, "slug": slug}, f"host_cpus.toml:{slug}")
 
 
 def core_speed(host: HostCpu | None, measured_on: HostCpu | None) -> Figure:
