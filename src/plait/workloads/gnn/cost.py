@@ -89,11 +89,13 @@ def rank_fetch_bytes(asked: list[list[float]], rank: int, features: int) -> floa
 
 def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strategy: Strategy = "sampled_dp",
                  edge_cut: float | None = None, cache_fraction: float = 0.0, library: GnnLibrary = "pyg",
-                 classes: DegreeClasses | None = None, sampler: Sampler = LOOP) -> GnnEstimate:
+                 classes: DegreeClasses | None = None, sampler: Sampler = LOOP,
+                 cache_hit_rate: float | None = None) -> GnnEstimate:
     """The step of ``world`` ranks each training on ``batch`` seeds (module docstring); ``classes``: the graph's
     measured degree histogram (:func:`plait.workloads.gnn.sampling.measured_classes`) in place of the power law its
-    statistics give (strategies that sample the whole graph)."""
-    cut = _check(world, batch, strategy, edge_cut, cache_fraction, library)
+    statistics give (strategies that sample the whole graph); ``cache_hit_rate``: a measured hit rate of the
+    ``host_features`` cache in place of the degree-ordered cache's (:mod:`plait.workloads.gnn.presampling`)."""
+    cut = _check(world, batch, strategy, edge_cut, cache_fraction, library, cache_hit_rate)
     if strategy == "full_graph":
         return full_graph(spec, cluster, world, library)
     g, acc = spec.graph, cluster.accelerator
@@ -120,7 +122,8 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
         fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
         fetch_s += 2 * rounds[2] / hbm  # the rows a rank serves, gathered from its part (as many as it asks for)
     elif strategy == "host_features":  # the cache's misses gathered in host memory (read, written), copied over PCIe
-        sent = batch_feature_bytes * (1.0 - sampled.cache_hit_rate)
+        hit = sampled.cache_hit_rate if cache_hit_rate is None else cache_hit_rate
+        sent = batch_feature_bytes * (1.0 - hit)
         fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
     held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
             "host_features": g.feature_table_bytes * cache, "partition_local": g.feature_table_bytes / world,
@@ -143,7 +146,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,
-           library: str) -> float:
+           library: str, cache_hit_rate: float | None = None) -> float:
     """Refuse impossible options in one line; the edge cut (a random cut of ``world`` parts by default)."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy={strategy!r} must be one of {', '.join(STRATEGIES)}")
@@ -153,6 +156,8 @@ def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_
         raise ConfigError(f"batch={batch} seeds per rank and world={world} ranks must be >= 1")
     if not 0.0 <= cache_fraction <= 1.0:
         raise ConfigError(f"cache_fraction={cache_fraction} must lie in [0, 1]")
+    if cache_hit_rate is not None and not 0.0 <= cache_hit_rate <= 1.0:
+        raise ConfigError(f"cache_hit_rate={cache_hit_rate} must lie in [0, 1]")
     cut = (world - 1) / world if edge_cut is None else edge_cut
     if not 0.0 <= cut <= 1.0:
         raise ConfigError(f"edge_cut={cut} must lie in [0, 1]")
