@@ -45,16 +45,20 @@ BERT_LAMB_1907_FP32 = OptimizerPasses(
 )
 """pytorch:19.07's BERT LAMB step in FP32: 52 bytes per parameter."""
 BERT_LAMB_2111_AMP = OptimizerPasses(
-    bytes_per_param=2 + 4 + (2 + 12 + 2 + 8) + 2 + (4 + 2 + 4 + 2),
+    bytes_per_param=(2 + 2) + 2 + 4 + (2 + 12 + 2 + 8) + 2 + (4 + 2 + 4 + 2),
     source="DeepLearningExamples BERT lamb_amp_opt @a9e2c1d5 (FusedLAMBAMP.step, csrc/multi_tensor_lamb.cu) on fp16 "
-    "gradients and fp32 master weights: multi_tensor_l2norm of the gradients (read 2), of the master weights "
-    "(read 4); LAMBStage1Functor (read g 2, p, m, v 12; write the update into g 2, m, v 8); the update's norm "
-    "(read 2); LAMBStage2Functor (read p 4, update 2; write p 4 and the fp16 model copy 2)",
+    "gradients and fp32 master weights: GradScaler's overflow check (fused_lamb.py line 149 calls "
+    "grad_scaler._check_inf_per_device, which runs torch._amp_foreach_non_finite_check_and_unscale_ at inverse "
+    "scale 1 over every gradient in place: read 2, write 2); multi_tensor_l2norm of the gradients (read 2), of "
+    "the master weights (read 4); LAMBStage1Functor (read g 2, p, m, v 12; write the update into g 2, m, v 8); the "
+    "update's norm (read 2); LAMBStage2Functor (read p 4, update 2; write p 4 and the fp16 model copy 2)",
 )
-"""pytorch:21.11's BERT LAMB step in mixed precision: 44 bytes per parameter."""
+"""pytorch:21.11's BERT LAMB step in mixed precision: 48 bytes per parameter. ``GradScaler`` runs only with
+``--fp16`` (run_pretraining.py @a9e2c1d5 line 425, ``enabled=args.fp16``), so the TF32 step has no overflow check."""
 BERT_LAMB_2111_TF32 = OptimizerPasses(
     bytes_per_param=4 + 4 + (4 + 12 + 4 + 8) + 4 + (4 + 4 + 4),
     source="DeepLearningExamples BERT lamb_amp_opt @a9e2c1d5 (FusedLAMBAMP.step, csrc/multi_tensor_lamb.cu) on fp32 "
-    "gradients and weights: the passes of BERT_LAMB_2111_AMP with 4-byte gradients and no fp16 copy",
+    "gradients and weights: the passes of BERT_LAMB_2111_AMP with 4-byte gradients, no fp16 copy and no overflow "
+    "check (GradScaler disabled without --fp16)",
 )
 """pytorch:21.11's BERT LAMB step in TF32: 52 bytes per parameter."""

@@ -94,12 +94,17 @@ and decodes the masked tokens alone (``sequence_output_is_dense``, the default a
 which :func:`plait.workload.zoo.bert_large` traces."""
 BINNED_PHASE2 = {"DLE_PYT_BERT_2111": (2565.0, 1483.0)}
 """Sources whose phase-2 (sequence 512) runs pad each mini-batch only to its longest sequence, in bins of 64 tokens
-(NVIDIA LDDL sequence binning: DeepLearningExamples@a9e2c1d5, the commit that added the pytorch:21.11 tables, made
-``phase2_bin_size=64`` the default of ``scripts/run_pretraining.sh``; README changelog 'Binned pretraining for phase2
-with LDDL using a bin size of 64') -> (seconds unbinned, seconds at bin size 64) of NVIDIA's own measurement of that
-phase-2 pre-training on 32 DGX A100 nodes of Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance
-vs. Bin Size on BERT Phase 2 Pretraining', bar labels). Such a run's mean padded length is 512 over that speedup
-(assumed: work linear in length; attention's quadratic part makes the true length slightly longer)."""
+(NVIDIA LDDL sequence binning: DeepLearningExamples@a9e2c1d5, the commit that added the pytorch:21.11 tables, gives
+every DGX A100 configuration of ``scripts/configs/pretrain_config.sh`` ``phase2_bin_size=64``, 'All configs using bin
+size=64 with phase2 by default for improved throughput' (``scripts/run_pretraining.sh`` and ``run.sub`` themselves
+default to none); README changelog 'Binned pretraining for phase2 with LDDL using a bin size of 64') -> (seconds
+unbinned, seconds at bin size 64) of NVIDIA's own measurement of that phase-2 pre-training on 32 DGX A100 nodes of
+Selene (``lddl/docs/images/binning_perf.gif`` at a9e2c1d5, 'Performance vs. Bin Size on BERT Phase 2 Pretraining',
+bar labels). Such a run's mean padded length is 512 over that speedup (assumed: work linear in length). Two errors
+of opposite sign stay: attention's quadratic part makes the length that matches the time ratio longer (plait's step
+at that length is a smaller share of its step at 512 than the measured ratio: ``benchmarks/binned_length.py``), and
+the figures are end-to-end latencies (the chart's axis, ``e2e_train_time``), so start-up time common to both runs
+makes the steps' own ratio smaller than the measured one."""
 FLAT_REDUCE = {("DLE_PYT_BERT_1907", "amp"): APEX_POST_ACCUMULATION_FP16,
                ("DLE_PYT_BERT_2111", "amp"): DDP_ONE_BUCKET_FP16, ("DLE_PYT_BERT_2111", "tf32"): DDP_ONE_BUCKET_FP32}
 """(source, precision) -> the one flat all-reduce after the last micro-batch its BERT runs reduce in
