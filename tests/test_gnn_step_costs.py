@@ -110,6 +110,18 @@ def test_dgls_mean_is_a_sum_then_a_division_by_hand(library: str, expected: tupl
     assert aggregation_values(library, "sage", 10, 100, 8) == pytest.approx(expected)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("nodes", "expected"), [(64, 10 * (56 + 28) + 4 * 65), (65, 10 * (56 + 2 * 28) + 4 * 66)])
+def test_dgls_reversed_graph_csc_rebuild_bytes_by_hand(nodes: int, expected: int) -> None:
+    """Rebuilding a 10-edge graph's CSC from its COO (DGL 0.6.1 COOSort + COOToCSR, int32 ids): per edge the clones
+    of rows and columns 16 B, int64 positions 8, the columns gathered 16, the positions cast 12, the sorted rows read
+    4 (56), and 28 per radix pass (keys read twice, positions read, both written) at 6 bits a pass: 64 nodes fit 6
+    bits (one pass), 65 need 7 (two); 4 B of row offset per node and one more."""
+    from plait.workloads.gnn.dgl_reverse import rebuild_bytes, reversals
+
+    assert rebuild_bytes(nodes, 10) == expected
+    assert (reversals("gat", 3, True), reversals("sage", 3, False), reversals("gcn", 2, True)) == (6, 2, 0)
+
+
 def _added_layer_s(**change: bool) -> tuple[list[float], float]:
     """Per layer, what a 2-layer 64-wide GraphSAGE on Cora (V100) adds with ``change`` to its model, and the HBM rate."""
     from dataclasses import replace
