@@ -140,13 +140,8 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     if full:  # the DGL 0.5 benchmark's own SAGEConv modules aggregate the inputs in one fused product (compute.py)
         library = ("pyg_sparse" if library == "pyg" else "spmm") if spec.model.kind == "sage" else library
         est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
-        if row.get("graph_formats") not in GRAPH_FORMATS:
-            raise ConfigError(f"{row.where}: column graph_formats={row.get('graph_formats')!r} must be empty or 'csr,csc'")
-        if library in ("dgl", "spmm") and GRAPH_FORMATS[row.get("graph_formats")] == "coo":  # dgl_reverse.py
-            count = reversals(spec.model.kind, layers, spec.model.kind != "sage")
-            g = spec.graph
-            extra_s = count * rebuild_bytes(g.nodes, g.stored_edges) / memory_bytes_per_s(cluster.accelerator)
-            est = replace(est, compute_s=est.compute_s + extra_s)
+        if library in ("dgl", "spmm"):  # DGL's backward reverses the graph (dgl_reverse.py)
+            est = replace(est, compute_s=est.compute_s + _dgl_reversals_s(row, spec, cluster))
         return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
     batch = row.count("batch_per_gpu")
     if loader == "gnnlab-factored":  # sampler and trainer GPUs apart (factored.py)
@@ -172,6 +167,20 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     if on_gpu:
         step = replace(step, slicing_s=0.0, transfer_s=0.0)
     return ClassicResult(row["source_id"], label, measured, 1.0 / step.epoch_s(est.steps_per_epoch))
+
+
+def _dgl_reversals_s(row: Record, spec: GnnSpec, cluster: Cluster) -> float:
+    """Seconds a DGL full-graph step's backward spends rebuilding its reversed graph's CSC, where the script's graph
+    holds its COO (:data:`GRAPH_FORMATS`; :mod:`plait.workloads.gnn.dgl_reverse`); DGL's own SAGEConv modules
+    aggregate the raw inputs at the first layer, which takes no gradient."""
+    formats = row.get("graph_formats")
+    if formats not in GRAPH_FORMATS:
+        raise ConfigError(f"{row.where}: column graph_formats={formats!r} must be empty or 'csr,csc'")
+    if GRAPH_FORMATS[formats] != "coo":
+        return 0.0
+    kind, g = spec.model.kind, spec.graph
+    count = reversals(kind, spec.model.layers, kind != "sage")
+    return count * rebuild_bytes(g.nodes, g.stored_edges) / memory_bytes_per_s(cluster.accelerator)
 
 
 def _rows_on_gpu_s(est: GnnEstimate, spec: GnnSpec, cluster: Cluster, on_gpu: bool, feature_bytes: int) -> float:
