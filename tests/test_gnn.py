@@ -260,14 +260,25 @@ def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> No
     assert all(r.why_not for r in results if r.error_pct is None)
 
 
-def test_a_bad_norm_cell_is_one_line(tmp_path: Path) -> None:
-    """The norm column is empty or 'batch'; anything else names the row, the value and the rule."""
+@pytest.mark.parametrize(("column", "rule"), [("norm", "norm='layer' must be empty or 'batch'"),
+                                              ("graph_formats", "graph_formats='layer' must be empty or 'csr,csc'")])
+def test_a_bad_norm_or_graph_formats_cell_is_one_line(tmp_path: Path, column: str, rule: str) -> None:
+    """The norm column is empty or 'batch', a full-graph row's graph_formats empty or 'csr,csc'; anything else names
+    the row, the value and the rule."""
+    import csv
+    import re
+
     from plait.workloads.gnn.validate import validate_gnn
 
-    lines = dataset_path("gnn").read_text().splitlines()
+    with dataset_path("gnn").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["batch_per_gpu"] == ""  # a full-graph row: the one kind that reads graph_formats
     bad = tmp_path / "gnn.csv"
-    bad.write_text("\n".join([lines[0], lines[1].rsplit(",", 1)[0] + ",layer"]) + "\n")
-    with pytest.raises(ConfigError, match="norm='layer' must be empty or 'batch'"):
+    with bad.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerow({**rows[0], column: "layer"})
+    with pytest.raises(ConfigError, match=re.escape(rule)):
         validate_gnn(bad)
 
 

@@ -81,7 +81,9 @@ def test_dgls_gatconv_traffic_kernel_by_kernel(h: int, sector_waste: int) -> Non
     2h, the softmax's max h, subtraction 3h, exponent 2h, sum h and division 3h, the message product w + h (and w
     per node written; the softmax's max and sum h per node each); backward the product's gradients w + h and 2w + h
     (w per node written), the softmax's out * grad 3h, sum h, product 3h and subtraction 3h, the leaky ReLU's 3h and
-    the logits' two sums h each (h per node written by each and by the softmax's sum); 6 edge-walking kernels each
+    the logits' two sums h each (h per node written by each and by the softmax's sum); per node the logits el and er
+    (a product 2w and a sum w + h apiece; backward the input's gradient w + h and the attention vector's 2w + h and
+    w apiece, and the input's three gradient paths added twice, 3w each); 6 edge-walking kernels each
     way reading two int32 ids per edge (2 fp32 values' worth); 6 random h-wide reads per edge forward and 3 backward,
     each a whole 32-byte sector (8 fp32 values: 6 more than 2 heads, none more than 8)."""
     from plait.workloads.gnn.compute import aggregation_values
@@ -90,9 +92,34 @@ def test_dgls_gatconv_traffic_kernel_by_kernel(h: int, sector_waste: int) -> Non
     forward = m * (3 * h + 2 * h + h + 3 * h + 2 * h + h + 3 * h + w + h) + n * (w + 2 * h) + m * 6 * 2
     backward = m * (w + h + 2 * w + h + 3 * h + h + 3 * h + 3 * h + 3 * h + 2 * h) + n * (w + 3 * h) + m * 6 * 2
     forward, backward = forward + 6 * sector_waste * m, backward + 3 * sector_waste * m
+    forward += n * (2 * (2 * w + w + h))  # el and er: a product and a sum over each head's channels apiece
+    backward += n * (2 * (w + h + 2 * w + h + w) + 2 * 3 * w)  # their gradients; three paths added twice
     assert aggregation_values("dgl", "gat", n, m, w, h) == pytest.approx((forward, backward))
     fused = aggregation_values("spmm", "gat", n, m, w, h)  # one fused product and a softmax of 8h: fewer passes
     assert fused[0] < forward and fused[1] < backward
+
+
+@pytest.mark.parametrize(("library", "expected"), [("dgl", (1160, 1050)), ("spmm", (1160, 1050))])
+def test_dgls_mean_is_a_sum_then_a_division_by_hand(library: str, expected: tuple[int, int]) -> None:
+    """DGL's mean (python/dgl/ops/spmm.py: a sum product, then ``ret / clamp(in_degrees)``), 10 nodes, 100 edges,
+    rows 8 wide: the product 110 x 8 = 880 values each way; forward the division 2 x 10 x 8 + 10 = 170 and the
+    degree vector (in-degrees 40, clamp 40, cast 30: int64 = 2 fp32 values) 110; backward the division's gradient
+    170."""
+    from plait.workloads.gnn.compute import aggregation_values
+
+    assert aggregation_values(library, "sage", 10, 100, 8) == pytest.approx(expected)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("nodes", "expected"), [(64, 10 * (56 + 28) + 4 * 65), (65, 10 * (56 + 2 * 28) + 4 * 66)])
+def test_dgls_reversed_graph_csc_rebuild_bytes_by_hand(nodes: int, expected: int) -> None:
+    """Rebuilding a 10-edge graph's CSC from its COO (DGL 0.6.1 COOSort + COOToCSR, int32 ids): per edge the clones
+    of rows and columns 16 B, int64 positions 8, the columns gathered 16, the positions cast 12, the sorted rows read
+    4 (56), and 28 per radix pass (keys read twice, positions read, both written) at 6 bits a pass: 64 nodes fit 6
+    bits (one pass), 65 need 7 (two); 4 B of row offset per node and one more."""
+    from plait.workloads.gnn.dgl_reverse import rebuild_bytes, reversals
+
+    assert rebuild_bytes(nodes, 10) == expected
+    assert (reversals("gat", 3, True), reversals("sage", 3, False), reversals("gcn", 2, True)) == (6, 2, 0)
 
 
 def _added_layer_s(**change: bool) -> tuple[list[float], float]:

@@ -11,10 +11,11 @@ Which nodes and edges each layer computes depends on the library:
 - ``pyg_sparse``: the same loader over a ``torch_sparse.SparseTensor`` graph (SALIENT's and GNNLab's PyG scripts):
   SAGEConv, GCNConv and GINConv aggregate through torch_sparse's fused product at its measured rate
   (:mod:`plait.workloads.gnn.sparse_tensor`), GATConv gathers and scatters as ``pyg_sampler``;
-- ``spmm``: one fused sparse-dense product of the adjacency and the layer's inputs, as torch_sparse's
-  ``SparseTensor.matmul(x, reduce="mean")`` and DGL's ``update_all(copy_src, mean)`` on the raw inputs do (the DGL
-  0.5 benchmark's own SAGEConv modules, PyG's and DGL's alike: dglai/dgl-0.5-benchmark
-  end_to_end/full_graph/node_classification/main_{dgl,pyg}_*_sage.py); the nodes and edges as DGL's;
+- ``spmm``: one fused sparse-dense product of the adjacency and the layer's inputs, as DGL's
+  ``update_all(copy_src, mean)`` on the raw inputs does (the DGL 0.5 benchmark's own DGL SAGEConv module:
+  dglai/dgl-0.5-benchmark end_to_end/full_graph/node_classification/main_dgl_*_sage.py; its PyG twin's
+  ``SparseTensor.matmul(x, reduce="mean")`` is ``pyg_sparse``); the nodes and edges as DGL's. DGL's ``mean`` (here
+  and in ``dgl``'s SAGEConv) is a ``sum`` product, then a division by the in-degrees (:mod:`plait.workloads.gnn.dgl_mean`);
 - ``dgl``: DGL's message-flow graphs: the layer ``k``-th from the input computes only the nodes within ``L - k``
   hops of the seeds, over the edges sampled for them (DGL's ``to_block``: Wang et al., arXiv 1909.01315, Sec. 3.3);
 - full-graph training: every node and every (directed) edge at every layer.
@@ -92,6 +93,7 @@ from plait.cost.host import exposed_host_s
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.catalog import kernel_curve
 from plait.workloads.gnn.dgl_gat import dgl_gat_values
+from plait.workloads.gnn.dgl_mean import dgl_mean_values
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.sampling import SampledBatch
 from plait.workloads.gnn.sparse_tensor import FUSED_KINDS, aggregation_s
@@ -247,7 +249,8 @@ def aggregation_values(library: GnnLibrary, kind: str, n: float, m: float, width
         # 'dot' of each edge's source row and destination gradient row (2m rows read, m x heads written;
         # dmlc/dgl python/dgl/backend/pytorch/sparse.py, GSpMM.backward, `gsddmm(gidx, 'dot', X, dZ)`)
         weights = 2 * m * width + m * heads if kind in ("gat", "transformer") else 0.0
-        return (m + n) * width + softmax, (m + n) * width + softmax + weights
+        mean = dgl_mean_values(n, width) if kind == "sage" else (0.0, 0.0)  # DGL's mean: a sum, then a division
+        return (m + n) * width + softmax + mean[0], (m + n) * width + softmax + weights + mean[1]
     if kind == "gin":  # the sum of the gathered neighbours, then (1 + eps) x + the sum (3n)
         return (4 * m + 4 * n) * width, (4 * m + 4 * n) * width
     if kind == "gcn":  # gcn_norm's self loops: each message scaled by its edge weight, then summed

@@ -7,7 +7,12 @@ max, a subtraction with the exponent after it, a sum and a division: ``10h``), t
 (``u_mul_e`` sum: ``w + h`` per edge, ``w`` per output node): ``(m + n) w + 16hm + 2hn`` values; backward the
 product's two gradients (``w + h`` and ``2w + h``), the softmax's (``out * grad``, a sum, a product and a
 subtraction: ``10h``), the leaky ReLU's (``3h``) and the logits' two sums (``2h``): ``(m + n) w + 2mw + 17hm +
-3hn``. Each of the 12 kernels that walk the edges (6 each way: the four sparse ones of the softmax with the
+3hn``. Before these, each node's two logits (python/dgl/nn/pytorch/conv/gatconv.py at 0.6.1 lines 292-293: ``el =
+(feat_src * self.attn_l).sum(dim=-1)``, ``er`` alike over ``feat_dst``): a product (``2w``) and a sum over each head's
+channels (``w + h``) apiece, ``6nw + 2nh``; backward each product's two gradients (the input's, ``w + h``; the
+attention vector's, a product ``2w + h`` then a sum over the nodes ``w``) and the input's three gradient paths (the
+two logits' and the message product's) added twice (``3w`` each): ``14nw + 4nh`` (the sums' gradients are expanded
+views, no kernel). Each of the 12 kernels that walk the edges (6 each way: the four sparse ones of the softmax with the
 logits' SDDMM and the product's SpMM forward; the product's SpMM and SDDMM, the softmax's SpMM and SDDMM and the
 logits' two SpMMs backward) reads two ids per edge, of :data:`DGL_INDEX_BYTES` each. The ``h``-wide reads that do
 not follow the edges' stored order (:data:`DGL_GAT_RANDOM_READS`) each move whole 32-byte sectors
@@ -42,6 +47,7 @@ def dgl_gat_values(n: float, m: float, width: float, heads: int) -> tuple[float,
     backward, kernel by kernel with two ids per edge per edge-wise kernel (module docstring)."""
     ids = DGL_GAT_EDGE_KERNELS * 2 * DGL_INDEX_BYTES / FEATURE_BYTES * m
     waste = sector_values(heads) - heads  # what each random h-wide read moves beyond its h values
-    return ((m + n) * width + 16 * heads * m + 2 * heads * n + ids + DGL_GAT_RANDOM_READS[0] * waste * m,
+    logits = (6 * n * width + 2 * n * heads, 14 * n * width + 4 * n * heads)  # el and er, each way
+    return ((m + n) * width + 16 * heads * m + 2 * heads * n + ids + DGL_GAT_RANDOM_READS[0] * waste * m + logits[0],
             (m + n) * width + 2 * m * width + 17 * heads * m + 3 * heads * n + ids
-            + DGL_GAT_RANDOM_READS[1] * waste * m)
+            + DGL_GAT_RANDOM_READS[1] * waste * m + logits[1])

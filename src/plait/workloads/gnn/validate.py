@@ -22,6 +22,7 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
+from plait.cost.compute import memory_bytes_per_s
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.hardware.cluster import Cluster
@@ -30,6 +31,7 @@ from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
 from plait.workloads.gnn.compute import GnnEstimate, input_cast_s
 from plait.workloads.gnn.cost import estimate_gnn
+from plait.workloads.gnn.dgl_reverse import rebuild_bytes, reversals
 from plait.workloads.gnn.factored import factored_epoch
 from plait.workloads.gnn.host import host_step, loaders, per_core_rate, usable_workers
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
@@ -88,8 +90,12 @@ def graphs(directed: bool = False) -> dict[str, GraphStats]:
 COLUMNS = ("source_id", "system", "dataset", "model", "layers", "hidden", "fanouts", "batch_per_gpu", "gpu", "gpus",
            "nodes", "measured_epoch_s", "loader", "workers", "features_on", "feature_bytes", "sampler_gpus",
            "cache_fraction")
-"""The columns a row's prediction reads (``heads`` and ``norm`` may follow; ``plait/validate/data/gnn_epochs.md``
-describes them all)."""
+"""The columns a row's prediction reads (``heads``, ``norm`` and ``graph_formats`` may follow;
+``plait/validate/data/gnn_epochs.md`` describes them all)."""
+GRAPH_FORMATS = {"": "coo", "csr,csc": "csr,csc"}
+"""The ``graph_formats`` column of a DGL full-graph row: empty where the script's graph holds the COO it was built
+from, ``csr,csc`` where the script keeps only those (``g.formats(['csr', 'csc'])``), so its CSR is there for the
+backward's reversed graph (:mod:`plait.workloads.gnn.dgl_reverse`)."""
 NORMS = {"": False, "batch": True}
 """The ``norm`` column: empty, or ``batch`` where the row's script runs a ``BatchNorm1d`` on every hidden layer's
 output before its activation (:attr:`GnnModel.batch_norm`)."""
@@ -134,6 +140,8 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     if full:  # the DGL 0.5 benchmark's own SAGEConv modules aggregate the inputs in one fused product (compute.py)
         library = ("pyg_sparse" if library == "pyg" else "spmm") if spec.model.kind == "sage" else library
         est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
+        if library in ("dgl", "spmm"):  # DGL's backward reverses the graph (dgl_reverse.py)
+            est = replace(est, compute_s=est.compute_s + _dgl_reversals_s(row, spec, cluster))
         return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
     batch = row.count("batch_per_gpu")
     if loader == "gnnlab-factored":  # sampler and trainer GPUs apart (factored.py)
@@ -159,6 +167,20 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     if on_gpu:
         step = replace(step, slicing_s=0.0, transfer_s=0.0)
     return ClassicResult(row["source_id"], label, measured, 1.0 / step.epoch_s(est.steps_per_epoch))
+
+
+def _dgl_reversals_s(row: Record, spec: GnnSpec, cluster: Cluster) -> float:
+    """Seconds a DGL full-graph step's backward spends rebuilding its reversed graph's CSC, where the script's graph
+    holds its COO (:data:`GRAPH_FORMATS`; :mod:`plait.workloads.gnn.dgl_reverse`); DGL's own SAGEConv modules
+    aggregate the raw inputs at the first layer, which takes no gradient."""
+    formats = row.get("graph_formats")
+    if formats not in GRAPH_FORMATS:
+        raise ConfigError(f"{row.where}: column graph_formats={formats!r} must be empty or 'csr,csc'")
+    if GRAPH_FORMATS[formats] != "coo":
+        return 0.0
+    kind, g = spec.model.kind, spec.graph
+    count = reversals(kind, spec.model.layers, kind != "sage")
+    return count * rebuild_bytes(g.nodes, g.stored_edges) / memory_bytes_per_s(cluster.accelerator)
 
 
 def _rows_on_gpu_s(est: GnnEstimate, spec: GnnSpec, cluster: Cluster, on_gpu: bool, feature_bytes: int) -> float:
