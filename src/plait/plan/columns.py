@@ -5,7 +5,8 @@ column-wise. A single plan is the same columns holding plain Python values (:met
 estimator and the planner share one implementation, run through :attr:`PlanColumns.xp`
 (:mod:`plait.plan.ops`). numpy is imported by the methods that build or read array columns, never by a single
 plan's (``plait estimate`` runs without it, ``tests/test_lazy_imports.py``). Closed choices are stored as small
-integer codes into ``CHOICES``; the synchronization method as its index into the columns' own table of methods (:attr:`PlanColumns.methods`), which travels with them.
+integer codes into ``CHOICES``; the synchronization method as its index into the columns' own table of methods
+(:attr:`PlanColumns.methods`), which travels with them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The column operations the cost model, the plan rules and the capability table are written against.
 
 One implementation serves a million plans and one (STYLE.md rule 9): a batch runs it on numpy arrays
-(:data:`plait.plan.array_ops.ARRAY`, a module of its own: a single plan's process never imports numpy), a single plan (``plait estimate``, every validation row, the simulator's stages) on plain
-Python ints, floats and bools (:data:`SCALAR`), where a numpy call on a one-element array would cost about a
+(:data:`plait.plan.array_ops.ARRAY`, a module of its own: a single plan's process never imports numpy), a single
+plan (``plait estimate``, every validation row, the simulator's stages) on plain Python ints, floats and bools
+(:data:`SCALAR`), where a numpy call on a one-element array would cost about a
 microsecond for a nanosecond of arithmetic. Both evaluate the same IEEE-754 double operations in the same
 order, so they give the same bits (``tests/test_batch_equality.py``). Operators (``+ * / // % == & |``) work
 on both as they are; what differs is here: ``where``/``maximum``/``minimum``/``select``, negation (``~`` on a
