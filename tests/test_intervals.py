@@ -9,9 +9,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from plait.plan.array_ops import ARRAY
 from plait.predict.intervals import Calibration, bounds, conformal_quantiles, loso_coverage, shipped, spread
 from plait.validate.datasets import dataset_path
 from plait.validate.intervals import calibration_of, residual_rows
@@ -36,6 +38,10 @@ def test_conformal_quantiles_and_bounds_by_hand() -> None:
     assert low == pytest.approx(10.0 * 2.718281828459045 ** -0.2) and high == pytest.approx(10.0 * 2.718281828459045 ** 0.4)
     time = {"compute": 6.0, "recompute": 1.0, "tp_comm": 2.0, "pp_bubble": 1.0}
     assert spread(time, moe=False) == pytest.approx(1.3) and spread(time, moe=True) == pytest.approx(2.3)
+    columns = {k: np.array([v, 2 * v]) for k, v in time.items()}  # a batch's columns: the same figures per row
+    assert list(spread(columns, moe=False, xp=ARRAY)) == pytest.approx([1.3, 1.3])
+    low_rows, high_rows = bounds(np.array([10.0, 20.0]), np.array([2.0, 2.0]), cal, xp=ARRAY)
+    assert list(low_rows) == pytest.approx([low, 2 * low]) and list(high_rows) == pytest.approx([high, 2 * high])
 
 
 def test_the_shipped_calibration_is_the_development_sets(validation) -> None:

@@ -1,6 +1,6 @@
 """A transformer estimate imports only what it uses: no other workload kind, no mixed-cluster code, no torch, no
-point-to-point synchronization costs, no plan-file reader, without a pipeline no event simulator, and with ``--json``
-no rich."""
+point-to-point synchronization costs, no plan-file reader, no column operations over arrays, without a pipeline no
+event simulator and no numpy, and with ``--json`` no rich."""
 
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ An all-reducing plan named by options needs neither the parameter-server, gossip
 hooks, partial averaging), nor the plan-file and Hugging Face config readers; a 1-D tensor-parallel plan no grid
 costs; collectives on the cluster's own library no other library's figures (``plait.engine.backend_views``); rich
 prints plait's text without its emoji codes."""
-PIPELINE_ONLY = ("plait.simulate.costs", "plait.simulate.pipeline", "plait.cost.per_stage")
-"""What only a pipeline's event simulation (or stages costed one at a time) needs: a pp=1 estimate runs without."""
+BATCH_ONLY = ("plait.plan.array_ops", "plait.plan.keys")
+"""What only array columns (a batch of plans) need: one plan's columns hold Python numbers
+(:data:`plait.plan.ops.SCALAR`)."""
+PIPELINE_ONLY = ("plait.simulate.costs", "plait.simulate.pipeline", "plait.cost.per_stage", "numpy")
+"""What only a pipeline's event simulation (or stages costed one at a time) needs: a pp=1 estimate runs without
+(numpy: the simulation's periodic sweep order, :mod:`plait.simulate.periodic`)."""
 TABLES_ONLY = ("rich",)
 """What only the tables need: ``--json`` prints without it."""
 
@@ -55,7 +59,8 @@ def _modules_after(argv: list[str]) -> tuple[int, list[str]]:
 def test_transformer_estimate_imports_no_other_kind(argv: list[str]) -> None:
     code, modules = _modules_after(argv)
     assert code == 0
-    forbidden = FORBIDDEN + (TABLES_ONLY if "--json" in argv else ()) + (() if "--pp" in argv else PIPELINE_ONLY)
+    forbidden = (FORBIDDEN + BATCH_ONLY + (TABLES_ONLY if "--json" in argv else ())
+                 + (() if "--pp" in argv else PIPELINE_ONLY))
     loaded = [m for m in modules if any(m.startswith(f) if f.endswith(".") else m == f or m.startswith(f + ".")
                                         for f in forbidden)]
     assert loaded == [], f"plait {' '.join(argv)} imported {loaded}"

@@ -12,7 +12,9 @@ from plait.cost.overlap import hidden_remainder
 from plait.engine.catalog import get_engine
 from plait.engine.facts import EngineFacts
 from plait.hardware.catalog import get_cluster
+from plait.plan.array_ops import ARRAY
 from plait.plan.columns import PlanColumns
+from plait.plan.ops import SCALAR
 from plait.plan.plan import Plan
 from plait.predict.estimate import estimate
 from plait.validate.datasets import dataset_path
@@ -30,7 +32,8 @@ FSDP = Plan(dp_shard=8, sharding="zero3", micro_batch=1, global_batch=8)
     (2.0, 2.0, 0.0, 2.0),        # no overlap at all: serialised
 ])
 def test_hidden_remainder_exact(comm: float, compute: float, overlap: float, exposed: float) -> None:
-    assert float(hidden_remainder(comm, compute, overlap)) == pytest.approx(exposed)
+    for xp in (SCALAR, ARRAY):  # one plan's floats and a batch's columns
+        assert float(hidden_remainder(comm, compute, overlap, xp)) == pytest.approx(exposed)
 
 
 def test_contention_never_speeds_up_a_step() -> None:

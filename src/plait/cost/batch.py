@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from plait.cost.dataparallel import (
     exposed_sync_s,
@@ -45,12 +43,15 @@ from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.ops import SCALAR
+from plait.plan.ops import SCALAR, is_array
 from plait.plan.plan import Plan
 from plait.units import MIB
 from plait.workload.model import ModelSpec
 
-Columns = dict[str, np.ndarray]
+if TYPE_CHECKING:
+    import numpy as np
+
+Columns = dict[str, "np.ndarray"]
 T = TypeVar("T")
 TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm", "swap",
               "dp_comm", "optimizer")
@@ -85,7 +86,7 @@ class Prepared:
 
 def _rows(value: Any, index: np.ndarray) -> Any:
     """Rows ``index`` of every per-row column in ``value`` (an array, a dataclass or tuple of them, or a number)."""
-    if isinstance(value, np.ndarray) and value.ndim:
+    if is_array(value) and value.ndim:
         return value[index]
     if is_dataclass(value) and not isinstance(value, type):
         return replace(value, **{f.name: _rows(getattr(value, f.name), index) for f in fields(value) if f.init})
@@ -146,6 +147,8 @@ def _recompute_factor(model: ModelSpec, cols: PlanColumns) -> np.ndarray:
 def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts) -> np.ndarray:
     if cols.single is not None:
         return kept_flops_per_token(model, cols.single.seq_len)  # type: ignore[return-value]
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
     seqs, inverse = np.unique(cols["seq_len"], return_inverse=True)
     values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=replace(cols.plan(0), seq_len=int(s)),
                                           framework=framework)) for s in seqs]
@@ -160,7 +163,7 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: En
         cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
     else:
         data = dict(cols.data)
-        data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
+        data["seq_len"] = cols.xp.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
         cols = PlanColumns(data, methods=cols.methods)
     inner = inner_columns(model, cluster, cols, framework, known)
     fsdp = fsdp_layer_times(cluster, cols, inner, framework)
@@ -262,7 +265,7 @@ def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple
     a synchronization method's own buffers (:func:`evaluate_batch` adds those)."""
     cols, inner, framework = prepared.cols, prepared.inner, prepared.framework
     xp, pp = cols.xp, cols["pp"]
-    first_stage = 0 if xp.scalar else np.zeros(len(cols), dtype=np.int64)
+    first_stage = cols.full(0)
     memory = kept_stage_memory if xp.scalar else stage_memory  # one plan: kept across estimates (read only)
     first = memory(model, cluster.accelerator, cols, inner, first_stage, framework,
                    _stage_params(model, prepared, first_stage))
@@ -285,7 +288,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     prepared = prepared if prepared is not None else prepare(model, cluster, cols, framework)
     cols, inner, p2p = prepared.cols, prepared.inner, prepared.p2p_s
     xp, pp = cols.xp, cols["pp"]
-    stages = [0 if xp.scalar else np.zeros(len(cols), dtype=np.int64), pp // 2, pp - 1]
+    stages = [cols.full(0), pp // 2, pp - 1]
     passes = [stage_pass(model, cluster, prepared, s) for s in stages]
     fwd = [xp.total(f.values()) for f, _ in passes]
     total = [f_s + xp.total(b.values()) for f_s, (_, b) in zip(fwd, passes)]

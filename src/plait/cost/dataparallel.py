@@ -25,9 +25,7 @@
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
@@ -39,7 +37,10 @@ from plait.kept import Kept
 from plait.plan.columns import PlanColumns, per_plan
 from plait.plan.groups import expert_dp_group
 
-Columns = dict[str, np.ndarray]
+if TYPE_CHECKING:
+    import numpy as np
+
+Columns = dict[str, "np.ndarray"]
 
 
 def kept_gathered(cols: PlanColumns, pipeline_keeps_gathered: bool) -> np.ndarray:

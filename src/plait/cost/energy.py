@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from plait.cost.estimate import TimeBreakdown
     from plait.hardware.power_states import PowerStates
 
@@ -98,4 +98,4 @@ def step_energy_batch(time: Mapping[str, np.ndarray], num_gpus: int, power: Powe
     share_w = power.host_w_per_gpu.value + power.network_w_per_gpu.value
     per_gpu = sum((watts[state] + share_w) * time[key] for name, state in STATE_OF.items()
                   if (key := name.removesuffix("_s")) in time)  # a batch has no input_wait: its loader is not costed
-    return num_gpus * power.pue.value * np.asarray(per_gpu, dtype=float)
+    return num_gpus * power.pue.value * per_gpu

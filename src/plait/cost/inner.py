@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
-
-import numpy as np
+from typing import TYPE_CHECKING, TypeAlias
 
 from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
@@ -28,11 +27,13 @@ from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns
-from plait.plan.keys import distinct_rows
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
-Value = float | np.ndarray
+if TYPE_CHECKING:
+    import numpy as np
+
+Value: TypeAlias = "float | np.ndarray"
 INNER_FIELDS = ("tp", "tp_mode", "tp_depth", "sp", "cp", "cp_attention", "ep", "micro_batch", "seq_len", "precision",
                 "recompute", "grad_reduce_dtype", "tp_comm_overlap", "overlap_chunks")
 
@@ -202,6 +203,8 @@ _INNER_FIELDS = tuple(f.name for f in fields(Inner) if f.name not in ("dense", "
 
 def _columns(rows: list, names: tuple[str, ...], inverse: np.ndarray) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
     """Per field name, the column of ``rows``' values spread to every plan row by ``inverse``."""
+    import numpy as np  # array columns only: a single plan's estimate runs without numpy
+
     table = np.array([[getattr(row, name) for row in rows] for name in names], dtype=np.float64)[:, inverse]
     return {name: table[i] for i, name in enumerate(names)}  # each a contiguous row of the table
 
@@ -219,6 +222,10 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     filled with the new ones."""
     if cols.single is not None:
         return _single(model, cluster, cols.single, framework)
+    import numpy as np  # array columns only: a single plan's estimate runs without numpy
+
+    from plait.plan.keys import distinct_rows
+
     columns = [cols[f].astype(np.int64) for f in INNER_FIELDS]
     if framework.fsdp_casts_params:  # the residual stream's width depends on whether FSDP manages the row
         columns.append(cols.fsdp_managed.astype(np.int64))

@@ -8,12 +8,14 @@ combination is costed once and broadcast.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from plait.cost import collectives as coll
 from plait.hardware.cluster import Cluster
-from plait.plan.keys import distinct_rows
+from plait.plan.ops import is_array
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Collective = Callable[[float, coll.GroupLink], float]
 
@@ -30,8 +32,12 @@ def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarr
                  num_bytes: np.ndarray) -> np.ndarray:
     """Seconds of collective ``kind`` for each row (0 where the group has one rank or no bytes); for plain numbers
     (one plan, :data:`plait.plan.ops.SCALAR`), a float."""
-    if not isinstance(num_bytes, np.ndarray) and not isinstance(size, np.ndarray):  # one plan: one scalar call
+    if not is_array(num_bytes) and not is_array(size):  # one plan: one scalar call
         return _one(cluster, kind, size, stride, num_bytes) if size > 1 and num_bytes > 0 else 0.0
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
+    from plait.plan.keys import distinct_rows
+
     if np.size(num_bytes) == 1 and np.size(size) == 1 and np.size(stride) == 1:  # a batch of one
         g, s, b = int(np.ravel(size)[0]), int(np.ravel(stride)[0]), float(np.ravel(num_bytes)[0])
         value = KINDS[kind](b, coll.group_link(cluster, g, s)) if g > 1 and b > 0 else 0.0

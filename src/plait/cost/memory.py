@@ -15,8 +15,7 @@ one layer's activations are live again while it is recomputed.
 from __future__ import annotations
 
 from operator import attrgetter
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from plait.cost.inner import Inner
 from plait.cost.params import stage_layer_counts
@@ -30,10 +29,13 @@ from plait.plan.columns import PlanColumns, per_plan
 from plait.units import GIB
 from plait.workload.model import ModelSpec
 
+if TYPE_CHECKING:
+    import numpy as np
+
 PARAM_BYTES = 2  # bf16/fp16 compute copy of the weights (Micikevicius et al. 2018)
 MEMORY_ITEMS = ("weights", "gradients", "optimizer", "activations", "comm_buffers", "runtime_reserved",
                 "fragmentation")
-Columns = dict[str, np.ndarray]
+Columns = dict[str, "np.ndarray"]
 
 
 @per_plan

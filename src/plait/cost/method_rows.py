@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from plait.cost.links import collective_s
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
@@ -62,6 +60,8 @@ def _rows_costs(model: ModelSpec, cluster: Cluster, sync: SyncMethod, cols: Plan
 
     if cols.xp.scalar:
         return method_costs(model, cluster, sync, cols, params, stage, busy)
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
     rows = np.flatnonzero(mask)
     pick = lambda v: v[rows] if np.ndim(v) else v  # noqa: E731
     costs = method_costs(model, cluster, sync, cols.take(rows), {k: pick(v) for k, v in params.items()},
@@ -77,7 +77,11 @@ def _rows_costs(model: ModelSpec, cluster: Cluster, sync: SyncMethod, cols: Plan
 def _methods(cols: PlanColumns) -> list[tuple[int, SyncMethod]]:
     """(code, method) of every ``dp_sync`` other than the all-reduce among the rows of ``cols``."""
     codes = cols["dp_sync"]
-    present = ([codes] if codes else []) if cols.xp.scalar else [int(c) for c in np.unique(codes[codes != 0])]
+    if cols.xp.scalar:
+        return [(codes, cols.methods[codes])] if codes else []
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
+    present = [int(c) for c in np.unique(codes[codes != 0])]
     return [(code, cols.methods[code]) for code in present]
 
 

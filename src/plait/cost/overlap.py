@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from plait.plan.ops import ARRAY, Ops
+from plait.plan.ops import Ops
 
 
-def hidden_remainder(comm: Any, compute: Any, overlap: float, xp: Ops = ARRAY, engaged: Any = None) -> Any:
+def hidden_remainder(comm: Any, compute: Any, overlap: float, xp: Ops, engaged: Any = None) -> Any:
     """Exposed part of ``comm`` run alongside ``compute``: what exceeds the compute, plus the share of
     the overlapped interval the compute loses to contention (``overlap`` = 1 loses nothing); columns or, with
     ``xp`` = :data:`~plait.plan.ops.SCALAR`, floats. ``engaged``: the seconds of ``comm`` that contend with the

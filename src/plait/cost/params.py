@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from plait.cost.setup import Setup
-from plait.plan.ops import ARRAY, SCALAR, Ops
+from plait.plan.ops import SCALAR, Ops
 from plait.workload.model import ModelSpec
 
 
@@ -34,7 +34,7 @@ def layer_split(setup: Setup, moe_layer: bool) -> tuple[float, float]:
     return norms + attention + router + shared, experts
 
 
-def stage_layer_counts(model: ModelSpec, pp: Any, stage: Any, xp: Ops = ARRAY) -> tuple[Any, Any]:
+def stage_layer_counts(model: ModelSpec, pp: Any, stage: Any, xp: Ops) -> tuple[Any, Any]:
     """(dense layers, MoE layers) on pipeline stage ``stage`` of ``pp`` stages, per row (ints with ``xp`` =
     :data:`~plait.plan.ops.SCALAR`, kept per distinct split)."""
     leading, step = (model.moe.num_dense_layers, model.moe.layer_step) if model.moe else (model.num_layers, 1)

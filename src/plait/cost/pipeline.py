@@ -25,9 +25,12 @@ Column-wise over plans (numpy arrays; a single plan is a batch of one).
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from plait.plan.columns import PlanColumns
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def inflight_micro_batches(cols: PlanColumns, stage: np.ndarray) -> np.ndarray:

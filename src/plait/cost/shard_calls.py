@@ -31,9 +31,7 @@ call's time is the later of the two, in line.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from plait.cost.inner import LayerKind
 from plait.cost.links import collective_s
@@ -41,18 +39,21 @@ from plait.cost.memory import param_bytes, shard_groups
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.ops import ARRAY, Ops
+from plait.plan.ops import Ops
 from plait.units import S_PER_US
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def gather_call_s(collective_s: Any, group: Any, host_us: float, device_us: float, xp: Ops = ARRAY) -> Any:
+
+def gather_call_s(collective_s: Any, group: Any, host_us: float, device_us: float, xp: Ops) -> Any:
     """Seconds of one list-form all-gather over ``group`` ranks whose NCCL collective takes ``collective_s``
     (module docstring): ``max(T + g k_dev, g k_host)``; 0 where there is no collective."""
     copies = xp.maximum(collective_s + group * device_us * S_PER_US, group * host_us * S_PER_US)
     return xp.where(collective_s > 0, copies, 0.0)
 
 
-def reduce_call_s(collective_s: Any, group: Any, host_us: float, device_us: float, xp: Ops = ARRAY) -> Any:
+def reduce_call_s(collective_s: Any, group: Any, host_us: float, device_us: float, xp: Ops) -> Any:
     """Seconds of one list-form reduce-scatter (module docstring): ``max(g k_host, g k_dev) + T``; 0 where there is
     no collective."""
     copies = group * max(host_us, device_us) * S_PER_US + collective_s

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from plait.cost.host import exposed_host_s
 from plait.cost.inner import ABSENT, Inner
@@ -31,8 +30,11 @@ from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
 
+if TYPE_CHECKING:
+    import numpy as np
+
 COMPONENTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "swap", "host")
-Columns = dict[str, np.ndarray]
+Columns = dict[str, "np.ndarray"]
 
 
 def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

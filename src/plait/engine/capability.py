@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from plait.engine.engine import Engine
 from plait.kept import Kept
@@ -19,7 +18,10 @@ from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
 
-Mask = Callable[[PlanColumns, ModelSpec], np.ndarray]
+if TYPE_CHECKING:
+    import numpy as np
+
+Mask = Callable[[PlanColumns, ModelSpec], "np.ndarray"]
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,8 @@ def unsupported_index(cols: PlanColumns, model: ModelSpec, engine: Engine, machi
     if cols.single is not None:
         return next((i for i, (feature, _) in enumerate(_listed(engine, machine)) if feature.present(cols, model)),
                     -1)  # type: ignore[return-value]
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
     first = np.full(len(cols), -1, dtype=np.int64)
     for index, (feature, _) in enumerate(_listed(engine, machine)):
         mask = np.asarray(feature.present(cols, model), dtype=bool) & (first < 0)

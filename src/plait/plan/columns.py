@@ -3,8 +3,10 @@
 The planner enumerates hundreds of thousands of candidates; the cost model evaluates them
 column-wise. A single plan is the same columns holding plain Python values (:meth:`PlanColumns.one`), so the
 estimator and the planner share one implementation, run through :attr:`PlanColumns.xp`
-(:mod:`plait.plan.ops`). Closed choices are stored as small integer codes into ``CHOICES``; the synchronization
-method as its index into the columns' own table of methods (:attr:`PlanColumns.methods`), which travels with them.
+(:mod:`plait.plan.ops`). numpy is imported by the methods that build or read array columns, never by a single
+plan's (``plait estimate`` runs without it, ``tests/test_lazy_imports.py``). Closed choices are stored as small
+integer codes into ``CHOICES``; the synchronization method as its index into the columns' own table of methods
+(:attr:`PlanColumns.methods`), which travels with them.
 """
 
 from __future__ import annotations
@@ -12,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
-import numpy as np
-
-from plait.plan.ops import ARRAY, SCALAR, Ops
+from plait.plan.ops import SCALAR, Ops
 from plait.plan.plan import (
     PER_STAGE_FIELDS,
     CpAttention,
@@ -30,6 +30,9 @@ from plait.plan.plan import (
     TpMode,
 )
 from plait.sync import ALLREDUCE, SyncMethod
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
@@ -97,7 +100,12 @@ class PlanColumns:
         assert self.data.keys() == _FIELD_SET, "columns must cover every Plan field"
         if self.single is None:
             assert len({len(v) for v in self.data.values()}) == 1, "columns must have equal length"
-        object.__setattr__(self, "xp", SCALAR if self.single is not None else ARRAY)
+        if self.single is not None:
+            object.__setattr__(self, "xp", SCALAR)
+        else:
+            from plait.plan.array_ops import ARRAY  # array columns only: numpy's operations
+
+            object.__setattr__(self, "xp", ARRAY)
 
     def __len__(self) -> int:
         return 1 if self.single is not None else len(self.data["tp"])
@@ -109,11 +117,19 @@ class PlanColumns:
 
     def zeros(self) -> Any:
         """0.0 per row, as a new column."""
-        return 0.0 if self.single is not None else np.zeros(len(self))
+        if self.single is not None:
+            return 0.0
+        import numpy as np  # array columns only (see the module docstring)
+
+        return np.zeros(len(self))
 
     def full(self, value: Any) -> Any:
         """``value`` on every row (a model-wide fact as a mask, a constant as a column)."""
-        return value if self.single is not None else np.full(len(self), value)
+        if self.single is not None:
+            return value
+        import numpy as np  # array columns only (see the module docstring)
+
+        return np.full(len(self), value)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.data[name]
@@ -127,6 +143,8 @@ class PlanColumns:
         looked up per row)."""
         if self.xp.scalar:  # one plan: one lookup
             return question(self.methods[self.data["dp_sync"]])
+        import numpy as np  # array columns only (see the module docstring)
+
         return np.array([bool(question(method)) for method in self.methods])[self.data["dp_sync"]]
 
     def sync_values(self, value: Callable[[SyncMethod], Any], fill: Any) -> Any:
@@ -134,12 +152,16 @@ class PlanColumns:
         the column's type)."""
         if self.xp.scalar:
             return value(self.methods[self.data["dp_sync"]])
+        import numpy as np  # array columns only (see the module docstring)
+
         table = np.array([value(method) for method in self.methods])
         return table.astype(np.result_type(np.asarray(fill).dtype, table.dtype))[self.data["dp_sync"]]
 
     @classmethod
     def from_plans(cls, plans: list[Plan]) -> PlanColumns:
         """Columns of explicit plans."""
+        import numpy as np  # array columns only (see the module docstring)
+
         methods = method_table(p.dp_sync for p in plans)
         index = {m: i for i, m in enumerate(methods)}
         data: dict[str, Any] = {}
@@ -170,6 +192,8 @@ class PlanColumns:
                     methods: tuple[SyncMethod, ...] = (ALLREDUCE,)) -> PlanColumns:
         """Columns from enumerated arrays (``dp_sync``: indices into ``methods``, :func:`method_table`); fields not
         given take the Plan default."""
+        import numpy as np  # array columns only (see the module docstring)
+
         default = Plan()
         data: dict[str, np.ndarray] = {}
         for name in FIELDS:
@@ -187,12 +211,14 @@ class PlanColumns:
         assert parts and all(p.single is None and p.methods == parts[0].methods for p in parts)
         if len(parts) == 1:
             return parts[0]
+        import numpy as np  # array columns only (see the module docstring)
+
         return cls({k: np.concatenate([p.data[k] for p in parts]) for k in parts[0].data}, methods=parts[0].methods)
 
     def take(self, index: np.ndarray) -> PlanColumns:
         """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""
         if self.single is not None:
-            return PlanColumns.from_plans([self.single]).take(np.zeros(len(index), dtype=np.int64))
+            return PlanColumns.from_plans([self.single]).take([0] * len(index))
         return PlanColumns({k: v[index] for k, v in self.data.items()}, methods=self.methods)
 
     def plan(self, row: int) -> Plan:

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any
-
-import numpy as np
 
 from plait.packaged import packaged_toml
-from plait.plan.keys import distinct_rows
 from plait.sync import SyncMethod, parse
 
 
@@ -150,21 +146,6 @@ def matching_multiplier(method: list[float], reference: list[float], window: int
             centre = end - half
             return max(1.0, (n - half) / centre), centre
     return 1.0, None
-
-
-def row_figures(cols: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(steps multiplier, whether a figure exists) per row of plan columns ``cols`` (all-reduce rows: 1, known)."""
-    codes = cols["dp_sync"]
-    factor, known = np.ones(len(codes)), np.ones(len(codes), dtype=bool)
-    rows = np.flatnonzero(codes != 0)
-    if len(rows):  # one figure per distinct (method, replicas) of the other methods' rows
-        codes, sharded = codes[rows], ~cols.is_("sharding", "none")[rows]
-        replicas = np.where(sharded, cols["dp_replicate"][rows], cols["dp_replicate"][rows] * cols["dp_shard"][rows])
-        first, inverse = distinct_rows(codes, replicas)
-        figures = [convergence(cols.methods[int(codes[i])], int(replicas[i])) for i in first]
-        factor[rows] = np.array([f.factor for f in figures])[inverse]
-        known[rows] = np.array([f.known for f in figures], dtype=bool)[inverse]
-    return factor, known
 
 
 NUMERICAL = ("allreduce", "bf16", "fp16")

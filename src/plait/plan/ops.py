@@ -1,64 +1,34 @@
 """The column operations the cost model, the plan rules and the capability table are written against.
 
 One implementation serves a million plans and one (STYLE.md rule 9): a batch runs it on numpy arrays
-(:data:`ARRAY`), a single plan (``plait estimate``, every validation row, the simulator's stages) on plain
-Python ints, floats and bools (:data:`SCALAR`), where a numpy call on a one-element array would cost about a
+(:data:`plait.plan.array_ops.ARRAY`, a module of its own: a single plan's process never imports numpy), a single
+plan (``plait estimate``, every validation row, the simulator's stages) on plain Python ints, floats and bools
+(:data:`SCALAR`), where a numpy call on a one-element array would cost about a
 microsecond for a nanosecond of arithmetic. Both evaluate the same IEEE-754 double operations in the same
 order, so they give the same bits (``tests/test_batch_equality.py``). Operators (``+ * / // % == & |``) work
 on both as they are; what differs is here: ``where``/``maximum``/``minimum``/``select``, negation (``~`` on a
 Python bool is an integer), ``any_of``, ``argmax``/``choose`` over stage candidates, ``total`` (Python 3.12's
-``sum`` of floats compensates its rounding, numpy's elementwise ``+`` does not) and ``column`` (a fresh value
-of the batch's shape).
+``sum`` of floats compensates its rounding, numpy's elementwise ``+`` does not), ``column`` (a fresh value
+of the batch's shape) and ``exp`` (the C library's for one plan, numpy's for columns: the same bits where numpy
+has no SIMD loop of its own for it, as on AVX2, but not promised on AVX-512; only a search's p90 ranking exponentiates
+columns).
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import sys
 from collections.abc import Iterable, Sequence
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
-
-
-class ArrayOps:
-    """numpy over columns of many plans."""
-
-    scalar = False
-    where = staticmethod(np.where)
-    maximum = staticmethod(np.maximum)
-    minimum = staticmethod(np.minimum)
-    ceil = staticmethod(np.ceil)
-    select = staticmethod(np.select)
-    choose = staticmethod(np.choose)
-    not_ = staticmethod(np.logical_not)
-
-    @staticmethod
-    def any_of(masks: Iterable[Any]) -> Any:
-        """Rows where any mask holds, or'ed one mask at a time (``np.logical_or.reduce`` of a list stacks it into one
-        2-D array first: three times the cost, measured on 32,768-row columns)."""
-        return reduce(np.logical_or, masks, np.False_)
-
-    @staticmethod
-    def argmax(values: Sequence[Any]) -> Any:
-        """Per row, the index of the largest of ``values`` (the first on ties)."""
-        return np.argmax(np.stack(values), axis=0)
-
-    @staticmethod
-    def total(values: Iterable[Any]) -> Any:
-        """``values`` added left to right."""
-        return _total(values)
-
-    @staticmethod
-    def column(value: Any, size: int) -> np.ndarray:
-        """``value`` (a scalar or a ``size``-long array) as a new float64 array of ``size`` rows
-        (``np.broadcast_to`` did the same at several times the cost for a batch of one)."""
-        array = np.asarray(value, dtype=np.float64)
-        return array.copy() if array.shape == (size,) else np.full(size, array, dtype=np.float64)
+if TYPE_CHECKING:
+    from plait.plan.array_ops import ArrayOps
 
 
-def _total(values: Iterable[Any]) -> Any:
+def total_of(values: Iterable[Any]) -> Any:
+    """``values`` added left to right (scalars or columns alike)."""
     return reduce(operator.add, values)
 
 
@@ -78,8 +48,9 @@ class ScalarOps:
     maximum = staticmethod(max)
     minimum = staticmethod(min)
     ceil = staticmethod(math.ceil)
+    exp = staticmethod(math.exp)
     select = staticmethod(_select)
-    total = staticmethod(_total)
+    total = staticmethod(total_of)
 
     @staticmethod
     def choose(index: int, values: Sequence[Any]) -> Any:
@@ -111,6 +82,12 @@ class ScalarOps:
         return float(value)
 
 
-ARRAY = ArrayOps()
 SCALAR = ScalarOps()
-Ops = ArrayOps | ScalarOps
+Ops: TypeAlias = "ArrayOps | ScalarOps"
+
+
+def is_array(value: Any) -> bool:
+    """Whether ``value`` is a numpy array (a column of many plans), asked without importing numpy: before numpy is
+    imported no value can be one."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray)

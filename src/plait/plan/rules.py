@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
@@ -23,7 +21,10 @@ from plait.plan.plan import Plan
 from plait.sync import MODELLED
 from plait.workload.model import ModelSpec
 
-Mask = Callable[[PlanColumns, ModelSpec, Cluster], np.ndarray]
+if TYPE_CHECKING:
+    import numpy as np
+
+Mask = Callable[[PlanColumns, ModelSpec, Cluster], "np.ndarray"]
 Message = Callable[[Plan, ModelSpec, Cluster], str]
 
 
@@ -224,6 +225,8 @@ def _meets_on_aggregating_tier(c: PlanColumns, k: Cluster) -> Any:
     """Per row, whether the tier the replicas meet on aggregates in the network."""
     if c.xp.scalar:
         return _meeting_tier(c.single, k).aggregation is not None  # type: ignore[arg-type]
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
     extent = np.minimum(c["tp"] * (c.dp - 1) + 1, k.max_gpus)
     index = np.searchsorted(np.array([t.span_gpus for t in k.tiers]), extent)
     capable = np.array([t.aggregation is not None for t in k.tiers] + [False])
@@ -236,6 +239,8 @@ def broken_rule_index(cols: PlanColumns, model: ModelSpec, cluster: Cluster) -> 
     if cols.single is not None:  # the all-reduce: the method-only rules hold
         rules = _ALLREDUCE_RULES if cols.single.dp_sync.is_allreduce else enumerate(RULES)
         return next((i for i, rule in rules if rule.broken(cols, model, cluster)), -1)  # type: ignore[return-value]
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
     first = np.full(len(cols), -1, dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):  # rows with a zero degree fail the first rule anyway
         for index, rule in enumerate(RULES):

@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from plait.plan.columns import PlanColumns
 from plait.plan.plan import Plan
 from plait.workload.model import ModelSpec
@@ -29,6 +27,8 @@ def grid_side(c: PlanColumns) -> Any:
     ratio = c["tp"] // c.xp.maximum(_depth(c), 1)
     if c.xp.scalar:
         return math.isqrt(max(int(ratio), 0))
+    import numpy as np  # columns only: a single plan's estimate runs without numpy
+
     return np.floor(np.sqrt(np.maximum(ratio, 0))).astype(np.int64)
 
 
@@ -41,7 +41,7 @@ def _none_grid(c: PlanColumns) -> bool:
     single plan's)."""
     if c.xp.scalar:
         return bool(c["tp_mode"] == 0)
-    return not bool(np.any(c["tp_mode"] != 0))
+    return not bool((c["tp_mode"] != 0).any())
 
 
 def bad_shape(c: PlanColumns, m: ModelSpec) -> Any:

@@ -25,10 +25,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from plait.cost.estimate import TimeBreakdown
 from plait.packaged import packaged_toml
+from plait.plan.ops import SCALAR, Ops
 
 NOMINAL = 0.8
 """Nominal coverage of the interval (p10 to p90)."""
@@ -49,19 +48,21 @@ class Calibration:
     """How they were computed (the command and the dataset)."""
 
 
-def spread(time_s: dict[str, Any], moe: bool) -> Any:
+def spread(time_s: dict[str, Any], moe: bool, xp: Ops = SCALAR) -> Any:
     """``1 +`` the non-compute share of the step ``+ 1`` for an MoE model, per row (``time_s``: the step's
-    components in seconds, :class:`plait.cost.estimate.TimeBreakdown` names without ``_s``, floats or columns)."""
+    components in seconds, :class:`plait.cost.estimate.TimeBreakdown` names without ``_s``: floats, or columns with
+    ``xp`` = :data:`plait.plan.array_ops.ARRAY`)."""
     total = sum(time_s.values())
     compute = time_s["compute"] + time_s["recompute"]
-    floor = np.maximum(total, 1e-30) if isinstance(total, np.ndarray) else max(total, 1e-30)  # one plan: a float
+    floor = xp.maximum(total, 1e-30)
     return 1.0 + (total - compute) / floor + (1.0 if moe else 0.0)
 
 
-def bounds(step_s: Any, width: Any, calibration: Calibration | None = None) -> tuple[Any, Any]:
-    """(p10, p90) of a step predicted at ``step_s`` with spread ``width``."""
+def bounds(step_s: Any, width: Any, calibration: Calibration | None = None, xp: Ops = SCALAR) -> tuple[Any, Any]:
+    """(p10, p90) of a step predicted at ``step_s`` with spread ``width`` (floats, or columns with ``xp`` =
+    :data:`plait.plan.array_ops.ARRAY`)."""
     cal = calibration or shipped()
-    return step_s * np.exp(cal.lower * width), step_s * np.exp(cal.upper * width)
+    return step_s * xp.exp(cal.lower * width), step_s * xp.exp(cal.upper * width)
 
 
 def step_interval_s(time: TimeBreakdown, moe: bool) -> tuple[float, float]:

@@ -26,8 +26,8 @@ import numpy as np
 from plait.engine.capability import unsupported_masks
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
+from plait.plan.array_ops import ARRAY
 from plait.plan.columns import FIELDS, PlanColumns
-from plait.plan.ops import ARRAY
 from plait.plan.rules import RULES as PLAN_RULES
 from plait.search.enumerate import layout_options, layouts
 from plait.search.rules import ENGINE_CODE, SEARCH_RULES

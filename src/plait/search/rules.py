@@ -15,13 +15,29 @@ import numpy as np
 
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.convergence import row_figures
+from plait.plan.convergence import convergence
+from plait.plan.keys import distinct_rows
 from plait.plan.rules import RULES as PLAN_RULES
 from plait.plan.rules import broken_rule_index
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
 Mask = Callable[[PlanColumns, ModelSpec, Cluster, SearchSpace], np.ndarray]
+
+
+def row_figures(cols: PlanColumns) -> tuple[np.ndarray, np.ndarray]:
+    """(steps multiplier, whether a figure exists) per row of plan columns ``cols`` (all-reduce rows: 1, known)."""
+    codes = cols["dp_sync"]
+    factor, known = np.ones(len(codes)), np.ones(len(codes), dtype=bool)
+    rows = np.flatnonzero(codes != 0)
+    if len(rows):  # one figure per distinct (method, replicas) of the other methods' rows
+        codes, sharded = codes[rows], ~cols.is_("sharding", "none")[rows]
+        replicas = np.where(sharded, cols["dp_replicate"][rows], cols["dp_replicate"][rows] * cols["dp_shard"][rows])
+        first, inverse = distinct_rows(codes, replicas)
+        figures = [convergence(cols.methods[int(codes[i])], int(replicas[i])) for i in first]
+        factor[rows] = np.array([f.factor for f in figures])[inverse]
+        known[rows] = np.array([f.known for f in figures], dtype=bool)[inverse]
+    return factor, known
 
 
 @dataclass(frozen=True)

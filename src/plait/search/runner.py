@@ -22,8 +22,8 @@ from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.job import Job
+from plait.plan.array_ops import ARRAY
 from plait.plan.columns import PlanColumns
-from plait.plan.convergence import row_figures
 from plait.plan.plan import Plan
 from plait.predict.estimate import assemble
 from plait.predict.intervals import bounds, spread
@@ -31,7 +31,7 @@ from plait.search.chunks import hidden_at_most, runs_chunks, search_chunks
 from plait.search.enumerate import layout_sizes
 from plait.search.parts import KEPT_MISSES, POOL_MIN_CANDIDATES, Part, available_cores, pool_parts, search_part
 from plait.search.refine import refine
-from plait.search.rules import HOST_MEMORY_REASON, MEMORY_REASON, reason_table
+from plait.search.rules import HOST_MEMORY_REASON, MEMORY_REASON, reason_table, row_figures
 from plait.search.space import SearchSpace, for_engine
 from plait.workload.model import ModelSpec
 
@@ -76,8 +76,8 @@ class SearchResult:
         step = result.step_time_s[rows]
         if self.rank_by == "p50":
             return step
-        width = spread({k: v[rows] for k, v in result.time.items()}, self.model.moe is not None)
-        return bounds(step, width)[1]
+        width = spread({k: v[rows] for k, v in result.time.items()}, self.model.moe is not None, ARRAY)
+        return bounds(step, width, xp=ARRAY)[1]
 
     @property
     def num_feasible(self) -> int:
