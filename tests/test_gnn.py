@@ -121,13 +121,16 @@ def test_plait_run_refuses_a_directed_graph_in_one_line(tmp_path: Path) -> None:
     assert code == 2 and "plait run generates undirected graphs" in err and "Traceback" not in err
 
 
-def test_plait_run_refuses_a_model_with_dropout_in_one_line(tmp_path: Path) -> None:
-    """The runtime's GNN layers have no dropout; a model file that asks for it is for estimates only."""
+@pytest.mark.parametrize(("extra", "rule"), [("[model]\ndropout = true", "dropout is for estimates only"),
+                                           ('[loop]\nloader = "salient"\n[model]', "loader or copy is for estimates")])
+def test_plait_run_refuses_what_its_ranks_do_not_do_in_one_line(tmp_path: Path, extra: str, rule: str) -> None:
+    """The runtime's GNN layers have no dropout and its ranks sample their own batches: a model file that asks for
+    dropout or a host loader is for estimates only."""
     text = (Path(__file__).parent.parent / "examples" / "gnn-tiny.toml").read_text()
-    model = tmp_path / "dropout.toml"
-    model.write_text(text.replace("[model]", "[model]\ndropout = true"))
+    model = tmp_path / "extra.toml"
+    model.write_text(text.replace("[model]", extra))
     code, _, err = _cli(["run", "--model", str(model), "--gpus", "2", "--global-batch", "64", "--steps", "1"])
-    assert code == 2 and "dropout is for estimates only" in err and "Traceback" not in err
+    assert code == 2 and rule in err and "Traceback" not in err
 
 
 def test_a_bad_out_degree_exponent_is_refused_in_one_line() -> None:

@@ -120,7 +120,9 @@ DLRM = 'dense_features = 13\nbottom_mlp = [4]\ntop_mlp = [1]\n[[tables]]\nname =
 @pytest.mark.parametrize("text, rule", [
     (GNN + "fanout = 3\n", "[model]: unknown key 'fanout'"),
     (GNN.replace("layers = 1", 'layers = "1"'), "[model].layers='1' must be an integer"),
-    (GNN + "[extra]\n", "unknown key 'extra' (known: graph, model, name)"),
+    (GNN + "[extra]\n", "unknown key 'extra' (known: graph, loop, model, name)"),
+    (GNN + '[loop]\ncopy_from = "mmap"\n', "[loop].copy_from='mmap' must be one of"),
+    (GNN + '[loop]\nloader = "salient"\nfeature_bytes = 3\n', "feature_bytes=3 must be one of 1, 2, 4, 8"),
     (GNN.replace("classes = 2\n", "classes = 2\ndegree = 3\n"), "[graph]: unknown key 'degree'"),
     (DIT + "hiden = 3\n", "[dit]: unknown key 'hiden'"),
     (DIT + "[job]\ncfg = 1\n", "[job].cfg=1 must be true or false"),

@@ -11,7 +11,7 @@ from plait.workloads import Options, Validation, WorkloadKind, lazy
 
 COMMANDS = "plait.workloads.gnn.commands"
 
-OPTIONS = {"gnn_strategy": "sampled_dp", "gnn_library": "pyg", "edge_cut": None, "cache_fraction": 0.0,
+OPTIONS = {"gnn_strategy": "sampled_dp", "gnn_library": "", "edge_cut": None, "cache_fraction": 0.0,
            "gnn_sampler": "loop"}
 """``plait estimate``'s GNN options and their defaults (given otherwise, they need a GNN)."""
 

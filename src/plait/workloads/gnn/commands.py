@@ -20,7 +20,7 @@ from plait.workloads.timeline import simulate_workload
 
 
 def predict(workload: Workload, cluster: str, gpus: int, global_batch: int, strategy: str = "sampled_dp",
-            edge_cut: float | None = None, cache_fraction: float = 0.0, library: str = "pyg",
+            edge_cut: float | None = None, cache_fraction: float = 0.0, library: str = "",
             sampler: str = "loop") -> GnnPrediction:
     """:func:`predict_gnn` of the options' text: ``sampler`` (:func:`plait.workloads.gnn.sampler.parse_sampler`'s text)
     parsed here, at the edge."""

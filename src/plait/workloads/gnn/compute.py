@@ -84,7 +84,7 @@ layer's dropout its mask (``nb`` bytes) and its batch normalization its output (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -122,6 +122,15 @@ CALIBRATED = "measured by plait calibrate"
 so PyTorch's gather rate relative to a datasheet's streaming rate does not apply to it."""
 
 
+class Feed(Protocol):
+    """A host loader's step beside its trainer (:class:`plait.workloads.gnn.host.HostStep`): its own step and epoch."""
+
+    @property
+    def step_s(self) -> float: ...
+
+    def epoch_s(self, steps: int) -> float: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class GnnEstimate:
     """One step of one rank, its parts in seconds, and the epoch."""
@@ -145,6 +154,8 @@ class GnnEstimate:
     asynchronous_launch: bool = True
     """Whether the device queues the host's launches (the accelerator's
     :attr:`plait.hardware.accelerator.Accelerator.asynchronous_launch`)."""
+    feed: Feed | None = None
+    """A host loader feeding the trainer (:mod:`plait.workloads.gnn.feed`): the step and epoch are then its own."""
 
     @property
     def device_s(self) -> float:
@@ -154,11 +165,16 @@ class GnnEstimate:
     @property
     def step_s(self) -> float:
         """The device's work and whatever of the host's dispatch it does not hide (the queue rule of
-        :mod:`plait.cost.host`: the longer of the two behind a launch queue, their sum without one)."""
+        :mod:`plait.cost.host`: the longer of the two behind a launch queue, their sum without one); or the host
+        loader's step (:attr:`feed`)."""
+        if self.feed is not None:
+            return self.feed.step_s
         return self.device_s + float(exposed_host_s(self.device_s, self.host_s, np, self.asynchronous_launch))
 
     @property
     def epoch_s(self) -> float:
+        if self.feed is not None:
+            return self.feed.epoch_s(self.steps_per_epoch)
         return self.step_s * self.steps_per_epoch
 
 

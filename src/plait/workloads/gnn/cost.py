@@ -36,7 +36,9 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
 - **gradient all-reduce** of the fp32 parameters over the ``W`` ranks (DDP), and Adam's update, which reads and
   writes each parameter's 4 fp32 tensors (parameter, gradient, two moments) at the HBM's rate;
 - the step is the longer of these (the device's) and the host's dispatch of its operations
-  (:mod:`plait.workloads.gnn.dispatch`).
+  (:mod:`plait.workloads.gnn.dispatch`);
+- the training loop around them (the spec's :class:`plait.workloads.gnn.loop.GnnLoop`): a pageable copy of host
+  rows, or a host-CPU loader's workers beside the trainer (:mod:`plait.workloads.gnn.feed`).
 
 Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the features it holds
 (its part and the cache, all of them, or none), the batch's features, the activations and the optimizer state
@@ -64,6 +66,7 @@ from plait.workloads.gnn.compute import (
     structure_bytes,
 )
 from plait.workloads.gnn.dispatch import host_step_s
+from plait.workloads.gnn.feed import host_loader, loader_estimate, pageable_fetch_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
 from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
@@ -96,6 +99,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     statistics give (strategies that sample the whole graph); ``cache_hit_rate``: a measured hit rate of the
     ``host_features`` cache in place of the degree-ordered cache's (:mod:`plait.workloads.gnn.presampling`)."""
     cut = _check(world, batch, strategy, edge_cut, cache_fraction, library, cache_hit_rate)
+    loader = host_loader(spec, strategy, library, cache_fraction, sampler != LOOP) if spec.loop.loader else None
     if strategy == "full_graph":
         return full_graph(spec, cluster, world, library)
     g, acc = spec.graph, cluster.accelerator
@@ -137,12 +141,15 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
         if world > 1:
             server = estimate_gnn(spec, cluster, 1, batch, "replicated", library=library)
             correction_s = LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS
-    return GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
-                       compute_s=step_compute_s(spec, sizes, acc, library, sampled.nodes), all_reduce_s=all_reduce_s,
-                       optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
-                       steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s,
-                       host_s=host_step_s(spec.model, library, acc),
-                       asynchronous_launch=acc.asynchronous_launch)
+    est = GnnEstimate(strategy=strategy, batch=sampled, sampling_s=sampling_s, fetch_s=fetch_s,
+                      compute_s=step_compute_s(spec, sizes, acc, library, sampled.nodes), all_reduce_s=all_reduce_s,
+                      optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
+                      steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s,
+                      host_s=host_step_s(spec.model, library, acc),
+                      asynchronous_launch=acc.asynchronous_launch)
+    if loader is not None:  # the spec's loop: a host loader's step (feed.py), or the loop's own pageable copy
+        return loader_estimate(est, spec, cluster, world, loader)
+    return replace(est, fetch_s=pageable_fetch_s(est, spec, cluster, world))
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

@@ -1,5 +1,7 @@
 """What DGL 0.6-0.7's backward pays on a whole graph held as COO to reverse it: each call rebuilds the reversed graph's
-CSC, a GPU sort of every edge (a full-graph DGL step, :func:`plait.workloads.gnn.validate.predict_row`).
+CSC, a GPU sort of every edge (full-graph training with the ``dgl`` or ``spmm`` library of a script whose graph holds
+its COO: :attr:`plait.workloads.gnn.loop.GnnLoop.graph_formats`; charged by
+:func:`plait.workloads.gnn.pipe.full_graph`).
 
 - **The reversals.** The backward of a sparse operation that reads source rows reverses the graph: ``GSpMM``'s
   gradient of its source input and ``GSDDMM``'s of a ``u`` operand call ``gidx.reverse()``
@@ -30,6 +32,10 @@ from __future__ import annotations
 
 import math
 
+from plait.cost.compute import memory_bytes_per_s
+from plait.hardware.accelerator import Accelerator
+from plait.workloads.gnn.model import GnnSpec
+
 REVERSALS_PER_LAYER = {"sage": 1, "gat": 2}
 """Graph reversals one layer's backward makes when its aggregated rows take a gradient (module docstring)."""
 RADIX_BITS_PER_PASS = 6
@@ -54,3 +60,21 @@ def reversals(kind: str, layers: int, first_takes_gradient: bool) -> int:
     """Graph reversals of one step's backward: :data:`REVERSALS_PER_LAYER` for every layer whose aggregated rows take
     a gradient (all but the first where it aggregates the raw inputs); none for other kinds (not read)."""
     return REVERSALS_PER_LAYER.get(kind, 0) * (layers - (0 if first_takes_gradient else 1))
+
+
+REVERSING_LIBRARIES = ("dgl", "spmm")
+"""Libraries whose sparse backward reverses the graph: DGL's own layers, and the DGL 0.5 benchmark's SAGEConv modules
+whose fused product is DGL's ``GSpMM`` (:mod:`plait.workloads.gnn.compute`)."""
+
+
+def reversals_s(spec: GnnSpec, library: str, acc: Accelerator, first: int = 0, last: int | None = None) -> float:
+    """Seconds layers ``first`` to ``last`` (exclusive; all by default) of a full-graph step spend rebuilding the
+    reversed graph's CSC in their backward: none unless the library reverses and the script's graph holds its COO
+    (:attr:`plait.workloads.gnn.loop.GnnLoop.graph_formats`); DGL's own SAGEConv modules aggregate the raw inputs at
+    the first layer, which takes no gradient."""
+    if library not in REVERSING_LIBRARIES or spec.loop.graph_formats != "coo":
+        return 0.0
+    kind, g = spec.model.kind, spec.graph
+    last = spec.model.layers if last is None else last
+    count = reversals(kind, last - first, first > 0 or kind != "sage")
+    return count * rebuild_bytes(g.nodes, g.stored_edges) / memory_bytes_per_s(acc)

@@ -19,6 +19,8 @@ A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::
     layers = 3
     hidden = 256
     fanouts = [15, 10, 5]       # neighbours sampled per node, the seeds' hop first
+    [loop]                      # optional: how the script holds the graph and feeds batches (plait.workloads.gnn.loop)
+    loader = "dgl-cpu"
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Literal
 from plait.errors import ConfigError
 from plait.schema import build, check_keys, table, value
 from plait.workload.files import read_toml
+from plait.workloads.gnn.loop import DEFAULT_LOOP, GnnLoop
 
 GnnKind = Literal["sage", "gcn", "gat", "transformer", "gin"]
 KINDS: tuple[GnnKind, ...] = ("sage", "gcn", "gat", "transformer", "gin")
@@ -146,11 +149,13 @@ class GnnModel:
 
 @dataclass(frozen=True, kw_only=True)
 class GnnSpec:
-    """A GNN job's workload: the graph and the model."""
+    """A GNN job's workload: the graph, the model and the training loop around it."""
 
     name: str
     graph: GraphStats
     model: GnnModel
+    loop: GnnLoop = DEFAULT_LOOP
+    """How the script holds the graph and feeds its batches (:mod:`plait.workloads.gnn.loop`; its defaults)."""
 
 
 def is_gnn_data(data: dict[str, Any]) -> bool:
@@ -162,7 +167,7 @@ def read_gnn(path: Path) -> GnnSpec:
     keys and wrong types are errors naming the key); one-line errors name the value and the rule."""
     data = read_toml(path)
     where = str(path)
-    check_keys(data, ("graph", "model", "name"), where)
+    check_keys(data, ("graph", "model", "name", "loop"), where)
     for key in ("graph", "model"):
         if key not in data:
             raise ConfigError(f"{where}: a GNN needs {key!r}")
@@ -171,7 +176,9 @@ def read_gnn(path: Path) -> GnnSpec:
     derived = {"train_nodes": nodes, "max_degree": nodes - 1} if type(nodes) is int else {}  # defaults from nodes
     graph = build(GraphStats, {**derived, **g}, f"{where}: [graph]")
     model = build(GnnModel, table(data["model"], f"{where}: [model]"), f"{where}: [model]")
-    spec = GnnSpec(name=value(data.get("name", path.stem), str, f"{where}: name"), graph=graph, model=model)
+    loop = build(GnnLoop, table(data.get("loop", {}), f"{where}: [loop]"), f"{where}: [loop]")
+    spec = GnnSpec(name=value(data.get("name", path.stem), str, f"{where}: name"), graph=graph, model=model,
+                   loop=loop)
     check_gnn(spec, str(path))
     return spec
 

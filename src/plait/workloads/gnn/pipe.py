@@ -1,8 +1,9 @@
 """Full-graph GNN training: on one GPU, and on several by GNNPipe's layer pipeline (000-11: Chen et al.,
 "GNNPipe: Scaling Deep GNN Training with Pipelined Model Parallelism", arXiv 2308.10087, Sec. 3-4).
 
-One GPU: every layer on every node and edge, forward and backward (:mod:`plait.workloads.gnn.compute`), one step per
-epoch.
+One GPU: every layer on every node and edge, forward and backward (:mod:`plait.workloads.gnn.compute`), and, in DGL
+on a graph that holds its COO, the backward's reversed graphs rebuilt (:mod:`plait.workloads.gnn.dgl_reverse`), one
+step per epoch.
 
 GNNPipe on ``p`` GPUs: the ``L`` layers in ``p`` contiguous stages (balanced by their time), the graph's nodes in
 ``C`` chunks streamed through the stages. A chunk's layer needs its neighbours' embeddings from the layer below,
@@ -30,6 +31,7 @@ from plait.workloads.gnn.compute import (
     state_bytes,
     structure_bytes,
 )
+from plait.workloads.gnn.dgl_reverse import reversals_s
 from plait.workloads.gnn.dispatch import host_step_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
 
@@ -49,7 +51,7 @@ def full_graph(spec: GnnSpec, cluster: Cluster, world: int, library: GnnLibrary)
     sizes = layer_sizes(spec, None, library)
     times = layer_compute_s(spec, sizes, acc, library)
     stages = _balanced(times, world)
-    slowest = max(sum(times[a:b]) for a, b in stages)
+    slowest = max(sum(times[a:b]) + reversals_s(spec, library, acc, a, b) for a, b in stages)
     chunks = CHUNKS_PER_STAGE * world if world > 1 else 1
     compute = slowest * (1.0 + (world - 1) / chunks)
     widths = spec.model.widths(g)

@@ -11,6 +11,7 @@ from plait.hardware.cluster import Cluster
 from plait.units import GIB
 from plait.workloads.gnn.compute import GnnLibrary
 from plait.workloads.gnn.cost import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.workloads.gnn.feed import LOADER_STRATEGIES, resolve_library
 from plait.workloads.gnn.model import GnnSpec
 from plait.workloads.gnn.sampler import LOOP, Sampler
 
@@ -59,10 +60,12 @@ class GnnPrediction:
 
 
 def predict_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, strategy: str = "sampled_dp",
-                edge_cut: float | None = None, cache_fraction: float = 0.0, library: str = "pyg",
+                edge_cut: float | None = None, cache_fraction: float = 0.0, library: str = "",
                 sampler: Sampler = LOOP) -> GnnPrediction:
     """The job under ``strategy``; ``edge_cut`` defaults to a random cut of the graph into ``gpus`` parts;
-    ``sampler``: the mini-batch strategies' sampler."""
+    ``sampler``: the mini-batch strategies' sampler; ``library``: empty, PyG's or the spec's loader's
+    (:func:`plait.workloads.gnn.feed.resolve_library`)."""
+    library = resolve_library(spec, library)
     if gpus < 1 or global_batch < gpus or global_batch % gpus:
         raise ConfigError(f"global_batch={global_batch} must be a positive multiple of gpus={gpus} (seeds per rank)")
     batch = global_batch // gpus
@@ -88,14 +91,17 @@ APART = {"partition_local": "trains on less of the graph (drops the edges betwee
 
 
 def search_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, edge_cut: float | None = None,
-               memory_margin: float = 0.05, library: str = "pyg") -> tuple[list[GnnPrediction], list[GnnPrediction],
+               memory_margin: float = 0.05, library: str = "") -> tuple[list[GnnPrediction], list[GnnPrediction],
                                                                          list[tuple[str, str]]]:
     """Every strategy (and, for sampled data parallelism, every cache size of :data:`CACHE_FRACTIONS` and sampler of
     :data:`SAMPLER_CHOICES`): the
     mini-batch ones that train on the whole graph and fit, ranked by epoch time; those of :data:`APART` that fit
-    (shown, not ranked: a faster epoch is not a better plan by itself); and those refused, with why."""
+    (shown, not ranked: a faster epoch is not a better plan by itself); and those refused, with why. A spec with a
+    host loader: the strategies it feeds (:data:`plait.workloads.gnn.feed.LOADER_STRATEGIES`) only."""
     candidates = [(s, c, m) for s in STRATEGIES for c in (CACHE_FRACTIONS if s == "sampled_dp" else (0.0,))
                   for m in (SAMPLER_CHOICES if s == "sampled_dp" else (LOOP,))]
+    if spec.loop.loader:
+        candidates = [(s, 0.0, LOOP) for s in LOADER_STRATEGIES]
     ranked: list[GnnPrediction] = []
     apart: list[GnnPrediction] = []
     refused: list[tuple[str, str]] = []

@@ -22,6 +22,9 @@ def describe(result: GnnPrediction) -> str:
         text += " (one update per epoch)"
     if est.strategy == "llcg":
         text += " (local steps, averaged, server-corrected)"
+    loop = result.spec.loop
+    if loop.loader:  # the step is the loader's: its workers beside the trainer (feed.py)
+        text += f", fed by {loop.loader} ({loop.workers} workers asked; sampling and fetch on the host)"
     return text
 
 

@@ -56,6 +56,9 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
         if on:
             raise ConfigError(f"[model].{option}=true: plait run's GNN layers have none; {option} is for "
                               "estimates only")
+    if spec.loop.loader or spec.loop.copy_from != "pinned":
+        raise ConfigError(f"[loop] loader={spec.loop.loader!r}, copy_from={spec.loop.copy_from!r}: plait run's ranks "
+                          "sample and hold their batches themselves; a [loop] loader or copy is for estimates only")
     if gpus < 2 or global_batch % gpus:
         raise ConfigError(f"--gpus={gpus} must be >= 2 ranks and divide --global-batch={global_batch}")
     batch = global_batch // gpus
