@@ -212,6 +212,22 @@ class PlanColumns:
                 kwargs[name] = int(value)
         return Plan(**kwargs)
 
+    def plans(self, rows: np.ndarray) -> list[Plan]:
+        """Rows ``rows`` back as Plans (:meth:`plan` of each, their values read out a column at a time)."""
+        assert self.single is None, "one plan's columns: plan()"
+        values: dict[str, list[Any]] = {}
+        for name in FIELDS:
+            column = self.data[name][rows]
+            if name in CHOICES:
+                values[name] = [CHOICES[name][v] for v in column.tolist()]
+            elif name in TEXTS:
+                values[name] = [self.methods[v] for v in column.tolist()]
+            elif name in BOOLS:
+                values[name] = column.astype(bool).tolist()
+            else:
+                values[name] = column.astype(np.int64).tolist()
+        return [Plan(**dict(zip(FIELDS, row))) for row in zip(*(values[name] for name in FIELDS))]
+
     # --- derived columns ---------------------------------------------------------------
     @property
     def dp(self) -> np.ndarray:

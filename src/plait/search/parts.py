@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from plait.cost.batch import BatchResult, Prepared, evaluate_batch, peak_memory, prepare
-from plait.cost.inner import Inner, inner_columns
+from plait.cost.inner import Known, inner_columns
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -102,7 +102,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
         return part
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
     dropped = enumerated - len(cols)
-    known: dict[tuple[int, ...], Inner] = {}  # per-layer quantities costed in earlier chunks
+    known = Known()  # per-layer quantities costed in earlier chunks
     for begin in range(0, len(cols), CHUNK):
         chunk = cols.take(np.arange(begin, min(begin + CHUNK, len(cols))))
         screen = screened(model, cluster, chunk, engine.framework, limit, known)
@@ -154,7 +154,7 @@ def swap_twins(cols: PlanColumns, fits: np.ndarray) -> PlanColumns | None:
 
 
 def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, cols: PlanColumns,
-                part: Part, known: dict[tuple[int, ...], Inner] | None = None) -> None:
+                part: Part, known: Known | None = None) -> None:
     """Verdict and cost the candidates ``cols`` (made during the search) into ``part``, as :func:`search_part` does
     the enumerated ones (``known``: the search's per-layer quantities so far, :func:`screened`)."""
     names = reason_table() + engine_reasons(engine)
@@ -173,7 +173,7 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
 
 
 def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
-             known: dict[tuple[int, ...], Inner] | None = None) -> tuple[BatchResult, np.ndarray, np.ndarray] | None:
+             known: Known | None = None) -> tuple[BatchResult, np.ndarray, np.ndarray] | None:
     """``cols`` costed with their memory first: (the batch of the rows that may fit or be kept as a near miss, their
     indices in ``cols``, the indices of the other rows, which do not fit), or ``None`` where the cost model refuses a row (then :func:`costed`
     finds it). Most costed candidates do not fit (61% for 405B on 16,384 GPUs), and their step times are never
@@ -184,33 +184,35 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
     has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order. ``known``: the per-layer
     quantities of the search's earlier chunks (:func:`plait.cost.inner.inner_columns`), each combination costed once."""
     try:
-        peak = peak_memory(model, cluster, _memory_view(model, cluster, cols, framework, known))[0]["total"]
+        memory, stage = peak_memory(model, cluster, _memory_view(model, cluster, cols, framework, known))
+        peak = memory["total"]
         maybe = (peak <= limit) | (cols["dp_sync"] != 0)
         over = np.flatnonzero(~maybe)
         nearest = over[np.argsort(peak[over], kind="stable")[:KEPT_MISSES]]
         rows = np.sort(np.concatenate([np.flatnonzero(maybe), nearest]))
         timed = cols.take(rows)  # prepared again from the kept combinations: FSDP and hop times for these rows only
         batch = evaluate_batch(model, cluster, timed, framework,
-                               prepared=prepare(model, cluster, timed, framework, known))
+                               prepared=prepare(model, cluster, timed, framework, known),
+                               peak=({k: v[rows] for k, v in memory.items()}, stage[rows]))
     except ConfigError:
         return None
     return batch, rows, np.setdiff1d(over, nearest)
 
 
 def _memory_view(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-                 known: dict[tuple[int, ...], Inner] | None) -> Prepared:
+                 known: Known | None) -> Prepared:
     """What :func:`plait.cost.batch.peak_memory` reads of :func:`plait.cost.batch.prepare`'s result: the columns
     with the sequence filled and their per-layer quantities (the per-row FSDP, hop and swap times, which it does not
     read, are left out: only the rows that may fit are timed)."""
     data = dict(cols.data)
     data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)  # as prepare fills it
     filled = PlanColumns(data, methods=cols.methods)
-    inner = inner_columns(model, cluster, filled, framework, known)
+    inner = inner_columns(model, cluster, filled, framework, known, sized=True)
     return Prepared(cols=filled, inner=inner, fsdp=(), p2p_s=0.0, framework=framework)  # type: ignore[arg-type]
 
 
 def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-           refused: Counter[str], known: dict[tuple[int, ...], Inner] | None = None) -> list[BatchResult]:
+           refused: Counter[str], known: Known | None = None) -> list[BatchResult]:
     """``cols`` costed as one batch, or, where the cost model refuses the batch (a :class:`ConfigError` of one of
     its rows), as batches of its halves, halved again until each refused row stands alone and is dropped with its
     message counted in ``refused``.
