@@ -244,12 +244,12 @@ def _sized_row(setup: Setup) -> Inner:
     if setup.plan.tp_mode != "1d":
         return _row(setup)
     kinds = [ABSENT if moe_layer and not setup.model.moe else
-             replace(_UNSIZED_KIND, **_kind_sizes(setup, moe_layer)) for moe_layer in (False, True)]
-    return replace(_UNSIZED_INNER, dense=kinds[0], moe=kinds[1], **_sizes(setup))
+             LayerKind(**{**_UNSIZED_KIND, **_kind_sizes(setup, moe_layer)}) for moe_layer in (False, True)]
+    return Inner(dense=kinds[0], moe=kinds[1], **{**_UNSIZED_INNER, **_sizes(setup)})
 
 
-_UNSIZED_KIND = LayerKind(**dict.fromkeys(_KIND_FIELDS, UNSIZED))
-_UNSIZED_INNER = Inner(dense=_UNSIZED_KIND, moe=_UNSIZED_KIND, **dict.fromkeys(_INNER_FIELDS, UNSIZED))
+_UNSIZED_KIND = dict.fromkeys(_KIND_FIELDS, UNSIZED)
+_UNSIZED_INNER = dict.fromkeys(_INNER_FIELDS, UNSIZED)
 
 
 def _columns(rows: list, names: tuple[str, ...], inverse: np.ndarray) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
@@ -264,9 +264,9 @@ def _stack(rows: list[Inner], inverse: np.ndarray, sized: bool = False) -> Inner
     if not sized:
         kinds = [LayerKind(**_columns([getattr(r, k) for r in rows], _KIND_FIELDS, inverse)) for k in ("dense", "moe")]
         return Inner(dense=kinds[0], moe=kinds[1], **_columns(rows, _INNER_FIELDS, inverse))
-    kinds = [replace(_UNSIZED_KIND, **_columns([getattr(r, k) for r in rows], MEMORY_KIND_FIELDS, inverse))
+    kinds = [LayerKind(**{**_UNSIZED_KIND, **_columns([getattr(r, k) for r in rows], MEMORY_KIND_FIELDS, inverse)})
              for k in ("dense", "moe")]
-    return replace(_UNSIZED_INNER, dense=kinds[0], moe=kinds[1], **_columns(rows, MEMORY_INNER_FIELDS, inverse))
+    return Inner(dense=kinds[0], moe=kinds[1], **{**_UNSIZED_INNER, **_columns(rows, MEMORY_INNER_FIELDS, inverse)})
 
 
 def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,

@@ -189,8 +189,9 @@ class PlanColumns:
             return parts[0]
         return cls({k: np.concatenate([p.data[k] for p in parts]) for k in parts[0].data}, methods=parts[0].methods)
 
-    def take(self, index: np.ndarray) -> PlanColumns:
-        """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""
+    def take(self, index: np.ndarray | slice) -> PlanColumns:
+        """Rows ``index`` (an integer index, a boolean mask, or a slice, whose columns are views; of a single plan, an
+        integer array repeats it)."""
         if self.single is not None:
             return PlanColumns.from_plans([self.single]).take(np.zeros(len(index), dtype=np.int64))
         return PlanColumns({k: v[index] for k, v in self.data.items()}, methods=self.methods)
