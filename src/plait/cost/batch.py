@@ -26,7 +26,7 @@ from plait.cost.flops import kept_flops_per_token, model_flops_per_token
 from plait.cost.fsdp_layer import fsdp_layer_times
 from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
-from plait.cost.inner import Inner, Known, LayerKind, inner_columns
+from plait.cost.inner import ABSENT, Inner, Known, LayerKind, inner_columns
 from plait.cost.memory import (
     MEMORY_ITEMS,
     kept_stage_memory,
@@ -87,6 +87,8 @@ def _rows(value: Any, index: np.ndarray) -> Any:
     """Rows ``index`` of every per-row column in ``value`` (an array, a dataclass or tuple of them, or a number)."""
     if isinstance(value, np.ndarray) and value.ndim:
         return value[index]
+    if value is ABSENT:  # one shared value, which the cost model knows by its identity
+        return value
     if is_dataclass(value) and not isinstance(value, type):
         return replace(value, **{f.name: _rows(getattr(value, f.name), index) for f in fields(value) if f.init})
     if isinstance(value, tuple):

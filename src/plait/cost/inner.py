@@ -260,13 +260,13 @@ def _columns(rows: list, names: tuple[str, ...], inverse: np.ndarray) -> dict[st
 
 def _stack(rows: list[Inner], inverse: np.ndarray, sized: bool = False) -> Inner:
     """The Inner whose every field is the column of ``rows``' values, one entry per plan row (``sized``: only the
-    fields memory reads, the others :data:`UNSIZED`)."""
-    if not sized:
-        kinds = [LayerKind(**_columns([getattr(r, k) for r in rows], _KIND_FIELDS, inverse)) for k in ("dense", "moe")]
-        return Inner(dense=kinds[0], moe=kinds[1], **_columns(rows, _INNER_FIELDS, inverse))
-    kinds = [LayerKind(**{**_UNSIZED_KIND, **_columns([getattr(r, k) for r in rows], MEMORY_KIND_FIELDS, inverse)})
-             for k in ("dense", "moe")]
-    return Inner(dense=kinds[0], moe=kinds[1], **{**_UNSIZED_INNER, **_columns(rows, MEMORY_INNER_FIELDS, inverse)})
+    fields memory reads, the others :data:`UNSIZED`). A kind every row lacks stays :data:`ABSENT`, as for one plan:
+    its terms, all zero, are skipped rather than added as columns of zeros."""
+    names, base = (MEMORY_KIND_FIELDS, _UNSIZED_KIND) if sized else (_KIND_FIELDS, {})
+    kinds = [ABSENT if all(getattr(r, k) is ABSENT for r in rows) else
+             LayerKind(**{**base, **_columns([getattr(r, k) for r in rows], names, inverse)}) for k in ("dense", "moe")]
+    names, base = (MEMORY_INNER_FIELDS, _UNSIZED_INNER) if sized else (_INNER_FIELDS, {})
+    return Inner(dense=kinds[0], moe=kinds[1], **{**base, **_columns(rows, names, inverse)})
 
 
 def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
