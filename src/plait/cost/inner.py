@@ -223,15 +223,16 @@ UNSIZED = float("nan")
 @dataclass
 class Known:
     """A search's per-layer quantities so far, per combination of :data:`INNER_FIELDS` (its key), so that each
-    combination is costed once across the search's chunks: every field (``rows``), the fields memory reads alone
-    (``sizes``, of the combinations no row was timed for yet), and the Setup each was costed with (its derived
-    sizes computed once for both)."""
+    combination is costed once across the search's chunks: every field (``rows``, of the combinations some row was
+    timed for), the fields memory reads alone (``sizes``, :func:`_sized_row`), and the Setup each combination was
+    costed with (its derived sizes computed once for both)."""
 
     rows: dict[tuple[int, ...], Inner] = field(default_factory=dict)
     sizes: dict[tuple[int, ...], Inner] = field(default_factory=dict)
     setups: dict[tuple[int, ...], Setup] = field(default_factory=dict)
 
     def setup(self, key: tuple[int, ...], build: Callable[[], Setup]) -> Setup:
+        """The Setup of combination ``key``, built the first time."""
         found = self.setups.get(key)
         if found is None:
             found = self.setups[key] = build()
