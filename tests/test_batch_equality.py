@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plait.cost.batch import BatchResult, evaluate_batch
+from plait.cost.batch import BatchResult, evaluate_batch, peak_memory
 from plait.engine.capability import unsupported_index
 from plait.engine.catalog import engine_names, get_engine
 from plait.hardware.catalog import get_cluster
@@ -19,6 +19,7 @@ from plait.plan.plan import Plan
 from plait.plan.rules import RULES, broken_rule_index
 from plait.predict.estimate import estimate
 from plait.search.enumerate import enumerate_space
+from plait.search.parts import _memory_view
 from plait.search.rules import prune
 from plait.search.space import default_space
 from plait.validate.datasets import dataset_path
@@ -119,6 +120,7 @@ def test_random_plans_rules_capabilities_and_costs_agree(slug: str, cluster: str
     model, hardware = get_model(slug), get_cluster(cluster)
     plans = _random_plans(seed, 3000)
     cols = PlanColumns.from_plans(plans)
+    assert cols.plans(np.arange(len(plans))) == plans  # read back all at once as one at a time
     broken = broken_rule_index(cols, model, hardware)
     plain = cols["dp_sync"] == 0
     assert plain.any() and not plain.all()
@@ -136,3 +138,8 @@ def test_random_plans_rules_capabilities_and_costs_agree(slug: str, cluster: str
     batch = evaluate_batch(model, hardware, PlanColumns.from_plans(valid), framework)
     for i, plan in enumerate(valid):
         _same(batch, i, plan, model, hardware, framework)
+    # the planner's memory screen, from the per-layer fields memory reads alone, finds the same peak to the bit
+    assert batch.prepared is not None
+    full, screen = (peak_memory(model, hardware, p) for p in
+                    (batch.prepared, _memory_view(model, hardware, PlanColumns.from_plans(valid), framework, None)))
+    assert all(np.array_equal(full[0][k], screen[0][k]) for k in full[0]) and np.array_equal(full[1], screen[1])

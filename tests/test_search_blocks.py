@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
@@ -16,7 +18,7 @@ from plait.hardware.catalog import get_cluster
 from plait.plan.columns import FIELDS
 from plait.plan.convergence import searched_specs
 from plait.search.enumerate import enumerate_space
-from plait.search.parts import search_part
+from plait.search.parts import _smallest, search_part
 from plait.search.rules import ENGINE_CODE, MEMORY_CODE, prune, reason_table
 from plait.search.space import default_space
 from plait.sync import ALLREDUCE
@@ -71,3 +73,12 @@ def test_memory_screen_keeps_what_timing_every_row_keeps(model: str, gpus: int, 
         misses += len(a.cols) - len(rows_a)
     assert misses > 0 and screened.reasons[reason_table()[MEMORY_CODE]] > misses, "the case should screen rows out"
     assert chunk > screened.costed or len(screened.chunks) > 1
+
+
+@given(st.lists(st.sampled_from([0.0, 1.0, 2.5, 3.0, float("inf"), float("nan")]), max_size=40),
+       st.integers(min_value=1, max_value=20))
+def test_smallest_is_the_head_of_a_stable_argsort(values: list[float], k: int) -> None:
+    """The nearest misses are found by a partition, then a sort of the few below it: the same rows in the same
+    order as sorting every row (ties in position order, NaN last)."""
+    array = np.array(values, dtype=np.float64)
+    assert np.array_equal(_smallest(array, k), np.argsort(array, kind="stable")[:k])

@@ -24,7 +24,7 @@ from plait.cost.flops import kept_flops_per_token, model_flops_per_token
 from plait.cost.fsdp_layer import fsdp_layer_times
 from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
-from plait.cost.inner import Inner, LayerKind, inner_columns
+from plait.cost.inner import ABSENT, Inner, Known, LayerKind, inner_columns
 from plait.cost.memory import (
     MEMORY_ITEMS,
     kept_stage_memory,
@@ -88,6 +88,8 @@ def _rows(value: Any, index: np.ndarray) -> Any:
     """Rows ``index`` of every per-row column in ``value`` (an array, a dataclass or tuple of them, or a number)."""
     if is_array(value) and value.ndim:
         return value[index]
+    if value is ABSENT:  # one shared value, which the cost model knows by its identity
+        return value
     if is_dataclass(value) and not isinstance(value, type):
         return replace(value, **{f.name: _rows(getattr(value, f.name), index) for f in fields(value) if f.init})
     if isinstance(value, tuple):
@@ -156,7 +158,7 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fram
 
 
 def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-            known: dict[tuple[int, ...], Inner] | None = None) -> Prepared:
+            known: Known | None = None) -> Prepared:
     """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time (``known``: see
     :func:`plait.cost.inner.inner_columns`)."""
     if cols.single is not None:
@@ -281,10 +283,11 @@ _PEAK_KEYS = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
 
 
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-                   prepared: Prepared | None = None) -> BatchResult:
+                   prepared: Prepared | None = None, peak: tuple[Columns, Any] | None = None) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
-    (:meth:`PlanColumns.one`) every result is a float. ``prepared``: :func:`prepare` of these rows, when the caller
-    has it (a search screening rows by memory first, :mod:`plait.search.parts`)."""
+    (:meth:`PlanColumns.one`) every result is a float. ``prepared``, ``peak``: :func:`prepare` and
+    :func:`peak_memory` of these rows, when the caller has them (a search screening rows by memory first,
+    :mod:`plait.search.parts`)."""
     prepared = prepared if prepared is not None else prepare(model, cluster, cols, framework)
     cols, inner, p2p = prepared.cols, prepared.inner, prepared.p2p_s
     xp, pp = cols.xp, cols["pp"]
@@ -321,7 +324,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     if kept is not None:
         time = {k: v * kept for k, v in time.items()}
     time["dp_comm"] = time["dp_comm"] + exposed
-    memory, memory_stage = peak_memory(model, cluster, prepared)
+    memory, memory_stage = peak_memory(model, cluster, prepared) if peak is None else (dict(peak[0]), peak[1])
     memory["comm_buffers"] = memory["comm_buffers"] + extra_bytes
     memory["total"] = memory["total"] + extra_bytes
     return BatchResult(cols=cols, prepared=prepared, time=time, memory=memory, memory_stage=memory_stage,

@@ -215,8 +215,9 @@ class PlanColumns:
 
         return cls({k: np.concatenate([p.data[k] for p in parts]) for k in parts[0].data}, methods=parts[0].methods)
 
-    def take(self, index: np.ndarray) -> PlanColumns:
-        """Rows ``index`` (an integer index or boolean mask; of a single plan, an integer array repeats it)."""
+    def take(self, index: np.ndarray | slice) -> PlanColumns:
+        """Rows ``index`` (an integer index, a boolean mask, or a slice, whose columns are views; of a single plan, an
+        integer array repeats it)."""
         if self.single is not None:
             return PlanColumns.from_plans([self.single]).take([0] * len(index))
         return PlanColumns({k: v[index] for k, v in self.data.items()}, methods=self.methods)
@@ -237,6 +238,22 @@ class PlanColumns:
             else:
                 kwargs[name] = int(value)
         return Plan(**kwargs)
+
+    def plans(self, rows: np.ndarray) -> list[Plan]:
+        """Rows ``rows`` back as Plans (:meth:`plan` of each, their values read out a column at a time)."""
+        assert self.single is None, "one plan's columns: plan()"
+        values: dict[str, list[Any]] = {}
+        for name in FIELDS:
+            column = self.data[name][rows]
+            if name in CHOICES:
+                values[name] = [CHOICES[name][v] for v in column.tolist()]
+            elif name in TEXTS:
+                values[name] = [self.methods[v] for v in column.tolist()]
+            elif name in BOOLS:
+                values[name] = column.astype(bool).tolist()
+            else:
+                values[name] = column.astype(np.int64).tolist()
+        return [Plan(**dict(zip(FIELDS, row))) for row in zip(*(values[name] for name in FIELDS))]
 
     # --- derived columns ---------------------------------------------------------------
     @property

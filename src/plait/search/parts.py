@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from plait.cost.batch import BatchResult, Prepared, evaluate_batch, peak_memory, prepare
-from plait.cost.inner import Inner, inner_columns
+from plait.cost.inner import Known, inner_columns
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -84,7 +84,7 @@ def split(model: ModelSpec, space: SearchSpace, pieces: int) -> list[SearchSpace
 def _keep(batch: BatchResult, fits: np.ndarray) -> Chunk:
     """The fitting rows of ``batch`` and its :data:`KEPT_MISSES` nearest misses, with the fitting rows' index."""
     misses = np.flatnonzero(~fits)
-    nearest = misses[np.argsort(batch.memory["total"][misses], kind="stable")[:KEPT_MISSES]]
+    nearest = misses[_smallest(batch.memory["total"][misses], KEPT_MISSES)]
     kept = np.sort(np.concatenate([np.flatnonzero(fits), nearest]))
     return batch.take(kept), np.flatnonzero(fits[kept])
 
@@ -102,25 +102,12 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
         return part
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
     dropped = enumerated - len(cols)
-    known: dict[tuple[int, ...], Inner] = {}  # per-layer quantities costed in earlier chunks
+    known = Known()  # per-layer quantities costed in earlier chunks
     for begin in range(0, len(cols), CHUNK):
-        chunk = cols.take(np.arange(begin, min(begin + CHUNK, len(cols))))
-        screen = screened(model, cluster, chunk, engine.framework, limit, known)
-        if screen is not None:  # the plans that cannot fit and cannot be kept as near misses are not timed
-            batch, rows, over = screen
-            part.reasons[names[MEMORY_CODE]] += len(over)
-            _collect(part, batch, limit, names, cluster)
-            timed_misses = np.flatnonzero(batch.memory["total"] > limit)
-            order = np.argsort(np.concatenate([rows[timed_misses], over]), kind="stable")  # the chunk's order
-            misses = [PlanColumns.concat([batch.cols.take(timed_misses), chunk.take(over)]).take(order)]
-        else:
-            batches = costed(model, cluster, chunk, engine.framework, part.reasons, known)
-            for batch in batches:
-                _collect(part, batch, limit, names, cluster)
-            misses = [b.cols.take(np.flatnonzero(b.memory["total"] > limit)) for b in batches]
+        chunk = cols.take(slice(begin, begin + CHUNK))  # views of the columns, not copies
+        costed_rows, fits = _cost(model, cluster, chunk, engine.framework, limit, names, part, known)
         if space.swap_activations:  # each twin verdicted and costed once, as a candidate of its own
-            missed = PlanColumns.concat(misses)
-            twins = swap_twins(missed, np.zeros(len(missed), dtype=bool))
+            twins = swap_twins(costed_rows, fits)
             if twins is not None:
                 part.twins += len(twins)
                 search_cols(model, cluster, space, engine, twins, part, known)
@@ -128,6 +115,25 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
         if progress:
             progress(dropped + part.costed)
     return part
+
+
+def _cost(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
+          names: list[str], part: Part, known: Known | None) -> tuple[PlanColumns, np.ndarray]:
+    """``cols`` costed into ``part``, their memory screened first (:func:`screened`): (the rows costed, those of
+    ``cols`` but those the cost model refused, and the mask of them that fit in device memory)."""
+    screen = screened(model, cluster, cols, framework, limit, known)
+    if screen is not None:  # the plans that cannot fit and cannot be kept as near misses are not timed
+        batch, rows, over = screen
+        part.reasons[names[MEMORY_CODE]] += len(over)
+        _collect(part, batch, limit, names, cluster)
+        fits = np.zeros(len(cols), dtype=bool)
+        fits[rows] = batch.memory["total"] <= limit
+        return cols, fits
+    batches = costed(model, cluster, cols, framework, part.reasons, known)
+    for batch in batches:
+        _collect(part, batch, limit, names, cluster)
+    return (PlanColumns.concat([b.cols for b in batches]) if batches else cols.take(slice(0, 0)),
+            np.concatenate([b.memory["total"] <= limit for b in batches]) if batches else np.zeros(0, dtype=bool))
 
 
 def _collect(part: Part, batch: BatchResult, limit: float, names: list[str], cluster: Cluster) -> None:
@@ -154,7 +160,7 @@ def swap_twins(cols: PlanColumns, fits: np.ndarray) -> PlanColumns | None:
 
 
 def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, cols: PlanColumns,
-                part: Part, known: dict[tuple[int, ...], Inner] | None = None) -> None:
+                part: Part, known: Known | None = None) -> None:
     """Verdict and cost the candidates ``cols`` (made during the search) into ``part``, as :func:`search_part` does
     the enumerated ones (``known``: the search's per-layer quantities so far, :func:`screened`)."""
     names = reason_table() + engine_reasons(engine)
@@ -167,13 +173,12 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     if not len(survivors):
         return
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
-    for batch in costed(model, cluster, cols.take(survivors), engine.framework, part.reasons, known):
-        _collect(part, batch, limit, names, cluster)
+    _cost(model, cluster, cols.take(survivors), engine.framework, limit, names, part, known)
     part.costed += len(survivors)
 
 
 def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
-             known: dict[tuple[int, ...], Inner] | None = None) -> tuple[BatchResult, np.ndarray, np.ndarray] | None:
+             known: Known | None = None) -> tuple[BatchResult, np.ndarray, np.ndarray] | None:
     """``cols`` costed with their memory first: (the batch of the rows that may fit or be kept as a near miss, their
     indices in ``cols``, the indices of the other rows, which do not fit), or ``None`` where the cost model refuses a row (then :func:`costed`
     finds it). Most costed candidates do not fit (61% for 405B on 16,384 GPUs), and their step times are never
@@ -184,33 +189,46 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
     has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order. ``known``: the per-layer
     quantities of the search's earlier chunks (:func:`plait.cost.inner.inner_columns`), each combination costed once."""
     try:
-        peak = peak_memory(model, cluster, _memory_view(model, cluster, cols, framework, known))[0]["total"]
-        maybe = (peak <= limit) | (cols["dp_sync"] != 0)
-        over = np.flatnonzero(~maybe)
-        nearest = over[np.argsort(peak[over], kind="stable")[:KEPT_MISSES]]
-        rows = np.sort(np.concatenate([np.flatnonzero(maybe), nearest]))
+        memory, stage = peak_memory(model, cluster, _memory_view(model, cluster, cols, framework, known))
+        peak = memory["total"]
+        timed_rows = (peak <= limit) | (cols["dp_sync"] != 0)
+        over = np.flatnonzero(~timed_rows)
+        timed_rows[over[_smallest(peak[over], KEPT_MISSES)]] = True  # the nearest misses
+        rows = np.flatnonzero(timed_rows)
         timed = cols.take(rows)  # prepared again from the kept combinations: FSDP and hop times for these rows only
         batch = evaluate_batch(model, cluster, timed, framework,
-                               prepared=prepare(model, cluster, timed, framework, known))
+                               prepared=prepare(model, cluster, timed, framework, known),
+                               peak=({k: v[rows] for k, v in memory.items()}, stage[rows]))
     except ConfigError:
         return None
-    return batch, rows, np.setdiff1d(over, nearest)
+    return batch, rows, np.flatnonzero(~timed_rows)
+
+
+def _smallest(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` smallest of ``values``, smallest first, ties in their order: ``np.argsort(values,
+    kind="stable")[:k]``, sorting only the values up to the ``k``-th smallest (``np.partition`` finds it)."""
+    if len(values) > k:
+        kth = np.partition(values, k - 1)[k - 1]
+        if not np.isnan(kth):  # NaN sorts last: then every value is sorted, as argsort does
+            candidates = np.flatnonzero(values <= kth)
+            return candidates[np.argsort(values[candidates], kind="stable")[:k]]
+    return np.argsort(values, kind="stable")[:k]
 
 
 def _memory_view(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-                 known: dict[tuple[int, ...], Inner] | None) -> Prepared:
+                 known: Known | None) -> Prepared:
     """What :func:`plait.cost.batch.peak_memory` reads of :func:`plait.cost.batch.prepare`'s result: the columns
     with the sequence filled and their per-layer quantities (the per-row FSDP, hop and swap times, which it does not
     read, are left out: only the rows that may fit are timed)."""
     data = dict(cols.data)
     data["seq_len"] = np.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)  # as prepare fills it
     filled = PlanColumns(data, methods=cols.methods)
-    inner = inner_columns(model, cluster, filled, framework, known)
+    inner = inner_columns(model, cluster, filled, framework, known, sized=True)
     return Prepared(cols=filled, inner=inner, fsdp=(), p2p_s=0.0, framework=framework)  # type: ignore[arg-type]
 
 
 def costed(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-           refused: Counter[str], known: dict[tuple[int, ...], Inner] | None = None) -> list[BatchResult]:
+           refused: Counter[str], known: Known | None = None) -> list[BatchResult]:
     """``cols`` costed as one batch, or, where the cost model refuses the batch (a :class:`ConfigError` of one of
     its rows), as batches of its halves, halved again until each refused row stands alone and is dropped with its
     message counted in ``refused``.
