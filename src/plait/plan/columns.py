@@ -252,7 +252,7 @@ class PlanColumns:
             elif name in BOOLS:
                 values[name] = column.astype(bool).tolist()
             else:
-                values[name] = column.astype(np.int64).tolist()
+                values[name] = column.astype("int64").tolist()
         return [Plan(**dict(zip(FIELDS, row))) for row in zip(*(values[name] for name in FIELDS))]
 
     # --- derived columns ---------------------------------------------------------------
