@@ -43,6 +43,7 @@ from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, kept_stage_time, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
+from plait.frozen import direct_init
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR
@@ -56,6 +57,7 @@ TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "
               "dp_comm", "optimizer")
 
 
+@direct_init
 @dataclass(frozen=True)
 class Prepared:
     """What every stage of a row shares, computed once: columns with the sequence filled, per-layer quantities
@@ -94,6 +96,7 @@ def _rows(value: Any, index: np.ndarray) -> Any:
     return value
 
 
+@direct_init
 @dataclass(frozen=True)
 class StageSync:
     """Once-per-step costs of one stage (per row): its parameters, data-parallel traffic and optimizer step."""
@@ -108,6 +111,7 @@ class StageSync:
     """The optimizer step (:func:`plait.cost.dataparallel.optimizer_step_s`)."""
 
 
+@direct_init
 @dataclass(frozen=True)
 class BatchResult:
     """Per-row results: ``time[item]`` seconds, ``memory[item]`` bytes of the most loaded stage, and more."""

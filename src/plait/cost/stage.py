@@ -27,6 +27,7 @@ from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.swap import SwapTimes, exposed_swap_s
 from plait.engine.facts import EngineFacts
+from plait.frozen import direct_init
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
@@ -44,6 +45,7 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
     return dense, k - dense
 
 
+@direct_init
 @dataclass(frozen=True)
 class ShardTimes:
     """ZeRO-3/FSDP seconds per layer of one kind and per row (``plait.cost.fsdp_layer.fsdp_layer_s``)."""
