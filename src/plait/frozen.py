@@ -1,14 +1,18 @@
-"""A frozen dataclass whose ``__init__`` writes its fields straight into the instance's ``__dict__``.
+"""A frozen dataclass whose ``__init__`` gives the instance its ``__dict__`` whole, in one write.
 
 :func:`dataclasses.dataclass` with ``frozen=True`` makes every field of a new instance go through
-``object.__setattr__`` (its ``__setattr__`` refuses writes), a C call per field: a 17-field :class:`~plait.cost.inner.
-LayerKind` took about 6 us to build against 0.4 us for the same values written into its ``__dict__`` (measured by
-``timeit`` on the 2-core CI machine), and one cold estimate builds some two dozen such values (per-layer quantities,
-GEMMs, its breakdowns; ``benchmarks/estimate_work.py`` counts them). :func:`direct_init` gives a frozen dataclass an
-``__init__`` of the same signature (the same positional and keyword-only parameters, the same defaults) that stores
-each argument with one dictionary write, as :mod:`dataclasses` writes its own ``__init__`` (generated source, run
-once per class). The instance is the same: the same ``__dict__``, equality, hash, ``repr`` and refusal of writes.
-Only for classes without ``__post_init__`` or ``__slots__`` (asserted).
+``object.__setattr__`` (its ``__setattr__`` refuses writes), a C call through a wrapper per field: a 17-field
+:class:`~plait.cost.inner.LayerKind` took about 6 us to build against 0.4 us for the same values written into its
+``__dict__`` (``timeit`` on the 2-core CI machine), and one cold estimate builds some two dozen such values
+(per-layer quantities, GEMMs, its breakdowns; ``benchmarks/estimate_work.py`` counts them). :func:`direct_init` gives
+a frozen dataclass an ``__init__`` of the same signature (the same positional and keyword-only parameters, the same
+defaults and factories) that sets ``__dict__`` once to a dict display of the fields, generated as :mod:`dataclasses`
+generates its own ``__init__`` (source compiled once per class). One write, not a write per key into
+``self.__dict__``: reading ``self.__dict__`` turns the instance's inline values into a dict that shares its keys
+with the class, and CPython 3.11's specialised attribute read does not serve such a dict (every later read of a
+field took the generic lookup: 2.35M against 2.23M machine instructions a cold estimate,
+``benchmarks/estimate_instructions.py``). The instance is the same: the same fields, equality, hash, ``repr`` and
+refusal of writes. Only for classes without ``__post_init__`` or ``__slots__`` (asserted).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ def direct_init(cls: T) -> T:
     assert is_dataclass(cls) and cls.__dataclass_params__.frozen, "a frozen dataclass"  # type: ignore[attr-defined]
     assert not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__"), "no __post_init__, no __slots__"
     given = [f for f in fields(cls) if f.init]
-    assert not {"self", "instance_dict"} & {f.name for f in fields(cls)}, "no field named self or instance_dict"
-    scope: dict[str, object] = {"_FACTORY": _FACTORY}
+    assert not {"self", "_set", "_FACTORY"} & {f.name for f in fields(cls)}, "no field named as the names __init__ uses"
+    scope: dict[str, object] = {"_FACTORY": _FACTORY, "_set": object.__setattr__}
     for f in fields(cls):
         if f.default is not MISSING:
             scope[f"_default_{f.name}"] = f.default
@@ -36,12 +40,8 @@ def direct_init(cls: T) -> T:
     parameters = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
     # as dataclasses' own: a field outside the signature is stored only when a factory makes it (else the class
     # attribute, its default, serves)
-    body = "".join(
-        f"\n    instance_dict[{f.name!r}] = {_value(f)}"
-        for f in fields(cls)
-        if f.init or f.default_factory is not MISSING
-    )
-    source = f"def __init__({parameters}):\n    instance_dict = self.__dict__{body}"
+    stored = ", ".join(f"{f.name!r}: {_value(f)}" for f in fields(cls) if f.init or f.default_factory is not MISSING)
+    source = f"def __init__({parameters}):\n    _set(self, '__dict__', {{{stored}}})"
     made: dict[str, object] = {}
     exec(compile(source, f"<direct __init__ of {cls.__qualname__}>", "exec"), scope, made)  # noqa: S102
     init = made["__init__"]
