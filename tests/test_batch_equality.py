@@ -136,3 +136,13 @@ def test_random_plans_rules_capabilities_and_costs_agree(slug: str, cluster: str
     batch = evaluate_batch(model, hardware, PlanColumns.from_plans(valid), framework)
     for i, plan in enumerate(valid):
         _same(batch, i, plan, model, hardware, framework)
+
+
+@pytest.mark.parametrize(("a", "b"), [(1.0, 2.0), (2.0, 1.0), (1, 1.0), (1.0, 1), (0.0, -0.0), (-0.0, 0.0),
+                                      (float("nan"), 1.0), (1.0, float("nan")), (3, 2), (np.float64(2.0), 2)])
+def test_scalar_maximum_and_minimum_are_the_builtins(a: float, b: float) -> None:
+    """The single-plan path's maximum and minimum return what ``max(a, b)`` and ``min(a, b)`` return: the same
+    object, the first on ties (so ``0.0`` and ``-0.0`` keep their order) and NaN where the builtins keep it."""
+    from plait.plan.ops import SCALAR
+
+    assert SCALAR.maximum(a, b) is max(a, b) and SCALAR.minimum(a, b) is min(a, b)
