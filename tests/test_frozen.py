@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import pytest
 
@@ -51,3 +51,13 @@ def test_direct_init_refuses_a_class_that_checks_itself() -> None:
 
     with pytest.raises(AssertionError, match="__post_init__"):
         direct_init(Checked)
+
+
+def test_direct_init_refuses_an_init_only_variable() -> None:
+    @dataclass(frozen=True)
+    class WithInitVar:
+        a: int
+        b: InitVar[int] = 0
+
+    with pytest.raises(AssertionError, match="same parameters"):
+        direct_init(WithInitVar)
