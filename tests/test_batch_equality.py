@@ -143,3 +143,13 @@ def test_random_plans_rules_capabilities_and_costs_agree(slug: str, cluster: str
     full, screen = (peak_memory(model, hardware, p) for p in
                     (batch.prepared, _memory_view(model, hardware, PlanColumns.from_plans(valid), framework, None)))
     assert all(np.array_equal(full[0][k], screen[0][k]) for k in full[0]) and np.array_equal(full[1], screen[1])
+
+
+@pytest.mark.parametrize(("a", "b"), [(1.0, 2.0), (2.0, 1.0), (1, 1.0), (1.0, 1), (0.0, -0.0), (-0.0, 0.0),
+                                      (float("nan"), 1.0), (1.0, float("nan")), (3, 2), (np.float64(2.0), 2)])
+def test_scalar_maximum_and_minimum_are_the_builtins(a: float, b: float) -> None:
+    """The single-plan path's maximum and minimum return what ``max(a, b)`` and ``min(a, b)`` return: the same
+    object, the first on ties (so ``0.0`` and ``-0.0`` keep their order) and NaN where the builtins keep it."""
+    from plait.plan.ops import SCALAR
+
+    assert SCALAR.maximum(a, b) is max(a, b) and SCALAR.minimum(a, b) is min(a, b)

@@ -41,6 +41,7 @@ from plait.cost.setup import Setup
 from plait.cost.stage import COMPONENTS, ShardTimes, kept_stage_time, stage_time
 from plait.cost.swap import SwapTimes, swap_layer_s
 from plait.engine.facts import EngineFacts
+from plait.frozen import direct_init
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
 from plait.plan.ops import SCALAR, is_array
@@ -57,6 +58,7 @@ TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "
               "dp_comm", "optimizer")
 
 
+@direct_init
 @dataclass(frozen=True)
 class Prepared:
     """What every stage of a row shares, computed once: columns with the sequence filled, per-layer quantities
@@ -97,6 +99,7 @@ def _rows(value: Any, index: np.ndarray) -> Any:
     return value
 
 
+@direct_init
 @dataclass(frozen=True)
 class StageSync:
     """Once-per-step costs of one stage (per row): its parameters, data-parallel traffic and optimizer step."""
@@ -111,6 +114,7 @@ class StageSync:
     """The optimizer step (:func:`plait.cost.dataparallel.optimizer_step_s`)."""
 
 
+@direct_init
 @dataclass(frozen=True)
 class BatchResult:
     """Per-row results: ``time[item]`` seconds, ``memory[item]`` bytes of the most loaded stage, and more."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from plait.cost.energy import StepEnergy, step_energy
 from plait.cost.setup import cached_property
+from plait.frozen import direct_init
 from plait.plan.convergence import Convergence, averaging_replicas, convergence
 from plait.plan.plan import Plan
 from plait.sync import AllReduce
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 ALLREDUCE = convergence(AllReduce())
 
 
+@direct_init
 @dataclass(frozen=True, kw_only=True)
 class MemoryBreakdown:
     """Bytes on one GPU of one pipeline stage at its peak."""
@@ -70,6 +72,7 @@ class MemoryBreakdown:
         return [(n, getattr(self, f"{n}_bytes")) for n in names]
 
 
+@direct_init
 @dataclass(frozen=True, kw_only=True)
 class TimeBreakdown:
     """Seconds of one optimizer step on the critical path; the components sum to the step time."""
@@ -125,6 +128,7 @@ IntervalOf = Callable[[TimeBreakdown, bool], tuple[float, float]]
 :func:`plait.predict.intervals.step_interval_s`, passed to the cost functions that build an :class:`Estimate`."""
 
 
+@direct_init
 @dataclass(frozen=True, kw_only=True)
 class Estimate:
     """Prediction for one (model, cluster, plan)."""

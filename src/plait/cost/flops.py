@@ -22,10 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.cost.setup import Setup
+from plait.frozen import direct_init
 from plait.kept import Kept
 from plait.workload.model import ModelSpec
 
 
+@direct_init
 @dataclass(frozen=True)
 class Gemm:
     """An ``m x k`` by ``k x n`` product executed ``count`` times."""

@@ -25,6 +25,7 @@ from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.cost.tp_comm import edge_tp_s
 from plait.engine.facts import EngineFacts
+from plait.frozen import direct_init
 from plait.hardware.cluster import Cluster
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns
@@ -39,6 +40,7 @@ INNER_FIELDS = ("tp", "tp_mode", "tp_depth", "sp", "cp", "cp_attention", "ep", "
                 "recompute", "grad_reduce_dtype", "tp_comm_overlap", "overlap_chunks")
 
 
+@direct_init
 @dataclass(frozen=True)
 class LayerKind:
     """One layer kind (dense or MoE) on one rank for one micro-batch; a float, or an array with one entry per plan
@@ -83,6 +85,7 @@ class LayerKind:
     """Their elements."""
 
 
+@direct_init
 @dataclass(frozen=True)
 class Inner:
     """Every inner quantity of one combination (floats) or of every plan row (arrays)."""

@@ -38,11 +38,13 @@ from plait.cost.moe_block import fp8_padding_bytes, moe_floor_s
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.cost.tp_comm import tp_comm_s, tp_pass_s
+from plait.frozen import direct_init
 from plait.plan.plan import FULL_PRECISIONS
 
 FLASH_BWD_FLOPS_RATIO = 2.5  # FlashAttention-2, Sec. 3.2: backward runs 5 matmuls to the forward's 2
 
 
+@direct_init
 @dataclass(frozen=True)
 class LayerCost:
     """Seconds one layer adds to one micro-batch on one rank."""
@@ -192,6 +194,7 @@ def _ep_pass_s(setup: Setup) -> float:
     return 2 * coll.all_to_all_s(send, link)
 
 
+@direct_init
 @dataclass(frozen=True)
 class AttentionPart:
     """What a dense and an MoE layer of one plan share: the attention block's GEMMs and their summed times, the

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from plait.engine.facts import AttentionKernel, EngineFacts
+from plait.frozen import direct_init
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import FULL_PRECISIONS, Plan
 from plait.units import DTYPE_BYTES
@@ -39,6 +40,7 @@ def residual_bytes(framework: EngineFacts, fsdp_managed: bool) -> int:
     return 2 if framework.fsdp_casts_params and fsdp_managed else framework.residual_bytes
 
 
+@direct_init
 @dataclass(frozen=True, kw_only=True)
 class Setup:
     """Resolved sizes for one estimate (each derived size computed once, on first use)."""

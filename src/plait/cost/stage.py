@@ -26,6 +26,7 @@ from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.swap import SwapTimes, exposed_swap_s
 from plait.engine.facts import EngineFacts
+from plait.frozen import direct_init
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns
 from plait.workload.model import ModelSpec
@@ -46,6 +47,7 @@ def recomputed_layers(cols: PlanColumns, n_dense: np.ndarray, n_moe: np.ndarray)
     return dense, k - dense
 
 
+@direct_init
 @dataclass(frozen=True)
 class ShardTimes:
     """ZeRO-3/FSDP seconds per layer of one kind and per row (``plait.cost.fsdp_layer.fsdp_layer_s``)."""
@@ -64,14 +66,18 @@ class ShardTimes:
     """The copy of the gradients into the reduce-scatter's buffer, on the compute stream (the same)."""
 
 
-def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
-               stage: np.ndarray, framework: EngineFacts, overlap: float = 1.0,
-               asynchronous: bool = True, swap: tuple[SwapTimes, SwapTimes] | None = None) -> tuple[Columns, Columns]:
-    """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
-    ``overlap`` is the accelerator's ``comm_overlap`` figure, ``asynchronous`` its ``asynchronous_launch``;
-    ``swap``: the (dense, MoE) activation swaps of :mod:`plait.cost.swap` (``None``: no row swaps)."""
+Layers = tuple[Columns, Columns, np.ndarray, np.ndarray]
+"""What a stage's transformer layers add up to (:func:`layers_time`): (forward, backward) seconds per component and the
+host's (forward, backward) seconds."""
+
+
+def layers_time(cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes], n_dense: np.ndarray,
+                n_moe: np.ndarray, framework: EngineFacts, overlap: float = 1.0,
+                swap: tuple[SwapTimes, SwapTimes] | None = None) -> Layers:
+    """The (forward, backward) components of a stage's ``n_dense`` dense and ``n_moe`` MoE layers, with the first
+    gather, and the host's seconds for them (:func:`stage_time` adds the embedding and the head): stages of the same
+    layer counts share them."""
     xp = cols.xp
-    n_dense, n_moe = stage_layer_counts(model, cols["pp"], stage, xp)
     rc_dense, rc_moe = recomputed_layers(cols, n_dense, n_moe)
     full = cols.is_("recompute", "full")
     fwd = dict.fromkeys(COMPONENTS, 0.0)
@@ -118,6 +124,23 @@ def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[Sh
             fwd["swap"] = fwd["swap"] + count * out_s
             bwd["swap"] = bwd["swap"] + count * in_s
     fwd["fsdp_comm"] = fwd["fsdp_comm"] + first_gather
+    return fwd, bwd, host_fwd, host_bwd  # type: ignore[return-value]
+
+
+def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
+               stage: np.ndarray, framework: EngineFacts, overlap: float = 1.0,
+               asynchronous: bool = True, swap: tuple[SwapTimes, SwapTimes] | None = None,
+               layers: Layers | None = None) -> tuple[Columns, Columns]:
+    """(forward, backward) seconds per component of one micro-batch on ``stage`` (per row);
+    ``overlap`` is the accelerator's ``comm_overlap`` figure, ``asynchronous`` its ``asynchronous_launch``;
+    ``swap``: the (dense, MoE) activation swaps of :mod:`plait.cost.swap` (``None``: no row swaps); ``layers``: the
+    stage's :func:`layers_time`, when the caller has them (read, not written)."""
+    xp = cols.xp
+    if layers is None:
+        layers = layers_time(cols, inner, fsdp, *stage_layer_counts(model, cols["pp"], stage, xp), framework, overlap,
+                             swap)
+    fwd, bwd, host_fwd, host_bwd = layers
+    fwd, bwd = dict(fwd), dict(bwd)
     first, last = stage == 0, stage == cols["pp"] - 1
     fwd["compute"] = fwd["compute"] + first * inner.embedding_fwd_s + last * inner.head_fwd_s
     bwd["compute"] = bwd["compute"] + first * inner.embedding_bwd_s + last * inner.head_bwd_s
@@ -136,6 +159,7 @@ STAGE_FIELDS = ("recompute", "recompute_layers")
 it holds the embedding or the head (``kind`` of :func:`kept_stage_time`)."""
 _STAGE_VALUES = attrgetter(*STAGE_FIELDS)
 _STAGES: Kept[tuple[Columns, Columns]] = Kept(256)
+_LAYERS: Kept[Layers] = Kept(256)
 
 
 def kept_stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],
@@ -146,8 +170,18 @@ def kept_stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tup
     :func:`plait.cost.batch.stage_class`), the plan's :data:`STAGE_FIELDS`, ``overlap``, ``asynchronous`` and the
     identity of the model, the per-layer quantities and FSDP times (kept themselves, so plans that share them share
     these: a planner's neighbours, a plan estimated again) and the cost facts, which the entry holds (frozen: the same
-    object is the same value, its id not reused while it lives). The two dicts are shared: read, never written."""
+    object is the same value, its id not reused while it lives). Its layers' sums (:func:`layers_time`) are kept the
+    same way by the layer counts alone: the stages of a pipeline that differ only by the embedding or the head (the
+    first, a middle and the last of equal layer counts) add up their layers once. The dicts are shared: read, never
+    written."""
     assert cols.single is not None, "one plan's columns"
-    key = (id(model), id(inner), id(fsdp), id(framework), overlap, asynchronous, *kind, _STAGE_VALUES(cols.single))
-    return _STAGES.get(key, (model, inner, fsdp, framework),
-                       lambda: stage_time(model, cols, inner, fsdp, stage, framework, overlap, asynchronous))
+    plan_values, held = _STAGE_VALUES(cols.single), (model, inner, fsdp, framework)
+    key = (id(model), id(inner), id(fsdp), id(framework), overlap, asynchronous, *kind, plan_values)
+
+    def compute() -> tuple[Columns, Columns]:
+        n_dense, n_moe = kind[0], kind[1]
+        layers = _LAYERS.get((id(inner), id(fsdp), id(framework), overlap, n_dense, n_moe, plan_values), held,
+                             lambda: layers_time(cols, inner, fsdp, n_dense, n_moe, framework, overlap))
+        return stage_time(model, cols, inner, fsdp, stage, framework, overlap, asynchronous, layers=layers)
+
+    return _STAGES.get(key, held, compute)

@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from plait.frozen import direct_init
 from plait.plan.columns import PlanColumns, per_plan
 
 
+@direct_init
 @dataclass(frozen=True, kw_only=True)
 class Group:
     """Every group of one kind in a plan: equal groups of ``size`` ranks, ``stride`` ranks apart (per row for

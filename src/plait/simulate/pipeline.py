@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from plait.frozen import direct_init
 from plait.kept import Kept
 from plait.simulate.periodic import periodic_sweep, unrolled_order
 from plait.simulate.steady import WarmUp, steady_sweep, warm_up
@@ -40,6 +41,7 @@ class Span:
     chunk: int = 0
 
 
+@direct_init
 @dataclass(frozen=True, kw_only=True)
 class PipelineCosts:
     """Durations the simulation needs, per rank (all chunks of a rank alike)."""
