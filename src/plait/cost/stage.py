@@ -66,7 +66,7 @@ class ShardTimes:
     """The copy of the gradients into the reduce-scatter's buffer, on the compute stream (the same)."""
 
 
-Layers = tuple[Columns, Columns, np.ndarray, np.ndarray]
+Layers = tuple[Columns, Columns, "np.ndarray", "np.ndarray"]
 """What a stage's transformer layers add up to (:func:`layers_time`): (forward, backward) seconds per component and the
 host's (forward, backward) seconds."""
 
