@@ -41,8 +41,9 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
   rows, or a host-CPU loader's workers beside the trainer (:mod:`plait.workloads.gnn.feed`).
 
 Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the features it holds
-(its part and the cache, all of them, or none), the batch's features, the activations and the optimizer state
-(:mod:`plait.workloads.gnn.compute`).
+(its part and the cache, all of them, or none) and the batch's features, both at the stored width of a host
+loader's table (``[loop] feature_bytes``; fp32 otherwise) with an fp32 copy of narrower rows
+(:func:`feature_memory_bytes`), the activations and the optimizer state (:mod:`plait.workloads.gnn.compute`).
 """
 
 from __future__ import annotations
@@ -129,11 +130,9 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
         hit = sampled.cache_hit_rate if cache_hit_rate is None else cache_hit_rate
         sent = batch_feature_bytes * (1.0 - hit)
         fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
-    held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
-            "host_features": g.feature_table_bytes * cache, "partition_local": g.feature_table_bytes / world,
-            "llcg": g.feature_table_bytes / world}[strategy]
     sizes = layer_sizes(spec, sampled, library)
-    memory = (structure / world if local or sampler.partitioned else structure) + held + batch_feature_bytes
+    held, batch_rows = feature_memory_bytes(spec, strategy, world, cache, sampled.nodes)
+    memory = (structure / world if local or sampler.partitioned else structure) + held + batch_rows
     memory += activation_bytes(spec, sizes) + state_bytes(spec)
     correction_s = 0.0
     if strategy == "llcg":  # the parameters averaged once per K local steps, the server's corrections after
@@ -150,6 +149,20 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     if loader is not None:  # the spec's loop: a host loader's step (feed.py), or the loop's own pageable copy
         return loader_estimate(est, spec, cluster, world, loader)
     return replace(est, fetch_s=pageable_fetch_s(est, spec, cluster, world))
+
+
+def feature_memory_bytes(spec: GnnSpec, strategy: str, world: int, cache: float,
+                         batch_nodes: float) -> tuple[float, float]:
+    """Input-feature bytes a GPU holds: its share of the table (its part and the cache, all of it, the cache, or its
+    part: module docstring) and the batch's rows, both at the stored width (``[loop] feature_bytes``), the rows with
+    their fp32 copy where they are stored narrower (the model's ``x.to(torch.float)``:
+    :func:`plait.workloads.gnn.compute.input_cast_s`)."""
+    g, width = spec.graph, spec.loop.feature_bytes
+    table = g.nodes * g.features * width
+    held = {"sampled_dp": table * (1.0 / world + cache), "replicated": table, "host_features": table * cache,
+            "partition_local": table / world, "llcg": table / world}[strategy]
+    cast = FEATURE_BYTES if width < FEATURE_BYTES else 0
+    return held, batch_nodes * g.features * (width + cast)
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

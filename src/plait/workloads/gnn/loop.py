@@ -66,10 +66,10 @@ class GnnLoop:
             raise ConfigError(
                 f"[loop] feature_bytes={self.feature_bytes} must be one of {', '.join(map(str, FEATURE_VALUE_BYTES))}"
             )
-        if self.workers < 1 or self.ranks_per_node < 0:
-            raise ConfigError(
-                f"[loop] workers={self.workers} must be >= 1 and ranks_per_node={self.ranks_per_node} >= 0"
-            )
+        if self.workers < 1:
+            raise ConfigError(f"[loop] workers={self.workers} must be >= 1")
+        if self.ranks_per_node < 0:
+            raise ConfigError(f"[loop] ranks_per_node={self.ranks_per_node} must be >= 0 (0: the cluster's node)")
         if self.loader and self.copy_from != "pinned":
             raise ConfigError(
                 f"[loop] copy_from={self.copy_from!r} is the loop's own copy; loader={self.loader!r} "
@@ -82,7 +82,13 @@ class GnnLoop:
             )
 
     def gpus_on_node(self, world: int, gpus_per_node: int) -> int:
-        """Ranks sharing a node: :attr:`ranks_per_node`, or ``world`` packed onto nodes of ``gpus_per_node``."""
+        """Ranks sharing a node: :attr:`ranks_per_node`, or ``world`` packed onto nodes of ``gpus_per_node``; more
+        ranks than the node's GPUs or the world's are refused (a rank is one GPU)."""
+        if self.ranks_per_node > min(world, gpus_per_node):
+            raise ConfigError(
+                f"[loop] ranks_per_node={self.ranks_per_node} must be <= the {world} ranks and the "
+                f"{gpus_per_node} GPUs of a node"
+            )
         return self.ranks_per_node or min(world, gpus_per_node)
 
 

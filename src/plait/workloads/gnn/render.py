@@ -49,6 +49,8 @@ def print_gnn(console: Console, result: GnnPrediction) -> None:
                       f"moved per rank")
     console.print(f"epoch: {est.steps_per_epoch:,} steps, {est.epoch_s:.2f} s; memory {est.memory_bytes / GIB:.2f} GiB "
                   f"per GPU of {result.cluster.accelerator.memory_bytes / GIB:.0f}")
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False)  # "[loop]" is text, not a style
 
 
 def print_gnn_search(console: Console, ranked: list[GnnPrediction], approximate: list[GnnPrediction],
