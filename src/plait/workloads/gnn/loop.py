@@ -51,7 +51,8 @@ class GnnLoop:
     """The loader's sampling workers (at most the node's cores over its ranks are used)."""
     feature_bytes: int = 4
     """Bytes a stored input feature value takes in the loader's table (fp32; SALIENT stores fp16 rows, cast to fp32
-    on the GPU). Read with a loader."""
+    on the GPU). Read with a loader: the rows it copies, their cast, and the table and rows a GPU holds
+    (:func:`plait.workloads.gnn.cost.feature_memory_bytes`)."""
     ranks_per_node: int = 0
     """Training ranks sharing one node's host cores and memory; 0: the world's ranks packed onto the cluster's
     nodes (``min(world, gpus_per_node)``)."""
