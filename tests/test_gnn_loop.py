@@ -20,6 +20,7 @@ from plait.workloads.gnn.host import host_step, loaders, per_core_rate
 from plait.workloads.gnn.loop import GnnLoop
 from plait.workloads.gnn.model import GnnModel, GnnSpec, read_gnn
 from plait.workloads.gnn.predict import predict_gnn
+from plait.workloads.gnn.simulate import gnn_timeline
 from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
 from plait.workloads.gnn.validate import COLUMNS, graphs, predict_row
 
@@ -176,3 +177,15 @@ def test_a_loop_option_the_job_does_not_read_is_said(loop: GnnLoop, strategy: st
     """Said in the estimate's notes (not refused: plait plan tries every strategy with one spec)."""
     job = predict_gnn(_spec("sage", loop), V100, 1, 1024, strategy, library=library)
     assert len(job.notes) == (1 if note else 0) and all(note in n for n in job.notes)
+
+
+def test_a_loaders_timeline_runs_its_workers_beside_the_loop() -> None:
+    """SALIENT on one V100: its workers' share of a batch on the host lane from the step's start, beside the loop
+    (not before it); nothing drawn ends after the step, and the slower of the two ends at it (host.py's steady
+    step)."""
+    loop = GnnLoop(loader="salient", workers=20, feature_bytes=2, ranks_per_node=1)
+    est = estimate_gnn(_spec("sage", loop), V100, 1, 1024, "host_features", library="pyg_sparse")
+    spans = gnn_timeline(est, 1).spans
+    assert [(s.kind, s.start) for s in spans if s.stream == "host"] == [("loader sampling", 0.0)]
+    assert min(s.start for s in spans if s.stream != "host") == 0.0
+    assert max(s.end for s in spans) == pytest.approx(est.step_s, rel=1e-12)
