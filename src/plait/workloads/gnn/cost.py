@@ -71,7 +71,7 @@ from plait.workloads.gnn.feed import host_loader, loader_estimate, pageable_fetc
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
 from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
-from plait.workloads.gnn.sampling import DegreeClasses, degree_classes, sample_batch
+from plait.workloads.gnn.sampling import DegreeClasses, SampledBatch, degree_classes, sample_batch
 
 Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local", "llcg"]
 STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local",
@@ -116,20 +116,7 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
                            redraw=library != "pyg")
     sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
-    batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
-    sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
-    if strategy == "sampled_dp" and world > 1:  # every rank asks each peer for an equal share of its misses
-        share = sampled.remote_misses / (world - 1)
-        sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
-                                g.features)
-        rounds = (COUNT_BYTES * (world - 1), sampled.remote_misses * INDEX_BYTES,
-                  sampled.remote_misses * g.features * FEATURE_BYTES)  # counts, ids, features: one after another
-        fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
-        fetch_s += 2 * rounds[2] / hbm  # the rows a rank serves, gathered from its part (as many as it asks for)
-    elif strategy == "host_features":  # the cache's misses gathered in host memory (read, written), copied over PCIe
-        hit = sampled.cache_hit_rate if cache_hit_rate is None else cache_hit_rate
-        sent = batch_feature_bytes * (1.0 - hit)
-        fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    fetch_s, sent = _fetch(strategy, world, sampled, g.features, cluster, cache_hit_rate)
     sizes = layer_sizes(spec, sampled, library)
     held, batch_rows = feature_memory_bytes(spec, strategy, world, cache, sampled.nodes)
     memory = (structure / world if local or sampler.partitioned else structure) + held + batch_rows
@@ -149,6 +136,30 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     if loader is not None:  # the spec's loop: a host loader's step (feed.py), or the loop's own pageable copy
         return loader_estimate(est, spec, cluster, world, loader)
     return replace(est, fetch_s=pageable_fetch_s(est, spec, cluster, world))
+
+
+def _fetch(strategy: str, world: int, sampled: SampledBatch, features: int, cluster: Cluster,
+           cache_hit_rate: float | None) -> tuple[float, float]:
+    """Seconds a rank spends getting its batch's input rows, and the bytes it receives from elsewhere: the rows
+    gathered on the GPU (read, written), after the peers' all-to-alls (``sampled_dp``) or the cache's misses copied
+    from host memory (``host_features``; ``cache_hit_rate`` in place of the degree-ordered cache's) (module
+    docstring)."""
+    acc, hbm = cluster.accelerator, memory_bytes_per_s(cluster.accelerator)
+    batch_feature_bytes = sampled.nodes * features * FEATURE_BYTES
+    sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
+    if strategy == "sampled_dp" and world > 1:  # every rank asks each peer for an equal share of its misses
+        share = sampled.remote_misses / (world - 1)
+        sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
+                                features)
+        rounds = (COUNT_BYTES * (world - 1), sampled.remote_misses * INDEX_BYTES,
+                  sampled.remote_misses * features * FEATURE_BYTES)  # counts, ids, features: one after another
+        fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
+        fetch_s += 2 * rounds[2] / hbm  # the rows a rank serves, gathered from its part (as many as it asks for)
+    elif strategy == "host_features":  # the cache's misses gathered in host memory (read, written), copied over PCIe
+        hit = sampled.cache_hit_rate if cache_hit_rate is None else cache_hit_rate
+        sent = batch_feature_bytes * (1.0 - hit)
+        fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    return fetch_s, sent
 
 
 def feature_memory_bytes(spec: GnnSpec, strategy: str, world: int, cache: float,
