@@ -189,3 +189,22 @@ def test_a_loaders_timeline_runs_its_workers_beside_the_loop() -> None:
     assert [(s.kind, s.start) for s in spans if s.stream == "host"] == [("loader sampling", 0.0)]
     assert min(s.start for s in spans if s.stream != "host") == 0.0
     assert max(s.end for s in spans) == pytest.approx(est.step_s, rel=1e-12)
+
+
+def test_a_host_bound_winner_is_said_to_be_mostly_dispatch() -> None:
+    """GraphSAGE on ogbn-products, 4 H100s, 32 seeds a rank: the device's parts are shorter than the host's dispatch
+    of the step's operations (the step's floor), so the search's summary names the dispatch, at 100% of the step."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from plait.workloads.gnn.predict import search_gnn
+    from plait.workloads.gnn.render import print_gnn_search
+
+    spec = _spec("sage", GnnLoop())
+    ranked, apart, refused = search_gnn(spec, get_cluster("dgx-h100-ib"), 4, 128)
+    best = ranked[0].estimate
+    assert best.host_s == best.step_s > best.device_s  # host-bound, as the test means to show
+    out = StringIO()
+    print_gnn_search(Console(file=out, width=300), ranked, apart, refused)
+    assert "its step is mostly host dispatch (100%)" in out.getvalue()
