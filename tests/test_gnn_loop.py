@@ -20,6 +20,7 @@ from plait.workloads.gnn.host import host_step, loaders, per_core_rate
 from plait.workloads.gnn.loop import GnnLoop
 from plait.workloads.gnn.model import GnnModel, GnnSpec, read_gnn
 from plait.workloads.gnn.predict import predict_gnn
+from plait.workloads.gnn.simulate import gnn_timeline
 from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
 from plait.workloads.gnn.validate import COLUMNS, graphs, predict_row
 
@@ -124,6 +125,8 @@ def test_a_gnn_file_with_a_loop_table_estimates_what_validation_predicts(tmp_pat
         ({"loader": "salient", "copy_from": "pageable"}, "copy_from='pageable' is the loop's own copy"),
         ({"loader": "salient", "feature_bytes": 3}, "feature_bytes=3 must be one of 1, 2, 4, 8"),
         ({"workers": 8}, "workers=8 are read only with a loader"),
+        ({"loader": "salient", "workers": 0}, "workers=0 must be >= 1"),
+        ({"ranks_per_node": -1}, "ranks_per_node=-1 must be >= 0"),
     ],
 )
 def test_bad_loop_values_are_one_line(loop: dict[str, object], rule: str) -> None:
@@ -138,8 +141,70 @@ def test_bad_loop_values_are_one_line(loop: dict[str, object], rule: str) -> Non
         (GnnLoop(loader="nope"), "replicated", "", "loader='nope' must be one of"),
         (GnnLoop(loader="salient"), "sampled_dp", "", "loader salient feeds the replicated or host_features"),
         (GnnLoop(loader="salient"), "replicated", "dgl", "library='dgl': loader salient samples and trains as"),
+        (GnnLoop(loader="salient", ranks_per_node=2), "replicated", "", "ranks_per_node=2 must be <= the 1 ranks"),
     ],
 )
 def test_a_loader_the_job_cannot_use_is_one_line(loop: GnnLoop, strategy: str, library: str, rule: str) -> None:
     with pytest.raises(ConfigError, match=rule):
         predict_gnn(_spec("sage", loop), V100, 1, 1024, strategy, library=library)
+
+
+def test_a_loaders_narrower_rows_take_less_of_the_gpu_memory() -> None:
+    """SALIENT's loader on one V100, its table replicated on the GPU: fp16 rows halve the table (N x F x 2 bytes
+    fewer), while the batch's fp16 rows sit beside their fp32 cast (B x F x 2 bytes more)."""
+    fp16, fp32 = (
+        estimate_gnn(
+            _spec("sage", GnnLoop(loader="salient", feature_bytes=b)), V100, 1, 1024, "replicated", library="pyg_sparse"
+        )
+        for b in (2, 4)
+    )
+    assert fp16.batch is not None
+    saved = 2 * PRODUCTS.nodes * PRODUCTS.features - 2 * fp16.batch.nodes * PRODUCTS.features
+    assert fp32.memory_bytes - fp16.memory_bytes == pytest.approx(saved, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("loop", "strategy", "library", "note"),
+    [
+        (GnnLoop(copy_from="pageable"), "replicated", "pyg", "copy_from='pageable' has no effect with replicated"),
+        (GnnLoop(copy_from="pageable"), "host_features", "pyg", ""),
+        (GnnLoop(graph_formats="csr,csc"), "full_graph", "pyg", "graph_formats='csr,csc' has no effect"),
+        (GnnLoop(graph_formats="csr,csc"), "full_graph", "dgl", ""),
+        (GnnLoop(ranks_per_node=1), "sampled_dp", "pyg", "ranks_per_node=1 has no effect with sampled_dp"),
+    ],
+)
+def test_a_loop_option_the_job_does_not_read_is_said(loop: GnnLoop, strategy: str, library: str, note: str) -> None:
+    """Said in the estimate's notes (not refused: plait plan tries every strategy with one spec)."""
+    job = predict_gnn(_spec("sage", loop), V100, 1, 1024, strategy, library=library)
+    assert len(job.notes) == (1 if note else 0) and all(note in n for n in job.notes)
+
+
+def test_a_loaders_timeline_runs_its_workers_beside_the_loop() -> None:
+    """SALIENT on one V100: its workers' share of a batch on the host lane from the step's start, beside the loop
+    (not before it); nothing drawn ends after the step, and the slower of the two ends at it (host.py's steady
+    step)."""
+    loop = GnnLoop(loader="salient", workers=20, feature_bytes=2, ranks_per_node=1)
+    est = estimate_gnn(_spec("sage", loop), V100, 1, 1024, "host_features", library="pyg_sparse")
+    spans = gnn_timeline(est, 1).spans
+    assert [(s.kind, s.start) for s in spans if s.stream == "host"] == [("loader sampling", 0.0)]
+    assert min(s.start for s in spans if s.stream != "host") == 0.0
+    assert max(s.end for s in spans) == pytest.approx(est.step_s, rel=1e-12)
+
+
+def test_a_host_bound_winner_is_said_to_be_mostly_dispatch() -> None:
+    """GraphSAGE on ogbn-products, 4 H100s, 32 seeds a rank: the device's parts are shorter than the host's dispatch
+    of the step's operations (the step's floor), so the search's summary names the dispatch, at 100% of the step."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from plait.workloads.gnn.predict import search_gnn
+    from plait.workloads.gnn.render import print_gnn_search
+
+    spec = _spec("sage", GnnLoop())
+    ranked, apart, refused = search_gnn(spec, get_cluster("dgx-h100-ib"), 4, 128)
+    best = ranked[0].estimate
+    assert best.host_s == best.step_s > best.device_s  # host-bound, as the test means to show
+    out = StringIO()
+    print_gnn_search(Console(file=out, width=300), ranked, apart, refused)
+    assert "its step is mostly host dispatch (100%)" in out.getvalue()

@@ -14,7 +14,7 @@ from pathlib import Path
 from plait.errors import refuse_overwrite
 from plait.simulate.pipeline import Timeline
 
-STREAMS = {"compute": 0, "comm": 1}
+STREAMS = {"compute": 0, "comm": 1, "host": 2}
 LABELS = {"F": "forward", "B": "backward", "W": "weight-grad", "optimizer": "optimizer",
           "dp-reduce": "grad reduce", "param-gather": "param all-gather"}
 
@@ -23,9 +23,10 @@ def trace_events(timeline: Timeline) -> dict[str, object]:
     """The trace as a JSON-ready object."""
     events: list[dict[str, object]] = []
     ranks = sorted({s.rank for s in timeline.spans})
+    used = {s.stream for s in timeline.spans} | {"compute", "comm"}  # a host lane only where one is drawn
     for rank in ranks:
         events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
-        for stream, tid in STREAMS.items():
+        for stream, tid in ((s, t) for s, t in STREAMS.items() if s in used):
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": stream}})
     for span in timeline.spans:
         name = LABELS.get(span.kind, span.kind)

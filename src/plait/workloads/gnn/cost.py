@@ -41,8 +41,9 @@ A step (no overlap between its phases assumed: PyG's and plait's loaders sample 
   rows, or a host-CPU loader's workers beside the trainer (:mod:`plait.workloads.gnn.feed`).
 
 Memory per GPU: the structure (CSR: ``N + 1`` int64 offsets and ``2E`` int64 neighbour ids), the features it holds
-(its part and the cache, all of them, or none), the batch's features, the activations and the optimizer state
-(:mod:`plait.workloads.gnn.compute`).
+(its part and the cache, all of them, or none) and the batch's features, both at the stored width of a host
+loader's table (``[loop] feature_bytes``; fp32 otherwise) with an fp32 copy of narrower rows
+(:func:`feature_memory_bytes`), the activations and the optimizer state (:mod:`plait.workloads.gnn.compute`).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ from plait.workloads.gnn.feed import host_loader, loader_estimate, pageable_fetc
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
 from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
-from plait.workloads.gnn.sampling import DegreeClasses, degree_classes, sample_batch
+from plait.workloads.gnn.sampling import DegreeClasses, SampledBatch, degree_classes, sample_batch
 
 Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local", "llcg"]
 STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local",
@@ -115,25 +116,10 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
                            redraw=library != "pyg")
     sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
-    batch_feature_bytes = sampled.nodes * g.features * FEATURE_BYTES
-    sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
-    if strategy == "sampled_dp" and world > 1:  # every rank asks each peer for an equal share of its misses
-        share = sampled.remote_misses / (world - 1)
-        sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
-                                g.features)
-        rounds = (COUNT_BYTES * (world - 1), sampled.remote_misses * INDEX_BYTES,
-                  sampled.remote_misses * g.features * FEATURE_BYTES)  # counts, ids, features: one after another
-        fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
-        fetch_s += 2 * rounds[2] / hbm  # the rows a rank serves, gathered from its part (as many as it asks for)
-    elif strategy == "host_features":  # the cache's misses gathered in host memory (read, written), copied over PCIe
-        hit = sampled.cache_hit_rate if cache_hit_rate is None else cache_hit_rate
-        sent = batch_feature_bytes * (1.0 - hit)
-        fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
-    held = {"sampled_dp": g.feature_table_bytes * (1.0 / world + cache), "replicated": g.feature_table_bytes,
-            "host_features": g.feature_table_bytes * cache, "partition_local": g.feature_table_bytes / world,
-            "llcg": g.feature_table_bytes / world}[strategy]
+    fetch_s, sent = _fetch(strategy, world, sampled, g.features, cluster, cache_hit_rate)
     sizes = layer_sizes(spec, sampled, library)
-    memory = (structure / world if local or sampler.partitioned else structure) + held + batch_feature_bytes
+    held, batch_rows = feature_memory_bytes(spec, strategy, world, cache, sampled.nodes)
+    memory = (structure / world if local or sampler.partitioned else structure) + held + batch_rows
     memory += activation_bytes(spec, sizes) + state_bytes(spec)
     correction_s = 0.0
     if strategy == "llcg":  # the parameters averaged once per K local steps, the server's corrections after
@@ -150,6 +136,44 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     if loader is not None:  # the spec's loop: a host loader's step (feed.py), or the loop's own pageable copy
         return loader_estimate(est, spec, cluster, world, loader)
     return replace(est, fetch_s=pageable_fetch_s(est, spec, cluster, world))
+
+
+def _fetch(strategy: str, world: int, sampled: SampledBatch, features: int, cluster: Cluster,
+           cache_hit_rate: float | None) -> tuple[float, float]:
+    """Seconds a rank spends getting its batch's input rows, and the bytes it receives from elsewhere: the rows
+    gathered on the GPU (read, written), after the peers' all-to-alls (``sampled_dp``) or the cache's misses copied
+    from host memory (``host_features``; ``cache_hit_rate`` in place of the degree-ordered cache's) (module
+    docstring)."""
+    acc, hbm = cluster.accelerator, memory_bytes_per_s(cluster.accelerator)
+    batch_feature_bytes = sampled.nodes * features * FEATURE_BYTES
+    sent, fetch_s = 0.0, 2 * batch_feature_bytes / hbm
+    if strategy == "sampled_dp" and world > 1:  # every rank asks each peer for an equal share of its misses
+        share = sampled.remote_misses / (world - 1)
+        sent = rank_fetch_bytes([[0.0 if p == r else share for p in range(world)] for r in range(world)], 0,
+                                features)
+        rounds = (COUNT_BYTES * (world - 1), sampled.remote_misses * INDEX_BYTES,
+                  sampled.remote_misses * features * FEATURE_BYTES)  # counts, ids, features: one after another
+        fetch_s += sum(float(collective_s(cluster, "all_to_all", world, 1, r * world / (world - 1))) for r in rounds)
+        fetch_s += 2 * rounds[2] / hbm  # the rows a rank serves, gathered from its part (as many as it asks for)
+    elif strategy == "host_features":  # the cache's misses gathered in host memory (read, written), copied over PCIe
+        hit = sampled.cache_hit_rate if cache_hit_rate is None else cache_hit_rate
+        sent = batch_feature_bytes * (1.0 - hit)
+        fetch_s += 2 * sent / cluster.host_memory_bytes_per_s_per_gpu + sent / (acc.pcie_bandwidth_gb_per_s * 1e9)
+    return fetch_s, sent
+
+
+def feature_memory_bytes(spec: GnnSpec, strategy: str, world: int, cache: float,
+                         batch_nodes: float) -> tuple[float, float]:
+    """Input-feature bytes a GPU holds: its share of the table (its part and the cache, all of it, the cache, or its
+    part: module docstring) and the batch's rows, both at the stored width (``[loop] feature_bytes``), the rows with
+    their fp32 copy where they are stored narrower (the model's ``x.to(torch.float)``:
+    :func:`plait.workloads.gnn.compute.input_cast_s`)."""
+    g, width = spec.graph, spec.loop.feature_bytes
+    table = g.nodes * g.features * width
+    held = {"sampled_dp": table * (1.0 / world + cache), "replicated": table, "host_features": table * cache,
+            "partition_local": table / world, "llcg": table / world}[strategy]
+    cast = FEATURE_BYTES if width < FEATURE_BYTES else 0
+    return held, batch_nodes * g.features * (width + cast)
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

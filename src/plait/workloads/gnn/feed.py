@@ -16,8 +16,9 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import GnnEstimate, input_cast_s
 from plait.workloads.gnn.datasets import known_graphs
+from plait.workloads.gnn.dgl_reverse import REVERSING_LIBRARIES
 from plait.workloads.gnn.host import HostLoader, host_step, loaders, per_core_rate, usable_workers
-from plait.workloads.gnn.model import GnnSpec
+from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
 from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
 
 LOADER_STRATEGIES = ("replicated", "host_features")
@@ -73,13 +74,14 @@ def host_loader(spec: GnnSpec, strategy: str, library: str, cache_fraction: floa
 
 def rows_on_gpu_s(est: GnnEstimate, spec: GnnSpec, cluster: Cluster) -> float:
     """What a host loader's trainer does on the GPU with the batch's input rows: gathers them from the table it holds
-    (``replicated``: ``nfeat[input_nodes]`` on the GPU, the estimate's ``fetch_s``), or, with rows the loop or the
-    loader sliced on the host (they arrive gathered), only casts rows stored below fp32 (SALIENT's fp16 rows:
-    ``x = x.to(torch.float)`` opens the SAGE, GAT and GIN ``forward`` of its ``driver/models.py``)."""
-    if est.strategy == "replicated":
-        return est.fetch_s
+    (``replicated``: ``nfeat[input_nodes]`` on the GPU, the estimate's ``fetch_s``, which reads and writes fp32 rows,
+    at the table's stored width), then, as with rows the loop or the loader sliced on the host (they arrive
+    gathered), casts rows stored below fp32 (SALIENT's fp16 rows: ``x = x.to(torch.float)`` opens the SAGE, GAT and
+    GIN ``forward`` of its ``driver/models.py``)."""
     assert est.batch is not None  # a mini-batch strategy (host_loader refused the others)
-    return input_cast_s(est.batch.nodes, spec.graph.features, spec.loop.feature_bytes, cluster.accelerator)
+    width = spec.loop.feature_bytes
+    gather_s = est.fetch_s * width / FEATURE_BYTES if est.strategy == "replicated" else 0.0
+    return gather_s + input_cast_s(est.batch.nodes, spec.graph.features, width, cluster.accelerator)
 
 
 def loader_estimate(est: GnnEstimate, spec: GnnSpec, cluster: Cluster, world: int, loader: HostLoader) -> GnnEstimate:
@@ -104,3 +106,26 @@ def loader_estimate(est: GnnEstimate, spec: GnnSpec, cluster: Cluster, world: in
     if est.strategy == "replicated":  # the rows never leave the GPU
         step = replace(step, slicing_s=0.0, transfer_s=0.0)
     return replace(est, sampling_s=step.sampling_s, fetch_s=rows_s + step.slicing_s + step.transfer_s, feed=step)
+
+
+def loop_notes(spec: GnnSpec, strategy: str, library: str) -> tuple[str, ...]:
+    """The ``[loop]`` options ``strategy`` with ``library`` does not read, each said in one line (STYLE.md rule 11:
+    an option with no effect is said, not refused, so that one spec serves every strategy ``plait plan`` tries)."""
+    loop, notes = spec.loop, []
+    copies = strategy == "host_features" and not loop.loader
+    if loop.copy_from != "pinned" and not copies:
+        notes.append(
+            f"[loop] copy_from={loop.copy_from!r} has no effect with {strategy}: only the host_features "
+            "strategy's loop copies host-held rows"
+        )
+    if loop.graph_formats != "coo" and not (strategy == "full_graph" and library in REVERSING_LIBRARIES):
+        notes.append(
+            f"[loop] graph_formats={loop.graph_formats!r} has no effect with {strategy} and {library}: "
+            f"read by full_graph with {' or '.join(REVERSING_LIBRARIES)}"
+        )
+    if loop.ranks_per_node and not (loop.loader or (copies and loop.copy_from == "pageable")):
+        notes.append(
+            f"[loop] ranks_per_node={loop.ranks_per_node} has no effect with {strategy}: read by a loader "
+            "or a pageable copy"
+        )
+    return tuple(notes)

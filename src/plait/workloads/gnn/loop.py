@@ -51,7 +51,8 @@ class GnnLoop:
     """The loader's sampling workers (at most the node's cores over its ranks are used)."""
     feature_bytes: int = 4
     """Bytes a stored input feature value takes in the loader's table (fp32; SALIENT stores fp16 rows, cast to fp32
-    on the GPU). Read with a loader."""
+    on the GPU). Read with a loader: the rows it copies, their cast, and the table and rows a GPU holds
+    (:func:`plait.workloads.gnn.cost.feature_memory_bytes`)."""
     ranks_per_node: int = 0
     """Training ranks sharing one node's host cores and memory; 0: the world's ranks packed onto the cluster's
     nodes (``min(world, gpus_per_node)``)."""
@@ -66,10 +67,10 @@ class GnnLoop:
             raise ConfigError(
                 f"[loop] feature_bytes={self.feature_bytes} must be one of {', '.join(map(str, FEATURE_VALUE_BYTES))}"
             )
-        if self.workers < 1 or self.ranks_per_node < 0:
-            raise ConfigError(
-                f"[loop] workers={self.workers} must be >= 1 and ranks_per_node={self.ranks_per_node} >= 0"
-            )
+        if self.workers < 1:
+            raise ConfigError(f"[loop] workers={self.workers} must be >= 1")
+        if self.ranks_per_node < 0:
+            raise ConfigError(f"[loop] ranks_per_node={self.ranks_per_node} must be >= 0 (0: the cluster's node)")
         if self.loader and self.copy_from != "pinned":
             raise ConfigError(
                 f"[loop] copy_from={self.copy_from!r} is the loop's own copy; loader={self.loader!r} "
@@ -82,7 +83,13 @@ class GnnLoop:
             )
 
     def gpus_on_node(self, world: int, gpus_per_node: int) -> int:
-        """Ranks sharing a node: :attr:`ranks_per_node`, or ``world`` packed onto nodes of ``gpus_per_node``."""
+        """Ranks sharing a node: :attr:`ranks_per_node`, or ``world`` packed onto nodes of ``gpus_per_node``; more
+        ranks than the node's GPUs or the world's are refused (a rank is one GPU)."""
+        if self.ranks_per_node > min(world, gpus_per_node):
+            raise ConfigError(
+                f"[loop] ranks_per_node={self.ranks_per_node} must be <= the {world} ranks and the "
+                f"{gpus_per_node} GPUs of a node"
+            )
         return self.ranks_per_node or min(world, gpus_per_node)
 
 

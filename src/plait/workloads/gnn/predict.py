@@ -11,7 +11,7 @@ from plait.hardware.cluster import Cluster
 from plait.units import GIB
 from plait.workloads.gnn.compute import GnnLibrary
 from plait.workloads.gnn.cost import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
-from plait.workloads.gnn.feed import LOADER_STRATEGIES, resolve_library
+from plait.workloads.gnn.feed import LOADER_STRATEGIES, loop_notes, resolve_library
 from plait.workloads.gnn.model import GnnSpec
 from plait.workloads.gnn.sampler import LOOP, Sampler
 
@@ -33,6 +33,8 @@ class GnnPrediction:
     library: str
     estimate: GnnEstimate
     sampler: Sampler = LOOP
+    notes: tuple[str, ...] = ()
+    """The spec's ``[loop]`` options this job does not read (:func:`plait.workloads.gnn.feed.loop_notes`)."""
 
     @property
     def fits(self) -> bool:
@@ -51,6 +53,7 @@ class GnnPrediction:
                                  "server_correction": est.correction_s},
             "host_dispatch_s": est.host_s,
             "fetch_bytes_per_rank": est.fetch_bytes, "memory_bytes": est.memory_bytes, "fits": self.fits,
+            "notes": list(self.notes),
         }
         if sampled is not None:
             out.update({"batch_nodes": sampled.nodes, "batch_nodes_per_hop": list(sampled.new_nodes),
@@ -77,7 +80,8 @@ def predict_gnn(spec: GnnSpec, hardware: Cluster, gpus: int, global_batch: int, 
     kind: GnnLibrary = library  # type: ignore[assignment]
     est = estimate_gnn(spec, hardware, gpus, batch, typed, cut, cache_fraction, kind, sampler=sampler)
     return GnnPrediction(spec=spec, cluster=hardware, world=gpus, batch=batch, edge_cut=cut,
-                         cache_fraction=cache_fraction, library=library, estimate=est, sampler=sampler)
+                         cache_fraction=cache_fraction, library=library, estimate=est, sampler=sampler,
+                         notes=loop_notes(spec, strategy, library))
 
 
 SAMPLER_CHOICES = (LOOP, Sampler(kind="matrix", bulk=8), Sampler(kind="matrix", bulk=8, partitioned=True))
