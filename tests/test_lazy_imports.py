@@ -4,6 +4,7 @@ no rich."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -92,3 +93,12 @@ def test_catalog_classes_state_their_field_types_as_objects() -> None:
                PowerStates, Plan, LocalAttention, MlaSpec, ModelSpec, MoeSpec)
     strings = [f"{cls.__name__}.{f.name}" for cls in classes for f in fields(cls) if isinstance(f.type, str)]
     assert strings == []
+
+
+def test_converge_checks_its_options_without_torch() -> None:
+    """``plait converge`` refuses a bad option before it starts the ranks, without importing torch (its ranks import
+    it; the launching process only checks and starts them)."""
+    if importlib.util.find_spec("torch") is None:  # found, not imported (seconds): without it, the missing extra
+        pytest.skip("needs torch (pip install 'plait[run]')")
+    code, modules = _modules_after(["converge", "--dp-sync", "topk:ratio=0.01", "--optimizer", "lamb"])
+    assert code == 2 and "torch" not in modules and "plait.run.converge_runs" in modules
