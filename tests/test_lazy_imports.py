@@ -4,6 +4,7 @@ event simulator and no numpy, and with ``--json`` no rich."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -97,3 +98,36 @@ def test_catalog_classes_state_their_field_types_as_objects() -> None:
                PowerStates, Plan, LocalAttention, MlaSpec, ModelSpec, MoeSpec)
     strings = [f"{cls.__name__}.{f.name}" for cls in classes for f in fields(cls) if isinstance(f.type, str)]
     assert strings == []
+
+
+def test_converge_checks_its_options_without_torch() -> None:
+    """``plait converge`` refuses a bad option before it starts the ranks, without importing torch (its ranks import
+    it; the launching process only checks and starts them)."""
+    if importlib.util.find_spec("torch") is None:  # found, not imported (seconds): without it, the missing extra
+        pytest.skip("needs torch (pip install 'plait[run]')")
+    code, modules = _modules_after(["converge", "--dp-sync", "topk:ratio=0.01", "--optimizer", "lamb"])
+    assert code == 2 and "torch" not in modules and "plait.run.converge_runs" in modules
+
+
+RUN_PROBE = """
+import json, sys
+import plait.run.launch as launch
+launch.supervise = lambda *args, **kwargs: 1  # the launching process alone: a run whose ranks failed
+from plait.cli.main import run_cli
+code = run_cli(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules), "gpu_build": launch.local_slots() is not None}))
+"""
+
+
+def test_plait_run_launches_without_torch_on_a_cpu_build() -> None:
+    """On a CPU-only build of torch, ``plait run`` checks the plan and starts torchrun without importing torch
+    (torchrun and the ranks import it): no CUDA device to count, no checkpoint folder to read."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("needs torch (pip install 'plait[run]')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", RUN_PROBE, "run", "--plan", "examples/tiny-plan.toml", "--steps",
+                           "1"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    if last["gpu_build"]:
+        pytest.skip("a CUDA or ROCm build of torch: plait run imports it to count the GPUs")
+    assert last["code"] == 1 and "plait.run.plan_run" in last["modules"] and "torch" not in last["modules"]

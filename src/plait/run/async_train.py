@@ -46,14 +46,13 @@ from plait.run.sends import Sends
 from plait.run.sites import Reducer
 from plait.run.sync import attach
 from plait.run.train import cross_entropy, peak_memory_bytes
-from plait.run.workload_configs import AsyncConfig
+from plait.run.workload_configs import LEARNING_RATES, AsyncConfig
 from plait.sync import SyncMethod, parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
 
 GRADIENT, ELASTIC, STOP, SUM = 0.0, 1.0, 2.0, 3.0
 PUSH, REPLY = 21, 22
-LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
 HELD_OUT_STEP = 1_000_000
 """The corpus batch the final model is scored on (no run trains that far)."""
 

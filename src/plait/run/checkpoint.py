@@ -71,12 +71,6 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
                           "(the optimizer state lives on host copies); set offload_optimizer = false to checkpoint")
 
 
-def check_options(folder: Path | None, resume: bool, at: int, every: int) -> None:
-    """Resuming or saving needs a checkpoint folder (``plait run`` before launch, each rank when started alone)."""
-    if folder is None and (resume or at or every):
-        raise ConfigError("--resume, --checkpoint-at and --checkpoint-every need --checkpoint-dir")
-
-
 def choose_on_rank0(root: Path, identity: RunIdentity, reshard: bool) -> Path:
     """:func:`choose` run once, on rank 0 (it reads and hashes every file), its answer or refusal given to every
     rank."""

@@ -14,6 +14,13 @@ from plait.units import format_bytes
 from plait.workload.model import ModelSpec
 
 
+def check_options(folder: Path | None, resume: bool, at: int, every: int) -> None:
+    """Resuming or saving needs a checkpoint folder (``plait run`` before launch, without torch; each rank when
+    started alone)."""
+    if folder is None and (resume or at or every):
+        raise ConfigError("--resume, --checkpoint-at and --checkpoint-every need --checkpoint-dir")
+
+
 def checkpoint_bytes(model: ModelSpec, plan: Plan) -> float:
     """Bytes of one checkpoint of plait's runtime: its fp32 parameters are the master copy (bf16 is an autocast or
     FSDP2 compute dtype), so a checkpoint is the cost model's optimizer state per parameter — fp32 master, AdamW

@@ -26,13 +26,10 @@ from plait.run.replica_grads import reduce_gradients
 from plait.run.sites import Reducer, build_reducer, named_site_gpus
 from plait.run.sync import attach, named_profile
 from plait.run.train import cross_entropy
-from plait.run.workload_configs import ConvergeConfig
+from plait.run.workload_configs import LEARNING_RATES, ConvergeConfig
 from plait.sync import parse
 from plait.workload.catalog import resolve_model
 from plait.workload.tensors import parameter_shapes
-
-LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
-"""Inner learning rates (assumed: what trains the tiny reference model steadily in tens of steps)."""
 
 
 def train(case: str, model_path: str, steps: int, batch: int, replicas: Reducer,

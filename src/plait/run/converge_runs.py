@@ -14,7 +14,7 @@ from plait.errors import ConfigError
 from plait.hardware.catalog import resolve_cluster
 from plait.plan.convergence import matching_multiplier
 from plait.run.launch import run_worker
-from plait.run.workload_configs import AsyncConfig, ConvergeConfig
+from plait.run.workload_configs import LEARNING_RATES, AsyncConfig, ConvergeConfig
 from plait.sync import parse
 from plait.workload.catalog import resolve_model
 
@@ -59,8 +59,6 @@ def measure_multipliers(dp_sync: list[str], steps: int, model: str, ranks: int, 
 
 def _check(steps: int, ranks: int, batch: int, optimizer: str, window: int) -> int:
     """The options' checks; the window (0: a tenth of the steps)."""
-    from plait.run.converge import LEARNING_RATES
-
     if optimizer not in LEARNING_RATES:
         raise ConfigError(f"optimizer={optimizer!r} must be one of {', '.join(LEARNING_RATES)}")
     if ranks < 2:

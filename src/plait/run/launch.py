@@ -3,6 +3,7 @@ nodes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -30,12 +31,23 @@ class RanksFailed(Exception):
         """The run's exit code (:mod:`plait.run.narration`)."""
 
 
+GPU_LIBRARIES = ("torch_cuda", "torch_hip")
+"""What a CUDA or ROCm build of PyTorch links into its ``torch/lib`` folder and a CPU-only build lacks (the CMake
+targets ``torch_cuda`` and ``torch_hip`` of pytorch/pytorch caffe2/CMakeLists.txt: ``libtorch_cuda.so``,
+``torch_cuda.dll``); ``torch.cuda`` is available only in such a build."""
+
+
 def local_slots() -> int | None:
-    """GPUs on this node, or ``None`` on a CPU-only machine (ranks then share the cores)."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - plait[run] installs torch
-        raise MissingExtra("plait run", "run", "torch") from exc
+    """GPUs on this node, or ``None`` on a CPU-only machine (ranks then share the cores). A CPU-only build of torch
+    answers without being imported (1-2 s of CPU that ``plait run``'s launching process spends on nothing else)."""
+    found = importlib.util.find_spec("torch")
+    if found is None:  # pragma: no cover - plait[run] installs torch
+        raise MissingExtra("plait run", "run", "torch")
+    lib = Path(next(iter(found.submodule_search_locations or [""]))) / "lib"
+    if lib.is_dir() and not any(name in f.name for f in lib.iterdir() for name in GPU_LIBRARIES):
+        return None
+    import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else None
 
 

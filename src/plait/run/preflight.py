@@ -9,7 +9,7 @@ from pathlib import Path
 from plait.cost.estimate import Estimate
 from plait.errors import ConfigError
 from plait.plan.plan import Plan
-from plait.run.checkpoint_room import check_room
+from plait.run.checkpoint_room import check_options, check_room
 from plait.run.lifecycle import available_memory_bytes
 from plait.run.worker_config import SEED
 from plait.search.parts import available_cores
@@ -56,11 +56,10 @@ def check_checkpointing(folder: Path | None, at: int, every: int, keep: int, res
     if steps < 1 or at < 0 or every < 0 or keep < 1:
         raise ConfigError(f"--steps={steps} and --keep={keep} must be >= 1, --checkpoint-at={at} and "
                           f"--checkpoint-every={every} >= 0")
-    from plait.run import checkpoint  # torch
-
-    checkpoint.check_options(folder, resume, at, every)
+    check_options(folder, resume, at, every)
     if folder is None:
         return
+    from plait.run import checkpoint  # torch: only where a checkpoint folder is given
 
     if at or every:
         try:

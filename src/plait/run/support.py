@@ -9,10 +9,8 @@ from __future__ import annotations
 from plait.engine.capability import first_unsupported
 from plait.engine.catalog import get_engine
 from plait.errors import ConfigError
+from plait.plan.per_stage import stage_tp_refusal
 from plait.plan.plan import Plan
-from plait.run.context import check_context_parallel
-from plait.run.float8 import check_float8
-from plait.run.stage_tp import check_stage_tp
 from plait.workload.model import ModelSpec
 
 
@@ -21,6 +19,15 @@ def check_runnable(plan: Plan, model: ModelSpec, on_gpu: bool) -> None:
     refusal = first_unsupported(plan, model, get_engine("plait"), "cuda" if on_gpu else "cpu")
     if refusal:
         raise ConfigError(refusal)
-    check_context_parallel(plan, on_gpu)  # SDPA kernels enabled on this device
-    check_float8(plan, on_gpu)  # sm89+, or a CPU build whose torch._scaled_mm runs
-    check_stage_tp(plan, model)  # stages of unequal TP degree: plait.run.stage_tp's scope
+    # torch only where the device has a say: ``plait run`` launches its ranks without importing it (1-2 s of CPU)
+    if plan.cp > 1 and on_gpu:
+        from plait.run.context import check_context_parallel
+
+        check_context_parallel(plan, on_gpu)  # SDPA kernels enabled on this device
+    if plan.precision == "fp8":
+        from plait.run.float8 import check_float8
+
+        check_float8(plan, on_gpu)  # sm89+, or a CPU build whose torch._scaled_mm runs
+    refusal = stage_tp_refusal(plan, model)  # stages of unequal TP degree: plait.run.stage_tp's scope
+    if refusal:
+        raise ConfigError(refusal)

@@ -22,6 +22,7 @@ from plait.plan.io import read_plan_parts
 from plait.plan.mixed import per_stage_plan, replica_micro_batches
 from plait.plan.per_stage import stage_tp_differs
 from plait.run import checkpoint, data
+from plait.run.checkpoint_room import check_options
 from plait.run.chunked_tp import sent_bytes
 from plait.run.config import read_config
 from plait.run.context import average_over_cp, cp_sent_bytes, mean_over_cp, train_context
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def prepare(args: WorkerConfig):  # type: ignore[no-untyped-def]
     """The job, plan, model, device and uneven options of ``args``, checked before any process group exists."""
-    checkpoint.check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
+    check_options(args.checkpoint_dir, args.resume, args.checkpoint_at, args.checkpoint_every)
     job, plan, mixed = read_plan_parts(args.plan)  # a mixed plan file's shares arrive as the uneven options
     spec = resolve_model(job.model)
     plan = plan.with_seq_len(spec.seq_len)

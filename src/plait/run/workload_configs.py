@@ -83,6 +83,12 @@ class DlrmConfig:
     """JSON file rank 0 writes"""
 
 
+LEARNING_RATES = {"sgd": 0.05, "adamw": 1e-3}
+"""Inner learning rates of ``plait converge``'s runs, synchronous and asynchronous (assumed: what trains the tiny
+reference model steadily in tens of steps). Here, without torch: ``plait converge`` checks its options with them
+before it starts the ranks."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConvergeConfig:
     """``plait converge``'s synchronous methods (:mod:`plait.run.converge`)."""
