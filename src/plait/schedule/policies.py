@@ -27,7 +27,7 @@ from plait.schedule.elastic import Elastic
 from plait.schedule.fit import greedy_fit
 from plait.schedule.las import Las
 from plait.schedule.simulate import Policy, Simulator
-from plait.schedule.srtf_ranks import RankBounds
+from plait.schedule.srtf_ranks import Arrivals, may_trail
 from plait.schedule.state import JobState
 
 
@@ -99,13 +99,17 @@ def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], bu
         kept = whole[gap]
         kept[taken] = True
         if ahead is None:
-            keep, ahead = kept, (gap == len(chunk)).nonzero()[0]
+            keep = kept
         else:
             keep[ahead[kept]] = True
-            ahead = ahead[gap == len(chunk)]  # ranked after the chunk's last waiting job
         starts.append(started)
         if final:  # no queue left: they were the walk's last gap, walked with the chunk
             break
+        if budget:  # the running jobs ranked after the chunk's last waiting job go on to the next chunk
+            beyond = gap == len(chunk)
+            ahead = beyond.nonzero()[0] if ahead is None else ahead[beyond]
+    if len(starts) == 1:
+        return keep, starts[0]
     return keep, (np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64))
 
 
@@ -114,8 +118,10 @@ def _gaps(chunk: np.ndarray, rank: np.ndarray, index: np.ndarray, cols: Columns)
     ascending) rank before it, ties in rank broken by (arrival, trace position) as the queue's keys."""
     ranks = chunk[:, 0]
     gap = ranks.searchsorted(rank, "left")
-    tied = (ranks.searchsorted(rank, "right") > gap).nonzero()[0]
-    for t in tied.tolist():  # a waiting and a running job of equal rank: rare
+    tied = ranks.searchsorted(rank, "right") != gap
+    if not tied.any():  # a waiting and a running job of equal rank: rare
+        return gap
+    for t in tied.nonzero()[0].tolist():
         i = int(index[t])
         key = (float(rank[t]), float(cols.arrival_s[i]), i)
         while gap[t] < len(chunk) and (chunk[gap[t], 0], chunk[gap[t], 1], int(chunk[gap[t], 2])) < key:
@@ -185,20 +191,37 @@ class Srtf:
 
     name: str = "srtf"
     """Policy name."""
-    bounds: RankBounds = field(default_factory=RankBounds, compare=False, repr=False)
-    """Upper bounds of the running jobs' ranks (:mod:`plait.schedule.srtf_ranks`; one policy object serves one
+    log: Arrivals = field(default_factory=Arrivals, compare=False, repr=False)
+    """What changed since the last pass (:class:`plait.schedule.srtf_ranks.Arrivals`; one policy object serves one
     simulation)."""
 
     def queued_key(self, sim: Simulator, st: JobState) -> tuple[float, float, int]:
         """A waiting job's rank: its time left (fixed while it waits), then arrival."""
         return sim.remaining_s(st, st.since_s), st.job.arrival_s, st.index
 
+    def joined_queue(self, sim: Simulator, st: JobState) -> None:
+        """``st`` arrived (or stopped, in a pass)."""
+        self.log.serve(sim).jobs.append(st)
+
+    def completed(self, sim: Simulator, st: JobState) -> None:
+        """``st`` is done."""
+        self.log.serve(sim).quiet = False
+
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Keep the jobs with the least time left running (the running jobs ranked before every waiting one are
-        kept without their ranks read: :mod:`plait.schedule.srtf_ranks`)."""
-        if sim.ranked:
-            idx, rank = self.bounds.serve(sim).may_trail(sim, now_s, sim.running_indices(), sim.ranked[0][0])
+        kept without their ranks read: :mod:`plait.schedule.srtf_ranks`; arrivals that fit the free GPUs start
+        without a walk: :class:`plait.schedule.srtf_ranks.Arrivals`)."""
+        log = self.log.serve(sim)
+        arrivals = log.fit_free(sim)
+        if arrivals is not None:
+            for st in arrivals:
+                place = sim.pool.packed(st.job.gpus)
+                assert place is not None, "arrivals that fit the free GPUs together each fit"
+                sim.start(st, place, now_s)
+        elif sim.ranked:
+            idx, rank = may_trail(sim, now_s, sim.ranked[0][0])
             preemptive_pass(sim, now_s, idx, rank)
+        log.passed()
 
 
 @dataclass(frozen=True, kw_only=True)
