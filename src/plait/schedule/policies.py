@@ -52,7 +52,7 @@ QUEUE_HEAD = 64
 before)."""
 
 
-def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
+def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray, head: int = 0) -> None:
     """Run the jobs first in rank order that fit the cluster's GPUs together; stop the running jobs outside that
     set, then start the chosen ones on the fewest nodes free (the running jobs hold the GPUs they asked for, so the
     chosen ones fit the GPUs free once the others stop).
@@ -60,11 +60,13 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position). The running
     jobs ``idx`` (:meth:`Simulator.running_indices`) ranked before every waiting job are kept without a sort: they
     fit together (they run now), so the walk takes each of them whatever follows. The others are walked merged with
-    the ranked queue (:attr:`Simulator.ranked`) by :func:`_walk`."""
+    the ranked queue (:attr:`Simulator.ranked`) by :func:`_walk`. A caller that knows the queue's first ``head``
+    jobs do not start, and the running jobs ranked before its next one stay (:class:`Arrivals`), walks from there:
+    ``idx`` then need only hold the running jobs that may rank after that job."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
         return
     gpus = sim.columns.asked_gpus[idx]
-    keep, starts = _walk(sim, (running_rank, idx, gpus), sim.pool.free_gpus + int(gpus.sum()))
+    keep, starts = _walk(sim, (running_rank, idx, gpus), sim.pool.free_gpus + int(gpus.sum()), head)
     for i in idx[~keep].tolist():  # in the order they started
         sim.stop(sim.states[i], now_s)
     for i in starts.tolist():
@@ -74,17 +76,17 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
         sim.start(st, place, now_s)
 
 
-def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], budget: int) -> tuple[np.ndarray,
-                                                                                                    np.ndarray]:
+def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], budget: int,
+          head: int) -> tuple[np.ndarray, np.ndarray]:
     """First fit over ``budget`` GPUs of the ``running`` jobs (ranks, trace positions, GPUs) merged with the
-    ranked queue, in rank order: (which running jobs are taken, a mask; the waiting jobs taken, trace positions in
+    ranked queue from its job ``head``, in rank order: (which running jobs are taken, a mask; the waiting jobs taken, trace positions in
     rank order).
 
     The queue is read in chunks from its head (:data:`QUEUE_HEAD` jobs, then 4x as many each time); the running jobs
     ranked after a chunk's last job wait for the next chunk, and the walk stops when no GPUs are left (the running
     jobs not walked stop). Inside a chunk the running jobs are not sorted: each is given its gap between the
     chunk's waiting jobs (:func:`_gaps`), and the walk goes from event to event (:func:`_walk_chunk`)."""
-    rows = sim.ranked_head(len(sim.ranked))  # the queue's keys in ascending order (a view, read before it changes)
+    rows = sim.ranked_head(len(sim.ranked))[head:]  # the queue's keys from ``head``, ascending (a view, read first)
     keep = np.zeros(len(running[0]), dtype=bool)
     starts: list[np.ndarray] = []
     ahead = None  # positions in ``running`` not yet walked (``None``: all)
@@ -219,8 +221,9 @@ class Srtf:
                 assert place is not None, "arrivals that fit the free GPUs together each fit"
                 sim.start(st, place, now_s)
         elif sim.ranked:
-            idx, rank = may_trail(sim, now_s, sim.ranked[0][0])
-            preemptive_pass(sim, now_s, idx, rank)
+            first = log.first_change(sim)  # the queue's jobs before it stay waiting; the running jobs before it stay
+            idx, rank = may_trail(sim, now_s, sim.ranked[first][0])
+            preemptive_pass(sim, now_s, idx, rank, first)
         log.passed()
 
 

@@ -18,6 +18,7 @@ or arrived, computed by the same operations, which its rank while it runs never 
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,15 @@ class Arrivals:
         if not (self.quiet and self.jobs) or sum(st.job.gpus for st in self.jobs) > sim.pool.free_gpus:
             return None
         return sorted(self.jobs, key=lambda st: st.queued_key)
+
+    def first_change(self, sim: Simulator) -> int:
+        """Where in the ranked queue a pass need begin: at the first arrival when only jobs arrived since the last
+        pass (0 otherwise). Before it the first fit goes as at the last pass: it takes the running jobs ranked there
+        (they fit together) and no waiting job (each finds no more GPUs than it found then); so it reaches the
+        first arrival with the free GPUs plus those of the running jobs ranked after it."""
+        if not (self.quiet and self.jobs):
+            return 0
+        return bisect.bisect_left(sim.ranked, min(st.queued_key for st in self.jobs))
 
     def passed(self) -> None:
         """A pass is over: nothing has changed since."""
