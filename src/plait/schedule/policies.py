@@ -79,8 +79,8 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
 def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], budget: int,
           head: int) -> tuple[np.ndarray, np.ndarray]:
     """First fit over ``budget`` GPUs of the ``running`` jobs (ranks, trace positions, GPUs) merged with the
-    ranked queue from its job ``head``, in rank order: (which running jobs are taken, a mask; the waiting jobs taken, trace positions in
-    rank order).
+    ranked queue from its job ``head``, in rank order: (which running jobs are taken, a mask; the waiting jobs
+    taken, trace positions in rank order).
 
     The queue is read in chunks from its head (:data:`QUEUE_HEAD` jobs, then 4x as many each time); the running jobs
     ranked after a chunk's last job wait for the next chunk, and the walk stops when no GPUs are left (the running
