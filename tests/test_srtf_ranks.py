@@ -1,16 +1,22 @@
-"""SRTF reads only the running jobs whose rank may trail the first waiting job (:mod:`plait.schedule.srtf_ranks`):
-the same schedule as a pass that recomputes every running job's rank, on random busy traces (the toy speed model
+"""SRTF reads only the running jobs whose rank may trail the first waiting job, and after arrivals alone starts
+them without a walk or walks from the first of them (:mod:`plait.schedule.srtf_ranks`): the same schedule as a pass
+that recomputes every running job's rank and walks from the queue's head, on random busy traces (the toy speed model
 of tests/test_schedule_properties.py, so that only the scheduler is checked)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plait.hardware.catalog import get_cluster
-from plait.schedule import policies
+from plait.schedule import policies, srtf_ranks
 from plait.schedule.pool import Pool
 from plait.schedule.simulate import Simulator, simulate
+from plait.schedule.state import JobState
+from plait.schedule.trace import TraceJob
 from tests.test_schedule_properties import CLUSTER, fingerprint, toy_speed, toy_trace
 
 
@@ -37,3 +43,53 @@ def test_srtf_with_rank_bounds_gives_the_schedule_of_every_rank_recomputed(seed:
     assert bounded == reference  # every job's finish, sizes and preemptions and every segment, exactly
     assert fingerprint(bounded) == fingerprint(reference)
     assert bounded.summary()["preemptions"] == reference.summary()["preemptions"]
+
+
+@dataclass
+class CountingArrivals(srtf_ranks.Arrivals):
+    """SRTF's log of arrivals, counting the passes that start arrivals without a walk and those that walk from the
+    first arrival."""
+
+    fit_free_passes: int = 0
+    suffix_passes: int = 0
+
+    def fit_free(self, sim: Simulator) -> list[JobState] | None:
+        arrivals = super().fit_free(sim)
+        self.fit_free_passes += arrivals is not None
+        return arrivals
+
+    def first_change(self, sim: Simulator) -> int:
+        first = super().first_change(sim)
+        self.suffix_passes += first > 0
+        return first
+
+
+@pytest.mark.parametrize(("seed", "gap_s", "nodes"), [(0, 300.0, 2), (7, 30.0, 4)])
+def test_srtf_arrival_shortcuts_give_the_schedule_of_every_rank_recomputed(seed: int, gap_s: float,
+                                                                          nodes: int) -> None:
+    """The passes after arrivals alone (started without a walk, or walked from the first arrival) happen on these
+    traces, and the schedule is still the one of every rank recomputed at every pass, from the queue's head."""
+    jobs, pool = toy_trace(seed, 40, gap_s), lambda: Pool(get_cluster(CLUSTER), 8 * nodes)
+    log = CountingArrivals()
+    shortcut = simulate(jobs, pool(), toy_speed(), policies.Srtf(log=log))
+    reference = simulate(jobs, pool(), toy_speed(), EveryRank())  # type: ignore[arg-type]
+    assert log.fit_free_passes > 0 and log.suffix_passes > 0
+    assert shortcut == reference
+
+
+def test_srtf_walks_when_a_job_completes_as_another_arrives() -> None:
+    """On 16 GPUs: A (10 min) and B (2 h) run from 0; W (10 h) arrives at 1 s and waits behind B; C (20 h) arrives
+    the instant A completes. A's 8 GPUs go to W, ranked before C, although C alone would fit them: a pass after a
+    completion walks from the queue's head."""
+    speed = toy_speed()
+    tokens_per_s = speed.at("gpt3-125m", 8).tokens_per_s  # type: ignore[union-attr]
+
+    def job(name: str, arrival_s: float, seconds: float) -> TraceJob:
+        return TraceJob(job_id=name, arrival_s=arrival_s, model="gpt3-125m", gpus=8, tokens=seconds * tokens_per_s)
+
+    a_done_s = 0.0 + job("A", 0.0, 600.0).tokens / tokens_per_s  # the simulator's finish: start + tokens / speed
+    jobs = (job("A", 0.0, 600.0), job("B", 0.0, 7_200.0), job("W", 1.0, 36_000.0), job("C", a_done_s, 72_000.0))
+    result = simulate(jobs, Pool(get_cluster(CLUSTER), 16), speed, policies.Srtf())
+    first_start = {j.job_id: j.first_start_s for j in result.jobs}
+    assert first_start["W"] == a_done_s and first_start["C"] > a_done_s
+    assert result == simulate(jobs, Pool(get_cluster(CLUSTER), 16), toy_speed(), EveryRank())  # type: ignore[arg-type]

@@ -26,18 +26,22 @@ class Columns:
         self.arrival_rank[np.lexsort((np.arange(n), self.arrival_s))] = np.arange(n)
         self.asked_gpus = np.array([st.job.gpus for st in states], dtype=np.int64)
         """GPUs each job asks for."""
-        self.asked_tokens_per_s = np.ones(n)
-        """Speed at the requested size, consolidated (set on arrival; SRTF's yardstick)."""
-        self.remaining_tokens = np.zeros(n)
+        self._rank_rows = np.zeros((n, 4))
+        """Per job, the four inputs of its time left (:meth:`rank`) side by side, so that a pass gathers one row of
+        32 bytes per job instead of four floats from four arrays (the columns below are views of it)."""
+        self._rank_rows[:, 3] = 1.0
+        self.trains_from_s = self._rank_rows[:, 0]
+        """``max(since_s, training_from_s)``: when it trains again."""
+        self.tokens_per_s = self._rank_rows[:, 1]
+        """Speed now (0 unless running)."""
+        self.remaining_tokens = self._rank_rows[:, 2]
         """:attr:`JobState.remaining_tokens`."""
+        self.asked_tokens_per_s = self._rank_rows[:, 3]
+        """Speed at the requested size, consolidated (set on arrival; SRTF's yardstick)."""
         self.attained_gpu_s = np.zeros(n)
         """:attr:`JobState.attained_gpu_s`."""
         self.since_s = np.zeros(n)
         """:attr:`JobState.since_s`."""
-        self.trains_from_s = np.zeros(n)
-        """``max(since_s, training_from_s)``: when it trains again."""
-        self.tokens_per_s = np.zeros(n)
-        """Speed now (0 unless running)."""
         self.gpus = np.zeros(n, dtype=np.int64)
         """GPUs held now (0 unless running)."""
 
@@ -60,6 +64,18 @@ class Columns:
         left = self.remaining_tokens[idx]
         left -= trained
         return np.maximum(0.0, left, out=left)
+
+    def rank(self, idx: np.ndarray, now_s: float) -> np.ndarray:
+        """Time left at the requested size at ``now_s`` of jobs ``idx`` (SRTF's rank): :meth:`remaining` divided by
+        :attr:`asked_tokens_per_s`, the same operations on one gather of rows (a new array)."""
+        trains_from, tokens_per_s, left, asked = self._rank_rows.take(idx, axis=0).T
+        trained = np.subtract(now_s, trains_from)
+        np.maximum(0.0, trained, out=trained)
+        trained *= tokens_per_s
+        left = left - trained
+        np.maximum(0.0, left, out=left)
+        left /= asked
+        return left
 
     def attained(self, idx: np.ndarray, now_s: float) -> np.ndarray:
         """GPU-seconds held up to ``now_s`` by jobs ``idx`` (as :meth:`JobState.attained`)."""

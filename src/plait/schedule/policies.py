@@ -27,7 +27,7 @@ from plait.schedule.elastic import Elastic
 from plait.schedule.fit import greedy_fit
 from plait.schedule.las import Las
 from plait.schedule.simulate import Policy, Simulator
-from plait.schedule.srtf_ranks import RankBounds
+from plait.schedule.srtf_ranks import Arrivals, may_trail
 from plait.schedule.state import JobState
 
 
@@ -52,7 +52,7 @@ QUEUE_HEAD = 64
 before)."""
 
 
-def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray) -> None:
+def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank: np.ndarray, head: int = 0) -> None:
     """Run the jobs first in rank order that fit the cluster's GPUs together; stop the running jobs outside that
     set, then start the chosen ones on the fewest nodes free (the running jobs hold the GPUs they asked for, so the
     chosen ones fit the GPUs free once the others stop).
@@ -60,11 +60,13 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
     A job's rank is (``running_rank`` or its ``queued_key``'s first field, arrival, trace position). The running
     jobs ``idx`` (:meth:`Simulator.running_indices`) ranked before every waiting job are kept without a sort: they
     fit together (they run now), so the walk takes each of them whatever follows. The others are walked merged with
-    the ranked queue (:attr:`Simulator.ranked`) by :func:`_walk`."""
+    the ranked queue (:attr:`Simulator.ranked`) by :func:`_walk`. A caller that knows the queue's first ``head``
+    jobs do not start, and the running jobs ranked before its next one stay (:class:`Arrivals`), walks from there:
+    ``idx`` then need only hold the running jobs that may rank after that job."""
     if not sim.ranked:  # nothing waits: the running jobs fit together (they do now), nothing stops or starts
         return
     gpus = sim.columns.asked_gpus[idx]
-    keep, starts = _walk(sim, (running_rank, idx, gpus), sim.pool.free_gpus + int(gpus.sum()))
+    keep, starts = _walk(sim, (running_rank, idx, gpus), sim.pool.free_gpus + int(gpus.sum()), head)
     for i in idx[~keep].tolist():  # in the order they started
         sim.stop(sim.states[i], now_s)
     for i in starts.tolist():
@@ -74,17 +76,17 @@ def preemptive_pass(sim: Simulator, now_s: float, idx: np.ndarray, running_rank:
         sim.start(st, place, now_s)
 
 
-def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], budget: int) -> tuple[np.ndarray,
-                                                                                                    np.ndarray]:
+def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], budget: int,
+          head: int) -> tuple[np.ndarray, np.ndarray]:
     """First fit over ``budget`` GPUs of the ``running`` jobs (ranks, trace positions, GPUs) merged with the
-    ranked queue, in rank order: (which running jobs are taken, a mask; the waiting jobs taken, trace positions in
-    rank order).
+    ranked queue from its job ``head``, in rank order: (which running jobs are taken, a mask; the waiting jobs
+    taken, trace positions in rank order).
 
     The queue is read in chunks from its head (:data:`QUEUE_HEAD` jobs, then 4x as many each time); the running jobs
     ranked after a chunk's last job wait for the next chunk, and the walk stops when no GPUs are left (the running
     jobs not walked stop). Inside a chunk the running jobs are not sorted: each is given its gap between the
     chunk's waiting jobs (:func:`_gaps`), and the walk goes from event to event (:func:`_walk_chunk`)."""
-    rows = sim.ranked_head(len(sim.ranked))  # the queue's keys in ascending order (a view, read before it changes)
+    rows = sim.ranked_head(len(sim.ranked))[head:]  # the queue's keys from ``head``, ascending (a view, read first)
     keep = np.zeros(len(running[0]), dtype=bool)
     starts: list[np.ndarray] = []
     ahead = None  # positions in ``running`` not yet walked (``None``: all)
@@ -99,13 +101,17 @@ def _walk(sim: Simulator, running: tuple[np.ndarray, np.ndarray, np.ndarray], bu
         kept = whole[gap]
         kept[taken] = True
         if ahead is None:
-            keep, ahead = kept, (gap == len(chunk)).nonzero()[0]
+            keep = kept
         else:
             keep[ahead[kept]] = True
-            ahead = ahead[gap == len(chunk)]  # ranked after the chunk's last waiting job
         starts.append(started)
         if final:  # no queue left: they were the walk's last gap, walked with the chunk
             break
+        if budget:  # the running jobs ranked after the chunk's last waiting job go on to the next chunk
+            beyond = gap == len(chunk)
+            ahead = beyond.nonzero()[0] if ahead is None else ahead[beyond]
+    if len(starts) == 1:
+        return keep, starts[0]
     return keep, (np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64))
 
 
@@ -114,8 +120,10 @@ def _gaps(chunk: np.ndarray, rank: np.ndarray, index: np.ndarray, cols: Columns)
     ascending) rank before it, ties in rank broken by (arrival, trace position) as the queue's keys."""
     ranks = chunk[:, 0]
     gap = ranks.searchsorted(rank, "left")
-    tied = (ranks.searchsorted(rank, "right") > gap).nonzero()[0]
-    for t in tied.tolist():  # a waiting and a running job of equal rank: rare
+    tied = ranks.searchsorted(rank, "right") != gap
+    if not tied.any():  # a waiting and a running job of equal rank: rare
+        return gap
+    for t in tied.nonzero()[0].tolist():
         i = int(index[t])
         key = (float(rank[t]), float(cols.arrival_s[i]), i)
         while gap[t] < len(chunk) and (chunk[gap[t], 0], chunk[gap[t], 1], int(chunk[gap[t], 2])) < key:
@@ -185,20 +193,38 @@ class Srtf:
 
     name: str = "srtf"
     """Policy name."""
-    bounds: RankBounds = field(default_factory=RankBounds, compare=False, repr=False)
-    """Upper bounds of the running jobs' ranks (:mod:`plait.schedule.srtf_ranks`; one policy object serves one
+    log: Arrivals = field(default_factory=Arrivals, compare=False, repr=False)
+    """What changed since the last pass (:class:`plait.schedule.srtf_ranks.Arrivals`; one policy object serves one
     simulation)."""
 
     def queued_key(self, sim: Simulator, st: JobState) -> tuple[float, float, int]:
         """A waiting job's rank: its time left (fixed while it waits), then arrival."""
         return sim.remaining_s(st, st.since_s), st.job.arrival_s, st.index
 
+    def joined_queue(self, sim: Simulator, st: JobState) -> None:
+        """``st`` arrived (or stopped, in a pass)."""
+        self.log.serve(sim).jobs.append(st)
+
+    def completed(self, sim: Simulator, st: JobState) -> None:
+        """``st`` is done."""
+        self.log.serve(sim).quiet = False
+
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Keep the jobs with the least time left running (the running jobs ranked before every waiting one are
-        kept without their ranks read: :mod:`plait.schedule.srtf_ranks`)."""
-        if sim.ranked:
-            idx, rank = self.bounds.serve(sim).may_trail(sim, now_s, sim.running_indices(), sim.ranked[0][0])
-            preemptive_pass(sim, now_s, idx, rank)
+        kept without their ranks read: :mod:`plait.schedule.srtf_ranks`; arrivals that fit the free GPUs start
+        without a walk: :class:`plait.schedule.srtf_ranks.Arrivals`)."""
+        log = self.log.serve(sim)
+        arrivals = log.fit_free(sim)
+        if arrivals is not None:
+            for st in arrivals:
+                place = sim.pool.packed(st.job.gpus)
+                assert place is not None, "arrivals that fit the free GPUs together each fit"
+                sim.start(st, place, now_s)
+        elif sim.ranked:
+            first = log.first_change(sim)  # the queue's jobs before it stay waiting; the running jobs before it stay
+            idx, rank = may_trail(sim, now_s, sim.ranked[first][0])
+            preemptive_pass(sim, now_s, idx, rank, first)
+        log.passed()
 
 
 @dataclass(frozen=True, kw_only=True)

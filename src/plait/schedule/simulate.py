@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -78,8 +79,8 @@ class Simulator:
         """A policy that keeps its own index of the jobs (LAS) hears each join of the queue (arrival or stop)..."""
         self._completed: Observer | None = getattr(policy, "completed", None)
         """... and each completion (starts and stops are its own)."""
-        self._running_order = OrderedIndices(len(jobs))
-        """:attr:`running`'s keys as an array (:meth:`running_indices`)."""
+        self._running_order = OrderedIndices(len(jobs), values=True)
+        """:attr:`running`'s keys as an array (:meth:`running_indices`), each with a float (:meth:`running_values`)."""
         self._active_order = OrderedIndices(len(jobs))
         """:attr:`active`'s keys as an array (:meth:`active_indices`)."""
         self._segments: list[Segment] = []
@@ -106,9 +107,10 @@ class Simulator:
         st.training_from_s = now_s + (speed.restart_s if st.ran_before else 0.0)
         st.first_start_s = now_s if st.first_start_s is None else st.first_start_s
         st.sizes.append(place.gpus)
+        key = st.queued_key
         self._dequeue(st)
         self.running[st.index] = st
-        self._running_order.append(st.index)
+        self._running_order.append(st.index, math.inf if key is None else key[0])
         self._opened[st.index] = now_s
         self.columns.write(st)
         version = st.version
@@ -146,6 +148,13 @@ class Simulator:
     def running_indices(self) -> np.ndarray:
         """Trace positions of the running jobs, in the order they started."""
         return self._running_order.array()
+
+    def running_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`running_indices`, a float per running job) as views, in the order they started (read them before
+        a job starts or stops; the floats are written through). A job's float starts as the first field of its
+        queue key when it started (``inf`` where the policy keys no queue): SRTF's time left then, an upper bound
+        of its rank while it runs (:mod:`plait.schedule.srtf_ranks`), which the policy lowers as it reads ranks."""
+        return self._running_order.view(), self._running_order.values()
 
     def active_indices(self) -> np.ndarray:
         """Trace positions of the jobs arrived and not done, in order of arrival."""

@@ -10,10 +10,15 @@ and a running job whose bound is below the first waiting job's rank ranks before
 else it does, and its rank is not recomputed. The jobs a pass reads are those it would read with every rank
 recomputed, and the schedule is the same, bit for bit (``tests/test_srtf_ranks.py``,
 ``benchmarks/schedule_identical.py``).
+
+The bounds ride beside the running jobs in the order they started (:meth:`Simulator.running_rows`), so a pass reads
+them as one slice. A job starts with its queue key's time left as its bound: the rank it had when it last stopped
+or arrived, computed by the same operations, which its rank while it runs never exceeds.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,30 +26,61 @@ import numpy as np
 
 if TYPE_CHECKING:
     from plait.schedule.simulate import Simulator
+    from plait.schedule.state import JobState
+
+
+def may_trail(sim: Simulator, now_s: float, first_rank: float) -> tuple[np.ndarray, np.ndarray]:
+    """(the running jobs whose rank at ``now_s`` may be ``first_rank`` or more, in the order they started; their
+    ranks at ``now_s``); the others rank below ``first_rank``. Their bounds are lowered to those ranks."""
+    idx, bound = sim.running_rows()
+    at = (bound >= first_rank).nonzero()[0]
+    running = idx[at]
+    rank = sim.columns.rank(running, now_s)
+    bound[at] = rank
+    return running, rank
 
 
 @dataclass
-class RankBounds:
-    """Per job, an upper bound of its rank (``inf`` where none is known yet)."""
+class Arrivals:
+    """The jobs that arrived since SRTF's last pass, and whether any job completed since (one simulation's).
+
+    After a pass the running jobs are exactly those its first fit took, so a first fit at that instant takes them
+    again. Until the next event only time passes: running ranks fall and waiting ones stay, so each running job
+    keeps every waiting job it ranked before behind it. If then only jobs arrive, and their GPUs together fit the
+    GPUs free, the first fit takes the running jobs and the arrivals and nothing else: a running job finds at least
+    the free GPUs plus its own less the arrivals' left; an arrival at least the free GPUs less the other
+    arrivals'; a job that waited finds no more than it found at the last pass, which was too few. So such a pass
+    starts the arrivals in rank order and reads no rank (``tests/test_srtf_ranks.py``)."""
 
     sim: Simulator | None = None
-    """The simulation these bounds serve (reset for another)."""
-    bound: np.ndarray = field(default_factory=lambda: np.empty(0))
-    """Per trace position, the rank last computed for the job (``inf``: never)."""
+    """The simulation this log serves (reset for another)."""
+    jobs: list[JobState] = field(default_factory=list)
+    """Jobs that joined the queue since the last pass (between passes only arrivals join it)."""
+    quiet: bool = True
+    """No job completed since the last pass."""
 
-    def serve(self, sim: Simulator) -> RankBounds:
-        """These bounds, reset if they served another simulation."""
+    def serve(self, sim: Simulator) -> Arrivals:
+        """This log, reset if it served another simulation."""
         if self.sim is not sim:
-            self.sim, self.bound = sim, np.full(len(sim.states), np.inf)
+            self.sim, self.jobs, self.quiet = sim, [], True
         return self
 
-    def may_trail(self, sim: Simulator, now_s: float, idx: np.ndarray, first_rank: float) -> tuple[np.ndarray,
-                                                                                                   np.ndarray]:
-        """(the running jobs of ``idx`` whose rank at ``now_s`` may be ``first_rank`` or more, in ``idx``'s order;
-        their ranks at ``now_s``); the others rank below ``first_rank``."""
-        running = idx[self.bound[idx] >= first_rank]
-        rank = sim.columns.remaining(running, now_s)  # a new array: divided in place
-        rank /= sim.columns.asked_tokens_per_s[running]
-        self.bound[running] = rank
-        return running, rank
+    def fit_free(self, sim: Simulator) -> list[JobState] | None:
+        """The arrivals in rank order if they are the only change since the last pass and fit the GPUs free
+        together (the pass only starts them), else ``None``."""
+        if not (self.quiet and self.jobs) or sum(st.job.gpus for st in self.jobs) > sim.pool.free_gpus:
+            return None
+        return sorted(self.jobs, key=lambda st: st.queued_key)
 
+    def first_change(self, sim: Simulator) -> int:
+        """Where in the ranked queue a pass need begin: at the first arrival when only jobs arrived since the last
+        pass (0 otherwise). Before it the first fit goes as at the last pass: it takes the running jobs ranked there
+        (they fit together) and no waiting job (each finds no more GPUs than it found then); so it reaches the
+        first arrival with the free GPUs plus those of the running jobs ranked after it."""
+        if not (self.quiet and self.jobs):
+            return 0
+        return bisect.bisect_left(sim.ranked, min(st.queued_key for st in self.jobs))
+
+    def passed(self) -> None:
+        """A pass is over: nothing has changed since."""
+        self.jobs, self.quiet = [], True
