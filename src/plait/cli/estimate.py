@@ -109,36 +109,60 @@ def estimate_command(
     --model MODULE:FACTORY traces any PyTorch module the factory builds (on the meta device: no weights, no GPU);
     its plans take data and pipeline parallelism, and --micro-batch/--global-batch count examples."""
     options = dict(locals())
+    workload = _checked_workload(options)
+    if workload.kind.estimate is not None:  # the kind prices and prints its own job
+        workload.kind.estimate(workload, options)
+        return
+    mixed = _mixed_cluster(cluster, split, shares, local_steps)
+    if mixed is not None:
+        _estimate_mixed(mixed, workload, options, as_json, train_tokens)
+    elif what_if is not None:
+        _estimate_what_if(workload, options, as_json, train_tokens)
+    else:
+        _estimate_priced(workload, options, backend, as_json, train_tokens)
+
+
+def _checked_workload(options: dict[str, Any]) -> Workload:
+    """The options' workload, once every option it or the cluster refuses has been refused."""
     refuse_layout_with_plan(estimate_command, options)
-    workload = load(model)
+    workload = load(options["model"])
     refuse_foreign_options(workload.kind, options)
-    refuse_engine(workload.kind, engine)
+    refuse_engine(workload.kind, options["engine"])
+    what_if, backend, cluster = options["what_if"], options["backend"], options["cluster"]
     if what_if is not None:  # before any path that would not show it
         from plait.workloads.transformer.what_if import check_what_if
 
         check_what_if(what_if, workload, mixed_or_none(cluster) is not None)
     if backend is not None:
         check_backend(backend, workload.kind.estimate is None and mixed_or_none(cluster) is None)
-    if workload.kind.estimate is not None:  # the kind prices and prints its own job
-        workload.kind.estimate(workload, options)
-        return
+    return workload
+
+
+def _mixed_cluster(cluster: str | None, split: str, shares: str | None,
+                   local_steps: str | None) -> "MixedCluster | None":
+    """The mixed cluster ``--cluster`` names, or None; the mixed-only options refused without one."""
     mixed = mixed_or_none(cluster)
     if mixed is None and (split != "data" or shares or local_steps):
         raise ConfigError("--split, --shares and --local-steps share a plan among a mixed cluster's groups: pass "
                           "--cluster with a mixed preset (see `plait clusters`)")
-    if mixed is not None:
-        _estimate_mixed(mixed, workload, options, as_json, train_tokens)
-        return
-    if what_if is not None:
-        from plait.workloads.transformer.what_if import price_with_what_if, what_if_json, what_if_line
+    return mixed
 
-        result, found = price_with_what_if(workload, options)
-        _show_estimate(result, as_json, train_tokens, {"what_if": what_if_json(found)})
-        if not as_json:
-            from plait.terminal import rich_console
 
-            rich_console().print(what_if_line(found))
-        return
+def _estimate_what_if(workload: Workload, options: dict[str, Any], as_json: bool, train_tokens: float) -> None:
+    """The estimate shown with the ``--what-if`` step beside it (a JSON key, or a line of its own)."""
+    from plait.workloads.transformer.what_if import price_with_what_if, what_if_json, what_if_line
+
+    result, found = price_with_what_if(workload, options)
+    _show_estimate(result, as_json, train_tokens, {"what_if": what_if_json(found)})
+    if not as_json:
+        from plait.terminal import rich_console
+
+        rich_console().print(what_if_line(found))
+
+
+def _estimate_priced(workload: Workload, options: dict[str, Any], backend: str | None, as_json: bool,
+                     train_tokens: float) -> None:
+    """The estimate shown, with the step on the cluster's own collective library beside it under ``--backend``."""
     result = workload.kind.price(workload, options)
     if backend is None:
         _show_estimate(result, as_json, train_tokens)

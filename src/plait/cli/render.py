@@ -28,12 +28,28 @@ def _duration(seconds: float) -> str:
 
 def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None:
     """Summary, time breakdown, memory breakdown and cost to train."""
+    _print_header(console, est)
+    _print_time(console, est)
+    _print_memory(console, est)
+    _print_throughput(console, est)
+    _print_cost(console, est, train_tokens)
+    _print_failures(console, est, train_tokens)
+    for warning in est.warnings:
+        console.print(f"[yellow]warning[/]: {warning}")
+
+
+def _print_header(console: Console, est: Estimate) -> None:
+    """The model, cluster, engine, plan and parameter count."""
     console.print(f"[bold]{est.model_name}[/] on {est.num_gpus} x {est.cluster_name}, run by {est.engine}")
     console.print(f"plan: {est.plan.describe()}  (micro-batches per step: {est.plan.num_micro_batches})")
     if est.num_params:
         active = (f", {_count(est.num_active_params)} active per token" if est.num_active_params != est.num_params
                   else "")
         console.print(f"parameters: {_count(est.num_params)}{active}")
+
+
+def _print_time(console: Console, est: Estimate) -> None:
+    """The step time with its interval, and its components' seconds and shares."""
     low, high = est.step_time_interval_s
     time_table = titled_table(f"Step time {est.step_time_s:.4g} s (80% interval {low:.4g}-{high:.4g} s)")
     time_table.add_column("component")
@@ -43,6 +59,10 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
         if value > 0:
             time_table.add_row(name, f"{value:.4g}", f"{100 * value / est.step_time_s:.1f}%")
     console.print(time_table)
+
+
+def _print_memory(console: Console, est: Estimate) -> None:
+    """The memory per GPU by component, and whether it (and any swapped activations) fits."""
     mem = est.memory
     mem_table = titled_table(f"Memory per GPU, pipeline stage {mem.stage} "
                              f"({mem.inflight_micro_batches:g} micro-batches in flight)")
@@ -63,6 +83,10 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     else:
         console.print(f"[bold red]does not fit[/]: needs {mem.total_bytes / GIB:.1f} GiB, the GPU has "
                       f"{mem.capacity_bytes / GIB:.1f} GiB (exceeds by {-mem.headroom_bytes / GIB:.1f} GiB)")
+
+
+def _print_throughput(console: Console, est: Estimate) -> None:
+    """Throughput, MFU and HFU; a non-allreduce sync's steps multiplier and a gossip's spectral gap."""
     unit = est.sample_unit
     convention = "PaLM" if unit == "tokens" else "traced"
     console.print(f"throughput: {est.tokens_per_s:,.0f} {unit}/s, {est.tokens_per_s_per_gpu:,.0f} {unit}/s/GPU; "
@@ -78,6 +102,10 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     if gap is not None:
         console.print(f"gossip mixing: spectral gap {gap:.4g} (1 - rho of the mixing matrix; decentralized SGD's "
                       "extra steps grow as 1/gap^2, Lian et al. 2017, Theorem 1)")
+
+
+def _print_cost(console: Console, est: Estimate, train_tokens: float) -> None:
+    """Time, GPU-hours, price (with egress) and energy to train, and the bytes leaving a site per step."""
     egress = est.egress_usd(train_tokens)
     console.print(f"to train {train_tokens:.3g} {est.sample_unit}: {_duration(est.time_to_train_s(train_tokens))}, "
                   f"{est.gpu_hours(train_tokens):,.0f} GPU-hours, ${est.cost_usd(train_tokens):,.0f} "
@@ -87,6 +115,10 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
     _print_energy(console, est, train_tokens)
     if est.egress_bytes_per_step:
         console.print(f"between sites: {est.egress_bytes_per_step / 1e9:.3g} GB leave a site per step")
+
+
+def _print_failures(console: Console, est: Estimate, train_tokens: float) -> None:
+    """Goodput under failures: MTBF, checkpoint time and interval (Daly 2006), time and cost with failures."""
     failures = goodput(est)
     console.print(f"with failures ({reliability().basis}): one every {_figure(failures.mtbf_s / 3600)} h at "
                   f"{est.num_gpus:,} GPUs; a checkpoint of "
@@ -96,9 +128,6 @@ def print_estimate(console: Console, est: Estimate, train_tokens: float) -> None
                   f"${est.cost_usd(train_tokens) / failures.goodput:,.0f}"
                   + (f", {_figure(train_j / failures.goodput / 3.6e9)} MWh" if (train_j := est.energy_j(train_tokens))
                      else ""))
-    for warning in est.warnings:
-        console.print(f"[yellow]warning[/]: {warning}")
-
 
 def _print_energy(console: Console, est: Estimate, train_tokens: float) -> None:
     """Energy per step and token, to train, and the power figures behind them (plait.cost.energy)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -26,6 +26,12 @@ from plait.schedule.synthetic import MAX_JOBS, MAX_SEED, synthetic_trace
 from plait.schedule.trace import TraceJob, read_trace, trace_csv
 from plait.schedule.trace_export import chrome_trace
 from plait.terminal import rich_console, titled_table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from plait.hardware.cluster import Cluster
+    from plait.schedule.simulate import Policy
 
 DEFAULT_SCHEDULE_GPUS = 128
 """Cluster size simulated unless --gpus says otherwise (16 nodes of 8: the shipped traces offer it 1.5x its GPUs over
@@ -102,14 +108,7 @@ def schedule_command(
     planner; report completion times, queueing, makespan and utilization per policy."""
     names = list(POLICY_NAMES) if policy == "all" else [policy]
     policies = [make_policy(n) for n in names]
-    if trace_out is not None and len(policies) != 1:
-        raise ConfigError("--trace-out writes one policy's schedule: give --policy NAME, not all")
-    if write_trace is not None and synthetic is None:
-        raise ConfigError("--write-trace writes a drawn trace: it needs --synthetic")
-    for path in (trace_out, write_trace):
-        refuse_overwrite(path, force)
-    if plot_dir is not None:
-        check_export_folder(plot_dir, ("jct_cdf.png", "utilization.png"), force)
+    _refuse_outputs(len(policies), synthetic, trace_out, write_trace, plot_dir, force)
     spec = resolve_cluster(cluster)
     size = gpus if gpus is not None else min(DEFAULT_SCHEDULE_GPUS, spec.max_gpus)
     Pool(spec, size)  # checks the size before any search
@@ -117,20 +116,10 @@ def schedule_command(
     name, trace_jobs = _jobs(trace, synthetic, jobs, seed, load, speed, size)
     if write_trace is not None:
         write_trace.write_text(trace_csv(trace_jobs), encoding="utf-8")
-    results = []
-    with LazyProgress("simulating the schedule", quiet=as_json, unit="arrivals") as bar:
-        for i, p in enumerate(policies):  # one bar over every policy's arrivals
-            results.append(simulate(trace_jobs, Pool(spec, size), speed, p,
-                                    lambda done, total, i=i: bar(i * total + done, len(policies) * total)))
-    if trace_out is not None:
-        trace_out.write_text(json.dumps(chrome_trace(results[0])), encoding="utf-8")
-    written = []
-    if plot_dir is not None:
-        from plait.schedule.plots import write_plots
-
-        written = write_plots(results, plot_dir)
-    paired = {r.policy: [p.as_dict() for p in r.pairs] for r in results if r.pairs is not None}
+    results = _simulate_policies(trace_jobs, spec, size, speed, policies, as_json)
+    written = _write_outputs(results, trace_out, plot_dir)
     if as_json:
+        paired = {r.policy: [p.as_dict() for p in r.pairs] for r in results if r.pairs is not None}
         print_json({"trace": name, "jobs": len(trace_jobs), "cluster": spec.name, "gpus": size,
                     "planner_searches": speed.searches, "policies": [r.summary() for r in results],
                     **({"pairs": paired} if paired else {})})
@@ -138,11 +127,52 @@ def schedule_command(
     console = rich_console()
     console.print(f"{name}: {len(trace_jobs)} jobs on {size} GPUs of {spec.name}; speeds from "
                   f"{speed.searches} planner searches ({speed.search_s:.1f} s)")
+    _print_results(console, results)
+    for path in [p for p in (write_trace, trace_out) if p is not None] + written:
+        console.print(f"wrote {path}")
+
+
+def _refuse_outputs(num_policies: int, synthetic: str | None, trace_out: Path | None, write_trace: Path | None,
+                    plot_dir: Path | None, force: bool) -> None:
+    """Refuse output options that cannot be written (or would overwrite without --force) before any search."""
+    if trace_out is not None and num_policies != 1:
+        raise ConfigError("--trace-out writes one policy's schedule: give --policy NAME, not all")
+    if write_trace is not None and synthetic is None:
+        raise ConfigError("--write-trace writes a drawn trace: it needs --synthetic")
+    for path in (trace_out, write_trace):
+        refuse_overwrite(path, force)
+    if plot_dir is not None:
+        check_export_folder(plot_dir, ("jct_cdf.png", "utilization.png"), force)
+
+
+def _simulate_policies(trace_jobs: tuple[TraceJob, ...], spec: Cluster, size: int, speed: SpeedModel,
+                       policies: list[Policy], quiet: bool) -> list[ScheduleResult]:
+    """Each policy's schedule of the trace on a fresh pool, under one progress bar over every policy's arrivals."""
+    results = []
+    with LazyProgress("simulating the schedule", quiet=quiet, unit="arrivals") as bar:
+        for i, p in enumerate(policies):
+            results.append(simulate(trace_jobs, Pool(spec, size), speed, p,
+                                    lambda done, total, i=i: bar(i * total + done, len(policies) * total)))
+    return results
+
+
+def _write_outputs(results: list[ScheduleResult], trace_out: Path | None, plot_dir: Path | None) -> list[Path]:
+    """The first policy's Perfetto JSON and the plots, where asked for; the plots' paths."""
+    if trace_out is not None:
+        trace_out.write_text(json.dumps(chrome_trace(results[0])), encoding="utf-8")
+    written = []
+    if plot_dir is not None:
+        from plait.schedule.plots import write_plots
+
+        written = write_plots(results, plot_dir)
+    return written
+
+
+def _print_results(console: Console, results: list[ScheduleResult]) -> None:
+    """The policies' table, then each pairing policy's pairs (or why none formed)."""
     console.print(_table(results))
     for result in results:
         if result.pairs:
             console.print(_pairs_table(result))
         elif result.pairs is not None:
             console.print(f"{result.policy}: no pair formed (none that fits each GPU and gains enough)")
-    for path in [p for p in (write_trace, trace_out) if p is not None] + written:
-        console.print(f"wrote {path}")

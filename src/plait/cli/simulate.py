@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -56,6 +56,10 @@ from plait.terminal import rich_console
 from plait.workloads import labels_with, load, refuse_engine
 from plait.workloads.transformer.estimate import resolve_job
 
+if TYPE_CHECKING:
+    from plait.plan.plan import Plan
+    from plait.simulate.pipeline import Timeline
+
 
 def simulate_command(
     plan_file: PlanFileOption = None,
@@ -105,29 +109,43 @@ def simulate_command(
         workload.kind.simulate(workload, {**options, "gpus": gpus or 1, "global_batch": global_batch or 1024})
         return
     job = _job(options, "simulate")
-    plan = job.plan
     refuse_overwrite(trace, force)
     refuse_overwrite(png, force)
     timeline = simulate_step(job)
+    _write_timeline(timeline, job.plan, trace, png, force)
+    doc = _step_doc(timeline, job.plan)
+    if as_json:
+        print_json(doc)
+        return
+    _print_step(timeline, job.plan, doc, (trace, png))
+
+
+def _write_timeline(timeline: Timeline, plan: Plan, trace: Path | None, png: Path | None, force: bool) -> None:
+    """The step's trace-event JSON and timeline picture, where asked for."""
     if trace:
         write_trace(trace, timeline, overwrite=force)
     if png:
         from plait.report.plots import timeline_png
 
         timeline_png(timeline, png, f"one step: {plan.describe()}")
+
+
+def _step_doc(timeline: Timeline, plan: Plan) -> dict[str, Any]:
+    """The step's layout, time, ranks, span count and each rank's idle fraction (1 - compute busy / step)."""
     busy = {r: sum(s.end - s.start for s in timeline.spans if s.rank == r and s.stream == "compute")
             for r in {s.rank for s in timeline.spans}}
-    doc = {"layout": plan.describe(), "step_time_s": timeline.step_time_s, "ranks": len(busy),
-           "idle_fraction_per_rank": {r: 1 - b / timeline.step_time_s for r, b in sorted(busy.items())},
-           "spans": len(timeline.spans)}
-    if as_json:
-        print_json(doc)
-        return
+    return {"layout": plan.describe(), "step_time_s": timeline.step_time_s, "ranks": len(busy),
+            "idle_fraction_per_rank": {r: 1 - b / timeline.step_time_s for r, b in sorted(busy.items())},
+            "spans": len(timeline.spans)}
+
+
+def _print_step(timeline: Timeline, plan: Plan, doc: dict[str, Any], written: tuple[Path | None, ...]) -> None:
+    """The simulated step, each rank's idle share and the files written, as lines."""
     console = rich_console()
     console.print(f"simulated step: {timeline.step_time_s:.4g} s for {plan.describe()} ({len(timeline.spans)} spans)")
-    for rank, idle in doc["idle_fraction_per_rank"].items():  # type: ignore[union-attr]
+    for rank, idle in doc["idle_fraction_per_rank"].items():
         console.print(f"  rank {rank}: idle {100 * idle:.1f}% of the step")
-    for path in (trace, png):
+    for path in written:
         if path:
             console.print(f"wrote {path}")
 

@@ -43,37 +43,18 @@ def validate_command(
     """Predict every run with a measured step time (--runs), peak memory (--memory), data-parallel throughput of
     a traced model (--classic), DiT inference latency (--dit) or GNN epoch time (--gnn); print errors and MAPE
     overall and per source. `plait validate dev` (small, memory, classic, dit, gnn) runs the shipped public runs."""
-    if dataset is not None:
-        if any(x is not None for x in (runs, memory, classic, dit, gnn)):
-            raise ConfigError(f"dataset {dataset!r} and a CSV option: give one of them")
-        path = dataset_path(dataset)
-        runs, memory, classic, dit, gnn = (path if DATASETS[dataset][0] == option else None
-                                           for option in ("runs", "memory", "classic", "dit", "gnn"))
-    runs, memory, classic, dit, gnn = (option_path(option, value) for option, value in
-                                       (("runs", runs), ("memory", memory), ("classic", classic), ("dit", dit),
-                                        ("gnn", gnn)))
-    del dataset
-    options = dict(locals())
-    if sum(x is not None for x in (runs, memory, classic, dit, gnn)) != 1:
-        raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory), --classic "
-                          "(measured throughputs of traced models), --dit (measured DiT inference latencies) or --gnn "
-                          "(measured GNN epoch times), or name a shipped dataset: plait validate "
-                          f"{'|'.join(DATASETS)}")
+    paths = _csv_paths(dataset, {"runs": runs, "memory": memory, "classic": classic, "dit": dit, "gnn": gnn})
     for kind in kinds():  # a workload kind's own measured runs
-        if kind.validation is not None and options[kind.validation.option] is not None:
-            check = kind.validation
+        check = kind.validation
+        if check is not None and (path := paths[check.option]) is not None:
             with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
-                results = check.read(options[check.option], bar)
+                results = check.read(path, bar)
             _report(results, check.title, as_json, check.error)
             return
-    if memory is not None:
-        with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
-            result = validate_memory(memory, bar)
-        if as_json:
-            print_json(result.to_dict())
-        else:
-            print_memory_validation(rich_console(), result)
+    if paths["memory"] is not None:
+        _validate_memory(paths["memory"], as_json)
         return
+    runs = paths["runs"]
     assert runs is not None
     with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
         validation = validate_rows(read_runs(runs), bar)
@@ -81,6 +62,32 @@ def validate_command(
         print_json(validation.to_dict())
     else:
         print_validation(rich_console(), validation)
+
+
+def _csv_paths(dataset: str | None, given: dict[str, Path | None]) -> dict[str, Path | None]:
+    """Each CSV option's path (a shipped dataset's file under its option), once exactly one is given."""
+    if dataset is not None:
+        if any(x is not None for x in given.values()):
+            raise ConfigError(f"dataset {dataset!r} and a CSV option: give one of them")
+        path = dataset_path(dataset)
+        given = {option: path if DATASETS[dataset][0] == option else None for option in given}
+    paths = {option: option_path(option, value) for option, value in given.items()}
+    if sum(x is not None for x in paths.values()) != 1:
+        raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory), --classic "
+                          "(measured throughputs of traced models), --dit (measured DiT inference latencies) or --gnn "
+                          "(measured GNN epoch times), or name a shipped dataset: plait validate "
+                          f"{'|'.join(DATASETS)}")
+    return paths
+
+
+def _validate_memory(memory: Path, as_json: bool) -> None:
+    """Measured peak memory per GPU predicted, as JSON or a table."""
+    with LazyProgress("predicting rows", quiet=as_json, unit="rows") as bar:
+        result = validate_memory(memory, bar)
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        print_memory_validation(rich_console(), result)
 
 
 def _report(results, title: str, as_json: bool, error: str) -> None:  # type: ignore[no-untyped-def]

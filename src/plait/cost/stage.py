@@ -21,7 +21,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from plait.cost.host import exposed_host_s
-from plait.cost.inner import ABSENT, Inner
+from plait.cost.inner import ABSENT, Inner, LayerKind
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.swap import SwapTimes, exposed_swap_s
@@ -29,6 +29,7 @@ from plait.engine.facts import EngineFacts
 from plait.frozen import direct_init
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns
+from plait.plan.ops import Ops
 from plait.workload.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -90,24 +91,8 @@ def layers_time(cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTi
             continue
         rc_count = xp.where(full, rc_kind, count)
         rc_share = xp.where(count > 0, rc_count / xp.maximum(count, 1), 0.0)
-        gather, reduce = shard.gather_s, shard.reduce_s
-        regathers = rc_share * full if framework.shard_unit == "module" else 0.0  # per backward, for recompute
-        regather = regathers * gather
-        bwd_comm = gather + regather + reduce
-        if framework.shard_prefetch:
-            fsdp_fwd = hidden_remainder(gather, kind.fwd_s + kind.tp_fwd_s, overlap, xp)
-            bwd_work = kind.bwd_s + rc_share * kind.recompute_s + kind.tp_bwd_s
-            if framework.shard_backward_prefetch == "post":
-                fsdp_bwd = gather + regather + hidden_remainder(reduce, bwd_work, overlap, xp)
-            else:
-                fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap, xp)
-        else:
-            fsdp_fwd, fsdp_bwd = gather, bwd_comm
-        fsdp_fwd = fsdp_fwd + shard.host_fwd_s + shard.copy_out_s  # hooks and copies run in line with the layer
-        fsdp_bwd = (fsdp_bwd + shard.host_bwd_s + rc_share * full * shard.host_fwd_s  # recompute re-runs the hooks
-                    + shard.copy_out_s * (1.0 + regathers)
-                    + shard.copy_in_s)
-        first_gather = xp.where((first_gather == 0) & (count > 0), gather, first_gather)
+        fsdp_fwd, fsdp_bwd = _shard_layer_s(kind, shard, rc_share, full, framework, overlap, xp)
+        first_gather = xp.where((first_gather == 0) & (count > 0), shard.gather_s, first_gather)
         host_fwd = host_fwd + count * kind.host_fwd_s
         host_bwd = host_bwd + count * kind.host_bwd_s
         fwd["compute"] = fwd["compute"] + count * kind.fwd_s
@@ -125,6 +110,30 @@ def layers_time(cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTi
             bwd["swap"] = bwd["swap"] + count * in_s
     fwd["fsdp_comm"] = fwd["fsdp_comm"] + first_gather
     return fwd, bwd, host_fwd, host_bwd  # type: ignore[return-value]
+
+
+def _shard_layer_s(kind: LayerKind, shard: ShardTimes, rc_share: np.ndarray, full: np.ndarray,
+                   framework: EngineFacts, overlap: float, xp: Ops) -> tuple[np.ndarray, np.ndarray]:
+    """ZeRO-3/FSDP (forward, backward) seconds one layer of ``kind`` exposes: the gathers and reduce-scatter past
+    its work when prefetched (module docstring), plus the hooks and copies in line with it."""
+    gather, reduce = shard.gather_s, shard.reduce_s
+    regathers = rc_share * full if framework.shard_unit == "module" else 0.0  # per backward, for recompute
+    regather = regathers * gather
+    bwd_comm = gather + regather + reduce
+    if framework.shard_prefetch:
+        fsdp_fwd = hidden_remainder(gather, kind.fwd_s + kind.tp_fwd_s, overlap, xp)
+        bwd_work = kind.bwd_s + rc_share * kind.recompute_s + kind.tp_bwd_s
+        if framework.shard_backward_prefetch == "post":
+            fsdp_bwd = gather + regather + hidden_remainder(reduce, bwd_work, overlap, xp)
+        else:
+            fsdp_bwd = hidden_remainder(bwd_comm, bwd_work, overlap, xp)
+    else:
+        fsdp_fwd, fsdp_bwd = gather, bwd_comm
+    fsdp_fwd = fsdp_fwd + shard.host_fwd_s + shard.copy_out_s  # hooks and copies run in line with the layer
+    fsdp_bwd = (fsdp_bwd + shard.host_bwd_s + rc_share * full * shard.host_fwd_s  # recompute re-runs the hooks
+                + shard.copy_out_s * (1.0 + regathers)
+                + shard.copy_in_s)
+    return fsdp_fwd, fsdp_bwd
 
 
 def stage_time(model: ModelSpec, cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTimes],

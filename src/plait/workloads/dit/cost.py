@@ -46,6 +46,7 @@ from plait.cost.compute import attention_flops_per_s, gemm_time_s, memory_bytes_
 from plait.cost.flops import Gemm
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
+from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.workloads.dit.model import ACT_BYTES, JOINED, DitJob, DitSpec
 from plait.workloads.dit.offload import offloaded_step_s, streamed_bytes_per_step
@@ -143,16 +144,58 @@ def check_plan(spec: DitSpec, job: DitJob, plan: DitPlan) -> None:
 def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) -> DitEstimate:
     """One step and the whole job of ``plan`` on ``cluster`` (module docstring)."""
     check_plan(spec, job, plan)
-    acc, b = cluster.accelerator, ACT_BYTES
-    passes = job.passes / plan.cfg
+    b, g = ACT_BYTES, _gpu_share(spec, job, plan)
+    attention = _attention_s(spec, plan, cluster.accelerator, g)
+    compute = _compute_s(spec, plan, cluster.accelerator, g, attention)
+    comm = _exposed_comm_s(spec, job, plan, cluster, g, attention)
+    overlap_comm, patch_transfer = _overlapped_comm_s(spec, plan, cluster, g)
+    step = compute + comm + max(0.0, overlap_comm - compute)
+    if plan.pipefusion > 1:  # a patch's updated latent must come back round the p stages before its next step
+        step += max(0.0, plan.pipefusion * patch_transfer - (plan.patches - plan.pipefusion) * compute / plan.patches)
+    synchronous = compute + comm + overlap_comm
+    weights = resident = streamed_bytes_per_step(spec.params(), b, plan.pipefusion * plan.tp)
+    if plan.offload:
+        step = offloaded_step_s(compute, step - compute, weights, cluster)
+        resident = 2 * weights / g.layers  # the layer computing and the one arriving
+    warm = min(job.steps, DISTRIFUSION_WARMUP) if plan.distrifusion > 1 else 0
+    fill = (plan.pipefusion - 1) / plan.patches * compute if plan.pipefusion > 1 else 0.0
+    latency = warm * synchronous + (job.steps - warm) * step + fill
+    buffers = 0.0
+    if plan.stale:
+        buffers = 2 * g.seq * spec.hidden * b * g.passes * g.layers  # stale K and V of the whole sequence
+    transient = (4 + spec.mlp_ratio) * g.tokens * spec.hidden * b * g.passes
+    return DitEstimate(compute_s=compute, comm_s=step - compute, step_s=step, synchronous_s=synchronous,
+                       patch_transfer_s=patch_transfer, latency_s=latency,
+                       memory_bytes=resident + buffers + transient, weight_bytes=resident, buffer_bytes=buffers)
+
+
+@dataclass(frozen=True)
+class _GpuShare:
+    """What one GPU runs of each denoising step under a plan."""
+
+    passes: float  # model passes per step (classifier-free guidance's two split over cfg)
+    image: int  # image (video) tokens of the whole latent
+    seq: int  # the sequence attention runs over (the text's tokens too where the model joins them)
+    share: int  # ways the sequence is split (Ulysses x ring x DistriFusion)
+    tokens: float  # this GPU's tokens of each pass, every stage's patches together
+    layers: float  # attention layers of this GPU's PipeFusion stage
+    pieces: int  # times each block runs per step (PipeFusion runs it once per patch)
+
+
+def _gpu_share(spec: DitSpec, job: DitJob, plan: DitPlan) -> _GpuShare:
+    """The passes, tokens and layers one GPU runs under ``plan``."""
     image = job.image_tokens(spec)
-    seq = image + (spec.text_tokens if spec.kind in JOINED else 0)  # the sequence attention runs over
-    share = plan.ulysses * plan.ring * plan.distrifusion  # ways the sequence is split
-    tokens = seq / share  # this GPU's tokens (of each pass), every stage's patches together
-    layers = spec.attention_layers / plan.pipefusion
-    pieces = plan.patches if plan.pipefusion > 1 else 1  # PipeFusion runs each block once per patch
-    compute = layers * passes * pieces * _block_s(spec, tokens / pieces, plan.tp, acc)
-    keys = seq
+    seq = image + (spec.text_tokens if spec.kind in JOINED else 0)
+    share = plan.ulysses * plan.ring * plan.distrifusion
+    return _GpuShare(passes=job.passes / plan.cfg, image=image, seq=seq, share=share, tokens=seq / share,
+                     layers=spec.attention_layers / plan.pipefusion,
+                     pieces=plan.patches if plan.pipefusion > 1 else 1)
+
+
+def _attention_s(spec: DitSpec, plan: DitPlan, acc: Accelerator, g: _GpuShare) -> float:
+    """The step's attention: self-attention over the sequence (linear for Sana) and cross-attention to the text."""
+    layers, passes, tokens = g.layers, g.passes, g.tokens
+    keys = g.seq
     if spec.kind == "linear":
         attention = layers * passes * _linear_attention_s(spec, tokens, plan.tp, acc)
         attn_flops = 4.0 * tokens * spec.text_tokens * spec.hidden / plan.tp  # cross-attention to the text
@@ -162,10 +205,23 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
         if spec.kind == "pixart":
             attn_flops += 4.0 * tokens * spec.text_tokens * spec.hidden / plan.tp
         attention = layers * passes * attn_flops / attention_flops_per_s(acc, keys)
+    return attention
+
+
+def _compute_s(spec: DitSpec, plan: DitPlan, acc: Accelerator, g: _GpuShare, attention: float) -> float:
+    """The step's compute: the blocks' GEMMs, ``attention`` and any side attention on the image tokens."""
+    compute = g.layers * g.passes * g.pieces * _block_s(spec, g.tokens / g.pieces, plan.tp, acc)
     compute += attention
     if spec.side_attention_calls:  # on this GPU's image (video) tokens only; its keys are a few conditioning tokens
         calls = spec.side_attention_calls / plan.pipefusion
-        compute += calls * passes * pieces * _side_attention_s(spec, image / share / pieces, plan.tp, acc)
+        compute += calls * g.passes * g.pieces * _side_attention_s(spec, g.image / g.share / g.pieces, plan.tp, acc)
+    return compute
+
+
+def _exposed_comm_s(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, g: _GpuShare,
+                    attention: float) -> float:
+    """The step's communication left exposed: Ulysses, ring (past ``attention``), TP and CFG collectives."""
+    b, layers, passes, tokens = ACT_BYTES, g.layers, g.passes, g.tokens
     comm = 0.0
     hidden_part = spec.hidden / plan.tp
     if plan.ulysses > 1:  # all_to_all_s takes the bytes spread over the group, its own share included
@@ -174,47 +230,36 @@ def estimate_dit(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster) ->
                                             sent * plan.ulysses / (plan.ulysses - 1)))
     if plan.ring > 1:
         block = ring_sent_bytes(tokens, hidden_part, b, passes, plan.ring) / (plan.ring - 1)
-        ring = pieces * (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
+        ring = g.pieces * (plan.ring - 1) * float(collective_s(cluster, "p2p", plan.ring, plan.ulysses, block))
         comm += layers * max(0.0, ring - attention / layers)
     if plan.tp > 1:  # all_reduce_s takes the reduced tensor and sends 2 (t - 1) / t of it: tp_sent_bytes
         comm += layers * 2 * float(collective_s(cluster, "all_reduce", plan.tp, 1, tokens * spec.hidden * b * passes))
         comm += layers * float(collective_s(cluster, "all_gather", plan.tp, 1, 6 * spec.hidden * b * passes))
         if spec.side_attention_calls:  # its row-split output projection all-reduces the image tokens' output
-            side_out = image / share * spec.hidden * b * passes
+            side_out = g.image / g.share * spec.hidden * b * passes
             comm += spec.side_attention_calls / plan.pipefusion * float(
                 collective_s(cluster, "all_reduce", plan.tp, 1, side_out))
     if plan.cfg > 1:  # the gathered whole: each pass's velocity of the tokens this GPU predicts
-        predicted_tokens = image / (plan.ulysses * plan.ring * plan.distrifusion)
+        predicted_tokens = g.image / (plan.ulysses * plan.ring * plan.distrifusion)
         latent = cfg_sent_bytes(predicted_tokens, spec.patch**2 * spec.latent_channels, b, job.batch, plan.cfg)
         comm += float(collective_s(cluster, "all_gather", plan.cfg, plan.gpus // plan.cfg,
                                    latent * plan.cfg / (plan.cfg - 1)))
+    return comm
+
+
+def _overlapped_comm_s(spec: DitSpec, plan: DitPlan, cluster: Cluster, g: _GpuShare) -> tuple[float, float]:
+    """The communication compute may hide (PipeFusion's patches, DistriFusion's stale K/V) and one patch's send."""
+    b = ACT_BYTES
     overlap_comm = patch_transfer = 0.0
     if plan.pipefusion > 1:
-        per_patch = pipefusion_sent_bytes(tokens, spec.hidden, b, passes) / plan.patches
-        patch_transfer = float(collective_s(cluster, "p2p", plan.pipefusion, share, per_patch))
+        per_patch = pipefusion_sent_bytes(g.tokens, spec.hidden, b, g.passes) / plan.patches
+        patch_transfer = float(collective_s(cluster, "p2p", plan.pipefusion, g.share, per_patch))
         overlap_comm += plan.patches * patch_transfer
     if plan.distrifusion > 1:  # all_gather_s takes the gathered whole: every GPU's share
-        sent = stale_kv_sent_bytes(tokens, spec.hidden, b, passes, plan.distrifusion)
+        sent = stale_kv_sent_bytes(g.tokens, spec.hidden, b, g.passes, plan.distrifusion)
         whole = sent * plan.distrifusion / (plan.distrifusion - 1)
-        overlap_comm += layers * float(collective_s(cluster, "all_gather", plan.distrifusion, 1, whole))
-    step = compute + comm + max(0.0, overlap_comm - compute)
-    if plan.pipefusion > 1:  # a patch's updated latent must come back round the p stages before its next step
-        step += max(0.0, plan.pipefusion * patch_transfer - (plan.patches - plan.pipefusion) * compute / plan.patches)
-    synchronous = compute + comm + overlap_comm
-    weights = resident = streamed_bytes_per_step(spec.params(), b, plan.pipefusion * plan.tp)
-    if plan.offload:
-        step = offloaded_step_s(compute, step - compute, weights, cluster)
-        resident = 2 * weights / layers  # the layer computing and the one arriving
-    warm = min(job.steps, DISTRIFUSION_WARMUP) if plan.distrifusion > 1 else 0
-    fill = (plan.pipefusion - 1) / plan.patches * compute if plan.pipefusion > 1 else 0.0
-    latency = warm * synchronous + (job.steps - warm) * step + fill
-    buffers = 0.0
-    if plan.stale:
-        buffers = 2 * seq * spec.hidden * b * passes * layers  # stale K and V of the whole sequence
-    transient = (4 + spec.mlp_ratio) * tokens * spec.hidden * b * passes
-    return DitEstimate(compute_s=compute, comm_s=step - compute, step_s=step, synchronous_s=synchronous,
-                       patch_transfer_s=patch_transfer, latency_s=latency,
-                       memory_bytes=resident + buffers + transient, weight_bytes=resident, buffer_bytes=buffers)
+        overlap_comm += g.layers * float(collective_s(cluster, "all_gather", plan.distrifusion, 1, whole))
+    return overlap_comm, patch_transfer
 
 
 def _block_s(spec: DitSpec, tokens: float, tp: int, acc) -> float:  # type: ignore[no-untyped-def]

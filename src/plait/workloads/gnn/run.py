@@ -24,7 +24,7 @@ from plait.workloads import Workload
 from plait.workloads.gnn.config import GnnConfig, GnnLocalConfig, GnnPipeConfig
 from plait.workloads.gnn.cost import STRATEGIES, rank_fetch_bytes
 from plait.workloads.gnn.pipe import boundary_bytes, rank_pipe_bytes
-from plait.workloads.gnn.sampler import parse_sampler
+from plait.workloads.gnn.sampler import Sampler, parse_sampler
 from plait.workloads.gnn.sampling import measured_classes, sample_batch
 
 WORKER, LOCAL_WORKER = "plait.workloads.gnn.worker", "plait.workloads.gnn.local_worker"
@@ -35,6 +35,30 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
             strategy: str = "sampled_dp", sampler: str = "loop") -> None:
     """Check the options against the machine and train ``strategy`` on ``gpus`` CPU ranks beside one process
     (nothing is launched on ``dry_run``)."""
+    cache, chosen = _checked_options(strategy, cache, sampler)
+    spec = workload.description
+    batch = _checked_job(spec, gpus, global_batch)
+    config = gnn_worker_config(spec, batch, steps, cache)
+    console = rich_console()
+    g = spec.graph
+    console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
+                  f"{batch} seeds per rank, {steps} steps, {strategy}"
+                  + (f", {chosen.label()} sampler" if chosen.kind != "loop" else ""))
+    if strategy == "host_features":
+        console.print(f"plait: note: {HOST_FEATURES_NOTE}")
+    if dry_run:
+        return
+    if strategy in LOCAL_WORKERS:
+        _run_local(console, spec.name, gpus, GnnLocalConfig(**asdict(config), strategy=strategy))
+        return
+    if strategy == "full_graph":
+        _run_pipe(console, spec, gpus, steps)
+        return
+    _run_sampled(console, spec, gpus, config, chosen)
+
+
+def _checked_options(strategy: str, cache: float, sampler: str) -> tuple[float, Sampler]:
+    """The checked options' cache fraction (1 where every rank holds every feature) and parsed sampler."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"--gnn-strategy {strategy}: must be one of {', '.join(STRATEGIES)}")
     if not 0.0 <= cache <= 1.0:
@@ -46,8 +70,11 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
         cache = 1.0
     if strategy == "full_graph" and chosen.kind != "loop":
         raise ConfigError(f"--gnn-sampler {sampler}: full_graph samples nothing")
+    return cache, chosen
 
-    spec = workload.description
+
+def _checked_job(spec: Any, gpus: int, global_batch: int) -> int:
+    """Seeds per rank, once the job is one plait run's ranks can train and the machine can hold."""
     g, m = spec.graph, spec.model
     if g.directed:
         raise ConfigError(f"out_degree_exponent={g.out_degree_exponent}: plait run generates undirected graphs; "
@@ -66,28 +93,19 @@ def run_gnn(workload: Workload, gpus: int, global_batch: int, steps: int, cache:
         raise ConfigError(f"{batch} seeds per rank exceed the {g.nodes // gpus} nodes of each part")
     require_extra("gnn", "plait run of a GNN")  # here, not in the ranks: their failure would say only that one failed
     check_cpu_machine(gpus, 8 * (g.nodes + 2 * g.edges) * 3 + 4 * g.nodes * g.features * 2)  # graph, ids, features
-    config = gnn_worker_config(spec, batch, steps, cache)
-    console = rich_console()
-    console.print(f"{spec.name}: generated graph of {g.nodes:,} nodes and {g.edges:,} edges in {gpus} parts, "
-                  f"{batch} seeds per rank, {steps} steps, {strategy}"
-                  + (f", {chosen.label()} sampler" if chosen.kind != "loop" else ""))
-    if strategy == "host_features":
-        console.print(f"plait: note: {HOST_FEATURES_NOTE}")
-    if dry_run:
-        return
-    if strategy in LOCAL_WORKERS:
-        _run_local(console, spec.name, gpus, GnnLocalConfig(**asdict(config), strategy=strategy))
-        return
-    if strategy == "full_graph":
-        _run_pipe(console, spec, gpus, steps)
-        return
+    return batch
+
+
+def _run_sampled(console: Console, spec: Any, gpus: int, config: GnnConfig, chosen: Sampler) -> None:
+    """Train a sampled strategy on gloo ranks and one process; print losses and bytes sent against the expected."""
     sampling = replace(config, sampler=chosen.kind, bulk=chosen.bulk,  # type: ignore[arg-type]
                        adjacency="partitioned" if chosen.partitioned else "replicated")
     measured = run_worker(WORKER, gpus, sampling)
     from plait.workloads.gnn.worker import train
 
     single = train(config, reference=gpus)
-    expected = _expected_fetch_bytes(config, gpus, batch, cache, m.fanouts, g.features)
+    expected = _expected_fetch_bytes(config, gpus, config.batch, config.cache, spec.model.fanouts,
+                                     spec.graph.features)
     table = titled_table(f"{spec.name} on {gpus} gloo ranks")
     for col in ("step", "loss (ranks)", "loss (1 process)", "bytes sent per rank", "expected"):
         table.add_column(col, justify="right")

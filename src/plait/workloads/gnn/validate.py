@@ -21,6 +21,7 @@ from pathlib import Path
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
+from plait.hardware.cluster import Cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
@@ -80,57 +81,83 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     (:func:`plait.workloads.gnn.datasets.known_graphs`), not ``known``."""
     label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
     measured = 1.0 / row.number("measured_epoch_s")  # epoch times as rates: the error is on the epoch time
-    result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
+    why = _unmodelled(row, known)
+    if why is not None:
+        return ClassicResult(row["source_id"], label, measured, None, why)
+    spec = _row_spec(row, known, raw)
+    system = _row_system(row)
+    assert system is not None  # else _unmodelled said why
+    return ClassicResult(row["source_id"], label, measured, 1.0 / _epoch_s(row, spec, get_cluster(system)))
+
+
+def _row_system(row: Record) -> str | None:
+    """The preset system of the row's GPUs (its source's own where it names one), or None."""
+    gpus, nodes = row.count("gpus"), row.count("nodes")
+    return SOURCE_SYSTEMS.get(row["source_id"]) or (
+        SHARED_NODE_SYSTEMS if gpus > nodes and row["gpu"] in SHARED_NODE_SYSTEMS else SYSTEMS).get(row["gpu"])
+
+
+def _unmodelled(row: Record, known: dict[str, GraphStats]) -> str | None:
+    """Why the row is not predicted (its loader, layers, GPUs or dataset are not modelled), or None."""
     loader = row["loader"]
     if loader.startswith("salient++"):
-        return result("SALIENT++'s partitioned features fetched from other machines are not modelled")
+        return "SALIENT++'s partitioned features fetched from other machines are not modelled"
     if loader not in ("full-graph", "gpu", "gnnlab-factored") and loader not in loaders():
-        return result(f"loader {loader!r} is not modelled ({', '.join(loaders())} are)")
+        return f"loader {loader!r} is not modelled ({', '.join(loaders())} are)"
     if row["model"] not in KINDS:
-        return result(f"{row['model']} layers are not modelled ({', '.join(KINDS)} are)")
-    gpus, nodes = row.count("gpus"), row.count("nodes")
-    system = SOURCE_SYSTEMS.get(row["source_id"]) or (
-        SHARED_NODE_SYSTEMS if gpus > nodes and row["gpu"] in SHARED_NODE_SYSTEMS else SYSTEMS).get(row["gpu"])
-    if system is None:
-        return result(f"no preset system of {row['gpu']} GPUs")
+        return f"{row['model']} layers are not modelled ({', '.join(KINDS)} are)"
+    if _row_system(row) is None:
+        return f"no preset system of {row['gpu']} GPUs"
     if row["dataset"] not in known:
-        return result(f"no statistics of {row['dataset']}")
+        return f"no statistics of {row['dataset']}"
+    return None
+
+
+def _row_spec(row: Record, known: dict[str, GraphStats], raw: dict[str, GraphStats] | None) -> GnnSpec:
+    """The row's graph (raw or known direction) and model as a checked GNN job, before its loop."""
     layers, heads = row.count("layers", high=MAX_LAYERS), row.count("heads", default=1)
     if row.get("norm") not in NORMS:
         raise ConfigError(f"{row.where}: column norm={row.get('norm')!r} must be empty or 'batch'")
-    full = loader == "full-graph"
-    fanouts = (1,) * layers if full else row.counts("fanouts", "-")
+    fanouts = (1,) * layers if row["loader"] == "full-graph" else row.counts("fanouts", "-")
     graphs_used = raw if raw is not None and row["source_id"] in RAW_DIRECTION_SOURCES else known
     spec = GnnSpec(name=row["dataset"], graph=graphs_used[row["dataset"]],
                    model=GnnModel(kind=KINDS[row["model"]], layers=layers, hidden=row.count("hidden") * heads,  # type: ignore[arg-type]
                                   fanouts=fanouts, heads=heads, dropout=HIDDEN_DROPOUT[row["model"]],
                                   batch_norm=NORMS[row.get("norm")]))
     check_gnn(spec, row.where)
-    cluster = get_cluster(system)
-    library = "dgl" if row["system"].startswith("DGL") else "pyg"
-    if full:  # the DGL 0.5 benchmark's own SAGEConv modules aggregate the inputs in one fused product (compute.py)
-        library = ("pyg_sparse" if library == "pyg" else "spmm") if spec.model.kind == "sage" else library
-        spec = replace(spec, loop=GnnLoop(graph_formats=_graph_formats(row)))
-        est = estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library)  # type: ignore[arg-type]
-        return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+    return spec
+
+
+def _epoch_s(row: Record, spec: GnnSpec, cluster: Cluster) -> float:
+    """The row's predicted epoch seconds, by the path its loader takes (full graph, factored, GPU or host loader)."""
+    loader = row["loader"]
+    if loader == "full-graph":
+        return _full_graph_epoch_s(row, spec, cluster)
+    gpus, nodes = row.count("gpus"), row.count("nodes")
     batch = row.count("batch_per_gpu")
     if loader == "gnnlab-factored":  # sampler and trainer GPUs apart (factored.py)
-        fgnn = factored_epoch(spec, cluster, row.count("sampler_gpus", high=gpus), batch,
+        return factored_epoch(spec, cluster, row.count("sampler_gpus", high=gpus), batch,
                               positive(row["cache_fraction"], "cache_fraction", row.where, False, 1.0) or 0.0,
-                              row.count("feature_bytes", high=8))
-        return ClassicResult(row["source_id"], label, measured, 1.0 / fgnn.epoch_s)
+                              row.count("feature_bytes", high=8)).epoch_s
     on_gpu = row["features_on"] == "gpu"
     strategy = "replicated" if on_gpu else "host_features"
     per_node = -(-gpus // nodes)
     if loader == "gpu":  # sampled on the GPU in the training loop; DGL's loop: feat[ids] (a new tensor) .to(device)
         spec = replace(spec, loop=GnnLoop(copy_from="pinned" if on_gpu else "pageable", ranks_per_node=per_node))
-        est = estimate_gnn(spec, cluster, gpus, batch, strategy, library="dgl")
-        return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+        return estimate_gnn(spec, cluster, gpus, batch, strategy, library="dgl").epoch_s
     host = loaders()[loader]
     spec = replace(spec, loop=GnnLoop(loader=loader, workers=row.count("workers"), ranks_per_node=per_node,
                                       feature_bytes=row.count("feature_bytes", high=8)))
-    est = estimate_gnn(spec, cluster, gpus, batch, strategy, library=host.library)
-    return ClassicResult(row["source_id"], label, measured, 1.0 / est.epoch_s)
+    return estimate_gnn(spec, cluster, gpus, batch, strategy, library=host.library).epoch_s
+
+
+def _full_graph_epoch_s(row: Record, spec: GnnSpec, cluster: Cluster) -> float:
+    """A full-graph row's epoch seconds on one GPU, with its script's library and graph formats."""
+    library = "dgl" if row["system"].startswith("DGL") else "pyg"
+    # the DGL 0.5 benchmark's own SAGEConv modules aggregate the inputs in one fused product (compute.py)
+    library = ("pyg_sparse" if library == "pyg" else "spmm") if spec.model.kind == "sage" else library
+    spec = replace(spec, loop=GnnLoop(graph_formats=_graph_formats(row)))
+    return estimate_gnn(spec, cluster, 1, 1, "full_graph", library=library).epoch_s  # type: ignore[arg-type]
 
 
 def _graph_formats(row: Record) -> GraphFormats:
