@@ -6,7 +6,9 @@ of tests/test_schedule_properties.py, so that only the scheduler is checked)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -93,3 +95,13 @@ def test_srtf_walks_when_a_job_completes_as_another_arrives() -> None:
     first_start = {j.job_id: j.first_start_s for j in result.jobs}
     assert first_start["W"] == a_done_s and first_start["C"] > a_done_s
     assert result == simulate(jobs, Pool(get_cluster(CLUSTER), 16), toy_speed(), EveryRank())  # type: ignore[arg-type]
+
+
+def test_running_jobs_are_placed_among_waiting_ones_by_rank_then_arrival_then_position() -> None:
+    """Waiting keys (rank, arrival, trace position) (1, 0, 0), (2, 5, 1), (3, 1, 2); running jobs 3..7 of ranks
+    0.5, 2, 3, 4, 2.5 and arrivals 0, 3, 9, 0, 0. Job 4 ties job 1's rank and arrived first: before it (gap 1); job
+    5 ties job 2's and arrived later: after it, after all three (gap 3); job 6 ranks after all (gap 3)."""
+    chunk = np.array([[1.0, 0.0, 0.0], [2.0, 5.0, 1.0], [3.0, 1.0, 2.0]])
+    cols = SimpleNamespace(arrival_s=np.array([0.0, 5.0, 1.0, 0.0, 3.0, 9.0, 0.0, 0.0]))
+    rank, index = np.array([0.5, 2.0, 3.0, 4.0, 2.5]), np.arange(3, 8)
+    assert policies._gaps(chunk, rank, index, cols).tolist() == [0, 1, 3, 3, 2]  # type: ignore[arg-type]

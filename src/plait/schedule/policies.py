@@ -120,7 +120,12 @@ def _gaps(chunk: np.ndarray, rank: np.ndarray, index: np.ndarray, cols: Columns)
     ascending) rank before it, ties in rank broken by (arrival, trace position) as the queue's keys."""
     ranks = chunk[:, 0]
     gap = ranks.searchsorted(rank, "left")
-    tied = ranks.searchsorted(rank, "right") != gap
+    if not len(ranks):
+        return gap
+    # A tie: the first waiting job not ranked before a running one has its rank (where every waiting job ranks
+    # before it, clipping reads the last, whose rank is below its own). One gather, not a second binary search
+    # of the running jobs' ranks, which come unsorted (in the order they started).
+    tied = ranks.take(gap, mode="clip") == rank
     if not tied.any():  # a waiting and a running job of equal rank: rare
         return gap
     for t in tied.nonzero()[0].tolist():
