@@ -131,18 +131,16 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     nothing = never + n * shift + 1
     size = nothing + n * shift + 1
 
-    def slot(s: int, reading: bool) -> int:
-        if s >= 2 * grads:  # the short run's slot nothing writes (reading) or nothing reads
-            return never if reading else nothing
-        return 2 * s if s < grads else 2 * (s - grads) + 1
-
+    # the short run's slot s as renumbered, by s: 2 s, 2 (s - grads) + 1; its slot nothing writes (2 grads + 1,
+    # read) and the one nothing reads (2 grads, written): never and nothing
+    slot = [*range(0, 2 * grads, 2), *range(1, 2 * grads, 2), nothing, never]
     parts: tuple[list[_Entry], list[_Entry], list[_Entry]] = ([], [], [])
     seen = [0] * p
     for r, duration, wait, fill, hop, last in _sweep_order(schedule, p, m_short, v):
         i = seen[r]
         seen[r] += 1
         part = 0 if i < first[r] else 1 if i < second[r] else 2
-        parts[part].append((r, duration, slot(wait, True), slot(fill, False), hop, last))
+        parts[part].append((r, duration, slot[wait], slot[fill], hop, last))
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
 
 
