@@ -131,18 +131,17 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     nothing = never + n * shift + 1
     size = nothing + n * shift + 1
 
-    def slot(s: int, reading: bool) -> int:
-        if s >= 2 * grads:  # the short run's slot nothing writes (reading) or nothing reads
-            return never if reading else nothing
-        return 2 * s if s < grads else 2 * (s - grads) + 1
-
     parts: tuple[list[_Entry], list[_Entry], list[_Entry]] = ([], [], [])
-    seen = [0] * p
+    seen, past = [0] * p, 2 * grads
     for r, duration, wait, fill, hop, last in _sweep_order(schedule, p, m_short, v):
         i = seen[r]
         seen[r] += 1
         part = 0 if i < first[r] else 1 if i < second[r] else 2
-        parts[part].append((r, duration, slot(wait, True), slot(fill, False), hop, last))
+        # slot s to 2 s (activation), 2 (s - grads) + 1 (gradient); the short run's slot nothing writes (read)
+        # and the one nothing reads (written) to never and nothing. Computed here, not looked up: the replay reads
+        # these numbers in this order, so they lie next to their entries in memory
+        parts[part].append((r, duration, never if wait >= past else 2 * wait if wait < grads else 2 * wait - past + 1,
+                            nothing if fill >= past else 2 * fill if fill < grads else 2 * fill - past + 1, hop, last))
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
 
 

@@ -47,24 +47,16 @@ def one_f_one_b(p: int, m: int, rank: int) -> list[Op]:
 
 def interleaved(p: int, m: int, rank: int, v: int) -> list[Op]:
     """Megatron-LM's interleaved order (``m`` a multiple of ``p``)."""
-    total = m * v
-
-    def chunk_of(k: int, forward: bool) -> int:
-        chunk = (k // p) % v
-        return chunk if forward else v - 1 - chunk
-
-    def micro_of(k: int) -> int:
-        return (k // (p * v)) * p + k % p
-
+    total, group = m * v, p * v
+    # the k-th forward (backward) runs micro-batch (k // pv) p + k % p through chunk (k // p) % v (v - 1 - that)
+    forwards = [("F", k // group * p + k % p, k // p % v) for k in range(total)]
+    backwards = [("B", k // group * p + k % p, v - 1 - k // p % v) for k in range(total)]
     warmup = min((p - rank - 1) * 2 + (v - 1) * p, total)
-    ops: list[Op] = [("F", micro_of(k), chunk_of(k, True)) for k in range(warmup)]
-    f, b = warmup, 0
-    while f < total:
-        ops.append(("F", micro_of(f), chunk_of(f, True)))
-        f += 1
-        ops.append(("B", micro_of(b), chunk_of(b, False)))
-        b += 1
-    ops += [("B", micro_of(k), chunk_of(k, False)) for k in range(b, total)]
+    ops: list[Op] = forwards[:warmup]
+    for f in range(warmup, total):  # steady state: one forward, one backward
+        ops.append(forwards[f])
+        ops.append(backwards[f - warmup])
+    ops += backwards[total - warmup :]
     return ops
 
 

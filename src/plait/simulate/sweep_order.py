@@ -46,26 +46,32 @@ def _sweep_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, int,
     gives each operation the same start and end, to the bit, as sweeping the ranks again. An operation without an
     input reads slot ``2 m p v + 1``, which stays 0 (no later than any start); one without an output writes slot
     ``2 m p v``, which nothing reads. Every rank's last operation is a backward (or W), checked here."""
-    ranks = _steps(schedule, p, m, v)
     nothing, never = 2 * m * p * v, 2 * m * p * v + 1
-    filled = [False] * (2 * m * p * v)
+    ranks = []  # every rank's entries as the order gives them
+    for r, steps in enumerate(_steps(schedule, p, m, v)):
+        entries = [(r, 3 * r + kind, wait if wait >= 0 else never, fill if fill >= 0 else nothing, hop, False)
+                   for kind, wait, fill, hop, _, _ in steps]
+        if entries:  # the rank's last operation, a backward (or W)
+            assert steps[-1][0], f"{schedule}: rank {r} ends on a forward"
+            entries[-1] = (*entries[-1][:5], True)
+        ranks.append(entries)
+    filled = [False] * (2 * m * p * v + 2)
+    filled[never] = True  # an operation without an input waits on nothing
     position, flat = [0] * p, []
-    left = sum(len(steps) for steps in ranks)
+    left = sum(len(entries) for entries in ranks)
     while left:
         progressed = False
         for r in range(p):
-            steps, i = ranks[r], position[r]
-            while i < len(steps):
-                kind, wait, fill, hop = steps[i][:4]
-                if wait >= 0 and not filled[wait]:
+            entries, i = ranks[r], position[r]
+            n = len(entries)
+            while i < n:
+                entry = entries[i]
+                if not filled[entry[2]]:
                     break
-                if fill >= 0:
-                    filled[fill] = True
-                last = i == len(steps) - 1
-                assert kind or not last, f"{schedule}: rank {r} ends on a forward"
-                flat.append((r, 3 * r + kind, wait if wait >= 0 else never, fill if fill >= 0 else nothing, hop, last))
+                filled[entry[3]] = True  # (nothing: written, never read)
                 i += 1
             if i > position[r]:
+                flat += entries[position[r]:i]
                 progressed, left = True, left - (i - position[r])
                 position[r] = i
         assert progressed, f"schedule {schedule} deadlocks (p={p}, m={m}, v={v})"
