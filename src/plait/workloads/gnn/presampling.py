@@ -24,6 +24,7 @@ from importlib import resources
 import numpy as np
 
 from plait.errors import ConfigError
+from plait.schema import build
 from plait.workloads.gnn.model import GnnSpec
 
 
@@ -44,35 +45,24 @@ class HitCurve:
     """The share of a batch's feature reads the cache served at each size."""
     source: str
 
-
-@functools.cache
-def curves() -> tuple[HitCurve, ...]:
-    """The curves of ``data/presampling_hits.toml``, checked."""
-    data = tomllib.loads(resources.files("plait.workloads.gnn").joinpath("data/presampling_hits.toml").read_text())
-    out = []
-    for raw in data["curve"]:
-        curve = HitCurve(
-            dataset=raw["dataset"],
-            directed=bool(raw["directed"]),
-            kind=raw["kind"],
-            fanouts=tuple(raw["fanouts"]),
-            batch=int(raw["batch"]),
-            cache_fractions=tuple(float(c) for c in raw["cache_fractions"]),
-            hit_rates=tuple(float(h) for h in raw["hit_rates"]),
-            source=raw["source"],
-        )
-        points = (0.0, *curve.cache_fractions, 1.0), (0.0, *curve.hit_rates, 1.0)
+    def __post_init__(self) -> None:
+        points = (0.0, *self.cache_fractions, 1.0), (0.0, *self.hit_rates, 1.0)
         if (
-            len(curve.cache_fractions) != len(curve.hit_rates)
+            len(self.cache_fractions) != len(self.hit_rates)
             or any(np.diff(points[0]) <= 0)
             or any(np.diff(points[1]) < 0)
         ):
             raise ConfigError(
-                f"presampling_hits.toml {curve.dataset} {curve.kind}: cache fractions must rise in "
+                f"presampling_hits.toml {self.dataset} {self.kind}: cache fractions must rise in "
                 "(0, 1) and hit rates must not fall, one for each"
             )
-        out.append(curve)
-    return tuple(out)
+
+
+@functools.cache
+def curves() -> tuple[HitCurve, ...]:
+    """The curves of ``data/presampling_hits.toml``, checked (:func:`plait.schema.build`)."""
+    data = tomllib.loads(resources.files("plait.workloads.gnn").joinpath("data/presampling_hits.toml").read_text())
+    return tuple(build(HitCurve, raw, f"presampling_hits.toml:curve[{i}]") for i, raw in enumerate(data["curve"]))
 
 
 def presampled_hit_rate(spec: GnnSpec, batch: int, cache_fraction: float) -> float | None:
