@@ -122,10 +122,12 @@ def test_plait_run_refuses_a_directed_graph_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("extra", "rule"), [("[model]\ndropout = true", "dropout is for estimates only"),
-                                           ('[loop]\nloader = "salient"\n[model]', "loader or copy is for estimates")])
+                                           ('[loop]\nloader = "salient"\n[model]', "loader or copy is for estimates"),
+                                           ('[loop]\ngraph_formats = "csr,csc"\n[model]', "graph_formats='csr,csc'"),
+                                           ("[loop]\nranks_per_node = 2\n[model]", "ranks_per_node=2")])
 def test_plait_run_refuses_what_its_ranks_do_not_do_in_one_line(tmp_path: Path, extra: str, rule: str) -> None:
     """The runtime's GNN layers have no dropout and its ranks sample their own batches: a model file that asks for
-    dropout or a host loader is for estimates only."""
+    dropout, a host loader or any other [loop] fact is for estimates only."""
     text = (Path(__file__).parent.parent / "examples" / "gnn-tiny.toml").read_text()
     model = tmp_path / "extra.toml"
     model.write_text(text.replace("[model]", extra))

@@ -10,6 +10,7 @@ bytes each rank sent against the expected bytes of the occupancy model on the ge
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from plait.terminal import rich_console, titled_table
 from plait.workloads import Workload
 from plait.workloads.gnn.config import GnnConfig, GnnLocalConfig, GnnPipeConfig
 from plait.workloads.gnn.cost import STRATEGIES, rank_fetch_bytes
+from plait.workloads.gnn.loop import DEFAULT_LOOP
 from plait.workloads.gnn.pipe import boundary_bytes, rank_pipe_bytes
 from plait.workloads.gnn.sampler import Sampler, parse_sampler
 from plait.workloads.gnn.sampling import measured_classes, sample_batch
@@ -83,9 +85,12 @@ def _checked_job(spec: Any, gpus: int, global_batch: int) -> int:
         if on:
             raise ConfigError(f"[model].{option}=true: plait run's GNN layers have none; {option} is for "
                               "estimates only")
-    if spec.loop.loader or spec.loop.copy_from != "pinned":
-        raise ConfigError(f"[loop] loader={spec.loop.loader!r}, copy_from={spec.loop.copy_from!r}: plait run's ranks "
-                          "sample and hold their batches themselves; a [loop] loader or copy is for estimates only")
+    stated = [f"{f.name}={getattr(spec.loop, f.name)!r}" for f in dataclasses.fields(spec.loop)
+              if getattr(spec.loop, f.name) != getattr(DEFAULT_LOOP, f.name)]
+    if stated:
+        raise ConfigError(f"[loop] {', '.join(stated)}: plait run's ranks build, sample and hold their batches "
+                          "themselves; a [loop] loader or copy is for estimates only, as are its graph formats and node "
+                          "sharing")
     if gpus < 2 or global_batch % gpus:
         raise ConfigError(f"--gpus={gpus} must be >= 2 ranks and divide --global-batch={global_batch}")
     batch = global_batch // gpus
