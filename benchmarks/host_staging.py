@@ -9,6 +9,12 @@ from pageable memory (``feat[ids].to(device)``, DGL's and GNNLab's ``load_subten
   and PyTorch's CPU allocator does not cache it, so writing it faults every page in: timed as ``src.clone()`` minus
   the copy into a touched buffer, over the pages written.
 
+- **one core's gather of random rows into a touched buffer**: ``index_select(table, 0, ids, out=out)`` (a ``memcpy``
+  per row) of 640,000 rows of 128 fp16 values (256 bytes: SALIENT's ogbn-papers100M rows, an ogbn-papers100M batch's
+  size) from a table of ``--gather-gib`` GiB, far above the last-level cache, as SALIENT's sampler threads gather
+  their batches (``fast_sampler.cpp`` ``serial_index``: ``std::copy_n`` a row into a pinned buffer), in bytes
+  gathered per second of CPU time.
+
 Beside them, for reference (not used by the cost model): the per-element CPU time of gathering random rows into a
 fresh tensor by advanced indexing (``feat[ids]``: PyTorch's element-wise ``index`` kernel) and by ``index_select``
 (a ``memcpy`` per row), ``--rows`` rows of 100 fp32 values, 303,000 ids (an ogbn-products batch's size).
@@ -16,7 +22,7 @@ fresh tensor by advanced indexing (``feat[ids]``: PyTorch's element-wise ``index
 CPU time (``time.process_time``, one torch thread) is reported beside wall time, with the load average: on a shared
 machine the wall time holds other processes' turns. Prints the medians of ``--repeats`` runs.
 
-    python benchmarks/host_staging.py [--mib 256] [--repeats 9]
+    python benchmarks/host_staging.py [--mib 256] [--repeats 9] [--gather-gib 2]
 """
 
 from __future__ import annotations
@@ -42,11 +48,27 @@ def timed(f, repeats: int) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
+GATHER_IDS = 640_000
+"""Rows one gather copies: about an ogbn-papers100M batch of 1,024 seeds at 15-10-5 (plait's batch, 640 k nodes)."""
+
+
+def core_gather_s(gib: float, repeats: int) -> float:
+    """Median CPU seconds of one thread's ``index_select`` of :data:`GATHER_IDS` random 256-byte rows (128 fp16) from
+    a ``gib`` GiB table into a buffer already touched."""
+    rows = int(gib * 2**30) // 256
+    table = torch.ones(rows, 128, dtype=torch.float16)
+    ids = torch.randint(0, rows, (GATHER_IDS,))
+    out = torch.empty(GATHER_IDS, 128, dtype=torch.float16)
+    torch.index_select(table, 0, ids, out=out)  # touched once
+    return timed(lambda: torch.index_select(table, 0, ids, out=out), repeats)[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256, help="bytes copied per call, in MiB (above 32 MiB)")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--rows", type=int, default=2_449_029, help="rows of the gathered table (ogbn-products')")
+    parser.add_argument("--gather-gib", type=float, default=2.0, help="size of the fp16 table one core gathers from")
     args = parser.parse_args()
     torch.set_num_threads(1)
     nbytes = args.mib * 2**20
@@ -57,18 +79,29 @@ def main() -> None:
     fresh_cpu, fresh_wall = timed(lambda: src.clone(), args.repeats)
     pages = nbytes / PAGE_BYTES
     print(f"load average {os.getloadavg()[0]:.1f}; {args.mib} MiB per call, medians of {args.repeats}, one thread")
-    print(f"copy into a touched buffer: CPU {copy_cpu * 1e3:.1f} ms (wall {copy_wall * 1e3:.1f}): "
-          f"{nbytes / copy_cpu / 1e9:.2f} GB/s of CPU time")
+    print(
+        f"copy into a touched buffer: CPU {copy_cpu * 1e3:.1f} ms (wall {copy_wall * 1e3:.1f}): "
+        f"{nbytes / copy_cpu / 1e9:.2f} GB/s of CPU time"
+    )
     print(f"copy into a fresh tensor:   CPU {fresh_cpu * 1e3:.1f} ms (wall {fresh_wall * 1e3:.1f})")
-    print(f"first touch: {(fresh_cpu - copy_cpu) / pages * 1e6:.3f} us of CPU time per 4 KiB page "
-          f"(wall {(fresh_wall - copy_wall) / pages * 1e6:.3f})")
+    print(
+        f"first touch: {(fresh_cpu - copy_cpu) / pages * 1e6:.3f} us of CPU time per 4 KiB page "
+        f"(wall {(fresh_wall - copy_wall) / pages * 1e6:.3f})"
+    )
+    gather_cpu = core_gather_s(args.gather_gib, args.repeats)
+    print(
+        f"one core's gather of 256-byte rows into a touched buffer: {GATHER_IDS * 256 / gather_cpu / 1e9:.2f} GB/s "
+        f"of CPU time ({gather_cpu / GATHER_IDS * 1e9:.1f} ns a row)"
+    )
     table = torch.ones(args.rows, 100)
     ids = torch.randint(0, args.rows, (303_000,))
     elements = ids.numel() * 100
     for name, gather in (("feat[ids]", lambda: table[ids]), ("index_select", lambda: table.index_select(0, ids))):
         cpu, wall = timed(gather, args.repeats)
-        print(f"{name:>13} into a fresh tensor: {cpu / elements * 1e9:.2f} ns of CPU time an element "
-              f"(wall {wall / elements * 1e9:.2f})")
+        print(
+            f"{name:>13} into a fresh tensor: {cpu / elements * 1e9:.2f} ns of CPU time an element "
+            f"(wall {wall / elements * 1e9:.2f})"
+        )
 
 
 if __name__ == "__main__":

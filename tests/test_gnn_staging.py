@@ -92,3 +92,22 @@ def test_pygs_loops_copy_the_batchs_blocks_beside_its_rows(name: str, per_edge: 
     rows = 300e3 * 100 * 4
     copy = staged_copy_s(rows, box) if loader.copy_from == "pageable" else rows / 32e9
     assert step.transfer_s == pytest.approx(copy + (per_edge * 3e5 + 8 * 1e3) / 32e9)
+
+
+def test_salients_workers_gather_their_batches_on_one_core_each() -> None:
+    """A 300k-node batch of 128 fp16 features (76.8 MB) on a g5.24xlarge (51.2 GB/s of host memory a GPU): a SALIENT
+    worker gathers it alone, at one core's rate (76.8 MB / 3.3 GB/s, 23 ms), not at the GPU's share of the memory
+    (read and written: 2 x 76.8 MB / 51.2 GB/s, 3 ms); 20 workers gather 20 batches side by side. PyG's loop gathers
+    with the loop's threads, at the memory's rate."""
+    box = get_cluster("aws-g5-24xlarge")
+    assert box.host_memory_bytes_per_s_per_gpu == pytest.approx(51.2e9)
+    batch = SampledBatch(new_nodes=(1e3, 299e3), edges=(3e5,), remote_nodes=(0.0, 0.0), remote_misses=0.0,
+                         scanned=(3e5,), remote_scanned=(0.0,))
+    rows = 300e3 * 128 * 2
+    gather = figures()["core_gather_bytes_per_s"].value
+    assert rows / gather > 2 * rows / 51.2e9
+    salient = host_step(batch, loaders()["salient"], 1e6, 20, box, 128, 2, 0.01)
+    assert salient.slicing_s == pytest.approx(rows / gather / 20)
+    assert salient.batch_s == pytest.approx(20 * salient.sampling_s + rows / gather)
+    pyg = host_step(batch, loaders()["pyg-neighborsampler"], 1e6, 20, box, 128, 2, 0.01)
+    assert pyg.slicing_s == pytest.approx(2 * rows / 51.2e9)

@@ -7,7 +7,9 @@ trainer (the loaders of ``data/loaders.toml``).
   loader's workers, at most the node's host cores over the GPUs training on it (:attr:`Cluster.host_cores_per_node`).
   ``r`` is derived from a published measurement (:func:`per_core_rate`);
 - **slicing**: the batch's feature rows gathered from the feature table (read and written at the host memory
-  bandwidth of the GPU's share of its node), in the training loop (``trainer``) or by the workers (``workers``);
+  bandwidth of the GPU's share of its node), in the training loop (``trainer``) or by the workers (``workers``: each
+  gathers its own batch on its one thread, so no faster than one core gathers rows,
+  :func:`plait.workloads.gnn.staging.core_gather_s`);
 - **transfer**: the sliced rows and the batch's blocks (their index tensors, :func:`index_bytes`) copied over the GPU's
   PCIe link, in the loop (``serial``) or on a side stream while the previous batch trains (``pipelined``);
 - a loop that slices into a new tensor and copies it from pageable memory (``copy_from = "pageable"``) also faults
@@ -35,7 +37,7 @@ from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import GnnLibrary
 from plait.workloads.gnn.model import GraphStats
 from plait.workloads.gnn.sampling import SampledBatch, degree_classes, sample_batch
-from plait.workloads.gnn.staging import first_touch_s, staged_copy_s
+from plait.workloads.gnn.staging import core_gather_s, first_touch_s, staged_copy_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,8 +179,8 @@ def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: i
     copy's new tensor faulted in from ``loop_threads`` threads."""
     rows_bytes = sampled.nodes * features * feature_bytes
     slicing_s = 2 * rows_bytes / cluster.host_memory_bytes_per_s_per_gpu
-    if loader.slicing == "workers":
-        slicing_s /= workers
+    if loader.slicing == "workers":  # each worker its own batch, on its one thread (module docstring)
+        slicing_s = max(slicing_s, core_gather_s(rows_bytes)) / workers
     link = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
     transfer_s = rows_bytes / link
     if loader.copy_from == "pageable":

@@ -10,7 +10,11 @@
   DMAs it from there (CUDA Runtime API, "API synchronization behavior"), chunk after chunk, so the copy runs at the
   slower of one core's memcpy (``core_copy_bytes_per_s``) and the GPU's PCIe link.
 
-Both figures were measured on one host (``benchmarks/host_staging.py``) and are assumed for others.
+Beside them, a loader's worker that gathers its own batch's rows on its one thread (SALIENT's sampler threads:
+``fast_sampler.cpp`` ``serial_index``, a ``std::copy_n`` per row) gathers no faster than one core does
+(``core_gather_bytes_per_s``: random rows into a buffer already touched).
+
+The figures were measured on one host (``benchmarks/host_staging.py``) and are assumed for others.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ def staged_copy_s(nbytes: float, cluster: Cluster) -> float:
     """Seconds to copy ``nbytes`` from pageable host memory to one GPU: one core's memcpy or the link, the slower."""
     link = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
     return nbytes / min(link, figures()["core_copy_bytes_per_s"].value)
+
+
+def core_gather_s(nbytes: float) -> float:
+    """Seconds one core takes to gather ``nbytes`` of random feature rows into a touched buffer."""
+    return nbytes / figures()["core_gather_bytes_per_s"].value
 
 
 def loop_threads(cluster: Cluster, gpus_on_node: int, workers: int = 0) -> int:
