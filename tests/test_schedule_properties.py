@@ -266,3 +266,33 @@ def test_rank_tree_answers_its_queries_as_a_walk_over_the_positions(gpus: list[i
         assert [tree.prefix(at) for at in range(len(gpus))] == [s - n for s, n in zip(sums, gpus, strict=True)]
         gpus[start % len(gpus)] = 0
         tree.set(start % len(gpus), 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(free=st.lists(st.integers(0, 8), min_size=1, max_size=24), gpus=st.integers(1, 64))
+def test_packed_placement_takes_the_nodes_a_node_at_a_time_walk_takes(free: list[int], gpus: int) -> None:
+    """Pool.packed against the rule it states, walked over the nodes one at a time: on one node where one holds
+    them all (the tightest, the lowest index among equally tight ones); else the freest nodes whole (the lowest
+    index first among equals) until the rest fits on a node not taken, then the rest on the tightest such node."""
+    from plait.schedule.pool import Placement
+
+    pool = Pool(get_cluster(CLUSTER), 8 * len(free))
+    for node, f in enumerate(free):
+        if f < 8:
+            pool.take(Placement(nodes=((node, 8 - f),)))
+    want: tuple[tuple[int, int], ...] | None = None
+    tightest = sorted((f, node) for node, f in enumerate(free) if f >= gpus)
+    if tightest:
+        want = ((tightest[0][1], gpus),)
+    elif sum(free) >= gpus:
+        order, taken, left = sorted(range(len(free)), key=lambda n: (-free[n], n)), [], gpus
+        for at, node in enumerate(order):
+            holding = sorted((free[n], n) for n in order[at:] if free[n] >= left)
+            if holding:
+                taken.append((holding[0][1], left))
+                break
+            taken.append((node, free[node]))
+            left -= free[node]
+        want = tuple(sorted(taken))
+    got = pool.packed(gpus)
+    assert (None if got is None else got.nodes) == want

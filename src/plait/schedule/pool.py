@@ -91,7 +91,7 @@ class Pool:
             at = int(tight.argmin())
             if tight[at] <= self.gpus_per_node:
                 return self._on_one_node(int(candidates[at]), gpus)
-        if free.sum() < gpus:
+        if candidates is not None and free.sum() < gpus:  # every node: :meth:`packed` checked ``free_gpus``
             return None
         # Fullest-free first, index order among equal counts: a stable sort of the GPUs in use on each node as the
         # smallest unsigned type (numpy sorts 8- and 16-bit keys by radix: ~30 us on 2,048 nodes against ~110 us for
@@ -99,18 +99,17 @@ class Pool:
         in_use = (self.gpus_per_node - free).astype(self._in_use_type)
         order = in_use.argsort(kind="stable")
         in_order = free[order]  # free GPUs along ``order``: non-increasing
-        minus = -in_order  # ascending, to bisect
         order = order if candidates is None else candidates[order]
-        taken, left, at = [], gpus, 0  # ``order[at:]``: the nodes not taken
-        while left > 0:
-            end = int(minus.searchsorted(-left, "right"))  # ``order[:end]``: the nodes that hold ``left``
-            if end > at:  # the rest fits on one node: the tightest, the first in order among equally tight ones
-                first = int(minus.searchsorted(minus[end - 1], "left"))
-                taken.append((int(order[max(first, at)]), left))
-                break
-            taken.append((int(order[at]), int(in_order[at])))
-            left -= int(in_order[at])
-            at += 1
+        # Nodes are taken whole along ``order`` until the rest fits on one node not taken; the freest of those is the
+        # next in order, so the rest fits from the first node where the free GPUs taken plus its own reach ``gpus``:
+        # the first ``at`` whose running sum does (the walk a node at a time, as one bisection).
+        held = in_order.cumsum()
+        at = int(held.searchsorted(gpus, "left"))
+        left = gpus - (int(held[at - 1]) if at else 0)
+        minus = -in_order  # ascending, to bisect
+        end = int(minus.searchsorted(-left, "right"))  # ``order[:end]``: the nodes that hold ``left`` (``at`` does)
+        first = int(minus.searchsorted(minus[end - 1], "left"))  # the tightest, the first in order among equals
+        taken = [*zip(order[:at].tolist(), in_order[:at].tolist(), strict=True), (int(order[max(first, at)]), left)]
         return Placement(nodes=tuple(sorted(taken)))
 
     def _on_one_node(self, node: int, gpus: int) -> Placement:

@@ -17,7 +17,11 @@ Assumptions, each the same for every policy:
   reading its state (``Estimate.state_bytes`` over its GPUs at the checkpoint store's per-GPU bandwidth, as
   :mod:`plait.predict.goodput` charges a restart) plus the relaunch time of ``reliability.toml``.
 
-Searches are memoised by (model, GPUs, tier spans), so a trace of 10,000 jobs runs a few dozen searches.
+Searches are memoised by (model, GPUs, tier spans), so a trace of 10,000 jobs runs a few dozen searches; and the
+searches of one model on one view of the cluster (its tier spans) share their per-layer quantities
+(:class:`plait.cost.inner.Known`), which depend on a plan's inner knobs (tp, micro-batch, recomputation, ...) but not
+on its GPU count (:mod:`plait.cost.inner`), so a size searched after another of its model costs only the
+combinations new to it, with the same figures.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 from dataclasses import dataclass, replace
 
 from plait.cost.crossover import StepSplit, step_split
+from plait.cost.inner import Known
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
@@ -81,12 +86,22 @@ class SpeedModel:
         """CPU seconds of this process spent in them (a loaded machine's preemption does not count)."""
         self._memo: dict[tuple[str, int, tuple[int, ...]], Speed | None] = {}
         self._native_spans = tuple(t.span_gpus for t in cluster.tiers)
+        self._views: dict[tuple[int, ...], Cluster] = {}
+        """The cluster as a job sees it, by tier spans (one object per view: the cost model's memos key on it)."""
+        self._known: dict[tuple[str, tuple[int, ...]], Known] = {}
+        """Per (model, tier spans): the per-layer quantities its searches costed so far."""
         figures = reliability()
         self._storage = cluster.storage_bytes_per_s_per_gpu or figures.storage_bytes_per_s_per_gpu
         self._relaunch_s = figures.relaunch_s
 
     def _seen_as(self, spans: tuple[int, ...]) -> Cluster:
-        """The cluster with its tiers' spans as one job sees them."""
+        """The cluster with its tiers' spans as one job sees them (built once per spans)."""
+        view = self._views.get(spans)
+        if view is None:
+            view = self._views[spans] = self._view(spans)
+        return view
+
+    def _view(self, spans: tuple[int, ...]) -> Cluster:
         c = self.cluster
         if spans == tuple(t.span_gpus for t in c.tiers):
             return c
@@ -108,7 +123,8 @@ class SpeedModel:
         space = replace(default_space(spec, cluster, gpus, (self.global_batch,), precisions=("bf16",)),
                         schedules=("1f1b",), offload=((False, False),), cp=(1,),
                         recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0)))
-        best = run_search(spec, cluster, space, engine=self.engine, workers=1).top(1)
+        known = self._known.setdefault((model, spans), Known())
+        best = run_search(spec, cluster, space, engine=self.engine, workers=1, known=known).top(1)
         self.searches += 1
         self.search_s += time.perf_counter() - start
         self.search_cpu_s += time.process_time() - cpu

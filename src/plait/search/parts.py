@@ -90,9 +90,11 @@ def _keep(batch: BatchResult, fits: np.ndarray) -> Chunk:
 
 
 def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine,
-                progress: Callable[[int], None] | None = None, part: Part | None = None) -> Part:
+                progress: Callable[[int], None] | None = None, part: Part | None = None,
+                known: Known | None = None) -> Part:
     """Enumerate, prune and cost one piece (``progress``: called with the candidates verdicted so far; ``part``:
-    filled as chunks are costed, so that an interrupted search keeps what it has)."""
+    filled as chunks are costed, so that an interrupted search keeps what it has; ``known``: the per-layer
+    quantities of earlier searches of the same model, cluster and framework, filled with this one's)."""
     names = reason_table() + engine_reasons(engine)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
     cols, found, enumerated = pruned(model, cluster, space, engine)  # only the survivors are built
@@ -102,7 +104,7 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
         return part
     limit = cluster.accelerator.memory_bytes * (1.0 - space.memory_margin)
     dropped = enumerated - len(cols)
-    known = Known()  # per-layer quantities costed in earlier chunks
+    known = Known() if known is None else known  # per-layer quantities costed in earlier chunks (or searches)
     for begin in range(0, len(cols), CHUNK):
         chunk = cols.take(slice(begin, begin + CHUNK))  # views of the columns, not copies
         costed_rows, fits = _cost(model, cluster, chunk, engine.framework, limit, names, part, known)

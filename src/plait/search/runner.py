@@ -16,6 +16,7 @@ import numpy as np
 from plait.cost.batch import BatchResult
 from plait.cost.energy import step_energy_batch
 from plait.cost.estimate import Estimate
+from plait.cost.inner import Known
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -187,11 +188,14 @@ class SearchResult:
 
 
 def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine: Engine,
-               progress: Progress | None = None, workers: int | None = None, rank_by: str = "p50") -> SearchResult:
+               progress: Progress | None = None, workers: int | None = None, rank_by: str = "p50",
+               known: Known | None = None) -> SearchResult:
     """Search ``space`` for ``engine``: candidates the engine cannot run are pruned with the option named; Ctrl-C
     returns what was costed so far. ``workers`` processes search pieces of the space (:mod:`plait.search.parts`;
     default: every core for spaces of at least :data:`~plait.search.parts.POOL_MIN_CANDIDATES`, else this process);
-    ``progress`` is called with (candidates given a verdict, candidates in the space)."""
+    ``progress`` is called with (candidates given a verdict, candidates in the space). ``known``: per-layer quantities
+    of earlier searches of the same model, cluster and engine, filled with this one's (:class:`plait.cost.inner.Known`:
+    each depends on its combination of inner knobs alone, not on the GPU count; one process only, ``workers=1``)."""
     start = time.perf_counter()
     space = for_engine(space, engine)
     total = sum(layout_sizes(model, space))
@@ -199,6 +203,7 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
         workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1
     if workers < 1:
         raise ConfigError(f"workers={workers} must be >= 1")
+    assert known is None or workers == 1, "a search's per-layer quantities are shared within one process only"
     if rank_by not in RANKINGS:
         raise ConfigError(f"rank_by={rank_by!r} must be one of {', '.join(RANKINGS)}")
     if rank_by == "energy" and cluster.power is None:
@@ -210,7 +215,7 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
     report = (lambda n: progress(n, total)) if progress else None
     try:
         if workers == 1:
-            search_part(model, cluster, space, engine, report, done)
+            search_part(model, cluster, space, engine, report, done, known)
         else:
             verdicts = [0]  # candidates of the parts the workers have returned, in any order
 
