@@ -111,8 +111,11 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     """(the short run's order before the first cut, between the cuts, after the second; periods ``n`` to add; a
     period's shift of the input and output slots; slots needed) for ``m`` micro-batches, or None where the short
     run would not be at most half of ``m`` or its cuts do not hold. Slots are renumbered so that a shift by whole
-    periods moves every one alike: activation ``k`` to ``2 k``, gradient ``k`` to ``2 k + 1``, and the slot nothing
-    reads (and the one nothing writes) to a region of its own, ``n`` periods long."""
+    periods moves every one alike: activation ``k`` to ``2 k``, gradient ``k`` to ``2 k + 1``, then every block of
+    one period's ``2 c p v`` of them followed by two slots of its own: one nobody writes, which an input from
+    nothing (the first stage's forward) reads, and one nobody reads, which an output to nothing (its backward)
+    writes, each in the block of the entry's other slot. So the whole step needs about one slot per activation and
+    gradient, and a sweep that stops early (:mod:`plait.simulate.steady`) needs only the blocks it reaches."""
     if schedule not in PERIODIC or p < 2:
         return None
     c = _period(schedule, p, v)
@@ -126,23 +129,51 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
         return None
     first, second = cuts
     stages, n = p * v, (m - m_short) // c
-    grads, shift = m_short * stages, 2 * c * stages
-    never = 2 * m * stages + 2
-    nothing = never + n * shift + 1
-    size = nothing + n * shift + 1
+    grads, block = m_short * stages, 2 * c * stages  # a block: one period's activations and gradients
+    past, shift = 2 * grads, block + 2  # the short run's slots; a period's shift, its block's own two included
+
+    def slot(s: int) -> int:  # activation s to 2 s, gradient s to 2 (s - grads) + 1, then two slots per block
+        s = 2 * s if s < grads else 2 * s - past + 1
+        return s + 2 * (s // block)
 
     parts: tuple[list[_Entry], list[_Entry], list[_Entry]] = ([], [], [])
-    seen, past = [0] * p, 2 * grads
+    seen = [0] * p
     for r, duration, wait, fill, hop, last in _sweep_order(schedule, p, m_short, v):
         i = seen[r]
         seen[r] += 1
         part = 0 if i < first[r] else 1 if i < second[r] else 2
-        # slot s to 2 s (activation), 2 (s - grads) + 1 (gradient); the short run's slot nothing writes (read)
-        # and the one nothing reads (written) to never and nothing. Computed here, not looked up: the replay reads
-        # these numbers in this order, so they lie next to their entries in memory
-        parts[part].append((r, duration, never if wait >= past else 2 * wait if wait < grads else 2 * wait - past + 1,
-                            nothing if fill >= past else 2 * fill if fill < grads else 2 * fill - past + 1, hop, last))
+        # computed here, not looked up: the replay reads these numbers in this order, so they lie next to their
+        # entries in memory; an input from nothing reads its block's unwritten slot, an output to nothing writes
+        # its block's unread one (the block of the entry's other slot, or the first block)
+        to = slot(fill) if fill < past else (slot(wait) // shift * shift if wait < past else 0) + block + 1
+        parts[part].append((r, duration, slot(wait) if wait < past else to // shift * shift + block, to, hop, last))
+    size = ((past + n * block - 1) // block + 1) * shift  # every block the step reaches
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
+
+
+@lru_cache(maxsize=256)
+def _window(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
+    """(slots a replay of :func:`_composed`'s order keeps: those the operations before the first cut and a period
+    reach, and at least a period's shift; those the part after the second cut reaches), each from the start of the
+    slots of its part's first period (:func:`_slide`)."""
+    before, period, after, _, shift, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
+    reach = [1 + max(max(entry[2], entry[3]) for entry in part) if part else 0 for part in (before, period, after)]
+    return max(reach[0], reach[1], shift), reach[2]
+
+
+def _slide(arrival_s: list[float], shift: int) -> None:
+    """The slots of the next period's: the first ``shift`` dropped (no later operation reads them), as many unwritten
+    ones (0.0) added at the end. A replay of :func:`_composed`'s order takes slot ``s`` of its ``j``-th period at
+    place ``s`` after ``j`` slides: the entries' own numbers, without adding an offset per operation. The list keeps
+    at least ``shift`` slots (:func:`_window`), so each slide moves the start by one shift."""
+    del arrival_s[:shift]
+    arrival_s += [0.0] * shift
+
+
+def _grow(arrival_s: list[float], reach: int) -> None:
+    """At least ``reach`` slots, the added ones unwritten (0.0)."""
+    if reach > len(arrival_s):
+        arrival_s += [0.0] * (reach - len(arrival_s))
 
 
 def periodic_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
@@ -153,13 +184,17 @@ def periodic_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
     composed = _composed(schedule, p, m, v)
     if composed is None:
         return None
-    before, period, after, n, shift, size = composed
-    arrival_s = [0.0] * size
+    before, period, after, n, shift, _ = composed
+    window, reach_after = _window(schedule, p, m, v)
+    arrival_s = [0.0] * window
     free, last_begin = [0.0] * p, [0.0] * p
-    _replay(before, 0, took, hops, arrival_s, free, last_begin)
+    _replay(before, took, hops, arrival_s, free, last_begin)
     for j in range(n + 1):
-        _replay(period, j * shift, took, hops, arrival_s, free, last_begin)
-    _replay(after, n * shift, took, hops, arrival_s, free, last_begin)
+        if j:
+            _slide(arrival_s, shift)
+        _replay(period, took, hops, arrival_s, free, last_begin)
+    _grow(arrival_s, reach_after)
+    _replay(after, took, hops, arrival_s, free, last_begin)
     return free, last_begin
 
 
@@ -186,27 +221,28 @@ def unrolled_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry,
                  for entries, offset in parts for r, d, wait, fill, hop, last in entries), size
 
 
-def _replay_plain(entries: tuple[tuple[int, int, int, int, int], ...], offset: int, took: list[float],
+def _replay_plain(entries: tuple[tuple[int, int, int, int, int], ...], took: list[float],
                   hops: tuple[float, float], arrival_s: list[float], free: list[float]) -> None:
     """:func:`_replay` over entries none of which is a rank's last operation, without that field (the period of a
     steady state, :mod:`plait.simulate.steady`): the same arithmetic, its ``max`` one conditional expression that
     takes the same operand, so the same times to the bit, in fewer interpreter steps."""
     for r, duration, wait, fill, hop in entries:
-        arrival = arrival_s[wait + offset]
+        arrival = arrival_s[wait]
         begin = free[r]
         now = free[r] = (arrival if arrival > begin else begin) + took[duration]
-        arrival_s[fill + offset] = now + hops[hop]
+        arrival_s[fill] = now + hops[hop]
 
 
-def _replay(entries: tuple[_Entry, ...], offset: int, took: list[float], hops: tuple[float, float],
-            arrival_s: list[float], free: list[float], last_begin: list[float]) -> None:
-    """:func:`plait.simulate.pipeline._sweep`'s arithmetic over ``entries``, their slots shifted by ``offset``."""
+def _replay(entries: tuple[_Entry, ...], took: list[float], hops: tuple[float, float], arrival_s: list[float],
+            free: list[float], last_begin: list[float]) -> None:
+    """:func:`plait.simulate.pipeline._sweep`'s arithmetic over ``entries``, in the slots of their part's period
+    (:func:`_slide`)."""
     for r, duration, wait, fill, hop, last in entries:
         begin = free[r]
-        arrival = arrival_s[wait + offset]
+        arrival = arrival_s[wait]
         if arrival > begin:
             begin = arrival
         now = free[r] = begin + took[duration]
-        arrival_s[fill + offset] = now + hops[hop]
+        arrival_s[fill] = now + hops[hop]
         if last:
             last_begin[r] = begin
