@@ -151,14 +151,36 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
 
 
+_Plain = tuple[int, int, int, int, int]  # an entry less its last-operation field
+_Segments = tuple[tuple[tuple[_Plain, ...], _Plain | None], ...]
+"""A part of the order as runs of entries none of which is a rank's last operation, each followed by one that is
+(None after the part's last run): :func:`_replay` replays the runs without asking of each entry whether it is."""
+
+
 @lru_cache(maxsize=256)
-def _window(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
-    """(slots a replay of :func:`_composed`'s order keeps: those the operations before the first cut and a period
-    reach, and at least a period's shift; those the part after the second cut reaches), each from the start of the
-    slots of its part's first period (:func:`_slide`)."""
-    before, period, after, _, shift, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
-    reach = [1 + max(max(entry[2], entry[3]) for entry in part) if part else 0 for part in (before, period, after)]
-    return max(reach[0], reach[1], shift), reach[2]
+def _window(schedule: str, p: int, m: int, v: int) -> tuple[_Segments, _Segments, _Segments, int, int]:
+    """(:func:`_composed`'s three parts as :data:`_Segments`; slots a replay keeps: those the operations before the
+    first cut and a period reach, and at least a period's shift; those the part after the second cut reaches), each
+    from the start of the slots of its part's first period (:func:`_slide`)."""
+    composed = _composed(schedule, p, m, v)
+    assert composed is not None, "a composed order"
+    parts, shift = composed[:3], composed[4]
+    reach = [1 + max(max(entry[2], entry[3]) for entry in part) if part else 0 for part in parts]
+    before, period, after = (_segments(part) for part in parts)
+    return before, period, after, max(reach[0], reach[1], shift), reach[2]
+
+
+def _segments(entries: tuple[_Entry, ...]) -> _Segments:
+    """``entries`` as runs ended by a rank's last operation (:data:`_Segments`)."""
+    out: list[tuple[tuple[_Plain, ...], _Plain | None]] = []
+    run: list[_Plain] = []
+    for entry in entries:
+        if entry[5]:
+            out.append((tuple(run), entry[:5]))
+            run = []
+        else:
+            run.append(entry[:5])
+    return (*out, (tuple(run), None)) if run or not out else tuple(out)
 
 
 def _slide(arrival_s: list[float], shift: int) -> None:
@@ -184,8 +206,8 @@ def periodic_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
     composed = _composed(schedule, p, m, v)
     if composed is None:
         return None
-    before, period, after, n, shift, _ = composed
-    window, reach_after = _window(schedule, p, m, v)
+    n, shift = composed[3:5]
+    before, period, after, window, reach_after = _window(schedule, p, m, v)
     arrival_s = [0.0] * window
     free, last_begin = [0.0] * p, [0.0] * p
     _replay(before, took, hops, arrival_s, free, last_begin)
@@ -233,16 +255,18 @@ def _replay_plain(entries: tuple[tuple[int, int, int, int, int], ...], took: lis
         arrival_s[fill] = now + hops[hop]
 
 
-def _replay(entries: tuple[_Entry, ...], took: list[float], hops: tuple[float, float], arrival_s: list[float],
+def _replay(segments: _Segments, took: list[float], hops: tuple[float, float], arrival_s: list[float],
             free: list[float], last_begin: list[float]) -> None:
-    """:func:`plait.simulate.pipeline._sweep`'s arithmetic over ``entries``, in the slots of their part's period
-    (:func:`_slide`)."""
-    for r, duration, wait, fill, hop, last in entries:
-        begin = free[r]
-        arrival = arrival_s[wait]
-        if arrival > begin:
-            begin = arrival
-        now = free[r] = begin + took[duration]
-        arrival_s[fill] = now + hops[hop]
-        if last:
+    """:func:`plait.simulate.pipeline._sweep`'s arithmetic over a part of the order, in the slots of its period
+    (:func:`_slide`): each run by :func:`_replay_plain`, then the rank's last operation, whose start is kept."""
+    for entries, last in segments:
+        _replay_plain(entries, took, hops, arrival_s, free)
+        if last is not None:
+            r, duration, wait, fill, hop = last
+            begin = free[r]
+            arrival = arrival_s[wait]
+            if arrival > begin:
+                begin = arrival
+            now = free[r] = begin + took[duration]
+            arrival_s[fill] = now + hops[hop]
             last_begin[r] = begin

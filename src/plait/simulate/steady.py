@@ -97,9 +97,10 @@ def warm_up(schedule: str, p: int, m: int, v: int, took: list[float], hops: tupl
     if lags is None:
         return None
     places, plain = lags[0], lags[3]
-    arrival_s = [0.0] * _window(schedule, p, m, v)[0]
+    before, _, _, window, _ = _window(schedule, p, m, v)
+    arrival_s = [0.0] * window
     free, last_begin = [0.0] * p, [0.0] * p
-    _replay(_composed(schedule, p, m, v)[0], took, hops, arrival_s, free, last_begin)  # type: ignore[index]
+    _replay(before, took, hops, arrival_s, free, last_begin)
     _replay_plain(plain, took, hops, arrival_s, free)  # period 0 (no rank's last operation: _lags)
     return WarmUp(arrival_s, free, last_begin, [free[:]], [[arrival_s[x] for x in places]], _left(schedule, p, m, v))
 
@@ -128,7 +129,8 @@ def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float], hops:
     lags = _lags(schedule, p, m, v)
     if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
         return periodic_sweep(schedule, p, m, v, took, hops)
-    _, _, after, n, shift, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
+    n, shift = _composed(schedule, p, m, v)[3:5]  # type: ignore[index]
+    _, _, after, _, reach_after = _window(schedule, p, m, v)
     places, deepest, cool, plain = lags
     warm = warm or warm_up(schedule, p, m, v, took, hops)
     arrival_s, free, last_begin = warm.arrival_s, warm.free, warm.last_begin  # type: ignore[union-attr]
@@ -152,7 +154,7 @@ def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float], hops:
                 _extrapolate(free, arrival_s, places, skipped // cycle * delta)
                 j += skipped
         j += 1
-    _grow(arrival_s, _window(schedule, p, m, v)[1])
+    _grow(arrival_s, reach_after)
     _replay(after, took, hops, arrival_s, free, last_begin)
     return free, last_begin
 
@@ -163,9 +165,14 @@ def _repeat(ends: list[list[float]], states: list[list[float]], j: int, most: in
     :data:`SPREAD` of its largest time; None if none is."""
     now = ends[j] + states[j]
     slack = SPREAD * max(now)
+    first, final = now[0], now[len(ends[j]) - 1]
     for cycle in range(1, most + 1):
         earlier = ends[j - cycle]
-        shifts = [a - b for a, b in zip(ends[j], earlier, strict=True)]  # the ranks' ends first: cheap to reject
+        # two ranks' shifts first, then every rank's: each rejects only a spread the whole state's is at least
+        # (floating-point subtraction is monotone), so the checks find what comparing every element finds
+        if abs((first - earlier[0]) - (final - earlier[-1])) > slack:
+            continue
+        shifts = [a - b for a, b in zip(ends[j], earlier, strict=True)]
         if max(shifts) - min(shifts) > slack:
             continue
         shifts = [a - b for a, b in zip(now, earlier + states[j - cycle], strict=True)]
