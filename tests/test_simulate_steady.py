@@ -26,17 +26,12 @@ def _took(c: PipelineCosts) -> list[float]:
 
 def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the operations the steady sweep replays (one entry per call): its periods' and the parts' around them."""
-    counted, replay, plain = [], steady._replay, steady._replay_plain
+    counted, replay = [], steady._replay
 
     def counting(segments, *args):  # type: ignore[no-untyped-def]
-        counted.append(sum(len(run) + (last is not None) for run, last in segments))
+        counted.append(sum(len(run) + (special is not None) for run, special in segments))
         replay(segments, *args)
-
-    def counting_plain(entries, *args):  # type: ignore[no-untyped-def]
-        counted.append(len(entries))
-        plain(entries, *args)
     monkeypatch.setattr(steady, "_replay", counting)
-    monkeypatch.setattr(steady, "_replay_plain", counting_plain)
     return counted
 
 

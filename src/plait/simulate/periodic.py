@@ -151,10 +151,12 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
 
 
-_Plain = tuple[int, int, int, int, int]  # an entry less its last-operation field
-_Segments = tuple[tuple[tuple[_Plain, ...], _Plain | None], ...]
-"""A part of the order as runs of entries none of which is a rank's last operation, each followed by one that is
-(None after the part's last run): :func:`_replay` replays the runs without asking of each entry whether it is."""
+_Plain = tuple[int, int, int, int]  # an entry less its hop and last-operation fields: one whose output hops
+_Segments = tuple[tuple[tuple[_Plain, ...], _Entry | None], ...]
+"""A part of the order as runs of entries whose output hops to a neighbouring stage and which are not a rank's last
+operation, each run followed by one entry that is either (an output without a hop: the last stage's forward, read by
+its own backward; a rank's last operation, whose start is kept), None after the part's last run: :func:`_replay`
+replays the runs without asking of each entry which it is."""
 
 
 @lru_cache(maxsize=256)
@@ -171,15 +173,15 @@ def _window(schedule: str, p: int, m: int, v: int) -> tuple[_Segments, _Segments
 
 
 def _segments(entries: tuple[_Entry, ...]) -> _Segments:
-    """``entries`` as runs ended by a rank's last operation (:data:`_Segments`)."""
-    out: list[tuple[tuple[_Plain, ...], _Plain | None]] = []
+    """``entries`` as runs each ended by an entry without a hop or a rank's last (:data:`_Segments`)."""
+    out: list[tuple[tuple[_Plain, ...], _Entry | None]] = []
     run: list[_Plain] = []
     for entry in entries:
-        if entry[5]:
-            out.append((tuple(run), entry[:5]))
+        if entry[5] or not entry[4]:
+            out.append((tuple(run), entry))
             run = []
         else:
-            run.append(entry[:5])
+            run.append(entry[:4])
     return (*out, (tuple(run), None)) if run or not out else tuple(out)
 
 
@@ -243,30 +245,26 @@ def unrolled_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry,
                  for entries, offset in parts for r, d, wait, fill, hop, last in entries), size
 
 
-def _replay_plain(entries: tuple[tuple[int, int, int, int, int], ...], took: list[float],
-                  hops: tuple[float, float], arrival_s: list[float], free: list[float]) -> None:
-    """:func:`_replay` over entries none of which is a rank's last operation, without that field (the period of a
-    steady state, :mod:`plait.simulate.steady`): the same arithmetic, its ``max`` one conditional expression that
-    takes the same operand, so the same times to the bit, in fewer interpreter steps."""
-    for r, duration, wait, fill, hop in entries:
-        arrival = arrival_s[wait]
-        begin = free[r]
-        now = free[r] = (arrival if arrival > begin else begin) + took[duration]
-        arrival_s[fill] = now + hops[hop]
-
-
 def _replay(segments: _Segments, took: list[float], hops: tuple[float, float], arrival_s: list[float],
             free: list[float], last_begin: list[float]) -> None:
     """:func:`plait.simulate.pipeline._sweep`'s arithmetic over a part of the order, in the slots of its period
-    (:func:`_slide`): each run by :func:`_replay_plain`, then the rank's last operation, whose start is kept."""
-    for entries, last in segments:
-        _replay_plain(entries, took, hops, arrival_s, free)
-        if last is not None:
-            r, duration, wait, fill, hop = last
+    (:func:`_slide`): each run's entries with the hop added, then the entry that ends it as the sweep takes it. Each
+    ``max`` is one conditional expression that takes the same operand, so the same times to the bit, in fewer
+    interpreter steps."""
+    hop_s = hops[1]
+    for entries, special in segments:
+        for r, duration, wait, fill in entries:
+            arrival = arrival_s[wait]
+            begin = free[r]
+            now = free[r] = (arrival if arrival > begin else begin) + took[duration]
+            arrival_s[fill] = now + hop_s
+        if special is not None:
+            r, duration, wait, fill, hop, last = special
             begin = free[r]
             arrival = arrival_s[wait]
             if arrival > begin:
                 begin = arrival
             now = free[r] = begin + took[duration]
             arrival_s[fill] = now + hops[hop]
-            last_begin[r] = begin
+            if last:
+                last_begin[r] = begin

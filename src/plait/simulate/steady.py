@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from plait.simulate.periodic import _composed, _grow, _replay, _replay_plain, _slide, _window, periodic_sweep
+from plait.simulate.periodic import _composed, _grow, _replay, _slide, _window, periodic_sweep
 
 SPREAD = 2.0 ** -40
 """Largest relative spread (of the state's largest time) of the shifts of one state's elements taken as one shift:
@@ -37,14 +37,12 @@ a state that repeats after more than ``CYCLES x p`` periods is replayed in full.
 
 
 @lru_cache(maxsize=256)
-def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, ...], int, int,
-                                                          tuple[tuple[int, int, int, int, int], ...]] | None:
+def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, ...], int, int] | None:
     """(the state: the places, after a period (:func:`plait.simulate.periodic._slide`), of the outputs later periods
     read, ordered by their slot and then by how many periods back from the latest they lie; one more than the most
-    periods back a period reads; ``R``: one more than the most periods back the cool-down reads; the period's entries
-    less their last-operation field, for :func:`plait.simulate.periodic._replay_plain`) of the composed order, or
-    None where there is no composed order or a rank's last operation lies in the period. A read whose slot no period
-    writes reads nothing written (0) or the warm-up's output, which the extrapolation leaves in place."""
+    periods back a period reads; ``R``: one more than the most periods back the cool-down reads) of the composed
+    order, or None where there is no composed order or a rank's last operation lies in the period. A read whose slot
+    no period writes reads nothing written (0) or the warm-up's output, which the extrapolation leaves in place."""
     composed = _composed(schedule, p, m, v)
     if composed is None:
         return None
@@ -68,7 +66,7 @@ def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, ...], int, 
     cool = 1 + max((back(entry[2]) for entry in after if entry[2] not in own), default=0)
     deepest = max((d + 1 for _, d in state), default=1)
     # slot f of the period d back lies at f - d x shift (>= 0: f is read from k > d periods back, at f - k x shift)
-    return tuple(f - d * shift for f, d in sorted(state)), deepest, cool, tuple(entry[:5] for entry in period)
+    return tuple(f - d * shift for f, d in sorted(state)), deepest, cool
 
 
 @dataclass
@@ -96,12 +94,12 @@ def warm_up(schedule: str, p: int, m: int, v: int, took: list[float], hops: tupl
     lags = _lags(schedule, p, m, v)
     if lags is None:
         return None
-    places, plain = lags[0], lags[3]
-    before, _, _, window, _ = _window(schedule, p, m, v)
+    places = lags[0]
+    before, period, _, window, _ = _window(schedule, p, m, v)
     arrival_s = [0.0] * window
     free, last_begin = [0.0] * p, [0.0] * p
     _replay(before, took, hops, arrival_s, free, last_begin)
-    _replay_plain(plain, took, hops, arrival_s, free)  # period 0 (no rank's last operation: _lags)
+    _replay(period, took, hops, arrival_s, free, last_begin)  # period 0 (no rank's last operation: _lags)
     return WarmUp(arrival_s, free, last_begin, [free[:]], [[arrival_s[x] for x in places]], _left(schedule, p, m, v))
 
 
@@ -129,19 +127,20 @@ def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float], hops:
     lags = _lags(schedule, p, m, v)
     if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
         return periodic_sweep(schedule, p, m, v, took, hops)
-    n, shift = _composed(schedule, p, m, v)[3:5]  # type: ignore[index]
-    _, _, after, _, reach_after = _window(schedule, p, m, v)
-    places, deepest, cool, plain = lags
+    _, entries, _, n, shift, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
+    operations = len(entries)  # a period's
+    _, period, after, _, reach_after = _window(schedule, p, m, v)
+    places, deepest, cool = lags
     warm = warm or warm_up(schedule, p, m, v, took, hops)
     arrival_s, free, last_begin = warm.arrival_s, warm.free, warm.last_begin  # type: ignore[union-attr]
     ends, states = warm.ends, warm.states  # type: ignore[union-attr]  # after each period replayed before a jump
     last, most = n - cool, CYCLES * p  # the last period to extrapolate to; the most periods a repeat may take
-    gap = max(1, most * p // len(plain))  # periods between checks: a check costs at most the periods it follows
+    gap = max(1, most * p // operations)  # periods between checks: a check costs at most the periods it follows
     check = deepest + 1  # >= 2: past the warm-up's one period
     j, skipped = len(ends), 0  # skipped: periods jumped over, whose slots the later ones take (docstring)
     while j <= n:
         _slide(arrival_s, shift)
-        _replay_plain(plain, took, hops, arrival_s, free)  # no rank's last operation (_lags)
+        _replay(period, took, hops, arrival_s, free, last_begin)  # no rank's last operation (_lags)
         if not skipped:
             ends.append(free[:])
             states.append([arrival_s[x] for x in places])
