@@ -191,7 +191,13 @@ def _slide(arrival_s: list[float], shift: int) -> None:
     place ``s`` after ``j`` slides: the entries' own numbers, without adding an offset per operation. The list keeps
     at least ``shift`` slots (:func:`_window`), so each slide moves the start by one shift."""
     del arrival_s[:shift]
-    arrival_s += [0.0] * shift
+    arrival_s += _zeros(shift)
+
+
+@lru_cache(maxsize=64)
+def _zeros(count: int) -> tuple[float, ...]:
+    """``count`` unwritten slots, built once per period's shift (a slide adds them without building a list)."""
+    return (0.0,) * count
 
 
 def _grow(arrival_s: list[float], reach: int) -> None:
