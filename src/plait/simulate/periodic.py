@@ -21,6 +21,7 @@ depths and hundreds of added periods.
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import itemgetter
 
 import numpy as np
 
@@ -132,25 +133,36 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     grads, block = m_short * stages, 2 * c * stages  # a block: one period's activations and gradients
     past, shift = 2 * grads, block + 2  # the short run's slots; a period's shift, its block's own two included
 
-    def slot(s: int) -> int:  # activation s to 2 s, gradient s to 2 (s - grads) + 1, then two slots per block
-        s = 2 * s if s < grads else 2 * s - past + 1
-        return s + 2 * (s // block)
-
     parts: tuple[list[_Entry], list[_Entry], list[_Entry]] = ([], [], [])
     seen = [0] * p
     for r, duration, wait, fill, hop, last in _sweep_order(schedule, p, m_short, v):
         i = seen[r]
         seen[r] += 1
         part = 0 if i < first[r] else 1 if i < second[r] else 2
-        # computed here, not looked up: the replay reads these numbers in this order, so they lie next to their
-        # entries in memory; an input from nothing reads its block's unwritten slot, an output to nothing writes
-        # its block's unread one (the block of the entry's other slot, or the first block)
-        to = slot(fill) if fill < past else (slot(wait) // shift * shift if wait < past else 0) + block + 1
-        parts[part].append((r, duration, slot(wait) if wait < past else to // shift * shift + block, to, hop, last))
+        # activation s to 2 s, gradient s to 2 (s - grads) + 1, then two slots after each block; an input from nothing
+        # reads its block's unwritten slot, an output to nothing writes its block's unread one (the block of the
+        # entry's other slot, or the first). Computed here, not looked up: the replay reads these numbers in this
+        # order, so they lie next to their entries in memory
+        if wait < past:
+            x = 2 * wait if wait < grads else 2 * wait - past + 1
+            wait = x + x // block * 2
+            if fill < past:
+                x = 2 * fill if fill < grads else 2 * fill - past + 1
+                fill = x + x // block * 2
+            else:
+                fill = wait // shift * shift + block + 1
+        elif fill < past:
+            x = 2 * fill if fill < grads else 2 * fill - past + 1
+            fill = x + x // block * 2
+            wait = fill // shift * shift + block
+        else:
+            wait, fill = block, block + 1
+        parts[part].append((r, duration, wait, fill, hop, last))
     size = ((past + n * block - 1) // block + 1) * shift  # every block the step reaches
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
 
 
+_WAIT, _FILL = itemgetter(2), itemgetter(3)  # an entry's input and output slots
 _Plain = tuple[int, int, int, int]  # an entry less its hop and last-operation fields: one whose output hops
 _Segments = tuple[tuple[tuple[_Plain, ...], _Entry | None], ...]
 """A part of the order as runs of entries whose output hops to a neighbouring stage and which are not a rank's last
@@ -167,7 +179,7 @@ def _window(schedule: str, p: int, m: int, v: int) -> tuple[_Segments, _Segments
     composed = _composed(schedule, p, m, v)
     assert composed is not None, "a composed order"
     parts, shift = composed[:3], composed[4]
-    reach = [1 + max(max(entry[2], entry[3]) for entry in part) if part else 0 for part in parts]
+    reach = [1 + max(max(map(_WAIT, part)), max(map(_FILL, part))) if part else 0 for part in parts]
     before, period, after = (_segments(part) for part in parts)
     return before, period, after, max(reach[0], reach[1], shift), reach[2]
 
