@@ -8,7 +8,7 @@ import random
 import pytest
 
 import plait.simulate.steady as steady
-from plait.simulate.periodic import periodic_sweep
+from plait.simulate.periodic import _composed, periodic_sweep
 from plait.simulate.pipeline import PipelineCosts, simulate_pipeline
 from tests.test_simulate_periodic import CASES, _costs
 
@@ -25,12 +25,12 @@ def _took(c: PipelineCosts) -> list[float]:
 
 
 def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the operations the steady sweep replays (one entry per call)."""
+    """Counts the operations the steady sweep replays (one entry per call): its periods' and the parts' around them."""
     counted, replay = [], steady._replay
 
-    def counting(entries, *args):  # type: ignore[no-untyped-def]
-        counted.append(len(entries))
-        replay(entries, *args)
+    def counting(segments, *args):  # type: ignore[no-untyped-def]
+        counted.append(sum(len(run) + (special is not None) for run, special in segments))
+        replay(segments, *args)
     monkeypatch.setattr(steady, "_replay", counting)
     return counted
 
@@ -48,6 +48,58 @@ def test_steady_sweep_equals_every_period_replayed(schedule: str, p: int, v: int
         assert b == pytest.approx(a, rel=ROUNDING, abs=ROUNDING * max(full[0]))
     if (p, v, m) in {(p_, v_, m_) for _, p_, v_, m_ in DEEP}:
         assert sum(counted) < 2 * p * m * v / 4, "a deep pipeline replays a fraction of its periods"
+
+
+def _every_slot(schedule: str, p: int, m: int, v: int, took: list[float],
+                hops: tuple[float, float]) -> tuple[list[float], list[float]]:
+    """The steady sweep as written first: one slot per activation and gradient of the whole step, each period's
+    entries shifted by whole periods, the repeat found by comparing every element of the state, and the state after
+    the jump copied to the slots of the period jumped to."""
+    before, period, after, n, shift, size = _composed(schedule, p, m, v)  # type: ignore[misc]
+    places, deepest, cool = steady._lags(schedule, p, m, v)  # type: ignore[misc]
+    arrival, free, last_begin = [0.0] * size, [0.0] * p, [0.0] * p
+
+    def replay(entries, offset: int) -> None:  # type: ignore[no-untyped-def]
+        for r, d, wait, fill, hop, last in entries:
+            begin = max(free[r], arrival[wait + offset])  # the first of equal operands: the same value
+            free[r] = begin + took[d]
+            arrival[fill + offset] = free[r] + hops[hop]
+            if last:
+                last_begin[r] = begin
+
+    def state(j: int) -> list[float]:
+        return ends[j] + [arrival[x + j * shift] for x in places]
+    replay(before, 0)
+    replay(period, 0)
+    ends, j, check, last = [free[:]], 1, deepest + 1, n - cool
+    while j <= n:
+        replay(period, j * shift)
+        ends.append(free[:])
+        if j == check and j < last:
+            check += max(1, steady.CYCLES * p * p // len(period))
+            for cycle in range(1, min(steady.CYCLES * p, j - deepest) + 1):
+                shifts = [a - b for a, b in zip(state(j), state(j - cycle), strict=True)]
+                if max(shifts) - min(shifts) <= steady.SPREAD * max(state(j)):
+                    to = j + (last - j) // cycle * cycle
+                    ahead = (to - j) // cycle * (min(shifts) + max(shifts)) / 2
+                    free[:] = [f + ahead for f in free]
+                    for x in places:
+                        arrival[x + to * shift] = arrival[x + j * shift] + ahead
+                    j = to
+                    break
+        j += 1
+    replay(after, n * shift)
+    return free, last_begin
+
+
+@pytest.mark.parametrize(("schedule", "p", "v", "m"), CASES + DEEP)
+def test_steady_sweep_equals_it_over_every_slot(schedule: str, p: int, v: int, m: int) -> None:
+    """Kept in a window of slots that slides a period at a time, the periods after the jump in the slots of those
+    after its start, and a rank's last operations and outputs without a hop replayed apart: the same times, to the
+    bit."""
+    c = _costs(schedule, p, v, m, random.Random(f"slots{schedule}{p}{v}{m}"))
+    hops = (0.0, c.p2p_s)
+    assert steady.steady_sweep(schedule, p, m, v, _took(c), hops) == _every_slot(schedule, p, m, v, _took(c), hops)
 
 
 def test_first_stage_slower_repeats_after_several_periods(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ depths and hundreds of added periods.
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import itemgetter
 
 import numpy as np
 
@@ -111,8 +112,11 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
     """(the short run's order before the first cut, between the cuts, after the second; periods ``n`` to add; a
     period's shift of the input and output slots; slots needed) for ``m`` micro-batches, or None where the short
     run would not be at most half of ``m`` or its cuts do not hold. Slots are renumbered so that a shift by whole
-    periods moves every one alike: activation ``k`` to ``2 k``, gradient ``k`` to ``2 k + 1``, and the slot nothing
-    reads (and the one nothing writes) to a region of its own, ``n`` periods long."""
+    periods moves every one alike: activation ``k`` to ``2 k``, gradient ``k`` to ``2 k + 1``, then every block of
+    one period's ``2 c p v`` of them followed by two slots of its own: one nobody writes, which an input from
+    nothing (the first stage's forward) reads, and one nobody reads, which an output to nothing (its backward)
+    writes, each in the block of the entry's other slot. So the whole step needs about one slot per activation and
+    gradient, and a sweep that stops early (:mod:`plait.simulate.steady`) needs only the blocks it reaches."""
     if schedule not in PERIODIC or p < 2:
         return None
     c = _period(schedule, p, v)
@@ -126,23 +130,92 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
         return None
     first, second = cuts
     stages, n = p * v, (m - m_short) // c
-    grads, shift = m_short * stages, 2 * c * stages
-    never = 2 * m * stages + 2
-    nothing = never + n * shift + 1
-    size = nothing + n * shift + 1
+    grads, block = m_short * stages, 2 * c * stages  # a block: one period's activations and gradients
+    past, shift = 2 * grads, block + 2  # the short run's slots; a period's shift, its block's own two included
 
     parts: tuple[list[_Entry], list[_Entry], list[_Entry]] = ([], [], [])
-    seen, past = [0] * p, 2 * grads
+    seen = [0] * p
     for r, duration, wait, fill, hop, last in _sweep_order(schedule, p, m_short, v):
         i = seen[r]
         seen[r] += 1
         part = 0 if i < first[r] else 1 if i < second[r] else 2
-        # slot s to 2 s (activation), 2 (s - grads) + 1 (gradient); the short run's slot nothing writes (read)
-        # and the one nothing reads (written) to never and nothing. Computed here, not looked up: the replay reads
-        # these numbers in this order, so they lie next to their entries in memory
-        parts[part].append((r, duration, never if wait >= past else 2 * wait if wait < grads else 2 * wait - past + 1,
-                            nothing if fill >= past else 2 * fill if fill < grads else 2 * fill - past + 1, hop, last))
+        # activation s to 2 s, gradient s to 2 (s - grads) + 1, then two slots after each block; an input from nothing
+        # reads its block's unwritten slot, an output to nothing writes its block's unread one (the block of the
+        # entry's other slot, or the first). Computed here, not looked up: the replay reads these numbers in this
+        # order, so they lie next to their entries in memory
+        if wait < past:
+            x = 2 * wait if wait < grads else 2 * wait - past + 1
+            wait = x + x // block * 2
+            if fill < past:
+                x = 2 * fill if fill < grads else 2 * fill - past + 1
+                fill = x + x // block * 2
+            else:
+                fill = wait // shift * shift + block + 1
+        elif fill < past:
+            x = 2 * fill if fill < grads else 2 * fill - past + 1
+            fill = x + x // block * 2
+            wait = fill // shift * shift + block
+        else:
+            wait, fill = block, block + 1
+        parts[part].append((r, duration, wait, fill, hop, last))
+    size = ((past + n * block - 1) // block + 1) * shift  # every block the step reaches
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
+
+
+_WAIT, _FILL = itemgetter(2), itemgetter(3)  # an entry's input and output slots
+_Plain = tuple[int, int, int, int]  # an entry less its hop and last-operation fields: one whose output hops
+_Segments = tuple[tuple[tuple[_Plain, ...], _Entry | None], ...]
+"""A part of the order as runs of entries whose output hops to a neighbouring stage and which are not a rank's last
+operation, each run followed by one entry that is either (an output without a hop: the last stage's forward, read by
+its own backward; a rank's last operation, whose start is kept), None after the part's last run: :func:`_replay`
+replays the runs without asking of each entry which it is."""
+
+
+@lru_cache(maxsize=256)
+def _window(schedule: str, p: int, m: int, v: int) -> tuple[_Segments, _Segments, _Segments, int, int]:
+    """(:func:`_composed`'s three parts as :data:`_Segments`; slots a replay keeps: those the operations before the
+    first cut and a period reach, and at least a period's shift; those the part after the second cut reaches), each
+    from the start of the slots of its part's first period (:func:`_slide`)."""
+    composed = _composed(schedule, p, m, v)
+    assert composed is not None, "a composed order"
+    parts, shift = composed[:3], composed[4]
+    reach = [1 + max(max(map(_WAIT, part)), max(map(_FILL, part))) if part else 0 for part in parts]
+    before, period, after = (_segments(part) for part in parts)
+    return before, period, after, max(reach[0], reach[1], shift), reach[2]
+
+
+def _segments(entries: tuple[_Entry, ...]) -> _Segments:
+    """``entries`` as runs each ended by an entry without a hop or a rank's last (:data:`_Segments`)."""
+    out: list[tuple[tuple[_Plain, ...], _Entry | None]] = []
+    run: list[_Plain] = []
+    for entry in entries:
+        if entry[5] or not entry[4]:
+            out.append((tuple(run), entry))
+            run = []
+        else:
+            run.append(entry[:4])
+    return (*out, (tuple(run), None)) if run or not out else tuple(out)
+
+
+def _slide(arrival_s: list[float], shift: int) -> None:
+    """The slots of the next period's: the first ``shift`` dropped (no later operation reads them), as many unwritten
+    ones (0.0) added at the end. A replay of :func:`_composed`'s order takes slot ``s`` of its ``j``-th period at
+    place ``s`` after ``j`` slides: the entries' own numbers, without adding an offset per operation. The list keeps
+    at least ``shift`` slots (:func:`_window`), so each slide moves the start by one shift."""
+    del arrival_s[:shift]
+    arrival_s += _zeros(shift)
+
+
+@lru_cache(maxsize=64)
+def _zeros(count: int) -> tuple[float, ...]:
+    """``count`` unwritten slots, built once per period's shift (a slide adds them without building a list)."""
+    return (0.0,) * count
+
+
+def _grow(arrival_s: list[float], reach: int) -> None:
+    """At least ``reach`` slots, the added ones unwritten (0.0)."""
+    if reach > len(arrival_s):
+        arrival_s += [0.0] * (reach - len(arrival_s))
 
 
 def periodic_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
@@ -153,13 +226,17 @@ def periodic_sweep(schedule: str, p: int, m: int, v: int, took: list[float],
     composed = _composed(schedule, p, m, v)
     if composed is None:
         return None
-    before, period, after, n, shift, size = composed
-    arrival_s = [0.0] * size
+    n, shift = composed[3:5]
+    before, period, after, window, reach_after = _window(schedule, p, m, v)
+    arrival_s = [0.0] * window
     free, last_begin = [0.0] * p, [0.0] * p
-    _replay(before, 0, took, hops, arrival_s, free, last_begin)
+    _replay(before, took, hops, arrival_s, free, last_begin)
     for j in range(n + 1):
-        _replay(period, j * shift, took, hops, arrival_s, free, last_begin)
-    _replay(after, n * shift, took, hops, arrival_s, free, last_begin)
+        if j:
+            _slide(arrival_s, shift)
+        _replay(period, took, hops, arrival_s, free, last_begin)
+    _grow(arrival_s, reach_after)
+    _replay(after, took, hops, arrival_s, free, last_begin)
     return free, last_begin
 
 
@@ -186,27 +263,26 @@ def unrolled_order(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry,
                  for entries, offset in parts for r, d, wait, fill, hop, last in entries), size
 
 
-def _replay_plain(entries: tuple[tuple[int, int, int, int, int], ...], offset: int, took: list[float],
-                  hops: tuple[float, float], arrival_s: list[float], free: list[float]) -> None:
-    """:func:`_replay` over entries none of which is a rank's last operation, without that field (the period of a
-    steady state, :mod:`plait.simulate.steady`): the same arithmetic, its ``max`` one conditional expression that
-    takes the same operand, so the same times to the bit, in fewer interpreter steps."""
-    for r, duration, wait, fill, hop in entries:
-        arrival = arrival_s[wait + offset]
-        begin = free[r]
-        now = free[r] = (arrival if arrival > begin else begin) + took[duration]
-        arrival_s[fill + offset] = now + hops[hop]
-
-
-def _replay(entries: tuple[_Entry, ...], offset: int, took: list[float], hops: tuple[float, float],
-            arrival_s: list[float], free: list[float], last_begin: list[float]) -> None:
-    """:func:`plait.simulate.pipeline._sweep`'s arithmetic over ``entries``, their slots shifted by ``offset``."""
-    for r, duration, wait, fill, hop, last in entries:
-        begin = free[r]
-        arrival = arrival_s[wait + offset]
-        if arrival > begin:
-            begin = arrival
-        now = free[r] = begin + took[duration]
-        arrival_s[fill + offset] = now + hops[hop]
-        if last:
-            last_begin[r] = begin
+def _replay(segments: _Segments, took: list[float], hops: tuple[float, float], arrival_s: list[float],
+            free: list[float], last_begin: list[float]) -> None:
+    """:func:`plait.simulate.pipeline._sweep`'s arithmetic over a part of the order, in the slots of its period
+    (:func:`_slide`): each run's entries with the hop added, then the entry that ends it as the sweep takes it. Each
+    ``max`` is one conditional expression that takes the same operand, so the same times to the bit, in fewer
+    interpreter steps."""
+    hop_s = hops[1]
+    for entries, special in segments:
+        for r, duration, wait, fill in entries:
+            arrival = arrival_s[wait]
+            begin = free[r]
+            now = free[r] = (arrival if arrival > begin else begin) + took[duration]
+            arrival_s[fill] = now + hop_s
+        if special is not None:
+            r, duration, wait, fill, hop, last = special
+            begin = free[r]
+            arrival = arrival_s[wait]
+            if arrival > begin:
+                begin = arrival
+            now = free[r] = begin + took[duration]
+            arrival_s[fill] = now + hops[hop]
+            if last:
+                last_begin[r] = begin

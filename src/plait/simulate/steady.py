@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from plait.simulate.periodic import _composed, _replay, _replay_plain, periodic_sweep
+from plait.simulate.periodic import _composed, _grow, _replay, _slide, _window, periodic_sweep
 
 SPREAD = 2.0 ** -40
 """Largest relative spread (of the state's largest time) of the shifts of one state's elements taken as one shift:
@@ -37,13 +37,12 @@ a state that repeats after more than ``CYCLES x p`` periods is replayed in full.
 
 
 @lru_cache(maxsize=256)
-def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int], ...], int,
-                                                          tuple[tuple[int, int, int, int, int], ...]] | None:
-    """(the state: per output a later period reads, its slot and how many periods back from the latest it lies;
-    ``R``: one more than the most periods back the cool-down reads; the period's entries less their last-operation
-    field, for :func:`plait.simulate.periodic._replay_plain`) of the composed order, or None where there is
-    no composed order or a rank's last operation lies in the period. A read whose slot no period writes reads
-    nothing written (0) or the warm-up's output, which the extrapolation leaves in place."""
+def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, ...], int, int] | None:
+    """(the state: the places, after a period (:func:`plait.simulate.periodic._slide`), of the outputs later periods
+    read, ordered by their slot and then by how many periods back from the latest they lie; one more than the most
+    periods back a period reads; ``R``: one more than the most periods back the cool-down reads) of the composed
+    order, or None where there is no composed order or a rank's last operation lies in the period. A read whose slot
+    no period writes reads nothing written (0) or the warm-up's output, which the extrapolation leaves in place."""
     composed = _composed(schedule, p, m, v)
     if composed is None:
         return None
@@ -65,7 +64,9 @@ def _lags(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int],
         state.update((entry[2] + k * shift, d) for d in range(k))
     own = {entry[3] for entry in after}
     cool = 1 + max((back(entry[2]) for entry in after if entry[2] not in own), default=0)
-    return tuple(sorted(state)), cool, tuple(entry[:5] for entry in period)
+    deepest = max((d + 1 for _, d in state), default=1)
+    # slot f of the period d back lies at f - d x shift (>= 0: f is read from k > d periods back, at f - k x shift)
+    return tuple(f - d * shift for f, d in sorted(state)), deepest, cool
 
 
 @dataclass
@@ -80,6 +81,8 @@ class WarmUp:
     last_begin: list[float]
     ends: list[list[float]]
     """Every rank's end after each period replayed (the first)."""
+    states: list[list[float]]
+    """The outputs later periods read (:func:`_lags`' places) after each period replayed (the first)."""
     left: tuple[int, ...]
     """Operations still to run after these, by duration index (``3 x rank + kind``)."""
 
@@ -91,12 +94,13 @@ def warm_up(schedule: str, p: int, m: int, v: int, took: list[float], hops: tupl
     lags = _lags(schedule, p, m, v)
     if lags is None:
         return None
-    before, _, _, _, _, size = _composed(schedule, p, m, v)  # type: ignore[misc]
-    arrival_s = [0.0] * size
+    places = lags[0]
+    before, period, _, window, _ = _window(schedule, p, m, v)
+    arrival_s = [0.0] * window
     free, last_begin = [0.0] * p, [0.0] * p
-    _replay(before, 0, took, hops, arrival_s, free, last_begin)
-    _replay_plain(lags[2], 0, took, hops, arrival_s, free)  # period 0 (no rank's last operation: _lags)
-    return WarmUp(arrival_s, free, last_begin, [free[:]], _left(schedule, p, m, v))
+    _replay(before, took, hops, arrival_s, free, last_begin)
+    _replay(period, took, hops, arrival_s, free, last_begin)  # period 0 (no rank's last operation: _lags)
+    return WarmUp(arrival_s, free, last_begin, [free[:]], [[arrival_s[x] for x in places]], _left(schedule, p, m, v))
 
 
 @lru_cache(maxsize=256)
@@ -116,64 +120,70 @@ def steady_sweep(schedule: str, p: int, m: int, v: int, took: list[float], hops:
     """Every rank's end and the start of its last operation, as :func:`plait.simulate.periodic.periodic_sweep`
     gives them up to rounding (module docstring); None where there is no composed order (the caller sweeps in
     full), that function's answer where the period holds a rank's last operation. ``took``: duration by
-    ``3 x rank + kind``; ``warm``: :func:`warm_up` of the same arguments, when the caller has it (taken over)."""
+    ``3 x rank + kind``; ``warm``: :func:`warm_up` of the same arguments, when the caller has it (taken over).
+    Once the sweep has jumped from period ``J`` to ``J + k s``, the periods after it and the cool-down take the slots
+    of the periods after ``J`` (no period between wrote them; every one they read from earlier periods is the
+    state's, shifted in place): the same times, in the slots of a step ``k s`` periods shorter."""
     lags = _lags(schedule, p, m, v)
     if lags is None:  # no composed order (None), or one whose period holds a rank's last operation
         return periodic_sweep(schedule, p, m, v, took, hops)
-    _, period, after, n, shift, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
-    state, cool, plain = lags
+    _, entries, _, n, shift, _ = _composed(schedule, p, m, v)  # type: ignore[misc]
+    operations = len(entries)  # a period's
+    _, period, after, _, reach_after = _window(schedule, p, m, v)
+    places, deepest, cool = lags
     warm = warm or warm_up(schedule, p, m, v, took, hops)
     arrival_s, free, last_begin = warm.arrival_s, warm.free, warm.last_begin  # type: ignore[union-attr]
-    deepest = max((d + 1 for _, d in state), default=1)
+    ends, states = warm.ends, warm.states  # type: ignore[union-attr]  # after each period replayed before a jump
     last, most = n - cool, CYCLES * p  # the last period to extrapolate to; the most periods a repeat may take
-    gap = max(1, most * p // len(period))  # periods between checks: a check costs at most the periods it follows
+    gap = max(1, most * p // operations)  # periods between checks: a check costs at most the periods it follows
     check = deepest + 1  # >= 2: past the warm-up's one period
-    ends = warm.ends  # type: ignore[union-attr]  # every rank's end after each period
-    j = len(ends)
+    j, skipped = len(ends), 0  # skipped: periods jumped over, whose slots the later ones take (docstring)
     while j <= n:
-        _replay_plain(plain, j * shift, took, hops, arrival_s, free)  # no rank's last operation (_lags)
-        ends.append(free[:])
-        if j == check and j < last:
+        _slide(arrival_s, shift)
+        _replay(period, took, hops, arrival_s, free, last_begin)  # no rank's last operation (_lags)
+        if not skipped:
+            ends.append(free[:])
+            states.append([arrival_s[x] for x in places])
+        if j == check and j < last and not skipped:
             check += gap
-            found = _repeat(ends, arrival_s, state, j, shift, min(most, j - deepest))
+            found = _repeat(ends, states, j, min(most, j - deepest))
             if found is not None and (last - j) // found[0] > 0:
                 cycle, delta = found
-                to = j + (last - j) // cycle * cycle
-                _extrapolate(free, arrival_s, state, j, to, shift, (to - j) // cycle * delta)
-                j = to
+                skipped = (last - j) // cycle * cycle
+                _extrapolate(free, arrival_s, places, skipped // cycle * delta)
+                j += skipped
         j += 1
-    _replay(after, n * shift, took, hops, arrival_s, free, last_begin)
+    _grow(arrival_s, reach_after)
+    _replay(after, took, hops, arrival_s, free, last_begin)
     return free, last_begin
 
 
-def _state(free: list[float], arrival_s: list[float], state: tuple[tuple[int, int], ...], j: int,
-           shift: int) -> list[float]:
-    """The state after period ``j``: every rank's end and the outputs later periods read."""
-    return free + [arrival_s[f + (j - d) * shift] for f, d in state]
-
-
-def _repeat(ends: list[list[float]], arrival_s: list[float], state: tuple[tuple[int, int], ...], j: int,
-            shift: int, most: int) -> tuple[int, float] | None:
-    """(``s``, the shift) of the fewest periods ``s <= most`` after which the state after period ``j`` is the state
-    ``s`` periods earlier shifted by one time, up to :data:`SPREAD` of its largest time; None if none is."""
-    now = _state(ends[j], arrival_s, state, j, shift)
+def _repeat(ends: list[list[float]], states: list[list[float]], j: int, most: int) -> tuple[int, float] | None:
+    """(``s``, the shift) of the fewest periods ``s <= most`` after which the state after period ``j`` (every rank's
+    end and the outputs later periods read) is the state ``s`` periods earlier shifted by one time, up to
+    :data:`SPREAD` of its largest time; None if none is."""
+    now = ends[j] + states[j]
     slack = SPREAD * max(now)
+    first, final = now[0], now[len(ends[j]) - 1]
     for cycle in range(1, most + 1):
         earlier = ends[j - cycle]
-        shifts = [a - b for a, b in zip(ends[j], earlier, strict=True)]  # the ranks' ends first: cheap to reject
+        # two ranks' shifts first, then every rank's: each rejects only a spread the whole state's is at least
+        # (floating-point subtraction is monotone), so the checks find what comparing every element finds
+        if abs((first - earlier[0]) - (final - earlier[-1])) > slack:
+            continue
+        shifts = [a - b for a, b in zip(ends[j], earlier, strict=True)]
         if max(shifts) - min(shifts) > slack:
             continue
-        shifts = [a - b for a, b in zip(now, _state(earlier, arrival_s, state, j - cycle, shift), strict=True)]
+        shifts = [a - b for a, b in zip(now, earlier + states[j - cycle], strict=True)]
         low, high = min(shifts), max(shifts)
         if high - low <= slack:
             return cycle, (low + high) / 2
     return None
 
 
-def _extrapolate(free: list[float], arrival_s: list[float], state: tuple[tuple[int, int], ...], j: int, to: int,
-                 shift: int, ahead: float) -> None:
-    """Set the state after period ``to`` to the state after ``j`` shifted by ``ahead``."""
+def _extrapolate(free: list[float], arrival_s: list[float], places: tuple[int, ...], ahead: float) -> None:
+    """Shift the state after the latest period by ``ahead``, in place: the state ``ahead`` periods on."""
     for r in range(len(free)):
         free[r] += ahead
-    for f, d in state:
-        arrival_s[f + (to - d) * shift] = arrival_s[f + (j - d) * shift] + ahead
+    for x in places:
+        arrival_s[x] += ahead
