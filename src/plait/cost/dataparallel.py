@@ -59,15 +59,23 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     xp = cols.xp
     f = _sync_rows(cols)
     tp, dense_group, expert_group, expert_stride = f.tp, f.dense_group, f.expert_group, f.expert_dp.stride
+    # One plan's terms with no bytes or no peers are the 0.0 their collectives would give, not costed (a single
+    # plan's sync is costed once per distinct pipeline stage; most plans have one or two of the eight collectives).
+    known_zero = xp.scalar and not f.whole
     # The ep consecutive ranks of the dp x cp ranks of a stage hold different experts; the expert-data-parallel
     # group holds the same ones (plait.plan.groups, after Megatron-Core's expert rank generator).
-    plain = (collective_s(cluster, "all_reduce", f.replicas, tp, xp.where(f.whole, grad_bytes * params["dense"], 0.0))
-             + collective_s(cluster, "all_reduce", f.expert_dp.size, expert_stride,
-                            xp.where(f.whole, grad_bytes * params["expert"], 0.0)))
-    sharded = params["dense"] / dense_group + params["expert"] / expert_group
-    across = collective_s(cluster, "all_reduce", f.dp_replicate, tp * dense_group,
-                          xp.where(f.none | f.apart, 0.0, grad_bytes * sharded))
+    plain = 0.0 if known_zero else (
+        collective_s(cluster, "all_reduce", f.replicas, tp, xp.where(f.whole, grad_bytes * params["dense"], 0.0))
+        + collective_s(cluster, "all_reduce", f.expert_dp.size, expert_stride,
+                       xp.where(f.whole, grad_bytes * params["expert"], 0.0)))
+    across = 0.0
+    if not xp.scalar or (f.dp_replicate > 1 and not (f.none or f.apart)):
+        sharded = params["dense"] / dense_group + params["expert"] / expert_group
+        across = collective_s(cluster, "all_reduce", f.dp_replicate, tp * dense_group,
+                              xp.where(f.none | f.apart, 0.0, grad_bytes * sharded))
     once = f.zero12 | f.gathered[pipeline_keeps_gathered]
+    if xp.scalar and not once:
+        return plain + across + 0.0, 0.0  # the reduce and gather of no parameters: 0.0 + 0.0 each
     dense, expert = xp.where(once, params["dense"], 0.0), xp.where(once, params["expert"], 0.0)
     # Experts are sharded over their own data-parallel group (Megatron-Core's expert-data-parallel group: the
     # ranks of a replica holding the same experts), whose members are tp * ep ranks apart (plait.plan.groups).
@@ -142,18 +150,19 @@ def optimizer_step_s(
     xp, acc, f = cols.xp, cluster.accelerator, _optimizer_rows(cols)
     local = xp.where(f.none, params["dense"] + params["expert"],
                      params["dense"] / f.dense_group + params["expert"] / f.expert_group)
-    # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
-    # offloaded too, both already cross PCIe per layer (plait.cost.fsdp_layer.fsdp_layer_s) and stay on the host.
-    transfer = xp.where(f.offload_params, 0.0,
-                        local * (grad_bytes + f.param_bytes) / (acc.pcie_bandwidth_gb_per_s * 1e9))
-    host_update = local * (grad_bytes + 2 * f.optimizer_bytes) / cluster.host_memory_bytes_per_s_per_gpu
-    offloaded = transfer + host_update
     streamed = grad_bytes + 2 * f.optimizer_bytes + f.param_bytes
     if adamw_per_tensor_ops:
         streamed = xp.where(f.adamw, COMPOSER_ADAMW_BYTES_PER_PARAM, streamed)
-    on_gpu = local * streamed / memory_bytes_per_s(acc)
+    step = on_gpu = local * streamed / memory_bytes_per_s(acc)
+    if not xp.scalar or f.offload_optimizer:  # one plan's offloaded step only where it is the one taken
+        # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
+        # offloaded too, both already cross PCIe per layer (plait.cost.fsdp_layer.fsdp_layer_s) and stay on the host.
+        transfer = xp.where(f.offload_params, 0.0,
+                            local * (grad_bytes + f.param_bytes) / (acc.pcie_bandwidth_gb_per_s * 1e9))
+        host_update = local * (grad_bytes + 2 * f.optimizer_bytes) / cluster.host_memory_bytes_per_s_per_gpu
+        step = xp.where(f.offload_optimizer, transfer + host_update, on_gpu)
     sp_norms = xp.where(f.sp_norms, grad_bytes * params["norms"], 0.0)
-    return xp.where(f.offload_optimizer, offloaded, on_gpu) + collective_s(cluster, "all_reduce", f.tp, 1, sp_norms)
+    return step + collective_s(cluster, "all_reduce", f.tp, 1, sp_norms)
 
 
 class _OptimizerRows(NamedTuple):
