@@ -76,9 +76,23 @@ for _ in range(int(sys.argv[4])):
 def collected(tree: Path, helper: Path, case: int, rounds: int, target: str) -> float:
     """Instructions a cold estimate of plan ``case`` spends inside ``target`` ("ALL": the estimate) in ``tree``."""
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONHASHSEED="0")
-    argv = ["setarch", os.uname().machine, "-R", "valgrind", "--tool=callgrind", "--collect-atstart=no",
-            "--callgrind-out-file=/dev/null", sys.executable, "-c", PROBE, str(tree / "benchmarks"), str(helper),
-            str(case), str(rounds), target]
+    argv = [
+        "setarch",
+        os.uname().machine,
+        "-R",
+        "valgrind",
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-c",
+        PROBE,
+        str(tree / "benchmarks"),
+        str(helper),
+        str(case),
+        str(rounds),
+        target,
+    ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
     assert found, done.stderr[-2000:]
@@ -95,8 +109,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         helper = Path(folder) / "toggle.so"
         (Path(folder) / "toggle.c").write_text(HELPER)
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(helper), str(Path(folder) / "toggle.c")],
-                       check=True)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(helper), str(Path(folder) / "toggle.c")], check=True)
         for target in args.targets:
             now = collected(ROOT, helper, args.case, args.rounds, target)
             line = f"plan {args.case} {target}: {now / 1e6:.3f}M instructions a cold estimate"
