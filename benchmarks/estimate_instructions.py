@@ -1,7 +1,7 @@
 """Machine instructions of one cold estimate, counted by valgrind (load-free, unlike a time; closer to one than
 bytecodes, which weigh a C call and a tuple compare alike).
 
-Run: python benchmarks/estimate_instructions.py [--base OTHER_CHECKOUT] [--rounds 100]
+Run: python benchmarks/estimate_instructions.py [--base OTHER_CHECKOUT] [--rounds 100] [--case N]
 Runs, under ``valgrind --tool=cachegrind --cache-sim=no`` (address randomisation off, ``PYTHONHASHSEED=0``), a
 process that loads the models, clusters and engine of ``benchmarks/estimate_speed.py``'s plans, estimates each plan
 three times, then ``--rounds`` times estimates every plan with what estimates keep emptied first (its
@@ -12,7 +12,8 @@ counts over the estimates is one cold estimate's, on average over the plans. Sta
 instructions between runs, so the rounds must be many (100 rounds of 5 plans: about 0.6% of the figure), but fewer
 than :data:`plait.simulate.straight.STRAIGHT_AFTER` (128): a simulated plan's sweep, swept that often, is written out
 as Python once (a compile, then a cheaper sweep; not emptied by ``empty_kept``). Takes a few minutes a tree; needs
-``valgrind`` on the PATH.
+``valgrind`` on the PATH. ``--case N``: the N-th plan alone (0-based), its sweep kept in the loop however many the
+rounds (the probe raises ``STRAIGHT_AFTER`` past them), so that many rounds (600: ~0.02M of noise) count one plan.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from plait.predict.estimate import estimate
 from plait.workload.catalog import get_model
 engine = get_engine()
 runs = [(get_model(m), get_cluster(c), p) for m, c, p in CASES]
+if sys.argv[3] != "all":  # one plan, its sweep never written out (the module docstring)
+    import plait.simulate.straight
+    plait.simulate.straight.STRAIGHT_AFTER = 1 << 40
+    runs = [runs[int(sys.argv[3])]]
 gc.disable()
 for m, c, p in runs:
     for _ in range(3):
@@ -49,8 +54,9 @@ print(len(runs))
 """
 
 
-def _instructions(tree: Path, rounds: int) -> tuple[int, int]:
-    """(instructions of the whole process, plans per round) for ``rounds`` rounds of cold estimates in ``tree``."""
+def _instructions(tree: Path, rounds: int, case: str = "all") -> tuple[int, int]:
+    """(instructions of the whole process, plans per round) for ``rounds`` rounds of cold estimates in ``tree`` (of
+    plan ``case`` alone, unless "all")."""
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONHASHSEED="0")
     argv = [
         "setarch",
@@ -65,6 +71,7 @@ def _instructions(tree: Path, rounds: int) -> tuple[int, int]:
         PROBE,
         str(tree / "benchmarks"),
         str(rounds),
+        case,
     ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
@@ -72,9 +79,9 @@ def _instructions(tree: Path, rounds: int) -> tuple[int, int]:
     return int(found.group(1).replace(",", "")), int(done.stdout.split()[-1])
 
 
-def per_estimate(tree: Path, rounds: int) -> float:
-    """Instructions of one cold estimate in ``tree``, the mean over the plans."""
-    (idle, _), (busy, plans) = _instructions(tree, 0), _instructions(tree, rounds)
+def per_estimate(tree: Path, rounds: int, case: str = "all") -> float:
+    """Instructions of one cold estimate in ``tree``, the mean over the plans (or of plan ``case``)."""
+    (idle, _), (busy, plans) = _instructions(tree, 0, case), _instructions(tree, rounds, case)
     return (busy - idle) / (rounds * plans)
 
 
@@ -82,13 +89,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, help="another checkout to count the same way (its src/ is used)")
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--case", default="all", help="the N-th plan of estimate_speed.py alone (0-based)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("setarch") is None:
         sys.exit("needs valgrind and setarch on the PATH (Debian: apt-get install valgrind)")
-    now = per_estimate(ROOT, args.rounds)
-    line = f"one cold estimate: {now / 1e6:.3f}M instructions (mean over the plans, {args.rounds} rounds)"
+    now = per_estimate(ROOT, args.rounds, args.case)
+    over = "mean over the plans" if args.case == "all" else f"plan {args.case}"
+    line = f"one cold estimate: {now / 1e6:.3f}M instructions ({over}, {args.rounds} rounds)"
     if args.base:
-        base = per_estimate(args.base, args.rounds)
+        base = per_estimate(args.base, args.rounds, args.case)
         line += f"; base {base / 1e6:.3f}M; now/base {now / base:.3f}"
     print(line)
 

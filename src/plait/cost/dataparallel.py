@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
@@ -35,7 +35,7 @@ from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns, per_plan
-from plait.plan.groups import expert_dp_group
+from plait.plan.groups import Group, expert_dp_group
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,41 +56,73 @@ def gradient_sync_s(cluster: Cluster, cols: PlanColumns, params: Columns, grad_b
     """(gradient reduction, weight all-gather) seconds per step and row, before overlap; a ZeRO-3 pipeline stage
     that stays gathered (:func:`kept_gathered`) gathers its parameters and reduce-scatters its gradients here, once
     per step, instead of per micro-batch and layer (:mod:`plait.cost.stage`)."""
-    xp, tp = cols.xp, cols["tp"]
-    replicas, none, apart, whole, zero12 = _sync_rows(cols)
-    dense_group, expert_group = shard_groups(cols)
+    xp = cols.xp
+    f = _sync_rows(cols)
+    tp, dense_group, expert_group, expert_stride = f.tp, f.dense_group, f.expert_group, f.expert_dp.stride
+    # One plan's terms with no bytes or no peers are the 0.0 their collectives would give, not costed (a single
+    # plan's sync is costed once per distinct pipeline stage; most plans have one or two of the eight collectives).
+    known_zero = xp.scalar and not f.whole
     # The ep consecutive ranks of the dp x cp ranks of a stage hold different experts; the expert-data-parallel
     # group holds the same ones (plait.plan.groups, after Megatron-Core's expert rank generator).
-    expert_dp = expert_dp_group(cols)
-    expert_stride = expert_dp.stride
-    plain = (collective_s(cluster, "all_reduce", replicas, tp, xp.where(whole, grad_bytes * params["dense"], 0.0))
-             + collective_s(cluster, "all_reduce", expert_dp.size, expert_stride,
-                            xp.where(whole, grad_bytes * params["expert"], 0.0)))
-    sharded = params["dense"] / dense_group + params["expert"] / expert_group
-    across = collective_s(cluster, "all_reduce", cols["dp_replicate"], tp * dense_group,
-                          xp.where(none | apart, 0.0, grad_bytes * sharded))
-    once = zero12 | kept_gathered(cols, pipeline_keeps_gathered)
+    plain = 0.0 if known_zero else (
+        collective_s(cluster, "all_reduce", f.replicas, tp, xp.where(f.whole, grad_bytes * params["dense"], 0.0))
+        + collective_s(cluster, "all_reduce", f.expert_dp.size, expert_stride,
+                       xp.where(f.whole, grad_bytes * params["expert"], 0.0)))
+    across = 0.0
+    if not xp.scalar or (f.dp_replicate > 1 and not (f.none or f.apart)):
+        sharded = params["dense"] / dense_group + params["expert"] / expert_group
+        across = collective_s(cluster, "all_reduce", f.dp_replicate, tp * dense_group,
+                              xp.where(f.none | f.apart, 0.0, grad_bytes * sharded))
+    once = f.zero12 | f.gathered[pipeline_keeps_gathered]
+    if xp.scalar and not once:
+        return plain + across + 0.0, 0.0  # the reduce and gather of no parameters: 0.0 + 0.0 each
     dense, expert = xp.where(once, params["dense"], 0.0), xp.where(once, params["expert"], 0.0)
     # Experts are sharded over their own data-parallel group (Megatron-Core's expert-data-parallel group: the
     # ranks of a replica holding the same experts), whose members are tp * ep ranks apart (plait.plan.groups).
     reduce = (collective_s(cluster, "reduce_scatter", dense_group, tp, grad_bytes * dense)
               + collective_s(cluster, "reduce_scatter", expert_group, expert_stride, grad_bytes * expert))
-    gather = (collective_s(cluster, "all_gather", dense_group, tp, param_bytes(cols) * dense)
-              + collective_s(cluster, "all_gather", expert_group, expert_stride, param_bytes(cols) * expert))
+    gather = (collective_s(cluster, "all_gather", dense_group, tp, f.param_bytes * dense)
+              + collective_s(cluster, "all_gather", expert_group, expert_stride, f.param_bytes * expert))
     return plain + across + reduce, gather
 
 
+class _SyncRows(NamedTuple):
+    """What :func:`gradient_sync_s` reads of the plan, whatever the stage (:func:`_sync_rows`)."""
+
+    tp: Any
+    replicas: Any
+    """Ranks replicating a shard (``dp * cp``)."""
+    none: Any
+    """Unsharded rows."""
+    apart: Any
+    """Rows whose replicas average apart (every few steps: no gradient all-reduce across replicas)."""
+    whole: Any
+    """Rows all-reducing whole gradients."""
+    zero12: Any
+    dense_group: Any
+    expert_group: Any
+    expert_dp: Group
+    dp_replicate: Any
+    param_bytes: Any
+    gathered: tuple[Any, Any]
+    """:func:`kept_gathered` without and with ``pipeline_keeps_gathered``."""
+
+
 @per_plan
-def _sync_rows(cols: PlanColumns) -> tuple[Any, Any, Any, Any, Any]:
-    """(ranks replicating a shard, unsharded rows, rows that average apart, rows all-reducing whole gradients, ZeRO-1/2
-    rows) of :func:`gradient_sync_s`, which a single plan asks for once per distinct stage."""
+def _sync_rows(cols: PlanColumns) -> _SyncRows:
+    """The plan's part of :func:`gradient_sync_s`, which a single plan asks for once per distinct stage (kept on its
+    columns: one call, where each quantity would be one or more)."""
     xp = cols.xp
     none = cols.is_("sharding", "none")
     # Replicas that average parameters every few steps instead (local SGD, DiLoCo: plait.cost.sync) all-reduce no
     # gradients across replicas; with sharding, only the in-replica reduce-scatter stays.
     apart = cols.sync_rows(lambda s: s.infrequent)
-    return (cols.dp * cols["cp"], none, apart, none & xp.not_(apart),
-            cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2"))
+    dense_group, expert_group = shard_groups(cols)
+    return _SyncRows(tp=cols["tp"], replicas=cols.dp * cols["cp"], none=none, apart=apart,
+                     whole=none & xp.not_(apart), zero12=cols.is_("sharding", "zero1") | cols.is_("sharding", "zero2"),
+                     dense_group=dense_group, expert_group=expert_group, expert_dp=expert_dp_group(cols),
+                     dp_replicate=cols["dp_replicate"], param_bytes=param_bytes(cols),
+                     gathered=(kept_gathered(cols, False), kept_gathered(cols, True)))
 
 
 def exposed_sync_s(cols: PlanColumns, reduce: np.ndarray, gather: np.ndarray, last_backward_s: np.ndarray,
@@ -115,23 +147,50 @@ def optimizer_step_s(
     """Seconds of the optimizer step on one rank, with the sequence-parallel norm-gradient all-reduce before it;
     ``adamw_per_tensor_ops``: an AdamW plan's update on the GPU streams the bytes of Composer's per-tensor loop
     (:mod:`plait.cost.optimizer_loop`) instead of the fused pass (:attr:`EngineFacts.adamw_per_tensor_ops`)."""
-    xp, acc = cols.xp, cluster.accelerator
-    dense_group, expert_group = shard_groups(cols)
-    local = xp.where(cols.is_("sharding", "none"), params["dense"] + params["expert"],
-                     params["dense"] / dense_group + params["expert"] / expert_group)
-    # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
-    # offloaded too, both already cross PCIe per layer (plait.cost.fsdp_layer.fsdp_layer_s) and stay on the host.
-    transfer = xp.where(cols["offload_params"], 0.0,
-                        local * (grad_bytes + param_bytes(cols)) / (acc.pcie_bandwidth_gb_per_s * 1e9))
-    host_update = local * (grad_bytes + 2 * optimizer_bytes_per_param(cols)) / cluster.host_memory_bytes_per_s_per_gpu
-    offloaded = transfer + host_update
-    streamed = grad_bytes + 2 * optimizer_bytes_per_param(cols) + param_bytes(cols)
+    xp, acc, f = cols.xp, cluster.accelerator, _optimizer_rows(cols)
+    local = xp.where(f.none, params["dense"] + params["expert"],
+                     params["dense"] / f.dense_group + params["expert"] / f.expert_group)
+    streamed = grad_bytes + 2 * f.optimizer_bytes + f.param_bytes
     if adamw_per_tensor_ops:
-        streamed = xp.where(cols.is_("optimizer", "adamw"), COMPOSER_ADAMW_BYTES_PER_PARAM, streamed)
-    on_gpu = local * streamed / memory_bytes_per_s(acc)
-    sp_norms = xp.where(cols["sp"] & (cols["tp"] > 1), grad_bytes * params["norms"], 0.0)
-    return xp.where(cols["offload_optimizer"], offloaded, on_gpu) + collective_s(cluster, "all_reduce", cols["tp"],
-                                                                                 1, sp_norms)
+        streamed = xp.where(f.adamw, COMPOSER_ADAMW_BYTES_PER_PARAM, streamed)
+    step = on_gpu = local * streamed / memory_bytes_per_s(acc)
+    if not xp.scalar or f.offload_optimizer:  # one plan's offloaded step only where it is the one taken
+        # Optimizer offload alone: gradients down, updated weights up, once per step (ZeRO-Offload). With parameters
+        # offloaded too, both already cross PCIe per layer (plait.cost.fsdp_layer.fsdp_layer_s) and stay on the host.
+        transfer = xp.where(f.offload_params, 0.0,
+                            local * (grad_bytes + f.param_bytes) / (acc.pcie_bandwidth_gb_per_s * 1e9))
+        host_update = local * (grad_bytes + 2 * f.optimizer_bytes) / cluster.host_memory_bytes_per_s_per_gpu
+        step = xp.where(f.offload_optimizer, transfer + host_update, on_gpu)
+    sp_norms = xp.where(f.sp_norms, grad_bytes * params["norms"], 0.0)
+    return step + collective_s(cluster, "all_reduce", f.tp, 1, sp_norms)
+
+
+class _OptimizerRows(NamedTuple):
+    """What :func:`optimizer_step_s` reads of the plan, whatever the stage (:func:`_optimizer_rows`)."""
+
+    none: Any
+    dense_group: Any
+    expert_group: Any
+    offload_params: Any
+    offload_optimizer: Any
+    param_bytes: Any
+    optimizer_bytes: Any
+    """:func:`plait.cost.memory.optimizer_bytes_per_param`."""
+    adamw: Any
+    sp_norms: Any
+    """Rows all-reducing their norm weights' gradients over TP (sequence parallelism, ``tp > 1``)."""
+    tp: Any
+
+
+@per_plan
+def _optimizer_rows(cols: PlanColumns) -> _OptimizerRows:
+    """The plan's part of :func:`optimizer_step_s` (kept on a single plan's columns, as :func:`_sync_rows`)."""
+    dense_group, expert_group = shard_groups(cols)
+    return _OptimizerRows(none=cols.is_("sharding", "none"), dense_group=dense_group, expert_group=expert_group,
+                          offload_params=cols["offload_params"], offload_optimizer=cols["offload_optimizer"],
+                          param_bytes=param_bytes(cols), optimizer_bytes=optimizer_bytes_per_param(cols),
+                          adamw=cols.is_("optimizer", "adamw"), sp_norms=cols["sp"] & (cols["tp"] > 1),
+                          tp=cols["tp"])
 
 
 SYNC_FIELDS = ("tp", "sp", "pp", "cp", "ep", "dp_replicate", "dp_shard", "sharding", "precision", "optimizer",

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 Collective = Callable[[float, coll.GroupLink], float]
+_PLAIN = frozenset((float, int, bool))
+"""Types of a single plan's values, which are never numpy arrays."""
 
 KINDS: dict[str, Collective] = {
     "all_reduce": coll.all_reduce_s,
@@ -32,7 +34,8 @@ def collective_s(cluster: Cluster, kind: str, size: np.ndarray, stride: np.ndarr
                  num_bytes: np.ndarray) -> np.ndarray:
     """Seconds of collective ``kind`` for each row (0 where the group has one rank or no bytes); for plain numbers
     (one plan, :data:`plait.plan.ops.SCALAR`), a float."""
-    if not is_array(num_bytes) and not is_array(size):  # one plan: one scalar call
+    # one plan: one scalar call (a float or an int is no array: the type asked first, without a call)
+    if (type(num_bytes) in _PLAIN or not is_array(num_bytes)) and (type(size) in _PLAIN or not is_array(size)):
         return _one(cluster, kind, size, stride, num_bytes) if size > 1 and num_bytes > 0 else 0.0
     import numpy as np  # columns only: a single plan's estimate runs without numpy
 

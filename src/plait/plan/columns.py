@@ -77,9 +77,10 @@ def per_plan(derive: Callable[[PlanColumns], T]) -> Callable[[PlanColumns], T]:
         if cols.single is None:
             return derive(cols)
         memo = cols.memo
-        if derive not in memo:
-            memo[derive] = derive(cols)
-        return memo[derive]  # type: ignore[no-any-return]
+        found = memo.get(derive, memo)  # the memo itself: not derived yet (one lookup, not two)
+        if found is memo:
+            found = memo[derive] = derive(cols)
+        return found  # type: ignore[no-any-return]
 
     kept.__name__, kept.__qualname__, kept.__doc__ = derive.__name__, derive.__qualname__, derive.__doc__
     return kept

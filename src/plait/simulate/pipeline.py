@@ -162,9 +162,12 @@ def _simulated(c: PipelineCosts, record: bool, extrapolate: bool, swept: dict[Sw
             if swept is not None and key is not None:
                 swept[key] = done
         free, last_backward = done
+    step_time_s = 0.0
     for r in range(p):
-        timeline.pipeline_end_s.append(free[r])
-        timeline.step_time_s = max(timeline.step_time_s, _data_parallel(timeline, c, r, last_backward[r], free[r]))
+        end = _data_parallel(timeline, c, r, last_backward[r], free[r])
+        if end > step_time_s:  # max(step_time_s, end), without the builtin's call
+            step_time_s = end
+    timeline.pipeline_end_s, timeline.step_time_s = list(free), step_time_s
     return timeline
 
 
@@ -240,21 +243,24 @@ def _data_parallel(timeline: Timeline, c: PipelineCosts, r: int, last_backward: 
                    pipeline_end: float) -> float:
     """Gradient buckets on the communication stream, then the optimizer; returns the rank's end."""
     begin, end = last_backward
-    reduce, gather = c.grad_reduce_s[r], c.param_gather_s[r]
+    reduce, gather, record = c.grad_reduce_s[r], c.param_gather_s[r], timeline.record  # no span, no call to add
     comm = end
     if reduce > 0:
         n = max(c.buckets[r], 1)
         if c.overlap_grad_reduce:
             comm = _bucketed(timeline, r, begin, end, reduce, n)
         else:
-            timeline.add(r, "comm", "dp-reduce", end, end + reduce)
+            if record:
+                timeline.add(r, "comm", "dp-reduce", end, end + reduce)
             comm = end + reduce
-    finish = max(comm, pipeline_end)
+    finish = pipeline_end if pipeline_end > comm else comm  # max(comm, pipeline_end), without the builtin's call
     if gather > 0:
         exposed = gather if not c.overlap_grad_reduce else max(0.0, gather - c.forward_s[r])
-        timeline.add(r, "comm", "param-gather", finish, finish + exposed)
+        if record:
+            timeline.add(r, "comm", "param-gather", finish, finish + exposed)
         finish += exposed
-    timeline.add(r, "compute", "optimizer", finish, finish + c.optimizer_s[r])
+    if record:
+        timeline.add(r, "compute", "optimizer", finish, finish + c.optimizer_s[r])
     return finish + c.optimizer_s[r]
 
 
