@@ -277,7 +277,8 @@ def _check(s: _Space, cols: PlanColumns, check: Check) -> tuple[np.ndarray, froz
     noted.reads = set()
     try:
         with np.errstate(divide="ignore", invalid="ignore"):  # as plait.plan.rules.broken_rule_index
-            mask = np.broadcast_to(np.asarray(check(cols), dtype=bool), (len(cols),))
+            mask = np.asarray(check(cols), dtype=bool)
+        mask = mask if mask.shape == (len(cols),) else np.broadcast_to(mask, (len(cols),))  # most: a row each
         return mask, frozenset(s.axis[f] for f in noted.reads if f in s.axis) & s.varying
     finally:
         noted.reads = None
