@@ -90,6 +90,8 @@ class SpeedModel:
         """The cluster as a job sees it, by tier spans (one object per view: the cost model's memos key on it)."""
         self._known: dict[tuple[str, tuple[int, ...]], Known] = {}
         """Per (model, tier spans): the per-layer quantities its searches costed so far."""
+        self._rule_reads: dict[int, frozenset[int]] = {}
+        """The option lists each pruning rule read in the searches so far (:func:`plait.search.factored.pruned`)."""
         figures = reliability()
         self._storage = cluster.storage_bytes_per_s_per_gpu or figures.storage_bytes_per_s_per_gpu
         self._relaunch_s = figures.relaunch_s
@@ -134,7 +136,9 @@ class SpeedModel:
         start, cpu = time.perf_counter(), time.process_time()
         spec, cluster = get_model(model), self._seen_as(spans)
         space = self._space(default_space(spec, cluster, gpus, (self.global_batch,), precisions=("bf16",)))
-        known = self._known.setdefault((model, spans), Known())
+        known = self._known.get((model, spans))
+        if known is None:  # every search ranks for one engine: its pruning rules' reads are shared by all
+            known = self._known[model, spans] = Known(rule_reads=self._rule_reads)
         best = run_search(spec, cluster, space, engine=self.engine, workers=1, known=known).top(1)
         self.searches += 1
         self.search_s += time.perf_counter() - start
