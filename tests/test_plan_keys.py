@@ -42,3 +42,18 @@ def test_many_wide_columns_stay_exact() -> None:
     rows = [tuple(int(c[i]) for c in columns) for i in range(500)]
     order = sorted(range(500), key=lambda i: rows[i])
     assert [rows[i] for i in np.argsort(keys, kind="stable")] == [rows[i] for i in order]
+
+
+@pytest.mark.parametrize("rows", [7, 600])  # a dict finds the distinct triples up to DICT_ROWS, a sort past it
+def test_collective_columns_equal_each_rows_own_scalar_call(rows: int) -> None:
+    from plait.cost.collectives import all_gather_s, group_link
+    from plait.cost.links import DICT_ROWS, collective_s
+    from plait.hardware.catalog import get_cluster
+
+    cluster, rng = get_cluster("dgx-h100-ib"), np.random.default_rng(rows)
+    size, stride = rng.choice([1, 2, 8, 16], rows), rng.choice([1, 8], rows)
+    num_bytes = rng.choice([0.0, 3e5, 1.25e8, 7e9], rows)
+    got = collective_s(cluster, "all_gather", size, stride, num_bytes)
+    want = [all_gather_s(b, group_link(cluster, g, s)) if g > 1 and b > 0 else 0.0
+            for g, s, b in zip(size.tolist(), stride.tolist(), num_bytes.tolist(), strict=True)]
+    assert (rows > DICT_ROWS) == (rows == 600) and got.tolist() == want

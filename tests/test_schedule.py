@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from plait.schedule.speed import SpeedModel
 from plait.schedule.synthetic import synthetic_trace
 from plait.schedule.trace import TraceJob, parse_trace
 from plait.schedule.trace_export import chrome_trace
+from plait.search.runner import run_search
+from plait.search.space import default_space
+from plait.workload.catalog import get_model
 
 ROOT = Path(__file__).parents[1]
 CLUSTER = "dgx-h100-ib"
@@ -135,6 +139,23 @@ def test_the_planner_predicts_a_job_spread_over_nodes_slower_than_consolidated()
     assert together is not None and apart is not None
     assert apart.tokens_per_s < 0.97 * together.tokens_per_s  # 4.6% slower: replanned to pp=2 to send less
     assert apart.plan != together.plan
+
+
+@pytest.mark.parametrize(("model", "gpus", "spans"), [("gpt3-1.3b", 32, None), ("llama2-13b", 64, (4, 32768)),
+                                                     ("llama3-8b", 16, (2, 32768))])
+def test_the_speed_models_narrowed_space_finds_the_plan_of_the_whole_replan_space(
+        model: str, gpus: int, spans: tuple[int, ...] | None) -> None:
+    """The options the speed model leaves out (sequence parallelism off, ZeRO-2 and hybrid sharding, which
+    megatron-core refuses) never hold the best plan: the search over the space with them finds the same one."""
+    speed = SpeedModel(get_cluster(CLUSTER), get_engine())
+    got = speed.at(model, gpus, spans)
+    cluster = speed._seen_as(spans or speed._native_spans)
+    whole = replace(default_space(get_model(model), cluster, gpus, (speed.global_batch,), precisions=("bf16",)),
+                    schedules=("1f1b",), offload=((False, False),), cp=(1,),
+                    recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0)))
+    assert whole.sequence_parallel == (True, False) and "zero2" in whole.shardings
+    best = run_search(get_model(model), cluster, whole, engine=get_engine(), workers=1).top(1)[0]
+    assert got is not None and (got.plan, got.tokens_per_s) == (best.plan, best.tokens_per_s)
 
 
 def test_consolidation_waits_for_one_node_where_fifo_spreads() -> None:

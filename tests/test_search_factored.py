@@ -46,10 +46,15 @@ def test_survivors_and_counts_equal_checking_every_row(model: str, gpus: int, en
     space = for_engine(default_space(spec, CLUSTER, gpus, (128,), dp_syncs=(ALLREDUCE, *searched_specs()),
                                      param_servers=True), runs)
     expected, counts, total = _every_row(spec, space, runs)
-    kept, found, enumerated = factored.pruned(spec, CLUSTER, space, runs)
-    assert enumerated == total and found == counts and 0 < len(kept) < total
-    for name in FIELDS:
-        assert kept[name].dtype == expected[name].dtype and np.array_equal(kept[name], expected[name]), name
+    learned: dict[int, frozenset[int]] = {}
+    factored.pruned(spec, CLUSTER, space, runs, learned)  # the lists each rule read, a hint for the next search
+    assert learned
+    # no hint; the hint learned; one grouping every list with rule 0's (larger groups than the rules need)
+    for reads in (None, learned, {0: frozenset(range(len(FIELDS)))}):
+        kept, found, enumerated = factored.pruned(spec, CLUSTER, space, runs, reads)
+        assert enumerated == total and found == counts and 0 < len(kept) < total
+        for name in FIELDS:
+            assert kept[name].dtype == expected[name].dtype and np.array_equal(kept[name], expected[name]), name
 
 
 def test_a_rule_reading_lists_no_other_rule_joins(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -234,6 +234,8 @@ class Known:
     rows: dict[tuple[int, ...], Inner] = field(default_factory=dict)
     sizes: dict[tuple[int, ...], Inner] = field(default_factory=dict)
     setups: dict[tuple[int, ...], Setup] = field(default_factory=dict)
+    rule_reads: dict[int, frozenset[int]] = field(default_factory=dict)
+    """Per pruning rule, the option lists it read (:func:`plait.search.factored.pruned`'s hint)."""
 
     def setup(self, key: tuple[int, ...], build: Callable[[], Setup]) -> Setup:
         """The Setup of combination ``key``, built the first time."""

@@ -36,7 +36,7 @@ from plait.hardware.cluster import Cluster
 from plait.plan.plan import Plan
 from plait.predict.goodput import reliability
 from plait.search.runner import run_search
-from plait.search.space import default_space
+from plait.search.space import SearchSpace, default_space
 from plait.workload.catalog import get_model
 
 
@@ -90,6 +90,8 @@ class SpeedModel:
         """The cluster as a job sees it, by tier spans (one object per view: the cost model's memos key on it)."""
         self._known: dict[tuple[str, tuple[int, ...]], Known] = {}
         """Per (model, tier spans): the per-layer quantities its searches costed so far."""
+        self._rule_reads: dict[int, frozenset[int]] = {}
+        """The option lists each pruning rule read in the searches so far (:func:`plait.search.factored.pruned`)."""
         figures = reliability()
         self._storage = cluster.storage_bytes_per_s_per_gpu or figures.storage_bytes_per_s_per_gpu
         self._relaunch_s = figures.relaunch_s
@@ -117,13 +119,26 @@ class SpeedModel:
             self._memo[key] = self._search(model, gpus, key[2])
         return self._memo[key]
 
+    def _space(self, space: SearchSpace) -> SearchSpace:
+        """The layouts a replan considers (module docstring), less the options whose every candidate a pruning rule
+        refuses whatever the model and size, so that they are never enumerated: the same survivors in the same
+        order, so the same plans are costed and ranked. Sequence parallelism off with tp > 1 is dominated
+        (:mod:`plait.search.rules`, ``sequence-parallel-dominates``) and tp = 1 enumerates it off alone
+        (:func:`plait.search.enumerate._tp_modes`); a ZeRO stage the engine refuses outright, and hybrid sharding
+        (every ``hsdp_shard_sizes`` row) where it refuses that (:mod:`plait.engine.capability`)."""
+        refused = self.engine.unsupported
+        return replace(space, schedules=("1f1b",), offload=((False, False),), cp=(1,),
+                       recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0)), sequence_parallel=(True,),
+                       shardings=tuple(s for s in space.shardings if f"sharding={s}" not in refused),
+                       hsdp_shard_sizes=() if "hsdp" in refused else space.hsdp_shard_sizes)
+
     def _search(self, model: str, gpus: int, spans: tuple[int, ...]) -> Speed | None:
         start, cpu = time.perf_counter(), time.process_time()
         spec, cluster = get_model(model), self._seen_as(spans)
-        space = replace(default_space(spec, cluster, gpus, (self.global_batch,), precisions=("bf16",)),
-                        schedules=("1f1b",), offload=((False, False),), cp=(1,),
-                        recompute=(("none", 1.0), ("selective", 1.0), ("full", 1.0)))
-        known = self._known.setdefault((model, spans), Known())
+        space = self._space(default_space(spec, cluster, gpus, (self.global_batch,), precisions=("bf16",)))
+        known = self._known.get((model, spans))
+        if known is None:  # every search ranks for one engine: its pruning rules' reads are shared by all
+            known = self._known[model, spans] = Known(rule_reads=self._rule_reads)
         best = run_search(spec, cluster, space, engine=self.engine, workers=1, known=known).top(1)
         self.searches += 1
         self.search_s += time.perf_counter() - start

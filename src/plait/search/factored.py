@@ -214,14 +214,21 @@ class _Groups:
         self.parts = [p for p in self.parts if not p & lists] + [joined]
 
 
-def pruned(model: ModelSpec, cluster: Cluster, space: SearchSpace,
-           engine: Engine) -> tuple[PlanColumns, dict[int, int], int]:
-    """(the candidates that break no rule, in the space's order; candidates per verdict code; candidates in all)."""
+def pruned(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine,
+           reads: dict[int, frozenset[int]] | None = None) -> tuple[PlanColumns, dict[int, int], int]:
+    """(the candidates that break no rule, in the space's order; candidates per verdict code; candidates in all).
+    ``reads``: the lists each rule was seen to read by an earlier search (filled with this one's). A hint only: the
+    groups start joined to hold them, so a rule is not checked first on too small a group and again; each check
+    still notes what it reads, and a larger group gives the same verdicts (module docstring)."""
     s = _Space.of(model, space) if layouts(space) else None
     if s is None:
         return PlanColumns.from_arrays({}, 0, space.methods), {}, 0
     rules = checks(model, cluster, space, engine)
     groups = _Groups([frozenset([a]) for a in sorted(s.varying)])
+    for pos, lists in (reads or {}).items():
+        groups.reads[pos] = lists & s.varying
+        if groups.splits(groups.reads[pos]):  # every rule's lists within one group, as the checks leave them
+            groups.join(groups.reads[pos])
     counts = np.zeros(len(rules), dtype=np.int64)
     kept: list[tuple[np.ndarray, np.ndarray]] = []
     full = np.prod(s.sizes, axis=1)
@@ -234,6 +241,8 @@ def pruned(model: ModelSpec, cluster: Cluster, space: SearchSpace,
         counts += found
         kept.append(survivors)
         lo = hi
+    if reads is not None:
+        reads.update(groups.reads)
     layout = np.concatenate([k[0] for k in kept])
     lin = np.concatenate([k[1] for k in kept])
     cols = PlanColumns.from_arrays(s.rows(layout, lin, space), len(layout), space.methods)
@@ -277,7 +286,8 @@ def _check(s: _Space, cols: PlanColumns, check: Check) -> tuple[np.ndarray, froz
     noted.reads = set()
     try:
         with np.errstate(divide="ignore", invalid="ignore"):  # as plait.plan.rules.broken_rule_index
-            mask = np.broadcast_to(np.asarray(check(cols), dtype=bool), (len(cols),))
+            mask = np.asarray(check(cols), dtype=bool)
+        mask = mask if mask.shape == (len(cols),) else np.broadcast_to(mask, (len(cols),))  # most: a row each
         return mask, frozenset(s.axis[f] for f in noted.reads if f in s.axis) & s.varying
     finally:
         noted.reads = None

@@ -97,7 +97,8 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     quantities of earlier searches of the same model, cluster and framework, filled with this one's)."""
     names = reason_table() + engine_reasons(engine)
     part = part if part is not None else Part(num_candidates=0, reasons=Counter(), costed=0, chunks=[])
-    cols, found, enumerated = pruned(model, cluster, space, engine)  # only the survivors are built
+    reads = None if known is None else known.rule_reads
+    cols, found, enumerated = pruned(model, cluster, space, engine, reads)  # only the survivors are built
     part.reasons.update({names[c]: n for c, n in sorted(found.items())})
     part.num_candidates += enumerated
     if not len(cols):

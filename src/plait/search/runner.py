@@ -198,7 +198,9 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
     each depends on its combination of inner knobs alone, not on the GPU count; one process only, ``workers=1``)."""
     start = time.perf_counter()
     space = for_engine(space, engine)
-    total = sum(layout_sizes(model, space))
+    # the candidates in all: counted ahead only where a choice or a progress display needs it (the one-process
+    # search counts them as it enumerates, :func:`plait.search.parts.search_part`)
+    total = -1 if workers == 1 and progress is None else sum(layout_sizes(model, space))
     if workers is None:
         workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1
     if workers < 1:
@@ -234,6 +236,8 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
     refused = len(order) + 2  # the cost model's refusals (plait.search.parts.costed), after memory, as they came
     result.reasons = Counter(dict(sorted(done.reasons.items(), key=lambda item: order.get(item[0], refused))))
     result.costed = done.costed
+    if total < 0:  # its enumeration's count (or, interrupted, counted now)
+        result.num_candidates = sum(layout_sizes(model, space)) if result.interrupted else done.num_candidates
     result.num_candidates += done.twins  # the swapping twins made where memory binds (plait.search.parts.swap_twins)
     if progress and not result.interrupted:  # the twins, made during the search, join the space's count at its end
         progress(result.num_candidates, result.num_candidates)
