@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=5, help="DataLoader workers (GNNLab's PyG rows: 5 a GPU)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.gib <= 0 or args.workers < 1 or args.repeats < 1:
+        parser.error(f"--gib={args.gib} must be > 0, --workers={args.workers} and --repeats={args.repeats} >= 1")
     warnings.filterwarnings("ignore", message="This DataLoader will create")
     print(f"load average {os.getloadavg()[0]:.1f}; medians of {args.repeats}")
     base_fork, base_iter = fork_s(args.repeats), iter_s(args.workers, args.repeats)

@@ -70,6 +70,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_449_029, help="rows of the gathered table (ogbn-products')")
     parser.add_argument("--gather-gib", type=float, default=2.0, help="size of the fp16 table one core gathers from")
     args = parser.parse_args()
+    if args.gather_gib * 2**30 < 256 * GATHER_IDS:  # far above the last-level cache (module docstring)
+        parser.error(f"--gather-gib={args.gather_gib} must hold at least {GATHER_IDS:,} rows of 256 bytes")
     torch.set_num_threads(1)
     nbytes = args.mib * 2**20
     src = torch.ones(nbytes // 4)

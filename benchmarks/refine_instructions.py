@@ -10,7 +10,7 @@ more refinements of that search's plans (its ranking dropped first, as a fresh s
 more searches. The differences over the rounds are one refinement's and one search's instructions, as
 ``plan_speed.py``'s medians take them (after a process's first plans of a shape), and their ratio the share it
 targets (<= 20%; instructions weigh the refinement's interpreted loops more than the search's array work: at
-64 GPUs the instruction share is about 1.4x the CPU-time share). Start-up varies by some 10M instructions between
+64 GPUs 21.2% of the search in instructions against 19-20% of its CPU time at load 2.9, docs/planner.md). Start-up varies by some 10M instructions between
 processes (about 0.3% of 20 refinements at 64 GPUs). Takes several minutes a tree; needs ``valgrind`` and
 ``setarch`` on the PATH.
 """

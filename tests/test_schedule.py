@@ -156,6 +156,20 @@ def test_the_speed_models_narrowed_space_finds_the_plan_of_the_whole_replan_spac
     assert whole.sequence_parallel == (True, False) and "zero2" in whole.shardings
     best = run_search(get_model(model), cluster, whole, engine=get_engine(), workers=1).top(1)[0]
     assert got is not None and (got.plan, got.tokens_per_s) == (best.plan, best.tokens_per_s)
+def test_searches_sharing_per_layer_quantities_answer_as_each_searched_alone() -> None:
+    """A model's searches on one view of the cluster share their per-layer quantities (``plait.cost.inner.Known``):
+    a size, or a spread view, searched after others answers what a planner that searched nothing before answers (at
+    32 GPUs Llama 3 70B's best plan is tp=8 on whole nodes and tp=2 spread 2 a node). Quantities costed for one model
+    are refused for another."""
+    cluster = get_cluster("a100-omnipath")
+    shared, spread = SpeedModel(cluster, get_engine()), (2, cluster.tiers[1].span_gpus)
+    for gpus, spans in ((32, None), (64, None), (32, spread), (64, spread)):
+        alone = SpeedModel(cluster, get_engine()).at("llama3-70b", gpus, spans)
+        assert alone is not None
+        assert shared.at("llama3-70b", gpus, spans) == alone
+    known = shared._known["llama3-70b", spread]
+    with pytest.raises(AssertionError, match="not another's"):  # the key holds no model: another's is refused
+        known.check(get_model("llama3-8b"), known.of[1], known.of[2])  # type: ignore[index]
 
 
 def test_consolidation_waits_for_one_node_where_fifo_spreads() -> None:

@@ -236,6 +236,17 @@ class Known:
     setups: dict[tuple[int, ...], Setup] = field(default_factory=dict)
     rule_reads: dict[int, frozenset[int]] = field(default_factory=dict)
     """Per pruning rule, the option lists it read (:func:`plait.search.factored.pruned`'s hint)."""
+    of: tuple[ModelSpec, Cluster, EngineFacts] | None = None
+    """The model, cluster and framework every entry was costed for (the key holds none of them): set by the first
+    use, checked by every later one, so that searches sharing these quantities share them only where exact."""
+
+    def check(self, model: ModelSpec, cluster: Cluster, framework: EngineFacts) -> None:
+        """Refuse a model, cluster or framework other than the entries': their key does not tell them apart."""
+        if self.of is None:
+            self.of = (model, cluster, framework)
+        assert all(a is b or a == b for a, b in zip(self.of, (model, cluster, framework), strict=True)), (
+            "per-layer quantities costed for one model, cluster and framework are not another's"
+        )
 
     def setup(self, key: tuple[int, ...], build: Callable[[], Setup]) -> Setup:
         """The Setup of combination ``key``, built the first time."""
@@ -298,6 +309,7 @@ def inner_columns(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framewo
     else:
         first, inverse = distinct_rows(*columns)
     known = Known() if known is None else known
+    known.check(model, cluster, framework)
     keys = [tuple(key) for key in np.stack(columns)[:, first].T.tolist()]
     table = known.sizes if sized else known.rows
     unseen = [j for j, key in enumerate(keys) if key not in known.setups and key not in known.rows]

@@ -195,14 +195,14 @@ def run_search(model: ModelSpec, cluster: Cluster, space: SearchSpace, *, engine
     default: every core for spaces of at least :data:`~plait.search.parts.POOL_MIN_CANDIDATES`, else this process);
     ``progress`` is called with (candidates given a verdict, candidates in the space). ``known``: per-layer quantities
     of earlier searches of the same model, cluster and engine, filled with this one's (:class:`plait.cost.inner.Known`:
-    each depends on its combination of inner knobs alone, not on the GPU count; one process only, ``workers=1``)."""
+    each depends on its combination of inner knobs alone, not on the GPU count; searched in this process, ``workers`` 1)."""
     start = time.perf_counter()
     space = for_engine(space, engine)
     # the candidates in all: counted ahead only where a choice or a progress display needs it (the one-process
     # search counts them as it enumerates, :func:`plait.search.parts.search_part`)
     total = -1 if workers == 1 and progress is None else sum(layout_sizes(model, space))
-    if workers is None:
-        workers = available_cores() if total >= POOL_MIN_CANDIDATES else 1
+    if workers is None:  # ``known`` lives in this process: its search stays here
+        workers = available_cores() if total >= POOL_MIN_CANDIDATES and known is None else 1
     if workers < 1:
         raise ConfigError(f"workers={workers} must be >= 1")
     assert known is None or workers == 1, "a search's per-layer quantities are shared within one process only"

@@ -139,27 +139,31 @@ def _composed(schedule: str, p: int, m: int, v: int) -> tuple[tuple[_Entry, ...]
         i = seen[r]
         seen[r] += 1
         part = 0 if i < first[r] else 1 if i < second[r] else 2
-        # activation s to 2 s, gradient s to 2 (s - grads) + 1, then two slots after each block; an input from nothing
-        # reads its block's unwritten slot, an output to nothing writes its block's unread one (the block of the
-        # entry's other slot, or the first). Computed here, not looked up: the replay reads these numbers in this
-        # order, so they lie next to their entries in memory
-        if wait < past:
-            x = 2 * wait if wait < grads else 2 * wait - past + 1
-            wait = x + x // block * 2
-            if fill < past:
-                x = 2 * fill if fill < grads else 2 * fill - past + 1
-                fill = x + x // block * 2
-            else:
-                fill = wait // shift * shift + block + 1
-        elif fill < past:
-            x = 2 * fill if fill < grads else 2 * fill - past + 1
-            fill = x + x // block * 2
-            wait = fill // shift * shift + block
-        else:
-            wait, fill = block, block + 1
-        parts[part].append((r, duration, wait, fill, hop, last))
+        # computed here, not looked up: the replay reads these numbers in this order, so they lie next to their
+        # entries in memory
+        parts[part].append((r, duration, *_renumbered(wait, fill, grads, block), hop, last))
     size = ((past + n * block - 1) // block + 1) * shift  # every block the step reaches
     return tuple(parts[0]), tuple(parts[1]), tuple(parts[2]), n, shift, size
+
+
+def _renumbered(wait: int, fill: int, grads: int, block: int) -> tuple[int, int]:
+    """An entry's input and output slots as :func:`_composed` numbers them: activation ``s`` to ``2 s``, gradient
+    ``s`` to ``2 (s - grads) + 1``, then two slots after each ``block`` of them; an input from nothing (a slot past
+    the short run's ``2 grads``) reads its block's unwritten slot, an output to nothing writes its block's unread one
+    (the block of the entry's other slot, or the first)."""
+    past, shift = 2 * grads, block + 2
+
+    def slot(s: int) -> int:
+        x = 2 * s if s < grads else 2 * s - past + 1
+        return x + x // block * 2
+
+    if wait < past:
+        wait = slot(wait)
+        return wait, slot(fill) if fill < past else wait // shift * shift + block + 1
+    if fill < past:
+        fill = slot(fill)
+        return fill // shift * shift + block, fill
+    return block, block + 1
 
 
 _WAIT, _FILL = itemgetter(2), itemgetter(3)  # an entry's input and output slots
