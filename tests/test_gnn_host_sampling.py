@@ -9,14 +9,14 @@ import pytest
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import cluster_from_mapping, get_cluster
-from plait.workloads.gnn.host import HostStep, loaders, per_core_rate, usable_workers
+from plait.workloads.gnn.host import HostStep, loaders, per_core_rate, pool_memory_bytes_per_s, usable_workers
 from plait.workloads.gnn.validate import graphs
 
 
 def _step(loader: str, sampling_s: float, workers: int, trainer_s: float, slicing_s: float = 0.0,
-          transfer_s: float = 0.0) -> HostStep:
+          transfer_s: float = 0.0, memory_s: float = 0.0) -> HostStep:
     return HostStep(sampling_s=sampling_s, slicing_s=slicing_s, transfer_s=transfer_s, trainer_s=trainer_s,
-                    loader=loaders()[loader], workers=workers)
+                    loader=loaders()[loader], workers=workers, memory_s=memory_s)
 
 
 def test_a_step_is_the_slower_of_the_workers_and_the_loop() -> None:
@@ -34,6 +34,28 @@ def test_the_loop_pays_for_its_own_slicing_and_copy_and_salient_overlaps_them() 
     salient = _step("salient", 0.01, 4, 0.05, slicing_s=0.02, transfer_s=0.03)
     assert salient.batch_s == pytest.approx(4 * (0.01 + 0.02))
     assert salient.step_s == pytest.approx(0.05)
+
+
+def test_a_worker_pool_shares_the_memory_and_samples_while_others_gather() -> None:
+    """Hand-derived: 2 SALIENT workers, each sampling 10 ms then gathering its rows in 1 ms at one core's rate, and a
+    batch's rows 10 ms of the memory they share. Staggered, A gathers (0-10 ms, at the memory's rate) while B
+    samples, then B gathers while A samples: a batch every 10 ms, the memory never idle, so no schedule is faster.
+    Not (10 + 1) / 2 = 5.5 ms, as if each worker had the memory to itself, nor 10 / 2 + 10 = 15 ms, as if a worker's
+    sampling could not overlap the other's gather. With 2 ms of memory a batch the cores bound: 5.5 ms."""
+    shared = _step("salient", 0.005, 2, 0.001, slicing_s=0.0005, memory_s=0.010)
+    assert shared.step_s == pytest.approx(0.010)
+    assert shared.epoch_s(1000) >= 1000 * shared.step_s
+    assert _step("salient", 0.005, 2, 0.001, slicing_s=0.0005, memory_s=0.002).step_s == pytest.approx(0.0055)
+
+
+@pytest.mark.parametrize("gpus_on_node, gb_per_s", [(1, 136.8), (2, 68.4), (8, 17.1), (16, 17.1)])
+def test_a_pool_shares_its_nodes_memory_with_the_gpus_training_there(gpus_on_node: int, gb_per_s: float) -> None:
+    """A DGX-1's host memory (17.1 GB/s a GPU's share, 8 GPUs: 136.8 GB/s) over the GPUs training on it: a GPU alone
+    has all of it; 8 (or more asked of 8) have their shares."""
+    dgx1 = get_cluster("dgx1-v100")
+    assert pool_memory_bytes_per_s(dgx1, gpus_on_node) == pytest.approx(gb_per_s * 1e9)
+    with pytest.raises(ConfigError):
+        pool_memory_bytes_per_s(dgx1, 0)
 
 
 def test_an_epoch_waits_for_the_first_wave_of_batches() -> None:

@@ -85,6 +85,7 @@ def test_a_host_loader_feeds_the_trainer_as_host_py_composes_them() -> None:
         2,
         trainer_s,
         loop_threads(V100, 1, workers),
+        gpus_on_node=1,
     )
     assert fed.epoch_s == pytest.approx(step.epoch_s(bare.steps_per_epoch), rel=1e-12)
 

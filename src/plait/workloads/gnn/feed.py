@@ -102,6 +102,7 @@ def loader_estimate(est: GnnEstimate, spec: GnnSpec, cluster: Cluster, world: in
         spec.loop.feature_bytes,
         trainer_s,
         loop_threads(cluster, per_node, workers),
+        gpus_on_node=per_node,
     )
     if est.strategy == "replicated":  # the rows never leave the GPU
         step = replace(step, slicing_s=0.0, transfer_s=0.0)

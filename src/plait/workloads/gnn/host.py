@@ -6,10 +6,11 @@ trainer (the loaders of ``data/loaders.toml``).
   per second per worker, ``w`` workers each on a core of its own: a batch every ``e / (r w)`` seconds. ``w`` is the
   loader's workers, at most the node's host cores over the GPUs training on it (:attr:`Cluster.host_cores_per_node`).
   ``r`` is derived from a published measurement (:func:`per_core_rate`);
-- **slicing**: the batch's feature rows gathered from the feature table (read and written at the host memory
-  bandwidth of the GPU's share of its node), in the training loop (``trainer``) or by the workers (``workers``: each
+- **slicing**: the batch's feature rows gathered from the feature table, in the training loop (``trainer``: read
+  and written at the host memory bandwidth of the GPU's share of its node) or by the workers (``workers``: each
   gathers its own batch on its one thread, so no faster than one core gathers rows,
-  :func:`plait.workloads.gnn.staging.core_gather_s`);
+  :func:`plait.workloads.gnn.staging.core_gather_s`, and the pool no faster than the memory its node's training GPUs'
+  pools share reads and writes them, :attr:`HostStep.pool_s`);
 - **transfer**: the sliced rows and the batch's blocks (their index tensors, :func:`index_bytes`) copied over the GPU's
   PCIe link, in the loop (``serial``) or on a side stream while the previous batch trains (``pipelined``);
 - a loop that slices into a new tensor and copies it from pageable memory (``copy_from = "pageable"``) also faults
@@ -18,7 +19,8 @@ trainer (the loaders of ``data/loaders.toml``).
 The loader's workers run ahead of the training loop (torch ``DataLoader`` workers keep ``prefetch_factor`` batches
 each in flight: torch/utils/data/dataloader.py; SALIENT's threads fill a queue), so the step is the slower of the
 workers and the loop; what the loop does itself adds to its device work:
-``step = max(sampling [+ slicing], trainer [+ slicing] [+ transfer], [transfer])``. An epoch starts with no batch
+``step = max(pool, trainer [+ slicing] [+ transfer], [transfer])``, the pool's time per batch
+``max(sampling [+ slicing], memory)`` (:attr:`HostStep.pool_s`). An epoch starts with no batch
 ready (torch's ``DataLoader`` starts its workers at each epoch's ``iter``; ``persistent_workers`` is off by
 default): the workers deliver in waves, one batch each per worker-batch time, and the loop waits for the first
 (:meth:`HostStep.epoch_s`); with fewer steps than workers, the epoch is one worker's batch and the loop.
@@ -93,6 +95,9 @@ class HostStep:
 
     workers: int
     """Workers sampling at once, each a batch of its own."""
+    memory_s: float = 0.0
+    """Where the workers slice: one batch's rows read and written at the host memory bandwidth the pool shares
+    (:func:`pool_memory_bytes_per_s`), a floor on the pool's time per batch however many workers gather at once."""
 
     @property
     def batch_s(self) -> float:
@@ -106,15 +111,27 @@ class HostStep:
         return loop + self.transfer_s if self.loader.transfer == "serial" else max(loop, self.transfer_s)
 
     @property
+    def pool_s(self) -> float:
+        """The worker pool's time per batch in steady state: its workers' own time over the workers, or the host
+        memory's time for one batch's slicing (:attr:`memory_s`), the slower. The pool is a closed system of
+        ``workers`` jobs, each cycling through its own core (sampling, then gathering at one core's rate: no
+        queueing) and the shared memory (``memory_s`` of demand a batch), so its throughput is at most
+        ``min(workers / batch_s, 1 / memory_s)`` (Lazowska et al., "Quantitative System Performance", 1984,
+        section 5.2, asymptotic bounds: ``X(N) <= min(N / (D + Z), 1 / D_max)``). A worker samples while the others
+        gather, so the sampling is not added to the memory's time."""
+        return max(self.batch_s / self.workers, self.memory_s)
+
+    @property
     def step_s(self) -> float:
         """The slower of the workers and the training loop, in steady state (module docstring)."""
-        return max(self.batch_s / self.workers, self.loop_s)
+        return max(self.pool_s, self.loop_s)
 
     def epoch_s(self, steps: int) -> float:
         """``steps`` steps from an empty pipeline: the workers deliver their batches in waves of ``workers``, one
-        wave per :attr:`batch_s`, and the loop cannot start before the first wave (a pipeline's fill)."""
-        waves = -(-steps // self.workers)
-        return max(waves * self.batch_s + self.loop_s, self.batch_s + steps * self.loop_s)
+        wave per ``workers`` pool times (at least :attr:`batch_s`), and the loop cannot start before the first wave
+        (a pipeline's fill)."""
+        waves, wave_s = -(-steps // self.workers), self.workers * self.pool_s
+        return max(waves * wave_s + self.loop_s, wave_s + steps * self.loop_s)
 
 
 @functools.cache
@@ -172,15 +189,28 @@ def index_bytes(sampled: SampledBatch, loader: HostLoader) -> float:
     return loader.index_bytes_per_edge * sampled.sampled_edges + loader.index_bytes_per_target * targets
 
 
+def pool_memory_bytes_per_s(cluster: Cluster, gpus_on_node: int) -> float:
+    """Host memory bandwidth one GPU's worker pool may use: its node's (the per-GPU share times the node's GPUs)
+    over the GPUs training on the node, whose pools gather from the same memory at once; a GPU training alone on
+    its node has all of it."""
+    if gpus_on_node < 1:
+        raise ConfigError(f"gpus_on_node={gpus_on_node} must be >= 1")
+    node = cluster.host_memory_bytes_per_s_per_gpu * cluster.gpus_per_node
+    return node / min(gpus_on_node, cluster.gpus_per_node)
+
+
 def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: int, cluster: Cluster,
-              features: int, feature_bytes: int, trainer_s: float, loop_threads: int = 1) -> HostStep:
+              features: int, feature_bytes: int, trainer_s: float, loop_threads: int = 1, *,
+              gpus_on_node: int) -> HostStep:
     """The step of ``loader``'s ``workers`` (already bounded by the cores) feeding a trainer whose own step is
     ``trainer_s`` (module docstring); features of ``feature_bytes`` bytes each, ``features`` per node; a pageable
-    copy's new tensor faulted in from ``loop_threads`` threads."""
+    copy's new tensor faulted in from ``loop_threads`` threads; ``gpus_on_node`` GPUs training on the node."""
     rows_bytes = sampled.nodes * features * feature_bytes
     slicing_s = 2 * rows_bytes / cluster.host_memory_bytes_per_s_per_gpu
-    if loader.slicing == "workers":  # each worker its own batch, on its one thread (module docstring)
-        slicing_s = max(slicing_s, core_gather_s(rows_bytes)) / workers
+    memory_s = 0.0
+    if loader.slicing == "workers":  # each its own batch on its one core, the pool on shared memory (pool_s)
+        memory_s = 2 * rows_bytes / pool_memory_bytes_per_s(cluster, gpus_on_node)
+        slicing_s = core_gather_s(rows_bytes, feature_bytes * features) / workers
     link = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
     transfer_s = rows_bytes / link
     if loader.copy_from == "pageable":
@@ -188,4 +218,4 @@ def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: i
         transfer_s = staged_copy_s(rows_bytes, cluster)
     transfer_s += index_bytes(sampled, loader) / link  # the blocks, pinned by the DataLoader or the sampler
     return HostStep(sampling_s=sampled.sampled_edges / (rate * workers), slicing_s=slicing_s,
-                    transfer_s=transfer_s, trainer_s=trainer_s, loader=loader, workers=workers)
+                    transfer_s=transfer_s, trainer_s=trainer_s, loader=loader, workers=workers, memory_s=memory_s)

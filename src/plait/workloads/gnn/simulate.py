@@ -41,7 +41,7 @@ def _fed_step(timeline: Timeline, rank: int, est: GnnEstimate, feed: HostStep) -
     """A loader's steady step (:attr:`HostStep.step_s`): its workers' share of a batch on the host; the loop's
     trainer (rows on the GPU, compute, all-reduce, optimizer: :attr:`HostStep.trainer_s` unless the host's dispatch
     is longer), with the slicing where the loop slices and the copy after it, or beside it where it is pipelined."""
-    workers_s = feed.batch_s / feed.workers
+    workers_s = feed.pool_s
     _in_sequence(timeline, rank, 0.0, (("loader sampling", workers_s, "host"),))
     rows_s = est.fetch_s - feed.slicing_s - feed.transfer_s
     slicing = feed.slicing_s if feed.loader.slicing == "trainer" else 0.0

@@ -12,7 +12,8 @@
 
 Beside them, a loader's worker that gathers its own batch's rows on its one thread (SALIENT's sampler threads:
 ``fast_sampler.cpp`` ``serial_index``, a ``std::copy_n`` per row) gathers no faster than one core does
-(``core_gather_bytes_per_s``: random rows into a buffer already touched).
+(random rows into a buffer already touched, a fixed cost a row and one a byte: ``core_gather_s_per_row``,
+``core_gather_s_per_byte``).
 
 The figures were measured on one host (``benchmarks/host_staging.py``) and are assumed for others.
 """
@@ -55,9 +56,13 @@ def staged_copy_s(nbytes: float, cluster: Cluster) -> float:
     return nbytes / min(link, figures()["core_copy_bytes_per_s"].value)
 
 
-def core_gather_s(nbytes: float) -> float:
-    """Seconds one core takes to gather ``nbytes`` of random feature rows into a touched buffer."""
-    return nbytes / figures()["core_gather_bytes_per_s"].value
+def core_gather_s(nbytes: float, row_bytes: int) -> float:
+    """Seconds one core takes to gather ``nbytes`` of random feature rows of ``row_bytes`` each into a touched
+    buffer: a fixed cost a row and one a byte (``data/staging.toml``, measured at 64-1024-byte rows)."""
+    if row_bytes < 1:
+        raise ConfigError(f"row_bytes={row_bytes} must be >= 1")
+    per_row, per_byte = figures()["core_gather_s_per_row"].value, figures()["core_gather_s_per_byte"].value
+    return nbytes / row_bytes * per_row + nbytes * per_byte
 
 
 def loop_threads(cluster: Cluster, gpus_on_node: int, workers: int = 0) -> int:
