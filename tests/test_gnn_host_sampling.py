@@ -13,10 +13,24 @@ from plait.workloads.gnn.host import HostStep, loaders, per_core_rate, pool_memo
 from plait.workloads.gnn.validate import graphs
 
 
-def _step(loader: str, sampling_s: float, workers: int, trainer_s: float, slicing_s: float = 0.0,
-          transfer_s: float = 0.0, memory_s: float = 0.0) -> HostStep:
-    return HostStep(sampling_s=sampling_s, slicing_s=slicing_s, transfer_s=transfer_s, trainer_s=trainer_s,
-                    loader=loaders()[loader], workers=workers, memory_s=memory_s)
+def _step(
+    loader: str,
+    sampling_s: float,
+    workers: int,
+    trainer_s: float,
+    slicing_s: float = 0.0,
+    transfer_s: float = 0.0,
+    memory_s: float = 0.0,
+) -> HostStep:
+    return HostStep(
+        sampling_s=sampling_s,
+        slicing_s=slicing_s,
+        transfer_s=transfer_s,
+        trainer_s=trainer_s,
+        loader=loaders()[loader],
+        workers=workers,
+        memory_s=memory_s,
+    )
 
 
 def test_a_step_is_the_slower_of_the_workers_and_the_loop() -> None:
@@ -87,12 +101,29 @@ def test_workers_share_the_nodes_cores() -> None:
 
 
 def test_a_core_count_needs_its_source() -> None:
-    raw = {"name": "x", "accelerator": "v100", "gpus_per_node": 8, "scale_up_domain_gpus": 8,
-           "price_per_gpu_hour_usd": 1.0, "price_source": "s", "host_memory_gib_per_gpu": 64.0,
-           "host_memory_bandwidth_gb_per_s_per_gpu": 17.0, "host_memory_bandwidth_source": "s", "source": "s",
-           "host_cores_per_node": 40,
-           "tiers": [{"name": "nvlink", "efficiency": {"value": 0.8, "source": "s"}, "span_gpus": 8,
-                      "bandwidth_gb_per_s_per_gpu": 150.0, "latency_us": 3.0, "source": "s"}]}
+    raw = {
+        "name": "x",
+        "accelerator": "v100",
+        "gpus_per_node": 8,
+        "scale_up_domain_gpus": 8,
+        "price_per_gpu_hour_usd": 1.0,
+        "price_source": "s",
+        "host_memory_gib_per_gpu": 64.0,
+        "host_memory_bandwidth_gb_per_s_per_gpu": 17.0,
+        "host_memory_bandwidth_source": "s",
+        "source": "s",
+        "host_cores_per_node": 40,
+        "tiers": [
+            {
+                "name": "nvlink",
+                "efficiency": {"value": 0.8, "source": "s"},
+                "span_gpus": 8,
+                "bandwidth_gb_per_s_per_gpu": 150.0,
+                "latency_us": 3.0,
+                "source": "s",
+            }
+        ],
+    }
     with pytest.raises(ConfigError, match="host_cores_source"):
         cluster_from_mapping(raw, "test")
     assert cluster_from_mapping({**raw, "host_cores_source": "Intel ark"}, "test").host_cores_per_node == 40

@@ -145,14 +145,26 @@ def loaders() -> dict[str, HostLoader]:
             raise ConfigError(f"loader {name}: copy_from={raw['copy_from']!r} must be pinned or pageable")
         if raw["hop_targets"] not in ("reached", "new"):
             raise ConfigError(f"loader {name}: hop_targets={raw['hop_targets']!r} must be reached or new")
-        out[name] = HostLoader(name=name, label=raw["label"], library=raw["library"], hop_targets=raw["hop_targets"],
-                               slicing=raw["slicing"], transfer=raw["transfer"], source=raw["source"],
-                               copy_from=raw.get("copy_from", "pinned"),
-                               index_bytes_per_edge=raw["index_bytes_per_edge"],
-                               index_bytes_per_target=raw["index_bytes_per_target"],
-                               reference=Reference(dataset=ref["dataset"], fanouts=tuple(ref["fanouts"]),
-                                                   batch=ref["batch"], workers=ref["workers"],
-                                                   epoch_s=ref["epoch_s"], source=ref["source"]))
+        out[name] = HostLoader(
+            name=name,
+            label=raw["label"],
+            library=raw["library"],
+            hop_targets=raw["hop_targets"],
+            slicing=raw["slicing"],
+            transfer=raw["transfer"],
+            source=raw["source"],
+            copy_from=raw.get("copy_from", "pinned"),
+            index_bytes_per_edge=raw["index_bytes_per_edge"],
+            index_bytes_per_target=raw["index_bytes_per_target"],
+            reference=Reference(
+                dataset=ref["dataset"],
+                fanouts=tuple(ref["fanouts"]),
+                batch=ref["batch"],
+                workers=ref["workers"],
+                epoch_s=ref["epoch_s"],
+                source=ref["source"],
+            ),
+        )
     return out
 
 
@@ -199,9 +211,19 @@ def pool_memory_bytes_per_s(cluster: Cluster, gpus_on_node: int) -> float:
     return node / min(gpus_on_node, cluster.gpus_per_node)
 
 
-def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: int, cluster: Cluster,
-              features: int, feature_bytes: int, trainer_s: float, loop_threads: int = 1, *,
-              gpus_on_node: int) -> HostStep:
+def host_step(
+    sampled: SampledBatch,
+    loader: HostLoader,
+    rate: float,
+    workers: int,
+    cluster: Cluster,
+    features: int,
+    feature_bytes: int,
+    trainer_s: float,
+    loop_threads: int = 1,
+    *,
+    gpus_on_node: int,
+) -> HostStep:
     """The step of ``loader``'s ``workers`` (already bounded by the cores) feeding a trainer whose own step is
     ``trainer_s`` (module docstring); features of ``feature_bytes`` bytes each, ``features`` per node; a pageable
     copy's new tensor faulted in from ``loop_threads`` threads; ``gpus_on_node`` GPUs training on the node."""
@@ -217,5 +239,12 @@ def host_step(sampled: SampledBatch, loader: HostLoader, rate: float, workers: i
         slicing_s += first_touch_s(rows_bytes, loop_threads) / (workers if loader.slicing == "workers" else 1)
         transfer_s = staged_copy_s(rows_bytes, cluster)
     transfer_s += index_bytes(sampled, loader) / link  # the blocks, pinned by the DataLoader or the sampler
-    return HostStep(sampling_s=sampled.sampled_edges / (rate * workers), slicing_s=slicing_s,
-                    transfer_s=transfer_s, trainer_s=trainer_s, loader=loader, workers=workers, memory_s=memory_s)
+    return HostStep(
+        sampling_s=sampled.sampled_edges / (rate * workers),
+        slicing_s=slicing_s,
+        transfer_s=transfer_s,
+        trainer_s=trainer_s,
+        loader=loader,
+        workers=workers,
+        memory_s=memory_s,
+    )
