@@ -286,6 +286,15 @@ def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple
 _PEAK_KEYS = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
 
 
+def _slowest_components(xp: Any, passes: list[tuple[Columns, Columns]], slowest: Any, m: Any) -> Columns:
+    """Per component, ``m`` times the slowest stage's forward plus backward seconds; of one plan, that stage's sums
+    alone (the value ``choose`` would pick, without a list of every stage's per component)."""
+    if xp.scalar:
+        fwd, bwd = passes[slowest]
+        return {k: m * (fwd[k] + bwd[k]) for k in COMPONENTS}
+    return {k: m * xp.choose(slowest, [f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
+
+
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
                    prepared: Prepared | None = None, peak: tuple[Columns, Any] | None = None) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
@@ -306,7 +315,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     mean_weight = mean_over([b["compute"] / 2 for _, b in passes])  # ZB-H1's W, as plait.simulate.costs splits it
     busy, bubble = pipeline_time_s(cols, pick(total), mean, mean - mean_fwd, mean_weight)
     m = cols.num_micro_batches
-    time = {k: m * pick([f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
+    time = _slowest_components(xp, passes, slowest, m)
     summed = abs(xp.total(time.values()) - busy) <= 1e-12 + 1e-9 * abs(busy)
     assert summed if xp.scalar else summed.all(), "the components must sum to the busy time"
     time["pp_bubble"] = bubble
