@@ -46,8 +46,15 @@ class Kept(Generic[V]):
 
     def get(self, key: tuple[object, ...], held: tuple[object, ...], compute: Callable[[], V]) -> V:
         """The value kept under ``key``, else ``compute()`` kept under it (holding ``held``)."""
-        entry = self._entries.get(key)
-        return self.keep(key, held, compute()) if entry is None else entry[1]
+        entries = self._entries
+        entry = entries.get(key)
+        if entry is not None:
+            return entry[1]
+        value = compute()  # kept as keep() keeps it, written out: a cold estimate misses some twenty tables
+        if len(entries) >= self._size:
+            del entries[next(iter(entries))]  # the oldest
+        entries[key] = (held, value)
+        return value
 
     def clear(self) -> None:
         self._entries.clear()

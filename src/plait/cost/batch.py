@@ -9,9 +9,8 @@ breakdown sums to the step time. The single-plan estimator is a batch of one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from plait.cost.dataparallel import (
     exposed_sync_s,
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 Columns = dict[str, "np.ndarray"]
-T = TypeVar("T")
 TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm", "swap",
               "dp_comm", "optimizer")
 
@@ -179,19 +177,6 @@ def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: En
     return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework, swap=swap)
 
 
-def _memo(model: ModelSpec, prepared: Prepared, what: str, stage: Any, compute: Callable[[], T]) -> T:
-    """``compute()``, kept per distinct stage of a single plan (arrays are computed every time). A stage's costs
-    depend on it only through its (dense, MoE) layer counts and whether it holds the embedding or the head."""
-    if not prepared.cols.xp.scalar:
-        return compute()
-    key = (what, stage_class(model, prepared, stage))
-    memo = prepared.memo
-    found = memo.get(key, memo)  # the memo itself: not costed yet
-    if found is memo:
-        found = memo[key] = compute()
-    return found  # type: ignore[no-any-return]
-
-
 def stage_class(model: ModelSpec, prepared: Prepared, stage: int) -> tuple[int, int, bool, bool]:
     """What a single plan's ``stage`` costs depend on: its (dense, MoE) layer counts and whether it holds the
     embedding or the head (kept per stage in ``prepared.memo``)."""
@@ -204,46 +189,61 @@ def stage_class(model: ModelSpec, prepared: Prepared, stage: int) -> tuple[int, 
 
 
 def stage_pass(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> tuple[Columns, Columns]:
-    """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`)."""
+    """(forward, backward) components of one micro-batch on ``stage`` (:func:`plait.cost.stage.stage_time`); of a
+    single plan, kept per distinct stage in ``prepared.memo``: a stage's costs depend on it only through its
+    :func:`stage_class` (arrays are computed every time). The memo is looked up before anything is built: a cold
+    estimate asks for seven passes of four distinct stages."""
+    kind = None
+    if prepared.cols.xp.scalar:
+        kind = stage_class(model, prepared, stage)
+        found = prepared.memo.get(("pass", kind))
+        if found is not None:
+            return found  # type: ignore[no-any-return]
     overlap, asynchronous = cluster.accelerator.efficiency.comm_overlap.value, cluster.accelerator.asynchronous_launch
-
-    def compute() -> tuple[Columns, Columns]:
-        if prepared.cols.xp.scalar and prepared.swap is None:  # one plan: kept across estimates (read only)
-            fwd, bwd = kept_stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage,
-                                       stage_class(model, prepared, stage), prepared.framework, overlap, asynchronous)
-        else:
-            fwd, bwd = stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework,
-                                  overlap, asynchronous, prepared.swap)
-        if prepared.framework.grad_accumulate_pass:  # its own kernel after each backward (plait.cost.grad_accumulate)
-            params = _stage_params(model, prepared, stage)
-            bwd = {**bwd, "compute": bwd["compute"] + accumulate_s(cluster, prepared.cols,
-                                                                   params["dense"] + params["expert"],
-                                                                   prepared.inner.grad_bytes)}
-        return fwd, bwd
-    return _memo(model, prepared, "pass", stage, compute)
+    if kind is not None and prepared.swap is None:  # one plan: kept across estimates (read only)
+        fwd, bwd = kept_stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage, kind,
+                                   prepared.framework, overlap, asynchronous)
+    else:
+        fwd, bwd = stage_time(model, prepared.cols, prepared.inner, prepared.fsdp, stage, prepared.framework,
+                              overlap, asynchronous, prepared.swap)
+    if prepared.framework.grad_accumulate_pass:  # its own kernel after each backward (plait.cost.grad_accumulate)
+        params = _stage_params(model, prepared, stage, kind)
+        bwd = {**bwd, "compute": bwd["compute"] + accumulate_s(cluster, prepared.cols, params["dense"] + params["expert"],
+                                                               prepared.inner.grad_bytes)}
+    if kind is not None:
+        prepared.memo[("pass", kind)] = fwd, bwd
+    return fwd, bwd
 
 
 def stage_sync(model: ModelSpec, cluster: Cluster, prepared: Prepared, stage: Any) -> StageSync:
-    """Parameters, data-parallel traffic and optimizer step of ``stage``."""
-    def compute() -> StageSync:
-        cols, inner = prepared.cols, prepared.inner
-        params = _stage_params(model, prepared, stage)
-        if cols.xp.scalar:  # one plan: kept across estimates
-            reduce, gather, optimizer = kept_sync_s(cluster, cols, params, inner.grad_bytes, prepared.framework)
-            return StageSync(params=params, reduce_s=reduce, gather_s=gather, optimizer_s=optimizer)
+    """Parameters, data-parallel traffic and optimizer step of ``stage`` (of a single plan, kept per distinct stage
+    in ``prepared.memo``, as :func:`stage_pass`)."""
+    cols, inner = prepared.cols, prepared.inner
+    if not cols.xp.scalar:
+        params = stage_params(model, cols, inner, stage)
         reduce, gather = gradient_sync_s(cluster, cols, params, inner.grad_bytes,
                                          prepared.framework.pipeline_keeps_gathered)
         return StageSync(params=params, reduce_s=reduce, gather_s=gather,
                          optimizer_s=optimizer_step_s(cluster, cols, params, inner.grad_bytes,
                                                       prepared.framework.adamw_per_tensor_ops))
-    return _memo(model, prepared, "sync", stage, compute)
+    kind = stage_class(model, prepared, stage)
+    found = prepared.memo.get(("sync", kind))
+    if found is None:  # one plan: kept across estimates
+        params = kept_stage_params(model, cols, inner, stage, kind)
+        reduce, gather, optimizer = kept_sync_s(cluster, cols, params, inner.grad_bytes, prepared.framework)
+        found = prepared.memo[("sync", kind)] = StageSync(params=params, reduce_s=reduce, gather_s=gather,
+                                                         optimizer_s=optimizer)
+    return found  # type: ignore[no-any-return]
 
 
-def _stage_params(model: ModelSpec, prepared: Prepared, stage: Any) -> Columns:
+def _stage_params(model: ModelSpec, prepared: Prepared, stage: Any,
+                  kind: tuple[int, int, bool, bool] | None = None) -> Columns:
     """:func:`plait.cost.memory.stage_params` of ``stage``; of a single plan, kept by what it reads
-    (:func:`plait.cost.memory.kept_stage_params`: its sync and its memory read the same)."""
+    (:func:`plait.cost.memory.kept_stage_params`: its sync and its memory read the same; ``kind``: its
+    :func:`stage_class`, when the caller has it)."""
     if prepared.cols.xp.scalar:  # one plan: kept across estimates (read only)
-        return kept_stage_params(model, prepared.cols, prepared.inner, stage, stage_class(model, prepared, stage))
+        return kept_stage_params(model, prepared.cols, prepared.inner, stage,
+                                 kind if kind is not None else stage_class(model, prepared, stage))
     return stage_params(model, prepared.cols, prepared.inner, stage)
 
 
@@ -286,6 +286,15 @@ def peak_memory(model: ModelSpec, cluster: Cluster, prepared: Prepared) -> tuple
 _PEAK_KEYS = (*MEMORY_ITEMS, "total", "inflight", "host_activations")
 
 
+def _slowest_components(xp: Any, passes: list[tuple[Columns, Columns]], slowest: Any, m: Any) -> Columns:
+    """Per component, ``m`` times the slowest stage's forward plus backward seconds; of one plan, that stage's sums
+    alone (the value ``choose`` would pick, without a list of every stage's per component)."""
+    if xp.scalar:
+        fwd, bwd = passes[slowest]
+        return {k: m * (fwd[k] + bwd[k]) for k in COMPONENTS}
+    return {k: m * xp.choose(slowest, [f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
+
+
 def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
                    prepared: Prepared | None = None, peak: tuple[Columns, Any] | None = None) -> BatchResult:
     """Evaluate every row of ``cols`` (rows must be valid under :mod:`plait.plan.rules`); for one plan
@@ -306,7 +315,7 @@ def evaluate_batch(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framew
     mean_weight = mean_over([b["compute"] / 2 for _, b in passes])  # ZB-H1's W, as plait.simulate.costs splits it
     busy, bubble = pipeline_time_s(cols, pick(total), mean, mean - mean_fwd, mean_weight)
     m = cols.num_micro_batches
-    time = {k: m * pick([f[k] + b[k] for f, b in passes]) for k in COMPONENTS}
+    time = _slowest_components(xp, passes, slowest, m)
     summed = abs(xp.total(time.values()) - busy) <= 1e-12 + 1e-9 * abs(busy)
     assert summed if xp.scalar else summed.all(), "the components must sum to the busy time"
     time["pp_bubble"] = bubble
