@@ -121,7 +121,7 @@ class Elastic:
     def schedule(self, sim: Simulator, now_s: float) -> None:
         """Reallocate: shrink or stop, grow where it pays, start waiting jobs largest first."""
         jobs = self.allocate(sim, sim.active_indices())
-        size_of = self.table.allocated  # zero outside ``jobs``: set here, cleared at the end of the pass
+        size_of = self.table.allocated  # zero outside ``jobs`` until the end of the pass (``restore``)
         running, _ = sim.running_rows()  # a view, read before any job stops
         moved = running[size_of[running] != sim.columns.gpus[running]]  # only these can stop, in running order
         for st in self._stopping(sim, moved, size_of, now_s):
@@ -139,4 +139,4 @@ class Elastic:
                 if place is not None:
                     sim.start(st, place, now_s)
                     break
-        size_of[jobs] = 0
+        self.table.restore()

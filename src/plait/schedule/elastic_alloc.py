@@ -40,7 +40,13 @@ class ChainTable:
     given: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     """Per job: whether the allocation being computed gives it GPUs (cleared after use)."""
     allocated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    """Per job: the GPUs the allocation being applied gives it, 0 outside it (``Elastic.schedule``'s)."""
+    """Per job: the GPUs the allocation being applied gives it, 0 outside it (``Elastic.schedule``'s). Between
+    passes, each recorded job's smallest size (0 for the others), so that a pass writes only the jobs it grows or
+    leaves out (:meth:`restore`), not every active job twice."""
+    total: int = 0
+    """The smallest sizes of the jobs recorded and not removed, summed."""
+    changed: list[np.ndarray] = field(default_factory=list)
+    """The jobs whose :attr:`allocated` the pass changed (:meth:`restore`)."""
     step_order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Recorded steps in heap order, ascending, each as its key's rank among :attr:`keys` times :attr:`unit` plus
     its ``job << JOB_SHIFT | next size``: (key, job, next size) order in one integer, ties included, so a step's
@@ -92,7 +98,8 @@ class ChainTable:
         if chain:
             self.chains[index] = chain
         self.count[index] = k
-        self.num_jobs += 1
+        self.allocated[index] = smallest
+        self.num_jobs, self.total = self.num_jobs + 1, self.total + smallest
 
     def remove(self, index: int) -> None:
         """Drop job ``index``'s steps (it completed), each found where :meth:`_insert` put it."""
@@ -103,7 +110,14 @@ class ChainTable:
             self.step_order[at: n - 1] = self.step_order[at + 1: n]  # numpy copies overlapping slices safely
             self.step_add[at: n - 1] = self.step_add[at + 1: n]
             self.num_steps = n - 1
-        self.num_jobs -= 1
+        self.allocated[index] = 0
+        self.num_jobs, self.total = self.num_jobs - 1, self.total - int(self.smallest[index])
+
+    def restore(self) -> None:
+        """:attr:`allocated` back to the smallest sizes after a pass."""
+        for jobs in self.changed:
+            self.allocated[jobs] = self.smallest[jobs]
+        self.changed.clear()
 
     def _order(self, key: float, packed: int) -> int:
         """A step's place in heap order as one integer (:attr:`step_order`), ``key`` ranked among :attr:`keys`."""
@@ -135,31 +149,33 @@ class ChainTable:
 
 
 def allocate(table: ChainTable, order: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """The jobs given GPUs and how many, for the active jobs ``order`` (indices in arrival order, each recorded), as
+    """The jobs given GPUs and how many, for ``order`` (every job recorded and not removed, in arrival order), as
     Elastic.allocate's greedy."""
     jobs = allocate_into(table, order, capacity)
     sizes = table.allocated[jobs].copy()
-    table.allocated[jobs] = 0
+    table.restore()
     return jobs, sizes
 
 
 def allocate_into(table: ChainTable, order: np.ndarray, capacity: int) -> np.ndarray:
-    """The jobs given GPUs, for the active jobs ``order`` (indices in arrival order, each recorded), their sizes
-    written to :attr:`ChainTable.allocated` (the caller clears them)."""
-    smallest = table.smallest[order]
-    total = int(smallest.sum())
-    if total <= capacity:  # every job gets its smallest size: the first fit's one run
-        jobs, free = order, capacity - total
+    """The jobs given GPUs, for ``order`` (every job recorded and not removed, in arrival order), their sizes
+    written to :attr:`ChainTable.allocated` (the caller restores them, :meth:`ChainTable.restore`)."""
+    assert len(order) == table.num_jobs, "the allocation covers every job recorded and not removed"
+    size = table.allocated  # each job's smallest size (:meth:`ChainTable.restore`)
+    if table.total <= capacity:  # every job gets its smallest size: the first fit's one run
+        jobs, free = order, capacity - table.total
     else:
-        taken, _, free = greedy_fit(smallest, capacity)  # smallest sizes, first fit in arrival order
-        jobs, smallest = order[taken], smallest[taken]
-    size = table.allocated
-    size[jobs] = smallest
+        taken, _, free = greedy_fit(table.smallest[order], capacity)  # smallest sizes, first fit in arrival order
+        jobs = order[taken]
+        out = np.ones(len(order), dtype=bool)
+        out[taken] = False
+        table.changed.append(order[out])
+        size[table.changed[-1]] = 0
     if free > 0 and len(jobs) and table.num_steps:
         # A step that does not fit ends its job's chain in the heap greedy; here the later steps of that chain add
         # more GPUs still (:meth:`ChainTable.set`) while the GPUs left only shrink, so a plain first fit skips them.
         n, low = table.num_steps, table.unit - 1
-        if len(jobs) == table.num_jobs:  # the jobs recorded and not removed: every step held is theirs
+        if len(jobs) == table.num_jobs:  # every step held is theirs
             taken, _, _ = greedy_fit(table.step_add[:n], free)
             steps = table.step_order[taken] & low
         else:
@@ -169,5 +185,7 @@ def allocate_into(table: ChainTable, order: np.ndarray, capacity: int) -> np.nda
             table.given[jobs] = False
             taken, _, _ = greedy_fit(table.step_add[:n][mine], free)
             steps = packed[mine[taken]]
-        np.maximum.at(size, steps >> JOB_SHIFT, steps & ((1 << JOB_SHIFT) - 1))  # a job's largest taken size
+        grown = steps >> JOB_SHIFT
+        np.maximum.at(size, grown, steps & ((1 << JOB_SHIFT) - 1))  # a job's largest taken size
+        table.changed.append(grown)
     return jobs

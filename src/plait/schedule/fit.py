@@ -41,15 +41,3 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
     walked = at if budget == 0 else len(gpus)
     return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), walked, budget
 
-
-def summed_fit(gpus: np.ndarray, held: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
-    """:func:`greedy_fit` given ``held``, the running sum of ``gpus`` kept by the caller: the first run is one
-    bisection, and the walk goes on past the job that ends it as :func:`greedy_fit` does."""
-    run = int(held.searchsorted(budget, side="right"))
-    if not run:
-        return greedy_fit(gpus, budget)
-    left = budget - int(held[run - 1])
-    if left == 0 or run == len(gpus):
-        return np.arange(run), run if left == 0 else len(gpus), left
-    rest, walked, left = greedy_fit(gpus[run:], left)
-    return np.concatenate([np.arange(run), run + rest]), run + walked if left == 0 else len(gpus), left
