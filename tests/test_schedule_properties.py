@@ -190,8 +190,9 @@ def test_elastic_array_allocation_makes_the_heap_greedys_choices(data: st.DataOb
         smallest.append(size >> len(chain))
         steps.append(chain)
     table = ChainTable()
-    for i in range(num_jobs):  # room made as jobs come: the steps held are renumbered as the job indices widen
-        table.grow_to(i + 1)
+    table.grow_to(num_jobs // 2)  # room for half the jobs first: the steps held are renumbered as indices widen
+    for i in range(num_jobs):
+        table.grow_to(num_jobs if i == num_jobs // 2 else 0)
         table.set(i, smallest[i], steps[i])
     jobs, sizes = allocate(table, np.arange(num_jobs, dtype=np.int64), capacity)
     assert dict(zip(jobs.tolist(), sizes.tolist(), strict=True)) == _greedy(smallest, steps, capacity)
