@@ -190,8 +190,9 @@ def test_elastic_array_allocation_makes_the_heap_greedys_choices(data: st.DataOb
         smallest.append(size >> len(chain))
         steps.append(chain)
     table = ChainTable()
-    table.grow_to(num_jobs)
+    table.grow_to(num_jobs // 2)  # room for half the jobs first: the steps held are renumbered as indices widen
     for i in range(num_jobs):
+        table.grow_to(num_jobs if i == num_jobs // 2 else 0)
         table.set(i, smallest[i], steps[i])
     jobs, sizes = allocate(table, np.arange(num_jobs, dtype=np.int64), capacity)
     assert dict(zip(jobs.tolist(), sizes.tolist(), strict=True)) == _greedy(smallest, steps, capacity)
@@ -227,21 +228,6 @@ def test_greedy_fit_takes_each_job_that_fits_the_gpus_left_in_turn(gpus: list[in
         walked = len(gpus) if left else (taken[-1] + 1 if taken else 0)
     got, got_walked, got_left = greedy_fit(np.array(gpus, dtype=np.int64), budget)
     assert (got.tolist(), got_walked, got_left) == (taken, walked, left)
-
-
-@settings(max_examples=100, deadline=None)
-@given(gpus=st.lists(st.sampled_from([1, 1, 2, 3, 4, 8, 16]), max_size=40), budget=st.integers(0, 64))
-def test_first_fit_from_a_kept_running_sum_walks_as_the_first_fit(gpus: list[int], budget: int) -> None:
-    """The first fit that reads its first run off a running sum kept by its caller (the elastic table's) against
-    the one that sums as it walks: the same positions, walk and GPUs left."""
-    import numpy as np
-
-    from plait.schedule.fit import greedy_fit, summed_fit
-
-    array = np.array(gpus, dtype=np.int64)
-    got = summed_fit(array, np.cumsum(array), budget)
-    want = greedy_fit(array, budget)
-    assert (got[0].tolist(), got[1], got[2]) == (want[0].tolist(), want[1], want[2])
 
 
 @settings(max_examples=150, deadline=None)

@@ -17,11 +17,12 @@ does while the cluster is not oversubscribed, the steps held are exactly theirs 
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from plait.schedule.fit import greedy_fit, summed_fit
+from plait.schedule.fit import greedy_fit
 
 JOB_SHIFT = 32
 """A step's (job, next size) packed as ``job << JOB_SHIFT | next size``: sizes stay below 2^32 GPUs."""
@@ -30,7 +31,7 @@ JOB_SHIFT = 32
 @dataclass
 class ChainTable:
     """Per job index: its smallest size, and its growth steps (next size, added GPUs, heap key) along its chain;
-    and every recorded job's steps in heap order (key, job, next size)."""
+    and every recorded job's steps in heap order (key, job, next size), each as one integer and its added GPUs."""
 
     smallest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Smallest size (0: not yet known)."""
@@ -39,19 +40,27 @@ class ChainTable:
     given: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     """Per job: whether the allocation being computed gives it GPUs (cleared after use)."""
     allocated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    """Per job: the GPUs the allocation being applied gives it, 0 outside it (``Elastic.schedule``'s)."""
-    step_key: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    """Recorded steps' heap keys (minus the gain per added GPU, raised to the predecessor's where that is worse),
-    ascending; ties by :attr:`step_packed`."""
-    step_packed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    """Recorded steps' ``job << JOB_SHIFT | next size``, in the same order."""
+    """Per job: the GPUs the allocation being applied gives it, 0 outside it (``Elastic.schedule``'s). Between
+    passes, each recorded job's smallest size (0 for the others), so that a pass writes only the jobs it grows or
+    leaves out (:meth:`restore`), not every active job twice."""
+    total: int = 0
+    """The smallest sizes of the jobs recorded and not removed, summed."""
+    changed: list[np.ndarray] = field(default_factory=list)
+    """The jobs whose :attr:`allocated` the pass changed (:meth:`restore`)."""
+    step_order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Recorded steps in heap order, ascending, each as its key's rank among :attr:`keys` times :attr:`unit` plus
+    its ``job << JOB_SHIFT | next size``: (key, job, next size) order in one integer, ties included, so a step's
+    place is one bisection and its packing the low bits (``& (unit - 1)``)."""
     step_add: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Recorded steps' added GPUs, in the same order."""
-    step_held: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    """The running sum of :attr:`step_add` (kept with each insertion and removal: an addition over the steps after
-    it, where a cumulative sum at every pass costs ~10 ns a step)."""
     num_steps: int = 0
     """Recorded steps held (the arrays above have room for more)."""
+    unit: int = 1 << (JOB_SHIFT + 1)
+    """A power of two above every packing (room for the job indices of :meth:`grow_to`)."""
+    keys: list[float] = field(default_factory=list)
+    """The distinct keys of the steps recorded so far, ascending (each key's rank: its place here)."""
+    rank: dict[float, int] = field(default_factory=dict)
+    """Each of :attr:`keys`: its rank."""
     chains: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
     """Per recorded job with steps: each step's (key, packing), to find it again (:meth:`remove`)."""
     num_jobs: int = 0
@@ -66,91 +75,117 @@ class ChainTable:
             self.count = np.concatenate([self.count, np.zeros(more, dtype=np.int64)])
             self.given = np.concatenate([self.given, np.zeros(more, dtype=bool)])
             self.allocated = np.concatenate([self.allocated, np.zeros(more, dtype=np.int64)])
+            unit = 1 << (JOB_SHIFT + jobs.bit_length())
+            if unit > self.unit:  # renumber the steps held: same order, the ranks in the larger unit
+                order = self.step_order[: self.num_steps]
+                order[:] = (order // self.unit) * unit + (order & (self.unit - 1))
+                self.unit = unit
+                self._check_room()
 
     def set(self, index: int, smallest: int, steps: dict[int, tuple[float, int]]) -> None:
         """Record job ``index``: its smallest size and its steps by size (``Elastic.steps``)."""
         self.smallest[index] = smallest
         size, k, worst, add = smallest, 0, -np.inf, 0
+        chain: list[tuple[float, int]] = []
         while size in steps:
             key, after = steps[size]
             assert after - size > add, "each step along a chain adds more GPUs than the one before"
             worst, add = max(worst, key), after - size
-            self._insert(worst, index << JOB_SHIFT | after, after - size)
-            self.chains.setdefault(index, []).append((worst, index << JOB_SHIFT | after))
+            packed = index << JOB_SHIFT | after
+            self._insert(self._order(worst, packed), add)
+            chain.append((worst, packed))
             size, k = after, k + 1
+        if chain:
+            self.chains[index] = chain
         self.count[index] = k
-        self.num_jobs += 1
+        self.allocated[index] = smallest
+        self.num_jobs, self.total = self.num_jobs + 1, self.total + smallest
 
     def remove(self, index: int) -> None:
         """Drop job ``index``'s steps (it completed), each found where :meth:`_insert` put it."""
         for key, packed in self.chains.pop(index, ()):
-            n = self.num_steps
-            at = self._position(key, packed)
-            assert at < n and self.step_packed[at] == packed, "a recorded step is held until its job is removed"
-            gone = int(self.step_add[at])
-            for column in (self.step_key, self.step_packed, self.step_add):
-                column[at: n - 1] = column[at + 1: n]
-            self.step_held[at: n - 1] = self.step_held[at + 1: n] - gone
+            n, order = self.num_steps, self.rank[key] * self.unit + packed
+            at = int(self.step_order[:n].searchsorted(order))
+            assert at < n and self.step_order[at] == order, "a recorded step is held until its job is removed"
+            self.step_order[at: n - 1] = self.step_order[at + 1: n]  # numpy copies overlapping slices safely
+            self.step_add[at: n - 1] = self.step_add[at + 1: n]
             self.num_steps = n - 1
-        self.num_jobs -= 1
+        self.allocated[index] = 0
+        self.num_jobs, self.total = self.num_jobs - 1, self.total - int(self.smallest[index])
 
-    def _position(self, key: float, packed: int) -> int:
-        """Where a step of ``key`` and ``packed`` is or goes in the held order (key, then packing)."""
-        keys = self.step_key[: self.num_steps]
-        low, high = keys.searchsorted(key, "left"), keys.searchsorted(key, "right")
-        return int(low + self.step_packed[low:high].searchsorted(packed))
+    def restore(self) -> None:
+        """:attr:`allocated` back to the smallest sizes after a pass."""
+        for jobs in self.changed:
+            self.allocated[jobs] = self.smallest[jobs]
+        self.changed.clear()
 
-    def _insert(self, key: float, packed: int, add: int) -> None:
+    def _order(self, key: float, packed: int) -> int:
+        """A step's place in heap order as one integer (:attr:`step_order`), ``key`` ranked among :attr:`keys`."""
+        assert packed < self.unit, "job indices are below grow_to's"
+        rank = self.rank.get(key)
+        if rank is None:  # a key not seen before: the steps of every larger key move up one rank
+            rank = bisect.bisect_left(self.keys, key)
+            self.keys.insert(rank, key)
+            self.rank = {k: r for r, k in enumerate(self.keys)}
+            order = self.step_order[: self.num_steps]
+            order[order >= rank * self.unit] += self.unit
+            self._check_room()
+        return rank * self.unit + packed
+
+    def _check_room(self) -> None:
+        assert len(self.keys) * self.unit < 1 << 63, "every step's order fits an int64"
+
+    def _insert(self, order: int, add: int) -> None:
         n = self.num_steps
-        if n == len(self.step_key):
+        if n == len(self.step_order):
             grow = max(64, n)
-            self.step_key = np.concatenate([self.step_key, np.zeros(grow)])
-            self.step_packed = np.concatenate([self.step_packed, np.zeros(grow, dtype=np.int64)])
+            self.step_order = np.concatenate([self.step_order, np.zeros(grow, dtype=np.int64)])
             self.step_add = np.concatenate([self.step_add, np.zeros(grow, dtype=np.int64)])
-            self.step_held = np.concatenate([self.step_held, np.zeros(grow, dtype=np.int64)])
-        at = self._position(key, packed)
-        for column, value in ((self.step_key, key), (self.step_packed, packed), (self.step_add, add)):
-            column[at + 1: n + 1] = column[at:n]  # numpy copies overlapping slices safely
-            column[at] = value
-        self.step_held[at + 1: n + 1] = self.step_held[at:n] + add
-        self.step_held[at] = (self.step_held[at - 1] if at else 0) + add
+        at = int(self.step_order[:n].searchsorted(order))
+        self.step_order[at + 1: n + 1] = self.step_order[at:n]  # numpy copies overlapping slices safely
+        self.step_add[at + 1: n + 1] = self.step_add[at:n]
+        self.step_order[at], self.step_add[at] = order, add
         self.num_steps = n + 1
 
 
 def allocate(table: ChainTable, order: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """The jobs given GPUs and how many, for the active jobs ``order`` (indices in arrival order, each recorded), as
+    """The jobs given GPUs and how many, for ``order`` (every job recorded and not removed, in arrival order), as
     Elastic.allocate's greedy."""
     jobs = allocate_into(table, order, capacity)
     sizes = table.allocated[jobs].copy()
-    table.allocated[jobs] = 0
+    table.restore()
     return jobs, sizes
 
 
 def allocate_into(table: ChainTable, order: np.ndarray, capacity: int) -> np.ndarray:
-    """The jobs given GPUs, for the active jobs ``order`` (indices in arrival order, each recorded), their sizes
-    written to :attr:`ChainTable.allocated` (the caller clears them)."""
-    smallest = table.smallest[order]
-    total = int(smallest.sum())
-    if total <= capacity:  # every job gets its smallest size: the first fit's one run
-        jobs, free = order, capacity - total
+    """The jobs given GPUs, for ``order`` (every job recorded and not removed, in arrival order), their sizes
+    written to :attr:`ChainTable.allocated` (the caller restores them, :meth:`ChainTable.restore`)."""
+    assert len(order) == table.num_jobs, "the allocation covers every job recorded and not removed"
+    size = table.allocated  # each job's smallest size (:meth:`ChainTable.restore`)
+    if table.total <= capacity:  # every job gets its smallest size: the first fit's one run
+        jobs, free = order, capacity - table.total
     else:
-        taken, _, free = greedy_fit(smallest, capacity)  # smallest sizes, first fit in arrival order
-        jobs, smallest = order[taken], smallest[taken]
-    size = table.allocated
-    size[jobs] = smallest
+        taken, _, free = greedy_fit(table.smallest[order], capacity)  # smallest sizes, first fit in arrival order
+        jobs = order[taken]
+        out = np.ones(len(order), dtype=bool)
+        out[taken] = False
+        table.changed.append(order[out])
+        size[table.changed[-1]] = 0
     if free > 0 and len(jobs) and table.num_steps:
         # A step that does not fit ends its job's chain in the heap greedy; here the later steps of that chain add
         # more GPUs still (:meth:`ChainTable.set`) while the GPUs left only shrink, so a plain first fit skips them.
-        n = table.num_steps
-        packed = table.step_packed[:n]
-        if len(jobs) == table.num_jobs:  # the jobs recorded and not removed: every step held is theirs
-            mine = None
-            taken, _, _ = summed_fit(table.step_add[:n], table.step_held[:n], free)
+        n, low = table.num_steps, table.unit - 1
+        if len(jobs) == table.num_jobs:  # every step held is theirs
+            taken, _, _ = greedy_fit(table.step_add[:n], free)
+            steps = table.step_order[taken] & low
         else:
+            packed = table.step_order[:n] & low
             table.given[jobs] = True
             mine = table.given[packed >> JOB_SHIFT].nonzero()[0]  # the steps of jobs given GPUs, in heap order
             table.given[jobs] = False
             taken, _, _ = greedy_fit(table.step_add[:n][mine], free)
-        steps = packed[taken if mine is None else mine[taken]]
-        np.maximum.at(size, steps >> JOB_SHIFT, steps & ((1 << JOB_SHIFT) - 1))  # a job's largest taken size
+            steps = packed[mine[taken]]
+        grown = steps >> JOB_SHIFT
+        np.maximum.at(size, grown, steps & ((1 << JOB_SHIFT) - 1))  # a job's largest taken size
+        table.changed.append(grown)
     return jobs

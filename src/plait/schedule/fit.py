@@ -18,6 +18,9 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
     at, start, ahead = 0, 0, None  # ``ahead`` None: every position from ``start`` on, not yet narrowed
     while budget > 0:
         if ahead is None:
+            if start < len(gpus) and gpus[start] > budget:  # the next does not fit: narrow at once, no sum to find so
+                ahead = start + (gpus[start:] <= budget).nonzero()[0]
+                continue
             held = gpus[start: start + budget].cumsum()
         elif len(ahead):
             held = gpus[ahead[:budget]].cumsum()
@@ -34,22 +37,8 @@ def greedy_fit(gpus: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
                 taken.append(ahead[:run])
                 at, ahead = int(ahead[run - 1]) + 1, ahead[run:]
             budget -= int(held[run - 1])
-        elif ahead is None:
-            ahead = start + (gpus[start:] <= budget).nonzero()[0]
-        else:
+        else:  # the first job ahead does not fit (``ahead`` is set: a first job from ``start`` fits, above)
+            assert ahead is not None
             ahead = ahead[gpus[ahead] <= budget]
     walked = at if budget == 0 else len(gpus)
     return (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)), walked, budget
-
-
-def summed_fit(gpus: np.ndarray, held: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
-    """:func:`greedy_fit` given ``held``, the running sum of ``gpus`` kept by the caller: the first run is one
-    bisection, and the walk goes on past the job that ends it as :func:`greedy_fit` does."""
-    run = int(held.searchsorted(budget, side="right"))
-    if not run:
-        return greedy_fit(gpus, budget)
-    left = budget - int(held[run - 1])
-    if left == 0 or run == len(gpus):
-        return np.arange(run), run if left == 0 else len(gpus), left
-    rest, walked, left = greedy_fit(gpus[run:], left)
-    return np.concatenate([np.arange(run), run + rest]), run + walked if left == 0 else len(gpus), left

@@ -7,11 +7,19 @@ policy makes one pass over the cluster. A job's speed on its GPUs comes from :cl
 for its size and placement); a job that stopped before pays its restart when it resumes
 (:attr:`plait.schedule.speed.Speed.restart_s`), holding its GPUs meanwhile. The same trace and policy give the same
 result, bit for bit.
+
+:func:`simulate` pauses Python's cyclic garbage collector while it runs (as :mod:`timeit` does) and turns it back
+on after, where it was on: the objects that live to the run's end (states, segments, events) were walked again at
+each older-generation collection, and the run makes few reference cycles to free (after a 10,000-job elastic run of
+``benchmarks/schedule_speed.py``'s trace, ``gc.collect()`` finds ~4,000 objects left by the cold run's 121 planner
+searches and none by a warm run). Measured by timing ``simulate`` with the collector on and off, alternating, in one
+process with the planner's answers memoised (2026-12-07, load ~1): 3.24 s CPU against 3.07-3.09 s.
 """
 
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -268,4 +276,11 @@ def simulate(jobs: tuple[TraceJob, ...], pool: Pool, speed: SpeedModel, policy: 
              progress: Callable[[int, int], None] | None = None) -> ScheduleResult:
     """Run ``policy`` over ``jobs`` on ``pool`` (a fresh pool: it is consumed); ``progress``: see
     :meth:`Simulator.run`. A policy whose jobs share GPUs names its own simulator (``simulator``, a subclass)."""
-    return getattr(policy, "simulator", Simulator)(jobs, pool, speed, policy).run(progress)
+    sim = getattr(policy, "simulator", Simulator)(jobs, pool, speed, policy)
+    paused = gc.isenabled()
+    gc.disable()  # see the module docstring
+    try:
+        return sim.run(progress)
+    finally:
+        if paused:
+            gc.enable()
