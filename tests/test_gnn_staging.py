@@ -21,6 +21,16 @@ from plait.workloads.gnn.staging import (
     staged_copy_s,
 )
 
+ONE_HOP = SampledBatch(
+    new_nodes=(1e3, 299e3),
+    edges=(3e5,),
+    remote_nodes=(0.0, 0.0),
+    remote_misses=0.0,
+    scanned=(3e5,),
+    remote_scanned=(0.0,),
+)
+"""One hop of 300k sampled edges drawn by 1,000 seeds (300k nodes in all), local, no cache."""
+
 
 def test_every_staging_figure_names_its_source() -> None:
     assert figures() and all(
@@ -66,14 +76,7 @@ def test_dgls_loop_pays_the_pageable_path_and_a_pinned_loader_does_not() -> None
     adds the fresh tensor's faults to its slicing and copies at one core's rate; the same loader copying from pinned
     memory keeps the link's rate."""
     box = get_cluster("rtx3090-workstation")
-    batch = SampledBatch(
-        new_nodes=(1e3, 299e3),
-        edges=(3e5,),
-        remote_nodes=(0.0, 0.0),
-        remote_misses=0.0,
-        scanned=(3e5,),
-        remote_scanned=(0.0,),
-    )
+    batch = ONE_HOP
     dgl = loaders()["dgl-cpu"]
     assert dgl.copy_from == "pageable"
     pageable = host_step(batch, dgl, 1e6, 4, box, 100, 4, 0.01, gpus_on_node=1)
@@ -94,14 +97,7 @@ def test_pygs_loops_copy_the_batchs_blocks_beside_its_rows(name: str, per_edge: 
     hold rowptr, col and e_id (16); GNNLab's return_e_id=False, rowptr and col (8). The copy crosses the RTX 3090's
     32 GB/s link after the rows (their pinned or staged copy)."""
     box = get_cluster("rtx3090-workstation")
-    batch = SampledBatch(
-        new_nodes=(1e3, 299e3),
-        edges=(3e5,),
-        remote_nodes=(0.0, 0.0),
-        remote_misses=0.0,
-        scanned=(3e5,),
-        remote_scanned=(0.0,),
-    )
+    batch = ONE_HOP
     loader = loaders()[name]
     step = host_step(batch, loader, 1e6, 4, box, 100, 4, 0.01, gpus_on_node=1)
     rows = 300e3 * 100 * 4
@@ -118,14 +114,7 @@ def test_salients_workers_gather_on_one_core_each_from_the_nodes_shared_memory()
     threads, at the GPU's share of the memory."""
     box = get_cluster("aws-g5-24xlarge")
     assert box.host_memory_bytes_per_s_per_gpu * box.gpus_per_node == pytest.approx(204.8e9)
-    batch = SampledBatch(
-        new_nodes=(1e3, 299e3),
-        edges=(3e5,),
-        remote_nodes=(0.0, 0.0),
-        remote_misses=0.0,
-        scanned=(3e5,),
-        remote_scanned=(0.0,),
-    )
+    batch = ONE_HOP
     rows = 300e3 * 128 * 2
     core_s = 300e3 * (figures()["core_gather_s_per_row"].value + 256 * figures()["core_gather_s_per_byte"].value)
     assert 0.025 < core_s < 0.032
