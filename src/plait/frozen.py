@@ -2,7 +2,7 @@
 
 :func:`dataclasses.dataclass` with ``frozen=True`` makes every field of a new instance go through
 ``object.__setattr__`` (its ``__setattr__`` refuses writes), a C call through a wrapper per field: a 17-field
-:class:`~plait.cost.inner.LayerKind` took about 6 us to build against 0.4 us for the same values written into its
+:class:`~plait.cost.inner_values.LayerKind` took about 6 us to build against 0.4 us for the same values written into its
 ``__dict__`` (``timeit`` on a loaded 2-core machine), and one cold estimate builds some two dozen such values
 (per-layer quantities, GEMMs, its breakdowns; ``benchmarks/estimate_work.py`` counts them). :func:`direct_init` gives
 a frozen dataclass an ``__init__`` of the same signature (the same positional and keyword-only parameters, the same

@@ -23,7 +23,8 @@ from plait.cost.flops import kept_flops_per_token, model_flops_per_token
 from plait.cost.fsdp_layer import fsdp_layer_times
 from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
-from plait.cost.inner import ABSENT, Inner, Known, LayerKind, inner_columns
+from plait.cost.inner import Known, inner_columns
+from plait.cost.inner_values import ABSENT, Inner, LayerKind
 from plait.cost.memory import (
     MEMORY_ITEMS,
     kept_stage_memory,

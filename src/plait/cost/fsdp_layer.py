@@ -10,7 +10,7 @@ from operator import attrgetter
 
 from plait.cost.compute import memory_bytes_per_s
 from plait.cost.dataparallel import kept_gathered
-from plait.cost.inner import ABSENT, Inner
+from plait.cost.inner_values import ABSENT, Inner
 from plait.cost.memory import param_bytes, shard_groups
 from plait.cost.shard_calls import module_calls
 from plait.cost.stage import ShardTimes

@@ -5,7 +5,7 @@ on (tp, sp, cp, ep, micro-batch, sequence, precision, recompute, gradient dtype,
 overlap) but not on pp, dp, sharding or the schedule. The planner's candidates share few
 inner combinations, so each is computed once with the scalar functions of
 :mod:`plait.cost.layer`, :mod:`plait.cost.activations` and :mod:`plait.cost.params` and
-broadcast to every candidate that has it.
+broadcast to every candidate that has it. The quantities' types are :mod:`plait.cost.inner_values`.
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from plait.cost import activations as act
 from plait.cost.compute import elementwise_time_s, gemms_fwd_bwd_s
 from plait.cost.flops import head_gemm
 from plait.cost.host import layer_host_s
+from plait.cost.inner_values import ABSENT, Inner, LayerKind
 from plait.cost.layer import AttentionPart, attention_part, layer_cost
 from plait.cost.loss import loss_bytes_per_logit, metric_bytes_per_logit
 from plait.cost.params import layer_split
 from plait.cost.setup import Setup
 from plait.cost.tp_comm import edge_tp_s
 from plait.engine.facts import EngineFacts
-from plait.frozen import direct_init
 from plait.hardware.cluster import Cluster
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns
@@ -35,105 +35,8 @@ from plait.workload.model import ModelSpec
 if TYPE_CHECKING:
     import numpy as np
 
-Value: TypeAlias = "float | np.ndarray"
 INNER_FIELDS = ("tp", "tp_mode", "tp_depth", "sp", "cp", "cp_attention", "ep", "micro_batch", "seq_len", "precision",
                 "recompute", "grad_reduce_dtype", "tp_comm_overlap", "overlap_chunks")
-
-
-@direct_init
-@dataclass(frozen=True)
-class LayerKind:
-    """One layer kind (dense or MoE) on one rank for one micro-batch; a float, or an array with one entry per plan
-    row. A kind the model does not have is all zeros (one tensor, so per-tensor divisions stay finite)."""
-
-    fwd_s: Value
-    """Forward compute (GEMMs, attention, memory-bound ops, host dispatch)."""
-    bwd_s: Value
-    """Backward compute."""
-    recompute_s: Value
-    """What recomputation adds to the backward of this layer (full: a forward; selective: the attention core)."""
-    tp_fwd_s: Value
-    """Exposed TP/SP collectives of the forward (and wrapper host time)."""
-    tp_bwd_s: Value
-    """Exposed TP/SP collectives of the backward."""
-    cp_fwd_s: Value
-    """Exposed context-parallel exchange of the forward."""
-    cp_bwd_s: Value
-    """Exposed context-parallel exchange of the backward."""
-    ep_fwd_s: Value
-    """Expert-parallel dispatch and combine of the forward."""
-    ep_bwd_s: Value
-    """Expert-parallel dispatch and combine of the backward."""
-    host_fwd_s: Value
-    """Host time to issue the forward's kernels that the pass joins with its device work (:func:`plait.cost.host.
-    layer_host_s`; 0 for an MoE layer that syncs in its forward, joined inside ``fwd_s``)."""
-    host_bwd_s: Value
-    """Host time to issue the backward's kernels (recomputation included)."""
-    activation_bytes: Value
-    """Stored activations without recomputation."""
-    selective_activation_bytes: Value
-    """Stored activations with the attention core recomputed."""
-    num_params: Value
-    """Parameters replicated over the expert-parallel group (attention, norms, router, shared experts, dense MLP)."""
-    num_expert_params: Value
-    """Routed-expert parameters on this rank."""
-    num_tensors: Value
-    """Parameter tensors of the layer as frameworks store them."""
-    num_persistent_tensors: Value = 0.0
-    """Those with fewer elements than the engine's ``shard_persist_below``: never partitioned, never gathered."""
-    num_persistent_params: Value = 0.0
-    """Their elements."""
-
-
-@direct_init
-@dataclass(frozen=True)
-class Inner:
-    """Every inner quantity of one combination (floats) or of every plan row (arrays)."""
-
-    dense: LayerKind
-    """A layer with a dense MLP."""
-    moe: LayerKind
-    """A mixture-of-experts layer."""
-    layer_input_bytes: Value
-    """The checkpointed layer input kept under full recomputation."""
-    first_stage_bytes: Value
-    """Embedding output stored on the first stage."""
-    last_stage_bytes: Value
-    """Final-norm input, logits and loss buffers on the last stage."""
-    embedding_fwd_s: Value
-    """Embedding lookup writing the hidden states."""
-    embedding_bwd_s: Value
-    """Scattering their gradient back."""
-    head_fwd_s: Value
-    """Output projection, loss and final norm, forward."""
-    head_bwd_s: Value
-    """The same, backward."""
-    embedding_tp_fwd_s: Value
-    """TP collectives of the vocab-parallel embedding, forward."""
-    embedding_tp_bwd_s: Value
-    """The same, backward."""
-    head_tp_fwd_s: Value
-    """TP collectives of the output projection and loss, forward."""
-    head_tp_bwd_s: Value
-    """The same, backward."""
-    p2p_bytes: Value
-    """Bytes of one activation (or gradient) transfer between pipeline stages."""
-    num_vocab_params: Value
-    """Embedding (or output projection) parameters on one TP rank."""
-    grad_bytes: Value
-    """Bytes per gradient element in the buffer and its reduction."""
-    weight_cache_bytes: Value
-    """Bytes per transformer-layer parameter of cached fp8 weight copies (:attr:`EngineFacts.fp8_weight_cache_bytes`,
-    0 unless the GEMMs run in fp8)."""
-
-    @property
-    def kinds(self) -> tuple[LayerKind, LayerKind]:
-        """(dense, MoE)."""
-        return self.dense, self.moe
-
-
-ABSENT = LayerKind(**{f.name: (1.0 if f.name == "num_tensors" else 0.0) for f in fields(LayerKind)})
-"""The kind a model does not have (a frozen value, shared)."""
 
 
 def _kind_sizes(setup: Setup, moe_layer: bool) -> dict[str, float]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from plait.cost.inner import Inner
+from plait.cost.inner_values import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
 from plait.cost.stage import recomputed_layers

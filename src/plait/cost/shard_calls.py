@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from plait.cost.inner import LayerKind
+from plait.cost.inner_values import LayerKind
 from plait.cost.links import collective_s
 from plait.cost.memory import param_bytes, shard_groups
 from plait.engine.facts import EngineFacts

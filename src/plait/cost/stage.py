@@ -21,7 +21,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from plait.cost.host import exposed_host_s
-from plait.cost.inner import ABSENT, Inner, LayerKind
+from plait.cost.inner_values import ABSENT, Inner, LayerKind
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
 from plait.cost.swap import SwapTimes, exposed_swap_s

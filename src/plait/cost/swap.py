@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from plait.cost.inner import Inner
+from plait.cost.inner_values import Inner
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
