@@ -19,12 +19,12 @@ rounds (the probe raises ``STRAIGHT_AFTER`` past them), so that many rounds (600
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+# a sibling script (run as python benchmarks/<name>.py)
+from valgrind_count import CACHEGRIND, INSTRUCTIONS, valgrind_count
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
@@ -57,26 +57,8 @@ print(len(runs))
 def _instructions(tree: Path, rounds: int, case: str = "all") -> tuple[int, int]:
     """(instructions of the whole process, plans per round) for ``rounds`` rounds of cold estimates in ``tree`` (of
     plan ``case`` alone, unless "all")."""
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONHASHSEED="0")
-    argv = [
-        "setarch",
-        os.uname().machine,
-        "-R",
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        "-c",
-        PROBE,
-        str(tree / "benchmarks"),
-        str(rounds),
-        case,
-    ]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    assert found, done.stderr[-2000:]
-    return int(found.group(1).replace(",", "")), int(done.stdout.split()[-1])
+    count, out = valgrind_count(tree, CACHEGRIND, PROBE, [str(tree / "benchmarks"), str(rounds), case], INSTRUCTIONS)
+    return count, int(out.split()[-1])
 
 
 def per_estimate(tree: Path, rounds: int, case: str = "all") -> float:

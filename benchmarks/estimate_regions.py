@@ -17,12 +17,12 @@ look-up, reads 0.136M). Needs ``valgrind``, its headers and ``cc``; ~30 s a func
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+# a sibling script (run as python benchmarks/<name>.py)
+from valgrind_count import valgrind_count
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPER = "#include <valgrind/callgrind.h>\nvoid toggle(void) { CALLGRIND_TOGGLE_COLLECT; }\n"
@@ -75,28 +75,10 @@ for _ in range(int(sys.argv[4])):
 
 def collected(tree: Path, helper: Path, case: int, rounds: int, target: str) -> float:
     """Instructions a cold estimate of plan ``case`` spends inside ``target`` ("ALL": the estimate) in ``tree``."""
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONHASHSEED="0")
-    argv = [
-        "setarch",
-        os.uname().machine,
-        "-R",
-        "valgrind",
-        "--tool=callgrind",
-        "--collect-atstart=no",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        "-c",
-        PROBE,
-        str(tree / "benchmarks"),
-        str(helper),
-        str(case),
-        str(rounds),
-        target,
-    ]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
-    assert found, done.stderr[-2000:]
-    return int(found.group(1)) / rounds
+    tool = ["--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=/dev/null"]
+    args = [str(tree / "benchmarks"), str(helper), str(case), str(rounds), target]
+    count, _ = valgrind_count(tree, tool, PROBE, args, r"Collected\s*:\s*(\d+)")
+    return count / rounds
 
 
 def main() -> None:

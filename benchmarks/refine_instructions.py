@@ -18,12 +18,12 @@ processes (about 0.3% of 20 refinements at 64 GPUs). Takes several minutes a tre
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+# a sibling script (run as python benchmarks/<name>.py)
+from valgrind_count import CACHEGRIND, INSTRUCTIONS, valgrind_count
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = """
@@ -55,14 +55,8 @@ for _ in range(rounds):
 
 def _instructions(tree: Path, gpus: int, what: str, rounds: int) -> int:
     """Instructions of the whole probe process in ``tree``."""
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONHASHSEED="0")
-    argv = ["setarch", os.uname().machine, "-R", "valgrind", "--tool=cachegrind", "--cache-sim=no",
-            "--cachegrind-out-file=/dev/null", sys.executable, "-c", PROBE, str(ROOT / "benchmarks"), str(gpus), what,
-            str(rounds)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    assert found, done.stderr[-2000:]
-    return int(found.group(1).replace(",", ""))
+    args = [str(ROOT / "benchmarks"), str(gpus), what, str(rounds)]
+    return valgrind_count(tree, CACHEGRIND, PROBE, args, INSTRUCTIONS)[0]
 
 
 def shares(tree: Path, gpus: int, rounds: int) -> tuple[float, float]:
