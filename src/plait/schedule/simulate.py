@@ -277,10 +277,10 @@ def simulate(jobs: tuple[TraceJob, ...], pool: Pool, speed: SpeedModel, policy: 
     """Run ``policy`` over ``jobs`` on ``pool`` (a fresh pool: it is consumed); ``progress``: see
     :meth:`Simulator.run`. A policy whose jobs share GPUs names its own simulator (``simulator``, a subclass)."""
     sim = getattr(policy, "simulator", Simulator)(jobs, pool, speed, policy)
-    paused = gc.isenabled()
+    was_enabled = gc.isenabled()
     gc.disable()  # see the module docstring
     try:
         return sim.run(progress)
     finally:
-        if paused:
+        if was_enabled:
             gc.enable()

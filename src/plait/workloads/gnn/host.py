@@ -228,11 +228,12 @@ def host_step(
     ``trainer_s`` (module docstring); features of ``feature_bytes`` bytes each, ``features`` per node; a pageable
     copy's new tensor faulted in from ``loop_threads`` threads; ``gpus_on_node`` GPUs training on the node."""
     rows_bytes = sampled.nodes * features * feature_bytes
-    slicing_s = 2 * rows_bytes / cluster.host_memory_bytes_per_s_per_gpu
-    memory_s = 0.0
     if loader.slicing == "workers":  # each its own batch on its one core, the pool on shared memory (pool_s)
         memory_s = 2 * rows_bytes / pool_memory_bytes_per_s(cluster, gpus_on_node)
         slicing_s = core_gather_s(rows_bytes, feature_bytes * features) / workers
+    else:  # the loop reads and writes them at its GPU's share of the host memory
+        memory_s = 0.0
+        slicing_s = 2 * rows_bytes / cluster.host_memory_bytes_per_s_per_gpu
     link = cluster.accelerator.pcie_bandwidth_gb_per_s * 1e9
     transfer_s = rows_bytes / link
     if loader.copy_from == "pageable":
