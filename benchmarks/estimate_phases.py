@@ -4,7 +4,7 @@ Run: python benchmarks/estimate_phases.py [--repeats 300] [--cold]
 For the plans of ``benchmarks/estimate_speed.py`` and of ``benchmarks/vs_calculon.py`` (plait's side only), times
 each phase of ``plait.predict.estimate.estimate`` as it runs them, in order, by the thread's CPU time
 (``time.thread_time``): building the job (the plan rules), the per-layer quantities and per-layer FSDP times
-(``plait.cost.batch.prepare``), the rest of the batch evaluation (stages, data-parallel sync, memory), the engine's
+(``plait.cost.prepared.prepare``), the rest of the batch evaluation (stages, data-parallel sync, memory), the engine's
 capability check, the per-rank costs of the pipeline simulation and its sweep (plans ``estimate`` simulates), the
 Estimate's assembly and its interval. Prints the median of each over the repeats, their sum and the load average
 (``os.getloadavg``). The phases add up to about one estimate (``benchmarks/estimate_speed.py``), less the calls
@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from plait.cost.batch import evaluate_batch, prepare
+from plait.cost.batch import evaluate_batch
+from plait.cost.prepared import prepare
 from plait.cost.step import estimate_from_batch
 from plait.engine.capability import first_unsupported
 from plait.engine.catalog import get_engine

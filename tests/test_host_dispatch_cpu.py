@@ -105,7 +105,7 @@ def test_calibrate_keeps_only_the_dispatch_the_kernel_count_does_not_explain() -
     device issuing a kernel in 2 us: the calibration model's layer (plait's runtime, RMSNorm and RoPE op by op) counts
     35 kernels forward and 70 backward (test_the_tiny_model_pays_every_launch_on_a_synchronous_device), 70 us and
     140 us of the host stream; the per-layer figure keeps the rest, 230 us and 560 us, so nothing is charged twice."""
-    from plait.cost.batch import layer_columns
+    from plait.cost.prepared import layer_columns
     from plait.run.overheads import LAYERS, PLANS, host_figures, tiny_spec
 
     cluster = _described(2.0, asynchronous=False)

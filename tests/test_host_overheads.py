@@ -63,7 +63,7 @@ def test_host_overheads_add_per_layer_and_micro_batch() -> None:
 
 
 def test_eager_dispatch_is_the_plain_slope_beyond_the_modelled_kernels() -> None:
-    from plait.cost.batch import layer_columns
+    from plait.cost.prepared import layer_columns
     from plait.run.overheads import PLANS
 
     cluster = _cluster()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from plait.cost.batch import layer_columns
+from plait.cost.prepared import layer_columns
 from plait.engine.catalog import get_engine
 from plait.engine.facts import DEFAULT
 from plait.hardware.catalog import cluster_from_mapping

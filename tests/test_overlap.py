@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from plait.cost.batch import prepare
+from plait.cost.prepared import prepare
 from plait.cost.overlap import hidden_remainder
 from plait.engine.catalog import get_engine
 from plait.engine.facts import EngineFacts

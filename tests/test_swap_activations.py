@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plait.cost.batch import evaluate_batch, prepare
+from plait.cost.batch import evaluate_batch
 from plait.cost.params import stage_layer_counts
+from plait.cost.prepared import prepare
 from plait.cost.swap import swapped_bytes_per_micro_batch
 from plait.engine.capability import first_unsupported
 from plait.engine.catalog import get_engine

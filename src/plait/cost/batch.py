@@ -9,7 +9,7 @@ breakdown sums to the step time. The single-plan estimator is a batch of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from plait.cost.dataparallel import (
@@ -20,32 +20,27 @@ from plait.cost.dataparallel import (
     optimizer_step_s,
 )
 from plait.cost.flops import kept_flops_per_token, model_flops_per_token
-from plait.cost.fsdp_layer import fsdp_layer_times
 from plait.cost.grad_accumulate import accumulate_s
 from plait.cost.host import step_stall_s
-from plait.cost.inner import Known, inner_columns
-from plait.cost.inner_values import ABSENT, Inner, LayerKind
 from plait.cost.memory import (
     MEMORY_ITEMS,
     kept_stage_memory,
     kept_stage_params,
-    shard_groups,
     stage_memory,
     stage_params,
 )
 from plait.cost.method_rows import dp_sync_costs, gradient_steps
-from plait.cost.p2p import critical_hops, hop_s
+from plait.cost.p2p import critical_hops
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import pipeline_time_s
+from plait.cost.prepared import Prepared, prepare
 from plait.cost.setup import Setup
-from plait.cost.stage import COMPONENTS, ShardTimes, kept_stage_time, stage_time
-from plait.cost.swap import SwapTimes, swap_layer_s
+from plait.cost.stage import COMPONENTS, kept_stage_time, stage_time
 from plait.engine.facts import EngineFacts
 from plait.frozen import direct_init
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns
-from plait.plan.ops import SCALAR, is_array
-from plait.plan.plan import Plan
+from plait.plan.ops import SCALAR
 from plait.units import MIB
 from plait.workload.model import ModelSpec
 
@@ -55,47 +50,6 @@ if TYPE_CHECKING:
 Columns = dict[str, "np.ndarray"]
 TIME_ITEMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host", "pp_p2p", "pp_bubble", "fsdp_comm", "swap",
               "dp_comm", "optimizer")
-
-
-@direct_init
-@dataclass(frozen=True)
-class Prepared:
-    """What every stage of a row shares, computed once: columns with the sequence filled, per-layer quantities
-    (:mod:`plait.cost.inner`), per-layer FSDP times and the pipeline hop time."""
-
-    cols: PlanColumns
-    inner: Inner
-    fsdp: tuple[ShardTimes, ShardTimes]
-    """(dense, MoE) layer gather/reduce-scatter/hook seconds."""
-    p2p_s: np.ndarray | float
-    """One activation (or gradient) transfer between neighbouring stages (:func:`plait.cost.p2p.hop_s`)."""
-    framework: EngineFacts
-    """The cost facts these were computed under."""
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False)
-    """A single plan's per-stage results (:func:`stage_pass`, :func:`stage_sync`, its parameters) and its stages'
-    :func:`stage_class`, kept as they are costed."""
-    swap: tuple[SwapTimes, SwapTimes] | None = None
-    """(dense, MoE) per-layer activation swaps (:mod:`plait.cost.swap`); ``None`` when no row swaps."""
-
-    def take(self, index: np.ndarray) -> Prepared:
-        """Rows ``index`` of a batch's shared quantities (each per-row column taken; the same values as preparing
-        those rows alone, since every quantity is a function of its own row)."""
-        assert not self.cols.xp.scalar, "one plan has no rows to take"
-        return Prepared(cols=self.cols.take(index), inner=_rows(self.inner, index), fsdp=_rows(self.fsdp, index),
-                        p2p_s=_rows(self.p2p_s, index), framework=self.framework)
-
-
-def _rows(value: Any, index: np.ndarray) -> Any:
-    """Rows ``index`` of every per-row column in ``value`` (an array, a dataclass or tuple of them, or a number)."""
-    if is_array(value) and value.ndim:
-        return value[index]
-    if value is ABSENT:  # one shared value, which the cost model knows by its identity
-        return value
-    if is_dataclass(value) and not isinstance(value, type):
-        return replace(value, **{f.name: _rows(getattr(value, f.name), index) for f in fields(value) if f.init})
-    if isinstance(value, tuple):
-        return tuple(_rows(v, index) for v in value)
-    return value
 
 
 @direct_init
@@ -158,24 +112,6 @@ def _flops_per_token(model: ModelSpec, cluster: Cluster, cols: PlanColumns, fram
     values = [model_flops_per_token(Setup(model=model, cluster=cluster, plan=replace(cols.plan(0), seq_len=int(s)),
                                           framework=framework)) for s in seqs]
     return np.array(values)[inverse.reshape(-1)]
-
-
-def prepare(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
-            known: Known | None = None) -> Prepared:
-    """Columns with the sequence filled, inner per-layer quantities, FSDP per-layer times, p2p time (``known``: see
-    :func:`plait.cost.inner.inner_columns`)."""
-    if cols.single is not None:
-        cols = PlanColumns.one(cols.single.with_seq_len(model.seq_len)) if cols.single.seq_len <= 0 else cols
-    else:
-        data = dict(cols.data)
-        data["seq_len"] = cols.xp.where(cols["seq_len"] > 0, cols["seq_len"], model.seq_len)
-        cols = PlanColumns(data, methods=cols.methods)
-    inner = inner_columns(model, cluster, cols, framework, known)
-    fsdp = fsdp_layer_times(cluster, cols, inner, framework)
-    p2p = hop_s(cluster, cols, inner.p2p_bytes, framework)
-    swapping = cols["swap_activations"] if cols.xp.scalar else cols["swap_activations"].any()
-    swap = swap_layer_s(cluster, cols, inner, fsdp, shard_groups(cols)[0]) if swapping else None
-    return Prepared(cols=cols, inner=inner, fsdp=fsdp, p2p_s=p2p, framework=framework, swap=swap)
 
 
 def stage_class(model: ModelSpec, prepared: Prepared, stage: int) -> tuple[int, int, bool, bool]:
@@ -246,13 +182,6 @@ def _stage_params(model: ModelSpec, prepared: Prepared, stage: Any,
         return kept_stage_params(model, prepared.cols, prepared.inner, stage,
                                  kind if kind is not None else stage_class(model, prepared, stage))
     return stage_params(model, prepared.cols, prepared.inner, stage)
-
-
-def layer_columns(model: ModelSpec, cluster: Cluster, plan: Plan, framework: EngineFacts) -> tuple[LayerKind, ShardTimes]:
-    """One plan's dense layer: its compute and in-layer collectives (:mod:`plait.cost.inner`) and its FSDP gather,
-    reduce-scatter and hook times, as floats."""
-    prepared = prepare(model, cluster, PlanColumns.one(plan), framework)
-    return prepared.inner.dense, prepared.fsdp[0]
 
 
 def _buckets(cols: PlanColumns, params: Any, grad_bytes: Any, layers: Any, framework: EngineFacts) -> Any:

@@ -21,9 +21,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from plait.cost.batch import prepare, stage_sync
+from plait.cost.batch import stage_sync
 from plait.cost.memory import param_bytes
 from plait.cost.params import stage_layer_counts
+from plait.cost.prepared import prepare
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
 from plait.plan.columns import PlanColumns

@@ -20,11 +20,9 @@ from dataclasses import dataclass, replace
 
 from plait.cost.batch import (
     BatchResult,
-    Prepared,
     _buckets,
     _flops_per_token,
     _recompute_factor,
-    prepare,
     stage_pass,
     stage_sync,
 )
@@ -33,6 +31,7 @@ from plait.cost.host import step_stall_s
 from plait.cost.links import collective_s
 from plait.cost.memory import MEMORY_ITEMS, stage_memory
 from plait.cost.pipeline import pipeline_time_s
+from plait.cost.prepared import Prepared, prepare
 from plait.cost.stage import COMPONENTS
 from plait.engine.facts import EngineFacts
 from plait.hardware.cluster import Cluster
@@ -126,7 +125,7 @@ def boundary_p2p_s(cluster: Cluster, views: list[StageView]) -> float:
     """One hop between neighbouring stages: the slowest boundary's. Megatron's scatter/gather optimisation
     (Narayanan et al., SC 2021, Sec. 4.1) splits the activation over the TP ranks, each sending its slice over its
     own link, and all-gathers it over the receiving stage's scale-up links (not counted, as for a uniform plan,
-    :func:`plait.cost.batch.prepare`). Between stages of TP degrees ``a`` and ``b`` the ``min(a, b)`` rank pairs of
+    :func:`plait.cost.prepared.prepare`). Between stages of TP degrees ``a`` and ``b`` the ``min(a, b)`` rank pairs of
     the narrower stage each carry ``1/min(a, b)`` of it, between ranks ``dp * cp * max(a, b)`` apart (a stage's
     ranks are contiguous, :attr:`plait.plan.plan.Plan.stage_tp`; assumed: the pair farthest apart paces the hop,
     as ``dp * cp * tp`` apart for a uniform plan). Every boundary is crossed by every micro-batch, so the slowest

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.cost.batch import prepare
+from plait.cost.prepared import prepare
 from plait.cost.estimate import Estimate, TimeBreakdown
 from plait.cost.memory import stage_memory
 from plait.cost.per_stage import StageView, boundary_p2p_s

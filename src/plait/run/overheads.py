@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from plait.cost.batch import layer_columns
+from plait.cost.prepared import layer_columns
 from plait.engine.catalog import get_engine
 from plait.hardware.cluster import Cluster
 from plait.job import Job

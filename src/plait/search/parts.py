@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from plait.cost.batch import BatchResult, Prepared, evaluate_batch, peak_memory, prepare
+from plait.cost.batch import BatchResult, evaluate_batch, peak_memory
 from plait.cost.inner import Known, inner_columns
+from plait.cost.prepared import Prepared, prepare
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -220,7 +221,7 @@ def _smallest(values: np.ndarray, k: int) -> np.ndarray:
 
 def _memory_view(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
                  known: Known | None) -> Prepared:
-    """What :func:`plait.cost.batch.peak_memory` reads of :func:`plait.cost.batch.prepare`'s result: the columns
+    """What :func:`plait.cost.batch.peak_memory` reads of :func:`plait.cost.prepared.prepare`'s result: the columns
     with the sequence filled and their per-layer quantities (the per-row FSDP, hop and swap times, which it does not
     read, are left out: only the rows that may fit are timed)."""
     data = dict(cols.data)

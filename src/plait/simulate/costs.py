@@ -1,6 +1,6 @@
 """Per-rank operation durations for the simulator, from the same cost functions the estimator uses.
 
-The plan's per-layer quantities are costed once (:func:`plait.cost.batch.prepare`); each rank's stage is
+The plan's per-layer quantities are costed once (:func:`plait.cost.prepared.prepare`); each rank's stage is
 then costed on them, once per distinct stage (:func:`plait.cost.batch.stage_pass`): stages with the same layer
 counts and the same ends (embedding on the first, output layer on the last) cost the same. The memory of every
 stage (:func:`stage_memories`) is costed the same way, for the per-stage picture."""
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from plait.cost.batch import Prepared, prepare, stage_class, stage_pass, stage_sync
+from plait.cost.batch import stage_class, stage_pass, stage_sync
 from plait.cost.dataparallel import kept_gathered
 from plait.cost.memory import stage_memory
 from plait.cost.per_stage import boundary_p2p_s, stage_views
+from plait.cost.prepared import Prepared, prepare
 from plait.job import Job
 from plait.kept import Kept
 from plait.plan.columns import PlanColumns

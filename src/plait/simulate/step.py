@@ -8,7 +8,7 @@ from plait.errors import ConfigError
 from plait.plan.plan import Plan
 
 if TYPE_CHECKING:
-    from plait.cost.batch import Prepared
+    from plait.cost.prepared import Prepared
     from plait.job import Job
     from plait.simulate.pipeline import Timeline
 
