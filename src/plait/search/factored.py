@@ -17,7 +17,7 @@ runs the same masks on one plan's columns).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,85 +26,18 @@ import numpy as np
 from plait.engine.capability import unsupported_masks
 from plait.engine.engine import Engine
 from plait.hardware.cluster import Cluster
-from plait.plan.array_ops import ARRAY
-from plait.plan.columns import FIELDS, PlanColumns
+from plait.plan.columns import PlanColumns
 from plait.plan.rules import RULES as PLAN_RULES
 from plait.search.enumerate import layout_options, layouts
+from plait.search.noting import LazyColumns, Noting
 from plait.search.rules import ENGINE_CODE, SEARCH_RULES
 from plait.search.space import SearchSpace
 from plait.workload.model import ModelSpec
 
 Check = Callable[[PlanColumns], Any]
-_FIELDS = frozenset(FIELDS)
 GROUP_ROWS = 1 << 18
 """Candidates (of the full product) whose layouts are checked together: bounds the groups' tables, which are at
 most this large where every list is read together."""
-
-
-class _Noting(dict):  # type: ignore[type-arg]
-    """Plan columns built as they are first read (``build``), noting the fields read (``reads``; ``None``: not
-    noting). Reading them all at once (``items``, ``values``, ``keys``, iteration, ``take``) builds and notes them
-    all."""
-
-    reads: set[str] | None = None
-
-    def __init__(self, build: Callable[[str], np.ndarray]) -> None:
-        super().__init__()
-        self.build = build
-
-    def __missing__(self, key: str) -> np.ndarray:
-        if key not in _FIELDS:
-            raise KeyError(key)
-        value = self[key] = self.build(key)
-        return value
-
-    def __getitem__(self, key: str) -> Any:
-        if self.reads is not None:
-            self.reads.add(key)
-        return super().__getitem__(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in _FIELDS else default
-
-    def __contains__(self, key: object) -> bool:
-        return key in _FIELDS
-
-    def _every(self) -> None:
-        if self.reads is not None:
-            self.reads.update(FIELDS)
-        for name in FIELDS:
-            if not super().__contains__(name):
-                self.__missing__(name)
-
-    def keys(self):  # type: ignore[no-untyped-def]
-        self._every()
-        return super().keys()
-
-    def values(self):  # type: ignore[no-untyped-def]
-        self._every()
-        return super().values()
-
-    def items(self):  # type: ignore[no-untyped-def]
-        self._every()
-        return super().items()
-
-    def __iter__(self) -> Iterator[str]:
-        self._every()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        return len(FIELDS)
-
-    def copy(self) -> dict[str, Any]:
-        self._every()
-        return dict(super().items())
-
-
-class _Lazy(PlanColumns):
-    """Plan columns over a :class:`_Noting` table, whose fields exist once read."""
-
-    def __post_init__(self) -> None:  # every field has the table's length by construction
-        object.__setattr__(self, "xp", ARRAY)
 
 
 def checks(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine) -> list[tuple[int, Check]]:
@@ -190,7 +123,7 @@ class _Table:
                     at[a] = s.offset[self.layout, a] + self.index[a] if a in self.index else s.offset[self.layout, a]
                 return s.fields[name][at[a]]
 
-            self.cols = _Lazy(_Noting(build), methods=space.methods)
+            self.cols = LazyColumns(Noting(build), methods=space.methods)
         return self.cols
 
 
