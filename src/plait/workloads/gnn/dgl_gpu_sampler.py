@@ -7,8 +7,8 @@ their CUDA code at DGL tag 0.7.1:
 - ``sample_neighbors``, uniform without replacement (``CSRRowWiseSamplingUniform``,
   ``src/array/cuda/rowwise_sampling.cu`` lines 280-369): the degree kernel, CUB's ``ExclusiveSum`` of the degrees
   (two kernels: CUB's ``DispatchScan`` launches an ``init_kernel`` then the scan kernel,
-  ``cub/device/dispatch/dispatch_scan.cuh``; the first call, with no temporary storage, only sizes it), the copy of the edge count to the host, the sampling kernel:
-  :data:`SAMPLE_NEIGHBORS_CUDA_CALLS`;
+  ``cub/device/dispatch/dispatch_scan.cuh``; the first call, with no temporary storage, only sizes it), the copy
+  of the edge count to the host, the sampling kernel: :data:`SAMPLE_NEIGHBORS_CUDA_CALLS`;
 - ``to_block`` (``ToBlockGPU``, ``src/graph/transform/cuda/cuda_to_block.cu`` lines 327-498, and
   ``src/runtime/cuda/cuda_hashtable.cu`` lines 375-482): two device copies gathering the seeds and the frontier's
   sources, three ``cudaMemsetAsync`` (the two hash tables' and the unique-count's), ``FillWithDuplicates`` (generate,
