@@ -4,8 +4,8 @@ Samplers:
 
 - ``loop``: one batch at a time (plait's :mod:`plait.run.sampler`; GNNLab's GPU samplers);
 - ``dgl``: DGL's GPU sampler in the training loop, one batch at a time, its host stream and synchronizations
-  counted (:mod:`plait.workloads.gnn.dgl_gpu_sampler`); what the validated DGL GPU-sampling rows run, not a sampler
-  ``plait run`` offers (``--gnn-sampler`` takes :data:`SAMPLERS`);
+  counted (:mod:`plait.workloads.gnn.dgl_gpu_sampler`); what the validated DGL GPU-sampling rows run; costed by
+  ``plait estimate --gnn-sampler dgl --gnn-library dgl``, not run by ``plait run``;
 - ``matrix``: matrix-based bulk sampling (000-10: Tripathy, Yelick & Buluç, MLSys 2024, Sec. 3-4;
   :mod:`plait.run.bulk_sampler`): ``bulk`` batches at a time, each hop one sparse product ``P = Q A`` for all of
   them; the adjacency ``replicated`` on every rank (no communication) or ``partitioned`` into the ranks' parts'
@@ -44,7 +44,7 @@ BULK_KERNELS_PER_HOP = 28
 """Operations one hop of :func:`plait.run.bulk_sampler.sample_bulk` runs once for the whole bulk (counted)."""
 BULK_KERNELS_PER_BATCH = 11
 """Operations one hop of :func:`plait.run.bulk_sampler.sample_bulk` runs per batch of the bulk (counted)."""
-SAMPLERS = ("loop", "matrix")
+SAMPLERS = ("loop", "matrix", "dgl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ DGL_GPU = Sampler(kind="dgl")
 
 
 def parse_sampler(text: str) -> Sampler:
-    """``loop`` or ``matrix[:bulk=K][,adjacency=replicated|partitioned]``; one-line errors name the value."""
+    """``loop``, ``dgl`` or ``matrix[:bulk=K][,adjacency=replicated|partitioned]``; one-line errors name the value."""
     kind, _, options = text.partition(":")
     if kind not in SAMPLERS:
         raise ConfigError(f"--gnn-sampler {text!r}: the sampler must be one of {', '.join(SAMPLERS)}")
@@ -79,7 +79,7 @@ def parse_sampler(text: str) -> Sampler:
         if not sep or key not in ("bulk", "adjacency"):
             raise ConfigError(f"--gnn-sampler {text!r}: options are bulk=K and adjacency=replicated|partitioned")
         fields[key] = value
-    if kind == "loop" and fields:
+    if kind != "matrix" and fields:
         raise ConfigError(f"--gnn-sampler {text!r}: bulk and adjacency need the matrix sampler")
     try:
         bulk = int(fields.get("bulk", "1"))
