@@ -17,7 +17,8 @@ their CUDA code at DGL tag 0.7.1:
 
 Each hop waits on the device twice (:data:`SYNCS_PER_HOP`): both count copies go through ``GPUCopy``, which
 synchronizes the default stream after a device-to-host copy (``src/runtime/cuda/cuda_device_api.cc`` lines 189-197;
-both functions issue on stream 0). So a hop cannot run ahead of the device: it takes the host's Python and C++ work
+both functions issue on stream 0; DGL 0.8.0, which Quiver's UnifiedTensor rows need, keeps both copies and the
+synchronizing ``GPUCopy``). So a hop cannot run ahead of the device: it takes the host's Python and C++ work
 (:data:`DGL_HOP_HOST_US`), the longer of the CUDA calls' issue (``host_launch_us`` each,
 :func:`plait.cost.host.issue_s`) and their device work, and two round trips (``host_sync_us``,
 :func:`plait.cost.host.sync_s`).
