@@ -96,7 +96,7 @@ def estimate_command(
     gnn_library: Annotated[str, typer.Option(help="With a GNN TOML: pyg (layers on the whole sampled subgraph) | dgl (message-flow graphs; every node redraws each hop) | pyg_sampler (PyG's NeighborSampler: DGL's blocks, PyG's kernels) | pyg_sparse (the same over a torch_sparse SparseTensor: fused products for SAGE, GCN and GIN) | spmm (DGL's fused products of the raw inputs; mean = sum, then a division by the in-degrees). [default: pyg, or the GNN's [loop] loader's]")] = "",
     edge_cut: Annotated[float | None, typer.Option(help="With a GNN TOML: fraction of edges crossing the gpus parts. [default: a random cut, (gpus-1)/gpus]")] = None,
     cache_fraction: Annotated[float, typer.Option(help="With a GNN TOML: fraction of nodes whose features every GPU caches (highest degrees first).")] = 0.0,
-    gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML: loop (a batch at a time) | matrix[:bulk=K][,adjacency=replicated|partitioned] (matrix-based bulk sampling).")] = "loop",
+    gnn_sampler: Annotated[str, typer.Option(help="With a GNN TOML: loop (a batch at a time) | matrix[:bulk=K][,adjacency=replicated|partitioned] (matrix-based bulk sampling) | dgl (DGL's GPU sampler in its loop, with --gnn-library dgl).")] = "loop",
     parallel: ParallelOption = None,
     split: Annotated[str, typer.Option(help="With a mixed cluster: data (replicas on every group, local batches by speed) | pipeline (stages on groups, layers by speed).")] = "data",
     shares: Annotated[str | None, typer.Option(help="With a mixed cluster: each group's share, GROUP=N,... (data: sequences per step; pipeline: layers per stage, e.g. a100=6+6,h100=10+10). [default: every group, balanced by speed]")] = None,

@@ -156,6 +156,13 @@ class GnnEstimate:
     :attr:`plait.hardware.accelerator.Accelerator.asynchronous_launch`)."""
     feed: Feed | None = None
     """A host loader feeding the trainer (:mod:`plait.workloads.gnn.feed`): the step and epoch are then its own."""
+    synchronized_sampling: bool = False
+    """Whether the sampler waits on the device at every hop and the loop reads back before the next batch (DGL's GPU
+    sampler in its training loop, :mod:`plait.workloads.gnn.dgl_gpu_sampler`): the step is then its phases one after
+    another, :attr:`sampling_s` holding the sampler's host time, and only the training's device work hides the
+    host's dispatch."""
+    loop_sync_s: float = 0.0
+    """The training loop's own round trips to the device per step, outside the sampler."""
 
     @property
     def device_s(self) -> float:
@@ -165,10 +172,15 @@ class GnnEstimate:
     @property
     def step_s(self) -> float:
         """The device's work and whatever of the host's dispatch it does not hide (the queue rule of
-        :mod:`plait.cost.host`: the longer of the two behind a launch queue, their sum without one); or the host
-        loader's step (:attr:`feed`)."""
+        :mod:`plait.cost.host`: the longer of the two behind a launch queue, their sum without one); with
+        :attr:`synchronized_sampling` the phases one after another, the training's device work alone hiding the
+        dispatch; or the host loader's step (:attr:`feed`)."""
         if self.feed is not None:
             return self.feed.step_s
+        if self.synchronized_sampling:
+            train_s = self.compute_s + self.all_reduce_s + self.optimizer_s + self.correction_s
+            exposed = float(exposed_host_s(train_s, self.host_s, np, self.asynchronous_launch))
+            return self.sampling_s + self.fetch_s + train_s + exposed + self.loop_sync_s
         return self.device_s + float(exposed_host_s(self.device_s, self.host_s, np, self.asynchronous_launch))
 
     @property

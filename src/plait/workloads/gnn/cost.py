@@ -26,7 +26,8 @@ Strategies (SEEDS.md area P); the mini-batch ones sample ``B`` seeds per rank pe
 A step (no overlap between its phases assumed: PyG's and plait's loaders sample and fetch before the forward pass):
 
 - **sampling**: :mod:`plait.workloads.gnn.sampler` (one batch at a time, or matrix-based bulks over a replicated or
-  partitioned adjacency: its memory is then the part's rows only);
+  partitioned adjacency: its memory is then the part's rows only); DGL's GPU sampler with its host stream, whose
+  synchronizations put the step's phases one after another (:mod:`plait.workloads.gnn.dgl_gpu_sampler`);
 - **fetch**: per peer an 8-byte count, then 8-byte ids out and ``F`` fp32 features back per missed node, by three
   all-to-alls in turn (each waits for the one before: the sizes, then the ids, make the next one's splits) on the
   tier the ``W`` ranks span, the rows each rank serves gathered from its part first (``sampled_dp``), or every
@@ -66,11 +67,12 @@ from plait.workloads.gnn.compute import (
     step_compute_s,
     structure_bytes,
 )
+from plait.workloads.gnn import dgl_gpu_sampler
 from plait.workloads.gnn.dispatch import host_step_s
 from plait.workloads.gnn.feed import host_loader, loader_estimate, pageable_fetch_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
-from plait.workloads.gnn.sampler import COUNT_BYTES, LOOP, Sampler, sampling_time_s
+from plait.workloads.gnn.sampler import COUNT_BYTES, DGL_GPU, LOOP, Sampler, sampling_time_s
 from plait.workloads.gnn.sampling import DegreeClasses, SampledBatch, degree_classes, sample_batch
 
 Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local", "llcg"]
@@ -100,6 +102,9 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     statistics give (strategies that sample the whole graph); ``cache_hit_rate``: a measured hit rate of the
     ``host_features`` cache in place of the degree-ordered cache's (:mod:`plait.workloads.gnn.presampling`)."""
     cut = _check(world, batch, strategy, edge_cut, cache_fraction, library, cache_hit_rate)
+    if sampler == DGL_GPU and (library != "dgl" or spec.loop.loader):
+        raise ConfigError(f"sampler {sampler.label()} is DGL's GPU sampler in the training loop: it needs library "
+                          f"'dgl' (not {library!r}) and no host loader (not {spec.loop.loader!r})")
     loader = host_loader(spec, strategy, library, cache_fraction, sampler != LOOP) if spec.loop.loader else None
     if strategy == "full_graph":
         return full_graph(spec, cluster, world, library)
@@ -115,7 +120,11 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
                                            else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
                            redraw=library != "pyg")
-    sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
+    dgl_sampler = sampler == DGL_GPU
+    if dgl_sampler:  # DGL's GPU sampler: its hops' host stream and synchronizations (dgl_gpu_sampler.py)
+        sampling_s = dgl_gpu_sampler.sampling_s(sampled, cluster, hbm)
+    else:
+        sampling_s = sampling_time_s(sampled, cluster, sampler, hbm, world)
     fetch_s, sent = _fetch(strategy, world, sampled, g.features, cluster, cache_hit_rate)
     sizes = layer_sizes(spec, sampled, library)
     held, batch_rows = feature_memory_bytes(spec, strategy, world, cache, sampled.nodes)
@@ -132,7 +141,8 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
                       optimizer_s=optimizer_s, fetch_bytes=sent, memory_bytes=memory,
                       steps_per_epoch=-(-g.train_nodes // (batch * world)), correction_s=correction_s,
                       host_s=host_step_s(spec.model, library, acc),
-                      asynchronous_launch=acc.asynchronous_launch)
+                      asynchronous_launch=acc.asynchronous_launch, synchronized_sampling=dgl_sampler,
+                      loop_sync_s=dgl_gpu_sampler.loop_syncs_s(cluster) if dgl_sampler else 0.0)
     if loader is not None:  # the spec's loop: a host loader's step (feed.py), or the loop's own pageable copy
         return loader_estimate(est, spec, cluster, world, loader)
     return replace(est, fetch_s=pageable_fetch_s(est, spec, cluster, world))

@@ -50,7 +50,7 @@ class GnnPrediction:
             "epoch_time_s": est.epoch_s, "steps_per_epoch": est.steps_per_epoch,
             "time_breakdown_s": {"sampling": est.sampling_s, "feature_fetch": est.fetch_s, "compute": est.compute_s,
                                  "gradient_all_reduce": est.all_reduce_s, "optimizer": est.optimizer_s,
-                                 "server_correction": est.correction_s},
+                                 "server_correction": est.correction_s, "loop_synchronizations": est.loop_sync_s},
             "host_dispatch_s": est.host_s,
             "fetch_bytes_per_rank": est.fetch_bytes, "memory_bytes": est.memory_bytes, "fits": self.fits,
             "notes": list(self.notes),

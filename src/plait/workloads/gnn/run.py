@@ -66,6 +66,9 @@ def _checked_options(strategy: str, cache: float, sampler: str) -> tuple[float, 
     if not 0.0 <= cache <= 1.0:
         raise ConfigError(f"--cache-fraction={cache} must lie in [0, 1]")
     chosen = parse_sampler(sampler)
+    if chosen.kind == "dgl":
+        raise ConfigError(f"--gnn-sampler {sampler}: DGL's GPU sampler is costed by plait estimate, not run by plait "
+                          "run (its samplers: loop, matrix)")
     if chosen.kind != "loop" and strategy in LOCAL_WORKERS:
         raise ConfigError(f"--gnn-sampler {sampler}: {strategy} samples inside each part with the loop sampler")
     if strategy in ("replicated", "host_features"):  # every rank reads every feature where it is: a cache of all

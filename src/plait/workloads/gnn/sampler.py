@@ -2,7 +2,10 @@
 
 Samplers:
 
-- ``loop``: one batch at a time (plait's :mod:`plait.run.sampler`; DGL's and GNNLab's GPU samplers);
+- ``loop``: one batch at a time (plait's :mod:`plait.run.sampler`; GNNLab's GPU samplers);
+- ``dgl``: DGL's GPU sampler in the training loop, one batch at a time, its host stream and synchronizations
+  counted (:mod:`plait.workloads.gnn.dgl_gpu_sampler`); what the validated DGL GPU-sampling rows run; costed by
+  ``plait estimate --gnn-sampler dgl --gnn-library dgl``, not run by ``plait run``;
 - ``matrix``: matrix-based bulk sampling (000-10: Tripathy, Yelick & Buluç, MLSys 2024, Sec. 3-4;
   :mod:`plait.run.bulk_sampler`): ``bulk`` batches at a time, each hop one sparse product ``P = Q A`` for all of
   them; the adjacency ``replicated`` on every rank (no communication) or ``partitioned`` into the ranks' parts'
@@ -35,35 +38,38 @@ COUNT_BYTES = 8
 """The int64 count each rank sends each peer before the ids it asks for."""
 LOOP_KERNELS_PER_HOP = 33
 """Operations one hop of :func:`plait.run.sampler.sample` runs (counted in its code, each torch operation one
-kernel; assumed the same for DGL's GPU sampler, whose kernels plait has not counted)."""
+kernel; assumed the same for GNNLab's GPU sampler, whose kernels plait has not counted; DGL's are counted in
+:mod:`plait.workloads.gnn.dgl_gpu_sampler`)."""
 BULK_KERNELS_PER_HOP = 28
 """Operations one hop of :func:`plait.run.bulk_sampler.sample_bulk` runs once for the whole bulk (counted)."""
 BULK_KERNELS_PER_BATCH = 11
 """Operations one hop of :func:`plait.run.bulk_sampler.sample_bulk` runs per batch of the bulk (counted)."""
-SAMPLERS = ("loop", "matrix")
+SAMPLERS = ("loop", "matrix", "dgl")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Sampler:
     """How batches are sampled (module docstring)."""
 
-    kind: Literal["loop", "matrix"] = "loop"
+    kind: Literal["loop", "matrix", "dgl"] = "loop"
     bulk: int = 1
     partitioned: bool = False
     """The matrix sampler's adjacency: each rank holds only its part's rows."""
 
     def label(self) -> str:
-        if self.kind == "loop":
-            return "loop"
+        if self.kind != "matrix":
+            return self.kind
         return f"matrix:bulk={self.bulk}" + (",adjacency=partitioned" if self.partitioned else "")
 
 
 LOOP = Sampler()
 """One batch at a time: the default."""
+DGL_GPU = Sampler(kind="dgl")
+"""DGL's GPU sampler in the training loop (module docstring)."""
 
 
 def parse_sampler(text: str) -> Sampler:
-    """``loop`` or ``matrix[:bulk=K][,adjacency=replicated|partitioned]``; one-line errors name the value."""
+    """``loop``, ``dgl`` or ``matrix[:bulk=K][,adjacency=replicated|partitioned]``; one-line errors name the value."""
     kind, _, options = text.partition(":")
     if kind not in SAMPLERS:
         raise ConfigError(f"--gnn-sampler {text!r}: the sampler must be one of {', '.join(SAMPLERS)}")
@@ -73,7 +79,7 @@ def parse_sampler(text: str) -> Sampler:
         if not sep or key not in ("bulk", "adjacency"):
             raise ConfigError(f"--gnn-sampler {text!r}: options are bulk=K and adjacency=replicated|partitioned")
         fields[key] = value
-    if kind == "loop" and fields:
+    if kind != "matrix" and fields:
         raise ConfigError(f"--gnn-sampler {text!r}: bulk and adjacency need the matrix sampler")
     try:
         bulk = int(fields.get("bulk", "1"))

@@ -31,6 +31,7 @@ from plait.workloads.gnn.factored import factored_epoch
 from plait.workloads.gnn.host import loaders
 from plait.workloads.gnn.loop import GnnLoop, GraphFormats
 from plait.workloads.gnn.model import GnnModel, GnnSpec, GraphStats, check_gnn
+from plait.workloads.gnn.sampler import DGL_GPU
 
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100", "A10G-24GB": "aws-g5-8xlarge",
            "RTX3090-24GB": "rtx3090-workstation"}
@@ -144,7 +145,7 @@ def _epoch_s(row: Record, spec: GnnSpec, cluster: Cluster) -> float:
     per_node = -(-gpus // nodes)
     if loader == "gpu":  # sampled on the GPU in the training loop; DGL's loop: feat[ids] (a new tensor) .to(device)
         spec = replace(spec, loop=GnnLoop(copy_from="pinned" if on_gpu else "pageable", ranks_per_node=per_node))
-        return estimate_gnn(spec, cluster, gpus, batch, strategy, library="dgl").epoch_s
+        return estimate_gnn(spec, cluster, gpus, batch, strategy, library="dgl", sampler=DGL_GPU).epoch_s
     host = loaders()[loader]
     spec = replace(spec, loop=GnnLoop(loader=loader, workers=row.count("workers"), ranks_per_node=per_node,
                                       feature_bytes=row.count("feature_bytes", high=8)))
