@@ -57,7 +57,8 @@ LOOP_SYNCS_PER_STEP = 2
 DGL_HOP_HOST_US = Figure(
     value=243.0,
     source="measured by OMP_NUM_THREADS=1 python benchmarks/dgl_sampler_host.py on 2026-12-07 (DGL 2.1.0 CPU wheel, "
-           "torch 2.13 CPU build, one thread, this repository's 2-core Xeon host at load average 0.6-1.4): the "
+           "torch 2.13 CPU build, one thread, the 2-core development VM, an AMD EPYC of family 25 model 17 (Zen 4) "
+           "by /proc/cpuinfo, at load average 0.6-1.4): the "
            "least-squares intercept (no edge drawn) of NeighborSampler([5, 10, 15]).sample_blocks's CPU time a hop "
            "over 1-16 seeds, median of 3 runs 242.7 us (228.6-310.6; 315.8 in a fourth beside the test suite at load "
            "1.8: CPU time grows with the load); assumed for the rows' hosts and for DGL "
