@@ -59,7 +59,7 @@ each node its in-edges, instead of the symmetrized graph (SALIENT's ``driver/dat
 COLUMNS = ("source_id", "system", "dataset", "model", "layers", "hidden", "fanouts", "batch_per_gpu", "gpu", "gpus",
            "nodes", "measured_epoch_s", "loader", "workers", "features_on", "feature_bytes", "sampler_gpus",
            "cache_fraction")
-"""The columns a row's prediction reads (``heads``, ``norm``, ``graph_formats`` and ``torch`` may follow;
+"""The columns a row's prediction reads (``heads``, ``norm`` and ``graph_formats`` may follow;
 ``plait/validate/data/gnn_epochs.md`` describes them all)."""
 GRAPH_FORMATS: dict[str, GraphFormats] = {"": "coo", "csr,csc": "csr,csc"}
 """The ``graph_formats`` column of a DGL full-graph row: empty where the script's graph holds the COO it was built
@@ -68,9 +68,12 @@ backward's reversed graph (:mod:`plait.workloads.gnn.dgl_reverse`)."""
 NORMS = {"": False, "batch": True}
 """The ``norm`` column: empty, or ``batch`` where the row's script runs a ``BatchNorm1d`` on every hidden layer's
 output before its activation (:attr:`GnnModel.batch_norm`)."""
+SOURCE_TORCH = {"DGL05_BENCH": "1.8.1"}
+"""The PyTorch release of the sources that state it: the DGL 0.5 benchmark's README ("DGL v0.6.1, PyG v1.7.0,
+PyTorch 1.8.1, CUDA 11.1"; its rows' notes quote it); the others' is not stated."""
 PER_CHANNEL_TORCH = (1, 8)
 """The last PyTorch release whose CUDA batch norm of a 2-D training input leaves cuDNN above 131,070 rows for ATen's
-per-channel kernels (:mod:`plait.workloads.gnn.batch_norm`); a row's ``torch`` column up to it takes them."""
+per-channel kernels (:mod:`plait.workloads.gnn.batch_norm`); a source's release up to it takes them."""
 MAX_LAYERS = 1000
 """Deepest GNN a row may describe: the 1,000 layers of RevGNN (Li et al., "Training Graph Neural Networks with 1000
 Layers", ICML 2021), the deepest published; a bound on the work one row asks for (a layer is costed at a time)."""
@@ -133,14 +136,18 @@ def _row_spec(row: Record, known: dict[str, GraphStats], raw: dict[str, GraphSta
 
 
 def _batch_norm_kernels(row: Record) -> BatchNormKernels:
-    """The row's ``torch`` column (the PyTorch release its run used, as ``1.8.1``; empty: not stated) as the kernels
-    of its batch norms: ``per_channel`` up to :data:`PER_CHANNEL_TORCH`, else ``fused``."""
-    version = row.get("torch") or ""
-    if not version:
+    """The kernels of the row's batch norms by its source's PyTorch release (:data:`SOURCE_TORCH`):
+    ``per_channel`` up to :data:`PER_CHANNEL_TORCH`, else (or where not stated) ``fused``."""
+    return torch_batch_norm_kernels(SOURCE_TORCH.get(row["source_id"], ""))
+
+
+def torch_batch_norm_kernels(release: str) -> BatchNormKernels:
+    """A PyTorch release (``1.8.1``; empty: not stated) as the kernels of its CUDA batch norms."""
+    if not release:
         return "fused"
-    parts = version.split(".")
+    parts = release.split(".")
     if len(parts) < 2 or not all(p.isdigit() for p in parts):
-        raise ConfigError(f"{row.where}: column torch={version!r} must be empty or a release such as 1.8.1")
+        raise ConfigError(f"PyTorch release {release!r} must be empty or like 1.8.1")
     return "per_channel" if (int(parts[0]), int(parts[1])) <= PER_CHANNEL_TORCH else "fused"
 
 
