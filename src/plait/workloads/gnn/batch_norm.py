@@ -22,11 +22,12 @@ warp only lane 0 works:
 Each walk is a loop over rows whose body reads the row (the inner loop over the size-1 dimension holds one read and
 runs once), uses it and, in order, only then reaches the next row's read: one read in flight per lane (assumed: the
 compiler neither unrolls the outer loop, which holds the inner one, nor moves the next row's read ahead of the
-arithmetic; a GPU issues each warp's instructions in order). The rows are 4 bytes of a channel 4b bytes apart; the
+arithmetic; a GPU issues each warp's instructions in order). A channel's values lie 4b bytes apart, one a row; the
 8 channels of a 32-byte sector are read by 8 blocks that start together and run the same loop, so each read waits
 for the sector's one fill from DRAM: a dependent read at the GPU's pointer-chase latency (a lower bound: the arithmetic
-between reads is not counted). So a walk takes ``ceil(n / 16) x latency`` if every channel's block is
-resident at once (``b`` blocks of 512 threads), and the transform ``ceil(blocks / resident blocks) x ceil(n / (2
+between reads is not counted). So a walk takes ``ceil(n / 16) x latency`` for each round of channel blocks
+the SMs hold at once (``b`` blocks of 512 threads: 4 an SM on compute capability 7.0, assumed to fit its registers),
+and the transform ``ceil(blocks / resident blocks) x ceil(n / (2
 grid_y)) x latency``. The bytes these kernels stream are a small share of the HBM's rate at this pace (on a V100,
 ogbn-arxiv's 169,343 x 256: 173 MB a walk in 3.2 ms, 55 GB/s), so each kernel is latency-bound; the time charged is
 the larger of this bound and :data:`BATCH_NORM_VALUES` at the HBM's rate.
