@@ -158,4 +158,5 @@ def test_the_readers_defaults_are_the_descriptions_own() -> None:
         "degree_exponent", "out_degree_exponent", "degree_histogram"}  # 0.0: an undirected graph; (): no histogram
     assert {f.name for f in dataclasses.fields(GnnModel) if f.default is not dataclasses.MISSING} == {"kind", "heads",
                                                                                                      "dropout",
-                                                                                                     "batch_norm"}
+                                                                                                     "batch_norm",
+                                                                                                     "batch_norm_kernels"}

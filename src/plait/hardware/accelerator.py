@@ -30,6 +30,9 @@ ASYNCHRONOUS_LAUNCH = ("PyTorch docs, CUDA semantics, 'Asynchronous execution' (
                        "cuda.html#asynchronous-execution): 'GPU operations are asynchronous', enqueued to the device and "
                        "run later, so the host runs ahead of the device until a synchronization")
 
+NO_LATENCY = ("not stated: no published pointer-chase latency of this GPU was found; the latency-bound kernels that read "
+              "it (plait.workloads.gnn.batch_norm) are costed by their bytes alone")
+
 GPU_SAMPLER = ("not measured: a GPU samples neighbours as DGL's and GNNLab's GPU samplers do, costed by the 32-byte "
                "sectors each draw reads (plait.workloads.gnn.cost); plait calibrate measures plait's CPU sampler on a "
                "CPU")
@@ -102,6 +105,9 @@ class Efficiency:
     sampling_ns_per_slot: Figure = field(default_factory=lambda: Figure(value=0.0, source=GPU_SAMPLER))
     """Nanoseconds plait's CPU neighbour sampler spends per neighbour slot it scans (:mod:`plait.run.sampler`);
     0: the device samples as a GPU does, costed by the sectors it reads (:mod:`plait.workloads.gnn.cost`)."""
+    dram_latency_ns: Figure = field(default_factory=lambda: Figure(value=0.0, source=NO_LATENCY))
+    """Time of one dependent global-memory read that misses the L2 cache (a pointer chase over a footprint far larger
+    than the L2), nanoseconds; 0: not stated (:mod:`plait.workloads.gnn.batch_norm` reads it)."""
     matrix_sampling_ns_per_slot: Figure = field(default_factory=lambda: Figure(value=0.0, source=GPU_SAMPLER))
     """The same for plait's matrix-based bulk sampler (:mod:`plait.run.bulk_sampler`)."""
     host_fsdp_layer_fwd_us: Figure = field(default_factory=lambda: Figure(value=0.0, source=HIDDEN_HOST))
@@ -138,6 +144,13 @@ class Accelerator:
     """Datasheet URL(s)."""
     efficiency: Efficiency
     """Achievable fractions of the peaks above."""
+    streaming_multiprocessors: int = 0
+    """SMs (compute units) on the chip; 0: not stated. With :attr:`max_threads_per_sm` and :attr:`max_blocks_per_sm`
+    it sets how many thread blocks of a kernel run at once (:mod:`plait.workloads.gnn.batch_norm`)."""
+    max_threads_per_sm: int = 0
+    """Most resident threads per SM (CUDA C++ Programming Guide, compute capability table); 0: not stated."""
+    max_blocks_per_sm: int = 0
+    """Most resident thread blocks per SM (the same table); 0: not stated."""
     asynchronous_launch: bool = True
     """Whether the host enqueues work that the device runs later (a GPU's launch queue: the host stream and the device
     stream overlap, a pass takes the longer of the two) or runs each op itself before issuing the next (a CPU device:

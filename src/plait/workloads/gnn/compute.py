@@ -58,8 +58,9 @@ values read plus written at the HBM's streaming rate:
   layer but the last (``2nb``; backward ``threshold_backward``, ``3nb``) and, where the model has them
   (:class:`plait.workloads.gnn.model.GnnModel`), a dropout after that ReLU (``2.25 nb`` each way:
   :data:`DROPOUT_VALUES`) and a batch normalization before it (``3nb`` forward, ``5nb`` backward:
-  :data:`BATCH_NORM_VALUES`); backward, the bias gradient's sum over the rows (``nb``) and, below the first layer,
-  the input gradient's paths summed, one per linear map after the first (``3na`` each).
+  :mod:`plait.workloads.gnn.batch_norm`: the larger of these values' time and, for PyTorch 1.8's kernels above
+  cuDNN's row limit, their latency-bound time); backward, the bias gradient's sum over the rows (``nb``) and, below
+  the first layer, the input gradient's paths summed, one per linear map after the first (``3na`` each).
 
 PyG's gather-scatter values stream at the rate of PyTorch's own gather and scatter kernels over random rows,
 ``torch_gather_relative`` of the HBM's (TorchRec's planner: plain PyTorch embedding lookups at half the rate of
@@ -92,6 +93,7 @@ from plait.cost.compute import fp32_gemm_s, memory_bytes_per_s
 from plait.cost.host import exposed_host_s
 from plait.hardware.accelerator import Accelerator
 from plait.hardware.catalog import kernel_curve
+from plait.workloads.gnn.batch_norm import BATCH_NORM_VALUES, per_channel_latency_s, takes_per_channel_path
 from plait.workloads.gnn.dgl_gat import dgl_gat_values
 from plait.workloads.gnn.dgl_mean import dgl_mean_values
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
@@ -111,12 +113,6 @@ DROPOUT_VALUES = 2 + MASK_BYTES / FEATURE_BYTES
 """fp32 values one dropout streams per element, each way: forward ``fused_dropout_kernel`` reads the input and writes
 the scaled output and the mask; backward ``masked_scale_kernel`` reads the gradient and the mask and writes the
 input's gradient (aten/src/ATen/native/cuda/Dropout.cu)."""
-BATCH_NORM_VALUES = (3, 5)
-"""fp32 values a training-mode ``BatchNorm1d`` over an ``(n, b)`` input streams per element, forward and backward:
-PyTorch's CUDA kernels for a 2-D input (aten/src/ATen/native/cuda/Normalization.cu, the channels-last kernels it
-picks for ``ndimension() == 2``) read the input for the per-channel statistics, then read it and write the output;
-backward they read the input and the output's gradient for the per-channel sums, then read both again and write the
-input's gradient (the per-channel vectors are ``b`` values, negligible)."""
 CALIBRATED = "measured by plait calibrate"
 """How a measured accelerator's source begins: its memory figure was timed on the host's own memory-bound operations,
 so PyTorch's gather rate relative to a datasheet's streaming rate does not apply to it."""
@@ -240,13 +236,15 @@ def layer_compute_s(spec: GnnSpec, sizes: list[tuple[float, float]], acc: Accele
         fwd += (3 if model.kind in ("sage", "transformer") else 2) * n * b + (2 * n * b if hidden else 0.0)
         if hidden and model.dropout:  # dropout after the activation, forward and backward
             fwd, bwd = fwd + DROPOUT_VALUES * n * b, bwd + DROPOUT_VALUES * n * b
-        if hidden and model.batch_norm:  # batch normalization before the activation
-            fwd, bwd = fwd + BATCH_NORM_VALUES[0] * n * b, bwd + BATCH_NORM_VALUES[1] * n * b
+        norm_s = 0.0
+        if hidden and model.batch_norm:  # batch normalization before the activation: streamed, or latency-bound
+            bound = per_channel_latency_s(n, b, acc) if takes_per_channel_path(model.batch_norm_kernels, n) else (0, 0)
+            norm_s = sum(max(v * n * b * FEATURE_BYTES / hbm, s) for v, s in zip(BATCH_NORM_VALUES, bound, strict=True))
         if model.kind == "gin":  # the MLP's inner bias and ReLU (2nb + 2nb; backward 3nb)
             fwd, bwd = fwd + 4 * n * b, bwd + 3 * n * b
         fwd += n * (w + b) if w != b else 0.0  # an attention model's last heads averaged
         bwd += n * b + (3 * n * b if hidden else 0.0) + (0.0 if first else 3 * (model.maps - 1) * n * a)
-        out.append(gemms + sum(product) + (fwd + bwd) * FEATURE_BYTES / hbm)
+        out.append(gemms + sum(product) + norm_s + (fwd + bwd) * FEATURE_BYTES / hbm)
     return out
 
 

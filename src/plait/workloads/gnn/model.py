@@ -34,6 +34,7 @@ from typing import Any, Literal
 from plait.errors import ConfigError
 from plait.schema import build, check_keys, table, value
 from plait.workload.files import read_toml
+from plait.workloads.gnn.batch_norm import BATCH_NORM_KERNELS, BatchNormKernels
 from plait.workloads.gnn.loop import DEFAULT_LOOP, GnnLoop
 
 GnnKind = Literal["sage", "gcn", "gat", "transformer", "gin"]
@@ -114,7 +115,11 @@ class GnnModel:
     mode: :data:`plait.workloads.gnn.compute.DROPOUT_VALUES`); plait's own runtime model has none."""
     batch_norm: bool = False
     """Whether a ``BatchNorm1d`` normalizes every hidden layer's output before its activation (training mode:
-    :data:`plait.workloads.gnn.compute.BATCH_NORM_VALUES`); plait's own runtime model has none."""
+    :data:`plait.workloads.gnn.batch_norm.BATCH_NORM_VALUES`); plait's own runtime model has none."""
+    batch_norm_kernels: BatchNormKernels = "fused"
+    """Which PyTorch CUDA kernels run those batch norms: ``fused`` (PyTorch from 1.9, assumed), or ``per_channel``
+    (PyTorch 1.8 and before: above 131,070 rows ATen's kernels with one block per channel,
+    :mod:`plait.workloads.gnn.batch_norm`)."""
 
     def widths(self, graph: GraphStats) -> list[tuple[int, int]]:
         """(in, out) of each layer, input side first."""
@@ -200,6 +205,9 @@ def check_gnn(spec: GnnSpec, where: str) -> None:
                           f"lie in [1, max_degree={g.max_degree}]")
     if m.kind not in KINDS:
         raise ConfigError(f"{where}: model kind={m.kind!r} must be one of {', '.join(KINDS)}")
+    if m.batch_norm_kernels not in BATCH_NORM_KERNELS:
+        raise ConfigError(f"{where}: model batch_norm_kernels={m.batch_norm_kernels!r} must be one of "
+                          f"{', '.join(BATCH_NORM_KERNELS)}")
     if m.layers < 1 or m.hidden < 1:
         raise ConfigError(f"{where}: model layers={m.layers} and hidden={m.hidden} must be >= 1")
     if m.heads < 1 or (m.kind in ATTENTION_KINDS and m.hidden % m.heads):
