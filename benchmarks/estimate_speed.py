@@ -1,13 +1,16 @@
 """How long one estimate takes (target: worst median <= 0.25 ms of CPU time on the 2-core CI machine).
 
-Run: python benchmarks/estimate_speed.py [--cold]
+Run: python benchmarks/estimate_speed.py [--cold | --sweep]
 Times several representative plans, each repeated, in one process, and prints per plan the median milliseconds
 per estimate of the thread's CPU time (``time.thread_time``: what the estimate itself costs, less exposed to a
 shared machine's other work) beside wall-clock time, the ratio of the CPU median to the budget, and the machine's
 load average before and after (``os.getloadavg``). Each plan is estimated again and again, so what one estimate
 keeps for the next (per-layer quantities and FSDP times by the fields they read, collective times, the rule and
 engine checks of a plan seen before) is found kept; ``--cold`` empties all of it before every estimate: a plan seen
-first, with nothing shared with earlier ones (a ``plait estimate`` process).
+first, with nothing shared with earlier ones (a ``plait estimate`` process); ``--sweep`` empties it once per plan
+and then estimates the plan at 200 global batch sizes, each a plan not seen before of a model and cluster estimated
+before (a user's sweep of batch sizes: what the plan's other fields decide is found kept, what the batch decides,
+its micro-batch count, pipeline and sync, is costed afresh).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import replace
 
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -49,8 +53,11 @@ def empty_kept() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cold", action="store_true", help="empty what estimates keep before every estimate")
-    cold = parser.parse_args().cold
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--cold", action="store_true", help="empty what estimates keep before every estimate")
+    modes.add_argument("--sweep", action="store_true", help="each estimate a new global batch of the plan")
+    args = parser.parse_args()
+    cold, sweep = args.cold, args.sweep
     models = {m: get_model(m) for m, _, _ in CASES}
     clusters = {c: get_cluster(c) for _, c, _ in CASES}
     load_before = os.getloadavg()
@@ -58,11 +65,17 @@ def main() -> None:
     medians = []
     for model, cluster, plan in CASES:
         cpu, wall = [], []
-        for _ in range(200):
+        if sweep:
+            empty_kept()
+        for k in range(200):
             if cold:
                 empty_kept()
+            # a sweep's k-th plan: k more micro-batch rounds of every replica (each pipeline's count stays a multiple
+            # of its stages, as the interleaved schedule needs)
+            step = plan.dp * plan.micro_batch * plan.pp
+            planned = replace(plan, global_batch=plan.global_batch + (k + 1) * step) if sweep else plan
             start, start_cpu = time.perf_counter(), time.thread_time()
-            _ = estimate(models[model], clusters[cluster], plan,
+            _ = estimate(models[model], clusters[cluster], planned,
                          engine=get_engine()).step_time_interval_s  # with its p10/p90
             cpu.append((time.thread_time() - start_cpu) * 1e3)
             wall.append((time.perf_counter() - start) * 1e3)
@@ -71,7 +84,8 @@ def main() -> None:
         print(f"{model + ' / ' + plan.describe()[:30]:45s} {median:8.3f} {statistics.median(wall):8.3f} "
               f"{median / BUDGET_MS:9.3f}")
     worst = max(medians)
-    print(f"worst CPU median {worst:.3f} ms = {worst / BUDGET_MS:.3f} x the {BUDGET_MS} ms budget "
+    mode = "plans seen first" if cold else "new batch sizes of each plan" if sweep else "plans estimated again"
+    print(f"{mode}: worst CPU median {worst:.3f} ms = {worst / BUDGET_MS:.3f} x the {BUDGET_MS} ms budget "
           f"({'within' if worst <= BUDGET_MS else 'OVER'} budget); load average (1, 5, 15 min) "
           f"{_load(load_before)} before, {_load(os.getloadavg())} after, on {os.cpu_count()} CPUs")
 
