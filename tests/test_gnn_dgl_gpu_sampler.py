@@ -4,6 +4,7 @@ by hand in DGL 0.7.1's source, a hop's time from them, and the step they seriali
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,12 @@ def test_dgls_sampler_refuses_other_libraries_and_host_loaders(library: str, loa
         estimate_gnn(_spec(loader), V100, 1, 1024, "replicated",
                      library=library, sampler=DGL_GPU)  # type: ignore[arg-type]
 
+
+def test_dgls_sampler_refuses_a_device_without_a_launch_queue() -> None:
+    """A CPU device runs each op as it is issued: there are no CUDA calls to issue nor count read-backs to wait on."""
+    cpu = replace(V100, accelerator=replace(V100.accelerator, asynchronous_launch=False))
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        estimate_gnn(_spec(), cpu, 1, 1024, "replicated", library="dgl", sampler=DGL_GPU)
 
 
 def test_plait_estimate_prices_a_validated_gpu_row_as_validation_does(tmp_path: Path) -> None:
