@@ -34,8 +34,15 @@ training, whose device work alone can hide the host's dispatch of its kernels.
 
 Not counted: the loader's own Python per batch (``_NodeDataLoaderIter.__next__``, ``NodeCollator.collate``), the
 loops' ``block.int()`` (5-10 us of CPU a block by ``benchmarks/dgl_sampler_host.py``, and the cast's kernels), the
-lazy CSC each block builds on the GPU on its first message passing (a sort of its COO), and the input ids' copy to
-the host with features in host memory (8 bytes a node over PCIe).
+lazy CSC each block builds on the GPU on its first message passing (a sort of its COO), the input ids' copy to
+the host with features in host memory (8 bytes a node over PCIe), and, of the device's work, all but the sampling's
+reads (:func:`hop_device_s`): ``to_block``'s hash-table inserts, scans and per-edge lookups. Nor are the CUDA calls
+outside the counts above: ``sample_neighbors``' event (``cudaEventCreate``, ``cudaEventRecord``,
+``cudaEventSynchronize``, ``cudaEventDestroy``; ``rowwise_sampling.cu`` lines 312-370) and each output array's
+``cudaMalloc`` (``NewIdArray``: three in ``sample_neighbors``, lines 267-269, four in ``to_block``, lines 286-287,
+382 and 426), freed with ``cudaFree``, which waits for the device, when the blocks are dropped
+(``cuda_device_api.cc`` ``AllocDataSpace`` and ``FreeDataSpace``, lines 97 and 103; only workspaces are pooled):
+no per-call figure of either on these GPUs was found.
 """
 
 from __future__ import annotations
