@@ -74,12 +74,14 @@ DGL_HOP_HOST_US = Figure(
 
 
 def hop_device_s(sampled: SampledBatch, hop: int, hbm_bytes_per_s: float, kernel_launch_s: float) -> float:
-    """Device seconds of hop ``hop``: a random 32-byte sector per neighbour drawn and two per node the hop reaches
-    (its row offsets; the seeds' on the first hop), the reads :func:`plait.workloads.gnn.sampler.sampling_time_s`
-    charges a GPU sampler, at the HBM's streaming rate, and the device's floor per call of the hop's
-    :data:`SAMPLE_NEIGHBORS_CUDA_CALLS` + :data:`TO_BLOCK_CUDA_CALLS`."""
-    reached = sampled.new_nodes[hop + 1] + (sampled.new_nodes[0] if hop == 0 else 0.0)
-    sectors = sampled.edges[hop] + 2 * reached
+    """Device seconds of hop ``hop``: a random 32-byte sector per neighbour drawn and two per row it draws from (the
+    row's offsets), the sectors :func:`plait.workloads.gnn.sampler.sampling_time_s` charges a GPU sampler (there two
+    per node of the batch), at the HBM's streaming rate, and the device's floor per call of the hop's
+    :data:`SAMPLE_NEIGHBORS_CUDA_CALLS` + :data:`TO_BLOCK_CUDA_CALLS`. A hop draws from every node reached before it:
+    a block's sources begin with its destinations, and the next hop samples from all its sources (``seed_nodes =
+    block.srcnodes[ntype].data[NID]``, ``dataloader.py`` line 348)."""
+    frontier = sum(sampled.new_nodes[: hop + 1])
+    sectors = sampled.edges[hop] + 2 * frontier
     calls = SAMPLE_NEIGHBORS_CUDA_CALLS + TO_BLOCK_CUDA_CALLS
     return sectors * SECTOR_BYTES / hbm_bytes_per_s + calls * kernel_launch_s
 
