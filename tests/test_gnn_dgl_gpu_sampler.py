@@ -3,7 +3,6 @@ by hand in DGL 0.7.1's source, a hop's time from them, and the step they seriali
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,13 +14,13 @@ from plait.workloads.gnn import dgl_gpu_sampler as dgs
 from plait.workloads.gnn.compute import GnnEstimate
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.loop import GnnLoop
-from plait.validate.records import read_records
 from plait.workloads.gnn.model import GnnModel, GnnSpec, read_gnn
 from plait.workloads.gnn.predict import predict_gnn
 from plait.workloads.gnn.run import _checked_options
 from plait.workloads.gnn.sampler import DGL_GPU, LOOP, parse_sampler
 from plait.workloads.gnn.sampling import SampledBatch
-from plait.workloads.gnn.validate import COLUMNS, graphs, predict_row
+from plait.workloads.gnn.validate import graphs, predict_row
+from tests.gnn_row_files import first_row, job_toml
 
 V100 = get_cluster("dgx1-v100")
 
@@ -140,25 +139,9 @@ def test_dgls_sampler_refuses_a_device_without_a_launch_queue() -> None:
 def test_plait_estimate_prices_a_validated_gpu_row_as_validation_does(tmp_path: Path) -> None:
     """Quiver's GPU-sampled row with every feature on the GPU (one RTX 3090) written as a GNN file: ``plait estimate
     --gnn-sampler dgl --gnn-library dgl --gnn-strategy replicated`` gives the row's prediction."""
-    source = Path(__file__).parents[1] / "src/plait/validate/data/gnn_epochs.csv"
-    with source.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f)
-                if r["source_id"] == "QUIVER_DGL_EX" and r["loader"] == "gpu" and r["features_on"] == "gpu"]
-    one = tmp_path / "row.csv"
-    with one.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerow(rows[0])
-    row = read_records(one, "--gnn file", COLUMNS)[0]
-    g = graphs()["ogbn-products"]
-    toml = tmp_path / "job.toml"
-    toml.write_text(
-        f"[graph]\nnodes = {g.nodes}\nedges = {g.edges}\nfeatures = {g.features}\nclasses = {g.classes}\n"
-        f"train_nodes = {g.train_nodes}\ndegree_exponent = {g.degree_exponent}\nmax_degree = {g.max_degree}\n"
-        f"degree_histogram = {[list(c) for c in g.degree_histogram]}\n"
-        f"[model]\nlayers = {row['layers']}\nhidden = {row['hidden']}\ndropout = true\n"
-        f"fanouts = [{row['fanouts'].replace('-', ', ')}]\n"
-    )
+    row = first_row(tmp_path, lambda r: r["source_id"] == "QUIVER_DGL_EX" and r["loader"] == "gpu"
+                    and r["features_on"] == "gpu")
+    toml = job_toml(tmp_path, row, graphs()["ogbn-products"])
     gpus, batch = int(row["gpus"]), int(row["batch_per_gpu"])
     job = predict_gnn(read_gnn(toml), get_cluster("rtx3090-workstation"), gpus, gpus * batch, "replicated",
                       library="dgl", sampler=parse_sampler("dgl"))
