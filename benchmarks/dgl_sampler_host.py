@@ -63,15 +63,25 @@ def _import_dgl() -> types.ModuleType:
     return dgl
 
 
-def main() -> None:
-    dgl = _import_dgl()
+def _at_least_one(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse prints the one-line error and exits 2 otherwise)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be an integer >= 1")
+    return value
 
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--batches", type=int, default=200)
-    parser.add_argument("--nodes", type=int, default=100_000)
-    parser.add_argument("--degree", type=int, default=20)
+    parser.add_argument("--repeats", type=_at_least_one, default=7)
+    parser.add_argument("--batches", type=_at_least_one, default=200)
+    parser.add_argument("--nodes", type=_at_least_one, default=100_000)
+    parser.add_argument("--degree", type=_at_least_one, default=20)
     args = parser.parse_args()
+    try:
+        dgl = _import_dgl()
+    except ImportError as e:
+        parser.error(f"needs DGL's CPU wheel ({e}): pip install --no-deps dgl==2.1.0 scipy networkx psutil")
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     edges = args.nodes * args.degree
@@ -104,6 +114,7 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
     slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
     return slope, my - slope * mx
+
 
 if __name__ == "__main__":
     main()

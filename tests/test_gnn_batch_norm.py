@@ -100,3 +100,15 @@ def test_only_the_dgl_benchmark_rows_state_pytorch_1_8() -> None:
     slow = {r["source_id"] for r in rows if validate._batch_norm_kernels(r) == "per_channel"}
     assert slow == {"DGL05_BENCH"}
     assert all("PyTorch 1.8.1" in r["notes"] for r in rows if r["source_id"] == "DGL05_BENCH")
+
+
+def test_an_sm_too_small_for_the_kernels_blocks_is_refused_in_one_line() -> None:
+    """The statistics and backward kernels launch 32 x 16 = 512-thread blocks: an SM of 256 threads holds none."""
+    with pytest.raises(ConfigError, match="max_threads_per_sm=256 holds no 512-thread block"):
+        per_channel_latency_s(169_343, 256, replace(V100, max_threads_per_sm=256))
+
+
+@pytest.mark.parametrize("name", ["streaming_multiprocessors", "max_threads_per_sm", "max_blocks_per_sm"])
+def test_a_negative_residency_figure_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match=f"{name}=-1 must be >= 0"):
+        replace(V100, **{name: -1})

@@ -3,7 +3,7 @@ by hand in DGL 0.7.1's source, a hop's time from them, and the step they seriali
 
 from __future__ import annotations
 
-import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,13 +14,13 @@ from plait.workloads.gnn import dgl_gpu_sampler as dgs
 from plait.workloads.gnn.compute import GnnEstimate
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.loop import GnnLoop
-from plait.validate.records import read_records
 from plait.workloads.gnn.model import GnnModel, GnnSpec, read_gnn
 from plait.workloads.gnn.predict import predict_gnn
 from plait.workloads.gnn.run import _checked_options
 from plait.workloads.gnn.sampler import DGL_GPU, LOOP, parse_sampler
 from plait.workloads.gnn.sampling import SampledBatch
-from plait.workloads.gnn.validate import COLUMNS, graphs, predict_row
+from plait.workloads.gnn.validate import graphs, predict_row
+from tests.gnn_row_files import first_row, job_toml
 
 V100 = get_cluster("dgx1-v100")
 
@@ -66,6 +66,13 @@ def test_the_counts_are_the_calls_read_in_dgl_0_7_1() -> None:
     assert all(dgs.LOOP_SYNCS_PER_STEP == len(reads) for reads in LOOP_SYNCS.values())
 
 
+def test_a_hop_reads_the_offsets_of_every_node_reached_before_it() -> None:
+    """DGL's blocks keep their destinations among their sources, so hop 2 draws from the 4 seeds and the 10 + 20
+    nodes the first two hops reached: 2 sectors each beside its 30 drawn edges (with no launch floor)."""
+    batch = _batch((10.0, 20.0, 30.0), (4.0, 10.0, 20.0, 30.0))
+    assert dgs.hop_device_s(batch, 2, 32.0, 0.0) == pytest.approx(30 + 2 * (4 + 10 + 20))
+
+
 def _batch(edges: tuple[float, ...], nodes: tuple[float, ...]) -> SampledBatch:
     zeros = tuple(0.0 for _ in edges)
     return SampledBatch(new_nodes=nodes, edges=edges, remote_nodes=nodes, remote_misses=0.0, scanned=zeros,
@@ -83,10 +90,10 @@ def test_a_small_batch_pays_the_host_per_hop() -> None:
 
 
 def test_a_hop_whose_device_reads_outlast_its_issue_waits_for_them() -> None:
-    """One hop drawing 10 M neighbours: 10 M sectors of 32 bytes plus 2 per node reached (1 M + the 1 k seeds) at
-    1 TB/s is 384.064 ms, plus 18 device launch floors of 5 us, far past the 180 us of issue."""
+    """One hop drawing 10 M neighbours from 1 k seeds: 10 M sectors of 32 bytes plus 2 per seed's row offsets at
+    1 TB/s is 320.064 us, plus 18 device launch floors of 5 us, past the 180 us of issue."""
     big = _batch((10e6,), (1e3, 1e6))
-    device = (10e6 + 2 * (1e6 + 1e3)) * 32 / 1e12 + 18 * 5e-6
+    device = (10e6 + 2 * 1e3) * 32 / 1e12 + 18 * 5e-6
     assert dgs.sampling_s(big, V100, 1e12) == pytest.approx(243e-6 + device + 52e-6)
 
 
@@ -122,29 +129,19 @@ def test_dgls_sampler_refuses_other_libraries_and_host_loaders(library: str, loa
                      library=library, sampler=DGL_GPU)  # type: ignore[arg-type]
 
 
+def test_dgls_sampler_refuses_a_device_without_a_launch_queue() -> None:
+    """A CPU device runs each op as it is issued: there are no CUDA calls to issue nor count read-backs to wait on."""
+    cpu = replace(V100, accelerator=replace(V100.accelerator, asynchronous_launch=False))
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        estimate_gnn(_spec(), cpu, 1, 1024, "replicated", library="dgl", sampler=DGL_GPU)
+
 
 def test_plait_estimate_prices_a_validated_gpu_row_as_validation_does(tmp_path: Path) -> None:
     """Quiver's GPU-sampled row with every feature on the GPU (one RTX 3090) written as a GNN file: ``plait estimate
     --gnn-sampler dgl --gnn-library dgl --gnn-strategy replicated`` gives the row's prediction."""
-    source = Path(__file__).parents[1] / "src/plait/validate/data/gnn_epochs.csv"
-    with source.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f)
-                if r["source_id"] == "QUIVER_DGL_EX" and r["loader"] == "gpu" and r["features_on"] == "gpu"]
-    one = tmp_path / "row.csv"
-    with one.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerow(rows[0])
-    row = read_records(one, "--gnn file", COLUMNS)[0]
-    g = graphs()["ogbn-products"]
-    toml = tmp_path / "job.toml"
-    toml.write_text(
-        f"[graph]\nnodes = {g.nodes}\nedges = {g.edges}\nfeatures = {g.features}\nclasses = {g.classes}\n"
-        f"train_nodes = {g.train_nodes}\ndegree_exponent = {g.degree_exponent}\nmax_degree = {g.max_degree}\n"
-        f"degree_histogram = {[list(c) for c in g.degree_histogram]}\n"
-        f"[model]\nlayers = {row['layers']}\nhidden = {row['hidden']}\ndropout = true\n"
-        f"fanouts = [{row['fanouts'].replace('-', ', ')}]\n"
-    )
+    row = first_row(tmp_path, lambda r: r["source_id"] == "QUIVER_DGL_EX" and r["loader"] == "gpu"
+                    and r["features_on"] == "gpu")
+    toml = job_toml(tmp_path, row, graphs()["ogbn-products"])
     gpus, batch = int(row["gpus"]), int(row["batch_per_gpu"])
     job = predict_gnn(read_gnn(toml), get_cluster("rtx3090-workstation"), gpus, gpus * batch, "replicated",
                       library="dgl", sampler=parse_sampler("dgl"))

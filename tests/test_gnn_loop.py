@@ -3,7 +3,6 @@ estimate itself, so ``plait estimate`` of a job prices what ``plait validate gnn
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +11,6 @@ import pytest
 from plait.cost.compute import memory_bytes_per_s
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.validate.records import read_records
 from plait.workloads.gnn.compute import GnnLibrary, input_cast_s
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.dgl_reverse import rebuild_bytes
@@ -22,7 +20,8 @@ from plait.workloads.gnn.model import GnnModel, GnnSpec, read_gnn
 from plait.workloads.gnn.predict import predict_gnn
 from plait.workloads.gnn.simulate import gnn_timeline
 from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
-from plait.workloads.gnn.validate import COLUMNS, graphs, predict_row
+from plait.workloads.gnn.validate import graphs, predict_row
+from tests.gnn_row_files import first_row, job_toml
 
 V100 = get_cluster("dgx1-v100")
 PRODUCTS = graphs()["ogbn-products"]
@@ -93,26 +92,9 @@ def test_a_host_loader_feeds_the_trainer_as_host_py_composes_them() -> None:
 def test_a_gnn_file_with_a_loop_table_estimates_what_validation_predicts(tmp_path: Path) -> None:
     """Quiver's DGL example row (DGL's CPU sampler, 5 workers, features in host memory, one RTX 3090) written as a GNN
     file with a [loop] table: plait estimate's path gives the row's prediction."""
-    source = Path(__file__).parents[1] / "src/plait/validate/data/gnn_epochs.csv"
-    with source.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["source_id"] == "QUIVER_DGL_EX" and r["loader"] == "dgl-cpu"]
-    one = tmp_path / "row.csv"
-    with one.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerow(rows[0])
-    row = read_records(one, "--gnn file", COLUMNS)[0]
-    g = PRODUCTS
-    toml = tmp_path / "job.toml"
-    toml.write_text(
-        f"[graph]\nnodes = {g.nodes}\nedges = {g.edges}\nfeatures = {g.features}\nclasses = {g.classes}\n"
-        f"train_nodes = {g.train_nodes}\ndegree_exponent = {g.degree_exponent}\n"
-        f"max_degree = {g.max_degree}\n"
-        f"degree_histogram = {[list(c) for c in g.degree_histogram]}\n"
-        f"[model]\nlayers = {row['layers']}\nhidden = {row['hidden']}\ndropout = true\n"
-        f"fanouts = [{row['fanouts'].replace('-', ', ')}]\n"
-        f'[loop]\nloader = "dgl-cpu"\nworkers = {row["workers"]}\nranks_per_node = 1\n'
-    )
+    row = first_row(tmp_path, lambda r: r["source_id"] == "QUIVER_DGL_EX" and r["loader"] == "dgl-cpu")
+    toml = job_toml(tmp_path, row, PRODUCTS,
+                    f'[loop]\nloader = "dgl-cpu"\nworkers = {row["workers"]}\nranks_per_node = 1\n')
     gpus, batch = int(row["gpus"]), int(row["batch_per_gpu"])
     job = predict_gnn(read_gnn(toml), get_cluster("rtx3090-workstation"), gpus, gpus * batch, "host_features")
     assert job.library == "dgl"

@@ -169,6 +169,9 @@ class Accelerator:
         for name in ("memory_gib", "memory_bandwidth_gb_per_s", "scale_up_bandwidth_gb_per_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{self.name}: {name}={getattr(self, name)} must be > 0")
+        for name in ("streaming_multiprocessors", "max_threads_per_sm", "max_blocks_per_sm"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{self.name}: {name}={getattr(self, name)} must be >= 0 (0: not stated)")
         if not self.asynchronous_launch_source.strip():
             raise ConfigError(f"{self.name}: asynchronous_launch needs a source (asynchronous_launch_source)")
         if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:

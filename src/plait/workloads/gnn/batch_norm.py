@@ -41,6 +41,8 @@ from __future__ import annotations
 from math import ceil
 from typing import TYPE_CHECKING, Literal
 
+from plait.errors import ConfigError
+
 if TYPE_CHECKING:
     from plait.hardware.accelerator import Accelerator
 
@@ -79,6 +81,9 @@ def per_channel_latency_s(rows: float, channels: int, acc: Accelerator) -> tuple
     sms, threads_per_sm, blocks_per_sm = acc.streaming_multiprocessors, acc.max_threads_per_sm, acc.max_blocks_per_sm
     if latency_s <= 0 or not (sms and threads_per_sm and blocks_per_sm):
         return 0.0, 0.0
+    if threads_per_sm < MAX_BLOCK_SIZE:
+        raise ConfigError(f"{acc.name}: max_threads_per_sm={threads_per_sm} holds no {MAX_BLOCK_SIZE}-thread block "
+                          "of ATen's batch-norm kernels")
     walk_waves = ceil(channels / (sms * min(blocks_per_sm, threads_per_sm // MAX_BLOCK_SIZE)))
     walk_s = walk_waves * ceil(rows / STATS_LANES) * latency_s
     grid_y = max(1, min(TRANSFORM_GRID_Y_CAP // channels, ceil(rows / TRANSFORM_LANES)))

@@ -102,9 +102,8 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     statistics give (strategies that sample the whole graph); ``cache_hit_rate``: a measured hit rate of the
     ``host_features`` cache in place of the degree-ordered cache's (:mod:`plait.workloads.gnn.presampling`)."""
     cut = _check(world, batch, strategy, edge_cut, cache_fraction, library, cache_hit_rate)
-    if sampler == DGL_GPU and (library != "dgl" or spec.loop.loader):
-        raise ConfigError(f"sampler {sampler.label()} is DGL's GPU sampler in the training loop: it needs library "
-                          f"'dgl' (not {library!r}) and no host loader (not {spec.loop.loader!r})")
+    if sampler == DGL_GPU:
+        _check_dgl_gpu_sampler(spec, cluster, library)
     loader = host_loader(spec, strategy, library, cache_fraction, sampler != LOOP) if spec.loop.loader else None
     if strategy == "full_graph":
         return full_graph(spec, cluster, world, library)
@@ -184,6 +183,17 @@ def feature_memory_bytes(spec: GnnSpec, strategy: str, world: int, cache: float,
             "partition_local": table / world, "llcg": table / world}[strategy]
     cast = FEATURE_BYTES if width < FEATURE_BYTES else 0
     return held, batch_nodes * g.features * (width + cast)
+
+
+def _check_dgl_gpu_sampler(spec: GnnSpec, cluster: Cluster, library: str) -> None:
+    """Refuse, in one line, a job DGL's GPU sampler in the training loop cannot be: another library's, a host
+    loader's, or one on a device without a launch queue (a CPU: no CUDA calls to issue nor to wait on)."""
+    why = (f"it needs library 'dgl', not {library!r}" if library != "dgl"
+           else f"it needs no host loader, not {spec.loop.loader!r}" if spec.loop.loader
+           else f"it needs a GPU, not {cluster.accelerator.name}" if not cluster.accelerator.asynchronous_launch
+           else "")
+    if why:
+        raise ConfigError(f"sampler dgl is DGL's GPU sampler in the training loop: {why}")
 
 
 def _check(world: int, batch: int, strategy: str, edge_cut: float | None, cache_fraction: float,

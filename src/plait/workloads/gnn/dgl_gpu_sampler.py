@@ -34,8 +34,15 @@ training, whose device work alone can hide the host's dispatch of its kernels.
 
 Not counted: the loader's own Python per batch (``_NodeDataLoaderIter.__next__``, ``NodeCollator.collate``), the
 loops' ``block.int()`` (5-10 us of CPU a block by ``benchmarks/dgl_sampler_host.py``, and the cast's kernels), the
-lazy CSC each block builds on the GPU on its first message passing (a sort of its COO), and the input ids' copy to
-the host with features in host memory (8 bytes a node over PCIe).
+lazy CSC each block builds on the GPU on its first message passing (a sort of its COO), the input ids' copy to
+the host with features in host memory (8 bytes a node over PCIe), and, of the device's work, all but the sampling's
+reads (:func:`hop_device_s`): ``to_block``'s hash-table inserts, scans and per-edge lookups. Nor are the CUDA calls
+outside the counts above: ``sample_neighbors``' event (``cudaEventCreate``, ``cudaEventRecord``,
+``cudaEventSynchronize``, ``cudaEventDestroy``; ``rowwise_sampling.cu`` lines 312-370) and each output array's
+``cudaMalloc`` (``NewIdArray``: three in ``sample_neighbors``, lines 267-269, four in ``to_block``, lines 286-287,
+382 and 426), freed with ``cudaFree``, which waits for the device, when the blocks are dropped
+(``cuda_device_api.cc`` ``AllocDataSpace`` and ``FreeDataSpace``, lines 97 and 103; only workspaces are pooled):
+no per-call figure of either on these GPUs was found.
 """
 
 from __future__ import annotations
@@ -67,12 +74,14 @@ DGL_HOP_HOST_US = Figure(
 
 
 def hop_device_s(sampled: SampledBatch, hop: int, hbm_bytes_per_s: float, kernel_launch_s: float) -> float:
-    """Device seconds of hop ``hop``: a random 32-byte sector per neighbour drawn and two per node the hop reaches
-    (its row offsets; the seeds' on the first hop), the reads :func:`plait.workloads.gnn.sampler.sampling_time_s`
-    charges a GPU sampler, at the HBM's streaming rate, and the device's floor per call of the hop's
-    :data:`SAMPLE_NEIGHBORS_CUDA_CALLS` + :data:`TO_BLOCK_CUDA_CALLS`."""
-    reached = sampled.new_nodes[hop + 1] + (sampled.new_nodes[0] if hop == 0 else 0.0)
-    sectors = sampled.edges[hop] + 2 * reached
+    """Device seconds of hop ``hop``: a random 32-byte sector per neighbour drawn and two per row it draws from (the
+    row's offsets), the sectors :func:`plait.workloads.gnn.sampler.sampling_time_s` charges a GPU sampler (there two
+    per node of the batch), at the HBM's streaming rate, and the device's floor per call of the hop's
+    :data:`SAMPLE_NEIGHBORS_CUDA_CALLS` + :data:`TO_BLOCK_CUDA_CALLS`. A hop draws from every node reached before it:
+    a block's sources begin with its destinations, and the next hop samples from all its sources (``seed_nodes =
+    block.srcnodes[ntype].data[NID]``, ``dataloader.py`` line 348)."""
+    frontier = sum(sampled.new_nodes[: hop + 1])
+    sectors = sampled.edges[hop] + 2 * frontier
     calls = SAMPLE_NEIGHBORS_CUDA_CALLS + TO_BLOCK_CUDA_CALLS
     return sectors * SECTOR_BYTES / hbm_bytes_per_s + calls * kernel_launch_s
 
