@@ -11,7 +11,7 @@ import pytest
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.workloads.gnn import dgl_gpu_sampler as dgs
-from plait.workloads.gnn.compute import GnnEstimate
+from plait.workloads.gnn.step import GnnEstimate
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.loop import GnnLoop
 from plait.workloads.gnn.model import GnnModel, GnnSpec, read_gnn

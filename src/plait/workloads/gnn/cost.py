@@ -56,10 +56,10 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.workloads.gnn import dgl_gpu_sampler
 from plait.workloads.gnn.compute import (
     INDEX_BYTES,
     LIBRARIES,
-    GnnEstimate,
     GnnLibrary,
     activation_bytes,
     layer_sizes,
@@ -67,13 +67,13 @@ from plait.workloads.gnn.compute import (
     step_compute_s,
     structure_bytes,
 )
-from plait.workloads.gnn import dgl_gpu_sampler
 from plait.workloads.gnn.dispatch import host_step_s
 from plait.workloads.gnn.feed import host_loader, loader_estimate, pageable_fetch_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec, GraphStats
 from plait.workloads.gnn.pipe import full_graph
 from plait.workloads.gnn.sampler import COUNT_BYTES, DGL_GPU, LOOP, Sampler, sampling_time_s
 from plait.workloads.gnn.sampling import DegreeClasses, SampledBatch, degree_classes, sample_batch
+from plait.workloads.gnn.step import GnnEstimate
 
 Strategy = Literal["sampled_dp", "host_features", "replicated", "full_graph", "partition_local", "llcg"]
 STRATEGIES: tuple[Strategy, ...] = ("sampled_dp", "host_features", "replicated", "full_graph", "partition_local",

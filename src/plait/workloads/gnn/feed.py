@@ -14,12 +14,13 @@ from dataclasses import replace
 
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
-from plait.workloads.gnn.compute import GnnEstimate, input_cast_s
+from plait.workloads.gnn.compute import input_cast_s
 from plait.workloads.gnn.datasets import known_graphs
 from plait.workloads.gnn.dgl_reverse import REVERSING_LIBRARIES
 from plait.workloads.gnn.host import HostLoader, host_step, loaders, per_core_rate, usable_workers
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
 from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
+from plait.workloads.gnn.step import GnnEstimate
 
 LOADER_STRATEGIES = ("replicated", "host_features")
 """Where a host loader's batch rows come from: the GPU's own table (gathered there), or host memory (sliced, copied)."""

@@ -23,7 +23,6 @@ from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import (
-    GnnEstimate,
     GnnLibrary,
     activation_bytes,
     layer_compute_s,
@@ -34,6 +33,7 @@ from plait.workloads.gnn.compute import (
 from plait.workloads.gnn.dgl_reverse import reversals_s
 from plait.workloads.gnn.dispatch import host_step_s
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
+from plait.workloads.gnn.step import GnnEstimate
 
 CHUNKS_PER_STAGE = 4
 """GNNPipe's chunks per pipeline stage (assumed: the paper tunes the chunk count per graph; 4 per stage keeps the

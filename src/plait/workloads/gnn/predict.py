@@ -10,10 +10,11 @@ from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
 from plait.units import GIB
 from plait.workloads.gnn.compute import GnnLibrary
-from plait.workloads.gnn.cost import STRATEGIES, GnnEstimate, Strategy, estimate_gnn
+from plait.workloads.gnn.cost import STRATEGIES, Strategy, estimate_gnn
 from plait.workloads.gnn.feed import LOADER_STRATEGIES, loop_notes, resolve_library
 from plait.workloads.gnn.model import GnnSpec
 from plait.workloads.gnn.sampler import LOOP, Sampler
+from plait.workloads.gnn.step import GnnEstimate
 
 CACHE_FRACTIONS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
 """Feature-cache sizes the search tries (fractions of the graph's nodes, the highest degrees first)."""

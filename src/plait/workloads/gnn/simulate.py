@@ -6,8 +6,8 @@ feature fetch, compute, gradient all-reduce, optimizer: :mod:`plait.workloads.gn
 from __future__ import annotations
 
 from plait.simulate.pipeline import Timeline
-from plait.workloads.gnn.cost import GnnEstimate
 from plait.workloads.gnn.host import HostStep
+from plait.workloads.gnn.step import GnnEstimate
 
 
 def gnn_timeline(est: GnnEstimate, ranks: int) -> Timeline:
