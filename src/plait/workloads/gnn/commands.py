@@ -26,7 +26,8 @@ def predict(workload: Workload, cluster: str, gpus: int, global_batch: int, stra
     parsed here, at the edge."""
     chosen = parse_sampler(sampler)
     if chosen != LOOP and strategy not in ("sampled_dp", "host_features", "replicated"):
-        raise ConfigError(f"--gnn-sampler {sampler}: the {strategy} strategy samples inside each part; the "
+        how = "trains on the whole graph" if strategy == "full_graph" else "samples inside each part"
+        raise ConfigError(f"--gnn-sampler {sampler}: the {strategy} strategy {how}; the "
                           f"{chosen.kind} sampler serves sampled_dp, host_features and replicated")
     return predict_gnn(workload.description, resolve_cluster(cluster), gpus, global_batch, strategy, edge_cut,
                        cache_fraction, library, chosen)
