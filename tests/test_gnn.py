@@ -311,6 +311,12 @@ def test_llcg_averages_every_k_steps_and_pays_for_the_servers_corrections() -> N
     assert llcg.compute_s == local.compute_s and llcg.fetch_bytes == 0.0
     assert llcg.all_reduce_s == pytest.approx(local.all_reduce_s / LLCG_LOCAL_STEPS)
     assert llcg.correction_s == pytest.approx(LLCG_CORRECTIONS * server.step_s / LLCG_LOCAL_STEPS)
+    # its timeline draws the corrections too: a rank's phases end where the step's device work does
+    from plait.workloads.gnn.simulate import gnn_timeline
+
+    spans = gnn_timeline(llcg, 1).spans
+    assert [s.end - s.start for s in spans if s.kind == "server correction"] == [pytest.approx(llcg.correction_s)]
+    assert max(s.end for s in spans) == pytest.approx(llcg.device_s, rel=1e-12)
 
 
 def test_matrix_bulks_amortize_the_samplers_kernels_and_a_partitioned_adjacency_trades_memory_for_exchanges() -> None:

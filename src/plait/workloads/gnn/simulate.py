@@ -23,6 +23,8 @@ def gnn_timeline(est: GnnEstimate, ranks: int) -> Timeline:
             ("forward+backward", est.compute_s, "compute"),
             ("gradient all-reduce", est.all_reduce_s, "comm"),
             ("optimizer", est.optimizer_s, "compute"),
+            ("server correction", est.correction_s, "compute"),  # LLCG's, per local step
+            ("loop read-backs", est.loop_sync_s, "host"),  # DGL's GPU-sampled loops (gnn/dgl_gpu_sampler.py)
         )
         _in_sequence(timeline, rank, 0.0, phases)
     timeline.step_time_s = est.step_s
