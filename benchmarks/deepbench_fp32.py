@@ -1,7 +1,8 @@
-"""The fp32 GEMM and convolution curves of efficiency.toml (v100, p100) from DeepBench's training tables.
+"""The fp32 GEMM and convolution curves of efficiency.toml (v100, p100, t4) from DeepBench's training tables.
 
 DeepBench (baidu-research/DeepBench@da81ba78, results/train/DeepBench_NV_V100.xlsx: DGX-1 V100, CUDA 10.1.243,
-cuDNN 7.6.2; DeepBench_NV_P100.xlsx: Tesla P100, CUDA 8.0.88, cuDNN 6.0.21), sheet "Results FP32": cuBLAS SGEMM
+cuDNN 7.6.2; DeepBench_NV_P100.xlsx: Tesla P100, CUDA 8.0.88, cuDNN 6.0.21; DeepBench_NV_T4.xlsx: NVIDIA T4, CUDA
+10.1.243, cuDNN 7.6.2.24), sheet "Results FP32": cuBLAS SGEMM
 times by M, N, K and cuDNN convolution times by shape, forward, backward wrt inputs and wrt parameters, with the
 forward algorithm cuDNN picked. Each measurement becomes a point at plait's square-equivalent edge
 (:func:`plait.workloads.traced.timing.kernel_s`: ``3 F / (2 elements moved)``): a GEMM at ``3 / (1/M + 1/N + 1/K)``;
@@ -10,9 +11,13 @@ one ``convolution_backward``) at twice the input and filter and once the output 
 median fraction of the fp32 peak (15.7 TFLOPS V100 SXM2, 10.6 P100 SXM2: NVIDIA datasheets) over a factor-of-two
 class of edge, classes with under 3 points left out; 3x3 stride-1 convolutions in direct-convolution FLOPs over
 4 times the peak (Winograd F(4x4, 3x3)'s multiplies, plait.workloads.traced.winograd.WINOGRAD_F4X4_REDUCTION).
-Rows without a backward wrt inputs (first layers) are left out of the convolution curves.
+Rows without a backward wrt inputs (first layers) are left out of the convolution curves. ``--sheet NAME`` reads the
+GEMMs of another sheet alone, with their plateau (the median fraction at edges of 1024 and up): the T4's 16-bit
+figure (matmul_bf16) is the plateau of its "Results - FP16 ip, Mixed math" sheet (fp16 inputs, fp32 accumulation)
+over the 65 TFLOPS tensor peak.
 
 Usage: python benchmarks/deepbench_fp32.py DeepBench_NV_V100.xlsx 15.7
+       python benchmarks/deepbench_fp32.py DeepBench_NV_T4.xlsx 65 --sheet "Results - FP16 ip, Mixed math"
 """
 
 from __future__ import annotations
@@ -99,9 +104,15 @@ def curve(points: list[tuple[float, float]], scale_tflops: float) -> list[tuple[
     ]
 
 
-def main(path: str, peak_tflops: float) -> None:
-    rows = sheet_rows(path, "Results FP32")
+def main(path: str, peak_tflops: float, sheet: str | None = None) -> None:
+    rows = sheet_rows(path, sheet or "Results FP32")
     conv = next(i for i, r in enumerate(rows) if r.get("A") == "Convolution")
+    if sheet:
+        gemms = gemm_points(rows[:conv])
+        print(f"{sheet} GEMMs (edge, fraction, points):", curve(gemms, peak_tflops))
+        plateau = [t / peak_tflops for e, t in gemms if e >= 1024]
+        print("plateau (median fraction, points at edge >= 1024):", round(statistics.median(plateau), 3), len(plateau))
+        return
     end = next(i for i, r in enumerate(rows) if i > conv and r.get("A"))
     winograd, other = conv_points(rows[conv + 1 : end])
     print("matmul_fp32 (edge, fraction, points):", curve(gemm_points(rows[:conv]), peak_tflops))
@@ -110,4 +121,6 @@ def main(path: str, peak_tflops: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]))
+    args = sys.argv[1:]
+    named = args.index("--sheet") if "--sheet" in args else None
+    main(args[0], float(args[1]), args[named + 1] if named is not None else None)

@@ -63,8 +63,8 @@ class Efficiency:
     1.32 for NN at 1024 (one thread, bf16)."""
     matmul_fp32: Curve | None = None
     """Fraction of the fp32 peak an fp32 GEMM sustains, by square edge (GNN layers train in fp32); ``None``:
-    :attr:`matmul_bf16`'s shape at the fp32 peak (assumed for the packaged GPUs: no public fp32 GEMM curve of them
-    was found). ``plait calibrate`` measures it."""
+    :attr:`matmul_bf16`'s shape at the fp32 peak (assumed for the packaged GPUs without one: V100 and T4 have
+    DeepBench's SGEMM tables, no public fp32 GEMM curve of the others was found). ``plait calibrate`` measures it."""
     conv3x3_fp32: Curve | None = None
     """Rate of cuDNN's fp32 3x3 stride-1 convolutions (Winograd where cuDNN finds it faster), each pass apart (the
     backward's data and filter gradients as ATen's one ``convolution_backward``), by the square edge of equal
