@@ -75,16 +75,16 @@ def test_a_layer_pays_the_larger_of_the_streamed_and_latency_bound_times() -> No
 @pytest.mark.parametrize(("release", "kernels"), [("1.8.1", "per_channel"), ("1.7.0", "per_channel"),
                                                   ("1.9.0", "fused"), ("2.0.1", "fused"), ("", "fused")])
 def test_a_pytorch_release_picks_the_kernels(release: str, kernels: str) -> None:
-    from plait.workloads.gnn.validate import torch_batch_norm_kernels
+    from plait.workloads.gnn.batch_norm import release_kernels
 
-    assert torch_batch_norm_kernels(release) == kernels
+    assert release_kernels(release) == kernels
 
 
 def test_a_release_that_is_no_version_is_refused() -> None:
-    from plait.workloads.gnn.validate import torch_batch_norm_kernels
+    from plait.workloads.gnn.batch_norm import release_kernels
 
     with pytest.raises(ConfigError, match="'latest'"):
-        torch_batch_norm_kernels("latest")
+        release_kernels("latest")
 
 
 def test_only_the_dgl_benchmark_rows_state_pytorch_1_8() -> None:

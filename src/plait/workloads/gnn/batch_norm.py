@@ -50,6 +50,9 @@ BatchNormKernels = Literal["fused", "per_channel"]
 BATCH_NORM_KERNELS: tuple[BatchNormKernels, ...] = ("fused", "per_channel")
 CUDNN_2D_MAX_ROWS = 131_070
 """Most rows of a 2-D training input PyTorch 1.8 hands to cuDNN (``Normalization.cpp``, module docstring)."""
+PER_CHANNEL_TORCH = (1, 8)
+"""The last PyTorch release whose CUDA batch norm of a 2-D training input leaves cuDNN above 131,070 rows for ATen's
+per-channel kernels (module docstring); a source's release up to it takes them."""
 MAX_BLOCK_SIZE = 512
 """``MAX_BLOCK_SIZE`` of ``Normalization.cuh`` (CUDA builds)."""
 WARP_THREADS = 32
@@ -66,6 +69,16 @@ PyTorch's CUDA kernels for a 2-D input (aten/src/ATen/native/cuda/Normalization.
 picks for ``ndimension() == 2``) read the input for the per-channel statistics, then read it and write the output;
 backward they read the input and the output's gradient for the per-channel sums, then read both again and write the
 input's gradient (the per-channel vectors are ``b`` values, negligible)."""
+
+
+def release_kernels(release: str) -> BatchNormKernels:
+    """A PyTorch release (``1.8.1``; empty: not stated) as the kernels of its CUDA batch norms."""
+    if not release:
+        return "fused"
+    parts = release.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        raise ConfigError(f"PyTorch release {release!r} must be empty or like 1.8.1")
+    return "per_channel" if (int(parts[0]), int(parts[1])) <= PER_CHANNEL_TORCH else "fused"
 
 
 def takes_per_channel_path(kernels: BatchNormKernels, rows: float) -> bool:

@@ -25,7 +25,7 @@ from plait.hardware.cluster import Cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
-from plait.workloads.gnn.batch_norm import BatchNormKernels
+from plait.workloads.gnn.batch_norm import BatchNormKernels, release_kernels
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.datasets import graphs
 from plait.workloads.gnn.factored import factored_epoch
@@ -72,9 +72,6 @@ output before its activation (:attr:`GnnModel.batch_norm`)."""
 SOURCE_TORCH = {"DGL05_BENCH": "1.8.1"}
 """The PyTorch release of the sources that state it: the DGL 0.5 benchmark's README ("DGL v0.6.1, PyG v1.7.0,
 PyTorch 1.8.1, CUDA 11.1"; its rows' notes quote it); the others' is not stated."""
-PER_CHANNEL_TORCH = (1, 8)
-"""The last PyTorch release whose CUDA batch norm of a 2-D training input leaves cuDNN above 131,070 rows for ATen's
-per-channel kernels (:mod:`plait.workloads.gnn.batch_norm`); a source's release up to it takes them."""
 MAX_LAYERS = 1000
 """Deepest GNN a row may describe: the 1,000 layers of RevGNN (Li et al., "Training Graph Neural Networks with 1000
 Layers", ICML 2021), the deepest published; a bound on the work one row asks for (a layer is costed at a time)."""
@@ -138,18 +135,9 @@ def _row_spec(row: Record, known: dict[str, GraphStats], raw: dict[str, GraphSta
 
 def _batch_norm_kernels(row: Record) -> BatchNormKernels:
     """The kernels of the row's batch norms by its source's PyTorch release (:data:`SOURCE_TORCH`):
-    ``per_channel`` up to :data:`PER_CHANNEL_TORCH`, else (or where not stated) ``fused``."""
-    return torch_batch_norm_kernels(SOURCE_TORCH.get(row["source_id"], ""))
-
-
-def torch_batch_norm_kernels(release: str) -> BatchNormKernels:
-    """A PyTorch release (``1.8.1``; empty: not stated) as the kernels of its CUDA batch norms."""
-    if not release:
-        return "fused"
-    parts = release.split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts):
-        raise ConfigError(f"PyTorch release {release!r} must be empty or like 1.8.1")
-    return "per_channel" if (int(parts[0]), int(parts[1])) <= PER_CHANNEL_TORCH else "fused"
+    ``per_channel`` up to
+    :data:`plait.workloads.gnn.batch_norm.PER_CHANNEL_TORCH`, else (or where not stated) ``fused``."""
+    return release_kernels(SOURCE_TORCH.get(row["source_id"], ""))
 
 
 def _epoch_s(row: Record, spec: GnnSpec, cluster: Cluster) -> float:
