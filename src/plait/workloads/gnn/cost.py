@@ -102,7 +102,8 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
     statistics give (strategies that sample the whole graph); ``cache_hit_rate``: a measured hit rate of the
     ``host_features`` cache in place of the degree-ordered cache's (:mod:`plait.workloads.gnn.presampling`)."""
     cut = _check(world, batch, strategy, edge_cut, cache_fraction, library, cache_hit_rate)
-    if sampler == DGL_GPU:
+    dgl_sampler = sampler == DGL_GPU
+    if dgl_sampler:
         _check_dgl_gpu_sampler(spec, cluster, library)
     loader = host_loader(spec, strategy, library, cache_fraction, sampler != LOOP) if spec.loop.loader else None
     if strategy == "full_graph":
@@ -119,7 +120,6 @@ def estimate_gnn(spec: GnnSpec, cluster: Cluster, world: int, batch: int, strate
                                            else 0.0)
     sampled = sample_batch(classes, spec.model.fanouts, batch, parts, cut if parts > 1 else 0.0, cache,
                            redraw=library != "pyg")
-    dgl_sampler = sampler == DGL_GPU
     if dgl_sampler:  # DGL's GPU sampler: its hops' host stream and synchronizations (dgl_gpu_sampler.py)
         sampling_s = dgl_gpu_sampler.sampling_s(sampled, cluster, hbm)
     else:

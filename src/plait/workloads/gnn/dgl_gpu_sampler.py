@@ -57,6 +57,8 @@ SAMPLE_NEIGHBORS_CUDA_CALLS = 5
 """CUDA calls of one hop's ``sample_neighbors`` on the GPU (module docstring)."""
 TO_BLOCK_CUDA_CALLS = 13
 """CUDA calls of one hop's ``to_block`` on the GPU (module docstring)."""
+HOP_CUDA_CALLS = SAMPLE_NEIGHBORS_CUDA_CALLS + TO_BLOCK_CUDA_CALLS
+"""CUDA calls of one hop."""
 SYNCS_PER_HOP = 2
 """Device-to-host count copies a hop waits on: one in ``sample_neighbors``, one in ``to_block``."""
 LOOP_SYNCS_PER_STEP = 2
@@ -77,26 +79,26 @@ def hop_device_s(sampled: SampledBatch, hop: int, hbm_bytes_per_s: float, kernel
     """Device seconds of hop ``hop``: a random 32-byte sector per neighbour drawn and two per row it draws from (the
     row's offsets), the sectors :func:`plait.workloads.gnn.sampler.sampling_time_s` charges a GPU sampler (there two
     per node of the batch), at the HBM's streaming rate, and the device's floor per call of the hop's
-    :data:`SAMPLE_NEIGHBORS_CUDA_CALLS` + :data:`TO_BLOCK_CUDA_CALLS`. A hop draws from every node reached before it:
+    :data:`HOP_CUDA_CALLS`. A hop draws from every node reached before it:
     a block's sources begin with its destinations, and the next hop samples from all its sources (``seed_nodes =
     block.srcnodes[ntype].data[NID]``, ``dataloader.py`` line 348)."""
     frontier = sum(sampled.new_nodes[: hop + 1])
     sectors = sampled.edges[hop] + 2 * frontier
-    calls = SAMPLE_NEIGHBORS_CUDA_CALLS + TO_BLOCK_CUDA_CALLS
-    return sectors * SECTOR_BYTES / hbm_bytes_per_s + calls * kernel_launch_s
+    return sectors * SECTOR_BYTES / hbm_bytes_per_s + HOP_CUDA_CALLS * kernel_launch_s
 
 
 def sampling_s(sampled: SampledBatch, cluster: Cluster, hbm_bytes_per_s: float) -> float:
     """Seconds of one batch's hops on DGL's GPU sampler, each ended by its count copies (module docstring): per hop
     the host's own work, the longer of its CUDA calls' issue and their device work, and its round trips."""
     acc = cluster.accelerator
-    launch_s = issue_s(acc, eager=False)  # DGL's C++ calls CUDA directly: no PyTorch dispatch before each
-    calls = SAMPLE_NEIGHBORS_CUDA_CALLS + TO_BLOCK_CUDA_CALLS
+    # the same every hop: its own host work, its calls' issue (DGL's C++ calls CUDA directly: no PyTorch dispatch
+    # before each) and its round trips
+    host, issue = DGL_HOP_HOST_US.value * 1e-6, HOP_CUDA_CALLS * issue_s(acc, eager=False)
+    waits = SYNCS_PER_HOP * sync_s(cluster)
     kernel_launch_s = float(acc.efficiency.kernel_launch_us.value) * 1e-6
     total = 0.0
     for hop in range(len(sampled.edges)):
-        device = hop_device_s(sampled, hop, hbm_bytes_per_s, kernel_launch_s)
-        total += DGL_HOP_HOST_US.value * 1e-6 + max(calls * launch_s, device) + SYNCS_PER_HOP * sync_s(cluster)
+        total += host + max(issue, hop_device_s(sampled, hop, hbm_bytes_per_s, kernel_launch_s)) + waits
     return total
 
 
