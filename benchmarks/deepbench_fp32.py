@@ -22,10 +22,10 @@ Usage: python benchmarks/deepbench_fp32.py DeepBench_NV_V100.xlsx 15.7
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import statistics
-import sys
 import xml.etree.ElementTree as ET
 import zipfile
 
@@ -121,6 +121,11 @@ def main(path: str, peak_tflops: float, sheet: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    named = args.index("--sheet") if "--sheet" in args else None
-    main(args[0], float(args[1]), args[named + 1] if named is not None else None)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="a DeepBench results/train workbook")
+    parser.add_argument("peak_tflops", type=float, help="the peak the fractions are of, TFLOPS")
+    parser.add_argument("--sheet", help="another sheet's GEMMs alone, with their plateau")
+    args = parser.parse_args()
+    if args.peak_tflops <= 0:
+        parser.error(f"peak_tflops={args.peak_tflops} must be > 0")
+    main(args.path, args.peak_tflops, args.sheet)

@@ -67,12 +67,12 @@ def main() -> None:
         cpu, wall = [], []
         if sweep:
             empty_kept()
+        # a sweep's k-th plan: k more micro-batch rounds of every replica (each pipeline's count stays a multiple of
+        # its stages, as the interleaved schedule needs)
+        step = plan.dp * plan.micro_batch * plan.pp
         for k in range(200):
             if cold:
                 empty_kept()
-            # a sweep's k-th plan: k more micro-batch rounds of every replica (each pipeline's count stays a multiple
-            # of its stages, as the interleaved schedule needs)
-            step = plan.dp * plan.micro_batch * plan.pp
             planned = replace(plan, global_batch=plan.global_batch + (k + 1) * step) if sweep else plan
             start, start_cpu = time.perf_counter(), time.thread_time()
             _ = estimate(models[model], clusters[cluster], planned,
