@@ -38,8 +38,9 @@ replicas of the tables. A rank serves ``B`` samples; its group serves ``G = B g`
   @1.8.0), the implementation of 000-09 (Zhang et al., arXiv 2508.03854) that ``plait run`` trains
   (:mod:`plait.workloads.dlrm.two_d`); the optimizer fused into the backward pass leaves no gradient to reduce.
 
-The dense part (bottom and top MLPs, the interaction) is data-parallel over all ``W`` ranks: its GEMMs at the
-accelerator's GEMM curve and one fp32 all-reduce of its gradients. A step is the busiest rank's lookups, its
+The dense part (bottom and top MLPs, the interaction) is data-parallel over all ``W`` ranks: its kernels at the
+accelerator's rooflines in the job's precision (:mod:`plait.workloads.dlrm.dense`) and one fp32 all-reduce of its
+gradients. A step is the busiest rank's lookups, its
 all-to-alls on the tier its group spans, the dense compute and the all-reduces, in sequence (no overlap assumed:
 TorchRec's train pipeline overlaps the input all-to-all of the next batch only).
 """
@@ -48,10 +49,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plait.cost.compute import matmul_flops_per_s, memory_bytes_per_s
+from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.errors import ConfigError
 from plait.hardware.cluster import Cluster
+from plait.workloads.dlrm.dense import dense_s as dense_part_s
 from plait.workloads.dlrm.model import DlrmSpec, Table
 
 SHARDINGS = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
@@ -69,9 +71,6 @@ STATE_BYTES = 4
 """Row-wise AdaGrad: one fp32 accumulator per row (FBGEMM's EXACT_ROWWISE_ADAGRAD)."""
 DENSE_STATE_BYTES = 16
 """fp32 weight, gradient and Adam's two moments per dense parameter."""
-DENSE_GEMM_EDGE = 1024.0
-"""Assumed: the MLPs' GEMMs (batch x widths of a few hundred to a few thousand) run at the GEMM curve's point for a
-1024 square edge."""
 
 
 @dataclass(frozen=True)
@@ -272,9 +271,10 @@ class DlrmEstimate:
 
 
 def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster, world: int, batch: int,
-                  group: int | None = None) -> DlrmEstimate:
+                  group: int | None = None, precision: str = "bf16") -> DlrmEstimate:
     """Per-rank time and memory of one step of ``batch`` samples per rank on ``world`` ranks of ``cluster``, tables
-    placed within groups of ``group`` ranks (default: all; module docstring). A rank's time is its lookups, its
+    placed within groups of ``group`` ranks (default: all; module docstring), the dense part in ``precision``. A
+    rank's time is its lookups, its
     all-to-all bytes over the group's tier (each collective waits for its busiest rank: the step takes the
     largest), and its all-reduces. Groups are strided as TorchRec's ``DMPCollection`` lays them out by default
     (group ``j``: ranks ``j, j + W/g, ...``), so that each shard's replicas are neighbouring ranks, inside a node
@@ -286,8 +286,7 @@ def estimate_dlrm(spec: DlrmSpec, placements: list[Placement], cluster: Cluster,
     node = min(cluster.gpus_per_node, group)
     loads = rank_loads(spec, placements, group, world // group, batch, node)
     hbm = memory_bytes_per_s(acc)
-    flops = 3.0 * spec.mlp_flops_per_sample() * batch  # forward and backward (twice the forward)
-    dense_s = flops / matmul_flops_per_s(acc, "bf16", DENSE_GEMM_EDGE)
+    dense_s = dense_part_s(spec, acc, batch, precision)
     dense_s += float(collective_s(cluster, "all_reduce", world, 1, 4.0 * spec.mlp_params()))
     times, memories, parts = [], [], []
     spread = group / (group - 1) if group > 1 else 1.0  # all_to_all_s takes bytes spread over all g ranks
