@@ -33,6 +33,7 @@ from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
+from plait.validate.systems import PRECISIONS, SYSTEMS
 from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.flat_reduce import (
     APEX_POST_ACCUMULATION_FP16,
@@ -56,14 +57,6 @@ MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": 
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
           "BERT-large pretraining seq512": ("plait.workload.zoo:bert_large", (512,))}
 """Model names of the CSV -> (factory, one example's input shape; ``None``: the factory's)."""
-SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "V100-SXM2-16GB": "dgx1-v100",
-           "V100-SXM2-32GB": "dgx1-v100", "V100-SXM3-32GB": "dgx2-v100", "V100-SXM3-32GB-H": "dgx2-v100",
-           "P100": "dgx1-p100", "K80": "aws-p2-8xlarge"}
-"""GPU names of the CSV -> the preset of the system the source names (DGX A100, DGX-1 V100 and P100, DGX-2/2H,
-EC2 p2.8xlarge)."""
-PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
-"""The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
-FP32: fp32 throughout)."""
 UNITS = ("images_per_s", "sequences_per_s")
 SGD_AFTER_LOSS_SCALE_CHECK = EagerOptimizer(
     launches_per_tensor=4, launches_per_matrix=1,

@@ -1,0 +1,13 @@
+"""The GPU and precision names of the shipped CSVs of NVIDIA DeepLearningExamples' tables (``classic_dp.csv``,
+``dlrm_steps.csv``) and what plait runs them as."""
+
+from __future__ import annotations
+
+SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "V100-SXM2-16GB": "dgx1-v100",
+           "V100-SXM2-32GB": "dgx1-v100", "V100-SXM3-32GB": "dgx2-v100", "V100-SXM3-32GB-H": "dgx2-v100",
+           "P100": "dgx1-p100", "K80": "aws-p2-8xlarge"}
+"""GPU names of the CSV -> the preset of the system the source names (DGX A100, DGX-1 V100 and P100, DGX-2/2H,
+EC2 p2.8xlarge)."""
+PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
+"""The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
+FP32: fp32 throughout)."""
