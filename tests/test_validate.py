@@ -90,7 +90,7 @@ def test_every_shipped_dataset_file_is_package_data() -> None:
     assert all(dataset_path(name).is_file() for name in DATASETS)
 
 
-@pytest.mark.parametrize(("name", "option"), [("dit", "--dit"), ("gnn", "--gnn")])
+@pytest.mark.parametrize(("name", "option"), [("dit", "--dit"), ("gnn", "--gnn"), ("dlrm", "--dlrm")])
 def test_a_shipped_dataset_by_name_is_the_option_on_its_file(name: str, option: str) -> None:
     from inprocess import cli
 

@@ -21,6 +21,7 @@ from tests.inprocess import cli
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 KINDS = {
     "dlrm-small.toml": "dlrm", "dlrm-tiny.toml": "dlrm", "dlrm-cat.toml": "dlrm", "wide-deep-tiny.toml": "dlrm",
+    "dlrm-criteo-fl15.toml": "dlrm", "dlrm-criteo-fl3.toml": "dlrm",
     "gnn-tiny.toml": "gnn", "graphsage-ogbn-products.toml": "gnn",
     "dit-tiny.toml": "dit", "dit-xl-2-1024px.toml": "dit", "flux-1-dev-1024px.toml": "dit",
     "pixart-alpha-1024px.toml": "dit", "sana-1600m-4k.toml": "dit", "hunyuanvideo-720p.toml": "dit",

@@ -23,8 +23,8 @@ from plait.workloads import kinds
 
 def validate_command(
     dataset: Annotated[str | None, typer.Argument(help=f"A shipped dataset: {', '.join(DATASETS)} (the runs, the "
-                                                       "single-node small-model runs, memory, classic, DiT and GNN "
-                                                       "files below; no option needed).",
+                                                       "single-node small-model runs, memory, classic, DiT, GNN and "
+                                                       "DLRM files below; no option needed).",
                                                   show_default=False)] = None,
     runs: Annotated[Path | None, typer.Option(help="CSV of measured step times, or dev or small (the shipped public "
                                                    "runs; schema: plait/validate/data/README.md).")] = None,
@@ -38,12 +38,17 @@ def validate_command(
                                                   "dit_latency.md beside it).")] = None,
     gnn: Annotated[Path | None, typer.Option(help="CSV of measured GNN training epoch times, or gnn (the shipped "
                                                   "gnn_epochs.csv; sources: gnn_epochs.md beside it).")] = None,
+    dlrm: Annotated[Path | None, typer.Option(help="CSV of measured recommendation-model training throughputs, or "
+                                                   "dlrm (the shipped dlrm_steps.csv; sources: dlrm_steps.md beside "
+                                                   "it).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Predict every run with a measured step time (--runs), peak memory (--memory), data-parallel throughput of
-    a traced model (--classic), DiT inference latency (--dit) or GNN epoch time (--gnn); print errors and MAPE
-    overall and per source. `plait validate dev` (small, memory, classic, dit, gnn) runs the shipped public runs."""
-    paths = _csv_paths(dataset, {"runs": runs, "memory": memory, "classic": classic, "dit": dit, "gnn": gnn})
+    a traced model (--classic), DiT inference latency (--dit), GNN epoch time (--gnn) or recommendation-model
+    throughput (--dlrm); print errors and MAPE overall and per source. `plait validate dev` (small, memory, classic,
+    dit, gnn, dlrm) runs the shipped public runs."""
+    paths = _csv_paths(dataset, {"runs": runs, "memory": memory, "classic": classic, "dit": dit, "gnn": gnn,
+                                 "dlrm": dlrm})
     for kind in kinds():  # a workload kind's own measured runs
         check = kind.validation
         if check is not None and (path := paths[check.option]) is not None:
@@ -74,8 +79,9 @@ def _csv_paths(dataset: str | None, given: dict[str, Path | None]) -> dict[str, 
     paths = {option: option_path(option, value) for option, value in given.items()}
     if sum(x is not None for x in paths.values()) != 1:
         raise ConfigError("pass one of --runs (measured step times), --memory (measured peak memory), --classic "
-                          "(measured throughputs of traced models), --dit (measured DiT inference latencies) or --gnn "
-                          "(measured GNN epoch times), or name a shipped dataset: plait validate "
+                          "(measured throughputs of traced models), --dit (measured DiT inference latencies), --gnn "
+                          "(measured GNN epoch times) or --dlrm (measured recommendation-model throughputs), or name "
+                          "a shipped dataset: plait validate "
                           f"{'|'.join(DATASETS)}")
     return paths
 

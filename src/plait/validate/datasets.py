@@ -19,6 +19,7 @@ DATASETS: dict[str, tuple[str, str]] = {
     "classic": ("classic", "classic_dp.csv"),
     "dit": ("dit", "dit_latency.csv"),
     "gnn": ("gnn", "gnn_epochs.csv"),
+    "dlrm": ("dlrm", "dlrm_steps.csv"),
 }
 """Name -> (the ``plait validate`` option that reads it, its file in ``data/``)."""
 
@@ -27,7 +28,7 @@ def dataset_path(name: str) -> Path:
     """The shipped CSV called ``name`` (one of :data:`DATASETS`)."""
     if name not in DATASETS:
         raise ConfigError(f"unknown dataset {name!r}{did_you_mean(name, DATASETS)} (shipped: {', '.join(DATASETS)}; "
-                          "or give a CSV file to --runs, --memory, --classic, --dit or --gnn)")
+                          "or give a CSV file to --runs, --memory, --classic, --dit, --gnn or --dlrm)")
     return Path(str(resources.files("plait.validate").joinpath("data").joinpath(DATASETS[name][1])))
 
 

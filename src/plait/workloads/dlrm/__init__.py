@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from plait.workload.files import toml_describes
-from plait.workloads import Options, WorkloadKind, lazy
+from plait.workloads import Options, Validation, WorkloadKind, lazy
 
 COMMANDS = "plait.workloads.dlrm.commands"
 
@@ -25,4 +25,8 @@ def _given(options: Options) -> str | None:
 
 KIND = WorkloadKind(name="dlrm", label="DLRM", recognises=is_dlrm_file, read=lambda name: lazy("plait.workloads.dlrm.model:read_dlrm")(Path(str(name))),
                     options_given=_given, refuses=("traced",), estimate=lazy(f"{COMMANDS}:estimate"), plan=lazy(f"{COMMANDS}:plan"),
-                    run=lazy(f"{COMMANDS}:run"), runtime="TorchRec")
+                    run=lazy(f"{COMMANDS}:run"), runtime="TorchRec",
+                    validation=Validation(option="dlrm", read=lazy("plait.workloads.dlrm.validate:validate_dlrm"),
+                                          title="DLRM training: throughput",
+                                          error="step time (global batch over records per second): predicted over "
+                                                "measured, minus one"))

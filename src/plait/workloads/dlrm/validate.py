@@ -1,0 +1,56 @@
+"""Predicted vs measured training throughput of recommendation models: public tables of NVIDIA's
+DeepLearningExamples DLRM (``plait/validate/data/dlrm_steps.csv``; every source, commit and caveat in
+``plait/validate/data/dlrm_steps.md``), each costed with the shipped model file its row names, on the preset of its
+system, as the example runs it (:mod:`plait.workloads.dlrm.hybrid`: bottom MLP on rank 0, tables whole on the other
+ranks, top part data-parallel).
+
+The error is on the step time (predicted over measured, minus one): a row's measured records per second over its
+global batch. Rows plait cannot predict say why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from plait.hardware.catalog import get_cluster
+from plait.validate.classic import ClassicResult
+from plait.validate.datasets import dataset_path
+from plait.validate.progress import Progress, each
+from plait.validate.records import Record, read_records
+from plait.validate.systems import PRECISIONS, SYSTEMS
+from plait.workloads.dlrm.hybrid import hybrid_step
+from plait.workloads.dlrm.model import read_dlrm
+
+COLUMNS = ("source_id", "model", "gpu", "gpus", "precision", "global_batch", "parallel", "measured_value",
+           "measured_unit", "notes")
+"""The columns a row's prediction reads (``plait/validate/data/dlrm_steps.md``)."""
+UNITS = ("records_per_s",)
+PARALLEL = ("single", "dle_hybrid")
+"""How a row's tables and MLPs are spread: all on one GPU, or DeepLearningExamples' hybrid parallelism
+(:mod:`.hybrid`; on one GPU it is the single case)."""
+
+
+def predict_row(row: Record) -> ClassicResult:
+    """The prediction of one CSV row (module docstring)."""
+    label = f"{row['model']} {row['gpu']} x{row['gpus']} {row['precision']} gb{row['global_batch']}"
+    measured = row.number("measured_value")
+    result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
+    if row["measured_unit"] not in UNITS:
+        return result(f"unit {row['measured_unit']!r} is not one of {', '.join(UNITS)}")
+    if row["gpu"] not in SYSTEMS:
+        return result(f"no preset system of {row['gpu']} GPUs")
+    if row["precision"] not in PRECISIONS:
+        return result(f"precision {row['precision']!r} is not one of {', '.join(PRECISIONS)}")
+    if row["parallel"] not in PARALLEL:
+        return result(f"parallelism {row['parallel']!r} is not one of {', '.join(PARALLEL)}")
+    gpus, batch = row.count("gpus"), row.count("global_batch")
+    if batch % gpus:
+        return result(f"global batch {batch} is not a multiple of {gpus} GPUs")
+    spec = read_dlrm(dataset_path("dlrm").parent / "models" / row["model"])
+    step = hybrid_step(spec, get_cluster(SYSTEMS[row["gpu"]]), gpus, batch, PRECISIONS[row["precision"]])
+    return ClassicResult(row["source_id"], label, measured, batch / step.step_s)
+
+
+def validate_dlrm(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
+    """Every row of ``path`` (the schema of ``plait/validate/data/dlrm_steps.csv``)."""
+    return each(read_records(path, "--dlrm file", COLUMNS), predict_row, progress)
