@@ -88,6 +88,7 @@ COMMANDS: dict[str, str] = {
     "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace dit.json":
         "plait simulate --model examples/dit-xl-2-1024px.toml --parallel pipefusion=4,patches=8 --trace {tmp}/dit.json",
     "plait validate gnn": "",
+    "plait validate dlrm": "",
     "plait run --model examples/gnn-tiny.toml --gpus 2 --global-batch 64 --steps 3":
         "SKIP: tests/test_gnn_run.py::test_plait_run_trains_a_gnn_file_as_one_process_would runs it as written",
     "plait estimate --model examples/graphsage-ogbn-products.toml --gpus 8 --global-batch 8192 --gnn-sampler "
