@@ -82,6 +82,7 @@ def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, 
     acc, e = cluster.accelerator, ACTIVATION_BYTES[precision]
     tables = spec.deep_tables
     placed = device_tables([t.rows for t in tables], gpus)
+    vectors = [len(held) + (rank == 0) for rank, held in enumerate(placed)]  # the bottom MLP's output is one
     hbm = memory_bytes_per_s(acc)
     busiest = 0.0
     for rank, held in enumerate(placed):
@@ -91,20 +92,17 @@ def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, 
             moved += global_batch * t.pooling * 3 * t.dim * t.element_bytes + 2 * elements * t.element_bytes
             if t.element_bytes != e:  # cast to the activations' type, and its gradient back
                 moved += 2 * elements * (t.element_bytes + e)
-        vectors = len(held) + (rank == 0)
-        if vectors > 1:
-            moved += 2 * global_batch * vectors * spec.dense_width * e  # torch.cat of the rank's vectors
+        if vectors[rank] > 1:
+            moved += 2 * global_batch * vectors[rank] * spec.dense_width * e  # torch.cat of the rank's vectors
         part = moved / hbm + (bottom_s(spec, acc, global_batch, precision) if rank == 0 else 0.0)
         busiest = max(busiest, part)
     batch = global_batch // gpus
     a2a = reduce = 0.0
     if gpus > 1:
-        vectors = [len(held) + (rank == 0) for rank, held in enumerate(placed)]
         d = spec.dense_width
         sent = max(v * (gpus - 1) for v in vectors) * batch * d * e
         received = (sum(vectors) - min(vectors)) * batch * d * e
         spread = gpus / (gpus - 1)  # all_to_all_s takes bytes spread over all ranks
         a2a = 2 * float(collective_s(cluster, "all_to_all", gpus, 1, max(sent, received) * spread))
-        top_params = sum(a * b + b for a, b in zip((spec.interaction_width(), *spec.top_mlp), spec.top_mlp))
-        reduce = float(collective_s(cluster, "all_reduce", gpus, 1, 4.0 * top_params))
+        reduce = float(collective_s(cluster, "all_reduce", gpus, 1, 4.0 * spec.top_mlp_params()))
     return HybridStep(busiest, a2a, top_s(spec, acc, batch, precision), reduce)

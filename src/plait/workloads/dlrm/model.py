@@ -107,11 +107,13 @@ class DlrmSpec:
 
     def mlp_params(self) -> int:
         """Parameters of the bottom and top MLPs (weights and biases)."""
-        out = 0
         widths = (self.dense_features, *self.bottom_mlp)
-        out += sum(a * b + b for a, b in itertools.pairwise(widths))
+        return sum(a * b + b for a, b in itertools.pairwise(widths)) + self.top_mlp_params()
+
+    def top_mlp_params(self) -> int:
+        """Parameters of the top MLP (weights and biases), whose input is the interaction's output."""
         top = (self.interaction_width(), *self.top_mlp)
-        return out + sum(a * b + b for a, b in itertools.pairwise(top))
+        return sum(a * b + b for a, b in itertools.pairwise(top))
 
     def interaction_width(self) -> int:
         """The top MLP's input. ``dot``: the bottom MLP's output ``d`` and the dot product of every pair of the
