@@ -10,8 +10,8 @@ import pytest
 from plait.hardware.catalog import get_cluster
 from plait.validate.datasets import dataset_path
 from plait.workloads.dlrm.dense import bottom_s, top_s
-from plait.workloads.dlrm.hybrid import buckets, device_tables, hybrid_step
-from plait.workloads.dlrm.model import read_dlrm
+from plait.workloads.dlrm.hybrid import buckets, device_tables, hybrid_step, lookup_bytes
+from plait.workloads.dlrm.model import Table, read_dlrm
 from plait.workloads.dlrm.validate import validate_dlrm
 
 MODELS = dataset_path("dlrm").parent / "models"
@@ -59,6 +59,18 @@ def test_mixed_precision_is_faster_but_pays_the_casts_of_fp32_tables() -> None:
 
     half = replace(spec, tables=tuple(replace(t, dtype="fp16") for t in spec.tables))
     assert hybrid_step(half, cluster, 1, 32768, "fp16").bottom_s < hybrid_step(spec, cluster, 1, 32768, "fp16").bottom_s
+
+
+def test_lookup_bytes_follow_the_examples_kernels() -> None:
+    """Bytes per element of a one-hot fp32 table of width 128, counted by hand from the example's code: across GPUs
+    in mixed precision the row read (4) and the output written (4), its cast to fp16 and back (4 + 2, 2 + 4), the
+    SGD update's scaled copy of the values (4 + 4) and ``index_add_`` (values 4, row 4 + 4): 40; on one GPU in fp32
+    the fused gather's row read and output (4 + 4), its backward copy into the values (4 + 4) and the same update
+    (8 + 12): 36."""
+    table = Table(name="t", rows=10**6, dim=128)
+    elements = 1000 * 128
+    assert lookup_bytes(table, 1000, 2, fused=False) == 40 * elements
+    assert lookup_bytes(table, 1000, 4, fused=True) == 36 * elements
 
 
 def test_every_shipped_row_is_predicted() -> None:

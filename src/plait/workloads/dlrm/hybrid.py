@@ -13,15 +13,29 @@
   receives its own samples of everyone's; the backward sends the gradients back.
 - **Top part, data-parallel**: the interaction and the top MLP on ``B`` samples per rank
   (:func:`plait.workloads.dlrm.dense.top_s`), its gradients all-reduced in fp32.
-- **Embedding kernels**: per id the row read forward and, with the SGD the example trains with
-  (``torch.optim.SGD`` over every parameter, ``dlrm/scripts/main.py``), the row read and written by its update;
-  the pooled output written forward and its gradient read back, in the table's type: ``ids 3 d e + 2 samples d e``
-  bytes (no optimizer state: the row-wise AdaGrad of TorchRec's kernel, :mod:`plait.workloads.dlrm.cost`, keeps
-  one).
-- **The bottom output assembled** (``DlrmBottom.forward``, ``dlrm/nn/parts.py`` @2de29455): in mixed precision each
-  fp32 table's output is cast to fp16 (``x.half()``: a read of 4 and a write of 2 bytes an element; its backward
-  casts the gradient back, 2 and 4), then a rank's vectors are concatenated (``torch.cat``: a read and a write of
-  each element in the activations' type; its backward hands out views, no copy).
+- **Embedding kernels** (one-hot ids, as the example's tables are): per id the row read forward and the pooled
+  output written; the example keeps each rank's tables as one joint table (``JointSparseEmbedding``, ``dist_main.py``
+  / ``main.py``'s ``embedding_type``) whose backward hands ``torch.optim.SGD`` (``dlrm/scripts/main.py``) a sparse
+  gradient of one fp32 row per id, which ``param.add_(grad, alpha=-lr)`` applies as PyTorch's
+  ``add_out_dense_sparse_cuda``: a scaled copy of the values (``values = values.mul(value)``, "NB: Purposely not
+  inplace!"; any learning rate but 1) and an ``index_add_`` that reads them and reads and writes each row
+  (aten/src/ATen/native/sparse/cuda/SparseCUDATensorMath.cu; assumed unchanged in the containers' PyTorch builds): ``5 ids d t`` bytes for a table of
+  ``t`` bytes an element. No optimizer state (the row-wise AdaGrad of TorchRec's kernel,
+  :mod:`plait.workloads.dlrm.cost`, keeps one).
+- **The gather's types.** Across GPUs (``joint_sparse``, ``dlrm/cuda_ext/sparse_embedding.py``) the gather runs in
+  the table's type (``amp.float_function``) and, in mixed precision, each fp32 table's output is cast to fp16
+  (``x.half()`` in ``DlrmBottom.forward``, ``dlrm/nn/parts.py`` @2de29455: a read of 4 and a write of 2 bytes an
+  element; its backward casts the gradient back, 2 and 4), the sparse gradient a view of that. On one GPU the example
+  takes its fused kernel for 26 tables of width 128 (``joint_fused``: ``validate_flags`` in ``dlrm/scripts/main.py``
+  @4154bda6, the default of ``main.py`` before), which writes the activations' type directly and whose backward
+  copies the gradient into the fp32 values (``gradient_copy_kernel``, ``dlrm/cuda_src/gather_gpu_fused.cu``): a read
+  in the activations' type and a write in the table's, in every precision.
+- **The bottom output assembled**: a rank's vectors concatenated (``torch.cat``: a read and a write of each element
+  in the activations' type; its backward hands out views, no copy).
+- **``BottomToTop``'s copies** (``dlrm/model/distributed.py``, the same at all three releases): forward, the
+  received buffers concatenated along the features (``torch.cat(bottom_output_buffer, dim=1)``); backward, the
+  gradient split by rank along the features and each part made contiguous before the all-to-all (``t.contiguous()``):
+  a read and a write of every rank's ``B`` samples' vectors each way.
 
 The step is the busiest rank's bottom part, the all-to-alls, the top part and the all-reduce, one after another (the
 example's training loop overlaps none of them).
@@ -36,7 +50,7 @@ from plait.cost.compute import memory_bytes_per_s
 from plait.cost.links import collective_s
 from plait.hardware.cluster import Cluster
 from plait.workloads.dlrm.dense import ACTIVATION_BYTES, bottom_s, top_s
-from plait.workloads.dlrm.model import DlrmSpec
+from plait.workloads.dlrm.model import DlrmSpec, Table
 
 
 def buckets(rows: list[int], count: int) -> list[list[int]]:
@@ -69,6 +83,7 @@ class HybridStep:
     bottom_s: float
     """The busiest rank's bottom part (bottom MLP and lookups)."""
     all_to_all_s: float
+    """The all-to-alls each way and ``BottomToTop``'s copies around them."""
     top_s: float
     all_reduce_s: float
 
@@ -77,21 +92,34 @@ class HybridStep:
         return self.bottom_s + self.all_to_all_s + self.top_s + self.all_reduce_s
 
 
+FUSED_GATHER = (26, 128)
+"""(tables, width) for which the example's one-GPU runs take its fused gather (module docstring)."""
+
+
+def lookup_bytes(table: Table, samples: int, activation_bytes: int, fused: bool) -> float:
+    """Bytes a step's lookups and SGD update of ``table`` move for ``samples`` samples (module docstring): the rows
+    read, the output written, the gather's casts or its fused backward copy, and the update's ``5 ids d t``."""
+    t, elements = table.element_bytes, samples * table.dim
+    looked_up = samples * table.pooling * table.dim  # elements of the rows looked up (one-hot: one per sample)
+    moved = looked_up * t + elements * (activation_bytes if fused else t) + 5 * looked_up * t
+    if fused:  # the gradient copied into the fp32 values
+        moved += looked_up * (activation_bytes + t)
+    elif t != activation_bytes:  # cast to the activations' type, and its gradient back
+        moved += 2 * elements * (t + activation_bytes)
+    return moved
+
+
 def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, precision: str) -> HybridStep:
     """A step of ``global_batch`` samples on ``gpus`` ranks of ``cluster`` (module docstring)."""
     acc, e = cluster.accelerator, ACTIVATION_BYTES[precision]
     tables = spec.deep_tables
     placed = device_tables([t.rows for t in tables], gpus)
     vectors = [len(held) + (rank == 0) for rank, held in enumerate(placed)]  # the bottom MLP's output is one
+    fused = gpus == 1 and (len(tables), spec.dense_width) == FUSED_GATHER and all(t.dim == 128 for t in tables)
     hbm = memory_bytes_per_s(acc)
     busiest = 0.0
     for rank, held in enumerate(placed):
-        moved = 0.0
-        for t in (tables[i] for i in held):
-            elements = global_batch * t.dim
-            moved += global_batch * t.pooling * 3 * t.dim * t.element_bytes + 2 * elements * t.element_bytes
-            if t.element_bytes != e:  # cast to the activations' type, and its gradient back
-                moved += 2 * elements * (t.element_bytes + e)
+        moved = sum(lookup_bytes(tables[i], global_batch, e, fused) for i in held)
         if vectors[rank] > 1:
             moved += 2 * global_batch * vectors[rank] * spec.dense_width * e  # torch.cat of the rank's vectors
         part = moved / hbm + (bottom_s(spec, acc, global_batch, precision) if rank == 0 else 0.0)
@@ -103,6 +131,7 @@ def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, 
         sent = max(v * (gpus - 1) for v in vectors) * batch * d * e
         received = (sum(vectors) - min(vectors)) * batch * d * e
         spread = gpus / (gpus - 1)  # all_to_all_s takes bytes spread over all ranks
-        a2a = 2 * float(collective_s(cluster, "all_to_all", gpus, 1, max(sent, received) * spread))
+        copies = 4 * batch * sum(vectors) * d * e / hbm  # BottomToTop's cat forward, contiguous parts backward
+        a2a = 2 * float(collective_s(cluster, "all_to_all", gpus, 1, max(sent, received) * spread)) + copies
         reduce = float(collective_s(cluster, "all_reduce", gpus, 1, 4.0 * spec.top_mlp_params()))
     return HybridStep(busiest, a2a, top_s(spec, acc, batch, precision), reduce)
