@@ -19,9 +19,9 @@
   gradient of one fp32 row per id, which ``param.add_(grad, alpha=-lr)`` applies as PyTorch's
   ``add_out_dense_sparse_cuda``: a scaled copy of the values (``values = values.mul(value)``, "NB: Purposely not
   inplace!"; any learning rate but 1) and an ``index_add_`` that reads them and reads and writes each row
-  (aten/src/ATen/native/sparse/cuda/SparseCUDATensorMath.cu; assumed unchanged in the containers' PyTorch builds): ``5 ids d t`` bytes for a table of
-  ``t`` bytes an element. No optimizer state (the row-wise AdaGrad of TorchRec's kernel,
-  :mod:`plait.workloads.dlrm.cost`, keeps one).
+  (aten/src/ATen/native/sparse/cuda/SparseCUDATensorMath.cu; assumed unchanged in the containers' PyTorch builds):
+  ``5 ids d t`` bytes for a table of ``t`` bytes an element. No optimizer state (the row-wise AdaGrad of TorchRec's
+  kernel, :mod:`plait.workloads.dlrm.cost`, keeps one).
 - **The gather's types.** Across GPUs (``joint_sparse``, ``dlrm/cuda_ext/sparse_embedding.py``) the gather runs in
   the table's type (``amp.float_function``) and, in mixed precision, each fp32 table's output is cast to fp16
   (``x.half()`` in ``DlrmBottom.forward``, ``dlrm/nn/parts.py`` @2de29455: a read of 4 and a write of 2 bytes an
@@ -92,8 +92,9 @@ class HybridStep:
         return self.bottom_s + self.all_to_all_s + self.top_s + self.all_reduce_s
 
 
-FUSED_GATHER = (26, 128)
-"""(tables, width) for which the example's one-GPU runs take its fused gather (module docstring)."""
+FUSED_TABLES, FUSED_WIDTH = 26, 128
+"""Tables, and the width of every one, for which the example's one-GPU runs take its fused gather (module
+docstring)."""
 
 
 def lookup_bytes(table: Table, samples: int, activation_bytes: int, fused: bool) -> float:
@@ -115,7 +116,8 @@ def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, 
     tables = spec.deep_tables
     placed = device_tables([t.rows for t in tables], gpus)
     vectors = [len(held) + (rank == 0) for rank, held in enumerate(placed)]  # the bottom MLP's output is one
-    fused = gpus == 1 and (len(tables), spec.dense_width) == FUSED_GATHER and all(t.dim == 128 for t in tables)
+    fused = (gpus == 1 and len(tables) == FUSED_TABLES
+             and all(d == FUSED_WIDTH for d in (spec.dense_width, *(t.dim for t in tables))))
     hbm = memory_bytes_per_s(acc)
     busiest = 0.0
     for rank, held in enumerate(placed):
