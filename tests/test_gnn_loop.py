@@ -14,7 +14,7 @@ from plait.hardware.catalog import get_cluster
 from plait.workloads.gnn.compute import GnnLibrary, input_cast_s
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.dgl_reverse import rebuild_bytes
-from plait.workloads.gnn.host import host_step, loaders, per_core_rate
+from plait.workloads.gnn.host import host_step, loader_rates, loaders
 from plait.workloads.gnn.loop import GnnLoop
 from plait.workloads.gnn.model import GnnModel, GnnSpec, read_gnn
 from plait.workloads.gnn.predict import predict_gnn
@@ -77,7 +77,7 @@ def test_a_host_loader_feeds_the_trainer_as_host_py_composes_them() -> None:
     step = host_step(
         bare.batch,
         salient,
-        per_core_rate(salient, graphs()),
+        loader_rates(salient, graphs()),
         workers,
         V100,
         PRODUCTS.features,

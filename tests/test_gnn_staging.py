@@ -3,13 +3,14 @@ touch and the driver's staged copy, in DGL's loops (the dgl-cpu loader, GPU samp
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
-from plait.workloads.gnn.host import host_step, loaders
+from plait.workloads.gnn.host import LoaderRates, host_step, loaders
 from plait.workloads.gnn.sampling import SampledBatch
 from plait.workloads.gnn.staging import (
     MMAP_THRESHOLD_MAX_BYTES,
@@ -20,6 +21,10 @@ from plait.workloads.gnn.staging import (
     pageable_extra_s,
     staged_copy_s,
 )
+
+RATES = LoaderRates(per_worker=1e6, serial=math.inf)
+"""A pool sampling a million edges a second per worker, all of it shared out among them."""
+FAST_RATES = LoaderRates(per_worker=1e8, serial=math.inf)
 
 ONE_HOP = SampledBatch(
     new_nodes=(1e3, 299e3),
@@ -79,8 +84,8 @@ def test_dgls_loop_pays_the_pageable_path_and_a_pinned_loader_does_not() -> None
     batch = ONE_HOP
     dgl = loaders()["dgl-cpu"]
     assert dgl.copy_from == "pageable"
-    pageable = host_step(batch, dgl, 1e6, 4, box, 100, 4, 0.01, gpus_on_node=1)
-    pinned = host_step(batch, replace(dgl, copy_from="pinned"), 1e6, 4, box, 100, 4, 0.01, gpus_on_node=1)
+    pageable = host_step(batch, dgl, RATES, 4, box, 100, 4, 0.01, gpus_on_node=1)
+    pinned = host_step(batch, replace(dgl, copy_from="pinned"), RATES, 4, box, 100, 4, 0.01, gpus_on_node=1)
     rows = 300e3 * 100 * 4
     assert pageable.slicing_s == pytest.approx(pinned.slicing_s + first_touch_s(rows))
     assert pageable.transfer_s == pytest.approx(staged_copy_s(rows, box))
@@ -99,7 +104,7 @@ def test_pygs_loops_copy_the_batchs_blocks_beside_its_rows(name: str, per_edge: 
     box = get_cluster("rtx3090-workstation")
     batch = ONE_HOP
     loader = loaders()[name]
-    step = host_step(batch, loader, 1e6, 4, box, 100, 4, 0.01, gpus_on_node=1)
+    step = host_step(batch, loader, RATES, 4, box, 100, 4, 0.01, gpus_on_node=1)
     rows = 300e3 * 100 * 4
     copy = staged_copy_s(rows, box) if loader.copy_from == "pageable" else rows / 32e9
     assert step.transfer_s == pytest.approx(copy + (per_edge * 3e5 + 8 * 1e3) / 32e9)
@@ -118,14 +123,14 @@ def test_salients_workers_gather_on_one_core_each_from_the_nodes_shared_memory()
     rows = 300e3 * 128 * 2
     core_s = 300e3 * (figures()["core_gather_s_per_row"].value + 256 * figures()["core_gather_s_per_byte"].value)
     assert 0.025 < core_s < 0.032
-    shared = host_step(batch, loaders()["salient"], 1e8, 20, box, 128, 2, 0.001, gpus_on_node=4)
+    shared = host_step(batch, loaders()["salient"], FAST_RATES, 20, box, 128, 2, 0.001, gpus_on_node=4)
     assert shared.slicing_s == pytest.approx(core_s / 20)
     assert shared.batch_s == pytest.approx(3e-3 + core_s)
     assert shared.step_s == pytest.approx(2 * rows / 51.2e9)
-    alone = host_step(batch, loaders()["salient"], 1e8, 20, box, 128, 2, 0.001, gpus_on_node=1)
+    alone = host_step(batch, loaders()["salient"], FAST_RATES, 20, box, 128, 2, 0.001, gpus_on_node=1)
     assert alone.memory_s == pytest.approx(2 * rows / 204.8e9)
     assert alone.pool_s == pytest.approx((3e-3 + core_s) / 20)
-    pyg = host_step(batch, loaders()["pyg-neighborsampler"], 1e6, 20, box, 128, 2, 0.01, gpus_on_node=1)
+    pyg = host_step(batch, loaders()["pyg-neighborsampler"], RATES, 20, box, 128, 2, 0.01, gpus_on_node=1)
     assert pyg.slicing_s == pytest.approx(2 * rows / 51.2e9) and pyg.memory_s == 0.0
 
 

@@ -17,7 +17,7 @@ from plait.hardware.cluster import Cluster
 from plait.workloads.gnn.compute import input_cast_s
 from plait.workloads.gnn.datasets import known_graphs
 from plait.workloads.gnn.dgl_reverse import REVERSING_LIBRARIES
-from plait.workloads.gnn.host import HostLoader, host_step, loaders, per_core_rate, usable_workers
+from plait.workloads.gnn.host import HostLoader, host_step, loader_rates, loaders, usable_workers
 from plait.workloads.gnn.model import FEATURE_BYTES, GnnSpec
 from plait.workloads.gnn.staging import loop_threads, pageable_extra_s
 from plait.workloads.gnn.step import GnnEstimate
@@ -96,7 +96,7 @@ def loader_estimate(est: GnnEstimate, spec: GnnSpec, cluster: Cluster, world: in
     step = host_step(
         est.batch,
         loader,
-        per_core_rate(loader, known_graphs()),
+        loader_rates(loader, known_graphs()),
         workers,
         cluster,
         spec.graph.features,

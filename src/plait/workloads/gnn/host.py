@@ -5,7 +5,9 @@ trainer (the loaders of ``data/loaders.toml``).
 - **sampling**: ``e`` sampled edges per batch (:class:`plait.workloads.gnn.sampling.SampledBatch`) at ``r`` edges
   per second per worker, ``w`` workers each on a core of its own: a batch every ``e / (r w)`` seconds. ``w`` is the
   loader's workers, at most the node's host cores over the GPUs training on it (:attr:`Cluster.host_cores_per_node`).
-  ``r`` is derived from a published measurement (:func:`per_core_rate`);
+  ``r`` is derived from a published measurement (:func:`per_core_rate`). Where the measurement sweeps the workers, a
+  part of each batch that does not divide among them is derived too (:func:`loader_rates`: Amdahl's law), and the
+  pool takes it on every batch;
 - **slicing**: the batch's feature rows gathered from the feature table, in the training loop (``trainer``: read
   and written at the host memory bandwidth of the GPU's share of its node) or by the workers (``workers``: each
   gathers its own batch on its one thread, so no faster than one core gathers rows,
@@ -29,6 +31,7 @@ default): the workers deliver in waves, one batch each per worker-batch time, an
 from __future__ import annotations
 
 import functools
+import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -52,6 +55,22 @@ class Reference:
     workers: int
     epoch_s: float
     source: str
+    sweep: tuple[tuple[int, float], ...] = ()
+    """More (workers, epoch seconds) points of the same run, where the source timed it with other worker counts."""
+
+    def points(self) -> list[tuple[int, float]]:
+        """Every (workers, epoch seconds) point of the run."""
+        return [(self.workers, self.epoch_s), *self.sweep]
+
+
+@dataclass(frozen=True)
+class LoaderRates:
+    """Sampled edges per second of a loader's pool (:func:`loader_rates`)."""
+
+    per_worker: float
+    """Each worker's rate on the part of a batch the workers share out."""
+    serial: float
+    """The rate of the part of every batch that does not divide among the workers (``inf``: none measured)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +117,8 @@ class HostStep:
     memory_s: float = 0.0
     """Where the workers slice: one batch's rows read and written at the host memory bandwidth the pool shares
     (:func:`pool_memory_bytes_per_s`), a floor on the pool's time per batch however many workers gather at once."""
+    serial_s: float = 0.0
+    """The part of each batch's sampling that does not divide among the workers (:attr:`LoaderRates.serial`)."""
 
     @property
     def batch_s(self) -> float:
@@ -118,8 +139,9 @@ class HostStep:
         queueing) and the shared memory (``memory_s`` of demand a batch), so its throughput is at most
         ``min(workers / batch_s, 1 / memory_s)`` (Lazowska et al., "Quantitative System Performance", 1984,
         section 5.2, asymptotic bounds: ``X(N) <= min(N / (D + Z), 1 / D_max)``). A worker samples while the others
-        gather, so the sampling is not added to the memory's time."""
-        return max(self.batch_s / self.workers, self.memory_s)
+        gather, so the sampling is not added to the memory's time. The part that does not divide (:attr:`serial_s`)
+        adds to each batch, as Amdahl's law has it."""
+        return max(self.batch_s / self.workers + self.serial_s, self.memory_s)
 
     @property
     def step_s(self) -> float:
@@ -163,22 +185,45 @@ def loaders() -> dict[str, HostLoader]:
                 workers=ref["workers"],
                 epoch_s=ref["epoch_s"],
                 source=ref["source"],
+                sweep=tuple((int(n), float(t)) for n, t in ref.get("sweep", ())),
             ),
         )
     return out
 
 
 def per_core_rate(loader: HostLoader, graphs: dict[str, GraphStats]) -> float:
-    """Sampled edges per second per worker: the reference run's expected sampled edges per epoch (its batches on its
-    dataset, drawn as the loader's library draws them) over its epoch time and workers (a lower bound: the epoch also
-    holds the training)."""
+    """Sampled edges per second per worker (:attr:`LoaderRates.per_worker` of :func:`loader_rates`)."""
+    return loader_rates(loader, graphs).per_worker
+
+
+def loader_rates(loader: HostLoader, graphs: dict[str, GraphStats]) -> LoaderRates:
+    """The pool's rates from its reference run: the run's expected sampled edges per epoch (its batches on its
+    dataset, drawn as the loader's library draws them) over its epoch time. One point: all of it divides among the
+    workers (a lower bound of their rate: the epoch also holds the training). A sweep of worker counts: the epoch as
+    Amdahl's law has it, ``T(N) = T_serial + T_parallel / N`` (Amdahl, "Validity of the single processor approach to
+    achieving large scale computing capabilities", AFIPS 1967), fitted by least squares on ``1 / N``; a fitted
+    serial part below zero is taken as none."""
     ref = loader.reference
     if ref.dataset not in graphs:
         raise ConfigError(f"loader {loader.name}: reference dataset {ref.dataset!r} has no statistics")
     g = graphs[ref.dataset]
     batch = sample_batch(degree_classes(g), ref.fanouts, ref.batch, 1, 0.0, redraw=loader.hop_targets == "reached")
-    steps = -(-g.train_nodes // ref.batch)
-    return batch.sampled_edges * steps / (ref.epoch_s * ref.workers)
+    edges = batch.sampled_edges * -(-g.train_nodes // ref.batch)
+    parallel_s, serial_s = amdahl_fit(ref.points())
+    return LoaderRates(per_worker=edges / parallel_s, serial=edges / serial_s if serial_s > 0 else math.inf)
+
+
+def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(parallel, serial) seconds of ``T(N) = serial + parallel / N`` through (workers, seconds) ``points`` by least
+    squares (:func:`loader_rates`); one point, or a serial part fitted below zero: all parallel, through the points."""
+    if len(points) == 1:
+        return points[0][0] * points[0][1], 0.0
+    xs, ys = [1.0 / n for n, _ in points], [t for _, t in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    if slope > 0 and my - slope * mx >= 0:
+        return slope, my - slope * mx
+    return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs), 0.0
 
 
 def usable_workers(workers: int, cluster: Cluster, gpus_on_node: int) -> int:
@@ -214,7 +259,7 @@ def pool_memory_bytes_per_s(cluster: Cluster, gpus_on_node: int) -> float:
 def host_step(
     sampled: SampledBatch,
     loader: HostLoader,
-    rate: float,
+    rates: LoaderRates,
     workers: int,
     cluster: Cluster,
     features: int,
@@ -241,7 +286,8 @@ def host_step(
         transfer_s = staged_copy_s(rows_bytes, cluster)
     transfer_s += index_bytes(sampled, loader) / link  # the blocks, pinned by the DataLoader or the sampler
     return HostStep(
-        sampling_s=sampled.sampled_edges / (rate * workers),
+        sampling_s=sampled.sampled_edges / (rates.per_worker * workers),
+        serial_s=sampled.sampled_edges / rates.serial,
         slicing_s=slicing_s,
         transfer_s=transfer_s,
         trainer_s=trainer_s,
