@@ -39,11 +39,21 @@ def graphs(directed: bool = False) -> dict[str, GraphStats]:
             classes=g["classes"],
             train_nodes=g["train_nodes"],
             degree_exponent=g.get("degree_exponent", ASSUMED_EXPONENT),
-            max_degree=math.ceil(hist[-1][0]) if hist else min(g["nodes"] - 1, round(100 * mean)),
+            max_degree=_max_degree(g, hist, raw, mean),
             out_degree_exponent=g["raw_out_degree_exponent"] if raw else 0.0,
             degree_histogram=hist,
         )
     return out
+
+
+def _max_degree(g: dict, hist: tuple, raw: bool, mean: float) -> int:
+    """The largest degree: a measured histogram's, else the one the dataset's page states (``raw_max_out_degree`` for
+    the raw direction, whose draws land by out-degree; ``max_degree`` symmetrized), else 100 x the mean (assumed,
+    graphs.toml)."""
+    if hist:
+        return math.ceil(hist[-1][0])
+    stated = g.get("raw_max_out_degree" if raw else "max_degree")
+    return int(stated) if stated else min(g["nodes"] - 1, round(100 * mean))
 
 
 @functools.cache
