@@ -254,8 +254,8 @@ def test_bad_gnn_options_are_one_line(argv: list[str], rule: str) -> None:
 def test_published_epoch_times_are_predicted_where_plait_models_the_path() -> None:
     """src/plait/validate/data/gnn_epochs.csv: full-graph rows, GPU sampling (GNNLab's and Quiver's DGL rows),
     host-CPU loaders (PyG's NeighborSampler, SALIENT, DGL's CPU sampler), GNNLab's factored runs, GIN and GNNLab's
-    twitter-2010 and uk-2006-05 rows are predicted; SALIENT++'s partitioned features say why. The bound guards the epoch-time MAPE (docs/status.md gives it and
-    what is not modelled) against getting worse."""
+    twitter-2010 and uk-2006-05 rows are predicted; SALIENT++'s partitioned features say why. The bound guards the
+    epoch-time MAPE (docs/status.md gives it and what is not modelled) against getting worse."""
     from plait.validate.classic import mape
     from plait.workloads.gnn.validate import validate_gnn
 
@@ -383,3 +383,36 @@ def test_a_graphs_stated_largest_degree_replaces_the_assumed_one() -> None:
     assert symmetric["uk-2006-05"].max_degree == 77_741_046 - 1
     reddit = symmetric["reddit"]
     assert reddit.max_degree == round(100 * 2 * reddit.edges / reddit.nodes)
+
+
+_SAGE = '[model]\nkind = "sage"\nlayers = 2\nhidden = 256\nfanouts = [10, 25]\n'
+
+
+def test_a_gnn_file_may_name_a_graph_plait_knows(tmp_path: Path) -> None:
+    """[graph] dataset = a graphs.toml name gives that graph's statistics (symmetrized, or its raw arcs with direction
+    = "raw"), the measured histogram included; a field given beside it replaces the known one, and the histogram,
+    which no longer describes the graph, goes."""
+    from plait.workloads.gnn.datasets import graphs
+
+    def spec(graph: str) -> GnnSpec:
+        path = tmp_path / "g.toml"
+        path.write_text(f"[graph]\n{graph}\n{_SAGE}")
+        return read_gnn(path)
+
+    assert spec('dataset = "twitter-2010"\ndirection = "raw"').graph == graphs(directed=True)["twitter-2010"]
+    products = spec('dataset = "ogbn-products"').graph
+    assert products == graphs()["ogbn-products"] and products.degree_histogram
+    wider = spec('dataset = "ogbn-products"\nfeatures = 256').graph
+    assert wider.features == 256 and wider.nodes == products.nodes and not wider.degree_histogram
+
+
+@pytest.mark.parametrize(("graph", "rule"), [('dataset = "ogbn-foo"', "dataset='ogbn-foo' must be one of"),
+                                             ('dataset = "reddit"\ndirection = "raw"', "has no raw direction"),
+                                             ('dataset = "reddit"\ndirection = "up"', "must be 'symmetrized' or"),
+                                             ('nodes = 100\nedges = 400\nfeatures = 8\nclasses = 2\ndirection = "raw"',
+                                              "needs a dataset")])
+def test_a_bad_dataset_name_or_direction_is_one_line(tmp_path: Path, graph: str, rule: str) -> None:
+    path = tmp_path / "g.toml"
+    path.write_text(f"[graph]\n{graph}\n{_SAGE}")
+    code, _, err = _cli(["estimate", "--model", str(path)])
+    assert code == 2 and rule in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

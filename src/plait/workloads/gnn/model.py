@@ -13,6 +13,9 @@ A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::
     degree_exponent = 2.1       # degrees follow a discrete power law p(d) ~ d^-a on [d_min, max_degree]
     max_degree = 20000
     # out_degree_exponent = 4.0 # a directed graph sampled by in-edges (estimates only); 0 or absent: undirected
+    # or a graph plait knows (data/graphs.toml), any field above given beside it replacing the known one:
+    # dataset = "ogbn-papers100M"   # ogbn-products, ogbn-arxiv, ogbn-papers100M, reddit, twitter-2010, ...
+    # direction = "raw"             # symmetrized (default) | raw: the stored arcs, sampled by in-arc
     [model]
     kind = "sage"               # sage | gcn | gat | transformer | gin
     heads = 1                   # attention heads (gat, transformer); must divide hidden
@@ -25,8 +28,10 @@ A TOML file describes it (``examples/graphsage-ogbn-products.toml``)::
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -176,16 +181,42 @@ def read_gnn(path: Path) -> GnnSpec:
     for key in ("graph", "model"):
         if key not in data:
             raise ConfigError(f"{where}: a GNN needs {key!r}")
-    g = table(data["graph"], f"{where}: [graph]")
-    nodes = g.get("nodes")
-    derived = {"train_nodes": nodes, "max_degree": nodes - 1} if type(nodes) is int else {}  # defaults from nodes
-    graph = build(GraphStats, {**derived, **g}, f"{where}: [graph]")
+    graph = _graph(table(data["graph"], f"{where}: [graph]"), f"{where}: [graph]")
     model = build(GnnModel, table(data["model"], f"{where}: [model]"), f"{where}: [model]")
     loop = build(GnnLoop, table(data.get("loop", {}), f"{where}: [loop]"), f"{where}: [loop]")
     spec = GnnSpec(name=value(data.get("name", path.stem), str, f"{where}: name"), graph=graph, model=model,
                    loop=loop)
     check_gnn(spec, str(path))
     return spec
+
+
+def _graph(g: Mapping[str, Any], where: str) -> GraphStats:
+    """The ``[graph]`` table: its fields, or the statistics of the graph plait knows by ``dataset``
+    (:func:`plait.workloads.gnn.datasets.graphs`, symmetrized or in its raw ``direction``) with the fields given beside
+    it replacing the known ones."""
+    name, direction = g.get("dataset"), g.get("direction", "symmetrized")
+    fields = {k: v for k, v in g.items() if k not in ("dataset", "direction")}
+    if name is None:
+        if "direction" in g:
+            raise ConfigError(f"{where}: direction={direction!r} needs a dataset (a graph plait knows)")
+        nodes = fields.get("nodes")
+        derived = {"train_nodes": nodes, "max_degree": nodes - 1} if type(nodes) is int else {}  # defaults from nodes
+        return build(GraphStats, {**derived, **fields}, where)
+    from plait.workloads.gnn.datasets import graphs  # data/graphs.toml, read for a file that names a dataset
+
+    if direction not in ("symmetrized", "raw"):
+        raise ConfigError(f"{where}: direction={direction!r} must be 'symmetrized' or 'raw'")
+    known = graphs(directed=direction == "raw")
+    if name not in known:
+        raise ConfigError(f"{where}: dataset={name!r} must be one of {', '.join(known)}")
+    if direction == "raw" and not known[name].directed:
+        directed = ", ".join(n for n, k in known.items() if k.directed)
+        raise ConfigError(f"{where}: dataset={name!r} has no raw direction in plait's statistics (those with one: "
+                          f"{directed})")
+    base = {f.name: getattr(known[name], f.name) for f in dataclasses.fields(GraphStats)}
+    if fields:  # a field given replaces the known one; a measured histogram then no longer describes the graph
+        base["degree_histogram"] = ()
+    return build(GraphStats, {**base, **fields}, where)
 
 
 def check_gnn(spec: GnnSpec, where: str) -> None:
