@@ -407,6 +407,7 @@ def test_a_gnn_file_may_name_a_graph_plait_knows(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("graph", "rule"), [('dataset = "ogbn-foo"', "dataset='ogbn-foo' must be one of"),
+                                             ('dataset = ["reddit"]', "dataset=['reddit'] must be a string"),
                                              ('dataset = "reddit"\ndirection = "raw"', "has no raw direction"),
                                              ('dataset = "reddit"\ndirection = "up"', "must be 'symmetrized' or"),
                                              ('nodes = 100\nedges = 400\nfeatures = 8\nclasses = 2\ndirection = "raw"',

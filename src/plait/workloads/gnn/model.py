@@ -194,7 +194,8 @@ def _graph(g: Mapping[str, Any], where: str) -> GraphStats:
     """The ``[graph]`` table: its fields, or the statistics of the graph plait knows by ``dataset``
     (:func:`plait.workloads.gnn.datasets.graphs`, symmetrized or in its raw ``direction``) with the fields given beside
     it replacing the known ones."""
-    name, direction = g.get("dataset"), g.get("direction", "symmetrized")
+    name = None if g.get("dataset") is None else value(g["dataset"], str, f"{where}.dataset")
+    direction = value(g.get("direction", "symmetrized"), str, f"{where}.direction")
     fields = {k: v for k, v in g.items() if k not in ("dataset", "direction")}
     if name is None:
         if "direction" in g:
