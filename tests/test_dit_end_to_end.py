@@ -90,6 +90,7 @@ def test_text_encoder_shapes_match_their_published_sizes(name: str, vocab: int, 
     ("sana-1600m-4k", 1.6e9, 0.03),        # Xie et al., arXiv 2410.10629, Table 1 (Sana-1.6B)
     ("hunyuanvideo-720p", 13e9, 0.05),     # Kong et al., arXiv 2412.03603, abstract ("13 billion parameters")
     ("consisid-480p", 5e9, 0.05),          # CogVideoX-5B (Yang et al., arXiv 2408.06072), ConsisID's base
+    ("cogvideox-5b-480p", 5e9, 0.05),      # the same paper: CogVideoX-5B itself
 ])
 def test_video_and_linear_dits_match_their_published_sizes(example: str, published: float, rel: float) -> None:
     """The blocks against the published size (ConsisID: its CogVideoX-5B blocks, its face cross-attentions apart)."""

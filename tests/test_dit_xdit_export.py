@@ -22,7 +22,8 @@ from tests.inprocess import cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CASES = [("flux-1-dev-1024px", 8), ("hunyuanvideo-720p", 8), ("pixart-alpha-1024px", 8), ("sana-1600m-4k", 8),
-         ("consisid-480p", 6)]  # ConsisID's 17,550 tokens split into no 8 pieces: on 8 GPUs only TP plans fit
+         ("consisid-480p", 6), ("cogvideox-5b-480p", 6)]  # their 17,550 tokens split into no 8 pieces: on 8 GPUs only
+# TP plans fit
 DEGREES = {"--pipefusion_parallel_degree": "pipefusion", "--ulysses_degree": "ulysses", "--ring_degree": "ring"}
 
 

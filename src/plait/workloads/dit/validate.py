@@ -27,7 +27,7 @@ from plait.workloads.dit.pipeline import end_to_end
 
 MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml", "Sana_1600M_4Kpx_BF16_diffusers": "sana-1600m-4k.toml",
           "ConsisID (preview)": "consisid-480p.toml", "HunyuanVideo (T2V)": "hunyuanvideo-720p.toml",
-          "Mochi-1-preview": "mochi-1-480p.toml"}
+          "Mochi-1-preview": "mochi-1-480p.toml", "CogVideoX-5b": "cogvideox-5b-480p.toml"}
 """Model names of the CSV -> the model file shipped beside the CSV in ``plait/validate/data/models`` (package data,
 the same file as ``examples/``; its job's resolution, frames and steps are the row's; a row that states no steps
 takes the file's, the implementation's default that the file cites)."""

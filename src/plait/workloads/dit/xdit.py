@@ -59,6 +59,10 @@ XDIT_MODELS: dict[str, XditModel] = {
         name="BestWishYsh/ConsisID-preview", script="examples/consisid_example.py",
         methods=frozenset({"cfg", "ulysses", "ring"}),
         source="examples/consisid_example.py (xfuser 0.7.0): 'This script does not support PipeFusion.'"),
+    "THUDM/CogVideoX-5b": XditModel(
+        name="THUDM/CogVideoX-5b", script="examples/cogvideox_example.py", methods=frozenset({"cfg", "ulysses", "ring"}),
+        source="examples/cogvideox_example.py (xdit-project/xDiT@0058bb00): xFuserCogVideoXPipeline, 'This script "
+               "does not support PipeFusion.'; docs/performance/cogvideo.md: USP (Ulysses, Ring) and CFG parallel"),
 }
 """Keyed by the catalog model's ``hf_model``. Mochi (genmo/mochi-1-preview) has neither a runner model nor an
 example script in xfuser 0.7.0."""
