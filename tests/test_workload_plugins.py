@@ -25,7 +25,7 @@ KINDS = {
     "gnn-tiny.toml": "gnn", "graphsage-ogbn-products.toml": "gnn",
     "dit-tiny.toml": "dit", "dit-xl-2-1024px.toml": "dit", "flux-1-dev-1024px.toml": "dit",
     "pixart-alpha-1024px.toml": "dit", "sana-1600m-4k.toml": "dit", "hunyuanvideo-720p.toml": "dit",
-    "consisid-480p.toml": "dit", "mochi-1-480p.toml": "dit",
+    "consisid-480p.toml": "dit", "cogvideox-5b-480p.toml": "dit", "mochi-1-480p.toml": "dit",
     "glm-tiny.toml": "glm", "glm-criteo-sparse.toml": "glm", "glm-dense-svm.toml": "glm",
     "small-model.toml": "transformer", "tiny-model.toml": "transformer", "tiny-moe.toml": "transformer",
     "llama3-70b-pp.toml": "transformer", "llama3-8b-fsdp.toml": "transformer", "tiny-plan.toml": "transformer",
