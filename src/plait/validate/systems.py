@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from plait.validate.records import Record
+
 SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "V100-SXM2-16GB": "dgx1-v100",
            "V100-SXM2-32GB": "dgx1-v100", "V100-SXM3-32GB": "dgx2-v100", "V100-SXM3-32GB-H": "dgx2-v100",
            "P100": "dgx1-p100", "K80": "aws-p2-8xlarge"}
@@ -11,3 +13,15 @@ EC2 p2.8xlarge)."""
 PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
 FP32: fp32 throughout)."""
+
+
+def unpredicted(row: Record, units: tuple[str, ...]) -> str | None:
+    """Why a row of these tables is not predicted: its measured unit is not one of ``units``, its GPU has no preset
+    system (:data:`SYSTEMS`) or its precision is not one of :data:`PRECISIONS`; ``None`` when all three are known."""
+    if row["measured_unit"] not in units:
+        return f"unit {row['measured_unit']!r} is not one of {', '.join(units)}"
+    if row["gpu"] not in SYSTEMS:
+        return f"no preset system of {row['gpu']} GPUs"
+    if row["precision"] not in PRECISIONS:
+        return f"precision {row['precision']!r} is not one of {', '.join(PRECISIONS)}"
+    return None

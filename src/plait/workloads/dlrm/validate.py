@@ -17,7 +17,7 @@ from plait.validate.classic import ClassicResult
 from plait.validate.datasets import dataset_path
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.validate.systems import PRECISIONS, SYSTEMS
+from plait.validate.systems import PRECISIONS, SYSTEMS, unpredicted
 from plait.workloads.dlrm.hybrid import hybrid_step
 from plait.workloads.dlrm.model import read_dlrm
 
@@ -35,12 +35,9 @@ def predict_row(row: Record) -> ClassicResult:
     label = f"{row['model']} {row['gpu']} x{row['gpus']} {row['precision']} gb{row['global_batch']}"
     measured = row.number("measured_value")
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
-    if row["measured_unit"] not in UNITS:
-        return result(f"unit {row['measured_unit']!r} is not one of {', '.join(UNITS)}")
-    if row["gpu"] not in SYSTEMS:
-        return result(f"no preset system of {row['gpu']} GPUs")
-    if row["precision"] not in PRECISIONS:
-        return result(f"precision {row['precision']!r} is not one of {', '.join(PRECISIONS)}")
+    why = unpredicted(row, UNITS)
+    if why is not None:
+        return result(why)
     if row["parallel"] not in PARALLEL:
         return result(f"parallelism {row['parallel']!r} is not one of {', '.join(PARALLEL)}")
     gpus, batch = row.count("gpus"), row.count("global_batch")

@@ -33,7 +33,7 @@ from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.validate.systems import PRECISIONS, SYSTEMS
+from plait.validate.systems import PRECISIONS, SYSTEMS, unpredicted
 from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.flat_reduce import (
     APEX_POST_ACCUMULATION_FP16,
@@ -219,14 +219,11 @@ def predict_row(row: Record) -> ClassicResult:
     gpus, measured = row.count("gpus"), row.number("measured_value")
     label = f"{row['model']} {row['gpu']} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
-    if row["measured_unit"] not in UNITS:
-        return result(f"unit {row['measured_unit']!r} is not a throughput")
+    why = unpredicted(row, UNITS)
+    if why is not None:
+        return result(why)
     if row["model"] not in MODELS:
         return result(f"model {row['model']!r} has no traced factory")
-    if row["gpu"] not in SYSTEMS:
-        return result(f"no preset system of {row['gpu']} GPUs")
-    if row["precision"] not in PRECISIONS:
-        return result(f"{row['precision']} runs are not predicted (plans run 16-bit or fp8 GEMMs)")
     if not row["batch_per_gpu"]:
         return result("the source states no batch per GPU")
     bert = row["model"].startswith("BERT")
