@@ -15,7 +15,6 @@ from plait.workloads.gnn.host import (
     host_step,
     loader_rates,
     loaders,
-    per_core_rate,
     pool_memory_bytes_per_s,
     usable_workers,
 )
@@ -144,13 +143,14 @@ def test_dgls_cpu_sampler_outruns_pygs_per_core() -> None:
     30.07 s an epoch. plait's rates come from two sources (DGL's from DGL PR #2716, PyG's from that issue) and must
     keep the order the one host shows."""
     known = graphs()
-    assert per_core_rate(loaders()["dgl-cpu"], known) > per_core_rate(loaders()["pyg-neighborsampler"], known)
+    assert (loader_rates(loaders()["dgl-cpu"], known).per_worker
+            > loader_rates(loaders()["pyg-neighborsampler"], known).per_worker)
 
 
 def test_a_slower_reference_gives_a_slower_rate() -> None:
     known, loader = graphs(), loaders()["dgl-cpu"]
     slower = replace(loader, reference=replace(loader.reference, epoch_s=2 * loader.reference.epoch_s))
-    assert per_core_rate(slower, known) == pytest.approx(per_core_rate(loader, known) / 2)
+    assert loader_rates(slower, known).per_worker == pytest.approx(loader_rates(loader, known).per_worker / 2)
 
 
 def test_every_loader_cites_its_measurement() -> None:
@@ -183,4 +183,4 @@ def test_pygs_pool_times_the_published_sweep_of_workers() -> None:
     for workers, epoch_s in ((4, 30.07), (8, 17.61), (12, 13.42)):
         step = host_step(batch, loader, rates, workers, box, 100, 4, 0.0, gpus_on_node=1)
         assert step.pool_s * steps == pytest.approx(epoch_s, rel=2e-3)
-    assert rates.per_worker > per_core_rate(replace(loader, reference=replace(ref, sweep=())), known)
+    assert rates.per_worker > loader_rates(replace(loader, reference=replace(ref, sweep=())), known).per_worker

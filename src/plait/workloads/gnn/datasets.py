@@ -59,5 +59,5 @@ def _max_degree(g: dict, hist: tuple, raw: bool, mean: float) -> int:
 @functools.cache
 def known_graphs() -> dict[str, GraphStats]:
     """:func:`graphs` read once (symmetrized): the datasets a loader's reference run names
-    (:func:`plait.workloads.gnn.host.per_core_rate`). Read only: the same dict serves every caller."""
+    (:func:`plait.workloads.gnn.host.loader_rates`). Read only: the same dict serves every caller."""
     return graphs()

@@ -5,9 +5,9 @@ trainer (the loaders of ``data/loaders.toml``).
 - **sampling**: ``e`` sampled edges per batch (:class:`plait.workloads.gnn.sampling.SampledBatch`) at ``r`` edges
   per second per worker, ``w`` workers each on a core of its own: a batch every ``e / (r w)`` seconds. ``w`` is the
   loader's workers, at most the node's host cores over the GPUs training on it (:attr:`Cluster.host_cores_per_node`).
-  ``r`` is derived from a published measurement (:func:`per_core_rate`). Where the measurement sweeps the workers, a
-  part of each batch that does not divide among them is derived too (:func:`loader_rates`: Amdahl's law), and the
-  pool takes it on every batch;
+  ``r`` is derived from a published measurement (:func:`loader_rates`). Where the measurement sweeps the workers, a
+  part of each batch that does not divide among them is derived too (Amdahl's law), and the pool takes it on every
+  batch;
 - **slicing**: the batch's feature rows gathered from the feature table, in the training loop (``trainer``: read
   and written at the host memory bandwidth of the GPU's share of its node) or by the workers (``workers``: each
   gathers its own batch on its one thread, so no faster than one core gathers rows,
@@ -189,11 +189,6 @@ def loaders() -> dict[str, HostLoader]:
             ),
         )
     return out
-
-
-def per_core_rate(loader: HostLoader, graphs: dict[str, GraphStats]) -> float:
-    """Sampled edges per second per worker (:attr:`LoaderRates.per_worker` of :func:`loader_rates`)."""
-    return loader_rates(loader, graphs).per_worker
 
 
 def loader_rates(loader: HostLoader, graphs: dict[str, GraphStats]) -> LoaderRates:
