@@ -84,7 +84,7 @@ def test_a_row_outside_the_model_says_why(tmp_path: Path) -> None:
     path = tmp_path / "rows.csv"
     path.write_text(header + "\n" + row + "\n")
     (result,) = validate_dlrm(path)
-    assert result.error_pct is None and result.why_not == "no preset system of H42 GPUs"
+    assert result.error_pct is None and result.why_not == "no preset system of H42 GPUs, and no packaged accelerator of that name"
 
 
 @pytest.mark.parametrize("bad", ["-5", "abc"])

@@ -1,8 +1,12 @@
 """The GPU and precision names of the shipped CSVs of NVIDIA DeepLearningExamples' tables (``classic_dp.csv``,
-``dlrm_steps.csv``) and what plait runs them as."""
+``dlrm_steps.csv``) and what plait runs them as: the preset of the system a GPU name stands for, or, for a GPU
+named without its system, a generic server of that GPU (:mod:`plait.hardware.server`)."""
 
 from __future__ import annotations
 
+from plait.hardware.catalog import get_cluster
+from plait.hardware.cluster import Cluster
+from plait.hardware.server import gpu_server, server_problem
 from plait.validate.records import Record
 
 SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "V100-SXM2-16GB": "dgx1-v100",
@@ -16,12 +20,25 @@ FP32: fp32 throughout)."""
 
 
 def unpredicted(row: Record, units: tuple[str, ...]) -> str | None:
-    """Why a row of these tables is not predicted: its measured unit is not one of ``units``, its GPU has no preset
-    system (:data:`SYSTEMS`) or its precision is not one of :data:`PRECISIONS`; ``None`` when all three are known."""
+    """Why a row of these tables is not predicted: its measured unit is not one of ``units``, its GPU has neither a
+    preset system (:data:`SYSTEMS`) nor a generic server (:func:`plait.hardware.server.server_problem`), or its
+    precision is not one of :data:`PRECISIONS`; ``None`` when all three are known."""
     if row["measured_unit"] not in units:
         return f"unit {row['measured_unit']!r} is not one of {', '.join(units)}"
-    if row["gpu"] not in SYSTEMS:
-        return f"no preset system of {row['gpu']} GPUs"
+    if row["gpu"] not in SYSTEMS and (problem := server_problem(row["gpu"], row.count("gpus"))):
+        return problem
     if row["precision"] not in PRECISIONS:
         return f"precision {row['precision']!r} is not one of {', '.join(PRECISIONS)}"
     return None
+
+
+def row_cluster(gpu: str, gpus: int) -> Cluster:
+    """The cluster ``gpus`` GPUs named ``gpu`` ran on: the preset of the system the name stands for
+    (:data:`SYSTEMS`), else a generic server of that GPU (:func:`plait.hardware.server.gpu_server`)."""
+    return get_cluster(SYSTEMS[gpu]) if gpu in SYSTEMS else gpu_server(gpu, gpus)
+
+
+def gpu_label(gpu: str, systems: dict[str, str] | None = None) -> str:
+    """A row's GPU as its label shows it: the name, and where no preset system stands for it, that it ran as a
+    generic server (an assumption the output says)."""
+    return gpu if gpu in (SYSTEMS if systems is None else systems) else f"{gpu} (generic server)"

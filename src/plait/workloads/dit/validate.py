@@ -17,10 +17,12 @@ from pathlib import Path
 
 from plait.hardware.catalog import get_cluster, load_cluster_file
 from plait.hardware.cluster import Cluster
+from plait.hardware.server import gpu_server, server_problem
 from plait.validate.classic import ClassicResult
 from plait.validate.datasets import dataset_path
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
+from plait.validate.systems import gpu_label
 from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import check_dit, read_dit
 from plait.workloads.dit.pipeline import end_to_end
@@ -34,7 +36,7 @@ takes the file's, the implementation's default that the file cites)."""
 SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-a100-ib", "H20": "hgx-h20.toml",
            "L40": "l40-pcie.toml"}
 """GPU names of the CSV -> a preset of that GPU, or a one-node cluster file in ``plait/validate/data/clusters`` (the
-rows run inside one node)."""
+rows run inside one node); a GPU not here runs on a generic server of it (:mod:`plait.hardware.server`)."""
 
 
 PIPELINE_DEFAULTS = {("PARAATTN_README_A100", "FLUX.1-dev"): ("1024x1024", 0),
@@ -97,13 +99,13 @@ def predict_row(row: Record) -> ClassicResult:
     compiled = row["notes"].split(";")[0].strip()
     default, default_steps = PIPELINE_DEFAULTS.get((row["source_id"], row["model"]), ("", 0))
     shown = row["resolution"] or (f"{default} (pipeline default)" if default else "?")
-    label = f"{row['model']} {shown} {row['gpu']} x{row['gpus']} {row['parallel']} ({compiled})"
+    label = f"{row['model']} {shown} {gpu_label(row['gpu'], SYSTEMS)} x{row['gpus']} {row['parallel']} ({compiled})"
     measured = 1.0 / row.number("measured_latency_s")  # latencies as rates: the error is on the latency
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     if row["model"] not in MODELS:
         return result(f"model {row['model']!r} is not described")
-    if row["gpu"] not in SYSTEMS:
-        return result(f"no preset system of {row['gpu']} GPUs")
+    if row["gpu"] not in SYSTEMS and (problem := server_problem(row["gpu"], row.count("gpus"))):
+        return result(problem)
     spec, job = read_dit(dataset_path("dit").parent / "models" / MODELS[row["model"]])
     resolution = row["resolution"] or default
     if not resolution:
@@ -126,7 +128,7 @@ def predict_row(row: Record) -> ClassicResult:
         plan = replace(plan, patches=_degree(row, "patches") if row.get("patches") else plan.pipefusion)
     if plan.gpus != row.count("gpus"):
         return result(f"the degrees multiply to {plan.gpus}, not the row's {row['gpus']} GPUs")
-    cluster = _cluster(SYSTEMS[row["gpu"]])
+    cluster = _cluster(SYSTEMS[row["gpu"]]) if row["gpu"] in SYSTEMS else gpu_server(row["gpu"], plan.gpus)
     est = estimate_dit(spec, job, plan, cluster)
     return ClassicResult(row["source_id"], label, measured, 1.0 / end_to_end(spec, job, plan, cluster, est).total_s)
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plait.hardware.catalog import get_cluster
 from plait.validate.classic import ClassicResult
 from plait.validate.datasets import dataset_path
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.validate.systems import PRECISIONS, SYSTEMS, unpredicted
+from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted
 from plait.workloads.dlrm.hybrid import hybrid_step
 from plait.workloads.dlrm.model import read_dlrm
 
@@ -32,7 +31,7 @@ PARALLEL = ("single", "dle_hybrid")
 
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
-    label = f"{row['model']} {row['gpu']} x{row['gpus']} {row['precision']} gb{row['global_batch']}"
+    label = f"{row['model']} {gpu_label(row['gpu'])} x{row['gpus']} {row['precision']} gb{row['global_batch']}"
     measured = row.number("measured_value")
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     why = unpredicted(row, UNITS)
@@ -44,7 +43,7 @@ def predict_row(row: Record) -> ClassicResult:
     if batch % gpus:
         return result(f"global batch {batch} is not a multiple of {gpus} GPUs")
     spec = read_dlrm(dataset_path("dlrm").parent / "models" / row["model"])
-    step = hybrid_step(spec, get_cluster(SYSTEMS[row["gpu"]]), gpus, batch, PRECISIONS[row["precision"]])
+    step = hybrid_step(spec, row_cluster(row["gpu"], gpus), gpus, batch, PRECISIONS[row["precision"]])
     return ClassicResult(row["source_id"], label, measured, batch / step.step_s)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from plait.errors import ConfigError
 from plait.hardware.catalog import get_cluster
 from plait.hardware.cluster import Cluster
+from plait.hardware.server import gpu_server, server_problem
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, positive, read_records
@@ -37,7 +38,8 @@ from plait.workloads.gnn.sampler import DGL_GPU
 SYSTEMS = {"V100-16GB": "dgx1-v100", "V100-32GB": "dgx1-v100", "A10G-24GB": "aws-g5-8xlarge",
            "RTX3090-24GB": "rtx3090-workstation"}
 """GPU names of the CSV -> a preset of that GPU and its host: the V100 rows run on one 8-GPU node, SALIENT++'s A10G
-rows on g5.8xlarge instances (1 GPU each, as its README names them), Quiver's on one RTX 3090."""
+rows on g5.8xlarge instances (1 GPU each, as its README names them), Quiver's on one RTX 3090; a GPU not here, on
+one machine, runs on a generic server of it (:mod:`plait.hardware.server`)."""
 SHARED_NODE_SYSTEMS = {"A10G-24GB": "aws-g5-24xlarge"}
 """The same for rows with several GPUs per node: SALIENT's g5.24xlarge instances (2 GPUs used per instance)."""
 SOURCE_SYSTEMS = {"GNNLAB_T4": "gnnlab-v100x8"}
@@ -84,15 +86,14 @@ def predict_row(row: Record, known: dict[str, GraphStats],
     :func:`plait.workloads.gnn.cost.estimate_gnn` as ``plait estimate``; ``raw``: the graphs in their raw direction,
     for :data:`RAW_DIRECTION_SOURCES`. A loader's reference rate reads the known datasets' statistics
     (:func:`plait.workloads.gnn.datasets.known_graphs`), not ``known``."""
-    label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs"
+    generic = "" if _row_system(row) is not None else f" on {row['gpu']} (generic server)"
+    label = f"{row['system']} {row['dataset']} {row['model']} x{row['gpus']} GPUs{generic}"
     measured = 1.0 / row.number("measured_epoch_s")  # epoch times as rates: the error is on the epoch time
     why = _unmodelled(row, known)
     if why is not None:
         return ClassicResult(row["source_id"], label, measured, None, why)
     spec = _row_spec(row, known, raw)
-    system = _row_system(row)
-    assert system is not None  # else _unmodelled said why
-    return ClassicResult(row["source_id"], label, measured, 1.0 / _epoch_s(row, spec, get_cluster(system)))
+    return ClassicResult(row["source_id"], label, measured, 1.0 / _epoch_s(row, spec, _row_cluster(row)))
 
 
 def _row_system(row: Record) -> str | None:
@@ -100,6 +101,20 @@ def _row_system(row: Record) -> str | None:
     gpus, nodes = row.count("gpus"), row.count("nodes")
     return SOURCE_SYSTEMS.get(row["source_id"]) or (
         SHARED_NODE_SYSTEMS if gpus > nodes and row["gpu"] in SHARED_NODE_SYSTEMS else SYSTEMS).get(row["gpu"])
+
+
+def _row_cluster(row: Record) -> Cluster:
+    """The cluster of the row: its preset system (:func:`_row_system`), else a generic server of its GPU
+    (:mod:`plait.hardware.server`; ``_unmodelled`` refused rows neither describes)."""
+    system = _row_system(row)
+    return get_cluster(system) if system is not None else gpu_server(row["gpu"], row.count("gpus"))
+
+
+def _server_problem(row: Record) -> str | None:
+    """Why a row without a preset system has no generic server either (one spanning machines has none)."""
+    if row.count("nodes") > 1:
+        return f"no preset system of {row['gpu']} GPUs, and the row's {row['nodes']} machines are not described"
+    return server_problem(row["gpu"], row.count("gpus"))
 
 
 def _unmodelled(row: Record, known: dict[str, GraphStats]) -> str | None:
@@ -111,8 +126,8 @@ def _unmodelled(row: Record, known: dict[str, GraphStats]) -> str | None:
         return f"loader {loader!r} is not modelled ({', '.join(loaders())} are)"
     if row["model"] not in KINDS:
         return f"{row['model']} layers are not modelled ({', '.join(KINDS)} are)"
-    if _row_system(row) is None:
-        return f"no preset system of {row['gpu']} GPUs"
+    if _row_system(row) is None and (problem := _server_problem(row)):
+        return problem
     if row["dataset"] not in known:
         return f"no statistics of {row['dataset']}"
     return None

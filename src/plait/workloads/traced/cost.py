@@ -245,7 +245,7 @@ def estimate_traced(work: TracedWorkload, cluster: Cluster, plan: Plan, engine: 
     cut = _cut(work, cluster, plan, facts.channels_last)
     plan, cols, acc = cut.plan, cut.cols, cluster.accelerator
     time, extra = _time(work, cluster, cut, engine, facts)
-    if facts.loader is not None:  # each GPU's loader prepares its share of the global batch per step
+    if facts.loader is not None and facts.loader.host_s_per_sample.value:  # each GPU's loader prepares its share
         loading = loader_step_s(facts.loader, plan.global_batch / plan.dp,
                                 host_cores_per_used_gpu(cluster, plan.num_gpus),
                                 loader_core_speed(facts.loader, cluster).value)

@@ -27,13 +27,12 @@ from plait.cost.input_pipeline import Loader, get_loader
 from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
 from plait.errors import require_extra
-from plait.hardware.catalog import get_cluster
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.validate.systems import PRECISIONS, SYSTEMS, unpredicted
+from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted
 from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.flat_reduce import (
     APEX_POST_ACCUMULATION_FP16,
@@ -217,7 +216,7 @@ def row_engine(framework: RowFramework) -> Engine:
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
     gpus, measured = row.count("gpus"), row.number("measured_value")
-    label = f"{row['model']} {row['gpu']} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
+    label = f"{row['model']} {gpu_label(row['gpu'])} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
     why = unpredicted(row, UNITS)
     if why is not None:
@@ -241,7 +240,11 @@ def predict_row(row: Record) -> ClassicResult:
     facts = TracedRunFacts(loader=row_loader(row), channels_last=row_channels_last(row, framework),
                            eager_optimizer=row_optimizer(row), flat_reduce=row_flat_reduce(row),
                            fusion=row_fusion(framework), optimizer_passes=row_optimizer_passes(row))
-    est = estimate_traced(work, get_cluster(SYSTEMS[row["gpu"]]), plan, row_engine(framework), step_interval_s, facts)
+    cluster = row_cluster(row["gpu"], gpus)
+    if not cluster.host_cores_per_node and facts.loader is not None and facts.loader.host_s_per_sample.value:
+        return result(f"its loader ({facts.loader.kind}) prepares samples on host cores, and {row['gpu']}'s system, "
+                      "which would say how many, is not named")
+    est = estimate_traced(work, cluster, plan, row_engine(framework), step_interval_s, facts)
     return ClassicResult(row["source_id"], label, measured, est.tokens_per_s)
 
 

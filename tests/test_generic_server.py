@@ -1,0 +1,113 @@
+"""A GPU named without its system: read as the packaged part, run on a generic server of it, in every validator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from plait.errors import ConfigError
+from plait.hardware.catalog import get_accelerator
+from plait.hardware.server import SERVER_GPUS, accelerator_slug, gpu_server, server_problem
+from plait.validate.datasets import dataset_path
+from plait.validate.runs import read_runs
+from plait.validate.translate import row_cluster
+from plait.workloads.dit.validate import validate_dit
+from plait.workloads.dlrm.validate import validate_dlrm
+from plait.workloads.gnn.validate import validate_gnn
+from plait.workloads.traced.validate import validate_classic
+
+
+@pytest.mark.parametrize(("name", "slug"), [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"),  # nvidia-smi's name of the SXM part
+    ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+    ("A100", "a100-80gb"),  # a family alone: its reference system's part
+    ("Tesla V100-SXM2-16GB", "v100"),
+    ("V100-SXM3-32GB-H", "v100"),
+    ("Tesla V100 PCIe 32GB", "v100-pcie"),
+    ("Tesla P100", "p100"),
+    ("GeForce RTX 3090", "rtx3090"),
+    ("L20", "l20"),
+    ("L40S PCIe", "l40s"),  # a PCIe card named with its form factor
+    ("NVIDIA A10G", "a10g"),
+    ("H800", "h800"),
+    ("AMD Instinct MI250X", "mi250x"),
+])
+def test_a_gpu_as_tables_write_it_is_the_packaged_part(name: str, slug: str) -> None:
+    assert accelerator_slug(name) == slug
+
+
+@pytest.mark.parametrize("name", ["H100 PCIe", "GeForce RTX 4090", "Gaudi2", ""])
+def test_a_gpu_the_catalog_lacks_is_not_guessed(name: str) -> None:
+    """The H100 PCIe card is neither the SXM part nor the NVL card: no part stands in for it."""
+    assert accelerator_slug(name) is None
+    assert server_problem(name, 1) is not None
+
+
+def test_the_generic_server_joins_its_gpus_by_the_parts_own_link() -> None:
+    nvlink, pcie = gpu_server("H800", 8), gpu_server("L20", 4)
+    assert nvlink.gpus_per_node == pcie.gpus_per_node == SERVER_GPUS
+    assert (nvlink.tiers[0].name, nvlink.tiers[0].bandwidth_gb_per_s_per_gpu) == ("nvlink", 200.0)
+    assert (pcie.tiers[0].name, pcie.tiers[0].bandwidth_gb_per_s_per_gpu) == ("pcie", 32.0)
+    assert nvlink.accelerator == get_accelerator("h800")
+
+
+def test_the_memory_a_name_states_replaces_the_parts_where_no_variant_has_it() -> None:
+    assert gpu_server("Tesla V100-SXM2-16GB", 1).accelerator.memory_gib == 16.0
+    assert gpu_server("A100-SXM4-40GB", 1).accelerator.memory_gib == 40.0
+
+
+def test_a_generic_server_spanning_servers_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="16 GPUs span servers"):
+        gpu_server("L20", 16)
+    assert "span servers" in server_problem("L20", 16)
+
+
+def _renamed(kind: str, tmp_path: Path, pick: str, old: str, new: str) -> tuple[Path, Path]:
+    """The shipped rows of ``kind`` whose line holds ``pick``, as they are and with the GPU ``old`` named ``new``."""
+    lines = dataset_path(kind).read_text().splitlines()
+    rows = [line for line in lines[1:] if pick in line and old in line]
+    assert rows
+    before, after = tmp_path / "before.csv", tmp_path / "after.csv"
+    before.write_text("\n".join([lines[0], *rows]) + "\n")
+    after.write_text("\n".join([lines[0], *(r.replace(old, new) for r in rows)]) + "\n")
+    return before, after
+
+
+def test_one_gpu_rows_on_a_generic_server_predict_as_on_their_preset(tmp_path: Path) -> None:
+    """On one GPU no link is crossed, so a row whose GPU is named as nvidia-smi names it (no preset stands for that
+    name) predicts what the same row on its preset system does, and its label says it ran as a generic server."""
+    cases = [(validate_dlrm, "dlrm", "DLE_PYT_DLRM_2110", ",A100-SXM4-80GB,1,", ",NVIDIA A100-SXM4-80GB,1,"),
+             (validate_dit, "dit", "XDIT_DOC_FLUX_H100", ",H100,1,", ",NVIDIA H100 80GB HBM3,1,"),
+             (validate_classic, "classic", "DLE_MX_RN50", ",V100-SXM2-16GB,1,", ",Tesla V100-SXM2-16GB,1,")]
+    for validate, kind, pick, old, new in cases:
+        before, after = _renamed(kind, tmp_path, pick, old, new)
+        for preset, generic in zip(validate(before), validate(after), strict=True):
+            assert preset.error_pct is not None and generic.error_pct == pytest.approx(preset.error_pct)
+            assert "generic server" in generic.label and "generic server" not in preset.label
+
+
+def test_a_gnn_row_on_one_machine_runs_on_a_generic_server_and_one_on_several_is_refused(tmp_path: Path) -> None:
+    before, after = _renamed("gnn", tmp_path, "SALIENT_ART", ",A10G-24GB,", ",NVIDIA A10G,")
+    for preset, generic in zip(validate_gnn(before), validate_gnn(after), strict=True):
+        if "x1 GPUs" in preset.label:
+            assert generic.error_pct == pytest.approx(preset.error_pct) and "generic server" in generic.label
+        else:
+            assert generic.error_pct is None and "machines are not described" in generic.why_not
+
+
+def test_a_real_data_resnet_row_on_a_generic_server_says_its_host_is_not_named(tmp_path: Path) -> None:
+    """A loader decoding on host cores needs the system's core count, which a GPU name does not give."""
+    before, after = _renamed("classic", tmp_path, "DLE_PYT_RN50_2103", ",A100-SXM4-80GB,", ",NVIDIA A100-SXM4-80GB,")
+    for generic in validate_classic(after):
+        assert generic.error_pct is None and "host cores" in generic.why_not
+
+
+def test_a_dev_row_naming_a_gpu_of_no_reference_family_runs_on_one_server(tmp_path: Path) -> None:
+    lines = dataset_path("dev").read_text().splitlines()
+    row = next(line for line in lines if line.startswith("mbridge2511_B200_LLAMA3_8B_8_FP8-CS,"))
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([lines[0], row.replace(",b200-dgx,b200,", ",,h800,")]) + "\n")
+    (run,) = read_runs(path)
+    cluster = row_cluster(run)
+    assert cluster.accelerator == get_accelerator("h800") and cluster.gpus_per_node == SERVER_GPUS
