@@ -12,6 +12,7 @@ read here (``PIPELINE_DEFAULTS``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +33,23 @@ MODELS = {"FLUX.1-dev": "flux-1-dev-1024px.toml", "Sana_1600M_4Kpx_BF16_diffuser
           "Mochi-1-preview": "mochi-1-480p.toml", "CogVideoX-5b": "cogvideox-5b-480p.toml"}
 """Model names of the CSV -> the model file shipped beside the CSV in ``plait/validate/data/models`` (package data,
 the same file as ``examples/``; its job's resolution, frames and steps are the row's; a row that states no steps
-takes the file's, the implementation's default that the file cites)."""
+takes the file's, the implementation's default that the file cites). A row may name a model as other tables write
+it (:func:`model_file`)."""
+ALIASES = {"HunyuanVideo": "hunyuanvideo-720p.toml", "Mochi 1": "mochi-1-480p.toml", "ConsisID": "consisid-480p.toml"}
+"""Other names of the shipped models: the model's own name without the variant the CSV's source appended."""
+
+
+def _plain(name: str) -> str:
+    """A model name compared without case, punctuation, spaces or a Hugging Face owner (``black-forest-labs/``)."""
+    return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
+
+
+def model_file(name: str) -> str | None:
+    """The shipped model file a row's model names: a key of :data:`MODELS` or :data:`ALIASES` however cased and
+    punctuated (``flux.1 dev``, ``black-forest-labs/FLUX.1-dev``), or a shipped file's own name; ``None`` if none."""
+    files = {_plain(key): file for key, file in (*ALIASES.items(), *MODELS.items())}
+    files.update({_plain(file.removesuffix(".toml")): file for file in MODELS.values()})
+    return files.get(_plain(name.removesuffix(".toml")))
 SYSTEMS = {"H100": "dgx-h100-ib", "A100-SXM4-80GB": "dgx-a100-ib", "A100": "dgx-a100-ib", "H20": "hgx-h20.toml",
            "L40": "l40-pcie.toml"}
 """GPU names of the CSV -> a preset of that GPU, or a one-node cluster file in ``plait/validate/data/clusters`` (the
@@ -102,11 +119,12 @@ def predict_row(row: Record) -> ClassicResult:
     label = f"{row['model']} {shown} {gpu_label(row['gpu'], SYSTEMS)} x{row['gpus']} {row['parallel']} ({compiled})"
     measured = 1.0 / row.number("measured_latency_s")  # latencies as rates: the error is on the latency
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
-    if row["model"] not in MODELS:
+    file = model_file(row["model"])
+    if file is None:
         return result(f"model {row['model']!r} is not described")
     if row["gpu"] not in SYSTEMS and (problem := server_problem(row["gpu"], row.count("gpus"))):
         return result(problem)
-    spec, job = read_dit(dataset_path("dit").parent / "models" / MODELS[row["model"]])
+    spec, job = read_dit(dataset_path("dit").parent / "models" / file)
     resolution = row["resolution"] or default
     if not resolution:
         return result("the source states no resolution")

@@ -1,4 +1,5 @@
-"""A GPU named without its system: read as the packaged part, run on a generic server of it, in every validator."""
+"""How the validators read the GPU and model names of rows other tables wrote: a GPU named without its system runs on
+a generic server of the packaged part, in every validator; a DiT model may be named as its repository names it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from plait.hardware.server import SERVER_GPUS, accelerator_slug, gpu_server, ser
 from plait.validate.datasets import dataset_path
 from plait.validate.runs import read_runs
 from plait.validate.translate import row_cluster
-from plait.workloads.dit.validate import validate_dit
+from plait.workloads.dit.validate import model_file, validate_dit
 from plait.workloads.dlrm.validate import validate_dlrm
 from plait.workloads.gnn.validate import validate_gnn
 from plait.workloads.traced.validate import validate_classic
@@ -111,3 +112,17 @@ def test_a_dev_row_naming_a_gpu_of_no_reference_family_runs_on_one_server(tmp_pa
     (run,) = read_runs(path)
     cluster = row_cluster(run)
     assert cluster.accelerator == get_accelerator("h800") and cluster.gpus_per_node == SERVER_GPUS
+
+
+@pytest.mark.parametrize(("name", "file"), [
+    ("FLUX.1-dev", "flux-1-dev-1024px.toml"),
+    ("black-forest-labs/FLUX.1-dev", "flux-1-dev-1024px.toml"),
+    ("flux.1 dev", "flux-1-dev-1024px.toml"),
+    ("HunyuanVideo", "hunyuanvideo-720p.toml"),
+    ("hunyuanvideo-720p.toml", "hunyuanvideo-720p.toml"),
+    ("THUDM/CogVideoX-5b", "cogvideox-5b-480p.toml"),
+    ("FLUX.1-schnell", None),
+    ("Stable Diffusion 3", None),
+])
+def test_a_dit_row_may_name_its_model_as_other_tables_write_it(name: str, file: str | None) -> None:
+    assert model_file(name) == file
