@@ -126,3 +126,29 @@ def test_a_dev_row_naming_a_gpu_of_no_reference_family_runs_on_one_server(tmp_pa
 ])
 def test_a_dit_row_may_name_its_model_as_other_tables_write_it(name: str, file: str | None) -> None:
     assert model_file(name) == file
+
+
+def test_resnet_101_and_152_trace_as_torchvisions_published_sizes() -> None:
+    """torchvision's model table (docs.pytorch.org/vision/stable/models.html, ResNet101_Weights.IMAGENET1K_V1 and
+    ResNet152_Weights.IMAGENET1K_V1): 44,549,160 and 60,192,808 parameters, 7.80 and 11.51 GFLOPS (multiply-adds)
+    per 224 x 224 image."""
+    pytest.importorskip("transformers")
+    from plait.workloads.traced.tracing import trace
+
+    for name, params, gmacs in (("resnet101", 44_549_160, 7.80), ("resnet152", 60_192_808, 11.51)):
+        traced = trace(f"plait.workload.zoo:{name}")
+        assert traced.total_params() == params
+        assert traced.flops_per_example(backward=False) == pytest.approx(2 * gmacs * 1e9, rel=0.01)
+
+
+def test_a_classic_row_may_name_resnet_152_in_any_spelling(tmp_path: Path) -> None:
+    """The TensorFlow benchmarks page's ResNet-152 rows: the same row as ResNet-50 costs about the ratio of their
+    multiply-adds more (11.51 / 4.09 = 2.8 per image, fp32 on a P100: compute-bound)."""
+    pytest.importorskip("transformers")
+    lines = dataset_path("classic").read_text().splitlines()
+    row = next(line for line in lines if line.startswith("TF_BENCH_2017,") and ",P100,1," in line)
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join([lines[0], row, row.replace(",ResNet-50,", ",resnet152,")]) + "\n")
+    fifty, deeper = validate_classic(path)
+    assert ",ResNet-50," in row and fifty.predicted_per_s is not None and deeper.predicted_per_s is not None
+    assert 2.3 < fifty.predicted_per_s / deeper.predicted_per_s < 3.0

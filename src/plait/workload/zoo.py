@@ -6,7 +6,8 @@ built by the field's libraries, each with the input one example takes.
   Hugging Face ``transformers``' ``ResNetForImageClassification`` from ``ResNetConfig()``, whose defaults are
   microsoft/resnet-50's (transformers docs, "ResNetConfig"); torchvision's ``resnet50`` (``--model
   torchvision:resnet50``) is the same network where torchvision imports (its wheels on PyPI need the torch they
-  were built with). Needs ``pip install 'plait[traced]'``.
+  were built with). Needs ``pip install 'plait[traced]'``. ``resnet101`` and ``resnet152``: the same network with
+  deeper stages.
 - ``bert_large``: BERT-large pre-training with flash attention; ``bert_large_unfused`` and
   ``bert_large_fused_softmax`` as NVIDIA DeepLearningExamples ran it in 2019 (eager, op by op) and 2021 (NVFuser),
   with the attention scores in memory; ``bert_large_fused_softmax_dense_mlm`` as its 2021 code ran by default, the
@@ -63,6 +64,32 @@ def resnet50() -> Any:
 
 resnet50.example_shape = (3, 224, 224)  # type: ignore[attr-defined]
 resnet50.input_dtype = "float32"  # type: ignore[attr-defined]
+
+
+def _resnet(depths: list[int]) -> Any:
+    """A bottleneck ResNet of ``depths`` blocks per stage, otherwise :func:`resnet50`'s."""
+    try:
+        with _quiet_transformers_import():
+            from transformers import ResNetConfig, ResNetForImageClassification
+    except ImportError as exc:
+        raise MissingExtra("resnet", "traced", (exc.name or "transformers").split(".")[0]) from None
+    return ResNetForImageClassification(ResNetConfig(num_labels=1000, depths=depths))
+
+
+def resnet101() -> Any:
+    """ResNet-101 for ImageNet: ResNet-50's bottleneck stages with 3, 4, 23 and 3 blocks (He et al., CVPR 2016,
+    Table 1), v1.5 as :func:`resnet50`."""
+    return _resnet([3, 4, 23, 3])
+
+
+def resnet152() -> Any:
+    """ResNet-152 for ImageNet: 3, 8, 36 and 3 bottleneck blocks (He et al., CVPR 2016, Table 1), v1.5 as
+    :func:`resnet50`."""
+    return _resnet([3, 8, 36, 3])
+
+
+for _deep in (resnet101, resnet152):
+    _deep.example_shape, _deep.input_dtype = (3, 224, 224), "float32"  # type: ignore[attr-defined]
 
 
 def bert_large() -> Any:

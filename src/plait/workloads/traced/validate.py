@@ -26,7 +26,7 @@ from plait.cost.host import EagerOptimizer
 from plait.cost.input_pipeline import Loader, get_loader
 from plait.engine.catalog import get_engine
 from plait.engine.engine import Engine
-from plait.errors import require_extra
+from plait.errors import ConfigError, require_extra
 from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
@@ -53,9 +53,20 @@ from plait.workloads.traced.tensor_fusion import HOROVOD_0_20, HOROVOD_0_21, Ten
 from plait.workloads.traced.tracing import storage_dtype, trace
 
 MODELS = {"ResNet-50": ("plait.workload.zoo:resnet50", None), "ResNet-50 v1.5": ("plait.workload.zoo:resnet50", None),
+          "ResNet-101": ("plait.workload.zoo:resnet101", None), "ResNet-152": ("plait.workload.zoo:resnet152", None),
           "BERT-large pretraining seq128": ("plait.workload.zoo:bert_large", (128,)),
           "BERT-large pretraining seq512": ("plait.workload.zoo:bert_large", (512,))}
-"""Model names of the CSV -> (factory, one example's input shape; ``None``: the factory's)."""
+"""Model names of the CSV -> (factory, one example's input shape; ``None``: the factory's); a name compares without
+case, spaces or punctuation (:func:`model_name`). ResNet-101 and -152 are traced as v1.5, as ResNet-50 is (the
+stride in the 3x3 convolution; v1's in the 1x1 changes their multiply-adds by under 2%: torchvision's v1.5 table
+7.80 and 11.51 G against He et al.'s v1 7.6 and 11.3 G)."""
+
+
+def model_name(name: str) -> str | None:
+    """The key of :data:`MODELS` a row's model names, however cased, spaced or punctuated (``ResNet50``,
+    ``resnet-152``), or ``None``."""
+    plain = {re.sub(r"[^a-z0-9]", "", key.lower()): key for key in MODELS}
+    return plain.get(re.sub(r"[^a-z0-9]", "", name.lower()))
 UNITS = ("images_per_s", "sequences_per_s")
 SGD_AFTER_LOSS_SCALE_CHECK = EagerOptimizer(
     launches_per_tensor=4, launches_per_matrix=1,
@@ -146,7 +157,7 @@ COLUMNS = ("source_id", "model", "framework", "gpu", "gpus", "precision", "batch
 def row_loader(row: Record) -> Loader:
     """The input pipeline of one row: pre-tokenized shards for BERT, the loader its notes name for ResNet-50
     (:data:`LOADER_NOTES`; none named: the framework's JPEG loader, assumed)."""
-    if row["model"].startswith("BERT"):
+    if (model_name(row["model"]) or "").startswith("BERT"):
         return get_loader("pretokenized")
     notes = row["notes"].lower()
     kind = next((k for phrase, k in LOADER_NOTES if phrase.lower() in notes), "framework_jpeg")
@@ -195,8 +206,11 @@ def row_model(row: Record) -> tuple[str, tuple[int, ...] | None]:
     """The factory that traces a row's model and one example's input shape (``None``: the factory's): BERT as its
     source ran attention (:data:`UNFUSED_ATTENTION`), binned phase-2 runs at their mean padded length
     (:data:`BINNED_PHASE2`)."""
-    factory, shape = MODELS[row["model"]]
-    if row["model"].startswith("BERT"):
+    key = model_name(row["model"])
+    if key is None:
+        raise ConfigError(f"{row.where}: model {row['model']!r} has no traced factory")
+    factory, shape = MODELS[key]
+    if key.startswith("BERT"):
         factory = UNFUSED_ATTENTION.get(row["source_id"], factory)
     if shape == (512,) and row["source_id"] in BINNED_PHASE2:
         unbinned_s, binned_s = BINNED_PHASE2[row["source_id"]]
@@ -221,11 +235,12 @@ def predict_row(row: Record) -> ClassicResult:
     why = unpredicted(row, UNITS)
     if why is not None:
         return result(why)
-    if row["model"] not in MODELS:
+    key = model_name(row["model"])
+    if key is None:
         return result(f"model {row['model']!r} has no traced factory")
     if not row["batch_per_gpu"]:
         return result("the source states no batch per GPU")
-    bert = row["model"].startswith("BERT")
+    bert = key.startswith("BERT")
     steps = accumulation_steps(row["notes"]) if bert else 1
     if steps is None:
         return result("the source states no accumulation steps")
