@@ -152,3 +152,10 @@ def test_a_classic_row_may_name_resnet_152_in_any_spelling(tmp_path: Path) -> No
     fifty, deeper = validate_classic(path)
     assert ",ResNet-50," in row and fifty.predicted_per_s is not None and deeper.predicted_per_s is not None
     assert 2.3 < fifty.predicted_per_s / deeper.predicted_per_s < 3.0
+
+
+def test_a_gnn_row_may_write_its_model_and_dataset_as_other_papers_do(tmp_path: Path) -> None:
+    """``SAGE`` on ``products`` is GraphSAGE on ogbn-products: the row predicts as the shipped spelling does."""
+    before, after = _renamed("gnn", tmp_path, "SALIENT_ART_1GPU", ",ogbn-products,GraphSAGE,", ",products,SAGE,")
+    (shipped, *_), (renamed, *_) = validate_gnn(before), validate_gnn(after)
+    assert shipped.error_pct is not None and renamed.error_pct == pytest.approx(shipped.error_pct)

@@ -16,6 +16,7 @@ partitioned features).
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -196,7 +197,26 @@ def _graph_formats(row: Record) -> GraphFormats:
     return GRAPH_FORMATS[formats]
 
 
+def _plain(name: str, prefix: str) -> str:
+    """A name compared without case, punctuation or a leading ``prefix`` (``ogbn_products`` as ``products``,
+    ``GraphSage`` as ``sage``)."""
+    return re.sub(r"[^a-z0-9]", "", name.lower()).removeprefix(prefix)
+
+
+def named_as_known(row: Record, known: dict[str, GraphStats]) -> Record:
+    """``row`` with its model and dataset as :data:`KINDS` and the known graphs name them, where it writes them
+    otherwise (``SAGE``, ``ogbn_products``, ``Reddit``); names matching none are left for :func:`_unmodelled`."""
+    models = {_plain(name, "graph"): name for name in KINDS}
+    datasets = {_plain(name, "ogbn"): name for name in known}
+    cells = dict(row.cells)
+    cells["model"] = models.get(_plain(row["model"], "graph"), row["model"])
+    cells["dataset"] = datasets.get(_plain(row["dataset"], "ogbn"), row["dataset"])
+    return replace(row, cells=cells)
+
+
 def validate_gnn(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
-    """Every row of ``path`` (the schema of ``plait/validate/data/gnn_epochs.csv``)."""
+    """Every row of ``path`` (the schema of ``plait/validate/data/gnn_epochs.csv``), its names as
+    :func:`named_as_known` reads them."""
     known, raw = graphs(), graphs(directed=True)
-    return each(read_records(path, "--gnn file", COLUMNS), lambda row: predict_row(row, known, raw), progress)
+    return each(read_records(path, "--gnn file", COLUMNS),
+                lambda row: predict_row(named_as_known(row, known), known, raw), progress)
