@@ -159,3 +159,23 @@ def test_a_gnn_row_may_write_its_model_and_dataset_as_other_papers_do(tmp_path: 
     before, after = _renamed("gnn", tmp_path, "SALIENT_ART_1GPU", ",ogbn-products,GraphSAGE,", ",products,SAGE,")
     (shipped, *_), (renamed, *_) = validate_gnn(before), validate_gnn(after)
     assert shipped.error_pct is not None and renamed.error_pct == pytest.approx(shipped.error_pct)
+
+
+def test_a_row_may_name_a_model_file_beside_its_csv(tmp_path: Path) -> None:
+    """A user's own model file beside the CSV (or in a models folder there) is read before the shipped ones: here a
+    copy of the shipped DLRM with a top MLP twice as wide, which must cost more; a file found nowhere is said."""
+    shipped = dataset_path("dlrm").parent / "models" / "dlrm-criteo-fl15.toml"
+    (tmp_path / "models").mkdir()
+    text = shipped.read_text()
+    top = "top_mlp = [1024, 1024, 512, 256, 1]"
+    assert top in text
+    (tmp_path / "models" / "wider.toml").write_text(text.replace(top, "top_mlp = [2048, 2048, 512, 256, 1]"))
+    lines = dataset_path("dlrm").read_text().splitlines()
+    row = next(line for line in lines[1:] if ",dlrm-criteo-fl15.toml," in line)
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join([lines[0], row, row.replace(",dlrm-criteo-fl15.toml,", ",wider.toml,"),
+                               row.replace(",dlrm-criteo-fl15.toml,", ",absent.toml,")]) + "\n")
+    plain, wider, absent = validate_dlrm(path)
+    assert plain.predicted_per_s is not None and wider.predicted_per_s is not None
+    assert wider.predicted_per_s < plain.predicted_per_s
+    assert absent.predicted_per_s is None and "neither beside the CSV nor shipped" in absent.why_not

@@ -39,3 +39,10 @@ def option_path(option: str, value: Path | None) -> Path | None:
         return value
     shipped = next((name for name, (opt, _) in DATASETS.items() if opt == option and name == str(value)), None)
     return dataset_path(shipped) if shipped is not None else value
+
+
+def model_path(csv: Path, name: str) -> Path | None:
+    """The model file a row of ``csv`` names: beside the CSV, in a ``models`` folder beside it, or one of the
+    shipped validation models (``plait/validate/data/models``), the first that exists; ``None`` if none does."""
+    shipped = dataset_path("dlrm").parent / "models"
+    return next((p for p in (csv.parent / name, csv.parent / "models" / name, shipped / name) if p.is_file()), None)

@@ -20,7 +20,7 @@ from plait.hardware.catalog import get_cluster, load_cluster_file
 from plait.hardware.cluster import Cluster
 from plait.hardware.server import gpu_server, server_problem
 from plait.validate.classic import ClassicResult
-from plait.validate.datasets import dataset_path
+from plait.validate.datasets import dataset_path, model_path
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
 from plait.validate.systems import gpu_label
@@ -111,20 +111,22 @@ def _cluster(name: str) -> Cluster:
     return get_cluster(name)
 
 
-def predict_row(row: Record) -> ClassicResult:
-    """The prediction of one CSV row (module docstring)."""
+def predict_row(row: Record, csv: Path | None = None) -> ClassicResult:
+    """The prediction of one CSV row (module docstring) of the file ``csv`` (a model file it names is looked for
+    beside it first, :func:`plait.validate.datasets.model_path`; ``None``: the shipped CSV)."""
     compiled = row["notes"].split(";")[0].strip()
     default, default_steps = PIPELINE_DEFAULTS.get((row["source_id"], row["model"]), ("", 0))
     shown = row["resolution"] or (f"{default} (pipeline default)" if default else "?")
     label = f"{row['model']} {shown} {gpu_label(row['gpu'], SYSTEMS)} x{row['gpus']} {row['parallel']} ({compiled})"
     measured = 1.0 / row.number("measured_latency_s")  # latencies as rates: the error is on the latency
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
-    file = model_file(row["model"])
-    if file is None:
+    file = model_file(row["model"]) or (row["model"] if row["model"].endswith(".toml") else "")
+    model = model_path(csv or dataset_path("dit"), file) if file else None
+    if model is None:
         return result(f"model {row['model']!r} is not described")
     if row["gpu"] not in SYSTEMS and (problem := server_problem(row["gpu"], row.count("gpus"))):
         return result(problem)
-    spec, job = read_dit(dataset_path("dit").parent / "models" / file)
+    spec, job = read_dit(model)
     resolution = row["resolution"] or default
     if not resolution:
         return result("the source states no resolution")
@@ -153,4 +155,4 @@ def predict_row(row: Record) -> ClassicResult:
 
 def validate_dit(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/dit_latency.csv``)."""
-    return each(read_records(path, "--dit file", COLUMNS), predict_row, progress)
+    return each(read_records(path, "--dit file", COLUMNS), lambda row: predict_row(row, path), progress)

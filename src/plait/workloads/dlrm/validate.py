@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from plait.validate.classic import ClassicResult
-from plait.validate.datasets import dataset_path
+from plait.validate.datasets import dataset_path, model_path
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
 from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted
@@ -29,8 +29,9 @@ PARALLEL = ("single", "dle_hybrid")
 (:mod:`.hybrid`; on one GPU it is the single case)."""
 
 
-def predict_row(row: Record) -> ClassicResult:
-    """The prediction of one CSV row (module docstring)."""
+def predict_row(row: Record, csv: Path | None = None) -> ClassicResult:
+    """The prediction of one CSV row (module docstring) of the file ``csv`` (its model file is looked for beside it
+    first, :func:`plait.validate.datasets.model_path`; ``None``: the shipped CSV)."""
     label = f"{row['model']} {gpu_label(row['gpu'])} x{row['gpus']} {row['precision']} gb{row['global_batch']}"
     measured = row.number("measured_value")
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
@@ -42,11 +43,14 @@ def predict_row(row: Record) -> ClassicResult:
     gpus, batch = row.count("gpus"), row.count("global_batch")
     if batch % gpus:
         return result(f"global batch {batch} is not a multiple of {gpus} GPUs")
-    spec = read_dlrm(dataset_path("dlrm").parent / "models" / row["model"])
+    model = model_path(csv or dataset_path("dlrm"), row["model"])
+    if model is None:
+        return result(f"model file {row['model']!r} is neither beside the CSV nor shipped")
+    spec = read_dlrm(model)
     step = hybrid_step(spec, row_cluster(row["gpu"], gpus), gpus, batch, PRECISIONS[row["precision"]])
     return ClassicResult(row["source_id"], label, measured, batch / step.step_s)
 
 
 def validate_dlrm(path: Path, progress: Progress | None = None) -> list[ClassicResult]:
     """Every row of ``path`` (the schema of ``plait/validate/data/dlrm_steps.csv``)."""
-    return each(read_records(path, "--dlrm file", COLUMNS), predict_row, progress)
+    return each(read_records(path, "--dlrm file", COLUMNS), lambda row: predict_row(row, path), progress)
