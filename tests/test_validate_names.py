@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from plait.errors import ConfigError
-from plait.hardware.catalog import get_accelerator
+from plait.hardware.catalog import get_accelerator, get_cluster
 from plait.hardware.server import SERVER_GPUS, accelerator_slug, gpu_server, server_problem
 from plait.validate.datasets import dataset_path
 from plait.validate.runs import read_runs
@@ -179,3 +179,14 @@ def test_a_row_may_name_a_model_file_beside_its_csv(tmp_path: Path) -> None:
     assert plain.predicted_per_s is not None and wider.predicted_per_s is not None
     assert wider.predicted_per_s < plain.predicted_per_s
     assert absent.predicted_per_s is None and "neither beside the CSV nor shipped" in absent.why_not
+
+
+def test_a_dev_row_may_write_its_gpu_as_nvidia_smi_does(tmp_path: Path) -> None:
+    """``NVIDIA H100 80GB HBM3`` on 64 GPUs without a system is the H100 SXM on its reference system."""
+    lines = dataset_path("dev").read_text().splitlines()
+    row = next(line for line in lines if ",dgx-h100-ib,h100-sxm-80gb," in line)
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([lines[0], row.replace(",dgx-h100-ib,h100-sxm-80gb,", ",,NVIDIA H100 80GB HBM3,")]) + "\n")
+    (run,) = read_runs(path)
+    cluster = row_cluster(run)
+    assert cluster.accelerator == get_accelerator("h100-sxm-80gb") and cluster.name == get_cluster("dgx-h100-ib").name

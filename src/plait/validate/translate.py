@@ -24,7 +24,7 @@ from plait.engine.engine import Engine
 from plait.errors import ConfigError
 from plait.hardware.catalog import accelerator_names, get_accelerator, resolve_cluster, with_accelerator
 from plait.hardware.cluster import Cluster
-from plait.hardware.server import gpu_server, server_problem
+from plait.hardware.server import accelerator_slug, gpu_server, server_problem
 from plait.plan.plan import Plan
 from plait.validate.runs import RunRow
 from plait.workload.hf_config import load_hf_config
@@ -82,16 +82,21 @@ def _configured_model(row: RunRow, engine: Engine) -> ModelSpec:
 def row_cluster(row: RunRow) -> Cluster:
     """The row's system with the row's GPU (a system hosts several GPU models, e.g. A100 40/80GB); a GPU named by
     its family alone (``h100``: the source does not say which memory variant) is the reference system's; a GPU of
-    no reference family, on one server, a generic server of it (:mod:`plait.hardware.server`)."""
-    system = row.system or next((s for prefix, s in REFERENCE_SYSTEM.items() if row.gpu.startswith(prefix)), "")
+    no reference family, on one server, a generic server of it (:mod:`plait.hardware.server`). A GPU written as
+    tables write it (``NVIDIA H100 80GB HBM3``) is read as the packaged part
+    (:func:`plait.hardware.server.accelerator_slug`)."""
+    gpu = row.gpu
+    if gpu and gpu not in REFERENCE_SYSTEM and gpu not in accelerator_names():
+        gpu = accelerator_slug(gpu) or gpu
+    system = row.system or next((s for prefix, s in REFERENCE_SYSTEM.items() if gpu.startswith(prefix)), "")
     if not system:
-        if row.gpu and row.n_gpus and server_problem(row.gpu, row.n_gpus) is None:
-            return gpu_server(row.gpu, row.n_gpus)
+        if gpu and row.n_gpus and server_problem(gpu, row.n_gpus) is None:
+            return gpu_server(gpu, row.n_gpus)
         raise ConfigError(f"{row.id}: no system and no reference system for gpu={row.gpu!r}")
     cluster = resolve_cluster(system)
-    if not row.gpu or (row.gpu in REFERENCE_SYSTEM and row.gpu not in accelerator_names()):
+    if not gpu or (gpu in REFERENCE_SYSTEM and gpu not in accelerator_names()):
         return cluster
-    return with_accelerator(cluster, get_accelerator(row.gpu))
+    return with_accelerator(cluster, get_accelerator(gpu))
 
 
 def _divisors(n: int, limit: int) -> list[int]:
