@@ -190,3 +190,17 @@ def test_a_dev_row_may_write_its_gpu_as_nvidia_smi_does(tmp_path: Path) -> None:
     (run,) = read_runs(path)
     cluster = row_cluster(run)
     assert cluster.accelerator == get_accelerator("h100-sxm-80gb") and cluster.name == get_cluster("dgx-h100-ib").name
+
+
+def test_a_v100_row_without_a_system_runs_on_the_dgx2_and_a_pcie_card_on_one_server(tmp_path: Path) -> None:
+    """Megatron-LM's V100 runs used DGX-2H servers; a V100 PCIe card is not that system's part, so its 128 GPUs,
+    across servers, are refused."""
+    lines = dataset_path("dev").read_text().splitlines()
+    row = next(line for line in lines if ",dgx-h100-ib,h100-sxm-80gb," in line)
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([lines[0], row.replace(",dgx-h100-ib,h100-sxm-80gb,", ",,v100,"),
+                               row.replace(",dgx-h100-ib,h100-sxm-80gb,", ",,v100-pcie,")]) + "\n")
+    sxm, pcie = read_runs(path)
+    assert sxm.n_gpus == 128 and row_cluster(sxm).name == get_cluster("dgx2-v100").name
+    with pytest.raises(ConfigError, match="no system and no reference system"):
+        row_cluster(pcie)

@@ -31,7 +31,10 @@ from plait.workload.hf_config import load_hf_config
 from plait.workload.model import ModelSpec, MoeSpec
 
 REFERENCE_SYSTEM = {"a100": "dgx-a100-ib", "h100": "dgx-h100-ib", "h200": "dgx-h100-ib", "b200": "b200-dgx",
-                    "gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "mi300x": "nd-mi300x-v5"}
+                    "gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "mi300x": "nd-mi300x-v5", "v100": "dgx2-v100"}
+"""GPU family -> the system a row without one runs on: NVIDIA's (or, for the MI300X, Azure's) own multi-node system
+of that GPU; the V100's is the DGX-2(H) that Megatron-LM's V100 runs used (Shoeybi et al. 2019, arXiv 1909.08053,
+Sec. 5: 32 DGX-2H servers, 512 V100 SXM3 32GB). A PCIe card has none (it is not that system's part)."""
 MAX_VPP = 8
 GRAD_DTYPES = ("fp32", "bf16")  # where neither row nor engine states it; frameworks offer both
 MAX_TP = 8
@@ -88,7 +91,8 @@ def row_cluster(row: RunRow) -> Cluster:
     gpu = row.gpu
     if gpu and gpu not in REFERENCE_SYSTEM and gpu not in accelerator_names():
         gpu = accelerator_slug(gpu) or gpu
-    system = row.system or next((s for prefix, s in REFERENCE_SYSTEM.items() if gpu.startswith(prefix)), "")
+    system = row.system or next((s for prefix, s in REFERENCE_SYSTEM.items()
+                                 if gpu.startswith(prefix) and not gpu.endswith("-pcie")), "")
     if not system:
         if gpu and row.n_gpus and server_problem(gpu, row.n_gpus) is None:
             return gpu_server(gpu, row.n_gpus)
