@@ -204,3 +204,13 @@ def test_a_v100_row_without_a_system_runs_on_the_dgx2_and_a_pcie_card_on_one_ser
     assert sxm.n_gpus == 128 and row_cluster(sxm).name == get_cluster("dgx2-v100").name
     with pytest.raises(ConfigError, match="no system and no reference system"):
         row_cluster(pcie)
+
+
+def test_fp16_mixed_precision_may_be_written_otherwise_and_bf16_rows_are_predicted(tmp_path: Path) -> None:
+    """``FP16`` and ``mixed`` are NVIDIA's AMP (``amp``): the same prediction; ``bf16`` is a precision of its own."""
+    before, after = _renamed("dlrm", tmp_path, "DLE_PYT_DLRM_2110", ",amp,", ",FP16,")
+    for shipped, renamed in zip(validate_dlrm(before), validate_dlrm(after), strict=True):
+        assert shipped.error_pct is not None and renamed.error_pct == pytest.approx(shipped.error_pct)
+    before, after = _renamed("dlrm", tmp_path, "A100-SXM4-80GB,1,", ",amp,", ",bf16,")
+    for shipped, bf16 in zip(validate_dlrm(before), validate_dlrm(after), strict=True):
+        assert bf16.error_pct is not None and "bf16" in bf16.label

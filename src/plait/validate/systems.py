@@ -4,6 +4,8 @@ named without its system, a generic server of that GPU (:mod:`plait.hardware.ser
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from plait.hardware.catalog import get_cluster
 from plait.hardware.cluster import Cluster
 from plait.hardware.server import gpu_server, server_problem
@@ -14,9 +16,19 @@ SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "
            "P100": "dgx1-p100", "K80": "aws-p2-8xlarge"}
 """GPU names of the CSV -> the preset of the system the source names (DGX A100, DGX-1 V100 and P100, DGX-2/2H,
 EC2 p2.8xlarge)."""
-PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32"}
+PRECISIONS = {"amp": "fp16", "tf32": "tf32", "fp32": "fp32", "bf16": "bf16"}
 """The CSV's precision -> plan precision (NVIDIA's AMP: fp16 GEMMs; TF32: fp32 storage, TF32 tensor-core GEMMs;
-FP32: fp32 throughout)."""
+FP32: fp32 throughout; BF16: bf16 autocast)."""
+AMP_NAMES = ("fp16", "mixed", "amp_fp16", "mixed precision", "amp (fp16)")
+"""Other tables' names of NVIDIA's fp16 automatic mixed precision, read as ``amp``."""
+
+
+def with_precision_named(row: Record) -> Record:
+    """``row`` with its precision as :data:`PRECISIONS` names it: lower case, and fp16 mixed precision written
+    otherwise (:data:`AMP_NAMES`) as ``amp``."""
+    cell = row["precision"].strip().lower()
+    cell = "amp" if cell in AMP_NAMES else cell
+    return row if cell == row["precision"] else replace(row, cells={**row.cells, "precision": cell})
 
 
 def unpredicted(row: Record, units: tuple[str, ...]) -> str | None:

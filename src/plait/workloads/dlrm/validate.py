@@ -16,7 +16,7 @@ from plait.validate.classic import ClassicResult
 from plait.validate.datasets import dataset_path, model_path
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted
+from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted, with_precision_named
 from plait.workloads.dlrm.hybrid import hybrid_step
 from plait.workloads.dlrm.model import read_dlrm
 
@@ -32,6 +32,7 @@ PARALLEL = ("single", "dle_hybrid")
 def predict_row(row: Record, csv: Path | None = None) -> ClassicResult:
     """The prediction of one CSV row (module docstring) of the file ``csv`` (its model file is looked for beside it
     first, :func:`plait.validate.datasets.model_path`; ``None``: the shipped CSV)."""
+    row = with_precision_named(row)
     label = f"{row['model']} {gpu_label(row['gpu'])} x{row['gpus']} {row['precision']} gb{row['global_batch']}"
     measured = row.number("measured_value")
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)

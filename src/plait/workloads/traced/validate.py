@@ -32,7 +32,7 @@ from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
 from plait.validate.records import Record, read_records
-from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted
+from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted, with_precision_named
 from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.flat_reduce import (
     APEX_POST_ACCUMULATION_FP16,
@@ -229,6 +229,7 @@ def row_engine(framework: RowFramework) -> Engine:
 
 def predict_row(row: Record) -> ClassicResult:
     """The prediction of one CSV row (module docstring)."""
+    row = with_precision_named(row)
     gpus, measured = row.count("gpus"), row.number("measured_value")
     label = f"{row['model']} {gpu_label(row['gpu'])} x{gpus} {row['precision']} b{row['batch_per_gpu'] or '?'}"
     result = lambda why: ClassicResult(row["source_id"], label, measured, None, why)
