@@ -103,3 +103,21 @@ def test_presets_file_names_only_known_accelerators() -> None:
     raw = tomllib.loads(resources.files("plait.hardware").joinpath("data", "clusters.toml").read_text("utf-8"))
     for slug in ("dgx1-p100", "aws-p2-8xlarge"):
         assert raw[slug]["accelerator"] in NEW
+
+
+MEASURED_MM = {"rtx3090": ("bf16", 76.68), "l20": ("bf16", 114.14), "h20": ("bf16", 142.25),
+               "l40s": ("bf16", 269.15), "a100-80gb": ("bf16", 264.53), "a800-80gb": ("bf16", 266.48),
+               "h100-sxm-80gb": ("bf16", 797.51), "h200": ("bf16", 790.29), "v100": ("fp16", 94.84),
+               "t4": ("fp16", 42.71), "l4": ("bf16", 70.89)}
+"""Best torch.mm TFLOP/s of square matrices 1024..10240 measured on each part (zzc0721/torch-performance-test-data
+@9d828276 database.md, and its issues #77, #79, #107, #120 for the H20, H100, L20 and L4; the repository's test.py:
+10 warm-up and 30 timed products between CUDA events), the best of the rows where a part has several."""
+
+
+@pytest.mark.parametrize("slug", sorted(MEASURED_MM))
+def test_no_catalog_peak_is_below_what_torch_measures_on_the_part(slug: str) -> None:
+    """A datasheet peak is at the part's rated boost clock; boards boost past it by up to ~15% (GeForce parts), never
+    further: a measured product above 1.15 x the catalog's peak means the peak is misread (a GeForce RTX 3090's
+    BF16 rate with FP32 accumulation once read as its TF32 rate)."""
+    dtype, measured = MEASURED_MM[slug]
+    assert measured <= 1.15 * get_accelerator(slug).peak_flops(dtype) / 1e12
