@@ -78,7 +78,7 @@ def _renamed(kind: str, tmp_path: Path, pick: str, old: str, new: str) -> tuple[
 def test_one_gpu_rows_on_a_generic_server_predict_as_on_their_preset(tmp_path: Path) -> None:
     """On one GPU no link is crossed, so a row whose GPU is named as nvidia-smi names it (no preset stands for that
     name) predicts what the same row on its preset system does, and its label says it ran as a generic server."""
-    cases = [(validate_dlrm, "dlrm", "DLE_PYT_DLRM_2110", ",A100-SXM4-80GB,1,", ",NVIDIA A100-SXM4-80GB,1,"),
+    cases = [(validate_dlrm, "dlrm", "DLE_PYT_DLRM_2110", ",V100-SXM3-32GB,1,", ",Tesla V100-SXM3-32GB,1,"),
              (validate_dit, "dit", "XDIT_DOC_FLUX_H100", ",H100,1,", ",NVIDIA H100 80GB HBM3,1,"),
              (validate_classic, "classic", "DLE_MX_RN50", ",V100-SXM2-16GB,1,", ",Tesla V100-SXM2-16GB,1,")]
     for validate, kind, pick, old, new in cases:
@@ -98,10 +98,20 @@ def test_a_gnn_row_on_one_machine_runs_on_a_generic_server_and_one_on_several_is
 
 
 def test_a_real_data_resnet_row_on_a_generic_server_says_its_host_is_not_named(tmp_path: Path) -> None:
-    """A loader decoding on host cores needs the system's core count, which a GPU name does not give."""
-    before, after = _renamed("classic", tmp_path, "DLE_PYT_RN50_2103", ",A100-SXM4-80GB,", ",NVIDIA A100-SXM4-80GB,")
+    """A loader decoding on host cores needs the system's core count, which a GPU name does not give (a V100 is the
+    part of two preset systems, the DGX-1 and the DGX-2, so its name alone stands for neither)."""
+    before, after = _renamed("classic", tmp_path, "DLE_PYT_RN50_2103", ",V100-SXM2-16GB,", ",Tesla V100-SXM2-16GB,")
     for generic in validate_classic(after):
         assert generic.error_pct is None and "host cores" in generic.why_not
+
+
+def test_a_gpu_written_otherwise_runs_on_the_one_preset_system_that_carries_it(tmp_path: Path) -> None:
+    """``NVIDIA A100-SXM4-80GB`` is the part of one preset system of these tables, the DGX A100: a real-data row so
+    named predicts as the shipped row does, host included, and its label says the system was assumed."""
+    before, after = _renamed("classic", tmp_path, "DLE_PYT_RN50_2103", ",A100-SXM4-80GB,", ",NVIDIA A100-SXM4-80GB,")
+    for shipped, renamed in zip(validate_classic(before), validate_classic(after), strict=True):
+        assert shipped.error_pct is not None and renamed.error_pct == pytest.approx(shipped.error_pct)
+        assert "(as dgx-a100-ib)" in renamed.label
 
 
 def test_a_dev_row_naming_a_gpu_of_no_reference_family_runs_on_one_server(tmp_path: Path) -> None:

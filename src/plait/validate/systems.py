@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from plait.hardware.catalog import get_cluster
+from plait.hardware.catalog import get_accelerator, get_cluster
 from plait.hardware.cluster import Cluster
-from plait.hardware.server import gpu_server, server_problem
+from plait.hardware.server import accelerator_slug, gpu_server, server_problem
 from plait.validate.records import Record
 
 SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-ib", "A100-SXM4-40GB": "dgx-a100-40gb", "V100-SXM2-16GB": "dgx1-v100",
@@ -37,20 +37,36 @@ def unpredicted(row: Record, units: tuple[str, ...]) -> str | None:
     precision is not one of :data:`PRECISIONS`; ``None`` when all three are known."""
     if row["measured_unit"] not in units:
         return f"unit {row['measured_unit']!r} is not one of {', '.join(units)}"
-    if row["gpu"] not in SYSTEMS and (problem := server_problem(row["gpu"], row.count("gpus"))):
+    if system_of(row["gpu"]) is None and (problem := server_problem(row["gpu"], row.count("gpus"))):
         return problem
     if row["precision"] not in PRECISIONS:
         return f"precision {row['precision']!r} is not one of {', '.join(PRECISIONS)}"
     return None
 
 
+def system_of(gpu: str) -> str | None:
+    """The preset system a row's GPU stands for: :data:`SYSTEMS`' own, else the one system of them that carries the
+    part the name means however it is written (``Tesla P100``: dgx1-p100; assumed: the source's own system, as the
+    tables of its kind name it), ``None`` where none or several do (a V100: the DGX-1 and the DGX-2)."""
+    if gpu in SYSTEMS:
+        return SYSTEMS[gpu]
+    slug = accelerator_slug(gpu)
+    carrying = {system for system in SYSTEMS.values() if slug is not None and get_cluster(system).accelerator.name
+                == get_accelerator(slug).name}
+    return carrying.pop() if len(carrying) == 1 else None
+
+
 def row_cluster(gpu: str, gpus: int) -> Cluster:
     """The cluster ``gpus`` GPUs named ``gpu`` ran on: the preset of the system the name stands for
-    (:data:`SYSTEMS`), else a generic server of that GPU (:func:`plait.hardware.server.gpu_server`)."""
-    return get_cluster(SYSTEMS[gpu]) if gpu in SYSTEMS else gpu_server(gpu, gpus)
+    (:func:`system_of`), else a generic server of that GPU (:func:`plait.hardware.server.gpu_server`)."""
+    system = system_of(gpu)
+    return get_cluster(system) if system is not None else gpu_server(gpu, gpus)
 
 
 def gpu_label(gpu: str, systems: dict[str, str] | None = None) -> str:
-    """A row's GPU as its label shows it: the name, and where no preset system stands for it, that it ran as a
-    generic server (an assumption the output says)."""
-    return gpu if gpu in (SYSTEMS if systems is None else systems) else f"{gpu} (generic server)"
+    """A row's GPU as its label shows it: the name, and where no preset system stands for it (:data:`SYSTEMS`, or
+    ``systems``), the system it ran on as assumed (:func:`system_of`) or that it ran as a generic server."""
+    if gpu in (SYSTEMS if systems is None else systems):
+        return gpu
+    system = system_of(gpu) if systems is None else None
+    return f"{gpu} (as {system})" if system is not None else f"{gpu} (generic server)"
