@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,12 @@ def positive(value: str, column: str, where: str, integer: bool, high: float = m
     if number > high:
         raise ConfigError(f"{where}: column {column}={value!r} must be at most {high:,g}")
     return number
+
+
+def plain(name: str) -> str:
+    """``name`` as the validators compare the names of models, layers and datasets other tables write: its letters
+    and digits alone, lower-cased (``ResNet-152``, ``resnet152`` and ``RESNET 152`` are one name)."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 @dataclass(frozen=True)

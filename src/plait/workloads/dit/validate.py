@@ -12,7 +12,6 @@ read here (``PIPELINE_DEFAULTS``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from plait.hardware.server import gpu_server, server_problem
 from plait.validate.classic import ClassicResult
 from plait.validate.datasets import dataset_path, model_path
 from plait.validate.progress import Progress, each
-from plait.validate.records import Record, read_records
+from plait.validate.records import Record, plain, read_records
 from plait.validate.systems import gpu_label
 from plait.workloads.dit.cost import DitPlan, estimate_dit
 from plait.workloads.dit.model import check_dit, read_dit
@@ -41,7 +40,7 @@ ALIASES = {"HunyuanVideo": "hunyuanvideo-720p.toml", "Mochi 1": "mochi-1-480p.to
 
 def _plain(name: str) -> str:
     """A model name compared without case, punctuation, spaces or a Hugging Face owner (``black-forest-labs/``)."""
-    return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
+    return plain(name.rsplit("/", 1)[-1])
 
 
 def model_file(name: str) -> str | None:

@@ -16,7 +16,6 @@ partitioned features).
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from plait.hardware.cluster import Cluster
 from plait.hardware.server import gpu_server, server_problem
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
-from plait.validate.records import Record, positive, read_records
+from plait.validate.records import Record, plain, positive, read_records
 from plait.workloads.gnn.batch_norm import BatchNormKernels, release_kernels
 from plait.workloads.gnn.cost import estimate_gnn
 from plait.workloads.gnn.datasets import graphs
@@ -200,7 +199,7 @@ def _graph_formats(row: Record) -> GraphFormats:
 def _plain(name: str, prefix: str) -> str:
     """A name compared without case, punctuation or a leading ``prefix`` (``ogbn_products`` as ``products``,
     ``GraphSage`` as ``sage``)."""
-    return re.sub(r"[^a-z0-9]", "", name.lower()).removeprefix(prefix)
+    return plain(name).removeprefix(prefix)
 
 
 def named_as_known(row: Record, known: dict[str, GraphStats]) -> Record:

@@ -31,7 +31,7 @@ from plait.plan.plan import Plan
 from plait.predict.intervals import step_interval_s
 from plait.validate.classic import ClassicResult
 from plait.validate.progress import Progress, each
-from plait.validate.records import Record, read_records
+from plait.validate.records import Record, plain, read_records
 from plait.validate.systems import PRECISIONS, gpu_label, row_cluster, unpredicted, with_precision_named
 from plait.workloads.traced.cost import TracedRunFacts, estimate_traced
 from plait.workloads.traced.flat_reduce import (
@@ -65,8 +65,7 @@ stride in the 3x3 convolution; v1's in the 1x1 changes their multiply-adds by un
 def model_name(name: str) -> str | None:
     """The key of :data:`MODELS` a row's model names, however cased, spaced or punctuated (``ResNet50``,
     ``resnet-152``), or ``None``."""
-    plain = {re.sub(r"[^a-z0-9]", "", key.lower()): key for key in MODELS}
-    return plain.get(re.sub(r"[^a-z0-9]", "", name.lower()))
+    return {plain(key): key for key in MODELS}.get(plain(name))
 UNITS = ("images_per_s", "sequences_per_s")
 SGD_AFTER_LOSS_SCALE_CHECK = EagerOptimizer(
     launches_per_tensor=4, launches_per_matrix=1,
