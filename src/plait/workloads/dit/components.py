@@ -9,9 +9,10 @@ published configs (``plait/workloads/dit/data/components.toml``, a source per en
   rank unless told to parallelise the VAE). Its convolutions are implicit GEMMs (Chetlur et al., cuDNN, arXiv
   1410.0759, Sec. 3.1): a ``k``-tap convolution from ``C`` to ``C'`` channels over ``V`` output pixels (voxels) is a
   ``V x C' x kC`` GEMM, costed at the device's GEMM curve; each ResNet block is two such convolutions (He et al.,
-  CVPR 2016) plus its group norms and activations, four read-and-write passes over its ``V x C`` activation at the
-  memory bandwidth; the 2-D mid block's single-head attention over the latent's pixels (Rombach et al., CVPR 2022,
-  App. G) at the attention curve.
+  CVPR 2016) plus the kernels around them (norms, activations, the causal convolutions' padding copies, the residual
+  sum), ``block_bytes`` per value of its ``V x C`` output at the memory bandwidth, counted op by op in the decoder's
+  own forward code (``benchmarks/vae_block_bytes.py``); the 2-D mid block's single-head attention over the latent's
+  pixels (Rombach et al., CVPR 2022, App. G) at the attention curve.
 """
 
 from __future__ import annotations
@@ -27,11 +28,8 @@ from plait.cost.compute import attention_flops_per_s, gemm_time_s, memory_bytes_
 from plait.cost.flops import Gemm
 from plait.errors import ConfigError
 from plait.hardware.accelerator import Accelerator
+from plait.hardware.figure import Figure
 from plait.schema import build
-
-ACT_BYTES = 2
-"""bf16 activations (the pipelines run their encoders and VAEs in the denoiser's dtype)."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class TextEncoder:
@@ -82,6 +80,8 @@ class VaeDecoder:
     """ResNet blocks of the mid block at the latent's size."""
     mid_attention: bool
     """The mid block's single-head self-attention over the latent's pixels."""
+    block_bytes: Figure
+    """Bytes a ResNet block's kernels besides its convolutions read and write per value of its output."""
     source: str
     """Where the shape comes from."""
 
@@ -153,7 +153,7 @@ def vae_decode_flops_and_bytes(vae: VaeDecoder, width: int, height: int, frames:
         if level == 0:
             gemms.append(Gemm(voxels, c, taps * c_in))  # conv_in
             gemms += [Gemm(voxels, c, taps * c)] * (2 * vae.mid_resnets)
-            traffic += 4 * 2 * voxels * c * ACT_BYTES * vae.mid_resnets
+            traffic += voxels * c * vae.block_bytes.value * vae.mid_resnets
             if vae.mid_attention:  # per frame: QK^T and PV over the latent's pixels, one head of width c
                 pixels = side_w * side_h
                 gemms += [Gemm(pixels, pixels, c, count=f), Gemm(pixels, c, pixels, count=f), Gemm(voxels, 4 * c, c)]
@@ -163,7 +163,7 @@ def vae_decode_flops_and_bytes(vae: VaeDecoder, width: int, height: int, frames:
             gemms += [Gemm(voxels, c, taps * first), Gemm(voxels, c, taps * c)]
             if first != c:
                 gemms.append(Gemm(voxels, c, first))  # 1x1 shortcut
-            traffic += 4 * 2 * voxels * c * ACT_BYTES
+            traffic += voxels * c * vae.block_bytes.value
         c_in = c
         s, t = ups[level]
         next_c = widths[level + 1] if level + 1 < len(widths) else c
