@@ -185,7 +185,10 @@ def _context_only(attention_class: Any) -> Any:
 def _fused_softmax(attention_class: Any) -> Any:
     """``attention_class`` as a fusing compiler runs the unfused attention of :func:`bert_large_unfused`: the two
     batched GEMMs keep their materialised ``length x length`` scores, and the scale, the mask, the softmax and the
-    dropout between them are one kernel forward and one backward, traced as a softmax alone."""
+    dropout between them are one kernel forward and one backward, traced as a softmax and its dropout, which the
+    factories that use it declare fused (``fused_softmax_dropout``,
+    :func:`plait.workloads.traced.softmax_dropout.fuse_softmax_dropout`: the kernel saves the probabilities, the
+    dropped probabilities and the dropout's mask)."""
     import torch
 
     class FusedSoftmax(attention_class):  # type: ignore[misc, valid-type]
@@ -196,7 +199,7 @@ def _fused_softmax(attention_class: Any) -> Any:
                 return x.view(batch, length, self.num_attention_heads, self.attention_head_size).transpose(1, 2)
 
             query, key, value = heads(self.query(hidden)), heads(self.key(hidden)), heads(self.value(hidden))
-            probabilities = torch.softmax(torch.matmul(query, key.transpose(-1, -2)), dim=-1)
+            probabilities = self.dropout(torch.softmax(torch.matmul(query, key.transpose(-1, -2)), dim=-1))
             return torch.matmul(probabilities, value).transpose(1, 2).reshape(batch, length, -1), None
 
     return FusedSoftmax
@@ -235,6 +238,7 @@ def bert_large_fused_softmax() -> Any:
 
 bert_large_fused_softmax.example_shape = (128,)  # type: ignore[attr-defined]
 bert_large_fused_softmax.input_dtype = "int64"  # type: ignore[attr-defined]
+bert_large_fused_softmax.fused_softmax_dropout = True  # type: ignore[attr-defined]
 
 MASKED_FRACTION = 0.15
 """Share of a pre-training sequence's tokens the masked-LM task predicts: BERT's 15% (Devlin et al., NAACL 2019,
@@ -255,6 +259,7 @@ def bert_large_fused_softmax_dense_mlm() -> Any:
 
 
 bert_large_fused_softmax_dense_mlm.example_shape = (128,)  # type: ignore[attr-defined]
+bert_large_fused_softmax_dense_mlm.fused_softmax_dropout = True  # type: ignore[attr-defined]
 bert_large_fused_softmax_dense_mlm.input_dtype = "int64"  # type: ignore[attr-defined]
 
 

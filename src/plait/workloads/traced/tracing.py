@@ -29,6 +29,7 @@ from plait.plan.plan import FULL_PRECISIONS
 from plait.workloads.traced.attention import SplitPaths, find_splits
 from plait.workloads.traced.model import Kernel, LinearPair, Shape, TracedWorkload, Unit
 from plait.workloads.traced.recorder import Record, record_pass
+from plait.workloads.traced.softmax_dropout import fuse_softmax_dropout
 
 DTYPES = ("float32", "bfloat16", "float16", "int64")
 CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
@@ -99,6 +100,8 @@ def trace_factory(factory: Callable[[], Any], name: str, example_shape: Shape | 
                           f"{shape} ({type(error).__name__}: {first}); code that reads tensor values cannot be "
                           "traced") from None
     work = _combine(name, shape, input_dtype, dtype, unit_class, units, one, two, owners, named)
+    if getattr(factory, "fused_softmax_dropout", False):  # the factory's model runs them as one kernel
+        work = fuse_softmax_dropout(work)
     (b1, b2) = BATCHES
     heads = {a[2]: (a[6], a[7]) for a in attention}
     linear_pairs = tuple(LinearPair(unit=i, first=a, second=b, hidden=h, split_params=n, gates=g,
