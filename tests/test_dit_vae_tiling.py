@@ -42,3 +42,26 @@ def test_bad_tiles_are_one_line(tile: int, stride: int) -> None:
     with pytest.raises(ConfigError, match=f"vae_tile_px={tile} and vae_tile_stride_px={stride} must be") as caught:
         check_dit(spec, replace(job, vae_tile_px=tile, vae_tile_stride_px=stride), "job")
     assert "\n" not in str(caught.value)
+
+
+def test_a_hunyuanvideo_decode_runs_in_overlapping_frame_runs_as_its_official_vae_cuts_them() -> None:
+    """129 frames at 4 a latent frame after the first: 33 latent frames. Runs of 64 frames every 48 are 16 latent
+    frames every 12, each taking one more (``z[:, :, i : i + 17]``): starts 0, 12, 24 -> 17, 17 and 9 latent frames,
+    decoded to 1 + 4 x 16 = 65, 65 and 1 + 4 x 8 = 33 frames, each in 256 px tiles every 192 (1280 x 720: 160 x 90
+    latent pixels, 7 x 4 tiles). A video no longer than a run decodes its frames at once."""
+    vae, h100 = vae_decoder("hunyuan-video"), get_cluster("dgx-h100-ib").accelerator
+    assert tile_sides(160, 32, 24) == [32] * 6 + [16] and tile_sides(90, 32, 24) == [32, 32, 32, 18]
+    runs = tiled_vae_decode_s(vae, 1280, 720, 129, 8, 256, 192, h100, 64, 48, 4)
+    by_hand = sum(tiled_vae_decode_s(vae, 1280, 720, f, 8, 256, 192, h100) for f in (65, 65, 33))
+    assert runs == pytest.approx(by_hand)
+    assert runs > tiled_vae_decode_s(vae, 1280, 720, 129, 8, 256, 192, h100)  # frames of the overlaps twice
+    assert tiled_vae_decode_s(vae, 1280, 720, 61, 8, 256, 192, h100, 64, 48, 4) == pytest.approx(
+        tiled_vae_decode_s(vae, 1280, 720, 61, 8, 256, 192, h100))  # 16 latent frames: one run
+
+
+@pytest.mark.parametrize("run, stride", [(64, 0), (64, 68), (62, 48), (-4, 0)])
+def test_bad_frame_runs_are_one_line(run: int, stride: int) -> None:
+    spec, job = read_dit(ROOT / "examples" / "mochi-1-480p.toml")
+    spec = replace(spec, vae_temporal=4)
+    with pytest.raises(ConfigError, match=f"vae_tile_frames={run} and vae_tile_stride_frames={stride} must be"):
+        check_dit(spec, replace(job, vae_tile_frames=run, vae_tile_stride_frames=stride), "job")

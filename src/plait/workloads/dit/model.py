@@ -222,6 +222,11 @@ class DitJob:
     ``tile_sample_min_height``/``_width``; :mod:`plait.workloads.dit.vae_tiling`); 0: the whole latent at once."""
     vae_tile_stride_px: int = 0
     """Pixels between the starts of neighbouring tiles (``tile_sample_stride_*``); ``<= vae_tile_px``."""
+    vae_tile_frames: int = 0
+    """A video's VAE also decodes in overlapping runs of this many frames (HunyuanVideo's ``temporal_tiled_decode``:
+    ``sample_tsize``; :mod:`plait.workloads.dit.vae_tiling`), each one latent frame longer; 0: every frame at once."""
+    vae_tile_stride_frames: int = 0
+    """Frames between the starts of neighbouring runs; ``<= vae_tile_frames``."""
     output: Literal["pil", "tensor"] = "pil"
     """What the pipeline call hands back: ``pil``, PIL images (diffusers' default ``output_type``), converted on the
     host (:func:`plait.workloads.dit.pipeline.postprocess_s`); ``tensor``, the decoded tensor or array as it is."""
@@ -295,6 +300,11 @@ def check_dit(spec: DitSpec, job: DitJob, where: str) -> None:
         raise ConfigError(f"{where}: vae_tile_px={job.vae_tile_px} and vae_tile_stride_px={job.vae_tile_stride_px} "
                           f"must be multiples of vae_downsample={spec.vae_downsample} with 0 < stride <= tile "
                           "(or both 0: untiled)")
+    if job.vae_tile_frames and not 0 < job.vae_tile_stride_frames <= job.vae_tile_frames or job.vae_tile_frames < 0 or (
+            job.vae_tile_frames % spec.vae_temporal or job.vae_tile_stride_frames % spec.vae_temporal):
+        raise ConfigError(f"{where}: vae_tile_frames={job.vae_tile_frames} and vae_tile_stride_frames="
+                          f"{job.vae_tile_stride_frames} must be multiples of vae_temporal={spec.vae_temporal} with "
+                          "0 < stride <= tile (or both 0: every frame at once)")
     if spec.side_attention_every < 0 or spec.side_attention_width < 0 or (
             spec.side_attention_every > 0) != (spec.side_attention_width > 0):
         raise ConfigError(f"{where}: side_attention_every={spec.side_attention_every} and side_attention_width="

@@ -141,7 +141,8 @@ def end_to_end(spec: DitSpec, job: DitJob, plan: DitPlan, cluster: Cluster, esti
     outside = (0 if job.compiled else spec.step_extra_kernels) * issue_s(acc, eager=True)  # runs on cache hits too
     denoise = kept * (estimate.latency_s + job.steps * (host - outside + pointwise)) + job.steps * outside
     vae = job.batch * tiled_vae_decode_s(vae_decoder(spec.vae), job.resolution, job.pixels_high, job.frames,
-                                         spec.vae_downsample, job.vae_tile_px, job.vae_tile_stride_px, acc) \
+                                         spec.vae_downsample, job.vae_tile_px, job.vae_tile_stride_px, acc,
+                                         job.vae_tile_frames, job.vae_tile_stride_frames, spec.vae_temporal) \
         if spec.vae else 0.0
     return EndToEnd(text_encode_s=text, host_step_s=host, pointwise_step_s=pointwise, denoise_s=denoise,
                     vae_decode_s=vae, postprocess_s=postprocess_s(spec, job, cluster))

@@ -9,6 +9,14 @@ apart (``for i in range(0, height, tile_latent_stride)``, the same along the wid
 ``min(tile, side - start)``), then blend the overlaps (a few pointwise passes, left out). The overlapping pixels are
 decoded twice or more, so a tiled decode does more work than a whole one; each tile is costed as a decode of its own
 size (:func:`plait.workloads.dit.components.vae_decode_s`), at that smaller size's efficiency.
+
+HunyuanVideo's causal 3-D VAE also tiles in time (Tencent-Hunyuan/HunyuanVideo@fa14b00,
+hyvideo/vae/autoencoder_kl_causal_3d.py, ``temporal_tiled_decode``, lines 500-530): with ``tile_latent_min_tsize =
+sample_tsize // time_compression_ratio`` latent frames and a quarter's overlap (``tile_overlap_factor`` 0.25, line
+132), runs start every ``int(tile_latent_min_tsize * 0.75)`` latent frames and each takes ``tile_latent_min_tsize + 1``
+of them (``z[:, :, i : i + self.tile_latent_min_tsize + 1]``; the last what is left), decoding ``1 + t (n - 1)``
+frames from ``n`` latent frames (``t``: the frames a latent frame stands for); each run is then decoded in spatial
+tiles as above (``spatial_tiled_decode``). The run's first frame, dropped after the first run, is decoded all the same.
 """
 
 from __future__ import annotations
@@ -23,9 +31,17 @@ def tile_sides(side: int, tile: int, stride: int) -> list[int]:
 
 
 def tiled_vae_decode_s(vae: VaeDecoder, width: int, height: int, frames: int, downsample: int, tile_px: int,
-                       stride_px: int, acc: Accelerator) -> float:
-    """The decode of a ``width x height`` output in tiles of ``tile_px`` every ``stride_px`` pixels (``downsample``:
-    the VAE's pixels per latent pixel); untiled (``tile_px`` 0) or a latent no larger than a tile: one decode."""
+                       stride_px: int, acc: Accelerator, tile_frames: int = 0, stride_frames: int = 0,
+                       temporal: int = 1) -> float:
+    """The decode of a ``width x height`` output of ``frames`` frames in tiles of ``tile_px`` every ``stride_px``
+    pixels (``downsample``: the VAE's pixels per latent pixel), and, with ``tile_frames``, in runs of that many frames
+    every ``stride_frames`` (``temporal``: frames per latent frame after the first); untiled (``tile_px`` 0) or a
+    latent no larger than a tile: one decode (module docstring)."""
+    latent_frames = 1 + (frames - 1) // temporal
+    run, step = tile_frames // temporal, stride_frames // temporal
+    if run and latent_frames > run:
+        return sum(tiled_vae_decode_s(vae, width, height, 1 + temporal * (n - 1), downsample, tile_px, stride_px, acc)
+                   for n in (min(run + 1, latent_frames - start) for start in range(0, latent_frames, step)))
     tile, stride = tile_px // downsample, stride_px // downsample
     latent_w, latent_h = width // downsample, height // downsample
     if not tile or (latent_w <= tile and latent_h <= tile):

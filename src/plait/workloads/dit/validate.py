@@ -70,17 +70,23 @@ passes none and the pipeline's default is read:
   pipelines/mochi/pipeline_mochi.py as added (huggingface/diffusers@3f329a426a, 2024-11-05, lines 209-210 and 481);
   64 steps came with @128b96f369 (2024-12-17, 'Fix Mochi Quality Issues')."""
 
-VAE_TILING = {("PARAATTN_README_A100", "Mochi-1-preview"): (256, 192)}
-"""(source, model) -> (tile, stride) pixels of the tiled VAE decode its timed example turns on with diffusers'
-tiling (:mod:`plait.workloads.dit.vae_tiling`); every other row decodes whole:
+VAE_TILING = {("PARAATTN_README_A100", "Mochi-1-preview"): (256, 192, 0, 0),
+              ("XDIT_DOC_HUNYUANVIDEO", "HunyuanVideo (T2V)"): (256, 192, 64, 48)}
+"""(source, model) -> (tile, stride) pixels and (run, stride) frames of the tiled VAE decode its timed example turns
+on (:mod:`plait.workloads.dit.vae_tiling`); every other row decodes whole:
 
 - ParaAttention's Mochi example calls ``pipe.enable_vae_tiling()`` (README @cf7ec43, line 129, the commit that
   published the numbers), which keeps ``AutoencoderKLMochi``'s defaults, ``tile_sample_min_height = _width = 256``
   and ``tile_sample_stride_height = _width = 192`` (diffusers@3f329a426a, autoencoder_kl_mochi.py lines 814-819).
+- HunyuanVideo's official script tiles by default (``--vae-tiling``, ``set_defaults(vae_tiling=True)``,
+  hyvideo/config.py line 79 @fa14b00; the pipeline calls ``self.vae.enable_tiling()``, which turns on spatial and
+  temporal tiling, hyvideo/vae/autoencoder_kl_causal_3d.py lines 150-157): tiles of the checkpoint's ``sample_size``
+  256 px and runs of its ``sample_tsize`` 64 frames (the checkpoint's VAE config.json, as kohya-ss/musubi-tuner
+  @1b21831e writes it out in src/musubi_tuner/hunyuan_model/vae.py), starting every three quarters of a tile
+  (``tile_overlap_factor`` 0.25): 192 px and 48 frames.
 - Not here, with the reason: xDiT's Sana example tiles its DC-AE decode at 1024 px (stride 448) at the table's
   commit, but that decode, ~4.5x the whole one, would exceed the whole measured latency of its 8-GPU rows
-  (``dit_latency.md``); HunyuanVideo's official script tiles with its own VAE in space and time
-  (``hyvideo/config.py`` ``vae_tiling``), a temporal tiling this module does not cost."""
+  (``dit_latency.md``)."""
 
 TENSOR_OUTPUT = {"XDIT_DOC_HUNYUANVIDEO", "MOCHI_XDIT_L40"}
 """Sources whose timed call hands back the decoded tensor or array, not PIL images (``DitJob.output = "tensor"``):
@@ -138,8 +144,9 @@ def predict_row(row: Record, csv: Path | None = None) -> ClassicResult:
     job = replace(job, resolution=width, height=0 if height == width else height, frames=frames, steps=steps,
                   batch=row.count("batch", default=1), compiled=compiled == "compile=yes",
                   output="tensor" if row["source_id"] in TENSOR_OUTPUT else "pil")
-    tile, stride = VAE_TILING.get((row["source_id"], row["model"]), (0, 0))
-    job = replace(job, vae_tile_px=tile, vae_tile_stride_px=stride)
+    tile, stride, run, run_stride = VAE_TILING.get((row["source_id"], row["model"]), (0, 0, 0, 0))
+    job = replace(job, vae_tile_px=tile, vae_tile_stride_px=stride, vae_tile_frames=run,
+                  vae_tile_stride_frames=run_stride)
     check_dit(spec, job, row.where)
     plan = DitPlan(cfg=_degree(row, "cfg"), ulysses=_degree(row, "ulysses"), ring=_degree(row, "ring"),
                    pipefusion=_degree(row, "pipefusion"), tp=_degree(row, "tp"))
