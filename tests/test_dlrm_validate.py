@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from plait.cost.compute import memory_bytes_per_s
 from plait.hardware.catalog import get_cluster
 from plait.validate.datasets import dataset_path
 from plait.workloads.dlrm.dense import bottom_s, top_s
@@ -71,6 +72,27 @@ def test_lookup_bytes_follow_the_examples_kernels() -> None:
     elements = 1000 * 128
     assert lookup_bytes(table, 1000, 2, fused=False) == 40 * elements
     assert lookup_bytes(table, 1000, 4, fused=True) == 36 * elements
+
+
+def test_a_grad_scaler_unscales_every_fp32_row_looked_up_and_reads_its_flag_once() -> None:
+    """``GradScaler.unscale_`` reads and writes the sparse gradient's fp32 values, one row per id: 4 + 4 bytes an
+    element more; ``step`` reads the overflow flag back, one synchronization. Mixed precision only (the 21.10 loop's
+    ``GradScaler(enabled=FLAGS.amp)``)."""
+    from plait.cost.host import sync_s
+
+    table = Table(name="t", rows=10**6, dim=128)
+    elements = 1000 * 128
+    assert lookup_bytes(table, 1000, 2, fused=False, unscaled=True) == (40 + 8) * elements
+    assert lookup_bytes(table, 1000, 2, fused=True, unscaled=True) - lookup_bytes(table, 1000, 2, fused=True) \
+        == 8 * elements
+    spec = read_dlrm(MODELS / "dlrm-criteo-fl15.toml")
+    cluster = get_cluster("dgx-a100-ib")
+    plain, scaled = (hybrid_step(spec, cluster, 1, 32768, "fp16", grad_scaler=g) for g in (False, True))
+    unscale_s = sum(8 * 32768 * t.dim for t in spec.deep_tables) / memory_bytes_per_s(cluster.accelerator)
+    assert scaled.bottom_s - plain.bottom_s == pytest.approx(unscale_s)
+    assert scaled.scaler_sync_s == sync_s(cluster) > 0.0 == plain.scaler_sync_s
+    tf32 = hybrid_step(spec, cluster, 1, 32768, "tf32")
+    assert hybrid_step(spec, cluster, 1, 32768, "tf32", grad_scaler=True) == tf32
 
 
 def test_every_shipped_row_is_predicted() -> None:

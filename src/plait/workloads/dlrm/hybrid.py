@@ -37,8 +37,18 @@
   gradient split by rank along the features and each part made contiguous before the all-to-all (``t.contiguous()``):
   a read and a write of every rank's ``B`` samples' vectors each way.
 
+- **Loss scaling by ``torch.cuda.amp.GradScaler``** (the 21.10 loop, ``weight_update`` in ``dlrm/scripts/main.py``
+  @4154bda6: ``scaler.step(mlp_optimizer)``, ``scaler.unscale_(embedding_optimizer)``; ``GradScaler(enabled=amp)``):
+  ``unscale_`` takes a sparse gradient's ``_values()`` and multiplies them in place by the inverse scale while
+  checking them for infinities (``_amp_foreach_non_finite_check_and_unscale_``; PyTorch
+  ``torch/cuda/amp/grad_scaler.py`` ``_unscale_grads_``), a read and a write of each fp32 row looked up, ``2 ids d t``
+  bytes a table; ``step`` reads the overflow flag back (``.item()`` on ``found_inf``) before the MLP optimizer's step,
+  one synchronization (:func:`plait.cost.host.sync_s`). The releases before it scale the loss by a constant folded
+  into the learning rate (``scaled_lr = FLAGS.lr / FLAGS.loss_scale``, ``dist_main.py`` @4e764dcd and @15af494a) and
+  unscale nothing of the tables.
+
 The step is the busiest rank's bottom part, the all-to-alls, the top part and the all-reduce, one after another (the
-example's training loop overlaps none of them).
+example's training loop overlaps none of them), and the loss scaler's synchronization.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import math
 from dataclasses import dataclass
 
 from plait.cost.compute import memory_bytes_per_s
+from plait.cost.host import sync_s
 from plait.cost.links import collective_s
 from plait.hardware.cluster import Cluster
 from plait.workloads.dlrm.dense import ACTIVATION_BYTES, bottom_s, top_s
@@ -86,10 +97,12 @@ class HybridStep:
     """The all-to-alls each way and ``BottomToTop``'s copies around them."""
     top_s: float
     all_reduce_s: float
+    scaler_sync_s: float = 0.0
+    """The loss scaler's read of its overflow flag (``GradScaler.step``)."""
 
     @property
     def step_s(self) -> float:
-        return self.bottom_s + self.all_to_all_s + self.top_s + self.all_reduce_s
+        return self.bottom_s + self.all_to_all_s + self.top_s + self.all_reduce_s + self.scaler_sync_s
 
 
 FUSED_TABLES, FUSED_WIDTH = 26, 128
@@ -97,12 +110,13 @@ FUSED_TABLES, FUSED_WIDTH = 26, 128
 docstring)."""
 
 
-def lookup_bytes(table: Table, samples: int, activation_bytes: int, fused: bool) -> float:
+def lookup_bytes(table: Table, samples: int, activation_bytes: int, fused: bool, unscaled: bool = False) -> float:
     """Bytes a step's lookups and SGD update of ``table`` move for ``samples`` samples (module docstring): the rows
-    read, the output written, the gather's casts or its fused backward copy, and the update's ``5 ids d t``."""
+    read, the output written, the gather's casts or its fused backward copy, the update's ``5 ids d t``, and with
+    ``unscaled`` the loss scaler's unscaling of the sparse gradient, ``2 ids d t``."""
     t, elements = table.element_bytes, samples * table.dim
     looked_up = samples * table.pooling * table.dim  # elements of the rows looked up (one-hot: one per sample)
-    moved = looked_up * t + elements * (activation_bytes if fused else t) + 5 * looked_up * t
+    moved = looked_up * t + elements * (activation_bytes if fused else t) + (7 if unscaled else 5) * looked_up * t
     if fused:  # the gradient copied into the fp32 values
         moved += looked_up * (activation_bytes + t)
     elif t != activation_bytes:  # cast to the activations' type, and its gradient back
@@ -110,9 +124,12 @@ def lookup_bytes(table: Table, samples: int, activation_bytes: int, fused: bool)
     return moved
 
 
-def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, precision: str) -> HybridStep:
-    """A step of ``global_batch`` samples on ``gpus`` ranks of ``cluster`` (module docstring)."""
+def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, precision: str,
+                grad_scaler: bool = False) -> HybridStep:
+    """A step of ``global_batch`` samples on ``gpus`` ranks of ``cluster`` (module docstring); ``grad_scaler``: a
+    mixed-precision (``fp16``) step's loss is scaled by ``torch.cuda.amp.GradScaler``."""
     acc, e = cluster.accelerator, ACTIVATION_BYTES[precision]
+    scaled = grad_scaler and precision == "fp16"
     tables = spec.deep_tables
     placed = device_tables([t.rows for t in tables], gpus)
     vectors = [len(held) + (rank == 0) for rank, held in enumerate(placed)]  # the bottom MLP's output is one
@@ -121,7 +138,7 @@ def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, 
     hbm = memory_bytes_per_s(acc)
     busiest = 0.0
     for rank, held in enumerate(placed):
-        moved = sum(lookup_bytes(tables[i], global_batch, e, fused) for i in held)
+        moved = sum(lookup_bytes(tables[i], global_batch, e, fused, scaled) for i in held)
         if vectors[rank] > 1:
             moved += 2 * global_batch * vectors[rank] * spec.dense_width * e  # torch.cat of the rank's vectors
         part = moved / hbm + (bottom_s(spec, acc, global_batch, precision) if rank == 0 else 0.0)
@@ -136,4 +153,4 @@ def hybrid_step(spec: DlrmSpec, cluster: Cluster, gpus: int, global_batch: int, 
         copies = 4 * batch * sum(vectors) * d * e / hbm  # BottomToTop's cat forward, contiguous parts backward
         a2a = 2 * float(collective_s(cluster, "all_to_all", gpus, 1, max(sent, received) * spread)) + copies
         reduce = float(collective_s(cluster, "all_reduce", gpus, 1, 4.0 * spec.top_mlp_params()))
-    return HybridStep(busiest, a2a, top_s(spec, acc, batch, precision), reduce)
+    return HybridStep(busiest, a2a, top_s(spec, acc, batch, precision), reduce, sync_s(cluster) if scaled else 0.0)

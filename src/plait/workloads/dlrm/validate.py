@@ -24,6 +24,11 @@ COLUMNS = ("source_id", "model", "gpu", "gpus", "precision", "global_batch", "pa
            "measured_unit", "notes")
 """The columns a row's prediction reads (``plait/validate/data/dlrm_steps.md``)."""
 UNITS = ("records_per_s",)
+GRAD_SCALER = {"DLE_PYT_DLRM_2110"}
+"""Sources whose mixed-precision loop scales the loss with ``torch.cuda.amp.GradScaler``, which unscales the
+embeddings' sparse gradients and reads its overflow flag every step (:mod:`plait.workloads.dlrm.hybrid`): the 21.10
+release's ``main.py`` @4154bda6 (``scaler = torch.cuda.amp.GradScaler(enabled=FLAGS.amp, ...)``, ``weight_update``).
+The 21.02 and 21.04 releases (@4e764dcd, @15af494a) scale by a constant folded into the learning rate."""
 PARALLEL = ("single", "dle_hybrid")
 """How a row's tables and MLPs are spread: all on one GPU, or DeepLearningExamples' hybrid parallelism
 (:mod:`.hybrid`; on one GPU it is the single case)."""
@@ -48,7 +53,8 @@ def predict_row(row: Record, csv: Path | None = None) -> ClassicResult:
     if model is None:
         return result(f"model file {row['model']!r} is neither beside the CSV nor shipped")
     spec = read_dlrm(model)
-    step = hybrid_step(spec, row_cluster(row["gpu"], gpus), gpus, batch, PRECISIONS[row["precision"]])
+    step = hybrid_step(spec, row_cluster(row["gpu"], gpus), gpus, batch, PRECISIONS[row["precision"]],
+                       grad_scaler=row["source_id"] in GRAD_SCALER)
     return ClassicResult(row["source_id"], label, measured, batch / step.step_s)
 
 
