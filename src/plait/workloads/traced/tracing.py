@@ -11,7 +11,9 @@ hooks, the order gradients complete. Quantities at two batch sizes (:data:`BATCH
 per-example parts.
 
 A factory may carry ``example_shape`` (one example's input shape) and ``input_dtype`` attributes; otherwise the
-user gives ``--input-shape`` (and ``--input-dtype``). The model's output (the first tensor of a tensor, tuple,
+user gives ``--input-shape`` (and ``--input-dtype``). A factory whose model runs each softmax and the dropout after it
+as one kernel (a fusing compiler's) says so with ``fused_softmax_dropout``
+(:mod:`plait.workloads.traced.softmax_dropout`). The model's output (the first tensor of a tensor, tuple,
 list or mapping, as Hugging Face's ``ModelOutput``) is reduced to a mean as the loss.
 """
 
