@@ -14,10 +14,18 @@ operands the GEMM cost already carries (``plait.workloads.dit.components.vae_dec
 convolution of one tap (CogVideoX's spatial norm projecting the latent) is not in that GEMM list, so its output is
 charged. ``native_group_norm`` is charged one more read of its input, as PyTorch's CUDA group norm reads it twice
 (``RowwiseMomentsCUDAKernel``, then the normalisation's elementwise kernel: aten/src/ATen/native/cuda/
-group_norm_kernel.cu). The total over the block's output values is what each ``[vae.*]`` entry of
+group_norm_kernel.cu); ``_unsafe_view`` (``matmul`` folding and unfolding batch dimensions) aliases its input and
+launches nothing. The total over the block's output values is what each ``[vae.*]`` entry of
 ``plait/workloads/dit/data/components.toml`` holds as ``block_bytes`` (HunyuanVideo's rows run the official
-repository's block, which divides by ``output_scale_factor`` once more: 4 bytes). The per-op breakdown is printed
-beside the sum so each figure can be checked against the forward code.
+repository's block, which divides by ``output_scale_factor`` once more: 4 bytes).
+
+DC-AE's three deepest levels run ``EfficientViTBlock`` (multi-scale linear attention, then a GLUMBConv: the
+``decoder_block_types`` of dc-ae-f32c32-sana-1.0, diffusers' scripts/convert_dc_ae_to_diffusers.py), which plait's
+decoder costs as a ResNet block's two convolutions of the same width; the FLOPs of its one-tap and depthwise
+convolutions and of its attention's matrix products are that stand-in's, so none of them is charged here: what is
+left, its ``deep_block_bytes``, is the casts, pads, activations, norms and copies around them, counted on a
+``512 x 128 x 128`` activation. The per-op breakdown is printed beside each sum so each figure can be checked
+against the forward code.
 """
 
 from __future__ import annotations
@@ -38,20 +46,28 @@ def _bytes(tensors: object) -> int:
     return sum(t.numel() * t.element_size() for t in tree_leaves(tensors) if isinstance(t, torch.Tensor))
 
 
-class _CountBytes(TorchDispatchMode):
-    """Bytes of tensor arguments and results of every kernel-launching op but the multi-tap convolutions."""
+PRODUCTS = ("aten.mm.default", "aten.bmm.default")
+"""Matrix products: an EfficientViT block's FLOPs, costed by its GEMM stand-in (module docstring)."""
 
-    def __init__(self) -> None:
+
+class _CountBytes(TorchDispatchMode):
+    """Bytes of tensor arguments and results of every kernel-launching op but the multi-tap convolutions (with
+    ``products_costed``: every convolution and matrix product)."""
+
+    def __init__(self, products_costed: bool = False) -> None:
         super().__init__()
         self.by_op: collections.Counter[str] = collections.Counter()
+        self.products_costed = products_costed
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
         name = str(func)
-        if func.is_view:
+        if func.is_view or name == "aten._unsafe_view.default":
+            return out
+        if self.products_costed and name in PRODUCTS:
             return out
         if "convolution" in name:
-            if math.prod(args[1].shape[2:]) == 1:  # one tap: not among the decoder's GEMMs
+            if not self.products_costed and math.prod(args[1].shape[2:]) == 1:  # one tap: not among the GEMMs
                 self.by_op[name] += _bytes(out)
             return out
         first = next((t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)), None)
@@ -87,23 +103,35 @@ def _blocks() -> dict[str, tuple[torch.nn.Module, tuple[int, ...], dict[str, tor
     }
 
 
+def _count(block: torch.nn.Module, shape: tuple[int, ...], extra: dict[str, torch.Tensor],
+           products_costed: bool = False) -> tuple[float, dict[str, float]]:
+    block = block.to(device="meta", dtype=torch.bfloat16).eval()
+    x = torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+    counter = _CountBytes(products_costed)
+    with torch.no_grad(), counter:
+        block(x, **extra)
+    values = x.numel()
+    parts = {op.removeprefix("aten."): moved / values for op, moved in counter.by_op.items()}
+    return sum(parts.values()), parts
+
+
 def block_bytes() -> dict[str, tuple[float, dict[str, float]]]:
     """Per VAE: bytes per output value of one ResNet block outside its convolutions, and the same split by op."""
-    out = {}
-    for name, (block, shape, extra) in _blocks().items():
-        block = block.to(device="meta", dtype=torch.bfloat16).eval()
-        x = torch.empty(*shape, dtype=torch.bfloat16, device="meta")
-        counter = _CountBytes()
-        with torch.no_grad(), counter:
-            block(x, **extra)
-        values = x.numel()
-        parts = {op.removeprefix("aten."): moved / values for op, moved in counter.by_op.items()}
-        out[name] = (sum(parts.values()), parts)
-    return out
+    return {name: _count(*entry) for name, entry in _blocks().items()}
+
+
+def deep_block_bytes() -> tuple[float, dict[str, float]]:
+    """DC-AE's EfficientViT block (as its decoder builds it: 32-channel heads, multi-scale 5, RMSNorm): bytes per
+    output value outside its convolutions and matrix products, and the same split by op (module docstring)."""
+    from diffusers.models.autoencoders.autoencoder_dc import EfficientViTBlock
+
+    block = EfficientViTBlock(512, attention_head_dim=32, qkv_multiscales=(5,), norm_type="rms_norm")
+    return _count(block, (1, 512, 128, 128), {}, products_costed=True)
 
 
 def main() -> None:
-    for name, (total, parts) in block_bytes().items():
+    rows = {**block_bytes(), "dc-ae-f32c32, EfficientViT levels": deep_block_bytes()}
+    for name, (total, parts) in rows.items():
         split = ", ".join(f"{op} {b:.1f}" for op, b in parts.items())
         print(f"{name}: {total:.1f} bytes per output value ({split})")
 

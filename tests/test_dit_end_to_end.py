@@ -50,6 +50,8 @@ def test_a_toy_decoder_is_its_hand_counted_convolutions() -> None:
                    + 256 * 8 * 9 * 16 + 256 * 8 * 9 * 8 + 256 * 8 * 16 + 256 * 3 * 9 * 8)
     assert sum(g.flops for g in gemms) == by_hand
     assert traffic == 30.0 * (64 * 16 + 256 * 8)  # each ResNet block's output values: 8x8 at 16, 16x16 at 8
+    deep = replace(toy, deep_levels=1, deep_block_bytes=Figure(value=300.0, source="assumed: a test"))
+    assert vae_decode_flops_and_bytes(deep, 16, 16, 1) == (gemms, 300.0 * 64 * 16 + 30.0 * 256 * 8)  # the first decoded
 
 
 def test_a_video_decoder_grows_the_frames_back() -> None:

@@ -25,6 +25,16 @@ def test_each_vae_block_is_charged_the_bytes_its_kernels_move() -> None:
         assert vae_decoder(name).block_bytes.value == pytest.approx(expected, abs=0.05), (name, parts)
 
 
+def test_dc_aes_efficientvit_levels_are_charged_their_own_blocks_bytes() -> None:
+    """DC-AE's three deepest levels run EfficientViT blocks: their kernels outside the convolutions and matrix
+    products (which the ResNet stand-in's GEMMs cost) are counted the same way, far above a ResBlock's."""
+    total, parts = BENCH.deep_block_bytes()
+    vae = vae_decoder("dc-ae-f32c32")
+    assert vae.deep_levels == 3 and vae.deep_block_bytes is not None
+    assert vae.deep_block_bytes.value == pytest.approx(total, abs=0.05), parts
+    assert "mm.default" not in parts and "convolution.default" not in parts and total > 5 * vae.block_bytes.value
+
+
 def test_the_counted_kernels_are_those_the_forward_code_reads_as() -> None:
     """Hand counts from the forward code: DC-AE's ResBlock normalises with diffusers' Python RMSNorm (bf16 -> fp32
     2 + 4 and back 4 + 2, the square 4 + 4 and the mean's read 4), AutoencoderKL's with two fused GroupNorms (each

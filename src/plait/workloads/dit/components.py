@@ -82,6 +82,11 @@ class VaeDecoder:
     """The mid block's single-head self-attention over the latent's pixels."""
     block_bytes: Figure
     """Bytes a ResNet block's kernels besides its convolutions read and write per value of its output."""
+    deep_levels: int = 0
+    """The deepest levels (the first decoded) whose blocks are of another kind, costed as a ResNet block's
+    convolutions of the same width plus ``deep_block_bytes`` a value (DC-AE's EfficientViT blocks)."""
+    deep_block_bytes: Figure | None = None
+    """Bytes those blocks' kernels besides their convolutions and matrix products move per value of their output."""
     source: str
     """Where the shape comes from."""
 
@@ -112,6 +117,7 @@ def vae_decoder(name: str) -> VaeDecoder:
     vae = build(VaeDecoder, table[name], f"components.toml:vae.{name}")
     levels = len(vae.block_out_channels)
     assert len(vae.layers) == levels and len(vae.spatial_up) == len(vae.temporal_up) == levels - 1, name
+    assert 0 <= vae.deep_levels <= levels and (vae.deep_levels > 0) == (vae.deep_block_bytes is not None), name
     return vae
 
 
@@ -158,12 +164,13 @@ def vae_decode_flops_and_bytes(vae: VaeDecoder, width: int, height: int, frames:
                 pixels = side_w * side_h
                 gemms += [Gemm(pixels, pixels, c, count=f), Gemm(pixels, c, pixels, count=f), Gemm(voxels, 4 * c, c)]
             c_in = c
+        deep = vae.deep_block_bytes if level < vae.deep_levels else None
         for block in range(n):
             first = c_in if block == 0 else c
             gemms += [Gemm(voxels, c, taps * first), Gemm(voxels, c, taps * c)]
             if first != c:
                 gemms.append(Gemm(voxels, c, first))  # 1x1 shortcut
-            traffic += voxels * c * vae.block_bytes.value
+            traffic += voxels * c * (deep or vae.block_bytes).value
         c_in = c
         s, t = ups[level]
         next_c = widths[level + 1] if level + 1 < len(widths) else c
