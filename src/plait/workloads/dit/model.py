@@ -271,6 +271,15 @@ def read_dit(path: Path) -> tuple[DitSpec, DitJob]:
     return spec, job
 
 
+def _check_tiles(job: DitJob, unit: str, step_name: str, step: int, untiled: str, where: str) -> None:
+    """Refuse a VAE tiling (``vae_tile_<unit>`` every ``vae_tile_stride_<unit>``) whose sizes are not multiples of
+    ``step`` with ``0 < stride <= tile``, or both 0 (one line)."""
+    tile, stride = getattr(job, f"vae_tile_{unit}"), getattr(job, f"vae_tile_stride_{unit}")
+    if tile and not 0 < stride <= tile or tile < 0 or tile % step or stride % step:
+        raise ConfigError(f"{where}: vae_tile_{unit}={tile} and vae_tile_stride_{unit}={stride} must be multiples of "
+                          f"{step_name}={step} with 0 < stride <= tile (or both 0: {untiled})")
+
+
 def check_dit(spec: DitSpec, job: DitJob, where: str) -> None:
     """Refuse what no model or job can be."""
     if spec.kind not in KINDS:
@@ -295,16 +304,8 @@ def check_dit(spec: DitSpec, job: DitJob, where: str) -> None:
                           f"vae_temporal={spec.vae_temporal} must be >= 1")
     if not 0.0 <= job.cache_skip < 1.0:
         raise ConfigError(f"{where}: cache_skip={job.cache_skip} must be in [0, 1)")
-    if job.vae_tile_px and not 0 < job.vae_tile_stride_px <= job.vae_tile_px or job.vae_tile_px < 0 or (
-            job.vae_tile_px % spec.vae_downsample or job.vae_tile_stride_px % spec.vae_downsample):
-        raise ConfigError(f"{where}: vae_tile_px={job.vae_tile_px} and vae_tile_stride_px={job.vae_tile_stride_px} "
-                          f"must be multiples of vae_downsample={spec.vae_downsample} with 0 < stride <= tile "
-                          "(or both 0: untiled)")
-    if job.vae_tile_frames and not 0 < job.vae_tile_stride_frames <= job.vae_tile_frames or job.vae_tile_frames < 0 or (
-            job.vae_tile_frames % spec.vae_temporal or job.vae_tile_stride_frames % spec.vae_temporal):
-        raise ConfigError(f"{where}: vae_tile_frames={job.vae_tile_frames} and vae_tile_stride_frames="
-                          f"{job.vae_tile_stride_frames} must be multiples of vae_temporal={spec.vae_temporal} with "
-                          "0 < stride <= tile (or both 0: every frame at once)")
+    _check_tiles(job, "px", "vae_downsample", spec.vae_downsample, "untiled", where)
+    _check_tiles(job, "frames", "vae_temporal", spec.vae_temporal, "every frame at once", where)
     if spec.side_attention_every < 0 or spec.side_attention_width < 0 or (
             spec.side_attention_every > 0) != (spec.side_attention_width > 0):
         raise ConfigError(f"{where}: side_attention_every={spec.side_attention_every} and side_attention_width="
