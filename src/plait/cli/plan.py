@@ -64,7 +64,7 @@ def plan_command(
                                                      "(torchtitan, Megatron-LM or DeepSpeed) into this folder.")] = None,
     force: ForceOption = False,
     workers: Annotated[int | None, count("Processes that search pieces of the space (default: every core for spaces "
-                                         "of 100,000 candidates or more).", high=MAX_WORKERS)] = None,
+                                         "of 4,000,000 candidates or more).", high=MAX_WORKERS)] = None,
     rank_by: Annotated[str, typer.Option(help="p50: rank by the predicted step time; p90: by its 90% bound (the plan "
                                               "that is fast even if the prediction is wrong).")] = "p50",
     as_json: JsonOption = False,

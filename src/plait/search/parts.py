@@ -38,11 +38,13 @@ CHUNK = 65536
 """Candidates costed in one batch."""
 KEPT_MISSES = 16
 """Non-fitting candidates kept per costed chunk, the least over memory first (``nearest_misses`` needs a few)."""
-POOL_MIN_CANDIDATES = 100_000
+POOL_MIN_CANDIDATES = 4_000_000
 """Spaces at least this large are searched by a pool of every core when ``workers`` is not given. Measured on the
-2-core machine of this project (2026-12-01, two workers against one process, medians of 3-5 alternating runs):
-24k candidates 0.98-1.12x (fork and transfer eat the gain), 57k-111k 1.1-1.5x, 507k-950k 1.1-2.0x,
-3.8M 1.9x (``python benchmarks/plan_workers.py`` for the last two)."""
+2-core machine of this project (2026-12-07, load 0.3, two workers against one process alternating, medians of 3
+wall times; ``python benchmarks/plan_workers.py`` for the 405B rows): Llama 3.1 405B on dgx-h100-ib, 0.64M-1.9M
+candidates 0.84-0.94x (forking the workers and shipping their costed chunks back eat the gain), 3.8M 1.08-1.11x,
+5.8M 1.18x, 7.7M 1.22-1.28x; Llama 3 70B on 1,024 GPUs 0.63M 0.87x, 2.5M 0.98x; DeepSeek-V3 on 2,048 GPUs 5.8M
+1.18x, 23M 1.63x. The pool costs 1.5-2x the CPU time of one process at every size."""
 
 Chunk = tuple[BatchResult, np.ndarray]
 """A costed chunk (its candidates that fit and the nearest misses) and the rows of it that fit."""
