@@ -8,7 +8,8 @@ Each rank builds two identical models: one through plait's runtime (DeviceMesh, 
 hand-written loop (DDP on the default group, AdamW, ``clip_grad_norm_``) with the same data and
 optimizer settings and none of plait's machinery. Steps alternate between the two, the order
 flipping every step, so that machine noise (±20% run to run on this 2-core machine) hits both
-alike; rank 0 writes ``{"plait": [...], "plain": [...]}`` seconds per step.
+alike; rank 0 writes ``{"plait": [...], "plain": [...], "plait_cpu": [...], "plain_cpu": [...]}``: wall seconds per
+step, and the CPU seconds of rank 0's process in each (``time.process_time``, its threads together: gloo's too).
 """
 
 from __future__ import annotations
@@ -65,15 +66,16 @@ def main() -> None:
         plain_optimizer.zero_grad(set_to_none=True)
 
     loops = {"plait": plait_step, "plain": plain_step}
-    times: dict[str, list[float]] = {name: [] for name in loops}
+    times: dict[str, list[float]] = {key: [] for name in loops for key in (name, f"{name}_cpu")}
     for step in range(steps):
         x, y = data.global_batch(step, batch, spec.seq_len)
         x, y = data.rank_slice(x, rank, world), data.rank_slice(y, rank, world)
         for name in (("plait", "plain") if step % 2 == 0 else ("plain", "plait")):
             dist.barrier()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             loops[name](x, y)
             times[name].append(time.perf_counter() - start)
+            times[f"{name}_cpu"].append(time.process_time() - cpu)
     if rank == 0:
         with open(out, "w") as handle:
             json.dump(times, handle)

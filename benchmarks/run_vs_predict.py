@@ -13,6 +13,7 @@ Run: python benchmarks/run_vs_predict.py
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -81,9 +82,12 @@ def main() -> None:
     side_by_side = tmp / "side-by-side.json"
     torchrun([str(ROOT / "benchmarks" / "plain_ddp.py"), str(MODEL), "16", "4", str(OVERHEAD_STEPS), str(side_by_side)])
     times = json.loads(side_by_side.read_text())
-    ours, plain = (statistics.median(times[k][2:]) for k in ("plait", "plain"))
+    ours, plain, ours_cpu, plain_cpu = (statistics.median(times[k][2:]) for k in ("plait", "plain", "plait_cpu",
+                                                                                  "plain_cpu"))
     print(f"DDP step, {OVERHEAD_STEPS - 2} alternating steps in one run: plait's train_step {ours:.4f} s vs plain "
-          f"PyTorch loop {plain:.4f} s (medians): overhead {100 * (ours / plain - 1):+.1f}% (target <= 3%)")
+          f"PyTorch loop {plain:.4f} s (medians): overhead {100 * (ours / plain - 1):+.1f}% (target <= 3%); "
+          f"rank 0's CPU {ours_cpu:.4f} vs {plain_cpu:.4f} s ({100 * (ours_cpu / plain_cpu - 1):+.1f}%); "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -4,14 +4,16 @@ Run: python benchmarks/swap_activations.py [--engine megatron-core] [--workers 1
 
 For each case (model, cluster, GPUs, global batch) prints the best plan of the default space (which tries a
 swapping twin of every candidate that does not fit without recomputation, :func:`plait.search.parts.swap_twins`)
-and of the same space without swapping, their predicted tokens/s, and the wall and CPU seconds of both searches (the fastest of ``--rounds``, run alternately)
-with the candidates each gave a verdict (the twins' cost to the search), with the machine's load.
+and of the same space without swapping, their predicted tokens/s, and the wall and CPU seconds of both searches
+(medians of ``--rounds``, run alternately) with the candidates each gave a verdict (the twins' cost to the search),
+and the machine's load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from dataclasses import replace
 
@@ -36,28 +38,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="megatron-core")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3, help="searches of each space; the fastest is shown")
+    parser.add_argument("--rounds", type=int, default=3, help="searches of each space; the medians are shown")
     args = parser.parse_args()
     engine = get_engine(args.engine)
+    load_before = os.getloadavg()
     for name, cluster_name, gpus, batch in CASES:
         model, cluster = get_model(name), get_cluster(cluster_name)
         space = default_space(model, cluster, gpus, (batch,))
-        runs: dict[str, tuple[SearchResult, float, float]] = {}
-        for _ in range(args.rounds):  # alternating, the fastest of each kept: a loaded machine slows both
+        results: dict[str, SearchResult] = {}
+        times: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
+        for _ in range(args.rounds):  # alternating: a loaded machine slows both alike
             for label, searched in (("with", space), ("without", replace(space, swap_activations=False))):
                 wall, cpu = time.perf_counter(), time.process_time()
-                result = run_search(model, cluster, searched, engine=engine, workers=args.workers)
-                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                kept = runs.get(label)
-                runs[label] = (result, min(wall, kept[1]) if kept else wall, min(cpu, kept[2]) if kept else cpu)
+                results[label] = run_search(model, cluster, searched, engine=engine, workers=args.workers)
+                times[label].append((time.perf_counter() - wall, time.process_time() - cpu))
         print(f"{name} on {gpus} GPUs of {cluster_name}, global batch {batch}, {engine.spec}:")
+        runs = {label: (results[label], statistics.median(w for w, _ in times[label]),
+                        statistics.median(c for _, c in times[label])) for label in results}
         for label, (result, wall, cpu) in runs.items():
             tokens, plan = _best(result)
             print(f"  {label:>7} swapping: {tokens:>12,.0f} tokens/s  {plan}  "
                   f"({result.num_candidates:,} candidates, {result.costed:,} costed, {wall:.2f} s wall, {cpu:.2f} s CPU)")
         gain = _best(runs["with"][0])[0] / max(_best(runs["without"][0])[0], 1e-9) - 1
         print(f"  swapping gains {100 * gain:+.1f}%")
-    print(f"load {os.getloadavg()[0]:.1f}")
+    print(f"medians of {args.rounds}; load average (1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} "
+          f"before, {'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":
