@@ -17,6 +17,9 @@ import os
 import statistics
 import time
 
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
+
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
 from plait.search.parts import available_cores
@@ -34,10 +37,6 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}/{five:.2f}/{fifteen:.2f} on {os.cpu_count()} CPUs"
-
 
 def timed(model, cluster, space, workers: int) -> tuple[float, float, SearchResult]:  # type: ignore[no-untyped-def]
     """(wall seconds, CPU seconds with the pool's workers, result) of one search."""
@@ -52,7 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     model, cluster = get_model("llama3.1-405b"), get_cluster("dgx-h100-ib")
-    load_before = _load()
+    load_before = load_average()
     print(f"{'space':24s} {'candidates':>10s} {'1 process s (CPU)':>18s} {f'{args.workers} workers s (CPU)':>18s} "
           f"{'cand/s pool':>12s} {'speed-up':>8s}")
     for name, batches in SPACES.items():
@@ -71,7 +70,7 @@ def main() -> None:
         cells = (f"{a:.2f} ({statistics.median(one_cpu):.2f})", f"{b:.2f} ({statistics.median(pool_cpu):.2f})")
         print(f"{name:24s} {serial.num_candidates:10,d} {cells[0]:>18s} {cells[1]:>18s} "
               f"{serial.num_candidates / b:12,.0f} {a / b:8.2f}")
-    print(f"medians of {args.rounds} rounds; load average (1, 5, 15 min) {load_before} before, {_load()} after")
+    print(f"medians of {args.rounds} rounds; load average (1, 5, 15 min) {load_before} before, {load_average()} after")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import statistics
 import time
 import tomllib
@@ -29,6 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTOGRAMS = ROOT / "src" / "plait" / "workloads" / "gnn" / "data" / "degree_histograms.toml"
@@ -42,10 +44,6 @@ CONFIGS = (
     (8000, (15, 10, 5)),  # GNNLab's GCN rows
 )
 
-
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}/{five:.2f}/{fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
 def _load_sample_adj() -> None:
@@ -91,7 +89,7 @@ def main() -> None:
         parser.error(f"--repeats={args.repeats} must be >= 1 and --scale={args.scale} in (0, 1]")
     _load_sample_adj()
     torch.set_num_threads(1)
-    load_before = _load()
+    load_before = load_average()
     rowptr, col = products_graph(args.scale)
     nodes = rowptr.numel() - 1
     print(f"graph: {nodes:,} nodes, {col.numel():,} adjacency entries (ogbn-products' degrees, uniform neighbours); "
@@ -112,7 +110,7 @@ def main() -> None:
             print(f"{batch:6d} {'-'.join(map(str, fanouts)):>9s} {h + 1:3d} {cpu:7.3f} {wall:7.3f} {edges:10,.0f} "
                   f"{reached:10,.0f} {cpu / edges * 1e9:8.1f}")
     print(f"medians of {args.repeats} batches; one thread; load average (1, 5, 15 min) {load_before} before, "
-          f"{_load()} after")
+          f"{load_average()} after")
 
 
 if __name__ == "__main__":

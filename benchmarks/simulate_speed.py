@@ -12,9 +12,11 @@ times): a plan seen first.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
+
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
 
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -27,10 +29,6 @@ from plait.workload.catalog import get_model
 TARGET_S = 1.0
 
 
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}/{five:.2f}/{fifteen:.2f} on {os.cpu_count()} CPUs"
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,7 +37,7 @@ def main() -> None:
     if args.repeats < 1:
         parser.error(f"--repeats={args.repeats} must be >= 1")
     model, cluster = get_model("llama3.1-405b"), get_cluster("dgx-h100-ib")
-    load_before = _load()
+    load_before = load_average()
     print(f"{'plan':70s} {'spans':>6s} {'CPU s':>7s} {'wall s':>7s} {'x target':>8s}")
     for schedule, vpp in (("1f1b", 1), ("interleaved", 4), ("zb-h1", 1)):
         plan = Plan(tp=8, sp=True, pp=16, vpp=vpp, schedule=schedule, dp_shard=8, sharding="zero1",
@@ -55,7 +53,7 @@ def main() -> None:
         median = statistics.median(cpu)
         print(f"{plan.describe():70s} {len(timeline.spans):6d} {median:7.3f} {statistics.median(wall):7.3f} "
               f"{median / TARGET_S:8.3f}")
-    print(f"medians of {args.repeats}; load average (1, 5, 15 min) {load_before} before, {_load()} after")
+    print(f"medians of {args.repeats}; load average (1, 5, 15 min) {load_before} before, {load_average()} after")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ and the machine's load average before and after.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from dataclasses import replace
+
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
 
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -41,7 +43,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="searches of each space; the medians are shown")
     args = parser.parse_args()
     engine = get_engine(args.engine)
-    load_before = os.getloadavg()
+    load_before = load_average()
     for name, cluster_name, gpus, batch in CASES:
         model, cluster = get_model(name), get_cluster(cluster_name)
         space = default_space(model, cluster, gpus, (batch,))
@@ -61,8 +63,7 @@ def main() -> None:
                   f"({result.num_candidates:,} candidates, {result.costed:,} costed, {wall:.2f} s wall, {cpu:.2f} s CPU)")
         gain = _best(runs["with"][0])[0] / max(_best(runs["without"][0])[0], 1e-9) - 1
         print(f"  swapping gains {100 * gain:+.1f}%")
-    print(f"medians of {args.rounds}; load average (1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} "
-          f"before, {'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
+    print(f"medians of {args.rounds}; load average (1, 5, 15 min) {load_before} before, {load_average()} after")
 
 
 if __name__ == "__main__":
