@@ -4,6 +4,7 @@ named without its system, a generic server of that GPU (:mod:`plait.hardware.ser
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from plait.hardware.catalog import get_accelerator, get_cluster
@@ -44,10 +45,12 @@ def unpredicted(row: Record, units: tuple[str, ...]) -> str | None:
     return None
 
 
+@functools.cache
 def system_of(gpu: str) -> str | None:
     """The preset system a row's GPU stands for: :data:`SYSTEMS`' own, else the one system of them that carries the
     part the name means however it is written (``Tesla P100``: dgx1-p100; assumed: the source's own system, as the
-    tables of its kind name it), ``None`` where none or several do (a V100: the DGX-1 and the DGX-2)."""
+    tables of its kind name it), ``None`` where none or several do (a V100: the DGX-1 and the DGX-2). Kept per name:
+    the unpredicted check, the cluster and the label of a row each ask, and the presets it compares do not change."""
     if gpu in SYSTEMS:
         return SYSTEMS[gpu]
     slug = accelerator_slug(gpu)

@@ -66,6 +66,8 @@ def model_name(name: str) -> str | None:
     """The key of :data:`MODELS` a row's model names, however cased, spaced or punctuated (``ResNet50``,
     ``resnet-152``), or ``None``."""
     return {plain(key): key for key in MODELS}.get(plain(name))
+
+
 UNITS = ("images_per_s", "sequences_per_s")
 SGD_AFTER_LOSS_SCALE_CHECK = EagerOptimizer(
     launches_per_tensor=4, launches_per_matrix=1,
