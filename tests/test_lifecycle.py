@@ -7,6 +7,7 @@ from the ``plait`` process; the ranks' command line names their configuration fi
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
 import subprocess
@@ -113,3 +114,22 @@ def test_the_launchers_death_is_named_not_a_rank_failure(tmp_path: Path, sig: si
     finally:
         for pid in _processes(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_run_leaves_nothing_in_the_temporary_directory(tmp_path: Path) -> None:
+    """torchrun's agent makes a ``torchelastic_*`` folder per run in the system's temporary directory, which nothing
+    removes; ``plait run`` gives it one of its own and removes it (plait.run.lifecycle.supervise), as it removes its
+    other temporary files: a finished run leaves nothing in ``TMPDIR`` but the compiler's cache."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[job]\nmodel = "{MODEL}"\n[plan]\nglobal_batch = 8\nmicro_batch = 2\ndp_replicate = 2\n')
+    done = subprocess.run([sys.executable, "-m", "plait", "run", "--plan", str(plan), "--steps", "2", "--cluster",
+                           "dgx-h100-ib"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "step 2:" in done.stderr
+    # torch.compile's cache, one folder reused by every run of this user (torch/_inductor/runtime/cache_dir_utils.py)
+    kept = {f"torchinductor_{getpass.getuser()}"}
+    assert sorted(p.name for p in scratch.iterdir() if p.name not in kept) == []

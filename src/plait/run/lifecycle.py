@@ -77,7 +77,19 @@ def supervise(command: list[str], env: dict[str, str], folder: Path, max_restart
     ``128 + signal`` when this process was asked to stop (the child and its ranks are then gone). The ranks' and
     torchrun's standard error goes to :data:`LOG_NAME` in ``folder``; the terminal sees progress, the ``plait:``
     lines of the ranks (each once), each restart and why and, when the run fails, one line naming the failure and
-    the log, which is then kept."""
+    the log, which is then kept.
+
+    torchrun's agent makes a folder per run and attempt for its ranks' error files under its log directory
+    (``--log-dir``, or ``PET_LOG_DIR`` in its environment), by default a new ``torchelastic_*`` folder of the
+    system's temporary directory that nothing removes (torch/distributed/elastic/multiprocessing/api.py,
+    ``DefaultLogsSpecs``): every run would leave one. Unless ``env`` names a log directory, it is a temporary
+    folder removed when the run ends (what a failed rank wrote there, torchrun also prints to the log)."""
+    with tempfile.TemporaryDirectory(prefix="plait-torchrun-") as elastic_logs:
+        return _supervised(command, {"PET_LOG_DIR": elastic_logs, **env}, folder, max_restarts)
+
+
+def _supervised(command: list[str], env: dict[str, str], folder: Path, max_restarts: int) -> int:
+    """:func:`supervise` with torchrun's log directory in ``env``."""
     log_path, log = _open_log(folder)
     child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
                              preexec_fn=_child_setup(os.getpid()))  # noqa: PLW1509
