@@ -59,6 +59,30 @@ def test_the_degree_law_has_the_graphs_mean_degree() -> None:
     assert all(classes.nodes[:-1] >= classes.nodes[1:])  # a power law falls
 
 
+def test_the_kept_degree_law_is_the_full_bisections_and_read_only() -> None:
+    """The power law's shift is bisected until its bounds are adjacent doubles; the law then equals that of the
+    hundred halvings written out here, and a graph estimated again reads the same (read-only) classes."""
+    from plait.kept import empty_all
+
+    graph = dataclasses.replace(read_gnn(PRODUCTS).graph, degree_histogram=())
+    empty_all()
+    classes = degree_classes(graph)
+    d = np.arange(1, graph.max_degree + 1, dtype=np.float64)
+    mean = lambda shift: float((d * (d + shift) ** -graph.degree_exponent).sum()  # noqa: E731
+                               / ((d + shift) ** -graph.degree_exponent).sum())
+    lo, hi = -1.0 + 1e-9, 1.0
+    while mean(hi) < graph.mean_degree and hi < 1e12:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mean(mid) < graph.mean_degree else (lo, mid)
+    w = (d + 0.5 * (lo + hi)) ** -graph.degree_exponent
+    assert np.array_equal(classes.nodes, graph.nodes * w / w.sum()) and np.array_equal(classes.degrees, d)
+    assert degree_classes(dataclasses.replace(graph)) is classes  # kept by the graph's value
+    with pytest.raises(ValueError, match="read-only"):
+        classes.nodes[0] = 0.0
+
+
 @pytest.mark.parametrize("dataset", ["ogbn-products", "ogbn-papers100M"])
 def test_measured_degree_histograms_hold_the_ogb_graphs_nodes_and_edges(dataset: str) -> None:
     """degree_histograms.toml, counted by gnn-bench over PyG's edge_index and binned, holds the nodes and undirected

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from plait.kept import Kept
 from plait.workloads.gnn.model import GraphStats
 
 
@@ -80,7 +81,28 @@ class DegreeClasses:
 def degree_classes(graph: GraphStats) -> DegreeClasses:
     """The graph's measured histogram (:attr:`GraphStats.degree_histogram`) where it has one and is undirected; else
     the shifted power law of the module docstring, its shift found by bisection on the mean; a directed graph's
-    out-degree classes with its in-degree law beside them."""
+    out-degree classes with its in-degree law beside them. Kept by the graph's value for the last
+    :data:`KEPT_GRAPHS` graphs: a law over a web graph's millions of degrees takes about a second to solve, and
+    every estimate of the graph (a validation's rows, a search's plans) reads the same classes. The arrays are
+    read-only."""
+    return _CLASSES.get((graph,), (), lambda: _classes(graph))
+
+
+KEPT_GRAPHS = 64
+_CLASSES: Kept[DegreeClasses] = Kept(KEPT_GRAPHS)
+
+
+def _classes(graph: GraphStats) -> DegreeClasses:
+    """:func:`degree_classes`, computed, its arrays made read-only (they are shared)."""
+    classes = _solved(graph)
+    for array in (classes.degrees, classes.nodes, classes.in_degrees, classes.in_nodes):
+        if array is not None:
+            array.flags.writeable = False
+    return classes
+
+
+def _solved(graph: GraphStats) -> DegreeClasses:
+    """:func:`degree_classes`, computed."""
     if graph.degree_histogram and not graph.directed:
         d, n = (np.array(column, dtype=np.float64) for column in zip(*graph.degree_histogram, strict=True))
         return DegreeClasses(degrees=d, nodes=n, edges=graph.edges)
@@ -105,6 +127,8 @@ def _power_law(graph: GraphStats, exponent: float) -> tuple[np.ndarray, np.ndarr
         hi *= 2.0
     for _ in range(100):
         mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):  # lo and hi adjacent doubles: every later step leaves their midpoint at mid
+            break
         lo, hi = (mid, hi) if mean(mid) < target else (lo, mid)
     w = (d + 0.5 * (lo + hi)) ** -exponent
     return d, graph.nodes * w / w.sum()
