@@ -11,8 +11,8 @@ added), truncated, binary, empty, directories or missing. Every outcome must be 
 - a user error: exit code 2 and exactly one line ``plait: error: ...`` on stderr.
 
 An exception escaping ``run_cli`` is a traceback, and fails the test (hypothesis then shrinks the command line).
-The example counts give at least 5,000 invocations (six estimates per example; ``PLAIT_FUZZ_SCALE=2`` gives 10,000),
-all in the slow tier (the quick tier's fuzz is the enumerated sweep of ``tests/test_fuzz_hostile.py``); ``PLAIT_FUZZ_SCALE=10`` runs ten times as
+The example counts give at least 10,000 invocations (six estimates per example), all in the slow tier (the quick
+tier's fuzz is the enumerated sweep of ``tests/test_fuzz_hostile.py``); ``PLAIT_FUZZ_SCALE=10`` runs ten times as
 many. The runs are derandomized so CI is reproducible; ``PLAIT_FUZZ_SEED=<n>`` draws another
 deterministic sample.
 """
@@ -318,7 +318,7 @@ def cluster_option(files: Files, data: st.DataObject, mixed: bool = False):  # t
 
 
 @pytest.mark.slow
-@fuzz(3720 // ESTIMATES_PER_EXAMPLE)
+@fuzz(7440 // ESTIMATES_PER_EXAMPLE)
 @given(data=st.data())
 def test_estimate(files: Files, data: st.DataObject) -> None:
     options = {
@@ -347,7 +347,7 @@ def test_estimate(files: Files, data: st.DataObject) -> None:
 
 
 @pytest.mark.slow
-@fuzz(350)
+@fuzz(700)
 @given(data=st.data())
 def test_plan(files: Files, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
     options = {
@@ -373,7 +373,7 @@ def _plan_or_output(files: Files, data: st.DataObject, suffix: str):  # type: ig
 
 
 @pytest.mark.slow
-@fuzz(200)
+@fuzz(400)
 @given(data=st.data())
 def test_simulate(files: Files, data: st.DataObject) -> None:
     options = {"--model": model_option(files, data), "--cluster": cluster_option(files, data),
@@ -386,7 +386,7 @@ def test_simulate(files: Files, data: st.DataObject) -> None:
 
 
 @pytest.mark.slow
-@fuzz(30)
+@fuzz(60)
 @given(data=st.data())
 def test_report(files: Files, data: st.DataObject) -> None:
     options = {"--model": model_option(files, data), "--cluster": cluster_option(files, data),
@@ -397,7 +397,7 @@ def test_report(files: Files, data: st.DataObject) -> None:
 
 
 @pytest.mark.slow
-@fuzz(350)
+@fuzz(700)
 @given(data=st.data())
 def test_validate(files: Files, data: st.DataObject) -> None:
     """Every validator (--runs, --memory, --classic, --gnn, --dit) on its CSV, valid or mutated, or on another's."""
@@ -408,7 +408,7 @@ def test_validate(files: Files, data: st.DataObject) -> None:
 
 
 @pytest.mark.slow
-@fuzz(380)
+@fuzz(760)
 @given(data=st.data())
 def test_run_dry(files: Files, data: st.DataObject) -> None:
     options = {
@@ -445,7 +445,7 @@ def _trace_file(files: Files, data: st.DataObject) -> str:
 
 
 @pytest.mark.slow
-@fuzz(150)
+@fuzz(300)
 @given(data=st.data())
 def test_schedule(files: Files, data: st.DataObject) -> None:
     options = {
@@ -472,4 +472,4 @@ def test_report_outcomes() -> None:
         if ":" in key:
             print(f"  {count:6d}  {key}")
     if len(commands) == 7 and SCALE >= 1:  # the whole module ran
-        assert sum(commands.values()) >= 5_000 * SCALE
+        assert sum(commands.values()) >= 10_000 * SCALE
