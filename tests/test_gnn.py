@@ -59,10 +59,12 @@ def test_the_degree_law_has_the_graphs_mean_degree() -> None:
     assert all(classes.nodes[:-1] >= classes.nodes[1:])  # a power law falls
 
 
-def test_the_kept_degree_law_is_the_full_bisections_and_read_only() -> None:
+def test_the_kept_degree_law_is_the_full_bisections_and_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The power law's shift is bisected until its bounds are adjacent doubles; the law then equals that of the
-    hundred halvings written out here, and a graph estimated again reads the same (read-only) classes."""
+    hundred halvings written out here, and a graph estimated again reads the same (read-only) classes, unless they
+    hold more than the kept size."""
     from plait.kept import empty_all
+    from plait.workloads.gnn import sampling
 
     graph = dataclasses.replace(read_gnn(PRODUCTS).graph, degree_histogram=())
     empty_all()
@@ -81,6 +83,9 @@ def test_the_kept_degree_law_is_the_full_bisections_and_read_only() -> None:
     assert degree_classes(dataclasses.replace(graph)) is classes  # kept by the graph's value
     with pytest.raises(ValueError, match="read-only"):
         classes.nodes[0] = 0.0
+    monkeypatch.setattr(sampling, "KEPT_BYTES", classes.nodes.nbytes)  # degrees and nodes: twice that
+    other = dataclasses.replace(graph, degree_exponent=2.4)
+    assert degree_classes(other) is not degree_classes(other)
 
 
 @pytest.mark.parametrize("dataset", ["ogbn-products", "ogbn-papers100M"])

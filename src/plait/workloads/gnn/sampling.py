@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plait.kept import Kept
+from plait.kept import MISSING, Kept
 from plait.workloads.gnn.model import GraphStats
 
 
@@ -82,13 +82,24 @@ def degree_classes(graph: GraphStats) -> DegreeClasses:
     """The graph's measured histogram (:attr:`GraphStats.degree_histogram`) where it has one and is undirected; else
     the shifted power law of the module docstring, its shift found by bisection on the mean; a directed graph's
     out-degree classes with its in-degree law beside them. Kept by the graph's value for the last
-    :data:`KEPT_GRAPHS` graphs: a law over a web graph's millions of degrees takes about a second to solve, and
-    every estimate of the graph (a validation's rows, a search's plans) reads the same classes. The arrays are
-    read-only."""
-    return _CLASSES.get((graph,), (), lambda: _classes(graph))
+    :data:`KEPT_GRAPHS` graphs whose arrays hold at most :data:`KEPT_BYTES`: a law over a web graph's millions of
+    degrees takes about a second to solve, and every estimate of the graph (a validation's rows, a search's plans)
+    reads the same classes. The arrays are read-only."""
+    key = (graph,)
+    found = _CLASSES.find(key)
+    if found is not MISSING:
+        return found  # type: ignore[return-value]
+    classes = _classes(graph)
+    held = sum(a.nbytes for a in (classes.degrees, classes.nodes, classes.in_degrees, classes.in_nodes)
+               if a is not None)
+    return _CLASSES.keep(key, (), classes) if held <= KEPT_BYTES else classes
 
 
-KEPT_GRAPHS = 64
+KEPT_GRAPHS = 8
+"""Graphs whose classes are kept: the shipped GNN validation reads 6 (130 MB in all)."""
+KEPT_BYTES = 128 * 2**20
+"""The largest classes kept (twitter-2010's directed laws hold 96 MB); a graph's default ``max_degree`` is its node
+count less one, whose classes (1.2 GB for uk-2006-05 undirected) are computed afresh each time rather than held."""
 _CLASSES: Kept[DegreeClasses] = Kept(KEPT_GRAPHS)
 
 
