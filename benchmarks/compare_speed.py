@@ -91,9 +91,10 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from estimate_speed import CASES
+    from machine_load import load_average
 
     cases = _cases_json()
-    load_before = os.getloadavg()
+    load_before = load_average()
     now: list[list[list[float]]] = []
     base: list[list[list[float]]] = []
     for _ in range(args.rounds):
@@ -111,8 +112,7 @@ def main() -> None:
     print(f"estimates the same to the bit in both trees: {'yes' if same else 'NO'}")
     print(f"worst CPU ratio now/base {max(ratios):.3f}; median {statistics.median(ratios):.3f} "
           f"({args.rounds} alternating rounds of 100 {'cold ' if args.cold else ''}estimates per case; ms per "
-          f"estimate); load average (1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
-          f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
+          f"estimate); load average (1, 5, 15 min) {load_before} before, {load_average()} after")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ between them. ``--cold`` empties what estimates keep before each one (``empty_ke
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -79,20 +78,20 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from estimate_speed import CASES
+    from machine_load import load_average
     from vs_calculon import CASES as CALCULON_CASES
     from vs_calculon import PLAIT_CLUSTER
 
     cases = [(f"{m} / {p.describe()}", m, c, p) for m, c, p in CASES]
     cases += [(f"Calculon's {k.name}", k.plait_model, PLAIT_CLUSTER, k.plan) for k in CALCULON_CASES]
-    load_before = os.getloadavg()
+    load_before = load_average()
     print(f"{'plan':40s} " + " ".join(f"{name:>8s}" for name in PHASES) + f" {'sum':>8s}   (CPU us, medians)")
     for label, model, cluster, plan in cases:
         medians = _phases(model, cluster, plan, args.repeats, args.cold)
         print(f"{label[:40]:40s} " + " ".join(f"{medians[name]:8.1f}" for name in PHASES)
               + f" {sum(medians.values()):8.1f}")
     print(f"{args.repeats} {'cold ' if args.cold else ''}estimates per plan; load average (1, 5, 15 min) "
-          f"{'/'.join(f'{x:.2f}' for x in load_before)} before, {'/'.join(f'{x:.2f}' for x in os.getloadavg())} "
-          f"after, on {os.cpu_count()} CPUs")
+          f"{load_before} before, {load_average()} after")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -69,7 +72,7 @@ def main() -> None:
         for tree in trees:
             print(f"{str(tree):40s} {_instructions(tree, extra):,} instructions")
         return
-    load_before = os.getloadavg()
+    load_before = load_average()
     samples: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in trees}
     for _ in range(args.runs):
         for tree in trees:
@@ -77,8 +80,7 @@ def main() -> None:
     for tree, runs in samples.items():
         print(f"{str(tree):40s} CPU median {statistics.median(c for c, _ in runs):.3f} s, wall median "
               f"{statistics.median(w for _, w in runs):.3f} s ({args.runs} runs)")
-    print(f"load average (1, 5, 15 min) {'/'.join(f'{x:.2f}' for x in load_before)} before, "
-          f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} after, on {os.cpu_count()} CPUs")
+    print(f"load average (1, 5, 15 min) {load_before} before, {load_average()} after")
 
 
 if __name__ == "__main__":

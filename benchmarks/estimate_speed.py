@@ -16,10 +16,12 @@ its micro-batch count, pipeline and sync, is costed afresh).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from dataclasses import replace
+
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
 
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import get_cluster
@@ -60,7 +62,7 @@ def main() -> None:
     cold, sweep = args.cold, args.sweep
     models = {m: get_model(m) for m, _, _ in CASES}
     clusters = {c: get_cluster(c) for _, c, _ in CASES}
-    load_before = os.getloadavg()
+    load_before = load_average()
     print(f"{'case':45s} {'CPU ms':>8s} {'wall ms':>8s} {'x budget':>9s}")
     medians = []
     for model, cluster, plan in CASES:
@@ -87,11 +89,7 @@ def main() -> None:
     mode = "plans seen first" if cold else "new batch sizes of each plan" if sweep else "plans estimated again"
     print(f"{mode}: worst CPU median {worst:.3f} ms = {worst / BUDGET_MS:.3f} x the {BUDGET_MS} ms budget "
           f"({'within' if worst <= BUDGET_MS else 'OVER'} budget); load average (1, 5, 15 min) "
-          f"{_load(load_before)} before, {_load(os.getloadavg())} after, on {os.cpu_count()} CPUs")
-
-
-def _load(load: tuple[float, float, float]) -> str:
-    return "/".join(f"{x:.2f}" for x in load)
+          f"{load_before} before, {load_average()} after")
 
 
 if __name__ == "__main__":

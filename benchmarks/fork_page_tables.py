@@ -32,6 +32,9 @@ import warnings
 import torch
 from torch.utils.data import DataLoader
 
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
+
 
 def fork_s(repeats: int) -> tuple[float, float]:
     """Median (CPU, wall) seconds the parent spends in ``os.fork()`` (the child exits at once)."""
@@ -82,7 +85,7 @@ def main() -> None:
     if args.gib <= 0 or args.workers < 1 or args.repeats < 1:
         parser.error(f"--gib={args.gib} must be > 0, --workers={args.workers} and --repeats={args.repeats} >= 1")
     warnings.filterwarnings("ignore", message="This DataLoader will create")
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of {args.repeats}")
+    print(f"load average (1, 5, 15 min) {load_average()}; medians of {args.repeats}")
     base_fork, base_iter = fork_s(args.repeats), iter_s(args.workers, args.repeats)
     print(
         f"baseline (RssAnon {rss_gib('RssAnon'):.2f} GiB): fork {_ms(base_fork)}, "
@@ -98,7 +101,7 @@ def main() -> None:
             f"fork {_ms(f)}, {(f[0] - base_fork[0]) / args.gib * 1e3:+.1f} ms CPU a GiB; iter() {_ms(i)}, "
             f"{(i[0] - base_iter[0]) / args.gib / args.workers * 1e3:+.1f} ms CPU a GiB a worker"
         )
-    print(f"load average {os.getloadavg()[0]:.1f} after")
+    print(f"load average {load_average()} after")
 
 
 if __name__ == "__main__":

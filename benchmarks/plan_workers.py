@@ -37,7 +37,6 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-
 def timed(model, cluster, space, workers: int) -> tuple[float, float, SearchResult]:  # type: ignore[no-untyped-def]
     """(wall seconds, CPU seconds with the pool's workers, result) of one search."""
     start, cpu = time.perf_counter(), _cpu_s()

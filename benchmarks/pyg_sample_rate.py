@@ -45,7 +45,6 @@ CONFIGS = (
 )
 
 
-
 def _load_sample_adj() -> None:
     """Register ``torch.ops.torch_sparse.sample_adj`` from torch-sparse's compiled library (its Python package,
     which also needs torch-scatter, is not imported)."""

@@ -13,12 +13,14 @@ Run: python benchmarks/run_vs_predict.py
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+# a sibling script (run as python benchmarks/<name>.py)
+from machine_load import load_average
 
 from plait.engine.catalog import get_engine
 from plait.hardware.catalog import load_cluster_file
@@ -87,7 +89,7 @@ def main() -> None:
     print(f"DDP step, {OVERHEAD_STEPS - 2} alternating steps in one run: plait's train_step {ours:.4f} s vs plain "
           f"PyTorch loop {plain:.4f} s (medians): overhead {100 * (ours / plain - 1):+.1f}% (target <= 3%); "
           f"rank 0's CPU {ours_cpu:.4f} vs {plain_cpu:.4f} s ({100 * (ours_cpu / plain_cpu - 1):+.1f}%); "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+          f"load average {load_average()}")
 
 
 if __name__ == "__main__":

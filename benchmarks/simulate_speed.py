@@ -29,7 +29,6 @@ from plait.workload.catalog import get_model
 TARGET_S = 1.0
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="simulations of each schedule (medians printed)")
