@@ -89,10 +89,11 @@ def degree_classes(graph: GraphStats) -> DegreeClasses:
     found = _CLASSES.find(key)
     if found is not MISSING:
         return found  # type: ignore[return-value]
-    classes = _classes(graph)
-    held = sum(a.nbytes for a in (classes.degrees, classes.nodes, classes.in_degrees, classes.in_nodes)
-               if a is not None)
-    return _CLASSES.keep(key, (), classes) if held <= KEPT_BYTES else classes
+    classes = _solved(graph)
+    arrays = [a for a in (classes.degrees, classes.nodes, classes.in_degrees, classes.in_nodes) if a is not None]
+    for array in arrays:  # shared by every estimate that reads them
+        array.flags.writeable = False
+    return _CLASSES.keep(key, (), classes) if sum(a.nbytes for a in arrays) <= KEPT_BYTES else classes
 
 
 KEPT_GRAPHS = 8
@@ -101,15 +102,6 @@ KEPT_BYTES = 128 * 2**20
 """The largest classes kept (twitter-2010's directed laws hold 96 MB); a graph's default ``max_degree`` is its node
 count less one, whose classes (1.2 GB for uk-2006-05 undirected) are computed afresh each time rather than held."""
 _CLASSES: Kept[DegreeClasses] = Kept(KEPT_GRAPHS)
-
-
-def _classes(graph: GraphStats) -> DegreeClasses:
-    """:func:`degree_classes`, computed, its arrays made read-only (they are shared)."""
-    classes = _solved(graph)
-    for array in (classes.degrees, classes.nodes, classes.in_degrees, classes.in_nodes):
-        if array is not None:
-            array.flags.writeable = False
-    return classes
 
 
 def _solved(graph: GraphStats) -> DegreeClasses:
