@@ -60,6 +60,7 @@ OPTIONS: dict[str, tuple[dict[str, object], str]] = {
     "offload_params": ({"dp_shard": 2, "sharding": "zero3", "offload_optimizer": True, "offload_params": True}, "dense"),
     "offload_params_alone": ({"dp_shard": 2, "sharding": "zero3", "offload_params": True}, "dense"),
     "swap_activations": ({"dp_replicate": 2, "swap_activations": True}, "dense"),
+    "swap_layers": ({"dp_replicate": 2, "swap_activations": True, "swap_layers": 2}, "dense"),
     "tp_comm_overlap": ({"tp": 2, "sp": True, "tp_comm_overlap": True}, "dense"),
     "overlap_chunks": ({"tp": 2, "sp": True, "overlap_chunks": 2}, "dense"),
     "learned_positions_sp": ({"tp": 2, "sp": True}, "gpt"),
@@ -91,6 +92,7 @@ TRAINED_BY: dict[str, tuple[str, str]] = {
     "offload_optimizer": ("test_runtime_optim.py", '"offload-optimizer-ddp"'),
     "offload_params": ("test_runtime_optim.py", '"offload-params-zero3"'),
     "swap_activations": ("test_swap_activations.py", "def test_swap_matches_no_swap_on_two_gloo_ranks"),
+    "swap_layers": ("test_swap_activations.py", "def test_swapping_some_layers_matches_no_swap_on_two_gloo_ranks"),
     "overlap_chunks": ("test_chunked_overlap.py", "def test_plait_run_chunks_tp_blocks"),
     "learned_positions_sp": ("test_runtime_positions.py", "def test_learned_positions_with_tp2_sp_match_single_process"),
     "dp_sync": ("test_sync.py", "def test_plait_run_trains_a_dp_sync_plan"),
@@ -116,7 +118,7 @@ def test_every_feature_an_engine_can_refuse_is_either_an_option_here_or_a_combin
     combos = {"mla", "alibi", "local_attention", "attention_sinks", "router_bias", "offload_optimizer_alone", "zero1_replicated", "zero1_tp", "ddp_with_tp", "offload_optimizer_zero1",
               "zb_micro_batches", "pp_fewer_micro_batches", "kv_head_replication", "moe_tp", "moe_cp", "ep_zero1", "ep_beyond_dp",
               "tp_comm_overlap_without_sp", "tp_comm_overlap_cp", "tp_comm_overlap_selective", "cp_learned_positions",
-              "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "tp_grid_with", "tp_grid_model", "master_weights=false", "overlap_grad_reduce=false",
+              "cp_head_dim", "recompute_layers_not_half", "swap_activations_pp", "swap_layers_all", "tp_grid_with", "tp_grid_model", "master_weights=false", "overlap_grad_reduce=false",
               "overlap_chunks_cp", "overlap_chunks_fp8", "overlap_chunks_grid"}
     assert set(FEATURES) == singles | combos
 

@@ -50,6 +50,15 @@ def test_the_option_round_trips_through_a_plan_file_and_shows_in_describe(tmp_pa
     assert PlanColumns.from_plans([plan]).plan(0) == plan
 
 
+def test_some_layers_show_in_describe_and_a_count_below_minus_one_is_refused() -> None:
+    plan = Plan(dp_shard=8, sharding="zero3", global_batch=64, swap_activations=True, swap_layers=20)
+    assert "swap-act[20]" in plan.describe() and PlanColumns.from_plans([plan]).plan(0) == plan
+    with pytest.raises(ConfigError, match="swap_layers=-2 must be -1"):
+        Plan(swap_layers=-2)
+    with pytest.raises(ConfigError, match="swap_layers=33 must be <= layers per stage=32"):
+        check_plan(replace(plan, swap_layers=33), get_model("llama3-8b"), get_cluster(H100))
+
+
 def test_swapping_with_recomputation_is_refused() -> None:
     plan = Plan(dp_shard=8, sharding="zero3", global_batch=64, recompute="full", swap_activations=True)
     with pytest.raises(ConfigError, match="swap_activations needs recompute='none'"):
@@ -83,6 +92,42 @@ def test_memory_keeps_two_layers_and_time_charges_the_host_link_by_hand() -> Non
     micro_batches = 64 // 8
     assert swap.time.swap_s == pytest.approx(micro_batches * 32 * per_layer, rel=1e-9)
     assert swap.step_time_s == pytest.approx(base.step_time_s + swap.time.swap_s, rel=1e-9)
+
+
+def test_swapping_some_layers_moves_only_theirs() -> None:
+    """llama3-70b (80 identical dense layers) under zero3 over 64 GB200, mb2 x 8k tokens, one micro-batch in flight
+    (no pipeline): every layer swapped keeps two on the device; the first k keep the other 80 - k and two of theirs,
+    so the device's activations fall by exactly one layer's bytes per layer swapped past the second, the host holds
+    what the device gave up, and the exposed copies grow linearly with k; 0 layers is no swapping at all."""
+    model, cluster = get_model("llama3-70b"), get_cluster("gb200-nvl72")
+    plan = Plan(dp_shard=64, sharding="zero3", micro_batch=2, global_batch=256, seq_len=8192, precision="fp8")
+    layer = prepare(model, cluster, PlanColumns.one(plan), PLAIT.framework).inner.dense.activation_bytes
+    off = _estimate("llama3-70b", plan, "gb200-nvl72")
+    some = {k: _estimate("llama3-70b", replace(plan, swap_activations=True, swap_layers=k), "gb200-nvl72")
+            for k in (0, 10, 20, 40)}
+    assert some[0].step_time_s == off.step_time_s and some[0].memory.total_bytes == off.memory.total_bytes
+    for k in (10, 20, 40):
+        assert some[k].memory.activations_bytes == pytest.approx(off.memory.activations_bytes - (k - 2) * layer,
+                                                                 rel=1e-12)
+        assert some[k].memory.host_activations_bytes == pytest.approx((k - 2) * layer, rel=1e-12)
+    assert some[10].time.swap_s > 0
+    assert some[20].time.swap_s == pytest.approx(2 * some[10].time.swap_s, rel=1e-12)
+    assert some[40].time.swap_s == pytest.approx(2 * some[20].time.swap_s, rel=1e-12)
+
+
+def test_megatron_bridges_offload_count_is_the_least_that_fits_a_gb200() -> None:
+    """Megatron-Bridge 25.11's Llama 3 70B FP8 current-scaling recipe on GB200 (zero3 over 64, mb2, no
+    recomputation) offloads the first 40 of 80 layers (plait/validate/runs.py ``_MB_OFFLOAD``): by plait's memory
+    model of that engine 40 fits the 186 GB and 30 does not, nor does keeping every activation; recomputing every
+    layer fits too, at a higher step time."""
+    model, cluster = get_model("llama3-70b"), get_cluster("gb200-nvl72")
+    engine = get_engine("megatron-bridge@25.11[fp8_recipe=current]")
+    plan = Plan(dp_shard=64, sharding="zero3", micro_batch=2, global_batch=256, seq_len=8192, precision="fp8")
+    offload = lambda k: estimate(model, cluster, replace(plan, swap_activations=True, swap_layers=k), engine=engine)
+    assert {k: offload(k).memory.fits for k in (0, 30, 40)} == {0: False, 30: False, 40: True}
+    recomputed = estimate(model, cluster, replace(plan, recompute="full"), engine=engine)
+    offloaded = offload(40)
+    assert recomputed.memory.fits and offloaded.step_time_s < recomputed.step_time_s
 
 
 def test_a_wide_layer_hides_its_copies_behind_its_compute() -> None:
@@ -128,13 +173,14 @@ def test_on_a_cpu_device_swapping_changes_nothing() -> None:
 
 def test_a_batch_equals_single_estimates() -> None:
     model, cluster = get_model("llama3-8b"), get_cluster(H100)
-    plans = [Plan(dp_shard=64, sharding="zero3", micro_batch=m, global_batch=128, seq_len=8192, swap_activations=s)
-             for m in (1, 2) for s in (False, True)]
+    plans = [Plan(dp_shard=64, sharding="zero3", micro_batch=m, global_batch=128, seq_len=8192, swap_activations=s,
+                  swap_layers=k) for m in (1, 2) for s, k in ((False, -1), (True, -1), (True, 7))]
     batch = evaluate_batch(model, cluster, PlanColumns.from_plans(plans), PLAIT.framework)
     for i, plan in enumerate(plans):
         one = evaluate_batch(model, cluster, PlanColumns.one(plan), PLAIT.framework)
         assert batch.time["swap"][i] == pytest.approx(one.time["swap"], rel=1e-12)
         assert batch.memory["total"][i] == pytest.approx(one.memory["total"], rel=1e-12)
+        assert batch.memory["host_activations"][i] == pytest.approx(one.memory["host_activations"], rel=1e-12)
 
 
 # --- search and engines -----------------------------------------------------------------------------------------
@@ -178,6 +224,10 @@ def test_megatron_core_exports_cpu_offloading_and_refuses_it_with_pipelines() ->
     assert first_unsupported(plan, model, get_engine("megatron-core")) is None
     args, _ = megatron_args(plan, model)
     assert args[args.index("--cpu-offloading-num-layers") + 1] == str(model.num_layers - 1)
+    args, _ = megatron_args(replace(plan, swap_layers=12), model)
+    assert args[args.index("--cpu-offloading-num-layers") + 1] == "12"
+    every = first_unsupported(replace(plan, swap_layers=model.num_layers), model, get_engine("megatron-bridge@25.11"))
+    assert every is not None and f"swap_layers={model.num_layers}" in every
     piped = replace(plan, pp=2, dp_shard=4)
     assert "swap_activations=true with pp=2" in (first_unsupported(piped, model, get_engine("megatron-core")) or "")
 
@@ -218,7 +268,22 @@ def _predicted_layer_bytes(plan: Plan) -> float:
     prepared = prepare(model, cluster, PlanColumns.one(plan), PLAIT.framework)
     n_dense, n_moe = stage_layer_counts(model, plan.pp, 0, SCALAR)
     per_micro_batch = swapped_bytes_per_micro_batch(prepared.cols, prepared.inner, n_dense, n_moe)
-    return plan.num_micro_batches * (per_micro_batch + (n_dense + n_moe) * _eager_norms(plan))
+    swapped = n_dense + n_moe if plan.swap_layers < 0 else min(plan.swap_layers, n_dense + n_moe)
+    return plan.num_micro_batches * (per_micro_batch + swapped * _eager_norms(plan))
+
+
+@pytest.mark.slow
+def test_swapping_some_layers_matches_no_swap_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """The first 2 of the tiny model's 4 layers: the same losses, and the bytes of those 2 layers' saves alone."""
+    pytest.importorskip("torch")
+    plain, _ = _train(tmp_path, "plain", "dp_replicate = 2", 2)
+    swapped, _ = _train(tmp_path, "some", "dp_replicate = 2\nswap_activations = true\nswap_layers = 2", 2)
+    assert [r["loss"] for r in swapped] == pytest.approx([r["loss"] for r in plain], rel=1e-5)
+    plan = Plan(dp_replicate=2, micro_batch=2, global_batch=8, seq_len=64, precision="fp32", swap_activations=True,
+                swap_layers=2)
+    assert swapped[0]["swap_layer_bytes"] == swapped[0]["swap_bytes"] == _predicted_layer_bytes(plan)
+    every = replace(plan, swap_layers=-1)
+    assert 0 < _predicted_layer_bytes(plan) == _predicted_layer_bytes(every) / 2
 
 
 @pytest.mark.slow

@@ -76,6 +76,9 @@ OffloadParamsOption = Annotated[bool, typer.Option(
 SwapActivationsOption = Annotated[bool, typer.Option(
     "--swap-activations/--no-swap-activations",
     help="Saved activations to host memory in the forward, back for the backward (recompute none).")]
+SwapLayersOption = Annotated[int, typer.Option(
+    "--swap-layers", help="Layers per stage whose activations --swap-activations moves: the first N (Megatron-Core's "
+                          "cpu_offloading_num_layers; -1: every saved tensor).")]
 DpSyncOption = Annotated[str | None, typer.Option(
     "--dp-sync", help="Data-parallel synchronization METHOD[:key=value,...]: allreduce, bf16, fp16, powersgd:rank=R, "
                       "topk:ratio=F, quantize:bits=8|4|1, pipe_sgd, local_sgd:every=H, diloco:every=H, "
@@ -108,7 +111,7 @@ ChannelsLastOption = Annotated[bool, typer.Option(
 
 LAYOUT_OPTIONS = ("gpus", "tp", "pp", "vpp", "schedule", "cp", "cp_attention", "ep", "dp_replicate", "sharding", "sp",
                   "recompute", "recompute_layers", "micro_batch", "global_batch", "seq_len", "precision",
-                  "offload_optimizer", "offload_params", "swap_activations", "dp_sync")
+                  "offload_optimizer", "offload_params", "swap_activations", "swap_layers", "dp_sync")
 """The options that describe a layout, which a plan file (``--plan``) states itself."""
 
 

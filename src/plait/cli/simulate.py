@@ -37,6 +37,7 @@ from plait.cli.options import (
     ShardingOption,
     SpOption,
     SwapActivationsOption,
+    SwapLayersOption,
     TokensOption,
     TpOption,
     VppOption,
@@ -93,6 +94,7 @@ def simulate_command(
     offload_optimizer: OffloadOptimizerOption = False,
     offload_params: OffloadParamsOption = False,
     swap_activations: SwapActivationsOption = False,
+    swap_layers: SwapLayersOption = -1,
     dp_sync: DpSyncOption = None,
     parallel: ParallelOption = None,
     gnn_strategy: GnnStrategyOption = "sampled_dp",
@@ -179,6 +181,7 @@ def report_command(
     offload_optimizer: OffloadOptimizerOption = False,
     offload_params: OffloadParamsOption = False,
     swap_activations: SwapActivationsOption = False,
+    swap_layers: SwapLayersOption = -1,
     dp_sync: DpSyncOption = None,
 ) -> None:
     """Write one self-contained HTML page: plan, breakdowns, timeline, memory per stage, Pareto front (of a plan

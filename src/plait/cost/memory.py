@@ -21,7 +21,7 @@ from plait.cost.inner_values import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.pipeline import inflight_micro_batches
 from plait.cost.stage import recomputed_layers
-from plait.cost.swap import device_is_host, resident_activation_bytes
+from plait.cost.swap import device_is_host, resident_activation_bytes, swapped_layers
 from plait.engine.facts import EngineFacts
 from plait.hardware.accelerator import Accelerator
 from plait.kept import Kept
@@ -128,7 +128,13 @@ def _activation_bytes(model: ModelSpec, cols: PlanColumns, inner: Inner, stage: 
     total = total + (stage == cols["pp"] - 1) * inner.last_stage_bytes
     host = cols.zeros()
     if swapping:  # the layer in flight and the prefetched one stay; the head and loss as without (plait.cost.swap)
-        kept = resident_activation_bytes(inner, n_dense, n_moe, xp) + (stage == cols["pp"] - 1) * inner.last_stage_bytes
+        sw_dense, sw_moe = swapped_layers(cols, n_dense, n_moe)
+        resident = resident_activation_bytes(inner, sw_dense, sw_moe, xp)
+        every = resident + (stage == cols["pp"] - 1) * inner.last_stage_bytes
+        # swap_layers >= 0: only those layers' activations leave (recomputation is off: swapping requires it)
+        some = xp.minimum(total, total - inflight * (sw_dense * d.activation_bytes + sw_moe * m.activation_bytes)
+                          + resident)
+        kept = xp.where(cols["swap_layers"] < 0, every, some)
         host = xp.where(cols["swap_activations"], total - kept, 0.0)
         total = xp.where(cols["swap_activations"], kept, total)
     return total, inflight, host
@@ -177,7 +183,7 @@ def stage_memory(model: ModelSpec, acc: Accelerator, cols: PlanColumns, inner: I
 
 MEMORY_FIELDS = ("pp", "vpp", "schedule", "global_batch", "micro_batch", "dp_replicate", "dp_shard", "cp", "ep",
                  "sharding", "precision", "optimizer", "master_weights", "offload_params", "offload_optimizer",
-                 "recompute", "recompute_layers", "swap_activations")
+                 "recompute", "recompute_layers", "swap_activations", "swap_layers")
 """The plan fields :func:`stage_memory` reads (its own, :func:`shard_groups`, :func:`param_bytes`,
 :func:`optimizer_bytes_per_param`, :func:`_activation_bytes` and
 :func:`plait.cost.pipeline.inflight_micro_batches` with the micro-batch count)."""

@@ -24,7 +24,7 @@ from plait.cost.host import exposed_host_s
 from plait.cost.inner_values import ABSENT, Inner, LayerKind
 from plait.cost.overlap import hidden_remainder
 from plait.cost.params import stage_layer_counts
-from plait.cost.swap import SwapTimes, exposed_swap_s
+from plait.cost.swap import SwapTimes, exposed_swap_s, swapped_layers
 from plait.engine.facts import EngineFacts
 from plait.frozen import direct_init
 from plait.kept import Kept
@@ -86,7 +86,9 @@ def layers_time(cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTi
     first_gather = cols.zeros()
     host_fwd = host_bwd = 0.0
     swaps = (None, None) if swap is None else swap
-    for kind, shard, count, rc_kind, swapped in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe), swaps):
+    sw_counts = (n_dense, n_moe) if swap is None else swapped_layers(cols, n_dense, n_moe)
+    for kind, shard, count, rc_kind, swapped, sw_count in zip(inner.kinds, fsdp, (n_dense, n_moe), (rc_dense, rc_moe),
+                                                             swaps, sw_counts):
         if kind is ABSENT:  # a kind the model lacks (one plan): no layers, every figure 0, so it adds exactly nothing
             continue
         rc_count = xp.where(full, rc_kind, count)
@@ -106,8 +108,8 @@ def layers_time(cols: PlanColumns, inner: Inner, fsdp: tuple[ShardTimes, ShardTi
         bwd["fsdp_comm"] = bwd["fsdp_comm"] + count * fsdp_bwd
         if swapped is not None:  # each layer's copies behind its neighbour's work (plait.cost.swap)
             out_s, in_s = exposed_swap_s(swapped, kind.fwd_s + kind.tp_fwd_s, kind.bwd_s + kind.tp_bwd_s, xp)
-            fwd["swap"] = fwd["swap"] + count * out_s
-            bwd["swap"] = bwd["swap"] + count * in_s
+            fwd["swap"] = fwd["swap"] + sw_count * out_s
+            bwd["swap"] = bwd["swap"] + sw_count * in_s
     fwd["fsdp_comm"] = fwd["fsdp_comm"] + first_gather
     return fwd, bwd, host_fwd, host_bwd  # type: ignore[return-value]
 

@@ -97,12 +97,26 @@ def exposed_swap_s(swap: SwapTimes, forward_work_s: Any, backward_work_s: Any, x
     return xp.maximum(0.0, swap.out_s - forward_work_s), xp.maximum(0.0, swap.in_s - backward_work_s)
 
 
+def swapped_layers(cols: PlanColumns, n_dense: Any, n_moe: Any) -> tuple[Any, Any]:
+    """(dense, MoE) layers of a stage whose saved activations swap: the first ``swap_layers`` in forward order
+    (Transformer Engine's CPU offload takes layer groups below ``num_offload_group``,
+    ``transformer_engine/pytorch/cpu_offload.py`` ``tensor_push``), every layer where it is -1, none where the row
+    does not swap. The dense layers come first, as :func:`plait.cost.params.stage_layer_counts` places them."""
+    xp, layers = cols.xp, n_dense + n_moe
+    k = xp.where(cols["swap_layers"] < 0, layers, xp.minimum(cols["swap_layers"], layers))
+    k = xp.where(cols["swap_activations"], k, 0)
+    dense = xp.minimum(k, n_dense)
+    return dense, k - dense
+
+
 def swapped_bytes_per_micro_batch(cols: PlanColumns, inner: Inner, n_dense: Any, n_moe: Any) -> Any:
     """Bytes of saved activations one micro-batch sends to the host (and brings back) on a stage of ``n_dense``
-    and ``n_moe`` layers: every layer's (the runtime's hooks pack each saved tensor once, layers kept on the
-    device included; the memory model keeps two of them on the device, :func:`resident_activation_bytes`)."""
+    and ``n_moe`` layers: every swapped layer's (:func:`swapped_layers`; the runtime's hooks pack each saved tensor
+    once, layers kept on the device included; the memory model keeps two of them on the device,
+    :func:`resident_activation_bytes`)."""
     d, m = inner.kinds
-    return cols.xp.where(cols["swap_activations"], n_dense * d.activation_bytes + n_moe * m.activation_bytes, 0.0)
+    sw_dense, sw_moe = swapped_layers(cols, n_dense, n_moe)
+    return cols.xp.where(cols["swap_activations"], sw_dense * d.activation_bytes + sw_moe * m.activation_bytes, 0.0)
 
 
 def resident_activation_bytes(inner: Inner, n_dense: Any, n_moe: Any, xp: Any) -> Any:

@@ -81,7 +81,12 @@ def megatron_args(plan: Plan, model: ModelSpec) -> tuple[list[str], list[str]]:
         args += ["--optimizer-cpu-offload"]
     if plan.offload_params:
         notes.append("offload_params: Megatron-LM has no parameter offload to host")
-    if plan.swap_activations:  # TransformerConfig fields are flags; num_layers > 0 turns cpu_offloading on
+    if plan.swap_activations and plan.swap_layers >= 0:  # the first swap_layers layers, as Transformer Engine takes
+        # cpu_offloading_num_layers (plait.plan.plan.Plan.swap_layers); engines.toml refuses every layer
+        args += ["--cpu-offloading-num-layers", str(plan.swap_layers)]
+        notes.append(f"swap_activations: Megatron-Core's cpu_offloading (activations only, cpu_offloading_activations "
+                     f"defaults to true) of the first {plan.swap_layers} layers")
+    elif plan.swap_activations:  # TransformerConfig fields are flags; num_layers > 0 turns cpu_offloading on
         # (megatron/training/arguments.py L1950-1951 @d98e8a64); it must stay below num_layers (transformer_config.py
         # L1884-1889): the last layer's activations stay on the device, as plait's cost model keeps one layer
         args += ["--cpu-offloading-num-layers", str(model.num_layers - 1)]

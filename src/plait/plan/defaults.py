@@ -28,7 +28,7 @@ GLOBAL_BATCH = 128
 """Sequences per step when neither the command line nor the plan file says."""
 LAYOUT_OPTIONS = ("tp", "pp", "vpp", "schedule", "cp", "cp_attention", "ep", "dp_replicate", "sharding", "sp", "recompute",
                   "recompute_layers", "global_batch", "seq_len", "precision", "offload_optimizer", "offload_params",
-                  "swap_activations", "dp_sync")
+                  "swap_activations", "swap_layers", "dp_sync")
 """The command line's layout options besides ``gpus`` and ``micro_batch`` (:func:`plan_from_options` takes them)."""
 
 

@@ -99,6 +99,12 @@ class Plan:
     """Move the activations saved for the backward to host memory during the forward and bring them back, one
     layer ahead, for the backward (LMS, Le et al. 2018, arXiv 1811.12174; PyTorch's saved-tensor hooks): the device
     keeps the layer in flight and the prefetched one; the copies cross the host link (:mod:`plait.cost.swap`)."""
+    swap_layers: int = -1
+    """Layers per stage whose saved activations swap when ``swap_activations`` is on: the first ``swap_layers`` in
+    forward order, as Transformer Engine's CPU offload takes Megatron-Core's ``cpu_offloading_num_layers``
+    (``transformer_engine/pytorch/cpu_offload.py``: a saved tensor is offloaded while its layer group is below
+    ``num_offload_group``); the other layers, the embedding and the head keep theirs on the device. -1: every saved
+    tensor of the stage, the embedding's included (plait's runtime hooks)."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with the last backward pass."""
     tp_comm_overlap: bool = False
@@ -141,6 +147,8 @@ class Plan:
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
+        if self.swap_layers < -1:
+            raise ConfigError(f"swap_layers={self.swap_layers} must be -1 (every saved tensor) or a layer count >= 0")
         if not 1 <= self.overlap_chunks <= MAX_OVERLAP_CHUNKS:
             raise ConfigError(f"overlap_chunks={self.overlap_chunks} must be in 1..{MAX_OVERLAP_CHUNKS}")
         if self.overlap_chunks > 1 and self.tp_comm_overlap:
@@ -260,7 +268,7 @@ class Plan:
         if self.offload_params:
             parts.append("offload-params")
         if self.swap_activations:
-            parts.append("swap-act")
+            parts.append(f"swap-act[{self.swap_layers}]" if self.swap_layers >= 0 else "swap-act")
         if self.overlap_chunks > 1:
             parts.append(f"chunks{self.overlap_chunks}")
         if not self.dp_sync.is_allreduce:
@@ -294,7 +302,7 @@ LIMIT = 2**31 - 1
 """Largest degree, batch or length a plan may state (the cost model's integer columns are 64-bit; products of a
 few of these must not overflow)."""
 _INTS = ("tp", "tp_depth", "pp", "vpp", "cp", "ep", "dp_replicate", "dp_shard", "recompute_layers", "micro_batch",
-         "global_batch", "seq_len", "overlap_chunks")
+         "global_batch", "seq_len", "overlap_chunks", "swap_layers")
 _CHOICES = {
     "schedule": get_args(Schedule), "sharding": get_args(Sharding), "recompute": get_args(Recompute),
     "precision": get_args(Precision), "grad_reduce_dtype": get_args(GradDtype), "optimizer": get_args(Optimizer),

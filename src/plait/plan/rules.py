@@ -118,6 +118,9 @@ RULES: tuple[Rule, ...] = (
     Rule("recompute-layers-fit",
          lambda c, m, k: c.is_("recompute", "full") & (c["recompute_layers"] > _stage_layers(c, m)),
          lambda p, m, k: f"recompute_layers={p.recompute_layers} must be <= layers per stage={-(-m.num_layers // p.pp)}"),
+    Rule("swap-layers-fit",
+         lambda c, m, k: c["swap_activations"] & (c["swap_layers"] > _stage_layers(c, m)),
+         lambda p, m, k: f"swap_layers={p.swap_layers} must be <= layers per stage={-(-m.num_layers // p.pp)}"),
     Rule("batch-divides", lambda c, m, k: c["global_batch"] % (c["micro_batch"] * c.dp) != 0,
          lambda p, m, k: (f"global_batch={p.global_batch} must be divisible by micro_batch*dp="
                           f"{p.micro_batch}*{p.dp}={p.micro_batch * p.dp}")),
@@ -300,6 +303,8 @@ def warnings(plan: Plan, model: ModelSpec, cluster: Cluster) -> list[str]:
         out.append(f"sharding={plan.sharding} has no effect with dp_shard=1")
     if plan.recompute != "full" and plan.recompute_layers >= 0:
         out.append("recompute_layers has no effect unless recompute='full'")
+    if not plan.swap_activations and plan.swap_layers >= 0:
+        out.append("swap_layers has no effect unless swap_activations is on")
     if plan.overlap_chunks > 1 and plan.tp == 1 and not (model.moe and plan.ep > 1):
         out.append(f"overlap_chunks={plan.overlap_chunks} has no effect with tp=1 and no expert parallelism")
     if plan.tp > cluster.scale_up_domain_gpus:

@@ -18,7 +18,8 @@ Unlike ``save_on_cpu`` (one blocking or pinned copy per save, on the current str
   host buffers, so that it is tested without a GPU.
 
 :attr:`ActivationSwap.packed_bytes` counts the bytes of the distinct storages packed in a step: what crosses the
-host link each way. The CUDA path has not run on a GPU yet.
+host link each way. With ``layers`` (``swap_layers``) only the first blocks' saves are packed, as Transformer
+Engine's CPU offload takes the first ``cpu_offloading_num_layers`` layer groups. The CUDA path has not run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class ActivationSwap:
     device: str
     copy: bool | None = None
     """Whether the hooks copy storages out and back (default: on CUDA) or hand tensors back as they are."""
+    layers: int = -1
+    """Swap the saves of the first ``layers`` transformer blocks only (``swap_layers``; the others, and every save
+    outside the blocks, stay on the device, uncounted); -1: every save."""
     packed_bytes: int = 0
     """Bytes of the distinct storages packed since :meth:`reset` (parameters and buffers excluded)."""
     layer_bytes: int = 0
@@ -117,6 +121,8 @@ class ActivationSwap:
     def _pack(self, tensor: torch.Tensor) -> Any:
         if self._weight(tensor):
             return tensor  # weights and buffers are not activations: they stay on the device
+        if self.layers >= 0 and not 0 <= self._block < self.layers:
+            return tensor  # a block past the first ``layers``, or outside the blocks: kept where it is
         storage = tensor.untyped_storage()
         seen = self._seen.get(storage.data_ptr())
         if seen is None:

@@ -144,7 +144,7 @@ def _run(args: WorkerConfig, job, plan, spec, device: str, uneven: Uneven) -> in
     start_step = _resume(args, identity, rank)
     schedule = _pipeline_schedule(rank, device)
     weight = loss_weight(uneven.batch_split, rank.mesh.dp_rank, plan.global_batch, plan.dp, plan.dp_sync.is_allreduce)
-    swap = ActivationSwap(rank.parts, device) if plan.swap_activations else None
+    swap = ActivationSwap(rank.parts, device, layers=plan.swap_layers) if plan.swap_activations else None
     if swap is not None and not swap.moves and dist.get_rank() == 0:
         print(f"plait: {NOTHING_MOVES}", file=sys.stderr)
     for step in range(start_step, rank.steps):

@@ -37,6 +37,14 @@ L42-197, the GB300 and GB200 configs of Qwen3-235B-A22B and Qwen3-30B-A3B; confi
 L27-60, DeepSeek-V3 on GB300 and GB200); the others keep the providers' ``alltoall`` dispatcher (and DeepEP for
 DeepSeek-V3 on H100). The performance summary names no dispatcher: its rows are those recipes' runs."""
 
+_MB_OFFLOAD = {("LLAMA3_70B", "gb300", "FP8-CS"): 20, ("LLAMA3_70B", "gb200", "FP8-CS"): 40}
+"""(model, GPU, precision), as the performance summary names them, whose Megatron-Bridge 25.11 performance recipe
+keeps every activation and offloads the first N layers' to host memory (``cpu_offloading_num_layers``: v0.2.0
+scripts/performance/configs/llama3/workload_base_configs.py L43-48, GB300 FP8-CS 20, and L73-78, GB200 FP8-CS 40;
+the same counts in the GBS-256 configs of the table's rows, @c0b9a0003 scripts/performance/configs/llama/
+llama3_workload_base_configs.py L211-216 and L241-246). Nothing recomputes: the recipe
+(src/megatron/bridge/recipes/llama/llama3.py ``llama3_70b_pretrain_config``) sets no recompute granularity, and
+``set_recompute_overrides`` (scripts/performance/utils/helpers.py L163) sets one only with ``recompute_num_layers``."""
 
 @dataclass(frozen=True, kw_only=True)
 class RunRow:
@@ -140,6 +148,15 @@ class RunRow:
             options = [*(["moe_dispatcher=hybridep"] if hybridep else []), *([f"fp8_recipe={recipe}"] if recipe else [])]
             return f"{self.engine}[{','.join(options)}]" if options else self.engine
         return self.engine
+
+    @property
+    def offload_layers(self) -> int | None:
+        """Layers whose activations the run offloaded to host memory, recomputing nothing, where its published
+        recipe says so (:data:`_MB_OFFLOAD`), else ``None``."""
+        name, _, version = self.engine.split("[")[0].partition("@")
+        if name != "megatron-bridge" or version != "25.11":
+            return None
+        return _MB_OFFLOAD.get((self.model, self.gpu, self._quoted("precision_raw") or ""))
 
     @property
     def recompute_raw(self) -> str | None:

@@ -130,7 +130,9 @@ def candidate_plans(row: RunRow, engine: Engine) -> Iterator[Plan]:
             continue
         per_replica = row.global_batch // dp
         mbs = [row.micro_batch] if row.micro_batch else _divisors(per_replica, 16)
-        recomputes = [row.recompute] if row.recompute else ["none", "selective", "full"]
+        offload = row.offload_layers  # a recipe that offloads recomputes nothing (Megatron-Core refuses both)
+        recomputes = [row.recompute] if row.recompute else ["none"] if offload is not None else [
+            "none", "selective", "full"]
         shardings = [row.sharding] if row.sharding else [
             s for s in ("none", "zero1") if f"sharding={s}" not in engine.unsupported]  # what the engine can run
         stated = row.sequence_parallel if row.sequence_parallel is not None else engine.sequence_parallel
@@ -151,7 +153,8 @@ def candidate_plans(row: RunRow, engine: Engine) -> Iterator[Plan]:
             yield Plan(
                 tp=tp, sp=sp, pp=pp, schedule="interleaved" if vpp > 1 else "1f1b", vpp=vpp, cp=row.cp or 1,
                 ep=row.ep or 1, dp_replicate=dp // shard, dp_shard=shard, sharding=sh, recompute=rc,  # type: ignore[arg-type]
-                recompute_layers=rc_layers,
+                recompute_layers=rc_layers, swap_activations=offload is not None,
+                swap_layers=-1 if offload is None else offload,
                 micro_batch=mb, global_batch=row.global_batch, seq_len=row.seq_len,
                 precision=row.precision or "bf16",  # type: ignore[arg-type]
                 grad_reduce_dtype=grad, overlap_grad_reduce=engine.overlap_grad_reduce,  # type: ignore[arg-type]
