@@ -192,6 +192,25 @@ def test_twins_are_made_only_where_memory_binds_without_recomputation() -> None:
     assert swap_twins(cols, np.array([True, True, False])) is None
 
 
+def test_a_twin_swaps_the_fewest_layers_that_fit_and_never_too_few() -> None:
+    """llama3-70b on 64 GB200 at mb1..4 (zero3, nothing recomputed): each twin's count fits once costed exactly, is a
+    few layers above the least count that fits (two resident layers and the allocator's share are counted against
+    it), and is -1 where even every layer does not bring the plan under the limit."""
+    from plait.search.parts import fewest_swapped_layers, peak_sizes
+
+    model, cluster = get_model("llama3-70b"), get_cluster("gb200-nvl72")
+    plans = [Plan(dp_shard=64, sharding="zero3", micro_batch=m, global_batch=256, seq_len=s, precision="fp8")
+             for m, s in ((1, 8192), (2, 8192), (4, 8192), (4, 65536))]
+    limit = cluster.accelerator.memory_bytes * 0.95
+    counts = fewest_swapped_layers(model, peak_sizes(model, cluster, PlanColumns.from_plans(plans), PLAIT.framework),
+                                   limit)
+    assert counts[-1] == -1 and all(0 < k < model.num_layers for k in counts[:-1]), counts
+    for plan, k in zip(plans[:-1], counts[:-1]):
+        total = lambda n: _estimate("llama3-70b", replace(plan, swap_activations=True, swap_layers=int(n)),
+                                    "gb200-nvl72").memory.total_bytes
+        assert total(k) <= limit < total(k - 5)
+
+
 def test_the_planner_swaps_where_activations_do_not_fit() -> None:
     """llama3-8b at 32k tokens on one H100 node, recomputation off the table: only swapping fits it."""
     from plait.search.runner import run_search

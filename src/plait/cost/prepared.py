@@ -51,20 +51,20 @@ class Prepared:
         """Rows ``index`` of a batch's shared quantities (each per-row column taken; the same values as preparing
         those rows alone, since every quantity is a function of its own row)."""
         assert not self.cols.xp.scalar, "one plan has no rows to take"
-        return Prepared(cols=self.cols.take(index), inner=_rows(self.inner, index), fsdp=_rows(self.fsdp, index),
-                        p2p_s=_rows(self.p2p_s, index), framework=self.framework)
+        return Prepared(cols=self.cols.take(index), inner=take_rows(self.inner, index), fsdp=take_rows(self.fsdp, index),
+                        p2p_s=take_rows(self.p2p_s, index), framework=self.framework)
 
 
-def _rows(value: Any, index: np.ndarray) -> Any:
+def take_rows(value: Any, index: np.ndarray) -> Any:
     """Rows ``index`` of every per-row column in ``value`` (an array, a dataclass or tuple of them, or a number)."""
     if is_array(value) and value.ndim:
         return value[index]
     if value is ABSENT:  # one shared value, which the cost model knows by its identity
         return value
     if is_dataclass(value) and not isinstance(value, type):
-        return replace(value, **{f.name: _rows(getattr(value, f.name), index) for f in fields(value) if f.init})
+        return replace(value, **{f.name: take_rows(getattr(value, f.name), index) for f in fields(value) if f.init})
     if isinstance(value, tuple):
-        return tuple(_rows(v, index) for v in value)
+        return tuple(take_rows(v, index) for v in value)
     return value
 
 

@@ -20,7 +20,9 @@ import numpy as np
 
 from plait.cost.batch import BatchResult, evaluate_batch, peak_memory
 from plait.cost.inner import Known, inner_columns
-from plait.cost.prepared import Prepared, prepare
+from plait.cost.params import stage_layer_counts
+from plait.cost.inner_values import Inner
+from plait.cost.prepared import Prepared, prepare, take_rows
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -111,9 +113,9 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     known = Known() if known is None else known  # per-layer quantities costed in earlier chunks (or searches)
     for begin in range(0, len(cols), CHUNK):
         chunk = cols.take(slice(begin, begin + CHUNK))  # views of the columns, not copies
-        costed_rows, fits = _cost(model, cluster, chunk, engine.framework, limit, names, part, known)
+        costed_rows, fits, sizes = _cost(model, cluster, chunk, engine.framework, limit, names, part, known)
         if space.swap_activations:  # each twin verdicted and costed once, as a candidate of its own
-            twins = swap_twins(costed_rows, fits)
+            twins = swap_twins(costed_rows, fits, lambda rows: fewest_swapped_layers(model, sizes.take(rows), limit))
             if twins is not None:
                 part.twins += len(twins)
                 search_cols(model, cluster, space, engine, twins, part, known)
@@ -123,23 +125,61 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
     return part
 
 
+@dataclass(frozen=True)
+class PeakSizes:
+    """Per costed row, what :func:`fewest_swapped_layers` reads of its peak stage: the memory total, the
+    micro-batches in flight, the stage and the per-layer quantities."""
+
+    cols: PlanColumns
+    total: np.ndarray
+    inflight: np.ndarray
+    stage: np.ndarray
+    inner: Inner
+
+    def take(self, rows: np.ndarray) -> PeakSizes:
+        """Rows ``rows``."""
+        return PeakSizes(self.cols.take(rows), self.total[rows], self.inflight[rows], self.stage[rows],
+                         take_rows(self.inner, rows))
+
+    @staticmethod
+    def of(cols: PlanColumns, memory: dict[str, np.ndarray], stage: np.ndarray, inner: Inner) -> PeakSizes:
+        """The sizes :func:`plait.cost.batch.peak_memory` found (its ``memory`` and ``stage``) of ``cols``."""
+        return PeakSizes(cols, np.asarray(memory["total"]), np.asarray(memory["inflight"]), np.asarray(stage), inner)
+
+
+def peak_sizes(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts,
+               known: Known | None = None) -> PeakSizes:
+    """:class:`PeakSizes` of ``cols``, their memory costed alone (:func:`_memory_view`)."""
+    view = _memory_view(model, cluster, cols, framework, known)
+    memory, stage = peak_memory(model, cluster, view)
+    return PeakSizes.of(cols, memory, stage, view.inner)
+
+
 def _cost(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
-          names: list[str], part: Part, known: Known | None) -> tuple[PlanColumns, np.ndarray]:
+          names: list[str], part: Part, known: Known | None) -> tuple[PlanColumns, np.ndarray, PeakSizes]:
     """``cols`` costed into ``part``, their memory screened first (:func:`screened`): (the rows costed, those of
-    ``cols`` but those the cost model refused, and the mask of them that fit in device memory)."""
+    ``cols`` but those the cost model refused, the mask of them that fit in device memory, and their peak stages'
+    sizes)."""
     screen = screened(model, cluster, cols, framework, limit, known)
     if screen is not None:  # the plans that cannot fit and cannot be kept as near misses are not timed
-        batch, rows, over = screen
+        batch, rows, over, sizes = screen
         part.reasons[names[MEMORY_CODE]] += len(over)
         _collect(part, batch, limit, names, cluster)
         fits = np.zeros(len(cols), dtype=bool)
         fits[rows] = batch.memory["total"] <= limit
-        return cols, fits
+        return cols, fits, sizes
     batches = costed(model, cluster, cols, framework, part.reasons, known)
     for batch in batches:
         _collect(part, batch, limit, names, cluster)
-    return (PlanColumns.concat([b.cols for b in batches]) if batches else cols.take(slice(0, 0)),
-            np.concatenate([b.memory["total"] <= limit for b in batches]) if batches else np.zeros(0, dtype=bool))
+    if not batches:
+        return cols.take(slice(0, 0)), np.zeros(0, dtype=bool), PeakSizes(
+            cols.take(slice(0, 0)), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), None)  # type: ignore[arg-type]
+    kept = PlanColumns.concat([b.cols for b in batches])
+    if len(batches) == 1:
+        sizes = PeakSizes.of(kept, batches[0].memory, batches[0].memory_stage, batches[0].prepared.inner)
+    else:  # batches costed apart (a refused row bisected out): their rows' memory again, as one
+        sizes = peak_sizes(model, cluster, kept, framework, known)
+    return kept, np.concatenate([b.memory["total"] <= limit for b in batches]), sizes
 
 
 def _collect(part: Part, batch: BatchResult, limit: float, names: list[str], cluster: Cluster) -> None:
@@ -153,16 +193,46 @@ def _collect(part: Part, batch: BatchResult, limit: float, names: list[str], clu
     part.chunks.append(_keep(batch, fits & ~host))
 
 
-def swap_twins(cols: PlanColumns, fits: np.ndarray) -> PlanColumns | None:
+def swap_twins(cols: PlanColumns, fits: np.ndarray,
+               layers: Callable[[np.ndarray], np.ndarray] | None = None) -> PlanColumns | None:
     """The rows of a costed chunk that do not fit with every activation on the device (``recompute='none'``, not
     swapping), with ``swap_activations`` on (``None``: no such row). Swapping only trades time for activation
     memory (:mod:`plait.cost.swap`), so a plan that fits without it cannot gain from it (dominance): the space
-    tries it only where memory binds, and the search stays as large as before where it does not."""
+    tries it only where memory binds, and the search stays as large as before where it does not. ``layers``: the
+    ``swap_layers`` of the twins of rows ``rows`` of ``cols`` (:func:`fewest_swapped_layers`; ``None``: every saved
+    tensor, -1)."""
     rows = np.flatnonzero(~fits & cols.is_("recompute", "none") & ~cols["swap_activations"])
     if not len(rows):
         return None
     twins = cols.take(rows)
-    return PlanColumns({**twins.data, "swap_activations": np.ones(len(rows), dtype=bool)}, methods=twins.methods)
+    data = {**twins.data, "swap_activations": np.ones(len(rows), dtype=bool)}
+    if layers is not None:
+        data["swap_layers"] = layers(rows)
+    return PlanColumns(data, methods=twins.methods)
+
+
+def fewest_swapped_layers(model: ModelSpec, sizes: PeakSizes, limit: float) -> np.ndarray:
+    """Per row of ``cols`` (plans that keep every activation), the fewest leading layers whose swapped activations
+    bring its peak stage under ``limit`` bytes, or -1 (every saved tensor) where that is all of a stage's layers.
+    Swapping more layers only adds copies (:mod:`plait.cost.swap`: each layer's exposed copy time, the same compute),
+    so the fewest that fit dominate the rest. A swapped layer frees its activations in every micro-batch in flight
+    but two layers stay resident (:func:`plait.cost.swap.resident_activation_bytes`); counted at the smallest layer
+    kind's bytes against the largest kind's two resident layers, the count is never too small (the twin is costed
+    exactly after: one that still misses is counted as not fitting). ``sizes``: the rows' peak stages, as costed
+    without swapping (:class:`PeakSizes`)."""
+    cols = sizes.cols
+    n_dense, n_moe = stage_layer_counts(model, cols["pp"], sizes.stage, cols.xp)
+    dense, moe = sizes.inner.kinds
+    a_dense = np.where(n_dense > 0, dense.activation_bytes, np.inf)
+    a_moe = np.where(n_moe > 0, moe.activation_bytes, np.inf)
+    smallest = np.minimum(a_dense, a_moe)
+    largest = np.maximum(np.where(n_dense > 0, dense.activation_bytes, 0.0), np.where(n_moe > 0, moe.activation_bytes, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        needed = np.ceil((sizes.total - limit + 2 * largest) / (sizes.inflight * smallest))
+    count = np.maximum(needed, 1)
+    stage_layers = -(-model.num_layers // cols["pp"])  # the rule swap-layers-fit's bound
+    partial = np.isfinite(count) & (count < np.minimum(n_dense + n_moe, stage_layers))
+    return np.where(partial, count, -1).astype(np.int64)
 
 
 def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: Engine, cols: PlanColumns,
@@ -184,9 +254,10 @@ def search_cols(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
 
 
 def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
-             known: Known | None = None) -> tuple[BatchResult, np.ndarray, np.ndarray] | None:
+             known: Known | None = None) -> tuple[BatchResult, np.ndarray, np.ndarray, PeakSizes] | None:
     """``cols`` costed with their memory first: (the batch of the rows that may fit or be kept as a near miss, their
-    indices in ``cols``, the indices of the other rows, which do not fit), or ``None`` where the cost model refuses a row (then :func:`costed`
+    indices in ``cols``, the indices of the other rows, which do not fit, and every row's peak stage sizes), or
+    ``None`` where the cost model refuses a row (then :func:`costed`
     finds it). Most costed candidates do not fit (61% for 405B on 16,384 GPUs), and their step times are never
     read: :func:`_keep` keeps the fitting rows and the :data:`KEPT_MISSES` nearest misses. An all-reduce row's
     memory is its stages' peak (:func:`plait.cost.batch.peak_memory`); other methods add their buffers, so those
@@ -195,7 +266,8 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
     has at least :data:`KEPT_MISSES` kept misses before it in (memory, position) order. ``known``: the per-layer
     quantities of the search's earlier chunks (:func:`plait.cost.inner.inner_columns`), each combination costed once."""
     try:
-        memory, stage = peak_memory(model, cluster, _memory_view(model, cluster, cols, framework, known))
+        view = _memory_view(model, cluster, cols, framework, known)
+        memory, stage = peak_memory(model, cluster, view)
         peak = memory["total"]
         timed_rows = (peak <= limit) | (cols["dp_sync"] != 0)
         over = np.flatnonzero(~timed_rows)
@@ -207,7 +279,7 @@ def screened(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: E
                                peak=({k: v[rows] for k, v in memory.items()}, stage[rows]))
     except ConfigError:
         return None
-    return batch, rows, np.flatnonzero(~timed_rows)
+    return batch, rows, np.flatnonzero(~timed_rows), PeakSizes.of(cols, memory, stage, view.inner)
 
 
 def _smallest(values: np.ndarray, k: int) -> np.ndarray:
