@@ -107,3 +107,18 @@ def test_the_model_files_the_validators_ship_are_the_examples() -> None:
     assert shipped
     for path in shipped:
         assert path.read_bytes() == (root / "examples" / path.name).read_bytes(), path.name
+
+
+def test_the_torchtitan_runs_follow_from_their_tokens_per_second() -> None:
+    """Each row's step time is the arithmetic its derivation states, from the tokens/s per GPU its notes quote
+    (a transcription check), and every row is predicted."""
+    import re
+
+    from plait.validate.report import validate_rows
+
+    rows = read_runs(dataset_path("torchtitan"))
+    assert len(rows) == 26
+    for row in rows:
+        tps = float(re.search(r"tokens_per_s_per_gpu:([0-9.]+)", row.notes).group(1))
+        assert row.step_time_s == pytest.approx(row.global_batch * row.seq_len / (tps * row.n_gpus), rel=1e-5)
+    assert all(r.estimate is not None for r in validate_rows(rows).results)

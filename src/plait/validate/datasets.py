@@ -15,6 +15,7 @@ from plait.errors import ConfigError, did_you_mean
 DATASETS: dict[str, tuple[str, str]] = {
     "dev": ("runs", "dev.csv"),
     "small": ("runs", "small_runs.csv"),
+    "torchtitan": ("runs", "torchtitan_runs.csv"),
     "memory": ("memory", "memory_runs.csv"),
     "classic": ("classic", "classic_dp.csv"),
     "dit": ("dit", "dit_latency.csv"),
