@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "plait validate dev": "",
     "plait validate memory": "",
     "plait validate small": "",
+    "plait validate torchtitan": "",
     "plait estimate --model plait.workload.zoo:resnet50 --cluster dgx-a100-ib --gpus 64 --global-batch 2048":
         "SKIP: tests/test_traced.py (resnet_estimates) runs it as written, with --json",
     "plait plan --model my_pkg.models:build --input-shape 3,224,224 --gpus 16 --global-batch 4096":
