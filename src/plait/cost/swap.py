@@ -101,7 +101,8 @@ def swapped_layers(cols: PlanColumns, n_dense: Any, n_moe: Any) -> tuple[Any, An
     """(dense, MoE) layers of a stage whose saved activations swap: the first ``swap_layers`` in forward order
     (Transformer Engine's CPU offload takes layer groups below ``num_offload_group``,
     ``transformer_engine/pytorch/cpu_offload.py`` ``tensor_push``), every layer where it is -1, none where the row
-    does not swap. The dense layers come first, as :func:`plait.cost.params.stage_layer_counts` places them."""
+    does not swap. Of a stage of dense and MoE layers, the dense ones are counted first, as
+    :func:`plait.cost.stage.recomputed_layers` counts the layers it recomputes."""
     xp, layers = cols.xp, n_dense + n_moe
     k = xp.where(cols["swap_layers"] < 0, layers, xp.minimum(cols["swap_layers"], layers))
     k = xp.where(cols["swap_activations"], k, 0)

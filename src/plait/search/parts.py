@@ -20,8 +20,8 @@ import numpy as np
 
 from plait.cost.batch import BatchResult, evaluate_batch, peak_memory
 from plait.cost.inner import Known, inner_columns
-from plait.cost.params import stage_layer_counts
 from plait.cost.inner_values import Inner
+from plait.cost.params import stage_layer_counts
 from plait.cost.prepared import Prepared, prepare, take_rows
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
