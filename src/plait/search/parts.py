@@ -23,6 +23,7 @@ from plait.cost.inner import Known, inner_columns
 from plait.cost.inner_values import Inner
 from plait.cost.params import stage_layer_counts
 from plait.cost.prepared import Prepared, prepare, take_rows
+from plait.cost.swap import resident_activation_bytes
 from plait.engine.capability import reasons as engine_reasons
 from plait.engine.capability import unsupported_index
 from plait.engine.engine import Engine
@@ -115,7 +116,8 @@ def search_part(model: ModelSpec, cluster: Cluster, space: SearchSpace, engine: 
         chunk = cols.take(slice(begin, begin + CHUNK))  # views of the columns, not copies
         costed_rows, fits, sizes = _cost(model, cluster, chunk, engine.framework, limit, names, part, known)
         if space.swap_activations:  # each twin verdicted and costed once, as a candidate of its own
-            twins = swap_twins(costed_rows, fits, lambda rows: fewest_swapped_layers(model, sizes.take(rows), limit))
+            twins = swap_twins(costed_rows, fits, lambda rows: fewest_swapped_layers(
+                model, sizes.take(rows), limit))  # type: ignore[union-attr]  # rows exist only where sizes do
             if twins is not None:
                 part.twins += len(twins)
                 search_cols(model, cluster, space, engine, twins, part, known)
@@ -156,10 +158,10 @@ def peak_sizes(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework:
 
 
 def _cost(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: EngineFacts, limit: float,
-          names: list[str], part: Part, known: Known | None) -> tuple[PlanColumns, np.ndarray, PeakSizes]:
+          names: list[str], part: Part, known: Known | None) -> tuple[PlanColumns, np.ndarray, PeakSizes | None]:
     """``cols`` costed into ``part``, their memory screened first (:func:`screened`): (the rows costed, those of
     ``cols`` but those the cost model refused, the mask of them that fit in device memory, and their peak stages'
-    sizes)."""
+    sizes, ``None`` where no row was costed)."""
     screen = screened(model, cluster, cols, framework, limit, known)
     if screen is not None:  # the plans that cannot fit and cannot be kept as near misses are not timed
         batch, rows, over, sizes = screen
@@ -172,8 +174,7 @@ def _cost(model: ModelSpec, cluster: Cluster, cols: PlanColumns, framework: Engi
     for batch in batches:
         _collect(part, batch, limit, names, cluster)
     if not batches:
-        return cols.take(slice(0, 0)), np.zeros(0, dtype=bool), PeakSizes(
-            cols.take(slice(0, 0)), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), None)  # type: ignore[arg-type]
+        return cols.take(slice(0, 0)), np.zeros(0, dtype=bool), None
     kept = PlanColumns.concat([b.cols for b in batches])
     if len(batches) == 1:
         sizes = PeakSizes.of(kept, batches[0].memory, batches[0].memory_stage, batches[0].prepared.inner)
@@ -223,12 +224,11 @@ def fewest_swapped_layers(model: ModelSpec, sizes: PeakSizes, limit: float) -> n
     cols = sizes.cols
     n_dense, n_moe = stage_layer_counts(model, cols["pp"], sizes.stage, cols.xp)
     dense, moe = sizes.inner.kinds
-    a_dense = np.where(n_dense > 0, dense.activation_bytes, np.inf)
-    a_moe = np.where(n_moe > 0, moe.activation_bytes, np.inf)
-    smallest = np.minimum(a_dense, a_moe)
-    largest = np.maximum(np.where(n_dense > 0, dense.activation_bytes, 0.0), np.where(n_moe > 0, moe.activation_bytes, 0.0))
+    smallest = np.minimum(np.where(n_dense > 0, dense.activation_bytes, np.inf),
+                          np.where(n_moe > 0, moe.activation_bytes, np.inf))
+    resident = resident_activation_bytes(sizes.inner, n_dense, n_moe, cols.xp)  # every layer swapped: two stay
     with np.errstate(divide="ignore", invalid="ignore"):
-        needed = np.ceil((sizes.total - limit + 2 * largest) / (sizes.inflight * smallest))
+        needed = np.ceil((sizes.total - limit + resident) / (sizes.inflight * smallest))
     count = np.maximum(needed, 1)
     stage_layers = -(-model.num_layers // cols["pp"])  # the rule swap-layers-fit's bound
     partial = np.isfinite(count) & (count < np.minimum(n_dense + n_moe, stage_layers))

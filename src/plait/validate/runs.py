@@ -130,7 +130,7 @@ class RunRow:
         MoE dispatcher (HybridEP where its performance recipe sets it, :data:`_MB_HYBRIDEP`), and whether a
         torchtitan run compiled (the notes say ``compile``; unstated, torchtitan's own default: ``CompileConfig.
         enable = False``, torchtitan 0.3.0 torchtitan/config/configs.py)."""
-        name, _, version = self.engine.split("[")[0].partition("@")
+        name, version = self._engine_name_version
         sharding = self._quoted("sharding_raw") or ""
         if "(DeepSpeed)" in sharding and name != "deepspeed":
             return f"deepspeed@{version}" if version else "deepspeed"
@@ -150,11 +150,16 @@ class RunRow:
         return self.engine
 
     @property
+    def _engine_name_version(self) -> tuple[str, str]:
+        """The ``engine`` column's name and version (``""`` where it names none), its options left out."""
+        name, _, version = self.engine.split("[")[0].partition("@")
+        return name, version
+
+    @property
     def offload_layers(self) -> int | None:
         """Layers whose activations the run offloaded to host memory, recomputing nothing, where its published
         recipe says so (:data:`_MB_OFFLOAD`), else ``None``."""
-        name, _, version = self.engine.split("[")[0].partition("@")
-        if name != "megatron-bridge" or version != "25.11":
+        if self._engine_name_version != ("megatron-bridge", "25.11"):
             return None
         return _MB_OFFLOAD.get((self.model, self.gpu, self._quoted("precision_raw") or ""))
 
