@@ -65,7 +65,11 @@ stride in the 3x3 convolution; v1's in the 1x1 changes their multiply-adds by un
 def model_name(name: str) -> str | None:
     """The key of :data:`MODELS` a row's model names, however cased, spaced or punctuated (``ResNet50``,
     ``resnet-152``), or ``None``."""
-    return {plain(key): key for key in MODELS}.get(plain(name))
+    return _PLAIN_MODELS.get(plain(name))
+
+
+_PLAIN_MODELS = {plain(key): key for key in MODELS}
+""":data:`MODELS`' keys by their plain form (:func:`model_name`)."""
 
 
 UNITS = ("images_per_s", "sequences_per_s")
